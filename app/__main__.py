@@ -1,0 +1,3 @@
+from gpuscope.cli.main import main
+
+raise SystemExit(main())

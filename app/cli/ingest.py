@@ -1,0 +1,45 @@
+"""`gpuscope ingest PATH...`: load traces (files, or folders of rank files) into the store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gpuscope.cli._common import fail, open_db, print_json
+from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.loader import ingest_paths
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from gpuscope.cli.main import common_db_option
+
+    p = sub.add_parser("ingest", help="load traces into the store; prints one run id per line",
+                       description="Each PATH is one run: a trace file (.json or .json.gz) or a folder "
+                       "holding one trace file per rank. All paths are written in one transaction: on any "
+                       "error nothing is stored.")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("--name", help="display name (only with a single PATH)")
+    p.add_argument("--tag", action="append", default=[], help="tag the run(s); repeatable")
+    p.add_argument("--json", action="store_true", help="print details as JSON")
+    common_db_option(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.name and len(args.paths) > 1:
+        return fail("--name needs exactly one PATH")
+    con = open_db(args)
+    try:
+        results = ingest_paths(con, args.paths, name=args.name, tags=args.tag)
+    except IngestError as e:
+        return fail(str(e))
+    finally:
+        con.close()
+    for r in results:
+        if r.duplicate:
+            print(f"gpuscope: {r.paths[0]}: already ingested as run {r.run_id} ({r.name})", file=sys.stderr)
+    if args.json:
+        print_json([r.as_dict() for r in results])
+    else:
+        for r in results:
+            print(r.run_id)
+    return 0

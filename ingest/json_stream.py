@@ -1,0 +1,261 @@
+"""Split a chrome-trace JSON stream into batches of whole events without parsing it all at once.
+
+A vectorised (numpy) structural scan finds, outside strings, the brackets that open and close each
+element of the top-level ``traceEvents`` array. Each batch is handed on as the bytes of a JSON array
+of whole events, so memory is bounded by the batch size whatever the file size. Everything outside
+the array (``deviceProperties``, ``distributedInfo``, ``baseTimeNanoseconds``, ...) is small; it is
+collected, before or after the events, and parsed at the end.
+
+Accepts both chrome-trace forms: an object with ``traceEvents`` and a bare array of events.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpuscope.ingest.errors import IngestError
+
+BATCH_BYTES = 16 << 20
+MAX_OUTSIDE_BYTES = 256 << 20  # JSON outside the events array (metadata) we are willing to hold
+
+_BRACKET = np.zeros(256, np.int8)
+_BRACKET[ord("{")] = _BRACKET[ord("[")] = 1
+_BRACKET[ord("}")] = _BRACKET[ord("]")] = -1
+_WS = b" \t\r\n"
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+
+def string_quotes(b: np.ndarray) -> np.ndarray:
+    """Positions of the quotes that open or close strings (escaped quotes removed)."""
+    q = np.flatnonzero(b == 34)
+    if q.size == 0:
+        return q
+    after = q[q > 0]
+    cand = after[b[after - 1] == 92]
+    if cand.size:
+        escaped = []
+        raw = b.tobytes() if cand.size > 64 else None
+        for p in cand.tolist():
+            i = p - 1
+            if raw is not None:
+                while i >= 0 and raw[i] == 92:
+                    i -= 1
+            else:
+                while i >= 0 and b[i] == 92:
+                    i -= 1
+            if (p - 1 - i) % 2:
+                escaped.append(p)
+        if escaped:
+            q = np.setdiff1d(q, np.asarray(escaped, dtype=q.dtype), assume_unique=True)
+    return q
+
+
+def brackets(b: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of ``{[]}`` outside strings and their depth change (+1/-1); the scan starts outside a string."""
+    delta = _BRACKET[b]
+    s = np.flatnonzero(delta)
+    if q.size and s.size:
+        s = s[(np.searchsorted(q, s) & 1) == 0]
+    return s, delta[s]
+
+
+def escape_controls(buf: bytes) -> bytes:
+    """Escape raw control characters that sit inside strings (a known PyTorch bug writes them)."""
+    b = np.frombuffer(buf, np.uint8)
+    cc = np.flatnonzero(b < 32)
+    if cc.size == 0:
+        return buf
+    q = string_quotes(b)
+    cc = cc[(np.searchsorted(q, cc) & 1) == 1]
+    if cc.size == 0:
+        return buf
+    parts = []
+    prev = 0
+    for p in cc.tolist():
+        parts.append(buf[prev:p])
+        parts.append(b"\\u%04x" % buf[p])
+        prev = p + 1
+    parts.append(buf[prev:])
+    return b"".join(parts)
+
+
+@dataclass
+class Batch:
+    """A JSON array (bytes) of whole events, where its first event starts in the file, and its index."""
+
+    data: bytes
+    offset: int
+    first_index: int
+
+
+@dataclass
+class TraceSplitter:
+    """Iterate :meth:`batches`; afterwards :attr:`metadata` holds every top-level key but ``traceEvents``."""
+
+    path: Path
+    chunks: Iterator[bytes]
+    batch_bytes: int = BATCH_BYTES
+    metadata: dict[str, Any] = field(default_factory=dict)
+    json_bytes: int = 0
+    n_events: int = 0
+    prefix_meta: dict[str, Any] = field(default_factory=dict)  # top-level keys seen before the events
+
+    def _next(self) -> bytes | None:
+        chunk = next(self.chunks, None)
+        if chunk is not None:
+            self.json_bytes += len(chunk)
+        return chunk
+
+    def _fail(self, problem: str) -> IngestError:
+        return IngestError(self.path, problem)
+
+    # -- phase 1: find the events array --------------------------------------------------------
+    def _find_events(self) -> tuple[bytes, bytes, int, bool]:
+        """-> (text before the key, bytes after the opening '[', file offset of those bytes, is_object)."""
+        buf = b""
+        while True:
+            chunk = self._next()
+            if chunk is None:
+                break
+            buf += chunk
+            head = buf.lstrip(_WS)
+            if head.startswith(b"\xef\xbb\xbf"):
+                raise self._fail("starts with a UTF-8 byte-order mark; not a trace written by PyTorch")
+            if not head:
+                continue
+            lead = len(buf) - len(head)
+            if head[:1] == b"[":
+                return b"", buf[lead + 1 :], lead + 1, False
+            if head[:1] != b"{":
+                raise self._fail(f"not JSON: starts with {head[:20]!r}")
+            b = np.frombuffer(buf, np.uint8)
+            q = string_quotes(b)
+            s, d = brackets(b, q)
+            depth = np.cumsum(d)
+            closed = np.flatnonzero(depth == 0)
+            end = int(s[closed[0]]) if closed.size else len(buf)
+            for m in _KEY.finditer(buf, 0, end):
+                k = m.start()
+                qi = int(np.searchsorted(q, k))
+                if qi >= q.size or q[qi] != k or qi % 2:
+                    continue  # inside a string
+                si = int(np.searchsorted(s, k))
+                if si and depth[si - 1] == 1:
+                    return buf[:k], buf[m.end() :], m.end(), True
+            if closed.size:
+                raise self._fail("not a trace: the JSON object has no traceEvents array")
+            if len(buf) > MAX_OUTSIDE_BYTES:
+                raise self._fail(f"no traceEvents array in the first {MAX_OUTSIDE_BYTES >> 20} MiB")
+        if not buf.strip(_WS):
+            raise self._fail("empty file")
+        raise self._fail("truncated: the file ends before the traceEvents array")
+
+    # -- phase 2: the events ------------------------------------------------------------------
+    def batches(self) -> Iterator[Batch]:
+        prefix, buf, offset, is_object = self._find_events()
+        self.prefix_meta = parse_partial_object(prefix) if is_object else {}
+        first = True
+        eof = False
+        while True:
+            if not eof and len(buf) < self.batch_bytes:
+                chunk = self._next()
+                if chunk is None:
+                    eof = True
+                else:
+                    buf += chunk
+                    continue
+            b = np.frombuffer(buf, np.uint8)
+            q = string_quotes(b)
+            s, d = brackets(b, q)
+            depth = np.cumsum(d)
+            close = np.flatnonzero(depth < 0)
+            n = int(close[0]) if close.size else s.size
+            starts = np.flatnonzero((d[:n] > 0) & (depth[:n] == 1))
+            ends = np.flatnonzero((d[:n] < 0) & (depth[:n] == 0))
+            if ends.size:
+                a = int(s[starts[0]])
+                z = int(s[ends[-1]]) + 1
+                gap = buf[:a].strip(_WS)
+                if gap != (b"" if first else b","):
+                    raise self._fail(f"malformed traceEvents near byte {offset}: expected an event object")
+                if buf[a] != 0x7B:  # '{'
+                    raise self._fail(f"traceEvents element at byte {offset + a} is not an object")
+                yield Batch(b"[" + buf[a:z] + b"]", offset + a, self.n_events)
+                self.n_events += int(ends.size)
+                first = False
+                offset += z
+                buf = buf[z:]
+            if close.size:
+                at = int(s[close[0]]) - (len(b) - len(buf))
+                gap = buf[:at].strip(_WS)
+                if gap not in (b"", b","):
+                    raise self._fail(f"malformed traceEvents near byte {offset}: expected an event object")
+                self._finish(prefix, buf[at + 1 :], is_object)
+                return
+            if eof:
+                raise self._fail(
+                    f"truncated: the traceEvents array is not closed (file ends at byte {offset + len(buf)})"
+                )
+            if not ends.size:  # one event larger than the batch: read on
+                chunk = self._next()
+                if chunk is None:
+                    eof = True
+                else:
+                    buf += chunk
+
+    def _finish(self, prefix: bytes, rest: bytes, is_object: bool) -> None:
+        parts = [rest]
+        size = len(prefix) + len(rest)
+        while (chunk := self._next()) is not None:
+            size += len(chunk)
+            if size > MAX_OUTSIDE_BYTES:
+                raise self._fail(f"more than {MAX_OUTSIDE_BYTES >> 20} MiB of JSON after the events")
+            parts.append(chunk)
+        trailer = b"".join(parts)
+        if not is_object:
+            if trailer.strip(_WS):
+                raise self._fail("extra data after the trace's closing ']'")
+            self.metadata = {}
+            return
+        text = prefix + b'"traceEvents": []' + trailer
+        try:
+            meta = json.loads(text.decode("utf-8", errors="replace"), strict=False)
+        except json.JSONDecodeError as e:
+            problem = "truncated" if e.pos >= len(text.rstrip()) else "malformed JSON"
+            raise self._fail(f"{problem} outside the events array ({e.msg})") from None
+        meta.pop("traceEvents", None)
+        self.metadata = meta
+
+
+def parse_partial_object(text: bytes) -> dict[str, Any]:
+    """Top-level key/values of a JSON object's beginning (the part before traceEvents)."""
+    s = text.decode("utf-8", "replace")
+    dec = json.JSONDecoder(strict=False)
+    out: dict[str, Any] = {}
+    i = s.find("{") + 1
+    while i > 0:
+        while i < len(s) and s[i] in " \t\r\n,":
+            i += 1
+        if i >= len(s) or s[i] != '"':
+            break
+        try:
+            key, i = dec.raw_decode(s, i)
+            while i < len(s) and s[i] in " \t\r\n":
+                i += 1
+            if i >= len(s) or s[i] != ":":
+                break
+            i += 1
+            while i < len(s) and s[i] in " \t\r\n":
+                i += 1
+            value, i = dec.raw_decode(s, i)
+        except json.JSONDecodeError:
+            break
+        out[key] = value
+    return out

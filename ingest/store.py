@@ -1,0 +1,115 @@
+"""The DuckDB store: where it lives, opening it, creating the tables, listing and deleting runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from gpuscope.ingest.schema import META_DDL, SCHEMA_VERSION, TABLES
+
+ENV_DB = "GPUSCOPE_DB"
+
+
+def default_db_path() -> Path:
+    """``$GPUSCOPE_DB``, else ``$XDG_DATA_HOME/gpuscope/gpuscope.duckdb`` (~/.local/share by default)."""
+    env = os.environ.get(ENV_DB)
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gpuscope" / "gpuscope.duckdb"
+
+
+def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open (and create if needed) the store. ``":memory:"`` gives a private in-memory store."""
+    target = str(path) if path is not None else str(default_db_path())
+    if target != ":memory:":
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        if read_only and not Path(target).exists():
+            read_only = False  # nothing to read yet: create it
+    con = duckdb.connect(target, read_only=read_only)
+    if not read_only:
+        ensure_schema(con)
+    return con
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(META_DDL)
+    row = con.execute("SELECT value FROM gpuscope_meta WHERE key = 'schema_version'").fetchone()
+    if row is not None and int(row[0]) != SCHEMA_VERSION:
+        raise RuntimeError(
+            f"database schema version {row[0]} is not {SCHEMA_VERSION}; re-create it with this gpuscope"
+        )
+    for table in TABLES:
+        con.execute(table.ddl())
+    if row is None:
+        con.execute("INSERT INTO gpuscope_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """All or nothing: commit on success, roll back on any exception."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+RUN_TABLES = ("threads", "names", "events", "ranks", "nvml_samples", "nvml_series", "runs")
+
+
+def delete_run(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    """Remove a run from every table; False when there was no such run."""
+    if not run_exists(con, run_id):
+        return False
+    with transaction(con):
+        for t in RUN_TABLES:
+            con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
+    return True
+
+
+def run_exists(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    return con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone() is not None
+
+
+def resolve_run(con: duckdb.DuckDBPyConnection, ref: str) -> str | None:
+    """A run id, a unique prefix of one, or an exact run name -> the run id (None if not exactly one)."""
+    rows = con.execute(
+        "SELECT run_id FROM runs WHERE run_id = ? OR name = ? OR starts_with(run_id, ?)", [ref, ref, ref]
+    ).fetchall()
+    exact = [r[0] for r in rows if r[0] == ref]
+    if exact:
+        return exact[0]
+    ids = sorted({r[0] for r in rows})
+    return ids[0] if len(ids) == 1 else None
+
+
+def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Every run, newest first, as plain dicts (JSON-ready)."""
+    cur = con.execute(
+        "SELECT run_id, name, kind, created_at, n_ranks, n_events, source_bytes, gpu_name, "
+        "torch_version, tags, start_ns, end_ns FROM runs ORDER BY created_at DESC, run_id"
+    )
+    cols = [d[0] for d in cur.description]
+    out = []
+    for row in cur.fetchall():
+        d = dict(zip(cols, row, strict=True))
+        d["created_at"] = d["created_at"].isoformat() + "Z"
+        d["tags"] = list(d["tags"] or [])
+        out.append(d)
+    return out
+
+
+def set_name(con: duckdb.DuckDBPyConnection, run_id: str, name: str) -> None:
+    con.execute("UPDATE runs SET name = ? WHERE run_id = ?", [name, run_id])
+
+
+def set_tags(con: duckdb.DuckDBPyConnection, run_id: str, tags: list[str]) -> None:
+    con.execute("UPDATE runs SET tags = ? WHERE run_id = ?", [sorted(set(tags)), run_id])

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tracegen import TraceBuilder  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "sample_traces"
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """A real DuckDB file, fresh for each test."""
+    return tmp_path / "store.duckdb"
+
+
+@pytest.fixture
+def con(db_path: Path):
+    from gpuscope.ingest.store import connect
+
+    c = connect(db_path)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def trace() -> TraceBuilder:
+    return TraceBuilder()
