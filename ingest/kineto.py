@@ -10,7 +10,6 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.json_stream import Batch, escape_controls
 from gpuscope.ingest.schema import EVENTS
@@ -61,8 +60,19 @@ _DECODER = msgspec.json.Decoder(list[Event])
 _AT = re.compile(r"\$\[(\d+)\](\S*)")
 _BYTE = re.compile(r"\(byte (\d+)\)")
 
-ARGS_INT = ("correlation", "external_id", "device", "stream", "registers", "shared_mem", "bytes",
-            "seq_num", "fwd_tid", "python_id", "python_parent_id")
+ARGS_INT = (
+    "correlation",
+    "external_id",
+    "device",
+    "stream",
+    "registers",
+    "shared_mem",
+    "bytes",
+    "seq_num",
+    "fwd_tid",
+    "python_id",
+    "python_parent_id",
+)
 ARGS_RAW = ("input_dims", "input_types", "concrete_inputs")
 
 
@@ -118,13 +128,16 @@ class IdMap:
     def lookup_array(self, strings: pa.Array) -> pa.Array:
         """Map a string array to int32 ids, touching Python only once per distinct value."""
         enc = pc.dictionary_encode(strings)
-        table = np.fromiter((self.get(s) for s in enc.dictionary.to_pylist()), np.int64,
-                            len(enc.dictionary))
+        table = np.fromiter(
+            (self.get(s) for s in enc.dictionary.to_pylist()), np.int64, len(enc.dictionary)
+        )
         idx = enc.indices.to_numpy(zero_copy_only=False)
         return pa.array(table[idx].astype(np.int32) if table.size else np.zeros(0, np.int32))
 
 
-def _ids(values: list[Any], labels: IdMap, kind: str, seen: dict[tuple[str, int], str]) -> list[Any]:
+def _ids(
+    values: list[Any], labels: IdMap, kind: str, seen: dict[tuple[str, int], str]
+) -> list[Any]:
     out = []
     for v in values:
         if v is None or type(v) is int:
@@ -146,27 +159,34 @@ def _ns(values: list[float | None]) -> pa.Array:
 
 
 def _raw(values: list[Raw], *, numeric: bool = False) -> pa.Array:
-    """Raw JSON values as text; ``numeric`` ones (shapes) are made compact (they hold no strings)."""
+    """Raw JSON values as text (NULL when absent); ``numeric`` ones (shapes) are made compact."""
+    arr = pa.array(list(map(bytes, values)), pa.binary())
     if numeric:
-        return pa.array([bytes(r).translate(None, b" \t\r\n").decode() if len(r) else None for r in values],
-                        pa.string())
-    return pa.array([bytes(r).decode("utf-8", "replace") if len(r) else None for r in values], pa.string())
+        arr = pc.replace_substring_regex(arr, r"\s+", "")
+    text = pc.cast(arr, pa.string())  # the decoder already checked UTF-8
+    return pc.if_else(pc.equal(pc.binary_length(arr), 0), pa.scalar(None, pa.string()), text)
 
 
-def to_arrow(events: list[Event], run_id: str, rank: int, names: IdMap, labels: IdMap,
-             label_rows: dict[tuple[str, int], str]) -> pa.Table:
+def to_arrow(
+    events: list[Event],
+    run_id: str,
+    rank: int,
+    names: IdMap,
+    labels: IdMap,
+    label_rows: dict[tuple[str, int], str],
+) -> pa.Table:
     """Columns in the order of the ``events`` table."""
     n = len(events)
     get = attrgetter
     args = list(map(get("args"), events))
     pids = list(map(get("pid"), events))
     tids = list(map(get("tid"), events))
-    if any(type(p) is str for p in pids):
+    if str in set(map(type, pids)):
         pids = _ids(pids, labels, "pid", label_rows)
-    if any(type(t) is str for t in tids):
+    if str in set(map(type, tids)):
         tids = _ids(tids, labels, "tid", label_rows)
     ids = list(map(get("id"), events))
-    if any(type(i) is str for i in ids):
+    if str in set(map(type, ids)):
         ids = [_flow_id(i) for i in ids]
     cols: dict[str, pa.Array] = {
         "run_id": pa.repeat(pa.scalar(run_id), n) if n else pa.array([], pa.string()),

@@ -1,30 +1,34 @@
-"""Ingest runs: files and folders -> one transaction per call, content-derived run ids."""
+"""Ingest runs: files and folders -> staged rows, published atomically; content-derived run ids."""
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
 import json
+import queue
 import re
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
-
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
-from gpuscope.ingest.json_stream import TraceSplitter, parse_partial_object
+from gpuscope.ingest.json_stream import Batch, TraceSplitter
 from gpuscope.ingest.kineto import IdMap, decode_batch, metadata_labels, to_arrow
 from gpuscope.ingest.source import file_sha256, iter_json_bytes
-from gpuscope.ingest.store import run_exists, transaction
+from gpuscope.ingest.store import discard_run, run_exists, transaction
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 ABSOLUTE_NS = 10**17  # timestamps beyond this (1973 in Unix ns) are absolute already
+COMMIT_ROWS = 200_000  # events written per transaction while a run is staged
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+T = TypeVar("T")
+U = TypeVar("U")
 
 
 @dataclass
@@ -75,36 +79,54 @@ def _rank_of(meta: dict[str, Any]) -> int | None:
 
 
 class TraceRunWriter:
-    """Writes the rank files of one trace run inside the caller's transaction."""
+    """Writes the rank files of one staged trace run (see ingest_paths for publishing)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, files: list[Path],
-                 progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        run_id: str,
+        files: list[Path],
+        progress: Progress | None = None,
+    ) -> None:
         self.con, self.run_id, self.files = con, run_id, files
         self.names = IdMap()
         self.labels = IdMap(start=-1, step=-1)  # non-numeric pids/tids get negative ids
         self.progress = progress
         self.total_bytes = sum(p.stat().st_size for p in files)
         self.done_bytes = 0
+        self._open_ranks: dict[int, str] = {}
+        self.uncommitted = 0
 
     def write_rank(self, path: Path, sha: str, rank_hint: int | None) -> dict[str, Any]:
         label_rows: dict[tuple[str, int], str] = {}
         meta_labels: list[tuple[str, Any, str]] = []
         splitter = TraceSplitter(path, iter_json_bytes(path))
-        rank: int | None = None
+        file_bytes = path.stat().st_size
+        state: dict[str, Any] = {"rank": None, "provisional": False}
+
+        def decode(batch: Batch) -> tuple[Batch, pa.Table]:
+            if state["rank"] is None:
+                rank = _rank_of(splitter.prefix_meta)
+                rank = rank if rank is not None else rank_hint
+                if rank is None:  # distributedInfo may still come after the events
+                    rank, state["provisional"] = -1 - len(self._open_ranks), True
+                state["rank"] = rank
+            events = decode_batch(path, batch)
+            table = to_arrow(
+                events, self.run_id, state["rank"], self.names, self.labels, label_rows
+            )
+            meta_labels.extend(metadata_labels(events))
+            return batch, table
+
         n_events = 0
         ts_min: int | None = None
         ts_max: int | None = None
-        file_bytes = path.stat().st_size
-        for batch in splitter.batches():
-            if rank is None:
-                rank = _rank_of(splitter.prefix_meta)
-                rank = rank if rank is not None else rank_hint
-                if rank is None:
-                    raise IngestError(path, "cannot tell its rank: no distributedInfo.rank and no rank in the file name")
-                self._check_rank_free(path, rank)
-            events = decode_batch(path, batch)
-            table = to_arrow(events, self.run_id, rank, self.names, self.labels, label_rows)
-            meta_labels += metadata_labels(events)
+        checked = False
+        # Decoding (GIL-bound) runs one batch ahead of the DuckDB insert (which releases the GIL).
+        for batch, table in pipelined(splitter.batches(), decode):
+            if not checked and not state["provisional"]:
+                self._check_rank_free(path, state["rank"])
+            checked = True
             n_events += table.num_rows
             lo, hi = _extent(table)
             ts_min = lo if ts_min is None else (ts_min if lo is None else min(ts_min, lo))
@@ -112,29 +134,58 @@ class TraceRunWriter:
             self.con.register("_gpuscope_batch", table)
             self.con.execute("INSERT INTO events SELECT * FROM _gpuscope_batch")
             self.con.unregister("_gpuscope_batch")
+            self.uncommitted += table.num_rows
+            if self.uncommitted >= COMMIT_ROWS:  # bounded transactions keep DuckDB's memory flat
+                self.con.execute("COMMIT")
+                self.con.execute("BEGIN TRANSACTION")
+                self.uncommitted = 0
             if self.progress:
                 self.progress(self.done_bytes + min(file_bytes, batch.offset), self.total_bytes)
+        rank, provisional = state["rank"], state["provisional"]
         if n_events == 0:
             raise IngestError(path, "the trace has no events")
         meta = splitter.metadata
-        assert rank is not None
         final_rank = _rank_of(meta)
+        if provisional and final_rank is None:
+            raise IngestError(
+                path, "cannot tell its rank: no distributedInfo.rank and no rank in the file name"
+            )
         if final_rank is not None and final_rank != rank:  # distributedInfo came after the events
             self._check_rank_free(path, final_rank)
-            self.con.execute("UPDATE events SET rank = ? WHERE run_id = ? AND rank = ?",
-                             [final_rank, self.run_id, rank])
+            self.con.execute(
+                "UPDATE events SET rank = ? WHERE run_id = ? AND rank = ?",
+                [final_rank, self.run_id, rank],
+            )
             rank = final_rank
         base = meta.get("baseTimeNanoseconds")
-        base_ns = int(base) if isinstance(base, int | float) and not isinstance(base, bool) else None
+        base_ns = (
+            int(base) if isinstance(base, int | float) and not isinstance(base, bool) else None
+        )
         offset = 0 if (ts_min is not None and ts_min > ABSOLUTE_NS) or base_ns is None else base_ns
-        info = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
+        info = (
+            meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
+        )
         rest = {k: v for k, v in meta.items() if k not in ("deviceProperties", "distributedInfo")}
         self.con.execute(
             "INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [self.run_id, rank, str(path), file_bytes, splitter.json_bytes, sha, base_ns, offset,
-             (info or {}).get("world_size"), (info or {}).get("backend"),
-             _json_or_none(meta.get("deviceProperties")), _json_or_none(info), json.dumps(rest),
-             n_events, ts_min, ts_max],
+            [
+                self.run_id,
+                rank,
+                str(path),
+                file_bytes,
+                splitter.json_bytes,
+                sha,
+                base_ns,
+                offset,
+                (info or {}).get("world_size"),
+                (info or {}).get("backend"),
+                _json_or_none(meta.get("deviceProperties")),
+                _json_or_none(info),
+                json.dumps(rest),
+                n_events,
+                ts_min,
+                ts_max,
+            ],
         )
         rows = [(self.run_id, rank, k, i, v) for (k, i), v in label_rows.items()]
         for kind, ident, label in meta_labels:
@@ -148,30 +199,75 @@ class TraceRunWriter:
         if rows:
             self.con.executemany("INSERT INTO threads VALUES (?, ?, ?, ?, ?)", rows)
         self.done_bytes += file_bytes
-        return {"rank": rank, "n_events": n_events, "meta": meta, "offset": offset,
-                "ts_min": ts_min, "ts_max": ts_max}
+        return {
+            "rank": rank,
+            "n_events": n_events,
+            "meta": meta,
+            "offset": offset,
+            "ts_min": ts_min,
+            "ts_max": ts_max,
+        }
 
     def _check_rank_free(self, path: Path, rank: int) -> None:
         row = self.con.execute(
             "SELECT path FROM ranks WHERE run_id = ? AND rank = ?", [self.run_id, rank]
         ).fetchone()
-        taken = row[0] if row else None
-        if taken is None and rank in getattr(self, "_open_ranks", {}):
-            taken = self._open_ranks[rank]
+        taken = row[0] if row else self._open_ranks.get(rank)
         if taken is not None and taken != str(path):
             raise IngestError(path, f"rank {rank} is also the rank of {taken}; one file per rank")
-        self._open_ranks = {**getattr(self, "_open_ranks", {}), rank: str(path)}
+        self._open_ranks[rank] = str(path)
 
     def write_names(self) -> None:
         if self.names.ids:
-            t = pa.table({
-                "run_id": pa.array([self.run_id] * len(self.names.ids), pa.string()),
-                "name_id": pa.array(list(self.names.ids.values()), pa.int32()),
-                "name": pa.array(list(self.names.ids.keys()), pa.string()),
-            })
+            t = pa.table(
+                {
+                    "run_id": pa.array([self.run_id] * len(self.names.ids), pa.string()),
+                    "name_id": pa.array(list(self.names.ids.values()), pa.int32()),
+                    "name": pa.array(list(self.names.ids.keys()), pa.string()),
+                }
+            )
             self.con.register("_gpuscope_names", t)
             self.con.execute("INSERT INTO names SELECT * FROM _gpuscope_names")
             self.con.unregister("_gpuscope_names")
+
+
+def pipelined(items: Iterator[T], work: Callable[[T], U], depth: int = 1) -> Iterator[U]:
+    """``map(work, items)`` computed in a background thread up to ``depth`` items ahead.
+
+    Exceptions raised by ``items`` or ``work`` come out of the iterator in order; closing the
+    iterator early stops the thread.
+    """
+    q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                q.put(("item", work(item)))
+            q.put(("done", None))
+        except BaseException as e:  # handed to the consumer
+            q.put(("error", e))
+
+    thread = threading.Thread(target=produce, name="gpuscope-decode", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = q.get()
+            if kind == "item":
+                yield value
+            elif kind == "error":
+                raise value
+            else:
+                return
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                thread.join(0.01)
 
 
 def _extent(table: pa.Table) -> tuple[int | None, int | None]:
@@ -209,33 +305,70 @@ def _rank_hints(files: list[Path]) -> list[int | None]:
     return hints
 
 
-def ingest_trace(con: duckdb.DuckDBPyConnection, path: Path, *, name: str | None = None,
-                 tags: Iterable[str] = (), progress: Progress | None = None) -> RunResult:
-    """Ingest one run (a file, or a folder of rank files) inside the caller's transaction."""
+def ingest_trace(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    *,
+    name: str | None = None,
+    tags: Iterable[str] = (),
+    progress: Progress | None = None,
+    staged: list[str] | None = None,
+) -> tuple[RunResult, list[Any]]:
+    """Stage one run (a file, or a folder of rank files): write its rows, return its `runs` row.
+
+    The run stays invisible until the caller inserts the returned `runs` row (see ingest_paths).
+    """
     files = collect_trace_files(path)
     shas = {p: file_sha256(p) for p in files}
     run_id = run_id_for(shas.values())
-    if run_exists(con, run_id):
+    if run_exists(con, run_id) or (staged is not None and run_id in staged):
         raise DuplicateRunError(path, run_id)
-    writer = TraceRunWriter(con, run_id, files, progress)
-    hints = _rank_hints(files)
-    ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
-    writer.write_names()
+    if staged is not None:
+        staged.append(run_id)
+    con.execute("INSERT INTO ingest_pending VALUES (?, ?)", [run_id, _now()])
+    con.execute("BEGIN TRANSACTION")
+    try:
+        writer = TraceRunWriter(con, run_id, files, progress)
+        hints = _rank_hints(files)
+        ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
+        writer.write_names()
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
     rank0 = min(ranks, key=lambda r: r["rank"])
     props = rank0["meta"].get("deviceProperties")
-    gpu = props[0].get("name") if isinstance(props, list) and props and isinstance(props[0], dict) else None
-    torch_version = _torch_version(rank0["meta"])
+    gpu = (
+        props[0].get("name")
+        if isinstance(props, list) and props and isinstance(props[0], dict)
+        else None
+    )
     starts = [r["ts_min"] + r["offset"] for r in ranks if r["ts_min"] is not None]
     ends = [r["ts_max"] + r["offset"] for r in ranks if r["ts_max"] is not None]
     n_events = sum(r["n_events"] for r in ranks)
     run_name = name or display_name(path)
-    con.execute(
-        "INSERT INTO runs VALUES (?, ?, 'trace', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [run_id, run_name, dt.datetime.now(dt.UTC).replace(tzinfo=None), len(files), n_events,
-         sum(p.stat().st_size for p in files), gpu, torch_version, sorted(set(tags)),
-         min(starts) if starts else None, max(ends) if ends else None],
+    row = [
+        run_id,
+        run_name,
+        "trace",
+        _now(),
+        len(files),
+        n_events,
+        sum(p.stat().st_size for p in files),
+        gpu,
+        _torch_version(rank0["meta"]),
+        sorted(set(tags)),
+        min(starts) if starts else None,
+        max(ends) if ends else None,
+    ]
+    result = RunResult(
+        run_id, run_name, "trace", len(files), n_events, [str(p) for p in files], gpu_name=gpu
     )
-    return RunResult(run_id, run_name, "trace", len(files), n_events, [str(p) for p in files], gpu_name=gpu)
+    return result, row
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def _torch_version(meta: dict[str, Any]) -> str | None:
@@ -246,24 +379,114 @@ def _torch_version(meta: dict[str, Any]) -> str | None:
     return None
 
 
-def ingest_paths(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], *,
-                 name: str | None = None, tags: Iterable[str] = (),
-                 progress: Progress | None = None) -> list[RunResult]:
-    """Ingest each path as one run, all in one transaction: on any error nothing is written.
+def ingest_paths(
+    con: duckdb.DuckDBPyConnection,
+    paths: Iterable[str | Path],
+    *,
+    name: str | None = None,
+    tags: Iterable[str] = (),
+    attach: str | None = None,
+    tz: str | None = None,
+    progress: Progress | None = None,
+) -> list[RunResult]:
+    """Ingest each path as one run; the runs are published together at the end, or not at all.
 
-    A path already ingested (same content) is reported with ``duplicate=True`` and not written again.
+    A path is a trace file, a folder holding one trace file per rank (NVML series files beside them
+    are attached to that run), or an NVML series file (a run of its own, or attached to the existing
+    run ``attach``). ``tz``: zone of nvidia-smi's local timestamps. A path whose content is already
+    stored is reported with ``duplicate=True`` and not written again. On any error every row this
+    call wrote is deleted, so the store is as it was.
     """
+    from gpuscope.ingest.nvml import is_nvml_file
+
     paths = [Path(p) for p in paths]
     results: list[RunResult] = []
-    with transaction(con):
+    rows: list[list[Any]] = []
+    series: list[tuple[Path, str | None, int]] = []  # (file, run to attach to, index in results)
+    staged: list[str] = []
+    one_name = name if len(paths) == 1 else None
+    try:
         for p in paths:
+            if p.is_file() and is_nvml_file(p):
+                results.append(RunResult("", one_name or "", "nvml", 0, 0, [str(p)]))
+                series.append((p, attach, len(results) - 1))
+                continue
+            if attach:
+                raise IngestError(p, "--attach takes NVML series files only")
+            extra = (
+                sorted(q for q in p.iterdir() if q.is_file() and is_nvml_file(q))
+                if p.is_dir()
+                else []
+            )
+            if extra and not any(is_trace_file(q) for q in p.iterdir()):
+                for q in extra:  # a folder of series only: each is a run of its own
+                    results.append(RunResult("", "", "nvml", 0, 0, [str(q)]))
+                    series.append((q, None, len(results) - 1))
+                continue
             try:
-                results.append(ingest_trace(con, p, name=name if len(paths) == 1 else None,
-                                            tags=tags, progress=progress))
+                result, row = ingest_trace(
+                    con, p, name=one_name, tags=tags, progress=progress, staged=staged
+                )
             except DuplicateRunError as e:
-                row = con.execute("SELECT name, kind, n_ranks, n_events, gpu_name FROM runs WHERE run_id = ?",
-                                  [e.run_id]).fetchone()
-                assert row is not None
-                results.append(RunResult(e.run_id, row[0], row[1], row[2], row[3], [str(p)],
-                                         duplicate=True, gpu_name=row[4]))
+                results.append(_duplicate(con, e, p))
+                continue
+            results.append(result)
+            rows.append(row)
+            series += [(q, result.run_id, -1) for q in extra]
+        with transaction(con):
+            for row in rows:
+                con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+            for run_id in staged:
+                con.execute("DELETE FROM ingest_pending WHERE run_id = ?", [run_id])
+            _write_series(con, series, results, name=one_name, tags=tags, tz=tz)
+    except BaseException:
+        for run_id in staged:
+            discard_run(con, run_id)
+        raise
     return results
+
+
+def _write_series(
+    con: duckdb.DuckDBPyConnection,
+    series: list[tuple[Path, str | None, int]],
+    results: list[RunResult],
+    *,
+    name: str | None,
+    tags: Iterable[str],
+    tz: str | None,
+) -> None:
+    from gpuscope.ingest.nvml import ingest_series
+
+    for path, run_id, index in series:
+        try:
+            info = ingest_series(con, path, run_id=run_id, name=name, tags=tags, tz=tz)
+        except DuplicateRunError as e:
+            if index >= 0:
+                results[index] = _duplicate(con, e, path)
+            continue
+        if index >= 0:
+            results[index] = RunResult(
+                info["run_id"],
+                info["name"],
+                "nvml",
+                0,
+                info["n_events"],
+                [str(path)],
+                gpu_name=info["gpu_name"],
+                warnings=list(info["warnings"]),
+            )
+        else:
+            owner = next(r for r in results if r.run_id == run_id)
+            owner.paths.append(str(path))
+            owner.warnings += list(info["warnings"])
+
+
+def _duplicate(con: duckdb.DuckDBPyConnection, e: DuplicateRunError, path: Path) -> RunResult:
+    row = con.execute(
+        "SELECT name, kind, n_ranks, n_events, gpu_name FROM runs WHERE run_id = ?", [e.run_id]
+    ).fetchone()
+    if row is None:  # the same content twice in one call
+        return RunResult(e.run_id, display_name(path), "trace", 0, 0, [str(path)], duplicate=True)
+    return RunResult(
+        e.run_id, row[0], row[1], row[2], row[3], [str(path)], duplicate=True, gpu_name=row[4]
+    )

@@ -43,14 +43,26 @@ RUNS = Table(
     "runs",
     "One row per run: a trace (one file per rank) or a standalone NVML series.",
     (
-        C("run_id", "VARCHAR NOT NULL", "12 hex digits of SHA-256 over the input files' bytes, in rank order; the same files give the same id"),
-        C("name", "VARCHAR NOT NULL", "display name (`--name`, else derived from the file or folder name)"),
+        C(
+            "run_id",
+            "VARCHAR NOT NULL",
+            "12 hex digits of SHA-256 over the input files' bytes, in rank order; the same files give the same id",
+        ),
+        C(
+            "name",
+            "VARCHAR NOT NULL",
+            "display name (`--name`, else derived from the file or folder name)",
+        ),
         C("kind", "VARCHAR NOT NULL", "`trace` or `nvml`"),
         C("created_at", "TIMESTAMP NOT NULL", "ingest time, UTC"),
         C("n_ranks", "INTEGER NOT NULL", "number of rank files"),
         C("n_events", "BIGINT NOT NULL", "rows in `events` (or `nvml_samples`) for this run"),
         C("source_bytes", "BIGINT NOT NULL", "input size on disk, bytes (compressed size for .gz)"),
-        C("gpu_name", "VARCHAR", "device name of rank 0's first GPU (`deviceProperties[0].name`), NULL if none"),
+        C(
+            "gpu_name",
+            "VARCHAR",
+            "device name of rank 0's first GPU (`deviceProperties[0].name`), NULL if none",
+        ),
         C("torch_version", "VARCHAR", "from the trace's metadata when present"),
         C("tags", "VARCHAR[] NOT NULL", "user tags"),
         C("start_ns", "BIGINT", "earliest event, absolute Unix time in ns"),
@@ -64,18 +76,30 @@ RANKS = Table(
     "One row per rank file of a trace run, with the trace-level metadata kept as JSON.",
     (
         C("run_id", "VARCHAR NOT NULL", "-> runs.run_id"),
-        C("rank", "INTEGER NOT NULL", "`distributedInfo.rank`, else from the file name, else 0 for a single file"),
+        C(
+            "rank",
+            "INTEGER NOT NULL",
+            "`distributedInfo.rank`, else from the file name, else 0 for a single file",
+        ),
         C("path", "VARCHAR NOT NULL", "file the rank came from (as given)"),
         C("file_bytes", "BIGINT NOT NULL", "size on disk, bytes"),
         C("json_bytes", "BIGINT NOT NULL", "uncompressed JSON size, bytes"),
         C("sha256", "VARCHAR NOT NULL", "SHA-256 of the file's bytes"),
         C("base_time_ns", "BIGINT", "`baseTimeNanoseconds` when present"),
-        C("time_offset_ns", "BIGINT NOT NULL", "add to `ts_ns` for absolute Unix ns: `base_time_ns` when timestamps are relative to it, else 0"),
+        C(
+            "time_offset_ns",
+            "BIGINT NOT NULL",
+            "add to `ts_ns` for absolute Unix ns: `base_time_ns` when timestamps are relative to it, else 0",
+        ),
         C("world_size", "INTEGER", "`distributedInfo.world_size`"),
         C("backend", "VARCHAR", "`distributedInfo.backend` (nccl, gloo, ...)"),
         C("device_properties", "JSON", "`deviceProperties` array as written by Kineto"),
         C("distributed_info", "JSON", "`distributedInfo` object"),
-        C("metadata", "JSON", "every other top-level key of the trace (schemaVersion, versions, record_shapes, with_flops, user metadata, ...)"),
+        C(
+            "metadata",
+            "JSON",
+            "every other top-level key of the trace (schemaVersion, versions, record_shapes, with_flops, user metadata, ...)",
+        ),
         C("n_events", "BIGINT NOT NULL", "events of this rank"),
         C("ts_min_ns", "BIGINT", "earliest event start (trace time, ns)"),
         C("ts_max_ns", "BIGINT", "latest event end (trace time, ns)"),
@@ -100,15 +124,39 @@ EVENTS = Table(
     (
         C("run_id", "VARCHAR NOT NULL", "-> runs.run_id"),
         C("rank", "INTEGER NOT NULL", "-> ranks.rank"),
-        C("ph", "VARCHAR NOT NULL", "chrome-trace phase: X (complete), i (instant), s/f (flow start/finish), M (metadata), ..."),
-        C("cat", "VARCHAR NOT NULL", "category as written: kernel, gpu_memcpy, gpu_memset, cuda_runtime, cuda_driver, cpu_op, user_annotation, gpu_user_annotation, python_function, ac2g, fwdbwd, ... ('' when absent)"),
+        C(
+            "ph",
+            "VARCHAR NOT NULL",
+            "chrome-trace phase: X (complete), i (instant), s/f (flow start/finish), M (metadata), ...",
+        ),
+        C(
+            "cat",
+            "VARCHAR NOT NULL",
+            "category as written: kernel, gpu_memcpy, gpu_memset, cuda_runtime, cuda_driver, cpu_op, user_annotation, gpu_user_annotation, python_function, ac2g, fwdbwd, ... ('' when absent)",
+        ),
         C("name_id", "INTEGER NOT NULL", "-> names.name_id"),
-        C("pid", "BIGINT", "process id; for GPU events the device index. Non-numeric pids get ids from `threads`"),
-        C("tid", "BIGINT", "thread id; for GPU events the stream. Non-numeric tids get ids from `threads`"),
+        C(
+            "pid",
+            "BIGINT",
+            "process id; for GPU events the device index. Non-numeric pids get ids from `threads`",
+        ),
+        C(
+            "tid",
+            "BIGINT",
+            "thread id; for GPU events the stream. Non-numeric tids get ids from `threads`",
+        ),
         C("ts_ns", "BIGINT", "start, trace time in ns (= trace µs × 1000, exact)"),
         C("dur_ns", "BIGINT", "duration in ns; NULL when the event has none"),
-        C("correlation", "BIGINT", "`args.correlation`: links a runtime/driver call to the GPU activity it launched"),
-        C("external_id", "BIGINT", "`args.External id`: links a CPU op to its runtime calls and kernels"),
+        C(
+            "correlation",
+            "BIGINT",
+            "`args.correlation`: links a runtime/driver call to the GPU activity it launched",
+        ),
+        C(
+            "external_id",
+            "BIGINT",
+            "`args.External id`: links a CPU op to its runtime calls and kernels",
+        ),
         C("device", "INTEGER", "`args.device` (GPU index) for GPU activity"),
         C("stream", "BIGINT", "`args.stream` for GPU activity"),
         C("flow_id", "BIGINT", "`id` of flow events (ph s/f), e.g. ac2g and fwdbwd"),
@@ -119,7 +167,11 @@ EVENTS = Table(
         C("bytes", "BIGINT", "`args.bytes` of a memcpy/memset"),
         C("input_dims", "JSON", "`args.Input Dims` of a CPU op (needs record_shapes)"),
         C("input_types", "JSON", "`args.Input type`"),
-        C("concrete_inputs", "JSON", "`args.Concrete Inputs` (scalars such as alpha, stride, transposition flags)"),
+        C(
+            "concrete_inputs",
+            "JSON",
+            "`args.Concrete Inputs` (scalars such as alpha, stride, transposition flags)",
+        ),
         C("flops", "DOUBLE", "`args.flops` when the trace was recorded with with_flops"),
         C("seq_num", "BIGINT", "`args.Sequence number`: links a forward op to its backward"),
         C("fwd_tid", "BIGINT", "`args.Fwd thread id`"),
@@ -136,7 +188,11 @@ THREADS = Table(
         C("rank", "INTEGER NOT NULL", "-> ranks.rank"),
         C("kind", "VARCHAR NOT NULL", "`pid` or `tid`"),
         C("id", "BIGINT NOT NULL", "the numeric id used in events.pid/tid"),
-        C("label", "VARCHAR NOT NULL", "the text: the metadata name, or the original non-numeric pid/tid"),
+        C(
+            "label",
+            "VARCHAR NOT NULL",
+            "the text: the metadata name, or the original non-numeric pid/tid",
+        ),
     ),
 )
 
@@ -145,7 +201,11 @@ NVML_SERIES = Table(
     "One row per NVML series file (gpuscope sampler JSONL or nvidia-smi CSV) stored under a run: "
     "attached to a trace run (aligned by absolute time) or a run of its own (`runs.kind = 'nvml'`).",
     (
-        C("run_id", "VARCHAR NOT NULL", "-> runs.run_id: the trace run it is attached to, or its own run"),
+        C(
+            "run_id",
+            "VARCHAR NOT NULL",
+            "-> runs.run_id: the trace run it is attached to, or its own run",
+        ),
         C("series_id", "VARCHAR NOT NULL", "12 hex digits of SHA-256 of the file's bytes"),
         C("path", "VARCHAR NOT NULL", "file the series came from"),
         C("format", "VARCHAR NOT NULL", "`gpuscope-jsonl` or `nvidia-smi-csv`"),
@@ -168,8 +228,16 @@ NVML_SAMPLES = Table(
         C("gpu_uuid", "VARCHAR", "NVML UUID when known"),
         C("gpu_name", "VARCHAR", "device name"),
         C("t_ns", "BIGINT NOT NULL", "sample time, absolute Unix ns"),
-        C("gpu_util_pct", "DOUBLE", "NVML utilization.gpu: % of the last sample period in which any kernel ran"),
-        C("mem_util_pct", "DOUBLE", "NVML utilization.memory: % of the period the memory controller was busy"),
+        C(
+            "gpu_util_pct",
+            "DOUBLE",
+            "NVML utilization.gpu: % of the last sample period in which any kernel ran",
+        ),
+        C(
+            "mem_util_pct",
+            "DOUBLE",
+            "NVML utilization.memory: % of the period the memory controller was busy",
+        ),
         C("mem_used_bytes", "BIGINT", "device memory in use, bytes"),
         C("mem_total_bytes", "BIGINT", "device memory, bytes"),
         C("power_w", "DOUBLE", "board power draw, W"),
@@ -183,7 +251,27 @@ NVML_SAMPLES = Table(
     ),
 )
 
-TABLES: tuple[Table, ...] = (RUNS, RANKS, NAMES, EVENTS, THREADS, NVML_SERIES, NVML_SAMPLES)
+PENDING = Table(
+    "ingest_pending",
+    "Runs being written. Their rows are invisible (no `runs` row yet); a failed ingest deletes them, and "
+    "one interrupted by a crash is deleted the next time the store is opened for writing.",
+    (
+        C("run_id", "VARCHAR NOT NULL", "the run being written"),
+        C("started_at", "TIMESTAMP NOT NULL", "when its ingest began, UTC"),
+    ),
+    ("run_id",),
+)
+
+TABLES: tuple[Table, ...] = (
+    RUNS,
+    RANKS,
+    NAMES,
+    EVENTS,
+    THREADS,
+    NVML_SERIES,
+    NVML_SAMPLES,
+    PENDING,
+)
 
 META_DDL = "CREATE TABLE IF NOT EXISTS gpuscope_meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
 
@@ -195,9 +283,14 @@ def markdown() -> str:
         "",
         "<!-- generated by `python -m gpuscope.ingest.schema`; do not edit by hand -->",
         "",
-        f"Schema version {SCHEMA_VERSION}. One DuckDB file holds every run. " + (__doc__ or "").split("\n\n", 1)[1].strip(),
+        f"Schema version {SCHEMA_VERSION}. One DuckDB file holds every run. "
+        + (__doc__ or "").split("\n\n", 1)[1].strip(),
         "",
-        "A run is written in one transaction: it is either wholly present in every table or absent.",
+        "A run is published atomically: its rows are written first, in bounded transactions (so memory "
+        "stays flat whatever the trace size), while `ingest_pending` names it; its `runs` row is written last, "
+        "in one transaction with the removal of the pending mark. Every reader starts from `runs`, so a run is "
+        "either wholly present or absent. A failed ingest deletes what it wrote; a crashed one is removed "
+        "the next time the store is opened for writing.",
         "",
     ]
     for t in TABLES:

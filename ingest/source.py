@@ -11,7 +11,7 @@ from pathlib import Path
 from gpuscope.ingest.errors import IngestError
 
 GZIP_MAGIC = b"\x1f\x8b"
-CHUNK_BYTES = 16 << 20  # compressed bytes read at a time
+CHUNK_BYTES = 4 << 20  # bytes read (and at most inflated) at a time
 ENV_MAX_JSON = "GPUSCOPE_MAX_JSON_BYTES"
 DEFAULT_MAX_JSON_BYTES = 64 << 30  # 64 GiB of JSON per file
 
@@ -35,7 +35,9 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def iter_json_bytes(path: Path, *, limit: int | None = None, chunk: int = CHUNK_BYTES) -> Iterator[bytes]:
+def iter_json_bytes(
+    path: Path, *, limit: int | None = None, chunk: int = CHUNK_BYTES
+) -> Iterator[bytes]:
     """The file's JSON text in chunks; inflates gzip (also concatenated members) on the fly.
 
     Raises IngestError when the gzip stream is corrupt or truncated, or inflates beyond ``limit`` bytes.
@@ -48,7 +50,9 @@ def iter_json_bytes(path: Path, *, limit: int | None = None, chunk: int = CHUNK_
             while block := f.read(chunk):
                 total += len(block)
                 if total > limit:
-                    raise IngestError(path, f"larger than the limit of {limit} bytes of JSON ({ENV_MAX_JSON})")
+                    raise IngestError(
+                        path, f"larger than the limit of {limit} bytes of JSON ({ENV_MAX_JSON})"
+                    )
                 yield block
             return
         f.seek(0)
@@ -59,7 +63,7 @@ def iter_json_bytes(path: Path, *, limit: int | None = None, chunk: int = CHUNK_
             while data:
                 pending = True
                 try:
-                    out = d.decompress(data, chunk * 4)
+                    out = d.decompress(data, chunk)
                 except zlib.error as e:
                     raise IngestError(path, f"corrupt gzip data ({e})") from None
                 total += len(out)

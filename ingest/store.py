@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-
 from gpuscope.ingest.schema import META_DDL, SCHEMA_VERSION, TABLES
 
 ENV_DB = "GPUSCOPE_DB"
@@ -24,7 +23,9 @@ def default_db_path() -> Path:
     return Path(base) / "gpuscope" / "gpuscope.duckdb"
 
 
-def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: str | os.PathLike[str] | None = None, *, read_only: bool = False
+) -> duckdb.DuckDBPyConnection:
     """Open (and create if needed) the store. ``":memory:"`` gives a private in-memory store."""
     target = str(path) if path is not None else str(default_db_path())
     if target != ":memory:":
@@ -48,6 +49,15 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(table.ddl())
     if row is None:
         con.execute("INSERT INTO gpuscope_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+    for (run_id,) in con.execute("SELECT run_id FROM ingest_pending").fetchall():
+        discard_run(con, run_id)  # left by an ingest that crashed
+
+
+def discard_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Delete every row of a run, published or not (used to undo a failed ingest)."""
+    with transaction(con):
+        for t in (*RUN_TABLES, "ingest_pending"):
+            con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
 
 
 @contextmanager
@@ -69,9 +79,7 @@ def delete_run(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     """Remove a run from every table; False when there was no such run."""
     if not run_exists(con, run_id):
         return False
-    with transaction(con):
-        for t in RUN_TABLES:
-            con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
+    discard_run(con, run_id)
     return True
 
 
@@ -82,7 +90,8 @@ def run_exists(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
 def resolve_run(con: duckdb.DuckDBPyConnection, ref: str) -> str | None:
     """A run id, a unique prefix of one, or an exact run name -> the run id (None if not exactly one)."""
     rows = con.execute(
-        "SELECT run_id FROM runs WHERE run_id = ? OR name = ? OR starts_with(run_id, ?)", [ref, ref, ref]
+        "SELECT run_id FROM runs WHERE run_id = ? OR name = ? OR starts_with(run_id, ?)",
+        [ref, ref, ref],
     ).fetchall()
     exact = [r[0] for r in rows if r[0] == ref]
     if exact:

@@ -12,9 +12,17 @@ from pathlib import Path
 from typing import Any
 
 H100 = {
-    "id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85029158912,
-    "computeMajor": 9, "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
-    "regsPerBlock": 65536, "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": 132,
+    "id": 0,
+    "name": "NVIDIA H100 80GB HBM3",
+    "totalGlobalMem": 85029158912,
+    "computeMajor": 9,
+    "computeMinor": 0,
+    "maxThreadsPerBlock": 1024,
+    "maxThreadsPerMultiprocessor": 2048,
+    "regsPerBlock": 65536,
+    "warpSize": 32,
+    "sharedMemPerBlock": 49152,
+    "numSms": 132,
 }
 
 PID = 1000
@@ -23,9 +31,15 @@ BASE_NS = 1_763_700_000_000_000_000
 
 
 class TraceBuilder:
-    def __init__(self, *, rank: int | None = None, world_size: int | None = None,
-                 base_ns: int | None = BASE_NS, devices: list[dict[str, Any]] | None = None,
-                 extra_meta: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        base_ns: int | None = BASE_NS,
+        devices: list[dict[str, Any]] | None = None,
+        extra_meta: dict[str, Any] | None = None,
+    ) -> None:
         self.events: list[dict[str, Any]] = []
         self.rank, self.world_size, self.base_ns = rank, world_size, base_ns
         self.devices = [H100] if devices is None else devices
@@ -34,62 +48,191 @@ class TraceBuilder:
         self._ext = 1
         self.meta_events: list[dict[str, Any]] = [
             {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": "python"}},
-            {"ph": "M", "name": "thread_name", "pid": PID, "tid": TID, "args": {"name": "main thread"}},
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": PID,
+                "tid": TID,
+                "args": {"name": "main thread"},
+            },
         ]
 
     # -- host side --------------------------------------------------------------------------
-    def cpu_op(self, name: str, ts: float, dur: float, *, tid: int = TID, cat: str = "cpu_op",
-               external_id: int | None = None, **args: Any) -> int:
+    def cpu_op(
+        self,
+        name: str,
+        ts: float,
+        dur: float,
+        *,
+        tid: int = TID,
+        cat: str = "cpu_op",
+        external_id: int | None = None,
+        **args: Any,
+    ) -> int:
         ext = external_id if external_id is not None else self._next_ext()
-        a = {"External id": ext, **{k.replace("_", " ") if k in () else k: v for k, v in args.items()}}
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": tid,
-                            "ts": ts, "dur": dur, "args": a})
+        a = {
+            "External id": ext,
+            **{k.replace("_", " ") if k in () else k: v for k, v in args.items()},
+        }
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": PID,
+                "tid": tid,
+                "ts": ts,
+                "dur": dur,
+                "args": a,
+            }
+        )
         return ext
 
     def annotation(self, name: str, ts: float, dur: float, *, tid: int = TID) -> None:
-        self.events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": tid,
-                            "ts": ts, "dur": dur, "args": {"External id": self._next_ext()}})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": name,
+                "pid": PID,
+                "tid": tid,
+                "ts": ts,
+                "dur": dur,
+                "args": {"External id": self._next_ext()},
+            }
+        )
 
     def step(self, n: int, ts: float, dur: float) -> None:
         self.annotation(f"ProfilerStep#{n}", ts, dur)
 
-    def runtime(self, name: str, ts: float, dur: float, *, correlation: int | None = None,
-                cat: str = "cuda_runtime", tid: int = TID, external_id: int | None = None) -> int:
+    def runtime(
+        self,
+        name: str,
+        ts: float,
+        dur: float,
+        *,
+        correlation: int | None = None,
+        cat: str = "cuda_runtime",
+        tid: int = TID,
+        external_id: int | None = None,
+    ) -> int:
         corr = correlation if correlation is not None else self._next_corr()
         args: dict[str, Any] = {"cbid": 211, "correlation": corr}
         if external_id is not None:
             args["External id"] = external_id
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": tid,
-                            "ts": ts, "dur": dur, "args": args})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": PID,
+                "tid": tid,
+                "ts": ts,
+                "dur": dur,
+                "args": args,
+            }
+        )
         return corr
 
     # -- device side ------------------------------------------------------------------------
-    def gpu(self, name: str, ts: float, dur: float, *, correlation: int, cat: str = "kernel",
-            device: int = 0, stream: int = 7, **args: Any) -> None:
+    def gpu(
+        self,
+        name: str,
+        ts: float,
+        dur: float,
+        *,
+        correlation: int,
+        cat: str = "kernel",
+        device: int = 0,
+        stream: int = 7,
+        **args: Any,
+    ) -> None:
         a: dict[str, Any] = {"device": device, "stream": stream, "correlation": correlation}
         if cat == "kernel":
-            a.update({"registers per thread": 32, "shared memory": 0, "grid": [1, 1, 1], "block": [128, 1, 1]})
+            a.update(
+                {
+                    "registers per thread": 32,
+                    "shared memory": 0,
+                    "grid": [1, 1, 1],
+                    "block": [128, 1, 1],
+                }
+            )
         a.update(args)
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream,
-                            "ts": ts, "dur": dur, "args": a})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": device,
+                "tid": stream,
+                "ts": ts,
+                "dur": dur,
+                "args": a,
+            }
+        )
 
-    def launch(self, kernel: str, cpu_ts: float, gpu_ts: float, gpu_dur: float, *, cpu_dur: float = 2.0,
-               api: str = "cudaLaunchKernel", cat: str = "kernel", stream: int = 7, device: int = 0,
-               external_id: int | None = None, **args: Any) -> int:
+    def launch(
+        self,
+        kernel: str,
+        cpu_ts: float,
+        gpu_ts: float,
+        gpu_dur: float,
+        *,
+        cpu_dur: float = 2.0,
+        api: str = "cudaLaunchKernel",
+        cat: str = "kernel",
+        stream: int = 7,
+        device: int = 0,
+        external_id: int | None = None,
+        **args: Any,
+    ) -> int:
         """A runtime call at cpu_ts that starts GPU work at gpu_ts (with its ac2g flow)."""
-        corr = self.runtime(api, cpu_ts, cpu_dur, external_id=external_id,
-                            cat="cuda_driver" if api.startswith("cu") and not api.startswith("cuda") else "cuda_runtime")
-        self.gpu(kernel, gpu_ts, gpu_dur, correlation=corr, cat=cat, device=device, stream=stream, **args)
-        self.events.append({"ph": "s", "id": corr, "pid": PID, "tid": TID, "ts": cpu_ts, "cat": "ac2g", "name": "ac2g"})
-        self.events.append({"ph": "f", "id": corr, "pid": device, "tid": stream, "ts": gpu_ts, "cat": "ac2g",
-                            "name": "ac2g", "bp": "e"})
+        corr = self.runtime(
+            api,
+            cpu_ts,
+            cpu_dur,
+            external_id=external_id,
+            cat="cuda_driver"
+            if api.startswith("cu") and not api.startswith("cuda")
+            else "cuda_runtime",
+        )
+        self.gpu(
+            kernel, gpu_ts, gpu_dur, correlation=corr, cat=cat, device=device, stream=stream, **args
+        )
+        self.events.append(
+            {
+                "ph": "s",
+                "id": corr,
+                "pid": PID,
+                "tid": TID,
+                "ts": cpu_ts,
+                "cat": "ac2g",
+                "name": "ac2g",
+            }
+        )
+        self.events.append(
+            {
+                "ph": "f",
+                "id": corr,
+                "pid": device,
+                "tid": stream,
+                "ts": gpu_ts,
+                "cat": "ac2g",
+                "name": "ac2g",
+                "bp": "e",
+            }
+        )
         return corr
 
     # -- output -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": self.devices}
         if self.rank is not None:
-            d["distributedInfo"] = {"backend": "nccl", "rank": self.rank, "world_size": self.world_size or 1}
+            d["distributedInfo"] = {
+                "backend": "nccl",
+                "rank": self.rank,
+                "world_size": self.world_size or 1,
+            }
         d["record_shapes"] = 1
         d.update(self.extra_meta)
         d["traceEvents"] = self.meta_events + self.events

@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 import duckdb
-
 from gpuscope.ingest.store import connect, resolve_run
 
 
@@ -21,7 +20,9 @@ def open_db(args: Any, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     try:
         return connect(args.db, read_only=read_only)
     except duckdb.IOException as e:
-        raise SystemExit(fail(f"{args.db or 'database'}: cannot open ({str(e).splitlines()[0]})")) from None
+        raise SystemExit(
+            fail(f"{args.db or 'database'}: cannot open ({str(e).splitlines()[0]})")
+        ) from None
 
 
 def run_id_or_exit(con: duckdb.DuckDBPyConnection, ref: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpuscope.cli._common import fail, open_db, print_json
+from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 
@@ -13,13 +13,19 @@ from gpuscope.ingest.loader import ingest_paths
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from gpuscope.cli.main import common_db_option
 
-    p = sub.add_parser("ingest", help="load traces into the store; prints one run id per line",
-                       description="Each PATH is one run: a trace file (.json or .json.gz) or a folder "
-                       "holding one trace file per rank. All paths are written in one transaction: on any "
-                       "error nothing is stored.")
+    p = sub.add_parser(
+        "ingest",
+        help="load traces into the store; prints one run id per line",
+        description="Each PATH is one run: a trace file (.json or .json.gz), a folder "
+        "holding one trace file per rank (NVML series files beside them are attached to the run), "
+        "or an NVML series (gpuscope sampler .jsonl or nvidia-smi CSV). All paths are published "
+        "together: on any error nothing is stored.",
+    )
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--name", help="display name (only with a single PATH)")
     p.add_argument("--tag", action="append", default=[], help="tag the run(s); repeatable")
+    p.add_argument("--attach", metavar="RUN", help="attach NVML series files to this existing run")
+    p.add_argument("--tz", help="time zone of nvidia-smi CSV timestamps (default: this machine's)")
     p.add_argument("--json", action="store_true", help="print details as JSON")
     common_db_option(p)
 
@@ -29,14 +35,20 @@ def run(args: argparse.Namespace) -> int:
         return fail("--name needs exactly one PATH")
     con = open_db(args)
     try:
-        results = ingest_paths(con, args.paths, name=args.name, tags=args.tag)
+        attach = run_id_or_exit(con, args.attach) if args.attach else None
+        results = ingest_paths(
+            con, args.paths, name=args.name, tags=args.tag, attach=attach, tz=args.tz
+        )
     except IngestError as e:
         return fail(str(e))
     finally:
         con.close()
     for r in results:
         if r.duplicate:
-            print(f"gpuscope: {r.paths[0]}: already ingested as run {r.run_id} ({r.name})", file=sys.stderr)
+            print(
+                f"gpuscope: {r.paths[0]}: already ingested as run {r.run_id} ({r.name})",
+                file=sys.stderr,
+            )
     if args.json:
         print_json([r.as_dict() for r in results])
     else:

@@ -13,8 +13,12 @@ SUBCOMMANDS = ("ingest", "runs", "delete", "analyze", "compare", "check", "sampl
 
 
 def common_db_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", metavar="FILE", default=None,
-                   help="DuckDB file (default: $GPUSCOPE_DB, else ~/.local/share/gpuscope/gpuscope.duckdb)")
+    p.add_argument(
+        "--db",
+        metavar="FILE",
+        default=None,
+        help="DuckDB file (default: $GPUSCOPE_DB, else ~/.local/share/gpuscope/gpuscope.duckdb)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

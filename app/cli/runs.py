@@ -14,7 +14,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("runs", help="list runs (newest first)")
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.add_argument("--rename", nargs=2, metavar=("RUN", "NAME"), help="give RUN a new display name")
-    p.add_argument("--tag", nargs="+", metavar=("RUN", "TAG"), help="set RUN's tags (replaces them)")
+    p.add_argument(
+        "--tag", nargs="+", metavar=("RUN", "TAG"), help="set RUN's tags (replaces them)"
+    )
     common_db_option(p)
 
 
@@ -32,9 +34,13 @@ def run(args: argparse.Namespace) -> int:
     if not runs:
         print("no runs yet: gpuscope ingest TRACE.json.gz")
         return 0
-    header = f"{'RUN':12}  {'NAME':32}  {'KIND':5}  {'RANKS':>5}  {'EVENTS':>10}  {'GPU':24}  CREATED"
+    header = (
+        f"{'RUN':12}  {'NAME':32}  {'KIND':5}  {'RANKS':>5}  {'EVENTS':>10}  {'GPU':24}  CREATED"
+    )
     print(header)
     for r in runs:
-        print(f"{r['run_id']:12}  {r['name'][:32]:32}  {r['kind']:5}  {r['n_ranks']:>5}  "
-              f"{r['n_events']:>10}  {(r['gpu_name'] or '-')[:24]:24}  {r['created_at'][:19]}")
+        print(
+            f"{r['run_id']:12}  {r['name'][:32]:32}  {r['kind']:5}  {r['n_ranks']:>5}  "
+            f"{r['n_events']:>10}  {(r['gpu_name'] or '-')[:24]:24}  {r['created_at'][:19]}"
+        )
     return 0

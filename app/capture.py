@@ -1,0 +1,293 @@
+"""Capture a training job for gpuscope: ``torch.profiler`` with sensible defaults plus an NVML series.
+
+::
+
+    from gpuscope.capture import profile_steps
+
+    with profile_steps("traces/", name="run", metadata={"samples_per_step": 256}) as prof:
+        for batch in loader:
+            train_step(batch)
+            prof.step()
+
+writes ``traces/run_rank<R>.pt.trace.json.gz`` (one per rank) and, on local rank 0,
+``traces/run.nvml.jsonl`` (GPU samples every ``interval_ms`` for the whole ``with`` block; with
+``.<host>`` before ``.nvml.jsonl`` when torchrun's job spans several nodes), so that
+``gpuscope ingest traces/`` picks up both. PyTorch is imported on first use only: importing this
+module works without it, using it raises :class:`CaptureError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gpuscope import __version__
+
+TRACE_SUFFIX = ".pt.trace.json.gz"
+NVML_SUFFIX = ".nvml.jsonl"
+
+_warned_nvml = False
+_warn_lock = threading.Lock()
+
+
+class CaptureError(RuntimeError):
+    """The capture cannot run here (e.g. PyTorch is not installed)."""
+
+
+def _torch() -> Any:
+    try:
+        import torch
+        import torch.profiler
+    except ImportError as e:
+        raise CaptureError(
+            f"gpuscope.capture needs PyTorch, which cannot be imported here ({e}); "
+            "install it (pip install 'gpuscope[capture]') in the training environment"
+        ) from None
+    return torch
+
+
+def current_rank() -> int:
+    """torch.distributed's rank when it is initialised, else ``$RANK``, else 0."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except ImportError:
+        pass
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def local_rank(rank: int | None = None) -> int:
+    """``$LOCAL_RANK`` (set by torchrun), else the global rank."""
+    try:
+        return int(os.environ["LOCAL_RANK"])
+    except (KeyError, ValueError):
+        return current_rank() if rank is None else rank
+
+
+def trace_path(out_dir: str | os.PathLike[str], name: str, rank: int, cycle: int = 1) -> Path:
+    """Where cycle ``cycle`` (1-based) of ``rank`` is written: the first in ``out_dir``, later ones in
+    ``out_dir/cycle<k>/`` so that every folder holds one file per rank."""
+    base = Path(out_dir) if cycle <= 1 else Path(out_dir) / f"cycle{cycle}"
+    return base / f"{name}_rank{rank}{TRACE_SUFFIX}"
+
+
+def _node_suffix() -> str:
+    """``.<host>`` when torchrun says the job spans several nodes (their rank-0 series would share a
+    name in a shared folder), else ``""``."""
+    try:
+        world = int(os.environ["WORLD_SIZE"])
+        local = int(os.environ["LOCAL_WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return ""
+    return f".{socket.gethostname()}" if world > local else ""
+
+
+def _warn_nvml_once(reason: str) -> None:
+    global _warned_nvml
+    with _warn_lock:
+        if _warned_nvml:
+            return
+        _warned_nvml = True
+    warnings.warn(
+        f"gpuscope.capture: no GPU series will be recorded: {reason}", RuntimeWarning, stacklevel=4
+    )
+
+
+class GpuRecorder:
+    """In-process NVML sampling into a JSONL file on a background thread (no HTTP server).
+
+    Raises :class:`~gpuscope.sampler.nvml_api.NvmlUnavailable` when NVML or a GPU is missing.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        interval_ms: float = 100.0,
+        indices: Iterable[int] | None = None,
+    ) -> None:
+        from gpuscope.sampler.loop import SamplerThread
+        from gpuscope.sampler.record import SeriesWriter, make_header
+        from gpuscope.sampler.sources import LiveSource
+
+        self.path = Path(path)
+        self.source = LiveSource(
+            interval_ms, indices=list(indices) if indices is not None else None
+        )
+        try:
+            header = make_header(
+                self.source.host,
+                self.source.interval_ms,
+                self.source.gpus,
+                time.time_ns(),
+                **self.source.header_extra,
+                written_by="gpuscope.capture",
+            )
+            self.writer = SeriesWriter(self.path, header)
+        except BaseException:
+            self.source.close()
+            raise
+        self.thread = SamplerThread(self.source, writer=self.writer)
+
+    def start(self) -> GpuRecorder:
+        self.thread.start()
+        return self
+
+    def stop(self) -> int:
+        """Stop sampling, close the file; returns the number of samples written."""
+        self.thread.stop()
+        if self.thread.is_alive():
+            self.thread.join(timeout=10)
+        self.writer.close()
+        self.source.close()
+        return self.thread.n_samples
+
+
+class Capture:
+    """What ``profile_steps`` yields: call ``step()`` once per training step. Every other attribute is the
+    underlying ``torch.profiler.profile``'s."""
+
+    def __init__(self, profiler: Any, out_dir: Path, name: str, rank: int) -> None:
+        self.profiler = profiler
+        self.out_dir, self.name, self.rank = out_dir, name, rank
+        self.trace_paths: list[Path] = []
+        self.nvml_path: Path | None = None
+        self.nvml_samples = 0
+        self._late_metadata: dict[str, str] = {}  # for a torch without preset_metadata_json
+        self._metadata_cycle = -1
+
+    def step(self) -> None:
+        """Mark the end of a training step (drives the wait/warmup/active schedule)."""
+        self.profiler.step()
+        self._add_late_metadata()
+
+    def _add_late_metadata(self) -> None:
+        if not self._late_metadata or self._metadata_cycle == len(self.trace_paths):
+            return
+        from torch.profiler import ProfilerAction
+
+        if self.profiler.current_action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
+            for k, v in self._late_metadata.items():
+                self.profiler.add_metadata_json(k, v)
+            self._metadata_cycle = len(self.trace_paths)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.profiler, attr)
+
+
+@contextmanager
+def profile_steps(
+    out_dir: str | os.PathLike[str] = "traces",
+    *,
+    name: str = "run",
+    wait: int = 1,
+    warmup: int = 2,
+    active: int = 5,
+    repeat: int = 1,
+    skip_first: int = 0,
+    record_shapes: bool = True,
+    with_stack: bool = False,
+    profile_memory: bool = False,
+    with_flops: bool = False,
+    activities: Iterable[Any] | None = None,
+    sample_gpu: bool = True,
+    interval_ms: float = 100.0,
+    metadata: Mapping[str, Any] | None = None,
+    rank: int | None = None,
+) -> Iterator[Capture]:
+    """Profile ``wait`` idle + ``warmup`` + ``active`` steps (``repeat`` times; 0 = until the block ends)
+    with torch.profiler and write ``<out_dir>/<name>_rank<R>.pt.trace.json.gz`` (later cycles in
+    ``<out_dir>/cycle<k>/``). ``activities`` default: CPU, plus CUDA when available. ``metadata``
+    (JSON-serialisable values) goes into the trace's top level, with ``gpuscope.torch_version``.
+
+    With ``sample_gpu`` on local rank 0, NVML is sampled every ``interval_ms`` ms into
+    ``<out_dir>/<name>.nvml.jsonl`` for the whole block; without NVML or a GPU the capture still
+    runs and warns once. ``rank`` default: torch.distributed's, else ``$RANK``, else 0.
+    """
+    if any(x < 0 for x in (wait, warmup, skip_first, repeat)) or active < 1:
+        raise ValueError("wait, warmup, skip_first, repeat must be >= 0 and active >= 1")
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    r = current_rank() if rank is None else int(rank)
+    acts = list(activities) if activities is not None else [ProfilerActivity.CPU]
+    if activities is None and torch.cuda.is_available():
+        acts.append(ProfilerActivity.CUDA)
+
+    meta: dict[str, str] = {
+        "gpuscope.torch_version": json.dumps(str(torch.__version__)),
+        "gpuscope.version": json.dumps(__version__),
+        "gpuscope.rank": json.dumps(r),
+    }
+    for k, v in (metadata or {}).items():
+        try:
+            meta[str(k)] = json.dumps(v)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"metadata[{k!r}] is not JSON-serialisable ({e})") from None
+
+    cap: Capture | None = None
+
+    def on_trace_ready(p: Any) -> None:
+        assert cap is not None
+        path = trace_path(out, name, r, len(cap.trace_paths) + 1)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        p.export_chrome_trace(str(path))
+        cap.trace_paths.append(path)
+
+    prof = profile(
+        activities=acts,
+        schedule=schedule(
+            wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first
+        ),
+        on_trace_ready=on_trace_ready,
+        record_shapes=record_shapes,
+        with_stack=with_stack,
+        profile_memory=profile_memory,
+        with_flops=with_flops,
+    )
+    cap = Capture(prof, out, name, r)
+    recorder: GpuRecorder | None = None
+    if sample_gpu and local_rank(r) == 0:
+        from gpuscope.sampler.nvml_api import NvmlUnavailable
+
+        nvml_path = out / f"{name}{_node_suffix()}{NVML_SUFFIX}"
+        try:
+            recorder = GpuRecorder(nvml_path, interval_ms=interval_ms).start()
+            cap.nvml_path = nvml_path
+            meta["gpuscope.nvml_file"] = json.dumps(nvml_path.name)
+        except NvmlUnavailable as e:
+            _warn_nvml_once(str(e))
+    if hasattr(prof, "preset_metadata_json"):
+        for k, v in meta.items():
+            prof.preset_metadata_json(k, v)  # inserted by torch each time a trace starts
+    else:  # pragma: no cover - older torch: add it once recording is on
+        cap._late_metadata = meta
+    try:
+        with prof:
+            cap._add_late_metadata()
+            yield cap
+    finally:
+        if recorder is not None:
+            cap.nvml_samples = recorder.stop()
+            if recorder.thread.error is not None:
+                warnings.warn(
+                    f"gpuscope.capture: GPU sampling stopped early ({recorder.thread.error}); "
+                    f"{cap.nvml_path} holds what was sampled before",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )

@@ -1,0 +1,318 @@
+"""The sampler's HTTP face (stdlib ThreadingHTTPServer):
+
+* ``GET /metrics``: Prometheus text exposition of the newest sample, named like dcgm-exporter;
+* ``GET /api/samples?since_ns=N[&limit=K]``: buffered samples with ``t_ns > N`` as JSON;
+* ``GET /api/status``: what is sampled, how, and at what CPU cost;
+* ``GET /healthz``: ``ok`` while samples keep coming, 503 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import msgspec
+from gpuscope import __version__
+from gpuscope.sampler.loop import SamplerThread, SampleStore
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9401  # dcgm-exporter's is 9400: both can run on one node
+PROM_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    help: str
+    value: Callable[[dict[str, Any]], float | int | None]
+
+
+def _field(name: str, scale: float | None = None) -> Callable[[dict[str, Any]], float | int | None]:
+    def get(row: dict[str, Any]) -> float | int | None:
+        v = row.get(name)
+        if v is None or scale is None:
+            return v
+        return v * scale
+
+    return get
+
+
+def _fb_used(row: dict[str, Any]) -> int | None:
+    used = row.get("mem_used_bytes")
+    return None if used is None else int(used) // MIB
+
+
+def _fb_free(row: dict[str, Any]) -> int | None:
+    used, total = row.get("mem_used_bytes"), row.get("mem_total_bytes")
+    return None if used is None or total is None else max(0, int(total) - int(used)) // MIB
+
+
+# dcgm-exporter's names, units and (mostly) help texts, so dashboards built for it work unchanged.
+METRICS: tuple[Metric, ...] = (
+    Metric("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", _field("gpu_util_pct")),
+    Metric("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", _field("mem_util_pct")),
+    Metric("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", _fb_used),
+    Metric("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", _fb_free),
+    Metric("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", _field("power_w")),
+    Metric("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", _field("sm_clock_mhz")),
+    Metric("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", _field("mem_clock_mhz")),
+    Metric("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", _field("temp_c")),
+    Metric(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "Ratio of time at least one warp was resident on an SM, averaged over "
+        "all SMs (0-1; NVML GPM SM utilization).",
+        _field("sm_active_pct", 0.01),
+    ),
+    Metric(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Ratio of time the tensor cores were active (0-1; NVML GPM any-tensor utilization).",
+        _field("tensor_active_pct", 0.01),
+    ),
+    Metric(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "PCIe receive throughput, protocol headers and payload (in B/s).",
+        _field("pcie_rx_bytes_s"),
+    ),
+    Metric(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "PCIe transmit throughput, protocol headers and payload (in B/s).",
+        _field("pcie_tx_bytes_s"),
+    ),
+)
+
+
+def _label_value(v: Any) -> str:
+    s = "" if v is None else str(v)
+    return s.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(v: float | int) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, int):
+        return str(v)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
+
+
+def render_metrics(
+    host: str,
+    gpus: list[dict[str, Any]],
+    latest: tuple[int, list[dict[str, Any]]] | None,
+    *,
+    total_samples: int = 0,
+) -> str:
+    """Prometheus text exposition (format 0.0.4) of one sample; N/A readings are left out."""
+    info = {g["index"]: g for g in gpus}
+    labels: dict[int, str] = {}
+    rows = latest[1] if latest else []
+    for row in rows:
+        g = info.get(row["gpu"], {})
+        labels[row["gpu"]] = (
+            f'gpu="{row["gpu"]}",UUID="{_label_value(g.get("uuid"))}",'
+            f'modelName="{_label_value(g.get("name"))}",Hostname="{_label_value(host)}"'
+        )
+    out: list[str] = []
+    for m in METRICS:
+        lines = []
+        for row in rows:
+            v = m.value(row)
+            if v is not None:
+                lines.append(f"{m.name}{{{labels[row['gpu']]}}} {_number(v)}")
+        if lines:
+            out += [f"# HELP {m.name} {m.help}", f"# TYPE {m.name} gauge", *lines]
+    host_label = f'Hostname="{_label_value(host)}"'
+    out += [
+        "# HELP gpuscope_sampler_samples_total Samples taken since the sampler started.",
+        "# TYPE gpuscope_sampler_samples_total counter",
+        f"gpuscope_sampler_samples_total{{{host_label}}} {total_samples}",
+    ]
+    if latest is not None:
+        out += [
+            "# HELP gpuscope_sampler_last_sample_timestamp_seconds Unix time of the newest sample.",
+            "# TYPE gpuscope_sampler_last_sample_timestamp_seconds gauge",
+            f"gpuscope_sampler_last_sample_timestamp_seconds{{{host_label}}} {latest[0] / 1e9!r}",
+        ]
+    return "\n".join(out) + "\n"
+
+
+class SamplerApp:
+    """What the handlers read: the store, the sampling thread, and facts for /api/status."""
+
+    def __init__(
+        self,
+        store: SampleStore,
+        thread: SamplerThread,
+        *,
+        mode: str,
+        status_extra: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        self.store, self.thread, self.mode = store, thread, mode
+        self.status_extra = status_extra
+        self.created_mono = time.monotonic()
+        self.cpu0 = time.process_time()
+
+    def status(self) -> dict[str, Any]:
+        oldest, newest, held = self.store.extent()
+        up = time.monotonic() - self.created_mono
+        cpu = time.process_time() - self.cpu0
+        d: dict[str, Any] = {
+            "version": __version__,
+            "mode": self.mode,
+            "host": self.store.host,
+            "interval_ms": self.store.interval_ms,
+            "gpus": self.store.gpus,
+            "samples_total": self.store.total,
+            "buffered": held,
+            "buffer_capacity": self.store.capacity,
+            "oldest_ns": oldest,
+            "latest_ns": newest,
+            "now_ns": time.time_ns(),
+            "started_ns": self.thread.started_ns,
+            "uptime_s": round(up, 3),
+            "cpu_s": round(cpu, 3),
+            "cpu_pct": round(100.0 * cpu / up, 3) if up > 0 else None,
+            "running": not self.thread.finished.is_set(),
+            "ended": self.thread.ended_reason or None,
+        }
+        if self.status_extra is not None:
+            d.update(self.status_extra())
+        return d
+
+    def healthy(self) -> tuple[bool, str]:
+        if self.thread.finished.is_set():
+            return False, f"sampler stopped ({self.thread.ended_reason or 'unknown'})"
+        _, newest, _ = self.store.extent()
+        grace_s = max(5.0, 10 * self.store.interval_ms / 1000.0)
+        if newest is None:
+            if time.monotonic() - self.created_mono > grace_s:
+                return False, "no sample yet"
+            return True, "ok (starting)"
+        age = (time.time_ns() - newest) / 1e9
+        if age > grace_s:
+            return False, f"newest sample is {age:.1f} s old"
+        return True, "ok"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: SamplerHTTPServer
+    protocol_version = "HTTP/1.1"
+    server_version = f"gpuscope-sampler/{__version__}"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: no line per scrape
+        pass
+
+    def _send(self, code: int, body: bytes, ctype: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, code: int, obj: Any) -> None:
+        self._send(code, json.dumps(obj).encode(), "application/json")
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        app = self.server.app
+        url = urlsplit(self.path)
+        route = url.path.rstrip("/") or "/"
+        if route == "/metrics":
+            body = render_metrics(
+                app.store.host, app.store.gpus, app.store.latest(), total_samples=app.store.total
+            )
+            self._send(200, body.encode(), PROM_CONTENT_TYPE)
+        elif route == "/api/samples":
+            self._samples(app, parse_qs(url.query))
+        elif route == "/api/status":
+            self._json(200, app.status())
+        elif route == "/healthz":
+            ok, why = app.healthy()
+            self._send(200 if ok else 503, (why + "\n").encode(), "text/plain; charset=utf-8")
+        elif route == "/":
+            links = "".join(
+                f'<li><a href="{p}">{p}</a></li>'
+                for p in ("/metrics", "/api/samples?since_ns=0&limit=10", "/api/status", "/healthz")
+            )
+            self._send(
+                200,
+                f"<h1>gpuscope sampler</h1><ul>{links}</ul>".encode(),
+                "text/html; charset=utf-8",
+            )
+        else:
+            self._json(404, {"error": f"no such endpoint: {url.path}"})
+
+    def _samples(self, app: SamplerApp, q: dict[str, list[str]]) -> None:
+        try:
+            since = int(q.get("since_ns", ["0"])[-1] or 0)
+            limit_raw = q.get("limit", [""])[-1]
+            limit = int(limit_raw) if limit_raw else None
+            if limit is not None and limit < 0:
+                raise ValueError
+        except ValueError:
+            self._json(400, {"error": "since_ns and limit must be integers (limit >= 0)"})
+            return
+        lines = app.store.since(since, limit)
+        enc = msgspec.json.encode
+        body = b"".join(
+            (
+                b'{"host":',
+                enc(app.store.host),
+                b',"gpus":',
+                enc(app.store.gpus),
+                b',"interval_ms":',
+                enc(app.store.interval_ms),
+                b',"samples":[',
+                b",".join(lines),
+                b'],"now_ns":',
+                str(time.time_ns()).encode(),
+                b"}",
+            )
+        )
+        self._send(200, body, "application/json")
+
+
+class SamplerHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], app: SamplerApp) -> None:
+        self.app = app
+        if ":" in address[0]:  # an IPv6 address such as ::1
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+
+def start_server(
+    app: SamplerApp, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
+) -> SamplerHTTPServer:
+    """Bind (port 0 = any free port) and serve in a daemon thread; ``shutdown()`` then ``server_close()`` stop it."""
+    server = SamplerHTTPServer((host, port), app)
+    t = threading.Thread(
+        target=server.serve_forever,
+        name="gpuscope-http",
+        daemon=True,
+        kwargs={"poll_interval": 0.5},
+    )
+    t.start()
+    return server

@@ -1,0 +1,185 @@
+"""gpuscope.capture: a real torch.profiler capture (CPU, plus CUDA and NVML where present).
+
+The main test venv has no torch: there, only the "no torch" behaviour is tested and the captures are
+reported as skipped. Run the rest with a venv that has torch (docs/sampler.md says how).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import warnings
+from pathlib import Path
+
+import gpuscope.capture as capture
+import pytest
+from gpuscope.capture import CaptureError, profile_steps, trace_path
+from gpuscope.sampler.nvml_api import nvml_status
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(
+    not HAS_TORCH, reason="torch is not installed in this venv (pip install torch)"
+)
+NVML_REASON = nvml_status()
+
+
+@pytest.mark.skipif(HAS_TORCH, reason="torch is installed: the no-torch error cannot be seen here")
+def test_without_torch_the_error_is_clear(tmp_path):
+    with (
+        pytest.raises(CaptureError, match=r"needs PyTorch.*pip install 'gpuscope\[capture\]'"),
+        profile_steps(tmp_path),
+    ):
+        pass
+    assert not any(tmp_path.iterdir())  # nothing was written
+
+
+def test_trace_path_names():
+    assert trace_path("t", "run", 3) == Path("t/run_rank3.pt.trace.json.gz")
+    assert trace_path("t", "run", 0, cycle=2) == Path("t/cycle2/run_rank0.pt.trace.json.gz")
+
+
+def test_nvml_file_name_per_node(monkeypatch):
+    import socket
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert capture._node_suffix() == ""
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert capture._node_suffix() == ""  # one node
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    assert capture._node_suffix() == f".{socket.gethostname()}"  # two nodes may share the folder
+
+
+def train(prof, steps: int) -> None:
+    import torch
+
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8)
+    ).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        x = torch.randn(32, 64, device=device)
+        loss = model(x).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        prof.step()
+
+
+def load(path: Path) -> dict:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+@needs_torch
+def test_capture_writes_trace_with_metadata(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setattr(capture, "_warned_nvml", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with profile_steps(
+            tmp_path, name="toy", metadata={"samples_per_step": 256, "note": "ci"}
+        ) as prof:
+            train(prof, 10)
+    [path] = prof.trace_paths
+    assert path == tmp_path / "toy_rank0.pt.trace.json.gz"
+    trace = load(path)
+    assert trace["gpuscope.torch_version"] == torch.__version__
+    assert (
+        trace["samples_per_step"] == 256 and trace["note"] == "ci" and trace["gpuscope.rank"] == 0
+    )
+    events = trace["traceEvents"]
+    steps = {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")}
+    assert steps == {f"ProfilerStep#{i}" for i in range(3, 8)}  # wait=1, warmup=2, active=5
+    assert any(e.get("cat") == "cpu_op" and e.get("name") == "aten::addmm" for e in events)
+    assert any(e.get("args", {}).get("Input Dims") for e in events)  # record_shapes=True
+    nvml_warnings = [w for w in caught if "no GPU series" in str(w.message)]
+    if NVML_REASON is None:
+        assert prof.nvml_path == tmp_path / "toy.nvml.jsonl" and not nvml_warnings
+        assert prof.nvml_samples >= 1 and trace["gpuscope.nvml_file"] == "toy.nvml.jsonl"
+    else:
+        assert prof.nvml_path is None and len(nvml_warnings) == 1
+        assert NVML_REASON in str(nvml_warnings[0].message)
+        assert nvml_warnings[0].filename == __file__  # points at the caller's `with` line
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["toy_rank0.pt.trace.json.gz"]
+
+
+@needs_torch
+@pytest.mark.skipif(NVML_REASON is None, reason="NVML works here: there is nothing to warn about")
+def test_nvml_warning_is_given_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(capture, "_warned_nvml", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(2):
+            with profile_steps(tmp_path / str(i), wait=0, warmup=0, active=1) as prof:
+                train(prof, 2)
+    assert sum("no GPU series" in str(w.message) for w in caught) == 1
+
+
+@needs_torch
+def test_rank_from_env_and_cycles(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv(
+        "LOCAL_RANK", "1"
+    )  # not local rank 0: no NVML series, and no warning about it
+    monkeypatch.setattr(capture, "_warned_nvml", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with profile_steps(tmp_path, name="job", wait=0, warmup=1, active=2, repeat=2) as prof:
+            train(prof, 8)
+    assert prof.rank == 3 and prof.nvml_path is None
+    assert prof.trace_paths == [
+        tmp_path / "job_rank3.pt.trace.json.gz",
+        tmp_path / "cycle2" / "job_rank3.pt.trace.json.gz",
+    ]
+    assert not [w for w in caught if "no GPU series" in str(w.message)]
+    for p in prof.trace_paths:
+        assert load(p)["gpuscope.rank"] == 3  # metadata in every cycle's trace
+
+
+@needs_torch
+def test_capture_is_ingestable(tmp_path, monkeypatch):
+    """`gpuscope ingest DIR` material: the trace loads as a run; the NVML series (where NVML works)
+    attaches to it and overlaps it in time."""
+    import torch
+    from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.ingest.nvml import align_offset_ns, ingest_series, series_for_run
+    from gpuscope.ingest.store import connect, transaction
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile_steps(tmp_path, name="ing", interval_ms=20) as prof:
+            train(prof, 10)
+    con = connect(":memory:")
+    [run] = ingest_paths(con, prof.trace_paths)
+    row = con.execute(
+        "SELECT torch_version, start_ns, end_ns FROM runs WHERE run_id = ?", [run.run_id]
+    ).fetchone()
+    assert row[0] == torch.__version__
+    if prof.nvml_path is None:
+        return
+    with transaction(con):
+        res = ingest_series(con, prof.nvml_path, run_id=run.run_id)
+    df = series_for_run(con, run.run_id)
+    assert res["attached"] and len(df) == res["n_samples"] > 0
+    assert df.t_ns.min() <= row[1] and df.t_ns.max() >= row[2] - 10**9  # the series spans the trace
+    assert align_offset_ns(con, run.run_id) > 0
+
+
+@needs_torch
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="active >= 1"), profile_steps(tmp_path, active=0):
+        pass
+    with (
+        pytest.raises(ValueError, match="not JSON-serialisable"),
+        profile_steps(tmp_path, metadata={"x": object()}),
+    ):
+        pass

@@ -1,0 +1,413 @@
+"""Ingest of hand-built traces into a real DuckDB file: what is kept, exactly, and what is refused."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.ingest.store import RUN_TABLES, connect
+from tracegen import BASE_NS, TraceBuilder
+
+
+def small_trace() -> TraceBuilder:
+    t = TraceBuilder()
+    t.step(1, 100.0, 50.0)
+    t.cpu_op(
+        "aten::mm",
+        101.0,
+        10.0,
+        **{"Input Dims": [[4, 8], [8, 16]], "Input type": ["float", "float"]},
+    )
+    t.launch("ampere_sgemm_128x64_nn", 102.0, 110.125, 20.001)
+    return t
+
+
+def counts(con) -> dict[str, int]:
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in RUN_TABLES}
+
+
+def events(con, run_id: str):
+    return con.execute(
+        "SELECT e.*, n.name FROM events e JOIN names n USING (run_id, name_id) WHERE run_id = ? "
+        "ORDER BY ts_ns NULLS FIRST, ph",
+        [run_id],
+    ).df()
+
+
+def test_kernel_fields_and_exact_ns(con, tmp_path):
+    p = small_trace().write(tmp_path / "t.json")
+    [r] = ingest_paths(con, [p])
+    df = events(con, r.run_id)
+    k = df[df["cat"] == "kernel"].iloc[0]
+    # 110.125 µs -> 110125 ns and 20.001 µs -> 20001 ns: no rounding to whole µs.
+    assert (k.ts_ns, k.dur_ns) == (110125, 20001)
+    assert (k.device, k.stream, k.registers, list(k.grid), list(k.block)) == (
+        0,
+        7,
+        32,
+        [1, 1, 1],
+        [128, 1, 1],
+    )
+    launch = df[df.name == "cudaLaunchKernel"].iloc[0]
+    assert launch.correlation == k.correlation and launch["cat"] == "cuda_runtime"
+    op = df[df.name == "aten::mm"].iloc[0]
+    assert json.loads(op.input_dims) == [[4, 8], [8, 16]] and json.loads(op.input_types) == [
+        "float",
+        "float",
+    ]
+    flows = df[df["cat"] == "ac2g"]
+    assert sorted(flows.ph) == ["f", "s"] and set(flows.flow_id) == {k.correlation}
+    rank = con.execute("SELECT * FROM ranks").df().iloc[0]
+    assert rank["base_time_ns"] == BASE_NS and rank["time_offset_ns"] == BASE_NS
+    assert (rank["ts_min_ns"], rank["ts_max_ns"]) == (100000, 150000)
+    run = con.execute("SELECT * FROM runs").df().iloc[0]
+    assert run["start_ns"] == BASE_NS + 100000 and run["end_ns"] == BASE_NS + 150000
+    assert run["gpu_name"] == "NVIDIA H100 80GB HBM3" and run["n_events"] == len(df) == 8
+    labels = dict(con.execute("SELECT kind || ':' || id, label FROM threads").fetchall())
+    assert labels == {"pid:1000": "python", "tid:1001": "main thread"}
+
+
+def test_gzip_is_detected_by_magic_not_extension(con, tmp_path):
+    t = small_trace()
+    plain = t.write(tmp_path / "a.json")
+    disguised = tmp_path / "b.json"
+    disguised.write_bytes(gzip.compress(plain.read_bytes()))
+    named_gz_but_plain = tmp_path / "c.json.gz"
+    named_gz_but_plain.write_bytes(plain.read_bytes() + b"\n")
+    res = ingest_paths(con, [plain, disguised, named_gz_but_plain])
+    assert [r.n_events for r in res] == [8, 8, 8]
+
+
+def test_reingest_is_reported_not_duplicated(con, tmp_path):
+    p = small_trace().write(tmp_path / "t.json.gz")
+    [a] = ingest_paths(con, [p])
+    before = counts(con)
+    [b] = ingest_paths(con, [p])
+    assert b.duplicate and b.run_id == a.run_id and counts(con) == before
+
+
+def test_quirks_string_ids_control_chars_missing_dur_metadata_after(con, tmp_path):
+    raw = (
+        b'{"schemaVersion": 1, "traceEvents": [\n'
+        b'{"ph": "X", "cat": "cpu_op", "name": "bad\x01name\ttab", "pid": "1234", "tid": "PyTorch Profiler (0)",'
+        b' "ts": 5.5, "dur": 1},\n'
+        b'{"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1234, "tid": 7, "ts": 6},\n'
+        b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 7.25, "dur": 2.5,'
+        b' "args": {"device": 0, "stream": 7, "correlation": 3, "unknown key": {"deep": [1, 2]}}}\n'
+        b'], "deviceProperties": [{"name": "NVIDIA H200"}], "distributedInfo": {"rank": 0, "world_size": 1},'
+        b' "baseTimeNanoseconds": 1000000000000000000, "traceName": "x"}'
+    )
+    p = tmp_path / "q.json"
+    p.write_bytes(raw)
+    [r] = ingest_paths(con, [p])
+    df = events(con, r.run_id)
+    assert list(df.name) == ["bad\x01name\ttab", "[memory]", "k"]
+    assert df.pid.tolist() == [1234, 1234, 0]
+    tid_label = con.execute("SELECT id, label FROM threads WHERE kind = 'tid'").fetchall()
+    assert len(tid_label) == 1 and tid_label[0][1] == "PyTorch Profiler (0)"
+    assert df.tid.iloc[0] == tid_label[0][0] < 0
+    assert df.dur_ns.isna().tolist() == [False, True, False]
+    meta = con.execute("SELECT * FROM ranks").df().iloc[0]
+    assert json.loads(meta["metadata"])["traceName"] == "x"
+    assert meta["world_size"] == 1 and r.gpu_name == "NVIDIA H200"
+
+
+def test_long_names_are_stored_once(con, tmp_path):
+    t = TraceBuilder()
+    long = "void cutlass::Kernel2<" + "x" * 5000 + ">"
+    for i in range(200):
+        t.launch(long, 10.0 * i, 10.0 * i + 5, 1.0)
+    [r] = ingest_paths(con, [t.write(tmp_path / "l.json")])
+    assert con.execute("SELECT count(*) FROM names WHERE name = ?", [long]).fetchone()[0] == 1
+    assert (
+        con.execute(
+            "SELECT count(*) FROM events JOIN names USING (run_id, name_id) WHERE name = ?", [long]
+        ).fetchone()[0]
+        == 200
+    )
+
+
+def rank_trace(rank: int | None, world: int = 2) -> TraceBuilder:
+    t = TraceBuilder(rank=rank, world_size=world)
+    t.step(1, 100.0 + (rank or 0), 10.0)
+    return t
+
+
+def test_folder_is_one_run_ranks_from_distributed_info(con, tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    rank_trace(1).write(d / "host_a.pt.trace.json.gz")  # names say nothing; distributedInfo says
+    rank_trace(0).write(d / "host_b.pt.trace.json.gz")
+    [r] = ingest_paths(con, [d])
+    assert r.n_ranks == 2
+    got = con.execute("SELECT rank, path FROM ranks ORDER BY rank").fetchall()
+    assert [(g[0], Path(g[1]).name) for g in got] == [
+        (0, "host_b.pt.trace.json.gz"),
+        (1, "host_a.pt.trace.json.gz"),
+    ]
+    per_rank = con.execute(
+        "SELECT rank, min(ts_ns) FROM events WHERE ph = 'X' GROUP BY rank ORDER BY rank"
+    ).fetchall()
+    assert per_rank == [(0, 100000), (1, 101000)]
+
+
+def test_folder_ranks_from_file_names(con, tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    rank_trace(None).write(d / "trace_rank1.json")
+    rank_trace(None).write(d / "trace_rank0.json")
+    rank_trace(None).write(d / "trace_rank10.json")
+    ingest_paths(con, [d])
+    assert [r[0] for r in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()] == [
+        0,
+        1,
+        10,
+    ]
+
+
+def test_folder_without_ranks_is_refused_naming_the_file(con, tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    rank_trace(None).write(d / "a.json")
+    TraceBuilder().write(d / "b.json")
+    with pytest.raises(IngestError, match=r"a\.json: cannot tell its rank"):
+        ingest_paths(con, [d])
+    assert sum(counts(con).values()) == 0
+
+
+def test_two_files_claiming_one_rank_are_refused(con, tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    rank_trace(0).write(d / "a.json")
+    t = rank_trace(0)
+    t.step(2, 500.0, 1.0)  # different content, same rank
+    t.write(d / "b.json")
+    with pytest.raises(IngestError, match=r"b\.json: rank 0 is also the rank of .*a\.json"):
+        ingest_paths(con, [d])
+    assert sum(counts(con).values()) == 0
+
+
+def test_rank_in_trailer_metadata(con, tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    for rank in (0, 1):
+        doc = rank_trace(rank).to_dict()
+        info = doc.pop("distributedInfo")
+        doc["distributedInfo"] = info  # after traceEvents
+        (d / f"w{rank}.json").write_text(json.dumps(doc))
+    [r] = ingest_paths(con, [d])
+    got = con.execute(
+        "SELECT DISTINCT rank, min(ts_ns) FROM events WHERE ph = 'X' GROUP BY rank ORDER BY rank"
+    )
+    assert got.fetchall() == [(0, 100000), (1, 101000)]
+
+
+def bad(tmp_path: Path, name: str, data: bytes) -> Path:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+GOOD = json.dumps(TraceBuilder().to_dict()).encode()
+BAD_INPUTS = {
+    "empty": (b"", "empty file"),
+    "whitespace": (b"  \n ", "empty file"),
+    "not_json": (b"hello world", "not JSON"),
+    "json_not_trace": (b'{"a": 1, "b": [1, 2]}', "no traceEvents array"),
+    "json_scalar": (b"42", "not JSON"),
+    "zero_events": (b'{"traceEvents": []}', "no events"),
+    "truncated_in_events": (GOOD[: len(GOOD) // 2], "truncated"),
+    "truncated_after_events": (GOOD[:-5], "truncated"),
+    "event_not_object": (b'{"traceEvents": [1, 2]}', "expected an event object"),
+    "wrong_type_ts": (b'{"traceEvents": [{"ph": "X", "ts": "soon"}]}', r"traceEvents\[0\]\.ts"),
+    "wrong_type_args": (
+        b'{"traceEvents": [{"ph": "X", "ts": 1}, {"ph": "X", "args": {"stream": "s"}}]}',
+        r"traceEvents\[1\]\.args\.stream",
+    ),
+    "malformed_event": (b'{"traceEvents": [{"ph": "X", "ts": 1,}]}', "malformed JSON"),
+    "garbage_after": (GOOD + b"xyz", "malformed JSON outside the events"),
+    "truncated_gzip": (gzip.compress(GOOD)[:-30], "truncated gzip"),
+    "corrupt_gzip": (b"\x1f\x8b\x08\x00" + b"\x00" * 6 + b"garbage" * 10, "corrupt gzip"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_refused_and_db_unchanged(con, tmp_path, case):
+    good = small_trace().write(tmp_path / "good.json")
+    ingest_paths(con, [good])
+    before = counts(con)
+    data, message = BAD_INPUTS[case]
+    p = bad(tmp_path, f"{case}.json", data)
+    with pytest.raises(IngestError, match=message) as err:
+        ingest_paths(con, [p])
+    assert str(err.value).startswith(str(p) + ": ") and "\n" not in str(err.value)
+    assert counts(con) == before
+
+
+def test_one_bad_path_writes_nothing_of_the_others(con, tmp_path):
+    good = small_trace().write(tmp_path / "good.json")
+    badp = bad(tmp_path, "bad.json", b'{"traceEvents": [')
+    with pytest.raises(IngestError, match="bad.json"):
+        ingest_paths(con, [good, badp])
+    assert sum(counts(con).values()) == 0
+
+
+def test_gzip_bomb_limit(con, tmp_path, monkeypatch):
+    t = TraceBuilder()
+    for i in range(2000):
+        t.launch("k", i * 10.0, i * 10.0 + 1, 1.0)
+    p = t.write(tmp_path / "bomb.json.gz")
+    monkeypatch.setenv("GPUSCOPE_MAX_JSON_BYTES", "100000")
+    with pytest.raises(IngestError, match="inflates beyond the limit of 100000 bytes"):
+        ingest_paths(con, [p])
+    assert sum(counts(con).values()) == 0
+
+
+def test_big_trace_many_batches(con, tmp_path, monkeypatch):
+    """Small batch size forces hundreds of batches; nothing is lost or duplicated at the seams."""
+    import gpuscope.ingest.json_stream as js
+
+    monkeypatch.setattr(js, "BATCH_BYTES", 4096)
+    t = TraceBuilder()
+    n = 3000
+    for i in range(n):
+        t.launch(f"kernel_{i % 17}", i * 10.0, i * 10.0 + 3.0, 2.0)
+    [r] = ingest_paths(con, [t.write(tmp_path / "big.json.gz")])
+    assert r.n_events == 2 + 4 * n
+    got = con.execute(
+        "SELECT count(*), count(DISTINCT correlation), sum(dur_ns) FROM events WHERE cat = 'kernel'"
+    )
+    assert got.fetchone() == (n, n, 2000 * n)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_ingest_runs_delete(tmp_path):
+    db = str(tmp_path / "cli.duckdb")
+    p = small_trace().write(tmp_path / "first.json.gz")
+    out = cli("ingest", str(p), "--db", db, "--name", "baseline", "--tag", "exp1")
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.strip()
+    assert len(run_id) == 12
+    again = cli("ingest", str(p), "--db", db)
+    assert (
+        again.returncode == 0
+        and again.stdout.strip() == run_id
+        and "already ingested" in again.stderr
+    )
+    listing = json.loads(cli("runs", "--json", "--db", db).stdout)
+    assert [(r["run_id"], r["name"], r["tags"]) for r in listing] == [
+        (run_id, "baseline", ["exp1"])
+    ]
+    badp = bad(tmp_path, "broken.json", b'{"traceEvents": [{"ph": "X"')
+    fail = cli("ingest", str(badp), "--db", db)
+    assert fail.returncode != 0 and fail.stdout == ""
+    assert (
+        fail.stderr.strip().count("\n") == 0
+        and str(badp) in fail.stderr
+        and "truncated" in fail.stderr
+    )
+    assert cli("delete", run_id[:6], "--db", db).stdout.strip() == run_id
+    assert json.loads(cli("runs", "--json", "--db", db).stdout) == []
+    assert cli("delete", "nope", "--db", db).returncode == 2
+
+
+def test_cli_version():
+    from gpuscope import __version__
+
+    out = cli("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"gpuscope {__version__}"
+
+
+def test_reopen_read_only_sees_committed_run(db_path, tmp_path):
+    con = connect(db_path)
+    [r] = ingest_paths(con, [small_trace().write(tmp_path / "t.json")])
+    con.close()
+    ro = connect(db_path, read_only=True)
+    assert ro.execute("SELECT run_id FROM runs").fetchall() == [(r.run_id,)]
+    ro.close()
+
+
+NVML_FIXTURE = (
+    Path(__file__).resolve().parent.parent
+    / "sample_traces"
+    / "nvml"
+    / "synthetic_h100x2_100ms.nvml.jsonl"
+)
+
+
+def test_folder_attaches_nvml_series_to_the_trace_run(con, tmp_path):
+    d = tmp_path / "job"
+    d.mkdir()
+    small_trace().write(d / "job_rank0.pt.trace.json.gz")
+    (d / "job.nvml.jsonl").write_bytes(NVML_FIXTURE.read_bytes())
+    [r] = ingest_paths(con, [d])
+    assert r.kind == "trace" and len(r.paths) == 2
+    n = con.execute("SELECT count(*) FROM nvml_samples WHERE run_id = ?", [r.run_id]).fetchone()[0]
+    assert n > 0 and con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+
+
+def test_series_alone_is_its_own_run_and_attach_needs_a_run(con, tmp_path):
+    [s] = ingest_paths(con, [NVML_FIXTURE])
+    assert s.kind == "nvml" and s.n_events > 0 and not s.duplicate
+    [again] = ingest_paths(con, [NVML_FIXTURE])
+    assert again.duplicate and again.run_id == s.run_id
+    [t] = ingest_paths(con, [small_trace().write(tmp_path / "t.json")])
+    ingest_paths(con, [NVML_FIXTURE], attach=t.run_id)
+    assert (
+        con.execute("SELECT count(*) FROM nvml_series WHERE run_id = ?", [t.run_id]).fetchone()[0]
+        == 1
+    )
+    with pytest.raises(IngestError, match="NVML series files only"):
+        ingest_paths(con, [tmp_path / "t.json"], attach=t.run_id)
+
+
+def test_a_killed_ingest_leaves_nothing_visible_and_is_cleaned_on_open(tmp_path):
+    """SIGKILL mid-ingest: the next writer finds the staged rows and removes them."""
+    import os
+    import signal
+    import time
+
+    t = TraceBuilder()
+    for i in range(120000):
+        t.launch(f"k{i % 50}", i * 10.0, i * 10.0 + 1, 1.0)
+    p = t.write(tmp_path / "big.json", indent=None)
+    db = tmp_path / "k.duckdb"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuscope", "ingest", str(p), "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + 60
+    wal = Path(str(db) + ".wal")
+    while time.time() < deadline and proc.poll() is None:  # wait until rows are being written
+        if (wal.exists() and wal.stat().st_size > 3 << 20) or (
+            db.exists() and db.stat().st_size > 3 << 20
+        ):
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "ingest finished before it could be killed; make the trace bigger"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    ro = connect(db, read_only=True)  # a reader sees rows being staged, but no run
+    assert ro.execute("SELECT count(*) FROM ingest_pending").fetchone()[0] == 1
+    assert ro.execute("SELECT count(*) FROM events").fetchone()[0] > 0
+    assert ro.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    ro.close()
+    con = connect(db)  # a writer: cleans the crashed run
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM ingest_pending").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+    [r] = ingest_paths(con, [p])  # and the same trace ingests cleanly afterwards
+    assert r.n_events == 2 + 4 * 120000
+    con.close()
