@@ -72,7 +72,7 @@ class TraceBuilder:
         ext = external_id if external_id is not None else self._next_ext()
         a = {
             "External id": ext,
-            **{k.replace("_", " ") if k in () else k: v for k, v in args.items()},
+            **args,
         }
         self.events.append(
             {
