@@ -1,4 +1,4 @@
-"""Kineto (PyTorch profiler) events: typed decoding of a batch and conversion to Arrow columns."""
+"""Kineto (PyTorch profiler) events: typed decoding of a batch (the fallback path) into Arrow columns."""
 
 from __future__ import annotations
 
@@ -7,12 +7,9 @@ from operator import attrgetter
 from typing import Any
 
 import msgspec
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.json_stream import Batch, escape_controls
-from gpuscope.ingest.schema import EVENTS
 
 Raw = msgspec.Raw
 _EMPTY = Raw(b"")
@@ -73,7 +70,6 @@ ARGS_INT = (
     "python_id",
     "python_parent_id",
 )
-ARGS_RAW = ("input_dims", "input_types", "concrete_inputs")
 
 
 def decode_batch(path: object, batch: Batch) -> list[Event]:
@@ -112,121 +108,63 @@ def _validation_error(path: object, batch: Batch, e: Exception) -> IngestError:
     return IngestError(path, f"wrong types in traceEvents: {msg}")
 
 
-class IdMap:
-    """Stable integer ids for strings: event names (stored once) and non-numeric pids/tids."""
+RAW_SCHEMA = pa.schema([
+    ("ph", pa.string()), ("cat", pa.string()), ("name", pa.string()),
+    ("pid_num", pa.int64()), ("pid_label", pa.string()), ("tid_num", pa.int64()), ("tid_label", pa.string()),
+    ("ts", pa.float64()), ("dur", pa.float64()), ("flow_id", pa.int64()),
+    ("correlation", pa.int64()), ("external_id", pa.int64()), ("device", pa.int32()), ("stream", pa.int64()),
+    ("grid", pa.list_(pa.int32())), ("block", pa.list_(pa.int32())), ("registers", pa.int32()),
+    ("shared_mem", pa.int64()), ("bytes", pa.int64()),
+    ("input_dims", pa.string()), ("input_types", pa.string()), ("concrete_inputs", pa.string()),
+    ("flops", pa.float64()), ("seq_num", pa.int64()), ("fwd_tid", pa.int64()), ("python_id", pa.int64()),
+    ("python_parent_id", pa.int64()), ("meta_name", pa.string()),
+])  # fmt: skip
 
-    def __init__(self, start: int = 0, step: int = 1) -> None:
-        self.ids: dict[str, int] = {}
-        self.start, self.step = start, step
 
-    def get(self, key: str) -> int:
-        v = self.ids.get(key)
-        if v is None:
-            v = self.ids[key] = self.start + self.step * len(self.ids)
+def _num(v: int | str | None) -> int | None:
+    """An id as DuckDB's TRY_CAST(... AS BIGINT) reads it: ints and integer strings, else None."""
+    if v is None or type(v) is int:
         return v
-
-    def lookup_array(self, strings: pa.Array) -> pa.Array:
-        """Map a string array to int32 ids, touching Python only once per distinct value."""
-        enc = pc.dictionary_encode(strings)
-        table = np.fromiter(
-            (self.get(s) for s in enc.dictionary.to_pylist()), np.int64, len(enc.dictionary)
-        )
-        idx = enc.indices.to_numpy(zero_copy_only=False)
-        return pa.array(table[idx].astype(np.int32) if table.size else np.zeros(0, np.int32))
+    try:
+        return int(str(v).strip())
+    except ValueError:
+        return None
 
 
-def _ids(
-    values: list[Any], labels: IdMap, kind: str, seen: dict[tuple[str, int], str]
-) -> list[Any]:
-    out = []
-    for v in values:
-        if v is None or type(v) is int:
-            out.append(v)
-        else:
-            try:
-                out.append(int(v))
-            except (TypeError, ValueError):
-                i = labels.get(str(v))
-                seen[(kind, i)] = str(v)
-                out.append(i)
-    return out
+def _label(v: int | str | None) -> str | None:
+    return v if type(v) is str and _num(v) is None else None
 
 
-def _ns(values: list[float | None]) -> pa.Array:
-    """µs floats -> int64 ns, rounded to the nearest ns (the trace has 3 decimals: exact)."""
-    arr = pa.array(values, pa.float64())
-    return pc.cast(pc.round(pc.multiply(arr, 1000.0)), pa.int64())
+def _json_text(r: Raw) -> str | None:
+    """Raw JSON as compact text (the form DuckDB's JSON type gives), NULL when absent."""
+    if not len(r):
+        return None
+    return msgspec.json.encode(msgspec.json.decode(bytes(r))).decode()
 
 
-def _raw(values: list[Raw], *, numeric: bool = False) -> pa.Array:
-    """Raw JSON values as text (NULL when absent); ``numeric`` ones (shapes) are made compact."""
-    arr = pa.array(list(map(bytes, values)), pa.binary())
-    if numeric:
-        arr = pc.replace_substring_regex(arr, r"\s+", "")
-    text = pc.cast(arr, pa.string())  # the decoder already checked UTF-8
-    return pc.if_else(pc.equal(pc.binary_length(arr), 0), pa.scalar(None, pa.string()), text)
-
-
-def to_arrow(
-    events: list[Event],
-    run_id: str,
-    rank: int,
-    names: IdMap,
-    labels: IdMap,
-    label_rows: dict[tuple[str, int], str],
-) -> pa.Table:
-    """Columns in the order of the ``events`` table."""
-    n = len(events)
+def to_raw(events: list[Event]) -> pa.Table:
+    """The decoded events in the *raw* layout that batch_insert's SQL turns into ``events`` rows."""
     get = attrgetter
     args = list(map(get("args"), events))
     pids = list(map(get("pid"), events))
     tids = list(map(get("tid"), events))
-    if str in set(map(type, pids)):
-        pids = _ids(pids, labels, "pid", label_rows)
-    if str in set(map(type, tids)):
-        tids = _ids(tids, labels, "tid", label_rows)
     ids = list(map(get("id"), events))
-    if str in set(map(type, ids)):
-        ids = [_flow_id(i) for i in ids]
-    cols: dict[str, pa.Array] = {
-        "run_id": pa.repeat(pa.scalar(run_id), n) if n else pa.array([], pa.string()),
-        "rank": pa.array(np.full(n, rank, np.int32)),
-        "ph": pa.array(list(map(get("ph"), events)), pa.string()),
-        "cat": pa.array(list(map(get("cat"), events)), pa.string()),
-        "name_id": names.lookup_array(pa.array(list(map(get("name"), events)), pa.string())),
-        "pid": pa.array(pids, pa.int64()),
-        "tid": pa.array(tids, pa.int64()),
-        "ts_ns": _ns(list(map(get("ts"), events))),
-        "dur_ns": _ns(list(map(get("dur"), events))),
-        "flow_id": pa.array(ids, pa.int64()),
-        "grid": pa.array(list(map(get("grid"), args)), pa.list_(pa.int32())),
-        "block": pa.array(list(map(get("block"), args)), pa.list_(pa.int32())),
-        "flops": pa.array(list(map(get("flops"), args)), pa.float64()),
+    cols: dict[str, list[Any]] = {
+        "ph": list(map(get("ph"), events)),
+        "cat": list(map(get("cat"), events)),
+        "name": list(map(get("name"), events)),
+        "pid_num": [_num(v) for v in pids],
+        "pid_label": [_label(v) for v in pids],
+        "tid_num": [_num(v) for v in tids],
+        "tid_label": [_label(v) for v in tids],
+        "ts": list(map(get("ts"), events)),
+        "dur": list(map(get("dur"), events)),
+        "flow_id": [_num(v) for v in ids],
+        "input_dims": [_json_text(r) for r in map(get("input_dims"), args)],
+        "input_types": [_json_text(r) for r in map(get("input_types"), args)],
+        "concrete_inputs": [_json_text(r) for r in map(get("concrete_inputs"), args)],
+        "meta_name": list(map(get("name"), args)),
     }
-    for name in ARGS_INT:
-        typ = pa.int32() if name in ("device", "registers") else pa.int64()
-        cols[name] = pa.array(list(map(get(name), args)), typ)
-    for name in ARGS_RAW:
-        cols[name] = _raw(list(map(get(name), args)), numeric=name == "input_dims")
-    return pa.table([cols[c] for c in EVENTS.column_names], names=EVENTS.column_names)
-
-
-def _flow_id(v: int | str | None) -> int | None:
-    if v is None or type(v) is int:
-        return v
-    try:
-        return int(v, 0)
-    except ValueError:
-        return int.from_bytes(str(v).encode()[:7].ljust(7, b"\0"), "big")
-
-
-def metadata_labels(events: list[Event]) -> list[tuple[str, int | str | None, str]]:
-    """(kind, id, label) from process_name / thread_name metadata events."""
-    out = []
-    for e in events:
-        if e.ph == "M" and e.args.name is not None:
-            if e.name == "process_name":
-                out.append(("pid", e.pid, e.args.name))
-            elif e.name == "thread_name":
-                out.append(("tid", e.tid, e.args.name))
-    return out
+    for name in (*ARGS_INT, "grid", "block", "flops"):
+        cols[name] = list(map(get(name), args))
+    return pa.table([pa.array(cols[f.name], f.type) for f in RAW_SCHEMA], schema=RAW_SCHEMA)

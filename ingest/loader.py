@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
-import pyarrow as pa
+from gpuscope.ingest.batch_insert import BatchInserter, strict_json
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
-from gpuscope.ingest.json_stream import Batch, TraceSplitter
-from gpuscope.ingest.kineto import IdMap, decode_batch, metadata_labels, to_arrow
+from gpuscope.ingest.json_stream import TraceSplitter
 from gpuscope.ingest.source import file_sha256, iter_json_bytes
 from gpuscope.ingest.store import discard_run, run_exists, transaction
 
@@ -89,8 +88,7 @@ class TraceRunWriter:
         progress: Progress | None = None,
     ) -> None:
         self.con, self.run_id, self.files = con, run_id, files
-        self.names = IdMap()
-        self.labels = IdMap(start=-1, step=-1)  # non-numeric pids/tids get negative ids
+        self.inserter = BatchInserter(con, run_id)
         self.progress = progress
         self.total_bytes = sum(p.stat().st_size for p in files)
         self.done_bytes = 0
@@ -98,51 +96,27 @@ class TraceRunWriter:
         self.uncommitted = 0
 
     def write_rank(self, path: Path, sha: str, rank_hint: int | None) -> dict[str, Any]:
-        label_rows: dict[tuple[str, int], str] = {}
-        meta_labels: list[tuple[str, Any, str]] = []
         splitter = TraceSplitter(path, iter_json_bytes(path))
         file_bytes = path.stat().st_size
-        state: dict[str, Any] = {"rank": None, "provisional": False}
-
-        def decode(batch: Batch) -> tuple[Batch, pa.Table]:
-            if state["rank"] is None:
+        rank: int | None = None
+        provisional = False
+        # The scan (numpy) runs a batch ahead of DuckDB's parse + insert (which release the GIL).
+        for batch, strict in pipelined(splitter.batches(), lambda b: (b, strict_json(b))):
+            if rank is None:
                 rank = _rank_of(splitter.prefix_meta)
                 rank = rank if rank is not None else rank_hint
                 if rank is None:  # distributedInfo may still come after the events
-                    rank, state["provisional"] = -1 - len(self._open_ranks), True
-                state["rank"] = rank
-            events = decode_batch(path, batch)
-            table = to_arrow(
-                events, self.run_id, state["rank"], self.names, self.labels, label_rows
-            )
-            meta_labels.extend(metadata_labels(events))
-            return batch, table
-
-        n_events = 0
-        ts_min: int | None = None
-        ts_max: int | None = None
-        checked = False
-        # Decoding (GIL-bound) runs one batch ahead of the DuckDB insert (which releases the GIL).
-        for batch, table in pipelined(splitter.batches(), decode):
-            if not checked and not state["provisional"]:
-                self._check_rank_free(path, state["rank"])
-            checked = True
-            n_events += table.num_rows
-            lo, hi = _extent(table)
-            ts_min = lo if ts_min is None else (ts_min if lo is None else min(ts_min, lo))
-            ts_max = hi if ts_max is None else (ts_max if hi is None else max(ts_max, hi))
-            self.con.register("_gpuscope_batch", table)
-            self.con.execute("INSERT INTO events SELECT * FROM _gpuscope_batch")
-            self.con.unregister("_gpuscope_batch")
-            self.uncommitted += table.num_rows
+                    rank, provisional = -1 - len(self._open_ranks), True
+                else:
+                    self._check_rank_free(path, rank)
+            self.uncommitted += self.inserter.insert(path, batch, rank, strict=strict)
             if self.uncommitted >= COMMIT_ROWS:  # bounded transactions keep DuckDB's memory flat
                 self.con.execute("COMMIT")
                 self.con.execute("BEGIN TRANSACTION")
                 self.uncommitted = 0
             if self.progress:
                 self.progress(self.done_bytes + min(file_bytes, batch.offset), self.total_bytes)
-        rank, provisional = state["rank"], state["provisional"]
-        if n_events == 0:
+        if rank is None:
             raise IngestError(path, "the trace has no events")
         meta = splitter.metadata
         final_rank = _rank_of(meta)
@@ -156,7 +130,10 @@ class TraceRunWriter:
                 "UPDATE events SET rank = ? WHERE run_id = ? AND rank = ?",
                 [final_rank, self.run_id, rank],
             )
+            rows = self.inserter.thread_rows
+            self.inserter.thread_rows = {(final_rank, *r[1:]) if r[0] == rank else r for r in rows}
             rank = final_rank
+        n_events, ts_min, ts_max = self.inserter.rank_extent(rank)
         base = meta.get("baseTimeNanoseconds")
         base_ns = (
             int(base) if isinstance(base, int | float) and not isinstance(base, bool) else None
@@ -187,17 +164,6 @@ class TraceRunWriter:
                 ts_max,
             ],
         )
-        rows = [(self.run_id, rank, k, i, v) for (k, i), v in label_rows.items()]
-        for kind, ident, label in meta_labels:
-            if isinstance(ident, int):
-                rows.append((self.run_id, rank, kind, ident, label))
-            elif ident is not None:
-                try:
-                    rows.append((self.run_id, rank, kind, int(ident), label))
-                except ValueError:
-                    rows.append((self.run_id, rank, kind, self.labels.get(str(ident)), label))
-        if rows:
-            self.con.executemany("INSERT INTO threads VALUES (?, ?, ?, ?, ?)", rows)
         self.done_bytes += file_bytes
         return {
             "rank": rank,
@@ -217,18 +183,8 @@ class TraceRunWriter:
             raise IngestError(path, f"rank {rank} is also the rank of {taken}; one file per rank")
         self._open_ranks[rank] = str(path)
 
-    def write_names(self) -> None:
-        if self.names.ids:
-            t = pa.table(
-                {
-                    "run_id": pa.array([self.run_id] * len(self.names.ids), pa.string()),
-                    "name_id": pa.array(list(self.names.ids.values()), pa.int32()),
-                    "name": pa.array(list(self.names.ids.keys()), pa.string()),
-                }
-            )
-            self.con.register("_gpuscope_names", t)
-            self.con.execute("INSERT INTO names SELECT * FROM _gpuscope_names")
-            self.con.unregister("_gpuscope_names")
+    def finish(self) -> None:
+        self.inserter.finish()
 
 
 def pipelined(items: Iterator[T], work: Callable[[T], U], depth: int = 1) -> Iterator[U]:
@@ -270,23 +226,18 @@ def pipelined(items: Iterator[T], work: Callable[[T], U], depth: int = 1) -> Ite
                 thread.join(0.01)
 
 
-def _extent(table: pa.Table) -> tuple[int | None, int | None]:
-    import pyarrow.compute as pc
-
-    ts = table.column("ts_ns")
-    end = pc.add(ts, pc.fill_null(table.column("dur_ns"), 0))
-    lo = pc.min(ts).as_py()
-    hi = pc.max(end).as_py()
-    return lo, hi
-
-
 def _json_or_none(v: Any) -> str | None:
     return None if v is None else json.dumps(v)
 
 
 def collect_trace_files(path: Path) -> list[Path]:
+    """The rank files of a run. In a folder where some files follow torch's ``*.pt.trace.json[.gz]``
+    naming, only those are traces (other JSON beside them, e.g. a job's notes, is not); else every
+    ``*.json[.gz]`` is."""
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if is_trace_file(p))
+        torch_named = [p for p in files if ".pt.trace.json" in p.name.lower()]
+        files = torch_named or files
         if not files:
             raise IngestError(path, "folder holds no trace files (*.json, *.json.gz)")
         return files
@@ -331,9 +282,12 @@ def ingest_trace(
         writer = TraceRunWriter(con, run_id, files, progress)
         hints = _rank_hints(files)
         ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
-        writer.write_names()
+        writer.finish()
     except BaseException:
         con.execute("ROLLBACK")
+        writer_close = locals().get("writer")
+        if writer_close is not None:
+            writer_close.inserter.close()
         raise
     con.execute("COMMIT")
     rank0 = min(ranks, key=lambda r: r["rank"])

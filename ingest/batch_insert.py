@@ -1,0 +1,199 @@
+"""Insert batches of trace events into the store, in SQL.
+
+Fast path: DuckDB's own JSON reader parses a batch (a JSON array of whole events, cut out of the
+file by :mod:`gpuscope.ingest.json_stream`) into the typed *raw* layout (Arrow). When a batch is not
+strict JSON or DuckDB refuses it (raw control characters inside strings, a wrong type...), it goes
+through the msgspec decoder in :mod:`gpuscope.ingest.kineto` instead, which accepts the known quirks and
+otherwise names the offending event. Both paths end in the same code that maps names (stored once per
+run) and non-numeric pids/tids to integers, so they write identical rows.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
+from gpuscope.ingest.json_stream import Batch
+from gpuscope.ingest.kineto import decode_batch, to_raw
+
+# The event keys gpuscope keeps, as DuckDB types; other keys are skipped by the reader.
+ARGS_STRUCT = (
+    'STRUCT(correlation BIGINT, "External id" BIGINT, device INTEGER, stream BIGINT, grid INTEGER[], '
+    'block INTEGER[], "registers per thread" INTEGER, "shared memory" BIGINT, bytes BIGINT, '
+    '"Input Dims" JSON, "Input type" JSON, "Concrete Inputs" JSON, flops DOUBLE, "Sequence number" BIGINT, '
+    '"Fwd thread id" BIGINT, "Python id" BIGINT, "Python parent id" BIGINT, name VARCHAR)'
+)
+COLUMNS = (
+    "{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'DOUBLE', "
+    f"dur: 'DOUBLE', id: 'VARCHAR', args: '{ARGS_STRUCT}'}}"
+)
+RAW_FROM_JSON = """
+SELECT ph, cat, name,
+       TRY_CAST(pid AS BIGINT) AS pid_num, CASE WHEN TRY_CAST(pid AS BIGINT) IS NULL THEN pid END AS pid_label,
+       TRY_CAST(tid AS BIGINT) AS tid_num, CASE WHEN TRY_CAST(tid AS BIGINT) IS NULL THEN tid END AS tid_label,
+       ts, dur, TRY_CAST(id AS BIGINT) AS flow_id,
+       args.correlation AS correlation, args."External id" AS external_id, args.device AS device,
+       args.stream AS stream, args.grid AS grid, args.block AS block,
+       args."registers per thread" AS registers, args."shared memory" AS shared_mem, args.bytes AS bytes,
+       args."Input Dims"::VARCHAR AS input_dims, args."Input type"::VARCHAR AS input_types,
+       args."Concrete Inputs"::VARCHAR AS concrete_inputs, args.flops AS flops,
+       args."Sequence number" AS seq_num, args."Fwd thread id" AS fwd_tid, args."Python id" AS python_id,
+       args."Python parent id" AS python_parent_id, args.name AS meta_name
+FROM read_json('{path}', format = 'array', columns = {columns}, maximum_object_size = 1073741824)
+"""
+
+
+_SYNTAX = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def strict_json(batch: Batch) -> bool:
+    """Whether the batch is strict JSON (DuckDB's reader would forgive trailing commas and the like).
+
+    Cheap (a syntax pass, no objects built); runs on the scanning thread, ahead of the insert.
+    """
+    try:
+        _SYNTAX.decode(batch.data)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+class BatchInserter:
+    """Writes the events of one run; :meth:`finish` writes its names and thread labels."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+        self.con, self.run_id = con, run_id
+        fd, name = tempfile.mkstemp(prefix="gpuscope-batch-", suffix=".json")
+        os.close(fd)
+        self.scratch = Path(name)
+        self.reader = con.cursor()
+        self.fallbacks = 0
+        self.names = IdMap()  # event names -> names.name_id
+        self.labels = IdMap()  # non-numeric pids/tids -> -1 - id
+        self.thread_rows: set[tuple[int, str, int, str]] = set()
+
+    def insert(self, path: Path, batch: Batch, rank: int, *, strict: bool = True) -> int:
+        """Insert one batch; returns its number of events. Raises IngestError for bad events.
+
+        ``strict``: the batch passed :func:`strict_json`; otherwise it goes straight to the decoder
+        that reads the known quirks and names anything else.
+        """
+        if not strict:
+            self.fallbacks += 1
+            return self.insert_arrow(to_raw(decode_batch(path, batch)), rank)
+        self.scratch.write_bytes(batch.data)
+        sql = RAW_FROM_JSON.format(path=str(self.scratch).replace("'", "''"), columns=COLUMNS)
+        try:  # on a cursor of its own: a refused batch must not abort the writer's transaction
+            raw = self.reader.execute(sql).to_arrow_table()
+        except duckdb.Error:
+            self.fallbacks += 1
+            raw = to_raw(decode_batch(path, batch))  # names the bad event, or reads the quirk
+        return self.insert_arrow(raw, rank)
+
+    def insert_arrow(self, raw: pa.Table, rank: int) -> int:
+        """Map names and non-numeric ids to integers (vectorised), then one INSERT."""
+        names = pc.fill_null(raw.column("name"), "")
+        name_id = self.names.ids_of(names)
+        pid = self._ids(raw, "pid", rank)
+        tid = self._ids(raw, "tid", rank)
+        if pc.any(pc.equal(raw.column("ph"), "M")).as_py():
+            self._metadata_labels(raw, pid, tid, rank)
+        table = (
+            raw.append_column("name_id", name_id)
+            .append_column("pid", pid)
+            .append_column("tid", tid)
+        )
+        self.con.register("_gs_raw", table)  # scanned in place, no copy
+        try:
+            self.con.execute(
+                """
+                INSERT INTO events
+                SELECT ?, ?, coalesce(ph, ''), coalesce(cat, ''), name_id, pid, tid,
+                       CAST(round(ts * 1000) AS BIGINT), CAST(round(dur * 1000) AS BIGINT),
+                       correlation, external_id, device, stream, flow_id, grid, block,
+                       registers, shared_mem, bytes, input_dims, input_types, concrete_inputs,
+                       flops, seq_num, fwd_tid, python_id, python_parent_id
+                FROM _gs_raw
+                """,
+                [self.run_id, rank],
+            )
+        finally:
+            self.con.unregister("_gs_raw")
+        return raw.num_rows
+
+    def _ids(self, raw: pa.Table, kind: str, rank: int) -> pa.Array:
+        """Numeric pid/tid as is; a non-numeric one gets a stable negative id (label kept in `threads`)."""
+        num = raw.column(f"{kind}_num")
+        label = raw.column(f"{kind}_label")
+        if label.null_count == len(label):
+            return num
+        ids = pc.negate(pc.add(self.labels.ids_of(label), 1))
+        for text in pc.unique(label).to_pylist():
+            if text is not None:
+                self.thread_rows.add((rank, kind, -1 - self.labels.ids[text], text))
+        return pc.coalesce(num, ids)
+
+    def _metadata_labels(self, raw: pa.Table, pid: pa.Array, tid: pa.Array, rank: int) -> None:
+        mask = pc.equal(raw.column("ph"), "M")
+        meta = raw.filter(mask).select(["name", "meta_name"]).to_pylist()
+        pids = pc.filter(pid, mask).to_pylist()
+        tids = pc.filter(tid, mask).to_pylist()
+        for row, p, t in zip(meta, pids, tids, strict=True):
+            if row["meta_name"] is None:
+                continue
+            if row["name"] == "process_name" and p is not None:
+                self.thread_rows.add((rank, "pid", p, row["meta_name"]))
+            elif row["name"] == "thread_name" and t is not None:
+                self.thread_rows.add((rank, "tid", t, row["meta_name"]))
+
+    def rank_extent(self, rank: int) -> tuple[int, Any, Any]:
+        """(events, earliest start, latest end) of a rank, trace ns."""
+        row = self.con.execute(
+            "SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM events WHERE run_id = ? AND rank = ?",
+            [self.run_id, rank],
+        ).fetchone()
+        return int(row[0]), row[1], row[2]
+
+    def finish(self) -> None:
+        c = self.con
+        names = pa.table({
+            "run_id": pa.array([self.run_id] * len(self.names.ids), pa.string()),
+            "name_id": pa.array(list(self.names.ids.values()), pa.int32()),
+            "name": pa.array(list(self.names.ids), pa.string()),
+        })  # fmt: skip
+        c.register("_gs_names", names)
+        try:
+            c.execute("INSERT INTO names SELECT * FROM _gs_names")
+        finally:
+            c.unregister("_gs_names")
+        rows = sorted((self.run_id, *r) for r in self.thread_rows)
+        if rows:
+            c.executemany("INSERT INTO threads VALUES (?, ?, ?, ?, ?)", rows)
+        self.close()
+
+    def close(self) -> None:
+        self.scratch.unlink(missing_ok=True)
+        self.reader.close()
+
+
+class IdMap:
+    """Dense integer ids for strings, in order of first appearance; lookups are vectorised."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self._values = pa.array([], pa.string())
+
+    def ids_of(self, strings: pa.Array | pa.ChunkedArray) -> pa.Array:
+        """int32 ids for a string array (NULL stays NULL); new strings are given the next ids."""
+        new = [s for s in pc.unique(strings).to_pylist() if s is not None and s not in self.ids]
+        if new:
+            for s in new:
+                self.ids[s] = len(self.ids)
+            self._values = pa.array(list(self.ids), pa.string())
+        return pc.index_in(strings, value_set=self._values)
