@@ -1,0 +1,497 @@
+"""GPU busy time: the union of GPU activity intervals, per device and per stream, and a
+time-bucketed busy fraction series. All in DuckDB, times in integer ns.
+
+GPU activity = events with ``cat`` in :data:`GPU_CATS` (kernels, memcpys, memsets) and a positive
+duration, clipped to the window. Sync events (``cuda_sync``) and GPU-side annotations are not busy.
+The device of an activity is ``device``, falling back to ``pid``.
+
+One sorted pass gives everything: with activities ordered by start, ``pm`` = the largest end
+among the earlier ones (a running max). An activity starting after ``pm`` opens a new busy
+interval and ends the gap ``[pm, s)``; the union length is ``sum(max(0, e - max(s, pm)))``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pandas as pd
+from gpuscope.analysis.store_access import (
+    COMM_KERNEL_RE,
+    GPU_CATS_SQL,
+    RUNTIME_CATS_SQL,
+    cache_key,
+    cached_temp,
+    execute,
+    pct,
+    us,
+)
+
+DEV = "coalesce(device, CAST(pid AS INTEGER))"
+NO_DEVICE = -(2**31)
+
+
+def working_set(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> None:
+    """Copy the rank's GPU activity (``_gs_gpu``: ``dev``, ``stream``, ``s``, ``e``,
+    ``correlation``, ``name_id``, ``cat``, ``bytes``) and runtime calls (``_gs_rt``:
+    ``correlation``, ``s``, ``e``, ``name_id``) into temp tables once,
+    so later queries read them instead of scanning ``events`` again. ``blocks`` = grid x*y*z."""
+    p = {"run": run_id, "rank": int(rank)}
+    key = cache_key("ws", run_id, rank)
+    cached_temp(
+        con,
+        "_gs_gpu",
+        key,
+        f"""SELECT {DEV} AS dev, coalesce(stream, tid) AS stream, ts_ns AS s, ts_ns + dur_ns AS e,
+                   correlation, name_id, cat, bytes,
+                   CAST(grid[1] AS BIGINT) * grid[2] * grid[3] AS blocks
+            FROM events
+            WHERE run_id = $run AND rank = $rank AND ph = 'X' AND cat IN {GPU_CATS_SQL}
+              AND dur_ns > 0""",
+        p,
+    )
+    cached_temp(
+        con,
+        "_gs_rt",
+        key,
+        f"""SELECT correlation, ts_ns AS s, ts_ns + dur_ns AS e, name_id
+            FROM events
+            WHERE run_id = $run AND rank = $rank AND ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
+              AND correlation IS NOT NULL AND dur_ns IS NOT NULL""",
+        p,
+    )
+
+
+def activity_sql(device_filter: str = "") -> str:
+    """GPU activity overlapping ``[$ws, $we)``, clipped to it, from the working set (call
+    :func:`working_set` first): columns ``dev``, ``stream``, ``s``, ``e``, ``correlation``,
+    ``name_id``, ``cat``."""
+    return f"""
+        SELECT dev, stream, greatest(s, $ws) AS s, least(e, $we) AS e, correlation, name_id, cat
+        FROM _gs_gpu WHERE s < $we AND e > $ws {device_filter}
+    """
+
+
+def union_sql(source: str, keys: tuple[str, ...] = ("dev",)) -> str:
+    """Merge the intervals ``(s, e)`` of ``source`` (a relation or subquery) within each group of
+    ``keys``: maximal disjoint intervals, touching ones joined. Columns: keys, ``s``, ``e``.
+    For small relations (evidence spans); the big GPU pass uses :func:`ensure_gaps`."""
+    part = f"PARTITION BY {', '.join(keys)}" if keys else ""
+    k = ", ".join(keys) + ", " if keys else ""
+    return f"""
+        SELECT {k}min(s) AS s, max(e) AS e FROM (
+            SELECT {k}s, e, sum(CASE WHEN pm IS NULL OR s > pm THEN 1 ELSE 0 END)
+                   OVER ({part} ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
+            FROM (
+                SELECT {k}s, e, max(e) OVER ({part} ORDER BY s, e
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
+                FROM ({source}) WHERE e > s
+            )
+        ) GROUP BY {k}grp
+    """
+
+
+def _params(run_id: str, rank: int, start_ns: int, end_ns: int, **kw: Any) -> dict[str, Any]:
+    return {"run": run_id, "rank": int(rank), "ws": int(start_ns), "we": int(end_ns), **kw}
+
+
+def ensure_gaps(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    start_ns: int,
+    end_ns: int,
+    *,
+    table: str = "_gs_gaps",
+) -> tuple[str, str]:
+    """Build (or reuse) the temp tables ``table`` and ``table + '_dev'`` for ``[start_ns, end_ns)``.
+
+    ``table``: every gap of every device with activity: ``dev``, ``gs``, ``ge`` (the gap
+    ``[gs, ge)``, ns), ``next_corr``/``next_name`` (correlation and name id of the activity that
+    ends the gap; NULL for the tail gap). ``table_dev``: per device and stream ``dev``,
+    ``stream``, ``active_ns`` (sum of activity durations), ``n_events``, ``first_s``, ``last_e``.
+    Devices without activity in the range appear in neither (their whole range is one gap)."""
+    working_set(con, run_id, rank)
+    p = _params(run_id, rank, start_ns, end_ns)
+    key = cache_key("gaps", run_id, rank, start_ns, end_ns)
+    cached_temp(
+        con,
+        table + "_dev",
+        key,
+        f"""SELECT dev, stream, sum(e - s)::BIGINT AS active_ns, count(*) AS n_events,
+                   min(s) AS first_s, max(e) AS last_e
+            FROM ({activity_sql()}) GROUP BY dev, stream""",
+        p,
+    )
+    cached_temp(
+        con,
+        table,
+        key,
+        f"""
+        WITH w AS (
+            SELECT dev, s, e, correlation, name_id,
+                   max(e) OVER (PARTITION BY dev ORDER BY s, e, correlation, name_id
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
+            FROM ({activity_sql()})
+        )
+        SELECT dev, coalesce(pm, $ws) AS gs, s AS ge, correlation AS next_corr,
+               name_id AS next_name
+        FROM w WHERE s > coalesce(pm, $ws)
+        UNION ALL
+        SELECT dev, max(last_e), $we, NULL, NULL FROM {table}_dev GROUP BY dev
+        HAVING max(last_e) < $we
+        """,
+        p,
+    )
+    return table, table + "_dev"
+
+
+def _cached_key(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
+    try:
+        row = con.execute("SELECT key FROM _gs_cache WHERE name = ?", [table]).fetchone()
+    except duckdb.CatalogException:
+        return None
+    return None if row is None else str(row[0])
+
+
+def _primary(con: duckdb.DuckDBPyConnection, dev_table: str) -> int | None:
+    row = con.execute(
+        f"SELECT dev FROM {dev_table} ORDER BY active_ns DESC, dev LIMIT 1"
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def primary_device(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, start_ns: int, end_ns: int
+) -> int | None:
+    """The device with the most GPU activity time in ``[start_ns, end_ns)`` (ties: lowest id);
+    None when no device ran anything."""
+    _, dev_table = ensure_gaps(con, run_id, rank, start_ns, end_ns)
+    return _primary(con, dev_table)
+
+
+@dataclass
+class BusySummary:
+    """Busy time of one rank over a window of ``window_ns``.
+
+    ``devices``: one row per device with activity (``device``, ``busy_ns``, ``busy_pct``,
+    ``active_ns`` = sum of activity durations before the union, ``n_events``). ``streams``: per
+    (``device``, ``stream``) the union of that stream's activity (``busy_ns``, ``busy_pct``,
+    ``n_events``). ``device`` is the primary device (most activity time) and ``busy_ns`` /
+    ``busy_pct`` its busy time and share of the window (%).
+    """
+
+    window_ns: int
+    device: int | None
+    busy_ns: int
+    busy_pct: float
+    devices: pd.DataFrame = field(repr=False)
+    streams: pd.DataFrame = field(repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "busy_us": us(self.busy_ns),
+            "busy_pct": self.busy_pct,
+            "devices": [
+                {"device": int(r.device), "busy_us": us(r.busy_ns), "busy_pct": float(r.busy_pct)}
+                for r in self.devices.itertuples()
+            ],
+            "streams": [
+                {
+                    "device": int(r.device),
+                    "stream": int(r.stream),
+                    "busy_us": us(r.busy_ns),
+                    "busy_pct": float(r.busy_pct),
+                    "n_events": int(r.n_events),
+                }
+                for r in self.streams.itertuples()
+            ],
+        }
+
+
+def busy_summary(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    start_ns: int,
+    end_ns: int,
+    *,
+    per_stream: bool = True,
+) -> BusySummary:
+    """Busy time per device (union across streams) and per stream in ``[start_ns, end_ns)``."""
+    window_ns = int(end_ns) - int(start_ns)
+    gaps, dev_table = ensure_gaps(con, run_id, rank, start_ns, end_ns)
+    devices = con.execute(
+        f"""
+        SELECT d.dev AS device, ($we - $ws - coalesce(g.idle, 0))::BIGINT AS busy_ns,
+               d.active_ns, d.n_events, d.n_streams
+        FROM (SELECT dev, sum(active_ns)::BIGINT AS active_ns, sum(n_events)::BIGINT AS n_events,
+                     count(*) AS n_streams FROM {dev_table} GROUP BY dev) d
+        LEFT JOIN (SELECT dev, sum(ge - gs) AS idle FROM {gaps} GROUP BY dev) g USING (dev)
+        ORDER BY d.active_ns DESC, device
+        """,
+        {"ws": int(start_ns), "we": int(end_ns)},
+    ).df()
+    # per stream: a device with one stream needs no second pass (its stream is the device)
+    multi = [int(d) for d, n in zip(devices["device"], devices["n_streams"], strict=True) if n > 1]
+    single = execute(
+        con,
+        f"""
+        SELECT d.dev AS device, d.stream, d.n_events, ($we - $ws - coalesce(g.idle, 0))::BIGINT AS busy_ns
+        FROM {dev_table} d
+        LEFT JOIN (SELECT dev, sum(ge - gs) AS idle FROM {gaps} GROUP BY dev) g USING (dev)
+        WHERE d.dev NOT IN (SELECT unnest($multi))
+        """,
+        {"ws": int(start_ns), "we": int(end_ns), "multi": multi or [NO_DEVICE]},
+    ).df()
+    parts = [single]
+    if per_stream and multi:
+        parts.append(
+            execute(
+                con,
+                f"""
+                SELECT dev AS device, stream, count(*) AS n_events,
+                       sum(greatest(0, e - greatest(s, coalesce(pm, s))))::BIGINT AS busy_ns
+                FROM (
+                    SELECT dev, stream, s, e,
+                           max(e) OVER (PARTITION BY dev, stream ORDER BY s, e
+                                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
+                    FROM ({activity_sql("AND dev IN (SELECT unnest($multi))")})
+                ) GROUP BY dev, stream
+                """,
+                _params(run_id, rank, start_ns, end_ns, multi=multi),
+            ).df()
+        )
+    streams = pd.concat([x for x in parts if not x.empty] or [single], ignore_index=True)
+    if not per_stream:
+        streams = streams.iloc[0:0]
+    streams = streams.sort_values(["device", "busy_ns", "stream"], ascending=[True, False, True])
+    streams = streams.reset_index(drop=True)
+    devices["busy_pct"] = [pct(b, window_ns) for b in devices["busy_ns"]]
+    streams["busy_pct"] = [pct(b, window_ns) for b in streams["busy_ns"]]
+    if devices.empty:
+        return BusySummary(window_ns, None, 0, 0.0, devices, streams)
+    top = devices.iloc[0]
+    busy = int(top["busy_ns"])
+    return BusySummary(window_ns, int(top["device"]), busy, pct(busy, window_ns), devices, streams)
+
+
+def merged_intervals(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    start_ns: int,
+    end_ns: int,
+    *,
+    device: int | None = None,
+    per_stream: bool = False,
+) -> pd.DataFrame:
+    """Maximal busy intervals ``[s, e)`` (ns) within ``[start_ns, end_ns)``: per device
+    (columns ``dev, s, e``), or per device and stream with ``per_stream`` (``dev, stream, s, e``)."""
+    working_set(con, run_id, rank)
+    filt = "" if device is None else "AND dev = $dev"
+    keys = ("dev", "stream") if per_stream else ("dev",)
+    sql = union_sql(activity_sql(filt), keys) + f" ORDER BY {', '.join(keys)}, s"
+    p = _params(run_id, rank, start_ns, end_ns)
+    if device is not None:
+        p["dev"] = int(device)
+    return execute(con, sql, p).df()
+
+
+def _resolve_device(
+    con: duckdb.DuckDBPyConnection, dev_table: str, device: int | None
+) -> tuple[int, bool]:
+    """(device id, whether it ran anything in the range)."""
+    if device is None:
+        prim = _primary(con, dev_table)
+        return (NO_DEVICE, False) if prim is None else (prim, True)
+    row = con.execute(f"SELECT count(*) FROM {dev_table} WHERE dev = ?", [int(device)]).fetchone()
+    return int(device), bool(row and row[0])
+
+
+def busy_series(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    start_ns: int,
+    end_ns: int,
+    n_buckets: int,
+    *,
+    device: int | None = None,
+) -> pd.DataFrame:
+    """Busy fraction per time bucket, for the sawtooth plot.
+
+    ``[start_ns, end_ns)`` is cut into ``n_buckets`` buckets with integer bounds
+    ``start + (end - start) * i // n``. Columns: ``bucket`` (0..n-1), ``start_ns``, ``end_ns``,
+    ``busy_ns`` (union of GPU activity of ``device``, default the primary device of the range,
+    inside the bucket) and ``busy_frac`` = busy_ns / bucket length (0..1; 0 for empty buckets).
+    One sorted pass over the range's GPU activity; gaps are spread over buckets by a hash join.
+    """
+    n = int(n_buckets)
+    start_ns, end_ns = int(start_ns), int(end_ns)
+    cols = ["bucket", "start_ns", "end_ns", "busy_ns", "busy_frac"]
+    if n <= 0 or end_ns <= start_ns:
+        return pd.DataFrame(
+            {c: pd.array([], dtype="float64" if c == "busy_frac" else "int64") for c in cols}
+        )
+    # the analysis window's gap table when it covers exactly this range, else one of its own
+    main_key = cache_key("gaps", run_id, rank, start_ns, end_ns)
+    table = "_gs_gaps" if _cached_key(con, "_gs_gaps") == main_key else "_gs_sgaps"
+    gaps, dev_table = ensure_gaps(con, run_id, rank, start_ns, end_ns, table=table)
+    dev, active = _resolve_device(con, dev_table, device)
+    d = end_ns - start_ns
+    p = {"ws": start_ns, "we": end_ns, "n": n, "d": d, "dev": dev}
+    big = "HUGEINT" if (d + 1) * n >= 2**62 else "BIGINT"
+    # bucket of time t: the largest k with start + d*k//n <= t, i.e. ((t - start + 1)*n - 1) // d
+    k1 = f"CAST((CAST(gs - $ws + 1 AS {big}) * $n - 1) // $d AS BIGINT)"
+    k2 = f"CAST((CAST(ge - $ws AS {big}) * $n - 1) // $d AS BIGINT)"
+    idle = (
+        """
+        SELECT b, sum(idle) AS idle FROM (
+            SELECT k1 AS b, ge - gs AS idle FROM kg WHERE k1 = k2
+            UNION ALL
+            SELECT x.b, least(x.ge, bounds.be) - greatest(x.gs, bounds.bs)
+            FROM (SELECT gs, ge, unnest(range(k1, k2 + 1)) AS b FROM kg WHERE k2 > k1) x
+            JOIN bounds USING (b)
+        ) GROUP BY b
+        """
+        if active
+        else "SELECT b, be - bs AS idle FROM bounds"
+    )
+    sql = f"""
+        WITH bounds AS (
+            SELECT i AS b, CAST($ws + (CAST($d AS {big}) * i) // $n AS BIGINT) AS bs,
+                   CAST($ws + (CAST($d AS {big}) * (i + 1)) // $n AS BIGINT) AS be
+            FROM range(0, $n) r(i)
+        ),
+        kg AS (SELECT gs, ge, {k1} AS k1, {k2} AS k2 FROM {gaps} WHERE dev = $dev),
+        idle AS ({idle})
+        SELECT bounds.b AS bucket, bs AS start_ns, be AS end_ns,
+               CAST(be - bs - coalesce(idle.idle, 0) AS BIGINT) AS busy_ns,
+               CASE WHEN be > bs THEN (be - bs - coalesce(idle.idle, 0)) / (be - bs) ELSE 0.0 END
+                   AS busy_frac
+        FROM bounds LEFT JOIN idle USING (b) ORDER BY bounds.b
+    """
+    out = execute(con, sql, p).df()
+    return out.astype(
+        {"bucket": "int64", "start_ns": "int64", "end_ns": "int64", "busy_ns": "int64"}
+    )
+
+
+def busy_in_ranges(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    ranges: list[tuple[int, int]],
+    *,
+    device: int | None = None,
+    window: tuple[int, int] | None = None,
+) -> list[int]:
+    """Busy ns of ``device`` (default: the primary device) inside each ``[start, end)`` range.
+
+    ``window`` (start, end) names the range whose gaps to use (default: the ranges' hull); pass
+    the analysis window to reuse the gap table that :func:`busy_summary` built for it."""
+    if not ranges:
+        return []
+    lo, hi = (
+        window if window is not None else (min(r[0] for r in ranges), max(r[1] for r in ranges))
+    )
+    if hi <= lo:
+        return [0] * len(ranges)
+    gaps, dev_table = ensure_gaps(con, run_id, rank, lo, hi)
+    dev, active = _resolve_device(con, dev_table, device)
+    clipped = [(max(int(s), lo), min(int(e), hi)) for s, e in ranges]
+    if not active:
+        return [0] * len(ranges)
+    idle = overlap_by_range(
+        con, f"SELECT gs AS s, ge AS e FROM {gaps} WHERE dev = $dev", clipped, lo, hi, {"dev": dev}
+    )
+    return [max(0, e - s) - idle[k] for k, (s, e) in enumerate(clipped)]
+
+
+def overlap_by_range(
+    con: duckdb.DuckDBPyConnection,
+    intervals_sql: str,
+    ranges: list[tuple[int, int]],
+    lo: int,
+    hi: int,
+    params: dict[str, Any] | None = None,
+) -> list[int]:
+    """Total overlap (ns) of each ``[start, end)`` range with the *disjoint* intervals ``s, e``
+    of ``intervals_sql`` (all inside ``[lo, hi)``). A hash join on time buckets: no sort of the
+    intervals; overlaps are clipped to each shared bucket, so nothing counts twice."""
+    bw = max(1, (int(hi) - int(lo)) // 4096)
+    rows = execute(
+        con,
+        f"""
+        WITH r AS (SELECT unnest($i) AS i, unnest($rs) AS rs, unnest($re) AS re),
+        rb AS (
+            SELECT i, rs, re, unnest(range((rs - $lo) // $bw, (re - 1 - $lo) // $bw + 1)) AS k
+            FROM r WHERE re > rs
+        ),
+        iv AS (SELECT s, e, (s - $lo) // $bw AS k1, (e - 1 - $lo) // $bw AS k2 FROM ({intervals_sql})),
+        ib AS (
+            SELECT s, e, k1 AS k FROM iv WHERE k1 = k2
+            UNION ALL SELECT s, e, unnest(range(k1, k2 + 1)) FROM iv WHERE k2 > k1
+        )
+        SELECT rb.i, sum(least(ib.e, rb.re, $lo + (rb.k + 1) * $bw)
+                         - greatest(ib.s, rb.rs, $lo + rb.k * $bw))::BIGINT
+        FROM ib JOIN rb USING (k)
+        WHERE ib.s < rb.re AND ib.e > rb.rs
+        GROUP BY rb.i
+        """,
+        {
+            **(params or {}),
+            "i": list(range(len(ranges))),
+            "rs": [int(r[0]) for r in ranges],
+            "re": [int(r[1]) for r in ranges],
+            "lo": int(lo),
+            "bw": bw,
+        },
+    ).fetchall()
+    out = [0] * len(ranges)
+    for i, v in rows:
+        out[int(i)] = int(v)
+    return out
+
+
+def comm_only_ns(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    start_ns: int,
+    end_ns: int,
+    device: int | None,
+    busy_ns: int,
+) -> int:
+    """Time (ns) in ``[start_ns, end_ns)`` when ``device`` ran only communication kernels
+    (``ncclDevKernel*``, ``ncclKernel*``, ...): its busy time minus the union of everything else.
+    0 without communication kernels (no second pass then)."""
+    if device is None:
+        return 0
+    working_set(con, run_id, rank)
+    comm = [
+        int(r[0])
+        for r in con.execute(
+            "SELECT name_id FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
+            [run_id, COMM_KERNEL_RE],
+        ).fetchall()
+    ]
+    if not comm:
+        return 0
+    p = _params(run_id, rank, start_ns, end_ns, dev=int(device), comm=comm)
+    row = execute(
+        con,
+        f"""
+        SELECT coalesce(sum(greatest(0, e - greatest(s, coalesce(pm, s)))), 0)::BIGINT FROM (
+            SELECT s, e, max(e) OVER (ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                       AS pm
+            FROM ({activity_sql("AND dev = $dev AND NOT list_contains($comm, name_id)")})
+        )
+        """,
+        p,
+    ).fetchone()
+    other = int(row[0]) if row else 0
+    return max(0, int(busy_ns) - other)

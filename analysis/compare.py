@@ -1,0 +1,261 @@
+"""Compare two analysed runs: per-metric deltas and which recommendations B resolved.
+
+Per-step quantities (idle by cause, kernel categories, top kernels) are compared per step, so runs
+of different lengths compare fairly; with a unit count in the trace metadata, throughput too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+from gpuscope.analysis.idle import CAUSES
+from gpuscope.analysis.report import RunReport, analyze_run
+
+
+@dataclass
+class Delta:
+    """One metric of A and B. ``better``: which direction is an improvement (``lower``/``higher``),
+    or None when neither is."""
+
+    metric: str
+    unit: str
+    a: float | None
+    b: float | None
+    better: str | None = "lower"
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def delta_pct(self) -> float | None:
+        d = self.delta
+        return None if d is None or not self.a else 100.0 * d / abs(self.a)
+
+    @property
+    def improved(self) -> bool | None:
+        d = self.delta
+        if d is None or self.better is None or d == 0:
+            return None
+        return (d < 0) == (self.better == "lower")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "unit": self.unit,
+            "a": self.a,
+            "b": self.b,
+            "delta": self.delta,
+            "delta_pct": self.delta_pct,
+            "better": self.better,
+            "improved": self.improved,
+        }
+
+
+@dataclass
+class Comparison:
+    """A vs B. ``metrics``: headline metrics; ``idle_by_cause``: µs per step per cause;
+    ``kernel_categories``: kernel µs per step per category; ``top_kernels``: the kernels whose
+    time per step changed most; ``recommendations``: ids ``resolved`` (in A, not in B),
+    ``remaining`` (in both) and ``new`` (only in B)."""
+
+    a: dict[str, Any]
+    b: dict[str, Any]
+    metrics: list[Delta]
+    idle_by_cause: list[Delta]
+    kernel_categories: list[Delta]
+    top_kernels: list[Delta]
+    recommendations: dict[str, list[str]]
+    speedup: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": "gpuscope.compare/1",
+            "a": self.a,
+            "b": self.b,
+            "speedup": self.speedup,
+            "metrics": [d.to_json() for d in self.metrics],
+            "idle_by_cause": [d.to_json() for d in self.idle_by_cause],
+            "kernel_categories": [d.to_json() for d in self.kernel_categories],
+            "top_kernels": [d.to_json() for d in self.top_kernels],
+            "recommendations": self.recommendations,
+            "notes": list(self.notes),
+        }
+
+    def table(self) -> str:
+        """A readable text table (what ``gpuscope compare`` prints without ``--json``)."""
+        lines = [
+            f"A: {self.a['name']} ({self.a['id']}, rank {self.a['rank']})",
+            f"B: {self.b['name']} ({self.b['id']}, rank {self.b['rank']})",
+        ]
+        if self.speedup:
+            lines.append(f"speed-up (A step time / B step time): {self.speedup:.2f}x")
+        for title, rows in (
+            ("metric", self.metrics),
+            ("idle per step by cause", self.idle_by_cause),
+            ("kernel time per step by category", self.kernel_categories),
+            ("kernels that changed most (per step)", self.top_kernels),
+        ):
+            if not rows:
+                continue
+            lines += ["", f"{title:44} {'A':>12} {'B':>12} {'change':>9}  unit"]
+            for d in rows:
+                lines.append(
+                    f"{_clip(d.metric, 44):44} {_fmt(d.a):>12} {_fmt(d.b):>12} "
+                    f"{_pct(d.delta_pct):>9}  {d.unit}{_mark(d.improved)}"
+                )
+        rec = self.recommendations
+        lines += [
+            "",
+            "recommendations resolved by B: " + (", ".join(rec["resolved"]) or "-"),
+            "still open in B:               " + (", ".join(rec["remaining"]) or "-"),
+            "new in B:                      " + (", ".join(rec["new"]) or "-"),
+        ]
+        return "\n".join(lines)
+
+
+def _clip(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 1e5:
+        return f"{v:.3g}"
+    return f"{v:.2f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1f}%"
+
+
+def _mark(improved: bool | None) -> str:
+    return "" if improved is None else ("  better" if improved else "  worse")
+
+
+def _summary(r: RunReport) -> dict[str, Any]:
+    return {
+        "id": r.run["id"],
+        "name": r.run["name"],
+        "gpu": r.run.get("gpu"),
+        "rank": r.rank,
+        "steps": len(r.window.steps),
+    }
+
+
+def _per_step(v: float | None, r: RunReport) -> float | None:
+    return None if v is None else v / r.window.n_steps
+
+
+def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Comparison:
+    """Deltas of B against A."""
+
+    def tp(r: RunReport, key: str) -> float | None:
+        return (r.throughput or {}).get(key)
+
+    metrics = [
+        Delta("step_time_ms", "ms", a.step_stats.mean_ms, b.step_stats.mean_ms, "lower"),
+        Delta("step_time_p50_ms", "ms", a.step_stats.p50_ms, b.step_stats.p50_ms, "lower"),
+        Delta("samples_per_s", "1/s", tp(a, "samples_per_s"), tp(b, "samples_per_s"), "higher"),
+        Delta("tokens_per_s", "1/s", tp(a, "tokens_per_s"), tp(b, "tokens_per_s"), "higher"),
+        Delta("gpu_busy_pct", "%", a.gpu_busy_pct, b.gpu_busy_pct, "higher"),
+        Delta("idle_pct", "%", a.idle_pct, b.idle_pct, "lower"),
+        Delta(
+            "idle_per_step_us",
+            "µs",
+            a.idle.total_ns / a.window.n_steps / 1e3,
+            b.idle.total_ns / b.window.n_steps / 1e3,
+            "lower",
+        ),
+        Delta(
+            "tensor_core_pct",
+            "%",
+            getattr(a.tensor_cores, "tensor_core_pct", None),
+            getattr(b.tensor_cores, "tensor_core_pct", None),
+            "higher",
+        ),
+        Delta("mfu_pct", "%", a.mfu_pct, b.mfu_pct, "higher"),
+        Delta("mfu_busy_pct", "%", a.mfu_busy_pct, b.mfu_busy_pct, "higher"),
+        Delta("flops_per_step", "FLOP", a.flops_per_step, b.flops_per_step, None),
+    ]
+    metrics = [m for m in metrics if m.a is not None or m.b is not None]
+    idle = [
+        Delta(
+            c,
+            "µs/step",
+            a.idle.causes_ns[c] / a.window.n_steps / 1e3,
+            b.idle.causes_ns[c] / b.window.n_steps / 1e3,
+            "lower",
+        )
+        for c in CAUSES
+        if a.idle.causes_ns[c] or b.idle.causes_ns[c]
+    ]
+    ca = dict(getattr(a.kernels, "by_category", None) or {})
+    cb = dict(getattr(b.kernels, "by_category", None) or {})
+    cats = [
+        Delta(c, "µs/step", _per_step(ca.get(c, 0.0), a), _per_step(cb.get(c, 0.0), b), "lower")
+        for c in dict.fromkeys([*ca, *cb])
+        if ca.get(c) or cb.get(c)
+    ]
+    ka = {
+        k.name: k.total_us
+        for k in getattr(a.kernels, "top", None) or []
+        if not k.name.startswith("others (")
+    }
+    kb = {
+        k.name: k.total_us
+        for k in getattr(b.kernels, "top", None) or []
+        if not k.name.startswith("others (")
+    }
+    tops = [
+        Delta(
+            name,
+            "µs/step",
+            _per_step(ka.get(name, 0.0), a),
+            _per_step(kb.get(name, 0.0), b),
+            "lower",
+        )
+        for name in dict.fromkeys([*ka, *kb])
+    ]
+    tops.sort(key=lambda d: (-abs(d.delta or 0.0), d.metric))
+    ra = [r.id for r in a.recommendations]
+    rb = [r.id for r in b.recommendations]
+    recs = {
+        "resolved": [i for i in ra if i not in rb],
+        "remaining": [i for i in ra if i in rb],
+        "new": [i for i in rb if i not in ra],
+    }
+    notes = []
+    if a.run.get("gpu") != b.run.get("gpu"):
+        notes.append(f"different GPUs: {a.run.get('gpu')} vs {b.run.get('gpu')}")
+    if a.throughput is None or b.throughput is None:
+        notes.append(
+            "no samples_per_step/tokens_per_step in one trace: step times compare work of different sizes only if the batch is the same"
+        )
+    speedup = a.step_stats.mean_ms / b.step_stats.mean_ms if b.step_stats.mean_ms > 0 else None
+    return Comparison(
+        a=_summary(a),
+        b=_summary(b),
+        metrics=metrics,
+        idle_by_cause=idle,
+        kernel_categories=cats,
+        top_kernels=tops[:top_n],
+        recommendations=recs,
+        speedup=speedup,
+        notes=notes,
+    )
+
+
+def compare_runs(
+    con: duckdb.DuckDBPyConnection, a: str, b: str, *, top_n: int = 10, **kw: Any
+) -> Comparison:
+    """Analyse runs ``a`` and ``b`` with :func:`analyze_run` (keyword arguments passed on, e.g.
+    ``rank``, ``step_annotation``, ``peak_tflops``) and compare them."""
+    kw.setdefault("all_ranks", False)
+    ra = analyze_run(con, a, **kw)
+    rb = analyze_run(con, b, **kw)
+    return compare_reports(ra, rb, top_n=top_n)

@@ -1,0 +1,710 @@
+"""Idle gaps of a device and their causes, from evidence in the trace.
+
+A **gap** is a maximal interval of the window in which the device runs no GPU activity (kernel,
+memcpy, memset on any stream). Every ns of every gap is attributed to exactly one cause, so the
+causes sum exactly to the idle time (integer ns). Precedence (docs/metrics.md):
+
+1. ``launch_overhead`` – the activity that ends the gap had been launched (its runtime call had
+   returned) before the gap began, and the gap is at most :data:`LAUNCH_GAP_MAX_NS`: the GPU had
+   work queued and still idled. A longer gap with queued work is ``other``.
+2. Otherwise the host was late, and each instant of the gap goes to the first of these host
+   states that holds at that instant (on any host thread of the rank):
+   ``data_loading`` (inside a DataLoader ``__next__``), ``pageable_copy`` (inside a memcpy call
+   whose copy is host-to-device from pageable memory), ``communication`` (inside a collective),
+   ``host_sync`` (inside a synchronizing runtime call), ``cpu_overhead`` (inside any other traced
+   host span, or the steps' CPU extent), else ``other``.
+3. A gap that began while the host was blocked in a synchronizing call (the queue was drained by
+   it) gives its ``cpu_overhead`` and ``other`` time to ``host_sync``.
+
+Everything is computed in DuckDB with set-based SQL: interval unions by a sorted running max, and
+the overlap of each gap with each nested union of host evidence by one sorted sweep (the covered
+length up to ``t`` is ``sum(±boundary) + t * open``, exact and independent of tie order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+from gpuscope.analysis.busy import NO_DEVICE, ensure_gaps, union_sql
+from gpuscope.analysis.steps import Window
+from gpuscope.analysis.store_access import (
+    COMM_RE,
+    DATALOADER_RE,
+    HOST_CATS_SQL,
+    MEMCPY_API_RE,
+    PAGEABLE_D2H_RE,
+    PAGEABLE_H2D_RE,
+    PROFILER_STEP_RE,
+    RUNTIME_CATS_SQL,
+    SYNC_APIS,
+    SYNC_SLACK_NS,
+    cache_key,
+    cached_temp,
+    execute,
+    names_matching,
+    pct,
+    regex,
+    sql_list,
+    us,
+)
+
+#: Causes in precedence order (launch_overhead is decided per gap, the rest per instant).
+CAUSES: tuple[str, ...] = (
+    "launch_overhead",
+    "data_loading",
+    "pageable_copy",
+    "communication",
+    "host_sync",
+    "cpu_overhead",
+    "other",
+)
+#: Host evidence classes, in precedence order; level k of the sweep is the union of classes 1..k,
+#: level 5 adds every other host span (and the steps' CPU extent).
+EVIDENCE_CLASSES: tuple[str, ...] = ("data_loading", "pageable_copy", "communication", "host_sync")
+
+LAUNCH_GAP_MAX_NS = 100_000
+"""Longest gap (ns) with the next activity already queued that still counts as launch overhead."""
+
+
+def _name_classes_sql() -> str:
+    """The run's names that can make a host span evidence, with flags (a small table)."""
+    flags = {
+        "dl": regex(DATALOADER_RE),
+        "comm": regex(COMM_RE),
+        "sync_api": f"name IN {sql_list(SYNC_APIS)}",
+        "memcpy": regex(MEMCPY_API_RE),
+    }
+    cols = ", ".join(f"{cond} AS {k}" for k, cond in flags.items())
+    anyc = " OR ".join(f"({c})" for c in flags.values())
+    return f"SELECT name_id, {cols} FROM names WHERE run_id = $run AND ({anyc})"
+
+
+def _evidence_sql() -> tuple[str, str]:
+    """Host evidence spans of the window, classes 1..4 of :data:`EVIDENCE_CLASSES`: ``cls``,
+    ``cat``, ``name_id``, ``tid``, ``s``/``e`` (clipped to the window), ``span_s``/``span_dur``
+    (unclipped), ``correlation``, ``external_id``, ``bytes`` (of the copy, for memcpy calls).
+    Two statements: the candidate spans (a small table), then their classes."""
+    cand = f"""
+        WITH nc AS ({_name_classes_sql()})
+        SELECT e.cat, e.name_id, e.tid, greatest(e.ts_ns, $ws) AS s,
+               least(e.ts_ns + e.dur_ns, $we) AS e, e.ts_ns AS span_s, e.dur_ns AS span_dur,
+               e.correlation, e.external_id, nc.dl, nc.comm, nc.sync_api, nc.memcpy,
+               e.cat IN {RUNTIME_CATS_SQL} AS rt
+        FROM events e JOIN nc USING (name_id)
+        WHERE e.run_id = $run AND e.rank = $rank AND e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
+          AND e.dur_ns > 0 AND e.ts_ns < $we AND e.ts_ns + e.dur_ns > $ws
+    """
+    classes = f"""
+        WITH mc AS (SELECT DISTINCT correlation FROM _gs_cand WHERE rt AND memcpy),
+        gmem AS (
+            SELECT g.correlation,
+                   bool_or(regexp_matches(n.name, '{PAGEABLE_H2D_RE}')) AS h2d,
+                   bool_or(regexp_matches(n.name, '{PAGEABLE_D2H_RE}')) AS d2h,
+                   sum(g.bytes)::BIGINT AS bytes
+            FROM mc JOIN _gs_gpu g ON g.correlation = mc.correlation
+            JOIN names n ON n.run_id = $run AND n.name_id = g.name_id
+            GROUP BY g.correlation
+        )
+        SELECT CASE
+                 WHEN dl THEN 1
+                 WHEN rt AND memcpy AND coalesce(gmem.h2d, false) THEN 2
+                 WHEN comm THEN 3
+                 WHEN rt AND (sync_api OR (memcpy AND coalesce(gmem.d2h, false))) THEN 4
+               END AS cls,
+               cat, name_id, tid, s, e, span_s, span_dur, correlation, external_id, gmem.bytes
+        FROM _gs_cand c LEFT JOIN gmem USING (correlation)
+        WHERE cls IS NOT NULL
+    """
+    return cand, classes
+
+
+def _build(con: duckdb.DuckDBPyConnection, p: dict[str, Any], key: str) -> None:
+    """Fill the temp tables ``_gs_g`` (gaps of the device with their launch), ``_gs_ev``
+    (evidence spans), ``_gs_lv`` (evidence levels) and ``_gs_idle`` (ns per cause per gap)."""
+    if not _stale(con, key):
+        return
+    gaps, dev_table = ensure_gaps(con, p["run"], p["rank"], p["ws"], p["we"])
+    ev_key = cache_key("ev", p["run"], p["rank"], p["ws"], p["we"])
+    cand, classes = _evidence_sql()
+    cached_temp(con, "_gs_cand", ev_key, cand, p)
+    cached_temp(con, "_gs_ev", ev_key, classes, p)
+    # gaps of the device with the launch call of the activity that ends each gap
+    has_act = con.execute(f"SELECT count(*) FROM {dev_table} WHERE dev = ?", [p["dev"]]).fetchone()
+    device_gaps = (
+        f"SELECT gs, ge, next_corr, next_name FROM {gaps} WHERE dev = $dev"
+        if has_act and has_act[0]
+        else "SELECT $ws AS gs, $we AS ge, NULL::BIGINT AS next_corr, NULL::INTEGER AS next_name"
+    )
+    rt = "SELECT correlation, s AS ts_ns, e AS te, name_id FROM _gs_rt WHERE s < $we"
+    cols = """gg.gs, gg.ge, gg.next_corr, gg.next_name, rt.ts_ns AS launch_s, rt.te AS launch_e,
+              rt.name_id AS launch_name, coalesce(rt.te <= gg.gs, false) AS queued"""
+    # inner join plus the gaps without a next activity: no outer join (slow in parallel)
+    execute(
+        con,
+        f"""
+        CREATE OR REPLACE TEMP TABLE _gs_g AS
+        WITH gg AS ({device_gaps})
+        SELECT {cols} FROM gg JOIN ({rt}) rt ON rt.correlation = gg.next_corr
+        UNION ALL
+        SELECT gs, ge, next_corr, next_name, NULL, NULL, NULL, false FROM gg WHERE next_corr IS NULL
+        """,
+        p,
+    )
+    # every gap exactly once? (same multiset of starts: count, sum and sum of hashes agree)
+    fp = "count(*), sum(gs)::HUGEINT, sum(hash(gs))::HUGEINT"
+    before = execute(con, f"WITH gg AS ({device_gaps}) SELECT {fp} FROM gg", p).fetchone()
+    after = con.execute(f"SELECT {fp} FROM _gs_g").fetchone()
+    if before != after:
+        # a launch missing from the trace, or one correlation id on two runtime calls: keep
+        # every gap once, with its first launch call
+        execute(
+            con,
+            f"""
+            CREATE OR REPLACE TEMP TABLE _gs_g AS
+            WITH gg AS ({device_gaps})
+            SELECT {cols} FROM gg LEFT JOIN ({rt}) rt ON rt.correlation = gg.next_corr
+            QUALIFY row_number() OVER (PARTITION BY gg.gs ORDER BY rt.ts_ns, rt.te) = 1
+            """,
+            p,
+        )
+    # nested unions of host evidence: level k = classes 1..k (k <= 4); level 5 adds every other
+    # host span, the steps' CPU extent [$hs, $he) counting as one span (the training loop);
+    # level 6 = synchronizing calls widened by the slack, to tell gaps drained by a sync
+    levels = [
+        f"SELECT {k} AS lvl, s, e FROM ({union_sql(f'SELECT s, e FROM _gs_ev WHERE cls <= {k}', ())})"
+        for k in range(1, 5)
+    ]
+    outside_hull = "" if p.get("hs") is None else "AND (ts_ns < $hs OR ts_ns + dur_ns > $he)"
+    hull = "" if p.get("hs") is None else "UNION ALL SELECT greatest($hs, $ws), least($he, $we)"
+    all_host = f"""
+        SELECT greatest(ts_ns, $ws) AS s, least(ts_ns + dur_ns, $we) AS e FROM events
+        WHERE run_id = $run AND rank = $rank AND ph = 'X' AND cat IN {HOST_CATS_SQL}
+          AND dur_ns > 0 AND ts_ns < $we AND ts_ns + dur_ns > $ws {outside_hull}
+        UNION ALL SELECT s, e FROM _gs_ev {hull}
+    """
+    levels.append(f"SELECT 5 AS lvl, s, e FROM ({union_sql(all_host, ())})")
+    sync_wide = f"SELECT s, e + {SYNC_SLACK_NS} AS e FROM _gs_ev WHERE cls = 4"
+    levels.append(f"SELECT 6 AS lvl, s, e FROM ({union_sql(sync_wide, ())})")
+    execute(con, "CREATE OR REPLACE TEMP TABLE _gs_lv AS " + " UNION ALL ".join(levels), p)
+    # Only host-late gaps that touch a "special" interval (evidence of level 1..4, a widened
+    # sync, or a hole in level 5) need the sweep; every other host-late gap lies wholly inside
+    # level 5 and outside levels 1..4: all cpu_overhead. Candidates come from a hash join on
+    # time buckets (no sort of the gaps).
+    bw = max(1, (int(p["we"]) - int(p["ws"])) // 65536)
+    execute(
+        con,
+        f"""
+        CREATE OR REPLACE TEMP TABLE _gs_flag AS
+        WITH l5 AS (SELECT s, e FROM _gs_lv WHERE lvl = 5),
+        sp AS (
+            SELECT s AS a, e AS b FROM _gs_lv WHERE lvl BETWEEN 1 AND 4
+            UNION ALL SELECT s, e + 1 FROM _gs_lv WHERE lvl = 6
+            UNION ALL SELECT coalesce(lag(e) OVER (ORDER BY s), $ws), s FROM l5
+            UNION ALL SELECT coalesce((SELECT max(e) FROM l5), $ws), $we
+        ),
+        spb AS (
+            SELECT a, b, unnest(range((a - $ws) // {bw}, (b - 1 - $ws) // {bw} + 1)) AS k
+            FROM sp WHERE b > a
+        ),
+        lg AS (
+            SELECT gs, ge, (gs - $ws) // {bw} AS k1, (ge - 1 - $ws) // {bw} AS k2
+            FROM _gs_g WHERE NOT queued
+        ),
+        lgb AS (
+            SELECT gs, ge, k1 AS k FROM lg WHERE k1 = k2
+            UNION ALL SELECT gs, ge, unnest(range(k1, k2 + 1)) FROM lg WHERE k2 > k1
+        )
+        SELECT DISTINCT lgb.gs, lgb.ge FROM lgb JOIN spb USING (k)
+        WHERE lgb.gs < spb.b AND lgb.ge > spb.a
+        """,
+        p,
+    )
+    # sweep over level boundaries and the ends of the candidate gaps: the covered length of
+    # level k up to t = sum(-s of starts, +e of ends so far) + t * (open intervals), which does
+    # not depend on the order of equal times
+    cov = ", ".join(
+        f"sum(CASE WHEN lvl = {k} THEN (CASE WHEN d = 1 THEN -t ELSE t END) ELSE 0 END) OVER w"
+        f" + t * sum(CASE WHEN lvl = {k} THEN d ELSE 0 END) OVER w AS c{k}"
+        for k in range(1, 6)
+    )
+    lens = ", ".join(
+        f"CAST(sum(CASE WHEN side = 2 THEN c{k} ELSE -c{k} END) AS BIGINT) AS l{k}"
+        for k in range(1, 6)
+    )
+    execute(
+        con,
+        f"""
+        CREATE OR REPLACE TEMP TABLE _gs_sh AS
+        WITH pts AS (
+            SELECT s AS t, lvl, 1 AS d, NULL::BIGINT AS gs, 0 AS side FROM _gs_lv
+            UNION ALL SELECT e, lvl, -1, NULL, 0 FROM _gs_lv
+            UNION ALL SELECT gs, 0, 0, gs, 1 FROM _gs_flag
+            UNION ALL SELECT ge, 0, 0, gs, 2 FROM _gs_flag
+        ),
+        sw AS (
+            -- at equal times gap rows come first: a sync starting exactly at the gap start did
+            -- not drain the queue, one ending (with slack) exactly there did
+            SELECT gs, side, {cov},
+                   sum(CASE WHEN lvl = 6 THEN d ELSE 0 END) OVER w AS open6
+            FROM pts WINDOW w AS (ORDER BY t, lvl > 0 ROWS UNBOUNDED PRECEDING)
+        ),
+        sh AS (
+            SELECT gs, {lens}, bool_or(side = 1 AND open6 > 0) AS drained
+            FROM sw WHERE gs IS NOT NULL GROUP BY gs
+        ),
+        c AS (
+            SELECT f.gs, f.ge - f.gs AS dur, sh.drained, 0::BIGINT AS launch_overhead_ns,
+                   l1 AS data_loading_ns, l2 - l1 AS pageable_copy_ns, l3 - l2 AS communication_ns,
+                   CASE WHEN drained THEN f.ge - f.gs - l3 ELSE l4 - l3 END AS host_sync_ns,
+                   CASE WHEN drained THEN 0 ELSE l5 - l4 END AS cpu_overhead_ns,
+                   CASE WHEN drained THEN 0 ELSE f.ge - f.gs - l5 END AS other_ns
+            FROM _gs_flag f JOIN sh USING (gs)
+        )
+        SELECT *, {_DOMINANT} AS cause FROM c
+        """,
+        p,
+    )
+    # every gap: queued ones are launch overhead (or other when long), swept ones have their
+    # shares, every other host-late gap is wholly cpu_overhead
+    lo = LAUNCH_GAP_MAX_NS
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP VIEW _gs_idle AS
+        WITH c AS (
+            SELECT g.gs AS start_ns, g.ge AS end_ns, g.ge - g.gs AS dur_ns, g.queued,
+                   coalesce(sh.drained, false) AS drained, g.next_corr, g.next_name, g.launch_name,
+                   g.launch_s, g.launch_e, CASE WHEN g.queued THEN g.gs - g.launch_e END AS queued_for_ns,
+                   CASE WHEN g.queued AND g.ge - g.gs <= {lo} THEN g.ge - g.gs ELSE 0 END
+                       AS launch_overhead_ns,
+                   coalesce(sh.data_loading_ns, 0) AS data_loading_ns,
+                   coalesce(sh.pageable_copy_ns, 0) AS pageable_copy_ns,
+                   coalesce(sh.communication_ns, 0) AS communication_ns,
+                   coalesce(sh.host_sync_ns, 0) AS host_sync_ns,
+                   CASE WHEN g.queued THEN 0 WHEN sh.gs IS NULL THEN g.ge - g.gs
+                        ELSE sh.cpu_overhead_ns END AS cpu_overhead_ns,
+                   CASE WHEN g.queued AND g.ge - g.gs > {lo} THEN g.ge - g.gs
+                        ELSE coalesce(sh.other_ns, 0) END AS other_ns
+            FROM _gs_g g LEFT JOIN _gs_sh sh ON sh.gs = g.gs
+        )
+        SELECT *, {_DOMINANT} AS cause FROM c
+        """
+    )
+    con.execute("CREATE OR REPLACE TEMP TABLE _gs_idle_key AS SELECT ? AS key", [key])
+
+
+# the cause with the most ns in a gap; CASE takes the first match, so ties go by precedence
+_DOMINANT = (
+    "CASE greatest("
+    + ", ".join(f"{c}_ns" for c in CAUSES)
+    + ") "
+    + " ".join(f"WHEN {c}_ns THEN '{c}'" for c in CAUSES)
+    + " END"
+)
+
+
+def _stale(con: duckdb.DuckDBPyConnection, key: str) -> bool:
+    try:
+        row = con.execute("SELECT key FROM _gs_idle_key").fetchone()
+        con.execute("SELECT 1 FROM _gs_idle LIMIT 0")
+    except duckdb.CatalogException:
+        return True
+    return row is None or row[0] != key
+
+
+@dataclass
+class IdleResult:
+    """Idle time of one device over a window (ns), split by cause.
+
+    ``causes_ns`` sums exactly to ``total_ns``. ``gaps_by_cause``: number of gaps whose dominant
+    cause (most ns; ties by precedence) is each cause. ``top``: the longest gaps with evidence
+    (columns as :func:`idle_gaps`). ``evidence``: per host evidence class, the spans seen in the
+    window (``name``, ``op``, ``count``, ``host_ns``, ``bytes``), for recommendations.
+    """
+
+    window_ns: int
+    n_steps: int
+    device: int | None
+    total_ns: int
+    n_gaps: int
+    causes_ns: dict[str, int]
+    gaps_by_cause: dict[str, int] = field(default_factory=dict)
+    evidence: dict[str, pd.DataFrame] = field(repr=False, default_factory=dict)
+    top: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
+
+    def cause_pct(self, cause: str) -> float:
+        """A cause's idle time as % of the window."""
+        return pct(self.causes_ns.get(cause, 0), self.window_ns)
+
+    def cause_per_step_ns(self, cause: str) -> float:
+        """A cause's idle time per step, ns."""
+        return self.causes_ns.get(cause, 0) / max(1, self.n_steps)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "total_us": us(self.total_ns),
+            "pct": pct(self.total_ns, self.window_ns),
+            "per_step_us": us(self.total_ns / max(1, self.n_steps)),
+            "n_gaps": self.n_gaps,
+            "causes": {c: us(self.causes_ns[c]) for c in CAUSES},
+            "causes_pct": {c: self.cause_pct(c) for c in CAUSES},
+            "gaps_by_cause": {c: self.gaps_by_cause.get(c, 0) for c in CAUSES},
+            "top_gaps": gaps_to_json(self.top),
+        }
+
+
+def gaps_to_json(gaps: pd.DataFrame) -> list[dict[str, Any]]:
+    """Gap rows (with evidence columns when present) as JSON objects, times in µs."""
+    out = []
+    for r in gaps.to_dict("records"):
+        d: dict[str, Any] = {
+            "start_us": us(r["start_ns"]),
+            "end_us": us(r["end_ns"]),
+            "duration_us": us(r["dur_ns"]),
+            "step": _int(r.get("step")),
+            "cause": r["cause"],
+            "causes": {c: us(r[f"{c}_ns"]) for c in CAUSES if r[f"{c}_ns"]},
+            "next": _str(r.get("next")),
+            "prev": _str(r.get("prev")),
+            "evidence": None,
+        }
+        if _str(r.get("evidence_name")) is not None:
+            d["evidence"] = {
+                "name": r["evidence_name"],
+                "cat": _str(r.get("evidence_cat")),
+                "op": _str(r.get("evidence_op")),
+                "start_us": us(r["evidence_start_ns"]),
+                "duration_us": us(r["evidence_dur_ns"]),
+                "overlap_us": us(r.get("evidence_overlap_ns")),
+                "queued_for_us": us(_int(r.get("queued_for_ns"))),
+            }
+        out.append(d)
+    return out
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def _str(v: Any) -> str | None:
+    return None if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def _str(v: Any) -> str | None:
+    return None if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
+
+
+def _evidence_summary(con: duckdb.DuckDBPyConnection, p: dict[str, Any]) -> dict[str, pd.DataFrame]:
+    """Per evidence class: span names (runtime calls named with their enclosing op), count, host
+    time and bytes copied, from the ``_gs_ev`` table."""
+    frame = execute(
+        con,
+        f"""
+        WITH ops AS (
+            SELECT external_id, arg_min(name_id, dur_ns) AS op_name FROM events
+            WHERE run_id = $run AND rank = $rank AND cat IN ('cpu_op', 'Operator')
+              AND external_id IN (SELECT external_id FROM _gs_ev WHERE external_id IS NOT NULL)
+            GROUP BY external_id
+        )
+        SELECT ev.cls, n.name, on_.name AS op, count(*) AS count,
+               sum(ev.span_dur)::BIGINT AS host_ns, sum(ev.bytes)::BIGINT AS bytes
+        FROM _gs_ev ev
+        JOIN names n ON n.run_id = $run AND n.name_id = ev.name_id
+        LEFT JOIN ops ON ops.external_id = ev.external_id AND ev.cat IN {RUNTIME_CATS_SQL}
+        LEFT JOIN names on_ ON on_.run_id = $run AND on_.name_id = ops.op_name
+        GROUP BY ALL ORDER BY ev.cls, host_ns DESC, n.name
+        """,
+        p,
+    ).df()
+    out = {}
+    for k, cls in enumerate(EVIDENCE_CLASSES, start=1):
+        sub = frame.loc[frame["cls"] == k, ["name", "op", "count", "host_ns", "bytes"]]
+        out[cls] = sub.reset_index(drop=True)
+    return out
+
+
+def _attach_evidence(
+    con: duckdb.DuckDBPyConnection, p: dict[str, Any], gaps: pd.DataFrame
+) -> pd.DataFrame:
+    """For the given gap rows: the host span that best explains the dominant cause, and the GPU
+    activity that ended where the gap starts (``prev``)."""
+    cols = {
+        "prev": "str",
+        "evidence_name": "str",
+        "evidence_cat": "str",
+        "evidence_op": "str",
+        "evidence_start_ns": "Int64",
+        "evidence_dur_ns": "Int64",
+        "evidence_overlap_ns": "Int64",
+    }
+    if gaps.empty:
+        return gaps.assign(**{c: pd.Series([], dtype=t) for c, t in cols.items()})
+    cls_of = {c: k for k, c in enumerate(EVIDENCE_CLASSES, start=1)}
+    q = {
+        **p,
+        "gs": [int(v) for v in gaps["start_ns"]],
+        "ge": [int(v) for v in gaps["end_ns"]],
+        "cls": [cls_of.get(c, 0) for c in gaps["cause"]],
+        "drn": [bool(v) for v in gaps["drained"]],
+        "any": [c == "cpu_overhead" for c in gaps["cause"]],
+    }
+    steps = names_matching(regex(PROFILER_STEP_RE))
+    ev = execute(
+        con,
+        f"""
+        WITH q AS (
+            SELECT unnest($gs) AS gs, unnest($ge) AS ge, unnest($cls) AS cls,
+                   unnest($drn) AS drn, unnest($any) AS want_any
+        ),
+        -- evidence classes: the span of the gap's class overlapping it most; for a gap drained
+        -- by a sync, the (innermost) synchronizing call it began in
+        spec AS (
+            SELECT q.gs, ev.name_id, ev.cat, ev.external_id, ev.span_s, ev.span_dur,
+                   least(ev.e, q.ge) - greatest(ev.s, q.gs) AS ov,
+                   CASE WHEN q.drn AND q.cls = 4 AND ev.s < q.gs THEN 1 ELSE 0 END AS pri
+            FROM q JOIN _gs_ev ev ON ev.cls = q.cls AND ev.s < q.ge
+                 AND (ev.e > q.gs OR (q.drn AND q.cls = 4 AND ev.e + {SYNC_SLACK_NS} >= q.gs))
+        ),
+        -- cpu overhead: the host span overlapping the gap most (ties: the innermost); a step
+        -- annotation only when nothing else is there
+        anyh AS (
+            SELECT q.gs, e.name_id, e.cat, e.external_id, e.ts_ns AS span_s, e.dur_ns AS span_dur,
+                   least(e.ts_ns + e.dur_ns, q.ge) - greatest(e.ts_ns, q.gs) AS ov,
+                   CASE WHEN e.name_id IN {steps} THEN -1 ELSE 0 END AS pri
+            FROM (SELECT * FROM q WHERE want_any) q
+            JOIN events e ON e.ts_ns < q.ge AND e.ts_ns + e.dur_ns > q.gs
+            WHERE e.run_id = $run AND e.rank = $rank AND e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
+              AND e.dur_ns > 0
+        ),
+        best AS (
+            SELECT gs, arg_min({{'n': name_id, 'c': cat, 'x': external_id, 's': span_s,
+                                 'd': span_dur, 'ov': ov}},
+                               (-pri, CASE WHEN pri = 1 THEN 0 ELSE -ov END, span_dur, -span_s))
+                       AS b
+            FROM (SELECT * FROM spec UNION ALL SELECT * FROM anyh) GROUP BY gs
+        ),
+        ops AS (
+            SELECT external_id, arg_min(name_id, dur_ns) AS op FROM events
+            WHERE run_id = $run AND rank = $rank AND cat IN ('cpu_op', 'Operator')
+              AND external_id IN (SELECT b.x FROM best WHERE b.x IS NOT NULL)
+            GROUP BY external_id
+        ),
+        prev AS (
+            SELECT e AS gs, arg_min(name_id, s) AS name_id FROM _gs_gpu
+            WHERE dev = $dev AND e IN (SELECT gs FROM q)
+            GROUP BY ALL
+        )
+        SELECT q.gs AS start_ns, pn.name AS prev, n.name AS evidence_name, b.c AS evidence_cat,
+               CASE WHEN b.c IN {RUNTIME_CATS_SQL} THEN opn.name END AS evidence_op,
+               b.s AS evidence_start_ns, b.d AS evidence_dur_ns, b.ov AS evidence_overlap_ns
+        FROM q
+        LEFT JOIN best USING (gs)
+        LEFT JOIN names n ON n.run_id = $run AND n.name_id = b.n
+        LEFT JOIN ops ON ops.external_id = b.x
+        LEFT JOIN names opn ON opn.run_id = $run AND opn.name_id = ops.op
+        LEFT JOIN prev USING (gs)
+        LEFT JOIN names pn ON pn.run_id = $run AND pn.name_id = prev.name_id
+        """,
+        q,
+    ).df()
+    out = gaps.merge(ev, on="start_ns", how="left")
+    # launch overhead (or a long wait with work queued): the launch call of the queued activity
+    lo = out["queued"].to_numpy(dtype=bool)
+    if lo.any():
+        out.loc[lo, "evidence_name"] = out.loc[lo, "launch"]
+        out.loc[lo, "evidence_cat"] = "runtime"
+        out.loc[lo, "evidence_op"] = None
+        out.loc[lo, "evidence_start_ns"] = out.loc[lo, "launch_s"]
+        out.loc[lo, "evidence_dur_ns"] = out.loc[lo, "launch_e"] - out.loc[lo, "launch_s"]
+        out.loc[lo, "evidence_overlap_ns"] = 0
+    return out.astype(cols)
+
+
+def _prepare(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: Window, device: int | None
+) -> tuple[dict[str, Any], int | None, str]:
+    p: dict[str, Any] = {
+        "run": run_id,
+        "rank": int(rank),
+        "ws": window.start_ns,
+        "we": window.end_ns,
+    }
+    _, dev_table = ensure_gaps(con, run_id, rank, window.start_ns, window.end_ns)
+    if device is None:
+        row = con.execute(
+            f"SELECT dev FROM {dev_table} ORDER BY active_ns DESC, dev LIMIT 1"
+        ).fetchone()
+        device = None if row is None else int(row[0])
+    p["dev"] = NO_DEVICE if device is None else int(device)
+    if window.source != "trace" and window.steps:
+        p["hs"] = min(s.cpu_start_ns for s in window.steps)
+        p["he"] = max(s.cpu_end_ns for s in window.steps)
+    key = cache_key(
+        "idle", run_id, rank, window.start_ns, window.end_ns, p["dev"], p.get("hs"), p.get("he")
+    )
+    return p, device, key
+
+
+_GAP_COLS = """
+    i.start_ns, i.end_ns, i.dur_ns, i.cause, {causes}, i.queued, i.drained, i.queued_for_ns,
+    i.launch_s, i.launch_e, nn.name AS next, ln.name AS launch
+"""
+
+
+def _select_gaps(
+    con: duckdb.DuckDBPyConnection, p: dict[str, Any], where: str, order: str
+) -> pd.DataFrame:
+    cols = _GAP_COLS.format(causes=", ".join(f"i.{c}_ns" for c in CAUSES))
+    gaps = execute(
+        con,
+        f"""
+        SELECT {cols}
+        FROM _gs_idle i
+        LEFT JOIN names nn ON nn.run_id = $run AND nn.name_id = i.next_name
+        LEFT JOIN names ln ON ln.run_id = $run AND ln.name_id = i.launch_name
+        {where} {order}
+        """,
+        p,
+    ).df()
+    return gaps
+
+
+def _with_steps(gaps: pd.DataFrame, window: Window) -> pd.DataFrame:
+    """Add ``step``: the number of the step the gap starts in (by CPU start)."""
+    starts = np.array([s.cpu_start_ns for s in window.steps], dtype=np.int64)
+    nums = np.array([s.number for s in window.steps], dtype=np.int64)
+    idx = np.searchsorted(starts, gaps["start_ns"].to_numpy(dtype=np.int64), side="right") - 1
+    step = pd.array(nums[np.clip(idx, 0, None)] if len(nums) else np.zeros(len(idx)), dtype="Int64")
+    step[idx < 0] = pd.NA
+    return gaps.assign(step=step)
+
+
+def clear_cache(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop the temp tables the analysis keeps on ``con`` (they are rebuilt when needed)."""
+    try:
+        names = [r[0] for r in con.execute("SELECT name FROM _gs_cache").fetchall()]
+    except duckdb.CatalogException:
+        names = []
+    con.execute("DROP VIEW IF EXISTS _gs_idle")
+    for t in [*names, "_gs_g", "_gs_lv", "_gs_flag", "_gs_sh", "_gs_idle_key", "_gs_cache"]:
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def _totals(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], int, int, dict[str, int]]:
+    """(ns per cause, idle ns, number of gaps, gaps per dominant cause), without touching every
+    gap twice: only the swept gaps carry shares, the rest are sums over ``_gs_g``."""
+    lo = LAUNCH_GAP_MAX_NS
+    base = con.execute(
+        f"""
+        SELECT count(*), coalesce(sum(ge - gs), 0)::BIGINT,
+               coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs <= {lo}), 0)::BIGINT,
+               coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs > {lo}), 0)::BIGINT,
+               coalesce(sum(ge - gs) FILTER (WHERE NOT queued), 0)::BIGINT,
+               count(*) FILTER (WHERE queued AND ge - gs <= {lo}),
+               count(*) FILTER (WHERE queued AND ge - gs > {lo}),
+               count(*) FILTER (WHERE NOT queued)
+        FROM _gs_g
+        """
+    ).fetchone()
+    sums = ", ".join(f"coalesce(sum({c}_ns), 0)::BIGINT" for c in CAUSES)
+    sh = con.execute(
+        f"SELECT count(*), coalesce(sum(dur), 0)::BIGINT, {sums} FROM _gs_sh"
+    ).fetchone()
+    assert base is not None and sh is not None
+    n, total, lo_ns, other_q, late, n_lo, n_oq, n_late = (int(v) for v in base)
+    n_sh, sh_dur = int(sh[0]), int(sh[1])
+    swept = dict(zip(CAUSES, (int(v) for v in sh[2:]), strict=True))
+    causes = {c: swept[c] for c in CAUSES}
+    causes["launch_overhead"] = lo_ns
+    causes["other"] = other_q + swept["other"]
+    causes["cpu_overhead"] = late - sh_dur + swept["cpu_overhead"]
+    counts = dict.fromkeys(CAUSES, 0)
+    for cause, k in con.execute("SELECT cause, count(*) FROM _gs_sh GROUP BY cause").fetchall():
+        counts[str(cause)] += int(k)
+    counts["launch_overhead"] += n_lo
+    counts["other"] += n_oq
+    counts["cpu_overhead"] += n_late - n_sh
+    return causes, total, n, counts
+
+
+def idle_analysis(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    window: Window,
+    *,
+    device: int | None = None,
+    top_n: int = 20,
+) -> IdleResult:
+    """The gaps of ``device`` (default: the primary device) in ``window``: idle time per cause
+    (ns, exact: the causes sum to the idle time) and evidence for the ``top_n`` longest gaps."""
+    p, device, key = _prepare(con, run_id, rank, window, device)
+    _build(con, p, key)
+    causes, total, n_gaps, by_cause = _totals(con)
+    top = _select_gaps(
+        con, {**p, "n": int(top_n)}, "", "ORDER BY i.dur_ns DESC, i.start_ns LIMIT $n"
+    )
+    top = _attach_evidence(con, p, _with_steps(top, window))
+    return IdleResult(
+        window_ns=window.duration_ns,
+        n_steps=window.n_steps,
+        device=device,
+        total_ns=total,
+        n_gaps=n_gaps,
+        causes_ns=causes,
+        gaps_by_cause=by_cause,
+        evidence=_evidence_summary(con, p),
+        top=top,
+    )
+
+
+def idle_gaps(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    window: Window,
+    *,
+    device: int | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    min_dur_ns: int = 0,
+    limit: int | None = None,
+    evidence: bool = True,
+) -> pd.DataFrame:
+    """Gap rows of ``device`` in ``window`` (optionally only those overlapping
+    ``[start_ns, end_ns)`` and at least ``min_dur_ns`` long; the ``limit`` longest when set,
+    else all, by start). Columns: ``start_ns``, ``end_ns``, ``dur_ns``, ``cause`` (the cause
+    with the most ns; ties by precedence), one ``<cause>_ns`` per cause (summing to
+    ``dur_ns``), ``queued`` (the next activity was launched before the gap began), ``drained``
+    (the gap began inside a synchronizing call), ``queued_for_ns``, ``launch_s``/``launch_e``
+    (that launch call), ``next`` (the activity ending the gap), ``launch`` (its API), ``step``.
+    With ``evidence``: ``prev`` (the activity that ended where the gap starts),
+    ``evidence_name``, ``evidence_cat``, ``evidence_op`` (the operator enclosing a runtime
+    call), ``evidence_start_ns``, ``evidence_dur_ns``, ``evidence_overlap_ns``."""
+    p, device, key = _prepare(con, run_id, rank, window, device)
+    _build(con, p, key)
+    q = {
+        **p,
+        "lo": window.start_ns if start_ns is None else int(start_ns),
+        "hi": window.end_ns if end_ns is None else int(end_ns),
+        "min": int(min_dur_ns),
+    }
+    where = "WHERE i.end_ns > $lo AND i.start_ns < $hi AND i.dur_ns >= $min"
+    if limit is not None:
+        gaps = _select_gaps(
+            con, {**q, "n": int(limit)}, where, "ORDER BY i.dur_ns DESC, i.start_ns LIMIT $n"
+        )
+    else:
+        gaps = _select_gaps(con, q, where, "ORDER BY i.start_ns")
+    gaps = _with_steps(gaps, window)
+    if evidence:
+        gaps = _attach_evidence(con, p, gaps)
+    return gaps.reset_index(drop=True)

@@ -1,0 +1,798 @@
+"""GPU kernel time: categories from kernel names, top kernels, regions and launching ops.
+
+Names are classified once per distinct name (``names`` table, thousands of rows) in Python; every
+per-event step (clipping to the window, joining launches, finding the launching CPU op) runs in
+DuckDB and numpy, never per event in Python.
+
+Times: the kernel time of a window is the sum of GPU event durations (kernels, memcpy, memset)
+clipped to the window, so a kernel half inside the window counts half. Kernels that run at the same
+time on different streams each count in full; this is kernel time, not GPU-busy time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any, Protocol
+
+import duckdb
+import numpy as np
+import pandas as pd
+from gpuscope.analysis.tensor_cores import TensorCoreInfo, tensor_core_info
+
+CATEGORIES: tuple[str, ...] = (
+    "gemm",
+    "attention",
+    "convolution",
+    "elementwise",
+    "reduction_norm_softmax",
+    "optimizer",
+    "copy_memset",
+    "communication",
+    "other",
+)
+REGIONS: tuple[str, ...] = ("forward", "backward", "optimizer", "other")
+GPU_CATS: tuple[str, ...] = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
+COPY_CATS: tuple[str, ...] = ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
+
+
+class WindowLike(Protocol):
+    """Anything with ``start_ns``/``end_ns`` (trace time, ns), e.g. ``analysis.steps.Window``."""
+
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One name rule: ``pattern`` (case-insensitive regex) gives ``category``; ``example`` is a real name."""
+
+    category: str
+    pattern: str
+    example: str
+    note: str = ""
+
+
+# Ordered: the first rule whose pattern matches (re.search, case-insensitive) wins.
+_OPTIM = r"multi_tensor_apply|adam|\blamb\b|lamb_|fused_sgd|sgd_(?:kernel|step)|adagrad|rmsprop|lion_|optimizer"
+CATEGORY_RULES: tuple[Rule, ...] = (
+    Rule(
+        "communication",
+        r"nccl|rccl|\bc10d\b|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv|multimem|"
+        r"cross_device_reduce|one_shot_all|two_shot_all",
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    ),
+    # Triton (torch.compile / Inductor) kernels say what they are in their prefix.
+    Rule(
+        "optimizer",
+        r"^triton_\w*(?:adam|sgd|lamb_)",
+        "triton_for_fused__foreach_adam_0",
+        "compiled optimizer step",
+    ),
+    Rule(
+        "attention", r"^triton_tem_\w*(?:attention|flex|sdpa)", "triton_tem_fused_flex_attention_0"
+    ),
+    Rule("convolution", r"^triton_tem_\w*conv", "triton_tem_fused_convolution_0"),
+    Rule(
+        "gemm",
+        r"^triton_tem_",
+        "triton_tem_fused_mm_t_2",
+        "Inductor template: GEMM unless it says otherwise",
+    ),
+    Rule(
+        "reduction_norm_softmax",
+        r"^triton_(?:per|red)_",
+        "triton_red_fused__to_copy_native_layer_norm_native_layer_norm_backward_view_9",
+        "persistent / looped reduction",
+    ),
+    Rule(
+        "copy_memset",
+        r"^triton_poi_fused_(?:(?:_to_copy|_unsafe_view|copy|clone|view|permute|transpose|t|cat|expand|slice|"
+        r"select|unsqueeze|squeeze|reshape|zeros|fill|new_zeros|full)_?)+\d+$",
+        "triton_poi_fused__to_copy_0",
+        "pointwise kernel that only copies, casts or fills",
+    ),
+    Rule("elementwise", r"^triton_(?:poi|for)_", "triton_poi_fused_gelu_gelu_backward_view_4"),
+    Rule(
+        "optimizer",
+        _OPTIM,
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+        "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
+        "(at::native::ADAM_MODE)1, false>, float const*, double, double, double, double, double, bool, float const*, "
+        "float const*>(...)",
+        "foreach/fused optimizer kernels (also grad clipping and AMP unscale, which run in the step)",
+    ),
+    Rule(
+        "attention",
+        r"flash|fmha|sdpa|attention|attn|mha_|_mha|xformers|dot_do_o|convert_dq|cutlass[fb]_",
+        "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, cutlass::arch::Sm80, "
+        "true, 64, 64, 64, true, true>::Params)",
+    ),
+    Rule(
+        "convolution",
+        r"conv(?!ert)|fprop|dgrad|wgrad|winograd|fft2d_[rc]2[rc]|pointwise_mult_and_sum_complex|flip_filter|"
+        r"im2col|col2im|vol2col|depthwise|cudnn\w*::reduction::kernel::reducesplitk|igemm_(?:fwd|bwd|wrw)|miopen",
+        "sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x32x32_stage4_warpsize4x1x1_g1_"
+        "tensor16x8x16_t1r3s3_execute_kernel__5x_cudnn",
+        "checked before GEMM: implicit-GEMM convolutions say gemm too; 'convert' is not a convolution",
+    ),
+    Rule(
+        "gemm",
+        r"gemm|gemv|nvjet|\bmatmul|_matmul|matmul_|bmm|cublas|hipblas|tensile|cijk_|gmma|tcgen05|xdl|"
+        r"dot_kernel|mm_kernel|_mm_|cutlass\w*(?:tensorop|simt|wmma)",
+        "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT",
+    ),
+    Rule(
+        "copy_memset",
+        r"memcpy|memset|copy|fillfunctor|fill_kernel|catarray|nchwtonhwc|nhwctonchw|nhwcaddpadding|converttensor|"
+        r"transpose|contiguous|\bclone",
+        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
+        "::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, ...>(...)",
+        "copies, dtype casts, fills and layout changes (checked before reductions and elementwise)",
+    ),
+    Rule(
+        "reduction_norm_softmax",
+        r"reduce|norm(?!al)|softmax|welford|\bbn_|batch_?norm|gammabeta|moments|nll_?loss|cross_?entropy|cunn_|"
+        r"argmax|argmin|topk|cumsum|cumprod|scan|logsumexp|var_mean|std_var",
+        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, float, "
+        "float const*, float const*, float const*, float*, float*, float*)",
+    ),
+    Rule(
+        "elementwise",
+        r"elementwise|pointwise|vectorized|unrolled|functor|gelu|relu|silu|swish|sigmoid|tanh|dropout|threshold|"
+        r"clamp|where|index|gather|scatter|embedding|segment|grad_weight|distribution|philox|random|masked|triu|"
+        r"tril|arange|scale|"
+        r"bias|activation|_kernel_impl",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
+        "(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
+    ),
+)
+_COMPILED = tuple((r, re.compile(r.pattern, re.IGNORECASE)) for r in CATEGORY_RULES)
+
+
+@lru_cache(maxsize=65536)
+def classify_kernel(name: str, cat: str = "kernel") -> str:
+    """Category of one GPU event from its name (and trace category: memcpy/memset are copy_memset)."""
+    if cat in COPY_CATS:
+        return "copy_memset"
+    for rule, rx in _COMPILED:
+        if rx.search(name):
+            return rule.category
+    return "other"
+
+
+def matching_rule(name: str) -> Rule | None:
+    """The rule that decided ``name`` (None: category 'other')."""
+    for rule, rx in _COMPILED:
+        if rx.search(name):
+            return rule
+    return None
+
+
+@dataclass(frozen=True)
+class KernelClass:
+    category: str
+    tc: TensorCoreInfo
+
+
+@lru_cache(maxsize=65536)
+def classify(name: str, cat: str = "kernel") -> KernelClass:
+    """Category and tensor-core reading of one kernel name."""
+    category = classify_kernel(name, cat)
+    return KernelClass(category, tensor_core_info(name, category))
+
+
+def short_name(name: str, width: int = 100) -> str:
+    """A readable form of a long C++ kernel name: no leading ``void``, no parameter list, cut to ``width``."""
+    n = name.strip().replace("(anonymous namespace)::", "")
+    if n.startswith("void "):
+        n = n[5:]
+    if "<" in n or "(" in n:
+        depth, cut = 0, len(n)
+        for i, ch in enumerate(n):
+            if ch in "<":
+                depth += 1
+            elif ch in ">":
+                depth -= 1
+            elif ch == "(" and depth == 0 and i > 0:
+                cut = i
+                break
+        n = n[:cut]
+    return n if len(n) <= width else n[: width - 1] + "…"
+
+
+# --------------------------------------------------------------------------------------------------
+# Data: GPU events of the window with their launch call, and host intervals (numpy, no per-row Python)
+
+RUNTIME_CATS: tuple[str, ...] = (
+    "cuda_runtime",
+    "cuda_driver",
+    "hip_runtime",
+    "hip_driver",
+    "Runtime",
+    "Driver",
+)
+OP_CATS: tuple[str, ...] = ("cpu_op", "Operator")
+
+
+def _sql_tuple(xs: tuple[str, ...]) -> str:
+    return "(" + ", ".join("'" + x.replace("'", "''") + "'" for x in xs) + ")"
+
+
+GPU_IN_WINDOW_SQL = f"""
+    SELECT name_id, cat, correlation, ts_ns, dur_ns,
+           greatest(least(ts_ns + dur_ns, $end) - greatest(ts_ns, $start), 0) AS in_ns
+    FROM events
+    WHERE run_id = $run AND rank = $rank AND cat IN {_sql_tuple(GPU_CATS)} AND dur_ns IS NOT NULL
+      AND ts_ns < $end AND (ts_ns + dur_ns > $start OR (dur_ns = 0 AND ts_ns >= $start))
+"""
+
+_LAUNCHED_SQL = f"""
+    WITH g AS (
+        SELECT rowid AS rid, name_id, cat, correlation,
+               greatest(least(ts_ns + dur_ns, $end) - greatest(ts_ns, $start), 0) AS in_ns
+        FROM events
+        WHERE run_id = $run AND rank = $rank AND cat IN {_sql_tuple(GPU_CATS)} AND dur_ns IS NOT NULL
+          AND ts_ns < $end AND (ts_ns + dur_ns > $start OR (dur_ns = 0 AND ts_ns >= $start))
+    ),
+    l AS (
+        SELECT correlation, pid, tid, ts_ns FROM events
+        WHERE run_id = $run AND rank = $rank AND cat IN {_sql_tuple(RUNTIME_CATS)} AND correlation IS NOT NULL
+    )
+    SELECT g.rid, g.name_id, (g.cat IN {_sql_tuple(COPY_CATS)})::TINYINT AS copy, g.in_ns,
+           coalesce(l.pid, 0) AS pid, coalesce(l.tid, 0) AS tid, coalesce(l.ts_ns, -1) AS launch_ns,
+           l.ts_ns IS NOT NULL AS has_launch
+    FROM g LEFT JOIN l ON g.correlation = l.correlation
+"""
+
+
+def run_sql(
+    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]
+) -> duckdb.DuckDBPyConnection:
+    """Execute ``sql`` with the named parameters it uses (DuckDB rejects unused ones)."""
+    used = {k: v for k, v in params.items() if re.search(rf"\${k}\b", sql)}
+    return con.execute(sql, used)
+
+
+@dataclass
+class Launched:
+    """GPU events of a window (one row each) and the CPU call that launched them (numpy arrays).
+
+    in_ns: time inside the window, ns. pid/tid/launch_ns: the runtime/driver call (valid where has_launch).
+    """
+
+    name_id: np.ndarray
+    copy: np.ndarray
+    in_ns: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    launch_ns: np.ndarray
+    has_launch: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.in_ns)
+
+    def threads(self) -> list[tuple[int, int]]:
+        """The (pid, tid) pairs that launched GPU work."""
+        if not self.has_launch.any():
+            return []
+        pt = pd.DataFrame(
+            {"p": self.pid[self.has_launch], "t": self.tid[self.has_launch]}
+        ).drop_duplicates()
+        return sorted((int(p), int(t)) for p, t in zip(pt["p"], pt["t"], strict=True))
+
+
+_CACHE: OrderedDict[tuple[Any, ...], Launched] = OrderedDict()
+
+
+def launched(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, start_ns: int, end_ns: int
+) -> Launched:
+    """GPU events in ``[start_ns, end_ns)`` with their launches (cached for the last few windows: run ids
+    are content hashes, so a run's events never change under an id)."""
+    key = (id(con), run_id, int(rank), int(start_ns), int(end_ns))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    params = {"run": run_id, "rank": int(rank), "start": int(start_ns), "end": int(end_ns)}
+    d = run_sql(con, _LAUNCHED_SQL, params).fetchnumpy()
+    rid = np.asarray(d["rid"])
+    uniq, first = np.unique(rid, return_index=True)
+    keep: Any = (
+        slice(None) if len(uniq) == len(rid) else first
+    )  # a correlation id on two calls: keep one
+    cols = ("name_id", "copy", "in_ns", "pid", "tid", "launch_ns", "has_launch")
+    res = Launched(*(np.asarray(d[c])[keep] for c in cols))
+    res.has_launch = res.has_launch.astype(bool)
+    _CACHE[key] = res
+    while len(_CACHE) > 4:
+        _CACHE.popitem(last=False)
+    return res
+
+
+@dataclass
+class Intervals:
+    """Top-level intervals of one thread, sorted by start: ``ts``/``end`` ns and ``name_id``."""
+
+    ts: np.ndarray
+    end: np.ndarray
+    name_id: np.ndarray
+
+    def lookup(self, t: np.ndarray) -> np.ndarray:
+        """Index of the interval containing each time in ``t`` (start <= t <= end), -1 where none."""
+        if len(self.ts) == 0:
+            return np.full(len(t), -1, dtype=np.int64)
+        i = np.searchsorted(self.ts, t, side="right") - 1
+        ok = (i >= 0) & (t <= self.end[np.maximum(i, 0)])
+        return np.where(ok, i, -1)
+
+
+def toplevel(ts: np.ndarray, end: np.ndarray, *cols: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Keep the intervals not nested in another (one thread). Sorts by (start, longest first) unless
+    already in that order, as Kineto writes them."""
+    if len(ts) == 0:
+        return (ts, end, *cols)
+    dts = np.diff(ts)
+    if not np.all((dts > 0) | ((dts == 0) & (np.diff(end) <= 0))):
+        order = np.lexsort((-end, ts))
+        ts, end, cols = ts[order], end[order], tuple(c[order] for c in cols)
+    prev_end = np.maximum.accumulate(end)
+    top = np.ones(len(ts), dtype=bool)
+    top[1:] = ts[1:] >= prev_end[:-1]
+    return (ts[top], end[top], *(c[top] for c in cols))
+
+
+_HOST_SQL = """
+    SELECT ts_ns, dur_ns, name_id FROM events
+    WHERE run_id = $run AND rank = $rank AND pid = $pid AND tid = $tid AND cat IN {cats} AND dur_ns IS NOT NULL
+      {extra}
+"""
+_TOP_CACHE: OrderedDict[tuple[Any, ...], Intervals] = OrderedDict()
+
+
+def toplevel_intervals(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    threads: list[tuple[int, int]],
+    *,
+    cats: tuple[str, ...] = OP_CATS,
+    name_ids: list[int] | None = None,
+) -> dict[tuple[int, int], Intervals]:
+    """Per thread, its top-level host spans (CPU ops by default); ``name_ids`` keeps only spans of those
+    names (e.g. optimizer annotations). Cached per thread: a run's events never change under its id."""
+    if not threads or (name_ids is not None and not name_ids):
+        return {}
+    extra = (
+        f"AND name_id IN ({', '.join(str(int(i)) for i in name_ids)})"
+        if name_ids is not None
+        else ""
+    )
+    sql = _HOST_SQL.format(cats=_sql_tuple(cats), extra=extra)
+    out: dict[tuple[int, int], Intervals] = {}
+    for p, t in threads:
+        key = (id(con), run_id, int(rank), p, t, cats, extra)
+        hit = _TOP_CACHE.get(key)
+        if hit is None:
+            d = run_sql(
+                con, sql, {"run": run_id, "rank": int(rank), "pid": p, "tid": t}
+            ).fetchnumpy()
+            ts = np.asarray(d["ts_ns"], dtype=np.int64)
+            hit = Intervals(
+                *toplevel(
+                    ts,
+                    ts + np.asarray(d["dur_ns"], dtype=np.int64),
+                    np.asarray(d["name_id"], dtype=np.int64),
+                )
+            )
+            _TOP_CACHE[key] = hit
+            while len(_TOP_CACHE) > 8:
+                _TOP_CACHE.popitem(last=False)
+        else:
+            _TOP_CACHE.move_to_end(key)
+        out[(p, t)] = hit
+    return out
+
+
+def name_ids_where(con: duckdb.DuckDBPyConnection, run_id: str, cond: str) -> list[int]:
+    """name_ids of one run whose ``name`` satisfies the SQL condition ``cond``."""
+    return [
+        r[0]
+        for r in con.execute(
+            f"SELECT name_id FROM names WHERE run_id = ? AND ({cond})", [run_id]
+        ).fetchall()
+    ]
+
+
+OPTIMIZER_NAMES_SQL = "name LIKE 'Optimizer.step#%' OR name LIKE 'Optimizer.zero_grad#%'"
+EVALUATE_FN_SQL = "name LIKE 'autograd::engine::evaluate_function:%'"
+BACKWARD_NAMES_SQL = f"{EVALUATE_FN_SQL} OR regexp_matches(name, 'Backward[0-9]*$')"
+
+
+def threads_with(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    name_ids: list[int],
+    cats: tuple[str, ...],
+    *,
+    fwdbwd_ends: bool = False,
+) -> set[tuple[int, int]]:
+    """Threads that hold events of the given names (and, with ``fwdbwd_ends``, ends of fwd->bwd flows)."""
+    conds = []
+    if name_ids:
+        conds.append(
+            f"(cat IN {_sql_tuple(cats)} AND name_id IN ({', '.join(str(int(i)) for i in name_ids)}))"
+        )
+    if fwdbwd_ends:
+        conds.append("(cat = 'fwdbwd' AND ph = 'f')")
+    if not conds:
+        return set()
+    rows = con.execute(
+        f"SELECT DISTINCT pid, tid FROM events WHERE run_id = ? AND rank = ? AND ({' OR '.join(conds)})",
+        [run_id, int(rank)],
+    ).fetchall()
+    return {(int(p), int(t)) for p, t in rows}
+
+
+_THREAD_CACHE: OrderedDict[tuple[Any, ...], set[tuple[int, int]]] = OrderedDict()
+
+
+def _cached_threads(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, kind: str
+) -> set[tuple[int, int]]:
+    key = (id(con), run_id, int(rank), kind)
+    hit = _THREAD_CACHE.get(key)
+    if hit is None:
+        if kind == "backward":
+            hit = threads_with(
+                con,
+                run_id,
+                rank,
+                name_ids_where(con, run_id, EVALUATE_FN_SQL),
+                OP_CATS,
+                fwdbwd_ends=True,
+            )
+        else:
+            hit = threads_with(
+                con,
+                run_id,
+                rank,
+                name_ids_where(con, run_id, "name LIKE 'ProfilerStep#%'"),
+                ("user_annotation",),
+            )
+        _THREAD_CACHE[key] = hit
+        while len(_THREAD_CACHE) > 32:
+            _THREAD_CACHE.popitem(last=False)
+    return hit
+
+
+def backward_threads(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int
+) -> set[tuple[int, int]]:
+    """Threads that run only autograd's backward: they hold ``autograd::engine::evaluate_function`` ops
+    or receive fwd->bwd flows, and no ``ProfilerStep#`` (on the training-loop thread itself, backward
+    is told op by op)."""
+    return _cached_threads(con, run_id, rank, "backward") - step_threads(con, run_id, rank)
+
+
+def step_threads(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> set[tuple[int, int]]:
+    """Threads holding ``ProfilerStep#`` annotations (the training loop)."""
+    return _cached_threads(con, run_id, rank, "step")
+
+
+REGION_CODES = {r: i for i, r in enumerate(REGIONS)}
+
+
+def attribute(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, lx: Launched
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per GPU event: region code (index in REGIONS), outermost launching CPU op name_id (-1: none) and
+    a key of that op instance (-1: none)."""
+    n = len(lx)
+    region = np.full(n, REGION_CODES["other"], dtype=np.int8)
+    op_name = np.full(n, -1, dtype=np.int64)
+    op_key = np.full(n, -1, dtype=np.int64)
+    threads = lx.threads()
+    if not threads:
+        return region, op_name, op_key
+    tops = toplevel_intervals(con, run_id, rank, threads)
+    opt = toplevel_intervals(
+        con,
+        run_id,
+        rank,
+        threads,
+        cats=("user_annotation", *OP_CATS),
+        name_ids=name_ids_where(con, run_id, OPTIMIZER_NAMES_SQL),
+    )
+    bwd_names = np.asarray(name_ids_where(con, run_id, BACKWARD_NAMES_SQL), dtype=np.int64)
+    bwd_threads = backward_threads(con, run_id, rank)
+    steps = step_threads(con, run_id, rank)
+    base = 0
+    for th in threads:
+        m = lx.has_launch & (lx.pid == th[0]) & (lx.tid == th[1])
+        t = lx.launch_ns[m]
+        reg = np.full(len(t), REGION_CODES["other"], dtype=np.int8)
+        if th in steps or not steps:
+            reg[:] = REGION_CODES["forward"]
+        iv = tops.get(th)
+        if iv is not None:
+            i = iv.lookup(t)
+            inside = i >= 0
+            names = np.where(inside, iv.name_id[np.maximum(i, 0)], -1)
+            op_name[m] = names
+            op_key[m] = np.where(inside, base + i, -1)
+            base += len(iv.ts)
+            bwd_op = inside & np.isin(names, bwd_names)
+            reg[bwd_op] = REGION_CODES["backward"]
+        if th in bwd_threads:
+            reg[:] = REGION_CODES["backward"]
+        ov = opt.get(th)
+        if ov is not None:
+            reg[ov.lookup(t) >= 0] = REGION_CODES["optimizer"]
+        region[m] = reg
+    return region, op_name, op_key
+
+
+# --------------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class KernelRow:
+    """Aggregate of one kernel name (or the folded 'others' row). Times in µs, of the window."""
+
+    name: str
+    category: str
+    count: int
+    total_us: float
+    mean_us: float
+    min_us: float
+    max_us: float
+    tensor_core: bool
+    short_name: str = ""
+    precision: str | None = None
+    share_pct: float = 0.0
+
+
+@dataclass
+class OpRow:
+    """A launching CPU op: the outermost ``cpu_op`` around the launch call, on the same thread."""
+
+    op: str
+    count: int  # op invocations that launched GPU work in the window
+    kernels: int  # GPU events they launched
+    kernel_us: float
+
+
+@dataclass
+class KernelBreakdown:
+    """Where the window's GPU kernel time went. All times in µs (sum of clipped kernel durations)."""
+
+    total_us: float
+    n_kernels: int
+    by_category: dict[str, float]
+    top: list[KernelRow]
+    by_region: dict[str, float]
+    by_op: list[OpRow]
+    window_us: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "total_us": self.total_us,
+            "n_kernels": self.n_kernels,
+            "window_us": self.window_us,
+            "by_category": dict(self.by_category),
+            "top": [asdict(r) for r in self.top],
+            "by_region": dict(self.by_region),
+            "by_op": [asdict(r) for r in self.by_op],
+            "notes": list(self.notes),
+        }
+
+    def top_df(self) -> pd.DataFrame:
+        cols = [f.name for f in KernelRow.__dataclass_fields__.values()]
+        return pd.DataFrame([asdict(r) for r in self.top], columns=cols)
+
+    def category_df(self) -> pd.DataFrame:
+        return _share_df(self.by_category, "category", self.total_us)
+
+    def region_df(self) -> pd.DataFrame:
+        return _share_df(self.by_region, "region", self.total_us)
+
+    def op_df(self) -> pd.DataFrame:
+        return pd.DataFrame(
+            [asdict(r) for r in self.by_op], columns=["op", "count", "kernels", "kernel_us"]
+        )
+
+
+def _share_df(d: dict[str, float], key: str, total: float) -> pd.DataFrame:
+    rows = [
+        {key: k, "us": v, "pct": (100.0 * v / total) if total > 0 else 0.0} for k, v in d.items()
+    ]
+    return pd.DataFrame(rows, columns=[key, "us", "pct"])
+
+
+def _params(run_id: str, rank: int, window: WindowLike) -> dict[str, Any]:
+    return {
+        "run": run_id,
+        "rank": int(rank),
+        "start": int(window.start_ns),
+        "end": int(window.end_ns),
+    }
+
+
+def name_lookup(con: duckdb.DuckDBPyConnection, run_id: str, ids: set[int]) -> dict[int, str]:
+    """name_id -> name for a set of ids of one run."""
+    if not ids:
+        return {}
+    rows = con.execute(
+        "SELECT name_id, name FROM names WHERE run_id = ? AND list_contains(?, name_id)",
+        [run_id, sorted(int(i) for i in ids)],
+    ).fetchall()
+    return dict(rows)
+
+
+def fold_rows(rows: list[KernelRow], top_n: int) -> list[KernelRow]:
+    """The ``top_n`` rows by total time, then one 'others' row whose count/total/min/max/mean are those
+    of all the folded kernels together (min of mins, max of maxes, mean = total / count)."""
+    rows = sorted(rows, key=lambda r: (-r.total_us, r.name))
+    if top_n < 0 or len(rows) <= top_n:
+        return rows
+    keep, rest = rows[:top_n], rows[top_n:]
+    count = sum(r.count for r in rest)
+    total = sum(r.total_us for r in rest)
+    cats = {r.category for r in rest}
+    others = KernelRow(
+        name=f"others ({len(rest)} kernels)",
+        category=cats.pop() if len(cats) == 1 else "mixed",
+        count=count,
+        total_us=total,
+        mean_us=total / count if count else 0.0,
+        min_us=min(r.min_us for r in rest),
+        max_us=max(r.max_us for r in rest),
+        tensor_core=all(r.tensor_core for r in rest),
+        short_name=f"others ({len(rest)} kernels)",
+        precision=None,
+        share_pct=sum(r.share_pct for r in rest),
+    )
+    return [*keep, others]
+
+
+def kernel_breakdown(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    window: WindowLike,
+    *,
+    top_n: int = 15,
+    top_ops: int = 15,
+) -> KernelBreakdown:
+    """Kernel time of one rank in ``window``: by category, top kernels (+ folded others), region, launching op."""
+    lx = launched(con, run_id, rank, window.start_ns, window.end_ns)
+    region, op_name, op_key = attribute(con, run_id, rank, lx)
+    frame = pd.DataFrame({"name_id": lx.name_id, "copy": lx.copy, "ns": lx.in_ns})
+    per_name = frame.groupby(["name_id", "copy"], sort=False)["ns"].agg(
+        ["count", "sum", "min", "max"]
+    )
+    ops = (
+        pd.DataFrame({"op": op_name, "key": op_key, "ns": lx.in_ns})
+        .groupby("op", sort=False)
+        .agg(kernels=("ns", "size"), ns=("ns", "sum"), count=("key", "nunique"))
+    )
+    region_ns = (
+        np.bincount(region, weights=lx.in_ns, minlength=len(REGIONS))
+        if len(lx)
+        else np.zeros(len(REGIONS))
+    )
+    names = name_lookup(
+        con, run_id, {int(i) for i, _ in per_name.index} | {int(i) for i in ops.index if i >= 0}
+    )
+
+    by_category = dict.fromkeys(CATEGORIES, 0.0)
+    total_ns = 0
+    n_kernels = 0
+    merged: dict[tuple[str, str], list[float]] = {}
+    for (name_id, copy), (n, tot, mn, mx) in per_name.iterrows():
+        name = names.get(int(name_id), f"<name {name_id}>")
+        kc = classify(name, "gpu_memcpy" if copy else "kernel")
+        by_category[kc.category] += tot / 1e3
+        total_ns += tot
+        n_kernels += n
+        key = (name, kc.category)  # a memcpy and a kernel of one name stay apart
+        m = merged.get(key)
+        if m is None:
+            merged[key] = [n, tot, mn, mx]
+        else:
+            m[0] += n
+            m[1] += tot
+            m[2] = min(m[2], mn)
+            m[3] = max(m[3], mx)
+    total_us = total_ns / 1e3
+    krows = []
+    for (name, category), (n, tot, mn, mx) in merged.items():
+        tc = classify(name).tc if category != "copy_memset" else None
+        krows.append(
+            KernelRow(
+                name=name,
+                category=category,
+                count=int(n),
+                total_us=tot / 1e3,
+                mean_us=tot / 1e3 / n if n else 0.0,
+                min_us=mn / 1e3,
+                max_us=mx / 1e3,
+                tensor_core=bool(tc and tc.tensor_core),
+                short_name=short_name(name),
+                precision=tc.precision if tc else None,
+                share_pct=100.0 * tot / total_ns if total_ns else 0.0,
+            )
+        )
+    by_region = {r: float(region_ns[i]) / 1e3 for i, r in enumerate(REGIONS)}
+    orows = [
+        OpRow(
+            op=names.get(int(i), f"<name {i}>") if i >= 0 else "(no cpu op)",
+            count=int(r["count"]),
+            kernels=int(r["kernels"]),
+            kernel_us=float(r["ns"]) / 1e3,
+        )
+        for i, r in ops.iterrows()
+    ]
+    orows.sort(key=lambda o: (-o.kernel_us, o.op))
+    notes = []
+    if n_kernels and by_region["other"] > 0.5 * total_us:
+        notes.append(
+            "most kernel time has no forward/backward/optimizer region: no launch events or annotations"
+        )
+    return KernelBreakdown(
+        total_us=total_us,
+        n_kernels=n_kernels,
+        by_category=by_category,
+        top=fold_rows(krows, top_n),
+        by_region=by_region,
+        by_op=orows[:top_ops] if top_ops >= 0 else orows,
+        window_us=(window.end_ns - window.start_ns) / 1e3,
+        notes=notes,
+    )
+
+
+def top_kernels_df(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: WindowLike, *, top_n: int = 15
+) -> pd.DataFrame:
+    """Top kernels (+ folded 'others' row) as a DataFrame: one row per kernel name, times in µs."""
+    return kernel_breakdown(con, run_id, rank, window, top_n=top_n).top_df()
+
+
+def kernel_categories_df(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: WindowLike
+) -> pd.DataFrame:
+    """Kernel time by category (every category, zeros included): columns category, us, pct."""
+    return kernel_breakdown(con, run_id, rank, window, top_n=0).category_df()
+
+
+def kernel_regions_df(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: WindowLike
+) -> pd.DataFrame:
+    """Kernel time by region (forward / backward / optimizer / other): columns region, us, pct."""
+    return kernel_breakdown(con, run_id, rank, window, top_n=0).region_df()
+
+
+def kernel_ops_df(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: WindowLike, *, top_n: int = 15
+) -> pd.DataFrame:
+    """Top launching CPU ops: columns op, count, kernels, kernel_us."""
+    return kernel_breakdown(con, run_id, rank, window, top_n=0, top_ops=top_n).op_df()
+
+
+def rules_markdown() -> str:
+    """The category rules as a markdown table (for docs/metrics-kernels.md)."""
+    out = [
+        "| # | category | pattern (case-insensitive regex, first match wins) | example |",
+        "| --- | --- | --- | --- |",
+    ]
+    for i, r in enumerate(CATEGORY_RULES, 1):
+        pat = r.pattern.replace("|", "\\|")
+        out.append(f"| {i} | {r.category} | `{pat}` | `{short_name(r.example, 90)}` |")
+    return "\n".join(out)

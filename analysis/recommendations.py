@@ -1,0 +1,477 @@
+"""Recommendations: rules that fire only on evidence from the run and stay silent otherwise.
+
+Each recommendation carries an ``id``, a title, the evidence (numbers of this run), an upper bound
+on the step-time reduction (``max_gain_pct``, % of the window: what removing *all* the time it
+addresses could give, never more) and the fix as a short code snippet.
+
+A cost is noise, and its rule stays silent, unless it is at least :data:`FLOOR_PCT` of the window
+and either :data:`MIN_SHARE_PCT` of the window or :data:`MIN_PER_STEP_US` per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuscope.analysis.idle import IdleResult
+
+MIN_SHARE_PCT = 2.0
+"""A cost of at least this share of the window (%) is a finding ..."""
+MIN_PER_STEP_US = 100.0
+"""... and so is one of at least this many µs per step ..."""
+FLOOR_PCT = 0.5
+"""... as long as it is at least this share of the window (%): below, the bound is too small."""
+
+DEFAULT_TC_SPEEDUP = 8.0
+"""Assumed speed-up of fp32 GEMM/conv time on tensor cores when the peak table has no bf16/fp32
+pair for the GPU (H100 dense bf16 vs fp32 is ~15x; 8 is deliberately below that)."""
+
+AMORTISED: tuple[str, ...] = ("launch_overhead", "cpu_overhead", "host_sync", "other")
+"""Idle causes whose cost per step does not grow with the batch (a larger batch amortises them)."""
+
+SHORT_KERNEL_US = 20.0
+"""A kernel shorter than this (µs) is "short": launch and host overhead dominate it."""
+
+
+@dataclass
+class Recommendation:
+    """One finding. ``max_gain_pct``: upper bound on the step-time reduction, % of the window.
+    ``evidence``: ``summary`` (one sentence) plus the numbers it is built from."""
+
+    id: str
+    title: str
+    evidence: dict[str, Any]
+    max_gain_pct: float
+    fix: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "evidence": self.evidence,
+            "max_gain_pct": self.max_gain_pct,
+            "fix": self.fix,
+        }
+
+
+@dataclass
+class KernelStats:
+    """Compute kernels of the window: count, approximate median duration (µs), time in kernels
+    shorter than :data:`SHORT_KERNEL_US` (µs), time in kernels whose grid has fewer blocks than
+    the GPU has SMs (µs) and the mean SM fill of those (0..1), convolution kernel time (µs)."""
+
+    n_kernels: int = 0
+    kernel_us: float = 0.0
+    median_us: float | None = None
+    short_us: float = 0.0
+    n_short: int = 0
+    small_grid_us: float = 0.0
+    small_grid_fill: float | None = None
+    conv_us: float = 0.0
+    cudnn_find_seen: bool = False
+
+
+@dataclass
+class Inputs:
+    """Everything the rules read, in the units named. ``peers``: the other ranks of the run
+    (``rank``, ``gpu_busy_pct``, ``step_time_ms``, ``comm_only_us_per_step``)."""
+
+    window_ns: int
+    n_steps: int
+    busy_pct: float
+    idle: IdleResult
+    kernels: KernelStats = field(default_factory=KernelStats)
+    fp32_gemm_us: float | None = None
+    tensor_core_pct: float | None = None
+    gpu_name: str | None = None
+    compute_capability: tuple[int, int] | None = None
+    tc_speedup: float | None = None
+    comm_only_ns: int = 0
+    peers: list[dict[str, Any]] = field(default_factory=list)
+    mem_used_frac: float | None = None
+    dataloader_kind: str | None = None
+
+
+def significant(cost_ns: float, window_ns: int, n_steps: int) -> bool:
+    """Whether a cost (ns over the window) is a finding rather than noise."""
+    if window_ns <= 0 or cost_ns <= 0:
+        return False
+    share = 100.0 * cost_ns / window_ns
+    per_step_us = cost_ns / max(1, n_steps) / 1e3
+    return share >= FLOOR_PCT and (share >= MIN_SHARE_PCT or per_step_us >= MIN_PER_STEP_US)
+
+
+def _share(ns: float, window_ns: int) -> float:
+    return 100.0 * ns / window_ns if window_ns > 0 else 0.0
+
+
+def _per_step_us(ns: float, n_steps: int) -> float:
+    return ns / max(1, n_steps) / 1e3
+
+
+def _cost_evidence(name: str, ns: float, inp: Inputs) -> dict[str, Any]:
+    return {
+        f"{name}_us_per_step": _per_step_us(ns, inp.n_steps),
+        "share_pct": _share(ns, inp.window_ns),
+    }
+
+
+def _frame_rows(inp: Inputs, cls: str, limit: int = 5) -> list[dict[str, Any]]:
+    frame = inp.idle.evidence.get(cls)
+    if frame is None or frame.empty:
+        return []
+    rows = []
+    for r in frame.head(limit).to_dict("records"):
+        op = r.get("op")
+        rows.append(
+            {
+                "name": r["name"],
+                "op": op if isinstance(op, str) else None,
+                "per_step": float(r["count"]) / max(1, inp.n_steps),
+                "host_us_per_step": float(r["host_ns"]) / max(1, inp.n_steps) / 1e3,
+            }
+        )
+    return rows
+
+
+# -- rules -------------------------------------------------------------------------------------
+
+
+def rule_dataloader(inp: Inputs) -> Recommendation | None:
+    ns = inp.idle.causes_ns.get("data_loading", 0)
+    if not significant(ns, inp.window_ns, inp.n_steps):
+        return None
+    spans = _frame_rows(inp, "data_loading", 3)
+    multi = inp.dataloader_kind == "multiprocess"
+    ev = {
+        **_cost_evidence("idle", ns, inp),
+        "loader": inp.dataloader_kind,
+        "spans": spans,
+    }
+    per = ev["idle_us_per_step"]
+    ev["summary"] = (
+        f"The GPU waited {per:.0f} µs per step ({ev['share_pct']:.1f}% of the run) while the "
+        f"training loop was inside the DataLoader's __next__"
+        + (" (workers could not keep up)." if multi else " (batches are made in the main process).")
+    )
+    return Recommendation(
+        "dataloader_workers",
+        "Load batches in background workers" if not multi else "Give the DataLoader more workers",
+        ev,
+        ev["share_pct"],
+        "loader = DataLoader(dataset, batch_size=B, shuffle=True,\n"
+        "                    num_workers=8, persistent_workers=True, prefetch_factor=4,\n"
+        "                    pin_memory=True)",
+    )
+
+
+def rule_pin_memory(inp: Inputs) -> Recommendation | None:
+    ns = inp.idle.causes_ns.get("pageable_copy", 0)
+    if not significant(ns, inp.window_ns, inp.n_steps):
+        return None
+    frame = inp.idle.evidence.get("pageable_copy")
+    n = int(frame["count"].sum()) if frame is not None and not frame.empty else 0
+    nbytes = frame["bytes"].dropna().sum() if frame is not None and not frame.empty else 0
+    ev = {
+        **_cost_evidence("idle", ns, inp),
+        "copies_per_step": n / max(1, inp.n_steps),
+        "bytes_per_step": float(nbytes) / max(1, inp.n_steps),
+        "calls": _frame_rows(inp, "pageable_copy", 3),
+    }
+    ev["summary"] = (
+        f"{ev['copies_per_step']:.1f} host-to-device copies per step come from pageable memory; "
+        f"the GPU idled {ev['idle_us_per_step']:.0f} µs per step ({ev['share_pct']:.1f}%) while "
+        "the host staged them."
+    )
+    return Recommendation(
+        "pin_memory",
+        "Copy batches from pinned memory, asynchronously",
+        ev,
+        ev["share_pct"],
+        "loader = DataLoader(dataset, ..., pin_memory=True)\n"
+        "x = x.to(device, non_blocking=True)\n"
+        "y = y.to(device, non_blocking=True)",
+    )
+
+
+def rule_host_sync(inp: Inputs) -> Recommendation | None:
+    ns = inp.idle.causes_ns.get("host_sync", 0)
+    if not significant(ns, inp.window_ns, inp.n_steps):
+        return None
+    calls = _frame_rows(inp, "host_sync", 5)
+    ev = {**_cost_evidence("idle", ns, inp), "calls": calls}
+    what = (
+        ", ".join(f"{c['op'] or c['name']} ×{c['per_step']:.1f}" for c in calls[:3])
+        or "synchronizing calls"
+    )
+    ev["summary"] = (
+        f"Per step the host waited for the GPU in {what}; the drained queue left the GPU idle "
+        f"{ev['idle_us_per_step']:.0f} µs per step ({ev['share_pct']:.1f}%)."
+    )
+    return Recommendation(
+        "host_sync",
+        "Stop synchronising with the GPU every step",
+        ev,
+        ev["share_pct"],
+        "total = torch.zeros((), device=device)\n"
+        "for step, (x, y) in enumerate(loader):\n"
+        "    loss = step_fn(x, y)\n"
+        "    total += loss.detach()          # no .item() / .cpu() / print(tensor) per step\n"
+        "    if step % 100 == 99:\n"
+        "        print(total.item() / 100); total.zero_()\n"
+        "# copies: pinned memory and x.to(device, non_blocking=True) do not wait for the GPU\n"
+        "# and no boolean-mask indexing (x[mask]) in the step: use torch.where(mask, x, 0)",
+    )
+
+
+def rule_mixed_precision(inp: Inputs) -> Recommendation | None:
+    if inp.fp32_gemm_us is None or inp.fp32_gemm_us <= 0:
+        return None
+    cc = inp.compute_capability
+    if cc is None or cc[0] < 7:  # no tensor cores (or unknown GPU): no evidence they would help
+        return None
+    speedup = inp.tc_speedup if inp.tc_speedup and inp.tc_speedup > 1 else DEFAULT_TC_SPEEDUP
+    fp32_ns = inp.fp32_gemm_us * 1e3
+    gain_ns = fp32_ns * (1.0 - 1.0 / speedup)
+    if not significant(gain_ns, inp.window_ns, inp.n_steps):
+        return None
+    bf16 = cc[0] >= 8
+    ev = {
+        "fp32_gemm_us_per_step": _per_step_us(fp32_ns, inp.n_steps),
+        "fp32_gemm_share_pct": _share(fp32_ns, inp.window_ns),
+        "tensor_core_pct": inp.tensor_core_pct,
+        "gpu": inp.gpu_name,
+        "compute_capability": f"{cc[0]}.{cc[1]}",
+        "assumed_speedup": speedup,
+    }
+    ev["summary"] = (
+        f"{ev['fp32_gemm_us_per_step']:.0f} µs per step ({ev['fp32_gemm_share_pct']:.1f}% of the "
+        f"run) of matrix-multiply kernels ran in plain fp32 on CUDA cores of a tensor-core GPU "
+        f"({inp.gpu_name or 'cc ' + ev['compute_capability']}); at {speedup:.1f}x on tensor cores "
+        f"that time shrinks by {100 * (1 - 1 / speedup):.0f}%."
+    )
+    dtype = "torch.bfloat16" if bf16 else "torch.float16"
+    fix = (
+        f'with torch.autocast("cuda", dtype={dtype}):\n'
+        "    loss = loss_fn(model(x), y)\n"
+        "loss.backward()\n"
+    )
+    if bf16:
+        fix += (
+            "# or at least TF32 for fp32 matmuls:\ntorch.backends.cuda.matmul.allow_tf32 = True\n"
+        )
+        fix += "torch.backends.cudnn.allow_tf32 = True"
+    else:
+        fix += "# fp16 needs a GradScaler: scaler.scale(loss).backward(); scaler.step(opt)"
+    return Recommendation(
+        "mixed_precision",
+        "Run matrix multiplies on tensor cores (bf16 autocast or TF32)",
+        ev,
+        _share(gain_ns, inp.window_ns),
+        fix,
+    )
+
+
+def rule_kernel_fusion(inp: Inputs) -> Recommendation | None:
+    k = inp.kernels
+    if k.n_kernels == 0 or k.median_us is None or k.median_us >= SHORT_KERNEL_US:
+        return None
+    ns = inp.idle.causes_ns.get("launch_overhead", 0) + inp.idle.causes_ns.get("cpu_overhead", 0)
+    if not significant(ns, inp.window_ns, inp.n_steps):
+        return None
+    ev = {
+        **_cost_evidence("idle", ns, inp),
+        "kernels_per_step": k.n_kernels / max(1, inp.n_steps),
+        "median_kernel_us": k.median_us,
+        "short_kernel_share_pct": 100.0 * k.short_us / k.kernel_us if k.kernel_us else 0.0,
+        "launch_overhead_us_per_step": _per_step_us(
+            inp.idle.causes_ns.get("launch_overhead", 0), inp.n_steps
+        ),
+        "cpu_overhead_us_per_step": _per_step_us(
+            inp.idle.causes_ns.get("cpu_overhead", 0), inp.n_steps
+        ),
+    }
+    ev["summary"] = (
+        f"{ev['kernels_per_step']:.0f} kernels per step with a median of {k.median_us:.1f} µs; "
+        f"between them the GPU idled {ev['idle_us_per_step']:.0f} µs per step "
+        f"({ev['share_pct']:.1f}%) on launch and host overhead."
+    )
+    return Recommendation(
+        "kernel_fusion",
+        "Fuse small kernels and cut launch overhead (torch.compile / CUDA graphs)",
+        ev,
+        ev["share_pct"],
+        "model = torch.compile(model)                     # fuses elementwise chains\n"
+        '# or also replay the step as a CUDA graph:\nmodel = torch.compile(model, mode="reduce-overhead")',
+    )
+
+
+def rule_batch_size(inp: Inputs) -> Recommendation | None:
+    k = inp.kernels
+    if k.kernel_us <= 0 or k.small_grid_fill is None:
+        return None
+    small_share = 100.0 * k.small_grid_us / k.kernel_us
+    if small_share < 30.0 or inp.busy_pct >= 90.0:
+        return None
+    if inp.mem_used_frac is not None and inp.mem_used_frac >= 0.6:
+        return None  # little memory headroom: a larger batch may not fit
+    unused_ns = k.small_grid_us * 1e3 * (1.0 - k.small_grid_fill)
+    # per-step overheads amortise over a larger batch; data loading and copies grow with it
+    idle_ns = sum(inp.idle.causes_ns.get(c, 0) for c in AMORTISED)
+    if not significant(unused_ns + idle_ns, inp.window_ns, inp.n_steps):
+        return None
+    gain = min(100.0, _share(idle_ns + unused_ns, inp.window_ns))
+    ev = {
+        "busy_pct": inp.busy_pct,
+        "small_grid_kernel_share_pct": small_share,
+        "small_grid_mean_sm_fill": k.small_grid_fill,
+        "memory_used_frac": inp.mem_used_frac,
+    }
+    mem = (
+        f"peak memory use was {100 * inp.mem_used_frac:.0f}% of the GPU"
+        if inp.mem_used_frac is not None
+        else "memory use was not recorded (check torch.cuda.max_memory_allocated())"
+    )
+    ev["summary"] = (
+        f"The GPU was busy {inp.busy_pct:.0f}% of the time and {small_share:.0f}% of kernel time "
+        f"went to kernels with fewer blocks than SMs (mean fill {100 * k.small_grid_fill:.0f}%); "
+        f"{mem}."
+    )
+    return Recommendation(
+        "batch_size",
+        "Use a larger batch per step",
+        ev,
+        gain,
+        "loader = DataLoader(dataset, batch_size=4 * B, ...)   # as memory allows\n"
+        "# scale the learning rate with the batch (e.g. linearly, with warm-up)",
+    )
+
+
+def rule_cudnn_benchmark(inp: Inputs) -> Recommendation | None:
+    k = inp.kernels
+    if k.conv_us <= 0 or k.cudnn_find_seen:
+        return None
+    ns = k.conv_us * 1e3
+    if _share(ns, inp.window_ns) < 5.0 or not significant(ns, inp.window_ns, inp.n_steps):
+        return None
+    ev = {
+        "conv_us_per_step": _per_step_us(ns, inp.n_steps),
+        "conv_share_pct": _share(ns, inp.window_ns),
+    }
+    ev["summary"] = (
+        f"Convolutions take {ev['conv_us_per_step']:.0f} µs per step ({ev['conv_share_pct']:.1f}%) "
+        "and the trace shows no cuDNN algorithm search: with fixed input shapes, benchmark mode "
+        "picks the fastest algorithm once."
+    )
+    return Recommendation(
+        "cudnn_benchmark",
+        "Let cuDNN pick the fastest convolution algorithms",
+        ev,
+        ev["conv_share_pct"],
+        "torch.backends.cudnn.benchmark = True   # before the first step; input shapes fixed",
+    )
+
+
+def _comm_floor_ns(inp: Inputs) -> tuple[float, dict[str, Any] | None]:
+    """Communication-only ns per step that every rank pays (the smallest across ranks: the rank
+    that arrives last at a collective waits for no one), and that rank (None: this one)."""
+    own = inp.comm_only_ns / max(1, inp.n_steps)
+    slowest = None
+    floor = own
+    for p in inp.peers:
+        v = p.get("comm_only_us_per_step")
+        if v is not None and v * 1e3 < floor:
+            floor, slowest = v * 1e3, p
+    return floor, slowest
+
+
+def rule_communication(inp: Inputs) -> Recommendation | None:
+    floor, _ = _comm_floor_ns(inp)
+    comm_only = floor * inp.n_steps
+    ns = inp.idle.causes_ns.get("communication", 0) + comm_only
+    if not significant(ns, inp.window_ns, inp.n_steps):
+        return None
+    ev = {
+        **_cost_evidence("exposed_comm", ns, inp),
+        "idle_waiting_us_per_step": _per_step_us(
+            inp.idle.causes_ns.get("communication", 0), inp.n_steps
+        ),
+        "comm_only_us_per_step": floor / 1e3,
+    }
+    ev["summary"] = (
+        f"Communication was exposed {ev['exposed_comm_us_per_step']:.0f} µs per step "
+        f"({ev['share_pct']:.1f}%): the host waited in collectives, or the GPU ran only "
+        "communication kernels (the part every rank pays)."
+    )
+    return Recommendation(
+        "overlap_communication",
+        "Overlap gradient communication with compute",
+        ev,
+        ev["share_pct"],
+        "model = DDP(model, device_ids=[local_rank], bucket_cap_mb=50,\n"
+        "            gradient_as_bucket_view=True, static_graph=True)\n"
+        "# with gradient accumulation, skip the all-reduce on inner micro-steps:\n"
+        "with model.no_sync():\n    loss.backward()",
+    )
+
+
+def rule_load_imbalance(inp: Inputs) -> Recommendation | None:
+    floor, slowest = _comm_floor_ns(inp)
+    if slowest is None:
+        return None
+    wait = (inp.comm_only_ns / max(1, inp.n_steps) - floor) * inp.n_steps
+    if not significant(wait, inp.window_ns, inp.n_steps):
+        return None
+    ev = {
+        "waiting_us_per_step": _per_step_us(wait, inp.n_steps),
+        "share_pct": _share(wait, inp.window_ns),
+        "slowest_rank": slowest["rank"],
+        "slowest_rank_busy_pct": slowest.get("gpu_busy_pct"),
+        "slowest_rank_step_time_ms": slowest.get("step_time_ms"),
+    }
+    ev["summary"] = (
+        f"This rank's GPU spent {ev['waiting_us_per_step']:.0f} µs per step ({ev['share_pct']:.1f}%) "
+        f"in collectives waiting for rank {slowest['rank']}, which arrives last (its GPU is busy "
+        f"{slowest.get('gpu_busy_pct') or 0:.0f}% of the time): the slowest rank sets the pace."
+    )
+    return Recommendation(
+        "load_imbalance",
+        f"Speed up the slowest rank ({slowest['rank']}): the others wait for it",
+        ev,
+        ev["share_pct"],
+        f"# see why rank {slowest['rank']} is slow:  gpuscope analyze RUN --rank {slowest['rank']}\n"
+        "sampler = DistributedSampler(dataset, drop_last=True)  # equal work per rank\n"
+        "# keep logging / evaluation / checkpointing off the step path of a single rank",
+    )
+
+
+RULES = (
+    rule_dataloader,
+    rule_pin_memory,
+    rule_host_sync,
+    rule_mixed_precision,
+    rule_kernel_fusion,
+    rule_batch_size,
+    rule_cudnn_benchmark,
+    rule_communication,
+    rule_load_imbalance,
+)
+#: Every recommendation id a rule can give.
+REC_IDS: tuple[str, ...] = (
+    "dataloader_workers",
+    "pin_memory",
+    "host_sync",
+    "mixed_precision",
+    "kernel_fusion",
+    "batch_size",
+    "cudnn_benchmark",
+    "overlap_communication",
+    "load_imbalance",
+)
+
+
+def recommend(inp: Inputs) -> list[Recommendation]:
+    """The recommendations whose evidence holds, largest bound first (ties: rule order)."""
+    out = [r for rule in RULES if (r := rule(inp)) is not None]
+    order = {rid: i for i, rid in enumerate(REC_IDS)}
+    return sorted(out, key=lambda r: (-r.max_gain_pct, order.get(r.id, 99)))

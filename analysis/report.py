@@ -1,0 +1,494 @@
+"""The whole analysis of one run (one rank), as a dataclass with a stable JSON form.
+
+:func:`analyze_run` is what ``gpuscope analyze``, ``gpuscope check`` and the web app call;
+:func:`compare_runs` (in :mod:`gpuscope.analysis.compare`) diffs two of these reports.
+JSON: times in µs (floats, not rounded) unless the key says ``_ms``; percentages in %.
+docs/cli-json.md documents every key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+from gpuscope.analysis import recommendations as R
+from gpuscope.analysis.busy import BusySummary, busy_in_ranges, busy_summary, comm_only_ns
+from gpuscope.analysis.idle import IdleResult, idle_analysis
+from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
+from gpuscope.analysis.store_access import (
+    COMM_KERNEL_RE,
+    device_props,
+    ms,
+    pct,
+    rank_meta,
+    ranks_of,
+    us,
+)
+
+SCHEMA = "gpuscope.analyze/1"
+
+
+@dataclass
+class RunReport:
+    """Analysis of one rank of a run over its window. See docs/metrics.md for every definition."""
+
+    run: dict[str, Any]
+    rank: int
+    window: Window
+    step_stats: StepStats
+    per_step: list[dict[str, Any]]
+    busy: BusySummary
+    idle: IdleResult
+    comm_only_ns: int = 0
+    throughput: dict[str, Any] | None = None
+    kernels: Any = None
+    tensor_cores: Any = None
+    flops: Any = None
+    peak: Any = None
+    mfu_pct: float | None = None
+    mfu_busy_pct: float | None = None
+    achieved_tflops: float | None = None
+    recommendations: list[R.Recommendation] = field(default_factory=list)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def gpu_busy_pct(self) -> float:
+        return self.busy.busy_pct
+
+    @property
+    def idle_pct(self) -> float:
+        return pct(self.idle.total_ns, self.window.duration_ns)
+
+    @property
+    def flops_per_step(self) -> float | None:
+        return getattr(self.flops, "flops_per_step", None)
+
+    @property
+    def dtype(self) -> str | None:
+        return getattr(self.flops, "dtype", None) or _kernel_dtype(self.tensor_cores)
+
+    @property
+    def peak_tflops(self) -> float | None:
+        return getattr(self.peak, "tflops", None)
+
+    def to_json(self) -> dict[str, Any]:
+        w = self.window
+        tc = self.tensor_cores
+        kernels = self.kernels.to_json() if self.kernels is not None else None
+        return {
+            "schema": SCHEMA,
+            "run": dict(self.run),
+            "rank": self.rank,
+            "device": self.busy.device,
+            "window": {
+                "start_us": us(w.start_ns),
+                "end_us": us(w.end_ns),
+                "duration_us": us(w.duration_ns),
+                "steps": len(w.steps) if w.source != "trace" else 0,
+                "source": w.source,
+                "annotation": w.annotation,
+            },
+            "step_time_ms": self.step_stats.to_json(),
+            "steps": self.per_step,
+            "throughput": self.throughput,
+            "gpu_busy_pct": self.busy.busy_pct,
+            "busy": {**self.busy.to_json(), "comm_only_us": us(self.comm_only_ns)},
+            "idle": self.idle.to_json(),
+            "kernels": kernels,
+            "tensor_core_pct": getattr(tc, "tensor_core_pct", None),
+            "tc_eligible_not_tc_us": getattr(tc, "tc_eligible_not_tc_us", None),
+            "fp32_gemm_us": getattr(tc, "fp32_gemm_us", None),
+            "flops_per_step": self.flops_per_step,
+            "flops_source": getattr(self.flops, "source", None),
+            "peak_tflops": self.peak_tflops,
+            "peak_source": getattr(self.peak, "source", None) or getattr(self.peak, "reason", None),
+            "dtype": self.dtype,
+            "achieved_tflops": self.achieved_tflops,
+            "mfu_pct": self.mfu_pct,
+            "mfu_busy_pct": self.mfu_busy_pct,
+            "recommendations": [r.to_json() for r in self.recommendations],
+            "ranks": self.ranks,
+            "warnings": list(self.warnings),
+        }
+
+
+def _run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+    row = con.execute("SELECT name, gpu_name, kind FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    if row is None:
+        raise ValueError(f"{run_id}: no such run")
+    if row[2] != "trace":
+        raise ValueError(f"{run_id}: not a trace run ({row[2]})")
+    return {"id": run_id, "name": row[0], "gpu": row[1], "ranks": ranks_of(con, run_id)}
+
+
+def _throughput(meta: dict[str, Any], step_ms: float) -> dict[str, Any] | None:
+    md = meta.get("metadata") or {}
+
+    def num(key: str) -> float | None:
+        v = md.get(key)
+        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+            return None
+        return float(v)
+
+    samples, tokens = num("samples_per_step"), num("tokens_per_step")
+    if (samples is None and tokens is None) or step_ms <= 0:
+        return None
+    sec = step_ms / 1e3
+    return {
+        "samples_per_step": samples,
+        "tokens_per_step": tokens,
+        "samples_per_s": samples / sec if samples else None,
+        "tokens_per_s": tokens / sec if tokens else None,
+    }
+
+
+def _kernel_stats(
+    con: duckdb.DuckDBPyConnection, p: dict[str, Any], sms: int | None, conv_us: float
+) -> R.KernelStats:
+    """Compute kernels of the primary device (communication kernels left out)."""
+    short = int(R.SHORT_KERNEL_US * 1e3)
+    row = con.execute(
+        """
+        WITH k AS (
+            SELECT least(e, $we) - greatest(s, $ws) AS d, blocks FROM _gs_gpu
+            WHERE dev = $dev AND s < $we AND e > $ws AND cat IN ('kernel', 'Kernel')
+              AND name_id NOT IN (SELECT name_id FROM names WHERE run_id = $run
+                                  AND regexp_matches(name, $comm))
+        )
+        SELECT count(*), coalesce(sum(d), 0)::BIGINT, approx_quantile(d, 0.5),
+               coalesce(sum(d) FILTER (WHERE d < $short), 0)::BIGINT,
+               count(*) FILTER (WHERE d < $short),
+               coalesce(sum(d) FILTER (WHERE blocks < $sms), 0)::BIGINT,
+               avg(blocks / $sms) FILTER (WHERE blocks < $sms)
+        FROM k
+        """,
+        {
+            "run": p["run"],
+            "ws": p["ws"],
+            "we": p["we"],
+            "dev": p["dev"],
+            "comm": COMM_KERNEL_RE,
+            "short": short,
+            "sms": int(sms) if sms else 0,
+        },
+    ).fetchone()
+    find = con.execute(
+        "SELECT count(*) FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
+        [p["run"], r"(?i)cudnnFind|FindConvolution|cudnn_find|benchmark_conv"],
+    ).fetchone()
+    if row is None:
+        return R.KernelStats()
+    return R.KernelStats(
+        n_kernels=int(row[0]),
+        kernel_us=int(row[1]) / 1e3,
+        median_us=float(row[2]) / 1e3 if row[2] is not None else None,
+        short_us=int(row[3]) / 1e3,
+        n_short=int(row[4]),
+        small_grid_us=int(row[5]) / 1e3 if sms else 0.0,
+        small_grid_fill=float(row[6]) if sms and row[6] is not None else None,
+        conv_us=conv_us,
+        cudnn_find_seen=bool(find and find[0]),
+    )
+
+
+def _kernel_dtype(tc: Any) -> str | None:
+    """The math dtype from the kernels when FLOPs give none: the tensor-core precision with the
+    most time, else fp32 when plain-fp32 matrix kernels ran."""
+    by_prec = getattr(tc, "by_precision", None) or {}
+    known = {k: v for k, v in by_prec.items() if k and k != "unknown" and v > 0}
+    if known:
+        return max(known, key=lambda k: known[k])
+    if (getattr(tc, "fp32_gemm_us", None) or 0) > 0:
+        return "fp32"
+    return None
+
+
+def _mem_used_frac(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
+    try:
+        row = con.execute(
+            "SELECT max(mem_used_bytes), max(mem_total_bytes) FROM nvml_samples WHERE run_id = ?",
+            [run_id],
+        ).fetchone()
+    except duckdb.Error:
+        return None
+    if not row or not row[0] or not row[1]:
+        return None
+    return float(row[0]) / float(row[1])
+
+
+def _loader_kind(idle: IdleResult) -> str | None:
+    frame = idle.evidence.get("data_loading")
+    if frame is None or frame.empty:
+        return None
+    names = " ".join(str(n) for n in frame["name"])
+    if "MultiProcessing" in names:
+        return "multiprocess"
+    if "SingleProcess" in names:
+        return "single_process"
+    return None
+
+
+def _rank_summary(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, step_annotation: str | None
+) -> dict[str, Any]:
+    w = find_window(con, run_id, rank, step_annotation)
+    b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
+    comm = comm_only_ns(con, run_id, rank, w.start_ns, w.end_ns, b.device, b.busy_ns)
+    return {
+        "rank": rank,
+        "gpu_busy_pct": b.busy_pct,
+        "step_time_ms": step_stats(w).mean_ms,
+        "comm_only_us_per_step": comm / w.n_steps / 1e3,
+    }
+
+
+def analyze_run(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    *,
+    rank: int | None = None,
+    step_annotation: str | None = None,
+    peak_tflops: float | None = None,
+    model_flops_per_step: float | None = None,
+    all_ranks: bool = True,
+    top_gaps: int = 20,
+    details: bool = True,
+    mfu: bool = True,
+) -> RunReport:
+    """Analyse one rank of a trace run (default: the lowest rank).
+
+    ``step_annotation``: use this annotation name for steps instead of ``ProfilerStep#N``.
+    ``peak_tflops`` / ``model_flops_per_step``: overrides for the MFU inputs. ``all_ranks``: also
+    summarise every other rank (busy %, step time) in ``ranks``. ``details=False`` computes only
+    the headline numbers (window, step time, busy, idle by cause, FLOPs and MFU), leaving out the
+    kernel breakdown, gap evidence, per-step values and recommendations (``gpuscope check``);
+    ``mfu=False`` with it also skips FLOPs, tensor cores and MFU. Raises ValueError for an unknown
+    run or rank.
+    """
+    from gpuscope.analysis import flops as F
+    from gpuscope.analysis import kernels as K
+    from gpuscope.analysis import peaks as P
+    from gpuscope.analysis import tensor_cores as T
+
+    run = _run_info(con, run_id)
+    if not run["ranks"]:
+        raise ValueError(f"{run_id}: the run has no ranks")
+    if rank is None:
+        rank = run["ranks"][0]
+    if rank not in run["ranks"]:
+        raise ValueError(f"{run_id}: no rank {rank} (ranks: {run['ranks']})")
+    warnings: list[str] = []
+    meta = rank_meta(con, run_id, rank)
+    window = find_window(con, run_id, rank, step_annotation)
+    if step_annotation and window.source != "annotation":
+        warnings.append(f"no '{step_annotation}' annotation: steps from {window.source}")
+    if window.source == "trace":
+        warnings.append("no step annotations: the whole trace is one step")
+    stats = step_stats(window)
+    busy = busy_summary(con, run_id, rank, window.start_ns, window.end_ns)
+    idle = idle_analysis(
+        con, run_id, rank, window, device=busy.device, top_n=top_gaps if details else 0
+    )
+    bounds = window.step_bounds_ns()
+    step_busy = (
+        busy_in_ranges(
+            con, run_id, rank, bounds, device=busy.device, window=(window.start_ns, window.end_ns)
+        )
+        if details
+        else [None] * len(bounds)
+    )
+    per_step = [
+        {
+            "number": s.number,
+            "start_us": us(b[0]),
+            "duration_ms": ms(b[1] - b[0]),
+            "cpu_ms": ms(s.cpu_end_ns - s.cpu_start_ns),
+            "gpu_end_us": us(s.gpu_end_ns),
+            "busy_pct": pct(sb, b[1] - b[0]) if sb is not None else None,
+        }
+        for s, b, sb in zip(window.steps, bounds, step_busy, strict=True)
+    ]
+    comm_only = (
+        comm_only_ns(con, run_id, rank, window.start_ns, window.end_ns, busy.device, busy.busy_ns)
+        if details
+        else 0
+    )
+    dev_props = device_props(meta, busy.device)
+
+    def attempt(what: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except Exception as e:  # one failing part must not sink the whole report
+            warnings.append(f"{what}: {type(e).__name__}: {e}")
+            return None
+
+    kernels = (
+        attempt("kernels", lambda: K.kernel_breakdown(con, run_id, rank, window))
+        if details
+        else None
+    )
+    need_mfu = details or mfu
+    tc = (
+        attempt("tensor cores", lambda: T.tensor_core_summary(con, run_id, rank, window))
+        if need_mfu
+        else None
+    )
+    flops = (
+        None
+        if not need_mfu
+        else attempt(
+            "flops",
+            lambda: F.flops_per_step(
+                con,
+                run_id,
+                rank,
+                window,
+                len(window.steps),
+                model_flops_per_step=model_flops_per_step,
+            ),
+        )
+    )
+    if flops is not None and flops.flops_per_step is None:
+        meta_flops = attempt("flops", lambda: F.metadata_model_flops(con, run_id, rank))
+        if meta_flops:
+            flops.flops_per_step = float(meta_flops)
+            flops.source = "metadata"
+    props = meta.get("device_properties")
+    dtype = getattr(flops, "dtype", None) or _kernel_dtype(tc)
+    peak = (
+        attempt(
+            "peak",
+            lambda: P.peak_for(props, dtype, override_tflops=peak_tflops, device=busy.device),
+        )
+        if need_mfu
+        else None
+    )
+    step_s = stats.mean_ms / 1e3
+    fps = getattr(flops, "flops_per_step", None)
+    ptf = getattr(peak, "tflops", None)
+    busy_s_per_step = busy.busy_ns / 1e9 / window.n_steps
+    mfu_value = P.mfu_pct(fps, step_s, ptf)
+    mfu_busy = P.mfu_busy_pct(fps, busy_s_per_step, ptf)
+    achieved = P.achieved_tflops(fps, step_s)
+
+    kstats = (
+        _kernel_stats(
+            con,
+            {"run": run_id, "ws": window.start_ns, "we": window.end_ns, "dev": busy.device or 0},
+            dev_props.get("numSms"),
+            float((getattr(kernels, "by_category", None) or {}).get("convolution", 0.0)),
+        )
+        if details
+        else None
+    )
+    # (the other ranks replace this rank's cached working set: everything that reads it is above)
+    ranks = [
+        {
+            "rank": rank,
+            "gpu_busy_pct": busy.busy_pct,
+            "step_time_ms": stats.mean_ms,
+            "comm_only_us_per_step": comm_only / window.n_steps / 1e3,
+        }
+    ]
+    if all_ranks:
+        ranks += [_rank_summary(con, run_id, r, step_annotation) for r in run["ranks"] if r != rank]
+    ranks.sort(key=lambda d: d["rank"])
+    recs = (
+        _recommendations(
+            con,
+            run,
+            rank,
+            window,
+            busy,
+            idle,
+            kstats,
+            tc,
+            props,
+            dev_props,
+            comm_only,
+            attempt,
+            ranks,
+        )
+        if details
+        else []
+    )
+    report = RunReport(
+        run=run,
+        rank=rank,
+        window=window,
+        step_stats=stats,
+        per_step=per_step,
+        busy=busy,
+        idle=idle,
+        comm_only_ns=comm_only,
+        throughput=_throughput(meta, stats.mean_ms),
+        kernels=kernels,
+        tensor_cores=tc,
+        flops=flops,
+        peak=peak,
+        mfu_pct=mfu_value,
+        mfu_busy_pct=mfu_busy,
+        achieved_tflops=achieved,
+        recommendations=recs,
+        warnings=warnings,
+    )
+    report.ranks = ranks
+    return report
+
+
+def _recommendations(
+    con: duckdb.DuckDBPyConnection,
+    run: dict[str, Any],
+    rank: int,
+    window: Window,
+    busy: BusySummary,
+    idle: IdleResult,
+    kstats: Any,
+    tc: Any,
+    props: Any,
+    dev_props: dict[str, Any],
+    comm_only: int,
+    attempt: Any,
+    ranks: list[dict[str, Any]],
+) -> list[R.Recommendation]:
+    from gpuscope.analysis import peaks as P
+
+    run_id = run["id"]
+    cc = None
+    if "computeMajor" in dev_props:
+        try:
+            cc = (int(dev_props["computeMajor"]), int(dev_props.get("computeMinor", 0)))
+        except (TypeError, ValueError):
+            cc = None
+    speedup = None
+    pb = attempt("peak", lambda: P.peak_for(props, "bf16", device=busy.device))
+    pf = attempt("peak", lambda: P.peak_for(props, "fp32", device=busy.device))
+    if pb is not None and pf is not None and pb.tflops and pf.tflops:
+        speedup = pb.tflops / pf.tflops
+    inputs = R.Inputs(
+        window_ns=window.duration_ns,
+        n_steps=window.n_steps,
+        busy_pct=busy.busy_pct,
+        idle=idle,
+        kernels=kstats,
+        fp32_gemm_us=getattr(tc, "fp32_gemm_us", None),
+        tensor_core_pct=getattr(tc, "tensor_core_pct", None),
+        gpu_name=dev_props.get("name") or run.get("gpu"),
+        compute_capability=cc,
+        tc_speedup=speedup,
+        comm_only_ns=comm_only,
+        peers=[r for r in ranks if r["rank"] != rank],
+        mem_used_frac=_mem_used_frac(con, run_id),
+        dataloader_kind=_loader_kind(idle),
+    )
+    return R.recommend(inputs)
+
+
+def compare_runs(con: duckdb.DuckDBPyConnection, a: str, b: str, **kw: Any) -> Any:
+    """Analyse runs ``a`` and ``b`` (same keyword arguments as :func:`analyze_run`) and diff them:
+    see :func:`gpuscope.analysis.compare.compare_reports`."""
+    from gpuscope.analysis.compare import compare_runs as _compare
+
+    return _compare(con, a, b, **kw)

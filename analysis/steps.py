@@ -1,0 +1,253 @@
+"""Training steps and the analysis window.
+
+A step is a ``ProfilerStep#N`` CPU annotation (or a user-chosen annotation). Its GPU extent reaches
+the end of the last GPU activity launched (by correlation) from a runtime call made inside it.
+The **window** runs from the CPU start of the first step to the later of the last step's CPU end
+and the end of the last GPU activity launched from inside any step. Without steps the window is
+the whole trace of the rank, seen as one step (never an empty result). All times are integer ns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+import pandas as pd
+from gpuscope.analysis.store_access import (
+    GPU_CATS_SQL,
+    HOST_CATS_SQL,
+    PROFILER_STEP_RE,
+    execute,
+    ms,
+    names_matching,
+    regex,
+)
+
+
+@dataclass
+class Step:
+    """One step. ``gpu_end_ns`` is the end of the last GPU activity launched from inside the
+    step's CPU span (None when it launched nothing). Trace time, ns."""
+
+    number: int
+    cpu_start_ns: int
+    cpu_end_ns: int
+    gpu_end_ns: int | None = None
+
+    @property
+    def end_ns(self) -> int:
+        """The later of the CPU end and the GPU extent."""
+        return max(self.cpu_end_ns, self.gpu_end_ns if self.gpu_end_ns is not None else 0)
+
+
+@dataclass
+class Window:
+    """The analysed time range ``[start_ns, end_ns)`` of one rank (trace time, ns) and its steps.
+
+    ``source`` is ``"ProfilerStep"``, ``"annotation"`` (a user-chosen name) or ``"trace"`` (no
+    step annotation: the whole trace as a single pseudo step numbered 0).
+    """
+
+    start_ns: int
+    end_ns: int
+    steps: list[Step] = field(default_factory=list)
+    source: str = "ProfilerStep"
+    annotation: str | None = "ProfilerStep"
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def n_steps(self) -> int:
+        return max(1, len(self.steps))
+
+    def step_bounds_ns(self) -> list[tuple[int, int]]:
+        """Per step ``[start, end)``: from its CPU start to the next step's CPU start; the last
+        step runs to the window end. The bounds tile the window exactly."""
+        starts = [s.cpu_start_ns for s in self.steps] or [self.start_ns]
+        ends = [*starts[1:], self.end_ns]
+        return list(zip(starts, ends, strict=True))
+
+
+@dataclass
+class StepStats:
+    """Step time, ms: ``mean`` = window / number of steps; ``p50``/``max``/``min`` over the
+    per-step durations of :meth:`Window.step_bounds_ns`."""
+
+    n_steps: int
+    mean_ms: float
+    p50_ms: float
+    max_ms: float
+    min_ms: float
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"mean": self.mean_ms, "p50": self.p50_ms, "max": self.max_ms, "min": self.min_ms}
+
+
+_STEP_NUM = re.compile(r"#(\d+)$")
+
+
+def _host_spans(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, name_cond: str, params: dict
+) -> pd.DataFrame:
+    return execute(
+        con,
+        f"""
+        SELECT n.name, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e
+        FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
+        WHERE e.run_id = $run AND e.rank = $rank AND e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
+          AND e.dur_ns IS NOT NULL AND e.name_id IN {names_matching(name_cond)}
+        ORDER BY s, e
+        """,
+        {"run": run_id, "rank": rank, **params},
+    ).df()
+
+
+def _profiler_steps(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> list[Step]:
+    spans = _host_spans(con, run_id, rank, regex(PROFILER_STEP_RE), {})
+    if spans.empty:
+        return []
+    spans = spans.assign(number=spans["name"].str.extract(r"#(\d+)$", expand=False).astype("int64"))
+    g = spans.groupby("number", sort=True).agg(s=("s", "min"), e=("e", "max"))
+    return [Step(int(n), int(r.s), int(r.e)) for n, r in zip(g.index, g.itertuples(), strict=True)]
+
+
+def _annotation_steps(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, annotation: str
+) -> list[Step]:
+    spans = _host_spans(
+        con,
+        run_id,
+        rank,
+        "name = $ann OR (starts_with(name, $ann || '#') AND regexp_matches(name, '#[0-9]+$'))",
+        {"ann": annotation},
+    )
+    steps: list[Step] = []
+    last_end = None
+    for i, (name, s, e) in enumerate(spans[["name", "s", "e"]].itertuples(index=False)):
+        if last_end is not None and s < last_end:  # nested or a copy on another thread
+            continue
+        m = _STEP_NUM.search(name) if name != annotation else None
+        steps.append(Step(int(m.group(1)) if m else i, int(s), int(e)))
+        last_end = e
+    return steps
+
+
+def _gpu_ends(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, steps: list[Step]
+) -> dict[int, int]:
+    """Step number -> end of the last GPU activity launched from inside its CPU span.
+
+    Launch calls are matched to steps by a hash join on time buckets (no sort of the calls)."""
+    if not steps:
+        return {}
+    from gpuscope.analysis.busy import working_set
+
+    working_set(con, run_id, rank)
+    lo = min(s.cpu_start_ns for s in steps)
+    hi = max(s.cpu_end_ns for s in steps)
+    params = {
+        "run": run_id,
+        "rank": rank,
+        "num": [s.number for s in steps],
+        "cs": [s.cpu_start_ns for s in steps],
+        "ce": [s.cpu_end_ns for s in steps],
+        "lo": lo,
+        "hi": hi,
+        "bw": max(1, (hi - lo) // 4096),
+    }
+    rows = execute(
+        con,
+        """
+        WITH st AS (SELECT unnest($num) AS number, unnest($cs) AS cs, unnest($ce) AS ce),
+        sb AS (
+            SELECT number, cs, ce, unnest(range((cs - $lo) // $bw, (ce - 1 - $lo) // $bw + 1)) AS b
+            FROM st WHERE ce > cs
+        ),
+        rt AS (
+            SELECT correlation, s AS ts_ns, (s - $lo) // $bw AS b FROM _gs_rt
+            WHERE s >= $lo AND s < $hi
+        ),
+        g AS (SELECT correlation, e AS ge FROM _gs_gpu WHERE correlation IS NOT NULL AND s >= $lo),
+        j AS (SELECT rt.ts_ns, rt.b, g.ge FROM rt JOIN g USING (correlation))
+        SELECT sb.number, max(j.ge) FROM j JOIN sb ON j.b = sb.b AND j.ts_ns >= sb.cs
+        AND j.ts_ns < sb.ce GROUP BY sb.number
+        """,
+        params,
+    ).fetchall()
+    return {int(n): int(e) for n, e in rows if e is not None}
+
+
+def _trace_extent(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int
+) -> tuple[int, int, int | None]:
+    row = execute(
+        con,
+        f"""
+        SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)),
+               max(ts_ns + dur_ns) FILTER (WHERE cat IN {GPU_CATS_SQL})
+        FROM events WHERE run_id = $run AND rank = $rank AND ph <> 'M' AND ts_ns IS NOT NULL
+        """,
+        {"run": run_id, "rank": rank},
+    ).fetchone()
+    if row is None or row[0] is None:
+        return 0, 0, None
+    return int(row[0]), int(row[1]), (int(row[2]) if row[2] is not None else None)
+
+
+def find_window(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, step_annotation: str | None = None
+) -> Window:
+    """The window and steps of one rank.
+
+    Steps come from ``step_annotation`` when given and present (exact name, or ``name#N``), else
+    from ``ProfilerStep#N``, else the whole trace is one pseudo step.
+    """
+    steps: list[Step] = []
+    source, annotation = "trace", None
+    if step_annotation:
+        steps = _annotation_steps(con, run_id, rank, step_annotation)
+        source, annotation = "annotation", step_annotation
+    if not steps:
+        steps = _profiler_steps(con, run_id, rank)
+        source, annotation = "ProfilerStep", "ProfilerStep"
+    if steps:
+        ends = _gpu_ends(con, run_id, rank, steps)
+        steps = [Step(s.number, s.cpu_start_ns, s.cpu_end_ns, ends.get(s.number)) for s in steps]
+        steps.sort(key=lambda s: (s.cpu_start_ns, s.number))
+        start = steps[0].cpu_start_ns
+        gpu_end = max((s.gpu_end_ns for s in steps if s.gpu_end_ns is not None), default=None)
+        end = max(steps[-1].cpu_end_ns, gpu_end if gpu_end is not None else start)
+        return Window(start, end, steps, source, annotation)
+    lo, hi, gpu_hi = _trace_extent(con, run_id, rank)
+    return Window(lo, hi, [Step(0, lo, hi, gpu_hi)], "trace", None)
+
+
+def step_stats(window: Window) -> StepStats:
+    """Mean (window / steps), median, max and min step time, ms."""
+    d = np.array([e - s for s, e in window.step_bounds_ns()], dtype=np.int64)
+    n = window.n_steps
+    mean = ms(window.duration_ns / n) or 0.0
+    if d.size == 0:
+        return StepStats(n, mean, mean, mean, mean)
+    return StepStats(n, mean, float(np.median(d)) / 1e6, float(d.max()) / 1e6, float(d.min()) / 1e6)
+
+
+def step_frame(window: Window) -> pd.DataFrame:
+    """One row per step: ``number``, ``start_ns``, ``end_ns`` (see :meth:`Window.step_bounds_ns`),
+    ``duration_ns``, ``cpu_start_ns``, ``cpu_end_ns``, ``gpu_end_ns`` (nullable)."""
+    bounds = window.step_bounds_ns()
+    return pd.DataFrame(
+        {
+            "number": pd.array([s.number for s in window.steps], dtype="int64"),
+            "start_ns": pd.array([b[0] for b in bounds], dtype="int64"),
+            "end_ns": pd.array([b[1] for b in bounds], dtype="int64"),
+            "duration_ns": pd.array([b[1] - b[0] for b in bounds], dtype="int64"),
+            "cpu_start_ns": pd.array([s.cpu_start_ns for s in window.steps], dtype="int64"),
+            "cpu_end_ns": pd.array([s.cpu_end_ns for s in window.steps], dtype="int64"),
+            "gpu_end_ns": pd.array([s.gpu_end_ns for s in window.steps], dtype="Int64"),
+        }
+    )

@@ -1,0 +1,231 @@
+"""Common SQL pieces over the gpuscope DuckDB store: event classes, name patterns, small helpers.
+
+Every time here is an integer in nanoseconds of trace time (``events.ts_ns``); the functions of
+``gpuscope.analysis`` convert to µs/ms only when they build JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+# -- event classes -----------------------------------------------------------------------------
+
+#: GPU activity (busy time): kernels, memcpys, memsets. ROCm traces use the same names; older
+#: exporters spell them with capitals.
+GPU_CATS: tuple[str, ...] = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
+#: Host-side CUDA/HIP runtime and driver calls (launches, copies, syncs).
+RUNTIME_CATS: tuple[str, ...] = (
+    "cuda_runtime",
+    "cuda_driver",
+    "hip_runtime",
+    "hip_driver",
+    "Runtime",
+    "Driver",
+)
+#: Host spans: operators, annotations, Python functions and runtime calls.
+HOST_CATS: tuple[str, ...] = (
+    "cpu_op",
+    "Operator",
+    "user_annotation",
+    "python_function",
+    "python_function_call",
+    *RUNTIME_CATS,
+)
+
+#: Runtime/driver calls that start GPU work.
+LAUNCH_APIS: tuple[str, ...] = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cudaLaunchCooperativeKernel",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cudaGraphLaunch",
+    "cuGraphLaunch",
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipExtModuleLaunchKernel",
+    "hipModuleLaunchKernel",
+    "hipGraphLaunch",
+)
+
+#: Runtime/driver calls that block the host until the device (or a stream/event) is done.
+#: ``cudaStreamWaitEvent`` is *not* one: it orders streams on the device, the host goes on.
+SYNC_APIS: tuple[str, ...] = (
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+    "cudaMemcpyPeer",
+    "cudaMemcpyFromSymbol",
+    "cudaMemcpyToSymbol",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+    "cuMemcpyDtoH",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD",
+    "cuMemcpyHtoD_v2",
+    "hipStreamSynchronize",
+    "hipDeviceSynchronize",
+    "hipEventSynchronize",
+    "hipMemcpy",
+    "hipMemcpyWithStream",
+)
+#: CPU operators of ``.item()``. Not evidence by themselves: on a CPU tensor (e.g. AdamW's step
+#: counters) they never touch the GPU; on a CUDA tensor they run a device-to-host copy into pageable
+#: memory and a ``cudaStreamSynchronize``, which are the evidence (named with this op).
+SYNC_OPS: tuple[str, ...] = ("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero")
+
+#: Regular expressions on names (DuckDB ``regexp_matches``, RE2 syntax).
+DATALOADER_RE = r"(DataLoader.*__next__|DataLoaderIter\.__next__|dataloader\.py\(\d+\): __next__)"
+COMM_RE = (
+    r"^(nccl:|gloo:|mpi:|ucc:|c10d::|c10d_functional::|_c10d_functional::|record_param_comms$"
+    r"|ProcessGroup(NCCL|Gloo|MPI|UCC)?::|torch\.distributed\.)"
+)
+COMM_KERNEL_RE = r"^(ncclDevKernel|ncclKernel|nccl[A-Z]\w*Kernel|rccl)"
+OPTIMIZER_RE = r"^Optimizer\.(step|zero_grad)#"
+PROFILER_STEP_RE = r"^ProfilerStep#\d+$"
+PAGEABLE_H2D_RE = r"Pageable -> Device"
+PAGEABLE_D2H_RE = r"Device -> Pageable"
+MEMCPY_API_RE = r"^(cuda|hip|cu)Memcpy"
+
+SYNC_SLACK_NS = 5_000
+"""A gap counts as drained by a synchronizing call when such a call started before the gap and
+ended no earlier than this long before it (CPU and GPU clocks in a trace can be off by a few µs)."""
+
+
+def sql_list(values: tuple[str, ...] | list[str]) -> str:
+    """A SQL list literal of quoted strings (for the constant tuples above; never user text)."""
+    return "(" + ", ".join("'" + v.replace("'", "''") + "'" for v in values) + ")"
+
+
+GPU_CATS_SQL = sql_list(GPU_CATS)
+RUNTIME_CATS_SQL = sql_list(RUNTIME_CATS)
+HOST_CATS_SQL = sql_list(HOST_CATS)
+
+
+def names_matching(pattern_sql: str) -> str:
+    """A subquery of the run's name ids whose name satisfies ``pattern_sql`` (a SQL condition
+    on the column ``name``); needs the ``$run`` parameter."""
+    return f"(SELECT name_id FROM names WHERE run_id = $run AND ({pattern_sql}))"
+
+
+def regex(pattern: str) -> str:
+    """``regexp_matches(name, '<pattern>')`` for a constant pattern."""
+    return "regexp_matches(name, '" + pattern.replace("'", "''") + "')"
+
+
+# -- running queries ---------------------------------------------------------------------------
+
+
+_PARAM = re.compile(r"\$([A-Za-z_]\w*)")
+
+
+def execute(
+    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """``con.execute`` with only the named parameters that ``sql`` uses (DuckDB refuses extras)."""
+    used = set(_PARAM.findall(sql))
+    return con.execute(sql, {k: v for k, v in (params or {}).items() if k in used})
+
+
+def df(
+    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None
+) -> pd.DataFrame:
+    """Run ``sql`` and return a DataFrame (numpy-backed, integer columns stay integers)."""
+    return execute(con, sql, params).df()
+
+
+def cached_temp(
+    con: duckdb.DuckDBPyConnection, table: str, key: str, sql: str, params: dict[str, Any]
+) -> bool:
+    """``CREATE TEMP TABLE table AS sql`` unless this connection already holds it for ``key``.
+
+    Run ids are content hashes, so a key made of the run id and the query's parameters names the
+    same rows for as long as the run exists. Returns True when the table was (re)built."""
+    try:
+        row = con.execute("SELECT key FROM _gs_cache WHERE name = ?", [table]).fetchone()
+    except duckdb.CatalogException:
+        con.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS _gs_cache (name VARCHAR PRIMARY KEY, key VARCHAR)"
+        )
+        row = None
+    if row is not None and row[0] == key:
+        try:
+            con.execute(f"SELECT 1 FROM {table} LIMIT 0")
+            return False
+        except duckdb.CatalogException:
+            pass
+    execute(con, f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", params)
+    con.execute("INSERT OR REPLACE INTO _gs_cache VALUES (?, ?)", [table, key])
+    return True
+
+
+def cache_key(*parts: Any) -> str:
+    return "|".join(str(p) for p in parts)
+
+
+def ranks_of(con: duckdb.DuckDBPyConnection, run_id: str) -> list[int]:
+    """The ranks of a run, ascending."""
+    rows = con.execute("SELECT rank FROM ranks WHERE run_id = ? ORDER BY rank", [run_id]).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def rank_meta(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> dict[str, Any]:
+    """``device_properties`` (list), ``distributed_info`` (dict) and ``metadata`` (dict) of a rank."""
+    row = con.execute(
+        "SELECT device_properties, distributed_info, metadata, world_size FROM ranks "
+        "WHERE run_id = ? AND rank = ?",
+        [run_id, rank],
+    ).fetchone()
+    if row is None:
+        return {"device_properties": [], "distributed_info": {}, "metadata": {}, "world_size": None}
+
+    def load(v: Any, default: Any) -> Any:
+        if v is None:
+            return default
+        try:
+            return json.loads(v) if isinstance(v, str) else v
+        except ValueError:
+            return default
+
+    return {
+        "device_properties": load(row[0], []) or [],
+        "distributed_info": load(row[1], {}) or {},
+        "metadata": load(row[2], {}) or {},
+        "world_size": row[3],
+    }
+
+
+def device_props(meta: dict[str, Any], device: int | None) -> dict[str, Any]:
+    """The ``deviceProperties`` entry of ``device`` (by its ``id``, else its position), or {}."""
+    props = meta.get("device_properties") or []
+    if not isinstance(props, list) or not props:
+        return {}
+    for p in props:
+        if isinstance(p, dict) and p.get("id") == device:
+            return p
+    if device is not None and 0 <= device < len(props) and isinstance(props[device], dict):
+        return props[device]
+    return props[0] if isinstance(props[0], dict) else {}
+
+
+def us(ns: float | int | None) -> float | None:
+    """ns -> µs (float, not rounded to whole µs)."""
+    return None if ns is None else float(ns) / 1e3
+
+
+def ms(ns: float | int | None) -> float | None:
+    """ns -> ms."""
+    return None if ns is None else float(ns) / 1e6
+
+
+def pct(part: float | int, whole: float | int) -> float:
+    """100 × part / whole, 0 when whole is 0."""
+    return 100.0 * float(part) / float(whole) if whole else 0.0

@@ -1,0 +1,42 @@
+"""`gpuscope compare A B`: what changed between two runs, and which fixes B made."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpuscope.cli._common import fail, open_db, print_json
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from gpuscope.cli.analyze import add_analysis_options
+
+    p = sub.add_parser(
+        "compare",
+        help="compare two runs: step time, busy %%, idle by cause, kernels, recommendations",
+        description="A and B are run ids/prefixes/names or trace paths (ingested first).",
+    )
+    p.add_argument("a", metavar="A")
+    p.add_argument("b", metavar="B")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    add_analysis_options(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuscope.analysis.compare import compare_runs
+    from gpuscope.cli.analyze import analysis_kwargs, resolve_target
+
+    con = open_db(args)
+    try:
+        a = resolve_target(con, args.a)
+        b = resolve_target(con, args.b)
+        try:
+            cmp = compare_runs(con, a, b, **analysis_kwargs(args))
+        except ValueError as e:
+            return fail(str(e))
+    finally:
+        con.close()
+    if args.json:
+        print_json(cmp.to_json())
+    else:
+        print(cmp.table())
+    return 0

@@ -1,0 +1,510 @@
+"""Kernel categories, top kernels (+ folded others), regions and launching ops, on hand-built traces
+whose answers are worked out by hand below. Kernel names are real ones (H100, PyTorch 2.11, CUDA 13)
+unless said otherwise."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from gpuscope.analysis import kernels as K
+from gpuscope.analysis.kernels import (
+    CATEGORIES,
+    CATEGORY_RULES,
+    KernelRow,
+    classify,
+    classify_kernel,
+    fold_rows,
+    kernel_breakdown,
+    short_name,
+    top_kernels_df,
+)
+from gpuscope.ingest.loader import ingest_paths
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tracegen import PID, TID, TraceBuilder
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics-kernels.md"
+BWD = 1002  # autograd's backward thread
+
+NVJET_BF16 = "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT"
+SIMT_SGEMM = "void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nt_align1>(cutlass_80_simt_sgemm_256x128_8x4_nt_align1::Params)"
+GELU = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, "
+    "at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1}, "
+    "std::array<char*, 2ul> >(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)"
+    "::{lambda()#2}::operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>)"
+)
+FOREACH = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+    "TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, "
+    "std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, "
+    "at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)"
+)
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+AMPERE_SGEMM = (
+    "ampere_sgemm_128x64_nn"  # Ampere cuBLAS SIMT name (documented, not from the H100 run)
+)
+MYSTERY = "my_mystery_kernel"  # made up: no rule matches
+
+
+@dataclass
+class Win:
+    """A window as analysis.steps.Window presents it: start/end in ns and the steps."""
+
+    start_ns: int
+    end_ns: int
+    steps: list[int] = field(default_factory=lambda: [1, 2])
+
+
+def launch_on(
+    tb: TraceBuilder,
+    kernel: str,
+    cpu_ts: float,
+    gpu_ts: float,
+    gpu_dur: float,
+    *,
+    tid: int = TID,
+    cat: str = "kernel",
+    api: str = "cudaLaunchKernel",
+) -> int:
+    """A runtime call on thread ``tid`` at cpu_ts that starts ``kernel`` at gpu_ts."""
+    corr = tb.runtime(api, cpu_ts, 2.0, tid=tid)
+    tb.gpu(kernel, gpu_ts, gpu_dur, correlation=corr, cat=cat)
+    return corr
+
+
+def training_trace(tb: TraceBuilder) -> TraceBuilder:
+    """Two ProfilerSteps (0-1000 µs, 1000-2000 µs) of a tiny training loop. GPU times (µs):
+
+    forward (main thread, step 1): aten::linear > aten::addmm -> NVJET 40; aten::gelu -> GELU 10;
+      aten::copy_ -> memcpy 5;  nccl:all_reduce (step 2) -> NCCL 100; aten::mm (step 2) -> AMPERE_SGEMM
+      1990-2010, 10 of it inside the window.
+    backward (thread BWD): evaluate_function: AddmmBackward0 > AddmmBackward0 > aten::mm -> NVJET 30,
+      aten::mm -> SIMT_SGEMM 20.
+    optimizer: Optimizer.step#SGD.step > aten::_foreach_add_ -> FOREACH 25.
+    other: MYSTERY 7, whose launch is not in the trace.
+    """
+    tb.step(1, 0, 1000)
+    tb.step(2, 1000, 1000)
+    tb.annotation("Optimizer.zero_grad#SGD.zero_grad", 2, 3)
+    tb.cpu_op("aten::linear", 10, 50)
+    tb.cpu_op("aten::addmm", 12, 40)
+    launch_on(tb, NVJET_BF16, 20, 100, 40)
+    tb.cpu_op("aten::gelu", 70, 10)
+    launch_on(tb, GELU, 72, 150, 10)
+    tb.cpu_op("aten::copy_", 85, 10)
+    launch_on(
+        tb, "Memcpy HtoD (Pageable -> Device)", 87, 165, 5, cat="gpu_memcpy", api="cudaMemcpyAsync"
+    )
+    tb.cpu_op("autograd::engine::evaluate_function: AddmmBackward0", 300, 100, tid=BWD)
+    tb.cpu_op("AddmmBackward0", 302, 90, tid=BWD)
+    tb.cpu_op("aten::mm", 305, 30, tid=BWD)
+    launch_on(tb, NVJET_BF16, 310, 400, 30, tid=BWD)
+    tb.cpu_op("aten::mm", 340, 30, tid=BWD)
+    launch_on(tb, SIMT_SGEMM, 345, 440, 20, tid=BWD)
+    tb.annotation("Optimizer.step#SGD.step", 600, 100)
+    tb.cpu_op("aten::_foreach_add_", 610, 20)
+    launch_on(tb, FOREACH, 612, 650, 25)
+    tb.cpu_op("nccl:all_reduce", 1500, 20)
+    launch_on(tb, NCCL, 1505, 1520, 100)
+    tb.cpu_op("aten::mm", 1900, 20)
+    launch_on(tb, AMPERE_SGEMM, 1905, 1990, 20)
+    tb.gpu(MYSTERY, 1700, 7, correlation=99999)
+    return tb
+
+
+def ingest(con, tb: TraceBuilder, tmp_path: Path, name: str = "t.json") -> str:
+    return ingest_paths(con, [tb.write(tmp_path / name)])[0].run_id
+
+
+WINDOW = Win(0, 2_000_000)
+
+
+@pytest.fixture
+def run(con, trace, tmp_path):
+    return ingest(con, training_trace(trace), tmp_path)
+
+
+# -- breakdown on the hand-built trace --------------------------------------------------------------
+
+
+def test_by_category_and_total(con, run):
+    kb = kernel_breakdown(con, run, 0, WINDOW)
+    assert kb.by_category == {
+        "gemm": 40 + 30 + 20 + 10,
+        "attention": 0.0,
+        "convolution": 0.0,
+        "elementwise": 10.0,
+        "reduction_norm_softmax": 0.0,
+        "optimizer": 25.0,
+        "copy_memset": 5.0,
+        "communication": 100.0,
+        "other": 7.0,
+    }
+    assert kb.total_us == pytest.approx(247.0)
+    assert kb.n_kernels == 9
+    assert kb.window_us == 2000.0
+
+
+def test_by_region(con, run):
+    kb = kernel_breakdown(con, run, 0, WINDOW)
+    assert kb.by_region == pytest.approx(
+        {"forward": 40 + 10 + 5 + 100 + 10, "backward": 30 + 20, "optimizer": 25, "other": 7}
+    )
+    assert sum(kb.by_region.values()) == pytest.approx(kb.total_us)
+
+
+def test_by_launching_op_is_outermost_cpu_op(con, run):
+    kb = kernel_breakdown(con, run, 0, WINDOW)
+    ops = {o.op: (o.count, o.kernels, o.kernel_us) for o in kb.by_op}
+    assert ops == {
+        "nccl:all_reduce": (1, 1, 100.0),
+        "autograd::engine::evaluate_function: AddmmBackward0": (1, 2, 50.0),
+        "aten::linear": (1, 1, 40.0),  # not aten::addmm: the outermost op on the thread
+        "aten::_foreach_add_": (1, 1, 25.0),
+        "aten::gelu": (1, 1, 10.0),
+        "aten::mm": (1, 1, 10.0),
+        "(no cpu op)": (1, 1, 7.0),
+        "aten::copy_": (1, 1, 5.0),
+    }
+    assert [o.op for o in kb.by_op][:2] == [
+        "nccl:all_reduce",
+        "autograd::engine::evaluate_function: AddmmBackward0",
+    ]
+
+
+def test_top_kernels_and_folded_others(con, run):
+    kb = kernel_breakdown(con, run, 0, WINDOW, top_n=3)
+    top = {r.name: r for r in kb.top}
+    assert [r.name for r in kb.top[:3]] == [NCCL, NVJET_BF16, FOREACH]
+    nv = top[NVJET_BF16]
+    assert (nv.count, nv.total_us, nv.mean_us, nv.min_us, nv.max_us) == (2, 70.0, 35.0, 30.0, 40.0)
+    assert nv.tensor_core and nv.category == "gemm" and nv.precision == "bf16"
+    others = kb.top[-1]
+    # folded: SIMT_SGEMM 20, AMPERE_SGEMM 10 (clipped from 20), GELU 10, MYSTERY 7, memcpy 5
+    assert others.name.startswith("others (5 kernels)")
+    assert (others.count, others.total_us, others.min_us, others.max_us) == (5, 52.0, 5.0, 20.0)
+    assert others.mean_us == pytest.approx(52 / 5)
+    assert others.tensor_core is False
+    assert sum(r.total_us for r in kb.top) == pytest.approx(kb.total_us)
+
+
+def test_kernel_partly_outside_window_counts_inside_part(con, run):
+    kb = kernel_breakdown(con, run, 0, WINDOW, top_n=50)
+    row = next(r for r in kb.top if r.name == AMPERE_SGEMM)
+    assert (row.count, row.total_us, row.min_us, row.max_us) == (1, 10.0, 10.0, 10.0)
+    only_step2 = kernel_breakdown(con, run, 0, Win(1_000_000, 2_000_000, [2]))
+    assert only_step2.total_us == pytest.approx(100 + 10 + 7)
+    assert only_step2.by_region["forward"] == pytest.approx(110)
+
+
+def test_to_json_and_dataframes(con, run):
+    kb = kernel_breakdown(con, run, 0, WINDOW, top_n=2)
+    j = kb.to_json()
+    assert set(j) >= {"total_us", "by_category", "top", "by_region", "by_op"}
+    assert set(j["top"][0]) >= {
+        "name",
+        "category",
+        "count",
+        "total_us",
+        "mean_us",
+        "min_us",
+        "max_us",
+        "tensor_core",
+    }
+    assert list(j["by_category"]) == list(CATEGORIES)
+    df = top_kernels_df(con, run, 0, WINDOW, top_n=2)
+    assert len(df) == 3 and df["total_us"].sum() == pytest.approx(247.0)
+    assert K.kernel_categories_df(con, run, 0, WINDOW)["us"].sum() == pytest.approx(247.0)
+    assert K.kernel_regions_df(con, run, 0, WINDOW)["pct"].sum() == pytest.approx(100.0)
+    assert len(K.kernel_ops_df(con, run, 0, WINDOW, top_n=3)) == 3
+
+
+def test_empty_window(con, run):
+    kb = kernel_breakdown(con, run, 0, Win(5_000_000, 6_000_000, []))
+    assert kb.total_us == 0 and kb.top == [] and kb.by_op == []
+    assert set(kb.by_category.values()) == {0.0}
+
+
+def test_backward_on_the_training_thread_is_told_by_op(con, trace, tmp_path):
+    """Autograd on the caller's thread (CPU-style): the evaluate_function ops are top-level ops of the
+    thread with the ProfilerStep, and only their kernels are backward."""
+    trace.step(1, 0, 1000)
+    trace.cpu_op("aten::mm", 10, 20)
+    launch_on(trace, NVJET_BF16, 12, 100, 10)
+    trace.cpu_op("autograd::engine::evaluate_function: MmBackward0", 200, 50)
+    trace.cpu_op("aten::mm", 205, 20)
+    launch_on(trace, NVJET_BF16, 210, 300, 30)
+    run = ingest(con, trace, tmp_path)
+    kb = kernel_breakdown(con, run, 0, Win(0, 1_000_000, [1]))
+    assert kb.by_region == {"forward": 10.0, "backward": 30.0, "optimizer": 0.0, "other": 0.0}
+
+
+def test_backward_thread_found_by_fwdbwd_flow(con, trace, tmp_path):
+    trace.step(1, 0, 1000)
+    trace.cpu_op("MmBackward0", 200, 50, tid=BWD)
+    launch_on(trace, NVJET_BF16, 210, 300, 30, tid=BWD)
+    trace.events.append(
+        {"ph": "s", "id": 7, "pid": PID, "tid": TID, "ts": 10, "cat": "fwdbwd", "name": "fwdbwd"}
+    )
+    trace.events.append(
+        {
+            "ph": "f",
+            "id": 7,
+            "pid": PID,
+            "tid": BWD,
+            "ts": 200,
+            "cat": "fwdbwd",
+            "name": "fwdbwd",
+            "bp": "e",
+        }
+    )
+    run = ingest(con, trace, tmp_path)
+    assert kernel_breakdown(con, run, 0, Win(0, 1_000_000, [1])).by_region["backward"] == 30.0
+
+
+# -- name rules ----------------------------------------------------------------------------------------
+
+REAL_NAMES = [
+    (
+        "gemm",
+        "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",
+    ),
+    (
+        "gemm",
+        "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+    ),
+    ("gemm", "nvjet_sm90_hsh_128x256_64x4_2x1_v_bz_coopA_bias_TNN"),
+    ("gemm", "nvjet_sm90_qqtst_128x128_128x6_1x2_h_bz_coopA_algo2_TNT"),
+    (
+        "gemm",
+        "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_16x4_nt_align4>(cutlass_80_tensorop_s1688gemm_128x128_16x4_nt_align4::Params)",
+    ),
+    (
+        "gemm",
+        "void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false, float, float, float, true, false, false, false>(cublasLt::cublasSplitKParams<float>, float const*, float const*, float*, float*, float const*, float const*, float const*, float*, void*, long, float*, int*)",
+    ),
+    (
+        "gemm",
+        "void gemmSN_NN_kernel<float, 128, 2, 4, 8, 4, 4, false, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float> >(cublasGemmSmallNParams<cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, float>)",
+    ),
+    ("gemm", "triton_tem_fused__to_copy_addmm_relu_t_3"),
+    (
+        "attention",
+        "fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<cutlass::arch::Sm80, float, true, false, false, 64, 64, 64, false>::Params)",
+    ),
+    (
+        "attention",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0",
+    ),
+    (
+        "attention",
+        "void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, float const*, float const*)",
+    ),
+    (
+        "attention",
+        "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<64, 128, 128, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::Flash_fwd_params)",
+    ),
+    (
+        "convolution",
+        "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x64x32_warpgroupsize1x1x1_g1_execute_segment_k_off_kernel__5x_cudnn",
+    ),
+    (
+        "convolution",
+        "void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, false, false, true>(int, int, int, float const*, int, float*, float const*, kernel_conv_params, unsigned long long, int, float, float, int, float const*, float const*, bool, int, int)",
+    ),
+    (
+        "convolution",
+        "void fft2d_r2c_32x32<float, false, 0u, false>(float2*, float const*, int, int, int, int, int, int, int, int, int, cudnn::reduced_divisor, bool, int2, int, int)",
+    ),
+    (
+        "convolution",
+        "void cudnn::winograd_nonfused::winogradWgradDelta4x4<float, float>(cudnn::winograd_nonfused::WinogradDeltaParams<float, float>)",
+    ),
+    (
+        "convolution",
+        "void at::native::(anonymous namespace)::conv_depthwise2d_forward_kernel<3, float, int>(...)",
+    ),
+    (
+        "convolution",
+        "_ZN17cutlass__5x_cudnn6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock22ImplicitGemmMultistageINS_4gemm9GemmShapeILi64ELi64ELi64EEE",
+    ),
+    (
+        "convolution",
+        "void cutlass__5x_cudnn::Kernel<cutlass__5x_cudnn::reduction::kernel::ReduceSplitK<cutlass__5x_cudnn::MatrixShape<4, 256>, cutlass__5x_cudnn::epilogue::thread::LinearCombination<cutlass__5x_cudnn::bfloat16_t, 8, float, float> > >(...)",
+    ),
+    (
+        "convolution",
+        "void cask_plugin__5x_cudnn::xmma__5x_cudnn::init_device_workspace_kernel<xmma__5x_cudnn::implicit_gemm::wgrad_indexed::Warp_specialized_params<xmma__5x_cudnn::Grid_constant_params> >(...)",
+    ),
+    ("elementwise", GELU),
+    (
+        "elementwise",
+        "void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4, at::native::templates::cuda::normal_and_transform<float, float, at::CUDAGeneratorImpl*, at::native::templates::cuda::normal_kernel<at::CUDAGeneratorImpl*>(...)",
+    ),
+    ("elementwise", "triton_poi_fused_gelu_gelu_backward_view_4"),
+    ("elementwise", "triton_poi_fused_addmm_relu_0"),  # a pointwise epilogue, not a GEMM
+    (
+        "reduction_norm_softmax",
+        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, float, float const*, float const*, float const*, float*, float*, float*)",
+    ),
+    (
+        "reduction_norm_softmax",
+        "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>(float*, float const*, int, int, int, bool const*, int, bool)",
+    ),
+    (
+        "reduction_norm_softmax",
+        "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float, float, 32u, 32u, 256u, false, true, false>(long, long, float const*, float const*, float const*, float const*, float*, float*)",
+    ),
+    (
+        "reduction_norm_softmax",
+        "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 128, true, 1, true>(cudnnTensorStruct, float const*, cudnnTensorStruct, float*, float const*, float const*, float, float, float*, float*, float*, float*, float, float)",
+    ),
+    (
+        "reduction_norm_softmax",
+        "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)",
+    ),
+    (
+        "reduction_norm_softmax",
+        "triton_red_fused__to_copy_native_layer_norm_native_layer_norm_backward_view_9",
+    ),
+    ("optimizer", FOREACH),
+    (
+        "optimizer",
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, float const*, double, double, double, double, double, bool, float const*, float const*>(...)",
+    ),
+    (
+        "copy_memset",
+        "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1} const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<...>)",
+    ),
+    (
+        "copy_memset",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+    ),
+    (
+        "copy_memset",
+        "void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::OpaqueType<4u>, unsigned int, 4, 64, 64>(...)",
+    ),
+    (
+        "copy_memset",
+        "void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)0>(cudnn::engines_precompiled::nchw2nhwc_params_t<float>, float const*, float*)",
+    ),
+    (
+        "copy_memset",
+        "void nhwcAddPaddingKernel<float, float, float, true, (cudnnKernelDataType_t)0>(int, int, int, int, int, int, int, int, float const*, float*, int, int, int, int, float, float, cudnn::reduced_divisor, cudnn::reduced_divisor, cudnn::reduced_divisor, cudnn::reduced_divisor, cudnn::reduced_divisor, cudnn::reduced_divisor, int, int, int, int)",
+    ),
+    (
+        "copy_memset",
+        "void cudnn::engines_precompiled::convertTensor_kernel<float, float, float, (cudnnKernelDataType_t)2>(float, float const*, float, float*, unsigned long)",
+    ),
+    ("copy_memset", "triton_poi_fused__to_copy_0"),
+    ("communication", NCCL),
+    (
+        "communication",
+        "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    ),
+    (
+        "other",
+        "void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<long, long, int>::Policy900, true, long, long, int, int>(...)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("category", "name"), REAL_NAMES)
+def test_category_of_real_names(category, name):
+    assert classify_kernel(name) == category
+
+
+def test_memcpy_and_memset_by_trace_category():
+    assert classify_kernel("Memcpy DtoD (Device -> Device)", "gpu_memcpy") == "copy_memset"
+    assert classify_kernel("Memset (Device)", "gpu_memset") == "copy_memset"
+    assert classify_kernel(MYSTERY) == "other"
+
+
+def test_convert_is_not_convolution():
+    assert (
+        classify_kernel("void fp8_convert_kernel<float>(float const*, __nv_fp8_e4m3*, int)")
+        != "convolution"
+    )
+    assert classify_kernel("void my_conv1d_fwd_kernel<float>(...)") == "convolution"
+
+
+def test_norm_is_not_normal_distribution():
+    name = "void at::native::distribution_elementwise_grid_stride_kernel<float, 4, normal_and_transform<float>>(...)"
+    assert classify_kernel(name) == "elementwise"
+
+
+@pytest.mark.parametrize("rule", CATEGORY_RULES, ids=lambda r: f"{r.category}:{r.example[:30]}")
+def test_every_rule_example_is_decided_by_its_rule(rule):
+    assert K.matching_rule(rule.example) is rule
+    assert classify_kernel(rule.example) == rule.category
+
+
+def test_docs_list_every_category_rule():
+    text = DOCS.read_text()
+    for rule in CATEGORY_RULES:
+        assert short_name(rule.example, 90) in text, rule.example
+    assert K.rules_markdown() in text
+
+
+@given(st.text(max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_classification_is_a_total_function(name):
+    kc = classify(name)
+    assert kc.category in CATEGORIES
+    assert kc.tc.tensor_core in (True, False, None)
+    # case does not matter: names are read case-insensitively
+    assert classify_kernel(name.swapcase()) == kc.category or not name.isascii()
+
+
+def test_short_name():
+    assert short_name(GELU).startswith(
+        "at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl"
+    )
+    assert (
+        short_name("void at::native::(anonymous namespace)::foo_kernel<float>(float*)")
+        == "at::native::foo_kernel<float>"
+    )
+    assert short_name("x" * 300, 50).endswith("…") and len(short_name("x" * 300, 50)) == 50
+
+
+# -- folded others: property against brute force ----------------------------------------------------
+
+
+@st.composite
+def kernel_rows(draw):
+    n = draw(st.integers(0, 30))
+    rows = []
+    for i in range(n):
+        count = draw(st.integers(1, 50))
+        durs = draw(st.lists(st.integers(0, 10_000), min_size=count, max_size=count))
+        rows.append((f"k{i}", durs))
+    return rows, draw(st.integers(0, 35))
+
+
+@given(kernel_rows())
+@settings(max_examples=200, deadline=None)
+def test_folded_others_row_equals_brute_force(data):
+    rows, top_n = data
+    krs = [
+        KernelRow(
+            name, "gemm", len(d), float(sum(d)), sum(d) / len(d), float(min(d)), float(max(d)), True
+        )
+        for name, d in rows
+    ]
+    out = fold_rows(krs, top_n)
+    ranked = sorted(rows, key=lambda r: (-sum(r[1]), r[0]))
+    if len(rows) <= top_n:
+        assert [r.name for r in out] == [r[0] for r in ranked]
+        return
+    assert [r.name for r in out[:-1]] == [r[0] for r in ranked[:top_n]]
+    folded = [x for _, d in ranked[top_n:] for x in d]
+    o = out[-1]
+    assert o.count == len(folded)
+    assert o.total_us == sum(folded)
+    assert o.min_us == min(folded) and o.max_us == max(folded)
+    assert math.isclose(o.mean_us, sum(folded) / len(folded))
+    assert sum(r.total_us for r in out) == sum(sum(d) for _, d in rows)
