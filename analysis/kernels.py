@@ -787,7 +787,7 @@ def kernel_ops_df(
 
 
 def rules_markdown() -> str:
-    """The category rules as a markdown table (for docs/metrics-kernels.md)."""
+    """The category rules as a markdown table (for docs/metrics.md)."""
     out = [
         "| # | category | pattern (case-insensitive regex, first match wins) | example |",
         "| --- | --- | --- | --- |",

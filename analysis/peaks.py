@@ -1,7 +1,7 @@
 """Peak dense FLOP/s by GPU model and dtype, matched from Kineto's ``deviceProperties``; MFU helpers.
 
 Every number is the vendor's dense figure (no 2:4 sparsity; where a datasheet lists only the sparse
-figure, half of it), in TFLOP/s (TOPS for int8). Sources are in ``SOURCES`` and docs/metrics-kernels.md.
+figure, half of it), in TFLOP/s (TOPS for int8). Sources are in ``SOURCES`` and docs/metrics.md.
 A device that cannot be matched with certainty gets no peak (``Peak.tflops is None`` with a reason):
 a wrong MFU is worse than none.
 """
@@ -413,7 +413,7 @@ def achieved_tflops(flops_per_step: float | None, step_time_s: float | None) -> 
 
 
 def peaks_markdown() -> str:
-    """The peak table as markdown (docs/metrics-kernels.md)."""
+    """The peak table as markdown (docs/metrics.md)."""
     head = "| model | " + " | ".join(DTYPES) + " | source |"
     out = [head, "| --- |" + " --- |" * (len(DTYPES) + 1)]
     for m, p in PEAKS.items():

@@ -4,7 +4,7 @@ A kernel name is read for what it computes, not for the library that launched it
 ``sm80_xmma_gemm_f32f32_f32f32_f32_..._ffma_...`` cuBLAS kernel is plain FP32 FMA on CUDA cores even
 though it is an "xmma" GEMM, so explicit SIMT markers (``ffma``, ``simt``, ``sgemm``) are checked
 before any tensor-core marker. Names that say nothing either way give ``tensor_core=None`` (unknown
-precision) rather than a guess. docs/metrics-kernels.md lists every rule with a real example name.
+precision) rather than a guess. docs/metrics.md lists every rule with a real example name.
 """
 
 from __future__ import annotations
@@ -594,7 +594,7 @@ def _top_list(d: dict[str, float], n: int) -> list[dict[str, Any]]:
 
 
 def rules_markdown() -> str:
-    """TC_RULES as a markdown table (docs/metrics-kernels.md)."""
+    """TC_RULES as a markdown table (docs/metrics.md)."""
     out = [
         "| rule | what it reads | example | tensor cores | precision |",
         "| --- | --- | --- | --- | --- |",

@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tracegen import PID, TID, TraceBuilder
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics-kernels.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 BWD = 1002  # autograd's backward thread
 
 NVJET_BF16 = "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT"
