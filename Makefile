@@ -14,6 +14,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# The capture helper's tests run a real (CPU) torch.profiler capture. PyPI's plain `torch` is a
+# multi-GB CUDA build, so only a CPU build is installed: from a local wheel where the machine has one.
+TORCH_CPU ?= torch==2.13.0+cpu
+$(VENV)/.torch: $(STAMP)
+	$(BIN)/pip install -q "$(TORCH_CPU)" || echo "gpuscope: no $(TORCH_CPU) wheel here; capture tests that need torch will be skipped"
+	touch $@
+
 run: $(STAMP)
 	$(BIN)/gpuscope ui --port $(PORT) --load-samples
 
@@ -23,7 +30,7 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; fi; }
 
-test: $(STAMP) browser
+test: $(STAMP) $(VENV)/.torch browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q

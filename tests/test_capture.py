@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -24,8 +25,9 @@ needs_torch = pytest.mark.skipif(
 NVML_REASON = nvml_status()
 
 
-@pytest.mark.skipif(HAS_TORCH, reason="torch is installed: the no-torch error cannot be seen here")
-def test_without_torch_the_error_is_clear(tmp_path):
+def test_without_torch_the_error_is_clear(tmp_path, monkeypatch):
+    # Hide torch (installed or not) the way a machine without it looks: importing it fails.
+    monkeypatch.setitem(sys.modules, "torch", None)
     with (
         pytest.raises(CaptureError, match=r"needs PyTorch.*pip install 'gpuscope\[capture\]'"),
         profile_steps(tmp_path),
