@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8501
 export GPUSCOPE_DB ?= $(CURDIR)/data/gpuscope.duckdb
 
-.PHONY: run test lint format docs bench clean browser
+.PHONY: run test lint format docs bench bench-ui clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_ingest.py
+	$(BIN)/python benchmarks/bench_analysis.py
+
+bench-ui: $(STAMP) browser
+	$(BIN)/python benchmarks/bench_ui.py
 
 clean:
 	rm -rf $(VENV) data build *.egg-info

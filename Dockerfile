@@ -1,0 +1,34 @@
+# gpuscope dashboard: the same path as `make run` (gpuscope ui --port 8501 --load-samples), in a
+# container. Build: docker build -t gpuscope .
+# Run:   docker run -p 8501:8501 -v gpuscope-data:/data gpuscope   ->  http://localhost:8501
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    GPUSCOPE_DB=/data/gpuscope.duckdb \
+    GPUSCOPE_SAMPLES=/opt/gpuscope/sample_traces \
+    GPUSCOPE_MAX_UPLOAD_MB=1024
+
+# An unprivileged user owns the store's volume.
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin gpuscope \
+ && mkdir -p /data \
+ && chown gpuscope:gpuscope /data
+
+WORKDIR /opt/gpuscope
+COPY pyproject.toml README.md ./
+COPY app ./app
+COPY ingest ./ingest
+COPY analysis ./analysis
+RUN pip install .
+# Loaded into an empty store on first start (--load-samples), so the first visit shows a comparison.
+COPY sample_traces ./sample_traces
+
+USER gpuscope
+VOLUME ["/data"]
+EXPOSE 8501
+HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
+  CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4).read().strip() == b'ok' else 1)"]
+# --host 0.0.0.0: inside a container the loopback default would be unreachable from the host.
+CMD ["gpuscope", "ui", "--host", "0.0.0.0", "--port", "8501", "--load-samples", "--headless"]

@@ -1,0 +1,163 @@
+"""The app's access to the DuckDB store.
+
+One process may open the file read-write, so the server opens ONE connection (``st.cache_resource``)
+and every thread that runs a session's script gets its own ``con.cursor()`` (DuckDB cursors are
+not shared between threads). Writes (ingest, rename, tag, delete) take the store's lock and bump its
+``generation``, which is part of every cached query's key, so no page shows stale rows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pandas as pd
+import streamlit as st
+from gpuscope.ingest.store import connect, default_db_path, list_runs
+
+
+@dataclass
+class Store:
+    """The shared connection of one DuckDB file, its write lock and a change counter."""
+
+    path: str
+    con: duckdb.DuckDBPyConnection
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    generation: int = 0
+
+
+_local = threading.local()
+
+
+def db_path() -> str:
+    """``$GPUSCOPE_DB`` (set by ``gpuscope ui``), else the default store path."""
+    return str(default_db_path())
+
+
+class StoreUnavailable(RuntimeError):
+    """The DuckDB file cannot be opened (e.g. another process holds its lock); one line."""
+
+
+@st.cache_resource(show_spinner=False)
+def _open_store(path: str) -> Store:
+    try:
+        return Store(path, connect(path))
+    except duckdb.IOException as e:
+        first = str(e).splitlines()[0]
+        raise StoreUnavailable(
+            f"cannot open the store {path}: {first}. Only one process may write a DuckDB file: stop "
+            "the other gpuscope command (or dashboard) that has it open, then reload."
+        ) from None
+
+
+def store() -> Store:
+    return _open_store(db_path())
+
+
+def cursor() -> duckdb.DuckDBPyConnection:
+    """This thread's cursor on the shared connection (created on first use)."""
+    s = store()
+    cursors: dict[int, duckdb.DuckDBPyConnection] = getattr(_local, "cursors", None) or {}
+    _local.cursors = cursors
+    cur = cursors.get(id(s.con))
+    if cur is None:
+        cur = s.con.cursor()
+        cursors[id(s.con)] = cur
+    return cur
+
+
+@contextmanager
+def writing() -> Iterator[duckdb.DuckDBPyConnection]:
+    """Serialise a write and invalidate cached reads afterwards (even when it fails)."""
+    s = store()
+    with s.lock:
+        try:
+            yield cursor()
+        finally:
+            s.generation += 1
+
+
+def generation() -> int:
+    return store().generation
+
+
+def query_df(sql: str, params: list[Any] | None = None) -> pd.DataFrame:
+    return cursor().execute(sql, params or []).df()
+
+
+def count_rows(table: str) -> int:
+    row = cursor().execute(f"SELECT count(*) FROM {table}").fetchone()
+    return int(row[0]) if row else 0
+
+
+# -- cached reads: the first two arguments (path, generation) are the cache key's freshness --------
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def runs_df(path: str, gen: int) -> pd.DataFrame:
+    """Every run (newest first), one row each, as a DataFrame."""
+    rows = list_runs(cursor())
+    cols = [
+        "run_id",
+        "name",
+        "kind",
+        "created_at",
+        "n_ranks",
+        "n_events",
+        "source_bytes",
+        "gpu_name",
+        "torch_version",
+        "tags",
+        "start_ns",
+        "end_ns",
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def run_row(path: str, gen: int, run_id: str) -> dict[str, Any] | None:
+    cur = cursor().execute(
+        "SELECT run_id, name, kind, created_at, n_ranks, n_events, source_bytes, gpu_name, "
+        "torch_version, tags, start_ns, end_ns FROM runs WHERE run_id = ?",
+        [run_id],
+    )
+    cols = [d[0] for d in cur.description]
+    row = cur.fetchone()
+    if row is None:
+        return None
+    d = dict(zip(cols, row, strict=True))
+    d["tags"] = list(d["tags"] or [])
+    return d
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def ranks_of(path: str, gen: int, run_id: str) -> list[int]:
+    rows = (
+        cursor()
+        .execute("SELECT rank FROM ranks WHERE run_id = ? ORDER BY rank", [run_id])
+        .fetchall()
+    )
+    return [int(r[0]) for r in rows]
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def time_offset_ns(path: str, gen: int, run_id: str, rank: int) -> int:
+    row = (
+        cursor()
+        .execute("SELECT time_offset_ns FROM ranks WHERE run_id = ? AND rank = ?", [run_id, rank])
+        .fetchone()
+    )
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def resolve(ref: str | None) -> str | None:
+    """A run id (or unique prefix, or exact name) from a URL -> the run id, or None."""
+    if not ref:
+        return None
+    from gpuscope.ingest.store import resolve_run
+
+    return resolve_run(cursor(), ref.strip())

@@ -1,0 +1,560 @@
+"""Pure figure builders: plain data in, ``plotly.graph_objects.Figure`` out (no Streamlit, no DB).
+
+Units everywhere: time in ms (x axes: ms since the start of the shown window or step), shares in %,
+throughput in TFLOP/s. Colours come from :mod:`gpuscope.web.palette` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from gpuscope.web import palette
+from plotly.subplots import make_subplots
+
+NS_PER_MS = 1e6
+MAX_STEP_LABELS = 40
+
+
+def _ms(ns: Any, origin_ns: int) -> np.ndarray:
+    return (np.asarray(ns, dtype="float64") - float(origin_ns)) / NS_PER_MS
+
+
+def _base_layout(
+    fig: go.Figure, *, height: int, y_title: str | None = None, x_title: str | None = None
+) -> go.Figure:
+    fig.update_layout(
+        height=height,
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        legend={
+            "orientation": "h",
+            "yanchor": "bottom",
+            "y": 1.02,
+            "xanchor": "left",
+            "x": 0,
+            "title": None,
+        },
+        bargap=0,
+    )
+    if y_title:
+        fig.update_yaxes(title_text=y_title)
+    if x_title:
+        fig.update_xaxes(title_text=x_title)
+    return fig
+
+
+# -- idle gaps -> per bucket shares -----------------------------------------------------------------
+
+
+def idle_shares(gaps: pd.DataFrame, edges_ns: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+    """For each cause, the % of each bucket ``[edges[i], edges[i+1])`` covered by its idle gaps.
+
+    ``gaps`` has ``start_ns``, ``end_ns``, ``cause``; the gaps of one cause must not overlap
+    (idle gaps never do). Exact: the covered length is a piecewise-linear cumulative function
+    evaluated at the edges, so a gap shorter than a bucket still counts for its length.
+    """
+    edges = np.asarray(edges_ns, dtype="float64")
+    width = np.diff(edges)
+    out: dict[str, np.ndarray] = {}
+    if gaps is None or gaps.empty or edges.size < 2:
+        return out
+    for cause, g in gaps.groupby("cause", sort=True):
+        s = g["start_ns"].to_numpy(dtype="float64")
+        e = g["end_ns"].to_numpy(dtype="float64")
+        order = np.argsort(s)
+        s, e = s[order], e[order]
+        dur = np.clip(e - s, 0, None)
+        before = np.concatenate([[0.0], np.cumsum(dur)])  # covered length before gap k
+        k = np.searchsorted(s, edges, side="right") - 1  # last gap starting at or before t
+        cov = np.where(
+            k >= 0,
+            before[np.clip(k, 0, None)]
+            + np.clip(edges - s[np.clip(k, 0, None)], 0, dur[np.clip(k, 0, None)]),
+            0.0,
+        )
+        share = np.where(width > 0, np.diff(cov) / np.where(width > 0, width, 1), 0.0) * 100.0
+        out[str(cause)] = np.clip(share, 0, 100)
+    return out
+
+
+def gap_segments(gaps: pd.DataFrame, cause_cols: Sequence[str]) -> pd.DataFrame:
+    """Lay each gap's per-cause time (``<cause>_ns`` columns) end to end from its start, in the
+    given (precedence) order: ``start_ns``, ``end_ns``, ``cause`` segments whose lengths are exact
+    per cause (positions inside a gap are nominal). Without cause columns: the gaps as they are."""
+    if gaps is None or gaps.empty or not cause_cols:
+        return gaps if gaps is not None else pd.DataFrame(columns=["start_ns", "end_ns", "cause"])
+    start = gaps["start_ns"].to_numpy(dtype="int64")
+    parts = np.stack([gaps[c].fillna(0).to_numpy(dtype="int64") for c in cause_cols], axis=1)
+    ends = start[:, None] + np.cumsum(parts, axis=1)
+    begins = ends - parts
+    keep = parts > 0
+    names = np.array([c.removesuffix("_ns") for c in cause_cols], dtype=object)
+    return pd.DataFrame(
+        {
+            "start_ns": begins[keep],
+            "end_ns": ends[keep],
+            "cause": np.broadcast_to(names, parts.shape)[keep],
+        }
+    )
+
+
+# -- the sawtooth ------------------------------------------------------------------------------------
+
+
+def _step_lines(
+    fig: go.Figure,
+    steps: pd.DataFrame | None,
+    origin_ns: int,
+    lo_ms: float,
+    hi_ms: float,
+    *,
+    row: int | None = None,
+    showlegend: bool = True,
+    y_top: float = 100.0,
+) -> None:
+    if steps is None or steps.empty:
+        return
+    x = _ms(steps["start_ns"], origin_ns)
+    nums = steps["number"].to_numpy()
+    keep = (x >= lo_ms) & (x <= hi_ms)
+    x, nums = x[keep], nums[keep]
+    if x.size == 0:
+        return
+    # one trace for every step line: numeric arrays with NaN breaks travel as compact typed arrays
+    xs = np.repeat(x, 3)
+    xs[2::3] = np.nan
+    ys = np.tile(np.array([0.0, y_top, np.nan], dtype="float32"), x.size)
+    kw = {"row": row, "col": 1} if row else {}
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="lines",
+            name="step start",
+            legendgroup="steps",
+            showlegend=showlegend,
+            connectgaps=False,
+            line={"color": palette.STEP_LINE, "width": 1, "dash": "dot"},
+            customdata=np.repeat(nums.astype("int32"), 3),
+            hovertemplate="step %{customdata:.0f} starts at %{x:.3f} ms<extra></extra>",
+        ),
+        **kw,
+    )
+    if x.size <= MAX_STEP_LABELS:
+        for xi, n in zip(x, nums, strict=True):
+            fig.add_annotation(
+                x=xi,
+                y=y_top,
+                text=f"#{n}",
+                showarrow=False,
+                yanchor="bottom",
+                xanchor="left",
+                font={"size": 10, "color": palette.STEP_LINE},
+                **({"row": row, "col": 1} if row else {}),
+            )
+
+
+def sawtooth(
+    busy: pd.DataFrame,
+    *,
+    origin_ns: int,
+    idle: pd.DataFrame | None = None,
+    steps: pd.DataFrame | None = None,
+    nvml: pd.DataFrame | None = None,
+    kernels: pd.DataFrame | None = None,
+    shares: dict[str, np.ndarray] | None = None,
+    height: int = 380,
+    title: str | None = None,
+) -> go.Figure:
+    """GPU busy % over time, idle time coloured by cause, step starts marked, NVML overlaid.
+
+    ``busy``: ``start_ns``, ``end_ns``, ``busy_frac`` (0..1) per bucket (trace ns). ``idle``:
+    ``start_ns``, ``end_ns``, ``cause`` gaps. ``steps``: ``number``, ``start_ns``. ``nvml``:
+    ``t_ns`` (trace ns) and ``gpu_util_pct``. ``kernels`` (fine zoom): ``start_ns``, ``end_ns``,
+    ``name``, ``category``; when given each kernel is drawn as a bar instead of the bucket series.
+    ``shares``: the idle % per cause and bucket when already computed (see :func:`idle_shares`).
+    The x axis is ms since ``origin_ns``.
+    """
+    fig = go.Figure()
+    if busy.empty:
+        return _base_layout(fig, height=height, y_title="%", x_title="ms")
+    lo_ms = float(_ms([busy["start_ns"].iloc[0]], origin_ns)[0])
+    hi_ms = float(_ms([busy["end_ns"].iloc[-1]], origin_ns)[0])
+    edges = np.concatenate([busy["start_ns"].to_numpy(), [busy["end_ns"].iloc[-1]]])
+    x_edges = _ms(edges, origin_ns)
+    fine = kernels is not None
+
+    if fine:
+        assert kernels is not None
+        for cat, k in kernels.groupby(kernels["category"].fillna("other"), sort=True):
+            s = _ms(k["start_ns"], origin_ns)
+            e = _ms(k["end_ns"], origin_ns)
+            fig.add_trace(
+                go.Bar(
+                    x=(s + e) / 2,
+                    y=np.full(s.size, 100.0),
+                    width=np.maximum(e - s, 1e-6),
+                    name="GPU busy"
+                    if str(cat) == "kernel"
+                    else f"busy: {str(cat).replace('_', ' ')}",
+                    legendgroup=f"k_{cat}",
+                    marker={"color": palette.category_color(str(cat)), "line": {"width": 0}},
+                    customdata=np.stack([k["name"].astype(str).str.slice(0, 120), e - s], axis=1),
+                    hovertemplate="%{customdata[0]}<br>%{customdata[1]:.3f} ms<extra></extra>",
+                )
+            )
+        if idle is not None and not idle.empty:
+            for cause, g in idle.groupby("cause", sort=True):
+                s = np.clip(_ms(g["start_ns"], origin_ns), lo_ms, hi_ms)
+                e = np.clip(_ms(g["end_ns"], origin_ns), lo_ms, hi_ms)
+                keep = e > s
+                if not keep.any():
+                    continue
+                detail = (
+                    g["detail"].astype(str) if "detail" in g else pd.Series("", index=g.index)
+                ).to_numpy()
+                fig.add_trace(
+                    go.Bar(
+                        x=((s + e) / 2)[keep],
+                        y=np.full(int(keep.sum()), 100.0),
+                        width=(e - s)[keep],
+                        name=palette.cause_label(str(cause)),
+                        legendgroup=f"c_{cause}",
+                        showlegend=False,
+                        marker={
+                            "color": palette.rgba(palette.cause_color(str(cause)), 0.6),
+                            "line": {"width": 0},
+                        },
+                        customdata=np.stack([(e - s)[keep], detail[keep]], axis=1),
+                        hovertemplate=f"idle: {palette.cause_label(str(cause))} %{{customdata[0]:.3f}} ms"
+                        "<br>%{customdata[1]}<extra></extra>",
+                    )
+                )
+    else:
+        x = x_edges[:-1]
+        y_busy = busy["busy_frac"].to_numpy(dtype="float64") * 100.0
+        # stacked areas: busy at the bottom, idle causes on top (shape hv = bucket steps)
+        x_step = np.append(x, x_edges[-1])
+        fig.add_trace(
+            go.Scatter(
+                x=x_step,
+                y=np.append(y_busy, y_busy[-1]),
+                name="GPU busy",
+                stackgroup="share",
+                line={"color": palette.BUSY, "width": 1, "shape": "hv"},
+                fillcolor=palette.BUSY_FILL,
+                hovertemplate="busy %{y:.1f} %<extra></extra>",
+            )
+        )
+        if shares is None:
+            shares = idle_shares(idle, edges) if idle is not None else {}
+        for cause in sorted(shares, key=lambda c: -shares[c].sum()):
+            y = shares[cause]
+            fig.add_trace(
+                go.Scatter(
+                    x=x_step,
+                    y=np.append(y, y[-1]),
+                    name=palette.cause_label(cause),
+                    stackgroup="share",
+                    legendgroup=f"c_{cause}",
+                    showlegend=False,
+                    line={"color": palette.cause_color(cause), "width": 0, "shape": "hv"},
+                    fillcolor=palette.rgba(palette.cause_color(cause), 0.55),
+                    hovertemplate=f"idle: {palette.cause_label(cause)} %{{y:.1f}} %<extra></extra>",
+                )
+            )
+    if nvml is not None and not nvml.empty:
+        t = _ms(nvml["t_ns"], origin_ns)
+        keep = (t >= lo_ms) & (t <= hi_ms)
+        fig.add_trace(
+            go.Scatter(
+                x=t[keep],
+                y=nvml["gpu_util_pct"].to_numpy(dtype="float64")[keep],
+                mode="lines+markers",
+                name="NVML GPU util",
+                line={"color": palette.NVML, "width": 2, "shape": "hv"},
+                marker={"size": 4},
+                hovertemplate="NVML util %{y:.0f} %<extra></extra>",
+            )
+        )
+    _step_lines(fig, steps, origin_ns, lo_ms, hi_ms)
+    fig.update_layout(
+        title={"text": title, "x": 0, "font": {"size": 14}} if title else None,
+        dragmode="select",
+        selectdirection="h",
+        hovermode="closest" if fine else "x",
+        barmode="overlay",
+    )
+    fig.update_yaxes(range=[0, 108], ticksuffix=" %", fixedrange=True)
+    fig.update_xaxes(range=[lo_ms, hi_ms], ticksuffix=" ms")
+    return _base_layout(fig, height=height)
+
+
+def aligned_sawtooth(
+    panels: Sequence[Mapping[str, Any]],
+    *,
+    height_each: int = 260,
+    x_title: str = "ms since step start",
+) -> go.Figure:
+    """Two (or more) sawtooth rows on one shared x axis; each panel is a dict with ``label``,
+    ``busy``, ``origin_ns`` and optional ``shares`` (or ``idle`` gaps), ``steps``: the origins
+    align the chosen step."""
+    n = len(panels)
+    fig = make_subplots(
+        rows=n,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        subplot_titles=[str(p["label"]) for p in panels],
+    )
+    seen: set[str] = set()
+    hi = 0.0
+    for i, p in enumerate(panels, start=1):
+        busy: pd.DataFrame = p["busy"]
+        if busy.empty:
+            continue
+        origin = int(p["origin_ns"])
+        edges = np.concatenate([busy["start_ns"].to_numpy(), [busy["end_ns"].iloc[-1]]])
+        xe = _ms(edges, origin)
+        hi = max(hi, float(xe[-1]))
+        x_step = xe
+        y_busy = busy["busy_frac"].to_numpy(dtype="float64") * 100.0
+        fig.add_trace(
+            go.Scatter(
+                x=x_step,
+                y=np.append(y_busy, y_busy[-1]),
+                name="GPU busy",
+                stackgroup=f"s{i}",
+                legendgroup="busy",
+                showlegend="busy" not in seen,
+                line={"color": palette.BUSY, "width": 1, "shape": "hv"},
+                fillcolor=palette.BUSY_FILL,
+                hovertemplate="busy %{y:.1f} %<extra></extra>",
+            ),
+            row=i,
+            col=1,
+        )
+        seen.add("busy")
+        shares = p.get("shares")
+        if shares is None:
+            idle = p.get("idle")
+            shares = idle_shares(idle, edges) if idle is not None else {}
+        for cause in sorted(shares):
+            y = shares[cause]
+            fig.add_trace(
+                go.Scatter(
+                    x=x_step,
+                    y=np.append(y, y[-1]),
+                    name=palette.cause_label(cause),
+                    stackgroup=f"s{i}",
+                    legendgroup=f"c_{cause}",
+                    showlegend=False,
+                    line={"color": palette.cause_color(cause), "width": 0, "shape": "hv"},
+                    fillcolor=palette.rgba(palette.cause_color(cause), 0.55),
+                    hovertemplate=f"idle: {palette.cause_label(cause)} %{{y:.1f}} %<extra></extra>",
+                ),
+                row=i,
+                col=1,
+            )
+            seen.add(cause)
+        _step_lines(
+            fig,
+            p.get("steps"),
+            origin,
+            float(xe[0]),
+            float(xe[-1]),
+            row=i,
+            showlegend="steps" not in seen,
+        )
+        seen.add("steps")
+        fig.update_yaxes(range=[0, 108], ticksuffix=" %", fixedrange=True, row=i, col=1)
+    fig.update_xaxes(ticksuffix=" ms")
+    fig.update_xaxes(title_text=x_title, row=n, col=1)
+    if hi > 0:
+        fig.update_xaxes(range=[0, hi])
+    fig.update_layout(hovermode="x", barmode="overlay")
+    return _base_layout(fig, height=height_each * n + 60)
+
+
+# -- breakdowns ---------------------------------------------------------------------------------------
+
+
+def idle_by_cause(
+    causes_us: Mapping[str, float], *, per_steps: int | None = None, height: int = 300
+) -> go.Figure:
+    """Horizontal bars: idle time per cause, ms (per step when ``per_steps`` is given)."""
+    items = sorted(((str(c), float(v or 0.0)) for c, v in causes_us.items()), key=lambda kv: kv[1])
+    div = 1e3 * (per_steps if per_steps else 1)
+    fig = go.Figure(
+        go.Bar(
+            x=[v / div for _, v in items],
+            y=[palette.cause_label(c) for c, _ in items],
+            orientation="h",
+            marker={"color": [palette.cause_color(c) for c, _ in items]},
+            text=[f"{v / div:,.2f} ms" for _, v in items],
+            textposition="auto",
+            hovertemplate="%{y}: %{x:.2f} ms<extra></extra>",
+        )
+    )
+    fig.update_xaxes(ticksuffix=" ms", title_text="idle per step" if per_steps else "idle time")
+    return _base_layout(fig, height=height)
+
+
+def kernel_categories(
+    by_category: Mapping[str, float] | Sequence[Mapping[str, Any]], *, height: int = 300
+) -> go.Figure:
+    """Kernel time by category (µs in, ms shown): a horizontal bar per category."""
+    rows = _category_rows(by_category)
+    rows.sort(key=lambda r: r[1])
+    total = sum(v for _, v in rows) or 1.0
+    fig = go.Figure(
+        go.Bar(
+            x=[v / 1e3 for _, v in rows],
+            y=[c for c, _ in rows],
+            orientation="h",
+            marker={"color": [palette.category_color(c) for c, _ in rows]},
+            text=[f"{100 * v / total:.1f} %" for _, v in rows],
+            textposition="auto",
+            hovertemplate="%{y}: %{x:.2f} ms<extra></extra>",
+        )
+    )
+    fig.update_xaxes(ticksuffix=" ms", title_text="kernel time")
+    return _base_layout(fig, height=height)
+
+
+def _category_rows(
+    by_category: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+) -> list[tuple[str, float]]:
+    """Accept ``{cat: us}``, ``{cat: {"us"|"total_us": …}}`` or ``[{"category": …, "us"|"total_us": …}]``."""
+    out: list[tuple[str, float]] = []
+    if isinstance(by_category, Mapping):
+        for c, v in by_category.items():
+            out.append((str(c), _us_value(v)))
+    else:
+        for r in by_category:
+            out.append((str(r.get("category") or r.get("name") or "other"), _us_value(r)))
+    return out
+
+
+def _us_value(v: Any) -> float:
+    if isinstance(v, Mapping):
+        for k in ("total_us", "us", "time_us", "dur_us"):
+            if v.get(k) is not None:
+                return float(v[k])
+        return 0.0
+    return float(v or 0.0)
+
+
+def compare_bars(
+    rows: Sequence[tuple[str, float | None, float | None, str]],
+    *,
+    labels: tuple[str, str] = ("A", "B"),
+    height: int = 320,
+) -> go.Figure:
+    """Grouped bars of A and B per metric; each row is (metric, a, b, unit)."""
+    fig = make_subplots(
+        rows=1, cols=max(1, len(rows)), subplot_titles=[f"{m} ({u})" for m, _, _, u in rows]
+    )
+    for i, (_m, a, b, _u) in enumerate(rows, start=1):
+        fig.add_trace(
+            go.Bar(
+                x=[labels[0]],
+                y=[a or 0],
+                name=labels[0],
+                marker={"color": palette.RUN_A},
+                showlegend=i == 1,
+                legendgroup="a",
+                hovertemplate=f"{labels[0]}: %{{y:.2f}}<extra></extra>",
+            ),
+            row=1,
+            col=i,
+        )
+        fig.add_trace(
+            go.Bar(
+                x=[labels[1]],
+                y=[b or 0],
+                name=labels[1],
+                marker={"color": palette.RUN_B},
+                showlegend=i == 1,
+                legendgroup="b",
+                hovertemplate=f"{labels[1]}: %{{y:.2f}}<extra></extra>",
+            ),
+            row=1,
+            col=i,
+        )
+    fig.update_xaxes(showticklabels=False)
+    return _base_layout(fig, height=height)
+
+
+def idle_compare(
+    a_causes: Mapping[str, float],
+    b_causes: Mapping[str, float],
+    *,
+    labels: tuple[str, str],
+    a_steps: int = 1,
+    b_steps: int = 1,
+    height: int = 320,
+) -> go.Figure:
+    """Idle ms per step by cause, A vs B, as grouped horizontal bars coloured by cause."""
+    causes = sorted(
+        set(a_causes) | set(b_causes), key=lambda c: -(float(a_causes.get(c) or 0) / a_steps)
+    )
+    fig = go.Figure()
+    for lab, src, n, pattern in (
+        (labels[0], a_causes, a_steps, "/"),
+        (labels[1], b_causes, b_steps, ""),
+    ):
+        fig.add_trace(
+            go.Bar(
+                y=[palette.cause_label(c) for c in causes],
+                x=[float(src.get(c) or 0) / 1e3 / max(n, 1) for c in causes],
+                orientation="h",
+                name=lab,
+                marker={
+                    "color": [palette.cause_color(c) for c in causes],
+                    "pattern": {"shape": pattern},
+                    "line": {"width": 1, "color": palette.RUN_A if pattern else palette.RUN_B},
+                },
+                hovertemplate=f"{lab} · %{{y}}: %{{x:.2f}} ms/step<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="group", yaxis={"autorange": "reversed"})
+    fig.update_xaxes(ticksuffix=" ms", title_text="idle per step")
+    return _base_layout(fig, height=height)
+
+
+def nvml_lines(
+    samples: pd.DataFrame,
+    field: str,
+    *,
+    origin_ns: int,
+    unit: str = "%",
+    height: int = 260,
+    title: str | None = None,
+) -> go.Figure:
+    """One line per GPU of ``samples`` (``t_ns``, ``gpu``, ``field``), x in seconds since origin."""
+    fig = go.Figure()
+    if not samples.empty and field in samples:
+        for gpu, g in samples.groupby("gpu", sort=True):
+            fig.add_trace(
+                go.Scatter(
+                    x=(g["t_ns"].to_numpy(dtype="float64") - origin_ns) / 1e9,
+                    y=g[field],
+                    mode="lines",
+                    name=f"GPU {gpu}",
+                    line={"color": palette.EXTRA[int(gpu) % len(palette.EXTRA)], "width": 2},
+                    hovertemplate=f"GPU {gpu}: %{{y:.1f}} {unit}<extra></extra>",
+                )
+            )
+    fig.update_xaxes(ticksuffix=" s")
+    fig.update_yaxes(ticksuffix=f" {unit}" if unit else "")
+    if unit == "%":
+        fig.update_yaxes(range=[0, 105])
+    fig.update_layout(
+        title={"text": title, "x": 0, "font": {"size": 14}} if title else None,
+        hovermode="x unified",
+    )
+    return _base_layout(fig, height=height)

@@ -1,0 +1,46 @@
+"""gpuscope dashboard: the Streamlit entry script (``gpuscope ui`` runs ``streamlit run`` on it).
+
+Pages: Runs (upload, list, manage), Run (one run's analysis), Compare (two runs, ``?a=…&b=…``),
+Live (a running ``gpuscope sample`` server). Every page is a script in ``screens/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+from gpuscope import __version__
+from gpuscope.web import db
+
+ICON = Path(__file__).resolve().parent / "static" / "favicon.png"  # local: no font CDN request
+st.set_page_config(
+    page_title="gpuscope", page_icon=str(ICON) if ICON.is_file() else None, layout="wide"
+)
+
+RUNS = st.Page("screens/runs.py", title="Runs", icon=":material/table_rows:", url_path="runs")
+PAGES = [
+    RUNS,
+    st.Page("screens/run.py", title="Run", icon=":material/insights:", url_path="run"),
+    st.Page(
+        "screens/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"
+    ),
+    st.Page("screens/live.py", title="Live", icon=":material/sensors:", url_path="live"),
+]
+
+
+def _home() -> None:
+    """``/`` opens the Runs page at its own URL (``/runs``), so every page has one stable address."""
+    st.switch_page(RUNS)
+
+
+HOME = st.Page(_home, title="gpuscope", url_path="home", default=True, visibility="hidden")
+
+page = st.navigation([HOME, *PAGES])
+with st.sidebar:
+    st.caption(f"gpuscope {__version__} · store `{db.db_path()}`")
+try:
+    db.store()
+except db.StoreUnavailable as e:
+    st.error(str(e), icon=":material/lock:")
+    st.stop()
+page.run()

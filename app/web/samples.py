@@ -1,0 +1,73 @@
+"""The sample runs of ``sample_traces/``: loaded into an empty store so a new user sees a comparison.
+
+Layout: ``sample_traces/<config>/`` holds one run's rank files (``*.pt.trace.json.gz``, maybe an
+``*.nvml.jsonl``); each sub-folder is one run. A trace file directly in ``sample_traces/`` is a run
+of its own. A missing folder is not an error: there is simply nothing to load.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.loader import RunResult, ingest_paths, is_trace_file
+
+ENV_SAMPLES = "GPUSCOPE_SAMPLES"
+SAMPLE_TAG = "sample"
+
+
+def samples_dir() -> Path | None:
+    """``$GPUSCOPE_SAMPLES``, else ``sample_traces/`` of the source tree, else of the working dir."""
+    env = os.environ.get(ENV_SAMPLES)
+    candidates = [Path(env)] if env else []
+    candidates += [
+        Path(__file__).resolve().parents[2] / "sample_traces",
+        Path.cwd() / "sample_traces",
+    ]
+    for c in candidates:
+        if c.is_dir():
+            return c
+    return None
+
+
+def sample_runs(root: Path) -> list[Path]:
+    """Each sub-folder holding trace files, and each loose trace file, sorted by name."""
+    runs: list[Path] = []
+    for p in sorted(root.iterdir()):
+        if p.name.startswith("."):
+            continue
+        if (p.is_dir() and any(is_trace_file(f) for f in p.iterdir())) or is_trace_file(p):
+            runs.append(p)
+    return runs
+
+
+def store_is_empty(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute("SELECT count(*) FROM runs").fetchone()
+    return not row or int(row[0]) == 0
+
+
+def load_samples(
+    con: duckdb.DuckDBPyConnection,
+    root: Path | None = None,
+    *,
+    only_if_empty: bool = True,
+    log: Callable[[str], None] = lambda _m: None,
+) -> list[RunResult]:
+    """Ingest every sample run (each in its own transaction; a bad one is skipped and logged)."""
+    root = root if root is not None else samples_dir()
+    if root is None or not root.is_dir():
+        log("no sample_traces/ folder: starting with an empty store")
+        return []
+    if only_if_empty and not store_is_empty(con):
+        return []
+    loaded: list[RunResult] = []
+    for path in sample_runs(root):
+        try:
+            loaded += ingest_paths(con, [path], tags=[SAMPLE_TAG])
+            log(f"loaded sample run {path.name}")
+        except IngestError as e:
+            log(f"skipped sample {path.name}: {e}")
+    return loaded

@@ -1,0 +1,229 @@
+"""Compare: two runs side by side and as deltas, sawtooth plots aligned on a step, fixes resolved.
+
+URL: ``/compare?a=<run id>&b=<run id>``; opening it anywhere shows the same comparison.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from urllib.parse import urlencode
+
+import pandas as pd
+import streamlit as st
+from gpuscope.web import data, db, figures, model, ui, views
+
+st.title("Compare")
+path = db.db_path()
+refs = {k: st.query_params.get(k) for k in ("a", "b")}
+ids = {k: db.resolve(v) for k, v in refs.items()}
+
+missing = [k for k in ("a", "b") if ids[k] is None]
+if missing:
+    runs = db.runs_df(path, db.generation())
+    for k in missing:
+        if refs[k]:
+            st.error(
+                f"Run **{refs[k]}** (`{k}=` in the link) is not in this store. It may have been "
+                "deleted, or the link comes from another gpuscope store.",
+                icon=":material/search_off:",
+            )
+    trace_runs = runs[runs["kind"] == "trace"]
+    if len(trace_runs) < 2:
+        st.info(
+            "Comparing needs two trace runs: upload them on the Runs page.", icon=":material/info:"
+        )
+        st.page_link("screens/runs.py", label="Runs", icon=":material/table_rows:")
+        st.stop()
+    opts = list(trace_runs["run_id"])
+    labels = dict(zip(trace_runs["run_id"], trace_runs["name"], strict=True))
+    a0, b0 = ui.default_pair(trace_runs)
+    a0 = ids["a"] or a0
+    b0 = ids["b"] or b0
+    c1, c2, c3 = st.columns([3, 3, 1], vertical_alignment="bottom")
+    fmt = lambda i: f"{labels[i]}  ·  {i}"  # noqa: E731
+    a = c1.selectbox("Before (A)", opts, index=opts.index(a0), format_func=fmt)
+    b = c2.selectbox("After (B)", opts, index=opts.index(b0) if b0 in opts else 0, format_func=fmt)
+    if c3.button("Compare", type="primary", disabled=a == b):
+        st.query_params.from_dict({"a": a, "b": b})
+        st.rerun()
+    st.stop()
+
+a_id, b_id = str(ids["a"]), str(ids["b"])
+if refs["a"] != a_id or refs["b"] != b_id:
+    st.query_params.from_dict({"a": a_id, "b": b_id})
+row_a = db.run_row(path, db.generation(), a_id)
+row_b = db.run_row(path, db.generation(), b_id)
+assert row_a is not None and row_b is not None
+name_a, name_b = row_a["name"], row_b["name"]
+
+st.markdown(f"**A** · {name_a} `{a_id}`  →  **B** · {name_b} `{b_id}`")
+c1, c2, _ = st.columns([1, 1, 5], vertical_alignment="center")
+base = (st.context.url or "").split("?")[0]
+if not base.endswith("/compare"):
+    base = base.rstrip("/") + "/compare" if base else "/compare"
+with c1.popover("Copy link", icon=":material/link:"):
+    st.caption("This link opens the same comparison in any browser that reaches this dashboard:")
+    st.code(f"{base}?{urlencode({'a': a_id, 'b': b_id})}", language=None)
+c2.page_link(
+    "screens/compare.py",
+    label="Swap A/B",
+    icon=":material/swap_horiz:",
+    query_params={"a": b_id, "b": a_id},
+)
+
+if row_a["kind"] != "trace" or row_b["kind"] != "trace":
+    st.warning("Only trace runs can be compared; one of these is an NVML series.")
+    st.stop()
+
+rep_a = rep_b = comparison = None
+with views.section("Analysis"), st.spinner("Analysing…"):
+    rep_a = data.report(path, a_id, None)
+    rep_b = data.report(path, b_id, None)
+if rep_a is not None and rep_b is not None:
+    with contextlib.suppress(Exception):  # optional: fix status falls back to recommendation ids
+        comparison = data.comparison(path, a_id, b_id)
+
+# -- headline deltas ---------------------------------------------------------------------------------
+if rep_a is not None and rep_b is not None:
+    rows = model.comparison_rows(comparison) if comparison else model.compare_rows(rep_a, rep_b)
+    mine = {r.metric: r for r in model.compare_rows(rep_a, rep_b)}
+    by_name = {**mine, **{r.metric: r for r in rows if r.section == "Headline"}}
+    sp = (comparison or {}).get("speedup") or model.speedup(rep_a, rep_b)
+    cards = st.columns(5)
+    headline = (
+        ("Step time (mean)", "Step time"),
+        ("GPU busy", "GPU busy"),
+        ("MFU", "MFU"),
+        ("Tensor-core share", "Tensor-core share"),
+        ("Idle time (per step)", "Idle per step"),
+    )
+    for col, (metric, label) in zip(cards, headline, strict=True):
+        r = by_name[metric]
+        fmt_v = ui.fmt_ms if r.unit.startswith("ms") else ui.fmt_pct
+        col.metric(
+            label,
+            fmt_v(r.b),
+            delta=ui.delta_str(r.a, r.b, "pp" if r.unit == "%" else r.unit),
+            delta_color="inverse" if r.lower_is_better else "normal",
+            border=True,
+            help=f"A: {fmt_v(r.a)} → B: {fmt_v(r.b)}",
+        )
+    if sp:
+        st.markdown(f"B runs a step **{sp:.2f}×** {'faster' if sp >= 1 else 'slower'} than A.")
+    for note in (comparison or {}).get("notes") or []:
+        st.caption(f"Note: {note}")
+
+    table = pd.DataFrame(
+        [
+            {
+                "section": r.section,
+                "metric": r.metric,
+                "unit": r.unit,
+                "A": r.a,
+                "B": r.b,
+                "Δ (B − A)": r.delta,
+                "Δ %": r.delta_pct,
+                "": "better" if r.better else ("worse" if r.better is False else ""),
+            }
+            for r in rows
+        ]
+    )
+    st.subheader("All metrics")
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "section": st.column_config.TextColumn("Section"),
+            "metric": st.column_config.TextColumn("Metric", width="medium"),
+            "A": st.column_config.NumberColumn(f"A · {name_a}", format="%.3g"),
+            "B": st.column_config.NumberColumn(f"B · {name_b}", format="%.3g"),
+            "Δ (B − A)": st.column_config.NumberColumn(format="%+.3g"),
+            "Δ %": st.column_config.NumberColumn(format="%+.1f %%"),
+        },
+    )
+
+# -- aligned sawtooth plots ---------------------------------------------------------------------------
+st.subheader("GPU busy, aligned on a step")
+with views.section("Aligned plot"):
+    try:
+        wa = data.window(path, a_id, views.lowest_rank(a_id))
+        wb = data.window(path, b_id, views.lowest_rank(b_id))
+    except data.AnalysisUnavailable as e:
+        st.warning(f"No aligned plot: {e}.")
+    else:
+        na, nb = len(wa["steps"]), len(wb["steps"])
+        n_common = max(1, min(na, nb))
+        c1, c2 = st.columns(2)
+        first = c1.number_input(
+            "Align on step (position in each run)",
+            min_value=1,
+            max_value=n_common,
+            value=1,
+            step=1,
+            key=f"align_{a_id}_{b_id}",
+        )
+        count = c2.number_input(
+            "Steps to show",
+            min_value=1,
+            max_value=n_common - first + 1,
+            value=min(3, n_common - first + 1),
+            step=1,
+            key=f"count_{a_id}_{b_id}_{first}",
+        )
+        panels = [
+            views.aligned_panel(rid, name, w, int(first), int(count), tag)
+            for rid, name, w, tag in ((a_id, name_a, wa, "A"), (b_id, name_b, wb, "B"))
+        ]
+        views.cause_legend()
+        st.plotly_chart(figures.aligned_sawtooth(panels), config=views.PLOT_CONFIG)
+        st.caption(
+            f"x = ms since the start of step {int(first)} of each run (A has {na} steps, B {nb})."
+        )
+
+if rep_a is None or rep_b is None:
+    st.stop()
+
+# -- idle causes side by side --------------------------------------------------------------------------
+st.subheader("Idle time per step, by cause")
+st.plotly_chart(
+    figures.idle_compare(
+        model.get(rep_a, "idle", "causes") or {},
+        model.get(rep_b, "idle", "causes") or {},
+        labels=(f"A · {name_a}", f"B · {name_b}"),
+        a_steps=model.steps_of(rep_a),
+        b_steps=model.steps_of(rep_b),
+    ),
+    config=views.PLOT_CONFIG,
+)
+
+# -- fixes ------------------------------------------------------------------------------------------------
+st.subheader("Fixes")
+status = model.fix_status(rep_a, rep_b, comparison)
+c1, c2, c3 = st.columns(3)
+with c1:
+    st.markdown(f"**Resolved in B** ({len(status.resolved)})")
+    for r in status.resolved:
+        st.markdown(f":green[:material/check_circle:] {r.get('title') or r.get('id')}")
+    if not status.resolved:
+        st.caption("None of A's fixes is resolved in B.")
+with c2:
+    st.markdown(f"**Still open** ({len(status.remaining)})")
+    for ra, rb in status.remaining:
+        ga, gb = model.num(ra.get("max_gain_pct")), model.num(rb.get("max_gain_pct"))
+        gain = (
+            f" — bound {ui.fmt_pct(ga)} → {ui.fmt_pct(gb)}"
+            if ga is not None or gb is not None
+            else ""
+        )
+        st.markdown(f":orange[:material/pending:] {rb.get('title') or rb.get('id')}{gain}")
+    if not status.remaining:
+        st.caption("Nothing left over from A.")
+with c3:
+    st.markdown(f"**New in B** ({len(status.new)})")
+    for r in status.new:
+        st.markdown(f":red[:material/error:] {r.get('title') or r.get('id')}")
+    if not status.new:
+        st.caption("B raised no new issue.")
+with st.expander("B's fixes in full"):
+    views.recommendations(rep_b)

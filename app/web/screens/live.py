@@ -1,0 +1,99 @@
+"""Live: GPU utilization from a running ``gpuscope sample`` server, refreshed every second.
+
+URL: ``/live?sampler=http://host:port`` (default ``$GPUSCOPE_SAMPLER_URL`` or 127.0.0.1:9401).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+from gpuscope.web import figures, live, ui, views
+
+st.title("Live")
+st.caption(
+    "GPU utilization as `gpuscope sample` polls it through NVML. Start one with "
+    "`gpuscope sample` on the training node (or `gpuscope sample --replay FILE` to replay a "
+    "recording), then point this page at it."
+)
+
+url0 = st.query_params.get("sampler") or live.default_url()
+c1, c2, c3 = st.columns([4, 2, 1], vertical_alignment="bottom")
+url = live.normalise_url(c1.text_input("Sampler URL", value=url0, key="live_url"))
+window_s = c2.select_slider(
+    "Show the last",
+    options=[30, 60, 300, 900],
+    value=60,
+    format_func=lambda s: f"{s // 60} min" if s >= 60 else f"{s} s",
+)
+paused = c3.toggle("Pause", key="live_paused")
+if url and url != st.query_params.get("sampler") and url != live.DEFAULT_URL:
+    st.query_params["sampler"] = url
+
+state_key = f"live_buffer_{url}"
+
+
+@st.fragment(run_every=None if paused else 1.0)
+def panel() -> None:
+    state = st.session_state.setdefault(state_key, {"since": 0, "rows": None, "host": None})
+    if not st.session_state.get("live_paused"):
+        try:
+            batch = live.fetch(url, state["since"])
+        except live.SamplerError as e:
+            st.warning(
+                f"No samples: {e}. Is `gpuscope sample` running there?",
+                icon=":material/sensors_off:",
+            )
+            return
+        if not batch.rows.empty:
+            state["since"] = int(batch.rows["t_ns"].max())
+            state["rows"] = live.fold(state["rows"], batch.rows, keep_ns=900 * 10**9)
+        state["host"] = batch.host or state["host"]
+    rows = state["rows"]
+    if rows is None or rows.empty:
+        st.info("Connected; waiting for the first sample…", icon=":material/hourglass_top:")
+        return
+    newest = int(rows["t_ns"].max())
+    view = rows[rows["t_ns"] >= newest - window_s * 10**9]
+    latest = view[view["t_ns"] == newest]
+    st.caption(
+        f"host **{state['host'] or '?'}** · {view['gpu'].nunique()} GPU(s) · "
+        f"{len(view) // max(1, view['gpu'].nunique()):,} samples shown"
+    )
+    for r in latest.sort_values("gpu").itertuples():
+        cols = st.columns(5)
+        cols[0].metric(
+            f"GPU {r.gpu} util",
+            ui.fmt_pct(r.gpu_util_pct, 0),
+            border=True,
+            help="NVML utilization.gpu: share of the sample period in which any kernel ran",
+        )
+        cols[1].metric(
+            "SM active",
+            ui.fmt_pct(r.sm_active_pct),
+            border=True,
+            help="GPM SM activity (Hopper and newer): how much of the SMs was working",
+        )
+        cols[2].metric("Tensor active", ui.fmt_pct(r.tensor_active_pct), border=True)
+        mem = (
+            f"{r.mem_used_bytes / 2**30:,.1f} GiB"
+            if r.mem_used_bytes == r.mem_used_bytes and r.mem_used_bytes is not None
+            else "—"
+        )
+        cols[3].metric("Memory used", mem, border=True)
+        cols[4].metric(
+            "Power", f"{r.power_w:,.0f} W" if r.power_w == r.power_w else "—", border=True
+        )
+    origin = newest  # x: seconds before the newest sample
+    st.plotly_chart(
+        figures.nvml_lines(view, "gpu_util_pct", origin_ns=origin, title="GPU utilization (NVML)"),
+        config=views.PLOT_CONFIG,
+        key="live_util",
+    )
+    if view["sm_active_pct"].notna().any():
+        st.plotly_chart(
+            figures.nvml_lines(view, "sm_active_pct", origin_ns=origin, title="SM active (GPM)"),
+            config=views.PLOT_CONFIG,
+            key="live_sm",
+        )
+
+
+panel()

@@ -1,0 +1,68 @@
+"""Run: headline cards, the sawtooth plot, idle causes, kernel categories, top kernels, fixes.
+
+URL: ``/run?run=<run id>&rank=<rank>``.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+from gpuscope.web import data, db, ui, views
+
+ui.show_flash()
+path = db.db_path()
+ref = st.query_params.get("run")
+run_id = db.resolve(ref)
+
+if run_id is None:
+    st.title("Run")
+    runs = db.runs_df(path, db.generation())
+    if ref or runs.empty:
+        ui.not_found("run", ref)
+        st.stop()
+    labels = dict(zip(runs["run_id"], runs["name"], strict=True))
+    pick = st.selectbox(
+        "Open a run",
+        list(runs["run_id"]),
+        index=None,
+        placeholder="Choose a run",
+        format_func=lambda i: f"{labels[i]}  ·  {i}",
+    )
+    if pick:
+        st.query_params["run"] = pick
+        st.rerun()
+    st.stop()
+
+if ref != run_id:  # a prefix or a name: show the canonical id in the URL
+    st.query_params["run"] = run_id
+
+row = db.run_row(path, db.generation(), run_id)
+assert row is not None
+st.title(row["name"])
+st.caption(views.run_caption(row))
+
+if row["kind"] != "trace":
+    views.nvml_only_run(run_id)
+    st.stop()
+
+rank = views.rank_selector(run_id, key="run_rank")
+
+report = None
+with views.section("Analysis"), st.spinner("Analysing…"):
+    report = data.report(path, run_id, rank)
+
+if report is not None:
+    with views.section("Headline"):
+        views.headline_cards(report)
+with views.section("Busy-time plot"):
+    views.sawtooth_panel(run_id, rank, key="run")
+if report is not None:
+
+    def rest() -> None:
+        with views.section("Breakdowns"):
+            views.breakdowns(report)
+        with views.section("Top kernels"):
+            views.top_kernels(report)
+        with views.section("Fixes"):
+            views.recommendations(report)
+
+    views.below_the_fold(f"run_{run_id}_{rank}", rest)

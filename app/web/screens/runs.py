@@ -1,0 +1,207 @@
+"""Runs: upload traces, list and search runs, rename / tag / delete them, pick two to compare."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+from gpuscope.ingest.errors import IngestError
+from gpuscope.web import data, db, ui
+from gpuscope.web.uploads import ONE_RUN, SEPARATE, ingest_uploads
+
+st.title("Runs")
+ui.show_flash()
+
+runs = db.runs_df(db.db_path(), db.generation())
+
+# -- upload --------------------------------------------------------------------------------------
+with st.expander("Upload traces", icon=":material/upload:", expanded=runs.empty):
+    upload_key = f"uploader_{st.session_state.get('upload_round', 0)}"
+    files = st.file_uploader(
+        "PyTorch profiler traces (.json, .json.gz): one file, or the rank files of one run",
+        type=["json", "gz"],
+        accept_multiple_files=True,
+        key=upload_key,
+    )
+    mode = ONE_RUN
+    if files and len(files) > 1:
+        mode = st.radio("These files are", [ONE_RUN, SEPARATE], horizontal=True, key="upload_mode")
+    c1, c2 = st.columns(2)
+    name = c1.text_input("Name (optional)", key=f"upload_name_{upload_key}")
+    tags_text = c2.text_input("Tags (optional, comma-separated)", key=f"upload_tags_{upload_key}")
+    if st.button("Ingest", type="primary", disabled=not files, key="ingest"):
+        bar = st.progress(0.0, text="Starting…")
+        try:
+            with db.writing() as cur:
+                results = ingest_uploads(
+                    cur,
+                    list(files or []),
+                    mode=mode,
+                    name=name.strip() or None,
+                    tags=ui.parse_tags(tags_text),
+                    progress=lambda frac, text: bar.progress(min(max(frac, 0.0), 1.0), text=text),
+                )
+        except IngestError as e:
+            bar.empty()
+            st.error(f"**Nothing was stored.** {e}", icon=":material/error:")
+        else:
+            st.session_state["upload_round"] = st.session_state.get("upload_round", 0) + 1
+            new = [r for r in results if not r.duplicate]
+            dups = [r for r in results if r.duplicate]
+            msgs = [
+                f"Stored run **{r.name}** (`{r.run_id}`, {r.n_ranks} rank(s), {r.n_events:,} events)."
+                for r in new
+            ]
+            msgs += [f"**{r.name}** was stored before as run `{r.run_id}`." for r in dups]
+            ui.flash("success" if new else "info", " ".join(msgs))
+            if len(results) == 1:
+                st.switch_page("screens/run.py", query_params={"run": results[0].run_id})
+            st.rerun()
+
+if runs.empty:
+    st.info(
+        "No runs yet. Upload a trace above, or run `gpuscope ingest TRACE.json.gz` "
+        "(with the dashboard stopped) and reload.",
+        icon=":material/info:",
+    )
+    st.stop()
+
+# -- list ----------------------------------------------------------------------------------------
+query = st.text_input(
+    "Search",
+    placeholder="name, run id, tag or GPU",
+    key="runs_search",
+    label_visibility="collapsed",
+)
+
+with st.spinner("Analysing runs…"):
+    metrics = [
+        data.summary(rid)
+        if kind == "trace"
+        else {"step_ms": None, "busy_pct": None, "mfu_pct": None}
+        for rid, kind in zip(runs["run_id"], runs["kind"], strict=True)
+    ]
+table = pd.DataFrame(
+    {
+        "name": runs["name"],
+        "created": pd.to_datetime(runs["created_at"]),
+        "gpu": runs["gpu_name"].fillna("—"),
+        "ranks": runs["n_ranks"],
+        "step_ms": [m["step_ms"] for m in metrics],
+        "busy_pct": [m["busy_pct"] for m in metrics],
+        "mfu_pct": [m["mfu_pct"] for m in metrics],
+        "tags": runs["tags"],
+        "run_id": runs["run_id"],
+    }
+)
+if query.strip():
+    q = query.strip().lower()
+    hay = (
+        table["name"]
+        + " "
+        + table["run_id"]
+        + " "
+        + table["gpu"]
+        + " "
+        + table["tags"].map(lambda t: " ".join(t))
+    ).str.lower()
+    table = table[hay.str.contains(q, regex=False)].reset_index(drop=True)
+
+event = st.dataframe(
+    table,
+    hide_index=True,
+    width="stretch",
+    on_select="rerun",
+    selection_mode="multi-row",
+    key=f"runs_table_{db.generation()}",
+    column_config={
+        "name": st.column_config.TextColumn("Name", width="medium"),
+        "created": st.column_config.DatetimeColumn("Date (UTC)", format="YYYY-MM-DD HH:mm"),
+        "gpu": st.column_config.TextColumn("GPU"),
+        "ranks": st.column_config.NumberColumn("Ranks", format="%d"),
+        "step_ms": st.column_config.NumberColumn("Step time", format="%.1f ms"),
+        "busy_pct": st.column_config.NumberColumn("GPU busy", format="%.1f %%"),
+        "mfu_pct": st.column_config.NumberColumn("MFU", format="%.1f %%"),
+        "tags": st.column_config.ListColumn("Tags"),
+        "run_id": st.column_config.TextColumn("Run id"),
+    },
+)
+if table.empty:
+    st.caption(f"No run matches “{query}”.")
+selected_rows = list(getattr(getattr(event, "selection", None), "rows", []) or [])
+selected = [table.iloc[i] for i in selected_rows if i < len(table)]
+
+# -- actions on the selection ----------------------------------------------------------------------
+if not selected:
+    st.caption(
+        "Select one run in the table to open, rename, tag or delete it; select two to compare them."
+    )
+else:
+    first = selected[0]
+    rid = str(first["run_id"])
+    cols = st.columns([2, 2, 3, 3])
+    cols[0].page_link(
+        "screens/run.py",
+        label=f"Open {first['name']}",
+        icon=":material/insights:",
+        query_params={"run": rid},
+    )
+    if len(selected) >= 2:
+        a, b = sorted(selected[:2], key=lambda r: r["created"])
+        cols[1].page_link(
+            "screens/compare.py",
+            label="Compare the two",
+            icon=":material/compare_arrows:",
+            query_params={"a": str(a["run_id"]), "b": str(b["run_id"])},
+        )
+    with cols[2].form(f"rename_{rid}", border=False):
+        new_name = st.text_input("Rename", value=str(first["name"]), key=f"rename_text_{rid}")
+        new_tags = st.text_input(
+            "Tags (comma-separated)", value=", ".join(first["tags"]), key=f"tags_text_{rid}"
+        )
+        if st.form_submit_button("Save name and tags"):
+            clean = new_name.strip()
+            if not clean:
+                st.error("A run needs a name.")
+            else:
+                with db.writing() as cur:
+                    ui.rename_and_tag(cur, rid, clean, ui.parse_tags(new_tags))
+                ui.flash("success", f"Saved **{clean}**.")
+                st.rerun()
+    with cols[3]:
+        ids = [str(r["run_id"]) for r in selected]
+        label = f"Delete {len(ids)} runs" if len(ids) > 1 else f"Delete {first['name']}"
+        sure = st.checkbox(
+            "Yes, delete: this cannot be undone", key=f"confirm_delete_{'_'.join(ids)}"
+        )
+        if st.button(
+            label, icon=":material/delete:", disabled=not sure, key=f"delete_{'_'.join(ids)}"
+        ):
+            with db.writing() as cur:
+                for i in ids:
+                    ui.delete(cur, i)
+            ui.flash("success", f"Deleted {len(ids)} run(s).")
+            st.rerun()
+
+# -- compare any two -------------------------------------------------------------------------------
+trace_runs = runs[runs["kind"] == "trace"]
+if len(trace_runs) >= 2:
+    st.subheader("Compare two runs")
+    ids = list(trace_runs["run_id"])
+    labels = dict(zip(trace_runs["run_id"], trace_runs["name"], strict=True))
+    a0, b0 = ui.default_pair(trace_runs)
+    if len(selected) == 2:
+        sa, sb = sorted(selected, key=lambda r: r["created"])
+        a0, b0 = str(sa["run_id"]), str(sb["run_id"])
+    c1, c2, c3 = st.columns([3, 3, 2], vertical_alignment="bottom")
+    fmt = lambda i: f"{labels[i]}  ·  {i}"  # noqa: E731
+    a = c1.selectbox(
+        "Before (A)", ids, index=ids.index(a0), format_func=fmt, key=f"cmp_a_{a0}_{b0}"
+    )
+    b = c2.selectbox("After (B)", ids, index=ids.index(b0), format_func=fmt, key=f"cmp_b_{a0}_{b0}")
+    c3.page_link(
+        "screens/compare.py",
+        label="Compare",
+        icon=":material/compare_arrows:",
+        query_params={"a": a, "b": b},
+        disabled=a == b,
+    )

@@ -1,0 +1,111 @@
+"""Small helpers shared by the pages: flash messages, units, tag parsing, store actions."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import duckdb
+import pandas as pd
+import streamlit as st
+from gpuscope.ingest.store import delete_run, set_name, set_tags
+
+_FLASH = "_gpuscope_flash"
+
+
+def flash(kind: str, text: str) -> None:
+    """A message shown once, at the top of the next page run (survives st.rerun / switch_page)."""
+    st.session_state[_FLASH] = (kind, text)
+
+
+def show_flash() -> None:
+    item = st.session_state.pop(_FLASH, None)
+    if item:
+        kind, text = item
+        {"success": st.success, "info": st.info, "warning": st.warning, "error": st.error}.get(
+            kind, st.info
+        )(text)
+
+
+def parse_tags(text: str) -> list[str]:
+    return sorted({t.strip() for t in re.split(r"[,\n]", text or "") if t.strip()})
+
+
+def rename_and_tag(con: duckdb.DuckDBPyConnection, run_id: str, name: str, tags: list[str]) -> None:
+    set_name(con, run_id, name)
+    set_tags(con, run_id, tags)
+
+
+def delete(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    return delete_run(con, run_id)
+
+
+_BEFORE = re.compile(r"(?i)before|baseline|base\b|slow|orig")
+_AFTER = re.compile(r"(?i)after|fixed|optim|fast|tuned")
+
+
+def default_pair(trace_runs: pd.DataFrame) -> tuple[str, str]:
+    """A sensible (before, after) pair: sample runs named like before/after, else the two newest."""
+    names = list(trace_runs["name"])
+    ids = list(trace_runs["run_id"])
+    before = [i for i, n in zip(ids, names, strict=True) if _BEFORE.search(n)]
+    after = [i for i, n in zip(ids, names, strict=True) if _AFTER.search(n)]
+    if before and after and before[0] != after[0]:
+        return before[-1], after[-1]
+    ordered = trace_runs.sort_values("created_at")
+    o = list(ordered["run_id"])
+    return o[-2], o[-1]
+
+
+# -- units -----------------------------------------------------------------------------------------
+
+
+def _ok(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def fmt_ms(v: float | None, digits: int = 1) -> str:
+    return f"{v:,.{digits}f} ms" if _ok(v) else "—"
+
+
+def fmt_us_as_ms(v: float | None, digits: int = 1) -> str:
+    return fmt_ms(v / 1e3, digits) if _ok(v) else "—"
+
+
+def fmt_pct(v: float | None, digits: int = 1) -> str:
+    return f"{v:.{digits}f} %" if _ok(v) else "—"
+
+
+def fmt_tflops(v: float | None) -> str:
+    return f"{v:,.1f} TFLOP/s" if _ok(v) else "—"
+
+
+def fmt_flops(v: float | None) -> str:
+    if not _ok(v):
+        return "—"
+    assert v is not None
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9)):
+        if abs(v) >= scale:
+            return f"{v / scale:,.2f} {unit}"
+    return f"{v:,.0f} FLOP"
+
+
+def delta_str(a: float | None, b: float | None, unit: str, digits: int = 1) -> str | None:
+    if not (_ok(a) and _ok(b)):
+        return None
+    assert a is not None and b is not None
+    return f"{b - a:+,.{digits}f} {unit}"
+
+
+def not_found(kind: str, ref: str | None) -> None:
+    """The message for an unknown or missing run id in the URL (no traceback)."""
+    if ref:
+        st.error(
+            f"No run **{ref}** in this store. It may have been deleted, or the link comes from "
+            "another gpuscope store.",
+            icon=":material/search_off:",
+        )
+    else:
+        st.info(f"No {kind} chosen.", icon=":material/info:")
+    st.page_link("screens/runs.py", label="Back to the runs", icon=":material/table_rows:")

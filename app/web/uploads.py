@@ -1,0 +1,137 @@
+"""Uploaded traces -> temp files -> ``ingest_paths``: the upload path of the Runs page.
+
+Streamlit hands us file-like objects; each is copied in 1 MiB chunks to a private temp directory
+(never kept whole in the session), ingested in ONE transaction, and the directory is removed. Rank
+files of one run go into one directory, which the loader reads as one run (rank from the trace's
+``distributedInfo`` or the file name). On any error nothing is stored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+import duckdb
+from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.loader import RunResult, display_name, ingest_paths
+
+CHUNK = 1 << 20
+ACCEPTED = (".json", ".json.gz", ".gz")
+ONE_RUN = "one run's ranks"
+SEPARATE = "separate runs"
+
+Progress = Callable[[float, str], None]  # (fraction 0..1, text)
+
+
+class Upload(Protocol):
+    """What ``st.file_uploader`` returns (an ``UploadedFile``), or any named binary stream."""
+
+    name: str
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+
+def safe_name(name: str) -> str:
+    """The file name part only, with anything odd replaced (uploads name files, not paths)."""
+    base = Path(name.replace("\\", "/")).name
+    base = re.sub(r"[^A-Za-z0-9._+\- ]", "_", base).lstrip(".")
+    return base or "trace.json"
+
+
+def check_names(files: Sequence[Upload]) -> None:
+    """Raise IngestError for a file whose name is not a trace (.json / .json.gz)."""
+    for f in files:
+        if not f.name.lower().endswith(ACCEPTED):
+            raise IngestError(f.name, "not a trace file: expected .json or .json.gz")
+
+
+def run_name_for(files: Sequence[Upload]) -> str:
+    """A display name for rank files of one run: their common stem without the rank part."""
+    stems = [display_name(Path(safe_name(f.name))) for f in files]
+    if len(stems) == 1:
+        return stems[0]
+    prefix = os.path.commonprefix(stems)  # noqa: RUF071 (character prefix of names is wanted)
+    prefix = re.sub(r"(?i)[_\-.]*(rank)?[_\-.]*\d*$", "", prefix).rstrip("_-. ")
+    return prefix or stems[0]
+
+
+def _copy(src: Upload | BinaryIO, dest: Path) -> int:
+    src.seek(0)
+    with dest.open("wb") as out:
+        shutil.copyfileobj(src, out, CHUNK)  # type: ignore[misc]
+        return out.tell()
+
+
+def ingest_uploads(
+    con: duckdb.DuckDBPyConnection,
+    files: Sequence[Upload],
+    *,
+    mode: str = ONE_RUN,
+    name: str | None = None,
+    tags: Sequence[str] = (),
+    progress: Progress | None = None,
+    tmp_root: str | None = None,
+) -> list[RunResult]:
+    """Store uploaded traces; raise IngestError (one line, nothing stored) on any bad file.
+
+    ``mode`` is ``ONE_RUN`` (all files are ranks of one run) or ``SEPARATE`` (one run per file).
+    """
+    if not files:
+        raise IngestError("upload", "no files")
+    check_names(files)
+    report = progress or (lambda _f, _t: None)
+    with tempfile.TemporaryDirectory(prefix="gpuscope-upload-", dir=tmp_root) as tmp:
+        root = Path(tmp)
+        if mode == ONE_RUN and len(files) > 1:
+            run_dir = root / safe_name(name or run_name_for(files))
+            run_dir.mkdir()
+            paths: list[Path] = [run_dir]
+            targets = [run_dir / safe_name(f.name) for f in files]
+        else:
+            targets = []
+            for i, f in enumerate(files):
+                d = root / str(i)
+                d.mkdir()
+                targets.append(d / safe_name(f.name))
+            paths = list(targets)
+        if len({t.name for t in targets}) != len(targets) and mode == ONE_RUN:
+            raise IngestError(
+                "upload", "two files have the same name; rank files need distinct names"
+            )
+        total = len(files)
+        for i, (f, t) in enumerate(zip(files, targets, strict=True)):
+            report(0.1 * i / total, f"Saving {f.name} ({i + 1}/{total})")
+            _copy(f, t)
+
+        grand_total = sum(t.stat().st_size for t in targets) or 1
+        seen = {"base": 0, "last_done": 0, "last_total": 0}
+
+        def on_bytes(done: int, run_total: int) -> None:
+            # the loader reports per run; a smaller count means the next run has started
+            if done < seen["last_done"] or (run_total != seen["last_total"] and seen["last_total"]):
+                seen["base"] += seen["last_total"]
+            seen["last_done"], seen["last_total"] = done, run_total
+            overall = min(seen["base"] + done, grand_total)
+            report(
+                0.1 + 0.9 * overall / grand_total,
+                f"Ingesting… {overall / 1e6:,.1f} / {grand_total / 1e6:,.1f} MB",
+            )
+
+        run_name = name if (name and len(paths) == 1) else None
+        if run_name is None and mode == ONE_RUN and len(files) > 1:
+            run_name = run_name_for(files)
+        try:
+            results = ingest_paths(con, paths, name=run_name, tags=list(tags), progress=on_bytes)
+        except IngestError as e:  # name the file as the user knows it, not its temp path
+            shown = {str(t): f.name for f, t in zip(files, targets, strict=True)}
+            shown.update({str(p): "the uploaded files" for p in paths if p.is_dir()})
+            raise IngestError(shown.get(e.path, Path(e.path).name), e.problem) from None
+        report(1.0, "Done")
+        return results

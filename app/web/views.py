@@ -1,0 +1,648 @@
+"""Page sections shared by Run and Compare: cards, the zoomable sawtooth, breakdowns, fixes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+from gpuscope.web import data, db, figures, palette, ui
+
+N_BUCKETS = 1200  # about one per pixel of a wide plot
+FINE_KERNELS = 2000  # fewer GPU activities than this in view: draw each one
+MIN_VIEW_NS = 2_000
+PLOT_CONFIG = {
+    "displaylogo": False,
+    "scrollZoom": False,
+    "modeBarButtonsToRemove": ["lasso2d", "autoScale2d", "toImage"],
+}
+
+
+@contextlib.contextmanager
+def section(label: str) -> Iterator[None]:
+    """Run one page section; an analysis failure shows a box naming it, the rest of the page stays."""
+    try:
+        yield
+    except data.AnalysisUnavailable as e:
+        st.warning(f"{label}: {e}.", icon=":material/construction:")
+    except Exception as e:  # a bug in one section must not take the page down
+        st.error(f"{label} failed: {type(e).__name__}: {e}", icon=":material/error:")
+        with st.expander("Details"):
+            st.exception(e)
+
+
+def _in_apptest() -> bool:
+    from streamlit import config
+
+    try:
+        return bool(config.get_option("global.appTest"))
+    except Exception:  # an option Streamlit no longer has: behave as in a browser
+        return False
+
+
+def below_the_fold(key: str, render: Callable[[], None], *, delay_s: float = 0.4) -> None:
+    """Render ``render`` once the page above it has painted in the browser.
+
+    A new page's browser work (loading and running the code of every kind of element) all happens
+    at once; below-the-fold sections would delay the plot at the top by a second or more. So the
+    first run shows a placeholder in a fragment whose timer starts when the browser mounts it; when
+    it fires, the session is marked and the app reruns with everything. Later runs (zooming, a rank
+    change) render directly. AppTest runs scripts once, without timers: there it renders directly.
+    """
+    flag = f"_painted_{key}"
+    if st.session_state.get(flag) or _in_apptest():
+        render()
+        return
+
+    @st.fragment(run_every=delay_s)
+    def later() -> None:
+        if st.session_state.get(f"_armed_{key}"):
+            st.session_state[flag] = True
+            st.rerun()
+        st.session_state[f"_armed_{key}"] = True
+        st.caption("Loading the breakdowns, top kernels and fixes…")
+
+    later()
+
+
+# -- header ------------------------------------------------------------------------------------------
+
+
+def run_caption(row: dict[str, Any]) -> str:
+    parts = [
+        f"`{row['run_id']}`",
+        row.get("gpu_name") or "GPU unknown",
+        f"{row['n_ranks']} rank{'s' if row['n_ranks'] != 1 else ''}",
+        f"{row['n_events']:,} events",
+    ]
+    created = row.get("created_at")
+    if created is not None:
+        parts.append(f"stored {str(created)[:16]} UTC")
+    if row.get("torch_version"):
+        parts.append(f"torch {row['torch_version']}")
+    if row.get("tags"):
+        parts.append("tags: " + ", ".join(row["tags"]))
+    return " · ".join(parts)
+
+
+def rank_selector(run_id: str, *, key: str, param: str = "rank", label: str = "Rank") -> int:
+    """The rank shown (query parameter ``rank``); a selector only when the run has several."""
+    ranks = db.ranks_of(db.db_path(), db.generation(), run_id) or [0]
+    raw = st.query_params.get(param)
+    chosen = ranks[0]
+    if raw is not None:
+        try:
+            r = int(raw)
+        except ValueError:
+            r = None
+        if r in ranks:
+            chosen = r
+        else:
+            st.warning(
+                f"Rank {raw!r} is not in this run (ranks {', '.join(map(str, ranks))}); "
+                f"showing rank {chosen}."
+            )
+    if len(ranks) > 1:
+        picked = st.segmented_control(
+            label,
+            ranks,
+            default=chosen,
+            key=f"{key}_{run_id}_{chosen}",
+            format_func=lambda r: f"rank {r}",
+        )
+        if picked is not None and picked != chosen:
+            st.query_params[param] = str(picked)
+            st.rerun()
+        chosen = picked if picked is not None else chosen
+    if len(ranks) > 1 or raw is not None:
+        st.query_params[param] = str(chosen)
+    return int(chosen)
+
+
+# -- cards -------------------------------------------------------------------------------------------
+
+
+def top_cause(report: dict[str, Any]) -> tuple[str | None, float | None]:
+    causes = (report.get("idle") or {}).get("causes") or {}
+    if not causes:
+        return None, None
+    c, v = max(causes.items(), key=lambda kv: float(kv[1] or 0))
+    return str(c), float(v or 0)
+
+
+def n_steps(report: dict[str, Any]) -> int:
+    return int((report.get("window") or {}).get("steps") or 1) or 1
+
+
+def headline_cards(report: dict[str, Any]) -> None:
+    st_ms = report.get("step_time_ms") or {}
+    steps = n_steps(report)
+    c = st.columns(5)
+    c[0].metric(
+        "Step time",
+        ui.fmt_ms(st_ms.get("mean")),
+        border=True,
+        help=f"Mean over {steps} step(s): window ÷ steps. Median {ui.fmt_ms(st_ms.get('p50'))}, "
+        f"slowest {ui.fmt_ms(st_ms.get('max'))}.",
+    )
+    c[1].metric(
+        "GPU busy",
+        ui.fmt_pct(report.get("gpu_busy_pct")),
+        border=True,
+        help="Share of the window in which at least one kernel, copy or memset ran on the GPU.",
+    )
+    peak = report.get("peak_tflops")
+    c[2].metric(
+        "MFU",
+        ui.fmt_pct(report.get("mfu_pct")),
+        border=True,
+        help=f"Model FLOPs ÷ (step time × peak {ui.fmt_tflops(peak)}"
+        f"{', ' + str(report['dtype']) if report.get('dtype') else ''}). "
+        f"While busy: {ui.fmt_pct(report.get('mfu_busy_pct'))}. "
+        f"FLOPs per step: {ui.fmt_flops(report.get('flops_per_step'))}.",
+    )
+    not_tc = report.get("tc_eligible_not_tc_us")
+    c[3].metric(
+        "Tensor-core share",
+        ui.fmt_pct(report.get("tensor_core_pct")),
+        border=True,
+        help="Share of kernel time spent in tensor-core kernels. Eligible matmuls/convs not on "
+        f"tensor cores: {ui.fmt_us_as_ms(not_tc)}.",
+    )
+    cause, us = top_cause(report)
+    if cause is None or not us:
+        c[4].metric("Top idle cause", "none", border=True)
+    else:
+        window_us = float((report.get("window") or {}).get("duration_us") or 0)
+        share = 100.0 * us / window_us if window_us else None
+        c[4].metric(
+            "Top idle cause",
+            ui.fmt_ms(us / 1e3 / steps, 2),
+            delta=f"{palette.cause_label(cause)} · {ui.fmt_pct(share)}",
+            delta_color="off",
+            delta_arrow="off",
+            border=True,
+            help=f"{palette.cause_label(cause)}: the cause with the most idle GPU time in the window; "
+            "ms per step and share of the time.",
+        )
+
+
+def _swatch(color: str, text: str, *, line: bool = False) -> str:
+    shape = "width:14px;height:3px" if line else "width:12px;height:12px;border-radius:2px"
+    return (
+        f'<span style="display:inline-flex;align-items:center;margin-right:14px;white-space:nowrap">'
+        f'<span style="{shape};background:{color};display:inline-block;margin-right:5px"></span>'
+        f"{text}</span>"
+    )
+
+
+def cause_legend(*, nvml: bool = False) -> None:
+    """The one colour legend for every chart on the page: busy, each idle cause, NVML."""
+    items = [_swatch(palette.BUSY, "GPU busy")]
+    items += [
+        _swatch(palette.cause_color(c), f"idle: {palette.cause_label(c)}") for c in palette.CAUSES
+    ]
+    if nvml:
+        items.append(_swatch(palette.NVML, "NVML GPU util", line=True))
+    # st.html (sanitised, a 2 kB script) rather than markdown with raw HTML (a 190 kB parser)
+    st.html(f'<div style="font-size:0.85rem;line-height:1.9">{"".join(items)}</div>')
+
+
+# -- the sawtooth --------------------------------------------------------------------------------------
+
+
+def _clip_gaps(gaps: pd.DataFrame | None, s: int, e: int) -> pd.DataFrame | None:
+    if gaps is None or gaps.empty:
+        return gaps
+    g = gaps[(gaps["end_ns"] > s) & (gaps["start_ns"] < e)]
+    return g.assign(start_ns=np.maximum(g["start_ns"], s), end_ns=np.minimum(g["end_ns"], e))
+
+
+def idle_for_view(gaps: pd.DataFrame, s: int, e: int, *, fine: bool) -> pd.DataFrame | None:
+    """Gaps overlapping ``[s, e)``: whole gaps by dominant cause (with a per-cause ``detail``)
+    when each activity is drawn, else per-cause segments (exact totals per bucket)."""
+    near = gaps[(gaps["end_ns"] > s) & (gaps["start_ns"] < e)]
+    cols = data.cause_columns(near)
+    if fine:
+        detail = (
+            [
+                " · ".join(
+                    f"{palette.cause_label(c.removesuffix('_ns'))} {r[c] / 1e6:.3f} ms"
+                    for c in cols
+                    if r[c]
+                )
+                for r in near[cols].to_dict("records")
+            ]
+            if cols
+            else [""] * len(near)
+        )
+        return _clip_gaps(near.assign(detail=detail), s, e)
+    return _clip_gaps(figures.gap_segments(near, cols), s, e)
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def _coarse_shares(
+    path: str, run_id: str, rank: int, dev: int | None, s: int, e: int, n: int
+) -> dict[str, np.ndarray]:
+    """Idle % per cause in each of ``n`` buckets of ``[s, e)`` (the bucket bounds of busy_series)."""
+    gaps = idle_for_view(data.idle_gaps(path, run_id, rank, dev), s, e, fine=False)
+    edges = s + (np.arange(n + 1, dtype="int64") * (e - s)) // n
+    return figures.idle_shares(gaps, edges) if gaps is not None else {}
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _fine_gaps(
+    path: str, run_id: str, rank: int, dev: int | None, s: int, e: int
+) -> pd.DataFrame | None:
+    """The gaps in ``[s, e)``, whole, by dominant cause, with a per-cause ``detail`` for hovers."""
+    return idle_for_view(data.idle_gaps(path, run_id, rank, dev), s, e, fine=True)
+
+
+def clamp_view(s: int, e: int, ws: int, we: int) -> tuple[int, int]:
+    """``[s, e)`` moved/shrunk into the window ``[ws, we)``, at least ``MIN_VIEW_NS`` wide."""
+    width = min(max(MIN_VIEW_NS, e - s), we - ws)
+    s = max(ws, min(s, we - width))
+    return int(s), int(s + width)
+
+
+def range_from_selection(sel: Any, origin_ns: int) -> tuple[int, int] | None:
+    """The x range (ns) of a box selection on a plot whose x axis is ms since ``origin_ns``."""
+    boxes = ((sel or {}).get("selection") or {}).get("box") or []
+    if not boxes:
+        return None
+    xs = boxes[0].get("x") or []
+    if len(xs) < 2:
+        return None
+    lo, hi = sorted(float(x) for x in xs[:2])
+    return int(origin_ns + lo * 1e6), int(origin_ns + hi * 1e6)
+
+
+def _set_view(vkey: str, s: int, e: int, ws: int, we: int) -> None:
+    st.session_state[vkey] = clamp_view(s, e, ws, we)
+
+
+def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
+    """The busy % plot with its zoom controls; re-queries DuckDB for the visible range."""
+    path = db.db_path()
+    try:
+        w = data.window(path, run_id, rank)
+    except data.AnalysisUnavailable as e:
+        st.warning(f"No sawtooth plot: {e}.")
+        return
+    ws, we = w["start_ns"], w["end_ns"]
+    steps: pd.DataFrame = w["steps"]
+    if we <= ws:
+        st.info("This rank has no timed events to plot.")
+        return
+    vkey = f"view_{key}_{run_id}_{rank}"
+    s, e = st.session_state.get(vkey, (ws, we))
+    s, e = max(ws, int(s)), min(we, int(e))
+    if e - s < MIN_VIEW_NS:
+        s, e = ws, we
+    nums = [int(n) for n in steps["number"]]
+    skey = f"steps_{vkey}"
+
+    def on_steps() -> None:
+        a, b = st.session_state[skey]
+        ia, ib = nums.index(a), nums.index(b)
+        _set_view(vkey, int(steps["start_ns"].iloc[ia]), int(steps["end_ns"].iloc[ib]), ws, we)
+
+    def zoom(factor: float) -> None:
+        c, half = (s + e) / 2, (e - s) * factor / 2
+        _set_view(vkey, int(c - half), int(c + half), ws, we)
+
+    def pan(direction: int) -> None:
+        d = (e - s) // 2 * direction
+        _set_view(vkey, s + d, e + d, ws, we)
+
+    def reset() -> None:
+        st.session_state[vkey] = (ws, we)
+        if len(nums) > 1:
+            st.session_state[skey] = (nums[0], nums[-1])
+
+    st.subheader("GPU busy over time")
+    cols = st.columns([12, 1, 1, 1, 1], vertical_alignment="bottom")
+    if len(nums) > 1:
+        kw = {} if skey in st.session_state else {"value": (nums[0], nums[-1])}
+        cols[0].select_slider(
+            "Steps shown",
+            options=nums,
+            key=skey,
+            on_change=on_steps,
+            format_func=lambda n: f"#{n}",
+            **kw,
+        )
+    whole = (s, e) == (ws, we)
+    buttons = (
+        (":material/chevron_left:", "Pan left", pan, (-1,), s <= ws),
+        (":material/chevron_right:", "Pan right", pan, (1,), e >= we),
+        (":material/zoom_out:", "Zoom out (×4)", zoom, (4.0,), whole),
+        (":material/fit_screen:", "Show the whole window", reset, (), whole),
+    )
+    for col, (icon, tip, fn, args, off) in zip(cols[1:], buttons, strict=True):
+        col.button(
+            "",
+            icon=icon,
+            help=tip,
+            on_click=fn,
+            args=args,
+            disabled=off,
+            width="stretch",
+            key=f"{tip}_{vkey}",
+        )
+
+    dev = data.primary_device(path, run_id, rank, ws, we)
+    n_act = data.kernel_count(path, run_id, rank, dev, s, e)
+    busy = data.busy(path, run_id, rank, s, e, N_BUCKETS, dev)
+    kernels = (
+        data.kernels_in_range(path, run_id, rank, dev, s, e, FINE_KERNELS)
+        if n_act <= FINE_KERNELS
+        else None
+    )
+    gaps, shares, gap_note = None, None, None
+    try:
+        if kernels is not None:
+            gaps = _fine_gaps(path, run_id, rank, dev, s, e)
+        else:
+            shares = _coarse_shares(path, run_id, rank, dev, s, e, N_BUCKETS)
+    except data.AnalysisUnavailable as err:
+        gap_note = f"idle causes not shown ({err})"
+    offset = db.time_offset_ns(path, db.generation(), run_id, rank)
+    nvml = data.nvml_overlay(path, run_id, dev, s + offset, e + offset, N_BUCKETS)
+    if not nvml.empty:
+        nvml = nvml.assign(t_ns=nvml["t_ns"] - offset)
+    fig = figures.sawtooth(
+        busy, origin_ns=ws, idle=gaps, shares=shares, steps=steps, nvml=nvml, kernels=kernels
+    )
+
+    chart_key = f"saw_{vkey}_{s}_{e}"
+
+    def on_box() -> None:
+        picked = range_from_selection(st.session_state.get(chart_key), ws)
+        if picked is not None:
+            _set_view(vkey, picked[0], picked[1], ws, we)
+
+    cause_legend(nvml=not nvml.empty)
+    st.plotly_chart(fig, key=chart_key, on_select=on_box, selection_mode="box", config=PLOT_CONFIG)
+    bucket_us = (e - s) / N_BUCKETS / 1e3
+    detail = (
+        f"each of the {n_act:,} GPU activities drawn"
+        if kernels is not None
+        else f"{N_BUCKETS} buckets of {bucket_us:,.1f} µs, {n_act:,} GPU activities"
+    )
+    notes = [
+        f"{(s - ws) / 1e6:,.3f}–{(e - ws) / 1e6:,.3f} ms of {(we - ws) / 1e6:,.1f} ms",
+        detail,
+        "drag across the plot to zoom in",
+    ]
+    if dev is not None:
+        notes.insert(1, f"GPU {dev}")
+    if gap_note:
+        notes.append(gap_note)
+    if not nvml.empty:
+        notes.append("NVML utilization overlaid")
+    st.caption(" · ".join(notes))
+
+
+# -- breakdowns --------------------------------------------------------------------------------------
+
+
+def breakdowns(report: dict[str, Any]) -> None:
+    c1, c2 = st.columns(2)
+    causes = (report.get("idle") or {}).get("causes") or {}
+    with c1:
+        st.subheader("Idle time by cause")
+        if causes:
+            st.plotly_chart(
+                figures.idle_by_cause(causes, per_steps=n_steps(report)), config=PLOT_CONFIG
+            )
+        else:
+            st.caption("No idle time attributed.")
+    kernels = report.get("kernels") or {}
+    with c2:
+        st.subheader("Kernel time by category")
+        if kernels.get("by_category"):
+            st.plotly_chart(figures.kernel_categories(kernels["by_category"]), config=PLOT_CONFIG)
+        else:
+            st.caption("No kernels.")
+
+
+def _us_columns_to_ms(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
+    config: dict[str, Any] = {}
+    for col in list(df.columns):
+        if col.endswith("_us"):
+            new = col[:-3] + " (ms)"
+            df[new] = pd.to_numeric(df[col], errors="coerce") / 1e3
+            df = df.drop(columns=col)
+            config[new] = st.column_config.NumberColumn(new, format="%.3f")
+        elif col.endswith("_pct"):
+            config[col] = st.column_config.NumberColumn(col[:-4] + " (%)", format="%.1f")
+    return df, config
+
+
+def top_kernels(report: dict[str, Any]) -> None:
+    top = (report.get("kernels") or {}).get("top") or []
+    st.subheader("Top kernels")
+    if not top:
+        st.caption("No kernels.")
+        return
+    df = pd.DataFrame(top)
+    if "short_name" in df and "name" in df:
+        df["short_name"] = df["short_name"].where(df["short_name"].astype(bool), df["name"])
+        df = df.drop(columns=["name"]).rename(columns={"short_name": "name"})
+    df, config = _us_columns_to_ms(df)
+    first = [
+        c
+        for c in (
+            "name",
+            "category",
+            "count",
+            "total (ms)",
+            "share_pct",
+            "mean (ms)",
+            "tensor_core",
+            "precision",
+        )
+        if c in df.columns
+    ]
+    df = df[[*first, *[c for c in df.columns if c not in first]]]
+    config.update(
+        {
+            "name": st.column_config.TextColumn("Kernel", width="large"),
+            "category": st.column_config.TextColumn("Category"),
+            "count": st.column_config.NumberColumn("Count", format="%d"),
+            "tensor_core": st.column_config.CheckboxColumn("Tensor cores"),
+            "share_pct": st.column_config.NumberColumn("Share", format="%.1f %%"),
+        }
+    )
+    st.dataframe(df, hide_index=True, width="stretch", column_config=config)
+
+
+def _fmt_value(key: str, v: Any) -> str:
+    """A number of the analysis's JSON in display units, chosen by its key's suffix."""
+    if isinstance(v, bool) or v is None:
+        return "—" if v is None else ("yes" if v else "no")
+    if isinstance(v, int | float):
+        f = float(v)
+        if key.endswith("_us_per_step"):
+            return f"{f / 1e3:,.3g} ms/step"
+        if key.endswith("_us"):
+            return f"{f / 1e3:,.3g} ms"
+        if key.endswith("_ms"):
+            return f"{f:,.3g} ms"
+        if key.endswith("_pct") or key == "share":
+            return ui.fmt_pct(f)
+        if "bytes" in key:
+            return f"{f / 2**20:,.1f} MiB" + ("/step" if key.endswith("_per_step") else "")
+        if key.endswith("_per_step"):
+            return f"{f:,.3g}/step"
+        return f"{int(f):,}" if f.is_integer() and abs(f) < 1e15 else f"{f:,.3g}"
+    return str(v)
+
+
+def _label(key: str) -> str:
+    for suffix in ("_us_per_step", "_us", "_ms", "_pct"):
+        key = key.removesuffix(suffix)
+    return key.replace("_", " ")
+
+
+def _rows_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    for col in list(df.columns):
+        if col.endswith("_us_per_step"):
+            df[_label(col) + " (ms/step)"] = pd.to_numeric(df.pop(col), errors="coerce") / 1e3
+        elif col.endswith("_us"):
+            df[_label(col) + " (ms)"] = pd.to_numeric(df.pop(col), errors="coerce") / 1e3
+    return df
+
+
+def evidence(ev: Any) -> None:
+    """A recommendation's evidence: its summary sentence, the numbers, any rows (calls, spans)."""
+    if ev is None or ev == "" or ev == [] or ev == {}:
+        return
+    if isinstance(ev, str):
+        st.markdown(ev)
+        return
+    if isinstance(ev, list):
+        if all(isinstance(x, str) for x in ev):
+            st.markdown("\n".join(f"- {x}" for x in ev))
+        else:
+            st.dataframe(_rows_frame([x for x in ev if isinstance(x, dict)]), hide_index=True)
+        return
+    if not isinstance(ev, dict):
+        st.write(ev)
+        return
+    if ev.get("summary"):
+        st.markdown(str(ev["summary"]))
+    scalars = {k: v for k, v in ev.items() if k != "summary" and not isinstance(v, dict | list)}
+    if scalars:
+        st.caption(" · ".join(f"{_label(k)}: **{_fmt_value(k, v)}**" for k, v in scalars.items()))
+    for k, v in ev.items():
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            with st.expander(f"Evidence: {_label(k)} ({len(v)})"):
+                st.dataframe(_rows_frame(v), hide_index=True, width="stretch")
+        elif isinstance(v, dict) and v:
+            with st.expander(f"Evidence: {_label(k)}"):
+                st.json(json.loads(json.dumps(v, default=str)))
+
+
+def recommendations(report: dict[str, Any]) -> None:
+    recs = list(report.get("recommendations") or [])
+    st.subheader("Fixes")
+    if not recs:
+        st.success(
+            "No fixes to suggest: nothing in this run points at a known cause of idle GPU time."
+        )
+        return
+    recs.sort(key=lambda r: -float(r.get("max_gain_pct") or 0))
+    for r in recs:
+        with st.container(border=True):
+            gain = r.get("max_gain_pct")
+            head = f"**{r.get('title') or r.get('id')}**"
+            if gain is not None:
+                head += f" — step time down by at most **{float(gain):.1f} %**"
+            st.markdown(head)
+            evidence(r.get("evidence"))
+            fix = r.get("fix")
+            if isinstance(fix, dict):
+                if fix.get("text") or fix.get("explanation"):
+                    st.markdown(str(fix.get("text") or fix.get("explanation")))
+                code = fix.get("code")
+                if code:
+                    st.code(str(code), language=str(fix.get("language") or "python"))
+            elif fix:
+                st.code(str(fix), language="python")
+            st.caption(f"id `{r.get('id')}`")
+
+
+# -- an NVML-only run ---------------------------------------------------------------------------------
+
+
+def nvml_only_run(run_id: str) -> None:
+    samples = data.nvml_samples(db.db_path(), run_id)
+    if samples.empty:
+        st.info("This run holds no samples.")
+        return
+    origin = int(samples["t_ns"].min())
+    st.caption("An NVML series without a trace: utilization, memory and power as sampled.")
+    st.plotly_chart(
+        figures.nvml_lines(samples, "gpu_util_pct", origin_ns=origin, title="GPU utilization"),
+        config=PLOT_CONFIG,
+    )
+    c1, c2 = st.columns(2)
+    if "mem_used_bytes" in samples:
+        mem = samples.assign(mem_used_gib=samples["mem_used_bytes"] / 2**30)
+        c1.plotly_chart(
+            figures.nvml_lines(
+                mem, "mem_used_gib", origin_ns=origin, unit="GiB", title="Memory used"
+            ),
+            config=PLOT_CONFIG,
+        )
+    if "power_w" in samples:
+        c2.plotly_chart(
+            figures.nvml_lines(samples, "power_w", origin_ns=origin, unit="W", title="Power"),
+            config=PLOT_CONFIG,
+        )
+
+
+# -- compare -----------------------------------------------------------------------------------------
+
+
+def lowest_rank(run_id: str) -> int:
+    ranks = db.ranks_of(db.db_path(), db.generation(), run_id)
+    return ranks[0] if ranks else 0
+
+
+def aligned_panel(
+    run_id: str,
+    name: str,
+    w: dict[str, Any],
+    first: int,
+    count: int,
+    tag: str,
+    n_buckets: int = N_BUCKETS,
+) -> dict[str, Any]:
+    """One row of the aligned plot: steps ``first``..``first+count-1`` (1-based positions) of the
+    run's lowest rank, with x = 0 at the start of step ``first``."""
+    path = db.db_path()
+    rank = lowest_rank(run_id)
+    steps: pd.DataFrame = w["steps"]
+    i0 = min(max(0, first - 1), len(steps) - 1)
+    i1 = min(len(steps) - 1, i0 + max(1, count) - 1)
+    s, e = int(steps["start_ns"].iloc[i0]), int(steps["end_ns"].iloc[i1])
+    dev = data.primary_device(path, run_id, rank, w["start_ns"], w["end_ns"])
+    busy = data.busy(path, run_id, rank, s, e, n_buckets, dev)
+    shares = None
+    with contextlib.suppress(data.AnalysisUnavailable):
+        shares = _coarse_shares(path, run_id, rank, dev, s, e, n_buckets)
+    return {
+        "label": f"{tag} · {name}",
+        "busy": busy,
+        "origin_ns": s,
+        "shares": shares,
+        "steps": steps.iloc[i0 : i1 + 1],
+    }

@@ -1,0 +1,64 @@
+"""Helpers shared by the AppTest suites (tests/test_app_*.py) and the browser tests."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parents[2]
+MAIN = REPO / "app" / "web" / "main.py"
+TABLES = ("runs", "ranks", "names", "events", "threads", "nvml_series", "nvml_samples")
+
+
+def open_app(
+    page: str | None = None, params: dict[str, Any] | None = None, *, timeout: float = 90
+) -> AppTest:
+    """Run the dashboard once (Runs page), then switch to ``page`` (e.g. ``screens/run.py``)."""
+    at = AppTest.from_file(str(MAIN), default_timeout=timeout)
+    at.run()
+    if page is not None:
+        at.switch_page(page)
+        at.query_params.clear()
+        at.query_params.update(params or {})
+        at.run()
+    return at
+
+
+def ingest(db: Path, *paths: Path, tags: tuple[str, ...] = ()) -> list[str]:
+    """Store traces (each path one run) with the loader, outside the app; returns the run ids."""
+    from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.ingest.store import connect
+
+    con = connect(db)
+    try:
+        return [r.run_id for r in ingest_paths(con, list(paths), tags=list(tags))]
+    finally:
+        con.close()
+
+
+def counts(db: Path) -> dict[str, int]:
+    """Rows per table: a bad upload must leave every count unchanged."""
+    from gpuscope.ingest.store import connect
+
+    con = connect(db)
+    try:
+        return {t: int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in TABLES}
+    finally:
+        con.close()
+
+
+def analysis_ready() -> bool:
+    """Whether ``gpuscope.analysis.report.analyze_run`` exists (it is being written alongside)."""
+    try:
+        mod = importlib.import_module("gpuscope.analysis.report")
+    except ImportError:
+        return False
+    return hasattr(mod, "analyze_run")
+
+
+def texts(at: AppTest, kind: str) -> list[str]:
+    """The values of every element of one kind (``error``, ``warning``, ``markdown`` ...)."""
+    return [str(getattr(e, "value", "")) for e in getattr(at, kind)]

@@ -1,0 +1,57 @@
+"""Browser tests: a real `gpuscope ui` (streamlit) server on a free port against a temp store, driven
+by Playwright in Debian's chromium. Screenshots go to artifacts/screenshots/ (kept as CI artefacts)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e_support import (
+    CHROMIUM_ARGS,
+    PAGE_TIMEOUT_MS,
+    Server,
+    chromium_path,
+    start_server,
+    stop_server,
+)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    s = start_server(tmp_path_factory.mktemp("e2e"))
+    yield s
+    stop_server(s)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    exe = chromium_path()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def new_page(browser):  # type: ignore[no-untyped-def]
+    """A factory of pages, each in its own fresh browser context (no shared cookies or storage)."""
+    contexts = []
+
+    def make(color_scheme: str = "light"):  # type: ignore[no-untyped-def]
+        ctx = browser.new_context(
+            viewport={"width": 1440, "height": 1000}, color_scheme=color_scheme
+        )
+        ctx.set_default_timeout(PAGE_TIMEOUT_MS)
+        contexts.append(ctx)
+        return ctx.new_page()
+
+    yield make
+    for c in contexts:
+        c.close()

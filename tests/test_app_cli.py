@@ -1,0 +1,190 @@
+"""`gpuscope ui`, the app's Streamlit config, the sample runs, and the Dockerfile (linted, not built)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+
+from synth import write_sample_tree
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = REPO / "app" / "web" / ".streamlit" / "config.toml"
+
+
+def _args(*argv: str):
+    from gpuscope.cli.main import build_parser
+
+    return build_parser().parse_args(["ui", *argv])
+
+
+def test_defaults_bind_loopback(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from gpuscope.cli.ui import build_command, main_script
+
+    monkeypatch.delenv("GPUSCOPE_MAX_UPLOAD_MB", raising=False)
+    monkeypatch.setenv("GPUSCOPE_DB", str(tmp_path / "d.duckdb"))
+    argv, env = build_command(_args())
+    assert argv[1:4] == ["-m", "streamlit", "run"] and argv[4] == str(main_script())
+    flags = dict(zip(argv[5::2], argv[6::2], strict=True))
+    assert flags["--server.address"] == "127.0.0.1" and flags["--server.port"] == "8501"
+    assert flags["--server.maxUploadSize"] == "1024"
+    assert "--server.headless" not in flags
+    assert env["GPUSCOPE_DB"] == str((tmp_path / "d.duckdb").resolve())
+    assert (
+        main_script().is_file() and (main_script().parent / ".streamlit" / "config.toml").is_file()
+    )
+
+
+def test_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from gpuscope.cli.ui import build_command
+
+    monkeypatch.setenv("GPUSCOPE_MAX_UPLOAD_MB", "64")
+    argv, env = build_command(
+        _args("--host", "0.0.0.0", "--port", "9999", "--db", str(tmp_path / "x.db"), "--headless")
+    )
+    flags = dict(zip(argv[5::2], argv[6::2], strict=True))
+    assert (flags["--server.address"], flags["--server.port"]) == ("0.0.0.0", "9999")
+    assert flags["--server.maxUploadSize"] == "64" and flags["--server.headless"] == "true"
+    assert env["GPUSCOPE_DB"] == str(tmp_path / "x.db")
+    argv, _ = build_command(_args("--max-upload-mb", "2048"))
+    assert "2048" in argv
+
+
+def test_run_loads_samples_then_execs_streamlit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from gpuscope.cli import ui
+    from gpuscope.ingest.store import connect
+
+    monkeypatch.setenv("GPUSCOPE_SAMPLES", str(write_sample_tree(tmp_path / "samples", steps=2)))
+    seen: list[list[str]] = []
+    monkeypatch.setattr(ui.os, "execve", lambda exe, argv, env: seen.append(argv))
+    db = tmp_path / "s.duckdb"
+    for _ in range(2):  # the second start finds a non-empty store and loads nothing
+        assert ui.run(_args("--db", str(db), "--load-samples", "--port", "8600")) == 0
+    con = connect(db)
+    rows = con.execute("SELECT name, tags FROM runs ORDER BY name").fetchall()
+    con.close()
+    assert rows == [("after", ["sample"]), ("before", ["sample"])]
+    assert len(seen) == 2 and "8600" in seen[0]
+
+
+def test_missing_samples_folder_is_fine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from gpuscope.ingest.store import connect
+    from gpuscope.web.samples import load_samples
+
+    con = connect(tmp_path / "e.duckdb")
+    assert load_samples(con, tmp_path / "nowhere") == []
+    con.close()
+
+
+def test_bad_port(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuscope.cli import ui
+
+    assert ui.run(_args("--port", "70000")) == 2
+    assert "not a port" in capsys.readouterr().err
+
+
+def test_streamlit_config() -> None:
+    cfg = tomllib.loads(CONFIG.read_text())
+    assert cfg["server"]["address"] == "127.0.0.1"
+    assert cfg["server"]["maxUploadSize"] == 1024
+    assert cfg["server"]["showEmailPrompt"] is False and cfg["browser"]["gatherUsageStats"] is False
+    # no fixed base theme: the viewer's light/dark choice applies
+    assert "base" not in cfg.get("theme", {})
+
+
+def test_no_pages_folder_next_to_the_entry_script() -> None:
+    """A `pages/` folder beside main.py puts Streamlit in its old multipage mode, which ignores
+    st.navigation on a first visit to /run or /compare."""
+    assert not (REPO / "app" / "web" / "pages").exists()
+
+
+# -- Dockerfile ----------------------------------------------------------------------------------------
+
+
+def _instructions() -> list[tuple[str, str]]:
+    text = (REPO / "Dockerfile").read_text()
+    text = re.sub(r"\\\n", " ", text)
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            op, _, rest = line.partition(" ")
+            out.append((op.upper(), rest.strip()))
+    return out
+
+
+def _exec_form(rest: str) -> list[str]:
+    import json
+
+    return json.loads(rest)
+
+
+def test_dockerfile_mirrors_make_run() -> None:
+    ins = _instructions()
+    ops = [op for op, _ in ins]
+    assert ops[0] == "FROM" and re.fullmatch(r"python:3\.11-slim(@sha256:[0-9a-f]+)?", ins[0][1])
+    assert set(ops) <= {
+        "FROM",
+        "ENV",
+        "RUN",
+        "WORKDIR",
+        "COPY",
+        "USER",
+        "VOLUME",
+        "EXPOSE",
+        "HEALTHCHECK",
+        "CMD",
+        "ARG",
+        "LABEL",
+    }
+    env = " ".join(rest for op, rest in ins if op == "ENV")
+    db = re.search(r"GPUSCOPE_DB=(\S+)", env).group(1)  # type: ignore[union-attr]
+    volumes = [v for op, rest in ins if op == "VOLUME" for v in _exec_form(rest)]
+    assert any(db.startswith(v.rstrip("/") + "/") for v in volumes), (
+        "the store must live on a volume"
+    )
+    assert ("EXPOSE", "8501") in ins
+    user = [rest for op, rest in ins if op == "USER"]
+    assert user and user[-1] not in ("root", "0") and ops.index("USER") < ops.index("CMD")
+    health = next(rest for op, rest in ins if op == "HEALTHCHECK")
+    assert "/_stcore/health" in health and "8501" in health
+    probe = _exec_form(health.split("CMD", 1)[1].strip())
+    assert probe[:2] == ["python", "-c"]
+    compile(probe[2], "healthcheck", "exec")
+    cmd = _exec_form(next(rest for op, rest in ins if op == "CMD"))
+    assert cmd[:2] == ["gpuscope", "ui"]
+    # the same options as the Makefile's `run` target, plus what a container needs
+    make = (REPO / "Makefile").read_text()
+    make_cmd = re.search(r"gpuscope ui ([^\n]*)", make).group(1)  # type: ignore[union-attr]
+    for flag in shlex.split(make_cmd):
+        if flag.startswith("--"):
+            assert flag in cmd, f"Dockerfile CMD lacks {flag} that `make run` passes"
+    assert cmd[cmd.index("--port") + 1] == "8501" and cmd[cmd.index("--host") + 1] == "0.0.0.0"
+    from gpuscope.cli.main import build_parser
+
+    args = build_parser().parse_args(cmd[1:])
+    assert args.load_samples and args.port == 8501
+
+
+def test_dockerfile_copies_what_exists_and_dockerignore_keeps_it_small() -> None:
+    ignore = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for op, rest in _instructions():
+        if op == "COPY" and not rest.startswith("--from"):
+            *sources, _dest = rest.split()
+            for s in sources:
+                assert (REPO / s).exists(), f"COPY {s}: no such path"
+                assert s not in ignore, f"COPY {s} but .dockerignore drops it"
+    for heavy in (".venv", ".git", "data", "artifacts", "benchmarks", "*.duckdb"):
+        assert heavy in ignore

@@ -1,0 +1,100 @@
+"""AppTest: the Compare page (?a=…&b=…, copy link, aligned plots, deltas, fixes, errors)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+
+from apptools import analysis_ready, ingest, open_app, texts
+from synth import write_pair
+
+COMPARE = "screens/compare.py"
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "store.duckdb"
+    monkeypatch.setenv("GPUSCOPE_DB", str(path))
+    return path
+
+
+@pytest.fixture
+def pair(db: Path, tmp_path: Path) -> tuple[str, str]:
+    a, b = write_pair(tmp_path / "t")
+    ida, idb = ingest(db, a, b)
+    return ida, idb
+
+
+def test_query_params_give_the_comparison(pair: tuple[str, str]) -> None:
+    a, b = pair
+    at = open_app(COMPARE, {"a": a, "b": b})
+    assert not at.exception, at.exception
+    head = " ".join(texts(at, "markdown"))
+    assert a in head and b in head and "before" in head and "after" in head
+    # the copy-link control shows the URL with both ids
+    link = next(c.value for c in at.code if "a=" in c.value)
+    assert link.endswith(f"/compare?a={a}&b={b}")
+    # both runs' busy plots, aligned on a step, in one figure
+    spec = at.get("plotly_chart")[0].proto.spec
+    assert "A · before" in spec and "B · after" in spec
+    if analysis_ready():
+        assert [m.label for m in at.metric][:2] == ["Step time", "GPU busy"]
+        assert "All metrics" in texts(at, "subheader") and "Fixes" in texts(at, "subheader")
+        table = at.dataframe[0].value
+        assert {"A", "B", "Δ (B − A)"} <= set(table.columns)
+    else:
+        assert any("gpuscope.analysis.report" in w for w in texts(at, "warning"))
+
+
+def test_same_link_in_a_fresh_session(pair: tuple[str, str]) -> None:
+    a, b = pair
+    first = open_app(COMPARE, {"a": a, "b": b})
+    second = open_app(COMPARE, {"a": a, "b": b})  # a new session: nothing carried over
+    assert texts(first, "markdown")[:1] == texts(second, "markdown")[:1]
+
+
+def test_prefixes_are_canonicalised(pair: tuple[str, str]) -> None:
+    a, b = pair
+    at = open_app(COMPARE, {"a": a[:5], "b": b[:5]})
+    assert not at.exception
+    assert at.query_params["a"] == a and at.query_params["b"] == b
+
+
+def test_unknown_ids_are_a_clear_message(pair: tuple[str, str]) -> None:
+    a, _ = pair
+    at = open_app(COMPARE, {"a": a, "b": "nosuchrun"})
+    assert not at.exception
+    (err,) = texts(at, "error")
+    assert "nosuchrun" in err and "b=" in err
+    assert not at.get("plotly_chart")
+    # the page offers to pick instead, keeping the known one
+    assert at.selectbox[0].value == a
+
+
+def test_missing_params_then_pick(pair: tuple[str, str]) -> None:
+    a, b = pair
+    at = open_app(COMPARE, {})
+    assert not at.exception
+    assert not texts(at, "error")
+    assert at.selectbox[0].value == a and at.selectbox[1].value == b  # before -> after
+    at.button[0].click().run()
+    assert at.query_params["a"] == a and at.query_params["b"] == b
+    assert at.get("plotly_chart")
+
+
+def test_compare_needs_two_runs(db: Path) -> None:
+    at = open_app(COMPARE, {"a": "x", "b": "y"})
+    assert not at.exception
+    assert any("needs two trace runs" in t for t in texts(at, "info"))
+
+
+def test_align_on_a_later_step(pair: tuple[str, str]) -> None:
+    a, b = pair
+    at = open_app(COMPARE, {"a": a, "b": b})
+    at.number_input(key=f"align_{a}_{b}").set_value(4).run()
+    assert not at.exception
+    assert any("start of step 4" in c for c in texts(at, "caption"))

@@ -1,0 +1,197 @@
+"""Unit tests of the app's pure parts: figures, palette, compare model, upload helpers."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+from gpuscope.web import figures, model, palette
+from gpuscope.web.uploads import run_name_for, safe_name
+
+
+def _busy(edges: list[int], frac: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({"start_ns": edges[:-1], "end_ns": edges[1:], "busy_frac": frac})
+
+
+def test_idle_shares_are_exact_per_bucket() -> None:
+    gaps = pd.DataFrame(
+        {
+            "start_ns": [0, 150, 390],
+            "end_ns": [50, 250, 400],
+            "cause": ["data_loading", "data_loading", "host_sync"],
+        }
+    )
+    shares = figures.idle_shares(gaps, [0, 100, 200, 300, 400])
+    np.testing.assert_allclose(shares["data_loading"], [50, 50, 50, 0])
+    np.testing.assert_allclose(shares["host_sync"], [0, 0, 0, 10])
+    assert figures.idle_shares(gaps.iloc[:0], [0, 10]) == {}
+
+
+def test_gap_segments_keep_each_causes_length() -> None:
+    gaps = pd.DataFrame(
+        {
+            "start_ns": [100, 1000],
+            "end_ns": [200, 1010],
+            "data_loading_ns": [60, 0],
+            "cpu_overhead_ns": [40, 10],
+        }
+    )
+    seg = figures.gap_segments(gaps, ["data_loading_ns", "cpu_overhead_ns"])
+    assert seg.to_dict("records") == [
+        {"start_ns": 100, "end_ns": 160, "cause": "data_loading"},
+        {"start_ns": 160, "end_ns": 200, "cause": "cpu_overhead"},
+        {"start_ns": 1000, "end_ns": 1010, "cause": "cpu_overhead"},
+    ]
+
+
+def test_sawtooth_coarse_stacks_busy_and_causes() -> None:
+    busy = _busy([0, 100, 200, 300], [1.0, 0.5, 0.0])
+    idle = pd.DataFrame(
+        {"start_ns": [150, 200], "end_ns": [200, 300], "cause": ["host_sync", "data_loading"]}
+    )
+    steps = pd.DataFrame({"number": [1, 2], "start_ns": [0, 200]})
+    nvml = pd.DataFrame({"t_ns": [0, 100, 200], "gpu_util_pct": [100.0, 100.0, 0.0]})
+    fig = figures.sawtooth(busy, origin_ns=0, idle=idle, steps=steps, nvml=nvml)
+    names = [t.name for t in fig.data]
+    assert names[0] == "GPU busy" and {
+        "Host sync",
+        "Data loading",
+        "NVML GPU util",
+        "step start",
+    } <= set(names)
+    stack = [t for t in fig.data if getattr(t, "stackgroup", None) == "share"]
+    total = np.sum([np.asarray(t.y[:-1], dtype=float) for t in stack], axis=0)
+    np.testing.assert_allclose(total, [100, 100, 100])  # busy + idle causes fill every bucket
+    assert fig.layout.dragmode == "select" and list(fig.layout.xaxis.range) == [0, 0.0003]
+    busy_trace = fig.data[0]
+    assert busy_trace.line.color == palette.BUSY
+
+
+def test_sawtooth_fine_draws_each_kernel() -> None:
+    busy = _busy([0, 1000], [0.5])
+    kernels = pd.DataFrame(
+        {
+            "start_ns": [0, 600],
+            "end_ns": [300, 800],
+            "name": ["gemm_k", "relu_k"],
+            "category": ["gemm", "elementwise"],
+        }
+    )
+    idle = pd.DataFrame(
+        {"start_ns": [300], "end_ns": [600], "cause": ["launch_overhead"], "detail": ["x"]}
+    )
+    fig = figures.sawtooth(busy, origin_ns=0, kernels=kernels, idle=idle)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert {t.name for t in bars} == {"busy: gemm", "busy: elementwise", "Launch overhead"}
+    gemm = next(t for t in bars if t.name == "busy: gemm")
+    assert gemm.marker.color == palette.category_color("gemm")
+    np.testing.assert_allclose(gemm.width, [0.0003])
+
+
+def test_sawtooth_empty() -> None:
+    fig = figures.sawtooth(_busy([0], []).iloc[:0], origin_ns=0)
+    assert len(fig.data) == 0
+
+
+def test_aligned_sawtooth_has_one_row_per_run() -> None:
+    panels = [
+        {
+            "label": f"{k} · run",
+            "busy": _busy([t, t + 50, t + 100], [1.0, 0.2]),
+            "origin_ns": t,
+            "steps": pd.DataFrame({"number": [1], "start_ns": [t]}),
+        }
+        for k, t in (("A", 0), ("B", 5000))
+    ]
+    fig = figures.aligned_sawtooth(panels)
+    assert [a.text for a in fig.layout.annotations[:2]] == ["A · run", "B · run"]
+    xs = [t.x[0] for t in fig.data if t.name == "GPU busy"]
+    assert xs == [0, 0]  # both start at their step
+
+
+def test_breakdown_figures_accept_the_documented_shapes() -> None:
+    f = figures.idle_by_cause({"data_loading": 2000.0, "host_sync": 500.0}, per_steps=2)
+    assert list(f.data[0].x) == [0.25, 1.0]  # ms per step, ascending
+    assert list(f.data[0].marker.color) == [
+        palette.cause_color("host_sync"),
+        palette.cause_color("data_loading"),
+    ]
+    for shape in (
+        {"gemm": 3000.0, "other": 1000.0},
+        {"gemm": {"total_us": 3000.0}, "other": {"us": 1000.0}},
+        [{"category": "gemm", "total_us": 3000.0}, {"category": "other", "total_us": 1000.0}],
+    ):
+        k = figures.kernel_categories(shape)
+        assert list(k.data[0].y) == ["other", "gemm"] and list(k.data[0].text) == [
+            "25.0 %",
+            "75.0 %",
+        ]
+    c = figures.idle_compare({"host_sync": 1000.0}, {"host_sync": 100.0}, labels=("A", "B"))
+    assert [t.name for t in c.data] == ["A", "B"]
+
+
+def test_palette_is_stable_and_shared() -> None:
+    assert palette.cause_color("data_loading") == palette.cause_color("dataloader") == "#e69f00"
+    assert palette.cause_label("cpu_overhead") == "CPU overhead"
+    assert palette.cause_color("brand_new_cause") == palette.cause_color("brand_new_cause")
+    assert palette.cause_color("brand_new_cause") in palette.EXTRA
+    cause_colors = set(palette.CAUSES.values())
+    assert not cause_colors & {palette.BUSY, palette.NVML}
+    assert palette.rgba("#ff0080", 0.5) == "rgba(255,0,128,0.5)"
+
+
+def _report(step_ms: float, busy: float, causes: dict[str, float], recs: list[str]) -> dict:
+    return {
+        "window": {"steps": 4, "duration_us": step_ms * 4000},
+        "step_time_ms": {"mean": step_ms},
+        "gpu_busy_pct": busy,
+        "mfu_pct": busy / 3,
+        "idle": {"total_us": sum(causes.values()), "causes": causes},
+        "kernels": {"total_us": 1000.0},
+        "recommendations": [{"id": r, "title": r.title()} for r in recs],
+    }
+
+
+def test_compare_rows_and_fix_status() -> None:
+    a = _report(
+        40.0, 50.0, {"data_loading": 40000.0, "host_sync": 4000.0}, ["dataloader", "sync", "tf32"]
+    )
+    b = _report(20.0, 90.0, {"data_loading": 0.0, "host_sync": 2000.0}, ["sync", "bf16"])
+    rows = {r.metric: r for r in model.compare_rows(a, b)}
+    step = rows["Step time (mean)"]
+    assert (step.a, step.b, step.delta, step.delta_pct, step.better) == (
+        40.0,
+        20.0,
+        -20.0,
+        -50.0,
+        True,
+    )
+    assert rows["GPU busy"].better is True
+    assert rows["Idle: data loading (per step)"].a == 10.0  # 40 ms over 4 steps
+    assert rows["Idle: host sync (per step)"].b == 0.5
+    assert model.speedup(a, b) == 2.0
+    st = model.fix_status(a, b)
+    assert [r["id"] for r in st.resolved] == ["dataloader", "tf32"]
+    assert [ra["id"] for ra, _ in st.remaining] == ["sync"] and [r["id"] for r in st.new] == [
+        "bf16"
+    ]
+    st2 = model.fix_status(a, b, {"resolved": [{"id": "tf32"}]})
+    assert [r["id"] for r in st2.resolved] == ["tf32"]
+
+
+def test_upload_names() -> None:
+    assert safe_name("../../etc/passwd") == "passwd"
+    assert safe_name("C:\\traces\\my run.json") == "my run.json"
+    assert safe_name("..json") == "json"
+    f = [io.BytesIO(b"") for _ in range(2)]
+    f[0].name, f[1].name = "llama_rank0.pt.trace.json.gz", "llama_rank1.pt.trace.json.gz"  # type: ignore[attr-defined]
+    assert run_name_for(f) == "llama"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text,tags", [("a, b ,a", ["a", "b"]), ("", []), ("x\ny", ["x", "y"])])
+def test_parse_tags(text: str, tags: list[str]) -> None:
+    from gpuscope.web.ui import parse_tags
+
+    assert parse_tags(text) == tags

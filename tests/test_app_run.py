@@ -1,0 +1,171 @@
+"""AppTest: the Run page (query params, ranks, the sawtooth and its zoom, error paths)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+
+from apptools import analysis_ready, ingest, open_app, texts
+from synth import nvml_series, training_trace
+
+RUN = "screens/run.py"
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "store.duckdb"
+    monkeypatch.setenv("GPUSCOPE_DB", str(path))
+    return path
+
+
+@pytest.fixture
+def run_id(db: Path, tmp_path: Path) -> str:
+    (rid,) = ingest(
+        db, training_trace("before", steps=6).write(tmp_path / "before.pt.trace.json.gz")
+    )
+    return rid
+
+
+def _sawtooth(at):
+    charts = at.get("plotly_chart")
+    assert charts, "no plotly chart on the page"
+    return charts[0]
+
+
+def test_run_page_shows_the_sawtooth(run_id: str) -> None:
+    at = open_app(RUN, {"run": run_id})
+    assert not at.exception, at.exception
+    assert texts(at, "title") == ["before"]
+    assert "GPU busy over time" in texts(at, "subheader")
+    spec = _sawtooth(at).proto.spec
+    assert (
+        ("GPU busy" in spec or "busy: gemm" in spec)
+        and "Data loading" in spec
+        and "step start" in spec
+    )
+    caption = next(c for c in texts(at, "caption") if "drag across the plot" in c)
+    assert "GPU 0" in caption
+    if analysis_ready():
+        labels = [m.label for m in at.metric]
+        assert labels[:5] == [
+            "Step time",
+            "GPU busy",
+            "MFU",
+            "Tensor-core share",
+            "Top idle cause",
+        ]
+        assert at.metric[0].value.endswith(" ms") and at.metric[1].value.endswith(" %")
+        assert at.metric[4].proto.delta.startswith("Data loading")
+        assert "Fixes" in texts(at, "subheader")
+        fixes = [c.value for c in at.code]
+        assert any("num_workers" in c for c in fixes)  # the data-loading fix, copyable
+        assert any("Load batches in background workers" in m for m in texts(at, "markdown"))
+    else:
+        assert any("gpuscope.analysis.report" in w for w in texts(at, "warning"))
+
+
+def test_run_id_prefix_is_canonicalised(run_id: str) -> None:
+    at = open_app(RUN, {"run": run_id[:6]})
+    assert not at.exception
+    assert at.query_params["run"] == run_id
+
+
+def test_unknown_run_id_is_a_clear_message(db: Path, run_id: str) -> None:
+    at = open_app(RUN, {"run": "doesnotexist"})
+    assert not at.exception
+    (err,) = texts(at, "error")
+    assert "doesnotexist" in err and "No run" in err
+    assert not at.get("plotly_chart")
+
+
+def test_no_run_in_the_url_offers_a_picker(run_id: str) -> None:
+    at = open_app(RUN, {})
+    assert not at.exception
+    at.selectbox[0].set_value(run_id).run()
+    assert at.query_params["run"] == run_id
+    assert texts(at, "title") == ["before"]
+
+
+def test_empty_store_run_page(db: Path) -> None:
+    at = open_app(RUN, {})
+    assert not at.exception
+    assert any("No run chosen" in t for t in texts(at, "info"))
+
+
+def test_zoom_to_steps_requeries_at_finer_resolution(run_id: str) -> None:
+    at = open_app(RUN, {"run": run_id})
+    whole = next(c for c in texts(at, "caption") if "drag across" in c)
+    slider = next(s for s in at.select_slider if s.label == "Steps shown")
+    slider.set_value((3, 3)).run()
+    assert not at.exception
+    one = next(c for c in texts(at, "caption") if "drag across" in c)
+    assert whole != one and "each of the" in one  # one step holds few kernels: drawn one by one
+    start, end = (float(x.replace(",", "")) for x in one.split(" ms of")[0].split("–"))
+    assert 0 < end - start < 40  # one step (~23 ms), not the whole window (~140 ms)
+
+
+def test_box_selection_gives_the_new_range() -> None:
+    from gpuscope.web.views import MIN_VIEW_NS, clamp_view, range_from_selection
+
+    sel = {"selection": {"points": [], "box": [{"x": [12.5, 10.0], "y": [0, 100]}], "lasso": []}}
+    assert range_from_selection(sel, 1_000) == (1_000 + 10_000_000, 1_000 + 12_500_000)
+    assert range_from_selection({"selection": {"box": []}}, 0) is None
+    assert range_from_selection(None, 0) is None
+    assert clamp_view(-50_000, 100_000, 0, 1_000_000) == (0, 150_000)  # moved inside, width kept
+    assert clamp_view(500, 500, 0, 1_000_000) == (500, 500 + MIN_VIEW_NS)  # never empty
+    assert clamp_view(0, 10**9, 0, 1_000_000) == (0, 1_000_000)  # never wider than the window
+
+
+def test_multi_rank_run_has_a_rank_selector(db: Path, tmp_path: Path) -> None:
+    d = tmp_path / "ddp"
+    d.mkdir()
+    for r in (0, 1):
+        training_trace("after", rank=r, world_size=2, seed=r).write(
+            d / f"ddp_rank{r}.pt.trace.json.gz"
+        )
+    (rid,) = ingest(db, d)
+    at = open_app(RUN, {"run": rid})
+    assert not at.exception
+    seg = at.segmented_control[0]
+    assert seg.options == ["rank 0", "rank 1"] or list(seg.proto.options) == ["rank 0", "rank 1"]
+    at.query_params["rank"] = "1"
+    at.run()
+    assert not at.exception and at.query_params["rank"] == "1"
+    at.query_params["rank"] = "7"
+    at.run()
+    assert not at.exception
+    assert any("Rank '7' is not in this run" in w for w in texts(at, "warning"))
+
+
+def test_nvml_overlay(db: Path, run_id: str, tmp_path: Path) -> None:
+    from gpuscope.ingest.nvml import ingest_series
+    from gpuscope.ingest.store import connect, transaction
+    from tracegen import BASE_NS
+
+    series = nvml_series(tmp_path / "gpu.nvml.jsonl", start_ns=BASE_NS, seconds=0.2)
+    con = connect(db)
+    with transaction(con):
+        ingest_series(con, series, run_id=run_id)
+    con.close()
+    at = open_app(RUN, {"run": run_id})
+    assert not at.exception
+    assert "NVML GPU util" in _sawtooth(at).proto.spec
+    assert any("NVML utilization overlaid" in c for c in texts(at, "caption"))
+
+
+def test_nvml_only_run(db: Path, tmp_path: Path) -> None:
+    from gpuscope.ingest.nvml import ingest_series
+    from gpuscope.ingest.store import connect, transaction
+
+    con = connect(db)
+    with transaction(con):
+        rid = ingest_series(con, nvml_series(tmp_path / "solo.nvml.jsonl"))["run_id"]
+    con.close()
+    at = open_app(RUN, {"run": rid})
+    assert not at.exception
+    assert len(at.get("plotly_chart")) >= 1
+    assert any("NVML series without a trace" in c for c in texts(at, "caption"))

@@ -1,0 +1,211 @@
+"""AppTest: the Runs page (upload through the uploader, errors, list, search, rename/tag/delete)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+
+from apptools import counts, ingest, open_app, texts
+from synth import training_trace, write_sample_tree
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "store.duckdb"
+    monkeypatch.setenv("GPUSCOPE_DB", str(path))
+    return path
+
+
+def _bytes(tmp_path: Path, variant: str = "before", **kw) -> bytes:
+    return training_trace(variant, **kw).write(tmp_path / f"{variant}.json", gz=False).read_bytes()
+
+
+def test_empty_store_invites_an_upload(db: Path) -> None:
+    at = open_app()
+    assert not at.exception
+    assert texts(at, "title") == ["Runs"]
+    assert any("No runs yet" in t for t in texts(at, "info"))
+    assert at.file_uploader[0].accept_multiple_files
+
+
+def test_upload_one_trace_opens_its_run_page(db: Path, tmp_path: Path) -> None:
+    at = open_app()
+    at.file_uploader[0].set_value(("my run.pt.trace.json", _bytes(tmp_path), "application/json"))
+    at.run()
+    at.button(key="ingest").click().run()
+    assert not at.exception, at.exception
+    run_id = at.query_params.get("run")
+    assert run_id and len(run_id) == 12
+    assert texts(at, "title") == ["my run"]  # the Run page, named after the file
+    assert any("Stored run" in t for t in texts(at, "success"))
+    assert counts(db)["runs"] == 1
+
+
+def test_upload_gz(db: Path, tmp_path: Path) -> None:
+    data = training_trace("after").write(tmp_path / "a.json.gz").read_bytes()
+    at = open_app()
+    at.file_uploader[0].set_value(("a.pt.trace.json.gz", data, "application/gzip"))
+    at.run()
+    at.button(key="ingest").click().run()
+    assert not at.exception
+    assert counts(db)["runs"] == 1
+
+
+def test_bad_upload_shows_the_problem_and_stores_nothing(db: Path, tmp_path: Path) -> None:
+    ingest(db, training_trace("after").write(tmp_path / "ok.json"))
+    before = counts(db)
+    at = open_app()
+    at.file_uploader[0].set_value(
+        ("broken.json", b'{"traceEvents": [{"ph": "X", "name": ', "application/json")
+    )
+    at.run()
+    at.button(key="ingest").click().run()
+    assert not at.exception
+    errors = texts(at, "error")
+    assert len(errors) == 1 and "Nothing was stored" in errors[0] and "broken.json" in errors[0]
+    assert counts(db) == before
+
+
+def test_bad_file_among_good_ones_stores_nothing(db: Path, tmp_path: Path) -> None:
+    before = counts(db)
+    at = open_app()
+    at.file_uploader[0].set_value(
+        [
+            ("good_rank0.json", _bytes(tmp_path, rank=0, world_size=2), "application/json"),
+            ("bad_rank1.json", b"not json at all", "application/json"),
+        ]
+    )
+    at.run()
+    at.radio(key="upload_mode").set_value("separate runs").run()
+    at.button(key="ingest").click().run()
+    assert not at.exception
+    assert any("Nothing was stored" in t for t in texts(at, "error"))
+    assert counts(db) == before
+
+
+def test_rank_files_of_one_run(db: Path, tmp_path: Path) -> None:
+    files = [
+        (
+            f"job_rank{r}.pt.trace.json",
+            training_trace("before", rank=r, world_size=2, seed=r)
+            .write(tmp_path / f"r{r}.json")
+            .read_bytes(),
+            "application/json",
+        )
+        for r in (0, 1)
+    ]
+    at = open_app()
+    at.file_uploader[0].set_value(files)
+    at.run()
+    assert at.radio(key="upload_mode").value == "one run's ranks"
+    at.button(key="ingest").click().run()
+    assert not at.exception
+    from gpuscope.ingest.store import connect
+
+    con = connect(db)
+    rows = con.execute("SELECT name, n_ranks FROM runs").fetchall()
+    con.close()
+    assert rows == [("job", 2)]
+    assert at.query_params.get("run")  # went to the run page
+    assert at.segmented_control  # the rank selector
+
+
+def test_separate_runs(db: Path, tmp_path: Path) -> None:
+    files = [(f"{v}.json", _bytes(tmp_path, v), "application/json") for v in ("before", "after")]
+    at = open_app()
+    at.file_uploader[0].set_value(files)
+    at.run()
+    at.radio(key="upload_mode").set_value("separate runs").run()
+    at.button(key="ingest").click().run()
+    assert not at.exception
+    assert counts(db)["runs"] == 2
+    assert texts(at, "title") == ["Runs"]  # several runs: stay on the list
+    assert len(at.dataframe[0].value) == 2
+
+
+def test_duplicate_upload_is_reported(db: Path, tmp_path: Path) -> None:
+    path = training_trace("after").write(tmp_path / "dup.json")
+    (rid,) = ingest(db, path)
+    at = open_app()
+    at.file_uploader[0].set_value(("dup.json", path.read_bytes(), "application/json"))
+    at.run()
+    at.button(key="ingest").click().run()
+    assert at.query_params.get("run") == rid
+    assert any("stored before" in t for t in texts(at, "info"))
+    assert counts(db)["runs"] == 1
+
+
+def test_list_search_and_compare_defaults(db: Path, tmp_path: Path) -> None:
+    from gpuscope.ingest.store import connect
+    from gpuscope.web.samples import load_samples
+
+    con = connect(db)
+    loaded = load_samples(con, write_sample_tree(tmp_path / "samples"))
+    con.close()
+    ids = {r.name: r.run_id for r in loaded}
+    at = open_app()
+    table = at.dataframe[0].value
+    assert set(table["name"]) == {"before", "after"}
+    assert list(table.columns[:4]) == ["name", "created", "gpu", "ranks"]
+    assert {"step_ms", "busy_pct", "mfu_pct", "tags"} <= set(table.columns)
+    # compare defaults: before -> after, whatever the order of ingest
+    assert at.selectbox[0].value == ids["before"] and at.selectbox[1].value == ids["after"]
+    at.text_input(key="runs_search").set_value("AFT").run()
+    assert list(at.dataframe[0].value["name"]) == ["after"]
+    at.text_input(key="runs_search").set_value("zzz").run()
+    assert at.dataframe[0].value.empty and any("No run matches" in c for c in texts(at, "caption"))
+
+
+def _select(at, rows: list[int]) -> None:
+    key = next(k for k in at.session_state if str(k).startswith("runs_table_"))
+    at.session_state[key] = {"selection": {"rows": rows, "columns": []}}
+    at.run()
+
+
+def test_rename_tag_and_delete(db: Path, tmp_path: Path) -> None:
+    (rid,) = ingest(db, training_trace("after").write(tmp_path / "x.json"))
+    at = open_app()
+    _select(at, [0])
+    at.text_input(key=f"rename_text_{rid}").set_value("baseline, bf16")
+    at.text_input(key=f"tags_text_{rid}").set_value("bf16, h100 , bf16")
+    at.button[1].click().run()  # "Save name and tags" (the form's submit button)
+    assert not at.exception
+    row = at.dataframe[0].value.iloc[0]
+    assert row["name"] == "baseline, bf16" and list(row["tags"]) == ["bf16", "h100"]
+    _select(at, [0])
+    delete = at.button(key=f"delete_{rid}")
+    assert delete.disabled  # needs the confirmation first
+    at.checkbox(key=f"confirm_delete_{rid}").check().run()
+    at.button(key=f"delete_{rid}").click().run()
+    assert not at.exception
+    assert counts(db) == dict.fromkeys(counts(db), 0)
+    assert any("No runs yet" in t for t in texts(at, "info"))
+
+
+def test_two_selected_runs_link_to_compare(db: Path, tmp_path: Path) -> None:
+    ingest(db, *write_sample_tree(tmp_path / "s").iterdir())
+    at = open_app()
+    _select(at, [0, 1])
+    links = [p.proto for p in at.get("page_link")]
+    compare = [p for p in links if "Compare" in p.label]
+    assert compare and all("a=" in p.query_string and "b=" in p.query_string for p in compare)
+
+
+def test_store_locked_by_another_process(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import duckdb
+    from gpuscope.web import db as webdb
+
+    def locked(path, **kw):  # type: ignore[no-untyped-def]
+        raise duckdb.IOException(
+            'IO Error: Could not set lock on file "x": Conflicting lock is held in python (PID 4242)'
+        )
+
+    monkeypatch.setattr(webdb, "connect", locked)
+    at = open_app()
+    assert not at.exception
+    (err,) = texts(at, "error")
+    assert "PID 4242" in err and "Only one process may write" in err
