@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-ROOTS = {"gpuscope": REPO / "app", "gpuscope.ingest": REPO / "ingest", "gpuscope.analysis": REPO / "analysis"}
+ROOTS = {
+    "gpuscope": REPO / "app",
+    "gpuscope.ingest": REPO / "ingest",
+    "gpuscope.analysis": REPO / "analysis",
+}
 
 
 def declared_packages() -> set[str]:
@@ -47,7 +51,11 @@ def modules(folder: str) -> list[Path]:
 
 @pytest.mark.parametrize("path", modules("ingest"), ids=lambda p: p.name)
 def test_ingest_never_imports_the_app(path):
-    bad = {m for m in imports_of(path) if m.startswith("gpuscope.") and not m.startswith("gpuscope.ingest")}
+    bad = {
+        m
+        for m in imports_of(path)
+        if m.startswith("gpuscope.") and not m.startswith("gpuscope.ingest")
+    }
     bad |= {m for m in imports_of(path) if m.split(".")[0] in ("streamlit", "plotly")}
     assert not bad, f"{path.name} imports {bad}"
 
