@@ -351,9 +351,31 @@ def ingest_paths(
     stored is reported with ``duplicate=True`` and not written again. On any error every row this
     call wrote is deleted, so the store is as it was.
     """
+    paths = [Path(p) for p in paths]
+    # One DuckDB thread: the scanning thread needs the other core, and on 2 cores the ingest then
+    # spends about a third less CPU (benchmarks/bench_ingest.py). Restored afterwards.
+    threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
+    con.execute("SET threads = 1")
+    try:
+        return _ingest_paths(
+            con, paths, name=name, tags=tags, attach=attach, tz=tz, progress=progress
+        )
+    finally:
+        con.execute(f"SET threads = {int(threads)}")
+
+
+def _ingest_paths(
+    con: duckdb.DuckDBPyConnection,
+    paths: list[Path],
+    *,
+    name: str | None,
+    tags: Iterable[str],
+    attach: str | None,
+    tz: str | None,
+    progress: Progress | None,
+) -> list[RunResult]:
     from gpuscope.ingest.nvml import is_nvml_file
 
-    paths = [Path(p) for p in paths]
     results: list[RunResult] = []
     rows: list[list[Any]] = []
     series: list[tuple[Path, str | None, int]] = []  # (file, run to attach to, index in results)
