@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import duckdb
 import numpy as np
 import pandas as pd
+from gpuscope.analysis.store_access import RUNTIME_CATS
 from gpuscope.analysis.tensor_cores import TensorCoreInfo, tensor_core_info
 
 CATEGORIES: tuple[str, ...] = (
@@ -206,14 +207,6 @@ def short_name(name: str, width: int = 100) -> str:
 # --------------------------------------------------------------------------------------------------
 # Data: GPU events of the window with their launch call, and host intervals (numpy, no per-row Python)
 
-RUNTIME_CATS: tuple[str, ...] = (
-    "cuda_runtime",
-    "cuda_driver",
-    "hip_runtime",
-    "hip_driver",
-    "Runtime",
-    "Driver",
-)
 OP_CATS: tuple[str, ...] = ("cpu_op", "Operator")
 
 
