@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -39,7 +40,8 @@ def test_query_params_give_the_comparison(pair: tuple[str, str]) -> None:
     link = next(c.value for c in at.code if "a=" in c.value)
     assert link.endswith(f"/compare?a={a}&b={b}")
     # both runs' busy plots, aligned on a step, in one figure
-    spec = at.get("plotly_chart")[0].proto.spec
+    # (decoded: plotly escapes non-ASCII text or not, depending on whether orjson is installed)
+    spec = json.dumps(json.loads(at.get("plotly_chart")[0].proto.spec), ensure_ascii=False)
     assert "A · before" in spec and "B · after" in spec
     if analysis_ready():
         assert [m.label for m in at.metric][:2] == ["Step time", "GPU busy"]
