@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -13,7 +16,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
-from apptools import open_app, texts
+from apptools import REPO, open_app, texts
+from e2e_support import free_port
 
 LIVE = "screens/live.py"
 T0 = 1_763_700_000_000_000_000
@@ -88,7 +92,23 @@ def test_live_page_reads_the_sampler(sampler: str) -> None:
     assert values["GPU 0 util"] == "90 %" and values["GPU 1 util"] == "50 %"
     assert "SM active" in values
     assert any("node-7" in c for c in texts(at, "caption"))
-    assert len(at.get("plotly_chart")) == 2  # utilization, and SM activity (reported by GPU 0)
+    # utilization per GPU, and SM activity (reported by GPU 0)
+    assert len(at.get("plotly_chart")) == 3
+    infos = texts(at, "info")
+    assert any("GPU 0 is steadily busy" in i for i in infos)
+    assert any("GPU 1 is steadily busy" in i for i in infos)  # 50 % is at the threshold: busy
+
+
+def test_detach_keeps_the_samples_and_stops_polling(sampler: str) -> None:
+    at = open_app(LIVE, {"sampler": sampler})
+    at.button(key="live_attach_button").click().run()
+    assert not at.exception, at.exception
+    assert at.session_state["live_attached"] is False
+    assert at.button(key="live_attach_button").label == "Attach"
+    assert any("Detached" in c for c in texts(at, "caption"))
+    assert {m.label for m in at.metric} >= {"GPU 0 util", "GPU 1 util"}  # kept
+    at.button(key="live_attach_button").click().run()
+    assert at.session_state["live_attached"] is True
 
 
 def test_live_page_without_a_sampler() -> None:
@@ -106,3 +126,69 @@ def test_fold_keeps_a_bounded_window() -> None:
     folded = live.fold(None, b1, keep_ns=1_000_000_000)
     assert folded["t_ns"].min() >= folded["t_ns"].max() - 1_000_000_000
     assert live.normalise_url("localhost:9401/") == "http://localhost:9401"
+
+
+@pytest.fixture
+def replay() -> Iterator[str]:
+    """A REAL `gpuscope sample --replay` of the H200 recording (10x speed: ~4 s per pass)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuscope",
+            "sample",
+            "--replay",
+            str(REPO / "sample_traces" / "nvml" / "h200_live.nvml.jsonl"),
+            "--speed",
+            "10",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail(f"replay sampler did not come up: {proc.stderr.read().decode()[-2000:]}")
+    time.sleep(1.5)  # some samples in the buffer
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def test_live_page_against_a_replay_sampler_and_save(replay: str, db: Path) -> None:
+    at = open_app(LIVE, {"sampler": replay})
+    assert not at.exception, at.exception
+    labels = {m.label for m in at.metric}
+    assert {"GPU 0 util", "GPU 1 util"} <= labels
+    assert any("vm" in c for c in texts(at, "caption"))  # the recording's host
+    infos = texts(at, "info")
+    assert any(i.startswith("GPU 0 is ") and "of the last" in i for i in infos), infos
+    assert any(i.startswith("GPU 1 is ") for i in infos), infos
+
+    at.button(key="live_save").click().run()
+    assert not at.exception, at.exception
+    (ok,) = texts(at, "success")
+    assert "saved as run" in ok
+    from gpuscope.web import db as webdb
+
+    runs = webdb.query_df("SELECT run_id, kind, name FROM runs")
+    assert len(runs) == 1 and runs["kind"][0] == "nvml" and runs["name"][0].startswith("live vm")
+    run_id = runs["run_id"][0]
+    assert f"`{run_id}`" in ok
+    n = webdb.query_df("SELECT count(*) AS n FROM nvml_samples")["n"][0]
+    assert n >= 2 * 10  # two GPUs, at least a second of samples at 10x

@@ -1,6 +1,7 @@
 """Polling a ``gpuscope sample`` server (``GET /api/samples?since_ns=N``) for the Live page.
 
-Pure functions, no Streamlit: fetching one batch and folding it into a bounded frame.
+Pure functions, no Streamlit: fetching one batch, folding it into a bounded frame, diagnosing a
+window per GPU and writing the held samples back as a ``gpuscope-nvml`` JSONL file (to save a run).
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ import json
 import os
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
+from gpuscope.analysis.live import LiveDiagnosis, sawtooth_diagnosis
 
 ENV_SAMPLER = "GPUSCOPE_SAMPLER_URL"
 DEFAULT_URL = "http://127.0.0.1:9401"
@@ -26,6 +29,9 @@ FIELDS = (
     "power_w",
     "temp_c",
     "sm_clock_mhz",
+    "mem_clock_mhz",
+    "pcie_rx_bytes_s",
+    "pcie_tx_bytes_s",
 )
 MAX_ROWS = 200_000
 
@@ -40,6 +46,7 @@ class Batch:
     now_ns: int | None
     interval_ms: float | None
     rows: pd.DataFrame  # t_ns, gpu, FIELDS...
+    gpus: list[dict[str, Any]] = field(default_factory=list)  # the recording's header "gpus"
 
 
 class SamplerError(RuntimeError):
@@ -85,7 +92,13 @@ def parse(body: dict[str, Any]) -> Batch:
         frame = frame.astype({"t_ns": "int64", "gpu": "int64"})
         for f in FIELDS:
             frame[f] = pd.to_numeric(frame[f], errors="coerce")
-    return Batch(body.get("host"), body.get("now_ns"), body.get("interval_ms"), frame)
+    return Batch(
+        body.get("host"),
+        body.get("now_ns"),
+        body.get("interval_ms"),
+        frame,
+        [g for g in body.get("gpus") or [] if isinstance(g, dict)],
+    )
 
 
 def fold(buffer: pd.DataFrame | None, batch: pd.DataFrame, *, keep_ns: int) -> pd.DataFrame:
@@ -99,3 +112,60 @@ def fold(buffer: pd.DataFrame | None, batch: pd.DataFrame, *, keep_ns: int) -> p
     if len(out) > MAX_ROWS:
         out = out.iloc[-MAX_ROWS:]
     return out.reset_index(drop=True)
+
+
+def diagnose(rows: pd.DataFrame, window_s: float) -> dict[int, LiveDiagnosis]:
+    """Per GPU, ``sawtooth_diagnosis`` of ``gpu_util_pct`` over the last ``window_s`` seconds."""
+    if rows is None or rows.empty:
+        return {}
+    newest = int(rows["t_ns"].max())
+    view = rows[rows["t_ns"] > newest - int(window_s * 1e9)]
+    return {
+        int(gpu): sawtooth_diagnosis(
+            g["t_ns"].to_numpy(dtype="int64"),
+            g["gpu_util_pct"].to_numpy(dtype="float64"),
+            label=f"GPU {gpu}",
+        )
+        for gpu, g in view.groupby("gpu", sort=True)
+    }
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and v != v):
+        return None
+    if isinstance(v, (np.integer, int)):
+        return int(v)
+    f = float(v)
+    return int(f) if f.is_integer() else f
+
+
+def to_jsonl(
+    rows: pd.DataFrame,
+    *,
+    host: str | None,
+    gpus: list[dict[str, Any]],
+    interval_ms: float | None,
+) -> str:
+    """The held samples as a ``gpuscope-nvml`` v1 file (docs/sampler.md): header + one line each."""
+    if rows is None or rows.empty:
+        raise ValueError("no samples to save")
+    rows = rows.sort_values(["t_ns", "gpu"])
+    seen = sorted(int(g) for g in rows["gpu"].unique())
+    by_index = {int(g["index"]): g for g in gpus if g.get("index") is not None}
+    header = {
+        "format": "gpuscope-nvml",
+        "version": 1,
+        "host": host or "unknown",
+        "interval_ms": float(interval_ms or 100.0),
+        "gpus": [by_index.get(i, {"index": i}) for i in seen],
+        "started_ns": int(rows["t_ns"].min()),
+        "written_by": "gpuscope live page",
+    }
+    lines = [json.dumps(header, separators=(",", ":"))]
+    for t, g in rows.groupby("t_ns", sort=True):
+        per_gpu = [
+            {"gpu": int(r["gpu"]), **{f: _jsonable(r[f]) for f in FIELDS}}
+            for r in g.to_dict("records")
+        ]
+        lines.append(json.dumps({"t_ns": int(t), "gpus": per_gpu}, separators=(",", ":")))
+    return "\n".join(lines) + "\n"

@@ -5,8 +5,14 @@ URL: ``/live?sampler=http://host:port`` (default ``$GPUSCOPE_SAMPLER_URL`` or 12
 
 from __future__ import annotations
 
+import tempfile
+import time
+from pathlib import Path
+
 import streamlit as st
-from gpuscope.web import figures, live, ui, views
+from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.web import db, figures, live, ui, views
 
 st.title("Live")
 st.caption(
@@ -16,7 +22,7 @@ st.caption(
 )
 
 url0 = st.query_params.get("sampler") or live.default_url()
-c1, c2, c3 = st.columns([4, 2, 1], vertical_alignment="bottom")
+c1, c2, c4, c3 = st.columns([4, 2, 2, 1], vertical_alignment="bottom")
 url = live.normalise_url(c1.text_input("Sampler URL", value=url0, key="live_url"))
 window_s = c2.select_slider(
     "Show the last",
@@ -24,7 +30,30 @@ window_s = c2.select_slider(
     value=60,
     format_func=lambda s: f"{s // 60} min" if s >= 60 else f"{s} s",
 )
-paused = c3.toggle("Pause", key="live_paused")
+diag_s = c4.selectbox(
+    "Diagnose the last",
+    options=[10, 30, 60],
+    index=1,
+    format_func=lambda s: f"{s} s",
+    key="live_diag_s",
+    help="Moving window of the idle / sawtooth diagnosis under each GPU's chart",
+)
+st.session_state.setdefault("live_attached", True)
+
+
+def _flip_attached() -> None:
+    st.session_state["live_attached"] = not st.session_state["live_attached"]
+
+
+attached = bool(st.session_state["live_attached"])
+c3.button(
+    "Detach" if attached else "Attach",
+    key="live_attach_button",
+    icon=":material/link_off:" if attached else ":material/link:",
+    on_click=_flip_attached,
+    help="Detached: no polling; the samples held so far stay on the page",
+)
+paused = not attached
 if url and url != st.query_params.get("sampler") and url != live.DEFAULT_URL:
     st.query_params["sampler"] = url
 
@@ -34,7 +63,7 @@ state_key = f"live_buffer_{url}"
 @st.fragment(run_every=None if paused else 1.0)
 def panel() -> None:
     state = st.session_state.setdefault(state_key, {"since": 0, "rows": None, "host": None})
-    if not st.session_state.get("live_paused"):
+    if not paused:
         try:
             batch = live.fetch(url, state["since"])
         except live.SamplerError as e:
@@ -47,6 +76,10 @@ def panel() -> None:
             state["since"] = int(batch.rows["t_ns"].max())
             state["rows"] = live.fold(state["rows"], batch.rows, keep_ns=900 * 10**9)
         state["host"] = batch.host or state["host"]
+        state["gpus"] = batch.gpus or state.get("gpus") or []
+        state["interval_ms"] = batch.interval_ms or state.get("interval_ms")
+    else:
+        st.caption(":material/link_off: Detached: not polling. **Attach** to resume.")
     rows = state["rows"]
     if rows is None or rows.empty:
         st.info("Connected; waiting for the first sample…", icon=":material/hourglass_top:")
@@ -83,11 +116,18 @@ def panel() -> None:
             "Power", f"{r.power_w:,.0f} W" if r.power_w == r.power_w else "—", border=True
         )
     origin = newest  # x: seconds before the newest sample
-    st.plotly_chart(
-        figures.nvml_lines(view, "gpu_util_pct", origin_ns=origin, title="GPU utilization (NVML)"),
-        config=views.PLOT_CONFIG,
-        key="live_util",
-    )
+    diagnosis = live.diagnose(rows, diag_s)
+    for gpu, g in view.groupby("gpu", sort=True):
+        st.plotly_chart(
+            figures.nvml_lines(
+                g, "gpu_util_pct", origin_ns=origin, title=f"GPU {gpu} utilization (NVML)"
+            ),
+            config=views.PLOT_CONFIG,
+            key=f"live_util_{gpu}",
+        )
+        d = diagnosis.get(int(gpu))
+        if d is not None:
+            st.info(d.summary, icon=":material/troubleshoot:")
     if view["sm_active_pct"].notna().any():
         st.plotly_chart(
             figures.nvml_lines(view, "sm_active_pct", origin_ns=origin, title="SM active (GPM)"),
@@ -97,3 +137,53 @@ def panel() -> None:
 
 
 panel()
+
+
+def _save() -> None:
+    """The samples held in this session -> a temp ``.nvml.jsonl`` -> ``ingest_paths`` (kind nvml)."""
+    state = st.session_state.get(state_key) or {}
+    rows = state.get("rows")
+    if rows is None or rows.empty:
+        st.session_state["live_saved"] = ("warning", "No samples to save yet.", None)
+        return
+    host = state.get("host") or "sampler"
+    text = live.to_jsonl(
+        rows, host=host, gpus=state.get("gpus") or [], interval_ms=state.get("interval_ms")
+    )
+    name = f"live {host} {time.strftime('%Y-%m-%d %H:%M:%S')}"
+    with tempfile.TemporaryDirectory(prefix="gpuscope-live-") as tmp:
+        path = Path(tmp) / "live.nvml.jsonl"
+        path.write_text(text, encoding="utf-8")
+        try:
+            with db.writing() as cur:
+                (res,) = ingest_paths(cur, [path], name=name)
+        except (IngestError, db.StoreUnavailable) as e:
+            st.session_state["live_saved"] = ("error", f"Not saved: {e}", None)
+            return
+    n = rows["t_ns"].nunique()
+    what = "already stored as" if res.duplicate else "saved as run"
+    st.session_state["live_saved"] = (
+        "success",
+        f"{n:,} samples {what} `{res.run_id}` ({res.name}).",
+        res.run_id,
+    )
+
+
+st.button(
+    "Save window as a run",
+    key="live_save",
+    icon=":material/save:",
+    on_click=_save,
+    help="Store every sample this page holds (up to 15 min) as an NVML-only run, to compare later",
+)
+saved = st.session_state.get("live_saved")
+if saved:
+    kind, message, run_id = saved
+    getattr(st, kind)(message)
+    if run_id:
+        st.page_link(
+            "screens/run.py",
+            label="Open the saved run",
+            icon=":material/insights:",
+            query_params={"run": run_id},
+        )
