@@ -42,6 +42,16 @@ _NV_ADA = (
 _AMD_MI250 = "AMD Instinct MI250X / MI250 accelerator datasheets, amd.com/en/products/accelerators/instinct/mi200"
 _AMD_MI300 = "AMD Instinct MI300X / MI300A / MI325X datasheets, amd.com/en/products/accelerators/instinct/mi300"
 
+# MI325X is the MI300X's CDNA3 compute with more HBM: the same dense peaks.
+_MI300X_DENSE = {
+    "fp64": 163.4,
+    "fp32": 163.4,
+    "tf32": 653.7,
+    "bf16": 1307.4,
+    "fp16": 1307.4,
+    "fp8": 2614.9,
+    "int8": 2614.9,
+}
 _H100_SXM = {
     "fp64": 67.0,
     "fp32": 67.0,
@@ -189,29 +199,13 @@ PEAKS: dict[str, GpuPeaks] = {
     ),
     "MI300X": GpuPeaks(
         "MI300X",
-        {
-            "fp64": 163.4,
-            "fp32": 163.4,
-            "tf32": 653.7,
-            "bf16": 1307.4,
-            "fp16": 1307.4,
-            "fp8": 2614.9,
-            "int8": 2614.9,
-        },
+        _MI300X_DENSE,
         _AMD_MI300,
         304,
     ),
     "MI325X": GpuPeaks(
         "MI325X",
-        {
-            "fp64": 163.4,
-            "fp32": 163.4,
-            "tf32": 653.7,
-            "bf16": 1307.4,
-            "fp16": 1307.4,
-            "fp8": 2614.9,
-            "int8": 2614.9,
-        },
+        _MI300X_DENSE,
         _AMD_MI300,
         304,
     ),

@@ -459,32 +459,23 @@ def compare_bars(
         rows=1, cols=max(1, len(rows)), subplot_titles=[f"{m} ({u})" for m, _, _, u in rows]
     )
     for i, (_m, a, b, _u) in enumerate(rows, start=1):
-        fig.add_trace(
-            go.Bar(
-                x=[labels[0]],
-                y=[a or 0],
-                name=labels[0],
-                marker={"color": palette.RUN_A},
-                showlegend=i == 1,
-                legendgroup="a",
-                hovertemplate=f"{labels[0]}: %{{y:.2f}}<extra></extra>",
-            ),
-            row=1,
-            col=i,
-        )
-        fig.add_trace(
-            go.Bar(
-                x=[labels[1]],
-                y=[b or 0],
-                name=labels[1],
-                marker={"color": palette.RUN_B},
-                showlegend=i == 1,
-                legendgroup="b",
-                hovertemplate=f"{labels[1]}: %{{y:.2f}}<extra></extra>",
-            ),
-            row=1,
-            col=i,
-        )
+        for label, value, color, group in (
+            (labels[0], a, palette.RUN_A, "a"),
+            (labels[1], b, palette.RUN_B, "b"),
+        ):
+            fig.add_trace(
+                go.Bar(
+                    x=[label],
+                    y=[value or 0],
+                    name=label,
+                    marker={"color": color},
+                    showlegend=i == 1,
+                    legendgroup=group,
+                    hovertemplate=f"{label}: %{{y:.2f}}<extra></extra>",
+                ),
+                row=1,
+                col=i,
+            )
     fig.update_xaxes(showticklabels=False)
     return _base_layout(fig, height=height)
 

@@ -68,59 +68,35 @@ def per_step_ms(report: dict[str, Any], us: Any) -> float | None:
 
 def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
     """Every compared metric of two reports, in display units (ms, %, TFLOP/s, GFLOP)."""
-    rows = [
-        Row(
-            "Step time (mean)",
-            "ms",
-            num(get(a, "step_time_ms", "mean")),
-            num(get(b, "step_time_ms", "mean")),
-            True,
-        ),
-        Row(
-            "Step time (median)",
-            "ms",
-            num(get(a, "step_time_ms", "p50")),
-            num(get(b, "step_time_ms", "p50")),
-            True,
-        ),
-        Row(
-            "Step time (slowest)",
-            "ms",
-            num(get(a, "step_time_ms", "max")),
-            num(get(b, "step_time_ms", "max")),
-            True,
-        ),
-        Row("GPU busy", "%", num(a.get("gpu_busy_pct")), num(b.get("gpu_busy_pct")), False),
-        Row("MFU", "%", num(a.get("mfu_pct")), num(b.get("mfu_pct")), False),
-        Row("MFU while busy", "%", num(a.get("mfu_busy_pct")), num(b.get("mfu_busy_pct")), False),
-        Row(
-            "Tensor-core share",
-            "%",
-            num(a.get("tensor_core_pct")),
-            num(b.get("tensor_core_pct")),
-            False,
-        ),
-        Row(
+
+    def value(report: dict[str, Any], path: tuple[str, ...]) -> float | None:
+        return num(get(report, *path))
+
+    def per_step(report: dict[str, Any], path: tuple[str, ...]) -> float | None:
+        return per_step_ms(report, get(report, *path))
+
+    # (label, unit, where in the report, how to read it, lower is better)
+    specs: list[tuple[str, str, tuple[str, ...], Any, bool]] = [
+        ("Step time (mean)", "ms", ("step_time_ms", "mean"), value, True),
+        ("Step time (median)", "ms", ("step_time_ms", "p50"), value, True),
+        ("Step time (slowest)", "ms", ("step_time_ms", "max"), value, True),
+        ("GPU busy", "%", ("gpu_busy_pct",), value, False),
+        ("MFU", "%", ("mfu_pct",), value, False),
+        ("MFU while busy", "%", ("mfu_busy_pct",), value, False),
+        ("Tensor-core share", "%", ("tensor_core_pct",), value, False),
+        (
             "Eligible, not on tensor cores (per step)",
             "ms",
-            per_step_ms(a, a.get("tc_eligible_not_tc_us")),
-            per_step_ms(b, b.get("tc_eligible_not_tc_us")),
+            ("tc_eligible_not_tc_us",),
+            per_step,
             True,
         ),
-        Row(
-            "Kernel time (per step)",
-            "ms",
-            per_step_ms(a, get(a, "kernels", "total_us")),
-            per_step_ms(b, get(b, "kernels", "total_us")),
-            True,
-        ),
-        Row(
-            "Idle time (per step)",
-            "ms",
-            per_step_ms(a, get(a, "idle", "total_us")),
-            per_step_ms(b, get(b, "idle", "total_us")),
-            True,
-        ),
+        ("Kernel time (per step)", "ms", ("kernels", "total_us"), per_step, True),
+        ("Idle time (per step)", "ms", ("idle", "total_us"), per_step, True),
+    ]
+    rows = [
+        Row(label, unit, read(a, path), read(b, path), lower)
+        for label, unit, path, read, lower in specs
     ]
     causes_a = get(a, "idle", "causes") or {}
     causes_b = get(b, "idle", "causes") or {}
