@@ -4,12 +4,15 @@
 
     from gpuscope.capture import profile_steps
 
-    with profile_steps("traces/", name="run", metadata={"samples_per_step": 256}) as prof:
+    with profile_steps("traces/", name="run", model=model) as prof:
         for batch in loader:
             train_step(batch)
             prof.step()
+            if prof.done:
+                break
 
-writes ``traces/run_rank<R>.pt.trace.json.gz`` (one per rank) and, on local rank 0,
+first times ``untraced_steps`` steps with the profiler off (the step time the job has without the
+profiler's own cost: ``gpuscope.untraced_step_ms`` in the trace), then writes ``traces/run_rank<R>.pt.trace.json.gz`` (one per rank) and, on local rank 0,
 ``traces/run.nvml.jsonl`` (GPU samples every ``interval_ms`` for the whole ``with`` block; with
 ``.<host>`` before ``.nvml.jsonl`` when torchrun's job spans several nodes), so that
 ``gpuscope ingest traces/`` picks up both. PyTorch is imported on first use only: importing this
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import threading
 import time
 import warnings
@@ -156,9 +160,105 @@ class GpuRecorder:
         return self.thread.n_samples
 
 
+class UntracedTimer:
+    """Times steps with the profiler off: a CUDA-synchronised ``perf_counter`` mark at the end of each
+    of the steps ``first`` … ``first + n`` (1-based ``step()`` calls), so ``n`` whole steps lie between
+    the marks. The first step of the wait phase is not timed (it may still warm caches up)."""
+
+    def __init__(self, torch: Any, first: int, n: int) -> None:
+        self.torch, self.first, self.n = torch, first, n
+        self.marks: list[float] = []
+
+    def mark(self, call: int) -> None:
+        """Called at the end of step ``call`` (1-based), before the profiler sees it."""
+        if self.n <= 0 or not self.first <= call <= self.first + self.n:
+            return
+        cuda = self.torch.cuda
+        if cuda.is_available() and cuda.is_initialized():
+            cuda.synchronize()
+        self.marks.append(time.perf_counter())
+
+    @property
+    def done(self) -> bool:
+        return self.n > 0 and len(self.marks) == self.n + 1
+
+    def step_ms(self) -> list[float]:
+        """The timed steps' durations, ms."""
+        return [1e3 * (b - a) for a, b in zip(self.marks, self.marks[1:], strict=False)]
+
+    def metadata(self) -> dict[str, str]:
+        """``gpuscope.untraced_*`` trace metadata (JSON text values); empty until every step is timed."""
+        if not self.done:
+            return {}
+        ms = self.step_ms()
+        return {
+            "gpuscope.untraced_step_ms": json.dumps(round(statistics.median(ms), 4)),
+            "gpuscope.untraced_steps": json.dumps(len(ms)),
+            "gpuscope.untraced_step_ms_all": json.dumps([round(x, 4) for x in ms]),
+        }
+
+
+class ModelProbe:
+    """What the ``model`` passed to :func:`profile_steps` tells: its trainable parameter count and the
+    shape and dtype of its first tensor input (seen once, by a forward pre-hook that then removes
+    itself), from which samples (leading dimension) and tokens (B·S of an integer 2-D input) per
+    step on this rank follow."""
+
+    def __init__(self, model: Any) -> None:
+        self.params = int(sum(p.numel() for p in model.parameters() if p.requires_grad))
+        self.shape: list[int] | None = None
+        self.dtype: str | None = None
+        self._handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, _module: Any, args: tuple, kwargs: dict) -> None:
+        for v in (*args, *kwargs.values()):
+            if hasattr(v, "shape") and hasattr(v, "dtype"):
+                self.shape, self.dtype = [int(d) for d in v.shape], str(v.dtype)
+                break
+        self.close()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def metadata(self, world_size: int) -> dict[str, str]:
+        """``gpuscope.model_*`` and per-rank ``*_per_step_rank`` trace metadata (JSON text values)."""
+        out = {
+            "gpuscope.model_params": json.dumps(self.params),
+            "gpuscope.world_size": json.dumps(world_size),
+        }
+        if self.shape is None:
+            return out
+        out["gpuscope.model_input_shape"] = json.dumps(self.shape)
+        out["gpuscope.model_input_dtype"] = json.dumps(self.dtype)
+        if self.shape:
+            out["gpuscope.samples_per_step_rank"] = json.dumps(self.shape[0])
+        integer = self.dtype in ("torch.int64", "torch.int32", "torch.int16", "torch.uint8")
+        if integer and len(self.shape) == 2:
+            out["gpuscope.tokens_per_step_rank"] = json.dumps(self.shape[0] * self.shape[1])
+        return out
+
+
+def world_size() -> int:
+    """torch.distributed's world size when it is initialised, else ``$WORLD_SIZE``, else 1."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_world_size())
+    except ImportError:
+        pass
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
 class Capture:
-    """What ``profile_steps`` yields: call ``step()`` once per training step. Every other attribute is the
-    underlying ``torch.profiler.profile``'s."""
+    """What ``profile_steps`` yields: call ``step()`` once per training step; ``done`` turns true once
+    every trace the schedule asks for is written. Every other attribute is the underlying
+    ``torch.profiler.profile``'s."""
 
     def __init__(self, profiler: Any, out_dir: Path, name: str, rank: int) -> None:
         self.profiler = profiler
@@ -166,11 +266,38 @@ class Capture:
         self.trace_paths: list[Path] = []
         self.nvml_path: Path | None = None
         self.nvml_samples = 0
-        self._late_metadata: dict[str, str] = {}  # for a torch without preset_metadata_json
+        self.steps = 0  # step() calls so far
+        self.steps_needed: int | None = None  # step() calls until the last trace is written
+        self.untraced: UntracedTimer | None = None
+        self.model: ModelProbe | None = None
+        self._late_metadata: dict[str, str] = {}  # added once recording is on, in every cycle
         self._metadata_cycle = -1
+
+    @property
+    def done(self) -> bool:
+        """Every trace of the schedule is written (never, with ``repeat=0``)."""
+        return self.steps_needed is not None and self.steps >= self.steps_needed
+
+    @property
+    def untraced_step_ms(self) -> float | None:
+        """Median step time with the profiler off, ms (None until timed)."""
+        if self.untraced is None or not self.untraced.done:
+            return None
+        return statistics.median(self.untraced.step_ms())
 
     def step(self) -> None:
         """Mark the end of a training step (drives the wait/warmup/active schedule)."""
+        self.steps += 1
+        if self.untraced is not None:
+            self.untraced.mark(self.steps)
+            if self.untraced.done and "gpuscope.untraced_step_ms" not in self._late_metadata:
+                self._late_metadata.update(self.untraced.metadata())
+                self._metadata_cycle = -1
+        probe = self.model
+        ready = probe is not None and (probe.shape is not None or self.steps > 1)
+        if ready and "gpuscope.model_params" not in self._late_metadata:
+            self._late_metadata.update(probe.metadata(world_size()))
+            self._metadata_cycle = -1
         self.profiler.step()
         self._add_late_metadata()
 
@@ -207,11 +334,22 @@ def profile_steps(
     interval_ms: float = 100.0,
     metadata: Mapping[str, Any] | None = None,
     rank: int | None = None,
+    untraced_steps: int = 5,
+    model: Any = None,
 ) -> Iterator[Capture]:
     """Profile ``wait`` idle + ``warmup`` + ``active`` steps (``repeat`` times; 0 = until the block ends)
     with torch.profiler and write ``<out_dir>/<name>_rank<R>.pt.trace.json.gz`` (later cycles in
     ``<out_dir>/cycle<k>/``). ``activities`` default: CPU, plus CUDA when available. ``metadata``
     (JSON-serialisable values) goes into the trace's top level, with ``gpuscope.torch_version``.
+
+    ``untraced_steps`` (default 5; 0 turns it off, else at least 3) steps of the first wait phase are
+    timed with the profiler off, CUDA-synchronised at both ends: their median is written as
+    ``gpuscope.untraced_step_ms``, so the analysis can tell the profiler's own cost from the job's.
+    The wait phase is lengthened to ``untraced_steps + 1`` steps when shorter (its first step is not
+    timed); ``prof.steps_needed`` says how many ``step()`` calls the schedule takes, ``prof.done``
+    when it is over. ``model``: the module being trained; its trainable parameter count and input
+    shape go into the trace (``gpuscope.model_params``, ``gpuscope.model_input_shape``, per-rank
+    samples/tokens per step), so MFU can be estimated as 6·N·T where op shapes are missing.
 
     With ``sample_gpu`` on local rank 0, NVML is sampled every ``interval_ms`` ms into
     ``<out_dir>/<name>.nvml.jsonl`` for the whole block; without NVML or a GPU the capture still
@@ -219,6 +357,10 @@ def profile_steps(
     """
     if any(x < 0 for x in (wait, warmup, skip_first, repeat)) or active < 1:
         raise ValueError("wait, warmup, skip_first, repeat must be >= 0 and active >= 1")
+    if untraced_steps != 0 and untraced_steps < 3:
+        raise ValueError("untraced_steps must be 0 (off) or >= 3")
+    if untraced_steps:
+        wait = max(wait, untraced_steps + 1)
     torch = _torch()
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -261,6 +403,12 @@ def profile_steps(
         with_flops=with_flops,
     )
     cap = Capture(prof, out, name, r)
+    if repeat:
+        cap.steps_needed = skip_first + (wait + warmup + active) * repeat
+    if untraced_steps:
+        cap.untraced = UntracedTimer(torch, skip_first + 1, untraced_steps)
+    if model is not None:
+        cap.model = ModelProbe(model)
     recorder: GpuRecorder | None = None
     if sample_gpu and local_rank(r) == 0:
         from gpuscope.sampler.nvml_api import NvmlUnavailable
@@ -276,12 +424,14 @@ def profile_steps(
         for k, v in meta.items():
             prof.preset_metadata_json(k, v)  # inserted by torch each time a trace starts
     else:  # pragma: no cover - older torch: add it once recording is on
-        cap._late_metadata = meta
+        cap._late_metadata.update(meta)
     try:
         with prof:
             cap._add_late_metadata()
             yield cap
     finally:
+        if cap.model is not None:
+            cap.model.close()
         if recorder is not None:
             cap.nvml_samples = recorder.stop()
             if recorder.thread.error is not None:

@@ -263,7 +263,7 @@ def profile_with_torch(step: Callable[[], None], out_dir: Path, stem: str, metad
 
 def profile_with_capture(capture, step: Callable[[], None], out_dir: Path, name: str, rank: int,
                          metadata: dict, dev: torch.device, lead_in: int,
-                         agree: Callable[[bool], bool]) -> tuple[Path, dict] | None:
+                         agree: Callable[[bool], bool], model=None) -> tuple[Path, dict] | None:
     """gpuscope.capture.profile_steps: the trace <out_dir>/<name>_rank<R>.pt.trace.json.gz and, on
     local rank 0 with NVML, the series <out_dir>/<name>.nvml.jsonl. `lead_in` unprofiled steps run
     first inside the block (its skip_first), so the NVML series covers a few seconds of training.
@@ -281,6 +281,8 @@ def profile_with_capture(capture, step: Callable[[], None], out_dir: Path, name:
         kw["skip_first"] = lead_in
     else:
         lead_in = 0
+    if model is not None and "model" in params:
+        kw["model"] = model  # parameter count and input shape into the trace
     t0 = time.time()
     cm = prof = None
     try:
@@ -300,7 +302,8 @@ def profile_with_capture(capture, step: Callable[[], None], out_dir: Path, name:
             log(f"[{name}] rank {rank}: another rank could not start gpuscope.capture; not using it")
         return None
     try:
-        for _ in range(lead_in + PROFILE_STEPS):
+        # the helper may lengthen the wait phase to time untraced steps: it says how many it needs
+        for _ in range(getattr(prof, "steps_needed", None) or lead_in + PROFILE_STEPS):
             step()
             prof.step()
     except BaseException:
@@ -309,6 +312,7 @@ def profile_with_capture(capture, step: Callable[[], None], out_dir: Path, name:
     else:
         cm.__exit__(None, None, None)
     info = {"lead_in_steps": lead_in,
+            "untraced_step_ms": getattr(prof, "untraced_step_ms", None),
             "nvml_file": str(Path(prof.nvml_path).name) if getattr(prof, "nvml_path", None) else None,
             "nvml_samples": getattr(prof, "nvml_samples", None)}
     written = [Path(p) for p in (getattr(prof, "trace_paths", None) or [])]
@@ -523,7 +527,8 @@ def run_config(name: str, args: argparse.Namespace) -> int:
             return all(flags)
 
         try:
-            got = profile_with_capture(capture, step, out_dir, name, rank, metadata, dev, lead_in, agree)
+            got = profile_with_capture(capture, step, out_dir, name, rank, metadata, dev, lead_in,
+                                       agree, model=net)
         except Exception:  # failed during or after the steps
             log(f"[{name}] rank {rank}: gpuscope.capture failed, falling back to torch.profiler:\n"
                 + traceback.format_exc())

@@ -88,7 +88,8 @@ def test_capture_writes_trace_with_metadata(tmp_path, monkeypatch):
         with profile_steps(
             tmp_path, name="toy", metadata={"samples_per_step": 256, "note": "ci"}
         ) as prof:
-            train(prof, 10)
+            train(prof, prof.steps_needed)
+    assert prof.done
     [path] = prof.trace_paths
     assert path == tmp_path / "toy_rank0.pt.trace.json.gz"
     trace = load(path)
@@ -98,7 +99,9 @@ def test_capture_writes_trace_with_metadata(tmp_path, monkeypatch):
     )
     events = trace["traceEvents"]
     steps = {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")}
-    assert steps == {f"ProfilerStep#{i}" for i in range(3, 8)}  # wait=1, warmup=2, active=5
+    # wait 6 (5 untraced timed steps + 1), warmup 2, active 5
+    assert steps == {f"ProfilerStep#{i}" for i in range(8, 13)}
+    assert trace["gpuscope.untraced_steps"] == 5 and trace["gpuscope.untraced_step_ms"] > 0
     assert any(e.get("cat") == "cpu_op" and e.get("name") == "aten::addmm" for e in events)
     assert any(e.get("args", {}).get("Input Dims") for e in events)  # record_shapes=True
     nvml_warnings = [w for w in caught if "no GPU series" in str(w.message)]
@@ -119,7 +122,9 @@ def test_nvml_warning_is_given_once(tmp_path, monkeypatch):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for i in range(2):
-            with profile_steps(tmp_path / str(i), wait=0, warmup=0, active=1) as prof:
+            with profile_steps(
+                tmp_path / str(i), wait=0, warmup=0, active=1, untraced_steps=0
+            ) as prof:
                 train(prof, 2)
     assert sum("no GPU series" in str(w.message) for w in caught) == 1
 
@@ -133,7 +138,9 @@ def test_rank_from_env_and_cycles(tmp_path, monkeypatch):
     monkeypatch.setattr(capture, "_warned_nvml", False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with profile_steps(tmp_path, name="job", wait=0, warmup=1, active=2, repeat=2) as prof:
+        with profile_steps(
+            tmp_path, name="job", wait=0, warmup=1, active=2, repeat=2, untraced_steps=0
+        ) as prof:
             train(prof, 8)
     assert prof.rank == 3 and prof.nvml_path is None
     assert prof.trace_paths == [
@@ -159,7 +166,7 @@ def test_capture_is_ingestable(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with profile_steps(tmp_path, name="ing", interval_ms=20) as prof:
-            train(prof, 10)
+            train(prof, prof.steps_needed)
     con = connect(":memory:")
     [run] = ingest_paths(con, prof.trace_paths)
     row = con.execute(
@@ -183,5 +190,62 @@ def test_bad_arguments(tmp_path):
     with (
         pytest.raises(ValueError, match="not JSON-serialisable"),
         profile_steps(tmp_path, metadata={"x": object()}),
+    ):
+        pass
+
+
+@needs_torch
+def test_untraced_step_time_and_model_are_recorded(tmp_path, monkeypatch):
+    """The wait phase is lengthened to untraced_steps + 1; those steps run with the profiler off and
+    are timed; the model's parameter count and input shape go into the trace beside them."""
+    import time as _time
+
+    import torch
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    emb = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 4))
+    emb[0].weight.requires_grad_(False)  # frozen: not counted
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile_steps(
+            tmp_path, name="u", wait=1, warmup=1, active=2, untraced_steps=3, model=emb
+        ) as prof:
+            assert prof.steps_needed == 4 + 1 + 2  # wait lengthened from 1 to 3 + 1
+            n = 0
+            while not prof.done:
+                emb(torch.randint(0, 50, (6, 5))).sum().backward()
+                if prof.steps in (1, 2, 3):  # steps 2..4 are the timed ones: ~20 ms each
+                    _time.sleep(0.02)
+                prof.step()
+                n += 1
+    assert n == 7
+    trace = load(prof.trace_paths[0])
+    steps = {
+        e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")
+    }
+    assert steps == {"ProfilerStep#5", "ProfilerStep#6"}  # nothing profiled while timing
+    assert trace["gpuscope.untraced_steps"] == 3
+    assert len(trace["gpuscope.untraced_step_ms_all"]) == 3
+    assert 19.0 <= trace["gpuscope.untraced_step_ms"] < 200.0
+    assert prof.untraced_step_ms == pytest.approx(trace["gpuscope.untraced_step_ms"], abs=1e-3)
+    assert trace["gpuscope.model_params"] == 16 * 4 + 4  # the frozen embedding is left out
+    assert trace["gpuscope.model_input_shape"] == [6, 5]
+    assert trace["gpuscope.model_input_dtype"] == "torch.int64"
+    assert trace["gpuscope.samples_per_step_rank"] == 6
+    assert trace["gpuscope.tokens_per_step_rank"] == 30
+    assert trace["gpuscope.world_size"] == 1
+
+
+@needs_torch
+def test_untraced_steps_off_and_bounds(tmp_path):
+    with profile_steps(tmp_path, wait=0, warmup=0, active=1, untraced_steps=0) as prof:
+        train(prof, 1)
+    assert prof.done and prof.untraced_step_ms is None
+    assert "gpuscope.untraced_step_ms" not in load(prof.trace_paths[0])
+    with (
+        pytest.raises(ValueError, match="untraced_steps"),
+        profile_steps(tmp_path, untraced_steps=2),
     ):
         pass
