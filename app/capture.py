@@ -58,6 +58,24 @@ def _torch() -> Any:
     return torch
 
 
+def torch_flags(torch: Any) -> dict[str, Any]:
+    """The process-wide settings that change which kernels run and that a trace cannot show: cuDNN
+    benchmark mode (its algorithm search happens before the profiled steps), TF32 for matmuls and
+    convolutions, and the fp32 matmul precision. Read when the capture starts."""
+    out: dict[str, Any] = {}
+    for key, get in (
+        ("cudnn_benchmark", lambda: bool(torch.backends.cudnn.benchmark)),
+        ("cudnn_allow_tf32", lambda: bool(torch.backends.cudnn.allow_tf32)),
+        ("matmul_allow_tf32", lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
+        ("float32_matmul_precision", lambda: str(torch.get_float32_matmul_precision())),
+    ):
+        try:
+            out[key] = get()
+        except (AttributeError, RuntimeError):  # an older or a CPU-only build lacks one
+            continue
+    return out
+
+
 def current_rank() -> int:
     """torch.distributed's rank when it is initialised, else ``$RANK``, else 0."""
     try:
@@ -372,6 +390,7 @@ def profile_steps(
         acts.append(ProfilerActivity.CUDA)
 
     meta: dict[str, str] = {
+        "gpuscope.torch_flags": json.dumps(torch_flags(torch)),
         "gpuscope.torch_version": json.dumps(str(torch.__version__)),
         "gpuscope.version": json.dumps(__version__),
         "gpuscope.rank": json.dumps(r),

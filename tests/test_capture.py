@@ -236,6 +236,23 @@ def test_untraced_step_time_and_model_are_recorded(tmp_path, monkeypatch):
     assert trace["gpuscope.samples_per_step_rank"] == 6
     assert trace["gpuscope.tokens_per_step_rank"] == 30
     assert trace["gpuscope.world_size"] == 1
+    flags = trace["gpuscope.torch_flags"]  # what the trace cannot show: read from torch itself
+    assert flags["cudnn_benchmark"] is torch.backends.cudnn.benchmark
+    assert flags["float32_matmul_precision"] == torch.get_float32_matmul_precision()
+
+
+@needs_torch
+def test_torch_flags_follow_the_settings(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    torch.set_float32_matmul_precision("high")
+    try:
+        flags = capture.torch_flags(torch)
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    assert flags["cudnn_benchmark"] is True and flags["float32_matmul_precision"] == "high"
+    assert set(flags) >= {"cudnn_allow_tf32", "matmul_allow_tf32"}
 
 
 @needs_torch
