@@ -313,7 +313,7 @@ class Capture:
                 self._metadata_cycle = -1
         probe = self.model
         ready = probe is not None and (probe.shape is not None or self.steps > 1)
-        if ready and "gpuscope.model_params" not in self._late_metadata:
+        if probe is not None and ready and "gpuscope.model_params" not in self._late_metadata:
             self._late_metadata.update(probe.metadata(world_size()))
             self._metadata_cycle = -1
         self.profiler.step()
