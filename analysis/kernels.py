@@ -113,8 +113,14 @@ CATEGORY_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "convolution",
-        r"conv(?!ert)|fprop|dgrad|wgrad|winograd|fft2d_[rc]2[rc]|pointwise_mult_and_sum_complex|flip_filter|"
-        r"im2col|col2im|vol2col|depthwise|cudnn\w*::reduction::kernel::reducesplitk|igemm_(?:fwd|bwd|wrw)|miopen",
+        r"conv(?!ert)|fprop|dgrad|wgrad|winograd|fft[12]d_[rc]2[rc]|pointwise_mult_and_sum_complex|flip_filter|"
+        r"im2col|col2im|vol2col|im[23]d2col|depthwise|cudnn\w*::reduction::kernel::reducesplitk|"
+        r"igemm_(?:fwd|bwd|wrw)|implicit_?gemm|nhwckrsc|"
+        # cuDNN 7/8 legacy engines: {arch}_[{type}_]{s|h|i}[MMA shape]cudnn_..., e.g. volta_scudnn_128x64_relu_
+        # interior_nn_v1, volta_s884cudnn_..., turing_fp16_s1688cudnn_fp16_..., ampere_s16816cudnn_...
+        r"(?:^|_)[shid]?\d*cudnn_|cudnn::gemm::|cudnn::cnn::|"
+        # MIOpen convolution solvers (its batchnorm, softmax, pooling and activation are not convolutions)
+        r"miopen\w*(?:conv|cv(?:fwd|bwd)|wrw|wino)|mlo(?:conv|cv)|gcnasm|bwdwrw|_wrw_",
         "sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x32x32_stage4_warpsize4x1x1_g1_"
         "tensor16x8x16_t1r3s3_execute_kernel__5x_cudnn",
         "checked before GEMM: implicit-GEMM convolutions say gemm too; 'convert' is not a convolution",
@@ -512,7 +518,7 @@ def attribute(
         if th in steps or not steps:
             reg[:] = REGION_CODES["forward"]
         iv = tops.get(th)
-        if iv is not None:
+        if iv is not None and len(iv.ts):  # a thread with no CPU ops (activities=[CUDA]) has none
             i = iv.lookup(t)
             inside = i >= 0
             names = np.where(inside, iv.name_id[np.maximum(i, 0)], -1)

@@ -107,6 +107,34 @@ TC_RULES: tuple[TcRule, ...] = (
         "fp32",
     ),
     TcRule(
+        "cudnn-simt",
+        "cuDNN 7/8 legacy engines `{arch}_[{type}_]scudnn_*` / `hcudnn`: CUDA cores (`s` = fp32 math, `h` = fp16; a `fp16` type token wins); with an MMA shape (`s884cudnn`, `h1688cudnn`, `s16816cudnn`) see mma-shape",
+        "volta_scudnn_128x64_relu_interior_nn_v1",
+        False,
+        "fp32",
+    ),
+    TcRule(
+        "mma-shape",
+        "cuDNN legacy tensor-core engine (Volta HMMA 8x8x4: fp16 inputs)",
+        "volta_s884cudnn_fp16_256x128_ldg8_splitK_relu_exp_medium_nhwc_tn_v1",
+        True,
+        "fp16",
+    ),
+    TcRule(
+        "rocm-miopen",
+        "MIOpen xdlops implicit GEMM (`igemm_*_gtcx*`, `*xdlops*`): matrix cores; assembly/OpenCL direct, Winograd and naive solvers (`miopenSp3AsmConv*`, `gcnAsmConv*`, `MIOpenConv*`, `igemm_*_gtc_*`, `naive_conv_*`): vector ALU",
+        "igemm_fwd_gtcx_nhwc_fp16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2_ta1x8x4x1_1x4x1x32_tb1x8x1x1_1x4x1x32",
+        True,
+        "fp16",
+    ),
+    TcRule(
+        "rocm-miopen",
+        "MIOpen assembly convolution solver: vector ALU",
+        "miopenSp3AsmConv_v21_1_3_gfx9_fp32_stride1",
+        False,
+        "fp32",
+    ),
+    TcRule(
         "xmma-types",
         "cuBLAS/cuDNN xmma names: the 2nd type group is the math type: `tf32`->TF32, `bf16`, `f16`, `e4m3`/`e5m2`, `i8` = tensor cores; `f32f32` = FP32 FMA",
         "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
@@ -237,7 +265,7 @@ _I = re.IGNORECASE
 _HELPER = re.compile(
     r"splitkreduce|reducesplitk|reduce_splitk|epilogue::impl|epilogue_kernel|scal_kernel|init_device_workspace|convert_dq|dot_do_o|"
     r"reduce_wgrad|flip_filter|nchwtonhwc|nhwctonchw|nhwcaddpadding|converttensor|scale(?:packed)?tensor|"
-    r"zero_?init|\bgemm_?prologue",
+    r"zero_?init|\bgemm_?prologue|computeoffsets|computeboffsets|computewgradoffsets|cudnn::gemm::",
     _I,
 )
 _SIMT_MARK = re.compile(r"ffma|hfma|_simt_|simt_|mmasimt|\bsimt\b|opclasssimt", _I)
@@ -255,7 +283,7 @@ _XMMA_TYPES = re.compile(
 )
 _NVJET = re.compile(r"nvjet_(?:sm\d+a?_)?([a-z]{3,6})_", _I)
 _MMA_SHAPE = re.compile(
-    r"(?<![a-z0-9])([hsidz])(884|1688|16816|161616|8816|16832|16816|1684|884)(gemm|fprop|dgrad|wgrad|conv)",
+    r"(?<![a-z0-9])([hsidz])(884|1688|16816|161616|8816|16832|16816|1684|884)(gemm|fprop|dgrad|wgrad|conv|cudnn)",
     _I,
 )
 _TC_MARK = re.compile(
@@ -269,7 +297,15 @@ _CUDNN_SDPA = re.compile(
     r"fort_native_sdpa|fmha_v2|fused_mha|mha_fwd|mha_bwd|fmha_fwd|fmha_bwd", _I
 )
 _TENSILE = re.compile(r"cijk_a[a-z]+_b[a-z]+_([a-z0-9]+?)(?:_|$)", _I)
-_TENSILE_MI = re.compile(r"_mi\d+x\d+x\d+|mfma", _I)
+_TENSILE_MI = re.compile(r"_mi\d+x\d+x\d+|_miwt\d|mfma", _I)
+# cuDNN legacy SIMT engines: volta_scudnn_..., maxwell_scudnn_winograd_..., volta_fp16_scudnn_fp16_...
+_CUDNN_SIMT = re.compile(r"(?<![a-z0-9])([shd])cudnn_", _I)
+# MIOpen: xdlops implicit GEMM (igemm_*_gtcx*, *xdlops*) runs on matrix cores; its assembly/OpenCL
+# direct, Winograd and naive solvers run on the vector ALU.
+_MIOPEN_TC = re.compile(r"igemm_\w*gtcx|xdlops|conv\w*_xdl_|_xdl_\w*conv", _I)
+_MIOPEN_VALU = re.compile(
+    r"miopen\w*(?:conv|cv|wino)|gcnasm|igemm_\w*gtc_|naive_conv|mlo(?:conv|cv)|bwdwrw", _I
+)
 _CK_TC = re.compile(r"xdl|xdlops|mfma|gtcx", _I)
 _CK_DL = re.compile(r"gemm_dl|_dl_", _I)
 _TRITON_TEM = re.compile(r"^triton_tem_", _I)
@@ -277,8 +313,8 @@ _TRITON_TEM = re.compile(r"^triton_tem_", _I)
 _PRECISION_TOKENS = (
     ("fp8", re.compile(r"e4m3|e5m2|fp8|float8|f8f8|_f8_", _I)),
     ("tf32", re.compile(r"tf32|tfloat32", _I)),
-    ("bf16", re.compile(r"bf16|bfloat16", _I)),
-    ("fp16", re.compile(r"fp16|(?<![bt])f16|half_t|__half|\bhalf\b|c10::half", _I)),
+    ("bf16", re.compile(r"bf16|bfloat16|bhalf", _I)),
+    ("fp16", re.compile(r"fp16|(?<![bt])f16|half_t|__half|(?<![a-z])half(?![a-z])|c10::half", _I)),
     ("int8", re.compile(r"int8|(?<![a-z])[iu]8(?![0-9])|\bs8\b|imma", _I)),
     ("fp64", re.compile(r"f64|fp64|double|dgemm|dmma", _I)),
     ("fp32", re.compile(r"f32|fp32|float|sgemm", _I)),
@@ -359,6 +395,18 @@ def tensor_core_info(name: str, category: str) -> TensorCoreInfo:
         return TensorCoreInfo(False, precision_from_tokens(name) or "fp32", True, "simt-blas")
     if _SIMT_CONV.search(name):
         return TensorCoreInfo(False, precision_from_tokens(name) or "fp32", True, "simt-conv")
+    m = _CUDNN_SIMT.search(name)
+    if m:
+        letter = m.group(1).lower()
+        prec = precision_from_tokens(name.replace(m.group(0), " ")) or {
+            "h": "fp16",
+            "d": "fp64",
+        }.get(letter, "fp32")
+        return TensorCoreInfo(False, prec, True, "cudnn-simt")
+    if _MIOPEN_TC.search(name):
+        return TensorCoreInfo(True, precision_from_tokens(name), True, "rocm-miopen")
+    if _MIOPEN_VALU.search(name):
+        return TensorCoreInfo(False, precision_from_tokens(name) or "fp32", True, "rocm-miopen")
     math = _xmma_math(name)
     if math is not None:
         return TensorCoreInfo(math not in ("fp32", "fp64"), math, True, "xmma-types")
