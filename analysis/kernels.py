@@ -20,7 +20,13 @@ from typing import Any, Protocol
 import duckdb
 import numpy as np
 import pandas as pd
-from gpuscope.analysis.store_access import RUNTIME_CATS
+from gpuscope.analysis.event_classes import (
+    COMM_KERNEL_PATTERN,
+    COPY_CATS,
+    GPU_CATS,
+    OP_CATS,
+    RUNTIME_CATS,
+)
 from gpuscope.analysis.tensor_cores import TensorCoreInfo, tensor_core_info
 
 CATEGORIES: tuple[str, ...] = (
@@ -35,8 +41,6 @@ CATEGORIES: tuple[str, ...] = (
     "other",
 )
 REGIONS: tuple[str, ...] = ("forward", "backward", "optimizer", "other")
-GPU_CATS: tuple[str, ...] = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
-COPY_CATS: tuple[str, ...] = ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
 
 
 class WindowLike(Protocol):
@@ -61,8 +65,7 @@ _OPTIM = r"multi_tensor_apply|adam|\blamb\b|lamb_|fused_sgd|sgd_(?:kernel|step)|
 CATEGORY_RULES: tuple[Rule, ...] = (
     Rule(
         "communication",
-        r"nccl|rccl|\bc10d\b|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv|multimem|"
-        r"cross_device_reduce|one_shot_all|two_shot_all",
+        COMM_KERNEL_PATTERN,
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
     ),
     # Triton (torch.compile / Inductor) kernels say what they are in their prefix.
@@ -212,8 +215,6 @@ def short_name(name: str, width: int = 100) -> str:
 
 # --------------------------------------------------------------------------------------------------
 # Data: GPU events of the window with their launch call, and host intervals (numpy, no per-row Python)
-
-OP_CATS: tuple[str, ...] = ("cpu_op", "Operator")
 
 
 def _sql_tuple(xs: tuple[str, ...]) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 from gpuscope.analysis import recommendations as R
 from gpuscope.analysis.busy import BusySummary, busy_in_ranges, busy_summary, comm_only_ns
+from gpuscope.analysis.event_classes import KERNEL_CATS
 from gpuscope.analysis.idle import IdleResult, idle_analysis
 from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import (
@@ -24,6 +25,7 @@ from gpuscope.analysis.store_access import (
     pct,
     rank_meta,
     ranks_of,
+    sql_list,
     us,
 )
 
@@ -191,10 +193,10 @@ def _kernel_stats(
     """Compute kernels of the primary device (communication kernels left out)."""
     short = int(R.SHORT_KERNEL_US * 1e3)
     row = con.execute(
-        """
+        f"""
         WITH k AS (
             SELECT least(e, $we) - greatest(s, $ws) AS d, blocks FROM _gs_gpu
-            WHERE dev = $dev AND s < $we AND e > $ws AND cat IN ('kernel', 'Kernel')
+            WHERE dev = $dev AND s < $we AND e > $ws AND cat IN {sql_list(KERNEL_CATS)}
               AND name_id NOT IN (SELECT name_id FROM names WHERE run_id = $run
                                   AND regexp_matches(name, $comm))
         )

@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 import duckdb
+from gpuscope.analysis.event_classes import KERNEL_CATS
 
 MATH_CATEGORIES = ("gemm", "convolution", "attention")
 
@@ -529,7 +530,7 @@ class TensorCoreSummary:
 
 _TC_SQL = """
     WITH g AS ({gpu}),
-    per AS (SELECT name_id, count(*) AS n, sum(in_ns) AS ns FROM g WHERE cat IN ('kernel', 'Kernel') GROUP BY name_id)
+    per AS (SELECT name_id, count(*) AS n, sum(in_ns) AS ns FROM g WHERE cat IN {kernel_cats} GROUP BY name_id)
     SELECT per.name_id, n.name, per.n, per.ns FROM per JOIN names n ON n.run_id = $run AND n.name_id = per.name_id
 """
 
@@ -542,7 +543,7 @@ _TRITON_TYPES_SQL = """
             AND correlation IN (SELECT correlation FROM tk) GROUP BY correlation),
     tl AS (SELECT tk.name_id, tk.in_ns, l.pid, l.tid, l.ts_ns AS launch_ns FROM tk JOIN l USING (correlation)),
     ops AS (SELECT pid, tid, ts_ns, ts_ns + dur_ns AS end_ns, input_types FROM events
-            WHERE run_id = $run AND rank = $rank AND cat IN ('cpu_op', 'Operator') AND dur_ns IS NOT NULL
+            WHERE run_id = $run AND rank = $rank AND cat IN {op_cats} AND dur_ns IS NOT NULL
               AND ts_ns <= (SELECT max(launch_ns) FROM tl) AND ts_ns + dur_ns >= (SELECT min(launch_ns) FROM tl)
               AND tid IN (SELECT tid FROM tl))
     SELECT tl.name_id, CASE WHEN launch_ns <= o.end_ns THEN o.input_types END AS types, sum(tl.in_ns)
@@ -563,7 +564,11 @@ def tensor_core_summary(
         "start": int(window.start_ns),
         "end": int(window.end_ns),
     }
-    rows = K.run_sql(con, _TC_SQL.format(gpu=K.GPU_IN_WINDOW_SQL), params).fetchall()
+    rows = K.run_sql(
+        con,
+        _TC_SQL.format(gpu=K.GPU_IN_WINDOW_SQL, kernel_cats=K._sql_tuple(KERNEL_CATS)),
+        params,
+    ).fetchall()
     infos: dict[int, tuple[str, TensorCoreInfo]] = {}
     per_ns: dict[int, tuple[int, int]] = {}
     for name_id, name, n, ns in rows:
@@ -576,7 +581,11 @@ def tensor_core_summary(
     if triton_ids:
         trows = K.run_sql(
             con,
-            _TRITON_TYPES_SQL.format(gpu=K.GPU_IN_WINDOW_SQL, runtime=K._sql_tuple(K.RUNTIME_CATS)),
+            _TRITON_TYPES_SQL.format(
+                gpu=K.GPU_IN_WINDOW_SQL,
+                runtime=K._sql_tuple(K.RUNTIME_CATS),
+                op_cats=K._sql_tuple(K.OP_CATS),
+            ),
             params,
         ).fetchall()
         done: dict[int, int] = {}
