@@ -36,6 +36,7 @@ from gpuscope.analysis.store_access import (
     DATALOADER_RE,
     HOST_CATS_SQL,
     MEMCPY_API_RE,
+    OP_CATS_SQL,
     PAGEABLE_D2H_RE,
     PAGEABLE_H2D_RE,
     PROFILER_STEP_RE,
@@ -410,7 +411,7 @@ def _evidence_summary(con: duckdb.DuckDBPyConnection, p: dict[str, Any]) -> dict
         f"""
         WITH ops AS (
             SELECT external_id, arg_min(name_id, dur_ns) AS op_name FROM events
-            WHERE run_id = $run AND rank = $rank AND cat IN ('cpu_op', 'Operator')
+            WHERE run_id = $run AND rank = $rank AND cat IN {OP_CATS_SQL}
               AND external_id IN (SELECT external_id FROM _gs_ev WHERE external_id IS NOT NULL)
             GROUP BY external_id
         )
@@ -493,7 +494,7 @@ def _attach_evidence(
         ),
         ops AS (
             SELECT external_id, arg_min(name_id, dur_ns) AS op FROM events
-            WHERE run_id = $run AND rank = $rank AND cat IN ('cpu_op', 'Operator')
+            WHERE run_id = $run AND rank = $rank AND cat IN {OP_CATS_SQL}
               AND external_id IN (SELECT b.x FROM best WHERE b.x IS NOT NULL)
             GROUP BY external_id
         ),

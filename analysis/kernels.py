@@ -20,7 +20,13 @@ from typing import Any, Protocol
 import duckdb
 import numpy as np
 import pandas as pd
-from gpuscope.analysis.store_access import RUNTIME_CATS
+from gpuscope.analysis.event_classes import (
+    COMM_KERNEL_PATTERN,
+    COPY_CATS,
+    GPU_CATS,
+    OP_CATS,
+    RUNTIME_CATS,
+)
 from gpuscope.analysis.tensor_cores import TensorCoreInfo, tensor_core_info
 
 CATEGORIES: tuple[str, ...] = (
@@ -35,8 +41,6 @@ CATEGORIES: tuple[str, ...] = (
     "other",
 )
 REGIONS: tuple[str, ...] = ("forward", "backward", "optimizer", "other")
-GPU_CATS: tuple[str, ...] = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
-COPY_CATS: tuple[str, ...] = ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
 
 
 class WindowLike(Protocol):
@@ -61,8 +65,7 @@ _OPTIM = r"multi_tensor_apply|adam|\blamb\b|lamb_|fused_sgd|sgd_(?:kernel|step)|
 CATEGORY_RULES: tuple[Rule, ...] = (
     Rule(
         "communication",
-        r"nccl|rccl|\bc10d\b|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv|multimem|"
-        r"cross_device_reduce|one_shot_all|two_shot_all",
+        COMM_KERNEL_PATTERN,
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
     ),
     # Triton (torch.compile / Inductor) kernels say what they are in their prefix.
@@ -113,8 +116,14 @@ CATEGORY_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "convolution",
-        r"conv(?!ert)|fprop|dgrad|wgrad|winograd|fft2d_[rc]2[rc]|pointwise_mult_and_sum_complex|flip_filter|"
-        r"im2col|col2im|vol2col|depthwise|cudnn\w*::reduction::kernel::reducesplitk|igemm_(?:fwd|bwd|wrw)|miopen",
+        r"conv(?!ert)|fprop|dgrad|wgrad|winograd|fft[12]d_[rc]2[rc]|pointwise_mult_and_sum_complex|flip_filter|"
+        r"im2col|col2im|vol2col|im[23]d2col|depthwise|cudnn\w*::reduction::kernel::reducesplitk|"
+        r"igemm_(?:fwd|bwd|wrw)|implicit_?gemm|nhwckrsc|"
+        # cuDNN 7/8 legacy engines: {arch}_[{type}_]{s|h|i}[MMA shape]cudnn_..., e.g. volta_scudnn_128x64_relu_
+        # interior_nn_v1, volta_s884cudnn_..., turing_fp16_s1688cudnn_fp16_..., ampere_s16816cudnn_...
+        r"(?:^|_)[shid]?\d*cudnn_|cudnn::gemm::|cudnn::cnn::|"
+        # MIOpen convolution solvers (its batchnorm, softmax, pooling and activation are not convolutions)
+        r"miopen\w*(?:conv|cv(?:fwd|bwd)|wrw|wino)|mlo(?:conv|cv)|gcnasm|bwdwrw|_wrw_",
         "sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x32x32_stage4_warpsize4x1x1_g1_"
         "tensor16x8x16_t1r3s3_execute_kernel__5x_cudnn",
         "checked before GEMM: implicit-GEMM convolutions say gemm too; 'convert' is not a convolution",
@@ -206,8 +215,6 @@ def short_name(name: str, width: int = 100) -> str:
 
 # --------------------------------------------------------------------------------------------------
 # Data: GPU events of the window with their launch call, and host intervals (numpy, no per-row Python)
-
-OP_CATS: tuple[str, ...] = ("cpu_op", "Operator")
 
 
 def _sql_tuple(xs: tuple[str, ...]) -> str:
@@ -512,7 +519,7 @@ def attribute(
         if th in steps or not steps:
             reg[:] = REGION_CODES["forward"]
         iv = tops.get(th)
-        if iv is not None:
+        if iv is not None and len(iv.ts):  # a thread with no CPU ops (activities=[CUDA]) has none
             i = iv.lookup(t)
             inside = i >= 0
             names = np.where(inside, iv.name_id[np.maximum(i, 0)], -1)

@@ -14,15 +14,18 @@ from typing import Any
 import duckdb
 from gpuscope.analysis import recommendations as R
 from gpuscope.analysis.busy import BusySummary, busy_in_ranges, busy_summary, comm_only_ns
+from gpuscope.analysis.event_classes import KERNEL_CATS
 from gpuscope.analysis.idle import IdleResult, idle_analysis
 from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import (
     COMM_KERNEL_RE,
+    GPU_CATS,
     device_props,
     ms,
     pct,
     rank_meta,
     ranks_of,
+    sql_list,
     us,
 )
 
@@ -54,11 +57,19 @@ class RunReport:
     warnings: list[str] = field(default_factory=list)
 
     @property
-    def gpu_busy_pct(self) -> float:
-        return self.busy.busy_pct
+    def has_gpu_activity(self) -> bool:
+        """Whether the window holds recognised GPU activity (kernels, memcpys, memsets): without
+        it there is no busy %, idle %, MFU or fix (docs/metrics.md, "No evidence, no figure")."""
+        return self.busy.device is not None
 
     @property
-    def idle_pct(self) -> float:
+    def gpu_busy_pct(self) -> float | None:
+        return self.busy.busy_pct if self.has_gpu_activity else None
+
+    @property
+    def idle_pct(self) -> float | None:
+        if not self.has_gpu_activity:
+            return None
         return pct(self.idle.total_ns, self.window.duration_ns)
 
     @property
@@ -77,6 +88,12 @@ class RunReport:
         w = self.window
         tc = self.tensor_cores
         kernels = self.kernels.to_json() if self.kernels is not None else None
+        busy = {**self.busy.to_json(), "comm_only_us": us(self.comm_only_ns)}
+        idle = self.idle.to_json()
+        if not self.has_gpu_activity:  # no evidence, no figure
+            busy["busy_pct"] = None
+            idle["pct"] = None
+            idle["causes_pct"] = dict.fromkeys(idle["causes_pct"])
         return {
             "schema": SCHEMA,
             "run": dict(self.run),
@@ -93,9 +110,9 @@ class RunReport:
             "step_time_ms": self.step_stats.to_json(),
             "steps": self.per_step,
             "throughput": self.throughput,
-            "gpu_busy_pct": self.busy.busy_pct,
-            "busy": {**self.busy.to_json(), "comm_only_us": us(self.comm_only_ns)},
-            "idle": self.idle.to_json(),
+            "gpu_busy_pct": self.gpu_busy_pct,
+            "busy": busy,
+            "idle": idle,
             "kernels": kernels,
             "tensor_core_pct": getattr(tc, "tensor_core_pct", None),
             "tc_eligible_not_tc_us": getattr(tc, "tc_eligible_not_tc_us", None),
@@ -112,6 +129,32 @@ class RunReport:
             "ranks": self.ranks,
             "warnings": list(self.warnings),
         }
+
+
+def gpu_evidence_warning(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, device: int | None
+) -> str | None:
+    """The top warning of a report with no recognised GPU activity in its window (None when there
+    is some): which event categories the rank does hold, so the user sees why nothing was measured."""
+    if device is not None:
+        return None
+    rows = con.execute(
+        """SELECT cat, count(*) FROM events WHERE run_id = ? AND rank = ? AND ph = 'X'
+            GROUP BY cat ORDER BY count(*) DESC, cat""",
+        [run_id, int(rank)],
+    ).fetchall()
+    in_trace = sum(int(n) for c, n in rows if c in GPU_CATS)
+    held = ", ".join(f"{c or '(none)'} {n}" for c, n in rows[:6]) or "no timed events"
+    where = (
+        f"none inside the analysed window ({in_trace} elsewhere in the trace)"
+        if in_trace
+        else "none in the trace"
+    )
+    return (
+        f"no recognised GPU activity (kernel, gpu_memcpy or gpu_memset events): {where}; "
+        f"the trace holds {held}. GPU busy %, idle %, MFU and recommendations need GPU activity "
+        "and are not computed (a CPU-only or unsupported-device trace, e.g. MTIA)"
+    )
 
 
 def _run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
@@ -150,10 +193,10 @@ def _kernel_stats(
     """Compute kernels of the primary device (communication kernels left out)."""
     short = int(R.SHORT_KERNEL_US * 1e3)
     row = con.execute(
-        """
+        f"""
         WITH k AS (
             SELECT least(e, $we) - greatest(s, $ws) AS d, blocks FROM _gs_gpu
-            WHERE dev = $dev AND s < $we AND e > $ws AND cat IN ('kernel', 'Kernel')
+            WHERE dev = $dev AND s < $we AND e > $ws AND cat IN {sql_list(KERNEL_CATS)}
               AND name_id NOT IN (SELECT name_id FROM names WHERE run_id = $run
                                   AND regexp_matches(name, $comm))
         )
@@ -316,52 +359,30 @@ def analyze_run(
         else 0
     )
     dev_props = device_props(meta, busy.device)
-
-    def attempt(what: str, fn: Any) -> Any:
-        try:
-            return fn()
-        except Exception as e:  # one failing part must not sink the whole report
-            warnings.append(f"{what}: {type(e).__name__}: {e}")
-            return None
-
-    kernels = (
-        attempt("kernels", lambda: K.kernel_breakdown(con, run_id, rank, window))
-        if details
-        else None
-    )
+    # Every part below either computes or states what it lacks; an exception is a bug and propagates
+    # (it never becomes a warning of a report that exits 0).
+    evidence = gpu_evidence_warning(con, run_id, rank, busy.device)
+    if evidence:
+        warnings.insert(0, evidence)
+    kernels = K.kernel_breakdown(con, run_id, rank, window) if details else None
     need_mfu = details or mfu
-    tc = (
-        attempt("tensor cores", lambda: T.tensor_core_summary(con, run_id, rank, window))
+    tc = T.tensor_core_summary(con, run_id, rank, window) if need_mfu else None
+    flops = (
+        F.flops_per_step(
+            con, run_id, rank, window, len(window.steps), model_flops_per_step=model_flops_per_step
+        )
         if need_mfu
         else None
     )
-    flops = (
-        None
-        if not need_mfu
-        else attempt(
-            "flops",
-            lambda: F.flops_per_step(
-                con,
-                run_id,
-                rank,
-                window,
-                len(window.steps),
-                model_flops_per_step=model_flops_per_step,
-            ),
-        )
-    )
     if flops is not None and flops.flops_per_step is None:
-        meta_flops = attempt("flops", lambda: F.metadata_model_flops(con, run_id, rank))
+        meta_flops = F.metadata_model_flops(con, run_id, rank)
         if meta_flops:
             flops.flops_per_step = float(meta_flops)
             flops.source = "metadata"
     props = meta.get("device_properties")
     dtype = getattr(flops, "dtype", None) or _kernel_dtype(tc)
     peak = (
-        attempt(
-            "peak",
-            lambda: P.peak_for(props, dtype, override_tflops=peak_tflops, device=busy.device),
-        )
+        P.peak_for(props, dtype, override_tflops=peak_tflops, device=busy.device)
         if need_mfu
         else None
     )
@@ -369,9 +390,12 @@ def analyze_run(
     fps = getattr(flops, "flops_per_step", None)
     ptf = getattr(peak, "tflops", None)
     busy_s_per_step = busy.busy_ns / 1e9 / window.n_steps
-    mfu_value = P.mfu_pct(fps, step_s, ptf)
-    mfu_busy = P.mfu_busy_pct(fps, busy_s_per_step, ptf)
-    achieved = P.achieved_tflops(fps, step_s)
+    if evidence:  # no GPU activity: FLOPs from CPU-op shapes say nothing about a GPU's use
+        mfu_value = mfu_busy = achieved = None
+    else:
+        mfu_value = P.mfu_pct(fps, step_s, ptf)
+        mfu_busy = P.mfu_busy_pct(fps, busy_s_per_step, ptf)
+        achieved = P.achieved_tflops(fps, step_s)
 
     kstats = (
         _kernel_stats(
@@ -387,7 +411,7 @@ def analyze_run(
     ranks = [
         {
             "rank": rank,
-            "gpu_busy_pct": busy.busy_pct,
+            "gpu_busy_pct": busy.busy_pct if not evidence else None,
             "step_time_ms": stats.mean_ms,
             "comm_only_us_per_step": comm_only / window.n_steps / 1e3,
         }
@@ -408,10 +432,9 @@ def analyze_run(
             props,
             dev_props,
             comm_only,
-            attempt,
             ranks,
         )
-        if details
+        if details and not evidence
         else []
     )
     report = RunReport(
@@ -450,7 +473,6 @@ def _recommendations(
     props: Any,
     dev_props: dict[str, Any],
     comm_only: int,
-    attempt: Any,
     ranks: list[dict[str, Any]],
 ) -> list[R.Recommendation]:
     from gpuscope.analysis import peaks as P
@@ -463,9 +485,9 @@ def _recommendations(
         except (TypeError, ValueError):
             cc = None
     speedup = None
-    pb = attempt("peak", lambda: P.peak_for(props, "bf16", device=busy.device))
-    pf = attempt("peak", lambda: P.peak_for(props, "fp32", device=busy.device))
-    if pb is not None and pf is not None and pb.tflops and pf.tflops:
+    pb = P.peak_for(props, "bf16", device=busy.device)
+    pf = P.peak_for(props, "fp32", device=busy.device)
+    if pb.tflops and pf.tflops:
         speedup = pb.tflops / pf.tflops
     inputs = R.Inputs(
         window_ns=window.duration_ns,

@@ -14,27 +14,13 @@ import duckdb
 import pandas as pd
 
 # -- event classes -----------------------------------------------------------------------------
-
-#: GPU activity (busy time): kernels, memcpys, memsets. ROCm traces use the same names; older
-#: exporters spell them with capitals.
-GPU_CATS: tuple[str, ...] = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
-#: Host-side CUDA/HIP runtime and driver calls (launches, copies, syncs).
-RUNTIME_CATS: tuple[str, ...] = (
-    "cuda_runtime",
-    "cuda_driver",
-    "hip_runtime",
-    "hip_driver",
-    "Runtime",
-    "Driver",
-)
-#: Host spans: operators, annotations, Python functions and runtime calls.
-HOST_CATS: tuple[str, ...] = (
-    "cpu_op",
-    "Operator",
-    "user_annotation",
-    "python_function",
-    "python_function_call",
-    *RUNTIME_CATS,
+# Defined once in gpuscope.analysis.event_classes; re-exported for the SQL helpers below.
+from gpuscope.analysis.event_classes import (
+    COMM_KERNEL_SQL_RE,
+    GPU_CATS,
+    HOST_CATS,
+    OP_CATS,
+    RUNTIME_CATS,
 )
 
 #: Runtime/driver calls that start GPU work.
@@ -88,7 +74,7 @@ COMM_RE = (
     r"^(nccl:|gloo:|mpi:|ucc:|c10d::|c10d_functional::|_c10d_functional::|record_param_comms$"
     r"|ProcessGroup(NCCL|Gloo|MPI|UCC)?::|torch\.distributed\.)"
 )
-COMM_KERNEL_RE = r"^(ncclDevKernel|ncclKernel|nccl[A-Z]\w*Kernel|rccl)"
+COMM_KERNEL_RE = COMM_KERNEL_SQL_RE  # communication kernels: event_classes.COMM_KERNEL_PATTERN
 OPTIMIZER_RE = r"^Optimizer\.(step|zero_grad)#"
 PROFILER_STEP_RE = r"^ProfilerStep#\d+$"
 PAGEABLE_H2D_RE = r"Pageable -> Device"
@@ -108,6 +94,7 @@ def sql_list(values: tuple[str, ...] | list[str]) -> str:
 GPU_CATS_SQL = sql_list(GPU_CATS)
 RUNTIME_CATS_SQL = sql_list(RUNTIME_CATS)
 HOST_CATS_SQL = sql_list(HOST_CATS)
+OP_CATS_SQL = sql_list(OP_CATS)
 
 
 def names_matching(pattern_sql: str) -> str:

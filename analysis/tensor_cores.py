@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 import duckdb
+from gpuscope.analysis.event_classes import KERNEL_CATS
 
 MATH_CATEGORIES = ("gemm", "convolution", "attention")
 
@@ -103,6 +104,34 @@ TC_RULES: tuple[TcRule, ...] = (
         "direct-conv",
         "depthwise and direct convolutions: CUDA cores, and not GEMM-shaped (not counted as eligible)",
         "void at::native::(anonymous namespace)::conv_depthwise2d_forward_kernel<3, float, int>(...)",
+        False,
+        "fp32",
+    ),
+    TcRule(
+        "cudnn-simt",
+        "cuDNN 7/8 legacy engines `{arch}_[{type}_]scudnn_*` / `hcudnn`: CUDA cores (`s` = fp32 math, `h` = fp16; a `fp16` type token wins); with an MMA shape (`s884cudnn`, `h1688cudnn`, `s16816cudnn`) see mma-shape",
+        "volta_scudnn_128x64_relu_interior_nn_v1",
+        False,
+        "fp32",
+    ),
+    TcRule(
+        "mma-shape",
+        "cuDNN legacy tensor-core engine (Volta HMMA 8x8x4: fp16 inputs)",
+        "volta_s884cudnn_fp16_256x128_ldg8_splitK_relu_exp_medium_nhwc_tn_v1",
+        True,
+        "fp16",
+    ),
+    TcRule(
+        "rocm-miopen",
+        "MIOpen xdlops implicit GEMM (`igemm_*_gtcx*`, `*xdlops*`): matrix cores; assembly/OpenCL direct, Winograd and naive solvers (`miopenSp3AsmConv*`, `gcnAsmConv*`, `MIOpenConv*`, `igemm_*_gtc_*`, `naive_conv_*`): vector ALU",
+        "igemm_fwd_gtcx_nhwc_fp16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2_ta1x8x4x1_1x4x1x32_tb1x8x1x1_1x4x1x32",
+        True,
+        "fp16",
+    ),
+    TcRule(
+        "rocm-miopen",
+        "MIOpen assembly convolution solver: vector ALU",
+        "miopenSp3AsmConv_v21_1_3_gfx9_fp32_stride1",
         False,
         "fp32",
     ),
@@ -237,7 +266,7 @@ _I = re.IGNORECASE
 _HELPER = re.compile(
     r"splitkreduce|reducesplitk|reduce_splitk|epilogue::impl|epilogue_kernel|scal_kernel|init_device_workspace|convert_dq|dot_do_o|"
     r"reduce_wgrad|flip_filter|nchwtonhwc|nhwctonchw|nhwcaddpadding|converttensor|scale(?:packed)?tensor|"
-    r"zero_?init|\bgemm_?prologue",
+    r"zero_?init|\bgemm_?prologue|computeoffsets|computeboffsets|computewgradoffsets|cudnn::gemm::",
     _I,
 )
 _SIMT_MARK = re.compile(r"ffma|hfma|_simt_|simt_|mmasimt|\bsimt\b|opclasssimt", _I)
@@ -255,7 +284,7 @@ _XMMA_TYPES = re.compile(
 )
 _NVJET = re.compile(r"nvjet_(?:sm\d+a?_)?([a-z]{3,6})_", _I)
 _MMA_SHAPE = re.compile(
-    r"(?<![a-z0-9])([hsidz])(884|1688|16816|161616|8816|16832|16816|1684|884)(gemm|fprop|dgrad|wgrad|conv)",
+    r"(?<![a-z0-9])([hsidz])(884|1688|16816|161616|8816|16832|16816|1684|884)(gemm|fprop|dgrad|wgrad|conv|cudnn)",
     _I,
 )
 _TC_MARK = re.compile(
@@ -269,7 +298,15 @@ _CUDNN_SDPA = re.compile(
     r"fort_native_sdpa|fmha_v2|fused_mha|mha_fwd|mha_bwd|fmha_fwd|fmha_bwd", _I
 )
 _TENSILE = re.compile(r"cijk_a[a-z]+_b[a-z]+_([a-z0-9]+?)(?:_|$)", _I)
-_TENSILE_MI = re.compile(r"_mi\d+x\d+x\d+|mfma", _I)
+_TENSILE_MI = re.compile(r"_mi\d+x\d+x\d+|_miwt\d|mfma", _I)
+# cuDNN legacy SIMT engines: volta_scudnn_..., maxwell_scudnn_winograd_..., volta_fp16_scudnn_fp16_...
+_CUDNN_SIMT = re.compile(r"(?<![a-z0-9])([shd])cudnn_", _I)
+# MIOpen: xdlops implicit GEMM (igemm_*_gtcx*, *xdlops*) runs on matrix cores; its assembly/OpenCL
+# direct, Winograd and naive solvers run on the vector ALU.
+_MIOPEN_TC = re.compile(r"igemm_\w*gtcx|xdlops|conv\w*_xdl_|_xdl_\w*conv", _I)
+_MIOPEN_VALU = re.compile(
+    r"miopen\w*(?:conv|cv|wino)|gcnasm|igemm_\w*gtc_|naive_conv|mlo(?:conv|cv)|bwdwrw", _I
+)
 _CK_TC = re.compile(r"xdl|xdlops|mfma|gtcx", _I)
 _CK_DL = re.compile(r"gemm_dl|_dl_", _I)
 _TRITON_TEM = re.compile(r"^triton_tem_", _I)
@@ -277,8 +314,8 @@ _TRITON_TEM = re.compile(r"^triton_tem_", _I)
 _PRECISION_TOKENS = (
     ("fp8", re.compile(r"e4m3|e5m2|fp8|float8|f8f8|_f8_", _I)),
     ("tf32", re.compile(r"tf32|tfloat32", _I)),
-    ("bf16", re.compile(r"bf16|bfloat16", _I)),
-    ("fp16", re.compile(r"fp16|(?<![bt])f16|half_t|__half|\bhalf\b|c10::half", _I)),
+    ("bf16", re.compile(r"bf16|bfloat16|bhalf", _I)),
+    ("fp16", re.compile(r"fp16|(?<![bt])f16|half_t|__half|(?<![a-z])half(?![a-z])|c10::half", _I)),
     ("int8", re.compile(r"int8|(?<![a-z])[iu]8(?![0-9])|\bs8\b|imma", _I)),
     ("fp64", re.compile(r"f64|fp64|double|dgemm|dmma", _I)),
     ("fp32", re.compile(r"f32|fp32|float|sgemm", _I)),
@@ -359,6 +396,18 @@ def tensor_core_info(name: str, category: str) -> TensorCoreInfo:
         return TensorCoreInfo(False, precision_from_tokens(name) or "fp32", True, "simt-blas")
     if _SIMT_CONV.search(name):
         return TensorCoreInfo(False, precision_from_tokens(name) or "fp32", True, "simt-conv")
+    m = _CUDNN_SIMT.search(name)
+    if m:
+        letter = m.group(1).lower()
+        prec = precision_from_tokens(name.replace(m.group(0), " ")) or {
+            "h": "fp16",
+            "d": "fp64",
+        }.get(letter, "fp32")
+        return TensorCoreInfo(False, prec, True, "cudnn-simt")
+    if _MIOPEN_TC.search(name):
+        return TensorCoreInfo(True, precision_from_tokens(name), True, "rocm-miopen")
+    if _MIOPEN_VALU.search(name):
+        return TensorCoreInfo(False, precision_from_tokens(name) or "fp32", True, "rocm-miopen")
     math = _xmma_math(name)
     if math is not None:
         return TensorCoreInfo(math not in ("fp32", "fp64"), math, True, "xmma-types")
@@ -481,7 +530,7 @@ class TensorCoreSummary:
 
 _TC_SQL = """
     WITH g AS ({gpu}),
-    per AS (SELECT name_id, count(*) AS n, sum(in_ns) AS ns FROM g WHERE cat IN ('kernel', 'Kernel') GROUP BY name_id)
+    per AS (SELECT name_id, count(*) AS n, sum(in_ns) AS ns FROM g WHERE cat IN {kernel_cats} GROUP BY name_id)
     SELECT per.name_id, n.name, per.n, per.ns FROM per JOIN names n ON n.run_id = $run AND n.name_id = per.name_id
 """
 
@@ -494,7 +543,7 @@ _TRITON_TYPES_SQL = """
             AND correlation IN (SELECT correlation FROM tk) GROUP BY correlation),
     tl AS (SELECT tk.name_id, tk.in_ns, l.pid, l.tid, l.ts_ns AS launch_ns FROM tk JOIN l USING (correlation)),
     ops AS (SELECT pid, tid, ts_ns, ts_ns + dur_ns AS end_ns, input_types FROM events
-            WHERE run_id = $run AND rank = $rank AND cat IN ('cpu_op', 'Operator') AND dur_ns IS NOT NULL
+            WHERE run_id = $run AND rank = $rank AND cat IN {op_cats} AND dur_ns IS NOT NULL
               AND ts_ns <= (SELECT max(launch_ns) FROM tl) AND ts_ns + dur_ns >= (SELECT min(launch_ns) FROM tl)
               AND tid IN (SELECT tid FROM tl))
     SELECT tl.name_id, CASE WHEN launch_ns <= o.end_ns THEN o.input_types END AS types, sum(tl.in_ns)
@@ -515,7 +564,11 @@ def tensor_core_summary(
         "start": int(window.start_ns),
         "end": int(window.end_ns),
     }
-    rows = K.run_sql(con, _TC_SQL.format(gpu=K.GPU_IN_WINDOW_SQL), params).fetchall()
+    rows = K.run_sql(
+        con,
+        _TC_SQL.format(gpu=K.GPU_IN_WINDOW_SQL, kernel_cats=K._sql_tuple(KERNEL_CATS)),
+        params,
+    ).fetchall()
     infos: dict[int, tuple[str, TensorCoreInfo]] = {}
     per_ns: dict[int, tuple[int, int]] = {}
     for name_id, name, n, ns in rows:
@@ -528,7 +581,11 @@ def tensor_core_summary(
     if triton_ids:
         trows = K.run_sql(
             con,
-            _TRITON_TYPES_SQL.format(gpu=K.GPU_IN_WINDOW_SQL, runtime=K._sql_tuple(K.RUNTIME_CATS)),
+            _TRITON_TYPES_SQL.format(
+                gpu=K.GPU_IN_WINDOW_SQL,
+                runtime=K._sql_tuple(K.RUNTIME_CATS),
+                op_cats=K._sql_tuple(K.OP_CATS),
+            ),
             params,
         ).fetchall()
         done: dict[int, int] = {}

@@ -20,7 +20,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 from gpuscope.ingest.json_stream import Batch
-from gpuscope.ingest.kineto import decode_batch, to_raw
+from gpuscope.ingest.kineto import decode_batch, odd_notes, to_raw
 
 # The event keys gpuscope keeps, as DuckDB types; other keys are skipped by the reader.
 ARGS_STRUCT = (
@@ -44,7 +44,7 @@ SELECT ph, cat, name,
        args."Input Dims"::VARCHAR AS input_dims, args."Input type"::VARCHAR AS input_types,
        args."Concrete Inputs"::VARCHAR AS concrete_inputs, args.flops AS flops,
        args."Sequence number" AS seq_num, args."Fwd thread id" AS fwd_tid, args."Python id" AS python_id,
-       args."Python parent id" AS python_parent_id, args.name AS meta_name
+       args."Python parent id" AS python_parent_id, args.name AS meta_name, NULL::VARCHAR AS odd_args
 FROM read_json('{path}', format = 'array', columns = {columns}, maximum_object_size = 1073741824)
 """
 
@@ -77,6 +77,8 @@ class BatchInserter:
         self.names = IdMap()  # event names -> names.name_id
         self.labels = IdMap()  # non-numeric pids/tids -> -1 - id
         self.thread_rows: set[tuple[int, str, int, str]] = set()
+        self.odd_events = 0  # events with a value of an unexpected type (kept as JSON text)
+        self.odd_examples: list[str] = []
 
     def insert(self, path: Path, batch: Batch, rank: int, *, strict: bool = True) -> int:
         """Insert one batch; returns its number of events. Raises IngestError for bad events.
@@ -86,15 +88,36 @@ class BatchInserter:
         """
         if not strict:
             self.fallbacks += 1
-            return self.insert_arrow(to_raw(decode_batch(path, batch)), rank)
+            return self.insert_arrow(self._decode(path, batch), rank)
         self.scratch.write_bytes(batch.data)
         sql = RAW_FROM_JSON.format(path=str(self.scratch).replace("'", "''"), columns=COLUMNS)
         try:  # on a cursor of its own: a refused batch must not abort the writer's transaction
             raw = self.reader.execute(sql).to_arrow_table()
         except duckdb.Error:
             self.fallbacks += 1
-            raw = to_raw(decode_batch(path, batch))  # names the bad event, or reads the quirk
+            raw = self._decode(
+                path, batch
+            )  # reads the quirk or the odd types, or names the bad JSON
         return self.insert_arrow(raw, rank)
+
+    def _decode(self, path: Path, batch: Batch) -> pa.Table:
+        events = decode_batch(path, batch)
+        n_odd = sum(1 for e in events if getattr(e, "odd", None))
+        if n_odd:
+            self.odd_events += n_odd
+            if len(self.odd_examples) < 3:
+                self.odd_examples += odd_notes(path, events, batch.first_index)
+        return to_raw(events)
+
+    def odd_warning(self) -> str | None:
+        """One line on the values kept as JSON text because their type was unexpected (None: none)."""
+        if not self.odd_events:
+            return None
+        ex = "; ".join(self.odd_examples[:3])
+        return (
+            f"{self.odd_events} events had values of unexpected types, kept as JSON text in "
+            f"events.odd_args (e.g. {ex})"
+        )
 
     def insert_arrow(self, raw: pa.Table, rank: int) -> int:
         """Map names and non-numeric ids to integers (vectorised), then one INSERT."""
@@ -118,7 +141,7 @@ class BatchInserter:
                        CAST(round(ts * 1000) AS BIGINT), CAST(round(dur * 1000) AS BIGINT),
                        correlation, external_id, device, stream, flow_id, grid, block,
                        registers, shared_mem, bytes, input_dims, input_types, concrete_inputs,
-                       flops, seq_num, fwd_tid, python_id, python_parent_id
+                       flops, seq_num, fwd_tid, python_id, python_parent_id, odd_args
                 FROM _gs_raw
                 """,
                 [self.run_id, rank],

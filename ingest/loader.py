@@ -318,6 +318,9 @@ def ingest_trace(
     result = RunResult(
         run_id, run_name, "trace", len(files), n_events, [str(p) for p in files], gpu_name=gpu
     )
+    odd = writer.inserter.odd_warning()
+    if odd:
+        result.warnings.append(odd)
     return result, row
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -177,6 +177,13 @@ EVENTS = Table(
         C("fwd_tid", "BIGINT", "`args.Fwd thread id`"),
         C("python_id", "BIGINT", "`args.Python id` of a python_function event"),
         C("python_parent_id", "BIGINT", "`args.Python parent id`"),
+        C(
+            "odd_args",
+            "JSON",
+            "the kept `args` whose value had an unexpected type (or `args` itself when not an object), "
+            "by trace key, e.g. "
+            '`{"grid": "grid(100,)"}` (Inductor launch ops of older PyTorch); NULL when none',
+        ),
     ),
 )
 

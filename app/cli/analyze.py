@@ -96,7 +96,11 @@ def _f(v: float | None, spec: str = ".1f", unit: str = "") -> str:
 def render(doc: dict[str, Any]) -> str:
     """The report as readable text."""
     r, w, st = doc["run"], doc["window"], doc["step_time_ms"]
+    warnings = list(doc.get("warnings") or [])
+    # no GPU activity: that warning leads the report (no busy %, MFU or fix below rests on anything)
+    top = [f"WARNING: {warnings.pop(0)}"] if doc.get("gpu_busy_pct") is None and warnings else []
     out = [
+        *top,
         f"run {r['id']}  {r['name']}  rank {doc['rank']} of {r['ranks']}  GPU {r['gpu'] or '-'}",
         f"window {w['duration_us'] / 1e3:.3f} ms, {w['steps']} steps ({w['source']})",
         f"step time  mean {st['mean']:.3f} ms  p50 {st['p50']:.3f} ms  max {st['max']:.3f} ms",
@@ -105,9 +109,11 @@ def render(doc: dict[str, Any]) -> str:
     if tp and tp.get("samples_per_s"):
         out.append(f"throughput {tp['samples_per_s']:.1f} samples/s")
     idle = doc["idle"]
-    out.append(f"GPU busy {doc['gpu_busy_pct']:.1f}%   idle {idle['pct']:.1f}%")
+    out.append(
+        f"GPU busy {_f(doc['gpu_busy_pct'], '.1f', '%')}   idle {_f(idle['pct'], '.1f', '%')}"
+    )
     for cause, v in sorted(idle["causes"].items(), key=lambda kv: -kv[1]):
-        if v:
+        if v and idle["pct"] is not None:
             out.append(f"  {cause:16} {v / 1e3:10.3f} ms  {idle['causes_pct'][cause]:5.1f}%")
     out.append(
         f"tensor cores {_f(doc['tensor_core_pct'], '.1f', '%')}   dtype {doc['dtype'] or '-'}   "
@@ -120,6 +126,6 @@ def render(doc: dict[str, Any]) -> str:
         out.append(f"* [{rec['id']}] {rec['title']}  (up to {rec['max_gain_pct']:.1f}% faster)")
         out.append(f"    {rec['evidence'].get('summary', '')}")
         out += ["    | " + line for line in rec["fix"].splitlines()]
-    for wmsg in doc.get("warnings") or []:
+    for wmsg in warnings:
         print(f"gpuscope: warning: {wmsg}", file=sys.stderr)
     return "\n".join(out)

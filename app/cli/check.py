@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         con.close()
     name = f"run {run_id} rank {report.rank}"
+    if not report.has_gpu_activity:  # no evidence, no figure: nothing to hold to a bound
+        return fail(f"{name}: {report.warnings[0]}")
     if args.max_idle_pct is not None and report.idle_pct > args.max_idle_pct:
         return fail(
             f"{name}: GPU idle {report.idle_pct:.2f}% > --max-idle-pct {args.max_idle_pct:g}", 1

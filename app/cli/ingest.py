@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         con.close()
     for r in results:
+        for w in r.warnings:
+            print(f"gpuscope: note: {r.paths[0]}: {w}", file=sys.stderr)
         if r.duplicate:
             print(
                 f"gpuscope: {r.paths[0]}: already ingested as run {r.run_id} ({r.name})",
