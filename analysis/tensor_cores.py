@@ -136,6 +136,13 @@ TC_RULES: tuple[TcRule, ...] = (
         "fp32",
     ),
     TcRule(
+        "xmma-mma-marker",
+        "xmma name that names its MMA instruction: `hmma` (fp16/bf16 inputs), `imma` (int8) or a `tensorNNNN` shape = tensor cores, whatever its type groups say (cuDNN's first-layer convolutions read `f16f16_f32_f32`)",
+        "sm90_xmma_fprop_image_first_layer_f16f16_f32_f16_nhwckrsc_nhwc_hmma_k64c4r7s7_stride2x2_tile16x64x64_tensor1688_execute_kernel_kernel__5x_cudnn",
+        True,
+        "fp16",
+    ),
+    TcRule(
         "xmma-types",
         "cuBLAS/cuDNN xmma names: the 2nd type group is the math type: `tf32`->TF32, `bf16`, `f16`, `e4m3`/`e5m2`, `i8` = tensor cores; `f32f32` = FP32 FMA",
         "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
@@ -282,6 +289,10 @@ _SIMT_CONV = re.compile(
 _XMMA_TYPES = re.compile(
     r"xmma_\w*?_((?:c?[a-z]*\d+){2})_((?:c?[a-z]*\d+){2})_(c?[a-z]*\d+)(?:_|$)", _I
 )
+# An MMA instruction named outright in an xmma name: hmma (half inputs), imma (int8), tensorNNNN.
+_XMMA_MMA_MARK = re.compile(
+    r"(?<![a-z])([hi])mma(?![a-z])|(?<![a-z])tensor(?:1688|16816|884|8816)(?!x)", _I
+)
 _NVJET = re.compile(r"nvjet_(?:sm\d+a?_)?([a-z]{3,6})_", _I)
 _MMA_SHAPE = re.compile(
     r"(?<![a-z0-9])([hsidz])(884|1688|16816|161616|8816|16832|16816|1684|884)(gemm|fprop|dgrad|wgrad|conv|cudnn)",
@@ -408,6 +419,14 @@ def tensor_core_info(name: str, category: str) -> TensorCoreInfo:
         return TensorCoreInfo(True, precision_from_tokens(name), True, "rocm-miopen")
     if _MIOPEN_VALU.search(name):
         return TensorCoreInfo(False, precision_from_tokens(name) or "fp32", True, "rocm-miopen")
+    m = _XMMA_MMA_MARK.search(name) if "xmma" in name.lower() else None
+    if m:
+        if m.group(1) and m.group(1).lower() == "i":
+            prec = "int8"
+        else:
+            prec = "bf16" if "bf16" in name.lower() else "fp16" if m.group(1) else None
+            prec = prec or precision_from_tokens(name)
+        return TensorCoreInfo(True, prec, True, "xmma-mma-marker")
     math = _xmma_math(name)
     if math is not None:
         return TensorCoreInfo(math not in ("fp32", "fp64"), math, True, "xmma-types")

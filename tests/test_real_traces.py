@@ -1,0 +1,112 @@
+"""Real traces recorded on an H200 (sample_traces/wild, sample_traces/{before,after,ddp}): what a user
+gets from them, checked against figures read off the trace files independently of gpuscope.
+
+The expected values come from the files themselves (the trace metadata the capture wrote, kernel
+durations summed here in plain Python), not from gpuscope's own output.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+from gpuscope.analysis.kernels import classify_kernel
+from gpuscope.analysis.report import analyze_run
+from gpuscope.analysis.tensor_cores import tensor_core_info
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.ingest.store import connect
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+WILD = SAMPLES / "wild"
+CONFIGS = ("resnet50_fp16", "resnet50_bf16", "cuda_only", "gpt_compiled", "gpt_cudagraphs")
+
+
+def trace_file(config: str) -> Path:
+    base = WILD if (WILD / config).is_dir() else SAMPLES
+    return base / config / f"{config}_rank0.pt.trace.json.gz"
+
+
+@cache
+def raw(config: str) -> dict:
+    with gzip.open(trace_file(config), "rt") as f:
+        return json.load(f)
+
+
+@cache
+def kernel_us(config: str) -> dict[str, float]:
+    """Kernel name -> summed duration (µs) over the whole trace, read with json alone."""
+    out: dict[str, float] = {}
+    for e in raw(config)["traceEvents"]:
+        if e.get("cat") == "kernel":
+            out[e["name"]] = out.get(e["name"], 0.0) + float(e.get("dur", 0))
+    return out
+
+
+@pytest.fixture(scope="module")
+def store():
+    con = connect(":memory:")
+    runs = {}
+    for c in CONFIGS:
+        [res] = ingest_paths(con, [trace_file(c)])
+        runs[c] = res.run_id
+    yield con, runs
+    con.close()
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_real_trace_is_analysed_whole(store, config):
+    """No section lost: categories, top kernels and the idle causes are there, and no warning carries
+    an exception's text."""
+    con, runs = store
+    doc = analyze_run(con, runs[config]).to_json()
+    assert doc["gpu_busy_pct"] is not None and 0 < doc["gpu_busy_pct"] <= 100
+    kernels = doc["kernels"]
+    assert kernels["by_category"] and kernels["top"]
+    assert sum(kernels["by_category"].values()) == pytest.approx(kernels["total_us"], rel=1e-6)
+    for w in doc["warnings"]:
+        assert not re.search(r"Error\b|Traceback|Exception", w), w
+
+
+# Names that say what they compute (read by hand from these traces):
+# - `hmma` / `tensor1688` / `tensorop` / `s16816` / an `f16`, `bf16` or `tf32` math type in an xmma
+#   name: the multiply runs on tensor cores; `ffma`: plain FP32 FMA on CUDA cores;
+# - fprop/dgrad/wgrad (cuDNN's implicit-GEMM and CUTLASS convolutions): convolution;
+# - cudnn::bn_*: batch norm, never a convolution; nchwToNhwc / nhwcToNchw: layout copies.
+TC_NAME = re.compile(r"hmma|tensor1688|tensorop|s16816|_(bf16|f16)f32_|tf32f32|nvjet", re.I)
+NOT_TC = re.compile(r"ffma|init_device_workspace", re.I)
+CONV_NAME = re.compile(r"fprop|dgrad|wgrad|ImplicitGemmConvolution", re.I)
+
+
+@pytest.mark.parametrize("config", ["resnet50_fp16", "resnet50_bf16", "cuda_only"])
+def test_cudnn_names_are_read_for_what_they_compute(config):
+    wrong = []
+    for name in kernel_us(config):
+        cat = classify_kernel(name)
+        if CONV_NAME.search(name) and cat != "convolution":
+            wrong.append(("not convolution", cat, name))
+        if "cudnn::bn_" in name and cat == "convolution":
+            wrong.append(("batch norm filed as convolution", cat, name))
+        info = tensor_core_info(name, cat)
+        tc_conv = CONV_NAME.search(name) and TC_NAME.search(name) and not NOT_TC.search(name)
+        if tc_conv and info.tensor_core is not True:
+            wrong.append(("tensor-core kernel not counted", info, name))
+        if NOT_TC.search(name) and info.tensor_core:
+            wrong.append(("CUDA-core kernel counted as tensor core", info, name))
+    assert not wrong, "\n".join(map(str, wrong))
+
+
+def test_fp16_resnet_tensor_core_share_matches_the_names(store):
+    """Tensor-core share = kernel time of tensor-core kernels / all compute kernel time; here the
+    brute-force count over the trace's kernel names with the rules above."""
+    con, runs = store
+    ks = kernel_us("resnet50_fp16")
+    total = sum(ks.values())
+    tc = sum(d for n, d in ks.items() if TC_NAME.search(n) and not NOT_TC.search(n))
+    doc = analyze_run(con, runs["resnet50_fp16"]).to_json()
+    # Kernels in the analysed window only: the window is the whole profiled span of these traces.
+    assert doc["tensor_core_pct"] == pytest.approx(100 * tc / total, abs=0.5)
+    assert doc["dtype"] == "fp16"
