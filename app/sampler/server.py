@@ -9,11 +9,10 @@
 from __future__ import annotations
 
 import json
-import math
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -22,6 +21,8 @@ from urllib.parse import parse_qs, urlsplit
 import msgspec
 from gpuscope import __version__
 from gpuscope.sampler.loop import SamplerThread, SampleStore
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9401  # dcgm-exporter's is 9400: both can run on one node
@@ -90,21 +91,48 @@ METRICS: tuple[Metric, ...] = (
 )
 
 
-def _label_value(v: Any) -> str:
-    s = "" if v is None else str(v)
-    return s.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class _SampleCollector:
+    """A prometheus_client collector over one sample (the newest), built per scrape."""
 
+    def __init__(
+        self,
+        host: str,
+        gpus: list[dict[str, Any]],
+        latest: tuple[int, list[dict[str, Any]]] | None,
+        total_samples: int,
+    ) -> None:
+        self.host, self.latest, self.total = host, latest, total_samples
+        self.info = {g["index"]: g for g in gpus}
 
-def _number(v: float | int) -> str:
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    if isinstance(v, int):
-        return str(v)
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
+    def collect(self) -> Iterator[Any]:
+        rows = self.latest[1] if self.latest else []
+        names = ["gpu", "UUID", "modelName", "Hostname"]
+        for m in METRICS:
+            fam = GaugeMetricFamily(m.name, m.help, labels=names)
+            for row in rows:
+                v = m.value(row)
+                if v is None:  # N/A: left out, as dcgm-exporter does
+                    continue
+                g = self.info.get(row["gpu"], {})
+                labels = [str(row["gpu"]), str(g.get("uuid") or ""), str(g.get("name") or "")]
+                fam.add_metric([*labels, self.host], float(v))
+            if fam.samples:
+                yield fam
+        total = CounterMetricFamily(
+            "gpuscope_sampler_samples",
+            "Samples taken since the sampler started.",
+            labels=["Hostname"],
+        )
+        total.add_metric([self.host], self.total)
+        yield total
+        if self.latest is not None:
+            last = GaugeMetricFamily(
+                "gpuscope_sampler_last_sample_timestamp_seconds",
+                "Unix time of the newest sample.",
+                labels=["Hostname"],
+            )
+            last.add_metric([self.host], self.latest[0] / 1e9)
+            yield last
 
 
 def render_metrics(
@@ -114,38 +142,11 @@ def render_metrics(
     *,
     total_samples: int = 0,
 ) -> str:
-    """Prometheus text exposition (format 0.0.4) of one sample; N/A readings are left out."""
-    info = {g["index"]: g for g in gpus}
-    labels: dict[int, str] = {}
-    rows = latest[1] if latest else []
-    for row in rows:
-        g = info.get(row["gpu"], {})
-        labels[row["gpu"]] = (
-            f'gpu="{row["gpu"]}",UUID="{_label_value(g.get("uuid"))}",'
-            f'modelName="{_label_value(g.get("name"))}",Hostname="{_label_value(host)}"'
-        )
-    out: list[str] = []
-    for m in METRICS:
-        lines = []
-        for row in rows:
-            v = m.value(row)
-            if v is not None:
-                lines.append(f"{m.name}{{{labels[row['gpu']]}}} {_number(v)}")
-        if lines:
-            out += [f"# HELP {m.name} {m.help}", f"# TYPE {m.name} gauge", *lines]
-    host_label = f'Hostname="{_label_value(host)}"'
-    out += [
-        "# HELP gpuscope_sampler_samples_total Samples taken since the sampler started.",
-        "# TYPE gpuscope_sampler_samples_total counter",
-        f"gpuscope_sampler_samples_total{{{host_label}}} {total_samples}",
-    ]
-    if latest is not None:
-        out += [
-            "# HELP gpuscope_sampler_last_sample_timestamp_seconds Unix time of the newest sample.",
-            "# TYPE gpuscope_sampler_last_sample_timestamp_seconds gauge",
-            f"gpuscope_sampler_last_sample_timestamp_seconds{{{host_label}}} {latest[0] / 1e9!r}",
-        ]
-    return "\n".join(out) + "\n"
+    """Prometheus text exposition (format 0.0.4, by prometheus_client) of one sample; N/A readings
+    are left out."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_SampleCollector(host, gpus, latest, total_samples))
+    return generate_latest(registry).decode("utf-8")
 
 
 class SamplerApp:
