@@ -420,10 +420,12 @@ def ingest_paths(
     tz: str | None = None,
     progress: Progress | None = None,
     separate: bool = False,
+    smi_columns: str | None = None,
 ) -> list[RunResult]:
     """Ingest each path as one run; the runs are published together at the end, or not at all.
 
-    ``separate``: each trace file of a folder is a run of its own (e.g. the profiling spans that
+    ``smi_columns``: the ``--query-gpu`` list of headerless nvidia-smi CSV logs
+    (``--format=csv,noheader``). ``separate``: each trace file of a folder is a run of its own (e.g. the profiling spans that
     ``tensorboard_trace_handler`` writes for one process), instead of one rank of a single run.
 
     A path is a trace file, a folder holding one trace file per rank (NVML series files beside them
@@ -441,7 +443,14 @@ def ingest_paths(
     con.execute("SET threads = 1")
     try:
         return _ingest_paths(
-            con, paths, name=name, tags=tags, attach=attach, tz=tz, progress=progress
+            con,
+            paths,
+            name=name,
+            tags=tags,
+            attach=attach,
+            tz=tz,
+            progress=progress,
+            smi_columns=smi_columns,
         )
     finally:
         con.execute(f"SET threads = {int(threads)}")
@@ -456,6 +465,7 @@ def _ingest_paths(
     attach: str | None,
     tz: str | None,
     progress: Progress | None,
+    smi_columns: str | None = None,
 ) -> list[RunResult]:
     from gpuscope.ingest.nvml import is_nvml_file
 
@@ -497,7 +507,9 @@ def _ingest_paths(
                 con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
             for run_id in staged:
                 con.execute("DELETE FROM ingest_pending WHERE run_id = ?", [run_id])
-            _write_series(con, series, results, name=one_name, tags=tags, tz=tz)
+            _write_series(
+                con, series, results, name=one_name, tags=tags, tz=tz, smi_columns=smi_columns
+            )
     except BaseException:
         for run_id in staged:
             discard_run(con, run_id)
@@ -513,12 +525,15 @@ def _write_series(
     name: str | None,
     tags: Iterable[str],
     tz: str | None,
+    smi_columns: str | None = None,
 ) -> None:
     from gpuscope.ingest.nvml import ingest_series
 
     for path, run_id, index in series:
         try:
-            info = ingest_series(con, path, run_id=run_id, name=name, tags=tags, tz=tz)
+            info = ingest_series(
+                con, path, run_id=run_id, name=name, tags=tags, tz=tz, smi_columns=smi_columns
+            )
         except DuplicateRunError as e:
             if index >= 0:
                 results[index] = _duplicate(con, e, path)

@@ -27,6 +27,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--attach", metavar="RUN", help="attach NVML series files to this existing run")
     p.add_argument("--tz", help="time zone of nvidia-smi CSV timestamps (default: this machine's)")
     p.add_argument(
+        "--smi-columns",
+        metavar="LIST",
+        help="the --query-gpu list of nvidia-smi CSV logs written with --format=csv,noheader "
+        "(e.g. timestamp,index,utilization.gpu,memory.used,power.draw)",
+    )
+    p.add_argument(
         "--separate",
         action="store_true",
         help="each trace file of a folder is its own run (e.g. profiling spans of one process)",
@@ -49,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
             attach=attach,
             tz=args.tz,
             separate=args.separate,
+            smi_columns=args.smi_columns,
         )
     except IngestError as e:
         return fail(str(e))
