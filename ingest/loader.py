@@ -118,6 +118,14 @@ class TraceRunWriter:
                 self.progress(self.done_bytes + min(file_bytes, batch.offset), self.total_bytes)
         if rank is None:
             raise IngestError(path, "the trace has no events")
+        timed = self.con.execute(
+            "SELECT count(*) FROM events WHERE run_id = ? AND rank = ? AND ph = 'X'",
+            [self.run_id, rank],
+        ).fetchone()
+        if not timed or not timed[0]:
+            raise IngestError(
+                path, "the trace has no events with a duration (ph X): only metadata or markers"
+            )
         meta = splitter.metadata
         final_rank = _rank_of(meta)
         if provisional and final_rank is None:
@@ -230,6 +238,57 @@ def _json_or_none(v: Any) -> str | None:
     return None if v is None else json.dumps(v)
 
 
+PEEK_BYTES = 1 << 20  # how much of a file is read to tell a trace from other JSON
+# tensorboard_trace_handler's names: {worker}.{unix ms}.pt.trace.json[.gz], worker = host_pid by default
+_SPAN_NAME = re.compile(
+    r"^(?P<worker>.+)\.(?P<ms>\d{10,})\.pt\.trace\.json(?:\.gz)?$", re.IGNORECASE
+)
+
+
+def not_a_trace(path: Path) -> str | None:
+    """Why a JSON file is surely not a trace (None when it is one, or may be): a JSON object whose
+    first ``PEEK_BYTES`` (the whole file when shorter) hold no ``traceEvents`` key."""
+    head = b""
+    try:
+        for chunk in iter_json_bytes(path):
+            head += chunk
+            if len(head) >= PEEK_BYTES:
+                return None  # too big to judge from its head: the trace reader decides
+    except IngestError:
+        return None  # a damaged file: the trace reader names the problem
+    text = head.lstrip()
+    if not text.startswith(b"{") or b'"traceEvents"' in head:
+        return None
+    return "not a trace (a JSON object without traceEvents)"
+
+
+def spans_of_one_process(files: list[Path]) -> str | None:
+    """The worker name when every file follows tensorboard_trace_handler's naming with one worker
+    (``host_pid.<ms>.pt.trace.json``): spans of one process, not ranks."""
+    workers = {m.group("worker") for p in files if (m := _SPAN_NAME.match(p.name))}
+    if len(files) > 1 and len(workers) == 1 and all(_SPAN_NAME.match(p.name) for p in files):
+        return workers.pop()
+    return None
+
+
+def split_trace_files(path: Path) -> tuple[list[Path], list[str]]:
+    """The rank files of a run, and notes on the files of a folder that were skipped (JSON files
+    that are not traces, e.g. ``rank0.meta.json`` beside ``rank0.trace.json.gz``)."""
+    files = collect_trace_files(path)
+    if not path.is_dir():
+        return files, []
+    keep, notes = [], []
+    for p in files:
+        why = not_a_trace(p)
+        if why is None:
+            keep.append(p)
+        else:
+            notes.append(f"skipped {p.name}: {why}")
+    if not keep:
+        raise IngestError(path, "folder holds no trace files (" + "; ".join(notes) + ")")
+    return keep, notes
+
+
 def collect_trace_files(path: Path) -> list[Path]:
     """The rank files of a run. In a folder where some files follow torch's ``*.pt.trace.json[.gz]``
     naming, only those are traces (other JSON beside them, e.g. a job's notes, is not); else every
@@ -269,7 +328,7 @@ def ingest_trace(
 
     The run stays invisible until the caller inserts the returned `runs` row (see ingest_paths).
     """
-    files = collect_trace_files(path)
+    files, notes = split_trace_files(path)
     shas = {p: file_sha256(p) for p in files}
     run_id = run_id_for(shas.values())
     if run_exists(con, run_id) or (staged is not None and run_id in staged):
@@ -283,6 +342,20 @@ def ingest_trace(
         hints = _rank_hints(files)
         ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
         writer.finish()
+    except IngestError as e:
+        con.execute("ROLLBACK")
+        writer_close = locals().get("writer")
+        if writer_close is not None:
+            writer_close.inserter.close()
+        worker = spans_of_one_process(files)
+        if worker is not None and ("rank" in e.problem):
+            raise IngestError(
+                path,
+                f"{len(files)} files of one worker ({worker}.<ms>.pt.trace.json): they look like "
+                "profiling spans of one process, not ranks; ingest them with --separate "
+                "(each file its own run)",
+            ) from None
+        raise
     except BaseException:
         con.execute("ROLLBACK")
         writer_close = locals().get("writer")
@@ -318,6 +391,7 @@ def ingest_trace(
     result = RunResult(
         run_id, run_name, "trace", len(files), n_events, [str(p) for p in files], gpu_name=gpu
     )
+    result.warnings += notes
     odd = writer.inserter.odd_warning()
     if odd:
         result.warnings.append(odd)
@@ -345,8 +419,14 @@ def ingest_paths(
     attach: str | None = None,
     tz: str | None = None,
     progress: Progress | None = None,
+    separate: bool = False,
+    smi_columns: str | None = None,
 ) -> list[RunResult]:
     """Ingest each path as one run; the runs are published together at the end, or not at all.
+
+    ``smi_columns``: the ``--query-gpu`` list of headerless nvidia-smi CSV logs
+    (``--format=csv,noheader``). ``separate``: each trace file of a folder is a run of its own (e.g. the profiling spans that
+    ``tensorboard_trace_handler`` writes for one process), instead of one rank of a single run.
 
     A path is a trace file, a folder holding one trace file per rank (NVML series files beside them
     are attached to that run), or an NVML series file (a run of its own, or attached to the existing
@@ -355,13 +435,22 @@ def ingest_paths(
     call wrote is deleted, so the store is as it was.
     """
     paths = [Path(p) for p in paths]
+    if separate:
+        paths = [f for p in paths for f in (split_trace_files(p)[0] if p.is_dir() else [p])]
     # One DuckDB thread: the scanning thread needs the other core, and on 2 cores the ingest then
     # spends about a third less CPU (benchmarks/bench_ingest.py). Restored afterwards.
     threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
     con.execute("SET threads = 1")
     try:
         return _ingest_paths(
-            con, paths, name=name, tags=tags, attach=attach, tz=tz, progress=progress
+            con,
+            paths,
+            name=name,
+            tags=tags,
+            attach=attach,
+            tz=tz,
+            progress=progress,
+            smi_columns=smi_columns,
         )
     finally:
         con.execute(f"SET threads = {int(threads)}")
@@ -376,6 +465,7 @@ def _ingest_paths(
     attach: str | None,
     tz: str | None,
     progress: Progress | None,
+    smi_columns: str | None = None,
 ) -> list[RunResult]:
     from gpuscope.ingest.nvml import is_nvml_file
 
@@ -417,7 +507,9 @@ def _ingest_paths(
                 con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
             for run_id in staged:
                 con.execute("DELETE FROM ingest_pending WHERE run_id = ?", [run_id])
-            _write_series(con, series, results, name=one_name, tags=tags, tz=tz)
+            _write_series(
+                con, series, results, name=one_name, tags=tags, tz=tz, smi_columns=smi_columns
+            )
     except BaseException:
         for run_id in staged:
             discard_run(con, run_id)
@@ -433,12 +525,15 @@ def _write_series(
     name: str | None,
     tags: Iterable[str],
     tz: str | None,
+    smi_columns: str | None = None,
 ) -> None:
     from gpuscope.ingest.nvml import ingest_series
 
     for path, run_id, index in series:
         try:
-            info = ingest_series(con, path, run_id=run_id, name=name, tags=tags, tz=tz)
+            info = ingest_series(
+                con, path, run_id=run_id, name=name, tags=tags, tz=tz, smi_columns=smi_columns
+            )
         except DuplicateRunError as e:
             if index >= 0:
                 results[index] = _duplicate(con, e, path)

@@ -345,8 +345,32 @@ def _csv_value(
     return float(m.group(1)) * table[unit]
 
 
-def parse_csv(path: Path, text: str, tz: dt.tzinfo | None) -> _Parsed:
-    """An nvidia-smi --query-gpu CSV log (with or without units) -> rows; raises IngestError."""
+def headerless(line: str) -> bool:
+    """Whether a CSV line is a sample of ``--format=csv,noheader``: one cell is a timestamp."""
+    try:
+        cells = next(csv.reader([line], skipinitialspace=True))
+    except (csv.Error, StopIteration):
+        return False
+    return len(cells) > 1 and any(_TIMESTAMP.match(c.strip()) for c in cells)
+
+
+def smi_header(columns: str | Iterable[str]) -> str:
+    """The CSV header line for a ``--query-gpu`` list (``"timestamp,index,utilization.gpu"``)."""
+    names = columns.split(",") if isinstance(columns, str) else list(columns)
+    names = [n.strip() for n in names if n.strip()]
+    if "timestamp" not in [n.lower() for n in names]:
+        raise ValueError("--smi-columns must name timestamp (the --query-gpu list of the log)")
+    return ", ".join(names)
+
+
+def parse_csv(
+    path: Path, text: str, tz: dt.tzinfo | None, *, header_from: str | None = None
+) -> _Parsed:
+    """An nvidia-smi --query-gpu CSV log (with or without units) -> rows; raises IngestError.
+    ``header_from``: the log has no header line (``noheader``); this is the one to read it with
+    (from ``--smi-columns``), and line numbers still count the file's own lines."""
+    if header_from is not None:
+        text = header_from + "\n" + text
     reader = csv.reader(io.StringIO(text), skipinitialspace=True)
     try:
         rows = list(reader)
@@ -390,7 +414,7 @@ def parse_csv(path: Path, text: str, tz: dt.tzinfo | None) -> _Parsed:
     data_rows = rows[header_idx + 1 :]
     # csv.reader counts records, not physical lines: nvidia-smi never quotes, so they are the same
     for k, row in enumerate(data_rows):
-        lineno = header_idx + 2 + k
+        lineno = header_idx + 2 + k - (header_from is not None)
         if not any(c.strip() for c in row):
             continue
         if [c.strip() for c in row] == header:
@@ -399,9 +423,8 @@ def parse_csv(path: Path, text: str, tz: dt.tzinfo | None) -> _Parsed:
             if k == len(data_rows) - 1 and not ends_with_newline:
                 warnings.append(f"line {lineno} is truncated (the log stopped mid-write); dropped")
                 break
-            raise IngestError(
-                path, f"line {lineno}: {len(row)} fields, the header has {len(header)}"
-            )
+            has = "--smi-columns names" if header_from is not None else "the header has"
+            raise IngestError(path, f"line {lineno}: {len(row)} fields, {has} {len(header)}")
         t_ns = clock.ns(row[col["timestamp"]])
         if t_ns is None:
             if k == len(data_rows) - 1 and not ends_with_newline:
@@ -508,14 +531,25 @@ def is_nvml_file(path: str | Path) -> bool:
         cells = next(csv.reader([line.decode("utf-8")], skipinitialspace=True))
     except (UnicodeDecodeError, csv.Error, StopIteration):
         return False
-    return len(cells) > 1 and any(
-        _HEADER_CELL.match(c.strip()).group(1).strip().lower() == "timestamp"  # type: ignore[union-attr]
-        for c in cells
+    return len(cells) > 1 and (
+        any(
+            _HEADER_CELL.match(c.strip()).group(1).strip().lower() == "timestamp"  # type: ignore[union-attr]
+            for c in cells
+        )
+        or any(_TIMESTAMP.match(c.strip()) for c in cells)  # --format=csv,noheader
     )
 
 
-def parse_series(path: str | Path, *, tz: str | dt.tzinfo | None = None) -> tuple[_Parsed, bytes]:
-    """Read either format; returns the rows and the file's raw bytes. Raises IngestError."""
+def parse_series(
+    path: str | Path,
+    *,
+    tz: str | dt.tzinfo | None = None,
+    smi_columns: str | Iterable[str] | None = None,
+) -> tuple[_Parsed, bytes]:
+    """Read either format; returns the rows and the file's raw bytes. Raises IngestError.
+
+    ``smi_columns``: the ``--query-gpu`` list of a ``--format=csv,noheader`` log (which has no
+    header line to name its columns); ignored for a log with a header."""
     p = Path(path)
     data = _read_bytes(p)
     if not data.strip():
@@ -536,7 +570,21 @@ def parse_series(path: str | Path, *, tz: str | dt.tzinfo | None = None) -> tupl
         zone = resolve_tz(tz)
     except ValueError as e:
         raise IngestError(p, str(e)) from None
-    if "timestamp" not in first.decode("utf-8", "replace").lower():
+    first_text = first.decode("utf-8", "replace")
+    if "timestamp" not in first_text.lower() and headerless(first_text):
+        if smi_columns is None:
+            raise IngestError(
+                p,
+                "an nvidia-smi CSV log without a header (--format=csv,noheader): give the "
+                "--query-gpu list that produced it with --smi-columns, e.g. --smi-columns "
+                "timestamp,index,utilization.gpu,memory.used,power.draw",
+            )
+        try:
+            header = smi_header(smi_columns)
+        except ValueError as e:
+            raise IngestError(p, str(e)) from None
+        return parse_csv(p, text, zone, header_from=header), data
+    if "timestamp" not in first_text.lower():
         raise IngestError(
             p,
             "not an NVML series: neither a gpuscope-nvml JSONL header nor an nvidia-smi "
@@ -569,6 +617,7 @@ def ingest_series(
     name: str | None = None,
     tags: Iterable[str] = (),
     tz: str | dt.tzinfo | None = None,
+    smi_columns: str | Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Store one NVML series file inside the caller's transaction; returns a JSON-ready summary.
 
@@ -576,13 +625,14 @@ def ingest_series(
     DuplicateRunError when already stored). Else the series is attached to that existing run (e.g. a
     trace of the same job; raises IngestError when there is no such run, DuplicateRunError when this
     series is already attached to it). ``tz``: zone of nvidia-smi's local timestamps (default: this
-    machine's). Raises IngestError for any bad input, before anything is written.
+    machine's). ``smi_columns``: the ``--query-gpu`` list of a headerless nvidia-smi log. Raises
+    IngestError for any bad input, before anything is written.
     """
     import pyarrow as pa
     from gpuscope.ingest.loader import run_id_for
 
     p = Path(path)
-    parsed, _ = parse_series(p, tz=tz)
+    parsed, _ = parse_series(p, tz=tz, smi_columns=smi_columns)
     sha = _file_sha256(p)
     series_id = sha[:12]
     own = run_id is None

@@ -26,6 +26,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--tag", action="append", default=[], help="tag the run(s); repeatable")
     p.add_argument("--attach", metavar="RUN", help="attach NVML series files to this existing run")
     p.add_argument("--tz", help="time zone of nvidia-smi CSV timestamps (default: this machine's)")
+    p.add_argument(
+        "--smi-columns",
+        metavar="LIST",
+        help="the --query-gpu list of nvidia-smi CSV logs written with --format=csv,noheader "
+        "(e.g. timestamp,index,utilization.gpu,memory.used,power.draw)",
+    )
+    p.add_argument(
+        "--separate",
+        action="store_true",
+        help="each trace file of a folder is its own run (e.g. profiling spans of one process)",
+    )
     p.add_argument("--json", action="store_true", help="print details as JSON")
     common_db_option(p)
 
@@ -37,7 +48,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         attach = run_id_or_exit(con, args.attach) if args.attach else None
         results = ingest_paths(
-            con, args.paths, name=args.name, tags=args.tag, attach=attach, tz=args.tz
+            con,
+            args.paths,
+            name=args.name,
+            tags=args.tag,
+            attach=attach,
+            tz=args.tz,
+            separate=args.separate,
+            smi_columns=args.smi_columns,
         )
     except IngestError as e:
         return fail(str(e))
