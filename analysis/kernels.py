@@ -516,10 +516,13 @@ def attribute(
         m = lx.has_launch & (lx.pid == th[0]) & (lx.tid == th[1])
         t = lx.launch_ns[m]
         reg = np.full(len(t), REGION_CODES["other"], dtype=np.int8)
-        if th in steps or not steps:
-            reg[:] = REGION_CODES["forward"]
         iv = tops.get(th)
-        if iv is not None and len(iv.ts):  # a thread with no CPU ops (activities=[CUDA]) has none
+        has_ops = iv is not None and len(iv.ts) > 0
+        # Forward is the default only where CPU ops say what ran: a thread with none (a trace
+        # recorded with activities=[CUDA]) gives no evidence of any region, so its kernels stay "other".
+        if has_ops and (th in steps or not steps):
+            reg[:] = REGION_CODES["forward"]
+        if iv is not None and has_ops:
             i = iv.lookup(t)
             inside = i >= 0
             names = np.where(inside, iv.name_id[np.maximum(i, 0)], -1)
@@ -742,7 +745,14 @@ def kernel_breakdown(
     ]
     orows.sort(key=lambda o: (-o.kernel_us, o.op))
     notes = []
-    if n_kernels and by_region["other"] > 0.5 * total_us:
+    no_op_us = sum(o.kernel_us for o in orows if o.op == "(no cpu op)")
+    if total_us and no_op_us > 0.5 * total_us:
+        notes.append(
+            f"{100 * no_op_us / total_us:.0f}% of kernel time was launched by no CPU op (a trace "
+            "recorded without CPU activity, e.g. activities=[CUDA]): no region or launching op "
+            "can be given for it"
+        )
+    elif n_kernels and by_region["other"] > 0.5 * total_us:
         notes.append(
             "most kernel time has no forward/backward/optimizer region: no launch events or annotations"
         )

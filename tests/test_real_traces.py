@@ -110,3 +110,21 @@ def test_fp16_resnet_tensor_core_share_matches_the_names(store):
     # Kernels in the analysed window only: the window is the whole profiled span of these traces.
     assert doc["tensor_core_pct"] == pytest.approx(100 * tc / total, abs=0.5)
     assert doc["dtype"] == "fp16"
+
+
+def test_cuda_only_trace_says_what_is_missing(store):
+    """activities=[CUDA]: kernels and runtime calls, no CPU op. The breakdown by category and the top
+    kernels are still given; what needs CPU ops (regions, launching ops) says why it is empty."""
+    con, runs = store
+    assert not any(e.get("cat") == "cpu_op" for e in raw("cuda_only")["traceEvents"])
+    doc = analyze_run(con, runs["cuda_only"]).to_json()
+    k = doc["kernels"]
+    gpu_cats = ("kernel", "gpu_memcpy", "gpu_memset")  # n_kernels counts every GPU activity
+    assert k["n_kernels"] == sum(
+        1 for e in raw("cuda_only")["traceEvents"] if e.get("cat") in gpu_cats
+    )
+    assert k["by_category"]["convolution"] > 0
+    # forward/backward/optimizer are told apart by the CPU ops that launch kernels: with none, no
+    # kernel time may be claimed for a region, and a note says why
+    assert k["by_region"]["forward"] == k["by_region"]["backward"] == 0, k["by_region"]
+    assert any("CPU" in n or "cpu_op" in n for n in k.get("notes", [])), k.get("notes")
