@@ -410,6 +410,10 @@ def tensor_core_info(name: str, category: str) -> TensorCoreInfo:
         return TensorCoreInfo(False, precision_from_tokens(name) or "fp32", True, "rocm-miopen")
     math = _xmma_math(name)
     if math is not None:
+        if math == "fp32" and _TC_MARK.search(
+            name
+        ):  # e.g. cuDNN's first-layer `..._hmma_..._tensor16x8x16`
+            return TensorCoreInfo(True, precision_from_tokens(name), True, "xmma-types")
         return TensorCoreInfo(math not in ("fp32", "fp64"), math, True, "xmma-types")
     m = _NVJET.search(name)
     if m:
