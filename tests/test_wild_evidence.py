@@ -153,3 +153,21 @@ def test_no_gpu_activity_leads_the_cli_text_and_check_refuses(capsys, tmp_path):
     code, out, err = run_cli(capsys, "check", str(path), "--db", db, "--max-idle-pct", "50")
     assert code == 2
     assert "no recognised GPU activity" in err
+
+
+def test_a_peer_rank_without_gpu_activity_has_no_busy_figure(con, tmp_path):
+    d = tmp_path / "job"
+    d.mkdir()
+    r0 = TraceBuilder(rank=0, world_size=2)
+    r0.step(1, 0, 300)
+    r0.launch("k", 5, 10, 100)
+    r0.write(d / "rank0.json")
+    r1 = TraceBuilder(rank=1, world_size=2)
+    r1.step(1, 0, 300)
+    r1.cpu_op("aten::add", 10, 50)
+    r1.write(d / "rank1.json")
+    run_id = ingest_paths(con, [d])[0].run_id
+    doc = analyze_run(con, run_id, rank=0).to_json()
+    by_rank = {r["rank"]: r for r in doc["ranks"]}
+    assert by_rank[0]["gpu_busy_pct"] == pytest.approx(100 * 100 / 300)
+    assert by_rank[1]["gpu_busy_pct"] is None
