@@ -150,6 +150,7 @@ def test_no_gpu_activity_leads_the_cli_text_and_check_refuses(capsys, tmp_path):
     assert first.startswith("WARNING: no recognised GPU activity")
     assert "GPU busy -   idle -" in out
     assert "MFU -" in out
+    assert "recommendations: none (no GPU activity to base them on)" in out
     code, out, err = run_cli(capsys, "check", str(path), "--db", db, "--max-idle-pct", "50")
     assert code == 2
     assert "no recognised GPU activity" in err
