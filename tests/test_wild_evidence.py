@@ -172,3 +172,15 @@ def test_a_peer_rank_without_gpu_activity_has_no_busy_figure(con, tmp_path):
     by_rank = {r["rank"]: r for r in doc["ranks"]}
     assert by_rank[0]["gpu_busy_pct"] == pytest.approx(100 * 100 / 300)
     assert by_rank[1]["gpu_busy_pct"] is None
+
+
+def test_compare_shows_no_idle_figures_for_a_run_without_gpu_activity(con, tmp_path):
+    from gpuscope.analysis.compare import compare_runs
+
+    a = ingest_paths(con, [no_gpu_trace().write(tmp_path / "cpu.json")])[0].run_id
+    b = ingest_paths(con, [gpu_only_trace().write(tmp_path / "gpu.json")])[0].run_id
+    doc = compare_runs(con, a, b).to_json()
+    m = {d["metric"]: d for d in doc["metrics"]}
+    for key in ("gpu_busy_pct", "idle_pct", "idle_per_step_us"):
+        assert m[key]["a"] is None and m[key]["b"] is not None
+    assert all(d["a"] is None for d in doc["idle_by_cause"])
