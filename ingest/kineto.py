@@ -4,7 +4,7 @@ Argument shapes seen from torch 1.13 to 2.11 and in other exporters, all read (t
 kernels carry ``grid``/``block`` as ``[x, y, z]`` int arrays, ``device``/``stream``/``correlation``/
 ``registers per thread``/``shared memory`` as ints, ``blocks per SM``/``warps per SM`` as floats (not
 kept); CPU ops carry ``External id``, ``Sequence number``, ``Fwd thread id`` (ints), ``Input Dims``,
-``Input type``, ``Concrete Inputs``, ``Input Strides`` (nested JSON, kept as text); collectives add
+``Input type``, ``Concrete Inputs`` (nested JSON, kept as text) and ``Input Strides`` (not kept); collectives add
 ``Process Group Ranks``/``In split size`` as strings (not kept). Inductor's launch ops
 (``_RecordFunctionFast`` with kwargs) carry ``kernel_file``, ``kernel_hash``, ``kernel_backend``,
 ``num_warps``, ``kernel_kwargs`` and ``stream`` (a raw stream handle), and in older PyTorch
