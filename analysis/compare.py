@@ -147,6 +147,11 @@ def _summary(r: RunReport) -> dict[str, Any]:
     }
 
 
+def _idle_us(r: RunReport, ns: int) -> float | None:
+    """Idle µs per step; None without GPU activity (no evidence, no figure)."""
+    return ns / r.window.n_steps / 1e3 if r.has_gpu_activity else None
+
+
 def _per_step(v: float | None, r: RunReport) -> float | None:
     return None if v is None else v / r.window.n_steps
 
@@ -167,8 +172,8 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
         Delta(
             "idle_per_step_us",
             "µs",
-            a.idle.total_ns / a.window.n_steps / 1e3,
-            b.idle.total_ns / b.window.n_steps / 1e3,
+            _idle_us(a, a.idle.total_ns),
+            _idle_us(b, b.idle.total_ns),
             "lower",
         ),
         Delta(
@@ -187,12 +192,12 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
         Delta(
             c,
             "µs/step",
-            a.idle.causes_ns[c] / a.window.n_steps / 1e3,
-            b.idle.causes_ns[c] / b.window.n_steps / 1e3,
+            _idle_us(a, a.idle.causes_ns[c]),
+            _idle_us(b, b.idle.causes_ns[c]),
             "lower",
         )
         for c in CAUSES
-        if a.idle.causes_ns[c] or b.idle.causes_ns[c]
+        if _idle_us(a, a.idle.causes_ns[c]) or _idle_us(b, b.idle.causes_ns[c])
     ]
     ca = dict(getattr(a.kernels, "by_category", None) or {})
     cb = dict(getattr(b.kernels, "by_category", None) or {})

@@ -281,7 +281,7 @@ def _rank_summary(
     comm = comm_only_ns(con, run_id, rank, w.start_ns, w.end_ns, b.device, b.busy_ns)
     return {
         "rank": rank,
-        "gpu_busy_pct": b.busy_pct,
+        "gpu_busy_pct": b.busy_pct if b.device is not None else None,  # no evidence, no figure
         "step_time_ms": step_stats(w).mean_ms,
         "comm_only_us_per_step": comm / w.n_steps / 1e3,
     }

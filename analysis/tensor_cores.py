@@ -429,6 +429,10 @@ def tensor_core_info(name: str, category: str) -> TensorCoreInfo:
         return TensorCoreInfo(True, prec, True, "xmma-mma-marker")
     math = _xmma_math(name)
     if math is not None:
+        if math == "fp32" and _TC_MARK.search(
+            name
+        ):  # e.g. cuDNN's first-layer `..._hmma_..._tensor16x8x16`
+            return TensorCoreInfo(True, precision_from_tokens(name), True, "xmma-types")
         return TensorCoreInfo(math not in ("fp32", "fp64"), math, True, "xmma-types")
     m = _NVJET.search(name)
     if m:

@@ -1,4 +1,17 @@
-"""Kineto (PyTorch profiler) events: typed decoding of a batch (the fallback path) into Arrow columns."""
+"""Kineto (PyTorch profiler) events: typed decoding of a batch (the fallback path) into Arrow columns.
+
+Argument shapes seen from torch 1.13 to 2.11 and in other exporters, all read (tests/test_wild_ingest.py):
+kernels carry ``grid``/``block`` as ``[x, y, z]`` int arrays, ``device``/``stream``/``correlation``/
+``registers per thread``/``shared memory`` as ints, ``blocks per SM``/``warps per SM`` as floats (not
+kept); CPU ops carry ``External id``, ``Sequence number``, ``Fwd thread id`` (ints), ``Input Dims``,
+``Input type``, ``Concrete Inputs`` (nested JSON, kept as text) and ``Input Strides`` (not kept); collectives add
+``Process Group Ranks``/``In split size`` as strings (not kept). Inductor's launch ops
+(``_RecordFunctionFast`` with kwargs) carry ``kernel_file``, ``kernel_hash``, ``kernel_backend``,
+``num_warps``, ``kernel_kwargs`` and ``stream`` (a raw stream handle), and in older PyTorch
+``"grid": "grid(100,)"`` (a string). Other exporters write ids as strings or integral floats and
+``args`` as null or an array. A value of an unexpected type never refuses a trace: see
+:func:`loose_events`.
+"""
 
 from __future__ import annotations
 

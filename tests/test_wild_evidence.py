@@ -150,6 +150,37 @@ def test_no_gpu_activity_leads_the_cli_text_and_check_refuses(capsys, tmp_path):
     assert first.startswith("WARNING: no recognised GPU activity")
     assert "GPU busy -   idle -" in out
     assert "MFU -" in out
+    assert "recommendations: none (no GPU activity to base them on)" in out
     code, out, err = run_cli(capsys, "check", str(path), "--db", db, "--max-idle-pct", "50")
     assert code == 2
     assert "no recognised GPU activity" in err
+
+
+def test_a_peer_rank_without_gpu_activity_has_no_busy_figure(con, tmp_path):
+    d = tmp_path / "job"
+    d.mkdir()
+    r0 = TraceBuilder(rank=0, world_size=2)
+    r0.step(1, 0, 300)
+    r0.launch("k", 5, 10, 100)
+    r0.write(d / "rank0.json")
+    r1 = TraceBuilder(rank=1, world_size=2)
+    r1.step(1, 0, 300)
+    r1.cpu_op("aten::add", 10, 50)
+    r1.write(d / "rank1.json")
+    run_id = ingest_paths(con, [d])[0].run_id
+    doc = analyze_run(con, run_id, rank=0).to_json()
+    by_rank = {r["rank"]: r for r in doc["ranks"]}
+    assert by_rank[0]["gpu_busy_pct"] == pytest.approx(100 * 100 / 300)
+    assert by_rank[1]["gpu_busy_pct"] is None
+
+
+def test_compare_shows_no_idle_figures_for_a_run_without_gpu_activity(con, tmp_path):
+    from gpuscope.analysis.compare import compare_runs
+
+    a = ingest_paths(con, [no_gpu_trace().write(tmp_path / "cpu.json")])[0].run_id
+    b = ingest_paths(con, [gpu_only_trace().write(tmp_path / "gpu.json")])[0].run_id
+    doc = compare_runs(con, a, b).to_json()
+    m = {d["metric"]: d for d in doc["metrics"]}
+    for key in ("gpu_busy_pct", "idle_pct", "idle_per_step_us"):
+        assert m[key]["a"] is None and m[key]["b"] is not None
+    assert all(d["a"] is None for d in doc["idle_by_cause"])

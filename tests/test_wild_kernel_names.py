@@ -109,6 +109,27 @@ NAMES: list[tuple[str, str, bool | None, str | None]] = [
         False,
         "fp32",
     ),
+    # cuDNN 9 first-layer kernels (7x7, 4 input channels): fp32 output types but HMMA tensor cores
+    (
+        "sm90_xmma_fprop_image_first_layer_f16f16_f32_f16_nhwckrsc_nhwc_hmma_k64c4r7s7_stride2x2_"
+        "tile16x64x64_tensor16x8x16_execute_kernel__5x_cudnn",
+        "convolution",
+        True,
+        "fp16",
+    ),
+    (
+        "sm90_xmma_wgrad_image_first_layer_f16f16_f32_f32_nhwckrsc_nhwc_hmma_k64c4r7s7_stride2x2_"
+        "tile16x64x64_tensor16x8x16_execute_kernel__5x_cudnn",
+        "convolution",
+        True,
+        "fp16",
+    ),
+    (
+        "void cudnn::cnn::reduce_wgrad_nchw_helper<float, __nv_bfloat16>(void*, void const*, float, int, int)",
+        "convolution",
+        False,
+        None,
+    ),
     # cuDNN helpers: convolution time, not matrix math
     (
         "void cudnn::gemm::computeOffsetsKernel<false, false>(cudnn::gemm::ComputeOffsetsParams)",

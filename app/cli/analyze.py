@@ -121,7 +121,12 @@ def render(doc: dict[str, Any]) -> str:
     )
     recs = doc["recommendations"]
     out.append("")
-    out.append("recommendations:" if recs else "recommendations: none (no cost above noise)")
+    if recs:
+        out.append("recommendations:")
+    elif doc.get("gpu_busy_pct") is None:
+        out.append("recommendations: none (no GPU activity to base them on)")
+    else:
+        out.append("recommendations: none (no cost above noise)")
     for rec in recs:
         out.append(f"* [{rec['id']}] {rec['title']}  (up to {rec['max_gain_pct']:.1f}% faster)")
         out.append(f"    {rec['evidence'].get('summary', '')}")
