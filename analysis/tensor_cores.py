@@ -137,7 +137,7 @@ TC_RULES: tuple[TcRule, ...] = (
     ),
     TcRule(
         "xmma-mma-marker",
-        "xmma name that names its MMA instruction: `hmma` (fp16/bf16 inputs), `imma` (int8) or a `tensorNNNN` shape = tensor cores, whatever its type groups say (cuDNN's first-layer convolutions read `f16f16_f32_f32`)",
+        "xmma name that names its MMA instruction: `hmma` (fp16/bf16 inputs), `imma` (int8) or a `tensorNNNN` / `tensorMxNxK` shape = tensor cores, whatever its type groups say (cuDNN's first-layer convolutions read `f16f16_f32_f32`)",
         "sm90_xmma_fprop_image_first_layer_f16f16_f32_f16_nhwckrsc_nhwc_hmma_k64c4r7s7_stride2x2_tile16x64x64_tensor1688_execute_kernel_kernel__5x_cudnn",
         True,
         "fp16",
@@ -291,7 +291,8 @@ _XMMA_TYPES = re.compile(
 )
 # An MMA instruction named outright in an xmma name: hmma (half inputs), imma (int8), tensorNNNN.
 _XMMA_MMA_MARK = re.compile(
-    r"(?<![a-z])([hi])mma(?![a-z])|(?<![a-z])tensor(?:1688|16816|884|8816)(?!x)", _I
+    r"(?<![a-z])([hi])mma(?![a-z])|(?<![a-z])tensor(?:1688|16816|884|8816)(?!x)|tensor\d+x\d+x\d+",
+    _I,
 )
 _NVJET = re.compile(r"nvjet_(?:sm\d+a?_)?([a-z]{3,6})_", _I)
 _MMA_SHAPE = re.compile(
@@ -429,10 +430,6 @@ def tensor_core_info(name: str, category: str) -> TensorCoreInfo:
         return TensorCoreInfo(True, prec, True, "xmma-mma-marker")
     math = _xmma_math(name)
     if math is not None:
-        if math == "fp32" and _TC_MARK.search(
-            name
-        ):  # e.g. cuDNN's first-layer `..._hmma_..._tensor16x8x16`
-            return TensorCoreInfo(True, precision_from_tokens(name), True, "xmma-types")
         return TensorCoreInfo(math not in ("fp32", "fp64"), math, True, "xmma-types")
     m = _NVJET.search(name)
     if m:
