@@ -38,9 +38,35 @@ def connect(
     return con
 
 
+# Schema version -> the statements that bring a store of that version to the next one.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE events ADD COLUMN IF NOT EXISTS odd_args VARCHAR",),
+}
+
+
+def migrate(con: duckdb.DuckDBPyConnection, version: int) -> None:
+    """Bring a store of an older schema version to this one, in one transaction (all or nothing)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        while version < SCHEMA_VERSION:
+            for stmt in MIGRATIONS[version]:
+                con.execute(stmt)
+            version += 1
+        con.execute(
+            "UPDATE gpuscope_meta SET value = ? WHERE key = 'schema_version'", [str(version)]
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(META_DDL)
     row = con.execute("SELECT value FROM gpuscope_meta WHERE key = 'schema_version'").fetchone()
+    if row is not None and int(row[0]) in MIGRATIONS and int(row[0]) < SCHEMA_VERSION:
+        migrate(con, int(row[0]))
+        row = (str(SCHEMA_VERSION),)
     if row is not None and int(row[0]) != SCHEMA_VERSION:
         raise RuntimeError(
             f"database schema version {row[0]} is not {SCHEMA_VERSION}; re-create it with this gpuscope"

@@ -470,3 +470,31 @@ def test_fast_and_fallback_paths_write_identical_rows(tmp_path):
         return [r.n_events, rows, threads]
 
     assert dump(True) == dump(False)
+
+
+def test_a_schema_1_store_is_migrated_whole(tmp_path):
+    """A store written by gpuscope 0.1 (schema 1: no events.odd_args) opens in this version: the
+    column is added, the version bumped, and its runs analyse as before."""
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.ingest.schema import SCHEMA_VERSION
+
+    db = tmp_path / "old.duckdb"
+    con = connect(str(db))
+    sample = NVML_FIXTURE.parent.parent / "before" / "before_rank0.pt.trace.json.gz"
+    [run] = ingest_paths(con, [sample])
+    before = analyze_run(con, run.run_id).to_json()
+    con.execute("ALTER TABLE events DROP COLUMN odd_args")  # the shape schema 1 had
+    con.execute("UPDATE gpuscope_meta SET value = '1' WHERE key = 'schema_version'")
+    n_events = con.execute("SELECT count(*) FROM events").fetchone()[0]
+    con.close()
+
+    con = connect(str(db))
+    version = con.execute("SELECT value FROM gpuscope_meta WHERE key = 'schema_version'")
+    assert version.fetchone()[0] == str(SCHEMA_VERSION)
+    cols = {r[0] for r in con.execute("DESCRIBE events").fetchall()}
+    assert "odd_args" in cols
+    assert con.execute("SELECT count(*) FROM events").fetchone()[0] == n_events
+    after = analyze_run(con, run.run_id).to_json()
+    assert after["gpu_busy_pct"] == before["gpu_busy_pct"]
+    assert after["idle"] == before["idle"]
+    con.close()
