@@ -12,9 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import pandas as pd
 from gpuscope.analysis import recommendations as R
 from gpuscope.analysis.busy import BusySummary, busy_in_ranges, busy_summary, comm_only_ns
-from gpuscope.analysis.idle import IdleResult, idle_analysis
+from gpuscope.analysis.compiled import CompiledInfo, compiled_info
+from gpuscope.analysis.copies import PageableCopies, pageable_copies
+from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
+from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
+from gpuscope.analysis.ranks import Straggler, find_straggler, rank_table
 from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import (
     COMM_KERNEL_RE,
@@ -52,6 +57,17 @@ class RunReport:
     recommendations: list[R.Recommendation] = field(default_factory=list)
     ranks: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    peak_dtype: Any = None
+    mfu_dtype_pct: float | None = None
+    profiler: ProfilerCost | None = None
+    compiled: CompiledInfo | None = None
+    pageable: PageableCopies | None = None
+    straggler: Straggler | None = None
+
+    @property
+    def rank_table(self) -> pd.DataFrame:
+        """Every rank's headline figures, one row per rank (see :func:`ranks.rank_table`)."""
+        return rank_table(self.ranks)
 
     @property
     def gpu_busy_pct(self) -> float:
@@ -103,13 +119,20 @@ class RunReport:
             "flops_per_step": self.flops_per_step,
             "flops_source": getattr(self.flops, "source", None),
             "peak_tflops": self.peak_tflops,
+            "peak_dtype": getattr(self.peak, "dtype", None),
             "peak_source": getattr(self.peak, "source", None) or getattr(self.peak, "reason", None),
             "dtype": self.dtype,
+            "dtype_peak_tflops": getattr(self.peak_dtype, "tflops", None),
             "achieved_tflops": self.achieved_tflops,
             "mfu_pct": self.mfu_pct,
+            "mfu_dtype_pct": self.mfu_dtype_pct,
             "mfu_busy_pct": self.mfu_busy_pct,
+            "profiler": self.profiler.to_json() if self.profiler is not None else None,
+            "compiled": self.compiled.to_json() if self.compiled is not None else None,
+            "pageable_copies": self.pageable.to_json() if self.pageable is not None else None,
             "recommendations": [r.to_json() for r in self.recommendations],
             "ranks": self.ranks,
+            "straggler": self.straggler.to_json() if self.straggler is not None else None,
             "warnings": list(self.warnings),
         }
 
@@ -123,24 +146,42 @@ def _run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     return {"id": run_id, "name": row[0], "gpu": row[1], "ranks": ranks_of(con, run_id)}
 
 
-def _throughput(meta: dict[str, Any], step_ms: float) -> dict[str, Any] | None:
+def _units(meta: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
+    """(samples, tokens) per step of the whole job and where they come from: the user's
+    ``samples_per_step`` / ``tokens_per_step`` metadata (``metadata``), else the capture helper's
+    per-rank values inferred from the model's input × world size (``model_input``)."""
     md = meta.get("metadata") or {}
+    samples, tokens = meta_number(md, "samples_per_step"), meta_number(md, "tokens_per_step")
+    if samples is not None or tokens is not None:
+        return samples, tokens, "metadata"
+    s_r = meta_number(md, "gpuscope.samples_per_step_rank")
+    t_r = meta_number(md, "gpuscope.tokens_per_step_rank")
+    if s_r is None and t_r is None:
+        return None, None, None
+    ws = meta_number(md, "gpuscope.world_size") or meta_number(meta, "world_size") or 1.0
+    return (
+        s_r * ws if s_r is not None else None,
+        t_r * ws if t_r is not None else None,
+        "model_input",
+    )
 
-    def num(key: str) -> float | None:
-        v = md.get(key)
-        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-            return None
-        return float(v)
 
-    samples, tokens = num("samples_per_step"), num("tokens_per_step")
+def _throughput(
+    meta: dict[str, Any], step_ms: float, untraced_ms: float | None = None
+) -> dict[str, Any] | None:
+    samples, tokens, source = _units(meta)
     if (samples is None and tokens is None) or step_ms <= 0:
         return None
     sec = step_ms / 1e3
+    usec = untraced_ms / 1e3 if untraced_ms else None
     return {
         "samples_per_step": samples,
         "tokens_per_step": tokens,
+        "source": source,
         "samples_per_s": samples / sec if samples else None,
         "tokens_per_s": tokens / sec if tokens else None,
+        "samples_per_s_untraced": samples / usec if samples and usec else None,
+        "tokens_per_s_untraced": tokens / usec if tokens and usec else None,
     }
 
 
@@ -193,6 +234,24 @@ def _kernel_stats(
     )
 
 
+def estimate_6nt(meta: dict[str, Any]) -> float | None:
+    """6 · N · T: training FLOPs per step of this rank from the capture helper's parameter count N
+    (``gpuscope.model_params``) and this rank's tokens per step T (``tokens_per_step`` / world
+    size, else ``gpuscope.tokens_per_step_rank``). None without both (no estimate from samples:
+    6·N per sample holds only for models that use each weight once per sample)."""
+    md = meta.get("metadata") or {}
+    n = meta_number(md, "gpuscope.model_params")
+    if n is None:
+        return None
+    tokens = meta_number(md, "tokens_per_step")
+    if tokens is not None:
+        ws = meta_number(md, "gpuscope.world_size") or meta_number(meta, "world_size") or 1.0
+        tokens = tokens / ws
+    else:
+        tokens = meta_number(md, "gpuscope.tokens_per_step_rank")
+    return 6.0 * n * tokens if tokens is not None else None
+
+
 def _kernel_dtype(tc: Any) -> str | None:
     """The math dtype from the kernels when FLOPs give none: the tensor-core precision with the
     most time, else fp32 when plain-fp32 matrix kernels ran."""
@@ -236,11 +295,24 @@ def _rank_summary(
     w = find_window(con, run_id, rank, step_annotation)
     b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
     comm = comm_only_ns(con, run_id, rank, w.start_ns, w.end_ns, b.device, b.busy_ns)
+    idle = idle_analysis(con, run_id, rank, w, device=b.device, top_n=0)
+    return _rank_row(rank, w, b.busy_pct, step_stats(w).mean_ms, comm, idle)
+
+
+def _rank_row(
+    rank: int, w: Window, busy_pct: float, step_ms: float, comm: int, idle: IdleResult | None
+) -> dict[str, Any]:
+    """One row of ``ranks``: busy %, step time (ms), communication-only and idle µs per step."""
+    n = w.n_steps
     return {
         "rank": rank,
-        "gpu_busy_pct": b.busy_pct,
-        "step_time_ms": step_stats(w).mean_ms,
-        "comm_only_us_per_step": comm / w.n_steps / 1e3,
+        "gpu_busy_pct": busy_pct,
+        "step_time_ms": step_ms,
+        "comm_only_us_per_step": comm / n / 1e3,
+        "idle_us_per_step": idle.total_ns / n / 1e3 if idle is not None else None,
+        "idle_by_cause_us_per_step": (
+            {c: idle.causes_ns.get(c, 0) / n / 1e3 for c in CAUSES} if idle is not None else None
+        ),
     }
 
 
@@ -256,6 +328,7 @@ def analyze_run(
     top_gaps: int = 20,
     details: bool = True,
     mfu: bool = True,
+    untraced_step_ms: float | None = None,
 ) -> RunReport:
     """Analyse one rank of a trace run (default: the lowest rank).
 
@@ -264,8 +337,10 @@ def analyze_run(
     summarise every other rank (busy %, step time) in ``ranks``. ``details=False`` computes only
     the headline numbers (window, step time, busy, idle by cause, FLOPs and MFU), leaving out the
     kernel breakdown, gap evidence, per-step values and recommendations (``gpuscope check``);
-    ``mfu=False`` with it also skips FLOPs, tensor cores and MFU. Raises ValueError for an unknown
-    run or rank.
+    ``mfu=False`` with it also skips FLOPs, tensor cores and MFU. ``untraced_step_ms``: the step
+    time measured without the profiler (ms), for traces whose metadata lacks
+    ``gpuscope.untraced_step_ms`` (it wins over the metadata). Raises ValueError for an unknown run
+    or rank, or a non-positive ``untraced_step_ms``.
     """
     from gpuscope.analysis import flops as F
     from gpuscope.analysis import kernels as K
@@ -355,21 +430,44 @@ def analyze_run(
         if meta_flops:
             flops.flops_per_step = float(meta_flops)
             flops.source = "metadata"
+    if flops is not None and flops.flops_per_step is None:
+        est = estimate_6nt(meta)
+        if est is not None:
+            flops.flops_per_step = est
+            flops.source = "estimate_6NT"
+            flops.notes.append(
+                "FLOPs per step estimated as 6 × parameters × tokens of this rank (the op shapes "
+                "give none, e.g. a CUDA-graph replay): an estimate, not a count"
+            )
     props = meta.get("device_properties")
     dtype = getattr(flops, "dtype", None) or _kernel_dtype(tc)
-    peak = (
-        attempt(
+    # MFU against the GPU's dense bf16 (else fp16) peak, as training reports use; and against the
+    # peak of the dtype the run used (mfu_dtype_pct)
+    peak = None
+    if need_mfu:
+        peak = attempt(
             "peak",
-            lambda: P.peak_for(props, dtype, override_tflops=peak_tflops, device=busy.device),
+            lambda: P.peak_for(props, "bf16", override_tflops=peak_tflops, device=busy.device),
         )
-        if need_mfu
-        else None
+        if peak is not None and peak.tflops is None and peak_tflops is None:
+            fp16 = attempt("peak", lambda: P.peak_for(props, "fp16", device=busy.device))
+            if fp16 is not None and fp16.tflops is not None:
+                peak = fp16
+    peak_dt = (
+        attempt("peak", lambda: P.peak_for(props, dtype, device=busy.device)) if need_mfu else None
+    )
+    pc = profiler_cost(
+        stats.mean_ms,
+        busy.busy_ns / 1e6 / window.n_steps,
+        meta.get("metadata"),
+        untraced_step_ms=untraced_step_ms,
     )
     step_s = stats.mean_ms / 1e3
     fps = getattr(flops, "flops_per_step", None)
     ptf = getattr(peak, "tflops", None)
     busy_s_per_step = busy.busy_ns / 1e9 / window.n_steps
     mfu_value = P.mfu_pct(fps, step_s, ptf)
+    mfu_dtype = P.mfu_pct(fps, step_s, getattr(peak_dt, "tflops", None))
     mfu_busy = P.mfu_busy_pct(fps, busy_s_per_step, ptf)
     achieved = P.achieved_tflops(fps, step_s)
 
@@ -383,18 +481,27 @@ def analyze_run(
         if details
         else None
     )
+    if kstats is not None:
+        pc = profiler_cost(
+            stats.mean_ms,
+            busy.busy_ns / 1e6 / window.n_steps,
+            meta.get("metadata"),
+            untraced_step_ms=untraced_step_ms,
+            idle_causes_ns=idle.causes_ns,
+            window_ns=window.duration_ns,
+            median_kernel_us=kstats.median_us,
+        )
+    compiled = compiled_info(con, run_id, rank, window) if details else None
+    gpu_model = getattr(peak, "gpu_model", None) or P.match_model(dev_props)[0]
+    pageable = (
+        pageable_copies(con, run_id, rank, window, busy.device, gpu_model) if details else None
+    )
     # (the other ranks replace this rank's cached working set: everything that reads it is above)
-    ranks = [
-        {
-            "rank": rank,
-            "gpu_busy_pct": busy.busy_pct,
-            "step_time_ms": stats.mean_ms,
-            "comm_only_us_per_step": comm_only / window.n_steps / 1e3,
-        }
-    ]
+    ranks = [_rank_row(rank, window, busy.busy_pct, stats.mean_ms, comm_only, idle)]
     if all_ranks:
         ranks += [_rank_summary(con, run_id, r, step_annotation) for r in run["ranks"] if r != rank]
     ranks.sort(key=lambda d: d["rank"])
+    straggler = find_straggler(ranks) if details and all_ranks else None
     recs = (
         _recommendations(
             con,
@@ -410,6 +517,9 @@ def analyze_run(
             comm_only,
             attempt,
             ranks,
+            pc,
+            compiled,
+            pageable,
         )
         if details
         else []
@@ -423,7 +533,7 @@ def analyze_run(
         busy=busy,
         idle=idle,
         comm_only_ns=comm_only,
-        throughput=_throughput(meta, stats.mean_ms),
+        throughput=_throughput(meta, stats.mean_ms, pc.untraced_step_ms),
         kernels=kernels,
         tensor_cores=tc,
         flops=flops,
@@ -433,6 +543,12 @@ def analyze_run(
         achieved_tflops=achieved,
         recommendations=recs,
         warnings=warnings,
+        peak_dtype=peak_dt,
+        mfu_dtype_pct=mfu_dtype,
+        profiler=pc,
+        compiled=compiled,
+        pageable=pageable,
+        straggler=straggler,
     )
     report.ranks = ranks
     return report
@@ -452,6 +568,9 @@ def _recommendations(
     comm_only: int,
     attempt: Any,
     ranks: list[dict[str, Any]],
+    pc: ProfilerCost | None = None,
+    compiled: CompiledInfo | None = None,
+    pageable: PageableCopies | None = None,
 ) -> list[R.Recommendation]:
     from gpuscope.analysis import peaks as P
 
@@ -482,6 +601,15 @@ def _recommendations(
         peers=[r for r in ranks if r["rank"] != rank],
         mem_used_frac=_mem_used_frac(con, run_id),
         dataloader_kind=_loader_kind(idle),
+        untraced_step_ns=pc.untraced_step_ms * 1e6 if pc and pc.untraced_step_ms else None,
+        host_cap_ns_per_step=(
+            pc.host_cap_ms_per_step * 1e6
+            if pc is not None and pc.host_cap_ms_per_step is not None
+            else None
+        ),
+        compiled=compiled,
+        pageable_excess_ns=pageable.excess_ns if pageable is not None else 0.0,
+        pageable_copy=pageable.to_json() if pageable is not None and pageable.copies else None,
     )
     return R.recommend(inputs)
 
