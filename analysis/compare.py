@@ -136,7 +136,7 @@ def _fmt(v: float | None) -> str:
 
 
 def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:+.1f}%"
+    return "-" if v is None else ("+" if v > 0 else "") + sig3(v) + "%"
 
 
 def _mark(improved: bool | None) -> str:

@@ -92,3 +92,28 @@ def find_straggler(ranks: list[dict[str, Any]]) -> Straggler | None:
         f"(GPU busy {slow.get('gpu_busy_pct') or 0:.3g}%)."
     )
     return Straggler(int(slow["rank"]), evidence, int(waiter["rank"]), wait_us / 1e3, comm)
+
+
+def slowest_rank_figures(report: dict[str, Any]) -> dict[str, Any]:
+    """For a runs list: the figures of the rank that sets the pace, from an ``analyze`` JSON
+    document (``RunReport.to_json()``): the straggler when one is named, else the rank with the
+    lowest GPU busy %. ``rank``, ``step_ms`` (its mean step time, ms) and ``busy_pct`` (%); the
+    analysed rank's own figures for a run of one rank."""
+    rows = report.get("ranks") or []
+    sg = report.get("straggler") or {}
+    pick = None
+    if sg.get("rank") is not None:
+        pick = next((r for r in rows if r.get("rank") == sg["rank"]), None)
+    if pick is None and rows:
+        pick = min(rows, key=lambda r: (r.get("gpu_busy_pct") or 0.0, r.get("rank") or 0))
+    if pick is None:
+        return {
+            "rank": report.get("rank"),
+            "step_ms": (report.get("step_time_ms") or {}).get("mean"),
+            "busy_pct": report.get("gpu_busy_pct"),
+        }
+    return {
+        "rank": pick.get("rank"),
+        "step_ms": pick.get("step_time_ms"),
+        "busy_pct": pick.get("gpu_busy_pct"),
+    }

@@ -198,7 +198,7 @@ def rule_dataloader(inp: Inputs) -> Recommendation | None:
     }
     per = ev["idle_us_per_step"]
     ev["summary"] = (
-        f"The GPU waited {per:.0f} µs per step ({ev['share_pct']:.1f}% of the run) while the "
+        f"The GPU waited {sig3(per / 1e3)} ms per step ({sig3(ev['share_pct'])}% of the run) while the "
         f"training loop was inside the DataLoader's __next__"
         + (" (workers could not keep up)." if multi else " (batches are made in the main process).")
     )
@@ -246,9 +246,9 @@ def rule_pin_memory(inp: Inputs) -> Recommendation | None:
     ev["summary"] = (
         f"{ev['copies_per_step']:.1f} host-to-device copies per step "
         f"({sig3(ev['bytes_per_step'] / 1e6)} MB) come from pageable memory{rate}: they cost "
-        f"{ev['cost_us_per_step']:.0f} µs per step ({ev['share_pct']:.1f}%), "
-        f"{ev['copy_excess_us_per_step']:.0f} µs of slower copying and "
-        f"{ev['idle_us_per_step']:.0f} µs of GPU idle while the host staged them."
+        f"{sig3(ev['cost_us_per_step'] / 1e3)} ms per step ({sig3(ev['share_pct'])}%), "
+        f"{sig3(ev['copy_excess_us_per_step'] / 1e3)} ms of slower copying and "
+        f"{sig3(ev['idle_us_per_step'] / 1e3)} ms of GPU idle while the host staged them."
     )
     _cap_note(ev, capped, inp)
     gain = host_gain_pct(idle_ns, inp) + (
@@ -279,7 +279,7 @@ def rule_host_sync(inp: Inputs) -> Recommendation | None:
     )
     ev["summary"] = (
         f"Per step the host waited for the GPU in {what}; the drained queue left the GPU idle "
-        f"{ev['idle_us_per_step']:.0f} µs per step ({ev['share_pct']:.1f}%)."
+        f"{sig3(ev['idle_us_per_step'] / 1e3)} ms per step ({sig3(ev['share_pct'])}%)."
     )
     _cap_note(ev, capped, inp)
     return Recommendation(
@@ -319,7 +319,7 @@ def rule_mixed_precision(inp: Inputs) -> Recommendation | None:
         "assumed_speedup": speedup,
     }
     ev["summary"] = (
-        f"{ev['fp32_gemm_us_per_step']:.0f} µs per step ({ev['fp32_gemm_share_pct']:.1f}% of the "
+        f"{sig3(ev['fp32_gemm_us_per_step'] / 1e3)} ms per step ({sig3(ev['fp32_gemm_share_pct'])}% of the "
         f"run) of matrix-multiply kernels ran in plain fp32 on CUDA cores of a tensor-core GPU "
         f"({inp.gpu_name or 'cc ' + ev['compute_capability']}); at {speedup:.1f}x on tensor cores "
         f"that time shrinks by {100 * (1 - 1 / speedup):.0f}%."
@@ -380,15 +380,15 @@ def rule_kernel_fusion(inp: Inputs) -> Recommendation | None:
         ev["compiled_regions_per_step"] = c.compiled_regions_per_step
     ev["summary"] = (
         f"{ev['kernels_per_step']:.0f} kernels per step with a median of {k.median_us:.1f} µs; "
-        f"between them the GPU idled {ev['idle_us_per_step']:.0f} µs per step "
-        f"({ev['share_pct']:.1f}%) on launch and host overhead"
+        f"between them the GPU idled {sig3(ev['idle_us_per_step'] / 1e3)} ms per step "
+        f"({sig3(ev['share_pct'])}%) on launch and host overhead"
         + (" although the model is compiled" if compiled else "")
         + (" and replayed as CUDA graphs" if graphs else "")
         + "."
     )
-    if breaks:
+    if c is not None and breaks:
         ev["summary"] += (
-            f" The step enters {c.compiled_regions_per_step:.3g} compiled regions: each graph "  # type: ignore[union-attr]
+            f" The step enters {c.compiled_regions_per_step:.3g} compiled regions: each graph "
             "break returns to Python between them."
         )
     _cap_note(ev, capped, inp)
@@ -476,7 +476,7 @@ def rule_cudnn_benchmark(inp: Inputs) -> Recommendation | None:
         "conv_share_pct": _share(ns, inp.window_ns),
     }
     ev["summary"] = (
-        f"Convolutions take {ev['conv_us_per_step']:.0f} µs per step ({ev['conv_share_pct']:.1f}%) "
+        f"Convolutions take {sig3(ev['conv_us_per_step'] / 1e3)} ms per step ({sig3(ev['conv_share_pct'])}%) "
         "and the trace shows no cuDNN algorithm search: with fixed input shapes, benchmark mode "
         "picks the fastest algorithm once."
     )
@@ -516,8 +516,8 @@ def rule_communication(inp: Inputs) -> Recommendation | None:
         "comm_only_us_per_step": floor / 1e3,
     }
     ev["summary"] = (
-        f"Communication was exposed {ev['exposed_comm_us_per_step']:.0f} µs per step "
-        f"({ev['share_pct']:.1f}%): the host waited in collectives, or the GPU ran only "
+        f"Communication was exposed {sig3(ev['exposed_comm_us_per_step'] / 1e3)} ms per step "
+        f"({sig3(ev['share_pct'])}%): the host waited in collectives, or the GPU ran only "
         "communication kernels (the part every rank pays)."
     )
     return Recommendation(
@@ -547,7 +547,7 @@ def rule_load_imbalance(inp: Inputs) -> Recommendation | None:
         "slowest_rank_step_time_ms": slowest.get("step_time_ms"),
     }
     ev["summary"] = (
-        f"This rank's GPU spent {ev['waiting_us_per_step']:.0f} µs per step ({ev['share_pct']:.1f}%) "
+        f"This rank's GPU spent {sig3(ev['waiting_us_per_step'] / 1e3)} ms per step ({sig3(ev['share_pct'])}%) "
         f"in collectives waiting for rank {slowest['rank']}, which arrives last (its GPU is busy "
         f"{slowest.get('gpu_busy_pct') or 0:.0f}% of the time): the slowest rank sets the pace."
     )

@@ -483,3 +483,25 @@ def test_cli_per_step_units_and_every_broken_bound(tmp_path, db_path, capsys):
     )
     assert code == 1 and err.count("\n") == 1
     assert "--max-idle-pct 1" in err and "--max-step-ms 1" in err and "--min-busy-pct 99" in err
+
+
+def test_runs_list_figures_come_from_the_straggler(con, ddp_folder):
+    from gpuscope.analysis.ranks import slowest_rank_figures
+
+    rid = ingest_paths(con, [str(ddp_folder)])[0].run_id
+    doc = analyze_run(con, rid).to_json()
+    fig = slowest_rank_figures(doc)
+    # both ranks are busy 8990 of each 10000 µs step (compute + NCCL): 89.9%; the straggler is
+    # rank 0, and the runs list shows its figures
+    assert fig["rank"] == 0
+    assert fig["busy_pct"] == pytest.approx(89.9)
+    assert fig["step_ms"] == pytest.approx(10.0)
+    # without a named straggler: the least busy rank (the figure that does not look healthy)
+    rows = [
+        {"rank": 0, "gpu_busy_pct": 93.6, "step_time_ms": 26.3},
+        {"rank": 1, "gpu_busy_pct": 22.6, "step_time_ms": 25.7},
+    ]
+    fig = slowest_rank_figures({"ranks": rows, "straggler": None})
+    assert fig == {"rank": 1, "step_ms": 25.7, "busy_pct": 22.6}
+    fig = slowest_rank_figures({"ranks": rows, "straggler": {"rank": 0}})
+    assert fig["rank"] == 0 and fig["busy_pct"] == 93.6
