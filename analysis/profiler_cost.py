@@ -64,6 +64,16 @@ class ProfilerCost:
     gpu_busy_ms_per_step: float = 0.0
     suspect: bool = False
     note: str | None = None
+    host_causes_ms_per_step: dict[str, float] | None = None
+
+    @property
+    def capped_causes_ms_per_step(self) -> dict[str, float] | None:
+        """Each host-side idle cause per step (ms), capped at :attr:`host_cap_ms_per_step`: what
+        it can be at most without the profiler. None without an untraced time."""
+        cap = self.host_cap_ms_per_step
+        if cap is None or self.host_causes_ms_per_step is None:
+            return None
+        return {c: min(v, cap) for c, v in self.host_causes_ms_per_step.items()}
 
     @property
     def inflation_pct(self) -> float | None:
@@ -86,6 +96,7 @@ class ProfilerCost:
             "inflation_pct": self.inflation_pct,
             "gpu_busy_ms_per_step": self.gpu_busy_ms_per_step,
             "host_cap_ms_per_step": self.host_cap_ms_per_step,
+            "capped_causes_ms_per_step": self.capped_causes_ms_per_step,
             "suspect": self.suspect,
             "note": self.note,
         }
@@ -100,6 +111,7 @@ def profiler_cost(
     idle_causes_ns: dict[str, int] | None = None,
     window_ns: int = 0,
     median_kernel_us: float | None = None,
+    n_steps: int = 1,
 ) -> ProfilerCost:
     """The profiler cost of one rank. ``untraced_step_ms`` (ms, > 0) wins over the trace's
     ``gpuscope.untraced_step_ms``. ``idle_causes_ns`` / ``window_ns`` / ``median_kernel_us`` decide
@@ -124,6 +136,10 @@ def profiler_cost(
         untraced_steps=steps,
         gpu_busy_ms_per_step=gpu_busy_ms_per_step,
     )
+    if idle_causes_ns is not None:
+        pc.host_causes_ms_per_step = {
+            c: idle_causes_ns.get(c, 0) / max(1, n_steps) / 1e6 for c in HOST_CAUSES
+        }
     if value is not None:
         cap = pc.host_cap_ms_per_step or 0.0
         pc.note = (

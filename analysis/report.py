@@ -490,6 +490,7 @@ def analyze_run(
             idle_causes_ns=idle.causes_ns,
             window_ns=window.duration_ns,
             median_kernel_us=kstats.median_us,
+            n_steps=window.n_steps,
         )
     compiled = compiled_info(con, run_id, rank, window) if details else None
     gpu_model = getattr(peak, "gpu_model", None) or P.match_model(dev_props)[0]

@@ -71,6 +71,10 @@ def test_untraced_step_caps_host_side_bounds(con, tmp_path):
     assert pc["inflation_pct"] == pytest.approx(300.0)
     assert pc["gpu_busy_ms_per_step"] == pytest.approx(0.1)
     assert pc["host_cap_ms_per_step"] == pytest.approx(0.15)
+    # the 900 µs per step of cpu_overhead idle can be at most 0.15 ms without the profiler
+    assert r.idle.causes_ns["cpu_overhead"] == 3 * 900_000
+    assert pc["capped_causes_ms_per_step"]["cpu_overhead"] == pytest.approx(0.15)
+    assert "communication" not in pc["capped_causes_ms_per_step"]
     kf = {x.id: x for x in r.recommendations}["kernel_fusion"]
     assert kf.max_gain_pct == pytest.approx(60.0)
     assert kf.evidence["idle_us_per_step"] == pytest.approx(150.0)
@@ -116,6 +120,8 @@ def test_cli_untraced_option_and_bad_value(tmp_path, db_path, capsys):
     assert code == 0, err
     assert "untraced step 0.250 ms (argument): the profiler adds 300%" in out
     assert "host-side figures capped at 0.150 ms per step" in out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("cpu_overhead"))
+    assert "0.900 ms per step" in line and "(at most 0.150 ms without the profiler)" in line
     code, out, err = run_cli(capsys, "analyze", str(path), "--untraced-step-ms", "0", *db)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "--untraced-step-ms must be > 0" in err

@@ -189,11 +189,14 @@ def render(doc: dict[str, Any]) -> str:
         f"GPU busy {_pc(doc['gpu_busy_pct'])}   idle {_pc(idle['pct'])}  "
         f"({sig3(idle['per_step_us'] / 1e3)} ms per step)"
     )
+    capped = prof.get("capped_causes_ms_per_step") or {}
     for cause, v in sorted(idle["causes"].items(), key=lambda kv: -kv[1]):
         if v:
-            out.append(
-                f"  {cause:16} {sig3(v / n / 1e3):>8} ms per step  {_pc(idle['causes_pct'][cause]):>6}"
-            )
+            line = f"  {cause:16} {sig3(v / n / 1e3):>8} ms per step  {_pc(idle['causes_pct'][cause]):>6}"
+            c = capped.get(cause)
+            if c is not None and c < v / n / 1e3:
+                line += f"  (at most {sig3(c)} ms without the profiler)"
+            out.append(line)
     if prof.get("suspect") and prof.get("note"):
         out.append(f"  note: {prof['note']}")
     out.append(
