@@ -49,10 +49,11 @@ def meta_number(metadata: dict[str, Any] | None, key: str) -> float | None:
 class ProfilerCost:
     """Traced and untraced step time (ms), and what they allow host-side findings to claim.
 
-    ``untraced_step_ms``: median step time with the profiler off (None when unknown);
-    ``untraced_source``: ``capture`` (trace metadata) or ``argument`` (``--untraced-step-ms``);
-    ``inflation_pct`` = 100 × (traced − untraced) / untraced; ``gpu_busy_ms_per_step``: GPU busy
-    time per traced step (ms); ``host_cap_ms_per_step`` = max(0, untraced − GPU busy per step):
+    ``traced_step_ms``: median traced step (ms); ``untraced_step_ms``: median step time with the
+    profiler off (None when unknown); ``untraced_source``: ``capture`` (trace metadata) or
+    ``argument`` (``--untraced-step-ms``); ``inflation_pct`` = 100 × (traced − untraced) /
+    untraced; ``gpu_busy_ms_per_step``: median GPU busy time per traced step (ms);
+    ``host_cap_ms_per_step`` = max(0, untraced − GPU busy per step):
     the most host-side idle a step can have without the profiler; ``suspect``: no untraced time,
     yet host overhead dominates and kernels are short, so host-side figures may be profiler cost.
     """

@@ -8,6 +8,7 @@ docs/cli-json.md documents every key.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,8 @@ class RunReport:
     warnings: list[str] = field(default_factory=list)
     peak_dtype: Any = None
     mfu_dtype_pct: float | None = None
+    mfu_untraced_pct: float | None = None
+    achieved_tflops_untraced: float | None = None
     profiler: ProfilerCost | None = None
     compiled: CompiledInfo | None = None
     pageable: PageableCopies | None = None
@@ -126,6 +129,8 @@ class RunReport:
             "achieved_tflops": self.achieved_tflops,
             "mfu_pct": self.mfu_pct,
             "mfu_dtype_pct": self.mfu_dtype_pct,
+            "achieved_tflops_untraced": self.achieved_tflops_untraced,
+            "mfu_untraced_pct": self.mfu_untraced_pct,
             "mfu_busy_pct": self.mfu_busy_pct,
             "profiler": self.profiler.to_json() if self.profiler is not None else None,
             "compiled": self.compiled.to_json() if self.compiled is not None else None,
@@ -232,6 +237,15 @@ def _kernel_stats(
         conv_us=conv_us,
         cudnn_find_seen=bool(find and find[0]),
     )
+
+
+def _median_busy_ms(step_busy: list[Any], busy_ns: int, n_steps: int) -> float:
+    """Median GPU busy time per step (ms) over the steps' busy values (ns); the window mean when
+    they were not computed."""
+    vals = [v for v in step_busy if v is not None]
+    if vals:
+        return float(statistics.median(vals)) / 1e6
+    return busy_ns / 1e6 / max(1, n_steps)
 
 
 def estimate_6nt(meta: dict[str, Any]) -> float | None:
@@ -456,9 +470,12 @@ def analyze_run(
     peak_dt = (
         attempt("peak", lambda: P.peak_for(props, dtype, device=busy.device)) if need_mfu else None
     )
+    # traced vs untraced: median step against the median of the untraced steps, and the median
+    # GPU busy time per step (one slow warm-up step must not move either)
+    busy_med_ms = _median_busy_ms(step_busy, busy.busy_ns, window.n_steps)
     pc = profiler_cost(
-        stats.mean_ms,
-        busy.busy_ns / 1e6 / window.n_steps,
+        stats.p50_ms,
+        busy_med_ms,
         meta.get("metadata"),
         untraced_step_ms=untraced_step_ms,
     )
@@ -470,6 +487,9 @@ def analyze_run(
     mfu_dtype = P.mfu_pct(fps, step_s, getattr(peak_dt, "tflops", None))
     mfu_busy = P.mfu_busy_pct(fps, busy_s_per_step, ptf)
     achieved = P.achieved_tflops(fps, step_s)
+    untraced_s = pc.untraced_step_ms / 1e3 if pc.untraced_step_ms else None
+    mfu_untraced = P.mfu_pct(fps, untraced_s, ptf)
+    achieved_untraced = P.achieved_tflops(fps, untraced_s)
 
     kstats = (
         _kernel_stats(
@@ -483,8 +503,8 @@ def analyze_run(
     )
     if kstats is not None:
         pc = profiler_cost(
-            stats.mean_ms,
-            busy.busy_ns / 1e6 / window.n_steps,
+            stats.p50_ms,
+            busy_med_ms,
             meta.get("metadata"),
             untraced_step_ms=untraced_step_ms,
             idle_causes_ns=idle.causes_ns,
@@ -546,6 +566,8 @@ def analyze_run(
         warnings=warnings,
         peak_dtype=peak_dt,
         mfu_dtype_pct=mfu_dtype,
+        mfu_untraced_pct=mfu_untraced,
+        achieved_tflops_untraced=achieved_untraced,
         profiler=pc,
         compiled=compiled,
         pageable=pageable,

@@ -168,6 +168,11 @@ def test_mfu_from_6nt_when_no_shapes(con, tmp_path):
     assert r.achieved_tflops == pytest.approx(6.0)
     assert r.mfu_pct == pytest.approx(100 * 6 / 989.4)
     assert any("estimate" in n for n in r.flops.notes)
+    # without the profiler the step takes 0.5 ms: 12 TFLOP/s, MFU 12 / 989.4
+    ru = analyze_run(con, r.run["id"], untraced_step_ms=0.5)
+    assert ru.achieved_tflops_untraced == pytest.approx(12.0)
+    assert ru.mfu_untraced_pct == pytest.approx(100 * 12 / 989.4)
+    assert r.mfu_untraced_pct is None
     # the user's global tokens_per_step (with world size 2) wins: 6 * 1e6 * 4000 / 2 = 1.2e10
     meta2 = {**meta, "tokens_per_step": 4000, "gpuscope.world_size": 2}
     r2 = analyze_run(con, ingest(con, short_ops(meta2, api="cudaGraphLaunch"), tmp_path / "n.json"))

@@ -209,6 +209,11 @@ def render(doc: dict[str, Any]) -> str:
         f"{_pc(doc.get('mfu_dtype_pct'))}   MFU while busy {_pc(doc['mfu_busy_pct'])}"
         + ("   (FLOPs estimated as 6·N·T)" if doc.get("flops_source") == "estimate_6NT" else "")
     )
+    if doc.get("mfu_untraced_pct") is not None:
+        out.append(
+            f"without the profiler: achieved {sig3(doc['achieved_tflops_untraced'])} TFLOP/s, "
+            f"MFU {_pc(doc['mfu_untraced_pct'])}"
+        )
     recs = doc["recommendations"]
     out.append("")
     out.append("recommendations:" if recs else "recommendations: none (no cost above noise)")
