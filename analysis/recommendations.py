@@ -418,7 +418,14 @@ def rule_kernel_fusion(inp: Inputs) -> Recommendation | None:
             + (breaks_fix if breaks else "")
             + "# the optimizer step can be compiled too: torch.compile(opt.step)"
         )
-    return Recommendation(rid, title, ev, host_gain_pct(ns, inp), fix)
+    gain = host_gain_pct(ns, inp)
+    if not compiled:
+        # torch.compile also fuses the short kernels themselves: the bound adds their GPU time
+        # (measured on an H100: eager 12.9 ms -> reduce-overhead 3.72 ms, GPU busy 4.17 -> 3.15)
+        short_ns = k.short_us * 1e3
+        ev["short_kernel_us_per_step"] = _per_step_us(short_ns, inp.n_steps)
+        gain = min(100.0, gain + host_gain_pct(short_ns, inp))
+    return Recommendation(rid, title, ev, gain, fix)
 
 
 def rule_batch_size(inp: Inputs) -> Recommendation | None:
