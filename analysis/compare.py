@@ -188,6 +188,7 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
         Delta("achieved_tflops", "TFLOP/s", a.achieved_tflops, b.achieved_tflops, "higher"),
         Delta("mfu_pct", "%", a.mfu_pct, b.mfu_pct, "higher"),
         Delta("mfu_dtype_pct", "%", a.mfu_dtype_pct, b.mfu_dtype_pct, None),
+        Delta("mfu_untraced_pct", "%", a.mfu_untraced_pct, b.mfu_untraced_pct, "higher"),
         Delta("mfu_busy_pct", "%", a.mfu_busy_pct, b.mfu_busy_pct, "higher"),
         Delta("flops_per_step", "FLOP", a.flops_per_step, b.flops_per_step, None),
     ]
@@ -245,6 +246,12 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
         notes.append(
             f"dtypes differ ({a.dtype} vs {b.dtype}): mfu_pct of both is against the GPU's dense "
             "bf16/fp16 peak, so they compare; mfu_dtype_pct is each against its own dtype's peak"
+        )
+    fa, fb = getattr(a.flops, "source", None), getattr(b.flops, "source", None)
+    if a.flops_per_step and b.flops_per_step and fa != fb:
+        notes.append(
+            f"FLOPs per step come from different sources ({fa} vs {fb}): achieved TFLOP/s and "
+            "MFU compare only approximately"
         )
     speedup, basis, text, note = fair_speedup(a, b)
     if note:
