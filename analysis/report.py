@@ -162,6 +162,10 @@ def _units(meta: dict[str, Any]) -> tuple[float | None, float | None, str | None
     s_r = meta_number(md, "gpuscope.samples_per_step_rank")
     t_r = meta_number(md, "gpuscope.tokens_per_step_rank")
     if s_r is None and t_r is None:
+        s_r, t_r = _units_from_shape(
+            md.get("gpuscope.model_input_shape"), md.get("gpuscope.model_input_dtype")
+        )
+    if s_r is None and t_r is None:
         return None, None, None
     ws = meta_number(md, "gpuscope.world_size") or meta_number(meta, "world_size") or 1.0
     return (
@@ -169,6 +173,22 @@ def _units(meta: dict[str, Any]) -> tuple[float | None, float | None, str | None
         t_r * ws if t_r is not None else None,
         "model_input",
     )
+
+
+def _units_from_shape(shape: Any, dtype: Any) -> tuple[float | None, float | None]:
+    """(samples, tokens) per rank from the model input's shape: samples = the leading dimension;
+    tokens = B × S when the input is an integer 2-D tensor (token ids)."""
+    if not isinstance(shape, list) or not shape:
+        return None, None
+    try:
+        dims = [int(d) for d in shape]
+    except (TypeError, ValueError):
+        return None, None
+    if dims[0] <= 0:
+        return None, None
+    is_int = isinstance(dtype, str) and "int" in dtype.lower()
+    tokens = float(dims[0] * dims[1]) if is_int and len(dims) == 2 and dims[1] > 0 else None
+    return float(dims[0]), tokens
 
 
 def _throughput(

@@ -256,6 +256,28 @@ def test_speedup_with_inferred_batch(con, tmp_path):
     assert "inferred from the model's input" in (cmp.speedup_text or "")
 
 
+def test_units_from_the_model_input_shape(con, tmp_path):
+    # only the input's shape and dtype: int64 [4, 128] -> 4 samples and 512 tokens per rank,
+    # × world size 2 = 8 samples and 1024 tokens per step; before_like's step is 8 ms
+    t = before_like()
+    t.extra_meta = {
+        "gpuscope.model_input_shape": [4, 128],
+        "gpuscope.model_input_dtype": "torch.int64",
+        "gpuscope.world_size": 2,
+    }
+    tp = analyze_run(con, ingest(con, t, tmp_path / "s.json")).throughput
+    assert tp["source"] == "model_input"
+    assert tp["samples_per_step"] == 8.0 and tp["tokens_per_step"] == 1024.0
+    assert tp["tokens_per_s"] == pytest.approx(1024 / 0.008)
+    # a float image batch [32, 3, 224, 224]: samples only
+    t.extra_meta = {
+        "gpuscope.model_input_shape": [32, 3, 224, 224],
+        "gpuscope.model_input_dtype": "torch.float32",
+    }
+    tp = analyze_run(con, ingest(con, t, tmp_path / "i.json")).throughput
+    assert tp["samples_per_step"] == 32.0 and tp["tokens_per_step"] is None
+
+
 def test_batch_size_bound_is_per_sample(con, tmp_path):
     from gpuscope.analysis import recommendations as R
     from gpuscope.analysis.idle import CAUSES, IdleResult
