@@ -203,10 +203,14 @@ def render(doc: dict[str, Any]) -> str:
         f"tensor cores {_pc(doc['tensor_core_pct'])}   dtype {doc['dtype'] or '-'}   "
         f"achieved {sig3(doc['achieved_tflops'])} TFLOP/s"
     )
+    vs_dtype = (
+        f"   MFU vs the {doc['dtype']} peak {_pc(doc.get('mfu_dtype_pct'))}"
+        if doc["dtype"] and doc["dtype"] != doc.get("peak_dtype")
+        else ""
+    )
     out.append(
         f"MFU {_pc(doc['mfu_pct'])} of the dense {doc.get('peak_dtype') or 'bf16'} peak "
-        f"({sig3(doc['peak_tflops'])} TFLOP/s)   MFU vs the {doc['dtype'] or '-'} peak "
-        f"{_pc(doc.get('mfu_dtype_pct'))}   MFU while busy {_pc(doc['mfu_busy_pct'])}"
+        f"({sig3(doc['peak_tflops'])} TFLOP/s){vs_dtype}   MFU while busy {_pc(doc['mfu_busy_pct'])}"
         + ("   (FLOPs estimated as 6·N·T)" if doc.get("flops_source") == "estimate_6NT" else "")
     )
     if doc.get("mfu_untraced_pct") is not None:
