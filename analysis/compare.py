@@ -322,8 +322,13 @@ def compare_runs(
     con: duckdb.DuckDBPyConnection, a: str, b: str, *, top_n: int = 10, **kw: Any
 ) -> Comparison:
     """Analyse runs ``a`` and ``b`` with :func:`analyze_run` (keyword arguments passed on, e.g.
-    ``rank``, ``step_annotation``, ``peak_tflops``) and compare them."""
+    ``rank``, ``step_annotation``, ``peak_tflops``) and compare them. ``untraced_step_ms``: a pair
+    (A's, B's; None for either to use its trace metadata), since each run has its own."""
     kw.setdefault("all_ranks", False)
-    ra = analyze_run(con, a, **kw)
-    rb = analyze_run(con, b, **kw)
+    untraced = kw.pop("untraced_step_ms", None)
+    if untraced is not None and not isinstance(untraced, tuple | list):
+        raise ValueError("untraced_step_ms: give one value per run (A's, B's)")
+    ua, ub = untraced if untraced is not None else (None, None)
+    ra = analyze_run(con, a, untraced_step_ms=ua, **kw)
+    rb = analyze_run(con, b, untraced_step_ms=ub, **kw)
     return compare_reports(ra, rb, top_n=top_n)

@@ -231,6 +231,22 @@ def test_speedup_by_throughput(con, tmp_path):
     assert "faster" not in cmp.table()
 
 
+def test_compare_takes_one_untraced_time_per_run(tmp_path, db_path, capsys):
+    # A: 8 samples per step, untraced 4 ms -> 2000/s; B: 32 per step, untraced 1 ms -> 32000/s
+    a = before_like().write(tmp_path / "a.json")
+    b = after_like().write(tmp_path / "b.json")
+    db = ("--db", str(db_path))
+    code, out, err = run_cli(
+        capsys, "compare", str(a), str(b), "--untraced-step-ms", "4", "1", "--json", *db
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["speedup_basis"] == "samples_per_s_untraced"
+    assert doc["speedup"] == pytest.approx(16.0)
+    m = {d["metric"]: d for d in doc["metrics"]}
+    assert (m["untraced_step_ms"]["a"], m["untraced_step_ms"]["b"]) == (4.0, 1.0)
+
+
 def test_speedup_without_units_says_work_may_differ(con, tmp_path):
     ta, tb = before_like(), after_like()
     ta.extra_meta, tb.extra_meta = {}, {}

@@ -14,8 +14,9 @@ from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 
 
-def add_analysis_options(p: argparse.ArgumentParser) -> None:
-    """Options shared by analyze, compare and check."""
+def add_analysis_options(p: argparse.ArgumentParser, *, runs: int = 1) -> None:
+    """Options shared by analyze, compare and check (``runs=2``: compare, one untraced step
+    time per run)."""
     from gpuscope.cli.main import common_db_option
 
     p.add_argument("--rank", type=int, default=None, help="rank to analyse (default: the lowest)")
@@ -39,9 +40,11 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
         "--untraced-step-ms",
         type=float,
         default=None,
-        metavar="MS",
+        nargs=runs if runs > 1 else None,
+        metavar=("A_MS", "B_MS") if runs > 1 else "MS",
         help="step time measured without the profiler, ms (gpuscope.capture records it): caps "
-        "host-side findings at what can exist without the profiler",
+        "host-side findings at what can exist without the profiler"
+        + (" (one value per run)" if runs > 1 else ""),
     )
     common_db_option(p)
 

@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("a", metavar="A")
     p.add_argument("b", metavar="B")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    add_analysis_options(p)
+    add_analysis_options(p, runs=2)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
                     "run: compare two trace runs or two NVML runs"
                 )
             else:
-                cmp = compare_runs(con, a, b, **analysis_kwargs(args))
+                kw = analysis_kwargs(args)
+                kw["untraced_step_ms"] = tuple(args.untraced_step_ms or (None, None))
+                cmp = compare_runs(con, a, b, **kw)
         except ValueError as e:
             return fail(str(e))
     finally:
