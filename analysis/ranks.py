@@ -117,3 +117,42 @@ def slowest_rank_figures(report: dict[str, Any]) -> dict[str, Any]:
         "step_ms": pick.get("step_time_ms"),
         "busy_pct": pick.get("gpu_busy_pct"),
     }
+
+
+def rank_busy_panels(
+    con: Any,
+    run_id: str,
+    *,
+    step_number: int | None = None,
+    n_steps: int = 3,
+    n_buckets: int = 300,
+    step_annotation: str | None = None,
+) -> list[dict[str, Any]]:
+    """Small-multiple sawtooths of every rank, aligned on one step: per rank a dict with
+    ``label``, ``rank``, ``origin_ns`` (the CPU start of step ``step_number`` on that rank, in its
+    own trace clock; default: each rank's first step) and ``busy`` (:func:`busy.busy_series` over
+    ``n_steps`` steps from there, ``n_buckets`` buckets): what
+    ``gpuscope.web.figures.aligned_sawtooth`` draws. Ranks without that step are left out."""
+    from gpuscope.analysis.busy import busy_series
+    from gpuscope.analysis.steps import find_window
+    from gpuscope.analysis.store_access import ranks_of
+
+    panels = []
+    for rank in ranks_of(con, run_id):
+        w = find_window(con, run_id, rank, step_annotation)
+        bounds = w.step_bounds_ns()
+        nums = [s.number for s in w.steps] or [0]
+        i = nums.index(step_number) if step_number in nums else (0 if step_number is None else -1)
+        if i < 0:
+            continue
+        j = min(len(bounds), i + max(1, n_steps)) - 1
+        start, end = bounds[i][0], bounds[j][1]
+        panels.append(
+            {
+                "label": f"rank {rank}",
+                "rank": rank,
+                "origin_ns": start,
+                "busy": busy_series(con, run_id, rank, start, end, n_buckets),
+            }
+        )
+    return panels

@@ -564,3 +564,18 @@ def test_runs_list_figures_come_from_the_straggler(con, ddp_folder):
     assert fig == {"rank": 1, "step_ms": 25.7, "busy_pct": 22.6}
     fig = slowest_rank_figures({"ranks": rows, "straggler": {"rank": 0}})
     assert fig["rank"] == 0 and fig["busy_pct"] == 93.6
+
+
+def test_rank_busy_panels_align_on_a_step(con, ddp_folder):
+    from gpuscope.analysis.ranks import rank_busy_panels
+
+    rid = ingest_paths(con, [str(ddp_folder)])[0].run_id
+    panels = rank_busy_panels(con, rid, step_number=1, n_steps=1, n_buckets=10)
+    assert [p["rank"] for p in panels] == [0, 1]
+    for p in panels:
+        # step 1 starts at 10000 µs on both ranks (trace time) and lasts 10000 µs: 10 buckets of
+        # 1 ms; busy from 10 µs to 9000 µs of the step (compute, then NCCL)
+        assert p["busy"]["start_ns"].iloc[0] == p["origin_ns"]
+        assert len(p["busy"]) == 10
+        assert list(p["busy"]["busy_frac"]) == pytest.approx([0.99] + [1.0] * 8 + [0.0])
+    assert rank_busy_panels(con, rid, step_number=7) == []
