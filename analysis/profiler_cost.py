@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuscope.analysis.fmt import sig3
+
 HOST_CAUSES: tuple[str, ...] = (
     "launch_overhead",
     "data_loading",
@@ -172,6 +174,4 @@ def profiler_cost(
 
 def _ms3(v: float) -> str:
     """ms with three significant figures and thousands separators."""
-    from gpuscope.analysis.fmt import sig3
-
     return sig3(v)
