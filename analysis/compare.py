@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.report import RunReport, analyze_run
 
@@ -70,6 +71,8 @@ class Comparison:
     recommendations: dict[str, list[str]]
     speedup: float | None = None
     notes: list[str] = field(default_factory=list)
+    speedup_basis: str | None = None
+    speedup_text: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +80,8 @@ class Comparison:
             "a": self.a,
             "b": self.b,
             "speedup": self.speedup,
+            "speedup_basis": self.speedup_basis,
+            "speedup_text": self.speedup_text,
             "metrics": [d.to_json() for d in self.metrics],
             "idle_by_cause": [d.to_json() for d in self.idle_by_cause],
             "kernel_categories": [d.to_json() for d in self.kernel_categories],
@@ -91,8 +96,8 @@ class Comparison:
             f"A: {self.a['name']} ({self.a['id']}, rank {self.a['rank']})",
             f"B: {self.b['name']} ({self.b['id']}, rank {self.b['rank']})",
         ]
-        if self.speedup:
-            lines.append(f"speed-up (A step time / B step time): {self.speedup:.2f}x")
+        if self.speedup_text:
+            lines.append(self.speedup_text)
         for title, rows in (
             ("metric", self.metrics),
             ("idle per step by cause", self.idle_by_cause),
@@ -114,6 +119,7 @@ class Comparison:
             "still open in B:               " + (", ".join(rec["remaining"]) or "-"),
             "new in B:                      " + (", ".join(rec["new"]) or "-"),
         ]
+        lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
@@ -124,13 +130,13 @@ def _clip(s: str, n: int) -> str:
 def _fmt(v: float | None) -> str:
     if v is None:
         return "-"
-    if abs(v) >= 1e5:
+    if abs(v) >= 1e9:
         return f"{v:.3g}"
-    return f"{v:.2f}"
+    return sig3(v)
 
 
 def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:+.1f}%"
+    return "-" if v is None else ("+" if v > 0 else "") + sig3(v) + "%"
 
 
 def _mark(improved: bool | None) -> str:
@@ -183,7 +189,11 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
             getattr(b.tensor_cores, "tensor_core_pct", None),
             "higher",
         ),
+        Delta("untraced_step_ms", "ms", _untraced(a), _untraced(b), "lower"),
+        Delta("achieved_tflops", "TFLOP/s", a.achieved_tflops, b.achieved_tflops, "higher"),
         Delta("mfu_pct", "%", a.mfu_pct, b.mfu_pct, "higher"),
+        Delta("mfu_dtype_pct", "%", a.mfu_dtype_pct, b.mfu_dtype_pct, None),
+        Delta("mfu_untraced_pct", "%", a.mfu_untraced_pct, b.mfu_untraced_pct, "higher"),
         Delta("mfu_busy_pct", "%", a.mfu_busy_pct, b.mfu_busy_pct, "higher"),
         Delta("flops_per_step", "FLOP", a.flops_per_step, b.flops_per_step, None),
     ]
@@ -237,11 +247,20 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
     notes = []
     if a.run.get("gpu") != b.run.get("gpu"):
         notes.append(f"different GPUs: {a.run.get('gpu')} vs {b.run.get('gpu')}")
-    if a.throughput is None or b.throughput is None:
+    if (a.peak_tflops or b.peak_tflops) and a.dtype != b.dtype:
         notes.append(
-            "no samples_per_step/tokens_per_step in one trace: step times compare work of different sizes only if the batch is the same"
+            f"dtypes differ ({a.dtype} vs {b.dtype}): mfu_pct of both is against the GPU's dense "
+            "bf16/fp16 peak, so they compare; mfu_dtype_pct is each against its own dtype's peak"
         )
-    speedup = a.step_stats.mean_ms / b.step_stats.mean_ms if b.step_stats.mean_ms > 0 else None
+    fa, fb = getattr(a.flops, "source", None), getattr(b.flops, "source", None)
+    if a.flops_per_step and b.flops_per_step and fa != fb:
+        notes.append(
+            f"FLOPs per step come from different sources ({fa} vs {fb}): achieved TFLOP/s and "
+            "MFU compare only approximately"
+        )
+    speedup, basis, text, note = fair_speedup(a, b)
+    if note:
+        notes.append(note)
     return Comparison(
         a=_summary(a),
         b=_summary(b),
@@ -252,15 +271,69 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
         recommendations=recs,
         speedup=speedup,
         notes=notes,
+        speedup_basis=basis,
+        speedup_text=text,
     )
+
+
+def _untraced(r: RunReport) -> float | None:
+    return getattr(r.profiler, "untraced_step_ms", None)
+
+
+def fair_speedup(
+    a: RunReport, b: RunReport
+) -> tuple[float | None, str | None, str | None, str | None]:
+    """(speed-up of B over A, its basis, a sentence, a note). By throughput when both runs know
+    their tokens or samples per step (``tokens_per_s`` / ``samples_per_s``; untraced step times
+    when both have them: basis ``..._untraced``); otherwise by step time (``step_time``, or
+    ``untraced_step_time``), with a note that step times compare unequal work unless the batches
+    are equal."""
+    ta, tb = a.throughput or {}, b.throughput or {}
+    inferred = "model_input" in (ta.get("source"), tb.get("source"))
+    both_untraced = _untraced(a) is not None and _untraced(b) is not None
+    for unit in ("tokens", "samples"):
+        keys = [f"{unit}_per_s_untraced", f"{unit}_per_s"] if both_untraced else [f"{unit}_per_s"]
+        for key in keys:
+            va, vb = ta.get(key), tb.get(key)
+            if va and vb:
+                sp = vb / va
+                how = " (batch inferred from the model's input)" if inferred else ""
+                when = " without the profiler" if key.endswith("_untraced") else ""
+                text = (
+                    f"B processes {sp:.3g}× the {unit} per second of A{when}{how} "
+                    f"({sig3(va)} → {sig3(vb)} {unit}/s)"
+                )
+                return sp, key, text, None
+    sa, sb = a.step_stats.mean_ms, b.step_stats.mean_ms
+    basis = "step_time"
+    if both_untraced:
+        sa, sb, basis = _untraced(a) or sa, _untraced(b) or sb, "untraced_step_time"
+    if sb <= 0:
+        return None, None, None, None
+    sp = sa / sb
+    text = (
+        f"B's step takes {sig3(sb)} ms against A's {sig3(sa)} ms ({sp:.3g}× shorter"
+        + (", without the profiler" if both_untraced else "")
+        + "): the work per step may differ"
+    )
+    note = (
+        "no samples or tokens per step in one run (metadata samples_per_step/tokens_per_step, or "
+        "gpuscope.capture with model=): step times compare unequal work unless the batches are equal"
+    )
+    return sp, basis, text, note
 
 
 def compare_runs(
     con: duckdb.DuckDBPyConnection, a: str, b: str, *, top_n: int = 10, **kw: Any
 ) -> Comparison:
     """Analyse runs ``a`` and ``b`` with :func:`analyze_run` (keyword arguments passed on, e.g.
-    ``rank``, ``step_annotation``, ``peak_tflops``) and compare them."""
+    ``rank``, ``step_annotation``, ``peak_tflops``) and compare them. ``untraced_step_ms``: a pair
+    (A's, B's; None for either to use its trace metadata), since each run has its own."""
     kw.setdefault("all_ranks", False)
-    ra = analyze_run(con, a, **kw)
-    rb = analyze_run(con, b, **kw)
+    untraced = kw.pop("untraced_step_ms", None)
+    if untraced is not None and not isinstance(untraced, tuple | list):
+        raise ValueError("untraced_step_ms: give one value per run (A's, B's)")
+    ua, ub = untraced if untraced is not None else (None, None)
+    ra = analyze_run(con, a, untraced_step_ms=ua, **kw)
+    rb = analyze_run(con, b, untraced_step_ms=ub, **kw)
     return compare_reports(ra, rb, top_n=top_n)

@@ -8,14 +8,20 @@ docs/cli-json.md documents every key.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import pandas as pd
 from gpuscope.analysis import recommendations as R
 from gpuscope.analysis.busy import BusySummary, busy_in_ranges, busy_summary, comm_only_ns
+from gpuscope.analysis.compiled import CompiledInfo, compiled_info
+from gpuscope.analysis.copies import PageableCopies, pageable_copies
 from gpuscope.analysis.event_classes import KERNEL_CATS
-from gpuscope.analysis.idle import IdleResult, idle_analysis
+from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
+from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
+from gpuscope.analysis.ranks import Straggler, find_straggler, rank_table
 from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import (
     COMM_KERNEL_RE,
@@ -55,6 +61,19 @@ class RunReport:
     recommendations: list[R.Recommendation] = field(default_factory=list)
     ranks: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    peak_dtype: Any = None
+    mfu_dtype_pct: float | None = None
+    mfu_untraced_pct: float | None = None
+    achieved_tflops_untraced: float | None = None
+    profiler: ProfilerCost | None = None
+    compiled: CompiledInfo | None = None
+    pageable: PageableCopies | None = None
+    straggler: Straggler | None = None
+
+    @property
+    def rank_table(self) -> pd.DataFrame:
+        """Every rank's headline figures, one row per rank (see :func:`ranks.rank_table`)."""
+        return rank_table(self.ranks)
 
     @property
     def has_gpu_activity(self) -> bool:
@@ -120,13 +139,22 @@ class RunReport:
             "flops_per_step": self.flops_per_step,
             "flops_source": getattr(self.flops, "source", None),
             "peak_tflops": self.peak_tflops,
+            "peak_dtype": getattr(self.peak, "dtype", None),
             "peak_source": getattr(self.peak, "source", None) or getattr(self.peak, "reason", None),
             "dtype": self.dtype,
+            "dtype_peak_tflops": getattr(self.peak_dtype, "tflops", None),
             "achieved_tflops": self.achieved_tflops,
             "mfu_pct": self.mfu_pct,
+            "mfu_dtype_pct": self.mfu_dtype_pct,
+            "achieved_tflops_untraced": self.achieved_tflops_untraced,
+            "mfu_untraced_pct": self.mfu_untraced_pct,
             "mfu_busy_pct": self.mfu_busy_pct,
+            "profiler": self.profiler.to_json() if self.profiler is not None else None,
+            "compiled": self.compiled.to_json() if self.compiled is not None else None,
+            "pageable_copies": self.pageable.to_json() if self.pageable is not None else None,
             "recommendations": [r.to_json() for r in self.recommendations],
             "ranks": self.ranks,
+            "straggler": self.straggler.to_json() if self.straggler is not None else None,
             "warnings": list(self.warnings),
         }
 
@@ -166,24 +194,62 @@ def _run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     return {"id": run_id, "name": row[0], "gpu": row[1], "ranks": ranks_of(con, run_id)}
 
 
-def _throughput(meta: dict[str, Any], step_ms: float) -> dict[str, Any] | None:
+def _units(meta: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
+    """(samples, tokens) per step of the whole job and where they come from: the user's
+    ``samples_per_step`` / ``tokens_per_step`` metadata (``metadata``), else the capture helper's
+    per-rank values inferred from the model's input × world size (``model_input``)."""
     md = meta.get("metadata") or {}
+    samples, tokens = meta_number(md, "samples_per_step"), meta_number(md, "tokens_per_step")
+    if samples is not None or tokens is not None:
+        return samples, tokens, "metadata"
+    s_r = meta_number(md, "gpuscope.samples_per_step_rank")
+    t_r = meta_number(md, "gpuscope.tokens_per_step_rank")
+    if s_r is None and t_r is None:
+        s_r, t_r = _units_from_shape(
+            md.get("gpuscope.model_input_shape"), md.get("gpuscope.model_input_dtype")
+        )
+    if s_r is None and t_r is None:
+        return None, None, None
+    ws = meta_number(md, "gpuscope.world_size") or meta_number(meta, "world_size") or 1.0
+    return (
+        s_r * ws if s_r is not None else None,
+        t_r * ws if t_r is not None else None,
+        "model_input",
+    )
 
-    def num(key: str) -> float | None:
-        v = md.get(key)
-        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-            return None
-        return float(v)
 
-    samples, tokens = num("samples_per_step"), num("tokens_per_step")
+def _units_from_shape(shape: Any, dtype: Any) -> tuple[float | None, float | None]:
+    """(samples, tokens) per rank from the model input's shape: samples = the leading dimension;
+    tokens = B × S when the input is an integer 2-D tensor (token ids)."""
+    if not isinstance(shape, list) or not shape:
+        return None, None
+    try:
+        dims = [int(d) for d in shape]
+    except (TypeError, ValueError):
+        return None, None
+    if dims[0] <= 0:
+        return None, None
+    is_int = isinstance(dtype, str) and "int" in dtype.lower()
+    tokens = float(dims[0] * dims[1]) if is_int and len(dims) == 2 and dims[1] > 0 else None
+    return float(dims[0]), tokens
+
+
+def _throughput(
+    meta: dict[str, Any], step_ms: float, untraced_ms: float | None = None
+) -> dict[str, Any] | None:
+    samples, tokens, source = _units(meta)
     if (samples is None and tokens is None) or step_ms <= 0:
         return None
     sec = step_ms / 1e3
+    usec = untraced_ms / 1e3 if untraced_ms else None
     return {
         "samples_per_step": samples,
         "tokens_per_step": tokens,
+        "source": source,
         "samples_per_s": samples / sec if samples else None,
         "tokens_per_s": tokens / sec if tokens else None,
+        "samples_per_s_untraced": samples / usec if samples and usec else None,
+        "tokens_per_s_untraced": tokens / usec if tokens and usec else None,
     }
 
 
@@ -236,6 +302,33 @@ def _kernel_stats(
     )
 
 
+def _median_busy_ms(step_busy: list[Any], busy_ns: int, n_steps: int) -> float:
+    """Median GPU busy time per step (ms) over the steps' busy values (ns); the window mean when
+    they were not computed."""
+    vals = [v for v in step_busy if v is not None]
+    if vals:
+        return float(statistics.median(vals)) / 1e6
+    return busy_ns / 1e6 / max(1, n_steps)
+
+
+def estimate_6nt(meta: dict[str, Any]) -> float | None:
+    """6 · N · T: training FLOPs per step of this rank from the capture helper's parameter count N
+    (``gpuscope.model_params``) and this rank's tokens per step T (``tokens_per_step`` / world
+    size, else ``gpuscope.tokens_per_step_rank``). None without both (no estimate from samples:
+    6·N per sample holds only for models that use each weight once per sample)."""
+    md = meta.get("metadata") or {}
+    n = meta_number(md, "gpuscope.model_params")
+    if n is None:
+        return None
+    tokens = meta_number(md, "tokens_per_step")
+    if tokens is not None:
+        ws = meta_number(md, "gpuscope.world_size") or meta_number(meta, "world_size") or 1.0
+        tokens = tokens / ws
+    else:
+        tokens = meta_number(md, "gpuscope.tokens_per_step_rank")
+    return 6.0 * n * tokens if tokens is not None else None
+
+
 def _kernel_dtype(tc: Any) -> str | None:
     """The math dtype from the kernels when FLOPs give none: the tensor-core precision with the
     most time, else fp32 when plain-fp32 matrix kernels ran."""
@@ -279,11 +372,31 @@ def _rank_summary(
     w = find_window(con, run_id, rank, step_annotation)
     b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
     comm = comm_only_ns(con, run_id, rank, w.start_ns, w.end_ns, b.device, b.busy_ns)
+    if b.device is None:  # no GPU activity on this rank: no evidence, no figure
+        return _rank_row(rank, w, None, step_stats(w).mean_ms, comm, None)
+    idle = idle_analysis(con, run_id, rank, w, device=b.device, top_n=0)
+    return _rank_row(rank, w, b.busy_pct, step_stats(w).mean_ms, comm, idle)
+
+
+def _rank_row(
+    rank: int,
+    w: Window,
+    busy_pct: float | None,
+    step_ms: float,
+    comm: int,
+    idle: IdleResult | None,
+) -> dict[str, Any]:
+    """One row of ``ranks``: busy %, step time (ms), communication-only and idle µs per step."""
+    n = w.n_steps
     return {
         "rank": rank,
-        "gpu_busy_pct": b.busy_pct if b.device is not None else None,  # no evidence, no figure
-        "step_time_ms": step_stats(w).mean_ms,
-        "comm_only_us_per_step": comm / w.n_steps / 1e3,
+        "gpu_busy_pct": busy_pct,  # None without GPU activity: no evidence, no figure
+        "step_time_ms": step_ms,
+        "comm_only_us_per_step": comm / n / 1e3,
+        "idle_us_per_step": idle.total_ns / n / 1e3 if idle is not None else None,
+        "idle_by_cause_us_per_step": (
+            {c: idle.causes_ns.get(c, 0) / n / 1e3 for c in CAUSES} if idle is not None else None
+        ),
     }
 
 
@@ -299,6 +412,7 @@ def analyze_run(
     top_gaps: int = 20,
     details: bool = True,
     mfu: bool = True,
+    untraced_step_ms: float | None = None,
 ) -> RunReport:
     """Analyse one rank of a trace run (default: the lowest rank).
 
@@ -307,8 +421,10 @@ def analyze_run(
     summarise every other rank (busy %, step time) in ``ranks``. ``details=False`` computes only
     the headline numbers (window, step time, busy, idle by cause, FLOPs and MFU), leaving out the
     kernel breakdown, gap evidence, per-step values and recommendations (``gpuscope check``);
-    ``mfu=False`` with it also skips FLOPs, tensor cores and MFU. Raises ValueError for an unknown
-    run or rank.
+    ``mfu=False`` with it also skips FLOPs, tensor cores and MFU. ``untraced_step_ms``: the step
+    time measured without the profiler (ms), for traces whose metadata lacks
+    ``gpuscope.untraced_step_ms`` (it wins over the metadata). Raises ValueError for an unknown run
+    or rank, or a non-positive ``untraced_step_ms``.
     """
     from gpuscope.analysis import flops as F
     from gpuscope.analysis import kernels as K
@@ -379,23 +495,50 @@ def analyze_run(
         if meta_flops:
             flops.flops_per_step = float(meta_flops)
             flops.source = "metadata"
+    if flops is not None and flops.flops_per_step is None:
+        est = estimate_6nt(meta)
+        if est is not None:
+            flops.flops_per_step = est
+            flops.source = "estimate_6NT"
+            flops.notes.append(
+                "FLOPs per step estimated as 6 × parameters × tokens of this rank (the op shapes "
+                "give none, e.g. a CUDA-graph replay): an estimate, not a count"
+            )
     props = meta.get("device_properties")
     dtype = getattr(flops, "dtype", None) or _kernel_dtype(tc)
-    peak = (
-        P.peak_for(props, dtype, override_tflops=peak_tflops, device=busy.device)
-        if need_mfu
-        else None
+    # MFU against the GPU's dense bf16 (else fp16) peak, as training reports use; and against the
+    # peak of the dtype the run used (mfu_dtype_pct)
+    peak = None
+    if need_mfu:
+        peak = P.peak_for(props, "bf16", override_tflops=peak_tflops, device=busy.device)
+        if peak.tflops is None and peak_tflops is None:
+            fp16 = P.peak_for(props, "fp16", device=busy.device)
+            if fp16.tflops is not None:
+                peak = fp16
+    peak_dt = P.peak_for(props, dtype, device=busy.device) if need_mfu else None
+    # traced vs untraced: median step against the median of the untraced steps, and the median
+    # GPU busy time per step (one slow warm-up step must not move either)
+    busy_med_ms = _median_busy_ms(step_busy, busy.busy_ns, window.n_steps)
+    pc = profiler_cost(
+        stats.p50_ms,
+        busy_med_ms,
+        meta.get("metadata"),
+        untraced_step_ms=untraced_step_ms,
     )
     step_s = stats.mean_ms / 1e3
     fps = getattr(flops, "flops_per_step", None)
     ptf = getattr(peak, "tflops", None)
     busy_s_per_step = busy.busy_ns / 1e9 / window.n_steps
+    untraced_s = pc.untraced_step_ms / 1e3 if pc.untraced_step_ms else None
     if evidence:  # no GPU activity: FLOPs from CPU-op shapes say nothing about a GPU's use
-        mfu_value = mfu_busy = achieved = None
+        mfu_value = mfu_dtype = mfu_busy = achieved = mfu_untraced = achieved_untraced = None
     else:
         mfu_value = P.mfu_pct(fps, step_s, ptf)
+        mfu_dtype = P.mfu_pct(fps, step_s, getattr(peak_dt, "tflops", None))
         mfu_busy = P.mfu_busy_pct(fps, busy_s_per_step, ptf)
         achieved = P.achieved_tflops(fps, step_s)
+        mfu_untraced = P.mfu_pct(fps, untraced_s, ptf)
+        achieved_untraced = P.achieved_tflops(fps, untraced_s)
 
     kstats = (
         _kernel_stats(
@@ -407,18 +550,32 @@ def analyze_run(
         if details
         else None
     )
+    if kstats is not None:
+        pc = profiler_cost(
+            stats.p50_ms,
+            busy_med_ms,
+            meta.get("metadata"),
+            untraced_step_ms=untraced_step_ms,
+            idle_causes_ns=idle.causes_ns,
+            window_ns=window.duration_ns,
+            median_kernel_us=kstats.median_us,
+            n_steps=window.n_steps,
+        )
+    compiled = compiled_info(con, run_id, rank, window) if details else None
+    gpu_model = getattr(peak, "gpu_model", None) or P.match_model(dev_props)[0]
+    pageable = (
+        pageable_copies(con, run_id, rank, window, busy.device, gpu_model) if details else None
+    )
     # (the other ranks replace this rank's cached working set: everything that reads it is above)
     ranks = [
-        {
-            "rank": rank,
-            "gpu_busy_pct": busy.busy_pct if not evidence else None,
-            "step_time_ms": stats.mean_ms,
-            "comm_only_us_per_step": comm_only / window.n_steps / 1e3,
-        }
+        _rank_row(
+            rank, window, busy.busy_pct if not evidence else None, stats.mean_ms, comm_only, idle
+        )
     ]
     if all_ranks:
         ranks += [_rank_summary(con, run_id, r, step_annotation) for r in run["ranks"] if r != rank]
     ranks.sort(key=lambda d: d["rank"])
+    straggler = find_straggler(ranks) if details and all_ranks else None
     recs = (
         _recommendations(
             con,
@@ -433,6 +590,9 @@ def analyze_run(
             dev_props,
             comm_only,
             ranks,
+            pc,
+            compiled,
+            pageable,
         )
         if details and not evidence
         else []
@@ -446,7 +606,7 @@ def analyze_run(
         busy=busy,
         idle=idle,
         comm_only_ns=comm_only,
-        throughput=_throughput(meta, stats.mean_ms),
+        throughput=_throughput(meta, stats.mean_ms, pc.untraced_step_ms),
         kernels=kernels,
         tensor_cores=tc,
         flops=flops,
@@ -456,6 +616,14 @@ def analyze_run(
         achieved_tflops=achieved,
         recommendations=recs,
         warnings=warnings,
+        peak_dtype=peak_dt,
+        mfu_dtype_pct=mfu_dtype,
+        mfu_untraced_pct=mfu_untraced,
+        achieved_tflops_untraced=achieved_untraced,
+        profiler=pc,
+        compiled=compiled,
+        pageable=pageable,
+        straggler=straggler,
     )
     report.ranks = ranks
     return report
@@ -474,6 +642,9 @@ def _recommendations(
     dev_props: dict[str, Any],
     comm_only: int,
     ranks: list[dict[str, Any]],
+    pc: ProfilerCost | None = None,
+    compiled: CompiledInfo | None = None,
+    pageable: PageableCopies | None = None,
 ) -> list[R.Recommendation]:
     from gpuscope.analysis import peaks as P
 
@@ -504,6 +675,15 @@ def _recommendations(
         peers=[r for r in ranks if r["rank"] != rank],
         mem_used_frac=_mem_used_frac(con, run_id),
         dataloader_kind=_loader_kind(idle),
+        untraced_step_ns=pc.untraced_step_ms * 1e6 if pc and pc.untraced_step_ms else None,
+        host_cap_ns_per_step=(
+            pc.host_cap_ms_per_step * 1e6
+            if pc is not None and pc.host_cap_ms_per_step is not None
+            else None
+        ),
+        compiled=compiled,
+        pageable_excess_ns=pageable.excess_ns if pageable is not None else 0.0,
+        pageable_copy=pageable.to_json() if pageable is not None and pageable.copies else None,
     )
     return R.recommend(inputs)
 

@@ -29,7 +29,11 @@ def test_before_vs_after(con, tmp_path):
     assert m["step_time_ms"].a == pytest.approx(8.0)
     assert m["step_time_ms"].b == pytest.approx(rb.step_stats.mean_ms)
     assert m["step_time_ms"].improved is True
-    assert cmp.speedup == pytest.approx(8.0 / rb.step_stats.mean_ms)
+    # issue 9: the speed-up is by throughput when both runs know their samples per step (A: 8
+    # per 8 ms = 1000/s; B: 32 per its step), no longer the step-time ratio (8 / B's step), which
+    # compared a batch of 8 with a batch of 32
+    assert cmp.speedup_basis == "samples_per_s"
+    assert cmp.speedup == pytest.approx((32 / rb.step_stats.mean_ms) / (8 / 8.0))
     # throughput from the metadata: 8 samples per 8 ms step vs 32 per step
     assert m["samples_per_s"].a == pytest.approx(1000.0)
     assert m["samples_per_s"].b == pytest.approx(32 / (rb.step_stats.mean_ms / 1e3))

@@ -158,7 +158,9 @@ def test_kernel_fusion_needs_short_kernels():
     long = R.KernelStats(n_kernels=5, kernel_us=700.0, median_us=140.0)
     inp = {"window_ns": 1_000_000, "n_steps": 1, "busy_pct": 70.0, "idle": idle}
     rec = R.rule_kernel_fusion(R.Inputs(**inp, kernels=short))
-    assert rec is not None and rec.max_gain_pct == pytest.approx(30.0)
+    # issue 9: torch.compile also fuses the short kernels, so the bound adds their time (on an
+    # H100, eager -> compiled cut the step by more than its idle alone): 30% idle + 60% short
+    assert rec is not None and rec.max_gain_pct == pytest.approx(90.0)
     assert R.rule_kernel_fusion(R.Inputs(**inp, kernels=long)) is None
 
 

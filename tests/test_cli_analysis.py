@@ -90,7 +90,9 @@ def test_compare_json_matches_docs_and_table(traces, db_path, capsys):
     assert got - keys == set() and keys - got == set()
     assert "dataloader_workers" in doc["recommendations"]["resolved"]
     code, text, _ = run_cli(capsys, "compare", "before", "after", "--db", str(db_path))
-    assert code == 0 and "resolved by B" in text and "speed-up" in text
+    # issue 9: the speed-up line is by throughput ("B processes N× the samples per second"),
+    # no longer a step-time ratio called "speed-up"
+    assert code == 0 and "resolved by B" in text and "× the samples per second of A" in text
 
 
 def test_check_exit_codes(traces, db_path, capsys):

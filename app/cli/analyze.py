@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from gpuscope.analysis.fmt import sig3
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 
 
-def add_analysis_options(p: argparse.ArgumentParser) -> None:
-    """Options shared by analyze, compare and check."""
+def add_analysis_options(p: argparse.ArgumentParser, *, runs: int = 1) -> None:
+    """Options shared by analyze, compare and check (``runs=2``: compare, one untraced step
+    time per run)."""
     from gpuscope.cli.main import common_db_option
 
     p.add_argument("--rank", type=int, default=None, help="rank to analyse (default: the lowest)")
@@ -34,6 +36,16 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
         metavar="FLOPS",
         help="model FLOPs per step of this rank (e.g. 6*N*tokens) instead of counting from shapes",
     )
+    p.add_argument(
+        "--untraced-step-ms",
+        type=float,
+        default=None,
+        nargs=runs if runs > 1 else None,
+        metavar=("A_MS", "B_MS") if runs > 1 else "MS",
+        help="step time measured without the profiler, ms (gpuscope.capture records it): caps "
+        "host-side findings at what can exist without the profiler"
+        + (" (one value per run)" if runs > 1 else ""),
+    )
     common_db_option(p)
 
 
@@ -43,6 +55,7 @@ def analysis_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "step_annotation": args.step_annotation,
         "peak_tflops": args.peak_tflops,
         "model_flops_per_step": args.model_flops_per_step,
+        "untraced_step_ms": args.untraced_step_ms,
     }
 
 
@@ -70,12 +83,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuscope.analysis.nvml_run import analyze_nvml_run, is_nvml_run
     from gpuscope.analysis.report import analyze_run
 
     con = open_db(args)
     try:
         run_id = resolve_target(con, args.target)
         try:
+            if is_nvml_run(con, run_id):
+                nvml = analyze_nvml_run(con, run_id)
+                if args.json:
+                    print_json(nvml.to_json())
+                else:
+                    print(render_nvml(nvml.to_json()))
+                return 0
             report = analyze_run(con, run_id, **analysis_kwargs(args))
         except ValueError as e:
             return fail(str(e))
@@ -89,36 +110,124 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def render_nvml(doc: dict[str, Any]) -> str:
+    """An NVML-only run's diagnosis as readable text (one block per GPU)."""
+    r = doc["run"]
+    out = [f"run {r['id']}  {r['name']}  NVML series only (no trace)  GPU {r['gpu'] or '-'}"]
+    for g in doc["nvml"]:
+        mem = (
+            f"{sig3(g['mem_used_max_bytes'] / 1e9)} of {sig3(g['mem_total_bytes'] / 1e9)} GB"
+            if g["mem_used_max_bytes"] is not None and g["mem_total_bytes"]
+            else "-"
+        )
+        out += [
+            "",
+            f"GPU {g['gpu']} {g['name'] or ''}: {g['n_samples']} samples over "
+            f"{sig3(g['duration_s'])} s",
+            f"  idle {_pc(g['idle_share_pct'])}   mean utilization {_pc(g['mean_util_pct'])}   "
+            f"period {sig3(g['period_s'])} s   duty cycle {_pc(g['duty_cycle_pct'])}",
+            f"  power mean {sig3(g['power_mean_w'])} W (max {sig3(g['power_max_w'])} W)   "
+            f"SM clock mean {sig3(g['sm_clock_mean_mhz'])} MHz   memory max {mem}",
+            f"  {g['summary']}",
+        ]
+    return "\n".join(out)
+
+
 def _f(v: float | None, spec: str = ".1f", unit: str = "") -> str:
     return "-" if v is None else f"{v:{spec}}{unit}"
 
 
+def _pc(v: float | None) -> str:
+    """A percentage with three significant figures."""
+    return "-" if v is None else f"{sig3(v)}%"
+
+
 def render(doc: dict[str, Any]) -> str:
-    """The report as readable text."""
+    """The report as readable text: per-step units, ms with three significant figures."""
     r, w, st = doc["run"], doc["window"], doc["step_time_ms"]
     warnings = list(doc.get("warnings") or [])
     # no GPU activity: that warning leads the report (no busy %, MFU or fix below rests on anything)
     top = [f"WARNING: {warnings.pop(0)}"] if doc.get("gpu_busy_pct") is None and warnings else []
-    out = [
-        *top,
+    n = max(1, w["steps"])
+    out = [*top]
+    ranks = doc.get("ranks") or []
+    if len(ranks) > 1:
+        out += render_ranks(doc)
+    out += [
         f"run {r['id']}  {r['name']}  rank {doc['rank']} of {r['ranks']}  GPU {r['gpu'] or '-'}",
-        f"window {w['duration_us'] / 1e3:.3f} ms, {w['steps']} steps ({w['source']})",
-        f"step time  mean {st['mean']:.3f} ms  p50 {st['p50']:.3f} ms  max {st['max']:.3f} ms",
+        f"window {sig3(w['duration_us'] / 1e3)} ms, {w['steps']} steps ({w['source']})",
+        f"step time  mean {sig3(st['mean'])} ms  p50 {sig3(st['p50'])} ms  max {sig3(st['max'])} ms",
     ]
+    prof = doc.get("profiler") or {}
+    if prof.get("untraced_step_ms") is not None:
+        out.append(
+            f"untraced step {sig3(prof['untraced_step_ms'])} ms ({prof['untraced_source']}): the "
+            f"profiler adds {sig3(prof['inflation_pct'])}%; host-side figures capped at "
+            f"{sig3(prof['host_cap_ms_per_step'])} ms per step"
+        )
     tp = doc.get("throughput")
-    if tp and tp.get("samples_per_s"):
-        out.append(f"throughput {tp['samples_per_s']:.1f} samples/s")
+    if tp:
+        inferred = (
+            " (batch inferred from the model input)" if tp.get("source") == "model_input" else ""
+        )
+        for unit in ("samples", "tokens"):
+            v = tp.get(f"{unit}_per_s")
+            if v:
+                u = tp.get(f"{unit}_per_s_untraced")
+                extra = f", {sig3(u)} without the profiler" if u else ""
+                out.append(f"throughput {sig3(v)} {unit}/s{extra}{inferred}")
+    comp = doc.get("compiled") or {}
+    if comp.get("compiled") or comp.get("cuda_graphs"):
+        what = [
+            x
+            for x, on in (
+                ("torch.compile", comp.get("compiled")),
+                ("CUDA graphs", comp.get("cuda_graphs")),
+            )
+            if on
+        ]
+        out.append(
+            f"compiled: {' + '.join(what)}  ({sig3(comp['compiled_regions_per_step'])} compiled "
+            f"regions, {sig3(comp['graph_launches_per_step'])} graph launches per step)"
+        )
     idle = doc["idle"]
     out.append(
-        f"GPU busy {_f(doc['gpu_busy_pct'], '.1f', '%')}   idle {_f(idle['pct'], '.1f', '%')}"
+        f"GPU busy {_pc(doc['gpu_busy_pct'])}   idle {_pc(idle['pct'])}"
+        + (
+            f"  ({sig3(idle['per_step_us'] / 1e3)} ms per step)"
+            if idle.get("per_step_us") is not None
+            else ""
+        )
     )
+    capped = prof.get("capped_causes_ms_per_step") or {}
     for cause, v in sorted(idle["causes"].items(), key=lambda kv: -kv[1]):
         if v and idle["pct"] is not None:
-            out.append(f"  {cause:16} {v / 1e3:10.3f} ms  {idle['causes_pct'][cause]:5.1f}%")
+            line = f"  {cause:16} {sig3(v / n / 1e3):>8} ms per step  {_pc(idle['causes_pct'][cause]):>6}"
+            c = capped.get(cause)
+            if c is not None and c < v / n / 1e3:
+                line += f"  (at most {sig3(c)} ms without the profiler)"
+            out.append(line)
+    if prof.get("suspect") and prof.get("note"):
+        out.append(f"  note: {prof['note']}")
     out.append(
-        f"tensor cores {_f(doc['tensor_core_pct'], '.1f', '%')}   dtype {doc['dtype'] or '-'}   "
-        f"MFU {_f(doc['mfu_pct'], '.1f', '%')}   MFU while busy {_f(doc['mfu_busy_pct'], '.1f', '%')}"
+        f"tensor cores {_pc(doc['tensor_core_pct'])}   dtype {doc['dtype'] or '-'}   "
+        f"achieved {sig3(doc['achieved_tflops'])} TFLOP/s"
     )
+    vs_dtype = (
+        f"   MFU vs the {doc['dtype']} peak {_pc(doc.get('mfu_dtype_pct'))}"
+        if doc["dtype"] and doc["dtype"] != doc.get("peak_dtype")
+        else ""
+    )
+    out.append(
+        f"MFU {_pc(doc['mfu_pct'])} of the dense {doc.get('peak_dtype') or 'bf16'} peak "
+        f"({sig3(doc['peak_tflops'])} TFLOP/s){vs_dtype}   MFU while busy {_pc(doc['mfu_busy_pct'])}"
+        + ("   (FLOPs estimated as 6·N·T)" if doc.get("flops_source") == "estimate_6NT" else "")
+    )
+    if doc.get("mfu_untraced_pct") is not None:
+        out.append(
+            f"without the profiler: achieved {sig3(doc['achieved_tflops_untraced'])} TFLOP/s, "
+            f"MFU {_pc(doc['mfu_untraced_pct'])}"
+        )
     recs = doc["recommendations"]
     out.append("")
     if recs:
@@ -128,9 +237,36 @@ def render(doc: dict[str, Any]) -> str:
     else:
         out.append("recommendations: none (no cost above noise)")
     for rec in recs:
-        out.append(f"* [{rec['id']}] {rec['title']}  (up to {rec['max_gain_pct']:.1f}% faster)")
+        out.append(f"* [{rec['id']}] {rec['title']}  ({rec['gain']})")
         out.append(f"    {rec['evidence'].get('summary', '')}")
         out += ["    | " + line for line in rec["fix"].splitlines()]
     for wmsg in warnings:
         print(f"gpuscope: warning: {wmsg}", file=sys.stderr)
     return "\n".join(out)
+
+
+def render_ranks(doc: dict[str, Any]) -> list[str]:
+    """The rank table (per step) and the straggler, for a run of several ranks."""
+    causes = [
+        c
+        for c in doc["idle"]["causes"]
+        if any(((r.get("idle_by_cause_us_per_step") or {}).get(c) or 0) > 0 for r in doc["ranks"])
+    ]
+    head = f"{'rank':>4} {'step ms':>9} {'busy %':>7} {'comm-only ms':>12} {'idle ms':>8}"
+    head += "".join(f" {c[:14]:>14}" for c in causes)
+    out = ["ranks (per step; idle by cause in ms per step)", head]
+    for r in doc["ranks"]:
+        by = r.get("idle_by_cause_us_per_step") or {}
+        idle = r.get("idle_us_per_step")
+        line = (
+            f"{r['rank']:>4} {sig3(r['step_time_ms']):>9} {sig3(r['gpu_busy_pct']):>7} "
+            f"{sig3(r['comm_only_us_per_step'] / 1e3):>12} "
+            f"{sig3(idle / 1e3 if idle is not None else None):>8}"
+        )
+        line += "".join(f" {sig3((by.get(c) or 0) / 1e3):>14}" for c in causes)
+        out.append(line)
+    sg = doc.get("straggler")
+    if sg:
+        out.append(f"straggler: rank {sg['rank']}: {sg['evidence']}")
+    out.append("")
+    return out

@@ -1,12 +1,13 @@
 """`gpuscope check RUN|PATH --max-idle-pct X --min-mfu-pct Y --max-step-ms Z`: a CI gate.
 
-Exit 0 when every bound holds, 1 with a one-line reason naming the first broken bound, 2 on bad
+Exit 0 when every bound holds, 1 with one line naming every broken bound, 2 on bad
 input (no such run or file, no bound given, a bound that cannot be measured).
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from gpuscope.cli._common import fail, open_db
 
@@ -17,8 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser(
         "check",
         help="exit 1 when a run breaks a bound (idle %%, MFU %%, step time): for CI",
-        description="Exit 0 when every given bound holds, 1 (with one line saying which) when one "
-        "is broken, 2 on bad input.",
+        description="Exit 0 when every given bound holds, 1 (with one line naming every broken "
+        "bound) when any is broken, 2 on bad input.",
     )
     p.add_argument("target", metavar="RUN|PATH")
     p.add_argument("--max-idle-pct", type=float, metavar="X", help="fail if GPU idle %% > X")
@@ -29,6 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuscope.analysis.nvml_run import is_nvml_run
     from gpuscope.analysis.report import analyze_run
     from gpuscope.cli.analyze import analysis_kwargs, resolve_target
 
@@ -38,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     con = open_db(args)
     try:
         run_id = resolve_target(con, args.target)
+        if is_nvml_run(con, run_id):
+            return check_nvml(con, run_id, args)
         try:
             report = analyze_run(
                 con,
@@ -54,26 +58,59 @@ def run(args: argparse.Namespace) -> int:
     name = f"run {run_id} rank {report.rank}"
     if not report.has_gpu_activity:  # no evidence, no figure: nothing to hold to a bound
         return fail(f"{name}: {report.warnings[0]}")
+    broken = broken_bounds(report, args)
+    if broken is None:
+        return fail(
+            f"{name}: MFU unknown (FLOPs or peak missing: pass --model-flops-per-step "
+            "and/or --peak-tflops)"
+        )
+    if broken:
+        return fail(f"{name}: " + "; ".join(broken), 1)
+    print(f"{name}: ok")
+    return 0
+
+
+def broken_bounds(report: Any, args: argparse.Namespace) -> list[str] | None:
+    """Every broken bound as a phrase (empty: all hold); None when ``--min-mfu-pct`` is given
+    and MFU is unknown (bad input, exit 2)."""
+    out: list[str] = []
     if args.max_idle_pct is not None and report.idle_pct > args.max_idle_pct:
-        return fail(
-            f"{name}: GPU idle {report.idle_pct:.2f}% > --max-idle-pct {args.max_idle_pct:g}", 1
-        )
+        out.append(f"GPU idle {report.idle_pct:.2f}% > --max-idle-pct {args.max_idle_pct:g}")
     if args.min_busy_pct is not None and report.gpu_busy_pct < args.min_busy_pct:
-        return fail(
-            f"{name}: GPU busy {report.gpu_busy_pct:.2f}% < --min-busy-pct {args.min_busy_pct:g}", 1
-        )
+        out.append(f"GPU busy {report.gpu_busy_pct:.2f}% < --min-busy-pct {args.min_busy_pct:g}")
     if args.min_mfu_pct is not None:
         if report.mfu_pct is None:
-            return fail(
-                f"{name}: MFU unknown (FLOPs or peak missing: pass --model-flops-per-step "
-                "and/or --peak-tflops)"
-            )
+            return None
         if report.mfu_pct < args.min_mfu_pct:
-            return fail(
-                f"{name}: MFU {report.mfu_pct:.2f}% < --min-mfu-pct {args.min_mfu_pct:g}", 1
-            )
+            out.append(f"MFU {report.mfu_pct:.2f}% < --min-mfu-pct {args.min_mfu_pct:g}")
     step = report.step_stats.mean_ms
     if args.max_step_ms is not None and step > args.max_step_ms:
-        return fail(f"{name}: step time {step:.3f} ms > --max-step-ms {args.max_step_ms:g}", 1)
+        out.append(f"step time {step:.3f} ms > --max-step-ms {args.max_step_ms:g}")
+    return out
+
+
+def check_nvml(con: Any, run_id: str, args: argparse.Namespace) -> int:
+    """``check`` of an NVML-only run: idle and busy bounds against the least busy GPU's idle
+    share; MFU and step time cannot be measured from NVML samples (exit 2)."""
+    from gpuscope.analysis.nvml_run import analyze_nvml_run
+
+    if args.min_mfu_pct is not None or args.max_step_ms is not None:
+        return fail(
+            f"run {run_id}: an NVML-only run has no MFU or step time: use --max-idle-pct or "
+            "--min-busy-pct"
+        )
+    try:
+        rep = analyze_nvml_run(con, run_id)
+    except ValueError as e:
+        return fail(str(e))
+    idle, busy = rep.idle_pct, rep.busy_pct
+    name = f"run {run_id} (NVML)"
+    out: list[str] = []
+    if args.max_idle_pct is not None and idle is not None and idle > args.max_idle_pct:
+        out.append(f"GPU idle {idle:.2f}% > --max-idle-pct {args.max_idle_pct:g}")
+    if args.min_busy_pct is not None and busy is not None and busy < args.min_busy_pct:
+        out.append(f"GPU busy {busy:.2f}% < --min-busy-pct {args.min_busy_pct:g}")
+    if out:
+        return fail(f"{name}: " + "; ".join(out), 1)
     print(f"{name}: ok")
     return 0

@@ -18,11 +18,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("a", metavar="A")
     p.add_argument("b", metavar="B")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    add_analysis_options(p)
+    add_analysis_options(p, runs=2)
 
 
 def run(args: argparse.Namespace) -> int:
     from gpuscope.analysis.compare import compare_runs
+    from gpuscope.analysis.nvml_run import analyze_nvml_run, compare_nvml_reports, is_nvml_run
     from gpuscope.cli.analyze import analysis_kwargs, resolve_target
 
     con = open_db(args)
@@ -30,7 +31,19 @@ def run(args: argparse.Namespace) -> int:
         a = resolve_target(con, args.a)
         b = resolve_target(con, args.b)
         try:
-            cmp = compare_runs(con, a, b, **analysis_kwargs(args))
+            kinds = (is_nvml_run(con, a), is_nvml_run(con, b))
+            if all(kinds):
+                cmp = compare_nvml_reports(analyze_nvml_run(con, a), analyze_nvml_run(con, b))
+            elif any(kinds):
+                which = "A" if kinds[0] else "B"
+                return fail(
+                    f"{a if kinds[0] else b}: {which} is an NVML-only run and the other a trace "
+                    "run: compare two trace runs or two NVML runs"
+                )
+            else:
+                kw = analysis_kwargs(args)
+                kw["untraced_step_ms"] = tuple(args.untraced_step_ms or (None, None))
+                cmp = compare_runs(con, a, b, **kw)
         except ValueError as e:
             return fail(str(e))
     finally:

@@ -1,0 +1,109 @@
+"""Is the run torch.compile'd, and does it replay CUDA graphs? (docs/metrics.md, "Compiled runs")
+
+Evidence, counted in the window of one rank:
+
+* compiled regions: host spans named ``Torch-Compiled Region*`` (one per call into a compiled
+  graph; several per step = graph breaks or several compiled modules) and ``*CompiledFxGraph*``;
+* Inductor/Triton kernels: GPU kernels named ``triton_*`` (Inductor's generated kernels);
+* CUDA graph replays: ``cudaGraphLaunch`` / ``cuGraphLaunch`` / ``hipGraphLaunch`` runtime calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+from gpuscope.analysis.steps import Window
+from gpuscope.analysis.store_access import GPU_CATS_SQL, execute
+
+COMPILED_REGION_RE = r"^Torch-Compiled Region"
+COMPILED_FX_RE = r"CompiledFxGraph"
+TRITON_KERNEL_RE = r"^triton_"
+GRAPH_LAUNCH_RE = r"^(cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch)"
+
+
+@dataclass
+class CompiledInfo:
+    """Per-step counts of compile / graph evidence. ``compiled``: any compiled region,
+    ``CompiledFxGraph`` or Triton kernel; ``cuda_graphs``: any graph launch."""
+
+    n_steps: int
+    compiled_regions_per_step: float = 0.0
+    compiled_fx_graphs_per_step: float = 0.0
+    triton_kernels_per_step: float = 0.0
+    triton_kernel_us_per_step: float = 0.0
+    graph_launches_per_step: float = 0.0
+
+    @property
+    def compiled(self) -> bool:
+        return (
+            self.compiled_regions_per_step > 0
+            or self.compiled_fx_graphs_per_step > 0
+            or self.triton_kernels_per_step > 0
+        )
+
+    @property
+    def cuda_graphs(self) -> bool:
+        return self.graph_launches_per_step > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "compiled": self.compiled,
+            "cuda_graphs": self.cuda_graphs,
+            "compiled_regions_per_step": self.compiled_regions_per_step,
+            "compiled_fx_graphs_per_step": self.compiled_fx_graphs_per_step,
+            "triton_kernels_per_step": self.triton_kernels_per_step,
+            "triton_kernel_us_per_step": self.triton_kernel_us_per_step,
+            "graph_launches_per_step": self.graph_launches_per_step,
+        }
+
+
+def compiled_info(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: Window
+) -> CompiledInfo:
+    """Compile and CUDA-graph evidence of one rank over ``window`` (counts per step)."""
+    n = window.n_steps
+    row = execute(
+        con,
+        f"""
+        WITH nm AS (
+            SELECT name_id,
+                   regexp_matches(name, $region) AS region,
+                   regexp_matches(name, $fx) AS fx,
+                   regexp_matches(name, $triton) AS triton,
+                   regexp_matches(name, $graph) AS graph
+            FROM names WHERE run_id = $run
+              AND (regexp_matches(name, $region) OR regexp_matches(name, $fx)
+                   OR regexp_matches(name, $triton) OR regexp_matches(name, $graph))
+        )
+        SELECT
+            count(*) FILTER (WHERE nm.region AND e.cat NOT IN {GPU_CATS_SQL}),
+            count(*) FILTER (WHERE nm.fx AND NOT nm.region AND e.cat NOT IN {GPU_CATS_SQL}),
+            count(*) FILTER (WHERE nm.triton AND e.cat IN ('kernel', 'Kernel')),
+            coalesce(sum(e.dur_ns) FILTER (WHERE nm.triton AND e.cat IN ('kernel', 'Kernel')), 0),
+            count(*) FILTER (WHERE nm.graph AND e.cat NOT IN {GPU_CATS_SQL})
+        FROM events e JOIN nm ON nm.name_id = e.name_id
+        WHERE e.run_id = $run AND e.rank = $rank AND e.ts_ns >= $ws AND e.ts_ns < $we
+        """,
+        {
+            "run": run_id,
+            "rank": rank,
+            "ws": window.start_ns,
+            "we": window.end_ns,
+            "region": COMPILED_REGION_RE,
+            "fx": COMPILED_FX_RE,
+            "triton": TRITON_KERNEL_RE,
+            "graph": GRAPH_LAUNCH_RE,
+        },
+    ).fetchone()
+    if row is None:
+        return CompiledInfo(n)
+    return CompiledInfo(
+        n_steps=n,
+        compiled_regions_per_step=int(row[0]) / n,
+        compiled_fx_graphs_per_step=int(row[1]) / n,
+        triton_kernels_per_step=int(row[2]) / n,
+        triton_kernel_us_per_step=int(row[3]) / n / 1e3,
+        graph_launches_per_step=int(row[4]) / n,
+    )

@@ -1,0 +1,111 @@
+"""Host-to-device copies from pageable memory: what they cost beyond their idle gaps.
+
+A pageable copy is staged by the driver through a pinned bounce buffer, so it runs slower than a
+pinned one; that slower copying counts as GPU busy time and never shows as idle. Its **excess** is
+its GPU time minus the time the same bytes would take at pinned bandwidth. Pinned bandwidth comes
+from the pinned host-to-device copies of the same trace (bytes / time, when they move at least
+:data:`MIN_PINNED_BYTES`), else from :data:`PINNED_H2D_GBPS` for the GPU. docs/metrics.md,
+"Pageable copies".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+from gpuscope.analysis.steps import Window
+from gpuscope.analysis.store_access import execute
+
+PINNED_H2D_GBPS: dict[str, float] = {
+    "H100 SXM": 50.0,
+    "H100 PCIe": 50.0,
+    "H100 NVL": 50.0,
+    "H200": 50.0,
+    "H200 NVL": 50.0,
+    "B200": 50.0,
+    "A100": 24.0,
+    "A10": 24.0,
+    "L4": 24.0,
+    "L40": 24.0,
+    "L40S": 24.0,
+    "RTX 4090": 24.0,
+    "V100 SXM2": 12.0,
+    "V100 PCIe": 12.0,
+    "V100S PCIe": 12.0,
+    "T4": 12.0,
+}
+"""Typical pinned host-to-device bandwidth, GB/s (10⁹ B/s), by the peak table's model: PCIe 5.0
+x16 parts ≈ 50, PCIe 4.0 ≈ 24, PCIe 3.0 ≈ 12 (about 80% of the link's raw rate). Used only when
+the trace has no pinned copy of its own to measure."""
+
+MIN_PINNED_BYTES = 1 << 20
+"""Pinned copies in the trace measure the bandwidth only when they move at least this much (B)."""
+
+
+@dataclass
+class PageableCopies:
+    """Pageable host-to-device copies of one device over the window. ``gpu_ns``: their GPU time;
+    ``pinned_gbps`` / ``pinned_source``: the reference bandwidth and where it comes from
+    (``trace`` or ``table``); ``excess_ns`` = max(0, gpu_ns − bytes / pinned bandwidth)."""
+
+    copies: int
+    bytes: float
+    gpu_ns: int
+    pinned_gbps: float | None
+    pinned_source: str | None
+
+    @property
+    def pageable_gbps(self) -> float | None:
+        return self.bytes / self.gpu_ns if self.gpu_ns > 0 and self.bytes > 0 else None
+
+    @property
+    def excess_ns(self) -> float:
+        if not self.pinned_gbps or self.gpu_ns <= 0 or self.bytes <= 0:
+            return 0.0
+        return max(0.0, self.gpu_ns - self.bytes / self.pinned_gbps)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "copies": self.copies,
+            "bytes": self.bytes,
+            "gpu_ns": self.gpu_ns,
+            "pageable_gbps": self.pageable_gbps,
+            "pinned_gbps": self.pinned_gbps,
+            "pinned_source": self.pinned_source,
+            "excess_ns": self.excess_ns,
+        }
+
+
+def pageable_copies(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    window: Window,
+    device: int | None,
+    gpu_model: str | None,
+) -> PageableCopies:
+    """Pageable and pinned host-to-device copies of ``device`` in ``window``; bytes per ns = GB/s."""
+    row = execute(
+        con,
+        """
+        SELECT
+            count(*) FILTER (WHERE n.name LIKE '%Pageable -> Device%'),
+            coalesce(sum(e.bytes) FILTER (WHERE n.name LIKE '%Pageable -> Device%'), 0),
+            coalesce(sum(e.dur_ns) FILTER (WHERE n.name LIKE '%Pageable -> Device%'), 0),
+            coalesce(sum(e.bytes) FILTER (WHERE n.name LIKE '%Pinned -> Device%'), 0),
+            coalesce(sum(e.dur_ns) FILTER (WHERE n.name LIKE '%Pinned -> Device%'), 0)
+        FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
+        WHERE e.run_id = $run AND e.rank = $rank AND e.cat IN ('gpu_memcpy', 'Memcpy')
+          AND e.ts_ns >= $ws AND e.ts_ns < $we AND e.device IS NOT DISTINCT FROM $dev
+        """,
+        {"run": run_id, "rank": rank, "ws": window.start_ns, "we": window.end_ns, "dev": device},
+    ).fetchone()
+    n, nbytes, dur, pin_bytes, pin_dur = row if row else (0, 0, 0, 0, 0)
+    pinned: float | None = None
+    source: str | None = None
+    if pin_bytes and pin_dur and pin_bytes >= MIN_PINNED_BYTES:
+        pinned, source = float(pin_bytes) / float(pin_dur), "trace"
+    elif gpu_model in PINNED_H2D_GBPS:
+        pinned, source = PINNED_H2D_GBPS[gpu_model], "table"
+    return PageableCopies(int(n), float(nbytes or 0), int(dur or 0), pinned, source)

@@ -1,0 +1,184 @@
+"""Diagnosis of an NVML-only run (a sampler file or an nvidia-smi log, no trace).
+
+Per GPU, over the whole series: the Live page's sawtooth diagnosis
+(:func:`gpuscope.analysis.live.sawtooth_diagnosis`: idle share, period, duty cycle) plus power,
+SM clock and memory. docs/metrics.md, "NVML-only runs". Units: W, MHz, bytes, %, s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+from gpuscope.analysis.live import sawtooth_diagnosis
+
+SCHEMA = "gpuscope.analyze-nvml/1"
+
+
+@dataclass
+class NvmlGpu:
+    """One GPU of an NVML run. ``idle_share_pct``: time-weighted share of samples below the busy
+    threshold (50% utilization); ``period_s`` / ``duty_cycle_pct``: of a regular busy/idle
+    sawtooth (None without one); power (W), SM clock (MHz) and memory (bytes) are mean/max over
+    the samples that report them."""
+
+    gpu: int
+    name: str | None
+    n_samples: int
+    duration_s: float
+    idle_share_pct: float | None
+    period_s: float | None
+    duty_cycle_pct: float | None
+    n_cycles: int
+    mean_util_pct: float | None
+    power_mean_w: float | None
+    power_max_w: float | None
+    sm_clock_mean_mhz: float | None
+    sm_clock_max_mhz: float | None
+    mem_used_max_bytes: float | None
+    mem_total_bytes: float | None
+    summary: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class NvmlReport:
+    """The diagnosis of every GPU of an NVML-only run."""
+
+    run: dict[str, Any]
+    gpus: list[NvmlGpu] = field(default_factory=list)
+
+    @property
+    def idle_pct(self) -> float | None:
+        """The largest idle share among the GPUs (%): what ``check --max-idle-pct`` tests."""
+        vals = [g.idle_share_pct for g in self.gpus if g.idle_share_pct is not None]
+        return max(vals) if vals else None
+
+    @property
+    def busy_pct(self) -> float | None:
+        """100 − :attr:`idle_pct`: the least busy GPU's busy share (%)."""
+        v = self.idle_pct
+        return None if v is None else 100.0 - v
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "run": dict(self.run),
+            "nvml": [g.to_json() for g in self.gpus],
+        }
+
+
+def is_nvml_run(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    row = con.execute("SELECT kind FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return row is not None and row[0] == "nvml"
+
+
+def analyze_nvml_run(
+    con: duckdb.DuckDBPyConnection, run_id: str, *, busy_threshold_pct: float = 50.0
+) -> NvmlReport:
+    """Diagnose every GPU of an NVML-only run. Raises ValueError for an unknown run or one
+    without utilization samples."""
+    row = con.execute("SELECT name, gpu_name, kind FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    if row is None:
+        raise ValueError(f"{run_id}: no such run")
+    run = {"id": run_id, "name": row[0], "gpu": row[1], "kind": row[2]}
+    frame = con.execute(
+        """SELECT gpu, gpu_name AS name, t_ns, gpu_util_pct, power_w, sm_clock_mhz,
+                  mem_used_bytes, mem_total_bytes
+           FROM nvml_samples WHERE run_id = ? ORDER BY gpu, t_ns""",
+        [run_id],
+    ).df()
+    if frame.empty or frame["gpu_util_pct"].isna().all():
+        raise ValueError(f"{run_id}: the NVML series has no utilization samples")
+    gpus = []
+    for gpu, g in frame.groupby("gpu", sort=True):
+        name = g["name"].dropna().iloc[0] if g["name"].notna().any() else None
+        d = sawtooth_diagnosis(
+            g["t_ns"].to_numpy(),
+            g["gpu_util_pct"].to_numpy(dtype="float64"),
+            busy_threshold_pct=busy_threshold_pct,
+            label=f"GPU {gpu}",
+        )
+        summary = d.summary.replace(f"of the last {_secs(d.window_s)}", "of the series")
+
+        gpus.append(
+            NvmlGpu(
+                gpu=int(gpu),  # type: ignore[call-overload]
+                name=name,
+                n_samples=len(g),
+                duration_s=d.window_s,
+                idle_share_pct=d.idle_share_pct,
+                period_s=d.period_s,
+                duty_cycle_pct=d.duty_cycle_pct,
+                n_cycles=d.n_cycles,
+                mean_util_pct=_stat(g, "gpu_util_pct", "mean"),
+                power_mean_w=_stat(g, "power_w", "mean"),
+                power_max_w=_stat(g, "power_w", "max"),
+                sm_clock_mean_mhz=_stat(g, "sm_clock_mhz", "mean"),
+                sm_clock_max_mhz=_stat(g, "sm_clock_mhz", "max"),
+                mem_used_max_bytes=_stat(g, "mem_used_bytes", "max"),
+                mem_total_bytes=_stat(g, "mem_total_bytes", "max"),
+                summary=summary,
+            )
+        )
+    return NvmlReport(run, gpus)
+
+
+def _stat(g: Any, col: str, fn: str) -> float | None:
+    v = g[col].dropna()
+    return float(getattr(v, fn)()) if len(v) else None
+
+
+def _secs(s: float) -> str:
+    return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
+
+
+def compare_nvml_reports(a: NvmlReport, b: NvmlReport) -> Any:
+    """B against A for two NVML-only runs, GPU by GPU (the GPU indices both have): idle share,
+    mean utilization, power and SM clock. Returns a :class:`~gpuscope.analysis.compare.Comparison`
+    with ``metrics`` only (``gpu<N>.<metric>`` rows)."""
+    from gpuscope.analysis.compare import Comparison, Delta
+
+    gb = {g.gpu: g for g in b.gpus}
+    rows = []
+    for ga in a.gpus:
+        other = gb.get(ga.gpu)
+        if other is None:
+            continue
+        for metric, unit, better in (
+            ("idle_share_pct", "%", "lower"),
+            ("mean_util_pct", "%", "higher"),
+            ("duty_cycle_pct", "%", "higher"),
+            ("period_s", "s", None),
+            ("power_mean_w", "W", None),
+            ("sm_clock_mean_mhz", "MHz", None),
+        ):
+            va, vb = getattr(ga, metric), getattr(other, metric)
+            if va is not None or vb is not None:
+                rows.append(Delta(f"gpu{ga.gpu}.{metric}", unit, va, vb, better))
+    notes = ["NVML-only runs: no trace, so no step time, idle causes, kernels or MFU"]
+    if not rows:
+        notes.append("the two runs share no GPU index")
+    summary = {
+        side: {
+            "id": r.run["id"],
+            "name": r.run["name"],
+            "gpu": r.run.get("gpu"),
+            "rank": None,
+            "steps": 0,
+        }
+        for side, r in (("a", a), ("b", b))
+    }
+    return Comparison(
+        a=summary["a"],
+        b=summary["b"],
+        metrics=rows,
+        idle_by_cause=[],
+        kernel_categories=[],
+        top_kernels=[],
+        recommendations={"resolved": [], "remaining": [], "new": []},
+        notes=notes,
+    )

@@ -1,0 +1,158 @@
+"""Many ranks: a table of every rank's headline figures, and the straggler with its evidence.
+
+In a synchronous job (DDP, FSDP) every rank's step is as long as the slowest one's: the others
+wait for it inside collectives, and that wait shows as **communication-only** GPU time (only NCCL
+kernels running). The rank with the least communication-only time per step arrives last at the
+collectives: it is the **straggler**, and the others' excess over it is time spent waiting for it.
+docs/metrics.md, "Many ranks".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.idle import CAUSES
+
+STRAGGLER_MIN_WAIT_US = 100.0
+"""The waiting rank's excess communication-only time must be at least this per step (µs) ..."""
+STRAGGLER_MIN_WAIT_PCT = 2.0
+"""... or this share (%) of its step, to name a straggler."""
+
+
+@dataclass
+class Straggler:
+    """The rank the others wait for. ``waiting_rank``: the rank that waits longest;
+    ``wait_ms_per_step``: its communication-only time per step minus the straggler's (ms);
+    ``evidence``: one sentence with the numbers."""
+
+    rank: int
+    evidence: str
+    waiting_rank: int
+    wait_ms_per_step: float
+    comm_only_ms_per_step: dict[int, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "evidence": self.evidence,
+            "waiting_rank": self.waiting_rank,
+            "wait_ms_per_step": self.wait_ms_per_step,
+            "comm_only_ms_per_step": {str(k): v for k, v in self.comm_only_ms_per_step.items()},
+        }
+
+
+def rank_table(ranks: list[dict[str, Any]]) -> pd.DataFrame:
+    """The rank rows of a report (``RunReport.ranks``) as a DataFrame, one row per rank: ``rank``,
+    ``step_time_ms``, ``gpu_busy_pct``, ``comm_only_ms_per_step``, ``idle_ms_per_step`` and
+    ``idle_<cause>_ms_per_step`` for every cause (ms per step; NaN where not computed)."""
+    rows = []
+    for r in ranks:
+        row: dict[str, Any] = {
+            "rank": r["rank"],
+            "step_time_ms": r.get("step_time_ms"),
+            "gpu_busy_pct": r.get("gpu_busy_pct"),
+            "comm_only_ms_per_step": (r.get("comm_only_us_per_step") or 0.0) / 1e3,
+            "idle_ms_per_step": _ms(r.get("idle_us_per_step")),
+        }
+        by = r.get("idle_by_cause_us_per_step") or {}
+        for c in CAUSES:
+            row[f"idle_{c}_ms_per_step"] = _ms(by.get(c))
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values("rank").reset_index(drop=True)
+
+
+def _ms(us: float | None) -> float | None:
+    return None if us is None else us / 1e3
+
+
+def find_straggler(ranks: list[dict[str, Any]]) -> Straggler | None:
+    """The straggler among ``ranks`` (rows with ``rank``, ``step_time_ms``, ``gpu_busy_pct``,
+    ``comm_only_us_per_step``), or None with fewer than two ranks or when no rank waits for
+    another by at least :data:`STRAGGLER_MIN_WAIT_US` per step or :data:`STRAGGLER_MIN_WAIT_PCT`
+    of its step."""
+    rows = [r for r in ranks if r.get("comm_only_us_per_step") is not None]
+    if len(rows) < 2:
+        return None
+    slow = min(rows, key=lambda r: (r["comm_only_us_per_step"], r["rank"]))
+    waiter = max(rows, key=lambda r: (r["comm_only_us_per_step"], -r["rank"]))
+    wait_us = waiter["comm_only_us_per_step"] - slow["comm_only_us_per_step"]
+    step_us = (waiter.get("step_time_ms") or 0.0) * 1e3
+    share = 100.0 * wait_us / step_us if step_us > 0 else 0.0
+    if wait_us <= 0 or (wait_us < STRAGGLER_MIN_WAIT_US and share < STRAGGLER_MIN_WAIT_PCT):
+        return None
+    comm = {int(r["rank"]): r["comm_only_us_per_step"] / 1e3 for r in rows}
+    evidence = (
+        f"rank {waiter['rank']} spends {sig3(waiter['comm_only_us_per_step'] / 1e3)} ms per step "
+        f"running only communication kernels against {sig3(slow['comm_only_us_per_step'] / 1e3)} "
+        f"ms on rank {slow['rank']}: it waits {sig3(wait_us / 1e3)} ms per step "
+        f"({share:.3g}% of its step) in collectives for rank {slow['rank']}, which arrives last "
+        f"(GPU busy {slow.get('gpu_busy_pct') or 0:.3g}%)."
+    )
+    return Straggler(int(slow["rank"]), evidence, int(waiter["rank"]), wait_us / 1e3, comm)
+
+
+def slowest_rank_figures(report: dict[str, Any]) -> dict[str, Any]:
+    """For a runs list: the figures of the rank that sets the pace, from an ``analyze`` JSON
+    document (``RunReport.to_json()``): the straggler when one is named, else the rank with the
+    lowest GPU busy %. ``rank``, ``step_ms`` (its mean step time, ms) and ``busy_pct`` (%); the
+    analysed rank's own figures for a run of one rank."""
+    rows = report.get("ranks") or []
+    sg = report.get("straggler") or {}
+    pick = None
+    if sg.get("rank") is not None:
+        pick = next((r for r in rows if r.get("rank") == sg["rank"]), None)
+    if pick is None and rows:
+        pick = min(rows, key=lambda r: (r.get("gpu_busy_pct") or 0.0, r.get("rank") or 0))
+    if pick is None:
+        return {
+            "rank": report.get("rank"),
+            "step_ms": (report.get("step_time_ms") or {}).get("mean"),
+            "busy_pct": report.get("gpu_busy_pct"),
+        }
+    return {
+        "rank": pick.get("rank"),
+        "step_ms": pick.get("step_time_ms"),
+        "busy_pct": pick.get("gpu_busy_pct"),
+    }
+
+
+def rank_busy_panels(
+    con: Any,
+    run_id: str,
+    *,
+    step_number: int | None = None,
+    n_steps: int = 3,
+    n_buckets: int = 300,
+    step_annotation: str | None = None,
+) -> list[dict[str, Any]]:
+    """Small-multiple sawtooths of every rank, aligned on one step: per rank a dict with
+    ``label``, ``rank``, ``origin_ns`` (the CPU start of step ``step_number`` on that rank, in its
+    own trace clock; default: each rank's first step) and ``busy`` (:func:`busy.busy_series` over
+    ``n_steps`` steps from there, ``n_buckets`` buckets): what
+    ``gpuscope.web.figures.aligned_sawtooth`` draws. Ranks without that step are left out."""
+    from gpuscope.analysis.busy import busy_series
+    from gpuscope.analysis.steps import find_window
+    from gpuscope.analysis.store_access import ranks_of
+
+    panels = []
+    for rank in ranks_of(con, run_id):
+        w = find_window(con, run_id, rank, step_annotation)
+        bounds = w.step_bounds_ns()
+        nums = [s.number for s in w.steps] or [0]
+        i = nums.index(step_number) if step_number in nums else (0 if step_number is None else -1)
+        if i < 0:
+            continue
+        j = min(len(bounds), i + max(1, n_steps)) - 1
+        start, end = bounds[i][0], bounds[j][1]
+        panels.append(
+            {
+                "label": f"rank {rank}",
+                "rank": rank,
+                "origin_ns": start,
+                "busy": busy_series(con, run_id, rank, start, end, n_buckets),
+            }
+        )
+    return panels
