@@ -531,7 +531,7 @@ def rule_communication(inp: Inputs) -> Recommendation | None:
         "overlap_communication",
         "Overlap gradient communication with compute",
         ev,
-        ev["share_pct"],
+        host_gain_pct(ns, inp),  # per step over the untraced step when one is known
         "model = DDP(model, device_ids=[local_rank], bucket_cap_mb=50,\n"
         "            gradient_as_bucket_view=True, static_graph=True)\n"
         "# with gradient accumulation, skip the all-reduce on inner micro-steps:\n"
@@ -546,6 +546,15 @@ def rule_load_imbalance(inp: Inputs) -> Recommendation | None:
     wait = (inp.comm_only_ns / max(1, inp.n_steps) - floor) * inp.n_steps
     if not significant(wait, inp.window_ns, inp.n_steps):
         return None
+    # Without the profiler this rank's step is the untraced one; its GPU work other than the wait
+    # stays, so the wait can be at most (untraced step − GPU busy per step + wait per step).
+    n = max(1, inp.n_steps)
+    gain_ns, capped = wait, False
+    if inp.untraced_step_ns:
+        busy_per_step = inp.busy_pct / 100.0 * inp.window_ns / n
+        cap = max(0.0, inp.untraced_step_ns - (busy_per_step - wait / n)) * n
+        if wait > cap:
+            gain_ns, capped = cap, True
     ev = {
         "waiting_us_per_step": _per_step_us(wait, inp.n_steps),
         "share_pct": _share(wait, inp.window_ns),
@@ -558,11 +567,18 @@ def rule_load_imbalance(inp: Inputs) -> Recommendation | None:
         f"in collectives waiting for rank {slowest['rank']}, which arrives last (its GPU is busy "
         f"{slowest.get('gpu_busy_pct') or 0:.0f}% of the time): the slowest rank sets the pace."
     )
+    if capped:
+        ev["capped_wait_us_per_step"] = _per_step_us(gain_ns, inp.n_steps)
+        ev["summary"] += (
+            f" Without the profiler the step takes {sig3((inp.untraced_step_ns or 0) / 1e6)} ms and "
+            f"this rank's own GPU work stays, so at most {sig3(gain_ns / n / 1e6)} ms per step of "
+            "the wait can be real: the bound is capped there (the profiler slows the slow rank's host)."
+        )
     return Recommendation(
         "load_imbalance",
         f"Speed up the slowest rank ({slowest['rank']}): the others wait for it",
         ev,
-        ev["share_pct"],
+        host_gain_pct(gain_ns, inp),
         f"# see why rank {slowest['rank']} is slow:  gpuscope analyze RUN --rank {slowest['rank']}\n"
         "sampler = DistributedSampler(dataset, drop_last=True)  # equal work per rank\n"
         "# keep logging / evaluation / checkpointing off the step path of a single rank",
