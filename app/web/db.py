@@ -206,9 +206,17 @@ def time_offset_ns(path: str, gen: int, run_id: str, rank: int) -> int:
 
 
 def resolve(ref: str | None) -> str | None:
-    """A run id (or unique prefix, or exact name) from a URL -> the run id, or None."""
+    """A run id (or unique prefix, or exact name) from a URL -> the run id, or None.
+
+    Cached per store generation: every session opening the same run page asks the same question.
+    """
     if not ref:
         return None
+    return _resolve(db_path(), generation(), ref.strip())
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def _resolve(path: str, gen: int, ref: str) -> str | None:
     from gpuscope.ingest.store import resolve_run
 
-    return resolve_run(cursor(), ref.strip())
+    return resolve_run(cursor(), ref)
