@@ -24,6 +24,9 @@ from gpuscope.ingest.errors import IngestError
 
 BATCH_BYTES = 4 << 20
 MAX_OUTSIDE_BYTES = 256 << 20  # JSON outside the events array (metadata) we are willing to hold
+# JSON before the events array: Kineto writes a few KB there (schemaVersion, deviceProperties,
+# distributedInfo). It is rescanned as it grows, so its cap bounds that work (32 MiB: ~2 s).
+MAX_PREFIX_BYTES = 32 << 20
 ENV_MAX_EVENT = "GPUSCOPE_MAX_EVENT_BYTES"
 # A Kineto event is well under 1 MiB (the largest are ops with long "Input Dims" lists); one bigger
 # than this is refused instead of buffered (and rescanned) whole.
@@ -172,8 +175,8 @@ class TraceSplitter:
                     return buf[:k], buf[m.end() :], m.end(), True
             if closed.size:
                 raise self._fail("not a trace: the JSON object has no traceEvents array")
-            if len(buf) > MAX_OUTSIDE_BYTES:
-                raise self._fail(f"no traceEvents array in the first {MAX_OUTSIDE_BYTES >> 20} MiB")
+            if len(buf) > MAX_PREFIX_BYTES:
+                raise self._fail(f"no traceEvents array in the first {MAX_PREFIX_BYTES >> 20} MiB")
         if not buf.strip(_WS):
             raise self._fail("empty file")
         raise self._fail("truncated: the file ends before the traceEvents array")

@@ -140,3 +140,19 @@ def test_the_browser_upload_path_refuses_the_bomb_too(con, bomb: Path, tmp_path:
     )
     assert _counts(con) == before
     assert not any(tmp_root.iterdir())  # the upload's temp folder is gone
+
+
+def test_a_huge_prefix_before_the_events_is_refused_in_seconds(con, tmp_path: Path) -> None:
+    """Dense JSON before ``traceEvents`` is rescanned as it grows: its cap keeps that bounded."""
+    p = tmp_path / "prefix.json"
+    with p.open("wb") as f:
+        f.write(b'{"meta": [')
+        for _ in range(64):  # 75 MB of tiny objects (took 10 s, and quadratically more, before)
+            f.write(b'{"a": 1},' * (1 << 17))
+        f.write(b'{}], "traceEvents": [{"ph": "X", "ts": 1}]}')
+    before = _counts(con)
+    t0 = time.monotonic()
+    with pytest.raises(IngestError, match="no traceEvents array in the first 32 MiB"):
+        ingest_paths(con, [p])
+    assert time.monotonic() - t0 < 8
+    assert _counts(con) == before
