@@ -294,3 +294,33 @@ def test_cli_prints_control_characters_escaped(tmp_path: Path) -> None:
     )
     assert undecodable.returncode == 2
     assert undecodable.stderr.strip() == b"gpuscope: --name: not valid UTF-8 text"
+
+
+def test_an_invalidated_store_is_reopened_on_the_next_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuscope.web import db
+
+    monkeypatch.setenv("GPUSCOPE_DB", str(tmp_path / "s.duckdb"))
+    db._open_store.clear()
+    old = db.store()
+    assert db.count_rows("runs") == 0
+    real_cursor = db.cursor
+
+    class Invalidated:
+        def execute(self, *a: object) -> None:
+            raise duckdb.FatalException(
+                "FATAL Error: Failed: database has been invalidated because of a previous fatal "
+                "error.\nThe database must be restarted prior to being used again."
+            )
+
+    monkeypatch.setattr(db, "cursor", lambda: Invalidated())
+    with pytest.raises(StoreError) as e:
+        db.query_df("SELECT * FROM runs")
+    assert "invalidated by an earlier fault" in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setattr(db, "cursor", real_cursor)
+    assert db.store() is not old  # dropped: the next action opens the file afresh
+    assert db.count_rows("runs") == 0
+    with pytest.raises(duckdb.ConnectionException):
+        old.con.execute("SELECT 1")  # the faulted connection is closed
+    db._open_store.clear()
