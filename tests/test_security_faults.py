@@ -131,11 +131,12 @@ def test_cli_disk_full_is_one_line_and_the_store_recovers(
 
 WEB_SCRIPT = textwrap.dedent(
     """
-    import os, resource, signal, sys, time
+    import io, os, resource, signal, sys, time
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     from gpuscope.web import db
     from gpuscope.ingest.errors import IngestError
     from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.web.uploads import ingest_uploads
     first, big, second, fsize, flag = sys.argv[1:6]
     with db.writing() as cur:
         ingest_paths(cur, [first])
@@ -146,9 +147,11 @@ WEB_SCRIPT = textwrap.dedent(
         open(flag, "w").close()  # the parent makes the disk full now
         while os.path.exists(flag):
             time.sleep(0.01)
-    try:
+    class Upload(io.BytesIO):
+        name = "big.pt.trace.json"
+    try:  # the browser's path: the upload is copied to a temp folder, then ingested
         with db.writing() as cur:
-            ingest_paths(cur, [big])
+            ingest_uploads(cur, [Upload(open(big, "rb").read())])
         print("NO FAULT")
     except IngestError as e:
         print("FAULT", type(e).__name__, str(e))
