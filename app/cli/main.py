@@ -83,6 +83,14 @@ class InertStream(io.TextIOBase):
     def fileno(self) -> int:
         return self.target.fileno()
 
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self.target, "encoding", None) or "utf-8")
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return getattr(self.target, "errors", None)
+
     def __getattr__(self, name: str) -> Any:  # encoding, buffer, ...
         return getattr(self.target, name)
 
