@@ -51,7 +51,13 @@ def default_url() -> str:
 def max_response_bytes() -> int:
     """Largest ``/api/samples`` answer read (bytes); ``$GPUSCOPE_LIVE_MAX_BYTES`` overrides it."""
     raw = os.environ.get(ENV_MAX_BYTES)
-    return int(raw) if raw else DEFAULT_MAX_BYTES
+    try:
+        value = int(raw) if raw else DEFAULT_MAX_BYTES
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise SamplerError(f"{ENV_MAX_BYTES}={raw!r} is not a positive number of bytes")
+    return value
 
 
 def allowed_hosts() -> set[str]:
