@@ -10,8 +10,10 @@ run) and non-numeric pids/tids to integers, so they write identical rows.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +71,8 @@ class BatchInserter:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str) -> None:
         self.con, self.run_id = con, run_id
-        fd, name = tempfile.mkstemp(prefix="gpuscope-batch-", suffix=".json")
+        sweep_scratch()
+        fd, name = tempfile.mkstemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", suffix=".json")
         os.close(fd)
         self.scratch = Path(name)
         self.reader = con.cursor()
@@ -201,8 +204,55 @@ class BatchInserter:
         self.close()
 
     def close(self) -> None:
-        self.scratch.unlink(missing_ok=True)
-        self.reader.close()
+        """Remove the scratch file; never raises (it also runs while an error is on its way)."""
+        with contextlib.suppress(OSError):
+            self.scratch.unlink(missing_ok=True)
+        with contextlib.suppress(duckdb.Error):
+            self.reader.close()
+
+
+SCRATCH_PREFIX = (
+    "gpuscope-batch-"  # + the writer's pid + "-" + random + ".json", in the temp folder
+)
+
+
+def remove_own_scratch(folder: str | None = None) -> None:
+    """Delete this process's scratch batch files (at the end of a command); never raises."""
+    own = f"{SCRATCH_PREFIX}{os.getpid()}-"
+    with contextlib.suppress(OSError):
+        for p in Path(folder or tempfile.gettempdir()).glob(f"{own}*.json"):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
+def sweep_scratch(folder: str | None = None) -> list[Path]:
+    """Delete scratch batch files left by killed ingests (their process is gone); returns them."""
+    removed = []
+    for p in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*.json"):
+        pid_text = p.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        if pid_text.isdigit():
+            if int(pid_text) == os.getpid() or _alive(int(pid_text)):
+                continue
+        else:  # no pid in the name (older gpuscope): stale when not written for an hour
+            try:
+                if time.time() - p.stat().st_mtime < 3600:
+                    continue
+            except OSError:
+                continue
+        with contextlib.suppress(OSError):
+            p.unlink()
+            removed.append(p)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
 
 
 class IdMap:

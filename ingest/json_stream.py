@@ -12,6 +12,7 @@ Accepts both chrome-trace forms: an object with ``traceEvents`` and a bare array
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,6 +24,26 @@ from gpuscope.ingest.errors import IngestError
 
 BATCH_BYTES = 4 << 20
 MAX_OUTSIDE_BYTES = 256 << 20  # JSON outside the events array (metadata) we are willing to hold
+# JSON before the events array: Kineto writes a few KB there (schemaVersion, deviceProperties,
+# distributedInfo). It is rescanned as it grows, so its cap bounds that work (32 MiB: ~2 s).
+MAX_PREFIX_BYTES = 32 << 20
+ENV_MAX_EVENT = "GPUSCOPE_MAX_EVENT_BYTES"
+# A Kineto event is well under 1 MiB (the largest are ops with long "Input Dims" lists); one bigger
+# than this is refused instead of buffered (and rescanned) whole.
+DEFAULT_MAX_EVENT_BYTES = 64 << 20
+
+
+def max_event_bytes() -> int:
+    """Largest single trace event accepted, bytes of JSON (``$GPUSCOPE_MAX_EVENT_BYTES``)."""
+    raw = os.environ.get(ENV_MAX_EVENT)
+    try:
+        value = int(raw) if raw else DEFAULT_MAX_EVENT_BYTES
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"{ENV_MAX_EVENT}={raw!r} must be a positive number of bytes")
+    return value
+
 
 # bytes.translate maps every byte in C at memory speed: brackets -> 1 (open) / 2 (close), the rest -> 0.
 _BRACKET_TABLE = bytes(1 if c in b"{[" else 2 if c in b"}]" else 0 for c in range(256))
@@ -154,14 +175,18 @@ class TraceSplitter:
                     return buf[:k], buf[m.end() :], m.end(), True
             if closed.size:
                 raise self._fail("not a trace: the JSON object has no traceEvents array")
-            if len(buf) > MAX_OUTSIDE_BYTES:
-                raise self._fail(f"no traceEvents array in the first {MAX_OUTSIDE_BYTES >> 20} MiB")
+            if len(buf) > MAX_PREFIX_BYTES:
+                raise self._fail(f"no traceEvents array in the first {MAX_PREFIX_BYTES >> 20} MiB")
         if not buf.strip(_WS):
             raise self._fail("empty file")
         raise self._fail("truncated: the file ends before the traceEvents array")
 
     # -- phase 2: the events ------------------------------------------------------------------
     def batches(self) -> Iterator[Batch]:
+        try:
+            max_event = max_event_bytes()
+        except ValueError as e:
+            raise self._fail(f"bad limit setting: {e}") from None
         prefix, buf, offset, is_object = self._find_events()
         self.prefix_meta = parse_partial_object(prefix) if is_object else {}
         first = True
@@ -183,6 +208,14 @@ class TraceSplitter:
             starts = np.flatnonzero((d[:n] > 0) & (depth[:n] == 1))
             ends = np.flatnonzero((d[:n] < 0) & (depth[:n] == 0))
             if ends.size:
+                sizes = s[ends] - s[starts[: ends.size]] + 1
+                big = np.flatnonzero(sizes > max_event)
+                if big.size:
+                    at = offset + int(s[starts[big[0]]])
+                    raise self._fail(
+                        f"the event at byte {at} is larger than {max_event:,} bytes "
+                        f"({ENV_MAX_EVENT}); not a trace event"
+                    )
                 a = int(s[starts[0]])
                 z = int(s[ends[-1]]) + 1
                 gap = buf[:a].strip(_WS)
@@ -210,7 +243,12 @@ class TraceSplitter:
                 raise self._fail(
                     f"truncated: the traceEvents array is not closed (file ends at byte {offset + len(buf)})"
                 )
-            if not ends.size:  # one event larger than the batch: read on
+            if not ends.size:  # one event larger than the batch: read on, up to the event cap
+                if len(buf) > max_event:
+                    raise self._fail(
+                        f"the event at byte {offset} is larger than {max_event:,} bytes "
+                        f"({ENV_MAX_EVENT}); not a trace event"
+                    )
                 chunk = self._next()
                 if chunk is None:
                     eof = True

@@ -18,7 +18,7 @@ from gpuscope.ingest.batch_insert import BatchInserter, strict_json
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
 from gpuscope.ingest.json_stream import TraceSplitter
 from gpuscope.ingest.source import file_sha256, iter_json_bytes
-from gpuscope.ingest.store import discard_run, run_exists, transaction
+from gpuscope.ingest.store import discard_quietly, rollback_quietly, run_exists, transaction
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
@@ -357,7 +357,7 @@ def ingest_trace(
             ) from None
         raise
     except BaseException:
-        con.execute("ROLLBACK")
+        rollback_quietly(con)  # never replaces the exception on its way
         writer_close = locals().get("writer")
         if writer_close is not None:
             writer_close.inserter.close()
@@ -512,7 +512,7 @@ def _ingest_paths(
             )
     except BaseException:
         for run_id in staged:
-            discard_run(con, run_id)
+            discard_quietly(con, run_id)  # what it cannot delete goes at the next open
         raise
     return results
 

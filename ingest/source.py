@@ -13,13 +13,47 @@ from gpuscope.ingest.errors import IngestError
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK_BYTES = 4 << 20  # bytes read (and at most inflated) at a time
 ENV_MAX_JSON = "GPUSCOPE_MAX_JSON_BYTES"
-DEFAULT_MAX_JSON_BYTES = 64 << 30  # 64 GiB of JSON per file
+DEFAULT_MAX_JSON_BYTES = 32 << 30  # 32 GiB of JSON per file, compressed or not
+ENV_MAX_RATIO = "GPUSCOPE_MAX_INFLATE_RATIO"
+# Kineto traces inflate about 15x (sample_traces/: 14.9-15.3x); 100x leaves room for odd ones while
+# a gzip bomb (1000x and more) is refused after reading a few MB of it.
+DEFAULT_MAX_INFLATE_RATIO = 100.0
+
+
+def _env_number(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    if value <= 0:
+        raise ValueError(f"{name}={raw!r} must be positive")
+    return value
 
 
 def max_json_bytes() -> int:
-    """Largest uncompressed JSON accepted per file (guards against gzip bombs); env-configurable."""
-    raw = os.environ.get(ENV_MAX_JSON)
-    return int(raw) if raw else DEFAULT_MAX_JSON_BYTES
+    """Largest uncompressed JSON accepted per file, bytes (``$GPUSCOPE_MAX_JSON_BYTES``)."""
+    return int(_env_number(ENV_MAX_JSON, DEFAULT_MAX_JSON_BYTES))
+
+
+def max_inflate_ratio() -> float:
+    """Largest inflated / compressed size of a gzip file (``$GPUSCOPE_MAX_INFLATE_RATIO``)."""
+    return _env_number(ENV_MAX_RATIO, DEFAULT_MAX_INFLATE_RATIO)
+
+
+def inflate_limit(compressed_bytes: int) -> tuple[int, str]:
+    """Bytes of JSON a gzip file of ``compressed_bytes`` may inflate to, and which limit that is.
+
+    The smaller of ``max_inflate_ratio() x compressed_bytes`` (at least 1 MiB, so tiny files are
+    not refused for compressing well) and the absolute ``max_json_bytes()``.
+    """
+    absolute = max_json_bytes()
+    by_ratio = max(int(max_inflate_ratio() * compressed_bytes), 1 << 20)
+    if by_ratio < absolute:
+        return by_ratio, f"{max_inflate_ratio():g}x its compressed size ({ENV_MAX_RATIO})"
+    return absolute, ENV_MAX_JSON
 
 
 def is_gzip(path: Path) -> bool:
@@ -40,9 +74,18 @@ def iter_json_bytes(
 ) -> Iterator[bytes]:
     """The file's JSON text in chunks; inflates gzip (also concatenated members) on the fly.
 
-    Raises IngestError when the gzip stream is corrupt or truncated, or inflates beyond ``limit`` bytes.
+    Raises IngestError when the gzip stream is corrupt or truncated, or inflates beyond ``limit``
+    bytes (default: :func:`inflate_limit` of the file's size for gzip, :func:`max_json_bytes` for
+    plain JSON).
     """
-    limit = max_json_bytes() if limit is None else limit
+    which = ENV_MAX_JSON
+    if limit is None:
+        try:
+            limit = max_json_bytes()
+            if is_gzip(path):
+                limit, which = inflate_limit(path.stat().st_size)
+        except ValueError as e:
+            raise IngestError(path, f"bad limit setting: {e}") from None
     total = 0
     with open(path, "rb") as f:
         if f.read(2) != GZIP_MAGIC:
@@ -69,7 +112,9 @@ def iter_json_bytes(
                 total += len(out)
                 if total > limit:
                     raise IngestError(
-                        path, f"gzip inflates beyond the limit of {limit} bytes ({ENV_MAX_JSON})"
+                        path,
+                        f"gzip inflates beyond the limit of {limit} bytes ({which}); "
+                        "a decompression bomb, or raise the limit",
                     )
                 if out:
                     yield out

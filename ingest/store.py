@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -88,14 +88,41 @@ def discard_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
 
 @contextmanager
 def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """All or nothing: commit on success, roll back on any exception."""
+    """All or nothing: commit on success, roll back on any exception (the original is raised)."""
     con.execute("BEGIN TRANSACTION")
     try:
         yield con
     except BaseException:
-        con.execute("ROLLBACK")
+        rollback_quietly(con)
         raise
-    con.execute("COMMIT")
+    try:
+        con.execute("COMMIT")
+    except BaseException:
+        rollback_quietly(con)  # a failed COMMIT (disk full) may leave the transaction open
+        raise
+
+
+def rollback_quietly(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back for cleanup: never raises (no transaction open, a closed or invalidated store).
+
+    Cleanup runs while another exception is on its way; it must not replace that exception.
+    """
+    with suppress(duckdb.Error, RuntimeError):
+        con.execute("ROLLBACK")
+
+
+def discard_quietly(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    """:func:`discard_run` for cleanup: never raises; False when it could not run.
+
+    What it could not delete stays invisible (no ``runs`` row) and listed in ``ingest_pending``,
+    so :func:`ensure_schema` deletes it the next time the store is opened.
+    """
+    try:
+        discard_run(con, run_id)
+    except (duckdb.Error, RuntimeError):
+        rollback_quietly(con)
+        return False
+    return True
 
 
 RUN_TABLES = ("threads", "names", "events", "ranks", "nvml_samples", "nvml_series", "runs")

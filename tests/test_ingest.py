@@ -240,6 +240,15 @@ BAD_INPUTS = {
     "garbage_after": (GOOD + b"xyz", "malformed JSON outside the events"),
     "truncated_gzip": (gzip.compress(GOOD)[:-30], "truncated gzip"),
     "corrupt_gzip": (b"\x1f\x8b\x08\x00" + b"\x00" * 6 + b"garbage" * 10, "corrupt gzip"),
+    # hostile input (issue 13): ~16 KB of gzip inflating 1000x, refused at 100x its size
+    "gzip_bomb": (
+        gzip.compress(b'{"traceEvents": [{"name": "' + b"a" * (16 << 20), 9),
+        r"inflates beyond the limit of \d+ bytes \(100x its compressed size",
+    ),
+    "gzip_bomb_of_whitespace": (
+        gzip.compress(b'{"traceEvents": [' + b" " * (16 << 20) + b"]}", 9),
+        "inflates beyond the limit",
+    ),
 }
 
 

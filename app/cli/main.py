@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any, TextIO
 
+import duckdb
 from gpuscope import __version__
+from gpuscope.ingest.batch_insert import remove_own_scratch
+from gpuscope.ingest.errors import IngestError, store_fault
+from gpuscope.ingest.store import default_db_path
 
 SUBCOMMANDS = ("ingest", "runs", "delete", "analyze", "compare", "check", "sample", "ui")
 
@@ -38,19 +46,122 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Text from traces, file names and users reaches the terminal: C0/C1 control characters (but
+# newline and tab) and bidi overrides are printed escaped, so `--name $'\e[2J'` cannot clear the
+# screen and U+202E cannot reverse a line.
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+INERT = {
+    c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}")
+    for c in (*range(0x20), 0x7F, *range(0x80, 0xA0), *_BIDI)
+    if c not in (0x09, 0x0A)
+}
+
+
+def inert(text: str) -> str:
+    """``text`` with control characters and bidi overrides escaped (``\\x1b``, ``\\u202e``)."""
+    return text.translate(INERT)
+
+
+class InertStream(io.TextIOBase):
+    """A text stream that escapes control characters on the way to ``target`` (a terminal)."""
+
+    def __init__(self, target: TextIO) -> None:
+        self.target = target
+
+    def write(self, s: str) -> int:
+        self.target.write(s.translate(INERT))
+        return len(s)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self.target.isatty()
+
+    def fileno(self) -> int:
+        return self.target.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self.target, "encoding", None) or "utf-8")
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return getattr(self.target, "errors", None)
+
+    def __getattr__(self, name: str) -> Any:  # encoding, buffer, ...
+        return getattr(self.target, name)
+
+
+@contextmanager
+def inert_output() -> Iterator[None]:
+    """Within: ``sys.stdout`` and ``sys.stderr`` print control characters escaped."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = InertStream(out), InertStream(err)
+    try:
+        yield
+    finally:
+        with suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        sys.stdout, sys.stderr = out, err
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    """SIGTERM ends the command like Ctrl-C: cleanup (rollback, scratch files) still runs."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    with inert_output():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return 2
+    for option in ("name", "tag"):  # text that is stored must be text (paths may be any bytes)
+        values = getattr(args, option, None)
+        for v in values if isinstance(values, list) else [values]:
+            if isinstance(v, str) and not v.isprintable() and _undecodable(v):
+                return _fail(f"--{option}: not valid UTF-8 text", 2)
     module = importlib.import_module(f"gpuscope.cli.{args.command}")
+    with suppress(OSError, ValueError):  # not in the main thread (tests): no handler, no harm
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    except IngestError as e:  # bad input, or a store fault already made one line
+        return _fail(str(e), 2 if type(e) is IngestError else 1)
+    except (duckdb.Error, OSError) as e:  # not bad input: one plain line, not a traceback
+        return _fail(str(store_fault(e, getattr(args, "db", None) or default_db_path())), 1)
+    finally:
+        # A signal can land between a scratch file's creation and the code that owns it: whatever
+        # this process still has in the temp folder goes when the command ends, however it ends.
+        remove_own_scratch()
+
+
+def _undecodable(text: str) -> bool:
+    """Whether ``text`` holds bytes of the command line that were not UTF-8 (surrogate escapes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"gpuscope: {' '.join(message.split())}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +30,10 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9401  # dcgm-exporter's is 9400: both can run on one node
 PROM_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MIB = 1 << 20
+ENV_MAX_CONNECTIONS = "GPUSCOPE_SAMPLER_MAX_CONNECTIONS"
+ENV_IDLE_TIMEOUT = "GPUSCOPE_SAMPLER_IDLE_TIMEOUT_S"
+DEFAULT_MAX_CONNECTIONS = 128  # open connections served at once (one thread each); more get 503
+DEFAULT_IDLE_TIMEOUT_S = 15.0  # a connection that sends nothing for this long is closed
 
 
 @dataclass(frozen=True)
@@ -212,6 +218,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = f"gpuscope-sampler/{__version__}"
 
+    def setup(self) -> None:
+        self.timeout = (
+            self.server.idle_timeout_s
+        )  # every read, the wait for a keep-alive request too
+        super().setup()
+
     def log_message(self, format: str, *args: Any) -> None:  # quiet: no line per scrape
         pass
 
@@ -289,26 +301,122 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, body, "application/json")
 
 
+def _env_limit(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    value = float(raw)
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, not {raw!r}")
+    return value
+
+
+_BUSY_BODY = b"too many connections\n"
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+    % (len(_BUSY_BODY), _BUSY_BODY)
+)
+
+
 class SamplerHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``max_connections`` of them; idle ones time out.
+
+    A connection over the cap is answered ``503`` at once and closed (no thread). A peer that
+    resets its connection is logged in one line on stderr, not with a traceback.
+    """
+
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], app: SamplerApp) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        app: SamplerApp,
+        *,
+        max_connections: int | None = None,
+        idle_timeout_s: float | None = None,
+    ) -> None:
         self.app = app
+        self.max_connections = int(
+            max_connections or _env_limit(ENV_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS)
+        )
+        self.idle_timeout_s = float(
+            idle_timeout_s or _env_limit(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT_S)
+        )
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self.refused = 0  # connections answered 503 because of the cap
+        self.resets = 0  # connections the peer reset or that timed out mid-request
         if ":" in address[0]:  # an IPv6 address such as ::1
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            try:
+                request.settimeout(1.0)
+                request.sendall(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # starts the thread
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            self.resets += 1
+            what = "timed out" if isinstance(exc, TimeoutError) else "reset by the client"
+            print(
+                f"gpuscope sample: connection from {_peer(client_address)} {what} "
+                f"({type(exc).__name__})",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        super().handle_error(request, client_address)  # a bug: keep the traceback
 
     @property
     def port(self) -> int:
         return int(self.server_address[1])
 
 
+def _peer(address: Any) -> str:
+    try:
+        return f"{address[0]}:{address[1]}"
+    except (TypeError, IndexError):
+        return str(address)
+
+
 def start_server(
-    app: SamplerApp, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
+    app: SamplerApp,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    max_connections: int | None = None,
+    idle_timeout_s: float | None = None,
 ) -> SamplerHTTPServer:
-    """Bind (port 0 = any free port) and serve in a daemon thread; ``shutdown()`` then ``server_close()`` stop it."""
-    server = SamplerHTTPServer((host, port), app)
+    """Bind (port 0 = any free port) and serve in a daemon thread; ``shutdown()`` then ``server_close()`` stop it.
+
+    ``max_connections`` (default ``$GPUSCOPE_SAMPLER_MAX_CONNECTIONS`` or 128) and
+    ``idle_timeout_s`` (seconds; default ``$GPUSCOPE_SAMPLER_IDLE_TIMEOUT_S`` or 15): see
+    :class:`SamplerHTTPServer`.
+    """
+    server = SamplerHTTPServer(
+        (host, port), app, max_connections=max_connections, idle_timeout_s=idle_timeout_s
+    )
     t = threading.Thread(
         target=server.serve_forever,
         name="gpuscope-http",

@@ -4,10 +4,15 @@ One process may open the file read-write, so the server opens ONE connection (``
 and every thread that runs a session's script gets its own ``con.cursor()`` (DuckDB cursors are
 not shared between threads). Writes (ingest, rename, tag, delete) take the store's lock and bump its
 ``generation``, which is part of every cached query's key, so no page shows stale rows.
+
+A store fault that is not bad input (disk full, I/O error, an invalidated database) is raised as
+one line (:class:`StoreError`); the connection is closed and dropped, so the next action opens a
+fresh one instead of every page of every session failing until a restart.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +22,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 import streamlit as st
+from gpuscope.ingest.errors import IngestError, StoreError, store_fault
 from gpuscope.ingest.store import connect, default_db_path, list_runs
 
 
@@ -42,15 +48,26 @@ class StoreUnavailable(RuntimeError):
     """The DuckDB file cannot be opened (e.g. another process holds its lock); one line."""
 
 
+_generations = [0]  # carried over when a faulted store is reopened, so caches stay keyed apart
+
+
 @st.cache_resource(show_spinner=False)
 def _open_store(path: str) -> Store:
     try:
-        return Store(path, connect(path))
+        return Store(path, connect(path), generation=_generations[0])
     except duckdb.IOException as e:
         first = str(e).splitlines()[0]
+        if "lock" in first.lower():
+            raise StoreUnavailable(
+                f"cannot open the store {path}: {first}. Only one process may write a DuckDB file: "
+                "stop the other gpuscope command (or dashboard) that has it open, then reload."
+            ) from None
         raise StoreUnavailable(
-            f"cannot open the store {path}: {first}. Only one process may write a DuckDB file: stop "
-            "the other gpuscope command (or dashboard) that has it open, then reload."
+            f"cannot open the store: {store_fault(e, path)}. Reload to retry."
+        ) from None
+    except duckdb.Error as e:  # e.g. the disk is still full: pending rows cannot be discarded yet
+        raise StoreUnavailable(
+            f"cannot open the store: {store_fault(e, path)}. Reload to retry."
         ) from None
 
 
@@ -58,25 +75,53 @@ def store() -> Store:
     return _open_store(db_path())
 
 
+def drop(s: Store) -> None:
+    """Close a faulted store's connection (and every cursor on it); the next use reopens the file."""
+    with s.lock:
+        _generations[0] = max(_generations[0], s.generation) + 1
+        _open_store.clear()
+        with contextlib.suppress(duckdb.Error):
+            s.con.close()  # closes the cursors of every thread too
+
+
+def fault(e: BaseException, s: Store | None = None) -> StoreError:
+    """Drop the store after a fault that is not bad input; the one-line error to show."""
+    s = s or store()
+    err = store_fault(e, s.path)
+    drop(s)
+    return err
+
+
 def cursor() -> duckdb.DuckDBPyConnection:
     """This thread's cursor on the shared connection (created on first use)."""
     s = store()
-    cursors: dict[int, duckdb.DuckDBPyConnection] = getattr(_local, "cursors", None) or {}
+    cursors: dict[int, tuple[duckdb.DuckDBPyConnection, duckdb.DuckDBPyConnection]] = (
+        getattr(_local, "cursors", None) or {}
+    )
     _local.cursors = cursors
-    cur = cursors.get(id(s.con))
-    if cur is None:
-        cur = s.con.cursor()
-        cursors[id(s.con)] = cur
-    return cur
+    entry = cursors.get(id(s.con))
+    if entry is None or entry[0] is not s.con:  # an id may be reused by a reopened connection
+        entry = (s.con, s.con.cursor())
+        cursors.clear()  # cursors of a dropped connection are closed: forget them
+        cursors[id(s.con)] = entry
+    return entry[1]
 
 
 @contextmanager
 def writing() -> Iterator[duckdb.DuckDBPyConnection]:
-    """Serialise a write and invalidate cached reads afterwards (even when it fails)."""
+    """Serialise a write and invalidate cached reads afterwards (even when it fails).
+
+    Bad input (IngestError) passes through; any other store error (DuckDB, or the OS writing a
+    scratch file) drops the connection and is raised as a one-line StoreError.
+    """
     s = store()
     with s.lock:
         try:
             yield cursor()
+        except IngestError:
+            raise
+        except (duckdb.Error, OSError) as e:
+            raise fault(e, s) from None
         finally:
             s.generation += 1
 
@@ -86,11 +131,17 @@ def generation() -> int:
 
 
 def query_df(sql: str, params: list[Any] | None = None) -> pd.DataFrame:
-    return cursor().execute(sql, params or []).df()
+    try:
+        return cursor().execute(sql, params or []).df()
+    except duckdb.FatalException as e:  # the database is invalidated: reopen on the next action
+        raise fault(e) from None
 
 
 def count_rows(table: str) -> int:
-    row = cursor().execute(f"SELECT count(*) FROM {table}").fetchone()
+    try:
+        row = cursor().execute(f"SELECT count(*) FROM {table}").fetchone()
+    except duckdb.FatalException as e:
+        raise fault(e) from None
     return int(row[0]) if row else 0
 
 
@@ -155,9 +206,17 @@ def time_offset_ns(path: str, gen: int, run_id: str, rank: int) -> int:
 
 
 def resolve(ref: str | None) -> str | None:
-    """A run id (or unique prefix, or exact name) from a URL -> the run id, or None."""
+    """A run id (or unique prefix, or exact name) from a URL -> the run id, or None.
+
+    Cached per store generation: every session opening the same run page asks the same question.
+    """
     if not ref:
         return None
+    return _resolve(db_path(), generation(), ref.strip())
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def _resolve(path: str, gen: int, ref: str) -> str | None:
     from gpuscope.ingest.store import resolve_run
 
-    return resolve_run(cursor(), ref.strip())
+    return resolve_run(cursor(), ref)

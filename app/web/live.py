@@ -6,9 +6,13 @@ window per GPU and writing the held samples back as a ``gpuscope-nvml`` JSONL fi
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,10 +38,147 @@ FIELDS = (
     "pcie_tx_bytes_s",
 )
 MAX_ROWS = 200_000
+ENV_ALLOW_HOSTS = "GPUSCOPE_LIVE_ALLOW_HOSTS"
+ENV_MAX_BYTES = "GPUSCOPE_LIVE_MAX_BYTES"
+DEFAULT_MAX_BYTES = 32 << 20  # one /api/samples answer: ~20,000 samples x 8 GPUs is ~25 MB
+SCHEMES = ("http", "https")
 
 
 def default_url() -> str:
     return os.environ.get(ENV_SAMPLER) or DEFAULT_URL
+
+
+def max_response_bytes() -> int:
+    """Largest ``/api/samples`` answer read (bytes); ``$GPUSCOPE_LIVE_MAX_BYTES`` overrides it."""
+    raw = os.environ.get(ENV_MAX_BYTES)
+    try:
+        value = int(raw) if raw else DEFAULT_MAX_BYTES
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise SamplerError(f"{ENV_MAX_BYTES}={raw!r} is not a positive number of bytes")
+    return value
+
+
+def allowed_hosts() -> set[str]:
+    """Host names (lower case) the Live page may poll besides loopback; ``*`` allows any host.
+
+    From ``$GPUSCOPE_LIVE_ALLOW_HOSTS`` (comma-separated, set by whoever runs the dashboard), plus
+    the host of ``$GPUSCOPE_SAMPLER_URL``: the deployer chose both, a visitor's URL chooses neither.
+    """
+    hosts = {
+        h.strip().lower().strip("[]")
+        for h in os.environ.get(ENV_ALLOW_HOSTS, "").split(",")
+        if h.strip()
+    }
+    env_url = os.environ.get(ENV_SAMPLER)
+    if env_url:
+        host = urllib.parse.urlsplit(normalise_url(env_url)).hostname
+        if host:
+            hosts.add(host.lower())
+    return hosts
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+_PATH_RE = re.compile(r"^[A-Za-z0-9._~/%-]{0,200}$")
+
+
+def check_url(url: str) -> str:
+    """The URL as it will be polled, or SamplerError (one line) when policy forbids it.
+
+    Only ``http``/``https``; only a loopback host (``localhost``, 127.0.0.0/8, ``::1``) unless
+    the host is listed in ``$GPUSCOPE_LIVE_ALLOW_HOSTS`` (or is ``$GPUSCOPE_SAMPLER_URL``'s). No
+    user name, password, query or fragment; a plain host name and path (the page adds the path
+    and query of the call itself). Refusals do not echo the URL: it came from a visitor.
+    """
+    base = normalise_url(url)
+    if not base:
+        raise SamplerError("no sampler URL")
+    scheme = base.split("://", 1)[0].lower()
+    if scheme not in SCHEMES:
+        raise SamplerError("sampler URL refused: only http:// and https:// URLs are polled")
+    try:
+        parts = urllib.parse.urlsplit(base)
+        port = parts.port
+    except ValueError:
+        raise SamplerError("sampler URL refused: not a valid URL (bad host or port)") from None
+    if parts.username is not None or parts.password is not None:
+        raise SamplerError("sampler URL refused: no user name or password in the URL")
+    if parts.query or parts.fragment or "#" in base or "?" in base:
+        raise SamplerError("sampler URL refused: a sampler URL has no query or fragment")
+    host = (parts.hostname or "").lower()
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    if ip is None and not _HOST_RE.match(host):
+        raise SamplerError("sampler URL refused: not a valid host name")
+    if not _PATH_RE.match(parts.path):
+        raise SamplerError("sampler URL refused: unexpected characters in the path")
+    allow = allowed_hosts()
+    if not (_is_loopback(host) or "*" in allow or host in allow):
+        raise SamplerError(
+            f"sampler URL refused: host {host} is not loopback; this dashboard polls other hosts "
+            f"only when {ENV_ALLOW_HOSTS} lists them (docs/security.md)"
+        )
+    netloc = f"[{host}]" if ip is not None and ip.version == 6 else host
+    if port is not None:
+        netloc += f":{port}"
+    return urllib.parse.urlunsplit((scheme, netloc, parts.path, "", ""))
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a redirect is answered as the HTTP error it is: no second, unchecked fetch
+
+
+# No proxies from the environment, no redirects, no file:// / ftp:// / data: handlers.
+_OPENER = urllib.request.OpenerDirector()
+for _handler in (
+    urllib.request.HTTPHandler(),
+    urllib.request.HTTPSHandler(),
+    urllib.request.HTTPDefaultErrorHandler(),
+    urllib.request.HTTPErrorProcessor(),
+    _NoRedirect(),
+):
+    _OPENER.add_handler(_handler)
+
+
+def read_capped(response: Any, *, max_bytes: int, deadline: float, what: str) -> bytes:
+    """Read a response body in chunks: at most ``max_bytes`` bytes, finished by ``deadline``.
+
+    ``deadline`` is a ``time.monotonic()`` value (s); each chunk read is also bounded by the
+    socket timeout. Raises SamplerError (one line) when either limit is passed.
+    """
+    length = response.headers.get("Content-Length")
+    if length and length.isdigit() and int(length) > max_bytes:
+        raise SamplerError(
+            f"{what}: answer of {int(length):,} bytes is over the {max_bytes:,}-byte cap"
+        )
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        if time.monotonic() > deadline:
+            raise SamplerError(f"{what}: answer not complete in time (slow or endless response)")
+        read = getattr(response, "read1", response.read)
+        block = read(min(1 << 16, max_bytes + 1 - total))
+        if not block:
+            return b"".join(parts)
+        total += len(block)
+        if total > max_bytes:
+            raise SamplerError(
+                f"{what}: answer is over the {max_bytes:,}-byte cap ({ENV_MAX_BYTES})"
+            )
+        parts.append(block)
 
 
 @dataclass
@@ -60,23 +201,48 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def fetch(url: str, since_ns: int, *, timeout: float = 2.0, limit: int = 20_000) -> Batch:
-    """One ``/api/samples`` call: every sample newer than ``since_ns``, one row per GPU."""
-    base = normalise_url(url)
-    if not base:
-        raise SamplerError("no sampler URL")
+def fetch(
+    url: str,
+    since_ns: int,
+    *,
+    timeout: float = 2.0,
+    limit: int = 20_000,
+    max_bytes: int | None = None,
+    total_timeout: float = 5.0,
+) -> Batch:
+    """One ``/api/samples`` call: every sample newer than ``since_ns``, one row per GPU.
+
+    ``url`` must pass :func:`check_url`. ``timeout`` (s) bounds the connect and each read,
+    ``total_timeout`` (s) the whole answer, ``max_bytes`` its size (default
+    :func:`max_response_bytes`). Any failure is a one-line SamplerError.
+    """
+    base = check_url(url)
+    shown = base  # checked: a plain scheme, host, port and path
+    cap = max_response_bytes() if max_bytes is None else max_bytes
     full = f"{base}/api/samples?since_ns={int(since_ns)}&limit={int(limit)}"
+    deadline = time.monotonic() + total_timeout
     try:
-        with urllib.request.urlopen(full, timeout=timeout) as r:
-            body = json.loads(r.read())
+        with _OPENER.open(full, timeout=timeout) as r:
+            raw = read_capped(r, max_bytes=cap, deadline=deadline, what=shown)
     except urllib.error.HTTPError as e:
-        raise SamplerError(f"{base}: HTTP {e.code} from /api/samples") from None
-    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+        raise SamplerError(f"{shown}: HTTP {e.code} from /api/samples") from None
+    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
-        raise SamplerError(f"{base}: cannot connect ({reason})") from None
+        raise SamplerError(f"{shown}: cannot connect ({_one_line(reason)})") from None
+    try:
+        body = json.loads(raw)
     except ValueError:
-        raise SamplerError(f"{base}: /api/samples did not return JSON") from None
-    return parse(body)
+        raise SamplerError(f"{shown}: /api/samples did not return JSON") from None
+    try:
+        return parse(body)
+    except (AttributeError, TypeError, ValueError, KeyError):
+        raise SamplerError(f"{shown}: /api/samples did not return sampler JSON") from None
+
+
+def _one_line(reason: object, limit: int = 200) -> str:
+    """An OS/HTTP error reason as one short line of printable ASCII."""
+    text = " ".join(str(reason).split()).encode("ascii", "backslashreplace").decode("ascii")
+    return text if len(text) <= limit else text[: limit - 1] + "..."
 
 
 def parse(body: dict[str, Any]) -> Batch:

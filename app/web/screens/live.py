@@ -24,6 +24,12 @@ st.caption(
 url0 = st.query_params.get("sampler") or live.default_url()
 c1, c2, c4, c3 = st.columns([4, 2, 2, 1], vertical_alignment="bottom")
 url = live.normalise_url(c1.text_input("Sampler URL", value=url0, key="live_url"))
+try:  # scheme and host policy (docs/security.md), checked before anything is fetched
+    url = live.check_url(url)
+except live.SamplerError as e:
+    st.error("Not polled: this sampler URL is refused.", icon=":material/block:")
+    st.code(str(e), language=None, wrap_lines=True)  # as text, never Markdown
+    st.stop()
 window_s = c2.select_slider(
     "Show the last",
     options=[30, 60, 300, 900],

@@ -1,0 +1,329 @@
+"""Item 3 of the hostile-input issue: a store fault is one line and poisons nothing.
+
+The disk holding the store fills up during an ingest (a tiny tmpfs where this runs as root and may
+mount one; otherwise RLIMIT_FSIZE, which fails the same writes with EFBIG): the CLI prints one line
+and exits 1; the dashboard's write path raises one StoreError line, drops its connection, and the
+next action (a read, another ingest) works once space is back. Nothing half-written is visible.
+Rollbacks never replace the error on its way; a killed ingest leaves no scratch batch files.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+from gpuscope.ingest.batch_insert import SCRATCH_PREFIX, sweep_scratch
+from gpuscope.ingest.errors import StoreError, store_fault
+from gpuscope.ingest.store import connect, discard_quietly, rollback_quietly, transaction
+from tracegen import TraceBuilder
+
+TESTS = Path(__file__).resolve().parent
+N_LAUNCH = 60_000  # ~240k events: several MB in the store, more than the small disk holds
+
+
+class Disk:
+    """Where the store goes, and how to make its disk full (``limit``) and free it again."""
+
+    def __init__(self, root: Path, tmpfs: bool) -> None:
+        self.root, self.tmpfs = root, tmpfs
+        self.fsize: int | None = None  # RLIMIT_FSIZE for the subprocess when not a tmpfs
+
+    def fill(self) -> None:
+        if self.tmpfs:  # room for 2 MiB more than the store holds now
+            st = os.statvfs(self.root)
+            used_k = (st.f_blocks - st.f_bfree) * st.f_frsize // 1024
+            size = f"size={used_k + 2048}k"
+            subprocess.run(["mount", "-o", f"remount,{size}", str(self.root)], check=True)
+        else:
+            used = sum(p.stat().st_size for p in self.root.iterdir() if p.is_file())
+            self.fsize = used + (1 << 20)
+
+    def free(self) -> None:
+        if self.tmpfs:
+            subprocess.run(["mount", "-o", "remount,size=400m", str(self.root)], check=True)
+        self.fsize = None
+
+    def preexec(self) -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() fails with EFBIG instead
+        if self.fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (self.fsize, resource.RLIM_INFINITY))
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Disk]:
+    root = tmp_path / "disk"
+    root.mkdir()
+    mounted = (
+        os.geteuid() == 0
+        and not os.environ.get("GPUSCOPE_TEST_NO_TMPFS")  # to exercise the RLIMIT_FSIZE way
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(root)], capture_output=True
+        ).returncode
+        == 0
+    )
+    yield Disk(root, mounted)
+    if mounted:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+@pytest.fixture(scope="module")
+def big_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    t = TraceBuilder()
+    for i in range(N_LAUNCH):
+        t.launch(f"kernel_{i % 97}", i * 10.0, i * 10.0 + 1, 1.0)
+    return t.write(tmp_path_factory.mktemp("big") / "big.json")
+
+
+def small_trace(path: Path, name: str) -> Path:
+    t = TraceBuilder()
+    for i in range(50):
+        t.launch(name, i * 10.0, i * 10.0 + 1, 1.0)
+    return t.write(path)
+
+
+def cli(*args: str, disk: Disk | None = None, env: dict[str, str] | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "gpuscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=disk.preexec if disk else None,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_cli_disk_full_is_one_line_and_the_store_recovers(
+    disk: Disk, big_trace: Path, tmp_path: Path
+) -> None:
+    db = disk.root / "store.duckdb"
+    first = small_trace(tmp_path / "first.json", "first")
+    assert cli("ingest", str(first), "--db", str(db)).returncode == 0
+    disk.fill()
+    p = cli("ingest", str(big_trace), "--db", str(db), disk=disk)
+    assert p.returncode == 1, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    if disk.tmpfs:
+        assert lines[0].startswith(f"gpuscope: {db}: the disk holding the store is full: ")
+    else:  # the store or a scratch file, whichever hits the limit first
+        assert lines[0].startswith("gpuscope: ") and "hit the file-size limit" in lines[0]
+    disk.free()
+    runs = cli("runs", "--db", str(db), "--json")
+    assert runs.returncode == 0, runs.stderr
+    assert '"first"' in runs.stdout and '"big"' not in runs.stdout  # nothing half-written
+    again = cli("ingest", str(big_trace), "--db", str(db))
+    assert again.returncode == 0, again.stderr
+    con = duckdb.connect(str(db), read_only=True)
+    n = con.execute("SELECT count(*) FROM runs").fetchone()[0]
+    pending = con.execute("SELECT count(*) FROM ingest_pending").fetchone()[0]
+    con.close()
+    assert (n, pending) == (2, 0)
+
+
+WEB_SCRIPT = textwrap.dedent(
+    """
+    import io, os, resource, signal, sys, time
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    from gpuscope.web import db
+    from gpuscope.ingest.errors import IngestError
+    from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.web.uploads import ingest_uploads
+    first, big, second, fsize, flag = sys.argv[1:6]
+    with db.writing() as cur:
+        ingest_paths(cur, [first])
+    old = db.store()
+    if int(fsize):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(fsize), resource.RLIM_INFINITY))
+    else:
+        open(flag, "w").close()  # the parent makes the disk full now
+        while os.path.exists(flag):
+            time.sleep(0.01)
+    class Upload(io.BytesIO):
+        name = "big.pt.trace.json"
+    try:  # the browser's path: the upload is copied to a temp folder, then ingested
+        with db.writing() as cur:
+            ingest_uploads(cur, [Upload(open(big, "rb").read())])
+        print("NO FAULT")
+    except IngestError as e:
+        print("FAULT", type(e).__name__, str(e))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    if not int(fsize):
+        open(flag, "w").close()  # the parent frees the disk now
+        while os.path.exists(flag):
+            time.sleep(0.01)
+    print("REOPENED", db.store() is not old)
+    print("RUNS", sorted(db.runs_df(db.db_path(), db.generation())["name"]))
+    with db.writing() as cur:
+        ingest_paths(cur, [second])
+    print("RUNS", sorted(db.runs_df(db.db_path(), db.generation())["name"]))
+    print("PENDING", db.count_rows("ingest_pending"))
+    """
+)
+
+
+def test_dashboard_write_fault_is_one_line_and_the_next_action_works(
+    disk: Disk, big_trace: Path, tmp_path: Path
+) -> None:
+    db = disk.root / "store.duckdb"
+    flag = tmp_path / "flag"
+    first = small_trace(tmp_path / "first.json", "first")
+    second = small_trace(tmp_path / "second.json", "second")
+    fsize = 0 if disk.tmpfs else 2 << 20  # the store or a scratch batch passes it
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WEB_SCRIPT, *map(str, (first, big_trace, second, fsize, flag))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "GPUSCOPE_DB": str(db)},
+    )
+    if disk.tmpfs:
+        for step in (disk.fill, disk.free):
+            deadline = time.monotonic() + 120
+            while not flag.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            step()
+            flag.unlink(missing_ok=True)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    lines = dict(line.split(" ", 1) for line in out.strip().splitlines())
+    kind, message = lines["FAULT"].split(" ", 1)
+    assert kind == "StoreError" and "\n" not in message
+    if disk.tmpfs:
+        assert message.startswith(f"{db}: the disk holding the store is full: ")
+    assert lines["REOPENED"] == "True"
+    assert lines["RUNS"] == "['first', 'second']"  # the faulted run is not there, half or whole
+    assert lines["PENDING"] == "0"
+    assert "Traceback" not in err
+
+
+def test_rollback_never_replaces_the_error_on_its_way(tmp_path: Path) -> None:
+    con = connect(tmp_path / "s.duckdb")
+    with pytest.raises(ValueError, match="the real problem"), transaction(con):
+        con.execute("ROLLBACK")  # no transaction left to roll back
+        raise ValueError("the real problem")
+    other = connect(":memory:")
+    other.close()
+    rollback_quietly(other)  # closed: no error
+    assert discard_quietly(other, "r") is False
+    with pytest.raises(KeyError), transaction(con):
+        con.close()
+        raise KeyError("x")
+
+
+def test_store_fault_lines() -> None:
+    full = duckdb.IOException('Could not write file "/d/s.duckdb.wal": No space left on device')
+    assert str(store_fault(full, "/d/s.duckdb")) == (
+        '/d/s.duckdb: the disk holding the store is full: Could not write file "/d/s.duckdb.wal": '
+        "No space left on device"
+    )
+    scratch = OSError(28, "No space left on device", "/tmp/gpuscope-batch-1-x.json")
+    assert str(store_fault(scratch, "/d/s.duckdb")) == (
+        "/tmp/gpuscope-batch-1-x.json: the disk holding it is full: No space left on device"
+    )
+    gone = duckdb.FatalException(
+        "FATAL Error: database has been invalidated because of a\nprevious error"
+    )
+    err = store_fault(gone, "/d/s")
+    assert isinstance(err, StoreError) and "\n" not in str(err)
+    assert "invalidated by an earlier fault" in str(err)
+
+
+def test_a_killed_ingest_leaves_no_scratch_files(big_trace: Path, tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    db = tmp_path / "s.duckdb"
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    for sig, code in ((signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGKILL, -signal.SIGKILL)):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuscope", "ingest", str(big_trace), "--db", str(db)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 120
+        while not list(scratch.glob(f"{SCRATCH_PREFIX}*")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert list(scratch.glob(f"{SCRATCH_PREFIX}{proc.pid}-*.json")), "no scratch file seen"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == code, err
+        assert "Traceback" not in err
+        if sig == signal.SIGTERM:  # cleanup ran: nothing left behind
+            assert not list(scratch.iterdir())
+    # SIGKILL: nothing can run in the process; the next ingest sweeps what it left
+    assert list(scratch.glob(f"{SCRATCH_PREFIX}*"))
+    live_one = scratch / f"{SCRATCH_PREFIX}{os.getpid()}-mine.json"  # a running ingest's: kept
+    live_one.write_bytes(b"[]")
+    small = small_trace(tmp_path / "small.json", "small")
+    p = cli("ingest", str(small), "--db", str(db), env={"TMPDIR": str(scratch)})
+    assert p.returncode == 0, p.stderr
+    assert [q.name for q in scratch.iterdir()] == [live_one.name]
+    assert sweep_scratch(str(scratch)) == []
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT name FROM runs").fetchall() == [("small",)]
+    con.close()
+
+
+def test_cli_prints_control_characters_escaped(tmp_path: Path) -> None:
+    """Item 4 (CLI): `--name $'\\e[2J'` must not clear the screen of whoever runs `gpuscope runs`."""
+    db = str(tmp_path / "s.duckdb")
+    name = "\x1b[2J\u202eevil\x07\x9b"
+    p = cli("ingest", str(small_trace(tmp_path / "t.json", "k")), "--name", name, "--db", db)
+    assert p.returncode == 0, p.stderr
+    runs = cli("runs", "--db", db)
+    assert runs.returncode == 0, runs.stderr
+    assert "\\x1b[2J\\u202eevil\\x07\\x9b" in runs.stdout
+    for c in ("\x1b", "\u202e", "\x07", "\x9b"):
+        assert c not in runs.stdout
+    bad = cli("ingest", str(tmp_path / "\x1b[31mmissing.json"), "--db", db)
+    assert bad.returncode != 0 and "\x1b" not in bad.stderr
+    assert "\\x1b[31mmissing.json" in bad.stderr and len(bad.stderr.splitlines()) == 1
+    as_json = cli("runs", "--db", db, "--json")
+    assert "\x1b" not in as_json.stdout and "\\u001b[2J" in as_json.stdout
+    undecodable = subprocess.run(
+        [sys.executable.encode(), b"-m", b"gpuscope", b"ingest", b"x.json", b"--name", b"\xff\x1b"],
+        capture_output=True,
+        timeout=120,
+    )
+    assert undecodable.returncode == 2
+    assert undecodable.stderr.strip() == b"gpuscope: --name: not valid UTF-8 text"
+
+
+def test_an_invalidated_store_is_reopened_on_the_next_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuscope.web import db
+
+    monkeypatch.setenv("GPUSCOPE_DB", str(tmp_path / "s.duckdb"))
+    db._open_store.clear()
+    old = db.store()
+    assert db.count_rows("runs") == 0
+    real_cursor = db.cursor
+
+    class Invalidated:
+        def execute(self, *a: object) -> None:
+            raise duckdb.FatalException(
+                "FATAL Error: Failed: database has been invalidated because of a previous fatal "
+                "error.\nThe database must be restarted prior to being used again."
+            )
+
+    monkeypatch.setattr(db, "cursor", lambda: Invalidated())
+    with pytest.raises(StoreError) as e:
+        db.query_df("SELECT * FROM runs")
+    assert "invalidated by an earlier fault" in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setattr(db, "cursor", real_cursor)
+    assert db.store() is not old  # dropped: the next action opens the file afresh
+    assert db.count_rows("runs") == 0
+    with pytest.raises(duckdb.ConnectionException):
+        old.con.execute("SELECT 1")  # the faulted connection is closed
+    db._open_store.clear()
