@@ -188,3 +188,18 @@ def test_dockerfile_copies_what_exists_and_dockerignore_keeps_it_small() -> None
                 assert s not in ignore, f"COPY {s} but .dockerignore drops it"
     for heavy in (".venv", ".git", "data", "artifacts", "benchmarks", "*.duckdb"):
         assert heavy in ignore
+
+
+def test_error_details_hidden_unless_dev(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No traceback reaches a viewer: the config and the argv both say "none"; --dev says "full"."""
+    from gpuscope.cli.ui import build_command
+
+    monkeypatch.setenv("GPUSCOPE_DB", str(tmp_path / "d.duckdb"))
+    cfg = tomllib.loads(CONFIG.read_text())
+    assert cfg["client"]["showErrorDetails"] == "none"
+    flags = dict(zip(*(lambda a: (a[5::2], a[6::2]))(build_command(_args())[0]), strict=True))
+    assert flags["--client.showErrorDetails"] == "none"
+    flags = dict(
+        zip(*(lambda a: (a[5::2], a[6::2]))(build_command(_args("--dev"))[0]), strict=True)
+    )
+    assert flags["--client.showErrorDetails"] == "full"

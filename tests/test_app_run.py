@@ -138,7 +138,9 @@ def test_multi_rank_run_has_a_rank_selector(db: Path, tmp_path: Path) -> None:
     at.query_params["rank"] = "7"
     at.run()
     assert not at.exception
-    assert any("Rank '7' is not in this run" in w for w in texts(at, "warning"))
+    assert any(
+        "Rank “7” is not in this run" in w and "showing rank 0" in w for w in texts(at, "warning")
+    )
 
 
 def test_nvml_overlay(db: Path, run_id: str, tmp_path: Path) -> None:
@@ -169,3 +171,114 @@ def test_nvml_only_run(db: Path, tmp_path: Path) -> None:
     assert not at.exception
     assert len(at.get("plotly_chart")) >= 1
     assert any("NVML series without a trace" in c for c in texts(at, "caption"))
+
+
+def test_steps_slider_stays_a_range_across_reruns_and_follows_the_zoom(run_id: str) -> None:
+    """The crash of issue 10: on the page's second run (the below-the-fold rerun, a zoom) the
+    slider came back single-valued and ``on_steps`` died unpacking an int."""
+    at = open_app(RUN, {"run": run_id})
+    at.run()  # a second run of the same page, as the browser makes after painting
+    slider = next(s for s in at.select_slider if s.label == "Steps shown")
+    assert isinstance(slider.value, tuple) and len(slider.value) == 2
+    first, last = slider.value
+    assert first < last
+    slider.set_value((3, 3)).run()
+    at.run()
+    assert not at.exception, at.exception
+    slider = next(s for s in at.select_slider if s.label == "Steps shown")
+    assert slider.value == (3, 3)  # the slider shows the zoomed view
+    one = next(c for c in texts(at, "caption") if "drag across" in c)
+    start, end = (float(x.replace(",", "")) for x in one.split(" ms of")[0].split("–"))
+    assert 0 < end - start < 40
+    at.button(key=next(b.key for b in at.button if b.proto.help == "Show the whole window"))
+    next(b for b in at.button if b.proto.help == "Show the whole window").click().run()
+    assert not at.exception, at.exception
+    slider = next(s for s in at.select_slider if s.label == "Steps shown")
+    assert slider.value == (first, last)  # back to every step with the whole window
+
+
+def test_step_pair_accepts_every_shape() -> None:
+    from gpuscope.web.views import step_pair
+
+    nums = [1, 2, 3, 4]
+    assert step_pair((3, 2), nums) == (2, 3)
+    assert step_pair(3, nums) == (3, 3)  # a single step (what crashed the page)
+    assert step_pair([9], nums) is None and step_pair(None, nums) is None
+
+
+def test_a_failing_section_shows_one_plain_line_and_the_rest_of_the_page(
+    run_id: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in one section: that section says what could not be shown, without a traceback;
+    the sections around it still show their content; the traceback goes to the server log."""
+    if not analysis_ready():
+        pytest.skip("needs gpuscope.analysis.report")
+    from gpuscope.web import figures
+
+    def broken(*a, **k):
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(figures, "idle_by_cause", broken)
+    with caplog.at_level("ERROR", logger="gpuscope.web"):
+        at = open_app(RUN, {"run": run_id})
+    assert not at.exception
+    (err,) = texts(at, "error")
+    assert err.startswith("Breakdowns could not be shown: an internal error (RuntimeError).")
+    assert "secret internals" not in err and "Traceback" not in err
+    assert not at.get("expander") or all("Details" not in e.label for e in at.expander)
+    heads = texts(at, "subheader")
+    assert "GPU busy over time" in heads and "Top kernels" in heads and "Fixes" in heads
+    assert any(c.value and "num_workers" in c.value for c in at.code)  # the fixes still show
+    assert [m.label for m in at.metric][:2] == ["Step time", "GPU busy"]
+    assert "secret internals" in caplog.text and "Traceback" in caplog.text
+
+
+HOSTILE = "![b](http://beacon.invalid/x.png) [click](http://evil.invalid) :red[x] $x$ \u202eevil"
+
+
+def test_text_from_data_is_rendered_as_text(db: Path, run_id: str) -> None:
+    """A run name, tags, the URL's id and rank reach the page as text: escaped Markdown, no
+    image or link syntax left, bidi controls removed, long names cut with the full one on hover."""
+    from gpuscope.ingest.store import connect, set_name, set_tags
+    from gpuscope.web import ui
+
+    con = connect(db)
+    set_name(con, run_id, HOSTILE)
+    set_tags(con, run_id, ["![t](http://beacon.invalid/t.png)"])
+    con.close()
+    at = open_app(RUN, {"run": run_id, "rank": "![r](http://beacon.invalid/r.png)"})
+    assert not at.exception
+    (title,) = texts(at, "title")
+    assert title == ui.md(HOSTILE)
+    assert "![" not in title and "](" not in title and "\u202e" not in title
+    assert "\\!\\[b\\]\\(http\\://beacon" in title and ":red[" not in title
+    cap = next(c for c in texts(at, "caption") if "events" in c)
+    assert "![t]" not in cap and "\\!\\[t\\]" in cap
+    (warn,) = [w for w in texts(at, "warning") if "not in this run" in w]
+    assert "![r]" not in warn and "showing rank 0" in warn
+
+    import streamlit as st
+
+    long = "x" * 10_000
+    con = connect(db)
+    set_name(con, run_id, long)
+    con.close()
+    st.cache_data.clear()  # renamed outside the app: its cached run row is stale
+    at = open_app(RUN, {"run": run_id})
+    (title,) = texts(at, "title")
+    assert len(title) == ui.NAME_MAX and title.endswith("…")
+    assert at.title[0].proto.help == long  # the full value on hover
+
+    at = open_app(RUN, {"run": "![i](http://beacon.invalid/id.png)"})
+    (err,) = texts(at, "error")
+    assert "No run" in err and "![i]" not in err and "\\!\\[i\\]" in err
+
+
+def test_md_helper() -> None:
+    from gpuscope.web import ui
+
+    assert ui.plain("a\nb\tc\u202e") == "a b c"
+    assert ui.md("a_b*c") == "a\\_b\\*c"
+    assert ui.md_code("x`y") == "`x'y`"
+    assert ui.plot_text("<a href='x'>y</a>") == "&lt;a href='x'&gt;y&lt;/a&gt;"
+    assert ui.hover("short") is None and ui.hover("y" * 200) == "y" * 200

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from typing import Any
@@ -12,6 +13,57 @@ import streamlit as st
 from gpuscope.ingest.store import delete_run, set_name, set_tags
 
 _FLASH = "_gpuscope_flash"
+
+# -- text from data (traces, URLs, users) --------------------------------------------------------------
+# Streamlit renders titles, captions, markdown, alerts and widget labels as Markdown: a run named
+# ``![b](http://host/x.png)`` would make every viewer's browser fetch that image, ``[x](url)`` would
+# become a link, ``:red[..]``/``$..$`` would restyle. Every string that comes from data goes through
+# ``md()`` before it reaches one of them; Plotly text goes through ``plot_text()``.
+
+NAME_MAX = 80  # characters of a name shown in titles, captions and headers; the rest on hover
+# bidirectional controls (U+202E turns the rest of a line around) and other invisible formatting
+_INVISIBLE = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+_MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#!|<>~$:&@])")  # links, images, emphasis, HTML, directives
+_MD_LEAD = re.compile(r"^([-+=>])")  # a list, heading or quote marker at the start
+_MD_OL = re.compile(r"^(\d+)\.")  # "1." at the start: an ordered list
+_MD_WWW = re.compile(r"(?i)\b(www)\.")  # GFM turns bare www.x.y into a link
+
+
+def plain(text: object, limit: int | None = NAME_MAX) -> str:
+    """``text`` as one visible line: invisible/bidi controls removed, whitespace runs (newlines,
+    tabs) made one space, cut to ``limit`` characters with "…" (``None``: no limit)."""
+    t = _INVISIBLE.sub("", str(text if text is not None else ""))
+    t = " ".join(t.split())
+    if limit is not None and len(t) > limit:
+        t = t[: max(1, limit - 1)].rstrip() + "…"
+    return t
+
+
+def md(text: object, limit: int | None = NAME_MAX) -> str:
+    """``plain(text)`` made inert for Markdown: every punctuation character that Markdown,
+    Streamlit's directives (``:red[..]``, ``:material/..:``) or LaTeX could read is
+    backslash-escaped, so it shows as typed and nothing is fetched, linked or styled."""
+    t = _MD_PUNCT.sub(r"\\\1", plain(text, limit))
+    t = _MD_OL.sub(r"\1\\.", _MD_LEAD.sub(r"\\\1", t))
+    return _MD_WWW.sub(r"\1\\.", t)
+
+
+def md_code(text: object, limit: int | None = NAME_MAX) -> str:
+    """Data text as inline code (ids): backticks removed, so the span cannot be closed early."""
+    return "`" + plain(text, limit).replace("`", "'") + "`"
+
+
+def hover(text: object) -> str | None:
+    """The full value for a tooltip (``help=``), when ``plain`` had to cut it; else ``None``.
+    Tooltips render Markdown too, so this is escaped as well."""
+    full = plain(text, None)
+    return md(full, None) if len(full) > NAME_MAX else None
+
+
+def plot_text(text: object, limit: int | None = NAME_MAX) -> str:
+    """Data text for Plotly labels, which read a subset of HTML (``<a href>``, ``<b>``):
+    ``plain(text)`` with ``&``, ``<``, ``>`` escaped."""
+    return html.escape(plain(text, limit), quote=False)
 
 
 def flash(kind: str, text: str) -> None:
@@ -102,7 +154,7 @@ def not_found(kind: str, ref: str | None) -> None:
     """The message for an unknown or missing run id in the URL (no traceback)."""
     if ref:
         st.error(
-            f"No run **{ref}** in this store. It may have been deleted, or the link comes from "
+            f"No run **{md(ref)}** in this store. It may have been deleted, or the link comes from "
             "another gpuscope store.",
             icon=":material/search_off:",
         )

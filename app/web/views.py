@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ import pandas as pd
 import streamlit as st
 from gpuscope.web import data, db, figures, palette, ui
 
+LOG = logging.getLogger("gpuscope.web")
 N_BUCKETS = 1200  # about one per pixel of a wide plot
 FINE_KERNELS = 2000  # fewer GPU activities than this in view: draw each one
 MIN_VIEW_NS = 2_000
@@ -24,15 +26,24 @@ PLOT_CONFIG = {
 
 @contextlib.contextmanager
 def section(label: str) -> Iterator[None]:
-    """Run one page section; an analysis failure shows a box naming it, the rest of the page stays."""
+    """Run one page section so that it fails alone.
+
+    An analysis that cannot run shows one warning line naming the section and the reason; any
+    other exception shows one plain error line (no traceback: the user cannot act on one) while
+    the traceback goes to the server log (logger ``gpuscope.web``). Streamlit's own control flow
+    (``st.rerun``/``st.stop``) derives from ``BaseException`` and passes through.
+    """
     try:
         yield
     except data.AnalysisUnavailable as e:
-        st.warning(f"{label}: {e}.", icon=":material/construction:")
+        st.warning(f"{label} not shown: {ui.plain(str(e), 300)}.", icon=":material/construction:")
     except Exception as e:  # a bug in one section must not take the page down
-        st.error(f"{label} failed: {type(e).__name__}: {e}", icon=":material/error:")
-        with st.expander("Details"):
-            st.exception(e)
+        LOG.exception("section %r failed", label)
+        st.error(
+            f"{label} could not be shown: an internal error ({type(e).__name__}). "
+            "The details are in the server log.",
+            icon=":material/error:",
+        )
 
 
 def _in_apptest() -> bool:
@@ -74,8 +85,8 @@ def below_the_fold(key: str, render: Callable[[], None], *, delay_s: float = 0.4
 
 def run_caption(row: dict[str, Any]) -> str:
     parts = [
-        f"`{row['run_id']}`",
-        row.get("gpu_name") or "GPU unknown",
+        ui.md_code(row["run_id"]),
+        ui.md(row.get("gpu_name") or "GPU unknown"),
         f"{row['n_ranks']} rank{'s' if row['n_ranks'] != 1 else ''}",
         f"{row['n_events']:,} events",
     ]
@@ -83,9 +94,9 @@ def run_caption(row: dict[str, Any]) -> str:
     if created is not None:
         parts.append(f"stored {str(created)[:16]} UTC")
     if row.get("torch_version"):
-        parts.append(f"torch {row['torch_version']}")
+        parts.append(f"torch {ui.md(row['torch_version'])}")
     if row.get("tags"):
-        parts.append("tags: " + ", ".join(row["tags"]))
+        parts.append("tags: " + ", ".join(ui.md(t) for t in row["tags"]))
     return " · ".join(parts)
 
 
@@ -103,7 +114,7 @@ def rank_selector(run_id: str, *, key: str, param: str = "rank", label: str = "R
             chosen = r
         else:
             st.warning(
-                f"Rank {raw!r} is not in this run (ranks {', '.join(map(str, ranks))}); "
+                f"Rank “{ui.md(raw, 40)}” is not in this run (ranks {', '.join(map(str, ranks))}); "
                 f"showing rank {chosen}."
             )
     if len(ranks) > 1:
@@ -281,6 +292,29 @@ def range_from_selection(sel: Any, origin_ns: int) -> tuple[int, int] | None:
     return int(origin_ns + lo * 1e6), int(origin_ns + hi * 1e6)
 
 
+def steps_in_view(steps: pd.DataFrame, s: int, e: int) -> tuple[int | None, int | None]:
+    """The numbers of the first and last step that overlap ``[s, e)`` (ns), or ``(None, None)``."""
+    if steps is None or steps.empty:
+        return None, None
+    inside = steps[(steps["end_ns"] > s) & (steps["start_ns"] < e)]
+    if inside.empty:
+        return None, None
+    return int(inside["number"].iloc[0]), int(inside["number"].iloc[-1])
+
+
+def step_pair(value: Any, nums: list[int]) -> tuple[int, int] | None:
+    """A step slider's value as an ordered ``(first, last)`` pair of known step numbers, whatever
+    shape it arrives in (a pair, or a single step); ``None`` when it names no known step."""
+    if isinstance(value, list | tuple):
+        vals = [v for v in value if v in nums]
+    else:
+        vals = [value] if value in nums else []
+    if not vals:
+        return None
+    idx = sorted(nums.index(v) for v in vals)
+    return nums[idx[0]], nums[idx[-1]]
+
+
 def _set_view(vkey: str, s: int, e: int, ws: int, we: int) -> None:
     st.session_state[vkey] = clamp_view(s, e, ws, we)
 
@@ -304,11 +338,18 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
     if e - s < MIN_VIEW_NS:
         s, e = ws, we
     nums = [int(n) for n in steps["number"]]
-    skey = f"steps_{vkey}"
+    # The slider shows the steps the view covers and follows every zoom: its key carries the view,
+    # and its value is always passed as a (first, last) pair, so it is always a range slider.
+    # (Keyed by the view alone, and created without ``value`` once its key was in the session, it
+    # came back as a single-value slider holding an int: "cannot unpack non-iterable int".)
+    first, last = steps_in_view(steps, s, e)
+    skey = f"steps_{vkey}_{s}_{e}"
 
     def on_steps() -> None:
-        a, b = st.session_state[skey]
-        ia, ib = nums.index(a), nums.index(b)
+        picked = step_pair(st.session_state.get(skey), nums)
+        if picked is None:
+            return
+        ia, ib = nums.index(picked[0]), nums.index(picked[1])
         _set_view(vkey, int(steps["start_ns"].iloc[ia]), int(steps["end_ns"].iloc[ib]), ws, we)
 
     def zoom(factor: float) -> None:
@@ -321,20 +362,17 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
 
     def reset() -> None:
         st.session_state[vkey] = (ws, we)
-        if len(nums) > 1:
-            st.session_state[skey] = (nums[0], nums[-1])
 
     st.subheader("GPU busy over time")
     cols = st.columns([12, 1, 1, 1, 1], vertical_alignment="bottom")
-    if len(nums) > 1:
-        kw = {} if skey in st.session_state else {"value": (nums[0], nums[-1])}
+    if len(nums) > 1 and first is not None and last is not None:
         cols[0].select_slider(
             "Steps shown",
             options=nums,
+            value=(first, last),
             key=skey,
             on_change=on_steps,
             format_func=lambda n: f"#{n}",
-            **kw,
         )
     whole = (s, e) == (ws, we)
     buttons = (
@@ -525,11 +563,11 @@ def evidence(ev: Any) -> None:
     if ev is None or ev == "" or ev == [] or ev == {}:
         return
     if isinstance(ev, str):
-        st.markdown(ev)
+        st.markdown(ui.md(ev, None))
         return
     if isinstance(ev, list):
         if all(isinstance(x, str) for x in ev):
-            st.markdown("\n".join(f"- {x}" for x in ev))
+            st.markdown("\n".join(f"- {ui.md(x, None)}" for x in ev))
         else:
             st.dataframe(_rows_frame([x for x in ev if isinstance(x, dict)]), hide_index=True)
         return
@@ -537,16 +575,20 @@ def evidence(ev: Any) -> None:
         st.write(ev)
         return
     if ev.get("summary"):
-        st.markdown(str(ev["summary"]))
+        st.markdown(ui.md(ev["summary"], None))
     scalars = {k: v for k, v in ev.items() if k != "summary" and not isinstance(v, dict | list)}
     if scalars:
-        st.caption(" · ".join(f"{_label(k)}: **{_fmt_value(k, v)}**" for k, v in scalars.items()))
+        st.caption(
+            " · ".join(
+                f"{ui.md(_label(k))}: **{ui.md(_fmt_value(k, v))}**" for k, v in scalars.items()
+            )
+        )
     for k, v in ev.items():
         if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-            with st.expander(f"Evidence: {_label(k)} ({len(v)})"):
+            with st.expander(f"Evidence: {ui.md(_label(k))} ({len(v)})"):
                 st.dataframe(_rows_frame(v), hide_index=True, width="stretch")
         elif isinstance(v, dict) and v:
-            with st.expander(f"Evidence: {_label(k)}"):
+            with st.expander(f"Evidence: {ui.md(_label(k))}"):
                 st.json(json.loads(json.dumps(v, default=str)))
 
 
@@ -562,7 +604,7 @@ def recommendations(report: dict[str, Any]) -> None:
     for r in recs:
         with st.container(border=True):
             gain = r.get("max_gain_pct")
-            head = f"**{r.get('title') or r.get('id')}**"
+            head = f"**{ui.md(r.get('title') or r.get('id'), None)}**"
             if gain is not None:
                 head += f" — step time down by at most **{float(gain):.1f} %**"
             st.markdown(head)
@@ -570,13 +612,13 @@ def recommendations(report: dict[str, Any]) -> None:
             fix = r.get("fix")
             if isinstance(fix, dict):
                 if fix.get("text") or fix.get("explanation"):
-                    st.markdown(str(fix.get("text") or fix.get("explanation")))
+                    st.markdown(ui.md(fix.get("text") or fix.get("explanation"), None))
                 code = fix.get("code")
                 if code:
                     st.code(str(code), language=str(fix.get("language") or "python"))
             elif fix:
                 st.code(str(fix), language="python")
-            st.caption(f"id `{r.get('id')}`")
+            st.caption(f"id {ui.md_code(r.get('id'))}")
 
 
 # -- an NVML-only run ---------------------------------------------------------------------------------
@@ -640,7 +682,7 @@ def aligned_panel(
     with contextlib.suppress(data.AnalysisUnavailable):
         shares = _coarse_shares(path, run_id, rank, dev, s, e, n_buckets)
     return {
-        "label": f"{tag} · {name}",
+        "label": f"{tag} · {ui.plot_text(name)}",
         "busy": busy,
         "origin_ns": s,
         "shares": shares,

@@ -23,7 +23,7 @@ if missing:
     for k in missing:
         if refs[k]:
             st.error(
-                f"Run **{refs[k]}** (`{k}=` in the link) is not in this store. It may have been "
+                f"Run **{ui.md(refs[k])}** (`{k}=` in the link) is not in this store. It may have been "
                 "deleted, or the link comes from another gpuscope store.",
                 icon=":material/search_off:",
             )
@@ -40,7 +40,7 @@ if missing:
     a0 = ids["a"] or a0
     b0 = ids["b"] or b0
     c1, c2, c3 = st.columns([3, 3, 1], vertical_alignment="bottom")
-    fmt = lambda i: f"{labels[i]}  ·  {i}"  # noqa: E731
+    fmt = lambda i: f"{ui.plain(labels[i])}  ·  {i}"  # noqa: E731
     a = c1.selectbox("Before (A)", opts, index=opts.index(a0), format_func=fmt)
     b = c2.selectbox("After (B)", opts, index=opts.index(b0) if b0 in opts else 0, format_func=fmt)
     if c3.button("Compare", type="primary", disabled=a == b):
@@ -56,7 +56,12 @@ row_b = db.run_row(path, db.generation(), b_id)
 assert row_a is not None and row_b is not None
 name_a, name_b = row_a["name"], row_b["name"]
 
-st.markdown(f"**A** · {name_a} `{a_id}`  →  **B** · {name_b} `{b_id}`")
+st.markdown(
+    f"**A** · {ui.md(name_a)} {ui.md_code(a_id)}  →  **B** · {ui.md(name_b)} {ui.md_code(b_id)}",
+    help=ui.hover(f"A: {name_a} → B: {name_b}")
+    if max(map(len, (name_a, name_b))) > ui.NAME_MAX
+    else None,
+)
 c1, c2, _ = st.columns([1, 1, 5], vertical_alignment="center")
 base = (st.context.url or "").split("?")[0]
 if not base.endswith("/compare"):
@@ -111,7 +116,7 @@ if rep_a is not None and rep_b is not None:
     if sp:
         st.markdown(f"B runs a step **{sp:.2f}×** {'faster' if sp >= 1 else 'slower'} than A.")
     for note in (comparison or {}).get("notes") or []:
-        st.caption(f"Note: {note}")
+        st.caption(f"Note: {ui.md(note, None)}")
 
     table = pd.DataFrame(
         [
@@ -136,8 +141,8 @@ if rep_a is not None and rep_b is not None:
         column_config={
             "section": st.column_config.TextColumn("Section"),
             "metric": st.column_config.TextColumn("Metric", width="medium"),
-            "A": st.column_config.NumberColumn(f"A · {name_a}", format="%.3g"),
-            "B": st.column_config.NumberColumn(f"B · {name_b}", format="%.3g"),
+            "A": st.column_config.NumberColumn(f"A · {ui.plain(name_a, 40)}", format="%.3g"),
+            "B": st.column_config.NumberColumn(f"B · {ui.plain(name_b, 40)}", format="%.3g"),
             "Δ (B − A)": st.column_config.NumberColumn(format="%+.3g"),
             "Δ %": st.column_config.NumberColumn(format="%+.1f %%"),
         },
@@ -190,7 +195,7 @@ st.plotly_chart(
     figures.idle_compare(
         model.get(rep_a, "idle", "causes") or {},
         model.get(rep_b, "idle", "causes") or {},
-        labels=(f"A · {name_a}", f"B · {name_b}"),
+        labels=(f"A · {ui.plot_text(name_a, 40)}", f"B · {ui.plot_text(name_b, 40)}"),
         a_steps=model.steps_of(rep_a),
         b_steps=model.steps_of(rep_b),
     ),
@@ -204,7 +209,7 @@ c1, c2, c3 = st.columns(3)
 with c1:
     st.markdown(f"**Resolved in B** ({len(status.resolved)})")
     for r in status.resolved:
-        st.markdown(f":green[:material/check_circle:] {r.get('title') or r.get('id')}")
+        st.markdown(f":green[:material/check_circle:] {ui.md(r.get('title') or r.get('id'), None)}")
     if not status.resolved:
         st.caption("None of A's fixes is resolved in B.")
 with c2:
@@ -216,13 +221,15 @@ with c2:
             if ga is not None or gb is not None
             else ""
         )
-        st.markdown(f":orange[:material/pending:] {rb.get('title') or rb.get('id')}{gain}")
+        st.markdown(
+            f":orange[:material/pending:] {ui.md(rb.get('title') or rb.get('id'), None)}{gain}"
+        )
     if not status.remaining:
         st.caption("Nothing left over from A.")
 with c3:
     st.markdown(f"**New in B** ({len(status.new)})")
     for r in status.new:
-        st.markdown(f":red[:material/error:] {r.get('title') or r.get('id')}")
+        st.markdown(f":red[:material/error:] {ui.md(r.get('title') or r.get('id'), None)}")
     if not status.new:
         st.caption("B raised no new issue.")
 with st.expander("B's fixes in full"):

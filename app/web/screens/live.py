@@ -88,7 +88,7 @@ def panel() -> None:
     view = rows[rows["t_ns"] >= newest - window_s * 10**9]
     latest = view[view["t_ns"] == newest]
     st.caption(
-        f"host **{state['host'] or '?'}** · {view['gpu'].nunique()} GPU(s) · "
+        f"host **{ui.md(state['host'] or '?')}** · {view['gpu'].nunique()} GPU(s) · "
         f"{len(view) // max(1, view['gpu'].nunique()):,} samples shown"
     )
     for r in latest.sort_values("gpu").itertuples():
@@ -158,13 +158,13 @@ def _save() -> None:
             with db.writing() as cur:
                 (res,) = ingest_paths(cur, [path], name=name)
         except (IngestError, db.StoreUnavailable) as e:
-            st.session_state["live_saved"] = ("error", f"Not saved: {e}", None)
+            st.session_state["live_saved"] = ("error", f"Not saved: {ui.md(str(e), None)}", None)
             return
     n = rows["t_ns"].nunique()
     what = "already stored as" if res.duplicate else "saved as run"
     st.session_state["live_saved"] = (
         "success",
-        f"{n:,} samples {what} `{res.run_id}` ({res.name}).",
+        f"{n:,} samples {what} {ui.md_code(res.run_id)} ({ui.md(res.name)}).",
         res.run_id,
     )
 
