@@ -100,3 +100,26 @@ def test_align_on_a_later_step(pair: tuple[str, str]) -> None:
     at.number_input(key=f"align_{a}_{b}").set_value(4).run()
     assert not at.exception
     assert any("start of step 4" in c for c in texts(at, "caption"))
+
+
+def test_run_names_and_link_ids_are_shown_as_text(db: Path, pair: tuple[str, str]) -> None:
+    """A run named like Markdown/HTML: the header, the plots' labels and the not-found message
+    (the id from the URL) carry it as text, never as an image, a link or a tag."""
+    from gpuscope.ingest.store import connect, set_name
+    from gpuscope.web import ui
+
+    a, b = pair
+    evil = "![b](http://beacon.invalid/x.png) <a href='http://beacon.invalid'>x</a>"
+    con = connect(db)
+    set_name(con, a, evil)
+    con.close()
+    at = open_app(COMPARE, {"a": a, "b": b})
+    assert not at.exception
+    head = next(m for m in texts(at, "markdown") if "→" in m)
+    assert ui.md(evil) in head and "![b](" not in head
+    assert "<a" not in head.replace("\\<", "")  # only escaped: shown as typed
+    spec = json.dumps(json.loads(at.get("plotly_chart")[0].proto.spec), ensure_ascii=False)
+    assert "<a href" not in spec and "&lt;a href" in spec
+    at = open_app(COMPARE, {"a": "![i](http://beacon.invalid/i.png)", "b": b})
+    (err,) = texts(at, "error")
+    assert "![i](" not in err and "\\!\\[i\\]" in err

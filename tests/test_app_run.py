@@ -251,7 +251,7 @@ def test_text_from_data_is_rendered_as_text(db: Path, run_id: str) -> None:
     (title,) = texts(at, "title")
     assert title == ui.md(HOSTILE)
     assert "![" not in title and "](" not in title and "\u202e" not in title
-    assert "\\!\\[b\\]\\(http\\://beacon" in title and ":red[" not in title
+    assert "\\!\\[b\\]\\(http\\:\u2060//beacon" in title and ":red[" not in title
     cap = next(c for c in texts(at, "caption") if "events" in c)
     assert "![t]" not in cap and "\\!\\[t\\]" in cap
     (warn,) = [w for w in texts(at, "warning") if "not in this run" in w]
@@ -279,6 +279,10 @@ def test_md_helper() -> None:
 
     assert ui.plain("a\nb\tc\u202e") == "a b c"
     assert ui.md("a_b*c") == "a\\_b\\*c"
+    assert ui.md("- x") == "\\- x" and ui.md("1. x") == "1\\. x"  # no list
+    # bare URLs, www. and e-mail addresses: a word joiner stops GFM's autolinking
+    assert ui.md("http://h/x") == "http\\:\u2060//h/x" and ui.md("www.h.x") == "www\u2060.h.x"
+    assert ui.md("a@h.x") == "a\u2060\\@h.x"
     assert ui.md_code("x`y") == "`x'y`"
     assert ui.plot_text("<a href='x'>y</a>") == "&lt;a href='x'&gt;y&lt;/a&gt;"
     assert ui.hover("short") is None and ui.hover("y" * 200) == "y" * 200

@@ -26,7 +26,10 @@ _INVISIBLE = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 _MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#!|<>~$:&@])")  # links, images, emphasis, HTML, directives
 _MD_LEAD = re.compile(r"^([-+=>])")  # a list, heading or quote marker at the start
 _MD_OL = re.compile(r"^(\d+)\.")  # "1." at the start: an ordered list
-_MD_WWW = re.compile(r"(?i)\b(www)\.")  # GFM turns bare www.x.y into a link
+# GFM turns bare URLs, www.x.y and e-mail addresses into links by searching the text *after*
+# escapes are resolved, so escaping cannot stop it: a word joiner (U+2060, invisible) breaks them.
+_WJ = "\u2060"
+_MD_AUTOLINK = re.compile(r"(?i)(\\:)(//)|\b(www)(\.)|(\\@)")
 
 
 def plain(text: object, limit: int | None = NAME_MAX) -> str:
@@ -45,7 +48,13 @@ def md(text: object, limit: int | None = NAME_MAX) -> str:
     backslash-escaped, so it shows as typed and nothing is fetched, linked or styled."""
     t = _MD_PUNCT.sub(r"\\\1", plain(text, limit))
     t = _MD_OL.sub(r"\1\\.", _MD_LEAD.sub(r"\\\1", t))
-    return _MD_WWW.sub(r"\1\\.", t)
+    return _MD_AUTOLINK.sub(_break_autolink, t)
+
+
+def _break_autolink(m: re.Match[str]) -> str:
+    if m.group(5):  # user\@host: the joiner goes before the "@"
+        return _WJ + m.group(5)
+    return _WJ.join(g for g in m.groups() if g)
 
 
 def md_code(text: object, limit: int | None = NAME_MAX) -> str:

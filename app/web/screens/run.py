@@ -37,7 +37,7 @@ if ref != run_id:  # a prefix or a name: show the canonical id in the URL
 
 row = db.run_row(path, db.generation(), run_id)
 assert row is not None
-st.title(ui.md(row["name"]), help=ui.hover(row["name"]))
+st.title(ui.md(row["name"]), help=ui.hover(row["name"]), anchor=False)
 st.caption(views.run_caption(row))
 
 if row["kind"] != "trace":
