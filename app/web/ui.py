@@ -159,6 +159,24 @@ def delta_str(a: float | None, b: float | None, unit: str, digits: int = 1) -> s
     return f"{b - a:+,.{digits}f} {unit}"
 
 
+def resolve_or_stop(ref: str | None, *, what: str = "run") -> str | None:
+    """``db.resolve(ref)``; a name that several runs share stops the page with one line listing
+    them (id and name) instead of reading as "no such run"."""
+    from gpuscope.ingest.errors import IngestError
+    from gpuscope.web import db
+
+    try:
+        return db.resolve(ref)
+    except IngestError as e:
+        st.error(
+            f"**{md(ref)}** names more than one {what}: "
+            f"{md(e.problem.removeprefix('ambiguous: '), None)}.",
+            icon=":material/rule:",
+        )
+        st.page_link("screens/runs.py", label="Back to the runs", icon=":material/table_rows:")
+        st.stop()
+
+
 def not_found(kind: str, ref: str | None) -> None:
     """The message for an unknown or missing run id in the URL (no traceback)."""
     if ref:

@@ -15,7 +15,7 @@ from gpuscope.web import data, db, figures, model, ui, views
 st.title("Compare")
 path = db.db_path()
 refs = {k: st.query_params.get(k) for k in ("a", "b")}
-ids = {k: db.resolve(v) for k, v in refs.items()}
+ids = {k: ui.resolve_or_stop(v, what=f"run {k}=") for k, v in refs.items()}
 
 missing = [k for k in ("a", "b") if ids[k] is None]
 if missing:

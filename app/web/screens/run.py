@@ -11,7 +11,7 @@ from gpuscope.web import data, db, ui, views
 ui.show_flash()
 path = db.db_path()
 ref = st.query_params.get("run")
-run_id = db.resolve(ref)
+run_id = ui.resolve_or_stop(ref)
 
 if run_id is None:
     st.title("Run")

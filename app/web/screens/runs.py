@@ -6,7 +6,8 @@ import pandas as pd
 import streamlit as st
 from gpuscope.ingest.errors import IngestError
 from gpuscope.web import data, db, ui
-from gpuscope.web.uploads import ONE_RUN, SEPARATE, ingest_uploads
+from gpuscope.web.samples import SAMPLE_TAG
+from gpuscope.web.uploads import ONE_RUN, SEPARATE, ingest_uploads, run_name_for, trace_files
 
 st.title("Runs")
 ui.show_flash()
@@ -14,19 +15,36 @@ ui.show_flash()
 runs = db.runs_df(db.db_path(), db.generation())
 
 # -- upload --------------------------------------------------------------------------------------
-with st.expander("Upload traces", icon=":material/upload:", expanded=runs.empty):
+# Open until the user has uploaded once: while the store holds nothing, or only the sample runs.
+only_samples = runs.empty or all(SAMPLE_TAG in list(t or []) for t in runs["tags"])
+with st.expander("Upload traces", icon=":material/upload:", expanded=only_samples):
     upload_key = f"uploader_{st.session_state.get('upload_round', 0)}"
-    files = st.file_uploader(
-        "PyTorch profiler traces (.json, .json.gz): one file, or the rank files of one run",
+    dropped = st.file_uploader(
+        "PyTorch profiler traces (.json, .json.gz): one file, the rank files of one run, "
+        "or a run's folder dropped here",
         type=["json", "gz"],
         accept_multiple_files=True,
         key=upload_key,
     )
+    files, left_out = trace_files(list(dropped or []))
+    if left_out:
+        st.caption(
+            f"{len(files)} trace file(s) form the run; left out (not traces): "
+            + ", ".join(ui.md(n, 60) for n in left_out[:8])
+            + (f" and {len(left_out) - 8} more" if len(left_out) > 8 else "")
+        )
     mode = ONE_RUN
     if files and len(files) > 1:
         mode = st.radio("These files are", [ONE_RUN, SEPARATE], horizontal=True, key="upload_mode")
+    suggested = run_name_for(files) if files and mode == ONE_RUN else ""
     c1, c2 = st.columns(2)
-    name = c1.text_input("Name (optional)", key=f"upload_name_{upload_key}")
+    name = c1.text_input(
+        "Name",
+        value=suggested,
+        key=f"upload_name_{upload_key}_{abs(hash(tuple(f.name for f in files)))}_{mode}",
+        help="Filled in from the folder or file names, else from the trace (model, host, date); "
+        "change it as you like. Empty: each file is named that way at ingest.",
+    )
     tags_text = c2.text_input("Tags (optional, comma-separated)", key=f"upload_tags_{upload_key}")
     if st.button("Ingest", type="primary", disabled=not files, key="ingest"):
         bar = st.progress(0.0, text="Starting…")
