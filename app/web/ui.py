@@ -130,6 +130,18 @@ def fmt_ms(v: float | None, digits: int = 1) -> str:
     return f"{v:,.{digits}f} ms" if _ok(v) else "—"
 
 
+def fmt_duration_us(v: float | None) -> str:
+    """A duration given in µs in the unit that reads best: ``850.0 µs``, ``42.66 ms``, ``3.20 s``."""
+    if not _ok(v):
+        return "—"
+    assert v is not None
+    if abs(v) < 1e3:
+        return f"{v:,.1f} µs"
+    if abs(v) < 1e6:
+        return f"{v / 1e3:,.2f} ms"
+    return f"{v / 1e6:,.2f} s"
+
+
 def fmt_us_as_ms(v: float | None, digits: int = 1) -> str:
     return fmt_ms(v / 1e3, digits) if _ok(v) else "—"
 

@@ -15,7 +15,8 @@ from gpuscope.web import data, db, figures, palette, ui
 
 LOG = logging.getLogger("gpuscope.web")
 N_BUCKETS = 1200  # about one per pixel of a wide plot
-FINE_KERNELS = 2000  # fewer GPU activities than this in view: draw each one
+FINE_KERNELS = 2000  # at most this many GPU activities in view: look at them one by one
+ENVELOPE_SUB = 4  # sub-buckets per bucket for the busy min/max envelope
 MIN_VIEW_NS = 2_000
 PLOT_CONFIG = {
     "displaylogo": False,
@@ -211,14 +212,25 @@ def _swatch(color: str, text: str, *, line: bool = False) -> str:
     )
 
 
-def cause_legend(*, nvml: bool = False) -> None:
-    """The one colour legend for every chart on the page: busy, each idle cause, NVML."""
-    items = [_swatch(palette.BUSY, "GPU busy")]
+def cause_legend(
+    *, nvml: bool = False, categories: list[str] | None = None, envelope: bool = False
+) -> None:
+    """The one colour legend of the page's busy plots (the figures draw none): busy (or, when
+    kernels are drawn one by one, their categories), each idle cause, the envelope, NVML, steps."""
+    if categories:
+        items = [
+            _swatch(palette.category_color(c), f"busy: {c.replace('_', ' ')}") for c in categories
+        ]
+    else:
+        items = [_swatch(palette.BUSY, "GPU busy")]
     items += [
         _swatch(palette.cause_color(c), f"idle: {palette.cause_label(c)}") for c in palette.CAUSES
     ]
+    if envelope:
+        items.append(_swatch(palette.ENVELOPE, "busy min–max inside a bucket", line=True))
     if nvml:
         items.append(_swatch(palette.NVML, "NVML GPU util", line=True))
+    items.append(_swatch(palette.STEP_LINE, "step start", line=True))
     # st.html (sanitised, a 2 kB script) rather than markdown with raw HTML (a 190 kB parser)
     st.html(f'<div style="font-size:0.85rem;line-height:1.9">{"".join(items)}</div>')
 
@@ -315,6 +327,19 @@ def step_pair(value: Any, nums: list[int]) -> tuple[int, int] | None:
     return nums[idx[0]], nums[idx[-1]]
 
 
+def one_per_pixel(kernels: pd.DataFrame, s: int, e: int, n_px: int) -> bool:
+    """Whether each activity gets a pixel of its own in ``[s, e)`` drawn ``n_px`` wide: no pixel
+    column holds (any part of) two activities. Otherwise bars would paint a step solid."""
+    if kernels.empty:
+        return True
+    px = (e - s) / n_px
+    a = np.floor((kernels["start_ns"].to_numpy(dtype="float64") - s) / px).astype("int64")
+    b = np.floor((kernels["end_ns"].to_numpy(dtype="float64") - s - 1) / px).astype("int64")
+    order = np.argsort(a, kind="stable")
+    a, b = a[order], np.maximum.accumulate(b[order])
+    return bool(np.all(a[1:] > b[:-1]))
+
+
 def _set_view(vkey: str, s: int, e: int, ws: int, we: int) -> None:
     st.session_state[vkey] = clamp_view(s, e, ws, we)
 
@@ -395,12 +420,19 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
 
     dev = data.primary_device(path, run_id, rank, ws, we)
     n_act = data.kernel_count(path, run_id, rank, dev, s, e)
-    busy = data.busy(path, run_id, rank, s, e, N_BUCKETS, dev)
     kernels = (
         data.kernels_in_range(path, run_id, rank, dev, s, e, FINE_KERNELS)
         if n_act <= FINE_KERNELS
         else None
     )
+    if kernels is not None and not one_per_pixel(kernels, s, e, N_BUCKETS):
+        kernels = None  # a pixel would hold several activities: the busy share per bucket
+    if kernels is None:
+        busy = figures.bucket_envelope(
+            data.busy(path, run_id, rank, s, e, N_BUCKETS * ENVELOPE_SUB, dev), N_BUCKETS
+        )
+    else:
+        busy = data.busy(path, run_id, rank, s, e, N_BUCKETS, dev)
     gaps, shares, gap_note = None, None, None
     try:
         if kernels is not None:
@@ -424,13 +456,19 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
         if picked is not None:
             _set_view(vkey, picked[0], picked[1], ws, we)
 
-    cause_legend(nvml=not nvml.empty)
+    cats = (
+        sorted(set(kernels["category"].fillna("other").astype(str)))
+        if kernels is not None
+        else None
+    )
+    cause_legend(nvml=not nvml.empty, categories=cats, envelope=kernels is None)
     st.plotly_chart(fig, key=chart_key, on_select=on_box, selection_mode="box", config=PLOT_CONFIG)
     bucket_us = (e - s) / N_BUCKETS / 1e3
     detail = (
         f"each of the {n_act:,} GPU activities drawn"
         if kernels is not None
-        else f"{N_BUCKETS} buckets of {bucket_us:,.1f} µs, {n_act:,} GPU activities"
+        else f"{N_BUCKETS:,} buckets of {ui.fmt_duration_us(bucket_us)}, {n_act:,} GPU activities"
+        " (busy share per bucket, min–max band inside it)"
     )
     notes = [
         f"{(s - ws) / 1e6:,.3f}–{(e - ws) / 1e6:,.3f} ms of {(we - ws) / 1e6:,.1f} ms",
