@@ -44,7 +44,9 @@ def test_query_params_give_the_comparison(pair: tuple[str, str]) -> None:
     spec = json.dumps(json.loads(at.get("plotly_chart")[0].proto.spec), ensure_ascii=False)
     assert "A · before" in spec and "B · after" in spec
     if analysis_ready():
-        assert [m.label for m in at.metric][:2] == ["Step time", "GPU busy"]
+        labels = [m.label for m in at.metric]
+        assert labels[:3] == ["Step time", "Throughput", "Achieved TFLOP/s"]
+        assert labels[3] in ("MFU", "MFU (different peaks)") and "GPU busy" in labels
         assert "All metrics" in texts(at, "subheader") and "Fixes" in texts(at, "subheader")
         table = at.dataframe[0].value
         assert {"A", "B", "Δ (B − A)"} <= set(table.columns)
@@ -123,3 +125,21 @@ def test_run_names_and_link_ids_are_shown_as_text(db: Path, pair: tuple[str, str
     at = open_app(COMPARE, {"a": "![i](http://beacon.invalid/i.png)", "b": b})
     (err,) = texts(at, "error")
     assert "![i](" not in err and "\\!\\[i\\]" in err
+
+
+def test_cards_show_throughput_and_tflops_and_flag_different_peaks() -> None:
+    """Pure: the MFU card says so when A and B are measured against different peaks/dtypes."""
+    from gpuscope.web import model, ui
+
+    a = {"peak_tflops": 989.4, "dtype": "bf16", "throughput": {"tokens_per_s": 12345.6}}
+    b = {"peak_tflops": 494.7, "dtype": "tf32", "throughput": {"tokens_per_s": 23456.0}}
+    note = model.peak_difference(a, b)
+    assert note and "989.4 TFLOP/s" in note and "494.7 TFLOP/s" in note and "bf16" in note
+    assert model.peak_difference(a, dict(a)) is None
+    assert model.throughput_kind(a, b) == ("tokens_per_s", "Throughput", "tokens/s")
+    assert ui.fmt_rate(12345.6, "tokens/s") == "12,346 tokens/s"
+    assert ui.delta_pct(100.0, 150.0) == "+50.0 %"
+    rows = model.comparison_rows(
+        {"metrics": [{"metric": "tokens_per_s", "unit": "1/s", "a": 1.0, "b": 2.0}]}
+    )
+    assert rows[0].unit == "tokens/s"  # never "1/s"

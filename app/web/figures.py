@@ -425,7 +425,7 @@ def aligned_sawtooth(
     fig.update_xaxes(title_text=x_title, row=n, col=1)
     if hi > 0:
         fig.update_xaxes(range=[0, hi])
-    fig.update_layout(hovermode="x", barmode="overlay")
+    fig.update_layout(hovermode="x", barmode="overlay", showlegend=False)  # the page's legend
     return _base_layout(fig, height=height_each * n + 60)
 
 
@@ -446,7 +446,7 @@ def idle_by_cause(
             marker={"color": [palette.cause_color(c) for c, _ in items]},
             text=[f"{v / div:,.2f} ms" for _, v in items],
             textposition="auto",
-            hovertemplate="%{y}: %{x:.2f} ms<extra></extra>",
+            hovertemplate="%{y}: %{x:,.2f} ms" + ("/step" if per_steps else "") + "<extra></extra>",
         )
     )
     fig.update_xaxes(ticksuffix=" ms", title_text="idle per step" if per_steps else "idle time")
@@ -454,24 +454,32 @@ def idle_by_cause(
 
 
 def kernel_categories(
-    by_category: Mapping[str, float] | Sequence[Mapping[str, Any]], *, height: int = 300
+    by_category: Mapping[str, float] | Sequence[Mapping[str, Any]],
+    *,
+    per_steps: int | None = None,
+    height: int = 300,
 ) -> go.Figure:
-    """Kernel time by category (µs in, ms shown): a horizontal bar per category."""
+    """Kernel time by category (µs in; ms per step shown when ``per_steps`` is given, the unit of
+    the idle chart beside it), with each category's share of kernel time in the bar's text."""
     rows = _category_rows(by_category)
     rows.sort(key=lambda r: r[1])
     total = sum(v for _, v in rows) or 1.0
+    div = 1e3 * (per_steps if per_steps else 1)
+    unit = "ms/step" if per_steps else "ms"
     fig = go.Figure(
         go.Bar(
-            x=[v / 1e3 for _, v in rows],
-            y=[c for c, _ in rows],
+            x=[v / div for _, v in rows],
+            y=[c.replace("_", " ") for c, _ in rows],
             orientation="h",
             marker={"color": [palette.category_color(c) for c, _ in rows]},
             text=[f"{100 * v / total:.1f} %" for _, v in rows],
             textposition="auto",
-            hovertemplate="%{y}: %{x:.2f} ms<extra></extra>",
+            hovertemplate=f"%{{y}}: %{{x:,.2f}} {unit}<extra></extra>",
         )
     )
-    fig.update_xaxes(ticksuffix=" ms", title_text="kernel time")
+    fig.update_xaxes(
+        ticksuffix=" ms", title_text="kernel time per step" if per_steps else "kernel time"
+    )
     return _base_layout(fig, height=height)
 
 

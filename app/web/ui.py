@@ -164,6 +164,22 @@ def fmt_flops(v: float | None) -> str:
     return f"{v:,.0f} FLOP"
 
 
+def fmt_rate(v: float | None, unit: str) -> str:
+    """A throughput with thousands separators and its unit: ``12,345 tokens/s``, ``85.2 samples/s``."""
+    if not _ok(v):
+        return "—"
+    assert v is not None
+    return f"{v:,.0f} {unit}" if abs(v) >= 100 else f"{v:,.1f} {unit}"
+
+
+def delta_pct(a: float | None, b: float | None) -> str | None:
+    """B against A in per cent: ``+12.3 %``."""
+    if not (_ok(a) and _ok(b)) or not a:
+        return None
+    assert a is not None and b is not None
+    return f"{100.0 * (b - a) / abs(a):+,.1f} %"
+
+
 def delta_str(a: float | None, b: float | None, unit: str, digits: int = 1) -> str | None:
     if not (_ok(a) and _ok(b)):
         return None

@@ -490,19 +490,21 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
 def breakdowns(report: dict[str, Any]) -> None:
     c1, c2 = st.columns(2)
     causes = (report.get("idle") or {}).get("causes") or {}
+    steps = n_steps(report)
     with c1:
-        st.subheader("Idle time by cause")
+        st.subheader("Idle time per step, by cause")
         if causes:
-            st.plotly_chart(
-                figures.idle_by_cause(causes, per_steps=n_steps(report)), config=PLOT_CONFIG
-            )
+            st.plotly_chart(figures.idle_by_cause(causes, per_steps=steps), config=PLOT_CONFIG)
         else:
             st.caption("No idle time attributed.")
     kernels = report.get("kernels") or {}
     with c2:
-        st.subheader("Kernel time by category")
+        st.subheader("Kernel time per step, by category")
         if kernels.get("by_category"):
-            st.plotly_chart(figures.kernel_categories(kernels["by_category"]), config=PLOT_CONFIG)
+            st.plotly_chart(
+                figures.kernel_categories(kernels["by_category"], per_steps=steps),
+                config=PLOT_CONFIG,
+            )
         else:
             st.caption("No kernels.")
 

@@ -6,6 +6,7 @@ URL: ``/compare?a=<run id>&b=<run id>``; opening it anywhere shows the same comp
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 from urllib.parse import urlencode
 
 import pandas as pd
@@ -94,25 +95,80 @@ if rep_a is not None and rep_b is not None:
     mine = {r.metric: r for r in model.compare_rows(rep_a, rep_b)}
     by_name = {**mine, **{r.metric: r for r in rows if r.section == "Headline"}}
     sp = (comparison or {}).get("speedup") or model.speedup(rep_a, rep_b)
-    cards = st.columns(5)
-    headline = (
-        ("Step time (mean)", "Step time"),
-        ("GPU busy", "GPU busy"),
-        ("MFU", "MFU"),
-        ("Tensor-core share", "Tensor-core share"),
-        ("Idle time (per step)", "Idle per step"),
-    )
-    for col, (metric, label) in zip(cards, headline, strict=True):
-        r = by_name[metric]
-        fmt_v = ui.fmt_ms if r.unit.startswith("ms") else ui.fmt_pct
+    peak_note = model.peak_difference(rep_a, rep_b)
+    tp_key, tp_label, tp_unit = model.throughput_kind(rep_a, rep_b)
+    # (label, A, B, unit, formatter, lower is better, help)
+    cards_spec: list[tuple[str, float | None, float | None, str, Any, bool, str]] = [
+        (
+            "Step time",
+            by_name["Step time (mean)"].a,
+            by_name["Step time (mean)"].b,
+            "ms",
+            ui.fmt_ms,
+            True,
+            "Mean step time: window ÷ steps.",
+        ),
+        (
+            tp_label,
+            model.num(model.get(rep_a, "throughput", tp_key)),
+            model.num(model.get(rep_b, "throughput", tp_key)),
+            tp_unit,
+            lambda v, u=tp_unit: ui.fmt_rate(v, u),
+            False,
+            "Work per second: the trace's samples/tokens per step ÷ step time.",
+        ),
+        (
+            "Achieved TFLOP/s",
+            model.num(rep_a.get("achieved_tflops")),
+            model.num(rep_b.get("achieved_tflops")),
+            "TFLOP/s",
+            ui.fmt_tflops,
+            False,
+            "Model FLOPs per step ÷ step time.",
+        ),
+        (
+            "MFU (different peaks)" if peak_note else "MFU",
+            by_name["MFU"].a,
+            by_name["MFU"].b,
+            "pp",
+            ui.fmt_pct,
+            False,
+            peak_note
+            or "Achieved TFLOP/s ÷ the GPU's peak for the dtype; A and B use the same peak.",
+        ),
+        (
+            "GPU busy",
+            by_name["GPU busy"].a,
+            by_name["GPU busy"].b,
+            "pp",
+            ui.fmt_pct,
+            False,
+            "Share of the window with any GPU activity.",
+        ),
+        (
+            "Idle per step",
+            by_name["Idle time (per step)"].a,
+            by_name["Idle time (per step)"].b,
+            "ms",
+            ui.fmt_ms,
+            True,
+            "GPU idle time per step, all causes.",
+        ),
+    ]
+    cards = st.columns(len(cards_spec))
+    for col, (label, va, vb, unit, fmt_v, lower, why) in zip(cards, cards_spec, strict=True):
         col.metric(
             label,
-            fmt_v(r.b),
-            delta=ui.delta_str(r.a, r.b, "pp" if r.unit == "%" else r.unit),
-            delta_color="inverse" if r.lower_is_better else "normal",
+            fmt_v(vb),
+            delta=ui.delta_pct(va, vb)
+            if unit in ("tokens/s", "samples/s")
+            else ui.delta_str(va, vb, unit),
+            delta_color="inverse" if lower else "normal",
             border=True,
-            help=f"A: {fmt_v(r.a)} → B: {fmt_v(r.b)}",
+            help=f"{why} A: {fmt_v(va)} → B: {fmt_v(vb)}.",
         )
+    if peak_note:
+        st.caption(f":material/warning: {ui.md(peak_note, None)}")
     if sp:
         st.markdown(f"B runs a step **{sp:.2f}×** {'faster' if sp >= 1 else 'slower'} than A.")
     for note in (comparison or {}).get("notes") or []:
