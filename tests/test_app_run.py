@@ -303,3 +303,36 @@ def test_kernels_are_bars_only_when_each_has_a_pixel() -> None:
     long_then_short = pd.DataFrame({"start_ns": [0, 500], "end_ns": [560, 520]})
     assert not one_per_pixel(long_then_short, 0, 1_000, 10)  # nested: same pixels
     assert one_per_pixel(apart.iloc[:0], 0, 1_000, 10)
+
+
+def test_breakdowns_per_step_and_the_top_kernels_table(run_id: str) -> None:
+    """Both breakdown charts per step and labelled so; the top-kernels table has every column
+    (max included) and each kernel's full name on hover; readable units."""
+    if not analysis_ready():
+        pytest.skip("needs gpuscope.analysis.report")
+    import json
+
+    at = open_app(RUN, {"run": run_id})
+    heads = texts(at, "subheader")
+    assert "Idle time per step, by cause" in heads
+    assert "Kernel time per step, by category" in heads
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")[1:3]]
+    titles = [s["layout"]["xaxis"]["title"]["text"] for s in specs]
+    assert titles == ["idle per step", "kernel time per step"]
+    table = next(h.proto.body for h in at.get("html") if "gs-top" in h.proto.body)
+    for col in ("Kernel", "Count", "Total / step", "Share", "Mean", "Min", "Max", "Precision"):
+        assert f">{col}</th>" in table
+    assert 'title="sm90_xmma_gemm_bf16bf16' in table or 'title="ampere_sgemm' in table
+    assert "None" not in table and "e+0" not in table
+    assert "&lt;" in table or "<4," not in table  # kernel templates escaped, never tags
+
+
+def test_evidence_values_read_as_a_person_writes_them() -> None:
+    from gpuscope.web.views import _fmt_value, _rows_frame
+
+    assert _fmt_value("launches_per_step", 1920.4) == "1,920/step"  # was 1.92e+03/step
+    assert _fmt_value("gap_us", 42659) == "42.66 ms"  # was 42659 µs
+    assert _fmt_value("tokens_per_s", 12345.2) == "12,345 tokens/s"  # was 1/s
+    assert _fmt_value("x", None) == "—"
+    df = _rows_frame([{"name": "a", "dur_us": 1200, "stream": None}, {"name": None}])
+    assert "None" not in df.astype(str).to_string() and "—" in df["stream"].tolist()

@@ -602,8 +602,16 @@ def nvml_lines(
     fig.update_yaxes(ticksuffix=f" {unit}" if unit else "")
     if unit == "%":
         fig.update_yaxes(range=[0, 105])
+    _base_layout(fig, height=height)
+    # the title on top, the legend (only with several GPUs) below the plot: never one over the other
+    n_gpus = samples["gpu"].nunique() if not samples.empty and "gpu" in samples else 0
     fig.update_layout(
-        title={"text": title, "x": 0, "font": {"size": 14}} if title else None,
+        title={"text": title, "x": 0, "y": 0.98, "yanchor": "top", "font": {"size": 14}}
+        if title
+        else None,
         hovermode="x unified",
+        showlegend=n_gpus > 1,
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0},
+        margin={"l": 10, "r": 10, "t": 40 if title else 10, "b": 50 if n_gpus > 1 else 10},
     )
-    return _base_layout(fig, height=height)
+    return fig

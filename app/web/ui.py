@@ -164,6 +164,29 @@ def fmt_flops(v: float | None) -> str:
     return f"{v:,.0f} FLOP"
 
 
+def fmt_number(v: float | None) -> str:
+    """A plain number with thousands separators and no exponent: ``1,920``, ``42.7``, ``0.031``."""
+    if not _ok(v):
+        return "—"
+    assert v is not None
+    if float(v).is_integer() and abs(v) < 1e15:
+        return f"{int(v):,}"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 1:
+        return f"{v:,.2f}"
+    return f"{v:.3f}" if abs(v) >= 0.001 else f"{v:.2g}"
+
+
+def fmt_signed(v: float | None, suffix: str = "", *, digits: int | None = None) -> str:
+    """``fmt_number`` with its sign: ``+1,920``, ``-0.031``; ``digits`` fixes the decimals."""
+    if not _ok(v):
+        return "—"
+    assert v is not None
+    body = f"{abs(v):,.{digits}f}" if digits is not None else fmt_number(abs(v))
+    return ("+" if v > 0 else "-" if v < 0 else "±") + body + suffix
+
+
 def fmt_rate(v: float | None, unit: str) -> str:
     """A throughput with thousands separators and its unit: ``12,345 tokens/s``, ``85.2 samples/s``."""
     if not _ok(v):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -509,76 +510,114 @@ def breakdowns(report: dict[str, Any]) -> None:
             st.caption("No kernels.")
 
 
-def _us_columns_to_ms(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
-    config: dict[str, Any] = {}
-    for col in list(df.columns):
-        if col.endswith("_us"):
-            new = col[:-3] + " (ms)"
-            df[new] = pd.to_numeric(df[col], errors="coerce") / 1e3
-            df = df.drop(columns=col)
-            config[new] = st.column_config.NumberColumn(new, format="%.3f")
-        elif col.endswith("_pct"):
-            config[col] = st.column_config.NumberColumn(col[:-4] + " (%)", format="%.1f")
-    return df, config
+TOP_COLUMNS = (  # (header, key, how to show it, width), widths in % of the table
+    ("Kernel", "name", None, 34),
+    ("Category", "category", None, 10),
+    ("Count", "count", "int", 6),
+    ("Total / step", "total_us", "per_step", 9),
+    ("Share", "share_pct", "pct", 6),
+    ("Mean", "mean_us", "us", 8),
+    ("Min", "min_us", "us", 8),
+    ("Max", "max_us", "us", 8),
+    ("Tensor cores", "tensor_core", "bool", 6),
+    ("Precision", "precision", None, 5),
+)
+
+
+def top_kernels_html(report: dict[str, Any]) -> str | None:
+    """The top-kernels table as HTML: every column visible at 1440 px (fixed layout, long names cut
+    with an ellipsis), each kernel's full name on hover (``title``). Text from the trace is
+    escaped. ``None`` when the report lists no kernels."""
+    top = (report.get("kernels") or {}).get("top") or []
+    if not top:
+        return None
+    steps = n_steps(report)
+
+    def cell(row: dict[str, Any], key: str, how: str | None) -> tuple[str, str]:
+        v = row.get(key)
+        if key == "name":
+            full = str(row.get("name") or "")
+            short = str(row.get("short_name") or full)
+            return ui.plot_text(short, 200), html.escape(ui.plain(full, None), quote=True)
+        if v is None or (isinstance(v, float) and v != v):
+            return "—", ""
+        if how == "int":
+            return f"{int(v):,}", ""
+        if how == "per_step":
+            return ui.fmt_duration_us(float(v) / steps), ""
+        if how == "us":
+            return ui.fmt_duration_us(float(v)), ""
+        if how == "pct":
+            return ui.fmt_pct(float(v)), ""
+        if how == "bool":
+            return ("yes" if v else "no"), ""
+        return ui.plot_text(str(v).replace("_", " "), 40), ""
+
+    cols = "".join(f'<col style="width:{w}%">' for _, _, _, w in TOP_COLUMNS)
+    head = "".join(
+        f'<th style="text-align:{"left" if how is None else "right"}">{h}</th>'
+        for h, _, how, _ in TOP_COLUMNS
+    )
+    body = []
+    for row in top:
+        tds = []
+        for _, key, how, _ in TOP_COLUMNS:
+            text, title = cell(row, key, how)
+            align = "left" if how is None else "right"
+            tip = f' title="{title}"' if title else ""
+            tds.append(f'<td style="text-align:{align}"{tip}>{text}</td>')
+        body.append(f"<tr>{''.join(tds)}</tr>")
+    style = (
+        "<style>.gs-top{width:100%;table-layout:fixed;border-collapse:collapse;font-size:0.85rem}"
+        ".gs-top th,.gs-top td{padding:4px 6px;border-bottom:1px solid rgba(128,128,128,0.25);"
+        "overflow:hidden;text-overflow:ellipsis;white-space:nowrap}"
+        ".gs-top th{font-weight:600}</style>"
+    )
+    return (
+        f'{style}<table class="gs-top"><colgroup>{cols}</colgroup>'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def top_kernels(report: dict[str, Any]) -> None:
-    top = (report.get("kernels") or {}).get("top") or []
     st.subheader("Top kernels")
-    if not top:
+    table = top_kernels_html(report)
+    if table is None:
         st.caption("No kernels.")
         return
-    df = pd.DataFrame(top)
-    if "short_name" in df and "name" in df:
-        df["short_name"] = df["short_name"].where(df["short_name"].astype(bool), df["name"])
-        df = df.drop(columns=["name"]).rename(columns={"short_name": "name"})
-    df, config = _us_columns_to_ms(df)
-    first = [
-        c
-        for c in (
-            "name",
-            "category",
-            "count",
-            "total (ms)",
-            "share_pct",
-            "mean (ms)",
-            "tensor_core",
-            "precision",
-        )
-        if c in df.columns
-    ]
-    df = df[[*first, *[c for c in df.columns if c not in first]]]
-    config.update(
-        {
-            "name": st.column_config.TextColumn("Kernel", width="large"),
-            "category": st.column_config.TextColumn("Category"),
-            "count": st.column_config.NumberColumn("Count", format="%d"),
-            "tensor_core": st.column_config.CheckboxColumn("Tensor cores"),
-            "share_pct": st.column_config.NumberColumn("Share", format="%.1f %%"),
-        }
+    st.html(table)
+    st.caption(
+        f"Per kernel name, over the {n_steps(report)} step(s) of the window: total per step, "
+        "share of kernel time, mean/min/max per launch. Hover a name for the full one."
     )
-    st.dataframe(df, hide_index=True, width="stretch", column_config=config)
 
 
 def _fmt_value(key: str, v: Any) -> str:
-    """A number of the analysis's JSON in display units, chosen by its key's suffix."""
+    """A number of the analysis's JSON in display units, chosen by its key's suffix: durations in
+    the unit that reads best (µs, ms, s), thousands separators, never an exponent."""
     if isinstance(v, bool) or v is None:
         return "—" if v is None else ("yes" if v else "no")
     if isinstance(v, int | float):
         f = float(v)
+        if f != f:  # NaN
+            return "—"
         if key.endswith("_us_per_step"):
-            return f"{f / 1e3:,.3g} ms/step"
+            return ui.fmt_duration_us(f) + "/step"
+        if key.endswith("_ns"):
+            return ui.fmt_duration_us(f / 1e3)
         if key.endswith("_us"):
-            return f"{f / 1e3:,.3g} ms"
+            return ui.fmt_duration_us(f)
         if key.endswith("_ms"):
-            return f"{f:,.3g} ms"
+            return ui.fmt_duration_us(f * 1e3)
         if key.endswith("_pct") or key == "share":
             return ui.fmt_pct(f)
         if "bytes" in key:
             return f"{f / 2**20:,.1f} MiB" + ("/step" if key.endswith("_per_step") else "")
+        if key.endswith("_per_s"):
+            return ui.fmt_rate(f, key.removesuffix("_per_s").replace("_", " ") + "/s")
         if key.endswith("_per_step"):
-            return f"{f:,.3g}/step"
-        return f"{int(f):,}" if f.is_integer() and abs(f) < 1e15 else f"{f:,.3g}"
+            return f"{ui.fmt_number(f)}/step"
+        return ui.fmt_number(f)
     return str(v)
 
 
@@ -589,13 +628,25 @@ def _label(key: str) -> str:
 
 
 def _rows_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Evidence rows as a table a person reads: durations in ms, missing values as "—" (never a
+    literal ``None``), column names in words."""
     df = pd.DataFrame(rows)
     for col in list(df.columns):
         if col.endswith("_us_per_step"):
             df[_label(col) + " (ms/step)"] = pd.to_numeric(df.pop(col), errors="coerce") / 1e3
         elif col.endswith("_us"):
             df[_label(col) + " (ms)"] = pd.to_numeric(df.pop(col), errors="coerce") / 1e3
-    return df
+        elif col.endswith("_ns"):
+            df[_label(col.removesuffix("_ns")) + " (ms)"] = (
+                pd.to_numeric(df.pop(col), errors="coerce") / 1e6
+            )
+    for col in list(df.columns):
+        if df[col].isna().any():  # Streamlit shows a missing cell as a literal "None"
+            if pd.api.types.is_numeric_dtype(df[col]):
+                df[col] = df[col].map(lambda x: "—" if x != x else ui.fmt_number(x))
+            else:
+                df[col] = df[col].map(lambda x: "—" if x is None or x != x else x).astype(object)
+    return df.rename(columns={c: _label(c) for c in df.columns if "_" in c and "(" not in c})
 
 
 def evidence(ev: Any) -> None:

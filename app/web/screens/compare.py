@@ -180,10 +180,10 @@ if rep_a is not None and rep_b is not None:
                 "section": r.section,
                 "metric": r.metric,
                 "unit": r.unit,
-                "A": r.a,
-                "B": r.b,
-                "Δ (B − A)": r.delta,
-                "Δ %": r.delta_pct,
+                "A": ui.fmt_number(r.a),
+                "B": ui.fmt_number(r.b),
+                "Δ (B − A)": ui.fmt_signed(r.delta),
+                "Δ %": ui.fmt_signed(r.delta_pct, " %", digits=1),
                 "": "better" if r.better else ("worse" if r.better is False else ""),
             }
             for r in rows
@@ -197,10 +197,10 @@ if rep_a is not None and rep_b is not None:
         column_config={
             "section": st.column_config.TextColumn("Section"),
             "metric": st.column_config.TextColumn("Metric", width="medium"),
-            "A": st.column_config.NumberColumn(f"A · {ui.plain(name_a, 40)}", format="%.3g"),
-            "B": st.column_config.NumberColumn(f"B · {ui.plain(name_b, 40)}", format="%.3g"),
-            "Δ (B − A)": st.column_config.NumberColumn(format="%+.3g"),
-            "Δ %": st.column_config.NumberColumn(format="%+.1f %%"),
+            "A": st.column_config.TextColumn(f"A · {ui.plain(name_a, 40)}"),
+            "B": st.column_config.TextColumn(f"B · {ui.plain(name_b, 40)}"),
+            "Δ (B − A)": st.column_config.TextColumn("Δ (B − A)"),
+            "Δ %": st.column_config.TextColumn("Δ %"),
         },
     )
 

@@ -13,6 +13,7 @@ import streamlit as st
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.web import db, figures, live, ui, views
+from gpuscope.web.advice import GPM, what_to_do
 
 st.title("Live")
 st.caption(
@@ -103,9 +104,14 @@ def panel() -> None:
             "SM active",
             ui.fmt_pct(r.sm_active_pct),
             border=True,
-            help="GPM SM activity (Hopper and newer): how much of the SMs was working",
+            help=f"Share of the streaming multiprocessors (SMs) that were working. {GPM}",
         )
-        cols[2].metric("Tensor active", ui.fmt_pct(r.tensor_active_pct), border=True)
+        cols[2].metric(
+            "Tensor active",
+            ui.fmt_pct(r.tensor_active_pct),
+            border=True,
+            help=f"Share of the time the tensor cores were working. {GPM}",
+        )
         mem = (
             f"{r.mem_used_bytes / 2**30:,.1f} GiB"
             if r.mem_used_bytes == r.mem_used_bytes and r.mem_used_bytes is not None
@@ -127,13 +133,29 @@ def panel() -> None:
         )
         d = diagnosis.get(int(gpu))
         if d is not None:
-            st.info(d.summary, icon=":material/troubleshoot:")
+            todo = what_to_do(d)
+            st.info(
+                f"{ui.md(d.summary, None)}\n\n**What to do:** {todo.advice}",
+                icon=":material/troubleshoot:",
+            )
+            if todo.fix_id:
+                with st.expander(f"The fix: {todo.title} (`{todo.fix_id}`)"):
+                    st.code(todo.code, language="python")
+                    st.caption(
+                        "The same fix the Run page recommends when a trace shows this cause "
+                        "(docs/metrics.md, Recommendations). Record a few steps with "
+                        "`gpuscope.capture.profile_steps` and upload them to confirm the cause "
+                        "and bound the gain."
+                    )
     if view["sm_active_pct"].notna().any():
         st.plotly_chart(
-            figures.nvml_lines(view, "sm_active_pct", origin_ns=origin, title="SM active (GPM)"),
+            figures.nvml_lines(
+                view, "sm_active_pct", origin_ns=origin, title="SM active (GPM counters)"
+            ),
             config=views.PLOT_CONFIG,
             key="live_sm",
         )
+        st.caption(GPM)
 
 
 panel()
