@@ -110,7 +110,10 @@ def test_sawtooth_escapes_kernel_names_and_draws_the_envelope() -> None:
     np.testing.assert_allclose(busy["busy_max"], [1.0, 0.5])
     fig = figures.sawtooth(busy, origin_ns=0)
     env = next(t for t in fig.data if t.name == "busy min–max")
-    assert list(env.y[:2]) == [0.0, 50.0] and list(env.y[-3:-1]) == [100.0, 50.0]
+    # a closed band: the max from left to right, then the min back
+    assert list(env.x) == [0, 50e-6, 50e-6, 100e-6, 100e-6, 50e-6, 50e-6, 0]
+    assert list(env.y) == [100.0, 100.0, 50.0, 50.0, 50.0, 50.0, 0.0, 0.0]
+    assert env.fill == "toself"
     kernels = pd.DataFrame(
         {"start_ns": [0], "end_ns": [10], "name": ["k<4, Op>"], "category": ["elementwise"]}
     )

@@ -320,7 +320,7 @@ def test_breakdowns_per_step_and_the_top_kernels_table(run_id: str) -> None:
     titles = [s["layout"]["xaxis"]["title"]["text"] for s in specs]
     assert titles == ["idle per step", "kernel time per step"]
     table = next(h.proto.body for h in at.get("html") if "gs-top" in h.proto.body)
-    for col in ("Kernel", "Count", "Total / step", "Share", "Mean", "Min", "Max", "Precision"):
+    for col in ("Kernel", "Count", "Total / step", "Share", "Mean", "Min", "Max", "TC", "Dtype"):
         assert f">{col}</th>" in table
     assert 'title="sm90_xmma_gemm_bf16bf16' in table or 'title="ampere_sgemm' in table
     assert "None" not in table and "e+0" not in table

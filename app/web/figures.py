@@ -292,18 +292,21 @@ def sawtooth(
                 )
             )
         if "busy_min" in busy and "busy_max" in busy:
-            # the envelope: lowest and highest busy % inside each bucket, one trace (NaN break)
+            # the envelope: a band from the lowest to the highest busy % inside each bucket, one
+            # closed polygon (max left to right, min back), so no pixel-wide strokes
             lo = busy["busy_min"].to_numpy(dtype="float64") * 100.0
             hi = busy["busy_max"].to_numpy(dtype="float64") * 100.0
+            xs = np.repeat(x_edges, 2)[1:-1]  # bucket steps as explicit corners
             fig.add_trace(
                 go.Scatter(
-                    x=np.concatenate([x_step, [np.nan], x_step]),
-                    y=np.concatenate([np.append(lo, lo[-1]), [np.nan], np.append(hi, hi[-1])]),
+                    x=np.concatenate([xs, xs[::-1]]),
+                    y=np.concatenate([np.repeat(hi, 2), np.repeat(lo, 2)[::-1]]),
                     name="busy min–max",
                     mode="lines",
-                    connectgaps=False,
-                    line={"color": palette.ENVELOPE, "width": 1, "shape": "hv"},
-                    hovertemplate="busy min/max in the bucket: %{y:.0f} %<extra></extra>",
+                    fill="toself",
+                    fillcolor=palette.ENVELOPE,
+                    line={"width": 0},
+                    hoverinfo="skip",
                 )
             )
     if nvml is not None and not nvml.empty:

@@ -228,7 +228,7 @@ def cause_legend(
         _swatch(palette.cause_color(c), f"idle: {palette.cause_label(c)}") for c in palette.CAUSES
     ]
     if envelope:
-        items.append(_swatch(palette.ENVELOPE, "busy min–max inside a bucket", line=True))
+        items.append(_swatch(palette.ENVELOPE, "busy min–max inside a bucket (band)"))
     if nvml:
         items.append(_swatch(palette.NVML, "NVML GPU util", line=True))
     items.append(_swatch(palette.STEP_LINE, "step start", line=True))
@@ -511,17 +511,18 @@ def breakdowns(report: dict[str, Any]) -> None:
 
 
 TOP_COLUMNS = (  # (header, key, how to show it, width), widths in % of the table
-    ("Kernel", "name", None, 34),
-    ("Category", "category", None, 10),
+    ("Kernel", "name", None, 32),
+    ("Category", "category", None, 11),
     ("Count", "count", "int", 6),
     ("Total / step", "total_us", "per_step", 9),
     ("Share", "share_pct", "pct", 6),
     ("Mean", "mean_us", "us", 8),
     ("Min", "min_us", "us", 8),
     ("Max", "max_us", "us", 8),
-    ("Tensor cores", "tensor_core", "bool", 6),
-    ("Precision", "precision", None, 5),
+    ("TC", "tensor_core", "bool", 5),
+    ("Dtype", "precision", None, 7),
 )
+TOP_HEADER_HELP = {"TC": "Runs on tensor cores", "Dtype": "Precision of the kernel's math"}
 
 
 def top_kernels_html(report: dict[str, Any]) -> str | None:
@@ -555,7 +556,9 @@ def top_kernels_html(report: dict[str, Any]) -> str | None:
 
     cols = "".join(f'<col style="width:{w}%">' for _, _, _, w in TOP_COLUMNS)
     head = "".join(
-        f'<th style="text-align:{"left" if how is None else "right"}">{h}</th>'
+        f'<th style="text-align:{"left" if how is None else "right"}"'
+        + (f' title="{TOP_HEADER_HELP[h]}"' if h in TOP_HEADER_HELP else "")
+        + f">{h}</th>"
         for h, _, how, _ in TOP_COLUMNS
     )
     body = []

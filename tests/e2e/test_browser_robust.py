@@ -111,7 +111,10 @@ def test_a_run_named_like_markdown_is_shown_as_text(
     _open_uploader(page)
     trace = training_trace("after", steps=3).write(tmp_path / "hostile.pt.trace.json.gz")
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files([str(trace)])
-    name = page.get_by_label("Name")
+    name = page.get_by_role("textbox", name="Name", exact=True)
+    from playwright.sync_api import expect
+
+    expect(name).to_have_value("hostile")  # the default name, shown before Ingest
     name.fill(HOSTILE)
     name.press("Enter")
     _ingest(page)
