@@ -155,7 +155,8 @@ if rep_a is not None and rep_b is not None:
             "GPU idle time per step, all causes.",
         ),
     ]
-    cards = st.columns(len(cards_spec))
+    # two rows of three: the work done (time, throughput, FLOP/s), then how well (MFU, busy, idle)
+    cards = [*st.columns(3), *st.columns(3)]
     for col, (label, va, vb, unit, fmt_v, lower, why) in zip(cards, cards_spec, strict=True):
         col.metric(
             label,
