@@ -143,3 +143,25 @@ def test_cards_show_throughput_and_tflops_and_flag_different_peaks() -> None:
         {"metrics": [{"metric": "tokens_per_s", "unit": "1/s", "a": 1.0, "b": 2.0}]}
     )
     assert rows[0].unit == "tokens/s"  # never "1/s"
+
+
+def test_a_failing_section_leaves_the_rest_of_the_comparison(
+    pair: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not analysis_ready():
+        pytest.skip("needs gpuscope.analysis.report")
+    from gpuscope.web import figures
+
+    def broken(*a, **k):
+        raise ValueError("internals")
+
+    monkeypatch.setattr(figures, "idle_compare", broken)
+    a, b = pair
+    at = open_app(COMPARE, {"a": a, "b": b})
+    assert not at.exception
+    (err,) = texts(at, "error")
+    assert err.startswith("Idle time by cause could not be shown: an internal error (ValueError)")
+    assert "internals" not in err
+    labels = [m.label for m in at.metric]
+    assert labels[0] == "Step time" and "All metrics" in texts(at, "subheader")
+    assert any("Resolved in B" in m for m in texts(at, "markdown"))  # the fixes still show

@@ -235,3 +235,14 @@ def test_parse_tags(text: str, tags: list[str]) -> None:
     from gpuscope.web.ui import parse_tags
 
     assert parse_tags(text) == tags
+
+
+def test_nvml_lines_keep_the_legend_off_the_title() -> None:
+    two = pd.DataFrame(
+        {"t_ns": [0, 10**9, 0, 10**9], "gpu": [0, 0, 1, 1], "gpu_util_pct": [1.0, 2.0, 3.0, 4.0]}
+    )
+    fig = figures.nvml_lines(two, "gpu_util_pct", origin_ns=0, title="GPU utilization")
+    assert fig.layout.title.text == "GPU utilization" and fig.layout.showlegend
+    assert fig.layout.legend.y < 0 and fig.layout.legend.yanchor == "top"  # below the plot
+    one = figures.nvml_lines(two[two.gpu == 0], "gpu_util_pct", origin_ns=0, title="x")
+    assert one.layout.showlegend is False  # one GPU: nothing to tell apart

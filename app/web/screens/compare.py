@@ -5,7 +5,6 @@ URL: ``/compare?a=<run id>&b=<run id>``; opening it anywhere shows the same comp
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 from urllib.parse import urlencode
 
@@ -86,124 +85,126 @@ with views.section("Analysis"), st.spinner("Analysing…"):
     rep_a = data.report(path, a_id, None)
     rep_b = data.report(path, b_id, None)
 if rep_a is not None and rep_b is not None:
-    with contextlib.suppress(Exception):  # optional: fix status falls back to recommendation ids
+    # optional: without it, fix status falls back to recommendation ids (the failure is logged)
+    with views.logged("comparison of A and B"):
         comparison = data.comparison(path, a_id, b_id)
 
 # -- headline deltas ---------------------------------------------------------------------------------
 if rep_a is not None and rep_b is not None:
-    rows = model.comparison_rows(comparison) if comparison else model.compare_rows(rep_a, rep_b)
-    mine = {r.metric: r for r in model.compare_rows(rep_a, rep_b)}
-    by_name = {**mine, **{r.metric: r for r in rows if r.section == "Headline"}}
-    sp = (comparison or {}).get("speedup") or model.speedup(rep_a, rep_b)
-    peak_note = model.peak_difference(rep_a, rep_b)
-    tp_key, tp_label, tp_unit = model.throughput_kind(rep_a, rep_b)
-    # (label, A, B, unit, formatter, lower is better, help)
-    cards_spec: list[tuple[str, float | None, float | None, str, Any, bool, str]] = [
-        (
-            "Step time",
-            by_name["Step time (mean)"].a,
-            by_name["Step time (mean)"].b,
-            "ms",
-            ui.fmt_ms,
-            True,
-            "Mean step time: window ÷ steps.",
-        ),
-        (
-            tp_label,
-            model.num(model.get(rep_a, "throughput", tp_key)),
-            model.num(model.get(rep_b, "throughput", tp_key)),
-            tp_unit,
-            lambda v, u=tp_unit: ui.fmt_rate(v, u),
-            False,
-            "Work per second: the trace's samples/tokens per step ÷ step time.",
-        ),
-        (
-            "Achieved TFLOP/s",
-            model.num(rep_a.get("achieved_tflops")),
-            model.num(rep_b.get("achieved_tflops")),
-            "TFLOP/s",
-            ui.fmt_tflops,
-            False,
-            "Model FLOPs per step ÷ step time.",
-        ),
-        (
-            "MFU (different peaks)" if peak_note else "MFU",
-            by_name["MFU"].a,
-            by_name["MFU"].b,
-            "pp",
-            ui.fmt_pct,
-            False,
-            peak_note
-            or "Achieved TFLOP/s ÷ the GPU's peak for the dtype; A and B use the same peak.",
-        ),
-        (
-            "GPU busy",
-            by_name["GPU busy"].a,
-            by_name["GPU busy"].b,
-            "pp",
-            ui.fmt_pct,
-            False,
-            "Share of the window with any GPU activity.",
-        ),
-        (
-            "Idle per step",
-            by_name["Idle time (per step)"].a,
-            by_name["Idle time (per step)"].b,
-            "ms",
-            ui.fmt_ms,
-            True,
-            "GPU idle time per step, all causes.",
-        ),
-    ]
-    # two rows of three: the work done (time, throughput, FLOP/s), then how well (MFU, busy, idle)
-    cards = [*st.columns(3), *st.columns(3)]
-    for col, (label, va, vb, unit, fmt_v, lower, why) in zip(cards, cards_spec, strict=True):
-        col.metric(
-            label,
-            fmt_v(vb),
-            delta=ui.delta_pct(va, vb)
-            if unit in ("tokens/s", "samples/s")
-            else ui.delta_str(va, vb, unit),
-            delta_color="inverse" if lower else "normal",
-            border=True,
-            help=f"{why} A: {fmt_v(va)} → B: {fmt_v(vb)}.",
-        )
-    if peak_note:
-        st.caption(f":material/warning: {ui.md(peak_note, None)}")
-    if sp:
-        st.markdown(f"B runs a step **{sp:.2f}×** {'faster' if sp >= 1 else 'slower'} than A.")
-    for note in (comparison or {}).get("notes") or []:
-        st.caption(f"Note: {ui.md(note, None)}")
-
-    table = pd.DataFrame(
-        [
-            {
-                "section": r.section,
-                "metric": r.metric,
-                "unit": r.unit,
-                "A": ui.fmt_number(r.a),
-                "B": ui.fmt_number(r.b),
-                "Δ (B − A)": ui.fmt_signed(r.delta),
-                "Δ %": ui.fmt_signed(r.delta_pct, " %", digits=1),
-                "": "better" if r.better else ("worse" if r.better is False else ""),
-            }
-            for r in rows
+    with views.section("Headline and all metrics"):
+        rows = model.comparison_rows(comparison) if comparison else model.compare_rows(rep_a, rep_b)
+        mine = {r.metric: r for r in model.compare_rows(rep_a, rep_b)}
+        by_name = {**mine, **{r.metric: r for r in rows if r.section == "Headline"}}
+        sp = (comparison or {}).get("speedup") or model.speedup(rep_a, rep_b)
+        peak_note = model.peak_difference(rep_a, rep_b)
+        tp_key, tp_label, tp_unit = model.throughput_kind(rep_a, rep_b)
+        # (label, A, B, unit, formatter, lower is better, help)
+        cards_spec: list[tuple[str, float | None, float | None, str, Any, bool, str]] = [
+            (
+                "Step time",
+                by_name["Step time (mean)"].a,
+                by_name["Step time (mean)"].b,
+                "ms",
+                ui.fmt_ms,
+                True,
+                "Mean step time: window ÷ steps.",
+            ),
+            (
+                tp_label,
+                model.num(model.get(rep_a, "throughput", tp_key)),
+                model.num(model.get(rep_b, "throughput", tp_key)),
+                tp_unit,
+                lambda v, u=tp_unit: ui.fmt_rate(v, u),
+                False,
+                "Work per second: the trace's samples/tokens per step ÷ step time.",
+            ),
+            (
+                "Achieved TFLOP/s",
+                model.num(rep_a.get("achieved_tflops")),
+                model.num(rep_b.get("achieved_tflops")),
+                "TFLOP/s",
+                ui.fmt_tflops,
+                False,
+                "Model FLOPs per step ÷ step time.",
+            ),
+            (
+                "MFU (different peaks)" if peak_note else "MFU",
+                by_name["MFU"].a,
+                by_name["MFU"].b,
+                "pp",
+                ui.fmt_pct,
+                False,
+                peak_note
+                or "Achieved TFLOP/s ÷ the GPU's peak for the dtype; A and B use the same peak.",
+            ),
+            (
+                "GPU busy",
+                by_name["GPU busy"].a,
+                by_name["GPU busy"].b,
+                "pp",
+                ui.fmt_pct,
+                False,
+                "Share of the window with any GPU activity.",
+            ),
+            (
+                "Idle per step",
+                by_name["Idle time (per step)"].a,
+                by_name["Idle time (per step)"].b,
+                "ms",
+                ui.fmt_ms,
+                True,
+                "GPU idle time per step, all causes.",
+            ),
         ]
-    )
-    st.subheader("All metrics")
-    st.dataframe(
-        table,
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "section": st.column_config.TextColumn("Section"),
-            "metric": st.column_config.TextColumn("Metric", width="medium"),
-            "A": st.column_config.TextColumn(f"A · {ui.plain(name_a, 40)}"),
-            "B": st.column_config.TextColumn(f"B · {ui.plain(name_b, 40)}"),
-            "Δ (B − A)": st.column_config.TextColumn("Δ (B − A)"),
-            "Δ %": st.column_config.TextColumn("Δ %"),
-        },
-    )
+        # two rows of three: the work done (time, throughput, FLOP/s), then how well (MFU, busy, idle)
+        cards = [*st.columns(3), *st.columns(3)]
+        for col, (label, va, vb, unit, fmt_v, lower, why) in zip(cards, cards_spec, strict=True):
+            col.metric(
+                label,
+                fmt_v(vb),
+                delta=ui.delta_pct(va, vb)
+                if unit in ("tokens/s", "samples/s")
+                else ui.delta_str(va, vb, unit),
+                delta_color="inverse" if lower else "normal",
+                border=True,
+                help=f"{why} A: {fmt_v(va)} → B: {fmt_v(vb)}.",
+            )
+        if peak_note:
+            st.caption(f":material/warning: {ui.md(peak_note, None)}")
+        if sp:
+            st.markdown(f"B runs a step **{sp:.2f}×** {'faster' if sp >= 1 else 'slower'} than A.")
+        for note in (comparison or {}).get("notes") or []:
+            st.caption(f"Note: {ui.md(note, None)}")
+
+        table = pd.DataFrame(
+            [
+                {
+                    "section": r.section,
+                    "metric": r.metric,
+                    "unit": r.unit,
+                    "A": ui.fmt_number(r.a),
+                    "B": ui.fmt_number(r.b),
+                    "Δ (B − A)": ui.fmt_signed(r.delta),
+                    "Δ %": ui.fmt_signed(r.delta_pct, " %", digits=1),
+                    "": "better" if r.better else ("worse" if r.better is False else ""),
+                }
+                for r in rows
+            ]
+        )
+        st.subheader("All metrics")
+        st.dataframe(
+            table,
+            hide_index=True,
+            width="stretch",
+            column_config={
+                "section": st.column_config.TextColumn("Section"),
+                "metric": st.column_config.TextColumn("Metric", width="medium"),
+                "A": st.column_config.TextColumn(f"A · {ui.plain(name_a, 40)}"),
+                "B": st.column_config.TextColumn(f"B · {ui.plain(name_b, 40)}"),
+                "Δ (B − A)": st.column_config.TextColumn("Δ (B − A)"),
+                "Δ %": st.column_config.TextColumn("Δ %"),
+            },
+        )
 
 # -- aligned sawtooth plots ---------------------------------------------------------------------------
 st.subheader("GPU busy, aligned on a step")
@@ -248,46 +249,50 @@ if rep_a is None or rep_b is None:
 
 # -- idle causes side by side --------------------------------------------------------------------------
 st.subheader("Idle time per step, by cause")
-st.plotly_chart(
-    figures.idle_compare(
-        model.get(rep_a, "idle", "causes") or {},
-        model.get(rep_b, "idle", "causes") or {},
-        labels=(f"A · {ui.plot_text(name_a, 40)}", f"B · {ui.plot_text(name_b, 40)}"),
-        a_steps=model.steps_of(rep_a),
-        b_steps=model.steps_of(rep_b),
-    ),
-    config=views.PLOT_CONFIG,
-)
+with views.section("Idle time by cause"):
+    st.plotly_chart(
+        figures.idle_compare(
+            model.get(rep_a, "idle", "causes") or {},
+            model.get(rep_b, "idle", "causes") or {},
+            labels=(f"A · {ui.plot_text(name_a, 40)}", f"B · {ui.plot_text(name_b, 40)}"),
+            a_steps=model.steps_of(rep_a),
+            b_steps=model.steps_of(rep_b),
+        ),
+        config=views.PLOT_CONFIG,
+    )
 
 # -- fixes ------------------------------------------------------------------------------------------------
 st.subheader("Fixes")
-status = model.fix_status(rep_a, rep_b, comparison)
-c1, c2, c3 = st.columns(3)
-with c1:
-    st.markdown(f"**Resolved in B** ({len(status.resolved)})")
-    for r in status.resolved:
-        st.markdown(f":green[:material/check_circle:] {ui.md(r.get('title') or r.get('id'), None)}")
-    if not status.resolved:
-        st.caption("None of A's fixes is resolved in B.")
-with c2:
-    st.markdown(f"**Still open** ({len(status.remaining)})")
-    for ra, rb in status.remaining:
-        ga, gb = model.num(ra.get("max_gain_pct")), model.num(rb.get("max_gain_pct"))
-        gain = (
-            f" — bound {ui.fmt_pct(ga)} → {ui.fmt_pct(gb)}"
-            if ga is not None or gb is not None
-            else ""
-        )
-        st.markdown(
-            f":orange[:material/pending:] {ui.md(rb.get('title') or rb.get('id'), None)}{gain}"
-        )
-    if not status.remaining:
-        st.caption("Nothing left over from A.")
-with c3:
-    st.markdown(f"**New in B** ({len(status.new)})")
-    for r in status.new:
-        st.markdown(f":red[:material/error:] {ui.md(r.get('title') or r.get('id'), None)}")
-    if not status.new:
-        st.caption("B raised no new issue.")
-with st.expander("B's fixes in full"):
-    views.recommendations(rep_b)
+with views.section("Fixes"):
+    status = model.fix_status(rep_a, rep_b, comparison)
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        st.markdown(f"**Resolved in B** ({len(status.resolved)})")
+        for r in status.resolved:
+            st.markdown(
+                f":green[:material/check_circle:] {ui.md(r.get('title') or r.get('id'), None)}"
+            )
+        if not status.resolved:
+            st.caption("None of A's fixes is resolved in B.")
+    with c2:
+        st.markdown(f"**Still open** ({len(status.remaining)})")
+        for ra, rb in status.remaining:
+            ga, gb = model.num(ra.get("max_gain_pct")), model.num(rb.get("max_gain_pct"))
+            gain = (
+                f" — bound {ui.fmt_pct(ga)} → {ui.fmt_pct(gb)}"
+                if ga is not None or gb is not None
+                else ""
+            )
+            st.markdown(
+                f":orange[:material/pending:] {ui.md(rb.get('title') or rb.get('id'), None)}{gain}"
+            )
+        if not status.remaining:
+            st.caption("Nothing left over from A.")
+    with c3:
+        st.markdown(f"**New in B** ({len(status.new)})")
+        for r in status.new:
+            st.markdown(f":red[:material/error:] {ui.md(r.get('title') or r.get('id'), None)}")
+        if not status.new:
+            st.caption("B raised no new issue.")
+    with st.expander("B's fixes in full"):
+        views.recommendations(rep_b)
