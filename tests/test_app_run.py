@@ -151,7 +151,10 @@ def test_nvml_overlay(db: Path, run_id: str, tmp_path: Path) -> None:
     from gpuscope.ingest.store import connect, transaction
     from tracegen import BASE_NS
 
-    series = nvml_series(tmp_path / "gpu.nvml.jsonl", start_ns=BASE_NS, seconds=0.2)
+    # one sample every 100 ms (NVML's usual rate): a one-step zoom (~23 ms) falls between two
+    series = nvml_series(
+        tmp_path / "gpu.nvml.jsonl", start_ns=BASE_NS, seconds=0.3, interval_ms=100.0
+    )
     con = connect(db)
     with transaction(con):
         ingest_series(con, series, run_id=run_id)
@@ -159,6 +162,11 @@ def test_nvml_overlay(db: Path, run_id: str, tmp_path: Path) -> None:
     at = open_app(RUN, {"run": run_id})
     assert not at.exception
     assert "NVML GPU util" in _sawtooth(at).proto.spec
+    assert any("NVML utilization overlaid" in c for c in texts(at, "caption"))
+    slider = next(s for s in at.select_slider if s.label == "Steps shown")
+    slider.set_value((3, 3)).run()
+    assert not at.exception
+    assert "NVML GPU util" in _sawtooth(at).proto.spec  # still on after the zoom
     assert any("NVML utilization overlaid" in c for c in texts(at, "caption"))
 
 
