@@ -64,7 +64,12 @@ def pick_run(db: Path, ref: str | None) -> tuple[str, int]:
     con = connect(db, read_only=True)
     try:
         if ref:
-            rid = resolve_run(con, ref)
+            from gpuscope.ingest.errors import IngestError
+
+            try:
+                rid = resolve_run(con, ref)
+            except IngestError as e:  # a name several runs share: the error lists them
+                raise SystemExit(f"bench_ui: {e}") from None
             if rid is None:
                 raise SystemExit(f"bench_ui: no run {ref!r} in {db}")
         else:
