@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""Browser benchmark of the Run page: seconds from navigation to the sawtooth plot being visible.
+"""Browser benchmark of the Run page: seconds from navigation to the sawtooth plot being visible,
+measured side by side with a bare Streamlit page holding one small Plotly chart.
 
+    python benchmarks/bench_ui.py                             # the sample runs (make bench-ui)
     python benchmarks/bench_ui.py --db data/gpuscope.duckdb [--run RUN] [--repeat 5]
     python benchmarks/bench_ui.py --trace big_run/            # ingest into a temp store first
 
-Starts ``gpuscope ui`` on a free port against the store, opens ``/run?run=RUN`` in Debian's
-chromium once cold (the analysis runs and is cached), then ``--repeat`` times warm, each in a fresh
-browser context (a new session, as a new visitor would be). Prints the times and a JSON line;
-exits 1 when the warm median exceeds ``--budget`` seconds (default 2, the product target).
+Starts ``gpuscope ui`` on a free port against the store (default: a temp store of
+``sample_traces/``'s runs), and a bare ``streamlit run`` of a one-chart page on another. Opens
+``/run?run=RUN`` in Debian's chromium once cold (the analysis runs and is cached), then
+``--repeat`` times warm, each load of the run page followed by one of the bare page (a new page, a
+new session each), so both see the same machine load. Prints absolute times, the warm ratio
+run page ÷ bare page (stable on a noisy machine: what the dashboard adds to Streamlit's own cost)
+and a JSON line; exits 1 when the warm median exceeds ``--budget`` seconds (default 2).
 The store must not be open in another process (DuckDB allows one writer).
 """
 
@@ -36,6 +41,14 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SAWTOOTH = '[data-testid="stPlotlyChart"] .main-svg'
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = ("before", "after", "ddp")
+BARE_PAGE = """import plotly.graph_objects as go
+import streamlit as st
+
+st.title("bare")
+st.plotly_chart(go.Figure(go.Scatter(x=[0, 1, 2, 3], y=[0, 100, 0, 100])))
+"""
 
 
 def free_port() -> int:
@@ -51,7 +64,12 @@ def pick_run(db: Path, ref: str | None) -> tuple[str, int]:
     con = connect(db, read_only=True)
     try:
         if ref:
-            rid = resolve_run(con, ref)
+            from gpuscope.ingest.errors import IngestError
+
+            try:
+                rid = resolve_run(con, ref)
+            except IngestError as e:  # a name several runs share: the error lists them
+                raise SystemExit(f"bench_ui: {e}") from None
             if rid is None:
                 raise SystemExit(f"bench_ui: no run {ref!r} in {db}")
         else:
@@ -94,6 +112,48 @@ def start_server(db: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     raise SystemExit("bench_ui: the dashboard did not come up in 120 s")
 
 
+def start_bare(script: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """A bare ``streamlit run`` of ``script`` (one small Plotly chart): the baseline."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(script),
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+    ]
+    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=script.parent)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"bench_ui: the bare page exited:\n{log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("bench_ui: the bare page did not come up in 120 s")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def time_page(ctx, url: str, timeout_s: float) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     """(seconds from navigation start to the sawtooth plot visible, CPU seconds of the page's main
     thread meanwhile): a new page, i.e. a new Streamlit session, in the browser context ``ctx``.
@@ -120,7 +180,7 @@ def time_page(ctx, url: str, timeout_s: float) -> tuple[float, float]:  # type: 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    src = ap.add_mutually_exclusive_group(required=True)
+    src = ap.add_mutually_exclusive_group()
     src.add_argument(
         "--db", type=Path, help="an existing store (default run: the one with the most events)"
     )
@@ -144,22 +204,32 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="gpuscope-bench-ui-"))
     db = args.db
     ingest_s = None
-    if args.trace:
+    traces = args.trace
+    if not args.db and not traces:
+        traces = [
+            REPO / "sample_traces" / n for n in SAMPLES if (REPO / "sample_traces" / n).is_dir()
+        ]
+        print(f"no --db/--trace: the sample runs ({', '.join(p.name for p in traces)})")
+    if traces:
         from gpuscope.ingest.loader import ingest_paths
         from gpuscope.ingest.store import connect
 
         db = tmp / "bench.duckdb"
         con = connect(db)
         t0 = time.perf_counter()
-        ingest_paths(con, args.trace)
+        ingest_paths(con, traces)
         ingest_s = time.perf_counter() - t0
         con.close()
-        print(f"ingested {', '.join(map(str, args.trace))} in {ingest_s:.1f} s")
+        print(f"ingested {', '.join(map(str, traces))} in {ingest_s:.1f} s")
     run_id, n_events = pick_run(db, args.run)
-    port = free_port()
+    port, bare_port = free_port(), free_port()
     proc = start_server(db, port, tmp / "server.log")
+    bare_script = tmp / "bare_page.py"
+    bare_script.write_text(BARE_PAGE)
+    bare = start_bare(bare_script, bare_port, tmp / "bare.log")
     url = f"http://127.0.0.1:{port}/run?run={run_id}"
-    print(f"run {run_id} ({n_events:,} events): {url}")
+    bare_url = f"http://127.0.0.1:{bare_port}/"
+    print(f"run {run_id} ({n_events:,} events): {url}; bare page: {bare_url}")
     from playwright.sync_api import sync_playwright
 
     try:
@@ -168,17 +238,26 @@ def main(argv: list[str] | None = None) -> int:
             # a returning visitor: one browser (its HTTP cache warm after the first visit), a new
             # Streamlit session per page load
             ctx = browser.new_context(viewport={"width": 1440, "height": 1000})
+            bare_ctx = browser.new_context(viewport={"width": 1440, "height": 1000})
             cold, cold_busy = time_page(ctx, url, args.timeout)
+            bare_cold, _ = time_page(bare_ctx, bare_url, args.timeout)
             print(
-                f"cold: {cold:.2f} s (main-thread CPU {cold_busy:.2f} s; analysis computed and cached)"
+                f"cold: {cold:.2f} s (main-thread CPU {cold_busy:.2f} s; analysis computed and "
+                f"cached); bare page first load {bare_cold:.2f} s"
             )
-            warm, busy = [], []
+            warm, busy, base = [], [], []
             for i in range(args.repeat):
                 w, b = time_page(ctx, url, args.timeout)
+                r, _ = time_page(bare_ctx, bare_url, args.timeout)
                 warm.append(w)
                 busy.append(b)
-                print(f"warm {i + 1}: {w:.2f} s (main-thread CPU {b:.2f} s)")
+                base.append(r)
+                print(
+                    f"warm {i + 1}: run page {w:.2f} s (main-thread CPU {b:.2f} s), "
+                    f"bare page {r:.2f} s, ratio {w / r:.2f}"
+                )
             ctx.close()
+            bare_ctx.close()
             fresh_ctx = browser.new_context(viewport={"width": 1440, "height": 1000})
             fresh, fresh_busy = time_page(fresh_ctx, url, args.timeout)
             fresh_ctx.close()
@@ -187,21 +266,24 @@ def main(argv: list[str] | None = None) -> int:
             )
             browser.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
+        stop(bare)
     load = os.getloadavg()[0]
     med = statistics.median(warm) if warm else float("nan")
+    base_med = statistics.median(base) if base else float("nan")
+    ratio = statistics.median([w / r for w, r in zip(warm, base, strict=True)]) if warm else None
     cpu_med = statistics.median(busy) if busy else float("nan")
     result = {
         "run": run_id,
         "events": n_events,
         "ingest_s": ingest_s,
         "cold_s": round(cold, 3),
+        "bare_cold_s": round(bare_cold, 3),
         "warm_s": [round(w, 3) for w in warm],
         "warm_median_s": round(med, 3),
+        "bare_warm_s": [round(r, 3) for r in base],
+        "bare_warm_median_s": round(base_med, 3),
+        "warm_ratio_median": None if ratio is None else round(ratio, 3),
         "warm_browser_cpu_median_s": round(cpu_med, 3),
         "fresh_browser_s": round(fresh, 3),
         "load_avg_1m": round(load, 2),
@@ -210,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         "ok": bool(warm) and med <= args.budget,
     }
     print(
-        f"warm median {med:.2f} s, browser main-thread CPU {cpu_med:.2f} s (budget {args.budget:.1f} s; "
+        f"warm median {med:.2f} s vs bare page {base_med:.2f} s: ratio {ratio or float('nan'):.2f}; "
+        f"cold {cold:.2f} s; browser main-thread CPU {cpu_med:.2f} s (budget {args.budget:.1f} s; "
         f"load average {load:.1f} on {os.cpu_count()} CPUs): {'OK' if result['ok'] else 'OVER BUDGET'}"
     )
     print(json.dumps(result))

@@ -17,6 +17,7 @@ import duckdb
 from gpuscope.ingest.batch_insert import BatchInserter, strict_json
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
 from gpuscope.ingest.json_stream import TraceSplitter
+from gpuscope.ingest.naming import default_run_name
 from gpuscope.ingest.source import file_sha256, iter_json_bytes
 from gpuscope.ingest.store import discard_quietly, rollback_quietly, run_exists, transaction
 
@@ -373,7 +374,7 @@ def ingest_trace(
     starts = [r["ts_min"] + r["offset"] for r in ranks if r["ts_min"] is not None]
     ends = [r["ts_max"] + r["offset"] for r in ranks if r["ts_max"] is not None]
     n_events = sum(r["n_events"] for r in ranks)
-    run_name = name or display_name(path)
+    run_name = name or default_run_name(path.name, rank0["meta"])
     row = [
         run_id,
         run_name,

@@ -141,16 +141,23 @@ def run_exists(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
 
 
 def resolve_run(con: duckdb.DuckDBPyConnection, ref: str) -> str | None:
-    """A run id, a unique prefix of one, or an exact run name -> the run id (None if not exactly one)."""
+    """A run id, a unique prefix of one, or a run name -> the run id; ``None`` when nothing
+    matches. A name (or prefix) that matches several runs raises ``AmbiguousRunName``, which lists
+    them (id and name), rather than reading as "no such run"."""
+    from gpuscope.ingest.naming import AmbiguousRunName
+
     rows = con.execute(
-        "SELECT run_id FROM runs WHERE run_id = ? OR name = ? OR starts_with(run_id, ?)",
+        "SELECT run_id, name FROM runs WHERE run_id = ? OR name = ? OR starts_with(run_id, ?) "
+        "ORDER BY created_at DESC, run_id",
         [ref, ref, ref],
     ).fetchall()
     exact = [r[0] for r in rows if r[0] == ref]
     if exact:
         return exact[0]
-    ids = sorted({r[0] for r in rows})
-    return ids[0] if len(ids) == 1 else None
+    matches = list(dict.fromkeys((str(r[0]), str(r[1])) for r in rows))
+    if len(matches) > 1:
+        raise AmbiguousRunName(ref, matches)
+    return matches[0][0] if matches else None
 
 
 def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:

@@ -188,3 +188,48 @@ def test_dockerfile_copies_what_exists_and_dockerignore_keeps_it_small() -> None
                 assert s not in ignore, f"COPY {s} but .dockerignore drops it"
     for heavy in (".venv", ".git", "data", "artifacts", "benchmarks", "*.duckdb"):
         assert heavy in ignore
+
+
+def test_error_details_hidden_unless_dev(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No traceback reaches a viewer: the config and the argv both say "none"; --dev says "full"."""
+    from gpuscope.cli.ui import build_command
+
+    monkeypatch.setenv("GPUSCOPE_DB", str(tmp_path / "d.duckdb"))
+    cfg = tomllib.loads(CONFIG.read_text())
+    assert cfg["client"]["showErrorDetails"] == "none"
+    flags = dict(zip(*(lambda a: (a[5::2], a[6::2]))(build_command(_args())[0]), strict=True))
+    assert flags["--client.showErrorDetails"] == "none"
+    flags = dict(
+        zip(*(lambda a: (a[5::2], a[6::2]))(build_command(_args("--dev"))[0]), strict=True)
+    )
+    assert flags["--client.showErrorDetails"] == "full"
+
+
+def test_ambiguous_run_name_is_an_error_listing_the_matches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`analyze NAME` where two runs share the name: one line listing both, exit non-zero."""
+    from gpuscope.cli.main import main
+    from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.ingest.store import connect
+    from synth import training_trace
+
+    db = tmp_path / "s.duckdb"
+    con = connect(db)
+    ids = []
+    for i, v in enumerate(("before", "after")):
+        d = tmp_path / str(i)
+        d.mkdir()
+        p = training_trace(v, seed=i).write(d / "trace.json.gz")
+        ids += [r.run_id for r in ingest_paths(con, [p])]
+    names = [con.execute("SELECT name FROM runs WHERE run_id = ?", [i]).fetchone()[0] for i in ids]
+    con.close()
+    # both named from their content (the same date: recorded in the same minute)
+    assert names[0] == names[1] and names[0] != "trace"
+    with pytest.raises(SystemExit) as ex:
+        main(["analyze", names[0], "--db", str(db)])
+    assert ex.value.code != 0
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    assert names[0] in line and "ambiguous" in line and all(i in line for i in ids)
+    assert "no such run" not in line

@@ -44,7 +44,9 @@ def test_query_params_give_the_comparison(pair: tuple[str, str]) -> None:
     spec = json.dumps(json.loads(at.get("plotly_chart")[0].proto.spec), ensure_ascii=False)
     assert "A · before" in spec and "B · after" in spec
     if analysis_ready():
-        assert [m.label for m in at.metric][:2] == ["Step time", "GPU busy"]
+        labels = [m.label for m in at.metric]
+        assert labels[:3] == ["Step time", "Throughput", "Achieved TFLOP/s"]
+        assert labels[3] in ("MFU", "MFU (different peaks)") and "GPU busy" in labels
         assert "All metrics" in texts(at, "subheader") and "Fixes" in texts(at, "subheader")
         table = at.dataframe[0].value
         assert {"A", "B", "Δ (B − A)"} <= set(table.columns)
@@ -100,3 +102,66 @@ def test_align_on_a_later_step(pair: tuple[str, str]) -> None:
     at.number_input(key=f"align_{a}_{b}").set_value(4).run()
     assert not at.exception
     assert any("start of step 4" in c for c in texts(at, "caption"))
+
+
+def test_run_names_and_link_ids_are_shown_as_text(db: Path, pair: tuple[str, str]) -> None:
+    """A run named like Markdown/HTML: the header, the plots' labels and the not-found message
+    (the id from the URL) carry it as text, never as an image, a link or a tag."""
+    from gpuscope.ingest.store import connect, set_name
+    from gpuscope.web import ui
+
+    a, b = pair
+    evil = "![b](http://beacon.invalid/x.png) <a href='http://beacon.invalid'>x</a>"
+    con = connect(db)
+    set_name(con, a, evil)
+    con.close()
+    at = open_app(COMPARE, {"a": a, "b": b})
+    assert not at.exception
+    head = next(m for m in texts(at, "markdown") if "→" in m)
+    assert ui.md(evil) in head and "![b](" not in head
+    assert "<a" not in head.replace("\\<", "")  # only escaped: shown as typed
+    spec = json.dumps(json.loads(at.get("plotly_chart")[0].proto.spec), ensure_ascii=False)
+    assert "<a href" not in spec and "&lt;a href" in spec
+    at = open_app(COMPARE, {"a": "![i](http://beacon.invalid/i.png)", "b": b})
+    (err,) = texts(at, "error")
+    assert "![i](" not in err and "\\!\\[i\\]" in err
+
+
+def test_cards_show_throughput_and_tflops_and_flag_different_peaks() -> None:
+    """Pure: the MFU card says so when A and B are measured against different peaks/dtypes."""
+    from gpuscope.web import model, ui
+
+    a = {"peak_tflops": 989.4, "dtype": "bf16", "throughput": {"tokens_per_s": 12345.6}}
+    b = {"peak_tflops": 494.7, "dtype": "tf32", "throughput": {"tokens_per_s": 23456.0}}
+    note = model.peak_difference(a, b)
+    assert note and "989.4 TFLOP/s" in note and "494.7 TFLOP/s" in note and "bf16" in note
+    assert model.peak_difference(a, dict(a)) is None
+    assert model.throughput_kind(a, b) == ("tokens_per_s", "Throughput", "tokens/s")
+    assert ui.fmt_rate(12345.6, "tokens/s") == "12,346 tokens/s"
+    assert ui.delta_pct(100.0, 150.0) == "+50.0 %"
+    rows = model.comparison_rows(
+        {"metrics": [{"metric": "tokens_per_s", "unit": "1/s", "a": 1.0, "b": 2.0}]}
+    )
+    assert rows[0].unit == "tokens/s"  # never "1/s"
+
+
+def test_a_failing_section_leaves_the_rest_of_the_comparison(
+    pair: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not analysis_ready():
+        pytest.skip("needs gpuscope.analysis.report")
+    from gpuscope.web import figures
+
+    def broken(*a, **k):
+        raise ValueError("internals")
+
+    monkeypatch.setattr(figures, "idle_compare", broken)
+    a, b = pair
+    at = open_app(COMPARE, {"a": a, "b": b})
+    assert not at.exception
+    (err,) = texts(at, "error")
+    assert err.startswith("Idle time by cause could not be shown: an internal error (ValueError)")
+    assert "internals" not in err
+    labels = [m.label for m in at.metric]
+    assert labels[0] == "Step time" and "All metrics" in texts(at, "subheader")
+    assert any("Resolved in B" in m for m in texts(at, "markdown"))  # the fixes still show

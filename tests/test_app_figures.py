@@ -61,6 +61,7 @@ def test_sawtooth_coarse_stacks_busy_and_causes() -> None:
         "NVML GPU util",
         "step start",
     } <= set(names)
+    assert fig.layout.showlegend is False
     stack = [t for t in fig.data if getattr(t, "stackgroup", None) == "share"]
     total = np.sum([np.asarray(t.y[:-1], dtype=float) for t in stack], axis=0)
     np.testing.assert_allclose(total, [100, 100, 100])  # busy + idle causes fill every bucket
@@ -80,14 +81,53 @@ def test_sawtooth_fine_draws_each_kernel() -> None:
         }
     )
     idle = pd.DataFrame(
-        {"start_ns": [300], "end_ns": [600], "cause": ["launch_overhead"], "detail": ["x"]}
+        {
+            "start_ns": [300],
+            "end_ns": [600],
+            "cause": ["launch_overhead"],
+            "detail": ["Launch overhead 0.000 ms"],
+        }
     )
     fig = figures.sawtooth(busy, origin_ns=0, kernels=kernels, idle=idle)
-    bars = [t for t in fig.data if t.type == "bar"]
-    assert {t.name for t in bars} == {"busy: gemm", "busy: elementwise", "Launch overhead"}
-    gemm = next(t for t in bars if t.name == "busy: gemm")
-    assert gemm.marker.color == palette.category_color("gemm")
-    np.testing.assert_allclose(gemm.width, [0.0003])
+    (bars,) = [t for t in fig.data if t.type == "bar"]  # ONE trace, a colour per bar
+    assert list(bars.marker.color) == [
+        palette.category_color("gemm"),
+        palette.category_color("elementwise"),
+        palette.rgba(palette.cause_color("launch_overhead"), 0.6),
+    ]
+    np.testing.assert_allclose(bars.width, [0.0003, 0.0002, 0.0003])
+    hover = list(bars.customdata)
+    assert hover[0].startswith("gemm_k<br>gemm · ")
+    # a one-cause gap says its cause once (no "idle: X / X" repetition)
+    assert hover[2] == "idle: Launch overhead · 0.000 ms"
+    assert fig.layout.showlegend is False  # the page's HTML legend is the only one
+
+
+def test_sawtooth_escapes_kernel_names_and_draws_the_envelope() -> None:
+    busy = figures.bucket_envelope(_busy([0, 25, 50, 75, 100], [1.0, 0.0, 0.5, 0.5]), 2)
+    np.testing.assert_allclose(busy["busy_frac"], [0.5, 0.5])
+    np.testing.assert_allclose(busy["busy_min"], [0.0, 0.5])
+    np.testing.assert_allclose(busy["busy_max"], [1.0, 0.5])
+    fig = figures.sawtooth(busy, origin_ns=0)
+    env = next(t for t in fig.data if t.name == "busy min–max")
+    # a closed band: the max from left to right, then the min back
+    assert list(env.x) == [0, 50e-6, 50e-6, 100e-6, 100e-6, 50e-6, 50e-6, 0]
+    assert list(env.y) == [100.0, 100.0, 50.0, 50.0, 50.0, 50.0, 0.0, 0.0]
+    assert env.fill == "toself"
+    kernels = pd.DataFrame(
+        {"start_ns": [0], "end_ns": [10], "name": ["k<4, Op>"], "category": ["elementwise"]}
+    )
+    fig = figures.sawtooth(_busy([0, 100], [0.1]), origin_ns=0, kernels=kernels)
+    assert fig.data[0].customdata[0].startswith("k&lt;4, Op&gt;")
+
+
+def test_nvml_overlay_holds_the_sample_before_a_zoom() -> None:
+    """Zoomed between two samples (100 ms apart): the line still shows, at the earlier value."""
+    busy = _busy([50_000_000, 60_000_000], [1.0])
+    nvml = pd.DataFrame({"t_ns": [0], "gpu_util_pct": [73.0]})
+    fig = figures.sawtooth(busy, origin_ns=0, nvml=nvml)
+    line = next(t for t in fig.data if t.name == "NVML GPU util")
+    assert list(line.x) == [50.0, 60.0] and list(line.y) == [73.0, 73.0]
 
 
 def test_sawtooth_empty() -> None:
@@ -195,3 +235,14 @@ def test_parse_tags(text: str, tags: list[str]) -> None:
     from gpuscope.web.ui import parse_tags
 
     assert parse_tags(text) == tags
+
+
+def test_nvml_lines_keep_the_legend_off_the_title() -> None:
+    two = pd.DataFrame(
+        {"t_ns": [0, 10**9, 0, 10**9], "gpu": [0, 0, 1, 1], "gpu_util_pct": [1.0, 2.0, 3.0, 4.0]}
+    )
+    fig = figures.nvml_lines(two, "gpu_util_pct", origin_ns=0, title="GPU utilization")
+    assert fig.layout.title.text == "GPU utilization" and fig.layout.showlegend
+    assert fig.layout.legend.y < 0 and fig.layout.legend.yanchor == "top"  # below the plot
+    one = figures.nvml_lines(two[two.gpu == 0], "gpu_util_pct", origin_ns=0, title="x")
+    assert one.layout.showlegend is False  # one GPU: nothing to tell apart

@@ -97,6 +97,8 @@ def test_live_page_reads_the_sampler(sampler: str) -> None:
     infos = texts(at, "info")
     assert any("GPU 0 is steadily busy" in i for i in infos)
     assert any("GPU 1 is steadily busy" in i for i in infos)  # 50 % is at the threshold: busy
+    assert all("**What to do:** nothing, from utilization alone" in i for i in infos[:2])
+    assert any("GPU Performance Monitoring" in c for c in texts(at, "caption"))  # GPM explained
 
 
 def test_detach_keeps_the_samples_and_stops_polling(sampler: str) -> None:
@@ -192,3 +194,19 @@ def test_live_page_against_a_replay_sampler_and_save(replay: str, db: Path) -> N
     assert f"`{run_id}`" in ok
     n = webdb.query_df("SELECT count(*) AS n FROM nvml_samples")["n"][0]
     assert n >= 2 * 10  # two GPUs, at least a second of samples at 10x
+
+
+def test_diagnosis_says_what_to_do_and_links_the_fix() -> None:
+    """Each shape of the live diagnosis comes with what to do; a sawtooth and irregular idle name
+    the recommendation that fixes their usual cause, with its code."""
+    from gpuscope.analysis.live import LiveDiagnosis
+    from gpuscope.web.advice import GPM, what_to_do
+
+    saw = LiveDiagnosis(30.0, 40.0, 1.0, 60.0, 5, "GPU 0 is idle 40% … sawtooth")
+    todo = what_to_do(saw)
+    assert todo.fix_id == "dataloader_workers" and "num_workers" in todo.code
+    irregular = LiveDiagnosis(30.0, 40.0, None, None, 1, "irregular")
+    assert what_to_do(irregular).fix_id == "host_sync"
+    steady = LiveDiagnosis(30.0, 2.0, None, None, 0, "steady")
+    assert what_to_do(steady).fix_id is None and "larger batch" in what_to_do(steady).advice
+    assert "GPU Performance Monitoring" in GPM

@@ -103,7 +103,10 @@ def test_zoom_to_steps_requeries_at_finer_resolution(run_id: str) -> None:
     slider.set_value((3, 3)).run()
     assert not at.exception
     one = next(c for c in texts(at, "caption") if "drag across" in c)
-    assert whole != one and "each of the" in one  # one step holds few kernels: drawn one by one
+    assert whole != one
+    # a step's 40 tiny optimizer kernels share pixels: still the busy share per (finer) bucket
+    bucket = lambda c: float(c.split("buckets of ")[1].split(" µs")[0])  # noqa: E731
+    assert bucket(one) < bucket(whole) / 4 and "min–max band" in one
     start, end = (float(x.replace(",", "")) for x in one.split(" ms of")[0].split("–"))
     assert 0 < end - start < 40  # one step (~23 ms), not the whole window (~140 ms)
 
@@ -138,7 +141,9 @@ def test_multi_rank_run_has_a_rank_selector(db: Path, tmp_path: Path) -> None:
     at.query_params["rank"] = "7"
     at.run()
     assert not at.exception
-    assert any("Rank '7' is not in this run" in w for w in texts(at, "warning"))
+    assert any(
+        "Rank “7” is not in this run" in w and "showing rank 0" in w for w in texts(at, "warning")
+    )
 
 
 def test_nvml_overlay(db: Path, run_id: str, tmp_path: Path) -> None:
@@ -146,7 +151,10 @@ def test_nvml_overlay(db: Path, run_id: str, tmp_path: Path) -> None:
     from gpuscope.ingest.store import connect, transaction
     from tracegen import BASE_NS
 
-    series = nvml_series(tmp_path / "gpu.nvml.jsonl", start_ns=BASE_NS, seconds=0.2)
+    # one sample every 100 ms (NVML's usual rate): a one-step zoom (~23 ms) falls between two
+    series = nvml_series(
+        tmp_path / "gpu.nvml.jsonl", start_ns=BASE_NS, seconds=0.3, interval_ms=100.0
+    )
     con = connect(db)
     with transaction(con):
         ingest_series(con, series, run_id=run_id)
@@ -154,6 +162,11 @@ def test_nvml_overlay(db: Path, run_id: str, tmp_path: Path) -> None:
     at = open_app(RUN, {"run": run_id})
     assert not at.exception
     assert "NVML GPU util" in _sawtooth(at).proto.spec
+    assert any("NVML utilization overlaid" in c for c in texts(at, "caption"))
+    slider = next(s for s in at.select_slider if s.label == "Steps shown")
+    slider.set_value((3, 3)).run()
+    assert not at.exception
+    assert "NVML GPU util" in _sawtooth(at).proto.spec  # still on after the zoom
     assert any("NVML utilization overlaid" in c for c in texts(at, "caption"))
 
 
@@ -169,3 +182,165 @@ def test_nvml_only_run(db: Path, tmp_path: Path) -> None:
     assert not at.exception
     assert len(at.get("plotly_chart")) >= 1
     assert any("NVML series without a trace" in c for c in texts(at, "caption"))
+
+
+def test_steps_slider_stays_a_range_across_reruns_and_follows_the_zoom(run_id: str) -> None:
+    """The crash of issue 10: on the page's second run (the below-the-fold rerun, a zoom) the
+    slider came back single-valued and ``on_steps`` died unpacking an int."""
+    at = open_app(RUN, {"run": run_id})
+    at.run()  # a second run of the same page, as the browser makes after painting
+    slider = next(s for s in at.select_slider if s.label == "Steps shown")
+    assert isinstance(slider.value, tuple) and len(slider.value) == 2
+    first, last = slider.value
+    assert first < last
+    slider.set_value((3, 3)).run()
+    at.run()
+    assert not at.exception, at.exception
+    slider = next(s for s in at.select_slider if s.label == "Steps shown")
+    assert slider.value == (3, 3)  # the slider shows the zoomed view
+    one = next(c for c in texts(at, "caption") if "drag across" in c)
+    start, end = (float(x.replace(",", "")) for x in one.split(" ms of")[0].split("–"))
+    assert 0 < end - start < 40
+    at.button(key=next(b.key for b in at.button if b.proto.help == "Show the whole window"))
+    next(b for b in at.button if b.proto.help == "Show the whole window").click().run()
+    assert not at.exception, at.exception
+    slider = next(s for s in at.select_slider if s.label == "Steps shown")
+    assert slider.value == (first, last)  # back to every step with the whole window
+
+
+def test_step_pair_accepts_every_shape() -> None:
+    from gpuscope.web.views import step_pair
+
+    nums = [1, 2, 3, 4]
+    assert step_pair((3, 2), nums) == (2, 3)
+    assert step_pair(3, nums) == (3, 3)  # a single step (what crashed the page)
+    assert step_pair([9], nums) is None and step_pair(None, nums) is None
+
+
+def test_a_failing_section_shows_one_plain_line_and_the_rest_of_the_page(
+    run_id: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in one section: that section says what could not be shown, without a traceback;
+    the sections around it still show their content; the traceback goes to the server log."""
+    if not analysis_ready():
+        pytest.skip("needs gpuscope.analysis.report")
+    from gpuscope.web import figures
+
+    def broken(*a, **k):
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(figures, "idle_by_cause", broken)
+    with caplog.at_level("ERROR", logger="gpuscope.web"):
+        at = open_app(RUN, {"run": run_id})
+    assert not at.exception
+    (err,) = texts(at, "error")
+    assert err.startswith("Breakdowns could not be shown: an internal error (RuntimeError).")
+    assert "secret internals" not in err and "Traceback" not in err
+    assert not at.get("expander") or all("Details" not in e.label for e in at.expander)
+    heads = texts(at, "subheader")
+    assert "GPU busy over time" in heads and "Top kernels" in heads and "Fixes" in heads
+    assert any(c.value and "num_workers" in c.value for c in at.code)  # the fixes still show
+    assert [m.label for m in at.metric][:2] == ["Step time", "GPU busy"]
+    assert "secret internals" in caplog.text and "Traceback" in caplog.text
+
+
+HOSTILE = "![b](http://beacon.invalid/x.png) [click](http://evil.invalid) :red[x] $x$ \u202eevil"
+
+
+def test_text_from_data_is_rendered_as_text(db: Path, run_id: str) -> None:
+    """A run name, tags, the URL's id and rank reach the page as text: escaped Markdown, no
+    image or link syntax left, bidi controls removed, long names cut with the full one on hover."""
+    from gpuscope.ingest.store import connect, set_name, set_tags
+    from gpuscope.web import ui
+
+    con = connect(db)
+    set_name(con, run_id, HOSTILE)
+    set_tags(con, run_id, ["![t](http://beacon.invalid/t.png)"])
+    con.close()
+    at = open_app(RUN, {"run": run_id, "rank": "![r](http://beacon.invalid/r.png)"})
+    assert not at.exception
+    (title,) = texts(at, "title")
+    assert title == ui.md(HOSTILE)
+    assert "![" not in title and "](" not in title and "\u202e" not in title
+    assert "\\!\\[b\\]\\(http\\:\u2060//beacon" in title and ":red[" not in title
+    cap = next(c for c in texts(at, "caption") if "events" in c)
+    assert "![t]" not in cap and "\\!\\[t\\]" in cap
+    (warn,) = [w for w in texts(at, "warning") if "not in this run" in w]
+    assert "![r]" not in warn and "showing rank 0" in warn
+
+    import streamlit as st
+
+    long = "x" * 10_000
+    con = connect(db)
+    set_name(con, run_id, long)
+    con.close()
+    st.cache_data.clear()  # renamed outside the app: its cached run row is stale
+    at = open_app(RUN, {"run": run_id})
+    (title,) = texts(at, "title")
+    assert len(title) == ui.NAME_MAX and title.endswith("…")
+    assert at.title[0].proto.help == long  # the full value on hover
+
+    at = open_app(RUN, {"run": "![i](http://beacon.invalid/id.png)"})
+    (err,) = texts(at, "error")
+    assert "No run" in err and "![i]" not in err and "\\!\\[i\\]" in err
+
+
+def test_md_helper() -> None:
+    from gpuscope.web import ui
+
+    assert ui.plain("a\nb\tc\u202e") == "a b c"
+    assert ui.md("a_b*c") == "a\\_b\\*c"
+    assert ui.md("- x") == "\\- x" and ui.md("1. x") == "1\\. x"  # no list
+    # bare URLs, www. and e-mail addresses: a word joiner stops GFM's autolinking
+    assert ui.md("http://h/x") == "http\\:\u2060//h/x" and ui.md("www.h.x") == "www\u2060.h.x"
+    assert ui.md("a@h.x") == "a\u2060\\@h.x"
+    assert ui.md_code("x`y") == "`x'y`"
+    assert ui.plot_text("<a href='x'>y</a>") == "&lt;a href='x'&gt;y&lt;/a&gt;"
+    assert ui.hover("short") is None and ui.hover("y" * 200) == "y" * 200
+
+
+def test_kernels_are_bars_only_when_each_has_a_pixel() -> None:
+    import pandas as pd
+    from gpuscope.web.views import one_per_pixel
+
+    # 1,000 ns drawn 10 px wide: 100 ns per pixel
+    apart = pd.DataFrame({"start_ns": [0, 300, 700], "end_ns": [150, 450, 900]})
+    assert one_per_pixel(apart, 0, 1_000, 10)
+    crowded = pd.DataFrame({"start_ns": [0, 120, 150], "end_ns": [100, 140, 190]})
+    assert not one_per_pixel(crowded, 0, 1_000, 10)  # two kernels inside pixel 1
+    long_then_short = pd.DataFrame({"start_ns": [0, 500], "end_ns": [560, 520]})
+    assert not one_per_pixel(long_then_short, 0, 1_000, 10)  # nested: same pixels
+    assert one_per_pixel(apart.iloc[:0], 0, 1_000, 10)
+
+
+def test_breakdowns_per_step_and_the_top_kernels_table(run_id: str) -> None:
+    """Both breakdown charts per step and labelled so; the top-kernels table has every column
+    (max included) and each kernel's full name on hover; readable units."""
+    if not analysis_ready():
+        pytest.skip("needs gpuscope.analysis.report")
+    import json
+
+    at = open_app(RUN, {"run": run_id})
+    heads = texts(at, "subheader")
+    assert "Idle time per step, by cause" in heads
+    assert "Kernel time per step, by category" in heads
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")[1:3]]
+    titles = [s["layout"]["xaxis"]["title"]["text"] for s in specs]
+    assert titles == ["idle per step", "kernel time per step"]
+    table = next(h.proto.body for h in at.get("html") if "gs-top" in h.proto.body)
+    for col in ("Kernel", "Count", "Total / step", "Share", "Mean", "Min", "Max", "TC", "Dtype"):
+        assert f">{col}</th>" in table
+    assert 'title="sm90_xmma_gemm_bf16bf16' in table or 'title="ampere_sgemm' in table
+    assert "None" not in table and "e+0" not in table
+    assert "&lt;" in table or "<4," not in table  # kernel templates escaped, never tags
+
+
+def test_evidence_values_read_as_a_person_writes_them() -> None:
+    from gpuscope.web.views import _fmt_value, _rows_frame
+
+    assert _fmt_value("launches_per_step", 1920.4) == "1,920/step"  # was 1.92e+03/step
+    assert _fmt_value("gap_us", 42659) == "42.66 ms"  # was 42659 µs
+    assert _fmt_value("tokens_per_s", 12345.2) == "12,345 tokens/s"  # was 1/s
+    assert _fmt_value("x", None) == "—"
+    df = _rows_frame([{"name": "a", "dur_us": 1200, "stream": None}, {"name": None}])
+    assert "None" not in df.astype(str).to_string() and "—" in df["stream"].tolist()

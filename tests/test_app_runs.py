@@ -209,3 +209,86 @@ def test_store_locked_by_another_process(db: Path, monkeypatch: pytest.MonkeyPat
     assert not at.exception
     (err,) = texts(at, "error")
     assert "PID 4242" in err and "Only one process may write" in err
+
+
+def _named_bytes(tmp_path: Path, host: str, model: str, seed: int) -> bytes:
+    t = training_trace("after", seed=seed)
+    t.extra_meta.update({"hostname": host, "model": model})
+    return t.write(tmp_path / f"{host}.json", gz=False).read_bytes()
+
+
+def test_uploads_called_trace_are_named_from_their_content(db: Path, tmp_path: Path) -> None:
+    """Two different files both called trace.json: the Name field shows the content's name before
+    Ingest, and that is the name stored; the two runs are told apart."""
+    names = []
+    for host, model, seed in (("node1", "gpt2", 1), ("node2", "vit", 2)):
+        at = open_app()
+        at.file_uploader[0].set_value(
+            ("trace.json", _named_bytes(tmp_path, host, model, seed), "application/json")
+        )
+        at.run()
+        field = next(t for t in at.text_input if t.label == "Name")
+        assert field.value.startswith(f"{model} {host}")  # shown before Ingest
+        at.button(key="ingest").click().run()
+        assert not at.exception, at.exception
+        (title,) = texts(at, "title")
+        names.append(title)
+    assert names[0].startswith("gpt2 node1") and names[1].startswith("vit node2")
+
+
+def test_ambiguous_name_in_the_url_lists_the_matches(db: Path, tmp_path: Path) -> None:
+    from gpuscope.ingest.store import connect, set_name
+
+    ids = ingest(db, *(_write(tmp_path, v, s) for v, s in (("before", 1), ("after", 2))))
+    con = connect(db)
+    for rid in ids:
+        set_name(con, rid, "trace")
+    con.close()
+    at = open_app("screens/run.py", {"run": "trace"})
+    assert not at.exception
+    (err,) = texts(at, "error")
+    assert "names more than one run" in err and all(i in err for i in ids)
+    assert not at.get("plotly_chart")
+
+
+def _write(tmp_path: Path, variant: str, seed: int) -> Path:
+    return training_trace(variant, seed=seed).write(tmp_path / f"{variant}{seed}.json.gz")
+
+
+def test_a_dropped_folder_is_one_run(db: Path, tmp_path: Path) -> None:
+    """A run's folder dropped on the uploader: its rank files are one run (named after them);
+    the files beside them that are not traces are left out, and the page says so."""
+    rank_files = [
+        (
+            f"ddp_rank{r}.pt.trace.json",
+            training_trace("after", rank=r, world_size=2, seed=r)
+            .write(tmp_path / f"r{r}.json", gz=False)
+            .read_bytes(),
+            "application/json",
+        )
+        for r in (0, 1)
+    ]
+    at = open_app()
+    at.file_uploader[0].set_value([*rank_files, ("timing.json", b'{"steps": 3}', "text/plain")])
+    at.run()
+    assert any("left out (not traces): timing.json" in c for c in texts(at, "caption"))
+    assert next(t for t in at.text_input if t.label == "Name").value == "ddp"
+    at.button(key="ingest").click().run()
+    assert not at.exception, at.exception
+    assert texts(at, "title") == ["ddp"]
+    assert counts(db)["runs"] == 1 and counts(db)["ranks"] == 2
+
+
+def test_uploader_open_while_the_store_holds_only_samples(db: Path, tmp_path: Path) -> None:
+    samples = write_sample_tree(tmp_path / "samples", steps=2)
+    ingest(db, samples / "before", tags=("sample",))
+    at = open_app()
+    (exp,) = [e for e in at.expander if "Upload traces" in e.label]
+    assert exp.proto.expanded  # nothing uploaded yet: the uploader is open
+    ingest(db, _write(tmp_path, "after", 3))
+    import streamlit as st
+
+    st.cache_data.clear()
+    at = open_app()
+    (exp,) = [e for e in at.expander if "Upload traces" in e.label]
+    assert not exp.proto.expanded  # the user's own run is there: folded away

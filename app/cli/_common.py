@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 import duckdb
+from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.store import connect, resolve_run
 
 
@@ -26,7 +27,10 @@ def open_db(args: Any, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
 
 
 def run_id_or_exit(con: duckdb.DuckDBPyConnection, ref: str) -> str:
-    rid = resolve_run(con, ref)
+    try:
+        rid = resolve_run(con, ref)
+    except IngestError as e:  # a name or prefix of several runs: the error lists them
+        raise SystemExit(fail(str(e))) from None
     if rid is None:
         raise SystemExit(fail(f"{ref}: no such run (see `gpuscope runs`)"))
     return rid

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpuscope.cli._common import fail, open_db
+from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.store import delete_run, resolve_run
 
 
@@ -20,7 +21,11 @@ def run(args: argparse.Namespace) -> int:
     con = open_db(args)
     ids = []
     for ref in args.runs:
-        rid = resolve_run(con, ref)
+        try:
+            rid = resolve_run(con, ref)
+        except IngestError as e:  # ambiguous: the error lists the matching runs
+            con.close()
+            return fail(str(e))
         if rid is None:
             con.close()
             return fail(f"{ref}: no such run (see `gpuscope runs`)")

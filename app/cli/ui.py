@@ -46,6 +46,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--headless", action="store_true", help="do not open a browser")
     p.add_argument(
+        "--dev",
+        action="store_true",
+        help="show error details (tracebacks) in the browser; off by default, where a failing "
+        "section shows one plain line and the traceback goes to the server log",
+    )
+    p.add_argument(
         "--max-upload-mb",
         type=int,
         default=None,
@@ -80,6 +86,8 @@ def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     ]
     if args.headless:
         argv += ["--server.headless", "true"]
+    # No traceback reaches a viewer unless asked for (config.toml says "none" as well).
+    argv += ["--client.showErrorDetails", "full" if getattr(args, "dev", False) else "none"]
     env = dict(os.environ)
     env[ENV_DB] = str(db.resolve())
     env[ENV_MAX_UPLOAD] = str(max_mb)

@@ -264,8 +264,9 @@ def categorize(names: pd.Series, cats: pd.Series) -> pd.Series:
 def nvml_overlay(
     path: str, run_id: str, gpu: int | None, start_abs_ns: int, end_abs_ns: int, n_buckets: int
 ) -> pd.DataFrame:
-    """``gpu_util_pct`` of one GPU in the range (absolute ns), averaged per bucket in DuckDB when
-    the range holds more than ``n_buckets`` samples: ``t_ns`` (absolute), ``gpu_util_pct``."""
+    """``gpu_util_pct`` of one GPU in the range (absolute ns) and the last sample before it,
+    averaged per bucket in DuckDB when there are more than ``n_buckets``: ``t_ns`` (absolute),
+    ``gpu_util_pct``."""
     cur = db.cursor()
     gpus = [
         int(r[0])
@@ -279,11 +280,16 @@ def nvml_overlay(
         )
     g = gpu if gpu in gpus else gpus[0]
     p = {"run": run_id, "gpu": g, "lo": start_abs_ns, "hi": end_abs_ns, "n": max(1, n_buckets)}
+    # plus the last sample before the range: it holds until the next one, so a zoom between
+    # two samples (100 ms apart) still shows the utilisation of that moment
     return cur.execute(
         """
-        WITH s AS (SELECT t_ns, gpu_util_pct FROM nvml_samples
-                   WHERE run_id = $run AND gpu = $gpu AND t_ns >= $lo AND t_ns <= $hi
-                     AND gpu_util_pct IS NOT NULL),
+        WITH prev AS (SELECT max(t_ns) AS t FROM nvml_samples
+                      WHERE run_id = $run AND gpu = $gpu AND t_ns < $lo
+                        AND gpu_util_pct IS NOT NULL),
+             s AS (SELECT t_ns, gpu_util_pct FROM nvml_samples, prev
+                   WHERE run_id = $run AND gpu = $gpu AND t_ns >= coalesce(prev.t, $lo)
+                     AND t_ns <= $hi AND gpu_util_pct IS NOT NULL),
              c AS (SELECT count(*) AS k FROM s)
         SELECT t_ns, gpu_util_pct FROM s, c WHERE c.k <= $n
         UNION ALL

@@ -6,6 +6,7 @@ throughput in TFLOP/s. Colours come from :mod:`gpuscope.web.palette` only.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -157,6 +158,34 @@ def _step_lines(
             )
 
 
+def bucket_envelope(busy_fine: pd.DataFrame, n: int) -> pd.DataFrame:
+    """``busy_fine`` (``n × k`` equal sub-buckets: ``start_ns``, ``end_ns``, ``busy_frac``) folded
+    into ``n`` buckets: ``start_ns``, ``end_ns``, ``busy_frac`` (mean: the exact busy fraction of
+    the bucket), ``busy_min``, ``busy_max`` (the extremes of its sub-buckets), fractions 0..1."""
+    m = len(busy_fine)
+    if m == 0 or n <= 0 or m % n:
+        return busy_fine.assign(busy_min=busy_fine["busy_frac"], busy_max=busy_fine["busy_frac"])
+    k = m // n
+    f = busy_fine["busy_frac"].to_numpy(dtype="float64").reshape(n, k)
+    w = (busy_fine["end_ns"].to_numpy() - busy_fine["start_ns"].to_numpy()).astype("float64")
+    w = w.reshape(n, k)
+    mean = np.where(w.sum(axis=1) > 0, (f * w).sum(axis=1) / np.maximum(w.sum(axis=1), 1), 0.0)
+    return pd.DataFrame(
+        {
+            "start_ns": busy_fine["start_ns"].to_numpy()[::k],
+            "end_ns": busy_fine["end_ns"].to_numpy()[k - 1 :: k],
+            "busy_frac": mean,
+            "busy_min": f.min(axis=1),
+            "busy_max": f.max(axis=1),
+        }
+    )
+
+
+def _esc(text: Any) -> str:
+    """Text for a Plotly hover/label (Plotly reads ``<b>``, ``<a href>``…: kernel names hold ``<``)."""
+    return html.escape(str(text), quote=False)
+
+
 def sawtooth(
     busy: pd.DataFrame,
     *,
@@ -171,12 +200,16 @@ def sawtooth(
 ) -> go.Figure:
     """GPU busy % over time, idle time coloured by cause, step starts marked, NVML overlaid.
 
-    ``busy``: ``start_ns``, ``end_ns``, ``busy_frac`` (0..1) per bucket (trace ns). ``idle``:
-    ``start_ns``, ``end_ns``, ``cause`` gaps. ``steps``: ``number``, ``start_ns``. ``nvml``:
-    ``t_ns`` (trace ns) and ``gpu_util_pct``. ``kernels`` (fine zoom): ``start_ns``, ``end_ns``,
-    ``name``, ``category``; when given each kernel is drawn as a bar instead of the bucket series.
-    ``shares``: the idle % per cause and bucket when already computed (see :func:`idle_shares`).
-    The x axis is ms since ``origin_ns``.
+    ``busy``: ``start_ns``, ``end_ns``, ``busy_frac`` (0..1) per bucket (trace ns), optionally
+    ``busy_min``/``busy_max`` (the envelope inside each bucket, see :func:`bucket_envelope`).
+    ``idle``: ``start_ns``, ``end_ns``, ``cause`` gaps. ``steps``: ``number``, ``start_ns``.
+    ``nvml``: ``t_ns`` (trace ns) and ``gpu_util_pct``; the sample before the view holds until
+    the next, so a zoom between two samples still shows the line. ``kernels`` (a zoom where each
+    activity is wider than a pixel): ``start_ns``, ``end_ns``, ``name``, ``category``; when given,
+    kernels and idle gaps are drawn as bars of ONE trace with a colour per bar, instead of the
+    bucket series. ``shares``: the idle % per cause and bucket when already computed (see
+    :func:`idle_shares`). The x axis is ms since ``origin_ns``. The legend is the page's (HTML):
+    the figure has none.
     """
     fig = go.Figure()
     if busy.empty:
@@ -189,50 +222,43 @@ def sawtooth(
 
     if fine:
         assert kernels is not None
-        for cat, k in kernels.groupby(kernels["category"].fillna("other"), sort=True):
-            s = _ms(k["start_ns"], origin_ns)
-            e = _ms(k["end_ns"], origin_ns)
-            fig.add_trace(
-                go.Bar(
-                    x=(s + e) / 2,
-                    y=np.full(s.size, 100.0),
-                    width=np.maximum(e - s, 1e-6),
-                    name="GPU busy"
-                    if str(cat) == "kernel"
-                    else f"busy: {str(cat).replace('_', ' ')}",
-                    legendgroup=f"k_{cat}",
-                    marker={"color": palette.category_color(str(cat)), "line": {"width": 0}},
-                    customdata=np.stack([k["name"].astype(str).str.slice(0, 120), e - s], axis=1),
-                    hovertemplate="%{customdata[0]}<br>%{customdata[1]:.3f} ms<extra></extra>",
-                )
-            )
+        ks = _ms(kernels["start_ns"], origin_ns)
+        ke = _ms(kernels["end_ns"], origin_ns)
+        kcat = kernels["category"].fillna("other").astype(str).to_numpy()
+        colors = [palette.category_color(c) for c in kcat]
+        text = [
+            f"{_esc(str(n)[:120])}<br>{_esc(c.replace('_', ' '))} · {d:,.3f} ms"
+            for n, c, d in zip(kernels["name"], kcat, ke - ks, strict=True)
+        ]
+        mids, widths = list((ks + ke) / 2), list(np.maximum(ke - ks, 1e-6))
         if idle is not None and not idle.empty:
-            for cause, g in idle.groupby("cause", sort=True):
-                s = np.clip(_ms(g["start_ns"], origin_ns), lo_ms, hi_ms)
-                e = np.clip(_ms(g["end_ns"], origin_ns), lo_ms, hi_ms)
-                keep = e > s
-                if not keep.any():
+            gs = np.clip(_ms(idle["start_ns"], origin_ns), lo_ms, hi_ms)
+            ge = np.clip(_ms(idle["end_ns"], origin_ns), lo_ms, hi_ms)
+            detail = (
+                idle["detail"].astype(str) if "detail" in idle else pd.Series("", index=idle.index)
+            ).to_numpy()
+            for a, b, cause, det in zip(gs, ge, idle["cause"].astype(str), detail, strict=True):
+                if b <= a:
                     continue
-                detail = (
-                    g["detail"].astype(str) if "detail" in g else pd.Series("", index=g.index)
-                ).to_numpy()
-                fig.add_trace(
-                    go.Bar(
-                        x=((s + e) / 2)[keep],
-                        y=np.full(int(keep.sum()), 100.0),
-                        width=(e - s)[keep],
-                        name=palette.cause_label(str(cause)),
-                        legendgroup=f"c_{cause}",
-                        showlegend=False,
-                        marker={
-                            "color": palette.rgba(palette.cause_color(str(cause)), 0.6),
-                            "line": {"width": 0},
-                        },
-                        customdata=np.stack([(e - s)[keep], detail[keep]], axis=1),
-                        hovertemplate=f"idle: {palette.cause_label(str(cause))} %{{customdata[0]:.3f}} ms"
-                        "<br>%{customdata[1]}<extra></extra>",
-                    )
-                )
+                label = palette.cause_label(cause)
+                line = f"idle: {_esc(label)} · {b - a:,.3f} ms"
+                if " · " in det:  # several causes share the gap: their split
+                    line += f"<br>{_esc(det)}"
+                mids.append((a + b) / 2)
+                widths.append(b - a)
+                colors.append(palette.rgba(palette.cause_color(cause), 0.6))
+                text.append(line)
+        fig.add_trace(
+            go.Bar(
+                x=np.asarray(mids, dtype="float64"),
+                y=np.full(len(mids), 100.0, dtype="float32"),
+                width=np.asarray(widths, dtype="float64"),
+                name="activities",
+                marker={"color": colors, "line": {"width": 0}},
+                customdata=text,
+                hovertemplate="%{customdata}<extra></extra>",
+            )
+        )
     else:
         x = x_edges[:-1]
         y_busy = busy["busy_frac"].to_numpy(dtype="float64") * 100.0
@@ -259,34 +285,61 @@ def sawtooth(
                     y=np.append(y, y[-1]),
                     name=palette.cause_label(cause),
                     stackgroup="share",
-                    legendgroup=f"c_{cause}",
-                    showlegend=False,
                     line={"color": palette.cause_color(cause), "width": 0, "shape": "hv"},
                     fillcolor=palette.rgba(palette.cause_color(cause), 0.55),
-                    hovertemplate=f"idle: {palette.cause_label(cause)} %{{y:.1f}} %<extra></extra>",
+                    hovertemplate=f"idle: {_esc(palette.cause_label(cause))} %{{y:.1f}} %"
+                    "<extra></extra>",
+                )
+            )
+        if "busy_min" in busy and "busy_max" in busy:
+            # the envelope: a band from the lowest to the highest busy % inside each bucket, one
+            # closed polygon (max left to right, min back), so no pixel-wide strokes
+            lo = busy["busy_min"].to_numpy(dtype="float64") * 100.0
+            hi = busy["busy_max"].to_numpy(dtype="float64") * 100.0
+            xs = np.repeat(x_edges, 2)[1:-1]  # bucket steps as explicit corners
+            fig.add_trace(
+                go.Scatter(
+                    x=np.concatenate([xs, xs[::-1]]),
+                    y=np.concatenate([np.repeat(hi, 2), np.repeat(lo, 2)[::-1]]),
+                    name="busy min–max",
+                    mode="lines",
+                    fill="toself",
+                    fillcolor=palette.ENVELOPE,
+                    line={"width": 0},
+                    hoverinfo="skip",
                 )
             )
     if nvml is not None and not nvml.empty:
         t = _ms(nvml["t_ns"], origin_ns)
+        u = nvml["gpu_util_pct"].to_numpy(dtype="float64")
+        before = t < lo_ms
+        # the last sample before the view holds at its left edge; samples after it are dropped
+        first = int(np.flatnonzero(before)[-1]) if before.any() else None
         keep = (t >= lo_ms) & (t <= hi_ms)
-        fig.add_trace(
-            go.Scatter(
-                x=t[keep],
-                y=nvml["gpu_util_pct"].to_numpy(dtype="float64")[keep],
-                mode="lines+markers",
-                name="NVML GPU util",
-                line={"color": palette.NVML, "width": 2, "shape": "hv"},
-                marker={"size": 4},
-                hovertemplate="NVML util %{y:.0f} %<extra></extra>",
+        xs, ys = list(t[keep]), list(u[keep])
+        if first is not None:
+            xs, ys = [lo_ms, *xs], [float(u[first]), *ys]
+        if xs:
+            xs.append(hi_ms)  # the last value holds to the right edge
+            ys.append(ys[-1])
+            fig.add_trace(
+                go.Scatter(
+                    x=np.asarray(xs),
+                    y=np.asarray(ys),
+                    mode="lines",
+                    name="NVML GPU util",
+                    line={"color": palette.NVML, "width": 2, "shape": "hv"},
+                    hovertemplate="NVML util %{y:.0f} %<extra></extra>",
+                )
             )
-        )
-    _step_lines(fig, steps, origin_ns, lo_ms, hi_ms)
+    _step_lines(fig, steps, origin_ns, lo_ms, hi_ms, showlegend=False)
     fig.update_layout(
         title={"text": title, "x": 0, "font": {"size": 14}} if title else None,
         dragmode="select",
         selectdirection="h",
         hovermode="closest" if fine else "x",
         barmode="overlay",
+        showlegend=False,
     )
     fig.update_yaxes(range=[0, 108], ticksuffix=" %", fixedrange=True)
     fig.update_xaxes(range=[lo_ms, hi_ms], ticksuffix=" ms")
@@ -375,7 +428,7 @@ def aligned_sawtooth(
     fig.update_xaxes(title_text=x_title, row=n, col=1)
     if hi > 0:
         fig.update_xaxes(range=[0, hi])
-    fig.update_layout(hovermode="x", barmode="overlay")
+    fig.update_layout(hovermode="x", barmode="overlay", showlegend=False)  # the page's legend
     return _base_layout(fig, height=height_each * n + 60)
 
 
@@ -396,7 +449,7 @@ def idle_by_cause(
             marker={"color": [palette.cause_color(c) for c, _ in items]},
             text=[f"{v / div:,.2f} ms" for _, v in items],
             textposition="auto",
-            hovertemplate="%{y}: %{x:.2f} ms<extra></extra>",
+            hovertemplate="%{y}: %{x:,.2f} ms" + ("/step" if per_steps else "") + "<extra></extra>",
         )
     )
     fig.update_xaxes(ticksuffix=" ms", title_text="idle per step" if per_steps else "idle time")
@@ -404,24 +457,32 @@ def idle_by_cause(
 
 
 def kernel_categories(
-    by_category: Mapping[str, float] | Sequence[Mapping[str, Any]], *, height: int = 300
+    by_category: Mapping[str, float] | Sequence[Mapping[str, Any]],
+    *,
+    per_steps: int | None = None,
+    height: int = 300,
 ) -> go.Figure:
-    """Kernel time by category (µs in, ms shown): a horizontal bar per category."""
+    """Kernel time by category (µs in; ms per step shown when ``per_steps`` is given, the unit of
+    the idle chart beside it), with each category's share of kernel time in the bar's text."""
     rows = _category_rows(by_category)
     rows.sort(key=lambda r: r[1])
     total = sum(v for _, v in rows) or 1.0
+    div = 1e3 * (per_steps if per_steps else 1)
+    unit = "ms/step" if per_steps else "ms"
     fig = go.Figure(
         go.Bar(
-            x=[v / 1e3 for _, v in rows],
-            y=[c for c, _ in rows],
+            x=[v / div for _, v in rows],
+            y=[c.replace("_", " ") for c, _ in rows],
             orientation="h",
             marker={"color": [palette.category_color(c) for c, _ in rows]},
             text=[f"{100 * v / total:.1f} %" for _, v in rows],
             textposition="auto",
-            hovertemplate="%{y}: %{x:.2f} ms<extra></extra>",
+            hovertemplate=f"%{{y}}: %{{x:,.2f}} {unit}<extra></extra>",
         )
     )
-    fig.update_xaxes(ticksuffix=" ms", title_text="kernel time")
+    fig.update_xaxes(
+        ticksuffix=" ms", title_text="kernel time per step" if per_steps else "kernel time"
+    )
     return _base_layout(fig, height=height)
 
 
@@ -544,8 +605,16 @@ def nvml_lines(
     fig.update_yaxes(ticksuffix=f" {unit}" if unit else "")
     if unit == "%":
         fig.update_yaxes(range=[0, 105])
+    _base_layout(fig, height=height)
+    # the title on top, the legend (only with several GPUs) below the plot: never one over the other
+    n_gpus = samples["gpu"].nunique() if not samples.empty and "gpu" in samples else 0
     fig.update_layout(
-        title={"text": title, "x": 0, "font": {"size": 14}} if title else None,
+        title={"text": title, "x": 0, "y": 0.98, "yanchor": "top", "font": {"size": 14}}
+        if title
+        else None,
         hovermode="x unified",
+        showlegend=n_gpus > 1,
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0},
+        margin={"l": 10, "r": 10, "t": 40 if title else 10, "b": 50 if n_gpus > 1 else 10},
     )
-    return _base_layout(fig, height=height)
+    return fig

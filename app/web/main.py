@@ -6,11 +6,12 @@ Live (a running ``gpuscope sample`` server). Every page is a script in ``screens
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import streamlit as st
 from gpuscope import __version__
-from gpuscope.web import db
+from gpuscope.web import db, ui
 
 ICON = Path(__file__).resolve().parent / "static" / "favicon.png"  # local: no font CDN request
 st.set_page_config(
@@ -37,10 +38,18 @@ HOME = st.Page(_home, title="gpuscope", url_path="home", default=True, visibilit
 
 page = st.navigation([HOME, *PAGES])
 with st.sidebar:
-    st.caption(f"gpuscope {__version__} · store `{db.db_path()}`")
+    st.caption(f"gpuscope {__version__} · store {ui.md_code(db.db_path(), None)}")
 try:
     db.store()
 except db.StoreUnavailable as e:
-    st.error(str(e), icon=":material/lock:")
+    st.error(ui.md(str(e), None), icon=":material/lock:")
     st.stop()
-page.run()
+try:
+    page.run()
+except Exception as e:  # a bug outside every section: one plain line here, the traceback in the log
+    logging.getLogger("gpuscope.web").exception("page %r failed", page.title)
+    st.error(
+        f"This page could not be shown: an internal error ({type(e).__name__}). "
+        "The details are in the server log.",
+        icon=":material/error:",
+    )

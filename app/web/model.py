@@ -153,6 +153,39 @@ def fix_status(
     return FixStatus(resolved, remaining, new)
 
 
+def peak_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """A sentence when A's and B's MFU are measured against different peaks or dtypes (their
+    MFUs are then not comparable as they stand), else ``None``."""
+    pa, pb = num(a.get("peak_tflops")), num(b.get("peak_tflops"))
+    da, db_ = a.get("dtype"), b.get("dtype")
+    if pa == pb and da == db_:
+        return None
+
+    def peak(p: float | None, d: Any) -> str:
+        return f"{p:,.1f} TFLOP/s" if p is not None else "no peak"
+
+    parts = []
+    if pa != pb:
+        parts.append(f"peak A {peak(pa, da)} vs B {peak(pb, db_)}")
+    if da != db_:
+        parts.append(f"dtype A {da or 'unknown'} vs B {db_ or 'unknown'}")
+    return (
+        "A and B's MFU use different ceilings (" + "; ".join(parts) + "): compare achieved "
+        "TFLOP/s rather than MFU."
+    )
+
+
+def throughput_kind(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str, str]:
+    """Which throughput both runs report: (key in ``throughput``, card label, unit)."""
+    for key, label, unit in (
+        ("tokens_per_s", "Throughput", "tokens/s"),
+        ("samples_per_s", "Throughput", "samples/s"),
+    ):
+        if num(get(a, "throughput", key)) is not None or num(get(b, "throughput", key)) is not None:
+            return key, label, unit
+    return "samples_per_s", "Throughput", "samples/s"
+
+
 def speedup(a: dict[str, Any], b: dict[str, Any]) -> float | None:
     """A's mean step time ÷ B's (>1: B is faster)."""
     sa, sb = num(get(a, "step_time_ms", "mean")), num(get(b, "step_time_ms", "mean"))
@@ -202,6 +235,8 @@ def comparison_rows(comparison: dict[str, Any]) -> list[Row]:
     for key, section in SECTIONS:
         for d in comparison.get(key) or []:
             unit, a, b = _display(str(d.get("unit") or ""), num(d.get("a")), num(d.get("b")))
+            if unit == "1/s":  # a rate: say of what
+                unit = f"{str(d.get('metric')).split('_per_s')[0]}/s"
             better = d.get("better")
             lower = None if better is None else better == "lower"
             metric = str(d.get("metric"))

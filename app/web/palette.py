@@ -12,6 +12,7 @@ import hashlib
 BUSY = "#3b82c4"  # GPU busy (kernels running)
 BUSY_FILL = "rgba(59,130,196,0.55)"
 NVML = "#e8590c"  # NVML utilization.gpu overlay
+ENVELOPE = "rgba(120,120,140,0.28)"  # busy min–max band inside a bucket (the sawtooth)
 STEP_LINE = "rgba(128,128,128,0.75)"
 RUN_A = "#7f8c9b"  # "before"
 RUN_B = "#2a9d8f"  # "after"

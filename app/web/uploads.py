@@ -8,17 +8,18 @@ files of one run go into one directory, which the loader reads as one run (rank 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 import duckdb
 from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.loader import RunResult, display_name, ingest_paths
+from gpuscope.ingest.loader import RunResult, ingest_paths
+from gpuscope.ingest.naming import meta_from_head, upload_name
 
 CHUNK = 1 << 20
 ACCEPTED = (".json", ".json.gz", ".gz")
@@ -52,14 +53,40 @@ def check_names(files: Sequence[Upload]) -> None:
             raise IngestError(f.name, "not a trace file: expected .json or .json.gz")
 
 
+HEAD_BYTES = 64 * 1024  # of a trace's JSON text read for its name before ingest
+
+
+def head_text(f: Upload) -> str:
+    """The first ``HEAD_BYTES`` of an upload's JSON text (gunzipped when it is gzip); ``""`` when
+    unreadable (the ingest that follows names the problem)."""
+    try:
+        f.seek(0)
+        raw = f.read(HEAD_BYTES if not f.name.lower().endswith(".gz") else 4 * HEAD_BYTES)
+        f.seek(0)
+        if raw[:2] == b"\x1f\x8b":
+            raw = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, HEAD_BYTES)
+        return raw[:HEAD_BYTES].decode("utf-8", "replace")
+    except (OSError, zlib.error, ValueError):
+        return ""
+
+
 def run_name_for(files: Sequence[Upload]) -> str:
-    """A display name for rank files of one run: their common stem without the rank part."""
-    stems = [display_name(Path(safe_name(f.name))) for f in files]
-    if len(stems) == 1:
-        return stems[0]
-    prefix = os.path.commonprefix(stems)  # noqa: RUF071 (character prefix of names is wanted)
-    prefix = re.sub(r"(?i)[_\-.]*(rank)?[_\-.]*\d*$", "", prefix).rstrip("_-. ")
-    return prefix or stems[0]
+    """The default name of uploaded files that form one run (``ingest.naming``): their common
+    stem without rank parts, else the model, host and date read from the first file's head."""
+    names = [safe_name(f.name) for f in files]
+    first = min(files, key=lambda f: f.name) if files else None
+    meta = meta_from_head(head_text(first)) if first is not None else {}
+    return upload_name(names, meta)
+
+
+def trace_files(files: Sequence[Upload]) -> tuple[list[Upload], list[str]]:
+    """A dropped folder's files: when some are named like torch.profiler traces
+    (``*.pt.trace.json[.gz]``), those are the run and the rest (``timing.json`` …) are left out;
+    returns (kept, names left out)."""
+    traces = [f for f in files if ".pt.trace.json" in f.name.lower()]
+    if not traces or len(traces) == len(files):
+        return list(files), []
+    return traces, sorted(f.name for f in files if f not in traces)
 
 
 def _copy(src: Upload | BinaryIO, dest: Path) -> int:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import json
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,8 +14,10 @@ import pandas as pd
 import streamlit as st
 from gpuscope.web import data, db, figures, palette, ui
 
+LOG = logging.getLogger("gpuscope.web")
 N_BUCKETS = 1200  # about one per pixel of a wide plot
-FINE_KERNELS = 2000  # fewer GPU activities than this in view: draw each one
+FINE_KERNELS = 2000  # at most this many GPU activities in view: look at them one by one
+ENVELOPE_SUB = 4  # sub-buckets per bucket for the busy min/max envelope
 MIN_VIEW_NS = 2_000
 PLOT_CONFIG = {
     "displaylogo": False,
@@ -24,15 +28,34 @@ PLOT_CONFIG = {
 
 @contextlib.contextmanager
 def section(label: str) -> Iterator[None]:
-    """Run one page section; an analysis failure shows a box naming it, the rest of the page stays."""
+    """Run one page section so that it fails alone.
+
+    An analysis that cannot run shows one warning line naming the section and the reason; any
+    other exception shows one plain error line (no traceback: the user cannot act on one) while
+    the traceback goes to the server log (logger ``gpuscope.web``). Streamlit's own control flow
+    (``st.rerun``/``st.stop``) derives from ``BaseException`` and passes through.
+    """
     try:
         yield
     except data.AnalysisUnavailable as e:
-        st.warning(f"{label}: {e}.", icon=":material/construction:")
+        st.warning(f"{label} not shown: {ui.plain(str(e), 300)}.", icon=":material/construction:")
     except Exception as e:  # a bug in one section must not take the page down
-        st.error(f"{label} failed: {type(e).__name__}: {e}", icon=":material/error:")
-        with st.expander("Details"):
-            st.exception(e)
+        LOG.exception("section %r failed", label)
+        st.error(
+            f"{label} could not be shown: an internal error ({type(e).__name__}). "
+            "The details are in the server log.",
+            icon=":material/error:",
+        )
+
+
+@contextlib.contextmanager
+def logged(what: str) -> Iterator[None]:
+    """For an optional extra: an exception is logged with its traceback (never shown, never
+    lost) and the page goes on without it."""
+    try:
+        yield
+    except Exception:
+        LOG.exception("%s failed; the page goes on without it", what)
 
 
 def _in_apptest() -> bool:
@@ -74,8 +97,8 @@ def below_the_fold(key: str, render: Callable[[], None], *, delay_s: float = 0.4
 
 def run_caption(row: dict[str, Any]) -> str:
     parts = [
-        f"`{row['run_id']}`",
-        row.get("gpu_name") or "GPU unknown",
+        ui.md_code(row["run_id"]),
+        ui.md(row.get("gpu_name") or "GPU unknown"),
         f"{row['n_ranks']} rank{'s' if row['n_ranks'] != 1 else ''}",
         f"{row['n_events']:,} events",
     ]
@@ -83,9 +106,9 @@ def run_caption(row: dict[str, Any]) -> str:
     if created is not None:
         parts.append(f"stored {str(created)[:16]} UTC")
     if row.get("torch_version"):
-        parts.append(f"torch {row['torch_version']}")
+        parts.append(f"torch {ui.md(row['torch_version'])}")
     if row.get("tags"):
-        parts.append("tags: " + ", ".join(row["tags"]))
+        parts.append("tags: " + ", ".join(ui.md(t) for t in row["tags"]))
     return " · ".join(parts)
 
 
@@ -103,7 +126,7 @@ def rank_selector(run_id: str, *, key: str, param: str = "rank", label: str = "R
             chosen = r
         else:
             st.warning(
-                f"Rank {raw!r} is not in this run (ranks {', '.join(map(str, ranks))}); "
+                f"Rank “{ui.md(raw, 40)}” is not in this run (ranks {', '.join(map(str, ranks))}); "
                 f"showing rank {chosen}."
             )
     if len(ranks) > 1:
@@ -200,14 +223,25 @@ def _swatch(color: str, text: str, *, line: bool = False) -> str:
     )
 
 
-def cause_legend(*, nvml: bool = False) -> None:
-    """The one colour legend for every chart on the page: busy, each idle cause, NVML."""
-    items = [_swatch(palette.BUSY, "GPU busy")]
+def cause_legend(
+    *, nvml: bool = False, categories: list[str] | None = None, envelope: bool = False
+) -> None:
+    """The one colour legend of the page's busy plots (the figures draw none): busy (or, when
+    kernels are drawn one by one, their categories), each idle cause, the envelope, NVML, steps."""
+    if categories:
+        items = [
+            _swatch(palette.category_color(c), f"busy: {c.replace('_', ' ')}") for c in categories
+        ]
+    else:
+        items = [_swatch(palette.BUSY, "GPU busy")]
     items += [
         _swatch(palette.cause_color(c), f"idle: {palette.cause_label(c)}") for c in palette.CAUSES
     ]
+    if envelope:
+        items.append(_swatch(palette.ENVELOPE, "busy min–max inside a bucket (band)"))
     if nvml:
         items.append(_swatch(palette.NVML, "NVML GPU util", line=True))
+    items.append(_swatch(palette.STEP_LINE, "step start", line=True))
     # st.html (sanitised, a 2 kB script) rather than markdown with raw HTML (a 190 kB parser)
     st.html(f'<div style="font-size:0.85rem;line-height:1.9">{"".join(items)}</div>')
 
@@ -281,6 +315,42 @@ def range_from_selection(sel: Any, origin_ns: int) -> tuple[int, int] | None:
     return int(origin_ns + lo * 1e6), int(origin_ns + hi * 1e6)
 
 
+def steps_in_view(steps: pd.DataFrame, s: int, e: int) -> tuple[int | None, int | None]:
+    """The numbers of the first and last step that overlap ``[s, e)`` (ns), or ``(None, None)``."""
+    if steps is None or steps.empty:
+        return None, None
+    inside = steps[(steps["end_ns"] > s) & (steps["start_ns"] < e)]
+    if inside.empty:
+        return None, None
+    return int(inside["number"].iloc[0]), int(inside["number"].iloc[-1])
+
+
+def step_pair(value: Any, nums: list[int]) -> tuple[int, int] | None:
+    """A step slider's value as an ordered ``(first, last)`` pair of known step numbers, whatever
+    shape it arrives in (a pair, or a single step); ``None`` when it names no known step."""
+    if isinstance(value, list | tuple):
+        vals = [v for v in value if v in nums]
+    else:
+        vals = [value] if value in nums else []
+    if not vals:
+        return None
+    idx = sorted(nums.index(v) for v in vals)
+    return nums[idx[0]], nums[idx[-1]]
+
+
+def one_per_pixel(kernels: pd.DataFrame, s: int, e: int, n_px: int) -> bool:
+    """Whether each activity gets a pixel of its own in ``[s, e)`` drawn ``n_px`` wide: no pixel
+    column holds (any part of) two activities. Otherwise bars would paint a step solid."""
+    if kernels.empty:
+        return True
+    px = (e - s) / n_px
+    a = np.floor((kernels["start_ns"].to_numpy(dtype="float64") - s) / px).astype("int64")
+    b = np.floor((kernels["end_ns"].to_numpy(dtype="float64") - s - 1) / px).astype("int64")
+    order = np.argsort(a, kind="stable")
+    a, b = a[order], np.maximum.accumulate(b[order])
+    return bool(np.all(a[1:] > b[:-1]))
+
+
 def _set_view(vkey: str, s: int, e: int, ws: int, we: int) -> None:
     st.session_state[vkey] = clamp_view(s, e, ws, we)
 
@@ -304,11 +374,18 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
     if e - s < MIN_VIEW_NS:
         s, e = ws, we
     nums = [int(n) for n in steps["number"]]
-    skey = f"steps_{vkey}"
+    # The slider shows the steps the view covers and follows every zoom: its key carries the view,
+    # and its value is always passed as a (first, last) pair, so it is always a range slider.
+    # (Keyed by the view alone, and created without ``value`` once its key was in the session, it
+    # came back as a single-value slider holding an int: "cannot unpack non-iterable int".)
+    first, last = steps_in_view(steps, s, e)
+    skey = f"steps_{vkey}_{s}_{e}"
 
     def on_steps() -> None:
-        a, b = st.session_state[skey]
-        ia, ib = nums.index(a), nums.index(b)
+        picked = step_pair(st.session_state.get(skey), nums)
+        if picked is None:
+            return
+        ia, ib = nums.index(picked[0]), nums.index(picked[1])
         _set_view(vkey, int(steps["start_ns"].iloc[ia]), int(steps["end_ns"].iloc[ib]), ws, we)
 
     def zoom(factor: float) -> None:
@@ -321,20 +398,17 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
 
     def reset() -> None:
         st.session_state[vkey] = (ws, we)
-        if len(nums) > 1:
-            st.session_state[skey] = (nums[0], nums[-1])
 
     st.subheader("GPU busy over time")
     cols = st.columns([12, 1, 1, 1, 1], vertical_alignment="bottom")
-    if len(nums) > 1:
-        kw = {} if skey in st.session_state else {"value": (nums[0], nums[-1])}
+    if len(nums) > 1 and first is not None and last is not None:
         cols[0].select_slider(
             "Steps shown",
             options=nums,
+            value=(first, last),
             key=skey,
             on_change=on_steps,
             format_func=lambda n: f"#{n}",
-            **kw,
         )
     whole = (s, e) == (ws, we)
     buttons = (
@@ -357,12 +431,19 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
 
     dev = data.primary_device(path, run_id, rank, ws, we)
     n_act = data.kernel_count(path, run_id, rank, dev, s, e)
-    busy = data.busy(path, run_id, rank, s, e, N_BUCKETS, dev)
     kernels = (
         data.kernels_in_range(path, run_id, rank, dev, s, e, FINE_KERNELS)
         if n_act <= FINE_KERNELS
         else None
     )
+    if kernels is not None and not one_per_pixel(kernels, s, e, N_BUCKETS):
+        kernels = None  # a pixel would hold several activities: the busy share per bucket
+    if kernels is None:
+        busy = figures.bucket_envelope(
+            data.busy(path, run_id, rank, s, e, N_BUCKETS * ENVELOPE_SUB, dev), N_BUCKETS
+        )
+    else:
+        busy = data.busy(path, run_id, rank, s, e, N_BUCKETS, dev)
     gaps, shares, gap_note = None, None, None
     try:
         if kernels is not None:
@@ -386,13 +467,19 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
         if picked is not None:
             _set_view(vkey, picked[0], picked[1], ws, we)
 
-    cause_legend(nvml=not nvml.empty)
+    cats = (
+        sorted(set(kernels["category"].fillna("other").astype(str)))
+        if kernels is not None
+        else None
+    )
+    cause_legend(nvml=not nvml.empty, categories=cats, envelope=kernels is None)
     st.plotly_chart(fig, key=chart_key, on_select=on_box, selection_mode="box", config=PLOT_CONFIG)
     bucket_us = (e - s) / N_BUCKETS / 1e3
     detail = (
         f"each of the {n_act:,} GPU activities drawn"
         if kernels is not None
-        else f"{N_BUCKETS} buckets of {bucket_us:,.1f} µs, {n_act:,} GPU activities"
+        else f"{N_BUCKETS:,} buckets of {ui.fmt_duration_us(bucket_us)}, {n_act:,} GPU activities"
+        " (busy share per bucket, min–max band inside it)"
     )
     notes = [
         f"{(s - ws) / 1e6:,.3f}–{(e - ws) / 1e6:,.3f} ms of {(we - ws) / 1e6:,.1f} ms",
@@ -414,93 +501,136 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
 def breakdowns(report: dict[str, Any]) -> None:
     c1, c2 = st.columns(2)
     causes = (report.get("idle") or {}).get("causes") or {}
+    steps = n_steps(report)
     with c1:
-        st.subheader("Idle time by cause")
+        st.subheader("Idle time per step, by cause")
         if causes:
-            st.plotly_chart(
-                figures.idle_by_cause(causes, per_steps=n_steps(report)), config=PLOT_CONFIG
-            )
+            st.plotly_chart(figures.idle_by_cause(causes, per_steps=steps), config=PLOT_CONFIG)
         else:
             st.caption("No idle time attributed.")
     kernels = report.get("kernels") or {}
     with c2:
-        st.subheader("Kernel time by category")
+        st.subheader("Kernel time per step, by category")
         if kernels.get("by_category"):
-            st.plotly_chart(figures.kernel_categories(kernels["by_category"]), config=PLOT_CONFIG)
+            st.plotly_chart(
+                figures.kernel_categories(kernels["by_category"], per_steps=steps),
+                config=PLOT_CONFIG,
+            )
         else:
             st.caption("No kernels.")
 
 
-def _us_columns_to_ms(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
-    config: dict[str, Any] = {}
-    for col in list(df.columns):
-        if col.endswith("_us"):
-            new = col[:-3] + " (ms)"
-            df[new] = pd.to_numeric(df[col], errors="coerce") / 1e3
-            df = df.drop(columns=col)
-            config[new] = st.column_config.NumberColumn(new, format="%.3f")
-        elif col.endswith("_pct"):
-            config[col] = st.column_config.NumberColumn(col[:-4] + " (%)", format="%.1f")
-    return df, config
+TOP_COLUMNS = (  # (header, key, how to show it, width), widths in % of the table
+    ("Kernel", "name", None, 32),
+    ("Category", "category", None, 11),
+    ("Count", "count", "int", 6),
+    ("Total / step", "total_us", "per_step", 9),
+    ("Share", "share_pct", "pct", 6),
+    ("Mean", "mean_us", "us", 8),
+    ("Min", "min_us", "us", 8),
+    ("Max", "max_us", "us", 8),
+    ("TC", "tensor_core", "bool", 5),
+    ("Dtype", "precision", None, 7),
+)
+TOP_HEADER_HELP = {"TC": "Runs on tensor cores", "Dtype": "Precision of the kernel's math"}
+
+
+def top_kernels_html(report: dict[str, Any]) -> str | None:
+    """The top-kernels table as HTML: every column visible at 1440 px (fixed layout, long names cut
+    with an ellipsis), each kernel's full name on hover (``title``). Text from the trace is
+    escaped. ``None`` when the report lists no kernels."""
+    top = (report.get("kernels") or {}).get("top") or []
+    if not top:
+        return None
+    steps = n_steps(report)
+
+    def cell(row: dict[str, Any], key: str, how: str | None) -> tuple[str, str]:
+        v = row.get(key)
+        if key == "name":
+            full = str(row.get("name") or "")
+            short = str(row.get("short_name") or full)
+            return ui.plot_text(short, 200), html.escape(ui.plain(full, None), quote=True)
+        if v is None or (isinstance(v, float) and v != v):
+            return "—", ""
+        if how == "int":
+            return f"{int(v):,}", ""
+        if how == "per_step":
+            return ui.fmt_duration_us(float(v) / steps), ""
+        if how == "us":
+            return ui.fmt_duration_us(float(v)), ""
+        if how == "pct":
+            return ui.fmt_pct(float(v)), ""
+        if how == "bool":
+            return ("yes" if v else "no"), ""
+        return ui.plot_text(str(v).replace("_", " "), 40), ""
+
+    cols = "".join(f'<col style="width:{w}%">' for _, _, _, w in TOP_COLUMNS)
+    head = "".join(
+        f'<th style="text-align:{"left" if how is None else "right"}"'
+        + (f' title="{TOP_HEADER_HELP[h]}"' if h in TOP_HEADER_HELP else "")
+        + f">{h}</th>"
+        for h, _, how, _ in TOP_COLUMNS
+    )
+    body = []
+    for row in top:
+        tds = []
+        for _, key, how, _ in TOP_COLUMNS:
+            text, title = cell(row, key, how)
+            align = "left" if how is None else "right"
+            tip = f' title="{title}"' if title else ""
+            tds.append(f'<td style="text-align:{align}"{tip}>{text}</td>')
+        body.append(f"<tr>{''.join(tds)}</tr>")
+    style = (
+        "<style>.gs-top{width:100%;table-layout:fixed;border-collapse:collapse;font-size:0.85rem}"
+        ".gs-top th,.gs-top td{padding:4px 6px;border-bottom:1px solid rgba(128,128,128,0.25);"
+        "overflow:hidden;text-overflow:ellipsis;white-space:nowrap}"
+        ".gs-top th{font-weight:600}</style>"
+    )
+    return (
+        f'{style}<table class="gs-top"><colgroup>{cols}</colgroup>'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def top_kernels(report: dict[str, Any]) -> None:
-    top = (report.get("kernels") or {}).get("top") or []
     st.subheader("Top kernels")
-    if not top:
+    table = top_kernels_html(report)
+    if table is None:
         st.caption("No kernels.")
         return
-    df = pd.DataFrame(top)
-    if "short_name" in df and "name" in df:
-        df["short_name"] = df["short_name"].where(df["short_name"].astype(bool), df["name"])
-        df = df.drop(columns=["name"]).rename(columns={"short_name": "name"})
-    df, config = _us_columns_to_ms(df)
-    first = [
-        c
-        for c in (
-            "name",
-            "category",
-            "count",
-            "total (ms)",
-            "share_pct",
-            "mean (ms)",
-            "tensor_core",
-            "precision",
-        )
-        if c in df.columns
-    ]
-    df = df[[*first, *[c for c in df.columns if c not in first]]]
-    config.update(
-        {
-            "name": st.column_config.TextColumn("Kernel", width="large"),
-            "category": st.column_config.TextColumn("Category"),
-            "count": st.column_config.NumberColumn("Count", format="%d"),
-            "tensor_core": st.column_config.CheckboxColumn("Tensor cores"),
-            "share_pct": st.column_config.NumberColumn("Share", format="%.1f %%"),
-        }
+    st.html(table)
+    st.caption(
+        f"Per kernel name, over the {n_steps(report)} step(s) of the window: total per step, "
+        "share of kernel time, mean/min/max per launch. Hover a name for the full one."
     )
-    st.dataframe(df, hide_index=True, width="stretch", column_config=config)
 
 
 def _fmt_value(key: str, v: Any) -> str:
-    """A number of the analysis's JSON in display units, chosen by its key's suffix."""
+    """A number of the analysis's JSON in display units, chosen by its key's suffix: durations in
+    the unit that reads best (µs, ms, s), thousands separators, never an exponent."""
     if isinstance(v, bool) or v is None:
         return "—" if v is None else ("yes" if v else "no")
     if isinstance(v, int | float):
         f = float(v)
+        if f != f:  # NaN
+            return "—"
         if key.endswith("_us_per_step"):
-            return f"{f / 1e3:,.3g} ms/step"
+            return ui.fmt_duration_us(f) + "/step"
+        if key.endswith("_ns"):
+            return ui.fmt_duration_us(f / 1e3)
         if key.endswith("_us"):
-            return f"{f / 1e3:,.3g} ms"
+            return ui.fmt_duration_us(f)
         if key.endswith("_ms"):
-            return f"{f:,.3g} ms"
+            return ui.fmt_duration_us(f * 1e3)
         if key.endswith("_pct") or key == "share":
             return ui.fmt_pct(f)
         if "bytes" in key:
             return f"{f / 2**20:,.1f} MiB" + ("/step" if key.endswith("_per_step") else "")
+        if key.endswith("_per_s"):
+            return ui.fmt_rate(f, key.removesuffix("_per_s").replace("_", " ") + "/s")
         if key.endswith("_per_step"):
-            return f"{f:,.3g}/step"
-        return f"{int(f):,}" if f.is_integer() and abs(f) < 1e15 else f"{f:,.3g}"
+            return f"{ui.fmt_number(f)}/step"
+        return ui.fmt_number(f)
     return str(v)
 
 
@@ -511,13 +641,25 @@ def _label(key: str) -> str:
 
 
 def _rows_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Evidence rows as a table a person reads: durations in ms, missing values as "—" (never a
+    literal ``None``), column names in words."""
     df = pd.DataFrame(rows)
     for col in list(df.columns):
         if col.endswith("_us_per_step"):
             df[_label(col) + " (ms/step)"] = pd.to_numeric(df.pop(col), errors="coerce") / 1e3
         elif col.endswith("_us"):
             df[_label(col) + " (ms)"] = pd.to_numeric(df.pop(col), errors="coerce") / 1e3
-    return df
+        elif col.endswith("_ns"):
+            df[_label(col.removesuffix("_ns")) + " (ms)"] = (
+                pd.to_numeric(df.pop(col), errors="coerce") / 1e6
+            )
+    for col in list(df.columns):
+        if df[col].isna().any():  # Streamlit shows a missing cell as a literal "None"
+            if pd.api.types.is_numeric_dtype(df[col]):
+                df[col] = df[col].map(lambda x: "—" if x != x else ui.fmt_number(x))
+            else:
+                df[col] = df[col].map(lambda x: "—" if x is None or x != x else x).astype(object)
+    return df.rename(columns={c: _label(c) for c in df.columns if "_" in c and "(" not in c})
 
 
 def evidence(ev: Any) -> None:
@@ -525,11 +667,11 @@ def evidence(ev: Any) -> None:
     if ev is None or ev == "" or ev == [] or ev == {}:
         return
     if isinstance(ev, str):
-        st.markdown(ev)
+        st.markdown(ui.md(ev, None))
         return
     if isinstance(ev, list):
         if all(isinstance(x, str) for x in ev):
-            st.markdown("\n".join(f"- {x}" for x in ev))
+            st.markdown("\n".join(f"- {ui.md(x, None)}" for x in ev))
         else:
             st.dataframe(_rows_frame([x for x in ev if isinstance(x, dict)]), hide_index=True)
         return
@@ -537,16 +679,20 @@ def evidence(ev: Any) -> None:
         st.write(ev)
         return
     if ev.get("summary"):
-        st.markdown(str(ev["summary"]))
+        st.markdown(ui.md(ev["summary"], None))
     scalars = {k: v for k, v in ev.items() if k != "summary" and not isinstance(v, dict | list)}
     if scalars:
-        st.caption(" · ".join(f"{_label(k)}: **{_fmt_value(k, v)}**" for k, v in scalars.items()))
+        st.caption(
+            " · ".join(
+                f"{ui.md(_label(k))}: **{ui.md(_fmt_value(k, v))}**" for k, v in scalars.items()
+            )
+        )
     for k, v in ev.items():
         if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-            with st.expander(f"Evidence: {_label(k)} ({len(v)})"):
+            with st.expander(f"Evidence: {ui.md(_label(k))} ({len(v)})"):
                 st.dataframe(_rows_frame(v), hide_index=True, width="stretch")
         elif isinstance(v, dict) and v:
-            with st.expander(f"Evidence: {_label(k)}"):
+            with st.expander(f"Evidence: {ui.md(_label(k))}"):
                 st.json(json.loads(json.dumps(v, default=str)))
 
 
@@ -562,7 +708,7 @@ def recommendations(report: dict[str, Any]) -> None:
     for r in recs:
         with st.container(border=True):
             gain = r.get("max_gain_pct")
-            head = f"**{r.get('title') or r.get('id')}**"
+            head = f"**{ui.md(r.get('title') or r.get('id'), None)}**"
             if gain is not None:
                 head += f" — step time down by at most **{float(gain):.1f} %**"
             st.markdown(head)
@@ -570,13 +716,13 @@ def recommendations(report: dict[str, Any]) -> None:
             fix = r.get("fix")
             if isinstance(fix, dict):
                 if fix.get("text") or fix.get("explanation"):
-                    st.markdown(str(fix.get("text") or fix.get("explanation")))
+                    st.markdown(ui.md(fix.get("text") or fix.get("explanation"), None))
                 code = fix.get("code")
                 if code:
                     st.code(str(code), language=str(fix.get("language") or "python"))
             elif fix:
                 st.code(str(fix), language="python")
-            st.caption(f"id `{r.get('id')}`")
+            st.caption(f"id {ui.md_code(r.get('id'))}")
 
 
 # -- an NVML-only run ---------------------------------------------------------------------------------
@@ -640,7 +786,7 @@ def aligned_panel(
     with contextlib.suppress(data.AnalysisUnavailable):
         shares = _coarse_shares(path, run_id, rank, dev, s, e, n_buckets)
     return {
-        "label": f"{tag} · {name}",
+        "label": f"{tag} · {ui.plot_text(name)}",
         "busy": busy,
         "origin_ns": s,
         "shares": shares,

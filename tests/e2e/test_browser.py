@@ -30,8 +30,12 @@ def _sample_ids(server: Server) -> tuple[str, str]:
 
 
 def _open_uploader(page) -> None:  # type: ignore[no-untyped-def]
-    page.get_by_text("Upload traces").click()
-    page.locator('[data-testid="stFileUploaderDropzoneInput"]').wait_for(state="attached")
+    """The uploader: open already while the store holds only the samples (a first visit)."""
+    details = page.locator('[data-testid="stExpander"] details').filter(has_text="Upload traces")
+    details.wait_for()
+    if details.get_attribute("open") is None:
+        page.get_by_text("Upload traces").click()
+    page.locator('[data-testid="stFileUploaderDropzone"]').wait_for(state="visible")
 
 
 def _ingest(page) -> None:  # type: ignore[no-untyped-def]
@@ -54,6 +58,8 @@ def test_runs_page_lists_the_sample_runs(server: Server, new_page) -> None:  # t
     page.goto(f"{server.url}/")
     wait_idle(page)
     page.get_by_role("heading", name="Runs").wait_for()
+    # only the samples in the store: the uploader is open, no click needed
+    page.locator('[data-testid="stFileUploaderDropzone"]').wait_for(state="visible")
     grid = page.locator('[data-testid="stDataFrame"]')
     grid.wait_for()
     page.get_by_text("Compare two runs").wait_for()

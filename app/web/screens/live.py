@@ -13,6 +13,7 @@ import streamlit as st
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.web import db, figures, live, ui, views
+from gpuscope.web.advice import GPM, what_to_do
 
 st.title("Live")
 st.caption(
@@ -94,7 +95,7 @@ def panel() -> None:
     view = rows[rows["t_ns"] >= newest - window_s * 10**9]
     latest = view[view["t_ns"] == newest]
     st.caption(
-        f"host **{state['host'] or '?'}** · {view['gpu'].nunique()} GPU(s) · "
+        f"host **{ui.md(state['host'] or '?')}** · {view['gpu'].nunique()} GPU(s) · "
         f"{len(view) // max(1, view['gpu'].nunique()):,} samples shown"
     )
     for r in latest.sort_values("gpu").itertuples():
@@ -109,9 +110,14 @@ def panel() -> None:
             "SM active",
             ui.fmt_pct(r.sm_active_pct),
             border=True,
-            help="GPM SM activity (Hopper and newer): how much of the SMs was working",
+            help=f"Share of the streaming multiprocessors (SMs) that were working. {GPM}",
         )
-        cols[2].metric("Tensor active", ui.fmt_pct(r.tensor_active_pct), border=True)
+        cols[2].metric(
+            "Tensor active",
+            ui.fmt_pct(r.tensor_active_pct),
+            border=True,
+            help=f"Share of the time the tensor cores were working. {GPM}",
+        )
         mem = (
             f"{r.mem_used_bytes / 2**30:,.1f} GiB"
             if r.mem_used_bytes == r.mem_used_bytes and r.mem_used_bytes is not None
@@ -133,13 +139,29 @@ def panel() -> None:
         )
         d = diagnosis.get(int(gpu))
         if d is not None:
-            st.info(d.summary, icon=":material/troubleshoot:")
+            todo = what_to_do(d)
+            st.info(
+                f"{ui.md(d.summary, None)}\n\n**What to do:** {todo.advice}",
+                icon=":material/troubleshoot:",
+            )
+            if todo.fix_id:
+                with st.expander(f"The fix: {todo.title} (`{todo.fix_id}`)"):
+                    st.code(todo.code, language="python")
+                    st.caption(
+                        "The same fix the Run page recommends when a trace shows this cause "
+                        "(docs/metrics.md, Recommendations). Record a few steps with "
+                        "`gpuscope.capture.profile_steps` and upload them to confirm the cause "
+                        "and bound the gain."
+                    )
     if view["sm_active_pct"].notna().any():
         st.plotly_chart(
-            figures.nvml_lines(view, "sm_active_pct", origin_ns=origin, title="SM active (GPM)"),
+            figures.nvml_lines(
+                view, "sm_active_pct", origin_ns=origin, title="SM active (GPM counters)"
+            ),
             config=views.PLOT_CONFIG,
             key="live_sm",
         )
+        st.caption(GPM)
 
 
 panel()
@@ -164,13 +186,13 @@ def _save() -> None:
             with db.writing() as cur:
                 (res,) = ingest_paths(cur, [path], name=name)
         except (IngestError, db.StoreUnavailable) as e:
-            st.session_state["live_saved"] = ("error", f"Not saved: {e}", None)
+            st.session_state["live_saved"] = ("error", f"Not saved: {ui.md(str(e), None)}", None)
             return
     n = rows["t_ns"].nunique()
     what = "already stored as" if res.duplicate else "saved as run"
     st.session_state["live_saved"] = (
         "success",
-        f"{n:,} samples {what} `{res.run_id}` ({res.name}).",
+        f"{n:,} samples {what} {ui.md_code(res.run_id)} ({ui.md(res.name)}).",
         res.run_id,
     )
 

@@ -11,7 +11,7 @@ from gpuscope.web import data, db, ui, views
 ui.show_flash()
 path = db.db_path()
 ref = st.query_params.get("run")
-run_id = db.resolve(ref)
+run_id = ui.resolve_or_stop(ref)
 
 if run_id is None:
     st.title("Run")
@@ -25,7 +25,7 @@ if run_id is None:
         list(runs["run_id"]),
         index=None,
         placeholder="Choose a run",
-        format_func=lambda i: f"{labels[i]}  ·  {i}",
+        format_func=lambda i: f"{ui.plain(labels[i])}  ·  {i}",
     )
     if pick:
         st.query_params["run"] = pick
@@ -37,7 +37,7 @@ if ref != run_id:  # a prefix or a name: show the canonical id in the URL
 
 row = db.run_row(path, db.generation(), run_id)
 assert row is not None
-st.title(row["name"])
+st.title(ui.md(row["name"]), help=ui.hover(row["name"]), anchor=False)
 st.caption(views.run_caption(row))
 
 if row["kind"] != "trace":

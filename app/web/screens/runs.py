@@ -6,7 +6,8 @@ import pandas as pd
 import streamlit as st
 from gpuscope.ingest.errors import IngestError
 from gpuscope.web import data, db, ui
-from gpuscope.web.uploads import ONE_RUN, SEPARATE, ingest_uploads
+from gpuscope.web.samples import SAMPLE_TAG
+from gpuscope.web.uploads import ONE_RUN, SEPARATE, ingest_uploads, run_name_for, trace_files
 
 st.title("Runs")
 ui.show_flash()
@@ -14,19 +15,36 @@ ui.show_flash()
 runs = db.runs_df(db.db_path(), db.generation())
 
 # -- upload --------------------------------------------------------------------------------------
-with st.expander("Upload traces", icon=":material/upload:", expanded=runs.empty):
+# Open until the user has uploaded once: while the store holds nothing, or only the sample runs.
+only_samples = runs.empty or all(SAMPLE_TAG in list(t or []) for t in runs["tags"])
+with st.expander("Upload traces", icon=":material/upload:", expanded=only_samples):
     upload_key = f"uploader_{st.session_state.get('upload_round', 0)}"
-    files = st.file_uploader(
-        "PyTorch profiler traces (.json, .json.gz): one file, or the rank files of one run",
+    dropped = st.file_uploader(
+        "PyTorch profiler traces (.json, .json.gz): one file, the rank files of one run, "
+        "or a run's folder dropped here",
         type=["json", "gz"],
         accept_multiple_files=True,
         key=upload_key,
     )
+    files, left_out = trace_files(list(dropped or []))
+    if left_out:
+        st.caption(
+            f"{len(files)} trace file(s) form the run; left out (not traces): "
+            + ", ".join(ui.md(n, 60) for n in left_out[:8])
+            + (f" and {len(left_out) - 8} more" if len(left_out) > 8 else "")
+        )
     mode = ONE_RUN
     if files and len(files) > 1:
         mode = st.radio("These files are", [ONE_RUN, SEPARATE], horizontal=True, key="upload_mode")
+    suggested = run_name_for(files) if files and mode == ONE_RUN else ""
     c1, c2 = st.columns(2)
-    name = c1.text_input("Name (optional)", key=f"upload_name_{upload_key}")
+    name = c1.text_input(
+        "Name",
+        value=suggested,
+        key=f"upload_name_{upload_key}_{abs(hash(tuple(f.name for f in files)))}_{mode}",
+        help="Filled in from the folder or file names, else from the trace (model, host, date); "
+        "change it as you like. Empty: each file is named that way at ingest.",
+    )
     tags_text = c2.text_input("Tags (optional, comma-separated)", key=f"upload_tags_{upload_key}")
     if st.button("Ingest", type="primary", disabled=not files, key="ingest"):
         bar = st.progress(0.0, text="Starting…")
@@ -42,16 +60,20 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=runs.empty)
                 )
         except IngestError as e:
             bar.empty()
-            st.error(f"**Nothing was stored.** {e}", icon=":material/error:")
+            st.error(f"**Nothing was stored.** {ui.md(str(e), None)}", icon=":material/error:")
         else:
             st.session_state["upload_round"] = st.session_state.get("upload_round", 0) + 1
             new = [r for r in results if not r.duplicate]
             dups = [r for r in results if r.duplicate]
             msgs = [
-                f"Stored run **{r.name}** (`{r.run_id}`, {r.n_ranks} rank(s), {r.n_events:,} events)."
+                f"Stored run **{ui.md(r.name)}** ({ui.md_code(r.run_id)}, {r.n_ranks} rank(s), "
+                f"{r.n_events:,} events)."
                 for r in new
             ]
-            msgs += [f"**{r.name}** was stored before as run `{r.run_id}`." for r in dups]
+            msgs += [
+                f"**{ui.md(r.name)}** was stored before as run {ui.md_code(r.run_id)}."
+                for r in dups
+            ]
             ui.flash("success" if new else "info", " ".join(msgs))
             if len(results) == 1:
                 st.switch_page("screens/run.py", query_params={"run": results[0].run_id})
@@ -126,7 +148,7 @@ event = st.dataframe(
     },
 )
 if table.empty:
-    st.caption(f"No run matches “{query}”.")
+    st.caption(f"No run matches “{ui.md(query)}”.")
 selected_rows = list(getattr(getattr(event, "selection", None), "rows", []) or [])
 selected = [table.iloc[i] for i in selected_rows if i < len(table)]
 
@@ -141,7 +163,7 @@ else:
     cols = st.columns([2, 2, 3, 3])
     cols[0].page_link(
         "screens/run.py",
-        label=f"Open {first['name']}",
+        label=f"Open {ui.md(first['name'], 40)}",
         icon=":material/insights:",
         query_params={"run": rid},
     )
@@ -165,11 +187,11 @@ else:
             else:
                 with db.writing() as cur:
                     ui.rename_and_tag(cur, rid, clean, ui.parse_tags(new_tags))
-                ui.flash("success", f"Saved **{clean}**.")
+                ui.flash("success", f"Saved **{ui.md(clean)}**.")
                 st.rerun()
     with cols[3]:
         ids = [str(r["run_id"]) for r in selected]
-        label = f"Delete {len(ids)} runs" if len(ids) > 1 else f"Delete {first['name']}"
+        label = f"Delete {len(ids)} runs" if len(ids) > 1 else f"Delete {ui.md(first['name'], 40)}"
         sure = st.checkbox(
             "Yes, delete: this cannot be undone", key=f"confirm_delete_{'_'.join(ids)}"
         )
@@ -193,7 +215,7 @@ if len(trace_runs) >= 2:
         sa, sb = sorted(selected, key=lambda r: r["created"])
         a0, b0 = str(sa["run_id"]), str(sb["run_id"])
     c1, c2, c3 = st.columns([3, 3, 2], vertical_alignment="bottom")
-    fmt = lambda i: f"{labels[i]}  ·  {i}"  # noqa: E731
+    fmt = lambda i: f"{ui.plain(labels[i])}  ·  {i}"  # noqa: E731
     a = c1.selectbox(
         "Before (A)", ids, index=ids.index(a0), format_func=fmt, key=f"cmp_a_{a0}_{b0}"
     )

@@ -1,0 +1,64 @@
+"""What to do about what the Live page sees: the wording beside its diagnosis (no analysis here:
+the diagnosis itself comes from ``gpuscope.analysis.live``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuscope.analysis.live import MOSTLY_IDLE_PCT, STEADY_IDLE_PCT
+
+GPM = (
+    "GPM (GPU Performance Monitoring) is NVML's set of hardware counters on Hopper and newer "
+    "GPUs; it says how much of the chip was working, where NVML's utilization only says that "
+    "some kernel ran."
+)
+
+
+@dataclass(frozen=True)
+class Todo:
+    advice: str  # Markdown, written here (no data in it)
+    fix_id: str | None = None  # the recommendation id (docs/metrics.md, Recommendations)
+    title: str = ""
+    code: str = ""
+
+
+def what_to_do(d: Any) -> Todo:
+    """What to do about a live diagnosis (its shape: a regular sawtooth, mostly idle, irregular
+    idle, steadily busy), with the recommendation that fixes the usual cause of that shape."""
+    idle = d.idle_share_pct
+    if idle is None:
+        return Todo("wait for samples.")
+    if d.period_s is not None:
+        return Todo(
+            "a regular busy/idle rhythm is almost always the input pipeline: make batches in "
+            "background workers and copy them from pinned memory.",
+            "dataloader_workers",
+            "Load batches in background workers",
+            "loader = DataLoader(dataset, batch_size=B, shuffle=True,\n"
+            "                    num_workers=8, persistent_workers=True, prefetch_factor=4,\n"
+            "                    pin_memory=True)\n"
+            "x = x.to(device, non_blocking=True)",
+        )
+    if idle < STEADY_IDLE_PCT:
+        return Todo(
+            "nothing, from utilization alone. If SM active (GPM) stays low while the GPU is "
+            "busy, the kernels are too small for the GPU: try a larger batch."
+        )
+    if idle > MOSTLY_IDLE_PCT:
+        return Todo(
+            "check that the job is running and is using this GPU; if it is, the host is the "
+            "bottleneck: record a trace to see whether it is data loading, syncs or CPU work."
+        )
+    return Todo(
+        "irregular idle gaps usually come from the host waiting on the GPU (`.item()`, "
+        "`.cpu()`, printing a loss every step) or from uneven batches: keep per-step values on "
+        "the GPU and read them back every N steps.",
+        "host_sync",
+        "Avoid a host sync every step",
+        "# accumulate on the GPU, read back every N steps\n"
+        "running = running + loss.detach()\n"
+        "if step % 50 == 0:\n"
+        "    print(float(running) / 50)\n"
+        "    running.zero_()",
+    )
