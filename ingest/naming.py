@@ -10,7 +10,7 @@ is useless. The rule (pure functions, no I/O):
 2. Else the trace's content: the model (top-level ``model``/``model_name``/``gpuscope.model``/
    ``config``), the host (``hostname``/``host``, or the host of a tensorboard-handler file name
    ``<host>_<pid>.<ms>``) and the date (``baseTimeNanoseconds``, or the handler's ms timestamp),
-   joined by spaces: ``resnet50 node7 2026-11-22 20:31``.
+   joined by spaces: ``resnet50 node7 2026-11-22 20:31:07``.
 3. Else the generic name itself (``trace``).
 """
 
@@ -99,7 +99,7 @@ def _date(ns: Any) -> str | None:
         return None
     if not 2000 <= t.year <= 2200:
         return None
-    return t.strftime("%Y-%m-%d %H:%M")
+    return t.strftime("%Y-%m-%d %H:%M:%S")  # to the second: spans of one process differ
 
 
 def content_name(meta: Mapping[str, Any] | None, source: str | None = None) -> str | None:
@@ -111,9 +111,11 @@ def content_name(meta: Mapping[str, Any] | None, source: str | None = None) -> s
     host = next((t for k in HOST_KEYS if (t := _text(meta.get(k)))), None)
     if host is None and handler:
         host = handler["host"]
-    date = _date(meta.get("baseTimeNanoseconds"))
-    if date is None and handler:
-        date = _date(int(handler["ms"]) * 10**6)
+    # The handler's file name holds this span's own start; Kineto's baseTimeNanoseconds is a time
+    # base that spans of one process can share, so the file name's time wins when there is one.
+    date = _date(int(handler["ms"]) * 10**6) if handler else None
+    if date is None:
+        date = _date(meta.get("baseTimeNanoseconds"))
     parts = [p for p in (model, host, date) if p]
     return " ".join(parts) if parts else None
 

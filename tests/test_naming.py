@@ -36,14 +36,14 @@ def test_a_meaningful_folder_or_file_name_wins(source: str, expected: str) -> No
 )
 def test_a_generic_name_gives_way_to_the_content(source: str | None) -> None:
     meta = {"model": "gpt2-small", "hostname": "node7", "baseTimeNanoseconds": NS_2026}
-    assert default_run_name(source, meta) == "gpt2-small node7 2026-10-01 12:17"
+    assert default_run_name(source, meta) == "gpt2-small node7 2026-10-01 12:17:06"
 
 
 def test_tensorboard_handler_file_names_give_host_and_date() -> None:
     name = "gpu-node-3_4242.1790857026000.pt.trace.json"
     assert is_generic(stem(name))
-    assert default_run_name(name, {}) == "gpu-node-3 2026-10-01 12:17"
-    assert content_name({"config": "after"}, name) == "after gpu-node-3 2026-10-01 12:17"
+    assert default_run_name(name, {}) == "gpu-node-3 2026-10-01 12:17:06"
+    assert content_name({"config": "after"}, name) == "after gpu-node-3 2026-10-01 12:17:06"
 
 
 def test_nothing_known_keeps_the_generic_name() -> None:
