@@ -8,7 +8,7 @@ import json
 import queue
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -87,8 +87,10 @@ class TraceRunWriter:
         run_id: str,
         files: list[Path],
         progress: Progress | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> None:
         self.con, self.run_id, self.files = con, run_id, files
+        self.metadata = dict(metadata or {})  # the user's, over each rank's trace metadata
         self.inserter = BatchInserter(con, run_id)
         self.progress = progress
         self.total_bytes = sum(p.stat().st_size for p in files)
@@ -152,6 +154,7 @@ class TraceRunWriter:
             meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
         )
         rest = {k: v for k, v in meta.items() if k not in ("deviceProperties", "distributedInfo")}
+        rest.update(self.metadata)
         self.con.execute(
             "INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
@@ -324,6 +327,7 @@ def ingest_trace(
     tags: Iterable[str] = (),
     progress: Progress | None = None,
     staged: list[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> tuple[RunResult, list[Any]]:
     """Stage one run (a file, or a folder of rank files): write its rows, return its `runs` row.
 
@@ -339,7 +343,7 @@ def ingest_trace(
     con.execute("INSERT INTO ingest_pending VALUES (?, ?)", [run_id, _now()])
     con.execute("BEGIN TRANSACTION")
     try:
-        writer = TraceRunWriter(con, run_id, files, progress)
+        writer = TraceRunWriter(con, run_id, files, progress, metadata)
         hints = _rank_hints(files)
         ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
         writer.finish()
@@ -422,8 +426,13 @@ def ingest_paths(
     progress: Progress | None = None,
     separate: bool = False,
     smi_columns: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> list[RunResult]:
     """Ingest each path as one run; the runs are published together at the end, or not at all.
+
+    ``metadata``: top-level trace metadata the user adds to every rank of every trace run, over
+    what the files hold (e.g. ``{"gpuscope.untraced_step_ms": 12.3}`` for a trace recorded without
+    ``gpuscope.capture``).
 
     ``smi_columns``: the ``--query-gpu`` list of headerless nvidia-smi CSV logs
     (``--format=csv,noheader``). ``separate``: each trace file of a folder is a run of its own (e.g. the profiling spans that
@@ -452,6 +461,7 @@ def ingest_paths(
             tz=tz,
             progress=progress,
             smi_columns=smi_columns,
+            metadata=metadata,
         )
     finally:
         con.execute(f"SET threads = {int(threads)}")
@@ -467,6 +477,7 @@ def _ingest_paths(
     tz: str | None,
     progress: Progress | None,
     smi_columns: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> list[RunResult]:
     from gpuscope.ingest.nvml import is_nvml_file
 
@@ -495,7 +506,13 @@ def _ingest_paths(
                 continue
             try:
                 result, row = ingest_trace(
-                    con, p, name=one_name, tags=tags, progress=progress, staged=staged
+                    con,
+                    p,
+                    name=one_name,
+                    tags=tags,
+                    progress=progress,
+                    staged=staged,
+                    metadata=metadata,
                 )
             except DuplicateRunError as e:
                 results.append(_duplicate(con, e, p))

@@ -579,3 +579,18 @@ def test_rank_busy_panels_align_on_a_step(con, ddp_folder):
         assert len(p["busy"]) == 10
         assert list(p["busy"]["busy_frac"]) == pytest.approx([0.99] + [1.0] * 8 + [0.0])
     assert rank_busy_panels(con, rid, step_number=7) == []
+
+
+def test_ingest_stores_an_untraced_step_time_with_the_run(tmp_path, db_path, capsys):
+    """`ingest --untraced-step-ms` keeps the value with the run as gpuscope.capture would have:
+    every later `analyze` caps host-side figures by it without being told again."""
+    path = short_ops().write(tmp_path / "t.json")
+    db = ("--db", str(db_path))
+    code, out, err = run_cli(capsys, "ingest", str(path), "--untraced-step-ms", "0.25", *db)
+    assert code == 0, err
+    run_id = out.strip()
+    code, out, err = run_cli(capsys, "analyze", run_id, *db)
+    assert code == 0, err
+    assert "untraced step 0.250 ms (capture): the profiler adds 300%" in out
+    code, out, err = run_cli(capsys, "ingest", str(path), "--untraced-step-ms", "-1", *db)
+    assert code == 2 and err.count("\n") == 1 and "--untraced-step-ms" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
@@ -37,6 +38,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         action="store_true",
         help="each trace file of a folder is its own run (e.g. profiling spans of one process)",
     )
+    p.add_argument(
+        "--untraced-step-ms",
+        type=float,
+        metavar="MS",
+        help="step time measured without the profiler, ms, stored with the trace run(s) as "
+        "gpuscope.capture would have (caps host-side findings at what can exist without the "
+        "profiler)",
+    )
     p.add_argument("--json", action="store_true", help="print details as JSON")
     common_db_option(p)
 
@@ -44,6 +53,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def run(args: argparse.Namespace) -> int:
     if args.name and len(args.paths) > 1:
         return fail("--name needs exactly one PATH")
+    metadata = {}
+    if args.untraced_step_ms is not None:
+        if not math.isfinite(args.untraced_step_ms) or args.untraced_step_ms <= 0:
+            return fail(f"--untraced-step-ms: {args.untraced_step_ms:g} is not a step time > 0 ms")
+        metadata["gpuscope.untraced_step_ms"] = args.untraced_step_ms
     con = open_db(args)
     try:
         attach = run_id_or_exit(con, args.attach) if args.attach else None
@@ -56,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             tz=args.tz,
             separate=args.separate,
             smi_columns=args.smi_columns,
+            metadata=metadata,
         )
     except IngestError as e:
         return fail(str(e))
