@@ -344,3 +344,43 @@ def test_evidence_values_read_as_a_person_writes_them() -> None:
     assert _fmt_value("x", None) == "—"
     df = _rows_frame([{"name": "a", "dur_us": 1200, "stream": None}, {"name": None}])
     assert "None" not in df.astype(str).to_string() and "—" in df["stream"].tolist()
+
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
+    """The real 2×H200 DDP sample: rank 1 arrives last at the collectives; the page says so with
+    the evidence, lists both ranks per step and draws each rank's busy time aligned on a step."""
+    (rid,) = ingest(db, SAMPLES / "ddp")
+    at = open_app(RUN, {"run": rid})
+    assert not at.exception, at.exception
+    assert "Ranks" in texts(at, "subheader")
+    [pace] = [w for w in texts(at, "warning") if "sets the pace" in w]
+    assert pace.startswith("Rank 1 sets the pace") and "ms per step" in pace
+    table = next(d.value for d in at.dataframe if "communication only / step" in d.value.columns)
+    assert list(table["rank"]) == [0, 1]
+    specs = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("rank 0" in s and "rank 1" in s for s in specs)  # the small multiples
+
+
+def test_profiler_cost_and_no_evidence_banners(db: Path, tmp_path: Path) -> None:
+    """A trace that carries its untraced step time says what the profiler added; a trace with no
+    GPU activity says so first, and shows no busy figure."""
+    from tracegen import TraceBuilder
+
+    (rid,) = ingest(db, SAMPLES / "wild" / "gpt_compiled")
+    at = open_app(RUN, {"run": rid})
+    assert not at.exception, at.exception
+    [note] = [i for i in texts(at, "info") if "Without the profiler" in i]
+    assert "15.04 ms" in note and "the profiler adds" in note  # gpuscope.untraced_step_ms 15.037
+
+    b = TraceBuilder()
+    b.cpu_op("aten::mm", 1000, 50)  # CPU ops only: nothing ran on a GPU
+    (cpu_only,) = ingest(db, b.write(tmp_path / "cpu.json"))
+    at = open_app(RUN, {"run": cpu_only})
+    assert not at.exception, at.exception
+    warnings = texts(at, "warning")
+    assert warnings and "GPU" in warnings[0]
+    busy = next(m for m in at.metric if m.label == "GPU busy")
+    assert busy.value in ("—", "-")

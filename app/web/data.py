@@ -10,12 +10,15 @@ pages show as a notice naming the function instead of failing.
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 from gpuscope.web import db
+
+log = logging.getLogger("gpuscope.web")
 
 
 class AnalysisUnavailable(RuntimeError):
@@ -90,18 +93,27 @@ def comparison(path: str, a: str, b: str) -> dict[str, Any]:
 
 
 def summary(run_id: str) -> dict[str, float | None]:
-    """Step time (ms), GPU busy % and MFU % of a run, for the runs list (None when unknown)."""
+    """Step time (ms) and GPU busy % of the rank that sets the pace (the straggler, else the least
+    busy rank), its rank, and MFU % of the run, for the runs list (None when unknown)."""
     try:
         r = report(db.db_path(), run_id, None)
-    except AnalysisUnavailable:
-        return {"step_ms": None, "busy_pct": None, "mfu_pct": None}
-    except Exception:  # one broken run must not break the list
-        return {"step_ms": None, "busy_pct": None, "mfu_pct": None}
+    except Exception:  # one broken run must not break the list: its row says "—", the log why
+        log.exception("runs list: run %s could not be analysed", run_id)
+        return {"step_ms": None, "busy_pct": None, "mfu_pct": None, "rank": None}
+    pace = analysis_fn("ranks", "slowest_rank_figures")(r)
     return {
-        "step_ms": _get(r, "step_time_ms", "mean"),
-        "busy_pct": _num(r.get("gpu_busy_pct")),
+        "step_ms": _num(pace.get("step_ms")),
+        "busy_pct": _num(pace.get("busy_pct")),
         "mfu_pct": _num(r.get("mfu_pct")),
+        "rank": pace.get("rank"),
     }
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def rank_panels(path: str, gen: int, run_id: str) -> list[dict[str, Any]]:
+    """Every rank's busy series over three steps, aligned on each rank's first step
+    (``analysis.ranks.rank_busy_panels``), for the Run page's small multiples."""
+    return analysis_fn("ranks", "rank_busy_panels")(db.cursor(), run_id)
 
 
 def _num(v: Any) -> float | None:

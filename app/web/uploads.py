@@ -105,10 +105,13 @@ def ingest_uploads(
     tags: Sequence[str] = (),
     progress: Progress | None = None,
     tmp_root: str | None = None,
+    untraced_step_ms: float | None = None,
 ) -> list[RunResult]:
     """Store uploaded traces; raise IngestError (one line, nothing stored) on any bad file.
 
     ``mode`` is ``ONE_RUN`` (all files are ranks of one run) or ``SEPARATE`` (one run per file).
+    ``untraced_step_ms``: the step time measured without the profiler, stored with the run(s) as
+    ``gpuscope.capture`` would have (``gpuscope ingest --untraced-step-ms``).
     """
     if not files:
         raise IngestError("upload", "no files")
@@ -155,7 +158,10 @@ def ingest_uploads(
         if run_name is None and mode == ONE_RUN and len(files) > 1:
             run_name = run_name_for(files)
         try:
-            results = ingest_paths(con, paths, name=run_name, tags=list(tags), progress=on_bytes)
+            meta = {"gpuscope.untraced_step_ms": untraced_step_ms} if untraced_step_ms else None
+            results = ingest_paths(
+                con, paths, name=run_name, tags=list(tags), progress=on_bytes, metadata=meta
+            )
         except IngestError as e:  # name the file as the user knows it, not its temp path
             shown = {str(t): f.name for f, t in zip(files, targets, strict=True)}
             shown.update({str(p): "the uploaded files" for p in paths if p.is_dir()})

@@ -161,6 +161,71 @@ def n_steps(report: dict[str, Any]) -> int:
     return int((report.get("window") or {}).get("steps") or 1) or 1
 
 
+def evidence_banner(report: dict[str, Any]) -> None:
+    """The report's warnings: without recognised GPU activity the first one leads the page (no busy
+    %, MFU or fix rests on anything); the others as notes."""
+    warnings = [str(w) for w in report.get("warnings") or []]
+    if report.get("gpu_busy_pct") is None and warnings:
+        st.warning(ui.md(warnings.pop(0), limit=None), icon=":material/warning:")
+    if warnings:
+        st.caption("Notes: " + " · ".join(ui.md(w, limit=None) for w in warnings))
+
+
+def profiler_note(report: dict[str, Any]) -> None:
+    """What the profiler itself cost, and the cap it puts on host-side figures (metrics.md,
+    "Profiler cost")."""
+    prof = report.get("profiler") or {}
+    untraced = prof.get("untraced_step_ms")
+    if untraced is not None:
+        cap = prof.get("host_cap_ms_per_step")
+        st.info(
+            f"Without the profiler a step takes {ui.fmt_ms(untraced, 2)} (median, "
+            f"{'recorded by gpuscope.capture' if prof.get('untraced_source') == 'capture' else 'given'}"
+            f"); traced it takes {ui.fmt_ms(prof.get('traced_step_ms'), 2)}: the profiler adds "
+            f"{ui.fmt_pct(prof.get('inflation_pct'))}. Host-side idle and fixes are capped at "
+            f"{ui.fmt_ms(cap, 2)} per step, what can exist without it.",
+            icon=":material/timer:",
+        )
+    elif prof.get("suspect") and prof.get("note"):
+        st.info(ui.md(prof["note"], limit=None), icon=":material/timer:")
+
+
+def rank_overview(run_id: str, report: dict[str, Any]) -> None:
+    """For a run of several ranks: every rank's figures per step, the straggler with its evidence,
+    and each rank's busy-time plot aligned on its first step."""
+    ranks = report.get("ranks") or []
+    if len(ranks) < 2:
+        return
+    st.subheader("Ranks", anchor=False)
+    sg = report.get("straggler") or {}
+    if sg.get("rank") is not None:
+        st.warning(
+            f"Rank {sg['rank']} sets the pace: {ui.md(sg.get('evidence') or '', limit=None)}",
+            icon=":material/slow_motion_video:",
+        )
+    rows = []
+    for r in ranks:
+        idle = r.get("idle_us_per_step")
+        rows.append(
+            {
+                "rank": r.get("rank"),
+                "step time": ui.fmt_ms(r.get("step_time_ms"), 2),
+                "GPU busy": ui.fmt_pct(r.get("gpu_busy_pct")),
+                "communication only / step": ui.fmt_us_as_ms(r.get("comm_only_us_per_step"), 2),
+                "idle / step": ui.fmt_us_as_ms(idle, 2),
+            }
+        )
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    panels = data.rank_panels(db.db_path(), db.generation(), run_id)
+    if panels:
+        fig = figures.aligned_sawtooth(
+            [{**p, "label": ui.plot_text(p["label"])} for p in panels],
+            height_each=170,
+            x_title="ms since the rank's first step",
+        )
+        st.plotly_chart(fig, width="stretch", config={"displayModeBar": False})
+
+
 def headline_cards(report: dict[str, Any]) -> None:
     st_ms = report.get("step_time_ms") or {}
     steps = n_steps(report)

@@ -171,8 +171,14 @@ if rep_a is not None and rep_b is not None:
             )
         if peak_note:
             st.caption(f":material/warning: {ui.md(peak_note, None)}")
-        if sp:
-            st.markdown(f"B runs a step **{sp:.2f}×** {'faster' if sp >= 1 else 'slower'} than A.")
+        sp_text = (comparison or {}).get("speedup_text")
+        if sp_text:  # by throughput where the work per step is known (analysis.compare)
+            st.markdown(f"**{ui.md(sp_text, None)}**")
+        elif sp:
+            st.markdown(
+                f"B runs a step **{sp:.2f}×** {'faster' if sp >= 1 else 'slower'} than A "
+                "(step times compare equal work only if the batch is the same)."
+            )
         for note in (comparison or {}).get("notes") or []:
             st.caption(f"Note: {ui.md(note, None)}")
 

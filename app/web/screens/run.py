@@ -51,8 +51,14 @@ with views.section("Analysis"), st.spinner("Analysing…"):
     report = data.report(path, run_id, rank)
 
 if report is not None:
+    with views.section("Warnings"):
+        views.evidence_banner(report)
     with views.section("Headline"):
         views.headline_cards(report)
+    with views.section("Profiler cost"):
+        views.profiler_note(report)
+    with views.section("Ranks"):
+        views.rank_overview(run_id, report)
 with views.section("Busy-time plot"):
     views.sawtooth_panel(run_id, rank, key="run")
 if report is not None:

@@ -46,6 +46,17 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
         "change it as you like. Empty: each file is named that way at ingest.",
     )
     tags_text = c2.text_input("Tags (optional, comma-separated)", key=f"upload_tags_{upload_key}")
+    untraced = st.number_input(
+        "Step time without the profiler, ms (optional)",
+        min_value=0.0,
+        value=None,
+        step=0.1,
+        format="%.3f",
+        key=f"upload_untraced_{upload_key}",
+        help="Time a few steps with the profiler off (CUDA-synchronised) and enter the median: "
+        "host-side findings are then capped at what can exist without the profiler. Traces "
+        "recorded with gpuscope.capture carry it already.",
+    )
     if st.button("Ingest", type="primary", disabled=not files, key="ingest"):
         bar = st.progress(0.0, text="Starting…")
         try:
@@ -57,6 +68,7 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
                     name=name.strip() or None,
                     tags=ui.parse_tags(tags_text),
                     progress=lambda frac, text: bar.progress(min(max(frac, 0.0), 1.0), text=text),
+                    untraced_step_ms=untraced or None,
                 )
         except IngestError as e:
             bar.empty()
@@ -140,8 +152,16 @@ event = st.dataframe(
         "created": st.column_config.DatetimeColumn("Date (UTC)", format="YYYY-MM-DD HH:mm"),
         "gpu": st.column_config.TextColumn("GPU"),
         "ranks": st.column_config.NumberColumn("Ranks", format="%d"),
-        "step_ms": st.column_config.NumberColumn("Step time", format="%.1f ms"),
-        "busy_pct": st.column_config.NumberColumn("GPU busy", format="%.1f %%"),
+        "step_ms": st.column_config.NumberColumn(
+            "Step time",
+            format="%.1f ms",
+            help="Of the rank that sets the pace: the straggler, else the least busy rank",
+        ),
+        "busy_pct": st.column_config.NumberColumn(
+            "GPU busy",
+            format="%.1f %%",
+            help="Of the rank that sets the pace: the straggler, else the least busy rank",
+        ),
         "mfu_pct": st.column_config.NumberColumn("MFU", format="%.1f %%"),
         "tags": st.column_config.ListColumn("Tags"),
         "run_id": st.column_config.TextColumn("Run id"),
