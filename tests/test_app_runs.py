@@ -292,3 +292,35 @@ def test_uploader_open_while_the_store_holds_only_samples(db: Path, tmp_path: Pa
     at = open_app()
     (exp,) = [e for e in at.expander if "Upload traces" in e.label]
     assert not exp.proto.expanded  # the user's own run is there: folded away
+
+
+def test_a_store_fault_on_rename_is_one_line_and_the_next_action_works(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk-full error while saving a name: one plain line (no exception box), nothing written,
+    the connection dropped; once the fault is gone the same action works."""
+    import duckdb
+    from gpuscope.web import ui as webui
+
+    (rid,) = ingest(db, training_trace("after").write(tmp_path / "x.json"))
+    at = open_app()
+    real = webui.set_name
+
+    def full(con, run_id, name):
+        raise duckdb.IOException("could not write file: No space left on device")
+
+    monkeypatch.setattr(webui, "set_name", full)
+    _select(at, [0])
+    at.text_input(key=f"rename_text_{rid}").set_value("renamed")
+    at.button[1].click().run()
+    assert not at.exception
+    [err] = [e for e in texts(at, "error") if "Nothing was stored" in e]
+    assert "full" in err and "\n" not in err.strip()
+    monkeypatch.setattr(webui, "set_name", real)
+    at = open_app()
+    assert at.dataframe[0].value.iloc[0]["name"] == "x"  # unchanged
+    _select(at, [0])
+    at.text_input(key=f"rename_text_{rid}").set_value("renamed")
+    at.button[1].click().run()
+    assert not at.exception
+    assert at.dataframe[0].value.iloc[0]["name"] == "renamed"

@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import duckdb
 import streamlit as st
 from gpuscope import __version__
+from gpuscope.ingest.errors import IngestError
 from gpuscope.web import db, ui
 
 ICON = Path(__file__).resolve().parent / "static" / "favicon.png"  # local: no font CDN request
@@ -46,6 +48,10 @@ except db.StoreUnavailable as e:
     st.stop()
 try:
     page.run()
+except IngestError as e:  # a store fault on a write (db.writing): one plain line, store reopened
+    st.error(f"**Nothing was stored.** {ui.md(str(e), None)}", icon=":material/error:")
+except duckdb.Error as e:  # a store fault on a read: drop the connection, the next action reopens
+    st.error(ui.md(str(db.fault(e)), None), icon=":material/error:")
 except Exception as e:  # a bug outside every section: one plain line here, the traceback in the log
     logging.getLogger("gpuscope.web").exception("page %r failed", page.title)
     st.error(

@@ -178,12 +178,18 @@ def profiler_note(report: dict[str, Any]) -> None:
     untraced = prof.get("untraced_step_ms")
     if untraced is not None:
         cap = prof.get("host_cap_ms_per_step")
+        cap_text = (
+            f"Host-side idle and fixes are capped at {ui.fmt_ms(cap, 2)} per step, what can "
+            "exist without it."
+            if cap
+            else "The GPU is busy longer per traced step than the whole untraced step (the "
+            "profiler slows GPU work too), so no host-side idle can be told apart from its cost."
+        )
         st.info(
             f"Without the profiler a step takes {ui.fmt_ms(untraced, 2)} (median, "
             f"{'recorded by gpuscope.capture' if prof.get('untraced_source') == 'capture' else 'given'}"
             f"); traced it takes {ui.fmt_ms(prof.get('traced_step_ms'), 2)}: the profiler adds "
-            f"{ui.fmt_pct(prof.get('inflation_pct'))}. Host-side idle and fixes are capped at "
-            f"{ui.fmt_ms(cap, 2)} per step, what can exist without it.",
+            f"{ui.fmt_pct(prof.get('inflation_pct'))}. {cap_text}",
             icon=":material/timer:",
         )
     elif prof.get("suspect") and prof.get("note"):
