@@ -426,6 +426,53 @@ def _set_view(vkey: str, s: int, e: int, ws: int, we: int) -> None:
     st.session_state[vkey] = clamp_view(s, e, ws, we)
 
 
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _sawtooth_view(path: str, gen: int, run_id: str, rank: int, s: int, e: int) -> dict[str, Any]:
+    """The sawtooth figure of one view (``s``..``e``, trace ns) and what its caption says, built
+    once per store generation and shared by every session (it is only read afterwards): building
+    the figure was most of the page's server time with several viewers."""
+    w = data.window(path, run_id, rank)
+    ws, we, steps = w["start_ns"], w["end_ns"], w["steps"]
+    dev = data.primary_device(path, run_id, rank, ws, we)
+    n_act = data.kernel_count(path, run_id, rank, dev, s, e)
+    kernels = (
+        data.kernels_in_range(path, run_id, rank, dev, s, e, FINE_KERNELS)
+        if n_act <= FINE_KERNELS
+        else None
+    )
+    if kernels is not None and not one_per_pixel(kernels, s, e, N_BUCKETS):
+        kernels = None  # a pixel would hold several activities: the busy share per bucket
+    if kernels is None:
+        busy = figures.bucket_envelope(
+            data.busy(path, run_id, rank, s, e, N_BUCKETS * ENVELOPE_SUB, dev), N_BUCKETS
+        )
+    else:
+        busy = data.busy(path, run_id, rank, s, e, N_BUCKETS, dev)
+    gaps, shares, gap_note = None, None, None
+    try:
+        if kernels is not None:
+            gaps = _fine_gaps(path, run_id, rank, dev, s, e)
+        else:
+            shares = _coarse_shares(path, run_id, rank, dev, s, e, N_BUCKETS)
+    except data.AnalysisUnavailable as err:
+        gap_note = f"idle causes not shown ({err})"
+    offset = db.time_offset_ns(path, db.generation(), run_id, rank)
+    nvml = data.nvml_overlay(path, run_id, dev, s + offset, e + offset, N_BUCKETS)
+    if not nvml.empty:
+        nvml = nvml.assign(t_ns=nvml["t_ns"] - offset)
+    fig = figures.sawtooth(
+        busy, origin_ns=ws, idle=gaps, shares=shares, steps=steps, nvml=nvml, kernels=kernels
+    )
+    return {
+        "fig": fig,
+        "dev": dev,
+        "n_act": n_act,
+        "kernels": kernels,
+        "gap_note": gap_note,
+        "nvml_on": not nvml.empty,
+    }
+
+
 def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
     """The busy % plot with its zoom controls; re-queries DuckDB for the visible range."""
     path = db.db_path()
@@ -500,36 +547,9 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
             key=f"{tip}_{vkey}",
         )
 
-    dev = data.primary_device(path, run_id, rank, ws, we)
-    n_act = data.kernel_count(path, run_id, rank, dev, s, e)
-    kernels = (
-        data.kernels_in_range(path, run_id, rank, dev, s, e, FINE_KERNELS)
-        if n_act <= FINE_KERNELS
-        else None
-    )
-    if kernels is not None and not one_per_pixel(kernels, s, e, N_BUCKETS):
-        kernels = None  # a pixel would hold several activities: the busy share per bucket
-    if kernels is None:
-        busy = figures.bucket_envelope(
-            data.busy(path, run_id, rank, s, e, N_BUCKETS * ENVELOPE_SUB, dev), N_BUCKETS
-        )
-    else:
-        busy = data.busy(path, run_id, rank, s, e, N_BUCKETS, dev)
-    gaps, shares, gap_note = None, None, None
-    try:
-        if kernels is not None:
-            gaps = _fine_gaps(path, run_id, rank, dev, s, e)
-        else:
-            shares = _coarse_shares(path, run_id, rank, dev, s, e, N_BUCKETS)
-    except data.AnalysisUnavailable as err:
-        gap_note = f"idle causes not shown ({err})"
-    offset = db.time_offset_ns(path, db.generation(), run_id, rank)
-    nvml = data.nvml_overlay(path, run_id, dev, s + offset, e + offset, N_BUCKETS)
-    if not nvml.empty:
-        nvml = nvml.assign(t_ns=nvml["t_ns"] - offset)
-    fig = figures.sawtooth(
-        busy, origin_ns=ws, idle=gaps, shares=shares, steps=steps, nvml=nvml, kernels=kernels
-    )
+    view = _sawtooth_view(path, db.generation(), run_id, rank, s, e)
+    fig, dev, n_act, kernels = view["fig"], view["dev"], view["n_act"], view["kernels"]
+    gap_note, nvml_on = view["gap_note"], view["nvml_on"]
 
     chart_key = f"saw_{vkey}_{s}_{e}"
 
@@ -543,7 +563,7 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
         if kernels is not None
         else None
     )
-    cause_legend(nvml=not nvml.empty, categories=cats, envelope=kernels is None)
+    cause_legend(nvml=nvml_on, categories=cats, envelope=kernels is None)
     st.plotly_chart(fig, key=chart_key, on_select=on_box, selection_mode="box", config=PLOT_CONFIG)
     bucket_us = (e - s) / N_BUCKETS / 1e3
     detail = (
@@ -561,7 +581,7 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
         notes.insert(1, f"GPU {dev}")
     if gap_note:
         notes.append(gap_note)
-    if not nvml.empty:
+    if nvml_on:
         notes.append("NVML utilization overlaid")
     st.caption(" · ".join(notes))
 
