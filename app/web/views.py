@@ -222,14 +222,22 @@ def rank_overview(run_id: str, report: dict[str, Any]) -> None:
             }
         )
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    panels = data.rank_panels(db.db_path(), db.generation(), run_id)
-    if panels:
-        fig = figures.aligned_sawtooth(
-            [{**p, "label": ui.plot_text(p["label"])} for p in panels],
-            height_each=170,
-            x_title="ms since the rank's first step",
-        )
+    fig = _rank_figure(db.db_path(), db.generation(), run_id)
+    if fig is not None:
         st.plotly_chart(fig, width="stretch", config={"displayModeBar": False})
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _rank_figure(path: str, gen: int, run_id: str) -> Any:
+    """The ranks' aligned busy plots, built once per store generation and shared (read only)."""
+    panels = data.rank_panels(path, gen, run_id)
+    if not panels:
+        return None
+    return figures.aligned_sawtooth(
+        [{**p, "label": ui.plot_text(p["label"])} for p in panels],
+        height_each=170,
+        x_title="ms since the rank's first step",
+    )
 
 
 def headline_cards(report: dict[str, Any]) -> None:
