@@ -12,7 +12,6 @@ Accepts both chrome-trace forms: an object with ``traceEvents`` and a bare array
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.errors import IngestError
 
 BATCH_BYTES = 4 << 20
@@ -35,14 +35,7 @@ DEFAULT_MAX_EVENT_BYTES = 64 << 20
 
 def max_event_bytes() -> int:
     """Largest single trace event accepted, bytes of JSON (``$GPUSCOPE_MAX_EVENT_BYTES``)."""
-    raw = os.environ.get(ENV_MAX_EVENT)
-    try:
-        value = int(raw) if raw else DEFAULT_MAX_EVENT_BYTES
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"{ENV_MAX_EVENT}={raw!r} must be a positive number of bytes")
-    return value
+    return positive_int(ENV_MAX_EVENT, DEFAULT_MAX_EVENT_BYTES)
 
 
 # bytes.translate maps every byte in C at memory speed: brackets -> 1 (open) / 2 (close), the rest -> 0.

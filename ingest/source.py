@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from gpuscope.ingest.env import positive_number
 from gpuscope.ingest.errors import IngestError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -20,27 +20,14 @@ ENV_MAX_RATIO = "GPUSCOPE_MAX_INFLATE_RATIO"
 DEFAULT_MAX_INFLATE_RATIO = 100.0
 
 
-def _env_number(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
-    if value <= 0:
-        raise ValueError(f"{name}={raw!r} must be positive")
-    return value
-
-
 def max_json_bytes() -> int:
     """Largest uncompressed JSON accepted per file, bytes (``$GPUSCOPE_MAX_JSON_BYTES``)."""
-    return int(_env_number(ENV_MAX_JSON, DEFAULT_MAX_JSON_BYTES))
+    return int(positive_number(ENV_MAX_JSON, DEFAULT_MAX_JSON_BYTES))
 
 
 def max_inflate_ratio() -> float:
     """Largest inflated / compressed size of a gzip file (``$GPUSCOPE_MAX_INFLATE_RATIO``)."""
-    return _env_number(ENV_MAX_RATIO, DEFAULT_MAX_INFLATE_RATIO)
+    return positive_number(ENV_MAX_RATIO, DEFAULT_MAX_INFLATE_RATIO)
 
 
 def inflate_limit(compressed_bytes: int) -> tuple[int, str]:

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from clitools import run_cli
 from gpuscope.analysis.idle import CAUSES
-from gpuscope.cli.main import main
 from test_analysis_recommendations import after_like, before_like
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cli-json.md"
@@ -50,15 +50,6 @@ def traces(tmp_path):
     return before_like().write(tmp_path / "before.json"), after_like().write(
         tmp_path / "after.json"
     )
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as e:  # the CLI helpers exit with the code (as in a real process)
-        code = int(e.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_analyze_json_matches_docs(traces, db_path, capsys):

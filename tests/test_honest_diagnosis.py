@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from clitools import run_cli
 from gpuscope.analysis.compare import compare_runs
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.report import analyze_run
-from gpuscope.cli.main import main
 from gpuscope.ingest.loader import ingest_paths
 from test_analysis_recommendations import after_like, before_like
 from tracegen import TraceBuilder
@@ -21,15 +21,6 @@ NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncc
 
 def ingest(con, t: TraceBuilder, path: Path) -> str:
     return ingest_paths(con, [t.write(path)])[0].run_id
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def short_ops(

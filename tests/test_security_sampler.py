@@ -116,3 +116,37 @@ def test_a_reset_is_one_line_on_stderr(server, capfd: pytest.CaptureFixture[str]
     lines = [ln for ln in err.splitlines() if "reset by the client" in ln]
     assert len(lines) == srv.resets == 3, err
     assert all(ln.startswith("gpuscope sample: connection from 127.0.0.1:") for ln in lines)
+
+
+def test_a_bad_limit_in_the_environment_is_one_line(tmp_path: Path) -> None:
+    """Every limit read from the environment goes through one reader (ingest/env.py): a bad value
+    names the variable and the value; `gpuscope sample` prints it as one line and exits 2."""
+    import os
+    import subprocess
+    import sys
+
+    from gpuscope.ingest.env import positive_int, positive_number
+
+    replay = Path(__file__).resolve().parent.parent / "sample_traces" / "nvml"
+    replay = replay / "synthetic_h100x2_100ms.nvml.jsonl"
+    env = {**os.environ, "GPUSCOPE_SAMPLER_MAX_CONNECTIONS": "lots"}
+    p = subprocess.run(
+        [sys.executable, "-m", "gpuscope", "sample", "--replay", str(replay), "--port", "0",
+         "--duration", "1", "--out", str(tmp_path / "o.jsonl")],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr
+    assert "GPUSCOPE_SAMPLER_MAX_CONNECTIONS='lots' is not a number" in p.stderr
+    os.environ["GPUSCOPE_TEST_LIMIT"] = "1.5"
+    try:
+        assert positive_number("GPUSCOPE_TEST_LIMIT", 9) == 1.5
+        with pytest.raises(ValueError, match="whole number"):
+            positive_int("GPUSCOPE_TEST_LIMIT", 9)
+        os.environ["GPUSCOPE_TEST_LIMIT"] = "-3"
+        with pytest.raises(ValueError, match="must be a positive number"):
+            positive_number("GPUSCOPE_TEST_LIMIT", 9)
+        os.environ["GPUSCOPE_TEST_LIMIT"] = ""
+        assert positive_int("GPUSCOPE_TEST_LIMIT", 9) == 9
+    finally:
+        del os.environ["GPUSCOPE_TEST_LIMIT"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from clitools import run_cli
 from gpuscope.analysis import kernels as K
 from gpuscope.analysis.report import analyze_run
 from gpuscope.cli.main import main
@@ -12,15 +13,6 @@ from gpuscope.ingest.loader import ingest_paths
 from tracegen import H100, TraceBuilder
 
 A100 = {**H100, "name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "numSms": 108}
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def gpu_only_trace() -> TraceBuilder:

@@ -7,7 +7,7 @@ import gzip
 import json
 
 import pytest
-from gpuscope.cli.main import main
+from clitools import run_cli
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 from tracegen import TraceBuilder
@@ -22,15 +22,6 @@ def rank_trace(rank: int | None, world: int = 2) -> TraceBuilder:
     b.step(1, 0, 100)
     b.launch("k", 5, 10, 20)
     return b
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.mark.parametrize("gz", [False, True])

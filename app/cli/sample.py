@@ -186,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
                 server = start_server(app, args.host, args.port)
             except OSError as e:
                 return _fail(f"cannot listen on {args.host}:{args.port} ({e.strerror or e})")
+            except ValueError as e:  # a bad $GPUSCOPE_SAMPLER_* limit: one line
+                return _fail(str(e))
 
         def on_signal(signum: int, frame: Any) -> None:
             stop.set()

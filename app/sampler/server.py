@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 import threading
@@ -22,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import msgspec
 from gpuscope import __version__
+from gpuscope.ingest.env import positive_int, positive_number
 from gpuscope.sampler.loop import SamplerThread, SampleStore
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -301,16 +301,6 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, body, "application/json")
 
 
-def _env_limit(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    value = float(raw)
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, not {raw!r}")
-    return value
-
-
 _BUSY_BODY = b"too many connections\n"
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -340,10 +330,10 @@ class SamplerHTTPServer(ThreadingHTTPServer):
     ) -> None:
         self.app = app
         self.max_connections = int(
-            max_connections or _env_limit(ENV_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS)
+            max_connections or positive_int(ENV_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS)
         )
         self.idle_timeout_s = float(
-            idle_timeout_s or _env_limit(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT_S)
+            idle_timeout_s or positive_number(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT_S)
         )
         self._slots = threading.BoundedSemaphore(self.max_connections)
         self.refused = 0  # connections answered 503 because of the cap

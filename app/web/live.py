@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.live import LiveDiagnosis, sawtooth_diagnosis
+from gpuscope.ingest.env import positive_int
 
 ENV_SAMPLER = "GPUSCOPE_SAMPLER_URL"
 DEFAULT_URL = "http://127.0.0.1:9401"
@@ -50,14 +51,10 @@ def default_url() -> str:
 
 def max_response_bytes() -> int:
     """Largest ``/api/samples`` answer read (bytes); ``$GPUSCOPE_LIVE_MAX_BYTES`` overrides it."""
-    raw = os.environ.get(ENV_MAX_BYTES)
     try:
-        value = int(raw) if raw else DEFAULT_MAX_BYTES
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise SamplerError(f"{ENV_MAX_BYTES}={raw!r} is not a positive number of bytes")
-    return value
+        return positive_int(ENV_MAX_BYTES, DEFAULT_MAX_BYTES)
+    except ValueError as e:
+        raise SamplerError(str(e)) from None
 
 
 def allowed_hosts() -> set[str]:
