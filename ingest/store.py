@@ -57,7 +57,7 @@ def migrate(con: duckdb.DuckDBPyConnection, version: int) -> None:
         )
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        rollback_quietly(con)  # never replaces the error on its way
         raise
 
 

@@ -165,3 +165,22 @@ def test_a_failing_section_leaves_the_rest_of_the_comparison(
     labels = [m.label for m in at.metric]
     assert labels[0] == "Step time" and "All metrics" in texts(at, "subheader")
     assert any("Resolved in B" in m for m in texts(at, "markdown"))  # the fixes still show
+
+
+def test_a_failing_comparison_is_said_not_hidden(
+    pair: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comparison (speed-up by throughput, deltas) failing is one line on the page; the two
+    reports' own figures still show below it."""
+    from gpuscope.web import data
+
+    def broken(*a, **k):
+        raise ValueError("internals")
+
+    monkeypatch.setattr(data, "comparison", broken)
+    a, b = pair
+    at = open_app(COMPARE, {"a": a, "b": b})
+    assert not at.exception
+    errors = texts(at, "error")
+    assert any(e.startswith("The comparison of A and B could not be shown") for e in errors)
+    assert [m.label for m in at.metric][0] == "Step time"

@@ -48,16 +48,6 @@ def section(label: str) -> Iterator[None]:
         )
 
 
-@contextlib.contextmanager
-def logged(what: str) -> Iterator[None]:
-    """For an optional extra: an exception is logged with its traceback (never shown, never
-    lost) and the page goes on without it."""
-    try:
-        yield
-    except Exception:
-        LOG.exception("%s failed; the page goes on without it", what)
-
-
 def _in_apptest() -> bool:
     from streamlit import config
 

@@ -85,8 +85,8 @@ with views.section("Analysis"), st.spinner("Analysing…"):
     rep_a = data.report(path, a_id, None)
     rep_b = data.report(path, b_id, None)
 if rep_a is not None and rep_b is not None:
-    # optional: without it, fix status falls back to recommendation ids (the failure is logged)
-    with views.logged("comparison of A and B"):
+    # without it the page falls back to the two reports' own figures, and says the comparison failed
+    with views.section("The comparison of A and B"):
         comparison = data.comparison(path, a_id, b_id)
 
 # -- headline deltas ---------------------------------------------------------------------------------
