@@ -104,6 +104,9 @@ class Inputs:
     untraced_step_ns: float | None = None
     host_cap_ns_per_step: float | None = None
     compiled: CompiledInfo | None = None
+    # torch.backends.cudnn.benchmark as gpuscope.capture recorded it (gpuscope.torch_flags); None:
+    # unknown (a trace from elsewhere)
+    cudnn_benchmark: bool | None = None
     pageable_excess_ns: float = 0.0
     pageable_copy: dict[str, Any] | None = None
 
@@ -473,8 +476,8 @@ def rule_batch_size(inp: Inputs) -> Recommendation | None:
 
 def rule_cudnn_benchmark(inp: Inputs) -> Recommendation | None:
     k = inp.kernels
-    if k.conv_us <= 0 or k.cudnn_find_seen:
-        return None
+    if k.conv_us <= 0 or k.cudnn_find_seen or inp.cudnn_benchmark is True:
+        return None  # benchmark mode searched (in the trace, or before it: the capture says so)
     ns = k.conv_us * 1e3
     if _share(ns, inp.window_ns) < 5.0 or not significant(ns, inp.window_ns, inp.n_steps):
         return None
@@ -482,16 +485,24 @@ def rule_cudnn_benchmark(inp: Inputs) -> Recommendation | None:
         "conv_us_per_step": _per_step_us(ns, inp.n_steps),
         "conv_share_pct": _share(ns, inp.window_ns),
     }
+    ev["cudnn_benchmark"] = inp.cudnn_benchmark
+    known = (
+        "the run had torch.backends.cudnn.benchmark = False (recorded by gpuscope.capture)"
+        if inp.cudnn_benchmark is False
+        else "the trace cannot tell whether benchmark mode is on (its algorithm search runs "
+        "before the profiled steps; gpuscope.capture records the setting): if it is off"
+    )
     ev["summary"] = (
-        f"Convolutions take {sig3(ev['conv_us_per_step'] / 1e3)} ms per step ({sig3(ev['conv_share_pct'])}%) "
-        "and the trace shows no cuDNN algorithm search: with fixed input shapes, benchmark mode "
-        "picks the fastest algorithm once."
+        f"Convolutions take {sig3(ev['conv_us_per_step'] / 1e3)} ms per step "
+        f"({sig3(ev['conv_share_pct'])}%) and {known}, benchmark mode would time the algorithms "
+        "once for these fixed input shapes and keep the fastest. The bound is all convolution "
+        "time: how much of it a faster algorithm saves is not knowable from the trace."
     )
     return Recommendation(
         "cudnn_benchmark",
         "Let cuDNN pick the fastest convolution algorithms",
         ev,
-        ev["conv_share_pct"],
+        host_gain_pct(ns, inp),  # per step over the untraced step when one is known
         "torch.backends.cudnn.benchmark = True   # before the first step; input shapes fixed",
     )
 

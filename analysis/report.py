@@ -682,10 +682,18 @@ def _recommendations(
             else None
         ),
         compiled=compiled,
+        cudnn_benchmark=_torch_flag(con, run_id, rank, "cudnn_benchmark"),
         pageable_excess_ns=pageable.excess_ns if pageable is not None else 0.0,
         pageable_copy=pageable.to_json() if pageable is not None and pageable.copies else None,
     )
     return R.recommend(inputs)
+
+
+def _torch_flag(con: duckdb.DuckDBPyConnection, run_id: str, rank: int, flag: str) -> bool | None:
+    """A setting ``gpuscope.capture`` recorded in the trace (``gpuscope.torch_flags``), or None."""
+    flags = (rank_meta(con, run_id, rank).get("metadata") or {}).get("gpuscope.torch_flags")
+    value = flags.get(flag) if isinstance(flags, dict) else None
+    return value if isinstance(value, bool) else None
 
 
 def compare_runs(con: duckdb.DuckDBPyConnection, a: str, b: str, **kw: Any) -> Any:

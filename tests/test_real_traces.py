@@ -220,3 +220,18 @@ def test_before_after_speed_up_is_by_throughput(samples):
     assert cmp["speedup"] == pytest.approx(want, rel=1e-6)
     mfu = {m["metric"]: m for m in cmp["metrics"]}["mfu_pct"]
     assert mfu["b"] > mfu["a"]  # the same hardware peak for both: MFU rises with throughput
+
+
+def test_cudnn_benchmark_advice_follows_the_recorded_setting(store):
+    """resnet50_fp16 ran with torch.backends.cudnn.benchmark = True, resnet50_bf16 with False
+    (gpuscope.torch_flags, recorded by the capture): neither trace shows the algorithm search
+    (it runs in the warm-up), so only the recorded setting can tell them apart."""
+    con, runs = store
+    flags = {c: raw(c)["gpuscope.torch_flags"]["cudnn_benchmark"] for c in runs if "resnet" in c}
+    assert flags == {"resnet50_fp16": True, "resnet50_bf16": False}
+    fp16 = analyze_run(con, runs["resnet50_fp16"]).to_json()
+    assert "cudnn_benchmark" not in {r["id"] for r in fp16["recommendations"]}
+    bf16 = analyze_run(con, runs["resnet50_bf16"]).to_json()
+    [rec] = [r for r in bf16["recommendations"] if r["id"] == "cudnn_benchmark"]
+    assert rec["evidence"]["cudnn_benchmark"] is False
+    assert "benchmark = False (recorded by gpuscope.capture)" in rec["evidence"]["summary"]
