@@ -183,4 +183,4 @@ def test_a_failing_comparison_is_said_not_hidden(
     assert not at.exception
     errors = texts(at, "error")
     assert any(e.startswith("The comparison of A and B could not be shown") for e in errors)
-    assert [m.label for m in at.metric][0] == "Step time"
+    assert next(m.label for m in at.metric) == "Step time"
