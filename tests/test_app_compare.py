@@ -134,8 +134,10 @@ def test_cards_show_throughput_and_tflops_and_flag_different_peaks() -> None:
     a = {"peak_tflops": 989.4, "dtype": "bf16", "throughput": {"tokens_per_s": 12345.6}}
     b = {"peak_tflops": 494.7, "dtype": "tf32", "throughput": {"tokens_per_s": 23456.0}}
     note = model.peak_difference(a, b)
-    assert note and "989.4 TFLOP/s" in note and "494.7 TFLOP/s" in note and "bf16" in note
+    assert note and "989.4 TFLOP/s" in note and "494.7 TFLOP/s" in note
     assert model.peak_difference(a, dict(a)) is None
+    # the same GPU's dense peak for an fp32 and a bf16 run: their MFUs compare (issue 9)
+    assert model.peak_difference(a, {**a, "dtype": "fp32"}) is None
     assert model.throughput_kind(a, b) == ("tokens_per_s", "Throughput", "tokens/s")
     assert ui.fmt_rate(12345.6, "tokens/s") == "12,346 tokens/s"
     assert ui.delta_pct(100.0, 150.0) == "+50.0 %"
