@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
@@ -324,3 +325,23 @@ def test_a_store_fault_on_rename_is_one_line_and_the_next_action_works(
     at.button[1].click().run()
     assert not at.exception
     assert at.dataframe[0].value.iloc[0]["name"] == "renamed"
+
+
+def test_a_run_that_cannot_be_analysed_is_named_in_the_list(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One broken run does not break the list, and the list says which one has no figures."""
+    from gpuscope.web import data
+
+    (rid,) = ingest(db, training_trace("after").write(tmp_path / "broken_one.json"))
+
+    def broken(*a, **k):
+        raise ValueError("internals")
+
+    monkeypatch.setattr(data, "report", broken)
+    at = open_app()
+    assert not at.exception
+    [note] = [c for c in texts(at, "caption") if "could not be analysed" in c]
+    assert "broken\\_one" in note or "broken_one" in note
+    row = at.dataframe[0].value.iloc[0]
+    assert row["run_id"] == rid and pd.isna(row["step_ms"])

@@ -99,7 +99,7 @@ def summary(run_id: str) -> dict[str, float | None]:
         r = report(db.db_path(), run_id, None)
     except Exception:  # one broken run must not break the list: its row says "—", the log why
         log.exception("runs list: run %s could not be analysed", run_id)
-        return {"step_ms": None, "busy_pct": None, "mfu_pct": None, "rank": None}
+        return {"step_ms": None, "busy_pct": None, "mfu_pct": None, "rank": None, "failed": True}
     pace = analysis_fn("ranks", "slowest_rank_figures")(r)
     return {
         "step_ms": _num(pace.get("step_ms")),

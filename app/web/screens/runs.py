@@ -114,6 +114,14 @@ with st.spinner("Analysing runs…"):
         else {"step_ms": None, "busy_pct": None, "mfu_pct": None}
         for rid, kind in zip(runs["run_id"], runs["kind"], strict=True)
     ]
+failed = [str(n) for n, m in zip(runs["name"], metrics, strict=True) if m.get("failed")]
+if failed:
+    st.caption(
+        f":material/error: {len(failed)} run(s) could not be analysed, so their figures are empty: "
+        + ", ".join(ui.md(n, 40) for n in failed[:5])
+        + (" …" if len(failed) > 5 else "")
+        + ". Open one to see why; the details are in the server log."
+    )
 table = pd.DataFrame(
     {
         "name": runs["name"],
