@@ -79,14 +79,20 @@ def union_sql(source: str, keys: tuple[str, ...] = ("dev",)) -> str:
     For small relations (evidence spans); the big GPU pass uses :func:`ensure_gaps`."""
     part = f"PARTITION BY {', '.join(keys)}" if keys else ""
     k = ", ".join(keys) + ", " if keys else ""
+    # Both window passes must see the rows in one order: equal (s, e) rows are numbered once
+    # (rn), else the row that opens a group in the first pass may come after its equals in the
+    # second, and the intervals before it join the next group (found by the hypothesis oracle).
     return f"""
         SELECT {k}min(s) AS s, max(e) AS e FROM (
             SELECT {k}s, e, sum(CASE WHEN pm IS NULL OR s > pm THEN 1 ELSE 0 END)
-                   OVER ({part} ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
+                   OVER ({part} ORDER BY s, e, rn ROWS UNBOUNDED PRECEDING) AS grp
             FROM (
-                SELECT {k}s, e, max(e) OVER ({part} ORDER BY s, e
+                SELECT {k}s, e, rn, max(e) OVER ({part} ORDER BY s, e, rn
                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
-                FROM ({source}) WHERE e > s
+                FROM (
+                    SELECT {k}s, e, row_number() OVER ({part} ORDER BY s, e) AS rn
+                    FROM ({source}) WHERE e > s
+                )
             )
         ) GROUP BY {k}grp
     """

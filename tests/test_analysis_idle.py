@@ -11,7 +11,7 @@ from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.store_access import SYNC_SLACK_NS
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.ingest.store import connect
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tracegen import TraceBuilder
 
@@ -277,6 +277,12 @@ def brute_force(acts, spans, w, steps: bool) -> tuple[dict[str, int], list[tuple
     acts=st.lists(activity, min_size=0, max_size=14),
     spans=st.lists(host_span, min_size=0, max_size=8),
     steps=st.booleans(),
+)
+@example(  # equal host spans: union_sql's two window passes once ordered them differently
+    acts=[(0, 1, 0, 1, 7, "kernel")] * 6
+    + [(0, 1, 0, 1, 7, "h2d_pageable"), (2, 1, 0, 1, 7, "kernel")],
+    spans=[("dl", 0, 1)] + [("dl", 2, 1)] * 6,
+    steps=False,
 )
 def test_causes_match_brute_force(tmp_path_factory, acts, spans, steps):
     t = TraceBuilder()
