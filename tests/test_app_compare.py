@@ -147,42 +147,29 @@ def test_cards_show_throughput_and_tflops_and_flag_different_peaks() -> None:
     assert rows[0].unit == "tokens/s"  # never "1/s"
 
 
+@pytest.mark.parametrize(
+    ("module", "attr", "line"),
+    [
+        ("figures", "idle_compare", "Idle time by cause could not be shown"),
+        # the comparison itself (speed-up by throughput, deltas): said, not only logged
+        ("data", "comparison", "The comparison of A and B could not be shown"),
+    ],
+)
 def test_a_failing_section_leaves_the_rest_of_the_comparison(
-    pair: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+    pair: tuple[str, str], monkeypatch: pytest.MonkeyPatch, module: str, attr: str, line: str
 ) -> None:
-    if not analysis_ready():
-        pytest.skip("needs gpuscope.analysis.report")
-    from gpuscope.web import figures
+    import importlib
 
     def broken(*a, **k):
         raise ValueError("internals")
 
-    monkeypatch.setattr(figures, "idle_compare", broken)
+    monkeypatch.setattr(importlib.import_module(f"gpuscope.web.{module}"), attr, broken)
     a, b = pair
     at = open_app(COMPARE, {"a": a, "b": b})
     assert not at.exception
     (err,) = texts(at, "error")
-    assert err.startswith("Idle time by cause could not be shown: an internal error (ValueError)")
+    assert err.startswith(f"{line}: an internal error (ValueError)")
     assert "internals" not in err
     labels = [m.label for m in at.metric]
     assert labels[0] == "Step time" and "All metrics" in texts(at, "subheader")
     assert any("Resolved in B" in m for m in texts(at, "markdown"))  # the fixes still show
-
-
-def test_a_failing_comparison_is_said_not_hidden(
-    pair: tuple[str, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The comparison (speed-up by throughput, deltas) failing is one line on the page; the two
-    reports' own figures still show below it."""
-    from gpuscope.web import data
-
-    def broken(*a, **k):
-        raise ValueError("internals")
-
-    monkeypatch.setattr(data, "comparison", broken)
-    a, b = pair
-    at = open_app(COMPARE, {"a": a, "b": b})
-    assert not at.exception
-    errors = texts(at, "error")
-    assert any(e.startswith("The comparison of A and B could not be shown") for e in errors)
-    assert next(m.label for m in at.metric) == "Step time"

@@ -384,3 +384,21 @@ def test_profiler_cost_and_no_evidence_banners(db: Path, tmp_path: Path) -> None
     assert warnings and "GPU" in warnings[0]
     busy = next(m for m in at.metric if m.label == "GPU busy")
     assert busy.value in ("—", "-")
+
+
+def test_a_bug_outside_every_section_is_one_line(
+    run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page-level catch-all (app/web/main.py): a failure outside every section shows one plain
+    line naming no internals, and no exception element."""
+    from gpuscope.web import views
+
+    def broken(*a, **k):
+        raise ValueError("internals")
+
+    monkeypatch.setattr(views, "run_caption", broken)
+    at = open_app(RUN, {"run": run_id})
+    assert not at.exception
+    [err] = texts(at, "error")
+    assert err.startswith("This page could not be shown: an internal error (ValueError).")
+    assert "internals" not in err

@@ -507,3 +507,25 @@ def test_a_schema_1_store_is_migrated_whole(tmp_path):
     assert after["gpu_busy_pct"] == before["gpu_busy_pct"]
     assert after["idle"] == before["idle"]
     con.close()
+
+
+def test_a_failing_migration_leaves_the_store_as_it_was(tmp_path, monkeypatch):
+    """A migration is one transaction: if a statement fails, the store stays at schema 1, with
+    no half-added column, and opening it says why."""
+    import duckdb
+    from gpuscope.ingest import store
+
+    db = tmp_path / "old.duckdb"
+    con = connect(str(db))
+    con.execute("ALTER TABLE events DROP COLUMN odd_args")
+    con.execute("UPDATE gpuscope_meta SET value = '1' WHERE key = 'schema_version'")
+    con.close()
+    bad = ("ALTER TABLE events ADD COLUMN odd_args VARCHAR", "SELECT no_such_function()")
+    monkeypatch.setitem(store.MIGRATIONS, 1, bad)
+    with pytest.raises(duckdb.Error, match="no_such_function"):
+        connect(str(db))
+    con = duckdb.connect(str(db))
+    version = con.execute("SELECT value FROM gpuscope_meta WHERE key = 'schema_version'")
+    assert version.fetchone()[0] == "1"
+    assert "odd_args" not in {r[0] for r in con.execute("DESCRIBE events").fetchall()}
+    con.close()

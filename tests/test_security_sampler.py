@@ -11,6 +11,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,3 +151,26 @@ def test_a_bad_limit_in_the_environment_is_one_line(tmp_path: Path) -> None:
         assert positive_int("GPUSCOPE_TEST_LIMIT", 9) == 9
     finally:
         del os.environ["GPUSCOPE_TEST_LIMIT"]
+
+
+def test_no_thread_for_a_connection_is_a_503_and_the_slot_comes_back(server, monkeypatch, capsys):
+    """When the OS gives no thread for a connection, that client gets the busy answer, stderr one
+    line, and its slot is released: once threads can start again every request is served."""
+    srv, url = server
+    refused = srv.refused
+
+    def no_thread(self):  # type: ignore[no-untyped-def]
+        raise RuntimeError("can't start new thread")
+
+    real = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    try:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            _get(url + "/api/status")
+    finally:
+        monkeypatch.setattr(threading.Thread, "start", real)
+    assert e.value.code == 503 and srv.refused == refused + 1
+    err = capsys.readouterr().err
+    assert "refused: can't start new thread" in err and "Traceback" not in err
+    for _ in range(CAP + 2):  # more requests than slots: none was lost to the failure
+        assert _get(url + "/api/status") == 200

@@ -344,19 +344,28 @@ class SamplerHTTPServer(ThreadingHTTPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
-            self.refused += 1
-            try:
-                request.settimeout(1.0)
-                request.sendall(_BUSY)
-            except OSError:
-                pass
-            self.shutdown_request(request)
+            self._refuse(request)
             return
         try:
             super().process_request(request, client_address)  # starts the thread
-        except BaseException:
+        except RuntimeError as e:  # the OS gave no thread ("can't start new thread"): 503 too
             self._slots.release()
-            raise
+            print(
+                f"gpuscope sample: connection from {_peer(client_address)} refused: {e}",
+                file=sys.stderr,
+                flush=True,
+            )
+            self._refuse(request)
+
+    def _refuse(self, request: Any) -> None:
+        """Answer 503 (busy) and close, without a thread of its own."""
+        self.refused += 1
+        try:
+            request.settimeout(1.0)
+            request.sendall(_BUSY)
+        except OSError:
+            pass
+        self.shutdown_request(request)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
