@@ -2,5 +2,5 @@
 causes, recommendations, run comparison. No UI imports here (no streamlit, no plotly).
 
 Entry points: :func:`gpuscope.analysis.report.analyze_run` and
-:func:`gpuscope.analysis.report.compare_runs`.
+:func:`gpuscope.analysis.compare.compare_runs`.
 """

@@ -2,6 +2,8 @@
 
 Per-step quantities (idle by cause, kernel categories, top kernels) are compared per step, so runs
 of different lengths compare fairly; with a unit count in the trace metadata, throughput too.
+:func:`compare_reports` is the comparison (``gpuscope compare``); :func:`compare_view` is everything
+the dashboard's Compare page shows of it, in display units (ms, %, TFLOP/s), as typed records.
 """
 
 from __future__ import annotations
@@ -237,12 +239,11 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
         for name in dict.fromkeys([*ka, *kb])
     ]
     tops.sort(key=lambda d: (-abs(d.delta or 0.0), d.metric))
-    ra = [r.id for r in a.recommendations]
-    rb = [r.id for r in b.recommendations]
+    fixes = fix_status(a, b)
     recs = {
-        "resolved": [i for i in ra if i not in rb],
-        "remaining": [i for i in ra if i in rb],
-        "new": [i for i in rb if i not in ra],
+        "resolved": [f.id for f in fixes.resolved],
+        "remaining": [fa.id for fa, _ in fixes.remaining],
+        "new": [f.id for f in fixes.new],
     }
     notes = []
     if a.run.get("gpu") != b.run.get("gpu"):
@@ -337,3 +338,207 @@ def compare_runs(
     ra = analyze_run(con, a, untraced_step_ms=ua, **kw)
     rb = analyze_run(con, b, untraced_step_ms=ub, **kw)
     return compare_reports(ra, rb, top_n=top_n)
+
+
+# -- what the Compare page shows ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One recommendation as the Compare page lists it. ``max_gain_pct``: its bound, % of the step."""
+
+    id: str
+    title: str
+    max_gain_pct: float | None
+
+
+@dataclass(frozen=True)
+class FixStatus:
+    """A's recommendations that B ``resolved`` (in A, not in B), those ``remaining`` (as (in A, in
+    B)) and the ``new`` ones (only in B), matched by id, in each report's order."""
+
+    resolved: list[Fix]
+    remaining: list[tuple[Fix, Fix]]
+    new: list[Fix]
+
+
+def _fix(r: Any) -> Fix:
+    gain = getattr(r, "max_gain_pct", None)
+    return Fix(str(r.id), str(getattr(r, "title", None) or r.id), None if gain is None else gain)
+
+
+def fix_status(a: RunReport, b: RunReport) -> FixStatus:
+    """Which of A's recommendations B resolved, which remain, which are new in B (by id)."""
+    fa = {str(r.id): _fix(r) for r in a.recommendations}
+    fb = {str(r.id): _fix(r) for r in b.recommendations}
+    return FixStatus(
+        resolved=[f for i, f in fa.items() if i not in fb],
+        remaining=[(f, fb[i]) for i, f in fa.items() if i in fb],
+        new=[f for i, f in fb.items() if i not in fa],
+    )
+
+
+@dataclass(frozen=True)
+class Card:
+    """One headline card: A's and B's value in ``unit`` (``ms``, ``tokens/s``, ``samples/s``,
+    ``TFLOP/s``, ``%``) and whether lower is better. ``key`` names the figure (``step_time``,
+    ``throughput``, ``achieved_tflops``, ``mfu``, ``gpu_busy``, ``idle_per_step``)."""
+
+    key: str
+    label: str
+    a: float | None
+    b: float | None
+    unit: str
+    lower_is_better: bool
+
+
+@dataclass(frozen=True)
+class Section:
+    """A titled group of compared metrics in display units (ms, %, TFLOP/s, TFLOP)."""
+
+    title: str
+    rows: list[Delta]
+
+
+@dataclass(frozen=True)
+class CompareView:
+    """Everything the Compare page shows of A vs B: the ``comparison`` itself, the six headline
+    ``cards``, every delta in ``sections`` (display units), a ``peak_note`` when the MFUs are
+    measured against different peaks, idle ms per step by cause of A and B (every cause, in
+    precedence order) and the ``fixes``."""
+
+    comparison: Comparison
+    cards: list[Card]
+    sections: list[Section]
+    peak_note: str | None
+    idle_ms_per_step: tuple[dict[str, float], dict[str, float]]
+    fixes: FixStatus
+
+    @property
+    def speedup_text(self) -> str | None:
+        return self.comparison.speedup_text
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self.comparison.notes)
+
+
+#: Display labels of :func:`compare_reports`' headline metrics.
+METRIC_LABELS = {
+    "step_time_ms": "Step time (mean)",
+    "step_time_p50_ms": "Step time (median)",
+    "samples_per_s": "Throughput (samples)",
+    "tokens_per_s": "Throughput (tokens)",
+    "gpu_busy_pct": "GPU busy",
+    "idle_pct": "GPU idle",
+    "idle_per_step_us": "Idle time (per step)",
+    "tensor_core_pct": "Tensor-core share",
+    "mfu_pct": "MFU",
+    "mfu_dtype_pct": "MFU against the dtype's peak",
+    "mfu_untraced_pct": "MFU without the profiler",
+    "mfu_busy_pct": "MFU while busy",
+    "untraced_step_ms": "Step time without the profiler",
+    "achieved_tflops": "Achieved TFLOP/s",
+    "flops_per_step": "Model FLOPs per step",
+}
+SECTION_TITLES = (
+    ("metrics", "Headline"),
+    ("idle_by_cause", "Idle per step, by cause"),
+    ("kernel_categories", "Kernel time per step, by category"),
+    ("top_kernels", "Kernels that changed most (per step)"),
+)
+
+
+def display_delta(d: Delta, section: str = "metrics") -> Delta:
+    """``d`` in the dashboard's units and words: µs -> ms, µs/step -> ms/step, FLOP -> TFLOP, a rate
+    named by what it counts (``tokens/s``, never ``1/s``); headline metrics by their label, causes
+    in words. ``section``: the :class:`Comparison` list it comes from."""
+    scale, unit = 1.0, d.unit
+    if unit in ("µs", "us"):
+        scale, unit = 1e-3, "ms"
+    elif unit in ("µs/step", "us/step"):
+        scale, unit = 1e-3, "ms/step"
+    elif unit == "FLOP":
+        scale, unit = 1e-12, "TFLOP"
+    elif unit == "1/s":
+        unit = f"{d.metric.split('_per_s')[0]}/s"
+    metric = d.metric
+    if section == "metrics":
+        metric = METRIC_LABELS.get(metric, metric.replace("_", " "))
+    elif section == "idle_by_cause":
+        metric = metric.replace("_", " ").capitalize()
+    return Delta(
+        metric,
+        unit,
+        None if d.a is None else d.a * scale,
+        None if d.b is None else d.b * scale,
+        d.better,
+    )
+
+
+def peak_difference(a: RunReport, b: RunReport) -> str | None:
+    """A sentence when A's and B's MFU are measured against different peaks (different GPUs, or a
+    ``--peak-tflops`` override), else ``None``. A different dtype does not make them differ: MFU is
+    against the GPU's dense bf16 peak for every dtype (metrics.md, "MFU")."""
+    pa, pb = a.peak_tflops, b.peak_tflops
+    if pa == pb:
+        return None
+
+    def peak(p: float | None, r: RunReport) -> str:
+        kind = getattr(r.peak, "dtype", None) or "dense"
+        return f"{p:,.1f} TFLOP/s ({kind})" if p is not None else "no peak"
+
+    return (
+        f"A and B's MFU use different peaks (A {peak(pa, a)} vs B {peak(pb, b)}): compare "
+        "achieved TFLOP/s rather than MFU."
+    )
+
+
+def throughput_key(a: RunReport, b: RunReport) -> str:
+    """The throughput both runs are shown by: ``tokens_per_s`` when either knows its tokens per
+    step, else ``samples_per_s``."""
+    if any((r.throughput or {}).get("tokens_per_s") is not None for r in (a, b)):
+        return "tokens_per_s"
+    return "samples_per_s"
+
+
+def _cards(cmp: Comparison, a: RunReport, b: RunReport, peak_note: str | None) -> list[Card]:
+    m = {d.metric: d for d in cmp.metrics}
+
+    def card(key: str, label: str, metric: str, unit: str, lower: bool, scale: float = 1.0) -> Card:
+        d = m.get(metric)
+        va = None if d is None or d.a is None else d.a * scale
+        vb = None if d is None or d.b is None else d.b * scale
+        return Card(key, label, va, vb, unit, lower)
+
+    tp = throughput_key(a, b)
+    return [
+        card("step_time", "Step time", "step_time_ms", "ms", True),
+        card("throughput", "Throughput", tp, tp.replace("_per_s", "/s"), False),
+        card("achieved_tflops", "Achieved TFLOP/s", "achieved_tflops", "TFLOP/s", False),
+        card("mfu", "MFU (different peaks)" if peak_note else "MFU", "mfu_pct", "%", False),
+        card("gpu_busy", "GPU busy", "gpu_busy_pct", "%", False),
+        card("idle_per_step", "Idle per step", "idle_per_step_us", "ms", True, 1e-3),
+    ]
+
+
+def _idle_ms_per_step(r: RunReport) -> dict[str, float]:
+    return {c: r.idle.causes_ns.get(c, 0) / r.window.n_steps / 1e6 for c in CAUSES}
+
+
+def compare_view(a: RunReport, b: RunReport, *, top_n: int = 10) -> CompareView:
+    """What the Compare page shows of B against A (see :class:`CompareView`)."""
+    cmp = compare_reports(a, b, top_n=top_n)
+    note = peak_difference(a, b)
+    sections = [
+        Section(title, [display_delta(d, key) for d in getattr(cmp, key)])
+        for key, title in SECTION_TITLES
+    ]
+    return CompareView(
+        comparison=cmp,
+        cards=_cards(cmp, a, b, note),
+        sections=[s for s in sections if s.rows],
+        peak_note=note,
+        idle_ms_per_step=(_idle_ms_per_step(a), _idle_ms_per_step(b)),
+        fixes=fix_status(a, b),
+    )

@@ -1,8 +1,10 @@
-"""Diagnosis of an NVML-only run (a sampler file or an nvidia-smi log, no trace).
+"""A run's NVML series: the diagnosis of an NVML-only run (a sampler file or an nvidia-smi log, no
+trace), the series thinned for a plot, and the utilization overlaid on a trace run's busy plot.
 
 Per GPU, over the whole series: the Live page's sawtooth diagnosis
 (:func:`gpuscope.analysis.live.sawtooth_diagnosis`: idle share, period, duty cycle) plus power,
-SM clock and memory. docs/metrics.md, "NVML-only runs". Units: W, MHz, bytes, %, s.
+SM clock and memory. docs/metrics.md, "NVML-only runs". Units: W, MHz, bytes, %, s; sample times
+``t_ns`` are absolute (Unix ns) except in :func:`nvml_overlay`, which speaks the rank's trace clock.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import pandas as pd
 from gpuscope.analysis.live import sawtooth_diagnosis
 
 SCHEMA = "gpuscope.analyze-nvml/1"
@@ -182,3 +185,82 @@ def compare_nvml_reports(a: NvmlReport, b: NvmlReport) -> Any:
         recommendations={"resolved": [], "remaining": [], "new": []},
         notes=notes,
     )
+
+
+def nvml_series(
+    con: duckdb.DuckDBPyConnection, run_id: str, max_points: int = 4000
+) -> pd.DataFrame:
+    """Every NVML sample of a run, every column of ``nvml_samples``, ordered by ``t_ns`` and
+    ``gpu``; a GPU with more than ``max_points`` samples keeps every ``ceil(k / max_points)``-th
+    one (evenly thinned, at most ``max_points``)."""
+    return con.execute(
+        """SELECT * EXCLUDE (rn, k) FROM (
+             SELECT *, row_number() OVER (PARTITION BY gpu ORDER BY t_ns) AS rn,
+                    count(*) OVER (PARTITION BY gpu) AS k
+             FROM nvml_samples WHERE run_id = $run)
+           WHERE k <= $m OR rn % CAST(ceil(k / $m) AS BIGINT) = 0 ORDER BY t_ns, gpu""",
+        {"run": run_id, "m": max(1, int(max_points))},
+    ).df()
+
+
+def time_offset_ns(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> int:
+    """The rank's trace clock -> Unix ns: absolute time = trace ns + this (0 when unknown)."""
+    row = con.execute(
+        "SELECT time_offset_ns FROM ranks WHERE run_id = ? AND rank = ?", [run_id, int(rank)]
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def nvml_overlay(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    gpu: int | None,
+    start_ns: int,
+    end_ns: int,
+    n_buckets: int,
+) -> pd.DataFrame:
+    """NVML ``gpu_util_pct`` of GPU ``gpu`` (not sampled, or None: the run's lowest sampled GPU)
+    during ``[start_ns, end_ns]`` of the rank's trace clock, plus the last sample before it (it
+    holds until the next one, so a zoom between two samples still has its value). More samples
+    than ``n_buckets``: averaged per bucket (``t_ns`` = the bucket's first sample). Columns
+    ``t_ns`` (trace ns of the rank), ``gpu_util_pct``; empty without samples."""
+    gpus = [
+        int(r[0])
+        for r in con.execute(
+            "SELECT DISTINCT gpu FROM nvml_samples WHERE run_id = ? ORDER BY gpu", [run_id]
+        ).fetchall()
+    ]
+    if not gpus:
+        return pd.DataFrame(
+            {"t_ns": pd.array([], dtype="int64"), "gpu_util_pct": pd.array([], dtype="float64")}
+        )
+    offset = time_offset_ns(con, run_id, rank)
+    p = {
+        "run": run_id,
+        "gpu": gpu if gpu in gpus else gpus[0],
+        "lo": int(start_ns) + offset,
+        "hi": int(end_ns) + offset,
+        "n": max(1, int(n_buckets)),
+        "off": offset,
+    }
+    return con.execute(
+        """
+        WITH prev AS (SELECT max(t_ns) AS t FROM nvml_samples
+                      WHERE run_id = $run AND gpu = $gpu AND t_ns < $lo
+                        AND gpu_util_pct IS NOT NULL),
+             s AS (SELECT t_ns, gpu_util_pct FROM nvml_samples, prev
+                   WHERE run_id = $run AND gpu = $gpu AND t_ns >= coalesce(prev.t, $lo)
+                     AND t_ns <= $hi AND gpu_util_pct IS NOT NULL),
+             c AS (SELECT count(*) AS k FROM s),
+             o AS (
+                SELECT t_ns, gpu_util_pct FROM s, c WHERE c.k <= $n
+                UNION ALL
+                SELECT CAST(min(t_ns) AS BIGINT) AS t_ns, avg(gpu_util_pct) AS gpu_util_pct
+                FROM s, c WHERE c.k > $n
+                GROUP BY CAST((CAST(t_ns - $lo AS DOUBLE) * $n) // ($hi - $lo + 1) AS BIGINT)
+             )
+        SELECT t_ns - $off AS t_ns, gpu_util_pct FROM o ORDER BY t_ns
+        """,
+        p,
+    ).df()

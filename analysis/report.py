@@ -694,11 +694,3 @@ def _torch_flag(con: duckdb.DuckDBPyConnection, run_id: str, rank: int, flag: st
     flags = (rank_meta(con, run_id, rank).get("metadata") or {}).get("gpuscope.torch_flags")
     value = flags.get(flag) if isinstance(flags, dict) else None
     return value if isinstance(value, bool) else None
-
-
-def compare_runs(con: duckdb.DuckDBPyConnection, a: str, b: str, **kw: Any) -> Any:
-    """Analyse runs ``a`` and ``b`` (same keyword arguments as :func:`analyze_run`) and diff them:
-    see :func:`gpuscope.analysis.compare.compare_reports`."""
-    from gpuscope.analysis.compare import compare_runs as _compare
-
-    return _compare(con, a, b, **kw)

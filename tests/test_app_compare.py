@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
-from apptools import analysis_ready, ingest, open_app, texts
+from apptools import ingest, open_app, texts
 from synth import write_pair
 
 COMPARE = "screens/compare.py"
@@ -43,15 +43,12 @@ def test_query_params_give_the_comparison(pair: tuple[str, str]) -> None:
     # (decoded: plotly escapes non-ASCII text or not, depending on whether orjson is installed)
     spec = json.dumps(json.loads(at.get("plotly_chart")[0].proto.spec), ensure_ascii=False)
     assert "A · before" in spec and "B · after" in spec
-    if analysis_ready():
-        labels = [m.label for m in at.metric]
-        assert labels[:3] == ["Step time", "Throughput", "Achieved TFLOP/s"]
-        assert labels[3] in ("MFU", "MFU (different peaks)") and "GPU busy" in labels
-        assert "All metrics" in texts(at, "subheader") and "Fixes" in texts(at, "subheader")
-        table = at.dataframe[0].value
-        assert {"A", "B", "Δ (B − A)"} <= set(table.columns)
-    else:
-        assert any("gpuscope.analysis.report" in w for w in texts(at, "warning"))
+    labels = [m.label for m in at.metric]
+    assert labels[:3] == ["Step time", "Throughput", "Achieved TFLOP/s"]
+    assert labels[3] in ("MFU", "MFU (different peaks)") and "GPU busy" in labels
+    assert "All metrics" in texts(at, "subheader") and "Fixes" in texts(at, "subheader")
+    table = at.dataframe[0].value
+    assert {"A", "B", "Δ (B − A)"} <= set(table.columns)
 
 
 def test_same_link_in_a_fresh_session(pair: tuple[str, str]) -> None:
@@ -128,35 +125,47 @@ def test_run_names_and_link_ids_are_shown_as_text(db: Path, pair: tuple[str, str
 
 
 def test_cards_show_throughput_and_tflops_and_flag_different_peaks() -> None:
-    """Pure: the MFU card says so when A and B are measured against different peaks/dtypes."""
-    from gpuscope.web import model, ui
+    """The MFU card says so when A and B are measured against different peaks (not dtypes); the
+    throughput card is by tokens when a run knows them, and its unit is never "1/s"."""
+    from types import SimpleNamespace as NS
 
-    a = {"peak_tflops": 989.4, "dtype": "bf16", "throughput": {"tokens_per_s": 12345.6}}
-    b = {"peak_tflops": 494.7, "dtype": "tf32", "throughput": {"tokens_per_s": 23456.0}}
-    note = model.peak_difference(a, b)
-    assert note and "989.4 TFLOP/s" in note and "494.7 TFLOP/s" in note
-    assert model.peak_difference(a, dict(a)) is None
+    from gpuscope.analysis.compare import Delta, display_delta, peak_difference, throughput_key
+    from gpuscope.web import ui
+
+    def report(peak: float, dtype: str, tokens_per_s: float | None) -> NS:
+        return NS(peak_tflops=peak, peak=NS(dtype=dtype), throughput={"tokens_per_s": tokens_per_s})
+
+    a, b = report(989.4, "bf16", 12345.6), report(494.7, "tf32", 23456.0)
+    note = peak_difference(a, b)  # type: ignore[arg-type]
+    assert note and "A 989.4 TFLOP/s (bf16) vs B 494.7 TFLOP/s (tf32)" in note
+    assert peak_difference(a, report(989.4, "bf16", None)) is None  # type: ignore[arg-type]
     # the same GPU's dense peak for an fp32 and a bf16 run: their MFUs compare (issue 9)
-    assert model.peak_difference(a, {**a, "dtype": "fp32"}) is None
-    assert model.throughput_kind(a, b) == ("tokens_per_s", "Throughput", "tokens/s")
+    assert peak_difference(a, report(989.4, "fp32", None)) is None  # type: ignore[arg-type]
+    assert throughput_key(a, b) == "tokens_per_s"  # type: ignore[arg-type]
+    no_tokens = report(1.0, "bf16", None)
+    assert throughput_key(no_tokens, no_tokens) == "samples_per_s"  # type: ignore[arg-type]
     assert ui.fmt_rate(12345.6, "tokens/s") == "12,346 tokens/s"
     assert ui.delta_pct(100.0, 150.0) == "+50.0 %"
-    rows = model.comparison_rows(
-        {"metrics": [{"metric": "tokens_per_s", "unit": "1/s", "a": 1.0, "b": 2.0}]}
-    )
-    assert rows[0].unit == "tokens/s"  # never "1/s"
+    row = display_delta(Delta("tokens_per_s", "1/s", 1.0, 2.0, "higher"))
+    assert (row.metric, row.unit) == ("Throughput (tokens)", "tokens/s")  # never "1/s"
 
 
 @pytest.mark.parametrize(
-    ("module", "attr", "line"),
+    ("module", "attr", "line", "headline_shown"),
     [
-        ("figures", "idle_compare", "Idle time by cause could not be shown"),
-        # the comparison itself (speed-up by throughput, deltas): said, not only logged
-        ("data", "comparison", "The comparison of A and B could not be shown"),
+        ("figures", "idle_compare", "Idle time by cause could not be shown", True),
+        # the comparison itself (cards, deltas, speed-up, fixes all come from it): said, not only
+        # logged, and the aligned plot (its own data) still shows
+        ("data", "comparison", "The comparison of A and B could not be shown", False),
     ],
 )
 def test_a_failing_section_leaves_the_rest_of_the_comparison(
-    pair: tuple[str, str], monkeypatch: pytest.MonkeyPatch, module: str, attr: str, line: str
+    pair: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    module: str,
+    attr: str,
+    line: str,
+    headline_shown: bool,
 ) -> None:
     import importlib
 
@@ -170,6 +179,11 @@ def test_a_failing_section_leaves_the_rest_of_the_comparison(
     (err,) = texts(at, "error")
     assert err.startswith(f"{line}: an internal error (ValueError)")
     assert "internals" not in err
+    spec = json.dumps(json.loads(at.get("plotly_chart")[0].proto.spec), ensure_ascii=False)
+    assert "A · before" in spec and "B · after" in spec  # the aligned plot
     labels = [m.label for m in at.metric]
-    assert labels[0] == "Step time" and "All metrics" in texts(at, "subheader")
-    assert any("Resolved in B" in m for m in texts(at, "markdown"))  # the fixes still show
+    if headline_shown:
+        assert labels[0] == "Step time" and "All metrics" in texts(at, "subheader")
+        assert any("Resolved in B" in m for m in texts(at, "markdown"))  # the fixes still show
+    else:
+        assert labels == [] and "All metrics" not in texts(at, "subheader")

@@ -1,4 +1,5 @@
-"""Unit tests of the app's pure parts: figures, palette, compare model, upload helpers."""
+"""Unit tests of the app's pure parts: figures (they draw what they are given), palette, upload
+helpers. What the figures are given is computed and tested in analysis (test_analysis_sawtooth)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import io
 import numpy as np
 import pandas as pd
 import pytest
-from gpuscope.web import figures, model, palette
+from gpuscope.web import figures, palette
 from gpuscope.web.uploads import run_name_for, safe_name
 
 
@@ -15,45 +16,12 @@ def _busy(edges: list[int], frac: list[float]) -> pd.DataFrame:
     return pd.DataFrame({"start_ns": edges[:-1], "end_ns": edges[1:], "busy_frac": frac})
 
 
-def test_idle_shares_are_exact_per_bucket() -> None:
-    gaps = pd.DataFrame(
-        {
-            "start_ns": [0, 150, 390],
-            "end_ns": [50, 250, 400],
-            "cause": ["data_loading", "data_loading", "host_sync"],
-        }
-    )
-    shares = figures.idle_shares(gaps, [0, 100, 200, 300, 400])
-    np.testing.assert_allclose(shares["data_loading"], [50, 50, 50, 0])
-    np.testing.assert_allclose(shares["host_sync"], [0, 0, 0, 10])
-    assert figures.idle_shares(gaps.iloc[:0], [0, 10]) == {}
-
-
-def test_gap_segments_keep_each_causes_length() -> None:
-    gaps = pd.DataFrame(
-        {
-            "start_ns": [100, 1000],
-            "end_ns": [200, 1010],
-            "data_loading_ns": [60, 0],
-            "cpu_overhead_ns": [40, 10],
-        }
-    )
-    seg = figures.gap_segments(gaps, ["data_loading_ns", "cpu_overhead_ns"])
-    assert seg.to_dict("records") == [
-        {"start_ns": 100, "end_ns": 160, "cause": "data_loading"},
-        {"start_ns": 160, "end_ns": 200, "cause": "cpu_overhead"},
-        {"start_ns": 1000, "end_ns": 1010, "cause": "cpu_overhead"},
-    ]
-
-
 def test_sawtooth_coarse_stacks_busy_and_causes() -> None:
     busy = _busy([0, 100, 200, 300], [1.0, 0.5, 0.0])
-    idle = pd.DataFrame(
-        {"start_ns": [150, 200], "end_ns": [200, 300], "cause": ["host_sync", "data_loading"]}
-    )
+    shares = {"host_sync": np.array([0.0, 50.0, 0.0]), "data_loading": np.array([0.0, 0.0, 100.0])}
     steps = pd.DataFrame({"number": [1, 2], "start_ns": [0, 200]})
     nvml = pd.DataFrame({"t_ns": [0, 100, 200], "gpu_util_pct": [100.0, 100.0, 0.0]})
-    fig = figures.sawtooth(busy, origin_ns=0, idle=idle, steps=steps, nvml=nvml)
+    fig = figures.sawtooth(busy, origin_ns=0, shares=shares, steps=steps, nvml=nvml)
     names = [t.name for t in fig.data]
     assert names[0] == "GPU busy" and {
         "Host sync",
@@ -104,10 +72,7 @@ def test_sawtooth_fine_draws_each_kernel() -> None:
 
 
 def test_sawtooth_escapes_kernel_names_and_draws_the_envelope() -> None:
-    busy = figures.bucket_envelope(_busy([0, 25, 50, 75, 100], [1.0, 0.0, 0.5, 0.5]), 2)
-    np.testing.assert_allclose(busy["busy_frac"], [0.5, 0.5])
-    np.testing.assert_allclose(busy["busy_min"], [0.0, 0.5])
-    np.testing.assert_allclose(busy["busy_max"], [1.0, 0.5])
+    busy = _busy([0, 50, 100], [0.5, 0.5]).assign(busy_min=[0.0, 0.5], busy_max=[1.0, 0.5])
     fig = figures.sawtooth(busy, origin_ns=0)
     env = next(t for t in fig.data if t.name == "busy min–max")
     # a closed band: the max from left to right, then the min back
@@ -168,8 +133,13 @@ def test_breakdown_figures_accept_the_documented_shapes() -> None:
             "25.0 %",
             "75.0 %",
         ]
-    c = figures.idle_compare({"host_sync": 1000.0}, {"host_sync": 100.0}, labels=("A", "B"))
+    c = figures.idle_compare(
+        {"data_loading": 0.5, "host_sync": 1.0}, {"host_sync": 0.1}, labels=("A", "B")
+    )
     assert [t.name for t in c.data] == ["A", "B"]
+    # ms per step as given, the causes in order of A's time, a missing cause drawn as 0
+    assert list(c.data[0].y) == ["Host sync", "Data loading"]
+    assert list(c.data[0].x) == [1.0, 0.5] and list(c.data[1].x) == [0.1, 0.0]
 
 
 def test_palette_is_stable_and_shared() -> None:
@@ -180,45 +150,6 @@ def test_palette_is_stable_and_shared() -> None:
     cause_colors = set(palette.CAUSES.values())
     assert not cause_colors & {palette.BUSY, palette.NVML}
     assert palette.rgba("#ff0080", 0.5) == "rgba(255,0,128,0.5)"
-
-
-def _report(step_ms: float, busy: float, causes: dict[str, float], recs: list[str]) -> dict:
-    return {
-        "window": {"steps": 4, "duration_us": step_ms * 4000},
-        "step_time_ms": {"mean": step_ms},
-        "gpu_busy_pct": busy,
-        "mfu_pct": busy / 3,
-        "idle": {"total_us": sum(causes.values()), "causes": causes},
-        "kernels": {"total_us": 1000.0},
-        "recommendations": [{"id": r, "title": r.title()} for r in recs],
-    }
-
-
-def test_compare_rows_and_fix_status() -> None:
-    a = _report(
-        40.0, 50.0, {"data_loading": 40000.0, "host_sync": 4000.0}, ["dataloader", "sync", "tf32"]
-    )
-    b = _report(20.0, 90.0, {"data_loading": 0.0, "host_sync": 2000.0}, ["sync", "bf16"])
-    rows = {r.metric: r for r in model.compare_rows(a, b)}
-    step = rows["Step time (mean)"]
-    assert (step.a, step.b, step.delta, step.delta_pct, step.better) == (
-        40.0,
-        20.0,
-        -20.0,
-        -50.0,
-        True,
-    )
-    assert rows["GPU busy"].better is True
-    assert rows["Idle: data loading (per step)"].a == 10.0  # 40 ms over 4 steps
-    assert rows["Idle: host sync (per step)"].b == 0.5
-    assert model.speedup(a, b) == 2.0
-    st = model.fix_status(a, b)
-    assert [r["id"] for r in st.resolved] == ["dataloader", "tf32"]
-    assert [ra["id"] for ra, _ in st.remaining] == ["sync"] and [r["id"] for r in st.new] == [
-        "bf16"
-    ]
-    st2 = model.fix_status(a, b, {"resolved": [{"id": "tf32"}]})
-    assert [r["id"] for r in st2.resolved] == ["tf32"]
 
 
 def test_upload_names() -> None:

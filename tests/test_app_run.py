@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
-from apptools import analysis_ready, ingest, open_app, texts
+from apptools import ingest, open_app, texts
 from synth import nvml_series, training_trace
 
 RUN = "screens/run.py"
@@ -49,23 +49,20 @@ def test_run_page_shows_the_sawtooth(run_id: str) -> None:
     )
     caption = next(c for c in texts(at, "caption") if "drag across the plot" in c)
     assert "GPU 0" in caption
-    if analysis_ready():
-        labels = [m.label for m in at.metric]
-        assert labels[:5] == [
-            "Step time",
-            "GPU busy",
-            "MFU",
-            "Tensor-core share",
-            "Top idle cause",
-        ]
-        assert at.metric[0].value.endswith(" ms") and at.metric[1].value.endswith(" %")
-        assert at.metric[4].proto.delta.startswith("Data loading")
-        assert "Fixes" in texts(at, "subheader")
-        fixes = [c.value for c in at.code]
-        assert any("num_workers" in c for c in fixes)  # the data-loading fix, copyable
-        assert any("Load batches in background workers" in m for m in texts(at, "markdown"))
-    else:
-        assert any("gpuscope.analysis.report" in w for w in texts(at, "warning"))
+    labels = [m.label for m in at.metric]
+    assert labels[:5] == [
+        "Step time",
+        "GPU busy",
+        "MFU",
+        "Tensor-core share",
+        "Top idle cause",
+    ]
+    assert at.metric[0].value.endswith(" ms") and at.metric[1].value.endswith(" %")
+    assert at.metric[4].proto.delta.startswith("Data loading")
+    assert "Fixes" in texts(at, "subheader")
+    fixes = [c.value for c in at.code]
+    assert any("num_workers" in c for c in fixes)  # the data-loading fix, copyable
+    assert any("Load batches in background workers" in m for m in texts(at, "markdown"))
 
 
 def test_run_id_prefix_is_canonicalised(run_id: str) -> None:
@@ -222,8 +219,6 @@ def test_a_failing_section_shows_one_plain_line_and_the_rest_of_the_page(
 ) -> None:
     """A bug in one section: that section says what could not be shown, without a traceback;
     the sections around it still show their content; the traceback goes to the server log."""
-    if not analysis_ready():
-        pytest.skip("needs gpuscope.analysis.report")
     from gpuscope.web import figures
 
     def broken(*a, **k):
@@ -316,8 +311,6 @@ def test_kernels_are_bars_only_when_each_has_a_pixel() -> None:
 def test_breakdowns_per_step_and_the_top_kernels_table(run_id: str) -> None:
     """Both breakdown charts per step and labelled so; the top-kernels table has every column
     (max included) and each kernel's full name on hover; readable units."""
-    if not analysis_ready():
-        pytest.skip("needs gpuscope.analysis.report")
     import json
 
     at = open_app(RUN, {"run": run_id})

@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 import streamlit as st
+from gpuscope.analysis import run_views
 from gpuscope.ingest.errors import IngestError, StoreError, store_fault
 from gpuscope.ingest.store import connect, default_db_path, list_runs
 
@@ -139,10 +140,9 @@ def query_df(sql: str, params: list[Any] | None = None) -> pd.DataFrame:
 
 def count_rows(table: str) -> int:
     try:
-        row = cursor().execute(f"SELECT count(*) FROM {table}").fetchone()
+        return run_views.row_count(cursor(), table)
     except duckdb.FatalException as e:
         raise fault(e) from None
-    return int(row[0]) if row else 0
 
 
 # -- cached reads: the first two arguments (path, generation) are the cache key's freshness --------
@@ -171,38 +171,14 @@ def runs_df(path: str, gen: int) -> pd.DataFrame:
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def run_row(path: str, gen: int, run_id: str) -> dict[str, Any] | None:
-    cur = cursor().execute(
-        "SELECT run_id, name, kind, created_at, n_ranks, n_events, source_bytes, gpu_name, "
-        "torch_version, tags, start_ns, end_ns FROM runs WHERE run_id = ?",
-        [run_id],
-    )
-    cols = [d[0] for d in cur.description]
-    row = cur.fetchone()
-    if row is None:
-        return None
-    d = dict(zip(cols, row, strict=True))
-    d["tags"] = list(d["tags"] or [])
-    return d
+    """``run_views.run_row``: the run's row of ``runs``, or None."""
+    return run_views.run_row(cursor(), run_id)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def ranks_of(path: str, gen: int, run_id: str) -> list[int]:
-    rows = (
-        cursor()
-        .execute("SELECT rank FROM ranks WHERE run_id = ? ORDER BY rank", [run_id])
-        .fetchall()
-    )
-    return [int(r[0]) for r in rows]
-
-
-@st.cache_data(show_spinner=False, max_entries=256)
-def time_offset_ns(path: str, gen: int, run_id: str, rank: int) -> int:
-    row = (
-        cursor()
-        .execute("SELECT time_offset_ns FROM ranks WHERE run_id = ? AND rank = ?", [run_id, rank])
-        .fetchone()
-    )
-    return int(row[0]) if row and row[0] is not None else 0
+    """``run_views.ranks_of``: the run's ranks, ascending."""
+    return run_views.ranks_of(cursor(), run_id)
 
 
 def resolve(ref: str | None) -> str | None:

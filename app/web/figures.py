@@ -1,5 +1,8 @@
 """Pure figure builders: plain data in, ``plotly.graph_objects.Figure`` out (no Streamlit, no DB).
 
+They draw what :mod:`gpuscope.analysis` computed (busy and idle shares per bucket, gaps, kernels)
+and compute nothing themselves beyond placing it on the axes.
+
 Units everywhere: time in ms (x axes: ms since the start of the shown window or step), shares in %,
 throughput in TFLOP/s. Colours come from :mod:`gpuscope.web.palette` only.
 """
@@ -45,61 +48,6 @@ def _base_layout(
     if x_title:
         fig.update_xaxes(title_text=x_title)
     return fig
-
-
-# -- idle gaps -> per bucket shares -----------------------------------------------------------------
-
-
-def idle_shares(gaps: pd.DataFrame, edges_ns: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
-    """For each cause, the % of each bucket ``[edges[i], edges[i+1])`` covered by its idle gaps.
-
-    ``gaps`` has ``start_ns``, ``end_ns``, ``cause``; the gaps of one cause must not overlap
-    (idle gaps never do). Exact: the covered length is a piecewise-linear cumulative function
-    evaluated at the edges, so a gap shorter than a bucket still counts for its length.
-    """
-    edges = np.asarray(edges_ns, dtype="float64")
-    width = np.diff(edges)
-    out: dict[str, np.ndarray] = {}
-    if gaps is None or gaps.empty or edges.size < 2:
-        return out
-    for cause, g in gaps.groupby("cause", sort=True):
-        s = g["start_ns"].to_numpy(dtype="float64")
-        e = g["end_ns"].to_numpy(dtype="float64")
-        order = np.argsort(s)
-        s, e = s[order], e[order]
-        dur = np.clip(e - s, 0, None)
-        before = np.concatenate([[0.0], np.cumsum(dur)])  # covered length before gap k
-        k = np.searchsorted(s, edges, side="right") - 1  # last gap starting at or before t
-        cov = np.where(
-            k >= 0,
-            before[np.clip(k, 0, None)]
-            + np.clip(edges - s[np.clip(k, 0, None)], 0, dur[np.clip(k, 0, None)]),
-            0.0,
-        )
-        share = np.where(width > 0, np.diff(cov) / np.where(width > 0, width, 1), 0.0) * 100.0
-        out[str(cause)] = np.clip(share, 0, 100)
-    return out
-
-
-def gap_segments(gaps: pd.DataFrame, cause_cols: Sequence[str]) -> pd.DataFrame:
-    """Lay each gap's per-cause time (``<cause>_ns`` columns) end to end from its start, in the
-    given (precedence) order: ``start_ns``, ``end_ns``, ``cause`` segments whose lengths are exact
-    per cause (positions inside a gap are nominal). Without cause columns: the gaps as they are."""
-    if gaps is None or gaps.empty or not cause_cols:
-        return gaps if gaps is not None else pd.DataFrame(columns=["start_ns", "end_ns", "cause"])
-    start = gaps["start_ns"].to_numpy(dtype="int64")
-    parts = np.stack([gaps[c].fillna(0).to_numpy(dtype="int64") for c in cause_cols], axis=1)
-    ends = start[:, None] + np.cumsum(parts, axis=1)
-    begins = ends - parts
-    keep = parts > 0
-    names = np.array([c.removesuffix("_ns") for c in cause_cols], dtype=object)
-    return pd.DataFrame(
-        {
-            "start_ns": begins[keep],
-            "end_ns": ends[keep],
-            "cause": np.broadcast_to(names, parts.shape)[keep],
-        }
-    )
 
 
 # -- the sawtooth ------------------------------------------------------------------------------------
@@ -158,29 +106,6 @@ def _step_lines(
             )
 
 
-def bucket_envelope(busy_fine: pd.DataFrame, n: int) -> pd.DataFrame:
-    """``busy_fine`` (``n × k`` equal sub-buckets: ``start_ns``, ``end_ns``, ``busy_frac``) folded
-    into ``n`` buckets: ``start_ns``, ``end_ns``, ``busy_frac`` (mean: the exact busy fraction of
-    the bucket), ``busy_min``, ``busy_max`` (the extremes of its sub-buckets), fractions 0..1."""
-    m = len(busy_fine)
-    if m == 0 or n <= 0 or m % n:
-        return busy_fine.assign(busy_min=busy_fine["busy_frac"], busy_max=busy_fine["busy_frac"])
-    k = m // n
-    f = busy_fine["busy_frac"].to_numpy(dtype="float64").reshape(n, k)
-    w = (busy_fine["end_ns"].to_numpy() - busy_fine["start_ns"].to_numpy()).astype("float64")
-    w = w.reshape(n, k)
-    mean = np.where(w.sum(axis=1) > 0, (f * w).sum(axis=1) / np.maximum(w.sum(axis=1), 1), 0.0)
-    return pd.DataFrame(
-        {
-            "start_ns": busy_fine["start_ns"].to_numpy()[::k],
-            "end_ns": busy_fine["end_ns"].to_numpy()[k - 1 :: k],
-            "busy_frac": mean,
-            "busy_min": f.min(axis=1),
-            "busy_max": f.max(axis=1),
-        }
-    )
-
-
 def _esc(text: Any) -> str:
     """Text for a Plotly hover/label (Plotly reads ``<b>``, ``<a href>``…: kernel names hold ``<``)."""
     return html.escape(str(text), quote=False)
@@ -201,14 +126,15 @@ def sawtooth(
     """GPU busy % over time, idle time coloured by cause, step starts marked, NVML overlaid.
 
     ``busy``: ``start_ns``, ``end_ns``, ``busy_frac`` (0..1) per bucket (trace ns), optionally
-    ``busy_min``/``busy_max`` (the envelope inside each bucket, see :func:`bucket_envelope`).
-    ``idle``: ``start_ns``, ``end_ns``, ``cause`` gaps. ``steps``: ``number``, ``start_ns``.
+    ``busy_min``/``busy_max`` (the envelope inside each bucket, ``analysis.sawtooth.busy_envelope``).
+    ``idle`` (with ``kernels``): ``start_ns``, ``end_ns``, ``cause`` gaps, optionally ``detail``
+    (hover text). ``steps``: ``number``, ``start_ns``.
     ``nvml``: ``t_ns`` (trace ns) and ``gpu_util_pct``; the sample before the view holds until
     the next, so a zoom between two samples still shows the line. ``kernels`` (a zoom where each
     activity is wider than a pixel): ``start_ns``, ``end_ns``, ``name``, ``category``; when given,
     kernels and idle gaps are drawn as bars of ONE trace with a colour per bar, instead of the
-    bucket series. ``shares``: the idle % per cause and bucket when already computed (see
-    :func:`idle_shares`). The x axis is ms since ``origin_ns``. The legend is the page's (HTML):
+    bucket series. ``shares``: the idle % per cause in each bucket of ``busy``
+    (``analysis.sawtooth.idle_shares_in_view``), stacked on busy. The x axis is ms since ``origin_ns``. The legend is the page's (HTML):
     the figure has none.
     """
     fig = go.Figure()
@@ -275,8 +201,7 @@ def sawtooth(
                 hovertemplate="busy %{y:.1f} %<extra></extra>",
             )
         )
-        if shares is None:
-            shares = idle_shares(idle, edges) if idle is not None else {}
+        shares = shares or {}
         for cause in sorted(shares, key=lambda c: -shares[c].sum()):
             y = shares[cause]
             fig.add_trace(
@@ -353,8 +278,8 @@ def aligned_sawtooth(
     x_title: str = "ms since step start",
 ) -> go.Figure:
     """Two (or more) sawtooth rows on one shared x axis; each panel is a dict with ``label``,
-    ``busy``, ``origin_ns`` and optional ``shares`` (or ``idle`` gaps), ``steps``: the origins
-    align the chosen step."""
+    ``busy``, ``origin_ns`` and optional ``shares`` (idle % per cause and bucket of ``busy``) and
+    ``steps``: the origins align the chosen step."""
     n = len(panels)
     fig = make_subplots(
         rows=n,
@@ -391,10 +316,7 @@ def aligned_sawtooth(
             col=1,
         )
         seen.add("busy")
-        shares = p.get("shares")
-        if shares is None:
-            idle = p.get("idle")
-            shares = idle_shares(idle, edges) if idle is not None else {}
+        shares = p.get("shares") or {}
         for cause in sorted(shares):
             y = shares[cause]
             fig.add_trace(
@@ -542,27 +464,24 @@ def compare_bars(
 
 
 def idle_compare(
-    a_causes: Mapping[str, float],
-    b_causes: Mapping[str, float],
+    a_ms_per_step: Mapping[str, float],
+    b_ms_per_step: Mapping[str, float],
     *,
     labels: tuple[str, str],
-    a_steps: int = 1,
-    b_steps: int = 1,
     height: int = 320,
 ) -> go.Figure:
-    """Idle ms per step by cause, A vs B, as grouped horizontal bars coloured by cause."""
+    """Idle ms per step by cause, A vs B, as grouped horizontal bars coloured by cause, the causes
+    in order of A's time."""
     causes = sorted(
-        set(a_causes) | set(b_causes), key=lambda c: -(float(a_causes.get(c) or 0) / a_steps)
+        dict.fromkeys([*a_ms_per_step, *b_ms_per_step]),
+        key=lambda c: -float(a_ms_per_step.get(c) or 0),
     )
     fig = go.Figure()
-    for lab, src, n, pattern in (
-        (labels[0], a_causes, a_steps, "/"),
-        (labels[1], b_causes, b_steps, ""),
-    ):
+    for lab, src, pattern in ((labels[0], a_ms_per_step, "/"), (labels[1], b_ms_per_step, "")):
         fig.add_trace(
             go.Bar(
                 y=[palette.cause_label(c) for c in causes],
-                x=[float(src.get(c) or 0) / 1e3 / max(n, 1) for c in causes],
+                x=[float(src.get(c) or 0) for c in causes],
                 orientation="h",
                 name=lab,
                 marker={

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+from gpuscope.analysis import run_views
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import RunResult, ingest_paths, is_trace_file
 
@@ -45,8 +46,7 @@ def sample_runs(root: Path) -> list[Path]:
 
 
 def store_is_empty(con: duckdb.DuckDBPyConnection) -> bool:
-    row = con.execute("SELECT count(*) FROM runs").fetchone()
-    return not row or int(row[0]) == 0
+    return run_views.row_count(con, "runs") == 0
 
 
 def load_samples(

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import streamlit as st
+from gpuscope.analysis import sawtooth
 from gpuscope.web import data, db, figures, palette, ui
 
 LOG = logging.getLogger("gpuscope.web")
@@ -30,15 +31,12 @@ PLOT_CONFIG = {
 def section(label: str) -> Iterator[None]:
     """Run one page section so that it fails alone.
 
-    An analysis that cannot run shows one warning line naming the section and the reason; any
-    other exception shows one plain error line (no traceback: the user cannot act on one) while
+    An exception shows one plain error line (no traceback: the user cannot act on one) while
     the traceback goes to the server log (logger ``gpuscope.web``). Streamlit's own control flow
     (``st.rerun``/``st.stop``) derives from ``BaseException`` and passes through.
     """
     try:
         yield
-    except data.AnalysisUnavailable as e:
-        st.warning(f"{label} not shown: {ui.plain(str(e), 300)}.", icon=":material/construction:")
     except Exception as e:  # a bug in one section must not take the page down
         LOG.exception("section %r failed", label)
         st.error(
@@ -318,51 +316,22 @@ def cause_legend(
 # -- the sawtooth --------------------------------------------------------------------------------------
 
 
-def _clip_gaps(gaps: pd.DataFrame | None, s: int, e: int) -> pd.DataFrame | None:
-    if gaps is None or gaps.empty:
-        return gaps
-    g = gaps[(gaps["end_ns"] > s) & (gaps["start_ns"] < e)]
-    return g.assign(start_ns=np.maximum(g["start_ns"], s), end_ns=np.minimum(g["end_ns"], e))
-
-
-def idle_for_view(gaps: pd.DataFrame, s: int, e: int, *, fine: bool) -> pd.DataFrame | None:
-    """Gaps overlapping ``[s, e)``: whole gaps by dominant cause (with a per-cause ``detail``)
-    when each activity is drawn, else per-cause segments (exact totals per bucket)."""
-    near = gaps[(gaps["end_ns"] > s) & (gaps["start_ns"] < e)]
-    cols = data.cause_columns(near)
-    if fine:
-        detail = (
-            [
-                " · ".join(
-                    f"{palette.cause_label(c.removesuffix('_ns'))} {r[c] / 1e6:.3f} ms"
-                    for c in cols
-                    if r[c]
-                )
-                for r in near[cols].to_dict("records")
-            ]
-            if cols
-            else [""] * len(near)
-        )
-        return _clip_gaps(near.assign(detail=detail), s, e)
-    return _clip_gaps(figures.gap_segments(near, cols), s, e)
-
-
-@st.cache_data(show_spinner=False, max_entries=128)
-def _coarse_shares(
-    path: str, run_id: str, rank: int, dev: int | None, s: int, e: int, n: int
-) -> dict[str, np.ndarray]:
-    """Idle % per cause in each of ``n`` buckets of ``[s, e)`` (the bucket bounds of busy_series)."""
-    gaps = idle_for_view(data.idle_gaps(path, run_id, rank, dev), s, e, fine=False)
-    edges = s + (np.arange(n + 1, dtype="int64") * (e - s)) // n
-    return figures.idle_shares(gaps, edges) if gaps is not None else {}
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def _fine_gaps(
-    path: str, run_id: str, rank: int, dev: int | None, s: int, e: int
-) -> pd.DataFrame | None:
-    """The gaps in ``[s, e)``, whole, by dominant cause, with a per-cause ``detail`` for hovers."""
-    return idle_for_view(data.idle_gaps(path, run_id, rank, dev), s, e, fine=True)
+def _with_detail(gaps: pd.DataFrame) -> pd.DataFrame:
+    """Each gap's hover text: its per-cause time when several causes share it."""
+    cols = data.cause_columns(gaps)
+    detail = (
+        [
+            " · ".join(
+                f"{palette.cause_label(c.removesuffix('_ns'))} {r[c] / 1e6:.3f} ms"
+                for c in cols
+                if r[c]
+            )
+            for r in gaps[cols].to_dict("records")
+        ]
+        if cols
+        else [""] * len(gaps)
+    )
+    return gaps.assign(detail=detail)
 
 
 def clamp_view(s: int, e: int, ws: int, we: int) -> tuple[int, int]:
@@ -430,7 +399,7 @@ def _sawtooth_view(path: str, gen: int, run_id: str, rank: int, s: int, e: int) 
     once per store generation and shared by every session (it is only read afterwards): building
     the figure was most of the page's server time with several viewers."""
     w = data.window(path, run_id, rank)
-    ws, we, steps = w["start_ns"], w["end_ns"], w["steps"]
+    ws, we, steps = w.start_ns, w.end_ns, w.steps
     dev = data.primary_device(path, run_id, rank, ws, we)
     n_act = data.kernel_count(path, run_id, rank, dev, s, e)
     kernels = (
@@ -440,24 +409,14 @@ def _sawtooth_view(path: str, gen: int, run_id: str, rank: int, s: int, e: int) 
     )
     if kernels is not None and not one_per_pixel(kernels, s, e, N_BUCKETS):
         kernels = None  # a pixel would hold several activities: the busy share per bucket
+    gaps, shares = None, None
     if kernels is None:
-        busy = figures.bucket_envelope(
-            data.busy(path, run_id, rank, s, e, N_BUCKETS * ENVELOPE_SUB, dev), N_BUCKETS
-        )
+        busy = data.busy_envelope(path, run_id, rank, s, e, N_BUCKETS, ENVELOPE_SUB, dev)
+        shares = data.idle_shares(path, run_id, rank, dev, s, e, N_BUCKETS)
     else:
         busy = data.busy(path, run_id, rank, s, e, N_BUCKETS, dev)
-    gaps, shares, gap_note = None, None, None
-    try:
-        if kernels is not None:
-            gaps = _fine_gaps(path, run_id, rank, dev, s, e)
-        else:
-            shares = _coarse_shares(path, run_id, rank, dev, s, e, N_BUCKETS)
-    except data.AnalysisUnavailable as err:
-        gap_note = f"idle causes not shown ({err})"
-    offset = db.time_offset_ns(path, db.generation(), run_id, rank)
-    nvml = data.nvml_overlay(path, run_id, dev, s + offset, e + offset, N_BUCKETS)
-    if not nvml.empty:
-        nvml = nvml.assign(t_ns=nvml["t_ns"] - offset)
+        gaps = _with_detail(data.gaps_in_view(path, run_id, rank, dev, s, e))
+    nvml = data.nvml_overlay(path, run_id, rank, dev, s, e, N_BUCKETS)
     fig = figures.sawtooth(
         busy, origin_ns=ws, idle=gaps, shares=shares, steps=steps, nvml=nvml, kernels=kernels
     )
@@ -466,7 +425,6 @@ def _sawtooth_view(path: str, gen: int, run_id: str, rank: int, s: int, e: int) 
         "dev": dev,
         "n_act": n_act,
         "kernels": kernels,
-        "gap_note": gap_note,
         "nvml_on": not nvml.empty,
     }
 
@@ -474,13 +432,9 @@ def _sawtooth_view(path: str, gen: int, run_id: str, rank: int, s: int, e: int) 
 def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
     """The busy % plot with its zoom controls; re-queries DuckDB for the visible range."""
     path = db.db_path()
-    try:
-        w = data.window(path, run_id, rank)
-    except data.AnalysisUnavailable as e:
-        st.warning(f"No sawtooth plot: {e}.")
-        return
-    ws, we = w["start_ns"], w["end_ns"]
-    steps: pd.DataFrame = w["steps"]
+    w = data.window(path, run_id, rank)
+    ws, we = w.start_ns, w.end_ns
+    steps: pd.DataFrame = w.steps
     if we <= ws:
         st.info("This rank has no timed events to plot.")
         return
@@ -547,7 +501,7 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
 
     view = _sawtooth_view(path, db.generation(), run_id, rank, s, e)
     fig, dev, n_act, kernels = view["fig"], view["dev"], view["n_act"], view["kernels"]
-    gap_note, nvml_on = view["gap_note"], view["nvml_on"]
+    nvml_on = view["nvml_on"]
 
     chart_key = f"saw_{vkey}_{s}_{e}"
 
@@ -577,8 +531,6 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
     ]
     if dev is not None:
         notes.insert(1, f"GPU {dev}")
-    if gap_note:
-        notes.append(gap_note)
     if nvml_on:
         notes.append("NVML utilization overlaid")
     st.caption(" · ".join(notes))
@@ -855,7 +807,7 @@ def lowest_rank(run_id: str) -> int:
 def aligned_panel(
     run_id: str,
     name: str,
-    w: dict[str, Any],
+    w: sawtooth.WindowView,
     first: int,
     count: int,
     tag: str,
@@ -865,15 +817,13 @@ def aligned_panel(
     run's lowest rank, with x = 0 at the start of step ``first``."""
     path = db.db_path()
     rank = lowest_rank(run_id)
-    steps: pd.DataFrame = w["steps"]
+    steps: pd.DataFrame = w.steps
     i0 = min(max(0, first - 1), len(steps) - 1)
     i1 = min(len(steps) - 1, i0 + max(1, count) - 1)
     s, e = int(steps["start_ns"].iloc[i0]), int(steps["end_ns"].iloc[i1])
-    dev = data.primary_device(path, run_id, rank, w["start_ns"], w["end_ns"])
+    dev = data.primary_device(path, run_id, rank, w.start_ns, w.end_ns)
     busy = data.busy(path, run_id, rank, s, e, n_buckets, dev)
-    shares = None
-    with contextlib.suppress(data.AnalysisUnavailable):
-        shares = _coarse_shares(path, run_id, rank, dev, s, e, n_buckets)
+    shares = data.idle_shares(path, run_id, rank, dev, s, e, n_buckets)
     return {
         "label": f"{tag} · {ui.plot_text(name)}",
         "busy": busy,

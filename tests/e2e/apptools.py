@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +47,6 @@ def counts(db: Path) -> dict[str, int]:
         return {t: int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in TABLES}
     finally:
         con.close()
-
-
-def analysis_ready() -> bool:
-    """Whether ``gpuscope.analysis.report.analyze_run`` exists (it is being written alongside)."""
-    try:
-        mod = importlib.import_module("gpuscope.analysis.report")
-    except ImportError:
-        return False
-    return hasattr(mod, "analyze_run")
 
 
 def texts(at: AppTest, kind: str) -> list[str]:

@@ -11,7 +11,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from apptools import analysis_ready
 from e2e_support import Server, real_sample, screenshot, wait_idle
 from synth import training_trace
 
@@ -98,12 +97,9 @@ def test_upload_through_the_file_chooser_shows_the_run(
     page.get_by_role("heading", name="GPU busy over time").wait_for()
     page.get_by_text("rank 1").first.wait_for()  # the rank selector of a 2-rank run
     wait_idle(page)
-    if analysis_ready():
-        page.get_by_role("heading", name="Fixes").wait_for()
-        page.get_by_text("Step time").first.wait_for()
-        page.locator(
-            '[data-testid="stCode"], [data-testid="stAlertContentSuccess"]'
-        ).first.wait_for()
+    page.get_by_role("heading", name="Fixes").wait_for()
+    page.get_by_text("Step time").first.wait_for()
+    page.locator('[data-testid="stCode"], [data-testid="stAlertContentSuccess"]').first.wait_for()
     screenshot(page, "run_uploaded")
 
 
@@ -114,11 +110,10 @@ def test_run_page_light_and_dark(server: Server, new_page) -> None:  # type: ign
         page.goto(f"{server.url}/run?run={before}")
         _sawtooth(page)
         wait_idle(page)
-        if analysis_ready():
-            page.get_by_role("heading", name="Fixes").wait_for()
-            # each fix comes with a copyable code block (rendered once its code has loaded)
-            page.locator('[data-testid="stCode"]').first.wait_for()
-            wait_idle(page)
+        page.get_by_role("heading", name="Fixes").wait_for()
+        # each fix comes with a copyable code block (rendered once its code has loaded)
+        page.locator('[data-testid="stCode"]').first.wait_for()
+        wait_idle(page)
         screenshot(page, "run" if scheme == "light" else "run_dark")
 
 

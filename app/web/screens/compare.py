@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 import pandas as pd
 import streamlit as st
-from gpuscope.web import data, db, figures, model, ui, views
+from gpuscope.web import data, db, figures, ui, views
 
 st.title("Compare")
 path = db.db_path()
@@ -80,121 +80,69 @@ if row_a["kind"] != "trace" or row_b["kind"] != "trace":
     st.warning("Only trace runs can be compared; one of these is an NVML series.")
     st.stop()
 
-rep_a = rep_b = comparison = None
+rep_a = rep_b = view = None
 with views.section("Analysis"), st.spinner("Analysing…"):
     rep_a = data.report(path, a_id, None)
     rep_b = data.report(path, b_id, None)
 if rep_a is not None and rep_b is not None:
-    # without it the page falls back to the two reports' own figures, and says the comparison failed
     with views.section("The comparison of A and B"):
-        comparison = data.comparison(path, a_id, b_id)
+        view = data.comparison(path, a_id, b_id)
 
 # -- headline deltas ---------------------------------------------------------------------------------
-if rep_a is not None and rep_b is not None:
+# how each card's unit reads: (formatter, delta unit; None: the delta in per cent)
+CARD_FORMAT: dict[str, tuple[Any, str | None]] = {
+    "ms": (ui.fmt_ms, "ms"),
+    "%": (ui.fmt_pct, "pp"),
+    "TFLOP/s": (ui.fmt_tflops, "TFLOP/s"),
+}
+CARD_HELP = {
+    "step_time": "Mean step time: window ÷ steps.",
+    "throughput": "Work per second: the trace's samples/tokens per step ÷ step time.",
+    "achieved_tflops": "Model FLOPs per step ÷ step time.",
+    "mfu": "Achieved TFLOP/s ÷ the GPU's peak for the dtype; A and B use the same peak.",
+    "gpu_busy": "Share of the window with any GPU activity.",
+    "idle_per_step": "GPU idle time per step, all causes.",
+}
+if view is not None:
     with views.section("Headline and all metrics"):
-        rows = model.comparison_rows(comparison) if comparison else model.compare_rows(rep_a, rep_b)
-        mine = {r.metric: r for r in model.compare_rows(rep_a, rep_b)}
-        by_name = {**mine, **{r.metric: r for r in rows if r.section == "Headline"}}
-        sp = (comparison or {}).get("speedup") or model.speedup(rep_a, rep_b)
-        peak_note = model.peak_difference(rep_a, rep_b)
-        tp_key, tp_label, tp_unit = model.throughput_kind(rep_a, rep_b)
-        # (label, A, B, unit, formatter, lower is better, help)
-        cards_spec: list[tuple[str, float | None, float | None, str, Any, bool, str]] = [
-            (
-                "Step time",
-                by_name["Step time (mean)"].a,
-                by_name["Step time (mean)"].b,
-                "ms",
-                ui.fmt_ms,
-                True,
-                "Mean step time: window ÷ steps.",
-            ),
-            (
-                tp_label,
-                model.num(model.get(rep_a, "throughput", tp_key)),
-                model.num(model.get(rep_b, "throughput", tp_key)),
-                tp_unit,
-                lambda v, u=tp_unit: ui.fmt_rate(v, u),
-                False,
-                "Work per second: the trace's samples/tokens per step ÷ step time.",
-            ),
-            (
-                "Achieved TFLOP/s",
-                model.num(rep_a.get("achieved_tflops")),
-                model.num(rep_b.get("achieved_tflops")),
-                "TFLOP/s",
-                ui.fmt_tflops,
-                False,
-                "Model FLOPs per step ÷ step time.",
-            ),
-            (
-                "MFU (different peaks)" if peak_note else "MFU",
-                by_name["MFU"].a,
-                by_name["MFU"].b,
-                "pp",
-                ui.fmt_pct,
-                False,
-                peak_note
-                or "Achieved TFLOP/s ÷ the GPU's peak for the dtype; A and B use the same peak.",
-            ),
-            (
-                "GPU busy",
-                by_name["GPU busy"].a,
-                by_name["GPU busy"].b,
-                "pp",
-                ui.fmt_pct,
-                False,
-                "Share of the window with any GPU activity.",
-            ),
-            (
-                "Idle per step",
-                by_name["Idle time (per step)"].a,
-                by_name["Idle time (per step)"].b,
-                "ms",
-                ui.fmt_ms,
-                True,
-                "GPU idle time per step, all causes.",
-            ),
-        ]
         # two rows of three: the work done (time, throughput, FLOP/s), then how well (MFU, busy, idle)
-        cards = [*st.columns(3), *st.columns(3)]
-        for col, (label, va, vb, unit, fmt_v, lower, why) in zip(cards, cards_spec, strict=True):
+        cols = [*st.columns(3), *st.columns(3)]
+        for col, card in zip(cols, view.cards, strict=True):
+            fmt_v, delta_unit = CARD_FORMAT.get(
+                card.unit, (lambda v, u=card.unit: ui.fmt_rate(v, u), None)
+            )
+            why = (view.peak_note if card.key == "mfu" else None) or CARD_HELP[card.key]
             col.metric(
-                label,
-                fmt_v(vb),
-                delta=ui.delta_pct(va, vb)
-                if unit in ("tokens/s", "samples/s")
-                else ui.delta_str(va, vb, unit),
-                delta_color="inverse" if lower else "normal",
+                card.label,
+                fmt_v(card.b),
+                delta=ui.delta_pct(card.a, card.b)
+                if delta_unit is None
+                else ui.delta_str(card.a, card.b, delta_unit),
+                delta_color="inverse" if card.lower_is_better else "normal",
                 border=True,
-                help=f"{why} A: {fmt_v(va)} → B: {fmt_v(vb)}.",
+                help=f"{why} A: {fmt_v(card.a)} → B: {fmt_v(card.b)}.",
             )
-        if peak_note:
-            st.caption(f":material/warning: {ui.md(peak_note, None)}")
-        sp_text = (comparison or {}).get("speedup_text")
-        if sp_text:  # by throughput where the work per step is known (analysis.compare)
-            st.markdown(f"**{ui.md(sp_text, None)}**")
-        elif sp:
-            st.markdown(
-                f"B runs a step **{sp:.2f}×** {'faster' if sp >= 1 else 'slower'} than A "
-                "(step times compare equal work only if the batch is the same)."
-            )
-        for note in (comparison or {}).get("notes") or []:
+        if view.peak_note:
+            st.caption(f":material/warning: {ui.md(view.peak_note, None)}")
+        if view.speedup_text:  # by throughput where the work per step is known
+            st.markdown(f"**{ui.md(view.speedup_text, None)}**")
+        for note in view.notes:
             st.caption(f"Note: {ui.md(note, None)}")
 
         table = pd.DataFrame(
             [
                 {
-                    "section": r.section,
-                    "metric": r.metric,
-                    "unit": r.unit,
-                    "A": ui.fmt_number(r.a),
-                    "B": ui.fmt_number(r.b),
-                    "Δ (B − A)": ui.fmt_signed(r.delta),
-                    "Δ %": ui.fmt_signed(r.delta_pct, " %", digits=1),
-                    "": "better" if r.better else ("worse" if r.better is False else ""),
+                    "section": sec.title,
+                    "metric": d.metric,
+                    "unit": d.unit,
+                    "A": ui.fmt_number(d.a),
+                    "B": ui.fmt_number(d.b),
+                    "Δ (B − A)": ui.fmt_signed(d.delta),
+                    "Δ %": ui.fmt_signed(d.delta_pct, " %", digits=1),
+                    "": "better" if d.improved else ("worse" if d.improved is False else ""),
                 }
-                for r in rows
+                for sec in view.sections
+                for d in sec.rows
             ]
         )
         st.subheader("All metrics")
@@ -215,42 +163,38 @@ if rep_a is not None and rep_b is not None:
 # -- aligned sawtooth plots ---------------------------------------------------------------------------
 st.subheader("GPU busy, aligned on a step")
 with views.section("Aligned plot"):
-    try:
-        wa = data.window(path, a_id, views.lowest_rank(a_id))
-        wb = data.window(path, b_id, views.lowest_rank(b_id))
-    except data.AnalysisUnavailable as e:
-        st.warning(f"No aligned plot: {e}.")
-    else:
-        na, nb = len(wa["steps"]), len(wb["steps"])
-        n_common = max(1, min(na, nb))
-        c1, c2 = st.columns(2)
-        first = c1.number_input(
-            "Align on step (position in each run)",
-            min_value=1,
-            max_value=n_common,
-            value=1,
-            step=1,
-            key=f"align_{a_id}_{b_id}",
-        )
-        count = c2.number_input(
-            "Steps to show",
-            min_value=1,
-            max_value=n_common - first + 1,
-            value=min(3, n_common - first + 1),
-            step=1,
-            key=f"count_{a_id}_{b_id}_{first}",
-        )
-        panels = [
-            views.aligned_panel(rid, name, w, int(first), int(count), tag)
-            for rid, name, w, tag in ((a_id, name_a, wa, "A"), (b_id, name_b, wb, "B"))
-        ]
-        views.cause_legend()
-        st.plotly_chart(figures.aligned_sawtooth(panels), config=views.PLOT_CONFIG)
-        st.caption(
-            f"x = ms since the start of step {int(first)} of each run (A has {na} steps, B {nb})."
-        )
+    wa = data.window(path, a_id, views.lowest_rank(a_id))
+    wb = data.window(path, b_id, views.lowest_rank(b_id))
+    na, nb = len(wa.steps), len(wb.steps)
+    n_common = max(1, min(na, nb))
+    c1, c2 = st.columns(2)
+    first = c1.number_input(
+        "Align on step (position in each run)",
+        min_value=1,
+        max_value=n_common,
+        value=1,
+        step=1,
+        key=f"align_{a_id}_{b_id}",
+    )
+    count = c2.number_input(
+        "Steps to show",
+        min_value=1,
+        max_value=n_common - first + 1,
+        value=min(3, n_common - first + 1),
+        step=1,
+        key=f"count_{a_id}_{b_id}_{first}",
+    )
+    panels = [
+        views.aligned_panel(rid, name, w, int(first), int(count), tag)
+        for rid, name, w, tag in ((a_id, name_a, wa, "A"), (b_id, name_b, wb, "B"))
+    ]
+    views.cause_legend()
+    st.plotly_chart(figures.aligned_sawtooth(panels), config=views.PLOT_CONFIG)
+    st.caption(
+        f"x = ms since the start of step {int(first)} of each run (A has {na} steps, B {nb})."
+    )
 
-if rep_a is None or rep_b is None:
+if view is None or rep_b is None:
     st.stop()
 
 # -- idle causes side by side --------------------------------------------------------------------------
@@ -258,11 +202,8 @@ st.subheader("Idle time per step, by cause")
 with views.section("Idle time by cause"):
     st.plotly_chart(
         figures.idle_compare(
-            model.get(rep_a, "idle", "causes") or {},
-            model.get(rep_b, "idle", "causes") or {},
+            *view.idle_ms_per_step,
             labels=(f"A · {ui.plot_text(name_a, 40)}", f"B · {ui.plot_text(name_b, 40)}"),
-            a_steps=model.steps_of(rep_a),
-            b_steps=model.steps_of(rep_b),
         ),
         config=views.PLOT_CONFIG,
     )
@@ -270,35 +211,30 @@ with views.section("Idle time by cause"):
 # -- fixes ------------------------------------------------------------------------------------------------
 st.subheader("Fixes")
 with views.section("Fixes"):
-    status = model.fix_status(rep_a, rep_b, comparison)
+    fixes = view.fixes
     c1, c2, c3 = st.columns(3)
     with c1:
-        st.markdown(f"**Resolved in B** ({len(status.resolved)})")
-        for r in status.resolved:
-            st.markdown(
-                f":green[:material/check_circle:] {ui.md(r.get('title') or r.get('id'), None)}"
-            )
-        if not status.resolved:
+        st.markdown(f"**Resolved in B** ({len(fixes.resolved)})")
+        for f in fixes.resolved:
+            st.markdown(f":green[:material/check_circle:] {ui.md(f.title, None)}")
+        if not fixes.resolved:
             st.caption("None of A's fixes is resolved in B.")
     with c2:
-        st.markdown(f"**Still open** ({len(status.remaining)})")
-        for ra, rb in status.remaining:
-            ga, gb = model.num(ra.get("max_gain_pct")), model.num(rb.get("max_gain_pct"))
+        st.markdown(f"**Still open** ({len(fixes.remaining)})")
+        for fa, fb in fixes.remaining:
             gain = (
-                f" — bound {ui.fmt_pct(ga)} → {ui.fmt_pct(gb)}"
-                if ga is not None or gb is not None
+                f" — bound {ui.fmt_pct(fa.max_gain_pct)} → {ui.fmt_pct(fb.max_gain_pct)}"
+                if fa.max_gain_pct is not None or fb.max_gain_pct is not None
                 else ""
             )
-            st.markdown(
-                f":orange[:material/pending:] {ui.md(rb.get('title') or rb.get('id'), None)}{gain}"
-            )
-        if not status.remaining:
+            st.markdown(f":orange[:material/pending:] {ui.md(fb.title, None)}{gain}")
+        if not fixes.remaining:
             st.caption("Nothing left over from A.")
     with c3:
-        st.markdown(f"**New in B** ({len(status.new)})")
-        for r in status.new:
-            st.markdown(f":red[:material/error:] {ui.md(r.get('title') or r.get('id'), None)}")
-        if not status.new:
+        st.markdown(f"**New in B** ({len(fixes.new)})")
+        for f in fixes.new:
+            st.markdown(f":red[:material/error:] {ui.md(f.title, None)}")
+        if not fixes.new:
             st.caption("B raised no new issue.")
     with st.expander("B's fixes in full"):
         views.recommendations(rep_b)

@@ -1,0 +1,95 @@
+"""What the dashboard's run pages read, as plain data: a run's row and ranks, its analysis
+(:func:`~gpuscope.analysis.report.analyze_run`) as a JSON-ready document, and the figures of the
+runs list.
+
+The other pages' data: :mod:`gpuscope.analysis.sawtooth` (the busy-over-time plot),
+:mod:`gpuscope.analysis.nvml_run` (NVML series), :mod:`gpuscope.analysis.compare` (Compare) and
+:mod:`gpuscope.analysis.live` (Live). Units as in ``analyze --json`` (docs/cli-json.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+from gpuscope.analysis.ranks import slowest_rank_figures
+from gpuscope.analysis.report import RunReport, analyze_run
+from gpuscope.analysis.store_access import ranks_of
+
+__all__ = [
+    "RunReport",
+    "RunSummary",
+    "analyze_run",
+    "ranks_of",
+    "report_doc",
+    "row_count",
+    "run_row",
+    "run_summary",
+]
+
+_RUN_COLUMNS = (
+    "run_id, name, kind, created_at, n_ranks, n_events, source_bytes, gpu_name, torch_version, "
+    "tags, start_ns, end_ns"
+)
+
+
+def run_row(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
+    """One run's row of ``runs`` as a dict (``created_at`` a datetime, ``tags`` a list), or None."""
+    cur = con.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
+    cols = [d[0] for d in cur.description]
+    row = cur.fetchone()
+    if row is None:
+        return None
+    d = dict(zip(cols, row, strict=True))
+    d["tags"] = list(d["tags"] or [])
+    return d
+
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def row_count(con: duckdb.DuckDBPyConnection, table: str) -> int:
+    """The number of rows of a table of the store (``runs``, ``events``, ...)."""
+    if not _IDENT.match(table):
+        raise ValueError(f"{table!r} is not a table name")
+    row = con.execute(f"SELECT count(*) FROM {table}").fetchone()
+    return int(row[0]) if row else 0
+
+
+def report_doc(report: RunReport) -> dict[str, Any]:
+    """The report as ``analyze --json`` writes it (plain dicts, lists, numbers, strings)."""
+    return dict(report.to_json())
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run's line in the runs list: the rank that sets the pace (the straggler, else the least busy
+    rank), its mean step time (ms) and GPU busy (%), and the run's MFU (%); None when unknown."""
+
+    rank: int | None
+    step_ms: float | None
+    busy_pct: float | None
+    mfu_pct: float | None
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if f is None or math.isnan(f) else f
+
+
+def run_summary(doc: dict[str, Any]) -> RunSummary:
+    """The runs-list figures of an analysis document (:func:`report_doc`)."""
+    pace = slowest_rank_figures(doc)
+    rank = pace.get("rank")
+    return RunSummary(
+        rank=None if rank is None else int(rank),
+        step_ms=_num(pace.get("step_ms")),
+        busy_pct=_num(pace.get("busy_pct")),
+        mfu_pct=_num(doc.get("mfu_pct")),
+    )
