@@ -1,9 +1,13 @@
-"""Layout contracts: the package list matches the folders, and the layers keep their boundaries."""
+"""Layout contracts: the package list matches the folders, and the layers keep their boundaries:
+no SQL in the app, app/web reads analysis only through its facade, ingest free of the app, analysis
+free of UI libraries, no import cycles. Each check is shown to fail on a tiny bad tree."""
 
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -34,38 +38,381 @@ def test_every_package_folder_is_declared():
     assert declared_packages() == folder_packages()
 
 
-def imports_of(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
+# -- the import graph ----------------------------------------------------------------------------------
+# Every import of every module, at any depth (module level, inside functions, relative ones), resolved
+# to the module it loads. Imports under ``if TYPE_CHECKING:`` load nothing at run time: left out.
+
+
+@dataclass(frozen=True)
+class Import:
+    """``module`` imports ``target`` (a module of the tree when it is one, else the dotted name as
+    written, e.g. ``streamlit.runtime``) at ``line``."""
+
+    module: str
+    target: str
+    line: int
+
+
+def module_files(roots: dict[str, Path]) -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` under each root (a package ``__init__.py`` is
+    the package's name)."""
+    out: dict[str, Path] = {}
+    for name, root in roots.items():
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join([name, *parts])] = path
     return out
 
 
-def modules(folder: str) -> list[Path]:
-    return sorted((REPO / folder).rglob("*.py"))
+def _type_checking_only(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
 
 
-@pytest.mark.parametrize("path", modules("ingest"), ids=lambda p: p.name)
-def test_ingest_never_imports_the_app(path):
-    bad = {
-        m
-        for m in imports_of(path)
-        if m.startswith("gpuscope.") and not m.startswith("gpuscope.ingest")
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:``."""
+    out, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if _type_checking_only(node):
+            todo.extend(getattr(node, "orelse", []))
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def imports(roots: dict[str, Path]) -> list[Import]:
+    """Every run-time import of every module under ``roots``."""
+    files = module_files(roots)
+    known = set(files)
+    out: list[Import] = []
+    for mod, path in files.items():
+        is_pkg = path.name == "__init__.py"
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                out += [Import(mod, a.name, node.lineno) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    pkg = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    pkg = pkg[: len(pkg) - (node.level - 1)]
+                    base = ".".join([*pkg, *([node.module] if node.module else [])])
+                else:
+                    base = node.module or ""
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    out.append(Import(mod, sub if sub in known else base, node.lineno))
+    return sorted(out, key=lambda i: (i.module, i.line, i.target))
+
+
+def cycles(imps: list[Import], known: set[str]) -> list[list[str]]:
+    """One import cycle per strongly connected group of modules (Tarjan), each as the path
+    ``[a, b, ..., a]``; sorted."""
+    graph: dict[str, set[str]] = {m: set() for m in known}
+    for i in imps:
+        if i.target in known:
+            graph[i.module].add(i.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def visit(v: str) -> None:  # recursion depth = the longest import chain: small
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1 or v in graph[v]:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+
+    def path_in(group: set[str]) -> list[str]:
+        """The shortest cycle through the group's first module (breadth first inside it)."""
+        start = min(group)
+        prev: dict[str, str] = {}
+        todo = [start]
+        while todo:
+            v = todo.pop(0)
+            for w in sorted(graph[v] & group):
+                if w == start:
+                    back = [v]
+                    while back[-1] != start:
+                        back.append(prev[back[-1]])
+                    return [*reversed(back), start]
+                if w not in prev:
+                    prev[w] = v
+                    todo.append(w)
+        raise AssertionError(f"no cycle through {start}")  # a strongly connected group has one
+
+    return sorted(path_in(g) for g in groups)
+
+
+APP_PARTS = ("gpuscope.cli", "gpuscope.web", "gpuscope.sampler", "gpuscope.capture")
+UI_LIBRARIES = ("streamlit", "plotly")
+#: The modules of gpuscope.analysis that the web pages read (the analysis facade): what a page shows
+#: of a run, the busy-over-time plot, NVML series, Compare and Live. Everything else in analysis is
+#: free to change shape without touching app/web.
+WEB_FACADE = (
+    "gpuscope.analysis.run_views",
+    "gpuscope.analysis.sawtooth",
+    "gpuscope.analysis.nvml_run",
+    "gpuscope.analysis.compare",
+    "gpuscope.analysis.live",
+)
+
+
+def _under(name: str, prefixes: tuple[str, ...] | str) -> bool:
+    prefixes = (prefixes,) if isinstance(prefixes, str) else prefixes
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def layer_violations(imps: list[Import]) -> list[str]:
+    """ingest imports only itself (nothing of the app, nor the analysis); analysis imports no UI
+    library and nothing of the app; neither imports streamlit or plotly."""
+    bad = []
+    for i in imps:
+        ingest_out = _under(i.module, "gpuscope.ingest") and (
+            (_under(i.target, "gpuscope") and not _under(i.target, "gpuscope.ingest"))
+            or _under(i.target, UI_LIBRARIES)
+        )
+        analysis_out = _under(i.module, "gpuscope.analysis") and (
+            _under(i.target, (*APP_PARTS, *UI_LIBRARIES)) or i.target == "gpuscope"
+        )
+        if ingest_out or analysis_out:
+            bad.append(f"{i.module}:{i.line} imports {i.target}")
+    return bad
+
+
+def facade_violations(imps: list[Import], facade: tuple[str, ...] = WEB_FACADE) -> list[str]:
+    """app/web imports of gpuscope.analysis that go around the facade."""
+    return [
+        f"{i.module}:{i.line} imports {i.target}"
+        for i in imps
+        if _under(i.module, "gpuscope.web")
+        and _under(i.target, "gpuscope.analysis")
+        and not _under(i.target, facade)
+    ]
+
+
+# -- SQL in the app ----------------------------------------------------------------------------------
+
+#: Query text: a statement's shape in SQL's capitals (the app's prose says "Select a run", never
+#: "SELECT x FROM").
+SQL_TEXT = re.compile(
+    r"\bSELECT\b[\s\S]*\bFROM\b|\bINSERT\s+INTO\b|\bUPDATE\s+\w+\s+SET\b|\bDELETE\s+FROM\b"
+    r"|\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\w*\s+)?(?:TABLE|VIEW|INDEX|SEQUENCE)\b"
+    r"|\b(?:DROP|ALTER)\s+TABLE\b|\bCOPY\s+\w+\s+(?:TO|FROM)\b|\bATTACH\s+'"
+)
+#: Calls that run SQL on a DuckDB connection (or the duckdb module).
+SQL_CALLS = ("execute", "executemany", "sql", "query", "query_df", "read_sql", "from_query")
+#: Where the app may call them: db.py's connection management passes a caller's statement on (a
+#: parameter, never text of its own); nothing in app/ calls it with text (checked below).
+SQL_PASS_THROUGH = {"gpuscope.web.db"}
+
+
+def _strings(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, text) of every string literal and f-string (its literal parts joined) of ``tree``."""
+    parts = {
+        id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values
     }
-    bad |= {m for m in imports_of(path) if m.split(".")[0] in ("streamlit", "plotly")}
-    assert not bad, f"{path.name} imports {bad}"
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
+            out.append((node.lineno, text))
+        elif (
+            isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in parts
+        ):
+            out.append((node.lineno, node.value))
+    return out
 
 
-@pytest.mark.parametrize("path", modules("analysis"), ids=lambda p: p.name)
-def test_analysis_never_imports_streamlit_plotly_or_the_app(path):
-    allowed = ("gpuscope.ingest", "gpuscope.analysis")
-    bad = {m for m in imports_of(path) if m.startswith("gpuscope.") and not m.startswith(allowed)}
-    bad |= {m for m in imports_of(path) if m.split(".")[0] in ("streamlit", "plotly")}
-    assert not bad, f"{path.name} imports {bad}"
+def sql_findings(roots: dict[str, Path], package: str = "gpuscope") -> list[str]:
+    """Query text or SQL-running calls in the app (``package`` and below, except ingest and
+    analysis): every string literal that reads as SQL, and every ``.execute``/``.sql``/... call,
+    but in db.py's pass-through whose statement is a parameter."""
+    bad = []
+    for mod, path in module_files(roots).items():
+        if not _under(mod, package) or _under(mod, ("gpuscope.ingest", "gpuscope.analysis")):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for line, text in _strings(tree):
+            if SQL_TEXT.search(text):
+                bad.append(f"{mod}:{line} query text {' '.join(text.split())[:60]!r}")
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+            if name not in SQL_CALLS:
+                continue
+            passes_on = mod in SQL_PASS_THROUGH and node.args and isinstance(node.args[0], ast.Name)
+            if not passes_on:
+                bad.append(f"{mod}:{node.lineno} runs SQL ({name})")
+    return bad
+
+
+# -- the checks on this repository -------------------------------------------------------------------
+
+
+def test_no_sql_in_the_app():
+    assert sql_findings(ROOTS) == []
+
+
+def test_the_web_reads_analysis_only_through_its_facade():
+    assert facade_violations(imports(ROOTS)) == []
+    for mod in WEB_FACADE:  # the facade exists: a renamed module is not silently allowed
+        assert mod in module_files(ROOTS), mod
+
+
+def test_layers_keep_their_boundaries():
+    """ingest never imports the app (nor analysis); analysis never streamlit, plotly or the app."""
+    assert layer_violations(imports(ROOTS)) == []
+
+
+def test_no_import_cycles():
+    """No import cycle anywhere in gpuscope, counting imports inside functions."""
+    found = cycles(imports(ROOTS), set(module_files(ROOTS)))
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+# -- each check catches what it is for: tiny bad trees ---------------------------------------------
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
+    """Write ``files`` (path under the repo -> source) and return roots like ROOTS."""
+    for rel, src in files.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(src)
+    for folder in ("app", "ingest", "analysis", "app/web"):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / "__init__.py").touch()
+    return {
+        "gpuscope": tmp_path / "app",
+        "gpuscope.ingest": tmp_path / "ingest",
+        "gpuscope.analysis": tmp_path / "analysis",
+    }
+
+
+@pytest.mark.parametrize(
+    ("src", "found"),
+    [
+        ('def f(con):\n    return con.execute("SELECT count(*) FROM runs").fetchone()\n', 2),
+        ("def f(con, t):\n    return con.sql(f'SELECT * FROM {t}')\n", 2),
+        ('Q = """\n  select 1;\n  DELETE FROM events WHERE run_id = ?\n"""\n', 1),
+        ("def f(con, q):\n    return con.execute(q)\n", 1),  # runs SQL outside db.py
+        ('def f(db):\n    return db.query_df("x")\n', 1),
+    ],
+)
+def test_sql_check_finds_query_text_and_calls(tmp_path: Path, src: str, found: int):
+    roots = _tree(tmp_path, {"app/web/page.py": src})
+    assert len(sql_findings(roots)) == found, sql_findings(roots)
+
+
+def test_sql_check_allows_prose_and_db_pass_through(tmp_path: Path):
+    roots = _tree(
+        tmp_path,
+        {
+            "app/web/page.py": 'TEXT = "Select a run from the list, then update its tags."\n',
+            "app/web/db.py": "def query_df(con, sql, p):\n    return con.execute(sql, p).df()\n",
+            "analysis/q.py": 'def f(con):\n    return con.execute("SELECT 1 FROM runs")\n',
+        },
+    )
+    assert sql_findings(roots) == []
+    # the pass-through with text of its own is query text all the same
+    roots = _tree(
+        tmp_path, {"app/web/db.py": 'def n(con):\n    return con.execute("SELECT 1 FROM runs")\n'}
+    )
+    assert len(sql_findings(roots)) == 2
+
+
+def test_facade_check_finds_a_way_around(tmp_path: Path):
+    roots = _tree(
+        tmp_path,
+        {
+            "analysis/busy.py": "",
+            "analysis/compare.py": "",
+            "app/web/page.py": (
+                "from gpuscope.analysis import compare\n"
+                "def f():\n    from gpuscope.analysis.busy import busy_series\n"
+                "    from ..analysis import busy\n"
+            ),
+        },
+    )
+    bad = facade_violations(imports(roots), facade=("gpuscope.analysis.compare",))
+    assert bad == [
+        "gpuscope.web.page:3 imports gpuscope.analysis.busy",
+        "gpuscope.web.page:4 imports gpuscope.analysis.busy",
+    ]
+
+
+def test_layer_check_finds_ingest_importing_the_app_and_analysis_importing_ui(tmp_path: Path):
+    roots = _tree(
+        tmp_path,
+        {
+            "app/web/ui.py": "",
+            "ingest/load.py": "def f():\n    from gpuscope.web import ui\n",
+            "ingest/ok.py": "from gpuscope.ingest import load\nfrom . import load as again\n",
+            "analysis/plot.py": "import plotly.graph_objects as go\n",
+            "analysis/page.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import streamlit\n"
+                "def f():\n    import streamlit as st\n"
+            ),
+        },
+    )
+    assert sorted(layer_violations(imports(roots))) == [
+        "gpuscope.analysis.page:5 imports streamlit",
+        "gpuscope.analysis.plot:1 imports plotly.graph_objects",
+        "gpuscope.ingest.load:2 imports gpuscope.web.ui",
+    ]
+
+
+def test_cycle_check_counts_function_level_and_relative_imports(tmp_path: Path):
+    roots = _tree(
+        tmp_path,
+        {
+            "analysis/a.py": "from gpuscope.analysis.b import x\n",
+            "analysis/b.py": "x = 1\ndef f():\n    from gpuscope.analysis import c\n",
+            "analysis/c.py": "from . import a\n",
+            "analysis/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import e\n",
+            "analysis/e.py": "from gpuscope.analysis import d\n",
+            "ingest/self.py": "def f():\n    from gpuscope.ingest import self\n",
+        },
+    )
+    found = cycles(imports(roots), set(module_files(roots)))
+    assert found == [
+        [
+            "gpuscope.analysis.a",
+            "gpuscope.analysis.b",
+            "gpuscope.analysis.c",
+            "gpuscope.analysis.a",
+        ],
+        ["gpuscope.ingest.self", "gpuscope.ingest.self"],
+    ]
 
 
 def test_every_subcommand_exists_and_has_its_module():
