@@ -258,7 +258,9 @@ def nvml_overlay(
                 UNION ALL
                 SELECT CAST(min(t_ns) AS BIGINT) AS t_ns, avg(gpu_util_pct) AS gpu_util_pct
                 FROM s, c WHERE c.k > $n
-                GROUP BY CAST((CAST(t_ns - $lo AS DOUBLE) * $n) // ($hi - $lo + 1) AS BIGINT)
+                -- floor, not //: on a DOUBLE DuckDB's // does not floor, and the sample before
+                -- the range (a negative index) must stay a bucket of its own
+                GROUP BY CAST(floor(CAST(t_ns - $lo AS DOUBLE) * $n / ($hi - $lo + 1)) AS BIGINT)
              )
         SELECT t_ns - $off AS t_ns, gpu_util_pct FROM o ORDER BY t_ns
         """,
