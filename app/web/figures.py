@@ -126,7 +126,7 @@ def sawtooth(
     """GPU busy % over time, idle time coloured by cause, step starts marked, NVML overlaid.
 
     ``busy``: ``start_ns``, ``end_ns``, ``busy_frac`` (0..1) per bucket (trace ns), optionally
-    ``busy_min``/``busy_max`` (the envelope inside each bucket, ``analysis.sawtooth.busy_envelope``).
+    ``busy_min``/``busy_max`` (the envelope inside each bucket: ``sawtooth.busy_envelope``).
     ``idle`` (with ``kernels``): ``start_ns``, ``end_ns``, ``cause`` gaps, optionally ``detail``
     (hover text). ``steps``: ``number``, ``start_ns``.
     ``nvml``: ``t_ns`` (trace ns) and ``gpu_util_pct``; the sample before the view holds until
@@ -134,8 +134,8 @@ def sawtooth(
     activity is wider than a pixel): ``start_ns``, ``end_ns``, ``name``, ``category``; when given,
     kernels and idle gaps are drawn as bars of ONE trace with a colour per bar, instead of the
     bucket series. ``shares``: the idle % per cause in each bucket of ``busy``
-    (``analysis.sawtooth.idle_shares_in_view``), stacked on busy. The x axis is ms since ``origin_ns``. The legend is the page's (HTML):
-    the figure has none.
+    (``sawtooth.idle_shares_in_view``), stacked on busy. The x axis is ms since ``origin_ns``.
+    The legend is the page's (HTML): the figure has none.
     """
     fig = go.Figure()
     if busy.empty:
