@@ -28,6 +28,7 @@ __all__ = [
     "row_count",
     "run_row",
     "run_summary",
+    "top_idle_cause",
 ]
 
 _RUN_COLUMNS = (
@@ -92,4 +93,32 @@ def run_summary(doc: dict[str, Any]) -> RunSummary:
         step_ms=_num(pace.get("step_ms")),
         busy_pct=_num(pace.get("busy_pct")),
         mfu_pct=_num(doc.get("mfu_pct")),
+    )
+
+
+@dataclass(frozen=True)
+class TopIdleCause:
+    """The idle cause with the most time in the window: its ms per step and its share of the
+    window (%; None when the window has no length)."""
+
+    cause: str
+    ms_per_step: float
+    share_pct: float | None
+
+
+def top_idle_cause(doc: dict[str, Any]) -> TopIdleCause | None:
+    """The top idle cause of an analysis document (:func:`report_doc`); None without idle time.
+    Ties: the first in the document's (precedence) order."""
+    causes = (doc.get("idle") or {}).get("causes") or {}
+    if not causes:
+        return None
+    cause, us = max(causes.items(), key=lambda kv: _num(kv[1]) or 0.0)
+    total_us = _num(us) or 0.0
+    if not total_us:
+        return None
+    window = doc.get("window") or {}
+    steps = int(window.get("steps") or 1) or 1
+    window_us = _num(window.get("duration_us")) or 0.0
+    return TopIdleCause(
+        str(cause), total_us / 1e3 / steps, 100.0 * total_us / window_us if window_us else None
     )

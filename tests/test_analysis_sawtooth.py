@@ -254,3 +254,16 @@ def test_run_summary_names_the_rank_that_sets_the_pace() -> None:
     assert run_views.run_summary(doc_sg) == run_views.RunSummary(0, 10.0, 90.0, 41.5)
     one = {"rank": 0, "step_time_ms": {"mean": 8.0}, "gpu_busy_pct": None, "mfu_pct": None}
     assert run_views.run_summary(one) == run_views.RunSummary(0, 8.0, None, None)
+
+
+def test_top_idle_cause_per_step_and_share() -> None:
+    doc = {
+        "window": {"steps": 4, "duration_us": 40_000.0},
+        "idle": {"causes": {"launch_overhead": 2_000.0, "data_loading": 8_000.0, "other": 0.0}},
+    }
+    # 8 ms of data loading over 4 steps of a 40 ms window: 2 ms per step, 20 % of the time
+    assert run_views.top_idle_cause(doc) == run_views.TopIdleCause("data_loading", 2.0, 20.0)
+    tie = {"window": {}, "idle": {"causes": {"host_sync": 500.0, "other": 500.0}}}
+    assert run_views.top_idle_cause(tie) == run_views.TopIdleCause("host_sync", 0.5, None)
+    assert run_views.top_idle_cause({"idle": {"causes": {"other": 0.0}}}) is None
+    assert run_views.top_idle_cause({}) is None

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import streamlit as st
-from gpuscope.analysis import sawtooth
+from gpuscope.analysis import run_views, sawtooth
 from gpuscope.web import data, db, figures, palette, ui
 
 LOG = logging.getLogger("gpuscope.web")
@@ -137,14 +137,6 @@ def rank_selector(run_id: str, *, key: str, param: str = "rank", label: str = "R
 # -- cards -------------------------------------------------------------------------------------------
 
 
-def top_cause(report: dict[str, Any]) -> tuple[str | None, float | None]:
-    causes = (report.get("idle") or {}).get("causes") or {}
-    if not causes:
-        return None, None
-    c, v = max(causes.items(), key=lambda kv: float(kv[1] or 0))
-    return str(c), float(v or 0)
-
-
 def n_steps(report: dict[str, Any]) -> int:
     return int((report.get("window") or {}).get("steps") or 1) or 1
 
@@ -263,16 +255,15 @@ def headline_cards(report: dict[str, Any]) -> None:
         help="Share of kernel time spent in tensor-core kernels. Eligible matmuls/convs not on "
         f"tensor cores: {ui.fmt_us_as_ms(not_tc)}.",
     )
-    cause, us = top_cause(report)
-    if cause is None or not us:
+    top = run_views.top_idle_cause(report)
+    if top is None:
         c[4].metric("Top idle cause", "none", border=True)
     else:
-        window_us = float((report.get("window") or {}).get("duration_us") or 0)
-        share = 100.0 * us / window_us if window_us else None
+        cause = top.cause
         c[4].metric(
             "Top idle cause",
-            ui.fmt_ms(us / 1e3 / steps, 2),
-            delta=f"{palette.cause_label(cause)} · {ui.fmt_pct(share)}",
+            ui.fmt_ms(top.ms_per_step, 2),
+            delta=f"{palette.cause_label(cause)} · {ui.fmt_pct(top.share_pct)}",
             delta_color="off",
             delta_arrow="off",
             border=True,
