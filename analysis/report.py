@@ -21,6 +21,7 @@ from gpuscope.analysis.copies import PageableCopies, pageable_copies
 from gpuscope.analysis.event_classes import KERNEL_CATS
 from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
 from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
+from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.ranks import Straggler, find_straggler, rank_table
 from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import (
@@ -258,10 +259,11 @@ def _kernel_stats(
 ) -> R.KernelStats:
     """Compute kernels of the primary device (communication kernels left out)."""
     short = int(R.SHORT_KERNEL_US * 1e3)
+    gpu = RankIndex.shared(con, p["run"], p["rank"]).gpu()
     row = con.execute(
         f"""
         WITH k AS (
-            SELECT least(e, $we) - greatest(s, $ws) AS d, blocks FROM _gs_gpu
+            SELECT least(e, $we) - greatest(s, $ws) AS d, blocks FROM {gpu}
             WHERE dev = $dev AND s < $we AND e > $ws AND cat IN {sql_list(KERNEL_CATS)}
               AND name_id NOT IN (SELECT name_id FROM names WHERE run_id = $run
                                   AND regexp_matches(name, $comm))
@@ -543,7 +545,13 @@ def analyze_run(
     kstats = (
         _kernel_stats(
             con,
-            {"run": run_id, "ws": window.start_ns, "we": window.end_ns, "dev": busy.device or 0},
+            {
+                "run": run_id,
+                "rank": rank,
+                "ws": window.start_ns,
+                "we": window.end_ns,
+                "dev": busy.device or 0,
+            },
             dev_props.get("numSms"),
             float((getattr(kernels, "by_category", None) or {}).get("convolution", 0.0)),
         )
