@@ -19,10 +19,8 @@ from typing import Any
 
 import duckdb
 import pandas as pd
-from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
 from gpuscope.analysis.store_access import COMM_KERNEL_RE, execute, pct, us
-
-NO_DEVICE = -(2**31)
 
 
 def activity_sql(ix: RankIndex, device_filter: str = "") -> str:

@@ -76,6 +76,7 @@ COMM_RE = (
 MEMCPY_API_RE = r"^(cuda|hip|cu)Memcpy"
 PAGEABLE_H2D_RE = r"Pageable -> Device"
 PAGEABLE_D2H_RE = r"Device -> Pageable"
+PINNED_H2D_RE = r"Pinned -> Device"
 
 #: Runtime/driver calls that start GPU work.
 LAUNCH_APIS: tuple[str, ...] = (
@@ -193,7 +194,7 @@ def vocabulary_markdown() -> str:
         (
             "pageable copies",
             f"GPU copy named {_pattern(PAGEABLE_H2D_RE)} (host to device) or "
-            f"{_pattern(PAGEABLE_D2H_RE)} (device to host)",
+            f"{_pattern(PAGEABLE_D2H_RE)} (device to host); pinned: {_pattern(PINNED_H2D_RE)}",
         ),
         ("launch calls", _code(LAUNCH_APIS)),
         ("synchronizing calls", _code(SYNC_APIS)),

@@ -23,7 +23,7 @@ import ast
 import itertools
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -40,7 +40,7 @@ Dims = list[list[int]]
 # Shapes -> FLOPs
 
 
-def _prod(xs: Sequence[int]) -> int:
+def _prod(xs: Iterable[int]) -> int:
     return math.prod(int(x) for x in xs)
 
 
@@ -132,8 +132,8 @@ class OpSpec:
     causal_arg: int | None = None
 
 
-def _arg(concrete: list[Any], i: int) -> Any:
-    return concrete[i] if i < len(concrete) else None
+def _arg(concrete: list[Any], i: int | None) -> Any:
+    return concrete[i] if i is not None and i < len(concrete) else None
 
 
 def _ints(v: Any, n: int) -> list[int] | None:

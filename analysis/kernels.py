@@ -4,22 +4,29 @@ Names are classified once per distinct name (``names`` table, thousands of rows)
 per-event step (clipping to the window, joining launches, finding the launching CPU op) runs in
 DuckDB and numpy, never per event in Python.
 
-Times: the kernel time of a window is the sum of the durations of the rank's GPU activity
-(docs/metrics.md "GPU activity": kernels, memcpy, memset with a positive duration, every device of
-the rank) clipped to the window, so a kernel half inside the window counts half. Kernels that run at the same
+Times: the kernel time of a window is the sum of the durations of one device's GPU activity
+(docs/metrics.md "Event classes": kernels, memcpy, memset with a positive duration; by default the
+rank's primary device, as in busy time) clipped to the window, so a kernel half inside the window counts half. Kernels that run at the same
 time on different streams each count in full; this is kernel time, not GPU-busy time.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Protocol
 
 import duckdb
 import numpy as np
 import pandas as pd
-from gpuscope.analysis.event_classes import COPY_CATS, OP_CATS, OPTIMIZER_RE, PROFILER_STEP_RE
+from gpuscope.analysis.event_classes import (
+    COPY_CATS,
+    KERNEL_CATS,
+    MEMCPY_CATS,
+    OP_CATS,
+    OPTIMIZER_RE,
+    PROFILER_STEP_RE,
+)
 from gpuscope.analysis.kernel_names import (  # re-exported: the kernel-name vocabulary
     CATEGORIES,
     CATEGORY_RULES,
@@ -81,7 +88,7 @@ def classify(name: str, cat: str = "kernel") -> KernelClass:
 _LAUNCHED_SQL = """
     WITH g AS (
         SELECT rid, name_id, cat, correlation, least(e, $end) - greatest(s, $start) AS in_ns
-        FROM {gpu} WHERE s < $end AND e > $start
+        FROM {gpu} WHERE s < $end AND e > $start {device_filter}
     )
     SELECT g.rid, g.name_id, (g.cat IN {copy_cats})::TINYINT AS copy, g.in_ns,
            coalesce(l.pid, 0) AS pid, coalesce(l.tid, 0) AS tid, coalesce(l.s, -1) AS launch_ns,
@@ -119,19 +126,31 @@ class Launched:
 
 
 def launched(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, start_ns: int, end_ns: int
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    start_ns: int,
+    end_ns: int,
+    *,
+    device: int | None = None,
 ) -> Launched:
-    """GPU activity in ``[start_ns, end_ns)`` (docs/metrics.md "GPU activity": zero-length events
-    are not activity) with their launches; kept by the rank's index per window."""
+    """GPU activity in ``[start_ns, end_ns)`` (docs/metrics.md "Event classes": zero-length
+    events are not activity) of ``device`` (None: every device of the rank) with their launches;
+    kept by the rank's index per window and device."""
     ix = RankIndex.shared(con, run_id, rank)
-    return ix.memo(
-        ("launched", int(start_ns), int(end_ns)), lambda: _launched(ix, start_ns, end_ns)
+    key = ("launched", int(start_ns), int(end_ns), device)
+    return ix.memo(key, lambda: _launched(ix, start_ns, end_ns, device), keep=4)
+
+
+def _launched(ix: RankIndex, start_ns: int, end_ns: int, device: int | None) -> Launched:
+    sql = _LAUNCHED_SQL.format(
+        gpu=ix.gpu(),
+        runtime=ix.runtime(),
+        copy_cats=sql_list(COPY_CATS),
+        device_filter="" if device is None else "AND dev = $dev",
     )
-
-
-def _launched(ix: RankIndex, start_ns: int, end_ns: int) -> Launched:
-    sql = _LAUNCHED_SQL.format(gpu=ix.gpu(), runtime=ix.runtime(), copy_cats=sql_list(COPY_CATS))
-    d = execute(ix.con, sql, {"start": int(start_ns), "end": int(end_ns)}).fetchnumpy()
+    p = {"start": int(start_ns), "end": int(end_ns), "dev": device}
+    d = execute(ix.con, sql, p).fetchnumpy()
     rid = np.asarray(d["rid"])
     uniq, first = np.unique(rid, return_index=True)
     keep: Any = (
@@ -215,8 +234,7 @@ def toplevel_intervals(
         )
 
     return {
-        (p, t): ix.memo(("toplevel", p, t, cats, extra), lambda p=p, t=t: load(p, t))
-        for p, t in threads
+        (p, t): ix.memo(("toplevel", p, t, cats, extra), partial(load, p, t)) for p, t in threads
     }
 
 
@@ -488,9 +506,13 @@ def kernel_breakdown(
     *,
     top_n: int = 15,
     top_ops: int = 15,
+    device: int | None = None,
 ) -> KernelBreakdown:
-    """Kernel time of one rank in ``window``: by category, top kernels (+ folded others), region, launching op."""
-    lx = launched(con, run_id, rank, window.start_ns, window.end_ns)
+    """Kernel time of one device of a rank in ``window`` (default: the primary device, as in
+    busy time): by category, top kernels (+ folded others), region, launching op."""
+    if device is None:
+        device = RankIndex.shared(con, run_id, rank).primary_device(window.start_ns, window.end_ns)
+    lx = launched(con, run_id, rank, window.start_ns, window.end_ns, device=device)
     region, op_name, op_key = attribute(con, run_id, rank, lx)
     frame = pd.DataFrame({"name_id": lx.name_id, "copy": lx.copy, "ns": lx.in_ns})
     per_name = frame.groupby(["name_id", "copy"], sort=False)["ns"].agg(
@@ -516,7 +538,7 @@ def kernel_breakdown(
     merged: dict[tuple[str, str], list[float]] = {}
     for (name_id, copy), (n, tot, mn, mx) in per_name.iterrows():
         name = names.get(int(name_id), f"<name {name_id}>")
-        kc = classify(name, "gpu_memcpy" if copy else "kernel")
+        kc = classify(name, MEMCPY_CATS[0] if copy else KERNEL_CATS[0])
         by_category[kc.category] += tot / 1e3
         total_ns += tot
         n_kernels += n

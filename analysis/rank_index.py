@@ -39,6 +39,9 @@ from gpuscope.analysis.store_access import (
 
 T = TypeVar("T")
 
+#: A device id that no event has (stands for "no device" in SQL parameters).
+NO_DEVICE = -(2**31)
+
 #: Families of tables of one kind (e.g. gaps of different ranges) an index keeps; the least
 #: recently used one is dropped first.
 MAX_PER_KIND = 4
@@ -73,7 +76,7 @@ class RankIndex:
         self.window = None if window is None else (int(window[0]), int(window[1]))
         self.prefix = f"_ri{next(_SEQ)}_{uuid.uuid4().hex[:8]}_"
         self._tables: OrderedDict[tuple[Any, ...], dict[str, str]] = OrderedDict()
-        self._memo: dict[tuple[Any, ...], Any] = {}
+        self._memo: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._lock = threading.RLock()
         self._seq = itertools.count(1)
         self._stamp = self._run_stamp()
@@ -163,14 +166,20 @@ class RankIndex:
 
         return self.tables(key, ("t",), build)["t"]
 
-    def memo(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
-        """A Python value computed from the rank's rows, once per ``key``."""
+    def memo(self, key: tuple[Any, ...], compute: Callable[[], T], *, keep: int = 0) -> T:
+        """A Python value computed from the rank's rows, once per ``key``; with ``keep`` > 0 only
+        the last ``keep`` values of the kind ``key[0]`` stay (for large values)."""
         with self._lock:
             self._fresh()
             if key in self._memo:
+                self._memo.move_to_end(key)
                 return self._memo[key]  # type: ignore[no-any-return]
             value = compute()
             self._memo[key] = value
+            if keep > 0:
+                same = [k for k in self._memo if k[0] == key[0]]
+                for old in same[: max(0, len(same) - keep)]:
+                    del self._memo[old]
             return value
 
     # -- the working set --------------------------------------------------------------------------

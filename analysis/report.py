@@ -14,12 +14,19 @@ from typing import Any
 
 import duckdb
 import pandas as pd
+from gpuscope.analysis import flops as F
+from gpuscope.analysis import kernels as K
+from gpuscope.analysis import peaks as P
 from gpuscope.analysis import recommendations as R
+from gpuscope.analysis import tensor_cores as T
 from gpuscope.analysis.busy import BusySummary, busy_in_ranges, busy_summary, comm_only_ns
 from gpuscope.analysis.compiled import CompiledInfo, compiled_info
 from gpuscope.analysis.copies import PageableCopies, pageable_copies
 from gpuscope.analysis.event_classes import KERNEL_CATS
+from gpuscope.analysis.flops import FlopsResult
 from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
+from gpuscope.analysis.kernels import KernelBreakdown
+from gpuscope.analysis.peaks import Peak
 from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
 from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.ranks import Straggler, find_straggler, rank_table
@@ -35,6 +42,7 @@ from gpuscope.analysis.store_access import (
     sql_list,
     us,
 )
+from gpuscope.analysis.tensor_cores import TensorCoreSummary
 
 SCHEMA = "gpuscope.analyze/1"
 
@@ -52,17 +60,17 @@ class RunReport:
     idle: IdleResult
     comm_only_ns: int = 0
     throughput: dict[str, Any] | None = None
-    kernels: Any = None
-    tensor_cores: Any = None
-    flops: Any = None
-    peak: Any = None
+    kernels: KernelBreakdown | None = None
+    tensor_cores: TensorCoreSummary | None = None
+    flops: FlopsResult | None = None
+    peak: Peak | None = None
     mfu_pct: float | None = None
     mfu_busy_pct: float | None = None
     achieved_tflops: float | None = None
     recommendations: list[R.Recommendation] = field(default_factory=list)
     ranks: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    peak_dtype: Any = None
+    peak_dtype: Peak | None = None
     mfu_dtype_pct: float | None = None
     mfu_untraced_pct: float | None = None
     achieved_tflops_untraced: float | None = None
@@ -428,11 +436,6 @@ def analyze_run(
     ``gpuscope.untraced_step_ms`` (it wins over the metadata). Raises ValueError for an unknown run
     or rank, or a non-positive ``untraced_step_ms``.
     """
-    from gpuscope.analysis import flops as F
-    from gpuscope.analysis import kernels as K
-    from gpuscope.analysis import peaks as P
-    from gpuscope.analysis import tensor_cores as T
-
     run = _run_info(con, run_id)
     if not run["ranks"]:
         raise ValueError(f"{run_id}: the run has no ranks")
@@ -654,8 +657,6 @@ def _recommendations(
     compiled: CompiledInfo | None = None,
     pageable: PageableCopies | None = None,
 ) -> list[R.Recommendation]:
-    from gpuscope.analysis import peaks as P
-
     run_id = run["id"]
     cc = None
     if "computeMajor" in dev_props:
@@ -702,11 +703,3 @@ def _torch_flag(con: duckdb.DuckDBPyConnection, run_id: str, rank: int, flag: st
     flags = (rank_meta(con, run_id, rank).get("metadata") or {}).get("gpuscope.torch_flags")
     value = flags.get(flag) if isinstance(flags, dict) else None
     return value if isinstance(value, bool) else None
-
-
-def compare_runs(con: duckdb.DuckDBPyConnection, a: str, b: str, **kw: Any) -> Any:
-    """Analyse runs ``a`` and ``b`` (same keyword arguments as :func:`analyze_run`) and diff them:
-    see :func:`gpuscope.analysis.compare.compare_reports`."""
-    from gpuscope.analysis.compare import compare_runs as _compare
-
-    return _compare(con, a, b, **kw)

@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 from gpuscope.analysis.event_classes import KERNEL_CATS
 from gpuscope.analysis.kernel_names import classify_kernel, short_name
-from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
 from gpuscope.analysis.store_access import OP_CATS_SQL, RUNTIME_CATS_SQL, execute, sql_list
 
 MATH_CATEGORIES = ("gemm", "convolution", "attention")
@@ -414,7 +414,7 @@ def tensor_core_info(name: str, category: str) -> TensorCoreInfo:
     m = _CUDNN_SIMT.search(name)
     if m:
         letter = m.group(1).lower()
-        prec = precision_from_tokens(name.replace(m.group(0), " ")) or {
+        prec: str | None = precision_from_tokens(name.replace(m.group(0), " ")) or {
             "h": "fp16",
             "d": "fp64",
         }.get(letter, "fp32")
@@ -554,7 +554,7 @@ class TensorCoreSummary:
 # GPU activity of the window, clipped to it (``in_ns``), from the rank's index
 _GPU_IN_WINDOW = """
     SELECT name_id, cat, correlation, least(e, $end) - greatest(s, $start) AS in_ns
-    FROM {gpu} WHERE s < $end AND e > $start
+    FROM {gpu} WHERE s < $end AND e > $start AND dev = $dev
 """
 
 _TC_SQL = """
@@ -582,12 +582,25 @@ _TRITON_TYPES_SQL = """
 
 
 def tensor_core_summary(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: Any, *, list_top: int = 10
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    window: Any,
+    *,
+    list_top: int = 10,
+    device: int | None = None,
 ) -> TensorCoreSummary:
-    """Tensor-core share of the window's compute-kernel time, and GEMM-like time that missed tensor cores."""
+    """Tensor-core share of the window's compute-kernel time of ``device`` (default: the primary
+    device), and GEMM-like time that missed tensor cores."""
     ix = RankIndex.shared(con, run_id, rank)
+    if device is None:
+        device = ix.primary_device(window.start_ns, window.end_ns)
     gpu = _GPU_IN_WINDOW.format(gpu=ix.gpu())
-    params = ix.params(start=int(window.start_ns), end=int(window.end_ns))
+    params = ix.params(
+        start=int(window.start_ns),
+        end=int(window.end_ns),
+        dev=NO_DEVICE if device is None else int(device),
+    )
     rows = execute(
         con, _TC_SQL.format(gpu=gpu, kernel_cats=sql_list(KERNEL_CATS)), params
     ).fetchall()

@@ -208,7 +208,7 @@ def test_ddp_straggler_and_a_bound_the_untraced_step_allows(samples):
 def test_before_after_speed_up_is_by_throughput(samples):
     """after has 4x the batch of before: the speed-up is tokens per second without the profiler,
     from the capture's untraced step and the user's tokens_per_step, not step time."""
-    from gpuscope.analysis.report import compare_runs
+    from gpuscope.analysis.compare import compare_runs
 
     con, runs = samples
     cmp = compare_runs(con, runs["before"], runs["after"]).to_json()
