@@ -8,8 +8,9 @@ kernels), so :class:`RankIndex` copies them once into temp tables and builds the
   ranks, runs or windows never share a table, also on one connection or its cursors;
 - their **cache**: a table (or a Python value) is built once per key, the key being what it holds
   (``("gaps", start_ns, end_ns)``), never an object id; the index checks the run's ``runs`` row
-  (``created_at``, ``n_events``) before every read and drops everything when the run was deleted or
-  ingested again under the same id;
+  (``created_at``, ``n_events``) whenever :meth:`RankIndex.shared` hands it out (every analysis
+  function starts there), before every build and in :meth:`RankIndex.refresh`, and drops
+  everything when the run was deleted or ingested again under the same id;
 - their **lifetime**: :meth:`RankIndex.close` (or leaving a ``with`` block) drops them; the
   indexes that :meth:`RankIndex.shared` hands out (the last :data:`MAX_SHARED` per connection) are
   closed when pushed out, by :func:`close_shared`, or die with their connection.
@@ -85,6 +86,7 @@ class RankIndex:
     # -- lifetime ---------------------------------------------------------------------------------
 
     def __enter__(self) -> RankIndex:
+        self.refresh()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -119,12 +121,13 @@ class RankIndex:
             return None
         return None if row is None else tuple(row)
 
-    def _fresh(self) -> None:
+    def refresh(self) -> None:
         """Drop everything when the run's ``runs`` row changed (deleted, ingested again)."""
-        stamp = self._run_stamp()
-        if stamp != self._stamp:
-            self._drop_all()
-            self._stamp = stamp
+        with self._lock:
+            stamp = self._run_stamp()
+            if stamp != self._stamp:
+                self._drop_all()
+                self._stamp = stamp
 
     # -- caches -----------------------------------------------------------------------------------
 
@@ -138,11 +141,11 @@ class RankIndex:
         creates them (temp tables or views), once per key (``key[0]`` names the kind; the last
         :data:`MAX_PER_KIND` keys of a kind are kept). A build that fails leaves nothing."""
         with self._lock:
-            self._fresh()
             hit = self._tables.get(key)
             if hit is not None:
                 self._tables.move_to_end(key)
                 return hit
+            self.refresh()
             k = next(self._seq)
             names = {p: f"{self.prefix}{_ident(str(key[0]))}{k}_{p}" for p in parts}
             try:
@@ -170,10 +173,10 @@ class RankIndex:
         """A Python value computed from the rank's rows, once per ``key``; with ``keep`` > 0 only
         the last ``keep`` values of the kind ``key[0]`` stay (for large values)."""
         with self._lock:
-            self._fresh()
             if key in self._memo:
                 self._memo.move_to_end(key)
                 return self._memo[key]  # type: ignore[no-any-return]
+            self.refresh()
             value = compute()
             self._memo[key] = value
             if keep > 0:
@@ -291,16 +294,18 @@ class RankIndex:
                 per = OrderedDict()
                 _SHARED[con] = per
             ix = per.get(key)
-            if ix is not None:
-                per.move_to_end(key)
-                return ix
-            ix = cls(con, run_id, rank)
+            existing = ix is not None
+            if ix is None:
+                ix = cls(con, run_id, rank)
             per[key] = ix
+            per.move_to_end(key)
             evicted = []
             while len(per) > MAX_SHARED:
                 evicted.append(per.popitem(last=False)[1])
         for old in evicted:
             old.close()
+        if existing:
+            ix.refresh()  # a run deleted or ingested again since: nothing of it is read
         return ix
 
 
