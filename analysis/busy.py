@@ -1,9 +1,11 @@
 """GPU busy time: the union of GPU activity intervals, per device and per stream, and a
 time-bucketed busy fraction series. All in DuckDB, times in integer ns.
 
-GPU activity = events with ``cat`` in :data:`GPU_CATS` (kernels, memcpys, memsets) and a positive
-duration, clipped to the window. Sync events (``cuda_sync``) and GPU-side annotations are not busy.
-The device of an activity is ``device``, falling back to ``pid``.
+GPU activity (defined once in :mod:`gpuscope.analysis.event_classes`): complete events
+(``ph = 'X'``) with ``cat`` in ``GPU_CATS`` (kernels, memcpys, memsets) and a positive duration,
+clipped to the window, per device (``device``, falling back to ``pid``). Sync events
+(``cuda_sync``), GPU-side annotations and zero-length kernels are not busy. The rows come from the
+rank's :class:`~gpuscope.analysis.rank_index.RankIndex`.
 
 One sorted pass gives everything: with activities ordered by start, ``pm`` = the largest end
 among the earlier ones (a running max). An activity starting after ``pm`` opens a new busy
@@ -17,66 +19,20 @@ from typing import Any
 
 import duckdb
 import pandas as pd
-from gpuscope.analysis.store_access import (
-    COMM_KERNEL_RE,
-    GPU_CATS_SQL,
-    RUNTIME_CATS_SQL,
-    cache_key,
-    cached_temp,
-    execute,
-    pct,
-    us,
-)
-
-DEV = "coalesce(device, CAST(pid AS INTEGER))"
-NO_DEVICE = -(2**31)
+from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
+from gpuscope.analysis.store_access import COMM_KERNEL_RE, execute, pct, us
 
 
-def working_set(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> None:
-    """Copy the rank's GPU activity (``_gs_gpu``: ``dev``, ``stream``, ``s``, ``e``,
-    ``correlation``, ``name_id``, ``cat``, ``bytes``) and runtime calls (``_gs_rt``:
-    ``correlation``, ``s``, ``e``, ``name_id``) into temp tables once,
-    so later queries read them instead of scanning ``events`` again. ``blocks`` = grid x*y*z."""
-    p = {"run": run_id, "rank": int(rank)}
-    key = cache_key("ws", run_id, rank)
-    cached_temp(
-        con,
-        "_gs_gpu",
-        key,
-        f"""SELECT {DEV} AS dev, coalesce(stream, tid) AS stream, ts_ns AS s, ts_ns + dur_ns AS e,
-                   correlation, name_id, cat, bytes,
-                   CAST(grid[1] AS BIGINT) * grid[2] * grid[3] AS blocks
-            FROM events
-            WHERE run_id = $run AND rank = $rank AND ph = 'X' AND cat IN {GPU_CATS_SQL}
-              AND dur_ns > 0""",
-        p,
-    )
-    cached_temp(
-        con,
-        "_gs_rt",
-        key,
-        f"""SELECT correlation, ts_ns AS s, ts_ns + dur_ns AS e, name_id
-            FROM events
-            WHERE run_id = $run AND rank = $rank AND ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
-              AND correlation IS NOT NULL AND dur_ns IS NOT NULL""",
-        p,
-    )
-
-
-def activity_sql(device_filter: str = "") -> str:
-    """GPU activity overlapping ``[$ws, $we)``, clipped to it, from the working set (call
-    :func:`working_set` first): columns ``dev``, ``stream``, ``s``, ``e``, ``correlation``,
-    ``name_id``, ``cat``."""
-    return f"""
-        SELECT dev, stream, greatest(s, $ws) AS s, least(e, $we) AS e, correlation, name_id, cat
-        FROM _gs_gpu WHERE s < $we AND e > $ws {device_filter}
-    """
+def activity_sql(ix: RankIndex, device_filter: str = "") -> str:
+    """GPU activity of ``ix`` overlapping ``[$ws, $we)``, clipped to it: ``dev``, ``stream``,
+    ``s``, ``e``, ``correlation``, ``name_id``, ``cat``."""
+    return ix.activity_sql(device_filter)
 
 
 def union_sql(source: str, keys: tuple[str, ...] = ("dev",)) -> str:
     """Merge the intervals ``(s, e)`` of ``source`` (a relation or subquery) within each group of
     ``keys``: maximal disjoint intervals, touching ones joined. Columns: keys, ``s``, ``e``.
-    For small relations (evidence spans); the big GPU pass uses :func:`ensure_gaps`."""
+    For small relations (evidence spans); the big GPU pass uses :meth:`RankIndex.gaps`."""
     part = f"PARTITION BY {', '.join(keys)}" if keys else ""
     k = ", ".join(keys) + ", " if keys else ""
     # Both window passes must see the rows in one order: equal (s, e) rows are numbered once
@@ -102,79 +58,12 @@ def _params(run_id: str, rank: int, start_ns: int, end_ns: int, **kw: Any) -> di
     return {"run": run_id, "rank": int(rank), "ws": int(start_ns), "we": int(end_ns), **kw}
 
 
-def ensure_gaps(
-    con: duckdb.DuckDBPyConnection,
-    run_id: str,
-    rank: int,
-    start_ns: int,
-    end_ns: int,
-    *,
-    table: str = "_gs_gaps",
-) -> tuple[str, str]:
-    """Build (or reuse) the temp tables ``table`` and ``table + '_dev'`` for ``[start_ns, end_ns)``.
-
-    ``table``: every gap of every device with activity: ``dev``, ``gs``, ``ge`` (the gap
-    ``[gs, ge)``, ns), ``next_corr``/``next_name`` (correlation and name id of the activity that
-    ends the gap; NULL for the tail gap). ``table_dev``: per device and stream ``dev``,
-    ``stream``, ``active_ns`` (sum of activity durations), ``n_events``, ``first_s``, ``last_e``.
-    Devices without activity in the range appear in neither (their whole range is one gap)."""
-    working_set(con, run_id, rank)
-    p = _params(run_id, rank, start_ns, end_ns)
-    key = cache_key("gaps", run_id, rank, start_ns, end_ns)
-    cached_temp(
-        con,
-        table + "_dev",
-        key,
-        f"""SELECT dev, stream, sum(e - s)::BIGINT AS active_ns, count(*) AS n_events,
-                   min(s) AS first_s, max(e) AS last_e
-            FROM ({activity_sql()}) GROUP BY dev, stream""",
-        p,
-    )
-    cached_temp(
-        con,
-        table,
-        key,
-        f"""
-        WITH w AS (
-            SELECT dev, s, e, correlation, name_id,
-                   max(e) OVER (PARTITION BY dev ORDER BY s, e, correlation, name_id
-                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
-            FROM ({activity_sql()})
-        )
-        SELECT dev, coalesce(pm, $ws) AS gs, s AS ge, correlation AS next_corr,
-               name_id AS next_name
-        FROM w WHERE s > coalesce(pm, $ws)
-        UNION ALL
-        SELECT dev, max(last_e), $we, NULL, NULL FROM {table}_dev GROUP BY dev
-        HAVING max(last_e) < $we
-        """,
-        p,
-    )
-    return table, table + "_dev"
-
-
-def _cached_key(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
-    try:
-        row = con.execute("SELECT key FROM _gs_cache WHERE name = ?", [table]).fetchone()
-    except duckdb.CatalogException:
-        return None
-    return None if row is None else str(row[0])
-
-
-def _primary(con: duckdb.DuckDBPyConnection, dev_table: str) -> int | None:
-    row = con.execute(
-        f"SELECT dev FROM {dev_table} ORDER BY active_ns DESC, dev LIMIT 1"
-    ).fetchone()
-    return None if row is None else int(row[0])
-
-
 def primary_device(
     con: duckdb.DuckDBPyConnection, run_id: str, rank: int, start_ns: int, end_ns: int
 ) -> int | None:
     """The device with the most GPU activity time in ``[start_ns, end_ns)`` (ties: lowest id);
     None when no device ran anything."""
-    _, dev_table = ensure_gaps(con, run_id, rank, start_ns, end_ns)
-    return _primary(con, dev_table)
+    return RankIndex.shared(con, run_id, rank).primary_device(start_ns, end_ns)
 
 
 @dataclass
@@ -228,7 +117,8 @@ def busy_summary(
 ) -> BusySummary:
     """Busy time per device (union across streams) and per stream in ``[start_ns, end_ns)``."""
     window_ns = int(end_ns) - int(start_ns)
-    gaps, dev_table = ensure_gaps(con, run_id, rank, start_ns, end_ns)
+    ix = RankIndex.shared(con, run_id, rank)
+    gaps, dev_table = ix.gaps(start_ns, end_ns)
     devices = con.execute(
         f"""
         SELECT d.dev AS device, ($we - $ws - coalesce(g.idle, 0))::BIGINT AS busy_ns,
@@ -264,7 +154,7 @@ def busy_summary(
                     SELECT dev, stream, s, e,
                            max(e) OVER (PARTITION BY dev, stream ORDER BY s, e
                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
-                    FROM ({activity_sql("AND dev IN (SELECT unnest($multi))")})
+                    FROM ({ix.activity_sql("AND dev IN (SELECT unnest($multi))")})
                 ) GROUP BY dev, stream
                 """,
                 _params(run_id, rank, start_ns, end_ns, multi=multi),
@@ -296,10 +186,10 @@ def merged_intervals(
 ) -> pd.DataFrame:
     """Maximal busy intervals ``[s, e)`` (ns) within ``[start_ns, end_ns)``: per device
     (columns ``dev, s, e``), or per device and stream with ``per_stream`` (``dev, stream, s, e``)."""
-    working_set(con, run_id, rank)
+    ix = RankIndex.shared(con, run_id, rank)
     filt = "" if device is None else "AND dev = $dev"
     keys = ("dev", "stream") if per_stream else ("dev",)
-    sql = union_sql(activity_sql(filt), keys) + f" ORDER BY {', '.join(keys)}, s"
+    sql = union_sql(ix.activity_sql(filt), keys) + f" ORDER BY {', '.join(keys)}, s"
     p = _params(run_id, rank, start_ns, end_ns)
     if device is not None:
         p["dev"] = int(device)
@@ -307,13 +197,16 @@ def merged_intervals(
 
 
 def _resolve_device(
-    con: duckdb.DuckDBPyConnection, dev_table: str, device: int | None
+    ix: RankIndex, start_ns: int, end_ns: int, device: int | None
 ) -> tuple[int, bool]:
     """(device id, whether it ran anything in the range)."""
     if device is None:
-        prim = _primary(con, dev_table)
+        prim = ix.primary_device(start_ns, end_ns)
         return (NO_DEVICE, False) if prim is None else (prim, True)
-    row = con.execute(f"SELECT count(*) FROM {dev_table} WHERE dev = ?", [int(device)]).fetchone()
+    _, dev_table = ix.gaps(start_ns, end_ns)
+    row = ix.con.execute(
+        f"SELECT count(*) FROM {dev_table} WHERE dev = ?", [int(device)]
+    ).fetchone()
     return int(device), bool(row and row[0])
 
 
@@ -342,11 +235,9 @@ def busy_series(
         return pd.DataFrame(
             {c: pd.array([], dtype="float64" if c == "busy_frac" else "int64") for c in cols}
         )
-    # the analysis window's gap table when it covers exactly this range, else one of its own
-    main_key = cache_key("gaps", run_id, rank, start_ns, end_ns)
-    table = "_gs_gaps" if _cached_key(con, "_gs_gaps") == main_key else "_gs_sgaps"
-    gaps, dev_table = ensure_gaps(con, run_id, rank, start_ns, end_ns, table=table)
-    dev, active = _resolve_device(con, dev_table, device)
+    ix = RankIndex.shared(con, run_id, rank)
+    gaps, _ = ix.gaps(start_ns, end_ns)
+    dev, active = _resolve_device(ix, start_ns, end_ns, device)
     d = end_ns - start_ns
     p = {"ws": start_ns, "we": end_ns, "n": n, "d": d, "dev": dev}
     big = "HUGEINT" if (d + 1) * n >= 2**62 else "BIGINT"
@@ -406,8 +297,9 @@ def busy_in_ranges(
     )
     if hi <= lo:
         return [0] * len(ranges)
-    gaps, dev_table = ensure_gaps(con, run_id, rank, lo, hi)
-    dev, active = _resolve_device(con, dev_table, device)
+    ix = RankIndex.shared(con, run_id, rank)
+    gaps, _ = ix.gaps(lo, hi)
+    dev, active = _resolve_device(ix, lo, hi, device)
     clipped = [(max(int(s), lo), min(int(e), hi)) for s, e in ranges]
     if not active:
         return [0] * len(ranges)
@@ -477,7 +369,7 @@ def comm_only_ns(
     0 without communication kernels (no second pass then)."""
     if device is None:
         return 0
-    working_set(con, run_id, rank)
+    ix = RankIndex.shared(con, run_id, rank)
     comm = [
         int(r[0])
         for r in con.execute(
@@ -494,7 +386,7 @@ def comm_only_ns(
         SELECT coalesce(sum(greatest(0, e - greatest(s, coalesce(pm, s)))), 0)::BIGINT FROM (
             SELECT s, e, max(e) OVER (ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
                        AS pm
-            FROM ({activity_sql("AND dev = $dev AND NOT list_contains($comm, name_id)")})
+            FROM ({ix.activity_sql("AND dev = $dev AND NOT list_contains($comm, name_id)")})
         )
         """,
         p,

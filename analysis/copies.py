@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import duckdb
+from gpuscope.analysis.event_classes import MEMCPY_CATS, PAGEABLE_H2D_RE, PINNED_H2D_RE
+from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
 from gpuscope.analysis.steps import Window
-from gpuscope.analysis.store_access import execute
+from gpuscope.analysis.store_access import execute, regex, sql_list
 
 PINNED_H2D_GBPS: dict[str, float] = {
     "H100 SXM": 50.0,
@@ -86,20 +88,23 @@ def pageable_copies(
     gpu_model: str | None,
 ) -> PageableCopies:
     """Pageable and pinned host-to-device copies of ``device`` in ``window``; bytes per ns = GB/s."""
+    ix = RankIndex.shared(con, run_id, rank)
+    pageable, pinned_ = regex(PAGEABLE_H2D_RE), regex(PINNED_H2D_RE)
     row = execute(
         con,
-        """
+        f"""
         SELECT
-            count(*) FILTER (WHERE n.name LIKE '%Pageable -> Device%'),
-            coalesce(sum(e.bytes) FILTER (WHERE n.name LIKE '%Pageable -> Device%'), 0),
-            coalesce(sum(e.dur_ns) FILTER (WHERE n.name LIKE '%Pageable -> Device%'), 0),
-            coalesce(sum(e.bytes) FILTER (WHERE n.name LIKE '%Pinned -> Device%'), 0),
-            coalesce(sum(e.dur_ns) FILTER (WHERE n.name LIKE '%Pinned -> Device%'), 0)
-        FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
-        WHERE e.run_id = $run AND e.rank = $rank AND e.cat IN ('gpu_memcpy', 'Memcpy')
-          AND e.ts_ns >= $ws AND e.ts_ns < $we AND e.device IS NOT DISTINCT FROM $dev
+            count(*) FILTER (WHERE {pageable}),
+            coalesce(sum(g.bytes) FILTER (WHERE {pageable}), 0),
+            coalesce(sum(g.e - g.s) FILTER (WHERE {pageable}), 0),
+            coalesce(sum(g.bytes) FILTER (WHERE {pinned_}), 0),
+            coalesce(sum(g.e - g.s) FILTER (WHERE {pinned_}), 0)
+        FROM {ix.gpu()} g JOIN names n ON n.run_id = $run AND n.name_id = g.name_id
+        WHERE g.cat IN {sql_list(MEMCPY_CATS)} AND g.s >= $ws AND g.s < $we AND g.dev = $dev
         """,
-        {"run": run_id, "rank": rank, "ws": window.start_ns, "we": window.end_ns, "dev": device},
+        ix.params(
+            ws=window.start_ns, we=window.end_ns, dev=NO_DEVICE if device is None else int(device)
+        ),
     ).fetchone()
     n, nbytes, dur, pin_bytes, pin_dur = row if row else (0, 0, 0, 0, 0)
     pinned: float | None = None

@@ -1,10 +1,12 @@
-"""Every class of trace event, defined once: which ``cat`` values are GPU activity, kernels, copies,
-runtime calls and CPU ops, and which kernel names are communication.
+"""The analysis vocabulary, defined once: which events are GPU activity, kernels, copies, runtime
+calls and CPU ops; the name rules (steps, optimizer, DataLoader, communication, copies, syncs); the
+idle causes; the NVML metric fields.
 
-Busy time, idle gaps, the kernel breakdown, tensor cores, communication-only time and the report
-all read these definitions (``gpuscope.analysis.store_access`` re-exports them for SQL helpers), so
-a kernel that the category table calls communication is also communication in the communication-only
-time. docs/metrics.md ("Event classes") lists them.
+Busy time, idle gaps, steps, the kernel breakdown, tensor cores, communication-only time and the
+report all read these definitions (``gpuscope.analysis.store_access`` re-exports them for its SQL
+helpers), so a kernel that the category table calls communication is also communication in the
+communication-only time. docs/metrics.md ("Event classes") holds :func:`vocabulary_markdown`'s
+table; a test fails when the two differ.
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ MEMSET_CATS: tuple[str, ...] = ("gpu_memset", "Memset")
 COPY_CATS: tuple[str, ...] = (*MEMCPY_CATS, *MEMSET_CATS)
 #: GPU activity (busy time): kernels, memcpys, memsets. Nothing else is evidence of GPU work.
 GPU_CATS: tuple[str, ...] = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
+#: GPU activity, the one definition (busy time, gaps, kernel time, tensor cores, steps' GPU end):
+#: a complete event (``ph`` = this) of GPU_CATS with a positive duration, on its device
+#: (``device``, else ``pid``). Zero-length events and instants are not activity.
+GPU_ACTIVITY_PHASE = "X"
+GPU_ACTIVITY = (
+    "complete events (`ph` = `X`) with `cat` in GPU_CATS and a positive duration, per device "
+    "(`device`, else `pid`); zero-length kernels are not activity"
+)
 #: Host-side CUDA/HIP runtime and driver calls (launches, copies, syncs).
 RUNTIME_CATS: tuple[str, ...] = (
     "cuda_runtime",
@@ -48,9 +58,150 @@ COMM_KERNEL_PATTERN = (
     r"cross_device_reduce|one_shot_all|two_shot_all|nvshmem|deep_?ep"
 )
 COMM_KERNEL_SQL_RE = "(?i)" + COMM_KERNEL_PATTERN
+
+# -- name rules of host spans (regular expressions valid in Python ``re`` and DuckDB's RE2) --------
+
+#: A training step: the ``ProfilerStep#N`` annotation.
+PROFILER_STEP_RE = r"^ProfilerStep#\d+$"
+#: The optimizer: ``Optimizer.step#<Class>.step`` and ``Optimizer.zero_grad#...`` annotations.
+OPTIMIZER_RE = r"^Optimizer\.(step|zero_grad)#"
+#: Data loading: a DataLoader iterator's ``__next__`` (annotation or Python frame).
+DATALOADER_RE = r"(DataLoader.*__next__|DataLoaderIter\.__next__|dataloader\.py\(\d+\): __next__)"
+#: Communication on the host: collectives of NCCL, Gloo, MPI, UCC and c10d.
+COMM_RE = (
+    r"^(nccl:|gloo:|mpi:|ucc:|c10d::|c10d_functional::|_c10d_functional::|record_param_comms$"
+    r"|ProcessGroup(NCCL|Gloo|MPI|UCC)?::|torch\.distributed\.)"
+)
+#: Copy calls of the runtime; their GPU copy's name tells pageable memory.
+MEMCPY_API_RE = r"^(cuda|hip|cu)Memcpy"
+PAGEABLE_H2D_RE = r"Pageable -> Device"
+PAGEABLE_D2H_RE = r"Device -> Pageable"
+PINNED_H2D_RE = r"Pinned -> Device"
+
+#: Runtime/driver calls that start GPU work.
+LAUNCH_APIS: tuple[str, ...] = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cudaLaunchCooperativeKernel",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cudaGraphLaunch",
+    "cuGraphLaunch",
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipExtModuleLaunchKernel",
+    "hipModuleLaunchKernel",
+    "hipGraphLaunch",
+)
+
+#: Runtime/driver calls that block the host until the device (or a stream/event) is done.
+#: ``cudaStreamWaitEvent`` is *not* one: it orders streams on the device, the host goes on.
+SYNC_APIS: tuple[str, ...] = (
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+    "cudaMemcpyPeer",
+    "cudaMemcpyFromSymbol",
+    "cudaMemcpyToSymbol",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+    "cuMemcpyDtoH",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD",
+    "cuMemcpyHtoD_v2",
+    "hipStreamSynchronize",
+    "hipDeviceSynchronize",
+    "hipEventSynchronize",
+    "hipMemcpy",
+    "hipMemcpyWithStream",
+)
+#: CPU operators of ``.item()``. Not evidence by themselves: on a CPU tensor (e.g. AdamW's step
+#: counters) they never touch the GPU; on a CUDA tensor they run a device-to-host copy into pageable
+#: memory and a ``cudaStreamSynchronize``, which are the evidence (named with this op).
+SYNC_OPS: tuple[str, ...] = ("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero")
+
+# -- idle causes -----------------------------------------------------------------------------------
+
+#: Causes of idle time in precedence order (launch_overhead is decided per gap, the rest per
+#: instant; docs/metrics.md "Precedence").
+CAUSES: tuple[str, ...] = (
+    "launch_overhead",
+    "data_loading",
+    "pageable_copy",
+    "communication",
+    "host_sync",
+    "cpu_overhead",
+    "other",
+)
+#: Host evidence classes, in precedence order (the causes read from host spans).
+EVIDENCE_CLASSES: tuple[str, ...] = ("data_loading", "pageable_copy", "communication", "host_sync")
+
+# -- NVML ------------------------------------------------------------------------------------------
+
+#: Per-GPU metric fields of one NVML poll, in the order of the ``nvml_samples`` columns (after
+#: ``gpu``, ``gpu_uuid``, ``gpu_name``, ``t_ns``): what the sampler records and ingest stores.
+NVML_METRIC_FIELDS: tuple[str, ...] = (
+    "gpu_util_pct",
+    "mem_util_pct",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "power_w",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "temp_c",
+    "pcie_rx_bytes_s",
+    "pcie_tx_bytes_s",
+    "sm_active_pct",
+    "tensor_active_pct",
+)
 _COMM = re.compile(COMM_KERNEL_PATTERN, re.IGNORECASE)
 
 
 def is_comm_kernel(name: str) -> bool:
     """Whether a GPU kernel of this name is communication (see COMM_KERNEL_PATTERN)."""
     return bool(_COMM.search(name))
+
+
+def _code(values: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(f"`{v}`" for v in values)
+
+
+def _pattern(p: str) -> str:
+    return "`" + p.replace("|", "\\|") + "`"
+
+
+def vocabulary_markdown() -> str:
+    """The vocabulary as the markdown table of docs/metrics.md ("Event classes")."""
+    rows = [
+        ("GPU activity", f"{GPU_ACTIVITY.replace('GPU_CATS', _code(GPU_CATS))}"),
+        ("kernels", _code(KERNEL_CATS)),
+        ("copies", _code(COPY_CATS)),
+        ("runtime calls", _code(RUNTIME_CATS)),
+        ("CPU ops", _code(OP_CATS)),
+        ("host spans", _code(HOST_CATS)),
+        (
+            "communication kernels",
+            f"name matches {_pattern(COMM_KERNEL_PATTERN)} (case-insensitive)",
+        ),
+        ("step", f"host span named {_pattern(PROFILER_STEP_RE)}"),
+        ("optimizer", f"host span named {_pattern(OPTIMIZER_RE)}"),
+        ("data loading", f"host span named {_pattern(DATALOADER_RE)}"),
+        ("host communication", f"host span named {_pattern(COMM_RE)}"),
+        ("memcpy calls", f"runtime call named {_pattern(MEMCPY_API_RE)}"),
+        (
+            "pageable copies",
+            f"GPU copy named {_pattern(PAGEABLE_H2D_RE)} (host to device) or "
+            f"{_pattern(PAGEABLE_D2H_RE)} (device to host); pinned: {_pattern(PINNED_H2D_RE)}",
+        ),
+        ("launch calls", _code(LAUNCH_APIS)),
+        ("synchronizing calls", _code(SYNC_APIS)),
+        ("`.item()` operators (not evidence alone)", _code(SYNC_OPS)),
+        ("idle causes (precedence)", _code(CAUSES)),
+        ("NVML metric fields", _code(NVML_METRIC_FIELDS)),
+    ]
+    out = ["| class | definition |", "| --- | --- |"]
+    out += [f"| {k} | {v} |" for k, v in rows]
+    return "\n".join(out)

@@ -23,13 +23,16 @@ import ast
 import itertools
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 import duckdb
 import numpy as np
+from gpuscope.analysis import kernels as K
+from gpuscope.analysis.store_access import execute
+from gpuscope.analysis.tensor_cores import dtype_of, tensor_core_info
 
 Dims = list[list[int]]
 
@@ -37,7 +40,7 @@ Dims = list[list[int]]
 # Shapes -> FLOPs
 
 
-def _prod(xs: Sequence[int]) -> int:
+def _prod(xs: Iterable[int]) -> int:
     return math.prod(int(x) for x in xs)
 
 
@@ -129,8 +132,8 @@ class OpSpec:
     causal_arg: int | None = None
 
 
-def _arg(concrete: list[Any], i: int) -> Any:
-    return concrete[i] if i < len(concrete) else None
+def _arg(concrete: list[Any], i: int | None) -> Any:
+    return concrete[i] if i is not None and i < len(concrete) else None
 
 
 def _ints(v: Any, n: int) -> list[int] | None:
@@ -377,7 +380,6 @@ def op_flops(
 
 @lru_cache(maxsize=65536)
 def _dtype_of_types(types_text: str | None, name: str) -> str | None:
-    from gpuscope.analysis.tensor_cores import dtype_of
 
     types = _parse_json(types_text)
     if not isinstance(types, list):
@@ -400,176 +402,10 @@ def _dtype_of_types(types_text: str | None, name: str) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------------------------------
-# The nest of counted ops: a recursive reference (readable; the tests compare nest_select with it)
-
-
-@dataclass
-class _Node:
-    idx: int
-    name: str
-    ts: int
-    end: int
-    pid: int
-    tid: int
-    shape: int | None
-    approx: bool
-    trace: float | None
-    dtype: str | None
-    causal: bool
-    kids: list[_Node] = field(default_factory=list)
-    has_trace: bool = False
-
-
-@dataclass(frozen=True)
-class Counted:
-    """One op whose FLOPs were counted (an innermost counted op, or an op whose ``flops`` arg covers its subtree)."""
-
-    name: str
-    pid: int
-    tid: int
-    ts_ns: int
-    end_ns: int
-    flops: float
-    source: str  # 'trace_flops' or 'shapes'
-    dtype: str | None
-    family: str
-    approx: bool
-
-
 @lru_cache(maxsize=65536)
 def _is_causal(name: str, conc: str | None) -> bool:
     arg = OPS[name].causal_arg
     return arg is not None and _parse_concrete(conc)[arg : arg + 1] == [True]
-
-
-def _contains(p: _Node, c: _Node) -> bool:
-    """``c`` (starting at or after ``p``) is nested in ``p``."""
-    return c.ts < p.end or (c.ts == p.ts and c.end <= p.end)
-
-
-def build_nests(ops: Sequence[Sequence[Any]]) -> list[_Node]:
-    """Roots of the per-thread nests of counted ops. ``ops`` rows are (pid, tid, ts_ns, dur_ns, name,
-    input_dims, input_types, concrete_inputs, flops), sorted by pid, tid, ts_ns, -dur_ns."""
-    roots: list[_Node] = []
-    stack: list[_Node] = []
-    last_thread = None
-    for i, (pid, tid, ts, dur, name, dims, types, conc, trace) in enumerate(ops):
-        if (pid, tid) != last_thread:
-            stack, last_thread = [], (pid, tid)
-        shape, approx = op_flops(name, dims, conc)
-        node = _Node(
-            i,
-            name,
-            ts,
-            ts + max(dur or 0, 0),
-            pid,
-            tid,
-            shape,
-            approx,
-            float(trace) if trace and trace > 0 else None,
-            _dtype_of_types(types, name),
-            _is_causal(name, conc),
-        )
-        while stack and not _contains(stack[-1], node):
-            stack.pop()
-        if stack:
-            stack[-1].kids.append(node)
-        else:
-            roots.append(node)
-        stack.append(node)
-    return roots
-
-
-def _mark_trace(n: _Node) -> bool:
-    n.has_trace = n.trace is not None
-    for k in n.kids:
-        if _mark_trace(k):
-            n.has_trace = True
-    return n.has_trace
-
-
-def _first_dtype(n: _Node) -> str | None:
-    for k in n.kids:
-        d = _first_dtype(k)
-        if d:
-            return d
-    return n.dtype
-
-
-def resolve(n: _Node, out: list[Counted], unknown: dict[str, int]) -> bool:
-    """Append what ``n``'s subtree counts to ``out``; unknown ops go to ``unknown``. True if anything counted."""
-    fam = OPS[n.name].family
-    if n.trace is not None and not any(k.has_trace for k in n.kids):
-        out.append(
-            Counted(
-                n.name,
-                n.pid,
-                n.tid,
-                n.ts,
-                n.end,
-                n.trace,
-                "trace_flops",
-                _first_dtype(n),
-                fam,
-                False,
-            )
-        )
-        return True
-    if n.kids:
-        mark = len(out)
-        sub_unknown: dict[str, int] = {}
-        got = [resolve(k, out, sub_unknown) for k in n.kids]
-        if not any(got) and n.shape is not None:
-            del out[mark:]
-            out.append(
-                Counted(
-                    n.name,
-                    n.pid,
-                    n.tid,
-                    n.ts,
-                    n.end,
-                    float(n.shape),
-                    "shapes",
-                    _first_dtype(n),
-                    fam,
-                    n.approx,
-                )
-            )
-            return True
-        for k, v in sub_unknown.items():
-            unknown[k] = unknown.get(k, 0) + v
-        return any(got)
-    if n.shape is not None:
-        out.append(
-            Counted(
-                n.name, n.pid, n.tid, n.ts, n.end, float(n.shape), "shapes", n.dtype, fam, n.approx
-            )
-        )
-        return True
-    unknown[n.name] = unknown.get(n.name, 0) + 1
-    return False
-
-
-def count_ops_reference(ops: Sequence[Sequence[Any]]) -> tuple[list[Counted], dict[str, int], int]:
-    """Recursive reference of :func:`nest_select` (tests compare the two): (counted ops, unknown op
-    names -> count, causal attention ops) for rows of counted-op events."""
-    roots = build_nests(ops)
-    out: list[Counted] = []
-    unknown: dict[str, int] = {}
-    causal = 0
-    for r in roots:
-        _mark_trace(r)
-        resolve(r, out, unknown)
-    for r in roots:
-        stack = [r]
-        while stack:
-            n = stack.pop()
-            if n.causal:
-                causal += 1
-                break
-            stack.extend(n.kids)
-    return out, unknown, causal
 
 
 # --------------------------------------------------------------------------------------------------
@@ -734,11 +570,9 @@ class OpTable:
 
 
 def load_ops(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> OpTable:
-    from gpuscope.analysis.kernels import run_sql
-
     p = {**params, "names": list(OPS)}
-    d = run_sql(con, _OPS_ROWS, p).fetchnumpy()
-    srows = run_sql(con, _OPS_SIGS, p).fetchall()
+    d = execute(con, _OPS_ROWS, p).fetchnumpy()
+    srows = execute(con, _OPS_SIGS, p).fetchall()
     keys = np.asarray([r[0] for r in srows], dtype=np.uint64)
     korder = np.argsort(keys)
     sigs = {i: (r[1], r[2], r[3], r[4]) for i, r in enumerate(srows)}
@@ -769,8 +603,6 @@ def _tf32_ops(
     rows: np.ndarray,
 ) -> np.ndarray:
     """Of the counted op rows ``rows`` (fp32), those that launched a kernel that ran on TF32 tensor cores."""
-    from gpuscope.analysis import kernels as K
-    from gpuscope.analysis.tensor_cores import tensor_core_info
 
     hit_rows: list[np.ndarray] = []
     lx = K.launched(con, run_id, rank, window.start_ns, window.end_ns)
@@ -804,7 +636,6 @@ def _backward_ops(
 ) -> np.ndarray:
     """Bool per row of ``rows``: the op ran in autograd's backward (a backward thread, or under an
     ``autograd::engine::evaluate_function`` / ``*Backward`` op on its thread)."""
-    from gpuscope.analysis import kernels as K
 
     out = np.zeros(len(rows), dtype=bool)
     if not len(rows):
@@ -840,7 +671,6 @@ def flops_per_step(
     ``model_flops_per_step`` (e.g. 6·N·tokens) overrides the counted FLOPs (source 'override'); the
     dtype is still read from the trace.
     """
-    from gpuscope.analysis import kernels as K
 
     if n_steps is None:
         n_steps = len(getattr(window, "steps", ()) or ())
@@ -883,7 +713,7 @@ def flops_per_step(
     unknown: dict[str, int] = {}
     for k, c in zip(*np.unique(ops.sig[sel.unknown], return_counts=True), strict=True):
         unknown[sig_name[int(k)]] = unknown.get(sig_name[int(k)], 0) + int(c)
-    unknown.update(_unknown_compiled(con, params, K.run_sql))
+    unknown.update(_unknown_compiled(con, params))
     total = float(values.sum()) if len(rows) else 0.0
     fams = fam_of[ops.sig[rows]] if len(rows) else np.zeros(0, dtype=object)
     by_family = {f: float(values[fams == f].sum()) for f in FAMILIES}
@@ -942,12 +772,10 @@ def flops_per_step(
     return result
 
 
-def _unknown_compiled(
-    con: duckdb.DuckDBPyConnection, params: dict[str, Any], run_sql: Callable[..., Any]
-) -> dict[str, int]:
+def _unknown_compiled(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> dict[str, int]:
     """Inductor template kernels (``triton_tem_*`` CPU ops named after the kernel) that do matmul or
     convolution: their FLOPs are not read from the trace, so they are reported as unknown."""
-    rows = run_sql(
+    rows = execute(
         con,
         """SELECT n.name, count(*) FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
            WHERE e.run_id = $run AND e.rank = $rank AND e.cat = 'cpu_op' AND e.ts_ns >= $start AND e.ts_ns < $end

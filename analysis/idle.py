@@ -29,7 +29,9 @@ from typing import Any
 import duckdb
 import numpy as np
 import pandas as pd
-from gpuscope.analysis.busy import NO_DEVICE, ensure_gaps, union_sql
+from gpuscope.analysis.busy import NO_DEVICE, union_sql
+from gpuscope.analysis.event_classes import CAUSES, EVIDENCE_CLASSES
+from gpuscope.analysis.rank_index import RankIndex, close_shared
 from gpuscope.analysis.steps import Window
 from gpuscope.analysis.store_access import (
     COMM_RE,
@@ -43,8 +45,6 @@ from gpuscope.analysis.store_access import (
     RUNTIME_CATS_SQL,
     SYNC_APIS,
     SYNC_SLACK_NS,
-    cache_key,
-    cached_temp,
     execute,
     names_matching,
     pct,
@@ -52,20 +52,6 @@ from gpuscope.analysis.store_access import (
     sql_list,
     us,
 )
-
-#: Causes in precedence order (launch_overhead is decided per gap, the rest per instant).
-CAUSES: tuple[str, ...] = (
-    "launch_overhead",
-    "data_loading",
-    "pageable_copy",
-    "communication",
-    "host_sync",
-    "cpu_overhead",
-    "other",
-)
-#: Host evidence classes, in precedence order; level k of the sweep is the union of classes 1..k,
-#: level 5 adds every other host span (and the steps' CPU extent).
-EVIDENCE_CLASSES: tuple[str, ...] = ("data_loading", "pageable_copy", "communication", "host_sync")
 
 LAUNCH_GAP_MAX_NS = 100_000
 """Longest gap (ns) with the next activity already queued that still counts as launch overhead."""
@@ -84,7 +70,7 @@ def _name_classes_sql() -> str:
     return f"SELECT name_id, {cols} FROM names WHERE run_id = $run AND ({anyc})"
 
 
-def _evidence_sql() -> tuple[str, str]:
+def _evidence_sql(gpu: str, cand_table: str) -> tuple[str, str]:
     """Host evidence spans of the window, classes 1..4 of :data:`EVIDENCE_CLASSES`: ``cls``,
     ``cat``, ``name_id``, ``tid``, ``s``/``e`` (clipped to the window), ``span_s``/``span_dur``
     (unclipped), ``correlation``, ``external_id``, ``bytes`` (of the copy, for memcpy calls).
@@ -100,13 +86,13 @@ def _evidence_sql() -> tuple[str, str]:
           AND e.dur_ns > 0 AND e.ts_ns < $we AND e.ts_ns + e.dur_ns > $ws
     """
     classes = f"""
-        WITH mc AS (SELECT DISTINCT correlation FROM _gs_cand WHERE rt AND memcpy),
+        WITH mc AS (SELECT DISTINCT correlation FROM {cand_table} WHERE rt AND memcpy),
         gmem AS (
             SELECT g.correlation,
                    bool_or(regexp_matches(n.name, '{PAGEABLE_H2D_RE}')) AS h2d,
                    bool_or(regexp_matches(n.name, '{PAGEABLE_D2H_RE}')) AS d2h,
                    sum(g.bytes)::BIGINT AS bytes
-            FROM mc JOIN _gs_gpu g ON g.correlation = mc.correlation
+            FROM mc JOIN {gpu} g ON g.correlation = mc.correlation
             JOIN names n ON n.run_id = $run AND n.name_id = g.name_id
             GROUP BY g.correlation
         )
@@ -117,22 +103,34 @@ def _evidence_sql() -> tuple[str, str]:
                  WHEN rt AND (sync_api OR (memcpy AND coalesce(gmem.d2h, false))) THEN 4
                END AS cls,
                cat, name_id, tid, s, e, span_s, span_dur, correlation, external_id, gmem.bytes
-        FROM _gs_cand c LEFT JOIN gmem USING (correlation)
+        FROM {cand_table} c LEFT JOIN gmem USING (correlation)
         WHERE cls IS NOT NULL
     """
     return cand, classes
 
 
-def _build(con: duckdb.DuckDBPyConnection, p: dict[str, Any], key: str) -> None:
-    """Fill the temp tables ``_gs_g`` (gaps of the device with their launch), ``_gs_ev``
-    (evidence spans), ``_gs_lv`` (evidence levels) and ``_gs_idle`` (ns per cause per gap)."""
-    if not _stale(con, key):
-        return
-    gaps, dev_table = ensure_gaps(con, p["run"], p["rank"], p["ws"], p["we"])
-    ev_key = cache_key("ev", p["run"], p["rank"], p["ws"], p["we"])
-    cand, classes = _evidence_sql()
-    cached_temp(con, "_gs_cand", ev_key, cand, p)
-    cached_temp(con, "_gs_ev", ev_key, classes, p)
+#: The tables of one idle attribution (one device, window and steps' extent), built together:
+#: ``cand``/``ev`` candidate and classified evidence spans, ``g`` the device's gaps with their
+#: launch, ``lv`` evidence levels, ``flag`` gaps that need the sweep, ``sh`` their shares, ``idle``
+#: (a view) ns per cause per gap.
+IDLE_TABLES: tuple[str, ...] = ("cand", "ev", "g", "lv", "flag", "sh", "idle")
+
+
+def _build(ix: RankIndex, p: dict[str, Any], key: tuple[Any, ...]) -> dict[str, str]:
+    """The idle tables (:data:`IDLE_TABLES`) of ``key`` on the rank's index, built once."""
+
+    def build(t: dict[str, str]) -> None:
+        _fill(ix, p, t)
+
+    return ix.tables(key, IDLE_TABLES, build)
+
+
+def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
+    con = ix.con
+    gaps, dev_table = ix.gaps(p["ws"], p["we"])
+    cand, classes = _evidence_sql(ix.gpu(), t["cand"])
+    execute(con, f"CREATE TEMP TABLE {t['cand']} AS {cand}", p)
+    execute(con, f"CREATE TEMP TABLE {t['ev']} AS {classes}", p)
     # gaps of the device with the launch call of the activity that ends each gap
     has_act = con.execute(f"SELECT count(*) FROM {dev_table} WHERE dev = ?", [p["dev"]]).fetchone()
     device_gaps = (
@@ -140,14 +138,14 @@ def _build(con: duckdb.DuckDBPyConnection, p: dict[str, Any], key: str) -> None:
         if has_act and has_act[0]
         else "SELECT $ws AS gs, $we AS ge, NULL::BIGINT AS next_corr, NULL::INTEGER AS next_name"
     )
-    rt = "SELECT correlation, s AS ts_ns, e AS te, name_id FROM _gs_rt WHERE s < $we"
+    rt = f"SELECT correlation, s AS ts_ns, e AS te, name_id FROM {ix.runtime()} WHERE s < $we"
     cols = """gg.gs, gg.ge, gg.next_corr, gg.next_name, rt.ts_ns AS launch_s, rt.te AS launch_e,
               rt.name_id AS launch_name, coalesce(rt.te <= gg.gs, false) AS queued"""
     # inner join plus the gaps without a next activity: no outer join (slow in parallel)
     execute(
         con,
         f"""
-        CREATE OR REPLACE TEMP TABLE _gs_g AS
+        CREATE OR REPLACE TEMP TABLE {t["g"]} AS
         WITH gg AS ({device_gaps})
         SELECT {cols} FROM gg JOIN ({rt}) rt ON rt.correlation = gg.next_corr
         UNION ALL
@@ -158,14 +156,14 @@ def _build(con: duckdb.DuckDBPyConnection, p: dict[str, Any], key: str) -> None:
     # every gap exactly once? (same multiset of starts: count, sum and sum of hashes agree)
     fp = "count(*), sum(gs)::HUGEINT, sum(hash(gs))::HUGEINT"
     before = execute(con, f"WITH gg AS ({device_gaps}) SELECT {fp} FROM gg", p).fetchone()
-    after = con.execute(f"SELECT {fp} FROM _gs_g").fetchone()
+    after = con.execute(f"SELECT {fp} FROM {t['g']}").fetchone()
     if before != after:
         # a launch missing from the trace, or one correlation id on two runtime calls: keep
         # every gap once, with its first launch call
         execute(
             con,
             f"""
-            CREATE OR REPLACE TEMP TABLE _gs_g AS
+            CREATE OR REPLACE TEMP TABLE {t["g"]} AS
             WITH gg AS ({device_gaps})
             SELECT {cols} FROM gg LEFT JOIN ({rt}) rt ON rt.correlation = gg.next_corr
             QUALIFY row_number() OVER (PARTITION BY gg.gs ORDER BY rt.ts_ns, rt.te) = 1
@@ -175,8 +173,9 @@ def _build(con: duckdb.DuckDBPyConnection, p: dict[str, Any], key: str) -> None:
     # nested unions of host evidence: level k = classes 1..k (k <= 4); level 5 adds every other
     # host span, the steps' CPU extent [$hs, $he) counting as one span (the training loop);
     # level 6 = synchronizing calls widened by the slack, to tell gaps drained by a sync
+    ev = t["ev"]
     levels = [
-        f"SELECT {k} AS lvl, s, e FROM ({union_sql(f'SELECT s, e FROM _gs_ev WHERE cls <= {k}', ())})"
+        f"SELECT {k} AS lvl, s, e FROM ({union_sql(f'SELECT s, e FROM {ev} WHERE cls <= {k}', ())})"
         for k in range(1, 5)
     ]
     outside_hull = "" if p.get("hs") is None else "AND (ts_ns < $hs OR ts_ns + dur_ns > $he)"
@@ -185,12 +184,12 @@ def _build(con: duckdb.DuckDBPyConnection, p: dict[str, Any], key: str) -> None:
         SELECT greatest(ts_ns, $ws) AS s, least(ts_ns + dur_ns, $we) AS e FROM events
         WHERE run_id = $run AND rank = $rank AND ph = 'X' AND cat IN {HOST_CATS_SQL}
           AND dur_ns > 0 AND ts_ns < $we AND ts_ns + dur_ns > $ws {outside_hull}
-        UNION ALL SELECT s, e FROM _gs_ev {hull}
+        UNION ALL SELECT s, e FROM {ev} {hull}
     """
     levels.append(f"SELECT 5 AS lvl, s, e FROM ({union_sql(all_host, ())})")
-    sync_wide = f"SELECT s, e + {SYNC_SLACK_NS} AS e FROM _gs_ev WHERE cls = 4"
+    sync_wide = f"SELECT s, e + {SYNC_SLACK_NS} AS e FROM {ev} WHERE cls = 4"
     levels.append(f"SELECT 6 AS lvl, s, e FROM ({union_sql(sync_wide, ())})")
-    execute(con, "CREATE OR REPLACE TEMP TABLE _gs_lv AS " + " UNION ALL ".join(levels), p)
+    execute(con, f"CREATE TEMP TABLE {t['lv']} AS " + " UNION ALL ".join(levels), p)
     # Only host-late gaps that touch a "special" interval (evidence of level 1..4, a widened
     # sync, or a hole in level 5) need the sweep; every other host-late gap lies wholly inside
     # level 5 and outside levels 1..4: all cpu_overhead. Candidates come from a hash join on
@@ -199,11 +198,11 @@ def _build(con: duckdb.DuckDBPyConnection, p: dict[str, Any], key: str) -> None:
     execute(
         con,
         f"""
-        CREATE OR REPLACE TEMP TABLE _gs_flag AS
-        WITH l5 AS (SELECT s, e FROM _gs_lv WHERE lvl = 5),
+        CREATE TEMP TABLE {t["flag"]} AS
+        WITH l5 AS (SELECT s, e FROM {t["lv"]} WHERE lvl = 5),
         sp AS (
-            SELECT s AS a, e AS b FROM _gs_lv WHERE lvl BETWEEN 1 AND 4
-            UNION ALL SELECT s, e + 1 FROM _gs_lv WHERE lvl = 6
+            SELECT s AS a, e AS b FROM {t["lv"]} WHERE lvl BETWEEN 1 AND 4
+            UNION ALL SELECT s, e + 1 FROM {t["lv"]} WHERE lvl = 6
             UNION ALL SELECT coalesce(lag(e) OVER (ORDER BY s), $ws), s FROM l5
             UNION ALL SELECT coalesce((SELECT max(e) FROM l5), $ws), $we
         ),
@@ -213,7 +212,7 @@ def _build(con: duckdb.DuckDBPyConnection, p: dict[str, Any], key: str) -> None:
         ),
         lg AS (
             SELECT gs, ge, (gs - $ws) // {bw} AS k1, (ge - 1 - $ws) // {bw} AS k2
-            FROM _gs_g WHERE NOT queued
+            FROM {t["g"]} WHERE NOT queued
         ),
         lgb AS (
             SELECT gs, ge, k1 AS k FROM lg WHERE k1 = k2
@@ -239,12 +238,12 @@ def _build(con: duckdb.DuckDBPyConnection, p: dict[str, Any], key: str) -> None:
     execute(
         con,
         f"""
-        CREATE OR REPLACE TEMP TABLE _gs_sh AS
+        CREATE TEMP TABLE {t["sh"]} AS
         WITH pts AS (
-            SELECT s AS t, lvl, 1 AS d, NULL::BIGINT AS gs, 0 AS side FROM _gs_lv
-            UNION ALL SELECT e, lvl, -1, NULL, 0 FROM _gs_lv
-            UNION ALL SELECT gs, 0, 0, gs, 1 FROM _gs_flag
-            UNION ALL SELECT ge, 0, 0, gs, 2 FROM _gs_flag
+            SELECT s AS t, lvl, 1 AS d, NULL::BIGINT AS gs, 0 AS side FROM {t["lv"]}
+            UNION ALL SELECT e, lvl, -1, NULL, 0 FROM {t["lv"]}
+            UNION ALL SELECT gs, 0, 0, gs, 1 FROM {t["flag"]}
+            UNION ALL SELECT ge, 0, 0, gs, 2 FROM {t["flag"]}
         ),
         sw AS (
             -- at equal times gap rows come first: a sync starting exactly at the gap start did
@@ -263,7 +262,7 @@ def _build(con: duckdb.DuckDBPyConnection, p: dict[str, Any], key: str) -> None:
                    CASE WHEN drained THEN f.ge - f.gs - l3 ELSE l4 - l3 END AS host_sync_ns,
                    CASE WHEN drained THEN 0 ELSE l5 - l4 END AS cpu_overhead_ns,
                    CASE WHEN drained THEN 0 ELSE f.ge - f.gs - l5 END AS other_ns
-            FROM _gs_flag f JOIN sh USING (gs)
+            FROM {t["flag"]} f JOIN sh USING (gs)
         )
         SELECT *, {_DOMINANT} AS cause FROM c
         """,
@@ -274,7 +273,7 @@ def _build(con: duckdb.DuckDBPyConnection, p: dict[str, Any], key: str) -> None:
     lo = LAUNCH_GAP_MAX_NS
     con.execute(
         f"""
-        CREATE OR REPLACE TEMP VIEW _gs_idle AS
+        CREATE TEMP VIEW {t["idle"]} AS
         WITH c AS (
             SELECT g.gs AS start_ns, g.ge AS end_ns, g.ge - g.gs AS dur_ns, g.queued,
                    coalesce(sh.drained, false) AS drained, g.next_corr, g.next_name, g.launch_name,
@@ -289,12 +288,11 @@ def _build(con: duckdb.DuckDBPyConnection, p: dict[str, Any], key: str) -> None:
                         ELSE sh.cpu_overhead_ns END AS cpu_overhead_ns,
                    CASE WHEN g.queued AND g.ge - g.gs > {lo} THEN g.ge - g.gs
                         ELSE coalesce(sh.other_ns, 0) END AS other_ns
-            FROM _gs_g g LEFT JOIN _gs_sh sh ON sh.gs = g.gs
+            FROM {t["g"]} g LEFT JOIN {t["sh"]} sh ON sh.gs = g.gs
         )
         SELECT *, {_DOMINANT} AS cause FROM c
         """
     )
-    con.execute("CREATE OR REPLACE TEMP TABLE _gs_idle_key AS SELECT ? AS key", [key])
 
 
 # the cause with the most ns in a gap; CASE takes the first match, so ties go by precedence
@@ -305,15 +303,6 @@ _DOMINANT = (
     + " ".join(f"WHEN {c}_ns THEN '{c}'" for c in CAUSES)
     + " END"
 )
-
-
-def _stale(con: duckdb.DuckDBPyConnection, key: str) -> bool:
-    try:
-        row = con.execute("SELECT key FROM _gs_idle_key").fetchone()
-        con.execute("SELECT 1 FROM _gs_idle LIMIT 0")
-    except duckdb.CatalogException:
-        return True
-    return row is None or row[0] != key
 
 
 @dataclass
@@ -395,29 +384,23 @@ def _str(v: Any) -> str | None:
     return None if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
 
 
-def _int(v: Any) -> int | None:
-    return None if v is None or pd.isna(v) else int(v)
-
-
-def _str(v: Any) -> str | None:
-    return None if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
-
-
-def _evidence_summary(con: duckdb.DuckDBPyConnection, p: dict[str, Any]) -> dict[str, pd.DataFrame]:
+def _evidence_summary(
+    con: duckdb.DuckDBPyConnection, p: dict[str, Any], t: dict[str, str]
+) -> dict[str, pd.DataFrame]:
     """Per evidence class: span names (runtime calls named with their enclosing op), count, host
-    time and bytes copied, from the ``_gs_ev`` table."""
+    time and bytes copied, from the evidence table ``t["ev"]``."""
     frame = execute(
         con,
         f"""
         WITH ops AS (
             SELECT external_id, arg_min(name_id, dur_ns) AS op_name FROM events
             WHERE run_id = $run AND rank = $rank AND cat IN {OP_CATS_SQL}
-              AND external_id IN (SELECT external_id FROM _gs_ev WHERE external_id IS NOT NULL)
+              AND external_id IN (SELECT external_id FROM {t["ev"]} WHERE external_id IS NOT NULL)
             GROUP BY external_id
         )
         SELECT ev.cls, n.name, on_.name AS op, count(*) AS count,
                sum(ev.span_dur)::BIGINT AS host_ns, sum(ev.bytes)::BIGINT AS bytes
-        FROM _gs_ev ev
+        FROM {t["ev"]} ev
         JOIN names n ON n.run_id = $run AND n.name_id = ev.name_id
         LEFT JOIN ops ON ops.external_id = ev.external_id AND ev.cat IN {RUNTIME_CATS_SQL}
         LEFT JOIN names on_ ON on_.run_id = $run AND on_.name_id = ops.op_name
@@ -433,7 +416,7 @@ def _evidence_summary(con: duckdb.DuckDBPyConnection, p: dict[str, Any]) -> dict
 
 
 def _attach_evidence(
-    con: duckdb.DuckDBPyConnection, p: dict[str, Any], gaps: pd.DataFrame
+    ix: RankIndex, p: dict[str, Any], t: dict[str, str], gaps: pd.DataFrame
 ) -> pd.DataFrame:
     """For the given gap rows: the host span that best explains the dominant cause, and the GPU
     activity that ended where the gap starts (``prev``)."""
@@ -459,7 +442,7 @@ def _attach_evidence(
     }
     steps = names_matching(regex(PROFILER_STEP_RE))
     ev = execute(
-        con,
+        ix.con,
         f"""
         WITH q AS (
             SELECT unnest($gs) AS gs, unnest($ge) AS ge, unnest($cls) AS cls,
@@ -471,7 +454,7 @@ def _attach_evidence(
             SELECT q.gs, ev.name_id, ev.cat, ev.external_id, ev.span_s, ev.span_dur,
                    least(ev.e, q.ge) - greatest(ev.s, q.gs) AS ov,
                    CASE WHEN q.drn AND q.cls = 4 AND ev.s < q.gs THEN 1 ELSE 0 END AS pri
-            FROM q JOIN _gs_ev ev ON ev.cls = q.cls AND ev.s < q.ge
+            FROM q JOIN {t["ev"]} ev ON ev.cls = q.cls AND ev.s < q.ge
                  AND (ev.e > q.gs OR (q.drn AND q.cls = 4 AND ev.e + {SYNC_SLACK_NS} >= q.gs))
         ),
         -- cpu overhead: the host span overlapping the gap most (ties: the innermost); a step
@@ -499,7 +482,7 @@ def _attach_evidence(
             GROUP BY external_id
         ),
         prev AS (
-            SELECT e AS gs, arg_min(name_id, s) AS name_id FROM _gs_gpu
+            SELECT e AS gs, arg_min(name_id, s) AS name_id FROM {ix.gpu()}
             WHERE dev = $dev AND e IN (SELECT gs FROM q)
             GROUP BY ALL
         )
@@ -531,27 +514,17 @@ def _attach_evidence(
 
 def _prepare(
     con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: Window, device: int | None
-) -> tuple[dict[str, Any], int | None, str]:
-    p: dict[str, Any] = {
-        "run": run_id,
-        "rank": int(rank),
-        "ws": window.start_ns,
-        "we": window.end_ns,
-    }
-    _, dev_table = ensure_gaps(con, run_id, rank, window.start_ns, window.end_ns)
+) -> tuple[RankIndex, dict[str, Any], int | None, tuple[Any, ...]]:
+    ix = RankIndex.shared(con, run_id, rank)
+    p: dict[str, Any] = ix.params(ws=window.start_ns, we=window.end_ns)
     if device is None:
-        row = con.execute(
-            f"SELECT dev FROM {dev_table} ORDER BY active_ns DESC, dev LIMIT 1"
-        ).fetchone()
-        device = None if row is None else int(row[0])
+        device = ix.primary_device(window.start_ns, window.end_ns)
     p["dev"] = NO_DEVICE if device is None else int(device)
     if window.source != "trace" and window.steps:
         p["hs"] = min(s.cpu_start_ns for s in window.steps)
         p["he"] = max(s.cpu_end_ns for s in window.steps)
-    key = cache_key(
-        "idle", run_id, rank, window.start_ns, window.end_ns, p["dev"], p.get("hs"), p.get("he")
-    )
-    return p, device, key
+    key = ("idle", window.start_ns, window.end_ns, p["dev"], p.get("hs"), p.get("he"))
+    return ix, p, device, key
 
 
 _GAP_COLS = """
@@ -561,14 +534,14 @@ _GAP_COLS = """
 
 
 def _select_gaps(
-    con: duckdb.DuckDBPyConnection, p: dict[str, Any], where: str, order: str
+    con: duckdb.DuckDBPyConnection, p: dict[str, Any], t: dict[str, str], where: str, order: str
 ) -> pd.DataFrame:
     cols = _GAP_COLS.format(causes=", ".join(f"i.{c}_ns" for c in CAUSES))
     gaps = execute(
         con,
         f"""
         SELECT {cols}
-        FROM _gs_idle i
+        FROM {t["idle"]} i
         LEFT JOIN names nn ON nn.run_id = $run AND nn.name_id = i.next_name
         LEFT JOIN names ln ON ln.run_id = $run AND ln.name_id = i.launch_name
         {where} {order}
@@ -589,19 +562,15 @@ def _with_steps(gaps: pd.DataFrame, window: Window) -> pd.DataFrame:
 
 
 def clear_cache(con: duckdb.DuckDBPyConnection) -> None:
-    """Drop the temp tables the analysis keeps on ``con`` (they are rebuilt when needed)."""
-    try:
-        names = [r[0] for r in con.execute("SELECT name FROM _gs_cache").fetchall()]
-    except duckdb.CatalogException:
-        names = []
-    con.execute("DROP VIEW IF EXISTS _gs_idle")
-    for t in [*names, "_gs_g", "_gs_lv", "_gs_flag", "_gs_sh", "_gs_idle_key", "_gs_cache"]:
-        con.execute(f"DROP TABLE IF EXISTS {t}")
+    """Drop the working tables the analysis keeps on ``con`` (they are rebuilt when needed)."""
+    close_shared(con)
 
 
-def _totals(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], int, int, dict[str, int]]:
+def _totals(
+    con: duckdb.DuckDBPyConnection, t: dict[str, str]
+) -> tuple[dict[str, int], int, int, dict[str, int]]:
     """(ns per cause, idle ns, number of gaps, gaps per dominant cause), without touching every
-    gap twice: only the swept gaps carry shares, the rest are sums over ``_gs_g``."""
+    gap twice: only the swept gaps carry shares, the rest are sums over the gaps table."""
     lo = LAUNCH_GAP_MAX_NS
     base = con.execute(
         f"""
@@ -612,12 +581,12 @@ def _totals(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], int, int, d
                count(*) FILTER (WHERE queued AND ge - gs <= {lo}),
                count(*) FILTER (WHERE queued AND ge - gs > {lo}),
                count(*) FILTER (WHERE NOT queued)
-        FROM _gs_g
+        FROM {t["g"]}
         """
     ).fetchone()
     sums = ", ".join(f"coalesce(sum({c}_ns), 0)::BIGINT" for c in CAUSES)
     sh = con.execute(
-        f"SELECT count(*), coalesce(sum(dur), 0)::BIGINT, {sums} FROM _gs_sh"
+        f"SELECT count(*), coalesce(sum(dur), 0)::BIGINT, {sums} FROM {t['sh']}"
     ).fetchone()
     assert base is not None and sh is not None
     n, total, lo_ns, other_q, late, n_lo, n_oq, n_late = (int(v) for v in base)
@@ -628,7 +597,7 @@ def _totals(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], int, int, d
     causes["other"] = other_q + swept["other"]
     causes["cpu_overhead"] = late - sh_dur + swept["cpu_overhead"]
     counts = dict.fromkeys(CAUSES, 0)
-    for cause, k in con.execute("SELECT cause, count(*) FROM _gs_sh GROUP BY cause").fetchall():
+    for cause, k in con.execute(f"SELECT cause, count(*) FROM {t['sh']} GROUP BY cause").fetchall():
         counts[str(cause)] += int(k)
     counts["launch_overhead"] += n_lo
     counts["other"] += n_oq
@@ -647,13 +616,13 @@ def idle_analysis(
 ) -> IdleResult:
     """The gaps of ``device`` (default: the primary device) in ``window``: idle time per cause
     (ns, exact: the causes sum to the idle time) and evidence for the ``top_n`` longest gaps."""
-    p, device, key = _prepare(con, run_id, rank, window, device)
-    _build(con, p, key)
-    causes, total, n_gaps, by_cause = _totals(con)
+    ix, p, device, key = _prepare(con, run_id, rank, window, device)
+    t = _build(ix, p, key)
+    causes, total, n_gaps, by_cause = _totals(con, t)
     top = _select_gaps(
-        con, {**p, "n": int(top_n)}, "", "ORDER BY i.dur_ns DESC, i.start_ns LIMIT $n"
+        con, {**p, "n": int(top_n)}, t, "", "ORDER BY i.dur_ns DESC, i.start_ns LIMIT $n"
     )
-    top = _attach_evidence(con, p, _with_steps(top, window))
+    top = _attach_evidence(ix, p, t, _with_steps(top, window))
     return IdleResult(
         window_ns=window.duration_ns,
         n_steps=window.n_steps,
@@ -662,7 +631,7 @@ def idle_analysis(
         n_gaps=n_gaps,
         causes_ns=causes,
         gaps_by_cause=by_cause,
-        evidence=_evidence_summary(con, p),
+        evidence=_evidence_summary(con, p, t),
         top=top,
     )
 
@@ -690,8 +659,8 @@ def idle_gaps(
     With ``evidence``: ``prev`` (the activity that ended where the gap starts),
     ``evidence_name``, ``evidence_cat``, ``evidence_op`` (the operator enclosing a runtime
     call), ``evidence_start_ns``, ``evidence_dur_ns``, ``evidence_overlap_ns``."""
-    p, device, key = _prepare(con, run_id, rank, window, device)
-    _build(con, p, key)
+    ix, p, device, key = _prepare(con, run_id, rank, window, device)
+    t = _build(ix, p, key)
     q = {
         **p,
         "lo": window.start_ns if start_ns is None else int(start_ns),
@@ -701,11 +670,11 @@ def idle_gaps(
     where = "WHERE i.end_ns > $lo AND i.start_ns < $hi AND i.dur_ns >= $min"
     if limit is not None:
         gaps = _select_gaps(
-            con, {**q, "n": int(limit)}, where, "ORDER BY i.dur_ns DESC, i.start_ns LIMIT $n"
+            con, {**q, "n": int(limit)}, t, where, "ORDER BY i.dur_ns DESC, i.start_ns LIMIT $n"
         )
     else:
-        gaps = _select_gaps(con, q, where, "ORDER BY i.start_ns")
+        gaps = _select_gaps(con, q, t, where, "ORDER BY i.start_ns")
     gaps = _with_steps(gaps, window)
     if evidence:
-        gaps = _attach_evidence(con, p, gaps)
+        gaps = _attach_evidence(ix, p, t, gaps)
     return gaps.reset_index(drop=True)

@@ -4,42 +4,60 @@ Names are classified once per distinct name (``names`` table, thousands of rows)
 per-event step (clipping to the window, joining launches, finding the launching CPU op) runs in
 DuckDB and numpy, never per event in Python.
 
-Times: the kernel time of a window is the sum of GPU event durations (kernels, memcpy, memset)
-clipped to the window, so a kernel half inside the window counts half. Kernels that run at the same
+Times: the kernel time of a window is the sum of the durations of one device's GPU activity
+(docs/metrics.md "Event classes": kernels, memcpy, memset with a positive duration; by default the
+rank's primary device, as in busy time) clipped to the window, so a kernel half inside the window counts half. Kernels that run at the same
 time on different streams each count in full; this is kernel time, not GPU-busy time.
 """
 
 from __future__ import annotations
 
-import re
-from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Protocol
 
 import duckdb
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.event_classes import (
-    COMM_KERNEL_PATTERN,
     COPY_CATS,
-    GPU_CATS,
+    KERNEL_CATS,
+    MEMCPY_CATS,
     OP_CATS,
-    RUNTIME_CATS,
+    OPTIMIZER_RE,
+    PROFILER_STEP_RE,
 )
+from gpuscope.analysis.kernel_names import (  # re-exported: the kernel-name vocabulary
+    CATEGORIES,
+    CATEGORY_RULES,
+    Rule,
+    classify_kernel,
+    matching_rule,
+    rules_markdown,
+    short_name,
+)
+from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.store_access import execute, regex, sql_list
 from gpuscope.analysis.tensor_cores import TensorCoreInfo, tensor_core_info
 
-CATEGORIES: tuple[str, ...] = (
-    "gemm",
-    "attention",
-    "convolution",
-    "elementwise",
-    "reduction_norm_softmax",
-    "optimizer",
-    "copy_memset",
-    "communication",
-    "other",
-)
+__all__ = [
+    "CATEGORIES",
+    "CATEGORY_RULES",
+    "REGIONS",
+    "KernelBreakdown",
+    "KernelClass",
+    "KernelRow",
+    "OpRow",
+    "Rule",
+    "classify",
+    "classify_kernel",
+    "kernel_breakdown",
+    "launched",
+    "matching_rule",
+    "rules_markdown",
+    "short_name",
+]
+
 REGIONS: tuple[str, ...] = ("forward", "backward", "optimizer", "other")
 
 
@@ -48,137 +66,6 @@ class WindowLike(Protocol):
 
     start_ns: int
     end_ns: int
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One name rule: ``pattern`` (case-insensitive regex) gives ``category``; ``example`` is a real name."""
-
-    category: str
-    pattern: str
-    example: str
-    note: str = ""
-
-
-# Ordered: the first rule whose pattern matches (re.search, case-insensitive) wins.
-_OPTIM = r"multi_tensor_apply|adam|\blamb\b|lamb_|fused_sgd|sgd_(?:kernel|step)|adagrad|rmsprop|lion_|optimizer"
-CATEGORY_RULES: tuple[Rule, ...] = (
-    Rule(
-        "communication",
-        COMM_KERNEL_PATTERN,
-        "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
-    ),
-    # Triton (torch.compile / Inductor) kernels say what they are in their prefix.
-    Rule(
-        "optimizer",
-        r"^triton_\w*(?:adam|sgd|lamb_)",
-        "triton_for_fused__foreach_adam_0",
-        "compiled optimizer step",
-    ),
-    Rule(
-        "attention", r"^triton_tem_\w*(?:attention|flex|sdpa)", "triton_tem_fused_flex_attention_0"
-    ),
-    Rule("convolution", r"^triton_tem_\w*conv", "triton_tem_fused_convolution_0"),
-    Rule(
-        "gemm",
-        r"^triton_tem_",
-        "triton_tem_fused_mm_t_2",
-        "Inductor template: GEMM unless it says otherwise",
-    ),
-    Rule(
-        "reduction_norm_softmax",
-        r"^triton_(?:per|red)_",
-        "triton_red_fused__to_copy_native_layer_norm_native_layer_norm_backward_view_9",
-        "persistent / looped reduction",
-    ),
-    Rule(
-        "copy_memset",
-        r"^triton_poi_fused_(?:(?:_to_copy|_unsafe_view|copy|clone|view|permute|transpose|t|cat|expand|slice|"
-        r"select|unsqueeze|squeeze|reshape|zeros|fill|new_zeros|full)_?)+\d+$",
-        "triton_poi_fused__to_copy_0",
-        "pointwise kernel that only copies, casts or fills",
-    ),
-    Rule("elementwise", r"^triton_(?:poi|for)_", "triton_poi_fused_gelu_gelu_backward_view_4"),
-    Rule(
-        "optimizer",
-        _OPTIM,
-        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
-        "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
-        "(at::native::ADAM_MODE)1, false>, float const*, double, double, double, double, double, bool, float const*, "
-        "float const*>(...)",
-        "foreach/fused optimizer kernels (also grad clipping and AMP unscale, which run in the step)",
-    ),
-    Rule(
-        "attention",
-        r"flash|fmha|sdpa|attention|attn|mha_|_mha|xformers|dot_do_o|convert_dq|cutlass[fb]_",
-        "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, cutlass::arch::Sm80, "
-        "true, 64, 64, 64, true, true>::Params)",
-    ),
-    Rule(
-        "convolution",
-        r"conv(?!ert)|fprop|dgrad|wgrad|winograd|fft[12]d_[rc]2[rc]|pointwise_mult_and_sum_complex|flip_filter|"
-        r"im2col|col2im|vol2col|im[23]d2col|depthwise|cudnn\w*::reduction::kernel::reducesplitk|"
-        r"igemm_(?:fwd|bwd|wrw)|implicit_?gemm|nhwckrsc|"
-        # cuDNN 7/8 legacy engines: {arch}_[{type}_]{s|h|i}[MMA shape]cudnn_..., e.g. volta_scudnn_128x64_relu_
-        # interior_nn_v1, volta_s884cudnn_..., turing_fp16_s1688cudnn_fp16_..., ampere_s16816cudnn_...
-        r"(?:^|_)[shid]?\d*cudnn_|cudnn::gemm::|cudnn::cnn::|"
-        # MIOpen convolution solvers (its batchnorm, softmax, pooling and activation are not convolutions)
-        r"miopen\w*(?:conv|cv(?:fwd|bwd)|wrw|wino)|mlo(?:conv|cv)|gcnasm|bwdwrw|_wrw_",
-        "sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x32x32_stage4_warpsize4x1x1_g1_"
-        "tensor16x8x16_t1r3s3_execute_kernel__5x_cudnn",
-        "checked before GEMM: implicit-GEMM convolutions say gemm too; 'convert' is not a convolution",
-    ),
-    Rule(
-        "gemm",
-        r"gemm|gemv|nvjet|\bmatmul|_matmul|matmul_|bmm|cublas|hipblas|tensile|cijk_|gmma|tcgen05|xdl|"
-        r"dot_kernel|mm_kernel|_mm_|cutlass\w*(?:tensorop|simt|wmma)",
-        "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT",
-    ),
-    Rule(
-        "copy_memset",
-        r"memcpy|memset|copy|fillfunctor|fill_kernel|catarray|nchwtonhwc|nhwctonchw|nhwcaddpadding|converttensor|"
-        r"transpose|contiguous|\bclone",
-        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
-        "::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, ...>(...)",
-        "copies, dtype casts, fills and layout changes (checked before reductions and elementwise)",
-    ),
-    Rule(
-        "reduction_norm_softmax",
-        r"reduce|norm(?!al)|softmax|welford|\bbn_|batch_?norm|gammabeta|moments|nll_?loss|cross_?entropy|cunn_|"
-        r"argmax|argmin|topk|cumsum|cumprod|scan|logsumexp|var_mean|std_var",
-        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, float, "
-        "float const*, float const*, float const*, float*, float*, float*)",
-    ),
-    Rule(
-        "elementwise",
-        r"elementwise|pointwise|vectorized|unrolled|functor|gelu|relu|silu|swish|sigmoid|tanh|dropout|threshold|"
-        r"clamp|where|index|gather|scatter|embedding|segment|grad_weight|distribution|philox|random|masked|triu|"
-        r"tril|arange|scale|"
-        r"bias|activation|_kernel_impl",
-        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
-        "(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
-    ),
-)
-_COMPILED = tuple((r, re.compile(r.pattern, re.IGNORECASE)) for r in CATEGORY_RULES)
-
-
-@lru_cache(maxsize=65536)
-def classify_kernel(name: str, cat: str = "kernel") -> str:
-    """Category of one GPU event from its name (and trace category: memcpy/memset are copy_memset)."""
-    if cat in COPY_CATS:
-        return "copy_memset"
-    for rule, rx in _COMPILED:
-        if rx.search(name):
-            return rule.category
-    return "other"
-
-
-def matching_rule(name: str) -> Rule | None:
-    """The rule that decided ``name`` (None: category 'other')."""
-    for rule, rx in _COMPILED:
-        if rx.search(name):
-            return rule
-    return None
 
 
 @dataclass(frozen=True)
@@ -194,66 +81,20 @@ def classify(name: str, cat: str = "kernel") -> KernelClass:
     return KernelClass(category, tensor_core_info(name, category))
 
 
-def short_name(name: str, width: int = 100) -> str:
-    """A readable form of a long C++ kernel name: no leading ``void``, no parameter list, cut to ``width``."""
-    n = name.strip().replace("(anonymous namespace)::", "")
-    if n.startswith("void "):
-        n = n[5:]
-    if "<" in n or "(" in n:
-        depth, cut = 0, len(n)
-        for i, ch in enumerate(n):
-            if ch in "<":
-                depth += 1
-            elif ch in ">":
-                depth -= 1
-            elif ch == "(" and depth == 0 and i > 0:
-                cut = i
-                break
-        n = n[:cut]
-    return n if len(n) <= width else n[: width - 1] + "…"
-
-
 # --------------------------------------------------------------------------------------------------
 # Data: GPU events of the window with their launch call, and host intervals (numpy, no per-row Python)
 
 
-def _sql_tuple(xs: tuple[str, ...]) -> str:
-    return "(" + ", ".join("'" + x.replace("'", "''") + "'" for x in xs) + ")"
-
-
-GPU_IN_WINDOW_SQL = f"""
-    SELECT name_id, cat, correlation, ts_ns, dur_ns,
-           greatest(least(ts_ns + dur_ns, $end) - greatest(ts_ns, $start), 0) AS in_ns
-    FROM events
-    WHERE run_id = $run AND rank = $rank AND cat IN {_sql_tuple(GPU_CATS)} AND dur_ns IS NOT NULL
-      AND ts_ns < $end AND (ts_ns + dur_ns > $start OR (dur_ns = 0 AND ts_ns >= $start))
-"""
-
-_LAUNCHED_SQL = f"""
+_LAUNCHED_SQL = """
     WITH g AS (
-        SELECT rowid AS rid, name_id, cat, correlation,
-               greatest(least(ts_ns + dur_ns, $end) - greatest(ts_ns, $start), 0) AS in_ns
-        FROM events
-        WHERE run_id = $run AND rank = $rank AND cat IN {_sql_tuple(GPU_CATS)} AND dur_ns IS NOT NULL
-          AND ts_ns < $end AND (ts_ns + dur_ns > $start OR (dur_ns = 0 AND ts_ns >= $start))
-    ),
-    l AS (
-        SELECT correlation, pid, tid, ts_ns FROM events
-        WHERE run_id = $run AND rank = $rank AND cat IN {_sql_tuple(RUNTIME_CATS)} AND correlation IS NOT NULL
+        SELECT rid, name_id, cat, correlation, least(e, $end) - greatest(s, $start) AS in_ns
+        FROM {gpu} WHERE s < $end AND e > $start {device_filter}
     )
-    SELECT g.rid, g.name_id, (g.cat IN {_sql_tuple(COPY_CATS)})::TINYINT AS copy, g.in_ns,
-           coalesce(l.pid, 0) AS pid, coalesce(l.tid, 0) AS tid, coalesce(l.ts_ns, -1) AS launch_ns,
-           l.ts_ns IS NOT NULL AS has_launch
-    FROM g LEFT JOIN l ON g.correlation = l.correlation
+    SELECT g.rid, g.name_id, (g.cat IN {copy_cats})::TINYINT AS copy, g.in_ns,
+           coalesce(l.pid, 0) AS pid, coalesce(l.tid, 0) AS tid, coalesce(l.s, -1) AS launch_ns,
+           l.s IS NOT NULL AS has_launch
+    FROM g LEFT JOIN {runtime} l ON g.correlation = l.correlation
 """
-
-
-def run_sql(
-    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]
-) -> duckdb.DuckDBPyConnection:
-    """Execute ``sql`` with the named parameters it uses (DuckDB rejects unused ones)."""
-    used = {k: v for k, v in params.items() if re.search(rf"\${k}\b", sql)}
-    return con.execute(sql, used)
 
 
 @dataclass
@@ -284,21 +125,32 @@ class Launched:
         return sorted((int(p), int(t)) for p, t in zip(pt["p"], pt["t"], strict=True))
 
 
-_CACHE: OrderedDict[tuple[Any, ...], Launched] = OrderedDict()
-
-
 def launched(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, start_ns: int, end_ns: int
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    start_ns: int,
+    end_ns: int,
+    *,
+    device: int | None = None,
 ) -> Launched:
-    """GPU events in ``[start_ns, end_ns)`` with their launches (cached for the last few windows: run ids
-    are content hashes, so a run's events never change under an id)."""
-    key = (id(con), run_id, int(rank), int(start_ns), int(end_ns))
-    hit = _CACHE.get(key)
-    if hit is not None:
-        _CACHE.move_to_end(key)
-        return hit
-    params = {"run": run_id, "rank": int(rank), "start": int(start_ns), "end": int(end_ns)}
-    d = run_sql(con, _LAUNCHED_SQL, params).fetchnumpy()
+    """GPU activity in ``[start_ns, end_ns)`` (docs/metrics.md "Event classes": zero-length
+    events are not activity) of ``device`` (None: every device of the rank) with their launches;
+    kept by the rank's index per window and device."""
+    ix = RankIndex.shared(con, run_id, rank)
+    key = ("launched", int(start_ns), int(end_ns), device)
+    return ix.memo(key, lambda: _launched(ix, start_ns, end_ns, device), keep=4)
+
+
+def _launched(ix: RankIndex, start_ns: int, end_ns: int, device: int | None) -> Launched:
+    sql = _LAUNCHED_SQL.format(
+        gpu=ix.gpu(),
+        runtime=ix.runtime(),
+        copy_cats=sql_list(COPY_CATS),
+        device_filter="" if device is None else "AND dev = $dev",
+    )
+    p = {"start": int(start_ns), "end": int(end_ns), "dev": device}
+    d = execute(ix.con, sql, p).fetchnumpy()
     rid = np.asarray(d["rid"])
     uniq, first = np.unique(rid, return_index=True)
     keep: Any = (
@@ -307,9 +159,6 @@ def launched(
     cols = ("name_id", "copy", "in_ns", "pid", "tid", "launch_ns", "has_launch")
     res = Launched(*(np.asarray(d[c])[keep] for c in cols))
     res.has_launch = res.has_launch.astype(bool)
-    _CACHE[key] = res
-    while len(_CACHE) > 4:
-        _CACHE.popitem(last=False)
     return res
 
 
@@ -350,7 +199,6 @@ _HOST_SQL = """
     WHERE run_id = $run AND rank = $rank AND pid = $pid AND tid = $tid AND cat IN {cats} AND dur_ns IS NOT NULL
       {extra}
 """
-_TOP_CACHE: OrderedDict[tuple[Any, ...], Intervals] = OrderedDict()
 
 
 def toplevel_intervals(
@@ -363,7 +211,7 @@ def toplevel_intervals(
     name_ids: list[int] | None = None,
 ) -> dict[tuple[int, int], Intervals]:
     """Per thread, its top-level host spans (CPU ops by default); ``name_ids`` keeps only spans of those
-    names (e.g. optimizer annotations). Cached per thread: a run's events never change under its id."""
+    names (e.g. optimizer annotations). Kept per thread by the rank's index."""
     if not threads or (name_ids is not None and not name_ids):
         return {}
     extra = (
@@ -371,30 +219,23 @@ def toplevel_intervals(
         if name_ids is not None
         else ""
     )
-    sql = _HOST_SQL.format(cats=_sql_tuple(cats), extra=extra)
-    out: dict[tuple[int, int], Intervals] = {}
-    for p, t in threads:
-        key = (id(con), run_id, int(rank), p, t, cats, extra)
-        hit = _TOP_CACHE.get(key)
-        if hit is None:
-            d = run_sql(
-                con, sql, {"run": run_id, "rank": int(rank), "pid": p, "tid": t}
-            ).fetchnumpy()
-            ts = np.asarray(d["ts_ns"], dtype=np.int64)
-            hit = Intervals(
-                *toplevel(
-                    ts,
-                    ts + np.asarray(d["dur_ns"], dtype=np.int64),
-                    np.asarray(d["name_id"], dtype=np.int64),
-                )
+    sql = _HOST_SQL.format(cats=sql_list(cats), extra=extra)
+    ix = RankIndex.shared(con, run_id, rank)
+
+    def load(p: int, t: int) -> Intervals:
+        d = execute(con, sql, ix.params(pid=p, tid=t)).fetchnumpy()
+        ts = np.asarray(d["ts_ns"], dtype=np.int64)
+        return Intervals(
+            *toplevel(
+                ts,
+                ts + np.asarray(d["dur_ns"], dtype=np.int64),
+                np.asarray(d["name_id"], dtype=np.int64),
             )
-            _TOP_CACHE[key] = hit
-            while len(_TOP_CACHE) > 8:
-                _TOP_CACHE.popitem(last=False)
-        else:
-            _TOP_CACHE.move_to_end(key)
-        out[(p, t)] = hit
-    return out
+        )
+
+    return {
+        (p, t): ix.memo(("toplevel", p, t, cats, extra), partial(load, p, t)) for p, t in threads
+    }
 
 
 def name_ids_where(con: duckdb.DuckDBPyConnection, run_id: str, cond: str) -> list[int]:
@@ -407,7 +248,7 @@ def name_ids_where(con: duckdb.DuckDBPyConnection, run_id: str, cond: str) -> li
     ]
 
 
-OPTIMIZER_NAMES_SQL = "name LIKE 'Optimizer.step#%' OR name LIKE 'Optimizer.zero_grad#%'"
+OPTIMIZER_NAMES_SQL = regex(OPTIMIZER_RE)
 EVALUATE_FN_SQL = "name LIKE 'autograd::engine::evaluate_function:%'"
 BACKWARD_NAMES_SQL = f"{EVALUATE_FN_SQL} OR regexp_matches(name, 'Backward[0-9]*$')"
 
@@ -425,7 +266,7 @@ def threads_with(
     conds = []
     if name_ids:
         conds.append(
-            f"(cat IN {_sql_tuple(cats)} AND name_id IN ({', '.join(str(int(i)) for i in name_ids)}))"
+            f"(cat IN {sql_list(cats)} AND name_id IN ({', '.join(str(int(i)) for i in name_ids)}))"
         )
     if fwdbwd_ends:
         conds.append("(cat = 'fwdbwd' AND ph = 'f')")
@@ -438,17 +279,12 @@ def threads_with(
     return {(int(p), int(t)) for p, t in rows}
 
 
-_THREAD_CACHE: OrderedDict[tuple[Any, ...], set[tuple[int, int]]] = OrderedDict()
-
-
 def _cached_threads(
     con: duckdb.DuckDBPyConnection, run_id: str, rank: int, kind: str
 ) -> set[tuple[int, int]]:
-    key = (id(con), run_id, int(rank), kind)
-    hit = _THREAD_CACHE.get(key)
-    if hit is None:
+    def find() -> set[tuple[int, int]]:
         if kind == "backward":
-            hit = threads_with(
+            return threads_with(
                 con,
                 run_id,
                 rank,
@@ -456,18 +292,15 @@ def _cached_threads(
                 OP_CATS,
                 fwdbwd_ends=True,
             )
-        else:
-            hit = threads_with(
-                con,
-                run_id,
-                rank,
-                name_ids_where(con, run_id, "name LIKE 'ProfilerStep#%'"),
-                ("user_annotation",),
-            )
-        _THREAD_CACHE[key] = hit
-        while len(_THREAD_CACHE) > 32:
-            _THREAD_CACHE.popitem(last=False)
-    return hit
+        return threads_with(
+            con,
+            run_id,
+            rank,
+            name_ids_where(con, run_id, regex(PROFILER_STEP_RE)),
+            ("user_annotation",),
+        )
+
+    return RankIndex.shared(con, run_id, rank).memo(("threads", kind), find)
 
 
 def backward_threads(
@@ -673,9 +506,13 @@ def kernel_breakdown(
     *,
     top_n: int = 15,
     top_ops: int = 15,
+    device: int | None = None,
 ) -> KernelBreakdown:
-    """Kernel time of one rank in ``window``: by category, top kernels (+ folded others), region, launching op."""
-    lx = launched(con, run_id, rank, window.start_ns, window.end_ns)
+    """Kernel time of one device of a rank in ``window`` (default: the primary device, as in
+    busy time): by category, top kernels (+ folded others), region, launching op."""
+    if device is None:
+        device = RankIndex.shared(con, run_id, rank).primary_device(window.start_ns, window.end_ns)
+    lx = launched(con, run_id, rank, window.start_ns, window.end_ns, device=device)
     region, op_name, op_key = attribute(con, run_id, rank, lx)
     frame = pd.DataFrame({"name_id": lx.name_id, "copy": lx.copy, "ns": lx.in_ns})
     per_name = frame.groupby(["name_id", "copy"], sort=False)["ns"].agg(
@@ -701,7 +538,7 @@ def kernel_breakdown(
     merged: dict[tuple[str, str], list[float]] = {}
     for (name_id, copy), (n, tot, mn, mx) in per_name.iterrows():
         name = names.get(int(name_id), f"<name {name_id}>")
-        kc = classify(name, "gpu_memcpy" if copy else "kernel")
+        kc = classify(name, MEMCPY_CATS[0] if copy else KERNEL_CATS[0])
         by_category[kc.category] += tot / 1e3
         total_ns += tot
         n_kernels += n
@@ -794,15 +631,3 @@ def kernel_ops_df(
 ) -> pd.DataFrame:
     """Top launching CPU ops: columns op, count, kernels, kernel_us."""
     return kernel_breakdown(con, run_id, rank, window, top_n=0, top_ops=top_n).op_df()
-
-
-def rules_markdown() -> str:
-    """The category rules as a markdown table (for docs/metrics.md)."""
-    out = [
-        "| # | category | pattern (case-insensitive regex, first match wins) | example |",
-        "| --- | --- | --- | --- |",
-    ]
-    for i, r in enumerate(CATEGORY_RULES, 1):
-        pat = r.pattern.replace("|", "\\|")
-        out.append(f"| {i} | {r.category} | `{pat}` | `{short_name(r.example, 90)}` |")
-    return "\n".join(out)

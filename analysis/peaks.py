@@ -315,9 +315,9 @@ def match_model(device: dict[str, Any]) -> tuple[str | None, str]:
         key = (int(device["computeMajor"]), int(device["computeMinor"]), int(device["numSms"]))
     except (KeyError, TypeError, ValueError):
         return None, f"name '{name}' not in the table"
-    model = CC_RULES.get(key)
-    if model:
-        return model, f"compute capability {key[0]}.{key[1]} with {key[2]} SMs"
+    cc_model = CC_RULES.get(key)
+    if cc_model:
+        return cc_model, f"compute capability {key[0]}.{key[1]} with {key[2]} SMs"
     return None, f"name '{name}' (cc {key[0]}.{key[1]}, {key[2]} SMs) not in the table"
 
 

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from gpuscope.analysis.busy import busy_series
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.idle import CAUSES
+from gpuscope.analysis.steps import find_window
+from gpuscope.analysis.store_access import ranks_of
 
 STRAGGLER_MIN_WAIT_US = 100.0
 """The waiting rank's excess communication-only time must be at least this per step (µs) ..."""
@@ -133,9 +136,6 @@ def rank_busy_panels(
     own trace clock; default: each rank's first step) and ``busy`` (:func:`busy.busy_series` over
     ``n_steps`` steps from there, ``n_buckets`` buckets): what
     ``gpuscope.web.figures.aligned_sawtooth`` draws. Ranks without that step are left out."""
-    from gpuscope.analysis.busy import busy_series
-    from gpuscope.analysis.steps import find_window
-    from gpuscope.analysis.store_access import ranks_of
 
     panels = []
     for rank in ranks_of(con, run_id):

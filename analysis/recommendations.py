@@ -194,7 +194,7 @@ def rule_dataloader(inp: Inputs) -> Recommendation | None:
         return None
     spans = _frame_rows(inp, "data_loading", 3)
     multi = inp.dataloader_kind == "multiprocess"
-    ev = {
+    ev: dict[str, Any] = {
         **_cost_evidence("idle", ns, inp),
         "loader": inp.dataloader_kind,
         "spans": spans,
@@ -229,7 +229,7 @@ def rule_pin_memory(inp: Inputs) -> Recommendation | None:
     nbytes = frame["bytes"].dropna().sum() if frame is not None and not frame.empty else 0
     if pc.get("copies"):
         n, nbytes = int(pc["copies"]), float(pc.get("bytes") or 0)
-    ev = {
+    ev: dict[str, Any] = {
         **_cost_evidence("cost", ns, inp),
         "idle_us_per_step": _per_step_us(idle_ns, inp.n_steps),
         "copy_excess_us_per_step": _per_step_us(excess, inp.n_steps),
@@ -313,7 +313,7 @@ def rule_mixed_precision(inp: Inputs) -> Recommendation | None:
     if not significant(gain_ns, inp.window_ns, inp.n_steps):
         return None
     bf16 = cc[0] >= 8
-    ev = {
+    ev: dict[str, Any] = {
         "fp32_gemm_us_per_step": _per_step_us(fp32_ns, inp.n_steps),
         "fp32_gemm_share_pct": _share(fp32_ns, inp.window_ns),
         "tensor_core_pct": inp.tensor_core_pct,
@@ -361,7 +361,7 @@ def rule_kernel_fusion(inp: Inputs) -> Recommendation | None:
     ns, capped = host_cost(raw, inp)
     if not significant(ns, inp.window_ns, inp.n_steps):
         return None
-    ev = {
+    ev: dict[str, Any] = {
         **_cost_evidence("idle", ns, inp),
         "kernels_per_step": k.n_kernels / max(1, inp.n_steps),
         "median_kernel_us": k.median_us,
@@ -446,7 +446,7 @@ def rule_batch_size(inp: Inputs) -> Recommendation | None:
     if not significant(unused_ns + idle_ns, inp.window_ns, inp.n_steps):
         return None
     gain = min(100.0, host_gain_pct(idle_ns + unused_ns, inp))
-    ev = {
+    ev: dict[str, Any] = {
         "busy_pct": inp.busy_pct,
         "small_grid_kernel_share_pct": small_share,
         "small_grid_mean_sm_fill": k.small_grid_fill,
@@ -481,7 +481,7 @@ def rule_cudnn_benchmark(inp: Inputs) -> Recommendation | None:
     ns = k.conv_us * 1e3
     if _share(ns, inp.window_ns) < 5.0 or not significant(ns, inp.window_ns, inp.n_steps):
         return None
-    ev = {
+    ev: dict[str, Any] = {
         "conv_us_per_step": _per_step_us(ns, inp.n_steps),
         "conv_share_pct": _share(ns, inp.window_ns),
     }
@@ -526,7 +526,7 @@ def rule_communication(inp: Inputs) -> Recommendation | None:
     ns = inp.idle.causes_ns.get("communication", 0) + comm_only
     if not significant(ns, inp.window_ns, inp.n_steps):
         return None
-    ev = {
+    ev: dict[str, Any] = {
         **_cost_evidence("exposed_comm", ns, inp),
         "idle_waiting_us_per_step": _per_step_us(
             inp.idle.causes_ns.get("communication", 0), inp.n_steps
@@ -566,7 +566,7 @@ def rule_load_imbalance(inp: Inputs) -> Recommendation | None:
         cap = max(0.0, inp.untraced_step_ns - (busy_per_step - wait / n)) * n
         if wait > cap:
             gain_ns, capped = cap, True
-    ev = {
+    ev: dict[str, Any] = {
         "waiting_us_per_step": _per_step_us(wait, inp.n_steps),
         "share_pct": _share(wait, inp.window_ns),
         "slowest_rank": slowest["rank"],

@@ -14,13 +14,21 @@ from typing import Any
 
 import duckdb
 import pandas as pd
+from gpuscope.analysis import flops as F
+from gpuscope.analysis import kernels as K
+from gpuscope.analysis import peaks as P
 from gpuscope.analysis import recommendations as R
+from gpuscope.analysis import tensor_cores as T
 from gpuscope.analysis.busy import BusySummary, busy_in_ranges, busy_summary, comm_only_ns
 from gpuscope.analysis.compiled import CompiledInfo, compiled_info
 from gpuscope.analysis.copies import PageableCopies, pageable_copies
 from gpuscope.analysis.event_classes import KERNEL_CATS
+from gpuscope.analysis.flops import FlopsResult
 from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
+from gpuscope.analysis.kernels import KernelBreakdown
+from gpuscope.analysis.peaks import Peak
 from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
+from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.ranks import Straggler, find_straggler, rank_table
 from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import (
@@ -34,6 +42,7 @@ from gpuscope.analysis.store_access import (
     sql_list,
     us,
 )
+from gpuscope.analysis.tensor_cores import TensorCoreSummary
 
 SCHEMA = "gpuscope.analyze/1"
 
@@ -51,17 +60,17 @@ class RunReport:
     idle: IdleResult
     comm_only_ns: int = 0
     throughput: dict[str, Any] | None = None
-    kernels: Any = None
-    tensor_cores: Any = None
-    flops: Any = None
-    peak: Any = None
+    kernels: KernelBreakdown | None = None
+    tensor_cores: TensorCoreSummary | None = None
+    flops: FlopsResult | None = None
+    peak: Peak | None = None
     mfu_pct: float | None = None
     mfu_busy_pct: float | None = None
     achieved_tflops: float | None = None
     recommendations: list[R.Recommendation] = field(default_factory=list)
     ranks: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    peak_dtype: Any = None
+    peak_dtype: Peak | None = None
     mfu_dtype_pct: float | None = None
     mfu_untraced_pct: float | None = None
     achieved_tflops_untraced: float | None = None
@@ -258,10 +267,11 @@ def _kernel_stats(
 ) -> R.KernelStats:
     """Compute kernels of the primary device (communication kernels left out)."""
     short = int(R.SHORT_KERNEL_US * 1e3)
+    gpu = RankIndex.shared(con, p["run"], p["rank"]).gpu()
     row = con.execute(
         f"""
         WITH k AS (
-            SELECT least(e, $we) - greatest(s, $ws) AS d, blocks FROM _gs_gpu
+            SELECT least(e, $we) - greatest(s, $ws) AS d, blocks FROM {gpu}
             WHERE dev = $dev AND s < $we AND e > $ws AND cat IN {sql_list(KERNEL_CATS)}
               AND name_id NOT IN (SELECT name_id FROM names WHERE run_id = $run
                                   AND regexp_matches(name, $comm))
@@ -426,11 +436,6 @@ def analyze_run(
     ``gpuscope.untraced_step_ms`` (it wins over the metadata). Raises ValueError for an unknown run
     or rank, or a non-positive ``untraced_step_ms``.
     """
-    from gpuscope.analysis import flops as F
-    from gpuscope.analysis import kernels as K
-    from gpuscope.analysis import peaks as P
-    from gpuscope.analysis import tensor_cores as T
-
     run = _run_info(con, run_id)
     if not run["ranks"]:
         raise ValueError(f"{run_id}: the run has no ranks")
@@ -543,7 +548,13 @@ def analyze_run(
     kstats = (
         _kernel_stats(
             con,
-            {"run": run_id, "ws": window.start_ns, "we": window.end_ns, "dev": busy.device or 0},
+            {
+                "run": run_id,
+                "rank": rank,
+                "ws": window.start_ns,
+                "we": window.end_ns,
+                "dev": busy.device or 0,
+            },
             dev_props.get("numSms"),
             float((getattr(kernels, "by_category", None) or {}).get("convolution", 0.0)),
         )
@@ -646,8 +657,6 @@ def _recommendations(
     compiled: CompiledInfo | None = None,
     pageable: PageableCopies | None = None,
 ) -> list[R.Recommendation]:
-    from gpuscope.analysis import peaks as P
-
     run_id = run["id"]
     cc = None
     if "computeMajor" in dev_props:

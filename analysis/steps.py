@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import duckdb
 import numpy as np
 import pandas as pd
+from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.store_access import (
     GPU_CATS_SQL,
     HOST_CATS_SQL,
@@ -144,9 +145,7 @@ def _gpu_ends(
     Launch calls are matched to steps by a hash join on time buckets (no sort of the calls)."""
     if not steps:
         return {}
-    from gpuscope.analysis.busy import working_set
-
-    working_set(con, run_id, rank)
+    ix = RankIndex.shared(con, run_id, rank)
     lo = min(s.cpu_start_ns for s in steps)
     hi = max(s.cpu_end_ns for s in steps)
     params = {
@@ -161,17 +160,17 @@ def _gpu_ends(
     }
     rows = execute(
         con,
-        """
+        f"""
         WITH st AS (SELECT unnest($num) AS number, unnest($cs) AS cs, unnest($ce) AS ce),
         sb AS (
             SELECT number, cs, ce, unnest(range((cs - $lo) // $bw, (ce - 1 - $lo) // $bw + 1)) AS b
             FROM st WHERE ce > cs
         ),
         rt AS (
-            SELECT correlation, s AS ts_ns, (s - $lo) // $bw AS b FROM _gs_rt
+            SELECT correlation, s AS ts_ns, (s - $lo) // $bw AS b FROM {ix.runtime()}
             WHERE s >= $lo AND s < $hi
         ),
-        g AS (SELECT correlation, e AS ge FROM _gs_gpu WHERE correlation IS NOT NULL AND s >= $lo),
+        g AS (SELECT correlation, e AS ge FROM {ix.gpu()} WHERE correlation IS NOT NULL AND s >= $lo),
         j AS (SELECT rt.ts_ns, rt.b, g.ge FROM rt JOIN g USING (correlation))
         SELECT sb.number, max(j.ge) FROM j JOIN sb ON j.b = sb.b AND j.ts_ns >= sb.cs
         AND j.ts_ns < sb.ce GROUP BY sb.number

@@ -15,71 +15,26 @@ import pandas as pd
 
 # -- event classes -----------------------------------------------------------------------------
 # Defined once in gpuscope.analysis.event_classes; re-exported for the SQL helpers below.
-from gpuscope.analysis.event_classes import (
+from gpuscope.analysis.event_classes import (  # noqa: F401 (re-exported for the analysis SQL)
     COMM_KERNEL_SQL_RE,
+    COMM_RE,
+    DATALOADER_RE,
+    GPU_ACTIVITY_PHASE,
     GPU_CATS,
     HOST_CATS,
+    LAUNCH_APIS,
+    MEMCPY_API_RE,
     OP_CATS,
+    OPTIMIZER_RE,
+    PAGEABLE_D2H_RE,
+    PAGEABLE_H2D_RE,
+    PROFILER_STEP_RE,
     RUNTIME_CATS,
+    SYNC_APIS,
+    SYNC_OPS,
 )
 
-#: Runtime/driver calls that start GPU work.
-LAUNCH_APIS: tuple[str, ...] = (
-    "cudaLaunchKernel",
-    "cudaLaunchKernelExC",
-    "cudaLaunchCooperativeKernel",
-    "cuLaunchKernel",
-    "cuLaunchKernelEx",
-    "cudaGraphLaunch",
-    "cuGraphLaunch",
-    "hipLaunchKernel",
-    "hipExtLaunchKernel",
-    "hipExtModuleLaunchKernel",
-    "hipModuleLaunchKernel",
-    "hipGraphLaunch",
-)
-
-#: Runtime/driver calls that block the host until the device (or a stream/event) is done.
-#: ``cudaStreamWaitEvent`` is *not* one: it orders streams on the device, the host goes on.
-SYNC_APIS: tuple[str, ...] = (
-    "cudaStreamSynchronize",
-    "cudaDeviceSynchronize",
-    "cudaEventSynchronize",
-    "cudaMemcpy",
-    "cudaMemcpy2D",
-    "cudaMemcpyPeer",
-    "cudaMemcpyFromSymbol",
-    "cudaMemcpyToSymbol",
-    "cuStreamSynchronize",
-    "cuCtxSynchronize",
-    "cuEventSynchronize",
-    "cuMemcpyDtoH",
-    "cuMemcpyDtoH_v2",
-    "cuMemcpyHtoD",
-    "cuMemcpyHtoD_v2",
-    "hipStreamSynchronize",
-    "hipDeviceSynchronize",
-    "hipEventSynchronize",
-    "hipMemcpy",
-    "hipMemcpyWithStream",
-)
-#: CPU operators of ``.item()``. Not evidence by themselves: on a CPU tensor (e.g. AdamW's step
-#: counters) they never touch the GPU; on a CUDA tensor they run a device-to-host copy into pageable
-#: memory and a ``cudaStreamSynchronize``, which are the evidence (named with this op).
-SYNC_OPS: tuple[str, ...] = ("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero")
-
-#: Regular expressions on names (DuckDB ``regexp_matches``, RE2 syntax).
-DATALOADER_RE = r"(DataLoader.*__next__|DataLoaderIter\.__next__|dataloader\.py\(\d+\): __next__)"
-COMM_RE = (
-    r"^(nccl:|gloo:|mpi:|ucc:|c10d::|c10d_functional::|_c10d_functional::|record_param_comms$"
-    r"|ProcessGroup(NCCL|Gloo|MPI|UCC)?::|torch\.distributed\.)"
-)
 COMM_KERNEL_RE = COMM_KERNEL_SQL_RE  # communication kernels: event_classes.COMM_KERNEL_PATTERN
-OPTIMIZER_RE = r"^Optimizer\.(step|zero_grad)#"
-PROFILER_STEP_RE = r"^ProfilerStep#\d+$"
-PAGEABLE_H2D_RE = r"Pageable -> Device"
-PAGEABLE_D2H_RE = r"Device -> Pageable"
-MEMCPY_API_RE = r"^(cuda|hip|cu)Memcpy"
 
 SYNC_SLACK_NS = 5_000
 """A gap counts as drained by a synchronizing call when such a call started before the gap and
@@ -92,6 +47,10 @@ def sql_list(values: tuple[str, ...] | list[str]) -> str:
 
 
 GPU_CATS_SQL = sql_list(GPU_CATS)
+#: GPU activity (event_classes.GPU_ACTIVITY) as a SQL condition on ``events``.
+GPU_ACTIVITY_SQL = f"ph = '{GPU_ACTIVITY_PHASE}' AND cat IN {GPU_CATS_SQL} AND dur_ns > 0"
+#: The device of an event: ``device``, falling back to ``pid`` (event_classes.GPU_ACTIVITY).
+DEVICE_SQL = "coalesce(device, CAST(pid AS INTEGER))"
 RUNTIME_CATS_SQL = sql_list(RUNTIME_CATS)
 HOST_CATS_SQL = sql_list(HOST_CATS)
 OP_CATS_SQL = sql_list(OP_CATS)
@@ -127,35 +86,6 @@ def df(
 ) -> pd.DataFrame:
     """Run ``sql`` and return a DataFrame (numpy-backed, integer columns stay integers)."""
     return execute(con, sql, params).df()
-
-
-def cached_temp(
-    con: duckdb.DuckDBPyConnection, table: str, key: str, sql: str, params: dict[str, Any]
-) -> bool:
-    """``CREATE TEMP TABLE table AS sql`` unless this connection already holds it for ``key``.
-
-    Run ids are content hashes, so a key made of the run id and the query's parameters names the
-    same rows for as long as the run exists. Returns True when the table was (re)built."""
-    try:
-        row = con.execute("SELECT key FROM _gs_cache WHERE name = ?", [table]).fetchone()
-    except duckdb.CatalogException:
-        con.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS _gs_cache (name VARCHAR PRIMARY KEY, key VARCHAR)"
-        )
-        row = None
-    if row is not None and row[0] == key:
-        try:
-            con.execute(f"SELECT 1 FROM {table} LIMIT 0")
-            return False
-        except duckdb.CatalogException:
-            pass
-    execute(con, f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", params)
-    con.execute("INSERT OR REPLACE INTO _gs_cache VALUES (?, ?)", [table, key])
-    return True
-
-
-def cache_key(*parts: Any) -> str:
-    return "|".join(str(p) for p in parts)
 
 
 def ranks_of(con: duckdb.DuckDBPyConnection, run_id: str) -> list[int]:

@@ -17,6 +17,9 @@ from typing import Any
 
 import duckdb
 from gpuscope.analysis.event_classes import KERNEL_CATS
+from gpuscope.analysis.kernel_names import classify_kernel, short_name
+from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
+from gpuscope.analysis.store_access import OP_CATS_SQL, RUNTIME_CATS_SQL, execute, sql_list
 
 MATH_CATEGORIES = ("gemm", "convolution", "attention")
 
@@ -411,7 +414,7 @@ def tensor_core_info(name: str, category: str) -> TensorCoreInfo:
     m = _CUDNN_SIMT.search(name)
     if m:
         letter = m.group(1).lower()
-        prec = precision_from_tokens(name.replace(m.group(0), " ")) or {
+        prec: str | None = precision_from_tokens(name.replace(m.group(0), " ")) or {
             "h": "fp16",
             "d": "fp64",
         }.get(letter, "fp32")
@@ -548,6 +551,12 @@ class TensorCoreSummary:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+# GPU activity of the window, clipped to it (``in_ns``), from the rank's index
+_GPU_IN_WINDOW = """
+    SELECT name_id, cat, correlation, least(e, $end) - greatest(s, $start) AS in_ns
+    FROM {gpu} WHERE s < $end AND e > $start AND dev = $dev
+"""
+
 _TC_SQL = """
     WITH g AS ({gpu}),
     per AS (SELECT name_id, count(*) AS n, sum(in_ns) AS ns FROM g WHERE cat IN {kernel_cats} GROUP BY name_id)
@@ -573,39 +582,40 @@ _TRITON_TYPES_SQL = """
 
 
 def tensor_core_summary(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: Any, *, list_top: int = 10
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rank: int,
+    window: Any,
+    *,
+    list_top: int = 10,
+    device: int | None = None,
 ) -> TensorCoreSummary:
-    """Tensor-core share of the window's compute-kernel time, and GEMM-like time that missed tensor cores."""
-    from gpuscope.analysis import kernels as K  # kernels imports this module
-
-    params = {
-        "run": run_id,
-        "rank": int(rank),
-        "start": int(window.start_ns),
-        "end": int(window.end_ns),
-    }
-    rows = K.run_sql(
-        con,
-        _TC_SQL.format(gpu=K.GPU_IN_WINDOW_SQL, kernel_cats=K._sql_tuple(KERNEL_CATS)),
-        params,
+    """Tensor-core share of the window's compute-kernel time of ``device`` (default: the primary
+    device), and GEMM-like time that missed tensor cores."""
+    ix = RankIndex.shared(con, run_id, rank)
+    if device is None:
+        device = ix.primary_device(window.start_ns, window.end_ns)
+    gpu = _GPU_IN_WINDOW.format(gpu=ix.gpu())
+    params = ix.params(
+        start=int(window.start_ns),
+        end=int(window.end_ns),
+        dev=NO_DEVICE if device is None else int(device),
+    )
+    rows = execute(
+        con, _TC_SQL.format(gpu=gpu, kernel_cats=sql_list(KERNEL_CATS)), params
     ).fetchall()
     infos: dict[int, tuple[str, TensorCoreInfo]] = {}
     per_ns: dict[int, tuple[int, int]] = {}
     for name_id, name, n, ns in rows:
-        kc = K.classify(name)
-        infos[name_id] = (name, kc.tc)
+        infos[name_id] = (name, tensor_core_info(name, classify_kernel(name)))
         per_ns[name_id] = (n, ns)
     # Triton templates: split their time by the launching op's input types.
     refined: list[tuple[str, TensorCoreInfo, int, int]] = []
     triton_ids = {i for i, (_, tc) in infos.items() if tc.rule == "triton-template"}
     if triton_ids:
-        trows = K.run_sql(
+        trows = execute(
             con,
-            _TRITON_TYPES_SQL.format(
-                gpu=K.GPU_IN_WINDOW_SQL,
-                runtime=K._sql_tuple(K.RUNTIME_CATS),
-                op_cats=K._sql_tuple(K.OP_CATS),
-            ),
+            _TRITON_TYPES_SQL.format(gpu=gpu, runtime=RUNTIME_CATS_SQL, op_cats=OP_CATS_SQL),
             params,
         ).fetchall()
         done: dict[int, int] = {}
@@ -664,8 +674,6 @@ def tensor_core_summary(
 
 
 def _top_list(d: dict[str, float], n: int) -> list[dict[str, Any]]:
-    from gpuscope.analysis.kernels import short_name
-
     items = sorted(d.items(), key=lambda kv: -kv[1])[:n]
     return [{"name": k, "short_name": short_name(k), "us": v} for k, v in items]
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from flops_oracle import count_ops_reference
 from gpuscope.analysis.flops import (
     OPS,
     attention_flops,
     conv_flops,
     conv_out_spatial,
-    count_ops_reference,
     flops_per_step,
     matmul_flops,
     metadata_model_flops,

@@ -4,7 +4,7 @@ agree on which kernels are communication, and every analysis reads the same cate
 from __future__ import annotations
 
 import pytest
-from gpuscope.analysis import busy, event_classes, kernels, store_access
+from gpuscope.analysis import busy, event_classes, idle, kernel_names, kernels, store_access
 from gpuscope.analysis.kernels import classify_kernel
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
@@ -39,12 +39,15 @@ def test_category_table_and_comm_only_sql_agree(con, name):
 
 
 def test_one_definition_of_each_class():
-    assert kernels.GPU_CATS is event_classes.GPU_CATS is store_access.GPU_CATS
-    assert kernels.COPY_CATS is event_classes.COPY_CATS
-    assert kernels.RUNTIME_CATS is event_classes.RUNTIME_CATS is store_access.RUNTIME_CATS
+    assert store_access.GPU_CATS is event_classes.GPU_CATS
+    assert kernels.COPY_CATS is kernel_names.COPY_CATS is event_classes.COPY_CATS
+    assert store_access.RUNTIME_CATS is event_classes.RUNTIME_CATS
     assert kernels.OP_CATS is event_classes.OP_CATS
     assert busy.COMM_KERNEL_RE is store_access.COMM_KERNEL_RE == event_classes.COMM_KERNEL_SQL_RE
     assert kernels.CATEGORY_RULES[0].pattern is event_classes.COMM_KERNEL_PATTERN
+    for name in ("PROFILER_STEP_RE", "OPTIMIZER_RE", "DATALOADER_RE", "COMM_RE", "SYNC_APIS"):
+        assert getattr(store_access, name) is getattr(event_classes, name)
+    assert idle.CAUSES is event_classes.CAUSES
     assert set(event_classes.GPU_CATS) == set(event_classes.KERNEL_CATS + event_classes.COPY_CATS)
 
 

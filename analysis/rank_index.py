@@ -1,0 +1,344 @@
+"""The working tables of one rank of one run, on one DuckDB connection: one object owns them.
+
+The analysis reads a rank's GPU activity and runtime calls many times (busy time, idle gaps, steps,
+kernels), so :class:`RankIndex` copies them once into temp tables and builds the derived tables
+(gaps of a range, the idle attribution of a window) on demand. It owns
+
+- their **names**: every table carries a prefix unique to the index (``_ri<n>_<hex>_``), so two
+  ranks, runs or windows never share a table, also on one connection or its cursors;
+- their **cache**: a table (or a Python value) is built once per key, the key being what it holds
+  (``("gaps", start_ns, end_ns)``), never an object id; the index checks the run's ``runs`` row
+  (``created_at``, ``n_events``) whenever :meth:`RankIndex.shared` hands it out (every analysis
+  function starts there), before every build and in :meth:`RankIndex.refresh`, and drops
+  everything when the run was deleted or ingested again under the same id;
+- their **lifetime**: :meth:`RankIndex.close` (or leaving a ``with`` block) drops them; the
+  indexes that :meth:`RankIndex.shared` hands out (the last :data:`MAX_SHARED` per connection) are
+  closed when pushed out, by :func:`close_shared`, or die with their connection.
+
+Nothing outside this module creates or names a temp table; callers get table names from the index.
+Times are integer ns of trace time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import duckdb
+from gpuscope.analysis.store_access import (
+    DEVICE_SQL,
+    GPU_ACTIVITY_SQL,
+    RUNTIME_CATS_SQL,
+    execute,
+)
+
+T = TypeVar("T")
+
+#: A device id that no event has (stands for "no device" in SQL parameters).
+NO_DEVICE = -(2**31)
+
+#: Families of tables of one kind (e.g. gaps of different ranges) an index keeps; the least
+#: recently used one is dropped first.
+MAX_PER_KIND = 4
+#: Shared indexes kept per connection (least recently used ones are closed first).
+MAX_SHARED = 4
+
+_SEQ = itertools.count(1)
+_SHARED: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[str, int], RankIndex]] = (
+    weakref.WeakKeyDictionary()
+)
+_SHARED_LOCK = threading.Lock()
+
+
+class RankIndex:
+    """Per-rank working tables of run ``run_id`` on ``con`` (see the module docstring).
+
+    ``window`` (start_ns, end_ns) is the default range of :meth:`gaps`. Tables:
+    :meth:`gpu` (GPU activity), :meth:`runtime` (runtime calls), :meth:`gaps` (idle gaps of a
+    range), and :meth:`tables` for the families of tables other modules build through the index.
+    """
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        run_id: str,
+        rank: int,
+        window: tuple[int, int] | None = None,
+    ) -> None:
+        self.con = con
+        self.run_id = str(run_id)
+        self.rank = int(rank)
+        self.window = None if window is None else (int(window[0]), int(window[1]))
+        self.prefix = f"_ri{next(_SEQ)}_{uuid.uuid4().hex[:8]}_"
+        self._tables: OrderedDict[tuple[Any, ...], dict[str, str]] = OrderedDict()
+        self._memo: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._lock = threading.RLock()
+        self._seq = itertools.count(1)
+        self._stamp = self._run_stamp()
+        self.closed = False
+
+    # -- lifetime ---------------------------------------------------------------------------------
+
+    def __enter__(self) -> RankIndex:
+        self.refresh()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop every table of the index (idempotent); the index can still be used afterwards
+        (tables are rebuilt on demand)."""
+        with self._lock:
+            self._drop_all()
+
+    def table_names(self) -> list[str]:
+        """The temp tables and views the index holds now."""
+        with self._lock:
+            return [n for names in self._tables.values() for n in names.values()]
+
+    def _drop_all(self) -> None:
+        for names in reversed(list(self._tables.values())):
+            for name in reversed(list(names.values())):
+                _drop(self.con, name)
+        self._tables.clear()
+        self._memo.clear()
+
+    # -- freshness --------------------------------------------------------------------------------
+
+    def _run_stamp(self) -> tuple[Any, ...] | None:
+        try:
+            row = self.con.execute(
+                "SELECT created_at, n_events FROM runs WHERE run_id = ?", [self.run_id]
+            ).fetchone()
+        except duckdb.CatalogException:
+            return None
+        return None if row is None else tuple(row)
+
+    def refresh(self) -> None:
+        """Drop everything when the run's ``runs`` row changed (deleted, ingested again)."""
+        with self._lock:
+            stamp = self._run_stamp()
+            if stamp != self._stamp:
+                self._drop_all()
+                self._stamp = stamp
+
+    # -- caches -----------------------------------------------------------------------------------
+
+    def tables(
+        self,
+        key: tuple[Any, ...],
+        parts: Sequence[str],
+        build: Callable[[dict[str, str]], None],
+    ) -> dict[str, str]:
+        """Unique names for the family of tables ``parts`` that holds ``key``; ``build(names)``
+        creates them (temp tables or views), once per key (``key[0]`` names the kind; the last
+        :data:`MAX_PER_KIND` keys of a kind are kept). A build that fails leaves nothing."""
+        with self._lock:
+            hit = self._tables.get(key)
+            if hit is not None:
+                self._tables.move_to_end(key)
+                return hit
+            self.refresh()
+            k = next(self._seq)
+            names = {p: f"{self.prefix}{_ident(str(key[0]))}{k}_{p}" for p in parts}
+            try:
+                build(names)
+            except BaseException:
+                for n in names.values():
+                    _drop(self.con, n)
+                raise
+            self._tables[key] = names
+            same = [k for k in self._tables if k[0] == key[0]]
+            for old in same[: max(0, len(same) - MAX_PER_KIND)]:
+                for n in reversed(list(self._tables.pop(old).values())):
+                    _drop(self.con, n)
+            return names
+
+    def table(self, key: tuple[Any, ...], sql: str, params: dict[str, Any] | None = None) -> str:
+        """A temp table ``AS sql`` (``$``-parameters from ``params``), built once per ``key``."""
+
+        def build(n: dict[str, str]) -> None:
+            execute(self.con, f"CREATE TEMP TABLE {n['t']} AS {sql}", params)
+
+        return self.tables(key, ("t",), build)["t"]
+
+    def memo(self, key: tuple[Any, ...], compute: Callable[[], T], *, keep: int = 0) -> T:
+        """A Python value computed from the rank's rows, once per ``key``; with ``keep`` > 0 only
+        the last ``keep`` values of the kind ``key[0]`` stay (for large values)."""
+        with self._lock:
+            if key in self._memo:
+                self._memo.move_to_end(key)
+                return self._memo[key]  # type: ignore[no-any-return]
+            self.refresh()
+            value = compute()
+            self._memo[key] = value
+            if keep > 0:
+                same = [k for k in self._memo if k[0] == key[0]]
+                for old in same[: max(0, len(same) - keep)]:
+                    del self._memo[old]
+            return value
+
+    # -- the working set --------------------------------------------------------------------------
+
+    def params(self, **kw: Any) -> dict[str, Any]:
+        """``$run``/``$rank`` plus ``kw``, for queries over this rank."""
+        return {"run": self.run_id, "rank": self.rank, **kw}
+
+    def gpu(self) -> str:
+        """GPU activity of the rank (docs/metrics.md "GPU activity"): ``dev``, ``stream``,
+        ``s``, ``e`` (ns), ``correlation``, ``name_id``, ``cat``, ``bytes``, ``blocks`` (grid
+        x*y*z), ``rid`` (a row number)."""
+        return self.table(
+            ("gpu",),
+            f"""SELECT {DEVICE_SQL} AS dev, coalesce(stream, tid) AS stream, ts_ns AS s,
+                       ts_ns + dur_ns AS e, correlation, name_id, cat, bytes,
+                       CAST(grid[1] AS BIGINT) * grid[2] * grid[3] AS blocks,
+                       row_number() OVER () AS rid
+                FROM events
+                WHERE run_id = $run AND rank = $rank AND {GPU_ACTIVITY_SQL}""",
+            self.params(),
+        )
+
+    def runtime(self) -> str:
+        """Runtime/driver calls of the rank with a correlation id: ``correlation``, ``s``, ``e``,
+        ``name_id``, ``pid``, ``tid``."""
+        return self.table(
+            ("runtime",),
+            f"""SELECT correlation, ts_ns AS s, ts_ns + dur_ns AS e, name_id, pid, tid
+                FROM events
+                WHERE run_id = $run AND rank = $rank AND ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
+                  AND correlation IS NOT NULL AND dur_ns IS NOT NULL""",
+            self.params(),
+        )
+
+    def activity_sql(self, device_filter: str = "") -> str:
+        """GPU activity overlapping ``[$ws, $we)``, clipped to it: ``dev``, ``stream``, ``s``,
+        ``e``, ``correlation``, ``name_id``, ``cat``."""
+        return f"""
+            SELECT dev, stream, greatest(s, $ws) AS s, least(e, $we) AS e, correlation, name_id, cat
+            FROM {self.gpu()} WHERE s < $we AND e > $ws {device_filter}
+        """
+
+    def gaps(self, start_ns: int | None = None, end_ns: int | None = None) -> tuple[str, str]:
+        """(gaps, devices) tables of ``[start_ns, end_ns)`` (default: the index's window).
+
+        gaps: every gap of every device with activity: ``dev``, ``gs``, ``ge`` (the gap
+        ``[gs, ge)``), ``next_corr``/``next_name`` (the activity that ends it; NULL for the tail
+        gap). devices: per device and stream ``dev``, ``stream``, ``active_ns`` (sum of activity
+        durations), ``n_events``, ``first_s``, ``last_e``. A device without activity in the range
+        is in neither (its whole range is one gap)."""
+        if start_ns is None or end_ns is None:
+            if self.window is None:
+                raise ValueError("RankIndex.gaps: no range given and the index has no window")
+            start_ns, end_ns = self.window
+        ws, we = int(start_ns), int(end_ns)
+        act = self.activity_sql()
+        p = self.params(ws=ws, we=we)
+
+        def build(n: dict[str, str]) -> None:
+            execute(
+                self.con,
+                f"""CREATE TEMP TABLE {n["dev"]} AS
+                    SELECT dev, stream, sum(e - s)::BIGINT AS active_ns, count(*) AS n_events,
+                           min(s) AS first_s, max(e) AS last_e
+                    FROM ({act}) GROUP BY dev, stream""",
+                p,
+            )
+            execute(
+                self.con,
+                f"""CREATE TEMP TABLE {n["gaps"]} AS
+                WITH w AS (
+                    SELECT dev, s, e, correlation, name_id,
+                           max(e) OVER (PARTITION BY dev ORDER BY s, e, correlation, name_id
+                                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
+                    FROM ({act})
+                )
+                SELECT dev, coalesce(pm, $ws) AS gs, s AS ge, correlation AS next_corr,
+                       name_id AS next_name
+                FROM w WHERE s > coalesce(pm, $ws)
+                UNION ALL
+                SELECT dev, max(last_e), $we, NULL, NULL FROM {n["dev"]} GROUP BY dev
+                HAVING max(last_e) < $we""",
+                p,
+            )
+
+        names = self.tables(("gaps", ws, we), ("dev", "gaps"), build)
+        return names["gaps"], names["dev"]
+
+    def primary_device(self, start_ns: int | None = None, end_ns: int | None = None) -> int | None:
+        """The device with the most activity time in the range (ties: lowest id), None if none."""
+        _, dev = self.gaps(start_ns, end_ns)
+        row = self.con.execute(
+            f"SELECT dev FROM {dev} GROUP BY dev ORDER BY sum(active_ns) DESC, dev LIMIT 1"
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    # -- sharing ----------------------------------------------------------------------------------
+
+    @classmethod
+    def shared(cls, con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> RankIndex:
+        """The index of ``(run_id, rank)`` that the analysis functions share on ``con`` (one per
+        connection object: a cursor gets its own). At most :data:`MAX_SHARED` stay per connection;
+        the least recently used one is closed."""
+        key = (str(run_id), int(rank))
+        with _SHARED_LOCK:
+            per = _SHARED.get(con)
+            if per is None:
+                per = OrderedDict()
+                _SHARED[con] = per
+            ix = per.get(key)
+            existing = ix is not None
+            if ix is None:
+                ix = cls(con, run_id, rank)
+            per[key] = ix
+            per.move_to_end(key)
+            evicted = []
+            while len(per) > MAX_SHARED:
+                evicted.append(per.popitem(last=False)[1])
+        for old in evicted:
+            old.close()
+        if existing:
+            ix.refresh()  # a run deleted or ingested again since: nothing of it is read
+        return ix
+
+
+def close_shared(con: duckdb.DuckDBPyConnection) -> None:
+    """Close the shared indexes of ``con`` (drops their tables; they are rebuilt when needed)."""
+    with _SHARED_LOCK:
+        per = _SHARED.pop(con, None)
+    for ix in (per or {}).values():
+        ix.close()
+
+
+@contextmanager
+def rank_index(
+    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: tuple[int, int] | None = None
+) -> Iterator[RankIndex]:
+    """A private :class:`RankIndex` for one block; its tables are dropped when it ends."""
+    ix = RankIndex(con, run_id, rank, window)
+    try:
+        yield ix
+    finally:
+        ix.close()
+
+
+def _ident(s: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in s)[:16]
+
+
+def _drop(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    for kind in ("TABLE", "VIEW"):
+        try:
+            con.execute(f"DROP {kind} IF EXISTS {name}")
+            return
+        except duckdb.CatalogException:
+            continue  # a view dropped as a table, or the other way round
+        except duckdb.Error:
+            return  # the connection is closed: its temp tables are gone with it
