@@ -16,10 +16,11 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 import pandas as pd
-from gpuscope.analysis.busy import activity_sql, busy_series, primary_device, working_set
+from gpuscope.analysis.busy import busy_series, primary_device
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.idle import idle_gaps as _idle_gaps
 from gpuscope.analysis.kernels import classify_kernel
+from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.ranks import rank_busy_panels
 from gpuscope.analysis.steps import Window, find_window, step_frame
 from gpuscope.analysis.store_access import execute
@@ -68,8 +69,8 @@ def window_view(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> Windo
 # -- GPU activity of a range -------------------------------------------------------------------------
 
 
-def _activity(device: int | None) -> str:
-    return activity_sql("" if device is None else "AND dev = $dev")
+def _activity(ix: RankIndex, device: int | None) -> str:
+    return ix.activity_sql("" if device is None else "AND dev = $dev")
 
 
 def _range_params(
@@ -91,8 +92,8 @@ def activity_count(
 ) -> int:
     """How many GPU activities (kernels, copies, memsets) of ``device`` (None: every device)
     overlap ``[start_ns, end_ns)``."""
-    working_set(con, run_id, rank)
-    sql = f"SELECT count(*) FROM ({_activity(device)})"
+    ix = RankIndex.shared(con, run_id, rank)
+    sql = f"SELECT count(*) FROM ({_activity(ix, device)})"
     row = execute(con, sql, _range_params(run_id, rank, device, start_ns, end_ns)).fetchone()
     return int(row[0]) if row else 0
 
@@ -109,9 +110,9 @@ def activities_in_range(
     """The first ``limit`` GPU activities of ``device`` overlapping ``[start_ns, end_ns)``, by
     start, clipped to it: ``start_ns``, ``end_ns``, ``name``, ``cat``, ``stream`` and ``category``
     (:func:`~gpuscope.analysis.kernels.classify_kernel`)."""
-    working_set(con, run_id, rank)
+    ix = RankIndex.shared(con, run_id, rank)
     sql = f"""SELECT a.s AS start_ns, a.e AS end_ns, n.name, a.cat, a.stream
-              FROM ({_activity(device)}) a JOIN names n ON n.run_id = $run AND n.name_id = a.name_id
+              FROM ({_activity(ix, device)}) a JOIN names n ON n.run_id = $run AND n.name_id = a.name_id
               ORDER BY a.s, a.e, a.stream LIMIT $lim"""
     p = {**_range_params(run_id, rank, device, start_ns, end_ns), "lim": int(limit)}
     df = execute(con, sql, p).df()
