@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"sign-in config {e}")
     elif not is_loopback(args.host) and not args.no_auth:
         return fail(
-            f"--host {args.host} lets other machines reach the dashboard, and sign-in is not "
+            f"--host {shlex.quote(args.host)} lets other machines reach the dashboard, and sign-in is not "
             f"configured: pass --auth-config FILE (or set ${ENV_AUTH_CONFIG}) so visitors sign "
             "in, or --no-auth to serve it to anyone who reaches it (docs/security.md)"
         )
