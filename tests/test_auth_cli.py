@@ -69,15 +69,29 @@ def test_loopback_needs_no_sign_in(capsys, execs, host: str) -> None:  # type: i
     assert "no sign-in" in err
 
 
-def test_no_auth_serves_beyond_loopback_and_ignores_the_environment(
-    capsys, execs, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("GPUSCOPE_AUTH_CONFIG", str(tmp_path / "missing.toml"))
+def test_no_auth_serves_beyond_loopback(capsys, execs) -> None:  # type: ignore[no-untyped-def]
     code, _, err = run_cli(capsys, "ui", "--host", "0.0.0.0", "--no-auth", "--headless")
     assert code == 0 and len(execs) == 1, err
     argv, env = execs[0]
     assert _flags(argv)["--server.address"] == "0.0.0.0"
     assert "--secrets.files" not in argv and "GPUSCOPE_AUTH_CONFIG" not in env
+    assert "no sign-in" in err
+
+
+def test_no_auth_does_not_turn_off_a_configured_sign_in(
+    capsys, execs, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """An image's command may say --no-auth; a deployment that sets $GPUSCOPE_AUTH_CONFIG still
+    gets sign-in (the safer reading), and a broken file is still refused."""
+    cfg = write_config(tmp_path / "auth.toml")
+    monkeypatch.setenv("GPUSCOPE_AUTH_CONFIG", str(cfg))
+    code, _, err = run_cli(capsys, "ui", "--host", "0.0.0.0", "--no-auth", "--headless")
+    assert code == 0 and len(execs) == 1, err
+    assert _flags(execs[0][0])["--secrets.files"] == str(cfg.resolve())
+    assert execs[0][1]["GPUSCOPE_AUTH_CONFIG"] == str(cfg.resolve())
+    monkeypatch.setenv("GPUSCOPE_AUTH_CONFIG", str(tmp_path / "missing.toml"))
+    code, _, err = run_cli(capsys, "ui", "--host", "0.0.0.0", "--no-auth", "--headless")
+    assert code == 2 and len(execs) == 1 and "missing.toml: no such file" in err
 
 
 def test_auth_config_is_streamlits_only_secrets_file(capsys, execs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -56,8 +56,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--no-auth",
         action="store_true",
-        help="serve beyond loopback without sign-in: anyone who reaches the address can read, "
-        "upload, rename and delete runs",
+        help="serve beyond loopback without sign-in when none is configured: anyone who "
+        f"reaches the address can read, upload, rename and delete runs (${ENV_AUTH_CONFIG}, "
+        "when set, still turns sign-in on)",
     )
     p.add_argument(
         "--load-samples",
@@ -82,10 +83,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def auth_config_arg(args: argparse.Namespace) -> str | None:
-    """The sign-in config these options name: ``--auth-config``, else ``$GPUSCOPE_AUTH_CONFIG``
-    (None with ``--no-auth``, or when neither is set)."""
-    if getattr(args, "no_auth", False):
-        return None
+    """The sign-in config these options name: ``--auth-config``, else ``$GPUSCOPE_AUTH_CONFIG``;
+    None when neither is set. ``--no-auth`` does not clear the variable: it only allows serving
+    beyond loopback when no sign-in is configured (an image's default command can say it, and a
+    deployment still turns sign-in on with the variable)."""
     given = getattr(args, "auth_config", None)
     if given is None:
         given = os.environ.get(ENV_AUTH_CONFIG, "").strip() or None
