@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from apptools import MAIN, counts, texts
 from streamlit.testing.v1 import AppTest
 from synth import training_trace
+from test_app_live import sampler  # noqa: F401 (a fixture: an in-process sampler)
 from test_auth_cli import write_config
 
 ALICE = {"is_logged_in": True, "sub": "a-1", "email": "Alice@Example.com", "name": "Alice Liddell"}
@@ -310,3 +311,21 @@ def test_a_run_without_an_uploader_is_for_admins_only(
     _select(at, [0])
     assert at.button(key=f"delete_{rid}").disabled
     assert any("Only an admin may change this run" in c for c in texts(at, "caption"))
+
+
+def test_a_live_series_saved_as_a_run_records_who_saved_it(
+    db: Path,
+    signin: Path,
+    sampler: str,  # noqa: F811
+) -> None:
+    at = _app(ALICE)
+    at.switch_page("screens/live.py")
+    at.query_params.update({"sampler": sampler})
+    at.run()
+    at.button(key="live_save").click().run()
+    assert not at.exception, at.exception
+    assert any("saved as run" in t for t in texts(at, "success"))
+    from gpuscope.web import db as webdb
+
+    runs = webdb.query_df("SELECT kind, uploaded_by FROM runs")
+    assert list(runs["kind"]) == ["nvml"] and list(runs["uploaded_by"]) == ["alice@example.com"]
