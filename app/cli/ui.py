@@ -43,7 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "(--auth-config) or --no-auth.",
     )
     p.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)"
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; 0.0.0.0 for all, with --auth-config or --no-auth)",
     )
     p.add_argument("--port", type=int, default=8501, help="port (default 8501)")
     p.add_argument(

@@ -159,15 +159,16 @@ def _select_first_row(page) -> None:  # type: ignore[no-untyped-def]
     wait_idle(page)
 
 
-def _trace() -> Path:
+def _trace(tmp_path: Path) -> Path:
+    """The recorded "before" sample's trace, else a hand-built one."""
     sample = real_sample("before")
     if sample is not None:
-        return next(iter(sorted(sample.glob("*.pt.trace.json*"))))
-    return training_trace("before").write(Path(sys.prefix).parent / "signin_before.json.gz")
+        return sorted(sample.glob("*.pt.trace.json*"))[0]
+    return training_trace("before").write(tmp_path / "before.pt.trace.json.gz")
 
 
 def test_sign_in_upload_delete_only_by_the_uploader_sign_out(
-    dashboard: SignInServer, provider: str, new_page
+    dashboard: SignInServer, provider: str, new_page, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     from playwright.sync_api import expect
 
@@ -193,7 +194,9 @@ def test_sign_in_upload_delete_only_by_the_uploader_sign_out(
     wait_idle(alice)
     alice.get_by_role("heading", name="Runs").wait_for()
     alice.locator('[data-testid="stFileUploaderDropzone"]').wait_for(state="visible")
-    alice.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(_trace()))
+    alice.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
+        str(_trace(tmp_path))
+    )
     ingest = alice.get_by_role("button", name="Ingest")
     expect(ingest).to_be_enabled(timeout=90_000)
     ingest.click()
