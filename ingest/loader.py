@@ -427,8 +427,12 @@ def ingest_paths(
     separate: bool = False,
     smi_columns: str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    uploaded_by: str | None = None,
 ) -> list[RunResult]:
     """Ingest each path as one run; the runs are published together at the end, or not at all.
+
+    ``uploaded_by``: who stores the runs (``runs.uploaded_by``, the dashboard's signed-in user);
+    recorded on the runs this call creates, never on a run that a series is attached to.
 
     ``metadata``: top-level trace metadata the user adds to every rank of every trace run, over
     what the files hold (e.g. ``{"gpuscope.untraced_step_ms": 12.3}`` for a trace recorded without
@@ -462,6 +466,7 @@ def ingest_paths(
             progress=progress,
             smi_columns=smi_columns,
             metadata=metadata,
+            uploaded_by=uploaded_by,
         )
     finally:
         con.execute(f"SET threads = {int(threads)}")
@@ -478,6 +483,7 @@ def _ingest_paths(
     progress: Progress | None,
     smi_columns: str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    uploaded_by: str | None = None,
 ) -> list[RunResult]:
     from gpuscope.ingest.nvml import is_nvml_file
 
@@ -522,12 +528,24 @@ def _ingest_paths(
             series += [(q, result.run_id, -1) for q in extra]
         with transaction(con):
             for row in rows:
-                con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+                con.execute(
+                    "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [*row, uploaded_by],
+                )
             for run_id in staged:
                 con.execute("DELETE FROM ingest_pending WHERE run_id = ?", [run_id])
             _write_series(
                 con, series, results, name=one_name, tags=tags, tz=tz, smi_columns=smi_columns
             )
+            own_series = [
+                results[i].run_id
+                for _p, attach_to, i in series
+                if attach_to is None and i >= 0 and not results[i].duplicate
+            ]
+            for run_id in own_series if uploaded_by is not None else ():
+                con.execute(
+                    "UPDATE runs SET uploaded_by = ? WHERE run_id = ?", [uploaded_by, run_id]
+                )
     except BaseException:
         for run_id in staged:
             discard_quietly(con, run_id)  # what it cannot delete goes at the next open

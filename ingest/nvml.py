@@ -681,7 +681,7 @@ def ingest_series(
     run_name = name or display_name(p)
     if own:
         con.execute(
-            "INSERT INTO runs VALUES (?, ?, 'nvml', ?, 0, ?, ?, ?, NULL, ?, ?, ?)",
+            "INSERT INTO runs VALUES (?, ?, 'nvml', ?, 0, ?, ?, ?, NULL, ?, ?, ?, NULL)",
             [
                 rid,
                 run_name,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,12 @@ RUNS = Table(
         C("tags", "VARCHAR[] NOT NULL", "user tags"),
         C("start_ns", "BIGINT", "earliest event, absolute Unix time in ns"),
         C("end_ns", "BIGINT", "latest event end, absolute Unix time in ns"),
+        C(
+            "uploaded_by",
+            "VARCHAR",
+            "who stored the run: the signed-in user's e-mail (else the sign-in subject) for a "
+            "dashboard upload with sign-in on; NULL otherwise",
+        ),
     ),
     ("run_id",),
 )

@@ -41,6 +41,7 @@ def connect(
 # Schema version -> the statements that bring a store of that version to the next one.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE events ADD COLUMN IF NOT EXISTS odd_args VARCHAR",),
+    2: ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS uploaded_by VARCHAR",),
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import streamlit as st
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.web import db, figures, live, ui, views
+from gpuscope.web import auth, db, figures, live, ui, views
 from gpuscope.web.advice import GPM, what_to_do
 
 st.title("Live")
@@ -184,7 +184,7 @@ def _save() -> None:
         path.write_text(text, encoding="utf-8")
         try:
             with db.writing() as cur:
-                (res,) = ingest_paths(cur, [path], name=name)
+                (res,) = ingest_paths(cur, [path], name=name, uploaded_by=auth.uploader())
         except (IngestError, db.StoreUnavailable) as e:
             st.session_state["live_saved"] = ("error", f"Not saved: {ui.md(str(e), None)}", None)
             return
