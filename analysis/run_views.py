@@ -52,6 +52,20 @@ def run_row(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | Non
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def uploaders(
+    con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None
+) -> dict[str, str | None]:
+    """Who uploaded each run (``runs.uploaded_by``; None when unknown), by run id: every run, or
+    only ``run_ids``. A run that does not exist is absent from the answer."""
+    if run_ids is None:
+        rows = con.execute("SELECT run_id, uploaded_by FROM runs").fetchall()
+    else:
+        rows = con.execute(
+            "SELECT run_id, uploaded_by FROM runs WHERE list_contains(?, run_id)", [list(run_ids)]
+        ).fetchall()
+    return {str(r): o for r, o in rows}
+
+
 def row_count(con: duckdb.DuckDBPyConnection, table: str) -> int:
     """The number of rows of a table of the store (``runs``, ``events``, ...)."""
     if not _IDENT.match(table):

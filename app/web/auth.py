@@ -258,7 +258,9 @@ def gate() -> None:
 
 def owners(cur: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
     """Every run's ``uploaded_by``, by run id."""
-    return {str(r): o for r, o in cur.execute("SELECT run_id, uploaded_by FROM runs").fetchall()}
+    from gpuscope.analysis import run_views
+
+    return run_views.uploaders(cur)
 
 
 def refusal(
@@ -267,11 +269,13 @@ def refusal(
     """Why ``viewer`` may not change one of ``run_ids``, with each owner read afresh (call it
     under the store's write lock, just before the write); None when every change is allowed.
     A run that is gone already is no reason to refuse (deleting it again changes nothing)."""
+    from gpuscope.analysis import run_views
+
+    found = run_views.uploaders(cur, list(run_ids))
     for rid in run_ids:
-        row = cur.execute("SELECT uploaded_by FROM runs WHERE run_id = ?", [rid]).fetchone()
-        if row is None:
+        if rid not in found:
             continue
-        ok, why = may_change(row[0], viewer)
+        ok, why = may_change(found[rid], viewer)
         if not ok:
             return why
     return None
