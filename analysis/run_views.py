@@ -33,7 +33,7 @@ __all__ = [
 
 _RUN_COLUMNS = (
     "run_id, name, kind, created_at, n_ranks, n_events, source_bytes, gpu_name, torch_version, "
-    "tags, start_ns, end_ns"
+    "tags, start_ns, end_ns, uploaded_by"
 )
 
 

@@ -100,9 +100,10 @@ def build_command(
 ) -> tuple[list[str], dict[str, str]]:
     """The ``streamlit run`` argv and environment for these options; ``auth_config``: the checked
     sign-in config, Streamlit's only secrets file (None: sign-in off)."""
-    from gpuscope.ingest.store import ENV_DB, default_db_path
+    from gpuscope.cli._common import store_spec
+    from gpuscope.ingest.store import ENV_DATA_PATH, ENV_STORE
 
-    db = Path(args.db).expanduser() if args.db else default_db_path()
+    spec = store_spec(args)
     max_mb = args.max_upload_mb if args.max_upload_mb is not None else _max_upload_default()
     argv = [
         sys.executable,
@@ -131,9 +132,17 @@ def build_command(
         env[ENV_AUTH_CONFIG] = str(auth_config)
     else:
         env.pop(ENV_AUTH_CONFIG, None)
-    env[ENV_DB] = str(db.resolve())
+    env[ENV_STORE] = spec.location if spec.kind != "duckdb" else f"duckdb:{spec.location}"
+    if spec.data_path:
+        env[ENV_DATA_PATH] = spec.data_path
     env[ENV_MAX_UPLOAD] = str(max_mb)
     return argv, env
+
+
+def spec_shown(env: dict[str, str]) -> str:
+    from gpuscope.ingest.store import ENV_STORE, parse_spec
+
+    return parse_spec(env[ENV_STORE]).shown()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -172,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     host = "localhost" if args.host in ("127.0.0.1", "localhost") else args.host
     signin = f"sign-in by {auth_config.path}" if auth_config else "no sign-in"
     print(
-        f"gpuscope: dashboard on http://{host}:{args.port}  (store {env['GPUSCOPE_DB']}; {signin})",
+        f"gpuscope: dashboard on http://{host}:{args.port}  (store {spec_shown(env)}; {signin})",
         file=sys.stderr,
     )
     sys.stdout.flush()
