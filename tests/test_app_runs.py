@@ -196,22 +196,6 @@ def test_two_selected_runs_link_to_compare(db: Path, tmp_path: Path) -> None:
     assert compare and all("a=" in p.query_string and "b=" in p.query_string for p in compare)
 
 
-def test_store_locked_by_another_process(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import duckdb
-    from gpuscope.web import db as webdb
-
-    def locked(path, **kw):  # type: ignore[no-untyped-def]
-        raise duckdb.IOException(
-            'IO Error: Could not set lock on file "x": Conflicting lock is held in python (PID 4242)'
-        )
-
-    monkeypatch.setattr(webdb, "connect", locked)
-    at = open_app()
-    assert not at.exception
-    (err,) = texts(at, "error")
-    assert "PID 4242" in err and "Only one process may write" in err
-
-
 def _named_bytes(tmp_path: Path, host: str, model: str, seed: int) -> bytes:
     t = training_trace("after", seed=seed)
     t.extra_meta.update({"hostname": host, "model": model})
