@@ -207,6 +207,7 @@ def runs_df(path: str, gen: int) -> pd.DataFrame:
         "tags",
         "start_ns",
         "end_ns",
+        "uploaded_by",
     ]
     return pd.DataFrame(rows, columns=cols)
 
