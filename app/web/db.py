@@ -6,7 +6,7 @@ connection (DuckDB cursors are not shared between threads). ``gpuscope ingest``,
 sampler write the same store from other processes at the same time.
 
 Writes (upload, rename, tag, delete) go through :func:`writing`: the store's cross-process write
-lock and one transaction. Every cached query is keyed by :func:`generation`, the store's snapshot
+lock. Every cached query is keyed by :func:`generation`, the store's snapshot
 id (it changes whenever any process commits), read once per script run (``main.py`` calls
 :func:`begin_script_run`) and again after a write of this run: a run ingested or deleted by another
 process shows on the next rerun or refresh, with no restart.
@@ -82,8 +82,9 @@ def store() -> Store:
 
 
 def drop(s: Store) -> None:
-    """Close a faulted store's connection (and every cursor on it); the next use reopens it."""
-    with s.lock.held():
+    """Close a faulted store's connection (and every cursor on it); the next use reopens it.
+    Waits for a write of this server's other threads (not for other processes' writers)."""
+    with s.lock.thread_lock:
         _drops[0] += 1
         _open_store.clear()
         s.close()  # closes the cursors of every thread too
@@ -109,8 +110,10 @@ def cursor() -> Store:
 
 @contextmanager
 def writing() -> Iterator[Store]:
-    """The store's cross-process write lock and one transaction: committed when the block ends,
-    rolled back when it raises. The generation is read afresh afterwards (even on failure).
+    """The store's cross-process write lock, held for the block: other processes' writers (and
+    this server's other sessions) wait for it. Each write in the block is its own transaction (an
+    ingest is one: all its runs or nothing). The generation is read afresh afterwards (even on
+    failure).
 
     Bad input (IngestError) passes through; any other store error (DuckDB, or the OS writing a
     scratch file) drops the connection and is raised as a one-line StoreError.
@@ -118,7 +121,7 @@ def writing() -> Iterator[Store]:
     s = store()
     try:
         cur = cursor()
-        with cur.writing():
+        with cur.lock.held():
             yield cur
     except IngestError:
         raise

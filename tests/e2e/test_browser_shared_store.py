@@ -26,7 +26,8 @@ CLI_TIMEOUT_S = 300
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server of its own: these tests add and delete runs, other modules count on the samples."""
-    s = start_server(tmp_path_factory.mktemp("shared"))
+    work = tmp_path_factory.mktemp("shared")
+    s = start_server(work, db=work / "store")  # the local store's folder, as `--db` names it
     yield s
     stop_server(s)
 
