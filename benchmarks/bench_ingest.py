@@ -393,18 +393,18 @@ def main(argv: list[str] | None = None) -> int:
     cap = a.max_rss_mb or 0.9 * mem_available_mb()
     results: dict[str, dict[str, Any]] = {}
     for name, cmd, db in contenders(a, big, out):
-        kind = name.removeprefix("gpuscope-") if name.startswith("gpuscope-") else None
-        if kind is not None:
-            remove(kind, out, "gpuscope")
+        store_kind = name.removeprefix("gpuscope-") if name.startswith("gpuscope-") else None
+        if store_kind is not None:
+            remove(store_kind, out, "gpuscope")
         if db is not None:
             for p in (db, Path(str(db) + ".wal")):
                 p.unlink(missing_ok=True)
         m = run_measured(name, cmd, out, a.timeout, cap)
-        if kind is not None:
-            m["store"] = spec(kind, out, "gpuscope")
-            m["store_bytes"] = size_bytes(kind, out, "gpuscope")
+        if store_kind is not None:
+            m["store"] = spec(store_kind, out, "gpuscope")
+            m["store_bytes"] = size_bytes(store_kind, out, "gpuscope")
             if not a.keep_db:
-                remove(kind, out, "gpuscope")
+                remove(store_kind, out, "gpuscope")
         if db is not None and db.exists():
             m["db_bytes"] = db.stat().st_size
             if not a.keep_db:
@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'PASS' if v['speed_aim_pass'] else 'FAIL'})"
             )
         print(
-            f"gpuscope peak RSS / JSON size: {v['rss_ratio']:.2f}  target <= {TARGET_RSS:g}: "
+            f"gpuscope ({'lake' if 'gpuscope-lake' in results else 'duckdb file'}) peak RSS / JSON size: {v['rss_ratio']:.2f}  target <= {TARGET_RSS:g}: "
             f"{'PASS' if v['rss_target_pass'] else 'FAIL'}  (aim {AIM_RSS:g}: {'PASS' if v['rss_aim_pass'] else 'FAIL'})"
         )
     doc = {

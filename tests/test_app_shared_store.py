@@ -115,3 +115,30 @@ def test_a_legacy_store_held_by_another_process_is_one_line(
     assert f"PID {holder.pid}" in err and str(path) in err
     assert "store folder" in err and "\n" not in err.strip()
     assert "stop" not in err.lower()  # nobody is told to stop their dashboard
+
+
+def test_the_generation_is_read_once_per_script_run(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every cached read of a page is keyed by the store's generation: one catalog query per
+    script run, however many reads the page makes (the Run page makes dozens)."""
+    from gpuscope.ingest.store import Store
+
+    first = cli(db, "ingest", str(trace(tmp_path, "g")), "--name", "g")
+    assert first.returncode == 0, first.stderr
+    reads = []
+    real = Store.generation
+
+    def counted(self: Store) -> int:
+        reads.append(1)
+        return real(self)
+
+    monkeypatch.setattr(Store, "generation", counted)
+    at = open_app("screens/run.py", {"run": first.stdout.strip()})
+    assert not at.exception and texts(at, "title") == ["g"]
+    reads.clear()
+    at.run()
+    assert len(reads) == 1
+    at.switch_page("screens/runs.py").run()
+    assert not at.exception and names(at) == ["g"]
+    assert len(reads) == 2
