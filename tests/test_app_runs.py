@@ -196,6 +196,21 @@ def test_two_selected_runs_link_to_compare(db: Path, tmp_path: Path) -> None:
     assert compare and all("a=" in p.query_string and "b=" in p.query_string for p in compare)
 
 
+def test_an_unreachable_store_is_one_line_on_the_page(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A team store whose catalog cannot be reached: one error line (no password), no traceback."""
+    from gpuscope.web import db as webdb
+
+    monkeypatch.setenv("GPUSCOPE_STORE", "postgres://nobody:hunter2@127.0.0.1:1/nodb")
+    webdb._open_store.clear()
+    at = open_app()
+    assert not at.exception
+    (err,) = texts(at, "error")
+    assert "cannot open the store" in err and "\n" not in err and "hunter2" not in err
+    webdb._open_store.clear()
+
+
 def _named_bytes(tmp_path: Path, host: str, model: str, seed: int) -> bytes:
     t = training_trace("after", seed=seed)
     t.extra_meta.update({"hostname": host, "model": model})

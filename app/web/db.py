@@ -68,7 +68,7 @@ def _open_store(kind: str, location: str, data_path: str | None) -> Store:
                 " A legacy DuckDB store is one process's; a store folder (the default) is shared "
                 "by every process. Reload to retry."
             )
-        raise StoreUnavailable(f"cannot open the store {e}{hint}") from None
+        raise StoreUnavailable(f"{e}.{hint}") from None
     except (duckdb.Error, OSError) as e:  # e.g. the disk is still full
         raise StoreUnavailable(
             f"cannot open the store: {store_fault(e, s.shown())}. Reload to retry."
@@ -219,7 +219,7 @@ def runs_df(path: str, gen: int) -> pd.DataFrame:
 def run_row(path: str, gen: int, run_id: str) -> dict[str, Any] | None:
     cur = cursor().execute(
         "SELECT run_id, name, kind, created_at, n_ranks, n_events, source_bytes, gpu_name, "
-        "torch_version, tags, start_ns, end_ns FROM runs WHERE run_id = ?",
+        "torch_version, tags, start_ns, end_ns, uploaded_by FROM runs WHERE run_id = ?",
         [run_id],
     )
     cols = [d[0] for d in cur.description]
