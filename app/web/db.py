@@ -112,8 +112,8 @@ def cursor() -> Store:
 def writing() -> Iterator[Store]:
     """The store's cross-process write lock, held for the block: other processes' writers (and
     this server's other sessions) wait for it. Each write in the block is its own transaction (an
-    ingest is one: all its runs or nothing). The generation is read afresh afterwards (even on
-    failure).
+    ingest is one: all its runs or nothing). The next :func:`generation` of this script run is
+    read afresh (even after a failure).
 
     Bad input (IngestError) passes through; any other store error (DuckDB, or the OS writing a
     scratch file) drops the connection and is raised as a one-line StoreError.
@@ -128,8 +128,7 @@ def writing() -> Iterator[Store]:
     except (duckdb.Error, OSError) as e:
         raise fault(e, s) from None
     finally:
-        if _pinned() is not None:
-            _pin(_read_generation())
+        _local.pin = None
 
 
 def _run_marker() -> object | None:
@@ -137,11 +136,6 @@ def _run_marker() -> object | None:
     None outside a script run."""
     ctx = get_script_run_ctx(suppress_warning=True)
     return getattr(ctx, "cursors", None) if ctx is not None else None
-
-
-def _pin(gen: int) -> None:
-    marker = _run_marker()
-    _local.pin = (marker, gen) if marker is not None else None
 
 
 def _pinned() -> int | None:
@@ -163,16 +157,21 @@ def _read_generation() -> int:
 
 def begin_script_run() -> int:
     """Read the store's generation for this script run (one catalog query); returns it."""
-    gen = _read_generation()
-    _pin(gen)
-    return gen
+    _local.pin = None
+    return generation()
 
 
 def generation() -> int:
-    """A number that changes whenever any process commits to the store: the one read at the
-    start of this script run (or after its own write), else read now."""
+    """A number that changes whenever any process commits to the store. In a script run it is
+    read once (at the start, and again after the run's own write) and kept for the run; outside
+    one it is read on every call."""
     pinned = _pinned()
-    return pinned if pinned is not None else _read_generation()
+    if pinned is not None:
+        return pinned
+    gen = _read_generation()
+    marker = _run_marker()
+    _local.pin = (marker, gen) if marker is not None else None
+    return gen
 
 
 def query_df(sql: str, params: list[Any] | None = None) -> pd.DataFrame:
