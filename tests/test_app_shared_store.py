@@ -142,3 +142,33 @@ def test_the_generation_is_read_once_per_script_run(
     at.switch_page("screens/runs.py").run()
     assert not at.exception and names(at) == ["g"]
     assert len(reads) == 2
+
+
+def test_a_rename_with_tags_is_one_commit(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saving a name and tags is one transaction: when the tags fail, the new name is not kept
+    either (no other process ever sees one without the other)."""
+    import duckdb
+    from gpuscope.web import ui as webui
+
+    done = cli(db, "ingest", str(trace(tmp_path, "r")), "--name", "before-rename")
+    assert done.returncode == 0, done.stderr
+    rid = done.stdout.strip()
+
+    def broken(con, run_id, tags):  # type: ignore[no-untyped-def]
+        raise duckdb.IOException("could not write file: Input/output error")
+
+    monkeypatch.setattr(webui, "set_tags", broken)
+    at = open_app()
+    key = next(k for k in at.session_state if str(k).startswith("runs_table_"))
+    at.session_state[key] = {"selection": {"rows": [0], "columns": []}}
+    at.run()
+    at.text_input(key=f"rename_text_{rid}").set_value("after-rename")
+    at.text_input(key=f"tags_text_{rid}").set_value("x, y")
+    at.button[1].click().run()
+    assert not at.exception
+    assert any("Nothing was stored" in e for e in texts(at, "error"))
+    listed = cli(db, "runs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert "before-rename" in listed.stdout and "after-rename" not in listed.stdout
