@@ -1,13 +1,17 @@
-"""Analysis benchmark: gpuscope's whole ``analyze_run`` vs HTA's temporal + idle + kernel breakdowns.
+"""Analysis benchmark: gpuscope's whole ``analyze_run`` (on the DuckLake store and on the legacy
+DuckDB file, side by side) vs HTA's temporal + idle + kernel breakdowns.
 
-    .venv/bin/python benchmarks/bench_analysis.py [--size-gb 1.0] [--hta-size-gb S] [--skip-hta]
+    .venv/bin/python benchmarks/bench_analysis.py [--size-gb 1.0] [--store lake|duckdb|both]
+                                   [--hta-size-gb S] [--skip-hta]
                                    [--repeat 3] [--cold-runs 3] [--no-profile] [--reuse-db]
                                    [--hta-timeout 1500] [--out benchmarks/out/]
 
 1. Big trace: the one ``bench_ingest.py`` makes (``make_big_trace.py`` replaying the steps of
    ``sample_traces/before/*rank0*``): reused from ``OUT/big/`` (bench_ingest's cache, read only here),
    else built under ``OUT/analysis/<size>gb/big/`` (never touching bench_ingest's cache).
-2. gpuscope: ``gpuscope ingest BIG --db OUT/analysis/gpuscope-<size>gb.duckdb`` into a fresh file
+2. gpuscope, once per store of ``--store`` (stores.py: ``lake`` = the DuckLake folder
+   ``OUT/analysis/gpuscope-<size>gb-lake/``, ``duckdb`` = the legacy file
+   ``OUT/analysis/gpuscope-<size>gb.duckdb``): ``gpuscope ingest BIG --store SPEC`` into a fresh store
    (recorded, not part of the target: that is the ingest benchmark). Then a fresh process (this
    file, ``--gpuscope-worker``) times, with wall and CPU seconds (CPU = all threads, DuckDB's too)
    and peak RSS: the imports; ``connect``; ``analyze_run(con, run_id)`` + ``to_json()`` + json dumps
@@ -27,7 +31,9 @@
 4. Profile (``--no-profile`` skips): a separate fresh process runs ``analyze_run`` once cold with
    every sub-analysis that report.py calls wrapped in a timer (inclusive and exclusive seconds, in
    call order), every SQL statement timed, then a cProfile of a second cold call (new connection).
-5. Prints the table, the ratio, the verdict and the load average; writes ``OUT/analysis.json``.
+5. Prints the table, the two stores side by side (lake / file ratios), the ratio to HTA, the
+   verdict (on the first store: the lake unless ``--store duckdb``) and the load average; writes
+   ``OUT/analysis.json``.
 
 The machine is shared: figures taken under load (1-min load average above the core count) are
 pessimistic; the CPU seconds are steadier than the wall seconds.
@@ -49,6 +55,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from stores import add_store_option, chosen, ratio, remove, size_bytes  # noqa: E402
+from stores import spec as store_spec  # noqa: E402
+
 N_BUCKETS = 1200
 TARGET_S, AIM_S = 3.0, 2.0
 HTA_STEPS = ("temporal", "idle", "kernels")
@@ -419,36 +430,49 @@ def measured(
 
 
 def ingest(
-    big: Path, size_gb: float, work: Path, timeout: float, cap: float, reuse: bool = False
+    big: Path,
+    size_gb: float,
+    work: Path,
+    timeout: float,
+    cap: float,
+    reuse: bool = False,
+    kind: str = "lake",
 ) -> dict[str, Any]:
-    """``gpuscope ingest`` into a fresh DB (``reuse``: keep the DB of an earlier run of this
-    benchmark made from the same trace file, recorded in ``<db>.json``)."""
-    db = work / f"gpuscope-{size_gb:g}gb.duckdb"
-    side = Path(str(db) + ".json")
-    if reuse and db.exists() and side.exists():
+    """``gpuscope ingest`` into a fresh store of this kind (``reuse``: keep the store of an earlier
+    run of this benchmark made from the same trace file, recorded in ``<stem>-<kind>.json``)."""
+    stem = f"gpuscope-{size_gb:g}gb"
+    db = store_spec(kind, work, stem)
+    side = work / f"{stem}-{kind}.json"
+    if reuse and size_bytes(kind, work, stem) and side.exists():
         prev = json.loads(side.read_text())
         st = big.stat()
         if prev.get("trace") == [str(big), st.st_size, st.st_mtime_ns]:
             log(f"reusing {db} (run {prev['ingest']['run_id']}; ingested before, not timed now)")
             return {**prev["ingest"], "reused": True}
-    for p in (db, Path(str(db) + ".wal"), side):
-        p.unlink(missing_ok=True)
+    remove(kind, work, stem)
+    side.unlink(missing_ok=True)
     gs = REPO / ".venv" / "bin" / "gpuscope"
-    cmd = [str(gs if gs.exists() else "gpuscope"), "ingest", str(big), "--db", str(db), "--json"]
-    m = measured(f"ingest-{size_gb:g}gb", cmd, work, timeout, cap)
+    cmd = [str(gs if gs.exists() else "gpuscope"), "ingest", str(big), "--store", db, "--json"]
+    m = measured(f"ingest-{size_gb:g}gb-{kind}", cmd, work, timeout, cap)
     if not m["ok"] or not m.get("report"):
         raise SystemExit(f"ingest failed: {m.get('stdout_tail')}")
     rep = m["report"]
     m["run_id"] = (rep[0] if isinstance(rep, list) else rep)["run_id"]
-    m["db"] = str(db)
-    m["db_bytes"] = db.stat().st_size
+    m["db"] = db
+    m["db_bytes"] = size_bytes(kind, work, stem)
     st = big.stat()
     side.write_text(json.dumps({"trace": [str(big), st.st_size, st.st_mtime_ns], "ingest": m}))
     return m
 
 
 def run_gpuscope(
-    db: str, run_id: str, size_gb: float, a: argparse.Namespace, work: Path, cap: float
+    db: str,
+    run_id: str,
+    size_gb: float,
+    a: argparse.Namespace,
+    work: Path,
+    cap: float,
+    kind: str = "lake",
 ) -> dict[str, Any]:
     """``--cold-runs`` fresh worker processes, one after the other; returns the one whose cold
     analyses (analyze_run + busy_series) took the median wall time, with every run's cold figures
@@ -457,7 +481,7 @@ def run_gpuscope(
     cmd += ["--repeat", str(a.repeat)]
     runs = []
     for i in range(max(1, a.cold_runs)):
-        m = measured(f"analyze-{size_gb:g}gb-{i + 1}", cmd, work, a.gpuscope_timeout, cap)
+        m = measured(f"analyze-{size_gb:g}gb-{kind}-{i + 1}", cmd, work, a.gpuscope_timeout, cap)
         ph = (m.get("worker") or {}).get("phases", {})
         if "analyze_cold" in ph and "busy_series" in ph:
             c, b = ph["analyze_cold"], ph["busy_series"]
@@ -502,14 +526,16 @@ def run_hta(
     return m
 
 
-def gs_rows(m: dict[str, Any], size: float, repeat: int) -> list[dict[str, Any]]:
+def gs_rows(
+    m: dict[str, Any], size: float, repeat: int, who: str = "gpuscope-lake"
+) -> list[dict[str, Any]]:
     ph = (m.get("worker") or {}).get("phases", {})
     rows: list[dict[str, Any]] = []
 
     def add(step: str, wall: float | None, cpu: float | None, rss: float | None, lb: bool = False):
         rows.append(
             {
-                "contender": "gpuscope",
+                "contender": who,
                 "size_gb": size,
                 "step": step,
                 "wall_s": wall,
@@ -659,6 +685,29 @@ def _row(rows: list[dict[str, Any]], who: str, size: float, prefix: str) -> dict
     )
 
 
+STORE_STEPS = (
+    ("connect", "connect"),
+    ("= analyses cold", "analyses cold (analyze_run + busy_series)"),
+    ("analyze_run warm", "analyze_run warm (median)"),
+    ("analyze_run new connection", "analyze_run, new connection"),
+    ("busy_series alone", "busy_series alone, new connection"),
+    ("(ingest", "ingest (gpuscope ingest, whole process)"),
+)
+
+
+def fmt_stores(rows: list[dict[str, Any]], size: float) -> str:
+    """The lake and the DuckDB file side by side at one size: seconds of each step, and lake/file."""
+    out = [f"{'step':<44}{'lake s':>9}{'file s':>9}{'lake/file':>11}"]
+    for prefix, label in STORE_STEPS:
+        lake = _row(rows, "gpuscope-lake", size, prefix)
+        file = _row(rows, "gpuscope-duckdb", size, prefix)
+        if lake is None or file is None or lake["wall_s"] is None or file["wall_s"] is None:
+            continue
+        x, y = lake["wall_s"], file["wall_s"]
+        out.append(f"{label:<44}{x:>9.3f}{y:>9.3f}{ratio(x, y):>11}")
+    return "\n".join(out) if len(out) > 1 else ""
+
+
 def fmt_profile(p: dict[str, Any]) -> str:
     out = [
         f"analyze_run (timers on, cold, new process): {p['total']['wall_s']:.3f} s wall, "
@@ -702,6 +751,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="trace size for the HTA comparison (default: --size-gb); gpuscope runs at both sizes",
     )
+    add_store_option(ap)
     ap.add_argument("--skip-hta", action="store_true")
     ap.add_argument("--repeat", type=int, default=3, help="warm analyze_run calls (default 3)")
     ap.add_argument(
@@ -714,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--reuse-db",
         action="store_true",
-        help="reuse the gpuscope DB of an earlier run of this benchmark (same trace file)",
+        help="reuse the gpuscope stores of an earlier run of this benchmark (same trace file)",
     )
     ap.add_argument(
         "--reuse-hta",
@@ -739,22 +789,27 @@ def main(argv: list[str] | None = None) -> int:
     load_start = [round(x, 2) for x in os.getloadavg()]
     source, kind = pick_source(None, a.out)
     log(f"source ({kind}): {source}; load average {load_start}")
+    kinds = chosen(a.store)
+    me = f"gpuscope-{kinds[0]}"  # the store the verdict and the profile are about
     cap = 0.9 * mem_available_mb()
     size, hsize = a.size_gb, (a.hta_size_gb if a.hta_size_gb is not None else a.size_gb)
     sizes = [size] + ([hsize] if not a.skip_hta and hsize != size else [])
     traces: dict[float, dict[str, Any]] = {}
     ingests: dict[float, dict[str, Any]] = {}
     gs: dict[float, dict[str, Any]] = {}
+    every: dict[str, dict[str, Any]] = {}  # "<size>/<kind>" -> {"ingest": ..., "analysis": ...}
     rows: list[dict[str, Any]] = []
     for s in sizes:
         big, meta = trace_for(source, s, a.out)
         traces[s] = {"path": str(big), **meta}
-        ing = ingest(big, s, work, a.gpuscope_timeout, cap, a.reuse_db)
-        ingests[s] = ing
-        m = run_gpuscope(ing["db"], ing["run_id"], s, a, work, cap)
-        gs[s] = m
-        rows += gs_rows(m, s, a.repeat)
-        log(fmt_table(rows))
+        for k in kinds:
+            ing = ingest(big, s, work, a.gpuscope_timeout, cap, a.reuse_db, k)
+            m = run_gpuscope(ing["db"], ing["run_id"], s, a, work, cap, k)
+            every[f"{s:g}/{k}"] = {"ingest": ing, "analysis": m}
+            if k == kinds[0]:
+                ingests[s], gs[s] = ing, m
+            rows += gs_rows(m, s, a.repeat, f"gpuscope-{k}")
+            log(fmt_table(rows))
     prof = None
     if not a.no_profile:
         pm = run_profile(ingests[size]["db"], ingests[size]["run_id"], size, work, cap)
@@ -775,11 +830,12 @@ def main(argv: list[str] | None = None) -> int:
     if not a.skip_hta:
         hta = run_hta(Path(traces[hsize]["path"]), hsize, a, work, cap)
         rows += hta_rows(hta, hsize)
-    for s, ing in ingests.items():  # the DB files stay in OUT/analysis/ for reruns by hand
+    for key, both in every.items():  # the stores stay in OUT/analysis/ for reruns by hand
+        s, ing = float(key.split("/")[0]), both["ingest"]
         what = "(ingest, earlier run: reused)" if ing.get("reused") else "(ingest, not in target)"
         rows.append(
             {
-                "contender": "gpuscope",
+                "contender": f"gpuscope-{key.split('/')[1]}",
                 "size_gb": s,
                 "step": what,
                 "wall_s": ing["wall_s"],
@@ -793,7 +849,7 @@ def main(argv: list[str] | None = None) -> int:
     table = fmt_table(rows)
     mach = machine()
     verdict: dict[str, Any] = {}
-    t = _row(rows, "gpuscope", size, "= analyses cold")
+    t = _row(rows, me, size, "= analyses cold")
     if t is not None:
         verdict.update(
             size_gb=size,
@@ -806,13 +862,13 @@ def main(argv: list[str] | None = None) -> int:
             target_pass_cpu=t["cpu_s"] <= TARGET_S,
             cold_samples=gs[size].get("cold_samples"),
         )
-        best = _row(rows, "gpuscope", size, "  analyses cold, best")
+        best = _row(rows, me, size, "  analyses cold, best")
         if best is not None:
             verdict["analyses_cold_best_s"] = best["wall_s"]
             verdict["target_pass_best"] = best["wall_s"] <= TARGET_S
     h = _row(rows, "HTA", hsize, "= 3 breakdowns")
-    g = _row(rows, "gpuscope", hsize, "analyze_run cold")
-    gt = _row(rows, "gpuscope", hsize, "= analyses cold")
+    g = _row(rows, me, hsize, "analyze_run cold")
+    gt = _row(rows, me, hsize, "= analyses cold")
     if h is not None and g is not None:
         verdict.update(
             hta_size_gb=hsize,
@@ -847,6 +903,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(table)
     print()
+    side_by_side = fmt_stores(rows, size)
+    if side_by_side:
+        print(
+            f"the two stores at {size:g} GB (lake/file below 1: the lake is faster)\n{side_by_side}\n"
+        )
     if "ratio_vs_analyze_cold" in verdict:
         lb = ">=" if verdict["hta_is_lower_bound"] else ""
         print(
@@ -893,7 +954,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     if t is not None:
         print(
-            f"gpuscope analyses cold at {size:g} GB (analyze_run + busy_series): "
+            f"{me} analyses cold at {size:g} GB (analyze_run + busy_series): "
             f"{t['wall_s']:.2f} s wall, {t['cpu_s']:.2f} s CPU; target <= {TARGET_S:g} s: "
             f"{'PASS' if verdict['target_pass'] else 'FAIL'} (aim {AIM_S:g} s: "
             f"{'PASS' if verdict['aim_pass'] else 'FAIL'})"
@@ -929,6 +990,8 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "verdict": verdict,
         "gpuscope": {f"{s:g}": m for s, m in gs.items()},
+        "stores": every,
+        "stores_table": side_by_side,
         "ingest": {f"{s:g}": m for s, m in ingests.items()},
         "hta": hta,
         "profile": prof,

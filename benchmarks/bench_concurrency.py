@@ -153,7 +153,7 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=1.0, help="warm p95 at 8 sessions, seconds")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpuscope-bench-conc-") as tmp:
-        db = Path(tmp) / "store.duckdb"
+        db = Path(tmp) / "store"
         runs = ingest(db, list(args.trace))
         proc, url = start_ui(db, Path(tmp) / "server.log")
         results: list[dict[str, object]] = []

@@ -1,7 +1,9 @@
-"""Ingest benchmark: gpuscope vs HTA's TraceAnalysis vs a naive DuckDB read_json, on one big trace.
+"""Ingest benchmark: gpuscope (into the DuckLake store and into the legacy DuckDB file, side by
+side) vs HTA's TraceAnalysis vs a naive DuckDB read_json, on one big trace.
 
-    .venv/bin/python benchmarks/bench_ingest.py [--size-gb 1.0] [--source TRACE] [--skip-hta]
-                                                [--skip-naive] [--skip-gpuscope] [--out benchmarks/out/]
+    .venv/bin/python benchmarks/bench_ingest.py [--size-gb 1.0] [--store lake|duckdb|both]
+                                                [--source TRACE] [--skip-hta] [--skip-naive]
+                                                [--skip-gpuscope] [--out benchmarks/out/]
 
 1. Source: ``--source``, else the real ``sample_traces/before/*rank0*.pt.trace.json.gz`` when present,
    else a SYNTHETIC trace made by ``benchmarks/synthetic_source.py`` (the table says which).
@@ -10,12 +12,16 @@
    while the source and the size are the same (only one big trace is kept).
 3. Each contender runs alone, in its own process started through ``measure.py`` (wall time, peak RSS
    of its process tree, timeout, RSS cap):
-   * gpuscope: ``.venv/bin/gpuscope ingest BIG --db OUT/gpuscope.duckdb --json`` (fresh DB);
+   * gpuscope, once per store of ``--store`` (see stores.py), each fresh:
+     ``gpuscope-lake``: ``.venv/bin/gpuscope ingest BIG --store OUT/gpuscope-lake --json`` (the
+     DuckLake folder; the ingest includes its compaction), ``gpuscope-duckdb``: the same with
+     ``--store duckdb:OUT/gpuscope.duckdb`` (the legacy single file);
    * HTA: ``TraceAnalysis(trace_dir=DIR)`` in ``OUT/hta-venv`` (created on demand with
      ``pip install holistictraceanalysis "pandas<3"``; HTA fails on pandas 3), see hta_load.py;
    * naive DuckDB: ``CREATE TABLE events AS SELECT unnest(traceEvents, recursive := true) FROM
      read_json(BIG, maximum_object_size=...)``, see naive_duckdb.py.
-4. Prints the table and writes ``OUT/ingest.json``.
+4. Prints the table, the lake / DuckDB-file ratios (wall, CPU, peak RSS, bytes on disk) and
+   writes ``OUT/ingest.json``.
 
 Targets (issue): gpuscope >= 10x HTA's speed (aim 25x) and peak RSS <= 1x the JSON size (aim 0.5x).
 """
@@ -39,6 +45,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from make_big_trace import make_big_trace  # noqa: E402
+from stores import add_store_option, chosen, ratio, remove, size_bytes, spec  # noqa: E402
 
 REAL_GLOB = "sample_traces/before/*rank0*.pt.trace.json.gz"
 SYNTHETIC = "synthetic_rank0.pt.trace.json.gz"
@@ -179,27 +186,21 @@ def run_measured(
     return m
 
 
+def gpuscope_exe() -> str:
+    gs = REPO / ".venv" / "bin" / "gpuscope"
+    return str(gs if gs.exists() else "gpuscope")
+
+
 def contenders(
     a: argparse.Namespace, big: Path, out: Path
 ) -> list[tuple[str, list[str], Path | None]]:
+    """(name, command, DuckDB file of the naive contender); gpuscope's stores are made fresh and
+    measured by :func:`main` through stores.py."""
     todo: list[tuple[str, list[str], Path | None]] = []
     if not a.skip_gpuscope:
-        db = out / "gpuscope.duckdb"
-        gs = REPO / ".venv" / "bin" / "gpuscope"
-        todo.append(
-            (
-                "gpuscope",
-                [
-                    str(gs if gs.exists() else "gpuscope"),
-                    "ingest",
-                    str(big),
-                    "--db",
-                    str(db),
-                    "--json",
-                ],
-                db,
-            )
-        )
+        for kind in chosen(a.store):
+            cmd = [gpuscope_exe(), "ingest", str(big), "--store", spec(kind, out, "gpuscope")]
+            todo.append((f"gpuscope-{kind}", [*cmd, "--json"], None))
     if not a.skip_hta:
         todo.append(
             ("hta", [str(hta_python(out)), str(HERE / "hta_load.py"), str(big.parent)], None)
@@ -216,7 +217,7 @@ def rows_of(name: str, m: dict[str, Any]) -> int | None:
     rep = m.get("report")
     if rep is None:
         return None
-    if name == "gpuscope":
+    if name.startswith("gpuscope"):
         return sum(r["n_events"] for r in rep) if isinstance(rep, list) else None
     return rep.get("n_rows")
 
@@ -307,8 +308,30 @@ def fmt_table(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def fmt_stores(results: dict[str, dict[str, Any]]) -> str:
+    """The two stores side by side: lake / DuckDB file for wall, CPU, peak RSS, bytes on disk."""
+    lake, file = results.get("gpuscope-lake"), results.get("gpuscope-duckdb")
+    if lake is None or file is None or not (lake["ok"] and file["ok"]):
+        return ""
+
+    def cpu(m: dict[str, Any]) -> float:
+        return float(m["user_s"] + m["sys_s"])
+
+    rows = [
+        ("wall s", lake["wall_s"], file["wall_s"]),
+        ("CPU s", cpu(lake), cpu(file)),
+        ("peak RSS MB", lake["peak_rss_mb"], file["peak_rss_mb"]),
+        ("store MB on disk", lake["store_bytes"] / 1e6, file["store_bytes"] / 1e6),
+    ]
+    out = [f"{'store':<18}{'lake':>10}{'duckdb file':>13}{'lake/file':>11}"]
+    out += [f"{n:<18}{x:>10.1f}{y:>13.1f}{ratio(x, y):>11}" for n, x, y in rows]
+    return "\n".join(out)
+
+
 def verdict(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
-    gs, hta = results.get("gpuscope"), results.get("hta")
+    """Targets of the issue on gpuscope's default store (the lake, else the file)."""
+    gs = results.get("gpuscope-lake") or results.get("gpuscope-duckdb")
+    hta = results.get("hta")
     v: dict[str, Any] = {}
     if gs is None or not gs["ok"]:
         return v
@@ -343,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"Kineto trace to replay (default: {REAL_GLOB}, else synthetic)",
     )
     ap.add_argument("--out", type=Path, default=HERE / "out")
+    add_store_option(ap)
     ap.add_argument("--skip-gpuscope", action="store_true")
     ap.add_argument("--skip-hta", action="store_true")
     ap.add_argument("--skip-naive", action="store_true")
@@ -356,7 +380,9 @@ def main(argv: list[str] | None = None) -> int:
         help="kill a contender whose RSS passes this (default: 90%% of MemAvailable)",
     )
     ap.add_argument(
-        "--keep-db", action="store_true", help="keep the DuckDB files (deleted after each run)"
+        "--keep-db",
+        action="store_true",
+        help="keep the stores and DuckDB files (deleted after each run)",
     )
     a = ap.parse_args(argv)
     out: Path = a.out.resolve()
@@ -367,16 +393,25 @@ def main(argv: list[str] | None = None) -> int:
     cap = a.max_rss_mb or 0.9 * mem_available_mb()
     results: dict[str, dict[str, Any]] = {}
     for name, cmd, db in contenders(a, big, out):
+        store_kind = name.removeprefix("gpuscope-") if name.startswith("gpuscope-") else None
+        if store_kind is not None:
+            remove(store_kind, out, "gpuscope")
         if db is not None:
             for p in (db, Path(str(db) + ".wal")):
                 p.unlink(missing_ok=True)
         m = run_measured(name, cmd, out, a.timeout, cap)
+        if store_kind is not None:
+            m["store"] = spec(store_kind, out, "gpuscope")
+            m["store_bytes"] = size_bytes(store_kind, out, "gpuscope")
+            if not a.keep_db:
+                remove(store_kind, out, "gpuscope")
         if db is not None and db.exists():
             m["db_bytes"] = db.stat().st_size
             if not a.keep_db:
                 db.unlink()
         results[name] = m
     table = fmt_table(results, meta)
+    side_by_side = fmt_stores(results)
     v = verdict(results, meta)
     mach = machine()
     print(
@@ -387,6 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         f"machine: {mach['cpu']}, {mach['cores']} cores, {mach['mem_gb']} GiB; duckdb {mach['duckdb']}\n"
     )
     print(table)
+    if side_by_side:
+        print(
+            f"\nthe two stores (lake/file below 1: the lake is faster or smaller)\n{side_by_side}"
+        )
     loads = [m.get("loadavg_1m_start", 0) for m in results.values()] + [
         m.get("loadavg_1m_end", 0) for m in results.values()
     ]
@@ -400,12 +439,12 @@ def main(argv: list[str] | None = None) -> int:
         if "speed_vs_hta" in v:
             lb = ">=" if v["speed_vs_hta_is_lower_bound"] else ""
             print(
-                f"gpuscope speed vs HTA: {lb}{v['speed_vs_hta']:.1f}x  target >= {TARGET_SPEED:g}x: "
+                f"gpuscope ({'lake' if 'gpuscope-lake' in results else 'duckdb file'}) speed vs HTA: {lb}{v['speed_vs_hta']:.1f}x  target >= {TARGET_SPEED:g}x: "
                 f"{'PASS' if v['speed_target_pass'] else 'FAIL'}  (aim {AIM_SPEED:g}x: "
                 f"{'PASS' if v['speed_aim_pass'] else 'FAIL'})"
             )
         print(
-            f"gpuscope peak RSS / JSON size: {v['rss_ratio']:.2f}  target <= {TARGET_RSS:g}: "
+            f"gpuscope ({'lake' if 'gpuscope-lake' in results else 'duckdb file'}) peak RSS / JSON size: {v['rss_ratio']:.2f}  target <= {TARGET_RSS:g}: "
             f"{'PASS' if v['rss_target_pass'] else 'FAIL'}  (aim {AIM_RSS:g}: {'PASS' if v['rss_aim_pass'] else 'FAIL'})"
         )
     doc = {
@@ -422,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             "rss_aim": AIM_RSS,
         },
         "table": table,
+        "stores": side_by_side,
     }
     (out / "ingest.json").write_text(json.dumps(doc, indent=1) + "\n")
     log(f"results: {out / 'ingest.json'}")

@@ -3,7 +3,7 @@
 measured side by side with a bare Streamlit page holding one small Plotly chart.
 
     python benchmarks/bench_ui.py                             # the sample runs (make bench-ui)
-    python benchmarks/bench_ui.py --db data/gpuscope.duckdb [--run RUN] [--repeat 5]
+    python benchmarks/bench_ui.py --db STORE_DIR [--run RUN] [--repeat 5]
     python benchmarks/bench_ui.py --trace big_run/            # ingest into a temp store first
 
 Starts ``gpuscope ui`` on a free port against the store (default: a temp store of
@@ -13,7 +13,7 @@ Starts ``gpuscope ui`` on a free port against the store (default: a temp store o
 new session each), so both see the same machine load. Prints absolute times, the warm ratio
 run page ÷ bare page (stable on a noisy machine: what the dashboard adds to Streamlit's own cost)
 and a JSON line; exits 1 when the warm median exceeds ``--budget`` seconds (default 2).
-The store must not be open in another process (DuckDB allows one writer).
+The store may be open in other processes (a dashboard, an ingest) at the same time.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         from gpuscope.ingest.loader import ingest_paths
         from gpuscope.ingest.store import connect
 
-        db = tmp / "bench.duckdb"
+        db = tmp / "bench-store"
         con = connect(db)
         t0 = time.perf_counter()
         ingest_paths(con, traces)

@@ -1,10 +1,15 @@
-"""The app's access to the store (a DuckLake, see :mod:`gpuscope.ingest.store`).
+"""The app's access to the store, shared with every other gpuscope process.
 
-The server opens ONE connection (``st.cache_resource``) and every thread that runs a session's
-script gets its own ``con.cursor()`` (DuckDB cursors are not shared between threads). Writes
-(ingest, rename, tag, delete) take the store's write lock (shared with every other process that
-writes the store). ``generation`` changes with every commit, of this process or another, and is
-part of every cached query's key, so no page shows stale rows.
+The store is a DuckLake (or a legacy DuckDB file, ``duckdb:PATH``): the server opens it once
+(``st.cache_resource``) and every thread that runs a session's script gets its own cursor on that
+connection (DuckDB cursors are not shared between threads). ``gpuscope ingest``, ``delete`` and the
+sampler write the same store from other processes at the same time.
+
+Writes (upload, rename, tag, delete) go through :func:`writing`: the store's cross-process write
+lock. Every cached query is keyed by :func:`generation`, the store's snapshot
+id (it changes whenever any process commits), read once per script run (``main.py`` calls
+:func:`begin_script_run`) and again after a write of this run: a run ingested or deleted by another
+process shows on the next rerun or refresh, with no restart.
 
 A store fault that is not bad input (disk full, I/O error, an invalidated database) is raised as
 one line (:class:`StoreError`); the connection is closed and dropped, so the next action opens a
@@ -13,11 +18,9 @@ fresh one instead of every page of every session failing until a restart.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -25,109 +28,151 @@ import pandas as pd
 import streamlit as st
 from gpuscope.analysis import run_views
 from gpuscope.ingest.errors import IngestError, StoreError, store_fault
-from gpuscope.ingest.store import Store as LakeStore
-from gpuscope.ingest.store import list_runs, open_store, parse_spec
-
-
-@dataclass
-class Store:
-    """The shared connection of the store, and a counter of this process's writes."""
-
-    path: str
-    con: LakeStore
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    generation: int = 0
-
+from gpuscope.ingest.store import Store, StoreSpec, list_runs, open_store, parse_spec
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 _local = threading.local()
 
-
-def db_path() -> str:
-    """The store's spec: ``$GPUSCOPE_STORE`` (set by ``gpuscope ui``), else ``$GPUSCOPE_DB``, else the
-    default local store."""
-    return parse_spec(None).location
+# Generations of the store opened after a drop are offset by EPOCH * (drops so far), so a cache
+# entry of the dropped connection is never served again (a legacy DuckDB store counts this
+# process's commits, which start again from 0 on a reopen).
+EPOCH = 10**12
+_drops = [0]
 
 
 class StoreUnavailable(RuntimeError):
-    """The store cannot be opened (bad spec, unreachable catalog); one line."""
+    """The store cannot be opened (catalog unreachable, disk fault, a legacy file held by another
+    process); one line."""
 
 
-_generations = [0]  # carried over when a faulted store is reopened, so caches stay keyed apart
+def spec() -> StoreSpec:
+    """The store ``gpuscope ui`` named: ``$GPUSCOPE_STORE``, else the local store at
+    ``$GPUSCOPE_DB``, else the default local store."""
+    return parse_spec(None)
+
+
+def db_path() -> str:
+    """The store as shown to users (a password in a URL is ``***``); also the store part of every
+    cache key."""
+    return spec().shown()
 
 
 @st.cache_resource(show_spinner=False)
-def _open_store(path: str) -> Store:
+def _open_store(kind: str, location: str, data_path: str | None) -> Store:
+    s = StoreSpec(kind, location, data_path)
     try:
-        return Store(path, open_store(parse_spec(None)), generation=_generations[0])
-    except IngestError as e:  # a bad spec, an unreachable catalog: one line
-        raise StoreUnavailable(f"{e}. Reload to retry.") from None
-    except duckdb.Error as e:  # e.g. the disk is still full: pending rows cannot be discarded yet
+        return open_store(s)
+    except IngestError as e:  # one line already: bad spec, catalog unreachable, legacy file held
+        hint = " Reload to retry."
+        if kind == "duckdb" and "lock" in str(e).lower():
+            hint = (
+                " A legacy DuckDB store is one process's; a store folder (the default) is shared "
+                "by every process. Reload to retry."
+            )
+        raise StoreUnavailable(f"{e}.{hint}") from None
+    except (duckdb.Error, OSError) as e:  # e.g. the disk is still full
         raise StoreUnavailable(
-            f"cannot open the store: {store_fault(e, path)}. Reload to retry."
+            f"cannot open the store: {store_fault(e, s.shown())}. Reload to retry."
         ) from None
 
 
 def store() -> Store:
-    return _open_store(db_path())
+    """The server's open store (opened on first use; reopened after a fault)."""
+    s = spec()
+    return _open_store(s.kind, s.location, s.data_path)
 
 
 def drop(s: Store) -> None:
-    """Close a faulted store's connection (and every cursor on it); the next use reopens the file."""
-    with s.lock:
-        _generations[0] = max(_generations[0], s.generation) + 1
+    """Close a faulted store's connection (and every cursor on it); the next use reopens it.
+    Waits for a write of this server's other threads (not for other processes' writers)."""
+    with s.lock.thread_lock:
+        _drops[0] += 1
         _open_store.clear()
-        with contextlib.suppress(duckdb.Error):
-            s.con.close()  # closes the cursors of every thread too
+        s.close()  # closes the cursors of every thread too
 
 
 def fault(e: BaseException, s: Store | None = None) -> StoreError:
     """Drop the store after a fault that is not bad input; the one-line error to show."""
     s = s or store()
-    err = store_fault(e, s.path)
+    err = store_fault(e, s.shown())
     drop(s)
     return err
 
 
-def cursor() -> LakeStore:
-    """This thread's cursor on the shared connection (created on first use)."""
+def cursor() -> Store:
+    """This thread's cursor on the shared store (created on first use)."""
     s = store()
-    cursors: dict[int, tuple[LakeStore, LakeStore]] = getattr(_local, "cursors", None) or {}
-    _local.cursors = cursors
-    entry = cursors.get(id(s.con))
-    if entry is None or entry[0] is not s.con:  # an id may be reused by a reopened connection
-        entry = (s.con, s.con.cursor())
-        cursors.clear()  # cursors of a dropped connection are closed: forget them
-        cursors[id(s.con)] = entry
+    entry: tuple[Store, Store] | None = getattr(_local, "cursor", None)
+    if entry is None or entry[0] is not s:  # none yet, or one of a dropped store (closed)
+        entry = (s, s.cursor())
+        _local.cursor = entry
     return entry[1]
 
 
 @contextmanager
-def writing() -> Iterator[LakeStore]:
-    """Serialise a write and invalidate cached reads afterwards (even when it fails).
+def writing() -> Iterator[Store]:
+    """The store's cross-process write lock, held for the block: other processes' writers (and
+    this server's other sessions) wait for it. Each write in the block is its own transaction (an
+    ingest is one: all its runs or nothing). The next :func:`generation` of this script run is
+    read afresh (even after a failure).
 
     Bad input (IngestError) passes through; any other store error (DuckDB, or the OS writing a
     scratch file) drops the connection and is raised as a one-line StoreError.
     """
     s = store()
-    with s.lock:
-        try:
-            yield cursor()
-        except IngestError:
-            raise
-        except (duckdb.Error, OSError) as e:
-            raise fault(e, s) from None
-        finally:
-            s.generation += 1
+    try:
+        cur = cursor()
+        with cur.lock.held():
+            yield cur
+    except IngestError:
+        raise
+    except (duckdb.Error, OSError) as e:
+        raise fault(e, s) from None
+    finally:
+        _local.pin = None
+
+
+def _run_marker() -> object | None:
+    """An object that is new for each script run (Streamlit's per-run ``cursors`` dict), else
+    None outside a script run."""
+    ctx = get_script_run_ctx(suppress_warning=True)
+    return getattr(ctx, "cursors", None) if ctx is not None else None
+
+
+def _pinned() -> int | None:
+    pin = getattr(_local, "pin", None)
+    marker = _run_marker()
+    if pin is None or marker is None or pin[0] is not marker:
+        return None
+    return int(pin[1])
+
+
+def _read_generation() -> int:
+    s = store()
+    try:
+        g = cursor().generation()
+    except duckdb.Error as e:  # the catalog failed: one line, reopen on the next action
+        raise fault(e, s) from None
+    return _drops[0] * EPOCH + g
+
+
+def begin_script_run() -> int:
+    """Read the store's generation for this script run (one catalog query); returns it."""
+    _local.pin = None
+    return generation()
 
 
 def generation() -> int:
-    """Changes with every write of this process (even a failed one) and every commit of any
-    process (the lake's latest snapshot)."""
-    s = store()
-    try:
-        return s.generation + cursor().generation()
-    except duckdb.Error as e:
-        raise fault(e, s) from None
+    """A number that changes whenever any process commits to the store. In a script run it is
+    read once (at the start, and again after the run's own write) and kept for the run; outside
+    one it is read on every call."""
+    pinned = _pinned()
+    if pinned is not None:
+        return pinned
+    gen = _read_generation()
+    marker = _run_marker()
+    _local.pin = (marker, gen) if marker is not None else None
+    return gen
 
 
 def query_df(sql: str, params: list[Any] | None = None) -> pd.DataFrame:

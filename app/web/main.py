@@ -46,8 +46,9 @@ with st.sidebar:
     st.caption(f"gpuscope {__version__} · store {ui.md_code(db.db_path(), None)}")
 try:
     db.store()
-except db.StoreUnavailable as e:
-    st.error(ui.md(str(e), None), icon=":material/lock:")
+    db.begin_script_run()  # the store's generation, read once: what other processes committed
+except (db.StoreUnavailable, IngestError) as e:  # IngestError: a store fault, store dropped
+    st.error(ui.md(str(e), None), icon=":material/error:")
     st.stop()
 try:
     page.run()

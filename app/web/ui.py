@@ -7,10 +7,9 @@ import math
 import re
 from typing import Any
 
-import duckdb
 import pandas as pd
 import streamlit as st
-from gpuscope.ingest.store import delete_run, set_name, set_tags
+from gpuscope.ingest.store import Connection, delete_run, set_name, set_tags, transaction
 
 _FLASH = "_gpuscope_flash"
 
@@ -93,12 +92,14 @@ def parse_tags(text: str) -> list[str]:
     return sorted({t.strip() for t in re.split(r"[,\n]", text or "") if t.strip()})
 
 
-def rename_and_tag(con: duckdb.DuckDBPyConnection, run_id: str, name: str, tags: list[str]) -> None:
-    set_name(con, run_id, name)
-    set_tags(con, run_id, tags)
+def rename_and_tag(con: Connection, run_id: str, name: str, tags: list[str]) -> None:
+    """Both in one transaction: no reader (of any process) sees the new name with the old tags."""
+    with transaction(con):
+        set_name(con, run_id, name)
+        set_tags(con, run_id, tags)
 
 
-def delete(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+def delete(con: Connection, run_id: str) -> bool:
     return delete_run(con, run_id)
 
 

@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-import duckdb
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import RunResult, ingest_paths
 from gpuscope.ingest.naming import meta_from_head, upload_name
+from gpuscope.ingest.store import Connection
 
 CHUNK = 1 << 20
 ACCEPTED = (".json", ".json.gz", ".gz")
@@ -97,7 +97,7 @@ def _copy(src: Upload | BinaryIO, dest: Path) -> int:
 
 
 def ingest_uploads(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     files: Sequence[Upload],
     *,
     mode: str = ONE_RUN,

@@ -96,7 +96,7 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
 if runs.empty:
     st.info(
         "No runs yet. Upload a trace above, or run `gpuscope ingest TRACE.json.gz` "
-        "(with the dashboard stopped) and reload.",
+        "(from any terminal, with this page open) and reload.",
         icon=":material/info:",
     )
     st.stop()
