@@ -17,21 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# Per-GPU fields of one poll, in the order of the nvml_samples table (after gpu, gpu_uuid, gpu_name, t_ns).
-METRIC_FIELDS: tuple[str, ...] = (
-    "gpu_util_pct",
-    "mem_util_pct",
-    "mem_used_bytes",
-    "mem_total_bytes",
-    "power_w",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "temp_c",
-    "pcie_rx_bytes_s",
-    "pcie_tx_bytes_s",
-    "sm_active_pct",
-    "tensor_active_pct",
-)
+from gpuscope.analysis.event_classes import NVML_METRIC_FIELDS
+
 KIB = 1024  # NVML's PCIe throughput is in KB/s; nvitop and nvidia-smi read that as KiB/s
 
 
@@ -187,7 +174,7 @@ class _Device:
 
     def poll(self) -> dict[str, Any]:
         nv, h = self.nv, self.handle
-        row: dict[str, Any] = dict.fromkeys(("gpu", *METRIC_FIELDS))
+        row: dict[str, Any] = dict.fromkeys(("gpu", *NVML_METRIC_FIELDS))
         row["gpu"] = self.index
         util = self._get("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
         if util is not None:

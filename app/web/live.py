@@ -19,25 +19,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from gpuscope.analysis.event_classes import NVML_METRIC_FIELDS
 from gpuscope.analysis.live import LiveDiagnosis, sawtooth_diagnosis
 from gpuscope.ingest.env import positive_int
 
 ENV_SAMPLER = "GPUSCOPE_SAMPLER_URL"
 DEFAULT_URL = "http://127.0.0.1:9401"
-FIELDS = (
-    "gpu_util_pct",
-    "sm_active_pct",
-    "tensor_active_pct",
-    "mem_util_pct",
-    "mem_used_bytes",
-    "mem_total_bytes",
-    "power_w",
-    "temp_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "pcie_rx_bytes_s",
-    "pcie_tx_bytes_s",
-)
 MAX_ROWS = 200_000
 ENV_ALLOW_HOSTS = "GPUSCOPE_LIVE_ALLOW_HOSTS"
 ENV_MAX_BYTES = "GPUSCOPE_LIVE_MAX_BYTES"
@@ -183,7 +170,7 @@ class Batch:
     host: str | None
     now_ns: int | None
     interval_ms: float | None
-    rows: pd.DataFrame  # t_ns, gpu, FIELDS...
+    rows: pd.DataFrame  # t_ns, gpu, NVML_METRIC_FIELDS...
     gpus: list[dict[str, Any]] = field(default_factory=list)  # the recording's header "gpus"
 
 
@@ -248,12 +235,12 @@ def parse(body: dict[str, Any]) -> Batch:
         t = s.get("t_ns")
         for g in s.get("gpus") or []:
             row = {"t_ns": t, "gpu": g.get("gpu")}
-            row.update({f: g.get(f) for f in FIELDS})
+            row.update({f: g.get(f) for f in NVML_METRIC_FIELDS})
             rows.append(row)
-    frame = pd.DataFrame(rows, columns=["t_ns", "gpu", *FIELDS])
+    frame = pd.DataFrame(rows, columns=["t_ns", "gpu", *NVML_METRIC_FIELDS])
     if not frame.empty:
         frame = frame.astype({"t_ns": "int64", "gpu": "int64"})
-        for f in FIELDS:
+        for f in NVML_METRIC_FIELDS:
             frame[f] = pd.to_numeric(frame[f], errors="coerce")
     return Batch(
         body.get("host"),
@@ -327,7 +314,7 @@ def to_jsonl(
     lines = [json.dumps(header, separators=(",", ":"))]
     for t, g in rows.groupby("t_ns", sort=True):
         per_gpu = [
-            {"gpu": int(r["gpu"]), **{f: _jsonable(r[f]) for f in FIELDS}}
+            {"gpu": int(r["gpu"]), **{f: _jsonable(r[f]) for f in NVML_METRIC_FIELDS}}
             for r in g.to_dict("records")
         ]
         lines.append(json.dumps({"t_ns": int(t), "gpus": per_gpu}, separators=(",", ":")))
