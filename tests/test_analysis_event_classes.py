@@ -38,8 +38,6 @@ def test_the_app_reads_the_nvml_fields_and_causes_from_the_vocabulary():
     """The sampler polls, the Live page holds and saves the vocabulary's NVML fields, and the
     palette colours and labels exactly its causes in its order (the legend's order): no copy of
     either list anywhere in the app."""
-    import json
-
     import pandas as pd
     from gpuscope.sampler import nvml_api
     from gpuscope.web import live, palette
@@ -48,8 +46,9 @@ def test_the_app_reads_the_nvml_fields_and_causes_from_the_vocabulary():
     body = {"samples": [{"t_ns": 1, "gpus": [{"gpu": 0, "power_w": 10.0}]}]}
     assert list(live.parse(body).rows.columns) == ["t_ns", "gpu", *E.NVML_METRIC_FIELDS]
     rows = pd.DataFrame([{"t_ns": 1, "gpu": 0, **dict.fromkeys(E.NVML_METRIC_FIELDS, 1.0)}])
-    line = json.loads(live.to_jsonl(rows, host="h", gpus=[], interval_ms=100).splitlines()[1])
-    assert tuple(k for k in line["gpus"][0] if k != "gpu") == E.NVML_METRIC_FIELDS
+    window = live.window_of(rows, host="h", gpus=[], interval_ms=100)
+    assert live.GpuReading.__struct_fields__ == ("gpu", *E.NVML_METRIC_FIELDS)
+    assert window.samples[0].gpus[0] == live.GpuReading(0, *[1] * len(E.NVML_METRIC_FIELDS))
     assert tuple(palette.CAUSES) == E.CAUSES, "a cause without a colour, or a colour of no cause"
     assert tuple(palette.CAUSE_TEXT) == E.CAUSES
     assert set(palette.CAUSE_ALIASES.values()) <= set(E.CAUSES)
