@@ -211,9 +211,11 @@ class _Device:
             v = gpm.get(fld)
             # without GPM: NVML's byte counter over a 20 ms window (each call blocks ~20 ms)
             if v is None:
-                kbs = self._get(
-                    fld, lambda c=counter: nv.nvmlDeviceGetPcieThroughput(h, getattr(nv, c))
-                )
+
+                def throughput(c: str = counter) -> Any:
+                    return nv.nvmlDeviceGetPcieThroughput(h, getattr(nv, c))
+
+                kbs = self._get(fld, throughput)
                 v = kbs * KIB if kbs is not None else None
             row[fld] = v
         return row

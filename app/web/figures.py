@@ -221,10 +221,10 @@ def sawtooth(
             # closed polygon (max left to right, min back), so no pixel-wide strokes
             lo = busy["busy_min"].to_numpy(dtype="float64") * 100.0
             hi = busy["busy_max"].to_numpy(dtype="float64") * 100.0
-            xs = np.repeat(x_edges, 2)[1:-1]  # bucket steps as explicit corners
+            corners = np.repeat(x_edges, 2)[1:-1]  # bucket steps as explicit corners
             fig.add_trace(
                 go.Scatter(
-                    x=np.concatenate([xs, xs[::-1]]),
+                    x=np.concatenate([corners, corners[::-1]]),
                     y=np.concatenate([np.repeat(hi, 2), np.repeat(lo, 2)[::-1]]),
                     name="busy min–max",
                     mode="lines",

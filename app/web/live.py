@@ -377,7 +377,10 @@ def window_of(
         Sample(
             int(t),
             tuple(
-                GpuReading(int(r["gpu"]), **{f: _reading(f, r[f]) for f in NVML_METRIC_FIELDS})
+                msgspec.convert(
+                    {"gpu": int(r["gpu"]), **{f: _reading(f, r[f]) for f in NVML_METRIC_FIELDS}},
+                    GpuReading,
+                )
                 for r in g.to_dict("records")
             ),
         )
