@@ -10,6 +10,7 @@ Units are those of the ``nvml_samples`` table (ingest/schema.py): %, bytes, W, M
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import threading
 import time
@@ -36,12 +37,8 @@ class GpuInfo:
     mem_total_bytes: int | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "name": self.name,
-            "uuid": self.uuid,
-            "mem_total_bytes": self.mem_total_bytes,
-        }
+        """The header's GPU object: ``index``, ``name``, ``uuid``, ``mem_total_bytes``."""
+        return dataclasses.asdict(self)
 
 
 def _text(v: Any) -> str:
