@@ -20,7 +20,14 @@ from typing import Any
 import duckdb
 import pandas as pd
 from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
-from gpuscope.analysis.store_access import COMM_KERNEL_RE, execute, pct, us
+from gpuscope.analysis.store_access import (
+    COMM_KERNEL_RE,
+    bucket_width,
+    by_bucket,
+    execute,
+    pct,
+    us,
+)
 
 
 def activity_sql(ix: RankIndex, device_filter: str = "") -> str:
@@ -320,15 +327,12 @@ def overlap_by_range(
     """Total overlap (ns) of each ``[start, end)`` range with the *disjoint* intervals ``s, e``
     of ``intervals_sql`` (all inside ``[lo, hi)``). A hash join on time buckets: no sort of the
     intervals; overlaps are clipped to each shared bucket, so nothing counts twice."""
-    bw = max(1, (int(hi) - int(lo)) // 4096)
+    bw = bucket_width(lo, hi)
     rows = execute(
         con,
         f"""
         WITH r AS (SELECT unnest($i) AS i, unnest($rs) AS rs, unnest($re) AS re),
-        rb AS (
-            SELECT i, rs, re, unnest(range((rs - $lo) // $bw, (re - 1 - $lo) // $bw + 1)) AS k
-            FROM r WHERE re > rs
-        ),
+        rb AS ({by_bucket("i, rs, re", "rs", "re", "r", "$lo", "$bw")}),
         iv AS (SELECT s, e, (s - $lo) // $bw AS k1, (e - 1 - $lo) // $bw AS k2 FROM ({intervals_sql})),
         ib AS (
             SELECT s, e, k1 AS k FROM iv WHERE k1 = k2

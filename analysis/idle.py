@@ -45,6 +45,8 @@ from gpuscope.analysis.store_access import (
     RUNTIME_CATS_SQL,
     SYNC_APIS,
     SYNC_SLACK_NS,
+    bucket_width,
+    by_bucket,
     execute,
     names_matching,
     pct,
@@ -194,7 +196,7 @@ def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
     # sync, or a hole in level 5) need the sweep; every other host-late gap lies wholly inside
     # level 5 and outside levels 1..4: all cpu_overhead. Candidates come from a hash join on
     # time buckets (no sort of the gaps).
-    bw = max(1, (int(p["we"]) - int(p["ws"])) // 65536)
+    bw = bucket_width(p["ws"], p["we"], 65536)
     execute(
         con,
         f"""
@@ -206,10 +208,7 @@ def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
             UNION ALL SELECT coalesce(lag(e) OVER (ORDER BY s), $ws), s FROM l5
             UNION ALL SELECT coalesce((SELECT max(e) FROM l5), $ws), $we
         ),
-        spb AS (
-            SELECT a, b, unnest(range((a - $ws) // {bw}, (b - 1 - $ws) // {bw} + 1)) AS k
-            FROM sp WHERE b > a
-        ),
+        spb AS ({by_bucket("a, b", "a", "b", "sp", "$ws", str(bw))}),
         lg AS (
             SELECT gs, ge, (gs - $ws) // {bw} AS k1, (ge - 1 - $ws) // {bw} AS k2
             FROM {t["g"]} WHERE NOT queued

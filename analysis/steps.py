@@ -20,6 +20,8 @@ from gpuscope.analysis.store_access import (
     GPU_CATS_SQL,
     HOST_CATS_SQL,
     PROFILER_STEP_RE,
+    bucket_width,
+    by_bucket,
     execute,
     ms,
     names_matching,
@@ -156,23 +158,20 @@ def _gpu_ends(
         "ce": [s.cpu_end_ns for s in steps],
         "lo": lo,
         "hi": hi,
-        "bw": max(1, (hi - lo) // 4096),
+        "bw": bucket_width(lo, hi),
     }
     rows = execute(
         con,
         f"""
         WITH st AS (SELECT unnest($num) AS number, unnest($cs) AS cs, unnest($ce) AS ce),
-        sb AS (
-            SELECT number, cs, ce, unnest(range((cs - $lo) // $bw, (ce - 1 - $lo) // $bw + 1)) AS b
-            FROM st WHERE ce > cs
-        ),
+        sb AS ({by_bucket("number, cs, ce", "cs", "ce", "st", "$lo", "$bw")}),
         rt AS (
             SELECT correlation, s AS ts_ns, (s - $lo) // $bw AS b FROM {ix.runtime()}
             WHERE s >= $lo AND s < $hi
         ),
         g AS (SELECT correlation, e AS ge FROM {ix.gpu()} WHERE correlation IS NOT NULL AND s >= $lo),
         j AS (SELECT rt.ts_ns, rt.b, g.ge FROM rt JOIN g USING (correlation))
-        SELECT sb.number, max(j.ge) FROM j JOIN sb ON j.b = sb.b AND j.ts_ns >= sb.cs
+        SELECT sb.number, max(j.ge) FROM j JOIN sb ON j.b = sb.k AND j.ts_ns >= sb.cs
         AND j.ts_ns < sb.ce GROUP BY sb.number
         """,
         params,

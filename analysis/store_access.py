@@ -146,3 +146,24 @@ def ms(ns: float | int | None) -> float | None:
 def pct(part: float | int, whole: float | int) -> float:
     """100 × part / whole, 0 when whole is 0."""
     return 100.0 * float(part) / float(whole) if whole else 0.0
+
+
+# -- hash joins on time buckets ----------------------------------------------------------------------
+# Overlap of many ranges with many intervals, without sorting either: cut the time axis into buckets
+# of equal width, list each range once per bucket it touches, and join on the bucket.
+
+
+def bucket_width(lo: int, hi: int, n: int = 4096) -> int:
+    """Width (ns, at least 1) of the time buckets that cut ``[lo, hi)`` into about ``n``."""
+    return max(1, (int(hi) - int(lo)) // n)
+
+
+def by_bucket(columns: str, start: str, end: str, source: str, lo: str, width: str) -> str:
+    """A SELECT of ``columns`` of ``source``'s non-empty ranges ``[start, end)``, one row per time
+    bucket that the range touches, the bucket in column ``k``: bucket ``k`` is
+    ``[lo + k × width, lo + (k + 1) × width)``. ``lo`` and ``width`` are SQL (a ``$param`` or a
+    number)."""
+    return (
+        f"SELECT {columns}, unnest(range(({start} - {lo}) // {width}, "
+        f"({end} - 1 - {lo}) // {width} + 1)) AS k FROM {source} WHERE {end} > {start}"
+    )
