@@ -577,7 +577,8 @@ def analyze_run(
     pageable = (
         pageable_copies(con, run_id, rank, window, busy.device, gpu_model) if details else None
     )
-    # (the other ranks replace this rank's cached working set: everything that reads it is above)
+    # (the other ranks' indexes may push this rank's RankIndex out of the shared ones: everything
+    # that reads it is above)
     ranks = [
         _rank_row(
             rank, window, busy.busy_pct if not evidence else None, stats.mean_ms, comm_only, idle
