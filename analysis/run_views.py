@@ -33,7 +33,7 @@ __all__ = [
 
 _RUN_COLUMNS = (
     "run_id, name, kind, created_at, n_ranks, n_events, source_bytes, gpu_name, torch_version, "
-    "tags, start_ns, end_ns"
+    "tags, start_ns, end_ns, uploaded_by"
 )
 
 
@@ -50,6 +50,20 @@ def run_row(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | Non
 
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def uploaders(
+    con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None
+) -> dict[str, str | None]:
+    """Who uploaded each run (``runs.uploaded_by``; None when unknown), by run id: every run, or
+    only ``run_ids``. A run that does not exist is absent from the answer."""
+    if run_ids is None:
+        rows = con.execute("SELECT run_id, uploaded_by FROM runs").fetchall()
+    else:
+        rows = con.execute(
+            "SELECT run_id, uploaded_by FROM runs WHERE list_contains(?, run_id)", [list(run_ids)]
+        ).fetchall()
+    return {str(r): o for r, o in rows}
 
 
 def row_count(con: duckdb.DuckDBPyConnection, table: str) -> int:

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 
+import duckdb
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
@@ -46,6 +47,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "gpuscope.capture would have (caps host-side findings at what can exist without the "
         "profiler)",
     )
+    p.add_argument(
+        "--uploaded-by",
+        metavar="WHO",
+        help="who stores the run(s), kept in runs.uploaded_by (default: unknown)",
+    )
     p.add_argument("--json", action="store_true", help="print details as JSON")
     common_db_option(p)
 
@@ -71,7 +77,14 @@ def run(args: argparse.Namespace) -> int:
             separate=args.separate,
             smi_columns=args.smi_columns,
             metadata=metadata,
+            uploaded_by=args.uploaded_by,
         )
+        if any(not r.duplicate for r in results):
+            try:  # compacts small files; deletes files no snapshot needs any more
+                con.maintain()
+            except duckdb.Error as e:  # the runs are stored; the next ingest maintains again
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                print(f"gpuscope: note: store maintenance skipped ({first})", file=sys.stderr)
     except IngestError as e:
         return fail(str(e))
     finally:

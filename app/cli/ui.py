@@ -1,13 +1,19 @@
-"""`gpuscope ui`: the web dashboard (``streamlit run app/web/main.py``) on 127.0.0.1:8501 by default."""
+"""`gpuscope ui`: the web dashboard (``streamlit run app/web/main.py``) on 127.0.0.1:8501 by default.
+
+Beyond loopback it serves only with sign-in configured (``--auth-config`` /
+``$GPUSCOPE_AUTH_CONFIG``, checked before the server starts) or with ``--no-auth`` said outright.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
 ENV_MAX_UPLOAD = "GPUSCOPE_MAX_UPLOAD_MB"
+ENV_AUTH_CONFIG = "GPUSCOPE_AUTH_CONFIG"  # the same name as gpuscope.web.auth.ENV_AUTH_CONFIG
 DEFAULT_MAX_UPLOAD_MB = 1024
 
 
@@ -33,12 +39,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "ui",
         help="open the web dashboard",
         description="Serve the dashboard with Streamlit. It binds to 127.0.0.1 unless "
-        "--host says otherwise.",
+        "--host says otherwise; an address other machines can reach needs sign-in "
+        "(--auth-config) or --no-auth.",
     )
     p.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)"
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; 0.0.0.0 for all, with --auth-config or --no-auth)",
     )
     p.add_argument("--port", type=int, default=8501, help="port (default 8501)")
+    p.add_argument(
+        "--auth-config",
+        metavar="FILE",
+        default=None,
+        help=f"sign-in: a TOML file with Streamlit's [auth] section (OIDC) and an optional "
+        f"[gpuscope] admins list (default ${ENV_AUTH_CONFIG}; see docs/security.md)",
+    )
+    p.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve beyond loopback without sign-in when none is configured: anyone who "
+        f"reaches the address can read, upload, rename and delete runs (${ENV_AUTH_CONFIG}, "
+        "when set, still turns sign-in on)",
+    )
     p.add_argument(
         "--load-samples",
         action="store_true",
@@ -61,11 +84,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     common_db_option(p)
 
 
-def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
-    """The ``streamlit run`` argv and environment for these options."""
-    from gpuscope.ingest.store import ENV_DB, default_db_path
+def auth_config_arg(args: argparse.Namespace) -> str | None:
+    """The sign-in config these options name: ``--auth-config``, else ``$GPUSCOPE_AUTH_CONFIG``;
+    None when neither is set. ``--no-auth`` does not clear the variable: it only allows serving
+    beyond loopback when no sign-in is configured (an image's default command can say it, and a
+    deployment still turns sign-in on with the variable)."""
+    given = getattr(args, "auth_config", None)
+    if given is None:
+        given = os.environ.get(ENV_AUTH_CONFIG, "").strip() or None
+    return given
 
-    db = Path(args.db).expanduser() if args.db else default_db_path()
+
+def build_command(
+    args: argparse.Namespace, auth_config: Path | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The ``streamlit run`` argv and environment for these options; ``auth_config``: the checked
+    sign-in config, Streamlit's only secrets file (None: sign-in off)."""
+    from gpuscope.cli._common import store_spec
+    from gpuscope.ingest.store import ENV_DATA_PATH, ENV_STORE
+
+    spec = store_spec(args)
     max_mb = args.max_upload_mb if args.max_upload_mb is not None else _max_upload_default()
     argv = [
         sys.executable,
@@ -89,9 +127,22 @@ def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     # No traceback reaches a viewer unless asked for (config.toml says "none" as well).
     argv += ["--client.showErrorDetails", "full" if getattr(args, "dev", False) else "none"]
     env = dict(os.environ)
-    env[ENV_DB] = str(db.resolve())
+    if auth_config is not None:
+        argv += ["--secrets.files", str(auth_config)]
+        env[ENV_AUTH_CONFIG] = str(auth_config)
+    else:
+        env.pop(ENV_AUTH_CONFIG, None)
+    env[ENV_STORE] = spec.location if spec.kind != "duckdb" else f"duckdb:{spec.location}"
+    if spec.data_path:
+        env[ENV_DATA_PATH] = spec.data_path
     env[ENV_MAX_UPLOAD] = str(max_mb)
     return argv, env
+
+
+def spec_shown(env: dict[str, str]) -> str:
+    from gpuscope.ingest.store import ENV_STORE, parse_spec
+
+    return parse_spec(env[ENV_STORE]).shown()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,7 +152,24 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"--port {args.port}: not a port number")
     if args.max_upload_mb is not None and args.max_upload_mb < 1:
         return fail("--max-upload-mb must be at least 1")
-    argv, env = build_command(args)
+    from gpuscope.web.auth import AuthConfigError, is_loopback, load_config
+
+    if args.no_auth and args.auth_config is not None:
+        return fail("--no-auth and --auth-config contradict each other: choose one")
+    auth_path = auth_config_arg(args)
+    auth_config = None
+    if auth_path is not None:
+        try:
+            auth_config = load_config(auth_path)
+        except AuthConfigError as e:
+            return fail(f"sign-in config {e}")
+    elif not is_loopback(args.host) and not args.no_auth:
+        return fail(
+            f"--host {shlex.quote(args.host)} lets other machines reach the dashboard, and sign-in is not "
+            f"configured: pass --auth-config FILE (or set ${ENV_AUTH_CONFIG}) so visitors sign "
+            "in, or --no-auth to serve it to anyone who reaches it (docs/security.md)"
+        )
+    argv, env = build_command(args, auth_config.path if auth_config else None)
     if args.load_samples:
         from gpuscope.web.samples import load_samples
 
@@ -111,8 +179,9 @@ def run(args: argparse.Namespace) -> int:
         finally:
             con.close()
     host = "localhost" if args.host in ("127.0.0.1", "localhost") else args.host
+    signin = f"sign-in by {auth_config.path}" if auth_config else "no sign-in"
     print(
-        f"gpuscope: dashboard on http://{host}:{args.port}  (store {env['GPUSCOPE_DB']})",
+        f"gpuscope: dashboard on http://{host}:{args.port}  (store {spec_shown(env)}; {signin})",
         file=sys.stderr,
     )
     sys.stdout.flush()

@@ -25,12 +25,13 @@ import pandas as pd
 from gpuscope.analysis.event_classes import NVML_METRIC_FIELDS
 from gpuscope.analysis.live import LiveDiagnosis, sawtooth_diagnosis
 from gpuscope.ingest.env import positive_int
-from gpuscope.ingest.loader import RunResult, ingest_paths
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.ingest.records import RunResult
 from gpuscope.sampler.nvml_api import GpuInfo
 from gpuscope.sampler.record import SeriesWriter, encode_line, make_header
 
 if TYPE_CHECKING:
-    import duckdb
+    from gpuscope.ingest.store import Connection
 
 ENV_SAMPLER = "GPUSCOPE_SAMPLER_URL"
 DEFAULT_URL = "http://127.0.0.1:9401"
@@ -394,10 +395,12 @@ def window_of(
     )
 
 
-def store_window(con: duckdb.DuckDBPyConnection, window: Window, *, name: str) -> RunResult:
-    """Store the window as an NVML-only run named ``name`` (a run already holding exactly these
-    samples is reported as a duplicate). Raises IngestError as the NVML ingest does; on error the
-    store is unchanged."""
+def store_window(
+    con: Connection, window: Window, *, name: str, uploaded_by: str | None = None
+) -> RunResult:
+    """Store the window as an NVML-only run named ``name``, saved by ``uploaded_by`` (a run
+    already holding exactly these samples is reported as a duplicate). Raises IngestError as the
+    NVML ingest does; on error the store is unchanged."""
     header = make_header(
         window.host,
         float(window.interval_ms or 100.0),
@@ -410,5 +413,5 @@ def store_window(con: duckdb.DuckDBPyConnection, window: Window, *, name: str) -
         with SeriesWriter(path, header) as out:
             for s in window.samples:
                 out.write_encoded(encode_line(s))
-        (result,) = ingest_paths(con, [path], name=name)
+        (result,) = ingest_paths(con, [path], name=name, uploaded_by=uploaded_by)
     return result

@@ -13,7 +13,7 @@ import duckdb
 import streamlit as st
 from gpuscope import __version__
 from gpuscope.ingest.errors import IngestError
-from gpuscope.web import db, ui
+from gpuscope.web import auth, db, ui
 
 ICON = Path(__file__).resolve().parent / "static" / "favicon.png"  # local: no font CDN request
 st.set_page_config(
@@ -38,7 +38,10 @@ def _home() -> None:
 
 HOME = st.Page(_home, title="gpuscope", url_path="home", default=True, visibility="hidden")
 
-page = st.navigation([HOME, *PAGES])
+# With sign-in on, a visitor who has not signed in sees the sign-in page only (no page list).
+locked = auth.enabled() and not auth.signed_in()
+page = st.navigation([HOME, *PAGES], position="hidden" if locked else "sidebar")
+auth.gate()
 with st.sidebar:
     st.caption(f"gpuscope {__version__} · store {ui.md_code(db.db_path(), None)}")
 try:

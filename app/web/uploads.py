@@ -106,12 +106,14 @@ def ingest_uploads(
     progress: Progress | None = None,
     tmp_root: str | None = None,
     untraced_step_ms: float | None = None,
+    uploaded_by: str | None = None,
 ) -> list[RunResult]:
     """Store uploaded traces; raise IngestError (one line, nothing stored) on any bad file.
 
     ``mode`` is ``ONE_RUN`` (all files are ranks of one run) or ``SEPARATE`` (one run per file).
     ``untraced_step_ms``: the step time measured without the profiler, stored with the run(s) as
     ``gpuscope.capture`` would have (``gpuscope ingest --untraced-step-ms``).
+    ``uploaded_by``: the signed-in user (``runs.uploaded_by``); None without sign-in.
     """
     if not files:
         raise IngestError("upload", "no files")
@@ -160,7 +162,13 @@ def ingest_uploads(
         try:
             meta = {"gpuscope.untraced_step_ms": untraced_step_ms} if untraced_step_ms else None
             results = ingest_paths(
-                con, paths, name=run_name, tags=list(tags), progress=on_bytes, metadata=meta
+                con,
+                paths,
+                name=run_name,
+                tags=list(tags),
+                progress=on_bytes,
+                metadata=meta,
+                uploaded_by=uploaded_by,
             )
         except IngestError as e:  # name the file as the user knows it, not its temp path
             shown = {str(t): f.name for f, t in zip(files, targets, strict=True)}

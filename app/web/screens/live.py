@@ -9,7 +9,7 @@ import time
 
 import streamlit as st
 from gpuscope.ingest.errors import IngestError
-from gpuscope.web import db, figures, live, ui, views
+from gpuscope.web import auth, db, figures, live, ui, views
 from gpuscope.web.advice import GPM, what_to_do
 
 st.title("Live")
@@ -180,7 +180,7 @@ def _save() -> None:
     name = f"live {window.host} {time.strftime('%Y-%m-%d %H:%M:%S')}"
     try:
         with db.writing() as cur:
-            res = live.store_window(cur, window, name=name)
+            res = live.store_window(cur, window, name=name, uploaded_by=auth.uploader())
     except (IngestError, db.StoreUnavailable) as e:
         st.session_state["live_saved"] = ("error", f"Not saved: {ui.md(str(e), None)}", None)
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 from gpuscope.ingest.errors import IngestError
-from gpuscope.web import data, db, ui
+from gpuscope.web import auth, data, db, ui
 from gpuscope.web.samples import SAMPLE_TAG
 from gpuscope.web.uploads import ONE_RUN, SEPARATE, ingest_uploads, run_name_for, trace_files
 
@@ -13,6 +13,7 @@ st.title("Runs")
 ui.show_flash()
 
 runs = db.runs_df(db.db_path(), db.generation())
+viewer = auth.current()  # None: sign-in is off, and everyone who reaches the page may change runs
 
 # -- upload --------------------------------------------------------------------------------------
 # Open until the user has uploaded once: while the store holds nothing, or only the sample runs.
@@ -69,6 +70,7 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
                     tags=ui.parse_tags(tags_text),
                     progress=lambda frac, text: bar.progress(min(max(frac, 0.0), 1.0), text=text),
                     untraced_step_ms=untraced or None,
+                    uploaded_by=auth.uploader(),
                 )
         except IngestError as e:
             bar.empty()
@@ -122,6 +124,7 @@ if failed:
         + (" …" if len(failed) > 5 else "")
         + ". Open one to see why; the details are in the server log."
     )
+owners = auth.owners(db.cursor())  # run id -> uploaded_by (read fresh: it decides the controls)
 table = pd.DataFrame(
     {
         "name": runs["name"],
@@ -132,6 +135,7 @@ table = pd.DataFrame(
         "busy_pct": [m["busy_pct"] for m in metrics],
         "mfu_pct": [m["mfu_pct"] for m in metrics],
         "tags": runs["tags"],
+        "uploaded_by": [owners.get(r) or "—" for r in runs["run_id"]],
         "run_id": runs["run_id"],
     }
 )
@@ -172,6 +176,9 @@ event = st.dataframe(
         ),
         "mfu_pct": st.column_config.NumberColumn("MFU", format="%.1f %%"),
         "tags": st.column_config.ListColumn("Tags"),
+        "uploaded_by": st.column_config.TextColumn(
+            "Uploaded by", help="The signed-in user who uploaded the run (— : not recorded)"
+        ),
         "run_id": st.column_config.TextColumn("Run id"),
     },
 )
@@ -188,6 +195,12 @@ if not selected:
 else:
     first = selected[0]
     rid = str(first["run_id"])
+    ids = [str(r["run_id"]) for r in selected]
+    # who may change these runs (sign-in on: the uploader or an admin); checked again on write
+    may_rename, why_not_rename = auth.may_change(owners.get(rid), viewer)
+    verdicts = [auth.may_change(owners.get(i), viewer) for i in ids]
+    may_delete = all(ok for ok, _ in verdicts)
+    why_not_delete = next((why for ok, why in verdicts if not ok), "")
     cols = st.columns([2, 2, 3, 3])
     cols[0].page_link(
         "screens/run.py",
@@ -204,33 +217,57 @@ else:
             query_params={"a": str(a["run_id"]), "b": str(b["run_id"])},
         )
     with cols[2].form(f"rename_{rid}", border=False):
-        new_name = st.text_input("Rename", value=str(first["name"]), key=f"rename_text_{rid}")
-        new_tags = st.text_input(
-            "Tags (comma-separated)", value=", ".join(first["tags"]), key=f"tags_text_{rid}"
+        new_name = st.text_input(
+            "Rename", value=str(first["name"]), key=f"rename_text_{rid}", disabled=not may_rename
         )
-        if st.form_submit_button("Save name and tags"):
+        new_tags = st.text_input(
+            "Tags (comma-separated)",
+            value=", ".join(first["tags"]),
+            key=f"tags_text_{rid}",
+            disabled=not may_rename,
+        )
+        if st.form_submit_button("Save name and tags", disabled=not may_rename):
             clean = new_name.strip()
             if not clean:
                 st.error("A run needs a name.")
             else:
                 with db.writing() as cur:
-                    ui.rename_and_tag(cur, rid, clean, ui.parse_tags(new_tags))
-                ui.flash("success", f"Saved **{ui.md(clean)}**.")
-                st.rerun()
+                    refused = auth.refusal(cur, [rid], viewer)  # never trust the button alone
+                    if refused is None:
+                        ui.rename_and_tag(cur, rid, clean, ui.parse_tags(new_tags))
+                if refused is not None:
+                    st.error(f"**Not saved.** {ui.md(refused, None)}", icon=":material/lock:")
+                else:
+                    ui.flash("success", f"Saved **{ui.md(clean)}**.")
+                    st.rerun()
+        if not may_rename:
+            st.caption(f":material/lock: {ui.md(why_not_rename, None)}")
     with cols[3]:
-        ids = [str(r["run_id"]) for r in selected]
         label = f"Delete {len(ids)} runs" if len(ids) > 1 else f"Delete {ui.md(first['name'], 40)}"
         sure = st.checkbox(
-            "Yes, delete: this cannot be undone", key=f"confirm_delete_{'_'.join(ids)}"
+            "Yes, delete: this cannot be undone",
+            key=f"confirm_delete_{'_'.join(ids)}",
+            disabled=not may_delete,
         )
         if st.button(
-            label, icon=":material/delete:", disabled=not sure, key=f"delete_{'_'.join(ids)}"
+            label,
+            icon=":material/delete:",
+            disabled=not (sure and may_delete),
+            key=f"delete_{'_'.join(ids)}",
+            help=ui.md(why_not_delete, None) or None,
         ):
             with db.writing() as cur:
-                for i in ids:
-                    ui.delete(cur, i)
-            ui.flash("success", f"Deleted {len(ids)} run(s).")
-            st.rerun()
+                refused = auth.refusal(cur, ids, viewer)  # never trust the button alone
+                if refused is None:
+                    for i in ids:
+                        ui.delete(cur, i)
+            if refused is not None:
+                st.error(f"**Nothing was deleted.** {ui.md(refused, None)}", icon=":material/lock:")
+            else:
+                ui.flash("success", f"Deleted {len(ids)} run(s).")
+                st.rerun()
+        if not may_delete:
+            st.caption(f":material/lock: {ui.md(why_not_delete, None)}")
 
 # -- compare any two -------------------------------------------------------------------------------
 trace_runs = runs[runs["kind"] == "trace"]
