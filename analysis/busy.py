@@ -15,9 +15,8 @@ interval and ends the gap ``[pm, s)``; the union length is ``sum(max(0, e - max(
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pandas as pd
 from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
 from gpuscope.analysis.store_access import (
@@ -28,6 +27,9 @@ from gpuscope.analysis.store_access import (
     pct,
     us,
 )
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 
 def activity_sql(ix: RankIndex, device_filter: str = "") -> str:
@@ -66,7 +68,7 @@ def _params(run_id: str, rank: int, start_ns: int, end_ns: int, **kw: Any) -> di
 
 
 def primary_device(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, start_ns: int, end_ns: int
+    con: Connection, run_id: str, rank: int, start_ns: int, end_ns: int
 ) -> int | None:
     """The device with the most GPU activity time in ``[start_ns, end_ns)`` (ties: lowest id);
     None when no device ran anything."""
@@ -114,7 +116,7 @@ class BusySummary:
 
 
 def busy_summary(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     start_ns: int,
@@ -182,7 +184,7 @@ def busy_summary(
 
 
 def merged_intervals(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     start_ns: int,
@@ -218,7 +220,7 @@ def _resolve_device(
 
 
 def busy_series(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     start_ns: int,
@@ -285,7 +287,7 @@ def busy_series(
 
 
 def busy_in_ranges(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     ranges: list[tuple[int, int]],
@@ -317,7 +319,7 @@ def busy_in_ranges(
 
 
 def overlap_by_range(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     intervals_sql: str,
     ranges: list[tuple[int, int]],
     lo: int,
@@ -360,7 +362,7 @@ def overlap_by_range(
 
 
 def comm_only_ns(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     start_ns: int,

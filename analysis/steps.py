@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import duckdb
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.rank_index import RankIndex
@@ -27,6 +27,9 @@ from gpuscope.analysis.store_access import (
     names_matching,
     regex,
 )
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 
 @dataclass
@@ -94,7 +97,7 @@ _STEP_NUM = re.compile(r"#(\d+)$")
 
 
 def _host_spans(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, name_cond: str, params: dict
+    con: Connection, run_id: str, rank: int, name_cond: str, params: dict
 ) -> pd.DataFrame:
     return execute(
         con,
@@ -109,7 +112,7 @@ def _host_spans(
     ).df()
 
 
-def _profiler_steps(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> list[Step]:
+def _profiler_steps(con: Connection, run_id: str, rank: int) -> list[Step]:
     spans = _host_spans(con, run_id, rank, regex(PROFILER_STEP_RE), {})
     if spans.empty:
         return []
@@ -118,9 +121,7 @@ def _profiler_steps(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> l
     return [Step(int(n), int(r.s), int(r.e)) for n, r in zip(g.index, g.itertuples(), strict=True)]
 
 
-def _annotation_steps(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, annotation: str
-) -> list[Step]:
+def _annotation_steps(con: Connection, run_id: str, rank: int, annotation: str) -> list[Step]:
     spans = _host_spans(
         con,
         run_id,
@@ -139,9 +140,7 @@ def _annotation_steps(
     return steps
 
 
-def _gpu_ends(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, steps: list[Step]
-) -> dict[int, int]:
+def _gpu_ends(con: Connection, run_id: str, rank: int, steps: list[Step]) -> dict[int, int]:
     """Step number -> end of the last GPU activity launched from inside its CPU span.
 
     Launch calls are matched to steps by a hash join on time buckets (no sort of the calls)."""
@@ -179,9 +178,7 @@ def _gpu_ends(
     return {int(n): int(e) for n, e in rows if e is not None}
 
 
-def _trace_extent(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int
-) -> tuple[int, int, int | None]:
+def _trace_extent(con: Connection, run_id: str, rank: int) -> tuple[int, int, int | None]:
     row = execute(
         con,
         f"""
@@ -197,7 +194,7 @@ def _trace_extent(
 
 
 def find_window(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, step_annotation: str | None = None
+    con: Connection, run_id: str, rank: int, step_annotation: str | None = None
 ) -> Window:
     """The window and steps of one rank.
 

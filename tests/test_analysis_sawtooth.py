@@ -213,9 +213,7 @@ def test_nvml_overlay_in_trace_time(con, hand: str, tmp_path: Path) -> None:
 
 def test_nvml_series_is_thinned_evenly(con, tmp_path: Path) -> None:
     with transaction(con):
-        rid = ingest_series(con, _samples(tmp_path / "solo.nvml.jsonl", [1, 2, 3, 4, 5, 6]))[
-            "run_id"
-        ]
+        rid = ingest_series(con, _samples(tmp_path / "solo.nvml.jsonl", [1, 2, 3, 4, 5, 6])).run_id
     assert nvml_run.nvml_series(con, rid)["gpu_util_pct"].tolist() == [1, 2, 3, 4, 5, 6]
     # 6 samples, at most 3: every second one (the 2nd, 4th, 6th)
     assert nvml_run.nvml_series(con, rid, max_points=3)["gpu_util_pct"].tolist() == [2, 4, 6]

@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 from gpuscope.analysis import run_views
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import RunResult, ingest_paths, is_trace_file
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 ENV_SAMPLES = "GPUSCOPE_SAMPLES"
 SAMPLE_TAG = "sample"
@@ -45,12 +48,12 @@ def sample_runs(root: Path) -> list[Path]:
     return runs
 
 
-def store_is_empty(con: duckdb.DuckDBPyConnection) -> bool:
+def store_is_empty(con: Connection) -> bool:
     return run_views.row_count(con, "runs") == 0
 
 
 def load_samples(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     root: Path | None = None,
     *,
     only_if_empty: bool = True,
