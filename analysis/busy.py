@@ -15,12 +15,21 @@ interval and ends the gap ``[pm, s)``; the union length is ``sum(max(0, e - max(
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pandas as pd
 from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
-from gpuscope.analysis.store_access import COMM_KERNEL_RE, execute, pct, us
+from gpuscope.analysis.store_access import (
+    COMM_KERNEL_RE,
+    bucket_width,
+    by_bucket,
+    execute,
+    pct,
+    us,
+)
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 
 def activity_sql(ix: RankIndex, device_filter: str = "") -> str:
@@ -59,7 +68,7 @@ def _params(run_id: str, rank: int, start_ns: int, end_ns: int, **kw: Any) -> di
 
 
 def primary_device(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, start_ns: int, end_ns: int
+    con: Connection, run_id: str, rank: int, start_ns: int, end_ns: int
 ) -> int | None:
     """The device with the most GPU activity time in ``[start_ns, end_ns)`` (ties: lowest id);
     None when no device ran anything."""
@@ -107,7 +116,7 @@ class BusySummary:
 
 
 def busy_summary(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     start_ns: int,
@@ -175,7 +184,7 @@ def busy_summary(
 
 
 def merged_intervals(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     start_ns: int,
@@ -211,7 +220,7 @@ def _resolve_device(
 
 
 def busy_series(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     start_ns: int,
@@ -278,7 +287,7 @@ def busy_series(
 
 
 def busy_in_ranges(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     ranges: list[tuple[int, int]],
@@ -310,7 +319,7 @@ def busy_in_ranges(
 
 
 def overlap_by_range(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     intervals_sql: str,
     ranges: list[tuple[int, int]],
     lo: int,
@@ -320,15 +329,12 @@ def overlap_by_range(
     """Total overlap (ns) of each ``[start, end)`` range with the *disjoint* intervals ``s, e``
     of ``intervals_sql`` (all inside ``[lo, hi)``). A hash join on time buckets: no sort of the
     intervals; overlaps are clipped to each shared bucket, so nothing counts twice."""
-    bw = max(1, (int(hi) - int(lo)) // 4096)
+    bw = bucket_width(lo, hi)
     rows = execute(
         con,
         f"""
         WITH r AS (SELECT unnest($i) AS i, unnest($rs) AS rs, unnest($re) AS re),
-        rb AS (
-            SELECT i, rs, re, unnest(range((rs - $lo) // $bw, (re - 1 - $lo) // $bw + 1)) AS k
-            FROM r WHERE re > rs
-        ),
+        rb AS ({by_bucket("i, rs, re", "rs", "re", "r", "$lo", "$bw")}),
         iv AS (SELECT s, e, (s - $lo) // $bw AS k1, (e - 1 - $lo) // $bw AS k2 FROM ({intervals_sql})),
         ib AS (
             SELECT s, e, k1 AS k FROM iv WHERE k1 = k2
@@ -356,7 +362,7 @@ def overlap_by_range(
 
 
 def comm_only_ns(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     start_ns: int,

@@ -9,12 +9,14 @@ the dashboard's Compare page shows of it, in display units (ms, %, TFLOP/s), as 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.report import RunReport, analyze_run
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 
 @dataclass
@@ -324,9 +326,7 @@ def fair_speedup(
     return sp, basis, text, note
 
 
-def compare_runs(
-    con: duckdb.DuckDBPyConnection, a: str, b: str, *, top_n: int = 10, **kw: Any
-) -> Comparison:
+def compare_runs(con: Connection, a: str, b: str, *, top_n: int = 10, **kw: Any) -> Comparison:
     """Analyse runs ``a`` and ``b`` with :func:`analyze_run` (keyword arguments passed on, e.g.
     ``rank``, ``step_annotation``, ``peak_tflops``) and compare them. ``untraced_step_ms``: a pair
     (A's, B's; None for either to use its trace metadata), since each run has its own."""

@@ -11,11 +11,13 @@ Evidence, counted in the window of one rank:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 from gpuscope.analysis.steps import Window
 from gpuscope.analysis.store_access import GPU_CATS_SQL, execute
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 COMPILED_REGION_RE = r"^Torch-Compiled Region"
 COMPILED_FX_RE = r"CompiledFxGraph"
@@ -59,9 +61,7 @@ class CompiledInfo:
         }
 
 
-def compiled_info(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: Window
-) -> CompiledInfo:
+def compiled_info(con: Connection, run_id: str, rank: int, window: Window) -> CompiledInfo:
     """Compile and CUDA-graph evidence of one rank over ``window`` (counts per step)."""
     n = window.n_steps
     row = execute(

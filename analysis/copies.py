@@ -11,13 +11,15 @@ from the pinned host-to-device copies of the same trace (bytes / time, when they
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 from gpuscope.analysis.event_classes import MEMCPY_CATS, PAGEABLE_H2D_RE, PINNED_H2D_RE
 from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
 from gpuscope.analysis.steps import Window
 from gpuscope.analysis.store_access import execute, regex, sql_list
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 PINNED_H2D_GBPS: dict[str, float] = {
     "H100 SXM": 50.0,
@@ -80,7 +82,7 @@ class PageableCopies:
 
 
 def pageable_copies(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     window: Window,

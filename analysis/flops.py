@@ -26,13 +26,15 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import numpy as np
 from gpuscope.analysis import kernels as K
 from gpuscope.analysis.store_access import execute
 from gpuscope.analysis.tensor_cores import dtype_of, tensor_core_info
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 Dims = list[list[int]]
 
@@ -569,7 +571,7 @@ class OpTable:
         return list(itertools.pairwise(bounds))
 
 
-def load_ops(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> OpTable:
+def load_ops(con: Connection, params: dict[str, Any]) -> OpTable:
     p = {**params, "names": list(OPS)}
     d = execute(con, _OPS_ROWS, p).fetchnumpy()
     srows = execute(con, _OPS_SIGS, p).fetchall()
@@ -595,7 +597,7 @@ def load_ops(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> OpTable:
 
 
 def _tf32_ops(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     window: Any,
@@ -632,7 +634,7 @@ def _tf32_ops(
 
 
 def _backward_ops(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, ops: OpTable, rows: np.ndarray
+    con: Connection, run_id: str, rank: int, ops: OpTable, rows: np.ndarray
 ) -> np.ndarray:
     """Bool per row of ``rows``: the op ran in autograd's backward (a backward thread, or under an
     ``autograd::engine::evaluate_function`` / ``*Backward`` op on its thread)."""
@@ -658,7 +660,7 @@ def _backward_ops(
 
 
 def flops_per_step(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     window: Any,
@@ -772,7 +774,7 @@ def flops_per_step(
     return result
 
 
-def _unknown_compiled(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> dict[str, int]:
+def _unknown_compiled(con: Connection, params: dict[str, Any]) -> dict[str, int]:
     """Inductor template kernels (``triton_tem_*`` CPU ops named after the kernel) that do matmul or
     convolution: their FLOPs are not read from the trace, so they are reported as unknown."""
     rows = execute(
@@ -786,7 +788,7 @@ def _unknown_compiled(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) ->
     return {str(n): int(c) for n, c in rows}
 
 
-def metadata_model_flops(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> float | None:
+def metadata_model_flops(con: Connection, run_id: str, rank: int) -> float | None:
     """Analytic FLOPs per step of one rank written into the trace's metadata by the recorder
     (``model_flops_per_step_per_rank``, else ``model_flops_per_step`` / world size), or None."""
     row = con.execute(

@@ -24,9 +24,8 @@ length up to ``t`` is ``sum(±boundary) + t * open``, exact and independent of t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.busy import NO_DEVICE, union_sql
@@ -45,6 +44,8 @@ from gpuscope.analysis.store_access import (
     RUNTIME_CATS_SQL,
     SYNC_APIS,
     SYNC_SLACK_NS,
+    bucket_width,
+    by_bucket,
     execute,
     names_matching,
     pct,
@@ -52,6 +53,9 @@ from gpuscope.analysis.store_access import (
     sql_list,
     us,
 )
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 LAUNCH_GAP_MAX_NS = 100_000
 """Longest gap (ns) with the next activity already queued that still counts as launch overhead."""
@@ -194,7 +198,7 @@ def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
     # sync, or a hole in level 5) need the sweep; every other host-late gap lies wholly inside
     # level 5 and outside levels 1..4: all cpu_overhead. Candidates come from a hash join on
     # time buckets (no sort of the gaps).
-    bw = max(1, (int(p["we"]) - int(p["ws"])) // 65536)
+    bw = bucket_width(p["ws"], p["we"], 65536)
     execute(
         con,
         f"""
@@ -206,10 +210,7 @@ def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
             UNION ALL SELECT coalesce(lag(e) OVER (ORDER BY s), $ws), s FROM l5
             UNION ALL SELECT coalesce((SELECT max(e) FROM l5), $ws), $we
         ),
-        spb AS (
-            SELECT a, b, unnest(range((a - $ws) // {bw}, (b - 1 - $ws) // {bw} + 1)) AS k
-            FROM sp WHERE b > a
-        ),
+        spb AS ({by_bucket("a, b", "a", "b", "sp", "$ws", str(bw))}),
         lg AS (
             SELECT gs, ge, (gs - $ws) // {bw} AS k1, (ge - 1 - $ws) // {bw} AS k2
             FROM {t["g"]} WHERE NOT queued
@@ -385,7 +386,7 @@ def _str(v: Any) -> str | None:
 
 
 def _evidence_summary(
-    con: duckdb.DuckDBPyConnection, p: dict[str, Any], t: dict[str, str]
+    con: Connection, p: dict[str, Any], t: dict[str, str]
 ) -> dict[str, pd.DataFrame]:
     """Per evidence class: span names (runtime calls named with their enclosing op), count, host
     time and bytes copied, from the evidence table ``t["ev"]``."""
@@ -513,7 +514,7 @@ def _attach_evidence(
 
 
 def _prepare(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: Window, device: int | None
+    con: Connection, run_id: str, rank: int, window: Window, device: int | None
 ) -> tuple[RankIndex, dict[str, Any], int | None, tuple[Any, ...]]:
     ix = RankIndex.shared(con, run_id, rank)
     p: dict[str, Any] = ix.params(ws=window.start_ns, we=window.end_ns)
@@ -534,7 +535,7 @@ _GAP_COLS = """
 
 
 def _select_gaps(
-    con: duckdb.DuckDBPyConnection, p: dict[str, Any], t: dict[str, str], where: str, order: str
+    con: Connection, p: dict[str, Any], t: dict[str, str], where: str, order: str
 ) -> pd.DataFrame:
     cols = _GAP_COLS.format(causes=", ".join(f"i.{c}_ns" for c in CAUSES))
     gaps = execute(
@@ -561,14 +562,12 @@ def _with_steps(gaps: pd.DataFrame, window: Window) -> pd.DataFrame:
     return gaps.assign(step=step)
 
 
-def clear_cache(con: duckdb.DuckDBPyConnection) -> None:
+def clear_cache(con: Connection) -> None:
     """Drop the working tables the analysis keeps on ``con`` (they are rebuilt when needed)."""
     close_shared(con)
 
 
-def _totals(
-    con: duckdb.DuckDBPyConnection, t: dict[str, str]
-) -> tuple[dict[str, int], int, int, dict[str, int]]:
+def _totals(con: Connection, t: dict[str, str]) -> tuple[dict[str, int], int, int, dict[str, int]]:
     """(ns per cause, idle ns, number of gaps, gaps per dominant cause), without touching every
     gap twice: only the swept gaps carry shares, the rest are sums over the gaps table."""
     lo = LAUNCH_GAP_MAX_NS
@@ -606,7 +605,7 @@ def _totals(
 
 
 def idle_analysis(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     window: Window,
@@ -637,7 +636,7 @@ def idle_analysis(
 
 
 def idle_gaps(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     window: Window,

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache, partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import duckdb
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.event_classes import (
@@ -39,6 +38,9 @@ from gpuscope.analysis.kernel_names import (  # re-exported: the kernel-name voc
 from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.store_access import execute, regex, sql_list
 from gpuscope.analysis.tensor_cores import TensorCoreInfo, tensor_core_info
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 __all__ = [
     "CATEGORIES",
@@ -126,7 +128,7 @@ class Launched:
 
 
 def launched(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     start_ns: int,
@@ -202,7 +204,7 @@ _HOST_SQL = """
 
 
 def toplevel_intervals(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     threads: list[tuple[int, int]],
@@ -238,7 +240,7 @@ def toplevel_intervals(
     }
 
 
-def name_ids_where(con: duckdb.DuckDBPyConnection, run_id: str, cond: str) -> list[int]:
+def name_ids_where(con: Connection, run_id: str, cond: str) -> list[int]:
     """name_ids of one run whose ``name`` satisfies the SQL condition ``cond``."""
     return [
         r[0]
@@ -254,7 +256,7 @@ BACKWARD_NAMES_SQL = f"{EVALUATE_FN_SQL} OR regexp_matches(name, 'Backward[0-9]*
 
 
 def threads_with(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     name_ids: list[int],
@@ -279,9 +281,7 @@ def threads_with(
     return {(int(p), int(t)) for p, t in rows}
 
 
-def _cached_threads(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, kind: str
-) -> set[tuple[int, int]]:
+def _cached_threads(con: Connection, run_id: str, rank: int, kind: str) -> set[tuple[int, int]]:
     def find() -> set[tuple[int, int]]:
         if kind == "backward":
             return threads_with(
@@ -303,16 +303,14 @@ def _cached_threads(
     return RankIndex.shared(con, run_id, rank).memo(("threads", kind), find)
 
 
-def backward_threads(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int
-) -> set[tuple[int, int]]:
+def backward_threads(con: Connection, run_id: str, rank: int) -> set[tuple[int, int]]:
     """Threads that run only autograd's backward: they hold ``autograd::engine::evaluate_function`` ops
     or receive fwd->bwd flows, and no ``ProfilerStep#`` (on the training-loop thread itself, backward
     is told op by op)."""
     return _cached_threads(con, run_id, rank, "backward") - step_threads(con, run_id, rank)
 
 
-def step_threads(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> set[tuple[int, int]]:
+def step_threads(con: Connection, run_id: str, rank: int) -> set[tuple[int, int]]:
     """Threads holding ``ProfilerStep#`` annotations (the training loop)."""
     return _cached_threads(con, run_id, rank, "step")
 
@@ -321,7 +319,7 @@ REGION_CODES = {r: i for i, r in enumerate(REGIONS)}
 
 
 def attribute(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, lx: Launched
+    con: Connection, run_id: str, rank: int, lx: Launched
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per GPU event: region code (index in REGIONS), outermost launching CPU op name_id (-1: none) and
     a key of that op instance (-1: none)."""
@@ -461,7 +459,7 @@ def _params(run_id: str, rank: int, window: WindowLike) -> dict[str, Any]:
     }
 
 
-def name_lookup(con: duckdb.DuckDBPyConnection, run_id: str, ids: set[int]) -> dict[int, str]:
+def name_lookup(con: Connection, run_id: str, ids: set[int]) -> dict[int, str]:
     """name_id -> name for a set of ids of one run."""
     if not ids:
         return {}
@@ -499,7 +497,7 @@ def fold_rows(rows: list[KernelRow], top_n: int) -> list[KernelRow]:
 
 
 def kernel_breakdown(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     window: WindowLike,
@@ -606,28 +604,26 @@ def kernel_breakdown(
 
 
 def top_kernels_df(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: WindowLike, *, top_n: int = 15
+    con: Connection, run_id: str, rank: int, window: WindowLike, *, top_n: int = 15
 ) -> pd.DataFrame:
     """Top kernels (+ folded 'others' row) as a DataFrame: one row per kernel name, times in µs."""
     return kernel_breakdown(con, run_id, rank, window, top_n=top_n).top_df()
 
 
 def kernel_categories_df(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: WindowLike
+    con: Connection, run_id: str, rank: int, window: WindowLike
 ) -> pd.DataFrame:
     """Kernel time by category (every category, zeros included): columns category, us, pct."""
     return kernel_breakdown(con, run_id, rank, window, top_n=0).category_df()
 
 
-def kernel_regions_df(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: WindowLike
-) -> pd.DataFrame:
+def kernel_regions_df(con: Connection, run_id: str, rank: int, window: WindowLike) -> pd.DataFrame:
     """Kernel time by region (forward / backward / optimizer / other): columns region, us, pct."""
     return kernel_breakdown(con, run_id, rank, window, top_n=0).region_df()
 
 
 def kernel_ops_df(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: WindowLike, *, top_n: int = 15
+    con: Connection, run_id: str, rank: int, window: WindowLike, *, top_n: int = 15
 ) -> pd.DataFrame:
     """Top launching CPU ops: columns op, count, kernels, kernel_us."""
     return kernel_breakdown(con, run_id, rank, window, top_n=0, top_ops=top_n).op_df()

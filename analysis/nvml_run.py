@@ -10,11 +10,13 @@ SM clock and memory. docs/metrics.md, "NVML-only runs". Units: W, MHz, bytes, %,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pandas as pd
 from gpuscope.analysis.live import sawtooth_diagnosis
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 SCHEMA = "gpuscope.analyze-nvml/1"
 
@@ -74,13 +76,13 @@ class NvmlReport:
         }
 
 
-def is_nvml_run(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+def is_nvml_run(con: Connection, run_id: str) -> bool:
     row = con.execute("SELECT kind FROM runs WHERE run_id = ?", [run_id]).fetchone()
     return row is not None and row[0] == "nvml"
 
 
 def analyze_nvml_run(
-    con: duckdb.DuckDBPyConnection, run_id: str, *, busy_threshold_pct: float = 50.0
+    con: Connection, run_id: str, *, busy_threshold_pct: float = 50.0
 ) -> NvmlReport:
     """Diagnose every GPU of an NVML-only run. Raises ValueError for an unknown run or one
     without utilization samples."""
@@ -187,9 +189,7 @@ def compare_nvml_reports(a: NvmlReport, b: NvmlReport) -> Any:
     )
 
 
-def nvml_series(
-    con: duckdb.DuckDBPyConnection, run_id: str, max_points: int = 4000
-) -> pd.DataFrame:
+def nvml_series(con: Connection, run_id: str, max_points: int = 4000) -> pd.DataFrame:
     """Every NVML sample of a run, every column of ``nvml_samples``, ordered by ``t_ns`` and
     ``gpu``; a GPU with more than ``max_points`` samples keeps every ``ceil(k / max_points)``-th
     one (evenly thinned, at most ``max_points``)."""
@@ -203,7 +203,7 @@ def nvml_series(
     ).df()
 
 
-def time_offset_ns(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> int:
+def time_offset_ns(con: Connection, run_id: str, rank: int) -> int:
     """The rank's trace clock -> Unix ns: absolute time = trace ns + this (0 when unknown)."""
     row = con.execute(
         "SELECT time_offset_ns FROM ranks WHERE run_id = ? AND rank = ?", [run_id, int(rank)]
@@ -212,7 +212,7 @@ def time_offset_ns(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> in
 
 
 def nvml_overlay(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     gpu: int | None,

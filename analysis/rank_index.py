@@ -28,7 +28,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 from gpuscope.analysis.store_access import (
@@ -37,6 +37,9 @@ from gpuscope.analysis.store_access import (
     RUNTIME_CATS_SQL,
     execute,
 )
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 T = TypeVar("T")
 
@@ -66,7 +69,7 @@ class RankIndex:
 
     def __init__(
         self,
-        con: duckdb.DuckDBPyConnection,
+        con: Connection,
         run_id: str,
         rank: int,
         window: tuple[int, int] | None = None,
@@ -283,7 +286,7 @@ class RankIndex:
     # -- sharing ----------------------------------------------------------------------------------
 
     @classmethod
-    def shared(cls, con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> RankIndex:
+    def shared(cls, con: Connection, run_id: str, rank: int) -> RankIndex:
         """The index of ``(run_id, rank)`` that the analysis functions share on ``con`` (one per
         connection object: a cursor gets its own). At most :data:`MAX_SHARED` stay per connection;
         the least recently used one is closed."""
@@ -309,7 +312,7 @@ class RankIndex:
         return ix
 
 
-def close_shared(con: duckdb.DuckDBPyConnection) -> None:
+def close_shared(con: Connection) -> None:
     """Close the shared indexes of ``con`` (drops their tables; they are rebuilt when needed)."""
     with _SHARED_LOCK:
         per = _SHARED.pop(con, None)
@@ -319,7 +322,7 @@ def close_shared(con: duckdb.DuckDBPyConnection) -> None:
 
 @contextmanager
 def rank_index(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, window: tuple[int, int] | None = None
+    con: Connection, run_id: str, rank: int, window: tuple[int, int] | None = None
 ) -> Iterator[RankIndex]:
     """A private :class:`RankIndex` for one block; its tables are dropped when it ends."""
     ix = RankIndex(con, run_id, rank, window)
@@ -333,7 +336,7 @@ def _ident(s: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in s)[:16]
 
 
-def _drop(con: duckdb.DuckDBPyConnection, name: str) -> None:
+def _drop(con: Connection, name: str) -> None:
     for kind in ("TABLE", "VIEW"):
         try:
             con.execute(f"DROP {kind} IF EXISTS {name}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pandas as pd
@@ -43,6 +43,9 @@ from gpuscope.analysis.store_access import (
     us,
 )
 from gpuscope.analysis.tensor_cores import TensorCoreSummary
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 SCHEMA = "gpuscope.analyze/1"
 
@@ -168,9 +171,7 @@ class RunReport:
         }
 
 
-def gpu_evidence_warning(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, device: int | None
-) -> str | None:
+def gpu_evidence_warning(con: Connection, run_id: str, rank: int, device: int | None) -> str | None:
     """The top warning of a report with no recognised GPU activity in its window (None when there
     is some): which event categories the rank does hold, so the user sees why nothing was measured."""
     if device is not None:
@@ -194,7 +195,7 @@ def gpu_evidence_warning(
     )
 
 
-def _run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+def _run_info(con: Connection, run_id: str) -> dict[str, Any]:
     row = con.execute("SELECT name, gpu_name, kind FROM runs WHERE run_id = ?", [run_id]).fetchone()
     if row is None:
         raise ValueError(f"{run_id}: no such run")
@@ -263,7 +264,7 @@ def _throughput(
 
 
 def _kernel_stats(
-    con: duckdb.DuckDBPyConnection, p: dict[str, Any], sms: int | None, conv_us: float
+    con: Connection, p: dict[str, Any], sms: int | None, conv_us: float
 ) -> R.KernelStats:
     """Compute kernels of the primary device (communication kernels left out)."""
     short = int(R.SHORT_KERNEL_US * 1e3)
@@ -351,7 +352,7 @@ def _kernel_dtype(tc: Any) -> str | None:
     return None
 
 
-def _mem_used_frac(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
+def _mem_used_frac(con: Connection, run_id: str) -> float | None:
     try:
         row = con.execute(
             "SELECT max(mem_used_bytes), max(mem_total_bytes) FROM nvml_samples WHERE run_id = ?",
@@ -377,7 +378,7 @@ def _loader_kind(idle: IdleResult) -> str | None:
 
 
 def _rank_summary(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, step_annotation: str | None
+    con: Connection, run_id: str, rank: int, step_annotation: str | None
 ) -> dict[str, Any]:
     w = find_window(con, run_id, rank, step_annotation)
     b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
@@ -411,7 +412,7 @@ def _rank_row(
 
 
 def analyze_run(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     *,
     rank: int | None = None,
@@ -577,7 +578,8 @@ def analyze_run(
     pageable = (
         pageable_copies(con, run_id, rank, window, busy.device, gpu_model) if details else None
     )
-    # (the other ranks replace this rank's cached working set: everything that reads it is above)
+    # (the other ranks' indexes may push this rank's RankIndex out of the shared ones: everything
+    # that reads it is above)
     ranks = [
         _rank_row(
             rank, window, busy.busy_pct if not evidence else None, stats.mean_ms, comm_only, idle
@@ -641,7 +643,7 @@ def analyze_run(
 
 
 def _recommendations(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run: dict[str, Any],
     rank: int,
     window: Window,
@@ -698,7 +700,7 @@ def _recommendations(
     return R.recommend(inputs)
 
 
-def _torch_flag(con: duckdb.DuckDBPyConnection, run_id: str, rank: int, flag: str) -> bool | None:
+def _torch_flag(con: Connection, run_id: str, rank: int, flag: str) -> bool | None:
     """A setting ``gpuscope.capture`` recorded in the trace (``gpuscope.torch_flags``), or None."""
     flags = (rank_meta(con, run_id, rank).get("metadata") or {}).get("gpuscope.torch_flags")
     value = flags.get(flag) if isinstance(flags, dict) else None

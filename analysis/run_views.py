@@ -12,12 +12,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 from gpuscope.analysis.ranks import slowest_rank_figures
 from gpuscope.analysis.report import RunReport, analyze_run
 from gpuscope.analysis.store_access import ranks_of
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 __all__ = [
     "RunReport",
@@ -37,7 +39,7 @@ _RUN_COLUMNS = (
 )
 
 
-def run_row(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
+def run_row(con: Connection, run_id: str) -> dict[str, Any] | None:
     """One run's row of ``runs`` as a dict (``created_at`` a datetime, ``tags`` a list), or None."""
     cur = con.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
     cols = [d[0] for d in cur.description]
@@ -52,9 +54,7 @@ def run_row(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | Non
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def uploaders(
-    con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None
-) -> dict[str, str | None]:
+def uploaders(con: Connection, run_ids: list[str] | None = None) -> dict[str, str | None]:
     """Who uploaded each run (``runs.uploaded_by``; None when unknown), by run id: every run, or
     only ``run_ids``. A run that does not exist is absent from the answer."""
     if run_ids is None:
@@ -66,7 +66,7 @@ def uploaders(
     return {str(r): o for r, o in rows}
 
 
-def row_count(con: duckdb.DuckDBPyConnection, table: str) -> int:
+def row_count(con: Connection, table: str) -> int:
     """The number of rows of a table of the store (``runs``, ``events``, ...)."""
     if not _IDENT.match(table):
         raise ValueError(f"{table!r} is not a table name")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import duckdb
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.busy import busy_series, primary_device
@@ -24,6 +24,9 @@ from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.ranks import rank_busy_panels
 from gpuscope.analysis.steps import Window, find_window, step_frame
 from gpuscope.analysis.store_access import execute
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 __all__ = [
     "CAUSES",
@@ -59,7 +62,7 @@ class WindowView:
     window: Window
 
 
-def window_view(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> WindowView:
+def window_view(con: Connection, run_id: str, rank: int) -> WindowView:
     """The window :func:`~gpuscope.analysis.steps.find_window` picks for the rank, with its steps."""
     w = find_window(con, run_id, rank)
     frame = step_frame(w)[["number", "start_ns", "end_ns", "duration_ns"]]
@@ -83,7 +86,7 @@ def _range_params(
 
 
 def activity_count(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     device: int | None,
@@ -99,7 +102,7 @@ def activity_count(
 
 
 def activities_in_range(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     device: int | None,
@@ -158,7 +161,7 @@ def fold_envelope(busy_fine: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 def busy_envelope(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     start_ns: int,
@@ -179,7 +182,7 @@ def busy_envelope(
 
 
 def idle_gaps(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     window: Window,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import duckdb
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.rank_index import RankIndex
@@ -20,11 +20,16 @@ from gpuscope.analysis.store_access import (
     GPU_CATS_SQL,
     HOST_CATS_SQL,
     PROFILER_STEP_RE,
+    bucket_width,
+    by_bucket,
     execute,
     ms,
     names_matching,
     regex,
 )
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 
 @dataclass
@@ -92,7 +97,7 @@ _STEP_NUM = re.compile(r"#(\d+)$")
 
 
 def _host_spans(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, name_cond: str, params: dict
+    con: Connection, run_id: str, rank: int, name_cond: str, params: dict
 ) -> pd.DataFrame:
     return execute(
         con,
@@ -107,7 +112,7 @@ def _host_spans(
     ).df()
 
 
-def _profiler_steps(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> list[Step]:
+def _profiler_steps(con: Connection, run_id: str, rank: int) -> list[Step]:
     spans = _host_spans(con, run_id, rank, regex(PROFILER_STEP_RE), {})
     if spans.empty:
         return []
@@ -116,9 +121,7 @@ def _profiler_steps(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> l
     return [Step(int(n), int(r.s), int(r.e)) for n, r in zip(g.index, g.itertuples(), strict=True)]
 
 
-def _annotation_steps(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, annotation: str
-) -> list[Step]:
+def _annotation_steps(con: Connection, run_id: str, rank: int, annotation: str) -> list[Step]:
     spans = _host_spans(
         con,
         run_id,
@@ -137,9 +140,7 @@ def _annotation_steps(
     return steps
 
 
-def _gpu_ends(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, steps: list[Step]
-) -> dict[int, int]:
+def _gpu_ends(con: Connection, run_id: str, rank: int, steps: list[Step]) -> dict[int, int]:
     """Step number -> end of the last GPU activity launched from inside its CPU span.
 
     Launch calls are matched to steps by a hash join on time buckets (no sort of the calls)."""
@@ -156,23 +157,20 @@ def _gpu_ends(
         "ce": [s.cpu_end_ns for s in steps],
         "lo": lo,
         "hi": hi,
-        "bw": max(1, (hi - lo) // 4096),
+        "bw": bucket_width(lo, hi),
     }
     rows = execute(
         con,
         f"""
         WITH st AS (SELECT unnest($num) AS number, unnest($cs) AS cs, unnest($ce) AS ce),
-        sb AS (
-            SELECT number, cs, ce, unnest(range((cs - $lo) // $bw, (ce - 1 - $lo) // $bw + 1)) AS b
-            FROM st WHERE ce > cs
-        ),
+        sb AS ({by_bucket("number, cs, ce", "cs", "ce", "st", "$lo", "$bw")}),
         rt AS (
             SELECT correlation, s AS ts_ns, (s - $lo) // $bw AS b FROM {ix.runtime()}
             WHERE s >= $lo AND s < $hi
         ),
         g AS (SELECT correlation, e AS ge FROM {ix.gpu()} WHERE correlation IS NOT NULL AND s >= $lo),
         j AS (SELECT rt.ts_ns, rt.b, g.ge FROM rt JOIN g USING (correlation))
-        SELECT sb.number, max(j.ge) FROM j JOIN sb ON j.b = sb.b AND j.ts_ns >= sb.cs
+        SELECT sb.number, max(j.ge) FROM j JOIN sb ON j.b = sb.k AND j.ts_ns >= sb.cs
         AND j.ts_ns < sb.ce GROUP BY sb.number
         """,
         params,
@@ -180,9 +178,7 @@ def _gpu_ends(
     return {int(n): int(e) for n, e in rows if e is not None}
 
 
-def _trace_extent(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int
-) -> tuple[int, int, int | None]:
+def _trace_extent(con: Connection, run_id: str, rank: int) -> tuple[int, int, int | None]:
     row = execute(
         con,
         f"""
@@ -198,7 +194,7 @@ def _trace_extent(
 
 
 def find_window(
-    con: duckdb.DuckDBPyConnection, run_id: str, rank: int, step_annotation: str | None = None
+    con: Connection, run_id: str, rank: int, step_annotation: str | None = None
 ) -> Window:
     """The window and steps of one rank.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pandas as pd
@@ -33,6 +33,9 @@ from gpuscope.analysis.event_classes import (  # noqa: F401 (re-exported for the
     SYNC_APIS,
     SYNC_OPS,
 )
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 COMM_KERNEL_RE = COMM_KERNEL_SQL_RE  # communication kernels: event_classes.COMM_KERNEL_PATTERN
 
@@ -74,27 +77,25 @@ _PARAM = re.compile(r"\$([A-Za-z_]\w*)")
 
 
 def execute(
-    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None
+    con: Connection, sql: str, params: dict[str, Any] | None = None
 ) -> duckdb.DuckDBPyConnection:
     """``con.execute`` with only the named parameters that ``sql`` uses (DuckDB refuses extras)."""
     used = set(_PARAM.findall(sql))
     return con.execute(sql, {k: v for k, v in (params or {}).items() if k in used})
 
 
-def df(
-    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None
-) -> pd.DataFrame:
+def df(con: Connection, sql: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
     """Run ``sql`` and return a DataFrame (numpy-backed, integer columns stay integers)."""
     return execute(con, sql, params).df()
 
 
-def ranks_of(con: duckdb.DuckDBPyConnection, run_id: str) -> list[int]:
+def ranks_of(con: Connection, run_id: str) -> list[int]:
     """The ranks of a run, ascending."""
     rows = con.execute("SELECT rank FROM ranks WHERE run_id = ? ORDER BY rank", [run_id]).fetchall()
     return [int(r[0]) for r in rows]
 
 
-def rank_meta(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> dict[str, Any]:
+def rank_meta(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
     """``device_properties`` (list), ``distributed_info`` (dict) and ``metadata`` (dict) of a rank."""
     row = con.execute(
         "SELECT device_properties, distributed_info, metadata, world_size FROM ranks "
@@ -146,3 +147,24 @@ def ms(ns: float | int | None) -> float | None:
 def pct(part: float | int, whole: float | int) -> float:
     """100 × part / whole, 0 when whole is 0."""
     return 100.0 * float(part) / float(whole) if whole else 0.0
+
+
+# -- hash joins on time buckets ----------------------------------------------------------------------
+# Overlap of many ranges with many intervals, without sorting either: cut the time axis into buckets
+# of equal width, list each range once per bucket it touches, and join on the bucket.
+
+
+def bucket_width(lo: int, hi: int, n: int = 4096) -> int:
+    """Width (ns, at least 1) of the time buckets that cut ``[lo, hi)`` into about ``n``."""
+    return max(1, (int(hi) - int(lo)) // n)
+
+
+def by_bucket(columns: str, start: str, end: str, source: str, lo: str, width: str) -> str:
+    """A SELECT of ``columns`` of ``source``'s non-empty ranges ``[start, end)``, one row per time
+    bucket that the range touches, the bucket in column ``k``: bucket ``k`` is
+    ``[lo + k × width, lo + (k + 1) × width)``. ``lo`` and ``width`` are SQL (a ``$param`` or a
+    number)."""
+    return (
+        f"SELECT {columns}, unnest(range(({start} - {lo}) // {width}, "
+        f"({end} - 1 - {lo}) // {width} + 1)) AS k FROM {source} WHERE {end} > {start}"
+    )

@@ -13,13 +13,15 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 from gpuscope.analysis.event_classes import KERNEL_CATS
 from gpuscope.analysis.kernel_names import classify_kernel, short_name
 from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
 from gpuscope.analysis.store_access import OP_CATS_SQL, RUNTIME_CATS_SQL, execute, sql_list
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 MATH_CATEGORIES = ("gemm", "convolution", "attention")
 
@@ -582,7 +584,7 @@ _TRITON_TYPES_SQL = """
 
 
 def tensor_core_summary(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     run_id: str,
     rank: int,
     window: Any,

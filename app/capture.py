@@ -76,19 +76,25 @@ def torch_flags(torch: Any) -> dict[str, Any]:
     return out
 
 
-def current_rank() -> int:
-    """torch.distributed's rank when it is initialised, else ``$RANK``, else 0."""
+def _distributed(getter: str, env: str, default: int) -> int:
+    """``torch.distributed.<getter>()`` when the process group is initialised, else the integer in
+    ``$<env>``, else ``default``."""
     try:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
+            return int(getattr(dist, getter)())
     except ImportError:
         pass
     try:
-        return int(os.environ.get("RANK", "0"))
+        return int(os.environ.get(env, str(default)))
     except ValueError:
-        return 0
+        return default
+
+
+def current_rank() -> int:
+    """torch.distributed's rank when it is initialised, else ``$RANK``, else 0."""
+    return _distributed("get_rank", "RANK", 0)
 
 
 def local_rank(rank: int | None = None) -> int:
@@ -260,17 +266,7 @@ class ModelProbe:
 
 def world_size() -> int:
     """torch.distributed's world size when it is initialised, else ``$WORLD_SIZE``, else 1."""
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_world_size())
-    except ImportError:
-        pass
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
+    return max(1, _distributed("get_world_size", "WORLD_SIZE", 1))
 
 
 class Capture:

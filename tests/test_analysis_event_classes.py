@@ -34,6 +34,34 @@ def test_nvml_fields_are_the_stores_columns():
     assert tuple(c for c in NVML_SAMPLES.column_names if c not in keys) == E.NVML_METRIC_FIELDS
 
 
+def test_the_app_reads_the_nvml_fields_and_causes_from_the_vocabulary():
+    """The sampler polls, the Live page holds and saves the vocabulary's NVML fields, and the
+    palette colours and labels exactly its causes in its order (the legend's order): no copy of
+    either list anywhere in the app."""
+    import pandas as pd
+    from gpuscope.sampler import nvml_api
+    from gpuscope.web import live, palette
+
+    assert nvml_api.NVML_METRIC_FIELDS is E.NVML_METRIC_FIELDS
+    body = {"samples": [{"t_ns": 1, "gpus": [{"gpu": 0, "power_w": 10.0}]}]}
+    assert list(live.parse(body).rows.columns) == ["t_ns", "gpu", *E.NVML_METRIC_FIELDS]
+    rows = pd.DataFrame([{"t_ns": 1, "gpu": 0, **dict.fromkeys(E.NVML_METRIC_FIELDS, 1.0)}])
+    window = live.window_of(rows, host="h", gpus=[], interval_ms=100)
+    assert live.GpuReading.__struct_fields__ == ("gpu", *E.NVML_METRIC_FIELDS)
+    assert window.samples[0].gpus[0] == live.GpuReading(0, *[1] * len(E.NVML_METRIC_FIELDS))
+    assert tuple(palette.CAUSES) == E.CAUSES, "a cause without a colour, or a colour of no cause"
+    assert tuple(palette.CAUSE_TEXT) == E.CAUSES
+    assert set(palette.CAUSE_ALIASES.values()) <= set(E.CAUSES)
+    spelled = re.compile(r"^\s*\"(gpu_util_pct|launch_overhead)\",$")
+    offenders = [
+        f"{p.relative_to(REPO)}:{i}"
+        for p in sorted((REPO / "app").rglob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if spelled.search(line)
+    ]
+    assert offenders == []
+
+
 def test_name_rules_are_read_from_one_place():
     for name in ("PROFILER_STEP_RE", "OPTIMIZER_RE", "DATALOADER_RE", "COMM_RE", "SYNC_APIS"):
         assert getattr(store_access, name) is getattr(E, name)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
@@ -182,18 +183,64 @@ def test_live_page_against_a_replay_sampler_and_save(replay: str, db: Path) -> N
     assert any(i.startswith("GPU 0 is ") and "of the last" in i for i in infos), infos
     assert any(i.startswith("GPU 1 is ") for i in infos), infos
 
+    at.button(key="live_attach_button").click().run()  # detached: the window stops growing
+    held = at.session_state[f"live_buffer_{replay}"]["rows"]
     at.button(key="live_save").click().run()
     assert not at.exception, at.exception
     (ok,) = texts(at, "success")
-    assert "saved as run" in ok
+    assert "saved as run" in ok and f"{held['t_ns'].nunique():,} samples" in ok
     from gpuscope.web import db as webdb
 
     runs = webdb.query_df("SELECT run_id, kind, name FROM runs")
     assert len(runs) == 1 and runs["kind"][0] == "nvml" and runs["name"][0].startswith("live vm")
     run_id = runs["run_id"][0]
     assert f"`{run_id}`" in ok
-    n = webdb.query_df("SELECT count(*) AS n FROM nvml_samples")["n"][0]
-    assert n >= 2 * 10  # two GPUs, at least a second of samples at 10x
+    assert len(held) >= 2 * 10  # two GPUs, at least a second of samples at 10x
+    stored = webdb.query_df("SELECT * FROM nvml_samples ORDER BY t_ns, gpu")
+    _same_samples(stored, held)  # what was saved is what the page held
+
+
+def _same_samples(stored: pd.DataFrame, held: pd.DataFrame) -> None:
+    """The stored run's samples are the window's: the same polls and GPUs, every reading equal
+    (N/A stored as NULL)."""
+    from gpuscope.analysis.event_classes import NVML_METRIC_FIELDS
+
+    held = held.sort_values(["t_ns", "gpu"]).reset_index(drop=True)
+    stored = stored.reset_index(drop=True)
+    assert list(stored["t_ns"]) == list(held["t_ns"]) and list(stored["gpu"]) == list(held["gpu"])
+    for f in NVML_METRIC_FIELDS:
+        want = [None if pd.isna(v) else float(v) for v in held[f]]
+        got = [None if pd.isna(v) else float(v) for v in stored[f]]
+        assert got == want, f
+
+
+def test_a_saved_window_is_stored_as_its_samples(con) -> None:
+    """The window travels as typed records (one per poll, GPUs by index) into a real store; saving
+    it again is a duplicate; a bad window leaves the store unchanged with one line of error."""
+    from gpuscope.analysis.event_classes import NVML_METRIC_FIELDS
+    from gpuscope.ingest.errors import IngestError
+    from gpuscope.ingest.nvml import series_for_run
+    from gpuscope.web import live
+
+    assert live.GpuReading.__struct_fields__ == ("gpu", *NVML_METRIC_FIELDS)
+    batch = live.parse(json.loads(_body(0)))
+    window = live.window_of(batch.rows, host=batch.host, gpus=batch.gpus, interval_ms=100)
+    assert len(window.samples) == 50 and [g.index for g in window.gpus] == [0, 1]
+    first = window.samples[0].gpus[0]
+    assert isinstance(first.mem_used_bytes, int) and first.temp_c is None  # N/A stays N/A
+    res = live.store_window(con, window, name="live node-7")
+    assert (res.kind, res.name, res.duplicate, res.n_events) == ("nvml", "live node-7", False, 100)
+    _same_samples(series_for_run(con, res.run_id), batch.rows)
+    assert live.store_window(con, window, name="again").duplicate
+
+    bad = live.window_of(
+        batch.rows.assign(t_ns=batch.rows["t_ns"] - T0 - 10**9), host="h", gpus=[], interval_ms=None
+    )
+    with pytest.raises(IngestError) as e:
+        live.store_window(con, bad, name="bad")
+    assert "not a Unix time" in str(e.value) and "\n" not in str(e.value)
+    assert con.execute("SELECT count(*) FROM nvml_samples").fetchone()[0] == 100
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
 
 
 def test_diagnosis_says_what_to_do_and_links_the_fix() -> None:

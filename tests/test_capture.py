@@ -266,3 +266,18 @@ def test_untraced_steps_off_and_bounds(tmp_path):
         profile_steps(tmp_path, untraced_steps=2),
     ):
         pass
+
+
+def test_rank_and_world_size_without_a_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No initialised torch.distributed (or no torch): $RANK and $WORLD_SIZE, else 0 and 1."""
+    from gpuscope.capture import current_rank, world_size
+
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    assert (current_rank(), world_size()) == (3, 8)
+    monkeypatch.setenv("RANK", "x")
+    monkeypatch.setenv("WORLD_SIZE", "0")
+    assert (current_rank(), world_size()) == (0, 1)
+    monkeypatch.delenv("RANK")
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    assert (current_rank(), world_size()) == (0, 1)

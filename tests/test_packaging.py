@@ -173,9 +173,11 @@ def cycles(imps: list[Import], known: set[str]) -> list[list[str]]:
 APP_PARTS = ("gpuscope.cli", "gpuscope.web", "gpuscope.sampler", "gpuscope.capture")
 UI_LIBRARIES = ("streamlit", "plotly")
 #: The modules of gpuscope.analysis that the web pages read (the analysis facade): what a page shows
-#: of a run, the busy-over-time plot, NVML series, Compare and Live. Everything else in analysis is
-#: free to change shape without touching app/web.
+#: of a run, the busy-over-time plot, NVML series, Compare and Live, and the vocabulary (idle causes,
+#: NVML fields) that colours and columns are keyed by. Everything else in analysis is free to change
+#: shape without touching app/web.
 WEB_FACADE = (
+    "gpuscope.analysis.event_classes",
     "gpuscope.analysis.run_views",
     "gpuscope.analysis.sawtooth",
     "gpuscope.analysis.nvml_run",

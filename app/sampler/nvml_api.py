@@ -10,6 +10,7 @@ Units are those of the ``nvml_samples`` table (ingest/schema.py): %, bytes, W, M
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import threading
 import time
@@ -17,21 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# Per-GPU fields of one poll, in the order of the nvml_samples table (after gpu, gpu_uuid, gpu_name, t_ns).
-METRIC_FIELDS: tuple[str, ...] = (
-    "gpu_util_pct",
-    "mem_util_pct",
-    "mem_used_bytes",
-    "mem_total_bytes",
-    "power_w",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "temp_c",
-    "pcie_rx_bytes_s",
-    "pcie_tx_bytes_s",
-    "sm_active_pct",
-    "tensor_active_pct",
-)
+from gpuscope.analysis.event_classes import NVML_METRIC_FIELDS
+
 KIB = 1024  # NVML's PCIe throughput is in KB/s; nvitop and nvidia-smi read that as KiB/s
 
 
@@ -49,12 +37,8 @@ class GpuInfo:
     mem_total_bytes: int | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "name": self.name,
-            "uuid": self.uuid,
-            "mem_total_bytes": self.mem_total_bytes,
-        }
+        """The header's GPU object: ``index``, ``name``, ``uuid``, ``mem_total_bytes``."""
+        return dataclasses.asdict(self)
 
 
 def _text(v: Any) -> str:
@@ -187,7 +171,7 @@ class _Device:
 
     def poll(self) -> dict[str, Any]:
         nv, h = self.nv, self.handle
-        row: dict[str, Any] = dict.fromkeys(("gpu", *METRIC_FIELDS))
+        row: dict[str, Any] = dict.fromkeys(("gpu", *NVML_METRIC_FIELDS))
         row["gpu"] = self.index
         util = self._get("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
         if util is not None:
@@ -224,9 +208,11 @@ class _Device:
             v = gpm.get(fld)
             # without GPM: NVML's byte counter over a 20 ms window (each call blocks ~20 ms)
             if v is None:
-                kbs = self._get(
-                    fld, lambda c=counter: nv.nvmlDeviceGetPcieThroughput(h, getattr(nv, c))
-                )
+
+                def throughput(c: str = counter) -> Any:
+                    return nv.nvmlDeviceGetPcieThroughput(h, getattr(nv, c))
+
+                kbs = self._get(fld, throughput)
                 v = kbs * KIB if kbs is not None else None
             row[fld] = v
         return row

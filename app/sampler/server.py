@@ -219,10 +219,9 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = f"gpuscope-sampler/{__version__}"
 
     def setup(self) -> None:
-        self.timeout = (
-            self.server.idle_timeout_s
-        )  # every read, the wait for a keep-alive request too
         super().setup()
+        # every read, the wait for a keep-alive request too
+        self.connection.settimeout(self.server.idle_timeout_s)
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: no line per scrape
         pass

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 if TYPE_CHECKING:
-    import duckdb
+    from gpuscope.ingest.store import Connection
 
 ENV_AUTH_CONFIG = "GPUSCOPE_AUTH_CONFIG"
 REQUIRED = ("redirect_uri", "cookie_secret", "client_id", "client_secret", "server_metadata_url")
@@ -256,16 +256,14 @@ def gate() -> None:
 # -- the store's side: who uploaded a run ------------------------------------------------------------
 
 
-def owners(cur: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
+def owners(cur: Connection) -> dict[str, str | None]:
     """Every run's ``uploaded_by``, by run id."""
     from gpuscope.analysis import run_views
 
     return run_views.uploaders(cur)
 
 
-def refusal(
-    cur: duckdb.DuckDBPyConnection, run_ids: Collection[str], viewer: Viewer | None
-) -> str | None:
+def refusal(cur: Connection, run_ids: Collection[str], viewer: Viewer | None) -> str | None:
     """Why ``viewer`` may not change one of ``run_ids``, with each owner read afresh (call it
     under the store's write lock, just before the write); None when every change is allowed.
     A run that is gone already is no reason to refuse (deleting it again changes nothing)."""

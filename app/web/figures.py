@@ -111,6 +111,49 @@ def _esc(text: Any) -> str:
     return html.escape(str(text), quote=False)
 
 
+def _busy_and_idle(
+    x_step: np.ndarray,
+    busy_pct: np.ndarray,
+    shares: Mapping[str, np.ndarray],
+    causes: Sequence[str],
+    *,
+    stackgroup: str,
+    busy_legend: bool = True,
+) -> list[go.Scatter]:
+    """A sawtooth row's stacked areas: busy % at the bottom, then each of ``causes``' idle % (its
+    ``shares``, one value per bucket). ``x_step``: the n + 1 bucket edges (ms); each value holds to
+    the next edge. Only the busy area may show in a legend (``busy_legend``)."""
+    traces = [
+        go.Scatter(
+            x=x_step,
+            y=np.append(busy_pct, busy_pct[-1]),
+            name="GPU busy",
+            stackgroup=stackgroup,
+            legendgroup="busy",
+            showlegend=busy_legend,
+            line={"color": palette.BUSY, "width": 1, "shape": "hv"},
+            fillcolor=palette.BUSY_FILL,
+            hovertemplate="busy %{y:.1f} %<extra></extra>",
+        )
+    ]
+    for cause in causes:
+        y, color, label = shares[cause], palette.cause_color(cause), palette.cause_label(cause)
+        traces.append(
+            go.Scatter(
+                x=x_step,
+                y=np.append(y, y[-1]),
+                name=label,
+                stackgroup=stackgroup,
+                legendgroup=f"c_{cause}",
+                showlegend=False,
+                line={"color": color, "width": 0, "shape": "hv"},
+                fillcolor=palette.rgba(color, 0.55),
+                hovertemplate=f"idle: {_esc(label)} %{{y:.1f}} %<extra></extra>",
+            )
+        )
+    return traces
+
+
 def sawtooth(
     busy: pd.DataFrame,
     *,
@@ -186,45 +229,25 @@ def sawtooth(
             )
         )
     else:
-        x = x_edges[:-1]
-        y_busy = busy["busy_frac"].to_numpy(dtype="float64") * 100.0
-        # stacked areas: busy at the bottom, idle causes on top (shape hv = bucket steps)
-        x_step = np.append(x, x_edges[-1])
-        fig.add_trace(
-            go.Scatter(
-                x=x_step,
-                y=np.append(y_busy, y_busy[-1]),
-                name="GPU busy",
+        shares = shares or {}
+        fig.add_traces(
+            _busy_and_idle(
+                x_edges,
+                busy["busy_frac"].to_numpy(dtype="float64") * 100.0,
+                shares,
+                sorted(shares, key=lambda c: -shares[c].sum()),
                 stackgroup="share",
-                line={"color": palette.BUSY, "width": 1, "shape": "hv"},
-                fillcolor=palette.BUSY_FILL,
-                hovertemplate="busy %{y:.1f} %<extra></extra>",
             )
         )
-        shares = shares or {}
-        for cause in sorted(shares, key=lambda c: -shares[c].sum()):
-            y = shares[cause]
-            fig.add_trace(
-                go.Scatter(
-                    x=x_step,
-                    y=np.append(y, y[-1]),
-                    name=palette.cause_label(cause),
-                    stackgroup="share",
-                    line={"color": palette.cause_color(cause), "width": 0, "shape": "hv"},
-                    fillcolor=palette.rgba(palette.cause_color(cause), 0.55),
-                    hovertemplate=f"idle: {_esc(palette.cause_label(cause))} %{{y:.1f}} %"
-                    "<extra></extra>",
-                )
-            )
         if "busy_min" in busy and "busy_max" in busy:
             # the envelope: a band from the lowest to the highest busy % inside each bucket, one
             # closed polygon (max left to right, min back), so no pixel-wide strokes
             lo = busy["busy_min"].to_numpy(dtype="float64") * 100.0
             hi = busy["busy_max"].to_numpy(dtype="float64") * 100.0
-            xs = np.repeat(x_edges, 2)[1:-1]  # bucket steps as explicit corners
+            corners = np.repeat(x_edges, 2)[1:-1]  # bucket steps as explicit corners
             fig.add_trace(
                 go.Scatter(
-                    x=np.concatenate([xs, xs[::-1]]),
+                    x=np.concatenate([corners, corners[::-1]]),
                     y=np.concatenate([np.repeat(hi, 2), np.repeat(lo, 2)[::-1]]),
                     name="busy min–max",
                     mode="lines",
@@ -298,43 +321,17 @@ def aligned_sawtooth(
         edges = np.concatenate([busy["start_ns"].to_numpy(), [busy["end_ns"].iloc[-1]]])
         xe = _ms(edges, origin)
         hi = max(hi, float(xe[-1]))
-        x_step = xe
-        y_busy = busy["busy_frac"].to_numpy(dtype="float64") * 100.0
-        fig.add_trace(
-            go.Scatter(
-                x=x_step,
-                y=np.append(y_busy, y_busy[-1]),
-                name="GPU busy",
-                stackgroup=f"s{i}",
-                legendgroup="busy",
-                showlegend="busy" not in seen,
-                line={"color": palette.BUSY, "width": 1, "shape": "hv"},
-                fillcolor=palette.BUSY_FILL,
-                hovertemplate="busy %{y:.1f} %<extra></extra>",
-            ),
-            row=i,
-            col=1,
-        )
-        seen.add("busy")
         shares = p.get("shares") or {}
-        for cause in sorted(shares):
-            y = shares[cause]
-            fig.add_trace(
-                go.Scatter(
-                    x=x_step,
-                    y=np.append(y, y[-1]),
-                    name=palette.cause_label(cause),
-                    stackgroup=f"s{i}",
-                    legendgroup=f"c_{cause}",
-                    showlegend=False,
-                    line={"color": palette.cause_color(cause), "width": 0, "shape": "hv"},
-                    fillcolor=palette.rgba(palette.cause_color(cause), 0.55),
-                    hovertemplate=f"idle: {palette.cause_label(cause)} %{{y:.1f}} %<extra></extra>",
-                ),
-                row=i,
-                col=1,
-            )
-            seen.add(cause)
+        traces = _busy_and_idle(
+            xe,
+            busy["busy_frac"].to_numpy(dtype="float64") * 100.0,
+            shares,
+            sorted(shares),
+            stackgroup=f"s{i}",
+            busy_legend="busy" not in seen,
+        )
+        fig.add_traces(traces, rows=[i] * len(traces), cols=[1] * len(traces))
+        seen.update(["busy", *shares])
         _step_lines(
             fig,
             p.get("steps"),

@@ -1,7 +1,7 @@
 """Polling a ``gpuscope sample`` server (``GET /api/samples?since_ns=N``) for the Live page.
 
 Pure functions, no Streamlit: fetching one batch, folding it into a bounded frame, diagnosing a
-window per GPU and writing the held samples back as a ``gpuscope-nvml`` JSONL file (to save a run).
+window per GPU, and saving the held samples as a run (typed records, :func:`store_window`).
 """
 
 from __future__ import annotations
@@ -10,34 +10,31 @@ import ipaddress
 import json
 import os
 import re
+import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 import pandas as pd
+from gpuscope.analysis.event_classes import NVML_METRIC_FIELDS
 from gpuscope.analysis.live import LiveDiagnosis, sawtooth_diagnosis
 from gpuscope.ingest.env import positive_int
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.ingest.records import RunResult
+from gpuscope.sampler.nvml_api import GpuInfo
+from gpuscope.sampler.record import SeriesWriter, encode_line, make_header
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 ENV_SAMPLER = "GPUSCOPE_SAMPLER_URL"
 DEFAULT_URL = "http://127.0.0.1:9401"
-FIELDS = (
-    "gpu_util_pct",
-    "sm_active_pct",
-    "tensor_active_pct",
-    "mem_util_pct",
-    "mem_used_bytes",
-    "mem_total_bytes",
-    "power_w",
-    "temp_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "pcie_rx_bytes_s",
-    "pcie_tx_bytes_s",
-)
 MAX_ROWS = 200_000
 ENV_ALLOW_HOSTS = "GPUSCOPE_LIVE_ALLOW_HOSTS"
 ENV_MAX_BYTES = "GPUSCOPE_LIVE_MAX_BYTES"
@@ -183,7 +180,7 @@ class Batch:
     host: str | None
     now_ns: int | None
     interval_ms: float | None
-    rows: pd.DataFrame  # t_ns, gpu, FIELDS...
+    rows: pd.DataFrame  # t_ns, gpu, NVML_METRIC_FIELDS...
     gpus: list[dict[str, Any]] = field(default_factory=list)  # the recording's header "gpus"
 
 
@@ -248,12 +245,12 @@ def parse(body: dict[str, Any]) -> Batch:
         t = s.get("t_ns")
         for g in s.get("gpus") or []:
             row = {"t_ns": t, "gpu": g.get("gpu")}
-            row.update({f: g.get(f) for f in FIELDS})
+            row.update({f: g.get(f) for f in NVML_METRIC_FIELDS})
             rows.append(row)
-    frame = pd.DataFrame(rows, columns=["t_ns", "gpu", *FIELDS])
+    frame = pd.DataFrame(rows, columns=["t_ns", "gpu", *NVML_METRIC_FIELDS])
     if not frame.empty:
         frame = frame.astype({"t_ns": "int64", "gpu": "int64"})
-        for f in FIELDS:
+        for f in NVML_METRIC_FIELDS:
             frame[f] = pd.to_numeric(frame[f], errors="coerce")
     return Batch(
         body.get("host"),
@@ -293,42 +290,128 @@ def diagnose(rows: pd.DataFrame, window_s: float) -> dict[int, LiveDiagnosis]:
     }
 
 
-def _jsonable(v: Any) -> Any:
-    if v is None or (isinstance(v, float) and v != v):
+# -- saving the window: typed records -------------------------------------------------------------
+# The held window travels as typed sample records (one :class:`Sample` per poll) to the store. The
+# NVML ingest reads files only today, so :func:`store_window` hands the records over through a
+# file that the sampler's own writer encodes (the one writer of the gpuscope-nvml format); the day
+# gpuscope.ingest.nvml takes records, that file is the one thing to remove.
+
+Reading = int | float | None
+
+
+class GpuReading(msgspec.Struct, frozen=True):
+    """One GPU's readings of one poll, in ``nvml_samples`` units (%, bytes, W, MHz, °C, bytes/s);
+    None: N/A. The fields are event_classes.NVML_METRIC_FIELDS, in order (tested)."""
+
+    gpu: int
+    gpu_util_pct: float | None = None
+    mem_util_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    temp_c: float | None = None
+    pcie_rx_bytes_s: float | None = None
+    pcie_tx_bytes_s: float | None = None
+    sm_active_pct: float | None = None
+    tensor_active_pct: float | None = None
+
+
+class Sample(msgspec.Struct, frozen=True):
+    """One poll: its time (Unix ns) and every GPU's readings, by GPU index."""
+
+    t_ns: int
+    gpus: tuple[GpuReading, ...]
+
+
+@dataclass(frozen=True)
+class Window:
+    """The samples a Live page holds, as the NVML series that saving stores: the sampler's host,
+    its poll interval (ms), the GPUs seen (as the sampler describes them) and the samples in time
+    order."""
+
+    host: str
+    interval_ms: float | None
+    gpus: tuple[GpuInfo, ...]
+    samples: tuple[Sample, ...]
+
+
+_INT_FIELDS = frozenset({"mem_used_bytes", "mem_total_bytes"})  # byte counts: BIGINT in the store
+
+
+def _reading(field_name: str, v: Any) -> Reading:
+    if v is None or v != v:  # None or NaN: N/A
         return None
-    if isinstance(v, (np.integer, int)):
-        return int(v)
-    f = float(v)
-    return int(f) if f.is_integer() else f
+    return round(v) if field_name in _INT_FIELDS else float(v)
 
 
-def to_jsonl(
+def _gpu_info(index: int, described: dict[str, Any] | None) -> GpuInfo:
+    d = described or {}
+
+    def text(k: str) -> str | None:
+        return None if d.get(k) is None else str(d[k])
+
+    total = d.get("mem_total_bytes")
+    return GpuInfo(index, text("name"), text("uuid"), total if isinstance(total, int) else None)
+
+
+def window_of(
     rows: pd.DataFrame,
     *,
     host: str | None,
     gpus: list[dict[str, Any]],
     interval_ms: float | None,
-) -> str:
-    """The held samples as a ``gpuscope-nvml`` v1 file (docs/sampler.md): header + one line each."""
+) -> Window:
+    """The held rows (``t_ns``, ``gpu``, NVML_METRIC_FIELDS; NaN = N/A) as a :class:`Window`.
+    ``gpus``: the sampler's description of its GPUs (``index``, ``name``, ``uuid``,
+    ``mem_total_bytes``); a GPU it does not describe is listed by index alone. Raises ValueError
+    when there is no sample."""
     if rows is None or rows.empty:
         raise ValueError("no samples to save")
     rows = rows.sort_values(["t_ns", "gpu"])
-    seen = sorted(int(g) for g in rows["gpu"].unique())
-    by_index = {int(g["index"]): g for g in gpus if g.get("index") is not None}
-    header = {
-        "format": "gpuscope-nvml",
-        "version": 1,
-        "host": host or "unknown",
-        "interval_ms": float(interval_ms or 100.0),
-        "gpus": [by_index.get(i, {"index": i}) for i in seen],
-        "started_ns": int(rows["t_ns"].min()),
-        "written_by": "gpuscope live page",
+    described = {
+        int(g["index"]): g for g in gpus if isinstance(g.get("index"), int | float | np.integer)
     }
-    lines = [json.dumps(header, separators=(",", ":"))]
-    for t, g in rows.groupby("t_ns", sort=True):
-        per_gpu = [
-            {"gpu": int(r["gpu"]), **{f: _jsonable(r[f]) for f in FIELDS}}
-            for r in g.to_dict("records")
-        ]
-        lines.append(json.dumps({"t_ns": int(t), "gpus": per_gpu}, separators=(",", ":")))
-    return "\n".join(lines) + "\n"
+    seen = sorted(int(g) for g in rows["gpu"].unique())
+    samples = tuple(
+        Sample(
+            int(t),
+            tuple(
+                msgspec.convert(
+                    {"gpu": int(r["gpu"]), **{f: _reading(f, r[f]) for f in NVML_METRIC_FIELDS}},
+                    GpuReading,
+                )
+                for r in g.to_dict("records")
+            ),
+        )
+        for t, g in rows.groupby("t_ns", sort=True)
+    )
+    return Window(
+        host or "unknown",
+        interval_ms,
+        tuple(_gpu_info(i, described.get(i)) for i in seen),
+        samples,
+    )
+
+
+def store_window(
+    con: Connection, window: Window, *, name: str, uploaded_by: str | None = None
+) -> RunResult:
+    """Store the window as an NVML-only run named ``name``, saved by ``uploaded_by`` (a run
+    already holding exactly these samples is reported as a duplicate). Raises IngestError as the
+    NVML ingest does; on error the store is unchanged."""
+    header = make_header(
+        window.host,
+        float(window.interval_ms or 100.0),
+        [g.as_dict() for g in window.gpus],
+        window.samples[0].t_ns,
+        written_by="gpuscope live page",
+    )
+    with tempfile.TemporaryDirectory(prefix="gpuscope-live-") as tmp:
+        path = Path(tmp) / "live.nvml.jsonl"
+        with SeriesWriter(path, header) as out:
+            for s in window.samples:
+                out.write_encoded(encode_line(s))
+        (result,) = ingest_paths(con, [path], name=name, uploaded_by=uploaded_by)
+    return result

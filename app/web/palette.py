@@ -19,7 +19,9 @@ RUN_B = "#2a9d8f"  # "after"
 GOOD = "#2a9d8f"
 BAD = "#d1495b"
 
-# Idle causes, as named by gpuscope.analysis.idle (precedence order); aliases map other spellings.
+# Idle causes: gpuscope.analysis.event_classes.CAUSES in its precedence order (the legend's order),
+# each with one colour and one label (tests/test_app_figures.py holds the three to the same causes).
+# Aliases map other spellings.
 CAUSES: dict[str, str] = {
     "launch_overhead": "#cc79a7",  # work queued, GPU still idle: launch latency, tiny kernels
     "data_loading": "#e69f00",  # inside a DataLoader __next__

@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuscope.analysis import run_views
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import RunResult, ingest_paths, is_trace_file
 from gpuscope.ingest.store import Connection
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
 
 ENV_SAMPLES = "GPUSCOPE_SAMPLES"
 SAMPLE_TAG = "sample"

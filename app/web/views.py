@@ -472,7 +472,7 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
             format_func=lambda n: f"#{n}",
         )
     whole = (s, e) == (ws, we)
-    buttons = (
+    buttons: tuple[tuple[str, str, Callable[..., None], tuple[Any, ...], bool], ...] = (
         (":material/chevron_left:", "Pan left", pan, (-1,), s <= ws),
         (":material/chevron_right:", "Pan right", pan, (1,), e >= we),
         (":material/zoom_out:", "Zoom out (×4)", zoom, (4.0,), whole),

@@ -5,13 +5,10 @@ URL: ``/live?sampler=http://host:port`` (default ``$GPUSCOPE_SAMPLER_URL`` or 12
 
 from __future__ import annotations
 
-import tempfile
 import time
-from pathlib import Path
 
 import streamlit as st
 from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.loader import ingest_paths
 from gpuscope.web import auth, db, figures, live, ui, views
 from gpuscope.web.advice import GPM, what_to_do
 
@@ -168,31 +165,29 @@ panel()
 
 
 def _save() -> None:
-    """The samples held in this session -> a temp ``.nvml.jsonl`` -> ``ingest_paths`` (kind nvml)."""
+    """The samples held in this session, as typed records, -> an NVML-only run."""
     state = st.session_state.get(state_key) or {}
     rows = state.get("rows")
     if rows is None or rows.empty:
         st.session_state["live_saved"] = ("warning", "No samples to save yet.", None)
         return
-    host = state.get("host") or "sampler"
-    text = live.to_jsonl(
-        rows, host=host, gpus=state.get("gpus") or [], interval_ms=state.get("interval_ms")
+    window = live.window_of(
+        rows,
+        host=state.get("host") or "sampler",
+        gpus=state.get("gpus") or [],
+        interval_ms=state.get("interval_ms"),
     )
-    name = f"live {host} {time.strftime('%Y-%m-%d %H:%M:%S')}"
-    with tempfile.TemporaryDirectory(prefix="gpuscope-live-") as tmp:
-        path = Path(tmp) / "live.nvml.jsonl"
-        path.write_text(text, encoding="utf-8")
-        try:
-            with db.writing() as cur:
-                (res,) = ingest_paths(cur, [path], name=name, uploaded_by=auth.uploader())
-        except (IngestError, db.StoreUnavailable) as e:
-            st.session_state["live_saved"] = ("error", f"Not saved: {ui.md(str(e), None)}", None)
-            return
-    n = rows["t_ns"].nunique()
+    name = f"live {window.host} {time.strftime('%Y-%m-%d %H:%M:%S')}"
+    try:
+        with db.writing() as cur:
+            res = live.store_window(cur, window, name=name, uploaded_by=auth.uploader())
+    except (IngestError, db.StoreUnavailable) as e:
+        st.session_state["live_saved"] = ("error", f"Not saved: {ui.md(str(e), None)}", None)
+        return
     what = "already stored as" if res.duplicate else "saved as run"
     st.session_state["live_saved"] = (
         "success",
-        f"{n:,} samples {what} {ui.md_code(res.run_id)} ({ui.md(res.name)}).",
+        f"{len(window.samples):,} samples {what} {ui.md_code(res.run_id)} ({ui.md(res.name)}).",
         res.run_id,
     )
 

@@ -5,6 +5,8 @@ URL: ``/run?run=<run id>&rank=<rank>``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 from gpuscope.web import data, db, ui, views
 
@@ -63,7 +65,7 @@ with views.section("Busy-time plot"):
     views.sawtooth_panel(run_id, rank, key="run")
 if report is not None:
 
-    def rest() -> None:
+    def rest(report: dict[str, Any] = report) -> None:
         with views.section("Breakdowns"):
             views.breakdowns(report)
         with views.section("Top kernels"):
