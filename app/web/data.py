@@ -96,10 +96,18 @@ def summary(run_id: str) -> dict[str, float | None]:
     """Step time (ms) and GPU busy % of the rank that sets the pace (the straggler, else the least
     busy rank), its rank, and MFU % of the run, for the runs list (None when unknown)."""
     try:
-        r = report(db.db_path(), run_id, None)
+        return dict(_summary(db.db_path(), run_id))
     except Exception:  # one broken run must not break the list: its row says "—", the log why
         log.exception("runs list: run %s could not be analysed", run_id)
         return {"step_ms": None, "busy_pct": None, "mfu_pct": None, "rank": None, "failed": True}
+
+
+@st.cache_data(show_spinner=False, max_entries=4096)
+def _summary(path: str, run_id: str) -> dict[str, float | None]:
+    """:func:`summary` of one run, kept for as long as the server runs (a run's content never
+    changes): the runs list asks for every run on every rerun, more runs than the report caches
+    hold. A failure raises, so it is not kept."""
+    r = report(path, run_id, None)
     pace = analysis_fn("ranks", "slowest_rank_figures")(r)
     return {
         "step_ms": _num(pace.get("step_ms")),
