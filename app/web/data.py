@@ -59,11 +59,18 @@ def summary(run_id: str) -> dict[str, Any]:
     """The runs list's figures of a run (``run_views.run_summary``): ``step_ms``, ``busy_pct``,
     ``mfu_pct``, ``rank``; all None and ``failed`` when the run cannot be analysed."""
     try:
-        doc = report(db.db_path(), run_id, None)
+        return dict(_summary(db.db_path(), run_id))
     except Exception:  # one broken run must not break the list: its row says "—", the log why
         log.exception("runs list: run %s could not be analysed", run_id)
         return {"step_ms": None, "busy_pct": None, "mfu_pct": None, "rank": None, "failed": True}
-    return dataclasses.asdict(run_views.run_summary(doc))
+
+
+@st.cache_data(show_spinner=False, max_entries=4096)
+def _summary(path: str, run_id: str) -> dict[str, Any]:
+    """:func:`summary` of one run, kept for as long as the server runs (a run's content never
+    changes): the runs list asks for every run on every rerun, more runs than the report caches
+    hold. A failure raises, so it is not kept."""
+    return dataclasses.asdict(run_views.run_summary(report(path, run_id, None)))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
