@@ -4,7 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8501
-export GPUSCOPE_DB ?= $(CURDIR)/data/gpuscope.duckdb
+# The store: the CLI's default (~/.local/share/gpuscope/store, or $GPUSCOPE_DB / $GPUSCOPE_STORE),
+# so runs ingested from the command line show up in `make run` and the other way round.
 
 .PHONY: run test test-fast lint typecheck format docs bench bench-ui clean browser postgres
 

@@ -14,6 +14,7 @@ import contextlib
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import duckdb
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
+from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.json_stream import Batch
 from gpuscope.ingest.kineto import decode_batch, odd_notes, to_raw
 
@@ -66,16 +68,52 @@ def strict_json(batch: Batch) -> bool:
     return True
 
 
-class BatchInserter:
-    """Writes the events of one run; :meth:`finish` writes its names and thread labels."""
+# Events buffered before they are written to the store (one Parquet file each); $GPUSCOPE_FLUSH_ROWS
+# sets it (fewer rows: less memory, more files).
+ENV_FLUSH_ROWS = "GPUSCOPE_FLUSH_ROWS"
+FLUSH_ROWS = 1_000_000
+BUFFER = "temp._gs_events"  # the buffer: a temporary table of this connection
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+
+@dataclass
+class RankStats:
+    """Events of one rank written so far: count, those with a duration, extent (trace ns)."""
+
+    n_events: int = 0
+    n_timed: int = 0
+    ts_min: int | None = None
+    ts_max: int | None = None
+
+    def add(self, n: int, timed: int, lo: int | None, hi: int | None) -> None:
+        self.n_events += n
+        self.n_timed += timed
+        if lo is not None:
+            self.ts_min = lo if self.ts_min is None else min(self.ts_min, lo)
+        if hi is not None:
+            self.ts_max = hi if self.ts_max is None else max(self.ts_max, hi)
+
+
+class BatchInserter:
+    """Writes the events of one run; :meth:`finish` writes its names and thread labels.
+
+    Events go to a temporary table first and reach ``events`` in chunks of :data:`FLUSH_ROWS`
+    (``$GPUSCOPE_FLUSH_ROWS``),
+    sorted by (rank, cat, ts_ns): a DuckLake writes a Parquet file per INSERT, and sorted chunks
+    let a query skip most of a file by its min/max statistics.
+    """
+
+    def __init__(self, con: Any, run_id: str) -> None:
         self.con, self.run_id = con, run_id
         sweep_scratch()
         fd, name = tempfile.mkstemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", suffix=".json")
         os.close(fd)
         self.scratch = Path(name)
-        self.reader = con.cursor()
+        raw_con = getattr(con, "con", con)  # a Store's DuckDB connection
+        self.reader = raw_con.cursor()
+        con.execute(f"CREATE OR REPLACE TEMPORARY TABLE {BUFFER[5:]} AS FROM events LIMIT 0")
+        self.buffered = 0
+        self.flush_rows = positive_int(ENV_FLUSH_ROWS, FLUSH_ROWS)
+        self.stats: dict[int, RankStats] = {}
         self.fallbacks = 0
         self.names = IdMap()  # event names -> names.name_id
         self.labels = IdMap()  # non-numeric pids/tids -> -1 - id
@@ -138,8 +176,8 @@ class BatchInserter:
         self.con.register("_gs_raw", table)  # scanned in place, no copy
         try:
             self.con.execute(
-                """
-                INSERT INTO events
+                f"""
+                INSERT INTO {BUFFER}
                 SELECT ?, ?, coalesce(ph, ''), coalesce(cat, ''), name_id, pid, tid,
                        CAST(round(ts * 1000) AS BIGINT), CAST(round(dur * 1000) AS BIGINT),
                        correlation, external_id, device, stream, flow_id, grid, block,
@@ -151,7 +189,33 @@ class BatchInserter:
             )
         finally:
             self.con.unregister("_gs_raw")
+        self.buffered += raw.num_rows
+        if self.buffered >= self.flush_rows:
+            self.flush()
         return raw.num_rows
+
+    def flush(self) -> None:
+        """Write the buffered events to ``events`` (sorted), counting them per rank."""
+        if not self.buffered:
+            return
+        for rank, n, timed, lo, hi in self.con.execute(
+            f"SELECT rank, count(*), count(*) FILTER (WHERE ph = 'X'), min(ts_ns), "
+            f"max(ts_ns + coalesce(dur_ns, 0)) FROM {BUFFER} GROUP BY rank"
+        ).fetchall():
+            self.stats.setdefault(int(rank), RankStats()).add(int(n), int(timed), lo, hi)
+        self.con.execute(f"INSERT INTO events FROM {BUFFER} ORDER BY rank, cat, ts_ns")
+        self.con.execute(f"DELETE FROM {BUFFER}")
+        self.buffered = 0
+
+    def rename_rank(self, old: int, new: int) -> None:
+        """Events written as rank ``old`` become rank ``new`` (the rank was learned late)."""
+        self.flush()
+        self.con.execute(
+            "UPDATE events SET rank = ? WHERE run_id = ? AND rank = ?", [new, self.run_id, old]
+        )
+        if old in self.stats:
+            self.stats[new] = self.stats.pop(old)
+        self.thread_rows = {(new, *r[1:]) if r[0] == old else r for r in self.thread_rows}
 
     def _ids(self, raw: pa.Table, kind: str, rank: int) -> pa.Array:
         """Numeric pid/tid as is; a non-numeric one gets a stable negative id (label kept in `threads`)."""
@@ -178,15 +242,13 @@ class BatchInserter:
             elif row["name"] == "thread_name" and t is not None:
                 self.thread_rows.add((rank, "tid", t, row["meta_name"]))
 
-    def rank_extent(self, rank: int) -> tuple[int, Any, Any]:
-        """(events, earliest start, latest end) of a rank, trace ns."""
-        row = self.con.execute(
-            "SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM events WHERE run_id = ? AND rank = ?",
-            [self.run_id, rank],
-        ).fetchone()
-        return int(row[0]), row[1], row[2]
+    def rank_stats(self, rank: int) -> RankStats:
+        """Everything written for ``rank`` (flushes the buffer first)."""
+        self.flush()
+        return self.stats.get(rank, RankStats())
 
     def finish(self) -> None:
+        self.flush()
         c = self.con
         names = pa.table({
             "run_id": pa.array([self.run_id] * len(self.names.ids), pa.string()),
@@ -204,11 +266,14 @@ class BatchInserter:
         self.close()
 
     def close(self) -> None:
-        """Remove the scratch file; never raises (it also runs while an error is on its way)."""
+        """Remove the scratch file and the buffer; never raises (it also runs while an error is on
+        its way)."""
         with contextlib.suppress(OSError):
             self.scratch.unlink(missing_ok=True)
         with contextlib.suppress(duckdb.Error):
             self.reader.close()
+        with contextlib.suppress(duckdb.Error):
+            self.con.execute(f"DROP TABLE IF EXISTS {BUFFER}")
 
 
 SCRATCH_PREFIX = (

@@ -1,52 +1,35 @@
-"""Ingest runs: files and folders -> staged rows, published atomically; content-derived run ids."""
+"""Ingest runs: files and folders -> rows of the store, each call published in one transaction."""
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
 import queue
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import duckdb
 from gpuscope.ingest.batch_insert import BatchInserter, strict_json
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
 from gpuscope.ingest.json_stream import TraceSplitter
 from gpuscope.ingest.naming import default_run_name
+from gpuscope.ingest.nvml import ingest_series, is_nvml_file
+from gpuscope.ingest.records import RankSummary, RunResult, RunRow, run_id_for
 from gpuscope.ingest.source import file_sha256, iter_json_bytes
-from gpuscope.ingest.store import discard_quietly, rollback_quietly, run_exists, transaction
+from gpuscope.ingest.store import Connection, Store, run_exists, transaction
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 ABSOLUTE_NS = 10**17  # timestamps beyond this (1973 in Unix ns) are absolute already
-COMMIT_ROWS = 200_000  # events written per transaction while a run is staged
+INGEST_MEMORY_LIMIT = "384MB"  # DuckDB's memory during an ingest (it spills beyond); restored after
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 T = TypeVar("T")
 U = TypeVar("U")
 
 
-@dataclass
-class RunResult:
-    """What one ingested (or already present) run looks like, JSON-ready."""
-
-    run_id: str
-    name: str
-    kind: str
-    n_ranks: int
-    n_events: int
-    paths: list[str]
-    duplicate: bool = False
-    gpu_name: str | None = None
-    warnings: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+__all__ = ["RunResult", "ingest_paths", "ingest_trace", "run_id_for"]
 
 
 def rank_from_name(path: Path) -> int | None:
@@ -57,10 +40,6 @@ def rank_from_name(path: Path) -> int | None:
 def is_trace_file(path: Path) -> bool:
     n = path.name.lower()
     return path.is_file() and n.endswith(TRACE_SUFFIXES) and not n.startswith(".")
-
-
-def run_id_for(shas: Iterable[str]) -> str:
-    return hashlib.sha256("\n".join(sorted(shas)).encode()).hexdigest()[:12]
 
 
 def display_name(path: Path) -> str:
@@ -79,11 +58,11 @@ def _rank_of(meta: dict[str, Any]) -> int | None:
 
 
 class TraceRunWriter:
-    """Writes the rank files of one staged trace run (see ingest_paths for publishing)."""
+    """Writes the rank files of one trace run inside the caller's transaction."""
 
     def __init__(
         self,
-        con: duckdb.DuckDBPyConnection,
+        con: Connection,
         run_id: str,
         files: list[Path],
         progress: Progress | None = None,
@@ -96,9 +75,8 @@ class TraceRunWriter:
         self.total_bytes = sum(p.stat().st_size for p in files)
         self.done_bytes = 0
         self._open_ranks: dict[int, str] = {}
-        self.uncommitted = 0
 
-    def write_rank(self, path: Path, sha: str, rank_hint: int | None) -> dict[str, Any]:
+    def write_rank(self, path: Path, sha: str, rank_hint: int | None) -> RankSummary:
         splitter = TraceSplitter(path, iter_json_bytes(path))
         file_bytes = path.stat().st_size
         rank: int | None = None
@@ -112,20 +90,13 @@ class TraceRunWriter:
                     rank, provisional = -1 - len(self._open_ranks), True
                 else:
                     self._check_rank_free(path, rank)
-            self.uncommitted += self.inserter.insert(path, batch, rank, strict=strict)
-            if self.uncommitted >= COMMIT_ROWS:  # bounded transactions keep DuckDB's memory flat
-                self.con.execute("COMMIT")
-                self.con.execute("BEGIN TRANSACTION")
-                self.uncommitted = 0
+            self.inserter.insert(path, batch, rank, strict=strict)
             if self.progress:
                 self.progress(self.done_bytes + min(file_bytes, batch.offset), self.total_bytes)
         if rank is None:
             raise IngestError(path, "the trace has no events")
-        timed = self.con.execute(
-            "SELECT count(*) FROM events WHERE run_id = ? AND rank = ? AND ph = 'X'",
-            [self.run_id, rank],
-        ).fetchone()
-        if not timed or not timed[0]:
+        stats = self.inserter.rank_stats(rank)
+        if not stats.n_timed:
             raise IngestError(
                 path, "the trace has no events with a duration (ph X): only metadata or markers"
             )
@@ -137,14 +108,9 @@ class TraceRunWriter:
             )
         if final_rank is not None and final_rank != rank:  # distributedInfo came after the events
             self._check_rank_free(path, final_rank)
-            self.con.execute(
-                "UPDATE events SET rank = ? WHERE run_id = ? AND rank = ?",
-                [final_rank, self.run_id, rank],
-            )
-            rows = self.inserter.thread_rows
-            self.inserter.thread_rows = {(final_rank, *r[1:]) if r[0] == rank else r for r in rows}
+            self.inserter.rename_rank(rank, final_rank)
             rank = final_rank
-        n_events, ts_min, ts_max = self.inserter.rank_extent(rank)
+        n_events, ts_min, ts_max = stats.n_events, stats.ts_min, stats.ts_max
         base = meta.get("baseTimeNanoseconds")
         base_ns = (
             int(base) if isinstance(base, int | float) and not isinstance(base, bool) else None
@@ -177,14 +143,7 @@ class TraceRunWriter:
             ],
         )
         self.done_bytes += file_bytes
-        return {
-            "rank": rank,
-            "n_events": n_events,
-            "meta": meta,
-            "offset": offset,
-            "ts_min": ts_min,
-            "ts_max": ts_max,
-        }
+        return RankSummary(rank, n_events, meta, offset, ts_min, ts_max)
 
     def _check_rank_free(self, path: Path, rank: int) -> None:
         row = self.con.execute(
@@ -320,38 +279,28 @@ def _rank_hints(files: list[Path]) -> list[int | None]:
 
 
 def ingest_trace(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     path: Path,
     *,
     name: str | None = None,
     tags: Iterable[str] = (),
     progress: Progress | None = None,
-    staged: list[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
-) -> tuple[RunResult, list[Any]]:
-    """Stage one run (a file, or a folder of rank files): write its rows, return its `runs` row.
-
-    The run stays invisible until the caller inserts the returned `runs` row (see ingest_paths).
-    """
+    uploaded_by: str | None = None,
+) -> RunResult:
+    """Write one trace run (a file, or a folder of rank files) and its `runs` row, inside the
+    caller's transaction (see :func:`ingest_paths`, which makes it all or nothing)."""
     files, notes = split_trace_files(path)
     shas = {p: file_sha256(p) for p in files}
     run_id = run_id_for(shas.values())
-    if run_exists(con, run_id) or (staged is not None and run_id in staged):
+    if run_exists(con, run_id):
         raise DuplicateRunError(path, run_id)
-    if staged is not None:
-        staged.append(run_id)
-    con.execute("INSERT INTO ingest_pending VALUES (?, ?)", [run_id, _now()])
-    con.execute("BEGIN TRANSACTION")
+    writer = TraceRunWriter(con, run_id, files, progress, metadata)
     try:
-        writer = TraceRunWriter(con, run_id, files, progress, metadata)
         hints = _rank_hints(files)
         ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
         writer.finish()
     except IngestError as e:
-        con.execute("ROLLBACK")
-        writer_close = locals().get("writer")
-        if writer_close is not None:
-            writer_close.inserter.close()
         worker = spans_of_one_process(files)
         if worker is not None and ("rank" in e.problem):
             raise IngestError(
@@ -361,50 +310,47 @@ def ingest_trace(
                 "(each file its own run)",
             ) from None
         raise
-    except BaseException:
-        rollback_quietly(con)  # never replaces the exception on its way
-        writer_close = locals().get("writer")
-        if writer_close is not None:
-            writer_close.inserter.close()
-        raise
-    con.execute("COMMIT")
-    rank0 = min(ranks, key=lambda r: r["rank"])
-    props = rank0["meta"].get("deviceProperties")
+    finally:
+        writer.inserter.close()
+    rank0 = min(ranks, key=lambda r: r.rank)
+    props = rank0.meta.get("deviceProperties")
     gpu = (
         props[0].get("name")
         if isinstance(props, list) and props and isinstance(props[0], dict)
         else None
     )
-    starts = [r["ts_min"] + r["offset"] for r in ranks if r["ts_min"] is not None]
-    ends = [r["ts_max"] + r["offset"] for r in ranks if r["ts_max"] is not None]
-    n_events = sum(r["n_events"] for r in ranks)
-    run_name = name or default_run_name(path.name, rank0["meta"])
-    row = [
-        run_id,
-        run_name,
-        "trace",
-        _now(),
-        len(files),
-        n_events,
-        sum(p.stat().st_size for p in files),
-        gpu,
-        _torch_version(rank0["meta"]),
-        sorted(set(tags)),
-        min(starts) if starts else None,
-        max(ends) if ends else None,
-    ]
+    starts = [r.ts_min_ns + r.offset_ns for r in ranks if r.ts_min_ns is not None]
+    ends = [r.ts_max_ns + r.offset_ns for r in ranks if r.ts_max_ns is not None]
+    row = RunRow(
+        run_id=run_id,
+        name=name or default_run_name(path.name, rank0.meta),
+        kind="trace",
+        n_ranks=len(files),
+        n_events=sum(r.n_events for r in ranks),
+        source_bytes=sum(p.stat().st_size for p in files),
+        gpu_name=gpu,
+        torch_version=_torch_version(rank0.meta),
+        tags=list(tags),
+        start_ns=min(starts) if starts else None,
+        end_ns=max(ends) if ends else None,
+        uploaded_by=uploaded_by,
+    )
+    row.insert(con)
     result = RunResult(
-        run_id, run_name, "trace", len(files), n_events, [str(p) for p in files], gpu_name=gpu
+        run_id,
+        row.name,
+        "trace",
+        row.n_ranks,
+        row.n_events,
+        [str(p) for p in files],
+        gpu_name=gpu,
+        uploaded_by=uploaded_by,
     )
     result.warnings += notes
     odd = writer.inserter.odd_warning()
     if odd:
         result.warnings.append(odd)
-    return result, row
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    return result
 
 
 def _torch_version(meta: dict[str, Any]) -> str | None:
@@ -416,7 +362,7 @@ def _torch_version(meta: dict[str, Any]) -> str | None:
 
 
 def ingest_paths(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     paths: Iterable[str | Path],
     *,
     name: str | None = None,
@@ -427,12 +373,16 @@ def ingest_paths(
     separate: bool = False,
     smi_columns: str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    uploaded_by: str | None = None,
 ) -> list[RunResult]:
-    """Ingest each path as one run; the runs are published together at the end, or not at all.
+    """Ingest each path as one run; the runs are published together (one transaction), or not at all.
+
+    ``con``: the :class:`~gpuscope.ingest.store.Store` (its write lock is held throughout, so a
+    reader in any process sees every run of the call or none), or a bare DuckDB connection.
 
     ``metadata``: top-level trace metadata the user adds to every rank of every trace run, over
     what the files hold (e.g. ``{"gpuscope.untraced_step_ms": 12.3}`` for a trace recorded without
-    ``gpuscope.capture``).
+    ``gpuscope.capture``). ``uploaded_by``: who stores the runs (``runs.uploaded_by``; None: unknown).
 
     ``smi_columns``: the ``--query-gpu`` list of headerless nvidia-smi CSV logs
     (``--format=csv,noheader``). ``separate``: each trace file of a folder is a run of its own (e.g. the profiling spans that
@@ -441,34 +391,45 @@ def ingest_paths(
     A path is a trace file, a folder holding one trace file per rank (NVML series files beside them
     are attached to that run), or an NVML series file (a run of its own, or attached to the existing
     run ``attach``). ``tz``: zone of nvidia-smi's local timestamps. A path whose content is already
-    stored is reported with ``duplicate=True`` and not written again. On any error every row this
-    call wrote is deleted, so the store is as it was.
+    stored is reported with ``duplicate=True`` and not written again. On any error nothing is
+    stored.
     """
     paths = [Path(p) for p in paths]
     if separate:
         paths = [f for p in paths for f in (split_trace_files(p)[0] if p.is_dir() else [p])]
     # One DuckDB thread: the scanning thread needs the other core, and on 2 cores the ingest then
-    # spends about a third less CPU (benchmarks/bench_ingest.py). Restored afterwards.
-    threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
+    # spends about a third less CPU (benchmarks/bench_ingest.py). A memory limit keeps the peak
+    # flat whatever the trace size (DuckDB spills beyond it). Both restored afterwards.
+    threads, memory = con.execute(
+        "SELECT current_setting('threads'), current_setting('memory_limit')"
+    ).fetchone()
     con.execute("SET threads = 1")
+    con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
+
+    def once() -> list[RunResult]:
+        with transaction(con):
+            return _ingest_paths(
+                con,
+                paths,
+                name=name,
+                tags=tags,
+                attach=attach,
+                tz=tz,
+                progress=progress,
+                smi_columns=smi_columns,
+                metadata=metadata,
+                uploaded_by=uploaded_by,
+            )
+
     try:
-        return _ingest_paths(
-            con,
-            paths,
-            name=name,
-            tags=tags,
-            attach=attach,
-            tz=tz,
-            progress=progress,
-            smi_columns=smi_columns,
-            metadata=metadata,
-        )
+        return con.retrying(once) if isinstance(con, Store) else once()
     finally:
         con.execute(f"SET threads = {int(threads)}")
+        con.execute(f"SET memory_limit = '{memory}'")
 
 
 def _ingest_paths(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     paths: list[Path],
     *,
     name: str | None,
@@ -478,65 +439,56 @@ def _ingest_paths(
     progress: Progress | None,
     smi_columns: str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    uploaded_by: str | None = None,
 ) -> list[RunResult]:
-    from gpuscope.ingest.nvml import is_nvml_file
-
     results: list[RunResult] = []
-    rows: list[list[Any]] = []
     series: list[tuple[Path, str | None, int]] = []  # (file, run to attach to, index in results)
-    staged: list[str] = []
     one_name = name if len(paths) == 1 else None
-    try:
-        for p in paths:
-            if p.is_file() and is_nvml_file(p):
-                results.append(RunResult("", one_name or "", "nvml", 0, 0, [str(p)]))
-                series.append((p, attach, len(results) - 1))
-                continue
-            if attach:
-                raise IngestError(p, "--attach takes NVML series files only")
-            extra = (
-                sorted(q for q in p.iterdir() if q.is_file() and is_nvml_file(q))
-                if p.is_dir()
-                else []
+    for p in paths:
+        if p.is_file() and is_nvml_file(p):
+            results.append(RunResult("", one_name or "", "nvml", 0, 0, [str(p)]))
+            series.append((p, attach, len(results) - 1))
+            continue
+        if attach:
+            raise IngestError(p, "--attach takes NVML series files only")
+        extra = (
+            sorted(q for q in p.iterdir() if q.is_file() and is_nvml_file(q)) if p.is_dir() else []
+        )
+        if extra and not any(is_trace_file(q) for q in p.iterdir()):
+            for q in extra:  # a folder of series only: each is a run of its own
+                results.append(RunResult("", "", "nvml", 0, 0, [str(q)]))
+                series.append((q, None, len(results) - 1))
+            continue
+        try:
+            result = ingest_trace(
+                con,
+                p,
+                name=one_name,
+                tags=tags,
+                progress=progress,
+                metadata=metadata,
+                uploaded_by=uploaded_by,
             )
-            if extra and not any(is_trace_file(q) for q in p.iterdir()):
-                for q in extra:  # a folder of series only: each is a run of its own
-                    results.append(RunResult("", "", "nvml", 0, 0, [str(q)]))
-                    series.append((q, None, len(results) - 1))
-                continue
-            try:
-                result, row = ingest_trace(
-                    con,
-                    p,
-                    name=one_name,
-                    tags=tags,
-                    progress=progress,
-                    staged=staged,
-                    metadata=metadata,
-                )
-            except DuplicateRunError as e:
-                results.append(_duplicate(con, e, p))
-                continue
-            results.append(result)
-            rows.append(row)
-            series += [(q, result.run_id, -1) for q in extra]
-        with transaction(con):
-            for row in rows:
-                con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
-            for run_id in staged:
-                con.execute("DELETE FROM ingest_pending WHERE run_id = ?", [run_id])
-            _write_series(
-                con, series, results, name=one_name, tags=tags, tz=tz, smi_columns=smi_columns
-            )
-    except BaseException:
-        for run_id in staged:
-            discard_quietly(con, run_id)  # what it cannot delete goes at the next open
-        raise
+        except DuplicateRunError as e:
+            results.append(_duplicate(con, e, p))
+            continue
+        results.append(result)
+        series += [(q, result.run_id, -1) for q in extra]
+    _write_series(
+        con,
+        series,
+        results,
+        name=one_name,
+        tags=tags,
+        tz=tz,
+        smi_columns=smi_columns,
+        uploaded_by=uploaded_by,
+    )
     return results
 
 
 def _write_series(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     series: list[tuple[Path, str | None, int]],
     results: list[RunResult],
     *,
@@ -544,13 +496,19 @@ def _write_series(
     tags: Iterable[str],
     tz: str | None,
     smi_columns: str | None = None,
+    uploaded_by: str | None = None,
 ) -> None:
-    from gpuscope.ingest.nvml import ingest_series
-
     for path, run_id, index in series:
         try:
             info = ingest_series(
-                con, path, run_id=run_id, name=name, tags=tags, tz=tz, smi_columns=smi_columns
+                con,
+                path,
+                run_id=run_id,
+                name=name,
+                tags=tags,
+                tz=tz,
+                smi_columns=smi_columns,
+                uploaded_by=uploaded_by,
             )
         except DuplicateRunError as e:
             if index >= 0:
@@ -558,27 +516,37 @@ def _write_series(
             continue
         if index >= 0:
             results[index] = RunResult(
-                info["run_id"],
-                info["name"],
+                info.run_id,
+                info.name,
                 "nvml",
                 0,
-                info["n_events"],
+                info.n_samples,
                 [str(path)],
-                gpu_name=info["gpu_name"],
-                warnings=list(info["warnings"]),
+                gpu_name=info.gpu_name,
+                warnings=list(info.warnings),
+                uploaded_by=None if info.attached else uploaded_by,
             )
         else:
             owner = next(r for r in results if r.run_id == run_id)
             owner.paths.append(str(path))
-            owner.warnings += list(info["warnings"])
+            owner.warnings += list(info.warnings)
 
 
-def _duplicate(con: duckdb.DuckDBPyConnection, e: DuplicateRunError, path: Path) -> RunResult:
+def _duplicate(con: Connection, e: DuplicateRunError, path: Path) -> RunResult:
     row = con.execute(
-        "SELECT name, kind, n_ranks, n_events, gpu_name FROM runs WHERE run_id = ?", [e.run_id]
+        "SELECT name, kind, n_ranks, n_events, gpu_name, uploaded_by FROM runs WHERE run_id = ?",
+        [e.run_id],
     ).fetchone()
-    if row is None:  # the same content twice in one call
+    if row is None:
         return RunResult(e.run_id, display_name(path), "trace", 0, 0, [str(path)], duplicate=True)
     return RunResult(
-        e.run_id, row[0], row[1], row[2], row[3], [str(path)], duplicate=True, gpu_name=row[4]
+        e.run_id,
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        [str(path)],
+        duplicate=True,
+        gpu_name=row[4],
+        uploaded_by=row[5],
     )

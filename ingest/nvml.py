@@ -10,8 +10,8 @@ Two inputs are read:
   converted to the table's units. Its timestamps are local wall-clock time without a zone: ``tz``
   names the zone they were recorded in (default: this machine's local zone).
 
-Nothing here opens a transaction: the caller's ``with transaction(con)`` makes a bad file leave the
-database unchanged. Every bad input raises :class:`~gpuscope.ingest.errors.IngestError`.
+Nothing here opens a transaction: the caller's ``with transaction(con)`` (one lake snapshot) makes a
+bad file leave the store unchanged. Every bad input raises :class:`~gpuscope.ingest.errors.IngestError`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
+from gpuscope.ingest.records import RunRow, SeriesResult, run_id_for
 from gpuscope.ingest.schema import NVML_SAMPLES
 
 if TYPE_CHECKING:
@@ -610,7 +611,7 @@ def _file_sha256(path: Path) -> str:
 
 
 def ingest_series(
-    con: duckdb.DuckDBPyConnection,
+    con: Any,
     path: str | Path,
     *,
     run_id: str | None = None,
@@ -618,18 +619,20 @@ def ingest_series(
     tags: Iterable[str] = (),
     tz: str | dt.tzinfo | None = None,
     smi_columns: str | Iterable[str] | None = None,
-) -> dict[str, Any]:
-    """Store one NVML series file inside the caller's transaction; returns a JSON-ready summary.
+    uploaded_by: str | None = None,
+) -> SeriesResult:
+    """Store one NVML series file inside the caller's transaction.
 
-    ``run_id=None``: a run of its own (``kind='nvml'``, id from the file's bytes; raises
-    DuplicateRunError when already stored). Else the series is attached to that existing run (e.g. a
-    trace of the same job; raises IngestError when there is no such run, DuplicateRunError when this
-    series is already attached to it). ``tz``: zone of nvidia-smi's local timestamps (default: this
-    machine's). ``smi_columns``: the ``--query-gpu`` list of a headerless nvidia-smi log. Raises
-    IngestError for any bad input, before anything is written.
+    ``con``: a :class:`~gpuscope.ingest.store.Store` (or a DuckDB connection). ``run_id=None``: a
+    run of its own (``kind='nvml'``, id from the file's bytes; raises DuplicateRunError when already
+    stored). Else the series is attached to that existing run (e.g. a trace of the same job; raises
+    IngestError when there is no such run, DuplicateRunError when this series is already attached
+    to it). ``tz``: zone of nvidia-smi's local timestamps (default: this machine's).
+    ``smi_columns``: the ``--query-gpu`` list of a headerless nvidia-smi log. ``uploaded_by``: who
+    stores it (``runs.uploaded_by`` of a run of its own). Raises IngestError for any bad input,
+    before anything is written.
     """
     import pyarrow as pa
-    from gpuscope.ingest.loader import run_id_for
 
     p = Path(path)
     parsed, _ = parse_series(p, tz=tz, smi_columns=smi_columns)
@@ -669,7 +672,9 @@ def ingest_series(
     names = ", ".join(table.column_names)
     con.register("_gpuscope_nvml", table)
     try:
-        con.execute(f"INSERT INTO nvml_samples ({names}) SELECT {names} FROM _gpuscope_nvml")
+        con.execute(
+            f"INSERT INTO nvml_samples ({names}) SELECT {names} FROM _gpuscope_nvml ORDER BY t_ns, gpu"
+        )
     finally:
         con.unregister("_gpuscope_nvml")
     con.execute(
@@ -680,43 +685,38 @@ def ingest_series(
     gpu_name = cols.gpu_name[first_gpu]
     run_name = name or display_name(p)
     if own:
-        con.execute(
-            "INSERT INTO runs VALUES (?, ?, 'nvml', ?, 0, ?, ?, ?, NULL, ?, ?, ?)",
-            [
-                rid,
-                run_name,
-                dt.datetime.now(dt.UTC).replace(tzinfo=None),
-                n,
-                p.stat().st_size,
-                gpu_name,
-                sorted(set(tags)),
-                start,
-                end,
-            ],
-        )
+        RunRow(
+            run_id=rid,
+            name=run_name,
+            kind="nvml",
+            n_ranks=0,
+            n_events=n,
+            source_bytes=p.stat().st_size,
+            gpu_name=gpu_name,
+            tags=list(tags),
+            start_ns=start,
+            end_ns=end,
+            uploaded_by=uploaded_by,
+        ).insert(con)
     else:
         row = con.execute("SELECT name FROM runs WHERE run_id = ?", [rid]).fetchone()
         run_name = row[0] if row else run_name
-    return {
-        "run_id": rid,
-        "name": run_name,
-        "kind": "nvml",
-        "n_ranks": 0,
-        "n_events": n,
-        "paths": [str(p)],
-        "duplicate": False,
-        "gpu_name": gpu_name,
-        "warnings": parsed.warnings,
-        "series_id": series_id,
-        "attached": not own,
-        "format": parsed.format,
-        "host": parsed.host,
-        "interval_ms": parsed.interval_ms,
-        "n_samples": n,
-        "n_gpus": len(set(cols.gpu)),
-        "start_ns": start,
-        "end_ns": end,
-    }
+    return SeriesResult(
+        run_id=rid,
+        name=run_name,
+        path=str(p),
+        series_id=series_id,
+        attached=not own,
+        format=parsed.format,
+        host=parsed.host,
+        interval_ms=parsed.interval_ms,
+        n_samples=n,
+        n_gpus=len(set(cols.gpu)),
+        gpu_name=gpu_name,
+        start_ns=start,
+        end_ns=end,
+        warnings=list(parsed.warnings),
+    )
 
 
 def series_for_run(con: duckdb.DuckDBPyConnection, run_id: str) -> pandas.DataFrame:

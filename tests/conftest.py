@@ -18,8 +18,8 @@ SAMPLES = REPO / "sample_traces"
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
-    """A real DuckDB file, fresh for each test."""
-    return tmp_path / "store.duckdb"
+    """A real local store (a DuckLake folder: SQLite catalog + Parquet), fresh for each test."""
+    return tmp_path / "store"
 
 
 @pytest.fixture

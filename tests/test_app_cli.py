@@ -35,7 +35,7 @@ def test_defaults_bind_loopback(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     assert flags["--server.address"] == "127.0.0.1" and flags["--server.port"] == "8501"
     assert flags["--server.maxUploadSize"] == "1024"
     assert "--server.headless" not in flags
-    assert env["GPUSCOPE_DB"] == str((tmp_path / "d.duckdb").resolve())
+    assert env["GPUSCOPE_STORE"] == str((tmp_path / "d.duckdb").resolve())
     assert (
         main_script().is_file() and (main_script().parent / ".streamlit" / "config.toml").is_file()
     )
@@ -51,9 +51,12 @@ def test_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     flags = dict(zip(argv[5::2], argv[6::2], strict=True))
     assert (flags["--server.address"], flags["--server.port"]) == ("0.0.0.0", "9999")
     assert flags["--server.maxUploadSize"] == "64" and flags["--server.headless"] == "true"
-    assert env["GPUSCOPE_DB"] == str(tmp_path / "x.db")
+    assert env["GPUSCOPE_STORE"] == str(tmp_path / "x.db")
     argv, _ = build_command(_args("--max-upload-mb", "2048"))
     assert "2048" in argv
+    team = "postgres://u:pw@db:5432/lake"
+    _, env = build_command(_args("--store", team, "--data-path", "s3://b/p"))
+    assert (env["GPUSCOPE_STORE"], env["GPUSCOPE_DATA_PATH"]) == (team, "s3://b/p")
 
 
 def test_run_loads_samples_then_execs_streamlit(

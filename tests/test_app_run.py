@@ -176,7 +176,7 @@ def test_nvml_only_run(db: Path, tmp_path: Path) -> None:
 
     con = connect(db)
     with transaction(con):
-        rid = ingest_series(con, nvml_series(tmp_path / "solo.nvml.jsonl"))["run_id"]
+        rid = ingest_series(con, nvml_series(tmp_path / "solo.nvml.jsonl")).run_id
     con.close()
     at = open_app(RUN, {"run": rid})
     assert not at.exception

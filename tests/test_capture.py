@@ -178,7 +178,7 @@ def test_capture_is_ingestable(tmp_path, monkeypatch):
     with transaction(con):
         res = ingest_series(con, prof.nvml_path, run_id=run.run_id)
     df = series_for_run(con, run.run_id)
-    assert res["attached"] and len(df) == res["n_samples"] > 0
+    assert res.attached and len(df) == res.n_samples > 0
     assert df.t_ns.min() <= row[1] and df.t_ns.max() >= row[2] - 10**9  # the series spans the trace
     assert align_offset_ns(con, run.run_id) > 0
 

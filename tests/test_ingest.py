@@ -1,4 +1,4 @@
-"""Ingest of hand-built traces into a real DuckDB file: what is kept, exactly, and what is refused."""
+"""Ingest of hand-built traces into a real store: what is kept, exactly, and what is refused."""
 
 from __future__ import annotations
 
@@ -344,13 +344,13 @@ def test_cli_version():
     assert out.returncode == 0 and out.stdout.strip() == f"gpuscope {__version__}"
 
 
-def test_reopen_read_only_sees_committed_run(db_path, tmp_path):
+def test_reopen_sees_committed_run(db_path, tmp_path):
     con = connect(db_path)
     [r] = ingest_paths(con, [small_trace().write(tmp_path / "t.json")])
     con.close()
-    ro = connect(db_path, read_only=True)
-    assert ro.execute("SELECT run_id FROM runs").fetchall() == [(r.run_id,)]
-    ro.close()
+    again = connect(db_path)
+    assert again.execute("SELECT run_id FROM runs").fetchall() == [(r.run_id,)]
+    again.close()
 
 
 NVML_FIXTURE = (
@@ -387,8 +387,13 @@ def test_series_alone_is_its_own_run_and_attach_needs_a_run(con, tmp_path):
         ingest_paths(con, [tmp_path / "t.json"], attach=t.run_id)
 
 
+def parquet_files(store: Path, table: str = "events") -> list[Path]:
+    return sorted((store / "data").glob(f"**/{table}/*.parquet"))
+
+
 def test_a_killed_ingest_leaves_nothing_visible_and_is_cleaned_on_open(tmp_path):
-    """SIGKILL mid-ingest: the next writer finds the staged rows and removes them."""
+    """SIGKILL mid-ingest (its Parquet files half-written): no run is visible, and the next open
+    deletes the files it left; the same trace then ingests cleanly."""
     import os
     import signal
     import time
@@ -397,33 +402,30 @@ def test_a_killed_ingest_leaves_nothing_visible_and_is_cleaned_on_open(tmp_path)
     for i in range(120000):
         t.launch(f"k{i % 50}", i * 10.0, i * 10.0 + 1, 1.0)
     p = t.write(tmp_path / "big.json", indent=None)
-    db = tmp_path / "k.duckdb"
+    db = tmp_path / "k"
+    env = {**os.environ, "GPUSCOPE_FLUSH_ROWS": "50000"}  # files written early in the ingest
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuscope", "ingest", str(p), "--db", str(db)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env=env,
     )
     deadline = time.time() + 60
-    wal = Path(str(db) + ".wal")
-    while time.time() < deadline and proc.poll() is None:  # wait until rows are being written
-        if (wal.exists() and wal.stat().st_size > 3 << 20) or (
-            db.exists() and db.stat().st_size > 3 << 20
-        ):
+    while time.time() < deadline and proc.poll() is None:  # wait until events are being written
+        if len(parquet_files(db)) >= 2:
             break
         time.sleep(0.01)
     assert proc.poll() is None, "ingest finished before it could be killed; make the trace bigger"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    ro = connect(db, read_only=True)  # a reader sees a run being staged, but no run
-    assert ro.execute("SELECT count(*) FROM ingest_pending").fetchone()[0] == 1
-    assert ro.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
-    ro.close()
-    con = connect(db)  # a writer: cleans the crashed run
+    assert parquet_files(db), "the killed ingest wrote no files: the test did not test"
+    con = connect(db)  # the next open deletes what the dead writer left
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
-    assert con.execute("SELECT count(*) FROM ingest_pending").fetchone()[0] == 0
     assert con.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+    assert parquet_files(db) == []
     [r] = ingest_paths(con, [p])  # and the same trace ingests cleanly afterwards
     assert r.n_events == 2 + 4 * 120000
+    assert con.execute("SELECT count(*) FROM events").fetchone()[0] == r.n_events
     con.close()
 
 
@@ -481,27 +483,29 @@ def test_fast_and_fallback_paths_write_identical_rows(tmp_path):
     assert dump(True) == dump(False)
 
 
-def test_a_schema_1_store_is_migrated_whole(tmp_path):
-    """A store written by gpuscope 0.1 (schema 1: no events.odd_args) opens in this version: the
-    column is added, the version bumped, and its runs analyse as before."""
+def test_a_schema_1_duckdb_store_is_migrated_whole(tmp_path):
+    """A plain DuckDB store written by gpuscope 0.1 (schema 1: no events.odd_args, no
+    runs.uploaded_by) opens in this version as ``duckdb:FILE``: the columns are added, the version
+    bumped, and its runs analyse as before."""
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.schema import SCHEMA_VERSION
 
-    db = tmp_path / "old.duckdb"
-    con = connect(str(db))
+    db = f"duckdb:{tmp_path / 'old.duckdb'}"
+    con = connect(db)
     sample = NVML_FIXTURE.parent.parent / "before" / "before_rank0.pt.trace.json.gz"
     [run] = ingest_paths(con, [sample])
     before = analyze_run(con, run.run_id).to_json()
     con.execute("ALTER TABLE events DROP COLUMN odd_args")  # the shape schema 1 had
+    con.execute("ALTER TABLE runs DROP COLUMN uploaded_by")
     con.execute("UPDATE gpuscope_meta SET value = '1' WHERE key = 'schema_version'")
     n_events = con.execute("SELECT count(*) FROM events").fetchone()[0]
     con.close()
 
-    con = connect(str(db))
+    con = connect(db)
     version = con.execute("SELECT value FROM gpuscope_meta WHERE key = 'schema_version'")
     assert version.fetchone()[0] == str(SCHEMA_VERSION)
-    cols = {r[0] for r in con.execute("DESCRIBE events").fetchall()}
-    assert "odd_args" in cols
+    assert "odd_args" in {r[0] for r in con.execute("DESCRIBE events").fetchall()}
+    assert "uploaded_by" in {r[0] for r in con.execute("DESCRIBE runs").fetchall()}
     assert con.execute("SELECT count(*) FROM events").fetchone()[0] == n_events
     after = analyze_run(con, run.run_id).to_json()
     assert after["gpu_busy_pct"] == before["gpu_busy_pct"]
@@ -516,14 +520,14 @@ def test_a_failing_migration_leaves_the_store_as_it_was(tmp_path, monkeypatch):
     from gpuscope.ingest import store
 
     db = tmp_path / "old.duckdb"
-    con = connect(str(db))
+    con = connect(f"duckdb:{db}")
     con.execute("ALTER TABLE events DROP COLUMN odd_args")
     con.execute("UPDATE gpuscope_meta SET value = '1' WHERE key = 'schema_version'")
     con.close()
     bad = ("ALTER TABLE events ADD COLUMN odd_args VARCHAR", "SELECT no_such_function()")
     monkeypatch.setitem(store.MIGRATIONS, 1, bad)
     with pytest.raises(duckdb.Error, match="no_such_function"):
-        connect(str(db))
+        connect(f"duckdb:{db}")
     con = duckdb.connect(str(db))
     version = con.execute("SELECT value FROM gpuscope_meta WHERE key = 'schema_version'")
     assert version.fetchone()[0] == "1"

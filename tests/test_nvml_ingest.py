@@ -60,14 +60,14 @@ def copy(src: Path, tmp_path: Path, name: str | None = None) -> Path:
 def test_jsonl_own_run(con):
     res = ingest(con, JSONL, run_id=None, name=None)
     sha = hashlib.sha256(JSONL.read_bytes()).hexdigest()
-    assert res["series_id"] == sha[:12]
-    assert res["kind"] == "nvml" and not res["attached"]
-    assert res["n_samples"] == 80 and res["n_gpus"] == 2
-    assert res["format"] == "gpuscope-jsonl" and res["host"] == "synthetic-node-01"
+    assert res.series_id == sha[:12]
+    assert not res.attached
+    assert res.n_samples == 80 and res.n_gpus == 2
+    assert res.format == "gpuscope-jsonl" and res.host == "synthetic-node-01"
     run = con.execute(
         "SELECT name, kind, n_ranks, n_events, source_bytes, gpu_name, torch_version, start_ns, end_ns "
         "FROM runs WHERE run_id = ?",
-        [res["run_id"]],
+        [res.run_id],
     ).fetchone()
     lines = [json.loads(x) for x in JSONL.read_text().splitlines()[1:]]
     assert run == (
@@ -84,7 +84,7 @@ def test_jsonl_own_run(con):
     series = con.execute(
         "SELECT series_id, path, format, host, interval_ms, n_samples, start_ns, end_ns "
         "FROM nvml_series WHERE run_id = ?",
-        [res["run_id"]],
+        [res.run_id],
     ).fetchone()
     assert series[:4] == (sha[:12], str(JSONL), "gpuscope-jsonl", "synthetic-node-01")
     assert series[4] == pytest.approx(
@@ -95,7 +95,7 @@ def test_jsonl_own_run(con):
     row = (
         con.execute(
             "SELECT * FROM nvml_samples WHERE run_id = ? AND gpu = 0 ORDER BY t_ns LIMIT 1",
-            [res["run_id"]],
+            [res.run_id],
         )
         .df()
         .iloc[0]
@@ -116,22 +116,23 @@ def test_jsonl_duplicate_is_refused(con):
     before = snapshot(con)
     with pytest.raises(DuplicateRunError) as e:
         ingest(con, JSONL)
-    assert e.value.run_id == res["run_id"]
+    assert e.value.run_id == res.run_id
     assert snapshot(con) == before
 
 
 def test_jsonl_name_and_tags(con):
     res = ingest(con, JSONL, name="bench A", tags=["x", "a", "x"])
-    assert con.execute(
-        "SELECT name, tags FROM runs WHERE run_id = ?", [res["run_id"]]
-    ).fetchone() == ("bench A", ["a", "x"])
+    assert con.execute("SELECT name, tags FROM runs WHERE run_id = ?", [res.run_id]).fetchone() == (
+        "bench A",
+        ["a", "x"],
+    )
 
 
 def test_gzipped_jsonl(con, tmp_path):
     gz = tmp_path / "s.nvml.jsonl.gz"
     gz.write_bytes(gzip.compress(JSONL.read_bytes()))
     assert is_nvml_file(gz)
-    assert ingest(con, gz)["n_samples"] == 80
+    assert ingest(con, gz).n_samples == 80
 
 
 def test_truncated_last_line_is_dropped(con, tmp_path):
@@ -143,7 +144,7 @@ def test_truncated_last_line_is_dropped(con, tmp_path):
     s = read_jsonl(p)
     assert s.truncated and len(s.samples) == 39
     res = ingest(con, p)
-    assert res["n_samples"] == 78 and any("truncated" in w for w in res["warnings"])
+    assert res.n_samples == 78 and any("truncated" in w for w in res.warnings)
 
 
 def test_cut_after_a_newline_is_complete(tmp_path):
@@ -165,10 +166,10 @@ def test_ints_stay_ints(tmp_path):
 @pytest.mark.parametrize("path", [CSV_UNITS, CSV_NOUNITS])
 def test_nvidia_smi_csv_with_and_without_units(con, path):
     res = ingest(con, path, tz="UTC")
-    assert res["format"] == "nvidia-smi-csv" and res["n_samples"] == 20 and res["n_gpus"] == 2
-    assert res["interval_ms"] == pytest.approx(500.0)
-    assert res["start_ns"] == T0_UTC_NS and res["end_ns"] == T0_UTC_NS + 4_500_000_000
-    df = series_for_run(con, res["run_id"])
+    assert res.format == "nvidia-smi-csv" and res.n_samples == 20 and res.n_gpus == 2
+    assert res.interval_ms == pytest.approx(500.0)
+    assert res.start_ns == T0_UTC_NS and res.end_ns == T0_UTC_NS + 4_500_000_000
+    df = series_for_run(con, res.run_id)
     first = df[(df.gpu == 0)].iloc[0]
     assert first.t_ns == T0_UTC_NS
     assert first.gpu_name == "NVIDIA H100 80GB HBM3"
@@ -187,29 +188,29 @@ def test_units_and_nounits_give_the_same_rows(con):
     a = ingest(con, CSV_UNITS, tz="UTC")
     b = ingest(con, CSV_NOUNITS, tz="UTC")
     cols = ["gpu", "t_ns", *METRIC_FIELDS]
-    da = series_for_run(con, a["run_id"])[cols]
-    db = series_for_run(con, b["run_id"])[cols]
+    da = series_for_run(con, a.run_id)[cols]
+    db = series_for_run(con, b.run_id)[cols]
     assert da.equals(db)
 
 
 def test_csv_subset_other_order_no_index(con):
     res = ingest(con, CSV_SUBSET, tz="UTC")
-    df = series_for_run(con, res["run_id"])
+    df = series_for_run(con, res.run_id)
     assert list(df.gpu_util_pct) == [0, 35, 100, 100, 12, 0]
     assert list(df.mem_used_bytes) == [(1024 + k) * MIB for k in range(6)]
     assert df.sm_clock_mhz.isna().all()  # [Not Supported]
     assert df.gpu.eq(0).all() and df.gpu_name.isna().all() and df.power_w.isna().all()
-    assert res["interval_ms"] == pytest.approx(100.0)
-    assert con.execute(
-        "SELECT gpu_name FROM runs WHERE run_id = ?", [res["run_id"]]
-    ).fetchone() == (None,)
+    assert res.interval_ms == pytest.approx(100.0)
+    assert con.execute("SELECT gpu_name FROM runs WHERE run_id = ?", [res.run_id]).fetchone() == (
+        None,
+    )
 
 
 def test_csv_time_zone_option():
     starts = {}
     for tz in ("UTC", "+02:00", "Europe/Paris"):  # Paris is UTC+1 in January
         c = connect(":memory:")  # same bytes = same run id: one store each
-        starts[tz] = ingest(c, CSV_SUBSET, tz=tz)["start_ns"]
+        starts[tz] = ingest(c, CSV_SUBSET, tz=tz).start_ns
         c.close()
     assert starts["UTC"] == T0_UTC_NS
     assert starts["UTC"] - starts["+02:00"] == 2 * 3600 * 10**9
@@ -226,7 +227,7 @@ def test_csv_default_zone_is_local(con, monkeypatch):
     finally:
         monkeypatch.undo()
         time.tzset()
-    assert res["start_ns"] == T0_UTC_NS + 5 * 3600 * 10**9
+    assert res.start_ns == T0_UTC_NS + 5 * 3600 * 10**9
 
 
 def test_resolve_tz():
@@ -248,11 +249,11 @@ def test_csv_real_nvidia_smi_layout(con, tmp_path):
         "2025/01/15 10:00:01.250, 0, 00000000:19:00.0, [Unknown Error], 0.5 GiB\r\n"
     )
     res = ingest(con, p, tz="UTC")
-    df = series_for_run(con, res["run_id"])
+    df = series_for_run(con, res.run_id)
     assert list(df.t_ns) == [T0_UTC_NS + 250_000_000, T0_UTC_NS + 1_250_000_000]
     assert df.power_w.iloc[0] == pytest.approx(120.5) and df.power_w.isna().iloc[1]
     assert list(df.mem_used_bytes) == [10 * MIB, 512 * MIB]
-    assert any("pci.bus_id" in w for w in res["warnings"])
+    assert any("pci.bus_id" in w for w in res.warnings)
 
 
 def test_csv_truncated_last_row_dropped(con, tmp_path):
@@ -260,7 +261,7 @@ def test_csv_truncated_last_row_dropped(con, tmp_path):
     text = CSV_UNITS.read_text()
     p.write_text(text[: len(text) - 30])  # the last row is cut mid-field
     res = ingest(con, p, tz="UTC")
-    assert res["n_samples"] == 19 and any("truncated" in w for w in res["warnings"])
+    assert res.n_samples == 19 and any("truncated" in w for w in res.warnings)
 
 
 # --- attaching to a trace run -----------------------------------------------------------------------
@@ -309,7 +310,7 @@ def test_attach_to_trace_run(con, tmp_path):
         "SELECT n_events FROM runs WHERE run_id = ?", [run.run_id]
     ).fetchone()
     res = ingest(con, JSONL, run_id=run.run_id)
-    assert res["attached"] and res["run_id"] == run.run_id and res["name"] == run.name
+    assert res.attached and res.run_id == run.run_id and res.name == run.name
     assert con.execute("SELECT count(*) FROM runs").fetchone() == (1,)  # no run of its own
     assert (
         con.execute("SELECT n_events FROM runs WHERE run_id = ?", [run.run_id]).fetchone()
@@ -337,7 +338,7 @@ def test_attach_to_missing_run_changes_nothing(con):
 
 def test_align_offset_of_nvml_run_is_zero(con):
     res = ingest(con, JSONL)
-    assert align_offset_ns(con, res["run_id"]) == 0
+    assert align_offset_ns(con, res.run_id) == 0
     assert series_for_run(con, "nosuchrun").empty
 
 

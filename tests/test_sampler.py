@@ -682,7 +682,7 @@ def test_cli_sigkill_mid_run_leaves_a_readable_file(tmp_path, procs):
     con = connect(":memory:")
     with transaction(con):
         res = ingest_series(con, out)
-    assert res["n_samples"] == 2 * len(s.samples)
+    assert res.n_samples == 2 * len(s.samples)
     # and a file cut inside a line (as a full disk leaves it) is read up to the cut
     data = out.read_bytes()
     cut_at = data.rindex(b"\n", 0, len(data) - 1) + 25

@@ -6,9 +6,8 @@ import json
 import sys
 from typing import Any
 
-import duckdb
 from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.store import connect, resolve_run
+from gpuscope.ingest.store import Store, StoreSpec, open_store, parse_spec, resolve_run
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -17,16 +16,44 @@ def fail(message: str, code: int = 2) -> int:
     return code
 
 
-def open_db(args: Any, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def notice(message: str) -> None:
+    print(f"gpuscope: {' '.join(message.split())}", file=sys.stderr)
+
+
+def store_spec(args: Any) -> StoreSpec:
+    """The store the options name: ``--store``, else ``--db`` (the local store's folder), else
+    ``$GPUSCOPE_STORE``, else ``$GPUSCOPE_DB``, else the default local store. Exits 2 (one line)
+    on a bad spec."""
+    store = getattr(args, "store", None)
+    db = getattr(args, "db", None)
+    if store and db:
+        raise SystemExit(fail("--store and --db name two stores: give one"))
     try:
-        return connect(args.db, read_only=read_only)
-    except duckdb.IOException as e:
-        raise SystemExit(
-            fail(f"{args.db or 'database'}: cannot open ({str(e).splitlines()[0]})")
-        ) from None
+        return parse_spec(store or db, getattr(args, "data_path", None))
+    except IngestError as e:
+        raise SystemExit(fail(str(e))) from None
 
 
-def run_id_or_exit(con: duckdb.DuckDBPyConnection, ref: str) -> str:
+def open_db(args: Any, *, read_only: bool = False) -> Store:
+    """Open the store the options name (see :func:`store_spec`); a store that cannot be opened
+    (bad spec, unreachable catalog, missing extension) is one line and exit 2."""
+    del read_only  # readers and writers share a store
+    spec = store_spec(args)
+    try:
+        return open_store(spec, notice=notice)
+    except IngestError as e:
+        raise SystemExit(fail(str(e))) from None
+
+
+def shown_store(args: Any) -> str:
+    """The store named by the options, for messages (no password)."""
+    try:
+        return store_spec(args).shown()
+    except SystemExit:
+        return str(getattr(args, "store", None) or getattr(args, "db", None) or "the store")
+
+
+def run_id_or_exit(con: Any, ref: str) -> str:
     try:
         rid = resolve_run(con, ref)
     except IngestError as e:  # a name or prefix of several runs: the error lists them

@@ -46,6 +46,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "gpuscope.capture would have (caps host-side findings at what can exist without the "
         "profiler)",
     )
+    p.add_argument(
+        "--uploaded-by",
+        metavar="WHO",
+        help="who stores the run(s), kept in runs.uploaded_by (default: unknown)",
+    )
     p.add_argument("--json", action="store_true", help="print details as JSON")
     common_db_option(p)
 
@@ -71,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
             separate=args.separate,
             smi_columns=args.smi_columns,
             metadata=metadata,
+            uploaded_by=args.uploaded_by,
         )
+        if any(not r.duplicate for r in results):
+            con.maintain()  # compacts small files; deletes files no snapshot needs any more
     except IngestError as e:
         return fail(str(e))
     finally:

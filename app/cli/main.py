@@ -15,17 +15,42 @@ import duckdb
 from gpuscope import __version__
 from gpuscope.ingest.batch_insert import remove_own_scratch
 from gpuscope.ingest.errors import IngestError, store_fault
-from gpuscope.ingest.store import default_db_path
 
-SUBCOMMANDS = ("ingest", "runs", "delete", "analyze", "compare", "check", "sample", "ui")
+SUBCOMMANDS = (
+    "ingest",
+    "runs",
+    "delete",
+    "analyze",
+    "compare",
+    "check",
+    "sample",
+    "ui",
+    "migrate",
+)
 
 
 def common_db_option(p: argparse.ArgumentParser) -> None:
+    """``--db``, ``--store``, ``--data-path``: which store a subcommand reads and writes."""
     p.add_argument(
         "--db",
-        metavar="FILE",
+        metavar="DIR",
         default=None,
-        help="DuckDB file (default: $GPUSCOPE_DB, else ~/.local/share/gpuscope/gpuscope.duckdb)",
+        help="the local store's folder (default: $GPUSCOPE_DB, else "
+        "~/.local/share/gpuscope/store); a DuckDB file of older gpuscope there is moved over",
+    )
+    p.add_argument(
+        "--store",
+        metavar="SPEC",
+        default=None,
+        help="the store: a folder (local), postgres://user:pw@host:5432/db (team catalog), "
+        "duckdb:FILE (legacy, one process) (default: $GPUSCOPE_STORE, else the local store)",
+    )
+    p.add_argument(
+        "--data-path",
+        metavar="PATH",
+        default=None,
+        help="where a team store keeps its Parquet files: s3://bucket/prefix or a shared folder "
+        "(default: $GPUSCOPE_DATA_PATH); S3 credentials from the AWS_* variables",
     )
 
 
@@ -143,7 +168,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except IngestError as e:  # bad input, or a store fault already made one line
         return _fail(str(e), 2 if type(e) is IngestError else 1)
     except (duckdb.Error, OSError) as e:  # not bad input: one plain line, not a traceback
-        return _fail(str(store_fault(e, getattr(args, "db", None) or default_db_path())), 1)
+        from gpuscope.cli._common import shown_store
+
+        return _fail(str(store_fault(e, shown_store(args))), 1)
     finally:
         # A signal can land between a scratch file's creation and the code that owns it: whatever
         # this process still has in the temp folder goes when the command ends, however it ends.

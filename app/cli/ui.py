@@ -63,9 +63,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The ``streamlit run`` argv and environment for these options."""
-    from gpuscope.ingest.store import ENV_DB, default_db_path
+    from gpuscope.cli._common import store_spec
+    from gpuscope.ingest.store import ENV_DATA_PATH, ENV_STORE
 
-    db = Path(args.db).expanduser() if args.db else default_db_path()
+    spec = store_spec(args)
     max_mb = args.max_upload_mb if args.max_upload_mb is not None else _max_upload_default()
     argv = [
         sys.executable,
@@ -89,9 +90,17 @@ def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     # No traceback reaches a viewer unless asked for (config.toml says "none" as well).
     argv += ["--client.showErrorDetails", "full" if getattr(args, "dev", False) else "none"]
     env = dict(os.environ)
-    env[ENV_DB] = str(db.resolve())
+    env[ENV_STORE] = spec.location if spec.kind != "duckdb" else f"duckdb:{spec.location}"
+    if spec.data_path:
+        env[ENV_DATA_PATH] = spec.data_path
     env[ENV_MAX_UPLOAD] = str(max_mb)
     return argv, env
+
+
+def spec_shown(env: dict[str, str]) -> str:
+    from gpuscope.ingest.store import ENV_STORE, parse_spec
+
+    return parse_spec(env[ENV_STORE]).shown()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             con.close()
     host = "localhost" if args.host in ("127.0.0.1", "localhost") else args.host
     print(
-        f"gpuscope: dashboard on http://{host}:{args.port}  (store {env['GPUSCOPE_DB']})",
+        f"gpuscope: dashboard on http://{host}:{args.port}  (store {spec_shown(env)})",
         file=sys.stderr,
     )
     sys.stdout.flush()

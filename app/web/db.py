@@ -1,9 +1,10 @@
-"""The app's access to the DuckDB store.
+"""The app's access to the store (a DuckLake, see :mod:`gpuscope.ingest.store`).
 
-One process may open the file read-write, so the server opens ONE connection (``st.cache_resource``)
-and every thread that runs a session's script gets its own ``con.cursor()`` (DuckDB cursors are
-not shared between threads). Writes (ingest, rename, tag, delete) take the store's lock and bump its
-``generation``, which is part of every cached query's key, so no page shows stale rows.
+The server opens ONE connection (``st.cache_resource``) and every thread that runs a session's
+script gets its own ``con.cursor()`` (DuckDB cursors are not shared between threads). Writes
+(ingest, rename, tag, delete) take the store's write lock (shared with every other process that
+writes the store). ``generation`` changes with every commit, of this process or another, and is
+part of every cached query's key, so no page shows stale rows.
 
 A store fault that is not bad input (disk full, I/O error, an invalidated database) is raised as
 one line (:class:`StoreError`); the connection is closed and dropped, so the next action opens a
@@ -23,15 +24,16 @@ import duckdb
 import pandas as pd
 import streamlit as st
 from gpuscope.ingest.errors import IngestError, StoreError, store_fault
-from gpuscope.ingest.store import connect, default_db_path, list_runs
+from gpuscope.ingest.store import Store as LakeStore
+from gpuscope.ingest.store import list_runs, open_store, parse_spec
 
 
 @dataclass
 class Store:
-    """The shared connection of one DuckDB file, its write lock and a change counter."""
+    """The shared connection of the store, and a counter of this process's writes."""
 
     path: str
-    con: duckdb.DuckDBPyConnection
+    con: LakeStore
     lock: threading.RLock = field(default_factory=threading.RLock)
     generation: int = 0
 
@@ -40,12 +42,13 @@ _local = threading.local()
 
 
 def db_path() -> str:
-    """``$GPUSCOPE_DB`` (set by ``gpuscope ui``), else the default store path."""
-    return str(default_db_path())
+    """The store's spec: ``$GPUSCOPE_STORE`` (set by ``gpuscope ui``), else ``$GPUSCOPE_DB``, else the
+    default local store."""
+    return parse_spec(None).location
 
 
 class StoreUnavailable(RuntimeError):
-    """The DuckDB file cannot be opened (e.g. another process holds its lock); one line."""
+    """The store cannot be opened (bad spec, unreachable catalog); one line."""
 
 
 _generations = [0]  # carried over when a faulted store is reopened, so caches stay keyed apart
@@ -54,17 +57,9 @@ _generations = [0]  # carried over when a faulted store is reopened, so caches s
 @st.cache_resource(show_spinner=False)
 def _open_store(path: str) -> Store:
     try:
-        return Store(path, connect(path), generation=_generations[0])
-    except duckdb.IOException as e:
-        first = str(e).splitlines()[0]
-        if "lock" in first.lower():
-            raise StoreUnavailable(
-                f"cannot open the store {path}: {first}. Only one process may write a DuckDB file: "
-                "stop the other gpuscope command (or dashboard) that has it open, then reload."
-            ) from None
-        raise StoreUnavailable(
-            f"cannot open the store: {store_fault(e, path)}. Reload to retry."
-        ) from None
+        return Store(path, open_store(parse_spec(None)), generation=_generations[0])
+    except IngestError as e:  # a bad spec, an unreachable catalog: one line
+        raise StoreUnavailable(f"cannot open the store: {e}. Reload to retry.") from None
     except duckdb.Error as e:  # e.g. the disk is still full: pending rows cannot be discarded yet
         raise StoreUnavailable(
             f"cannot open the store: {store_fault(e, path)}. Reload to retry."
@@ -92,12 +87,10 @@ def fault(e: BaseException, s: Store | None = None) -> StoreError:
     return err
 
 
-def cursor() -> duckdb.DuckDBPyConnection:
+def cursor() -> LakeStore:
     """This thread's cursor on the shared connection (created on first use)."""
     s = store()
-    cursors: dict[int, tuple[duckdb.DuckDBPyConnection, duckdb.DuckDBPyConnection]] = (
-        getattr(_local, "cursors", None) or {}
-    )
+    cursors: dict[int, tuple[LakeStore, LakeStore]] = getattr(_local, "cursors", None) or {}
     _local.cursors = cursors
     entry = cursors.get(id(s.con))
     if entry is None or entry[0] is not s.con:  # an id may be reused by a reopened connection
@@ -108,7 +101,7 @@ def cursor() -> duckdb.DuckDBPyConnection:
 
 
 @contextmanager
-def writing() -> Iterator[duckdb.DuckDBPyConnection]:
+def writing() -> Iterator[LakeStore]:
     """Serialise a write and invalidate cached reads afterwards (even when it fails).
 
     Bad input (IngestError) passes through; any other store error (DuckDB, or the OS writing a
@@ -127,7 +120,13 @@ def writing() -> Iterator[duckdb.DuckDBPyConnection]:
 
 
 def generation() -> int:
-    return store().generation
+    """Changes with every write of this process (even a failed one) and every commit of any
+    process (the lake's latest snapshot)."""
+    s = store()
+    try:
+        return s.generation + cursor().generation()
+    except duckdb.Error as e:
+        raise fault(e, s) from None
 
 
 def query_df(sql: str, params: list[Any] | None = None) -> pd.DataFrame:
@@ -165,6 +164,7 @@ def runs_df(path: str, gen: int) -> pd.DataFrame:
         "tags",
         "start_ns",
         "end_ns",
+        "uploaded_by",
     ]
     return pd.DataFrame(rows, columns=cols)
 

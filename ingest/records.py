@@ -1,0 +1,107 @@
+"""What an ingest returns and writes, as typed records; content-derived run ids.
+
+Both the trace loader and the NVML reader build these (they import this module, not each other).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuscope.ingest.schema import RUNS
+
+
+def run_id_for(shas: Iterable[str]) -> str:
+    """12 hex digits of SHA-256 over the inputs' SHA-256 digests (sorted): the same files, the same id."""
+    return hashlib.sha256("\n".join(sorted(shas)).encode()).hexdigest()[:12]
+
+
+def now_utc() -> dt.datetime:
+    """Now, UTC, without a zone (how ``runs.created_at`` is stored)."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+@dataclass
+class RunRow:
+    """One row of ``runs`` (see docs/schema.md); :meth:`insert` writes it."""
+
+    run_id: str
+    name: str
+    kind: str  # "trace" or "nvml"
+    n_ranks: int
+    n_events: int
+    source_bytes: int
+    gpu_name: str | None = None
+    torch_version: str | None = None
+    tags: list[str] = field(default_factory=list)
+    start_ns: int | None = None  # absolute Unix ns
+    end_ns: int | None = None
+    uploaded_by: str | None = None
+    created_at: dt.datetime = field(default_factory=now_utc)
+
+    def insert(self, con: Any) -> None:
+        """INSERT this row (inside the caller's transaction)."""
+        cols = RUNS.column_names
+        values = {**dataclasses.asdict(self), "tags": sorted(set(self.tags))}
+        con.execute(
+            f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+            [values[c] for c in cols],
+        )
+
+
+@dataclass
+class RankSummary:
+    """What writing one rank file found: its rank, events and extent (trace ns)."""
+
+    rank: int
+    n_events: int
+    meta: dict[str, Any]  # the trace's top-level keys but traceEvents
+    offset_ns: int  # ranks.time_offset_ns
+    ts_min_ns: int | None
+    ts_max_ns: int | None
+
+
+@dataclass
+class SeriesResult:
+    """One stored NVML series file (``nvml_series`` row), and the run it belongs to."""
+
+    run_id: str
+    name: str  # the run's display name
+    path: str
+    series_id: str
+    attached: bool  # stored under an existing run (else a run of its own, kind 'nvml')
+    format: str  # "gpuscope-jsonl" or "nvidia-smi-csv"
+    host: str | None
+    interval_ms: float | None
+    n_samples: int
+    n_gpus: int
+    gpu_name: str | None
+    start_ns: int
+    end_ns: int
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class RunResult:
+    """What one ingested (or already present) run looks like, JSON-ready."""
+
+    run_id: str
+    name: str
+    kind: str
+    n_ranks: int
+    n_events: int
+    paths: list[str]
+    duplicate: bool = False
+    gpu_name: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    uploaded_by: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)

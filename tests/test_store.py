@@ -1,0 +1,362 @@
+"""The store as a DuckLake: many processes at once, atomic runs, legacy files moved over, specs.
+
+Real processes (``python -m gpuscope``), real stores on disk, the sample traces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.ingest.schema import TABLES
+from gpuscope.ingest.store import (
+    LAKE,
+    RUN_TABLES,
+    StoreSpec,
+    connect,
+    parse_spec,
+    postgres_conninfo,
+    s3_secret_sql,
+)
+from tracegen import TraceBuilder
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "sample_traces"
+SAMPLE_RUNS = [SAMPLES / "before", SAMPLES / "after", SAMPLES / "ddp"]
+
+
+def gpuscope(*args: object, env: dict[str, str] | None = None, timeout: float = 300):
+    return subprocess.run(
+        [sys.executable, "-m", "gpuscope", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def spawn(*args: object, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuscope", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def big_trace(path: Path, kernels: int) -> Path:
+    t = TraceBuilder()
+    for i in range(kernels):
+        t.launch(f"k{i % 50}", i * 10.0, i * 10.0 + 1, 1.0)
+    return t.write(path, indent=None)
+
+
+def table_rows(con, table: str) -> list[tuple]:
+    cols = ", ".join(next(t for t in TABLES if t.name == table).column_names)
+    if table == "runs":  # created_at and uploaded_by are compared apart
+        cols = cols.replace("created_at, ", "")
+    return con.execute(f"SELECT {cols} FROM {table} ORDER BY ALL").fetchall()
+
+
+# -- many processes --------------------------------------------------------------------------------
+
+
+def test_four_parallel_ingests_into_one_local_store_all_land(tmp_path):
+    store = tmp_path / "store"
+    inputs = [*SAMPLE_RUNS, SAMPLES / "nvml" / "synthetic_h100x2_100ms.nvml.jsonl"]
+    procs = [spawn("ingest", p, "--db", store, "--json") for p in inputs]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+    ids = {r["run_id"] for out, _ in outs for r in json.loads(out)}
+    listed = json.loads(gpuscope("runs", "--json", "--db", store).stdout)
+    assert {r["run_id"] for r in listed} == ids and len(ids) == 4
+    con = connect(store)
+    for r in listed:  # every run whole: its events (or samples) are all there
+        table = "events" if r["kind"] == "trace" else "nvml_samples"
+        n = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [r["run_id"]])
+        assert n.fetchone()[0] == r["n_events"]
+    con.close()
+
+
+def test_a_reader_in_another_process_never_sees_a_partial_run(tmp_path):
+    """While `gpuscope ingest` writes a big run (events flushed in many chunks), a reader that
+    stays open sees no run and no events, then the whole run: never part of it."""
+    trace = big_trace(tmp_path / "big.json", 60000)
+    store = tmp_path / "store"
+    reader = connect(store)  # opened before, kept open: as the dashboard does
+    env = {**os.environ, "GPUSCOPE_FLUSH_ROWS": "20000"}
+    proc = spawn("ingest", trace, "--db", store, env=env)
+    seen = []
+    while proc.poll() is None:
+        runs = reader.execute("SELECT count(*), sum(n_events) FROM runs").fetchone()
+        n_events = reader.execute("SELECT count(*) FROM events").fetchone()[0]
+        seen.append((runs[0], runs[1], n_events))
+        time.sleep(0.02)
+    assert proc.returncode == 0, proc.stderr.read()
+    final = reader.execute("SELECT count(*), sum(n_events) FROM runs").fetchone()
+    n_final = reader.execute("SELECT count(*) FROM events").fetchone()[0]
+    assert final[0] == 1 and n_final == final[1] == 2 + 4 * 60000
+    assert len(seen) > 3, "the ingest ended before the reader could look"
+    for n_runs, n_listed, n_events in seen:
+        assert (n_runs, n_events) == (0, 0) or (n_runs == 1 and n_events == n_listed), seen
+    reader.close()
+
+
+def test_concurrent_first_opens_of_a_new_store_all_succeed(tmp_path):
+    store = tmp_path / "fresh"
+    procs = [spawn("runs", "--json", "--db", store) for _ in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and json.loads(out) == [], err
+    con = connect(store)
+    assert con.execute("SELECT count(*) FROM gpuscope_meta").fetchone()[0] == 1
+    tables = {
+        r[0]
+        for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [LAKE]
+        ).fetchall()
+    }
+    assert tables == {t.name for t in TABLES} | {"gpuscope_meta"}
+    con.close()
+
+
+def test_a_run_written_by_another_process_changes_the_generation(tmp_path, db_path):
+    con = connect(db_path)
+    before = con.generation()
+    assert gpuscope("ingest", SAMPLES / "before", "--db", db_path).returncode == 0
+    assert con.generation() > before
+    assert [r["name"] for r in con.list_runs()] == ["before"]
+    con.close()
+
+
+# -- atomic runs, files ----------------------------------------------------------------------------
+
+
+def test_a_failed_ingest_leaves_no_rows_and_no_files(tmp_path, db_path, monkeypatch):
+    """A bad file after a good one: nothing of either is stored, not even Parquet files."""
+    monkeypatch.setenv("GPUSCOPE_FLUSH_ROWS", "1000")
+    good = big_trace(tmp_path / "good.json", 3000)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "ts": 1')
+    con = connect(db_path)
+    with pytest.raises(IngestError, match=r"bad\.json"):
+        ingest_paths(con, [good, bad])
+    assert {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in RUN_TABLES} == {
+        t: 0 for t in RUN_TABLES
+    }
+    assert sorted((db_path / "data").glob("**/*.parquet")) == []
+    con.close()
+
+
+def test_runs_record_who_uploaded_them(tmp_path, db_path):
+    con = connect(db_path)
+    [t] = ingest_paths(con, [SAMPLES / "before"], uploaded_by="ann@example.org")
+    [n] = ingest_paths(
+        con, [SAMPLES / "nvml" / "synthetic_h100x2_100ms.nvml.jsonl"], uploaded_by="bo"
+    )
+    assert (t.uploaded_by, n.uploaded_by) == ("ann@example.org", "bo")
+    con.close()
+    assert gpuscope("ingest", SAMPLES / "after", "--db", db_path).returncode == 0
+    listed = {
+        r["name"]: r["uploaded_by"]
+        for r in json.loads(gpuscope("runs", "--json", "--db", db_path).stdout)
+    }
+    assert listed["before"] == "ann@example.org" and listed["after"] is None
+    assert list(listed.values()).count("bo") == 1
+    r = gpuscope("ingest", SAMPLES / "ddp", "--db", db_path, "--uploaded-by", "cy", "--json")
+    assert json.loads(r.stdout)[0]["uploaded_by"] == "cy"
+
+
+def test_maintenance_compacts_small_files_and_keeps_every_row(tmp_path, db_path):
+    con = connect(db_path)
+    for i in range(4):
+        ingest_paths(con, [big_trace(tmp_path / f"t{i}.json", 200 + i)])
+    rows = table_rows(con, "events")
+    before = len(sorted((db_path / "data").glob("**/events/*.parquet")))
+    done = con.maintain()
+    assert done["merged"] >= 1
+    assert table_rows(con, "events") == rows
+    files = con.execute(f"SELECT count(*) FROM ducklake_list_files('{LAKE}', 'events')").fetchone()[
+        0
+    ]
+    assert files < before
+    con.close()
+
+
+def test_delete_rename_tag_from_the_cli_while_another_process_holds_the_store_open(db_path):
+    holder = connect(db_path)
+    [r] = ingest_paths(holder, [SAMPLES / "before"])
+    assert gpuscope("runs", "--rename", r.run_id, "renamed", "--db", db_path).returncode == 0
+    assert gpuscope("runs", "--tag", r.run_id, "x", "y", "--db", db_path).returncode == 0
+    row = holder.execute("SELECT name, tags FROM runs").fetchone()
+    assert row == ("renamed", ["x", "y"])
+    assert gpuscope("delete", r.run_id, "--db", db_path).stdout.strip() == r.run_id
+    assert {t: holder.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in RUN_TABLES} == {
+        t: 0 for t in RUN_TABLES
+    }
+    holder.close()
+
+
+# -- extensions offline --------------------------------------------------------------------------
+
+
+def test_extensions_load_from_their_packages_with_nothing_downloaded(tmp_path):
+    """HOME is empty (no ~/.duckdb/extensions) and auto-install is off: the store still opens,
+    with every extension it needs loaded from the installed packages."""
+    code = (
+        "import sys; from gpuscope.ingest.store import connect; s = connect(sys.argv[1]);"
+        "print(s.execute(\"SELECT current_setting('autoinstall_known_extensions'),"
+        " current_setting('autoload_known_extensions')\").fetchone());"
+        "print(sorted(r[0] for r in s.execute('SELECT extension_name FROM duckdb_extensions() "
+        "WHERE loaded').fetchall()))"
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "http_proxy": "http://127.0.0.1:9",
+        "https_proxy": "http://127.0.0.1:9",
+    }
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 0, r.stderr
+    settings, loaded = r.stdout.splitlines()
+    assert settings == "(False, False)"
+    assert {"ducklake", "sqlite_scanner", "parquet"} <= set(eval(loaded))
+    assert not (home / ".duckdb").exists()
+
+
+# -- legacy DuckDB files ---------------------------------------------------------------------------
+
+
+def legacy_store(path: Path) -> list[str]:
+    con = connect(f"duckdb:{path}")
+    results = ingest_paths(
+        con, [*SAMPLE_RUNS, SAMPLES / "nvml" / "synthetic_h100x2_100ms.nvml.jsonl"]
+    )
+    con.close()
+    return sorted(r.run_id for r in results)
+
+
+def dump(con) -> dict[str, list[tuple]]:
+    return {t: table_rows(con, t) for t in RUN_TABLES}
+
+
+def test_gpuscope_migrate_moves_a_legacy_file_over_row_for_row(tmp_path):
+    legacy = tmp_path / "old.duckdb"
+    ids = legacy_store(legacy)
+    raw = duckdb.connect(str(legacy), read_only=True)
+    expected = dump(raw)
+    raw.close()
+    r = gpuscope("migrate", "--db", legacy)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("\n") == 1 and "pre-ducklake" in r.stderr
+    backup = tmp_path / "old.duckdb.pre-ducklake"
+    assert legacy.is_dir() and backup.is_file()
+    con = connect(legacy)
+    assert sorted(r["run_id"] for r in con.list_runs()) == ids
+    assert dump(con) == expected
+    con.close()
+    again = gpuscope("migrate", "--db", legacy)
+    assert again.returncode == 0 and "nothing to migrate" in again.stdout
+
+
+def test_a_legacy_file_at_the_old_default_moves_over_on_first_open(tmp_path):
+    home = tmp_path / "xdg"
+    old = home / "gpuscope" / "gpuscope.duckdb"
+    old.parent.mkdir(parents=True)
+    ids = legacy_store(old)
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUSCOPE_DB", "GPUSCOPE_STORE")}
+    env["XDG_DATA_HOME"] = str(home)
+    r = gpuscope("runs", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert sorted(x["run_id"] for x in json.loads(r.stdout)) == ids
+    assert "moved the DuckDB store" in r.stderr and r.stderr.count("\n") == 1
+    assert (home / "gpuscope" / "store" / "catalog.sqlite").is_file()
+    assert (home / "gpuscope" / "gpuscope.duckdb.pre-ducklake").is_file()
+    r2 = gpuscope("runs", "--json", env=env)  # once only
+    assert r2.stderr == "" and len(json.loads(r2.stdout)) == len(ids)
+
+
+def test_migrate_file_copies_into_another_store_skipping_runs_it_has(tmp_path, db_path):
+    legacy = tmp_path / "old.duckdb"
+    ids = legacy_store(legacy)
+    con = connect(db_path)
+    ingest_paths(con, [SAMPLES / "before"])
+    con.close()
+    r = gpuscope("migrate", legacy, "--db", db_path, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["copied"]) == len(ids) - 1 and len(out["skipped"]) == 1
+    assert legacy.is_file()  # only read
+    con = connect(db_path)
+    assert sorted(x["run_id"] for x in con.list_runs()) == ids
+    con.close()
+    bad = gpuscope("migrate", tmp_path / "nope.duckdb", "--db", db_path)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+# -- specs -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--store", "ftp://example.org/x"],
+        ["--store", "postgres://nobody:secret@127.0.0.1:1/nodb"],
+        ["--store", "duckdb:"],
+        ["--db", "a", "--store", "b"],
+    ],
+)
+def test_a_bad_or_unreachable_store_is_one_line_exit_2(args, tmp_path):
+    r = gpuscope("runs", *args, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "secret" not in r.stderr  # a password never reaches the terminal
+
+
+def test_a_file_that_is_not_a_store_is_one_line_exit_2(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("hello")
+    r = gpuscope("runs", "--db", f)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a gpuscope store" in r.stderr
+
+
+def test_store_specs():
+    assert parse_spec(":memory:") == StoreSpec("duckdb", ":memory:")
+    assert parse_spec("duckdb:/x/y.duckdb").kind == "duckdb"
+    team = parse_spec("postgresql://u:p%40ss@db.example:5433/lake", "s3://b/p")
+    assert (team.kind, team.data_path) == ("team", "s3://b/p")
+    assert team.shown() == "postgresql://u:***@db.example:5433/lake"
+    assert postgres_conninfo(team.location) == (
+        "host='db.example' port='5433' user='u' password='p@ss' dbname='lake'"
+    )
+    local = parse_spec("~/somewhere")
+    assert local.kind == "local" and local.location == str(Path.home() / "somewhere")
+
+
+def test_s3_secret_from_the_standard_environment():
+    sql = s3_secret_sql(
+        {
+            "AWS_ACCESS_KEY_ID": "AK",
+            "AWS_SECRET_ACCESS_KEY": "S'K",
+            "AWS_REGION": "eu-west-1",
+            "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        }
+    )
+    assert sql == (
+        "CREATE OR REPLACE SECRET gpuscope_s3 (TYPE s3, KEY_ID 'AK', SECRET 'S''K', "
+        "REGION 'eu-west-1', ENDPOINT '127.0.0.1:9000', USE_SSL false, URL_STYLE 'path')"
+    )
+    assert s3_secret_sql({}) is None
