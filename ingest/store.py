@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
+import secrets
+import shutil
 import tempfile
 import threading
 import urllib.parse
@@ -501,21 +504,45 @@ def _open_duckdb(s: StoreSpec) -> Store:
         con = duckdb.connect(s.location, config=dict(extensions.OFFLINE))
     except duckdb.Error as e:
         raise IngestError(s.location, f"cannot open ({_first_line(e)})") from None
+    con.execute(f"SET temp_directory = {_sql_text(_spill_dir())}")
     counter: list[int] = [0]
     store = Store(s, con, write_lock(None, f"duckdb:{id(con)}"), counter=counter)
     ensure_duckdb_schema(store)
     return store
 
 
-def _scratch_dir() -> str:
-    return str(Path(tempfile.gettempdir()) / f"gpuscope-duckdb-{os.getuid()}")
+SPILL_PREFIX = "gpuscope-duckdb-"  # + pid + "-" + random: DuckDB's spill folder of one open store
+
+
+def _spill_dir() -> str:
+    """A spill folder of this database instance alone: DuckDB names its spill files the same in
+    every process (``duckdb_temp_storage_S32K-0.tmp``), so a shared folder mixes their blocks.
+    DuckDB creates it when it first spills and removes it on close; those of killed processes are
+    swept here."""
+    base = Path(tempfile.gettempdir())
+    for old in base.glob(f"{SPILL_PREFIX}*"):
+        pid = old.name[len(SPILL_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return str(base / f"{SPILL_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
 
 
 def _open_lake(s: StoreSpec) -> Store:
     con = extensions.offline_connection()
-    con.execute(f"SET temp_directory = {_sql_text(_scratch_dir())}")  # not ./.tmp of the cwd
+    con.execute(f"SET temp_directory = {_sql_text(_spill_dir())}")  # not ./.tmp of the cwd
     needs = ["parquet", "sqlite_scanner" if s.kind == "local" else "postgres_scanner", "ducklake"]
-    remote = bool(s.data_path and "://" in s.data_path)
+    # A team store's files may be on S3 even when no --data-path says so (the catalog knows).
+    remote = s.kind == "team" or bool(s.data_path and "://" in s.data_path)
     if remote:
         needs.insert(0, "httpfs")
     try:
@@ -571,12 +598,18 @@ def _attach(store: Store) -> None:
         target = f"postgres:{postgres_conninfo(s.location)}"
         if s.data_path:
             options += [f"DATA_PATH {_sql_text(s.data_path)}", "OVERRIDE_DATA_PATH true"]
-    store.con.execute(f"ATTACH {_sql_text('ducklake:' + target)} AS {LAKE} ({', '.join(options)})")
+    opts = f" ({', '.join(options)})" if options else ""
+    store.con.execute(f"ATTACH {_sql_text('ducklake:' + target)} AS {LAKE}{opts}")
     store.con.execute(f"USE {LAKE}")
 
 
+_PASSWORD = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
 def _first_line(e: BaseException) -> str:
-    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+    """The error's first line, any ``password=...`` of a connection string masked."""
+    line = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+    return _PASSWORD.sub("password=***", line)
 
 
 def connect(

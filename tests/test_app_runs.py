@@ -196,20 +196,19 @@ def test_two_selected_runs_link_to_compare(db: Path, tmp_path: Path) -> None:
     assert compare and all("a=" in p.query_string and "b=" in p.query_string for p in compare)
 
 
-def test_store_locked_by_another_process(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import duckdb
+def test_an_unreachable_store_is_one_line_on_the_page(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A team store whose catalog cannot be reached: one error line (no password), no traceback."""
     from gpuscope.web import db as webdb
 
-    def locked(path, **kw):  # type: ignore[no-untyped-def]
-        raise duckdb.IOException(
-            'IO Error: Could not set lock on file "x": Conflicting lock is held in python (PID 4242)'
-        )
-
-    monkeypatch.setattr(webdb, "connect", locked)
+    monkeypatch.setenv("GPUSCOPE_STORE", "postgres://nobody:hunter2@127.0.0.1:1/nodb")
+    webdb._open_store.clear()
     at = open_app()
     assert not at.exception
     (err,) = texts(at, "error")
-    assert "PID 4242" in err and "Only one process may write" in err
+    assert "cannot open the store" in err and "\n" not in err and "hunter2" not in err
+    webdb._open_store.clear()
 
 
 def _named_bytes(tmp_path: Path, host: str, model: str, seed: int) -> bytes:

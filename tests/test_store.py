@@ -97,10 +97,12 @@ def test_a_reader_in_another_process_never_sees_a_partial_run(tmp_path):
     env = {**os.environ, "GPUSCOPE_FLUSH_ROWS": "20000"}
     proc = spawn("ingest", trace, "--db", store, env=env)
     seen = []
+    one_snapshot = (  # one statement reads one snapshot, as one transaction would
+        "SELECT (SELECT count(*) FROM runs), (SELECT sum(n_events) FROM runs), "
+        "(SELECT count(*) FROM events)"
+    )
     while proc.poll() is None:
-        runs = reader.execute("SELECT count(*), sum(n_events) FROM runs").fetchone()
-        n_events = reader.execute("SELECT count(*) FROM events").fetchone()[0]
-        seen.append((runs[0], runs[1], n_events))
+        seen.append(reader.execute(one_snapshot).fetchone())
         time.sleep(0.02)
     assert proc.returncode == 0, proc.stderr.read()
     final = reader.execute("SELECT count(*), sum(n_events) FROM runs").fetchone()
@@ -360,3 +362,19 @@ def test_s3_secret_from_the_standard_environment():
         "REGION 'eu-west-1', ENDPOINT '127.0.0.1:9000', USE_SSL false, URL_STYLE 'path')"
     )
     assert s3_secret_sql({}) is None
+
+
+def test_analyses_on_the_lake_equal_those_on_a_plain_duckdb_store(tmp_path, db_path):
+    """Every analysis reads the lake exactly as it read a DuckDB file: same report, per sample."""
+    from gpuscope.analysis.report import analyze_run
+
+    lake = connect(db_path)
+    plain = connect(":memory:")
+    for store in (lake, plain):
+        ingest_paths(store, SAMPLE_RUNS)
+    for r in lake.list_runs():
+        on_lake = analyze_run(lake, r["run_id"]).to_json()
+        on_plain = analyze_run(plain, r["run_id"]).to_json()
+        assert on_lake == on_plain, r["name"]
+    lake.close()
+    plain.close()

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 
+import duckdb
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
@@ -79,7 +80,11 @@ def run(args: argparse.Namespace) -> int:
             uploaded_by=args.uploaded_by,
         )
         if any(not r.duplicate for r in results):
-            con.maintain()  # compacts small files; deletes files no snapshot needs any more
+            try:  # compacts small files; deletes files no snapshot needs any more
+                con.maintain()
+            except duckdb.Error as e:  # the runs are stored; the next ingest maintains again
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                print(f"gpuscope: note: store maintenance skipped ({first})", file=sys.stderr)
     except IngestError as e:
         return fail(str(e))
     finally:

@@ -59,7 +59,7 @@ def _open_store(path: str) -> Store:
     try:
         return Store(path, open_store(parse_spec(None)), generation=_generations[0])
     except IngestError as e:  # a bad spec, an unreachable catalog: one line
-        raise StoreUnavailable(f"cannot open the store: {e}. Reload to retry.") from None
+        raise StoreUnavailable(f"{e}. Reload to retry.") from None
     except duckdb.Error as e:  # e.g. the disk is still full: pending rows cannot be discarded yet
         raise StoreUnavailable(
             f"cannot open the store: {store_fault(e, path)}. Reload to retry."
@@ -173,7 +173,7 @@ def runs_df(path: str, gen: int) -> pd.DataFrame:
 def run_row(path: str, gen: int, run_id: str) -> dict[str, Any] | None:
     cur = cursor().execute(
         "SELECT run_id, name, kind, created_at, n_ranks, n_events, source_bytes, gpu_name, "
-        "torch_version, tags, start_ns, end_ns FROM runs WHERE run_id = ?",
+        "torch_version, tags, start_ns, end_ns, uploaded_by FROM runs WHERE run_id = ?",
         [run_id],
     )
     cols = [d[0] for d in cur.description]
