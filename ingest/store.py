@@ -123,6 +123,11 @@ def parse_spec(
     scheme = text.split("://", 1)[0].lower() if "://" in text else ""
     if scheme in ("postgres", "postgresql"):
         u = urllib.parse.urlsplit(text)
+        try:
+            u.port  # noqa: B018 (raises ValueError for a port that is not a number in range)
+        except ValueError:
+            masked = re.sub(r"(//[^:/@]*):[^@/]*@", r"\1:***@", text)
+            raise IngestError(masked, "the port is not a number from 1 to 65535") from None
         if not u.hostname and not u.path.strip("/"):
             raise IngestError(text, "a PostgreSQL store needs a host or a database name")
         return StoreSpec("team", text, data_path)
@@ -601,6 +606,11 @@ def _attach(store: Store) -> None:
     opts = f" ({', '.join(options)})" if options else ""
     store.con.execute(f"ATTACH {_sql_text('ducklake:' + target)} AS {LAKE}{opts}")
     store.con.execute(f"USE {LAKE}")
+    if s.kind == "team" and s.data_path and s.data_path.startswith("s3://"):
+        # A missing bucket or refused credentials: one line now, not a failed write mid-ingest.
+        # The pattern matches no file of the store, so S3 lists (almost) nothing.
+        probe = s.data_path.rstrip("/") + "/.gpuscope-probe*"
+        store.con.execute(f"SELECT count(*) FROM glob({_sql_text(probe)})").fetchall()
 
 
 _PASSWORD = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)

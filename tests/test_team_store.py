@@ -4,14 +4,21 @@ fails loudly instead of passing the team tests vacuously."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from team_servers import (
     S3,
     Postgres,
     TeamStore,
+    free_port,
     port_open,
     postgres_bin_dir,
     start_postgres,
@@ -93,3 +100,194 @@ def test_team_store_fixture_is_fresh_and_complete(team_store: TeamStore) -> None
     env = team_store.env()
     assert {"GPUSCOPE_STORE", "GPUSCOPE_DATA_PATH", "AWS_ENDPOINT_URL"} <= env.keys()
     assert port_open(team_store.s3.port)
+
+
+# -- the team store through the CLI ----------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+BEFORE = REPO / "sample_traces" / "before"
+AFTER = REPO / "sample_traces" / "after"
+CLI_TIMEOUT_S = 300
+
+
+def gpuscope(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m gpuscope ARGS`` in a process of its own; ``env`` on top of a clean environment
+    (no store variables inherited from the caller)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCOPE_", "AWS_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "gpuscope", *args],
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {})},
+        cwd=cwd,
+        timeout=CLI_TIMEOUT_S,
+    )
+
+
+def ok_json(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The single stderr line of a command that must fail with exit code 2."""
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuscope: "), done.stderr
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+@dataclass
+class Populated:
+    """A team store holding the before/after samples, ingested by the CLI, and a local store with
+    the same two traces for reference."""
+
+    team: TeamStore
+    local: Path
+    ids: dict[str, str]  # name -> run id
+
+
+def _fresh_team(postgres_server: Postgres, s3_server: S3) -> TeamStore:
+    return TeamStore(
+        postgres_server,
+        s3_server,
+        postgres_server.create_database(),
+        s3_server.create_bucket(),
+    )
+
+
+@pytest.fixture(scope="module")
+def populated(
+    postgres_server: Postgres, s3_server: S3, tmp_path_factory: pytest.TempPathFactory
+) -> Populated:
+    team = _fresh_team(postgres_server, s3_server)
+    runs = ok_json(
+        gpuscope("ingest", str(BEFORE), str(AFTER), "--json", *team.args(), env=team.s3.env())
+    )
+    ids = {r["name"]: r["run_id"] for r in runs}
+    assert set(ids) == {"before", "after"}
+    local = tmp_path_factory.mktemp("local") / "store"
+    ok_json(gpuscope("ingest", str(BEFORE), str(AFTER), "--json", "--db", str(local)))
+    return Populated(team, local, ids)
+
+
+def test_ingested_runs_are_parquet_objects_in_the_bucket(populated: Populated) -> None:
+    keys = populated.team.objects()
+    assert keys, "no object under the data path"
+    assert all(k.startswith(populated.team.prefix + "/") for k in keys)
+    parquet = [k for k in keys if k.endswith(".parquet")]
+    assert len(parquet) >= 2, keys
+    body = populated.team.s3.client().get_object(Bucket=populated.team.bucket, Key=parquet[0])
+    data = body["Body"].read()
+    assert data[:4] == b"PAR1" and data[-4:] == b"PAR1"
+    # nothing lands beside the catalog: the local data dir of the CLI's cwd stays unused
+    assert not (REPO / "runs").exists()
+
+
+def test_runs_lists_them_from_another_process_configured_by_the_environment(
+    populated: Populated,
+) -> None:
+    env = populated.team.env()  # GPUSCOPE_STORE / GPUSCOPE_DATA_PATH / AWS_*, no options
+    listed = ok_json(gpuscope("runs", "--json", env=env))
+    assert {r["run_id"]: r["name"] for r in listed} == {v: k for k, v in populated.ids.items()}
+    text = gpuscope("runs", env=env)
+    assert text.returncode == 0 and "before" in text.stdout and "after" in text.stdout
+    assert populated.team.pg.password not in text.stdout + text.stderr
+
+
+@pytest.mark.parametrize("name", ["before", "after"])
+def test_analyze_gives_the_same_figures_as_the_local_store(populated: Populated, name: str) -> None:
+    rid = populated.ids[name]
+    team = ok_json(
+        gpuscope("analyze", rid, "--json", *populated.team.args(), env=populated.team.s3.env())
+    )
+    local = ok_json(gpuscope("analyze", rid, "--json", "--db", str(populated.local)))
+    assert team["run"]["id"] == rid and team["run"]["name"] == name
+    assert team["gpu_busy_pct"] is not None and team["step_time_ms"]["mean"] > 0
+    assert team == local
+
+
+def test_compare_gives_the_same_figures_as_the_local_store(populated: Populated) -> None:
+    a, b = populated.ids["before"], populated.ids["after"]
+    team = ok_json(gpuscope("compare", a, b, "--json", env=populated.team.env()))
+    local = ok_json(gpuscope("compare", a, b, "--json", "--db", str(populated.local)))
+    assert team == local
+    text = gpuscope("compare", "before", "after", env=populated.team.env())
+    assert text.returncode == 0, text.stderr
+    assert a in text.stdout and b in text.stdout
+
+
+def test_delete_removes_the_run_for_every_process(postgres_server: Postgres, s3_server: S3) -> None:
+    team = _fresh_team(postgres_server, s3_server)
+    env = team.env()
+    ids = [
+        r["run_id"] for r in ok_json(gpuscope("ingest", str(BEFORE), str(AFTER), "--json", env=env))
+    ]
+    done = gpuscope("delete", ids[0], env=env)
+    assert done.returncode == 0, done.stderr
+    assert [r["run_id"] for r in ok_json(gpuscope("runs", "--json", env=env))] == [ids[1]]
+    gone = gpuscope("analyze", ids[0], "--json", env=env)
+    assert gone.returncode != 0 and ids[0] in gone.stderr
+    ok_json(gpuscope("analyze", ids[1], "--json", env=env))
+
+
+WRONG_PASSWORD = "not-the-password-4711"
+
+
+def bad_store(case: str, pg: Postgres, s3: S3) -> tuple[list[str], str]:
+    """(--store/--data-path arguments, what the error line must name) of a store that cannot be
+    used, by ``case``."""
+    bucket = s3.create_bucket()
+    data = ["--data-path", f"s3://{bucket}/runs/"]
+    if case == "port out of range":
+        return ["--store", "postgres://gpuscope@127.0.0.1:99999/gpuscope", *data], "99999"
+    if case == "no host or database":
+        return ["--store", "postgres://", *data], "postgres://"
+    if case == "nothing listens":
+        port = free_port()
+        return ["--store", f"postgres://gpuscope:{WRONG_PASSWORD}@127.0.0.1:{port}/x", *data], str(
+            port
+        )
+    if case == "wrong password":
+        url = pg.url(pg.create_database()).replace(pg.password, WRONG_PASSWORD)
+        return ["--store", url, *data], "password"
+    if case == "missing database":
+        return ["--store", pg.url("no_such_database"), *data], "no_such_database"
+    if case == "missing bucket":
+        url = pg.url(pg.create_database())
+        return ["--store", url, "--data-path", f"s3://{bucket}-missing/runs/"], f"{bucket}-missing"
+    if case == "new store without a data path":
+        return ["--store", pg.url(pg.create_database())], "data_path"
+    raise AssertionError(case)
+
+
+BAD_STORES = [
+    "port out of range",
+    "no host or database",
+    "nothing listens",
+    "wrong password",
+    "missing database",
+    "missing bucket",
+    "new store without a data path",
+]
+
+
+@pytest.mark.parametrize("case", BAD_STORES)
+def test_a_store_that_cannot_be_used_is_one_line_and_exit_2(
+    case: str, postgres_server: Postgres, s3_server: S3
+) -> None:
+    args, named = bad_store(case, postgres_server, s3_server)
+    done = gpuscope("ingest", str(BEFORE), "--json", *args, env=s3_server.env())
+    line = one_line_error(done)
+    assert named in line.replace("DATA_PATH", "data_path"), line
+    for secret in (postgres_server.password, WRONG_PASSWORD):
+        assert secret not in done.stdout + done.stderr, "a password in the output"
+    # nothing stored: the store either cannot be listed (one line, exit 2) or lists no run
+    listed = gpuscope("runs", "--json", *args, env=s3_server.env())
+    if listed.returncode == 0:
+        assert json.loads(listed.stdout) == []
+    else:
+        one_line_error(listed)

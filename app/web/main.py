@@ -13,6 +13,7 @@ import duckdb
 import streamlit as st
 from gpuscope import __version__
 from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.store import parse_spec
 from gpuscope.web import db, ui
 
 ICON = Path(__file__).resolve().parent / "static" / "favicon.png"  # local: no font CDN request
@@ -40,7 +41,13 @@ HOME = st.Page(_home, title="gpuscope", url_path="home", default=True, visibilit
 
 page = st.navigation([HOME, *PAGES])
 with st.sidebar:
-    st.caption(f"gpuscope {__version__} · store {ui.md_code(db.db_path(), None)}")
+    # shown(): a team store's URL without its password (every visitor sees the sidebar); a bad
+    # spec is reported by db.store() below
+    try:
+        shown = parse_spec(None).shown()
+    except IngestError:
+        shown = "?"
+    st.caption(f"gpuscope {__version__} · store {ui.md_code(shown, None)}")
 try:
     db.store()
 except db.StoreUnavailable as e:
