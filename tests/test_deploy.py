@@ -5,6 +5,7 @@ docs/deploy.md names what a deployer must set."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
@@ -209,3 +210,38 @@ def test_the_image_uses_the_team_store_when_configured_and_its_volume_otherwise(
         assert spec.kind == "local"
         volumes = re.findall(r'^VOLUME \["([^"]+)"\]', text, re.M)
         assert any(spec.location.startswith(v.rstrip("/") + "/") for v in volumes), spec
+
+
+def _doc_commands() -> list[str]:
+    text = (REPO / "docs" / "deploy.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    return [line.strip() for b in blocks for line in b.splitlines() if line.strip()]
+
+
+def test_every_gpuscope_command_in_the_deploy_guide_exists() -> None:
+    from gpuscope.cli.main import SUBCOMMANDS
+
+    used = {m for line in _doc_commands() for m in re.findall(r"\bgpuscope (\w+)", line)}
+    assert {"ingest", "runs"} <= used
+    assert used <= set(SUBCOMMANDS), f"docs/deploy.md runs {sorted(used - set(SUBCOMMANDS))}"
+    for w in ("compose.yaml", "auth.toml", ".env", "GPUSCOPE_STORE", "GPUSCOPE_DATA_PATH"):
+        assert w in (REPO / "docs" / "deploy.md").read_text()
+
+
+def test_the_guide_s_maintenance_command_runs_on_a_store(tmp_path: Path) -> None:
+    """The one-liner the guide gives for maintenance, run as written on a real local store."""
+    import os
+    import subprocess
+    import sys
+
+    line = next(c for c in _doc_commands() if "maintain()" in c)
+    code = shlex.split(line)
+    assert code[:2] == ["python", "-c"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCOPE_", "AWS_"))}
+    env["GPUSCOPE_DB"] = str(tmp_path / "store")
+    done = subprocess.run(
+        [sys.executable, "-c", code[2]], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    counts = ast.literal_eval(done.stdout.strip())  # the dict maintain() returns, printed
+    assert {"merged", "expired", "deleted", "orphans"} <= counts.keys()
