@@ -180,12 +180,53 @@ def _as_user(user: str, argv: list[str]) -> list[str]:
     return argv if os.geteuid() != 0 else ["runuser", "-u", user, "--", *argv]
 
 
+OWNER_FILE = "owner.pid"  # the test process that started the server
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_orphans(bin_dir: Path, temp: Path | None = None) -> list[Path]:
+    """Stop and remove the servers of earlier test processes that died without tearing down
+    (killed by a timeout, SIGKILL): each server's folder names the process that started it."""
+    reaped = []
+    for root in sorted(Path(temp or tempfile.gettempdir()).glob("gpuscope-pg-*")):
+        try:
+            owner = int((root / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(owner):
+            continue
+        user = root.stat().st_uid
+        subprocess.run(
+            _as_user(
+                pwd.getpwuid(user).pw_name,
+                [str(bin_dir / "pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "stop"],
+            ),
+            capture_output=True,
+            timeout=120,
+        )
+        shutil.rmtree(root, ignore_errors=True)
+        reaped.append(root)
+    return reaped
+
+
 def start_postgres(bin_dir: Path | None = None) -> Postgres:
-    """initdb + ``pg_ctl start`` in a fresh temp dir as an unprivileged user, on a free port."""
+    """initdb + ``pg_ctl start`` in a fresh temp dir as an unprivileged user, on a free port
+    (after stopping the servers that dead test processes left behind)."""
     bin_dir = bin_dir or postgres_bin_dir()
     os_user = server_user()
     info = pwd.getpwnam(os_user)
+    reap_orphans(bin_dir)
     root = Path(tempfile.mkdtemp(prefix="gpuscope-pg-"))
+    (root / OWNER_FILE).write_text(str(os.getpid()))
     password = secrets.token_hex(12)
     (root / "socket").mkdir()
     pwfile = root / "pwfile"

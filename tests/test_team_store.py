@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 from team_servers import (
+    OWNER_FILE,
     S3,
     Postgres,
     TeamStore,
     free_port,
     port_open,
     postgres_bin_dir,
+    reap_orphans,
     start_postgres,
     stop_postgres,
 )
@@ -76,6 +78,22 @@ def test_postgres_teardown_stops_the_server_and_removes_its_files() -> None:
         stop_postgres(pg)
     assert not port_open(pg.port)
     assert not pg.root.exists()
+
+
+def test_a_server_left_by_a_killed_test_process_is_stopped_by_the_next_start() -> None:
+    """A run killed by a timeout cannot tear down; the next start stops and removes its server."""
+    pg = start_postgres()
+    try:
+        dead = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        )
+        (pg.root / OWNER_FILE).write_text(dead.stdout.strip())  # its owner is gone now
+        assert port_open(pg.port)
+        reaped = reap_orphans(pg.bin_dir)
+        assert pg.root in reaped
+        assert not port_open(pg.port) and not pg.root.exists()
+    finally:
+        stop_postgres(pg)
 
 
 def test_s3_server_stores_lists_and_refuses_a_missing_bucket(s3_server: S3) -> None:
