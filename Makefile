@@ -7,7 +7,7 @@ PORT   ?= 8501
 # The store: the CLI's default (~/.local/share/gpuscope/store, or $GPUSCOPE_DB / $GPUSCOPE_STORE),
 # so runs ingested from the command line show up in `make run` and the other way round.
 
-.PHONY: run test test-fast lint typecheck format docs bench bench-ui clean browser
+.PHONY: run test test-fast lint typecheck format docs bench bench-ui clean browser postgres
 
 # editable_mode=strict: a tree of links under build/ that editors and type checkers follow (the
 # default mode maps app/ to `gpuscope` through an import hook that no static tool reads). A module
@@ -35,7 +35,14 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; fi; }
 
-test: $(STAMP) $(VENV)/.torch browser
+# Debian's PostgreSQL for the team-store tests (tests/team_servers.py starts its own server in a
+# temp dir as an unprivileged user; the package's own cluster is not used).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; fi; }
+
+test: $(STAMP) $(VENV)/.torch browser postgres
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.json_stream import Batch
 from gpuscope.ingest.kineto import decode_batch, odd_notes, to_raw
+from gpuscope.ingest.schema import EVENTS
 
 # The event keys gpuscope keeps, as DuckDB types; other keys are skipped by the reader.
 ARGS_STRUCT = (
@@ -49,7 +50,7 @@ SELECT ph, cat, name,
        args."Concrete Inputs"::VARCHAR AS concrete_inputs, args.flops AS flops,
        args."Sequence number" AS seq_num, args."Fwd thread id" AS fwd_tid, args."Python id" AS python_id,
        args."Python parent id" AS python_parent_id, args.name AS meta_name, NULL::VARCHAR AS odd_args
-FROM read_json('{path}', format = 'array', columns = {columns}, maximum_object_size = 1073741824)
+FROM read_json('{path}', format = 'array', columns = {columns}, maximum_object_size = {max_bytes})
 """
 
 
@@ -71,8 +72,23 @@ def strict_json(batch: Batch) -> bool:
 # Events buffered before they are written to the store (one Parquet file each); $GPUSCOPE_FLUSH_ROWS
 # sets it (fewer rows: less memory, more files).
 ENV_FLUSH_ROWS = "GPUSCOPE_FLUSH_ROWS"
-FLUSH_ROWS = 1_000_000
-BUFFER = "temp._gs_events"  # the buffer: a temporary table of this connection
+FLUSH_ROWS = 100_000
+# The batch's rows as ``events`` holds them, cast to its column types so every batch's Arrow table
+# has one schema (the fast and the fallback reader type some columns differently).
+_EVENT_EXPRS = {
+    "run_id": "?",
+    "rank": "?",
+    "ph": "coalesce(ph, '')",
+    "cat": "coalesce(cat, '')",
+    "ts_ns": "round(ts * 1000)",
+    "dur_ns": "round(dur * 1000)",
+}
+TO_EVENTS = "SELECT {} FROM _gs_raw".format(
+    ", ".join(
+        f"CAST({_EVENT_EXPRS.get(c.name, c.name)} AS {c.type.replace(' NOT NULL', '')}) AS {c.name}"
+        for c in EVENTS.columns
+    )
+)
 
 
 @dataclass
@@ -96,7 +112,7 @@ class RankStats:
 class BatchInserter:
     """Writes the events of one run; :meth:`finish` writes its names and thread labels.
 
-    Events go to a temporary table first and reach ``events`` in chunks of :data:`FLUSH_ROWS`
+    Events are buffered (Arrow) and reach ``events`` in chunks of :data:`FLUSH_ROWS`
     (``$GPUSCOPE_FLUSH_ROWS``),
     sorted by (rank, cat, ts_ns): a DuckLake writes a Parquet file per INSERT, and sorted chunks
     let a query skip most of a file by its min/max statistics.
@@ -110,7 +126,7 @@ class BatchInserter:
         self.scratch = Path(name)
         raw_con = getattr(con, "con", con)  # a Store's DuckDB connection
         self.reader = raw_con.cursor()
-        con.execute(f"CREATE OR REPLACE TEMPORARY TABLE {BUFFER[5:]} AS FROM events LIMIT 0")
+        self.buffer: list[pa.Table] = []  # converted batches not yet written
         self.buffered = 0
         self.flush_rows = positive_int(ENV_FLUSH_ROWS, FLUSH_ROWS)
         self.stats: dict[int, RankStats] = {}
@@ -131,7 +147,13 @@ class BatchInserter:
             self.fallbacks += 1
             return self.insert_arrow(self._decode(path, batch), rank)
         self.scratch.write_bytes(batch.data)
-        sql = RAW_FROM_JSON.format(path=str(self.scratch).replace("'", "''"), columns=COLUMNS)
+        # The reader's buffers follow maximum_object_size: the batch's own size keeps them (and the
+        # ingest's memory limit) small; a batch is whole events, so no object is bigger.
+        sql = RAW_FROM_JSON.format(
+            path=str(self.scratch).replace("'", "''"),
+            columns=COLUMNS,
+            max_bytes=max(len(batch.data) + 1024, 1 << 20),
+        )
         try:  # on a cursor of its own: a refused batch must not abort the writer's transaction
             raw = self.reader.execute(sql).to_arrow_table()
         except duckdb.Error:
@@ -173,39 +195,43 @@ class BatchInserter:
             .append_column("pid", pid)
             .append_column("tid", tid)
         )
-        self.con.register("_gs_raw", table)  # scanned in place, no copy
+        # On the reader's cursor, outside the run's transaction: a table registered inside it
+        # stays referenced (and in memory) until the transaction ends.
+        self.reader.register("_gs_raw", table)  # scanned in place, no copy
         try:
-            self.con.execute(
-                f"""
-                INSERT INTO {BUFFER}
-                SELECT ?, ?, coalesce(ph, ''), coalesce(cat, ''), name_id, pid, tid,
-                       CAST(round(ts * 1000) AS BIGINT), CAST(round(dur * 1000) AS BIGINT),
-                       correlation, external_id, device, stream, flow_id, grid, block,
-                       registers, shared_mem, bytes, input_dims, input_types, concrete_inputs,
-                       flops, seq_num, fwd_tid, python_id, python_parent_id, odd_args
-                FROM _gs_raw
-                """,
-                [self.run_id, rank],
-            )
+            rows = self.reader.execute(TO_EVENTS, [self.run_id, rank]).to_arrow_table()
         finally:
-            self.con.unregister("_gs_raw")
-        self.buffered += raw.num_rows
+            self.reader.unregister("_gs_raw")
+        self.buffer.append(rows)
+        self.buffered += rows.num_rows
         if self.buffered >= self.flush_rows:
             self.flush()
         return raw.num_rows
 
     def flush(self) -> None:
-        """Write the buffered events to ``events`` (sorted), counting them per rank."""
+        """Write the buffered events to ``events``, sorted by (rank, cat, ts_ns), counting them
+        per rank. The buffer is Arrow, outside DuckDB: rows a transaction writes to a DuckDB table
+        and deletes again stay in its memory until the commit."""
         if not self.buffered:
             return
-        for rank, n, timed, lo, hi in self.con.execute(
-            f"SELECT rank, count(*), count(*) FILTER (WHERE ph = 'X'), min(ts_ns), "
-            f"max(ts_ns + coalesce(dur_ns, 0)) FROM {BUFFER} GROUP BY rank"
-        ).fetchall():
-            self.stats.setdefault(int(rank), RankStats()).add(int(n), int(timed), lo, hi)
-        self.con.execute(f"INSERT INTO events FROM {BUFFER} ORDER BY rank, cat, ts_ns")
-        self.con.execute(f"DELETE FROM {BUFFER}")
+        chunk = pa.concat_tables(self.buffer)
+        self.buffer = []
         self.buffered = 0
+        _gs_chunk = chunk
+        del chunk
+        self.reader.register("_gs_chunk", _gs_chunk)
+        try:
+            for rank, n, timed, lo, hi in self.reader.execute(
+                "SELECT rank, count(*), count(*) FILTER (WHERE ph = 'X'), min(ts_ns), "
+                "max(ts_ns + coalesce(dur_ns, 0)) FROM _gs_chunk GROUP BY rank"
+            ).fetchall():
+                self.stats.setdefault(int(rank), RankStats()).add(int(n), int(timed), lo, hi)
+        finally:
+            self.reader.unregister("_gs_chunk")
+        # A replacement scan of the local variable, not a registered view: nothing of it is kept
+        # in the transaction once the INSERT is done.
+        raw_con = getattr(self.con, "con", self.con)
+        raw_con.execute("INSERT INTO events SELECT * FROM _gs_chunk ORDER BY rank, cat, ts_ns")
 
     def rename_rank(self, old: int, new: int) -> None:
         """Events written as rank ``old`` become rank ``new`` (the rank was learned late)."""
@@ -272,8 +298,7 @@ class BatchInserter:
             self.scratch.unlink(missing_ok=True)
         with contextlib.suppress(duckdb.Error):
             self.reader.close()
-        with contextlib.suppress(duckdb.Error):
-            self.con.execute(f"DROP TABLE IF EXISTS {BUFFER}")
+        self.buffer = []
 
 
 SCRATCH_PREFIX = (

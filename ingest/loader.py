@@ -22,7 +22,7 @@ from gpuscope.ingest.store import Connection, Store, run_exists, transaction
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 ABSOLUTE_NS = 10**17  # timestamps beyond this (1973 in Unix ns) are absolute already
-INGEST_MEMORY_LIMIT = "384MB"  # DuckDB's memory during an ingest (it spills beyond); restored after
+INGEST_MEMORY_LIMIT = "160MB"  # DuckDB's memory during an ingest (it spills beyond); restored after
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 T = TypeVar("T")

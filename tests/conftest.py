@@ -9,6 +9,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from tracegen import TraceBuilder
 
+# PostgreSQL + S3 servers for the team-store tests (fixtures postgres_server, s3_server, team_store).
+pytest_plugins = ["team_servers"]
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
 

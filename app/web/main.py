@@ -13,6 +13,7 @@ import duckdb
 import streamlit as st
 from gpuscope import __version__
 from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.store import parse_spec
 from gpuscope.web import auth, db, ui
 
 ICON = Path(__file__).resolve().parent / "static" / "favicon.png"  # local: no font CDN request
@@ -43,7 +44,13 @@ locked = auth.enabled() and not auth.signed_in()
 page = st.navigation([HOME, *PAGES], position="hidden" if locked else "sidebar")
 auth.gate()
 with st.sidebar:
-    st.caption(f"gpuscope {__version__} · store {ui.md_code(db.db_path(), None)}")
+    # shown(): a team store's URL without its password (every visitor sees the sidebar); a bad
+    # spec is reported by db.store() below
+    try:
+        shown = parse_spec(None).shown()
+    except IngestError:
+        shown = "?"
+    st.caption(f"gpuscope {__version__} · store {ui.md_code(shown, None)}")
 try:
     db.store()
     db.begin_script_run()  # the store's generation, read once: what other processes committed

@@ -1,0 +1,180 @@
+"""Two dashboards, one team store: two real `gpuscope ui` servers on different ports, both on the
+same PostgreSQL catalog and S3 bucket (tests/team_servers.py), one configured by options as a
+user would on a command line, the other by the environment as compose does. A run ingested by
+the CLI, and a run uploaded through one dashboard, open by URL on the other with their figures.
+Screenshots: artifacts/screenshots/team_*.png."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e_support import STARTUP_S, Server, free_port, screenshot, stop_server, wait_idle
+from team_servers import TeamStore
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+BEFORE = REPO / "sample_traces" / "before"
+AFTER = REPO / "sample_traces" / "after"
+
+
+def clean_env(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment without any store or AWS variable, plus ``extra``."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCOPE_", "AWS_"))}
+    return {**base, **extra}
+
+
+def start_team_ui(workdir: Path, args: list[str], env: dict[str, str]) -> Server:
+    """``python -m gpuscope ui --headless ARGS`` on a free port, no sample runs; returns once
+    /_stcore/health says ok (a one-line failure with the server's log otherwise)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = workdir / "server.log"
+    cmd = [sys.executable, "-m", "gpuscope", "ui", "--port", str(port), "--headless", *args]
+    proc = subprocess.Popen(
+        cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=clean_env(env), cwd=workdir
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return Server(url, workdir, workdir, log, proc)
+        except OSError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    pytest.fail(
+        f"the dashboard did not come up on {url}:\n{log.read_text()[-3000:]}", pytrace=False
+    )
+
+
+def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuscope", *args],
+        capture_output=True,
+        text=True,
+        env=clean_env(env),
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def two_dashboards(team_store: TeamStore, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
+    """Dashboard A: ``--store URL --data-path PATH`` with the AWS variables. Dashboard B: only the
+    environment (GPUSCOPE_STORE, GPUSCOPE_DATA_PATH, AWS_*), as compose.yaml configures it."""
+    a = start_team_ui(tmp_path / "a", team_store.args(), team_store.s3.env())
+    try:
+        b = start_team_ui(tmp_path / "b", [], team_store.env())
+    except BaseException:
+        stop_server(a)
+        raise
+    yield a, b
+    stop_server(a)
+    stop_server(b)
+
+
+def metric(page, label: str) -> str:  # type: ignore[no-untyped-def]
+    """The value shown on the headline card ``label``."""
+    card = page.locator('[data-testid="stMetric"]').filter(has_text=label).first
+    return card.locator('[data-testid="stMetricValue"]').inner_text().strip()
+
+
+def expect_run_page(page, url: str, rid: str, name: str, report: dict) -> None:  # type: ignore[no-untyped-def,type-arg]
+    """``url``/run?run=<rid> shows the run's name and the figures `gpuscope analyze` gives."""
+    from gpuscope.web import ui
+
+    page.goto(f"{url}/run?run={rid}")
+    page.get_by_role("heading", name=name).wait_for()
+    page.locator('[data-testid="stMetric"]').filter(has_text="GPU busy").first.wait_for()
+    wait_idle(page)
+    assert metric(page, "GPU busy") == ui.fmt_pct(report["gpu_busy_pct"])
+    assert metric(page, "Step time") == ui.fmt_ms(report["step_time_ms"]["mean"])
+    assert rid in page.locator('[data-testid="stMain"]').inner_text()
+
+
+def test_a_run_stored_through_one_dashboard_opens_by_url_on_the_other(
+    team_store: TeamStore, two_dashboards: tuple[Server, Server], new_page
+) -> None:  # type: ignore[no-untyped-def]
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect
+
+    a, b = two_dashboards
+    env = team_store.env()
+    # 1. the CLI, from a third process, while both dashboards run
+    done = cli("ingest", str(BEFORE), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    before = json.loads(done.stdout)[0]["run_id"]
+
+    # 2. an upload through dashboard A's file chooser
+    page_a = new_page()
+    page_a.goto(f"{a.url}/runs")
+    wait_idle(page_a)
+    details = page_a.locator('[data-testid="stExpander"] details').filter(has_text="Upload traces")
+    details.wait_for()
+    if details.get_attribute("open") is None:
+        page_a.get_by_text("Upload traces").click()
+    page_a.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
+        [str(p) for p in sorted(AFTER.glob("*.pt.trace.json*"))]
+    )
+    button = page_a.get_by_role("button", name="Ingest")
+    expect(button).to_be_enabled(timeout=90_000)
+    button.click()
+    try:
+        page_a.wait_for_url(re.compile(r"/run\?run=[0-9a-f]{12}"))
+    except PlaywrightTimeout:
+        screenshot(page_a, "team_upload_failed")
+        main = page_a.locator('[data-testid="stMain"]').inner_text()
+        pytest.fail(
+            f"the upload on A did not open its run page; the page says:\n{main[-2000:]}\n"
+            f"A's log:\n{a.log.read_text()[-3000:]}",
+            pytrace=False,
+        )
+    after = re.search(r"run=([0-9a-f]{12})", page_a.url).group(1)  # type: ignore[union-attr]
+    assert after != before
+
+    reports = {}
+    for rid in (before, after):
+        out = cli("analyze", rid, "--json", env=env)
+        assert out.returncode == 0, out.stderr
+        reports[rid] = json.loads(out.stdout)
+    name_after = reports[after]["run"]["name"]
+
+    # 3. each run by URL on the dashboard that did not store it, in fresh browser contexts
+    expect_run_page(new_page(), a.url, before, "before", reports[before])
+    page_b = new_page()
+    expect_run_page(page_b, b.url, after, name_after, reports[after])
+    screenshot(page_b, "team_run_on_the_other_dashboard")
+
+    # 4. B's Runs page lists both; a comparison link opens on B
+    runs_b = new_page()
+    runs_b.goto(f"{b.url}/runs")
+    wait_idle(runs_b)
+    runs_b.locator('[data-testid="stDataFrame"]').wait_for()
+    cmp = new_page()
+    cmp.goto(f"{b.url}/compare?a={before}&b={after}")
+    cmp.get_by_role("heading", name="Compare").wait_for()
+    chart = cmp.locator('[data-testid="stPlotlyChart"]').first  # rendered once both runs are read
+    chart.locator(".main-svg").first.wait_for(state="visible")
+    wait_idle(cmp)
+    body = cmp.locator('[data-testid="stMain"]').inner_text()
+    assert before in body and after in body and "before" in body and name_after in body
+    # the sidebar names the store, but never with the catalog's password
+    for page in (page_a, page_b, runs_b, cmp):
+        shown = page.locator('[data-testid="stSidebar"]').inner_text()
+        assert f"127.0.0.1:{team_store.pg.port}/{team_store.database}" in shown
+        assert team_store.pg.password not in page.content()
+    screenshot(cmp, "team_compare_on_the_other_dashboard")
