@@ -292,7 +292,7 @@ def markdown() -> str:
         "",
         "A run is published atomically: every row of it is written in one transaction (one DuckLake "
         "snapshot), so a reader in any process sees the run whole or not at all. Events are buffered "
-        "and written in chunks of about a million rows, sorted by (rank, cat, ts_ns), so memory stays "
+        "and written in chunks of 100,000 rows (`$GPUSCOPE_FLUSH_ROWS`), sorted by (rank, cat, ts_ns), so memory stays "
         "flat whatever the trace size. A failed ingest rolls back; the Parquet files of one that was "
         "killed are deleted by the next writer. DuckLake has no primary keys: the keys below are "
         "kept by gpuscope (run ids are content hashes; the same files are stored once).",
