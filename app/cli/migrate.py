@@ -7,8 +7,7 @@ from pathlib import Path
 
 from gpuscope.cli._common import fail, notice, open_db, print_json, store_spec
 from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.migrate import copy_runs, is_duckdb_file
-from gpuscope.ingest.store import default_db_path, legacy_default_path
+from gpuscope.ingest.store import copy_runs, default_db_path, is_duckdb_file, legacy_default_path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
