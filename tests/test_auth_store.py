@@ -50,10 +50,12 @@ def test_a_later_series_or_duplicate_does_not_change_the_uploader(tmp_path: Path
 
 
 def test_a_schema_2_store_gains_the_column_and_keeps_its_runs(tmp_path: Path) -> None:
+    """A gpuscope 0.1-era DuckDB file (schema 2, no uploaded_by) at the store's location becomes a
+    DuckLake store on first open: its runs kept (uploader unknown), new runs record theirs."""
     from gpuscope.ingest.schema import SCHEMA_VERSION
 
-    db = tmp_path / "old.duckdb"
-    con = connect(db)
+    db = tmp_path / "store"
+    con = connect(f"duckdb:{db}")
     (run,) = ingest_paths(con, [BEFORE])
     con.execute("ALTER TABLE runs DROP COLUMN uploaded_by")  # the shape schema 2 had
     con.execute("UPDATE gpuscope_meta SET value = '2' WHERE key = 'schema_version'")
@@ -61,6 +63,7 @@ def test_a_schema_2_store_gains_the_column_and_keeps_its_runs(tmp_path: Path) ->
     con = connect(db)
     version = con.execute("SELECT value FROM gpuscope_meta WHERE key = 'schema_version'")
     assert version.fetchone()[0] == str(SCHEMA_VERSION) == "3"
+    assert db.is_dir()  # the file became the lake's folder
     assert _owners(con) == {run.run_id: None}
     (new,) = ingest_paths(con, [SERIES], uploaded_by="ana@example.com")
     assert _owners(con)[new.run_id] == "ana@example.com"
