@@ -378,3 +378,51 @@ def test_analyses_on_the_lake_equal_those_on_a_plain_duckdb_store(tmp_path, db_p
         assert on_lake == on_plain, r["name"]
     lake.close()
     plain.close()
+
+
+def test_a_lock_that_cannot_be_taken_is_reported_and_leaks_nothing(tmp_path, monkeypatch):
+    """WriteLock.held: when flock fails (an interrupted wait, an NFS without locks) the error
+    reaches the caller unchanged, the descriptor is closed and the next write takes the lock."""
+    from gpuscope.ingest import store as S
+
+    real_flock = S.fcntl.flock
+
+    lock = S.WriteLock(tmp_path / "w.lock")
+    calls = []
+
+    def failing(fd, op):
+        calls.append(fd)
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(S.fcntl, "flock", failing)
+    with pytest.raises(OSError, match="No locks available"), lock.held():
+        pass
+    (fd,) = calls
+    with pytest.raises(OSError):  # closed: no descriptor left behind
+        os.fstat(fd)
+    monkeypatch.setattr(S.fcntl, "flock", real_flock)
+    with lock.held():
+        assert lock.depth == 1
+    assert lock.depth == 0 and lock.fd is None
+
+
+def test_a_non_duckdb_failure_while_opening_closes_the_connection(tmp_path, monkeypatch):
+    """open_store: an error that is not DuckDB's (here a failing schema step) reaches the caller
+    unchanged and the half-opened connection is closed, so the store opens afterwards."""
+    from gpuscope.ingest import store as S
+
+    closed = []
+
+    def boom(store):
+        closed.append(store.con)
+        raise RuntimeError("schema step failed")
+
+    monkeypatch.setattr(S, "ensure_lake_schema", boom)
+    with pytest.raises(RuntimeError, match="schema step failed"):
+        S.open_store(str(tmp_path / "store"))
+    (con,) = closed
+    with pytest.raises(duckdb.Error):  # closed by the cleanup
+        con.execute("SELECT 1")
+    monkeypatch.undo()
+    s = S.open_store(str(tmp_path / "store"))
+    assert s.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
