@@ -6,7 +6,9 @@ connection (DuckDB cursors are not shared between threads). ``gpuscope ingest``,
 sampler write the same store from other processes at the same time.
 
 Writes (upload, rename, tag, delete) go through :func:`writing`: the store's cross-process write
-lock. Every cached query is keyed by :func:`generation`, the store's snapshot
+lock, held around a writer connection of its own (a second DuckDB instance on the same store, see
+:func:`writer`), so an upload's settings (one thread, a memory limit) and its long transaction never
+touch the connection that pages read from. Every cached query is keyed by :func:`generation`, the store's snapshot
 id (it changes whenever any process commits), read once per script run (``main.py`` calls
 :func:`begin_script_run`) and again after a write of this run: a run ingested or deleted by another
 process shows on the next rerun or refresh, with no restart.
@@ -57,8 +59,8 @@ def db_path() -> str:
     return spec().shown()
 
 
-@st.cache_resource(show_spinner=False)
-def _open_store(kind: str, location: str, data_path: str | None) -> Store:
+def _open(kind: str, location: str, data_path: str | None) -> Store:
+    """Open the store; a failure is one line (StoreUnavailable)."""
     s = StoreSpec(kind, location, data_path)
     try:
         return open_store(s)
@@ -76,19 +78,52 @@ def _open_store(kind: str, location: str, data_path: str | None) -> Store:
         ) from None
 
 
+@st.cache_resource(show_spinner=False)
+def _open_store(kind: str, location: str, data_path: str | None) -> Store:
+    return _open(kind, location, data_path)
+
+
 def store() -> Store:
     """The server's open store (opened on first use; reopened after a fault)."""
     s = spec()
     return _open_store(s.kind, s.location, s.data_path)
 
 
+# The writer of each store spec, opened on the first write (under the write lock's thread lock).
+_writers: dict[tuple[str, str, str | None], Store] = {}
+
+
+def writer() -> Store:
+    """The connection this server writes with: a DuckDB instance of its own on the same lake
+    (as another process's would be), used only under the write lock, one thread at a time.
+
+    Pages read through :func:`cursor` on the reading instance meanwhile. Sharing one instance
+    hung uploads: the ingest's instance-wide settings (``threads = 1``, its memory limit) and its
+    transaction held the readers' catalog access (issue 11). A legacy DuckDB file has one
+    instance per process, so there the writer is this thread's cursor.
+    """
+    s = spec()
+    if s.kind == "duckdb":
+        return cursor()
+    key = (s.kind, s.location, s.data_path)
+    with store().lock.thread_lock:
+        w = _writers.get(key)
+        if w is None:
+            w = _writers[key] = _open(*key)
+        return w
+
+
 def drop(s: Store) -> None:
-    """Close a faulted store's connection (and every cursor on it); the next use reopens it.
-    Waits for a write of this server's other threads (not for other processes' writers)."""
+    """Close a faulted store's connections (the reading one, every cursor on it, and the writer);
+    the next use reopens them. Waits for a write of this server's other threads (not for other
+    processes' writers)."""
     with s.lock.thread_lock:
         _drops[0] += 1
         _open_store.clear()
         s.close()  # closes the cursors of every thread too
+        w = _writers.pop((s.spec.kind, s.spec.location, s.spec.data_path), None)
+        if w is not None:
+            w.close()
 
 
 def fault(e: BaseException, s: Store | None = None) -> StoreError:
@@ -121,9 +156,9 @@ def writing() -> Iterator[Store]:
     """
     s = store()
     try:
-        cur = cursor()
-        with cur.lock.held():
-            yield cur
+        w = writer()
+        with w.lock.held():
+            yield w
     except IngestError:
         raise
     except (duckdb.Error, OSError) as e:

@@ -106,12 +106,6 @@ def expect_run_page(page, url: str, rid: str, name: str, report: dict) -> None: 
     assert rid in page.locator('[data-testid="stMain"]').inner_text()
 
 
-# Known bug, issue 11 stays open: an upload can hang while other threads of the same server read the
-# store (py-spy: two threads inside Store.execute; 2 of 3 runs here). Not strict: the test still
-# runs and reports XPASS when it gets through; the assertion itself is unchanged.
-@pytest.mark.xfail(
-    reason="known hang: upload while other page threads read the store", strict=False
-)
 def test_a_run_stored_through_one_dashboard_opens_by_url_on_the_other(
     team_store: TeamStore, two_dashboards: tuple[Server, Server], new_page
 ) -> None:  # type: ignore[no-untyped-def]
