@@ -394,15 +394,17 @@ def ingest_paths(
     stored is reported with ``duplicate=True`` and not written again. On any error nothing is
     stored.
     """
-    paths = [Path(p) for p in paths]
+    files = [Path(p) for p in paths]
     if separate:
-        paths = [f for p in paths for f in (split_trace_files(p)[0] if p.is_dir() else [p])]
+        files = [f for p in files for f in (split_trace_files(p)[0] if p.is_dir() else [p])]
     # One DuckDB thread: the scanning thread needs the other core, and on 2 cores the ingest then
     # spends about a third less CPU (benchmarks/bench_ingest.py). A memory limit keeps the peak
     # flat whatever the trace size (DuckDB spills beyond it). Both restored afterwards.
-    threads, memory = con.execute(
+    settings = con.execute(
         "SELECT current_setting('threads'), current_setting('memory_limit')"
     ).fetchone()
+    assert settings is not None  # a SELECT without FROM answers one row
+    threads, memory = settings
     con.execute("SET threads = 1")
     con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
 
@@ -410,7 +412,7 @@ def ingest_paths(
         with transaction(con):
             return _ingest_paths(
                 con,
-                paths,
+                files,
                 name=name,
                 tags=tags,
                 attach=attach,

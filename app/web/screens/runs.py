@@ -60,6 +60,10 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
     )
     if st.button("Ingest", type="primary", disabled=not files, key="ingest"):
         bar = st.progress(0.0, text="Starting…")
+
+        def show(frac: float, text: str) -> None:
+            bar.progress(min(max(frac, 0.0), 1.0), text=text)
+
         try:
             with db.writing() as cur:
                 results = ingest_uploads(
@@ -68,7 +72,7 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
                     mode=mode,
                     name=name.strip() or None,
                     tags=ui.parse_tags(tags_text),
-                    progress=lambda frac, text: bar.progress(min(max(frac, 0.0), 1.0), text=text),
+                    progress=show,
                     untraced_step_ms=untraced or None,
                     uploaded_by=auth.uploader(),
                 )
