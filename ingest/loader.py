@@ -517,17 +517,7 @@ def _write_series(
                 results[index] = _duplicate(con, e, path)
             continue
         if index >= 0:
-            results[index] = RunResult(
-                info.run_id,
-                info.name,
-                "nvml",
-                0,
-                info.n_samples,
-                [str(path)],
-                gpu_name=info.gpu_name,
-                warnings=list(info.warnings),
-                uploaded_by=None if info.attached else uploaded_by,
-            )
+            results[index] = info.run_result()
         else:
             owner = next(r for r in results if r.run_id == run_id)
             owner.paths.append(str(path))
