@@ -40,6 +40,7 @@ import msgspec
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
 from gpuscope.ingest.records import RunRow, Sample, SeriesHeader, SeriesResult, run_id_for
 from gpuscope.ingest.schema import NVML_SAMPLES
+from gpuscope.ingest.source import file_sha256, iter_json_bytes
 from gpuscope.ingest.store import Connection, Store, transaction
 
 if TYPE_CHECKING:
@@ -120,8 +121,6 @@ class JsonlSeries:
 
 
 def _read_bytes(path: Path) -> bytes:
-    from gpuscope.ingest.source import iter_json_bytes
-
     if not path.exists():
         raise IngestError(path, "no such file")
     if not path.is_file():
@@ -613,14 +612,6 @@ def display_name(path: Path) -> str:
     return n or path.name
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 def ingest_series(
     con: Connection,
     path: str | Path,
@@ -649,7 +640,7 @@ def ingest_series(
         con,
         parsed,
         source=str(p),
-        sha=_file_sha256(p),
+        sha=file_sha256(p),
         source_bytes=p.stat().st_size,
         run_id=run_id,
         name=name or display_name(p),
