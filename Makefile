@@ -4,6 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8501
+MYPY   := $(BIN)/mypy -p gpuscope --ignore-missing-imports
 # The store: the CLI's default (~/.local/share/gpuscope/store, or $GPUSCOPE_DB / $GPUSCOPE_STORE),
 # so runs ingested from the command line show up in `make run` and the other way round.
 
@@ -45,21 +46,24 @@ postgres:
 test: $(STAMP) $(VENV)/.torch browser postgres
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(MYPY)
 	$(BIN)/python -m pytest -q
 
 # The inner loop: everything but the browser tests, on every core (pytest-xdist).
 test-fast: $(STAMP) $(VENV)/.torch
 	$(BIN)/ruff check .
+	$(MYPY)
 	$(BIN)/python -m pytest -q -m "not browser" -n auto -p no:cacheprovider
 
-# mypy over the installed package (through the strict editable tree). Not yet part of `make test`:
-# the errors it lists are the type debt still to pay (issue: design step).
+# mypy over the installed package (through the strict editable tree, where it sees the package as
+# users import it). Part of `make lint`, `make test` and `make test-fast`: a type error fails them.
 typecheck: $(STAMP)
-	$(BIN)/mypy -p gpuscope --ignore-missing-imports
+	$(MYPY)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(MYPY)
 
 format: $(STAMP)
 	$(BIN)/ruff format .

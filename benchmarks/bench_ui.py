@@ -22,26 +22,20 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-SAWTOOTH = '[data-testid="stPlotlyChart"] .main-svg'
+# the browser tests' server helpers (they need no pytest)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+
+from serve import CHROMIUM_ARGS, NotUp, free_port, start_ui, stop_process, wait_until_up
+
 REPO = Path(__file__).resolve().parents[1]
+SAWTOOTH = '[data-testid="stPlotlyChart"] .main-svg'
 SAMPLES = ("before", "after", "ddp")
 BARE_PAGE = """import plotly.graph_objects as go
 import streamlit as st
@@ -49,12 +43,6 @@ import streamlit as st
 st.title("bare")
 st.plotly_chart(go.Figure(go.Scatter(x=[0, 1, 2, 3], y=[0, 100, 0, 100])))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pick_run(db: Path, ref: str | None) -> tuple[str, int]:
@@ -85,31 +73,14 @@ def pick_run(db: Path, ref: str | None) -> tuple[str, int]:
         con.close()
 
 
-def start_server(db: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "gpuscope",
-        "ui",
-        "--db",
-        str(db),
-        "--port",
-        str(port),
-        "--headless",
-    ]
-    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"bench_ui: the dashboard exited:\n{log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("bench_ui: the dashboard did not come up in 120 s")
+def start_server(db: Path, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``gpuscope ui`` on the store ``db`` on a free port (log: ``workdir/server.log``); the
+    process and its URL once it is up."""
+    try:
+        proc, url, _ = start_ui(workdir, ["--db", str(db)], dict(os.environ))
+    except NotUp as e:
+        raise SystemExit(f"bench_ui: {e}") from None
+    return proc, url
 
 
 def start_bare(script: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -132,26 +103,12 @@ def start_bare(script: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
         "none",
     ]
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=script.parent)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"bench_ui: the bare page exited:\n{log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("bench_ui: the bare page did not come up in 120 s")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
+    health = f"http://127.0.0.1:{port}/_stcore/health"
     try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        wait_until_up(health, proc, "the bare page", log=log, body=b"ok")
+    except NotUp as e:
+        raise SystemExit(f"bench_ui: {e}") from None
+    return proc
 
 
 def time_page(ctx, url: str, timeout_s: float) -> tuple[float, float]:  # type: ignore[no-untyped-def]
@@ -222,12 +179,12 @@ def main(argv: list[str] | None = None) -> int:
         con.close()
         print(f"ingested {', '.join(map(str, traces))} in {ingest_s:.1f} s")
     run_id, n_events = pick_run(db, args.run)
-    port, bare_port = free_port(), free_port()
-    proc = start_server(db, port, tmp / "server.log")
+    proc, base_url = start_server(db, tmp)
+    bare_port = free_port()
     bare_script = tmp / "bare_page.py"
     bare_script.write_text(BARE_PAGE)
     bare = start_bare(bare_script, bare_port, tmp / "bare.log")
-    url = f"http://127.0.0.1:{port}/run?run={run_id}"
+    url = f"{base_url}/run?run={run_id}"
     bare_url = f"http://127.0.0.1:{bare_port}/"
     print(f"run {run_id} ({n_events:,} events): {url}; bare page: {bare_url}")
     from playwright.sync_api import sync_playwright
@@ -266,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             browser.close()
     finally:
-        stop(proc)
-        stop(bare)
+        stop_process(proc)
+        stop_process(bare)
     load = os.getloadavg()[0]
     med = statistics.median(warm) if warm else float("nan")
     base_med = statistics.median(base) if base else float("nan")

@@ -200,10 +200,13 @@ def as_float(v: Any) -> float | None:
 def _as_dims(v: Any) -> list[int] | None:
     if not isinstance(v, list) or not v:
         return None
-    out = [as_int(x, _I32) for x in v]
-    return (
-        None if any(x is None or isinstance(y, str) for x, y in zip(out, v, strict=True)) else out
-    )  # type: ignore[return-value]
+    dims: list[int] = []
+    for y in v:
+        x = None if isinstance(y, str) else as_int(y, _I32)  # a dimension is never a string
+        if x is None:
+            return None
+        dims.append(x)
+    return dims
 
 
 def _as_id(v: Any) -> int | str | None:

@@ -394,15 +394,17 @@ def ingest_paths(
     stored is reported with ``duplicate=True`` and not written again. On any error nothing is
     stored.
     """
-    paths = [Path(p) for p in paths]
+    files = [Path(p) for p in paths]
     if separate:
-        paths = [f for p in paths for f in (split_trace_files(p)[0] if p.is_dir() else [p])]
+        files = [f for p in files for f in (split_trace_files(p)[0] if p.is_dir() else [p])]
     # One DuckDB thread: the scanning thread needs the other core, and on 2 cores the ingest then
     # spends about a third less CPU (benchmarks/bench_ingest.py). A memory limit keeps the peak
     # flat whatever the trace size (DuckDB spills beyond it). Both restored afterwards.
-    threads, memory = con.execute(
+    settings = con.execute(
         "SELECT current_setting('threads'), current_setting('memory_limit')"
     ).fetchone()
+    assert settings is not None  # a SELECT without FROM answers one row
+    threads, memory = settings
     con.execute("SET threads = 1")
     con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
 
@@ -410,7 +412,7 @@ def ingest_paths(
         with transaction(con):
             return _ingest_paths(
                 con,
-                paths,
+                files,
                 name=name,
                 tags=tags,
                 attach=attach,
@@ -515,17 +517,7 @@ def _write_series(
                 results[index] = _duplicate(con, e, path)
             continue
         if index >= 0:
-            results[index] = RunResult(
-                info.run_id,
-                info.name,
-                "nvml",
-                0,
-                info.n_samples,
-                [str(path)],
-                gpu_name=info.gpu_name,
-                warnings=list(info.warnings),
-                uploaded_by=None if info.attached else uploaded_by,
-            )
+            results[index] = info.run_result()
         else:
             owner = next(r for r in results if r.run_id == run_id)
             owner.paths.append(str(path))

@@ -10,8 +10,13 @@ Two inputs are read:
   converted to the table's units. Its timestamps are local wall-clock time without a zone: ``tz``
   names the zone they were recorded in (default: this machine's local zone).
 
-Nothing here opens a transaction: the caller's ``with transaction(con)`` (one lake snapshot) makes a
-bad file leave the store unchanged. Every bad input raises :class:`~gpuscope.ingest.errors.IngestError`.
+A series held in memory as typed records (:class:`~gpuscope.ingest.records.SeriesHeader` and
+:class:`~gpuscope.ingest.records.Sample`, e.g. the Live page's window) is stored by
+:func:`ingest_samples` through the same reader and writer as its JSON Lines file.
+
+:func:`ingest_series` opens no transaction: the caller's ``with transaction(con)`` (one lake
+snapshot) makes a bad file leave the store unchanged; :func:`ingest_samples` is one transaction of
+its own. Every bad input raises :class:`~gpuscope.ingest.errors.IngestError`.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import re
 import statistics
 import zlib
 import zoneinfo
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -33,8 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
-from gpuscope.ingest.records import RunRow, SeriesResult, run_id_for
+from gpuscope.ingest.records import RunRow, Sample, SeriesHeader, SeriesResult, run_id_for
 from gpuscope.ingest.schema import NVML_SAMPLES
+from gpuscope.ingest.source import file_sha256, iter_json_bytes
+from gpuscope.ingest.store import Connection, Store, transaction
 
 if TYPE_CHECKING:
     import duckdb
@@ -114,8 +121,6 @@ class JsonlSeries:
 
 
 def _read_bytes(path: Path) -> bytes:
-    from gpuscope.ingest.source import iter_json_bytes
-
     if not path.exists():
         raise IngestError(path, "no such file")
     if not path.is_file():
@@ -123,7 +128,7 @@ def _read_bytes(path: Path) -> bytes:
     return b"".join(iter_json_bytes(path))
 
 
-def _jsonl_header(path: Path, line: bytes) -> _Header:
+def _jsonl_header(path: str | Path, line: bytes) -> _Header:
     try:
         header = _HEADER_DEC.decode(line)
     except msgspec.ValidationError as e:
@@ -144,7 +149,7 @@ def _jsonl_header(path: Path, line: bytes) -> _Header:
     return header
 
 
-def parse_jsonl(path: Path, data: bytes) -> JsonlSeries:
+def parse_jsonl(path: str | Path, data: bytes) -> JsonlSeries:
     """Validate a sampler file's bytes. A cut last line is dropped (``truncated``); any other bad line raises."""
     lines = data.split(b"\n")
     ends_with_newline = data.endswith(b"\n")
@@ -475,6 +480,14 @@ def _median_interval_ms(series: Iterable[list[int]]) -> float | None:
     return statistics.median(diffs) / 1e6 if diffs else None
 
 
+def _parse_jsonl_series(source: str | Path, data: bytes) -> _Parsed:
+    """A sampler series' bytes (from a file, or encoded from records) -> rows; raises IngestError."""
+    s = parse_jsonl(source, data)
+    if not s.samples:
+        raise IngestError(source, "the series has a header but no samples")
+    return _jsonl_columns(s)
+
+
 def _jsonl_columns(s: JsonlSeries) -> _Parsed:
     info = {g["index"]: g for g in s.header["gpus"]}
     cols = _Columns()
@@ -557,10 +570,7 @@ def parse_series(
         raise IngestError(p, "empty file")
     first = data.lstrip(b"\xef\xbb\xbf").split(b"\n", 1)[0].strip()
     if first.startswith(b"{"):
-        s = parse_jsonl(p, data)
-        if not s.samples:
-            raise IngestError(p, "the series has a header but no samples")
-        return _jsonl_columns(s), data
+        return _parse_jsonl_series(p, data), data
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -602,16 +612,8 @@ def display_name(path: Path) -> str:
     return n or path.name
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 def ingest_series(
-    con: Any,
+    con: Connection,
     path: str | Path,
     *,
     run_id: str | None = None,
@@ -632,25 +634,154 @@ def ingest_series(
     stores it (``runs.uploaded_by`` of a run of its own). Raises IngestError for any bad input,
     before anything is written.
     """
-    import pyarrow as pa
-
     p = Path(path)
     parsed, _ = parse_series(p, tz=tz, smi_columns=smi_columns)
-    sha = _file_sha256(p)
+    return _store_series(
+        con,
+        parsed,
+        source=str(p),
+        sha=file_sha256(p),
+        source_bytes=p.stat().st_size,
+        run_id=run_id,
+        name=name or display_name(p),
+        tags=tags,
+        uploaded_by=uploaded_by,
+    )
+
+
+_ENC = msgspec.json.Encoder()
+
+
+def encode_series(header: SeriesHeader, samples: Iterable[Sample]) -> bytes:
+    """The gpuscope-nvml JSON Lines of a series held as records: the bytes the sampler's writer
+    (``gpuscope.sampler.record``) writes for this header and these samples, one line each."""
+    head: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "host": header.host,
+        "interval_ms": header.interval_ms,
+        "gpus": header.gpus,
+        "started_ns": header.started_ns,
+    }
+    if header.written_by is not None:
+        head["written_by"] = header.written_by
+    return b"".join([_ENC.encode(head) + b"\n", *(_ENC.encode(s) + b"\n" for s in samples)])
+
+
+def ingest_samples(
+    con: Connection,
+    header: SeriesHeader,
+    samples: Sequence[Sample],
+    *,
+    source: str,
+    name: str | None = None,
+    tags: Iterable[str] = (),
+    uploaded_by: str | None = None,
+) -> SeriesResult:
+    """Store a series held as records as an NVML-only run, in one transaction of its own.
+
+    The rows, run id and ``runs`` row are those that ingesting the series' JSON Lines file
+    (:func:`encode_series`) gives: the records are encoded to those bytes in memory and go
+    through the file's reader and writer. ``source``: where the series came from, stored as
+    ``nvml_series.path`` and naming it in errors (error line numbers count the file's lines: 1 is
+    the header, n is sample n-1). ``name``: the run's name (default: ``source``). A series already
+    stored comes back with ``duplicate=True`` and is not written again. Raises IngestError (one
+    line; the store unchanged) for bad records: no sample, a GPU the header does not list, a
+    time that is not Unix ns.
+    """
+    if not samples:
+        raise IngestError(source, "no samples to store")
+    data = encode_series(header, samples)
+    parsed = _parse_jsonl_series(source, data)
+    sha = hashlib.sha256(data).hexdigest()
+
+    def once() -> SeriesResult:
+        with transaction(con):
+            try:
+                return _store_series(
+                    con,
+                    parsed,
+                    source=source,
+                    sha=sha,
+                    source_bytes=len(data),
+                    run_id=None,
+                    name=name or source,
+                    tags=tags,
+                    uploaded_by=uploaded_by,
+                )
+            except DuplicateRunError as e:
+                stored = stored_series(con, e.run_id, sha[:12])
+                if stored is None:  # a run of that id without this series: report it as is
+                    raise
+                return stored
+
+    return con.retrying(once) if isinstance(con, Store) else once()
+
+
+def stored_series(con: Connection, run_id: str, series_id: str) -> SeriesResult | None:
+    """The stored series ``series_id`` of run ``run_id``, described as its ingest did (with
+    ``duplicate=True``: what a second ingest of it reports); None when there is none."""
+    row = con.execute(
+        "SELECT s.path, s.format, s.host, s.interval_ms, s.n_samples, s.start_ns, s.end_ns, "
+        "r.name, r.kind, r.gpu_name, r.uploaded_by, "
+        "(SELECT count(DISTINCT gpu) FROM nvml_samples n "
+        " WHERE n.run_id = s.run_id AND n.series_id = s.series_id) "
+        "FROM nvml_series s JOIN runs r USING (run_id) WHERE s.run_id = ? AND s.series_id = ?",
+        [run_id, series_id],
+    ).fetchone()
+    if row is None:
+        return None
+    path, fmt, host, interval, n, start, end, name, kind, gpu_name, uploaded_by, n_gpus = row
+    own = kind == "nvml"
+    return SeriesResult(
+        run_id=run_id,
+        name=name,
+        path=path,
+        series_id=series_id,
+        attached=not own,
+        format=fmt,
+        host=host,
+        interval_ms=interval,
+        n_samples=n,
+        n_gpus=n_gpus,
+        gpu_name=gpu_name,
+        start_ns=start,
+        end_ns=end,
+        duplicate=True,
+        uploaded_by=uploaded_by if own else None,
+    )
+
+
+def _store_series(
+    con: Connection,
+    parsed: _Parsed,
+    *,
+    source: str,
+    sha: str,
+    source_bytes: int,
+    run_id: str | None,
+    name: str,
+    tags: Iterable[str],
+    uploaded_by: str | None,
+) -> SeriesResult:
+    """Write a parsed series (``sha``: SHA-256 of its bytes, ``source_bytes`` their size) as
+    :func:`ingest_series` documents, inside the caller's transaction."""
+    import pyarrow as pa
+
     series_id = sha[:12]
     own = run_id is None
     if own:
         rid = run_id_for([sha])
         if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [rid]).fetchone():
-            raise DuplicateRunError(p, rid)
+            raise DuplicateRunError(source, rid)
     else:
         rid = str(run_id)
         if not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [rid]).fetchone():
-            raise IngestError(p, f"no run {rid} to attach the series to")
+            raise IngestError(source, f"no run {rid} to attach the series to")
         if con.execute(
             "SELECT 1 FROM nvml_series WHERE run_id = ? AND series_id = ?", [rid, series_id]
         ).fetchone():
-            raise DuplicateRunError(p, rid)
+            raise DuplicateRunError(source, rid)
     cols = parsed.cols
     n = len(cols)
     start, end = min(cols.t_ns), max(cols.t_ns)
@@ -679,11 +810,11 @@ def ingest_series(
         con.unregister("_gpuscope_nvml")
     con.execute(
         "INSERT INTO nvml_series VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [rid, series_id, str(p), parsed.format, parsed.host, parsed.interval_ms, n, start, end],
+        [rid, series_id, source, parsed.format, parsed.host, parsed.interval_ms, n, start, end],
     )
     first_gpu = min(range(n), key=lambda i: (cols.gpu[i], cols.t_ns[i]))
     gpu_name = cols.gpu_name[first_gpu]
-    run_name = name or display_name(p)
+    run_name = name
     if own:
         RunRow(
             run_id=rid,
@@ -691,7 +822,7 @@ def ingest_series(
             kind="nvml",
             n_ranks=0,
             n_events=n,
-            source_bytes=p.stat().st_size,
+            source_bytes=source_bytes,
             gpu_name=gpu_name,
             tags=list(tags),
             start_ns=start,
@@ -704,7 +835,7 @@ def ingest_series(
     return SeriesResult(
         run_id=rid,
         name=run_name,
-        path=str(p),
+        path=source,
         series_id=series_id,
         attached=not own,
         format=parsed.format,
@@ -716,6 +847,7 @@ def ingest_series(
         start_ns=start,
         end_ns=end,
         warnings=list(parsed.warnings),
+        uploaded_by=uploaded_by if own else None,
     )
 
 

@@ -1,6 +1,8 @@
-"""What an ingest returns and writes, as typed records; content-derived run ids.
+"""What an ingest reads, returns and writes, as typed records; content-derived run ids.
 
 Both the trace loader and the NVML reader build these (they import this module, not each other).
+The NVML series records (:class:`SeriesHeader`, :class:`Sample`, :class:`GpuReading`) are what
+:func:`gpuscope.ingest.nvml.ingest_samples` stores: the Live page's held window travels as them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from gpuscope.ingest.schema import RUNS
 
 
@@ -65,6 +68,54 @@ class RankSummary:
     ts_max_ns: int | None
 
 
+class GpuReading(msgspec.Struct, frozen=True):
+    """One GPU's readings of one poll, in ``nvml_samples`` units (%, bytes, W, MHz, °C, bytes/s);
+    None: N/A. The fields are ``gpu`` then ``nvml.METRIC_FIELDS``, in order (tested)."""
+
+    gpu: int
+    gpu_util_pct: float | None = None
+    mem_util_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    temp_c: float | None = None
+    pcie_rx_bytes_s: float | None = None
+    pcie_tx_bytes_s: float | None = None
+    sm_active_pct: float | None = None
+    tensor_active_pct: float | None = None
+
+
+class Sample(msgspec.Struct, frozen=True):
+    """One poll: its time (Unix ns) and every GPU's readings, by GPU index."""
+
+    t_ns: int
+    gpus: tuple[GpuReading, ...]
+
+
+class SeriesGpu(msgspec.Struct, frozen=True):
+    """One GPU as a series header describes it (``mem_total_bytes`` in bytes; None: unknown)."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    mem_total_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class SeriesHeader:
+    """What a gpuscope-nvml header says about a series: the sampler's host, its poll interval
+    (ms), the GPUs it polled, when it started (Unix ns) and who wrote it (e.g. "gpuscope live
+    page"; None: not said)."""
+
+    host: str
+    interval_ms: float
+    gpus: tuple[SeriesGpu, ...]
+    started_ns: int
+    written_by: str | None = None
+
+
 @dataclass
 class SeriesResult:
     """One stored NVML series file (``nvml_series`` row), and the run it belongs to."""
@@ -83,9 +134,26 @@ class SeriesResult:
     start_ns: int
     end_ns: int
     warnings: list[str] = field(default_factory=list)
+    duplicate: bool = False  # already stored (this result describes the stored series)
+    uploaded_by: str | None = None  # runs.uploaded_by of a run of its own (None: attached, unknown)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def run_result(self) -> RunResult:
+        """The series as the run it stored (or found stored, ``duplicate``)."""
+        return RunResult(
+            self.run_id,
+            self.name,
+            "nvml",
+            0,
+            self.n_samples,
+            [self.path],
+            duplicate=self.duplicate,
+            gpu_name=self.gpu_name,
+            warnings=list(self.warnings),
+            uploaded_by=None if self.attached else self.uploaded_by,
+        )
 
 
 @dataclass

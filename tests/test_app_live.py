@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
-from apptools import REPO, open_app, texts
+from apptools import REPO, app_store, open_app, texts
 from e2e_support import free_port
 
 LIVE = "screens/live.py"
@@ -81,9 +81,7 @@ def sampler() -> Iterator[str]:
 
 @pytest.fixture(autouse=True)
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "store.duckdb"
-    monkeypatch.setenv("GPUSCOPE_DB", str(path))
-    return path
+    return app_store(tmp_path, monkeypatch)
 
 
 def test_live_page_reads_the_sampler(sampler: str) -> None:

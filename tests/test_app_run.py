@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
-from apptools import ingest, open_app, texts
+from apptools import app_store, ingest, open_app, texts
 from synth import nvml_series, training_trace
 
 RUN = "screens/run.py"
@@ -17,9 +17,7 @@ RUN = "screens/run.py"
 
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "store.duckdb"
-    monkeypatch.setenv("GPUSCOPE_DB", str(path))
-    return path
+    return app_store(tmp_path, monkeypatch)
 
 
 @pytest.fixture

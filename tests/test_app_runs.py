@@ -10,15 +10,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
-from apptools import counts, ingest, open_app, texts
+from apptools import app_store, counts, ingest, open_app, texts
 from synth import training_trace, write_sample_tree
 
 
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "store.duckdb"
-    monkeypatch.setenv("GPUSCOPE_DB", str(path))
-    return path
+    return app_store(tmp_path, monkeypatch)
 
 
 def _bytes(tmp_path: Path, variant: str = "before", **kw) -> bytes:

@@ -11,15 +11,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
-from apptools import open_app, texts
+from apptools import app_store, open_app, texts
 from synth import training_trace
 
 
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "store.duckdb"
-    monkeypatch.setenv("GPUSCOPE_DB", str(path))
-    return path
+    return app_store(tmp_path, monkeypatch)
 
 
 def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:

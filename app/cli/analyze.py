@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import duckdb
 from gpuscope.analysis.fmt import sig3
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
+from gpuscope.ingest.store import Connection
 
 
 def add_analysis_options(p: argparse.ArgumentParser, *, runs: int = 1) -> None:
@@ -59,7 +59,7 @@ def analysis_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def resolve_target(con: duckdb.DuckDBPyConnection, target: str) -> str:
+def resolve_target(con: Connection, target: str) -> str:
     """A run id/prefix/name, or a trace file or folder (ingested first; a duplicate is fine)."""
     if Path(target).exists():
         try:

@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     writer = None
     server = None
     stop = threading.Event()
-    old_handlers: dict[int, Any] = {}
+    old_handlers: dict[signal.Signals, Any] = {}
     try:
         started_ns = time.time_ns()
         if out is not None:

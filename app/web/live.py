@@ -10,13 +10,11 @@ import ipaddress
 import json
 import os
 import re
-import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -25,10 +23,8 @@ import pandas as pd
 from gpuscope.analysis.event_classes import NVML_METRIC_FIELDS
 from gpuscope.analysis.live import LiveDiagnosis, sawtooth_diagnosis
 from gpuscope.ingest.env import positive_int
-from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.records import RunResult
-from gpuscope.sampler.nvml_api import GpuInfo
-from gpuscope.sampler.record import SeriesWriter, encode_line, make_header
+from gpuscope.ingest.nvml import ingest_samples
+from gpuscope.ingest.records import GpuReading, RunResult, Sample, SeriesGpu, SeriesHeader
 
 if TYPE_CHECKING:
     from gpuscope.ingest.store import Connection
@@ -291,38 +287,11 @@ def diagnose(rows: pd.DataFrame, window_s: float) -> dict[int, LiveDiagnosis]:
 
 
 # -- saving the window: typed records -------------------------------------------------------------
-# The held window travels as typed sample records (one :class:`Sample` per poll) to the store. The
-# NVML ingest reads files only today, so :func:`store_window` hands the records over through a
-# file that the sampler's own writer encodes (the one writer of the gpuscope-nvml format); the day
-# gpuscope.ingest.nvml takes records, that file is the one thing to remove.
+# The held window travels as typed sample records (one :class:`Sample` per poll, its GPUs'
+# :class:`GpuReading`) to gpuscope.ingest.nvml.ingest_samples, which stores them as the same rows
+# as the equivalent gpuscope-nvml file, without writing one.
 
 Reading = int | float | None
-
-
-class GpuReading(msgspec.Struct, frozen=True):
-    """One GPU's readings of one poll, in ``nvml_samples`` units (%, bytes, W, MHz, °C, bytes/s);
-    None: N/A. The fields are event_classes.NVML_METRIC_FIELDS, in order (tested)."""
-
-    gpu: int
-    gpu_util_pct: float | None = None
-    mem_util_pct: float | None = None
-    mem_used_bytes: int | None = None
-    mem_total_bytes: int | None = None
-    power_w: float | None = None
-    sm_clock_mhz: float | None = None
-    mem_clock_mhz: float | None = None
-    temp_c: float | None = None
-    pcie_rx_bytes_s: float | None = None
-    pcie_tx_bytes_s: float | None = None
-    sm_active_pct: float | None = None
-    tensor_active_pct: float | None = None
-
-
-class Sample(msgspec.Struct, frozen=True):
-    """One poll: its time (Unix ns) and every GPU's readings, by GPU index."""
-
-    t_ns: int
-    gpus: tuple[GpuReading, ...]
 
 
 @dataclass(frozen=True)
@@ -333,7 +302,7 @@ class Window:
 
     host: str
     interval_ms: float | None
-    gpus: tuple[GpuInfo, ...]
+    gpus: tuple[SeriesGpu, ...]
     samples: tuple[Sample, ...]
 
 
@@ -346,14 +315,14 @@ def _reading(field_name: str, v: Any) -> Reading:
     return round(v) if field_name in _INT_FIELDS else float(v)
 
 
-def _gpu_info(index: int, described: dict[str, Any] | None) -> GpuInfo:
+def _gpu_info(index: int, described: dict[str, Any] | None) -> SeriesGpu:
     d = described or {}
 
     def text(k: str) -> str | None:
         return None if d.get(k) is None else str(d[k])
 
     total = d.get("mem_total_bytes")
-    return GpuInfo(index, text("name"), text("uuid"), total if isinstance(total, int) else None)
+    return SeriesGpu(index, text("name"), text("uuid"), total if isinstance(total, int) else None)
 
 
 def window_of(
@@ -395,23 +364,23 @@ def window_of(
     )
 
 
+WRITTEN_BY = "gpuscope live page"  # the saved series' header says who wrote it
+
+
 def store_window(
     con: Connection, window: Window, *, name: str, uploaded_by: str | None = None
 ) -> RunResult:
     """Store the window as an NVML-only run named ``name``, saved by ``uploaded_by`` (a run
     already holding exactly these samples is reported as a duplicate). Raises IngestError as the
     NVML ingest does; on error the store is unchanged."""
-    header = make_header(
+    header = SeriesHeader(
         window.host,
         float(window.interval_ms or 100.0),
-        [g.as_dict() for g in window.gpus],
-        window.samples[0].t_ns,
-        written_by="gpuscope live page",
+        window.gpus,
+        window.samples[0].t_ns if window.samples else 0,
+        written_by=WRITTEN_BY,
     )
-    with tempfile.TemporaryDirectory(prefix="gpuscope-live-") as tmp:
-        path = Path(tmp) / "live.nvml.jsonl"
-        with SeriesWriter(path, header) as out:
-            for s in window.samples:
-                out.write_encoded(encode_line(s))
-        (result,) = ingest_paths(con, [path], name=name, uploaded_by=uploaded_by)
-    return result
+    source = f"live window of {window.host}"
+    return ingest_samples(
+        con, header, window.samples, source=source, name=name, uploaded_by=uploaded_by
+    ).run_result()

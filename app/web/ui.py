@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 import pandas as pd
 import streamlit as st
@@ -123,7 +123,8 @@ def default_pair(trace_runs: pd.DataFrame) -> tuple[str, str]:
 # -- units -----------------------------------------------------------------------------------------
 
 
-def _ok(v: Any) -> bool:
+def _ok(v: Any) -> TypeGuard[float]:
+    """A number to show: not None, not NaN."""
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
@@ -135,7 +136,6 @@ def fmt_duration_us(v: float | None) -> str:
     """A duration given in µs in the unit that reads best: ``850.0 µs``, ``42.66 ms``, ``3.20 s``."""
     if not _ok(v):
         return "—"
-    assert v is not None
     if abs(v) < 1e3:
         return f"{v:,.1f} µs"
     if abs(v) < 1e6:

@@ -12,6 +12,14 @@ MAIN = REPO / "app" / "web" / "main.py"
 TABLES = ("runs", "ranks", "names", "events", "threads", "nvml_series", "nvml_samples")
 
 
+def app_store(tmp_path: Path, monkeypatch: Any) -> Path:
+    """A fresh store for the app under test: ``$GPUSCOPE_DB`` names it for the test's duration
+    (``monkeypatch``: pytest's). Returns its path."""
+    path = tmp_path / "store.duckdb"
+    monkeypatch.setenv("GPUSCOPE_DB", str(path))
+    return path
+
+
 def open_app(
     page: str | None = None, params: dict[str, Any] | None = None, *, timeout: float = 90
 ) -> AppTest:

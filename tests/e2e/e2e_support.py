@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,20 +14,21 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from synth import write_sample_tree
+from serve import (
+    CHROMIUM_ARGS,
+    STARTUP_S,
+    NotUp,
+    free_port,
+    start_ui,
+    stop_process,
+    wait_until_up,
+)
+from synth import training_trace, write_sample_tree
+
+__all__ = ["CHROMIUM_ARGS", "STARTUP_S", "free_port", "stop_process"]
 
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "artifacts" / "screenshots"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-STARTUP_S = 120
 PAGE_TIMEOUT_MS = 90_000
 
 
@@ -48,12 +46,6 @@ def chromium_path() -> str:
         "(apt-get install chromium) or set GPUSCOPE_CHROMIUM",
         pytrace=False,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def real_sample(name: str) -> Path | None:
@@ -74,6 +66,41 @@ def sample_tree(dest: Path) -> Path:
     return dest
 
 
+def ddp_rank_files(tmp_path: Path) -> list[Path]:
+    """The recorded DDP sample's two rank files (one run), else two hand-built ones."""
+    ddp = real_sample("ddp")
+    if ddp is not None:
+        return sorted(ddp.glob("*.pt.trace.json*"))
+    return [
+        training_trace("after", rank=r, world_size=2, seed=r).write(
+            tmp_path / f"ddp_rank{r}.pt.trace.json.gz"
+        )
+        for r in (0, 1)
+    ]
+
+
+def clean_env(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment without any store or AWS variable, plus ``extra``."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCOPE_", "AWS_"))}
+    return {**base, **extra}
+
+
+def wait_up(
+    url: str,
+    proc: subprocess.Popen[bytes],
+    what: str,
+    *,
+    log: Path | None = None,
+    timeout_s: float = STARTUP_S,
+) -> None:
+    """Until ``url`` answers 200 (:func:`serve.wait_until_up`); a test failure naming ``what``
+    and showing the end of ``log`` when it does not come up."""
+    try:
+        wait_until_up(url, proc, what, log=log, timeout_s=timeout_s)
+    except NotUp as e:
+        pytest.fail(str(e), pytrace=False)
+
+
 @dataclass
 class Server:
     url: str
@@ -81,6 +108,25 @@ class Server:
     samples: Path
     log: Path
     proc: subprocess.Popen[bytes]
+
+
+def ui_server(
+    workdir: Path,
+    args: list[str],
+    env: dict[str, str],
+    *,
+    port: int | None = None,
+    db: Path | None = None,
+    samples: Path | None = None,
+) -> Server:
+    """``python -m gpuscope ui --headless ARGS`` in ``workdir`` with exactly ``env``, on ``port``
+    (default: a free one); returns once /_stcore/health says ok, else fails the test with the
+    server's log. ``db``/``samples``: what the returned Server says (default ``workdir``)."""
+    try:
+        proc, url, log = start_ui(workdir, args, env, port=port)
+    except NotUp as e:
+        pytest.fail(str(e), pytrace=False)
+    return Server(url, db or workdir, samples or workdir, log, proc)
 
 
 def start_server(
@@ -94,50 +140,51 @@ def start_server(
     workdir.mkdir(parents=True, exist_ok=True)
     samples = sample_tree(workdir / "sample_traces")
     db = db or workdir / "store.duckdb"
-    port = free_port()
-    log = workdir / "server.log"
     env = {**os.environ, "GPUSCOPE_SAMPLES": str(samples), **(extra_env or {})}
-    cmd = [
-        sys.executable,
-        "-m",
-        "gpuscope",
-        "ui",
-        "--db",
-        str(db),
-        "--port",
-        str(port),
-        "--headless",
-    ]
-    if load_samples:
-        cmd.append("--load-samples")
-    proc = subprocess.Popen(
-        cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, cwd=workdir
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return Server(url, db, samples, log, proc)
-        except OSError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    pytest.fail(
-        f"the dashboard did not come up on {url}:\n{log.read_text()[-3000:]}", pytrace=False
-    )
+    args = ["--db", str(db), *(["--load-samples"] if load_samples else [])]
+    return ui_server(workdir, args, env, db=db, samples=samples)
 
 
 def stop_server(server: Server) -> None:
-    server.proc.terminate()
-    try:
-        server.proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.proc.kill()
-        server.proc.wait()
+    stop_process(server.proc)
+
+
+# -- the pages ---------------------------------------------------------------------------------
+
+
+def sample_ids(server: Server) -> tuple[str, str]:
+    """The run ids of the before/after samples the server loaded (content-derived)."""
+    from gpuscope.ingest.loader import run_id_for
+    from gpuscope.ingest.source import file_sha256
+
+    def rid(d: Path) -> str:
+        return run_id_for([file_sha256(p) for p in sorted(d.glob("*.pt.trace.json*"))])
+
+    return rid(server.samples / "before"), rid(server.samples / "after")
+
+
+def open_uploader(page) -> None:  # type: ignore[no-untyped-def]
+    """The uploader: open already while the store holds only the samples (a first visit)."""
+    details = page.locator('[data-testid="stExpander"] details').filter(has_text="Upload traces")
+    details.wait_for()
+    if details.get_attribute("open") is None:
+        page.get_by_text("Upload traces").click()
+    page.locator('[data-testid="stFileUploaderDropzone"]').wait_for(state="visible")
+
+
+def click_ingest(page) -> None:  # type: ignore[no-untyped-def]
+    """Click Ingest once the upload has reached the server (the button is enabled then)."""
+    from playwright.sync_api import expect
+
+    button = page.get_by_role("button", name="Ingest")
+    expect(button).to_be_enabled(timeout=90_000)
+    button.click()
+
+
+def sawtooth_chart(page):  # type: ignore[no-untyped-def]
+    chart = page.locator('[data-testid="stPlotlyChart"]').first
+    chart.locator(".main-svg").first.wait_for(state="visible")
+    return chart
 
 
 def screenshot(page, name: str) -> Path:  # type: ignore[no-untyped-def]

@@ -11,45 +11,18 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import Server, real_sample, screenshot, wait_idle
-from synth import training_trace
+from e2e_support import (
+    Server,
+    click_ingest,
+    ddp_rank_files,
+    open_uploader,
+    sample_ids,
+    sawtooth_chart,
+    screenshot,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.browser
-
-
-def _sample_ids(server: Server) -> tuple[str, str]:
-    """The run ids of the before/after samples the server loaded (content-derived)."""
-    from gpuscope.ingest.loader import run_id_for
-    from gpuscope.ingest.source import file_sha256
-
-    def rid(d: Path) -> str:
-        return run_id_for([file_sha256(p) for p in sorted(d.glob("*.pt.trace.json*"))])
-
-    return rid(server.samples / "before"), rid(server.samples / "after")
-
-
-def _open_uploader(page) -> None:  # type: ignore[no-untyped-def]
-    """The uploader: open already while the store holds only the samples (a first visit)."""
-    details = page.locator('[data-testid="stExpander"] details').filter(has_text="Upload traces")
-    details.wait_for()
-    if details.get_attribute("open") is None:
-        page.get_by_text("Upload traces").click()
-    page.locator('[data-testid="stFileUploaderDropzone"]').wait_for(state="visible")
-
-
-def _ingest(page) -> None:  # type: ignore[no-untyped-def]
-    """Click Ingest once the upload has reached the server (the button is enabled then)."""
-    from playwright.sync_api import expect
-
-    button = page.get_by_role("button", name="Ingest")
-    expect(button).to_be_enabled(timeout=90_000)
-    button.click()
-
-
-def _sawtooth(page):  # type: ignore[no-untyped-def]
-    chart = page.locator('[data-testid="stPlotlyChart"]').first
-    chart.locator(".main-svg").first.wait_for(state="visible")
-    return chart
 
 
 def test_runs_page_lists_the_sample_runs(server: Server, new_page) -> None:  # type: ignore[no-untyped-def]
@@ -65,34 +38,21 @@ def test_runs_page_lists_the_sample_runs(server: Server, new_page) -> None:  # t
     screenshot(page, "runs")
 
 
-def _rank_files(tmp_path: Path) -> list[Path]:
-    """The recorded DDP sample's two rank files, else two hand-built ones."""
-    ddp = real_sample("ddp")
-    if ddp is not None:
-        return sorted(ddp.glob("*.pt.trace.json*"))
-    return [
-        training_trace("after", rank=r, world_size=2, seed=r).write(
-            tmp_path / f"ddp_rank{r}.pt.trace.json.gz"
-        )
-        for r in (0, 1)
-    ]
-
-
 def test_upload_through_the_file_chooser_shows_the_run(
     server: Server, new_page, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    files = _rank_files(tmp_path)
+    files = ddp_rank_files(tmp_path)
     page = new_page()
     page.goto(f"{server.url}/runs")
     wait_idle(page)
-    _open_uploader(page)
+    open_uploader(page)
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
         [str(f) for f in files]
     )
-    _ingest(page)  # the default choice: the files are one run's ranks
+    click_ingest(page)  # the default choice: the files are one run's ranks
     page.wait_for_url(re.compile(r"/run\?run=[0-9a-f]{12}"))
     page.get_by_role("heading", name="ddp").wait_for()
-    chart = _sawtooth(page)
+    chart = sawtooth_chart(page)
     assert chart.locator(".trace").count() > 0
     page.get_by_role("heading", name="GPU busy over time").wait_for()
     page.get_by_text("rank 1").first.wait_for()  # the rank selector of a 2-rank run
@@ -104,11 +64,11 @@ def test_upload_through_the_file_chooser_shows_the_run(
 
 
 def test_run_page_light_and_dark(server: Server, new_page) -> None:  # type: ignore[no-untyped-def]
-    before, _ = _sample_ids(server)
+    before, _ = sample_ids(server)
     for scheme in ("light", "dark"):
         page = new_page(color_scheme=scheme)
         page.goto(f"{server.url}/run?run={before}")
-        _sawtooth(page)
+        sawtooth_chart(page)
         wait_idle(page)
         page.get_by_role("heading", name="Fixes").wait_for()
         # each fix comes with a copyable code block (rendered once its code has loaded)
@@ -125,11 +85,11 @@ def test_compare_url_in_a_fresh_context(server: Server, new_page) -> None:  # ty
     first.wait_for_url(re.compile(r"/compare\?a=[0-9a-f]{12}&b=[0-9a-f]{12}"))
     url = first.url
     a, b = re.search(r"a=([0-9a-f]{12})&b=([0-9a-f]{12})", url).groups()  # type: ignore[union-attr]
-    assert (a, b) == _sample_ids(server)
+    assert (a, b) == sample_ids(server)
     page = new_page()  # a new browser context: nothing but the URL carries the comparison
     page.goto(url)
     page.get_by_role("heading", name="Compare").wait_for()
-    _sawtooth(page)
+    sawtooth_chart(page)
     wait_idle(page)
     body = page.locator('[data-testid="stMain"]').inner_text()
     assert a in body and b in body and "before" in body and "after" in body
@@ -145,7 +105,7 @@ def test_invalid_upload_shows_an_error(server: Server, new_page) -> None:  # typ
     page = new_page()
     page.goto(f"{server.url}/runs")
     wait_idle(page)
-    _open_uploader(page)
+    open_uploader(page)
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
         files=[
             {
@@ -155,7 +115,7 @@ def test_invalid_upload_shows_an_error(server: Server, new_page) -> None:  # typ
             }
         ]
     )
-    _ingest(page)
+    click_ingest(page)
     alert = page.locator('[data-testid="stAlertContentError"]')
     alert.wait_for()
     text = alert.inner_text()

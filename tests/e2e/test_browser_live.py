@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +12,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import REPO, Server, free_port, screenshot, start_server, stop_server
+from e2e_support import (
+    REPO,
+    Server,
+    free_port,
+    screenshot,
+    start_server,
+    stop_process,
+    stop_server,
+    wait_up,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -31,25 +38,9 @@ def replay_sampler() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            pytest.fail("the replay sampler did not come up", pytrace=False)
-        time.sleep(0.1)
+    wait_up(f"{url}/healthz", proc, "the replay sampler", timeout_s=20)
     yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc, timeout_s=10)
 
 
 @pytest.fixture(scope="module")

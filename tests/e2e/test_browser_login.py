@@ -8,12 +8,11 @@ signs out. Screenshots: artifacts/screenshots/signin_*.png."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,38 +21,22 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import STARTUP_S, free_port, real_sample, screenshot, wait_idle
+from e2e_support import (
+    free_port,
+    real_sample,
+    screenshot,
+    stop_process,
+    stop_server,
+    ui_server,
+    wait_idle,
+    wait_up,
+)
 from synth import training_trace
 
 pytestmark = pytest.mark.browser
 
 ALICE = {"sub": "alice", "email": "alice@example.com", "name": "Alice Liddell"}
 BOB = "bob@example.com"  # typed as the subject: the provider makes {"email": sub} its claims
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, what: str) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    pytest.fail(f"{what} did not come up on {url}:\n{log.read_text()[-3000:]}", pytrace=False)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +61,9 @@ def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    _wait_http(f"{url}/.well-known/openid-configuration", proc, log, "the OIDC provider")
+    wait_up(f"{url}/.well-known/openid-configuration", proc, "the OIDC provider", log=log)
     yield url
-    _stop(proc)
+    stop_process(proc)
 
 
 @dataclass
@@ -107,29 +90,11 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory, provider: str) -> Iterat
         'admins = ["carol@example.com"]\n'
     )
     db = work / "store.duckdb"
-    log = work / "server.log"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuscope",
-            "ui",
-            "--db",
-            str(db),
-            "--port",
-            str(port),
-            "--headless",
-            "--auth-config",
-            str(config),
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        cwd=work,
+    server = ui_server(
+        work, ["--db", str(db), "--auth-config", str(config)], dict(os.environ), port=port, db=db
     )
-    url = f"http://127.0.0.1:{port}"
-    _wait_http(f"{url}/_stcore/health", proc, log, "the dashboard")
-    yield SignInServer(url, db, log)
-    _stop(proc)
+    yield SignInServer(server.url, db, server.log)
+    stop_server(server)
 
 
 def _sign_in(page, dashboard: SignInServer, provider: str, subject: str) -> None:  # type: ignore[no-untyped-def]

@@ -12,9 +12,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import Server, screenshot, wait_idle
+from e2e_support import (
+    Server,
+    click_ingest,
+    open_uploader,
+    sample_ids,
+    sawtooth_chart,
+    screenshot,
+    wait_idle,
+)
 from synth import training_trace
-from test_browser import _ingest, _open_uploader, _sample_ids, _sawtooth
 
 pytestmark = pytest.mark.browser
 
@@ -58,12 +65,12 @@ def _drag(page, chart, x0: float, x1: float) -> None:  # type: ignore[no-untyped
 
 
 def test_run_page_fresh_loads_and_drag_zooms_never_break(server: Server, new_page) -> None:  # type: ignore[no-untyped-def]
-    before, _ = _sample_ids(server)
+    before, _ = sample_ids(server)
     url = f"{server.url}/run?run={before}"
     for i in range(FRESH_LOADS):
         page = new_page()  # a fresh browser context: a new session every time
         page.goto(url)
-        _sawtooth(page)
+        sawtooth_chart(page)
         wait_idle(page)
         page.get_by_role("heading", name="Fixes").wait_for()  # the below-the-fold rerun is done
         wait_idle(page)
@@ -72,14 +79,14 @@ def test_run_page_fresh_loads_and_drag_zooms_never_break(server: Server, new_pag
 
     page = new_page()
     page.goto(url)
-    chart = _sawtooth(page)
+    chart = sawtooth_chart(page)
     wait_idle(page)
     page.get_by_role("heading", name="Fixes").wait_for()
     wait_idle(page)
     caption = _view_caption(page)
     whole_steps = _slider_thumbs(page)
     for i in range(DRAG_ZOOMS):
-        chart = _sawtooth(page)
+        chart = sawtooth_chart(page)
         _drag(page, chart, 0.3, 0.6)
         page.wait_for_function(
             "(old) => [...document.querySelectorAll('[data-testid=\"stCaptionContainer\"]')]"
@@ -108,7 +115,7 @@ def test_a_run_named_like_markdown_is_shown_as_text(
     page.on("request", lambda r: fetched.append(r.url) if "beacon" in r.url else None)
     page.goto(f"{server.url}/runs")
     wait_idle(page)
-    _open_uploader(page)
+    open_uploader(page)
     trace = training_trace("after", steps=3).write(tmp_path / "hostile.pt.trace.json.gz")
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files([str(trace)])
     name = page.get_by_role("textbox", name="Name", exact=True)
@@ -117,11 +124,11 @@ def test_a_run_named_like_markdown_is_shown_as_text(
     expect(name).to_have_value("hostile")  # the default name, shown before Ingest
     name.fill(HOSTILE)
     name.press("Enter")
-    _ingest(page)
+    click_ingest(page)
     page.wait_for_url(re.compile(r"/run\?run=[0-9a-f]{12}"))
     heading = page.locator("h1").first
     heading.wait_for()
-    _sawtooth(page)
+    sawtooth_chart(page)
     wait_idle(page)
     shown = heading.inner_text().replace("\u2060", "").strip()  # word joiners break autolinks
     assert shown.startswith("![b](http://beacon.invalid/x.png) [link](http://beacon.invalid/l)")

@@ -15,7 +15,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import REPO, Server, real_sample, start_server, stop_server, wait_idle
+from e2e_support import (
+    REPO,
+    Server,
+    ddp_rank_files,
+    real_sample,
+    start_server,
+    stop_server,
+    wait_idle,
+)
 from synth import training_trace
 
 pytestmark = pytest.mark.browser
@@ -106,19 +114,6 @@ def test_four_parallel_cli_ingests_all_land_and_all_show(
     assert listed.returncode == 0 and all(rid in listed.stdout for rid in ids)
 
 
-def _upload_files(tmp_path: Path) -> list[Path]:
-    """The recorded DDP sample's two rank files (one run), else two hand-built ones."""
-    ddp = real_sample("ddp")
-    if ddp is not None:
-        return sorted(ddp.glob("*.pt.trace.json*"))
-    return [
-        training_trace("after", rank=r, world_size=2, seed=r).write(
-            tmp_path / f"ddp_rank{r}.pt.trace.json.gz"
-        )
-        for r in (0, 1)
-    ]
-
-
 def _big_trace(tmp_path: Path) -> Path:
     """A trace big enough that its CLI ingest is still running while the browser's upload is
     ingested: the recorded sample's steps replayed to 60 MB."""
@@ -147,7 +142,7 @@ def test_an_upload_in_the_browser_while_a_cli_ingest_runs_both_land(
     wait_idle(page)
     page.get_by_text("Upload traces").click()
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
-        [str(f) for f in _upload_files(tmp_path)]
+        [str(f) for f in ddp_rank_files(tmp_path)]
     )
     button = page.get_by_role("button", name="Ingest")
     expect(button).to_be_enabled(timeout=90_000)

@@ -7,12 +7,9 @@ Screenshots: artifacts/screenshots/team_*.png."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import STARTUP_S, Server, free_port, screenshot, stop_server, wait_idle
+from e2e_support import Server, clean_env, screenshot, stop_server, ui_server, wait_idle
 from team_servers import TeamStore
 
 pytestmark = pytest.mark.browser
@@ -30,36 +27,10 @@ BEFORE = REPO / "sample_traces" / "before"
 AFTER = REPO / "sample_traces" / "after"
 
 
-def clean_env(extra: dict[str, str]) -> dict[str, str]:
-    """This process's environment without any store or AWS variable, plus ``extra``."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCOPE_", "AWS_"))}
-    return {**base, **extra}
-
-
 def start_team_ui(workdir: Path, args: list[str], env: dict[str, str]) -> Server:
-    """``python -m gpuscope ui --headless ARGS`` on a free port, no sample runs; returns once
-    /_stcore/health says ok (a one-line failure with the server's log otherwise)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    log = workdir / "server.log"
-    cmd = [sys.executable, "-m", "gpuscope", "ui", "--port", str(port), "--headless", *args]
-    proc = subprocess.Popen(
-        cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=clean_env(env), cwd=workdir
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return Server(url, workdir, workdir, log, proc)
-        except OSError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    pytest.fail(
-        f"the dashboard did not come up on {url}:\n{log.read_text()[-3000:]}", pytrace=False
-    )
+    """``python -m gpuscope ui --headless ARGS`` on a free port, no sample runs, with only ``env``
+    of the store and AWS variables; returns once /_stcore/health says ok."""
+    return ui_server(workdir, args, clean_env(env))
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import streamlit as st
 from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.store import Connection
 from gpuscope.web import auth, data, db, ui
 from gpuscope.web.samples import SAMPLE_TAG
 from gpuscope.web.uploads import ONE_RUN, SEPARATE, ingest_uploads, run_name_for, trace_files
@@ -60,6 +63,10 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
     )
     if st.button("Ingest", type="primary", disabled=not files, key="ingest"):
         bar = st.progress(0.0, text="Starting…")
+
+        def show(frac: float, text: str) -> None:
+            bar.progress(min(max(frac, 0.0), 1.0), text=text)
+
         try:
             with db.writing() as cur:
                 results = ingest_uploads(
@@ -68,7 +75,7 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
                     mode=mode,
                     name=name.strip() or None,
                     tags=ui.parse_tags(tags_text),
-                    progress=lambda frac, text: bar.progress(min(max(frac, 0.0), 1.0), text=text),
+                    progress=show,
                     untraced_step_ms=untraced or None,
                     uploaded_by=auth.uploader(),
                 )
@@ -188,6 +195,24 @@ selected_rows = list(getattr(getattr(event, "selection", None), "rows", []) or [
 selected = [table.iloc[i] for i in selected_rows if i < len(table)]
 
 # -- actions on the selection ----------------------------------------------------------------------
+
+
+def change_runs(
+    ids: list[str], change: Callable[[Connection], None], *, refused_title: str, done: str
+) -> None:
+    """Apply ``change`` to runs ``ids`` under the write lock, after checking again that the viewer
+    may change them (never trust the button alone); then say so and rerun, or show the refusal."""
+    with db.writing() as cur:
+        refused = auth.refusal(cur, ids, viewer)
+        if refused is None:
+            change(cur)
+    if refused is not None:
+        st.error(f"**{refused_title}** {ui.md(refused, None)}", icon=":material/lock:")
+    else:
+        ui.flash("success", done)
+        st.rerun()
+
+
 if not selected:
     st.caption(
         "Select one run in the table to open, rename, tag or delete it; select two to compare them."
@@ -231,15 +256,13 @@ else:
             if not clean:
                 st.error("A run needs a name.")
             else:
-                with db.writing() as cur:
-                    refused = auth.refusal(cur, [rid], viewer)  # never trust the button alone
-                    if refused is None:
-                        ui.rename_and_tag(cur, rid, clean, ui.parse_tags(new_tags))
-                if refused is not None:
-                    st.error(f"**Not saved.** {ui.md(refused, None)}", icon=":material/lock:")
-                else:
-                    ui.flash("success", f"Saved **{ui.md(clean)}**.")
-                    st.rerun()
+                tags = ui.parse_tags(new_tags)
+                change_runs(
+                    [rid],
+                    lambda cur: ui.rename_and_tag(cur, rid, clean, tags),
+                    refused_title="Not saved.",
+                    done=f"Saved **{ui.md(clean)}**.",
+                )
         if not may_rename:
             st.caption(f":material/lock: {ui.md(why_not_rename, None)}")
     with cols[3]:
@@ -256,16 +279,17 @@ else:
             key=f"delete_{'_'.join(ids)}",
             help=ui.md(why_not_delete, None) or None,
         ):
-            with db.writing() as cur:
-                refused = auth.refusal(cur, ids, viewer)  # never trust the button alone
-                if refused is None:
-                    for i in ids:
-                        ui.delete(cur, i)
-            if refused is not None:
-                st.error(f"**Nothing was deleted.** {ui.md(refused, None)}", icon=":material/lock:")
-            else:
-                ui.flash("success", f"Deleted {len(ids)} run(s).")
-                st.rerun()
+
+            def delete_all(cur: Connection) -> None:
+                for i in ids:
+                    ui.delete(cur, i)
+
+            change_runs(
+                ids,
+                delete_all,
+                refused_title="Nothing was deleted.",
+                done=f"Deleted {len(ids)} run(s).",
+            )
         if not may_delete:
             st.caption(f":material/lock: {ui.md(why_not_delete, None)}")
 
