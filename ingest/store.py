@@ -438,7 +438,7 @@ class Store:
             return {}
         out: dict[str, int] = {}
         meta = f"__ducklake_metadata_{LAKE}"
-        (memory,) = self.con.execute("SELECT current_setting('memory_limit')").fetchone()
+        ((memory,),) = self.con.execute("SELECT current_setting('memory_limit')").fetchall()
         self.con.execute(f"SET memory_limit = '{MAINTAIN_MEMORY_LIMIT}'")  # a merge spills beyond
         try:
             with self.lock.held():
