@@ -430,25 +430,42 @@ class Store:
         fetched: under ``count(*)`` DuckDB prunes the columns and the function skips its work.)"""
         return int(self.con.execute(f"FROM {table_function}").to_arrow_table().num_rows)
 
-    def maintain(self) -> dict[str, int]:
-        """Compact small files, expire snapshots older than a day, delete files no snapshot needs
-        (scheduled over an hour ago: a reader may still scan them) and files of dead writers.
+    def maintain(self, *, compact: bool = False) -> dict[str, int]:
+        """Expire snapshots older than a day, delete files no snapshot needs (scheduled over an
+        hour ago: a reader may still scan them) and files of dead writers. Safe beside readers.
+
+        ``compact``: also merge small files. Only when nothing reads the store: DuckLake's merge
+        rewrites the files of runs already stored, and a reader in another process that scans a
+        table while the merge commits can see none of its rows, neither the old files nor the
+        merged one (measured: 1 read in ~100 during a merge read 0 of a run's 240,002 events).
+
         Returns counts per step (tables merged, snapshots expired, files deleted, orphans)."""
         if not self.is_lake:
             return {}
-        out: dict[str, int] = {}
+        out: dict[str, int] = {"merged": 0}
         meta = f"__ducklake_metadata_{LAKE}"
         ((memory,),) = self.con.execute("SELECT current_setting('memory_limit')").fetchall()
         self.con.execute(f"SET memory_limit = '{MAINTAIN_MEMORY_LIMIT}'")  # a merge spills beyond
         try:
             with self.lock.held():
+                if compact:
+                    out["merged"] = self._count(f"ducklake_merge_adjacent_files('{LAKE}')")
                 self._maintain(out, meta)
         finally:
             self.con.execute(f"SET memory_limit = '{memory}'")
         return out
 
+    def maintain_after_ingest(self) -> str | None:
+        """:meth:`maintain` (no compaction) after a write that stored runs; None when done, else
+        the one-line reason it was skipped: the runs are stored either way, and the next ingest
+        maintains again."""
+        try:
+            self.maintain()
+        except duckdb.Error as e:  # e.g. the object storage refused a delete
+            return f"store maintenance skipped ({_first_line(e)})"
+        return None
+
     def _maintain(self, out: dict[str, int], meta: str) -> None:
-        out["merged"] = self._count(f"ducklake_merge_adjacent_files('{LAKE}')")
         out["expired"] = self._count(
             f"ducklake_expire_snapshots('{LAKE}', older_than => now() - INTERVAL '{SNAPSHOT_KEEP}')"
         )

@@ -179,13 +179,13 @@ def test_runs_record_who_uploaded_them(tmp_path, db_path):
     assert json.loads(r.stdout)[0]["uploaded_by"] == "cy"
 
 
-def test_maintenance_compacts_small_files_and_keeps_every_row(tmp_path, db_path):
+def test_compaction_merges_small_files_and_keeps_every_row(tmp_path, db_path):
     con = connect(db_path)
     for i in range(4):
         ingest_paths(con, [big_trace(tmp_path / f"t{i}.json", 200 + i)])
     rows = table_rows(con, "events")
     before = len(sorted((db_path / "data").glob("**/events/*.parquet")))
-    done = con.maintain()
+    done = con.maintain(compact=True)
     assert done["merged"] >= 1
     assert table_rows(con, "events") == rows
     files = con.execute(f"SELECT count(*) FROM ducklake_list_files('{LAKE}', 'events')").fetchone()[

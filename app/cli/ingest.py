@@ -6,14 +6,9 @@ import argparse
 import math
 import sys
 
-import duckdb
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
-
-COMPACT_BELOW_EVENTS = (
-    1_000_000  # `gpuscope ingest` compacts the store after runs smaller than this
-)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -83,15 +78,10 @@ def run(args: argparse.Namespace) -> int:
             metadata=metadata,
             uploaded_by=args.uploaded_by,
         )
-        written = [r for r in results if not r.duplicate]
-        # Small runs leave small files (one per table each): compact them. A big run's files are
-        # big already (FLUSH_ROWS events each), and merging them would double the ingest's memory.
-        if written and sum(r.n_events for r in written) < COMPACT_BELOW_EVENTS:
-            try:  # compacts small files; deletes files no snapshot needs any more
-                con.maintain()
-            except duckdb.Error as e:  # the runs are stored; the next ingest maintains again
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                print(f"gpuscope: note: store maintenance skipped ({first})", file=sys.stderr)
+        if any(not r.duplicate for r in results):  # expired snapshots, unneeded files
+            note = con.maintain_after_ingest()
+            if note:
+                print(f"gpuscope: note: {note}", file=sys.stderr)
     except IngestError as e:
         return fail(str(e))
     finally:

@@ -26,6 +26,7 @@ SUBCOMMANDS = (
     "sample",
     "ui",
     "migrate",
+    "maintain",
 )
 
 

@@ -181,6 +181,8 @@ def _save() -> None:
     try:
         with db.writing() as cur:
             res = live.store_window(cur, window, name=name, uploaded_by=auth.uploader())
+            if not res.duplicate:  # as after `gpuscope ingest`; a failure only skips it
+                cur.maintain_after_ingest()
     except (IngestError, db.StoreUnavailable) as e:
         st.session_state["live_saved"] = ("error", f"Not saved: {ui.md(str(e), None)}", None)
         return

@@ -79,6 +79,10 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
                     untraced_step_ms=untraced or None,
                     uploaded_by=auth.uploader(),
                 )
+                # as after `gpuscope ingest`: expired snapshots and unneeded files go
+                upkeep = (
+                    cur.maintain_after_ingest() if any(not r.duplicate for r in results) else None
+                )
         except IngestError as e:
             bar.empty()
             st.error(f"**Nothing was stored.** {ui.md(str(e), None)}", icon=":material/error:")
@@ -95,6 +99,8 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
                 f"**{ui.md(r.name)}** was stored before as run {ui.md_code(r.run_id)}."
                 for r in dups
             ]
+            if upkeep:  # the runs are stored; the next upload or ingest maintains again
+                msgs.append(f"(Note: {ui.md(upkeep)}.)")
             ui.flash("success" if new else "info", " ".join(msgs))
             if len(results) == 1:
                 st.switch_page("screens/run.py", query_params={"run": results[0].run_id})
