@@ -37,6 +37,7 @@ from gpuscope.analysis.store_access import (
     RUNTIME_CATS_SQL,
     execute,
 )
+from gpuscope.ingest.store import settle_snapshot
 
 if TYPE_CHECKING:
     from gpuscope.ingest.store import Connection
@@ -84,6 +85,7 @@ class RankIndex:
         self._lock = threading.RLock()
         self._seq = itertools.count(1)
         self._stamp = self._run_stamp()
+        self._checked_in = getattr(con, "snapshot_seq", 0)  # read_snapshot block of the last check
         self.closed = False
 
     # -- lifetime ---------------------------------------------------------------------------------
@@ -125,8 +127,14 @@ class RankIndex:
         return None if row is None else tuple(row)
 
     def refresh(self) -> None:
-        """Drop everything when the run's ``runs`` row changed (deleted, ingested again)."""
+        """Drop everything when the run's ``runs`` row changed (deleted, ingested again). Checked
+        once per :func:`~gpuscope.ingest.store.read_snapshot` block: within one, the store does not
+        change."""
         with self._lock:
+            seq = getattr(self.con, "snapshot_seq", 0)
+            if seq and seq == self._checked_in:
+                return
+            self._checked_in = seq
             stamp = self._run_stamp()
             if stamp != self._stamp:
                 self._drop_all()
@@ -157,6 +165,7 @@ class RankIndex:
                 for n in names.values():
                     _drop(self.con, n)
                 raise
+            settle_snapshot(self.con)
             self._tables[key] = names
             same = [k for k in self._tables if k[0] == key[0]]
             for old in same[: max(0, len(same) - MAX_PER_KIND)]:

@@ -28,7 +28,7 @@ from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
 from gpuscope.analysis.kernels import KernelBreakdown
 from gpuscope.analysis.peaks import Peak
 from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
-from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.rank_index import RankIndex, close_shared
 from gpuscope.analysis.ranks import Straggler, find_straggler, rank_table
 from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import (
@@ -43,6 +43,7 @@ from gpuscope.analysis.store_access import (
     us,
 )
 from gpuscope.analysis.tensor_cores import TensorCoreSummary
+from gpuscope.ingest.store import read_snapshot
 
 if TYPE_CHECKING:
     from gpuscope.ingest.store import Connection
@@ -437,6 +438,38 @@ def analyze_run(
     ``gpuscope.untraced_step_ms`` (it wins over the metadata). Raises ValueError for an unknown run
     or rank, or a non-positive ``untraced_step_ms``.
     """
+    # One snapshot of a lake store for the whole analysis: the catalog is asked for it once, not
+    # per statement, and every part reads the same store.
+    with read_snapshot(con, on_rollback=lambda: close_shared(con)):
+        return _analyze_run(
+            con,
+            run_id,
+            rank=rank,
+            step_annotation=step_annotation,
+            peak_tflops=peak_tflops,
+            model_flops_per_step=model_flops_per_step,
+            all_ranks=all_ranks,
+            top_gaps=top_gaps,
+            details=details,
+            mfu=mfu,
+            untraced_step_ms=untraced_step_ms,
+        )
+
+
+def _analyze_run(
+    con: Connection,
+    run_id: str,
+    *,
+    rank: int | None = None,
+    step_annotation: str | None = None,
+    peak_tflops: float | None = None,
+    model_flops_per_step: float | None = None,
+    all_ranks: bool = True,
+    top_gaps: int = 20,
+    details: bool = True,
+    mfu: bool = True,
+    untraced_step_ms: float | None = None,
+) -> RunReport:
     run = _run_info(con, run_id)
     if not run["ranks"]:
         raise ValueError(f"{run_id}: the run has no ranks")
