@@ -729,9 +729,24 @@ def ensure_schema(con: Connection) -> None:
 
 
 def ensure_lake_schema(store: Store) -> None:
-    """Create the lake's tables (no keys: DuckLake has none; run ids are content hashes)."""
+    """Create the lake's tables (no keys: DuckLake has none; run ids are content hashes).
+
+    Fast path, every open of a current store: one catalog query (the schema version and how many
+    of gpuscope's tables exist). A new store, an incomplete one or another version goes the long
+    way (creates the tables, or refuses the version)."""
     # Literal SQL, no parameters: binding one makes duckdb import pandas (0.3-0.4 s), which a
     # command that only opens the store (``gpuscope runs``) never needs otherwise.
+    wanted = ", ".join(_sql_text(t.name) for t in TABLES)
+    try:
+        row = store.con.execute(
+            f"SELECT (SELECT value FROM {LAKE}.gpuscope_meta WHERE key = 'schema_version'), "
+            f"(SELECT count(DISTINCT table_name) FROM __ducklake_metadata_{LAKE}.ducklake_table "
+            f"WHERE end_snapshot IS NULL AND table_name IN ({wanted}))"
+        ).fetchone()
+    except duckdb.CatalogException:  # a new lake: no gpuscope_meta yet (binding fails, no scan)
+        row = None
+    if row is not None and row[0] == str(SCHEMA_VERSION) and row[1] == len(TABLES):
+        return  # the common case: one query, nothing to write
     tables = {
         r[0]
         for r in store.con.execute(

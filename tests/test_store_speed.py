@@ -13,6 +13,7 @@ import duckdb
 import pytest
 from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.report import analyze_run
+from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.ingest.store import connect, open_store, read_snapshot
 
@@ -119,3 +120,20 @@ def test_a_run_deleted_between_two_analyses_is_noticed(lake, db_path):
         other.close()
     with pytest.raises(ValueError):
         analyze_run(lake, run_id)
+
+
+def test_an_open_recreates_a_missing_table_and_refuses_another_version(db_path):
+    """The one-query fast path on open lets nothing through that the long way would fix or refuse."""
+    store = open_store(db_path)
+    with store.writing():
+        store.execute("DROP TABLE nvml_series")
+    store.close()
+    store = open_store(db_path)  # incomplete: the long way creates it again
+    try:
+        assert store.execute("SELECT count(*) FROM nvml_series").fetchone() == (0,)
+        with store.writing():
+            store.execute("UPDATE gpuscope_meta SET value = '99' WHERE key = 'schema_version'")
+    finally:
+        store.close()
+    with pytest.raises(IngestError, match="schema version 99"):
+        open_store(db_path)
