@@ -8,9 +8,11 @@ docs/cli-json.md documents every key.
 
 from __future__ import annotations
 
+import functools
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import duckdb
 import pandas as pd
@@ -412,6 +414,25 @@ def _rank_row(
     }
 
 
+_Args = ParamSpec("_Args")
+_Ret = TypeVar("_Ret")
+
+
+def _one_snapshot(fn: Callable[_Args, _Ret]) -> Callable[_Args, _Ret]:
+    """Run ``fn(con, ...)`` on one snapshot of a lake store (:func:`read_snapshot`): the catalog is
+    asked for it once, not per statement, and every part reads the same store. A failure rolls
+    back, which drops the block's temp tables, so the rank indexes of ``con`` forget theirs."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: _Args.args, **kwargs: _Args.kwargs) -> _Ret:
+        con = args[0]
+        with read_snapshot(con, on_rollback=lambda: close_shared(con)):  # type: ignore[arg-type]
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_one_snapshot
 def analyze_run(
     con: Connection,
     run_id: str,
@@ -438,38 +459,6 @@ def analyze_run(
     ``gpuscope.untraced_step_ms`` (it wins over the metadata). Raises ValueError for an unknown run
     or rank, or a non-positive ``untraced_step_ms``.
     """
-    # One snapshot of a lake store for the whole analysis: the catalog is asked for it once, not
-    # per statement, and every part reads the same store.
-    with read_snapshot(con, on_rollback=lambda: close_shared(con)):
-        return _analyze_run(
-            con,
-            run_id,
-            rank=rank,
-            step_annotation=step_annotation,
-            peak_tflops=peak_tflops,
-            model_flops_per_step=model_flops_per_step,
-            all_ranks=all_ranks,
-            top_gaps=top_gaps,
-            details=details,
-            mfu=mfu,
-            untraced_step_ms=untraced_step_ms,
-        )
-
-
-def _analyze_run(
-    con: Connection,
-    run_id: str,
-    *,
-    rank: int | None = None,
-    step_annotation: str | None = None,
-    peak_tflops: float | None = None,
-    model_flops_per_step: float | None = None,
-    all_ranks: bool = True,
-    top_gaps: int = 20,
-    details: bool = True,
-    mfu: bool = True,
-    untraced_step_ms: float | None = None,
-) -> RunReport:
     run = _run_info(con, run_id)
     if not run["ranks"]:
         raise ValueError(f"{run_id}: the run has no ranks")

@@ -439,7 +439,8 @@ class Store:
             return {}
         out: dict[str, int] = {}
         meta = f"__ducklake_metadata_{LAKE}"
-        (memory,) = self.con.execute("SELECT current_setting('memory_limit')").fetchone()
+        row = self.con.execute("SELECT current_setting('memory_limit')").fetchone()
+        memory = row[0] if row else "80%"  # DuckDB's default
         self.con.execute(f"SET memory_limit = '{MAINTAIN_MEMORY_LIMIT}'")  # a merge spills beyond
         try:
             with self.lock.held():
