@@ -137,3 +137,34 @@ def test_an_open_recreates_a_missing_table_and_refuses_another_version(db_path):
         store.close()
     with pytest.raises(IngestError, match="schema version 99"):
         open_store(db_path)
+
+
+def test_the_run_names_copy_never_outlives_an_analysis(db_path, monkeypatch):
+    """analyze_run reads a run's names once into a temp ``names``; after the call, also one that
+    failed half-way (its tables committed mid-block), the store's own table answers again."""
+    import gpuscope.analysis.report as report
+
+    store = connect(db_path)
+    try:
+        ingest_paths(store, [SAMPLES / "before"])
+        ingest_paths(store, [SAMPLES / "after"])
+        ids = [r["run_id"] for r in store.list_runs()]
+
+        def names_runs() -> int:
+            return store.execute("SELECT count(DISTINCT run_id) FROM names").fetchone()[0]
+
+        assert names_runs() == 2
+        first = analyze_run(store, ids[0]).to_json()
+        assert names_runs() == 2
+
+        def boom(*a, **k):
+            raise RuntimeError("half-way")
+
+        monkeypatch.setattr(report, "idle_analysis", boom)
+        with pytest.raises(RuntimeError, match="half-way"):
+            analyze_run(store, ids[1])  # find_window built (and committed) its tables first
+        assert names_runs() == 2
+        monkeypatch.undo()
+        assert analyze_run(store, ids[0]).to_json() == first
+    finally:
+        store.close()
