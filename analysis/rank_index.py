@@ -37,6 +37,7 @@ from gpuscope.analysis.store_access import (
     RUNTIME_CATS_SQL,
     execute,
 )
+from gpuscope.ingest.store import LAKE, settle_snapshot
 
 if TYPE_CHECKING:
     from gpuscope.ingest.store import Connection
@@ -84,6 +85,7 @@ class RankIndex:
         self._lock = threading.RLock()
         self._seq = itertools.count(1)
         self._stamp = self._run_stamp()
+        self._checked_in = getattr(con, "snapshot_seq", 0)  # read_snapshot block of the last check
         self.closed = False
 
     # -- lifetime ---------------------------------------------------------------------------------
@@ -125,8 +127,14 @@ class RankIndex:
         return None if row is None else tuple(row)
 
     def refresh(self) -> None:
-        """Drop everything when the run's ``runs`` row changed (deleted, ingested again)."""
+        """Drop everything when the run's ``runs`` row changed (deleted, ingested again). Checked
+        once per :func:`~gpuscope.ingest.store.read_snapshot` block: within one, the store does not
+        change."""
         with self._lock:
+            seq = getattr(self.con, "snapshot_seq", 0)
+            if seq and seq == self._checked_in:
+                return
+            self._checked_in = seq
             stamp = self._run_stamp()
             if stamp != self._stamp:
                 self._drop_all()
@@ -157,6 +165,7 @@ class RankIndex:
                 for n in names.values():
                     _drop(self.con, n)
                 raise
+            settle_snapshot(self.con)
             self._tables[key] = names
             same = [k for k in self._tables if k[0] == key[0]]
             for old in same[: max(0, len(same) - MAX_PER_KIND)]:
@@ -330,6 +339,46 @@ def rank_index(
         yield ix
     finally:
         ix.close()
+
+
+@contextmanager
+def run_names(con: Connection, run_id: str) -> Iterator[bool]:
+    """Inside a :func:`~gpuscope.ingest.store.read_snapshot` block of a lake store: the run's rows
+    of ``names`` copied once into a temp table ``names`` that shadows the lake's (DuckDB looks up
+    an unqualified name in ``temp`` first) for the block's statements on ``con``. An analysis
+    looks names up ~25 times, each a lake scan with its catalog queries (5-8 ms); every lookup
+    filters on the run, so the answers are the same. Dropped when the block ends, also on an
+    error. Yields whether it was made (not outside a block, nor when a ``names`` temp table is
+    there already: a nested block keeps the outer one's)."""
+    if not getattr(con, "snapshot_seq", 0) or _has_temp(con, "names"):
+        yield False
+        return
+    quoted = "'" + str(run_id).replace("'", "''") + "'"
+    con.execute(
+        f"CREATE TEMP TABLE names AS SELECT * FROM {LAKE}.main.names WHERE run_id = {quoted} "
+        "ORDER BY name_id"
+    )
+    try:
+        yield True
+    finally:
+        drop_run_names(con)
+
+
+def _has_temp(con: Connection, name: str) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'temp' "
+        f"AND table_name = '{name}'"
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def drop_run_names(con: Connection) -> None:
+    """Drop the ``names`` shadow of :func:`run_names` (also after its block rolled back: a shadow
+    committed mid-block survives a ROLLBACK)."""
+    try:
+        con.execute("DROP TABLE IF EXISTS temp.main.names")
+    except duckdb.TransactionException:
+        return  # the block's transaction is aborted: its ROLLBACK (or close) drops it
 
 
 def _ident(s: str) -> str:

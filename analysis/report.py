@@ -8,9 +8,11 @@ docs/cli-json.md documents every key.
 
 from __future__ import annotations
 
+import functools
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import duckdb
 import pandas as pd
@@ -28,7 +30,7 @@ from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
 from gpuscope.analysis.kernels import KernelBreakdown
 from gpuscope.analysis.peaks import Peak
 from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
-from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.rank_index import RankIndex, close_shared, drop_run_names, run_names
 from gpuscope.analysis.ranks import Straggler, find_straggler, rank_table
 from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import (
@@ -43,6 +45,7 @@ from gpuscope.analysis.store_access import (
     us,
 )
 from gpuscope.analysis.tensor_cores import TensorCoreSummary
+from gpuscope.ingest.store import read_snapshot
 
 if TYPE_CHECKING:
     from gpuscope.ingest.store import Connection
@@ -411,6 +414,32 @@ def _rank_row(
     }
 
 
+_Args = ParamSpec("_Args")
+_Ret = TypeVar("_Ret")
+
+
+def _one_snapshot(fn: Callable[_Args, _Ret]) -> Callable[_Args, _Ret]:
+    """Run ``fn(con, run_id, ...)`` on one snapshot of a lake store (:func:`read_snapshot`): the
+    catalog is asked for it once, not per statement, and every part reads the same store; the
+    run's names are read from the lake once (:func:`run_names`). A failure rolls back, which drops
+    the block's temp tables, so the rank indexes of ``con`` forget theirs."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: _Args.args, **kwargs: _Args.kwargs) -> _Ret:
+        con: Any = args[0]
+        run_id = args[1] if len(args) > 1 else kwargs["run_id"]
+
+        def forget() -> None:
+            close_shared(con)
+            drop_run_names(con)
+
+        with read_snapshot(con, on_rollback=forget), run_names(con, str(run_id)):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_one_snapshot
 def analyze_run(
     con: Connection,
     run_id: str,

@@ -61,7 +61,9 @@ from stores import add_store_option, chosen, ratio, remove, size_bytes  # noqa: 
 from stores import spec as store_spec  # noqa: E402
 
 N_BUCKETS = 1200
-TARGET_S, AIM_S = 3.0, 2.0
+# Issue 11: every analysis of a 1 GB run within 2 s cold (fresh process, fresh store open); the
+# earlier issue's 3 s stays as the aim's upper bound.
+TARGET_S, AIM_S = 2.0, 2.0
 HTA_STEPS = ("temporal", "idle", "kernels")
 
 
@@ -276,7 +278,7 @@ def profile_worker(db: str, run_id: str, prof_path: str) -> None:
     import pstats
 
     from gpuscope.analysis import report
-    from gpuscope.ingest.store import connect
+    from gpuscope.ingest.store import Store, connect
 
     stack: list[str] = []
     records: list[dict[str, Any]] = []  # call order
@@ -318,9 +320,22 @@ def profile_worker(db: str, run_id: str, prof_path: str) -> None:
                     setattr(mod, attr, w)
 
     con = connect(db)
+    # The store with its DuckDB connection timed: still a Store, so analyze_run reads a lake in one
+    # snapshot as it does unprofiled.
+    timed_con = Store(con.spec, _TimedCon(con.con, sql_log, stack), con.lock, owner=False)
     t0, c0 = time.perf_counter(), time.process_time()
-    rep = report.analyze_run(_TimedCon(con, sql_log, stack), run_id)
+    rep = report.analyze_run(timed_con, run_id)
     total = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+    cold_records = list(records)
+    # warm: the same call again on the same connection (the rank's working tables are kept)
+    records.clear()
+    n_sql_cold = len(sql_log)
+    t0, c0 = time.perf_counter(), time.process_time()
+    report.analyze_run(timed_con, run_id)
+    total_warm = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+    warm_records = list(records)
+    del sql_log[n_sql_cold:]
+    records[:] = cold_records
     con.close()
     for mod, attr, val in originals:
         setattr(mod, attr, val)
@@ -363,6 +378,11 @@ def profile_worker(db: str, run_id: str, prof_path: str) -> None:
         json.dumps(
             {
                 "total": total,
+                "total_warm": total_warm,
+                "warm_calls": [
+                    {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+                    for r in warm_records
+                ],
                 "warnings": list(rep.warnings),
                 "calls": [
                     {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
@@ -558,7 +578,8 @@ def gs_rows(
         samples = [x for x in m.get("cold_samples") or [] if x]
         n = len(samples)
         add(
-            "= analyses cold [TARGET]" + (f" (median of {n} processes)" if n > 1 else ""),
+            f"= analyses cold [target <= {TARGET_S:g} s at 1 GB]"
+            + (f" (median of {n})" if n > 1 else ""),
             round(c["wall_s"] + b["wall_s"], 4),
             round(c["cpu_s"] + b["cpu_s"], 4),
             b["peak_rss_mb"],
@@ -713,13 +734,22 @@ def fmt_profile(p: dict[str, Any]) -> str:
         f"analyze_run (timers on, cold, new process): {p['total']['wall_s']:.3f} s wall, "
         f"{p['total']['cpu_s']:.3f} s CPU; {p['n_sql']} SQL statements, {p['sql_total_s']:.3f} s"
     ]
+    warm = p.get("warm_calls") or []
+    if p.get("total_warm"):
+        out.append(
+            f"the same call again, warm (same connection): {p['total_warm']['wall_s']:.3f} s wall, "
+            f"{p['total_warm']['cpu_s']:.3f} s CPU"
+        )
     out.append(
         f"  {'call (in order, indented = nested)':<48} {'incl s':>8} {'self s':>8} {'CPU s':>8}"
+        f" {'warm s':>8}"
     )
-    for r in p["calls"]:
+    for i, r in enumerate(p["calls"]):
+        w = warm[i] if i < len(warm) and warm[i]["fn"] == r["fn"] else None
+        ws = f"{w['wall_s']:8.3f}" if w else f"{'':>8}"
         out.append(
             f"  {'  ' * r['depth'] + r['fn']:<48} {r['wall_s']:8.3f} {r['self_s']:8.3f} "
-            f"{r['cpu_s']:8.3f}"
+            f"{r['cpu_s']:8.3f} {ws}"
         )
     out.append("  slowest SQL statements:")
     for q in p["top_sql"][:8]:
@@ -956,8 +986,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{me} analyses cold at {size:g} GB (analyze_run + busy_series): "
             f"{t['wall_s']:.2f} s wall, {t['cpu_s']:.2f} s CPU; target <= {TARGET_S:g} s: "
-            f"{'PASS' if verdict['target_pass'] else 'FAIL'} (aim {AIM_S:g} s: "
-            f"{'PASS' if verdict['aim_pass'] else 'FAIL'})"
+            f"{'PASS' if verdict['target_pass'] else 'FAIL'}"
+            + ("" if size >= 1.0 else f" (the target is for the 1 GB trace; this is {size:g} GB)")
             + (
                 f"; best of {len(verdict['cold_samples'])} processes "
                 f"{verdict['analyses_cold_best_s']:.2f} s"

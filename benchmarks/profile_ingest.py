@@ -131,9 +131,11 @@ def install(batch_mb: float | None, serial: bool) -> list[str]:
 
         bi.BatchInserter.insert = timed("batch_total", bi.BatchInserter.insert)
         bi.BatchInserter.insert_arrow = timed("ids_and_insert", bi.BatchInserter.insert_arrow)
-        bi.decode_batch = timed("fallback_decode", bi.decode_batch)
-        bi.to_raw = timed("fallback_to_raw", bi.to_raw)
-        bi.BatchInserter.rank_extent = timed("rank_extent", bi.BatchInserter.rank_extent)
+        from gpuscope.ingest import kineto as kt  # the fallback decoder (imported at its use)
+
+        kt.decode_batch = timed("fallback_decode", kt.decode_batch)
+        kt.to_raw = timed("fallback_to_raw", kt.to_raw)
+        bi.BatchInserter.flush = timed("flush", bi.BatchInserter.flush)
         bi.BatchInserter.finish = timed("names_threads", bi.BatchInserter.finish)
     except ImportError:
         skipped.append("gpuscope.ingest.batch_insert")

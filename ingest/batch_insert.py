@@ -15,17 +15,20 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import msgspec
-import pyarrow as pa
-import pyarrow.compute as pc
 from gpuscope.ingest.env import positive_int
-from gpuscope.ingest.json_stream import Batch
-from gpuscope.ingest.kineto import decode_batch, odd_notes, to_raw
 from gpuscope.ingest.schema import EVENTS
+from gpuscope.ingest.store import pid_alive
+
+# pyarrow, msgspec and the decoder are imported where they are used: every ``gpuscope`` command
+# imports this module (for :func:`remove_own_scratch`), and only an ingest needs them (0.2 s).
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from gpuscope.ingest.json_stream import Batch
 
 # The event keys gpuscope keeps, as DuckDB types; other keys are skipped by the reader.
 ARGS_STRUCT = (
@@ -54,7 +57,11 @@ FROM read_json('{path}', format = 'array', columns = {columns}, maximum_object_s
 """
 
 
-_SYNTAX = msgspec.json.Decoder(list[msgspec.Raw])
+@cache
+def _syntax_decoder() -> Any:
+    import msgspec
+
+    return msgspec.json.Decoder(list[msgspec.Raw])
 
 
 def strict_json(batch: Batch) -> bool:
@@ -62,8 +69,10 @@ def strict_json(batch: Batch) -> bool:
 
     Cheap (a syntax pass, no objects built); runs on the scanning thread, ahead of the insert.
     """
+    import msgspec
+
     try:
-        _SYNTAX.decode(batch.data)
+        _syntax_decoder().decode(batch.data)
     except msgspec.DecodeError:
         return False
     return True
@@ -164,6 +173,8 @@ class BatchInserter:
         return self.insert_arrow(raw, rank)
 
     def _decode(self, path: Path, batch: Batch) -> pa.Table:
+        from gpuscope.ingest.kineto import decode_batch, odd_notes, to_raw
+
         events = decode_batch(path, batch)
         n_odd = sum(1 for e in events if getattr(e, "odd", None))
         if n_odd:
@@ -184,6 +195,8 @@ class BatchInserter:
 
     def insert_arrow(self, raw: pa.Table, rank: int) -> int:
         """Map names and non-numeric ids to integers (vectorised), then one INSERT."""
+        import pyarrow.compute as pc
+
         names = pc.fill_null(raw.column("name"), "")
         name_id = self.names.ids_of(names)
         pid = self._ids(raw, "pid", rank)
@@ -214,6 +227,8 @@ class BatchInserter:
         and deletes again stay in its memory until the commit."""
         if not self.buffered:
             return
+        import pyarrow as pa
+
         chunk = pa.concat_tables(self.buffer)
         self.buffer = []
         self.buffered = 0
@@ -245,6 +260,8 @@ class BatchInserter:
 
     def _ids(self, raw: pa.Table, kind: str, rank: int) -> pa.Array:
         """Numeric pid/tid as is; a non-numeric one gets a stable negative id (label kept in `threads`)."""
+        import pyarrow.compute as pc
+
         num = raw.column(f"{kind}_num")
         label = raw.column(f"{kind}_label")
         if label.null_count == len(label):
@@ -256,6 +273,8 @@ class BatchInserter:
         return pc.coalesce(num, ids)
 
     def _metadata_labels(self, raw: pa.Table, pid: pa.Array, tid: pa.Array, rank: int) -> None:
+        import pyarrow.compute as pc
+
         mask = pc.equal(raw.column("ph"), "M")
         meta = raw.filter(mask).select(["name", "meta_name"]).to_pylist()
         pids = pc.filter(pid, mask).to_pylist()
@@ -274,6 +293,8 @@ class BatchInserter:
         return self.stats.get(rank, RankStats())
 
     def finish(self) -> None:
+        import pyarrow as pa
+
         self.flush()
         c = self.con
         names = pa.table({
@@ -321,7 +342,7 @@ def sweep_scratch(folder: str | None = None) -> list[Path]:
     for p in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*.json"):
         pid_text = p.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
         if pid_text.isdigit():
-            if int(pid_text) == os.getpid() or _alive(int(pid_text)):
+            if int(pid_text) == os.getpid() or pid_alive(int(pid_text)):
                 continue
         else:  # no pid in the name (older gpuscope): stale when not written for an hour
             try:
@@ -335,25 +356,20 @@ def sweep_scratch(folder: str | None = None) -> list[Path]:
     return removed
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, another user's
-        return True
-    return True
-
-
 class IdMap:
     """Dense integer ids for strings, in order of first appearance; lookups are vectorised."""
 
     def __init__(self) -> None:
+        import pyarrow as pa
+
         self.ids: dict[str, int] = {}
         self._values = pa.array([], pa.string())
 
     def ids_of(self, strings: pa.Array | pa.ChunkedArray) -> pa.Array:
         """int32 ids for a string array (NULL stays NULL); new strings are given the next ids."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         new = [s for s in pc.unique(strings).to_pylist() if s is not None and s not in self.ids]
         if new:
             for s in new:

@@ -1,0 +1,170 @@
+"""Issue 11's speed work on the store, checked for what it must not change: opening a store imports
+no pandas or pyarrow (``gpuscope runs``), and ``read_snapshot`` (one transaction for an analysis of a
+lake) gives the same reports, writes nothing, and leaves the store usable after an error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.report import analyze_run
+from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.ingest.store import connect, open_store, read_snapshot
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "sample_traces"
+
+
+@pytest.fixture
+def lake(db_path: Path):
+    store = connect(db_path)
+    ingest_paths(store, [SAMPLES / "before"])
+    yield store
+    store.close()
+
+
+def test_opening_a_store_and_listing_runs_imports_neither_pandas_nor_pyarrow(db_path):
+    """What ``gpuscope runs`` does (the CLI's modules, open, list) pulls in no pandas (0.4 s) and
+    no pyarrow: binding a query parameter made duckdb import pandas."""
+    store = connect(db_path)
+    ingest_paths(store, [SAMPLES / "before"])
+    store.close()
+    code = (
+        "import sys, json\n"
+        "import gpuscope.cli.main, gpuscope.cli.runs\n"
+        "from gpuscope.ingest.store import open_store, list_runs\n"
+        f"s = open_store({str(db_path)!r})\n"
+        "runs = list_runs(s)\n"
+        "s.close()\n"
+        "print(json.dumps({'runs': [r['name'] for r in runs],\n"
+        "                  'heavy': [m for m in ('pandas', 'pyarrow') if m in sys.modules]}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"runs": ["before"], "heavy": []}
+
+
+def test_a_new_store_still_gets_its_tables_and_version_on_first_open(db_path):
+    store = open_store(db_path)
+    try:
+        tables = {
+            r[0]
+            for r in store.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = 'lake'"
+            ).fetchall()
+        }
+        assert {"runs", "events", "names", "gpuscope_meta"} <= tables
+        (version,) = store.execute(
+            "SELECT value FROM gpuscope_meta WHERE key = 'schema_version'"
+        ).fetchone()
+        assert version == "3"
+    finally:
+        store.close()
+
+
+def test_analysis_in_a_snapshot_equals_the_analysis_outside_and_writes_nothing(lake, db_path):
+    (run_id,) = lake.execute("SELECT run_id FROM runs").fetchone()
+    before = lake.generation()
+    in_block = analyze_run(lake, run_id).to_json()  # opens its own read_snapshot
+    assert lake.generation() == before  # the block's COMMIT made no snapshot
+    other = connect(db_path)  # analysed statement by statement (no block: a bare connection)
+    try:
+        plain = analyze_run(other.con, run_id).to_json()
+    finally:
+        other.close()
+    assert in_block == plain
+    assert analyze_run(lake, run_id).to_json() == in_block  # warm, in a new block
+
+
+def test_a_failed_block_rolls_back_and_the_next_analysis_rebuilds_its_tables(lake):
+    (run_id,) = lake.execute("SELECT run_id FROM runs").fetchone()
+    forgotten = []
+    with (
+        pytest.raises(duckdb.ConversionException),
+        read_snapshot(lake, on_rollback=lambda: forgotten.append(True)) as seq,
+    ):
+        assert seq > 0 and lake.snapshot_seq == seq
+        ix = RankIndex.shared(lake, run_id, 0)
+        ix.gpu()  # a temp table, committed by settle_snapshot
+        lake.execute("SELECT 'not a number'::INTEGER").fetchall()  # aborts the transaction
+    assert forgotten == [True] and lake.snapshot_seq == 0
+    lake.execute("SELECT 1").fetchall()  # no transaction left aborted
+    report = analyze_run(lake, run_id).to_json()
+    assert report["kernels"]["n_kernels"] > 0
+
+
+def test_a_block_inside_a_write_transaction_joins_it(lake):
+    with lake.writing(), read_snapshot(lake) as seq:
+        assert seq == 0  # joined: no BEGIN of its own
+        lake.execute("SELECT count(*) FROM runs").fetchall()
+    with read_snapshot(lake) as outer, read_snapshot(lake) as inner:
+        assert outer > 0 and inner == 0
+
+
+def test_a_run_deleted_between_two_analyses_is_noticed(lake, db_path):
+    (run_id,) = lake.execute("SELECT run_id FROM runs").fetchone()
+    first = analyze_run(lake, run_id).to_json()
+    assert first["kernels"]["n_kernels"] > 0
+    other = connect(db_path)
+    try:
+        assert other.delete_run(run_id)
+    finally:
+        other.close()
+    with pytest.raises(ValueError):
+        analyze_run(lake, run_id)
+
+
+def test_an_open_recreates_a_missing_table_and_refuses_another_version(db_path):
+    """The one-query fast path on open lets nothing through that the long way would fix or refuse."""
+    store = open_store(db_path)
+    with store.writing():
+        store.execute("DROP TABLE nvml_series")
+    store.close()
+    store = open_store(db_path)  # incomplete: the long way creates it again
+    try:
+        assert store.execute("SELECT count(*) FROM nvml_series").fetchone() == (0,)
+        with store.writing():
+            store.execute("UPDATE gpuscope_meta SET value = '99' WHERE key = 'schema_version'")
+    finally:
+        store.close()
+    with pytest.raises(IngestError, match="schema version 99"):
+        open_store(db_path)
+
+
+def test_the_run_names_copy_never_outlives_an_analysis(db_path, monkeypatch):
+    """analyze_run reads a run's names once into a temp ``names``; after the call, also one that
+    failed half-way (its tables committed mid-block), the store's own table answers again."""
+    import gpuscope.analysis.report as report
+
+    store = connect(db_path)
+    try:
+        ingest_paths(store, [SAMPLES / "before"])
+        ingest_paths(store, [SAMPLES / "after"])
+        ids = [r["run_id"] for r in store.list_runs()]
+
+        def names_runs() -> int:
+            return store.execute("SELECT count(DISTINCT run_id) FROM names").fetchone()[0]
+
+        assert names_runs() == 2
+        first = analyze_run(store, ids[0]).to_json()
+        assert names_runs() == 2
+
+        def boom(*a, **k):
+            raise RuntimeError("half-way")
+
+        monkeypatch.setattr(report, "idle_analysis", boom)
+        with pytest.raises(RuntimeError, match="half-way"):
+            analyze_run(store, ids[1])  # find_window built (and committed) its tables first
+        assert names_runs() == 2
+        monkeypatch.undo()
+        assert analyze_run(store, ids[0]).to_json() == first
+    finally:
+        store.close()
