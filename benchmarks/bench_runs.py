@@ -12,11 +12,14 @@
 3. ``gpuscope runs --store SPEC`` (the text table) and ``gpuscope runs --json``, each in a fresh
    process, ``--repeat`` times: median (and min) wall seconds, child CPU seconds.
 4. The Runs page: a fresh process (this file, ``--page-worker``) runs the dashboard's script with
-   Streamlit's AppTest on ``$GPUSCOPE_STORE=SPEC``: the first run (cold: the table's step time,
-   GPU busy and MFU columns analyse every run once), then ``--repeat`` reruns (warm: what a
-   refresh costs, the store's generation read included); median. The table must list N runs.
-5. Prints one table, the lake / DuckDB-file ratios and the verdict against the target (both under
-   1 s with 100 runs, warm), and writes ``OUT/runs.json``.
+   Streamlit's AppTest on ``$GPUSCOPE_STORE=SPEC``: the first paint (one script run of a server
+   that has analysed no run: every run listed, figures for the time data.SUMMARY_BUDGET_S allows),
+   then the reruns the page asks for until every run has its step time, GPU busy and MFU (each run
+   analysed once), then ``--repeat`` reruns (warm: what a refresh costs, the store's generation
+   read included); median. The table must list N runs.
+5. Prints one table, the lake / DuckDB-file ratios and the verdict against the target (under 1 s
+   with 100 runs: `gpuscope runs`, the first paint and a warm rerun), and writes
+   ``OUT/runs.json``.
 """
 
 from __future__ import annotations
@@ -95,14 +98,24 @@ def median_of(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def page_worker(store: str, repeat: int) -> None:
     """The Runs page by AppTest on ``store``: cold first run, then warm reruns (one JSON line)."""
     os.environ["GPUSCOPE_STORE"] = store
+    import streamlit as st
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(MAIN), default_timeout=1800)
+    # First paint: one script run of a server that has analysed nothing (the page lists every run,
+    # computes figures for data.SUMMARY_BUDGET_S, then asks to rerun: held back here).
+    rerun = st.rerun
+    st.rerun = lambda *a, **k: None  # type: ignore[assignment]
     t0 = time.perf_counter()
     at.run()
-    cold = time.perf_counter() - t0
+    first = time.perf_counter() - t0
+    st.rerun = rerun
     if at.exception or not at.dataframe:
         raise SystemExit(f"the Runs page failed: {at.exception or [e.value for e in at.error]}")
+    # Then the reruns the page asks for until every run has its figures.
+    t0 = time.perf_counter()
+    at.run()
+    cold = first + time.perf_counter() - t0
     n_rows = len(at.dataframe[0].value)
     warm = []
     for _ in range(repeat):
@@ -113,7 +126,12 @@ def page_worker(store: str, repeat: int) -> None:
             raise SystemExit(f"the Runs page failed on a rerun: {at.exception}")
     print(
         json.dumps(
-            {"cold_s": round(cold, 4), "warm_s": [round(w, 4) for w in warm], "rows": n_rows}
+            {
+                "first_s": round(first, 4),
+                "cold_s": round(cold, 4),
+                "warm_s": [round(w, 4) for w in warm],
+                "rows": n_rows,
+            }
         )
     )
 
@@ -150,6 +168,7 @@ def bench_store(kind: str, traces: list[Path], a: argparse.Namespace, work: Path
         "ingest_s": round(ingest_s, 3),
         "runs_cli": median_of(text),
         "runs_cli_json": median_of(js),
+        "page_first_s": p["first_s"],
         "page_cold_s": p["cold_s"],
         "page_warm": {
             "median_s": round(statistics.median(p["warm_s"]), 4),
@@ -169,7 +188,8 @@ def fmt_table(results: dict[str, dict[str, Any]], n: int) -> str:
         ("gpuscope runs, median", "runs_cli.median_s", target),
         ("gpuscope runs, min", "runs_cli.min_s", ""),
         ("gpuscope runs --json, median", "runs_cli_json.median_s", target),
-        ("Runs page, cold (first run)", "page_cold_s", ""),
+        ("Runs page, first paint (no run analysed yet)", "page_first_s", target),
+        ("Runs page, until every run has its figures", "page_cold_s", ""),
         ("Runs page, warm rerun, median", "page_warm.median_s", target),
         ("Runs page, warm rerun, min", "page_warm.min_s", ""),
     ]
@@ -227,11 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     verdict = {}
     for kind, r in results.items():
         cli, page = r["runs_cli"]["median_s"], r["page_warm"]["median_s"]
-        verdict[kind] = {"runs_cli_pass": cli < TARGET_S, "page_warm_pass": page < TARGET_S}
+        verdict[kind] = {
+            "runs_cli_pass": cli < TARGET_S,
+            "page_first_pass": r["page_first_s"] < TARGET_S,
+            "page_warm_pass": page < TARGET_S,
+        }
         print(
-            f"{kind}: gpuscope runs {cli:.2f} s (target < {TARGET_S:g} s), Runs page warm "
-            f"{page:.2f} s (target < {TARGET_S:g} s): "
-            f"{'PASS' if verdict[kind]['runs_cli_pass'] and verdict[kind]['page_warm_pass'] else 'FAIL'}"
+            f"{kind}: gpuscope runs {cli:.2f} s, Runs page first paint {r['page_first_s']:.2f} s, "
+            f"warm {page:.2f} s (target < {TARGET_S:g} s each): "
+            f"{'PASS' if all(verdict[kind].values()) else 'FAIL'}"
         )
     if max(load_start[0], load_end[0]) > (os.cpu_count() or 1):
         print(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from typing import Any
 
 import numpy as np
@@ -55,22 +56,56 @@ def comparison(path: str, a: str, b: str) -> compare.CompareView:
     return _compare_view(path, a, _rank(a, None), b, _rank(b, None))
 
 
+# The runs list's figures of each run, kept for as long as the server runs (a run's content never
+# changes): (store, run id) -> figures. A dict rather than st.cache_data so that the Runs page can
+# ask which runs are known without computing the others (it computes a few per script run).
+_summaries: dict[tuple[str, str], dict[str, Any]] = {}
+_summaries_lock = threading.Lock()
+MAX_SUMMARIES = 4096
+SUMMARY_BUDGET_S = 0.7  # the Runs page's time for runs new to this server, per script run (s)
+FAILED = {"step_ms": None, "busy_pct": None, "mfu_pct": None, "rank": None, "failed": True}
+
+
+# Runs whose analysis failed: (store, run id) -> the store generation it failed at. Tried again
+# once anything is committed (or the store is reopened after a fault), not on every rerun.
+_failures: dict[tuple[str, str], int] = {}
+
+
+def known_summary(run_id: str) -> dict[str, Any] | None:
+    """The runs list's figures of a run if this server has computed them (or its analysis failed
+    at this store generation), else None. Instant."""
+    key = (db.db_path(), run_id)
+    with _summaries_lock:
+        known = _summaries.get(key)
+        failed_at = _failures.get(key)
+    if known is not None:
+        return dict(known)
+    if failed_at is not None and failed_at == db.generation():
+        return dict(FAILED)
+    return None
+
+
 def summary(run_id: str) -> dict[str, Any]:
     """The runs list's figures of a run (``run_views.run_summary``): ``step_ms``, ``busy_pct``,
-    ``mfu_pct``, ``rank``; all None and ``failed`` when the run cannot be analysed."""
+    ``mfu_pct``, ``rank``; all None and ``failed`` when the run cannot be analysed (tried again
+    after the store's next commit)."""
+    key = (db.db_path(), run_id)
+    known = known_summary(run_id)
+    if known is not None:
+        return known
     try:
-        return dict(_summary(db.db_path(), run_id))
+        figures = dataclasses.asdict(run_views.run_summary(report(key[0], run_id, None)))
     except Exception:  # one broken run must not break the list: its row says "—", the log why
         log.exception("runs list: run %s could not be analysed", run_id)
-        return {"step_ms": None, "busy_pct": None, "mfu_pct": None, "rank": None, "failed": True}
-
-
-@st.cache_data(show_spinner=False, max_entries=4096)
-def _summary(path: str, run_id: str) -> dict[str, Any]:
-    """:func:`summary` of one run, kept for as long as the server runs (a run's content never
-    changes): the runs list asks for every run on every rerun, more runs than the report caches
-    hold. A failure raises, so it is not kept."""
-    return dataclasses.asdict(run_views.run_summary(report(path, run_id, None)))
+        with _summaries_lock:
+            _failures[key] = db.generation()
+        return dict(FAILED)
+    with _summaries_lock:
+        _failures.pop(key, None)
+        if len(_summaries) >= MAX_SUMMARIES:
+            _summaries.pop(next(iter(_summaries)))  # the oldest entry
+        _summaries[key] = figures
+    return dict(figures)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -11,6 +13,8 @@ from gpuscope.ingest.store import Connection
 from gpuscope.web import auth, data, db, ui
 from gpuscope.web.samples import SAMPLE_TAG
 from gpuscope.web.uploads import ONE_RUN, SEPARATE, ingest_uploads, run_name_for, trace_files
+
+NO_FIGURES: dict[str, Any] = {"step_ms": None, "busy_pct": None, "mfu_pct": None}
 
 st.title("Runs")
 ui.show_flash()
@@ -122,13 +126,27 @@ query = st.text_input(
     label_visibility="collapsed",
 )
 
+# Each run's figures are computed once per server (then instant). Runs not yet analysed are
+# computed newest first for at most data.SUMMARY_BUDGET_S per script run (always one), so the page
+# shows at once however many runs are new; the rest show "…" and the page reruns until all are in.
+deadline = time.monotonic() + data.SUMMARY_BUDGET_S
+metrics: list[dict[str, Any]] = []
+computed = pending = 0
 with st.spinner("Analysing runs…"):
-    metrics = [
-        data.summary(rid)
-        if kind == "trace"
-        else {"step_ms": None, "busy_pct": None, "mfu_pct": None}
-        for rid, kind in zip(runs["run_id"], runs["kind"], strict=True)
-    ]
+    for rid, kind in zip(runs["run_id"], runs["kind"], strict=True):
+        m = data.known_summary(rid) if kind == "trace" else dict(NO_FIGURES)
+        if m is None and (computed == 0 or time.monotonic() < deadline):
+            m = data.summary(rid)
+            computed += 1
+        if m is None:
+            pending += 1
+            m = dict(NO_FIGURES)
+        metrics.append(m)
+if pending:
+    st.caption(
+        f":material/hourglass_top: Analysing {pending} more run(s): their figures appear here as "
+        "they are ready."
+    )
 failed = [str(n) for n, m in zip(runs["name"], metrics, strict=True) if m.get("failed")]
 if failed:
     st.caption(
@@ -322,3 +340,7 @@ if len(trace_runs) >= 2:
         query_params={"a": a, "b": b},
         disabled=a == b,
     )
+
+# -- runs still to analyse: the page reruns (it shows meanwhile) until every run has its figures ----
+if pending:
+    st.rerun()
