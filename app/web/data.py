@@ -62,7 +62,7 @@ def comparison(path: str, a: str, b: str) -> compare.CompareView:
 _summaries: dict[tuple[str, str], dict[str, Any]] = {}
 _summaries_lock = threading.Lock()
 MAX_SUMMARIES = 4096
-SUMMARY_BUDGET_S = 0.7  # the Runs page's time for runs new to this server, per script run (s)
+SUMMARY_BUDGET_S = 0.3  # the Runs page's time for runs new to this server, per script run (s)
 FAILED = {"step_ms": None, "busy_pct": None, "mfu_pct": None, "rank": None, "failed": True}
 
 
