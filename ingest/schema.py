@@ -294,7 +294,10 @@ def markdown() -> str:
         "snapshot), so a reader in any process sees the run whole or not at all. Events are buffered "
         "and written in chunks of 100,000 rows (`$GPUSCOPE_FLUSH_ROWS`), sorted by (rank, cat, ts_ns), so memory stays "
         "flat whatever the trace size. A failed ingest rolls back; the Parquet files of one that was "
-        "killed are deleted by the next writer. DuckLake has no primary keys: the keys below are "
+        "killed are deleted by the next writer. An analysis (`analyze_run`) reads a lake in one "
+        "read transaction, so it sees one snapshot and the catalog is asked for it once rather than "
+        "per statement; it reads the run's `names` rows once (a temp table for the call). "
+        "DuckLake has no primary keys: the keys below are "
         "kept by gpuscope (run ids are content hashes; the same files are stored once).",
         "",
     ]

@@ -142,8 +142,11 @@ with st.spinner("Analysing runs…"):
             pending += 1
             m = dict(NO_FIGURES)
         metrics.append(m)
+# One slot whether or not runs are pending: the elements below keep their places across the
+# page's own reruns (no element shown twice while one run replaces the other).
+note = st.empty()
 if pending:
-    st.caption(
+    note.caption(
         f":material/hourglass_top: Analysing {pending} more run(s): their figures appear here as "
         "they are ready."
     )
