@@ -225,10 +225,9 @@ class RankIndex:
         return self.table(
             ("runtime",),
             f"""SELECT correlation, ts_ns AS s, ts_ns + dur_ns AS e, name_id, pid, tid
-                FROM events
-                WHERE run_id = $run AND rank = $rank AND ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
+                FROM {self.host()}
+                WHERE ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
                   AND correlation IS NOT NULL AND dur_ns IS NOT NULL""",
-            self.params(),
         )
 
     def host(self) -> str:
