@@ -74,7 +74,7 @@ def _name_classes_sql() -> str:
     return f"SELECT name_id, {cols} FROM names WHERE run_id = $run AND ({anyc})"
 
 
-def _evidence_sql(gpu: str, cand_table: str) -> tuple[str, str]:
+def _evidence_sql(gpu: str, host: str, cand_table: str) -> tuple[str, str]:
     """Host evidence spans of the window, classes 1..4 of :data:`EVIDENCE_CLASSES`: ``cls``,
     ``cat``, ``name_id``, ``tid``, ``s``/``e`` (clipped to the window), ``span_s``/``span_dur``
     (unclipped), ``correlation``, ``external_id``, ``bytes`` (of the copy, for memcpy calls).
@@ -85,8 +85,8 @@ def _evidence_sql(gpu: str, cand_table: str) -> tuple[str, str]:
                least(e.ts_ns + e.dur_ns, $we) AS e, e.ts_ns AS span_s, e.dur_ns AS span_dur,
                e.correlation, e.external_id, nc.dl, nc.comm, nc.sync_api, nc.memcpy,
                e.cat IN {RUNTIME_CATS_SQL} AS rt
-        FROM events e JOIN nc USING (name_id)
-        WHERE e.run_id = $run AND e.rank = $rank AND e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
+        FROM {host} e JOIN nc USING (name_id)
+        WHERE e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
           AND e.dur_ns > 0 AND e.ts_ns < $we AND e.ts_ns + e.dur_ns > $ws
     """
     classes = f"""
@@ -132,7 +132,7 @@ def _build(ix: RankIndex, p: dict[str, Any], key: tuple[Any, ...]) -> dict[str, 
 def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
     con = ix.con
     gaps, dev_table = ix.gaps(p["ws"], p["we"])
-    cand, classes = _evidence_sql(ix.gpu(), t["cand"])
+    cand, classes = _evidence_sql(ix.gpu(), ix.host(), t["cand"])
     execute(con, f"CREATE TEMP TABLE {t['cand']} AS {cand}", p)
     execute(con, f"CREATE TEMP TABLE {t['ev']} AS {classes}", p)
     # gaps of the device with the launch call of the activity that ends each gap
@@ -185,8 +185,8 @@ def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
     outside_hull = "" if p.get("hs") is None else "AND (ts_ns < $hs OR ts_ns + dur_ns > $he)"
     hull = "" if p.get("hs") is None else "UNION ALL SELECT greatest($hs, $ws), least($he, $we)"
     all_host = f"""
-        SELECT greatest(ts_ns, $ws) AS s, least(ts_ns + dur_ns, $we) AS e FROM events
-        WHERE run_id = $run AND rank = $rank AND ph = 'X' AND cat IN {HOST_CATS_SQL}
+        SELECT greatest(ts_ns, $ws) AS s, least(ts_ns + dur_ns, $we) AS e FROM {ix.host()}
+        WHERE ph = 'X' AND cat IN {HOST_CATS_SQL}
           AND dur_ns > 0 AND ts_ns < $we AND ts_ns + dur_ns > $ws {outside_hull}
         UNION ALL SELECT s, e FROM {ev} {hull}
     """
@@ -390,12 +390,13 @@ def _evidence_summary(
 ) -> dict[str, pd.DataFrame]:
     """Per evidence class: span names (runtime calls named with their enclosing op), count, host
     time and bytes copied, from the evidence table ``t["ev"]``."""
+    host = RankIndex.shared(con, p["run"], p["rank"]).host()
     frame = execute(
         con,
         f"""
         WITH ops AS (
-            SELECT external_id, arg_min(name_id, dur_ns) AS op_name FROM events
-            WHERE run_id = $run AND rank = $rank AND cat IN {OP_CATS_SQL}
+            SELECT external_id, arg_min(name_id, dur_ns) AS op_name FROM {host}
+            WHERE cat IN {OP_CATS_SQL}
               AND external_id IN (SELECT external_id FROM {t["ev"]} WHERE external_id IS NOT NULL)
             GROUP BY external_id
         )
@@ -465,8 +466,8 @@ def _attach_evidence(
                    least(e.ts_ns + e.dur_ns, q.ge) - greatest(e.ts_ns, q.gs) AS ov,
                    CASE WHEN e.name_id IN {steps} THEN -1 ELSE 0 END AS pri
             FROM (SELECT * FROM q WHERE want_any) q
-            JOIN events e ON e.ts_ns < q.ge AND e.ts_ns + e.dur_ns > q.gs
-            WHERE e.run_id = $run AND e.rank = $rank AND e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
+            JOIN {ix.host()} e ON e.ts_ns < q.ge AND e.ts_ns + e.dur_ns > q.gs
+            WHERE e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
               AND e.dur_ns > 0
         ),
         best AS (
@@ -477,8 +478,8 @@ def _attach_evidence(
             FROM (SELECT * FROM spec UNION ALL SELECT * FROM anyh) GROUP BY gs
         ),
         ops AS (
-            SELECT external_id, arg_min(name_id, dur_ns) AS op FROM events
-            WHERE run_id = $run AND rank = $rank AND cat IN {OP_CATS_SQL}
+            SELECT external_id, arg_min(name_id, dur_ns) AS op FROM {ix.host()}
+            WHERE cat IN {OP_CATS_SQL}
               AND external_id IN (SELECT b.x FROM best WHERE b.x IS NOT NULL)
             GROUP BY external_id
         ),

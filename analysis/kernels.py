@@ -197,8 +197,8 @@ def toplevel(ts: np.ndarray, end: np.ndarray, *cols: np.ndarray) -> tuple[np.nda
 
 
 _HOST_SQL = """
-    SELECT ts_ns, dur_ns, name_id FROM events
-    WHERE run_id = $run AND rank = $rank AND pid = $pid AND tid = $tid AND cat IN {cats} AND dur_ns IS NOT NULL
+    SELECT ts_ns, dur_ns, name_id FROM {host}
+    WHERE pid = $pid AND tid = $tid AND cat IN {cats} AND dur_ns IS NOT NULL
       {extra}
 """
 
@@ -221,8 +221,8 @@ def toplevel_intervals(
         if name_ids is not None
         else ""
     )
-    sql = _HOST_SQL.format(cats=sql_list(cats), extra=extra)
     ix = RankIndex.shared(con, run_id, rank)
+    sql = _HOST_SQL.format(host=ix.host(), cats=sql_list(cats), extra=extra)
 
     def load(p: int, t: int) -> Intervals:
         d = execute(con, sql, ix.params(pid=p, tid=t)).fetchnumpy()
@@ -274,9 +274,9 @@ def threads_with(
         conds.append("(cat = 'fwdbwd' AND ph = 'f')")
     if not conds:
         return set()
+    host = RankIndex.shared(con, run_id, rank).host()
     rows = con.execute(
-        f"SELECT DISTINCT pid, tid FROM events WHERE run_id = ? AND rank = ? AND ({' OR '.join(conds)})",
-        [run_id, int(rank)],
+        f"SELECT DISTINCT pid, tid FROM {host} WHERE {' OR '.join(conds)}"
     ).fetchall()
     return {(int(p), int(t)) for p, t in rows}
 

@@ -34,6 +34,7 @@ import duckdb
 from gpuscope.analysis.store_access import (
     DEVICE_SQL,
     GPU_ACTIVITY_SQL,
+    HOST_CATS_SQL,
     RUNTIME_CATS_SQL,
     execute,
 )
@@ -224,9 +225,24 @@ class RankIndex:
         return self.table(
             ("runtime",),
             f"""SELECT correlation, ts_ns AS s, ts_ns + dur_ns AS e, name_id, pid, tid
-                FROM events
-                WHERE run_id = $run AND rank = $rank AND ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
+                FROM {self.host()}
+                WHERE ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
                   AND correlation IS NOT NULL AND dur_ns IS NOT NULL""",
+        )
+
+    def host(self) -> str:
+        """Host-side events of the rank, every phase: the host spans' categories (``HOST_CATS``)
+        and the ends of fwd->bwd flows (``cat = 'fwdbwd'``, ``ph = 'f'``); columns ``pid``, ``tid``,
+        ``ph``, ``cat``, ``name_id``, ``ts_ns``, ``dur_ns`` (ns), ``correlation``, ``external_id``,
+        in the store's order. Read by the analyses instead of scanning ``events`` for each (on a
+        lake store every scan reads the run's Parquet files); a query over it keeps its own
+        filters on ``ph``/``cat``, so it selects the same rows as over ``events``."""
+        return self.table(
+            ("host",),
+            f"""SELECT pid, tid, ph, cat, name_id, ts_ns, dur_ns, correlation, external_id
+                FROM events
+                WHERE run_id = $run AND rank = $rank
+                  AND (cat IN {HOST_CATS_SQL} OR (cat = 'fwdbwd' AND ph = 'f'))""",
             self.params(),
         )
 

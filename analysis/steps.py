@@ -103,8 +103,9 @@ def _host_spans(
         con,
         f"""
         SELECT n.name, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e
-        FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
-        WHERE e.run_id = $run AND e.rank = $rank AND e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
+        FROM {RankIndex.shared(con, run_id, rank).host()} e
+        JOIN names n ON n.run_id = $run AND n.name_id = e.name_id
+        WHERE e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
           AND e.dur_ns IS NOT NULL AND e.name_id IN {names_matching(name_cond)}
         ORDER BY s, e
         """,

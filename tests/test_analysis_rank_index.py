@@ -289,3 +289,34 @@ def test_old_ranges_are_dropped_and_rebuilt_on_demand(con, two_ranks):
             ix.memo(("big", k), lambda k=k: calls.append(k) or k, keep=2)
         assert ix.memo(("big", 5), lambda: -1, keep=2) == 5  # kept
         assert ix.memo(("big", 0), lambda: -1, keep=2) == -1  # dropped, computed again
+
+
+def test_host_table_holds_exactly_the_ranks_host_events_in_store_order(con, two_ranks):
+    """host() stands in for ``events`` in the host-side queries: each query keeps its own filters, so
+    it must hold every host-span row of the rank (every phase) and the fwd->bwd flow ends, in the
+    store's order, and nothing of the other rank or of the GPU."""
+    cols = "pid, tid, ph, cat, name_id, ts_ns, dur_ns, correlation, external_id"
+    for rank in (0, 1):
+        with RankIndex(con, two_ranks, rank) as ix:
+            got = con.execute(f"SELECT {cols} FROM {ix.host()}").fetchall()
+            want = con.execute(
+                f"SELECT {cols} FROM events WHERE run_id = ? AND rank = ? AND "
+                "(cat IN ('cpu_op', 'Operator', 'user_annotation', 'python_function', "
+                "'python_function_call', 'cuda_runtime', 'cuda_driver', 'hip_runtime', "
+                "'hip_driver', 'Runtime', 'Driver') OR (cat = 'fwdbwd' AND ph = 'f'))",
+                [two_ranks, rank],
+            ).fetchall()
+            assert got == want and len(got) > 0
+            assert not {r[3] for r in got} & {"kernel", "gpu_memcpy", "gpu_memset"}
+            # the runtime table derived from it: the launch calls of the rank, as from events
+            rt = con.execute(
+                f"SELECT correlation, s, e, name_id, pid, tid FROM {ix.runtime()}"
+            ).fetchall()
+            rt_events = con.execute(
+                "SELECT correlation, ts_ns, ts_ns + dur_ns, name_id, pid, tid FROM events "
+                "WHERE run_id = ? AND rank = ? AND ph = 'X' AND cat IN ('cuda_runtime', "
+                "'cuda_driver', 'hip_runtime', 'hip_driver', 'Runtime', 'Driver') "
+                "AND correlation IS NOT NULL AND dur_ns IS NOT NULL",
+                [two_ranks, rank],
+            ).fetchall()
+            assert rt == rt_events and len(rt) >= 4
