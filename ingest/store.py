@@ -829,7 +829,9 @@ def read_snapshot(con: Connection, on_rollback: Callable[[], None] | None = None
     con.snapshot_seq = seq
     try:
         yield seq
-    except BaseException:
+    except (
+        BaseException
+    ):  # any failure inside the block: undo it, then the caller's error as it was
         con.snapshot_seq = 0
         rollback_quietly(con)
         if on_rollback is not None:
@@ -838,7 +840,7 @@ def read_snapshot(con: Connection, on_rollback: Callable[[], None] | None = None
     con.snapshot_seq = 0
     try:
         con.con.execute("COMMIT")
-    except BaseException:
+    except BaseException:  # the COMMIT failed (catalog gone, disk): undo, then raise it as it was
         rollback_quietly(con)
         if on_rollback is not None:
             on_rollback()

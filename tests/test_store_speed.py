@@ -101,6 +101,39 @@ def test_a_failed_block_rolls_back_and_the_next_analysis_rebuilds_its_tables(lak
     assert report["kernels"]["n_kernels"] > 0
 
 
+def test_a_failed_commit_of_a_block_rolls_back_and_is_raised(lake):
+    """The block's COMMIT fails (e.g. the catalog went away): the error reaches the caller as it
+    was, the transaction is rolled back, the callers' temp-table names are forgotten, and the
+    store works afterwards."""
+
+    class CommitFails:
+        def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+            self.real = con
+
+        def execute(self, sql: str, *args: object) -> object:
+            if sql.strip().upper() == "COMMIT":
+                raise duckdb.IOException("Could not write the catalog: disk I/O error")
+            return self.real.execute(sql, *args)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.real, name)
+
+    real = lake.con
+    forgotten = []
+    lake.con = CommitFails(real)
+    try:
+        with (
+            pytest.raises(duckdb.IOException, match="disk I/O error"),
+            read_snapshot(lake, on_rollback=lambda: forgotten.append(True)) as seq,
+        ):
+            assert seq > 0
+            lake.execute("SELECT count(*) FROM runs").fetchall()
+    finally:
+        lake.con = real
+    assert forgotten == [True] and lake.snapshot_seq == 0
+    assert lake.execute("SELECT count(*) FROM runs").fetchone()[0] >= 1  # no transaction left
+
+
 def test_a_block_inside_a_write_transaction_joins_it(lake):
     with lake.writing(), read_snapshot(lake) as seq:
         assert seq == 0  # joined: no BEGIN of its own
