@@ -578,20 +578,18 @@ def pid_alive(pid: int) -> bool:
 
 
 def _open_lake(s: StoreSpec) -> Store:
-    con = extensions.offline_connection()
-    con.execute(f"SET temp_directory = {_sql_text(_spill_dir())}")  # not ./.tmp of the cwd
-    for setting in ALLOCATOR_SETTINGS:
-        con.execute(setting)
     needs = ["parquet", "sqlite_scanner" if s.kind == "local" else "postgres_scanner", "ducklake"]
     # A team store's files may be on S3 even when no --data-path says so (the catalog knows).
     remote = s.kind == "team" or bool(s.data_path and "://" in s.data_path)
     if remote:
         needs.insert(0, "httpfs")
     try:
-        extensions.load(con, *needs)
+        con = extensions.offline_connection(*needs)
     except (extensions.MissingExtension, duckdb.Error) as e:
-        con.close()
         raise IngestError(s.shown(), f"cannot load DuckDB extensions: {_first_line(e)}") from None
+    con.execute(f"SET temp_directory = {_sql_text(_spill_dir())}")  # not ./.tmp of the cwd
+    for setting in ALLOCATOR_SETTINGS:
+        con.execute(setting)
     if remote:
         secret = s3_secret_sql()
         if secret:

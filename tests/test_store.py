@@ -243,6 +243,41 @@ def test_extensions_load_from_their_packages_with_nothing_downloaded(tmp_path):
 # -- legacy DuckDB files ---------------------------------------------------------------------------
 
 
+def test_an_extension_file_is_signature_checked_once_per_process_and_again_once_changed(
+    tmp_path, monkeypatch
+):
+    """DuckDB's signature check hashes the whole file on every load into a new database (about
+    90 ms an extension). A file checked once in this process loads again without it, the
+    connection gets no standing leave to load unsigned code, and a file changed since is checked
+    again (here: refused, its bytes no longer match the signature)."""
+    from gpuscope.ingest import extensions
+
+    copy = tmp_path / "sqlite_scanner.duckdb_extension"
+    copy.write_bytes(extensions.extension_file("sqlite_scanner").read_bytes())
+    monkeypatch.setattr(extensions, "extension_file", lambda name: copy)
+    monkeypatch.setattr(extensions, "_VERIFIED", {})
+
+    first = extensions.offline_connection("sqlite_scanner")  # checked: the file is signed
+    assert str(copy) in extensions._VERIFIED
+    first.close()
+    second = extensions.offline_connection("sqlite_scanner")  # unchanged: loaded unchecked
+    loaded = "SELECT loaded FROM duckdb_extensions() WHERE extension_name = 'sqlite_scanner'"
+    assert second.execute(loaded).fetchone() == (True,)
+    unsigned = "SELECT current_setting('allow_unsigned_extensions')"
+    assert second.execute(unsigned).fetchone() == (False,)
+    second.close()
+
+    # Replaced as pip replaces a file (a new file renamed over it; writing into the loaded one
+    # would change code this process has mapped): same size, other bytes, another inode.
+    data = bytearray(copy.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / "new").write_bytes(bytes(data))
+    os.replace(tmp_path / "new", copy)
+    with pytest.raises(duckdb.Error, match=r"(?i)signature"):
+        extensions.offline_connection("sqlite_scanner")
+    assert extensions._VERIFIED[str(copy)] != extensions._stamp(copy)  # not trusted either
+
+
 def legacy_store(path: Path) -> list[str]:
     con = connect(f"duckdb:{path}")
     results = ingest_paths(
