@@ -38,6 +38,18 @@ def activity_sql(ix: RankIndex, device_filter: str = "") -> str:
     return ix.activity_sql(device_filter)
 
 
+def device_activity(
+    ix: RankIndex, start_ns: int, end_ns: int, device: int | None
+) -> tuple[str, dict[str, Any]]:
+    """The GPU activity of ``device`` (None: every device of the rank) overlapping
+    ``[start_ns, end_ns)`` (ns), clipped to it (columns as :func:`activity_sql`), and the named
+    parameters it needs (``$run``, ``$rank``, ``$ws``, ``$we``, ``$dev`` with a device)."""
+    p = ix.params(ws=int(start_ns), we=int(end_ns))
+    if device is None:
+        return ix.activity_sql(), p
+    return ix.activity_sql("AND dev = $dev"), {**p, "dev": int(device)}
+
+
 def union_sql(source: str, keys: tuple[str, ...] = ("dev",)) -> str:
     """Merge the intervals ``(s, e)`` of ``source`` (a relation or subquery) within each group of
     ``keys``: maximal disjoint intervals, touching ones joined. Columns: keys, ``s``, ``e``.
@@ -195,13 +207,9 @@ def merged_intervals(
 ) -> pd.DataFrame:
     """Maximal busy intervals ``[s, e)`` (ns) within ``[start_ns, end_ns)``: per device
     (columns ``dev, s, e``), or per device and stream with ``per_stream`` (``dev, stream, s, e``)."""
-    ix = RankIndex.shared(con, run_id, rank)
-    filt = "" if device is None else "AND dev = $dev"
+    activity, p = device_activity(RankIndex.shared(con, run_id, rank), start_ns, end_ns, device)
     keys = ("dev", "stream") if per_stream else ("dev",)
-    sql = union_sql(ix.activity_sql(filt), keys) + f" ORDER BY {', '.join(keys)}, s"
-    p = _params(run_id, rank, start_ns, end_ns)
-    if device is not None:
-        p["dev"] = int(device)
+    sql = union_sql(activity, keys) + f" ORDER BY {', '.join(keys)}, s"
     return execute(con, sql, p).df()
 
 

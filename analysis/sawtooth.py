@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from gpuscope.analysis.busy import busy_series, primary_device
+from gpuscope.analysis.busy import busy_series, device_activity, primary_device
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.idle import idle_gaps as _idle_gaps
 from gpuscope.analysis.kernels import classify_kernel
@@ -72,19 +72,6 @@ def window_view(con: Connection, run_id: str, rank: int) -> WindowView:
 # -- GPU activity of a range -------------------------------------------------------------------------
 
 
-def _activity(ix: RankIndex, device: int | None) -> str:
-    return ix.activity_sql("" if device is None else "AND dev = $dev")
-
-
-def _range_params(
-    run_id: str, rank: int, device: int | None, start_ns: int, end_ns: int
-) -> dict[str, int | str]:
-    p: dict[str, int | str] = {"run": run_id, "ws": int(start_ns), "we": int(end_ns)}
-    if device is not None:
-        p["dev"] = int(device)
-    return p
-
-
 def activity_count(
     con: Connection,
     run_id: str,
@@ -95,9 +82,8 @@ def activity_count(
 ) -> int:
     """How many GPU activities (kernels, copies, memsets) of ``device`` (None: every device)
     overlap ``[start_ns, end_ns)``."""
-    ix = RankIndex.shared(con, run_id, rank)
-    sql = f"SELECT count(*) FROM ({_activity(ix, device)})"
-    row = execute(con, sql, _range_params(run_id, rank, device, start_ns, end_ns)).fetchone()
+    activity, p = device_activity(RankIndex.shared(con, run_id, rank), start_ns, end_ns, device)
+    row = execute(con, f"SELECT count(*) FROM ({activity})", p).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -113,11 +99,11 @@ def activities_in_range(
     """The first ``limit`` GPU activities of ``device`` overlapping ``[start_ns, end_ns)``, by
     start, clipped to it: ``start_ns``, ``end_ns``, ``name``, ``cat``, ``stream`` and ``category``
     (:func:`~gpuscope.analysis.kernels.classify_kernel`)."""
-    ix = RankIndex.shared(con, run_id, rank)
+    activity, p = device_activity(RankIndex.shared(con, run_id, rank), start_ns, end_ns, device)
     sql = f"""SELECT a.s AS start_ns, a.e AS end_ns, n.name, a.cat, a.stream
-              FROM ({_activity(ix, device)}) a JOIN names n ON n.run_id = $run AND n.name_id = a.name_id
+              FROM ({activity}) a JOIN names n ON n.run_id = $run AND n.name_id = a.name_id
               ORDER BY a.s, a.e, a.stream LIMIT $lim"""
-    p = {**_range_params(run_id, rank, device, start_ns, end_ns), "lim": int(limit)}
+    p["lim"] = int(limit)
     df = execute(con, sql, p).df()
     df["category"] = pd.Series(
         [classify_kernel(str(n), str(c)) for n, c in zip(df["name"], df["cat"], strict=True)],

@@ -208,33 +208,47 @@ with views.section("Idle time by cause"):
         config=views.PLOT_CONFIG,
     )
 
+
+def _fix_column(heading: str, lines: list[str], empty: str) -> None:
+    """One column of the fixes comparison: ``heading`` with the number of ``lines``, then each
+    line (Markdown, one fix each), or the caption ``empty`` when there are none."""
+    st.markdown(f"**{heading}** ({len(lines)})")
+    for line in lines:
+        st.markdown(line)
+    if not lines:
+        st.caption(empty)
+
+
 # -- fixes ------------------------------------------------------------------------------------------------
 st.subheader("Fixes")
 with views.section("Fixes"):
     fixes = view.fixes
     c1, c2, c3 = st.columns(3)
     with c1:
-        st.markdown(f"**Resolved in B** ({len(fixes.resolved)})")
-        for f in fixes.resolved:
-            st.markdown(f":green[:material/check_circle:] {ui.md(f.title, None)}")
-        if not fixes.resolved:
-            st.caption("None of A's fixes is resolved in B.")
+        _fix_column(
+            "Resolved in B",
+            [f":green[:material/check_circle:] {ui.md(f.title, None)}" for f in fixes.resolved],
+            "None of A's fixes is resolved in B.",
+        )
     with c2:
-        st.markdown(f"**Still open** ({len(fixes.remaining)})")
-        for fa, fb in fixes.remaining:
-            gain = (
-                f" — bound {ui.fmt_pct(fa.max_gain_pct)} → {ui.fmt_pct(fb.max_gain_pct)}"
-                if fa.max_gain_pct is not None or fb.max_gain_pct is not None
-                else ""
-            )
-            st.markdown(f":orange[:material/pending:] {ui.md(fb.title, None)}{gain}")
-        if not fixes.remaining:
-            st.caption("Nothing left over from A.")
+        _fix_column(
+            "Still open",
+            [
+                f":orange[:material/pending:] {ui.md(fb.title, None)}"
+                + (
+                    f" — bound {ui.fmt_pct(fa.max_gain_pct)} → {ui.fmt_pct(fb.max_gain_pct)}"
+                    if fa.max_gain_pct is not None or fb.max_gain_pct is not None
+                    else ""
+                )
+                for fa, fb in fixes.remaining
+            ],
+            "Nothing left over from A.",
+        )
     with c3:
-        st.markdown(f"**New in B** ({len(fixes.new)})")
-        for f in fixes.new:
-            st.markdown(f":red[:material/error:] {ui.md(f.title, None)}")
-        if not fixes.new:
-            st.caption("B raised no new issue.")
+        _fix_column(
+            "New in B",
+            [f":red[:material/error:] {ui.md(f.title, None)}" for f in fixes.new],
+            "B raised no new issue.",
+        )
     with st.expander("B's fixes in full"):
         views.recommendations(rep_b)
