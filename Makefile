@@ -8,7 +8,11 @@ MYPY   := $(BIN)/mypy -p gpuscope --ignore-missing-imports
 # The store: the CLI's default (~/.local/share/gpuscope/store, or $GPUSCOPE_DB / $GPUSCOPE_STORE),
 # so runs ingested from the command line show up in `make run` and the other way round.
 
-.PHONY: run test test-fast lint typecheck format docs bench bench-ui clean browser postgres
+# Python writes no bytecode cache when the environment asks it not to; every test process (and every
+# `gpuscope` a test starts) would then compile the package again.
+unexport PYTHONDONTWRITEBYTECODE
+
+.PHONY: run test test-fast test-slow lint typecheck format docs bench bench-ui clean browser postgres
 
 # editable_mode=strict: a tree of links under build/ that editors and type checkers follow (the
 # default mode maps app/ to `gpuscope` through an import hook that no static tool reads). A module
@@ -49,11 +53,17 @@ test: $(STAMP) $(VENV)/.torch browser postgres
 	$(MYPY)
 	$(BIN)/python -m pytest -q
 
-# The inner loop: everything but the browser tests, on every core (pytest-xdist).
+# The inner loop, under 90 s on 2 cores: every test but the browser and the `slow` ones (1 s or more
+# each: real processes and servers, multi-run AppTest sessions), on every core (pytest-xdist).
+# `benchmarks/bench_tests.py` times it and lists unmarked tests that have grown slow.
 test-fast: $(STAMP) $(VENV)/.torch
 	$(BIN)/ruff check .
 	$(MYPY)
-	$(BIN)/python -m pytest -q -m "not browser" -n auto -p no:cacheprovider
+	$(BIN)/python -m pytest -q -m "not browser and not slow" -n auto -p no:cacheprovider
+
+# The `slow` tier alone (no browser), in parallel: with test-fast, every non-browser test.
+test-slow: $(STAMP) $(VENV)/.torch postgres
+	$(BIN)/python -m pytest -q -m "slow and not browser" -n auto -p no:cacheprovider
 
 # mypy over the installed package (through the strict editable tree, where it sees the package as
 # users import it). Part of `make lint`, `make test` and `make test-fast`: a type error fails them.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from gpuscope.analysis.busy import (
     busy_in_ranges,
     busy_series,
@@ -61,6 +62,7 @@ def hand_trace() -> TraceBuilder:
     return t
 
 
+@pytest.mark.slow
 def test_busy_union_across_streams_hand_computed(con, tmp_path):
     rid = ingest(con, hand_trace(), tmp_path / "t.json")
     w = find_window(con, rid, 0)
@@ -149,6 +151,7 @@ def brute(intervals: list[tuple[int, int]], lo: int, hi: int) -> set[int]:
     return cells
 
 
+@pytest.mark.slow
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -19,6 +19,7 @@ def test_delta_arithmetic():
     assert Delta("flops", "FLOP", 1.0, 2.0, None).improved is None
 
 
+@pytest.mark.slow
 def test_before_vs_after(con, tmp_path):
     a = ingest(con, before_like(), tmp_path / "before.json")
     b = ingest(con, after_like(), tmp_path / "after.json")
@@ -55,6 +56,7 @@ def test_before_vs_after(con, tmp_path):
     assert "resolved by B" in text and "step_time_ms" in text and "data_loading" in text
 
 
+@pytest.mark.slow
 def test_compare_view_is_what_the_page_shows(con, tmp_path):
     """compare_view: the six cards, every delta in display units and words, idle per step by
     cause, and the fixes with their titles; all read from the comparison, none computed again."""

@@ -207,6 +207,7 @@ def _select(rows):
     )
 
 
+@pytest.mark.slow
 @given(forests())
 @settings(max_examples=150, deadline=None)
 def test_vectorised_nest_rule_equals_recursive_reference(rows):
@@ -218,6 +219,7 @@ def test_vectorised_nest_rule_equals_recursive_reference(rows):
     assert chosen == sorted((c.tid, c.ts_ns) for c in ref)
 
 
+@pytest.mark.slow
 @given(forests())
 @settings(max_examples=150, deadline=None)
 def test_without_trace_flops_the_count_is_the_leaf_sum(rows):
@@ -494,6 +496,7 @@ def _step_window(con, run_id: str, rank: int) -> Win:
     return Win(rows[0][0], rows[-1][1], list(range(len(rows))))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _sample_dirs(), reason="sample traces not recorded yet")
 @pytest.mark.parametrize("folder", _sample_dirs(), ids=lambda p: p.name)
 def test_sample_run_flops_and_mfu_agree_with_the_analytic_model(con, folder):

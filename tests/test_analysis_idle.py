@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from gpuscope.analysis.busy import busy_summary
 from gpuscope.analysis.idle import CAUSES, LAUNCH_GAP_MAX_NS, idle_analysis, idle_gaps
 from gpuscope.analysis.steps import find_window
@@ -63,6 +64,7 @@ EXPECTED_US = {
 }
 
 
+@pytest.mark.slow
 def test_every_cause_hand_computed(con, tmp_path):
     rid = ingest(con, every_cause(), tmp_path / "t.json")
     w = find_window(con, rid, 0)
@@ -88,6 +90,7 @@ def test_every_cause_hand_computed(con, tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_every_cause_per_gap_and_evidence(con, tmp_path):
     rid = ingest(con, every_cause(), tmp_path / "t.json")
     w = find_window(con, rid, 0)
@@ -146,6 +149,7 @@ def test_result_json_and_top_gaps(con, tmp_path):
     assert j["top_gaps"][0]["evidence"]["queued_for_us"] == 3.0
 
 
+@pytest.mark.slow
 def test_pageable_device_to_host_is_a_sync(con, tmp_path):
     t = TraceBuilder()
     t.step(1, 0, 100)
@@ -179,6 +183,7 @@ def test_no_steps_untraced_time_is_other(con, tmp_path):
     assert r.total_ns == 50_000
 
 
+@pytest.mark.slow
 def test_no_gpu_activity_is_one_gap(con, tmp_path):
     t = TraceBuilder()
     t.step(1, 0, 50)
@@ -270,6 +275,7 @@ def brute_force(acts, spans, w, steps: bool) -> tuple[dict[str, int], list[tuple
     return causes, gaps
 
 
+@pytest.mark.slow
 @settings(
     max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

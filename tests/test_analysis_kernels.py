@@ -131,6 +131,7 @@ def run(con, trace, tmp_path):
 # -- breakdown on the hand-built trace --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_by_category_and_total(con, run):
     kb = kernel_breakdown(con, run, 0, WINDOW)
     assert kb.by_category == {
@@ -149,6 +150,7 @@ def test_by_category_and_total(con, run):
     assert kb.window_us == 2000.0
 
 
+@pytest.mark.slow
 def test_by_region(con, run):
     kb = kernel_breakdown(con, run, 0, WINDOW)
     assert kb.by_region == pytest.approx(
@@ -157,6 +159,7 @@ def test_by_region(con, run):
     assert sum(kb.by_region.values()) == pytest.approx(kb.total_us)
 
 
+@pytest.mark.slow
 def test_by_launching_op_is_outermost_cpu_op(con, run):
     kb = kernel_breakdown(con, run, 0, WINDOW)
     ops = {o.op: (o.count, o.kernels, o.kernel_us) for o in kb.by_op}
@@ -192,6 +195,7 @@ def test_top_kernels_and_folded_others(con, run):
     assert sum(r.total_us for r in kb.top) == pytest.approx(kb.total_us)
 
 
+@pytest.mark.slow
 def test_kernel_partly_outside_window_counts_inside_part(con, run):
     kb = kernel_breakdown(con, run, 0, WINDOW, top_n=50)
     row = next(r for r in kb.top if r.name == AMPERE_SGEMM)
@@ -201,6 +205,7 @@ def test_kernel_partly_outside_window_counts_inside_part(con, run):
     assert only_step2.by_region["forward"] == pytest.approx(110)
 
 
+@pytest.mark.slow
 def test_to_json_and_dataframes(con, run):
     kb = kernel_breakdown(con, run, 0, WINDOW, top_n=2)
     j = kb.to_json()
@@ -243,6 +248,7 @@ def test_backward_on_the_training_thread_is_told_by_op(con, trace, tmp_path):
     assert kb.by_region == {"forward": 10.0, "backward": 30.0, "optimizer": 0.0, "other": 0.0}
 
 
+@pytest.mark.slow
 def test_backward_thread_found_by_fwdbwd_flow(con, trace, tmp_path):
     trace.step(1, 0, 1000)
     trace.cpu_op("MmBackward0", 200, 50, tid=BWD)
@@ -485,6 +491,7 @@ def kernel_rows(draw):
     return rows, draw(st.integers(0, 35))
 
 
+@pytest.mark.slow
 @given(kernel_rows())
 @settings(max_examples=200, deadline=None)
 def test_folded_others_row_equals_brute_force(data):

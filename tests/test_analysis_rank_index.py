@@ -79,6 +79,7 @@ def _temp_tables(con) -> set[str]:
     return {r[0] for r in rows}
 
 
+@pytest.mark.slow
 def test_two_ranks_on_one_connection_see_only_their_rows(con, two_ranks):
     with RankIndex(con, two_ranks, 0) as r0, RankIndex(con, two_ranks, 1) as r1:
         assert r0.gpu() != r1.gpu()
@@ -106,6 +107,7 @@ def test_two_ranks_on_one_connection_see_only_their_rows(con, two_ranks):
         cur.close()
 
 
+@pytest.mark.slow
 def test_close_drops_every_table_of_the_index(con, two_ranks):
     w = find_window(con, two_ranks, 0)  # (the shared index of rank 0 holds its tables)
     before = _temp_tables(con)
@@ -137,6 +139,7 @@ def test_a_failed_build_leaves_no_table(con, two_ranks):
     assert _temp_tables(con) == before and ix.table_names() == []
 
 
+@pytest.mark.slow
 def test_a_deleted_or_reingested_run_is_never_read_from_the_cache(con, tmp_path):
     t = TraceBuilder()
     t.step(1, 0, 100)
@@ -156,6 +159,7 @@ def test_a_deleted_or_reingested_run_is_never_read_from_the_cache(con, tmp_path)
     assert kernel_breakdown(con, run, 0, w).n_kernels == 1
 
 
+@pytest.mark.slow
 def test_another_window_is_never_answered_from_the_first(con, two_ranks):
     w = find_window(con, two_ranks, 0)
     full = busy_summary(con, two_ranks, 0, w.start_ns, w.end_ns).busy_ns
@@ -199,6 +203,7 @@ def _same(a, b) -> bool:
 _REFERENCE: dict[tuple[int, str], dict[str, object]] = {}
 
 
+@pytest.mark.slow
 @settings(
     max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -254,6 +259,7 @@ def zero_and_two_devices(tmp_path: Path) -> TraceBuilder:
     return t
 
 
+@pytest.mark.slow
 def test_zero_length_kernels_and_other_devices_are_not_the_primary_devices_kernel_time(
     con, tmp_path
 ):
@@ -275,6 +281,7 @@ def test_zero_length_kernels_and_other_devices_are_not_the_primary_devices_kerne
     assert doc["kernels"]["n_kernels"] == 2 and doc["kernels"]["total_us"] == 60.0
 
 
+@pytest.mark.slow
 def test_old_ranges_are_dropped_and_rebuilt_on_demand(con, two_ranks):
     """An index keeps the last MAX_PER_KIND gap tables: zooming through many ranges does not grow
     the connection's temp tables without bound, and a dropped range comes back right."""

@@ -73,6 +73,7 @@ def after_like(n_steps: int = 3) -> TraceBuilder:
     return t
 
 
+@pytest.mark.slow
 def test_before_gets_the_fixes_its_evidence_supports(con, tmp_path):
     rep = analyze_run(con, ingest(con, before_like(), tmp_path / "b.json"))
     assert rep.warnings == []
@@ -103,6 +104,7 @@ def test_before_gets_the_fixes_its_evidence_supports(con, tmp_path):
     assert any(c["name"] == "cudaStreamSynchronize" and c["op"] == "aten::item" for c in calls)
 
 
+@pytest.mark.slow
 def test_after_gets_none_of_them(con, tmp_path):
     rep = analyze_run(con, ingest(con, after_like(), tmp_path / "a.json"))
     assert rep.warnings == []
@@ -112,6 +114,7 @@ def test_after_gets_none_of_them(con, tmp_path):
     assert rep.idle.causes_ns["data_loading"] == 40_000 and rep.idle.causes_ns["host_sync"] == 0
 
 
+@pytest.mark.slow
 def test_a_tiny_pageable_copy_is_noise(con, tmp_path):
     # a 23 µs copy call (3 µs of GPU wait before the copy starts) in 8 ms steps: not a finding
     rep = analyze_run(con, ingest(con, before_like(copy_us=23.0), tmp_path / "b.json"))
@@ -220,6 +223,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 FOUR = {"dataloader_workers", "pin_memory", "host_sync", "mixed_precision"}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (SAMPLES / "before").is_dir(), reason="sample traces not recorded")
 def test_sample_before_and_after(con):
     before = ingest_paths(con, [SAMPLES / "before"])[0].run_id
@@ -240,6 +244,7 @@ def test_sample_before_and_after(con):
         assert rep.idle.total_ns + rep.busy.busy_ns == rep.window.duration_ns
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (SAMPLES / "ddp").is_dir(), reason="sample traces not recorded")
 def test_sample_ddp_waiting_rank(con):
     run = ingest_paths(con, [SAMPLES / "ddp"])[0].run_id

@@ -28,6 +28,7 @@ def pair(db: Path, tmp_path: Path) -> tuple[str, str]:
     return ida, idb
 
 
+@pytest.mark.slow
 def test_query_params_give_the_comparison(pair: tuple[str, str]) -> None:
     a, b = pair
     at = open_app(COMPARE, {"a": a, "b": b})
@@ -49,6 +50,7 @@ def test_query_params_give_the_comparison(pair: tuple[str, str]) -> None:
     assert {"A", "B", "Δ (B − A)"} <= set(table.columns)
 
 
+@pytest.mark.slow
 def test_same_link_in_a_fresh_session(pair: tuple[str, str]) -> None:
     a, b = pair
     first = open_app(COMPARE, {"a": a, "b": b})
@@ -56,6 +58,7 @@ def test_same_link_in_a_fresh_session(pair: tuple[str, str]) -> None:
     assert texts(first, "markdown")[:1] == texts(second, "markdown")[:1]
 
 
+@pytest.mark.slow
 def test_prefixes_are_canonicalised(pair: tuple[str, str]) -> None:
     a, b = pair
     at = open_app(COMPARE, {"a": a[:5], "b": b[:5]})
@@ -63,6 +66,7 @@ def test_prefixes_are_canonicalised(pair: tuple[str, str]) -> None:
     assert at.query_params["a"] == a and at.query_params["b"] == b
 
 
+@pytest.mark.slow
 def test_unknown_ids_are_a_clear_message(pair: tuple[str, str]) -> None:
     a, _ = pair
     at = open_app(COMPARE, {"a": a, "b": "nosuchrun"})
@@ -74,6 +78,7 @@ def test_unknown_ids_are_a_clear_message(pair: tuple[str, str]) -> None:
     assert at.selectbox[0].value == a
 
 
+@pytest.mark.slow
 def test_missing_params_then_pick(pair: tuple[str, str]) -> None:
     a, b = pair
     at = open_app(COMPARE, {})
@@ -91,6 +96,7 @@ def test_compare_needs_two_runs(db: Path) -> None:
     assert any("needs two trace runs" in t for t in texts(at, "info"))
 
 
+@pytest.mark.slow
 def test_align_on_a_later_step(pair: tuple[str, str]) -> None:
     a, b = pair
     at = open_app(COMPARE, {"a": a, "b": b})
@@ -99,6 +105,7 @@ def test_align_on_a_later_step(pair: tuple[str, str]) -> None:
     assert any("start of step 4" in c for c in texts(at, "caption"))
 
 
+@pytest.mark.slow
 def test_run_names_and_link_ids_are_shown_as_text(db: Path, pair: tuple[str, str]) -> None:
     """A run named like Markdown/HTML: the header, the plots' labels and the not-found message
     (the id from the URL) carry it as text, never as an image, a link or a tag."""
@@ -148,6 +155,7 @@ def test_cards_show_throughput_and_tflops_and_flag_different_peaks() -> None:
     assert (row.metric, row.unit) == ("Throughput (tokens)", "tokens/s")  # never "1/s"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("module", "attr", "line", "headline_shown"),
     [

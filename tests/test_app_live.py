@@ -84,6 +84,7 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return app_store(tmp_path, monkeypatch)
 
 
+@pytest.mark.slow
 def test_live_page_reads_the_sampler(sampler: str) -> None:
     at = open_app(LIVE, {"sampler": sampler})
     assert not at.exception, at.exception
@@ -100,6 +101,7 @@ def test_live_page_reads_the_sampler(sampler: str) -> None:
     assert any("GPU Performance Monitoring" in c for c in texts(at, "caption"))  # GPM explained
 
 
+@pytest.mark.slow
 def test_detach_keeps_the_samples_and_stops_polling(sampler: str) -> None:
     at = open_app(LIVE, {"sampler": sampler})
     at.button(key="live_attach_button").click().run()
@@ -171,6 +173,7 @@ def replay() -> Iterator[str]:
         proc.wait()
 
 
+@pytest.mark.slow
 def test_live_page_against_a_replay_sampler_and_save(replay: str, db: Path) -> None:
     at = open_app(LIVE, {"sampler": replay})
     assert not at.exception, at.exception

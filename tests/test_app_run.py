@@ -34,6 +34,7 @@ def _sawtooth(at):
     return charts[0]
 
 
+@pytest.mark.slow
 def test_run_page_shows_the_sawtooth(run_id: str) -> None:
     at = open_app(RUN, {"run": run_id})
     assert not at.exception, at.exception
@@ -63,12 +64,14 @@ def test_run_page_shows_the_sawtooth(run_id: str) -> None:
     assert any("Load batches in background workers" in m for m in texts(at, "markdown"))
 
 
+@pytest.mark.slow
 def test_run_id_prefix_is_canonicalised(run_id: str) -> None:
     at = open_app(RUN, {"run": run_id[:6]})
     assert not at.exception
     assert at.query_params["run"] == run_id
 
 
+@pytest.mark.slow
 def test_unknown_run_id_is_a_clear_message(db: Path, run_id: str) -> None:
     at = open_app(RUN, {"run": "doesnotexist"})
     assert not at.exception
@@ -77,6 +80,7 @@ def test_unknown_run_id_is_a_clear_message(db: Path, run_id: str) -> None:
     assert not at.get("plotly_chart")
 
 
+@pytest.mark.slow
 def test_no_run_in_the_url_offers_a_picker(run_id: str) -> None:
     at = open_app(RUN, {})
     assert not at.exception
@@ -85,12 +89,14 @@ def test_no_run_in_the_url_offers_a_picker(run_id: str) -> None:
     assert texts(at, "title") == ["before"]
 
 
+@pytest.mark.slow
 def test_empty_store_run_page(db: Path) -> None:
     at = open_app(RUN, {})
     assert not at.exception
     assert any("No run chosen" in t for t in texts(at, "info"))
 
 
+@pytest.mark.slow
 def test_zoom_to_steps_requeries_at_finer_resolution(run_id: str) -> None:
     at = open_app(RUN, {"run": run_id})
     whole = next(c for c in texts(at, "caption") if "drag across" in c)
@@ -118,6 +124,7 @@ def test_box_selection_gives_the_new_range() -> None:
     assert clamp_view(0, 10**9, 0, 1_000_000) == (0, 1_000_000)  # never wider than the window
 
 
+@pytest.mark.slow
 def test_multi_rank_run_has_a_rank_selector(db: Path, tmp_path: Path) -> None:
     d = tmp_path / "ddp"
     d.mkdir()
@@ -141,6 +148,7 @@ def test_multi_rank_run_has_a_rank_selector(db: Path, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_nvml_overlay(db: Path, run_id: str, tmp_path: Path) -> None:
     from gpuscope.ingest.nvml import ingest_series
     from gpuscope.ingest.store import connect, transaction
@@ -165,6 +173,7 @@ def test_nvml_overlay(db: Path, run_id: str, tmp_path: Path) -> None:
     assert any("NVML utilization overlaid" in c for c in texts(at, "caption"))
 
 
+@pytest.mark.slow
 def test_nvml_only_run(db: Path, tmp_path: Path) -> None:
     from gpuscope.ingest.nvml import ingest_series
     from gpuscope.ingest.store import connect, transaction
@@ -179,6 +188,7 @@ def test_nvml_only_run(db: Path, tmp_path: Path) -> None:
     assert any("NVML series without a trace" in c for c in texts(at, "caption"))
 
 
+@pytest.mark.slow
 def test_steps_slider_stays_a_range_across_reruns_and_follows_the_zoom(run_id: str) -> None:
     """The crash of issue 10: on the page's second run (the below-the-fold rerun, a zoom) the
     slider came back single-valued and ``on_steps`` died unpacking an int."""
@@ -212,6 +222,7 @@ def test_step_pair_accepts_every_shape() -> None:
     assert step_pair([9], nums) is None and step_pair(None, nums) is None
 
 
+@pytest.mark.slow
 def test_a_failing_section_shows_one_plain_line_and_the_rest_of_the_page(
     run_id: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -240,6 +251,7 @@ def test_a_failing_section_shows_one_plain_line_and_the_rest_of_the_page(
 HOSTILE = "![b](http://beacon.invalid/x.png) [click](http://evil.invalid) :red[x] $x$ \u202eevil"
 
 
+@pytest.mark.slow
 def test_text_from_data_is_rendered_as_text(db: Path, run_id: str) -> None:
     """A run name, tags, the URL's id and rank reach the page as text: escaped Markdown, no
     image or link syntax left, bidi controls removed, long names cut with the full one on hover."""
@@ -306,6 +318,7 @@ def test_kernels_are_bars_only_when_each_has_a_pixel() -> None:
     assert one_per_pixel(apart.iloc[:0], 0, 1_000, 10)
 
 
+@pytest.mark.slow
 def test_breakdowns_per_step_and_the_top_kernels_table(run_id: str) -> None:
     """Both breakdown charts per step and labelled so; the top-kernels table has every column
     (max included) and each kernel's full name on hover; readable units."""
@@ -340,6 +353,7 @@ def test_evidence_values_read_as_a_person_writes_them() -> None:
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 
 
+@pytest.mark.slow
 def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
     """The real 2×H200 DDP sample: rank 1 arrives last at the collectives; the page says so with
     the evidence, lists both ranks per step and draws each rank's busy time aligned on a step."""
@@ -355,6 +369,7 @@ def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
     assert any("rank 0" in s and "rank 1" in s for s in specs)  # the small multiples
 
 
+@pytest.mark.slow
 def test_profiler_cost_and_no_evidence_banners(db: Path, tmp_path: Path) -> None:
     """A trace that carries its untraced step time says what the profiler added; a trace with no
     GPU activity says so first, and shows no busy figure."""
@@ -377,6 +392,7 @@ def test_profiler_cost_and_no_evidence_banners(db: Path, tmp_path: Path) -> None
     assert busy.value in ("—", "-")
 
 
+@pytest.mark.slow
 def test_a_bug_outside_every_section_is_one_line(
     run_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

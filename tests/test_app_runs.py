@@ -23,6 +23,7 @@ def _bytes(tmp_path: Path, variant: str = "before", **kw) -> bytes:
     return training_trace(variant, **kw).write(tmp_path / f"{variant}.json", gz=False).read_bytes()
 
 
+@pytest.mark.slow
 def test_empty_store_invites_an_upload(db: Path) -> None:
     at = open_app()
     assert not at.exception
@@ -31,6 +32,7 @@ def test_empty_store_invites_an_upload(db: Path) -> None:
     assert at.file_uploader[0].accept_multiple_files
 
 
+@pytest.mark.slow
 def test_upload_one_trace_opens_its_run_page(db: Path, tmp_path: Path) -> None:
     at = open_app()
     at.file_uploader[0].set_value(("my run.pt.trace.json", _bytes(tmp_path), "application/json"))
@@ -44,6 +46,7 @@ def test_upload_one_trace_opens_its_run_page(db: Path, tmp_path: Path) -> None:
     assert counts(db)["runs"] == 1
 
 
+@pytest.mark.slow
 def test_upload_gz(db: Path, tmp_path: Path) -> None:
     data = training_trace("after").write(tmp_path / "a.json.gz").read_bytes()
     at = open_app()
@@ -54,6 +57,7 @@ def test_upload_gz(db: Path, tmp_path: Path) -> None:
     assert counts(db)["runs"] == 1
 
 
+@pytest.mark.slow
 def test_bad_upload_shows_the_problem_and_stores_nothing(db: Path, tmp_path: Path) -> None:
     ingest(db, training_trace("after").write(tmp_path / "ok.json"))
     before = counts(db)
@@ -69,6 +73,7 @@ def test_bad_upload_shows_the_problem_and_stores_nothing(db: Path, tmp_path: Pat
     assert counts(db) == before
 
 
+@pytest.mark.slow
 def test_bad_file_among_good_ones_stores_nothing(db: Path, tmp_path: Path) -> None:
     before = counts(db)
     at = open_app()
@@ -86,6 +91,7 @@ def test_bad_file_among_good_ones_stores_nothing(db: Path, tmp_path: Path) -> No
     assert counts(db) == before
 
 
+@pytest.mark.slow
 def test_rank_files_of_one_run(db: Path, tmp_path: Path) -> None:
     files = [
         (
@@ -113,6 +119,7 @@ def test_rank_files_of_one_run(db: Path, tmp_path: Path) -> None:
     assert at.segmented_control  # the rank selector
 
 
+@pytest.mark.slow
 def test_separate_runs(db: Path, tmp_path: Path) -> None:
     files = [(f"{v}.json", _bytes(tmp_path, v), "application/json") for v in ("before", "after")]
     at = open_app()
@@ -126,6 +133,7 @@ def test_separate_runs(db: Path, tmp_path: Path) -> None:
     assert len(at.dataframe[0].value) == 2
 
 
+@pytest.mark.slow
 def test_duplicate_upload_is_reported(db: Path, tmp_path: Path) -> None:
     path = training_trace("after").write(tmp_path / "dup.json")
     (rid,) = ingest(db, path)
@@ -138,6 +146,7 @@ def test_duplicate_upload_is_reported(db: Path, tmp_path: Path) -> None:
     assert counts(db)["runs"] == 1
 
 
+@pytest.mark.slow
 def test_list_search_and_compare_defaults(db: Path, tmp_path: Path) -> None:
     from gpuscope.ingest.store import connect
     from gpuscope.web.samples import load_samples
@@ -165,6 +174,7 @@ def _select(at, rows: list[int]) -> None:
     at.run()
 
 
+@pytest.mark.slow
 def test_rename_tag_and_delete(db: Path, tmp_path: Path) -> None:
     (rid,) = ingest(db, training_trace("after").write(tmp_path / "x.json"))
     at = open_app()
@@ -185,6 +195,7 @@ def test_rename_tag_and_delete(db: Path, tmp_path: Path) -> None:
     assert any("No runs yet" in t for t in texts(at, "info"))
 
 
+@pytest.mark.slow
 def test_two_selected_runs_link_to_compare(db: Path, tmp_path: Path) -> None:
     ingest(db, *write_sample_tree(tmp_path / "s").iterdir())
     at = open_app()
@@ -194,6 +205,7 @@ def test_two_selected_runs_link_to_compare(db: Path, tmp_path: Path) -> None:
     assert compare and all("a=" in p.query_string and "b=" in p.query_string for p in compare)
 
 
+@pytest.mark.slow
 def test_an_unreachable_store_is_one_line_on_the_page(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -215,6 +227,7 @@ def _named_bytes(tmp_path: Path, host: str, model: str, seed: int) -> bytes:
     return t.write(tmp_path / f"{host}.json", gz=False).read_bytes()
 
 
+@pytest.mark.slow
 def test_uploads_called_trace_are_named_from_their_content(db: Path, tmp_path: Path) -> None:
     """Two different files both called trace.json: the Name field shows the content's name before
     Ingest, and that is the name stored; the two runs are told apart."""
@@ -234,6 +247,7 @@ def test_uploads_called_trace_are_named_from_their_content(db: Path, tmp_path: P
     assert names[0].startswith("gpt2 node1") and names[1].startswith("vit node2")
 
 
+@pytest.mark.slow
 def test_ambiguous_name_in_the_url_lists_the_matches(db: Path, tmp_path: Path) -> None:
     from gpuscope.ingest.store import connect, set_name
 
@@ -253,6 +267,7 @@ def _write(tmp_path: Path, variant: str, seed: int) -> Path:
     return training_trace(variant, seed=seed).write(tmp_path / f"{variant}{seed}.json.gz")
 
 
+@pytest.mark.slow
 def test_a_dropped_folder_is_one_run(db: Path, tmp_path: Path) -> None:
     """A run's folder dropped on the uploader: its rank files are one run (named after them);
     the files beside them that are not traces are left out, and the page says so."""
@@ -277,6 +292,7 @@ def test_a_dropped_folder_is_one_run(db: Path, tmp_path: Path) -> None:
     assert counts(db)["runs"] == 1 and counts(db)["ranks"] == 2
 
 
+@pytest.mark.slow
 def test_uploader_open_while_the_store_holds_only_samples(db: Path, tmp_path: Path) -> None:
     samples = write_sample_tree(tmp_path / "samples", steps=2)
     ingest(db, samples / "before", tags=("sample",))
@@ -292,6 +308,7 @@ def test_uploader_open_while_the_store_holds_only_samples(db: Path, tmp_path: Pa
     assert not exp.proto.expanded  # the user's own run is there: folded away
 
 
+@pytest.mark.slow
 def test_a_store_fault_on_rename_is_one_line_and_the_next_action_works(
     db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,6 +34,7 @@ def stored(db: Path, tmp_path: Path) -> list[str]:
     return ingest(db, *paths)
 
 
+@pytest.mark.slow
 def test_many_new_runs_fill_in_over_reruns_each_analysed_once(
     stored: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -62,6 +63,7 @@ def test_many_new_runs_fill_in_over_reruns_each_analysed_once(
     assert analysed == []
 
 
+@pytest.mark.slow
 def test_the_first_script_run_shows_the_list_before_the_figures(
     stored: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -40,6 +40,7 @@ def names(at) -> list[str]:  # type: ignore[no-untyped-def]
     return sorted(at.dataframe[0].value["name"]) if at.dataframe else []
 
 
+@pytest.mark.slow
 def test_the_runs_table_follows_external_writes_after_a_rerun(db: Path, tmp_path: Path) -> None:
     at = open_app()
     assert any("No runs yet" in t for t in texts(at, "info"))
@@ -66,6 +67,7 @@ def test_the_runs_table_follows_external_writes_after_a_rerun(db: Path, tmp_path
     assert names(at) == ["renamed"]
 
 
+@pytest.mark.slow
 def test_a_write_in_the_app_is_seen_by_the_cli_at_once(db: Path, tmp_path: Path) -> None:
     """The app's upload is committed for every process: `gpuscope runs` lists it while the app
     (and its open store) is still up."""
@@ -115,6 +117,7 @@ def test_a_legacy_store_held_by_another_process_is_one_line(
     assert "stop" not in err.lower()  # nobody is told to stop their dashboard
 
 
+@pytest.mark.slow
 def test_the_generation_is_read_once_per_script_run(
     db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -142,6 +145,7 @@ def test_the_generation_is_read_once_per_script_run(
     assert len(reads) == 2
 
 
+@pytest.mark.slow
 def test_a_rename_with_tags_is_one_commit(
     db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

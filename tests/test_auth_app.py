@@ -173,6 +173,7 @@ def test_sign_out_returns_to_the_sign_in_page(db: Path, signin: Path) -> None:
     assert [b.label for b in at.button] == ["Sign in"]
 
 
+@pytest.mark.slow
 def test_an_upload_records_the_signed_in_user(db: Path, signin: Path, tmp_path: Path) -> None:
     data = training_trace("before").write(tmp_path / "b.json", gz=False).read_bytes()
     at = _app(ALICE)
@@ -188,6 +189,7 @@ def test_an_upload_records_the_signed_in_user(db: Path, signin: Path, tmp_path: 
     assert list(table["uploaded_by"]) == ["alice@example.com"]
 
 
+@pytest.mark.slow
 def test_without_sign_in_an_upload_records_nobody(db: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("GPUSCOPE_AUTH_CONFIG", raising=False)
     data = training_trace("before").write(tmp_path / "b.json", gz=False).read_bytes()
@@ -200,6 +202,7 @@ def test_without_sign_in_an_upload_records_nobody(db: Path, tmp_path: Path, monk
     assert "Signed in as" not in _sidebar_text(at)
 
 
+@pytest.mark.slow
 def test_another_user_cannot_delete_rename_or_tag(db: Path, signin: Path, tmp_path: Path) -> None:
     rid = _ingest(db, tmp_path, "alice@example.com")
     at = _app(BOB)
@@ -213,6 +216,7 @@ def test_another_user_cannot_delete_rename_or_tag(db: Path, signin: Path, tmp_pa
     assert len(why) == 2 and all("alice" in c and "or an admin may change it" in c for c in why)
 
 
+@pytest.mark.slow
 def test_a_click_from_someone_the_control_is_disabled_for_deletes_nothing(
     db: Path, signin: Path, tmp_path: Path
 ) -> None:
@@ -241,6 +245,7 @@ def stale_owners(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(auth, "owners", lambda cur: dict.fromkeys(real(cur), "bob@example.com"))
 
 
+@pytest.mark.slow
 def test_the_write_checks_the_owner_again(
     db: Path, signin: Path, tmp_path: Path, stale_owners: None
 ) -> None:
@@ -256,6 +261,7 @@ def test_the_write_checks_the_owner_again(
     assert counts(db) == before
 
 
+@pytest.mark.slow
 def test_a_rename_checks_the_owner_again(
     db: Path, signin: Path, tmp_path: Path, stale_owners: None
 ) -> None:
@@ -274,6 +280,7 @@ def test_a_rename_checks_the_owner_again(
     con.close()
 
 
+@pytest.mark.slow
 def test_the_uploader_deletes_their_run(db: Path, signin: Path, tmp_path: Path) -> None:
     rid = _ingest(db, tmp_path, "alice@example.com")
     _ingest(db, tmp_path, "bob@example.com", variant="before")
@@ -288,6 +295,7 @@ def test_the_uploader_deletes_their_run(db: Path, signin: Path, tmp_path: Path) 
     assert list(at.dataframe[0].value["uploaded_by"]) == ["bob@example.com"]
 
 
+@pytest.mark.slow
 def test_an_admin_deletes_anyones_run_and_those_without_an_uploader(
     db: Path, signin: Path, tmp_path: Path
 ) -> None:
@@ -303,6 +311,7 @@ def test_an_admin_deletes_anyones_run_and_those_without_an_uploader(
     assert counts(db)["runs"] == 0
 
 
+@pytest.mark.slow
 def test_a_run_without_an_uploader_is_for_admins_only(
     db: Path, signin: Path, tmp_path: Path
 ) -> None:
@@ -313,6 +322,7 @@ def test_a_run_without_an_uploader_is_for_admins_only(
     assert any("Only an admin may change this run" in c for c in texts(at, "caption"))
 
 
+@pytest.mark.slow
 def test_a_live_series_saved_as_a_run_records_who_saved_it(
     db: Path,
     signin: Path,

@@ -182,6 +182,7 @@ def _cli_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_real_process_refuses_to_bind_beyond_loopback(tmp_path: Path) -> None:
     """The installed command, in a process of its own: exit 2, one line, no server."""
     proc = subprocess.run(
@@ -196,6 +197,7 @@ def test_real_process_refuses_to_bind_beyond_loopback(tmp_path: Path) -> None:
     assert len(lines) == 1 and "sign-in is not configured" in lines[0], proc.stderr
 
 
+@pytest.mark.slow
 def test_real_process_refuses_an_incomplete_config(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "auth.toml", {k: v for k, v in GOOD.items() if k != "client_id"})
     proc = subprocess.run(

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import duckdb
+import pytest
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.ingest.store import connect
 
@@ -20,6 +21,7 @@ def _owners(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
     return dict(con.execute("SELECT run_id, uploaded_by FROM runs").fetchall())
 
 
+@pytest.mark.slow
 def test_an_ingest_records_its_uploader_on_the_runs_it_creates(tmp_path: Path) -> None:
     con = connect(tmp_path / "s.duckdb")
     trace, series = ingest_paths(con, [BEFORE, SERIES], uploaded_by="ana@example.com")
@@ -28,6 +30,7 @@ def test_an_ingest_records_its_uploader_on_the_runs_it_creates(tmp_path: Path) -
     con.close()
 
 
+@pytest.mark.slow
 def test_no_uploader_is_null(tmp_path: Path) -> None:
     con = connect(tmp_path / "s.duckdb")
     (run,) = ingest_paths(con, [BEFORE])
@@ -35,6 +38,7 @@ def test_no_uploader_is_null(tmp_path: Path) -> None:
     con.close()
 
 
+@pytest.mark.slow
 def test_a_later_series_or_duplicate_does_not_change_the_uploader(tmp_path: Path) -> None:
     con = connect(tmp_path / "s.duckdb")
     trace_only = tmp_path / "t"
@@ -49,6 +53,7 @@ def test_a_later_series_or_duplicate_does_not_change_the_uploader(tmp_path: Path
     con.close()
 
 
+@pytest.mark.slow
 def test_a_schema_2_store_gains_the_column_and_keeps_its_runs(tmp_path: Path) -> None:
     """A gpuscope 0.1-era DuckDB file (schema 2, no uploaded_by) at the store's location becomes a
     DuckLake store on first open: its runs kept (uploader unknown), new runs record theirs."""
@@ -70,6 +75,7 @@ def test_a_schema_2_store_gains_the_column_and_keeps_its_runs(tmp_path: Path) ->
     con.close()
 
 
+@pytest.mark.slow
 def test_the_write_side_check_reads_the_store(tmp_path: Path) -> None:
     from gpuscope.web.auth import refusal, viewer_from_claims
 

@@ -76,6 +76,7 @@ def load(path: Path) -> dict:
         return json.load(f)
 
 
+@pytest.mark.slow
 @needs_torch
 def test_capture_writes_trace_with_metadata(tmp_path, monkeypatch):
     import torch
@@ -115,6 +116,7 @@ def test_capture_writes_trace_with_metadata(tmp_path, monkeypatch):
         assert sorted(p.name for p in tmp_path.iterdir()) == ["toy_rank0.pt.trace.json.gz"]
 
 
+@pytest.mark.slow
 @needs_torch
 @pytest.mark.skipif(NVML_REASON is None, reason="NVML works here: there is nothing to warn about")
 def test_nvml_warning_is_given_once(tmp_path, monkeypatch):
@@ -152,6 +154,7 @@ def test_rank_from_env_and_cycles(tmp_path, monkeypatch):
         assert load(p)["gpuscope.rank"] == 3  # metadata in every cycle's trace
 
 
+@pytest.mark.slow
 @needs_torch
 def test_capture_is_ingestable(tmp_path, monkeypatch):
     """`gpuscope ingest DIR` material: the trace loads as a run; the NVML series (where NVML works)
@@ -241,6 +244,7 @@ def test_untraced_step_time_and_model_are_recorded(tmp_path, monkeypatch):
     assert flags["float32_matmul_precision"] == torch.get_float32_matmul_precision()
 
 
+@pytest.mark.slow
 @needs_torch
 def test_torch_flags_follow_the_settings(monkeypatch):
     import torch
@@ -255,6 +259,7 @@ def test_torch_flags_follow_the_settings(monkeypatch):
     assert set(flags) >= {"cudnn_allow_tf32", "matmul_allow_tf32"}
 
 
+@pytest.mark.slow
 @needs_torch
 def test_untraced_steps_off_and_bounds(tmp_path):
     with profile_steps(tmp_path, wait=0, warmup=0, active=1, untraced_steps=0) as prof:

@@ -52,6 +52,7 @@ def traces(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_analyze_json_matches_docs(traces, db_path, capsys):
     before, _ = traces
     code, out, err = run_cli(capsys, "analyze", str(before), "--json", "--db", str(db_path))
@@ -69,6 +70,7 @@ def test_analyze_json_matches_docs(traces, db_path, capsys):
     assert code == 0 and "recommendations:" in text and "[dataloader_workers]" in text
 
 
+@pytest.mark.slow
 def test_compare_json_matches_docs_and_table(traces, db_path, capsys):
     before, after = traces
     code, out, err = run_cli(
@@ -86,6 +88,7 @@ def test_compare_json_matches_docs_and_table(traces, db_path, capsys):
     assert code == 0 and "resolved by B" in text and "× the samples per second of A" in text
 
 
+@pytest.mark.slow
 def test_check_exit_codes(traces, db_path, capsys):
     before, after = traces
     db = ["--db", str(db_path)]
@@ -112,6 +115,7 @@ def test_check_exit_codes(traces, db_path, capsys):
     assert run_cli(capsys, "analyze", "before", "--rank", "3", *db)[0] == 2
 
 
+@pytest.mark.slow
 def test_module_entry_point(traces, db_path):
     before, _ = traces
     p = subprocess.run(

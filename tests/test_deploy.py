@@ -226,6 +226,7 @@ def test_every_gpuscope_command_in_the_deploy_guide_exists() -> None:
         assert w in (REPO / "docs" / "deploy.md").read_text()
 
 
+@pytest.mark.slow
 def test_the_guide_s_maintenance_command_runs_on_a_store(tmp_path: Path) -> None:
     """The maintenance command the guide gives, run as written (plus --json) on a real store."""
     import os

@@ -48,6 +48,7 @@ def short_ops(
 # -- 1. profiler cost ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_untraced_step_caps_host_side_bounds(con, tmp_path):
     # traced step 1.0 ms, GPU busy 0.1 ms per step; untraced 0.25 ms (capture metadata):
     # inflation = (1.0 - 0.25) / 0.25 = 300%; cap = 0.25 - 0.1 = 0.15 ms per step;
@@ -94,6 +95,7 @@ def test_untraced_step_caps_host_side_bounds(con, tmp_path):
     assert {x.id: x for x in r2.recommendations}["cuda_graphs"].max_gain_pct == pytest.approx(80.0)
 
 
+@pytest.mark.slow
 def test_untraced_equal_to_busy_silences_host_findings(con, tmp_path):
     # untraced step 0.1 ms = GPU busy per step: no host-side idle can exist without the profiler
     rid = ingest(con, short_ops(), tmp_path / "t.json")
@@ -102,6 +104,7 @@ def test_untraced_equal_to_busy_silences_host_findings(con, tmp_path):
     assert [x.id for x in r.recommendations if x.id == "kernel_fusion"] == []
 
 
+@pytest.mark.slow
 def test_without_untraced_time_dense_short_ops_are_flagged(con, tmp_path, db_path, capsys):
     rid = ingest(con, short_ops(), tmp_path / "t.json")
     r = analyze_run(con, rid)
@@ -113,6 +116,7 @@ def test_without_untraced_time_dense_short_ops_are_flagged(con, tmp_path, db_pat
     assert analyze_run(con, rid2).profiler.suspect is False
 
 
+@pytest.mark.slow
 def test_cli_untraced_option_and_bad_value(tmp_path, db_path, capsys):
     path = short_ops().write(tmp_path / "t.json")
     db = ("--db", str(db_path))
@@ -130,6 +134,7 @@ def test_cli_untraced_option_and_bad_value(tmp_path, db_path, capsys):
 # -- 2. compiled and CUDA-graph runs ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_compiled_run_is_not_told_to_compile(con, tmp_path):
     # Triton kernels and two compiled regions per step, no graphs: advise CUDA graphs and
     # name the graph breaks; never "torch.compile(model)" alone
@@ -146,6 +151,7 @@ def test_compiled_run_is_not_told_to_compile(con, tmp_path):
     assert "2 compiled regions" in rec.evidence["summary"]
 
 
+@pytest.mark.slow
 def test_graph_replay_gets_amortise_advice(con, tmp_path):
     t = short_ops(kernel="triton_poi_fused_add_mul_0", api="cudaGraphLaunch", regions_per_step=1)
     r = analyze_run(con, ingest(con, t, tmp_path / "g.json"))
@@ -157,6 +163,7 @@ def test_graph_replay_gets_amortise_advice(con, tmp_path):
     assert "torch.compile(model" not in rec.fix and "batch_size=2 * B" in rec.fix
 
 
+@pytest.mark.slow
 def test_mfu_from_6nt_when_no_shapes(con, tmp_path):
     # N = 1e6 parameters, 1000 tokens per rank: 6e9 FLOPs per 1.0 ms step = 6 TFLOP/s;
     # MFU = 6 / 989.4 (H100 SXM dense bf16) = 0.60643%
@@ -182,6 +189,7 @@ def test_mfu_from_6nt_when_no_shapes(con, tmp_path):
 # -- 3. fair MFU, speed-up, batch_size wording ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_mfu_against_bf16_peak_and_dtype_peak(con, tmp_path):
     # before_like: fp32 GEMMs, 8 ms steps; 1e9 FLOPs per step -> 0.125 TFLOP/s
     # mfu_pct vs H100 dense bf16 989.4: 0.012634%; mfu_dtype_pct vs fp32 67: 0.18657%
@@ -195,6 +203,7 @@ def test_mfu_against_bf16_peak_and_dtype_peak(con, tmp_path):
     assert doc["mfu_dtype_pct"] == pytest.approx(100 * 0.125 / 67.0)
 
 
+@pytest.mark.slow
 def test_compare_mfu_rises_with_throughput(con, tmp_path):
     # the same FLOPs per step (1e9) in 8 ms (A) and 2 ms-ish (B): MFU against one peak rises
     # with achieved TFLOP/s; it used to fall because A was measured against the fp32 peak
@@ -209,6 +218,7 @@ def test_compare_mfu_rises_with_throughput(con, tmp_path):
     assert not any("different sources" in n for n in cmp.notes)  # both: override
 
 
+@pytest.mark.slow
 def test_speedup_by_throughput(con, tmp_path):
     # A: 8 samples per 8 ms step = 1000/s; B: 32 samples per step of B's mean step time
     a = ingest(con, before_like(), tmp_path / "a.json")
@@ -222,6 +232,7 @@ def test_speedup_by_throughput(con, tmp_path):
     assert "faster" not in cmp.table()
 
 
+@pytest.mark.slow
 def test_compare_takes_one_untraced_time_per_run(tmp_path, db_path, capsys):
     # A: 8 samples per step, untraced 4 ms -> 2000/s; B: 32 per step, untraced 1 ms -> 32000/s
     a = before_like().write(tmp_path / "a.json")
@@ -238,6 +249,7 @@ def test_compare_takes_one_untraced_time_per_run(tmp_path, db_path, capsys):
     assert (m["untraced_step_ms"]["a"], m["untraced_step_ms"]["b"]) == (4.0, 1.0)
 
 
+@pytest.mark.slow
 def test_speedup_without_units_says_work_may_differ(con, tmp_path):
     ta, tb = before_like(), after_like()
     ta.extra_meta, tb.extra_meta = {}, {}
@@ -248,6 +260,7 @@ def test_speedup_without_units_says_work_may_differ(con, tmp_path):
     assert any("unequal work" in n for n in cmp.notes)
 
 
+@pytest.mark.slow
 def test_speedup_with_inferred_batch(con, tmp_path):
     # capture's per-rank samples (leading dim of the model input) × world size:
     # A 4 × 1 per 8 ms = 500/s, B 16 × 1 per B's step
@@ -263,6 +276,7 @@ def test_speedup_with_inferred_batch(con, tmp_path):
     assert "inferred from the model's input" in (cmp.speedup_text or "")
 
 
+@pytest.mark.slow
 def test_units_from_the_model_input_shape(con, tmp_path):
     # only the input's shape and dtype: int64 [4, 128] -> 4 samples and 512 tokens per rank,
     # × world size 2 = 8 samples and 1024 tokens per step; before_like's step is 8 ms
@@ -344,6 +358,7 @@ def pageable_trace(pinned: bool = False) -> TraceBuilder:
     return t
 
 
+@pytest.mark.slow
 def test_pageable_copy_excess_from_the_table(con, tmp_path):
     # 19e6 B at the table's 50 GB/s (H100 SXM) = 380 µs; the copy took 2100 µs -> 1720 µs excess
     r = analyze_run(con, ingest(con, pageable_trace(), tmp_path / "p.json"))
@@ -356,6 +371,7 @@ def test_pageable_copy_excess_from_the_table(con, tmp_path):
     assert rec.max_gain_pct >= 1.72
 
 
+@pytest.mark.slow
 def test_pageable_copy_excess_from_pinned_copies_in_the_trace(con, tmp_path):
     # pinned: 4e6 B in 100 µs = 40 GB/s; 19e6 B at 40 GB/s = 475 µs -> 1625 µs excess per step
     r = analyze_run(con, ingest(con, pageable_trace(pinned=True), tmp_path / "p.json"))
@@ -390,6 +406,7 @@ def ddp_folder(tmp_path):
     return folder
 
 
+@pytest.mark.slow
 def test_straggler_and_rank_table(con, ddp_folder):
     rid = ingest_paths(con, [str(ddp_folder)])[0].run_id
     r = analyze_run(con, rid)  # rank 0, as without --rank
@@ -405,6 +422,7 @@ def test_straggler_and_rank_table(con, ddp_folder):
     assert analyze_run(con, rid, rank=1).straggler.rank == 0
 
 
+@pytest.mark.slow
 def test_cli_starts_with_the_rank_table(ddp_folder, db_path, capsys):
     code, out, err = run_cli(capsys, "analyze", str(ddp_folder), "--db", str(db_path))
     assert code == 0, err
@@ -455,6 +473,7 @@ def nvml_file(path: Path, pattern: list[int], power: float = 300.0) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_nvml_run_analyze_compare_check(tmp_path, db_path, capsys):
     # 25 samples, busy 3 of every 5: idle 10 of 25 samples = 40%; rising edges at samples 5, 10,
     # 15, 20 -> 3 cycles of 0.5 s, busy 9 × 100 ms of the 1.5 s they span = 60% duty cycle
@@ -510,6 +529,7 @@ def test_sig3(v, text):
     assert sig3(v) == text
 
 
+@pytest.mark.slow
 def test_cli_per_step_units_and_every_broken_bound(tmp_path, db_path, capsys):
     path = before_like().write(tmp_path / "before.json")
     db = ("--db", str(db_path))
@@ -535,6 +555,7 @@ def test_cli_per_step_units_and_every_broken_bound(tmp_path, db_path, capsys):
     assert "--max-idle-pct 1" in err and "--max-step-ms 1" in err and "--min-busy-pct 99" in err
 
 
+@pytest.mark.slow
 def test_runs_list_figures_come_from_the_straggler(con, ddp_folder):
     from gpuscope.analysis.ranks import slowest_rank_figures
 
@@ -557,6 +578,7 @@ def test_runs_list_figures_come_from_the_straggler(con, ddp_folder):
     assert fig["rank"] == 0 and fig["busy_pct"] == 93.6
 
 
+@pytest.mark.slow
 def test_rank_busy_panels_align_on_a_step(con, ddp_folder):
     from gpuscope.analysis.ranks import rank_busy_panels
 
@@ -572,6 +594,7 @@ def test_rank_busy_panels_align_on_a_step(con, ddp_folder):
     assert rank_busy_panels(con, rid, step_number=7) == []
 
 
+@pytest.mark.slow
 def test_ingest_stores_an_untraced_step_time_with_the_run(tmp_path, db_path, capsys):
     """`ingest --untraced-step-ms` keeps the value with the run as gpuscope.capture would have:
     every later `analyze` caps host-side figures by it without being told again."""

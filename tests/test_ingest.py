@@ -203,6 +203,7 @@ def test_two_files_claiming_one_rank_are_refused(con, tmp_path):
     assert sum(counts(con).values()) == 0
 
 
+@pytest.mark.slow
 def test_rank_in_trailer_metadata(con, tmp_path):
     d = tmp_path / "run"
     d.mkdir()
@@ -252,6 +253,7 @@ BAD_INPUTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
 def test_bad_input_is_refused_and_db_unchanged(con, tmp_path, case):
     good = small_trace().write(tmp_path / "good.json")
@@ -273,6 +275,7 @@ def test_one_bad_path_writes_nothing_of_the_others(con, tmp_path):
     assert sum(counts(con).values()) == 0
 
 
+@pytest.mark.slow
 def test_gzip_bomb_limit(con, tmp_path, monkeypatch):
     t = TraceBuilder()
     for i in range(2000):
@@ -284,6 +287,7 @@ def test_gzip_bomb_limit(con, tmp_path, monkeypatch):
     assert sum(counts(con).values()) == 0
 
 
+@pytest.mark.slow
 def test_big_trace_many_batches(con, tmp_path, monkeypatch):
     """Small batch size forces hundreds of batches; nothing is lost or duplicated at the seams."""
     import gpuscope.ingest.json_stream as js
@@ -307,6 +311,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_ingest_runs_delete(tmp_path):
     db = str(tmp_path / "cli.duckdb")
     p = small_trace().write(tmp_path / "first.json.gz")
@@ -391,6 +396,7 @@ def parquet_files(store: Path, table: str = "events") -> list[Path]:
     return sorted((store / "data").glob(f"**/{table}/*.parquet"))
 
 
+@pytest.mark.slow
 def test_a_killed_ingest_leaves_nothing_visible_and_is_cleaned_on_open(tmp_path):
     """SIGKILL mid-ingest (its Parquet files half-written): no run is visible, and the next open
     deletes the files it left; the same trace then ingests cleanly."""
@@ -483,6 +489,7 @@ def test_fast_and_fallback_paths_write_identical_rows(tmp_path):
     assert dump(True) == dump(False)
 
 
+@pytest.mark.slow
 def test_a_schema_1_duckdb_store_is_migrated_whole(tmp_path):
     """A plain DuckDB store written by gpuscope 0.1 (schema 1: no events.odd_args, no
     runs.uploaded_by) opens in this version as ``duckdb:FILE``: the columns are added, the version

@@ -48,6 +48,7 @@ def split(raw: bytes, tmp_path: Path, chunk: int, batch: int) -> tuple[list, dic
     return out, s.metadata
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     events=st.lists(event, min_size=1, max_size=25),
@@ -67,6 +68,7 @@ def test_splitter_matches_json_loads(tmp_path_factory, events, before, after, in
     assert got_meta == expected_meta
 
 
+@pytest.mark.slow
 @settings(max_examples=50, deadline=None)
 @given(events=st.lists(event, min_size=1, max_size=10), chunk=st.integers(1, 64))
 def test_bare_array_form(tmp_path_factory, events, chunk):

@@ -412,6 +412,7 @@ BAD_INPUTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
 def test_bad_input_raises_and_leaves_db_unchanged(con, tmp_path, case):
     ingest(con, JSONL)  # something already stored, which must survive untouched

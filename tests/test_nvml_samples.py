@@ -60,6 +60,7 @@ def _tables(con: Connection) -> dict[str, list[Any]]:
     }
 
 
+@pytest.mark.slow
 def test_records_and_their_jsonl_file_store_the_same_run(con: Connection, tmp_path: Path) -> None:
     header, samples = _records(REAL)
     assert len(samples) == 408 and len(header.gpus) == 2
@@ -112,6 +113,7 @@ def test_records_and_their_jsonl_file_store_the_same_run(con: Connection, tmp_pa
     )
 
 
+@pytest.mark.slow
 def test_bad_records_are_one_line_and_store_nothing(con: Connection) -> None:
     header, samples = _records(REAL)
     ingest_samples(con, header, samples[:10], source=SOURCE)  # something already stored

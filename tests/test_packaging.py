@@ -290,6 +290,7 @@ def test_the_web_reads_analysis_only_through_its_facade():
         assert mod in module_files(ROOTS), mod
 
 
+@pytest.mark.slow
 def test_layers_keep_their_boundaries():
     """ingest never imports the app (nor analysis); analysis never streamlit, plotly or the app."""
     assert layer_violations(imports(ROOTS)) == []
@@ -432,6 +433,7 @@ def test_schema_doc_is_generated_from_the_code():
     assert (REPO / "docs" / "schema.md").read_text() == markdown()
 
 
+@pytest.mark.slow
 def test_static_tools_resolve_the_package():
     """The editable install is one that type checkers and editors follow (strict mode: a tree of
     links on sys.path, no import hook): mypy finds every `gpuscope.*` module it is asked about."""

@@ -57,6 +57,7 @@ def store():
     con.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", CONFIGS)
 def test_every_real_trace_is_analysed_whole(store, config):
     """No section lost: categories, top kernels and the idle causes are there, and no warning carries
@@ -81,6 +82,7 @@ NOT_TC = re.compile(r"ffma|init_device_workspace", re.I)
 CONV_NAME = re.compile(r"fprop|dgrad|wgrad|ImplicitGemmConvolution", re.I)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["resnet50_fp16", "resnet50_bf16", "cuda_only"])
 def test_cudnn_names_are_read_for_what_they_compute(config):
     wrong = []
@@ -143,6 +145,7 @@ def samples():
     con.close()
 
 
+@pytest.mark.slow
 def test_profiler_cost_comes_from_the_capture(samples):
     """gpt_compiled: the trace says its untraced step (capture, 5 synchronised steps with the
     profiler off); the traced p50 step is longer by the profiler's own cost."""
@@ -205,6 +208,7 @@ def test_ddp_straggler_and_a_bound_the_untraced_step_allows(samples):
     assert rec["max_gain_pct"] < 100 * wait_ms / doc["step_time_ms"]["mean"]  # the traced share
 
 
+@pytest.mark.slow
 def test_before_after_speed_up_is_by_throughput(samples):
     """after has 4x the batch of before: the speed-up is tokens per second without the profiler,
     from the capture's untraced step and the user's tokens_per_step, not step time."""

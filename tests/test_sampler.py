@@ -331,6 +331,7 @@ def header(gpus=(0, 1, 2, 3)) -> dict:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     rows=st.lists(st.lists(gpu_row, min_size=1, max_size=3), min_size=1, max_size=8),
@@ -641,6 +642,7 @@ def wait_lines(path: Path, n: int, timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_cli_replay_serves_and_stops_on_sigterm(tmp_path, procs):
     out = tmp_path / "rec.nvml.jsonl"
     p = Proc("--replay", str(FIXTURE), "--port", "0", "--speed", "4", "--out", str(out))
@@ -660,6 +662,7 @@ def test_cli_replay_serves_and_stops_on_sigterm(tmp_path, procs):
     assert s.header["interval_ms"] == pytest.approx(25.0, rel=0.05)
 
 
+@pytest.mark.slow
 def test_cli_sigint_stops_cleanly(tmp_path, procs):
     p = Proc("--replay", str(FIXTURE), "--port", "0", "--speed", "10")
     procs(p)
@@ -692,6 +695,7 @@ def test_cli_sigkill_mid_run_leaves_a_readable_file(tmp_path, procs):
     assert len(cut.samples) == data[:cut_at].count(b"\n") - 1
 
 
+@pytest.mark.slow
 def test_cli_no_loop_replay_records_every_sample(tmp_path, procs):
     out = tmp_path / "once.nvml.jsonl"
     p = Proc(
@@ -707,6 +711,7 @@ def test_cli_no_loop_replay_records_every_sample(tmp_path, procs):
     assert t[-1] - t[0] == pytest.approx((orig[-1]["t_ns"] - orig[0]["t_ns"]) / 20, abs=40)
 
 
+@pytest.mark.slow
 def test_cli_duration(tmp_path, procs):
     p = Proc("--replay", str(FIXTURE), "--port", "0", "--duration", "0.5")
     procs(p)
@@ -726,6 +731,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -743,6 +749,7 @@ def test_cli_usage_errors_exit_2(args, message):
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("gpuscope: ")
 
 
+@pytest.mark.slow
 def test_cli_argparse_errors_exit_2():
     for args in (
         ["--speed", "0", "--replay", str(FIXTURE)],
@@ -752,6 +759,7 @@ def test_cli_argparse_errors_exit_2():
         assert cli(*args).returncode == 2
 
 
+@pytest.mark.slow
 def test_cli_refuses_to_overwrite(tmp_path):
     out = tmp_path / "x.jsonl"
     out.write_text("precious\n")

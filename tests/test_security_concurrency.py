@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import bench_concurrency as bench
+import pytest
 
 REPO = bench.REPO
 
@@ -27,6 +28,7 @@ def in_own_loop(coro):  # type: ignore[no-untyped-def]
         return pool.submit(asyncio.run, coro).result()
 
 
+@pytest.mark.slow
 def test_eight_concurrent_sessions_all_get_the_run_page(tmp_path: Path) -> None:
     db = tmp_path / "store.duckdb"
     runs = bench.ingest(db, [REPO / "sample_traces" / "before", REPO / "sample_traces" / "after"])

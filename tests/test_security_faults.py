@@ -101,6 +101,7 @@ def cli(*args: str, disk: Disk | None = None, env: dict[str, str] | None = None)
     )
 
 
+@pytest.mark.slow
 def test_cli_disk_full_is_one_line_and_the_store_recovers(
     disk: Disk, big_trace: Path, tmp_path: Path
 ) -> None:
@@ -183,6 +184,7 @@ WEB_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_dashboard_write_fault_is_one_line_and_the_next_action_works(
     disk: Disk, big_trace: Path, tmp_path: Path
 ) -> None:
@@ -249,6 +251,7 @@ def test_store_fault_lines() -> None:
     assert "invalidated by an earlier fault" in str(err)
 
 
+@pytest.mark.slow
 def test_a_killed_ingest_leaves_no_scratch_files(big_trace: Path, tmp_path: Path) -> None:
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -286,6 +289,7 @@ def test_a_killed_ingest_leaves_no_scratch_files(big_trace: Path, tmp_path: Path
     con.close()
 
 
+@pytest.mark.slow
 def test_cli_prints_control_characters_escaped(tmp_path: Path) -> None:
     """Item 4 (CLI): `--name $'\\e[2J'` must not clear the screen of whoever runs `gpuscope runs`."""
     db = str(tmp_path / "s.duckdb")

@@ -56,6 +56,7 @@ def bomb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return giant_event_gzip(tmp_path_factory.mktemp("bomb") / "bomb.json.gz", 512 << 20)
 
 
+@pytest.mark.slow
 def test_a_gzip_bomb_is_refused_in_seconds(con, bomb: Path) -> None:
     assert bomb.stat().st_size < 1 << 20
     before = _counts(con)
@@ -69,6 +70,7 @@ def test_a_gzip_bomb_is_refused_in_seconds(con, bomb: Path) -> None:
     assert _counts(con) == before
 
 
+@pytest.mark.slow
 def test_a_giant_event_is_refused_at_the_event_cap(
     con, bomb: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -98,6 +100,7 @@ def test_the_absolute_cap_applies_to_plain_json(
         ingest_paths(con, [p])
 
 
+@pytest.mark.slow
 def test_event_cap_is_configurable(con, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = tmp_path / "wide.json"
     p.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "' + b"b" * (6 << 20) + b'", "ts": 1}]}')
@@ -109,6 +112,7 @@ def test_event_cap_is_configurable(con, tmp_path: Path, monkeypatch: pytest.Monk
     assert r.n_events == 1
 
 
+@pytest.mark.slow
 def test_a_well_compressed_real_trace_still_passes(con, tmp_path: Path) -> None:
     t = TraceBuilder()
     for i in range(20000):  # the same event again and again: compresses far better than real ones
@@ -124,6 +128,7 @@ class Named(io.BytesIO):
         self.name = name
 
 
+@pytest.mark.slow
 def test_the_browser_upload_path_refuses_the_bomb_too(con, bomb: Path, tmp_path: Path) -> None:
     before = _counts(con)
     tmp_root = tmp_path / "uploads"
@@ -142,6 +147,7 @@ def test_the_browser_upload_path_refuses_the_bomb_too(con, bomb: Path, tmp_path:
     assert not any(tmp_root.iterdir())  # the upload's temp folder is gone
 
 
+@pytest.mark.slow
 def test_a_huge_prefix_before_the_events_is_refused_in_seconds(con, tmp_path: Path) -> None:
     """Dense JSON before ``traceEvents`` is rescanned as it grows: its cap keeps that bounded."""
     p = tmp_path / "prefix.json"

@@ -163,6 +163,7 @@ def test_the_default_byte_cap_applies(endless: str, monkeypatch: pytest.MonkeyPa
         live.fetch(endless, 0)
 
 
+@pytest.mark.slow
 def test_a_dripping_answer_stops_at_the_deadline(drip: str) -> None:
     t0 = time.monotonic()
     with pytest.raises(live.SamplerError, match="not complete in time"):

@@ -67,6 +67,7 @@ def _keepalive_client(port: int) -> socket.socket:
     return s
 
 
+@pytest.mark.slow
 def test_many_idle_keepalive_clients_keep_threads_bounded(slow_server) -> None:
     srv, url = slow_server
     before = threading.active_count()
@@ -91,6 +92,7 @@ def test_many_idle_keepalive_clients_keep_threads_bounded(slow_server) -> None:
     assert _get(url + "/api/status") == 200
 
 
+@pytest.mark.slow
 def test_a_silent_connection_times_out(server) -> None:
     srv, _ = server
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)  # sends nothing at all

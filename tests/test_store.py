@@ -70,6 +70,7 @@ def table_rows(con, table: str) -> list[tuple]:
 # -- many processes --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_four_parallel_ingests_into_one_local_store_all_land(tmp_path):
     store = tmp_path / "store"
     inputs = [*SAMPLE_RUNS, SAMPLES / "nvml" / "synthetic_h100x2_100ms.nvml.jsonl"]
@@ -88,6 +89,7 @@ def test_four_parallel_ingests_into_one_local_store_all_land(tmp_path):
     con.close()
 
 
+@pytest.mark.slow
 def test_a_reader_in_another_process_never_sees_a_partial_run(tmp_path):
     """While `gpuscope ingest` writes a big run (events flushed in many chunks), a reader that
     stays open sees no run and no events, then the whole run: never part of it."""
@@ -114,6 +116,7 @@ def test_a_reader_in_another_process_never_sees_a_partial_run(tmp_path):
     reader.close()
 
 
+@pytest.mark.slow
 def test_concurrent_first_opens_of_a_new_store_all_succeed(tmp_path):
     store = tmp_path / "fresh"
     procs = [spawn("runs", "--json", "--db", store) for _ in range(4)]
@@ -132,6 +135,7 @@ def test_concurrent_first_opens_of_a_new_store_all_succeed(tmp_path):
     con.close()
 
 
+@pytest.mark.slow
 def test_a_run_written_by_another_process_changes_the_generation(tmp_path, db_path):
     con = connect(db_path)
     before = con.generation()
@@ -160,6 +164,7 @@ def test_a_failed_ingest_leaves_no_rows_and_no_files(tmp_path, db_path, monkeypa
     con.close()
 
 
+@pytest.mark.slow
 def test_runs_record_who_uploaded_them(tmp_path, db_path):
     con = connect(db_path)
     [t] = ingest_paths(con, [SAMPLES / "before"], uploaded_by="ann@example.org")
@@ -179,6 +184,7 @@ def test_runs_record_who_uploaded_them(tmp_path, db_path):
     assert json.loads(r.stdout)[0]["uploaded_by"] == "cy"
 
 
+@pytest.mark.slow
 def test_compaction_merges_small_files_and_keeps_every_row(tmp_path, db_path):
     con = connect(db_path)
     for i in range(4):
@@ -195,6 +201,7 @@ def test_compaction_merges_small_files_and_keeps_every_row(tmp_path, db_path):
     con.close()
 
 
+@pytest.mark.slow
 def test_delete_rename_tag_from_the_cli_while_another_process_holds_the_store_open(db_path):
     holder = connect(db_path)
     [r] = ingest_paths(holder, [SAMPLES / "before"])
@@ -291,6 +298,7 @@ def dump(con) -> dict[str, list[tuple]]:
     return {t: table_rows(con, t) for t in RUN_TABLES}
 
 
+@pytest.mark.slow
 def test_gpuscope_migrate_moves_a_legacy_file_over_row_for_row(tmp_path):
     legacy = tmp_path / "old.duckdb"
     ids = legacy_store(legacy)
@@ -310,6 +318,7 @@ def test_gpuscope_migrate_moves_a_legacy_file_over_row_for_row(tmp_path):
     assert again.returncode == 0 and "nothing to migrate" in again.stdout
 
 
+@pytest.mark.slow
 def test_a_legacy_file_at_the_old_default_moves_over_on_first_open(tmp_path):
     home = tmp_path / "xdg"
     old = home / "gpuscope" / "gpuscope.duckdb"
@@ -327,6 +336,7 @@ def test_a_legacy_file_at_the_old_default_moves_over_on_first_open(tmp_path):
     assert r2.stderr == "" and len(json.loads(r2.stdout)) == len(ids)
 
 
+@pytest.mark.slow
 def test_migrate_file_copies_into_another_store_skipping_runs_it_has(tmp_path, db_path):
     legacy = tmp_path / "old.duckdb"
     ids = legacy_store(legacy)
@@ -348,6 +358,7 @@ def test_migrate_file_copies_into_another_store_skipping_runs_it_has(tmp_path, d
 # -- specs -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [
@@ -399,6 +410,7 @@ def test_s3_secret_from_the_standard_environment():
     assert s3_secret_sql({}) is None
 
 
+@pytest.mark.slow
 def test_analyses_on_the_lake_equal_those_on_a_plain_duckdb_store(tmp_path, db_path):
     """Every analysis reads the lake exactly as it read a DuckDB file: same report, per sample."""
     from gpuscope.analysis.report import analyze_run

@@ -71,6 +71,7 @@ def rows(store: Path) -> dict[str, list[tuple]]:
         con.close()
 
 
+@pytest.mark.slow
 def test_an_ingest_s_maintenance_never_rewrites_a_stored_run_s_files(tmp_path: Path) -> None:
     store = tmp_path / "store"
     assert gpuscope("ingest", SAMPLES / "before", "--db", store).returncode == 0
@@ -82,6 +83,7 @@ def test_an_ingest_s_maintenance_never_rewrites_a_stored_run_s_files(tmp_path: P
     assert first <= live_files(store)  # every file the first run reads is still the one it reads
 
 
+@pytest.mark.slow
 def test_a_reader_polling_through_ingests_sees_every_run_whole(tmp_path: Path) -> None:
     """A reader that stays open (as the dashboard does) polls without pause while two ingests
     store and maintain: each read of one statement sees either no run or whole runs, never a run
@@ -111,6 +113,7 @@ def test_a_reader_polling_through_ingests_sees_every_run_whole(tmp_path: Path) -
     assert seen[-1][0] == 2
 
 
+@pytest.mark.slow
 def test_compaction_only_on_request(tmp_path: Path) -> None:
     store = tmp_path / "store"
     for i in range(3):
@@ -148,6 +151,7 @@ def app_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return store
 
 
+@pytest.mark.slow
 def test_an_upload_maintains_as_an_ingest_does(app_store: Path, tmp_path: Path) -> None:
     """A file a dead ingest left in the store's data folder is gone after an upload, as after
     `gpuscope ingest`; the uploaded run is stored whole."""

@@ -29,6 +29,7 @@ def lake(db_path: Path):
     store.close()
 
 
+@pytest.mark.slow
 def test_opening_a_store_and_listing_runs_imports_neither_pandas_nor_pyarrow(db_path):
     """What ``gpuscope runs`` does (the CLI's modules, open, list) pulls in no pandas (0.4 s) and
     no pyarrow: binding a query parameter made duckdb import pandas."""
@@ -70,6 +71,7 @@ def test_a_new_store_still_gets_its_tables_and_version_on_first_open(db_path):
         store.close()
 
 
+@pytest.mark.slow
 def test_analysis_in_a_snapshot_equals_the_analysis_outside_and_writes_nothing(lake, db_path):
     (run_id,) = lake.execute("SELECT run_id FROM runs").fetchone()
     before = lake.generation()
@@ -84,6 +86,7 @@ def test_analysis_in_a_snapshot_equals_the_analysis_outside_and_writes_nothing(l
     assert analyze_run(lake, run_id).to_json() == in_block  # warm, in a new block
 
 
+@pytest.mark.slow
 def test_a_failed_block_rolls_back_and_the_next_analysis_rebuilds_its_tables(lake):
     (run_id,) = lake.execute("SELECT run_id FROM runs").fetchone()
     forgotten = []
@@ -142,6 +145,7 @@ def test_a_block_inside_a_write_transaction_joins_it(lake):
         assert outer > 0 and inner == 0
 
 
+@pytest.mark.slow
 def test_a_run_deleted_between_two_analyses_is_noticed(lake, db_path):
     (run_id,) = lake.execute("SELECT run_id FROM runs").fetchone()
     first = analyze_run(lake, run_id).to_json()
@@ -172,6 +176,7 @@ def test_an_open_recreates_a_missing_table_and_refuses_another_version(db_path):
         open_store(db_path)
 
 
+@pytest.mark.slow
 def test_the_run_names_copy_never_outlives_an_analysis(db_path, monkeypatch):
     """analyze_run reads a run's names once into a temp ``names``; after the call, also one that
     failed half-way (its tables committed mid-block), the store's own table answers again."""

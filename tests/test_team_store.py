@@ -27,6 +27,9 @@ from team_servers import (
     stop_postgres,
 )
 
+# Every test here starts or uses real servers (PostgreSQL, S3) and `gpuscope` processes.
+pytestmark = pytest.mark.slow
+
 # -- the harness ---------------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ NOT_COMM = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", COMM_NAMES + NOT_COMM)
 def test_category_table_and_comm_only_sql_agree(con, name):
     is_comm = name in COMM_NAMES

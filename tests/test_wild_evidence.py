@@ -133,6 +133,7 @@ def test_unrecognised_device_activity_is_named(con, tmp_path):
     assert not any(r["id"] == "overlap_communication" for r in doc["recommendations"])
 
 
+@pytest.mark.slow
 def test_no_gpu_activity_leads_the_cli_text_and_check_refuses(capsys, tmp_path):
     path = no_gpu_trace().write(tmp_path / "cpu_only.json")
     db = str(tmp_path / "s.duckdb")
@@ -148,6 +149,7 @@ def test_no_gpu_activity_leads_the_cli_text_and_check_refuses(capsys, tmp_path):
     assert "no recognised GPU activity" in err
 
 
+@pytest.mark.slow
 def test_a_peer_rank_without_gpu_activity_has_no_busy_figure(con, tmp_path):
     d = tmp_path / "job"
     d.mkdir()
@@ -166,6 +168,7 @@ def test_a_peer_rank_without_gpu_activity_has_no_busy_figure(con, tmp_path):
     assert by_rank[1]["gpu_busy_pct"] is None
 
 
+@pytest.mark.slow
 def test_compare_shows_no_idle_figures_for_a_run_without_gpu_activity(con, tmp_path):
     from gpuscope.analysis.compare import compare_runs
 

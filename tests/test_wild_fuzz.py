@@ -123,6 +123,7 @@ def finite(x) -> bool:
     return x is None or (isinstance(x, int | float) and math.isfinite(x))
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40,
     deadline=None,

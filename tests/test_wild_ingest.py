@@ -47,6 +47,7 @@ def odd_rows(con, run_id):
     ).fetchall()
 
 
+@pytest.mark.slow
 def test_inductor_string_grid_is_kept_as_text_and_the_trace_analysed(con, tmp_path):
     path = compiled_trace("grid(100,)").write(tmp_path / "compiled.json")
     res = ingest_paths(con, [path])[0]
@@ -69,6 +70,7 @@ def test_cli_ingest_prints_the_note_and_exits_0(capsys, tmp_path):
     assert f"gpuscope: note: {path}: 3 events had values of unexpected types" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("grid", "typed", "odd"),
     [
@@ -113,6 +115,7 @@ ARG_VARIANTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("key", "value", "col", "typed", "odd"), ARG_VARIANTS)
 def test_arg_variants(con, tmp_path, key, value, col, typed, odd):
     b = TraceBuilder()
@@ -130,6 +133,7 @@ def test_arg_variants(con, tmp_path, key, value, col, typed, odd):
     assert got == (typed, odd)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "odd"), [(None, None), ([], '{"args":[]}'), ("x", '{"args":"x"}'), ({}, None)]
 )
@@ -168,6 +172,7 @@ def test_numeric_string_times_and_float_ids(con, tmp_path):
     assert row == (20_000, PID, TID, None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [1, "7", 2.0])
 def test_fast_and_lenient_paths_write_the_same_rows(con, tmp_path, monkeypatch, value):
     """A batch DuckDB reads (fast path) and the same batch read by the lenient decoder agree."""

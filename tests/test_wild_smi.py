@@ -58,6 +58,7 @@ def test_smi_columns_must_name_timestamp(con, tmp_path):
         ingest_paths(con, [tmp_path / "smi.csv"], smi_columns="index,utilization.gpu")
 
 
+@pytest.mark.slow
 def test_cli(capsys, tmp_path):
     cols = strip_header(SAMPLES / "synthetic_nvidia-smi_nounits.csv", tmp_path / "smi.csv")
     db = str(tmp_path / "s.duckdb")

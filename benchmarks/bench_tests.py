@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Times the test tiers the way the Makefile runs them, against the inner loop's target.
+
+    python benchmarks/bench_tests.py               # the fast tier (make test-fast's pytest)
+    python benchmarks/bench_tests.py --tier slow   # the slow tier (make test-slow's pytest)
+    python benchmarks/bench_tests.py --tier all    # every non-browser test, in one run
+
+Runs pytest on every core (pytest-xdist, as the Makefile does) with ``--durations=0``, then
+prints the wall time against the target (90 s for the fast tier on 2 cores), the summed test time,
+the tests that ran, and the unmarked tests whose setup + call + teardown took ``--threshold``
+seconds or more (candidates for ``@pytest.mark.slow``, or for a faster test). Exits 1 when the
+fast tier is over its target or pytest failed. Speed lives here, not in timed unit tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TIERS = {
+    "fast": "not browser and not slow",
+    "slow": "slow and not browser",
+    "all": "not browser",
+}
+FAST_TARGET_S = 90.0
+DURATION = re.compile(r"^([\d.]+)s (setup|call|teardown)\s+(\S+)")
+SUMMARY = re.compile(r"(\d+) passed")
+
+
+def per_test_seconds(output: str) -> Counter[str]:
+    """Seconds per test id (setup + call + teardown), from pytest's ``--durations=0`` lines."""
+    seconds: Counter[str] = Counter()
+    for line in output.splitlines():
+        m = DURATION.match(line)
+        if m:
+            seconds[m.group(3)] += float(m.group(1))
+    return seconds
+
+
+def marked_slow(ids: list[str]) -> set[str]:
+    """The ids among ``ids`` that carry the ``slow`` marker (pytest's own collection says)."""
+    if not ids:
+        return set()
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "-p", "no:xdist"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return {line.strip() for line in out.splitlines()} & set(ids)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tier", choices=sorted(TIERS), default="fast")
+    ap.add_argument("--workers", default="auto", help="pytest-xdist -n (default: every core)")
+    ap.add_argument("--threshold", type=float, default=1.0, help="seconds (default 1.0)")
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args()
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", TIERS[args.tier], "-n", args.workers]
+    cmd += ["-p", "no:cacheprovider", "--durations=0"]
+    print("$", " ".join(cmd[1:]), flush=True)
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    seconds = per_test_seconds(r.stdout)
+    passed = SUMMARY.search(r.stdout.splitlines()[-1] if r.stdout.strip() else "")
+    print(r.stdout.splitlines()[-1] if r.stdout.strip() else r.stderr[-2000:])
+
+    over = sorted(((t, tid) for tid, t in seconds.items() if t >= args.threshold), reverse=True)
+    if args.tier != "slow":
+        slow = marked_slow([tid for _, tid in over])
+        over = [(t, tid) for t, tid in over if tid not in slow]
+    target = FAST_TARGET_S if args.tier == "fast" else None
+    load = os.getloadavg()[0]
+    print(
+        f"{args.tier} tier: {wall:.1f} s wall on {os.cpu_count()} CPUs (load average {load:.1f}), "
+        f"{sum(seconds.values()):.0f} s of test time"
+        + (f"; target {target:.0f} s: {'met' if wall <= target else 'NOT met'}" if target else "")
+    )
+    if over and args.tier == "slow":
+        print(f"slowest tests of {args.threshold:g} s or more:")
+        for t, tid in over[: args.top]:
+            print(f"  {t:6.2f} s  {tid}")
+    elif over:
+        print(f"unmarked tests of {args.threshold:g} s or more (mark slow, or make them faster):")
+        for t, tid in over[: args.top]:
+            print(f"  {t:6.2f} s  {tid}")
+    print(
+        json.dumps(
+            {
+                "tier": args.tier,
+                "wall_s": round(wall, 1),
+                "test_s": round(sum(seconds.values()), 1),
+                "passed": int(passed.group(1)) if passed else None,
+                "pytest_rc": r.returncode,
+                "unmarked_over_threshold": len(over) if args.tier != "slow" else 0,
+                "cpus": os.cpu_count(),
+                "load_avg_1m": round(load, 2),
+                "target_s": target,
+            }
+        )
+    )
+    failed = r.returncode != 0 or (target is not None and wall > target)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
