@@ -45,7 +45,17 @@ st.plotly_chart(go.Figure(go.Scatter(x=[0, 1, 2, 3], y=[0, 100, 0, 100])))
 """
 
 
-def pick_run(db: Path, ref: str | None) -> tuple[str, int]:
+def absolute_store(spec: str) -> str:
+    """``spec`` with a relative local path made absolute: the dashboard runs in a temp folder, where
+    a relative path would name a new, empty store."""
+    if spec.startswith("duckdb:"):
+        return "duckdb:" + str(Path(spec[len("duckdb:") :]).expanduser().resolve())
+    if "://" in spec:
+        return spec
+    return str(Path(spec).expanduser().resolve())
+
+
+def pick_run(db: str | Path, ref: str | None) -> tuple[str, int]:
     """(run id, events): ``ref`` resolved, else the run with the most events."""
     from gpuscope.ingest.store import connect, resolve_run
 
@@ -73,7 +83,7 @@ def pick_run(db: Path, ref: str | None) -> tuple[str, int]:
         con.close()
 
 
-def start_server(db: Path, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(db: str | Path, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     """``gpuscope ui`` on the store ``db`` on a free port (log: ``workdir/server.log``); the
     process and its URL once it is up."""
     try:
@@ -139,7 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group()
     src.add_argument(
-        "--db", type=Path, help="an existing store (default run: the one with the most events)"
+        "--db",
+        type=absolute_store,
+        help="an existing store: a folder, duckdb:FILE or postgres://… (default run: the one with "
+        "the most events)",
     )
     src.add_argument(
         "--trace", type=Path, nargs="+", help="ingest these (each one run) into a temp store first"
@@ -159,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="gpuscope-bench-ui-"))
-    db = args.db
+    db: str | Path = args.db
     ingest_s = None
     traces = args.trace
     if not args.db and not traces:
