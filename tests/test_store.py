@@ -285,6 +285,44 @@ def test_an_extension_file_is_signature_checked_once_per_process_and_again_once_
     assert extensions._VERIFIED[str(copy)] != extensions._stamp(copy)  # not trusted either
 
 
+def test_a_refused_extension_is_one_line_naming_the_store_and_leaves_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    """An extension file DuckDB refuses (its bytes no longer match the signature): `gpuscope runs`
+    exits 2 with one line naming the store and the reason, the half-made connection is closed,
+    and no store folder is created."""
+    import gpuscope.ingest.extensions as extensions
+    from clitools import run_cli
+
+    real = extensions.extension_file("ducklake")
+    data = bytearray(real.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bad = tmp_path / "ducklake.duckdb_extension"
+    bad.write_bytes(bytes(data))
+    checked = extensions.extension_file
+    monkeypatch.setattr(
+        extensions, "extension_file", lambda name: bad if name == "ducklake" else checked(name)
+    )
+    opened: list[duckdb.DuckDBPyConnection] = []
+    real_connect = duckdb.connect
+
+    def connect(*args, **kwargs):
+        opened.append(real_connect(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(extensions.duckdb, "connect", connect)
+    store = tmp_path / "store"
+    code, out, err = run_cli(capsys, "runs", "--db", str(store))
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert str(store) in line and "cannot load DuckDB extensions" in line
+    assert "signature" in line.lower()
+    assert len(opened) == 1
+    with pytest.raises(duckdb.ConnectionException):
+        opened[0].execute("SELECT 1")
+    assert not store.exists()
+
+
 def legacy_store(path: Path) -> list[str]:
     con = connect(f"duckdb:{path}")
     results = ingest_paths(
