@@ -51,7 +51,7 @@ test: $(STAMP) $(VENV)/.torch browser postgres
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(MYPY)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup -p no:cacheprovider
 
 # The inner loop, under 90 s on 2 cores: every test but the browser and the `slow` ones (1 s or more
 # each: real processes and servers, multi-run AppTest sessions), on every core (pytest-xdist).

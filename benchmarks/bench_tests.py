@@ -4,6 +4,7 @@
     python benchmarks/bench_tests.py               # the fast tier (make test-fast's pytest)
     python benchmarks/bench_tests.py --tier slow   # the slow tier (make test-slow's pytest)
     python benchmarks/bench_tests.py --tier all    # every non-browser test, in one run
+    python benchmarks/bench_tests.py --tier suite  # everything, browser tests too: make test's pytest
 
 Runs pytest on every core (pytest-xdist, as the Makefile does) with ``--durations=0``, then
 prints the wall time against the target (90 s for the fast tier on 2 cores), the summed test time,
@@ -29,6 +30,7 @@ TIERS = {
     "fast": "not browser and not slow",
     "slow": "slow and not browser",
     "all": "not browser",
+    "suite": "",  # no marker filter: what `make test` (and CI) runs
 }
 FAST_TARGET_S = 90.0
 DURATION = re.compile(r"^([\d.]+)s (setup|call|teardown)\s+(\S+)")
@@ -67,7 +69,9 @@ def main() -> int:
     args = ap.parse_args()
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", TIERS[args.tier], "-n", args.workers]
+    marker = ["-m", TIERS[args.tier]] if TIERS[args.tier] else []
+    # --dist loadgroup: the browser tests share one worker (tests/conftest.py), as in `make test`.
+    cmd = [sys.executable, "-m", "pytest", "-q", *marker, "-n", args.workers, "--dist", "loadgroup"]
     cmd += ["-p", "no:cacheprovider", "--durations=0"]
     print("$", " ".join(cmd[1:]), flush=True)
     t0 = time.perf_counter()

@@ -34,3 +34,11 @@ def con(db_path: Path):
 @pytest.fixture
 def trace() -> TraceBuilder:
     return TraceBuilder()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`make test` runs on every core (pytest-xdist, ``--dist loadgroup``): the browser tests share one
+    worker (one chromium and one session server at a time), everything else spreads over the rest."""
+    for item in items:
+        if item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group("browser"))
