@@ -495,3 +495,33 @@ def page_text(at: object) -> str:
     out += [str(getattr(e, "label", "")) for e in at.sidebar]  # type: ignore[attr-defined]
     out += [str(e) for e in at.main]  # type: ignore[attr-defined]
     return "\n".join(out)
+
+
+def _section_losing_postgres() -> None:
+    import duckdb
+    from gpuscope.web import views
+
+    with views.section("Run overview"):
+        raise duckdb.BinderException(
+            "Binder Error: Failed to query most recent snapshot for DuckLake: Unable to connect "
+            "to Postgres at \"host='db' port='5432' user='u' password='SectionPw01' dbname='d'\": "
+            'connection to server at "db", port 5432 failed: Connection refused'
+        )
+
+
+@pytest.mark.slow
+def test_a_section_losing_postgres_mid_page_says_so_in_plain_words(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL stopping between the page's first query and a section's read read "internal
+    error (BinderException)": now the section's box says what failed, with no secret."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("GPUSCOPE_STORE", "postgres://u:SectionPw01@db:5432/d")
+    at = AppTest.from_function(_section_losing_postgres, default_timeout=60)
+    with caplog.at_level(logging.INFO):
+        at.run()
+    (box,) = [str(e.value) for e in at.error]
+    assert box.startswith("Run overview could not be shown: ") and "internal error" not in box
+    assert "PostgreSQL stopped answering" in box.replace("\\", "")
+    assert "SectionPw01" not in box + caplog.text

@@ -74,8 +74,12 @@ def rss_mb(pid: int) -> float:
 
 def upload_in_session(port: int, cookies: str, size_mb: int) -> tuple[int, str]:
     """Open a websocket session (as any client can), then replay an upload to it while it is
-    open; the upload's (status, body)."""
-    return asyncio.run(_in_session(port, cookies, size_mb))
+    open; the upload's (status, body). In a thread of its own: Playwright's sync API keeps an
+    event loop running in this one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _in_session(port, cookies, size_mb)).result()
 
 
 async def _in_session(port: int, cookies: str, size_mb: int) -> tuple[int, str]:
