@@ -32,7 +32,7 @@ from collections.abc import Iterable
 MASK = "***"
 SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "PGPASSWORD")
 URL_ENV = ("GPUSCOPE_STORE",)  # a store URL whose password is a known secret
-MIN_KNOWN = 4  # shorter known secrets are masked only in the forms above (not as bare text)
+MIN_KNOWN = 6  # shorter known secrets are masked only in the forms above (not as bare text)
 
 _QUOTED = r"'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?"  # an unterminated quote runs to the end
 _KEYS = (

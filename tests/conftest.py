@@ -34,3 +34,20 @@ def con(db_path: Path):
 @pytest.fixture
 def trace() -> TraceBuilder:
     return TraceBuilder()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _signouts_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Sign-outs (gpuscope.web.auth.record_sign_out) go to a file of the test session, never the
+    user's own ~/.local/state: dashboards started by module fixtures inherit it."""
+    import os
+
+    path = tmp_path_factory.mktemp("signouts") / "signed-out.json"
+    os.environ.setdefault("GPUSCOPE_SIGNOUT_FILE", str(path))
+
+
+@pytest.fixture(autouse=True)
+def _signouts_of_this_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """...and each in-process test starts with none (a sign-out clicked in one AppTest must not
+    sign the same person out of the next test's)."""
+    monkeypatch.setenv("GPUSCOPE_SIGNOUT_FILE", str(tmp_path / "signed-out" / "signed-out.json"))

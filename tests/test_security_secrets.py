@@ -470,6 +470,9 @@ def test_postgres_stopped_while_the_dashboard_shows_a_run(
     at.query_params["run"] = run_id
     at.run()
     assert not at.error, [e.value for e in at.error]
+    up = page_text(at)  # the sidebar names the store: its ?password= masked (issue 22 item 2)
+    assert "password\\=\\*\\*\\*" in up or "password=***" in up, up[:3000]
+    assert_clean(ts, up)
     servers.stop_pg()
     try:
         with caplog.at_level(logging.INFO):
@@ -525,3 +528,47 @@ def test_a_section_losing_postgres_mid_page_says_so_in_plain_words(
     assert box.startswith("Run overview could not be shown: ") and "internal error" not in box
     assert "PostgreSQL stopped answering" in box.replace("\\", "")
     assert "SectionPw01" not in box + caplog.text
+
+
+# -- team-store orphans: what docs/deploy.md says is what maintenance does ------------------------
+
+
+@pytest.mark.slow
+def test_team_store_orphans_go_at_the_first_maintenance_a_day_after(
+    postgres_server: Postgres, tmp_path: Path
+) -> None:
+    """A dead ingest's Parquet files on a team store (untracked by the catalog) are deleted by
+    the first maintenance once a day old, and kept before (an ingest on another machine may still
+    be writing them): what docs/deploy.md says, and ORPHAN_AGE_TEAM is."""
+    from gpuscope.ingest.store import ORPHAN_AGE_TEAM
+
+    assert ORPHAN_AGE_TEAM == "1 day"
+    deploy = " ".join((REPO / "docs" / "deploy.md").read_text().split())
+    assert "the first maintenance a day after they were written deletes them" in deploy
+    assert "removed by the next maintenance" not in deploy
+    data = tmp_path / "shared"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("GPUSCOPE_", "AWS_"))},
+        "GPUSCOPE_STORE": postgres_server.url(postgres_server.create_database()),
+        "GPUSCOPE_DATA_PATH": str(data) + "/",
+    }
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, env=env
+        )
+
+    assert cli("ingest", str(BEFORE)).returncode == 0
+    stored = sorted(data.rglob("*.parquet"))
+    assert stored
+    table_dir = stored[0].parent
+    old, young = table_dir / "ducklake-dead-old.parquet", table_dir / "ducklake-dead-new.parquet"
+    for f in (old, young):
+        f.write_bytes(stored[0].read_bytes())
+    two_days_ago = time.time() - 2 * 86400
+    os.utime(old, (two_days_ago, two_days_ago))
+    done = cli("maintain")
+    assert done.returncode == 0, done.stderr
+    assert not old.exists() and young.exists()
+    assert all(f.exists() for f in stored)  # the stored run's files stay
+    assert json.loads(cli("runs", "--json").stdout)[0]["name"] == "before"
