@@ -572,3 +572,35 @@ def test_team_store_orphans_go_at_the_first_maintenance_a_day_after(
     assert not old.exists() and young.exists()
     assert all(f.exists() for f in stored)  # the stored run's files stay
     assert json.loads(cli("runs", "--json").stdout)[0]["name"] == "before"
+
+
+@pytest.mark.slow
+def test_the_dashboards_writer_reopens_after_postgres_died_mid_commit(
+    servers: Servers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upload whose commit lost PostgreSQL is one plain line ("nothing was stored") and the
+    next upload works: the dashboard's connections are dropped and reopened, not left dead."""
+    from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.web import db as webdb
+
+    ts = team(servers)
+    assert gpuscope(ts, "ingest", str(BEFORE)).returncode == 0
+    for k, v in env_of(ts).items():
+        if k.startswith(("GPUSCOPE_", "AWS_")):
+            monkeypatch.setenv(k, v)
+    webdb.store()  # open, as the server has before the upload
+    assert ts.pg.psql(DIE_AT_COMMIT, database=ts.database).returncode == 0
+    try:
+        with pytest.raises(StoreError) as failed, webdb.writing() as w:
+            ingest_paths(w, [AFTER])
+    finally:
+        assert (
+            ts.pg.psql("DROP TRIGGER gs_die ON ducklake_snapshot", database=ts.database).returncode
+            == 0
+        )
+    assert "stopped answering during the commit; nothing was stored" in str(failed.value)
+    assert_clean(ts, str(failed.value))
+    with webdb.writing() as w:
+        ingest_paths(w, [AFTER])
+    assert n_runs(ts) == 2
+    webdb.drop(webdb.store())

@@ -383,3 +383,11 @@ def test_ipv6_loopback_really_serves(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_a_sign_in_config_broken_since_start_refuses_every_upload(
+    signin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    signin.write_text("not toml [")
+    guard = UploadGuard(Inner())
+    assert put(guard, size=10, cookies=user_cookie({"email": "alice@example.com"}))[0] == 401

@@ -99,8 +99,13 @@ class UploadGuard:
         self._lock = threading.Lock()
         self._in_flight: dict[str, int] = {}  # session id -> bytes of uploads being received
         path = auth.config_path()
-        self._secret = auth.load_config(path).cookie_secret if path is not None else ""
         self._signin = path is not None
+        self._secret = ""  # no secret: no cookie is valid, every upload refused (fail closed)
+        if path is not None:
+            try:
+                self._secret = auth.load_config(path).cookie_secret
+            except auth.AuthConfigError:  # checked at start, broken since: refuse, don't serve
+                self._secret = ""
 
     def refusal(self, scope: Scope) -> tuple[int, str] | None:
         """(status, reason) for an upload request that must not be read; None: let it in."""
