@@ -33,7 +33,8 @@ from typing import Any, TypeVar
 
 import duckdb
 from gpuscope.ingest import extensions
-from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.errors import IngestError, catalog_lost, store_fault
+from gpuscope.ingest.redact import redact, remember, shown_url, url_password
 from gpuscope.ingest.schema import META_DDL, SCHEMA_VERSION, TABLES
 
 ENV_DB = "GPUSCOPE_DB"  # the local store's folder
@@ -99,14 +100,8 @@ class StoreSpec:
     data_path: str | None = None  # Parquet location (local: default <folder>/data/)
 
     def shown(self) -> str:
-        """The spec as printed in messages: a password in a URL is replaced by ``***``."""
-        if self.kind != "team":
-            return self.location
-        u = urllib.parse.urlsplit(self.location)
-        if u.password is None:
-            return self.location
-        netloc = f"{u.username or ''}:***@{u.hostname or ''}" + (f":{u.port}" if u.port else "")
-        return urllib.parse.urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment))
+        """The spec as printed in messages: every secret masked (``***``; see ``redact``)."""
+        return shown_url(self.location)
 
 
 def parse_spec(
@@ -130,6 +125,7 @@ def parse_spec(
         return StoreSpec("duckdb", path if path == ":memory:" else str(Path(path).expanduser()))
     scheme = text.split("://", 1)[0].lower() if "://" in text else ""
     if scheme in ("postgres", "postgresql"):
+        remember(url_password(text))  # masked verbatim in every message from now on
         u = urllib.parse.urlsplit(text)
         try:
             u.port  # noqa: B018 (raises ValueError for a port that is not a number in range)
@@ -341,17 +337,21 @@ class Store:
             self._tx = True
             try:
                 yield self
-            except BaseException:
+            except BaseException as e:
                 self._tx = False
                 rollback_quietly(self.con)
                 self._end_mark(mark, clean=True)
+                if isinstance(e, duckdb.Error) and catalog_lost(e):  # plain words, no secret
+                    raise store_fault(e, self.shown(), during="the write") from None
                 raise
             self._tx = False
             try:
                 self.con.execute("COMMIT")
-            except BaseException:
+            except BaseException as e:
                 rollback_quietly(self.con)  # a failed COMMIT may leave the transaction open
                 self._end_mark(mark, clean=True)
+                if isinstance(e, duckdb.Error) and catalog_lost(e):
+                    raise store_fault(e, self.shown(), during="the commit") from None
                 raise
             self._counter[0] += 1
             self._end_mark(mark, clean=False)
@@ -648,13 +648,10 @@ def _attach(store: Store) -> None:
         store.con.execute(f"SELECT count(*) FROM glob({_sql_text(probe)})").fetchall()
 
 
-_PASSWORD = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-
-
 def _first_line(e: BaseException) -> str:
-    """The error's first line, any ``password=...`` of a connection string masked."""
+    """The error's first line, every secret masked (``redact``)."""
     line = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-    return _PASSWORD.sub("password=***", line)
+    return redact(line)
 
 
 def connect(

@@ -42,3 +42,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.xdist_group("browser"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _signouts_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Sign-outs (gpuscope.web.auth.record_sign_out) go to a file of the test session, never the
+    user's own ~/.local/state: dashboards started by module fixtures inherit it."""
+    import os
+
+    path = tmp_path_factory.mktemp("signouts") / "signed-out.json"
+    os.environ.setdefault("GPUSCOPE_SIGNOUT_FILE", str(path))
+
+
+@pytest.fixture(autouse=True)
+def _signouts_of_this_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """...and each in-process test starts with none (a sign-out clicked in one AppTest must not
+    sign the same person out of the next test's)."""
+    monkeypatch.setenv("GPUSCOPE_SIGNOUT_FILE", str(tmp_path / "signed-out" / "signed-out.json"))

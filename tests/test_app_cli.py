@@ -33,7 +33,7 @@ def test_defaults_bind_loopback(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     assert argv[1:4] == ["-m", "streamlit", "run"] and argv[4] == str(main_script())
     flags = dict(zip(argv[5::2], argv[6::2], strict=True))
     assert flags["--server.address"] == "127.0.0.1" and flags["--server.port"] == "8501"
-    assert flags["--server.maxUploadSize"] == "1024"
+    assert flags["--server.maxUploadSize"] == "256"
     assert "--server.headless" not in flags
     assert env["GPUSCOPE_STORE"] == str((tmp_path / "d.duckdb").resolve())
     assert (
@@ -97,7 +97,7 @@ def test_bad_port(capsys: pytest.CaptureFixture[str]) -> None:
 def test_streamlit_config() -> None:
     cfg = tomllib.loads(CONFIG.read_text())
     assert cfg["server"]["address"] == "127.0.0.1"
-    assert cfg["server"]["maxUploadSize"] == 1024
+    assert cfg["server"]["maxUploadSize"] == 256
     assert cfg["server"]["showEmailPrompt"] is False and cfg["browser"]["gatherUsageStats"] is False
     # no fixed base theme: the viewer's light/dark choice applies
     assert "base" not in cfg.get("theme", {})

@@ -180,7 +180,10 @@ def test_runs_record_who_uploaded_them(tmp_path, db_path):
     }
     assert listed["before"] == "ann@example.org" and listed["after"] is None
     assert list(listed.values()).count("bo") == 1
-    r = gpuscope("ingest", SAMPLES / "ddp", "--db", db_path, "--uploaded-by", "cy", "--json")
+    admin = {**os.environ, "GPUSCOPE_ALLOW_UPLOADED_BY": "1"}  # an admin's import may name anyone
+    r = gpuscope(
+        "ingest", SAMPLES / "ddp", "--db", db_path, "--uploaded-by", "Cy", "--json", env=admin
+    )
     assert json.loads(r.stdout)[0]["uploaded_by"] == "cy"
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
-from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.errors import IngestError, StoreError
 from gpuscope.ingest.loader import ingest_paths
 
 
@@ -49,15 +50,48 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--uploaded-by",
         metavar="WHO",
-        help="who stores the run(s), kept in runs.uploaded_by (default: unknown)",
+        help=f"who stores the run(s), kept in runs.uploaded_by: only ${ENV_UPLOADER} (this "
+        f"node's service identity, set by the deployer; the default) unless "
+        f"${ENV_ALLOW_UPLOADED_BY}=1 allows naming anyone (docs/security.md)",
     )
     p.add_argument("--json", action="store_true", help="print details as JSON")
     common_db_option(p)
 
 
+ENV_UPLOADER = "GPUSCOPE_UPLOADER"  # the ingest node's service identity, set by the deployer
+ENV_ALLOW_UPLOADED_BY = "GPUSCOPE_ALLOW_UPLOADED_BY"  # "1": --uploaded-by may name anyone
+
+
+def uploader(claimed: str | None) -> str | None:
+    """Who a CLI ingest records as ``runs.uploaded_by``: ``$GPUSCOPE_UPLOADER`` (case-folded), or
+    None when unset. ``--uploaded-by`` may only repeat it, unless ``$GPUSCOPE_ALLOW_UPLOADED_BY=1``
+    (an admin's import) lets it name anyone. Raises ValueError (one line) for a claim refused."""
+    from gpuscope.web.auth import fold
+
+    service = os.environ.get(ENV_UPLOADER, "").strip()
+    own = fold(service) if service else None
+    if claimed is None:
+        return own
+    if not claimed.strip():
+        raise ValueError("--uploaded-by: an empty name")
+    wanted = fold(claimed)
+    if wanted == own or os.environ.get(ENV_ALLOW_UPLOADED_BY, "").strip() == "1":
+        return wanted
+    who = f"this node's identity is {own} (${ENV_UPLOADER})" if own else f"${ENV_UPLOADER} is unset"
+    raise ValueError(
+        f"--uploaded-by {claimed}: a run is credited to the identity the deployer gave this node, "
+        f"not to a name typed here ({who}); ${ENV_ALLOW_UPLOADED_BY}=1 allows it for an admin's "
+        "import"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.name and len(args.paths) > 1:
         return fail("--name needs exactly one PATH")
+    try:
+        uploaded_by = uploader(args.uploaded_by)
+    except ValueError as e:
+        return fail(str(e))
     metadata = {}
     if args.untraced_step_ms is not None:
         if not math.isfinite(args.untraced_step_ms) or args.untraced_step_ms <= 0:
@@ -76,14 +110,14 @@ def run(args: argparse.Namespace) -> int:
             separate=args.separate,
             smi_columns=args.smi_columns,
             metadata=metadata,
-            uploaded_by=args.uploaded_by,
+            uploaded_by=uploaded_by,
         )
         if any(not r.duplicate for r in results):  # expired snapshots, unneeded files
             note = con.maintain_after_ingest()
             if note:
                 print(f"gpuscope: note: {note}", file=sys.stderr)
-    except IngestError as e:
-        return fail(str(e))
+    except IngestError as e:  # a store fault (StoreError) exits 1, bad input 2
+        return fail(str(e), 1 if isinstance(e, StoreError) else 2)
     finally:
         con.close()
     for r in results:

@@ -15,6 +15,7 @@ import duckdb
 from gpuscope import __version__
 from gpuscope.ingest.batch_insert import remove_own_scratch
 from gpuscope.ingest.errors import IngestError, store_fault
+from gpuscope.ingest.redact import redact
 
 SUBCOMMANDS = (
     "ingest",
@@ -83,13 +84,15 @@ def inert(text: str) -> str:
 
 
 class InertStream(io.TextIOBase):
-    """A text stream that escapes control characters on the way to ``target`` (a terminal)."""
+    """A text stream that escapes control characters on the way to ``target`` (a terminal) and
+    masks every store secret (``gpuscope.ingest.redact``): every line and JSON document the CLI
+    prints goes through it."""
 
     def __init__(self, target: TextIO) -> None:
         self.target = target
 
     def write(self, s: str) -> int:
-        self.target.write(s.translate(INERT))
+        self.target.write(redact(s).translate(INERT))
         return len(s)
 
     def flush(self) -> None:

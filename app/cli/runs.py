@@ -20,6 +20,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     common_db_option(p)
 
 
+def cell(text: object, width: int) -> str:
+    """One table cell: control characters of any kind (newline, carriage return and tab
+    included) escaped as ``\\n`` ``\\x1b`` …, so a run name cannot start a row of its own,
+    then cut to ``width`` and padded."""
+    shown = "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(text)
+    )
+    return f"{shown[:width]:{width}}"
+
+
 def run(args: argparse.Namespace) -> int:
     con = open_db(args)
     if args.rename:
@@ -40,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     print(header)
     for r in runs:
         print(
-            f"{r['run_id']:12}  {r['name'][:32]:32}  {r['kind']:5}  {r['n_ranks']:>5}  "
-            f"{r['n_events']:>10}  {(r['gpu_name'] or '-')[:24]:24}  {r['created_at'][:19]}"
+            f"{r['run_id']:12}  {cell(r['name'], 32)}  {r['kind']:5}  {r['n_ranks']:>5}  "
+            f"{r['n_events']:>10}  {cell(r['gpu_name'] or '-', 24)}  {r['created_at'][:19]}"
         )
     return 0

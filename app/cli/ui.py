@@ -14,14 +14,15 @@ from pathlib import Path
 
 ENV_MAX_UPLOAD = "GPUSCOPE_MAX_UPLOAD_MB"
 ENV_AUTH_CONFIG = "GPUSCOPE_AUTH_CONFIG"  # the same name as gpuscope.web.auth.ENV_AUTH_CONFIG
-DEFAULT_MAX_UPLOAD_MB = 1024
+DEFAULT_MAX_UPLOAD_MB = 256  # the same as gpuscope.web.upload_guard.DEFAULT_MAX_UPLOAD_MB
 
 
 def main_script() -> Path:
-    """The Streamlit entry script (its ``.streamlit/config.toml`` sits beside it)."""
+    """What ``streamlit run`` serves: ``asgi.py``, the dashboard (``main.py``) behind the upload
+    guard (its ``.streamlit/config.toml`` sits beside it)."""
     from gpuscope import web
 
-    return Path(web.__file__).resolve().parent / "main.py"
+    return Path(web.__file__).resolve().parent / "asgi.py"
 
 
 def _max_upload_default() -> int:
@@ -95,6 +96,39 @@ def auth_config_arg(args: argparse.Namespace) -> str | None:
     return given
 
 
+HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+
+
+def bind_host(raw: str) -> str:
+    """``--host`` as the server binds it: white space around it dropped, an IPv6 address's
+    brackets (``[::1]``) dropped; raises ValueError (one line) for anything that is neither an IP
+    address nor a host name. ``""`` stays ``""`` (every interface)."""
+    import ipaddress
+
+    host = raw.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError("brackets hold an IPv6 address, e.g. [::1]") from None
+        return host
+    try:
+        return str(ipaddress.ip_address(host)) if host else host
+    except ValueError:
+        pass
+    if not set(host) <= HOST_CHARS or host.startswith(("-", ".")):
+        raise ValueError("not an IP address or a host name")
+    return host
+
+
+def url_host(host: str) -> str:
+    """How a bound host reads in a URL (``localhost`` for 127.0.0.1, ``[::1]`` for IPv6)."""
+    if host in ("127.0.0.1", "localhost"):
+        return "localhost"
+    return f"[{host}]" if ":" in host else host
+
+
 def build_command(
     args: argparse.Namespace, auth_config: Path | None = None
 ) -> tuple[list[str], dict[str, str]]:
@@ -150,6 +184,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.port <= 65535:
         return fail(f"--port {args.port}: not a port number")
+    try:
+        args.host = bind_host(args.host)
+    except ValueError as e:
+        return fail(f"--host {shlex.quote(args.host)}: {e}")
     if args.max_upload_mb is not None and args.max_upload_mb < 1:
         return fail("--max-upload-mb must be at least 1")
     from gpuscope.web.auth import AuthConfigError, is_loopback, load_config
@@ -178,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
             load_samples(con, log=lambda m: print(f"gpuscope: {m}", file=sys.stderr))
         finally:
             con.close()
-    host = "localhost" if args.host in ("127.0.0.1", "localhost") else args.host
+    host = url_host(args.host)
     signin = f"sign-in by {auth_config.path}" if auth_config else "no sign-in"
     print(
         f"gpuscope: dashboard on http://{host}:{args.port}  (store {spec_shown(env)}; {signin})",

@@ -14,10 +14,13 @@ and ask it again, with the owner read afresh under the store's write lock, befor
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import time
 import tomllib
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -45,6 +48,7 @@ class AuthConfig:
     redirect_uri: str
     server_metadata_url: str
     admins: frozenset[str]
+    cookie_secret: str = field(default="", repr=False)  # signs the sign-in cookie
 
 
 def _url(value: str, *, allow_port_placeholder: bool = False) -> bool:
@@ -120,7 +124,8 @@ def load_config(path: str | os.PathLike[str]) -> AuthConfig:
         path=p.resolve(),
         redirect_uri=redirect,
         server_metadata_url=metadata,
-        admins=frozenset(a.strip().lower() for a in admins),
+        admins=frozenset(fold(a) for a in admins),
+        cookie_secret=str(auth["cookie_secret"]),
     )
 
 
@@ -141,12 +146,19 @@ def is_loopback(host: str) -> bool:
 # -- who is signed in ------------------------------------------------------------------------------
 
 
+def fold(who: str) -> str:
+    """An identity as stored and compared: white space around it dropped, case-folded
+    (``Carol@Example.com`` and ``carol@example.com`` are one person)."""
+    return who.strip().casefold()
+
+
 def identity(claims: Mapping[str, Any]) -> str | None:
     """The name a run's ``uploaded_by`` records for these OIDC claims: the e-mail address
-    (lower-cased), unless the provider says it is unverified; else the subject (``sub``)."""
+    (case-folded, :func:`fold`), unless the provider says it is unverified; else the subject
+    (``sub``)."""
     email = claims.get("email")
     if isinstance(email, str) and email.strip() and claims.get("email_verified") is not False:
-        return email.strip().lower()
+        return fold(email)
     sub = claims.get("sub")
     return str(sub) if sub not in (None, "") else None
 
@@ -164,7 +176,8 @@ def viewer_from_claims(claims: Mapping[str, Any], admins: Collection[str]) -> Vi
     who = identity(claims)
     name = claims.get("name")
     shown = str(name).strip() if isinstance(name, str) and name.strip() else (who or "unknown")
-    return Viewer(identity=who, name=shown, admin=who is not None and who in admins)
+    folded = {fold(a) for a in admins}
+    return Viewer(identity=who, name=shown, admin=who is not None and fold(who) in folded)
 
 
 def may_change(owner: str | None, viewer: Viewer | None) -> tuple[bool, str]:
@@ -174,7 +187,7 @@ def may_change(owner: str | None, viewer: Viewer | None) -> tuple[bool, str]:
         return True, ""
     if viewer.identity is None:
         return False, "Your sign-in carries no e-mail or subject, so no run is yours to change."
-    if owner is not None and owner == viewer.identity:
+    if owner is not None and fold(owner) == fold(viewer.identity):
         return True, ""
     if owner is None:
         return False, (
@@ -223,9 +236,20 @@ def uploader() -> str | None:
 
 
 def signed_in() -> bool:
+    """Whether this session's visitor is signed in: Streamlit's signed cookie says so, and its
+    holder has not signed out since the cookie was made (:func:`revoked`)."""
     import streamlit as st
 
-    return bool(st.user.to_dict().get("is_logged_in"))
+    user = st.user.to_dict()
+    if not user.get("is_logged_in"):
+        return False
+    who = identity(user)
+    if who is None:
+        return True
+    path = config_path()
+    secret = _cookie_secret(path) if path is not None else ""
+    issued = cookie_issued_at(dict(st.context.cookies), secret)
+    return not revoked(who, issued)
 
 
 def gate() -> None:
@@ -250,6 +274,8 @@ def gate() -> None:
         if v.identity and v.identity != v.name:
             st.caption(ui.md(v.identity))
         if st.button("Sign out", icon=":material/logout:", key="auth_sign_out"):
+            if v.identity:  # every cookie of theirs made before now stops working, copies too
+                record_sign_out(v.identity)
             st.logout()
 
 
@@ -277,3 +303,131 @@ def refusal(cur: Connection, run_ids: Collection[str], viewer: Viewer | None) ->
         if not ok:
             return why
     return None
+
+
+# -- sign-out that ends the session on the server ---------------------------------------------------
+#
+# Streamlit's sign-in cookie is signed, not stored: deleting it in the browser (st.logout) leaves
+# every copy of it valid for 30 days. gpuscope keeps, per identity, the time of the last sign-out
+# (a small JSON file on the dashboard's host); a cookie made before it no longer signs anyone in,
+# on any page and at the upload endpoint. Signing out thus ends all of that person's sessions.
+
+ENV_SIGNOUT_FILE = "GPUSCOPE_SIGNOUT_FILE"
+USER_COOKIE = "_streamlit_user"  # Streamlit's signed sign-in cookie (may be split in chunks)
+COOKIE_MAX_AGE_S = 31 * 86400  # Streamlit's own limit: 30 days and a day's grace
+
+
+def signout_file() -> Path:
+    """``$GPUSCOPE_SIGNOUT_FILE``, else ``$XDG_STATE_HOME/gpuscope/signed-out.json``
+    (``~/.local/state/...``)."""
+    raw = os.environ.get(ENV_SIGNOUT_FILE, "").strip()
+    if raw:
+        return Path(raw).expanduser()
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "gpuscope" / "signed-out.json"
+
+
+def _read_signouts(path: Path) -> dict[str, float]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError):  # unreadable: every cookie is suspect, fail closed
+        return {"*": time.time()}
+    if not isinstance(doc, dict):
+        return {"*": time.time()}
+    return {str(k): float(v) for k, v in doc.items() if isinstance(v, int | float)}
+
+
+def record_sign_out(who: str, when: float | None = None) -> None:
+    """Remember that ``who`` signed out at ``when`` (default now; epoch seconds)."""
+    path = signout_file()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        doc = _read_signouts(path)
+        doc.pop("*", None)
+        key = fold(who)
+        doc[key] = max(doc.get(key, 0.0), time.time() if when is None else when)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def revoked(who: str, issued: float | None) -> bool:
+    """Whether a sign-in cookie of ``who`` made at ``issued`` (epoch seconds; None: unknown)
+    predates their last sign-out."""
+    signouts = _read_signouts(signout_file())
+    last = max(signouts.get(fold(who), 0.0), signouts.get("*", 0.0))
+    if not last:
+        return False
+    return issued is None or issued <= last
+
+
+def _cookie_secret(path: Path) -> str:
+    try:
+        return load_config(path).cookie_secret
+    except AuthConfigError:
+        return ""
+
+
+def _unsign(secret: str, name: str, value: str) -> tuple[str, float] | None:
+    """A signed cookie's value and when it was signed; None when the signature is not
+    ``secret``'s or the cookie is older than Streamlit accepts."""
+    from itsdangerous import BadData, URLSafeTimedSerializer
+
+    try:
+        text, when = URLSafeTimedSerializer(secret, salt=name).loads(
+            value, max_age=COOKIE_MAX_AGE_S, return_timestamp=True
+        )
+    except BadData:
+        return None
+    return (str(text), when.timestamp()) if isinstance(text, str) else None
+
+
+def signed_cookie(cookies: Mapping[str, str], secret: str) -> tuple[dict[str, Any], float] | None:
+    """The sign-in cookie's claims and when it was made (epoch seconds), from a request's
+    cookies; None when it is missing, forged, expired or not a signed-in user's. Reassembles a
+    cookie Streamlit split in chunks (``_streamlit_user`` = ``chunks-N``, then ``_1`` …)."""
+    if not secret:
+        return None
+    head = cookies.get(USER_COOKIE)
+    first = _unsign(secret, USER_COOKIE, head) if head else None
+    if first is None:
+        return None
+    text, issued = first
+    if text.startswith("chunks-") and text[7:].isdigit():
+        parts = []
+        for i in range(1, int(text[7:]) + 1):
+            raw = cookies.get(f"{USER_COOKIE}_{i}")
+            part = _unsign(secret, f"{USER_COOKIE}_{i}", raw) if raw else None
+            if part is None:
+                return None
+            parts.append(part[0])
+        text = "".join(parts)
+    try:
+        claims = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(claims, dict) or claims.get("is_logged_in") is not True:
+        return None
+    return claims, issued
+
+
+def cookie_issued_at(cookies: Mapping[str, str], secret: str) -> float | None:
+    """When this request's sign-in cookie was made; None when there is no valid one."""
+    found = signed_cookie(cookies, secret)
+    return found[1] if found else None
+
+
+def request_identity(cookies: Mapping[str, str], secret: str) -> str | None:
+    """Who a request's cookies sign in (their identity), or None: no valid sign-in cookie, or
+    one made before that person signed out. What the upload guard asks."""
+    found = signed_cookie(cookies, secret)
+    if found is None:
+        return None
+    claims, issued = found
+    who = identity(claims)
+    if who is None or revoked(who, issued):
+        return None
+    return who

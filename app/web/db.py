@@ -159,6 +159,9 @@ def writing() -> Iterator[Store]:
         w = writer()
         with w.lock.held():
             yield w
+    except StoreError:  # a fault made one line already (PostgreSQL gone mid-commit): reopen next
+        drop(s)
+        raise
     except IngestError:
         raise
     except (duckdb.Error, OSError) as e:

@@ -13,9 +13,11 @@ import duckdb
 import streamlit as st
 from gpuscope import __version__
 from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.redact import install_log_redaction
 from gpuscope.ingest.store import parse_spec
 from gpuscope.web import auth, db, ui
 
+install_log_redaction()  # every log record of the server masks store secrets (idempotent)
 ICON = Path(__file__).resolve().parent / "static" / "favicon.png"  # local: no font CDN request
 st.set_page_config(
     page_title="gpuscope", page_icon=str(ICON) if ICON.is_file() else None, layout="wide"

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 from gpuscope.analysis import run_views, sawtooth
+from gpuscope.ingest.errors import catalog_lost, store_fault
 from gpuscope.web import data, db, figures, palette, ui
 
 LOG = logging.getLogger("gpuscope.web")
@@ -38,6 +39,13 @@ def section(label: str) -> Iterator[None]:
     try:
         yield
     except Exception as e:  # a bug in one section must not take the page down
+        if catalog_lost(e):  # the team store's PostgreSQL stopped: plain words, not a bug
+            line = store_fault(e, db.db_path())
+            LOG.warning("section %r: %s", label, line)
+            st.error(
+                f"{label} could not be shown: {ui.md(str(line), None)}", icon=":material/error:"
+            )
+            return
         LOG.exception("section %r failed", label)
         st.error(
             f"{label} could not be shown: an internal error ({type(e).__name__}). "

@@ -1,0 +1,199 @@
+"""Issue 22 against a real `gpuscope ui --auth-config` server (and, for sign-out, a real OIDC
+provider and Debian's chromium):
+
+* the cookie-less upload replayed: a websocket session, a self-made XSRF cookie and header (double
+  submit), ``PUT /_stcore/upload_file/<session>/<file>`` of 96 MB: refused (401) before the body
+  is read, and the server's memory does not grow by the file; the same upload with a sign-in
+  cookie goes through (so the replay itself is sound);
+* a copied sign-in cookie used after its owner signed out: the pages show the sign-in page and
+  the upload endpoint refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import os
+import re
+import secrets
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e_support import free_port, stop_server, ui_server, wait_idle
+from test_browser_login import ALICE, _sign_in, provider  # noqa: F401 (provider: a fixture)
+
+FILE_MB = 96
+COOKIE = "_streamlit_user"
+
+
+@dataclass
+class Guarded:
+    url: str
+    port: int
+    log: Path
+    pid: int
+    cookie_secret: str
+    signouts: Path
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory, provider: str) -> Iterator[Guarded]:  # noqa: F811
+    work = tmp_path_factory.mktemp("guarded")
+    port = free_port()
+    secret = secrets.token_hex(32)
+    config = work / "auth.toml"
+    config.write_text(
+        "[auth]\n"
+        f'redirect_uri = "http://127.0.0.1:{port}/oauth2callback"\n'
+        f'cookie_secret = "{secret}"\n'
+        'client_id = "gpuscope-e2e"\n'
+        f'client_secret = "{secrets.token_hex(16)}"\n'
+        f'server_metadata_url = "{provider}/.well-known/openid-configuration"\n'
+    )
+    signouts = work / "signed-out.json"
+    env = {**os.environ, "GPUSCOPE_SIGNOUT_FILE": str(signouts)}
+    db = work / "store"
+    server = ui_server(work, ["--db", str(db), "--auth-config", str(config)], env, port=port)
+    yield Guarded(server.url, port, server.log, server.proc.pid, secret, signouts)
+    stop_server(server)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def upload_in_session(port: int, cookies: str, size_mb: int) -> tuple[int, str]:
+    """Open a websocket session (as any client can), then replay an upload to it while it is
+    open; the upload's (status, body). In a thread of its own: Playwright's sync API keeps an
+    event loop running in this one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _in_session(port, cookies, size_mb)).result()
+
+
+async def _in_session(port: int, cookies: str, size_mb: int) -> tuple[int, str]:
+    import websockets
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    headers = {"Cookie": cookies} if cookies else {}
+    async with websockets.connect(
+        f"ws://127.0.0.1:{port}/_stcore/stream",
+        subprotocols=["streamlit"],  # type: ignore[list-item]
+        additional_headers=headers,
+        max_size=None,
+        open_timeout=60,
+    ) as ws:
+        msg = BackMsg()
+        msg.rerun_script.page_name = "runs"
+        await ws.send(msg.SerializeToString())
+        while True:
+            raw = await asyncio.wait_for(ws.recv(), 60)
+            fwd = ForwardMsg()
+            fwd.ParseFromString(raw if isinstance(raw, bytes) else raw.encode())
+            if fwd.WhichOneof("type") == "new_session":
+                sid = str(fwd.new_session.initialize.session_id)
+                # the upload goes to the session while its websocket is open
+                return await asyncio.to_thread(replay_upload, port, sid, cookies, size_mb)
+
+
+def replay_upload(port: int, session: str, cookies: str, size_mb: int) -> tuple[int, str]:
+    """PUT a multipart upload of ``size_mb`` MB with a self-made XSRF double submit; (status,
+    body). The body is streamed: a server that answers early may close before it is sent."""
+    from streamlit.web.server.starlette.starlette_app_utils import generate_xsrf_token_string
+
+    xsrf = generate_xsrf_token_string()
+    boundary = "gpuscope" + secrets.token_hex(8)
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="t.json"\r\n'
+        "Content-Type: application/json\r\n\r\n"
+    ).encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    size = size_mb << 20
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.putrequest("PUT", f"/_stcore/upload_file/{session}/{secrets.token_hex(8)}")
+    conn.putheader("Content-Type", f"multipart/form-data; boundary={boundary}")
+    conn.putheader("Content-Length", str(len(head) + size + len(tail)))
+    conn.putheader("X-Xsrftoken", xsrf)
+    jar = f"_streamlit_xsrf={xsrf}" + (f"; {cookies}" if cookies else "")
+    conn.putheader("Cookie", jar)
+    conn.endheaders()
+    chunk = b"x" * (1 << 20)
+    try:
+        conn.send(head)
+        for _ in range(size_mb):
+            conn.send(chunk)
+        conn.send(tail)
+    except OSError:  # the server answered and closed without reading the body
+        pass
+    try:
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def signed_cookie(secret: str, claims: dict[str, object], port: int) -> str:
+    from streamlit.web.server.starlette.starlette_app_utils import create_signed_value
+
+    value = json.dumps({"origin": f"http://127.0.0.1:{port}", "is_logged_in": True, **claims})
+    return f"{COOKIE}={create_signed_value(secret, COOKIE, value).decode()}"
+
+
+@pytest.mark.slow
+def test_a_cookie_less_upload_is_refused_and_costs_no_memory(guarded: Guarded) -> None:
+    port = guarded.port
+    before = rss_mb(guarded.pid)
+    status, body = upload_in_session(port, "", FILE_MB)
+    after = rss_mb(guarded.pid)
+    assert (status, body.strip()) == (401, "sign in to upload")
+    assert after - before < FILE_MB / 4, (before, after)
+    # the same replay with a sign-in cookie is accepted: the refusal above is the guard's
+    cookie = signed_cookie(guarded.cookie_secret, {"email": "ana@example.com"}, port)
+    assert upload_in_session(port, cookie, 1)[0] == 204
+    # beyond the file cap (256 MB by default): refused on its Content-Length, nothing read
+    before = rss_mb(guarded.pid)
+    status, _ = upload_in_session(port, cookie, 300)
+    assert status == 413 and rss_mb(guarded.pid) - before < FILE_MB / 4
+
+
+@pytest.mark.browser
+def test_a_copied_cookie_stops_working_at_sign_out(
+    guarded: Guarded,
+    provider: str,  # noqa: F811
+    new_page,  # type: ignore[no-untyped-def]
+) -> None:
+    alice = new_page()
+    _sign_in(alice, guarded, provider, ALICE["sub"])  # type: ignore[arg-type]
+    alice.get_by_text("Signed in as").wait_for()
+    copied = [c for c in alice.context.cookies() if c["name"].startswith(COOKIE)]
+    assert copied, "no sign-in cookie to copy"
+    jar = "; ".join(f"{c['name']}={c['value']}" for c in copied)
+    assert upload_in_session(guarded.port, jar, 1)[0] == 204  # the copy works while she is in
+
+    alice.get_by_role("button", name="Sign out").click()
+    alice.wait_for_url(re.compile(re.escape(provider) + r"/oauth2/end_session"))
+    alice.get_by_role("button", name="End session").click()
+    assert json.loads(guarded.signouts.read_text()).keys() == {ALICE["email"]}
+
+    # the copy, in another browser: the sign-in page, nothing of the store
+    thief = new_page()
+    thief.context.add_cookies(copied)
+    thief.goto(f"{guarded.url}/runs")
+    wait_idle(thief)
+    thief.get_by_role("button", name="Sign in").wait_for()
+    app = thief.locator('[data-testid="stApp"]').inner_text()
+    assert "Signed in as" not in app and "Upload traces" not in app
+    # and at the upload endpoint
+    assert upload_in_session(guarded.port, jar, 1) == (401, "sign in to upload\n")
