@@ -407,3 +407,128 @@ def comm_only_ns(
     ).fetchone()
     other = int(row[0]) if row else 0
     return max(0, int(busy_ns) - other)
+
+
+@dataclass
+class BusySplit:
+    """The window of one rank's device split four ways (ns), summing exactly to ``window_ns``.
+
+    Precedence where classes overlap (docs/metrics.md "Busy, split"): **compute** (any
+    non-communication GPU activity) > communication **transfer** (a matched communication kernel
+    after its collective's last rank arrived) > communication **wait** (a matched communication
+    kernel before the last rank arrived) > **unmatched** communication (a communication kernel not
+    matched across ranks: a run of one rank, a kernel queued before the trace began; wait and
+    transfer cannot be told apart) > **idle** (no GPU activity)."""
+
+    window_ns: int
+    compute_ns: int
+    transfer_ns: int
+    wait_ns: int
+    idle_ns: int
+    unmatched_comm_kernels: int = 0
+    unmatched_ns: int = 0
+
+    @property
+    def busy_ns(self) -> int:
+        return self.compute_ns + self.transfer_ns + self.wait_ns + self.unmatched_ns
+
+    def pct(self, part: int) -> float:
+        return pct(part, self.window_ns)
+
+    def to_json(self, n_steps: int = 1) -> dict[str, Any]:
+        n = max(1, int(n_steps))
+        out: dict[str, Any] = {}
+        for k in ("compute", "transfer", "wait", "unmatched", "idle"):
+            v = int(getattr(self, f"{k}_ns"))
+            out[f"{k}_us"] = us(v)
+            out[f"{k}_pct"] = self.pct(v)
+            out[f"{k}_ms_per_step"] = v / n / 1e6
+        out["unmatched_comm_kernels"] = self.unmatched_comm_kernels
+        return out
+
+
+def busy_split(
+    con: Connection,
+    run_id: str,
+    rank: int,
+    start_ns: int,
+    end_ns: int,
+    device: int | None,
+    waits: pd.DataFrame | None = None,
+) -> BusySplit:
+    """Compute / transfer / wait / idle of ``device`` in ``[start_ns, end_ns)`` (trace ns).
+
+    ``waits``: this rank's matched communication kernels in trace time: ``start_ns``, ``end_ns``
+    (the kernel exactly as stored) and ``wait_ns`` (its wait for the last arriver, from
+    :func:`gpuscope.analysis.collectives.match_collectives`); a communication kernel not in it is
+    unmatched. Four union lengths in SQL: |C|, |C + T|, |C + T + W| and |all|."""
+    window = int(end_ns) - int(start_ns)
+    if device is None or window <= 0:
+        return BusySplit(max(0, window), 0, 0, 0, max(0, window))
+    ix = RankIndex.shared(con, run_id, rank)
+    comm = [
+        int(r[0])
+        for r in con.execute(
+            "SELECT name_id FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
+            [run_id, COMM_KERNEL_RE],
+        ).fetchall()
+    ] or [NO_DEVICE]
+    w = waits if waits is not None else pd.DataFrame({"start_ns": [], "end_ns": [], "wait_ns": []})
+    p = {
+        "run": run_id,
+        "rank": int(rank),
+        "ws": int(start_ns),
+        "we": int(end_ns),
+        "dev": int(device),
+        "comm": comm,
+        "ks": [int(x) for x in w["start_ns"]] or [NO_DEVICE],
+        "ke": [int(x) for x in w["end_ns"]] or [NO_DEVICE],
+        "kw": [int(x) for x in w["wait_ns"]] or [0],
+    }
+
+    def union_len(source: str) -> int:
+        row = execute(
+            con,
+            f"""
+            SELECT coalesce(sum(greatest(0, e - greatest(s, coalesce(pm, s)))), 0)::BIGINT FROM (
+                SELECT s, e, max(e) OVER (ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING
+                                          AND 1 PRECEDING) AS pm
+                FROM ({source}) WHERE e > s
+            )""",
+            p,
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    act = f"SELECT s, e, name_id FROM {ix.gpu()} WHERE dev = $dev AND s < $we AND e > $ws"
+    clip = "greatest(s, $ws) AS s, least(e, $we) AS e"
+    compute_src = f"SELECT {clip} FROM ({act}) WHERE NOT list_contains($comm, name_id)"
+    matched = f"""
+        SELECT a.s, a.e, a.s + k.kw AS m
+        FROM ({act}) a
+        JOIN (SELECT unnest($ks) AS ks, unnest($ke) AS ke, unnest($kw) AS kw) k
+          ON k.ks = a.s AND k.ke = a.e
+        WHERE list_contains($comm, a.name_id)
+    """
+    transfer_src = f"SELECT greatest(m, $ws) AS s, least(e, $we) AS e FROM ({matched})"
+    wait_src = f"SELECT greatest(s, $ws) AS s, least(m, $we) AS e FROM ({matched})"
+    n_unmatched = execute(
+        con,
+        f"""SELECT count(*) FROM ({act}) a
+            WHERE list_contains($comm, a.name_id) AND NOT EXISTS (
+                SELECT 1 FROM (SELECT unnest($ks) AS ks, unnest($ke) AS ke) k
+                WHERE k.ks = a.s AND k.ke = a.e)""",
+        p,
+    ).fetchone()
+    c = union_len(compute_src)
+    ct = union_len(f"{compute_src} UNION ALL {transfer_src}")
+    ctw = union_len(f"{compute_src} UNION ALL {transfer_src} UNION ALL {wait_src}")
+    allb = union_len(f"SELECT {clip} FROM ({act})")
+    return BusySplit(
+        window,
+        c,
+        ct - c,
+        ctw - ct,
+        window - allb,
+        int(n_unmatched[0]) if n_unmatched else 0,
+        allb - ctw,
+    )

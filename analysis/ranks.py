@@ -1,56 +1,32 @@
-"""Many ranks: a table of every rank's headline figures, and the straggler with its evidence.
+"""Many ranks: a table of every rank's headline figures; the straggler is matched.
 
 In a synchronous job (DDP, FSDP) every rank's step is as long as the slowest one's: the others
-wait for it inside collectives, and that wait shows as **communication-only** GPU time (only NCCL
-kernels running). The rank with the least communication-only time per step arrives last at the
-collectives: it is the **straggler**, and the others' excess over it is time spent waiting for it.
-docs/metrics.md, "Many ranks".
+wait for it inside collectives. The straggler is found by matching every collective across ranks
+(:mod:`gpuscope.analysis.collectives`): the rank whose late arrivals make the others wait longest in
+total, with the steps and phases where it happens (it replaces the earlier aggregate, the rank with
+the least communication-only time, which missed a straggler that moves between ranks or only shows
+in one phase). docs/metrics.md, "Collectives across ranks".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 from gpuscope.analysis.busy import busy_series
-from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.collectives import Straggler
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.store_access import ranks_of
 
-STRAGGLER_MIN_WAIT_US = 100.0
-"""The waiting rank's excess communication-only time must be at least this per step (µs) ..."""
-STRAGGLER_MIN_WAIT_PCT = 2.0
-"""... or this share (%) of its step, to name a straggler."""
-
-
-@dataclass
-class Straggler:
-    """The rank the others wait for. ``waiting_rank``: the rank that waits longest;
-    ``wait_ms_per_step``: its communication-only time per step minus the straggler's (ms);
-    ``evidence``: one sentence with the numbers."""
-
-    rank: int
-    evidence: str
-    waiting_rank: int
-    wait_ms_per_step: float
-    comm_only_ms_per_step: dict[int, float]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "evidence": self.evidence,
-            "waiting_rank": self.waiting_rank,
-            "wait_ms_per_step": self.wait_ms_per_step,
-            "comm_only_ms_per_step": {str(k): v for k, v in self.comm_only_ms_per_step.items()},
-        }
+__all__ = ["Straggler", "rank_busy_panels", "rank_table", "slowest_rank_figures"]
 
 
 def rank_table(ranks: list[dict[str, Any]]) -> pd.DataFrame:
     """The rank rows of a report (``RunReport.ranks``) as a DataFrame, one row per rank: ``rank``,
-    ``step_time_ms``, ``gpu_busy_pct``, ``comm_only_ms_per_step``, ``idle_ms_per_step`` and
-    ``idle_<cause>_ms_per_step`` for every cause (ms per step; NaN where not computed)."""
+    ``step_time_ms``, ``gpu_busy_pct``, ``comm_only_ms_per_step``, ``idle_ms_per_step``,
+    ``comm_wait_pct`` (% of the window), ``comm_wait_ms_per_step``, ``step_p50_ms``/``p90``/``max``
+    and ``idle_<cause>_ms_per_step`` for every cause (ms per step; NaN where not computed)."""
     rows = []
     for r in ranks:
         row: dict[str, Any] = {
@@ -59,6 +35,11 @@ def rank_table(ranks: list[dict[str, Any]]) -> pd.DataFrame:
             "gpu_busy_pct": r.get("gpu_busy_pct"),
             "comm_only_ms_per_step": (r.get("comm_only_us_per_step") or 0.0) / 1e3,
             "idle_ms_per_step": _ms(r.get("idle_us_per_step")),
+            "comm_wait_pct": r.get("comm_wait_pct"),
+            "comm_wait_ms_per_step": _ms(r.get("comm_wait_us_per_step")),
+            "step_p50_ms": r.get("step_p50_ms"),
+            "step_p90_ms": r.get("step_p90_ms"),
+            "step_max_ms": r.get("step_max_ms"),
         }
         by = r.get("idle_by_cause_us_per_step") or {}
         for c in CAUSES:
@@ -69,32 +50,6 @@ def rank_table(ranks: list[dict[str, Any]]) -> pd.DataFrame:
 
 def _ms(us: float | None) -> float | None:
     return None if us is None else us / 1e3
-
-
-def find_straggler(ranks: list[dict[str, Any]]) -> Straggler | None:
-    """The straggler among ``ranks`` (rows with ``rank``, ``step_time_ms``, ``gpu_busy_pct``,
-    ``comm_only_us_per_step``), or None with fewer than two ranks or when no rank waits for
-    another by at least :data:`STRAGGLER_MIN_WAIT_US` per step or :data:`STRAGGLER_MIN_WAIT_PCT`
-    of its step."""
-    rows = [r for r in ranks if r.get("comm_only_us_per_step") is not None]
-    if len(rows) < 2:
-        return None
-    slow = min(rows, key=lambda r: (r["comm_only_us_per_step"], r["rank"]))
-    waiter = max(rows, key=lambda r: (r["comm_only_us_per_step"], -r["rank"]))
-    wait_us = waiter["comm_only_us_per_step"] - slow["comm_only_us_per_step"]
-    step_us = (waiter.get("step_time_ms") or 0.0) * 1e3
-    share = 100.0 * wait_us / step_us if step_us > 0 else 0.0
-    if wait_us <= 0 or (wait_us < STRAGGLER_MIN_WAIT_US and share < STRAGGLER_MIN_WAIT_PCT):
-        return None
-    comm = {int(r["rank"]): r["comm_only_us_per_step"] / 1e3 for r in rows}
-    evidence = (
-        f"rank {waiter['rank']} spends {sig3(waiter['comm_only_us_per_step'] / 1e3)} ms per step "
-        f"running only communication kernels against {sig3(slow['comm_only_us_per_step'] / 1e3)} "
-        f"ms on rank {slow['rank']}: it waits {sig3(wait_us / 1e3)} ms per step "
-        f"({share:.3g}% of its step) in collectives for rank {slow['rank']}, which arrives last "
-        f"(GPU busy {slow.get('gpu_busy_pct') or 0:.3g}%)."
-    )
-    return Straggler(int(slow["rank"]), evidence, int(waiter["rank"]), wait_us / 1e3, comm)
 
 
 def slowest_rank_figures(report: dict[str, Any]) -> dict[str, Any]:
