@@ -920,3 +920,59 @@ def match_json(m: CollectiveMatch, n_steps: int = 1) -> dict[str, Any]:
         "link_gbs": m.link_gbs,
         "by_collective": by,
     }
+
+
+def wait_in_view(
+    con: Connection,
+    run_id: str,
+    rank: int,
+    device: int | None,
+    start_ns: int,
+    end_ns: int,
+    n_buckets: int,
+    match: CollectiveMatch | None,
+) -> pd.DataFrame:
+    """The rank's communication wait per sawtooth bucket of ``[start_ns, end_ns)`` (trace ns):
+    :func:`gpuscope.analysis.busy.wait_series` over the match's waits (zeros without one)."""
+    from gpuscope.analysis.busy import wait_series
+
+    return wait_series(
+        con,
+        run_id,
+        rank,
+        start_ns,
+        end_ns,
+        n_buckets,
+        device,
+        wait_table(con, run_id, rank, match),
+    )
+
+
+def wait_spans(
+    con: Connection,
+    run_id: str,
+    rank: int,
+    start_ns: int,
+    end_ns: int,
+    match: CollectiveMatch | None,
+) -> pd.DataFrame:
+    """The rank's waits in ``[start_ns, end_ns)`` (trace ns), for a zoomed sawtooth that draws each
+    kernel: ``start_ns``, ``end_ns`` (the wait part of a matched kernel, clipped to the range),
+    ``coll``, ``last_rank`` (whom it waited for), ``step``."""
+    cols = ["start_ns", "end_ns", "coll", "last_rank", "step"]
+    if match is None or match.rows.empty:
+        return pd.DataFrame({c: [] for c in cols})
+    off = rank_offset_ns(con, run_id, rank)
+    r = match.rows[(match.rows["rank"] == rank) & (match.rows["wait_ns"] > 0)]
+    s = r["start_ns"].astype("int64") - off
+    e = s + r["wait_ns"].astype("int64")
+    keep = (e > start_ns) & (s < end_ns)
+    return pd.DataFrame(
+        {
+            "start_ns": s[keep].clip(lower=start_ns).to_numpy(np.int64),
+            "end_ns": e[keep].clip(upper=end_ns).to_numpy(np.int64),
+            "coll": r.loc[keep, "coll"].to_numpy(),
+            "last_rank": r.loc[keep, "last_rank"].to_numpy(np.int64),
+            "step": r.loc[keep, "step"].to_numpy(),
+        }
+    )

@@ -19,7 +19,7 @@ from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.store_access import ranks_of
 
-__all__ = ["Straggler", "rank_busy_panels", "rank_table", "slowest_rank_figures"]
+__all__ = ["Straggler", "rank_busy_panels", "rank_table"]
 
 
 def rank_table(ranks: list[dict[str, Any]]) -> pd.DataFrame:
@@ -50,31 +50,6 @@ def rank_table(ranks: list[dict[str, Any]]) -> pd.DataFrame:
 
 def _ms(us: float | None) -> float | None:
     return None if us is None else us / 1e3
-
-
-def slowest_rank_figures(report: dict[str, Any]) -> dict[str, Any]:
-    """For a runs list: the figures of the rank that sets the pace, from an ``analyze`` JSON
-    document (``RunReport.to_json()``): the straggler when one is named, else the rank with the
-    lowest GPU busy %. ``rank``, ``step_ms`` (its mean step time, ms) and ``busy_pct`` (%); the
-    analysed rank's own figures for a run of one rank."""
-    rows = report.get("ranks") or []
-    sg = report.get("straggler") or {}
-    pick = None
-    if sg.get("rank") is not None:
-        pick = next((r for r in rows if r.get("rank") == sg["rank"]), None)
-    if pick is None and rows:
-        pick = min(rows, key=lambda r: (r.get("gpu_busy_pct") or 0.0, r.get("rank") or 0))
-    if pick is None:
-        return {
-            "rank": report.get("rank"),
-            "step_ms": (report.get("step_time_ms") or {}).get("mean"),
-            "busy_pct": report.get("gpu_busy_pct"),
-        }
-    return {
-        "rank": pick.get("rank"),
-        "step_ms": pick.get("step_time_ms"),
-        "busy_pct": pick.get("gpu_busy_pct"),
-    }
 
 
 def rank_busy_panels(

@@ -119,23 +119,46 @@ def _busy_and_idle(
     *,
     stackgroup: str,
     busy_legend: bool = True,
+    wait_pct: np.ndarray | None = None,
 ) -> list[go.Scatter]:
     """A sawtooth row's stacked areas: busy % at the bottom, then each of ``causes``' idle % (its
     ``shares``, one value per bucket). ``x_step``: the n + 1 bucket edges (ms); each value holds to
-    the next edge. Only the busy area may show in a legend (``busy_legend``)."""
+    the next edge. Only the busy area may show in a legend (``busy_legend``). ``wait_pct`` (the
+    communication wait % per bucket, part of busy): busy is drawn as work (busy − wait) in the busy
+    colour with the wait stacked on it in its own colour."""
+    work = busy_pct if wait_pct is None else np.clip(busy_pct - wait_pct, 0.0, None)
     traces = [
         go.Scatter(
             x=x_step,
-            y=np.append(busy_pct, busy_pct[-1]),
+            y=np.append(work, work[-1]),
             name="GPU busy",
             stackgroup=stackgroup,
             legendgroup="busy",
             showlegend=busy_legend,
             line={"color": palette.BUSY, "width": 1, "shape": "hv"},
             fillcolor=palette.BUSY_FILL,
-            hovertemplate="busy %{y:.1f} %<extra></extra>",
+            hovertemplate=(
+                "busy %{y:.1f} %<extra></extra>"
+                if wait_pct is None
+                else "busy, working %{y:.1f} %<extra></extra>"
+            ),
         )
     ]
+    if wait_pct is not None:
+        w = np.minimum(wait_pct, busy_pct)
+        traces.append(
+            go.Scatter(
+                x=x_step,
+                y=np.append(w, w[-1]),
+                name="communication wait",
+                stackgroup=stackgroup,
+                legendgroup="wait",
+                showlegend=False,
+                line={"color": palette.WAIT, "width": 0, "shape": "hv"},
+                fillcolor=palette.WAIT_FILL,
+                hovertemplate="busy, waiting for other ranks %{y:.1f} %<extra></extra>",
+            )
+        )
     for cause in causes:
         y, color, label = shares[cause], palette.cause_color(cause), palette.cause_label(cause)
         traces.append(
@@ -165,8 +188,14 @@ def sawtooth(
     shares: dict[str, np.ndarray] | None = None,
     height: int = 380,
     title: str | None = None,
+    wait: np.ndarray | None = None,
+    waits: pd.DataFrame | None = None,
 ) -> go.Figure:
     """GPU busy % over time, idle time coloured by cause, step starts marked, NVML overlaid.
+
+    Communication wait (busy, waiting in a collective for the last rank) in its own colour:
+    ``wait`` (bucket series: the fraction 0..1 of each bucket of ``busy``) or ``waits`` (with
+    ``kernels``: ``start_ns``, ``end_ns``, ``last_rank`` spans, drawn over the kernels).
 
     ``busy``: ``start_ns``, ``end_ns``, ``busy_frac`` (0..1) per bucket (trace ns), optionally
     ``busy_min``/``busy_max`` (the envelope inside each bucket: ``sawtooth.busy_envelope``).
@@ -228,6 +257,25 @@ def sawtooth(
                 hovertemplate="%{customdata}<extra></extra>",
             )
         )
+        if waits is not None and not waits.empty:
+            ws_ = np.clip(_ms(waits["start_ns"], origin_ns), lo_ms, hi_ms)
+            we_ = np.clip(_ms(waits["end_ns"], origin_ns), lo_ms, hi_ms)
+            who = [f"rank {int(r)}" for r in waits["last_rank"]] if "last_rank" in waits else None
+            fig.add_trace(
+                go.Bar(
+                    x=(ws_ + we_) / 2,
+                    y=np.full(len(ws_), 100.0, dtype="float32"),
+                    width=np.maximum(we_ - ws_, 1e-6),
+                    name="communication wait",
+                    marker={"color": palette.WAIT, "line": {"width": 0}},
+                    customdata=[
+                        f"communication wait · {b - a:,.3f} ms"
+                        + (f"<br>waiting for {who[i]}" if who else "")
+                        for i, (a, b) in enumerate(zip(ws_, we_, strict=True))
+                    ],
+                    hovertemplate="%{customdata}<extra></extra>",
+                )
+            )
     else:
         shares = shares or {}
         fig.add_traces(
@@ -237,6 +285,7 @@ def sawtooth(
                 shares,
                 sorted(shares, key=lambda c: -shares[c].sum()),
                 stackgroup="share",
+                wait_pct=None if wait is None else np.asarray(wait, dtype="float64") * 100.0,
             )
         )
         if "busy_min" in busy and "busy_max" in busy:

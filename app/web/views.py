@@ -195,8 +195,11 @@ def rank_overview(run_id: str, report: dict[str, Any]) -> None:
         rows.append(
             {
                 "rank": r.get("rank"),
-                "step time": ui.fmt_ms(r.get("step_time_ms"), 2),
+                "step time (median)": ui.fmt_ms(r.get("step_p50_ms"), 2),
+                "p90 / max": f"{ui.fmt_ms(r.get('step_p90_ms'), 2)} / "
+                f"{ui.fmt_ms(r.get('step_max_ms'), 2)}",
                 "GPU busy": ui.fmt_pct(r.get("gpu_busy_pct")),
+                "of it waiting": ui.fmt_pct(r.get("comm_wait_pct")),
                 "communication only / step": ui.fmt_us_as_ms(r.get("comm_only_us_per_step"), 2),
                 "idle / step": ui.fmt_us_as_ms(idle, 2),
             }
@@ -224,18 +227,28 @@ def headline_cards(report: dict[str, Any]) -> None:
     st_ms = report.get("step_time_ms") or {}
     steps = n_steps(report)
     c = st.columns(5)
+    # issue 20: the median step (one slow step does not move it), p90 and max beside it
     c[0].metric(
         "Step time",
-        ui.fmt_ms(st_ms.get("mean")),
+        ui.fmt_ms(st_ms.get("p50")),
+        delta=f"p90 {ui.fmt_ms(st_ms.get('p90'))} · max {ui.fmt_ms(st_ms.get('max'))}",
+        delta_color="off",
+        delta_arrow="off",
         border=True,
-        help=f"Mean over {steps} step(s): window ÷ steps. Median {ui.fmt_ms(st_ms.get('p50'))}, "
-        f"slowest {ui.fmt_ms(st_ms.get('max'))}.",
+        help=f"Median over {steps} step(s); 90th percentile and slowest step beside it. "
+        f"Mean (window ÷ steps): {ui.fmt_ms(st_ms.get('mean'))}.",
     )
+    wait = report.get("gpu_wait_pct")
     c[1].metric(
         "GPU busy",
         ui.fmt_pct(report.get("gpu_busy_pct")),
+        delta=f"of it waiting {ui.fmt_pct(wait)}" if wait is not None else None,
+        delta_color="off",
+        delta_arrow="off",
         border=True,
-        help="Share of the window in which at least one kernel, copy or memset ran on the GPU.",
+        help="Share of the window in which at least one kernel, copy or memset ran on the GPU. "
+        "Waiting: the part spent in collectives waiting for the last rank to arrive (busy, yet "
+        'no work; docs/metrics.md "Busy, split").',
     )
     peak = report.get("peak_tflops")
     c[2].metric(
@@ -282,7 +295,11 @@ def _swatch(color: str, text: str, *, line: bool = False) -> str:
 
 
 def cause_legend(
-    *, nvml: bool = False, categories: list[str] | None = None, envelope: bool = False
+    *,
+    nvml: bool = False,
+    categories: list[str] | None = None,
+    envelope: bool = False,
+    wait: bool = False,
 ) -> None:
     """The one colour legend of the page's busy plots (the figures draw none): busy (or, when
     kernels are drawn one by one, their categories), each idle cause, the envelope, NVML, steps."""
@@ -292,6 +309,8 @@ def cause_legend(
         ]
     else:
         items = [_swatch(palette.BUSY, "GPU busy")]
+    if wait:
+        items.append(_swatch(palette.WAIT, "busy: communication wait (for other ranks)"))
     items += [
         _swatch(palette.cause_color(c), f"idle: {palette.cause_label(c)}") for c in palette.CAUSES
     ]
@@ -400,16 +419,26 @@ def _sawtooth_view(path: str, gen: int, run_id: str, rank: int, s: int, e: int) 
     )
     if kernels is not None and not one_per_pixel(kernels, s, e, N_BUCKETS):
         kernels = None  # a pixel would hold several activities: the busy share per bucket
-    gaps, shares = None, None
+    gaps, shares, wait, waits = None, None, None, None
     if kernels is None:
         busy = data.busy_envelope(path, run_id, rank, s, e, N_BUCKETS, ENVELOPE_SUB, dev)
         shares = data.idle_shares(path, run_id, rank, dev, s, e, N_BUCKETS)
+        wait = data.wait_share(path, run_id, rank, dev, s, e, N_BUCKETS)  # issue 20
     else:
         busy = data.busy(path, run_id, rank, s, e, N_BUCKETS, dev)
         gaps = _with_detail(data.gaps_in_view(path, run_id, rank, dev, s, e))
+        waits = data.wait_spans(path, run_id, rank, s, e)  # issue 20
     nvml = data.nvml_overlay(path, run_id, rank, dev, s, e, N_BUCKETS)
     fig = figures.sawtooth(
-        busy, origin_ns=ws, idle=gaps, shares=shares, steps=steps, nvml=nvml, kernels=kernels
+        busy,
+        origin_ns=ws,
+        idle=gaps,
+        shares=shares,
+        steps=steps,
+        nvml=nvml,
+        kernels=kernels,
+        wait=wait if wait is not None and wait.any() else None,
+        waits=waits,
     )
     return {
         "fig": fig,
@@ -417,6 +446,7 @@ def _sawtooth_view(path: str, gen: int, run_id: str, rank: int, s: int, e: int) 
         "n_act": n_act,
         "kernels": kernels,
         "nvml_on": not nvml.empty,
+        "wait_on": bool((wait is not None and wait.any()) or (waits is not None and len(waits))),
     }
 
 
@@ -506,7 +536,9 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
         if kernels is not None
         else None
     )
-    cause_legend(nvml=nvml_on, categories=cats, envelope=kernels is None)
+    cause_legend(
+        nvml=nvml_on, categories=cats, envelope=kernels is None, wait=view.get("wait_on", False)
+    )
     st.plotly_chart(fig, key=chart_key, on_select=on_box, selection_mode="box", config=PLOT_CONFIG)
     bucket_us = (e - s) / N_BUCKETS / 1e3
     detail = (
