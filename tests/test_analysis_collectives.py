@@ -249,6 +249,7 @@ def test_unlaunched_kernels_are_counted_not_matched():
     assert len(m.instances) == 1 and m.instances.iloc[0]["missing"] == []
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     n=st.integers(2, 8),
@@ -452,3 +453,82 @@ def test_run_collectives_and_busy_split_exact(con, ddp_pair):
     assert sp.transfer_ns == (500 + 2000) * US
     assert sp.unmatched_comm_kernels == 1 and sp.unmatched_ns == 200 * US
     assert sp.busy_ns + sp.idle_ns == w.duration_ns
+
+
+# -- busy, split (compute / transfer / wait / unmatched / idle) ---------------------------------
+
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    compute=st.lists(st.tuples(st.integers(0, 190), st.integers(1, 40)), max_size=5),
+    comm=st.lists(
+        st.tuples(st.integers(0, 190), st.integers(1, 60), st.integers(-1, 60)), max_size=5
+    ),
+)
+def test_busy_split_and_wait_series_against_brute_force(tmp_path_factory, compute, comm):
+    """Random compute kernels and NCCL kernels (each matched with a wait, or unmatched: -1) on one
+    device, window 0-200 µs: every µs is classed by the precedence compute > transfer > wait >
+    unmatched > idle, and the split and the per-bucket wait equal that count."""
+    from gpuscope.analysis.busy import busy_split, wait_series
+    from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.ingest.store import connect
+
+    t = TraceBuilder()
+    t.step(1, 0.0, 200.0)
+    for s, d in compute:
+        t.launch("volta_sgemm_128x64_nn", s, s, d, stream=7)
+    for s, d, _ in comm:
+        t.launch(KERNEL, s, s, d, stream=17)
+    path = t.write(tmp_path_factory.mktemp("split") / "t.json")
+    con = connect(":memory:")
+    try:
+        [res] = ingest_paths(con, [path])
+        waits = pd.DataFrame(
+            {
+                "start_ns": [s * US for s, d, w in comm if w >= 0],
+                "end_ns": [(s + d) * US for s, d, w in comm if w >= 0],
+                "wait_ns": [min(w, d) * US for s, d, w in comm if w >= 0],
+            }
+        )
+        sp = busy_split(con, res.run_id, 0, 0, 200 * US, 0, waits)
+        series = wait_series(con, res.run_id, 0, 0, 200 * US, 8, 0, waits)
+    finally:
+        con.close()
+    cls = []
+    for u in range(200):
+
+        def on(a, b, u=u):
+            return a <= u < b
+
+        if any(on(s, s + d) for s, d in compute):
+            cls.append("compute")
+        elif any(on(s + min(w, d), s + d) for s, d, w in comm if w >= 0):
+            cls.append("transfer")
+        elif any(on(s, s + min(w, d)) for s, d, w in comm if w >= 0):
+            cls.append("wait")
+        elif any(on(s, s + d) for s, d, w in comm if w < 0):
+            cls.append("unmatched")
+        else:
+            cls.append("idle")
+    for k in ("compute", "transfer", "wait", "unmatched", "idle"):
+        assert getattr(sp, f"{k}_ns") == cls.count(k) * US, k
+    per_bucket = [cls[i * 25 : (i + 1) * 25].count("wait") * US for i in range(8)]
+    assert list(series["wait_ns"]) == per_bucket
+
+
+def test_wait_series_sums_to_the_split(con, ddp_pair):
+    from gpuscope.analysis.busy import busy_split
+    from gpuscope.analysis.collectives import wait_in_view
+    from gpuscope.analysis.steps import find_window
+
+    m = run_collectives(con, ddp_pair)
+    w = find_window(con, ddp_pair, 0)
+    from gpuscope.analysis.collectives import wait_table
+
+    sp = busy_split(con, ddp_pair, 0, w.start_ns, w.end_ns, 0, wait_table(con, ddp_pair, 0, m))
+    series = wait_in_view(con, ddp_pair, 0, 0, w.start_ns, w.end_ns, 70, m)
+    assert int(series["wait_ns"].sum()) == sp.wait_ns == 2000 * US
+    # the wait is 1000-3000 µs of step 1; the window starts at 0
+    assert series.loc[series["wait_ns"] > 0, "start_ns"].min() < 3000 * US
+    assert wait_in_view(con, ddp_pair, 0, 0, w.start_ns, w.end_ns, 70, None)["wait_ns"].sum() == 0

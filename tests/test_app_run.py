@@ -367,6 +367,29 @@ def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
     assert list(table["rank"]) == [0, 1]
     specs = [c.proto.spec for c in at.get("plotly_chart")]
     assert any("rank 0" in s and "rank 1" in s for s in specs)  # the small multiples
+    # issue 20: rank 0 waits for rank 1 in the all-reduces: the wait is beside busy in the
+    # headline, in its own colour in the sawtooth, and in the rank table
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.ingest.store import connect
+    from gpuscope.web import palette, ui
+
+    con = connect(db)
+    try:
+        doc = analyze_run(con, rid, rank=0).to_json()
+    finally:
+        con.close()
+    busy = next(m for m in at.metric if m.label == "GPU busy")
+    assert busy.value == ui.fmt_pct(doc["gpu_busy_pct"])
+    assert busy.proto.delta == f"of it waiting {ui.fmt_pct(doc['gpu_wait_pct'])}"
+    assert doc["gpu_wait_pct"] > 50  # 65.7 % of rank 0's window
+    step = next(m for m in at.metric if m.label == "Step time")
+    assert step.value == ui.fmt_ms(doc["step_time_ms"]["p50"])
+    assert step.proto.delta.startswith(f"p90 {ui.fmt_ms(doc['step_time_ms']['p90'])}")
+    [saw] = [c.proto.spec for c in at.get("plotly_chart") if "busy min" in c.proto.spec]
+    assert "communication wait" in saw and palette.WAIT_FILL in saw
+    assert [float(v.rstrip(" %")) for v in table["of it waiting"]] == pytest.approx(
+        [round(r["comm_wait_pct"], 1) for r in doc["ranks"]]
+    )
 
 
 @pytest.mark.slow
