@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 from gpuscope.analysis.event_classes import COMM_RE, KERNEL_CATS, OPTIMIZER_RE
 from gpuscope.analysis.fmt import sig3
-from gpuscope.analysis.store_access import COMM_KERNEL_RE, execute, sql_list
+from gpuscope.analysis.store_access import COMM_KERNEL_RE, RUNTIME_CATS_SQL, execute, sql_list
 
 if TYPE_CHECKING:
     from gpuscope.analysis.steps import Window
@@ -325,8 +325,7 @@ def rank_collectives(
             SELECT correlation, min(ts_ns) AS ls, min(tid) AS ltid, min(pid) AS lpid
             FROM events
             WHERE run_id = $run AND rank = $rank AND ph = 'X'
-              AND cat IN ('cuda_runtime', 'cuda_driver', 'hip_runtime', 'hip_driver',
-                          'Runtime', 'Driver')
+              AND cat IN {RUNTIME_CATS_SQL}
               AND correlation IN (SELECT correlation FROM kn WHERE correlation IS NOT NULL)
             GROUP BY correlation
         )
