@@ -14,8 +14,9 @@ from typing import Any
 
 import pandas as pd
 from gpuscope.analysis.busy import busy_series
-from gpuscope.analysis.collectives import Straggler
+from gpuscope.analysis.collectives import CollectiveMatch, Straggler, wait_in_view
 from gpuscope.analysis.idle import CAUSES
+from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.store_access import ranks_of
 
@@ -60,12 +61,15 @@ def rank_busy_panels(
     n_steps: int = 3,
     n_buckets: int = 300,
     step_annotation: str | None = None,
+    match: CollectiveMatch | None = None,
 ) -> list[dict[str, Any]]:
     """Small-multiple sawtooths of every rank, aligned on one step: per rank a dict with
     ``label``, ``rank``, ``origin_ns`` (the CPU start of step ``step_number`` on that rank, in its
     own trace clock; default: each rank's first step) and ``busy`` (:func:`busy.busy_series` over
     ``n_steps`` steps from there, ``n_buckets`` buckets): what
-    ``gpuscope.web.figures.aligned_sawtooth`` draws. Ranks without that step are left out."""
+    ``gpuscope.web.figures.aligned_sawtooth`` draws. Ranks without that step are left out. With
+    ``match`` (the run's matched collectives) each panel also has ``wait``: the fraction of each
+    bucket the rank waited in collectives for the last rank (:func:`collectives.wait_in_view`)."""
 
     panels = []
     for rank in ranks_of(con, run_id):
@@ -85,4 +89,9 @@ def rank_busy_panels(
                 "busy": busy_series(con, run_id, rank, start, end, n_buckets),
             }
         )
+        if match is not None:
+            dev = RankIndex.shared(con, run_id, rank).primary_device(start, end)
+            panels[-1]["wait"] = wait_in_view(con, run_id, rank, dev, start, end, n_buckets, match)[
+                "wait_frac"
+            ].to_numpy(dtype="float64")
     return panels

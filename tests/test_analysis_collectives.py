@@ -409,6 +409,7 @@ def ddp_pair(con, tmp_path):
     return res.run_id
 
 
+@pytest.mark.slow
 def test_rank_collectives_reads_one_rank(con, ddp_pair):
     f = rank_collectives(con, ddp_pair, 0)
     assert list(f.columns) == list(FRAME_COLUMNS)
@@ -421,6 +422,7 @@ def test_rank_collectives_reads_one_rank(con, ddp_pair):
     assert (~f["launched"]).sum() == 1  # queued before the trace
 
 
+@pytest.mark.slow
 def test_run_collectives_and_busy_split_exact(con, ddp_pair):
     """Step 1: rank 0 waits 2000 µs (1000 -> 3000), both transfer 500 µs; step 2: rank 1 waits
     500 µs, rank 0 transfers 2000 µs; the kernel without a launch is unmatched (200 µs). The
@@ -517,6 +519,7 @@ def test_busy_split_and_wait_series_against_brute_force(tmp_path_factory, comput
     assert list(series["wait_ns"]) == per_bucket
 
 
+@pytest.mark.slow
 def test_wait_series_sums_to_the_split(con, ddp_pair):
     from gpuscope.analysis.busy import busy_split
     from gpuscope.analysis.collectives import wait_in_view

@@ -589,6 +589,14 @@ def test_rank_busy_panels_align_on_a_step(con, ddp_folder):
         assert len(p["busy"]) == 10
         assert list(p["busy"]["busy_frac"]) == pytest.approx([0.99] + [1.0] * 8 + [0.0])
     assert rank_busy_panels(con, rid, step_number=7) == []
+    # with the matched collectives: rank 1 waits 2000-8000 µs of the step for rank 0 (issue 20)
+    from gpuscope.analysis.collectives import run_collectives
+
+    m = run_collectives(con, rid)
+    panels = rank_busy_panels(con, rid, step_number=1, n_steps=1, n_buckets=10, match=m)
+    wait = {p["rank"]: list(p["wait"]) for p in panels}
+    assert wait[1] == pytest.approx([0, 0, 1, 1, 1, 1, 1, 1, 0, 0])
+    assert wait[0] == pytest.approx([0.0] * 10)
 
 
 @pytest.mark.slow

@@ -119,7 +119,9 @@ def summary(run_id: str) -> dict[str, Any]:
 def rank_panels(path: str, gen: int, run_id: str) -> list[dict[str, Any]]:
     """Every rank's busy series over three steps, aligned on each rank's first step
     (``sawtooth.rank_busy_panels``), for the Run page's small multiples."""
-    return sawtooth.rank_busy_panels(db.cursor(), run_id)
+    ranks = db.ranks_of(path, gen, run_id)
+    match = report_obj(path, run_id, ranks[0]).collectives if ranks else None
+    return sawtooth.rank_busy_panels(db.cursor(), run_id, match=match)
 
 
 # -- the sawtooth's inputs ---------------------------------------------------------------------------

@@ -350,8 +350,9 @@ def aligned_sawtooth(
     x_title: str = "ms since step start",
 ) -> go.Figure:
     """Two (or more) sawtooth rows on one shared x axis; each panel is a dict with ``label``,
-    ``busy``, ``origin_ns`` and optional ``shares`` (idle % per cause and bucket of ``busy``) and
-    ``steps``: the origins align the chosen step."""
+    ``busy``, ``origin_ns`` and optional ``shares`` (idle % per cause and bucket of ``busy``),
+    ``wait`` (the communication wait fraction per bucket, drawn in its own colour) and ``steps``:
+    the origins align the chosen step."""
     n = len(panels)
     fig = make_subplots(
         rows=n,
@@ -378,6 +379,11 @@ def aligned_sawtooth(
             sorted(shares),
             stackgroup=f"s{i}",
             busy_legend="busy" not in seen,
+            wait_pct=(
+                np.asarray(p["wait"], dtype="float64") * 100.0
+                if p.get("wait") is not None and np.asarray(p["wait"]).any()
+                else None
+            ),
         )
         fig.add_traces(traces, rows=[i] * len(traces), cols=[1] * len(traces))
         seen.update(["busy", *shares])

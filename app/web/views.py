@@ -231,7 +231,8 @@ def headline_cards(report: dict[str, Any]) -> None:
     c[0].metric(
         "Step time",
         ui.fmt_ms(st_ms.get("p50")),
-        delta=f"p90 {ui.fmt_ms(st_ms.get('p90'))} · max {ui.fmt_ms(st_ms.get('max'))}",
+        delta=f"p90 {ui.fmt_ms(st_ms.get('p90')).removesuffix(' ms')} · "
+        f"max {ui.fmt_ms(st_ms.get('max'))}",
         delta_color="off",
         delta_arrow="off",
         border=True,
