@@ -95,3 +95,101 @@ def rank_busy_panels(
                 "wait_frac"
             ].to_numpy(dtype="float64")
     return panels
+
+
+#: A rank-step cell is an outlier when its step time is this many robust standard deviations
+#: (1.4826 x the median absolute deviation across ranks, in that step) above the step's median...
+OUTLIER_Z = 3.5
+#: ... and at least this much (%) above it (so that a tight spread does not flag noise).
+OUTLIER_MIN_PCT = 5.0
+
+
+def rank_step_matrix(report: dict[str, Any], nodes: dict[int, str] | None = None) -> pd.DataFrame:
+    """Every rank's every step from an ``analyze`` JSON document (``ranks[].step_ms_by_step`` and
+    ``wait_ms_by_step``; no events), long form, ranks grouped by node then rank: ``node``,
+    ``rank``, ``step``, ``step_ms``, ``wait_ms``, ``step_p50_ms`` (the step's median across ranks),
+    ``outlier`` (step time above the step's median by :data:`OUTLIER_Z` robust deviations and
+    :data:`OUTLIER_MIN_PCT` %). ``nodes``: rank -> node name (default: every rank on ``"?"``)."""
+    rows = []
+    for r in report.get("ranks") or []:
+        rank = int(r["rank"])
+        waits = r.get("wait_ms_by_step") or {}
+        for step, ms in (r.get("step_ms_by_step") or {}).items():
+            rows.append(
+                {
+                    "node": (nodes or {}).get(rank, "?"),
+                    "rank": rank,
+                    "step": int(step),
+                    "step_ms": float(ms),
+                    "wait_ms": float(waits.get(step, 0.0) or 0.0),
+                }
+            )
+    cols = ["node", "rank", "step", "step_ms", "wait_ms", "step_p50_ms", "outlier"]
+    if not rows:
+        return pd.DataFrame({c: [] for c in cols})
+    m = pd.DataFrame(rows)
+    g = m.groupby("step")["step_ms"]
+    m["step_p50_ms"] = g.transform("median")
+    mad = (m["step_ms"] - m["step_p50_ms"]).abs().groupby(m["step"]).transform("median")
+    excess = m["step_ms"] - m["step_p50_ms"]
+    m["outlier"] = (excess > OUTLIER_Z * 1.4826 * mad) & (
+        excess > m["step_p50_ms"] * OUTLIER_MIN_PCT / 100.0
+    )
+    return m.sort_values(["node", "rank", "step"], kind="stable").reset_index(drop=True)[cols]
+
+
+def step_spread(matrix: pd.DataFrame) -> pd.DataFrame:
+    """Per step, the spread of step time across ranks: ``step``, ``ranks``, ``min_ms``,
+    ``p50_ms``, ``max_ms``, ``slowest_rank``, ``wait_p50_ms`` (median wait across ranks),
+    ``outliers`` (number of outlier ranks)."""
+    cols = [
+        "step",
+        "ranks",
+        "min_ms",
+        "p50_ms",
+        "max_ms",
+        "slowest_rank",
+        "wait_p50_ms",
+        "outliers",
+    ]
+    if matrix.empty:
+        return pd.DataFrame({c: [] for c in cols})
+    g = matrix.groupby("step")
+    out = g.agg(
+        ranks=("rank", "nunique"),
+        min_ms=("step_ms", "min"),
+        p50_ms=("step_ms", "median"),
+        max_ms=("step_ms", "max"),
+        wait_p50_ms=("wait_ms", "median"),
+        outliers=("outlier", "sum"),
+    ).reset_index()
+    slow = matrix.sort_values(["step", "step_ms", "rank"], ascending=[True, False, True])
+    out["slowest_rank"] = out["step"].map(slow.drop_duplicates("step").set_index("step")["rank"])
+    out["outliers"] = out["outliers"].astype("int64")
+    return out[cols]
+
+
+_HOST_KEYS = ("hostname", "host", "gpuscope.hostname", "node", "nodename")
+
+
+def rank_nodes(con: Any, run_id: str) -> dict[int, str]:
+    """Rank -> node name, from the trace metadata (``hostname``, ``host``, ``node``, ...) or the
+    ``distributedInfo``; ranks whose trace names none are left out (shown as node ``?``)."""
+    import json
+
+    out: dict[int, str] = {}
+    rows = con.execute(
+        "SELECT rank, metadata, distributed_info FROM ranks WHERE run_id = ? ORDER BY rank",
+        [run_id],
+    ).fetchall()
+    for rank, meta, dist in rows:
+        for blob in (meta, dist):
+            try:
+                d = json.loads(blob) if isinstance(blob, str) else (blob or {})
+            except ValueError:
+                d = {}
+            host = next((d[k] for k in _HOST_KEYS if isinstance(d, dict) and d.get(k)), None)
+            if host:
+                out[int(rank)] = str(host)
+                break
+    return out

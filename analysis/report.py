@@ -425,12 +425,30 @@ def _rank_summary(
     comm = comm_only_ns(con, run_id, rank, w.start_ns, w.end_ns, b.device, b.busy_ns)
     st = step_stats(w)
     if b.device is None:  # no GPU activity on this rank: no evidence, no figure
-        return _rank_row(rank, w, None, st.mean_ms, comm, None, stats=st)
+        return _rank_row(rank, w, None, st.mean_ms, comm, None, stats=st) | _per_step_figures(
+            w, match, rank
+        )
     idle = idle_analysis(con, run_id, rank, w, device=b.device, top_n=0)
     split = busy_split(
         con, run_id, rank, w.start_ns, w.end_ns, b.device, wait_table(con, run_id, rank, match)
     )
-    return _rank_row(rank, w, b.busy_pct, st.mean_ms, comm, idle, split=split, stats=st)
+    row = _rank_row(rank, w, b.busy_pct, st.mean_ms, comm, idle, split=split, stats=st)
+    return {**row, **_per_step_figures(w, match, rank)}
+
+
+def _per_step_figures(w: Window, match: CollectiveMatch | None, rank: int) -> dict[str, Any]:
+    """A rank row's per-step maps (step number as text -> ms): its step times and its wait in the
+    collectives launched in each step (the many-ranks heatmap reads these, not events)."""
+    waits = wait_by_step(match, rank)
+    bounds = w.step_bounds_ns() if w.source != "trace" else []
+    return {
+        "step_ms_by_step": {
+            str(s.number): (b[1] - b[0]) / 1e6 for s, b in zip(w.steps, bounds, strict=True)
+        },
+        "wait_ms_by_step": (
+            {str(s.number): waits.get(s.number, 0) / 1e6 for s in w.steps} if bounds else {}
+        ),
+    }
 
 
 def _rank_row(
@@ -719,6 +737,7 @@ def analyze_run(
             split=split,
             stats=stats,
         )
+        | _per_step_figures(window, match, rank)
     ]
     if all_ranks:
         ranks += [

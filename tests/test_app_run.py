@@ -434,3 +434,51 @@ def test_a_bug_outside_every_section_is_one_line(
     [err] = texts(at, "error")
     assert err.startswith("This page could not be shown: an internal error (ValueError).")
     assert "internals" not in err
+
+
+@pytest.mark.slow
+def test_many_ranks_heatmap_and_never_a_sawtooth_per_rank(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20, part 4: the DDP pair's Run page has the rank × step heatmap (one trace) and the
+    spread of step time per step; with the report of a 256-rank run (built from the pair) the page
+    draws the heatmap of 256 rows and no busy plot per rank."""
+    import json
+
+    from gpuscope.web import data, views
+
+    (rid,) = ingest(db, SAMPLES / "ddp")
+    at = open_app(RUN, {"run": rid})
+    assert not at.exception, at.exception
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    [heat] = [s for s in specs if s["data"][0].get("type") == "heatmap"]
+    assert len(heat["data"][0]["y"]) == 2
+    spread = next(d.value for d in at.dataframe if "slowest rank" in d.value.columns)
+    assert list(spread["step"]) == ["#241", "#242", "#243", "#244", "#245"]
+    assert any(len(s["data"]) and "rank 1" in json.dumps(s["layout"]) for s in specs)  # multiples
+
+    real = data.report
+
+    def big(path: str, run_id: str, rank: int | None) -> dict:  # type: ignore[type-arg]
+        doc = real(path, run_id, rank)
+        rows = [dict(doc["ranks"][r % 2], rank=r) for r in range(256)]
+        return {**doc, "ranks": rows}
+
+    drawn: list[object] = []
+
+    def no_panels(*a: object, **k: object) -> list:  # type: ignore[type-arg]
+        drawn.append(a)  # (a section's failure would show as one line, not an exception)
+        return []
+
+    monkeypatch.setattr(data, "report", big)
+    monkeypatch.setattr(data, "rank_panels", no_panels)
+    data.rank_step_matrix.clear()
+    views._rank_figure.clear()  # the 2-rank page's small multiples are cached
+    at = open_app(RUN, {"run": rid})
+    assert not at.exception, at.exception
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    [heat] = [s for s in specs if s["data"][0].get("type") == "heatmap"]
+    assert len(heat["data"][0]["y"]) == 256
+    assert drawn == []  # no busy plot per rank
+    assert not [e for e in texts(at, "error")], texts(at, "error")
+    data.rank_step_matrix.clear()

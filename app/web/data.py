@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 from gpuscope.analysis import collectives, compare, nvml_run, run_views, sawtooth
+from gpuscope.analysis import ranks as rank_views
 from gpuscope.web import db
 
 log = logging.getLogger("gpuscope.web")
@@ -247,3 +248,11 @@ def wait_spans(path: str, run_id: str, rank: int, start_ns: int, end_ns: int) ->
     """``collectives.wait_spans``: the rank's waits in the range, for a zoom that draws kernels."""
     match = report_obj(path, run_id, rank).collectives
     return collectives.wait_spans(db.cursor(), run_id, rank, start_ns, end_ns, match)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def rank_step_matrix(path: str, gen: int, run_id: str, rank: int) -> pd.DataFrame:
+    """``ranks.rank_step_matrix`` of the run's report (every rank × step: step time, wait,
+    outliers), ranks grouped by the node their trace names (``ranks.rank_nodes``)."""
+    doc = report(path, run_id, rank)
+    return rank_views.rank_step_matrix(doc, rank_views.rank_nodes(db.cursor(), run_id))

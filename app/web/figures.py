@@ -589,3 +589,64 @@ def nvml_lines(
         margin={"l": 10, "r": 10, "t": 40 if title else 10, "b": 50 if n_gpus > 1 else 10},
     )
     return fig
+
+
+def rank_step_heatmap(
+    matrix: pd.DataFrame, value: str = "step_ms", *, height: int | None = None
+) -> go.Figure:
+    """Ranks (rows, grouped by node) × steps (columns), one cell per rank and step coloured by
+    ``value`` (``step_ms`` or ``wait_ms``), outlier cells marked with a ring: ONE heatmap trace
+    whatever the number of ranks (never a sawtooth per rank). A cell's ``customdata`` is
+    ``[rank, step]`` (what a click opens)."""
+    fig = go.Figure()
+    if matrix.empty:
+        return _base_layout(fig, height=height or 200, y_title="rank", x_title="step")
+    order = matrix[["node", "rank"]].drop_duplicates()
+    labels = [
+        f"{n} · rank {r}" if n != "?" else f"rank {r}"
+        for n, r in zip(order["node"], order["rank"], strict=True)
+    ]
+    steps = sorted(int(s) for s in matrix["step"].unique())
+    piv = matrix.pivot_table(index="rank", columns="step", values=value, aggfunc="first")
+    piv = piv.reindex(index=list(order["rank"]), columns=steps)
+    ranks = list(order["rank"])
+    custom = [[[int(r), int(s)] for s in steps] for r in ranks]
+    title = "wait (ms)" if value == "wait_ms" else "step time (ms)"
+    fig.add_trace(
+        go.Heatmap(
+            z=piv.to_numpy(dtype="float64"),
+            x=[f"#{s}" for s in steps],
+            y=labels,
+            customdata=custom,
+            colorscale="YlOrBr" if value == "wait_ms" else "Blues",
+            colorbar={"title": {"text": title}, "thickness": 12},
+            hovertemplate="%{y} · step %{x}<br>" + title + " %{z:.2f}<extra></extra>",
+            name=title,
+        )
+    )
+    out = matrix[matrix["outlier"]]
+    if not out.empty:
+        pos = {r: i for i, r in enumerate(ranks)}
+        fig.add_trace(
+            go.Scatter(
+                x=[f"#{int(s)}" for s in out["step"]],
+                y=[labels[pos[int(r)]] for r in out["rank"]],
+                mode="markers",
+                marker={
+                    "symbol": "circle-open",
+                    "size": 12,
+                    "color": palette.BAD,
+                    "line": {"width": 2},
+                },
+                name="outlier",
+                customdata=[
+                    [int(r), int(s)] for r, s in zip(out["rank"], out["step"], strict=True)
+                ],
+                hovertemplate="outlier: %{y} · step %{x}<extra></extra>",
+            )
+        )
+    n = len(ranks)
+    fig.update_yaxes(autorange="reversed", showticklabels=n <= 64, type="category")
+    fig.update_xaxes(type="category")
+    fig.update_layout(showlegend=False, clickmode="event+select")
+    return _base_layout(fig, height=height or min(900, max(220, 60 + 14 * n)))

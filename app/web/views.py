@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import streamlit as st
+from gpuscope.analysis import ranks as rank_views
 from gpuscope.analysis import run_views, sawtooth
 from gpuscope.web import data, db, figures, palette, ui
 
@@ -117,7 +118,18 @@ def rank_selector(run_id: str, *, key: str, param: str = "rank", label: str = "R
                 f"Rank “{ui.md(raw, 40)}” is not in this run (ranks {', '.join(map(str, ranks))}); "
                 f"showing rank {chosen}."
             )
-    if len(ranks) > 1:
+    if len(ranks) > MAX_RANK_BUTTONS:  # a big run: a list, not a wall of buttons
+        listed: int | None = st.selectbox(
+            label,
+            ranks,
+            index=ranks.index(chosen),
+            key=f"{key}_{run_id}_{chosen}",
+            format_func=lambda r: f"rank {r}",
+        )
+        if listed is not None and listed != chosen:
+            st.query_params[param] = str(listed)
+            st.rerun()
+    elif len(ranks) > 1:
         picked = st.segmented_control(
             label,
             ranks,
@@ -205,9 +217,94 @@ def rank_overview(run_id: str, report: dict[str, Any]) -> None:
             }
         )
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    fig = _rank_figure(db.db_path(), db.generation(), run_id)
-    if fig is not None:
-        st.plotly_chart(fig, width="stretch", config={"displayModeBar": False})
+    rank_heatmap(run_id, int(report.get("rank") or 0))  # issue 20: any number of ranks
+    if len(ranks) <= MAX_SAWTOOTH_RANKS:  # never a sawtooth per rank of a big run
+        fig = _rank_figure(db.db_path(), db.generation(), run_id)
+        if fig is not None:
+            st.plotly_chart(fig, width="stretch", config={"displayModeBar": False})
+
+
+#: The Run page draws every rank's busy plot (small multiples) up to this many ranks; above it,
+#: only the rank × step heatmap (one trace, whatever the number of ranks).
+MAX_SAWTOOTH_RANKS = 8
+#: Above this many ranks the rank is picked from a list, not a row of buttons.
+MAX_RANK_BUTTONS = 16
+
+
+def cell_target(selection: Any) -> tuple[int, int] | None:
+    """(rank, step) of the heatmap cell a click selected (its ``customdata``), or None."""
+    points = ((selection or {}).get("selection") or {}).get("points") or []
+    for p in points:
+        cd = p.get("customdata")
+        if isinstance(cd, list | tuple) and len(cd) >= 2:
+            try:
+                return int(cd[0]), int(cd[1])
+            except (TypeError, ValueError):
+                continue
+    return None
+
+
+def rank_heatmap(run_id: str, rank: int) -> None:
+    """Ranks × steps (step time or wait), grouped by node, outliers ringed, the spread of step
+    time across ranks per step; a click on a cell opens that rank and step in the busy plot."""
+    path = db.db_path()
+    m = data.rank_step_matrix(path, db.generation(), run_id, rank)
+    if m.empty:
+        return
+    what = st.radio(
+        "Colour the ranks × steps by",
+        ["step time", "wait"],
+        horizontal=True,
+        key=f"heat_{run_id}",
+    )
+    fig = figures.rank_step_heatmap(m, "wait_ms" if what == "wait" else "step_ms")
+    key = f"heatmap_{run_id}_{what}"
+
+    def on_pick() -> None:
+        picked = cell_target(st.session_state.get(key))
+        if picked is None:
+            return
+        r, step = picked
+        w = data.window(path, run_id, r)
+        row = w.steps[w.steps["number"] == step]
+        if not row.empty:
+            st.session_state[f"view_run_{run_id}_{r}"] = (
+                int(row["start_ns"].iloc[0]),
+                int(row["end_ns"].iloc[0]),
+            )
+        st.query_params["rank"] = str(r)
+
+    st.plotly_chart(
+        fig,
+        key=key,
+        on_select=on_pick,
+        selection_mode="points",
+        width="stretch",
+        config={"displayModeBar": False},
+    )
+    spread = rank_views.step_spread(m)
+    n_out = int(m["outlier"].sum())
+    st.caption(
+        f"{m['rank'].nunique():,} ranks × {m['step'].nunique():,} steps; "
+        + (f"{n_out} outlier cell(s) ringed; " if n_out else "no outlier; ")
+        + "click a cell to open that rank and step in the busy plot below."
+    )
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "step": [f"#{s}" for s in spread["step"]],
+                "ranks": spread["ranks"],
+                "fastest": [ui.fmt_ms(v, 2) for v in spread["min_ms"]],
+                "median": [ui.fmt_ms(v, 2) for v in spread["p50_ms"]],
+                "slowest": [ui.fmt_ms(v, 2) for v in spread["max_ms"]],
+                "slowest rank": spread["slowest_rank"],
+                "median wait": [ui.fmt_ms(v, 2) for v in spread["wait_p50_ms"]],
+                "outliers": spread["outliers"],
+            }
+        ),
+        hide_index=True,
+        width="stretch",
+    )
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
