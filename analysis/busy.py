@@ -407,3 +407,231 @@ def comm_only_ns(
     ).fetchone()
     other = int(row[0]) if row else 0
     return max(0, int(busy_ns) - other)
+
+
+@dataclass
+class BusySplit:
+    """The window of one rank's device split four ways (ns), summing exactly to ``window_ns``.
+
+    Precedence where classes overlap (docs/metrics.md "Busy, split"): **compute** (any
+    non-communication GPU activity) > communication **transfer** (a matched communication kernel
+    after its collective's last rank arrived) > communication **wait** (a matched communication
+    kernel before the last rank arrived) > **unmatched** communication (a communication kernel not
+    matched across ranks: a run of one rank, a kernel queued before the trace began; wait and
+    transfer cannot be told apart) > **idle** (no GPU activity)."""
+
+    window_ns: int
+    compute_ns: int
+    transfer_ns: int
+    wait_ns: int
+    idle_ns: int
+    unmatched_comm_kernels: int = 0
+    unmatched_ns: int = 0
+
+    @property
+    def busy_ns(self) -> int:
+        return self.compute_ns + self.transfer_ns + self.wait_ns + self.unmatched_ns
+
+    def pct(self, part: int) -> float:
+        return pct(part, self.window_ns)
+
+    def to_json(self, n_steps: int = 1) -> dict[str, Any]:
+        n = max(1, int(n_steps))
+        out: dict[str, Any] = {}
+        for k in ("compute", "transfer", "wait", "unmatched", "idle"):
+            v = int(getattr(self, f"{k}_ns"))
+            out[f"{k}_us"] = us(v)
+            out[f"{k}_pct"] = self.pct(v)
+            out[f"{k}_ms_per_step"] = v / n / 1e6
+        out["unmatched_comm_kernels"] = self.unmatched_comm_kernels
+        return out
+
+
+def busy_split(
+    con: Connection,
+    run_id: str,
+    rank: int,
+    start_ns: int,
+    end_ns: int,
+    device: int | None,
+    waits: pd.DataFrame | None = None,
+) -> BusySplit:
+    """Compute / transfer / wait / idle of ``device`` in ``[start_ns, end_ns)`` (trace ns).
+
+    ``waits``: this rank's matched communication kernels in trace time: ``start_ns``, ``end_ns``
+    (the kernel exactly as stored) and ``wait_ns`` (its wait for the last arriver, from
+    :func:`gpuscope.analysis.collectives.match_collectives`); a communication kernel not in it is
+    unmatched. Four union lengths in SQL: |C|, |C + T|, |C + T + W| and |all|."""
+    window = int(end_ns) - int(start_ns)
+    if device is None or window <= 0:
+        return BusySplit(max(0, window), 0, 0, 0, max(0, window))
+    ix = RankIndex.shared(con, run_id, rank)
+    comm = [
+        int(r[0])
+        for r in con.execute(
+            "SELECT name_id FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
+            [run_id, COMM_KERNEL_RE],
+        ).fetchall()
+    ] or [NO_DEVICE]
+    w = waits if waits is not None else pd.DataFrame({"start_ns": [], "end_ns": [], "wait_ns": []})
+    p = {
+        "run": run_id,
+        "rank": int(rank),
+        "ws": int(start_ns),
+        "we": int(end_ns),
+        "dev": int(device),
+        "comm": comm,
+        "ks": [int(x) for x in w["start_ns"]] or [NO_DEVICE],
+        "ke": [int(x) for x in w["end_ns"]] or [NO_DEVICE],
+        "kw": [int(x) for x in w["wait_ns"]] or [0],
+    }
+
+    def union_len(source: str) -> int:
+        row = execute(
+            con,
+            f"""
+            SELECT coalesce(sum(greatest(0, e - greatest(s, coalesce(pm, s)))), 0)::BIGINT FROM (
+                SELECT s, e, max(e) OVER (ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING
+                                          AND 1 PRECEDING) AS pm
+                FROM ({source}) WHERE e > s
+            )""",
+            p,
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    act = f"SELECT s, e, name_id FROM {ix.gpu()} WHERE dev = $dev AND s < $we AND e > $ws"
+    clip = "greatest(s, $ws) AS s, least(e, $we) AS e"
+    compute_src = f"SELECT {clip} FROM ({act}) WHERE NOT list_contains($comm, name_id)"
+    matched = f"""
+        SELECT a.s, a.e, a.s + k.kw AS m
+        FROM ({act}) a
+        JOIN (SELECT unnest($ks) AS ks, unnest($ke) AS ke, unnest($kw) AS kw) k
+          ON k.ks = a.s AND k.ke = a.e
+        WHERE list_contains($comm, a.name_id)
+    """
+    transfer_src = f"SELECT greatest(m, $ws) AS s, least(e, $we) AS e FROM ({matched})"
+    wait_src = f"SELECT greatest(s, $ws) AS s, least(m, $we) AS e FROM ({matched})"
+    n_unmatched = execute(
+        con,
+        f"""SELECT count(*) FROM ({act}) a
+            WHERE list_contains($comm, a.name_id) AND NOT EXISTS (
+                SELECT 1 FROM (SELECT unnest($ks) AS ks, unnest($ke) AS ke) k
+                WHERE k.ks = a.s AND k.ke = a.e)""",
+        p,
+    ).fetchone()
+    c = union_len(compute_src)
+    ct = union_len(f"{compute_src} UNION ALL {transfer_src}")
+    ctw = union_len(f"{compute_src} UNION ALL {transfer_src} UNION ALL {wait_src}")
+    allb = union_len(f"SELECT {clip} FROM ({act})")
+    return BusySplit(
+        window,
+        c,
+        ct - c,
+        ctw - ct,
+        window - allb,
+        int(n_unmatched[0]) if n_unmatched else 0,
+        allb - ctw,
+    )
+
+
+def _merge(s: Any, e: Any) -> tuple[Any, Any]:
+    """Disjoint sorted intervals covering the union of ``[s, e)`` (numpy int64 arrays)."""
+    import numpy as np
+
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if s.size == 0:
+        return s, e
+    order = np.lexsort((e, s))
+    s, e = s[order], e[order]
+    run_max = np.maximum.accumulate(e)
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > run_max[:-1]
+    idx = np.flatnonzero(new)
+    ends = np.append(idx[1:], s.size) - 1
+    return s[idx], run_max[ends]
+
+
+def _covered(ms: Any, me: Any, t: Any) -> Any:
+    """Covered length of the disjoint sorted intervals ``[ms, me)`` below each time in ``t``."""
+    import numpy as np
+
+    if ms.size == 0:
+        return np.zeros(len(t), dtype=np.int64)
+    before = np.concatenate([[0], np.cumsum(me - ms)])
+    k = np.searchsorted(ms, t, side="right")  # intervals starting at or before t
+    partial = np.where(k > 0, np.minimum(t, me[np.maximum(k - 1, 0)]) - ms[np.maximum(k - 1, 0)], 0)
+    return before[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(partial, 0)
+
+
+def wait_series(
+    con: Connection,
+    run_id: str,
+    rank: int,
+    start_ns: int,
+    end_ns: int,
+    n_buckets: int,
+    device: int | None,
+    waits: pd.DataFrame | None,
+) -> pd.DataFrame:
+    """Communication wait per time bucket, for the sawtooth (the buckets of :func:`busy_series`).
+
+    ``wait_ns``: the part of the bucket in which ``device`` waited in a collective for the last
+    rank and did nothing else (the precedence of :class:`BusySplit`: compute and transfer win);
+    ``wait_frac`` = wait_ns / bucket length. ``waits`` as in :func:`busy_split`; zeros without."""
+    import numpy as np
+
+    n = int(n_buckets)
+    start_ns, end_ns = int(start_ns), int(end_ns)
+    if n <= 0 or end_ns <= start_ns:
+        return pd.DataFrame(
+            {"bucket": [], "start_ns": [], "end_ns": [], "wait_ns": [], "wait_frac": []}
+        )
+    d = end_ns - start_ns
+    edges = np.array([start_ns + (d * i) // n for i in range(n + 1)], dtype=np.int64)
+    out = pd.DataFrame(
+        {
+            "bucket": np.arange(n, dtype=np.int64),
+            "start_ns": edges[:-1],
+            "end_ns": edges[1:],
+            "wait_ns": np.zeros(n, dtype=np.int64),
+        }
+    )
+    if device is None or waits is None or waits.empty or not (waits["wait_ns"] > 0).any():
+        return out.assign(wait_frac=0.0)
+    ix = RankIndex.shared(con, run_id, rank)
+    comm = {
+        int(r[0])
+        for r in con.execute(
+            "SELECT name_id FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
+            [run_id, COMM_KERNEL_RE],
+        ).fetchall()
+    }
+    act = execute(
+        con,
+        f"SELECT s, e, name_id FROM {ix.gpu()} WHERE dev = $dev AND s < $we AND e > $ws",
+        {"dev": int(device), "ws": start_ns, "we": end_ns},
+    ).df()
+    is_comm = act["name_id"].isin(list(comm)).to_numpy()
+    a = act.assign(is_comm=is_comm).merge(
+        waits.rename(columns={"start_ns": "s", "end_ns": "e", "wait_ns": "kw"})[["s", "e", "kw"]],
+        on=["s", "e"],
+        how="left",
+    )
+    s = a["s"].to_numpy(np.int64)
+    e = a["e"].to_numpy(np.int64)
+    kw = a["kw"].fillna(-1).to_numpy(np.int64)
+    matched = a["is_comm"].to_numpy(bool) & (kw >= 0)
+    noncomm = ~a["is_comm"].to_numpy(bool)
+    ct_s = np.concatenate([s[noncomm], s[matched] + kw[matched]])
+    ct_e = np.concatenate([e[noncomm], e[matched]])
+    w_s, w_e = s[matched], s[matched] + kw[matched]
+    m1 = _merge(ct_s, ct_e)
+    m2 = _merge(np.concatenate([ct_s, w_s]), np.concatenate([ct_e, w_e]))
+    c1 = _covered(*m1, edges)
+    c2 = _covered(*m2, edges)
+    wait = np.diff(c2) - np.diff(c1)
+    length = np.diff(edges)
+    out["wait_ns"] = wait.astype(np.int64)
+    out["wait_frac"] = np.where(length > 0, wait / np.maximum(length, 1), 0.0)
+    return out

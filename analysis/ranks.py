@@ -1,56 +1,33 @@
-"""Many ranks: a table of every rank's headline figures, and the straggler with its evidence.
+"""Many ranks: a table of every rank's headline figures; the straggler is matched.
 
 In a synchronous job (DDP, FSDP) every rank's step is as long as the slowest one's: the others
-wait for it inside collectives, and that wait shows as **communication-only** GPU time (only NCCL
-kernels running). The rank with the least communication-only time per step arrives last at the
-collectives: it is the **straggler**, and the others' excess over it is time spent waiting for it.
-docs/metrics.md, "Many ranks".
+wait for it inside collectives. The straggler is found by matching every collective across ranks
+(:mod:`gpuscope.analysis.collectives`): the rank whose late arrivals make the others wait longest in
+total, with the steps and phases where it happens (it replaces the earlier aggregate, the rank with
+the least communication-only time, which missed a straggler that moves between ranks or only shows
+in one phase). docs/metrics.md, "Collectives across ranks".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 from gpuscope.analysis.busy import busy_series
-from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.collectives import CollectiveMatch, Straggler, wait_in_view
 from gpuscope.analysis.idle import CAUSES
+from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.store_access import ranks_of
 
-STRAGGLER_MIN_WAIT_US = 100.0
-"""The waiting rank's excess communication-only time must be at least this per step (µs) ..."""
-STRAGGLER_MIN_WAIT_PCT = 2.0
-"""... or this share (%) of its step, to name a straggler."""
-
-
-@dataclass
-class Straggler:
-    """The rank the others wait for. ``waiting_rank``: the rank that waits longest;
-    ``wait_ms_per_step``: its communication-only time per step minus the straggler's (ms);
-    ``evidence``: one sentence with the numbers."""
-
-    rank: int
-    evidence: str
-    waiting_rank: int
-    wait_ms_per_step: float
-    comm_only_ms_per_step: dict[int, float]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "evidence": self.evidence,
-            "waiting_rank": self.waiting_rank,
-            "wait_ms_per_step": self.wait_ms_per_step,
-            "comm_only_ms_per_step": {str(k): v for k, v in self.comm_only_ms_per_step.items()},
-        }
+__all__ = ["Straggler", "rank_busy_panels", "rank_table"]
 
 
 def rank_table(ranks: list[dict[str, Any]]) -> pd.DataFrame:
     """The rank rows of a report (``RunReport.ranks``) as a DataFrame, one row per rank: ``rank``,
-    ``step_time_ms``, ``gpu_busy_pct``, ``comm_only_ms_per_step``, ``idle_ms_per_step`` and
-    ``idle_<cause>_ms_per_step`` for every cause (ms per step; NaN where not computed)."""
+    ``step_time_ms``, ``gpu_busy_pct``, ``comm_only_ms_per_step``, ``idle_ms_per_step``,
+    ``comm_wait_pct`` (% of the window), ``comm_wait_ms_per_step``, ``step_p50_ms``/``p90``/``max``
+    and ``idle_<cause>_ms_per_step`` for every cause (ms per step; NaN where not computed)."""
     rows = []
     for r in ranks:
         row: dict[str, Any] = {
@@ -59,6 +36,11 @@ def rank_table(ranks: list[dict[str, Any]]) -> pd.DataFrame:
             "gpu_busy_pct": r.get("gpu_busy_pct"),
             "comm_only_ms_per_step": (r.get("comm_only_us_per_step") or 0.0) / 1e3,
             "idle_ms_per_step": _ms(r.get("idle_us_per_step")),
+            "comm_wait_pct": r.get("comm_wait_pct"),
+            "comm_wait_ms_per_step": _ms(r.get("comm_wait_us_per_step")),
+            "step_p50_ms": r.get("step_p50_ms"),
+            "step_p90_ms": r.get("step_p90_ms"),
+            "step_max_ms": r.get("step_max_ms"),
         }
         by = r.get("idle_by_cause_us_per_step") or {}
         for c in CAUSES:
@@ -71,57 +53,6 @@ def _ms(us: float | None) -> float | None:
     return None if us is None else us / 1e3
 
 
-def find_straggler(ranks: list[dict[str, Any]]) -> Straggler | None:
-    """The straggler among ``ranks`` (rows with ``rank``, ``step_time_ms``, ``gpu_busy_pct``,
-    ``comm_only_us_per_step``), or None with fewer than two ranks or when no rank waits for
-    another by at least :data:`STRAGGLER_MIN_WAIT_US` per step or :data:`STRAGGLER_MIN_WAIT_PCT`
-    of its step."""
-    rows = [r for r in ranks if r.get("comm_only_us_per_step") is not None]
-    if len(rows) < 2:
-        return None
-    slow = min(rows, key=lambda r: (r["comm_only_us_per_step"], r["rank"]))
-    waiter = max(rows, key=lambda r: (r["comm_only_us_per_step"], -r["rank"]))
-    wait_us = waiter["comm_only_us_per_step"] - slow["comm_only_us_per_step"]
-    step_us = (waiter.get("step_time_ms") or 0.0) * 1e3
-    share = 100.0 * wait_us / step_us if step_us > 0 else 0.0
-    if wait_us <= 0 or (wait_us < STRAGGLER_MIN_WAIT_US and share < STRAGGLER_MIN_WAIT_PCT):
-        return None
-    comm = {int(r["rank"]): r["comm_only_us_per_step"] / 1e3 for r in rows}
-    evidence = (
-        f"rank {waiter['rank']} spends {sig3(waiter['comm_only_us_per_step'] / 1e3)} ms per step "
-        f"running only communication kernels against {sig3(slow['comm_only_us_per_step'] / 1e3)} "
-        f"ms on rank {slow['rank']}: it waits {sig3(wait_us / 1e3)} ms per step "
-        f"({share:.3g}% of its step) in collectives for rank {slow['rank']}, which arrives last "
-        f"(GPU busy {slow.get('gpu_busy_pct') or 0:.3g}%)."
-    )
-    return Straggler(int(slow["rank"]), evidence, int(waiter["rank"]), wait_us / 1e3, comm)
-
-
-def slowest_rank_figures(report: dict[str, Any]) -> dict[str, Any]:
-    """For a runs list: the figures of the rank that sets the pace, from an ``analyze`` JSON
-    document (``RunReport.to_json()``): the straggler when one is named, else the rank with the
-    lowest GPU busy %. ``rank``, ``step_ms`` (its mean step time, ms) and ``busy_pct`` (%); the
-    analysed rank's own figures for a run of one rank."""
-    rows = report.get("ranks") or []
-    sg = report.get("straggler") or {}
-    pick = None
-    if sg.get("rank") is not None:
-        pick = next((r for r in rows if r.get("rank") == sg["rank"]), None)
-    if pick is None and rows:
-        pick = min(rows, key=lambda r: (r.get("gpu_busy_pct") or 0.0, r.get("rank") or 0))
-    if pick is None:
-        return {
-            "rank": report.get("rank"),
-            "step_ms": (report.get("step_time_ms") or {}).get("mean"),
-            "busy_pct": report.get("gpu_busy_pct"),
-        }
-    return {
-        "rank": pick.get("rank"),
-        "step_ms": pick.get("step_time_ms"),
-        "busy_pct": pick.get("gpu_busy_pct"),
-    }
-
-
 def rank_busy_panels(
     con: Any,
     run_id: str,
@@ -130,12 +61,15 @@ def rank_busy_panels(
     n_steps: int = 3,
     n_buckets: int = 300,
     step_annotation: str | None = None,
+    match: CollectiveMatch | None = None,
 ) -> list[dict[str, Any]]:
     """Small-multiple sawtooths of every rank, aligned on one step: per rank a dict with
     ``label``, ``rank``, ``origin_ns`` (the CPU start of step ``step_number`` on that rank, in its
     own trace clock; default: each rank's first step) and ``busy`` (:func:`busy.busy_series` over
     ``n_steps`` steps from there, ``n_buckets`` buckets): what
-    ``gpuscope.web.figures.aligned_sawtooth`` draws. Ranks without that step are left out."""
+    ``gpuscope.web.figures.aligned_sawtooth`` draws. Ranks without that step are left out. With
+    ``match`` (the run's matched collectives) each panel also has ``wait``: the fraction of each
+    bucket the rank waited in collectives for the last rank (:func:`collectives.wait_in_view`)."""
 
     panels = []
     for rank in ranks_of(con, run_id):
@@ -155,4 +89,107 @@ def rank_busy_panels(
                 "busy": busy_series(con, run_id, rank, start, end, n_buckets),
             }
         )
+        if match is not None:
+            dev = RankIndex.shared(con, run_id, rank).primary_device(start, end)
+            panels[-1]["wait"] = wait_in_view(con, run_id, rank, dev, start, end, n_buckets, match)[
+                "wait_frac"
+            ].to_numpy(dtype="float64")
     return panels
+
+
+#: A rank-step cell is an outlier when its step time is this many robust standard deviations
+#: (1.4826 x the median absolute deviation across ranks, in that step) above the step's median...
+OUTLIER_Z = 3.5
+#: ... and at least this much (%) above it (so that a tight spread does not flag noise).
+OUTLIER_MIN_PCT = 5.0
+
+
+def rank_step_matrix(report: dict[str, Any], nodes: dict[int, str] | None = None) -> pd.DataFrame:
+    """Every rank's every step from an ``analyze`` JSON document (``ranks[].step_ms_by_step`` and
+    ``wait_ms_by_step``; no events), long form, ranks grouped by node then rank: ``node``,
+    ``rank``, ``step``, ``step_ms``, ``wait_ms``, ``step_p50_ms`` (the step's median across ranks),
+    ``outlier`` (step time above the step's median by :data:`OUTLIER_Z` robust deviations and
+    :data:`OUTLIER_MIN_PCT` %). ``nodes``: rank -> node name (default: every rank on ``"?"``)."""
+    rows = []
+    for r in report.get("ranks") or []:
+        rank = int(r["rank"])
+        waits = r.get("wait_ms_by_step") or {}
+        for step, ms in (r.get("step_ms_by_step") or {}).items():
+            rows.append(
+                {
+                    "node": (nodes or {}).get(rank, "?"),
+                    "rank": rank,
+                    "step": int(step),
+                    "step_ms": float(ms),
+                    "wait_ms": float(waits.get(step, 0.0) or 0.0),
+                }
+            )
+    cols = ["node", "rank", "step", "step_ms", "wait_ms", "step_p50_ms", "outlier"]
+    if not rows:
+        return pd.DataFrame({c: [] for c in cols})
+    m = pd.DataFrame(rows)
+    g = m.groupby("step")["step_ms"]
+    m["step_p50_ms"] = g.transform("median")
+    mad = (m["step_ms"] - m["step_p50_ms"]).abs().groupby(m["step"]).transform("median")
+    excess = m["step_ms"] - m["step_p50_ms"]
+    m["outlier"] = (excess > OUTLIER_Z * 1.4826 * mad) & (
+        excess > m["step_p50_ms"] * OUTLIER_MIN_PCT / 100.0
+    )
+    return m.sort_values(["node", "rank", "step"], kind="stable").reset_index(drop=True)[cols]
+
+
+def step_spread(matrix: pd.DataFrame) -> pd.DataFrame:
+    """Per step, the spread of step time across ranks: ``step``, ``ranks``, ``min_ms``,
+    ``p50_ms``, ``max_ms``, ``slowest_rank``, ``wait_p50_ms`` (median wait across ranks),
+    ``outliers`` (number of outlier ranks)."""
+    cols = [
+        "step",
+        "ranks",
+        "min_ms",
+        "p50_ms",
+        "max_ms",
+        "slowest_rank",
+        "wait_p50_ms",
+        "outliers",
+    ]
+    if matrix.empty:
+        return pd.DataFrame({c: [] for c in cols})
+    g = matrix.groupby("step")
+    out = g.agg(
+        ranks=("rank", "nunique"),
+        min_ms=("step_ms", "min"),
+        p50_ms=("step_ms", "median"),
+        max_ms=("step_ms", "max"),
+        wait_p50_ms=("wait_ms", "median"),
+        outliers=("outlier", "sum"),
+    ).reset_index()
+    slow = matrix.sort_values(["step", "step_ms", "rank"], ascending=[True, False, True])
+    out["slowest_rank"] = out["step"].map(slow.drop_duplicates("step").set_index("step")["rank"])
+    out["outliers"] = out["outliers"].astype("int64")
+    return out[cols]
+
+
+_HOST_KEYS = ("hostname", "host", "gpuscope.hostname", "node", "nodename")
+
+
+def rank_nodes(con: Any, run_id: str) -> dict[int, str]:
+    """Rank -> node name, from the trace metadata (``hostname``, ``host``, ``node``, ...) or the
+    ``distributedInfo``; ranks whose trace names none are left out (shown as node ``?``)."""
+    import json
+
+    out: dict[int, str] = {}
+    rows = con.execute(
+        "SELECT rank, metadata, distributed_info FROM ranks WHERE run_id = ? ORDER BY rank",
+        [run_id],
+    ).fetchall()
+    for rank, meta, dist in rows:
+        for blob in (meta, dist):
+            try:
+                d = json.loads(blob) if isinstance(blob, str) else (blob or {})
+            except ValueError:
+                d = {}
+            host = next((d[k] for k in _HOST_KEYS if isinstance(d, dict) and d.get(k)), None)
+            if host:
+                out[int(rank)] = str(host)
+                break
+    return out

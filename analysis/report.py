@@ -21,7 +21,21 @@ from gpuscope.analysis import kernels as K
 from gpuscope.analysis import peaks as P
 from gpuscope.analysis import recommendations as R
 from gpuscope.analysis import tensor_cores as T
-from gpuscope.analysis.busy import BusySummary, busy_in_ranges, busy_summary, comm_only_ns
+from gpuscope.analysis.busy import (
+    BusySplit,
+    BusySummary,
+    busy_in_ranges,
+    busy_split,
+    busy_summary,
+    comm_only_ns,
+)
+from gpuscope.analysis.collectives import (
+    CollectiveMatch,
+    match_json,
+    run_collectives,
+    wait_by_step,
+    wait_table,
+)
 from gpuscope.analysis.compiled import CompiledInfo, compiled_info
 from gpuscope.analysis.copies import PageableCopies, pageable_copies
 from gpuscope.analysis.event_classes import KERNEL_CATS
@@ -31,7 +45,7 @@ from gpuscope.analysis.kernels import KernelBreakdown
 from gpuscope.analysis.peaks import Peak
 from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
 from gpuscope.analysis.rank_index import RankIndex, close_shared, drop_run_names, run_names
-from gpuscope.analysis.ranks import Straggler, find_straggler, rank_table
+from gpuscope.analysis.ranks import Straggler, rank_table
 from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import (
     COMM_KERNEL_RE,
@@ -84,6 +98,15 @@ class RunReport:
     compiled: CompiledInfo | None = None
     pageable: PageableCopies | None = None
     straggler: Straggler | None = None
+    split: BusySplit | None = None
+    collectives: CollectiveMatch | None = None
+
+    @property
+    def gpu_wait_pct(self) -> float | None:
+        """Communication wait, % of the window (docs/metrics.md "Busy, split")."""
+        if not self.has_gpu_activity or self.split is None:
+            return None
+        return self.split.pct(self.split.wait_ns)
 
     @property
     def rank_table(self) -> pd.DataFrame:
@@ -171,6 +194,16 @@ class RunReport:
             "ranks": self.ranks,
             "straggler": self.straggler.to_json() if self.straggler is not None else None,
             "warnings": list(self.warnings),
+            # issue 20 (additive): busy split, collectives matched across ranks
+            "gpu_wait_pct": self.gpu_wait_pct,
+            "busy_split": (
+                self.split.to_json(w.n_steps)
+                if self.split is not None and self.has_gpu_activity
+                else None
+            ),
+            "collectives": (
+                match_json(self.collectives, w.n_steps) if self.collectives is not None else None
+            ),
         }
 
 
@@ -381,15 +414,41 @@ def _loader_kind(idle: IdleResult) -> str | None:
 
 
 def _rank_summary(
-    con: Connection, run_id: str, rank: int, step_annotation: str | None
+    con: Connection,
+    run_id: str,
+    rank: int,
+    step_annotation: str | None,
+    match: CollectiveMatch | None = None,
 ) -> dict[str, Any]:
     w = find_window(con, run_id, rank, step_annotation)
     b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
     comm = comm_only_ns(con, run_id, rank, w.start_ns, w.end_ns, b.device, b.busy_ns)
+    st = step_stats(w)
     if b.device is None:  # no GPU activity on this rank: no evidence, no figure
-        return _rank_row(rank, w, None, step_stats(w).mean_ms, comm, None)
+        return _rank_row(rank, w, None, st.mean_ms, comm, None, stats=st) | _per_step_figures(
+            w, match, rank
+        )
     idle = idle_analysis(con, run_id, rank, w, device=b.device, top_n=0)
-    return _rank_row(rank, w, b.busy_pct, step_stats(w).mean_ms, comm, idle)
+    split = busy_split(
+        con, run_id, rank, w.start_ns, w.end_ns, b.device, wait_table(con, run_id, rank, match)
+    )
+    row = _rank_row(rank, w, b.busy_pct, st.mean_ms, comm, idle, split=split, stats=st)
+    return {**row, **_per_step_figures(w, match, rank)}
+
+
+def _per_step_figures(w: Window, match: CollectiveMatch | None, rank: int) -> dict[str, Any]:
+    """A rank row's per-step maps (step number as text -> ms): its step times and its wait in the
+    collectives launched in each step (the many-ranks heatmap reads these, not events)."""
+    waits = wait_by_step(match, rank)
+    bounds = w.step_bounds_ns() if w.source != "trace" else []
+    return {
+        "step_ms_by_step": {
+            str(s.number): (b[1] - b[0]) / 1e6 for s, b in zip(w.steps, bounds, strict=True)
+        },
+        "wait_ms_by_step": (
+            {str(s.number): waits.get(s.number, 0) / 1e6 for s in w.steps} if bounds else {}
+        ),
+    }
 
 
 def _rank_row(
@@ -399,8 +458,37 @@ def _rank_row(
     step_ms: float,
     comm: int,
     idle: IdleResult | None,
+    *,
+    split: BusySplit | None = None,
+    stats: StepStats | None = None,
 ) -> dict[str, Any]:
-    """One row of ``ranks``: busy %, step time (ms), communication-only and idle µs per step."""
+    """One row of ``ranks``: busy %, step time (ms; mean, and median/p90/max), communication-only,
+    communication wait and idle µs per step, the busy split (% of the window)."""
+    n = w.n_steps
+    has = busy_pct is not None and split is not None
+    extra = {
+        "step_p50_ms": stats.p50_ms if stats is not None else None,
+        "step_p90_ms": stats.p90_ms if stats is not None else None,
+        "step_max_ms": stats.max_ms if stats is not None else None,
+        "compute_pct": split.pct(split.compute_ns) if has and split else None,
+        "comm_transfer_pct": split.pct(split.transfer_ns) if has and split else None,
+        "comm_wait_pct": split.pct(split.wait_ns) if has and split else None,
+        "comm_wait_us_per_step": split.wait_ns / n / 1e3 if has and split else None,
+    }
+    return {
+        **_rank_row_base(rank, w, busy_pct, step_ms, comm, idle),
+        **extra,
+    }
+
+
+def _rank_row_base(
+    rank: int,
+    w: Window,
+    busy_pct: float | None,
+    step_ms: float,
+    comm: int,
+    idle: IdleResult | None,
+) -> dict[str, Any]:
     n = w.n_steps
     return {
         "rank": rank,
@@ -609,15 +697,58 @@ def analyze_run(
     )
     # (the other ranks' indexes may push this rank's RankIndex out of the shared ones: everything
     # that reads it is above)
+    # collectives matched across ranks, and the busy split (compute / transfer / wait / idle)
+    match = (
+        run_collectives(
+            con,
+            run_id,
+            {rank: window},
+            n_steps=window.n_steps,
+            step_ns=stats.mean_ms * 1e6,
+            step_annotation=step_annotation,
+        )
+        if details and all_ranks and len(run["ranks"]) > 1 and not evidence
+        else None
+    )
+    split = (
+        busy_split(
+            con,
+            run_id,
+            rank,
+            window.start_ns,
+            window.end_ns,
+            busy.device,
+            wait_table(con, run_id, rank, match),
+        )
+        if details and not evidence
+        else None
+    )
+    step_wait = wait_by_step(match, rank)
+    for stp, row in zip(window.steps, per_step, strict=True):
+        row["wait_ms"] = step_wait.get(stp.number, 0) / 1e6 if split is not None else None
     ranks = [
         _rank_row(
-            rank, window, busy.busy_pct if not evidence else None, stats.mean_ms, comm_only, idle
+            rank,
+            window,
+            busy.busy_pct if not evidence else None,
+            stats.mean_ms,
+            comm_only,
+            idle,
+            split=split,
+            stats=stats,
         )
+        | _per_step_figures(window, match, rank)
     ]
     if all_ranks:
-        ranks += [_rank_summary(con, run_id, r, step_annotation) for r in run["ranks"] if r != rank]
+        ranks += [
+            _rank_summary(con, run_id, r, step_annotation, match) for r in run["ranks"] if r != rank
+        ]
     ranks.sort(key=lambda d: d["rank"])
-    straggler = find_straggler(ranks) if details and all_ranks else None
+    straggler = match.straggler if match is not None else None
+    if straggler is not None:
+        straggler.comm_only_ms_per_step = {
+            int(r["rank"]): (r.get("comm_only_us_per_step") or 0.0) / 1e3 for r in ranks
+        }
     recs = (
         _recommendations(
             con,
@@ -666,6 +797,8 @@ def analyze_run(
         compiled=compiled,
         pageable=pageable,
         straggler=straggler,
+        split=split,
+        collectives=match,
     )
     report.ranks = ranks
     return report

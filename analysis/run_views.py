@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuscope.analysis.ranks import slowest_rank_figures
 from gpuscope.analysis.report import RunReport, analyze_run
 from gpuscope.analysis.store_access import ranks_of
 
@@ -81,13 +80,15 @@ def report_doc(report: RunReport) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """A run's line in the runs list: the rank that sets the pace (the straggler, else the least busy
-    rank), its mean step time (ms) and GPU busy (%), and the run's MFU (%); None when unknown."""
+    """A run's line in the runs list: the rank the Run page opens on (the lowest), its median step
+    time (ms), GPU busy (%) and the communication wait inside it (%; issue 20: the list agrees with
+    the page's headline), and the run's MFU (%); None when unknown."""
 
     rank: int | None
     step_ms: float | None
     busy_pct: float | None
     mfu_pct: float | None
+    wait_pct: float | None = None
 
 
 def _num(v: Any) -> float | None:
@@ -100,13 +101,14 @@ def _num(v: Any) -> float | None:
 
 def run_summary(doc: dict[str, Any]) -> RunSummary:
     """The runs-list figures of an analysis document (:func:`report_doc`)."""
-    pace = slowest_rank_figures(doc)
-    rank = pace.get("rank")
+    rank = doc.get("rank")
+    st_ms = doc.get("step_time_ms") or {}
     return RunSummary(
         rank=None if rank is None else int(rank),
-        step_ms=_num(pace.get("step_ms")),
-        busy_pct=_num(pace.get("busy_pct")),
+        step_ms=_num(st_ms.get("p50", st_ms.get("mean"))),
+        busy_pct=_num(doc.get("gpu_busy_pct")),
         mfu_pct=_num(doc.get("mfu_pct")),
+        wait_pct=_num(doc.get("gpu_wait_pct")),
     )
 
 

@@ -177,3 +177,38 @@ def test_nvml_lines_keep_the_legend_off_the_title() -> None:
     assert fig.layout.legend.y < 0 and fig.layout.legend.yanchor == "top"  # below the plot
     one = figures.nvml_lines(two[two.gpu == 0], "gpu_util_pct", origin_ns=0, title="x")
     assert one.layout.showlegend is False  # one GPU: nothing to tell apart
+
+
+def test_sawtooth_draws_the_wait_in_its_own_colour() -> None:
+    """Issue 20: communication wait is busy time, drawn stacked on the work in its own colour:
+    work = busy - wait, the wait area on it, then the idle causes; the three fill every bucket."""
+    busy = _busy([0, 100, 200, 300], [1.0, 0.8, 0.2])
+    shares = {"other": np.array([0.0, 20.0, 80.0])}
+    wait = np.array([0.6, 0.3, 0.0])
+    fig = figures.sawtooth(busy, origin_ns=0, shares=shares, wait=wait)
+    stack = {t.name: t for t in fig.data if getattr(t, "stackgroup", None) == "share"}
+    np.testing.assert_allclose(stack["GPU busy"].y[:-1], [40, 50, 20])
+    np.testing.assert_allclose(stack["communication wait"].y[:-1], [60, 30, 0])
+    assert stack["communication wait"].fillcolor == palette.WAIT_FILL
+    assert stack["GPU busy"].line.color == palette.BUSY
+    total = np.sum([np.asarray(t.y[:-1], dtype=float) for t in stack.values()], axis=0)
+    np.testing.assert_allclose(total, [100, 100, 100])
+    # without a wait: busy as before, no wait trace
+    plain = figures.sawtooth(busy, origin_ns=0, shares=shares)
+    assert "communication wait" not in [t.name for t in plain.data]
+    # zoomed in (kernels drawn one by one): the waits are bars of their own colour, on top
+    kernels = pd.DataFrame(
+        {
+            "start_ns": [0],
+            "end_ns": [300],
+            "name": ["ncclDevKernel_AllReduce"],
+            "category": ["communication"],
+        }
+    )
+    waits = pd.DataFrame({"start_ns": [0], "end_ns": [200], "last_rank": [1]})
+    fine = figures.sawtooth(busy, origin_ns=0, kernels=kernels, waits=waits)
+    [bar] = [t for t in fine.data if t.name == "communication wait"]
+    assert bar.marker.color == palette.WAIT and "waiting for rank 1" in bar.customdata[0]
+    names = [t.name for t in fine.data]
+    assert names.index("communication wait") > names.index("activities")  # drawn over kernels
+    assert palette.WAIT not in palette.CAUSES.values() and palette.WAIT != palette.BUSY

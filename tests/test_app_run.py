@@ -367,6 +367,31 @@ def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
     assert list(table["rank"]) == [0, 1]
     specs = [c.proto.spec for c in at.get("plotly_chart")]
     assert any("rank 0" in s and "rank 1" in s for s in specs)  # the small multiples
+    # issue 20: rank 0 waits for rank 1 in the all-reduces: the wait is beside busy in the
+    # headline, in its own colour in the sawtooth, and in the rank table
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.ingest.store import connect
+    from gpuscope.web import palette, ui
+
+    con = connect(db)
+    try:
+        doc = analyze_run(con, rid, rank=0).to_json()
+    finally:
+        con.close()
+    busy = next(m for m in at.metric if m.label == "GPU busy")
+    assert busy.value == ui.fmt_pct(doc["gpu_busy_pct"])
+    assert busy.proto.delta == f"of it waiting {ui.fmt_pct(doc['gpu_wait_pct'])}"
+    assert doc["gpu_wait_pct"] > 50  # 65.7 % of rank 0's window
+    step = next(m for m in at.metric if m.label == "Step time")
+    assert step.value == ui.fmt_ms(doc["step_time_ms"]["p50"])
+    assert step.proto.delta == (
+        f"p90 {doc['step_time_ms']['p90']:.1f} · max {ui.fmt_ms(doc['step_time_ms']['max'])}"
+    )
+    [saw] = [c.proto.spec for c in at.get("plotly_chart") if "busy min" in c.proto.spec]
+    assert "communication wait" in saw and palette.WAIT_FILL in saw
+    assert [float(v.rstrip(" %")) for v in table["of it waiting"]] == pytest.approx(
+        [round(r["comm_wait_pct"], 1) for r in doc["ranks"]]
+    )
 
 
 @pytest.mark.slow
@@ -409,3 +434,51 @@ def test_a_bug_outside_every_section_is_one_line(
     [err] = texts(at, "error")
     assert err.startswith("This page could not be shown: an internal error (ValueError).")
     assert "internals" not in err
+
+
+@pytest.mark.slow
+def test_many_ranks_heatmap_and_never_a_sawtooth_per_rank(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20, part 4: the DDP pair's Run page has the rank × step heatmap (one trace) and the
+    spread of step time per step; with the report of a 256-rank run (built from the pair) the page
+    draws the heatmap of 256 rows and no busy plot per rank."""
+    import json
+
+    from gpuscope.web import data, views
+
+    (rid,) = ingest(db, SAMPLES / "ddp")
+    at = open_app(RUN, {"run": rid})
+    assert not at.exception, at.exception
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    [heat] = [s for s in specs if s["data"][0].get("type") == "heatmap"]
+    assert len(heat["data"][0]["y"]) == 2
+    spread = next(d.value for d in at.dataframe if "slowest rank" in d.value.columns)
+    assert list(spread["step"]) == ["#241", "#242", "#243", "#244", "#245"]
+    assert any(len(s["data"]) and "rank 1" in json.dumps(s["layout"]) for s in specs)  # multiples
+
+    real = data.report
+
+    def big(path: str, run_id: str, rank: int | None) -> dict:  # type: ignore[type-arg]
+        doc = real(path, run_id, rank)
+        rows = [dict(doc["ranks"][r % 2], rank=r) for r in range(256)]
+        return {**doc, "ranks": rows}
+
+    drawn: list[object] = []
+
+    def no_panels(*a: object, **k: object) -> list:  # type: ignore[type-arg]
+        drawn.append(a)  # (a section's failure would show as one line, not an exception)
+        return []
+
+    monkeypatch.setattr(data, "report", big)
+    monkeypatch.setattr(data, "rank_panels", no_panels)
+    data.rank_step_matrix.clear()
+    views._rank_figure.clear()  # the 2-rank page's small multiples are cached
+    at = open_app(RUN, {"run": rid})
+    assert not at.exception, at.exception
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    [heat] = [s for s in specs if s["data"][0].get("type") == "heatmap"]
+    assert len(heat["data"][0]["y"]) == 256
+    assert drawn == []  # no busy plot per rank
+    assert not [e for e in texts(at, "error")], texts(at, "error")
+    data.rank_step_matrix.clear()

@@ -413,7 +413,8 @@ def test_straggler_and_rank_table(con, ddp_folder):
     sg = r.straggler
     assert sg is not None and sg.rank == 0 and sg.waiting_rank == 1
     assert sg.wait_ms_per_step == pytest.approx(6.0)
-    assert "rank 1 spends 7.00 ms per step" in sg.evidence and "for rank 0" in sg.evidence
+    # matched collectives (issue 20): rank 0 arrives last at every all-reduce, rank 1 waits
+    assert "rank 0 arrives last at" in sg.evidence and "wait 6.00 ms per step" in sg.evidence
     table = r.rank_table
     assert list(table["rank"]) == [0, 1]
     assert list(table["comm_only_ms_per_step"]) == pytest.approx([1.0, 7.0])
@@ -556,26 +557,22 @@ def test_cli_per_step_units_and_every_broken_bound(tmp_path, db_path, capsys):
 
 
 @pytest.mark.slow
-def test_runs_list_figures_come_from_the_straggler(con, ddp_folder):
-    from gpuscope.analysis.ranks import slowest_rank_figures
+def test_runs_list_figures_are_the_run_pages(con, ddp_folder):
+    """The runs list shows the figures of the rank the Run page opens on (the lowest), busy with
+    its communication wait beside it (issue 20: the list agrees with the page's headline)."""
+    from gpuscope.analysis.run_views import run_summary
 
     rid = ingest_paths(con, [str(ddp_folder)])[0].run_id
     doc = analyze_run(con, rid).to_json()
-    fig = slowest_rank_figures(doc)
-    # both ranks are busy 8990 of each 10000 µs step (compute + NCCL): 89.9%; the straggler is
-    # rank 0, and the runs list shows its figures
-    assert fig["rank"] == 0
-    assert fig["busy_pct"] == pytest.approx(89.9)
-    assert fig["step_ms"] == pytest.approx(10.0)
-    # without a named straggler: the least busy rank (the figure that does not look healthy)
-    rows = [
-        {"rank": 0, "gpu_busy_pct": 93.6, "step_time_ms": 26.3},
-        {"rank": 1, "gpu_busy_pct": 22.6, "step_time_ms": 25.7},
-    ]
-    fig = slowest_rank_figures({"ranks": rows, "straggler": None})
-    assert fig == {"rank": 1, "step_ms": 25.7, "busy_pct": 22.6}
-    fig = slowest_rank_figures({"ranks": rows, "straggler": {"rank": 0}})
-    assert fig["rank"] == 0 and fig["busy_pct"] == 93.6
+    fig = run_summary(doc)
+    # both ranks are busy 8990 of each 10000 µs step (compute + NCCL): 89.9%
+    assert fig.rank == 0 and fig.busy_pct == pytest.approx(89.9)
+    assert fig.step_ms == pytest.approx(10.0)
+    # rank 0 is the straggler: it never waits; rank 1 waits 6000 µs of each 10000 µs step
+    assert fig.wait_pct == doc["gpu_wait_pct"] == 0.0
+    doc1 = analyze_run(con, rid, rank=1).to_json()
+    assert run_summary(doc1).wait_pct == pytest.approx(60.0)
+    assert doc1["busy_split"]["wait_ms_per_step"] == pytest.approx(6.0)
 
 
 @pytest.mark.slow
@@ -592,6 +589,14 @@ def test_rank_busy_panels_align_on_a_step(con, ddp_folder):
         assert len(p["busy"]) == 10
         assert list(p["busy"]["busy_frac"]) == pytest.approx([0.99] + [1.0] * 8 + [0.0])
     assert rank_busy_panels(con, rid, step_number=7) == []
+    # with the matched collectives: rank 1 waits 2000-8000 µs of the step for rank 0 (issue 20)
+    from gpuscope.analysis.collectives import run_collectives
+
+    m = run_collectives(con, rid)
+    panels = rank_busy_panels(con, rid, step_number=1, n_steps=1, n_buckets=10, match=m)
+    wait = {p["rank"]: list(p["wait"]) for p in panels}
+    assert wait[1] == pytest.approx([0, 0, 1, 1, 1, 1, 1, 1, 0, 0])
+    assert wait[0] == pytest.approx([0.0] * 10)
 
 
 @pytest.mark.slow

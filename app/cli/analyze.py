@@ -156,7 +156,8 @@ def render(doc: dict[str, Any]) -> str:
     out += [
         f"run {r['id']}  {r['name']}  rank {doc['rank']} of {r['ranks']}  GPU {r['gpu'] or '-'}",
         f"window {sig3(w['duration_us'] / 1e3)} ms, {w['steps']} steps ({w['source']})",
-        f"step time  mean {sig3(st['mean'])} ms  p50 {sig3(st['p50'])} ms  max {sig3(st['max'])} ms",
+        f"step time  median {sig3(st['p50'])} ms  p90 {sig3(st.get('p90'))} ms  "
+        f"max {sig3(st['max'])} ms  (mean {sig3(st['mean'])} ms)",
     ]
     prof = doc.get("profiler") or {}
     if prof.get("untraced_step_ms") is not None:
@@ -191,14 +192,31 @@ def render(doc: dict[str, Any]) -> str:
             f"regions, {sig3(comp['graph_launches_per_step'])} graph launches per step)"
         )
     idle = doc["idle"]
+    wait = doc.get("gpu_wait_pct")
     out.append(
-        f"GPU busy {_pc(doc['gpu_busy_pct'])}   idle {_pc(idle['pct'])}"
+        f"GPU busy {_pc(doc['gpu_busy_pct'])}"
+        + (f" (of it waiting for other ranks {_pc(wait)})" if wait is not None else "")
+        + f"   idle {_pc(idle['pct'])}"
         + (
             f"  ({sig3(idle['per_step_us'] / 1e3)} ms per step)"
             if idle.get("per_step_us") is not None
             else ""
         )
     )
+    split = doc.get("busy_split")
+    if split and (split.get("wait_us") or split.get("transfer_us") or split.get("unmatched_us")):
+        parts = [
+            f"{label} {sig3(split[f'{k}_ms_per_step'])} ms"
+            for k, label in (
+                ("compute", "compute"),
+                ("transfer", "comm transfer"),
+                ("wait", "comm wait"),
+                ("unmatched", "comm unmatched"),
+                ("idle", "idle"),
+            )
+            if split.get(f"{k}_us") or k in ("compute", "idle")
+        ]
+        out.append("  per step: " + ", ".join(parts))
     capped = prof.get("capped_causes_ms_per_step") or {}
     for cause, v in sorted(idle["causes"].items(), key=lambda kv: -kv[1]):
         if v and idle["pct"] is not None:
@@ -252,14 +270,19 @@ def render_ranks(doc: dict[str, Any]) -> list[str]:
         for c in doc["idle"]["causes"]
         if any(((r.get("idle_by_cause_us_per_step") or {}).get(c) or 0) > 0 for r in doc["ranks"])
     ]
-    head = f"{'rank':>4} {'step ms':>9} {'busy %':>7} {'comm-only ms':>12} {'idle ms':>8}"
+    head = (
+        f"{'rank':>4} {'step ms':>9} {'p90 ms':>8} {'max ms':>8} {'busy %':>7} {'wait %':>7} "
+        f"{'comm-only ms':>12} {'idle ms':>8}"
+    )
     head += "".join(f" {c[:14]:>14}" for c in causes)
-    out = ["ranks (per step; idle by cause in ms per step)", head]
+    out = ["ranks (median step; wait: inside busy, for other ranks; ms per step)", head]
     for r in doc["ranks"]:
         by = r.get("idle_by_cause_us_per_step") or {}
         idle = r.get("idle_us_per_step")
         line = (
-            f"{r['rank']:>4} {sig3(r['step_time_ms']):>9} {sig3(r['gpu_busy_pct']):>7} "
+            f"{r['rank']:>4} {sig3(r.get('step_p50_ms', r['step_time_ms'])):>9} "
+            f"{sig3(r.get('step_p90_ms')):>8} {sig3(r.get('step_max_ms')):>8} "
+            f"{sig3(r['gpu_busy_pct']):>7} {sig3(r.get('comm_wait_pct')):>7} "
             f"{sig3(r['comm_only_us_per_step'] / 1e3):>12} "
             f"{sig3(idle / 1e3 if idle is not None else None):>8}"
         )
@@ -268,5 +291,18 @@ def render_ranks(doc: dict[str, Any]) -> list[str]:
     sg = doc.get("straggler")
     if sg:
         out.append(f"straggler: rank {sg['rank']}: {sg['evidence']}")
+    coll = doc.get("collectives") or {}
+    for line in coll.get("missing") or []:
+        out.append(f"collectives: {line}")
+    for b in coll.get("by_collective") or []:
+        bw = b.get("busbw_gbs_p50")
+        link = b.get("link_pct_p50")
+        out.append(
+            f"collectives: {b['coll']} on {b['pg']}: {b['instances']} matched, median "
+            f"{sig3((b.get('msg_bytes_p50') or 0) / 1e6) if b.get('msg_bytes_p50') else '-'} MB, "
+            f"transfer {sig3(b['transfer_us_p50'] / 1e3)} ms, skew {sig3(b['skew_us_p50'] / 1e3)} ms, "
+            f"bus bandwidth {sig3(bw) if bw is not None else '-'} GB/s"
+            + (f" ({sig3(link)}% of the link's peak)" if link is not None else "")
+        )
     out.append("")
     return out

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import streamlit as st
-from gpuscope.analysis import compare, nvml_run, run_views, sawtooth
+from gpuscope.analysis import collectives, compare, nvml_run, run_views, sawtooth
+from gpuscope.analysis import ranks as rank_views
 from gpuscope.web import db
 
 log = logging.getLogger("gpuscope.web")
@@ -63,7 +64,14 @@ _summaries: dict[tuple[str, str], dict[str, Any]] = {}
 _summaries_lock = threading.Lock()
 MAX_SUMMARIES = 4096
 SUMMARY_BUDGET_S = 0.3  # the Runs page's time for runs new to this server, per script run (s)
-FAILED = {"step_ms": None, "busy_pct": None, "mfu_pct": None, "rank": None, "failed": True}
+FAILED = {
+    "step_ms": None,
+    "busy_pct": None,
+    "mfu_pct": None,
+    "wait_pct": None,
+    "rank": None,
+    "failed": True,
+}
 
 
 # Runs whose analysis failed: (store, run id) -> the store generation it failed at. Tried again
@@ -112,7 +120,9 @@ def summary(run_id: str) -> dict[str, Any]:
 def rank_panels(path: str, gen: int, run_id: str) -> list[dict[str, Any]]:
     """Every rank's busy series over three steps, aligned on each rank's first step
     (``sawtooth.rank_busy_panels``), for the Run page's small multiples."""
-    return sawtooth.rank_busy_panels(db.cursor(), run_id)
+    ranks = db.ranks_of(path, gen, run_id)
+    match = report_obj(path, run_id, ranks[0]).collectives if ranks else None
+    return sawtooth.rank_busy_panels(db.cursor(), run_id, match=match)
 
 
 # -- the sawtooth's inputs ---------------------------------------------------------------------------
@@ -220,3 +230,29 @@ def nvml_overlay(
 def nvml_samples(path: str, run_id: str, max_points: int = 4000) -> pd.DataFrame:
     """``nvml_run.nvml_series``: every NVML sample of a run, thinned to ``max_points`` per GPU."""
     return nvml_run.nvml_series(db.cursor(), run_id, max_points)
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def wait_share(
+    path: str, run_id: str, rank: int, device: int | None, start_ns: int, end_ns: int, n: int
+) -> np.ndarray:
+    """``collectives.wait_in_view``: the fraction (0..1) of each of ``n`` buckets of the range the
+    rank spent waiting in collectives for the last rank (zeros for a run of one rank)."""
+    match = report_obj(path, run_id, rank).collectives
+    df = collectives.wait_in_view(db.cursor(), run_id, rank, device, start_ns, end_ns, n, match)
+    return df["wait_frac"].to_numpy(dtype="float64")
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def wait_spans(path: str, run_id: str, rank: int, start_ns: int, end_ns: int) -> pd.DataFrame:
+    """``collectives.wait_spans``: the rank's waits in the range, for a zoom that draws kernels."""
+    match = report_obj(path, run_id, rank).collectives
+    return collectives.wait_spans(db.cursor(), run_id, rank, start_ns, end_ns, match)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def rank_step_matrix(path: str, gen: int, run_id: str, rank: int) -> pd.DataFrame:
+    """``ranks.rank_step_matrix`` of the run's report (every rank × step: step time, wait,
+    outliers), ranks grouped by the node their trace names (``ranks.rank_nodes``)."""
+    doc = report(path, run_id, rank)
+    return rank_views.rank_step_matrix(doc, rank_views.rank_nodes(db.cursor(), run_id))

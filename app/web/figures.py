@@ -119,23 +119,46 @@ def _busy_and_idle(
     *,
     stackgroup: str,
     busy_legend: bool = True,
+    wait_pct: np.ndarray | None = None,
 ) -> list[go.Scatter]:
     """A sawtooth row's stacked areas: busy % at the bottom, then each of ``causes``' idle % (its
     ``shares``, one value per bucket). ``x_step``: the n + 1 bucket edges (ms); each value holds to
-    the next edge. Only the busy area may show in a legend (``busy_legend``)."""
+    the next edge. Only the busy area may show in a legend (``busy_legend``). ``wait_pct`` (the
+    communication wait % per bucket, part of busy): busy is drawn as work (busy − wait) in the busy
+    colour with the wait stacked on it in its own colour."""
+    work = busy_pct if wait_pct is None else np.clip(busy_pct - wait_pct, 0.0, None)
     traces = [
         go.Scatter(
             x=x_step,
-            y=np.append(busy_pct, busy_pct[-1]),
+            y=np.append(work, work[-1]),
             name="GPU busy",
             stackgroup=stackgroup,
             legendgroup="busy",
             showlegend=busy_legend,
             line={"color": palette.BUSY, "width": 1, "shape": "hv"},
             fillcolor=palette.BUSY_FILL,
-            hovertemplate="busy %{y:.1f} %<extra></extra>",
+            hovertemplate=(
+                "busy %{y:.1f} %<extra></extra>"
+                if wait_pct is None
+                else "busy, working %{y:.1f} %<extra></extra>"
+            ),
         )
     ]
+    if wait_pct is not None:
+        w = np.minimum(wait_pct, busy_pct)
+        traces.append(
+            go.Scatter(
+                x=x_step,
+                y=np.append(w, w[-1]),
+                name="communication wait",
+                stackgroup=stackgroup,
+                legendgroup="wait",
+                showlegend=False,
+                line={"color": palette.WAIT, "width": 0, "shape": "hv"},
+                fillcolor=palette.WAIT_FILL,
+                hovertemplate="busy, waiting for other ranks %{y:.1f} %<extra></extra>",
+            )
+        )
     for cause in causes:
         y, color, label = shares[cause], palette.cause_color(cause), palette.cause_label(cause)
         traces.append(
@@ -165,8 +188,14 @@ def sawtooth(
     shares: dict[str, np.ndarray] | None = None,
     height: int = 380,
     title: str | None = None,
+    wait: np.ndarray | None = None,
+    waits: pd.DataFrame | None = None,
 ) -> go.Figure:
     """GPU busy % over time, idle time coloured by cause, step starts marked, NVML overlaid.
+
+    Communication wait (busy, waiting in a collective for the last rank) in its own colour:
+    ``wait`` (bucket series: the fraction 0..1 of each bucket of ``busy``) or ``waits`` (with
+    ``kernels``: ``start_ns``, ``end_ns``, ``last_rank`` spans, drawn over the kernels).
 
     ``busy``: ``start_ns``, ``end_ns``, ``busy_frac`` (0..1) per bucket (trace ns), optionally
     ``busy_min``/``busy_max`` (the envelope inside each bucket: ``sawtooth.busy_envelope``).
@@ -228,6 +257,25 @@ def sawtooth(
                 hovertemplate="%{customdata}<extra></extra>",
             )
         )
+        if waits is not None and not waits.empty:
+            ws_ = np.clip(_ms(waits["start_ns"], origin_ns), lo_ms, hi_ms)
+            we_ = np.clip(_ms(waits["end_ns"], origin_ns), lo_ms, hi_ms)
+            who = [f"rank {int(r)}" for r in waits["last_rank"]] if "last_rank" in waits else None
+            fig.add_trace(
+                go.Bar(
+                    x=(ws_ + we_) / 2,
+                    y=np.full(len(ws_), 100.0, dtype="float32"),
+                    width=np.maximum(we_ - ws_, 1e-6),
+                    name="communication wait",
+                    marker={"color": palette.WAIT, "line": {"width": 0}},
+                    customdata=[
+                        f"communication wait · {b - a:,.3f} ms"
+                        + (f"<br>waiting for {who[i]}" if who else "")
+                        for i, (a, b) in enumerate(zip(ws_, we_, strict=True))
+                    ],
+                    hovertemplate="%{customdata}<extra></extra>",
+                )
+            )
     else:
         shares = shares or {}
         fig.add_traces(
@@ -237,6 +285,7 @@ def sawtooth(
                 shares,
                 sorted(shares, key=lambda c: -shares[c].sum()),
                 stackgroup="share",
+                wait_pct=None if wait is None else np.asarray(wait, dtype="float64") * 100.0,
             )
         )
         if "busy_min" in busy and "busy_max" in busy:
@@ -301,8 +350,9 @@ def aligned_sawtooth(
     x_title: str = "ms since step start",
 ) -> go.Figure:
     """Two (or more) sawtooth rows on one shared x axis; each panel is a dict with ``label``,
-    ``busy``, ``origin_ns`` and optional ``shares`` (idle % per cause and bucket of ``busy``) and
-    ``steps``: the origins align the chosen step."""
+    ``busy``, ``origin_ns`` and optional ``shares`` (idle % per cause and bucket of ``busy``),
+    ``wait`` (the communication wait fraction per bucket, drawn in its own colour) and ``steps``:
+    the origins align the chosen step."""
     n = len(panels)
     fig = make_subplots(
         rows=n,
@@ -329,6 +379,11 @@ def aligned_sawtooth(
             sorted(shares),
             stackgroup=f"s{i}",
             busy_legend="busy" not in seen,
+            wait_pct=(
+                np.asarray(p["wait"], dtype="float64") * 100.0
+                if p.get("wait") is not None and np.asarray(p["wait"]).any()
+                else None
+            ),
         )
         fig.add_traces(traces, rows=[i] * len(traces), cols=[1] * len(traces))
         seen.update(["busy", *shares])
@@ -534,3 +589,64 @@ def nvml_lines(
         margin={"l": 10, "r": 10, "t": 40 if title else 10, "b": 50 if n_gpus > 1 else 10},
     )
     return fig
+
+
+def rank_step_heatmap(
+    matrix: pd.DataFrame, value: str = "step_ms", *, height: int | None = None
+) -> go.Figure:
+    """Ranks (rows, grouped by node) × steps (columns), one cell per rank and step coloured by
+    ``value`` (``step_ms`` or ``wait_ms``), outlier cells marked with a ring: ONE heatmap trace
+    whatever the number of ranks (never a sawtooth per rank). A cell's ``customdata`` is
+    ``[rank, step]`` (what a click opens)."""
+    fig = go.Figure()
+    if matrix.empty:
+        return _base_layout(fig, height=height or 200, y_title="rank", x_title="step")
+    order = matrix[["node", "rank"]].drop_duplicates()
+    labels = [
+        f"{n} · rank {r}" if n != "?" else f"rank {r}"
+        for n, r in zip(order["node"], order["rank"], strict=True)
+    ]
+    steps = sorted(int(s) for s in matrix["step"].unique())
+    piv = matrix.pivot_table(index="rank", columns="step", values=value, aggfunc="first")
+    piv = piv.reindex(index=list(order["rank"]), columns=steps)
+    ranks = list(order["rank"])
+    custom = [[[int(r), int(s)] for s in steps] for r in ranks]
+    title = "wait (ms)" if value == "wait_ms" else "step time (ms)"
+    fig.add_trace(
+        go.Heatmap(
+            z=piv.to_numpy(dtype="float64"),
+            x=[f"#{s}" for s in steps],
+            y=labels,
+            customdata=custom,
+            colorscale="YlOrBr" if value == "wait_ms" else "Blues",
+            colorbar={"title": {"text": title}, "thickness": 12},
+            hovertemplate="%{y} · step %{x}<br>" + title + " %{z:.2f}<extra></extra>",
+            name=title,
+        )
+    )
+    out = matrix[matrix["outlier"]]
+    if not out.empty:
+        pos = {r: i for i, r in enumerate(ranks)}
+        fig.add_trace(
+            go.Scatter(
+                x=[f"#{int(s)}" for s in out["step"]],
+                y=[labels[pos[int(r)]] for r in out["rank"]],
+                mode="markers",
+                marker={
+                    "symbol": "circle-open",
+                    "size": 12,
+                    "color": palette.BAD,
+                    "line": {"width": 2},
+                },
+                name="outlier",
+                customdata=[
+                    [int(r), int(s)] for r, s in zip(out["rank"], out["step"], strict=True)
+                ],
+                hovertemplate="outlier: %{y} · step %{x}<extra></extra>",
+            )
+        )
+    n = len(ranks)
+    fig.update_yaxes(autorange="reversed", showticklabels=n <= 64, type="category")
+    fig.update_xaxes(type="category")
+    fig.update_layout(showlegend=False, clickmode="event+select")
+    return _base_layout(fig, height=height or min(900, max(220, 60 + 14 * n)))

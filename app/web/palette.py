@@ -11,6 +11,11 @@ import hashlib
 
 BUSY = "#3b82c4"  # GPU busy (kernels running)
 BUSY_FILL = "rgba(59,130,196,0.55)"
+# Communication wait: a communication kernel waiting for the last rank to arrive (busy, yet no
+# work): its own colour (Okabe-Ito yellow, darkened to read on white), apart from busy blue and
+# from the idle causes (docs/metrics.md "Busy, split").
+WAIT = "#d4b106"
+WAIT_FILL = "rgba(212,177,6,0.7)"
 NVML = "#e8590c"  # NVML utilization.gpu overlay
 ENVELOPE = "rgba(120,120,140,0.28)"  # busy min–max band inside a bucket (the sawtooth)
 STEP_LINE = "rgba(128,128,128,0.75)"

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import streamlit as st
+from gpuscope.analysis import ranks as rank_views
 from gpuscope.analysis import run_views, sawtooth
 from gpuscope.ingest.errors import catalog_lost, store_fault
 from gpuscope.web import data, db, figures, palette, ui
@@ -125,7 +126,18 @@ def rank_selector(run_id: str, *, key: str, param: str = "rank", label: str = "R
                 f"Rank “{ui.md(raw, 40)}” is not in this run (ranks {', '.join(map(str, ranks))}); "
                 f"showing rank {chosen}."
             )
-    if len(ranks) > 1:
+    if len(ranks) > MAX_RANK_BUTTONS:  # a big run: a list, not a wall of buttons
+        listed: int | None = st.selectbox(
+            label,
+            ranks,
+            index=ranks.index(chosen),
+            key=f"{key}_{run_id}_{chosen}",
+            format_func=lambda r: f"rank {r}",
+        )
+        if listed is not None and listed != chosen:
+            st.query_params[param] = str(listed)
+            st.rerun()
+    elif len(ranks) > 1:
         picked = st.segmented_control(
             label,
             ranks,
@@ -203,16 +215,104 @@ def rank_overview(run_id: str, report: dict[str, Any]) -> None:
         rows.append(
             {
                 "rank": r.get("rank"),
-                "step time": ui.fmt_ms(r.get("step_time_ms"), 2),
+                "step time (median)": ui.fmt_ms(r.get("step_p50_ms"), 2),
+                "p90 / max": f"{ui.fmt_ms(r.get('step_p90_ms'), 2)} / "
+                f"{ui.fmt_ms(r.get('step_max_ms'), 2)}",
                 "GPU busy": ui.fmt_pct(r.get("gpu_busy_pct")),
+                "of it waiting": ui.fmt_pct(r.get("comm_wait_pct")),
                 "communication only / step": ui.fmt_us_as_ms(r.get("comm_only_us_per_step"), 2),
                 "idle / step": ui.fmt_us_as_ms(idle, 2),
             }
         )
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    fig = _rank_figure(db.db_path(), db.generation(), run_id)
-    if fig is not None:
-        st.plotly_chart(fig, width="stretch", config={"displayModeBar": False})
+    rank_heatmap(run_id, int(report.get("rank") or 0))  # issue 20: any number of ranks
+    if len(ranks) <= MAX_SAWTOOTH_RANKS:  # never a sawtooth per rank of a big run
+        fig = _rank_figure(db.db_path(), db.generation(), run_id)
+        if fig is not None:
+            st.plotly_chart(fig, width="stretch", config={"displayModeBar": False})
+
+
+#: The Run page draws every rank's busy plot (small multiples) up to this many ranks; above it,
+#: only the rank × step heatmap (one trace, whatever the number of ranks).
+MAX_SAWTOOTH_RANKS = 8
+#: Above this many ranks the rank is picked from a list, not a row of buttons.
+MAX_RANK_BUTTONS = 16
+
+
+def cell_target(selection: Any) -> tuple[int, int] | None:
+    """(rank, step) of the heatmap cell a click selected (its ``customdata``), or None."""
+    points = ((selection or {}).get("selection") or {}).get("points") or []
+    for p in points:
+        cd = p.get("customdata")
+        if isinstance(cd, list | tuple) and len(cd) >= 2:
+            try:
+                return int(cd[0]), int(cd[1])
+            except (TypeError, ValueError):
+                continue
+    return None
+
+
+def rank_heatmap(run_id: str, rank: int) -> None:
+    """Ranks × steps (step time or wait), grouped by node, outliers ringed, the spread of step
+    time across ranks per step; a click on a cell opens that rank and step in the busy plot."""
+    path = db.db_path()
+    m = data.rank_step_matrix(path, db.generation(), run_id, rank)
+    if m.empty:
+        return
+    what = st.radio(
+        "Colour the ranks × steps by",
+        ["step time", "wait"],
+        horizontal=True,
+        key=f"heat_{run_id}",
+    )
+    fig = figures.rank_step_heatmap(m, "wait_ms" if what == "wait" else "step_ms")
+    key = f"heatmap_{run_id}_{what}"
+
+    def on_pick() -> None:
+        picked = cell_target(st.session_state.get(key))
+        if picked is None:
+            return
+        r, step = picked
+        w = data.window(path, run_id, r)
+        row = w.steps[w.steps["number"] == step]
+        if not row.empty:
+            st.session_state[f"view_run_{run_id}_{r}"] = (
+                int(row["start_ns"].iloc[0]),
+                int(row["end_ns"].iloc[0]),
+            )
+        st.query_params["rank"] = str(r)
+
+    st.plotly_chart(
+        fig,
+        key=key,
+        on_select=on_pick,
+        selection_mode="points",
+        width="stretch",
+        config={"displayModeBar": False},
+    )
+    spread = rank_views.step_spread(m)
+    n_out = int(m["outlier"].sum())
+    st.caption(
+        f"{m['rank'].nunique():,} ranks × {m['step'].nunique():,} steps; "
+        + (f"{n_out} outlier cell(s) ringed; " if n_out else "no outlier; ")
+        + "click a cell to open that rank and step in the busy plot below."
+    )
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "step": [f"#{s}" for s in spread["step"]],
+                "ranks": spread["ranks"],
+                "fastest": [ui.fmt_ms(v, 2) for v in spread["min_ms"]],
+                "median": [ui.fmt_ms(v, 2) for v in spread["p50_ms"]],
+                "slowest": [ui.fmt_ms(v, 2) for v in spread["max_ms"]],
+                "slowest rank": spread["slowest_rank"],
+                "median wait": [ui.fmt_ms(v, 2) for v in spread["wait_p50_ms"]],
+                "outliers": spread["outliers"],
+            }
+        ),
+        hide_index=True,
+        width="stretch",
+    )
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -232,18 +332,29 @@ def headline_cards(report: dict[str, Any]) -> None:
     st_ms = report.get("step_time_ms") or {}
     steps = n_steps(report)
     c = st.columns(5)
+    # issue 20: the median step (one slow step does not move it), p90 and max beside it
     c[0].metric(
         "Step time",
-        ui.fmt_ms(st_ms.get("mean")),
+        ui.fmt_ms(st_ms.get("p50")),
+        delta=f"p90 {ui.fmt_ms(st_ms.get('p90')).removesuffix(' ms')} · "
+        f"max {ui.fmt_ms(st_ms.get('max'))}",
+        delta_color="off",
+        delta_arrow="off",
         border=True,
-        help=f"Mean over {steps} step(s): window ÷ steps. Median {ui.fmt_ms(st_ms.get('p50'))}, "
-        f"slowest {ui.fmt_ms(st_ms.get('max'))}.",
+        help=f"Median over {steps} step(s); 90th percentile and slowest step beside it. "
+        f"Mean (window ÷ steps): {ui.fmt_ms(st_ms.get('mean'))}.",
     )
+    wait = report.get("gpu_wait_pct")
     c[1].metric(
         "GPU busy",
         ui.fmt_pct(report.get("gpu_busy_pct")),
+        delta=f"of it waiting {ui.fmt_pct(wait)}" if wait is not None else None,
+        delta_color="off",
+        delta_arrow="off",
         border=True,
-        help="Share of the window in which at least one kernel, copy or memset ran on the GPU.",
+        help="Share of the window in which at least one kernel, copy or memset ran on the GPU. "
+        "Waiting: the part spent in collectives waiting for the last rank to arrive (busy, yet "
+        'no work; docs/metrics.md "Busy, split").',
     )
     peak = report.get("peak_tflops")
     c[2].metric(
@@ -290,7 +401,11 @@ def _swatch(color: str, text: str, *, line: bool = False) -> str:
 
 
 def cause_legend(
-    *, nvml: bool = False, categories: list[str] | None = None, envelope: bool = False
+    *,
+    nvml: bool = False,
+    categories: list[str] | None = None,
+    envelope: bool = False,
+    wait: bool = False,
 ) -> None:
     """The one colour legend of the page's busy plots (the figures draw none): busy (or, when
     kernels are drawn one by one, their categories), each idle cause, the envelope, NVML, steps."""
@@ -300,6 +415,8 @@ def cause_legend(
         ]
     else:
         items = [_swatch(palette.BUSY, "GPU busy")]
+    if wait:
+        items.append(_swatch(palette.WAIT, "busy: communication wait (for other ranks)"))
     items += [
         _swatch(palette.cause_color(c), f"idle: {palette.cause_label(c)}") for c in palette.CAUSES
     ]
@@ -408,16 +525,26 @@ def _sawtooth_view(path: str, gen: int, run_id: str, rank: int, s: int, e: int) 
     )
     if kernels is not None and not one_per_pixel(kernels, s, e, N_BUCKETS):
         kernels = None  # a pixel would hold several activities: the busy share per bucket
-    gaps, shares = None, None
+    gaps, shares, wait, waits = None, None, None, None
     if kernels is None:
         busy = data.busy_envelope(path, run_id, rank, s, e, N_BUCKETS, ENVELOPE_SUB, dev)
         shares = data.idle_shares(path, run_id, rank, dev, s, e, N_BUCKETS)
+        wait = data.wait_share(path, run_id, rank, dev, s, e, N_BUCKETS)  # issue 20
     else:
         busy = data.busy(path, run_id, rank, s, e, N_BUCKETS, dev)
         gaps = _with_detail(data.gaps_in_view(path, run_id, rank, dev, s, e))
+        waits = data.wait_spans(path, run_id, rank, s, e)  # issue 20
     nvml = data.nvml_overlay(path, run_id, rank, dev, s, e, N_BUCKETS)
     fig = figures.sawtooth(
-        busy, origin_ns=ws, idle=gaps, shares=shares, steps=steps, nvml=nvml, kernels=kernels
+        busy,
+        origin_ns=ws,
+        idle=gaps,
+        shares=shares,
+        steps=steps,
+        nvml=nvml,
+        kernels=kernels,
+        wait=wait if wait is not None and wait.any() else None,
+        waits=waits,
     )
     return {
         "fig": fig,
@@ -425,6 +552,7 @@ def _sawtooth_view(path: str, gen: int, run_id: str, rank: int, s: int, e: int) 
         "n_act": n_act,
         "kernels": kernels,
         "nvml_on": not nvml.empty,
+        "wait_on": bool((wait is not None and wait.any()) or (waits is not None and len(waits))),
     }
 
 
@@ -514,7 +642,9 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
         if kernels is not None
         else None
     )
-    cause_legend(nvml=nvml_on, categories=cats, envelope=kernels is None)
+    cause_legend(
+        nvml=nvml_on, categories=cats, envelope=kernels is None, wait=view.get("wait_on", False)
+    )
     st.plotly_chart(fig, key=chart_key, on_select=on_box, selection_mode="box", config=PLOT_CONFIG)
     bucket_us = (e - s) / N_BUCKETS / 1e3
     detail = (

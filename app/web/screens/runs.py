@@ -14,7 +14,7 @@ from gpuscope.web import auth, data, db, ui
 from gpuscope.web.samples import SAMPLE_TAG
 from gpuscope.web.uploads import ONE_RUN, SEPARATE, ingest_uploads, run_name_for, trace_files
 
-NO_FIGURES: dict[str, Any] = {"step_ms": None, "busy_pct": None, "mfu_pct": None}
+NO_FIGURES: dict[str, Any] = {"step_ms": None, "busy_pct": None, "mfu_pct": None, "wait_pct": None}
 
 st.title("Runs")
 ui.show_flash()
@@ -167,6 +167,7 @@ table = pd.DataFrame(
         "ranks": runs["n_ranks"],
         "step_ms": [m["step_ms"] for m in metrics],
         "busy_pct": [m["busy_pct"] for m in metrics],
+        "wait_pct": [m.get("wait_pct") for m in metrics],
         "mfu_pct": [m["mfu_pct"] for m in metrics],
         "tags": runs["tags"],
         "uploaded_by": [owners.get(r) or "—" for r in runs["run_id"]],
@@ -201,12 +202,18 @@ event = st.dataframe(
         "step_ms": st.column_config.NumberColumn(
             "Step time",
             format="%.1f ms",
-            help="Of the rank that sets the pace: the straggler, else the least busy rank",
+            help="Median step time of the rank the Run page opens on (the lowest)",
         ),
         "busy_pct": st.column_config.NumberColumn(
             "GPU busy",
             format="%.1f %%",
-            help="Of the rank that sets the pace: the straggler, else the least busy rank",
+            help="GPU busy of the rank the Run page opens on (the lowest), as on its headline",
+        ),
+        "wait_pct": st.column_config.NumberColumn(
+            "of it waiting",
+            format="%.1f %%",
+            help="The part of the window that rank spent in collectives waiting for the last rank "
+            "(inside GPU busy)",
         ),
         "mfu_pct": st.column_config.NumberColumn("MFU", format="%.1f %%"),
         "tags": st.column_config.ListColumn("Tags"),

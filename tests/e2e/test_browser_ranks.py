@@ -1,0 +1,115 @@
+"""The real 2×H200 DDP sample in a real browser (issue 20): the Run page shows rank 0's
+communication wait beside GPU busy in its headline and in its own colour in the sawtooth, and the
+Runs list shows the same rank's busy and wait."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e_support import (
+    REPO,
+    Server,
+    ddp_rank_files,
+    sawtooth_chart,
+    screenshot,
+    start_server,
+    stop_server,
+    wait_idle,
+)
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str, dict]]:  # type: ignore[type-arg]
+    """A server of its own (the session's server keeps the DDP sample for the upload test), the
+    DDP sample ingested into its store from the CLI, and `gpuscope analyze --json` of it."""
+    work = tmp_path_factory.mktemp("ranks")
+    folder = work / "ddp"
+    folder.mkdir()
+    for f in ddp_rank_files(work):
+        shutil.copy(f, folder / f.name)
+    s = start_server(work, db=work / "store", load_samples=False)
+    try:
+
+        def cli(*args: str) -> str:
+            done = subprocess.run(
+                [sys.executable, "-m", "gpuscope", *args, "--db", str(s.db)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                cwd=REPO,
+                env=dict(os.environ),
+            )
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        (rid,) = cli("ingest", str(folder), "--name", "ddp").split()
+        doc = json.loads(cli("analyze", rid, "--json"))
+        yield s, rid, doc
+    finally:
+        stop_server(s)
+
+
+def card(page, label: str) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """(value, delta) of the headline card ``label``."""
+    c = page.locator('[data-testid="stMetric"]').filter(has_text=label).first
+    value = c.locator('[data-testid="stMetricValue"]').inner_text().strip()
+    delta = c.locator('[data-testid="stMetricDelta"]').inner_text().strip()
+    return value, delta
+
+
+def test_run_page_shows_rank_0_waiting_and_the_runs_list_agrees(ddp, new_page) -> None:  # type: ignore[no-untyped-def]
+    from gpuscope.web import palette, ui
+
+    server, rid, doc = ddp
+    assert doc["rank"] == 0 and doc["gpu_wait_pct"] > 50  # rank 0 waits for rank 1
+    page = new_page()
+    page.goto(f"{server.url}/run?run={rid}")
+    page.locator('[data-testid="stMetric"]').filter(has_text="GPU busy").first.wait_for()
+    wait_idle(page)
+    busy, waiting = card(page, "GPU busy")
+    assert busy == ui.fmt_pct(doc["gpu_busy_pct"])
+    assert waiting == f"of it waiting {ui.fmt_pct(doc['gpu_wait_pct'])}"
+    step, beside = card(page, "Step time")
+    assert step == ui.fmt_ms(doc["step_time_ms"]["p50"])  # the median, not the mean
+    assert beside == (
+        f"p90 {doc['step_time_ms']['p90']:.1f} · max {ui.fmt_ms(doc['step_time_ms']['max'])}"
+    )
+    # the plot: the wait is drawn, filled in its own colour, and named in the legend
+    page.get_by_role("heading", name="GPU busy over time").wait_for()
+    sawtooth_chart(page)
+    page.get_by_text("busy: communication wait (for other ranks)").first.wait_for()
+    r, g, b = (int(palette.WAIT[i : i + 2], 16) for i in (1, 3, 5))
+    fills = page.locator('[data-testid="stPlotlyChart"] path.js-fill').evaluate_all(
+        "els => els.map(e => getComputedStyle(e).fill)"
+    )
+    assert f"rgb({r}, {g}, {b})" in fills, fills
+    screenshot(page, "run_ddp_wait")
+    # the Runs list: the same rank's busy and wait
+    page.goto(f"{server.url}/runs")
+    wait_idle(page)
+    cells = page.locator('[data-testid="stDataFrame"] [role="gridcell"]')
+    cells.first.wait_for(state="attached")
+    screenshot(page, "runs_ddp_wait")
+    # the grid's cells hold the values (the canvas draws them formatted: "96.4 %")
+    row = [c.strip() for c in cells.all_text_contents()]
+    assert rid in row
+    nums = []
+    for c in row:
+        try:
+            nums.append(float(c))
+        except ValueError:
+            continue
+    for want in (doc["gpu_busy_pct"], doc["gpu_wait_pct"], doc["step_time_ms"]["p50"]):
+        assert any(abs(v - want) < 1e-6 for v in nums), (want, row)
