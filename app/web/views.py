@@ -739,10 +739,10 @@ def recommendations(report: dict[str, Any]) -> None:
     recs.sort(key=lambda r: -float(r.get("max_gain_pct") or 0))
     for r in recs:
         with st.container(border=True):
-            gain = r.get("max_gain_pct")
+            gain = r.get("gain")  # the analysis's sentence: what the bound is on, and its size
             head = f"**{ui.md(r.get('title') or r.get('id'), None)}**"
-            if gain is not None:
-                head += f" — step time down by at most **{float(gain):.1f} %**"
+            if gain:
+                head += f" — **{ui.md(gain, None)}**"
             st.markdown(head)
             evidence(r.get("evidence"))
             fix = r.get("fix")

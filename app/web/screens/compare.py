@@ -89,43 +89,43 @@ if rep_a is not None and rep_b is not None:
         view = data.comparison(path, a_id, b_id)
 
 # -- headline deltas ---------------------------------------------------------------------------------
-# how each card's unit reads: (formatter, delta unit; None: the delta in per cent)
-CARD_FORMAT: dict[str, tuple[Any, str | None]] = {
-    "ms": (ui.fmt_ms, "ms"),
-    "%": (ui.fmt_pct, "pp"),
-    "TFLOP/s": (ui.fmt_tflops, "TFLOP/s"),
-}
+# how each card's unit reads
+CARD_FORMAT: dict[str, Any] = {"ms": ui.fmt_ms, "%": ui.fmt_pct, "TFLOP/s": ui.fmt_tflops}
 CARD_HELP = {
-    "step_time": "Mean step time: window ÷ steps.",
+    "step_time": "Mean step time: window ÷ steps (unprofiled: the median step timed with the "
+    "profiler off).",
     "throughput": "Work per second: the trace's samples/tokens per step ÷ step time.",
     "achieved_tflops": "Model FLOPs per step ÷ step time.",
     "mfu": "Achieved TFLOP/s ÷ the GPU's peak for the dtype; A and B use the same peak.",
-    "gpu_busy": "Share of the window with any GPU activity.",
-    "idle_per_step": "GPU idle time per step, all causes.",
+    "gpu_busy": "Share of the trace's window with any GPU activity (only a trace can say it).",
+    "idle_per_step": "GPU idle time per step, all causes (only a trace can say it).",
 }
+# a change's colour says whether it is good for the user, not which way the number moved
+TONE_COLOR = {"good": "green", "bad": "red", "neutral": "gray"}
 if view is not None:
     with views.section("Headline and all metrics"):
-        # two rows of three: the work done (time, throughput, FLOP/s), then how well (MFU, busy, idle)
+        if view.speedup_text:  # by throughput where the work per step is known
+            st.markdown(f"**{ui.md(view.speedup_text, None)}**")
+        if view.overhead_text:
+            st.caption(f":material/timer: {ui.md(view.overhead_text, None)}.")
+        # two rows of three: the work done (throughput, time, FLOP/s), then how well (MFU, busy, idle)
         cols = [*st.columns(3), *st.columns(3)]
         for col, card in zip(cols, view.cards, strict=True):
-            fmt_v, delta_unit = CARD_FORMAT.get(
-                card.unit, (lambda v, u=card.unit: ui.fmt_rate(v, u), None)
-            )
+            fmt_v = CARD_FORMAT.get(card.unit, lambda v, u=card.unit: ui.fmt_rate(v, u))
             why = (view.peak_note if card.key == "mfu" else None) or CARD_HELP[card.key]
+            if card.why:
+                why += f" {card.why}"
             col.metric(
-                card.label,
+                f"{card.label} · {card.basis}" if card.basis else card.label,
                 fmt_v(card.b),
-                delta=ui.delta_pct(card.a, card.b)
-                if delta_unit is None
-                else ui.delta_str(card.a, card.b, delta_unit),
-                delta_color="inverse" if card.lower_is_better else "normal",
+                delta=card.delta,
+                delta_color=TONE_COLOR[card.tone],  # type: ignore[arg-type]
+                delta_arrow="off" if card.delta == "unchanged" else "auto",
                 border=True,
                 help=f"{why} A: {fmt_v(card.a)} → B: {fmt_v(card.b)}.",
             )
         if view.peak_note:
             st.caption(f":material/warning: {ui.md(view.peak_note, None)}")
-        if view.speedup_text:  # by throughput where the work per step is known
-            st.markdown(f"**{ui.md(view.speedup_text, None)}**")
         for note in view.notes:
             st.caption(f"Note: {ui.md(note, None)}")
 
@@ -134,12 +134,13 @@ if view is not None:
                 {
                     "section": sec.title,
                     "metric": d.metric,
+                    "basis": d.basis or "—",
                     "unit": d.unit,
                     "A": ui.fmt_number(d.a),
                     "B": ui.fmt_number(d.b),
-                    "Δ (B − A)": ui.fmt_signed(d.delta),
-                    "Δ %": ui.fmt_signed(d.delta_pct, " %", digits=1),
-                    "": "better" if d.improved else ("worse" if d.improved is False else ""),
+                    "Δ (B − A)": ui.fmt_signed(d.delta, " pp" if d.unit == "%" else ""),
+                    "change": d.change if d.change != "-" else "—",
+                    "": d.verdict or "",
                 }
                 for sec in view.sections
                 for d in sec.rows
@@ -155,8 +156,14 @@ if view is not None:
                 "metric": st.column_config.TextColumn("Metric", width="medium"),
                 "A": st.column_config.TextColumn(f"A · {ui.plain(name_a, 40)}"),
                 "B": st.column_config.TextColumn(f"B · {ui.plain(name_b, 40)}"),
+                "basis": st.column_config.TextColumn(
+                    "Basis", help="profiled: from the trace; unprofiled: timed without the profiler"
+                ),
                 "Δ (B − A)": st.column_config.TextColumn("Δ (B − A)"),
-                "Δ %": st.column_config.TextColumn("Δ %"),
+                "change": st.column_config.TextColumn(
+                    "Change",
+                    help="In % of A; percentages in points (pp); within noise: unchanged",
+                ),
             },
         )
 
@@ -235,9 +242,9 @@ with views.section("Fixes"):
             "Still open",
             [
                 f":orange[:material/pending:] {ui.md(fb.title, None)}"
-                + (
-                    f" — bound {ui.fmt_pct(fa.max_gain_pct)} → {ui.fmt_pct(fb.max_gain_pct)}"
-                    if fa.max_gain_pct is not None or fb.max_gain_pct is not None
+                + (  # the analysis's own sentences for the bound (per step or per sample)
+                    f" — A: {ui.md(fa.gain, None)}; B: {ui.md(fb.gain, None)}"
+                    if fa.gain and fb.gain
                     else ""
                 )
                 for fa, fb in fixes.remaining
