@@ -564,6 +564,7 @@ TOP_COLUMNS = (  # (header, key, how to show it, width), widths in % of the tabl
     ("TC", "tensor_core", "bool", 5),
     ("Dtype", "precision", None, 7),
 )
+TOP_NAME_CHARS = 60  # of a kernel's name in the top-kernels table (the full name on hover)
 TOP_HEADER_HELP = {"TC": "Runs on tensor cores", "Dtype": "Precision of the kernel's math"}
 
 
@@ -575,12 +576,15 @@ def top_kernels_html(report: dict[str, Any]) -> str | None:
     if not top:
         return None
     steps = n_steps(report)
+    # names cut in the middle, never two alike (the column shows about this many characters)
+    names = [str(r.get("name") or "") for r in top]
+    shown = dict(zip(names, run_views.kernel_labels(names, TOP_NAME_CHARS), strict=True))
 
     def cell(row: dict[str, Any], key: str, how: str | None) -> tuple[str, str]:
         v = row.get(key)
         if key == "name":
             full = str(row.get("name") or "")
-            short = str(row.get("short_name") or full)
+            short = shown.get(full) or str(row.get("short_name") or full)
             return ui.plot_text(short, 200), html.escape(ui.plain(full, None), quote=True)
         if v is None or (isinstance(v, float) and v != v):
             return "—", ""
@@ -656,20 +660,50 @@ def _fmt_value(key: str, v: Any) -> str:
             return ui.fmt_duration_us(f * 1e3)
         if key.endswith("_pct") or key == "share":
             return ui.fmt_pct(f)
+        if key.endswith("_frac"):  # a fraction: shown as a share
+            return ui.fmt_pct(100.0 * f)
         if "bytes" in key:
             return f"{f / 2**20:,.1f} MiB" + ("/step" if key.endswith("_per_step") else "")
         if key.endswith("_per_s"):
             return ui.fmt_rate(f, key.removesuffix("_per_s").replace("_", " ") + "/s")
         if key.endswith("_per_step"):
             return f"{ui.fmt_number(f)}/step"
+        if key.startswith("assumed_speedup") or key.endswith("_speedup"):
+            return f"{ui.fmt_number(f)}×"
         return ui.fmt_number(f)
-    return str(v)
+    return EVIDENCE_VALUES.get(str(v), str(v).replace("_", " "))
+
+
+#: Evidence keys whose words read better than the key itself (the rest: the key in words).
+EVIDENCE_LABELS = {
+    "busy": "GPU busy",
+    "share": "share of the run",
+    "idle": "GPU idle",
+    "loader": "DataLoader",
+    "memory_used_frac": "memory used",
+    "small_grid_mean_sm_fill": "mean SM fill of small-grid kernels",
+    "small_grid_kernel_share": "small-grid kernels' share of kernel time",
+    "profiler_cap": "profiler cap",
+    "capped_by_profiler": "capped by the profiler",
+    "gpu": "GPU",
+    "fp32_gemm": "fp32 GEMM time",
+    "fp32_gemm_share": "fp32 GEMM share of the run",
+    "tensor_core": "tensor-core share",
+}
+#: Evidence values (enumerations of the analysis) in words.
+EVIDENCE_VALUES = {
+    "single_process": "batches made in the training process (num_workers=0)",
+    "workers": "worker processes",
+}
 
 
 def _label(key: str) -> str:
+    """An evidence key in words, first letter capitalised: ``memory_used_frac`` -> ``Memory
+    used``, ``idle_us_per_step`` -> ``GPU idle``."""
     for suffix in ("_us_per_step", "_us", "_ms", "_pct"):
         key = key.removesuffix(suffix)
-    return key.replace("_", " ")
+    text = EVIDENCE_LABELS.get(key, key.removesuffix("_frac").replace("_", " "))
+    return text[:1].upper() + text[1:]
 
 
 def _rows_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
