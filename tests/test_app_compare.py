@@ -106,7 +106,7 @@ def test_compare_needs_two_runs(db: Path) -> None:
 def test_align_on_a_later_step(pair: tuple[str, str]) -> None:
     a, b = pair
     at = open_app(COMPARE, {"a": a, "b": b})
-    at.number_input(key=f"align_{a}_{b}").set_value(4).run()
+    at.number_input(key=f"align_{a}_{b}_1").set_value(4).run()
     assert not at.exception
     assert any("start of step 4" in c for c in texts(at, "caption"))
 

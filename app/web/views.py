@@ -420,6 +420,29 @@ def _sawtooth_view(path: str, gen: int, run_id: str, rank: int, s: int, e: int) 
     }
 
 
+ZOOM_PARAM = "zoom"
+
+
+def zoom_param(s: int, e: int, ws: int) -> str:
+    """A view ``[s, e)`` (trace ns) as the URL's ``zoom``: ms since the window's start ``ws``,
+    to the nanosecond (``12.345678-23.456789``)."""
+    return f"{(s - ws) / 1e6:.6f}-{(e - ws) / 1e6:.6f}"
+
+
+def parse_zoom(text: str | None, ws: int, we: int) -> tuple[int, int] | None:
+    """The view a ``zoom`` value names, clamped into the window ``[ws, we)``; None for no value
+    or one that is not ``MS-MS`` (the page then shows the whole window)."""
+    if not text:
+        return None
+    try:
+        lo, hi = (float(x) for x in text.split("-", 1))
+    except ValueError:
+        return None
+    if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:  # NaN, infinite or empty
+        return None
+    return clamp_view(ws + round(lo * 1e6), ws + round(hi * 1e6), ws, we)
+
+
 def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
     """The busy % plot with its zoom controls; re-queries DuckDB for the visible range."""
     path = db.db_path()
@@ -430,10 +453,22 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
         st.info("This rank has no timed events to plot.")
         return
     vkey = f"view_{key}_{run_id}_{rank}"
+    # The URL holds the view (``zoom``): a link, a reload or Back sets it; a zoom on the page
+    # writes it (each change a history entry, so Back undoes a zoom).
+    url_zoom = st.query_params.get(ZOOM_PARAM)
+    if url_zoom != st.session_state.get(f"{vkey}_url"):  # the URL changed outside this page
+        st.session_state[vkey] = parse_zoom(url_zoom, ws, we) or (ws, we)
     s, e = st.session_state.get(vkey, (ws, we))
     s, e = max(ws, int(s)), min(we, int(e))
     if e - s < MIN_VIEW_NS:
         s, e = ws, we
+    shown = None if (s, e) == (ws, we) else zoom_param(s, e, ws)
+    if shown != url_zoom:
+        if shown is None:
+            del st.query_params[ZOOM_PARAM]
+        else:
+            st.query_params[ZOOM_PARAM] = shown
+    st.session_state[f"{vkey}_url"] = shown
     nums = [int(n) for n in steps["number"]]
     # The slider shows the steps the view covers and follows every zoom: its key carries the view,
     # and its value is always passed as a (first, last) pair, so it is always a range slider.

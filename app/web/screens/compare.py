@@ -49,8 +49,8 @@ if missing:
     st.stop()
 
 a_id, b_id = str(ids["a"]), str(ids["b"])
-if refs["a"] != a_id or refs["b"] != b_id:
-    st.query_params.from_dict({"a": a_id, "b": b_id})
+if refs["a"] != a_id or refs["b"] != b_id:  # canonical ids; the rest of the view stays
+    st.query_params.update({"a": a_id, "b": b_id})
 row_a = db.run_row(path, db.generation(), a_id)
 row_b = db.run_row(path, db.generation(), b_id)
 assert row_a is not None and row_b is not None
@@ -66,17 +66,26 @@ c1, c2, _ = st.columns([1, 1, 5], vertical_alignment="center")
 base = (st.context.url or "").split("?")[0]
 if not base.endswith("/compare"):
     base = base.rstrip("/") + "/compare" if base else "/compare"
-with c1.popover("Copy link", icon=":material/link:"):
-    st.caption("This link opens the same comparison in any browser that reaches this dashboard:")
-    st.code(f"{base}?{urlencode({'a': a_id, 'b': b_id})}", language=None)
-c2.page_link(
-    "screens/compare.py",
-    label="Swap A/B",
-    icon=":material/swap_horiz:",
-    query_params={"a": b_id, "b": a_id},
-)
+link_slot = c1.empty()  # filled once the aligned plot has put its step range in the URL
+if c2.button("Swap A/B", icon=":material/swap_horiz:", key="swap_ab"):
+    # through the URL (a history entry: Back swaps back; a reload keeps the swap)
+    st.query_params.update({"a": b_id, "b": a_id})
+    st.rerun()
+
+
+def _copy_link() -> None:
+    """The Copy-link popover: the page's whole state (runs, order, aligned steps) as a URL."""
+    with link_slot.popover("Copy link", icon=":material/link:"):
+        st.caption(
+            "This link opens the same comparison in any browser that reaches this dashboard:"
+        )
+        params = {"a": a_id, "b": b_id}
+        params.update({k: v for k, v in st.query_params.to_dict().items() if k in ALIGN_PARAMS})
+        st.code(f"{base}?{urlencode(params)}", language=None)
+
 
 if row_a["kind"] != "trace" or row_b["kind"] != "trace":
+    _copy_link()
     st.warning("Only trace runs can be compared; one of these is an NVML series.")
     st.stop()
 
@@ -168,6 +177,28 @@ if view is not None:
         )
 
 # -- aligned sawtooth plots ---------------------------------------------------------------------------
+ALIGN_PARAMS = ("step", "steps")
+
+
+def _param_int(name: str, lo: int, hi: int, default: int) -> int:
+    """The URL's integer ``name`` within ``lo..hi``, else ``default``."""
+    try:
+        v = int(st.query_params.get(name) or "")
+    except ValueError:
+        return default
+    return v if lo <= v <= hi else default
+
+
+def _set_params(values: dict[str, int | None]) -> None:
+    """Write the changed ones into the URL (None: removed)."""
+    for k, v in values.items():
+        now = st.query_params.get(k)
+        if v is None and now is not None:
+            del st.query_params[k]
+        elif v is not None and now != str(v):
+            st.query_params[k] = str(v)
+
+
 st.subheader("GPU busy, aligned on a step")
 with views.section("Aligned plot"):
     wa = data.window(path, a_id, views.lowest_rank(a_id))
@@ -175,21 +206,32 @@ with views.section("Aligned plot"):
     na, nb = len(wa.steps), len(wb.steps)
     n_common = max(1, min(na, nb))
     c1, c2 = st.columns(2)
+    # the URL holds them (``step``, ``steps``); each widget is keyed by the URL's value, so a
+    # link, a reload or Back shows what the URL says
+    url_first = _param_int("step", 1, n_common, 1)
     first = c1.number_input(
         "Align on step (position in each run)",
         min_value=1,
         max_value=n_common,
-        value=1,
+        value=url_first,
         step=1,
-        key=f"align_{a_id}_{b_id}",
+        key=f"align_{a_id}_{b_id}_{url_first}",
     )
+    room = n_common - int(first) + 1
+    url_count = _param_int("steps", 1, room, min(3, room))
     count = c2.number_input(
         "Steps to show",
         min_value=1,
-        max_value=n_common - first + 1,
-        value=min(3, n_common - first + 1),
+        max_value=room,
+        value=url_count,
         step=1,
-        key=f"count_{a_id}_{b_id}_{first}",
+        key=f"count_{a_id}_{b_id}_{first}_{url_count}",
+    )
+    _set_params(
+        {
+            "step": int(first) if first != 1 else None,
+            "steps": int(count) if count != min(3, room) else None,
+        }
     )
     panels = [
         views.aligned_panel(rid, name, w, int(first), int(count), tag)
@@ -201,6 +243,7 @@ with views.section("Aligned plot"):
         f"x = ms since the start of step {int(first)} of each run (A has {na} steps, B {nb})."
     )
 
+_copy_link()
 if view is None or rep_b is None:
     st.stop()
 
