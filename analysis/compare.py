@@ -24,7 +24,8 @@ NOISE_REL_PCT = 2.0
 """A change smaller than this share of the larger of A and B (%) is "unchanged": step-to-step noise, not a
 difference (``optimizer 569 → 568 µs`` is unchanged, not better)."""
 NOISE_PP = 0.5
-"""A change of a percentage smaller than this many percentage points is "unchanged"."""
+"""A change of a percentage smaller than this many percentage points, and than
+:data:`NOISE_REL_PCT` of its value, is "unchanged"."""
 
 PROFILED = "profiled"
 UNPROFILED = "unprofiled"
@@ -65,15 +66,16 @@ class Delta:
 
     @property
     def unchanged(self) -> bool | None:
-        """Whether the change is within noise (:data:`NOISE_PP` points for a percentage,
-        :data:`NOISE_REL_PCT` % of the larger value otherwise); None when either value is missing."""
+        """Whether the change is within noise (under :data:`NOISE_REL_PCT` % of the larger value;
+        a percentage also under :data:`NOISE_PP` points); None when either value is missing."""
         d = self.delta
         if d is None or self.a is None:
             return None
-        if self.is_percentage:
-            return abs(d) < NOISE_PP
         ref = max(abs(self.a), abs(self.b or 0.0))
-        return ref == 0 or abs(d) < NOISE_REL_PCT / 100.0 * ref
+        small = ref == 0 or abs(d) < NOISE_REL_PCT / 100.0 * ref
+        if self.is_percentage:  # small in points and relatively (0.013% -> 0.049% MFU is 4x)
+            return abs(d) < NOISE_PP and small
+        return small
 
     @property
     def improved(self) -> bool | None:

@@ -106,3 +106,55 @@ def test_cli_compare_says_basis_points_and_unchanged(samples, capsys) -> None:  
     )
     assert m["flops_per_step"]["basis"] is None
     assert doc["profiler_overhead_pct"]["b"] > doc["profiler_overhead_pct"]["a"] > 0
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _readme_figures() -> list[str]:
+    """The lines of README's figures block (after its ``<!-- figures: ... -->`` marker)."""
+    text = README.read_text(encoding="utf-8")
+    block = text.split("<!-- figures:", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    return [ln for ln in block.splitlines() if ln.strip()]
+
+
+@pytest.mark.slow
+def test_readme_quotes_what_gpuscope_prints_on_the_samples(samples, capsys) -> None:  # type: ignore[no-untyped-def]
+    """One source for README's figures: each line of its figures block is a line that
+    `gpuscope compare before after` or `gpuscope analyze` prints on the sample runs, and the
+    samples/s it quotes in prose are those lines' figures."""
+    _, ids, db = samples
+    printed: list[str] = []
+    for args in (
+        ("compare", ids["before"], ids["after"]),
+        ("analyze", ids["before"]),
+        ("analyze", ids["after"]),
+    ):
+        code, out, _ = run_cli(capsys, *args, "--db", str(db))
+        assert code == 0
+        printed += out.splitlines()
+    figures = _readme_figures()
+    assert len(figures) == 3
+    for line in figures:
+        assert line in printed, f"README says {line!r}; gpuscope prints no such line"
+    unprofiled = [ln.split(", ")[1].split()[0] for ln in figures if "samples/s profiled" in ln]
+    text = README.read_text(encoding="utf-8")
+    speedup = figures[0].split("×")[0].split()[-1]
+    assert f"{unprofiled[0]} → {unprofiled[1]} samples/s ({speedup}×)" in text
+
+
+@pytest.mark.slow
+def test_analyze_text_has_the_kernel_breakdown_and_top_kernels(samples, capsys) -> None:  # type: ignore[no-untyped-def]
+    _, ids, db = samples
+    code, out, _ = run_cli(capsys, "analyze", ids["before"], "--db", str(db))
+    assert code == 0
+    lines = out.splitlines()
+    i = lines.index("kernel time per step, by category")
+    assert lines[i + 1].split()[0] == "gemm" and "ms per step" in lines[i + 1]
+    j = next(k for k, ln in enumerate(lines) if ln.startswith("top kernels (per step)"))
+    rows = lines[j + 1 : j + 11]
+    names = [r[2:62] for r in rows]
+    assert len(set(names)) == 10  # the cutlass and xmma GEMMs no longer read alike
+    assert sum("cutlass::Kernel2<" in n for n in names) == 3
+    assert all(r.rstrip().endswith(("fp32", "3xtf32", "-")) for r in rows)
+    assert "step time (profiled)" in out and "709 unprofiled" in out
