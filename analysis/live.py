@@ -140,7 +140,7 @@ def sawtooth_diagnosis(
             )
     if timescale in ("seconds", "minutes") and period_s is None and idle_pct >= STEADY_IDLE_PCT:
         n = len(long_gaps)
-        span = (
+        gap_span = (
             _secs(long_gaps[0]) if n == 1 else f"{_secs(min(long_gaps))} to {_secs(max(long_gaps))}"
         )
         how = (
@@ -150,7 +150,7 @@ def sawtooth_diagnosis(
         )
         summary = (
             f"{label} is {how}, mostly in {n} gap{'s' if n != 1 else ''} "
-            f"of {span} with nothing running: gaps of {timescale} come from between jobs, "
+            f"of {gap_span} with nothing running: gaps of {timescale} come from between jobs, "
             "evaluation, checkpointing or start-up, not from a per-step cause."
         )
         return LiveDiagnosis(
