@@ -15,6 +15,7 @@ from gpuscope.web.samples import SAMPLE_TAG
 from gpuscope.web.uploads import ONE_RUN, SEPARATE, ingest_uploads, run_name_for, trace_files
 
 NO_FIGURES: dict[str, Any] = {"step_ms": None, "busy_pct": None, "mfu_pct": None}
+RUN_TABLE_WIDTHS = {"run_id": 130, "tags": 200, "created": 150}  # px
 
 st.title("Runs")
 ui.show_flash()
@@ -195,7 +196,9 @@ event = st.dataframe(
     key=f"runs_table_{db.generation()}",
     column_config={
         "name": st.column_config.TextColumn("Name", width="medium"),
-        "created": st.column_config.DatetimeColumn("Date (UTC)", format="YYYY-MM-DD HH:mm"),
+        "created": st.column_config.DatetimeColumn(
+            "Date (UTC)", format="YYYY-MM-DD HH:mm", width=RUN_TABLE_WIDTHS["created"]
+        ),
         "gpu": st.column_config.TextColumn("GPU"),
         "ranks": st.column_config.NumberColumn("Ranks", format="%d"),
         "step_ms": st.column_config.NumberColumn(
@@ -209,11 +212,12 @@ event = st.dataframe(
             help="Of the rank that sets the pace: the straggler, else the least busy rank",
         ),
         "mfu_pct": st.column_config.NumberColumn("MFU", format="%.1f %%"),
-        "tags": st.column_config.ListColumn("Tags"),
+        # fixed widths (px) that hold a run id, a few tags and a date whole at 1440 px
+        "tags": st.column_config.ListColumn("Tags", width=RUN_TABLE_WIDTHS["tags"]),
         "uploaded_by": st.column_config.TextColumn(
             "Uploaded by", help="The signed-in user who uploaded the run (— : not recorded)"
         ),
-        "run_id": st.column_config.TextColumn("Run id"),
+        "run_id": st.column_config.TextColumn("Run id", width=RUN_TABLE_WIDTHS["run_id"]),
     },
 )
 if table.empty:
@@ -253,12 +257,19 @@ else:
     verdicts = [auth.may_change(owners.get(i), viewer) for i in ids]
     may_delete = all(ok for ok, _ in verdicts)
     why_not_delete = next((why for ok, why in verdicts if not ok), "")
+    # the selection in full (it wraps), so the buttons' labels stay short and never clip
+    st.markdown(
+        "**Selected:** "
+        + ", ".join(f"{ui.md(r['name'], None)} {ui.md_code(r['run_id'])}" for r in selected[:4])
+        + (f" and {len(selected) - 4} more" if len(selected) > 4 else "")
+    )
     cols = st.columns([2, 2, 3, 3])
     cols[0].page_link(
         "screens/run.py",
-        label=f"Open {ui.md(first['name'], 40)}",
+        label="Open the run",
         icon=":material/insights:",
         query_params={"run": rid},
+        help=f"Open {ui.md(first['name'], None)}",
     )
     if len(selected) >= 2:
         a, b = sorted(selected[:2], key=lambda r: r["created"])
