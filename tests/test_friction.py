@@ -108,5 +108,7 @@ def test_runs_table_keeps_run_id_tags_and_open_whole(tmp_path: Path, monkeypatch
     links = [p.proto for p in at.get("page_link")]
     [open_link] = [p for p in links if "run=" in p.query_string and "a=" not in p.query_string]
     assert open_link.label == "Open the run" and ui.md(long, None) in open_link.help
-    assert any(long.replace(",", "") in t.replace(",", "").replace("\\", "") for t in texts(at, "markdown"))
+    assert any(
+        long.replace(",", "") in t.replace(",", "").replace("\\", "") for t in texts(at, "markdown")
+    )
     assert rid in " ".join(texts(at, "markdown"))

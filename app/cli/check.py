@@ -12,7 +12,6 @@ from typing import Any
 
 from gpuscope.cli._common import fail, open_db
 
-
 BOUNDS = ("--max-idle-pct", "--min-busy-pct", "--min-mfu-pct", "--max-step-ms")
 """Every bound ``check`` takes (the one-line error without any names them all)."""
 
