@@ -12,7 +12,15 @@ from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.store import Connection
 from gpuscope.web import auth, data, db, ui
 from gpuscope.web.samples import SAMPLE_TAG
-from gpuscope.web.uploads import ONE_RUN, SEPARATE, ingest_uploads, run_name_for, trace_files
+from gpuscope.web.uploads import (
+    ONE_RUN,
+    SEPARATE,
+    UPLOAD_TYPES,
+    ingest_uploads,
+    is_series_name,
+    run_name_for,
+    trace_files,
+)
 
 NO_FIGURES: dict[str, Any] = {"step_ms": None, "busy_pct": None, "mfu_pct": None}
 RUN_TABLE_WIDTHS = {"run_id": 130, "tags": 200, "created": 150}  # px
@@ -30,15 +38,21 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
     upload_key = f"uploader_{st.session_state.get('upload_round', 0)}"
     dropped = st.file_uploader(
         "PyTorch profiler traces (.json, .json.gz): one file, the rank files of one run, "
-        "or a run's folder dropped here",
-        type=["json", "gz"],
+        "or a run's folder dropped here; an NVML series (.jsonl) with them is attached to the run",
+        type=UPLOAD_TYPES,
         accept_multiple_files=True,
         key=upload_key,
     )
     files, left_out = trace_files(list(dropped or []))
+    n_series = sum(is_series_name(f.name) for f in files)
+    if n_series and len(files) > n_series:
+        st.caption(
+            f"{n_series} NVML series ({', '.join(ui.md(f.name, 60) for f in files if is_series_name(f.name))})"
+            " will be attached to the run: its utilization is drawn over the busy plot."
+        )
     if left_out:
         st.caption(
-            f"{len(files)} trace file(s) form the run; left out (not traces): "
+            f"{len(files)} file(s) form the run; left out (not traces): "
             + ", ".join(ui.md(n, 60) for n in left_out[:8])
             + (f" and {len(left_out) - 8} more" if len(left_out) > 8 else "")
         )
