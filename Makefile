@@ -14,6 +14,9 @@ unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test test-fast test-slow lint typecheck format docs bench bench-ui clean browser postgres
 
+# PYTHONWARNINGS=ignore: setuptools' build backend announces the strict editable install (and its
+# package-data notes) as warnings, a 20-line banner on every `make run` that re-installs; errors
+# still show and still fail the target.
 # editable_mode=strict: a tree of links under build/ that editors and type checkers follow (the
 # default mode maps app/ to `gpuscope` through an import hook that no static tool reads). A module
 # added or removed changes its folder, which re-links the tree.
@@ -21,7 +24,7 @@ PKG_DIRS := $(shell find app ingest analysis -type d -not -name __pycache__ 2>/d
 $(STAMP): pyproject.toml $(PKG_DIRS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=strict
+	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 # The capture helper's tests run a real (CPU) torch.profiler capture. PyPI's plain `torch` is a

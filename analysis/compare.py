@@ -8,54 +8,120 @@ the dashboard's Compare page shows of it, in display units (ms, %, TFLOP/s), as 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.idle import CAUSES
+from gpuscope.analysis.kernel_names import distinct_clips, short_name
 from gpuscope.analysis.report import RunReport, analyze_run
 
 if TYPE_CHECKING:
     from gpuscope.ingest.store import Connection
 
 
+NOISE_REL_PCT = 2.0
+"""A change smaller than this share of the larger of A and B (%) is "unchanged": step-to-step noise, not a
+difference (``optimizer 569 → 568 µs`` is unchanged, not better)."""
+NOISE_PP = 0.5
+"""A change of a percentage smaller than this many percentage points, and than
+:data:`NOISE_REL_PCT` of its value, is "unchanged"."""
+
+PROFILED = "profiled"
+UNPROFILED = "unprofiled"
+"""The two bases of a figure: measured from the trace, with the profiler on (``profiled``), or
+from the step time measured with the profiler off (``unprofiled``). Every compared figure carries
+one (``basis``); figures that are neither (FLOPs per step, a model count) carry None."""
+
+
 @dataclass
 class Delta:
     """One metric of A and B. ``better``: which direction is an improvement (``lower``/``higher``),
-    or None when neither is."""
+    or None when neither is. ``basis``: ``profiled``, ``unprofiled`` or None (neither)."""
 
     metric: str
     unit: str
     a: float | None
     b: float | None
     better: str | None = "lower"
+    basis: str | None = PROFILED
 
     @property
     def delta(self) -> float | None:
+        """B − A, in the metric's unit (percentage points for a percentage)."""
         return None if self.a is None or self.b is None else self.b - self.a
 
     @property
+    def is_percentage(self) -> bool:
+        return self.unit == "%"
+
+    @property
     def delta_pct(self) -> float | None:
+        """100 × (B − A) / |A|; None for a percentage (its change is :attr:`delta`, in points:
+        never a percentage of a percentage)."""
         d = self.delta
-        return None if d is None or not self.a else 100.0 * d / abs(self.a)
+        if d is None or not self.a or self.is_percentage:
+            return None
+        return 100.0 * d / abs(self.a)
+
+    @property
+    def unchanged(self) -> bool | None:
+        """Whether the change is within noise (under :data:`NOISE_REL_PCT` % of the larger value;
+        a percentage also under :data:`NOISE_PP` points); None when either value is missing."""
+        d = self.delta
+        if d is None or self.a is None:
+            return None
+        ref = max(abs(self.a), abs(self.b or 0.0))
+        small = ref == 0 or abs(d) < NOISE_REL_PCT / 100.0 * ref
+        if self.is_percentage:  # small in points and relatively (0.013% -> 0.049% MFU is 4x)
+            return abs(d) < NOISE_PP and small
+        return small
 
     @property
     def improved(self) -> bool | None:
+        """Whether B is better; None when the change is within noise, or neither is better."""
         d = self.delta
-        if d is None or self.better is None or d == 0:
+        if d is None or self.better is None or self.unchanged:
             return None
         return (d < 0) == (self.better == "lower")
+
+    @property
+    def verdict(self) -> str | None:
+        """``better``, ``worse``, ``unchanged`` (within noise), or None (no direction or value)."""
+        if self.unchanged:
+            return "unchanged"
+        imp = self.improved
+        return None if imp is None else ("better" if imp else "worse")
+
+    @property
+    def change(self) -> str:
+        """The change in words: ``+310.7 %``, ``-8.5 pp`` (a percentage), ``unchanged``, ``new``
+        (A is 0) or ``-`` (a value missing)."""
+        d = self.delta
+        if d is None:
+            return "-"
+        if self.unchanged:
+            return "unchanged"
+        if self.is_percentage:
+            return f"{d:+.1f} pp"
+        if self.a == 0:
+            return "new"
+        pct = self.delta_pct
+        return "-" if pct is None else f"{pct:+.1f} %"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "metric": self.metric,
             "unit": self.unit,
+            "basis": self.basis,
             "a": self.a,
             "b": self.b,
             "delta": self.delta,
             "delta_pct": self.delta_pct,
+            "change": self.change,
             "better": self.better,
             "improved": self.improved,
+            "verdict": self.verdict,
         }
 
 
@@ -77,6 +143,8 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     speedup_basis: str | None = None
     speedup_text: str | None = None
+    profiler_overhead_pct: dict[str, float | None] = field(default_factory=dict)
+    overhead_text: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +154,8 @@ class Comparison:
             "speedup": self.speedup,
             "speedup_basis": self.speedup_basis,
             "speedup_text": self.speedup_text,
+            "profiler_overhead_pct": dict(self.profiler_overhead_pct),
+            "profiler_overhead_text": self.overhead_text,
             "metrics": [d.to_json() for d in self.metrics],
             "idle_by_cause": [d.to_json() for d in self.idle_by_cause],
             "kernel_categories": [d.to_json() for d in self.kernel_categories],
@@ -95,13 +165,17 @@ class Comparison:
         }
 
     def table(self) -> str:
-        """A readable text table (what ``gpuscope compare`` prints without ``--json``)."""
+        """A readable text table (what ``gpuscope compare`` prints without ``--json``): each row
+        says once whether it is profiled or unprofiled; percentages change in points (pp); a
+        change within noise reads ``unchanged``."""
         lines = [
             f"A: {self.a['name']} ({self.a['id']}, rank {self.a['rank']})",
             f"B: {self.b['name']} ({self.b['id']}, rank {self.b['rank']})",
         ]
         if self.speedup_text:
             lines.append(self.speedup_text)
+        if self.overhead_text:
+            lines.append(self.overhead_text)
         for title, rows in (
             ("metric", self.metrics),
             ("idle per step by cause", self.idle_by_cause),
@@ -110,11 +184,17 @@ class Comparison:
         ):
             if not rows:
                 continue
-            lines += ["", f"{title:44} {'A':>12} {'B':>12} {'change':>9}  unit"]
-            for d in rows:
+            lines += [
+                "",
+                f"{title:44} {'basis':10} {'A':>12} {'B':>12} {'change':>10}  unit",
+            ]
+            names = [d.metric for d in rows]
+            if rows is self.top_kernels:  # kernel names: cut so that two never read alike
+                names = distinct_clips([short_name(n, 10**4) for n in names], 44)
+            for d, name in zip(rows, names, strict=True):
                 lines.append(
-                    f"{_clip(d.metric, 44):44} {_fmt(d.a):>12} {_fmt(d.b):>12} "
-                    f"{_pct(d.delta_pct):>9}  {d.unit}{_mark(d.improved)}"
+                    f"{_clip(name, 44):44} {d.basis or '-':10} {_fmt(d.a):>12} "
+                    f"{_fmt(d.b):>12} {d.change:>10}  {d.unit}{_mark(d)}"
                 )
         rec = self.recommendations
         lines += [
@@ -139,12 +219,9 @@ def _fmt(v: float | None) -> str:
     return sig3(v)
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else ("+" if v > 0 else "") + sig3(v) + "%"
-
-
-def _mark(improved: bool | None) -> str:
-    return "" if improved is None else ("  better" if improved else "  worse")
+def _mark(d: Delta) -> str:
+    v = d.verdict
+    return "" if v in (None, "unchanged") else f"  {v}"
 
 
 def _summary(r: RunReport) -> dict[str, Any]:
@@ -172,11 +249,29 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
     def tp(r: RunReport, key: str) -> float | None:
         return (r.throughput or {}).get(key)
 
+    U = UNPROFILED
     metrics = [
         Delta("step_time_ms", "ms", a.step_stats.mean_ms, b.step_stats.mean_ms, "lower"),
         Delta("step_time_p50_ms", "ms", a.step_stats.p50_ms, b.step_stats.p50_ms, "lower"),
+        Delta("untraced_step_ms", "ms", _untraced(a), _untraced(b), "lower", U),
         Delta("samples_per_s", "1/s", tp(a, "samples_per_s"), tp(b, "samples_per_s"), "higher"),
+        Delta(
+            "samples_per_s_untraced",
+            "1/s",
+            tp(a, "samples_per_s_untraced"),
+            tp(b, "samples_per_s_untraced"),
+            "higher",
+            U,
+        ),
         Delta("tokens_per_s", "1/s", tp(a, "tokens_per_s"), tp(b, "tokens_per_s"), "higher"),
+        Delta(
+            "tokens_per_s_untraced",
+            "1/s",
+            tp(a, "tokens_per_s_untraced"),
+            tp(b, "tokens_per_s_untraced"),
+            "higher",
+            U,
+        ),
         Delta("gpu_busy_pct", "%", a.gpu_busy_pct, b.gpu_busy_pct, "higher"),
         Delta("idle_pct", "%", a.idle_pct, b.idle_pct, "lower"),
         Delta(
@@ -193,13 +288,20 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
             getattr(b.tensor_cores, "tensor_core_pct", None),
             "higher",
         ),
-        Delta("untraced_step_ms", "ms", _untraced(a), _untraced(b), "lower"),
         Delta("achieved_tflops", "TFLOP/s", a.achieved_tflops, b.achieved_tflops, "higher"),
+        Delta(
+            "achieved_tflops_untraced",
+            "TFLOP/s",
+            a.achieved_tflops_untraced,
+            b.achieved_tflops_untraced,
+            "higher",
+            U,
+        ),
         Delta("mfu_pct", "%", a.mfu_pct, b.mfu_pct, "higher"),
         Delta("mfu_dtype_pct", "%", a.mfu_dtype_pct, b.mfu_dtype_pct, None),
-        Delta("mfu_untraced_pct", "%", a.mfu_untraced_pct, b.mfu_untraced_pct, "higher"),
+        Delta("mfu_untraced_pct", "%", a.mfu_untraced_pct, b.mfu_untraced_pct, "higher", U),
         Delta("mfu_busy_pct", "%", a.mfu_busy_pct, b.mfu_busy_pct, "higher"),
-        Delta("flops_per_step", "FLOP", a.flops_per_step, b.flops_per_step, None),
+        Delta("flops_per_step", "FLOP", a.flops_per_step, b.flops_per_step, None, None),
     ]
     metrics = [m for m in metrics if m.a is not None or m.b is not None]
     idle = [
@@ -264,6 +366,7 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
     speedup, basis, text, note = fair_speedup(a, b)
     if note:
         notes.append(note)
+    overhead = {"a": profiler_overhead_pct(a), "b": profiler_overhead_pct(b)}
     return Comparison(
         a=_summary(a),
         b=_summary(b),
@@ -276,7 +379,38 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
         notes=notes,
         speedup_basis=basis,
         speedup_text=text,
+        profiler_overhead_pct=overhead,
+        overhead_text=overhead_text(a, b),
     )
+
+
+def profiler_overhead_pct(r: RunReport) -> float | None:
+    """The share of the run's profiled step that is the profiler's own cost (%): 100 × (profiled
+    median step − unprofiled step) / profiled median step, at least 0; None without an
+    unprofiled step time."""
+    pc = r.profiler
+    u = getattr(pc, "untraced_step_ms", None)
+    t = getattr(pc, "traced_step_ms", None)
+    if u is None or not t:
+        return None
+    return max(0.0, 100.0 * (t - u) / t)
+
+
+def overhead_text(a: RunReport, b: RunReport) -> str | None:
+    """How much of each run's trace is profiler overhead, in words; None when neither knows its
+    unprofiled step time."""
+    parts = []
+    for tag, r in (("A", a), ("B", b)):
+        pct = profiler_overhead_pct(r)
+        pc = r.profiler
+        if pct is None or pc is None:
+            continue
+        parts.append(
+            f"{pct:.0f}% of {tag}'s trace is profiler overhead (profiled step "
+            f"{sig3(pc.traced_step_ms)} ms, unprofiled {sig3(pc.untraced_step_ms)} ms: the "
+            f"profiler makes the step {pc.inflation_pct or 0:.0f}% longer)"
+        )
+    return "; ".join(parts) if parts else None
 
 
 def _untraced(r: RunReport) -> float | None:
@@ -301,7 +435,7 @@ def fair_speedup(
             if va and vb:
                 sp = vb / va
                 how = " (batch inferred from the model's input)" if inferred else ""
-                when = " without the profiler" if key.endswith("_untraced") else ""
+                when = f", {UNPROFILED}" if key.endswith("_untraced") else f", {PROFILED}"
                 text = (
                     f"B processes {sp:.3g}× the {unit} per second of A{when}{how} "
                     f"({sig3(va)} → {sig3(vb)} {unit}/s)"
@@ -316,7 +450,7 @@ def fair_speedup(
     sp = sa / sb
     text = (
         f"B's step takes {sig3(sb)} ms against A's {sig3(sa)} ms ({sp:.3g}× shorter"
-        + (", without the profiler" if both_untraced else "")
+        + (f", {UNPROFILED}" if both_untraced else f", {PROFILED}")
         + "): the work per step may differ"
     )
     note = (
@@ -345,11 +479,15 @@ def compare_runs(con: Connection, a: str, b: str, *, top_n: int = 10, **kw: Any)
 
 @dataclass(frozen=True)
 class Fix:
-    """One recommendation as the Compare page lists it. ``max_gain_pct``: its bound, % of the step."""
+    """One recommendation as the Compare page lists it. ``max_gain_pct``: its bound (%);
+    ``bound``: what it bounds (``step_time``, ``per_sample_time``); ``gain``: the analysis's own
+    sentence for it (``Recommendation.gain_phrase``: "per-sample time down by at most 12%")."""
 
     id: str
     title: str
     max_gain_pct: float | None
+    bound: str = "step_time"
+    gain: str | None = None
 
 
 @dataclass(frozen=True)
@@ -364,7 +502,13 @@ class FixStatus:
 
 def _fix(r: Any) -> Fix:
     gain = getattr(r, "max_gain_pct", None)
-    return Fix(str(r.id), str(getattr(r, "title", None) or r.id), None if gain is None else gain)
+    return Fix(
+        str(r.id),
+        str(getattr(r, "title", None) or r.id),
+        None if gain is None else gain,
+        str(getattr(r, "bound", None) or "step_time"),
+        getattr(r, "gain_phrase", None),
+    )
 
 
 def fix_status(a: RunReport, b: RunReport) -> FixStatus:
@@ -381,8 +525,12 @@ def fix_status(a: RunReport, b: RunReport) -> FixStatus:
 @dataclass(frozen=True)
 class Card:
     """One headline card: A's and B's value in ``unit`` (``ms``, ``tokens/s``, ``samples/s``,
-    ``TFLOP/s``, ``%``) and whether lower is better. ``key`` names the figure (``step_time``,
-    ``throughput``, ``achieved_tflops``, ``mfu``, ``gpu_busy``, ``idle_per_step``)."""
+    ``TFLOP/s``, ``%``) and whether lower is better. ``key`` names the figure (``throughput``,
+    ``step_time``, ``achieved_tflops``, ``mfu``, ``gpu_busy``, ``idle_per_step``); ``basis``:
+    ``profiled`` or ``unprofiled``; ``delta``: the change as shown (``+455.9 %``, ``-8.5 pp``,
+    ``unchanged``); ``tone``: whether the change is ``good``, ``bad`` or ``neutral`` for the user
+    (a diagnostic figure that got worse while B does the work faster is neutral, and ``why``
+    says so)."""
 
     key: str
     label: str
@@ -390,6 +538,10 @@ class Card:
     b: float | None
     unit: str
     lower_is_better: bool
+    basis: str | None = PROFILED
+    delta: str | None = None
+    tone: str = "neutral"
+    why: str | None = None
 
 
 @dataclass(frozen=True)
@@ -422,6 +574,11 @@ class CompareView:
     def notes(self) -> list[str]:
         return list(self.comparison.notes)
 
+    @property
+    def overhead_text(self) -> str | None:
+        """How much of each trace is profiler overhead (see :func:`overhead_text`)."""
+        return self.comparison.overhead_text
+
 
 #: Display labels of :func:`compare_reports`' headline metrics.
 METRIC_LABELS = {
@@ -435,12 +592,17 @@ METRIC_LABELS = {
     "tensor_core_pct": "Tensor-core share",
     "mfu_pct": "MFU",
     "mfu_dtype_pct": "MFU against the dtype's peak",
-    "mfu_untraced_pct": "MFU without the profiler",
+    "mfu_untraced_pct": "MFU",
     "mfu_busy_pct": "MFU while busy",
-    "untraced_step_ms": "Step time without the profiler",
+    "untraced_step_ms": "Step time (median)",
+    "samples_per_s_untraced": "Throughput (samples)",
+    "tokens_per_s_untraced": "Throughput (tokens)",
+    "achieved_tflops_untraced": "Achieved TFLOP/s",
     "achieved_tflops": "Achieved TFLOP/s",
     "flops_per_step": "Model FLOPs per step",
 }
+KERNEL_WIDTH = 64
+"""Characters of a kernel name the Compare page shows (the rest on hover in the Run page)."""
 SECTION_TITLES = (
     ("metrics", "Headline"),
     ("idle_by_cause", "Idle per step, by cause"),
@@ -473,6 +635,7 @@ def display_delta(d: Delta, section: str = "metrics") -> Delta:
         None if d.a is None else d.a * scale,
         None if d.b is None else d.b * scale,
         d.better,
+        d.basis,
     )
 
 
@@ -502,21 +665,77 @@ def throughput_key(a: RunReport, b: RunReport) -> str:
     return "samples_per_s"
 
 
+OUTCOME_KEYS = ("throughput", "step_time")
+"""The cards that say how fast the job is; the others explain it."""
+
+
+def outcome(cmp: Comparison) -> str | None:
+    """Whether B does the work ``faster``, ``slower`` or about the same (``unchanged``) as A, by
+    the fair speed-up (:func:`fair_speedup`) and the noise threshold; None when unknown."""
+    sp = cmp.speedup
+    if sp is None:
+        return None
+    if abs(sp - 1.0) < NOISE_REL_PCT / 100.0:
+        return "unchanged"
+    return "faster" if sp > 1.0 else "slower"
+
+
 def _cards(cmp: Comparison, a: RunReport, b: RunReport, peak_note: str | None) -> list[Card]:
     m = {d.metric: d for d in cmp.metrics}
+    unprofiled = _untraced(a) is not None and _untraced(b) is not None
+    result = outcome(cmp)
 
     def card(key: str, label: str, metric: str, unit: str, lower: bool, scale: float = 1.0) -> Card:
         d = m.get(metric)
         va = None if d is None or d.a is None else d.a * scale
         vb = None if d is None or d.b is None else d.b * scale
-        return Card(key, label, va, vb, unit, lower)
+        basis = (
+            d.basis if d is not None else (UNPROFILED if metric.endswith("_untraced") else PROFILED)
+        )
+        verdict = d.verdict if d is not None else None
+        tone, why = "neutral", None
+        if verdict == "better":
+            tone = "good"
+        elif verdict == "worse":
+            tone = "bad"
+            if key not in OUTCOME_KEYS and result == "faster":
+                tone = "neutral"
+                why = (
+                    "B does the work faster (the speed-up above), so this change is not a loss: "
+                    "it describes how B spends its shorter time."
+                )
+            elif key == "step_time" and result == "faster":
+                tone = "neutral"
+                why = "B's step holds more work: its throughput is higher, so a longer step is not a loss."
+        return Card(
+            key,
+            label,
+            va,
+            vb,
+            unit,
+            lower,
+            basis,
+            None if d is None or d.delta is None else d.change,
+            tone,
+            why,
+        )
+
+    def pick(metric: str) -> str:
+        return f"{metric}_untraced" if unprofiled and f"{metric}_untraced" in m else metric
 
     tp = throughput_key(a, b)
+    step = "untraced_step_ms" if unprofiled and "untraced_step_ms" in m else "step_time_ms"
     return [
-        card("step_time", "Step time", "step_time_ms", "ms", True),
-        card("throughput", "Throughput", tp, tp.replace("_per_s", "/s"), False),
-        card("achieved_tflops", "Achieved TFLOP/s", "achieved_tflops", "TFLOP/s", False),
-        card("mfu", "MFU (different peaks)" if peak_note else "MFU", "mfu_pct", "%", False),
+        card("throughput", "Throughput", pick(tp), tp.replace("_per_s", "/s"), False),
+        card("step_time", "Step time", step, "ms", True),
+        card("achieved_tflops", "Achieved TFLOP/s", pick("achieved_tflops"), "TFLOP/s", False),
+        card(
+            "mfu",
+            "MFU (different peaks)" if peak_note else "MFU",
+            "mfu_untraced_pct" if unprofiled and "mfu_untraced_pct" in m else "mfu_pct",
+            "%",
+            False,
+        ),
         card("gpu_busy", "GPU busy", "gpu_busy_pct", "%", False),
         card("idle_per_step", "Idle per step", "idle_per_step_us", "ms", True, 1e-3),
     ]
@@ -534,6 +753,10 @@ def compare_view(a: RunReport, b: RunReport, *, top_n: int = 10) -> CompareView:
         Section(title, [display_delta(d, key) for d in getattr(cmp, key)])
         for key, title in SECTION_TITLES
     ]
+    for sec in sections:  # kernel names: short, and never two that read alike
+        if sec.title == dict(SECTION_TITLES)["top_kernels"]:
+            names = distinct_clips([short_name(d.metric, 10**4) for d in sec.rows], KERNEL_WIDTH)
+            sec.rows[:] = [replace(d, metric=n) for d, n in zip(sec.rows, names, strict=True)]
     return CompareView(
         comparison=cmp,
         cards=_cards(cmp, a, b, note),

@@ -175,6 +175,53 @@ def short_name(name: str, width: int = 100) -> str:
     return n if len(n) <= width else n[: width - 1] + "…"
 
 
+def clip_middle(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters by an ellipsis in the middle, keeping its start and its
+    end (where kernel names keep their tile sizes and variants)."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + text[len(text) - tail :]
+
+
+def _common_prefix_len(texts: list[str]) -> int:
+    """Characters all ``texts`` share at their start."""
+    lo, hi = min(texts), max(texts)
+    n = 0
+    while n < min(len(lo), len(hi)) and lo[n] == hi[n]:
+        n += 1
+    return n
+
+
+def distinct_clips(names: list[str], width: int) -> list[str]:
+    """Each name cut to at most ``width`` characters so that distinct names stay distinct: a
+    middle ellipsis (:func:`clip_middle`), and where two names still read alike, their start, an
+    ellipsis, and the part from where they differ (``cutlass::Kernel2<…256x128_8x4_nn…`` beside
+    ``cutlass::Kernel2<…128x256_8x4_nt…``)."""
+    out = [clip_middle(n, width) for n in names]
+    groups: dict[str, list[int]] = {}
+    for i, label in enumerate(out):
+        groups.setdefault(label, []).append(i)
+    for idx in groups.values():
+        group = [names[i] for i in idx]
+        if len(set(group)) < 2:
+            continue
+        p = _common_prefix_len(group)
+        head = max(1, width // 3)
+        for i in idx:
+            n = names[i]
+            if len(n) <= width:
+                out[i] = n
+                continue
+            start = max(head, p - 3)  # a little context before the first difference
+            body = width - head - 2
+            seg = n[start : start + body]
+            more = "…" if start + body < len(n) else ""
+            out[i] = n[:head] + ("…" if start > head else "") + seg + more
+    return out
+
+
 def rules_markdown() -> str:
     """The category rules as a markdown table (for docs/metrics.md)."""
     out = [

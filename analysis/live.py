@@ -10,7 +10,18 @@ Pure numpy: no Streamlit, no plotting. Definitions (docs/metrics.md, "Live diagn
   **cycle** is the span between two consecutive rising edges;
 * ``period_s``: the median cycle length, reported only when there are at least ``MIN_CYCLES``
   complete cycles and their lengths are regular (coefficient of variation < ``MAX_CV``);
-* ``duty_cycle_pct``: busy time ÷ time over the complete cycles (None without a period).
+* ``duty_cycle_pct``: busy time ÷ time over the complete cycles (None without a period);
+* partly busy samples (above ``GAP_UTIL_PCT``, below the busy threshold) holding most of the idle
+  time at a steady level (coefficient of variation < ``MAX_CV``) mean idle time shorter than a
+  sample;
+* the series' **resolution** is the coarser of its sample interval and how long a value holds
+  (NVML averages utilization over its own period, 1/6 s to 1 s: at 100 ms sampling each value
+  often repeats); a **gap** is a run of samples at or below ``GAP_UTIL_PCT`` (nothing running),
+  **long** from ``LONG_GAP_S``; the **timescale** of the idle time says what can be said of it:
+  ``step`` (short idle, seen at a resolution of at most ``STEP_RESOLUTION_S``: per-step causes
+  can be named), ``seconds`` / ``minutes`` (most idle time is in long gaps: between jobs,
+  evaluation, checkpointing; no per-step cause), ``finer`` (most idle time is inside partly busy
+  samples: shorter than the series can show), ``coarse`` (sampled too coarsely to see steps).
 """
 
 from __future__ import annotations
@@ -23,6 +34,10 @@ MIN_CYCLES = 3
 MAX_CV = 0.35
 STEADY_IDLE_PCT = 10.0  # below: "steadily busy"
 MOSTLY_IDLE_PCT = 90.0  # above: "mostly idle"
+GAP_UTIL_PCT = 5.0  # at or below: nothing running (a gap), rather than a partly busy sample
+LONG_GAP_S = 2.0  # a gap this long (s) is not a per-step stall: training steps stall for less
+MINUTES_S = 60.0  # a gap this long (s) is named in minutes
+STEP_RESOLUTION_S = 0.25  # a series coarser than this (s) cannot show step-scale idle
 
 
 @dataclass(frozen=True)
@@ -33,6 +48,15 @@ class LiveDiagnosis:
     duty_cycle_pct: float | None
     n_cycles: int  # complete cycles (rising edge to rising edge) in the window
     summary: str
+    timescale: str = "step"  # step, seconds, minutes, finer or coarse (module docstring)
+    resolution_s: float | None = None  # the coarser of the sample interval and a value's hold
+    long_gaps_s: tuple[float, ...] = ()  # the long gaps in the window, s, in time order
+
+    @property
+    def per_step(self) -> bool:
+        """Whether advice about per-step causes may rest on this series: its idle time is at
+        the scale of steps and the series is fine enough to see it."""
+        return self.timescale == "step"
 
 
 def _secs(s: float) -> str:
@@ -77,6 +101,69 @@ def sawtooth_diagnosis(
             duty_pct = 100.0 * busy_ns / float(t[rising[-1]] - t[rising[0]])
 
     where = f"of the last {_secs(window_s)}"
+    resolution = _resolution_s(t, u, step)
+    gaps = _gaps_s(dur, u <= GAP_UTIL_PCT)
+    long_gaps = tuple(g for g in gaps if g >= LONG_GAP_S)
+    timescale = "step"
+    if idle_ns > 0 and sum(long_gaps) >= 0.5 * idle_ns / 1e9:
+        timescale = "minutes" if max(long_gaps) >= MINUTES_S else "seconds"
+    elif resolution > STEP_RESOLUTION_S:
+        timescale = "coarse"
+    else:
+        partly = ~busy & (u > GAP_UTIL_PCT)  # partly busy samples: idle shorter than a sample
+        vals = u[partly]
+        steady = len(vals) > 1 and float(vals.std()) < MAX_CV * float(vals.mean())
+        if (
+            idle_ns > 0
+            and float(dur[partly].sum()) >= 0.5 * idle_ns
+            and period_s is None
+            and steady
+        ):
+            timescale = "finer"
+            mean = float(np.average(vals, weights=dur[partly]))
+            summary = (
+                f"{label} is partly busy: {mean:.0f}% utilization on average, below "
+                f"{busy_threshold_pct:.0f}% for {idle_pct:.0f}% {where}. A new value comes every "
+                f"{_secs(resolution)}, so the idle time inside each (in steps or between them) "
+                "is shorter than utilization can show."
+            )
+            return LiveDiagnosis(
+                window_s,
+                idle_pct,
+                period_s,
+                duty_pct,
+                n_cycles,
+                summary,
+                timescale,
+                resolution,
+                long_gaps,
+            )
+    if timescale in ("seconds", "minutes") and period_s is None and idle_pct >= STEADY_IDLE_PCT:
+        n = len(long_gaps)
+        gap_span = (
+            _secs(long_gaps[0]) if n == 1 else f"{_secs(min(long_gaps))} to {_secs(max(long_gaps))}"
+        )
+        how = (
+            f"mostly idle ({idle_pct:.0f}% {where})"
+            if idle_pct > MOSTLY_IDLE_PCT
+            else (f"idle {idle_pct:.0f}% {where}")
+        )
+        summary = (
+            f"{label} is {how}, mostly in {n} gap{'s' if n != 1 else ''} "
+            f"of {gap_span} with nothing running: gaps of {timescale} come from between jobs, "
+            "evaluation, checkpointing or start-up, not from a per-step cause."
+        )
+        return LiveDiagnosis(
+            window_s,
+            idle_pct,
+            period_s,
+            duty_pct,
+            n_cycles,
+            summary,
+            timescale,
+            resolution,
+            long_gaps,
+        )
     if period_s is not None and duty_pct is not None:
         on = period_s * duty_pct / 100
         summary = (
@@ -96,4 +183,40 @@ def sawtooth_diagnosis(
         summary = (
             f"{label} is idle {idle_pct:.0f}% {where}, in irregular bursts (no regular period)."
         )
-    return LiveDiagnosis(window_s, idle_pct, period_s, duty_pct, n_cycles, summary)
+    if timescale == "coarse" and period_s is None and idle_pct >= STEADY_IDLE_PCT:
+        summary += (
+            f" A value every {_secs(resolution)} cannot show idle time at the scale of steps."
+        )
+    return LiveDiagnosis(
+        window_s, idle_pct, period_s, duty_pct, n_cycles, summary, timescale, resolution, long_gaps
+    )
+
+
+def _resolution_s(t: np.ndarray, u: np.ndarray, step_ns: float) -> float:
+    """The series' resolution (s): the coarser of the median sample interval and how long a
+    value holds. NVML repeats a value until its own averaging period ends, so at 100 ms sampling
+    its values may come every 200 ms; that shows in the values between idle and full (a 0 % or a
+    100 % repeats because the GPU stayed so): the median run of equal such values, at least
+    three runs, else the sample interval."""
+    mid = (u > GAP_UTIL_PCT) & (u < 95.0)
+    starts = np.flatnonzero(np.r_[True, (np.diff(u) != 0) | ~mid[1:] | ~mid[:-1]])
+    runs = np.diff(np.r_[starts, len(u)])
+    runs = runs[mid[starts]]
+    hold = float(np.median(runs)) * step_ns if len(runs) >= 3 else step_ns
+    return max(step_ns, hold) / 1e9
+
+
+def _gaps_s(dur: np.ndarray, quiet: np.ndarray) -> list[float]:
+    """The lengths (s) of the runs of consecutive ``quiet`` samples, each sample holding ``dur``
+    ns, in time order."""
+    out: list[float] = []
+    run = 0.0
+    for d, q in zip(dur, quiet, strict=True):
+        if q:
+            run += float(d)
+        elif run:
+            out.append(run / 1e9)
+            run = 0.0
+    if run:
+        out.append(run / 1e9)
+    return out

@@ -270,6 +270,15 @@ def rule_pin_memory(inp: Inputs) -> Recommendation | None:
     )
 
 
+def _times(n: float) -> str:
+    """A count per step in words: ``once``, ``twice``, ``3 times``, ``0.5 times``."""
+    if abs(n - 1.0) < 0.05:
+        return "once"
+    if abs(n - 2.0) < 0.05:
+        return "twice"
+    return f"{sig3(n)} times"
+
+
 def rule_host_sync(inp: Inputs) -> Recommendation | None:
     ns, capped = host_cost(inp.idle.causes_ns.get("host_sync", 0), inp)
     if not significant(ns, inp.window_ns, inp.n_steps):
@@ -277,11 +286,11 @@ def rule_host_sync(inp: Inputs) -> Recommendation | None:
     calls = _frame_rows(inp, "host_sync", 5)
     ev = {**_cost_evidence("idle", ns, inp), "calls": calls}
     what = (
-        ", ".join(f"{c['op'] or c['name']} ×{c['per_step']:.1f}" for c in calls[:3])
+        ", ".join(f"{c['op'] or c['name']} ({_times(c['per_step'])} per step)" for c in calls[:3])
         or "synchronizing calls"
     )
     ev["summary"] = (
-        f"Per step the host waited for the GPU in {what}; the drained queue left the GPU idle "
+        f"The host waited for the GPU in {what}; the drained queue left the GPU idle "
         f"{sig3(ev['idle_us_per_step'] / 1e3)} ms per step ({sig3(ev['share_pct'])}%)."
     )
     _cap_note(ev, capped, inp)

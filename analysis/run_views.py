@@ -138,3 +138,13 @@ def top_idle_cause(doc: dict[str, Any]) -> TopIdleCause | None:
     return TopIdleCause(
         str(cause), total_us / 1e3 / steps, 100.0 * total_us / window_us if window_us else None
     )
+
+
+def kernel_labels(names: list[str], width: int) -> list[str]:
+    """Kernel names as a table shows them: short (no ``void``, no parameter list), cut in the
+    middle to ``width`` characters, never two distinct names alike
+    (:func:`gpuscope.analysis.kernel_names.distinct_clips`); ``others (…)`` rows as they are."""
+    from gpuscope.analysis.kernel_names import distinct_clips, short_name
+
+    short = [n if n.startswith("others (") else short_name(n, 10**4) for n in names]
+    return distinct_clips(short, width)

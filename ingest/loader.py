@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from gpuscope.ingest.batch_insert import BatchInserter, strict_json
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
 from gpuscope.ingest.json_stream import TraceSplitter
-from gpuscope.ingest.naming import default_run_name
+from gpuscope.ingest.naming import default_run_name, is_generic, stem
 from gpuscope.ingest.nvml import ingest_series, is_nvml_file
 from gpuscope.ingest.records import RankSummary, RunResult, RunRow, run_id_for
 from gpuscope.ingest.source import file_sha256, iter_json_bytes
@@ -323,7 +323,7 @@ def ingest_trace(
     ends = [r.ts_max_ns + r.offset_ns for r in ranks if r.ts_max_ns is not None]
     row = RunRow(
         run_id=run_id,
-        name=name or default_run_name(path.name, rank0.meta),
+        name=name or _distinct(con, default_run_name(path.name, rank0.meta), path.name),
         kind="trace",
         n_ranks=len(files),
         n_events=sum(r.n_events for r in ranks),
@@ -542,3 +542,24 @@ def _duplicate(con: Connection, e: DuplicateRunError, path: Path) -> RunResult:
         gpu_name=row[4],
         uploaded_by=row[5],
     )
+
+
+def _distinct(con: Connection, name: str, source: str) -> str:
+    """A name made from a trace's content (its file name names nothing: ``model host date``)
+    that another run already has gets `` (2)``, `` (3)``, …: spans of one process share their
+    time base, so four traces of one process would otherwise all read alike. A name from the
+    file or folder, or one the user gave, is kept as it is."""
+    if not is_generic(stem(source)):
+        return name
+    taken = {
+        str(r[0])
+        for r in con.execute(
+            "SELECT name FROM runs WHERE name = ? OR name LIKE ?", [name, f"{name} (%)"]
+        ).fetchall()
+    }
+    if name not in taken:
+        return name
+    n = 2
+    while f"{name} ({n})" in taken:
+        n += 1
+    return f"{name} ({n})"

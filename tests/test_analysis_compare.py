@@ -68,8 +68,8 @@ def test_compare_view_is_what_the_page_shows(con, tmp_path):
     m = {d.metric: d for d in cmp.metrics}
     cards = {c.key: c for c in view.cards}
     assert [c.label for c in view.cards] == [
-        "Step time",
         "Throughput",
+        "Step time",
         "Achieved TFLOP/s",
         "MFU",  # one GPU, one peak: no "(different peaks)"
         "GPU busy",

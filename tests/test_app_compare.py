@@ -43,8 +43,14 @@ def test_query_params_give_the_comparison(pair: tuple[str, str]) -> None:
     spec = json.dumps(json.loads(at.get("plotly_chart")[0].proto.spec), ensure_ascii=False)
     assert "A · before" in spec and "B · after" in spec
     labels = [m.label for m in at.metric]
-    assert labels[:3] == ["Step time", "Throughput", "Achieved TFLOP/s"]
-    assert labels[3] in ("MFU", "MFU (different peaks)") and "GPU busy" in labels
+    # each card says once whether it is profiled (these traces carry no unprofiled step time)
+    assert labels[:3] == [
+        "Throughput · profiled",
+        "Step time · profiled",
+        "Achieved TFLOP/s · profiled",
+    ]
+    assert labels[3] in ("MFU · profiled", "MFU (different peaks) · profiled")
+    assert "GPU busy · profiled" in labels
     assert "All metrics" in texts(at, "subheader") and "Fixes" in texts(at, "subheader")
     table = at.dataframe[0].value
     assert {"A", "B", "Δ (B − A)"} <= set(table.columns)
@@ -100,7 +106,7 @@ def test_compare_needs_two_runs(db: Path) -> None:
 def test_align_on_a_later_step(pair: tuple[str, str]) -> None:
     a, b = pair
     at = open_app(COMPARE, {"a": a, "b": b})
-    at.number_input(key=f"align_{a}_{b}").set_value(4).run()
+    at.number_input(key=f"align_{a}_{b}_1").set_value(4).run()
     assert not at.exception
     assert any("start of step 4" in c for c in texts(at, "caption"))
 
@@ -189,7 +195,7 @@ def test_a_failing_section_leaves_the_rest_of_the_comparison(
     assert "A · before" in spec and "B · after" in spec  # the aligned plot
     labels = [m.label for m in at.metric]
     if headline_shown:
-        assert labels[0] == "Step time" and "All metrics" in texts(at, "subheader")
+        assert labels[0] == "Throughput · profiled" and "All metrics" in texts(at, "subheader")
         assert any("Resolved in B" in m for m in texts(at, "markdown"))  # the fixes still show
     else:
         assert labels == [] and "All metrics" not in texts(at, "subheader")

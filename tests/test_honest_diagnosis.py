@@ -122,10 +122,10 @@ def test_cli_untraced_option_and_bad_value(tmp_path, db_path, capsys):
     db = ("--db", str(db_path))
     code, out, err = run_cli(capsys, "analyze", str(path), "--untraced-step-ms", "0.25", *db)
     assert code == 0, err
-    assert "untraced step 0.250 ms (argument): the profiler adds 300%" in out
+    assert "unprofiled step 0.250 ms (argument): the profiler adds 300%" in out
     assert "host-side figures capped at 0.150 ms per step" in out
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("cpu_overhead"))
-    assert "0.900 ms per step" in line and "(at most 0.150 ms without the profiler)" in line
+    assert "0.900 ms per step" in line and "(at most 0.150 ms unprofiled)" in line
     code, out, err = run_cli(capsys, "analyze", str(path), "--untraced-step-ms", "0", *db)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "--untraced-step-ms must be > 0" in err
@@ -610,6 +610,6 @@ def test_ingest_stores_an_untraced_step_time_with_the_run(tmp_path, db_path, cap
     run_id = out.strip()
     code, out, err = run_cli(capsys, "analyze", run_id, *db)
     assert code == 0, err
-    assert "untraced step 0.250 ms (capture): the profiler adds 300%" in out
+    assert "unprofiled step 0.250 ms (capture): the profiler adds 300%" in out
     code, out, err = run_cli(capsys, "ingest", str(path), "--untraced-step-ms", "-1", *db)
     assert code == 2 and err.count("\n") == 1 and "--untraced-step-ms" in err

@@ -156,13 +156,13 @@ def render(doc: dict[str, Any]) -> str:
     out += [
         f"run {r['id']}  {r['name']}  rank {doc['rank']} of {r['ranks']}  GPU {r['gpu'] or '-'}",
         f"window {sig3(w['duration_us'] / 1e3)} ms, {w['steps']} steps ({w['source']})",
-        f"step time  median {sig3(st['p50'])} ms  p90 {sig3(st.get('p90'))} ms  "
+        f"step time (profiled)  median {sig3(st['p50'])} ms  p90 {sig3(st.get('p90'))} ms  "
         f"max {sig3(st['max'])} ms  (mean {sig3(st['mean'])} ms)",
     ]
     prof = doc.get("profiler") or {}
     if prof.get("untraced_step_ms") is not None:
         out.append(
-            f"untraced step {sig3(prof['untraced_step_ms'])} ms ({prof['untraced_source']}): the "
+            f"unprofiled step {sig3(prof['untraced_step_ms'])} ms ({prof['untraced_source']}): the "
             f"profiler adds {sig3(prof['inflation_pct'])}%; host-side figures capped at "
             f"{sig3(prof['host_cap_ms_per_step'])} ms per step"
         )
@@ -175,8 +175,8 @@ def render(doc: dict[str, Any]) -> str:
             v = tp.get(f"{unit}_per_s")
             if v:
                 u = tp.get(f"{unit}_per_s_untraced")
-                extra = f", {sig3(u)} without the profiler" if u else ""
-                out.append(f"throughput {sig3(v)} {unit}/s{extra}{inferred}")
+                extra = f", {sig3(u)} unprofiled" if u else ""
+                out.append(f"throughput {sig3(v)} {unit}/s profiled{extra}{inferred}")
     comp = doc.get("compiled") or {}
     if comp.get("compiled") or comp.get("cuda_graphs"):
         what = [
@@ -223,7 +223,7 @@ def render(doc: dict[str, Any]) -> str:
             line = f"  {cause:16} {sig3(v / n / 1e3):>8} ms per step  {_pc(idle['causes_pct'][cause]):>6}"
             c = capped.get(cause)
             if c is not None and c < v / n / 1e3:
-                line += f"  (at most {sig3(c)} ms without the profiler)"
+                line += f"  (at most {sig3(c)} ms unprofiled)"
             out.append(line)
     if prof.get("suspect") and prof.get("note"):
         out.append(f"  note: {prof['note']}")
@@ -243,9 +243,10 @@ def render(doc: dict[str, Any]) -> str:
     )
     if doc.get("mfu_untraced_pct") is not None:
         out.append(
-            f"without the profiler: achieved {sig3(doc['achieved_tflops_untraced'])} TFLOP/s, "
+            f"unprofiled: achieved {sig3(doc['achieved_tflops_untraced'])} TFLOP/s, "
             f"MFU {_pc(doc['mfu_untraced_pct'])}"
         )
+    out += render_kernels(doc)
     recs = doc["recommendations"]
     out.append("")
     if recs:
@@ -261,6 +262,40 @@ def render(doc: dict[str, Any]) -> str:
     for wmsg in warnings:
         print(f"gpuscope: warning: {wmsg}", file=sys.stderr)
     return "\n".join(out)
+
+
+TOP_KERNELS = 10
+KERNEL_NAME_CHARS = 60
+
+
+def render_kernels(doc: dict[str, Any]) -> list[str]:
+    """Kernel time per step by category and the top kernels (per step, names cut in the middle
+    and never two alike), as text lines; none without kernels."""
+    from gpuscope.analysis.run_views import kernel_labels
+
+    k = doc.get("kernels") or {}
+    cats = {c: v for c, v in (k.get("by_category") or {}).items() if v}
+    total = sum(cats.values())
+    if not cats or not total:
+        return []
+    n = max(1, doc["window"]["steps"])
+    out = ["", "kernel time per step, by category"]
+    for c, v in sorted(cats.items(), key=lambda kv: -kv[1]):
+        out.append(f"  {c:24} {sig3(v / n / 1e3):>8} ms per step  {_pc(100 * v / total):>6}")
+    top = [t for t in k.get("top") or [] if not str(t.get("name", "")).startswith("others (")]
+    top = top[:TOP_KERNELS]
+    if top:
+        names = kernel_labels([str(t["name"]) for t in top], KERNEL_NAME_CHARS)
+        out += [
+            "",
+            f"top kernels (per step){'':{KERNEL_NAME_CHARS - 14}} time/step  share  calls  dtype",
+        ]
+        for t, name in zip(top, names, strict=True):
+            out.append(
+                f"  {name:{KERNEL_NAME_CHARS}} {sig3(t['total_us'] / n / 1e3):>7} ms "
+                f"{_pc(t.get('share_pct')):>6} {t['count'] / n:>6.3g}  {t.get('precision') or '-'}"
+            )
+    return out
 
 
 def render_ranks(doc: dict[str, Any]) -> list[str]:

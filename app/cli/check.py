@@ -1,4 +1,5 @@
-"""`gpuscope check RUN|PATH --max-idle-pct X --min-mfu-pct Y --max-step-ms Z`: a CI gate.
+"""`gpuscope check RUN|PATH --max-idle-pct X --min-busy-pct B --min-mfu-pct Y --max-step-ms Z`:
+a CI gate.
 
 Exit 0 when every bound holds, 1 with one line naming every broken bound, 2 on bad
 input (no such run or file, no bound given, a bound that cannot be measured).
@@ -11,13 +12,16 @@ from typing import Any
 
 from gpuscope.cli._common import fail, open_db
 
+BOUNDS = ("--max-idle-pct", "--min-busy-pct", "--min-mfu-pct", "--max-step-ms")
+"""Every bound ``check`` takes (the one-line error without any names them all)."""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from gpuscope.cli.analyze import add_analysis_options
 
     p = sub.add_parser(
         "check",
-        help="exit 1 when a run breaks a bound (idle %%, MFU %%, step time): for CI",
+        help="exit 1 when a run breaks a bound (idle %%, busy %%, MFU %%, step time): for CI",
         description="Exit 0 when every given bound holds, 1 (with one line naming every broken "
         "bound) when any is broken, 2 on bad input.",
     )
@@ -36,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     bounds = (args.max_idle_pct, args.min_mfu_pct, args.max_step_ms, args.min_busy_pct)
     if all(b is None for b in bounds):
-        return fail("check: give at least one bound (--max-idle-pct, --min-mfu-pct, --max-step-ms)")
+        return fail(f"check: give at least one bound ({', '.join(BOUNDS)})")
     con = open_db(args)
     try:
         run_id = resolve_target(con, args.target)

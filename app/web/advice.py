@@ -29,6 +29,27 @@ def what_to_do(d: Any) -> Todo:
     idle = d.idle_share_pct
     if idle is None:
         return Todo("wait for samples.")
+    # advice about a per-step cause only from idle time at the scale of steps, seen finely enough
+    timescale = getattr(d, "timescale", "step")
+    if timescale in ("seconds", "minutes") and d.period_s is None:
+        return Todo(
+            "no per-step fix: gaps this long are not inside training steps. Check what the job "
+            "does then (evaluation, checkpointing, a job ending and the next starting, waiting "
+            "for data or the scheduler). To see per-step causes, record a trace of a few "
+            "training steps (`gpuscope.capture.profile_steps`) and upload it."
+        )
+    if timescale == "coarse" and d.period_s is None and idle >= STEADY_IDLE_PCT:
+        return Todo(
+            "sample faster before reading a per-step cause into this series: `gpuscope sample "
+            "--interval-ms 100`; a trace of a few steps (`gpuscope.capture.profile_steps`) names "
+            "the cause."
+        )
+    if timescale == "finer":
+        return Todo(
+            "record a trace of a few steps (`gpuscope.capture.profile_steps`) and upload it: the "
+            "idle time sits inside each NVML sample, shorter than utilization can show, and only "
+            "a trace names its cause (data loading, host syncs, launch overhead, …)."
+        )
     if d.period_s is not None:
         return Todo(
             "a regular busy/idle rhythm is almost always the input pipeline: make batches in "

@@ -22,7 +22,9 @@ from gpuscope.ingest.naming import meta_from_head, upload_name
 from gpuscope.ingest.store import Connection
 
 CHUNK = 1 << 20
-ACCEPTED = (".json", ".json.gz", ".gz")
+SERIES = (".jsonl", ".jsonl.gz")  # an NVML series (gpuscope sample / gpuscope.capture)
+ACCEPTED = (".json", ".json.gz", ".gz", *SERIES)
+UPLOAD_TYPES = ["json", "gz", "jsonl"]  # what the uploader offers (st.file_uploader's type)
 ONE_RUN = "one run's ranks"
 SEPARATE = "separate runs"
 
@@ -46,11 +48,20 @@ def safe_name(name: str) -> str:
     return base or "trace.json"
 
 
+def is_series_name(name: str) -> bool:
+    """Whether an uploaded file is named like an NVML series (``.jsonl``, ``.jsonl.gz``)."""
+    return name.lower().endswith(SERIES)
+
+
 def check_names(files: Sequence[Upload]) -> None:
-    """Raise IngestError for a file whose name is not a trace (.json / .json.gz)."""
+    """Raise IngestError for a file whose name is neither a trace (.json / .json.gz) nor an NVML
+    series (.jsonl)."""
     for f in files:
         if not f.name.lower().endswith(ACCEPTED):
-            raise IngestError(f.name, "not a trace file: expected .json or .json.gz")
+            raise IngestError(
+                f.name,
+                "not a trace or an NVML series: expected .json, .json.gz or .jsonl",
+            )
 
 
 HEAD_BYTES = 64 * 1024  # of a trace's JSON text read for its name before ingest
@@ -73,6 +84,7 @@ def head_text(f: Upload) -> str:
 def run_name_for(files: Sequence[Upload]) -> str:
     """The default name of uploaded files that form one run (``ingest.naming``): their common
     stem without rank parts, else the model, host and date read from the first file's head."""
+    files = [f for f in files if not is_series_name(f.name)] or list(files)
     names = [safe_name(f.name) for f in files]
     first = min(files, key=lambda f: f.name) if files else None
     meta = meta_from_head(head_text(first)) if first is not None else {}
@@ -81,12 +93,14 @@ def run_name_for(files: Sequence[Upload]) -> str:
 
 def trace_files(files: Sequence[Upload]) -> tuple[list[Upload], list[str]]:
     """A dropped folder's files: when some are named like torch.profiler traces
-    (``*.pt.trace.json[.gz]``), those are the run and the rest (``timing.json`` …) are left out;
-    returns (kept, names left out)."""
+    (``*.pt.trace.json[.gz]``), those and the NVML series beside them (``*.jsonl``: attached to
+    the run, as ``gpuscope ingest FOLDER`` does) are the run, and the rest (``timing.json`` …) are
+    left out; returns (kept, names left out)."""
     traces = [f for f in files if ".pt.trace.json" in f.name.lower()]
-    if not traces or len(traces) == len(files):
+    kept = traces + [f for f in files if is_series_name(f.name) and f not in traces]
+    if not traces or len(kept) == len(files):
         return list(files), []
-    return traces, sorted(f.name for f in files if f not in traces)
+    return kept, sorted(f.name for f in files if f not in kept)
 
 
 def _copy(src: Upload | BinaryIO, dest: Path) -> int:

@@ -556,6 +556,29 @@ def _sawtooth_view(path: str, gen: int, run_id: str, rank: int, s: int, e: int) 
     }
 
 
+ZOOM_PARAM = "zoom"
+
+
+def zoom_param(s: int, e: int, ws: int) -> str:
+    """A view ``[s, e)`` (trace ns) as the URL's ``zoom``: ms since the window's start ``ws``,
+    to the nanosecond (``12.345678-23.456789``)."""
+    return f"{(s - ws) / 1e6:.6f}-{(e - ws) / 1e6:.6f}"
+
+
+def parse_zoom(text: str | None, ws: int, we: int) -> tuple[int, int] | None:
+    """The view a ``zoom`` value names, clamped into the window ``[ws, we)``; None for no value
+    or one that is not ``MS-MS`` (the page then shows the whole window)."""
+    if not text:
+        return None
+    try:
+        lo, hi = (float(x) for x in text.split("-", 1))
+    except ValueError:
+        return None
+    if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:  # NaN, infinite or empty
+        return None
+    return clamp_view(ws + round(lo * 1e6), ws + round(hi * 1e6), ws, we)
+
+
 def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
     """The busy % plot with its zoom controls; re-queries DuckDB for the visible range."""
     path = db.db_path()
@@ -566,10 +589,22 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
         st.info("This rank has no timed events to plot.")
         return
     vkey = f"view_{key}_{run_id}_{rank}"
+    # The URL holds the view (``zoom``): a link, a reload or Back sets it; a zoom on the page
+    # writes it (each change a history entry, so Back undoes a zoom).
+    url_zoom = st.query_params.get(ZOOM_PARAM)
+    if url_zoom != st.session_state.get(f"{vkey}_url"):  # the URL changed outside this page
+        st.session_state[vkey] = parse_zoom(url_zoom, ws, we) or (ws, we)
     s, e = st.session_state.get(vkey, (ws, we))
     s, e = max(ws, int(s)), min(we, int(e))
     if e - s < MIN_VIEW_NS:
         s, e = ws, we
+    shown = None if (s, e) == (ws, we) else zoom_param(s, e, ws)
+    if shown != url_zoom:
+        if shown is None:
+            del st.query_params[ZOOM_PARAM]
+        else:
+            st.query_params[ZOOM_PARAM] = shown
+    st.session_state[f"{vkey}_url"] = shown
     nums = [int(n) for n in steps["number"]]
     # The slider shows the steps the view covers and follows every zoom: its key carries the view,
     # and its value is always passed as a (first, last) pair, so it is always a range slider.
@@ -702,6 +737,7 @@ TOP_COLUMNS = (  # (header, key, how to show it, width), widths in % of the tabl
     ("TC", "tensor_core", "bool", 5),
     ("Dtype", "precision", None, 7),
 )
+TOP_NAME_CHARS = 60  # of a kernel's name in the top-kernels table (the full name on hover)
 TOP_HEADER_HELP = {"TC": "Runs on tensor cores", "Dtype": "Precision of the kernel's math"}
 
 
@@ -713,12 +749,15 @@ def top_kernels_html(report: dict[str, Any]) -> str | None:
     if not top:
         return None
     steps = n_steps(report)
+    # names cut in the middle, never two alike (the column shows about this many characters)
+    names = [str(r.get("name") or "") for r in top]
+    shown = dict(zip(names, run_views.kernel_labels(names, TOP_NAME_CHARS), strict=True))
 
     def cell(row: dict[str, Any], key: str, how: str | None) -> tuple[str, str]:
         v = row.get(key)
         if key == "name":
             full = str(row.get("name") or "")
-            short = str(row.get("short_name") or full)
+            short = shown.get(full) or str(row.get("short_name") or full)
             return ui.plot_text(short, 200), html.escape(ui.plain(full, None), quote=True)
         if v is None or (isinstance(v, float) and v != v):
             return "—", ""
@@ -794,20 +833,50 @@ def _fmt_value(key: str, v: Any) -> str:
             return ui.fmt_duration_us(f * 1e3)
         if key.endswith("_pct") or key == "share":
             return ui.fmt_pct(f)
+        if key.endswith("_frac"):  # a fraction: shown as a share
+            return ui.fmt_pct(100.0 * f)
         if "bytes" in key:
             return f"{f / 2**20:,.1f} MiB" + ("/step" if key.endswith("_per_step") else "")
         if key.endswith("_per_s"):
             return ui.fmt_rate(f, key.removesuffix("_per_s").replace("_", " ") + "/s")
         if key.endswith("_per_step"):
             return f"{ui.fmt_number(f)}/step"
+        if key.startswith("assumed_speedup") or key.endswith("_speedup"):
+            return f"{ui.fmt_number(f)}×"
         return ui.fmt_number(f)
-    return str(v)
+    return EVIDENCE_VALUES.get(str(v), str(v).replace("_", " "))
+
+
+#: Evidence keys whose words read better than the key itself (the rest: the key in words).
+EVIDENCE_LABELS = {
+    "busy": "GPU busy",
+    "share": "share of the run",
+    "idle": "GPU idle",
+    "loader": "DataLoader",
+    "memory_used_frac": "memory used",
+    "small_grid_mean_sm_fill": "mean SM fill of small-grid kernels",
+    "small_grid_kernel_share": "small-grid kernels' share of kernel time",
+    "profiler_cap": "profiler cap",
+    "capped_by_profiler": "capped by the profiler",
+    "gpu": "GPU",
+    "fp32_gemm": "fp32 GEMM time",
+    "fp32_gemm_share": "fp32 GEMM share of the run",
+    "tensor_core": "tensor-core share",
+}
+#: Evidence values (enumerations of the analysis) in words.
+EVIDENCE_VALUES = {
+    "single_process": "batches made in the training process (num_workers=0)",
+    "workers": "worker processes",
+}
 
 
 def _label(key: str) -> str:
+    """An evidence key in words, first letter capitalised: ``memory_used_frac`` -> ``Memory
+    used``, ``idle_us_per_step`` -> ``GPU idle``."""
     for suffix in ("_us_per_step", "_us", "_ms", "_pct"):
         key = key.removesuffix(suffix)
-    return key.replace("_", " ")
+    text = EVIDENCE_LABELS.get(key, key.removesuffix("_frac").replace("_", " "))
+    return text[:1].upper() + text[1:]
 
 
 def _rows_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -877,10 +946,10 @@ def recommendations(report: dict[str, Any]) -> None:
     recs.sort(key=lambda r: -float(r.get("max_gain_pct") or 0))
     for r in recs:
         with st.container(border=True):
-            gain = r.get("max_gain_pct")
+            gain = r.get("gain")  # the analysis's sentence: what the bound is on, and its size
             head = f"**{ui.md(r.get('title') or r.get('id'), None)}**"
-            if gain is not None:
-                head += f" — step time down by at most **{float(gain):.1f} %**"
+            if gain:
+                head += f" — **{ui.md(gain, None)}**"
             st.markdown(head)
             evidence(r.get("evidence"))
             fix = r.get("fix")

@@ -49,8 +49,8 @@ if missing:
     st.stop()
 
 a_id, b_id = str(ids["a"]), str(ids["b"])
-if refs["a"] != a_id or refs["b"] != b_id:
-    st.query_params.from_dict({"a": a_id, "b": b_id})
+if refs["a"] != a_id or refs["b"] != b_id:  # canonical ids; the rest of the view stays
+    st.query_params.update({"a": a_id, "b": b_id})
 row_a = db.run_row(path, db.generation(), a_id)
 row_b = db.run_row(path, db.generation(), b_id)
 assert row_a is not None and row_b is not None
@@ -66,17 +66,26 @@ c1, c2, _ = st.columns([1, 1, 5], vertical_alignment="center")
 base = (st.context.url or "").split("?")[0]
 if not base.endswith("/compare"):
     base = base.rstrip("/") + "/compare" if base else "/compare"
-with c1.popover("Copy link", icon=":material/link:"):
-    st.caption("This link opens the same comparison in any browser that reaches this dashboard:")
-    st.code(f"{base}?{urlencode({'a': a_id, 'b': b_id})}", language=None)
-c2.page_link(
-    "screens/compare.py",
-    label="Swap A/B",
-    icon=":material/swap_horiz:",
-    query_params={"a": b_id, "b": a_id},
-)
+link_slot = c1.empty()  # filled once the aligned plot has put its step range in the URL
+if c2.button("Swap A/B", icon=":material/swap_horiz:", key="swap_ab"):
+    # through the URL (a history entry: Back swaps back; a reload keeps the swap)
+    st.query_params.update({"a": b_id, "b": a_id})
+    st.rerun()
+
+
+def _copy_link() -> None:
+    """The Copy-link popover: the page's whole state (runs, order, aligned steps) as a URL."""
+    with link_slot.popover("Copy link", icon=":material/link:"):
+        st.caption(
+            "This link opens the same comparison in any browser that reaches this dashboard:"
+        )
+        params = {"a": a_id, "b": b_id}
+        params.update({k: v for k, v in st.query_params.to_dict().items() if k in ALIGN_PARAMS})
+        st.code(f"{base}?{urlencode(params)}", language=None)
+
 
 if row_a["kind"] != "trace" or row_b["kind"] != "trace":
+    _copy_link()
     st.warning("Only trace runs can be compared; one of these is an NVML series.")
     st.stop()
 
@@ -89,43 +98,43 @@ if rep_a is not None and rep_b is not None:
         view = data.comparison(path, a_id, b_id)
 
 # -- headline deltas ---------------------------------------------------------------------------------
-# how each card's unit reads: (formatter, delta unit; None: the delta in per cent)
-CARD_FORMAT: dict[str, tuple[Any, str | None]] = {
-    "ms": (ui.fmt_ms, "ms"),
-    "%": (ui.fmt_pct, "pp"),
-    "TFLOP/s": (ui.fmt_tflops, "TFLOP/s"),
-}
+# how each card's unit reads
+CARD_FORMAT: dict[str, Any] = {"ms": ui.fmt_ms, "%": ui.fmt_pct, "TFLOP/s": ui.fmt_tflops}
 CARD_HELP = {
-    "step_time": "Mean step time: window ÷ steps.",
+    "step_time": "Mean step time: window ÷ steps (unprofiled: the median step timed with the "
+    "profiler off).",
     "throughput": "Work per second: the trace's samples/tokens per step ÷ step time.",
     "achieved_tflops": "Model FLOPs per step ÷ step time.",
     "mfu": "Achieved TFLOP/s ÷ the GPU's peak for the dtype; A and B use the same peak.",
-    "gpu_busy": "Share of the window with any GPU activity.",
-    "idle_per_step": "GPU idle time per step, all causes.",
+    "gpu_busy": "Share of the trace's window with any GPU activity (only a trace can say it).",
+    "idle_per_step": "GPU idle time per step, all causes (only a trace can say it).",
 }
+# a change's colour says whether it is good for the user, not which way the number moved
+TONE_COLOR = {"good": "green", "bad": "red", "neutral": "gray"}
 if view is not None:
     with views.section("Headline and all metrics"):
-        # two rows of three: the work done (time, throughput, FLOP/s), then how well (MFU, busy, idle)
+        if view.speedup_text:  # by throughput where the work per step is known
+            st.markdown(f"**{ui.md(view.speedup_text, None)}**")
+        if view.overhead_text:
+            st.caption(f":material/timer: {ui.md(view.overhead_text, None)}.")
+        # two rows of three: the work done (throughput, time, FLOP/s), then how well (MFU, busy, idle)
         cols = [*st.columns(3), *st.columns(3)]
         for col, card in zip(cols, view.cards, strict=True):
-            fmt_v, delta_unit = CARD_FORMAT.get(
-                card.unit, (lambda v, u=card.unit: ui.fmt_rate(v, u), None)
-            )
+            fmt_v = CARD_FORMAT.get(card.unit, lambda v, u=card.unit: ui.fmt_rate(v, u))
             why = (view.peak_note if card.key == "mfu" else None) or CARD_HELP[card.key]
+            if card.why:
+                why += f" {card.why}"
             col.metric(
-                card.label,
+                f"{card.label} · {card.basis}" if card.basis else card.label,
                 fmt_v(card.b),
-                delta=ui.delta_pct(card.a, card.b)
-                if delta_unit is None
-                else ui.delta_str(card.a, card.b, delta_unit),
-                delta_color="inverse" if card.lower_is_better else "normal",
+                delta=card.delta,
+                delta_color=TONE_COLOR[card.tone],  # type: ignore[arg-type]
+                delta_arrow="off" if card.delta == "unchanged" else "auto",
                 border=True,
                 help=f"{why} A: {fmt_v(card.a)} → B: {fmt_v(card.b)}.",
             )
         if view.peak_note:
             st.caption(f":material/warning: {ui.md(view.peak_note, None)}")
-        if view.speedup_text:  # by throughput where the work per step is known
-            st.markdown(f"**{ui.md(view.speedup_text, None)}**")
         for note in view.notes:
             st.caption(f"Note: {ui.md(note, None)}")
 
@@ -134,12 +143,13 @@ if view is not None:
                 {
                     "section": sec.title,
                     "metric": d.metric,
+                    "basis": d.basis or "—",
                     "unit": d.unit,
                     "A": ui.fmt_number(d.a),
                     "B": ui.fmt_number(d.b),
-                    "Δ (B − A)": ui.fmt_signed(d.delta),
-                    "Δ %": ui.fmt_signed(d.delta_pct, " %", digits=1),
-                    "": "better" if d.improved else ("worse" if d.improved is False else ""),
+                    "Δ (B − A)": ui.fmt_signed(d.delta, " pp" if d.unit == "%" else ""),
+                    "change": d.change if d.change != "-" else "—",
+                    "": d.verdict or "",
                 }
                 for sec in view.sections
                 for d in sec.rows
@@ -155,12 +165,40 @@ if view is not None:
                 "metric": st.column_config.TextColumn("Metric", width="medium"),
                 "A": st.column_config.TextColumn(f"A · {ui.plain(name_a, 40)}"),
                 "B": st.column_config.TextColumn(f"B · {ui.plain(name_b, 40)}"),
+                "basis": st.column_config.TextColumn(
+                    "Basis", help="profiled: from the trace; unprofiled: timed without the profiler"
+                ),
                 "Δ (B − A)": st.column_config.TextColumn("Δ (B − A)"),
-                "Δ %": st.column_config.TextColumn("Δ %"),
+                "change": st.column_config.TextColumn(
+                    "Change",
+                    help="In % of A; percentages in points (pp); within noise: unchanged",
+                ),
             },
         )
 
 # -- aligned sawtooth plots ---------------------------------------------------------------------------
+ALIGN_PARAMS = ("step", "steps")
+
+
+def _param_int(name: str, lo: int, hi: int, default: int) -> int:
+    """The URL's integer ``name`` within ``lo..hi``, else ``default``."""
+    try:
+        v = int(st.query_params.get(name) or "")
+    except ValueError:
+        return default
+    return v if lo <= v <= hi else default
+
+
+def _set_params(values: dict[str, int | None]) -> None:
+    """Write the changed ones into the URL (None: removed)."""
+    for k, v in values.items():
+        now = st.query_params.get(k)
+        if v is None and now is not None:
+            del st.query_params[k]
+        elif v is not None and now != str(v):
+            st.query_params[k] = str(v)
+
+
 st.subheader("GPU busy, aligned on a step")
 with views.section("Aligned plot"):
     wa = data.window(path, a_id, views.lowest_rank(a_id))
@@ -168,21 +206,32 @@ with views.section("Aligned plot"):
     na, nb = len(wa.steps), len(wb.steps)
     n_common = max(1, min(na, nb))
     c1, c2 = st.columns(2)
+    # the URL holds them (``step``, ``steps``); each widget is keyed by the URL's value, so a
+    # link, a reload or Back shows what the URL says
+    url_first = _param_int("step", 1, n_common, 1)
     first = c1.number_input(
         "Align on step (position in each run)",
         min_value=1,
         max_value=n_common,
-        value=1,
+        value=url_first,
         step=1,
-        key=f"align_{a_id}_{b_id}",
+        key=f"align_{a_id}_{b_id}_{url_first}",
     )
+    room = n_common - int(first) + 1
+    url_count = _param_int("steps", 1, room, min(3, room))
     count = c2.number_input(
         "Steps to show",
         min_value=1,
-        max_value=n_common - first + 1,
-        value=min(3, n_common - first + 1),
+        max_value=room,
+        value=url_count,
         step=1,
-        key=f"count_{a_id}_{b_id}_{first}",
+        key=f"count_{a_id}_{b_id}_{first}_{url_count}",
+    )
+    _set_params(
+        {
+            "step": int(first) if first != 1 else None,
+            "steps": int(count) if count != min(3, room) else None,
+        }
     )
     panels = [
         views.aligned_panel(rid, name, w, int(first), int(count), tag)
@@ -194,6 +243,7 @@ with views.section("Aligned plot"):
         f"x = ms since the start of step {int(first)} of each run (A has {na} steps, B {nb})."
     )
 
+_copy_link()
 if view is None or rep_b is None:
     st.stop()
 
@@ -235,9 +285,9 @@ with views.section("Fixes"):
             "Still open",
             [
                 f":orange[:material/pending:] {ui.md(fb.title, None)}"
-                + (
-                    f" — bound {ui.fmt_pct(fa.max_gain_pct)} → {ui.fmt_pct(fb.max_gain_pct)}"
-                    if fa.max_gain_pct is not None or fb.max_gain_pct is not None
+                + (  # the analysis's own sentences for the bound (per step or per sample)
+                    f" — A: {ui.md(fa.gain, None)}; B: {ui.md(fb.gain, None)}"
+                    if fa.gain and fb.gain
                     else ""
                 )
                 for fa, fb in fixes.remaining

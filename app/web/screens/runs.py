@@ -12,9 +12,18 @@ from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.store import Connection
 from gpuscope.web import auth, data, db, ui
 from gpuscope.web.samples import SAMPLE_TAG
-from gpuscope.web.uploads import ONE_RUN, SEPARATE, ingest_uploads, run_name_for, trace_files
+from gpuscope.web.uploads import (
+    ONE_RUN,
+    SEPARATE,
+    UPLOAD_TYPES,
+    ingest_uploads,
+    is_series_name,
+    run_name_for,
+    trace_files,
+)
 
 NO_FIGURES: dict[str, Any] = {"step_ms": None, "busy_pct": None, "mfu_pct": None, "wait_pct": None}
+RUN_TABLE_WIDTHS = {"run_id": 130, "tags": 200, "created": 150}  # px
 
 st.title("Runs")
 ui.show_flash()
@@ -29,15 +38,21 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
     upload_key = f"uploader_{st.session_state.get('upload_round', 0)}"
     dropped = st.file_uploader(
         "PyTorch profiler traces (.json, .json.gz): one file, the rank files of one run, "
-        "or a run's folder dropped here",
-        type=["json", "gz"],
+        "or a run's folder dropped here; an NVML series (.jsonl) with them is attached to the run",
+        type=UPLOAD_TYPES,
         accept_multiple_files=True,
         key=upload_key,
     )
     files, left_out = trace_files(list(dropped or []))
+    n_series = sum(is_series_name(f.name) for f in files)
+    if n_series and len(files) > n_series:
+        st.caption(
+            f"{n_series} NVML series ({', '.join(ui.md(f.name, 60) for f in files if is_series_name(f.name))})"
+            " will be attached to the run: its utilization is drawn over the busy plot."
+        )
     if left_out:
         st.caption(
-            f"{len(files)} trace file(s) form the run; left out (not traces): "
+            f"{len(files)} file(s) form the run; left out (not traces): "
             + ", ".join(ui.md(n, 60) for n in left_out[:8])
             + (f" and {len(left_out) - 8} more" if len(left_out) > 8 else "")
         )
@@ -196,7 +211,9 @@ event = st.dataframe(
     key=f"runs_table_{db.generation()}",
     column_config={
         "name": st.column_config.TextColumn("Name", width="medium"),
-        "created": st.column_config.DatetimeColumn("Date (UTC)", format="YYYY-MM-DD HH:mm"),
+        "created": st.column_config.DatetimeColumn(
+            "Date (UTC)", format="YYYY-MM-DD HH:mm", width=RUN_TABLE_WIDTHS["created"]
+        ),
         "gpu": st.column_config.TextColumn("GPU"),
         "ranks": st.column_config.NumberColumn("Ranks", format="%d"),
         "step_ms": st.column_config.NumberColumn(
@@ -216,11 +233,12 @@ event = st.dataframe(
             "(inside GPU busy)",
         ),
         "mfu_pct": st.column_config.NumberColumn("MFU", format="%.1f %%"),
-        "tags": st.column_config.ListColumn("Tags"),
+        # fixed widths (px) that hold a run id, a few tags and a date whole at 1440 px
+        "tags": st.column_config.ListColumn("Tags", width=RUN_TABLE_WIDTHS["tags"]),
         "uploaded_by": st.column_config.TextColumn(
             "Uploaded by", help="The signed-in user who uploaded the run (— : not recorded)"
         ),
-        "run_id": st.column_config.TextColumn("Run id"),
+        "run_id": st.column_config.TextColumn("Run id", width=RUN_TABLE_WIDTHS["run_id"]),
     },
 )
 if table.empty:
@@ -260,12 +278,19 @@ else:
     verdicts = [auth.may_change(owners.get(i), viewer) for i in ids]
     may_delete = all(ok for ok, _ in verdicts)
     why_not_delete = next((why for ok, why in verdicts if not ok), "")
+    # the selection in full (it wraps), so the buttons' labels stay short and never clip
+    st.markdown(
+        "**Selected:** "
+        + ", ".join(f"{ui.md(r['name'], None)} {ui.md_code(r['run_id'])}" for r in selected[:4])
+        + (f" and {len(selected) - 4} more" if len(selected) > 4 else "")
+    )
     cols = st.columns([2, 2, 3, 3])
     cols[0].page_link(
         "screens/run.py",
-        label=f"Open {ui.md(first['name'], 40)}",
+        label="Open the run",
         icon=":material/insights:",
         query_params={"run": rid},
+        help=f"Open {ui.md(first['name'], None)}",
     )
     if len(selected) >= 2:
         a, b = sorted(selected[:2], key=lambda r: r["created"])

@@ -1,0 +1,146 @@
+"""In a real browser (issue 23): the address bar holds the whole view and Back and reload restore
+it (Compare's A/B order and aligned step, the Run page's zoom and section), and Compare colours a
+change by whether it is good for the user, on the real before/after samples."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e_support import Server, sample_ids, sawtooth_chart, screenshot, wait_idle
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def _rgb(css: str) -> tuple[int, int, int]:
+    r, g, b = (int(x) for x in re.findall(r"\d+", css)[:3])
+    return r, g, b
+
+
+def _hue(css: str) -> str:
+    """``green``, ``red`` or ``gray`` for a CSS colour."""
+    r, g, b = _rgb(css)
+    if g > r + 30 and g > b:
+        return "green"
+    if r > g + 40 and r > b + 40:
+        return "red"
+    if max(r, g, b) - min(r, g, b) < 40:
+        return "gray"
+    return css
+
+
+def _delta_colour(page, label: str) -> str:  # type: ignore[no-untyped-def]
+    card = page.locator('[data-testid="stMetric"]', has_text=label).first
+    card.wait_for()
+    delta = card.locator('[data-testid="stMetricDelta"]')
+    return _hue(delta.evaluate("e => getComputedStyle(e).color"))
+
+
+def _header(page) -> str:  # type: ignore[no-untyped-def]
+    return page.locator('[data-testid="stMarkdownContainer"]', has_text="→").first.inner_text()
+
+
+def test_compare_colours_swap_reload_and_back(server: Server, new_page) -> None:  # type: ignore[no-untyped-def]
+    before, after = sample_ids(server)
+    page = new_page()
+    page.goto(f"{server.url}/compare?a={before}&b={after}")
+    sawtooth_chart(page)
+    wait_idle(page)
+    page.get_by_text("of B's trace is profiler overhead").first.wait_for()
+    # B is 5.6x faster without the profiler: throughput green; its busy share fell and its idle
+    # per step rose, which is not a loss for a faster run: gray, never red
+    assert _delta_colour(page, "Throughput · unprofiled") == "green"
+    assert _delta_colour(page, "Step time · unprofiled") == "green"
+    assert _delta_colour(page, "GPU busy · profiled") == "gray"
+    assert _delta_colour(page, "Idle per step · profiled") == "gray"
+    busy = page.locator('[data-testid="stMetric"]', has_text="GPU busy").first
+    assert busy.locator('[data-testid="stMetricDelta"]').inner_text().strip().endswith("pp")
+    screenshot(page, "compare")
+
+    page.get_by_role("button", name="Swap A/B").click()
+    page.wait_for_url(re.compile(rf"a={after}&b={before}"))
+    wait_idle(page)
+    assert _header(page).index("after") < _header(page).index("before")
+    # swapped, A is the faster run: its throughput change is bad for the user
+    assert _delta_colour(page, "Throughput · unprofiled") == "red"
+    page.reload()
+    sawtooth_chart(page)
+    wait_idle(page)
+    assert f"a={after}&b={before}" in page.url
+    assert _header(page).index("after") < _header(page).index("before")
+    page.go_back()
+    page.wait_for_url(re.compile(rf"a={before}&b={after}"))
+    wait_idle(page)
+    page.wait_for_function(
+        "() => { const t = [...document.querySelectorAll('[data-testid=\"stMarkdownContainer\"]')]"
+        ".map(e => e.innerText).find(s => s.includes('→')) || '';"
+        " return t.indexOf('before') >= 0 && t.indexOf('before') < t.indexOf('after'); }"
+    )
+    # the aligned step goes into the URL, and a reload keeps it
+    box = page.get_by_label("Align on step (position in each run)")
+    box.fill("3")
+    box.press("Enter")
+    page.wait_for_url(re.compile(r"step=3"))
+    wait_idle(page)
+    page.reload()
+    sawtooth_chart(page)
+    wait_idle(page)
+    page.get_by_text("start of step 3 of each run").wait_for()
+
+
+def _view_caption(page) -> str:  # type: ignore[no-untyped-def]
+    cap = page.locator('[data-testid="stCaptionContainer"]', has_text="drag across the plot")
+    cap.first.wait_for()
+    return cap.first.inner_text()
+
+
+def test_run_zoom_and_section_live_in_the_url(server: Server, new_page) -> None:  # type: ignore[no-untyped-def]
+    before, _ = sample_ids(server)
+    page = new_page()
+    page.goto(f"{server.url}/run?run={before}")
+    chart = sawtooth_chart(page)
+    wait_idle(page)
+    page.get_by_role("heading", name="Fixes").wait_for()
+    wait_idle(page)
+    whole = _view_caption(page)
+    box = chart.locator(".nsewdrag").first.bounding_box()
+    assert box is not None
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.3, y)
+    page.mouse.down()
+    for i in range(1, 11):
+        page.mouse.move(box["x"] + box["width"] * (0.3 + 0.3 * i / 10), y)
+    page.mouse.up()
+    page.wait_for_url(re.compile(r"zoom=\d+\.\d+-\d+\.\d+"))
+    wait_idle(page)
+    zoomed = _view_caption(page)
+    assert zoomed != whole
+    page.reload()
+    sawtooth_chart(page)
+    wait_idle(page)
+    assert _view_caption(page).split(" · ")[0] == zoomed.split(" · ")[0]  # the same range
+    page.go_back()  # before the zoom: the whole window
+    page.wait_for_url(re.compile(rf"/run\?run={before}$"))
+    wait_idle(page)
+    page.wait_for_function(
+        "(w) => [...document.querySelectorAll('[data-testid=\"stCaptionContainer\"]')]"
+        ".some(e => e.innerText.split(' · ')[0] === w)",
+        arg=whole.split(" · ")[0],
+    )
+    # a section in the URL: the page opens scrolled to it
+    fresh = new_page()
+    fresh.goto(f"{server.url}/run?run={before}#fixes")
+    sawtooth_chart(fresh)
+    fixes = fresh.get_by_role("heading", name="Fixes")
+    fixes.wait_for()
+    fresh.wait_for_function(
+        "() => { const h = [...document.querySelectorAll('h3')].find(e => e.innerText.trim() "
+        "=== 'Fixes'); if (!h) return false; const r = h.getBoundingClientRect();"
+        " return r.top >= 0 && r.top < window.innerHeight; }",
+        timeout=30_000,
+    )

@@ -1,0 +1,114 @@
+"""The friction a new user met (issue 23), each as the user sees it: `check` without a bound names
+every bound; traces of one process get distinct names; the Runs table keeps its Run id, Tags and
+Open button whole; README says what `make test` installs; `make run` prints no setuptools banner."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from clitools import run_cli
+from tracegen import TraceBuilder
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+
+
+def test_check_without_a_bound_names_all_four(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from gpuscope.cli import check
+
+    parser = argparse.ArgumentParser()
+    check.add_parser(parser.add_subparsers())
+    bounds = sorted(
+        a.option_strings[0]
+        for sp in parser._subparsers._group_actions[0].choices.values()  # type: ignore[union-attr]
+        for a in sp._actions
+        if a.option_strings and re.match(r"--(max|min)-", a.option_strings[0])
+    )
+    assert bounds == sorted(check.BOUNDS) and "--min-busy-pct" in bounds
+    code, _, err = run_cli(capsys, "check", "x", "--db", str(tmp_path / "s"))
+    assert code == 2 and err.count("\n") == 1
+    for b in bounds:
+        assert b in err, err
+
+
+def _span(i: int) -> TraceBuilder:
+    b = TraceBuilder(extra_meta={"baseTimeNanoseconds": 1_790_857_026_000_000_000})
+    b.step(1, 0, 100 + i)  # four different spans of one process, one time base
+    b.launch("k", 5, 10, 20)
+    return b
+
+
+def test_four_traces_of_one_process_get_distinct_names(tmp_path: Path) -> None:
+    from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.ingest.store import connect
+    from gpuscope.web.uploads import SEPARATE, ingest_uploads
+
+    class Up(io.BytesIO):
+        name = "trace.json"
+
+    con = connect(tmp_path / "s")
+    files = [Up(_span(i).write(tmp_path / f"t{i}.json").read_bytes()) for i in range(4)]
+    res = ingest_uploads(con, files, mode=SEPARATE)
+    names = [r.name for r in res]
+    base = names[0]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", base)  # the shared time base
+    assert names == [base, f"{base} (2)", f"{base} (3)", f"{base} (4)"]
+    # a fifth, from a terminal, later: the next number; a name from a file is kept as it is
+    d = tmp_path / "x"
+    d.mkdir()
+    [fifth] = ingest_paths(con, [_span(9).write(d / "trace.json")])
+    [named] = ingest_paths(con, [_span(10).write(tmp_path / "myjob.json")])
+    [again] = ingest_paths(con, [_span(11).write(d / "myjob.json")])
+    assert fifth.name == f"{base} (5)" and named.name == again.name == "myjob"
+    con.close()
+
+
+def test_readme_says_what_make_test_installs() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    make = (REPO / "Makefile").read_text(encoding="utf-8")
+    line = next(ln for ln in readme.splitlines() if ln.startswith("make test "))
+    deps = re.search(r"^test:(.*)$", make, re.M)
+    assert deps and "browser" in deps.group(1) and "postgres" in deps.group(1)
+    assert "chromium" in line and "PostgreSQL" in line
+
+
+def test_make_run_installs_quietly() -> None:
+    """`make run` (through the install stamp) prints no setuptools banner: the build backend's
+    warnings (the strict-editable notice) are silenced; errors still fail the install."""
+    make = (REPO / "Makefile").read_text(encoding="utf-8")
+    rule = make.split("$(STAMP):", 1)[1].split("\n\n", 1)[0]
+    install = next(ln for ln in rule.splitlines() if "editable_mode=strict" in ln)
+    assert install.strip().startswith("PYTHONWARNINGS=ignore ") and "|" not in install
+
+
+@pytest.mark.slow
+def test_runs_table_keeps_run_id_tags_and_open_whole(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from apptools import app_store, ingest, open_app, texts
+    from gpuscope.web import ui
+
+    db = app_store(tmp_path, monkeypatch)
+    long = "a run with a long name, 2026-10-01 12:17:06, after the fixes"
+    p = _span(0).write(tmp_path / f"{long}.json")
+    (rid,) = ingest(db, p, tags=("sample", "bf16", "batch-32"))
+    at = open_app()
+    spec = json.loads(at.dataframe[0].proto.columns)
+    widths = {k: v.get("width") for k, v in spec.items()}
+    # a run id (12 hex digits), three tags and a date fit their columns at 1440 px
+    assert widths["run_id"] >= 12 * 8 + 16 and widths["tags"] >= 3 * 60 and widths["created"] >= 140
+    key = next(k for k in at.session_state if str(k).startswith("runs_table_"))
+    at.session_state[key] = {"selection": {"rows": [0], "columns": []}}
+    at.run()
+    links = [p.proto for p in at.get("page_link")]
+    [open_link] = [p for p in links if "run=" in p.query_string and "a=" not in p.query_string]
+    assert open_link.label == "Open the run" and ui.md(long, None) in open_link.help
+    assert any(
+        long.replace(",", "") in t.replace(",", "").replace("\\", "") for t in texts(at, "markdown")
+    )
+    assert rid in " ".join(texts(at, "markdown"))
