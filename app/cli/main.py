@@ -27,6 +27,7 @@ SUBCOMMANDS = (
     "ui",
     "migrate",
     "maintain",
+    "tag",
 )
 
 
