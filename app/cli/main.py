@@ -28,6 +28,7 @@ SUBCOMMANDS = (
     "migrate",
     "maintain",
     "tag",
+    "report",
 )
 
 

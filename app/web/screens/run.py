@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import streamlit as st
-from gpuscope.web import data, db, ui, views
+from gpuscope.web import data, db, report_button, ui, views
 
 ui.show_flash()
 path = db.db_path()
@@ -47,6 +47,7 @@ if row["kind"] != "trace":
     st.stop()
 
 rank = views.rank_selector(run_id, key="run_rank")
+report_button.download_report(run_id, rank, name=str(row["name"]), key=f"run_{run_id}_{rank}")
 
 report = None
 with views.section("Analysis"), st.spinner("Analysing…"):
