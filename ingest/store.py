@@ -950,6 +950,12 @@ def set_tags(con: Connection, run_id: str, tags: list[str]) -> None:
     _update_run(con, "UPDATE runs SET tags = ? WHERE run_id = ?", [sorted(set(tags)), run_id])
 
 
+def tags_of(con: Connection, run_id: str) -> list[str]:
+    """The run's tags (empty for an unknown run)."""
+    row = con.execute("SELECT tags FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return list(row[0] or []) if row else []
+
+
 def runs_with_tag(con: Connection, tag: str) -> list[str]:
     """The ids of the runs that carry ``tag``, newest first."""
     rows = con.execute(

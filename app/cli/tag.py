@@ -6,7 +6,14 @@ from __future__ import annotations
 import argparse
 
 from gpuscope.cli._common import fail, open_db, run_id_or_exit
-from gpuscope.ingest.store import Connection, move_tag, resolve_run, runs_with_tag, set_tags
+from gpuscope.ingest.store import (
+    Connection,
+    move_tag,
+    resolve_run,
+    runs_with_tag,
+    set_tags,
+    tags_of,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -40,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         run_id = run_id_or_exit(con, args.run_ref)
         if args.remove:
-            tags = [t for t in _tags(con, run_id) if t != args.tag]
+            tags = [t for t in tags_of(con, run_id) if t != args.tag]
             set_tags(con, run_id, tags)
             print(f"run {run_id}: tag {args.tag} removed")
             return 0
@@ -50,11 +57,6 @@ def run(args: argparse.Namespace) -> int:
     moved = f" (taken from {', '.join(taken)})" if taken else ""
     print(f"run {run_id}: tagged {args.tag}{moved}")
     return 0
-
-
-def _tags(con: Connection, run_id: str) -> list[str]:
-    row = con.execute("SELECT tags FROM runs WHERE run_id = ?", [run_id]).fetchone()
-    return list(row[0] or []) if row else []
 
 
 def resolve_baseline(con: Connection, ref: str) -> tuple[str, str | None]:
