@@ -29,6 +29,7 @@ SUBCOMMANDS = (
     "maintain",
     "tag",
     "report",
+    "log",
 )
 
 
