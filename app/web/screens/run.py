@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import streamlit as st
-from gpuscope.web import data, db, report_button, ui, views
+from gpuscope.web import data, db, perfetto_panel, report_button, ui, views
 
 ui.show_flash()
 path = db.db_path()
@@ -64,6 +64,8 @@ if report is not None:
         views.rank_overview(run_id, report)
 with views.section("Busy-time plot"):
     views.sawtooth_panel(run_id, rank, key="run")
+with views.section("Open in Perfetto"):
+    perfetto_panel.perfetto_panel(run_id, rank, str(row["name"]))
 if report is not None:
 
     def rest(report: dict[str, Any] = report) -> None:
