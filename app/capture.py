@@ -502,3 +502,10 @@ def log_at_end(cap: Capture, to: str, options: Mapping[str, Any]) -> str | None:
             f"gpuscope.capture: the run was not logged to {to} ({e})", RuntimeWarning, stacklevel=4
         )
         return None
+
+
+def slow_steps(*args: Any, **kwargs: Any) -> Any:
+    """Traces of slow steps only: see :func:`gpuscope.slow_steps.slow_steps`."""
+    from gpuscope.slow_steps import slow_steps as _slow_steps
+
+    return _slow_steps(*args, **kwargs)
