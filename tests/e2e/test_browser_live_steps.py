@@ -19,14 +19,14 @@ from e2e_support import REPO, Server, free_port, start_server, stop_process, sto
 pytestmark = pytest.mark.browser
 
 RECORDING = REPO / "sample_traces" / "nvml" / "h200_live.nvml.jsonl"
+SPEED = ("--speed", "10", "--port")
 
 
 @pytest.fixture(scope="module")
 def sampler() -> Iterator[str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuscope", "sample", "--replay", str(RECORDING)]
-        + ["--speed", "10", "--port", str(port)],
+        [sys.executable, "-m", "gpuscope", "sample", "--replay", str(RECORDING), *SPEED, str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
