@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 from clitools import run_cli
+from conftest import SAMPLES
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.reports import build_report, sawtooth_data, sawtooth_svg
 from test_analysis_recommendations import after_like, before_like
@@ -150,3 +151,9 @@ def test_report_cli(tmp_path, db_path, capsys):
     assert code == 2 and "no rank 4" in err
     code, _, err = run_cli(capsys, "report", "before", "--format", "pdf", *db)
     assert code == 2 and "invalid choice" in err
+    # an NVML-only run has no trace to report on: one line, exit 2 (and the same for `log`)
+    nvml = SAMPLES / "nvml" / "synthetic_h100x2_100ms.nvml.jsonl"
+    code, _, err = run_cli(capsys, "report", str(nvml), *db)
+    assert code == 2 and "an NVML-only run" in err and err.count("\n") == 1
+    code, _, err = run_cli(capsys, "log", str(nvml), "--to", "mlflow", *db)
+    assert code == 2 and "an NVML-only run" in err
