@@ -285,6 +285,7 @@ class Capture:
         self.untraced: UntracedTimer | None = None
         self.model: ModelProbe | None = None
         self._late_metadata: dict[str, str] = {}  # added once recording is on, in every cycle
+        self.logged: str | None = None  # where log_to sent the run (None: not logged)
         self._metadata_cycle = -1
 
     @property
@@ -350,6 +351,8 @@ def profile_steps(
     rank: int | None = None,
     untraced_steps: int = 5,
     model: Any = None,
+    log_to: str | None = None,
+    log_options: Mapping[str, Any] | None = None,
 ) -> Iterator[Capture]:
     """Profile ``wait`` idle + ``warmup`` + ``active`` steps (``repeat`` times; 0 = until the block ends)
     with torch.profiler and write ``<out_dir>/<name>_rank<R>.pt.trace.json.gz`` (later cycles in
@@ -368,7 +371,15 @@ def profile_steps(
     With ``sample_gpu`` on local rank 0, NVML is sampled every ``interval_ms`` ms into
     ``<out_dir>/<name>.nvml.jsonl`` for the whole block; without NVML or a GPU the capture still
     runs and warns once. ``rank`` default: torch.distributed's, else ``$RANK``, else 0.
+
+    ``log_to`` (``mlflow`` or ``wandb``): when the block ends, this rank's first trace is ingested
+    into a store (``log_options["store"]``, default the local store) and its figures, fixes and
+    report are logged (:func:`gpuscope.trackers.log_run`; ``log_options`` may also give
+    ``experiment``, ``tracking_uri``, ``directory``). A failure to log warns and leaves the
+    training job alone; ``prof.logged`` says where it went.
     """
+    if log_to is not None and log_to not in ("mlflow", "wandb"):
+        raise ValueError(f"log_to must be 'mlflow' or 'wandb', not {log_to!r}")
     if any(x < 0 for x in (wait, warmup, skip_first, repeat)) or active < 1:
         raise ValueError("wait, warmup, skip_first, repeat must be >= 0 and active >= 1")
     if untraced_steps != 0 and untraced_steps < 3:
@@ -456,3 +467,45 @@ def profile_steps(
                     RuntimeWarning,
                     stacklevel=3,
                 )
+        if log_to is not None:
+            cap.logged = log_at_end(cap, log_to, log_options or {})
+
+
+def log_at_end(cap: Capture, to: str, options: Mapping[str, Any]) -> str | None:
+    """Ingest ``cap``'s first trace into the store ``options["store"]`` (default: the local store)
+    and log it to ``to``; returns the line saying where it went, or None (with a warning saying
+    why) when there is no trace yet or logging failed: a training job never dies of it."""
+    if not cap.trace_paths:
+        warnings.warn(
+            f"gpuscope.capture: no trace was written, nothing to log to {to}",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return None
+    import duckdb
+    from gpuscope.ingest.errors import IngestError
+    from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.ingest.store import open_store
+    from gpuscope.trackers import TrackerError, log_run
+
+    opts = dict(options)
+    store = opts.pop("store", None)
+    try:
+        con = open_store(store)
+        try:
+            run = ingest_paths(con, [str(cap.trace_paths[0])], name=cap.name)[0]
+            return log_run(con, run.run_id, to, **opts)
+        finally:
+            con.close()
+    except (TrackerError, IngestError, ValueError, OSError, duckdb.Error) as e:
+        warnings.warn(
+            f"gpuscope.capture: the run was not logged to {to} ({e})", RuntimeWarning, stacklevel=4
+        )
+        return None
+
+
+def slow_steps(*args: Any, **kwargs: Any) -> Any:
+    """Traces of slow steps only: see :func:`gpuscope.slow_steps.slow_steps`."""
+    from gpuscope.slow_steps import slow_steps as _slow_steps
+
+    return _slow_steps(*args, **kwargs)

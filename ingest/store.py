@@ -947,6 +947,46 @@ def set_tags(con: Connection, run_id: str, tags: list[str]) -> None:
     _update_run(con, "UPDATE runs SET tags = ? WHERE run_id = ?", [sorted(set(tags)), run_id])
 
 
+def tags_of(con: Connection, run_id: str) -> list[str]:
+    """The run's tags (empty for an unknown run)."""
+    row = con.execute("SELECT tags FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return list(row[0] or []) if row else []
+
+
+def runs_with_tag(con: Connection, tag: str) -> list[str]:
+    """The ids of the runs that carry ``tag``, newest first."""
+    rows = con.execute(
+        "SELECT run_id FROM runs WHERE list_contains(tags, ?) ORDER BY created_at DESC, run_id",
+        [tag],
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def move_tag(con: Connection, run_id: str, tag: str) -> list[str]:
+    """Give ``tag`` to ``run_id`` alone (a baseline tag names one run): it is taken from every
+    other run that had it, in the same transaction. Returns the ids it was taken from."""
+    holders = [r for r in runs_with_tag(con, tag) if r != run_id]
+
+    def work() -> None:
+        with transaction(con):
+            con.execute(
+                "UPDATE runs SET tags = list_filter(tags, t -> t <> ?) "
+                "WHERE list_contains(tags, ?) AND run_id <> ?",
+                [tag, tag, run_id],
+            )
+            con.execute(
+                "UPDATE runs SET tags = list_sort(list_distinct(list_append(tags, ?))) "
+                "WHERE run_id = ?",
+                [tag, run_id],
+            )
+
+    if isinstance(con, Store):
+        con.retrying(work)
+    else:
+        work()
+    return holders
+
+
 # -- moving a legacy store (one DuckDB file, schema 1-2) into a DuckLake store, losing nothing --
 
 DUCKDB_MAGIC = b"DUCK"  # bytes 8-11 of a DuckDB database file

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gpuscope.cli._common import fail, open_db
+from gpuscope.cli._common import fail, open_db, print_json
 
 BOUNDS = ("--max-idle-pct", "--min-busy-pct", "--min-mfu-pct", "--max-step-ms")
 """Every bound ``check`` takes (the one-line error without any names them all)."""
@@ -31,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--max-step-ms", type=float, metavar="Z", help="fail if mean step time > Z ms")
     p.add_argument("--min-busy-pct", type=float, metavar="B", help="fail if GPU busy %% < B")
     add_analysis_options(p)
+    add_gate_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from gpuscope.analysis.report import analyze_run
     from gpuscope.cli.analyze import analysis_kwargs, resolve_target
 
+    if getattr(args, "baseline", None) is not None:
+        return run_gate(args)
     bounds = (args.max_idle_pct, args.min_mfu_pct, args.max_step_ms, args.min_busy_pct)
     if all(b is None for b in bounds):
         return fail(f"check: give at least one bound ({', '.join(BOUNDS)})")
@@ -118,3 +121,97 @@ def check_nvml(con: Any, run_id: str, args: argparse.Namespace) -> int:
         return fail(f"{name}: " + "; ".join(out), 1)
     print(f"{name}: ok")
     return 0
+
+
+# -- the gate against a baseline run (issue 24) ---------------------------------------------------
+
+
+def add_gate_options(p: argparse.ArgumentParser) -> None:
+    """``--baseline``, ``--max-regression``, ``--noise-z``, ``--json``, ``--markdown``."""
+    from gpuscope.analysis.gate import DEFAULT_MAX_REGRESSION_PCT, DEFAULT_Z
+
+    g = p.add_argument_group(
+        "against a baseline",
+        "compare per-step medians of step time, throughput, MFU and GPU busy %% with a baseline "
+        "run; exit 1 only when a metric is worse beyond the noise of both runs and beyond "
+        "--max-regression",
+    )
+    g.add_argument("--baseline", metavar="RUN|TAG", help="the baseline run, or its tag")
+    g.add_argument(
+        "--max-regression",
+        type=float,
+        default=DEFAULT_MAX_REGRESSION_PCT,
+        metavar="PCT",
+        help=f"tolerated regression, %% of the baseline's median (default {DEFAULT_MAX_REGRESSION_PCT:g})",
+    )
+    g.add_argument(
+        "--noise-z",
+        type=float,
+        default=DEFAULT_Z,
+        metavar="Z",
+        help=f"noise band: Z standard errors of the difference of medians (default {DEFAULT_Z:g})",
+    )
+    out = g.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    out.add_argument("--markdown", action="store_true", help="print the verdict as Markdown")
+
+
+def run_gate(args: argparse.Namespace) -> int:
+    """``check RUN --baseline RUN|TAG``: exit 0 (no regression), 1 (a metric regressed beyond
+    noise and threshold, or a given absolute bound broke), 2 (bad input)."""
+    from gpuscope.analysis.gate import gate, step_series
+    from gpuscope.analysis.nvml_run import is_nvml_run
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.cli.analyze import analysis_kwargs, resolve_target
+    from gpuscope.cli.tag import resolve_baseline
+
+    con = open_db(args)
+    try:
+        run_id = resolve_target(con, args.target)
+        base_id, tag = resolve_baseline(con, args.baseline)
+        for rid in (base_id, run_id):
+            if is_nvml_run(con, rid):
+                return fail(
+                    f"run {rid}: an NVML-only run has no steps to compare: the gate needs two "
+                    "trace runs"
+                )
+        kw = analysis_kwargs(args)
+        try:
+            cand = analyze_run(con, run_id, all_ranks=False, **kw)
+            base = analyze_run(con, base_id, all_ranks=False, **{**kw, "untraced_step_ms": None})
+        except ValueError as e:
+            return fail(str(e))
+    finally:
+        con.close()
+    for rep in (base, cand):
+        if not rep.has_gpu_activity:
+            return fail(f"run {rep.run['id']} rank {rep.rank}: {rep.warnings[0]}")
+    try:
+        result = gate(
+            step_series(base),
+            step_series(cand),
+            baseline_run={**_who(base), "tag": tag},
+            candidate_run=_who(cand),
+            max_regression_pct=args.max_regression,
+            z=args.noise_z,
+        )
+    except ValueError as e:
+        return fail(str(e))
+    broken = broken_bounds(cand, args)  # absolute bounds given beside --baseline hold too
+    if broken is None:
+        return fail(f"run {cand.run['id']}: MFU unknown (FLOPs or peak missing)")
+    if args.json:
+        print_json({**result.to_json(), "broken_bounds": broken})
+    elif args.markdown:
+        print(result.markdown() + "".join(f"\n- ❌ bound: {b}" for b in broken))
+    else:
+        print(result.table())
+    name = f"run {cand.run['id']} rank {cand.rank}"
+    if result.failed or broken:
+        why = [result.summary()] if result.failed else []
+        return fail(f"{name} vs baseline {base.run['id']}: " + "; ".join(why + broken), 1)
+    return 0
+
+
+def _who(rep: Any) -> dict[str, Any]:
+    return {"id": rep.run["id"], "name": rep.run["name"], "rank": rep.rank}

@@ -28,6 +28,9 @@ SUBCOMMANDS = (
     "ui",
     "migrate",
     "maintain",
+    "tag",
+    "report",
+    "log",
 )
 
 

@@ -3,7 +3,10 @@
 * ``GET /metrics``: Prometheus text exposition of the newest sample, named like dcgm-exporter;
 * ``GET /api/samples?since_ns=N[&limit=K]``: buffered samples with ``t_ns > N`` as JSON;
 * ``GET /api/status``: what is sampled, how, and at what CPU cost;
-* ``GET /healthz``: ``ok`` while samples keep coming, 503 otherwise.
+* ``GET /healthz``: ``ok`` while samples keep coming, 503 otherwise;
+* ``POST /api/steps``, ``GET /api/steps?since=N``, ``POST /api/trace-request``: step times a
+  training loop reports, and the Live page's request for the next slow step's trace
+  (:mod:`gpuscope.sampler.steps`).
 """
 
 from __future__ import annotations
@@ -168,6 +171,9 @@ class SamplerApp:
     ) -> None:
         self.store, self.thread, self.mode = store, thread, mode
         self.status_extra = status_extra
+        from gpuscope.sampler.steps import StepLog
+
+        self.steps = StepLog()
         self.created_mono = time.monotonic()
         self.cpu0 = time.process_time()
 
@@ -254,6 +260,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._samples(app, parse_qs(url.query))
         elif route == "/api/status":
             self._json(200, app.status())
+        elif route == "/api/steps":
+            self._steps_since(app, parse_qs(url.query))
         elif route == "/healthz":
             ok, why = app.healthy()
             self._send(200 if ok else 503, (why + "\n").encode(), "text/plain; charset=utf-8")
@@ -269,6 +277,39 @@ class _Handler(BaseHTTPRequestHandler):
             )
         else:
             self._json(404, {"error": f"no such endpoint: {url.path}"})
+
+    def do_POST(self) -> None:
+        """``/api/steps`` (a step report) and ``/api/trace-request``; a JSON error otherwise."""
+        from gpuscope.sampler.steps import MAX_BODY
+
+        app = self.server.app
+        route = urlsplit(self.path).path.rstrip("/")
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY:
+            self.close_connection = True
+            self._json(413 if length > MAX_BODY else 400, {"error": "bad Content-Length"})
+            return
+        raw = self.rfile.read(length) if length else b"{}"
+        if route == "/api/trace-request":
+            self._json(200, app.steps.request_trace())
+        elif route == "/api/steps":
+            try:
+                self._json(200, app.steps.report(json.loads(raw)))
+            except ValueError as e:  # JSONDecodeError is one
+                self._json(400, {"error": str(e).splitlines()[0][:200]})
+        else:
+            self._json(404, {"error": f"no such endpoint: {route}"})
+
+    def _steps_since(self, app: SamplerApp, q: dict[str, list[str]]) -> None:
+        try:
+            since = int(q.get("since", ["0"])[-1] or 0)
+        except ValueError:
+            self._json(400, {"error": "since must be an integer"})
+            return
+        self._json(200, app.steps.since(since))
 
     def _samples(self, app: SamplerApp, q: dict[str, list[str]]) -> None:
         try:

@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 import pandas as pd
 import streamlit as st
-from gpuscope.web import data, db, figures, ui, views
+from gpuscope.web import data, db, figures, report_button, ui, views
 
 st.title("Compare")
 path = db.db_path()
@@ -88,6 +88,9 @@ if row_a["kind"] != "trace" or row_b["kind"] != "trace":
     _copy_link()
     st.warning("Only trace runs can be compared; one of these is an NVML series.")
     st.stop()
+report_button.download_report(
+    b_id, None, name=f"{name_a}-vs-{name_b}", key=f"cmp_{a_id}_{b_id}", compare_to=a_id
+)
 
 rep_a = rep_b = view = None
 with views.section("Analysis"), st.spinner("Analysing…"):

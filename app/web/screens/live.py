@@ -9,7 +9,7 @@ import time
 
 import streamlit as st
 from gpuscope.ingest.errors import IngestError
-from gpuscope.web import auth, db, figures, live, ui, views
+from gpuscope.web import auth, db, figures, live, live_steps, ui, views
 from gpuscope.web.advice import GPM, what_to_do
 
 st.title("Live")
@@ -159,6 +159,7 @@ def panel() -> None:
             key="live_sm",
         )
         st.caption(GPM)
+    live_steps.steps_panel(url, paused)
 
 
 panel()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import streamlit as st
-from gpuscope.web import data, db, ui, views
+from gpuscope.web import data, db, perfetto_panel, report_button, ui, views
 
 ui.show_flash()
 path = db.db_path()
@@ -47,6 +47,7 @@ if row["kind"] != "trace":
     st.stop()
 
 rank = views.rank_selector(run_id, key="run_rank")
+report_button.download_report(run_id, rank, name=str(row["name"]), key=f"run_{run_id}_{rank}")
 
 report = None
 with views.section("Analysis"), st.spinner("Analysing…"):
@@ -63,6 +64,8 @@ if report is not None:
         views.rank_overview(run_id, report)
 with views.section("Busy-time plot"):
     views.sawtooth_panel(run_id, rank, key="run")
+with views.section("Open in Perfetto"):
+    perfetto_panel.perfetto_panel(run_id, rank, str(row["name"]))
 if report is not None:
 
     def rest(report: dict[str, Any] = report) -> None:
