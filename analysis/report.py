@@ -22,7 +22,9 @@ from gpuscope.analysis import peaks as P
 from gpuscope.analysis import recommendations as R
 from gpuscope.analysis import tensor_cores as T
 from gpuscope.analysis.busy import BusySummary, busy_in_ranges, busy_summary, comm_only_ns
+from gpuscope.analysis import gains as GN
 from gpuscope.analysis.compiled import CompiledInfo, compiled_info
+from gpuscope.analysis.critical_path import CriticalPath, critical_path
 from gpuscope.analysis.copies import PageableCopies, pageable_copies
 from gpuscope.analysis.event_classes import KERNEL_CATS
 from gpuscope.analysis.flops import FlopsResult
@@ -84,6 +86,8 @@ class RunReport:
     compiled: CompiledInfo | None = None
     pageable: PageableCopies | None = None
     straggler: Straggler | None = None
+    critical_path: CriticalPath | None = None
+    gain_context: GN.Context | None = None
 
     @property
     def rank_table(self) -> pd.DataFrame:
@@ -170,6 +174,9 @@ class RunReport:
             "recommendations": [r.to_json() for r in self.recommendations],
             "ranks": self.ranks,
             "straggler": self.straggler.to_json() if self.straggler is not None else None,
+            "critical_path": (
+                self.critical_path.to_json() if self.critical_path is not None else None
+            ),
             "warnings": list(self.warnings),
         }
 
@@ -668,7 +675,43 @@ def analyze_run(
         straggler=straggler,
     )
     report.ranks = ranks
+    if details and not evidence:
+        _add_critical_path(report, con, run_id, rank, meta, dev_props, gpu_model)
     return report
+
+
+def _add_critical_path(
+    report: RunReport,
+    con: Connection,
+    run_id: str,
+    rank: int,
+    meta: dict[str, Any],
+    dev_props: dict[str, Any],
+    gpu_model: str | None,
+) -> None:
+    """The critical path of each step, and each recommendation's ``estimate`` re-timed on it."""
+    cp = critical_path(con, run_id, rank, report.window, report.busy.device)
+    report.critical_path = cp
+    if cp is None:
+        return
+    props = meta.get("device_properties")
+    pb = P.peak_for(props, "bf16", device=report.busy.device)
+    pf = P.peak_for(props, "fp32", device=report.busy.device)
+    pc = report.profiler
+    ctx = GN.Context(
+        n_steps=report.window.n_steps,
+        step_ms=report.step_stats.mean_ms,
+        untraced_step_ms=pc.untraced_step_ms if pc is not None else None,
+        pinned_gbps=report.pageable.pinned_gbps if report.pageable is not None else None,
+        gpu_model=gpu_model,
+        peak_ratio=pb.tflops / pf.tflops if pb.tflops and pf.tflops else None,
+        sms=int(dev_props["numSms"]) if dev_props.get("numSms") else None,
+    )
+    ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
+    report.gain_context = ctx
+    for rec in report.recommendations:
+        est = GN.estimate(rec.id, cp, ctx) or GN.bound_estimate(rec.max_gain_pct, ctx)
+        rec.estimate = est.to_json()
 
 
 def _recommendations(
