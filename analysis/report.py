@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import duckdb
 import pandas as pd
 from gpuscope.analysis import flops as F
+from gpuscope.analysis import gains as GN
 from gpuscope.analysis import kernels as K
 from gpuscope.analysis import peaks as P
 from gpuscope.analysis import recommendations as R
 from gpuscope.analysis import tensor_cores as T
 from gpuscope.analysis.busy import BusySummary, busy_in_ranges, busy_summary, comm_only_ns
-from gpuscope.analysis import gains as GN
 from gpuscope.analysis.compiled import CompiledInfo, compiled_info
-from gpuscope.analysis.critical_path import CriticalPath, critical_path
 from gpuscope.analysis.copies import PageableCopies, pageable_copies
+from gpuscope.analysis.critical_path import CriticalPath, critical_path
 from gpuscope.analysis.event_classes import KERNEL_CATS
 from gpuscope.analysis.flops import FlopsResult
 from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
