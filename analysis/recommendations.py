@@ -46,6 +46,9 @@ class Recommendation:
     max_gain_pct: float
     fix: str
     bound: str = "step_time"
+    # the step re-timed along the critical-path graph with this fix applied
+    # (gpuscope.analysis.gains.Estimate.to_json); None until the report adds it
+    estimate: dict[str, Any] | None = None
 
     @property
     def gain_phrase(self) -> str:
@@ -62,6 +65,7 @@ class Recommendation:
             "bound": self.bound,
             "gain": self.gain_phrase,
             "fix": self.fix,
+            "estimate": self.estimate,
         }
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import duckdb
 import pandas as pd
 from gpuscope.analysis import flops as F
+from gpuscope.analysis import gains as GN
 from gpuscope.analysis import kernels as K
 from gpuscope.analysis import peaks as P
 from gpuscope.analysis import recommendations as R
@@ -38,6 +39,7 @@ from gpuscope.analysis.collectives import (
 )
 from gpuscope.analysis.compiled import CompiledInfo, compiled_info
 from gpuscope.analysis.copies import PageableCopies, pageable_copies
+from gpuscope.analysis.critical_path import CriticalPath, critical_path
 from gpuscope.analysis.event_classes import KERNEL_CATS
 from gpuscope.analysis.flops import FlopsResult
 from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
@@ -107,6 +109,9 @@ class RunReport:
         if not self.has_gpu_activity or self.split is None:
             return None
         return self.split.pct(self.split.wait_ns)
+
+    critical_path: CriticalPath | None = None
+    gain_context: GN.Context | None = None
 
     @property
     def rank_table(self) -> pd.DataFrame:
@@ -193,6 +198,9 @@ class RunReport:
             "recommendations": [r.to_json() for r in self.recommendations],
             "ranks": self.ranks,
             "straggler": self.straggler.to_json() if self.straggler is not None else None,
+            "critical_path": (
+                self.critical_path.to_json() if self.critical_path is not None else None
+            ),
             "warnings": list(self.warnings),
             # issue 20 (additive): busy split, collectives matched across ranks
             "gpu_wait_pct": self.gpu_wait_pct,
@@ -801,7 +809,43 @@ def analyze_run(
         collectives=match,
     )
     report.ranks = ranks
+    if details and not evidence:
+        _add_critical_path(report, con, run_id, rank, meta, dev_props, gpu_model)
     return report
+
+
+def _add_critical_path(
+    report: RunReport,
+    con: Connection,
+    run_id: str,
+    rank: int,
+    meta: dict[str, Any],
+    dev_props: dict[str, Any],
+    gpu_model: str | None,
+) -> None:
+    """The critical path of each step, and each recommendation's ``estimate`` re-timed on it."""
+    cp = critical_path(con, run_id, rank, report.window, report.busy.device)
+    report.critical_path = cp
+    if cp is None:
+        return
+    props = meta.get("device_properties")
+    pb = P.peak_for(props, "bf16", device=report.busy.device)
+    pf = P.peak_for(props, "fp32", device=report.busy.device)
+    pc = report.profiler
+    ctx = GN.Context(
+        n_steps=report.window.n_steps,
+        step_ms=report.step_stats.mean_ms,
+        untraced_step_ms=pc.untraced_step_ms if pc is not None else None,
+        pinned_gbps=report.pageable.pinned_gbps if report.pageable is not None else None,
+        gpu_model=gpu_model,
+        peak_ratio=pb.tflops / pf.tflops if pb.tflops and pf.tflops else None,
+        sms=int(dev_props["numSms"]) if dev_props.get("numSms") else None,
+    )
+    ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
+    report.gain_context = ctx
+    for rec in report.recommendations:
+        est = GN.estimate(rec.id, cp, ctx) or GN.bound_estimate(rec.max_gain_pct, ctx)
+        rec.estimate = est.to_json()
 
 
 def _recommendations(

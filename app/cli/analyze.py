@@ -247,6 +247,7 @@ def render(doc: dict[str, Any]) -> str:
             f"MFU {_pc(doc['mfu_untraced_pct'])}"
         )
     out += render_kernels(doc)
+    out += render_critical_path(doc)
     recs = doc["recommendations"]
     out.append("")
     if recs:
@@ -258,6 +259,14 @@ def render(doc: dict[str, Any]) -> str:
     for rec in recs:
         out.append(f"* [{rec['id']}] {rec['title']}  ({rec['gain']})")
         out.append(f"    {rec['evidence'].get('summary', '')}")
+        est = rec.get("estimate")
+        if est:
+            what = "per-sample time (4x batch)" if rec.get("bound") == "per_sample_time" else "step"
+            out.append(
+                f"    estimate: {what} down {est['gain_pct']:.0f}% "
+                f"(range {est['low_pct']:.0f}-{est['high_pct']:.0f}%), re-timed on the critical path"
+                + (f", step ~{sig3(est['step_ms'])} ms" if est.get("step_ms") else "")
+            )
         out += ["    | " + line for line in rec["fix"].splitlines()]
     for wmsg in warnings:
         print(f"gpuscope: warning: {wmsg}", file=sys.stderr)
@@ -295,6 +304,28 @@ def render_kernels(doc: dict[str, Any]) -> list[str]:
                 f"  {name:{KERNEL_NAME_CHARS}} {sig3(t['total_us'] / n / 1e3):>7} ms "
                 f"{_pc(t.get('share_pct')):>6} {t['count'] / n:>6.3g}  {t.get('precision') or '-'}"
             )
+    return out
+
+
+def render_critical_path(doc: dict[str, Any]) -> list[str]:
+    """The critical path: what bounds the steps (ms per step by category) and each step's split."""
+    cp = doc.get("critical_path")
+    if not cp or not cp.get("steps"):
+        return []
+    per = cp["bound_by_ms_per_step"]
+    parts = [f"{k} {sig3(v)}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v > 0]
+    out = ["", f"critical path: bound by {cp['dominant']}  (ms per step: {', '.join(parts)})"]
+    for s in cp["steps"]:
+        top = max(s["bound_by_ms"].items(), key=lambda kv: kv[1])
+        out.append(
+            f"  step {s['number']:>4}  {sig3(s['duration_ms']):>8} ms  "
+            f"{top[0]} {s['bound_by_pct'][top[0]]:.0f}%"
+            + (
+                f"  top: {s['top'][0]['what'][:60]} ({sig3(s['top'][0]['ms'])} ms)"
+                if s["top"]
+                else ""
+            )
+        )
     return out
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import streamlit as st
-from gpuscope.web import data, db, perfetto_panel, report_button, ui, views
+from gpuscope.web import critical_path_view, data, db, perfetto_panel, report_button, ui, views
 
 ui.show_flash()
 path = db.db_path()
@@ -75,5 +75,7 @@ if report is not None:
             views.top_kernels(report)
         with views.section("Fixes"):
             views.recommendations(report)
+        with views.section("Critical path"):
+            critical_path_view.show(report)
 
     views.below_the_fold(f"run_{run_id}_{rank}", rest)

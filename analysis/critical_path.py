@@ -1,0 +1,807 @@
+"""The critical path of each step: a dependency graph of the trace, replayed and traced back.
+
+**Graph.** Nodes carry a duration (ns) and a category; an edge ``u -> v`` with weight ``w`` says
+"``v`` starts no earlier than ``u``'s end (or start, for a *start edge*) + ``w``". Built from:
+
+- **host threads**: the thread of the step annotations ("main") and every other thread that
+  launches GPU work (PyTorch's autograd thread), each tiled into consecutive segments, one per
+  innermost event (CPU op, runtime call, annotation, or the untraced time between them), chained
+  in time order; a run of events on another thread after a pause of at least
+  :data:`THREAD_GAP_NS` starts from the main-thread segment running at that moment (a start edge),
+  and the main-thread segment that follows its end waits for it (a join);
+- **launch -> GPU**: a runtime call (``cudaLaunchKernel``, ``cuLaunchKernel``,
+  ``cudaGraphLaunch``, ``cudaMemcpyAsync``, ``cudaMemsetAsync``, ...) starts the GPU activity of
+  the same correlation id (a start edge);
+- **stream order**: GPU activity on one stream runs in order; a GPU op that started right after
+  an op of another stream ended (within :data:`STREAM_GAP_NS`) waits for it (an event wait);
+- **waits on the GPU**: a synchronizing call (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
+  ``cudaEventSynchronize``, a synchronous ``cudaMemcpy``, the copy of ``.item()``), or any runtime
+  call during which GPU work it waited for ended (a launch into a full queue), ends only after
+  the GPU op that ended last inside it: a zero-length head, then a tail from that op's end;
+- **collectives across ranks**: :func:`collective_edges` is the hook (none yet: a rank's graph
+  holds its own communication kernels and host collectives only).
+
+Edge weights are set from the trace so that **replaying** the graph (every node starts at the
+latest of its constraints) gives back the recorded times. The **critical path** of a step
+``[a, b)`` is traced back from the segment that ends at ``b`` through the binding predecessor of
+each node (the one whose constraint set its start), down to ``a``: its pieces (node time and edge
+latency) tile ``[a, b)``, so the "bound by" split sums exactly to the step time.
+
+Categories: ``cpu`` (CPU ops, Python, untraced host time), ``launch`` (launch calls and the
+latency from a launch to its GPU start), ``kernels`` (compute kernels, gaps between kernels of a
+stream), ``copies`` (memcpy/memset on the GPU, copy calls on the host), ``communication``
+(collective kernels and host collectives), ``data_loading`` (inside a DataLoader ``__next__``),
+``sync`` (synchronizing calls after their GPU wait). docs/metrics.md, "Critical path".
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuscope.analysis.event_classes import (
+    COMM_RE,
+    COPY_CATS,
+    DATALOADER_RE,
+    GPU_CATS,
+    HOST_CATS,
+    LAUNCH_APIS,
+    OPTIMIZER_RE,
+    PAGEABLE_D2H_RE,
+    PAGEABLE_H2D_RE,
+    PROFILER_STEP_RE,
+    RUNTIME_CATS,
+    SYNC_APIS,
+    is_comm_kernel,
+)
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.steps import Window
+    from gpuscope.ingest.store import Connection
+
+BOUND_BY: tuple[str, ...] = (
+    "cpu",
+    "launch",
+    "kernels",
+    "copies",
+    "communication",
+    "data_loading",
+    "sync",
+)
+"""The "bound by" categories of a critical path, in display order."""
+
+THREAD_GAP_NS = 50_000
+"""A pause of at least this long (ns) on a non-main thread ends a run of its work."""
+STREAM_GAP_NS = 2_000
+"""A GPU op that starts within this long (ns) of an op's end waits for that op."""
+BLOCKING_LAUNCH_NS = 50_000
+"""A launch call at least this long (ns) during which GPU work ended waited for the GPU (a full
+launch queue)."""
+DEFAULT_LAUNCH_LATENCY_NS = 5_000
+"""Launch-to-start latency (ns) assumed when no launch-bound GPU op of the trace shows it."""
+
+_COPY_API = re.compile(r"^(cuda|hip|cu)(Memcpy|Memset)")
+_STEP = re.compile(PROFILER_STEP_RE)
+_DL = re.compile(DATALOADER_RE)
+_COMM_HOST = re.compile(COMM_RE)
+_OPT = re.compile(OPTIMIZER_RE)
+_PAGEABLE_H2D = re.compile(PAGEABLE_H2D_RE)
+_PAGEABLE_D2H = re.compile(PAGEABLE_D2H_RE)
+_SYNC = frozenset(SYNC_APIS)
+_LAUNCH = frozenset(LAUNCH_APIS)
+_RUNTIME = frozenset(RUNTIME_CATS)
+
+
+@dataclass(frozen=True)
+class HostEvent:
+    """A host span: a CPU op, annotation, Python function or runtime call (ns, trace time)."""
+
+    name: str
+    cat: str
+    s: int
+    e: int
+    tid: int
+    correlation: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuEvent:
+    """GPU activity: a kernel, memcpy or memset on ``stream`` (ns); ``blocks``: grid size."""
+
+    name: str
+    cat: str
+    s: int
+    e: int
+    stream: int
+    correlation: int | None = None
+    bytes: int | None = None
+    blocks: int | None = None
+
+
+@dataclass
+class Node:
+    """One node of the graph. ``kind``: ``host`` or ``gpu``; ``tags``: what a fix may change
+    (``dataloader``, ``optimizer``, ``launch_call``, ``copy_call``, ``sync_tail``, ``gemm``...);
+    ``event``: the host or GPU event it comes from (None for untraced host time)."""
+
+    kind: str
+    cat: str
+    s: int
+    e: int
+    label: str
+    tags: frozenset[str] = frozenset()
+    event: HostEvent | GpuEvent | None = None
+
+    @property
+    def dur(self) -> int:
+        return self.e - self.s
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``dst`` starts no earlier than ``src``'s end (``from_start``: its start) + ``w`` ns.
+    ``cat``: the category of the latency ``w`` when it lies on the critical path; ``kind``:
+    ``seq`` (thread order), ``spawn``, ``join``, ``launch``, ``stream``, ``event_wait``, ``wait``
+    (a synchronizing call on the GPU op), ``collective``."""
+
+    src: int
+    w: int
+    from_start: bool
+    cat: str
+    kind: str
+
+
+@dataclass
+class Graph:
+    """Nodes, incoming edges per node, and a topological order. ``release[i]``: the start of a
+    node with no incoming edge (its recorded start)."""
+
+    nodes: list[Node] = field(default_factory=list)
+    preds: list[list[Edge]] = field(default_factory=list)
+    order: list[int] = field(default_factory=list)
+
+    def add(self, node: Node) -> int:
+        self.nodes.append(node)
+        self.preds.append([])
+        return len(self.nodes) - 1
+
+    def edge(self, dst: int, src: int, w: int, *, from_start: bool, cat: str, kind: str) -> None:
+        self.preds[dst].append(Edge(src, int(w), from_start, cat, kind))
+
+    def finish(self) -> None:
+        """Topological order (Kahn), recorded start as the tie-breaker; raises on a cycle."""
+        n = len(self.nodes)
+        succ: list[list[int]] = [[] for _ in range(n)]
+        indeg = [0] * n
+        for v, es in enumerate(self.preds):
+            for ed in es:
+                succ[ed.src].append(v)
+                indeg[v] += 1
+        heap = [(self.nodes[v].s, v) for v in range(n) if indeg[v] == 0]
+        heapq.heapify(heap)
+        order: list[int] = []
+        while heap:
+            _, u = heapq.heappop(heap)
+            order.append(u)
+            for v in succ[u]:
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    heapq.heappush(heap, (self.nodes[v].s, v))
+        if len(order) != n:
+            raise ValueError("critical path: the dependency graph has a cycle")
+        self.order = order
+
+
+def replay(
+    g: Graph,
+    dur: Callable[[int, Node], float] | None = None,
+    keep: Callable[[int, Edge], bool] | None = None,
+) -> tuple[list[float], list[float], list[int]]:
+    """Longest-path schedule: (starts, ends, binding edge index per node, -1 for none). ``dur``
+    gives a node's duration (default: recorded); ``keep`` drops edges it returns False for."""
+    n = len(g.nodes)
+    S = [0.0] * n
+    E = [0.0] * n
+    bind = [-1] * n
+    for v in g.order:
+        node = g.nodes[v]
+        best: float | None = None
+        bi = -1
+        for i, ed in enumerate(g.preds[v]):
+            if keep is not None and not keep(v, ed):
+                continue
+            t = (S[ed.src] if ed.from_start else E[ed.src]) + ed.w
+            if best is None or t > best:
+                best, bi = t, i
+        if best is None:
+            best = float(node.s)
+        S[v] = best
+        d = float(node.dur) if dur is None else max(0.0, float(dur(v, node)))
+        E[v] = best + d
+        bind[v] = bi
+    return S, E, bind
+
+
+# -- building ------------------------------------------------------------------------------------
+
+
+def _host_cat(stack: list[HostEvent], ev: HostEvent | None) -> tuple[str, set[str]]:
+    """Category and tags of a host segment whose innermost event is ``ev`` (stack: outer first)."""
+    tags: set[str] = set()
+    names = [h.name for h in stack]
+    if any(_OPT.search(n) for n in names):
+        tags.add("optimizer")
+    if any(_DL.search(n) for n in names):
+        return "data_loading", tags | {"dataloader"}
+    if ev is not None and ev.cat in _RUNTIME:
+        if ev.name in _LAUNCH:
+            return "launch", tags | {"launch_call"}
+        if _COPY_API.match(ev.name):
+            return "copies", tags | {"copy_call"}
+        if ev.name in _SYNC:
+            return "sync", tags
+    if any(_COMM_HOST.search(n) for n in names):
+        return "communication", tags
+    return "cpu", tags | ({"cpu_op"} if ev is not None and ev.cat not in _RUNTIME else set())
+
+
+def _gpu_cat(ev: GpuEvent) -> str:
+    if ev.cat in COPY_CATS:
+        return "copies"
+    if is_comm_kernel(ev.name):
+        return "communication"
+    return "kernels"
+
+
+_GEMM = re.compile(r"gemm|sgemm|cutlass|nvjet|cublas|ampere_|sm\d+_xmma|matmul", re.IGNORECASE)
+_CONV = re.compile(r"conv|cudnn|implicit_gemm|winograd|fft2d|xmma_fprop|dgrad|wgrad", re.IGNORECASE)
+
+
+def _gpu_tags(ev: GpuEvent) -> frozenset[str]:
+    tags: set[str] = set()
+    if ev.cat in COPY_CATS:
+        if _PAGEABLE_H2D.search(ev.name):
+            tags.add("pageable_h2d")
+        if _PAGEABLE_D2H.search(ev.name):
+            tags.add("pageable_d2h")
+        return frozenset(tags)
+    if is_comm_kernel(ev.name):
+        return frozenset({"comm"})
+    if _CONV.search(ev.name):
+        tags.add("conv")
+    elif _GEMM.search(ev.name):
+        tags.add("gemm")
+    return frozenset(tags)
+
+
+def _tile(events: list[HostEvent], lo: int, hi: int) -> list[tuple[int, int, list[HostEvent]]]:
+    """Elementary segments of ``[lo, hi)`` with the stack of events covering each (outer first);
+    events are assumed properly nested (a child that outlives its parent is clipped to it)."""
+    evs = sorted((e for e in events if e.e > lo and e.s < hi), key=lambda e: (e.s, -e.e))
+    points = sorted({lo, hi, *(max(lo, e.s) for e in evs), *(min(hi, e.e) for e in evs)})
+    out: list[tuple[int, int, list[HostEvent]]] = []
+    stack: list[HostEvent] = []
+    k = 0
+    for a, b in itertools.pairwise(points):
+        while stack and stack[-1].e <= a:
+            stack.pop()
+        while k < len(evs) and evs[k].s <= a:
+            ev = evs[k]
+            k += 1
+            if ev.e <= a:
+                continue
+            while stack and stack[-1].e <= a:
+                stack.pop()
+            if stack and ev.e > stack[-1].e:  # overlaps its parent's end: clip to it
+                ev = HostEvent(ev.name, ev.cat, ev.s, stack[-1].e, ev.tid, ev.correlation)
+            stack.append(ev)
+        out.append((a, b, list(stack)))
+    # merge neighbours with the same innermost event
+    merged: list[tuple[int, int, list[HostEvent]]] = []
+    for a, b, st in out:
+        if merged and (merged[-1][2][-1:] == st[-1:]) and len(merged[-1][2]) == len(st):
+            merged[-1] = (merged[-1][0], b, merged[-1][2])
+        else:
+            merged.append((a, b, st))
+    return merged
+
+
+def build_graph(
+    host: Iterable[HostEvent],
+    gpu: Iterable[GpuEvent],
+    main_tid: int,
+    start_ns: int,
+    end_ns: int,
+) -> Graph:
+    """The dependency graph of ``[start_ns, end_ns)`` from one rank's host events (every thread)
+    and the GPU activity of one device. ``main_tid``: the thread of the step annotations."""
+    host = [h for h in host if h.e > h.s or h.cat in _RUNTIME]
+    gpu = sorted((x for x in gpu if x.e > x.s), key=lambda x: (x.s, x.e))
+    gpu_by_corr: dict[int, list[int]] = {}
+    for i, x in enumerate(gpu):
+        if x.correlation is not None:
+            gpu_by_corr.setdefault(x.correlation, []).append(i)
+    launch_tids = {h.tid for h in host if h.correlation in gpu_by_corr}
+    tids = [main_tid, *sorted(t for t in launch_tids if t != main_tid)]
+    g = Graph()
+    gpu_node: dict[int, int] = {}
+    launcher_node: dict[int, int] = {}  # gpu index -> host node that launched it (start edge)
+    waits: list[tuple[int, int, int, int]] = []  # (tail, head, call start, call end)
+    tiles: dict[int, list[tuple[int, int, list[HostEvent]]]] = {}
+    blocking_of: dict[int, dict[HostEvent, tuple[int, int | None]]] = {}
+    for tid in tids:
+        evs = [h for h in host if h.tid == tid]
+        if not evs:
+            continue
+        lo = start_ns if tid == main_tid else max(start_ns, min(h.s for h in evs))
+        hi = max(h.e for h in evs)
+        hi = max(hi, start_ns) if tid == main_tid else min(hi, end_ns)
+        if hi <= lo:
+            continue
+        blocking = _blocking_calls(evs, gpu, gpu_by_corr)
+        blocking_of[tid] = blocking
+        # a blocking call is a leaf: nothing nested inside it is tiled
+        inside = {id(h) for b in blocking for h in evs if h is not b and h.s >= b.s and h.e <= b.e}
+        tiles[tid] = _tile([h for h in evs if id(h) not in inside], lo, hi)
+    # runs of work on the other threads (split by pauses of THREAD_GAP_NS)
+    runs: dict[int, list[tuple[int, int]]] = {}
+    for tid, segs in tiles.items():
+        if tid == main_tid:
+            continue
+        rr: list[list[int]] = []
+        for a, b, st in segs:
+            if not st:
+                continue
+            if rr and a - rr[-1][1] < THREAD_GAP_NS:
+                rr[-1][1] = b
+            else:
+                rr.append([a, b])
+        runs[tid] = [(a, b) for a, b in rr]
+    run_ends = sorted({b for rr in runs.values() for _, b in rr})
+    if main_tid in tiles and run_ends:  # split the main thread where another thread's run ends
+        cut: list[tuple[int, int, list[HostEvent]]] = []
+        for a, b, st in tiles[main_tid]:
+            inner_pts = [t for t in run_ends if a < t < b]
+            pts = [a, *inner_pts, b]
+            cut += [(x, y, st) for x, y in itertools.pairwise(pts)]
+        tiles[main_tid] = cut
+    seg_nodes: dict[int, list[int]] = {}
+    run_first: dict[tuple[int, int], int] = {}  # (tid, run start) -> first node of the run
+    run_last: dict[int, int] = {}  # run end -> last node of the run (any thread)
+    run_start_of_end: dict[int, int] = {}
+    for tid in [t for t in tids if t != main_tid] + [main_tid]:
+        if tid not in tiles:
+            continue
+        blocking = blocking_of[tid]
+        nodes: list[int] = []
+        prev: int | None = None
+        pending_join = -1
+        my_runs = runs.get(tid, [])
+        for a, b, st in tiles[tid]:
+            inner = st[-1] if st else None
+            if tid != main_tid and not st and not any(r0 < a and b < r1 for r0, r1 in my_runs):
+                prev = None  # a pause: the next run is spawned by the main thread
+                continue
+            cat, tags = _host_cat(st, inner)
+            label = inner.name if inner is not None else "(untraced host time)"
+            if inner is not None and inner in blocking:
+                ws, _gi = blocking[inner]
+                htags = frozenset(tags | {"sync_head"})
+                head = g.add(Node("host", "sync", a, a, label, htags, inner))
+                tail_s = max(a, ws)
+                is_copy = bool(_COPY_API.match(inner.name))
+                ctags = frozenset(tags | {"sync_tail"} | ({"copy_call"} if is_copy else set()))
+                tail = g.add(
+                    Node("host", "copies" if is_copy else "sync", tail_s, b, label, ctags, inner)
+                )
+                if prev is not None:
+                    g.edge(head, prev, 0, from_start=False, cat="cpu", kind="seq")
+                waits.append((tail, head, a, b))
+                nodes += [head, tail]
+                _register_launch(inner, head, gpu_by_corr, launcher_node)
+                prev = tail
+                continue
+            node = Node("host", cat, a, b, label, frozenset(tags), inner)
+            if tid == main_tid and b in run_start_of_end and a <= run_start_of_end[b]:
+                # the main thread spent the whole run of another thread in this segment:
+                # it waited for it (loss.backward() on the autograd thread)
+                node = Node("host", cat, a, a, label, frozenset(tags | {"thread_wait"}), inner)
+                pending_join = b
+            v = g.add(node)
+            if prev is not None:
+                g.edge(v, prev, 0, from_start=False, cat="cpu", kind="seq")
+            if tid == main_tid and a == pending_join and a in run_last:
+                g.edge(v, run_last[a], 0, from_start=False, cat="cpu", kind="join")
+            if inner is not None and inner.cat in _RUNTIME:
+                _register_launch(inner, v, gpu_by_corr, launcher_node)
+            if tid != main_tid and prev is None:
+                run_first[(tid, a)] = v
+            nodes.append(v)
+            prev = v
+            if tid != main_tid:
+                for r0, r1 in my_runs:
+                    if b == r1:
+                        run_last[r1] = v
+                        run_start_of_end[r1] = r0
+        seg_nodes[tid] = nodes
+    main_nodes = seg_nodes.get(main_tid, [])
+    for (_tid, a), v in run_first.items():  # each run of another thread starts from the main one
+        u = _covering(g, main_nodes, a)
+        if u is not None:
+            g.edge(v, u, a - g.nodes[u].s, from_start=True, cat="cpu", kind="spawn")
+    # GPU nodes
+    for i, x in enumerate(gpu):
+        gpu_node[i] = g.add(Node("gpu", _gpu_cat(x), x.s, x.e, x.name, _gpu_tags(x), x))
+    lat = _typical_latency(g, gpu, gpu_node, launcher_node)
+    last_on_stream: dict[int, int] = {}
+    ends_sorted: list[tuple[int, int, int]] = []  # (end, stream, gpu index) of earlier ops
+    for i, x in enumerate(gpu):
+        v = gpu_node[i]
+        cands: list[tuple[float, int, int, bool, str, str, int]] = []
+        p = last_on_stream.get(x.stream)
+        if p is not None:
+            cands.append((gpu[p].e, 0, gpu_node[p], False, "kernels", "stream", 0))
+        lv = launcher_node.get(i)
+        if lv is not None:
+            cands.append((g.nodes[lv].s, lat, lv, True, "launch", "launch", 0))
+        other = _other_stream_end(ends_sorted, x)
+        if other is not None:
+            cands.append(
+                (gpu[other].e, 0, gpu_node[other], False, _gpu_cat(gpu[other]), "event_wait", 1)
+            )
+        if cands:
+            # binding: the constraint that leaves the least slack before the recorded start
+            cands.sort(key=lambda c: (x.s - (c[0] + c[1]), c[6]))
+            b0 = cands[0]
+            for c in cands:
+                if c is b0:
+                    g.edge(v, c[2], int(x.s - c[0]), from_start=c[3], cat=c[4], kind=c[5])
+                elif c[5] != "event_wait":
+                    g.edge(
+                        v, c[2], int(min(c[1], x.s - c[0])), from_start=c[3], cat=c[4], kind=c[5]
+                    )
+        last_on_stream[x.stream] = i
+        ends_sorted.append((x.e, x.stream, i))
+    # waits on the GPU: the tail of a blocking call starts after the op that ended last inside it
+    ends = sorted((x.e, i) for i, x in enumerate(gpu))
+    keys = [e for e, _ in ends]
+    for tail, head, cs, ce in waits:
+        best = None
+        j = bisect.bisect_right(keys, ce) - 1
+        while j >= 0 and keys[j] > cs:
+            i = ends[j][1]
+            lv = launcher_node.get(i)
+            if lv is None or g.nodes[lv].s <= cs:
+                best = i
+                break
+            j -= 1
+        t = g.nodes[tail]
+        if best is not None:
+            g.edge(tail, head, 0, from_start=False, cat="sync", kind="seq")
+            g.edge(
+                tail, gpu_node[best], t.s - gpu[best].e, from_start=False, cat="sync", kind="wait"
+            )
+        else:
+            g.edge(tail, head, t.s - cs, from_start=False, cat="sync", kind="seq")
+    collective_edges(g)
+    g.finish()
+    return g
+
+
+def collective_edges(g: Graph) -> None:
+    """Hook for collectives across ranks: an edge from the last rank to reach a collective to the
+    communication kernels of the others. Nothing yet: one rank's graph is built alone (the
+    collectives module, when merged, supplies the matched collectives)."""
+    return None
+
+
+def _register_launch(
+    ev: HostEvent, node: int, gpu_by_corr: dict[int, list[int]], launcher: dict[int, int]
+) -> None:
+    if ev.correlation is None:
+        return
+    for i in gpu_by_corr.get(ev.correlation, []):
+        launcher.setdefault(i, node)
+
+
+def _blocking_calls(
+    evs: list[HostEvent], gpu: list[GpuEvent], gpu_by_corr: dict[int, list[int]]
+) -> dict[HostEvent, tuple[int, int | None]]:
+    """Runtime calls that waited for the GPU: {call: (end of the awaited GPU op, its index)}."""
+    out: dict[HostEvent, tuple[int, int | None]] = {}
+    ends = sorted((x.e, i) for i, x in enumerate(gpu))
+    keys = [e for e, _ in ends]
+    for h in evs:
+        if h.cat not in _RUNTIME or h.e <= h.s:
+            continue
+        own = [i for i in gpu_by_corr.get(h.correlation, [])] if h.correlation is not None else []
+        if (
+            h.name in _SYNC
+            or (h.name in _LAUNCH and h.e - h.s >= BLOCKING_LAUNCH_NS)
+            or any(h.s < gpu[i].e <= h.e for i in own)
+        ):
+            j = bisect.bisect_right(keys, h.e) - 1
+            if j >= 0 and keys[j] > h.s:
+                out[h] = (keys[j], ends[j][1])
+    return out
+
+
+def _covering(g: Graph, nodes: list[int], t: int) -> int | None:
+    """The node of ``nodes`` (time-ordered) running at ``t`` (else the last one before it)."""
+    starts = [g.nodes[v].s for v in nodes]
+    j = bisect.bisect_right(starts, t) - 1
+    return nodes[j] if j >= 0 else None
+
+
+def _first_after(g: Graph, nodes: list[int], t: int) -> int | None:
+    """The first node of ``nodes`` that starts at or after ``t``."""
+    starts = [g.nodes[v].s for v in nodes]
+    j = bisect.bisect_left(starts, t)
+    return nodes[j] if j < len(nodes) else None
+
+
+def _other_stream_end(ends: list[tuple[int, int, int]], x: GpuEvent) -> int | None:
+    """An op of another stream that ended within STREAM_GAP_NS before ``x`` started."""
+    best = None
+    for e, stream, i in reversed(ends[-64:]):
+        if stream != x.stream and x.s - STREAM_GAP_NS <= e <= x.s and (best is None or e > best[0]):
+            best = (e, i)
+    return best[1] if best else None
+
+
+def _typical_latency(
+    g: Graph, gpu: list[GpuEvent], gpu_node: dict[int, int], launcher: dict[int, int]
+) -> int:
+    """Median launch-to-start latency (ns) of GPU ops that started on an idle stream."""
+    last: dict[int, int] = {}
+    lats: list[int] = []
+    for i, x in enumerate(gpu):
+        lv = launcher.get(i)
+        prev_end = last.get(x.stream)
+        if lv is not None and (prev_end is None or x.s - prev_end > STREAM_GAP_NS):
+            d = x.s - g.nodes[lv].s
+            if 0 <= d <= 1_000_000:
+                lats.append(d)
+        last[x.stream] = x.e
+    if not lats:
+        return DEFAULT_LAUNCH_LATENCY_NS
+    lats.sort()
+    return lats[len(lats) // 2]
+
+
+# -- the path ----------------------------------------------------------------------------------
+
+
+@dataclass
+class PathPiece:
+    """A piece of a critical path: ``[s, e)`` ns, its category and what it is (a node's label,
+    or the edge latency ``launch latency`` / ``stream gap`` ...)."""
+
+    s: int
+    e: int
+    cat: str
+    what: str
+    kind: str
+
+
+def trace_back(
+    g: Graph, S: list[float], E: list[float], bind: list[int], a: int, b: int, end_node: int
+) -> list[PathPiece]:
+    """The critical path of ``[a, b)`` ending at ``end_node``: pieces that tile ``[a, b)``
+    exactly (time order). Time after the end node's end up to ``b`` is the end node's category."""
+    pieces: list[PathPiece] = []
+    t_hi = b
+    v: int | None = end_node
+    at_end = True  # whether we entered v at its end (else at its start, via a start edge)
+    guard = 0
+    while v is not None and t_hi > a:
+        guard += 1
+        if guard > 4 * len(g.nodes) + 10:
+            break
+        node = g.nodes[v]
+        hi = min(t_hi, round(E[v])) if at_end else min(t_hi, round(S[v]))
+        if hi < t_hi:  # time between the node's end and where we stand: the node's category
+            pieces.append(PathPiece(hi, t_hi, node.cat, node.label, node.kind))
+            t_hi = hi
+        lo = max(a, round(S[v]))
+        if at_end and t_hi > lo:
+            pieces.append(PathPiece(lo, t_hi, node.cat, node.label, node.kind))
+            t_hi = lo
+        if t_hi <= a:
+            break
+        bi = bind[v]
+        if bi < 0:
+            break
+        ed = g.preds[v][bi]
+        base = S[ed.src] if ed.from_start else E[ed.src]
+        lo = max(a, round(base))
+        if t_hi > lo:
+            pieces.append(PathPiece(lo, t_hi, ed.cat, f"{ed.kind} latency", ed.kind))
+            t_hi = lo
+        v, at_end = ed.src, not ed.from_start
+    if t_hi > a:  # nothing earlier: the start of the step itself
+        pieces.append(PathPiece(a, t_hi, "cpu", "(before the first event)", "host"))
+    pieces.reverse()
+    return pieces
+
+
+def split(pieces: list[PathPiece]) -> dict[str, int]:
+    """ns per "bound by" category (every category present, zeros included)."""
+    out = dict.fromkeys(BOUND_BY, 0)
+    for p in pieces:
+        out[p.cat if p.cat in out else "cpu"] += p.e - p.s
+    return out
+
+
+def step_end_node(g: Graph, E: list[float], b: int, main_tid: int) -> int | None:
+    """The node that ends step ``[a, b)``: the main-thread segment ending at ``b``, else the node
+    with the latest end at or before ``b``."""
+    best = None
+    for v, node in enumerate(g.nodes):
+        if round(E[v]) == b and node.kind == "host" and isinstance(node.event, HostEvent | None):
+            ev = node.event
+            if ev is None or ev.tid == main_tid:
+                return v
+        if round(E[v]) <= b and (best is None or E[v] > E[best]):
+            best = v
+    return best
+
+
+# -- per step ------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepPath:
+    """The critical path of one step: ``bound_ns`` by category (sums to ``duration_ns``) and the
+    path's largest pieces."""
+
+    number: int
+    start_ns: int
+    duration_ns: int
+    bound_ns: dict[str, int]
+    top: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "start_us": self.start_ns / 1e3,
+            "duration_ms": self.duration_ns / 1e6,
+            "bound_by_ms": {k: v / 1e6 for k, v in self.bound_ns.items()},
+            "bound_by_pct": {
+                k: 100.0 * v / self.duration_ns if self.duration_ns else 0.0
+                for k, v in self.bound_ns.items()
+            },
+            "top": self.top,
+        }
+
+
+@dataclass
+class CriticalPath:
+    """Critical paths of a window's steps, with the graph they were traced on (for the gains)."""
+
+    steps: list[StepPath]
+    graph: Graph
+    window: tuple[int, int]
+    main_tid: int
+    n_nodes: int
+    n_edges: int
+
+    @property
+    def bound_ns(self) -> dict[str, int]:
+        out = dict.fromkeys(BOUND_BY, 0)
+        for s in self.steps:
+            for k, v in s.bound_ns.items():
+                out[k] += v
+        return out
+
+    @property
+    def dominant(self) -> str | None:
+        b = self.bound_ns
+        return max(b, key=lambda k: b[k]) if any(b.values()) else None
+
+    def to_json(self) -> dict[str, Any]:
+        total = sum(self.bound_ns.values())
+        return {
+            "steps": [s.to_json() for s in self.steps],
+            "bound_by_ms_per_step": {
+                k: v / 1e6 / max(1, len(self.steps)) for k, v in self.bound_ns.items()
+            },
+            "bound_by_pct": {
+                k: 100.0 * v / total if total else 0.0 for k, v in self.bound_ns.items()
+            },
+            "dominant": self.dominant,
+            "nodes": self.n_nodes,
+            "edges": self.n_edges,
+            "collectives_across_ranks": False,
+        }
+
+
+def critical_path_of(
+    host: list[HostEvent],
+    gpu: list[GpuEvent],
+    main_tid: int,
+    bounds: list[tuple[int, int]],
+    numbers: list[int] | None = None,
+    top_n: int = 5,
+) -> CriticalPath:
+    """Critical path of each step ``bounds[i]`` = ``[a, b)`` (ns) over one graph of the window."""
+    ws, we = bounds[0][0], bounds[-1][1]
+    g = build_graph(host, gpu, main_tid, ws, we)
+    S, E, bind = replay(g)
+    steps: list[StepPath] = []
+    for k, (a, b) in enumerate(bounds):
+        end = step_end_node(g, E, b, main_tid)
+        pieces = trace_back(g, S, E, bind, a, b, end) if end is not None else []
+        if not pieces:
+            pieces = [PathPiece(a, b, "cpu", "(no event)", "host")]
+        agg: dict[tuple[str, str], int] = {}
+        for p in pieces:
+            agg[(p.cat, p.what)] = agg.get((p.cat, p.what), 0) + p.e - p.s
+        top = [
+            {"category": c, "what": w, "ms": ns / 1e6}
+            for (c, w), ns in sorted(agg.items(), key=lambda kv: -kv[1])[:top_n]
+        ]
+        steps.append(StepPath(numbers[k] if numbers else k, a, b - a, split(pieces), top))
+    return CriticalPath(steps, g, (ws, we), main_tid, len(g.nodes), sum(map(len, g.preds)))
+
+
+# -- from the store --------------------------------------------------------------------------------
+
+
+def load_events(
+    con: Connection, run_id: str, rank: int, window: Window, device: int | None
+) -> tuple[list[HostEvent], list[GpuEvent], int]:
+    """Host spans and GPU activity of ``device`` overlapping the window, and the main thread."""
+    from gpuscope.analysis.store_access import sql_list
+
+    ws, we = window.start_ns, window.end_ns
+    rows = con.execute(
+        f"""SELECT n.name, e.cat, e.ts_ns, e.ts_ns + e.dur_ns, e.tid, e.correlation
+            FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
+            WHERE e.run_id = ? AND e.rank = ? AND e.ph = 'X' AND e.cat IN {sql_list(HOST_CATS)}
+              AND e.dur_ns IS NOT NULL AND e.ts_ns < ? AND e.ts_ns + e.dur_ns > ?""",
+        [run_id, int(rank), int(we), int(ws)],
+    ).fetchall()
+    host = [
+        HostEvent(str(r[0]), str(r[1]), int(r[2]), int(r[3]), int(r[4] or 0), r[5]) for r in rows
+    ]
+    grows = con.execute(
+        f"""SELECT n.name, e.cat, e.ts_ns, e.ts_ns + e.dur_ns, coalesce(e.stream, e.tid),
+                   e.correlation, e.bytes,
+                   CAST(e.grid[1] AS BIGINT) * e.grid[2] * e.grid[3]
+            FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
+            WHERE e.run_id = ? AND e.rank = ? AND e.ph = 'X' AND e.cat IN {sql_list(GPU_CATS)}
+              AND e.dur_ns > 0 AND coalesce(e.device, CAST(e.pid AS INTEGER)) = ?
+              AND e.ts_ns < ? AND e.ts_ns + e.dur_ns > ?""",
+        [run_id, int(rank), -1 if device is None else int(device), int(we), int(ws)],
+    ).fetchall()
+    gpu = [
+        GpuEvent(str(r[0]), str(r[1]), int(r[2]), int(r[3]), int(r[4] or 0), r[5], r[6], r[7])
+        for r in grows
+    ]
+    steps = [h for h in host if h.cat == "user_annotation" and _STEP.match(h.name)]
+    if steps:
+        main = steps[0].tid
+    else:
+        by_tid: dict[int, int] = {}
+        for h in host:
+            by_tid[h.tid] = by_tid.get(h.tid, 0) + h.e - h.s
+        main = max(by_tid, key=lambda t: by_tid[t]) if by_tid else 0
+    return host, gpu, main
+
+
+def critical_path(
+    con: Connection, run_id: str, rank: int, window: Window, device: int | None
+) -> CriticalPath | None:
+    """The critical path of every step of the window (None without GPU activity)."""
+    host, gpu, main = load_events(con, run_id, rank, window, device)
+    if not gpu:
+        return None
+    bounds = window.step_bounds_ns()
+    numbers = [s.number for s in window.steps] or [0]
+    return critical_path_of(host, gpu, main, bounds, numbers)

@@ -1,0 +1,403 @@
+"""Gains from the critical path: each fix's step time re-timed along the dependency graph.
+
+A fix changes some nodes' durations or drops some edges of the graph of
+:mod:`gpuscope.analysis.critical_path`; the graph is replayed (every node starts at the latest of
+its constraints) and the window's new length over the old one gives the gain. Each fix is
+replayed in a few variants (``low``, ``mid``, ``high``: how strongly the fix acts, below), and, when
+the untraced step time is known, also on a **calibrated** graph whose host durations are scaled by
+one factor so that the replayed window matches the untraced step (the profiler slows the host);
+``gain_pct`` is the mid variant on the calibrated graph (else the raw one), ``low_pct`` and
+``high_pct`` the least and the most over all variants. ``bound`` is True only where ``high_pct``
+is a proven upper bound (the fix's whole cost removed). docs/metrics.md, "Gains from the path".
+
+Fix models (factor on the duration; "host" = CPU segments outside DataLoader and optimizer):
+
+=====================  ==============================================================  =========
+fix                    change (low / mid / high)                                       bound
+=====================  ==============================================================  =========
+dataloader_workers     DataLoader segments × 0.2 / 0.05 / 0                                no
+pin_memory             pageable H→D copies at 0.6 / 1 / 1 × pinned bandwidth; their        no
+                       calls ≤ 10 µs and no longer wait
+host_sync              synchronizing calls no longer wait (tails 1 / 0 / 0)                 no
+mixed_precision        fp32 GEMMs ÷ r/1.5 / r / r (r: measured fp32→bf16 ratio for the     no
+                       GPU and GEMM duration), other kernels × 1 / 1 / 0.6
+kernel_fusion          host × 0.6 / 0.3 / 0.1; launches and short kernels × 1 / 0.5 / 0.25  no
+cuda_graphs,           host and launches × 0.5 / 0.2 / 0.05                                 no
+compiled_overhead
+batch_size (×k)        kernels × k / SM-fill scaling / fill scaling with a 3 µs fixed      no
+                       part; copies and data loading × k; per-sample time
+cudnn_benchmark        convolution kernels × 1 / 0.8 / 0                                    yes
+overlap_communication  communication × 0.5 / 0.25 / 0                                       yes
+=====================  ==============================================================  =========
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpuscope.analysis.critical_path import CriticalPath, Edge, GpuEvent, Graph, Node, replay
+from gpuscope.analysis.tensor_cores import tensor_core_info
+
+HOST_SCALE_MID = 0.4
+HOST_SCALE_RANGE = (0.3, 0.5)
+"""Untraced / traced host time (CPU ops, Python, launch calls) under ``torch.profiler`` with
+``record_shapes``: 0.43 and 0.37 on the two host-bound traces of sample_traces/fixes (host_sync,
+batch_size; found by replaying the graph until its window matched the untraced step). The
+estimates replay the graph at these host scales, plus the trace's own calibrated scale when the
+untraced step allows one, plus 1.0 (the trace as recorded) when the untraced step is unknown."""
+
+BATCH_MULTIPLE = 4
+"""The batch multiple the ``batch_size`` estimate re-times (its fix snippet says 4 × B)."""
+
+GEMM_RATIO: dict[str, tuple[float, float]] = {
+    "H100 SXM": (2.43, 14.9),
+    "H200": (2.43, 14.9),
+}
+"""Measured fp32 (no TF32) → bf16 matmul speed-up on the GPU, (at 1024³, at 4096³): H100 80GB
+HBM3, torch 2.11+cu130, 2026-11-23 (sample_traces/fixes/all.json, ``gemm_and_copy``: 0.96 at
+512³, 2.43 at 1024³, 13.0 at 2048³, 14.9 at 4096³). H200 is the same chip. Other GPUs: 2 and
+the bf16/fp32 peak ratio of the peak table."""
+
+PINNED_MEASURED_GBPS: dict[str, float] = {"H100 SXM": 54.5}
+"""Pinned host-to-device bandwidth measured on the GPU (GB/s; 32 MB copies, H100 80GB HBM3,
+2026-11-23, sample_traces/fixes/all.json); other GPUs: the trace's pinned copies, else the table of
+:mod:`gpuscope.analysis.copies`."""
+
+SMALL_GEMM_NS = 20_000
+LARGE_GEMM_NS = 200_000
+SHORT_KERNEL_NS = 20_000
+FIXED_KERNEL_NS = 3_000
+LAUNCH_CALL_NS = 10_000
+
+
+@dataclass
+class Estimate:
+    """A fix's estimated reduction of the step time (per-sample time for ``batch_size``), %:
+    ``gain_pct`` (best estimate), ``low_pct``..``high_pct`` (range), ``step_ms`` (the step time
+    after the fix), ``bound``: whether ``high_pct`` is proven."""
+
+    gain_pct: float
+    low_pct: float
+    high_pct: float
+    step_ms: float | None
+    method: str = "critical_path"
+    bound: bool = False
+    calibrated: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gain_pct": self.gain_pct,
+            "low_pct": self.low_pct,
+            "high_pct": self.high_pct,
+            "step_ms": self.step_ms,
+            "method": self.method,
+            "bound": self.bound,
+            "calibrated": self.calibrated,
+        }
+
+
+@dataclass
+class Context:
+    """What the fix models need beyond the graph: the untraced step (ms, None when unknown), the
+    steps in the window, pinned bandwidth (GB/s), the GPU model and its bf16/fp32 peak ratio,
+    SMs, and the step time the estimate's ``step_ms`` starts from (ms)."""
+
+    n_steps: int
+    step_ms: float
+    untraced_step_ms: float | None = None
+    pinned_gbps: float | None = None
+    gpu_model: str | None = None
+    peak_ratio: float | None = None
+    sms: int | None = None
+    host_scale_cal: float | None = None
+    """The calibrated host scale (:func:`calibrated_scale`), computed once per report."""
+
+
+DurFn = Callable[[int, Node], float]
+KeepFn = Callable[[int, Edge], bool]
+
+
+def profiled(n: Node) -> bool:
+    """Host time the profiler inflates: CPU ops, Python and launch calls (not copies, waits or
+    the DataLoader's own work)."""
+    return n.kind == "host" and n.cat in ("cpu", "launch") and "dataloader" not in n.tags
+
+
+def _host_scale(g: Graph, s: float) -> DurFn:
+    def dur(v: int, n: Node) -> float:
+        return n.dur * s if profiled(n) else float(n.dur)
+
+    return dur
+
+
+def makespan(
+    g: Graph, start_ns: int, dur: DurFn | None = None, keep: KeepFn | None = None
+) -> float:
+    """Length (ns) of the replayed window from ``start_ns``."""
+    _, E, _ = replay(g, dur, keep)
+    return max(E) - start_ns if E else 0.0
+
+
+def calibrate(g: Graph, start_ns: int, target_ns: float) -> float | None:
+    """The factor on host durations that makes the replayed window ``target_ns`` long (bisection
+    over [0.02, 4]); None when no factor reaches it (the GPU alone is longer, or the host alone)."""
+    lo, hi = 0.02, 4.0
+    f_lo = makespan(g, start_ns, _host_scale(g, lo))
+    f_hi = makespan(g, start_ns, _host_scale(g, hi))
+    if not f_lo <= target_ns <= f_hi:
+        return None
+    for _ in range(20):
+        mid = 0.5 * (lo + hi)
+        if makespan(g, start_ns, _host_scale(g, mid)) < target_ns:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+# -- fix models ------------------------------------------------------------------------------------
+
+
+def _is_host_work(n: Node) -> bool:
+    return (
+        n.kind == "host"
+        and not ({"dataloader", "optimizer"} & n.tags)
+        and n.cat in ("cpu", "launch")
+    )
+
+
+def _gemm_fp32(n: Node) -> bool:
+    if n.kind != "gpu" or not isinstance(n.event, GpuEvent) or "gemm" not in n.tags:
+        return False
+    info = tensor_core_info(n.event.name, "gemm")
+    return info.tensor_core is False and info.mma and (info.precision in (None, "fp32"))
+
+
+def _ratio(ctx: Context, d_ns: float) -> float:
+    lo, hi = GEMM_RATIO.get(ctx.gpu_model or "", (2.0, ctx.peak_ratio or 8.0))
+    if d_ns <= SMALL_GEMM_NS:
+        return lo
+    if d_ns >= LARGE_GEMM_NS:
+        return hi
+    f = math.log(d_ns / SMALL_GEMM_NS) / math.log(LARGE_GEMM_NS / SMALL_GEMM_NS)
+    return math.exp(math.log(lo) + f * (math.log(hi) - math.log(lo)))
+
+
+Variant = tuple[DurFn | None, KeepFn | None]
+
+
+def fix_variants(rec_id: str, g: Graph, ctx: Context) -> dict[str, Variant] | None:
+    """The low/mid/high re-timings of a fix (None: no graph model for it)."""
+    nodes = g.nodes
+
+    def scale(pred: Callable[[Node], bool], f: float) -> DurFn:
+        return lambda v, n: n.dur * f if pred(n) else float(n.dur)
+
+    if rec_id == "dataloader_workers":
+        return {
+            k: (scale(lambda n: "dataloader" in n.tags, f), None)
+            for k, f in (("low", 0.2), ("mid", 0.05), ("high", 0.0))
+        }
+    if rec_id == "pin_memory":
+        corr = {
+            n.event.correlation
+            for n in nodes
+            if n.kind == "gpu" and "pageable_h2d" in n.tags and isinstance(n.event, GpuEvent)
+        }
+
+        def is_call(n: Node) -> bool:
+            return (
+                n.kind == "host"
+                and "copy_call" in n.tags
+                and n.event is not None
+                and (getattr(n.event, "correlation", None) in corr)
+            )
+
+        def keep(v: int, ed: Edge) -> bool:
+            return not (ed.kind == "wait" and is_call(nodes[v]))
+
+        def pin(f: float) -> DurFn:
+            bw = PINNED_MEASURED_GBPS.get(ctx.gpu_model or "", ctx.pinned_gbps or 0.0) * f
+
+            def dur(v: int, n: Node) -> float:
+                if n.kind == "gpu" and "pageable_h2d" in n.tags and isinstance(n.event, GpuEvent):
+                    b = n.event.bytes or 0
+                    return min(float(n.dur), b / bw) if bw > 0 and b > 0 else float(n.dur)
+                if is_call(n):
+                    return 0.0 if "sync_tail" in n.tags else min(float(n.dur), LAUNCH_CALL_NS)
+                return float(n.dur)
+
+            return dur
+
+        return {"low": (pin(0.6), keep), "mid": (pin(1.0), keep), "high": (pin(1.0), keep)}
+    if rec_id == "host_sync":
+
+        def sync_tail(n: Node) -> bool:
+            return "sync_tail" in n.tags and not (
+                "copy_call" in n.tags and n.event is not None and "HtoD" in n.label
+            )
+
+        def keep(v: int, ed: Edge) -> bool:
+            return not (ed.kind == "wait" and sync_tail(nodes[v]))
+
+        return {
+            "low": (None, keep),
+            "mid": (scale(sync_tail, 0.0), keep),
+            "high": (scale(sync_tail, 0.0), keep),
+        }
+    if rec_id == "mixed_precision":
+
+        def mp(div: float, other: float, host: float) -> DurFn:
+            def dur(v: int, n: Node) -> float:
+                if _is_host_work(n):  # autocast adds a cast op per matmul operand
+                    return n.dur * host
+                if _gemm_fp32(n):
+                    return n.dur / max(1.0, _ratio(ctx, n.dur) / div)
+                if n.kind == "gpu" and n.cat == "kernels":
+                    return n.dur * other
+                return float(n.dur)
+
+            return dur
+
+        return {
+            "low": (mp(1.5, 1.0, 1.3), None),
+            "mid": (mp(1.0, 1.0, 1.15), None),
+            "high": (mp(1.0, 0.6, 1.0), None),
+        }
+    if rec_id == "kernel_fusion":
+
+        def short_k(n: Node) -> bool:
+            return (
+                n.kind == "gpu"
+                and n.cat == "kernels"
+                and n.dur < SHORT_KERNEL_NS
+                and not ({"gemm", "conv"} & n.tags)
+            )
+
+        def fuse(fh: float, fk: float) -> DurFn:
+            def dur(v: int, n: Node) -> float:
+                if _is_host_work(n):
+                    return n.dur * (fk if n.cat == "launch" else fh)
+                if short_k(n):
+                    return n.dur * fk
+                return float(n.dur)
+
+            return dur
+
+        return {
+            "low": (fuse(0.6, 1.0), None),
+            "mid": (fuse(0.3, 0.5), None),
+            "high": (fuse(0.1, 0.25), None),
+        }
+    if rec_id in ("cuda_graphs", "compiled_overhead"):
+        return {
+            k: (scale(_is_host_work, f), None)
+            for k, f in (("low", 0.5), ("mid", 0.2), ("high", 0.05))
+        }
+    if rec_id == "batch_size":
+        k = BATCH_MULTIPLE
+        sms = ctx.sms or 0
+
+        def grow(mode: str) -> DurFn:
+            def dur(v: int, n: Node) -> float:
+                if n.kind == "host":
+                    return n.dur * k if "dataloader" in n.tags else float(n.dur)
+                if n.cat == "copies":
+                    return float(n.dur * k)
+                if n.cat != "kernels":
+                    return float(n.dur)
+                lin = float(n.dur * k)
+                if mode == "low":
+                    return lin
+                ev = n.event
+                blocks = ev.blocks if isinstance(ev, GpuEvent) else None
+                d = lin
+                if sms and blocks and blocks < sms:
+                    d = n.dur * max(1.0, k * blocks / sms)
+                if mode == "high":
+                    c = min(float(n.dur), FIXED_KERNEL_NS)
+                    d = min(d, c + (n.dur - c) * k)
+                return d
+
+            return dur
+
+        return {
+            "low": (grow("low"), None),
+            "mid": (grow("mid"), None),
+            "high": (grow("high"), None),
+        }
+    if rec_id == "cudnn_benchmark":
+        return {
+            k: (scale(lambda n: n.kind == "gpu" and "conv" in n.tags, f), None)
+            for k, f in (("low", 1.0), ("mid", 0.8), ("high", 0.0))
+        }
+    if rec_id == "overlap_communication":
+        return {
+            k: (scale(lambda n: n.cat == "communication", f), None)
+            for k, f in (("low", 0.5), ("mid", 0.25), ("high", 0.0))
+        }
+    return None
+
+
+PROVEN_BOUND = frozenset({"cudnn_benchmark", "overlap_communication"})
+PER_SAMPLE = frozenset({"batch_size"})
+
+
+def estimate(rec_id: str, cp: CriticalPath, ctx: Context) -> Estimate | None:
+    """The fix's estimate re-timed on the graph (None: no graph model for this fix)."""
+    g = cp.graph
+    variants = fix_variants(rec_id, g, ctx)
+    if variants is None:
+        return None
+    ws = cp.window[0]
+    s_cal = ctx.host_scale_cal
+    scales = sorted({*HOST_SCALE_RANGE, HOST_SCALE_MID, *([s_cal] if s_cal is not None else [])})
+    if not ctx.untraced_step_ms:
+        scales.append(1.0)
+    k = BATCH_MULTIPLE if rec_id in PER_SAMPLE else 1
+    u = ctx.untraced_step_ms * 1e6 * ctx.n_steps if ctx.untraced_step_ms else None
+    gains: dict[tuple[str, float, bool], float] = {}
+    for sc in scales:
+        base = makespan(g, ws, _host_scale(g, sc))
+        for name, (dur, keep) in variants.items():
+
+            def both(v: int, n: Node, dur: DurFn | None = dur, sc: float = sc) -> float:
+                d = dur(v, n) if dur is not None else float(n.dur)
+                return d * sc if profiled(n) else d
+
+            t = makespan(g, ws, both, keep)
+            # the old step: the untraced one when known (what the user runs), or the replayed
+            # one when longer (GPU work queued before the window); time the replay does not
+            # explain (untraced − replayed) either stays (keep) or goes with the fix (drop)
+            ref = max(u or base, base)
+            extra = max(0.0, (u or 0.0) - base)
+            for drop in (False, True):
+                t_new = t + (0.0 if drop else extra)
+                gains[(name, sc, drop)] = 100.0 * (1.0 - t_new / (k * ref)) if ref > 0 else 0.0
+    mid_s = s_cal if s_cal is not None else HOST_SCALE_MID
+    mid = gains[("mid", mid_s, False)]
+    low, high = min(gains.values()), max(gains.values())
+    ref_ms = ctx.untraced_step_ms or ctx.step_ms
+    step = ref_ms * (1.0 - mid / 100.0) * k if ref_ms else None
+    return Estimate(mid, low, high, step, bound=False, calibrated=s_cal is not None)
+
+
+def calibrated_scale(cp: CriticalPath, ctx: Context) -> float | None:
+    """The host scale that makes the replayed window match the untraced step (None: unknown
+    untraced step, or no scale reaches it)."""
+    if not ctx.untraced_step_ms:
+        return None
+    return calibrate(cp.graph, cp.window[0], ctx.untraced_step_ms * 1e6 * ctx.n_steps)
+
+
+def bound_estimate(max_gain_pct: float, ctx: Context) -> Estimate:
+    """For a fix without a graph model (``load_imbalance``): the rule's bound as the high end, half
+    of it as the estimate, 0 as the low end."""
+    ref = ctx.untraced_step_ms or ctx.step_ms
+    mid = max_gain_pct / 2.0
+    return Estimate(
+        mid, 0.0, max_gain_pct, ref * (1 - mid / 100.0) if ref else None, method="bound", bound=True
+    )

@@ -1,0 +1,54 @@
+"""The Run page's "Critical path" section: a bar per step (what bounds it) and each fix's gain
+re-timed along the path (gpuscope.analysis.critical_path, gpuscope.analysis.gains)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+from gpuscope.web.figures_path import PATH_LABELS, critical_path_bars
+
+PLOT_CONFIG = {"displaylogo": False, "scrollZoom": False}
+
+
+def estimates_frame(report: dict[str, Any]) -> pd.DataFrame:
+    """One row per recommendation with an estimate: fix, estimated gain and range (%), step after."""
+    rows = []
+    for rec in report.get("recommendations") or []:
+        est = rec.get("estimate")
+        if not est:
+            continue
+        what = (
+            "per-sample time (4× batch)" if rec.get("bound") == "per_sample_time" else "step time"
+        )
+        rows.append(
+            {
+                "Fix": rec["id"],
+                "Estimated gain": f"{est['gain_pct']:.0f}% of the {what}",
+                "Range": f"{est['low_pct']:.0f} – {est['high_pct']:.0f}%",
+                "Step after (ms)": f"{est['step_ms']:.3g}" if est.get("step_ms") else "–",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def show(report: dict[str, Any]) -> None:
+    """The section: nothing but a caption when the report has no critical path."""
+    st.subheader("Critical path of each step")
+    cp = report.get("critical_path")
+    if not cp or not cp.get("steps"):
+        st.caption("No critical path: the window holds no GPU activity.")
+        return
+    dom = cp.get("dominant")
+    pct = (cp.get("bound_by_pct") or {}).get(dom or "", 0.0)
+    st.caption(
+        f"Bound by {PATH_LABELS.get(dom or '', dom or '-').lower()} ({pct:.0f}% of the path). "
+        "Each bar is a step; its parts are the time of the step's critical path by what it "
+        "waited on, and sum to the step time."
+    )
+    st.plotly_chart(critical_path_bars(cp["steps"]), config=PLOT_CONFIG)
+    est = estimates_frame(report)
+    if not est.empty:
+        st.markdown("**Gains re-timed along the path**")
+        st.dataframe(est, hide_index=True)

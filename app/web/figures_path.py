@@ -1,0 +1,58 @@
+"""Figures of the critical path: one stacked bar per step, by "bound by" category."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+#: The "bound by" categories (gpuscope.analysis.critical_path.BOUND_BY) and their colours.
+PATH_COLORS: dict[str, str] = {
+    "cpu": "#8d99ae",
+    "launch": "#e9c46a",
+    "kernels": "#3b82c4",
+    "copies": "#9b5de5",
+    "communication": "#f4a261",
+    "data_loading": "#d1495b",
+    "sync": "#2a9d8f",
+}
+PATH_LABELS: dict[str, str] = {
+    "cpu": "CPU",
+    "launch": "Launch overhead",
+    "kernels": "Kernels",
+    "copies": "Copies",
+    "communication": "Communication",
+    "data_loading": "Data loading",
+    "sync": "Sync",
+}
+
+
+def critical_path_bars(steps: Sequence[Mapping[str, Any]], *, height: int = 320) -> go.Figure:
+    """Horizontal stacked bars, one per step (``critical_path.steps`` of the report JSON): ms of
+    the step's critical path per category; each bar's length is the step time."""
+    labels = [f"step {s['number']}" for s in steps]
+    fig = go.Figure()
+    for cat, color in PATH_COLORS.items():
+        xs = [float((s.get("bound_by_ms") or {}).get(cat) or 0.0) for s in steps]
+        if not any(xs):
+            continue
+        fig.add_trace(
+            go.Bar(
+                x=xs,
+                y=labels,
+                name=PATH_LABELS[cat],
+                orientation="h",
+                marker={"color": color},
+                hovertemplate="%{y}: " + PATH_LABELS[cat] + " %{x:,.3f} ms<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        height=height,
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+    )
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(ticksuffix=" ms", title_text="critical path of the step")
+    return fig

@@ -1,0 +1,92 @@
+"""Estimated gains (critical-path re-timing) against the gains measured on real GPU runs.
+
+For each experiment of sample_traces/fixes (one bottleneck planted per fix rule, see
+record_fixes.py there): ingest the planted trace, estimate its fix's gain from the trace alone,
+and compare with the gain measured without the profiler (fresh processes, interleaved; every
+timing*.json of the folder; gain of each planted/fixed pair of a round). Prints a markdown table.
+
+    python benchmarks/validate_gains.py [EXPERIMENT ...]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent / "sample_traces" / "fixes"
+EXPERIMENTS = (
+    "dataloader_workers",
+    "pin_memory",
+    "host_sync",
+    "mixed_precision",
+    "kernel_fusion",
+    "batch_size",
+    "cudnn_benchmark",
+)
+
+
+def measured_gains(folder: Path) -> list[float]:
+    """Gain (%) of each round's planted/fixed pair, per sample, over every timing*.json."""
+    out: list[float] = []
+    for f in sorted(folder.glob("timing*.json")):
+        runs = [r for r in json.loads(f.read_text())["runs"] if r["mode"] == "time"]
+        for rnd in sorted({r["round"] for r in runs}):
+            p = [
+                r["per_sample_us"] for r in runs if r["round"] == rnd and r["variant"] == "planted"
+            ]
+            x = [r["per_sample_us"] for r in runs if r["round"] == rnd and r["variant"] == "fixed"]
+            if p and x:
+                out.append(100.0 * (1.0 - x[0] / p[0]))
+    return out
+
+
+def estimate_for(con: Any, exp: str) -> dict[str, Any]:
+    """Ingest the planted trace of ``exp`` and estimate its fix (the rule named like it)."""
+    from gpuscope.analysis.gains import estimate
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.ingest.loader import ingest_paths
+
+    trace = ROOT / exp / f"{exp}_rank0.pt.trace.json.gz"
+    rid = ingest_paths(con, [trace])[0].run_id
+    rep = analyze_run(con, rid, all_ranks=False)
+    assert rep.critical_path is not None and rep.gain_context is not None, exp
+    est = estimate(exp, rep.critical_path, rep.gain_context)
+    return {
+        "estimate": est.to_json() if est is not None else None,
+        "fired": [r.id for r in rep.recommendations],
+        "bound_pct": {r.id: r.max_gain_pct for r in rep.recommendations},
+    }
+
+
+def main(argv: list[str]) -> int:
+    from gpuscope.ingest.store import connect
+
+    exps = argv or list(EXPERIMENTS)
+    con = connect(Path(tempfile.mkdtemp()) / "store")
+    print(
+        "| rule | estimate % (range) | measured gain % median [min, max] | n | in range | old 'at most' % |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    bad = 0
+    for exp in exps:
+        r = estimate_for(con, exp)
+        g = measured_gains(ROOT / exp)
+        e = r["estimate"]
+        med = statistics.median(g)
+        ok = e is not None and e["low_pct"] <= med <= e["high_pct"]
+        bad += not ok
+        est = f"{e['gain_pct']:.1f} ({e['low_pct']:.1f} – {e['high_pct']:.1f})" if e else "none"
+        old = r["bound_pct"].get(exp)
+        print(
+            f"| {exp} | {est} | {med:.1f} [{min(g):.1f}, {max(g):.1f}] | {len(g)} | "
+            f"{'yes' if ok else 'NO'} | {f'{old:.1f}' if old is not None else 'rule silent'} |"
+        )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

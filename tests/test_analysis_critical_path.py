@@ -1,0 +1,256 @@
+"""Critical path of a step and gains re-timed on it: hand-built event lists with answers computed
+by hand, and property tests (replay against a brute-force longest path over every path of small
+random DAGs; replay of random traces gives back the recorded times; the split tiles the step)."""
+
+from __future__ import annotations
+
+import itertools
+
+from gpuscope.analysis import gains as GN
+from gpuscope.analysis.critical_path import (
+    BOUND_BY,
+    Graph,
+    Node,
+    build_graph,
+    critical_path_of,
+    replay,
+    trace_back,
+)
+from gpuscope.analysis.critical_path import GpuEvent as G
+from gpuscope.analysis.critical_path import HostEvent as H
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+US = 1_000
+
+
+def sync_step() -> tuple[list[H], list[G]]:
+    """Step 0..100 µs. aten::linear 0..10 launches K (call 4..6) that runs 10..60 (launch-bound:
+    latency 6); cudaStreamSynchronize 20..65 waits for K (tail 60..65); then Python to 100."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 100 * US, 1),
+        H("aten::linear", "cpu_op", 0, 10 * US, 1),
+        H("cudaLaunchKernel", "cuda_runtime", 4 * US, 6 * US, 1, 1),
+        H("cudaStreamSynchronize", "cuda_runtime", 20 * US, 65 * US, 1),
+    ]
+    gpu = [G("gemm_kernel", "kernel", 10 * US, 60 * US, 7, 1)]
+    return host, gpu
+
+
+def test_sync_step_hand_computed():
+    host, gpu = sync_step()
+    cp = critical_path_of(host, gpu, 1, [(0, 100 * US)], [1])
+    # path back from 100: Python 65..100 (cpu 35), sync tail 60..65 (5), K 10..60 (kernels 50),
+    # launch latency 4..10 (6: from the call's start), aten::linear 0..4 (cpu 4)
+    assert cp.steps[0].bound_ns == {
+        "cpu": 39 * US,
+        "launch": 6 * US,
+        "kernels": 50 * US,
+        "copies": 0,
+        "communication": 0,
+        "data_loading": 0,
+        "sync": 5 * US,
+    }
+    assert sum(cp.steps[0].bound_ns.values()) == cp.steps[0].duration_ns == 100 * US
+    assert cp.dominant == "kernels"
+    j = cp.to_json()
+    assert j["steps"][0]["bound_by_ms"]["kernels"] == 0.05
+    assert j["bound_by_pct"]["kernels"] == 50.0
+
+
+def test_host_sync_gain_hand_computed():
+    """Without the wait, the host reaches the end of its work at 55 (Python 20..55 runs right
+    after the call) and K still ends at 60: the window shrinks from 100 to 60 µs."""
+    host, gpu = sync_step()
+    cp = critical_path_of(host, gpu, 1, [(0, 100 * US)], [1])
+    ctx = GN.Context(n_steps=1, step_ms=0.1)
+    dur, keep = GN.fix_variants("host_sync", cp.graph, ctx)["mid"]
+    assert GN.makespan(cp.graph, 0, dur, keep) == 60 * US
+    assert GN.makespan(cp.graph, 0) == 100 * US  # the graph replays the trace as recorded
+    est = GN.estimate("host_sync", cp, ctx)
+    # without an untraced step the host is replayed at 0.3 .. 0.5 and 1.0 of its recorded time;
+    # mid (0.4): host 0..4 -> 1.6, launch call 4..6 -> 0.8, K starts 1.6 + 6 = 7.6, ends 57.6;
+    # the Python after the call ends first, so the window is 57.6 against 100 * 0.4-scaled
+    # host + the wait: base = 57.6 + 5 (tail) + 35 * 0.4 = 76.6 -> gain 1 - 57.6 / 76.6
+    assert abs(est.gain_pct - 100 * (1 - 57.6 / 76.6)) < 1e-6
+    assert est.low_pct <= est.gain_pct <= est.high_pct
+    assert est.bound is False
+
+
+def autograd_step() -> tuple[list[H], list[G]]:
+    """Step 0..200 µs. Main: forward 0..50 (launch 10..12 -> K1 20..40), then it waits while the
+    autograd thread (tid 2) runs MmBackward 60..140 (launch 100..102 -> K2 110..170), then the
+    optimizer 150..190 (launch 180..182 -> K3 185..195)."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 200 * US, 1),
+        H("forward", "cpu_op", 0, 50 * US, 1),
+        H("cudaLaunchKernel", "cuda_runtime", 10 * US, 12 * US, 1, 1),
+        H("MmBackward0", "cpu_op", 60 * US, 140 * US, 2),
+        H("cudaLaunchKernel", "cuda_runtime", 100 * US, 102 * US, 2, 2),
+        H("Optimizer.step#AdamW.step", "user_annotation", 150 * US, 190 * US, 1),
+        H("cudaLaunchKernel", "cuda_runtime", 180 * US, 182 * US, 1, 3),
+    ]
+    gpu = [
+        G("k1", "kernel", 20 * US, 40 * US, 7, 1),
+        G("k2", "kernel", 110 * US, 170 * US, 7, 2),
+        G("k3", "kernel", 185 * US, 195 * US, 7, 3),
+    ]
+    return host, gpu
+
+
+def test_autograd_thread_spawn_and_join_hand_computed():
+    host, gpu = autograd_step()
+    cp = critical_path_of(host, gpu, 1, [(0, 200 * US)], [1])
+    s = cp.steps[0]
+    # back from 200: Python 190..200 (10), optimizer 182..190 (8), its launch 180..182 (2),
+    # optimizer 150..180 (30), Python 140..150 (10, after the join), MmBackward 102..140 (38),
+    # launch 100..102 (2), MmBackward 60..100 (40), spawn latency 50..60 (10), forward 12..50
+    # (38), launch 10..12 (2), forward 0..10 (10)
+    assert s.bound_ns["launch"] == 6 * US
+    assert s.bound_ns["cpu"] == 194 * US
+    assert sum(s.bound_ns.values()) == 200 * US
+    whats = {t["what"] for t in s.top}
+    assert "MmBackward0" in whats
+
+
+def test_dataloader_gain_hand_computed():
+    """A DataLoader __next__ of 30 µs at the start of the step, then a launch at 32 of a kernel
+    33..53: removing the wait moves everything 30 µs earlier (window 53 -> 23 µs, high variant)."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 40 * US, 1),
+        H(
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            "user_annotation",
+            0,
+            30 * US,
+            1,
+        ),
+        H("cudaLaunchKernel", "cuda_runtime", 32 * US, 34 * US, 1, 5),
+    ]
+    gpu = [G("k", "kernel", 33 * US, 53 * US, 7, 5)]
+    cp = critical_path_of(host, gpu, 1, [(0, 53 * US)], [1])
+    assert cp.steps[0].bound_ns["data_loading"] == 30 * US
+    assert cp.steps[0].bound_ns["kernels"] == 20 * US
+    assert cp.steps[0].bound_ns["cpu"] == 2 * US and cp.steps[0].bound_ns["launch"] == 1 * US
+    ctx = GN.Context(n_steps=1, step_ms=0.053)
+    dur, keep = GN.fix_variants("dataloader_workers", cp.graph, ctx)["high"]
+    assert GN.makespan(cp.graph, 0, dur, keep) == 23 * US
+
+
+def test_pin_memory_retimes_the_copy_at_pinned_bandwidth():
+    """A 10 MB pageable copy: the call 0..210 µs waits for the GPU copy 5..205 (50 GB/s -> 200 µs
+    at 0.05 GB/ms...): pinned at 50 GB/s (= 50 bytes/ns) it takes 200 µs -> here 10e6 / 50 ns."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 300 * US, 1),
+        H("cudaMemcpyAsync", "cuda_runtime", 0, 1_010 * US, 1, 9),
+    ]
+    gpu = [
+        G("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 5 * US, 1_005 * US, 7, 9, 10_000_000)
+    ]
+    cp = critical_path_of(host, gpu, 1, [(0, 1_010 * US)], [1])
+    assert cp.steps[0].bound_ns["copies"] == 1_000 * US + 5 * US  # copy + the call's tail
+    ctx = GN.Context(n_steps=1, step_ms=1.01, pinned_gbps=50.0)
+    dur, keep = GN.fix_variants("pin_memory", cp.graph, ctx)["mid"]
+    # copy at 50 B/ns: 200 µs, from 5 (launch latency kept) to 205; the call no longer waits
+    assert GN.makespan(cp.graph, 0, dur, keep) == 205 * US
+
+
+# -- properties --------------------------------------------------------------------------------
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> Graph:
+    n = draw(st.integers(1, 7))
+    g = Graph()
+    for i in range(n):
+        s = draw(st.integers(0, 40))
+        g.add(
+            Node("host", draw(st.sampled_from(BOUND_BY)), s, s + draw(st.integers(0, 30)), f"n{i}")
+        )
+    for j in range(n):
+        for i in range(j):
+            if draw(st.booleans()):
+                g.edge(
+                    j,
+                    i,
+                    draw(st.integers(-5, 20)),
+                    from_start=draw(st.booleans()),
+                    cat=draw(st.sampled_from(BOUND_BY)),
+                    kind="x",
+                )
+    g.finish()
+    return g
+
+
+def brute_end(g: Graph, v: int) -> int:
+    """Latest end of v over every path into it, enumerated one by one (no memo)."""
+
+    def start(u: int) -> int:
+        if not g.preds[u]:
+            return g.nodes[u].s
+        best = None
+        for ed in g.preds[u]:
+            t = start(ed.src) + (0 if ed.from_start else g.nodes[ed.src].dur) + ed.w
+            best = t if best is None else max(best, t)
+        assert best is not None
+        return best
+
+    return start(v) + g.nodes[v].dur
+
+
+@settings(max_examples=150, deadline=None)
+@given(dags())
+def test_replay_is_the_longest_path_and_the_path_tiles_it(g: Graph):
+    S, E, bind = replay(g)
+    for v in range(len(g.nodes)):
+        assert E[v] == brute_end(g, v)
+    v = max(range(len(g.nodes)), key=lambda i: E[i])
+    a = int(min(S))
+    b = int(E[v])
+    pieces = trace_back(g, S, E, bind, a, b, v)
+    assert sum(p.e - p.s for p in pieces) == b - a
+    for p, q in itertools.pairwise(pieces):
+        assert p.e == q.s  # contiguous, in time order
+    assert pieces[0].s == a and pieces[-1].e == b if pieces else a == b
+
+
+@st.composite
+def traces(draw: st.DrawFn) -> tuple[list[H], list[G], int]:
+    """A main thread of back-to-back ops, each launching a kernel on one of two streams (start
+    after its launch and after the stream's last kernel), some followed by a stream sync."""
+    host: list[H] = []
+    gpu: list[G] = []
+    t = 0
+    last: dict[int, int] = {}
+    for i in range(draw(st.integers(1, 8))):
+        d = draw(st.integers(3, 20)) * US
+        call = t + draw(st.integers(0, 2)) * US
+        host.append(H(f"op{i}", "cpu_op", t, t + d, 1))
+        host.append(H("cudaLaunchKernel", "cuda_runtime", call, call + US, 1, i + 1))
+        stream = draw(st.sampled_from([7, 8]))
+        ks = max(
+            call + draw(st.integers(1, 8)) * US, last.get(stream, 0) + draw(st.integers(0, 3)) * US
+        )
+        ke = ks + draw(st.integers(1, 40)) * US
+        gpu.append(G(f"k{i}", "kernel", ks, ke, stream, i + 1))
+        last[stream] = ke
+        t += d
+        if draw(st.booleans()):
+            end = max(t, max(last.values())) + draw(st.integers(1, 5)) * US
+            host.append(H("cudaDeviceSynchronize", "cuda_runtime", t, end, 1))
+            t = end
+    end = max(t, max(last.values()))
+    host.insert(0, H("ProfilerStep#1", "user_annotation", 0, t, 1))
+    return host, gpu, end
+
+
+@settings(max_examples=80, deadline=None)
+@given(traces())
+def test_graph_replays_the_recorded_trace(tr: tuple[list[H], list[G], int]):
+    host, gpu, end = tr
+    g = build_graph(host, gpu, 1, 0, end)
+    S, E, _ = replay(g)
+    for v, n in enumerate(g.nodes):
+        assert (S[v], E[v]) == (n.s, n.e), n
+    cp = critical_path_of(host, gpu, 1, [(0, end)], [1])
+    assert sum(cp.steps[0].bound_ns.values()) == end
