@@ -599,7 +599,9 @@ TOP_COLUMNS = (  # (header, key, how to show it, width), widths in % of the tabl
     ("TC", "tensor_core", "bool", 5),
     ("Dtype", "precision", None, 7),
 )
-TOP_NAME_CHARS = 60  # of a kernel's name in the top-kernels table (the full name on hover)
+TOP_NAME_CHARS = (
+    44  # of a kernel's name in the top-kernels table (what its column shows; full name on hover)
+)
 TOP_HEADER_HELP = {"TC": "Runs on tensor cores", "Dtype": "Precision of the kernel's math"}
 
 
