@@ -169,7 +169,9 @@ def profiler_note(report: dict[str, Any]) -> None:
             f"Without the profiler a step takes {ui.fmt_ms(untraced, 2)} (median, "
             f"{'recorded by gpuscope.capture' if prof.get('untraced_source') == 'capture' else 'given'}"
             f"); traced it takes {ui.fmt_ms(prof.get('traced_step_ms'), 2)}: the profiler adds "
-            f"{ui.fmt_pct(prof.get('inflation_pct'))}. {cap_text}",
+            f"{ui.fmt_pct(prof.get('inflation_pct'))}. {cap_text} The cards above are "
+            "profiled (read from the trace, with the profiler on); unprofiled throughput and MFU: "
+            "`gpuscope analyze`, or Compare.",
             icon=":material/timer:",
         )
     elif prof.get("suspect") and prof.get("note"):
@@ -228,7 +230,8 @@ def headline_cards(report: dict[str, Any]) -> None:
         "Step time",
         ui.fmt_ms(st_ms.get("mean")),
         border=True,
-        help=f"Mean over {steps} step(s): window ÷ steps. Median {ui.fmt_ms(st_ms.get('p50'))}, "
+        help=f"Profiled: mean over {steps} step(s) of the trace, window ÷ steps. Median "
+        f"{ui.fmt_ms(st_ms.get('p50'))}, "
         f"slowest {ui.fmt_ms(st_ms.get('max'))}.",
     )
     c[1].metric(
