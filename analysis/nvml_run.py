@@ -163,7 +163,7 @@ def compare_nvml_reports(a: NvmlReport, b: NvmlReport) -> Any:
         ):
             va, vb = getattr(ga, metric), getattr(other, metric)
             if va is not None or vb is not None:
-                rows.append(Delta(f"gpu{ga.gpu}.{metric}", unit, va, vb, better))
+                rows.append(Delta(f"gpu{ga.gpu}.{metric}", unit, va, vb, better, None))
     notes = ["NVML-only runs: no trace, so no step time, idle causes, kernels or MFU"]
     if not rows:
         notes.append("the two runs share no GPU index")

@@ -48,6 +48,9 @@ def test_fix_headers_are_the_analysis_sentences(tmp_path: Path, monkeypatch) -> 
     assert recs["batch_size"].bound == "per_sample_time"
     at = open_app(RUN, {"run": rid})
     assert not at.exception, at.exception
+    # the Run page's cards are profiled, and the page says so beside the unprofiled step
+    [note] = [i for i in texts(at, "info") if "Without the profiler" in i]
+    assert "The cards above are profiled" in note
     md = texts(at, "markdown")
     for r in recs.values():
         [head] = [m for m in md if m.startswith(f"**{ui.md(r.title, None)}**")]

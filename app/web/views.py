@@ -189,7 +189,9 @@ def profiler_note(report: dict[str, Any]) -> None:
             f"Without the profiler a step takes {ui.fmt_ms(untraced, 2)} (median, "
             f"{'recorded by gpuscope.capture' if prof.get('untraced_source') == 'capture' else 'given'}"
             f"); traced it takes {ui.fmt_ms(prof.get('traced_step_ms'), 2)}: the profiler adds "
-            f"{ui.fmt_pct(prof.get('inflation_pct'))}. {cap_text}",
+            f"{ui.fmt_pct(prof.get('inflation_pct'))}. {cap_text} The cards above are "
+            "profiled (read from the trace, with the profiler on); unprofiled throughput and MFU: "
+            "`gpuscope analyze`, or Compare.",
             icon=":material/timer:",
         )
     elif prof.get("suspect") and prof.get("note"):
@@ -341,7 +343,7 @@ def headline_cards(report: dict[str, Any]) -> None:
         delta_color="off",
         delta_arrow="off",
         border=True,
-        help=f"Median over {steps} step(s); 90th percentile and slowest step beside it. "
+        help=f"Profiled: median over {steps} step(s); 90th percentile and slowest step beside it. "
         f"Mean (window ÷ steps): {ui.fmt_ms(st_ms.get('mean'))}.",
     )
     wait = report.get("gpu_wait_pct")
@@ -737,7 +739,9 @@ TOP_COLUMNS = (  # (header, key, how to show it, width), widths in % of the tabl
     ("TC", "tensor_core", "bool", 5),
     ("Dtype", "precision", None, 7),
 )
-TOP_NAME_CHARS = 60  # of a kernel's name in the top-kernels table (the full name on hover)
+TOP_NAME_CHARS = (
+    44  # of a kernel's name in the top-kernels table (what its column shows; full name on hover)
+)
 TOP_HEADER_HELP = {"TC": "Runs on tensor cores", "Dtype": "Precision of the kernel's math"}
 
 

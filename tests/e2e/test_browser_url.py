@@ -81,8 +81,13 @@ def test_compare_colours_swap_reload_and_back(server: Server, new_page) -> None:
         ".map(e => e.innerText).find(s => s.includes('→')) || '';"
         " return t.indexOf('before') >= 0 && t.indexOf('before') < t.indexOf('after'); }"
     )
+    wait_idle(page)  # the rerun Back started has finished: the swapped view's widgets are gone
     # the aligned step goes into the URL, and a reload keeps it
     box = page.get_by_label("Align on step (position in each run)")
+    page.wait_for_function(
+        "() => document.querySelectorAll("
+        "'input[aria-label=\"Align on step (position in each run)\"]').length === 1"
+    )
     box.fill("3")
     box.press("Enter")
     page.wait_for_url(re.compile(r"step=3"))
