@@ -109,6 +109,7 @@ def test_markdown_cells_cannot_break_the_table():
 step_times = st.lists(st.floats(1.0, 1e4, allow_nan=False), min_size=1, max_size=40)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(step_times, st.floats(0, 50), st.floats(0.1, 5))
 def test_identical_runs_never_fail(values, threshold, z):
@@ -127,6 +128,7 @@ def test_identical_runs_never_fail(values, threshold, z):
     st.lists(st.floats(0, 0.2), min_size=3, max_size=60),
     st.floats(0, 45),
 )
+@pytest.mark.slow
 def test_a_planted_2x_slowdown_always_fails(m, jitter, threshold):
     """Per-step jitter up to 20% of the fastest step, 3+ steps, any threshold up to 45%: twice
     the step time (half the throughput) is always a regression, for both metrics."""

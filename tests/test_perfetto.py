@@ -28,6 +28,7 @@ def _same_figures(a: dict, b: dict) -> None:
     )
 
 
+@pytest.mark.slow
 def test_whole_window_reingests_to_the_same_figures(tmp_path, con):
     [r] = ingest_paths(con, [str(before_like().write(tmp_path / "b.json"))])
     w = find_window(con, r.run_id, 0)
@@ -37,6 +38,7 @@ def test_whole_window_reingests_to_the_same_figures(tmp_path, con):
     _same_figures(analyze_run(con, r.run_id).to_json(), analyze_run(con, r2.run_id).to_json())
 
 
+@pytest.mark.slow
 def test_a_zoomed_window_keeps_its_steps(tmp_path, con):
     """Steps 1-2 of four 8 ms steps: the file holds those two steps, and their per-step figures
     are the original run's for the same steps."""
@@ -57,6 +59,7 @@ def test_a_zoomed_window_keeps_its_steps(tmp_path, con):
     ]
 
 
+@pytest.mark.slow
 def test_metadata_and_names_survive(tmp_path, con):
     [r] = ingest_paths(con, [str(before_like().write(tmp_path / "b.json"))])
     doc = trimmed_trace(con, r.run_id, 0)

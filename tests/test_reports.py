@@ -26,6 +26,7 @@ def stepped_run(tmp_path, con):
     return ingest_paths(con, [str(path)])[0].run_id
 
 
+@pytest.mark.slow
 def test_sawtooth_data_by_hand(con, stepped_run):
     # 4 steps of 1000 µs, each with one 400 µs kernel from +20 µs: the window is 4 ms, busy 40%
     d = sawtooth_data(con, stepped_run, 0, n=40)
@@ -40,6 +41,7 @@ def test_sawtooth_data_by_hand(con, stepped_run):
     assert np.allclose(total, 100.0)
 
 
+@pytest.mark.slow
 def test_sawtooth_svg_is_valid_and_shows_steps_and_legend(con, stepped_run):
     svg = sawtooth_svg(sawtooth_data(con, stepped_run, 0), title="a <b> & c")
     root = ET.fromstring(svg)  # well-formed XML

@@ -11,8 +11,8 @@ import urllib.request
 import warnings
 
 import pytest
+from gpuscope.capture import is_slow
 from gpuscope.sampler.steps import StepLog
-from gpuscope.slow_steps import is_slow
 from test_sampler import Served, get
 
 

@@ -25,6 +25,7 @@ def run_id(tmp_path, con):
     return ingest_paths(con, [str(path)], name="stepped")[0].run_id
 
 
+@pytest.mark.slow
 def test_payload_by_hand(con, run_id):
     p = tracker_payload(con, run_id)
     assert p.metrics["step_time_ms"] == pytest.approx(1.0)
