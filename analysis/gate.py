@@ -106,6 +106,7 @@ class MetricVerdict:
     max_regression_pct: float
     z: float = DEFAULT_Z
     note: str | None = None
+    gating: bool = True  # False: reported, never fails the gate (``note`` says why)
 
     @property
     def known(self) -> bool:
@@ -156,7 +157,7 @@ class MetricVerdict:
 
     @property
     def regressed(self) -> bool:
-        return bool(self.beyond_noise) and bool(self.beyond_threshold)
+        return self.gating and bool(self.beyond_noise) and bool(self.beyond_threshold)
 
     @property
     def status(self) -> str:
@@ -166,7 +167,9 @@ class MetricVerdict:
             return "within noise"
         if self.regression_pct < 0:
             return "improved"
-        return "regressed" if self.beyond_threshold else "within threshold"
+        if not self.beyond_threshold:
+            return "within threshold"
+        return "regressed" if self.gating else "worse, not gating"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -182,6 +185,7 @@ class MetricVerdict:
             "beyond_noise": self.beyond_noise,
             "beyond_threshold": self.beyond_threshold,
             "status": self.status,
+            "gating": self.gating,
             "note": self.note,
         }
 
@@ -303,6 +307,7 @@ _STATUS_MD = {
     "improved": "✅ improved",
     "within noise": "within noise",
     "within threshold": "within threshold",
+    "worse, not gating": "worse, not gating (the run is faster)",
     "unknown": "unknown",
 }
 
@@ -375,6 +380,22 @@ def step_series(report: RunReport) -> dict[str, Series | None]:
     return out
 
 
+SPEED_METRICS = ("step time", "throughput")
+
+
+def _busy_follows_speed(verdicts: list[MetricVerdict]) -> None:
+    """GPU busy is a diagnosis, not an outcome: when the candidate is faster beyond the noise
+    (step time or throughput improved), a lower busy share is reported but does not gate (a 4x
+    faster run whose GPU is less busy is not a regression)."""
+    faster = [v.metric for v in verdicts if v.metric in SPEED_METRICS and v.status == "improved"]
+    if not faster:
+        return
+    for v in verdicts:
+        if v.metric == "GPU busy":
+            v.gating = False
+            v.note = f"the candidate is faster ({' and '.join(faster)} improved beyond noise): busy does not gate"
+
+
 def gate(
     baseline: dict[str, Series | None],
     candidate: dict[str, Series | None],
@@ -404,6 +425,7 @@ def gate(
             )
             continue
         verdicts.append(compare_metric(a, b, max_regression_pct=max_regression_pct, z=z))
+    _busy_follows_speed(verdicts)
     for run, label in ((baseline_run, "baseline"), (candidate_run, "candidate")):
         st = (baseline if label == "baseline" else candidate).get("step time")
         n = len(st.values) if st is not None else 0

@@ -94,6 +94,31 @@ def test_gate_lists_every_metric_and_states_what_is_missing():
         gate(base, cand, max_regression_pct=-1)
 
 
+def test_a_faster_run_whose_gpu_is_less_busy_does_not_fail():
+    """The sample 'after' run: 4x the tokens per step in the same step time, with a less busy GPU.
+    Busy is reported as worse, but it is a diagnosis: it gates only when the run is not faster."""
+    base = {
+        "step time": _s([15, 16, 15]),
+        "throughput": _s([100, 100, 100], "throughput", "tokens/s", "higher"),
+        "GPU busy": _s([43, 44, 43], "GPU busy", "%", "higher"),
+    }
+    cand = {
+        "step time": _s([15, 16, 15]),
+        "throughput": _s([400, 400, 400], "throughput", "tokens/s", "higher"),
+        "GPU busy": _s([35, 35, 34], "GPU busy", "%", "higher"),
+    }
+    r = gate(base, cand)
+    by = {m.metric: m for m in r.metrics}
+    assert by["throughput"].status == "improved"
+    assert by["GPU busy"].status == "worse, not gating" and not by["GPU busy"].regressed
+    assert "throughput improved" in (by["GPU busy"].note or "")
+    assert not r.failed and r.summary().startswith("ok:")
+    assert "worse, not gating (the run is faster)" in r.markdown()
+    # the same busy drop with no speed gain still fails
+    cand["throughput"] = base["throughput"]
+    assert gate(base, cand).failed
+
+
 def test_markdown_cells_cannot_break_the_table():
     r = gate(
         {"step time": _s([1])},
