@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscope.analysis.critical_path import CriticalPath, Edge, GpuEvent, Graph, Node, replay
@@ -113,6 +113,8 @@ class Context:
     peak_ratio: float | None = None
     sms: int | None = None
     host_scale_cal: float | None = None
+    base_ns: dict[float, float] = field(default_factory=dict)
+    """Replayed window (ns) per host scale, shared by the estimates of one report."""
     """The calibrated host scale (:func:`calibrated_scale`), computed once per report."""
 
 
@@ -134,24 +136,34 @@ def _host_scale(g: Graph, s: float) -> DurFn:
 
 
 def makespan(
-    g: Graph, start_ns: int, dur: DurFn | None = None, keep: KeepFn | None = None
+    g: Graph,
+    start_ns: int,
+    dur: DurFn | list[float] | None = None,
+    keep: KeepFn | None = None,
+    drop: set[tuple[int, int]] | None = None,
 ) -> float:
     """Length (ns) of the replayed window from ``start_ns``."""
-    _, E, _ = replay(g, dur, keep)
+    _, E, _ = replay(g, dur, keep, drop=drop)
     return max(E) - start_ns if E else 0.0
+
+
+def _scaled(base: list[float], prof: list[bool], s: float) -> list[float]:
+    return [x * s if p else x for x, p in zip(base, prof, strict=True)]
 
 
 def calibrate(g: Graph, start_ns: int, target_ns: float) -> float | None:
     """The factor on host durations that makes the replayed window ``target_ns`` long (bisection
     over [0.02, 4]); None when no factor reaches it (the GPU alone is longer, or the host alone)."""
+    base = [float(n.dur) for n in g.nodes]
+    prof = [profiled(n) for n in g.nodes]
     lo, hi = 0.02, 4.0
-    f_lo = makespan(g, start_ns, _host_scale(g, lo))
-    f_hi = makespan(g, start_ns, _host_scale(g, hi))
+    f_lo = makespan(g, start_ns, _scaled(base, prof, lo))
+    f_hi = makespan(g, start_ns, _scaled(base, prof, hi))
     if not f_lo <= target_ns <= f_hi:
         return None
-    for _ in range(20):
+    for _ in range(10):
         mid = 0.5 * (lo + hi)
-        if makespan(g, start_ns, _host_scale(g, mid)) < target_ns:
+        if makespan(g, start_ns, _scaled(base, prof, mid)) < target_ns:
             lo = mid
         else:
             hi = mid
@@ -360,15 +372,24 @@ def estimate(rec_id: str, cp: CriticalPath, ctx: Context) -> Estimate | None:
     k = BATCH_MULTIPLE if rec_id in PER_SAMPLE else 1
     u = ctx.untraced_step_ms * 1e6 * ctx.n_steps if ctx.untraced_step_ms else None
     gains: dict[tuple[str, float, bool], float] = {}
+    rec = [float(n.dur) for n in g.nodes]
+    prof = [profiled(n) for n in g.nodes]
+    # each variant's durations and dropped edges, once; then scaled per host speed
+    prepared = []
+    for name, (dur, keep) in variants.items():
+        d = rec if dur is None else [max(0.0, float(dur(v, n))) for v, n in enumerate(g.nodes)]
+        drop = (
+            {(v, i) for v, es in enumerate(g.preds) for i, ed in enumerate(es) if not keep(v, ed)}
+            if keep is not None
+            else None
+        )
+        prepared.append((name, d, drop))
     for sc in scales:
-        base = makespan(g, ws, _host_scale(g, sc))
-        for name, (dur, keep) in variants.items():
-
-            def both(v: int, n: Node, dur: DurFn | None = dur, sc: float = sc) -> float:
-                d = dur(v, n) if dur is not None else float(n.dur)
-                return d * sc if profiled(n) else d
-
-            t = makespan(g, ws, both, keep)
+        if sc not in ctx.base_ns:
+            ctx.base_ns[sc] = makespan(g, ws, _scaled(rec, prof, sc))
+        base = ctx.base_ns[sc]
+        for name, d, drop_set in prepared:
+            t = makespan(g, ws, _scaled(d, prof, sc), drop=drop_set)
             # the old step: the untraced one when known (what the user runs), or the replayed
             # one when longer (GPU work queued before the window); time the replay does not
             # explain (untraced − replayed) either stays (keep) or goes with the fix (drop)
