@@ -395,9 +395,9 @@ def estimate(rec_id: str, cp: CriticalPath, ctx: Context) -> Estimate | None:
             # explain (untraced − replayed) either stays (keep) or goes with the fix (drop)
             ref = max(u or base, base)
             extra = max(0.0, (u or 0.0) - base)
-            for drop in (False, True):
-                t_new = t + (0.0 if drop else extra)
-                gains[(name, sc, drop)] = 100.0 * (1.0 - t_new / (k * ref)) if ref > 0 else 0.0
+            for gone in (False, True):
+                t_new = t + (0.0 if gone else extra)
+                gains[(name, sc, gone)] = 100.0 * (1.0 - t_new / (k * ref)) if ref > 0 else 0.0
     mid_s = s_cal if s_cal is not None else HOST_SCALE_MID
     mid = gains[("mid", mid_s, False)]
     low, high = min(gains.values()), max(gains.values())
