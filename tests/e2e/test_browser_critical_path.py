@@ -27,7 +27,7 @@ def test_run_page_shows_the_critical_path(server: Server, new_page) -> None:  # 
     assert page.get_by_text("Bound by", exact=False).first.is_visible()
     # the stacked bars: one y label per step of the sample (ProfilerStep#3..7)
     chart = page.locator('[data-testid="stPlotlyChart"]').last
-    labels = chart.locator("g.ytick text").all_inner_texts()
+    labels = chart.locator("g.ytick text").all_text_contents()
     assert labels and all(t.startswith("step ") for t in labels), labels
     assert "Gains re-timed along the path" in page.content()
     screenshot(page, "run_critical_path")
