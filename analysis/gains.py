@@ -6,29 +6,32 @@ its constraints) and the window's new length over the old one gives the gain. Ea
 replayed in a few variants (``low``, ``mid``, ``high``: how strongly the fix acts, below), and, when
 the untraced step time is known, also on a **calibrated** graph whose host durations are scaled by
 one factor so that the replayed window matches the untraced step (the profiler slows the host);
-``gain_pct`` is the mid variant on the calibrated graph (else the raw one), ``low_pct`` and
-``high_pct`` the least and the most over all variants. ``bound`` is True only where ``high_pct``
-is a proven upper bound (the fix's whole cost removed). docs/metrics.md, "Gains from the path".
+host time is also replayed at 0.3, 0.4 and 0.5 of its recorded length (1.0 too without an untraced
+step); ``gain_pct`` is the mid variant at the calibrated scale (else 0.4), ``low_pct`` and
+``high_pct`` the least and the most over all variants. ``bound`` is False for every graph
+estimate (host speed and each fix's strength are assumptions); True only for
+:func:`bound_estimate`. docs/metrics.md, "Gains from the path".
 
 Fix models (factor on the duration; "host" = CPU segments outside DataLoader and optimizer):
 
-=====================  ==============================================================  =========
-fix                    change (low / mid / high)                                       bound
-=====================  ==============================================================  =========
-dataloader_workers     DataLoader segments × 0.2 / 0.05 / 0                                no
-pin_memory             pageable H→D copies at 0.6 / 1 / 1 × pinned bandwidth; their        no
+=====================  ========================================================
+fix                    change (low / mid / high)
+=====================  ========================================================
+dataloader_workers     DataLoader segments × 0.2 / 0.05 / 0
+pin_memory             pageable H→D copies at 0.6 / 1 / 1 × pinned bandwidth; their
                        calls ≤ 10 µs and no longer wait
-host_sync              synchronizing calls no longer wait (tails 1 / 0 / 0)                 no
-mixed_precision        fp32 GEMMs ÷ r/1.5 / r / r (r: measured fp32→bf16 ratio for the     no
-                       GPU and GEMM duration), other kernels × 1 / 1 / 0.6
-kernel_fusion          host × 0.6 / 0.3 / 0.1; launches and short kernels × 1 / 0.5 / 0.25  no
-cuda_graphs,           host and launches × 0.5 / 0.2 / 0.05                                 no
+host_sync              synchronizing calls no longer wait (tails 1 / 0 / 0)
+mixed_precision        fp32 GEMMs ÷ r/1.5 / r / r (r: measured fp32→bf16 ratio for the
+                       GPU and GEMM duration), host × 1.3 / 1.15 / 1 (casts), other
+                       kernels × 1 / 1 / 0.6
+kernel_fusion          host × 0.6 / 0.3 / 0.1; launches and short kernels × 1 / 0.5 / 0.25
+cuda_graphs,           host and launches × 0.5 / 0.2 / 0.05
 compiled_overhead
-batch_size (×k)        kernels × k / SM-fill scaling / fill scaling with a 3 µs fixed      no
+batch_size (×k)        kernels × k / SM-fill scaling / fill scaling with a 3 µs fixed
                        part; copies and data loading × k; per-sample time
-cudnn_benchmark        convolution kernels × 1 / 0.8 / 0                                    yes
-overlap_communication  communication × 0.5 / 0.25 / 0                                       yes
-=====================  ==============================================================  =========
+cudnn_benchmark        convolution kernels × 1 / 0.8 / 0
+overlap_communication  communication × 0.5 / 0.25 / 0
+=====================  ========================================================
 """
 
 from __future__ import annotations
@@ -354,7 +357,6 @@ def fix_variants(rec_id: str, g: Graph, ctx: Context) -> dict[str, Variant] | No
     return None
 
 
-PROVEN_BOUND = frozenset({"cudnn_benchmark", "overlap_communication"})
 PER_SAMPLE = frozenset({"batch_size"})
 
 
