@@ -37,10 +37,12 @@ stream), ``copies`` (memcpy/memset on the GPU, copy calls on the host), ``commun
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import itertools
+import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +84,9 @@ STREAM_GAP_NS = 2_000
 BLOCKING_LAUNCH_NS = 50_000
 """A launch call at least this long (ns) during which GPU work ended waited for the GPU (a full
 launch queue)."""
+MAX_EVENTS = 300_000
+"""Windows with more host and GPU events than this get no critical path (it is built in Python:
+about 1 s per 10,000 events on a loaded 2-core VM)."""
 DEFAULT_LAUNCH_LATENCY_NS = 5_000
 """Launch-to-start latency (ns) assumed when no launch-bound GPU op of the trace shows it."""
 
@@ -199,30 +204,43 @@ class Graph:
 
 def replay(
     g: Graph,
-    dur: Callable[[int, Node], float] | None = None,
+    dur: Callable[[int, Node], float] | Sequence[float] | None = None,
     keep: Callable[[int, Edge], bool] | None = None,
+    *,
+    drop: set[tuple[int, int]] | None = None,
 ) -> tuple[list[float], list[float], list[int]]:
-    """Longest-path schedule: (starts, ends, binding edge index per node, -1 for none). ``dur``
-    gives a node's duration (default: recorded); ``keep`` drops edges it returns False for."""
+    """Longest-path schedule: (starts, ends, binding edge index per node, -1 for none). ``dur``:
+    each node's duration, a function or a list (default: recorded); ``keep`` / ``drop``: edges
+    left out (a function returning False, or a set of (node, edge index))."""
     n = len(g.nodes)
+    if dur is None:
+        d = [float(x.dur) for x in g.nodes]
+    elif callable(dur):
+        d = [max(0.0, float(dur(v, x))) for v, x in enumerate(g.nodes)]
+    else:
+        d = [max(0.0, float(x)) for x in dur]
+    if keep is not None:
+        drop = (drop or set()) | {
+            (v, i) for v, es in enumerate(g.preds) for i, ed in enumerate(es) if not keep(v, ed)
+        }
     S = [0.0] * n
     E = [0.0] * n
     bind = [-1] * n
+    preds = g.preds
+    nodes = g.nodes
     for v in g.order:
-        node = g.nodes[v]
-        best: float | None = None
+        best = -math.inf
         bi = -1
-        for i, ed in enumerate(g.preds[v]):
-            if keep is not None and not keep(v, ed):
+        for i, ed in enumerate(preds[v]):
+            if drop and (v, i) in drop:
                 continue
             t = (S[ed.src] if ed.from_start else E[ed.src]) + ed.w
-            if best is None or t > best:
+            if t > best:
                 best, bi = t, i
-        if best is None:
-            best = float(node.s)
+        if bi < 0:
+            best = float(nodes[v].s)
         S[v] = best
-        d = float(node.dur) if dur is None else max(0.0, float(dur(v, node)))
-        E[v] = best + d
+        E[v] = best + d[v]
         bind[v] = bi
     return S, E, bind
 
@@ -230,13 +248,19 @@ def replay(
 # -- building ------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=65536)
+def _name_flags(name: str) -> tuple[bool, bool, bool]:
+    """(optimizer, DataLoader, host collective) of a host event's name."""
+    return bool(_OPT.search(name)), bool(_DL.search(name)), bool(_COMM_HOST.search(name))
+
+
 def _host_cat(stack: list[HostEvent], ev: HostEvent | None) -> tuple[str, set[str]]:
     """Category and tags of a host segment whose innermost event is ``ev`` (stack: outer first)."""
     tags: set[str] = set()
-    names = [h.name for h in stack]
-    if any(_OPT.search(n) for n in names):
+    flags = [_name_flags(h.name) for h in stack]
+    if any(f[0] for f in flags):
         tags.add("optimizer")
-    if any(_DL.search(n) for n in names):
+    if any(f[1] for f in flags):
         return "data_loading", tags | {"dataloader"}
     if ev is not None and ev.cat in _RUNTIME:
         if ev.name in _LAUNCH:
@@ -245,7 +269,7 @@ def _host_cat(stack: list[HostEvent], ev: HostEvent | None) -> tuple[str, set[st
             return "copies", tags | {"copy_call"}
         if ev.name in _SYNC:
             return "sync", tags
-    if any(_COMM_HOST.search(n) for n in names):
+    if any(f[2] for f in flags):
         return "communication", tags
     return "cpu", tags | ({"cpu_op"} if ev is not None and ev.cat not in _RUNTIME else set())
 
@@ -800,7 +824,7 @@ def critical_path(
 ) -> CriticalPath | None:
     """The critical path of every step of the window (None without GPU activity)."""
     host, gpu, main = load_events(con, run_id, rank, window, device)
-    if not gpu:
+    if not gpu or len(host) + len(gpu) > MAX_EVENTS:
         return None
     bounds = window.step_bounds_ns()
     numbers = [s.number for s in window.steps] or [0]

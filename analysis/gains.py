@@ -6,36 +6,39 @@ its constraints) and the window's new length over the old one gives the gain. Ea
 replayed in a few variants (``low``, ``mid``, ``high``: how strongly the fix acts, below), and, when
 the untraced step time is known, also on a **calibrated** graph whose host durations are scaled by
 one factor so that the replayed window matches the untraced step (the profiler slows the host);
-``gain_pct`` is the mid variant on the calibrated graph (else the raw one), ``low_pct`` and
-``high_pct`` the least and the most over all variants. ``bound`` is True only where ``high_pct``
-is a proven upper bound (the fix's whole cost removed). docs/metrics.md, "Gains from the path".
+host time is also replayed at 0.3, 0.4 and 0.5 of its recorded length (1.0 too without an untraced
+step); ``gain_pct`` is the mid variant at the calibrated scale (else 0.4), ``low_pct`` and
+``high_pct`` the least and the most over all variants. ``bound`` is False for every graph
+estimate (host speed and each fix's strength are assumptions); True only for
+:func:`bound_estimate`. docs/metrics.md, "Gains from the path".
 
 Fix models (factor on the duration; "host" = CPU segments outside DataLoader and optimizer):
 
-=====================  ==============================================================  =========
-fix                    change (low / mid / high)                                       bound
-=====================  ==============================================================  =========
-dataloader_workers     DataLoader segments × 0.2 / 0.05 / 0                                no
-pin_memory             pageable H→D copies at 0.6 / 1 / 1 × pinned bandwidth; their        no
+=====================  ========================================================
+fix                    change (low / mid / high)
+=====================  ========================================================
+dataloader_workers     DataLoader segments × 0.2 / 0.05 / 0
+pin_memory             pageable H→D copies at 0.6 / 1 / 1 × pinned bandwidth; their
                        calls ≤ 10 µs and no longer wait
-host_sync              synchronizing calls no longer wait (tails 1 / 0 / 0)                 no
-mixed_precision        fp32 GEMMs ÷ r/1.5 / r / r (r: measured fp32→bf16 ratio for the     no
-                       GPU and GEMM duration), other kernels × 1 / 1 / 0.6
-kernel_fusion          host × 0.6 / 0.3 / 0.1; launches and short kernels × 1 / 0.5 / 0.25  no
-cuda_graphs,           host and launches × 0.5 / 0.2 / 0.05                                 no
+host_sync              synchronizing calls no longer wait (tails 1 / 0 / 0)
+mixed_precision        fp32 GEMMs ÷ r/1.5 / r / r (r: measured fp32→bf16 ratio for the
+                       GPU and GEMM duration), host × 1.3 / 1.15 / 1 (casts), other
+                       kernels × 1 / 1 / 0.6
+kernel_fusion          host × 0.6 / 0.3 / 0.1; launches and short kernels × 1 / 0.5 / 0.25
+cuda_graphs,           host and launches × 0.5 / 0.2 / 0.05
 compiled_overhead
-batch_size (×k)        kernels × k / SM-fill scaling / fill scaling with a 3 µs fixed      no
+batch_size (×k)        kernels × k / SM-fill scaling / fill scaling with a 3 µs fixed
                        part; copies and data loading × k; per-sample time
-cudnn_benchmark        convolution kernels × 1 / 0.8 / 0                                    yes
-overlap_communication  communication × 0.5 / 0.25 / 0                                       yes
-=====================  ==============================================================  =========
+cudnn_benchmark        convolution kernels × 1 / 0.8 / 0
+overlap_communication  communication × 0.5 / 0.25 / 0
+=====================  ========================================================
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscope.analysis.critical_path import CriticalPath, Edge, GpuEvent, Graph, Node, replay
@@ -113,6 +116,8 @@ class Context:
     peak_ratio: float | None = None
     sms: int | None = None
     host_scale_cal: float | None = None
+    base_ns: dict[float, float] = field(default_factory=dict)
+    """Replayed window (ns) per host scale, shared by the estimates of one report."""
     """The calibrated host scale (:func:`calibrated_scale`), computed once per report."""
 
 
@@ -134,24 +139,34 @@ def _host_scale(g: Graph, s: float) -> DurFn:
 
 
 def makespan(
-    g: Graph, start_ns: int, dur: DurFn | None = None, keep: KeepFn | None = None
+    g: Graph,
+    start_ns: int,
+    dur: DurFn | list[float] | None = None,
+    keep: KeepFn | None = None,
+    drop: set[tuple[int, int]] | None = None,
 ) -> float:
     """Length (ns) of the replayed window from ``start_ns``."""
-    _, E, _ = replay(g, dur, keep)
+    _, E, _ = replay(g, dur, keep, drop=drop)
     return max(E) - start_ns if E else 0.0
+
+
+def _scaled(base: list[float], prof: list[bool], s: float) -> list[float]:
+    return [x * s if p else x for x, p in zip(base, prof, strict=True)]
 
 
 def calibrate(g: Graph, start_ns: int, target_ns: float) -> float | None:
     """The factor on host durations that makes the replayed window ``target_ns`` long (bisection
     over [0.02, 4]); None when no factor reaches it (the GPU alone is longer, or the host alone)."""
+    base = [float(n.dur) for n in g.nodes]
+    prof = [profiled(n) for n in g.nodes]
     lo, hi = 0.02, 4.0
-    f_lo = makespan(g, start_ns, _host_scale(g, lo))
-    f_hi = makespan(g, start_ns, _host_scale(g, hi))
+    f_lo = makespan(g, start_ns, _scaled(base, prof, lo))
+    f_hi = makespan(g, start_ns, _scaled(base, prof, hi))
     if not f_lo <= target_ns <= f_hi:
         return None
-    for _ in range(20):
+    for _ in range(10):
         mid = 0.5 * (lo + hi)
-        if makespan(g, start_ns, _host_scale(g, mid)) < target_ns:
+        if makespan(g, start_ns, _scaled(base, prof, mid)) < target_ns:
             lo = mid
         else:
             hi = mid
@@ -342,7 +357,6 @@ def fix_variants(rec_id: str, g: Graph, ctx: Context) -> dict[str, Variant] | No
     return None
 
 
-PROVEN_BOUND = frozenset({"cudnn_benchmark", "overlap_communication"})
 PER_SAMPLE = frozenset({"batch_size"})
 
 
@@ -360,23 +374,32 @@ def estimate(rec_id: str, cp: CriticalPath, ctx: Context) -> Estimate | None:
     k = BATCH_MULTIPLE if rec_id in PER_SAMPLE else 1
     u = ctx.untraced_step_ms * 1e6 * ctx.n_steps if ctx.untraced_step_ms else None
     gains: dict[tuple[str, float, bool], float] = {}
+    rec = [float(n.dur) for n in g.nodes]
+    prof = [profiled(n) for n in g.nodes]
+    # each variant's durations and dropped edges, once; then scaled per host speed
+    prepared = []
+    for name, (dur, keep) in variants.items():
+        d = rec if dur is None else [max(0.0, float(dur(v, n))) for v, n in enumerate(g.nodes)]
+        drop = (
+            {(v, i) for v, es in enumerate(g.preds) for i, ed in enumerate(es) if not keep(v, ed)}
+            if keep is not None
+            else None
+        )
+        prepared.append((name, d, drop))
     for sc in scales:
-        base = makespan(g, ws, _host_scale(g, sc))
-        for name, (dur, keep) in variants.items():
-
-            def both(v: int, n: Node, dur: DurFn | None = dur, sc: float = sc) -> float:
-                d = dur(v, n) if dur is not None else float(n.dur)
-                return d * sc if profiled(n) else d
-
-            t = makespan(g, ws, both, keep)
+        if sc not in ctx.base_ns:
+            ctx.base_ns[sc] = makespan(g, ws, _scaled(rec, prof, sc))
+        base = ctx.base_ns[sc]
+        for name, d, drop_set in prepared:
+            t = makespan(g, ws, _scaled(d, prof, sc), drop=drop_set)
             # the old step: the untraced one when known (what the user runs), or the replayed
             # one when longer (GPU work queued before the window); time the replay does not
             # explain (untraced − replayed) either stays (keep) or goes with the fix (drop)
             ref = max(u or base, base)
             extra = max(0.0, (u or 0.0) - base)
-            for drop in (False, True):
-                t_new = t + (0.0 if drop else extra)
-                gains[(name, sc, drop)] = 100.0 * (1.0 - t_new / (k * ref)) if ref > 0 else 0.0
+            for gone in (False, True):
+                t_new = t + (0.0 if gone else extra)
+                gains[(name, sc, gone)] = 100.0 * (1.0 - t_new / (k * ref)) if ref > 0 else 0.0
     mid_s = s_cal if s_cal is not None else HOST_SCALE_MID
     mid = gains[("mid", mid_s, False)]
     low, high = min(gains.values()), max(gains.values())

@@ -549,6 +549,7 @@ def analyze_run(
     details: bool = True,
     mfu: bool = True,
     untraced_step_ms: float | None = None,
+    with_path: bool = True,
 ) -> RunReport:
     """Analyse one rank of a trace run (default: the lowest rank).
 
@@ -559,7 +560,9 @@ def analyze_run(
     kernel breakdown, gap evidence, per-step values and recommendations (``gpuscope check``);
     ``mfu=False`` with it also skips FLOPs, tensor cores and MFU. ``untraced_step_ms``: the step
     time measured without the profiler (ms), for traces whose metadata lacks
-    ``gpuscope.untraced_step_ms`` (it wins over the metadata). Raises ValueError for an unknown run
+    ``gpuscope.untraced_step_ms`` (it wins over the metadata). ``with_path=False`` leaves out the
+    critical path and the recommendations' ``estimate`` (the web page computes them below the
+    fold). Raises ValueError for an unknown run
     or rank, or a non-positive ``untraced_step_ms``.
     """
     run = _run_info(con, run_id)
@@ -809,7 +812,7 @@ def analyze_run(
         collectives=match,
     )
     report.ranks = ranks
-    if details and not evidence:
+    if details and with_path and not evidence:  # with_path=False: no critical path, no estimates
         _add_critical_path(report, con, run_id, rank, meta, dev_props, gpu_model)
     return report
 

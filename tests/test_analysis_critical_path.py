@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from gpuscope.analysis import gains as GN
 from gpuscope.analysis.critical_path import (
     BOUND_BY,
@@ -198,6 +199,7 @@ def brute_end(g: Graph, v: int) -> int:
     return start(v) + g.nodes[v].dur
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(dags())
 def test_replay_is_the_longest_path_and_the_path_tiles_it(g: Graph):
@@ -244,6 +246,7 @@ def traces(draw: st.DrawFn) -> tuple[list[H], list[G], int]:
     return host, gpu, end
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(traces())
 def test_graph_replays_the_recorded_trace(tr: tuple[list[H], list[G], int]):

@@ -261,9 +261,9 @@ def render(doc: dict[str, Any]) -> str:
         out.append(f"    {rec['evidence'].get('summary', '')}")
         est = rec.get("estimate")
         if est:
-            per = "per-sample time (4x batch)" if rec.get("bound") == "per_sample_time" else "step"
+            unit = "per-sample time (4x batch)" if rec.get("bound") == "per_sample_time" else "step"
             out.append(
-                f"    estimate: {per} down {est['gain_pct']:.0f}% "
+                f"    estimate: {unit} down {est['gain_pct']:.0f}% "
                 f"(range {est['low_pct']:.0f}-{est['high_pct']:.0f}%), re-timed on the critical path"
                 + (f", step ~{sig3(est['step_ms'])} ms" if est.get("step_ms") else "")
             )

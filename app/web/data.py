@@ -34,7 +34,18 @@ def _rank(run_id: str, rank: int | None) -> int | None:
 @st.cache_resource(show_spinner=False, max_entries=24)
 def report_obj(path: str, run_id: str, rank: int | None) -> run_views.RunReport:
     """``analyze_run(con, run_id, rank=rank)``: the report object, shared by every session."""
-    return run_views.analyze_run(db.cursor(), run_id, rank=rank)
+    # the critical path (seconds on large windows) is left to its own section below the fold
+    return run_views.analyze_run(db.cursor(), run_id, rank=rank, with_path=False)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _report_doc_with_path(path: str, run_id: str, rank: int | None) -> dict[str, Any]:
+    return run_views.report_doc(run_views.analyze_run(db.cursor(), run_id, rank=rank))
+
+
+def report_with_path(path: str, run_id: str, rank: int | None) -> dict[str, Any]:
+    """:func:`report` with the critical path and each recommendation's ``estimate``."""
+    return _report_doc_with_path(path, run_id, _rank(run_id, rank))
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

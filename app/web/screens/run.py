@@ -75,7 +75,8 @@ if report is not None:
             views.top_kernels(report)
         with views.section("Fixes"):
             views.recommendations(report)
-        with views.section("Critical path"):
-            critical_path_view.show(report)
+        with views.section("Critical path"), st.spinner("Tracing the critical path…"):
+            assert run_id is not None
+            critical_path_view.show(data.report_with_path(path, run_id, rank))
 
     views.below_the_fold(f"run_{run_id}_{rank}", rest)
