@@ -28,10 +28,13 @@ from gpuscope.analysis.event_classes import KERNEL_CATS
 from gpuscope.analysis.flops import FlopsResult
 from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
 from gpuscope.analysis.kernels import KernelBreakdown
+from gpuscope.analysis.memory import MemoryResult, memory_analysis
+from gpuscope.analysis.modules import ModulesResult, module_analysis
 from gpuscope.analysis.peaks import Peak
 from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
 from gpuscope.analysis.rank_index import RankIndex, close_shared, drop_run_names, run_names
 from gpuscope.analysis.ranks import Straggler, find_straggler, rank_table
+from gpuscope.analysis.roofline import Roofline, roofline
 from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import (
     COMM_KERNEL_RE,
@@ -84,6 +87,9 @@ class RunReport:
     compiled: CompiledInfo | None = None
     pageable: PageableCopies | None = None
     straggler: Straggler | None = None
+    memory: MemoryResult | None = None
+    roofline: Roofline | None = None
+    modules: ModulesResult | None = None
 
     @property
     def rank_table(self) -> pd.DataFrame:
@@ -171,6 +177,9 @@ class RunReport:
             "ranks": self.ranks,
             "straggler": self.straggler.to_json() if self.straggler is not None else None,
             "warnings": list(self.warnings),
+            "memory": self.memory.to_json() if self.memory is not None else None,
+            "roofline": self.roofline.to_json() if self.roofline is not None else None,
+            "modules": self.modules.to_json() if self.modules is not None else None,
         }
 
 
@@ -607,6 +616,26 @@ def analyze_run(
     pageable = (
         pageable_copies(con, run_id, rank, window, busy.device, gpu_model) if details else None
     )
+    memory = (
+        memory_analysis(
+            con,
+            run_id,
+            rank,
+            window,
+            busy.device,
+            dev_props,
+            meta.get("metadata"),
+            _time_offset(con, run_id, rank),
+        )
+        if details
+        else None
+    )
+    roof = (
+        roofline(con, run_id, rank, window, busy.device, dev_props, props)
+        if details and not evidence
+        else None
+    )
+    modules = module_analysis(con, run_id, rank, window, busy.device) if details else None
     # (the other ranks' indexes may push this rank's RankIndex out of the shared ones: everything
     # that reads it is above)
     ranks = [
@@ -635,6 +664,7 @@ def analyze_run(
             pc,
             compiled,
             pageable,
+            memory,
         )
         if details and not evidence
         else []
@@ -666,6 +696,9 @@ def analyze_run(
         compiled=compiled,
         pageable=pageable,
         straggler=straggler,
+        memory=memory,
+        roofline=roof,
+        modules=modules,
     )
     report.ranks = ranks
     return report
@@ -687,6 +720,7 @@ def _recommendations(
     pc: ProfilerCost | None = None,
     compiled: CompiledInfo | None = None,
     pageable: PageableCopies | None = None,
+    memory: MemoryResult | None = None,
 ) -> list[R.Recommendation]:
     run_id = run["id"]
     cc = None
@@ -713,7 +747,12 @@ def _recommendations(
         tc_speedup=speedup,
         comm_only_ns=comm_only,
         peers=[r for r in ranks if r["rank"] != rank],
-        mem_used_frac=_mem_used_frac(con, run_id),
+        mem_used_frac=(
+            memory.peak_reserved_frac
+            if memory is not None and memory.peak_reserved_frac is not None
+            else _mem_used_frac(con, run_id)
+        ),
+        memory=memory.to_json() if memory is not None and memory.recorded else None,
         dataloader_kind=_loader_kind(idle),
         untraced_step_ns=pc.untraced_step_ms * 1e6 if pc and pc.untraced_step_ms else None,
         host_cap_ns_per_step=(
@@ -727,6 +766,14 @@ def _recommendations(
         pageable_copy=pageable.to_json() if pageable is not None and pageable.copies else None,
     )
     return R.recommend(inputs)
+
+
+def _time_offset(con: Connection, run_id: str, rank: int) -> int:
+    """The rank's trace clock -> Unix ns (``ranks.time_offset_ns``; 0 when unknown)."""
+    row = con.execute(
+        "SELECT time_offset_ns FROM ranks WHERE run_id = ? AND rank = ?", [run_id, int(rank)]
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
 
 
 def _torch_flag(con: Connection, run_id: str, rank: int, flag: str) -> bool | None:

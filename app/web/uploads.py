@@ -18,6 +18,12 @@ from typing import BinaryIO, Protocol
 
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import RunResult, ingest_paths
+from gpuscope.ingest.memory_snapshot import (
+    MAX_SNAPSHOT_BYTES,
+    SNAPSHOT_SUFFIXES,
+    read_snapshot,
+)
+from gpuscope.ingest.memory_snapshot import META_KEY as SNAPSHOT_KEY
 from gpuscope.ingest.naming import meta_from_head, upload_name
 from gpuscope.ingest.store import Connection
 
@@ -83,7 +89,11 @@ def trace_files(files: Sequence[Upload]) -> tuple[list[Upload], list[str]]:
     """A dropped folder's files: when some are named like torch.profiler traces
     (``*.pt.trace.json[.gz]``), those are the run and the rest (``timing.json`` …) are left out;
     returns (kept, names left out)."""
-    traces = [f for f in files if ".pt.trace.json" in f.name.lower()]
+    traces = [
+        f
+        for f in files
+        if ".pt.trace.json" in f.name.lower() or f.name.lower().endswith(SNAPSHOT_SUFFIXES)
+    ]  # a memory snapshot beside the traces goes with them
     if not traces or len(traces) == len(files):
         return list(files), []
     return traces, sorted(f.name for f in files if f not in traces)
@@ -115,9 +125,19 @@ def ingest_uploads(
     ``gpuscope.capture`` would have (``gpuscope ingest --untraced-step-ms``).
     ``uploaded_by``: the signed-in user (``runs.uploaded_by``); None without sign-in.
     """
+    snaps = [f for f in files if f.name.lower().endswith(SNAPSHOT_SUFFIXES)]
+    files = [f for f in files if f not in snaps]
     if not files:
-        raise IngestError("upload", "no files")
+        raise IngestError(
+            "upload", "no files" if not snaps else "a memory snapshot needs its trace"
+        )
     check_names(files)
+    extra: dict[str, object] = {}
+    if len(snaps) > 1:
+        raise IngestError(snaps[1].name, "one memory snapshot per upload")
+    if snaps:  # read with the restricted unpickler before anything is stored
+        snaps[0].seek(0)
+        extra[SNAPSHOT_KEY] = read_snapshot(snaps[0].name, snaps[0].read(MAX_SNAPSHOT_BYTES + 1))
     report = progress or (lambda _f, _t: None)
     with tempfile.TemporaryDirectory(prefix="gpuscope-upload-", dir=tmp_root) as tmp:
         root = Path(tmp)
@@ -160,7 +180,10 @@ def ingest_uploads(
         if run_name is None and mode == ONE_RUN and len(files) > 1:
             run_name = run_name_for(files)
         try:
-            meta = {"gpuscope.untraced_step_ms": untraced_step_ms} if untraced_step_ms else None
+            meta: dict[str, object] | None = dict(extra)
+            if untraced_step_ms:
+                meta["gpuscope.untraced_step_ms"] = untraced_step_ms  # type: ignore[index]
+            meta = meta or None
             results = ingest_paths(
                 con,
                 paths,
