@@ -233,13 +233,16 @@ class TraceBuilder:
         stream: int = 7,
         device: int = 0,
         external_id: int | None = None,
+        tid: int = TID,
         **args: Any,
     ) -> int:
-        """A runtime call at cpu_ts that starts GPU work at gpu_ts (with its ac2g flow)."""
+        """A runtime call at cpu_ts (on thread ``tid``) that starts GPU work at gpu_ts (with its
+        ac2g flow)."""
         corr = self.runtime(
             api,
             cpu_ts,
             cpu_dur,
+            tid=tid,
             external_id=external_id,
             cat="cuda_driver"
             if api.startswith("cu") and not api.startswith("cuda")
@@ -253,7 +256,7 @@ class TraceBuilder:
                 "ph": "s",
                 "id": corr,
                 "pid": PID,
-                "tid": TID,
+                "tid": tid,
                 "ts": cpu_ts,
                 "cat": "ac2g",
                 "name": "ac2g",
