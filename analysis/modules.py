@@ -417,8 +417,9 @@ def tandem_repeats(
     seq: np.ndarray, min_len: int = MIN_REPEAT_KERNELS
 ) -> list[tuple[int, int, int]]:
     """Back-to-back repeats in ``seq`` (ints): (start, unit length, times), largest cover first, up
-    to :data:`MAX_REPEATS` that do not overlap. A unit is the shortest that gives its cover: four
-    transformer layers are one layer × 4, not two layers × 2."""
+    to :data:`MAX_REPEATS` that do not overlap. Of equal covers the shorter unit wins: four
+    transformer layers are one layer × 4, not two layers × 2 (a unit made of a shorter repeated
+    unit always has the shorter one's cover too)."""
     n = len(seq)
     found: list[tuple[int, int, int]] = []  # (cover, -p, start) candidates
     for p in range(min_len, n // 2 + 1):
@@ -442,13 +443,6 @@ def tandem_repeats(
         if taken[s : s + cover].any():
             continue
         p = -negp
-        # the shortest unit of this cover: a unit made of a smaller repeated unit is not primitive
-        if any(
-            p % q == 0 and np.array_equal(seq[s : s + p], np.tile(seq[s : s + q], p // q))
-            for q in range(1, p)
-            if q >= min_len or q == 1
-        ):
-            continue
         out.append((s, p, cover // p))
         taken[s : s + cover] = True
         if len(out) >= MAX_REPEATS:

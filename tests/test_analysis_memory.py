@@ -78,6 +78,7 @@ def _memory(con, tmp_path: Path, t: TraceBuilder):
     return rid, memory_analysis(con, rid, 0, w, 0, device_props(meta, 0), meta.get("metadata"))
 
 
+@pytest.mark.slow
 def test_ingest_keeps_allocator_events(con, tmp_path: Path) -> None:
     rid = ingest_paths(con, [hand_trace().write(tmp_path / "mem.json")])[0].run_id
     rows = con.execute(
@@ -91,6 +92,7 @@ def test_ingest_keeps_allocator_events(con, tmp_path: Path) -> None:
     assert rows[4][3:8] == (4, 3000, 10000, 12000, BWD_TID)
 
 
+@pytest.mark.slow
 def test_hand_trace_memory(con, tmp_path: Path) -> None:
     _, m = _memory(con, tmp_path, hand_trace())
     j = m.to_json()
@@ -128,6 +130,7 @@ def test_hand_trace_memory(con, tmp_path: Path) -> None:
     assert int(m.series["allocated"].max()) == 10000
 
 
+@pytest.mark.slow
 def test_no_allocator_events_says_so(con, tmp_path: Path) -> None:
     t = TraceBuilder()
     t.step(1, 0, 100)
@@ -137,6 +140,7 @@ def test_no_allocator_events_says_so(con, tmp_path: Path) -> None:
     assert "profile_memory=True" in m.notes[0]
 
 
+@pytest.mark.slow
 def test_near_full_finding_and_batch_headroom(con, tmp_path: Path) -> None:
     # 12000 of 13000 bytes reserved: 92 % >= 90 %
     rid = ingest_paths(con, [hand_trace(total_mem=13000).write(tmp_path / "full.json")])[0].run_id
@@ -168,6 +172,7 @@ def test_batch_size_summary_gives_the_headroom() -> None:
     assert rec.evidence["headroom_bytes"] == 72 * 2**30
 
 
+@pytest.mark.slow
 def test_real_trace_peak_equals_torch_max_memory_allocated(con) -> None:
     facts = json.loads((SAMPLE / "facts.json").read_text())
     rid = ingest_paths(con, [SAMPLE / "gpt_mem.pt.trace.json.gz"])[0].run_id
