@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import streamlit as st
-from gpuscope.web import data, db, ui, views
+from gpuscope.web import data, db, memory_ops_views, ui, views
 
 ui.show_flash()
 path = db.db_path()
@@ -64,6 +64,9 @@ if report is not None:
 with views.section("Busy-time plot"):
     views.sawtooth_panel(run_id, rank, key="run")
 if report is not None:
+    with views.section("Memory line"):
+        memory_ops_views.memory_line(run_id, rank, view_key="run")
+if report is not None:
 
     def rest(report: dict[str, Any] = report) -> None:
         with views.section("Breakdowns"):
@@ -72,5 +75,11 @@ if report is not None:
             views.top_kernels(report)
         with views.section("Fixes"):
             views.recommendations(report)
+        with views.section("Memory"):
+            memory_ops_views.memory(report)
+        with views.section("Roofline"):
+            memory_ops_views.roofline(report)
+        with views.section("Modules"):
+            memory_ops_views.modules(report)
 
     views.below_the_fold(f"run_{run_id}_{rank}", rest)
