@@ -32,7 +32,7 @@ def hand_trace(total_mem: int | None = None) -> TraceBuilder:
 
     - t=50 (before the window): +4000 -> 4000 / 8000 (the weights)
     - step 1, forward [100, 500): aten::mm +1000 @210 -> 5000; aten::addmm +2000 @310 -> 7000,
-      reserved 10000 (a cudaMalloc of 50 µs at 305)
+      reserved 12000 (a cudaMalloc of 50 µs at 305): reserved peaks here, before allocated does
     - step 1, backward [500, 700) (autograd thread): aten::mm +3000 @520 -> 10000 / 12000 = THE PEAK;
       frees -1000 @650 -> 9000, -2000 @690 -> 7000
     - step 1, optimizer [800, 900): aten::add +500 @820 -> 7500; frees -500 @850, -3000 @860 -> 4000
@@ -51,7 +51,7 @@ def hand_trace(total_mem: int | None = None) -> TraceBuilder:
     t.memory(210, 1000, 5000, 8000, addr=2)
     t.cpu_op(ADDMM, 300, 50)
     t.runtime("cudaMalloc", 305, 50)
-    t.memory(310, 2000, 7000, 10000, addr=3)
+    t.memory(310, 2000, 7000, 12000, addr=3)
     t.cpu_op("autograd::engine::evaluate_function: MmBackward0", 500, 200, tid=BWD_TID)
     t.cpu_op(MM, 510, 90, tid=BWD_TID)
     t.memory(520, 3000, 10000, 12000, addr=4, tid=BWD_TID)
