@@ -198,7 +198,52 @@ for _n in ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "e
            "leaky_relu", "elu", "softplus", "logical_not", "bitwise_and", "maximum", "minimum",
            "square", "cos", "sin", "erf", "_fused_dropout"):  # fmt: skip
     MODELS[f"aten::{_n}"] = _elementwise
-COMPUTE_FAMILIES = ("matmul", "conv", "attention")  # against the tensor-core roof of their dtype
+COMPUTE_FAMILIES = ("matmul", "conv", "attention")
+FOREACH = "aten::_foreach_"
+
+
+def _n_lists(types_text: Any) -> int:
+    types = F._parse_json(types_text) if isinstance(types_text, str) else None
+    return sum(1 for t in types or [] if t == "TensorList")
+
+
+def foreach_model(name: str, list_bytes: Any, types_text: Any) -> Model | None:
+    """A ``_foreach_*`` op over k TensorLists of ``list_bytes`` each: reads the k lists, writes one
+    (in place: its first): (k + 1) × list bytes; 1 FLOP per element of each list read, elements =
+    list bytes / 4 (fp32 optimizer state). None when the list's bytes are unknown."""
+    k = _n_lists(types_text)
+    if not list_bytes or k == 0:
+        return None
+    lb = float(list_bytes)
+    return k * lb / 4, (k + 1) * lb, "optimizer"
+
+
+def _foreach_list_bytes(con: Connection, run_id: str, rank: int, ops: Any) -> dict[int, int]:
+    """Row of ``ops`` -> bytes of one of its TensorLists, for ``_foreach_*`` ops: an out-of-place
+    one (``_foreach_sqrt``) allocates its output list, so the allocator's bytes inside it are the
+    list's; every foreach op takes the list bytes of the nearest such op on its thread."""
+    fe = ops[ops["name"].str.startswith(FOREACH)]
+    if fe.empty:
+        return {}
+    mem = con.execute(
+        """SELECT tid, ts_ns, bytes FROM memory_events WHERE run_id = ? AND rank = ?
+           AND device_type = 1 AND bytes > 0 AND ts_ns >= ? AND ts_ns < ? ORDER BY ts_ns""",
+        [run_id, int(rank), int(fe["s"].min()), int(fe["e"].max())],
+    ).df()
+    if mem.empty:
+        return {}
+    outp = fe[~fe["name"].str.endswith("_")]
+    known: list[tuple[int, int, int]] = []  # (tid, time, list bytes)
+    for _, r in outp.iterrows():
+        m = mem[(mem["tid"] == r["tid"]) & (mem["ts_ns"] >= r["s"]) & (mem["ts_ns"] < r["e"])]
+        if len(m):
+            known.append((int(r["tid"]), int(r["s"]), int(m["bytes"].sum())))
+    out: dict[int, int] = {}
+    for i, r in fe.iterrows():
+        same = [(abs(t - int(r["s"])), b) for tid, t, b in known if tid == int(r["tid"])]
+        if same:
+            out[int(i)] = min(same)[1]  # type: ignore[call-overload]
+    return out  # against the tensor-core roof of their dtype
 
 
 def op_model(
@@ -341,10 +386,12 @@ def roofline(
                   e.concrete_inputs
            FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
            WHERE e.run_id = ? AND e.rank = ? AND e.ph = 'X' AND e.cat IN ('cpu_op', 'Operator')
-             AND e.dur_ns IS NOT NULL AND list_contains(?, n.name)
+             AND e.dur_ns IS NOT NULL
+             AND (list_contains(?, n.name) OR starts_with(n.name, 'aten::_foreach_'))
              AND e.ts_ns < ? AND e.ts_ns + e.dur_ns > ?""",
         [run_id, int(rank), list(MODELS), window.end_ns, window.start_ns - 10**10],
     ).df()
+    list_bytes = _foreach_list_bytes(con, run_id, rank, ops)
     launch = lx.has_launch & kern
     idx_of: list[str | None] = [None] * len(lx)
     if not ops.empty and launch.any():
@@ -368,6 +415,8 @@ def roofline(
             continue
         r = ops.iloc[int(g)]
         key = (r["name"], r["input_dims"], r["input_types"], r["concrete_inputs"])
+        if str(r["name"]).startswith(FOREACH):  # TensorLists: no shapes; the list's bytes instead
+            key = (r["name"], list_bytes.get(int(g)), r["input_types"], None)
         grp = groups.setdefault(key, {"ns": 0, "calls": set()})
         grp["ns"] += ns
         grp["calls"].add(int(g))
@@ -376,10 +425,18 @@ def roofline(
         k = f"(kernel without a modelled op) {names.get(nid, '?')[:60]}"
         res.unmodelled[k] = res.unmodelled.get(k, 0) + ns
     for (name, dims, types, conc), grp in groups.items():
-        m, dt = op_model(name, dims, types, conc)
+        if str(name).startswith(FOREACH):
+            m, dt = foreach_model(str(name), dims, types), "fp32"
+            dims = f"{_n_lists(types)} TensorList(s) of {dims} B" if dims else None
+        else:
+            m, dt = op_model(name, dims, types, conc)
         if m is None:
             res.unmodelled_ns += grp["ns"]
-            k = f"{name} (shapes do not give its FLOPs/bytes)"
+            k = (
+                f"{name} (TensorList sizes unknown: record with profile_memory=True)"
+                if str(name).startswith(FOREACH)
+                else f"{name} (shapes do not give its FLOPs/bytes)"
+            )
             res.unmodelled[k] = res.unmodelled.get(k, 0) + grp["ns"]
             continue
         fl, by, fam = m

@@ -3,12 +3,13 @@ table, and the real H100 sample."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from gpuscope.analysis import peaks as P
 from gpuscope.analysis.report import analyze_run
-from gpuscope.analysis.roofline import op_model
+from gpuscope.analysis.roofline import foreach_model, op_model
 from gpuscope.ingest.loader import ingest_paths
 from tracegen import H100, TraceBuilder
 
@@ -128,5 +129,22 @@ def test_real_trace_roofline(con) -> None:
     assert {"matmul", "attention", "norm", "elementwise", "reduction", "softmax", "copy"} <= fams
     mm = [o for o in ops if o["op"] == "aten::mm"]
     assert mm and all(o["dtype"] == "bf16" and 0 < o["roof_pct"] <= 100 for o in mm)
-    # the optimizer's foreach kernels have no shapes: counted, not modelled
-    assert any("multi_tensor_apply" in u["op"] for u in j["unmodelled_top"])
+    # the optimizer's foreach ops: TensorLists have no shapes; their size comes from the allocator
+    # (what _foreach_sqrt allocated): the fp32 parameter count × 4 bytes
+    params = json.loads((SAMPLE / "facts.json").read_text())["params"]
+    opt = [o for o in ops if o["family"] == "optimizer"]
+    assert {o["op"] for o in opt} >= {"aten::_foreach_addcdiv_", "aten::_foreach_sqrt"}
+    sqrt = next(o for o in opt if o["op"] == "aten::_foreach_sqrt")
+    assert sqrt["shapes"] == f"1 TensorList(s) of {params * 4} B"
+    assert sqrt["bytes_per_call"] == 2 * params * 4  # reads one list, writes one
+    assert not any("multi_tensor_apply" in u["op"] for u in j["unmodelled_top"])
+
+
+def test_foreach_model() -> None:
+    types = '["TensorList","TensorList","TensorList","Scalar"]'  # addcmul_(self, t1, t2, value)
+    assert foreach_model("aten::_foreach_addcmul_", 4000, types) == (
+        3 * 1000,
+        4 * 4000,
+        "optimizer",
+    )
+    assert foreach_model("aten::_foreach_addcmul_", None, types) is None
