@@ -425,9 +425,10 @@ def roofline(
         k = f"(kernel without a modelled op) {names.get(nid, '?')[:60]}"
         res.unmodelled[k] = res.unmodelled.get(k, 0) + ns
     for (name, dims, types, conc), grp in groups.items():
+        dt: str | None
         if str(name).startswith(FOREACH):
             m, dt = foreach_model(str(name), dims, types), "fp32"
-            dims = f"{_n_lists(types)} TensorList(s) of {dims} B" if dims else None
+            dims = f"{_n_lists(types)} TensorList(s) of {dims} B" if dims else ""
         else:
             m, dt = op_model(name, dims, types, conc)
         if m is None:
