@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.modules import PHASES, innermost, phase_at, phase_spans
+from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.steps import Window
+from gpuscope.analysis.store_access import execute
 
 if TYPE_CHECKING:
     from gpuscope.ingest.store import Connection
@@ -252,12 +254,15 @@ def _asking_op(stack: str | None) -> str | None:
 
 
 def _ops(con: Connection, run_id: str, rank: int, lo: int, hi: int) -> pd.DataFrame:
-    return con.execute(
-        """SELECT e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, n.name
-           FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
-           WHERE e.run_id = ? AND e.rank = ? AND e.ph = 'X' AND e.cat IN ('cpu_op', 'Operator')
-             AND e.dur_ns IS NOT NULL AND e.ts_ns < ? AND e.ts_ns + e.dur_ns > ?""",
-        [run_id, int(rank), int(hi), int(lo)],
+    """CPU ops overlapping ``[lo, hi)``, from the rank's index (no scan of ``events``)."""
+    ix = RankIndex.shared(con, run_id, rank)
+    return execute(
+        con,
+        f"""SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, n.name
+            FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+            WHERE h.ph = 'X' AND h.cat IN ('cpu_op', 'Operator') AND h.dur_ns IS NOT NULL
+              AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo""",
+        ix.params(lo=int(lo), hi=int(hi)),
     ).df()
 
 
@@ -343,6 +348,9 @@ def _malloc(con: Connection, run_id: str, rank: int, window: Window, res: Memory
 def _nvml(con: Connection, run_id: str, window: Window, res: MemoryResult, offset: int) -> None:
     """NVML memory.used of the run's GPU (the device index; else the lowest sampled) during the
     window, on the trace clock."""
+    has = con.execute("SELECT count(*) FROM nvml_series WHERE run_id = ?", [run_id]).fetchone()
+    if not has or not has[0]:
+        return
     df = con.execute(
         """SELECT gpu, t_ns - ? AS t_ns, mem_used_bytes FROM nvml_samples
            WHERE run_id = ? AND mem_used_bytes IS NOT NULL AND t_ns >= ? AND t_ns <= ?

@@ -51,41 +51,59 @@ def innermost(
 ) -> list[str | None]:
     """For each query (thread ``qtid``, time ``qt``), the label of the innermost span of that thread
     holding ``qt`` (``[start, end)``), or None. ``join``: labels of nested spans are joined into a
-    path (``outer/inner``); None keeps the innermost label alone. Spans are taken as nested (a span
-    that ends out of order is removed where it sits)."""
+    path (``outer/inner``); None keeps the innermost label alone. Spans are taken as nested: each
+    span's parent is the nearest earlier span of its thread that still holds its start.
+
+    Vectorised: spans sorted by (thread, start, longest first), parents found with one stack pass,
+    then every query starts at the last span that began at or before it and climbs to the first
+    ancestor still open (as many numpy rounds as the nesting is deep)."""
     out: list[str | None] = [None] * len(qt)
+    n = len(starts)
+    if n == 0 or len(qt) == 0:
+        return out
+    tids = np.asarray(tids, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    order = np.lexsort((-(ends - starts), starts, tids))
+    t_s, s_s, e_s = tids[order], starts[order], ends[order]
+    parent = np.full(n, -1, dtype=np.int64)
+    stack: list[int] = []
+    prev_tid = None
+    for i in range(n):  # one pass: the open spans of the thread
+        if t_s[i] != prev_tid:
+            stack, prev_tid = [], t_s[i]
+        while stack and e_s[stack[-1]] <= s_s[i]:
+            stack.pop()
+        parent[i] = stack[-1] if stack else -1
+        stack.append(i)
+    lab = [labels[int(k)] for k in order]
+    if join is not None:
+        path: list[str] = []
+        for i in range(n):
+            p = int(parent[i])
+            path.append(lab[i] if p < 0 else path[p] + join + lab[i])
+        lab = path
+    qtid = np.asarray(qtid, dtype=np.int64)
+    qt = np.asarray(qt, dtype=np.int64)
+    # the last span of the query's thread that started at or before it
+    j = np.full(len(qt), -1, dtype=np.int64)
     for tid in np.unique(qtid):
-        sel = np.flatnonzero(tids == tid)
-        qsel = np.flatnonzero(qtid == tid)
-        if not len(sel):
+        lo, hi = np.searchsorted(t_s, tid, "left"), np.searchsorted(t_s, tid, "right")
+        if hi == lo:
             continue
-        pts: list[tuple[int, int, int]] = []  # (time, 0 end / 1 start, span)
-        for i in sel.tolist():
-            pts.append((int(starts[i]), 1, i))
-            pts.append((int(ends[i]), 0, i))
-        # at one time: ends first ([s, e) spans), then starts, longer (outer) spans first
-        pts.sort(key=lambda p: (p[0], p[1], -(int(ends[p[2]]) - int(starts[p[2]]))))
-        stack: list[tuple[int, str]] = []
-        bounds: list[int] = []
-        now: list[str | None] = []
-        for t, kind, i in pts:
-            if kind:
-                path = labels[i] if join is None or not stack else stack[-1][1] + join + labels[i]
-                stack.append((i, path))
-            else:
-                for j in range(len(stack) - 1, -1, -1):
-                    if stack[j][0] == i:
-                        del stack[j]
-                        break
-            if bounds and bounds[-1] == t:
-                now[-1] = stack[-1][1] if stack else None
-            else:
-                bounds.append(t)
-                now.append(stack[-1][1] if stack else None)
-        b = np.asarray(bounds, dtype=np.int64)
-        idx = np.searchsorted(b, qt[qsel], side="right") - 1
-        for q, k in zip(qsel, idx, strict=True):
-            out[int(q)] = now[int(k)] if k >= 0 else None
+        m = qtid == tid
+        k = np.searchsorted(s_s[lo:hi], qt[m], side="right") - 1
+        j[m] = np.where(k >= 0, k + lo, -1)
+    live = j >= 0
+    while True:  # climb while the span has ended
+        jj = np.where(live, j, 0)
+        closed = live & (e_s[jj] <= qt)
+        if not closed.any():
+            break
+        j = np.where(closed, parent[jj], j)
+        live = j >= 0
+    for q in np.flatnonzero(live):
+        out[int(q)] = lab[int(j[q])]
     return out
 
 
@@ -93,12 +111,29 @@ def innermost(
 
 
 def _host_spans(con: Connection, run_id: str, rank: int, where: str) -> pd.DataFrame:
+    """Timed host events of the rank matching ``where`` (on ``e`` = events, ``n`` = names)."""
     return con.execute(
         f"""SELECT e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, n.name, e.cat, e.seq_num, e.fwd_tid
             FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
             WHERE e.run_id = ? AND e.rank = ? AND e.ph = 'X' AND e.dur_ns IS NOT NULL AND ({where})
             ORDER BY e.ts_ns""",
-        [run_id, int(rank)],
+        [
+            run_id,
+            int(rank),
+        ],
+    ).df()
+
+
+def _indexed_spans(ix: RankIndex, where: str) -> pd.DataFrame:
+    """Timed host spans of the rank's index (ops, annotations, Python functions) whose name or
+    category satisfies ``where`` (on ``h`` = the host table, ``n`` = names): no scan of ``events``."""
+    return execute(
+        ix.con,
+        f"""SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, n.name, h.cat
+            FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+            WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND ({where})
+            ORDER BY h.ts_ns""",
+        ix.params(),
     ).df()
 
 
@@ -109,12 +144,18 @@ def phase_spans(con: Connection, run_id: str, rank: int, window: Window) -> pd.D
     autograd engine's ops (``autograd::engine::evaluate_function: *``, or an annotation named
     ``backward``); ``forward`` before that; ``other`` after it. A step without backward ops (inference)
     is ``forward`` but for its optimizer spans."""
-    ev = _host_spans(
-        con,
-        run_id,
-        rank,
-        "e.cat IN ('cpu_op', 'user_annotation') AND (regexp_matches(n.name, "
-        f"'{OPTIMIZER_RE}') OR n.name LIKE '{BACKWARD_OP_PREFIX}%' "
+    ix = RankIndex.shared(con, run_id, rank)
+    return ix.memo(
+        ("phase_spans", window.start_ns, window.end_ns),
+        lambda: _phase_spans(ix, window),
+    )
+
+
+def _phase_spans(ix: RankIndex, window: Window) -> pd.DataFrame:
+    ev = _indexed_spans(
+        ix,
+        "h.cat IN ('cpu_op', 'user_annotation') AND (regexp_matches(n.name, "
+        f"'{OPTIMIZER_RE}') OR starts_with(n.name, '{BACKWARD_OP_PREFIX}') "
         "OR regexp_matches(n.name, '(?i)^(optimizer|backward)$'))",
     )
     is_opt = ev["name"].str.match(OPTIMIZER_RE) | ev["name"].str.lower().eq("optimizer")
@@ -323,8 +364,8 @@ def module_analysis(
     has_launch = ~np.isnan(launch)
     ph = np.where(has_launch, phase_at(spans, np.nan_to_num(launch).astype(np.int64)), "outside")
     # modules
-    mods = _host_spans(
-        con, run_id, rank, f"e.cat = 'python_function' AND n.name LIKE '{MODULE_PREFIX}%'"
+    mods = _indexed_spans(
+        ix, f"h.cat = 'python_function' AND starts_with(n.name, '{MODULE_PREFIX}')"
     )
     labels = [str(x)[len(MODULE_PREFIX) :] for x in mods["name"]]
     paths: list[str | None] = [None] * len(act)
