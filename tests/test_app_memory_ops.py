@@ -70,3 +70,54 @@ def test_run_without_memory_says_how_to_record(db: Path, tmp_path: Path) -> None
     assert any("profile_memory=True" in i for i in texts(at, "info"))
     specs = [c.proto.spec for c in at.get("plotly_chart")]
     assert not any("allocated (tensors)" in s for s in specs)  # no memory line without memory
+
+
+class _Upload:
+    """What st.file_uploader hands over: a named binary stream."""
+
+    def __init__(self, name: str, data: bytes) -> None:
+        import io
+
+        self.name, self._b = name, io.BytesIO(data)
+
+    def read(self, size: int = -1, /) -> bytes:
+        return self._b.read(size)
+
+    def seek(self, offset: int, whence: int = 0, /) -> int:
+        return self._b.seek(offset, whence)
+
+
+class _Evil:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.slow
+def test_upload_with_snapshot(con, tmp_path: Path) -> None:
+    import pickle
+
+    from gpuscope.analysis.store_access import rank_meta
+    from gpuscope.ingest.errors import IngestError
+    from gpuscope.web.uploads import ingest_uploads, trace_files
+
+    trace = _Upload(SAMPLE.joinpath("gpt_mem.pt.trace.json.gz").name,
+                    SAMPLE.joinpath("gpt_mem.pt.trace.json.gz").read_bytes())  # fmt: skip
+    marker = tmp_path / "PWNED"
+    evil = _Upload("snap.pickle", pickle.dumps({"segments": [], "x": _Evil(marker)}))
+    kept, left = trace_files([trace, evil, _Upload("facts.json", b"{}")])
+    assert [f.name for f in kept] == [trace.name, "snap.pickle"] and left == ["facts.json"]
+    with pytest.raises(IngestError) as e:
+        ingest_uploads(con, [trace, evil])
+    assert str(e.value).startswith("snap.pickle: refused") and not marker.exists()
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    real = _Upload(
+        "gpt_mem.snapshot.pickle", SAMPLE.joinpath("gpt_mem.snapshot.pickle").read_bytes()
+    )
+    (r,) = ingest_uploads(con, [trace, real])
+    snap = rank_meta(con, r.run_id, 0)["metadata"]["gpuscope.memory_snapshot"]
+    assert snap["file"] == "gpt_mem.snapshot.pickle" and snap["devices"]["0"]["segments"] == 43
