@@ -254,3 +254,23 @@ def test_cli_refuses_a_callable_snapshot(tmp_path: Path) -> None:
     )  # fmt: skip
     snap = json.loads(out.stdout)["memory"]["snapshot"]
     assert snap["file"] == "gpt_mem.snapshot.pickle" and snap["devices"]["0"]["segments"] > 0
+
+
+@pytest.mark.slow
+def test_a_store_from_before_memory_events_gains_the_table(db_path: Path, tmp_path: Path) -> None:
+    """A store written before ``memory_events`` existed: opening it adds the (empty) table, its runs
+    still analyse, and their memory says to ingest again."""
+    from gpuscope.ingest.store import connect
+
+    con = connect(db_path)
+    rid = ingest_paths(con, [hand_trace().write(tmp_path / "old.json")])[0].run_id
+    with con.writing():
+        con.execute("DROP TABLE memory_events")
+    con.close()
+    con = connect(db_path)
+    try:
+        assert con.execute("SELECT count(*) FROM memory_events").fetchone() == (0,)
+        m = analyze_run(con, rid).to_json()["memory"]
+        assert m["recorded"] is False and "ingested before" in m["notes"][0]
+    finally:
+        con.close()
