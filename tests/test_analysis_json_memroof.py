@@ -20,5 +20,5 @@ def test_memory_roofline_modules_keys_match_docs(con) -> None:
     got = key_paths({k: doc[k] for k in ("memory", "roofline", "modules")}, leaves)
     assert got - keys == set(), "output keys missing from docs/cli-json.md"
     assert keys - got == set(), "documented keys missing from the output"
-    top, top_leaves = documented("analyze")
+    _, top_leaves = documented("analyze")
     assert {"memory", "roofline", "modules"} <= top_leaves  # broken down in their own section
