@@ -82,7 +82,9 @@ def test_trace_with_snapshot_shows_memory_roofline_modules(server: Server, new_p
     main = page.locator('[data-testid="stMain"]').inner_text()
     assert "Peak allocated" in main and "0.451 GiB" in main  # 484,664,320 B = max_memory_allocated
     assert "Memory snapshot" in main and "gpt_mem.snapshot.pickle" in main
-    charts = page.locator('[data-testid="stPlotlyChart"]')
-    assert charts.count() >= 2
-    assert "allocated (tensors)" in charts.nth(1).inner_text()
+    # the memory line: its own chart (the sawtooth is the other), drawn once the page settles
+    page.locator('[data-testid="stPlotlyChart"]').filter(
+        has_text="allocated (tensors)"
+    ).first.wait_for(timeout=120_000)
+    assert page.locator('[data-testid="stPlotlyChart"]').count() >= 2
     screenshot(page, "memory_run")
