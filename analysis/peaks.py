@@ -226,6 +226,63 @@ PEAKS: dict[str, GpuPeaks] = {
 }
 SOURCES: dict[str, str] = {k: v.source for k, v in PEAKS.items()}
 
+_NV_GH200 = "NVIDIA GH200 Grace Hopper Superchip datasheet, nvidia.com/en-us/data-center/grace-hopper-superchip"
+#: Peak DRAM (HBM/GDDR) bandwidth, TB/s (10^12 bytes/s), by the same model keys as PEAKS: the memory
+#: roof of the roofline (analysis/roofline.py). Vendor datasheet figures; the source is that of the
+#: model's FLOP/s row unless named here. The A100 row is the 40 GB part; see :func:`mem_tbs_for`.
+MEM_TBS: dict[str, float] = {
+    "V100 SXM2": 0.9,
+    "V100 PCIe": 0.9,
+    "V100S PCIe": 1.134,
+    "T4": 0.32,
+    "A100": 1.555,  # 40 GB; 80 GB: 2.039 (SXM4) / 1.935 (PCIe)
+    "A10": 0.6,
+    "A10G": 0.6,
+    "L4": 0.3,
+    "L40S": 0.864,
+    "L40": 0.864,
+    "H100 SXM": 3.35,
+    "H100 PCIe": 2.0,
+    "H100 NVL": 3.9,
+    "H200": 4.8,
+    "H200 NVL": 4.8,
+    "GH200": 4.0,  # 96 GB HBM3; the 144 GB HBM3e part: 4.9 (_NV_GH200)
+    "B200": 8.0,
+    "GB200": 8.0,
+    "RTX 4090": 1.008,
+    "MI250X": 3.2768,
+    "MI250": 3.2768,
+    "MI300X": 5.3,
+    "MI325X": 6.0,
+    "MI300A": 5.3,
+}
+
+
+def mem_tbs_for(device: dict[str, Any] | None) -> tuple[float | None, str | None, str]:
+    """(peak DRAM bandwidth in TB/s or None, model, how it was matched) of one deviceProperties
+    entry. An A100 with more than 48 GB is the 80 GB part (2.039 TB/s SXM4, 1.935 PCIe)."""
+    if not device:
+        return None, None, "no deviceProperties in the trace"
+    model, how = match_model(device)
+    if model is None:
+        return None, None, f"unknown GPU: {how}"
+    tbs = MEM_TBS.get(model)
+    if model == "A100":
+        try:
+            big = int(device.get("totalGlobalMem") or 0) > 48 * 2**30
+        except (TypeError, ValueError):
+            big = False
+        if big:
+            tbs = 1.935 if "PCIE" in str(device.get("name", "")).upper() else 2.039
+    if model == "GH200":
+        try:
+            if int(device.get("totalGlobalMem") or 0) > 120 * 2**30:
+                tbs = 4.9
+        except (TypeError, ValueError):
+            pass
+    return tbs, model, how
+
+
 # deviceProperties[].name -> model; ordered, most specific first (case-insensitive search).
 NAME_RULES: tuple[tuple[str, str, str], ...] = (
     (r"GH200", "GH200", "NVIDIA GH200 480GB"),
@@ -408,10 +465,11 @@ def achieved_tflops(flops_per_step: float | None, step_time_s: float | None) -> 
 
 def peaks_markdown() -> str:
     """The peak table as markdown (docs/metrics.md)."""
-    head = "| model | " + " | ".join(DTYPES) + " | source |"
-    out = [head, "| --- |" + " --- |" * (len(DTYPES) + 1)]
+    head = "| model | " + " | ".join(DTYPES) + " | memory TB/s | source |"
+    out = [head, "| --- |" + " --- |" * (len(DTYPES) + 2)]
     for m, p in PEAKS.items():
         vals = [f"{p.tflops[d]:g}" if d in p.tflops else "—" for d in DTYPES]
+        bw = f"{MEM_TBS[m]:g}" if m in MEM_TBS else "—"
         src = p.source + (f" ({p.note})" if p.note else "")
-        out.append(f"| {m} | " + " | ".join(vals) + f" | {src} |")
+        out.append(f"| {m} | " + " | ".join(vals) + f" | {bw} | {src} |")
     return "\n".join(out)

@@ -54,6 +54,10 @@ class Recommendation:
     def gain_phrase(self) -> str:
         """The bound in words: "step time down by at most X%" (``batch_size``: per-sample time)."""
         what = "per-sample time" if self.bound == "per_sample_time" else "step time"
+        if (
+            self.bound == "memory"
+        ):  # memory_near_full: the gain is room, time only from malloc calls
+            return f"frees GPU memory; step time down by at most {self.max_gain_pct:.3g}%"
         return f"{what} down by at most {self.max_gain_pct:.3g}%"
 
     def to_json(self) -> dict[str, Any]:
@@ -113,6 +117,8 @@ class Inputs:
     cudnn_benchmark: bool | None = None
     pageable_excess_ns: float = 0.0
     pageable_copy: dict[str, Any] | None = None
+    # the allocator's memory (analysis.memory MemoryResult.to_json()) when the trace recorded it
+    memory: dict[str, Any] | None = None
 
 
 def host_cost(ns: float, inp: Inputs) -> tuple[float, bool]:
@@ -465,11 +471,21 @@ def rule_batch_size(inp: Inputs) -> Recommendation | None:
         "small_grid_mean_sm_fill": k.small_grid_fill,
         "memory_used_frac": inp.mem_used_frac,
     }
-    mem = (
-        f"peak memory use was {100 * inp.mem_used_frac:.0f}% of the GPU"
-        if inp.mem_used_frac is not None
-        else "memory use was not recorded (check torch.cuda.max_memory_allocated())"
-    )
+    m = inp.memory or {}
+    if m.get("peak_reserved_bytes") and m.get("device_total_bytes"):
+        free = m["device_total_bytes"] - m["peak_reserved_bytes"]
+        ev["headroom_bytes"] = free
+        ev["peak_allocated_bytes"] = m.get("peak_allocated_bytes")
+        mem = (
+            f"the allocator reserved at most {_gib(m['peak_reserved_bytes'])} of "
+            f"{_gib(m['device_total_bytes'])} "
+            f"({100 * m['peak_reserved_bytes'] / m['device_total_bytes']:.0f}%; peak allocated "
+            f"{_gib(m.get('peak_allocated_bytes') or 0)}), leaving {_gib(free)} of headroom"
+        )
+    elif inp.mem_used_frac is not None:
+        mem = f"peak memory use was {100 * inp.mem_used_frac:.0f}% of the GPU"
+    else:
+        mem = "memory use was not recorded (record with profile_memory=True, or check torch.cuda.max_memory_allocated())"
     ev["summary"] = (
         f"The GPU was busy {inp.busy_pct:.0f}% of the time and {small_share:.0f}% of kernel time "
         f"went to kernels with fewer blocks than SMs (mean fill {100 * k.small_grid_fill:.0f}%); "
@@ -484,6 +500,65 @@ def rule_batch_size(inp: Inputs) -> Recommendation | None:
         "loader = DataLoader(dataset, batch_size=4 * B, ...)   # as memory allows\n"
         "# scale the learning rate with the batch (e.g. linearly, with warm-up)",
         bound="per_sample_time",
+    )
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.3g} GiB"
+
+
+NEAR_FULL_FRAC = 0.90
+"""Peak reserved memory at least this share of the device: the ``memory_near_full`` finding."""
+
+
+def rule_memory_near_full(inp: Inputs) -> Recommendation | None:
+    """The allocator held at least :data:`NEAR_FULL_FRAC` of the GPU. Its bound is the time in
+    cudaMalloc/cudaFree inside the steps (a full cache frees and re-asks the driver), 0 without."""
+    m = inp.memory or {}
+    total, peak = m.get("device_total_bytes"), m.get("peak_reserved_bytes")
+    if not total or not peak or peak < NEAR_FULL_FRAC * total:
+        return None
+    malloc = m.get("malloc") or {}
+    thrash_ns = float(malloc.get("us") or 0.0) * 1e3
+    gap = m.get("reserved_minus_allocated_at_peak_bytes")
+    ev: dict[str, Any] = {
+        "peak_reserved_bytes": peak,
+        "peak_allocated_bytes": m.get("peak_allocated_bytes"),
+        "device_total_bytes": total,
+        "reserved_minus_allocated_at_peak_bytes": gap,
+        "malloc_calls": malloc.get("calls", 0),
+        "malloc_us_per_step": malloc.get("us_per_step", 0.0),
+    }
+    thrash = (
+        f" The allocator called cudaMalloc/cudaFree {malloc.get('calls', 0)} times inside the steps "
+        f"({malloc.get('us_per_step', 0.0):.0f} µs per step): it is freeing its cache to make room."
+        if malloc.get("calls")
+        else ""
+    )
+    frag = (
+        f" At the peak it held {_gib(gap)} reserved but not allocated (fragmentation: "
+        "expandable_segments lets it reuse that)."
+        if gap
+        else ""
+    )
+    ev["summary"] = (
+        f"The caching allocator reserved {_gib(peak)} of the GPU's {_gib(total)} "
+        f"({100 * peak / total:.0f}%): one larger activation away from out-of-memory, and no room "
+        f"for a larger batch.{frag}{thrash}"
+    )
+    gain = min(100.0, host_gain_pct(thrash_ns, inp)) if thrash_ns else 0.0
+    return Recommendation(
+        "memory_near_full",
+        "GPU memory is nearly full: checkpoint activations, use expandable segments, or a smaller micro-batch",
+        ev,
+        gain,
+        "# keep fewer activations: recompute them in backward\n"
+        "from torch.utils.checkpoint import checkpoint\n"
+        "x = checkpoint(block, x, use_reentrant=False)\n"
+        "# let the allocator grow segments instead of fragmenting (before CUDA starts)\n"
+        "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'\n"
+        "# or: a smaller micro-batch with gradient accumulation (the same global batch)",
+        bound="memory",
     )
 
 
@@ -616,6 +691,7 @@ RULES = (
     rule_mixed_precision,
     rule_kernel_fusion,
     rule_batch_size,
+    rule_memory_near_full,
     rule_cudnn_benchmark,
     rule_communication,
     rule_load_imbalance,
@@ -630,6 +706,7 @@ REC_IDS: tuple[str, ...] = (
     "cuda_graphs",
     "compiled_overhead",
     "batch_size",
+    "memory_near_full",
     "cudnn_benchmark",
     "overlap_communication",
     "load_imbalance",

@@ -44,10 +44,13 @@ from gpuscope.analysis.event_classes import KERNEL_CATS
 from gpuscope.analysis.flops import FlopsResult
 from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
 from gpuscope.analysis.kernels import KernelBreakdown
+from gpuscope.analysis.memory import MemoryResult, memory_analysis
+from gpuscope.analysis.modules import ModulesResult, module_analysis
 from gpuscope.analysis.peaks import Peak
 from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
 from gpuscope.analysis.rank_index import RankIndex, close_shared, drop_run_names, run_names
 from gpuscope.analysis.ranks import Straggler, rank_table
+from gpuscope.analysis.roofline import Roofline, roofline
 from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import (
     COMM_KERNEL_RE,
@@ -102,6 +105,11 @@ class RunReport:
     straggler: Straggler | None = None
     split: BusySplit | None = None
     collectives: CollectiveMatch | None = None
+    critical_path: CriticalPath | None = None
+    gain_context: GN.Context | None = None
+    memory: MemoryResult | None = None
+    roofline: Roofline | None = None
+    modules: ModulesResult | None = None
 
     @property
     def gpu_wait_pct(self) -> float | None:
@@ -109,9 +117,6 @@ class RunReport:
         if not self.has_gpu_activity or self.split is None:
             return None
         return self.split.pct(self.split.wait_ns)
-
-    critical_path: CriticalPath | None = None
-    gain_context: GN.Context | None = None
 
     @property
     def rank_table(self) -> pd.DataFrame:
@@ -212,6 +217,9 @@ class RunReport:
             "collectives": (
                 match_json(self.collectives, w.n_steps) if self.collectives is not None else None
             ),
+            "memory": self.memory.to_json() if self.memory is not None else None,
+            "roofline": self.roofline.to_json() if self.roofline is not None else None,
+            "modules": self.modules.to_json() if self.modules is not None else None,
         }
 
 
@@ -706,6 +714,26 @@ def analyze_run(
     pageable = (
         pageable_copies(con, run_id, rank, window, busy.device, gpu_model) if details else None
     )
+    memory = (
+        memory_analysis(
+            con,
+            run_id,
+            rank,
+            window,
+            busy.device,
+            dev_props,
+            meta.get("metadata"),
+            _time_offset(con, run_id, rank),
+        )
+        if details
+        else None
+    )
+    roof = (
+        roofline(con, run_id, rank, window, busy.device, dev_props, props)
+        if details and not evidence
+        else None
+    )
+    modules = module_analysis(con, run_id, rank, window, busy.device) if details else None
     # (the other ranks' indexes may push this rank's RankIndex out of the shared ones: everything
     # that reads it is above)
     # collectives matched across ranks, and the busy split (compute / transfer / wait / idle)
@@ -777,6 +805,7 @@ def analyze_run(
             pc,
             compiled,
             pageable,
+            memory,
         )
         if details and not evidence
         else []
@@ -810,6 +839,9 @@ def analyze_run(
         straggler=straggler,
         split=split,
         collectives=match,
+        memory=memory,
+        roofline=roof,
+        modules=modules,
     )
     report.ranks = ranks
     if details and with_path and not evidence:  # with_path=False: no critical path, no estimates
@@ -867,6 +899,7 @@ def _recommendations(
     pc: ProfilerCost | None = None,
     compiled: CompiledInfo | None = None,
     pageable: PageableCopies | None = None,
+    memory: MemoryResult | None = None,
 ) -> list[R.Recommendation]:
     run_id = run["id"]
     cc = None
@@ -893,7 +926,12 @@ def _recommendations(
         tc_speedup=speedup,
         comm_only_ns=comm_only,
         peers=[r for r in ranks if r["rank"] != rank],
-        mem_used_frac=_mem_used_frac(con, run_id),
+        mem_used_frac=(
+            memory.peak_reserved_frac
+            if memory is not None and memory.peak_reserved_frac is not None
+            else _mem_used_frac(con, run_id)
+        ),
+        memory=memory.to_json() if memory is not None and memory.recorded else None,
         dataloader_kind=_loader_kind(idle),
         untraced_step_ns=pc.untraced_step_ms * 1e6 if pc and pc.untraced_step_ms else None,
         host_cap_ns_per_step=(
@@ -907,6 +945,14 @@ def _recommendations(
         pageable_copy=pageable.to_json() if pageable is not None and pageable.copies else None,
     )
     return R.recommend(inputs)
+
+
+def _time_offset(con: Connection, run_id: str, rank: int) -> int:
+    """The rank's trace clock -> Unix ns (``ranks.time_offset_ns``; 0 when unknown)."""
+    row = con.execute(
+        "SELECT time_offset_ns FROM ranks WHERE run_id = ? AND rank = ?", [run_id, int(rank)]
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
 
 
 def _torch_flag(con: Connection, run_id: str, rank: int, flag: str) -> bool | None:

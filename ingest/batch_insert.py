@@ -78,6 +78,8 @@ def strict_json(batch: Batch) -> bool:
     return True
 
 
+MEMORY_MARK = b'"[memory]"'  # a batch holding this may hold allocator events (memory_events)
+
 # Events buffered before they are written to the store (one Parquet file each); $GPUSCOPE_FLUSH_ROWS
 # sets it (fewer rows: less memory, more files).
 ENV_FLUSH_ROWS = "GPUSCOPE_FLUSH_ROWS"
@@ -145,6 +147,7 @@ class BatchInserter:
         self.thread_rows: set[tuple[int, str, int, str]] = set()
         self.odd_events = 0  # events with a value of an unexpected type (kept as JSON text)
         self.odd_examples: list[str] = []
+        self.memory_rows: list[tuple[Any, ...]] = []  # memory_events rows not yet written
 
     def insert(self, path: Path, batch: Batch, rank: int, *, strict: bool = True) -> int:
         """Insert one batch; returns its number of events. Raises IngestError for bad events.
@@ -152,6 +155,10 @@ class BatchInserter:
         ``strict``: the batch passed :func:`strict_json`; otherwise it goes straight to the decoder
         that reads the known quirks and names anything else.
         """
+        if MEMORY_MARK in batch.data:  # profile_memory's [memory] instants: their own table
+            from gpuscope.ingest.memory_events import memory_rows
+
+            self.memory_rows += memory_rows(batch.data, self.run_id, rank)
         if not strict:
             self.fallbacks += 1
             return self.insert_arrow(self._decode(path, batch), rank)
@@ -225,6 +232,7 @@ class BatchInserter:
         """Write the buffered events to ``events``, sorted by (rank, cat, ts_ns), counting them
         per rank. The buffer is Arrow, outside DuckDB: rows a transaction writes to a DuckDB table
         and deletes again stay in its memory until the commit."""
+        self._flush_memory()
         if not self.buffered:
             return
         import pyarrow as pa
@@ -248,12 +256,25 @@ class BatchInserter:
         raw_con = getattr(self.con, "con", self.con)
         raw_con.execute("INSERT INTO events SELECT * FROM _gs_chunk ORDER BY rank, cat, ts_ns")
 
+    def _flush_memory(self) -> None:
+        """Write the buffered ``memory_events`` rows (one INSERT)."""
+        if not self.memory_rows:
+            return
+        from gpuscope.ingest.memory_events import memory_table
+
+        _gs_mem = memory_table(self.memory_rows)
+        self.memory_rows = []
+        raw_con = getattr(self.con, "con", self.con)
+        raw_con.execute("INSERT INTO memory_events SELECT * FROM _gs_mem ORDER BY rank, ts_ns")
+
     def rename_rank(self, old: int, new: int) -> None:
         """Events written as rank ``old`` become rank ``new`` (the rank was learned late)."""
         self.flush()
-        self.con.execute(
-            "UPDATE events SET rank = ? WHERE run_id = ? AND rank = ?", [new, self.run_id, old]
-        )
+        for table in ("events", "memory_events"):
+            self.con.execute(
+                f"UPDATE {table} SET rank = ? WHERE run_id = ? AND rank = ?",
+                [new, self.run_id, old],
+            )
         if old in self.stats:
             self.stats[new] = self.stats.pop(old)
         self.thread_rows = {(new, *r[1:]) if r[0] == old else r for r in self.thread_rows}

@@ -265,6 +265,35 @@ NVML_SAMPLES = Table(
     ),
 )
 
+MEMORY_EVENTS = Table(
+    "memory_events",
+    "The caching allocator's `[memory]` instants (a trace recorded with `profile_memory=True`): one row "
+    "per allocation or free, on any device (CPU ones too). Read from the events' `args`, which `events` "
+    "does not keep (its `bytes` column is a copy's `args.bytes`; these carry `args.Bytes`). A run "
+    "ingested before this table existed has no rows in it: ingest the trace again.",
+    (
+        C("run_id", "VARCHAR NOT NULL", "-> runs.run_id"),
+        C("rank", "INTEGER NOT NULL", "-> ranks.rank"),
+        C("tid", "BIGINT", "thread that allocated (to find the op that asked for the memory)"),
+        C("ts_ns", "BIGINT NOT NULL", "when, trace time in ns (= trace µs × 1000, exact)"),
+        C("device_type", "INTEGER", "`args.Device Type`: 0 CPU, 1 CUDA (c10::DeviceType)"),
+        C("device", "INTEGER", "`args.Device Id` (-1 for the CPU)"),
+        C("addr", "BIGINT", "`args.Addr`: the block's address"),
+        C("bytes", "BIGINT", "`args.Bytes`: > 0 an allocation, < 0 a free, bytes"),
+        C(
+            "total_allocated",
+            "BIGINT",
+            "`args.Total Allocated`: bytes the allocator had handed out on the device after this event",
+        ),
+        C(
+            "total_reserved",
+            "BIGINT",
+            "`args.Total Reserved`: bytes the allocator held from the driver (cudaMalloc'd) after it",
+        ),
+    ),
+)
+
+
 TABLES: tuple[Table, ...] = (
     RUNS,
     RANKS,
@@ -273,6 +302,7 @@ TABLES: tuple[Table, ...] = (
     THREADS,
     NVML_SERIES,
     NVML_SAMPLES,
+    MEMORY_EVENTS,
 )
 
 META_DDL = "CREATE TABLE IF NOT EXISTS gpuscope_meta (key VARCHAR PRIMARY KEY, value VARCHAR)"

@@ -62,7 +62,16 @@ MAINTAIN_MEMORY_LIMIT = "192MB"
 RETRIES = 4  # attempts of a write transaction that conflicts with another writer (team store)
 T = TypeVar("T")
 
-RUN_TABLES = ("threads", "names", "events", "ranks", "nvml_samples", "nvml_series", "runs")
+RUN_TABLES = (
+    "threads",
+    "names",
+    "events",
+    "memory_events",
+    "ranks",
+    "nvml_samples",
+    "nvml_series",
+    "runs",
+)
 RUN_COLUMNS = (
     "run_id, name, kind, created_at, n_ranks, n_events, source_bytes, gpu_name, torch_version, "
     "tags, start_ns, end_ns, uploaded_by"

@@ -134,6 +134,55 @@ class TraceBuilder:
         )
         return corr
 
+    def memory(
+        self,
+        ts: float,
+        nbytes: int,
+        total_allocated: int,
+        total_reserved: int,
+        *,
+        addr: int = 0x7F0000000000,
+        device: int = 0,
+        device_type: int = 1,
+        tid: int = TID,
+    ) -> None:
+        """A caching-allocator ``[memory]`` instant (profile_memory=True): ``nbytes`` > 0 an
+        allocation, < 0 a free; the totals are the allocator's after it."""
+        self.events.append(
+            {
+                "ph": "i",
+                "cat": "cpu_instant_event",
+                "s": "t",
+                "name": "[memory]",
+                "pid": PID,
+                "tid": tid,
+                "ts": ts,
+                "args": {
+                    "Total Reserved": total_reserved,
+                    "Total Allocated": total_allocated,
+                    "Bytes": nbytes,
+                    "Device Id": device,
+                    "Device Type": device_type,
+                    "Addr": addr,
+                },
+            }
+        )
+
+    def module(self, name: str, ts: float, dur: float, *, tid: int = TID) -> None:
+        """An ``nn.Module: <name>`` span, as Kineto writes it with with_modules (python_function)."""
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": f"nn.Module: {name}",
+                "pid": PID,
+                "tid": tid,
+                "ts": ts,
+                "dur": dur,
+                "args": {"Python id": self._next_ext(), "Python module id": 0},
+            }
+        )
+
     # -- device side ------------------------------------------------------------------------
     def gpu(
         self,
@@ -184,13 +233,16 @@ class TraceBuilder:
         stream: int = 7,
         device: int = 0,
         external_id: int | None = None,
+        tid: int = TID,
         **args: Any,
     ) -> int:
-        """A runtime call at cpu_ts that starts GPU work at gpu_ts (with its ac2g flow)."""
+        """A runtime call at cpu_ts (on thread ``tid``) that starts GPU work at gpu_ts (with its
+        ac2g flow)."""
         corr = self.runtime(
             api,
             cpu_ts,
             cpu_dur,
+            tid=tid,
             external_id=external_id,
             cat="cuda_driver"
             if api.startswith("cu") and not api.startswith("cuda")
@@ -204,7 +256,7 @@ class TraceBuilder:
                 "ph": "s",
                 "id": corr,
                 "pid": PID,
-                "tid": TID,
+                "tid": tid,
                 "ts": cpu_ts,
                 "cat": "ac2g",
                 "name": "ac2g",

@@ -10,6 +10,8 @@ import sys
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
 from gpuscope.ingest.errors import IngestError, StoreError
 from gpuscope.ingest.loader import ingest_paths
+from gpuscope.ingest.memory_snapshot import META_KEY as SNAPSHOT_KEY
+from gpuscope.ingest.memory_snapshot import SNAPSHOT_SUFFIXES, read_snapshot
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -54,6 +56,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         f"node's service identity, set by the deployer; the default) unless "
         f"${ENV_ALLOW_UPLOADED_BY}=1 allows naming anyone (docs/security.md)",
     )
+    p.add_argument(
+        "--memory-snapshot",
+        metavar="FILE",
+        help="a torch.cuda.memory._dump_snapshot pickle of the same job, kept with the trace run "
+        "(read without running code: only containers, numbers and strings; a .pickle among the "
+        "PATHs is taken the same way)",
+    )
     p.add_argument("--json", action="store_true", help="print details as JSON")
     common_db_option(p)
 
@@ -92,11 +101,24 @@ def run(args: argparse.Namespace) -> int:
         uploaded_by = uploader(args.uploaded_by)
     except ValueError as e:
         return fail(str(e))
-    metadata = {}
+    metadata: dict[str, object] = {}
     if args.untraced_step_ms is not None:
         if not math.isfinite(args.untraced_step_ms) or args.untraced_step_ms <= 0:
             return fail(f"--untraced-step-ms: {args.untraced_step_ms:g} is not a step time > 0 ms")
         metadata["gpuscope.untraced_step_ms"] = args.untraced_step_ms
+    snapshots = [x for x in args.paths if str(x).lower().endswith(SNAPSHOT_SUFFIXES)]
+    args.paths = [x for x in args.paths if x not in snapshots]
+    if args.memory_snapshot:
+        snapshots.append(args.memory_snapshot)
+    if len(snapshots) > 1:
+        return fail(f"{snapshots[1]}: one memory snapshot per ingest ({snapshots[0]} is the other)")
+    if snapshots and not args.paths:
+        return fail(f"{snapshots[0]}: a memory snapshot goes with a trace: name the trace too")
+    if snapshots:  # read (or refused) before the store is opened: a refusal changes nothing
+        try:
+            metadata[SNAPSHOT_KEY] = read_snapshot(snapshots[0])
+        except IngestError as e:
+            return fail(str(e))
     con = open_db(args)
     try:
         attach = run_id_or_exit(con, args.attach) if args.attach else None

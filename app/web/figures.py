@@ -650,3 +650,59 @@ def rank_step_heatmap(
     fig.update_xaxes(type="category")
     fig.update_layout(showlegend=False, clickmode="event+select")
     return _base_layout(fig, height=height or min(900, max(220, 60 + 14 * n)))
+
+
+# -- memory ------------------------------------------------------------------------------------------
+
+
+def memory_line(
+    series: pd.DataFrame,
+    *,
+    origin_ns: int,
+    x_range_ns: tuple[int, int],
+    nvml: pd.DataFrame | None = None,
+    total_bytes: int | None = None,
+    height: int = 220,
+) -> go.Figure:
+    """The allocator's memory over time (``series``: ``t_ns``, ``allocated``, ``reserved``, bytes;
+    a step line, each value holding until the next event), NVML memory.used (``t_ns``,
+    ``mem_used_bytes``) beside it, in GiB; x in ms since ``origin_ns`` over ``x_range_ns``, the
+    sawtooth's axis. The device's memory is drawn only when the peak comes within half of it."""
+    fig = go.Figure()
+    gib = float(2**30)
+    lines = [("reserved", "reserved (allocator's cache)", palette.RUN_A),
+             ("allocated", "allocated (tensors)", palette.BUSY)]  # fmt: skip
+    for col, name, color in lines:
+        if not series.empty and col in series:
+            fig.add_trace(
+                go.Scatter(
+                    x=_ms(series["t_ns"], origin_ns),
+                    y=series[col].to_numpy(dtype="float64") / gib,
+                    mode="lines",
+                    name=name,
+                    line={"color": color, "width": 2, "shape": "hv"},
+                    hovertemplate=f"{name}: %{{y:.3f}} GiB<extra></extra>",
+                )
+            )
+    if nvml is not None and not nvml.empty:
+        fig.add_trace(
+            go.Scatter(
+                x=_ms(nvml["t_ns"], origin_ns),
+                y=nvml["mem_used_bytes"].to_numpy(dtype="float64") / gib,
+                mode="lines",
+                name="NVML memory.used",
+                line={"color": palette.NVML, "width": 2, "shape": "hv", "dash": "dot"},
+                hovertemplate="NVML used: %{y:.3f} GiB<extra></extra>",
+            )
+        )
+    peak = float(series["reserved"].max()) if not series.empty and "reserved" in series else 0.0
+    if total_bytes and peak >= 0.5 * total_bytes:
+        fig.add_hline(
+            y=total_bytes / gib,
+            line={"color": palette.BAD, "width": 1, "dash": "dash"},
+            annotation_text="GPU memory",
+            annotation_position="top left",
+        )
+    fig.update_xaxes(range=list(_ms(list(x_range_ns), origin_ns)))
+    fig.update_yaxes(rangemode="tozero")
+    return _base_layout(fig, height=height, y_title="GiB", x_title="ms")

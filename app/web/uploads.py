@@ -18,13 +18,25 @@ from typing import BinaryIO, Protocol
 
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import RunResult, ingest_paths
+from gpuscope.ingest.memory_snapshot import (
+    MAX_SNAPSHOT_BYTES,
+    SNAPSHOT_SUFFIXES,
+    read_snapshot,
+)
+from gpuscope.ingest.memory_snapshot import META_KEY as SNAPSHOT_KEY
 from gpuscope.ingest.naming import meta_from_head, upload_name
 from gpuscope.ingest.store import Connection
 
 CHUNK = 1 << 20
 SERIES = (".jsonl", ".jsonl.gz")  # an NVML series (gpuscope sample / gpuscope.capture)
 ACCEPTED = (".json", ".json.gz", ".gz", *SERIES)
-UPLOAD_TYPES = ["json", "gz", "jsonl"]  # what the uploader offers (st.file_uploader's type)
+UPLOAD_TYPES = [
+    "json",
+    "gz",
+    "jsonl",
+    "pickle",
+    "pkl",
+]  # what the uploader offers (st.file_uploader's type)
 ONE_RUN = "one run's ranks"
 SEPARATE = "separate runs"
 
@@ -93,10 +105,14 @@ def run_name_for(files: Sequence[Upload]) -> str:
 
 def trace_files(files: Sequence[Upload]) -> tuple[list[Upload], list[str]]:
     """A dropped folder's files: when some are named like torch.profiler traces
-    (``*.pt.trace.json[.gz]``), those and the NVML series beside them (``*.jsonl``: attached to
-    the run, as ``gpuscope ingest FOLDER`` does) are the run, and the rest (``timing.json`` …) are
-    left out; returns (kept, names left out)."""
-    traces = [f for f in files if ".pt.trace.json" in f.name.lower()]
+    (``*.pt.trace.json[.gz]``), those, the NVML series beside them (``*.jsonl``: attached to
+    the run, as ``gpuscope ingest FOLDER`` does) and a memory snapshot (``*.pickle``) are the run,
+    and the rest (``timing.json`` …) are left out; returns (kept, names left out)."""
+    traces = [
+        f
+        for f in files
+        if ".pt.trace.json" in f.name.lower() or f.name.lower().endswith(SNAPSHOT_SUFFIXES)
+    ]
     kept = traces + [f for f in files if is_series_name(f.name) and f not in traces]
     if not traces or len(kept) == len(files):
         return list(files), []
@@ -129,9 +145,19 @@ def ingest_uploads(
     ``gpuscope.capture`` would have (``gpuscope ingest --untraced-step-ms``).
     ``uploaded_by``: the signed-in user (``runs.uploaded_by``); None without sign-in.
     """
+    snaps = [f for f in files if f.name.lower().endswith(SNAPSHOT_SUFFIXES)]
+    files = [f for f in files if f not in snaps]
     if not files:
-        raise IngestError("upload", "no files")
+        raise IngestError(
+            "upload", "no files" if not snaps else "a memory snapshot needs its trace"
+        )
     check_names(files)
+    extra: dict[str, object] = {}
+    if len(snaps) > 1:
+        raise IngestError(snaps[1].name, "one memory snapshot per upload")
+    if snaps:  # read with the restricted unpickler before anything is stored
+        snaps[0].seek(0)
+        extra[SNAPSHOT_KEY] = read_snapshot(snaps[0].name, snaps[0].read(MAX_SNAPSHOT_BYTES + 1))
     report = progress or (lambda _f, _t: None)
     with tempfile.TemporaryDirectory(prefix="gpuscope-upload-", dir=tmp_root) as tmp:
         root = Path(tmp)
@@ -174,7 +200,10 @@ def ingest_uploads(
         if run_name is None and mode == ONE_RUN and len(files) > 1:
             run_name = run_name_for(files)
         try:
-            meta = {"gpuscope.untraced_step_ms": untraced_step_ms} if untraced_step_ms else None
+            meta: dict[str, object] | None = dict(extra)
+            if untraced_step_ms:
+                meta["gpuscope.untraced_step_ms"] = untraced_step_ms  # type: ignore[index]
+            meta = meta or None
             results = ingest_paths(
                 con,
                 paths,

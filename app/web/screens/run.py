@@ -8,7 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 import streamlit as st
-from gpuscope.web import critical_path_view, data, db, perfetto_panel, report_button, ui, views
+from gpuscope.web import (
+    critical_path_view,
+    data,
+    db,
+    memory_ops_views,
+    perfetto_panel,
+    report_button,
+    ui,
+    views,
+)
 
 ui.show_flash()
 path = db.db_path()
@@ -64,6 +73,9 @@ if report is not None:
         views.rank_overview(run_id, report)
 with views.section("Busy-time plot"):
     views.sawtooth_panel(run_id, rank, key="run")
+if report is not None:
+    with views.section("Memory line"):
+        memory_ops_views.memory_line(run_id, rank, view_key="run")
 with views.section("Open in Perfetto"):
     perfetto_panel.perfetto_panel(run_id, rank, str(row["name"]))
 if report is not None:
@@ -78,5 +90,11 @@ if report is not None:
         with views.section("Critical path"), st.spinner("Tracing the critical path…"):
             assert run_id is not None
             critical_path_view.show(data.report_with_path(path, run_id, rank))
+        with views.section("Memory"):
+            memory_ops_views.memory(report)
+        with views.section("Roofline"):
+            memory_ops_views.roofline(report)
+        with views.section("Modules"):
+            memory_ops_views.modules(report)
 
     views.below_the_fold(f"run_{run_id}_{rank}", rest)

@@ -38,7 +38,8 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
     upload_key = f"uploader_{st.session_state.get('upload_round', 0)}"
     dropped = st.file_uploader(
         "PyTorch profiler traces (.json, .json.gz): one file, the rank files of one run, "
-        "or a run's folder dropped here; an NVML series (.jsonl) with them is attached to the run",
+        "or a run's folder dropped here; an NVML series (.jsonl) with them is attached to the run, "
+        "a torch.cuda.memory._dump_snapshot .pickle goes with them",
         type=UPLOAD_TYPES,
         accept_multiple_files=True,
         key=upload_key,

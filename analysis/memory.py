@@ -1,0 +1,366 @@
+"""GPU memory from the caching allocator's events (``profile_memory=True``): peak allocated and
+reserved against the device, memory over time, by phase and by op, allocator thrash, NVML beside.
+Definitions: docs/metrics.md, "Memory".
+
+Reads ``memory_events`` (one row per allocation or free, with the allocator's totals after it).
+Times are integer ns of trace time; sizes are bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+from gpuscope.analysis.modules import PHASES, innermost, phase_at, phase_spans
+from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.steps import Window
+from gpuscope.analysis.store_access import execute
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
+
+CUDA = 1  # c10::DeviceType::CUDA (HIP builds of PyTorch also report 1)
+#: Runtime/driver calls that take memory from the driver or give it back (allocator thrash when
+#: they run inside steps): cudaMalloc/cudaFree, and the virtual-memory calls of expandable segments.
+MALLOC_RE = r"^(cudaMalloc|cudaFree|cuMemCreate|cuMemRelease|cuMemMap|cuMemUnmap|cuMemSetAccess|hipMalloc|hipFree)$"
+NEAR_FULL_FRAC = 0.90  # peak reserved at least this share of the device: "near full"
+MAX_POINTS = 2000  # the memory line keeps at most this many points (the max of each bucket)
+TOP_OPS = 10
+BEFORE_WINDOW = "(allocated before the window)"
+NO_OP = "(no op)"
+
+
+@dataclass
+class MemoryResult:
+    """The allocator's memory on one device over the window. ``recorded`` False: the trace has no
+    allocator events for the device (not recorded with profile_memory, or ingested before
+    gpuscope kept them) and every figure is None."""
+
+    recorded: bool
+    device: int | None = None
+    device_total_bytes: int | None = None
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    peak_at_ns: int | None = None
+    reserved_at_peak_bytes: int | None = None
+    start_allocated_bytes: int | None = None
+    n_events: int = 0
+    n_steps: int = 1
+    series: pd.DataFrame = field(default_factory=pd.DataFrame)  # t_ns, allocated, reserved
+    by_phase: dict[str, dict[str, int]] = field(default_factory=dict)
+    top_ops: list[dict[str, Any]] = field(default_factory=list)
+    held_at_peak: list[dict[str, Any]] = field(default_factory=list)
+    malloc: dict[str, Any] = field(default_factory=dict)
+    nvml: pd.DataFrame = field(default_factory=pd.DataFrame)  # t_ns, mem_used_bytes
+    nvml_peak_bytes: int | None = None
+    snapshot: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def peak_reserved_frac(self) -> float | None:
+        """Peak reserved / the device's memory (0..1), None when either is unknown."""
+        if not self.peak_reserved_bytes or not self.device_total_bytes:
+            return None
+        return self.peak_reserved_bytes / self.device_total_bytes
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        """The device's memory the allocator never reserved: total − peak reserved."""
+        if self.peak_reserved_bytes is None or not self.device_total_bytes:
+            return None
+        return self.device_total_bytes - self.peak_reserved_bytes
+
+    @property
+    def near_full(self) -> bool:
+        f = self.peak_reserved_frac
+        return f is not None and f >= NEAR_FULL_FRAC
+
+    def to_json(self) -> dict[str, Any]:
+        per = max(1, self.n_steps)
+        return {
+            "recorded": self.recorded,
+            "device": self.device,
+            "device_total_bytes": self.device_total_bytes,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "peak_reserved_pct": 100.0 * f if (f := self.peak_reserved_frac) is not None else None,
+            "peak_at_us": self.peak_at_ns / 1e3 if self.peak_at_ns is not None else None,
+            "reserved_minus_allocated_at_peak_bytes": (
+                self.reserved_at_peak_bytes - self.peak_allocated_bytes
+                if self.reserved_at_peak_bytes is not None and self.peak_allocated_bytes is not None
+                else None
+            ),
+            "headroom_bytes": self.headroom_bytes,
+            "near_full": self.near_full,
+            "start_allocated_bytes": self.start_allocated_bytes,
+            "n_events": self.n_events,
+            "by_phase": {
+                p: {
+                    "peak_allocated_bytes": v["peak"],
+                    "allocated_bytes_per_step": v["alloc"] / per,
+                    "freed_bytes_per_step": v["freed"] / per,
+                    "allocations_per_step": v["n"] / per,
+                }
+                for p, v in self.by_phase.items()
+            },
+            "top_ops": self.top_ops,
+            "held_at_peak": self.held_at_peak,
+            "malloc": self.malloc,
+            "nvml_peak_used_bytes": self.nvml_peak_bytes,
+            "snapshot": self.snapshot,
+            "notes": list(self.notes),
+        }
+
+
+def _events(con: Connection, run_id: str, rank: int, device: int | None) -> pd.DataFrame:
+    return con.execute(
+        """SELECT ts_ns, tid, addr, bytes, total_allocated, total_reserved
+           FROM memory_events
+           WHERE run_id = ? AND rank = ? AND device_type = ? AND device = ?
+             AND total_allocated IS NOT NULL
+           ORDER BY ts_ns""",
+        [run_id, int(rank), CUDA, int(device) if device is not None else -1],
+    ).df()
+
+
+def memory_devices(con: Connection, run_id: str, rank: int) -> list[int]:
+    """The CUDA devices with allocator events on the rank."""
+    rows = con.execute(
+        "SELECT DISTINCT device FROM memory_events WHERE run_id = ? AND rank = ? AND device_type = ? "
+        "ORDER BY device",
+        [run_id, int(rank), CUDA],
+    ).fetchall()
+    return [int(r[0]) for r in rows if r[0] is not None]
+
+
+def thin_max(t: np.ndarray, cols: dict[str, np.ndarray], lo: int, hi: int, n: int) -> pd.DataFrame:
+    """At most ``n`` points of step series: per time bucket of ``[lo, hi]`` the bucket's first time
+    and the max of each column (a peak is never thinned away)."""
+    df = pd.DataFrame({"t_ns": t, **cols})
+    if len(df) <= n or hi <= lo:
+        return df
+    k = np.floor((t - lo) * (n / (hi - lo + 1))).astype(np.int64)
+    g = df.groupby(k, sort=True)
+    out = g.max()
+    out["t_ns"] = g["t_ns"].min()
+    return out.reset_index(drop=True)
+
+
+def memory_analysis(
+    con: Connection,
+    run_id: str,
+    rank: int,
+    window: Window,
+    device: int | None,
+    device_props: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    time_offset_ns: int = 0,
+) -> MemoryResult:
+    """Memory of ``device`` (the GPU the analysis is about; the one with allocator events when it
+    has none) over the window; see :class:`MemoryResult`."""
+    devs = memory_devices(con, run_id, rank)
+    snap = (metadata or {}).get("gpuscope.memory_snapshot")
+    snap = snap if isinstance(snap, dict) else None
+    total = _int((device_props or {}).get("totalGlobalMem"))
+    if not devs:
+        res = MemoryResult(recorded=False, device=device, device_total_bytes=total, snapshot=snap)
+        res.notes.append(
+            "no allocator events: record with torch.profiler.profile(profile_memory=True) (a run "
+            "ingested before gpuscope kept them needs ingesting again)"
+        )
+        _nvml(con, run_id, window, res, time_offset_ns)
+        return res
+    dev = device if device in devs else devs[0]
+    ev = _events(con, run_id, rank, dev)
+    ws, we = window.start_ns, window.end_ns
+    before = ev[ev["ts_ns"] < ws]
+    inw = ev[(ev["ts_ns"] >= ws) & (ev["ts_ns"] < we)].reset_index(drop=True)
+    res = MemoryResult(
+        recorded=True, device=dev, device_total_bytes=total, n_events=len(inw),
+        n_steps=window.n_steps, snapshot=snap,
+    )  # fmt: skip
+    start_alloc = int(before["total_allocated"].iloc[-1]) if len(before) else None
+    start_res = int(before["total_reserved"].iloc[-1]) if len(before) else None
+    res.start_allocated_bytes = start_alloc
+    if inw.empty:
+        res.notes.append("no allocator events inside the analysed window")
+        if start_alloc is not None:
+            res.peak_allocated_bytes, res.peak_reserved_bytes = start_alloc, start_res
+            res.reserved_at_peak_bytes = start_res
+        _nvml(con, run_id, window, res, time_offset_ns)
+        return res
+    alloc = inw["total_allocated"].to_numpy(np.int64)
+    resv = inw["total_reserved"].fillna(0).to_numpy(np.int64)
+    i = int(np.argmax(alloc))  # the first event at the peak
+    res.peak_allocated_bytes = int(alloc[i])
+    res.peak_reserved_bytes = int(resv.max())
+    res.peak_at_ns = int(inw["ts_ns"].iloc[i])
+    res.reserved_at_peak_bytes = int(resv[i])
+    if start_alloc is not None and start_alloc > res.peak_allocated_bytes:  # held since before
+        res.peak_allocated_bytes = start_alloc
+    t = inw["ts_ns"].to_numpy(np.int64)
+    if start_alloc is not None:  # the line starts at the window's start with the level then
+        t = np.concatenate(([ws], t))
+        alloc = np.concatenate(([start_alloc], alloc))
+        resv = np.concatenate(([start_res or 0], resv))
+    res.series = thin_max(t, {"allocated": alloc, "reserved": resv}, ws, we, MAX_POINTS)
+    # by phase
+    spans = phase_spans(con, run_id, rank, window)
+    ph = phase_at(spans, inw["ts_ns"].to_numpy(np.int64))
+    b = inw["bytes"].fillna(0).to_numpy(np.int64)
+    for p in (*PHASES, "outside"):
+        m = ph == p
+        if not m.any():
+            continue
+        res.by_phase[p] = {
+            "peak": int(inw["total_allocated"].to_numpy(np.int64)[m].max()),
+            "alloc": int(b[m & (b > 0)].sum()),
+            "freed": int(-b[m & (b < 0)].sum()),
+            "n": int((m & (b > 0)).sum()),
+        }
+    _by_op(con, run_id, rank, window, ev, inw, res)
+    _malloc(con, run_id, rank, window, res)
+    _nvml(con, run_id, window, res, time_offset_ns)
+    return res
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+_SEP = "\x1f"
+#: Ops that only make storage: the memory is charged to the op that called them.
+ALLOC_PRIMITIVES = frozenset(
+    {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::resize_", "aten::new_empty",
+     "aten::new_empty_strided", "aten::zeros", "aten::zeros_like", "aten::zero_", "aten::fill_"}
+)  # fmt: skip
+
+
+def _asking_op(stack: str | None) -> str | None:
+    """The op an allocation is charged to: the innermost op of the thread's stack that is not a
+    storage primitive (``aten::empty_strided`` under ``aten::to`` is ``aten::to``'s memory)."""
+    if stack is None:
+        return None
+    parts = stack.split(_SEP)
+    for p in reversed(parts):
+        if p not in ALLOC_PRIMITIVES:
+            return p
+    return parts[-1]
+
+
+def _ops(con: Connection, run_id: str, rank: int, lo: int, hi: int) -> pd.DataFrame:
+    """CPU ops overlapping ``[lo, hi)``, from the rank's index (no scan of ``events``)."""
+    ix = RankIndex.shared(con, run_id, rank)
+    return execute(
+        con,
+        f"""SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, n.name
+            FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+            WHERE h.ph = 'X' AND h.cat IN ('cpu_op', 'Operator') AND h.dur_ns IS NOT NULL
+              AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo""",
+        ix.params(lo=int(lo), hi=int(hi)),
+    ).df()
+
+
+def _by_op(
+    con: Connection,
+    run_id: str,
+    rank: int,
+    window: Window,
+    ev: pd.DataFrame,
+    inw: pd.DataFrame,
+    res: MemoryResult,
+) -> None:
+    """Bytes allocated per step by op (the innermost CPU op of the allocating thread), and the
+    blocks live at the peak by the op that allocated them."""
+    ops = _ops(con, run_id, rank, int(ev["ts_ns"].min()), window.end_ns)
+    if ops.empty:
+        names: list[str | None] = [None] * len(ev)
+    else:
+        stacks = innermost(
+            ops["tid"].to_numpy(np.int64),
+            ops["s"].to_numpy(np.int64),
+            ops["e"].to_numpy(np.int64),
+            [str(x) for x in ops["name"]],
+            ev["tid"].fillna(-1).to_numpy(np.int64),
+            ev["ts_ns"].to_numpy(np.int64),
+            join=_SEP,
+        )
+        names = [_asking_op(x) for x in stacks]
+    ev = ev.assign(op=[x or NO_OP for x in names])
+    ws, we = window.start_ns, window.end_ns
+    a = ev[(ev["bytes"] > 0) & (ev["ts_ns"] >= ws) & (ev["ts_ns"] < we)]
+    per = max(1, window.n_steps)
+    g = a.groupby("op")["bytes"].agg(["sum", "count"]).sort_values("sum", ascending=False)
+    res.top_ops = [
+        {"op": str(k), "allocated_bytes_per_step": float(r["sum"]) / per,
+         "allocations_per_step": float(r["count"]) / per}
+        for k, r in g.head(TOP_OPS).iterrows()
+    ]  # fmt: skip
+    # live at the peak: an allocation before the peak whose block (address) was not freed before it
+    peak_t = res.peak_at_ns
+    if peak_t is None:
+        return
+    e2 = ev[ev["addr"].notna()].sort_values(["addr", "ts_ns"], kind="stable")
+    nxt_t = e2.groupby("addr")["ts_ns"].shift(-1)
+    nxt_b = e2.groupby("addr")["bytes"].shift(-1)
+    freed_at = np.where(nxt_b.fillna(0).to_numpy() < 0, nxt_t.fillna(np.inf).to_numpy(), np.inf)
+    live = e2[(e2["bytes"] > 0) & (e2["ts_ns"] <= peak_t) & (freed_at > peak_t)]
+    held = live.assign(op=np.where(live["ts_ns"] < ws, BEFORE_WINDOW, live["op"]))
+    hg = held.groupby("op")["bytes"].sum().sort_values(ascending=False)
+    accounted = int(hg.sum())
+    out = [{"op": str(k), "bytes": int(v)} for k, v in hg.head(TOP_OPS).items()]
+    unseen = (res.peak_allocated_bytes or 0) - accounted
+    if unseen > 0:  # blocks allocated before the trace began
+        out.append({"op": "(allocated before the trace)", "bytes": int(unseen)})
+    res.held_at_peak = out
+
+
+def _malloc(con: Connection, run_id: str, rank: int, window: Window, res: MemoryResult) -> None:
+    rows = con.execute(
+        f"""SELECT n.name, e.ts_ns, e.dur_ns
+            FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
+            WHERE e.run_id = ? AND e.rank = ? AND e.ph = 'X'
+              AND e.cat IN ('cuda_runtime', 'cuda_driver', 'hip_runtime', 'hip_driver')
+              AND regexp_matches(n.name, '{MALLOC_RE}') AND e.ts_ns >= ? AND e.ts_ns < ?""",
+        [run_id, int(rank), window.start_ns, window.end_ns],
+    ).fetchall()
+    bounds = window.step_bounds_ns()
+    steps_with = {i for _, t, _ in rows for i, (a, b) in enumerate(bounds) if a <= int(t) < b}
+    calls: dict[str, dict[str, float]] = {}
+    for name, _, d in rows:
+        c = calls.setdefault(str(name), {"calls": 0, "us": 0.0})
+        c["calls"] += 1
+        c["us"] += (d or 0) / 1e3
+    res.malloc = {
+        "calls": len(rows),
+        "us": sum(c["us"] for c in calls.values()),
+        "us_per_step": sum(c["us"] for c in calls.values()) / max(1, window.n_steps),
+        "steps_with_calls": len(steps_with),
+        "by_call": calls,
+    }
+
+
+def _nvml(con: Connection, run_id: str, window: Window, res: MemoryResult, offset: int) -> None:
+    """NVML memory.used of the run's GPU (the device index; else the lowest sampled) during the
+    window, on the trace clock."""
+    has = con.execute("SELECT count(*) FROM nvml_series WHERE run_id = ?", [run_id]).fetchone()
+    if not has or not has[0]:
+        return
+    df = con.execute(
+        """SELECT gpu, t_ns - ? AS t_ns, mem_used_bytes FROM nvml_samples
+           WHERE run_id = ? AND mem_used_bytes IS NOT NULL AND t_ns >= ? AND t_ns <= ?
+           ORDER BY gpu, t_ns""",
+        [offset, run_id, window.start_ns + offset, window.end_ns + offset],
+    ).df()
+    if df.empty:
+        return
+    gpus = sorted(df["gpu"].unique())
+    g = res.device if res.device in gpus else gpus[0]
+    df = df[df["gpu"] == g][["t_ns", "mem_used_bytes"]].reset_index(drop=True)
+    res.nvml = df
+    res.nvml_peak_bytes = int(df["mem_used_bytes"].max())

@@ -1,0 +1,459 @@
+"""Each op against its roofline: FLOPs and bytes moved from shapes and dtypes, achieved TFLOP/s and
+TB/s, compute- or memory-bound, time lost against the roof. Definitions: docs/metrics.md, "Roofline".
+
+A kernel belongs to the innermost *modelled* CPU op (one of :data:`MODELS`) of the thread that
+launched it; the op's kernels' GPU time is its time. Ops with the same name, input shapes and types
+form one row. FLOPs of matmul, convolution and attention come from :mod:`gpuscope.analysis.flops`
+(one count for MFU and the roofline); bytes moved are the smallest traffic the op needs: every
+tensor input read once, every output written once (no re-reads; so the memory roof is a floor).
+Times are ns inside; JSON per step in µs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from gpuscope.analysis import flops as F
+from gpuscope.analysis import kernels as K
+from gpuscope.analysis import peaks as P
+from gpuscope.analysis.modules import innermost
+from gpuscope.analysis.steps import Window
+from gpuscope.analysis.tensor_cores import dtype_of
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
+
+ES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+_OTHER_ES = {
+    "long int": 8, "long": 8, "int64_t": 8, "int": 4, "unsigned int": 4, "short int": 2,
+    "bool": 1, "unsigned char": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
+}  # fmt: skip
+#: c10::ScalarType numbers (``dtype`` arguments in Concrete Inputs) -> bytes per element
+SCALAR_TYPE_ES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 23: 1, 24: 1}
+TOP_ROWS = 40
+
+Model = tuple[float, float, str]  # (FLOPs, bytes, family)
+
+
+# -- shapes -> bytes --------------------------------------------------------------------------------
+
+
+def elem_size(type_name: Any) -> int | None:
+    """Bytes per element of a Kineto ``Input type`` entry; None for scalars, lists, unknown."""
+    if not isinstance(type_name, str) or not type_name:
+        return None
+    d = dtype_of(type_name)
+    if d is not None:
+        return ES[d]
+    return _OTHER_ES.get(type_name.strip().lower())
+
+
+def _numel(d: Any) -> int | None:
+    if not isinstance(d, list) or not all(isinstance(x, int) for x in d):
+        return None
+    return math.prod(d)  # [] is a 0-dim tensor: 1 element
+
+
+def tensors(dims: list[Any], types: list[Any]) -> list[tuple[int, int, int]]:
+    """(index, elements, bytes per element) of each tensor input with a known shape and dtype."""
+    out = []
+    for i, (d, t) in enumerate(zip(dims, types, strict=False)):
+        es = elem_size(t)
+        n = _numel(d)
+        if es is not None and n is not None:
+            out.append((i, n, es))
+    return out
+
+
+def _in_bytes(ts: list[tuple[int, int, int]]) -> int:
+    return sum(n * es for _, n, es in ts)
+
+
+# -- op models --------------------------------------------------------------------------------------
+
+_MAT_A = {"aten::addmm": 1, "aten::baddbmm": 1, "aten::addbmm": 1, "aten::_addmm_activation": 1,
+          "aten::addmv": 1}  # fmt: skip
+
+
+def _flops_family(name: str, dims: list[Any], types: list[Any], ts: list[tuple[int, int, int]],
+                  dims_text: str | None, conc: str | None) -> Model | None:  # fmt: skip
+    spec = F.OPS[name]
+    fl, _ = F.op_flops(name, dims_text, conc)
+    if fl is None or fl <= 0:
+        return None
+    inb = _in_bytes(ts)
+    es = {i: e for i, _, e in ts}
+    if spec.family == "matmul":
+        ia = _MAT_A.get(name, 0)
+        a = dims[ia] if ia < len(dims) else None
+        if not isinstance(a, list) or not a or not a[-1]:
+            return None
+        out = fl / (2 * a[-1])
+        return float(fl), float(inb + out * es.get(ia, 2)), "matmul"
+    if spec.family == "conv":
+        if spec.backward:  # reads grad_out, input, weight; writes grad_input and grad_weight
+            return float(fl), float(inb + sum(n * e for i, n, e in ts if i in (1, 2))), "conv"
+        w = dims[1] if len(dims) > 1 else None
+        if not isinstance(w, list) or len(w) < 3:
+            return None
+        out = fl / (2 * w[1] * math.prod(w[2:]))
+        return float(fl), float(inb + out * es.get(0, 2)), "conv"
+    # attention: forward writes O (Sq x Dv per head), backward writes dQ, dK, dV
+    if spec.backward:
+        qkv = [n * e for i, n, e in ts if i in (1, 2, 3)]
+        return float(fl), float(inb + sum(qkv)), "attention"
+    q, v = (dims[0] if dims else None), (dims[2] if len(dims) > 2 else None)
+    if not isinstance(q, list) or not isinstance(v, list) or not q or not v or not q[-1]:
+        return None
+    out = math.prod(q) // q[-1] * v[-1]
+    return float(fl), float(inb + out * es.get(0, 2)), "attention"
+
+
+def _first(ts: list[tuple[int, int, int]]) -> tuple[int, int, int] | None:
+    return ts[0] if ts else None
+
+
+def _norm(fwd_flops: int) -> Callable[..., Model | None]:
+    def f(
+        name: str, dims: list[Any], types: list[Any], ts: list[tuple[int, int, int]], *_: Any
+    ) -> Model | None:
+        x = _first(ts)
+        if x is None:
+            return None
+        n, es = x[1], x[2]
+        return float(fwd_flops * n), float(_in_bytes(ts) + n * es), "norm"
+
+    return f
+
+
+def _reduction(
+    name: str, dims: list[Any], types: list[Any], ts: list[tuple[int, int, int]], *_: Any
+) -> Model | None:
+    x = _first(ts)
+    if x is None:
+        return None
+    return float(x[1]), float(_in_bytes(ts)), "reduction"
+
+
+def _softmax(flops_per: int) -> Callable[..., Model | None]:
+    def f(
+        name: str, dims: list[Any], types: list[Any], ts: list[tuple[int, int, int]], *_: Any
+    ) -> Model | None:
+        x = _first(ts)
+        if x is None:
+            return None
+        n, es = x[1], x[2]
+        return float(flops_per * n), float(_in_bytes(ts) + n * es), "softmax"
+
+    return f
+
+
+def _elementwise(name: str, dims: list[Any], types: list[Any], ts: list[tuple[int, int, int]],
+                 dims_text: str | None, conc: str | None) -> Model | None:  # fmt: skip
+    x = _first(ts)
+    if x is None:
+        return None
+    n_out = max(n for _, n, _ in ts)
+    inb = _in_bytes(ts)
+    if name in ("aten::copy_",):  # reads src, writes dst: both are inputs
+        return 0.0, float(inb), "copy"
+    if name in ("aten::fill_", "aten::zero_"):
+        return 0.0, float(x[1] * x[2]), "elementwise"
+    if name == "aten::_to_copy":
+        c = F._parse_concrete(conc)
+        st = c[1] if len(c) > 1 and isinstance(c[1], int) else None
+        es_out = SCALAR_TYPE_ES.get(st, x[2]) if st is not None else x[2]
+        return 0.0, float(inb + x[1] * es_out), "copy"
+    if name.endswith("_"):  # in place: writes its first input
+        return float(n_out), float(inb + x[1] * x[2]), "elementwise"
+    return float(n_out), float(inb + n_out * x[2]), "elementwise"
+
+
+MODELS: dict[str, Callable[..., Model | None]] = {name: _flops_family for name in F.OPS}
+for _n in ("native_layer_norm", "native_group_norm", "native_batch_norm", "_fused_rms_norm",
+           "cudnn_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training"):  # fmt: skip
+    MODELS[f"aten::{_n}"] = _norm(5)
+for _n in ("native_layer_norm_backward", "native_group_norm_backward", "native_batch_norm_backward",
+           "_fused_rms_norm_backward", "cudnn_batch_norm_backward"):  # fmt: skip
+    MODELS[f"aten::{_n}"] = _norm(8)
+for _n in ("_softmax", "_log_softmax", "_safe_softmax"):
+    MODELS[f"aten::{_n}"] = _softmax(5)
+for _n in ("_softmax_backward_data", "_log_softmax_backward_data"):
+    MODELS[f"aten::{_n}"] = _softmax(3)
+for _n in ("sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vector_norm", "var", "std",
+           "var_mean", "std_mean", "argmax", "argmin", "prod", "any", "all", "nll_loss_forward",
+           "nll_loss2d_forward", "logsumexp", "cumsum"):  # fmt: skip
+    MODELS[f"aten::{_n}"] = _reduction
+for _n in ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "exp", "log", "sqrt",
+           "rsqrt", "pow", "pow_", "gelu", "gelu_backward", "relu", "relu_", "threshold_backward",
+           "silu", "silu_", "silu_backward", "sigmoid", "sigmoid_backward", "tanh", "tanh_backward",
+           "where", "masked_fill", "masked_fill_", "copy_", "fill_", "zero_", "clamp", "clamp_",
+           "clamp_min", "clamp_min_", "native_dropout", "native_dropout_backward", "addcmul",
+           "addcmul_", "addcdiv", "addcdiv_", "lerp", "lerp_", "_to_copy", "nll_loss_backward",
+           "reciprocal", "abs", "sign", "eq", "ne", "lt", "gt", "le", "ge", "mish", "hardswish",
+           "leaky_relu", "elu", "softplus", "logical_not", "bitwise_and", "maximum", "minimum",
+           "square", "cos", "sin", "erf", "_fused_dropout"):  # fmt: skip
+    MODELS[f"aten::{_n}"] = _elementwise
+COMPUTE_FAMILIES = ("matmul", "conv", "attention")
+FOREACH = "aten::_foreach_"
+
+
+def _n_lists(types_text: Any) -> int:
+    types = F._parse_json(types_text) if isinstance(types_text, str) else None
+    return sum(1 for t in types or [] if t == "TensorList")
+
+
+def foreach_model(name: str, list_bytes: Any, types_text: Any) -> Model | None:
+    """A ``_foreach_*`` op over k TensorLists of ``list_bytes`` each: reads the k lists, writes one
+    (in place: its first): (k + 1) × list bytes; 1 FLOP per element of each list read, elements =
+    list bytes / 4 (fp32 optimizer state). None when the list's bytes are unknown."""
+    k = _n_lists(types_text)
+    if not list_bytes or k == 0:
+        return None
+    lb = float(list_bytes)
+    return k * lb / 4, (k + 1) * lb, "optimizer"
+
+
+def _foreach_list_bytes(con: Connection, run_id: str, rank: int, ops: Any) -> dict[int, int]:
+    """Row of ``ops`` -> bytes of one of its TensorLists, for ``_foreach_*`` ops: an out-of-place
+    one (``_foreach_sqrt``) allocates its output list, so the allocator's bytes inside it are the
+    list's; every foreach op takes the list bytes of the nearest such op on its thread."""
+    fe = ops[ops["name"].str.startswith(FOREACH)]
+    if fe.empty:
+        return {}
+    mem = con.execute(
+        """SELECT tid, ts_ns, bytes FROM memory_events WHERE run_id = ? AND rank = ?
+           AND device_type = 1 AND bytes > 0 AND ts_ns >= ? AND ts_ns < ? ORDER BY ts_ns""",
+        [run_id, int(rank), int(fe["s"].min()), int(fe["e"].max())],
+    ).df()
+    if mem.empty:
+        return {}
+    outp = fe[~fe["name"].str.endswith("_")]
+    known: list[tuple[int, int, int]] = []  # (tid, time, list bytes)
+    for _, r in outp.iterrows():
+        m = mem[(mem["tid"] == r["tid"]) & (mem["ts_ns"] >= r["s"]) & (mem["ts_ns"] < r["e"])]
+        if len(m):
+            known.append((int(r["tid"]), int(r["s"]), int(m["bytes"].sum())))
+    out: dict[int, int] = {}
+    for i, r in fe.iterrows():
+        same = [(abs(t - int(r["s"])), b) for tid, t, b in known if tid == int(r["tid"])]
+        if same:
+            out[int(i)] = min(same)[1]  # type: ignore[call-overload]
+    return out  # against the tensor-core roof of their dtype
+
+
+def op_model(
+    name: str, dims_text: str | None, types_text: str | None, conc: str | None
+) -> tuple[Model | None, str | None]:
+    """((FLOPs, bytes, family) of one call, or None when the shapes do not give it; the dtype)."""
+    fn = MODELS.get(name)
+    dims, types = F._parse_json(dims_text), F._parse_json(types_text)
+    if fn is None or not isinstance(dims, list) or not isinstance(types, list):
+        return None, None
+    ts = tensors(dims, types)
+    dt = next((dtype_of(types[i]) for i, _, _ in ts if dtype_of(types[i])), None)
+    try:
+        return fn(name, dims, types, ts, dims_text, conc), dt
+    except (TypeError, ValueError, IndexError, ZeroDivisionError):
+        return None, dt
+
+
+# -- the result -------------------------------------------------------------------------------------
+
+
+@dataclass
+class RoofRow:
+    """One op (name + shapes + types) of the window: calls, GPU time of its kernels (ns), FLOPs and
+    bytes of all its calls, the roofs it is held against (TFLOP/s, TB/s)."""
+
+    op: str
+    shapes: str
+    dtype: str | None
+    family: str
+    calls: int
+    gpu_ns: int
+    flops: float
+    bytes: float
+    peak_tflops: float | None
+    peak_tbs: float | None
+
+    @property
+    def ideal_ns(self) -> float | None:
+        """The time at the roof: max(FLOPs / compute roof, bytes / memory roof), ns."""
+        parts = []
+        if self.peak_tflops:
+            parts.append(self.flops / (self.peak_tflops * 1e12) * 1e9)
+        if self.peak_tbs:
+            parts.append(self.bytes / (self.peak_tbs * 1e12) * 1e9)
+        return max(parts) if parts else None
+
+    @property
+    def bound(self) -> str | None:
+        """``compute`` when FLOPs take longer at the compute roof than bytes at the memory roof."""
+        if not self.peak_tflops or not self.peak_tbs:
+            return None
+        c = self.flops / self.peak_tflops
+        m = self.bytes / self.peak_tbs
+        return "compute" if c >= m else "memory"
+
+    @property
+    def lost_ns(self) -> float | None:
+        i = self.ideal_ns
+        return max(0.0, self.gpu_ns - i) if i is not None else None
+
+    def to_json(self, n_steps: int) -> dict[str, Any]:
+        per = max(1, n_steps)
+        s = self.gpu_ns / 1e9
+        i = self.ideal_ns
+        return {
+            "op": self.op,
+            "shapes": self.shapes,
+            "dtype": self.dtype,
+            "family": self.family,
+            "calls_per_step": self.calls / per,
+            "gpu_us_per_step": self.gpu_ns / per / 1e3,
+            "flops_per_call": self.flops / self.calls if self.calls else None,
+            "bytes_per_call": self.bytes / self.calls if self.calls else None,
+            "intensity_flop_per_byte": self.flops / self.bytes if self.bytes else None,
+            "achieved_tflops": self.flops / s / 1e12 if s else None,
+            "achieved_tbs": self.bytes / s / 1e12 if s else None,
+            "bound": self.bound,
+            "roof_pct": 100.0 * i / self.gpu_ns if i is not None and self.gpu_ns else None,
+            "lost_us_per_step": (self.lost_ns or 0.0) / per / 1e3 if i is not None else None,
+        }
+
+
+@dataclass
+class Roofline:
+    """Every modelled op of the window against the GPU's roofs, sorted by time lost."""
+
+    gpu_model: str | None
+    peak_tbs: float | None
+    n_steps: int
+    rows: list[RoofRow] = field(default_factory=list)
+    modelled_ns: int = 0
+    unmodelled_ns: int = 0
+    unmodelled: dict[str, int] = field(default_factory=dict)  # op (or "(no op)") -> ns
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def lost_ns(self) -> float:
+        return sum(r.lost_ns or 0.0 for r in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        per = max(1, self.n_steps)
+        top_un = sorted(self.unmodelled.items(), key=lambda kv: -kv[1])[:10]
+        return {
+            "gpu_model": self.gpu_model,
+            "memory_tbs": self.peak_tbs,
+            "lost_us_per_step": self.lost_ns / per / 1e3,
+            "modelled_us_per_step": self.modelled_ns / per / 1e3,
+            "unmodelled_us_per_step": self.unmodelled_ns / per / 1e3,
+            "unmodelled_top": [{"op": k, "gpu_us_per_step": v / per / 1e3} for k, v in top_un],
+            "ops": [r.to_json(self.n_steps) for r in self.rows[:TOP_ROWS]],
+            "n_ops": len(self.rows),
+            "notes": list(self.notes),
+        }
+
+
+def roofline(
+    con: Connection,
+    run_id: str,
+    rank: int,
+    window: Window,
+    device: int | None,
+    device_props: dict[str, Any] | None,
+    device_properties: Any = None,
+) -> Roofline:
+    """The roofline table of the window's kernels on ``device`` (see the module docstring)."""
+    tbs, model, how = P.mem_tbs_for(device_props)
+    res = Roofline(gpu_model=model, peak_tbs=tbs, n_steps=window.n_steps)
+    if device is None:
+        res.notes.append("no GPU activity in the window")
+        return res
+    if tbs is None:
+        res.notes.append(f"no memory roof: {how}")
+    lx = K.launched(con, run_id, rank, window.start_ns, window.end_ns, device=device)
+    if not len(lx):
+        return res
+    kern = lx.copy == 0
+    ops = con.execute(
+        """SELECT e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, n.name, e.input_dims, e.input_types,
+                  e.concrete_inputs
+           FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
+           WHERE e.run_id = ? AND e.rank = ? AND e.ph = 'X' AND e.cat IN ('cpu_op', 'Operator')
+             AND e.dur_ns IS NOT NULL
+             AND (list_contains(?, n.name) OR starts_with(n.name, 'aten::_foreach_'))
+             AND e.ts_ns < ? AND e.ts_ns + e.dur_ns > ?""",
+        [run_id, int(rank), list(MODELS), window.end_ns, window.start_ns - 10**10],
+    ).df()
+    list_bytes = _foreach_list_bytes(con, run_id, rank, ops)
+    launch = lx.has_launch & kern
+    idx_of: list[str | None] = [None] * len(lx)
+    if not ops.empty and launch.any():
+        sel = np.flatnonzero(launch)
+        got = innermost(
+            ops["tid"].to_numpy(np.int64), ops["s"].to_numpy(np.int64), ops["e"].to_numpy(np.int64),
+            [str(i) for i in range(len(ops))], lx.tid[sel].astype(np.int64),
+            lx.launch_ns[sel].astype(np.int64), join=None,
+        )  # fmt: skip
+        for j, g in zip(sel, got, strict=True):
+            idx_of[int(j)] = g
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    un_names: dict[int, int] = {}
+    peak_cache: dict[tuple[str, str | None], float | None] = {}
+    for j in np.flatnonzero(kern):
+        ns = int(lx.in_ns[j])
+        g = idx_of[int(j)]
+        if g is None:
+            un_names[int(lx.name_id[j])] = un_names.get(int(lx.name_id[j]), 0) + ns
+            res.unmodelled_ns += ns
+            continue
+        r = ops.iloc[int(g)]
+        key = (r["name"], r["input_dims"], r["input_types"], r["concrete_inputs"])
+        if str(r["name"]).startswith(FOREACH):  # TensorLists: no shapes; the list's bytes instead
+            key = (r["name"], list_bytes.get(int(g)), r["input_types"], None)
+        grp = groups.setdefault(key, {"ns": 0, "calls": set()})
+        grp["ns"] += ns
+        grp["calls"].add(int(g))
+    names = K.name_lookup(con, run_id, set(un_names))
+    for nid, ns in un_names.items():
+        k = f"(kernel without a modelled op) {names.get(nid, '?')[:60]}"
+        res.unmodelled[k] = res.unmodelled.get(k, 0) + ns
+    for (name, dims, types, conc), grp in groups.items():
+        dt: str | None
+        if str(name).startswith(FOREACH):
+            m, dt = foreach_model(str(name), dims, types), "fp32"
+            dims = f"{_n_lists(types)} TensorList(s) of {dims} B" if dims else ""
+        else:
+            m, dt = op_model(name, dims, types, conc)
+        if m is None:
+            res.unmodelled_ns += grp["ns"]
+            k = (
+                f"{name} (TensorList sizes unknown: record with profile_memory=True)"
+                if str(name).startswith(FOREACH)
+                else f"{name} (shapes do not give its FLOPs/bytes)"
+            )
+            res.unmodelled[k] = res.unmodelled.get(k, 0) + grp["ns"]
+            continue
+        fl, by, fam = m
+        roof_dt = dt if fam in COMPUTE_FAMILIES else "fp32"
+        if (fam, roof_dt) not in peak_cache:
+            peak_cache[(fam, roof_dt)] = P.peak_for(
+                device_properties, roof_dt, device=device
+            ).tflops
+        n = len(grp["calls"])
+        res.rows.append(
+            RoofRow(
+                op=str(name), shapes=str(dims or ""), dtype=dt, family=fam, calls=n,
+                gpu_ns=int(grp["ns"]), flops=fl * n, bytes=by * n,
+                peak_tflops=peak_cache[(fam, roof_dt)], peak_tbs=tbs,
+            )
+        )  # fmt: skip
+        res.modelled_ns += int(grp["ns"])
+    res.rows.sort(key=lambda r: (-(r.lost_ns or 0.0), -r.gpu_ns, r.op))
+    return res

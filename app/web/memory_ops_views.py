@@ -1,0 +1,251 @@
+"""The Run page's memory, roofline and module sections: the memory line under the sawtooth (on its
+time axis), memory figures and tables, each op against its roofline, GPU time by module and phase.
+
+Everything shown is computed by :mod:`gpuscope.analysis.memory`, ``.roofline`` and ``.modules``
+(the report's ``memory``, ``roofline`` and ``modules`` keys; docs/cli-json.md); nothing is computed here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+from gpuscope.web import data, db, figures, ui
+
+GIB = float(2**30)
+
+
+def _gib(b: Any) -> str:
+    return "—" if b is None else f"{float(b) / GIB:,.3f} GiB"
+
+
+def memory_line(run_id: str, rank: int, *, view_key: str) -> None:
+    """The allocator's memory over the sawtooth's current view (``view_<key>_<run>_<rank>``)."""
+    path = db.db_path()
+    mem = data.report_obj(path, run_id, rank).memory
+    if mem is None or not mem.recorded or mem.series.empty:
+        return
+    w = data.window(path, run_id, rank)
+    ws, we = w.start_ns, w.end_ns
+    s, e = st.session_state.get(f"view_{view_key}_{run_id}_{rank}", (ws, we))
+    s, e = max(ws, int(s)), min(we, int(e))
+    fig = figures.memory_line(
+        mem.series,
+        origin_ns=ws,
+        x_range_ns=(s, e),
+        nvml=mem.nvml,
+        total_bytes=mem.device_total_bytes,
+    )
+    st.markdown("**GPU memory over time** (the caching allocator; same time axis as above)")
+    st.plotly_chart(fig, key=f"mem_{view_key}_{run_id}_{rank}_{s}_{e}")
+
+
+def memory(report: dict[str, Any]) -> None:
+    """Peak allocated / reserved against the device, by phase, by op, allocator calls, snapshot."""
+    m = report.get("memory")
+    st.subheader("Memory")
+    if not m or not m.get("recorded"):
+        notes = (m or {}).get("notes") or ["memory was not recorded"]
+        st.info(" ".join(notes), icon=":material/memory:")
+        if m and m.get("snapshot"):
+            _snapshot(m["snapshot"])
+        return
+    total = m.get("device_total_bytes")
+    c = st.columns(4)
+    c[0].metric("Peak allocated", _gib(m["peak_allocated_bytes"]), help="max Total Allocated")
+    pct = m.get("peak_reserved_pct")
+    c[1].metric(
+        "Peak reserved",
+        _gib(m["peak_reserved_bytes"]),
+        f"{pct:.1f}% of {_gib(total)}" if pct is not None else None,
+        delta_color="inverse" if m.get("near_full") else "off",
+    )
+    c[2].metric(
+        "Reserved − allocated at the peak", _gib(m["reserved_minus_allocated_at_peak_bytes"])
+    )
+    ma = m.get("malloc") or {}
+    c[3].metric(
+        "cudaMalloc/cudaFree in steps",
+        f"{ma.get('calls', 0):,}",
+        f"{ma.get('us_per_step', 0.0):,.1f} µs per step" if ma.get("calls") else None,
+        delta_color="inverse",
+    )
+    if m.get("nvml_peak_used_bytes"):
+        st.caption(
+            f"NVML memory.used peaked at {_gib(m['nvml_peak_used_bytes'])} (the CUDA context and "
+            "other processes count there, not in the allocator's figures)."
+        )
+    left, right = st.columns(2)
+    ph = m.get("by_phase") or {}
+    if ph:
+        left.markdown("**By phase**")
+        left.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "phase": p,
+                        "peak allocated (GiB)": v["peak_allocated_bytes"] / GIB,
+                        "allocated per step (GiB)": v["allocated_bytes_per_step"] / GIB,
+                        "allocations per step": v["allocations_per_step"],
+                    }
+                    for p, v in ph.items()
+                ]
+            ),
+            hide_index=True,
+            key="mem_by_phase",
+        )
+    held = m.get("held_at_peak") or []
+    if held:
+        right.markdown("**Held at the peak, by the op that allocated it**")
+        right.dataframe(
+            pd.DataFrame([{"op": h["op"], "GiB": h["bytes"] / GIB} for h in held]),
+            hide_index=True,
+            key="mem_held",
+        )
+    top = m.get("top_ops") or []
+    if top:
+        st.markdown("**Top allocating ops** (per step)")
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "op": o["op"],
+                        "allocated per step (GiB)": o["allocated_bytes_per_step"] / GIB,
+                        "allocations per step": o["allocations_per_step"],
+                    }
+                    for o in top
+                ]
+            ),
+            hide_index=True,
+            key="mem_top_ops",
+        )
+    if m.get("snapshot"):
+        _snapshot(m["snapshot"])
+
+
+def _snapshot(s: dict[str, Any]) -> None:
+    st.markdown(f"**Memory snapshot** ({ui.md(str(s.get('file')))})")
+    rows = [
+        {"device": d, "segments": v["segments"], "reserved (GiB)": v["reserved_bytes"] / GIB,
+         "allocated (GiB)": v["allocated_bytes"] / GIB,
+         "largest free block (GiB)": v["largest_free_block_bytes"] / GIB}
+        for d, v in (s.get("devices") or {}).items()
+    ]  # fmt: skip
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, key="mem_snapshot")
+
+
+def roofline(report: dict[str, Any]) -> None:
+    """Each op against the GPU's compute and memory roofs, sorted by time lost."""
+    r = report.get("roofline")
+    st.subheader("Ops against the roofline")
+    if not r or not r.get("ops"):
+        st.info(
+            " ".join((r or {}).get("notes") or ["no modelled ops (record with record_shapes=True)"])
+        )
+        return
+    st.caption(
+        f"{ui.md(str(r.get('gpu_model')))}: memory roof {r.get('memory_tbs')} TB/s. Time lost "
+        f"against the roofs: {r['lost_us_per_step']:,.1f} µs per step of "
+        f"{r['modelled_us_per_step']:,.1f} µs in modelled ops "
+        f"({r['unmodelled_us_per_step']:,.1f} µs in kernels no model covers). The top rows are "
+        "the candidates for fusion or a better kernel."
+    )
+    rows = [
+        {
+            "op": o["op"], "shapes": o["shapes"], "dtype": o["dtype"], "bound": o["bound"],
+            "µs per step": o["gpu_us_per_step"], "lost µs per step": o["lost_us_per_step"],
+            "% of roof": o["roof_pct"], "TFLOP/s": o["achieved_tflops"], "TB/s": o["achieved_tbs"],
+            "FLOP/byte": o["intensity_flop_per_byte"], "calls per step": o["calls_per_step"],
+        }
+        for o in r["ops"]
+    ]  # fmt: skip
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        key="roofline_table",
+        column_config={
+            "% of roof": st.column_config.NumberColumn(format="%.1f"),
+            "µs per step": st.column_config.NumberColumn(format="%.1f"),
+            "lost µs per step": st.column_config.NumberColumn(format="%.1f"),
+            "TFLOP/s": st.column_config.NumberColumn(format="%.2f"),
+            "TB/s": st.column_config.NumberColumn(format="%.3f"),
+            "FLOP/byte": st.column_config.NumberColumn(format="%.1f"),
+        },
+    )
+
+
+def modules(report: dict[str, Any]) -> None:
+    """GPU time and idle by nn.Module and by phase; kernel sequences that repeat in every step."""
+    m = report.get("modules")
+    st.subheader("Modules and phases")
+    if not m:
+        return
+    for note in m.get("notes") or []:
+        st.caption(ui.md(note, None))
+    ph = m.get("by_phase") or {}
+    if ph:
+        st.markdown("**By phase** (GPU time of the work launched in it; idle that ended with it)")
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "phase": p,
+                        "GPU µs per step": v["gpu_us_per_step"],
+                        "% of GPU time": v["gpu_pct"],
+                        "idle µs per step": v["idle_us_per_step"],
+                        "kernels per step": v["kernels_per_step"],
+                    }
+                    for p, v in ph.items()
+                ]
+            ),
+            hide_index=True,
+            key="modules_by_phase",
+        )
+    mods = m.get("modules") or []
+    if mods:
+        st.markdown(
+            "**By module** (inclusive of its children; backward work charged to its module)"
+        )
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "module": "  " * x["depth"] + x["module"].rsplit("/", 1)[-1],
+                        "path": x["module"],
+                        "GPU µs per step": x["gpu_us_per_step"],
+                        "% of GPU time": x["gpu_pct"],
+                        "self µs per step": x["self_gpu_us_per_step"],
+                        "idle µs per step": x["idle_us_per_step"],
+                    }
+                    for x in mods[:60]
+                ]
+            ),
+            hide_index=True,
+            key="modules_table",
+        )
+    reps = m.get("repeats") or []
+    if reps:
+        st.markdown(
+            f"**Kernel sequences that repeat** ({m.get('same_sequence_steps')} steps launch the "
+            f"same {m.get('kernels_per_step')} kernels)"
+        )
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "kernels": r["kernels"],
+                        "times per step": r["times_per_step"],
+                        "in steps": r["steps"],
+                        "µs per step": r["gpu_us_per_step"],
+                        "% of step kernel time": r["share_pct"],
+                        "module": r["module"],
+                        "starts with": " → ".join(r["first_kernels"]),
+                    }
+                    for r in reps
+                ]
+            ),
+            hide_index=True,
+            key="modules_repeats",
+        )
