@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import streamlit as st
-from gpuscope.analysis import ranks as rank_views
 from gpuscope.analysis import run_views, sawtooth
 from gpuscope.web import data, db, figures, palette, ui
 
@@ -289,7 +288,7 @@ def rank_heatmap(run_id: str, rank: int) -> None:
         width="stretch",
         config={"displayModeBar": False},
     )
-    spread = rank_views.step_spread(m)
+    spread = run_views.step_spread(m)
     n_out = int(m["outlier"].sum())
     st.caption(
         f"{m['rank'].nunique():,} ranks × {m['step'].nunique():,} steps; "
