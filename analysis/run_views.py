@@ -1,6 +1,6 @@
 """What the dashboard's run pages read, as plain data: a run's row and ranks, its analysis
 (:func:`~gpuscope.analysis.report.analyze_run`) as a JSON-ready document, and the figures of the
-runs list.
+runs list; the many-ranks view (rank × step, the collectives' waits in the busy plot).
 
 The other pages' data: :mod:`gpuscope.analysis.sawtooth` (the busy-over-time plot),
 :mod:`gpuscope.analysis.nvml_run` (NVML series), :mod:`gpuscope.analysis.compare` (Compare) and
@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuscope.analysis.collectives import wait_in_view, wait_spans
+from gpuscope.analysis.ranks import rank_nodes, rank_step_matrix, step_spread
 from gpuscope.analysis.report import RunReport, analyze_run
 from gpuscope.analysis.store_access import ranks_of
 
@@ -24,12 +26,17 @@ __all__ = [
     "RunReport",
     "RunSummary",
     "analyze_run",
+    "rank_nodes",
+    "rank_step_matrix",
     "ranks_of",
     "report_doc",
     "row_count",
     "run_row",
     "run_summary",
+    "step_spread",
     "top_idle_cause",
+    "wait_in_view",
+    "wait_spans",
 ]
 
 _RUN_COLUMNS = (

@@ -44,6 +44,10 @@ def test_heatmap_click_target():
 
     sel = {"selection": {"points": [{"x": "#8", "y": "rank 3", "customdata": [3, 8]}]}}
     assert cell_target(sel) == (3, 8)
+    assert cell_target({"selection": {"points": [{"x": "#12", "y": "node03 · rank 17"}]}}) == (
+        17,
+        12,
+    )
     assert cell_target({"selection": {"points": []}}) is None
     assert cell_target(None) is None
 
@@ -95,7 +99,9 @@ def test_256_ranks_from_the_ddp_pair_one_heatmap(ddp_doc):
     assert sp.loc[243, "slowest_rank"] == 137 and (sp["ranks"] == 256).all()
     fig = figures.rank_step_heatmap(m, "step_ms")
     kinds = [t.type for t in fig.data]
-    assert kinds == ["heatmap", "scatter"]  # one heatmap + the outlier ring: no trace per rank
+    # one heatmap, its cells as click targets, the outlier ring: no trace per rank
+    assert kinds == ["heatmap", "scatter", "scatter"] and len(fig.data[1].x) == 256 * 5
+    assert fig.data[1].customdata[5 * 137 + 2] == [137, 243]
     heat = fig.data[0]
     assert len(heat.y) == 256 and heat.y[0] == "node00 · rank 0" and tuple(heat.x)[:1] == ("#241",)
     assert heat.customdata[137][2] == [137, 243]

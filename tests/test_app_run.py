@@ -456,6 +456,18 @@ def test_many_ranks_heatmap_and_never_a_sawtooth_per_rank(
     spread = next(d.value for d in at.dataframe if "slowest rank" in d.value.columns)
     assert list(spread["step"]) == ["#241", "#242", "#243", "#244", "#245"]
     assert any(len(s["data"]) and "rank 1" in json.dumps(s["layout"]) for s in specs)  # multiples
+    # open a cell: rank 1, step 243 -> the page shows rank 1, its busy plot zoomed to that step
+    at.selectbox(key=f"cell_rank_{rid}").set_value(1)
+    at.selectbox(key=f"cell_step_{rid}").set_value(243)
+    at.run()
+    at.button(key=f"cell_open_{rid}").click()
+    at.run()
+    assert not at.exception, at.exception
+    assert at.query_params["rank"] in ("1", ["1"])
+    w = data.window(str(db), rid, 1)
+    row = w.steps[w.steps["number"] == 243]
+    view = at.session_state[f"view_run_{rid}_1"]
+    assert tuple(view) == (int(row["start_ns"].iloc[0]), int(row["end_ns"].iloc[0]))
 
     real = data.report
 

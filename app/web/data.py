@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import streamlit as st
-from gpuscope.analysis import collectives, compare, nvml_run, run_views, sawtooth
-from gpuscope.analysis import ranks as rank_views
+from gpuscope.analysis import compare, nvml_run, run_views, sawtooth
 from gpuscope.web import db
 
 log = logging.getLogger("gpuscope.web")
@@ -247,23 +246,23 @@ def nvml_samples(path: str, run_id: str, max_points: int = 4000) -> pd.DataFrame
 def wait_share(
     path: str, run_id: str, rank: int, device: int | None, start_ns: int, end_ns: int, n: int
 ) -> np.ndarray:
-    """``collectives.wait_in_view``: the fraction (0..1) of each of ``n`` buckets of the range the
+    """``run_views.wait_in_view``: the fraction (0..1) of each of ``n`` buckets of the range the
     rank spent waiting in collectives for the last rank (zeros for a run of one rank)."""
     match = report_obj(path, run_id, rank).collectives
-    df = collectives.wait_in_view(db.cursor(), run_id, rank, device, start_ns, end_ns, n, match)
+    df = run_views.wait_in_view(db.cursor(), run_id, rank, device, start_ns, end_ns, n, match)
     return df["wait_frac"].to_numpy(dtype="float64")
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def wait_spans(path: str, run_id: str, rank: int, start_ns: int, end_ns: int) -> pd.DataFrame:
-    """``collectives.wait_spans``: the rank's waits in the range, for a zoom that draws kernels."""
+    """``run_views.wait_spans``: the rank's waits in the range, for a zoom that draws kernels."""
     match = report_obj(path, run_id, rank).collectives
-    return collectives.wait_spans(db.cursor(), run_id, rank, start_ns, end_ns, match)
+    return run_views.wait_spans(db.cursor(), run_id, rank, start_ns, end_ns, match)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def rank_step_matrix(path: str, gen: int, run_id: str, rank: int) -> pd.DataFrame:
-    """``ranks.rank_step_matrix`` of the run's report (every rank × step: step time, wait,
+    """``run_views.rank_step_matrix`` of the run's report (every rank × step: step time, wait,
     outliers), ranks grouped by the node their trace names (``ranks.rank_nodes``)."""
     doc = report(path, run_id, rank)
-    return rank_views.rank_step_matrix(doc, rank_views.rank_nodes(db.cursor(), run_id))
+    return run_views.rank_step_matrix(doc, run_views.rank_nodes(db.cursor(), run_id))

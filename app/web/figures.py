@@ -624,9 +624,25 @@ def rank_step_heatmap(
             name=title,
         )
     )
+    # the cells as (nearly) invisible points: a heatmap has no selectable points, these do (a
+    # click selects one; its customdata says the rank and step)
+    pos = {r: i for i, r in enumerate(ranks)}
+    fig.add_trace(
+        go.Scatter(
+            x=[f"#{int(s)}" for s in matrix["step"]],
+            y=[labels[pos[int(r)]] for r in matrix["rank"]],
+            mode="markers",
+            marker={"size": 14, "opacity": 0.01, "color": "#000000"},
+            name="cells",
+            customdata=[
+                [int(r), int(s)] for r, s in zip(matrix["rank"], matrix["step"], strict=True)
+            ],
+            hoverinfo="skip",
+            showlegend=False,
+        )
+    )
     out = matrix[matrix["outlier"]]
     if not out.empty:
-        pos = {r: i for i, r in enumerate(ranks)}
         fig.add_trace(
             go.Scatter(
                 x=[f"#{int(s)}" for s in out["step"]],

@@ -6,13 +6,13 @@ import contextlib
 import html
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import streamlit as st
-from gpuscope.analysis import ranks as rank_views
 from gpuscope.analysis import run_views, sawtooth
 from gpuscope.ingest.errors import catalog_lost, store_fault
 from gpuscope.web import data, db, figures, palette, ui
@@ -250,7 +250,12 @@ def cell_target(selection: Any) -> tuple[int, int] | None:
             try:
                 return int(cd[0]), int(cd[1])
             except (TypeError, ValueError):
-                continue
+                pass
+        # a heatmap's click may come without its customdata: read the cell's labels
+        ry = re.search(r"rank (\d+)$", str(p.get("y", "")))
+        sx = re.search(r"#(\d+)$", str(p.get("x", "")))
+        if ry and sx:
+            return int(ry.group(1)), int(sx.group(1))
     return None
 
 
@@ -270,11 +275,7 @@ def rank_heatmap(run_id: str, rank: int) -> None:
     fig = figures.rank_step_heatmap(m, "wait_ms" if what == "wait" else "step_ms")
     key = f"heatmap_{run_id}_{what}"
 
-    def on_pick() -> None:
-        picked = cell_target(st.session_state.get(key))
-        if picked is None:
-            return
-        r, step = picked
+    def open_cell(r: int, step: int) -> None:
         w = data.window(path, run_id, r)
         row = w.steps[w.steps["number"] == step]
         if not row.empty:
@@ -284,6 +285,11 @@ def rank_heatmap(run_id: str, rank: int) -> None:
             )
         st.query_params["rank"] = str(r)
 
+    def on_pick() -> None:
+        picked = cell_target(st.session_state.get(key))
+        if picked is not None:
+            open_cell(*picked)
+
     st.plotly_chart(
         fig,
         key=key,
@@ -292,12 +298,38 @@ def rank_heatmap(run_id: str, rank: int) -> None:
         width="stretch",
         config={"displayModeBar": False},
     )
-    spread = rank_views.step_spread(m)
+    spread = run_views.step_spread(m)
     n_out = int(m["outlier"].sum())
     st.caption(
         f"{m['rank'].nunique():,} ranks × {m['step'].nunique():,} steps; "
         + (f"{n_out} outlier cell(s) ringed; " if n_out else "no outlier; ")
-        + "click a cell to open that rank and step in the busy plot below."
+        + "pick a cell (click it, or below) to open that rank and step in the busy plot."
+    )
+    all_ranks = [int(r) for r in m["rank"].drop_duplicates()]
+    all_steps = sorted(int(x) for x in m["step"].unique())
+    worst = m.sort_values(["step_ms", "rank"], ascending=[False, True]).iloc[0]
+    c = st.columns([2, 2, 1], vertical_alignment="bottom")
+    pr = c[0].selectbox(
+        "Rank",
+        all_ranks,
+        index=all_ranks.index(int(worst["rank"])),
+        key=f"cell_rank_{run_id}",
+        format_func=lambda r: f"rank {r}",
+    )
+    ps = c[1].selectbox(
+        "Step",
+        all_steps,
+        index=all_steps.index(int(worst["step"])),
+        key=f"cell_step_{run_id}",
+        format_func=lambda x: f"#{x}",
+    )
+    c[2].button(
+        "Open",
+        key=f"cell_open_{run_id}",
+        on_click=open_cell,
+        args=(int(pr), int(ps)),
+        width="stretch",
+        help="Open this rank and step in the busy plot (default: the slowest cell)",
     )
     st.dataframe(
         pd.DataFrame(
