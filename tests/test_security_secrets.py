@@ -161,6 +161,19 @@ def test_a_rollback_after_the_connection_died_reads_as_the_commit() -> None:
     )
 
 
+def test_a_conflict_at_commit_is_not_an_outage() -> None:
+    """A serialization failure at COMMIT is a conflict (retried by Store.retrying), not
+    PostgreSQL gone: it stays a duckdb.Error."""
+    from gpuscope.ingest.errors import catalog_lost
+
+    exc = duckdb.TransactionException(
+        'Failed to execute query "COMMIT": ERROR:  could not serialize access due to concurrent '
+        "update"
+    )
+    assert not catalog_lost(exc)
+    assert catalog_lost(duckdb.IOException('Failed to execute query "COMMIT": '))
+
+
 def test_a_wrong_password_is_not_an_outage() -> None:
     exc = duckdb.IOException(
         'Unable to connect to Postgres at "x": connection to server at "127.0.0.1", port 5432 '
