@@ -537,6 +537,7 @@ def test_a_section_losing_postgres_mid_page_says_so_in_plain_words(
     at = AppTest.from_function(_section_losing_postgres, default_timeout=60)
     with caplog.at_level(logging.INFO):
         at.run()
+    assert not at.exception, [str(e.value) for e in at.exception]
     (box,) = [str(e.value) for e in at.error]
     assert box.startswith("Run overview could not be shown: ") and "internal error" not in box
     assert "PostgreSQL stopped answering" in box.replace("\\", "")
