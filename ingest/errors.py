@@ -73,13 +73,17 @@ _REASONS = (
 
 # ... but these are a store that cannot be used (wrong password, no such database), not an outage
 _CATALOG_REFUSED = ("authentication failed", "does not exist", "pg_hba.conf", "ssl is not enabled")
+# ... nor is a write that conflicted with another writer (Store.retrying tries it again)
+_CONFLICT = ("conflict", "could not serialize", "deadlock detected", "database is locked")
 
 
 def catalog_lost(exc: BaseException) -> bool:
     """Whether ``exc`` says a team store's PostgreSQL stopped answering (not bad input, not a
     bug: the next attempt works once it is back)."""
     text = str(exc).lower()
-    return any(n in text for n in _CATALOG_LOST) and not any(n in text for n in _CATALOG_REFUSED)
+    if any(n in text for n in (*_CATALOG_REFUSED, *_CONFLICT)):
+        return False
+    return any(n in text for n in _CATALOG_LOST)
 
 
 def store_fault(exc: BaseException, store: object, *, during: str | None = None) -> StoreError:

@@ -161,6 +161,19 @@ def test_a_rollback_after_the_connection_died_reads_as_the_commit() -> None:
     )
 
 
+def test_a_conflict_at_commit_is_not_an_outage() -> None:
+    """A serialization failure at COMMIT is a conflict (retried by Store.retrying), not
+    PostgreSQL gone: it stays a duckdb.Error."""
+    from gpuscope.ingest.errors import catalog_lost
+
+    exc = duckdb.TransactionException(
+        'Failed to execute query "COMMIT": ERROR:  could not serialize access due to concurrent '
+        "update"
+    )
+    assert not catalog_lost(exc)
+    assert catalog_lost(duckdb.IOException('Failed to execute query "COMMIT": '))
+
+
 def test_a_wrong_password_is_not_an_outage() -> None:
     exc = duckdb.IOException(
         'Unable to connect to Postgres at "x": connection to server at "127.0.0.1", port 5432 '
@@ -524,6 +537,7 @@ def test_a_section_losing_postgres_mid_page_says_so_in_plain_words(
     at = AppTest.from_function(_section_losing_postgres, default_timeout=60)
     with caplog.at_level(logging.INFO):
         at.run()
+    assert not at.exception, [str(e.value) for e in at.exception]
     (box,) = [str(e.value) for e in at.error]
     assert box.startswith("Run overview could not be shown: ") and "internal error" not in box
     assert "PostgreSQL stopped answering" in box.replace("\\", "")
