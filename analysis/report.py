@@ -392,6 +392,12 @@ def _rank_summary(
     return _rank_row(rank, w, b.busy_pct, step_stats(w).mean_ms, comm, idle)
 
 
+def rank_row(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
+    """One rank's line of ``ranks`` over its default (ProfilerStep) window: what the rank
+    summary part ``rank_row`` stores at ingest (gpuscope.analysis.rank_summary)."""
+    return _rank_summary(con, run_id, rank, None)
+
+
 def _rank_row(
     rank: int,
     w: Window,
@@ -433,6 +439,9 @@ def _one_snapshot(fn: Callable[_Args, _Ret]) -> Callable[_Args, _Ret]:
             close_shared(con)
             drop_run_names(con)
 
+        from gpuscope.analysis.rank_summary import RANK_ROW, refresh
+
+        refresh(con, str(run_id), [RANK_ROW.name])  # stale or missing rank lines: stored once
         with read_snapshot(con, on_rollback=forget), run_names(con, str(run_id)):
             return fn(*args, **kwargs)
 
@@ -614,8 +623,15 @@ def analyze_run(
             rank, window, busy.busy_pct if not evidence else None, stats.mean_ms, comm_only, idle
         )
     ]
-    if all_ranks:
-        ranks += [_rank_summary(con, run_id, r, step_annotation) for r in run["ranks"] if r != rank]
+    if all_ranks:  # the other ranks' lines: their stored summaries (rank_summary), not events
+        from gpuscope.analysis.rank_summary import RANK_ROW, load
+
+        stored = load(con, run_id, RANK_ROW.name, compute=False) if not step_annotation else {}
+        ranks += [
+            stored.get(r) or _rank_summary(con, run_id, r, step_annotation)
+            for r in run["ranks"]
+            if r != rank
+        ]
     ranks.sort(key=lambda d: d["rank"])
     straggler = find_straggler(ranks) if details and all_ranks else None
     recs = (

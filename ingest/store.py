@@ -61,7 +61,16 @@ MAINTAIN_MEMORY_LIMIT = "192MB"
 RETRIES = 4  # attempts of a write transaction that conflicts with another writer (team store)
 T = TypeVar("T")
 
-RUN_TABLES = ("threads", "names", "events", "ranks", "nvml_samples", "nvml_series", "runs")
+RUN_TABLES = (
+    "rank_summaries",
+    "threads",
+    "names",
+    "events",
+    "ranks",
+    "nvml_samples",
+    "nvml_series",
+    "runs",
+)
 RUN_COLUMNS = (
     "run_id, name, kind, created_at, n_ranks, n_events, source_bytes, gpu_name, torch_version, "
     "tags, start_ns, end_ns, uploaded_by"
@@ -699,7 +708,8 @@ def migrate(con: duckdb.DuckDBPyConnection, version: int) -> None:
             for (run_id,) in con.execute("SELECT run_id FROM ingest_pending").fetchall():
                 with transaction(con):
                     for t in RUN_TABLES:
-                        con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
+                        if t != "rank_summaries":  # new in schema 3: made after the migration
+                            con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
     con.execute("BEGIN TRANSACTION")
     try:
         while version < SCHEMA_VERSION:
