@@ -30,6 +30,7 @@ __all__ = [
     "row_count",
     "run_row",
     "run_summary",
+    "stored_run_summary",
     "top_idle_cause",
 ]
 
@@ -108,6 +109,32 @@ def run_summary(doc: dict[str, Any]) -> RunSummary:
         busy_pct=_num(pace.get("busy_pct")),
         mfu_pct=_num(doc.get("mfu_pct")),
     )
+
+
+def stored_run_summary(con: Connection, run_id: str) -> RunSummary | None:
+    """The runs-list figures of a trace run from its stored rank summaries alone (no events read;
+    :mod:`gpuscope.analysis.rank_summary`): the same as :func:`run_summary` of its analysis. None
+    when a rank lacks a current ``rank_row`` or the lowest rank its ``headline`` (a run stored
+    before them: the caller analyses it, which stores them)."""
+    from gpuscope.analysis.rank_summary import HEADLINE, RANK_ROW, load
+    from gpuscope.analysis.ranks import find_straggler
+
+    ranks = ranks_of(con, run_id)
+    if not ranks:
+        return None
+    rows = load(con, run_id, RANK_ROW.name, compute=False)
+    head = load(con, run_id, HEADLINE.name, compute=False).get(ranks[0])
+    if head is None or set(rows) != set(ranks):
+        return None
+    lines = [rows[r] for r in ranks]
+    straggler = find_straggler(lines) if len(lines) > 1 else None
+    doc = {
+        **head,
+        "rank": ranks[0],
+        "ranks": lines,
+        "straggler": straggler.to_json() if straggler is not None else None,
+    }
+    return run_summary(doc)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ def one_name_per_id(db: Path, run_id: str) -> bool:
     return not bad
 
 
+@pytest.mark.slow
 def test_nodes_fill_in_one_run_with_the_figures_of_a_folder_ingest(tmp_path: Path, capsys) -> None:
     db = str(tmp_path / "s")
     code, out0, err0 = run_cli(capsys, "ingest", "--job", "4242", str(RANK0), "--db", db)
@@ -74,6 +75,7 @@ def test_nodes_fill_in_one_run_with_the_figures_of_a_folder_ingest(tmp_path: Pat
     assert run["n_events"] == sum(counts(tmp_path / "f")[t] for t in ("events",))
 
 
+@pytest.mark.slow
 def test_a_rank_stored_twice_is_refused_in_one_line_and_changes_nothing(
     tmp_path: Path, capsys
 ) -> None:
@@ -96,6 +98,7 @@ def test_a_rank_stored_twice_is_refused_in_one_line_and_changes_nothing(
     assert counts(db) == before
 
 
+@pytest.mark.slow
 def test_a_first_call_that_fails_leaves_no_run(tmp_path: Path, capsys) -> None:
     db = tmp_path / "s"
     bad = tmp_path / "bad.json"
@@ -105,6 +108,7 @@ def test_a_first_call_that_fails_leaves_no_run(tmp_path: Path, capsys) -> None:
     assert counts(db) == dict.fromkeys(RUN_TABLES, 0)
 
 
+@pytest.mark.slow
 def test_job_without_an_id_takes_the_launchers(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)

@@ -44,6 +44,7 @@ def stored(con, run_id: str) -> dict[tuple[int, str], tuple[int, dict]]:
     return {(r, p): (v, json.loads(d)) for r, p, v, d in rows}
 
 
+@pytest.mark.slow
 def test_ingest_stores_every_part_of_every_rank_at_its_version(tmp_path: Path, capsys) -> None:
     code, out, err = run_cli(
         capsys, "ingest", str(two_ranks(tmp_path / "t")), "--db", str(tmp_path / "s")
@@ -63,6 +64,7 @@ def test_ingest_stores_every_part_of_every_rank_at_its_version(tmp_path: Path, c
     assert rows[(1, "kernels")][1]["total_us"] == pytest.approx(60.0)
 
 
+@pytest.mark.slow
 def test_analyze_reads_the_other_ranks_from_their_summaries(tmp_path: Path) -> None:
     with connect(tmp_path / "s") as con:
         run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=RS.store_after_ingest)[
@@ -81,6 +83,7 @@ def test_analyze_reads_the_other_ranks_from_their_summaries(tmp_path: Path) -> N
     assert shown[0] == from_events[0]  # the analysed rank itself comes from its events
 
 
+@pytest.mark.slow
 def test_summaries_give_the_figures_the_events_give_on_the_real_ddp_pair(tmp_path: Path) -> None:
     from gpuscope.analysis.report import rank_row
 
@@ -96,6 +99,7 @@ def test_summaries_give_the_figures_the_events_give_on_the_real_ddp_pair(tmp_pat
     assert direct[1]["gpu_busy_pct"] != direct[0]["gpu_busy_pct"]
 
 
+@pytest.mark.slow
 def test_a_stale_version_is_recomputed_and_stored_when_next_analysed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -119,6 +123,7 @@ def test_a_stale_version_is_recomputed_and_stored_when_next_analysed(
     assert rows[(1, "headline")][0] == RS.HEADLINE.version  # other parts untouched
 
 
+@pytest.mark.slow
 def test_a_run_stored_without_summaries_gets_them_on_its_first_analysis(tmp_path: Path) -> None:
     with connect(tmp_path / "s") as con:
         run_id = ingest_paths(con, [two_ranks(tmp_path / "t")])[0].run_id
@@ -127,6 +132,7 @@ def test_a_run_stored_without_summaries_gets_them_on_its_first_analysis(tmp_path
         assert set(stored(con, run_id)) == {(0, "rank_row"), (1, "rank_row")}
 
 
+@pytest.mark.slow
 def test_a_failing_part_rolls_the_whole_ingest_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
@@ -155,6 +161,7 @@ def test_the_registry_refuses_a_name_taken_and_a_bad_version() -> None:
         RS.missing(None, "x", ["nope"])  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_a_new_part_plugs_in_and_runs_stored_before_get_it_when_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -176,3 +183,18 @@ def test_a_new_part_plugs_in_and_runs_stored_before_get_it_when_read(
         assert RS.load(con, run_id, "n_kernels") == {0: 3, 1: 3}  # computed, not stored
         assert RS.refresh(con, run_id, ["n_kernels"]) == 2
         assert RS.load(con, run_id, "n_kernels", compute=False) == {0: 3, 1: 3}
+
+
+@pytest.mark.slow
+def test_the_runs_list_figures_come_from_the_summaries_alone(tmp_path: Path) -> None:
+    from gpuscope.analysis.run_views import report_doc, run_summary, stored_run_summary
+
+    with connect(tmp_path / "s") as con:
+        bare = ingest_paths(con, [two_ranks(tmp_path / "t", busy=(30.0, 70.0))])[0].run_id
+        assert stored_run_summary(con, bare) is None  # stored before summaries: not known yet
+        run_id = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest)[0].run_id
+        expected = run_summary(report_doc(analyze_run(con, run_id)))
+        con.execute("DELETE FROM events WHERE run_id = ?", [run_id])  # no events to read now
+        got = stored_run_summary(con, run_id)
+    assert got == expected
+    assert got is not None and got.busy_pct is not None and got.step_ms is not None
