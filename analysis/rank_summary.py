@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import duckdb
 from gpuscope.analysis.rank_index import close_shared
 from gpuscope.analysis.store_access import ranks_of
 from gpuscope.ingest.records import now_utc
-from gpuscope.ingest.store import Store, transaction
+from gpuscope.ingest.store import LAKE, Store, transaction
 
 if TYPE_CHECKING:
     from gpuscope.ingest.store import Connection
@@ -116,10 +118,16 @@ def write_rank_summaries(con: Connection, run_id: str, parts: Iterable[str] | No
     if not todo:
         return 0
     rows: list[list[Any]] = []
+    by_rank: dict[int, list[SummaryPart]] = {}
+    for rank, part in todo:
+        by_rank.setdefault(rank, []).append(part)
     try:
-        for rank, part in todo:
-            doc = json.dumps(_finite(part.compute(con, run_id, rank)), allow_nan=False)
-            rows.append([run_id, rank, part.name, part.version, doc, now_utc()])
+        for rank, parts_of in by_rank.items():
+            with _rank_in_memory(con, run_id, rank):
+                for part in parts_of:
+                    doc = json.dumps(_finite(part.compute(con, run_id, rank)), allow_nan=False)
+                    rows.append([run_id, rank, part.name, part.version, doc, now_utc()])
+                close_shared(con)  # its working tables were made over the copies
     finally:
         close_shared(con)  # the working tables die with a rolled-back transaction: forget them
     for rank, part in todo:
@@ -135,6 +143,54 @@ def store_after_ingest(con: Connection, result: Any) -> None:
     """``ingest_paths``'s ``after_trace`` hook: the rank summaries of the trace run just written
     (its new ranks: a job's earlier ranks have theirs), inside the ingest's transaction."""
     write_rank_summaries(con, str(result.run_id))
+
+
+#: A rank with at most this many events is copied into memory while its parts are computed.
+MAX_IN_MEMORY_EVENTS = 1_000_000
+_SHADOWED = ("events", "names", "ranks", "runs", "threads")
+
+
+@contextmanager
+def _rank_in_memory(con: Connection, run_id: str, rank: int) -> Iterator[bool]:
+    """While the parts of one rank are computed: its rows of ``events`` (and the run's of
+    ``names``, ``ranks``, ``runs``, ``threads``) copied into temp tables of the same names, which
+    shadow the store's for unqualified names on ``con`` (as ``rank_index.run_names`` does for
+    names). Every part filters on the run and rank, so it reads the same rows, from memory rather
+    than through the lake's catalog and Parquet files for each of its ~100 statements (2-3x
+    faster on the DDP sample). Not done for a plain DuckDB store, for a rank with more than
+    :data:`MAX_IN_MEMORY_EVENTS` events (memory), or when a shadow exists already. Yields whether
+    the copies were made; they are dropped when the block ends."""
+    n = None
+    if isinstance(con, Store) and con.is_lake and not _has_temp(con, "events"):
+        n = con.execute(
+            "SELECT n_events FROM ranks WHERE run_id = ? AND rank = ?", [run_id, rank]
+        ).fetchone()
+    if n is None or n[0] is None or int(n[0]) > MAX_IN_MEMORY_EVENTS:
+        yield False
+        return
+    made: list[str] = []
+    try:
+        for table in _SHADOWED:
+            extra = " AND rank = $rank" if table in ("events", "threads") else ""
+            con.execute(
+                f"CREATE TEMP TABLE {table} AS SELECT * FROM {LAKE}.main.{table} "
+                f"WHERE run_id = $run{extra}",
+                {"run": run_id, "rank": rank} if extra else {"run": run_id},
+            )
+            made.append(table)
+        yield True
+    finally:
+        for table in reversed(made):
+            with suppress(duckdb.Error):  # an aborted transaction drops them with its rollback
+                con.execute(f"DROP TABLE IF EXISTS temp.main.{table}")
+
+
+def _has_temp(con: Connection, name: str) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'temp' AND table_name = ?",
+        [name],
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def refresh(con: Connection, run_id: str, parts: Iterable[str] | None = None) -> int:
