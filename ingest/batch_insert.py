@@ -69,6 +69,8 @@ def strict_json(batch: Batch) -> bool:
 
     Cheap (a syntax pass, no objects built); runs on the scanning thread, ahead of the insert.
     """
+    if batch.strict is not None:  # proven when it was cut
+        return batch.strict
     import msgspec
 
     try:
