@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import duckdb
+from gpuscope.analysis import report
 from gpuscope.analysis.rank_index import close_shared
 from gpuscope.analysis.store_access import ranks_of
 from gpuscope.ingest.records import now_utc
@@ -232,15 +233,11 @@ def load(con: Connection, run_id: str, part: str, *, compute: bool = True) -> di
 
 
 def _rank_row(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
-    from gpuscope.analysis.report import rank_row
-
-    return rank_row(con, run_id, rank)
+    return report.rank_row(con, run_id, rank)
 
 
 def _headline(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
-    from gpuscope.analysis.report import analyze_run
-
-    doc = analyze_run(con, run_id, rank=rank, all_ranks=False, details=False).to_json()
+    doc = report.analyze_run(con, run_id, rank=rank, all_ranks=False, details=False).to_json()
     for key in ("run", "ranks", "straggler", "recommendations"):
         doc.pop(key, None)
     doc["steps"] = []  # the steps part holds them
@@ -309,3 +306,16 @@ STEPS = register(
 KERNELS = register(
     SummaryPart("kernels", 1, "kernel time by category (µs) over the window", _kernels)
 )
+
+
+def _stored_lines(con: Connection, run_id: str) -> dict[int, Any]:
+    return load(con, run_id, RANK_ROW.name, compute=False)
+
+
+def _store_lines(con: Connection, run_id: str) -> int:
+    return refresh(con, run_id, [RANK_ROW.name])
+
+
+# analyze_run reads the other ranks' lines from here (report cannot import this module: it
+# imports report)
+report.set_rank_line_source(_stored_lines, _store_lines)

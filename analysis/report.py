@@ -392,6 +392,28 @@ def _rank_summary(
     return _rank_row(rank, w, b.busy_pct, step_stats(w).mean_ms, comm, idle)
 
 
+@dataclass
+class RankLineSource:
+    """Where :func:`analyze_run` finds the other ranks' stored lines: ``load(con, run_id)`` -> rank
+    -> line (those stored at the current version), and ``before(con, run_id)``, run before the
+    analysis opens its read snapshot (stores missing or stale lines). Set by
+    :mod:`gpuscope.analysis.rank_summary` when it is imported; unset, lines come from the events."""
+
+    load: Callable[[Any, str], dict[int, dict[str, Any]]] | None = None
+    before: Callable[[Any, str], Any] | None = None
+
+
+_rank_lines = RankLineSource()
+
+
+def set_rank_line_source(
+    load: Callable[[Any, str], dict[int, dict[str, Any]]] | None,
+    before: Callable[[Any, str], Any] | None = None,
+) -> None:
+    """Install (or, with None, remove) the source of stored rank lines (see RankLineSource)."""
+    _rank_lines.load, _rank_lines.before = load, before
+
+
 def rank_row(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
     """One rank's line of ``ranks`` over its default (ProfilerStep) window: what the rank
     summary part ``rank_row`` stores at ingest (gpuscope.analysis.rank_summary)."""
@@ -439,9 +461,8 @@ def _one_snapshot(fn: Callable[_Args, _Ret]) -> Callable[_Args, _Ret]:
             close_shared(con)
             drop_run_names(con)
 
-        from gpuscope.analysis.rank_summary import RANK_ROW, refresh
-
-        refresh(con, str(run_id), [RANK_ROW.name])  # stale or missing rank lines: stored once
+        if _rank_lines.before is not None:  # stale or missing stored rank lines: stored once
+            _rank_lines.before(con, str(run_id))
         with read_snapshot(con, on_rollback=forget), run_names(con, str(run_id)):
             return fn(*args, **kwargs)
 
@@ -624,9 +645,8 @@ def analyze_run(
         )
     ]
     if all_ranks:  # the other ranks' lines: their stored summaries (rank_summary), not events
-        from gpuscope.analysis.rank_summary import RANK_ROW, load
-
-        stored = load(con, run_id, RANK_ROW.name, compute=False) if not step_annotation else {}
+        source = _rank_lines.load
+        stored = source(con, run_id) if source is not None and not step_annotation else {}
         ranks += [
             stored.get(r) or _rank_summary(con, run_id, r, step_annotation)
             for r in run["ranks"]

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.analysis.ranks import slowest_rank_figures
 from gpuscope.analysis.report import RunReport, analyze_run
 from gpuscope.analysis.store_access import ranks_of
@@ -30,6 +31,7 @@ __all__ = [
     "row_count",
     "run_row",
     "run_summary",
+    "store_after_ingest",
     "stored_run_summary",
     "top_idle_cause",
 ]

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.records import RunResult, RunRow, now_utc
-from gpuscope.ingest.source import file_sha256
+from gpuscope.ingest.records import RunRow, now_utc
 from gpuscope.ingest.store import Connection, Store, transaction
 
 JOB_RETRIES = 40  # attempts of a job's transaction that conflicts with another node's (team store)
@@ -165,51 +163,7 @@ def world_size(con: Connection, run_id: str) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
-def ingest_job_files(
-    con: Connection,
-    job: str,
-    files: list[Path],
-    *,
-    name: str | None,
-    tags: Iterable[str],
-    progress: Callable[[int, int], None] | None,
-    metadata: Mapping[str, Any] | None,
-) -> RunResult:
-    """Inside the caller's transaction: add ``files`` (one rank each) to job ``job``'s run (which
-    :func:`ensure_job_run` made). Raises IngestError for a rank the run holds already."""
-    from gpuscope.ingest.loader import TraceRunWriter, rank_from_name
-
-    run_id = job_run_id(job)
-    writer = TraceRunWriter(con, run_id, files, progress, metadata, job=job)
-    writer.inserter.names.seed(existing_names(con, run_id))
-    try:
-        shas = {p: file_sha256(p) for p in files}
-        hints = [rank_from_name(p) for p in files]
-        ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
-        writer.finish()
-    finally:
-        writer.inserter.close()
-    row = rewrite_job_row(con, job, name, tags)
-    ws = world_size(con, run_id)
-    result = RunResult(
-        run_id,
-        row.name,
-        "trace",
-        row.n_ranks,
-        row.n_events,
-        [str(p) for p in files],
-        gpu_name=row.gpu_name,
-        uploaded_by=row.uploaded_by,
-    )
-    added = sorted(r.rank for r in ranks)
-    of = f" of world size {ws}" if ws else ""
-    result.warnings.append(
-        f"job {job}: added rank(s) {_ranges(added)}; the run holds {row.n_ranks} rank(s){of}"
-    )
-    return result
-
-
-def _ranges(ranks: list[int]) -> str:
+def ranges_text(ranks: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``0-2, 5``."""
     spans: list[list[int]] = []
     for r in ranks:

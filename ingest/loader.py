@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gpuscope.ingest import job as J
 from gpuscope.ingest.batch_insert import BatchInserter, strict_json
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
 from gpuscope.ingest.json_stream import TraceSplitter
@@ -591,8 +592,6 @@ def _ingest_job(
     after_trace: AfterTrace | None,
 ) -> list[RunResult]:
     """``ingest_paths(..., job=job)``: the trace files of ``paths`` added to the job's run."""
-    from gpuscope.ingest import job as J
-
     job = J.check_job_id(job)
     files: list[Path] = []
     for p in paths:
@@ -616,7 +615,7 @@ def _ingest_job(
 
     def once() -> list[RunResult]:
         with transaction(con):
-            result = J.ingest_job_files(
+            result = _write_job_files(
                 con, job, files, name=name, tags=tags, progress=progress, metadata=metadata
             )
             if after_trace is not None:
@@ -632,3 +631,45 @@ def _ingest_job(
     finally:
         con.execute(f"SET threads = {int(threads)}")
         con.execute(f"SET memory_limit = '{memory}'")
+
+
+def _write_job_files(
+    con: Connection,
+    job: str,
+    files: list[Path],
+    *,
+    name: str | None,
+    tags: Iterable[str],
+    progress: Progress | None,
+    metadata: Mapping[str, Any] | None,
+) -> RunResult:
+    """Inside the caller's transaction: add ``files`` (one rank each) to job ``job``'s run (which
+    :func:`~gpuscope.ingest.job.ensure_job_run` made). Raises IngestError for a rank the run holds already."""
+    run_id = J.job_run_id(job)
+    writer = TraceRunWriter(con, run_id, files, progress, metadata, job=job)
+    writer.inserter.names.seed(J.existing_names(con, run_id))
+    try:
+        shas = {p: file_sha256(p) for p in files}
+        hints = [rank_from_name(p) for p in files]
+        ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
+        writer.finish()
+    finally:
+        writer.inserter.close()
+    row = J.rewrite_job_row(con, job, name, tags)
+    ws = J.world_size(con, run_id)
+    result = RunResult(
+        run_id,
+        row.name,
+        "trace",
+        row.n_ranks,
+        row.n_events,
+        [str(p) for p in files],
+        gpu_name=row.gpu_name,
+        uploaded_by=row.uploaded_by,
+    )
+    added = sorted(r.rank for r in ranks)
+    of = f" of world size {ws}" if ws else ""
+    result.warnings.append(
+        f"job {job}: added rank(s) {J.ranges_text(added)}; the run holds {row.n_ranks} rank(s){of}"
+    )
+    return result

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from clitools import run_cli
 from gpuscope.capture import job_id
-from gpuscope.ingest.job import _ranges, job_run_id
+from gpuscope.ingest.job import job_run_id, ranges_text
 from gpuscope.ingest.store import RUN_TABLES, connect
 from tracegen import TraceBuilder
 
@@ -130,8 +130,8 @@ def test_the_job_id_comes_from_torchrun_then_slurm() -> None:
 
 
 def test_rank_ranges_are_written_compactly() -> None:
-    assert _ranges([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
-    assert _ranges([3]) == "3"
+    assert ranges_text([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
+    assert ranges_text([3]) == "3"
 
 
 def _gpuscope(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuscope.analysis import run_views
-from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import RunResult, ingest_paths, is_trace_file
 from gpuscope.ingest.store import Connection
@@ -71,7 +70,9 @@ def load_samples(
     loaded: list[RunResult] = []
     for path in sample_runs(root):
         try:
-            loaded += ingest_paths(con, [path], tags=[SAMPLE_TAG], after_trace=store_after_ingest)
+            loaded += ingest_paths(
+                con, [path], tags=[SAMPLE_TAG], after_trace=run_views.store_after_ingest
+            )
             log(f"loaded sample run {path.name}")
         except IngestError as e:
             log(f"skipped sample {path.name}: {e}")
