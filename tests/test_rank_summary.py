@@ -198,3 +198,16 @@ def test_the_runs_list_figures_come_from_the_summaries_alone(tmp_path: Path) -> 
         got = stored_run_summary(con, run_id)
     assert got == expected
     assert got is not None and got.busy_pct is not None and got.step_ms is not None
+
+
+@pytest.mark.slow
+def test_a_store_made_before_the_table_gets_it_when_opened(tmp_path: Path) -> None:
+    db = tmp_path / "s"
+    with connect(db) as con:
+        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")])[0].run_id
+        con.execute("DROP TABLE rank_summaries")  # as a schema-3 store of before this table
+    with connect(db) as con:  # the open adds it (an additive table: the version stays 3)
+        assert con.execute("SELECT count(*) FROM rank_summaries").fetchone() == (0,)
+        doc = analyze_run(con, run_id, rank=0).to_json()
+        assert con.execute("SELECT count(*) FROM rank_summaries").fetchone() == (2,)
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
