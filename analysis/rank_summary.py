@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ from gpuscope.analysis import report
 from gpuscope.analysis.rank_index import close_shared
 from gpuscope.analysis.store_access import ranks_of
 from gpuscope.ingest.records import now_utc
-from gpuscope.ingest.store import LAKE, Store, transaction
+from gpuscope.ingest.store import Store, transaction
 
 if TYPE_CHECKING:
     from gpuscope.ingest.store import Connection
@@ -124,11 +124,10 @@ def write_rank_summaries(con: Connection, run_id: str, parts: Iterable[str] | No
         by_rank.setdefault(rank, []).append(part)
     try:
         for rank, parts_of in by_rank.items():
-            with _rank_in_memory(con, run_id, rank):
+            with _rank_copy(con, run_id, rank) as on:
                 for part in parts_of:
-                    doc = json.dumps(_finite(part.compute(con, run_id, rank)), allow_nan=False)
+                    doc = json.dumps(_finite(part.compute(on, run_id, rank)), allow_nan=False)
                     rows.append([run_id, rank, part.name, part.version, doc, now_utc()])
-                close_shared(con)  # its working tables were made over the copies
     finally:
         close_shared(con)  # the working tables die with a rolled-back transaction: forget them
     for rank, part in todo:
@@ -146,52 +145,51 @@ def store_after_ingest(con: Connection, result: Any) -> None:
     write_rank_summaries(con, str(result.run_id))
 
 
-#: A rank with at most this many events is copied into memory while its parts are computed.
+#: A rank with at most this many events is copied into a database of its own for its parts.
 MAX_IN_MEMORY_EVENTS = 1_000_000
-_SHADOWED = ("events", "names", "ranks", "runs", "threads")
+_COPIED = ("runs", "ranks", "names", "threads", "events")  # the rank's rows; others stay empty
+SCRATCH_MEMORY_LIMIT = "512MB"
 
 
 @contextmanager
-def _rank_in_memory(con: Connection, run_id: str, rank: int) -> Iterator[bool]:
-    """While the parts of one rank are computed: its rows of ``events`` (and the run's of
-    ``names``, ``ranks``, ``runs``, ``threads``) copied into temp tables of the same names, which
-    shadow the store's for unqualified names on ``con`` (as ``rank_index.run_names`` does for
-    names). Every part filters on the run and rank, so it reads the same rows, from memory rather
-    than through the lake's catalog and Parquet files for each of its ~100 statements (2-3x
-    faster on the DDP sample). Not done for a plain DuckDB store, for a rank with more than
-    :data:`MAX_IN_MEMORY_EVENTS` events (memory), or when a shadow exists already. Yields whether
-    the copies were made; they are dropped when the block ends."""
-    n = None
-    if isinstance(con, Store) and con.is_lake and not _has_temp(con, "events"):
-        n = con.execute(
-            "SELECT n_events FROM ranks WHERE run_id = ? AND rank = ?", [run_id, rank]
-        ).fetchone()
-    if n is None or n[0] is None or int(n[0]) > MAX_IN_MEMORY_EVENTS:
-        yield False
-        return
-    made: list[str] = []
-    try:
-        for table in _SHADOWED:
-            extra = " AND rank = $rank" if table in ("events", "threads") else ""
-            con.execute(
-                f"CREATE TEMP TABLE {table} AS SELECT * FROM {LAKE}.main.{table} "
-                f"WHERE run_id = $run{extra}",
-                {"run": run_id, "rank": rank} if extra else {"run": run_id},
-            )
-            made.append(table)
-        yield True
-    finally:
-        for table in reversed(made):
-            with suppress(duckdb.Error):  # an aborted transaction drops them with its rollback
-                con.execute(f"DROP TABLE IF EXISTS temp.main.{table}")
+def _rank_copy(con: Connection, run_id: str, rank: int) -> Iterator[Any]:
+    """The connection to compute one rank's parts on: a new in-memory DuckDB database holding the
+    store's tables with only this rank's rows of ``events``/``threads`` and the run's of ``runs``,
+    ``ranks``, ``names`` (every part filters on the run and rank, so it reads the same rows).
 
-
-def _has_temp(con: Connection, name: str) -> bool:
+    Why: the parts make ~20 working tables per rank; made inside the ingest's transaction, DuckDB
+    keeps each one's memory until the commit, so a folder of many ranks ran out of memory (1,024
+    small ranks: 152 MiB, the ingest's limit); and each statement on a lake goes through the
+    catalog and Parquet files. The copy is closed (all its memory freed) after the rank. A rank
+    with more than :data:`MAX_IN_MEMORY_EVENTS` events is computed on ``con`` itself."""
     row = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'temp' AND table_name = ?",
-        [name],
+        "SELECT n_events FROM ranks WHERE run_id = ? AND rank = ?", [run_id, rank]
     ).fetchone()
-    return bool(row and row[0])
+    if row is None or row[0] is None or int(row[0]) > MAX_IN_MEMORY_EVENTS:
+        yield con
+        return
+    from gpuscope.ingest.schema import TABLES
+
+    scratch = duckdb.connect(":memory:")
+    try:
+        scratch.execute("SET threads = 1")
+        scratch.execute(f"SET memory_limit = '{SCRATCH_MEMORY_LIMIT}'")
+        for table in TABLES:
+            scratch.execute(table.ddl(keys=False))
+        for name in _COPIED:
+            per_rank = " AND rank = $rank" if name in ("events", "threads") else ""
+            params = {"run": run_id, "rank": rank} if per_rank else {"run": run_id}
+            rows = con.execute(
+                f"SELECT * FROM {name} WHERE run_id = $run{per_rank}", params
+            ).to_arrow_table()
+            scratch.register("_gs_rows", rows)
+            scratch.execute(f"INSERT INTO {name} SELECT * FROM _gs_rows")
+            scratch.unregister("_gs_rows")
+            del rows
+        yield scratch
+    finally:
+        close_shared(scratch)
+        scratch.close()
 
 
 def refresh(con: Connection, run_id: str, parts: Iterable[str] | None = None) -> int:

@@ -7,7 +7,8 @@ same N rank files, side by side, interleaved and repeated; and how the run summa
 
 1. The N rank files: copies of the real 2×H200 DDP pair (``sample_traces/ddp``; rank i is a copy of
    rank ``i % 2``) with ``distributedInfo.rank``/``world_size`` (and the capture helper's rank and
-   world size keys) rewritten, written as plain JSON to ``OUT/ranks-N/`` (kept for reuse).
+   world size keys) rewritten in place, Kineto's layout kept, as plain JSON in ``OUT/ranks-N/``
+   (kept for reuse).
 2. Per repeat, in alternating order (gpuscope first, then HTA first), each through
    ``benchmarks/measure.py`` (wall, peak RSS of the process tree):
    * gpuscope: ``gpuscope ingest DIR --db STORE`` (a new local store; each rank's summary is
@@ -28,6 +29,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -47,38 +49,39 @@ def log(msg: str) -> None:
     print(f"[bench_ranks {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def rewrite_rank(doc: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
-    """A copy of one rank's trace as rank ``rank`` of ``world`` (only the rank keys change)."""
-    d = dict(doc)
-    info = dict(d.get("distributedInfo") or {})
+def rewrite_rank(text: str, rank: int, world: int) -> str:
+    """One rank's trace text as rank ``rank`` of ``world``: only ``distributedInfo`` (rank, world
+    size, process groups) and the capture helper's rank/world-size keys change; the rest, Kineto's
+    layout included, stays byte for byte."""
+    key = '"distributedInfo": '
+    at = text.index(key) + len(key)
+    info, end = json.JSONDecoder().raw_decode(text, at)
     info["rank"], info["world_size"] = rank, world
     if isinstance(info.get("pg_config"), list):
         info["pg_config"] = [
             {**pg, "pg_size": world, "ranks": list(range(world))} for pg in info["pg_config"]
         ]
-    d["distributedInfo"] = info
-    for key in ("world_size", "gpuscope.world_size"):
-        if key in d:
-            d[key] = world
-    if "gpuscope.rank" in d:
-        d["gpuscope.rank"] = rank
-    return d
+    text = text[:at] + json.dumps(info) + text[end:]
+    events = text.index('"traceEvents"')
+    head = text[:events]
+    for k, v in (("world_size", world), ("gpuscope.world_size", world), ("gpuscope.rank", rank)):
+        head = re.sub(rf'(\n\s*"{re.escape(k)}": )\d+', rf"\g<1>{v}", head)
+    return head + text[events:]
 
 
 def make_ranks(n: int, out: Path) -> tuple[Path, int]:
     """``OUT/ranks-N/rank<i>.pt.trace.json`` from the DDP pair; (folder, total bytes)."""
     folder = out / f"ranks-{n}"
-    stamp = folder / ".complete"
+    stamp = folder / ".complete-kineto-layout"
     if not stamp.exists():
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         pair = [
-            json.loads(gzip.decompress((DDP / f"ddp_rank{r}.pt.trace.json.gz").read_bytes()))
+            gzip.decompress((DDP / f"ddp_rank{r}.pt.trace.json.gz").read_bytes()).decode()
             for r in (0, 1)
         ]
         for i in range(n):
-            text = json.dumps(rewrite_rank(pair[i % 2], i, n))
-            (folder / f"rank{i}.pt.trace.json").write_text(text)
+            (folder / f"rank{i}.pt.trace.json").write_text(rewrite_rank(pair[i % 2], i, n))
         stamp.write_text("ok")
     size = sum(p.stat().st_size for p in folder.glob("rank*.pt.trace.json"))
     return folder, size

@@ -211,3 +211,29 @@ def test_a_store_made_before_the_table_gets_it_when_opened(tmp_path: Path) -> No
         doc = analyze_run(con, run_id, rank=0).to_json()
         assert con.execute("SELECT count(*) FROM rank_summaries").fetchone() == (2,)
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+
+
+@pytest.mark.slow
+def test_many_ranks_in_one_ingest_stay_within_the_ingests_memory_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each rank's parts make ~20 working tables; made inside the ingest's transaction DuckDB keeps
+    # their memory until the commit (1,024 small ranks ran out of the 160 MB limit): each rank is
+    # computed in a database of its own instead
+    from gpuscope.ingest import loader
+
+    monkeypatch.setattr(loader, "INGEST_MEMORY_LIMIT", "24MB")
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for rank in range(24):
+        t = TraceBuilder(rank=rank, world_size=24)
+        for n in range(2):
+            t.step(n, 1000.0 + 100.0 * n, 100.0)
+            t.launch("volta_sgemm_128x64_nn", 1001.0 + 100.0 * n, 1005.0 + 100.0 * n, 10.0)
+        t.write(folder / f"rank{rank}.json")
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(con, [folder], after_trace=RS.store_after_ingest)[0].run_id
+        n = con.execute(
+            "SELECT count(DISTINCT rank) FROM rank_summaries WHERE run_id = ?", [run_id]
+        ).fetchone()
+    assert n == (24,)
