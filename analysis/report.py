@@ -467,6 +467,34 @@ def _per_step_figures(w: Window, match: CollectiveMatch | None, rank: int) -> di
     }
 
 
+@dataclass
+class RankLineSource:
+    """Where :func:`analyze_run` finds the other ranks' stored lines: ``load(con, run_id)`` -> rank
+    -> line (those stored at the current version), and ``before(con, run_id)``, run before the
+    analysis opens its read snapshot (stores missing or stale lines). Set by
+    :mod:`gpuscope.analysis.rank_summary` when it is imported; unset, lines come from the events."""
+
+    load: Callable[[Any, str], dict[int, dict[str, Any]]] | None = None
+    before: Callable[[Any, str], Any] | None = None
+
+
+_rank_lines = RankLineSource()
+
+
+def set_rank_line_source(
+    load: Callable[[Any, str], dict[int, dict[str, Any]]] | None,
+    before: Callable[[Any, str], Any] | None = None,
+) -> None:
+    """Install (or, with None, remove) the source of stored rank lines (see RankLineSource)."""
+    _rank_lines.load, _rank_lines.before = load, before
+
+
+def rank_row(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
+    """One rank's line of ``ranks`` over its default (ProfilerStep) window: what the rank
+    summary part ``rank_row`` stores at ingest (gpuscope.analysis.rank_summary)."""
+    return _rank_summary(con, run_id, rank, None)
+
+
 def _rank_row(
     rank: int,
     w: Window,
@@ -537,6 +565,8 @@ def _one_snapshot(fn: Callable[_Args, _Ret]) -> Callable[_Args, _Ret]:
             close_shared(con)
             drop_run_names(con)
 
+        if _rank_lines.before is not None:  # stale or missing stored rank lines: stored once
+            _rank_lines.before(con, str(run_id))
         with read_snapshot(con, on_rollback=forget), run_names(con, str(run_id)):
             return fn(*args, **kwargs)
 
@@ -779,8 +809,15 @@ def analyze_run(
         | _per_step_figures(window, match, rank)
     ]
     if all_ranks:
+        # the other ranks' lines: their stored summaries (rank_summary) when no cross-rank match
+        # is needed; with one, from the events (their busy split needs the matched waits)
+        source = _rank_lines.load
+        use_stored = source is not None and not step_annotation and match is None
+        stored = source(con, run_id) if use_stored and source is not None else {}
         ranks += [
-            _rank_summary(con, run_id, r, step_annotation, match) for r in run["ranks"] if r != rank
+            stored.get(r) or _rank_summary(con, run_id, r, step_annotation, match)
+            for r in run["ranks"]
+            if r != rank
         ]
     ranks.sort(key=lambda d: d["rank"])
     straggler = match.straggler if match is not None else None

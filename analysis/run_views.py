@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.collectives import wait_in_view, wait_spans
 from gpuscope.analysis.ranks import rank_nodes, rank_step_matrix, step_spread
+from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.analysis.report import RunReport, analyze_run
 from gpuscope.analysis.store_access import ranks_of
 
@@ -34,6 +35,8 @@ __all__ = [
     "run_row",
     "run_summary",
     "step_spread",
+    "store_after_ingest",
+    "stored_run_summary",
     "top_idle_cause",
     "wait_in_view",
     "wait_spans",
@@ -117,6 +120,25 @@ def run_summary(doc: dict[str, Any]) -> RunSummary:
         mfu_pct=_num(doc.get("mfu_pct")),
         wait_pct=_num(doc.get("gpu_wait_pct")),
     )
+
+
+def stored_run_summary(con: Connection, run_id: str) -> RunSummary | None:
+    """The runs-list figures of a trace run from its stored rank summaries alone (no events read;
+    :mod:`gpuscope.analysis.rank_summary`): the same as :func:`run_summary` of its analysis. None
+    when a rank lacks a current ``rank_row`` or the lowest rank its ``headline`` (a run stored
+    before them: the caller analyses it, which stores them), and for a run of several ranks: its
+    figures (the wait beside busy) need the collectives matched across ranks, which the stored
+    per-rank summaries do not hold yet."""
+    from gpuscope.analysis.rank_summary import HEADLINE, RANK_ROW, load
+
+    ranks = ranks_of(con, run_id)
+    if len(ranks) != 1:  # several ranks: the busy split needs the collectives matched across them
+        return None
+    rows = load(con, run_id, RANK_ROW.name, compute=False)
+    head = load(con, run_id, HEADLINE.name, compute=False).get(ranks[0])
+    if head is None or set(rows) != set(ranks):
+        return None
+    return run_summary({**head, "rank": ranks[0], "ranks": [rows[ranks[0]]]})
 
 
 @dataclass(frozen=True)

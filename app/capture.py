@@ -266,6 +266,21 @@ class ModelProbe:
         return out
 
 
+JOB_ENV = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")  # where a launcher names the job, first wins
+
+
+def job_id(env: Mapping[str, str] | None = None) -> str | None:
+    """The distributed job's id, the same on every node: ``$TORCHELASTIC_RUN_ID`` (torchrun's
+    ``--rdzv-id``; its default ``none`` does not count), else ``$SLURM_JOB_ID``; None outside a
+    job. ``gpuscope ingest --job`` without a value reads the same variables."""
+    env = os.environ if env is None else env
+    for var in JOB_ENV:
+        v = (env.get(var) or "").strip()
+        if v and v.lower() != "none":
+            return v
+    return None
+
+
 def world_size() -> int:
     """torch.distributed's world size when it is initialised, else ``$WORLD_SIZE``, else 1."""
     return max(1, _distributed("get_world_size", "WORLD_SIZE", 1))
@@ -404,6 +419,9 @@ def profile_steps(
         "gpuscope.version": json.dumps(__version__),
         "gpuscope.rank": json.dumps(r),
     }
+    job = job_id()
+    if job is not None:  # `gpuscope ingest --job` on each node gathers the ranks into one run
+        meta["gpuscope.job_id"] = json.dumps(job)
     for k, v in (metadata or {}).items():
         try:
             meta[str(k)] = json.dumps(v)

@@ -69,6 +69,8 @@ def strict_json(batch: Batch) -> bool:
 
     Cheap (a syntax pass, no objects built); runs on the scanning thread, ahead of the insert.
     """
+    if batch.strict is not None:  # proven when it was cut
+        return batch.strict
     import msgspec
 
     try:
@@ -318,10 +320,11 @@ class BatchInserter:
 
         self.flush()
         c = self.con
+        fresh = {n: i for n, i in self.names.ids.items() if i not in self.names.seeded}
         names = pa.table({
-            "run_id": pa.array([self.run_id] * len(self.names.ids), pa.string()),
-            "name_id": pa.array(list(self.names.ids.values()), pa.int32()),
-            "name": pa.array(list(self.names.ids), pa.string()),
+            "run_id": pa.array([self.run_id] * len(fresh), pa.string()),
+            "name_id": pa.array(list(fresh.values()), pa.int32()),
+            "name": pa.array(list(fresh), pa.string()),
         })  # fmt: skip
         c.register("_gs_names", names)
         try:
@@ -385,6 +388,21 @@ class IdMap:
 
         self.ids: dict[str, int] = {}
         self._values = pa.array([], pa.string())
+        self._ids_arr = pa.array([], pa.int32())
+        self.next_id = 0
+        self.seeded: set[int] = (
+            set()
+        )  # ids stored before (a job's earlier nodes): not written again
+
+    def seed(self, known: dict[str, int]) -> None:
+        """Start from ids stored already (string -> id); new strings get ids above them."""
+        import pyarrow as pa
+
+        self.ids = dict(known)
+        self.seeded = set(known.values())
+        self.next_id = max(known.values(), default=-1) + 1
+        self._values = pa.array(list(self.ids), pa.string())
+        self._ids_arr = pa.array(list(self.ids.values()), pa.int32())
 
     def ids_of(self, strings: pa.Array | pa.ChunkedArray) -> pa.Array:
         """int32 ids for a string array (NULL stays NULL); new strings are given the next ids."""
@@ -394,6 +412,12 @@ class IdMap:
         new = [s for s in pc.unique(strings).to_pylist() if s is not None and s not in self.ids]
         if new:
             for s in new:
-                self.ids[s] = len(self.ids)
+                self.ids[s] = self.next_id
+                self.next_id += 1
             self._values = pa.array(list(self.ids), pa.string())
-        return pc.index_in(strings, value_set=self._values)
+            if self.seeded:
+                self._ids_arr = pa.array(list(self.ids.values()), pa.int32())
+        index = pc.index_in(strings, value_set=self._values)
+        if not self.seeded:  # ids are positions (0, 1, 2, ...)
+            return index
+        return pc.take(self._ids_arr, index)

@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,17 @@ _BRACKET_TABLE = bytes(1 if c in b"{[" else 2 if c in b"}]" else 0 for c in rang
 _DELTA = np.array([0, 1, -1], np.int8)
 _WS = b" \t\r\n"
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+# Kineto writes one event per block, indented by 2: the bytes between two events are exactly these
+# (the previous event's closing brace, the comma, the next one's opening brace). A newline cannot
+# occur inside a strict JSON string, so a cut there is between events, proven by a syntax pass.
+_KINETO_SEP = b"\n  },\n  {"
+
+
+@cache
+def _raw_list() -> Any:
+    import msgspec
+
+    return msgspec.json.Decoder(list[msgspec.Raw])
 
 
 def string_quotes(b: np.ndarray) -> np.ndarray:
@@ -106,6 +118,9 @@ class Batch:
     data: bytes
     offset: int
     first_index: int
+    strict: bool | None = (
+        None  # proven strict JSON already (the fast cut's syntax pass); None: unknown
+    )
 
 
 @dataclass
@@ -192,6 +207,16 @@ class TraceSplitter:
                 else:
                     buf += chunk
                     continue
+            if not eof:
+                fast = self._fast_cut(buf, offset, first, max_event)
+                if fast is not None:
+                    batch, z, n = fast
+                    yield batch
+                    self.n_events += n
+                    first = False
+                    offset += z
+                    buf = buf[z:]
+                    continue
             b = np.frombuffer(buf, np.uint8)
             q = string_quotes(b)
             s, d = brackets(buf, q)
@@ -247,6 +272,39 @@ class TraceSplitter:
                     eof = True
                 else:
                     buf += chunk
+
+    def _fast_cut(
+        self, buf: bytes, offset: int, first: bool, max_event: int
+    ) -> tuple[Batch, int, int] | None:
+        """The batch up to the last Kineto event separator in ``buf``, proven by a strict syntax
+        pass (msgspec ``list[Raw]``, ~1 CPU s/GB against ~8 for the numpy scan): (batch, bytes
+        used, events). None when ``buf`` has no separator, or the cut does not prove out (other
+        layout, raw control characters, an element that is not an object, an event over the
+        cap): the numpy scan then cuts it (and reports what is wrong)."""
+        k = buf.rfind(_KINETO_SEP)
+        if k < 0:
+            return None
+        z = k + 4  # just after the last whole event's closing brace
+        lead = buf[:z].lstrip(_WS)
+        if not first:
+            if not lead.startswith(b","):
+                return None
+            lead = lead[1:].lstrip(_WS)
+        if not lead.startswith(b"{"):
+            return None
+        a = z - len(lead)
+        data = b"[" + buf[a:z] + b"]"
+        import msgspec
+
+        try:
+            items = _raw_list().decode(data)
+        except msgspec.DecodeError:
+            return None
+        for item in items:
+            view = memoryview(item)
+            if view[0] != 0x7B or len(view) > max_event:
+                return None
+        return Batch(data, offset + a, self.n_events, strict=True), z, len(items)
 
     def _finish(self, prefix: bytes, rest: bytes, is_object: bool) -> None:
         parts = [rest]

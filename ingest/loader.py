@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gpuscope.ingest import job as J
 from gpuscope.ingest.batch_insert import BatchInserter, strict_json
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
 from gpuscope.ingest.json_stream import TraceSplitter
@@ -25,6 +26,9 @@ ABSOLUTE_NS = 10**17  # timestamps beyond this (1973 in Unix ns) are absolute al
 INGEST_MEMORY_LIMIT = "160MB"  # DuckDB's memory during an ingest (it spills beyond); restored after
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+AfterTrace = Callable[
+    [Any, RunResult], None
+]  # (con, the trace run just written), in its transaction
 T = TypeVar("T")
 U = TypeVar("U")
 
@@ -67,8 +71,10 @@ class TraceRunWriter:
         files: list[Path],
         progress: Progress | None = None,
         metadata: Mapping[str, Any] | None = None,
+        job: str | None = None,
     ) -> None:
         self.con, self.run_id, self.files = con, run_id, files
+        self.job = job  # adding ranks to job ``job``'s run: a rank it holds already is refused
         self.metadata = dict(metadata or {})  # the user's, over each rank's trace metadata
         self.inserter = BatchInserter(con, run_id)
         self.progress = progress
@@ -149,6 +155,12 @@ class TraceRunWriter:
         row = self.con.execute(
             "SELECT path FROM ranks WHERE run_id = ? AND rank = ?", [self.run_id, rank]
         ).fetchone()
+        if row is not None and self.job is not None:
+            raise IngestError(
+                path,
+                f"rank {rank} of job {self.job} is stored already (from {row[0]}); "
+                "nothing was stored",
+            )
         taken = row[0] if row else self._open_ranks.get(rank)
         if taken is not None and taken != str(path):
             raise IngestError(path, f"rank {rank} is also the rank of {taken}; one file per rank")
@@ -374,6 +386,8 @@ def ingest_paths(
     smi_columns: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     uploaded_by: str | None = None,
+    job: str | None = None,
+    after_trace: AfterTrace | None = None,
 ) -> list[RunResult]:
     """Ingest each path as one run; the runs are published together (one transaction), or not at all.
 
@@ -393,7 +407,24 @@ def ingest_paths(
     run ``attach``). ``tz``: zone of nvidia-smi's local timestamps. A path whose content is already
     stored is reported with ``duplicate=True`` and not written again. On any error nothing is
     stored.
+
+    ``job``: every trace file of ``paths`` (files, or folders of them) is a rank of job ``job``'s
+    run, which they are added to (:mod:`gpuscope.ingest.job`; one result). ``after_trace(con,
+    result)`` runs inside the transaction after each trace run is written (the orchestrating code
+    computes the rank summaries there); an exception from it rolls everything back.
     """
+    if job is not None:
+        return _ingest_job(
+            con,
+            [Path(p) for p in paths],
+            job=job,
+            name=name,
+            tags=tags,
+            progress=progress,
+            metadata=metadata,
+            uploaded_by=uploaded_by,
+            after_trace=after_trace,
+        )
     files = [Path(p) for p in paths]
     if separate:
         files = [f for p in files for f in (split_trace_files(p)[0] if p.is_dir() else [p])]
@@ -421,6 +452,7 @@ def ingest_paths(
                 smi_columns=smi_columns,
                 metadata=metadata,
                 uploaded_by=uploaded_by,
+                after_trace=after_trace,
             )
 
     try:
@@ -442,6 +474,7 @@ def _ingest_paths(
     smi_columns: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     uploaded_by: str | None = None,
+    after_trace: AfterTrace | None = None,
 ) -> list[RunResult]:
     results: list[RunResult] = []
     series: list[tuple[Path, str | None, int]] = []  # (file, run to attach to, index in results)
@@ -474,6 +507,8 @@ def _ingest_paths(
         except DuplicateRunError as e:
             results.append(_duplicate(con, e, p))
             continue
+        if after_trace is not None:
+            after_trace(con, result)
         results.append(result)
         series += [(q, result.run_id, -1) for q in extra]
     _write_series(
@@ -563,3 +598,99 @@ def _distinct(con: Connection, name: str, source: str) -> str:
     while f"{name} ({n})" in taken:
         n += 1
     return f"{name} ({n})"
+
+
+def _ingest_job(
+    con: Connection,
+    paths: list[Path],
+    *,
+    job: str,
+    name: str | None,
+    tags: Iterable[str],
+    progress: Progress | None,
+    metadata: Mapping[str, Any] | None,
+    uploaded_by: str | None,
+    after_trace: AfterTrace | None,
+) -> list[RunResult]:
+    """``ingest_paths(..., job=job)``: the trace files of ``paths`` added to the job's run."""
+    job = J.check_job_id(job)
+    files: list[Path] = []
+    for p in paths:
+        if p.is_file() and is_nvml_file(p):
+            raise IngestError(p, "--job takes trace files (attach NVML series with --attach)")
+        files += split_trace_files(p)[0]
+    seen: dict[str, Path] = {}
+    for f in files:
+        key = str(f.resolve())
+        if key in seen:
+            raise IngestError(f, "given twice")
+        seen[key] = f
+    made = J.ensure_job_run(con, job, name, uploaded_by)
+    settings = con.execute(
+        "SELECT current_setting('threads'), current_setting('memory_limit')"
+    ).fetchone()
+    assert settings is not None
+    threads, memory = settings
+    con.execute("SET threads = 1")
+    con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
+
+    def once() -> list[RunResult]:
+        with transaction(con):
+            result = _write_job_files(
+                con, job, files, name=name, tags=tags, progress=progress, metadata=metadata
+            )
+            if after_trace is not None:
+                after_trace(con, result)
+            return [result]
+
+    try:
+        return con.retrying(once, J.JOB_RETRIES) if isinstance(con, Store) else once()
+    except BaseException:
+        if made:
+            J.drop_empty_job_run(con, job)
+        raise
+    finally:
+        con.execute(f"SET threads = {int(threads)}")
+        con.execute(f"SET memory_limit = '{memory}'")
+
+
+def _write_job_files(
+    con: Connection,
+    job: str,
+    files: list[Path],
+    *,
+    name: str | None,
+    tags: Iterable[str],
+    progress: Progress | None,
+    metadata: Mapping[str, Any] | None,
+) -> RunResult:
+    """Inside the caller's transaction: add ``files`` (one rank each) to job ``job``'s run (which
+    :func:`~gpuscope.ingest.job.ensure_job_run` made). Raises IngestError for a rank the run holds already."""
+    run_id = J.job_run_id(job)
+    writer = TraceRunWriter(con, run_id, files, progress, metadata, job=job)
+    writer.inserter.names.seed(J.existing_names(con, run_id))
+    try:
+        shas = {p: file_sha256(p) for p in files}
+        hints = [rank_from_name(p) for p in files]
+        ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
+        writer.finish()
+    finally:
+        writer.inserter.close()
+    row = J.rewrite_job_row(con, job, name, tags)
+    ws = J.world_size(con, run_id)
+    result = RunResult(
+        run_id,
+        row.name,
+        "trace",
+        row.n_ranks,
+        row.n_events,
+        [str(p) for p in files],
+        gpu_name=row.gpu_name,
+        uploaded_by=row.uploaded_by,
+    )
+    added = sorted(r.rank for r in ranks)
+    of = f" of world size {ws}" if ws else ""
+    result.warnings.append(
+        f"job {job}: added rank(s) {J.ranges_text(added)}; the run holds {row.n_ranks} rank(s){of}"
+    )
+    return result

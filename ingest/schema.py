@@ -294,6 +294,24 @@ MEMORY_EVENTS = Table(
 )
 
 
+RANK_SUMMARIES = Table(
+    "rank_summaries",
+    "Each rank's analysis, computed while the rank is ingested (one row per rank and named part, "
+    "e.g. `headline`, `rank_row`, `kernels`, `steps`), so a run's page and `analyze` read these "
+    "rows instead of every rank's events. A row whose `version` is not the part's current one is "
+    "recomputed from the events when next read. Added to schema 3 stores when they are opened "
+    "(an additive table: older gpuscope ignores it).",
+    (
+        C("run_id", "VARCHAR NOT NULL", "-> runs.run_id"),
+        C("rank", "INTEGER NOT NULL", "-> ranks.rank"),
+        C("part", "VARCHAR NOT NULL", "the summary part's name (gpuscope.analysis.rank_summary)"),
+        C("version", "INTEGER NOT NULL", "the part's analysis version when it was computed"),
+        C("doc", "JSON NOT NULL", "the part, as JSON (units as in `analyze --json`)"),
+        C("computed_at", "TIMESTAMP NOT NULL", "when it was computed, UTC"),
+    ),
+    ("run_id", "rank", "part"),
+)
+
 TABLES: tuple[Table, ...] = (
     RUNS,
     RANKS,
@@ -303,6 +321,7 @@ TABLES: tuple[Table, ...] = (
     NVML_SERIES,
     NVML_SAMPLES,
     MEMORY_EVENTS,
+    RANK_SUMMARIES,
 )
 
 META_DDL = "CREATE TABLE IF NOT EXISTS gpuscope_meta (key VARCHAR PRIMARY KEY, value VARCHAR)"

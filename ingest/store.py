@@ -63,6 +63,7 @@ RETRIES = 4  # attempts of a write transaction that conflicts with another write
 T = TypeVar("T")
 
 RUN_TABLES = (
+    "rank_summaries",
     "threads",
     "names",
     "events",
@@ -705,7 +706,8 @@ def migrate(con: duckdb.DuckDBPyConnection, version: int) -> None:
             for (run_id,) in con.execute("SELECT run_id FROM ingest_pending").fetchall():
                 with transaction(con):
                     for t in RUN_TABLES:
-                        con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
+                        if t != "rank_summaries":  # new in schema 3: made after the migration
+                            con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
     con.execute("BEGIN TRANSACTION")
     try:
         while version < SCHEMA_VERSION:

@@ -96,3 +96,69 @@ def test_nested_traceevents_key_is_not_the_array(tmp_path):
     raw = b'{"x": {"traceEvents": [1]}}'
     with pytest.raises(IngestError, match="no traceEvents array"):
         split(raw, tmp_path, 4, 8)
+
+
+def kineto_layout(doc: dict, events: list) -> bytes:
+    """The layout torch's profiler writes: top-level keys, then each event as a block indented by
+    2 (``\\n  },\\n  {`` between two events), the array closed by ``\\n  ]``."""
+    items = [f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in doc.items()]
+    blocks = ["\n".join("  " + ln for ln in json.dumps(e, indent=2).splitlines()) for e in events]
+    items.append('  "traceEvents": [\n' + ",\n".join(blocks) + "\n  ]")
+    return ("{\n" + ",\n".join(items) + "\n}").encode()
+
+
+def split_batches(raw: bytes, tmp_path: Path, chunk: int, batch: int) -> tuple[list, list, dict]:
+    chunks = (raw[i : i + chunk] for i in range(0, len(raw), chunk))
+    s = TraceSplitter(tmp_path / "t.json", chunks, batch_bytes=batch)
+    batches = list(s.batches())
+    events = [e for b in batches for e in json.loads(b.data, strict=False)]
+    return events, batches, s.metadata
+
+
+@pytest.mark.slow
+@settings(max_examples=120, deadline=None)
+@given(
+    events=st.lists(event, min_size=1, max_size=30),
+    before=meta,
+    chunk=st.integers(1, 500),
+    batch=st.integers(1, 600),
+)
+def test_kineto_layout_cut_at_separators_matches_json_loads(
+    tmp_path_factory, events, before, chunk, batch
+):
+    raw = kineto_layout(before, events)
+    got, batches, got_meta = split_batches(raw, tmp_path_factory.mktemp("k"), chunk, batch)
+    assert got == json.loads(raw)["traceEvents"]
+    assert got_meta == {k: v for k, v in json.loads(raw).items() if k != "traceEvents"}
+    # every batch starts where its first event starts, and counts the events before it
+    seen = 0
+    for b in batches:
+        assert raw[b.offset : b.offset + 1] == b"{"
+        assert b.first_index == seen
+        seen += len(json.loads(b.data, strict=False))
+
+
+def test_the_fast_cut_is_taken_on_the_real_layout_and_gives_the_scans_events(tmp_path, monkeypatch):
+    import gzip
+
+    from gpuscope.ingest import json_stream
+
+    raw = gzip.decompress(
+        (Path(__file__).parent.parent / "sample_traces/ddp/ddp_rank0.pt.trace.json.gz").read_bytes()
+    )
+    fast, batches, meta_fast = split_batches(raw, tmp_path, 1 << 16, 1 << 18)
+    assert sum(b.strict is True for b in batches) >= len(batches) - 1  # all but the last
+    monkeypatch.setattr(json_stream.TraceSplitter, "_fast_cut", lambda *a: None)
+    scan, scan_batches, meta_scan = split_batches(raw, tmp_path, 1 << 16, 1 << 18)
+    assert all(b.strict is None for b in scan_batches)
+    assert fast == scan and meta_fast == meta_scan
+    assert len(fast) == 24656  # the file's traceEvents, by json.loads
+
+
+def test_a_separator_inside_a_string_with_raw_newlines_is_not_a_cut(tmp_path):
+    # PyTorch has written raw control characters inside strings; the cut's syntax pass fails
+    # there and the scan cuts instead
+    evil = [{"ph": "X", "name": "a"}, {"ph": "X", "name": "PLACEHOLDER"}, {"ph": "X", "name": "c"}]
+    raw = kineto_layout({"schemaVersion": 1}, evil).replace(b"PLACEHOLDER", b"x\n  },\n  {y")
+    got, _, _ = split_batches(raw, tmp_path, 7, 40)
+    assert [e["name"] for e in got] == ["a", "x\n  },\n  {y", "c"]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
@@ -63,7 +64,7 @@ def resolve_target(con: Connection, target: str) -> str:
     """A run id/prefix/name, or a trace file or folder (ingested first; a duplicate is fine)."""
     if Path(target).exists():
         try:
-            results = ingest_paths(con, [target])
+            results = ingest_paths(con, [target], after_trace=store_after_ingest)
         except IngestError as e:
             raise SystemExit(fail(str(e))) from None
         return results[0].run_id

@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import sys
+from typing import Any
 
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
 from gpuscope.ingest.errors import IngestError, StoreError
@@ -63,6 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "(read without running code: only containers, numbers and strings; a .pickle among the "
         "PATHs is taken the same way)",
     )
+    add_job_options(p)
     p.add_argument("--json", action="store_true", help="print details as JSON")
     common_db_option(p)
 
@@ -94,6 +96,19 @@ def uploader(claimed: str | None) -> str | None:
     )
 
 
+def add_job_options(p: argparse.ArgumentParser) -> None:
+    """``--job``: the ranks of one distributed job, ingested node by node into one run."""
+    p.add_argument(
+        "--job",
+        metavar="ID",
+        nargs="?",
+        const="",
+        help="the PATHs (trace files, or folders of them) are ranks of job ID: they are added "
+        "to the job's one run, which fills in as each node runs this; without ID, "
+        "$TORCHELASTIC_RUN_ID, else $SLURM_JOB_ID; a rank the run holds already is refused",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.name and len(args.paths) > 1:
         return fail("--name needs exactly one PATH")
@@ -119,6 +134,16 @@ def run(args: argparse.Namespace) -> int:
             metadata[SNAPSHOT_KEY] = read_snapshot(snapshots[0])
         except IngestError as e:
             return fail(str(e))
+    if args.job is not None and (args.attach or args.separate):
+        return fail("--job cannot be combined with --attach or --separate")
+    if args.job == "":
+        from gpuscope.capture import job_id
+
+        args.job = job_id()
+        if args.job is None:
+            return fail(
+                "--job: no ID given and neither $TORCHELASTIC_RUN_ID nor $SLURM_JOB_ID is set"
+            )
     con = open_db(args)
     try:
         attach = run_id_or_exit(con, args.attach) if args.attach else None
@@ -133,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
             smi_columns=args.smi_columns,
             metadata=metadata,
             uploaded_by=uploaded_by,
+            **summary_options(args),
         )
         if any(not r.duplicate for r in results):  # expired snapshots, unneeded files
             note = con.maintain_after_ingest()
@@ -156,3 +182,11 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             print(r.run_id)
     return 0
+
+
+def summary_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``ingest_paths`` options of the distributed-run flags: the job, and each trace run's rank
+    summaries computed inside the ingest's transaction (gpuscope.analysis.rank_summary)."""
+    from gpuscope.analysis.rank_summary import store_after_ingest
+
+    return {"job": getattr(args, "job", None), "after_trace": store_after_ingest}

@@ -112,7 +112,10 @@ def summary(run_id: str) -> dict[str, Any]:
     if known is not None:
         return known
     try:
-        figures = dataclasses.asdict(run_views.run_summary(report(key[0], run_id, None)))
+        stored = run_views.stored_run_summary(db.cursor(), run_id)  # no events read
+        figures = dataclasses.asdict(
+            stored if stored is not None else run_views.run_summary(report(key[0], run_id, None))
+        )
     except Exception:  # one broken run must not break the list: its row says "—", the log why
         log.exception("runs list: run %s could not be analysed", run_id)
         with _summaries_lock:

@@ -70,7 +70,9 @@ def load_samples(
     loaded: list[RunResult] = []
     for path in sample_runs(root):
         try:
-            loaded += ingest_paths(con, [path], tags=[SAMPLE_TAG])
+            loaded += ingest_paths(
+                con, [path], tags=[SAMPLE_TAG], after_trace=run_views.store_after_ingest
+            )
             log(f"loaded sample run {path.name}")
         except IngestError as e:
             log(f"skipped sample {path.name}: {e}")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from gpuscope.analysis import run_views
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import RunResult, ingest_paths
 from gpuscope.ingest.memory_snapshot import (
@@ -212,6 +213,7 @@ def ingest_uploads(
                 progress=on_bytes,
                 metadata=meta,
                 uploaded_by=uploaded_by,
+                after_trace=run_views.store_after_ingest,  # each rank's summary, in the same transaction
             )
         except IngestError as e:  # name the file as the user knows it, not its temp path
             shown = {str(t): f.name for f, t in zip(files, targets, strict=True)}

@@ -1,0 +1,319 @@
+"""Per-rank summaries: each rank's analysis computed where its data lands, stored with the rank.
+
+A summary is a set of named **parts** (:class:`SummaryPart`), each a JSON document about one rank
+of one run, computed from that rank's events only. The orchestrating code (``gpuscope ingest``,
+the dashboard's upload) calls :func:`write_rank_summaries` inside the ingest's transaction, so a
+rank is never stored without its summary (a part that fails rolls the whole ingest back). A run's
+page and ``analyze`` then read :func:`load` (one row per rank) instead of every rank's events.
+
+Every row carries its part's ``version``. A part whose definition changes bumps its version; rows
+of another version are stale: :func:`load` recomputes them in memory, and :func:`refresh` (called
+by ``analyze`` before it opens its read snapshot) recomputes and stores them, so the cost is paid
+once per run and version.
+
+New parts plug in with :func:`register` (e.g. a per-rank collective table)::
+
+    register(SummaryPart("collectives", 1, "per collective instance ...", compute_fn))
+
+``compute_fn(con, run_id, rank)`` returns JSON-ready data (dicts, lists, numbers, strings, None);
+it must read only that rank's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+from gpuscope.analysis import report
+from gpuscope.analysis.rank_index import close_shared
+from gpuscope.analysis.store_access import ranks_of
+from gpuscope.ingest.records import now_utc
+from gpuscope.ingest.store import Store, transaction
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
+
+TABLE = "rank_summaries"
+
+Compute = Callable[["Connection", str, int], Any]
+
+
+@dataclass(frozen=True)
+class SummaryPart:
+    """One named part of a rank's summary: ``compute(con, run_id, rank)`` -> JSON-ready data;
+    ``version`` is bumped whenever what it computes changes (stored rows of another version are
+    recomputed when next read)."""
+
+    name: str
+    version: int
+    doc: str
+    compute: Compute
+
+
+PARTS: dict[str, SummaryPart] = {}
+
+
+def register(part: SummaryPart) -> SummaryPart:
+    """Add a part to the registry (every later ingest computes it; runs stored before get it when
+    next read). Raises ValueError for a name already taken by another part."""
+    have = PARTS.get(part.name)
+    if have is not None and have is not part:
+        raise ValueError(f"summary part {part.name!r} is registered already")
+    if part.version < 1:
+        raise ValueError(f"summary part {part.name!r}: version must be >= 1")
+    PARTS[part.name] = part
+    return part
+
+
+def _finite(v: Any) -> Any:
+    """``v`` with NaN/inf floats made None (JSON has no NaN), recursively."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {str(k): _finite(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite(x) for x in v]
+    return v
+
+
+def _parts(names: Iterable[str] | None) -> list[SummaryPart]:
+    if names is None:
+        return list(PARTS.values())
+    out = []
+    for n in names:
+        if n not in PARTS:
+            raise ValueError(f"no summary part {n!r} (parts: {', '.join(PARTS)})")
+        out.append(PARTS[n])
+    return out
+
+
+def current(
+    con: Connection, run_id: str, parts: Iterable[str] | None = None
+) -> set[tuple[int, str]]:
+    """The (rank, part) pairs of ``run_id`` stored at their part's current version."""
+    want = {p.name: p.version for p in _parts(parts)}
+    rows = con.execute(
+        f"SELECT rank, part, version FROM {TABLE} WHERE run_id = ?", [run_id]
+    ).fetchall()
+    return {(int(r), str(p)) for r, p, v in rows if want.get(str(p)) == int(v)}
+
+
+def missing(
+    con: Connection, run_id: str, parts: Iterable[str] | None = None
+) -> list[tuple[int, SummaryPart]]:
+    """The (rank, part) pairs of ``run_id`` not stored at the current version (rank order)."""
+    have = current(con, run_id, parts)
+    return [(r, p) for r in ranks_of(con, run_id) for p in _parts(parts) if (r, p.name) not in have]
+
+
+def write_rank_summaries(con: Connection, run_id: str, parts: Iterable[str] | None = None) -> int:
+    """Compute and store every part (or ``parts``) of every rank of ``run_id`` that is missing or
+    stale, inside the caller's transaction (stale rows are replaced). Returns the rows written.
+    An exception propagates: the caller's transaction then rolls back with the ingest."""
+    todo = missing(con, run_id, parts)
+    if not todo:
+        return 0
+    rows: list[list[Any]] = []
+    by_rank: dict[int, list[SummaryPart]] = {}
+    for rank, part in todo:
+        by_rank.setdefault(rank, []).append(part)
+    try:
+        for rank, parts_of in by_rank.items():
+            with _rank_copy(con, run_id, rank) as on:
+                for part in parts_of:
+                    doc = json.dumps(_finite(part.compute(on, run_id, rank)), allow_nan=False)
+                    rows.append([run_id, rank, part.name, part.version, doc, now_utc()])
+    finally:
+        close_shared(con)  # the working tables die with a rolled-back transaction: forget them
+    for rank, part in todo:
+        con.execute(
+            f"DELETE FROM {TABLE} WHERE run_id = ? AND rank = ? AND part = ?",
+            [run_id, rank, part.name],
+        )
+    con.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)", rows)
+    return len(rows)
+
+
+def store_after_ingest(con: Connection, result: Any) -> None:
+    """``ingest_paths``'s ``after_trace`` hook: the rank summaries of the trace run just written
+    (its new ranks: a job's earlier ranks have theirs), inside the ingest's transaction."""
+    write_rank_summaries(con, str(result.run_id))
+
+
+#: A rank with at most this many events is copied into a database of its own for its parts.
+MAX_IN_MEMORY_EVENTS = 1_000_000
+_COPIED = ("runs", "ranks", "names", "threads", "events")  # the rank's rows; others stay empty
+SCRATCH_MEMORY_LIMIT = "512MB"
+
+
+@contextmanager
+def _rank_copy(con: Connection, run_id: str, rank: int) -> Iterator[Any]:
+    """The connection to compute one rank's parts on: a new in-memory DuckDB database holding the
+    store's tables with only this rank's rows of ``events``/``threads`` and the run's of ``runs``,
+    ``ranks``, ``names`` (every part filters on the run and rank, so it reads the same rows).
+
+    Why: the parts make ~20 working tables per rank; made inside the ingest's transaction, DuckDB
+    keeps each one's memory until the commit, so a folder of many ranks ran out of memory (1,024
+    small ranks: 152 MiB, the ingest's limit); and each statement on a lake goes through the
+    catalog and Parquet files. The copy is closed (all its memory freed) after the rank. A rank
+    with more than :data:`MAX_IN_MEMORY_EVENTS` events is computed on ``con`` itself."""
+    row = con.execute(
+        "SELECT n_events FROM ranks WHERE run_id = ? AND rank = ?", [run_id, rank]
+    ).fetchone()
+    if row is None or row[0] is None or int(row[0]) > MAX_IN_MEMORY_EVENTS:
+        yield con
+        return
+    from gpuscope.ingest.schema import TABLES
+
+    scratch = duckdb.connect(":memory:")
+    try:
+        scratch.execute("SET threads = 1")
+        scratch.execute(f"SET memory_limit = '{SCRATCH_MEMORY_LIMIT}'")
+        for table in TABLES:
+            scratch.execute(table.ddl(keys=False))
+        for name in _COPIED:
+            per_rank = " AND rank = $rank" if name in ("events", "threads") else ""
+            params = {"run": run_id, "rank": rank} if per_rank else {"run": run_id}
+            rows = con.execute(
+                f"SELECT * FROM {name} WHERE run_id = $run{per_rank}", params
+            ).to_arrow_table()
+            scratch.register("_gs_rows", rows)
+            scratch.execute(f"INSERT INTO {name} SELECT * FROM _gs_rows")
+            scratch.unregister("_gs_rows")
+            del rows
+        yield scratch
+    finally:
+        close_shared(scratch)
+        scratch.close()
+
+
+def refresh(con: Connection, run_id: str, parts: Iterable[str] | None = None) -> int:
+    """Store the missing or stale parts of ``run_id`` in a transaction of their own (the lazy
+    recomputation after a version change, or for a run stored before the part existed). Returns
+    the rows written; 0 without a write (nothing stale, ``con`` is a bare DuckDB connection, or a
+    store inside a transaction or a read snapshot: :func:`load` computes them in memory there)."""
+    if not isinstance(con, Store) or con._tx or con.snapshot_seq:
+        return 0  # a bare connection may be inside a transaction that cannot be told apart
+    if not missing(con, run_id, parts):
+        return 0
+
+    def work() -> int:
+        with transaction(con):
+            return write_rank_summaries(con, run_id, parts)
+
+    return con.retrying(work)
+
+
+def load(con: Connection, run_id: str, part: str, *, compute: bool = True) -> dict[int, Any]:
+    """Part ``part`` of every rank of ``run_id``, by rank: the stored rows of the current version;
+    a rank without one is computed from its events (not stored; see :func:`refresh`) when
+    ``compute``, else left out."""
+    p = _parts([part])[0]
+    rows = con.execute(
+        f"SELECT rank, doc FROM {TABLE} WHERE run_id = ? AND part = ? AND version = ?",
+        [run_id, p.name, p.version],
+    ).fetchall()
+    out = {int(r): json.loads(d) for r, d in rows}
+    if compute:
+        for r in ranks_of(con, run_id):
+            if r not in out:
+                out[r] = _finite(p.compute(con, run_id, r))
+    return dict(sorted(out.items()))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The parts gpuscope computes
+
+
+def _rank_row(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
+    return report.rank_row(con, run_id, rank)
+
+
+def _headline(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
+    doc = report.analyze_run(con, run_id, rank=rank, all_ranks=False, details=False).to_json()
+    for key in ("run", "ranks", "straggler", "recommendations"):
+        doc.pop(key, None)
+    doc["steps"] = []  # the steps part holds them
+    return doc
+
+
+def _steps(con: Connection, run_id: str, rank: int) -> list[dict[str, Any]]:
+    from gpuscope.analysis.busy import busy_in_ranges, busy_summary
+    from gpuscope.analysis.steps import find_window
+    from gpuscope.analysis.store_access import ms, pct
+
+    w = find_window(con, run_id, rank)
+    bounds = w.step_bounds_ns()
+    device = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False).device
+    busy = (
+        busy_in_ranges(con, run_id, rank, bounds, device=device, window=(w.start_ns, w.end_ns))
+        if device is not None
+        else [None] * len(bounds)
+    )
+    return [
+        {
+            "number": s.number,
+            "start_ns": b[0],
+            "duration_ms": ms(b[1] - b[0]),
+            "busy_pct": pct(sb, b[1] - b[0]) if sb is not None else None,
+        }
+        for s, b, sb in zip(w.steps, bounds, busy, strict=True)
+    ]
+
+
+def _kernels(con: Connection, run_id: str, rank: int) -> dict[str, Any] | None:
+    from gpuscope.analysis.kernels import kernel_breakdown
+    from gpuscope.analysis.steps import find_window
+
+    k = kernel_breakdown(con, run_id, rank, find_window(con, run_id, rank))
+    doc = k.to_json()
+    return {"by_category": doc.get("by_category"), "total_us": doc.get("total_us")}
+
+
+RANK_ROW = register(
+    SummaryPart(
+        "rank_row",
+        1,
+        "the rank's line of `analyze`'s `ranks`: GPU busy %, mean step ms, communication-only "
+        "and idle µs per step, idle by cause",
+        _rank_row,
+    )
+)
+HEADLINE = register(
+    SummaryPart(
+        "headline",
+        1,
+        "`analyze --json` of the rank without details: window, step time, busy, idle by cause, "
+        "tensor cores, FLOPs, MFU",
+        _headline,
+    )
+)
+STEPS = register(
+    SummaryPart(
+        "steps",
+        1,
+        "per step: number, start (trace ns), duration (ms), GPU busy (%)",
+        _steps,
+    )
+)
+KERNELS = register(
+    SummaryPart("kernels", 1, "kernel time by category (µs) over the window", _kernels)
+)
+
+
+def _stored_lines(con: Connection, run_id: str) -> dict[int, Any]:
+    return load(con, run_id, RANK_ROW.name, compute=False)
+
+
+def _store_lines(con: Connection, run_id: str) -> int:
+    return refresh(con, run_id, [RANK_ROW.name])
+
+
+# analyze_run reads the other ranks' lines from here (report cannot import this module: it
+# imports report)
+report.set_rank_line_source(_stored_lines, _store_lines)

@@ -1,0 +1,243 @@
+"""Rank summaries: computed in the ingest's transaction, stored with each rank, read by analyze,
+recomputed when their version changes (gpuscope.analysis.rank_summary)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from clitools import run_cli
+from gpuscope.analysis import rank_summary as RS
+from gpuscope.analysis.report import analyze_run
+from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.ingest.store import RUN_TABLES, connect
+from tracegen import TraceBuilder
+
+REPO = Path(__file__).resolve().parent.parent
+DDP = REPO / "sample_traces" / "ddp"
+
+
+def two_ranks(folder: Path, *, busy: tuple[float, float] = (80.0, 20.0)) -> Path:
+    """Two rank files: 3 steps of 100 µs; rank r runs one kernel of ``busy[r]`` µs per step."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank, kernel_us in enumerate(busy):
+        t = TraceBuilder(rank=rank, world_size=2)
+        for n in range(3):
+            t0 = 1000.0 + 100.0 * n
+            t.step(n, t0, 100.0)
+            t.launch("volta_sgemm_128x64_nn", t0 + 1.0, t0 + 5.0, kernel_us)
+        t.write(folder / f"rank{rank}.json")
+    return folder
+
+
+def counts(con) -> dict[str, int]:
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in RUN_TABLES}
+
+
+def stored(con, run_id: str) -> dict[tuple[int, str], tuple[int, dict]]:
+    rows = con.execute(
+        "SELECT rank, part, version, doc FROM rank_summaries WHERE run_id = ?", [run_id]
+    ).fetchall()
+    return {(r, p): (v, json.loads(d)) for r, p, v, d in rows}
+
+
+@pytest.mark.slow
+def test_ingest_stores_every_part_of_every_rank_at_its_version(tmp_path: Path, capsys) -> None:
+    code, out, err = run_cli(
+        capsys, "ingest", str(two_ranks(tmp_path / "t")), "--db", str(tmp_path / "s")
+    )
+    assert code == 0, err
+    run_id = out.strip()
+    with connect(tmp_path / "s") as con:
+        rows = stored(con, run_id)
+    assert set(rows) == {(r, p) for r in (0, 1) for p in RS.PARTS}
+    assert all(v == RS.PARTS[p].version for (_, p), (v, _) in rows.items())
+    # hand-computed: 3 steps of 100 µs, rank 0 busy 80 µs per step, rank 1 busy 20 µs per step
+    assert rows[(0, "rank_row")][1]["gpu_busy_pct"] == pytest.approx(80.0, abs=0.5)
+    assert rows[(1, "rank_row")][1]["gpu_busy_pct"] == pytest.approx(20.0, abs=0.5)
+    assert [s["number"] for s in rows[(1, "steps")][1]] == [0, 1, 2]
+    assert [s["busy_pct"] for s in rows[(1, "steps")][1]][:2] == pytest.approx([20.0, 20.0])
+    assert rows[(0, "headline")][1]["step_time_ms"]["mean"] == pytest.approx(0.1, rel=0.06)
+    assert rows[(1, "kernels")][1]["total_us"] == pytest.approx(60.0)
+
+
+@pytest.mark.slow
+def test_analyze_reads_the_other_ranks_from_their_summaries(tmp_path: Path) -> None:
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=RS.store_after_ingest)[
+            0
+        ].run_id
+        from_events = analyze_run(con, run_id, rank=0).to_json()["ranks"]
+        # a stored line is what analyze shows for that rank (it does not go back to the events)
+        doc = stored(con, run_id)[(1, "rank_row")][1]
+        con.execute(
+            "UPDATE rank_summaries SET doc = ? WHERE run_id = ? AND rank = 1 AND part = 'rank_row'",
+            [json.dumps({**doc, "gpu_busy_pct": 12.5}), run_id],
+        )
+        shown = analyze_run(con, run_id, rank=0).to_json()["ranks"]
+    assert from_events[1]["gpu_busy_pct"] == pytest.approx(20.0, abs=0.5)
+    assert shown[1]["gpu_busy_pct"] == 12.5
+    assert shown[0] == from_events[0]  # the analysed rank itself comes from its events
+
+
+@pytest.mark.slow
+def test_summaries_give_the_figures_the_events_give_on_the_real_ddp_pair(tmp_path: Path) -> None:
+    from gpuscope.analysis.report import rank_row
+
+    with connect(tmp_path / "a") as con:  # no summaries: the lines from the events, after ingest
+        plain = ingest_paths(con, [DDP])[0].run_id
+        direct = [rank_row(con, plain, r) for r in (0, 1)]
+    with connect(tmp_path / "b") as con:  # computed inside the ingest's transaction, stored
+        run_id = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest)[0].run_id
+        assert len(stored(con, run_id)) == 2 * len(RS.PARTS)
+        via = analyze_run(con, run_id, rank=0).to_json()["ranks"]
+    assert run_id == plain
+    assert via == direct
+    assert direct[1]["gpu_busy_pct"] != direct[0]["gpu_busy_pct"]
+
+
+@pytest.mark.slow
+def test_a_stale_version_is_recomputed_and_stored_when_next_analysed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=RS.store_after_ingest)[
+            0
+        ].run_id
+        doc = stored(con, run_id)[(1, "rank_row")][1]
+        con.execute(
+            "UPDATE rank_summaries SET doc = ? WHERE run_id = ? AND rank = 1 AND part = 'rank_row'",
+            [json.dumps({**doc, "gpu_busy_pct": 12.5}), run_id],
+        )
+        newer = dataclasses.replace(RS.RANK_ROW, version=RS.RANK_ROW.version + 1)
+        monkeypatch.setitem(RS.PARTS, "rank_row", newer)
+        monkeypatch.setattr(RS, "RANK_ROW", newer)
+        shown = analyze_run(con, run_id, rank=0).to_json()["ranks"]
+        rows = stored(con, run_id)
+    assert shown[1]["gpu_busy_pct"] == pytest.approx(20.0, abs=0.5)  # recomputed, not 12.5
+    assert rows[(1, "rank_row")][0] == newer.version  # and stored at the new version
+    assert rows[(0, "rank_row")][0] == newer.version
+    assert rows[(1, "headline")][0] == RS.HEADLINE.version  # other parts untouched
+
+
+@pytest.mark.slow
+def test_a_run_stored_without_summaries_gets_them_on_its_first_analysis(tmp_path: Path) -> None:
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")])[0].run_id
+        assert stored(con, run_id) == {}
+        analyze_run(con, run_id, rank=0)
+        assert set(stored(con, run_id)) == {(0, "rank_row"), (1, "rank_row")}
+
+
+@pytest.mark.slow
+def test_a_failing_part_rolls_the_whole_ingest_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    def broken(con, run_id: str, rank: int) -> dict:
+        if rank == 1:
+            raise IngestError(f"rank {rank}", "summary part failed")
+        return {}
+
+    monkeypatch.setitem(RS.PARTS, "broken", RS.SummaryPart("broken", 1, "fails on rank 1", broken))
+    db = tmp_path / "s"
+    with connect(db) as con:
+        before = counts(con)
+    code, out, err = run_cli(capsys, "ingest", str(two_ranks(tmp_path / "t")), "--db", str(db))
+    assert code != 0 and out == ""
+    assert err.strip().splitlines() == ["gpuscope: rank 1: summary part failed"]
+    with connect(db) as con:
+        assert counts(con) == before  # nothing half-written: no run, rank, event or summary
+
+
+def test_the_registry_refuses_a_name_taken_and_a_bad_version() -> None:
+    with pytest.raises(ValueError, match="registered already"):
+        RS.register(RS.SummaryPart("rank_row", 1, "another", lambda c, r, k: {}))
+    with pytest.raises(ValueError, match="version"):
+        RS.register(RS.SummaryPart("zero", 0, "bad", lambda c, r, k: {}))
+    with pytest.raises(ValueError, match="no summary part"):
+        RS.missing(None, "x", ["nope"])  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_a_new_part_plugs_in_and_runs_stored_before_get_it_when_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=RS.store_after_ingest)[
+            0
+        ].run_id
+        part = RS.SummaryPart(
+            "n_kernels",
+            1,
+            "kernels of the rank",
+            lambda c, r, k: c.execute(
+                "SELECT count(*) FROM events WHERE run_id = ? AND rank = ? AND cat = 'kernel'",
+                [r, k],
+            ).fetchone()[0],
+        )
+        monkeypatch.setitem(RS.PARTS, "n_kernels", part)
+        assert RS.load(con, run_id, "n_kernels", compute=False) == {}
+        assert RS.load(con, run_id, "n_kernels") == {0: 3, 1: 3}  # computed, not stored
+        assert RS.refresh(con, run_id, ["n_kernels"]) == 2
+        assert RS.load(con, run_id, "n_kernels", compute=False) == {0: 3, 1: 3}
+
+
+@pytest.mark.slow
+def test_the_runs_list_figures_come_from_the_summaries_alone(tmp_path: Path) -> None:
+    from gpuscope.analysis.run_views import report_doc, run_summary, stored_run_summary
+
+    with connect(tmp_path / "s") as con:
+        bare = ingest_paths(con, [two_ranks(tmp_path / "t", busy=(30.0, 70.0))])[0].run_id
+        assert stored_run_summary(con, bare) is None  # stored before summaries: not known yet
+        ddp = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest)[0].run_id
+        # several ranks: the wait beside busy needs the collectives matched across them
+        assert stored_run_summary(con, ddp) is None
+        one = DDP.parent / "before" / "before_rank0.pt.trace.json.gz"
+        run_id = ingest_paths(con, [one], after_trace=RS.store_after_ingest)[0].run_id
+        expected = run_summary(report_doc(analyze_run(con, run_id)))
+        con.execute("DELETE FROM events WHERE run_id = ?", [run_id])  # no events to read now
+        got = stored_run_summary(con, run_id)
+    assert got == expected
+    assert got is not None and got.busy_pct is not None and got.step_ms is not None
+
+
+@pytest.mark.slow
+def test_a_store_made_before_the_table_gets_it_when_opened(tmp_path: Path) -> None:
+    db = tmp_path / "s"
+    with connect(db) as con:
+        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")])[0].run_id
+        con.execute("DROP TABLE rank_summaries")  # as a schema-3 store of before this table
+    with connect(db) as con:  # the open adds it (an additive table: the version stays 3)
+        assert con.execute("SELECT count(*) FROM rank_summaries").fetchone() == (0,)
+        doc = analyze_run(con, run_id, rank=0).to_json()
+        assert con.execute("SELECT count(*) FROM rank_summaries").fetchone() == (2,)
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+
+
+@pytest.mark.slow
+def test_many_ranks_in_one_ingest_stay_within_the_ingests_memory_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each rank's parts make ~20 working tables; made inside the ingest's transaction DuckDB keeps
+    # their memory until the commit (1,024 small ranks ran out of the 160 MB limit): each rank is
+    # computed in a database of its own instead
+    from gpuscope.ingest import loader
+
+    monkeypatch.setattr(loader, "INGEST_MEMORY_LIMIT", "24MB")
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for rank in range(24):
+        t = TraceBuilder(rank=rank, world_size=24)
+        for n in range(2):
+            t.step(n, 1000.0 + 100.0 * n, 100.0)
+            t.launch("volta_sgemm_128x64_nn", 1001.0 + 100.0 * n, 1005.0 + 100.0 * n, 10.0)
+        t.write(folder / f"rank{rank}.json")
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(con, [folder], after_trace=RS.store_after_ingest)[0].run_id
+        n = con.execute(
+            "SELECT count(DISTINCT rank) FROM rank_summaries WHERE run_id = ?", [run_id]
+        ).fetchone()
+    assert n == (24,)
