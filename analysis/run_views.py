@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.collectives import wait_in_view, wait_spans
-from gpuscope.analysis.ranks import rank_nodes, rank_step_matrix, step_spread
 from gpuscope.analysis.rank_summary import store_after_ingest
+from gpuscope.analysis.ranks import rank_nodes, rank_step_matrix, step_spread
 from gpuscope.analysis.report import RunReport, analyze_run
 from gpuscope.analysis.store_access import ranks_of
 
