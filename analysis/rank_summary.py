@@ -140,8 +140,14 @@ def write_rank_summaries(con: Connection, run_id: str, parts: Iterable[str] | No
 
 
 def store_after_ingest(con: Connection, result: Any) -> None:
-    """``ingest_paths``'s ``after_trace`` hook: the rank summaries of the trace run just written
-    (its new ranks: a job's earlier ranks have theirs), inside the ingest's transaction."""
+    """``ingest_paths``'s ``after_trace`` hook: the rank summaries of a trace run of ONE rank just
+    written, inside the ingest's transaction. A run of several ranks gets none: its figures (the
+    wait beside busy, the straggler) need the collectives matched across ranks, which these
+    per-rank parts do not hold yet, so they would never be read, and computing them costs about
+    1 CPU s per rank (docs/benchmarks.md, "Many ranks"). :func:`write_rank_summaries` stores
+    them for any run when called."""
+    if int(getattr(result, "n_ranks", 0) or 0) != 1:
+        return
     write_rank_summaries(con, str(result.run_id))
 
 

@@ -20,6 +20,22 @@ REPO = Path(__file__).resolve().parent.parent
 DDP = REPO / "sample_traces" / "ddp"
 
 
+def EVERY_RUN(con, result) -> None:  # type: ignore[no-untyped-def]  # noqa: N802
+    """The mechanism for a run of any number of ranks (the default hook stores one-rank runs')."""
+    RS.write_rank_summaries(con, str(result.run_id))
+
+
+@pytest.mark.slow
+def test_the_ingest_hook_stores_summaries_of_one_rank_runs_only(tmp_path: Path) -> None:
+    with connect(tmp_path / "s") as con:
+        two = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest)[0].run_id
+        one = DDP.parent / "before" / "before_rank0.pt.trace.json.gz"
+        single = ingest_paths(con, [one], after_trace=RS.store_after_ingest)[0].run_id
+        count = "SELECT count(*) FROM rank_summaries WHERE run_id = ?"
+        assert con.execute(count, [two]).fetchone() == (0,)
+        assert con.execute(count, [single]).fetchone() == (len(RS.PARTS),)
+
+
 def two_ranks(folder: Path, *, busy: tuple[float, float] = (80.0, 20.0)) -> Path:
     """Two rank files: 3 steps of 100 µs; rank r runs one kernel of ``busy[r]`` µs per step."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -67,9 +83,7 @@ def test_ingest_stores_every_part_of_every_rank_at_its_version(tmp_path: Path, c
 @pytest.mark.slow
 def test_analyze_reads_the_other_ranks_from_their_summaries(tmp_path: Path) -> None:
     with connect(tmp_path / "s") as con:
-        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=RS.store_after_ingest)[
-            0
-        ].run_id
+        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=EVERY_RUN)[0].run_id
         from_events = analyze_run(con, run_id, rank=0).to_json()["ranks"]
         # a stored line is what analyze shows for that rank (it does not go back to the events)
         doc = stored(con, run_id)[(1, "rank_row")][1]
@@ -91,7 +105,7 @@ def test_summaries_give_the_figures_the_events_give_on_the_real_ddp_pair(tmp_pat
         plain = ingest_paths(con, [DDP])[0].run_id
         direct = [rank_row(con, plain, r) for r in (0, 1)]
     with connect(tmp_path / "b") as con:  # computed inside the ingest's transaction, stored
-        run_id = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest)[0].run_id
+        run_id = ingest_paths(con, [DDP], after_trace=EVERY_RUN)[0].run_id
         assert len(stored(con, run_id)) == 2 * len(RS.PARTS)
         via = analyze_run(con, run_id, rank=0).to_json()["ranks"]
     assert run_id == plain
@@ -104,9 +118,7 @@ def test_a_stale_version_is_recomputed_and_stored_when_next_analysed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with connect(tmp_path / "s") as con:
-        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=RS.store_after_ingest)[
-            0
-        ].run_id
+        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=EVERY_RUN)[0].run_id
         doc = stored(con, run_id)[(1, "rank_row")][1]
         con.execute(
             "UPDATE rank_summaries SET doc = ? WHERE run_id = ? AND rank = 1 AND part = 'rank_row'",
@@ -166,9 +178,7 @@ def test_a_new_part_plugs_in_and_runs_stored_before_get_it_when_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with connect(tmp_path / "s") as con:
-        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=RS.store_after_ingest)[
-            0
-        ].run_id
+        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=EVERY_RUN)[0].run_id
         part = RS.SummaryPart(
             "n_kernels",
             1,
@@ -192,7 +202,7 @@ def test_the_runs_list_figures_come_from_the_summaries_alone(tmp_path: Path) -> 
     with connect(tmp_path / "s") as con:
         bare = ingest_paths(con, [two_ranks(tmp_path / "t", busy=(30.0, 70.0))])[0].run_id
         assert stored_run_summary(con, bare) is None  # stored before summaries: not known yet
-        ddp = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest)[0].run_id
+        ddp = ingest_paths(con, [DDP], after_trace=EVERY_RUN)[0].run_id
         # several ranks: the wait beside busy needs the collectives matched across them
         assert stored_run_summary(con, ddp) is None
         one = DDP.parent / "before" / "before_rank0.pt.trace.json.gz"
@@ -236,7 +246,7 @@ def test_many_ranks_in_one_ingest_stay_within_the_ingests_memory_limit(
             t.launch("volta_sgemm_128x64_nn", 1001.0 + 100.0 * n, 1005.0 + 100.0 * n, 10.0)
         t.write(folder / f"rank{rank}.json")
     with connect(tmp_path / "s") as con:
-        run_id = ingest_paths(con, [folder], after_trace=RS.store_after_ingest)[0].run_id
+        run_id = ingest_paths(con, [folder], after_trace=EVERY_RUN)[0].run_id
         n = con.execute(
             "SELECT count(DISTINCT rank) FROM rank_summaries WHERE run_id = ?", [run_id]
         ).fetchone()
