@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 DDP = REPO / "sample_traces" / "ddp"
 
 
-def EVERY_RUN(con, result) -> None:  # type: ignore[no-untyped-def]  # noqa: N802
+def EVERY_RUN(con, result) -> None:  # type: ignore[no-untyped-def]
     """The mechanism for a run of any number of ranks (the default hook stores one-rank runs')."""
     RS.write_rank_summaries(con, str(result.run_id))
 
