@@ -316,10 +316,7 @@ def _stored_lines(con: Connection, run_id: str) -> dict[int, Any]:
     return load(con, run_id, RANK_ROW.name, compute=False)
 
 
-def _store_lines(con: Connection, run_id: str) -> int:
-    return refresh(con, run_id, [RANK_ROW.name])
-
-
-# analyze_run reads the other ranks' lines from here (report cannot import this module: it
-# imports report)
-report.set_rank_line_source(_stored_lines, _store_lines)
+# analyze_run reads the other ranks' lines from here when it needs no cross-rank match (report
+# cannot import this module: it imports report). Nothing is stored on the way: a run of several
+# ranks is read with its collectives matched, from the events (see store_after_ingest).
+report.set_rank_line_source(_stored_lines)

@@ -138,7 +138,9 @@ def stored_run_summary(con: Connection, run_id: str) -> RunSummary | None:
     head = load(con, run_id, HEADLINE.name, compute=False).get(ranks[0])
     if head is None or set(rows) != set(ranks):
         return None
-    return run_summary({**head, "rank": ranks[0], "ranks": [rows[ranks[0]]]})
+    busy = head.get("gpu_busy_pct")
+    wait = 0.0 if busy is not None else None  # one rank waits for no other (its split's wait: 0)
+    return run_summary({**head, "gpu_wait_pct": wait, "rank": ranks[0], "ranks": [rows[ranks[0]]]})
 
 
 @dataclass(frozen=True)
