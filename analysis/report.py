@@ -456,11 +456,13 @@ def _per_step_figures(w: Window, match: CollectiveMatch | None, rank: int) -> di
     """A rank row's per-step maps (step number as text -> ms): its step times and its wait in the
     collectives launched in each step (the many-ranks heatmap reads these, not events)."""
     waits = wait_by_step(match, rank)
-    bounds = w.step_bounds_ns() if w.source != "trace" else []
+    bounds = w.step_bounds_ns() if w.steps and w.source != "trace" else []
     return {
-        "step_ms_by_step": {
-            str(s.number): (b[1] - b[0]) / 1e6 for s, b in zip(w.steps, bounds, strict=True)
-        },
+        "step_ms_by_step": (
+            {str(s.number): (b[1] - b[0]) / 1e6 for s, b in zip(w.steps, bounds, strict=True)}
+            if bounds
+            else {}
+        ),
         "wait_ms_by_step": (
             {str(s.number): waits.get(s.number, 0) / 1e6 for s in w.steps} if bounds else {}
         ),

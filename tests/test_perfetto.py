@@ -4,14 +4,18 @@ Perfetto: the file re-ingests to the same figures for its window."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from conftest import SAMPLES
 from gpuscope.analysis.report import analyze_run
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.trace_export import trimmed_trace, trimmed_trace_bytes
 from gpuscope.ingest.loader import ingest_paths
 from test_analysis_recommendations import before_like
+
+SAMPLES = (
+    Path(__file__).resolve().parent.parent / "sample_traces"
+)  # (not from conftest: tests/e2e has one too)
 
 FIGURES = ("step_time_ms", "gpu_busy_pct", "mfu_pct", "tensor_core_pct", "throughput")
 

@@ -6,16 +6,20 @@ import base64
 import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 import pytest
 from clitools import run_cli
-from conftest import SAMPLES
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.reports import build_report, sawtooth_data, sawtooth_svg
 from test_analysis_recommendations import after_like, before_like
 from test_gate import stepped
+
+SAMPLES = (
+    Path(__file__).resolve().parent.parent / "sample_traces"
+)  # (not from conftest: tests/e2e has one too)
 
 SVG = "{http://www.w3.org/2000/svg}"
 
