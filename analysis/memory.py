@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+from gpuscope.analysis.event_classes import RUNTIME_CATS
 from gpuscope.analysis.modules import PHASES, innermost, phase_at, phase_spans
 from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.steps import Window
-from gpuscope.analysis.store_access import execute
+from gpuscope.analysis.store_access import execute, sql_list
 
 if TYPE_CHECKING:
     from gpuscope.ingest.store import Connection
@@ -325,7 +326,7 @@ def _malloc(con: Connection, run_id: str, rank: int, window: Window, res: Memory
         f"""SELECT n.name, e.ts_ns, e.dur_ns
             FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
             WHERE e.run_id = ? AND e.rank = ? AND e.ph = 'X'
-              AND e.cat IN ('cuda_runtime', 'cuda_driver', 'hip_runtime', 'hip_driver')
+              AND e.cat IN {sql_list(RUNTIME_CATS)}
               AND regexp_matches(n.name, '{MALLOC_RE}') AND e.ts_ns >= ? AND e.ts_ns < ?""",
         [run_id, int(rank), window.start_ns, window.end_ns],
     ).fetchall()

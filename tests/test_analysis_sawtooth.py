@@ -234,7 +234,7 @@ def test_run_row_ranks_and_counts(con, hand: str) -> None:
         run_views.row_count(con, "runs; DROP TABLE runs")
 
 
-def test_run_summary_names_the_rank_that_sets_the_pace() -> None:
+def test_run_summary_is_the_rank_the_run_page_opens_on() -> None:
     doc = {
         "rank": 0,
         "mfu_pct": 41.5,
@@ -245,11 +245,12 @@ def test_run_summary_names_the_rank_that_sets_the_pace() -> None:
             {"rank": 1, "step_time_ms": 10.5, "gpu_busy_pct": 60.0},
         ],
     }
-    # no straggler named: the least busy rank
-    assert run_views.run_summary(doc) == run_views.RunSummary(1, 10.5, 60.0, 41.5)
-    # a straggler named: that rank, however busy
-    doc_sg = {**doc, "straggler": {"rank": 0}}
-    assert run_views.run_summary(doc_sg) == run_views.RunSummary(0, 10.0, 90.0, 41.5)
+    # the rank the Run page opens on, with its wait beside its busy (issue 20: the list agrees
+    # with the page), whichever rank is the least busy or the straggler
+    doc = {**doc, "step_time_ms": {"mean": 10.0, "p50": 9.5}, "gpu_wait_pct": 30.0}
+    assert run_views.run_summary(doc) == run_views.RunSummary(0, 9.5, 90.0, 41.5, 30.0)
+    doc_sg = {**doc, "straggler": {"rank": 1}}
+    assert run_views.run_summary(doc_sg) == run_views.RunSummary(0, 9.5, 90.0, 41.5, 30.0)
     one = {"rank": 0, "step_time_ms": {"mean": 8.0}, "gpu_busy_pct": None, "mfu_pct": None}
     assert run_views.run_summary(one) == run_views.RunSummary(0, 8.0, None, None)
 

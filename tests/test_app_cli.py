@@ -224,11 +224,11 @@ def test_ambiguous_run_name_is_an_error_listing_the_matches(
         d = tmp_path / str(i)
         d.mkdir()
         p = training_trace(v, seed=i).write(d / "trace.json.gz")
-        ids += [r.run_id for r in ingest_paths(con, [p])]
+        ids += [r.run_id for r in ingest_paths(con, [p], name="nightly")]
     names = [con.execute("SELECT name FROM runs WHERE run_id = ?", [i]).fetchone()[0] for i in ids]
     con.close()
-    # both named from their content (the same date: recorded in the same minute)
-    assert names[0] == names[1] and names[0] != "trace"
+    # both given the same name by the user (a name made from a trace's content gets " (2)")
+    assert names == ["nightly", "nightly"]
     with pytest.raises(SystemExit) as ex:
         main(["analyze", names[0], "--db", str(db)])
     assert ex.value.code != 0
