@@ -27,13 +27,16 @@ def test_check_without_a_bound_names_all_four(capsys, tmp_path: Path) -> None:  
         a.option_strings[0]
         for sp in parser._subparsers._group_actions[0].choices.values()  # type: ignore[union-attr]
         for a in sp._actions
-        if a.option_strings and re.match(r"--(max|min)-", a.option_strings[0])
+        if a.option_strings
+        and re.match(r"--(max|min)-", a.option_strings[0])
+        and a.option_strings[0] != "--max-regression"  # the gate's threshold, not a bound
     )
     assert bounds == sorted(check.BOUNDS) and "--min-busy-pct" in bounds
     code, _, err = run_cli(capsys, "check", "x", "--db", str(tmp_path / "s"))
     assert code == 2 and err.count("\n") == 1
     for b in bounds:
         assert b in err, err
+    assert "--baseline" in err
 
 
 def _span(i: int) -> TraceBuilder:

@@ -428,7 +428,7 @@ def test_cli_starts_with_the_rank_table(ddp_folder, db_path, capsys):
     code, out, err = run_cli(capsys, "analyze", str(ddp_folder), "--db", str(db_path))
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith("ranks (per step")
+    assert lines[0].startswith("ranks (median step")
     assert any(line.startswith("straggler: rank 0:") for line in lines[:6])
     code, out, _ = run_cli(capsys, "analyze", str(ddp_folder), "--json", "--db", str(db_path))
     doc = json.loads(out)

@@ -95,14 +95,16 @@ def test_capture_traces_slow_steps_and_reports_them(tmp_path, sampler):
         ) as s:
             for i in range(30):
                 model(torch.randn(8, 32)).sum().backward()
-                if i in (12, 20):
-                    time.sleep(1.5)
-                if i == 14:  # the Live page asks; the loop learns it from the next report
+                if i == 20:  # the Live page asks; the loop learns it from the next report
+                    # (waited for inside the slow step: the wait itself would make a normal
+                    # step slow, and that step would take the requested trace)
                     assert post(sampler.url + "/api/trace-request", b"")[0] == 200
                     end = time.monotonic() + 10
                     while not s.reporter.requested:  # type: ignore[union-attr]
                         assert time.monotonic() < end
                         time.sleep(0.05)
+                if i in (12, 20):
+                    time.sleep(1.5)
                 s.step()
     assert len(s.step_ms) == 30 and s.step_ms[12] > 1500 and s.step_ms[20] > 1500
     assert [n for n, _ in s.traces] == [12, 20]

@@ -43,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
         return run_gate(args)
     bounds = (args.max_idle_pct, args.min_mfu_pct, args.max_step_ms, args.min_busy_pct)
     if all(b is None for b in bounds):
-        return fail(f"check: give at least one bound ({', '.join(BOUNDS)})")
+        return fail(
+            f"check: give at least one bound ({', '.join(BOUNDS)}) or a baseline (--baseline RUN|TAG)"
+        )
     con = open_db(args)
     try:
         run_id = resolve_target(con, args.target)
