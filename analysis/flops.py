@@ -329,7 +329,7 @@ FAMILIES = ("matmul", "conv", "attention")
 
 @lru_cache(maxsize=262144)
 def _parse_json(text: str | None) -> Any:
-    if text is None:
+    if not isinstance(text, str):  # None, or a number a hostile trace put where shapes go
         return None
     try:
         return json.loads(text)
