@@ -4,6 +4,7 @@ with the base path; a non-HTML or compressed response passes through unchanged."
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 from gpuscope.web.backend_url import BackendBaseUrl, inject, snippet
@@ -37,7 +38,10 @@ def _serve(body: bytes, content_type: bytes, path: str = "/runs", extra=()) -> l
         return {"type": "http.request", "body": b""}
 
     scope = {"type": "http", "method": "GET", "path": path, "headers": []}
-    asyncio.run(BackendBaseUrl(app)(scope, receive, send))
+    # in a thread of its own: a browser test of the same process may hold this thread's loop
+    t = threading.Thread(target=asyncio.run, args=(BackendBaseUrl(app)(scope, receive, send),))
+    t.start()
+    t.join()
     return sent
 
 

@@ -6,7 +6,8 @@ Streamlit's client does not know which part of the address is the server's and w
 link. The client takes the server's address from ``window.__streamlit.BACKEND_BASE_URL`` when the
 page sets it before the client's bundle loads. This ASGI middleware, in front of ``st.App`` (see
 ``asgi.py``), puts that one line into the HTML page: the page's origin plus Streamlit's
-``server.baseUrlPath`` (empty by default). Everything else passes through untouched.
+``server.baseUrlPath`` (empty by default); the page is asked of Streamlit uncompressed (the
+browser asks for gzip) so that it can be rewritten. Everything else passes through untouched.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ class BackendBaseUrl:
         if not _is_page_request(scope):
             await self.app(scope, receive, send)
             return
+        # the page uncompressed (8 KB), so that it can be rewritten: the browser asks for gzip
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"accept-encoding"]
+        scope = {**scope, "headers": headers}
         start: Message | None = None
         body: list[bytes] = []
 
