@@ -158,7 +158,7 @@ def test_list_search_and_compare_defaults(db: Path, tmp_path: Path) -> None:
     at = open_app()
     table = at.dataframe[0].value
     assert set(table["name"]) == {"before", "after"}
-    assert list(table.columns[:4]) == ["name", "created", "gpu", "ranks"]
+    assert list(table.columns[:5]) == ["name", "run_id", "created", "gpu", "ranks"]
     assert {"step_ms", "busy_pct", "mfu_pct", "tags"} <= set(table.columns)
     # compare defaults: before -> after, whatever the order of ingest
     assert at.selectbox[0].value == ids["before"] and at.selectbox[1].value == ids["after"]

@@ -178,6 +178,7 @@ owners = auth.owners(db.cursor())  # run id -> uploaded_by (read fresh: it decid
 table = pd.DataFrame(
     {
         "name": runs["name"],
+        "run_id": runs["run_id"],  # second: in view however many figure columns follow
         "created": pd.to_datetime(runs["created_at"]),
         "gpu": runs["gpu_name"].fillna("—"),
         "ranks": runs["n_ranks"],
@@ -187,7 +188,6 @@ table = pd.DataFrame(
         "mfu_pct": [m["mfu_pct"] for m in metrics],
         "tags": runs["tags"],
         "uploaded_by": [owners.get(r) or "—" for r in runs["run_id"]],
-        "run_id": runs["run_id"],
     }
 )
 if query.strip():
