@@ -99,11 +99,9 @@ class BackendBaseUrl:
             if message.get("more_body"):
                 return
             page = inject(b"".join(body), base_url_path())
-            headers = [
-                (k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"
-            ]
-            headers.append((b"content-length", str(len(page)).encode()))
-            await send({**start, "headers": headers})
+            out = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+            out.append((b"content-length", str(len(page)).encode()))
+            await send({**start, "headers": out})
             await send({"type": "http.response.body", "body": page})
 
         await self.app(scope, receive, hold)
