@@ -188,9 +188,9 @@ def _rank_copy(con: Connection, run_id: str, rank: int) -> Iterator[Any]:
             rows = con.execute(
                 f"SELECT * FROM {name} WHERE run_id = $run{per_rank}", params
             ).to_arrow_table()
-            scratch.register("_gs_rows", rows)
-            scratch.execute(f"INSERT INTO {name} SELECT * FROM _gs_rows")
-            scratch.unregister("_gs_rows")
+            scratch.register("copied_rows", rows)  # the scratch database's own
+            scratch.execute(f"INSERT INTO {name} SELECT * FROM copied_rows")
+            scratch.unregister("copied_rows")
             del rows
         yield scratch
     finally:

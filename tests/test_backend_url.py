@@ -39,9 +39,19 @@ def _serve(body: bytes, content_type: bytes, path: str = "/runs", extra=()) -> l
 
     scope = {"type": "http", "method": "GET", "path": path, "headers": []}
     # in a thread of its own: a browser test of the same process may hold this thread's loop
-    t = threading.Thread(target=asyncio.run, args=(BackendBaseUrl(app)(scope, receive, send),))
+    errors: list[BaseException] = []
+
+    def go() -> None:
+        try:
+            asyncio.run(BackendBaseUrl(app)(scope, receive, send))
+        except BaseException as e:  # handed to the test's thread, raised there
+            errors.append(e)
+
+    t = threading.Thread(target=go)
     t.start()
     t.join()
+    if errors:
+        raise errors[0]
     return sent
 
 

@@ -29,7 +29,7 @@ def test_runs_page_lists_the_sample_runs(server: Server, new_page) -> None:  # t
     page = new_page()
     page.goto(f"{server.url}/")
     wait_idle(page)
-    page.get_by_role("heading", name="Runs").wait_for()
+    page.get_by_role("heading", name="Runs", exact=True).wait_for()
     # only the samples in the store: the uploader is open, no click needed
     page.locator('[data-testid="stFileUploaderDropzone"]').wait_for(state="visible")
     grid = page.locator('[data-testid="stDataFrame"]')

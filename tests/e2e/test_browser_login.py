@@ -144,7 +144,7 @@ def test_sign_in_upload_delete_only_by_the_uploader_sign_out(
     alice.get_by_role("button", name="Sign in").wait_for()
     main = alice.locator('[data-testid="stMain"]').inner_text()
     assert "Sign in to see the runs" in main and "Upload traces" not in main
-    assert alice.get_by_role("heading", name="Runs").count() == 0
+    assert alice.get_by_role("heading", name="Runs", exact=True).count() == 0
     screenshot(alice, "signin_page")
 
     # -- Alice signs in at the provider and comes back signed in, her name shown
@@ -157,7 +157,7 @@ def test_sign_in_upload_delete_only_by_the_uploader_sign_out(
     # -- she uploads a trace: the run records her as its uploader
     alice.goto(f"{dashboard.url}/runs")
     wait_idle(alice)
-    alice.get_by_role("heading", name="Runs").wait_for()
+    alice.get_by_role("heading", name="Runs", exact=True).wait_for()
     alice.locator('[data-testid="stFileUploaderDropzone"]').wait_for(state="visible")
     alice.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
         str(_trace(tmp_path))
