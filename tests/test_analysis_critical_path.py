@@ -156,6 +156,50 @@ def test_pin_memory_retimes_the_copy_at_pinned_bandwidth():
     assert GN.makespan(cp.graph, 0, dur, keep) == 205 * US
 
 
+def test_host_variation_widens_a_host_bound_range_by_its_factor():
+    """A step of host work only (aten::foo 0..100 µs), no untraced step: host scales 0.3, 0.4,
+    0.5 and 1.0, each the old step too, so the gain is 1 - the fix's factor on host time. CUDA
+    graphs: host × 0.5 / 0.2 / 0.05 -> mid 80 %; the weakest fix on a host 1.23× slower: 1 -
+    0.5 × 1.23 = 38.5 %; the strongest on one 1.23× faster: 1 - 0.05 / 1.23 = 95.93 % (without
+    the host variation the range was 50 .. 95 %)."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 100 * US, 1),
+        H("aten::foo", "cpu_op", 0, 100 * US, 1),
+    ]
+    cp = critical_path_of(host, [], 1, [(0, 100 * US)], [1])
+    est = GN.estimate("cuda_graphs", cp, GN.Context(n_steps=1, step_ms=0.1))
+    assert est is not None
+    assert est.gain_pct == pytest.approx(80.0)
+    assert est.low_pct == pytest.approx(38.5)
+    assert est.high_pct == pytest.approx(100 * (1 - 0.05 / 1.23))
+
+
+def test_pinning_removes_the_staging_the_calibration_folded_in():
+    """aten::foo 0..200 µs, a pageable 10 MB copy (call 200..1210 waits for the GPU copy
+    205..1205), aten::bar 1210..1300; untraced step 1.25 ms. Calibrated host factor: 1010 +
+    290 s = 1250 -> s = 0.83 (staging folded in). The fix is replayed at 0.4 instead: foo 0..80,
+    the copy at 50 B/ns 85..285 (latency 5 kept), the call no longer waits -> 285 µs; the old
+    step is the untraced 1250 (the 1250 - 1126 µs that the replay at 0.4 leaves unexplained go
+    with the staging): gain 1 - 285 / 1250 = 77.2 % (at the calibrated factor it was 70.4 %)."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 1_300 * US, 1),
+        H("aten::foo", "cpu_op", 0, 200 * US, 1),
+        H("cudaMemcpyAsync", "cuda_runtime", 200 * US, 1_210 * US, 1, 9),
+        H("aten::bar", "cpu_op", 1_210 * US, 1_300 * US, 1),
+    ]
+    gpu = [
+        G("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 205 * US, 1_205 * US, 7, 9, 10_000_000)
+    ]
+    cp = critical_path_of(host, gpu, 1, [(0, 1_300 * US)], [1])
+    ctx = GN.Context(n_steps=1, step_ms=1.3, untraced_step_ms=1.25, pinned_gbps=50.0)
+    ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
+    assert ctx.host_scale_cal == pytest.approx(240 / 290, abs=0.01)
+    est = GN.estimate("pin_memory", cp, ctx)
+    assert est is not None
+    assert est.gain_pct == pytest.approx(100 * (1 - 285 / 1250))
+    assert est.low_pct <= est.gain_pct <= est.high_pct
+
+
 # -- properties --------------------------------------------------------------------------------
 
 
