@@ -386,11 +386,13 @@ def build_graph(
             else:
                 rr.append([a, b])
         runs[tid] = [(a, b) for a, b in rr]
-    run_ends = sorted({b for rr in runs.values() for _, b in rr})
-    if main_tid in tiles and run_ends:  # split the main thread where another thread's run ends
+    # split the main thread where another thread's run ends, and where one starts (the spawn
+    # then leaves from a segment's start: its offset is main-thread time, scaled like it)
+    cuts = sorted({t for rr in runs.values() for r in rr for t in r})
+    if main_tid in tiles and cuts:
         cut: list[tuple[int, int, list[HostEvent]]] = []
         for a, b, st in tiles[main_tid]:
-            inner_pts = [t for t in run_ends if a < t < b]
+            inner_pts = [t for t in cuts if a < t < b]
             pts = [a, *inner_pts, b]
             cut += [(x, y, st) for x, y in itertools.pairwise(pts)]
         tiles[main_tid] = cut

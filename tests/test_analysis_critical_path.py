@@ -114,6 +114,18 @@ def test_autograd_thread_spawn_and_join_hand_computed():
     assert "MmBackward0" in whats
 
 
+def test_spawn_offset_scales_with_the_host():
+    """The autograd thread starts 10 µs into the main thread's wait (50..60): that is main-thread
+    time, so it scales with the host. Host × 0.5: forward 0..25 (K1 launched at 5 + 10 -> 15..35),
+    the 10 µs -> 25..30, MmBackward 30..70 (K2 launched at 50 + 10 -> 60..120), Python 70..75,
+    optimizer 75..95 (K3 launched at 90 + 5, after K2 on the stream: 120..130): 130 µs (an
+    unscaled offset would give 135)."""
+    host, gpu = autograd_step()
+    cp = critical_path_of(host, gpu, 1, [(0, 200 * US)], [1])
+    assert GN.makespan(cp.graph, 0) == 200 * US
+    assert GN.makespan(cp.graph, 0, GN._host_scale(cp.graph, 0.5)) == 130 * US
+
+
 def test_dataloader_gain_hand_computed():
     """A DataLoader __next__ of 30 µs at the start of the step, then a launch at 32 of a kernel
     33..53: removing the wait moves everything 30 µs earlier (window 53 -> 23 µs, high variant)."""
