@@ -40,10 +40,11 @@ overlap_communication  communication × 0.5 / 0.25 / 0
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from gpuscope.analysis.critical_path import CriticalPath, Edge, GpuEvent, Graph, Node, replay
 from gpuscope.analysis.tensor_cores import tensor_core_info
 
@@ -172,8 +173,57 @@ def makespan(
     return max(E) - start_ns if E else 0.0
 
 
+def makespans(
+    g: Graph,
+    start_ns: int,
+    durs: Sequence[Sequence[float]] | np.ndarray,
+    drops: Sequence[set[tuple[int, int]] | None],
+) -> list[float]:
+    """:func:`makespan` of K replays of one graph at once (K duration lists, K sets of dropped
+    edges): one pass over the graph in topological order with each node's start and end held as
+    a vector over the K replays (numpy), instead of K passes in Python."""
+    n, kk = len(g.nodes), len(durs)
+    if kk == 0:
+        return []
+    if n == 0:
+        return [0.0] * kk
+    d = np.maximum(np.asarray(durs, dtype="float64"), 0.0).T.copy()  # (n, K)
+    kept: dict[tuple[int, int], np.ndarray] = {}
+    for j, dr in enumerate(drops):
+        for key in dr or ():
+            kept.setdefault(key, np.ones(kk, dtype=bool))[j] = False
+    S: list[np.ndarray] = [d[0]] * n
+    E: list[np.ndarray] = [d[0]] * n
+    add, maximum, where, isneginf = np.add, np.maximum, np.where, np.isneginf
+    nodes = g.nodes
+    for v in g.order:
+        es = g.preds[v]
+        best = None
+        masked = False
+        for i, ed in enumerate(es):
+            t = add(S[ed.src] if ed.from_start else E[ed.src], ed.w)
+            if kept:
+                m = kept.get((v, i))
+                if m is not None:
+                    t = where(m, t, -np.inf)
+                    masked = True
+            best = t if best is None else maximum(best, t, out=best)
+        if best is None:
+            best = np.full(kk, float(nodes[v].s))
+        elif masked:
+            best = where(isneginf(best), float(nodes[v].s), best)
+        S[v] = best
+        E[v] = add(best, d[v])
+    return [float(x) - start_ns for x in np.max(E, axis=0)]
+
+
 def _scaled(base: list[float], prof: list[bool], s: float) -> list[float]:
     return [x * s if p else x for x, p in zip(base, prof, strict=True)]
+
+
+def _scaled_np(base: np.ndarray, prof: np.ndarray, s: float) -> np.ndarray:
+    """``base`` with the profiled nodes' durations × ``s`` (:func:`_scaled` on arrays)."""
+    return np.where(prof, base * s, base)
 
 
 def calibrate(g: Graph, start_ns: int, target_ns: float) -> float | None:
@@ -416,13 +466,31 @@ def estimate(rec_id: str, cp: CriticalPath, ctx: Context) -> Estimate | None:
         )
         prepared.append((name, d, drop))
     by_name = {name: (d, drop_set) for name, d, drop_set in prepared}
+    # every replay of this estimate (and the old step at each host scale not yet known) at once
+    prof_np = np.asarray(prof, dtype=bool)
+    arr = {name: np.asarray(d, dtype="float64") for name, (d, _) in by_name.items()}
+    rec_np = np.asarray(rec, dtype="float64")
+    rows: list[tuple[tuple[str, float, float], np.ndarray, set[tuple[int, int]] | None]] = [
+        (("", sc, 1.0), _scaled_np(rec_np, prof_np, sc), None)
+        for sc in scales
+        if sc not in ctx.base_ns
+    ]
     for sc in scales:
-        if sc not in ctx.base_ns:
-            ctx.base_ns[sc] = makespan(g, ws, _scaled(rec, prof, sc))
+        for name, f in runs:
+            rows.append(((name, sc, f), _scaled_np(arr[name], prof_np, sc * f), by_name[name][1]))
+    spans = dict(
+        zip(
+            (r[0] for r in rows),
+            makespans(g, ws, np.stack([r[1] for r in rows]), [r[2] for r in rows]),
+            strict=True,
+        )
+    )
+    for sc in scales:
+        ctx.base_ns.setdefault(sc, spans.get(("", sc, 1.0), 0.0))
+    for sc in scales:
         base = ctx.base_ns[sc]
         for name, f in runs:
-            d, drop_set = by_name[name]
-            t = makespan(g, ws, _scaled(d, prof, sc * f), drop=drop_set)
+            t = spans[(name, sc, f)]
             # the old step: the untraced one when known (what the user runs), or the replayed
             # one when longer (GPU work queued before the window); time the replay does not
             # explain (untraced − replayed) either stays (keep) or goes with the fix (drop;

@@ -159,17 +159,31 @@ def _phase_spans(ix: RankIndex, window: Window) -> pd.DataFrame:
         "OR regexp_matches(n.name, '(?i)^(optimizer|backward)$'))",
     )
     is_opt = ev["name"].str.match(OPTIMIZER_RE) | ev["name"].str.lower().eq("optimizer")
-    opt = ev[is_opt]
-    bwd = ev[~is_opt]
+
+    # spans sorted by start: those overlapping [a, b) start in [a - the longest span, b)
+    def arrays(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
+        s_, e_ = df["s"].to_numpy(np.int64), df["e"].to_numpy(np.int64)
+        return s_, e_, int((e_ - s_).max()) if len(s_) else 0
+
+    def overlapping(
+        arr: tuple[np.ndarray, np.ndarray, int], a: int, b: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        s_, e_, longest = arr
+        lo, hi = np.searchsorted(s_, a - longest), np.searchsorted(s_, b)
+        keep = e_[lo:hi] > a
+        return s_[lo:hi][keep], e_[lo:hi][keep]
+
+    opt = arrays(ev[is_opt])
+    bwd = arrays(ev[~is_opt])
     rows: list[tuple[int, int, str, int]] = []
     nums = [s.number for s in window.steps] or [0]
     for num, (a, b) in zip(nums, window.step_bounds_ns(), strict=False):
-        ins = bwd[(bwd["s"] < b) & (bwd["e"] > a)]
-        has_bwd = len(ins) > 0
-        bs = max(a, int(ins["s"].min())) if has_bwd else b
-        be = min(b, int(ins["e"].max())) if has_bwd else b
-        o = opt[(opt["s"] < b) & (opt["e"] > a)]
-        ospans = [(max(a, int(s)), min(b, int(e))) for s, e in zip(o["s"], o["e"], strict=True)]
+        ins_s, ins_e = overlapping(bwd, a, b)
+        has_bwd = len(ins_s) > 0
+        bs = max(a, int(ins_s.min())) if has_bwd else b
+        be = min(b, int(ins_e.max())) if has_bwd else b
+        o_s, o_e = overlapping(opt, a, b)
+        ospans = [(max(a, int(s)), min(b, int(e))) for s, e in zip(o_s, o_e, strict=True)]
         cuts = sorted({a, b, *(x for sp in ospans for x in sp), bs, be})
         for x, y in itertools.pairwise(cuts):
             if y <= x:

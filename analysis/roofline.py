@@ -396,6 +396,9 @@ def roofline(
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     un_names: dict[int, int] = {}
     peak_cache: dict[tuple[str, str | None], float | None] = {}
+    # the ops' columns as lists, once (a row lookup per kernel through pandas cost ~0.3 ms each)
+    cols = {c: ops[c].tolist() for c in ("name", "input_dims", "input_types", "concrete_inputs")}
+    key_of: dict[int, tuple[Any, ...]] = {}
     for j in np.flatnonzero(kern):
         ns = int(lx.in_ns[j])
         g = idx_of[int(j)]
@@ -403,13 +406,23 @@ def roofline(
             un_names[int(lx.name_id[j])] = un_names.get(int(lx.name_id[j]), 0) + ns
             res.unmodelled_ns += ns
             continue
-        r = ops.iloc[int(g)]
-        key = (r["name"], r["input_dims"], r["input_types"], r["concrete_inputs"])
-        if str(r["name"]).startswith(FOREACH):  # TensorLists: no shapes; the list's bytes instead
-            key = (r["name"], list_bytes.get(int(g)), r["input_types"], None)
+        gi = int(g)
+        key = key_of.get(gi)
+        if key is None:
+            name = cols["name"][gi]
+            if str(name).startswith(FOREACH):  # TensorLists: no shapes; the list's bytes instead
+                key = (name, list_bytes.get(gi), cols["input_types"][gi], None)
+            else:
+                key = (
+                    name,
+                    cols["input_dims"][gi],
+                    cols["input_types"][gi],
+                    cols["concrete_inputs"][gi],
+                )
+            key_of[gi] = key
         grp = groups.setdefault(key, {"ns": 0, "calls": set()})
         grp["ns"] += ns
-        grp["calls"].add(int(g))
+        grp["calls"].add(gi)
     names = K.name_lookup(con, run_id, set(un_names))
     for nid, ns in un_names.items():
         k = f"(kernel without a modelled op) {names.get(nid, '?')[:60]}"

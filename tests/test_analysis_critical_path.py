@@ -313,3 +313,21 @@ def test_graph_replays_the_recorded_trace(tr: tuple[list[H], list[G], int]):
         assert (S[v], E[v]) == (n.s, n.e), n
     cp = critical_path_of(host, gpu, 1, [(0, end)], [1])
     assert sum(cp.steps[0].bound_ns.values()) == end
+
+
+@settings(max_examples=150, deadline=None)
+@given(dags(), st.data())
+def test_batched_replays_equal_one_replay_each(g: Graph, data: st.DataObject):
+    """The estimates replay a graph K times at once (``makespans``, numpy over the K replays):
+    each result equals ``makespan`` of that replay alone, whatever the durations and dropped
+    edges (including every edge into a node: it then starts at its recorded start)."""
+    edges = [(v, i) for v, es in enumerate(g.preds) for i in range(len(es))]
+    k = data.draw(st.integers(1, 4))
+    durs = [[float(data.draw(st.integers(0, 30))) for _ in g.nodes] for _ in range(k)]
+    drops = [
+        set(data.draw(st.lists(st.sampled_from(edges), max_size=4))) if edges else None
+        for _ in range(k)
+    ]
+    start = data.draw(st.integers(-10, 10))
+    got = GN.makespans(g, start, durs, drops)
+    assert got == [GN.makespan(g, start, d, drop=dr) for d, dr in zip(durs, drops, strict=True)]
