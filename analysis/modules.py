@@ -428,37 +428,60 @@ def module_analysis(
         )
     # by module (inclusive over the tree) and by phase
     rows: dict[str, ModuleRow] = {}
-    for p, d, phase in zip(paths, dur, ph, strict=True):
+    # per (module, phase) first (in order of first kernel), then up the module tree
+    per = (
+        pd.DataFrame({"p": [p or "" for p in paths], "phase": ph, "d": dur})
+        .groupby(["p", "phase"], sort=False)["d"]
+        .agg(["sum", "count"])
+    )
+    for (p, phase), tot, cnt in zip(per.index, per["sum"], per["count"], strict=True):
         key = p or NO_MODULE
         parts = key.split("/") if p else [key]
+        d, c = int(tot), int(cnt)
         for k in range(1, len(parts) + 1):
             node = "/".join(parts[:k])
             r = rows.setdefault(node, ModuleRow(node, k - 1))
-            r.gpu_ns += int(d)
-            r.n_kernels += 1 if k == len(parts) else 0
-            r.gpu_by_phase_ns[phase] = r.gpu_by_phase_ns.get(phase, 0) + int(d)
-        rows[key].self_gpu_ns += int(d)
+            r.gpu_ns += d
+            r.n_kernels += c if k == len(parts) else 0
+            r.gpu_by_phase_ns[phase] = r.gpu_by_phase_ns.get(phase, 0) + d
+        rows[key].self_gpu_ns += d
         b = res.by_phase.setdefault(str(phase), {"gpu_ns": 0, "idle_ns": 0, "n": 0})
-        b["gpu_ns"] += int(d)
-        b["n"] += 1
+        b["gpu_ns"] += d
+        b["n"] += c
     # idle: each gap belongs to the activity that ends it
     gaps_t, _ = ix.gaps(ws, we)
     gaps = con.execute(
         f"SELECT gs, ge, next_corr FROM {gaps_t} WHERE dev = ? ORDER BY gs", [int(device)]
     ).df()
-    by_corr = {
-        int(c): i for i, c in enumerate(act["correlation"]) if c is not None and not pd.isna(c)
-    }
-    for gs, ge, corr in zip(gaps["gs"], gaps["ge"], gaps["next_corr"], strict=True):
-        g = int(ge) - int(gs)
-        gi = by_corr.get(int(corr)) if corr is not None and not pd.isna(corr) else None
-        key = (paths[gi] or NO_MODULE) if gi is not None else WINDOW_END
-        phase = str(ph[gi]) if gi is not None else "other"
-        parts = key.split("/") if gi is not None and paths[gi] else [key]
+    corr_s = act["correlation"]
+    valid = corr_s.notna().to_numpy()
+    by_corr = dict(
+        zip(
+            corr_s[valid].astype("int64").tolist(),
+            np.flatnonzero(valid).tolist(),
+            strict=True,
+        )
+    )
+    gi_s = gaps["next_corr"].map(by_corr)  # the activity that ends each gap (NaN: none)
+    has = gi_s.notna().to_numpy()
+    gi_a = gi_s.fillna(0).to_numpy(np.int64)
+    gp = pd.DataFrame(
+        {
+            "p": [(paths[i] or "") if h else None for i, h in zip(gi_a, has, strict=True)],
+            "phase": [str(ph[i]) if h else "other" for i, h in zip(gi_a, has, strict=True)],
+            "g": (gaps["ge"] - gaps["gs"]).to_numpy(np.int64),
+        }
+    )
+    idle_per = gp.groupby(["p", "phase"], sort=False, dropna=False)["g"].sum()
+    for (p, phase), tot in zip(idle_per.index, idle_per, strict=True):
+        g = int(tot)
+        at_end = p is None or (isinstance(p, float) and np.isnan(p))
+        key = WINDOW_END if at_end else (p or NO_MODULE)
+        parts = key.split("/") if not at_end and p else [key]
         for k in range(1, len(parts) + 1):
             node = "/".join(parts[:k])
             rows.setdefault(node, ModuleRow(node, k - 1)).idle_ns += g
-        b = res.by_phase.setdefault(phase, {"gpu_ns": 0, "idle_ns": 0, "n": 0})
+        b = res.by_phase.setdefault(str(phase), {"gpu_ns": 0, "idle_ns": 0, "n": 0})
         b["idle_ns"] += g
     res.modules = sorted(rows.values(), key=lambda r: (-r.gpu_ns, r.path))
     _repeats(res, act, window, paths)
