@@ -398,30 +398,31 @@ def roofline(
     peak_cache: dict[tuple[str, str | None], float | None] = {}
     # the ops' columns as lists, once (a row lookup per kernel through pandas cost ~0.3 ms each)
     cols = {c: ops[c].tolist() for c in ("name", "input_dims", "input_types", "concrete_inputs")}
-    key_of: dict[int, tuple[Any, ...]] = {}
-    for j in np.flatnonzero(kern):
+    kj = np.flatnonzero(kern)
+    gidx = np.array([-1 if idx_of[j] is None else int(idx_of[j]) for j in kj], dtype=np.int64)
+    for j in kj[gidx < 0]:  # kernels launched outside any modelled op
         ns = int(lx.in_ns[j])
-        g = idx_of[int(j)]
-        if g is None:
-            un_names[int(lx.name_id[j])] = un_names.get(int(lx.name_id[j]), 0) + ns
-            res.unmodelled_ns += ns
-            continue
-        gi = int(g)
-        key = key_of.get(gi)
-        if key is None:
-            name = cols["name"][gi]
-            if str(name).startswith(FOREACH):  # TensorLists: no shapes; the list's bytes instead
-                key = (name, list_bytes.get(gi), cols["input_types"][gi], None)
-            else:
-                key = (
-                    name,
-                    cols["input_dims"][gi],
-                    cols["input_types"][gi],
-                    cols["concrete_inputs"][gi],
-                )
-            key_of[gi] = key
+        un_names[int(lx.name_id[j])] = un_names.get(int(lx.name_id[j]), 0) + ns
+        res.unmodelled_ns += ns
+    # GPU time per op call (in order of its first kernel), then per (name, shapes, types, args)
+    on = gidx >= 0
+    calls, first, inv = np.unique(gidx[on], return_index=True, return_inverse=True)
+    per_call = np.zeros(len(calls), dtype=np.int64)
+    np.add.at(per_call, inv, np.asarray(lx.in_ns[kj[on]], dtype=np.int64))
+    for c in np.argsort(first, kind="stable"):
+        gi = int(calls[c])
+        name = cols["name"][gi]
+        if str(name).startswith(FOREACH):  # TensorLists: no shapes; the list's bytes instead
+            key = (name, list_bytes.get(gi), cols["input_types"][gi], None)
+        else:
+            key = (
+                name,
+                cols["input_dims"][gi],
+                cols["input_types"][gi],
+                cols["concrete_inputs"][gi],
+            )
         grp = groups.setdefault(key, {"ns": 0, "calls": set()})
-        grp["ns"] += ns
+        grp["ns"] += int(per_call[c])
         grp["calls"].add(gi)
     names = K.name_lookup(con, run_id, set(un_names))
     for nid, ns in un_names.items():
