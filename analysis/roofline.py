@@ -399,7 +399,7 @@ def roofline(
     # the ops' columns as lists, once (a row lookup per kernel through pandas cost ~0.3 ms each)
     cols = {c: ops[c].tolist() for c in ("name", "input_dims", "input_types", "concrete_inputs")}
     kj = np.flatnonzero(kern)
-    gidx = np.array([-1 if idx_of[j] is None else int(idx_of[j]) for j in kj], dtype=np.int64)
+    gidx = np.array([-1 if (g := idx_of[j]) is None else int(g) for j in kj], dtype=np.int64)
     for j in kj[gidx < 0]:  # kernels launched outside any modelled op
         ns = int(lx.in_ns[j])
         un_names[int(lx.name_id[j])] = un_names.get(int(lx.name_id[j]), 0) + ns
