@@ -315,6 +315,7 @@ def test_graph_replays_the_recorded_trace(tr: tuple[list[H], list[G], int]):
     assert sum(cp.steps[0].bound_ns.values()) == end
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(dags(), st.data())
 def test_batched_replays_equal_one_replay_each(g: Graph, data: st.DataObject):
