@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpuscope.analysis.fmt import sig3
@@ -27,6 +28,12 @@ def _ms(us: float | None) -> str:
     return "-" if us is None else f"{sig3(us / 1e3)} ms"
 
 
+def _by_phase(doc_part: dict[str, Any], key: str, fmt: Callable[[dict[str, Any]], str]) -> str:
+    """``phase value, ...`` over the phases whose ``key`` is set (in the JSON's order)."""
+    ph = doc_part.get("by_phase") or {}
+    return ", ".join(f"{p} {fmt(v)}" for p, v in ph.items() if v.get(key))
+
+
 def render_memory(doc: dict[str, Any]) -> list[str]:
     """Peak allocated and reserved against the device, reserved - allocated at the peak, memory by
     phase, the top allocating ops and cudaMalloc/cudaFree inside steps; one line when the trace
@@ -46,14 +53,9 @@ def render_memory(doc: dict[str, Any]) -> list[str]:
         + f", reserved - allocated at the peak {_gib(m.get('reserved_minus_allocated_at_peak_bytes'))}"
         + ("  NEAR FULL" if m.get("near_full") else ""),
     ]
-    ph = m.get("by_phase") or {}
-    parts = [
-        f"{p} {_gib(v.get('peak_allocated_bytes'))}"
-        for p, v in ph.items()
-        if v.get("peak_allocated_bytes")
-    ]
+    parts = _by_phase(m, "peak_allocated_bytes", lambda v: _gib(v["peak_allocated_bytes"]))
     if parts:
-        out.append("  peak allocated by phase: " + ", ".join(parts))
+        out.append("  peak allocated by phase: " + parts)
     ma = m.get("malloc") or {}
     out.append(
         f"  cudaMalloc/cudaFree inside steps: {ma.get('calls', 0)} calls"
@@ -104,14 +106,11 @@ def render_modules(doc: dict[str, Any]) -> list[str]:
     if not md:
         return []
     out: list[str] = []
-    ph = md.get("by_phase") or {}
-    parts = [
-        f"{p} {_ms(v.get('gpu_us_per_step'))} ({sig3(v.get('gpu_pct'))}%)"
-        for p, v in ph.items()
-        if v.get("gpu_us_per_step")
-    ]
+    parts = _by_phase(
+        md, "gpu_us_per_step", lambda v: f"{_ms(v['gpu_us_per_step'])} ({sig3(v.get('gpu_pct'))}%)"
+    )
     if parts:
-        out += ["", "GPU time per step by phase: " + ", ".join(parts)]
+        out += ["", "GPU time per step by phase: " + parts]
     mods = [
         m for m in md.get("modules") or [] if m.get("gpu_us_per_step") and m.get("depth", 0) <= 1
     ]
