@@ -1,21 +1,17 @@
-"""The one error type ingest raises for bad input: a one-line reason that names the file.
+"""The errors ingest and the store raise: bad input (:class:`IngestError`) and store faults
+(:class:`StoreError`), kinds of :class:`gpuscope.vocabulary.errors.GpuscopeError`.
 
-Its text is made by :func:`gpuscope.ingest.redact.redact`: no password, key or token of a store
-reaches ``str(err)``, whatever DuckDB, libpq or the caller put in it.
+Their text is made by :func:`gpuscope.vocabulary.redact.redact`: no password, key or token of a
+store reaches ``str(err)``, whatever DuckDB, libpq or the caller put in it.
 """
 
 from __future__ import annotations
 
-from gpuscope.ingest.redact import redact
+from gpuscope.vocabulary.errors import BadInput, StoreFault
 
 
-class IngestError(Exception):
+class IngestError(BadInput):
     """Bad input. ``str(err)`` is one line: ``<path>: <problem>``."""
-
-    def __init__(self, path: object, problem: str) -> None:
-        self.path = redact(path)
-        self.problem = redact(" ".join(str(problem).split()))  # always one line, no secret
-        super().__init__(f"{self.path}: {self.problem}")
 
 
 class DuplicateRunError(IngestError):
@@ -26,11 +22,11 @@ class DuplicateRunError(IngestError):
         super().__init__(path, f"already ingested as run {run_id}")
 
 
-class StoreError(IngestError):
+class StoreError(StoreFault):
     """The store (or a scratch file) failed, not the input: disk full, I/O error, a DuckDB fault.
 
-    Subclass of IngestError so every caller that reports bad input as one line reports this the
-    same way; ``str(err)`` is ``<store path>: <what happened>: <DuckDB's or the OS's first line>``.
+    Not bad input (exit code 1, "nothing was stored" on a page); ``str(err)`` is
+    ``<store path>: <what happened>: <DuckDB's or the OS's first line>``.
     """
 
 
@@ -93,7 +89,7 @@ def store_fault(exc: BaseException, store: object, *, during: str | None = None)
     temporary file (uploads and scratch batches may sit on another disk than the store). A team
     store whose PostgreSQL stopped answering reads so, in plain words; ``during`` (e.g. ``"the
     commit"``) says when, for a write: then nothing was stored. Every secret is masked
-    (:class:`IngestError` redacts its text).
+    (every :class:`~gpuscope.vocabulary.errors.GpuscopeError` redacts its text).
     """
     first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
     text = str(exc).lower()

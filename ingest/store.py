@@ -34,8 +34,8 @@ from typing import Any, TypeVar
 import duckdb
 from gpuscope.ingest import extensions
 from gpuscope.ingest.errors import IngestError, catalog_lost, store_fault
-from gpuscope.ingest.redact import redact, remember, shown_url, url_password
 from gpuscope.ingest.schema import META_DDL, SCHEMA_VERSION, TABLES
+from gpuscope.vocabulary.redact import redact, remember, shown_url, url_password
 
 ENV_DB = "GPUSCOPE_DB"  # the local store's folder
 ENV_STORE = "GPUSCOPE_STORE"  # any store spec (see parse_spec)

@@ -17,6 +17,7 @@ ROOTS = {
     "gpuscope": REPO / "app",
     "gpuscope.ingest": REPO / "ingest",
     "gpuscope.analysis": REPO / "analysis",
+    "gpuscope.vocabulary": REPO / "vocabulary",
 }
 
 
@@ -192,18 +193,25 @@ def _under(name: str, prefixes: tuple[str, ...] | str) -> bool:
 
 
 def layer_violations(imps: list[Import]) -> list[str]:
-    """ingest imports only itself (nothing of the app, nor the analysis); analysis imports no UI
-    library and nothing of the app; neither imports streamlit or plotly."""
+    """ingest imports only itself and the vocabulary (nothing of the app, nor the analysis);
+    analysis imports no UI library and nothing of the app; neither imports streamlit or plotly;
+    the vocabulary (the bottom layer) imports nothing of gpuscope but itself."""
     bad = []
     for i in imps:
         ingest_out = _under(i.module, "gpuscope.ingest") and (
-            (_under(i.target, "gpuscope") and not _under(i.target, "gpuscope.ingest"))
+            (
+                _under(i.target, "gpuscope")
+                and not _under(i.target, ("gpuscope.ingest", "gpuscope.vocabulary"))
+            )
             or _under(i.target, UI_LIBRARIES)
+        )
+        vocabulary_out = _under(i.module, "gpuscope.vocabulary") and (
+            _under(i.target, "gpuscope") and not _under(i.target, "gpuscope.vocabulary")
         )
         analysis_out = _under(i.module, "gpuscope.analysis") and (
             _under(i.target, (*APP_PARTS, *UI_LIBRARIES)) or i.target == "gpuscope"
         )
-        if ingest_out or analysis_out:
+        if ingest_out or analysis_out or vocabulary_out:
             bad.append(f"{i.module}:{i.line} imports {i.target}")
     return bad
 
@@ -311,13 +319,14 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
         p = tmp_path / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(src)
-    for folder in ("app", "ingest", "analysis", "app/web"):
+    for folder in ("app", "ingest", "analysis", "vocabulary", "app/web"):
         (tmp_path / folder).mkdir(parents=True, exist_ok=True)
         (tmp_path / folder / "__init__.py").touch()
     return {
         "gpuscope": tmp_path / "app",
         "gpuscope.ingest": tmp_path / "ingest",
         "gpuscope.analysis": tmp_path / "analysis",
+        "gpuscope.vocabulary": tmp_path / "vocabulary",
     }
 
 
@@ -379,7 +388,12 @@ def test_layer_check_finds_ingest_importing_the_app_and_analysis_importing_ui(tm
         {
             "app/web/ui.py": "",
             "ingest/load.py": "def f():\n    from gpuscope.web import ui\n",
-            "ingest/ok.py": "from gpuscope.ingest import load\nfrom . import load as again\n",
+            "ingest/ok.py": (
+                "from gpuscope.ingest import load\nfrom . import load as again\n"
+                "from gpuscope.vocabulary import words\n"
+            ),
+            "vocabulary/words.py": "from gpuscope.vocabulary import errors\n",
+            "vocabulary/errors.py": "def f():\n    from gpuscope.ingest import load\n",
             "analysis/plot.py": "import plotly.graph_objects as go\n",
             "analysis/page.py": (
                 "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import streamlit\n"
@@ -391,6 +405,7 @@ def test_layer_check_finds_ingest_importing_the_app_and_analysis_importing_ui(tm
         "gpuscope.analysis.page:5 imports streamlit",
         "gpuscope.analysis.plot:1 imports plotly.graph_objects",
         "gpuscope.ingest.load:2 imports gpuscope.web.ui",
+        "gpuscope.vocabulary.errors:2 imports gpuscope.ingest.load",
     ]
 
 

@@ -1,7 +1,7 @@
 """Issue 22, part 1: no store secret in any output.
 
 Every secret form (a URL's password, ``password=`` in a URL query or a libpq DSN, S3 key id,
-secret and session token, whatever DuckDB or libpq echo) is masked by ``gpuscope.ingest.redact``,
+secret and session token, whatever DuckDB or libpq echo) is masked by ``gpuscope.vocabulary.redact``,
 the one place that renders a store error, spec or URL for people. The unit tests pin each form;
 the slow tests provoke every store fault we can on a real PostgreSQL and a real S3 (moto) server
 of their own (stopped and started here) and grep ALL output for the secrets: the CLI's stdout and
@@ -22,8 +22,8 @@ from pathlib import Path
 import duckdb
 import pytest
 from gpuscope.ingest.errors import IngestError, StoreError, store_fault
-from gpuscope.ingest.redact import install_log_redaction, redact
 from gpuscope.ingest.store import parse_spec
+from gpuscope.vocabulary.redact import install_log_redaction, redact
 from team_servers import (
     S3,
     Postgres,

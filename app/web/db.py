@@ -29,8 +29,9 @@ import duckdb
 import pandas as pd
 import streamlit as st
 from gpuscope.analysis import run_views
-from gpuscope.ingest.errors import IngestError, StoreError, store_fault
+from gpuscope.ingest.errors import StoreError, store_fault
 from gpuscope.ingest.store import Store, StoreSpec, list_runs, open_store, parse_spec
+from gpuscope.vocabulary.errors import GpuscopeError
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 _local = threading.local()
@@ -64,7 +65,7 @@ def _open(kind: str, location: str, data_path: str | None) -> Store:
     s = StoreSpec(kind, location, data_path)
     try:
         return open_store(s)
-    except IngestError as e:  # one line already: bad spec, catalog unreachable, legacy file held
+    except GpuscopeError as e:  # one line already: bad spec, catalog unreachable, legacy file held
         hint = " Reload to retry."
         if kind == "duckdb" and "lock" in str(e).lower():
             hint = (
@@ -151,7 +152,7 @@ def writing() -> Iterator[Store]:
     ingest is one: all its runs or nothing). The next :func:`generation` of this script run is
     read afresh (even after a failure).
 
-    Bad input (IngestError) passes through; any other store error (DuckDB, or the OS writing a
+    Bad input (a GpuscopeError) passes through; any other store error (DuckDB, or the OS writing a
     scratch file) drops the connection and is raised as a one-line StoreError.
     """
     s = store()
@@ -162,7 +163,7 @@ def writing() -> Iterator[Store]:
     except StoreError:  # a fault made one line already (PostgreSQL gone mid-commit): reopen next
         drop(s)
         raise
-    except IngestError:
+    except GpuscopeError:  # bad input: the store is fine
         raise
     except (duckdb.Error, OSError) as e:
         raise fault(e, s) from None

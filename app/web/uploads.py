@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from gpuscope.analysis import run_views
-from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.errors import IngestError, StoreError
 from gpuscope.ingest.loader import RunResult, ingest_paths
 from gpuscope.ingest.memory_snapshot import (
     MAX_SNAPSHOT_BYTES,
@@ -215,9 +215,13 @@ def ingest_uploads(
                 uploaded_by=uploaded_by,
                 after_trace=run_views.store_after_ingest,  # each rank's summary, in the same transaction
             )
-        except IngestError as e:  # name the file as the user knows it, not its temp path
+        except (
+            IngestError,
+            StoreError,
+        ) as e:  # name the file as the user knows it, not its temp path
             shown = {str(t): f.name for f, t in zip(files, targets, strict=True)}
             shown.update({str(p): "the uploaded files" for p in paths if p.is_dir()})
-            raise IngestError(shown.get(e.path, Path(e.path).name), e.problem) from None
+            kind = StoreError if isinstance(e, StoreError) else IngestError
+            raise kind(shown.get(e.path, Path(e.path).name), e.problem) from None
         report(1.0, "Done")
         return results
