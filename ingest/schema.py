@@ -9,6 +9,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuscope.vocabulary.nvml_fields import (
+    GPU_UTIL_PCT,
+    MEM_CLOCK_MHZ,
+    MEM_TOTAL_BYTES,
+    MEM_USED_BYTES,
+    MEM_UTIL_PCT,
+    PCIE_RX_BYTES_S,
+    PCIE_TX_BYTES_S,
+    POWER_W,
+    SM_ACTIVE_PCT,
+    SM_CLOCK_MHZ,
+    TEMP_C,
+    TENSOR_ACTIVE_PCT,
+)
+
 SCHEMA_VERSION = 3  # 3: the store is a DuckLake; runs.uploaded_by; no ingest_pending
 
 
@@ -77,6 +92,9 @@ RUNS = Table(
     ),
     ("run_id",),
 )
+
+RUN_COLUMNS: tuple[str, ...] = tuple(RUNS.column_names)
+"""The columns of ``runs``, in table order: what a run's row holds wherever it is read."""
 
 RANKS = Table(
     "ranks",
@@ -243,25 +261,25 @@ NVML_SAMPLES = Table(
         C("gpu_name", "VARCHAR", "device name"),
         C("t_ns", "BIGINT NOT NULL", "sample time, absolute Unix ns"),
         C(
-            "gpu_util_pct",
+            GPU_UTIL_PCT,
             "DOUBLE",
             "NVML utilization.gpu: % of the last sample period in which any kernel ran",
         ),
         C(
-            "mem_util_pct",
+            MEM_UTIL_PCT,
             "DOUBLE",
             "NVML utilization.memory: % of the period the memory controller was busy",
         ),
-        C("mem_used_bytes", "BIGINT", "device memory in use, bytes"),
-        C("mem_total_bytes", "BIGINT", "device memory, bytes"),
-        C("power_w", "DOUBLE", "board power draw, W"),
-        C("sm_clock_mhz", "DOUBLE", "SM clock, MHz"),
-        C("mem_clock_mhz", "DOUBLE", "memory clock, MHz"),
-        C("temp_c", "DOUBLE", "GPU temperature, °C"),
-        C("pcie_rx_bytes_s", "DOUBLE", "PCIe receive throughput, bytes/s"),
-        C("pcie_tx_bytes_s", "DOUBLE", "PCIe transmit throughput, bytes/s"),
-        C("sm_active_pct", "DOUBLE", "GPM SM activity (Hopper+), %"),
-        C("tensor_active_pct", "DOUBLE", "GPM tensor-core activity (Hopper+), %"),
+        C(MEM_USED_BYTES, "BIGINT", "device memory in use, bytes"),
+        C(MEM_TOTAL_BYTES, "BIGINT", "device memory, bytes"),
+        C(POWER_W, "DOUBLE", "board power draw, W"),
+        C(SM_CLOCK_MHZ, "DOUBLE", "SM clock, MHz"),
+        C(MEM_CLOCK_MHZ, "DOUBLE", "memory clock, MHz"),
+        C(TEMP_C, "DOUBLE", "GPU temperature, °C"),
+        C(PCIE_RX_BYTES_S, "DOUBLE", "PCIe receive throughput, bytes/s"),
+        C(PCIE_TX_BYTES_S, "DOUBLE", "PCIe transmit throughput, bytes/s"),
+        C(SM_ACTIVE_PCT, "DOUBLE", "GPM SM activity (Hopper+), %"),
+        C(TENSOR_ACTIVE_PCT, "DOUBLE", "GPM tensor-core activity (Hopper+), %"),
     ),
 )
 

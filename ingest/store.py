@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
-from gpuscope.ingest import extensions
+from gpuscope.ingest import extensions, schema
 from gpuscope.ingest.errors import IngestError, catalog_lost, store_fault
 from gpuscope.ingest.schema import META_DDL, SCHEMA_VERSION, TABLES
 from gpuscope.vocabulary.redact import redact, remember, shown_url, url_password
@@ -73,10 +73,7 @@ RUN_TABLES = (
     "nvml_series",
     "runs",
 )
-RUN_COLUMNS = (
-    "run_id, name, kind, created_at, n_ranks, n_events, source_bytes, gpu_name, torch_version, "
-    "tags, start_ns, end_ns, uploaded_by"
-)
+RUN_COLUMNS = ", ".join(schema.RUN_COLUMNS)  # a SELECT list
 
 
 def data_home() -> Path:

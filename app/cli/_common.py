@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from gpuscope.ingest.store import Store, StoreSpec, open_store, parse_spec, resolve_run
-from gpuscope.vocabulary.errors import GpuscopeError
+from gpuscope.vocabulary.errors import GpuscopeError, NotFound
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -56,10 +56,10 @@ def shown_store(args: Any) -> str:
 def run_id_or_exit(con: Any, ref: str) -> str:
     try:
         rid = resolve_run(con, ref)
-    except GpuscopeError as e:  # a name or prefix of several runs: the error lists them
+        if rid is None:
+            raise NotFound(ref, "no such run (see `gpuscope runs`)")
+    except GpuscopeError as e:  # none, or a name or prefix of several runs (the error lists them)
         raise SystemExit(fail(str(e), e.exit_code)) from None
-    if rid is None:
-        raise SystemExit(fail(f"{ref}: no such run (see `gpuscope runs`)"))
     return rid
 
 
