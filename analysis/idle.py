@@ -56,7 +56,7 @@ from gpuscope.analysis.store_access import (
 from gpuscope.vocabulary.causes import CPU_OVERHEAD, LAUNCH_OVERHEAD
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 LAUNCH_GAP_MAX_NS = 100_000
 """Longest gap (ns) with the next activity already queued that still counts as launch overhead."""

@@ -21,7 +21,7 @@ from gpuscope.analysis.store_access import execute, sql_list
 from gpuscope.vocabulary.nvml_fields import MEM_USED_BYTES
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 CUDA = 1  # c10::DeviceType::CUDA (HIP builds of PyTorch also report 1)
 #: Runtime/driver calls that take memory from the driver or give it back (allocator thrash when

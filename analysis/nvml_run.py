@@ -23,7 +23,7 @@ from gpuscope.vocabulary.nvml_fields import (
 )
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 SCHEMA = "gpuscope.analyze-nvml/1"
 

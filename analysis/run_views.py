@@ -19,10 +19,10 @@ from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.analysis.ranks import rank_nodes, rank_step_matrix, step_spread
 from gpuscope.analysis.report import RunReport, analyze_run
 from gpuscope.analysis.store_access import ranks_of
-from gpuscope.ingest.schema import RUN_COLUMNS
+from gpuscope.store.schema import RUN_COLUMNS
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 __all__ = [
     "RunReport",

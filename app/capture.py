@@ -504,7 +504,7 @@ def log_at_end(cap: Capture, to: str, options: Mapping[str, Any]) -> str | None:
         return None
     import duckdb
     from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.ingest.store import open_store
+    from gpuscope.store import open_store
     from gpuscope.trackers import TrackerError, log_run
     from gpuscope.vocabulary.errors import GpuscopeError
 

@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
 from gpuscope.ingest.records import RunRow, Sample, SeriesHeader, SeriesResult, run_id_for
-from gpuscope.ingest.schema import NVML_SAMPLES
 from gpuscope.ingest.source import file_sha256, iter_json_bytes
-from gpuscope.ingest.store import Connection, Store, transaction
+from gpuscope.store import Connection, Store, transaction
+from gpuscope.store.schema import NVML_SAMPLES
 from gpuscope.vocabulary.nvml_fields import (
     GPU_UTIL_PCT,
     INT_FIELDS,
@@ -635,7 +635,7 @@ def ingest_series(
 ) -> SeriesResult:
     """Store one NVML series file inside the caller's transaction.
 
-    ``con``: a :class:`~gpuscope.ingest.store.Store` (or a DuckDB connection). ``run_id=None``: a
+    ``con``: a :class:`~gpuscope.store.Store` (or a DuckDB connection). ``run_id=None``: a
     run of its own (``kind='nvml'``, id from the file's bytes; raises DuplicateRunError when already
     stored). Else the series is attached to that existing run (e.g. a trace of the same job; raises
     IngestError when there is no such run, DuplicateRunError when this series is already attached

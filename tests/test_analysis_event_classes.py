@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuscope.analysis import event_classes as E
 from gpuscope.analysis import idle, kernels, steps, store_access
-from gpuscope.ingest.schema import NVML_SAMPLES
+from gpuscope.store.schema import NVML_SAMPLES
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = (REPO / "docs" / "metrics.md").read_text()

@@ -7,8 +7,9 @@ import ast
 from pathlib import Path
 
 import pytest
-from gpuscope.ingest.errors import DuplicateRunError, IngestError, StoreError, store_fault
+from gpuscope.ingest.errors import DuplicateRunError, IngestError
 from gpuscope.ingest.naming import AmbiguousRunName
+from gpuscope.store.errors import StoreError, store_fault
 from gpuscope.vocabulary.errors import Ambiguous, BadInput, GpuscopeError, NotFound, StoreFault
 
 REPO = Path(__file__).resolve().parent.parent

@@ -25,7 +25,7 @@ MISSED = {
 
 @pytest.fixture(scope="module")
 def con(tmp_path_factory: pytest.TempPathFactory):
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     c = connect(tmp_path_factory.mktemp("gains") / "store")
     yield c

@@ -22,8 +22,8 @@ from pathlib import Path
 import duckdb
 import pytest
 from gpuscope.ingest.batch_insert import SCRATCH_PREFIX, sweep_scratch
-from gpuscope.ingest.errors import StoreError, store_fault
-from gpuscope.ingest.store import connect, rollback_quietly, transaction
+from gpuscope.store import connect, rollback_quietly, transaction
+from gpuscope.store.errors import StoreError, store_fault
 from tracegen import TraceBuilder
 
 TESTS = Path(__file__).resolve().parent

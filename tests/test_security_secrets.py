@@ -21,8 +21,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from gpuscope.ingest.errors import IngestError, StoreError, store_fault
-from gpuscope.ingest.store import parse_spec
+from gpuscope.ingest.errors import IngestError
+from gpuscope.store import parse_spec
+from gpuscope.store.errors import StoreError, store_fault
 from gpuscope.vocabulary.redact import install_log_redaction, redact
 from team_servers import (
     S3,
@@ -164,7 +165,7 @@ def test_a_rollback_after_the_connection_died_reads_as_the_commit() -> None:
 def test_a_conflict_at_commit_is_not_an_outage() -> None:
     """A serialization failure at COMMIT is a conflict (retried by Store.retrying), not
     PostgreSQL gone: it stays a duckdb.Error."""
-    from gpuscope.ingest.errors import catalog_lost
+    from gpuscope.store.errors import catalog_lost
 
     exc = duckdb.TransactionException(
         'Failed to execute query "COMMIT": ERROR:  could not serialize access due to concurrent '
@@ -554,7 +555,7 @@ def test_team_store_orphans_go_at_the_first_maintenance_a_day_after(
     """A dead ingest's Parquet files on a team store (untracked by the catalog) are deleted by
     the first maintenance once a day old, and kept before (an ingest on another machine may still
     be writing them): what docs/deploy.md says, and ORPHAN_AGE_TEAM is."""
-    from gpuscope.ingest.store import ORPHAN_AGE_TEAM
+    from gpuscope.store import ORPHAN_AGE_TEAM
 
     assert ORPHAN_AGE_TEAM == "1 day"
     deploy = " ".join((REPO / "docs" / "deploy.md").read_text().split())

@@ -14,7 +14,7 @@ from pathlib import Path
 from gpuscope.vocabulary import causes, fixes, nvml_fields
 
 REPO = Path(__file__).resolve().parent.parent
-ROOTS = ("app", "ingest", "analysis")  # vocabulary/ is where the words are written
+ROOTS = ("app", "ingest", "analysis", "store")  # vocabulary/ is where the words are written
 
 #: Words the scan cannot hold to one meaning: ``other`` and ``communication`` are also kernel
 #: categories (gpuscope.analysis.kernels), critical-path kinds and plain English; their cause use

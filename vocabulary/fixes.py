@@ -1,7 +1,9 @@
 """Fix ids (the ``id`` of a recommendation, docs/metrics.md "Recommendations") and the texts of
-the fixes that more than one page gives: the Run page's recommendation (``gpuscope.analysis.
-recommendations``) and the Live page's advice (``gpuscope.web.advice``) show the same title and
-the same code for the same fix. The analysis's wording is the one kept.
+the fixes that more than one page gives.
+
+The Run page's recommendation (``gpuscope.analysis.recommendations``) and the Live page's advice
+(``gpuscope.web.advice``) show the same title and the same code for the same fix; the analysis's
+wording is the one kept.
 """
 
 from __future__ import annotations

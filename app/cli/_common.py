@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from gpuscope.ingest.store import Store, StoreSpec, open_store, parse_spec, resolve_run
+from gpuscope.store import Store, StoreSpec, open_store, parse_spec, resolve_run
 from gpuscope.vocabulary.errors import GpuscopeError, NotFound
 
 

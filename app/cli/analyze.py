@@ -12,7 +12,7 @@ from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import Connection
+from gpuscope.store import Connection
 
 
 def add_analysis_options(p: argparse.ArgumentParser, *, runs: int = 1) -> None:

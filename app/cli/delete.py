@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpuscope.cli._common import fail, open_db
-from gpuscope.ingest.store import delete_run, resolve_run
+from gpuscope.store import delete_run, resolve_run
 from gpuscope.vocabulary.errors import GpuscopeError
 
 

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import duckdb
 from gpuscope import __version__
 from gpuscope.ingest.batch_insert import remove_own_scratch
-from gpuscope.ingest.errors import store_fault
+from gpuscope.store.errors import store_fault
 from gpuscope.vocabulary.errors import GpuscopeError
 from gpuscope.vocabulary.redact import redact
 

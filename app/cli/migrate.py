@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from gpuscope.cli._common import fail, notice, open_db, print_json, store_spec
-from gpuscope.ingest.store import copy_runs, default_db_path, is_duckdb_file, legacy_default_path
+from gpuscope.store import copy_runs, default_db_path, is_duckdb_file, legacy_default_path
 from gpuscope.vocabulary.errors import GpuscopeError
 
 

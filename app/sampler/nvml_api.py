@@ -4,7 +4,7 @@ Every reading is optional: a field a GPU does not support (or that fails) is ``N
 not asked again on later polls. Only a missing NVML library, a driver that will not initialise, or
 no GPU at all raise: :class:`NvmlUnavailable`, whose message is one line for the CLI.
 
-Units are those of the ``nvml_samples`` table (ingest/schema.py): %, bytes, W, MHz, °C, bytes/s.
+Units are those of the ``nvml_samples`` table (store/schema.py): %, bytes, W, MHz, °C, bytes/s.
 """
 
 from __future__ import annotations
@@ -19,20 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuscope.analysis.event_classes import NVML_METRIC_FIELDS
-from gpuscope.vocabulary.nvml_fields import (
-    GPU_UTIL_PCT,
-    MEM_CLOCK_MHZ,
-    MEM_TOTAL_BYTES,
-    MEM_USED_BYTES,
-    MEM_UTIL_PCT,
-    PCIE_RX_BYTES_S,
-    PCIE_TX_BYTES_S,
-    POWER_W,
-    SM_ACTIVE_PCT,
-    SM_CLOCK_MHZ,
-    TEMP_C,
-    TENSOR_ACTIVE_PCT,
-)
+from gpuscope.vocabulary import nvml_fields as nf
 
 KIB = 1024  # NVML's PCIe throughput is in KB/s; nvitop and nvidia-smi read that as KiB/s
 
@@ -69,12 +56,12 @@ def _pynvml() -> Any:
 
 # GPM metric -> (our field, factor to the table's unit)
 _GPM_METRICS: tuple[tuple[str, str, float], ...] = (
-    ("NVML_GPM_METRIC_SM_UTIL", SM_ACTIVE_PCT, 1.0),
-    ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", TENSOR_ACTIVE_PCT, 1.0),
-    ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", PCIE_RX_BYTES_S, float(1 << 20)),  # MiB/s
-    ("NVML_GPM_METRIC_PCIE_TX_PER_SEC", PCIE_TX_BYTES_S, float(1 << 20)),
+    ("NVML_GPM_METRIC_SM_UTIL", nf.SM_ACTIVE_PCT, 1.0),
+    ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", nf.TENSOR_ACTIVE_PCT, 1.0),
+    ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", nf.PCIE_RX_BYTES_S, float(1 << 20)),  # MiB/s
+    ("NVML_GPM_METRIC_PCIE_TX_PER_SEC", nf.PCIE_TX_BYTES_S, float(1 << 20)),
 )
-_PCT_FIELDS = frozenset({SM_ACTIVE_PCT, TENSOR_ACTIVE_PCT})
+_PCT_FIELDS = frozenset({nf.SM_ACTIVE_PCT, nf.TENSOR_ACTIVE_PCT})
 
 
 class _Gpm:
@@ -189,21 +176,21 @@ class _Device:
         row["gpu"] = self.index
         util = self._get("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
         if util is not None:
-            row[GPU_UTIL_PCT] = int(util.gpu)
-            row[MEM_UTIL_PCT] = int(util.memory)
+            row[nf.GPU_UTIL_PCT] = int(util.gpu)
+            row[nf.MEM_UTIL_PCT] = int(util.memory)
         mem = self._memory()
         if mem is not None:
-            row[MEM_USED_BYTES], row[MEM_TOTAL_BYTES] = mem
-        mw = self._get(POWER_W, lambda: nv.nvmlDeviceGetPowerUsage(h))
-        row[POWER_W] = mw / 1000.0 if mw is not None else None
-        row[SM_CLOCK_MHZ] = self._get(
-            SM_CLOCK_MHZ, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
+            row[nf.MEM_USED_BYTES], row[nf.MEM_TOTAL_BYTES] = mem
+        mw = self._get(nf.POWER_W, lambda: nv.nvmlDeviceGetPowerUsage(h))
+        row[nf.POWER_W] = mw / 1000.0 if mw is not None else None
+        row[nf.SM_CLOCK_MHZ] = self._get(
+            nf.SM_CLOCK_MHZ, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
         )
-        row[MEM_CLOCK_MHZ] = self._get(
-            MEM_CLOCK_MHZ, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)
+        row[nf.MEM_CLOCK_MHZ] = self._get(
+            nf.MEM_CLOCK_MHZ, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)
         )
-        row[TEMP_C] = self._get(
-            TEMP_C, lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
+        row[nf.TEMP_C] = self._get(
+            nf.TEMP_C, lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
         )
         gpm: dict[str, float | int | None] = {}
         if self.gpm is not None:
@@ -213,11 +200,11 @@ class _Device:
                 self._mark("gpm", f"GPM read failed ({_err(e)})")
                 self.gpm.close()
                 self.gpm = None
-        row[SM_ACTIVE_PCT] = gpm.get(SM_ACTIVE_PCT)
-        row[TENSOR_ACTIVE_PCT] = gpm.get(TENSOR_ACTIVE_PCT)
+        row[nf.SM_ACTIVE_PCT] = gpm.get(nf.SM_ACTIVE_PCT)
+        row[nf.TENSOR_ACTIVE_PCT] = gpm.get(nf.TENSOR_ACTIVE_PCT)
         for fld, counter in (
-            (PCIE_RX_BYTES_S, "NVML_PCIE_UTIL_RX_BYTES"),
-            (PCIE_TX_BYTES_S, "NVML_PCIE_UTIL_TX_BYTES"),
+            (nf.PCIE_RX_BYTES_S, "NVML_PCIE_UTIL_RX_BYTES"),
+            (nf.PCIE_TX_BYTES_S, "NVML_PCIE_UTIL_TX_BYTES"),
         ):
             v = gpm.get(fld)
             # without GPM: NVML's byte counter over a 20 ms window (each call blocks ~20 ms)
@@ -288,9 +275,9 @@ class NvmlSampler:
             raise
         if skip_pcie:
             for d in self.devices:
-                d.unsupported |= {PCIE_RX_BYTES_S, PCIE_TX_BYTES_S}
-                d.errors.setdefault(PCIE_RX_BYTES_S, "blocking PCIe counter skipped (skip_pcie)")
-                d.errors.setdefault(PCIE_TX_BYTES_S, "blocking PCIe counter skipped (skip_pcie)")
+                d.unsupported |= {nf.PCIE_RX_BYTES_S, nf.PCIE_TX_BYTES_S}
+                d.errors.setdefault(nf.PCIE_RX_BYTES_S, "blocking PCIe counter skipped (skip_pcie)")
+                d.errors.setdefault(nf.PCIE_TX_BYTES_S, "blocking PCIe counter skipped (skip_pcie)")
 
     def _driver_version(self) -> str | None:
         try:

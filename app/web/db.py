@@ -29,8 +29,9 @@ import duckdb
 import pandas as pd
 import streamlit as st
 from gpuscope.analysis import run_views
-from gpuscope.ingest.errors import StoreError, store_fault
-from gpuscope.ingest.store import Store, StoreSpec, list_runs, open_store, parse_spec
+from gpuscope.store import Store, StoreSpec, list_runs, open_store, parse_spec
+from gpuscope.store.errors import StoreError, store_fault
+from gpuscope.store.schema import RUN_COLUMNS
 from gpuscope.vocabulary.errors import GpuscopeError
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
@@ -234,23 +235,7 @@ def count_rows(table: str) -> int:
 @st.cache_data(show_spinner=False, max_entries=16)
 def runs_df(path: str, gen: int) -> pd.DataFrame:
     """Every run (newest first), one row each, as a DataFrame."""
-    rows = list_runs(cursor())
-    cols = [
-        "run_id",
-        "name",
-        "kind",
-        "created_at",
-        "n_ranks",
-        "n_events",
-        "source_bytes",
-        "gpu_name",
-        "torch_version",
-        "tags",
-        "start_ns",
-        "end_ns",
-        "uploaded_by",
-    ]
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(list_runs(cursor()), columns=list(RUN_COLUMNS))
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -277,6 +262,6 @@ def resolve(ref: str | None) -> str | None:
 
 @st.cache_data(show_spinner=False, max_entries=1024)
 def _resolve(path: str, gen: int, ref: str) -> str | None:
-    from gpuscope.ingest.store import resolve_run
+    from gpuscope.store import resolve_run
 
     return resolve_run(cursor(), ref)

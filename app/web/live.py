@@ -28,7 +28,7 @@ from gpuscope.ingest.records import GpuReading, RunResult, Sample, SeriesGpu, Se
 from gpuscope.vocabulary.nvml_fields import GPU_UTIL_PCT, MEM_TOTAL_BYTES, MEM_USED_BYTES
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 ENV_SAMPLER = "GPUSCOPE_SAMPLER_URL"
 DEFAULT_URL = "http://127.0.0.1:9401"

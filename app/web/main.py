@@ -12,7 +12,6 @@ from pathlib import Path
 import duckdb
 import streamlit as st
 from gpuscope import __version__
-from gpuscope.ingest.store import parse_spec
 from gpuscope.vocabulary.errors import GpuscopeError
 from gpuscope.vocabulary.redact import install_log_redaction
 from gpuscope.web import auth, db, ui
@@ -49,7 +48,7 @@ with st.sidebar:
     # shown(): a team store's URL without its password (every visitor sees the sidebar); a bad
     # spec is reported by db.store() below
     try:
-        shown = parse_spec(None).shown()
+        shown = db.db_path()
     except GpuscopeError:
         shown = "?"
     st.caption(f"gpuscope {__version__} · store {ui.md_code(shown, None)}")

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from gpuscope.analysis import run_views
 from gpuscope.ingest.loader import RunResult, ingest_paths, is_trace_file
-from gpuscope.ingest.store import Connection
+from gpuscope.store import Connection
 from gpuscope.vocabulary.errors import GpuscopeError
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 ENV_SAMPLES = "GPUSCOPE_SAMPLES"
 SAMPLE_TAG = "sample"

@@ -9,7 +9,7 @@ from typing import Any, TypeGuard
 
 import pandas as pd
 import streamlit as st
-from gpuscope.ingest.store import Connection, delete_run, set_name, set_tags, transaction
+from gpuscope.store import Connection, delete_run, set_name, set_tags, transaction
 
 _FLASH = "_gpuscope_flash"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from gpuscope.analysis import run_views
-from gpuscope.ingest.errors import IngestError, StoreError
+from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import RunResult, ingest_paths
 from gpuscope.ingest.memory_snapshot import (
     MAX_SNAPSHOT_BYTES,
@@ -26,7 +26,8 @@ from gpuscope.ingest.memory_snapshot import (
 )
 from gpuscope.ingest.memory_snapshot import META_KEY as SNAPSHOT_KEY
 from gpuscope.ingest.naming import meta_from_head, upload_name
-from gpuscope.ingest.store import Connection
+from gpuscope.store import Connection
+from gpuscope.store.errors import StoreError
 
 CHUNK = 1 << 20
 SERIES = (".jsonl", ".jsonl.gz")  # an NVML series (gpuscope sample / gpuscope.capture)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-from gpuscope.ingest.store import Connection
+from gpuscope.store import Connection
 from gpuscope.vocabulary.errors import GpuscopeError
 from gpuscope.web import auth, data, db, ui
 from gpuscope.web.samples import SAMPLE_TAG
