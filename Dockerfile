@@ -25,6 +25,8 @@ COPY pyproject.toml README.md ./
 COPY app ./app
 COPY ingest ./ingest
 COPY analysis ./analysis
+COPY store ./store
+COPY vocabulary ./vocabulary
 RUN pip install .
 # Loaded into an empty store on first start (--load-samples), so the first visit shows a comparison.
 COPY sample_traces ./sample_traces

@@ -20,7 +20,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # editable_mode=strict: a tree of links under build/ that editors and type checkers follow (the
 # default mode maps app/ to `gpuscope` through an import hook that no static tool reads). A module
 # added or removed changes its folder, which re-links the tree.
-PKG_DIRS := $(shell find app ingest analysis -type d -not -name __pycache__ 2>/dev/null)
+PKG_DIRS := $(shell find app ingest analysis vocabulary store -type d -not -name __pycache__ 2>/dev/null)
 $(STAMP): pyproject.toml $(PKG_DIRS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -83,7 +83,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 docs: $(STAMP)
-	$(BIN)/python -m gpuscope.ingest.schema > docs/schema.md
+	$(BIN)/python -m gpuscope.store.schema > docs/schema.md
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_ingest.py

@@ -29,7 +29,7 @@ from gpuscope.analysis.store_access import (
 )
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 
 def activity_sql(ix: RankIndex, device_filter: str = "") -> str:

@@ -53,7 +53,7 @@ from gpuscope.analysis.store_access import COMM_KERNEL_RE, RUNTIME_CATS_SQL, exe
 
 if TYPE_CHECKING:
     from gpuscope.analysis.steps import Window
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 #: Columns of a rank's frame (:func:`rank_collectives`), one row per communication kernel.
 #: ``pg``: process group key (its name when known, else ``stream:<id>``); ``pg_size``/``seq``/

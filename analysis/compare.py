@@ -17,7 +17,7 @@ from gpuscope.analysis.kernel_names import distinct_clips, short_name
 from gpuscope.analysis.report import RunReport, analyze_run
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 
 NOISE_REL_PCT = 2.0

@@ -17,7 +17,7 @@ from gpuscope.analysis.steps import Window
 from gpuscope.analysis.store_access import GPU_CATS_SQL, execute
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 COMPILED_REGION_RE = r"^Torch-Compiled Region"
 COMPILED_FX_RE = r"CompiledFxGraph"

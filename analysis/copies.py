@@ -19,7 +19,7 @@ from gpuscope.analysis.steps import Window
 from gpuscope.analysis.store_access import execute, regex, sql_list
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 PINNED_H2D_GBPS: dict[str, float] = {
     "H100 SXM": 50.0,

@@ -64,7 +64,7 @@ from gpuscope.analysis.event_classes import (
 
 if TYPE_CHECKING:
     from gpuscope.analysis.steps import Window
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 BOUND_BY: tuple[str, ...] = (
     "cpu",

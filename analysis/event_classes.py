@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import re
 
+from gpuscope.vocabulary.causes import CAUSE_IDS, EVIDENCE_CAUSES
+from gpuscope.vocabulary.nvml_fields import NVML_METRIC_FIELDS
+
 #: GPU kernels. ROCm traces use the same names; older exporters spell them with capitals.
 KERNEL_CATS: tuple[str, ...] = ("kernel", "Kernel")
 #: Copies and fills on the device's copy engines (or as kernels on ROCm).
@@ -123,40 +126,13 @@ SYNC_APIS: tuple[str, ...] = (
 #: memory and a ``cudaStreamSynchronize``, which are the evidence (named with this op).
 SYNC_OPS: tuple[str, ...] = ("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero")
 
-# -- idle causes -----------------------------------------------------------------------------------
+# -- idle causes and NVML fields: gpuscope.vocabulary's, re-exported for the analysis ---------------
 
 #: Causes of idle time in precedence order (launch_overhead is decided per gap, the rest per
 #: instant; docs/metrics.md "Precedence").
-CAUSES: tuple[str, ...] = (
-    "launch_overhead",
-    "data_loading",
-    "pageable_copy",
-    "communication",
-    "host_sync",
-    "cpu_overhead",
-    "other",
-)
+CAUSES: tuple[str, ...] = CAUSE_IDS
 #: Host evidence classes, in precedence order (the causes read from host spans).
-EVIDENCE_CLASSES: tuple[str, ...] = ("data_loading", "pageable_copy", "communication", "host_sync")
-
-# -- NVML ------------------------------------------------------------------------------------------
-
-#: Per-GPU metric fields of one NVML poll, in the order of the ``nvml_samples`` columns (after
-#: ``gpu``, ``gpu_uuid``, ``gpu_name``, ``t_ns``): what the sampler records and ingest stores.
-NVML_METRIC_FIELDS: tuple[str, ...] = (
-    "gpu_util_pct",
-    "mem_util_pct",
-    "mem_used_bytes",
-    "mem_total_bytes",
-    "power_w",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "temp_c",
-    "pcie_rx_bytes_s",
-    "pcie_tx_bytes_s",
-    "sm_active_pct",
-    "tensor_active_pct",
-)
+EVIDENCE_CLASSES: tuple[str, ...] = EVIDENCE_CAUSES
 _COMM = re.compile(COMM_KERNEL_PATTERN, re.IGNORECASE)
 
 

@@ -34,7 +34,7 @@ from gpuscope.analysis.store_access import execute
 from gpuscope.analysis.tensor_cores import dtype_of, tensor_core_info
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 Dims = list[list[int]]
 

@@ -53,9 +53,10 @@ from gpuscope.analysis.store_access import (
     sql_list,
     us,
 )
+from gpuscope.vocabulary.causes import CPU_OVERHEAD, LAUNCH_OVERHEAD
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 LAUNCH_GAP_MAX_NS = 100_000
 """Longest gap (ns) with the next activity already queued that still counts as launch overhead."""
@@ -440,7 +441,7 @@ def _attach_evidence(
         "ge": [int(v) for v in gaps["end_ns"]],
         "cls": [cls_of.get(c, 0) for c in gaps["cause"]],
         "drn": [bool(v) for v in gaps["drained"]],
-        "any": [c == "cpu_overhead" for c in gaps["cause"]],
+        "any": [c == CPU_OVERHEAD for c in gaps["cause"]],
     }
     steps = names_matching(regex(PROFILER_STEP_RE))
     ev = execute(
@@ -593,15 +594,15 @@ def _totals(con: Connection, t: dict[str, str]) -> tuple[dict[str, int], int, in
     n_sh, sh_dur = int(sh[0]), int(sh[1])
     swept = dict(zip(CAUSES, (int(v) for v in sh[2:]), strict=True))
     causes = {c: swept[c] for c in CAUSES}
-    causes["launch_overhead"] = lo_ns
+    causes[LAUNCH_OVERHEAD] = lo_ns
     causes["other"] = other_q + swept["other"]
-    causes["cpu_overhead"] = late - sh_dur + swept["cpu_overhead"]
+    causes[CPU_OVERHEAD] = late - sh_dur + swept[CPU_OVERHEAD]
     counts = dict.fromkeys(CAUSES, 0)
     for cause, k in con.execute(f"SELECT cause, count(*) FROM {t['sh']} GROUP BY cause").fetchall():
         counts[str(cause)] += int(k)
-    counts["launch_overhead"] += n_lo
+    counts[LAUNCH_OVERHEAD] += n_lo
     counts["other"] += n_oq
-    counts["cpu_overhead"] += n_late - n_sh
+    counts[CPU_OVERHEAD] += n_late - n_sh
     return causes, total, n, counts
 
 

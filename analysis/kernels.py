@@ -40,7 +40,7 @@ from gpuscope.analysis.store_access import execute, regex, sql_list
 from gpuscope.analysis.tensor_cores import TensorCoreInfo, tensor_core_info
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 __all__ = [
     "CATEGORIES",

@@ -18,9 +18,10 @@ from gpuscope.analysis.modules import PHASES, innermost, phase_at, phase_spans
 from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.steps import Window
 from gpuscope.analysis.store_access import execute, sql_list
+from gpuscope.vocabulary.nvml_fields import MEM_USED_BYTES
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 CUDA = 1  # c10::DeviceType::CUDA (HIP builds of PyTorch also report 1)
 #: Runtime/driver calls that take memory from the driver or give it back (allocator thrash when
@@ -362,6 +363,6 @@ def _nvml(con: Connection, run_id: str, window: Window, res: MemoryResult, offse
         return
     gpus = sorted(df["gpu"].unique())
     g = res.device if res.device in gpus else gpus[0]
-    df = df[df["gpu"] == g][["t_ns", "mem_used_bytes"]].reset_index(drop=True)
+    df = df[df["gpu"] == g][["t_ns", MEM_USED_BYTES]].reset_index(drop=True)
     res.nvml = df
-    res.nvml_peak_bytes = int(df["mem_used_bytes"].max())
+    res.nvml_peak_bytes = int(df[MEM_USED_BYTES].max())

@@ -24,7 +24,7 @@ from gpuscope.analysis.steps import Window
 from gpuscope.analysis.store_access import execute
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "other")
 MODULE_PREFIX = "nn.Module: "

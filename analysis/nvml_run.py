@@ -14,9 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from gpuscope.analysis.live import sawtooth_diagnosis
+from gpuscope.vocabulary.nvml_fields import (
+    GPU_UTIL_PCT,
+    MEM_TOTAL_BYTES,
+    MEM_USED_BYTES,
+    POWER_W,
+    SM_CLOCK_MHZ,
+)
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 SCHEMA = "gpuscope.analyze-nvml/1"
 
@@ -96,14 +103,14 @@ def analyze_nvml_run(
            FROM nvml_samples WHERE run_id = ? ORDER BY gpu, t_ns""",
         [run_id],
     ).df()
-    if frame.empty or frame["gpu_util_pct"].isna().all():
+    if frame.empty or frame[GPU_UTIL_PCT].isna().all():
         raise ValueError(f"{run_id}: the NVML series has no utilization samples")
     gpus = []
     for gpu, g in frame.groupby("gpu", sort=True):
         name = g["name"].dropna().iloc[0] if g["name"].notna().any() else None
         d = sawtooth_diagnosis(
             g["t_ns"].to_numpy(),
-            g["gpu_util_pct"].to_numpy(dtype="float64"),
+            g[GPU_UTIL_PCT].to_numpy(dtype="float64"),
             busy_threshold_pct=busy_threshold_pct,
             label=f"GPU {gpu}",
         )
@@ -119,13 +126,13 @@ def analyze_nvml_run(
                 period_s=d.period_s,
                 duty_cycle_pct=d.duty_cycle_pct,
                 n_cycles=d.n_cycles,
-                mean_util_pct=_stat(g, "gpu_util_pct", "mean"),
-                power_mean_w=_stat(g, "power_w", "mean"),
-                power_max_w=_stat(g, "power_w", "max"),
-                sm_clock_mean_mhz=_stat(g, "sm_clock_mhz", "mean"),
-                sm_clock_max_mhz=_stat(g, "sm_clock_mhz", "max"),
-                mem_used_max_bytes=_stat(g, "mem_used_bytes", "max"),
-                mem_total_bytes=_stat(g, "mem_total_bytes", "max"),
+                mean_util_pct=_stat(g, GPU_UTIL_PCT, "mean"),
+                power_mean_w=_stat(g, POWER_W, "mean"),
+                power_max_w=_stat(g, POWER_W, "max"),
+                sm_clock_mean_mhz=_stat(g, SM_CLOCK_MHZ, "mean"),
+                sm_clock_max_mhz=_stat(g, SM_CLOCK_MHZ, "max"),
+                mem_used_max_bytes=_stat(g, MEM_USED_BYTES, "max"),
+                mem_total_bytes=_stat(g, MEM_TOTAL_BYTES, "max"),
                 summary=summary,
             )
         )
@@ -233,7 +240,7 @@ def nvml_overlay(
     ]
     if not gpus:
         return pd.DataFrame(
-            {"t_ns": pd.array([], dtype="int64"), "gpu_util_pct": pd.array([], dtype="float64")}
+            {"t_ns": pd.array([], dtype="int64"), GPU_UTIL_PCT: pd.array([], dtype="float64")}
         )
     offset = time_offset_ns(con, run_id, rank)
     p = {

@@ -15,17 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuscope.analysis.fmt import sig3
-
-HOST_CAUSES: tuple[str, ...] = (
-    "launch_overhead",
-    "data_loading",
-    "pageable_copy",
-    "host_sync",
-    "cpu_overhead",
-    "other",
-)
-"""Idle causes made on the host side: the profiler's per-op cost can inflate them
-(``communication`` is waiting for other ranks and is left out)."""
+from gpuscope.vocabulary.causes import CPU_OVERHEAD, HOST_CAUSES, LAUNCH_OVERHEAD
 
 SUSPECT_HOST_SHARE_PCT = 50.0
 """Without an untraced time, host overhead (CPU + launch) "dominates" at this share of idle (%) ..."""
@@ -153,7 +143,7 @@ def profiler_cost(
         return pc
     causes = idle_causes_ns or {}
     idle = sum(causes.values())
-    host = causes.get("cpu_overhead", 0) + causes.get("launch_overhead", 0)
+    host = causes.get(CPU_OVERHEAD, 0) + causes.get(LAUNCH_OVERHEAD, 0)
     if (
         window_ns > 0
         and idle > 0

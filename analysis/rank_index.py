@@ -38,10 +38,10 @@ from gpuscope.analysis.store_access import (
     RUNTIME_CATS_SQL,
     execute,
 )
-from gpuscope.ingest.store import LAKE, settle_snapshot
+from gpuscope.store import LAKE, settle_snapshot
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 T = TypeVar("T")
 
@@ -129,7 +129,7 @@ class RankIndex:
 
     def refresh(self) -> None:
         """Drop everything when the run's ``runs`` row changed (deleted, ingested again). Checked
-        once per :func:`~gpuscope.ingest.store.read_snapshot` block: within one, the store does not
+        once per :func:`~gpuscope.store.read_snapshot` block: within one, the store does not
         change."""
         with self._lock:
             seq = getattr(self.con, "snapshot_seq", 0)
@@ -359,7 +359,7 @@ def rank_index(
 
 @contextmanager
 def run_names(con: Connection, run_id: str) -> Iterator[bool]:
-    """Inside a :func:`~gpuscope.ingest.store.read_snapshot` block of a lake store: the run's rows
+    """Inside a :func:`~gpuscope.store.read_snapshot` block of a lake store: the run's rows
     of ``names`` copied once into a temp table ``names`` that shadows the lake's (DuckDB looks up
     an unqualified name in ``temp`` first) for the block's statements on ``con``. An analysis
     looks names up ~25 times, each a lake scan with its catalog queries (5-8 ms); every lookup

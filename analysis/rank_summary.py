@@ -32,11 +32,10 @@ import duckdb
 from gpuscope.analysis import report
 from gpuscope.analysis.rank_index import close_shared
 from gpuscope.analysis.store_access import ranks_of
-from gpuscope.ingest.records import now_utc
-from gpuscope.ingest.store import Store, transaction
+from gpuscope.store import Store, now_utc, transaction
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 TABLE = "rank_summaries"
 
@@ -174,7 +173,7 @@ def _rank_copy(con: Connection, run_id: str, rank: int) -> Iterator[Any]:
     if row is None or row[0] is None or int(row[0]) > MAX_IN_MEMORY_EVENTS:
         yield con
         return
-    from gpuscope.ingest.schema import TABLES
+    from gpuscope.store.schema import TABLES
 
     scratch = duckdb.connect(":memory:")
     try:

@@ -16,6 +16,14 @@ from typing import Any
 from gpuscope.analysis.compiled import CompiledInfo
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.idle import IdleResult
+from gpuscope.vocabulary import fixes
+from gpuscope.vocabulary.causes import (
+    CPU_OVERHEAD,
+    DATA_LOADING,
+    HOST_SYNC,
+    LAUNCH_OVERHEAD,
+    PAGEABLE_COPY,
+)
 
 MIN_SHARE_PCT = 2.0
 """A cost of at least this share of the window (%) is a finding ..."""
@@ -28,7 +36,7 @@ DEFAULT_TC_SPEEDUP = 8.0
 """Assumed speed-up of fp32 GEMM/conv time on tensor cores when the peak table has no bf16/fp32
 pair for the GPU (H100 dense bf16 vs fp32 is ~15x; 8 is deliberately below that)."""
 
-AMORTISED: tuple[str, ...] = ("launch_overhead", "cpu_overhead", "host_sync", "other")
+AMORTISED: tuple[str, ...] = (LAUNCH_OVERHEAD, CPU_OVERHEAD, HOST_SYNC, "other")
 """Idle causes whose cost per step does not grow with the batch (a larger batch amortises them)."""
 
 SHORT_KERNEL_US = 20.0
@@ -199,10 +207,10 @@ def _frame_rows(inp: Inputs, cls: str, limit: int = 5) -> list[dict[str, Any]]:
 
 
 def rule_dataloader(inp: Inputs) -> Recommendation | None:
-    ns, capped = host_cost(inp.idle.causes_ns.get("data_loading", 0), inp)
+    ns, capped = host_cost(inp.idle.causes_ns.get(DATA_LOADING, 0), inp)
     if not significant(ns, inp.window_ns, inp.n_steps):
         return None
-    spans = _frame_rows(inp, "data_loading", 3)
+    spans = _frame_rows(inp, DATA_LOADING, 3)
     multi = inp.dataloader_kind == "multiprocess"
     ev: dict[str, Any] = {
         **_cost_evidence("idle", ns, inp),
@@ -217,23 +225,21 @@ def rule_dataloader(inp: Inputs) -> Recommendation | None:
     )
     _cap_note(ev, capped, inp)
     return Recommendation(
-        "dataloader_workers",
-        "Load batches in background workers" if not multi else "Give the DataLoader more workers",
+        fixes.DATALOADER_WORKERS,
+        fixes.WORKERS.title if not multi else fixes.MORE_WORKERS_TITLE,
         ev,
         host_gain_pct(ns, inp),
-        "loader = DataLoader(dataset, batch_size=B, shuffle=True,\n"
-        "                    num_workers=8, persistent_workers=True, prefetch_factor=4,\n"
-        "                    pin_memory=True)",
+        fixes.WORKERS.code,
     )
 
 
 def rule_pin_memory(inp: Inputs) -> Recommendation | None:
-    idle_ns, capped = host_cost(inp.idle.causes_ns.get("pageable_copy", 0), inp)
+    idle_ns, capped = host_cost(inp.idle.causes_ns.get(PAGEABLE_COPY, 0), inp)
     excess = max(0.0, inp.pageable_excess_ns)
     ns = idle_ns + excess
     if not significant(ns, inp.window_ns, inp.n_steps):
         return None
-    frame = inp.idle.evidence.get("pageable_copy")
+    frame = inp.idle.evidence.get(PAGEABLE_COPY)
     pc = inp.pageable_copy or {}
     n = int(frame["count"].sum()) if frame is not None and not frame.empty else 0
     nbytes = frame["bytes"].dropna().sum() if frame is not None and not frame.empty else 0
@@ -248,7 +254,7 @@ def rule_pin_memory(inp: Inputs) -> Recommendation | None:
         "pageable_gbps": pc.get("pageable_gbps"),
         "pinned_gbps": pc.get("pinned_gbps"),
         "pinned_source": pc.get("pinned_source"),
-        "calls": _frame_rows(inp, "pageable_copy", 3),
+        "calls": _frame_rows(inp, PAGEABLE_COPY, 3),
     }
     rate = (
         f" at {ev['pageable_gbps']:.3g} GB/s against {ev['pinned_gbps']:.3g} GB/s pinned "
@@ -290,10 +296,10 @@ def _times(n: float) -> str:
 
 
 def rule_host_sync(inp: Inputs) -> Recommendation | None:
-    ns, capped = host_cost(inp.idle.causes_ns.get("host_sync", 0), inp)
+    ns, capped = host_cost(inp.idle.causes_ns.get(HOST_SYNC, 0), inp)
     if not significant(ns, inp.window_ns, inp.n_steps):
         return None
-    calls = _frame_rows(inp, "host_sync", 5)
+    calls = _frame_rows(inp, HOST_SYNC, 5)
     ev = {**_cost_evidence("idle", ns, inp), "calls": calls}
     what = (
         ", ".join(f"{c['op'] or c['name']} ({_times(c['per_step'])} per step)" for c in calls[:3])
@@ -305,18 +311,7 @@ def rule_host_sync(inp: Inputs) -> Recommendation | None:
     )
     _cap_note(ev, capped, inp)
     return Recommendation(
-        "host_sync",
-        "Stop synchronising with the GPU every step",
-        ev,
-        host_gain_pct(ns, inp),
-        "total = torch.zeros((), device=device)\n"
-        "for step, (x, y) in enumerate(loader):\n"
-        "    loss = step_fn(x, y)\n"
-        "    total += loss.detach()          # no .item() / .cpu() / print(tensor) per step\n"
-        "    if step % 100 == 99:\n"
-        "        print(total.item() / 100); total.zero_()\n"
-        "# copies: pinned memory and x.to(device, non_blocking=True) do not wait for the GPU\n"
-        "# and no boolean-mask indexing (x[mask]) in the step: use torch.where(mask, x, 0)",
+        fixes.HOST_SYNC, fixes.SYNC.title, ev, host_gain_pct(ns, inp), fixes.SYNC.code
     )
 
 
@@ -376,7 +371,7 @@ def rule_kernel_fusion(inp: Inputs) -> Recommendation | None:
     k = inp.kernels
     if k.n_kernels == 0 or k.median_us is None or k.median_us >= SHORT_KERNEL_US:
         return None
-    raw = inp.idle.causes_ns.get("launch_overhead", 0) + inp.idle.causes_ns.get("cpu_overhead", 0)
+    raw = inp.idle.causes_ns.get(LAUNCH_OVERHEAD, 0) + inp.idle.causes_ns.get(CPU_OVERHEAD, 0)
     ns, capped = host_cost(raw, inp)
     if not significant(ns, inp.window_ns, inp.n_steps):
         return None
@@ -386,10 +381,10 @@ def rule_kernel_fusion(inp: Inputs) -> Recommendation | None:
         "median_kernel_us": k.median_us,
         "short_kernel_share_pct": 100.0 * k.short_us / k.kernel_us if k.kernel_us else 0.0,
         "launch_overhead_us_per_step": _per_step_us(
-            inp.idle.causes_ns.get("launch_overhead", 0), inp.n_steps
+            inp.idle.causes_ns.get(LAUNCH_OVERHEAD, 0), inp.n_steps
         ),
         "cpu_overhead_us_per_step": _per_step_us(
-            inp.idle.causes_ns.get("cpu_overhead", 0), inp.n_steps
+            inp.idle.causes_ns.get(CPU_OVERHEAD, 0), inp.n_steps
         ),
     }
     c = inp.compiled
@@ -696,21 +691,8 @@ RULES = (
     rule_communication,
     rule_load_imbalance,
 )
-#: Every recommendation id a rule can give.
-REC_IDS: tuple[str, ...] = (
-    "dataloader_workers",
-    "pin_memory",
-    "host_sync",
-    "mixed_precision",
-    "kernel_fusion",
-    "cuda_graphs",
-    "compiled_overhead",
-    "batch_size",
-    "memory_near_full",
-    "cudnn_benchmark",
-    "overlap_communication",
-    "load_imbalance",
-)
+#: Every recommendation id a rule can give (gpuscope.vocabulary.fixes).
+REC_IDS: tuple[str, ...] = fixes.FIX_IDS
 
 
 def recommend(inp: Inputs) -> list[Recommendation]:

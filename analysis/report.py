@@ -64,10 +64,10 @@ from gpuscope.analysis.store_access import (
     us,
 )
 from gpuscope.analysis.tensor_cores import TensorCoreSummary
-from gpuscope.ingest.store import read_snapshot
+from gpuscope.store import read_snapshot
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 SCHEMA = "gpuscope.analyze/1"
 

@@ -25,7 +25,7 @@ from gpuscope.analysis.steps import Window
 from gpuscope.analysis.tensor_cores import dtype_of
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 ES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 _OTHER_ES = {

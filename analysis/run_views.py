@@ -19,9 +19,10 @@ from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.analysis.ranks import rank_nodes, rank_step_matrix, step_spread
 from gpuscope.analysis.report import RunReport, analyze_run
 from gpuscope.analysis.store_access import ranks_of
+from gpuscope.store.schema import RUN_COLUMNS
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 __all__ = [
     "RunReport",
@@ -42,10 +43,7 @@ __all__ = [
     "wait_spans",
 ]
 
-_RUN_COLUMNS = (
-    "run_id, name, kind, created_at, n_ranks, n_events, source_bytes, gpu_name, torch_version, "
-    "tags, start_ns, end_ns, uploaded_by"
-)
+_RUN_COLUMNS = ", ".join(RUN_COLUMNS)  # a SELECT list
 
 
 def run_row(con: Connection, run_id: str) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from gpuscope.analysis.steps import Window, find_window, step_frame
 from gpuscope.analysis.store_access import execute
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 __all__ = [
     "CAUSES",

@@ -35,7 +35,7 @@ from gpuscope.analysis.event_classes import (  # noqa: F401 (re-exported for the
 )
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 COMM_KERNEL_RE = COMM_KERNEL_SQL_RE  # communication kernels: event_classes.COMM_KERNEL_PATTERN
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gpuscope.analysis.store_access import rank_meta
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 # typed column -> the Kineto args key it came from
 _ARGS = (

@@ -503,10 +503,10 @@ def log_at_end(cap: Capture, to: str, options: Mapping[str, Any]) -> str | None:
         )
         return None
     import duckdb
-    from gpuscope.ingest.errors import IngestError
     from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.ingest.store import open_store
+    from gpuscope.store import open_store
     from gpuscope.trackers import TrackerError, log_run
+    from gpuscope.vocabulary.errors import GpuscopeError
 
     opts = dict(options)
     store = opts.pop("store", None)
@@ -517,7 +517,7 @@ def log_at_end(cap: Capture, to: str, options: Mapping[str, Any]) -> str | None:
             return log_run(con, run.run_id, to, **opts)
         finally:
             con.close()
-    except (TrackerError, IngestError, ValueError, OSError, duckdb.Error) as e:
+    except (TrackerError, GpuscopeError, ValueError, OSError, duckdb.Error) as e:
         warnings.warn(
             f"gpuscope.capture: the run was not logged to {to} ({e})", RuntimeWarning, stacklevel=4
         )

@@ -15,7 +15,7 @@ import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 PERFETTO_URL = "https://ui.perfetto.dev"
 

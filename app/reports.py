@@ -20,7 +20,7 @@ from gpuscope.analysis.fmt import sig3
 from gpuscope.web import palette
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 FORMATS = ("md", "html")
 N_BUCKETS = 240

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from gpuscope.ingest import json_stream
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import connect
+from gpuscope.store import connect
 trace, db, mode, summaries = sys.argv[1:5]
 if mode == "scan":
     json_stream.TraceSplitter._fast_cut = lambda *a: None

@@ -107,7 +107,7 @@ def gpuscope_worker(db: str, run_id: str, repeat: int) -> None:
     def imports() -> Any:
         import duckdb  # noqa: F401
         from gpuscope.analysis import busy, flops, kernels, peaks, report, tensor_cores  # noqa: F401
-        from gpuscope.ingest.store import connect
+        from gpuscope.store import connect
 
         return connect, report, busy
 
@@ -285,7 +285,7 @@ def profile_worker(db: str, run_id: str, prof_path: str) -> None:
     import pstats
 
     from gpuscope.analysis import report
-    from gpuscope.ingest.store import Store, connect
+    from gpuscope.store import Store, connect
 
     stack: list[str] = []
     records: list[dict[str, Any]] = []  # call order

@@ -42,7 +42,7 @@ def free_port() -> int:
 
 def ingest(db: Path, traces: list[Path]) -> list[str]:
     from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     con = connect(db)
     try:

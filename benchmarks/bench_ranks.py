@@ -220,7 +220,7 @@ def summary_scaling(k: int, out: Path, repeat: int) -> None:
     from gpuscope.analysis.rank_summary import store_after_ingest
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     work = Path(tempfile.mkdtemp(prefix="bench-summary-", dir=out))
     times: dict[int, list[float]] = {}

@@ -57,7 +57,7 @@ def absolute_store(spec: str) -> str:
 
 def pick_run(db: str | Path, ref: str | None) -> tuple[str, int]:
     """(run id, events): ``ref`` resolved, else the run with the most events."""
-    from gpuscope.ingest.store import connect, resolve_run
+    from gpuscope.store import connect, resolve_run
 
     con = connect(db, read_only=True)
     try:
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no --db/--trace: the sample runs ({', '.join(p.name for p in traces)})")
     if traces:
         from gpuscope.ingest.loader import ingest_paths
-        from gpuscope.ingest.store import connect
+        from gpuscope.store import connect
 
         db = tmp / "bench-store"
         con = connect(db)

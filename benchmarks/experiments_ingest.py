@@ -36,7 +36,8 @@ import duckdb
 import msgspec
 import pyarrow as pa
 import pyarrow.json as pj
-from gpuscope.ingest import json_stream, kineto, source, store
+from gpuscope import store
+from gpuscope.ingest import json_stream, kineto, source
 
 SEP = b"\n  },\n  {"  # between two events, as Kineto writes them
 

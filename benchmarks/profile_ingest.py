@@ -24,7 +24,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from gpuscope.ingest import json_stream, loader, source, store
+from gpuscope import store
+from gpuscope.ingest import json_stream, loader, source
 
 T: dict[str, float] = defaultdict(float)
 N: dict[str, int] = defaultdict(int)

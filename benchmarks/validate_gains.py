@@ -73,7 +73,7 @@ def estimate_for(con: Any, exp: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     exps = argv or list(EXPERIMENTS)
     con = connect(Path(tempfile.mkdtemp()) / "store")

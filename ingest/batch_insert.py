@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 from gpuscope.ingest.env import positive_int
-from gpuscope.ingest.schema import EVENTS
-from gpuscope.ingest.store import pid_alive
+from gpuscope.store import pid_alive
+from gpuscope.store.schema import EVENTS
 
 # pyarrow, msgspec and the decoder are imported where they are used: every ``gpuscope`` command
 # imports this module (for :func:`remove_own_scratch`), and only an ingest needs them (0.2 s).

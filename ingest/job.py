@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.records import RunRow, now_utc
-from gpuscope.ingest.store import Connection, Store, transaction
+from gpuscope.ingest.records import RunRow
+from gpuscope.store import Connection, Store, now_utc, transaction
 
 JOB_RETRIES = 40  # attempts of a job's transaction that conflicts with another node's (team store)
 _JOB_ID_OK = 200  # longest job id accepted, characters

@@ -18,7 +18,7 @@ from gpuscope.ingest.naming import default_run_name, is_generic, stem
 from gpuscope.ingest.nvml import ingest_series, is_nvml_file
 from gpuscope.ingest.records import RankSummary, RunResult, RunRow, run_id_for
 from gpuscope.ingest.source import file_sha256, iter_json_bytes
-from gpuscope.ingest.store import Connection, Store, run_exists, transaction
+from gpuscope.store import Connection, Store, run_exists, transaction
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
@@ -391,7 +391,7 @@ def ingest_paths(
 ) -> list[RunResult]:
     """Ingest each path as one run; the runs are published together (one transaction), or not at all.
 
-    ``con``: the :class:`~gpuscope.ingest.store.Store` (its write lock is held throughout, so a
+    ``con``: the :class:`~gpuscope.store.Store` (its write lock is held throughout, so a
     reader in any process sees every run of the call or none), or a bare DuckDB connection.
 
     ``metadata``: top-level trace metadata the user adds to every rank of every trace run, over

@@ -15,7 +15,7 @@ import msgspec
 import pyarrow as pa
 from gpuscope.ingest.json_stream import escape_controls
 from gpuscope.ingest.kineto import as_float, as_int
-from gpuscope.ingest.schema import MEMORY_EVENTS
+from gpuscope.store.schema import MEMORY_EVENTS
 
 _I32 = 2**31
 

@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gpuscope.ingest.errors import IngestError
+from gpuscope.vocabulary.errors import Ambiguous
 
 TRACE_SUFFIXES = (".gz", ".json", ".trace", ".pt")
 GENERIC = {
@@ -54,7 +54,7 @@ MODEL_KEYS = ("model", "model_name", "gpuscope.model", "config")
 HOST_KEYS = ("hostname", "host", "gpuscope.host")
 
 
-class AmbiguousRunName(IngestError):
+class AmbiguousRunName(Ambiguous):
     """A run reference (a name or an id prefix) that matches several runs; lists them."""
 
     def __init__(self, ref: str, matches: list[tuple[str, str]]) -> None:

@@ -39,9 +39,20 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
 from gpuscope.ingest.records import RunRow, Sample, SeriesHeader, SeriesResult, run_id_for
-from gpuscope.ingest.schema import NVML_SAMPLES
 from gpuscope.ingest.source import file_sha256, iter_json_bytes
-from gpuscope.ingest.store import Connection, Store, transaction
+from gpuscope.store import Connection, Store, transaction
+from gpuscope.store.schema import NVML_SAMPLES
+from gpuscope.vocabulary.nvml_fields import (
+    GPU_UTIL_PCT,
+    INT_FIELDS,
+    MEM_CLOCK_MHZ,
+    MEM_TOTAL_BYTES,
+    MEM_USED_BYTES,
+    MEM_UTIL_PCT,
+    POWER_W,
+    SM_CLOCK_MHZ,
+    TEMP_C,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -56,7 +67,6 @@ _KEY_COLUMNS = ("run_id", "series_id", "gpu", "gpu_uuid", "gpu_name", "t_ns")
 METRIC_FIELDS: tuple[str, ...] = tuple(
     c for c in NVML_SAMPLES.column_names if c not in _KEY_COLUMNS
 )
-INT_FIELDS = frozenset({"mem_used_bytes", "mem_total_bytes"})
 SNIFF_BYTES = 64 << 10
 
 
@@ -213,18 +223,18 @@ _CSV_COLUMNS: dict[str, tuple[str, int]] = {
     "gpu_name": ("gpu_name", 0),
     "uuid": ("gpu_uuid", 0),
     "gpu_uuid": ("gpu_uuid", 0),
-    "utilization.gpu": ("gpu_util_pct", 0),
-    "utilization.memory": ("mem_util_pct", 0),
-    "memory.used": ("mem_used_bytes", 0),
-    "memory.total": ("mem_total_bytes", 0),
-    "power.draw": ("power_w", 0),
-    "power.draw.instant": ("power_w", 1),
-    "power.draw.average": ("power_w", 2),
-    "clocks.sm": ("sm_clock_mhz", 0),
-    "clocks.current.sm": ("sm_clock_mhz", 0),
-    "clocks.mem": ("mem_clock_mhz", 0),
-    "clocks.current.memory": ("mem_clock_mhz", 0),
-    "temperature.gpu": ("temp_c", 0),
+    "utilization.gpu": (GPU_UTIL_PCT, 0),
+    "utilization.memory": (MEM_UTIL_PCT, 0),
+    "memory.used": (MEM_USED_BYTES, 0),
+    "memory.total": (MEM_TOTAL_BYTES, 0),
+    "power.draw": (POWER_W, 0),
+    "power.draw.instant": (POWER_W, 1),
+    "power.draw.average": (POWER_W, 2),
+    "clocks.sm": (SM_CLOCK_MHZ, 0),
+    "clocks.current.sm": (SM_CLOCK_MHZ, 0),
+    "clocks.mem": (MEM_CLOCK_MHZ, 0),
+    "clocks.current.memory": (MEM_CLOCK_MHZ, 0),
+    "temperature.gpu": (TEMP_C, 0),
 }
 _UNITS: dict[str, dict[str, float]] = {  # field kind -> unit -> factor to the table's unit
     "pct": {"": 1, "%": 1},
@@ -240,14 +250,14 @@ _UNITS: dict[str, dict[str, float]] = {  # field kind -> unit -> factor to the t
     "c": {"": 1, "C": 1, "°C": 1},
 }
 _KIND = {
-    "gpu_util_pct": "pct",
-    "mem_util_pct": "pct",
-    "mem_used_bytes": "bytes",
-    "mem_total_bytes": "bytes",
-    "power_w": "w",
-    "sm_clock_mhz": "mhz",
-    "mem_clock_mhz": "mhz",
-    "temp_c": "c",
+    GPU_UTIL_PCT: "pct",
+    MEM_UTIL_PCT: "pct",
+    MEM_USED_BYTES: "bytes",
+    MEM_TOTAL_BYTES: "bytes",
+    POWER_W: "w",
+    SM_CLOCK_MHZ: "mhz",
+    MEM_CLOCK_MHZ: "mhz",
+    TEMP_C: "c",
 }
 _HEADER_CELL = re.compile(r"^(.*?)\s*(?:\[([^\]]*)\])?$")
 _VALUE = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%°]*)$")
@@ -625,7 +635,7 @@ def ingest_series(
 ) -> SeriesResult:
     """Store one NVML series file inside the caller's transaction.
 
-    ``con``: a :class:`~gpuscope.ingest.store.Store` (or a DuckDB connection). ``run_id=None``: a
+    ``con``: a :class:`~gpuscope.store.Store` (or a DuckDB connection). ``run_id=None``: a
     run of its own (``kind='nvml'``, id from the file's bytes; raises DuplicateRunError when already
     stored). Else the series is attached to that existing run (e.g. a trace of the same job; raises
     IngestError when there is no such run, DuplicateRunError when this series is already attached

@@ -15,17 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from gpuscope.ingest.schema import RUNS
+from gpuscope.store import now_utc
+from gpuscope.store.schema import RUNS
 
 
 def run_id_for(shas: Iterable[str]) -> str:
     """12 hex digits of SHA-256 over the inputs' SHA-256 digests (sorted): the same files, the same id."""
     return hashlib.sha256("\n".join(sorted(shas)).encode()).hexdigest()[:12]
-
-
-def now_utc() -> dt.datetime:
-    """Now, UTC, without a zone (how ``runs.created_at`` is stored)."""
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 @dataclass

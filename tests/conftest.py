@@ -24,7 +24,7 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def con(db_path: Path):
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     c = connect(db_path)
     yield c

@@ -16,7 +16,7 @@ from gpuscope.analysis.busy import (
 )
 from gpuscope.analysis.steps import find_window
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import connect
+from gpuscope.store import connect
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tracegen import TraceBuilder

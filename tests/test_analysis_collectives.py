@@ -474,7 +474,7 @@ def test_busy_split_and_wait_series_against_brute_force(tmp_path_factory, comput
     unmatched > idle, and the split and the per-bucket wait equal that count."""
     from gpuscope.analysis.busy import busy_split, wait_series
     from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     t = TraceBuilder()
     t.step(1, 0.0, 200.0)

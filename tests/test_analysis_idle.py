@@ -11,7 +11,7 @@ from gpuscope.analysis.idle import CAUSES, LAUNCH_GAP_MAX_NS, idle_analysis, idl
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.store_access import SYNC_SLACK_NS
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import connect
+from gpuscope.store import connect
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tracegen import TraceBuilder

@@ -260,7 +260,7 @@ def test_cli_refuses_a_callable_snapshot(tmp_path: Path) -> None:
 def test_a_store_from_before_memory_events_gains_the_table(db_path: Path, tmp_path: Path) -> None:
     """A store written before ``memory_events`` existed: opening it adds the (empty) table, its runs
     still analyse, and their memory says to ingest again."""
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     con = connect(db_path)
     rid = ingest_paths(con, [hand_trace().write(tmp_path / "old.json")])[0].run_id

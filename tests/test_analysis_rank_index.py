@@ -23,7 +23,7 @@ from gpuscope.analysis.report import analyze_run
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.tensor_cores import tensor_core_summary
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import delete_run
+from gpuscope.store import delete_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tracegen import TraceBuilder

@@ -56,7 +56,7 @@ def test_heatmap_click_target():
 def ddp_doc() -> dict[str, Any]:
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     con = connect(":memory:")
     try:

@@ -13,7 +13,7 @@ import pytest
 from gpuscope.analysis import nvml_run, run_views, sawtooth
 from gpuscope.analysis.busy import busy_series
 from gpuscope.ingest.nvml import ingest_series
-from gpuscope.ingest.store import transaction
+from gpuscope.store import transaction
 from test_analysis_busy import hand_trace, ingest
 from tracegen import BASE_NS
 

@@ -63,7 +63,7 @@ def test_run_loads_samples_then_execs_streamlit(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from gpuscope.cli import ui
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     monkeypatch.setenv("GPUSCOPE_SAMPLES", str(write_sample_tree(tmp_path / "samples", steps=2)))
     seen: list[list[str]] = []
@@ -79,7 +79,7 @@ def test_run_loads_samples_then_execs_streamlit(
 
 
 def test_missing_samples_folder_is_fine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
     from gpuscope.web.samples import load_samples
 
     con = connect(tmp_path / "e.duckdb")
@@ -214,7 +214,7 @@ def test_ambiguous_run_name_is_an_error_listing_the_matches(
     """`analyze NAME` where two runs share the name: one line listing both, exit non-zero."""
     from gpuscope.cli.main import main
     from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
     from synth import training_trace
 
     db = tmp_path / "s.duckdb"

@@ -115,7 +115,7 @@ def test_align_on_a_later_step(pair: tuple[str, str]) -> None:
 def test_run_names_and_link_ids_are_shown_as_text(db: Path, pair: tuple[str, str]) -> None:
     """A run named like Markdown/HTML: the header, the plots' labels and the not-found message
     (the id from the URL) carry it as text, never as an image, a link or a tag."""
-    from gpuscope.ingest.store import connect, set_name
+    from gpuscope.store import connect, set_name
     from gpuscope.web import ui
 
     a, b = pair

@@ -143,7 +143,7 @@ def test_breakdown_figures_accept_the_documented_shapes() -> None:
 
 
 def test_palette_is_stable_and_shared() -> None:
-    assert palette.cause_color("data_loading") == palette.cause_color("dataloader") == "#e69f00"
+    assert palette.cause_color("data_loading") == palette.cause_color("Data loading") == "#e69f00"
     assert palette.cause_label("cpu_overhead") == "CPU overhead"
     assert palette.cause_color("brand_new_cause") == palette.cause_color("brand_new_cause")
     assert palette.cause_color("brand_new_cause") in palette.EXTRA

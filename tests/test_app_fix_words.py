@@ -37,7 +37,7 @@ def test_evidence_labels_and_values_are_words() -> None:
 @pytest.mark.slow
 def test_fix_headers_are_the_analysis_sentences(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from gpuscope.analysis.report import analyze_run
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
     from gpuscope.web import ui
 
     db = app_store(tmp_path, monkeypatch)

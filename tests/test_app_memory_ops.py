@@ -29,7 +29,7 @@ def _frames(at) -> dict[str, object]:
 @pytest.mark.slow
 def test_run_page_memory_roofline_modules(db: Path) -> None:
     from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     facts = json.loads((SAMPLE / "facts.json").read_text())
     (rid,) = ingest(db, SAMPLE / "gpt_mem.pt.trace.json.gz")

@@ -151,7 +151,7 @@ def test_multi_rank_run_has_a_rank_selector(db: Path, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_nvml_overlay(db: Path, run_id: str, tmp_path: Path) -> None:
     from gpuscope.ingest.nvml import ingest_series
-    from gpuscope.ingest.store import connect, transaction
+    from gpuscope.store import connect, transaction
     from tracegen import BASE_NS
 
     # one sample every 100 ms (NVML's usual rate): a one-step zoom (~23 ms) falls between two
@@ -176,7 +176,7 @@ def test_nvml_overlay(db: Path, run_id: str, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_nvml_only_run(db: Path, tmp_path: Path) -> None:
     from gpuscope.ingest.nvml import ingest_series
-    from gpuscope.ingest.store import connect, transaction
+    from gpuscope.store import connect, transaction
 
     con = connect(db)
     with transaction(con):
@@ -255,7 +255,7 @@ HOSTILE = "![b](http://beacon.invalid/x.png) [click](http://evil.invalid) :red[x
 def test_text_from_data_is_rendered_as_text(db: Path, run_id: str) -> None:
     """A run name, tags, the URL's id and rank reach the page as text: escaped Markdown, no
     image or link syntax left, bidi controls removed, long names cut with the full one on hover."""
-    from gpuscope.ingest.store import connect, set_name, set_tags
+    from gpuscope.store import connect, set_name, set_tags
     from gpuscope.web import ui
 
     con = connect(db)
@@ -370,7 +370,7 @@ def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
     # issue 20: rank 0 waits for rank 1 in the all-reduces: the wait is beside busy in the
     # headline, in its own colour in the sawtooth, and in the rank table
     from gpuscope.analysis.report import analyze_run
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
     from gpuscope.web import palette, ui
 
     con = connect(db)

@@ -109,7 +109,7 @@ def test_rank_files_of_one_run(db: Path, tmp_path: Path) -> None:
     assert at.radio(key="upload_mode").value == "one run's ranks"
     at.button(key="ingest").click().run()
     assert not at.exception
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     con = connect(db)
     rows = con.execute("SELECT name, n_ranks FROM runs").fetchall()
@@ -148,7 +148,7 @@ def test_duplicate_upload_is_reported(db: Path, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_list_search_and_compare_defaults(db: Path, tmp_path: Path) -> None:
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
     from gpuscope.web.samples import load_samples
 
     con = connect(db)
@@ -249,7 +249,7 @@ def test_uploads_called_trace_are_named_from_their_content(db: Path, tmp_path: P
 
 @pytest.mark.slow
 def test_ambiguous_name_in_the_url_lists_the_matches(db: Path, tmp_path: Path) -> None:
-    from gpuscope.ingest.store import connect, set_name
+    from gpuscope.store import connect, set_name
 
     ids = ingest(db, *(_write(tmp_path, v, s) for v, s in (("before", 1), ("after", 2))))
     con = connect(db)

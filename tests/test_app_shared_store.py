@@ -123,7 +123,7 @@ def test_the_generation_is_read_once_per_script_run(
 ) -> None:
     """Every cached read of a page is keyed by the store's generation: one catalog query per
     script run, however many reads the page makes (the Run page makes dozens)."""
-    from gpuscope.ingest.store import Store
+    from gpuscope.store import Store
 
     first = cli(db, "ingest", str(trace(tmp_path, "g")), "--name", "g")
     assert first.returncode == 0, first.stderr

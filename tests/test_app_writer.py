@@ -50,7 +50,7 @@ def setting(cur: object, name: str) -> str:
 
 def test_pages_read_while_an_upload_is_mid_transaction(web_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from gpuscope.ingest.loader import INGEST_MEMORY_LIMIT
-    from gpuscope.ingest.store import list_runs
+    from gpuscope.store import list_runs
     from gpuscope.web.uploads import ingest_uploads
 
     db = web_db
@@ -114,7 +114,7 @@ def test_pages_read_while_an_upload_is_mid_transaction(web_db, tmp_path: Path) -
 def test_the_writer_is_reopened_after_a_fault(web_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A write that faults drops both connections; the next write opens a fresh writer and works."""
     import duckdb
-    from gpuscope.ingest.errors import StoreError
+    from gpuscope.store.errors import StoreError
 
     db = web_db
     first = db.writer()

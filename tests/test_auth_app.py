@@ -93,7 +93,7 @@ def _app(user: dict[str, object]) -> AppTest:
 
 def _ingest(db: Path, tmp_path: Path, uploaded_by: str | None, variant: str = "after") -> str:
     from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     con = connect(db)
     try:
@@ -104,7 +104,7 @@ def _ingest(db: Path, tmp_path: Path, uploaded_by: str | None, variant: str = "a
 
 
 def _owner(db: Path, run_id: str) -> str | None:
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     con = connect(db)
     try:
@@ -273,7 +273,7 @@ def test_a_rename_checks_the_owner_again(
     submit.click().run()
     assert not at.exception
     assert any(e.startswith("**Not saved.** Only alice") for e in texts(at, "error"))
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     con = connect(db)
     assert con.execute("SELECT name FROM runs").fetchone()[0] != "bob's now"

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import connect
+from gpuscope.store import connect
 
 REPO = Path(__file__).resolve().parent.parent
 BEFORE = REPO / "sample_traces" / "before"
@@ -57,7 +57,7 @@ def test_a_later_series_or_duplicate_does_not_change_the_uploader(tmp_path: Path
 def test_a_schema_2_store_gains_the_column_and_keeps_its_runs(tmp_path: Path) -> None:
     """A gpuscope 0.1-era DuckDB file (schema 2, no uploaded_by) at the store's location becomes a
     DuckLake store on first open: its runs kept (uploader unknown), new runs record theirs."""
-    from gpuscope.ingest.schema import SCHEMA_VERSION
+    from gpuscope.store.schema import SCHEMA_VERSION
 
     db = tmp_path / "store"
     con = connect(f"duckdb:{db}")

@@ -162,7 +162,7 @@ def test_capture_is_ingestable(tmp_path, monkeypatch):
     import torch
     from gpuscope.ingest.loader import ingest_paths
     from gpuscope.ingest.nvml import align_offset_ns, ingest_series, series_for_run
-    from gpuscope.ingest.store import connect, transaction
+    from gpuscope.store import connect, transaction
 
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("LOCAL_RANK", raising=False)

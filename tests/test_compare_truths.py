@@ -13,7 +13,7 @@ from clitools import run_cli
 from gpuscope.analysis.compare import NOISE_PP, Delta, compare_view
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import connect
+from gpuscope.store import connect
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCES = ("app", "ingest", "analysis")
+SOURCES = ("app", "ingest", "analysis", "store", "vocabulary")
 
 
 def compose() -> dict[str, Any]:
@@ -146,7 +146,7 @@ def test_every_variable_the_dashboard_gets_is_one_the_code_reads() -> None:
 def test_the_s3_settings_reach_duckdb_as_the_compose_file_means_them() -> None:
     """The code's own translation of the dashboard's AWS_* into DuckDB's S3 secret: MinIO's
     endpoint without TLS, path-style URLs, the key pair from .env."""
-    from gpuscope.ingest.store import s3_secret_sql
+    from gpuscope.store import s3_secret_sql
 
     env = {k: interpolated(v, DOTENV) for k, v in env_of("ui").items()}
     sql = s3_secret_sql(env)

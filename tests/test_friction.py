@@ -48,7 +48,7 @@ def _span(i: int) -> TraceBuilder:
 
 def test_four_traces_of_one_process_get_distinct_names(tmp_path: Path) -> None:
     from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
     from gpuscope.web.uploads import SEPARATE, ingest_uploads
 
     class Up(io.BytesIO):

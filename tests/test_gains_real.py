@@ -19,7 +19,7 @@ from validate_gains import EXPERIMENTS, ROOT, estimate_for, measured_gains
 
 @pytest.fixture(scope="module")
 def con(tmp_path_factory: pytest.TempPathFactory):
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     c = connect(tmp_path_factory.mktemp("gains") / "store")
     yield c

@@ -260,7 +260,7 @@ def test_check_json_matches_docs_and_bad_input(gate_store, capsys):
 @pytest.mark.slow
 def test_tag_names_one_run(gate_store, capsys):
     db = gate_store
-    from gpuscope.ingest.store import connect, runs_with_tag
+    from gpuscope.store import connect, runs_with_tag
 
     assert run_cli(capsys, "tag", "base", "baseline/main", *db)[0] == 0
     code, out, _ = run_cli(capsys, "tag", "same", "baseline/main", *db)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import RUN_TABLES, connect
+from gpuscope.store import RUN_TABLES, connect
 from tracegen import BASE_NS, TraceBuilder
 
 
@@ -495,7 +495,7 @@ def test_a_schema_1_duckdb_store_is_migrated_whole(tmp_path):
     runs.uploaded_by) opens in this version as ``duckdb:FILE``: the columns are added, the version
     bumped, and its runs analyse as before."""
     from gpuscope.analysis.report import analyze_run
-    from gpuscope.ingest.schema import SCHEMA_VERSION
+    from gpuscope.store.schema import SCHEMA_VERSION
 
     db = f"duckdb:{tmp_path / 'old.duckdb'}"
     con = connect(db)
@@ -524,7 +524,7 @@ def test_a_failing_migration_leaves_the_store_as_it_was(tmp_path, monkeypatch):
     """A migration is one transaction: if a statement fails, the store stays at schema 1, with
     no half-added column, and opening it says why."""
     import duckdb
-    from gpuscope.ingest import store
+    from gpuscope import store
 
     db = tmp_path / "old.duckdb"
     con = connect(f"duckdb:{db}")

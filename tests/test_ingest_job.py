@@ -12,7 +12,7 @@ import pytest
 from clitools import run_cli
 from gpuscope.capture import job_id
 from gpuscope.ingest.job import job_run_id, ranges_text
-from gpuscope.ingest.store import RUN_TABLES, connect
+from gpuscope.store import RUN_TABLES, connect
 from tracegen import TraceBuilder
 
 REPO = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ from gpuscope.ingest.nvml import (
     resolve_tz,
     series_for_run,
 )
-from gpuscope.ingest.store import RUN_TABLES, connect, transaction
+from gpuscope.store import RUN_TABLES, connect, transaction
 
 FIXTURES = Path(__file__).resolve().parent.parent / "sample_traces" / "nvml"
 JSONL = FIXTURES / "synthetic_h100x2_100ms.nvml.jsonl"

@@ -13,8 +13,8 @@ from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.ingest.nvml import encode_series, ingest_samples, read_jsonl
 from gpuscope.ingest.records import GpuReading, Sample, SeriesGpu, SeriesHeader
-from gpuscope.ingest.store import Connection, connect
 from gpuscope.sampler.record import SeriesWriter, encode_line, make_header
+from gpuscope.store import Connection, connect
 
 REAL = Path(__file__).resolve().parent.parent / "sample_traces" / "nvml" / "h200_live.nvml.jsonl"
 SOURCE = "live window of vm"

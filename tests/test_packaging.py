@@ -17,6 +17,8 @@ ROOTS = {
     "gpuscope": REPO / "app",
     "gpuscope.ingest": REPO / "ingest",
     "gpuscope.analysis": REPO / "analysis",
+    "gpuscope.vocabulary": REPO / "vocabulary",
+    "gpuscope.store": REPO / "store",
 }
 
 
@@ -192,18 +194,33 @@ def _under(name: str, prefixes: tuple[str, ...] | str) -> bool:
 
 
 def layer_violations(imps: list[Import]) -> list[str]:
-    """ingest imports only itself (nothing of the app, nor the analysis); analysis imports no UI
-    library and nothing of the app; neither imports streamlit or plotly."""
+    """ingest imports only itself, the store and the vocabulary (nothing of the app, nor the
+    analysis); analysis imports no UI library and nothing of the app, and reaches the store through
+    gpuscope.store, never ingest's; neither imports streamlit or plotly; the store imports only
+    itself and the vocabulary; the vocabulary (the bottom layer) nothing of gpuscope but itself."""
     bad = []
     for i in imps:
         ingest_out = _under(i.module, "gpuscope.ingest") and (
-            (_under(i.target, "gpuscope") and not _under(i.target, "gpuscope.ingest"))
+            (
+                _under(i.target, "gpuscope")
+                and not _under(
+                    i.target, ("gpuscope.ingest", "gpuscope.store", "gpuscope.vocabulary")
+                )
+            )
             or _under(i.target, UI_LIBRARIES)
         )
-        analysis_out = _under(i.module, "gpuscope.analysis") and (
-            _under(i.target, (*APP_PARTS, *UI_LIBRARIES)) or i.target == "gpuscope"
+        vocabulary_out = _under(i.module, "gpuscope.vocabulary") and (
+            _under(i.target, "gpuscope") and not _under(i.target, "gpuscope.vocabulary")
         )
-        if ingest_out or analysis_out:
+        store_out = _under(i.module, "gpuscope.store") and (
+            _under(i.target, ("gpuscope", *UI_LIBRARIES))
+            and not _under(i.target, ("gpuscope.store", "gpuscope.vocabulary"))
+        )
+        analysis_out = _under(i.module, "gpuscope.analysis") and (
+            _under(i.target, (*APP_PARTS, *UI_LIBRARIES, "gpuscope.ingest"))
+            or i.target == "gpuscope"
+        )
+        if ingest_out or analysis_out or vocabulary_out or store_out:
             bad.append(f"{i.module}:{i.line} imports {i.target}")
     return bad
 
@@ -253,12 +270,14 @@ def _strings(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def sql_findings(roots: dict[str, Path], package: str = "gpuscope") -> list[str]:
-    """Query text or SQL-running calls in the app (``package`` and below, except ingest and
-    analysis): every string literal that reads as SQL, and every ``.execute``/``.sql``/... call,
+    """Query text or SQL-running calls in the app (``package`` and below, except the store, ingest
+    and analysis): every string literal that reads as SQL, and every ``.execute``/``.sql``/... call,
     but in db.py's pass-through whose statement is a parameter."""
     bad = []
     for mod, path in module_files(roots).items():
-        if not _under(mod, package) or _under(mod, ("gpuscope.ingest", "gpuscope.analysis")):
+        if not _under(mod, package) or _under(
+            mod, ("gpuscope.ingest", "gpuscope.analysis", "gpuscope.store")
+        ):
             continue
         tree = ast.parse(path.read_text(), str(path))
         for line, text in _strings(tree):
@@ -311,13 +330,15 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
         p = tmp_path / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(src)
-    for folder in ("app", "ingest", "analysis", "app/web"):
+    for folder in ("app", "ingest", "analysis", "vocabulary", "store", "app/web"):
         (tmp_path / folder).mkdir(parents=True, exist_ok=True)
         (tmp_path / folder / "__init__.py").touch()
     return {
         "gpuscope": tmp_path / "app",
         "gpuscope.ingest": tmp_path / "ingest",
         "gpuscope.analysis": tmp_path / "analysis",
+        "gpuscope.vocabulary": tmp_path / "vocabulary",
+        "gpuscope.store": tmp_path / "store",
     }
 
 
@@ -379,8 +400,14 @@ def test_layer_check_finds_ingest_importing_the_app_and_analysis_importing_ui(tm
         {
             "app/web/ui.py": "",
             "ingest/load.py": "def f():\n    from gpuscope.web import ui\n",
-            "ingest/ok.py": "from gpuscope.ingest import load\nfrom . import load as again\n",
-            "analysis/plot.py": "import plotly.graph_objects as go\n",
+            "ingest/ok.py": (
+                "from gpuscope.ingest import load\nfrom . import load as again\n"
+                "from gpuscope.vocabulary import words\n"
+            ),
+            "vocabulary/words.py": "from gpuscope.vocabulary import errors\n",
+            "vocabulary/errors.py": "def f():\n    from gpuscope.ingest import load\n",
+            "store/open.py": "from gpuscope.vocabulary import words\nfrom gpuscope.ingest import ok\n",
+            "analysis/plot.py": "import plotly.graph_objects as go\nfrom gpuscope.ingest import ok\n",
             "analysis/page.py": (
                 "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import streamlit\n"
                 "def f():\n    import streamlit as st\n"
@@ -390,7 +417,10 @@ def test_layer_check_finds_ingest_importing_the_app_and_analysis_importing_ui(tm
     assert sorted(layer_violations(imports(roots))) == [
         "gpuscope.analysis.page:5 imports streamlit",
         "gpuscope.analysis.plot:1 imports plotly.graph_objects",
+        "gpuscope.analysis.plot:2 imports gpuscope.ingest.ok",
         "gpuscope.ingest.load:2 imports gpuscope.web.ui",
+        "gpuscope.store.open:2 imports gpuscope.ingest.ok",
+        "gpuscope.vocabulary.errors:2 imports gpuscope.ingest.load",
     ]
 
 
@@ -428,7 +458,7 @@ def test_every_subcommand_exists_and_has_its_module():
 
 
 def test_schema_doc_is_generated_from_the_code():
-    from gpuscope.ingest.schema import markdown
+    from gpuscope.store.schema import markdown
 
     assert (REPO / "docs" / "schema.md").read_text() == markdown()
 
@@ -461,3 +491,11 @@ def test_static_tools_resolve_the_package():
     ).stdout
     assert "import-not-found" not in out and "Cannot find implementation" not in out, out
     assert 'Revealed type is "def (' in out, out  # the real signature, not Any
+
+
+def test_the_image_copies_every_package_folder():
+    """The Dockerfile's `pip install .` sees every folder that pyproject.toml maps to a package."""
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())
+    folders = set(cfg["tool"]["setuptools"]["package-dir"].values())
+    copied = set(re.findall(r"^COPY (\S+) \./\1$", (REPO / "Dockerfile").read_text(), re.M))
+    assert folders <= copied, sorted(folders - copied)

@@ -13,7 +13,7 @@ from gpuscope.analysis import rank_summary as RS
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import RUN_TABLES, connect
+from gpuscope.store import RUN_TABLES, connect
 from tracegen import TraceBuilder
 
 REPO = Path(__file__).resolve().parent.parent

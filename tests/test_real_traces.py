@@ -18,7 +18,7 @@ from gpuscope.analysis.kernels import classify_kernel
 from gpuscope.analysis.report import analyze_run
 from gpuscope.analysis.tensor_cores import tensor_core_info
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import connect
+from gpuscope.store import connect
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 WILD = SAMPLES / "wild"

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.nvml import METRIC_FIELDS, ingest_series, parse_jsonl, read_jsonl
-from gpuscope.ingest.store import connect, transaction
 from gpuscope.sampler.loop import SamplerThread, SampleStore
 from gpuscope.sampler.nvml_api import NvmlSampler, NvmlUnavailable, nvml_status
 from gpuscope.sampler.record import SeriesWriter, make_header
 from gpuscope.sampler.server import SamplerApp, render_metrics, start_server
 from gpuscope.sampler.sources import ReplaySource
+from gpuscope.store import connect, transaction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families

@@ -22,8 +22,8 @@ from pathlib import Path
 import duckdb
 import pytest
 from gpuscope.ingest.batch_insert import SCRATCH_PREFIX, sweep_scratch
-from gpuscope.ingest.errors import StoreError, store_fault
-from gpuscope.ingest.store import connect, rollback_quietly, transaction
+from gpuscope.store import connect, rollback_quietly, transaction
+from gpuscope.store.errors import StoreError, store_fault
 from tracegen import TraceBuilder
 
 TESTS = Path(__file__).resolve().parent
@@ -145,7 +145,7 @@ WEB_SCRIPT = textwrap.dedent(
     import io, os, resource, signal, sys, time
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     from gpuscope.web import db
-    from gpuscope.ingest.errors import IngestError
+    from gpuscope.vocabulary.errors import GpuscopeError
     from gpuscope.ingest.loader import ingest_paths
     from gpuscope.web.uploads import ingest_uploads
     first, big, second, fsize, flag = sys.argv[1:6]
@@ -164,7 +164,7 @@ WEB_SCRIPT = textwrap.dedent(
         with db.writing() as cur:
             ingest_uploads(cur, [Upload(open(big, "rb").read())])
         print("NO FAULT")
-    except IngestError as e:
+    except GpuscopeError as e:
         print("FAULT", type(e).__name__, str(e))
     resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     if not int(fsize):

@@ -16,7 +16,7 @@ from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.json_stream import DEFAULT_MAX_EVENT_BYTES, ENV_MAX_EVENT
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.ingest.source import ENV_MAX_JSON, ENV_MAX_RATIO
-from gpuscope.ingest.store import RUN_TABLES, connect
+from gpuscope.store import RUN_TABLES, connect
 from gpuscope.web.uploads import ingest_uploads
 from tracegen import TraceBuilder
 

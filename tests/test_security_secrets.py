@@ -1,7 +1,7 @@
 """Issue 22, part 1: no store secret in any output.
 
 Every secret form (a URL's password, ``password=`` in a URL query or a libpq DSN, S3 key id,
-secret and session token, whatever DuckDB or libpq echo) is masked by ``gpuscope.ingest.redact``,
+secret and session token, whatever DuckDB or libpq echo) is masked by ``gpuscope.vocabulary.redact``,
 the one place that renders a store error, spec or URL for people. The unit tests pin each form;
 the slow tests provoke every store fault we can on a real PostgreSQL and a real S3 (moto) server
 of their own (stopped and started here) and grep ALL output for the secrets: the CLI's stdout and
@@ -21,9 +21,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from gpuscope.ingest.errors import IngestError, StoreError, store_fault
-from gpuscope.ingest.redact import install_log_redaction, redact
-from gpuscope.ingest.store import parse_spec
+from gpuscope.ingest.errors import IngestError
+from gpuscope.store import parse_spec
+from gpuscope.store.errors import StoreError, store_fault
+from gpuscope.vocabulary.redact import install_log_redaction, redact
 from team_servers import (
     S3,
     Postgres,
@@ -164,7 +165,7 @@ def test_a_rollback_after_the_connection_died_reads_as_the_commit() -> None:
 def test_a_conflict_at_commit_is_not_an_outage() -> None:
     """A serialization failure at COMMIT is a conflict (retried by Store.retrying), not
     PostgreSQL gone: it stays a duckdb.Error."""
-    from gpuscope.ingest.errors import catalog_lost
+    from gpuscope.store.errors import catalog_lost
 
     exc = duckdb.TransactionException(
         'Failed to execute query "COMMIT": ERROR:  could not serialize access due to concurrent '
@@ -554,7 +555,7 @@ def test_team_store_orphans_go_at_the_first_maintenance_a_day_after(
     """A dead ingest's Parquet files on a team store (untracked by the catalog) are deleted by
     the first maintenance once a day old, and kept before (an ingest on another machine may still
     be writing them): what docs/deploy.md says, and ORPHAN_AGE_TEAM is."""
-    from gpuscope.ingest.store import ORPHAN_AGE_TEAM
+    from gpuscope.store import ORPHAN_AGE_TEAM
 
     assert ORPHAN_AGE_TEAM == "1 day"
     deploy = " ".join((REPO / "docs" / "deploy.md").read_text().split())

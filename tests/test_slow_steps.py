@@ -126,7 +126,7 @@ def test_capture_traces_slow_steps_and_reports_them(tmp_path, sampler):
     # a slow step's trace is a gpuscope run of one step, as long as the step was
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     con = connect(tmp_path / "store")
     try:

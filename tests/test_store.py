@@ -16,16 +16,17 @@ import duckdb
 import pytest
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.schema import TABLES
-from gpuscope.ingest.store import (
+from gpuscope.store import (
     LAKE,
     RUN_TABLES,
     StoreSpec,
     connect,
+    list_runs,
     parse_spec,
     postgres_conninfo,
     s3_secret_sql,
 )
+from gpuscope.store.schema import TABLES
 from tracegen import TraceBuilder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -141,7 +142,7 @@ def test_a_run_written_by_another_process_changes_the_generation(tmp_path, db_pa
     before = con.generation()
     assert gpuscope("ingest", SAMPLES / "before", "--db", db_path).returncode == 0
     assert con.generation() > before
-    assert [r["name"] for r in con.list_runs()] == ["before"]
+    assert [r["name"] for r in list_runs(con)] == ["before"]
     con.close()
 
 
@@ -226,7 +227,7 @@ def test_extensions_load_from_their_packages_with_nothing_downloaded(tmp_path):
     """HOME is empty (no ~/.duckdb/extensions) and auto-install is off: the store still opens,
     with every extension it needs loaded from the installed packages."""
     code = (
-        "import sys; from gpuscope.ingest.store import connect; s = connect(sys.argv[1]);"
+        "import sys; from gpuscope.store import connect; s = connect(sys.argv[1]);"
         "print(s.execute(\"SELECT current_setting('autoinstall_known_extensions'),"
         " current_setting('autoload_known_extensions')\").fetchone());"
         "print(sorted(r[0] for r in s.execute('SELECT extension_name FROM duckdb_extensions() "
@@ -260,7 +261,7 @@ def test_an_extension_file_is_signature_checked_once_per_process_and_again_once_
     90 ms an extension). A file checked once in this process loads again without it, the
     connection gets no standing leave to load unsigned code, and a file changed since is checked
     again (here: refused, its bytes no longer match the signature)."""
-    from gpuscope.ingest import extensions
+    from gpuscope.store import extensions
 
     copy = tmp_path / "sqlite_scanner.duckdb_extension"
     copy.write_bytes(extensions.extension_file("sqlite_scanner").read_bytes())
@@ -294,7 +295,7 @@ def test_a_refused_extension_is_one_line_naming_the_store_and_leaves_nothing(
     """An extension file DuckDB refuses (its bytes no longer match the signature): `gpuscope runs`
     exits 2 with one line naming the store and the reason, the half-made connection is closed,
     and no store folder is created."""
-    import gpuscope.ingest.extensions as extensions
+    import gpuscope.store.extensions as extensions
     from clitools import run_cli
 
     real = extensions.extension_file("ducklake")
@@ -352,7 +353,7 @@ def test_gpuscope_migrate_moves_a_legacy_file_over_row_for_row(tmp_path):
     backup = tmp_path / "old.duckdb.pre-ducklake"
     assert legacy.is_dir() and backup.is_file()
     con = connect(legacy)
-    assert sorted(r["run_id"] for r in con.list_runs()) == ids
+    assert sorted(r["run_id"] for r in list_runs(con)) == ids
     assert dump(con) == expected
     con.close()
     again = gpuscope("migrate", "--db", legacy)
@@ -390,7 +391,7 @@ def test_migrate_file_copies_into_another_store_skipping_runs_it_has(tmp_path, d
     assert len(out["copied"]) == len(ids) - 1 and len(out["skipped"]) == 1
     assert legacy.is_file()  # only read
     con = connect(db_path)
-    assert sorted(x["run_id"] for x in con.list_runs()) == ids
+    assert sorted(x["run_id"] for x in list_runs(con)) == ids
     con.close()
     bad = gpuscope("migrate", tmp_path / "nope.duckdb", "--db", db_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
@@ -460,7 +461,7 @@ def test_analyses_on_the_lake_equal_those_on_a_plain_duckdb_store(tmp_path, db_p
     plain = connect(":memory:")
     for store in (lake, plain):
         ingest_paths(store, SAMPLE_RUNS)
-    for r in lake.list_runs():
+    for r in list_runs(lake):
         on_lake = analyze_run(lake, r["run_id"]).to_json()
         on_plain = analyze_run(plain, r["run_id"]).to_json()
         assert on_lake == on_plain, r["name"]
@@ -471,9 +472,11 @@ def test_analyses_on_the_lake_equal_those_on_a_plain_duckdb_store(tmp_path, db_p
 def test_a_lock_that_cannot_be_taken_is_reported_and_leaks_nothing(tmp_path, monkeypatch):
     """WriteLock.held: when flock fails (an interrupted wait, an NFS without locks) the error
     reaches the caller unchanged, the descriptor is closed and the next write takes the lock."""
-    from gpuscope.ingest import store as S
+    import fcntl
 
-    real_flock = S.fcntl.flock
+    from gpuscope import store as S
+
+    real_flock = fcntl.flock
 
     lock = S.WriteLock(tmp_path / "w.lock")
     calls = []
@@ -482,13 +485,13 @@ def test_a_lock_that_cannot_be_taken_is_reported_and_leaks_nothing(tmp_path, mon
         calls.append(fd)
         raise OSError(37, "No locks available")
 
-    monkeypatch.setattr(S.fcntl, "flock", failing)
+    monkeypatch.setattr(fcntl, "flock", failing)
     with pytest.raises(OSError, match="No locks available"), lock.held():
         pass
     (fd,) = calls
     with pytest.raises(OSError):  # closed: no descriptor left behind
         os.fstat(fd)
-    monkeypatch.setattr(S.fcntl, "flock", real_flock)
+    monkeypatch.setattr(fcntl, "flock", real_flock)
     with lock.held():
         assert lock.depth == 1
     assert lock.depth == 0 and lock.fd is None
@@ -497,7 +500,7 @@ def test_a_lock_that_cannot_be_taken_is_reported_and_leaks_nothing(tmp_path, mon
 def test_a_non_duckdb_failure_while_opening_closes_the_connection(tmp_path, monkeypatch):
     """open_store: an error that is not DuckDB's (here a failing schema step) reaches the caller
     unchanged and the half-opened connection is closed, so the store opens afterwards."""
-    from gpuscope.ingest import store as S
+    from gpuscope.store import opening as S
 
     closed = []
 

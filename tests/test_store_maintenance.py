@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpuscope.ingest.store import LAKE, RUN_TABLES, connect
+from gpuscope.store import LAKE, RUN_TABLES, connect
 from tracegen import TraceBuilder
 
 REPO = Path(__file__).resolve().parent.parent

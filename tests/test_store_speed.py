@@ -15,7 +15,7 @@ from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import connect, open_store, read_snapshot
+from gpuscope.store import connect, delete_run, list_runs, open_store, read_snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
@@ -39,7 +39,7 @@ def test_opening_a_store_and_listing_runs_imports_neither_pandas_nor_pyarrow(db_
     code = (
         "import sys, json\n"
         "import gpuscope.cli.main, gpuscope.cli.runs\n"
-        "from gpuscope.ingest.store import open_store, list_runs\n"
+        "from gpuscope.store import open_store, list_runs\n"
         f"s = open_store({str(db_path)!r})\n"
         "runs = list_runs(s)\n"
         "s.close()\n"
@@ -152,7 +152,7 @@ def test_a_run_deleted_between_two_analyses_is_noticed(lake, db_path):
     assert first["kernels"]["n_kernels"] > 0
     other = connect(db_path)
     try:
-        assert other.delete_run(run_id)
+        assert delete_run(other, run_id)
     finally:
         other.close()
     with pytest.raises(ValueError):
@@ -186,7 +186,7 @@ def test_the_run_names_copy_never_outlives_an_analysis(db_path, monkeypatch):
     try:
         ingest_paths(store, [SAMPLES / "before"])
         ingest_paths(store, [SAMPLES / "after"])
-        ids = [r["run_id"] for r in store.list_runs()]
+        ids = [r["run_id"] for r in list_runs(store)]
 
         def names_runs() -> int:
             return store.execute("SELECT count(DISTINCT run_id) FROM names").fetchone()[0]

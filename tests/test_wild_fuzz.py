@@ -17,7 +17,7 @@ import pytest
 from gpuscope.analysis.report import analyze_run
 from gpuscope.cli.analyze import render
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import connect
+from gpuscope.store import connect
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tracegen import H100, TraceBuilder

@@ -6,8 +6,8 @@ import json
 import sys
 from typing import Any
 
-from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.store import Store, StoreSpec, open_store, parse_spec, resolve_run
+from gpuscope.store import Store, StoreSpec, open_store, parse_spec, resolve_run
+from gpuscope.vocabulary.errors import GpuscopeError, NotFound
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -30,19 +30,19 @@ def store_spec(args: Any) -> StoreSpec:
         raise SystemExit(fail("--store and --db name two stores: give one"))
     try:
         return parse_spec(store or db, getattr(args, "data_path", None))
-    except IngestError as e:
-        raise SystemExit(fail(str(e))) from None
+    except GpuscopeError as e:
+        raise SystemExit(fail(str(e), e.exit_code)) from None
 
 
-def open_db(args: Any, *, read_only: bool = False) -> Store:
+def open_db(args: Any) -> Store:
     """Open the store the options name (see :func:`store_spec`); a store that cannot be opened
-    (bad spec, unreachable catalog, missing extension) is one line and exit 2."""
-    del read_only  # readers and writers share a store
+    (bad spec, unreachable catalog, missing extension) is one line and exit 2: nothing was done
+    yet, so it reads as a wrong ``--store`` (docs/deploy.md), whatever its kind."""
     spec = store_spec(args)
     try:
         return open_store(spec, notice=notice)
-    except IngestError as e:
-        raise SystemExit(fail(str(e))) from None
+    except GpuscopeError as e:
+        raise SystemExit(fail(str(e), 2)) from None
 
 
 def shown_store(args: Any) -> str:
@@ -56,10 +56,10 @@ def shown_store(args: Any) -> str:
 def run_id_or_exit(con: Any, ref: str) -> str:
     try:
         rid = resolve_run(con, ref)
-    except IngestError as e:  # a name or prefix of several runs: the error lists them
-        raise SystemExit(fail(str(e))) from None
-    if rid is None:
-        raise SystemExit(fail(f"{ref}: no such run (see `gpuscope runs`)"))
+        if rid is None:
+            raise NotFound(ref, "no such run (see `gpuscope runs`)")
+    except GpuscopeError as e:  # none, or a name or prefix of several runs (the error lists them)
+        raise SystemExit(fail(str(e), e.exit_code)) from None
     return rid
 
 

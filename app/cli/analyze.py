@@ -13,7 +13,7 @@ from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
 from gpuscope.cli.analyze_sections import render_memory, render_modules, render_roofline
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
-from gpuscope.ingest.store import Connection
+from gpuscope.store import Connection
 
 
 def add_analysis_options(p: argparse.ArgumentParser, *, runs: int = 1) -> None:

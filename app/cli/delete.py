@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from gpuscope.cli._common import fail, open_db
-from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.store import delete_run, resolve_run
+from gpuscope.store import delete_run, resolve_run
+from gpuscope.vocabulary.errors import GpuscopeError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -23,9 +23,9 @@ def run(args: argparse.Namespace) -> int:
     for ref in args.runs:
         try:
             rid = resolve_run(con, ref)
-        except IngestError as e:  # ambiguous: the error lists the matching runs
+        except GpuscopeError as e:  # ambiguous: the error lists the matching runs
             con.close()
-            return fail(str(e))
+            return fail(str(e), e.exit_code)
         if rid is None:
             con.close()
             return fail(f"{ref}: no such run (see `gpuscope runs`)")

@@ -9,10 +9,11 @@ import sys
 from typing import Any
 
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
-from gpuscope.ingest.errors import IngestError, StoreError
+from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.ingest.memory_snapshot import META_KEY as SNAPSHOT_KEY
 from gpuscope.ingest.memory_snapshot import SNAPSHOT_SUFFIXES, read_snapshot
+from gpuscope.vocabulary.errors import GpuscopeError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -164,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
             note = con.maintain_after_ingest()
             if note:
                 print(f"gpuscope: note: {note}", file=sys.stderr)
-    except IngestError as e:  # a store fault (StoreError) exits 1, bad input 2
-        return fail(str(e), 1 if isinstance(e, StoreError) else 2)
+    except GpuscopeError as e:  # a store fault (StoreError) exits 1, bad input 2
+        return fail(str(e), e.exit_code)
     finally:
         con.close()
     for r in results:

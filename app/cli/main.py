@@ -14,8 +14,9 @@ from typing import Any, TextIO
 import duckdb
 from gpuscope import __version__
 from gpuscope.ingest.batch_insert import remove_own_scratch
-from gpuscope.ingest.errors import IngestError, store_fault
-from gpuscope.ingest.redact import redact
+from gpuscope.store.errors import store_fault
+from gpuscope.vocabulary.errors import GpuscopeError
+from gpuscope.vocabulary.redact import redact
 
 SUBCOMMANDS = (
     "ingest",
@@ -88,7 +89,7 @@ def inert(text: str) -> str:
 
 class InertStream(io.TextIOBase):
     """A text stream that escapes control characters on the way to ``target`` (a terminal) and
-    masks every store secret (``gpuscope.ingest.redact``): every line and JSON document the CLI
+    masks every store secret (``gpuscope.vocabulary.redact``): every line and JSON document the CLI
     prints goes through it."""
 
     def __init__(self, target: TextIO) -> None:
@@ -166,8 +167,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except IngestError as e:  # bad input, or a store fault already made one line
-        return _fail(str(e), 2 if type(e) is IngestError else 1)
+    except GpuscopeError as e:  # the one translation: one line, the kind's exit code
+        return _fail(str(e), e.exit_code)
     except (duckdb.Error, OSError) as e:  # not bad input: one plain line, not a traceback
         from gpuscope.cli._common import shown_store
 

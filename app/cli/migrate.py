@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from gpuscope.cli._common import fail, notice, open_db, print_json, store_spec
-from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.store import copy_runs, default_db_path, is_duckdb_file, legacy_default_path
+from gpuscope.store import copy_runs, default_db_path, is_duckdb_file, legacy_default_path
+from gpuscope.vocabulary.errors import GpuscopeError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
     con = open_db(args)
     try:
         result = copy_runs(con, source)
-    except IngestError as e:
-        return fail(str(e))
+    except GpuscopeError as e:
+        return fail(str(e), e.exit_code)
     finally:
         con.close()
     if args.json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpuscope.cli._common import open_db, print_json, run_id_or_exit
-from gpuscope.ingest.store import list_runs, set_name, set_tags
+from gpuscope.store import list_runs, set_name, set_tags
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from gpuscope.cli._common import fail, open_db, run_id_or_exit
-from gpuscope.ingest.store import (
+from gpuscope.store import (
     Connection,
     move_tag,
     resolve_run,

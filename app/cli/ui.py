@@ -135,7 +135,7 @@ def build_command(
     """The ``streamlit run`` argv and environment for these options; ``auth_config``: the checked
     sign-in config, Streamlit's only secrets file (None: sign-in off)."""
     from gpuscope.cli._common import store_spec
-    from gpuscope.ingest.store import ENV_DATA_PATH, ENV_STORE
+    from gpuscope.store import ENV_DATA_PATH, ENV_STORE
 
     spec = store_spec(args)
     max_mb = args.max_upload_mb if args.max_upload_mb is not None else _max_upload_default()
@@ -174,7 +174,7 @@ def build_command(
 
 
 def spec_shown(env: dict[str, str]) -> str:
-    from gpuscope.ingest.store import ENV_STORE, parse_spec
+    from gpuscope.store import ENV_STORE, parse_spec
 
     return parse_spec(env[ENV_STORE]).shown()
 

@@ -4,7 +4,7 @@ Every reading is optional: a field a GPU does not support (or that fails) is ``N
 not asked again on later polls. Only a missing NVML library, a driver that will not initialise, or
 no GPU at all raise: :class:`NvmlUnavailable`, whose message is one line for the CLI.
 
-Units are those of the ``nvml_samples`` table (ingest/schema.py): %, bytes, W, MHz, °C, bytes/s.
+Units are those of the ``nvml_samples`` table (store/schema.py): %, bytes, W, MHz, °C, bytes/s.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuscope.analysis.event_classes import NVML_METRIC_FIELDS
+from gpuscope.vocabulary import nvml_fields as nf
 
 KIB = 1024  # NVML's PCIe throughput is in KB/s; nvitop and nvidia-smi read that as KiB/s
 
@@ -55,12 +56,12 @@ def _pynvml() -> Any:
 
 # GPM metric -> (our field, factor to the table's unit)
 _GPM_METRICS: tuple[tuple[str, str, float], ...] = (
-    ("NVML_GPM_METRIC_SM_UTIL", "sm_active_pct", 1.0),
-    ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", "tensor_active_pct", 1.0),
-    ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", "pcie_rx_bytes_s", float(1 << 20)),  # MiB/s
-    ("NVML_GPM_METRIC_PCIE_TX_PER_SEC", "pcie_tx_bytes_s", float(1 << 20)),
+    ("NVML_GPM_METRIC_SM_UTIL", nf.SM_ACTIVE_PCT, 1.0),
+    ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", nf.TENSOR_ACTIVE_PCT, 1.0),
+    ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", nf.PCIE_RX_BYTES_S, float(1 << 20)),  # MiB/s
+    ("NVML_GPM_METRIC_PCIE_TX_PER_SEC", nf.PCIE_TX_BYTES_S, float(1 << 20)),
 )
-_PCT_FIELDS = frozenset({"sm_active_pct", "tensor_active_pct"})
+_PCT_FIELDS = frozenset({nf.SM_ACTIVE_PCT, nf.TENSOR_ACTIVE_PCT})
 
 
 class _Gpm:
@@ -175,21 +176,21 @@ class _Device:
         row["gpu"] = self.index
         util = self._get("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
         if util is not None:
-            row["gpu_util_pct"] = int(util.gpu)
-            row["mem_util_pct"] = int(util.memory)
+            row[nf.GPU_UTIL_PCT] = int(util.gpu)
+            row[nf.MEM_UTIL_PCT] = int(util.memory)
         mem = self._memory()
         if mem is not None:
-            row["mem_used_bytes"], row["mem_total_bytes"] = mem
-        mw = self._get("power_w", lambda: nv.nvmlDeviceGetPowerUsage(h))
-        row["power_w"] = mw / 1000.0 if mw is not None else None
-        row["sm_clock_mhz"] = self._get(
-            "sm_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
+            row[nf.MEM_USED_BYTES], row[nf.MEM_TOTAL_BYTES] = mem
+        mw = self._get(nf.POWER_W, lambda: nv.nvmlDeviceGetPowerUsage(h))
+        row[nf.POWER_W] = mw / 1000.0 if mw is not None else None
+        row[nf.SM_CLOCK_MHZ] = self._get(
+            nf.SM_CLOCK_MHZ, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
         )
-        row["mem_clock_mhz"] = self._get(
-            "mem_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)
+        row[nf.MEM_CLOCK_MHZ] = self._get(
+            nf.MEM_CLOCK_MHZ, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)
         )
-        row["temp_c"] = self._get(
-            "temp_c", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
+        row[nf.TEMP_C] = self._get(
+            nf.TEMP_C, lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
         )
         gpm: dict[str, float | int | None] = {}
         if self.gpm is not None:
@@ -199,11 +200,11 @@ class _Device:
                 self._mark("gpm", f"GPM read failed ({_err(e)})")
                 self.gpm.close()
                 self.gpm = None
-        row["sm_active_pct"] = gpm.get("sm_active_pct")
-        row["tensor_active_pct"] = gpm.get("tensor_active_pct")
+        row[nf.SM_ACTIVE_PCT] = gpm.get(nf.SM_ACTIVE_PCT)
+        row[nf.TENSOR_ACTIVE_PCT] = gpm.get(nf.TENSOR_ACTIVE_PCT)
         for fld, counter in (
-            ("pcie_rx_bytes_s", "NVML_PCIE_UTIL_RX_BYTES"),
-            ("pcie_tx_bytes_s", "NVML_PCIE_UTIL_TX_BYTES"),
+            (nf.PCIE_RX_BYTES_S, "NVML_PCIE_UTIL_RX_BYTES"),
+            (nf.PCIE_TX_BYTES_S, "NVML_PCIE_UTIL_TX_BYTES"),
         ):
             v = gpm.get(fld)
             # without GPM: NVML's byte counter over a 20 ms window (each call blocks ~20 ms)
@@ -274,9 +275,9 @@ class NvmlSampler:
             raise
         if skip_pcie:
             for d in self.devices:
-                d.unsupported |= {"pcie_rx_bytes_s", "pcie_tx_bytes_s"}
-                d.errors.setdefault("pcie_rx_bytes_s", "blocking PCIe counter skipped (skip_pcie)")
-                d.errors.setdefault("pcie_tx_bytes_s", "blocking PCIe counter skipped (skip_pcie)")
+                d.unsupported |= {nf.PCIE_RX_BYTES_S, nf.PCIE_TX_BYTES_S}
+                d.errors.setdefault(nf.PCIE_RX_BYTES_S, "blocking PCIe counter skipped (skip_pcie)")
+                d.errors.setdefault(nf.PCIE_TX_BYTES_S, "blocking PCIe counter skipped (skip_pcie)")
 
     def _driver_version(self) -> str | None:
         try:

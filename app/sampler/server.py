@@ -26,6 +26,7 @@ import msgspec
 from gpuscope import __version__
 from gpuscope.ingest.env import positive_int, positive_number
 from gpuscope.sampler.loop import SamplerThread, SampleStore
+from gpuscope.vocabulary import nvml_fields as nf
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -57,45 +58,45 @@ def _field(name: str, scale: float | None = None) -> Callable[[dict[str, Any]], 
 
 
 def _fb_used(row: dict[str, Any]) -> int | None:
-    used = row.get("mem_used_bytes")
+    used = row.get(nf.MEM_USED_BYTES)
     return None if used is None else int(used) // MIB
 
 
 def _fb_free(row: dict[str, Any]) -> int | None:
-    used, total = row.get("mem_used_bytes"), row.get("mem_total_bytes")
+    used, total = row.get(nf.MEM_USED_BYTES), row.get(nf.MEM_TOTAL_BYTES)
     return None if used is None or total is None else max(0, int(total) - int(used)) // MIB
 
 
 # dcgm-exporter's names, units and (mostly) help texts, so dashboards built for it work unchanged.
 METRICS: tuple[Metric, ...] = (
-    Metric("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", _field("gpu_util_pct")),
-    Metric("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", _field("mem_util_pct")),
+    Metric("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", _field(nf.GPU_UTIL_PCT)),
+    Metric("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", _field(nf.MEM_UTIL_PCT)),
     Metric("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", _fb_used),
     Metric("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", _fb_free),
-    Metric("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", _field("power_w")),
-    Metric("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", _field("sm_clock_mhz")),
-    Metric("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", _field("mem_clock_mhz")),
-    Metric("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", _field("temp_c")),
+    Metric("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", _field(nf.POWER_W)),
+    Metric("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", _field(nf.SM_CLOCK_MHZ)),
+    Metric("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", _field(nf.MEM_CLOCK_MHZ)),
+    Metric("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", _field(nf.TEMP_C)),
     Metric(
         "DCGM_FI_PROF_SM_ACTIVE",
         "Ratio of time at least one warp was resident on an SM, averaged over "
         "all SMs (0-1; NVML GPM SM utilization).",
-        _field("sm_active_pct", 0.01),
+        _field(nf.SM_ACTIVE_PCT, 0.01),
     ),
     Metric(
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
         "Ratio of time the tensor cores were active (0-1; NVML GPM any-tensor utilization).",
-        _field("tensor_active_pct", 0.01),
+        _field(nf.TENSOR_ACTIVE_PCT, 0.01),
     ),
     Metric(
         "DCGM_FI_PROF_PCIE_RX_BYTES",
         "PCIe receive throughput, protocol headers and payload (in B/s).",
-        _field("pcie_rx_bytes_s"),
+        _field(nf.PCIE_RX_BYTES_S),
     ),
     Metric(
         "DCGM_FI_PROF_PCIE_TX_BYTES",
         "PCIe transmit throughput, protocol headers and payload (in B/s).",
-        _field("pcie_tx_bytes_s"),
+        _field(nf.PCIE_TX_BYTES_S),
     ),
 )
 

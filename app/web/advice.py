@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuscope.analysis.live import MOSTLY_IDLE_PCT, STEADY_IDLE_PCT
+from gpuscope.vocabulary import fixes
 
 GPM = (
     "GPM (GPU Performance Monitoring) is NVML's set of hardware counters on Hopper and newer "
@@ -54,12 +55,9 @@ def what_to_do(d: Any) -> Todo:
         return Todo(
             "a regular busy/idle rhythm is almost always the input pipeline: make batches in "
             "background workers and copy them from pinned memory.",
-            "dataloader_workers",
-            "Load batches in background workers",
-            "loader = DataLoader(dataset, batch_size=B, shuffle=True,\n"
-            "                    num_workers=8, persistent_workers=True, prefetch_factor=4,\n"
-            "                    pin_memory=True)\n"
-            "x = x.to(device, non_blocking=True)",
+            fixes.DATALOADER_WORKERS,
+            fixes.WORKERS.title,
+            fixes.WORKERS.code,
         )
     if idle < STEADY_IDLE_PCT:
         return Todo(
@@ -75,11 +73,7 @@ def what_to_do(d: Any) -> Todo:
         "irregular idle gaps usually come from the host waiting on the GPU (`.item()`, "
         "`.cpu()`, printing a loss every step) or from uneven batches: keep per-step values on "
         "the GPU and read them back every N steps.",
-        "host_sync",
-        "Avoid a host sync every step",
-        "# accumulate on the GPU, read back every N steps\n"
-        "running = running + loss.detach()\n"
-        "if step % 50 == 0:\n"
-        "    print(float(running) / 50)\n"
-        "    running.zero_()",
+        fixes.HOST_SYNC,
+        fixes.SYNC.title,
+        fixes.SYNC.code,
     )

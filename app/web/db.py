@@ -29,8 +29,10 @@ import duckdb
 import pandas as pd
 import streamlit as st
 from gpuscope.analysis import run_views
-from gpuscope.ingest.errors import IngestError, StoreError, store_fault
-from gpuscope.ingest.store import Store, StoreSpec, list_runs, open_store, parse_spec
+from gpuscope.store import Store, StoreSpec, list_runs, open_store, parse_spec
+from gpuscope.store.errors import StoreError, store_fault
+from gpuscope.store.schema import RUN_COLUMNS
+from gpuscope.vocabulary.errors import GpuscopeError
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 _local = threading.local()
@@ -64,7 +66,7 @@ def _open(kind: str, location: str, data_path: str | None) -> Store:
     s = StoreSpec(kind, location, data_path)
     try:
         return open_store(s)
-    except IngestError as e:  # one line already: bad spec, catalog unreachable, legacy file held
+    except GpuscopeError as e:  # one line already: bad spec, catalog unreachable, legacy file held
         hint = " Reload to retry."
         if kind == "duckdb" and "lock" in str(e).lower():
             hint = (
@@ -151,7 +153,7 @@ def writing() -> Iterator[Store]:
     ingest is one: all its runs or nothing). The next :func:`generation` of this script run is
     read afresh (even after a failure).
 
-    Bad input (IngestError) passes through; any other store error (DuckDB, or the OS writing a
+    Bad input (a GpuscopeError) passes through; any other store error (DuckDB, or the OS writing a
     scratch file) drops the connection and is raised as a one-line StoreError.
     """
     s = store()
@@ -162,7 +164,7 @@ def writing() -> Iterator[Store]:
     except StoreError:  # a fault made one line already (PostgreSQL gone mid-commit): reopen next
         drop(s)
         raise
-    except IngestError:
+    except GpuscopeError:  # bad input: the store is fine
         raise
     except (duckdb.Error, OSError) as e:
         raise fault(e, s) from None
@@ -233,23 +235,7 @@ def count_rows(table: str) -> int:
 @st.cache_data(show_spinner=False, max_entries=16)
 def runs_df(path: str, gen: int) -> pd.DataFrame:
     """Every run (newest first), one row each, as a DataFrame."""
-    rows = list_runs(cursor())
-    cols = [
-        "run_id",
-        "name",
-        "kind",
-        "created_at",
-        "n_ranks",
-        "n_events",
-        "source_bytes",
-        "gpu_name",
-        "torch_version",
-        "tags",
-        "start_ns",
-        "end_ns",
-        "uploaded_by",
-    ]
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(list_runs(cursor()), columns=list(RUN_COLUMNS))
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -276,6 +262,6 @@ def resolve(ref: str | None) -> str | None:
 
 @st.cache_data(show_spinner=False, max_entries=1024)
 def _resolve(path: str, gen: int, ref: str) -> str | None:
-    from gpuscope.ingest.store import resolve_run
+    from gpuscope.store import resolve_run
 
     return resolve_run(cursor(), ref)

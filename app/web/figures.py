@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from gpuscope.vocabulary.nvml_fields import GPU_UTIL_PCT, MEM_USED_BYTES
 from gpuscope.web import palette
 from plotly.subplots import make_subplots
 
@@ -308,7 +309,7 @@ def sawtooth(
             )
     if nvml is not None and not nvml.empty:
         t = _ms(nvml["t_ns"], origin_ns)
-        u = nvml["gpu_util_pct"].to_numpy(dtype="float64")
+        u = nvml[GPU_UTIL_PCT].to_numpy(dtype="float64")
         before = t < lo_ms
         # the last sample before the view holds at its left edge; samples after it are dropped
         first = int(np.flatnonzero(before)[-1]) if before.any() else None
@@ -704,7 +705,7 @@ def memory_line(
         fig.add_trace(
             go.Scatter(
                 x=_ms(nvml["t_ns"], origin_ns),
-                y=nvml["mem_used_bytes"].to_numpy(dtype="float64") / gib,
+                y=nvml[MEM_USED_BYTES].to_numpy(dtype="float64") / gib,
                 mode="lines",
                 name="NVML memory.used",
                 line={"color": palette.NVML, "width": 2, "shape": "hv", "dash": "dot"},

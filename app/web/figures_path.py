@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
+from gpuscope.vocabulary.causes import DATA_LOADING
 
 #: The "bound by" categories (gpuscope.analysis.critical_path.BOUND_BY) and their colours.
 PATH_COLORS: dict[str, str] = {
@@ -14,7 +15,7 @@ PATH_COLORS: dict[str, str] = {
     "kernels": "#3b82c4",
     "copies": "#9b5de5",
     "communication": "#f4a261",
-    "data_loading": "#d1495b",
+    DATA_LOADING: "#d1495b",
     "sync": "#2a9d8f",
 }
 PATH_LABELS: dict[str, str] = {
@@ -23,7 +24,7 @@ PATH_LABELS: dict[str, str] = {
     "kernels": "Kernels",
     "copies": "Copies",
     "communication": "Communication",
-    "data_loading": "Data loading",
+    DATA_LOADING: "Data loading",
     "sync": "Sync",
 }
 

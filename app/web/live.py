@@ -25,9 +25,10 @@ from gpuscope.analysis.live import LiveDiagnosis, sawtooth_diagnosis
 from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.nvml import ingest_samples
 from gpuscope.ingest.records import GpuReading, RunResult, Sample, SeriesGpu, SeriesHeader
+from gpuscope.vocabulary.nvml_fields import GPU_UTIL_PCT, MEM_TOTAL_BYTES, MEM_USED_BYTES
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 ENV_SAMPLER = "GPUSCOPE_SAMPLER_URL"
 DEFAULT_URL = "http://127.0.0.1:9401"
@@ -279,7 +280,7 @@ def diagnose(rows: pd.DataFrame, window_s: float) -> dict[int, LiveDiagnosis]:
     return {
         int(gpu): sawtooth_diagnosis(
             g["t_ns"].to_numpy(dtype="int64"),
-            g["gpu_util_pct"].to_numpy(dtype="float64"),
+            g[GPU_UTIL_PCT].to_numpy(dtype="float64"),
             label=f"GPU {gpu}",
         )
         for gpu, g in view.groupby("gpu", sort=True)
@@ -306,7 +307,7 @@ class Window:
     samples: tuple[Sample, ...]
 
 
-_INT_FIELDS = frozenset({"mem_used_bytes", "mem_total_bytes"})  # byte counts: BIGINT in the store
+_INT_FIELDS = frozenset({MEM_USED_BYTES, MEM_TOTAL_BYTES})  # byte counts: BIGINT in the store
 
 
 def _reading(field_name: str, v: Any) -> Reading:
@@ -321,7 +322,7 @@ def _gpu_info(index: int, described: dict[str, Any] | None) -> SeriesGpu:
     def text(k: str) -> str | None:
         return None if d.get(k) is None else str(d[k])
 
-    total = d.get("mem_total_bytes")
+    total = d.get(MEM_TOTAL_BYTES)
     return SeriesGpu(index, text("name"), text("uuid"), total if isinstance(total, int) else None)
 
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import duckdb
 import streamlit as st
 from gpuscope import __version__
-from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.redact import install_log_redaction
-from gpuscope.ingest.store import parse_spec
+from gpuscope.vocabulary.errors import GpuscopeError
+from gpuscope.vocabulary.redact import install_log_redaction
 from gpuscope.web import auth, db, ui
 
 install_log_redaction()  # every log record of the server masks store secrets (idempotent)
@@ -49,19 +48,20 @@ with st.sidebar:
     # shown(): a team store's URL without its password (every visitor sees the sidebar); a bad
     # spec is reported by db.store() below
     try:
-        shown = parse_spec(None).shown()
-    except IngestError:
+        shown = db.db_path()
+    except GpuscopeError:
         shown = "?"
     st.caption(f"gpuscope {__version__} · store {ui.md_code(shown, None)}")
 try:
     db.store()
     db.begin_script_run()  # the store's generation, read once: what other processes committed
-except (db.StoreUnavailable, IngestError) as e:  # IngestError: a store fault, store dropped
+except (db.StoreUnavailable, GpuscopeError) as e:  # a bad spec, or a store fault: store dropped
     st.error(ui.md(str(e), None), icon=":material/error:")
     st.stop()
 try:
     page.run()
-except IngestError as e:  # a store fault on a write (db.writing): one plain line, store reopened
+except GpuscopeError as e:  # the one translation: a store fault on a write (db.writing) and
+    # anything else a section let through: one plain line, store reopened
     st.error(f"**Nothing was stored.** {ui.md(str(e), None)}", icon=":material/error:")
 except duckdb.Error as e:  # a store fault on a read: drop the connection, the next action reopens
     st.error(ui.md(str(db.fault(e)), None), icon=":material/error:")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 
+from gpuscope.vocabulary import causes
+
 BUSY = "#3b82c4"  # GPU busy (kernels running)
 BUSY_FILL = "rgba(59,130,196,0.55)"
 # Communication wait: a communication kernel waiting for the last rank to arrive (busy, yet no
@@ -24,46 +26,10 @@ RUN_B = "#2a9d8f"  # "after"
 GOOD = "#2a9d8f"
 BAD = "#d1495b"
 
-# Idle causes: gpuscope.analysis.event_classes.CAUSES in its precedence order (the legend's order),
-# each with one colour and one label (tests/test_app_figures.py holds the three to the same causes).
-# Aliases map other spellings.
-CAUSES: dict[str, str] = {
-    "launch_overhead": "#cc79a7",  # work queued, GPU still idle: launch latency, tiny kernels
-    "data_loading": "#e69f00",  # inside a DataLoader __next__
-    "pageable_copy": "#56b4e9",  # host-to-device copy from pageable memory
-    "communication": "#8e6cbf",  # inside a collective (NCCL, gloo)
-    "host_sync": "#d1495b",  # inside a synchronizing call (.item(), cudaStreamSynchronize)
-    "cpu_overhead": "#d55e00",  # inside other host work (Python, framework)
-    "other": "#8c8c8c",  # nothing traced on the host explains it
-}
-CAUSE_ALIASES: dict[str, str] = {
-    "dataloader": "data_loading",
-    "data_loader": "data_loading",
-    "input": "data_loading",
-    "memcpy": "pageable_copy",
-    "h2d": "pageable_copy",
-    "copy": "pageable_copy",
-    "nccl": "communication",
-    "comm": "communication",
-    "collective": "communication",
-    "sync": "host_sync",
-    "synchronize": "host_sync",
-    "cpu_bound": "cpu_overhead",
-    "host_bound": "cpu_overhead",
-    "python": "cpu_overhead",
-    "launch": "launch_overhead",
-    "launch_latency": "launch_overhead",
-    "unknown": "other",
-}
-CAUSE_TEXT: dict[str, str] = {
-    "launch_overhead": "Launch overhead",
-    "data_loading": "Data loading",
-    "pageable_copy": "Pageable copy",
-    "communication": "Communication",
-    "host_sync": "Host sync",
-    "cpu_overhead": "CPU overhead",
-    "other": "Other",
-}
+# Idle causes: gpuscope.vocabulary.causes in its precedence order (the legend's order), each with
+# its one colour and one label.
+CAUSES: dict[str, str] = {c.id: c.colour for c in causes.CAUSES}
+CAUSE_TEXT: dict[str, str] = {c.id: c.label for c in causes.CAUSES}
 
 # Kernel categories (busy time): blues and greens, apart from the warm/pink idle-cause colours.
 CATEGORIES: dict[str, str] = {
@@ -108,8 +74,8 @@ def _stable(name: str) -> str:
 
 
 def canonical_cause(cause: str | None) -> str:
-    c = (cause or "other").strip().lower().replace("-", "_").replace(" ", "_")
-    return CAUSE_ALIASES.get(c, c)
+    """A cause as written by a person or another tool (``Data loading``, ``host-sync``) -> its id."""
+    return (cause or causes.OTHER).strip().lower().replace("-", "_").replace(" ", "_")
 
 
 def cause_color(cause: str | None) -> str:
@@ -127,7 +93,7 @@ def cause_label(cause: str | None) -> str:
     canon = canonical_cause(cause)
     if canon in CAUSE_TEXT:
         return CAUSE_TEXT[canon]
-    c = (cause or "other").replace("_", " ").strip()
+    c = (cause or causes.OTHER).replace("_", " ").strip()
     return c[:1].upper() + c[1:]
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuscope.analysis import run_views
-from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import RunResult, ingest_paths, is_trace_file
-from gpuscope.ingest.store import Connection
+from gpuscope.store import Connection
+from gpuscope.vocabulary.errors import GpuscopeError
 
 if TYPE_CHECKING:
-    from gpuscope.ingest.store import Connection
+    from gpuscope.store import Connection
 
 ENV_SAMPLES = "GPUSCOPE_SAMPLES"
 SAMPLE_TAG = "sample"
@@ -74,6 +74,6 @@ def load_samples(
                 con, [path], tags=[SAMPLE_TAG], after_trace=run_views.store_after_ingest
             )
             log(f"loaded sample run {path.name}")
-        except IngestError as e:
+        except GpuscopeError as e:
             log(f"skipped sample {path.name}: {e}")
     return loaded

@@ -9,7 +9,7 @@ from typing import Any, TypeGuard
 
 import pandas as pd
 import streamlit as st
-from gpuscope.ingest.store import Connection, delete_run, set_name, set_tags, transaction
+from gpuscope.store import Connection, delete_run, set_name, set_tags, transaction
 
 _FLASH = "_gpuscope_flash"
 
@@ -214,12 +214,12 @@ def delta_str(a: float | None, b: float | None, unit: str, digits: int = 1) -> s
 def resolve_or_stop(ref: str | None, *, what: str = "run") -> str | None:
     """``db.resolve(ref)``; a name that several runs share stops the page with one line listing
     them (id and name) instead of reading as "no such run"."""
-    from gpuscope.ingest.errors import IngestError
+    from gpuscope.vocabulary.errors import Ambiguous
     from gpuscope.web import db
 
     try:
         return db.resolve(ref)
-    except IngestError as e:
+    except Ambiguous as e:
         st.error(
             f"**{md(ref)}** names more than one {what}: "
             f"{md(e.problem.removeprefix('ambiguous: '), None)}.",

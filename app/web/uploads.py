@@ -26,7 +26,8 @@ from gpuscope.ingest.memory_snapshot import (
 )
 from gpuscope.ingest.memory_snapshot import META_KEY as SNAPSHOT_KEY
 from gpuscope.ingest.naming import meta_from_head, upload_name
-from gpuscope.ingest.store import Connection
+from gpuscope.store import Connection
+from gpuscope.store.errors import StoreError
 
 CHUNK = 1 << 20
 SERIES = (".jsonl", ".jsonl.gz")  # an NVML series (gpuscope sample / gpuscope.capture)
@@ -215,9 +216,13 @@ def ingest_uploads(
                 uploaded_by=uploaded_by,
                 after_trace=run_views.store_after_ingest,  # each rank's summary, in the same transaction
             )
-        except IngestError as e:  # name the file as the user knows it, not its temp path
+        except (
+            IngestError,
+            StoreError,
+        ) as e:  # name the file as the user knows it, not its temp path
             shown = {str(t): f.name for f, t in zip(files, targets, strict=True)}
             shown.update({str(p): "the uploaded files" for p in paths if p.is_dir()})
-            raise IngestError(shown.get(e.path, Path(e.path).name), e.problem) from None
+            kind = StoreError if isinstance(e, StoreError) else IngestError
+            raise kind(shown.get(e.path, Path(e.path).name), e.problem) from None
         report(1.0, "Done")
         return results

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 from gpuscope.analysis import run_views, sawtooth
-from gpuscope.ingest.errors import catalog_lost, store_fault
+from gpuscope.store.errors import catalog_lost, store_fault
 from gpuscope.web import data, db, figures, palette, ui
 
 LOG = logging.getLogger("gpuscope.web")

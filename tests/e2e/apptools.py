@@ -37,7 +37,7 @@ def open_app(
 def ingest(db: Path, *paths: Path, tags: tuple[str, ...] = ()) -> list[str]:
     """Store traces (each path one run) with the loader, outside the app; returns the run ids."""
     from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     con = connect(db)
     try:
@@ -48,7 +48,7 @@ def ingest(db: Path, *paths: Path, tags: tuple[str, ...] = ()) -> list[str]:
 
 def counts(db: Path) -> dict[str, int]:
     """Rows per table: a bad upload must leave every count unchanged."""
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     con = connect(db)
     try:

@@ -38,7 +38,7 @@ def _upload(page, server: Server, files: list[dict | str]) -> None:  # type: ign
 
 
 def _run_ids(db: Path) -> set[str]:
-    from gpuscope.ingest.store import connect
+    from gpuscope.store import connect
 
     con = connect(db)
     try:

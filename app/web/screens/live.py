@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import streamlit as st
-from gpuscope.ingest.errors import IngestError
+from gpuscope.vocabulary.errors import GpuscopeError
 from gpuscope.web import auth, db, figures, live, live_steps, ui, views
 from gpuscope.web.advice import GPM, what_to_do
 
@@ -184,7 +184,7 @@ def _save() -> None:
             res = live.store_window(cur, window, name=name, uploaded_by=auth.uploader())
             if not res.duplicate:  # as after `gpuscope ingest`; a failure only skips it
                 cur.maintain_after_ingest()
-    except (IngestError, db.StoreUnavailable) as e:
+    except (GpuscopeError, db.StoreUnavailable) as e:
         st.session_state["live_saved"] = ("error", f"Not saved: {ui.md(str(e), None)}", None)
         return
     what = "already stored as" if res.duplicate else "saved as run"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.store import Connection
+from gpuscope.store import Connection
+from gpuscope.vocabulary.errors import GpuscopeError
 from gpuscope.web import auth, data, db, ui
 from gpuscope.web.samples import SAMPLE_TAG
 from gpuscope.web.uploads import (
@@ -103,7 +103,7 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
                 upkeep = (
                     cur.maintain_after_ingest() if any(not r.duplicate for r in results) else None
                 )
-        except IngestError as e:
+        except GpuscopeError as e:
             bar.empty()
             st.error(f"**Nothing was stored.** {ui.md(str(e), None)}", icon=":material/error:")
         else:

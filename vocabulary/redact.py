@@ -1,7 +1,7 @@
 """The one place that renders a store error, spec or URL for people: every secret form masked.
 
 Everything gpuscope shows a person or writes to a log about a store goes through :func:`redact`:
-``IngestError`` (and so ``StoreError`` / :func:`gpuscope.ingest.errors.store_fault`) redacts its
+every :class:`~gpuscope.vocabulary.errors.GpuscopeError` (``IngestError``, ``StoreError``, ...) redacts its
 text when it is made, ``StoreSpec.shown()`` is :func:`shown_url`, the CLI's stdout and stderr
 pass every write through it, and :func:`install_log_redaction` makes every log record of the
 process (the dashboard's server log) redacted when it is created.

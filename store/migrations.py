@@ -1,0 +1,131 @@
+"""The schema: creating the tables, the schema version, and bringing an older plain DuckDB store up to date."""
+
+from __future__ import annotations
+
+import duckdb
+from gpuscope.store.connection import LAKE, Connection, Store, rollback_quietly
+from gpuscope.store.credentials import _sql_text
+from gpuscope.store.lock import write_lock
+from gpuscope.store.runs import RUN_TABLES
+from gpuscope.store.schema import META_DDL, SCHEMA_VERSION, TABLES
+from gpuscope.store.spec import StoreSpec
+from gpuscope.store.transactions import transaction
+from gpuscope.vocabulary.errors import BadInput
+
+# ---------------------------------------------------------------------------------------------------
+# Schema
+
+
+# Schema version -> the statements that bring a plain DuckDB store of that version to the next one.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE events ADD COLUMN IF NOT EXISTS odd_args VARCHAR",),
+    2: (
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS uploaded_by VARCHAR",
+        "DROP TABLE IF EXISTS ingest_pending",
+    ),
+}
+
+
+def schema_version(con: Connection) -> int | None:
+    row = con.execute("SELECT value FROM gpuscope_meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row is not None else None
+
+
+def migrate(con: duckdb.DuckDBPyConnection, version: int) -> None:
+    """Bring a plain DuckDB store of an older schema version to this one, in one transaction."""
+    if version < 3:  # runs an ingest left half-written (schema 1-2 staged them) go first
+        pending = con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'ingest_pending'"
+        ).fetchone()
+        if pending and pending[0]:
+            for (run_id,) in con.execute("SELECT run_id FROM ingest_pending").fetchall():
+                with transaction(con):
+                    for t in RUN_TABLES:
+                        if t != "rank_summaries":  # new in schema 3: made after the migration
+                            con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
+    con.execute("BEGIN TRANSACTION")
+    try:
+        while version < SCHEMA_VERSION:
+            for stmt in MIGRATIONS[version]:
+                con.execute(stmt)
+            version += 1
+        con.execute(
+            "UPDATE gpuscope_meta SET value = ? WHERE key = 'schema_version'", [str(version)]
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        rollback_quietly(con)  # never replaces the error on its way
+        raise
+
+
+def ensure_duckdb_schema(store: Store) -> None:
+    con = store.con
+    con.execute(META_DDL)
+    version = schema_version(con)
+    if version is not None and version in MIGRATIONS and version < SCHEMA_VERSION:
+        migrate(con, version)
+        version = SCHEMA_VERSION
+    if version is not None and version != SCHEMA_VERSION:
+        raise RuntimeError(
+            f"database schema version {version} is not {SCHEMA_VERSION}; re-create it with this gpuscope"
+        )
+    for table in TABLES:
+        con.execute(table.ddl())
+    if version is None:
+        con.execute("INSERT INTO gpuscope_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+
+
+def ensure_schema(con: Connection) -> None:
+    """Create the tables of a store (kept for callers holding a bare DuckDB connection)."""
+    if isinstance(con, Store):
+        if con.is_lake:
+            ensure_lake_schema(con)
+        else:
+            ensure_duckdb_schema(con)
+        return
+    ensure_duckdb_schema(Store(StoreSpec("duckdb", ":memory:"), con, write_lock(None, "bare")))
+
+
+def ensure_lake_schema(store: Store) -> None:
+    """Create the lake's tables (no keys: DuckLake has none; run ids are content hashes).
+
+    Fast path, every open of a current store: one catalog query (the schema version and how many
+    of gpuscope's tables exist). A new store, an incomplete one or another version goes the long
+    way (creates the tables, or refuses the version)."""
+    # Literal SQL, no parameters: binding one makes duckdb import pandas (0.3-0.4 s), which a
+    # command that only opens the store (``gpuscope runs``) never needs otherwise.
+    wanted = ", ".join(_sql_text(t.name) for t in TABLES)
+    try:
+        row = store.con.execute(
+            f"SELECT (SELECT value FROM {LAKE}.gpuscope_meta WHERE key = 'schema_version'), "
+            f"(SELECT count(DISTINCT table_name) FROM __ducklake_metadata_{LAKE}.ducklake_table "
+            f"WHERE end_snapshot IS NULL AND table_name IN ({wanted}))"
+        ).fetchone()
+    except duckdb.CatalogException:  # a new lake: no gpuscope_meta yet (binding fails, no scan)
+        row = None
+    if row is not None and row[0] == str(SCHEMA_VERSION) and row[1] == len(TABLES):
+        return  # the common case: one query, nothing to write
+    tables = {
+        r[0]
+        for r in store.con.execute(
+            f"SELECT table_name FROM duckdb_tables() WHERE database_name = {_sql_text(LAKE)}"
+        ).fetchall()
+    }
+    if "gpuscope_meta" in tables:
+        version = schema_version(store)
+        if version != SCHEMA_VERSION:
+            raise BadInput(
+                store.shown(),
+                f"store schema version {version} is not {SCHEMA_VERSION} (this gpuscope's): "
+                "use the gpuscope that wrote it, or a new store",
+            )
+        if {t.name for t in TABLES} <= tables:
+            return  # the common case: nothing to write
+    with store.writing():
+        store.execute(META_DDL.replace(" PRIMARY KEY", ""))
+        for table in TABLES:
+            store.execute(table.ddl(keys=False))
+        if schema_version(store) is None:
+            store.execute(
+                f"INSERT INTO gpuscope_meta VALUES ('schema_version', '{SCHEMA_VERSION}')"
+            )
