@@ -65,6 +65,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "PATHs is taken the same way)",
     )
     add_job_options(p)
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="threads that parse the trace files while one writes them (default: the cores this "
+        "process may use, or $GPUSCOPE_INGEST_JOBS); memory grows by about 10 MB per thread, "
+        "not with the files' number or size",
+    )
     p.add_argument("--json", action="store_true", help="print details as JSON")
     common_db_option(p)
 
@@ -134,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
             metadata[SNAPSHOT_KEY] = read_snapshot(snapshots[0])
         except IngestError as e:
             return fail(str(e))
+    if args.jobs is not None and args.jobs < 1:
+        return fail(f"--jobs: {args.jobs} is not a number of threads >= 1")
     if args.job is not None and (args.attach or args.separate):
         return fail("--job cannot be combined with --attach or --separate")
     if args.job == "":
@@ -158,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
             smi_columns=args.smi_columns,
             metadata=metadata,
             uploaded_by=uploaded_by,
+            jobs=args.jobs,
             **summary_options(args),
         )
         if any(not r.duplicate for r in results):  # expired snapshots, unneeded files
