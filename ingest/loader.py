@@ -80,6 +80,8 @@ class TraceRunWriter:
         self.total_bytes = sum(p.stat().st_size for p in files)
         self.done_bytes = 0
         self._open_ranks: dict[int, str] = {}
+        self._stored_ranks: dict[int, str] | None = None  # read when first needed
+        self._rank_rows: list[list[Any]] = []  # `ranks` rows, written by finish()
 
     def write_rank(self, path: Path, sha: str, rank_hint: int | None) -> RankSummary:
         file_bytes = path.stat().st_size
@@ -127,8 +129,7 @@ class TraceRunWriter:
         )
         rest = {k: v for k, v in meta.items() if k not in ("deviceProperties", "distributedInfo")}
         rest.update(self.metadata)
-        self.con.execute(
-            "INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self._rank_rows.append(
             [
                 self.run_id,
                 rank,
@@ -146,28 +147,42 @@ class TraceRunWriter:
                 n_events,
                 ts_min,
                 ts_max,
-            ],
+            ]
         )
         self.done_bytes += file_bytes
         return RankSummary(rank, n_events, meta, offset, ts_min, ts_max)
 
     def _check_rank_free(self, path: Path, rank: int) -> None:
-        row = self.con.execute(
-            "SELECT path FROM ranks WHERE run_id = ? AND rank = ?", [self.run_id, rank]
-        ).fetchone()
-        if row is not None and self.job is not None:
+        if self._stored_ranks is None:  # the run's ranks stored before this ingest (a job's)
+            self._stored_ranks = {
+                int(r): str(p)
+                for r, p in self.con.execute(
+                    "SELECT rank, path FROM ranks WHERE run_id = ?", [self.run_id]
+                ).fetchall()
+            }
+        stored = self._stored_ranks.get(rank)
+        if stored is not None and self.job is not None:
             raise IngestError(
                 path,
-                f"rank {rank} of job {self.job} is stored already (from {row[0]}); "
+                f"rank {rank} of job {self.job} is stored already (from {stored}); "
                 "nothing was stored",
             )
-        taken = row[0] if row else self._open_ranks.get(rank)
+        taken = stored if stored is not None else self._open_ranks.get(rank)
         if taken is not None and taken != str(path):
             raise IngestError(path, f"rank {rank} is also the rank of {taken}; one file per rank")
         self._open_ranks[rank] = str(path)
 
     def finish(self) -> None:
+        """Write what is buffered: events, names, thread labels, and the ranks' rows (one INSERT:
+        on a lake each INSERT is a file of its own)."""
         self.inserter.finish()
+        if self._rank_rows:
+            one = "(" + ", ".join(["?"] * len(self._rank_rows[0])) + ")"
+            self.con.execute(
+                "INSERT INTO ranks VALUES " + ", ".join([one] * len(self._rank_rows)),
+                [v for row in self._rank_rows for v in row],
+            )
+            self._rank_rows = []
 
     def close(self) -> None:
         """Stop the parse threads and free the buffers; never raises."""
