@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuscope.ingest import batch_insert
+from gpuscope.ingest import batch_insert, json_stream
 from gpuscope.ingest.batch_insert import MEMORY_MARK, BatchParser, Parsed
 from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.errors import IngestError
@@ -71,7 +71,7 @@ class ParsePool:
     def __init__(self, files: list[Path], jobs: int, depth: int | None = None) -> None:
         self.files = list(files)
         self.jobs = max(1, int(jobs))
-        self.depth = depth if depth is not None else self.jobs + 1
+        self.depth = depth if depth is not None else self.jobs
         self._q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=self.depth)
         self._stop = threading.Event()
         self._local = threading.local()
@@ -96,7 +96,8 @@ class ParsePool:
     def _split(self) -> None:
         try:
             for path in self.files:
-                splitter = TraceSplitter(path, iter_json_bytes(path))
+                # BATCH_BYTES looked up now (tests make it small to have many batches)
+                splitter = TraceSplitter(path, iter_json_bytes(path), json_stream.BATCH_BYTES)
                 for batch in splitter.batches():
                     if self._stop.is_set():
                         return
