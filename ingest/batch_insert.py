@@ -87,7 +87,7 @@ MEMORY_MARK = b'"[memory]"'  # a batch holding this may hold allocator events (m
 # Events buffered before they are written to the store (one Parquet file each); $GPUSCOPE_FLUSH_ROWS
 # sets it (fewer rows: less memory, more files).
 ENV_FLUSH_ROWS = "GPUSCOPE_FLUSH_ROWS"
-FLUSH_ROWS = 100_000
+FLUSH_ROWS = 65_536  # 100k: ~6 % more peak RSS on the 1 GB benchmark (docs/benchmarks.md)
 # The batch's rows as ``events`` holds them, cast to its column types so every batch's Arrow table
 # has one schema (the fast and the fallback reader type some columns differently).
 _EVENT_EXPRS = {
@@ -335,7 +335,7 @@ class BatchInserter:
         self.buffer = []
         self.buffered = 0
         # Sorted here (Arrow), not by the INSERT: DuckDB's sort holds the chunk again, in its
-        # own row format, beside the Parquet writer's buffers (about 60 MB per 100k events).
+        # own row format, beside the Parquet writer's buffers.
         order = pc.sort_indices(
             chunk, [("rank", "ascending"), ("cat", "ascending"), ("ts_ns", "ascending")]
         )

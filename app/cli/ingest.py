@@ -70,8 +70,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         type=int,
         metavar="N",
         help="threads that parse the trace files while one writes them (default: the cores this "
-        "process may use, or $GPUSCOPE_INGEST_JOBS); memory grows by about 10 MB per thread, "
-        "not with the files' number or size",
+        "process may use, or $GPUSCOPE_INGEST_JOBS); peak memory grows by about 20 MB per "
+        "thread, not with the files' number or size",
     )
     p.add_argument("--json", action="store_true", help="print details as JSON")
     common_db_option(p)
