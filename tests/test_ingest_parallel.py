@@ -191,12 +191,21 @@ def test_after_trace_runs_in_the_writer_thread_inside_the_transaction(rank_folde
 
 
 @pytest.mark.slow
-def test_cli_jobs(rank_folder, tmp_path, capsys):
-    """``--jobs N`` ingests the folder as one run; ``--jobs 0`` is one line, exit 2, nothing
-    stored."""
+def test_cli_jobs(rank_folder, tmp_path, capsys, monkeypatch):
+    """``--jobs N`` ingests the folder as one run; ``--jobs 0`` or a bad
+    ``$GPUSCOPE_INGEST_JOBS`` is one line, exit 2, nothing stored."""
     db = str(tmp_path / "store")
     code, _, err = run_cli(capsys, "ingest", str(rank_folder), "--jobs", "0", "--db", db)
     assert code == 2 and "--jobs" in err and err.count("\n") == 1
+    monkeypatch.setenv("GPUSCOPE_INGEST_JOBS", "two")
+    code, _, err = run_cli(capsys, "ingest", str(rank_folder), "--db", db)
+    assert code == 2 and "GPUSCOPE_INGEST_JOBS" in err and err.count("\n") == 1
+    monkeypatch.delenv("GPUSCOPE_INGEST_JOBS")
+    con = connect(db)
+    try:
+        assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+    finally:
+        con.close()
     code, _, err = run_cli(capsys, "ingest", str(rank_folder), "--jobs", "3", "--db", db)
     assert code == 0, err
     con = connect(db)
