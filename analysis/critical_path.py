@@ -386,11 +386,13 @@ def build_graph(
             else:
                 rr.append([a, b])
         runs[tid] = [(a, b) for a, b in rr]
-    run_ends = sorted({b for rr in runs.values() for _, b in rr})
-    if main_tid in tiles and run_ends:  # split the main thread where another thread's run ends
+    # split the main thread where another thread's run ends, and where one starts (the spawn
+    # then leaves from a segment's start: its offset is main-thread time, scaled like it)
+    cuts = sorted({t for rr in runs.values() for r in rr for t in r})
+    if main_tid in tiles and cuts:
         cut: list[tuple[int, int, list[HostEvent]]] = []
         for a, b, st in tiles[main_tid]:
-            inner_pts = [t for t in run_ends if a < t < b]
+            inner_pts = [t for t in cuts if a < t < b]
             pts = [a, *inner_pts, b]
             cut += [(x, y, st) for x, y in itertools.pairwise(pts)]
         tiles[main_tid] = cut
@@ -777,6 +779,25 @@ def critical_path_of(
 # -- from the store --------------------------------------------------------------------------------
 
 
+def count_events(
+    con: Connection, run_id: str, rank: int, window: Window, device: int | None
+) -> int:
+    """How many host spans and GPU events of ``device`` :func:`load_events` would load."""
+    from gpuscope.analysis.store_access import sql_list
+
+    ws, we = window.start_ns, window.end_ns
+    row = con.execute(
+        f"""SELECT count(*) FILTER (WHERE e.cat IN {sql_list(HOST_CATS)} AND e.dur_ns IS NOT NULL)
+                 + count(*) FILTER (WHERE e.cat IN {sql_list(GPU_CATS)} AND e.dur_ns > 0
+                                    AND coalesce(e.device, CAST(e.pid AS INTEGER)) = ?)
+            FROM events e
+            WHERE e.run_id = ? AND e.rank = ? AND e.ph = 'X'
+              AND e.ts_ns < ? AND e.ts_ns + e.dur_ns > ?""",
+        [-1 if device is None else int(device), run_id, int(rank), int(we), int(ws)],
+    ).fetchone()
+    return int(row[0] or 0) if row else 0
+
+
 def load_events(
     con: Connection, run_id: str, rank: int, window: Window, device: int | None
 ) -> tuple[list[HostEvent], list[GpuEvent], int]:
@@ -822,7 +843,10 @@ def load_events(
 def critical_path(
     con: Connection, run_id: str, rank: int, window: Window, device: int | None
 ) -> CriticalPath | None:
-    """The critical path of every step of the window (None without GPU activity)."""
+    """The critical path of every step of the window (None without GPU activity, or with more
+    than :data:`MAX_EVENTS` events: counted in SQL first, so a big window loads nothing)."""
+    if count_events(con, run_id, rank, window, device) > MAX_EVENTS:
+        return None
     host, gpu, main = load_events(con, run_id, rank, window, device)
     if not gpu or len(host) + len(gpu) > MAX_EVENTS:
         return None

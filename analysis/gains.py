@@ -7,8 +7,11 @@ replayed in a few variants (``low``, ``mid``, ``high``: how strongly the fix act
 the untraced step time is known, also on a **calibrated** graph whose host durations are scaled by
 one factor so that the replayed window matches the untraced step (the profiler slows the host);
 host time is also replayed at 0.3, 0.4 and 0.5 of its recorded length (1.0 too without an untraced
-step); ``gain_pct`` is the mid variant at the calibrated scale (else 0.4), ``low_pct`` and
-``high_pct`` the least and the most over all variants. ``bound`` is False for every graph
+step); the weakest variant is also replayed on a host :data:`HOST_VARIATION` times slower, the
+strongest on one that much faster (the fix runs in another process than the trace's);
+``gain_pct`` is the mid variant at the calibrated scale (else 0.4; a fix that removes host
+staging, :data:`STAGING_FIXES`, is never replayed at the calibrated scale), ``low_pct`` and
+``high_pct`` the least and the most over all of these. ``bound`` is False for every graph
 estimate (host speed and each fix's strength are assumptions); True only for
 :func:`bound_estimate`. docs/metrics.md, "Gains from the path".
 
@@ -37,10 +40,11 @@ overlap_communication  communication × 0.5 / 0.25 / 0
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from gpuscope.analysis.critical_path import CriticalPath, Edge, GpuEvent, Graph, Node, replay
 from gpuscope.analysis.tensor_cores import tensor_core_info
 
@@ -51,6 +55,25 @@ HOST_SCALE_RANGE = (0.3, 0.5)
 batch_size; found by replaying the graph until its window matched the untraced step). The
 estimates replay the graph at these host scales, plus the trace's own calibrated scale when the
 untraced step allows one, plus 1.0 (the trace as recorded) when the untraced step is unknown."""
+
+HOST_VARIATION = 1.23
+"""How much faster or slower the host of the process that runs the fix may be than the host of the
+traced process (a factor; the fixed graph is also replayed with host time × and ÷ it). Host-bound
+steps vary between fresh processes on one machine: max/min of the untraced step over 4 fresh
+processes, H100 VM, 2026-11-23 (sample_traces/fixes/*/timing.json, planted variants):
+``host_sync`` 1.19, ``kernel_fusion`` 1.23, ``dataloader_workers`` 1.34 (median 1.23); GPU-bound
+steps do not (``cudnn_benchmark`` 1.01, ``mixed_precision`` 1.00), and the replay lets the factor
+move them as little. Taken from the rules other than ``batch_size`` and ``pin_memory``, whose
+ranges it had to fix; :data:`HOST_VARIATION` is checked on a second recording (docs/benchmarks.md)."""
+
+STAGING_FIXES = frozenset({"pin_memory"})
+"""Fixes that remove host staging the calibration folds into its host factor: a pageable
+``cudaMemcpyAsync`` copies the tensor through a pinned bounce buffer on the host (the call lasts
+as long as the copy, and the CPU's memcpy of every byte evicts the caches the host's other work
+uses). The calibrated factor of such a trace (0.77 on ``pin_memory``'s, against 0.37-0.43 on
+host-bound traces without pageable copies) is not the host's speed once the copies are pinned:
+the fixed graph is replayed at :data:`HOST_SCALE_RANGE` only, and the untraced time the replay at
+those scales leaves unexplained (the staging's cost) goes with the fix."""
 
 BATCH_MULTIPLE = 4
 """The batch multiple the ``batch_size`` estimate re-times (its fix snippet says 4 × B)."""
@@ -150,8 +173,57 @@ def makespan(
     return max(E) - start_ns if E else 0.0
 
 
+def makespans(
+    g: Graph,
+    start_ns: int,
+    durs: Sequence[Sequence[float]] | np.ndarray,
+    drops: Sequence[set[tuple[int, int]] | None],
+) -> list[float]:
+    """:func:`makespan` of K replays of one graph at once (K duration lists, K sets of dropped
+    edges): one pass over the graph in topological order with each node's start and end held as
+    a vector over the K replays (numpy), instead of K passes in Python."""
+    n, kk = len(g.nodes), len(durs)
+    if kk == 0:
+        return []
+    if n == 0:
+        return [0.0] * kk
+    d = np.maximum(np.asarray(durs, dtype="float64"), 0.0).T.copy()  # (n, K)
+    kept: dict[tuple[int, int], np.ndarray] = {}
+    for j, dr in enumerate(drops):
+        for key in dr or ():
+            kept.setdefault(key, np.ones(kk, dtype=bool))[j] = False
+    S: list[np.ndarray] = [d[0]] * n
+    E: list[np.ndarray] = [d[0]] * n
+    add, maximum, where, isneginf = np.add, np.maximum, np.where, np.isneginf
+    nodes = g.nodes
+    for v in g.order:
+        es = g.preds[v]
+        best = None
+        masked = False
+        for i, ed in enumerate(es):
+            t = add(S[ed.src] if ed.from_start else E[ed.src], ed.w)
+            if kept:
+                m = kept.get((v, i))
+                if m is not None:
+                    t = where(m, t, -np.inf)
+                    masked = True
+            best = t if best is None else maximum(best, t, out=best)
+        if best is None:
+            best = np.full(kk, float(nodes[v].s))
+        elif masked:
+            best = where(isneginf(best), float(nodes[v].s), best)
+        S[v] = best
+        E[v] = add(best, d[v])
+    return [float(x) - start_ns for x in np.max(E, axis=0)]
+
+
 def _scaled(base: list[float], prof: list[bool], s: float) -> list[float]:
     return [x * s if p else x for x, p in zip(base, prof, strict=True)]
+
+
+def _scaled_np(base: np.ndarray, prof: np.ndarray, s: float) -> np.ndarray:
+    """``base`` with the profiled nodes' durations × ``s`` (:func:`_scaled` on arrays)."""
+    return np.where(prof, base * s, base)
 
 
 def calibrate(g: Graph, start_ns: int, target_ns: float) -> float | None:
@@ -368,12 +440,19 @@ def estimate(rec_id: str, cp: CriticalPath, ctx: Context) -> Estimate | None:
         return None
     ws = cp.window[0]
     s_cal = ctx.host_scale_cal
+    staging = rec_id in STAGING_FIXES and s_cal is not None
+    if staging:  # the calibrated factor holds the staging the fix removes
+        s_cal = None
     scales = sorted({*HOST_SCALE_RANGE, HOST_SCALE_MID, *([s_cal] if s_cal is not None else [])})
     if not ctx.untraced_step_ms:
         scales.append(1.0)
     k = BATCH_MULTIPLE if rec_id in PER_SAMPLE else 1
     u = ctx.untraced_step_ms * 1e6 * ctx.n_steps if ctx.untraced_step_ms else None
-    gains: dict[tuple[str, float, bool], float] = {}
+    gains: dict[tuple[str, float, bool, float], float] = {}
+    hv = HOST_VARIATION
+    # (variant, host factor of the fixed process against the traced one): every variant as
+    # traced; the weakest fix on a slower host, the strongest on a faster one (the range's ends)
+    runs = [(name, 1.0) for name in variants] + [("low", hv), ("high", 1.0 / hv)]
     rec = [float(n.dur) for n in g.nodes]
     prof = [profiled(n) for n in g.nodes]
     # each variant's durations and dropped edges, once; then scaled per host speed
@@ -386,22 +465,43 @@ def estimate(rec_id: str, cp: CriticalPath, ctx: Context) -> Estimate | None:
             else None
         )
         prepared.append((name, d, drop))
+    by_name = {name: (d, drop_set) for name, d, drop_set in prepared}
+    # every replay of this estimate (and the old step at each host scale not yet known) at once
+    prof_np = np.asarray(prof, dtype=bool)
+    arr = {name: np.asarray(d, dtype="float64") for name, (d, _) in by_name.items()}
+    rec_np = np.asarray(rec, dtype="float64")
+    rows: list[tuple[tuple[str, float, float], np.ndarray, set[tuple[int, int]] | None]] = [
+        (("", sc, 1.0), _scaled_np(rec_np, prof_np, sc), None)
+        for sc in scales
+        if sc not in ctx.base_ns
+    ]
     for sc in scales:
-        if sc not in ctx.base_ns:
-            ctx.base_ns[sc] = makespan(g, ws, _scaled(rec, prof, sc))
+        for name, f in runs:
+            rows.append(((name, sc, f), _scaled_np(arr[name], prof_np, sc * f), by_name[name][1]))
+    spans = dict(
+        zip(
+            (r[0] for r in rows),
+            makespans(g, ws, np.stack([r[1] for r in rows]), [r[2] for r in rows]),
+            strict=True,
+        )
+    )
+    for sc in scales:
+        ctx.base_ns.setdefault(sc, spans.get(("", sc, 1.0), 0.0))
+    for sc in scales:
         base = ctx.base_ns[sc]
-        for name, d, drop_set in prepared:
-            t = makespan(g, ws, _scaled(d, prof, sc), drop=drop_set)
+        for name, f in runs:
+            t = spans[(name, sc, f)]
             # the old step: the untraced one when known (what the user runs), or the replayed
             # one when longer (GPU work queued before the window); time the replay does not
-            # explain (untraced − replayed) either stays (keep) or goes with the fix (drop)
+            # explain (untraced − replayed) either stays (keep) or goes with the fix (drop;
+            # always, for a fix that removes host staging)
             ref = max(u or base, base)
             extra = max(0.0, (u or 0.0) - base)
-            for gone in (False, True):
+            for gone in (True,) if staging else (False, True):
                 t_new = t + (0.0 if gone else extra)
-                gains[(name, sc, gone)] = 100.0 * (1.0 - t_new / (k * ref)) if ref > 0 else 0.0
+                gains[(name, sc, gone, f)] = 100.0 * (1.0 - t_new / (k * ref)) if ref > 0 else 0.0
     mid_s = s_cal if s_cal is not None else HOST_SCALE_MID
-    mid = gains[("mid", mid_s, False)]
+    mid = gains[("mid", mid_s, staging, 1.0)]
     low, high = min(gains.values()), max(gains.values())
     ref_ms = ctx.untraced_step_ms or ctx.step_ms
     step = ref_ms * (1.0 - mid / 100.0) * k if ref_ms else None

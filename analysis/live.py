@@ -105,6 +105,21 @@ def sawtooth_diagnosis(
     gaps = _gaps_s(dur, u <= GAP_UTIL_PCT)
     long_gaps = tuple(g for g in gaps if g >= LONG_GAP_S)
     timescale = "step"
+
+    def diagnosis(summary: str) -> LiveDiagnosis:
+        """The diagnosis with this summary (and the timescale as set when it is called)."""
+        return LiveDiagnosis(
+            window_s,
+            idle_pct,
+            period_s,
+            duty_pct,
+            n_cycles,
+            summary,
+            timescale,
+            resolution,
+            long_gaps,
+        )
+
     if idle_ns > 0 and sum(long_gaps) >= 0.5 * idle_ns / 1e9:
         timescale = "minutes" if max(long_gaps) >= MINUTES_S else "seconds"
     elif resolution > STEP_RESOLUTION_S:
@@ -127,17 +142,7 @@ def sawtooth_diagnosis(
                 f"{_secs(resolution)}, so the idle time inside each (in steps or between them) "
                 "is shorter than utilization can show."
             )
-            return LiveDiagnosis(
-                window_s,
-                idle_pct,
-                period_s,
-                duty_pct,
-                n_cycles,
-                summary,
-                timescale,
-                resolution,
-                long_gaps,
-            )
+            return diagnosis(summary)
     if timescale in ("seconds", "minutes") and period_s is None and idle_pct >= STEADY_IDLE_PCT:
         n = len(long_gaps)
         gap_span = (
@@ -153,17 +158,7 @@ def sawtooth_diagnosis(
             f"of {gap_span} with nothing running: gaps of {timescale} come from between jobs, "
             "evaluation, checkpointing or start-up, not from a per-step cause."
         )
-        return LiveDiagnosis(
-            window_s,
-            idle_pct,
-            period_s,
-            duty_pct,
-            n_cycles,
-            summary,
-            timescale,
-            resolution,
-            long_gaps,
-        )
+        return diagnosis(summary)
     if period_s is not None and duty_pct is not None:
         on = period_s * duty_pct / 100
         summary = (
@@ -187,9 +182,7 @@ def sawtooth_diagnosis(
         summary += (
             f" A value every {_secs(resolution)} cannot show idle time at the scale of steps."
         )
-    return LiveDiagnosis(
-        window_s, idle_pct, period_s, duty_pct, n_cycles, summary, timescale, resolution, long_gaps
-    )
+    return diagnosis(summary)
 
 
 def _resolution_s(t: np.ndarray, u: np.ndarray, step_ns: float) -> float:

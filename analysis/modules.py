@@ -159,17 +159,31 @@ def _phase_spans(ix: RankIndex, window: Window) -> pd.DataFrame:
         "OR regexp_matches(n.name, '(?i)^(optimizer|backward)$'))",
     )
     is_opt = ev["name"].str.match(OPTIMIZER_RE) | ev["name"].str.lower().eq("optimizer")
-    opt = ev[is_opt]
-    bwd = ev[~is_opt]
+
+    # spans sorted by start: those overlapping [a, b) start in [a - the longest span, b)
+    def arrays(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
+        s_, e_ = df["s"].to_numpy(np.int64), df["e"].to_numpy(np.int64)
+        return s_, e_, int((e_ - s_).max()) if len(s_) else 0
+
+    def overlapping(
+        arr: tuple[np.ndarray, np.ndarray, int], a: int, b: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        s_, e_, longest = arr
+        lo, hi = np.searchsorted(s_, a - longest), np.searchsorted(s_, b)
+        keep = e_[lo:hi] > a
+        return s_[lo:hi][keep], e_[lo:hi][keep]
+
+    opt = arrays(ev[is_opt])
+    bwd = arrays(ev[~is_opt])
     rows: list[tuple[int, int, str, int]] = []
     nums = [s.number for s in window.steps] or [0]
     for num, (a, b) in zip(nums, window.step_bounds_ns(), strict=False):
-        ins = bwd[(bwd["s"] < b) & (bwd["e"] > a)]
-        has_bwd = len(ins) > 0
-        bs = max(a, int(ins["s"].min())) if has_bwd else b
-        be = min(b, int(ins["e"].max())) if has_bwd else b
-        o = opt[(opt["s"] < b) & (opt["e"] > a)]
-        ospans = [(max(a, int(s)), min(b, int(e))) for s, e in zip(o["s"], o["e"], strict=True)]
+        ins_s, ins_e = overlapping(bwd, a, b)
+        has_bwd = len(ins_s) > 0
+        bs = max(a, int(ins_s.min())) if has_bwd else b
+        be = min(b, int(ins_e.max())) if has_bwd else b
+        o_s, o_e = overlapping(opt, a, b)
+        ospans = [(max(a, int(s)), min(b, int(e))) for s, e in zip(o_s, o_e, strict=True)]
         cuts = sorted({a, b, *(x for sp in ospans for x in sp), bs, be})
         for x, y in itertools.pairwise(cuts):
             if y <= x:
@@ -414,37 +428,60 @@ def module_analysis(
         )
     # by module (inclusive over the tree) and by phase
     rows: dict[str, ModuleRow] = {}
-    for p, d, phase in zip(paths, dur, ph, strict=True):
+    # per (module, phase) first (in order of first kernel), then up the module tree
+    per = (
+        pd.DataFrame({"p": [p or "" for p in paths], "phase": ph, "d": dur})
+        .groupby(["p", "phase"], sort=False)["d"]
+        .agg(["sum", "count"])
+    )
+    for (p, phase), tot, cnt in zip(per.index, per["sum"], per["count"], strict=True):
         key = p or NO_MODULE
         parts = key.split("/") if p else [key]
+        d, c = int(tot), int(cnt)
         for k in range(1, len(parts) + 1):
             node = "/".join(parts[:k])
             r = rows.setdefault(node, ModuleRow(node, k - 1))
-            r.gpu_ns += int(d)
-            r.n_kernels += 1 if k == len(parts) else 0
-            r.gpu_by_phase_ns[phase] = r.gpu_by_phase_ns.get(phase, 0) + int(d)
-        rows[key].self_gpu_ns += int(d)
+            r.gpu_ns += d
+            r.n_kernels += c if k == len(parts) else 0
+            r.gpu_by_phase_ns[phase] = r.gpu_by_phase_ns.get(phase, 0) + d
+        rows[key].self_gpu_ns += d
         b = res.by_phase.setdefault(str(phase), {"gpu_ns": 0, "idle_ns": 0, "n": 0})
-        b["gpu_ns"] += int(d)
-        b["n"] += 1
+        b["gpu_ns"] += d
+        b["n"] += c
     # idle: each gap belongs to the activity that ends it
     gaps_t, _ = ix.gaps(ws, we)
     gaps = con.execute(
         f"SELECT gs, ge, next_corr FROM {gaps_t} WHERE dev = ? ORDER BY gs", [int(device)]
     ).df()
-    by_corr = {
-        int(c): i for i, c in enumerate(act["correlation"]) if c is not None and not pd.isna(c)
-    }
-    for gs, ge, corr in zip(gaps["gs"], gaps["ge"], gaps["next_corr"], strict=True):
-        g = int(ge) - int(gs)
-        gi = by_corr.get(int(corr)) if corr is not None and not pd.isna(corr) else None
-        key = (paths[gi] or NO_MODULE) if gi is not None else WINDOW_END
-        phase = str(ph[gi]) if gi is not None else "other"
-        parts = key.split("/") if gi is not None and paths[gi] else [key]
+    corr_s = act["correlation"]
+    valid = corr_s.notna().to_numpy()
+    by_corr = dict(
+        zip(
+            corr_s[valid].astype("int64").tolist(),
+            np.flatnonzero(valid).tolist(),
+            strict=True,
+        )
+    )
+    gi_s = gaps["next_corr"].map(by_corr)  # the activity that ends each gap (NaN: none)
+    has = gi_s.notna().to_numpy()
+    gi_a = gi_s.fillna(0).to_numpy(np.int64)
+    gp = pd.DataFrame(
+        {
+            "p": [(paths[i] or "") if h else None for i, h in zip(gi_a, has, strict=True)],
+            "phase": [str(ph[i]) if h else "other" for i, h in zip(gi_a, has, strict=True)],
+            "g": (gaps["ge"] - gaps["gs"]).to_numpy(np.int64),
+        }
+    )
+    idle_per = gp.groupby(["p", "phase"], sort=False, dropna=False)["g"].sum()
+    for (p, phase), tot in zip(idle_per.index, idle_per, strict=True):
+        g = int(tot)
+        at_end = p is None or (isinstance(p, float) and np.isnan(p))
+        key = WINDOW_END if at_end else (p or NO_MODULE)
+        parts = key.split("/") if not at_end and p else [key]
         for k in range(1, len(parts) + 1):
             node = "/".join(parts[:k])
             rows.setdefault(node, ModuleRow(node, k - 1)).idle_ns += g
-        b = res.by_phase.setdefault(phase, {"gpu_ns": 0, "idle_ns": 0, "n": 0})
+        b = res.by_phase.setdefault(str(phase), {"gpu_ns": 0, "idle_ns": 0, "n": 0})
         b["idle_ns"] += g
     res.modules = sorted(rows.values(), key=lambda r: (-r.gpu_ns, r.path))
     _repeats(res, act, window, paths)

@@ -117,7 +117,10 @@ def _first(ts: list[tuple[int, int, int]]) -> tuple[int, int, int] | None:
     return ts[0] if ts else None
 
 
-def _norm(fwd_flops: int) -> Callable[..., Model | None]:
+def _per_element(flops_per: int, family: str) -> Callable[..., Model | None]:
+    """An op that does ``flops_per`` FLOPs per element of its first input, reads its inputs and
+    writes one output of that size (norms, softmax)."""
+
     def f(
         name: str, dims: list[Any], types: list[Any], ts: list[tuple[int, int, int]], *_: Any
     ) -> Model | None:
@@ -125,7 +128,7 @@ def _norm(fwd_flops: int) -> Callable[..., Model | None]:
         if x is None:
             return None
         n, es = x[1], x[2]
-        return float(fwd_flops * n), float(_in_bytes(ts) + n * es), "norm"
+        return float(flops_per * n), float(_in_bytes(ts) + n * es), family
 
     return f
 
@@ -137,19 +140,6 @@ def _reduction(
     if x is None:
         return None
     return float(x[1]), float(_in_bytes(ts)), "reduction"
-
-
-def _softmax(flops_per: int) -> Callable[..., Model | None]:
-    def f(
-        name: str, dims: list[Any], types: list[Any], ts: list[tuple[int, int, int]], *_: Any
-    ) -> Model | None:
-        x = _first(ts)
-        if x is None:
-            return None
-        n, es = x[1], x[2]
-        return float(flops_per * n), float(_in_bytes(ts) + n * es), "softmax"
-
-    return f
 
 
 def _elementwise(name: str, dims: list[Any], types: list[Any], ts: list[tuple[int, int, int]],
@@ -176,14 +166,14 @@ def _elementwise(name: str, dims: list[Any], types: list[Any], ts: list[tuple[in
 MODELS: dict[str, Callable[..., Model | None]] = {name: _flops_family for name in F.OPS}
 for _n in ("native_layer_norm", "native_group_norm", "native_batch_norm", "_fused_rms_norm",
            "cudnn_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training"):  # fmt: skip
-    MODELS[f"aten::{_n}"] = _norm(5)
+    MODELS[f"aten::{_n}"] = _per_element(5, "norm")
 for _n in ("native_layer_norm_backward", "native_group_norm_backward", "native_batch_norm_backward",
            "_fused_rms_norm_backward", "cudnn_batch_norm_backward"):  # fmt: skip
-    MODELS[f"aten::{_n}"] = _norm(8)
+    MODELS[f"aten::{_n}"] = _per_element(8, "norm")
 for _n in ("_softmax", "_log_softmax", "_safe_softmax"):
-    MODELS[f"aten::{_n}"] = _softmax(5)
+    MODELS[f"aten::{_n}"] = _per_element(5, "softmax")
 for _n in ("_softmax_backward_data", "_log_softmax_backward_data"):
-    MODELS[f"aten::{_n}"] = _softmax(3)
+    MODELS[f"aten::{_n}"] = _per_element(3, "softmax")
 for _n in ("sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vector_norm", "var", "std",
            "var_mean", "std_mean", "argmax", "argmin", "prod", "any", "all", "nll_loss_forward",
            "nll_loss2d_forward", "logsumexp", "cumsum"):  # fmt: skip
@@ -406,20 +396,34 @@ def roofline(
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     un_names: dict[int, int] = {}
     peak_cache: dict[tuple[str, str | None], float | None] = {}
-    for j in np.flatnonzero(kern):
+    # the ops' columns as lists, once (a row lookup per kernel through pandas cost ~0.3 ms each)
+    cols = {c: ops[c].tolist() for c in ("name", "input_dims", "input_types", "concrete_inputs")}
+    kj = np.flatnonzero(kern)
+    gidx = np.array([-1 if (g := idx_of[j]) is None else int(g) for j in kj], dtype=np.int64)
+    for j in kj[gidx < 0]:  # kernels launched outside any modelled op
         ns = int(lx.in_ns[j])
-        g = idx_of[int(j)]
-        if g is None:
-            un_names[int(lx.name_id[j])] = un_names.get(int(lx.name_id[j]), 0) + ns
-            res.unmodelled_ns += ns
-            continue
-        r = ops.iloc[int(g)]
-        key = (r["name"], r["input_dims"], r["input_types"], r["concrete_inputs"])
-        if str(r["name"]).startswith(FOREACH):  # TensorLists: no shapes; the list's bytes instead
-            key = (r["name"], list_bytes.get(int(g)), r["input_types"], None)
+        un_names[int(lx.name_id[j])] = un_names.get(int(lx.name_id[j]), 0) + ns
+        res.unmodelled_ns += ns
+    # GPU time per op call (in order of its first kernel), then per (name, shapes, types, args)
+    on = gidx >= 0
+    calls, first, inv = np.unique(gidx[on], return_index=True, return_inverse=True)
+    per_call = np.zeros(len(calls), dtype=np.int64)
+    np.add.at(per_call, inv, np.asarray(lx.in_ns[kj[on]], dtype=np.int64))
+    for c in np.argsort(first, kind="stable"):
+        gi = int(calls[c])
+        name = cols["name"][gi]
+        if str(name).startswith(FOREACH):  # TensorLists: no shapes; the list's bytes instead
+            key = (name, list_bytes.get(gi), cols["input_types"][gi], None)
+        else:
+            key = (
+                name,
+                cols["input_dims"][gi],
+                cols["input_types"][gi],
+                cols["concrete_inputs"][gi],
+            )
         grp = groups.setdefault(key, {"ns": 0, "calls": set()})
-        grp["ns"] += ns
-        grp["calls"].add(int(g))
+        grp["ns"] += int(per_call[c])
+        grp["calls"].add(gi)
     names = K.name_lookup(con, run_id, set(un_names))
     for nid, ns in un_names.items():
         k = f"(kernel without a modelled op) {names.get(nid, '?')[:60]}"

@@ -238,6 +238,13 @@ PROFILE_TARGETS = (
     ("report", "_rank_summary"),
     ("report", "_recommendations"),
     ("recommendations", "recommend"),
+    ("memory", "memory_analysis"),
+    ("roofline", "roofline"),
+    ("modules", "module_analysis"),
+    ("modules", "phase_spans"),
+    ("critical_path", "critical_path"),
+    ("critical_path", "count_events"),
+    ("gains", "estimate"),
 )
 
 

@@ -26,7 +26,16 @@ EXPERIMENTS = (
     "kernel_fusion",
     "batch_size",
     "cudnn_benchmark",
+    "pin_memory_alt",
+    "batch_size_alt",
 )
+"""One folder each; ``*_alt``: the same rule recorded again at other model sizes
+(``record_fixes.py --alt``), to check the gain model on a recording it was not made on."""
+
+
+def rule_of(exp: str) -> str:
+    """The fix rule of an experiment folder (``pin_memory_alt`` -> ``pin_memory``)."""
+    return exp.removesuffix("_alt")
 
 
 def measured_gains(folder: Path) -> list[float]:
@@ -50,11 +59,12 @@ def estimate_for(con: Any, exp: str) -> dict[str, Any]:
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
 
-    trace = ROOT / exp / f"{exp}_rank0.pt.trace.json.gz"
+    rule = rule_of(exp)
+    trace = ROOT / exp / f"{rule}_rank0.pt.trace.json.gz"
     rid = ingest_paths(con, [trace])[0].run_id
     rep = analyze_run(con, rid, all_ranks=False)
     assert rep.critical_path is not None and rep.gain_context is not None, exp
-    est = estimate(exp, rep.critical_path, rep.gain_context)
+    est = estimate(rule, rep.critical_path, rep.gain_context)
     return {
         "estimate": est.to_json() if est is not None else None,
         "fired": [r.id for r in rep.recommendations],
@@ -80,7 +90,7 @@ def main(argv: list[str]) -> int:
         ok = e is not None and e["low_pct"] <= med <= e["high_pct"]
         bad += not ok
         est = f"{e['gain_pct']:.1f} ({e['low_pct']:.1f} – {e['high_pct']:.1f})" if e else "none"
-        old = r["bound_pct"].get(exp)
+        old = r["bound_pct"].get(rule_of(exp))
         print(
             f"| {exp} | {est} | {med:.1f} [{min(g):.1f}, {max(g):.1f}] | {len(g)} | "
             f"{'yes' if ok else 'NO'} | {f'{old:.1f}' if old is not None else 'rule silent'} |"

@@ -114,6 +114,18 @@ def test_autograd_thread_spawn_and_join_hand_computed():
     assert "MmBackward0" in whats
 
 
+def test_spawn_offset_scales_with_the_host():
+    """The autograd thread starts 10 µs into the main thread's wait (50..60): that is main-thread
+    time, so it scales with the host. Host × 0.5: forward 0..25 (K1 launched at 5 + 10 -> 15..35),
+    the 10 µs -> 25..30, MmBackward 30..70 (K2 launched at 50 + 10 -> 60..120), Python 70..75,
+    optimizer 75..95 (K3 launched at 90 + 5, after K2 on the stream: 120..130): 130 µs (an
+    unscaled offset would give 135)."""
+    host, gpu = autograd_step()
+    cp = critical_path_of(host, gpu, 1, [(0, 200 * US)], [1])
+    assert GN.makespan(cp.graph, 0) == 200 * US
+    assert GN.makespan(cp.graph, 0, GN._host_scale(cp.graph, 0.5)) == 130 * US
+
+
 def test_dataloader_gain_hand_computed():
     """A DataLoader __next__ of 30 µs at the start of the step, then a launch at 32 of a kernel
     33..53: removing the wait moves everything 30 µs earlier (window 53 -> 23 µs, high variant)."""
@@ -154,6 +166,50 @@ def test_pin_memory_retimes_the_copy_at_pinned_bandwidth():
     dur, keep = GN.fix_variants("pin_memory", cp.graph, ctx)["mid"]
     # copy at 50 B/ns: 200 µs, from 5 (launch latency kept) to 205; the call no longer waits
     assert GN.makespan(cp.graph, 0, dur, keep) == 205 * US
+
+
+def test_host_variation_widens_a_host_bound_range_by_its_factor():
+    """A step of host work only (aten::foo 0..100 µs), no untraced step: host scales 0.3, 0.4,
+    0.5 and 1.0, each the old step too, so the gain is 1 - the fix's factor on host time. CUDA
+    graphs: host × 0.5 / 0.2 / 0.05 -> mid 80 %; the weakest fix on a host 1.23× slower: 1 -
+    0.5 × 1.23 = 38.5 %; the strongest on one 1.23× faster: 1 - 0.05 / 1.23 = 95.93 % (without
+    the host variation the range was 50 .. 95 %)."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 100 * US, 1),
+        H("aten::foo", "cpu_op", 0, 100 * US, 1),
+    ]
+    cp = critical_path_of(host, [], 1, [(0, 100 * US)], [1])
+    est = GN.estimate("cuda_graphs", cp, GN.Context(n_steps=1, step_ms=0.1))
+    assert est is not None
+    assert est.gain_pct == pytest.approx(80.0)
+    assert est.low_pct == pytest.approx(38.5)
+    assert est.high_pct == pytest.approx(100 * (1 - 0.05 / 1.23))
+
+
+def test_pinning_removes_the_staging_the_calibration_folded_in():
+    """aten::foo 0..200 µs, a pageable 10 MB copy (call 200..1210 waits for the GPU copy
+    205..1205), aten::bar 1210..1300; untraced step 1.25 ms. Calibrated host factor: 1010 +
+    290 s = 1250 -> s = 0.83 (staging folded in). The fix is replayed at 0.4 instead: foo 0..80,
+    the copy at 50 B/ns 85..285 (latency 5 kept), the call no longer waits -> 285 µs; the old
+    step is the untraced 1250 (the 1250 - 1126 µs that the replay at 0.4 leaves unexplained go
+    with the staging): gain 1 - 285 / 1250 = 77.2 % (at the calibrated factor it was 70.4 %)."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 1_300 * US, 1),
+        H("aten::foo", "cpu_op", 0, 200 * US, 1),
+        H("cudaMemcpyAsync", "cuda_runtime", 200 * US, 1_210 * US, 1, 9),
+        H("aten::bar", "cpu_op", 1_210 * US, 1_300 * US, 1),
+    ]
+    gpu = [
+        G("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 205 * US, 1_205 * US, 7, 9, 10_000_000)
+    ]
+    cp = critical_path_of(host, gpu, 1, [(0, 1_300 * US)], [1])
+    ctx = GN.Context(n_steps=1, step_ms=1.3, untraced_step_ms=1.25, pinned_gbps=50.0)
+    ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
+    assert ctx.host_scale_cal == pytest.approx(240 / 290, abs=0.01)
+    est = GN.estimate("pin_memory", cp, ctx)
+    assert est is not None
+    assert est.gain_pct == pytest.approx(100 * (1 - 285 / 1250))
+    assert est.low_pct <= est.gain_pct <= est.high_pct
 
 
 # -- properties --------------------------------------------------------------------------------
@@ -257,3 +313,22 @@ def test_graph_replays_the_recorded_trace(tr: tuple[list[H], list[G], int]):
         assert (S[v], E[v]) == (n.s, n.e), n
     cp = critical_path_of(host, gpu, 1, [(0, end)], [1])
     assert sum(cp.steps[0].bound_ns.values()) == end
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(dags(), st.data())
+def test_batched_replays_equal_one_replay_each(g: Graph, data: st.DataObject):
+    """The estimates replay a graph K times at once (``makespans``, numpy over the K replays):
+    each result equals ``makespan`` of that replay alone, whatever the durations and dropped
+    edges (including every edge into a node: it then starts at its recorded start)."""
+    edges = [(v, i) for v, es in enumerate(g.preds) for i in range(len(es))]
+    k = data.draw(st.integers(1, 4))
+    durs = [[float(data.draw(st.integers(0, 30))) for _ in g.nodes] for _ in range(k)]
+    drops = [
+        set(data.draw(st.lists(st.sampled_from(edges), max_size=4))) if edges else None
+        for _ in range(k)
+    ]
+    start = data.draw(st.integers(-10, 10))
+    got = GN.makespans(g, start, durs, drops)
+    assert got == [GN.makespan(g, start, d, drop=dr) for d, dr in zip(durs, drops, strict=True)]

@@ -10,6 +10,7 @@ from typing import Any
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
+from gpuscope.cli.analyze_sections import render_memory, render_modules, render_roofline
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.ingest.store import Connection
@@ -249,6 +250,7 @@ def render(doc: dict[str, Any]) -> str:
         )
     out += render_kernels(doc)
     out += render_critical_path(doc)
+    out += render_memory(doc) + render_roofline(doc) + render_modules(doc)
     recs = doc["recommendations"]
     out.append("")
     if recs:
@@ -265,7 +267,7 @@ def render(doc: dict[str, Any]) -> str:
             unit = "per-sample time (4x batch)" if rec.get("bound") == "per_sample_time" else "step"
             out.append(
                 f"    estimate: {unit} down {est['gain_pct']:.0f}% "
-                f"(range {est['low_pct']:.0f}-{est['high_pct']:.0f}%), re-timed on the critical path"
+                f"(range {est['low_pct']:.0f} to {est['high_pct']:.0f}%), re-timed on the critical path"
                 + (f", step ~{sig3(est['step_ms'])} ms" if est.get("step_ms") else "")
             )
         out += ["    | " + line for line in rec["fix"].splitlines()]

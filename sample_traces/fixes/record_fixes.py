@@ -30,6 +30,10 @@ import time
 from pathlib import Path
 
 QUICK = False
+ALT = False
+"""``--alt``: other model sizes for ``pin_memory`` (d_in 3072, hidden 2048, batch 2048: 25.2 MB per
+step) and ``batch_size`` (1.5x the channels, batch 16 -> 64), to check the gain model on a
+recording it was not made on."""
 
 
 def log(msg: str) -> None:
@@ -120,9 +124,10 @@ def build(exp: str, variant: str, device: str):
         return step, batch, meta
 
     if exp == "pin_memory":
-        d_in = 256 if q else 2048
-        batch = 64 if q else 4096
-        model = nn.Sequential(nn.Linear(d_in, 1024), nn.GELU(), nn.Linear(1024, 1)).to(device)
+        d_in = 256 if q else (3072 if ALT else 2048)
+        batch = 64 if q else (2048 if ALT else 4096)
+        hid = 2048 if ALT else 1024
+        model = nn.Sequential(nn.Linear(d_in, hid), nn.GELU(), nn.Linear(hid, 1)).to(device)
         opt = adam(model)
         pool = [(torch.randn(batch, d_in), torch.randn(batch, 1)) for _ in range(4)]
         if fixed and device == "cuda":
@@ -141,6 +146,7 @@ def build(exp: str, variant: str, device: str):
             opt.step()
 
         meta["bytes_per_step"] = batch * (d_in + 1) * 4
+        meta["alt"] = ALT
         return step, batch, meta
 
     if exp == "host_sync":
@@ -226,16 +232,17 @@ def build(exp: str, variant: str, device: str):
         return step, batch, meta
 
     if exp == "batch_size":
+        c1, c2 = (48, 96) if ALT else (32, 64)
 
         class TinyRes(nn.Module):
             def __init__(self) -> None:
                 super().__init__()
-                self.stem = nn.Conv2d(3, 32, 3, padding=1)
-                self.b1 = nn.Conv2d(32, 32, 3, padding=1)
-                self.bn1 = nn.BatchNorm2d(32)
-                self.b2 = nn.Conv2d(32, 64, 3, padding=1, stride=2)
-                self.bn2 = nn.BatchNorm2d(64)
-                self.head = nn.Linear(64, 10)
+                self.stem = nn.Conv2d(3, c1, 3, padding=1)
+                self.b1 = nn.Conv2d(c1, c1, 3, padding=1)
+                self.bn1 = nn.BatchNorm2d(c1)
+                self.b2 = nn.Conv2d(c1, c2, 3, padding=1, stride=2)
+                self.bn2 = nn.BatchNorm2d(c2)
+                self.head = nn.Linear(c2, 10)
 
             def forward(self, x):
                 x = F.relu(self.stem(x))
@@ -245,7 +252,7 @@ def build(exp: str, variant: str, device: str):
 
         model = TinyRes().to(device)
         opt = adam(model)
-        batch = (8 if q else 32) * (4 if fixed else 1)
+        batch = (8 if q else (16 if ALT else 32)) * (4 if fixed else 1)
         x = torch.randn(batch, 3, 32, 32, device=device)
         y = torch.randint(0, 10, (batch,), device=device)
 
@@ -256,6 +263,7 @@ def build(exp: str, variant: str, device: str):
             opt.step()
 
         meta["batch_multiple"] = 4
+        meta["alt"] = ALT
         return step, batch, meta
 
     if exp == "cudnn_benchmark":
@@ -416,6 +424,8 @@ def drive(args) -> int:
     exps = args.exps.split(",") if args.exps else list(EXPS)
     me = [sys.executable, str(Path(__file__).resolve())]
     extra = ["--quick"] if QUICK else []
+    if ALT:
+        extra.append("--alt")
     if args.cpu:
         extra.append("--cpu")
     results: list[dict] = []
@@ -488,7 +498,7 @@ def drive(args) -> int:
 
 
 def main() -> int:
-    global QUICK
+    global QUICK, ALT
     ap = argparse.ArgumentParser()
     ap.add_argument("cmd", choices=("drive", "one"))
     ap.add_argument("--exp")
@@ -499,6 +509,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--alt", action="store_true", help="other model sizes (pin_memory, batch_size)")
     ap.add_argument("--budget-s", type=float, default=480)
     ap.add_argument(
         "--trace-fixed", default="", help="experiments whose fixed variant is traced too"
@@ -507,6 +518,7 @@ def main() -> int:
     ap.add_argument("--child-timeout", type=float, default=150)
     args = ap.parse_args()
     QUICK = args.quick
+    ALT = args.alt
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return drive(args) if args.cmd == "drive" else one(args)
 
