@@ -14,14 +14,15 @@ import contextlib
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 from gpuscope.ingest.env import positive_int
-from gpuscope.store import pid_alive
+from gpuscope.ingest.errors import IngestError
+from gpuscope.store import ALLOCATOR_SETTINGS, extensions, pid_alive
 from gpuscope.store.schema import EVENTS
 
 # pyarrow, msgspec and the decoder are imported where they are used: every ``gpuscope`` command
@@ -85,7 +86,7 @@ MEMORY_MARK = b'"[memory]"'  # a batch holding this may hold allocator events (m
 # Events buffered before they are written to the store (one Parquet file each); $GPUSCOPE_FLUSH_ROWS
 # sets it (fewer rows: less memory, more files).
 ENV_FLUSH_ROWS = "GPUSCOPE_FLUSH_ROWS"
-FLUSH_ROWS = 100_000
+FLUSH_ROWS = 65_536  # 100k: ~6 % more peak RSS on the 1 GB benchmark (docs/benchmarks.md)
 # The batch's rows as ``events`` holds them, cast to its column types so every batch's Arrow table
 # has one schema (the fast and the fallback reader type some columns differently).
 _EVENT_EXPRS = {
@@ -102,6 +103,21 @@ TO_EVENTS = "SELECT {} FROM _gs_raw".format(
         for c in EVENTS.columns
     )
 )
+# The columns the writer fills in (the run, the rank, ids that are per run); a parser leaves them
+# NULL, typed, and adds the raw columns they are made from (:data:`MAPPED_FROM`).
+_WRITER_COLUMNS = ("run_id", "rank", "name_id", "pid", "tid")
+MAPPED_FROM = ("name", "pid_num", "pid_label", "tid_num", "tid_label", "meta_name")
+EVENT_NAMES = tuple(c.name for c in EVENTS.columns)
+# A parser's query: the raw layout (``{src}``) cast to ``events``' columns, the writer's left NULL.
+TO_PARSED = "SELECT {}, {} FROM {{src}}".format(
+    ", ".join(
+        f"CAST({'NULL' if c.name in _WRITER_COLUMNS else _EVENT_EXPRS.get(c.name, c.name)} "
+        f"AS {c.type.replace(' NOT NULL', '')}) AS {c.name}"
+        for c in EVENTS.columns
+    ),
+    ", ".join(MAPPED_FROM),
+)
+PARSER_MEMORY_LIMIT = "128MB"  # each parse thread's own DuckDB database (it spills beyond)
 
 
 @dataclass
@@ -122,6 +138,96 @@ class RankStats:
             self.ts_max = hi if self.ts_max is None else max(self.ts_max, hi)
 
 
+@dataclass
+class Parsed:
+    """One batch parsed (:class:`BatchParser`): its rows in ``events``' layout with the writer's
+    columns still NULL (plus :data:`MAPPED_FROM`), their counts and extent, and how it was read."""
+
+    table: pa.Table
+    n_timed: int
+    ts_min: int | None
+    ts_max: int | None
+    fallback: bool = False  # read by the msgspec decoder (not DuckDB's JSON reader)
+    odd_events: int = 0
+    odd_examples: list[str] = field(default_factory=list)
+
+
+class BatchParser:
+    """Parses batches to Arrow (:meth:`parse`) in a DuckDB database of its own: one per thread;
+    several parse at once (DuckDB releases the GIL). Holds a scratch file until :meth:`close`."""
+
+    def __init__(self) -> None:
+        sweep_scratch()
+        fd, name = tempfile.mkstemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", suffix=".json")
+        os.close(fd)
+        self.scratch = Path(name)
+        self.db = duckdb.connect(":memory:", config=dict(extensions.OFFLINE))
+        self.db.execute("SET threads = 1")
+        self.db.execute(f"SET memory_limit = '{PARSER_MEMORY_LIMIT}'")
+        for setting in ALLOCATOR_SETTINGS:
+            self.db.execute(setting)
+
+    def parse(self, path: Path, batch: Batch, *, strict: bool = True) -> Parsed:
+        """The batch's rows. Raises IngestError for bad events.
+
+        ``strict``: the batch passed :func:`strict_json`; otherwise it goes straight to the decoder
+        that reads the known quirks and names anything else."""
+        odd: tuple[int, list[str]] = (0, [])
+        if strict:
+            self.scratch.write_bytes(batch.data)
+            # The reader's buffers follow maximum_object_size: the batch's own size keeps them (and
+            # the memory limit) small; a batch is whole events, so no object is bigger.
+            raw_sql = RAW_FROM_JSON.format(
+                path=str(self.scratch).replace("'", "''"),
+                columns=COLUMNS,
+                max_bytes=max(len(batch.data) + 1024, 1 << 20),
+            )
+            try:
+                table = self.db.execute(TO_PARSED.format(src=f"({raw_sql})")).to_arrow_table()
+            except duckdb.Error:
+                strict = False  # reads the quirk or the odd types, or names the bad JSON
+        if not strict:
+            raw, odd = self._decode(path, batch)
+            _gs_raw = raw
+            table = self.db.execute(TO_PARSED.format(src="_gs_raw")).to_arrow_table()
+            del _gs_raw
+        n_timed, lo, hi = _extent(path, table)
+        return Parsed(table, n_timed, lo, hi, not strict, odd[0], odd[1])
+
+    @staticmethod
+    def _decode(path: Path, batch: Batch) -> tuple[pa.Table, tuple[int, list[str]]]:
+        from gpuscope.ingest.kineto import decode_batch, odd_notes, to_raw
+
+        events = decode_batch(path, batch)
+        n_odd = sum(1 for e in events if getattr(e, "odd", None))
+        notes = odd_notes(path, events, batch.first_index) if n_odd else []
+        return to_raw(events), (n_odd, notes)
+
+    def close(self) -> None:
+        """Remove the scratch file and close the database; never raises."""
+        with contextlib.suppress(OSError):
+            self.scratch.unlink(missing_ok=True)
+        with contextlib.suppress(duckdb.Error):
+            self.db.close()
+
+
+def _extent(path: Path, table: pa.Table) -> tuple[int, int | None, int | None]:
+    """(events with a duration (ph X), min ts_ns, max ts_ns + dur_ns) of a parsed batch."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    timed = pc.sum(pc.equal(table.column("ph"), "X")).as_py() or 0
+    ts = table.column("ts_ns")
+    lo = pc.min(ts).as_py()
+    try:
+        hi = pc.max(pc.add_checked(ts, pc.fill_null(table.column("dur_ns"), 0))).as_py()
+    except pa.ArrowInvalid:
+        raise IngestError(
+            path, "an event's ts + dur is beyond the range of ns timestamps"
+        ) from None
+    return int(timed), lo, hi
+
+
 class BatchInserter:
     """Writes the events of one run; :meth:`finish` writes its names and thread labels.
 
@@ -133,12 +239,7 @@ class BatchInserter:
 
     def __init__(self, con: Any, run_id: str) -> None:
         self.con, self.run_id = con, run_id
-        sweep_scratch()
-        fd, name = tempfile.mkstemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", suffix=".json")
-        os.close(fd)
-        self.scratch = Path(name)
-        raw_con = getattr(con, "con", con)  # a Store's DuckDB connection
-        self.reader = raw_con.cursor()
+        self.parser: BatchParser | None = None  # for insert(): made on first use
         self.buffer: list[pa.Table] = []  # converted batches not yet written
         self.buffered = 0
         self.flush_rows = positive_int(ENV_FLUSH_ROWS, FLUSH_ROWS)
@@ -152,45 +253,12 @@ class BatchInserter:
         self.memory_rows: list[tuple[Any, ...]] = []  # memory_events rows not yet written
 
     def insert(self, path: Path, batch: Batch, rank: int, *, strict: bool = True) -> int:
-        """Insert one batch; returns its number of events. Raises IngestError for bad events.
-
-        ``strict``: the batch passed :func:`strict_json`; otherwise it goes straight to the decoder
-        that reads the known quirks and names anything else.
-        """
-        if MEMORY_MARK in batch.data:  # profile_memory's [memory] instants: their own table
-            from gpuscope.ingest.memory_events import memory_rows
-
-            self.memory_rows += memory_rows(batch.data, self.run_id, rank)
-        if not strict:
-            self.fallbacks += 1
-            return self.insert_arrow(self._decode(path, batch), rank)
-        self.scratch.write_bytes(batch.data)
-        # The reader's buffers follow maximum_object_size: the batch's own size keeps them (and the
-        # ingest's memory limit) small; a batch is whole events, so no object is bigger.
-        sql = RAW_FROM_JSON.format(
-            path=str(self.scratch).replace("'", "''"),
-            columns=COLUMNS,
-            max_bytes=max(len(batch.data) + 1024, 1 << 20),
-        )
-        try:  # on a cursor of its own: a refused batch must not abort the writer's transaction
-            raw = self.reader.execute(sql).to_arrow_table()
-        except duckdb.Error:
-            self.fallbacks += 1
-            raw = self._decode(
-                path, batch
-            )  # reads the quirk or the odd types, or names the bad JSON
-        return self.insert_arrow(raw, rank)
-
-    def _decode(self, path: Path, batch: Batch) -> pa.Table:
-        from gpuscope.ingest.kineto import decode_batch, odd_notes, to_raw
-
-        events = decode_batch(path, batch)
-        n_odd = sum(1 for e in events if getattr(e, "odd", None))
-        if n_odd:
-            self.odd_events += n_odd
-            if len(self.odd_examples) < 3:
-                self.odd_examples += odd_notes(path, events, batch.first_index)
-        return to_raw(events)
+        """Parse and insert one batch (in this thread); returns its number of events. Raises
+        IngestError for bad events. ``strict``: as :meth:`BatchParser.parse`'s."""
+        if self.parser is None:
+            self.parser = BatchParser()
+        parsed = self.parser.parse(path, batch, strict=strict)
+        return self.insert_parsed(parsed, rank, batch.data if MEMORY_MARK in batch.data else None)
 
     def odd_warning(self) -> str | None:
         """One line on the values kept as JSON text because their type was unexpected (None: none)."""
@@ -202,61 +270,80 @@ class BatchInserter:
             f"events.odd_args (e.g. {ex})"
         )
 
-    def insert_arrow(self, raw: pa.Table, rank: int) -> int:
-        """Map names and non-numeric ids to integers (vectorised), then one INSERT."""
+    def insert_parsed(self, parsed: Parsed, rank: int, memory_data: bytes | None = None) -> int:
+        """Insert one parsed batch (:meth:`BatchParser.parse`, in any thread) as rank ``rank``:
+        map names and non-numeric ids to integers (vectorised), then buffer its rows. Batches
+        must come in file order (ids are given in order of first appearance). ``memory_data``:
+        the batch's JSON when it holds allocator events (``memory_events``). Returns its events."""
+        import pyarrow as pa
         import pyarrow.compute as pc
 
-        names = pc.fill_null(raw.column("name"), "")
-        name_id = self.names.ids_of(names)
+        if memory_data is not None:  # profile_memory's [memory] instants: their own table
+            from gpuscope.ingest.memory_events import memory_rows
+
+            self.memory_rows += memory_rows(memory_data, self.run_id, rank)
+        if parsed.fallback:
+            self.fallbacks += 1
+        if parsed.odd_events:
+            self.odd_events += parsed.odd_events
+            if len(self.odd_examples) < 3:
+                self.odd_examples += parsed.odd_examples
+        raw = parsed.table
+        n = raw.num_rows
+        name_id = self.names.ids_of(pc.fill_null(raw.column("name"), ""))
         pid = self._ids(raw, "pid", rank)
         tid = self._ids(raw, "tid", rank)
         if pc.any(pc.equal(raw.column("ph"), "M")).as_py():
             self._metadata_labels(raw, pid, tid, rank)
-        table = (
-            raw.append_column("name_id", name_id)
-            .append_column("pid", pid)
-            .append_column("tid", tid)
+        filled = {
+            "run_id": pa.repeat(pa.scalar(self.run_id, pa.string()), n),
+            "rank": pa.repeat(pa.scalar(rank, pa.int32()), n),
+            "name_id": name_id,
+            "pid": pid,
+            "tid": tid,
+        }
+        schema = raw.schema
+        columns = []
+        for name in EVENT_NAMES:
+            col = filled.get(name)
+            if col is None:
+                columns.append(raw.column(name))
+            else:
+                columns.append(pc.cast(col, schema.field(name).type))
+        rows = pa.Table.from_arrays(columns, names=list(EVENT_NAMES))
+        self.stats.setdefault(rank, RankStats()).add(
+            n, parsed.n_timed, parsed.ts_min, parsed.ts_max
         )
-        # On the reader's cursor, outside the run's transaction: a table registered inside it
-        # stays referenced (and in memory) until the transaction ends.
-        self.reader.register("_gs_raw", table)  # scanned in place, no copy
-        try:
-            rows = self.reader.execute(TO_EVENTS, [self.run_id, rank]).to_arrow_table()
-        finally:
-            self.reader.unregister("_gs_raw")
         self.buffer.append(rows)
-        self.buffered += rows.num_rows
+        self.buffered += n
         if self.buffered >= self.flush_rows:
             self.flush()
-        return raw.num_rows
+        return n
 
     def flush(self) -> None:
-        """Write the buffered events to ``events``, sorted by (rank, cat, ts_ns), counting them
-        per rank. The buffer is Arrow, outside DuckDB: rows a transaction writes to a DuckDB table
-        and deletes again stay in its memory until the commit."""
+        """Write the buffered events to ``events``, sorted by (rank, cat, ts_ns). The buffer is
+        Arrow, outside DuckDB: rows a transaction writes to a DuckDB table and deletes again stay
+        in its memory until the commit."""
         self._flush_memory()
         if not self.buffered:
             return
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         chunk = pa.concat_tables(self.buffer)
         self.buffer = []
         self.buffered = 0
-        _gs_chunk = chunk
+        # Sorted here (Arrow), not by the INSERT: DuckDB's sort holds the chunk again, in its
+        # own row format, beside the Parquet writer's buffers.
+        order = pc.sort_indices(
+            chunk, [("rank", "ascending"), ("cat", "ascending"), ("ts_ns", "ascending")]
+        )
+        _gs_chunk = chunk.take(order)
         del chunk
-        self.reader.register("_gs_chunk", _gs_chunk)
-        try:
-            for rank, n, timed, lo, hi in self.reader.execute(
-                "SELECT rank, count(*), count(*) FILTER (WHERE ph = 'X'), min(ts_ns), "
-                "max(ts_ns + coalesce(dur_ns, 0)) FROM _gs_chunk GROUP BY rank"
-            ).fetchall():
-                self.stats.setdefault(int(rank), RankStats()).add(int(n), int(timed), lo, hi)
-        finally:
-            self.reader.unregister("_gs_chunk")
         # A replacement scan of the local variable, not a registered view: nothing of it is kept
         # in the transaction once the INSERT is done.
         raw_con = getattr(self.con, "con", self.con)
-        raw_con.execute("INSERT INTO events SELECT * FROM _gs_chunk ORDER BY rank, cat, ts_ns")
+        raw_con.execute("INSERT INTO events SELECT * FROM _gs_chunk")
 
     def _flush_memory(self) -> None:
         """Write the buffered ``memory_events`` rows (one INSERT)."""
@@ -311,8 +398,8 @@ class BatchInserter:
                 self.thread_rows.add((rank, "tid", t, row["meta_name"]))
 
     def rank_stats(self, rank: int) -> RankStats:
-        """Everything written for ``rank`` (flushes the buffer first)."""
-        self.flush()
+        """Everything inserted for ``rank`` so far (buffered rows included: the ranks of a run
+        share the buffer, so small rank files make full-size Parquet files)."""
         return self.stats.get(rank, RankStats())
 
     def finish(self) -> None:
@@ -332,17 +419,19 @@ class BatchInserter:
         finally:
             c.unregister("_gs_names")
         rows = sorted((self.run_id, *r) for r in self.thread_rows)
-        if rows:
-            c.executemany("INSERT INTO threads VALUES (?, ?, ?, ?, ?)", rows)
+        if rows:  # one INSERT (executemany is one per row: on a lake, a file each)
+            c.execute(
+                "INSERT INTO threads VALUES " + ", ".join(["(?, ?, ?, ?, ?)"] * len(rows)),
+                [v for row in rows for v in row],
+            )
         self.close()
 
     def close(self) -> None:
         """Remove the scratch file and the buffer; never raises (it also runs while an error is on
         its way)."""
-        with contextlib.suppress(OSError):
-            self.scratch.unlink(missing_ok=True)
-        with contextlib.suppress(duckdb.Error):
-            self.reader.close()
+        if self.parser is not None:
+            self.parser.close()
+            self.parser = None
         self.buffer = []
 
 

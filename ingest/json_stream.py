@@ -111,6 +111,25 @@ def escape_controls(buf: bytes) -> bytes:
     return b"".join(parts)
 
 
+def _first_key(buf: bytes) -> tuple[int, int] | None:
+    """(start, end) of the first ``"traceEvents": [`` in ``buf`` when it is the top-level
+    object's key, proven by scanning only the text before it (Kineto writes a few KB there; a
+    rank file's first read holds megabytes of events after it); None when that is not sure (then
+    the whole buffer is scanned)."""
+    m = _KEY.search(buf)
+    if m is None:
+        return None
+    pre = buf[: m.start()]
+    q = string_quotes(np.frombuffer(pre, np.uint8))
+    if q.size % 2:  # inside a string
+        return None
+    _, d = brackets(pre, q)
+    depth = np.cumsum(d)
+    if not depth.size or depth[-1] != 1 or int(depth.min()) < 1:
+        return None  # nested, or after the object closed
+    return m.start(), m.end()
+
+
 @dataclass
 class Batch:
     """A JSON array (bytes) of whole events, where its first event starts in the file, and its index."""
@@ -167,6 +186,9 @@ class TraceSplitter:
                 return b"", buf[lead + 1 :], lead + 1, False
             if head[:1] != b"{":
                 raise self._fail(f"not JSON: starts with {head[:20]!r}")
+            found = _first_key(buf)
+            if found is not None:
+                return buf[: found[0]], buf[found[1] :], found[1], True
             b = np.frombuffer(buf, np.uint8)
             q = string_quotes(b)
             s, d = brackets(buf, q)

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import json
-import queue
 import re
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from gpuscope.ingest import job as J
-from gpuscope.ingest.batch_insert import BatchInserter, strict_json
+from gpuscope.ingest.batch_insert import BatchInserter
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
-from gpuscope.ingest.json_stream import TraceSplitter
 from gpuscope.ingest.naming import default_run_name, is_generic, stem
 from gpuscope.ingest.nvml import ingest_series, is_nvml_file
+from gpuscope.ingest.parse_pool import ParsePool, default_jobs, file_shas
 from gpuscope.ingest.records import RankSummary, RunResult, RunRow, run_id_for
-from gpuscope.ingest.source import file_sha256, iter_json_bytes
+from gpuscope.ingest.source import iter_json_bytes
 from gpuscope.store import Connection, Store, run_exists, transaction
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
@@ -29,8 +27,6 @@ Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 AfterTrace = Callable[
     [Any, RunResult], None
 ]  # (con, the trace run just written), in its transaction
-T = TypeVar("T")
-U = TypeVar("U")
 
 
 __all__ = ["RunResult", "ingest_paths", "ingest_trace", "run_id_for"]
@@ -72,8 +68,11 @@ class TraceRunWriter:
         progress: Progress | None = None,
         metadata: Mapping[str, Any] | None = None,
         job: str | None = None,
+        pool: ParsePool | None = None,
     ) -> None:
         self.con, self.run_id, self.files = con, run_id, files
+        # The files' batches, parsed ahead on other threads (one parse thread when not given).
+        self.pool = pool if pool is not None else ParsePool(files, 1)
         self.job = job  # adding ranks to job ``job``'s run: a rank it holds already is refused
         self.metadata = dict(metadata or {})  # the user's, over each rank's trace metadata
         self.inserter = BatchInserter(con, run_id)
@@ -81,24 +80,27 @@ class TraceRunWriter:
         self.total_bytes = sum(p.stat().st_size for p in files)
         self.done_bytes = 0
         self._open_ranks: dict[int, str] = {}
+        self._stored_ranks: dict[int, str] | None = None  # read when first needed
+        self._rank_rows: list[list[Any]] = []  # `ranks` rows, written by finish()
 
     def write_rank(self, path: Path, sha: str, rank_hint: int | None) -> RankSummary:
-        splitter = TraceSplitter(path, iter_json_bytes(path))
         file_bytes = path.stat().st_size
         rank: int | None = None
         provisional = False
-        # The scan (numpy) runs a batch ahead of DuckDB's parse + insert (which release the GIL).
-        for batch, strict in pipelined(splitter.batches(), lambda b: (b, strict_json(b))):
+        # Split and parsed on other threads (the pool), in order; written here.
+        for item in self.pool.batches(path):
             if rank is None:
-                rank = _rank_of(splitter.prefix_meta)
+                rank = _rank_of(item.splitter.prefix_meta)
                 rank = rank if rank is not None else rank_hint
                 if rank is None:  # distributedInfo may still come after the events
                     rank, provisional = -1 - len(self._open_ranks), True
                 else:
                     self._check_rank_free(path, rank)
-            self.inserter.insert(path, batch, rank, strict=strict)
+            self.inserter.insert_parsed(item.parsed, rank, item.memory_data)
             if self.progress:
-                self.progress(self.done_bytes + min(file_bytes, batch.offset), self.total_bytes)
+                self.progress(self.done_bytes + min(file_bytes, item.offset), self.total_bytes)
+        splitter = self.pool.splitter
+        assert splitter is not None  # set once the file's batches are all read
         if rank is None:
             raise IngestError(path, "the trace has no events")
         stats = self.inserter.rank_stats(rank)
@@ -127,8 +129,7 @@ class TraceRunWriter:
         )
         rest = {k: v for k, v in meta.items() if k not in ("deviceProperties", "distributedInfo")}
         rest.update(self.metadata)
-        self.con.execute(
-            "INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self._rank_rows.append(
             [
                 self.run_id,
                 rank,
@@ -146,67 +147,47 @@ class TraceRunWriter:
                 n_events,
                 ts_min,
                 ts_max,
-            ],
+            ]
         )
         self.done_bytes += file_bytes
         return RankSummary(rank, n_events, meta, offset, ts_min, ts_max)
 
     def _check_rank_free(self, path: Path, rank: int) -> None:
-        row = self.con.execute(
-            "SELECT path FROM ranks WHERE run_id = ? AND rank = ?", [self.run_id, rank]
-        ).fetchone()
-        if row is not None and self.job is not None:
+        if self._stored_ranks is None:  # the run's ranks stored before this ingest (a job's)
+            self._stored_ranks = {
+                int(r): str(p)
+                for r, p in self.con.execute(
+                    "SELECT rank, path FROM ranks WHERE run_id = ?", [self.run_id]
+                ).fetchall()
+            }
+        stored = self._stored_ranks.get(rank)
+        if stored is not None and self.job is not None:
             raise IngestError(
                 path,
-                f"rank {rank} of job {self.job} is stored already (from {row[0]}); "
+                f"rank {rank} of job {self.job} is stored already (from {stored}); "
                 "nothing was stored",
             )
-        taken = row[0] if row else self._open_ranks.get(rank)
+        taken = stored if stored is not None else self._open_ranks.get(rank)
         if taken is not None and taken != str(path):
             raise IngestError(path, f"rank {rank} is also the rank of {taken}; one file per rank")
         self._open_ranks[rank] = str(path)
 
     def finish(self) -> None:
+        """Write what is buffered: events, names, thread labels, and the ranks' rows (one INSERT:
+        on a lake each INSERT is a file of its own)."""
         self.inserter.finish()
+        if self._rank_rows:
+            one = "(" + ", ".join(["?"] * len(self._rank_rows[0])) + ")"
+            self.con.execute(
+                "INSERT INTO ranks VALUES " + ", ".join([one] * len(self._rank_rows)),
+                [v for row in self._rank_rows for v in row],
+            )
+            self._rank_rows = []
 
-
-def pipelined(items: Iterator[T], work: Callable[[T], U], depth: int = 1) -> Iterator[U]:
-    """``map(work, items)`` computed in a background thread up to ``depth`` items ahead.
-
-    Exceptions raised by ``items`` or ``work`` come out of the iterator in order; closing the
-    iterator early stops the thread.
-    """
-    q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if stop.is_set():
-                    return
-                q.put(("item", work(item)))
-            q.put(("done", None))
-        except BaseException as e:  # handed to the consumer
-            q.put(("error", e))
-
-    thread = threading.Thread(target=produce, name="gpuscope-decode", daemon=True)
-    thread.start()
-    try:
-        while True:
-            kind, value = q.get()
-            if kind == "item":
-                yield value
-            elif kind == "error":
-                raise value
-            else:
-                return
-    finally:
-        stop.set()
-        while thread.is_alive():  # unblock a producer waiting on a full queue
-            try:
-                q.get_nowait()
-            except queue.Empty:
-                thread.join(0.01)
+    def close(self) -> None:
+        """Stop the parse threads and free the buffers; never raises."""
+        self.pool.close()
+        self.inserter.close()
 
 
 def _json_or_none(v: Any) -> str | None:
@@ -299,15 +280,22 @@ def ingest_trace(
     progress: Progress | None = None,
     metadata: Mapping[str, Any] | None = None,
     uploaded_by: str | None = None,
+    jobs: int | None = None,
 ) -> RunResult:
     """Write one trace run (a file, or a folder of rank files) and its `runs` row, inside the
-    caller's transaction (see :func:`ingest_paths`, which makes it all or nothing)."""
+    caller's transaction (see :func:`ingest_paths`, which makes it all or nothing). ``jobs``:
+    threads that parse the files' batches (None: :func:`~gpuscope.ingest.parse_pool.default_jobs`)."""
     files, notes = split_trace_files(path)
-    shas = {p: file_sha256(p) for p in files}
-    run_id = run_id_for(shas.values())
-    if run_exists(con, run_id):
-        raise DuplicateRunError(path, run_id)
-    writer = TraceRunWriter(con, run_id, files, progress, metadata)
+    pool = ParsePool(files, jobs or default_jobs())  # parsing starts while the files are hashed
+    try:
+        shas = file_shas(files, jobs or default_jobs())
+        run_id = run_id_for(shas.values())
+        if run_exists(con, run_id):
+            raise DuplicateRunError(path, run_id)
+    except BaseException:
+        pool.close()
+        raise
+    writer = TraceRunWriter(con, run_id, files, progress, metadata, pool=pool)
     try:
         hints = _rank_hints(files)
         ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
@@ -323,7 +311,7 @@ def ingest_trace(
             ) from None
         raise
     finally:
-        writer.inserter.close()
+        writer.close()
     rank0 = min(ranks, key=lambda r: r.rank)
     props = rank0.meta.get("deviceProperties")
     gpu = (
@@ -388,6 +376,7 @@ def ingest_paths(
     uploaded_by: str | None = None,
     job: str | None = None,
     after_trace: AfterTrace | None = None,
+    jobs: int | None = None,
 ) -> list[RunResult]:
     """Ingest each path as one run; the runs are published together (one transaction), or not at all.
 
@@ -411,7 +400,12 @@ def ingest_paths(
     ``job``: every trace file of ``paths`` (files, or folders of them) is a rank of job ``job``'s
     run, which they are added to (:mod:`gpuscope.ingest.job`; one result). ``after_trace(con,
     result)`` runs inside the transaction after each trace run is written (the orchestrating code
-    computes the rank summaries there); an exception from it rolls everything back.
+    computes the rank summaries there); an exception from it rolls everything back. It runs in
+    the calling thread, on ``con``.
+
+    ``jobs``: threads that split and parse the trace files' batches while this thread writes them
+    (None: :func:`~gpuscope.ingest.parse_pool.default_jobs`, the cores); rows are the same for any
+    number. Memory stays bounded: about ``jobs + 1`` batches are parsed ahead of the writer.
     """
     if job is not None:
         return _ingest_job(
@@ -424,6 +418,7 @@ def ingest_paths(
             metadata=metadata,
             uploaded_by=uploaded_by,
             after_trace=after_trace,
+            jobs=jobs,
         )
     files = [Path(p) for p in paths]
     if separate:
@@ -453,6 +448,7 @@ def ingest_paths(
                 metadata=metadata,
                 uploaded_by=uploaded_by,
                 after_trace=after_trace,
+                jobs=jobs,
             )
 
     try:
@@ -475,6 +471,7 @@ def _ingest_paths(
     metadata: Mapping[str, Any] | None = None,
     uploaded_by: str | None = None,
     after_trace: AfterTrace | None = None,
+    jobs: int | None = None,
 ) -> list[RunResult]:
     results: list[RunResult] = []
     series: list[tuple[Path, str | None, int]] = []  # (file, run to attach to, index in results)
@@ -503,6 +500,7 @@ def _ingest_paths(
                 progress=progress,
                 metadata=metadata,
                 uploaded_by=uploaded_by,
+                jobs=jobs,
             )
         except DuplicateRunError as e:
             results.append(_duplicate(con, e, p))
@@ -611,6 +609,7 @@ def _ingest_job(
     metadata: Mapping[str, Any] | None,
     uploaded_by: str | None,
     after_trace: AfterTrace | None,
+    jobs: int | None = None,
 ) -> list[RunResult]:
     """``ingest_paths(..., job=job)``: the trace files of ``paths`` added to the job's run."""
     job = J.check_job_id(job)
@@ -637,7 +636,14 @@ def _ingest_job(
     def once() -> list[RunResult]:
         with transaction(con):
             result = _write_job_files(
-                con, job, files, name=name, tags=tags, progress=progress, metadata=metadata
+                con,
+                job,
+                files,
+                name=name,
+                tags=tags,
+                progress=progress,
+                metadata=metadata,
+                jobs=jobs,
             )
             if after_trace is not None:
                 after_trace(con, result)
@@ -663,19 +669,23 @@ def _write_job_files(
     tags: Iterable[str],
     progress: Progress | None,
     metadata: Mapping[str, Any] | None,
+    jobs: int | None = None,
 ) -> RunResult:
     """Inside the caller's transaction: add ``files`` (one rank each) to job ``job``'s run (which
     :func:`~gpuscope.ingest.job.ensure_job_run` made). Raises IngestError for a rank the run holds already."""
     run_id = J.job_run_id(job)
-    writer = TraceRunWriter(con, run_id, files, progress, metadata, job=job)
-    writer.inserter.names.seed(J.existing_names(con, run_id))
+    n = jobs or default_jobs()
+    writer = TraceRunWriter(
+        con, run_id, files, progress, metadata, job=job, pool=ParsePool(files, n)
+    )
     try:
-        shas = {p: file_sha256(p) for p in files}
+        writer.inserter.names.seed(J.existing_names(con, run_id))
+        shas = file_shas(files, n)
         hints = [rank_from_name(p) for p in files]
         ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
         writer.finish()
     finally:
-        writer.inserter.close()
+        writer.close()
     row = J.rewrite_job_row(con, job, name, tags)
     ws = J.world_size(con, run_id)
     result = RunResult(

@@ -66,6 +66,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "PATHs is taken the same way)",
     )
     add_job_options(p)
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="threads that parse the trace files while one writes them (default: the cores this "
+        "process may use, or $GPUSCOPE_INGEST_JOBS); peak memory grows by about 20 MB per "
+        "thread, not with the files' number or size",
+    )
     p.add_argument("--json", action="store_true", help="print details as JSON")
     common_db_option(p)
 
@@ -135,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
             metadata[SNAPSHOT_KEY] = read_snapshot(snapshots[0])
         except IngestError as e:
             return fail(str(e))
+    if args.jobs is not None and args.jobs < 1:
+        return fail(f"--jobs: {args.jobs} is not a number of threads >= 1")
     if args.job is not None and (args.attach or args.separate):
         return fail("--job cannot be combined with --attach or --separate")
     if args.job == "":
@@ -159,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
             smi_columns=args.smi_columns,
             metadata=metadata,
             uploaded_by=uploaded_by,
+            jobs=args.jobs,
             **summary_options(args),
         )
         if any(not r.duplicate for r in results):  # expired snapshots, unneeded files
