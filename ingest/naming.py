@@ -22,8 +22,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gpuscope.vocabulary.errors import Ambiguous
-
 TRACE_SUFFIXES = (".gz", ".json", ".trace", ".pt")
 GENERIC = {
     "",
@@ -52,18 +50,6 @@ _TMP = re.compile(r"(?i)^(tmp|gpuscope-upload-)[a-z0-9_]+$")
 _HANDLER = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.(?P<ms>\d{13})$")
 MODEL_KEYS = ("model", "model_name", "gpuscope.model", "config")
 HOST_KEYS = ("hostname", "host", "gpuscope.host")
-
-
-class AmbiguousRunName(Ambiguous):
-    """A run reference (a name or an id prefix) that matches several runs; lists them."""
-
-    def __init__(self, ref: str, matches: list[tuple[str, str]]) -> None:
-        self.matches = matches
-        listed = ", ".join(f"{rid} ({name})" for rid, name in matches[:10])
-        more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
-        super().__init__(
-            ref, f"ambiguous: matches {len(matches)} runs: {listed}{more}; give a run id"
-        )
 
 
 def stem(name: str) -> str:

@@ -25,6 +25,7 @@ re-exports what callers use.
 from __future__ import annotations
 
 from gpuscope.store.connection import (
+    ALLOCATOR_SETTINGS,
     LAKE,
     ORPHAN_AGE_TEAM,
     Connection,
@@ -40,6 +41,7 @@ from gpuscope.store.migrations import MIGRATIONS, ensure_schema, schema_version
 from gpuscope.store.opening import connect, migrate_in_place, open_store
 from gpuscope.store.runs import (
     RUN_TABLES,
+    AmbiguousRunName,
     delete_run,
     list_runs,
     move_tag,
@@ -63,6 +65,7 @@ from gpuscope.store.spec import (
 from gpuscope.store.transactions import read_snapshot, settle_snapshot, transaction
 
 __all__ = [
+    "ALLOCATOR_SETTINGS",
     "ENV_DATA_PATH",
     "ENV_DB",
     "ENV_STORE",
@@ -70,6 +73,7 @@ __all__ = [
     "MIGRATIONS",
     "ORPHAN_AGE_TEAM",
     "RUN_TABLES",
+    "AmbiguousRunName",
     "Connection",
     "MigrationResult",
     "Store",

@@ -8,6 +8,7 @@ from typing import Any
 from gpuscope.store import schema
 from gpuscope.store.connection import Connection, Store
 from gpuscope.store.transactions import transaction
+from gpuscope.vocabulary.errors import Ambiguous
 
 RUN_TABLES = (
     "rank_summaries",
@@ -25,6 +26,18 @@ RUN_SELECT = ", ".join(schema.RUN_COLUMNS)  # a SELECT list
 
 # ---------------------------------------------------------------------------------------------------
 # Runs
+
+
+class AmbiguousRunName(Ambiguous):
+    """A run reference (a name or an id prefix) that matches several runs; lists them."""
+
+    def __init__(self, ref: str, matches: list[tuple[str, str]]) -> None:
+        self.matches = matches
+        listed = ", ".join(f"{rid} ({name})" for rid, name in matches[:10])
+        more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
+        super().__init__(
+            ref, f"ambiguous: matches {len(matches)} runs: {listed}{more}; give a run id"
+        )
 
 
 def delete_run(con: Connection, run_id: str) -> bool:
@@ -49,8 +62,6 @@ def resolve_run(con: Connection, ref: str) -> str | None:
     """A run id, a unique prefix of one, or a run name -> the run id; ``None`` when nothing
     matches. A name (or prefix) that matches several runs raises ``AmbiguousRunName``, which lists
     them (id and name), rather than reading as "no such run"."""
-    from gpuscope.ingest.naming import AmbiguousRunName
-
     rows = con.execute(
         "SELECT run_id, name FROM runs WHERE run_id = ? OR name = ? OR starts_with(run_id, ?) "
         "ORDER BY created_at DESC, run_id",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
-from gpuscope.ingest.naming import AmbiguousRunName
+from gpuscope.store import AmbiguousRunName
 from gpuscope.store.errors import StoreError, store_fault
 from gpuscope.vocabulary.errors import Ambiguous, BadInput, GpuscopeError, NotFound, StoreFault
 

@@ -1,6 +1,7 @@
 """One door to the store: everything outside ``gpuscope.store`` reaches a store through the
-package (``gpuscope.store``), its table definitions (``.schema``) or its faults (``.errors``), and
-opens no DuckDB database of its own (a scratch ``:memory:`` one aside)."""
+package (``gpuscope.store``), its table definitions (``.schema``), its faults (``.errors``) or its
+offline extensions (``.extensions``), and opens no DuckDB database of its own (a scratch
+``:memory:`` one aside)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 ROOTS = ("app", "ingest", "analysis", "vocabulary")
-DOORS = ("gpuscope.store", "gpuscope.store.schema", "gpuscope.store.errors")
+#: The package, and the modules other layers need by name: the tables, the faults, and DuckDB's
+#: extensions (loaded offline for a scratch ``:memory:`` database of the ingest).
+DOORS = (
+    "gpuscope.store",
+    "gpuscope.store.schema",
+    "gpuscope.store.errors",
+    "gpuscope.store.extensions",
+)
 
 
 def side_doors(repo: Path = REPO) -> list[str]:

@@ -17,6 +17,10 @@ TEXT = [
     (r"\bingest/store\.py\b", "store/"),
     (r"\bingest/extensions\.py\b", "store/extensions.py"),
     (r"from gpuscope\.ingest\.records import now_utc\b", "from gpuscope.store import now_utc"),
+    (
+        r"from gpuscope\.ingest\.naming import AmbiguousRunName\b",
+        "from gpuscope.store import AmbiguousRunName",
+    ),
 ]
 MOVED = {"store": "gpuscope", "schema": "gpuscope.store", "extensions": "gpuscope.store"}
 

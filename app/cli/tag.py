@@ -64,7 +64,7 @@ def resolve_baseline(con: Connection, ref: str) -> tuple[str, str | None]:
     run name; a reference that is both a tag and another run's id or name is refused (exit 2),
     as is one that names nothing. A tag on several runs (``runs --tag`` allows it) names the
     newest of them."""
-    from gpuscope.ingest.naming import AmbiguousRunName
+    from gpuscope.store import AmbiguousRunName
 
     holders = runs_with_tag(con, ref)
     try:

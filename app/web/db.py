@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -35,13 +36,24 @@ from gpuscope.store.schema import RUN_COLUMNS
 from gpuscope.vocabulary.errors import GpuscopeError
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-_local = threading.local()
-
 # Generations of the store opened after a drop are offset by EPOCH * (drops so far), so a cache
 # entry of the dropped connection is never served again (a legacy DuckDB store counts this
 # process's commits, which start again from 0 on a reopen).
 EPOCH = 10**12
-_drops = [0]
+
+
+@dataclass
+class _ServerStore:
+    """What this server holds of the store besides the reading connection (which
+    ``st.cache_resource`` keeps): each thread's cursor and pinned generation, the writer of each
+    store spec, and how many times a faulted store was dropped. One object, :data:`_server`."""
+
+    local: threading.local = field(default_factory=threading.local)
+    writers: dict[tuple[str, str, str | None], Store] = field(default_factory=dict)
+    drops: int = 0
+
+
+_server = _ServerStore()
 
 
 class StoreUnavailable(RuntimeError):
@@ -91,10 +103,6 @@ def store() -> Store:
     return _open_store(s.kind, s.location, s.data_path)
 
 
-# The writer of each store spec, opened on the first write (under the write lock's thread lock).
-_writers: dict[tuple[str, str, str | None], Store] = {}
-
-
 def writer() -> Store:
     """The connection this server writes with: a DuckDB instance of its own on the same lake
     (as another process's would be), used only under the write lock, one thread at a time.
@@ -109,9 +117,9 @@ def writer() -> Store:
         return cursor()
     key = (s.kind, s.location, s.data_path)
     with store().lock.thread_lock:
-        w = _writers.get(key)
+        w = _server.writers.get(key)
         if w is None:
-            w = _writers[key] = _open(*key)
+            w = _server.writers[key] = _open(*key)
         return w
 
 
@@ -120,10 +128,10 @@ def drop(s: Store) -> None:
     the next use reopens them. Waits for a write of this server's other threads (not for other
     processes' writers)."""
     with s.lock.thread_lock:
-        _drops[0] += 1
+        _server.drops += 1
         _open_store.clear()
         s.close()  # closes the cursors of every thread too
-        w = _writers.pop((s.spec.kind, s.spec.location, s.spec.data_path), None)
+        w = _server.writers.pop((s.spec.kind, s.spec.location, s.spec.data_path), None)
         if w is not None:
             w.close()
 
@@ -139,10 +147,10 @@ def fault(e: BaseException, s: Store | None = None) -> StoreError:
 def cursor() -> Store:
     """This thread's cursor on the shared store (created on first use)."""
     s = store()
-    entry: tuple[Store, Store] | None = getattr(_local, "cursor", None)
+    entry: tuple[Store, Store] | None = getattr(_server.local, "cursor", None)
     if entry is None or entry[0] is not s:  # none yet, or one of a dropped store (closed)
         entry = (s, s.cursor())
-        _local.cursor = entry
+        _server.local.cursor = entry
     return entry[1]
 
 
@@ -169,7 +177,7 @@ def writing() -> Iterator[Store]:
     except (duckdb.Error, OSError) as e:
         raise fault(e, s) from None
     finally:
-        _local.pin = None
+        _server.local.pin = None
 
 
 def _run_marker() -> object | None:
@@ -180,7 +188,7 @@ def _run_marker() -> object | None:
 
 
 def _pinned() -> int | None:
-    pin = getattr(_local, "pin", None)
+    pin = getattr(_server.local, "pin", None)
     marker = _run_marker()
     if pin is None or marker is None or pin[0] is not marker:
         return None
@@ -193,12 +201,12 @@ def _read_generation() -> int:
         g = cursor().generation()
     except duckdb.Error as e:  # the catalog failed: one line, reopen on the next action
         raise fault(e, s) from None
-    return _drops[0] * EPOCH + g
+    return _server.drops * EPOCH + g
 
 
 def begin_script_run() -> int:
     """Read the store's generation for this script run (one catalog query); returns it."""
-    _local.pin = None
+    _server.local.pin = None
     return generation()
 
 
@@ -211,7 +219,7 @@ def generation() -> int:
         return pinned
     gen = _read_generation()
     marker = _run_marker()
-    _local.pin = (marker, gen) if marker is not None else None
+    _server.local.pin = (marker, gen) if marker is not None else None
     return gen
 
 
