@@ -61,6 +61,7 @@ from gpuscope.analysis.event_classes import (
     SYNC_APIS,
     is_comm_kernel,
 )
+from gpuscope.vocabulary.causes import DATA_LOADING
 
 if TYPE_CHECKING:
     from gpuscope.analysis.steps import Window
@@ -72,7 +73,7 @@ BOUND_BY: tuple[str, ...] = (
     "kernels",
     "copies",
     "communication",
-    "data_loading",
+    DATA_LOADING,
     "sync",
 )
 """The "bound by" categories of a critical path, in display order."""
@@ -261,7 +262,7 @@ def _host_cat(stack: list[HostEvent], ev: HostEvent | None) -> tuple[str, set[st
     if any(f[0] for f in flags):
         tags.add("optimizer")
     if any(f[1] for f in flags):
-        return "data_loading", tags | {"dataloader"}
+        return DATA_LOADING, tags | {"dataloader"}
     if ev is not None and ev.cat in _RUNTIME:
         if ev.name in _LAUNCH:
             return "launch", tags | {"launch_call"}

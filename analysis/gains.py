@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 from gpuscope.analysis.critical_path import CriticalPath, Edge, GpuEvent, Graph, Node, replay
 from gpuscope.analysis.tensor_cores import tensor_core_info
+from gpuscope.vocabulary.causes import HOST_SYNC
 
 HOST_SCALE_MID = 0.4
 HOST_SCALE_RANGE = (0.3, 0.5)
@@ -320,7 +321,7 @@ def fix_variants(rec_id: str, g: Graph, ctx: Context) -> dict[str, Variant] | No
             return dur
 
         return {"low": (pin(0.6), keep), "mid": (pin(1.0), keep), "high": (pin(1.0), keep)}
-    if rec_id == "host_sync":
+    if rec_id == HOST_SYNC:
 
         def sync_tail(n: Node) -> bool:
             return "sync_tail" in n.tags and not (

@@ -14,6 +14,7 @@ from gpuscope.cli.analyze_sections import render_memory, render_modules, render_
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.store import Connection
+from gpuscope.vocabulary.nvml_fields import MEM_TOTAL_BYTES
 
 
 def add_analysis_options(p: argparse.ArgumentParser, *, runs: int = 1) -> None:
@@ -118,8 +119,8 @@ def render_nvml(doc: dict[str, Any]) -> str:
     out = [f"run {r['id']}  {r['name']}  NVML series only (no trace)  GPU {r['gpu'] or '-'}"]
     for g in doc["nvml"]:
         mem = (
-            f"{sig3(g['mem_used_max_bytes'] / 1e9)} of {sig3(g['mem_total_bytes'] / 1e9)} GB"
-            if g["mem_used_max_bytes"] is not None and g["mem_total_bytes"]
+            f"{sig3(g['mem_used_max_bytes'] / 1e9)} of {sig3(g[MEM_TOTAL_BYTES] / 1e9)} GB"
+            if g["mem_used_max_bytes"] is not None and g[MEM_TOTAL_BYTES]
             else "-"
         )
         out += [

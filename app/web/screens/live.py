@@ -9,6 +9,7 @@ import time
 
 import streamlit as st
 from gpuscope.vocabulary.errors import GpuscopeError
+from gpuscope.vocabulary.nvml_fields import GPU_UTIL_PCT, SM_ACTIVE_PCT
 from gpuscope.web import auth, db, figures, live, live_steps, ui, views
 from gpuscope.web.advice import GPM, what_to_do
 
@@ -129,7 +130,7 @@ def panel() -> None:
     for gpu, g in view.groupby("gpu", sort=True):
         st.plotly_chart(
             figures.nvml_lines(
-                g, "gpu_util_pct", origin_ns=origin, title=f"GPU {gpu} utilization (NVML)"
+                g, GPU_UTIL_PCT, origin_ns=origin, title=f"GPU {gpu} utilization (NVML)"
             ),
             config=views.PLOT_CONFIG,
             key=f"live_util_{gpu}",
@@ -150,10 +151,10 @@ def panel() -> None:
                         "`gpuscope.capture.profile_steps` and upload them to confirm the cause "
                         "and bound the gain."
                     )
-    if view["sm_active_pct"].notna().any():
+    if view[SM_ACTIVE_PCT].notna().any():
         st.plotly_chart(
             figures.nvml_lines(
-                view, "sm_active_pct", origin_ns=origin, title="SM active (GPM counters)"
+                view, SM_ACTIVE_PCT, origin_ns=origin, title="SM active (GPM counters)"
             ),
             config=views.PLOT_CONFIG,
             key="live_sm",
