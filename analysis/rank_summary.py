@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-from gpuscope.analysis import report
+from gpuscope.analysis import rank_frames, report
 from gpuscope.analysis.rank_index import close_shared
 from gpuscope.analysis.store_access import ranks_of
 from gpuscope.ingest.records import now_utc
@@ -140,13 +140,14 @@ def write_rank_summaries(con: Connection, run_id: str, parts: Iterable[str] | No
 
 
 def store_after_ingest(con: Connection, result: Any) -> None:
-    """``ingest_paths``'s ``after_trace`` hook: the rank summaries of a trace run of ONE rank just
-    written, inside the ingest's transaction. A run of several ranks gets none: its figures (the
-    wait beside busy, the straggler) need the collectives matched across ranks, which these
-    per-rank parts do not hold yet, so they would never be read, and computing them costs about
-    1 CPU s per rank (docs/benchmarks.md, "Many ranks"). :func:`write_rank_summaries` stores
-    them for any run when called."""
+    """``ingest_paths``'s ``after_trace`` hook, inside the ingest's transaction: every rank just
+    written gets the parts of :data:`EVERY_RANK` (the cross-rank part, from which ``analyze``
+    matches the run's collectives and splits each rank's busy time); a run of ONE rank gets every
+    part (the Runs list reads its ``rank_row`` and ``headline``). The other parts of a run of
+    several ranks would never be read and cost about 1 CPU s per rank (docs/benchmarks.md,
+    "Many ranks"); :func:`write_rank_summaries` stores them for any run when called."""
     if int(getattr(result, "n_ranks", 0) or 0) != 1:
+        write_rank_summaries(con, str(result.run_id), EVERY_RANK)
         return
     write_rank_summaries(con, str(result.run_id))
 
@@ -312,6 +313,24 @@ KERNELS = register(
 )
 
 
+CROSS_RANK = register(
+    SummaryPart(
+        rank_frames.NAME,
+        rank_frames.VERSION,
+        "what the run's cross-rank figures need of the rank (gpuscope.analysis.rank_frames): its "
+        "window, busy, idle by cause, collective frame and the parts of its communication kernels "
+        "not covered by compute",
+        rank_frames.compute,
+    )
+)
+#: The parts every rank of every run gets at its ingest; the others only a run of one rank's.
+EVERY_RANK = (CROSS_RANK.name,)
+
+
+def _parts_of_run(con: Connection, run_id: str) -> dict[int, Any]:
+    return load(con, run_id, CROSS_RANK.name)
+
+
 def _stored_lines(con: Connection, run_id: str) -> dict[int, Any]:
     return load(con, run_id, RANK_ROW.name, compute=False)
 
@@ -320,3 +339,5 @@ def _stored_lines(con: Connection, run_id: str) -> dict[int, Any]:
 # cannot import this module: it imports report). Nothing is stored on the way: a run of several
 # ranks is read with its collectives matched, from the events (see store_after_ingest).
 report.set_rank_line_source(_stored_lines)
+# analyze_run matches the collectives of a run of several ranks from their cross-rank parts
+report.set_rank_part_source(_parts_of_run)

@@ -548,6 +548,96 @@ def _rank_row_base(
     }
 
 
+@dataclass
+class RankPartSource:
+    """Where :func:`analyze_run` finds every rank's cross-rank part
+    (:mod:`gpuscope.analysis.rank_frames`): ``load(con, run_id)`` -> rank -> part (stored, else
+    computed from that rank's events). Set by :mod:`gpuscope.analysis.rank_summary`; unset (or
+    with a ``step_annotation``), the other ranks are read from their events."""
+
+    load: Callable[[Any, str], dict[int, dict[str, Any]]] | None = None
+
+
+_rank_parts = RankPartSource()
+
+
+def set_rank_part_source(load: Callable[[Any, str], dict[int, dict[str, Any]]] | None) -> None:
+    """Install (or, with None, remove) the source of the ranks' cross-rank parts."""
+    _rank_parts.load = load
+
+
+def _match_from_parts(
+    con: Connection, run_id: str, parts: dict[int, dict[str, Any]], n_steps: int, step_ns: float
+) -> CollectiveMatch:
+    """:func:`run_collectives` from the ranks' stored frames (the same match, no events read)."""
+    from gpuscope.analysis.collectives import link_peak_gbs, match_collectives
+    from gpuscope.analysis.rank_frames import frame_of
+
+    row = con.execute("SELECT gpu_name FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return match_collectives(
+        {r: frame_of(p) for r, p in parts.items()},
+        link_gbs=link_peak_gbs(row[0] if row else None),
+        n_steps=n_steps,
+        step_ns=step_ns,
+    )
+
+
+def _lines_from_parts(
+    parts: dict[int, dict[str, Any]], match: CollectiveMatch | None, skip: int
+) -> list[dict[str, Any]]:
+    """The ``ranks`` lines of every rank but ``skip`` from their cross-rank parts and the match:
+    what :func:`_rank_summary` gives from the events (the busy split by
+    :func:`rank_frames.split_of`)."""
+    from gpuscope.analysis.rank_frames import idle_of, split_of, window_of
+
+    rows = match.rows if match is not None and not match.rows.empty else None
+    by_rank = dict(iter(rows.groupby("rank"))) if rows is not None else {}
+    out = []
+    for r, p in parts.items():
+        if r == skip:
+            continue
+        w = window_of(p)
+        st = step_stats(w)
+        mine = by_rank.get(r)
+        waits: dict[int, int] = {}
+        if mine is not None:
+            stepped = mine.dropna(subset=["step"])
+            waits = {int(k): int(v) for k, v in stepped.groupby("step")["wait_ns"].sum().items()}
+        bounds = w.step_bounds_ns() if w.steps and w.source != "trace" else []
+        figures = {
+            "step_ms_by_step": (
+                {str(s.number): (b[1] - b[0]) / 1e6 for s, b in zip(w.steps, bounds, strict=True)}
+                if bounds
+                else {}
+            ),
+            "wait_ms_by_step": (
+                {str(s.number): waits.get(s.number, 0) / 1e6 for s in w.steps} if bounds else {}
+            ),
+        }
+        if p["device"] is None:
+            out.append(
+                _rank_row(r, w, None, st.mean_ms, p["comm_only_ns"], None, stats=st) | figures
+            )
+            continue
+        table = None
+        if match is not None:
+            off = int(p["offset_ns"])
+            src = mine if mine is not None else match.rows.iloc[0:0]
+            table = pd.DataFrame(
+                {
+                    "start_ns": (src["start_ns"].astype("int64") - off).to_numpy("int64"),
+                    "end_ns": (src["end_ns"].astype("int64") - off).to_numpy("int64"),
+                    "wait_ns": src["wait_ns"].astype("int64").to_numpy("int64"),
+                }
+            )
+        split = split_of(p, table)
+        row = _rank_row(
+            r, w, p["busy_pct"], st.mean_ms, p["comm_only_ns"], idle_of(p), split=split, stats=st
+        )
+        out.append({**row, **figures})
+    return out
+
+
 _Args = ParamSpec("_Args")
 _Ret = TypeVar("_Ret")
 
@@ -769,17 +859,34 @@ def analyze_run(
     # (the other ranks' indexes may push this rank's RankIndex out of the shared ones: everything
     # that reads it is above)
     # collectives matched across ranks, and the busy split (compute / transfer / wait / idle)
-    match = (
-        run_collectives(
-            con,
-            run_id,
-            {rank: window},
-            n_steps=window.n_steps,
-            step_ns=stats.mean_ms * 1e6,
-            step_annotation=step_annotation,
-        )
-        if details and all_ranks and len(run["ranks"]) > 1 and not evidence
+    parts = (
+        _rank_parts.load(con, run_id)
+        if _rank_parts.load is not None
+        and all_ranks
+        and not step_annotation
+        and len(run["ranks"]) > 1
         else None
+    )
+    parts_match = (
+        _match_from_parts(con, run_id, parts, window.n_steps, stats.mean_ms * 1e6)
+        if parts is not None and details and not evidence
+        else None
+    )
+    match = (
+        parts_match
+        if parts is not None
+        else (
+            run_collectives(
+                con,
+                run_id,
+                {rank: window},
+                n_steps=window.n_steps,
+                step_ns=stats.mean_ms * 1e6,
+                step_annotation=step_annotation,
+            )
+            if details and all_ranks and len(run["ranks"]) > 1 and not evidence
+            else None
+        )
     )
     split = (
         busy_split(
@@ -810,7 +917,9 @@ def analyze_run(
         )
         | _per_step_figures(window, match, rank)
     ]
-    if all_ranks:
+    if parts is not None:  # the other ranks' lines from their cross-rank parts: no events read
+        ranks += _lines_from_parts(parts, match, rank)
+    elif all_ranks:
         # the other ranks' lines: their stored summaries (rank_summary) when no cross-rank match
         # is needed; with one, from the events (their busy split needs the matched waits)
         source = _rank_lines.load

@@ -1,0 +1,222 @@
+"""A rank's cross-rank part: what a run's many-rank figures need of one rank, computed from that
+rank's events alone (at its ingest) and stored with it (:mod:`gpuscope.analysis.rank_summary`,
+part ``cross_rank``), so that ``analyze`` and the Run page match the collectives of every rank
+and split each rank's busy time without reading any rank's events but the one shown.
+
+The part (a JSON document, :func:`compute`) holds:
+
+- ``window``: the rank's default (ProfilerStep) window and its steps (:class:`steps.Window`);
+- ``busy_pct``, ``busy_ns``, ``device``, ``comm_only_ns``, ``idle_ns``, ``idle_causes_ns``,
+  ``idle_gaps``: the rank line's figures that need no other rank;
+- ``frame``: the rank's collective frame (:func:`collectives.rank_collectives`), column-wise;
+- ``offset_ns``: the rank's ``time_offset_ns`` (absolute time = trace time + this);
+- ``split``: what :func:`busy.busy_split` needs once each collective's last arrival is known:
+  ``compute_ns`` (the union of non-communication activity in the window), ``comm`` (every
+  communication kernel of the device overlapping the window, ``[start, end)`` trace ns, as
+  stored) and ``uncovered`` (the disjoint sub-intervals of the window where a communication
+  kernel runs and no compute does). :func:`split_of` then gives exactly the split that
+  :func:`busy.busy_split` computes from the events (the same precedence, integer ns).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+from gpuscope.analysis.busy import BusySplit, _covered, _merge, busy_summary, comm_only_ns
+from gpuscope.analysis.collectives import FRAME_COLUMNS, _typed, rank_collectives, rank_offset_ns
+from gpuscope.analysis.idle import IdleResult, idle_analysis
+from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.steps import Step, Window, find_window
+from gpuscope.analysis.store_access import COMM_KERNEL_RE, execute
+
+if TYPE_CHECKING:
+    from gpuscope.ingest.store import Connection
+
+NAME = "cross_rank"
+VERSION = 1
+
+
+def _ints(a: Any) -> list[int]:
+    return [int(x) for x in a]
+
+
+def _difference(a_s: Any, a_e: Any, b_s: Any, b_e: Any) -> tuple[Any, Any]:
+    """``A \\ B`` of two sets of disjoint sorted ``[s, e)`` intervals (int64 arrays), disjoint
+    sorted: the elementary pieces between all endpoints that lie in A and not in B, merged."""
+    if a_s.size == 0:
+        return a_s, a_e
+    pts = np.unique(np.concatenate([a_s, a_e, b_s, b_e]))
+    lo, hi = pts[:-1], pts[1:]
+
+    def inside(s: Any, e: Any) -> Any:
+        if s.size == 0:
+            return np.zeros(lo.size, dtype=bool)
+        k = np.searchsorted(s, lo, side="right") - 1
+        return (k >= 0) & (lo < e[np.maximum(k, 0)])
+
+    keep = inside(a_s, a_e) & ~inside(b_s, b_e)
+    return _merge(lo[keep], hi[keep])
+
+
+def split_inputs(
+    con: Connection, run_id: str, rank: int, start_ns: int, end_ns: int, device: int | None
+) -> dict[str, Any]:
+    """``compute_ns``, ``comm`` and ``uncovered`` of the module doc, from one read of the device's
+    activity in ``[start_ns, end_ns)``."""
+    if device is None or end_ns <= start_ns:
+        return {"compute_ns": 0, "comm": [], "uncovered": []}
+    ix = RankIndex.shared(con, run_id, rank)
+    act = execute(
+        con,
+        f"""SELECT s, e, list_contains($comm, name_id) AS is_comm FROM {ix.gpu()}
+            WHERE dev = $dev AND s < $we AND e > $ws""",
+        {
+            "dev": int(device),
+            "ws": int(start_ns),
+            "we": int(end_ns),
+            "comm": [
+                int(r[0])
+                for r in con.execute(
+                    "SELECT name_id FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
+                    [run_id, COMM_KERNEL_RE],
+                ).fetchall()
+            ]
+            or [-1],
+        },
+    ).df()
+    s = act["s"].to_numpy(np.int64)
+    e = act["e"].to_numpy(np.int64)
+    is_comm = act["is_comm"].to_numpy(bool)
+    cs, ce = np.maximum(s, start_ns), np.minimum(e, end_ns)
+    c_s, c_e = _merge(cs[~is_comm], ce[~is_comm])
+    m_s, m_e = _merge(cs[is_comm], ce[is_comm])
+    u_s, u_e = _difference(m_s, m_e, c_s, c_e)
+    order = np.lexsort((e[is_comm], s[is_comm]))
+    return {
+        "compute_ns": int((c_e - c_s).sum()),
+        "comm": [_ints(s[is_comm][order]), _ints(e[is_comm][order])],
+        "uncovered": [_ints(u_s), _ints(u_e)],
+    }
+
+
+def compute(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
+    """The rank's cross-rank part (module doc), from its events only."""
+    w = find_window(con, run_id, rank)
+    b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
+    comm = comm_only_ns(con, run_id, rank, w.start_ns, w.end_ns, b.device, b.busy_ns)
+    idle = (
+        idle_analysis(con, run_id, rank, w, device=b.device, top_n=0)
+        if b.device is not None
+        else None
+    )
+    frame = rank_collectives(con, run_id, rank, w)
+    cols = {
+        c: [None if pd.isna(v) else (v.item() if hasattr(v, "item") else v) for v in frame[c]]
+        for c in FRAME_COLUMNS
+    }
+    return {
+        "window": {
+            "start_ns": w.start_ns,
+            "end_ns": w.end_ns,
+            "source": w.source,
+            "annotation": w.annotation,
+            "steps": [[s.number, s.cpu_start_ns, s.cpu_end_ns, s.gpu_end_ns] for s in w.steps],
+        },
+        "device": b.device,
+        "busy_pct": b.busy_pct if b.device is not None else None,
+        "busy_ns": b.busy_ns,
+        "comm_only_ns": comm,
+        "idle_ns": idle.total_ns if idle is not None else None,
+        "idle_gaps": idle.n_gaps if idle is not None else None,
+        "idle_causes_ns": dict(idle.causes_ns) if idle is not None else None,
+        "offset_ns": rank_offset_ns(con, run_id, rank),
+        "frame": cols,
+        "split": split_inputs(con, run_id, rank, w.start_ns, w.end_ns, b.device),
+    }
+
+
+def window_of(part: dict[str, Any]) -> Window:
+    """The rank's window as :func:`steps.find_window` gave it."""
+    d = part["window"]
+    steps = [
+        Step(int(n), int(a), int(b), None if g is None else int(g)) for n, a, b, g in d["steps"]
+    ]
+    return Window(int(d["start_ns"]), int(d["end_ns"]), steps, d["source"], d["annotation"])
+
+
+def idle_of(part: dict[str, Any]) -> IdleResult | None:
+    """The rank's idle total and causes (no gaps, no evidence), None without GPU activity."""
+    if part["idle_ns"] is None:
+        return None
+    w = window_of(part)
+    return IdleResult(
+        w.duration_ns,
+        w.n_steps,
+        part["device"],
+        int(part["idle_ns"]),
+        int(part["idle_gaps"]),
+        {str(k): int(v) for k, v in part["idle_causes_ns"].items()},
+    )
+
+
+def frame_of(part: dict[str, Any]) -> pd.DataFrame:
+    """The rank's collective frame, typed as :func:`collectives.rank_collectives` returns it."""
+    return _typed(pd.DataFrame({c: part["frame"][c] for c in FRAME_COLUMNS}))
+
+
+def split_of(part: dict[str, Any], waits: pd.DataFrame | None) -> BusySplit:
+    """:func:`busy.busy_split` of the rank's window from its part: ``waits`` as busy_split takes
+    them (trace ns: ``start_ns``, ``end_ns``, ``wait_ns``); the same figures, integer ns."""
+    d = part["window"]
+    ws, we = int(d["start_ns"]), int(d["end_ns"])
+    window = we - ws
+    if part["device"] is None or window <= 0:
+        return BusySplit(max(0, window), 0, 0, 0, max(0, window))
+    sp = part["split"]
+    comm = pd.DataFrame(
+        {"s": np.asarray(sp["comm"][0], np.int64), "e": np.asarray(sp["comm"][1], np.int64)}
+    )
+    w = waits if waits is not None else pd.DataFrame({"start_ns": [], "end_ns": [], "wait_ns": []})
+    k = pd.DataFrame(
+        {
+            "s": w["start_ns"].to_numpy(np.int64),
+            "e": w["end_ns"].to_numpy(np.int64),
+            "kw": w["wait_ns"].to_numpy(np.int64),
+        }
+    )
+    matched = comm.merge(k, on=["s", "e"], how="inner")
+    keys = set(zip(k["s"].tolist(), k["e"].tolist(), strict=True))
+    n_unmatched = sum(
+        1 for key in zip(comm["s"].tolist(), comm["e"].tolist(), strict=True) if key not in keys
+    )
+    s = matched["s"].to_numpy(np.int64)
+    e = matched["e"].to_numpy(np.int64)
+    m = s + matched["kw"].to_numpy(np.int64)
+    t_s, t_e = _merge(np.maximum(m, ws), np.minimum(e, we))
+    tw_s, tw_e = _merge(
+        np.concatenate([np.maximum(m, ws), np.maximum(s, ws)]),
+        np.concatenate([np.minimum(e, we), np.minimum(m, we)]),
+    )
+    u_s = np.asarray(sp["uncovered"][0], np.int64)
+    u_e = np.asarray(sp["uncovered"][1], np.int64)
+
+    def on_uncovered(a_s: Any, a_e: Any) -> int:
+        if a_s.size == 0:
+            return 0
+        return int((_covered(u_s, u_e, a_e) - _covered(u_s, u_e, a_s)).sum())
+
+    transfer = on_uncovered(t_s, t_e)
+    tw = on_uncovered(tw_s, tw_e)
+    uncovered = int((u_e - u_s).sum())
+    compute_ns = int(sp["compute_ns"])
+    return BusySplit(
+        window,
+        compute_ns,
+        transfer,
+        tw - transfer,
+        window - compute_ns - uncovered,
+        n_unmatched,
+        uncovered - tw,
+    )
