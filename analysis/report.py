@@ -253,7 +253,19 @@ def _run_info(con: Connection, run_id: str) -> dict[str, Any]:
         raise ValueError(f"{run_id}: no such run")
     if row[2] != "trace":
         raise ValueError(f"{run_id}: not a trace run ({row[2]})")
-    return {"id": run_id, "name": row[0], "gpu": row[1], "ranks": ranks_of(con, run_id)}
+    from gpuscope.analysis.ranks import ranks_of_world, world_sizes
+
+    ranks = ranks_of(con, run_id)
+    world = world_sizes(con, [run_id]).get(run_id)
+    return {
+        "id": run_id,
+        "name": row[0],
+        "gpu": row[1],
+        "ranks": ranks,
+        # issue 20: a job whose nodes still report holds fewer ranks than its world size
+        "world_size": world,
+        "ranks_of_world": ranks_of_world(len(ranks), world),
+    }
 
 
 def _units(meta: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
