@@ -166,6 +166,16 @@ def frame_of(part: dict[str, Any]) -> pd.DataFrame:
     return _typed(pd.DataFrame({c: part["frame"][c] for c in FRAME_COLUMNS}))
 
 
+def frames_of(parts: dict[int, dict[str, Any]]) -> pd.DataFrame:
+    """Every rank's collective frame as one frame (ranks in ``parts``' order): what
+    :func:`collectives.match_collectives` concatenates, typed once."""
+    cols: dict[str, list[Any]] = {c: [] for c in FRAME_COLUMNS}
+    for p in parts.values():
+        for c in FRAME_COLUMNS:
+            cols[c] += p["frame"][c]
+    return _typed(pd.DataFrame(cols))
+
+
 def split_of(part: dict[str, Any], waits: pd.DataFrame | None) -> BusySplit:
     """:func:`busy.busy_split` of the rank's window from its part: ``waits`` as busy_split takes
     them (trace ns: ``start_ns``, ``end_ns``, ``wait_ns``); the same figures, integer ns."""
@@ -175,25 +185,29 @@ def split_of(part: dict[str, Any], waits: pd.DataFrame | None) -> BusySplit:
     if part["device"] is None or window <= 0:
         return BusySplit(max(0, window), 0, 0, 0, max(0, window))
     sp = part["split"]
-    comm = pd.DataFrame(
-        {"s": np.asarray(sp["comm"][0], np.int64), "e": np.asarray(sp["comm"][1], np.int64)}
-    )
-    w = waits if waits is not None else pd.DataFrame({"start_ns": [], "end_ns": [], "wait_ns": []})
-    k = pd.DataFrame(
-        {
-            "s": w["start_ns"].to_numpy(np.int64),
-            "e": w["end_ns"].to_numpy(np.int64),
-            "kw": w["wait_ns"].to_numpy(np.int64),
-        }
-    )
-    matched = comm.merge(k, on=["s", "e"], how="inner")
-    keys = set(zip(k["s"].tolist(), k["e"].tolist(), strict=True))
-    n_unmatched = sum(
-        1 for key in zip(comm["s"].tolist(), comm["e"].tolist(), strict=True) if key not in keys
-    )
-    s = matched["s"].to_numpy(np.int64)
-    e = matched["e"].to_numpy(np.int64)
-    m = s + matched["kw"].to_numpy(np.int64)
+    kw_of: dict[tuple[int, int], list[int]] = {}
+    if waits is not None:
+        for ks, ke, kw in zip(
+            waits["start_ns"].tolist(),
+            waits["end_ns"].tolist(),
+            waits["wait_ns"].tolist(),
+            strict=True,
+        ):
+            kw_of.setdefault((int(ks), int(ke)), []).append(int(kw))
+    ms, me, mm = [], [], []  # the matched kernels (a kernel matched twice counts twice, as in SQL)
+    n_unmatched = 0
+    for cs, ce in zip(sp["comm"][0], sp["comm"][1], strict=True):
+        kws = kw_of.get((cs, ce))
+        if kws is None:
+            n_unmatched += 1
+            continue
+        for kw in kws:
+            ms.append(cs)
+            me.append(ce)
+            mm.append(cs + kw)
+    s = np.asarray(ms, np.int64)
+    e = np.asarray(me, np.int64)
+    m = np.asarray(mm, np.int64)
     t_s, t_e = _merge(np.maximum(m, ws), np.minimum(e, we))
     tw_s, tw_e = _merge(
         np.concatenate([np.maximum(m, ws), np.maximum(s, ws)]),

@@ -583,11 +583,11 @@ def _match_from_parts(
 ) -> CollectiveMatch:
     """:func:`run_collectives` from the ranks' stored frames (the same match, no events read)."""
     from gpuscope.analysis.collectives import link_peak_gbs, match_collectives
-    from gpuscope.analysis.rank_frames import frame_of
+    from gpuscope.analysis.rank_frames import frames_of
 
     row = con.execute("SELECT gpu_name FROM runs WHERE run_id = ?", [run_id]).fetchone()
     return match_collectives(
-        {r: frame_of(p) for r, p in parts.items()},
+        [frames_of(parts)],
         link_gbs=link_peak_gbs(row[0] if row else None),
         n_steps=n_steps,
         step_ns=step_ns,
@@ -600,21 +600,32 @@ def _lines_from_parts(
     """The ``ranks`` lines of every rank but ``skip`` from their cross-rank parts and the match:
     what :func:`_rank_summary` gives from the events (the busy split by
     :func:`rank_frames.split_of`)."""
+    import numpy as np
     from gpuscope.analysis.rank_frames import idle_of, split_of, window_of
 
     rows = match.rows if match is not None and not match.rows.empty else None
-    by_rank = dict(iter(rows.groupby("rank"))) if rows is not None else {}
+    step_waits: dict[int, dict[int, int]] = {}  # rank -> step -> wait ns
+    tables: dict[int, tuple[Any, Any, Any]] = {}  # rank -> its matched kernels (absolute ns)
+    if rows is not None:
+        stepped = rows.dropna(subset=["step"])
+        for (rk, stp), v in stepped.groupby(["rank", "step"])["wait_ns"].sum().items():
+            step_waits.setdefault(int(rk), {})[int(stp)] = int(v)
+        rk_arr = rows["rank"].to_numpy(np.int64)
+        order = np.argsort(rk_arr, kind="stable")
+        cols = [rows[c].astype("int64").to_numpy(np.int64)[order] for c in ("start_ns", "end_ns")]
+        wait = rows["wait_ns"].astype("int64").to_numpy(np.int64)[order]
+        keys, first = np.unique(rk_arr[order], return_index=True)
+        ends = [*first[1:], len(order)]
+        for k, a, b in zip(keys.tolist(), first.tolist(), ends, strict=True):
+            tables[int(k)] = (cols[0][a:b], cols[1][a:b], wait[a:b])
+    empty = np.zeros(0, np.int64)
     out = []
     for r, p in parts.items():
         if r == skip:
             continue
         w = window_of(p)
         st = step_stats(w)
-        mine = by_rank.get(r)
-        waits: dict[int, int] = {}
-        if mine is not None:
-            stepped = mine.dropna(subset=["step"])
-            waits = {int(k): int(v) for k, v in stepped.groupby("step")["wait_ns"].sum().items()}
+        waits = step_waits.get(r, {})
         bounds = w.step_bounds_ns() if w.steps and w.source != "trace" else []
         figures = {
             "step_ms_by_step": (
@@ -632,16 +643,10 @@ def _lines_from_parts(
             )
             continue
         table = None
-        if match is not None:
+        if match is not None:  # the rank's matched kernels in its trace time (wait_table)
             off = int(p["offset_ns"])
-            src = mine if mine is not None else match.rows.iloc[0:0]
-            table = pd.DataFrame(
-                {
-                    "start_ns": (src["start_ns"].astype("int64") - off).to_numpy("int64"),
-                    "end_ns": (src["end_ns"].astype("int64") - off).to_numpy("int64"),
-                    "wait_ns": src["wait_ns"].astype("int64").to_numpy("int64"),
-                }
-            )
+            ks, ke, kw = tables.get(r, (empty, empty, empty))
+            table = pd.DataFrame({"start_ns": ks - off, "end_ns": ke - off, "wait_ns": kw})
         split = split_of(p, table)
         row = _rank_row(
             r, w, p["busy_pct"], st.mean_ms, p["comm_only_ns"], idle_of(p), split=split, stats=st
