@@ -123,11 +123,10 @@ def write_rank_summaries(con: Connection, run_id: str, parts: Iterable[str] | No
     for rank, part in todo:
         by_rank.setdefault(rank, []).append(part)
     try:
-        for rank, parts_of in by_rank.items():
-            with _rank_copy(con, run_id, rank) as on:
-                for part in parts_of:
-                    doc = json.dumps(_finite(part.compute(on, run_id, rank)), allow_nan=False)
-                    rows.append([run_id, rank, part.name, part.version, doc, now_utc()])
+        for rank, on in _rank_copies(con, run_id, list(by_rank)):
+            for part in by_rank[rank]:
+                doc = json.dumps(_finite(part.compute(on, run_id, rank)), allow_nan=False)
+                rows.append([run_id, rank, part.name, part.version, doc, now_utc()])
     finally:
         close_shared(con)  # the working tables die with a rolled-back transaction: forget them
     for rank, part in todo:
@@ -175,6 +174,49 @@ def _rank_copy(con: Connection, run_id: str, rank: int) -> Iterator[Any]:
     if row is None or row[0] is None or int(row[0]) > MAX_IN_MEMORY_EVENTS:
         yield con
         return
+    with _copy_of(con, run_id, [rank]) as on:
+        yield on
+
+
+def _rank_copies(con: Connection, run_id: str, ranks: list[int]) -> Iterator[tuple[int, Any]]:
+    """(rank, connection to compute its parts on) for every rank of ``ranks``, in order: as
+    :func:`_rank_copy`, but ranks are copied in batches of at most :data:`MAX_IN_MEMORY_EVENTS`
+    events together, with one read of the store per batch (a read per rank scans the events of
+    every rank written in the ingest's transaction again: quadratic in a folder of many ranks).
+    The parts filter on the rank, so a batch's database serves each of its ranks; the working
+    tables of one rank are dropped before the next (:func:`close_shared`)."""
+    sizes = dict(
+        con.execute(
+            "SELECT rank, coalesce(n_events, 0) FROM ranks WHERE run_id = ?", [run_id]
+        ).fetchall()
+    )
+    batch: list[int] = []
+    held = 0
+
+    def flush() -> Iterator[tuple[int, Any]]:
+        with _copy_of(con, run_id, batch) as on:
+            for r in batch:
+                yield r, on
+                close_shared(on)
+
+    for rank in ranks:
+        n = sizes.get(rank)
+        if n is None or int(n) > MAX_IN_MEMORY_EVENTS:  # too big to copy: computed on con
+            yield rank, con
+            continue
+        if batch and held + int(n) > MAX_IN_MEMORY_EVENTS:
+            yield from flush()
+            batch, held = [], 0
+        batch.append(rank)
+        held += int(n)
+    if batch:
+        yield from flush()
+
+
+@contextmanager
+def _copy_of(con: Connection, run_id: str, ranks: list[int]) -> Iterator[Any]:
+    """A new in-memory database holding the store's tables with the rows of ``ranks`` (events,
+    threads) and of the run (runs, ranks, names): :func:`_rank_copy` for several ranks at once."""
     from gpuscope.ingest.schema import TABLES
 
     scratch = duckdb.connect(":memory:")
@@ -184,8 +226,8 @@ def _rank_copy(con: Connection, run_id: str, rank: int) -> Iterator[Any]:
         for table in TABLES:
             scratch.execute(table.ddl(keys=False))
         for name in _COPIED:
-            per_rank = " AND rank = $rank" if name in ("events", "threads") else ""
-            params = {"run": run_id, "rank": rank} if per_rank else {"run": run_id}
+            per_rank = " AND list_contains($ranks, rank)" if name in ("events", "threads") else ""
+            params = {"run": run_id, "ranks": list(ranks)} if per_rank else {"run": run_id}
             rows = con.execute(
                 f"SELECT * FROM {name} WHERE run_id = $run{per_rank}", params
             ).to_arrow_table()
