@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from gpuscope.analysis.busy import BusySplit, _covered, _merge, busy_summary, comm_only_ns
 from gpuscope.analysis.collectives import FRAME_COLUMNS, _typed, rank_collectives, rank_offset_ns
-from gpuscope.analysis.idle import IdleResult, idle_analysis
+from gpuscope.analysis.idle import IdleResult, idle_totals
 from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.steps import Step, Window, find_window
 from gpuscope.analysis.store_access import COMM_KERNEL_RE, execute
@@ -106,11 +106,7 @@ def compute(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
     w = find_window(con, run_id, rank)
     b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
     comm = comm_only_ns(con, run_id, rank, w.start_ns, w.end_ns, b.device, b.busy_ns)
-    idle = (
-        idle_analysis(con, run_id, rank, w, device=b.device, top_n=0)
-        if b.device is not None
-        else None
-    )
+    idle = idle_totals(con, run_id, rank, w, device=b.device) if b.device is not None else None
     frame = rank_collectives(con, run_id, rank, w)
     cols = {
         c: [None if pd.isna(v) else (v.item() if hasattr(v, "item") else v) for v in frame[c]]
