@@ -172,9 +172,14 @@ def frames_of(parts: dict[int, dict[str, Any]]) -> pd.DataFrame:
     return _typed(pd.DataFrame(cols))
 
 
-def split_of(part: dict[str, Any], waits: pd.DataFrame | None) -> BusySplit:
+def _as_list(v: Any) -> list[Any]:
+    return v.tolist() if hasattr(v, "tolist") else list(v)
+
+
+def split_of(part: dict[str, Any], waits: Any) -> BusySplit:
     """:func:`busy.busy_split` of the rank's window from its part: ``waits`` as busy_split takes
-    them (trace ns: ``start_ns``, ``end_ns``, ``wait_ns``); the same figures, integer ns."""
+    them (trace ns: ``start_ns``, ``end_ns``, ``wait_ns``: a DataFrame, or a dict of arrays);
+    the same figures, integer ns."""
     d = part["window"]
     ws, we = int(d["start_ns"]), int(d["end_ns"])
     window = we - ws
@@ -184,9 +189,9 @@ def split_of(part: dict[str, Any], waits: pd.DataFrame | None) -> BusySplit:
     kw_of: dict[tuple[int, int], list[int]] = {}
     if waits is not None:
         for ks, ke, kw in zip(
-            waits["start_ns"].tolist(),
-            waits["end_ns"].tolist(),
-            waits["wait_ns"].tolist(),
+            _as_list(waits["start_ns"]),
+            _as_list(waits["end_ns"]),
+            _as_list(waits["wait_ns"]),
             strict=True,
         ):
             kw_of.setdefault((int(ks), int(ke)), []).append(int(kw))

@@ -642,11 +642,11 @@ def _lines_from_parts(
                 _rank_row(r, w, None, st.mean_ms, p["comm_only_ns"], None, stats=st) | figures
             )
             continue
-        table = None
+        table: dict[str, Any] | None = None
         if match is not None:  # the rank's matched kernels in its trace time (wait_table)
             off = int(p["offset_ns"])
             ks, ke, kw = tables.get(r, (empty, empty, empty))
-            table = pd.DataFrame({"start_ns": ks - off, "end_ns": ke - off, "wait_ns": kw})
+            table = {"start_ns": ks - off, "end_ns": ke - off, "wait_ns": kw}
         split = split_of(p, table)
         row = _rank_row(
             r, w, p["busy_pct"], st.mean_ms, p["comm_only_ns"], idle_of(p), split=split, stats=st
