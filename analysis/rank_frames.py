@@ -5,7 +5,8 @@ and split each rank's busy time without reading any rank's events but the one sh
 
 The part (a JSON document, :func:`compute`) holds:
 
-- ``window``: the rank's default (ProfilerStep) window and its steps (:class:`steps.Window`);
+- ``window``: the rank's default (ProfilerStep) window and its steps (:class:`steps.Window`),
+  ``step_stats`` (:class:`steps.StepStats`);
 - ``busy_pct``, ``busy_ns``, ``device``, ``comm_only_ns``, ``idle_ns``, ``idle_causes_ns``,
   ``idle_gaps``: the rank line's figures that need no other rank;
 - ``frame``: the rank's collective frame (:func:`collectives.rank_collectives`), column-wise;
@@ -20,6 +21,7 @@ The part (a JSON document, :func:`compute`) holds:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,14 +30,14 @@ from gpuscope.analysis.busy import BusySplit, _covered, _merge, busy_summary, co
 from gpuscope.analysis.collectives import FRAME_COLUMNS, _typed, rank_collectives, rank_offset_ns
 from gpuscope.analysis.idle import IdleResult, idle_totals
 from gpuscope.analysis.rank_index import RankIndex
-from gpuscope.analysis.steps import Step, Window, find_window
+from gpuscope.analysis.steps import Step, StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import COMM_KERNEL_RE, execute
 
 if TYPE_CHECKING:
     from gpuscope.ingest.store import Connection
 
 NAME = "cross_rank"
-VERSION = 1
+VERSION = 2
 
 
 def _ints(a: Any) -> list[int]:
@@ -120,6 +122,7 @@ def compute(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
             "annotation": w.annotation,
             "steps": [[s.number, s.cpu_start_ns, s.cpu_end_ns, s.gpu_end_ns] for s in w.steps],
         },
+        "step_stats": dataclasses.asdict(step_stats(w)),
         "device": b.device,
         "busy_pct": b.busy_pct if b.device is not None else None,
         "busy_ns": b.busy_ns,
@@ -140,6 +143,11 @@ def window_of(part: dict[str, Any]) -> Window:
         Step(int(n), int(a), int(b), None if g is None else int(g)) for n, a, b, g in d["steps"]
     ]
     return Window(int(d["start_ns"]), int(d["end_ns"]), steps, d["source"], d["annotation"])
+
+
+def stats_of(part: dict[str, Any]) -> StepStats:
+    """The rank's step statistics (:func:`steps.step_stats` of its window, as computed at ingest)."""
+    return StepStats(**part["step_stats"])
 
 
 def idle_of(part: dict[str, Any]) -> IdleResult | None:

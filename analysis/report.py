@@ -601,7 +601,7 @@ def _lines_from_parts(
     what :func:`_rank_summary` gives from the events (the busy split by
     :func:`rank_frames.split_of`)."""
     import numpy as np
-    from gpuscope.analysis.rank_frames import idle_of, split_of, window_of
+    from gpuscope.analysis.rank_frames import idle_of, split_of, stats_of, window_of
 
     rows = match.rows if match is not None and not match.rows.empty else None
     step_waits: dict[int, dict[int, int]] = {}  # rank -> step -> wait ns
@@ -624,7 +624,7 @@ def _lines_from_parts(
         if r == skip:
             continue
         w = window_of(p)
-        st = step_stats(w)
+        st = stats_of(p)
         waits = step_waits.get(r, {})
         bounds = w.step_bounds_ns() if w.steps and w.source != "trace" else []
         figures = {
