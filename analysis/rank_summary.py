@@ -142,13 +142,19 @@ def store_after_ingest(con: Connection, result: Any) -> None:
     """``ingest_paths``'s ``after_trace`` hook, inside the ingest's transaction: every rank just
     written gets the parts of :data:`EVERY_RANK` (the cross-rank part, from which ``analyze``
     matches the run's collectives and splits each rank's busy time); a run of ONE rank gets every
-    part (the Runs list reads its ``rank_row`` and ``headline``). The other parts of a run of
+    other part (the Runs list reads its ``rank_row`` and ``headline``), and the cross-rank part too
+    when its trace names a world size above 1 (``ingest --job``: the other ranks come later). The other parts of a run of
     several ranks would never be read and cost about 1 CPU s per rank (docs/benchmarks.md,
     "Many ranks"); :func:`write_rank_summaries` stores them for any run when called."""
+    run_id = str(result.run_id)
     if int(getattr(result, "n_ranks", 0) or 0) != 1:
-        write_rank_summaries(con, str(result.run_id), EVERY_RANK)
+        write_rank_summaries(con, run_id, EVERY_RANK)
         return
-    write_rank_summaries(con, str(result.run_id))
+    from gpuscope.analysis.ranks import world_sizes
+
+    # one rank of a job of several (its other nodes report later): its cross-rank part too
+    several = (world_sizes(con, [run_id]).get(run_id) or 1) > 1
+    write_rank_summaries(con, run_id, [p for p in PARTS if several or p not in EVERY_RANK])
 
 
 #: A rank with at most this many events is copied into a database of its own for its parts.

@@ -35,7 +35,15 @@ def test_the_ingest_hook_stores_every_ranks_cross_rank_part_and_one_rank_runs_al
         single = ingest_paths(con, [one], after_trace=RS.store_after_ingest)[0].run_id
         parts = "SELECT rank, part FROM rank_summaries WHERE run_id = ? ORDER BY ALL"
         assert con.execute(parts, [two]).fetchall() == [(0, "cross_rank"), (1, "cross_rank")]
-        assert {p for _, p in con.execute(parts, [single]).fetchall()} == set(RS.PARTS)
+        # a single-GPU run (no world size) needs no cross-rank part
+        assert {p for _, p in con.execute(parts, [single]).fetchall()} == set(RS.PARTS) - {
+            "cross_rank"
+        }
+        # one rank of a job of two (the other node reports later) gets it too
+        rank0 = ingest_paths(
+            con, [DDP / "ddp_rank0.pt.trace.json.gz"], after_trace=RS.store_after_ingest
+        )[0].run_id
+        assert {p for _, p in con.execute(parts, [rank0]).fetchall()} == set(RS.PARTS)
 
 
 def two_ranks(folder: Path, *, busy: tuple[float, float] = (80.0, 20.0)) -> Path:
