@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from gpuscope.analysis.busy import BusySplit, _covered, _merge, busy_summary, comm_only_ns
+from gpuscope.analysis.busy import BusySplit, _merge, busy_summary, comm_only_ns
 from gpuscope.analysis.collectives import FRAME_COLUMNS, _typed, rank_collectives, rank_offset_ns
 from gpuscope.analysis.idle import IdleResult, idle_totals
 from gpuscope.analysis.rank_index import RankIndex
@@ -180,6 +180,32 @@ def frames_of(parts: dict[int, dict[str, Any]]) -> pd.DataFrame:
     return _typed(pd.DataFrame(cols))
 
 
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Disjoint sorted intervals covering the non-empty ``[s, e)`` of ``spans``."""
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(x for x in spans if x[1] > x[0]):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """Length of the intersection of two lists of disjoint sorted intervals."""
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
 def _as_list(v: Any) -> list[Any]:
     return v.tolist() if hasattr(v, "tolist") else list(v)
 
@@ -214,25 +240,14 @@ def split_of(part: dict[str, Any], waits: Any) -> BusySplit:
             ms.append(cs)
             me.append(ce)
             mm.append(cs + kw)
-    s = np.asarray(ms, np.int64)
-    e = np.asarray(me, np.int64)
-    m = np.asarray(mm, np.int64)
-    t_s, t_e = _merge(np.maximum(m, ws), np.minimum(e, we))
-    tw_s, tw_e = _merge(
-        np.concatenate([np.maximum(m, ws), np.maximum(s, ws)]),
-        np.concatenate([np.minimum(e, we), np.minimum(m, we)]),
-    )
-    u_s = np.asarray(sp["uncovered"][0], np.int64)
-    u_e = np.asarray(sp["uncovered"][1], np.int64)
-
-    def on_uncovered(a_s: Any, a_e: Any) -> int:
-        if a_s.size == 0:
-            return 0
-        return int((_covered(u_s, u_e, a_e) - _covered(u_s, u_e, a_s)).sum())
-
-    transfer = on_uncovered(t_s, t_e)
-    tw = on_uncovered(tw_s, tw_e)
-    uncovered = int((u_e - u_s).sum())
+    # transfer parts [max(m, ws), min(e, we)) and wait parts [max(s, ws), min(m, we)), measured
+    # where no compute runs (plain Python: a rank has few kernels; exact integer ns)
+    t = [(max(m, ws), min(e, we)) for m, e in zip(mm, me, strict=True)]
+    w = [(max(s, ws), min(m, we)) for s, m in zip(ms, mm, strict=True)]
+    u = list(zip(sp["uncovered"][0], sp["uncovered"][1], strict=True))
+    transfer = _overlap(_union(t), u)
+    tw = _overlap(_union(t + w), u)
+    uncovered = sum(e - s for s, e in u)
     compute_ns = int(sp["compute_ns"])
     return BusySplit(
         window,
