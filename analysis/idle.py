@@ -637,6 +637,24 @@ def idle_analysis(
     )
 
 
+def idle_totals(
+    con: Connection, run_id: str, rank: int, window: Window, *, device: int | None = None
+) -> IdleResult:
+    """:func:`idle_analysis` without the top gaps and the evidence: the idle time per cause, its
+    total and the number of gaps (what a rank's line of ``ranks`` needs; fewer statements)."""
+    ix, p, device, key = _prepare(con, run_id, rank, window, device)
+    causes, total, n_gaps, by_cause = _totals(con, _build(ix, p, key))
+    return IdleResult(
+        window_ns=window.duration_ns,
+        n_steps=window.n_steps,
+        device=device,
+        total_ns=total,
+        n_gaps=n_gaps,
+        causes_ns=causes,
+        gaps_by_cause=by_cause,
+    )
+
+
 def idle_gaps(
     con: Connection,
     run_id: str,

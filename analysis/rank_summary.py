@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-from gpuscope.analysis import report
+from gpuscope.analysis import rank_frames, report
 from gpuscope.analysis.rank_index import close_shared
 from gpuscope.analysis.store_access import ranks_of
 from gpuscope.store import Store, now_utc, transaction
@@ -122,11 +122,10 @@ def write_rank_summaries(con: Connection, run_id: str, parts: Iterable[str] | No
     for rank, part in todo:
         by_rank.setdefault(rank, []).append(part)
     try:
-        for rank, parts_of in by_rank.items():
-            with _rank_copy(con, run_id, rank) as on:
-                for part in parts_of:
-                    doc = json.dumps(_finite(part.compute(on, run_id, rank)), allow_nan=False)
-                    rows.append([run_id, rank, part.name, part.version, doc, now_utc()])
+        for rank, on in _rank_copies(con, run_id, list(by_rank)):
+            for part in by_rank[rank]:
+                doc = json.dumps(_finite(part.compute(on, run_id, rank)), allow_nan=False)
+                rows.append([run_id, rank, part.name, part.version, doc, now_utc()])
     finally:
         close_shared(con)  # the working tables die with a rolled-back transaction: forget them
     for rank, part in todo:
@@ -139,15 +138,22 @@ def write_rank_summaries(con: Connection, run_id: str, parts: Iterable[str] | No
 
 
 def store_after_ingest(con: Connection, result: Any) -> None:
-    """``ingest_paths``'s ``after_trace`` hook: the rank summaries of a trace run of ONE rank just
-    written, inside the ingest's transaction. A run of several ranks gets none: its figures (the
-    wait beside busy, the straggler) need the collectives matched across ranks, which these
-    per-rank parts do not hold yet, so they would never be read, and computing them costs about
-    1 CPU s per rank (docs/benchmarks.md, "Many ranks"). :func:`write_rank_summaries` stores
-    them for any run when called."""
+    """``ingest_paths``'s ``after_trace`` hook, inside the ingest's transaction: every rank just
+    written gets the parts of :data:`EVERY_RANK` (the cross-rank part, from which ``analyze``
+    matches the run's collectives and splits each rank's busy time); a run of ONE rank gets every
+    other part (the Runs list reads its ``rank_row`` and ``headline``), and the cross-rank part too
+    when its trace names a world size above 1 (``ingest --job``: the other ranks come later). The other parts of a run of
+    several ranks would never be read and cost about 1 CPU s per rank (docs/benchmarks.md,
+    "Many ranks"); :func:`write_rank_summaries` stores them for any run when called."""
+    run_id = str(result.run_id)
     if int(getattr(result, "n_ranks", 0) or 0) != 1:
+        write_rank_summaries(con, run_id, EVERY_RANK)
         return
-    write_rank_summaries(con, str(result.run_id))
+    from gpuscope.analysis.ranks import world_sizes
+
+    # one rank of a job of several (its other nodes report later): its cross-rank part too
+    several = (world_sizes(con, [run_id]).get(run_id) or 1) > 1
+    write_rank_summaries(con, run_id, [p for p in PARTS if several or p not in EVERY_RANK])
 
 
 #: A rank with at most this many events is copied into a database of its own for its parts.
@@ -173,6 +179,49 @@ def _rank_copy(con: Connection, run_id: str, rank: int) -> Iterator[Any]:
     if row is None or row[0] is None or int(row[0]) > MAX_IN_MEMORY_EVENTS:
         yield con
         return
+    with _copy_of(con, run_id, [rank]) as on:
+        yield on
+
+
+def _rank_copies(con: Connection, run_id: str, ranks: list[int]) -> Iterator[tuple[int, Any]]:
+    """(rank, connection to compute its parts on) for every rank of ``ranks``, in order: as
+    :func:`_rank_copy`, but ranks are copied in batches of at most :data:`MAX_IN_MEMORY_EVENTS`
+    events together, with one read of the store per batch (a read per rank scans the events of
+    every rank written in the ingest's transaction again: quadratic in a folder of many ranks).
+    The parts filter on the rank, so a batch's database serves each of its ranks; the working
+    tables of one rank are dropped before the next (:func:`close_shared`)."""
+    sizes = dict(
+        con.execute(
+            "SELECT rank, coalesce(n_events, 0) FROM ranks WHERE run_id = ?", [run_id]
+        ).fetchall()
+    )
+    batch: list[int] = []
+    held = 0
+
+    def flush() -> Iterator[tuple[int, Any]]:
+        with _copy_of(con, run_id, batch) as on:
+            for r in batch:
+                yield r, on
+                close_shared(on)
+
+    for rank in ranks:
+        n = sizes.get(rank)
+        if n is None or int(n) > MAX_IN_MEMORY_EVENTS:  # too big to copy: computed on con
+            yield rank, con
+            continue
+        if batch and held + int(n) > MAX_IN_MEMORY_EVENTS:
+            yield from flush()
+            batch, held = [], 0
+        batch.append(rank)
+        held += int(n)
+    if batch:
+        yield from flush()
+
+
+@contextmanager
+def _copy_of(con: Connection, run_id: str, ranks: list[int]) -> Iterator[Any]:
+    """A new in-memory database holding the store's tables with the rows of ``ranks`` (events,
+    threads) and of the run (runs, ranks, names): :func:`_rank_copy` for several ranks at once."""
     from gpuscope.store.schema import TABLES
 
     scratch = duckdb.connect(":memory:")
@@ -182,8 +231,8 @@ def _rank_copy(con: Connection, run_id: str, rank: int) -> Iterator[Any]:
         for table in TABLES:
             scratch.execute(table.ddl(keys=False))
         for name in _COPIED:
-            per_rank = " AND rank = $rank" if name in ("events", "threads") else ""
-            params = {"run": run_id, "rank": rank} if per_rank else {"run": run_id}
+            per_rank = " AND list_contains($ranks, rank)" if name in ("events", "threads") else ""
+            params = {"run": run_id, "ranks": list(ranks)} if per_rank else {"run": run_id}
             rows = con.execute(
                 f"SELECT * FROM {name} WHERE run_id = $run{per_rank}", params
             ).to_arrow_table()
@@ -311,6 +360,24 @@ KERNELS = register(
 )
 
 
+CROSS_RANK = register(
+    SummaryPart(
+        rank_frames.NAME,
+        rank_frames.VERSION,
+        "what the run's cross-rank figures need of the rank (gpuscope.analysis.rank_frames): its "
+        "window, busy, idle by cause, collective frame and the parts of its communication kernels "
+        "not covered by compute",
+        rank_frames.compute,
+    )
+)
+#: The parts every rank of every run gets at its ingest; the others only a run of one rank's.
+EVERY_RANK = (CROSS_RANK.name,)
+
+
+def _parts_of_run(con: Connection, run_id: str) -> dict[int, Any]:
+    return load(con, run_id, CROSS_RANK.name)
+
+
 def _stored_lines(con: Connection, run_id: str) -> dict[int, Any]:
     return load(con, run_id, RANK_ROW.name, compute=False)
 
@@ -319,3 +386,5 @@ def _stored_lines(con: Connection, run_id: str) -> dict[int, Any]:
 # cannot import this module: it imports report). Nothing is stored on the way: a run of several
 # ranks is read with its collectives matched, from the events (see store_after_ingest).
 report.set_rank_line_source(_stored_lines)
+# analyze_run matches the collectives of a run of several ranks from their cross-rank parts
+report.set_rank_part_source(_parts_of_run)

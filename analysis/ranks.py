@@ -193,3 +193,34 @@ def rank_nodes(con: Any, run_id: str) -> dict[int, str]:
                 out[int(rank)] = str(host)
                 break
     return out
+
+
+def world_sizes(con: Any, run_ids: list[str] | None = None) -> dict[str, int | None]:
+    """The world size each run's ranks say (``distributedInfo.world_size``; the largest; None
+    when no rank says), by run id: every run with ranks, or only ``run_ids``."""
+    sql = "SELECT run_id, max(world_size) FROM ranks"
+    rows = (
+        con.execute(f"{sql} GROUP BY run_id").fetchall()
+        if run_ids is None
+        else con.execute(
+            f"{sql} WHERE list_contains(?, run_id) GROUP BY run_id", [list(run_ids)]
+        ).fetchall()
+    )
+    return {str(r): (int(w) if w is not None else None) for r, w in rows}
+
+
+def ranks_of_world(n_ranks: int, world_size: int | None) -> str:
+    """How many ranks a run holds, as the pages and ``analyze`` say it: ``2`` when it holds
+    every rank its traces' world size names (or none is named), ``1 of 2`` when fewer (nodes
+    still to report: ``gpuscope ingest --job`` adds them)."""
+    n = int(n_ranks)
+    if world_size is not None and int(world_size) > n:
+        return f"{n} of {int(world_size)}"
+    return str(n)
+
+
+def ranks_label(n_ranks: int, world_size: int | None) -> str:
+    """:func:`ranks_of_world` with its noun: ``1 rank``, ``2 ranks``, ``1 of 2 ranks``."""
+    text = ranks_of_world(n_ranks, world_size)
+    plural = int(world_size or 0) > 1 if " of " in text else int(n_ranks) != 1
+    return f"{text} rank{'s' if plural else ''}"

@@ -253,7 +253,19 @@ def _run_info(con: Connection, run_id: str) -> dict[str, Any]:
         raise ValueError(f"{run_id}: no such run")
     if row[2] != "trace":
         raise ValueError(f"{run_id}: not a trace run ({row[2]})")
-    return {"id": run_id, "name": row[0], "gpu": row[1], "ranks": ranks_of(con, run_id)}
+    from gpuscope.analysis.ranks import ranks_of_world, world_sizes
+
+    ranks = ranks_of(con, run_id)
+    world = world_sizes(con, [run_id]).get(run_id)
+    return {
+        "id": run_id,
+        "name": row[0],
+        "gpu": row[1],
+        "ranks": ranks,
+        # issue 20: a job whose nodes still report holds fewer ranks than its world size
+        "world_size": world,
+        "ranks_of_world": ranks_of_world(len(ranks), world),
+    }
 
 
 def _units(meta: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
@@ -548,6 +560,101 @@ def _rank_row_base(
     }
 
 
+@dataclass
+class RankPartSource:
+    """Where :func:`analyze_run` finds every rank's cross-rank part
+    (:mod:`gpuscope.analysis.rank_frames`): ``load(con, run_id)`` -> rank -> part (stored, else
+    computed from that rank's events). Set by :mod:`gpuscope.analysis.rank_summary`; unset (or
+    with a ``step_annotation``), the other ranks are read from their events."""
+
+    load: Callable[[Any, str], dict[int, dict[str, Any]]] | None = None
+
+
+_rank_parts = RankPartSource()
+
+
+def set_rank_part_source(load: Callable[[Any, str], dict[int, dict[str, Any]]] | None) -> None:
+    """Install (or, with None, remove) the source of the ranks' cross-rank parts."""
+    _rank_parts.load = load
+
+
+def _match_from_parts(
+    con: Connection, run_id: str, parts: dict[int, dict[str, Any]], n_steps: int, step_ns: float
+) -> CollectiveMatch:
+    """:func:`run_collectives` from the ranks' stored frames (the same match, no events read)."""
+    from gpuscope.analysis.collectives import link_peak_gbs, match_collectives
+    from gpuscope.analysis.rank_frames import frames_of
+
+    row = con.execute("SELECT gpu_name FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return match_collectives(
+        [frames_of(parts)],
+        link_gbs=link_peak_gbs(row[0] if row else None),
+        n_steps=n_steps,
+        step_ns=step_ns,
+    )
+
+
+def _lines_from_parts(
+    parts: dict[int, dict[str, Any]], match: CollectiveMatch | None, skip: int
+) -> list[dict[str, Any]]:
+    """The ``ranks`` lines of every rank but ``skip`` from their cross-rank parts and the match:
+    what :func:`_rank_summary` gives from the events (the busy split by
+    :func:`rank_frames.split_of`)."""
+    import numpy as np
+    from gpuscope.analysis.rank_frames import idle_of, split_of, stats_of, window_of
+
+    rows = match.rows if match is not None and not match.rows.empty else None
+    step_waits: dict[int, dict[int, int]] = {}  # rank -> step -> wait ns
+    tables: dict[int, tuple[Any, Any, Any]] = {}  # rank -> its matched kernels (absolute ns)
+    if rows is not None:
+        stepped = rows.dropna(subset=["step"])
+        for (rk, stp), v in stepped.groupby(["rank", "step"])["wait_ns"].sum().items():
+            step_waits.setdefault(int(rk), {})[int(stp)] = int(v)
+        rk_arr = rows["rank"].to_numpy(np.int64)
+        order = np.argsort(rk_arr, kind="stable")
+        cols = [rows[c].astype("int64").to_numpy(np.int64)[order] for c in ("start_ns", "end_ns")]
+        wait = rows["wait_ns"].astype("int64").to_numpy(np.int64)[order]
+        keys, first = np.unique(rk_arr[order], return_index=True)
+        ends = [*first[1:], len(order)]
+        for k, a, b in zip(keys.tolist(), first.tolist(), ends, strict=True):
+            tables[int(k)] = (cols[0][a:b], cols[1][a:b], wait[a:b])
+    empty = np.zeros(0, np.int64)
+    out = []
+    for r, p in parts.items():
+        if r == skip:
+            continue
+        w = window_of(p)
+        st = stats_of(p)
+        waits = step_waits.get(r, {})
+        bounds = w.step_bounds_ns() if w.steps and w.source != "trace" else []
+        figures = {
+            "step_ms_by_step": (
+                {str(s.number): (b[1] - b[0]) / 1e6 for s, b in zip(w.steps, bounds, strict=True)}
+                if bounds
+                else {}
+            ),
+            "wait_ms_by_step": (
+                {str(s.number): waits.get(s.number, 0) / 1e6 for s in w.steps} if bounds else {}
+            ),
+        }
+        if p["device"] is None:
+            out.append(
+                _rank_row(r, w, None, st.mean_ms, p["comm_only_ns"], None, stats=st) | figures
+            )
+            continue
+        table: dict[str, Any] | None = None
+        if match is not None:  # the rank's matched kernels in its trace time (wait_table)
+            off = int(p["offset_ns"])
+            ks, ke, kw = tables.get(r, (empty, empty, empty))
+            table = {"start_ns": ks - off, "end_ns": ke - off, "wait_ns": kw}
+        split = split_of(p, table)
+        row = _rank_row(
+            r, w, p["busy_pct"], st.mean_ms, p["comm_only_ns"], idle_of(p), split=split, stats=st
+        )
+        out.append({**row, **figures})
+    return out
+
+
 _Args = ParamSpec("_Args")
 _Ret = TypeVar("_Ret")
 
@@ -769,17 +876,34 @@ def analyze_run(
     # (the other ranks' indexes may push this rank's RankIndex out of the shared ones: everything
     # that reads it is above)
     # collectives matched across ranks, and the busy split (compute / transfer / wait / idle)
-    match = (
-        run_collectives(
-            con,
-            run_id,
-            {rank: window},
-            n_steps=window.n_steps,
-            step_ns=stats.mean_ms * 1e6,
-            step_annotation=step_annotation,
-        )
-        if details and all_ranks and len(run["ranks"]) > 1 and not evidence
+    parts = (
+        _rank_parts.load(con, run_id)
+        if _rank_parts.load is not None
+        and all_ranks
+        and not step_annotation
+        and len(run["ranks"]) > 1
         else None
+    )
+    parts_match = (
+        _match_from_parts(con, run_id, parts, window.n_steps, stats.mean_ms * 1e6)
+        if parts is not None and details and not evidence
+        else None
+    )
+    match = (
+        parts_match
+        if parts is not None
+        else (
+            run_collectives(
+                con,
+                run_id,
+                {rank: window},
+                n_steps=window.n_steps,
+                step_ns=stats.mean_ms * 1e6,
+                step_annotation=step_annotation,
+            )
+            if details and all_ranks and len(run["ranks"]) > 1 and not evidence
+            else None
+        )
     )
     split = (
         busy_split(
@@ -810,7 +934,9 @@ def analyze_run(
         )
         | _per_step_figures(window, match, rank)
     ]
-    if all_ranks:
+    if parts is not None:  # the other ranks' lines from their cross-rank parts: no events read
+        ranks += _lines_from_parts(parts, match, rank)
+    elif all_ranks:
         # the other ranks' lines: their stored summaries (rank_summary) when no cross-rank match
         # is needed; with one, from the events (their busy split needs the matched waits)
         source = _rank_lines.load

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.collectives import wait_in_view, wait_spans
 from gpuscope.analysis.rank_summary import store_after_ingest
-from gpuscope.analysis.ranks import rank_nodes, rank_step_matrix, step_spread
+from gpuscope.analysis.ranks import (
+    rank_nodes,
+    rank_step_matrix,
+    ranks_label,
+    ranks_of_world,
+    step_spread,
+    world_sizes,
+)
 from gpuscope.analysis.report import RunReport, analyze_run
 from gpuscope.analysis.store_access import ranks_of
 from gpuscope.store.schema import RUN_COLUMNS
@@ -30,7 +37,9 @@ __all__ = [
     "analyze_run",
     "rank_nodes",
     "rank_step_matrix",
+    "ranks_label",
     "ranks_of",
+    "ranks_of_world",
     "report_doc",
     "row_count",
     "run_row",
@@ -41,6 +50,7 @@ __all__ = [
     "top_idle_cause",
     "wait_in_view",
     "wait_spans",
+    "world_sizes",
 ]
 
 _RUN_COLUMNS = ", ".join(RUN_COLUMNS)  # a SELECT list
@@ -55,6 +65,7 @@ def run_row(con: Connection, run_id: str) -> dict[str, Any] | None:
         return None
     d = dict(zip(cols, row, strict=True))
     d["tags"] = list(d["tags"] or [])
+    d["world_size"] = world_sizes(con, [run_id]).get(run_id)  # "n of world-size ranks"
     return d
 
 

@@ -4,6 +4,7 @@ same N rank files, side by side, interleaved and repeated; and how the run summa
     .venv/bin/python benchmarks/bench_ranks.py --ranks 16 [--repeat 2] [--skip-hta]
     .venv/bin/python benchmarks/bench_ranks.py --ranks 128 --repeat 1          # the issue's comparison
     .venv/bin/python benchmarks/bench_ranks.py --summary-ranks 1024 --ranks 0  # summary scaling only
+    .venv/bin/python benchmarks/bench_ranks.py --ranks 0 --part-cost 16       # per-rank part, A/B
 
 1. The N rank files: copies of the real 2×H200 DDP pair (``sample_traces/ddp``; rank i is a copy of
    rank ``i % 2``) with ``distributedInfo.rank``/``world_size`` (and the capture helper's rank and
@@ -262,12 +263,58 @@ def summary_scaling(k: int, out: Path, repeat: int) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
+def part_cost(n: int, out: Path, repeat: int) -> None:
+    """N DDP rank copies ingested without summaries; then, per repeat: every rank's cross-rank
+    part computed and stored (CPU s per rank, in this process), and ``analyze_run`` of rank 0 from
+    the parts vs from every rank's events (CPU s, interleaved, new connection each)."""
+    from gpuscope.analysis import rank_summary as RS
+    from gpuscope.analysis import report
+    from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.store import connect, transaction
+
+    folder, _ = make_ranks(n, out)
+    work = Path(tempfile.mkdtemp(prefix="bench-parts-", dir=out))
+    db = work / "store"
+    with connect(db) as con:
+        run_id = ingest_paths(con, [folder])[0].run_id
+    source = report._rank_parts.load
+    for i in range(max(1, repeat)):
+        with connect(db) as con:
+            con.execute("DELETE FROM rank_summaries")
+            c0 = time.process_time()
+            with transaction(con):
+                rows = RS.write_rank_summaries(con, run_id, RS.EVERY_RANK)
+            per_rank = (time.process_time() - c0) / max(1, rows)
+        cpu: dict[str, float] = {}
+        for mode in ("parts", "events") if i % 2 == 0 else ("events", "parts"):
+            report.set_rank_part_source(source if mode == "parts" else None)
+            with connect(db) as con:
+                c0 = time.process_time()
+                report.analyze_run(con, run_id, with_path=False).to_json()
+                cpu[mode] = time.process_time() - c0
+        report.set_rank_part_source(source)
+        print(
+            json.dumps(
+                {
+                    "ddp_ranks": n,
+                    "part_cpu_s_per_rank": round(per_rank, 3),
+                    "analyze_cpu_s": {k: round(v, 2) for k, v in cpu.items()},
+                    "events_over_parts": round(cpu["events"] / cpu["parts"], 2),
+                    "load_1m": round(os.getloadavg()[0], 2),
+                }
+            ),
+            flush=True,
+        )
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=16, help="ranks of the comparison (0: none)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--skip-hta", action="store_true")
     ap.add_argument("--summary-ranks", type=int, default=0, help="K of the summary scaling run")
+    ap.add_argument("--part-cost", type=int, default=0, help="N DDP ranks: part cost, analyze A/B")
     ap.add_argument("--out", type=Path, default=HERE / "out")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -276,6 +323,8 @@ def main() -> int:
         compare(a.ranks, a.repeat, a.out, a.skip_hta)
     if a.summary_ranks:
         summary_scaling(a.summary_ranks, a.out, a.repeat)
+    if a.part_cost:
+        part_cost(a.part_cost, a.out, a.repeat)
     return 0
 
 

@@ -169,10 +169,13 @@ def test_nodes_reporting_at_once_fill_one_run_on_a_local_store(tmp_path: Path) -
         runs = con.execute("SELECT n_ranks, n_events FROM runs").fetchall()
         ranks = [r[0] for r in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
         n_events = con.execute("SELECT count(*) FROM events").fetchone()[0]
-        summaries = con.execute("SELECT count(DISTINCT rank) FROM rank_summaries").fetchone()[0]
+        summaries = con.execute(
+            "SELECT DISTINCT rank, part FROM rank_summaries ORDER BY ALL"
+        ).fetchall()
     assert runs == [(8, n_events)]
     assert ranks == list(range(8))
-    assert summaries == 0  # a run of several ranks: read with its collectives matched, no summaries
+    # each node's ranks get their cross-rank part in the node's own ingest (issue 20)
+    assert summaries == [(r, "cross_rank") for r in range(8)]
     assert one_name_per_id(db, run_id)
 
 
@@ -224,6 +227,4 @@ def test_nodes_reporting_at_once_fill_one_run_on_the_team_store(
             "SELECT count(DISTINCT rank) FROM rank_summaries WHERE run_id = ?", [run_id]
         ).fetchone()
     assert clash == []
-    assert per_rank == (
-        0,
-    )  # several ranks: no per-rank summaries (rank_summary.store_after_ingest)
+    assert per_rank == (8,)  # every rank's cross-rank part, stored by its node's ingest

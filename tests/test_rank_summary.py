@@ -26,14 +26,24 @@ def EVERY_RUN(con, result) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.slow
-def test_the_ingest_hook_stores_summaries_of_one_rank_runs_only(tmp_path: Path) -> None:
+def test_the_ingest_hook_stores_every_ranks_cross_rank_part_and_one_rank_runs_all(
+    tmp_path: Path,
+) -> None:
     with connect(tmp_path / "s") as con:
         two = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest)[0].run_id
         one = DDP.parent / "before" / "before_rank0.pt.trace.json.gz"
         single = ingest_paths(con, [one], after_trace=RS.store_after_ingest)[0].run_id
-        count = "SELECT count(*) FROM rank_summaries WHERE run_id = ?"
-        assert con.execute(count, [two]).fetchone() == (0,)
-        assert con.execute(count, [single]).fetchone() == (len(RS.PARTS),)
+        parts = "SELECT rank, part FROM rank_summaries WHERE run_id = ? ORDER BY ALL"
+        assert con.execute(parts, [two]).fetchall() == [(0, "cross_rank"), (1, "cross_rank")]
+        # a single-GPU run (no world size) needs no cross-rank part
+        assert {p for _, p in con.execute(parts, [single]).fetchall()} == set(RS.PARTS) - {
+            "cross_rank"
+        }
+        # one rank of a job of two (the other node reports later) gets it too
+        rank0 = ingest_paths(
+            con, [DDP / "ddp_rank0.pt.trace.json.gz"], after_trace=RS.store_after_ingest
+        )[0].run_id
+        assert {p for _, p in con.execute(parts, [rank0]).fetchall()} == set(RS.PARTS)
 
 
 def two_ranks(folder: Path, *, busy: tuple[float, float] = (80.0, 20.0)) -> Path:
@@ -80,15 +90,14 @@ def test_ingest_stores_every_part_of_every_rank_at_its_version(tmp_path: Path, c
 def test_analyze_reads_the_other_ranks_from_their_summaries(tmp_path: Path) -> None:
     with connect(tmp_path / "s") as con:
         run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=EVERY_RUN)[0].run_id
-        # (details=False, as `check`: no cross-rank match is needed, so stored lines serve)
-        from_events = analyze_run(con, run_id, rank=0, details=False).to_json()["ranks"]
-        # a stored line is what analyze shows for that rank (it does not go back to the events)
-        doc = stored(con, run_id)[(1, "rank_row")][1]
+        from_events = analyze_run(con, run_id, rank=0).to_json()["ranks"]
+        # a stored part is what analyze shows for that rank (it does not go back to the events)
+        doc = stored(con, run_id)[(1, "cross_rank")][1]
         con.execute(
-            "UPDATE rank_summaries SET doc = ? WHERE run_id = ? AND rank = 1 AND part = 'rank_row'",
-            [json.dumps({**doc, "gpu_busy_pct": 12.5}), run_id],
+            "UPDATE rank_summaries SET doc = ? WHERE run_id = ? AND rank = 1 AND part = 'cross_rank'",
+            [json.dumps({**doc, "busy_pct": 12.5}), run_id],
         )
-        shown = analyze_run(con, run_id, rank=0, details=False).to_json()["ranks"]
+        shown = analyze_run(con, run_id, rank=0).to_json()["ranks"]
     assert from_events[1]["gpu_busy_pct"] == pytest.approx(20.0, abs=0.5)
     assert shown[1]["gpu_busy_pct"] == 12.5
     assert shown[0] == from_events[0]  # the analysed rank itself comes from its events
@@ -117,21 +126,21 @@ def test_a_stale_version_is_not_read_and_refresh_stores_the_new_one(
 ) -> None:
     with connect(tmp_path / "s") as con:
         run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=EVERY_RUN)[0].run_id
-        doc = stored(con, run_id)[(1, "rank_row")][1]
+        doc = stored(con, run_id)[(1, "cross_rank")][1]
         con.execute(
-            "UPDATE rank_summaries SET doc = ? WHERE run_id = ? AND rank = 1 AND part = 'rank_row'",
-            [json.dumps({**doc, "gpu_busy_pct": 12.5}), run_id],
+            "UPDATE rank_summaries SET doc = ? WHERE run_id = ? AND rank = 1 AND part = 'cross_rank'",
+            [json.dumps({**doc, "busy_pct": 12.5}), run_id],
         )
-        newer = dataclasses.replace(RS.RANK_ROW, version=RS.RANK_ROW.version + 1)
-        monkeypatch.setitem(RS.PARTS, "rank_row", newer)
-        monkeypatch.setattr(RS, "RANK_ROW", newer)
-        shown = analyze_run(con, run_id, rank=0, details=False).to_json()["ranks"]
+        newer = dataclasses.replace(RS.CROSS_RANK, version=RS.CROSS_RANK.version + 1)
+        monkeypatch.setitem(RS.PARTS, "cross_rank", newer)
+        monkeypatch.setattr(RS, "CROSS_RANK", newer)
+        shown = analyze_run(con, run_id, rank=0).to_json()["ranks"]
         assert shown[1]["gpu_busy_pct"] == pytest.approx(20.0, abs=0.5)  # not the stale 12.5
-        assert RS.refresh(con, run_id, ["rank_row"]) == 2  # refresh stores the new version
+        assert RS.refresh(con, run_id, ["cross_rank"]) == 2  # refresh stores the new version
         rows = stored(con, run_id)
-    assert rows[(1, "rank_row")][0] == newer.version
-    assert rows[(1, "rank_row")][1]["gpu_busy_pct"] == pytest.approx(20.0, abs=0.5)
-    assert rows[(0, "rank_row")][0] == newer.version
+    assert rows[(1, "cross_rank")][0] == newer.version
+    assert rows[(1, "cross_rank")][1]["busy_pct"] == pytest.approx(20.0, abs=0.5)
+    assert rows[(0, "cross_rank")][0] == newer.version
     assert rows[(1, "headline")][0] == RS.HEADLINE.version  # other parts untouched
 
 

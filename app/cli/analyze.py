@@ -157,7 +157,12 @@ def render(doc: dict[str, Any]) -> str:
     if len(ranks) > 1:
         out += render_ranks(doc)
     out += [
-        f"run {r['id']}  {r['name']}  rank {doc['rank']} of {r['ranks']}  GPU {r['gpu'] or '-'}",
+        f"run {r['id']}  {r['name']}  rank {doc['rank']} of {r['ranks']}  GPU {r['gpu'] or '-'}"
+        + (  # issue 20: nodes still to report
+            f"  ({r['ranks_of_world']} ranks reported)"
+            if " of " in r.get("ranks_of_world", "")
+            else ""
+        ),
         f"window {sig3(w['duration_us'] / 1e3)} ms, {w['steps']} steps ({w['source']})",
         f"step time (profiled)  median {sig3(st['p50'])} ms  p90 {sig3(st.get('p90'))} ms  "
         f"max {sig3(st['max'])} ms  (mean {sig3(st['mean'])} ms)",

@@ -264,6 +264,17 @@ def wait_spans(path: str, run_id: str, rank: int, start_ns: int, end_ns: int) ->
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
+def world_sizes(path: str, gen: int) -> dict[str, int | None]:
+    """``run_views.world_sizes``: each run's world size as its ranks say, by run id."""
+    return run_views.world_sizes(db.cursor())
+
+
+def ranks_of_world(n_ranks: int, world_size: int | None) -> str:
+    """``run_views.ranks_of_world``: ``2``, or ``1 of 2`` while a job's nodes still report."""
+    return run_views.ranks_of_world(n_ranks, world_size)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
 def rank_step_matrix(path: str, gen: int, run_id: str, rank: int) -> pd.DataFrame:
     """``run_views.rank_step_matrix`` of the run's report (every rank × step: step time, wait,
     outliers), ranks grouped by the node their trace names (``ranks.rank_nodes``)."""

@@ -96,7 +96,9 @@ def run_caption(row: dict[str, Any]) -> str:
     parts = [
         ui.md_code(row["run_id"]),
         ui.md(row.get("gpu_name") or "GPU unknown"),
-        f"{row['n_ranks']} rank{'s' if row['n_ranks'] != 1 else ''}",
+        run_views.ranks_label(
+            row["n_ranks"], row.get("world_size")
+        ),  # "1 of 2 ranks" while nodes report
         f"{row['n_events']:,} events",
     ]
     created = row.get("created_at")

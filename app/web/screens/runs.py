@@ -175,13 +175,17 @@ if failed:
         + ". Open one to see why; the details are in the server log."
     )
 owners = auth.owners(db.cursor())  # run id -> uploaded_by (read fresh: it decides the controls)
+worlds = data.world_sizes(db.db_path(), db.generation())
 table = pd.DataFrame(
     {
         "name": runs["name"],
         "run_id": runs["run_id"],  # second: in view however many figure columns follow
         "created": pd.to_datetime(runs["created_at"]),
         "gpu": runs["gpu_name"].fillna("—"),
-        "ranks": runs["n_ranks"],
+        "ranks": [  # "1 of 2" while a job's nodes still report (issue 20)
+            data.ranks_of_world(n, worlds.get(r))
+            for n, r in zip(runs["n_ranks"], runs["run_id"], strict=True)
+        ],
         "step_ms": [m["step_ms"] for m in metrics],
         "busy_pct": [m["busy_pct"] for m in metrics],
         "wait_pct": [m.get("wait_pct") for m in metrics],
@@ -216,7 +220,9 @@ event = st.dataframe(
             "Date (UTC)", format="YYYY-MM-DD HH:mm", width=RUN_TABLE_WIDTHS["created"]
         ),
         "gpu": st.column_config.TextColumn("GPU"),
-        "ranks": st.column_config.NumberColumn("Ranks", format="%d"),
+        "ranks": st.column_config.TextColumn(
+            "Ranks", help="Ranks stored; '1 of 2' while the job's other nodes have not reported"
+        ),
         "step_ms": st.column_config.NumberColumn(
             "Step time",
             format="%.1f ms",

@@ -1,0 +1,260 @@
+"""A rank's cross-rank part: what a run's many-rank figures need of one rank, computed from that
+rank's events alone (at its ingest) and stored with it (:mod:`gpuscope.analysis.rank_summary`,
+part ``cross_rank``), so that ``analyze`` and the Run page match the collectives of every rank
+and split each rank's busy time without reading any rank's events but the one shown.
+
+The part (a JSON document, :func:`compute`) holds:
+
+- ``window``: the rank's default (ProfilerStep) window and its steps (:class:`steps.Window`),
+  ``step_stats`` (:class:`steps.StepStats`);
+- ``busy_pct``, ``busy_ns``, ``device``, ``comm_only_ns``, ``idle_ns``, ``idle_causes_ns``,
+  ``idle_gaps``: the rank line's figures that need no other rank;
+- ``frame``: the rank's collective frame (:func:`collectives.rank_collectives`), column-wise;
+- ``offset_ns``: the rank's ``time_offset_ns`` (absolute time = trace time + this);
+- ``split``: what :func:`busy.busy_split` needs once each collective's last arrival is known:
+  ``compute_ns`` (the union of non-communication activity in the window), ``comm`` (every
+  communication kernel of the device overlapping the window, ``[start, end)`` trace ns, as
+  stored) and ``uncovered`` (the disjoint sub-intervals of the window where a communication
+  kernel runs and no compute does). :func:`split_of` then gives exactly the split that
+  :func:`busy.busy_split` computes from the events (the same precedence, integer ns).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+from gpuscope.analysis.busy import BusySplit, _merge, busy_summary, comm_only_ns
+from gpuscope.analysis.collectives import FRAME_COLUMNS, _typed, rank_collectives, rank_offset_ns
+from gpuscope.analysis.idle import IdleResult, idle_totals
+from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.steps import Step, StepStats, Window, find_window, step_stats
+from gpuscope.analysis.store_access import COMM_KERNEL_RE, execute
+
+if TYPE_CHECKING:
+    from gpuscope.store import Connection
+
+NAME = "cross_rank"
+VERSION = 2
+
+
+def _ints(a: Any) -> list[int]:
+    return [int(x) for x in a]
+
+
+def _difference(a_s: Any, a_e: Any, b_s: Any, b_e: Any) -> tuple[Any, Any]:
+    """``A \\ B`` of two sets of disjoint sorted ``[s, e)`` intervals (int64 arrays), disjoint
+    sorted: the elementary pieces between all endpoints that lie in A and not in B, merged."""
+    if a_s.size == 0:
+        return a_s, a_e
+    pts = np.unique(np.concatenate([a_s, a_e, b_s, b_e]))
+    lo, hi = pts[:-1], pts[1:]
+
+    def inside(s: Any, e: Any) -> Any:
+        if s.size == 0:
+            return np.zeros(lo.size, dtype=bool)
+        k = np.searchsorted(s, lo, side="right") - 1
+        return (k >= 0) & (lo < e[np.maximum(k, 0)])
+
+    keep = inside(a_s, a_e) & ~inside(b_s, b_e)
+    return _merge(lo[keep], hi[keep])
+
+
+def split_inputs(
+    con: Connection, run_id: str, rank: int, start_ns: int, end_ns: int, device: int | None
+) -> dict[str, Any]:
+    """``compute_ns``, ``comm`` and ``uncovered`` of the module doc, from one read of the device's
+    activity in ``[start_ns, end_ns)``."""
+    if device is None or end_ns <= start_ns:
+        return {"compute_ns": 0, "comm": [], "uncovered": []}
+    ix = RankIndex.shared(con, run_id, rank)
+    act = execute(
+        con,
+        f"""SELECT s, e, list_contains($comm, name_id) AS is_comm FROM {ix.gpu()}
+            WHERE dev = $dev AND s < $we AND e > $ws""",
+        {
+            "dev": int(device),
+            "ws": int(start_ns),
+            "we": int(end_ns),
+            "comm": [
+                int(r[0])
+                for r in con.execute(
+                    "SELECT name_id FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
+                    [run_id, COMM_KERNEL_RE],
+                ).fetchall()
+            ]
+            or [-1],
+        },
+    ).df()
+    s = act["s"].to_numpy(np.int64)
+    e = act["e"].to_numpy(np.int64)
+    is_comm = act["is_comm"].to_numpy(bool)
+    cs, ce = np.maximum(s, start_ns), np.minimum(e, end_ns)
+    c_s, c_e = _merge(cs[~is_comm], ce[~is_comm])
+    m_s, m_e = _merge(cs[is_comm], ce[is_comm])
+    u_s, u_e = _difference(m_s, m_e, c_s, c_e)
+    order = np.lexsort((e[is_comm], s[is_comm]))
+    return {
+        "compute_ns": int((c_e - c_s).sum()),
+        "comm": [_ints(s[is_comm][order]), _ints(e[is_comm][order])],
+        "uncovered": [_ints(u_s), _ints(u_e)],
+    }
+
+
+def compute(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
+    """The rank's cross-rank part (module doc), from its events only."""
+    w = find_window(con, run_id, rank)
+    b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
+    comm = comm_only_ns(con, run_id, rank, w.start_ns, w.end_ns, b.device, b.busy_ns)
+    idle = idle_totals(con, run_id, rank, w, device=b.device) if b.device is not None else None
+    frame = rank_collectives(con, run_id, rank, w)
+    cols = {
+        c: [None if pd.isna(v) else (v.item() if hasattr(v, "item") else v) for v in frame[c]]
+        for c in FRAME_COLUMNS
+    }
+    return {
+        "window": {
+            "start_ns": w.start_ns,
+            "end_ns": w.end_ns,
+            "source": w.source,
+            "annotation": w.annotation,
+            "steps": [[s.number, s.cpu_start_ns, s.cpu_end_ns, s.gpu_end_ns] for s in w.steps],
+        },
+        "step_stats": dataclasses.asdict(step_stats(w)),
+        "device": b.device,
+        "busy_pct": b.busy_pct if b.device is not None else None,
+        "busy_ns": b.busy_ns,
+        "comm_only_ns": comm,
+        "idle_ns": idle.total_ns if idle is not None else None,
+        "idle_gaps": idle.n_gaps if idle is not None else None,
+        "idle_causes_ns": dict(idle.causes_ns) if idle is not None else None,
+        "offset_ns": rank_offset_ns(con, run_id, rank),
+        "frame": cols,
+        "split": split_inputs(con, run_id, rank, w.start_ns, w.end_ns, b.device),
+    }
+
+
+def window_of(part: dict[str, Any]) -> Window:
+    """The rank's window as :func:`steps.find_window` gave it."""
+    d = part["window"]
+    steps = [
+        Step(int(n), int(a), int(b), None if g is None else int(g)) for n, a, b, g in d["steps"]
+    ]
+    return Window(int(d["start_ns"]), int(d["end_ns"]), steps, d["source"], d["annotation"])
+
+
+def stats_of(part: dict[str, Any]) -> StepStats:
+    """The rank's step statistics (:func:`steps.step_stats` of its window, as computed at ingest)."""
+    return StepStats(**part["step_stats"])
+
+
+def idle_of(part: dict[str, Any]) -> IdleResult | None:
+    """The rank's idle total and causes (no gaps, no evidence), None without GPU activity."""
+    if part["idle_ns"] is None:
+        return None
+    w = window_of(part)
+    return IdleResult(
+        w.duration_ns,
+        w.n_steps,
+        part["device"],
+        int(part["idle_ns"]),
+        int(part["idle_gaps"]),
+        {str(k): int(v) for k, v in part["idle_causes_ns"].items()},
+    )
+
+
+def frame_of(part: dict[str, Any]) -> pd.DataFrame:
+    """The rank's collective frame, typed as :func:`collectives.rank_collectives` returns it."""
+    return _typed(pd.DataFrame({c: part["frame"][c] for c in FRAME_COLUMNS}))
+
+
+def frames_of(parts: dict[int, dict[str, Any]]) -> pd.DataFrame:
+    """Every rank's collective frame as one frame (ranks in ``parts``' order): what
+    :func:`collectives.match_collectives` concatenates, typed once."""
+    cols: dict[str, list[Any]] = {c: [] for c in FRAME_COLUMNS}
+    for p in parts.values():
+        for c in FRAME_COLUMNS:
+            cols[c] += p["frame"][c]
+    return _typed(pd.DataFrame(cols))
+
+
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Disjoint sorted intervals covering the non-empty ``[s, e)`` of ``spans``."""
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(x for x in spans if x[1] > x[0]):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """Length of the intersection of two lists of disjoint sorted intervals."""
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _as_list(v: Any) -> list[Any]:
+    return v.tolist() if hasattr(v, "tolist") else list(v)
+
+
+def split_of(part: dict[str, Any], waits: Any) -> BusySplit:
+    """:func:`busy.busy_split` of the rank's window from its part: ``waits`` as busy_split takes
+    them (trace ns: ``start_ns``, ``end_ns``, ``wait_ns``: a DataFrame, or a dict of arrays);
+    the same figures, integer ns."""
+    d = part["window"]
+    ws, we = int(d["start_ns"]), int(d["end_ns"])
+    window = we - ws
+    if part["device"] is None or window <= 0:
+        return BusySplit(max(0, window), 0, 0, 0, max(0, window))
+    sp = part["split"]
+    kw_of: dict[tuple[int, int], list[int]] = {}
+    if waits is not None:
+        for ks, ke, kw in zip(
+            _as_list(waits["start_ns"]),
+            _as_list(waits["end_ns"]),
+            _as_list(waits["wait_ns"]),
+            strict=True,
+        ):
+            kw_of.setdefault((int(ks), int(ke)), []).append(int(kw))
+    ms, me, mm = [], [], []  # the matched kernels (a kernel matched twice counts twice, as in SQL)
+    n_unmatched = 0
+    for cs, ce in zip(sp["comm"][0], sp["comm"][1], strict=True):
+        kws = kw_of.get((cs, ce))
+        if kws is None:
+            n_unmatched += 1
+            continue
+        for kw in kws:
+            ms.append(cs)
+            me.append(ce)
+            mm.append(cs + kw)
+    # transfer parts [max(m, ws), min(e, we)) and wait parts [max(s, ws), min(m, we)), measured
+    # where no compute runs (plain Python: a rank has few kernels; exact integer ns)
+    t = [(max(m, ws), min(e, we)) for m, e in zip(mm, me, strict=True)]
+    w = [(max(s, ws), min(m, we)) for s, m in zip(ms, mm, strict=True)]
+    u = list(zip(sp["uncovered"][0], sp["uncovered"][1], strict=True))
+    transfer = _overlap(_union(t), u)
+    tw = _overlap(_union(t + w), u)
+    uncovered = sum(e - s for s, e in u)
+    compute_ns = int(sp["compute_ns"])
+    return BusySplit(
+        window,
+        compute_ns,
+        transfer,
+        tw - transfer,
+        window - compute_ns - uncovered,
+        n_unmatched,
+        uncovered - tw,
+    )

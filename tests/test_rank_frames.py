@@ -1,0 +1,187 @@
+"""The cross-rank part of each rank's summary (gpuscope.analysis.rank_frames): stored at every
+rank's ingest, it gives ``analyze`` the same run (ranks table, busy split per rank, straggler,
+collectives) as the events do, without reading the other ranks' events."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpuscope.analysis import rank_frames as RF
+from gpuscope.analysis import rank_summary as RS
+from gpuscope.analysis import report
+from gpuscope.analysis.busy import busy_split
+from gpuscope.analysis.steps import find_window
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.store import connect
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tracegen import BASE_NS, TraceBuilder
+
+REPO = Path(__file__).resolve().parent.parent
+DDP = REPO / "sample_traces" / "ddp"
+US = 1000
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+AG = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+GEMM = "volta_sgemm_128x64_nn"
+
+
+def analyze_both(con: Any, run_id: str, rank: int, monkeypatch: Any) -> tuple[dict, dict]:
+    """``analyze --json`` of ``rank`` from the cross-rank parts, then from every rank's events."""
+    parts = report.analyze_run(con, run_id, rank=rank, with_path=False).to_json()
+    with monkeypatch.context() as m:
+        m.setattr(report._rank_parts, "load", None)
+        events = report.analyze_run(con, run_id, rank=rank, with_path=False).to_json()
+    return parts, events
+
+
+def assert_same_run(parts: dict, events: dict) -> None:
+    for key in ("ranks", "straggler", "collectives", "busy_split"):
+        assert json.dumps(parts.get(key), sort_keys=True) == json.dumps(
+            events.get(key), sort_keys=True
+        ), key
+    assert json.dumps(parts, sort_keys=True) == json.dumps(events, sort_keys=True)
+
+
+def handmade_ranks(folder: Path, delays: list[float]) -> Path:
+    """len(delays) ranks, 3 steps of 2 ms each: compute kernels on stream 7 that overlap each
+    step's all-reduce (stream 17, launched ``delays[r]`` µs late) and an all-gather of a second
+    group (stream 19); the traces start apart (base times differ); rank 1 has an all-reduce
+    queued before its trace began (unlaunched); the last rank has a step with a compute kernel
+    straddling the window's end."""
+    folder.mkdir(parents=True, exist_ok=True)
+    n = len(delays)
+    for rank, delay in enumerate(delays):
+        t = TraceBuilder(rank=rank, world_size=n, base_ns=BASE_NS + rank * 7_000)
+        skew = -7.0 * rank  # the same absolute time on every rank
+        if rank == 1:
+            t.gpu(AR, 5.0 + skew, 40.0, correlation=90_000, stream=17)
+        for step in range(3):
+            t0 = 100.0 + 2000.0 * step + skew
+            t.step(step, t0, 2000.0)
+            t.launch(GEMM, t0 + 5, t0 + 20, 300.0 + 40 * rank)
+            t.cpu_op("autograd::engine::evaluate_function: AccumulateGrad", t0 + 350, 400.0)
+            ext = t.cpu_op(
+                "record_param_comms",
+                t0 + 400,
+                50.0,
+                **{"Input Dims": [[[262144]], [], []], "Input type": ["TensorList", "", ""]},
+            )
+            arrive = t0 + 500 + delay
+            t.launch(AR, t0 + 420, arrive, 900.0 - delay, stream=17, external_id=ext)
+            # compute in the middle of the all-reduce: its uncovered part is in pieces
+            t.launch(GEMM, t0 + 450, arrive + 100, 60.0)
+            t.launch(GEMM, t0 + 460, arrive + 300, 80.0)
+            t.launch(AG, t0 + 1500, t0 + 1550 + delay / 2, 200.0, stream=19)
+        if rank == n - 1:
+            t.launch(GEMM, 100.0 + 6000 + skew - 50, 100.0 + 6000 + skew - 30, 100.0)
+        t.write(folder / f"rank{rank}.json")
+    return folder
+
+
+@pytest.mark.slow
+def test_parts_give_the_run_the_events_give_on_hand_made_ranks(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    folder = handmade_ranks(tmp_path / "t", [0.0, 150.0, 40.0, 0.0])
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(con, [folder], after_trace=RS.store_after_ingest)[0].run_id
+        assert RS.missing(con, run_id, RS.EVERY_RANK) == []  # every rank's part at ingest
+        for rank in (0, 1, 3):
+            parts, events = analyze_both(con, run_id, rank, monkeypatch)
+            assert_same_run(parts, events)
+    assert parts["straggler"]["rank"] == 1  # the planted late arriver
+    assert parts["collectives"]["unlaunched_kernels"] == {"1": 1}
+    waits = {r["rank"]: r["comm_wait_pct"] for r in parts["ranks"]}
+    assert waits[1] == 0.0 and all(waits[r] > 0 for r in (0, 2, 3))
+
+
+@pytest.mark.slow
+def test_parts_give_the_run_the_events_give_on_the_real_ddp_pair(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest)[0].run_id
+        assert RS.missing(con, run_id, RS.EVERY_RANK) == []
+        for rank in (0, 1):
+            parts, events = analyze_both(con, run_id, rank, monkeypatch)
+            assert_same_run(parts, events)
+    # the figures the issue quotes: rank 0 waits for rank 1 most of its step
+    assert parts["straggler"]["rank"] == 1
+    assert {r["rank"]: r["comm_wait_pct"] > 50 for r in parts["ranks"]} == {0: True, 1: False}
+
+
+@pytest.mark.slow
+def test_analyze_reads_no_other_ranks_events(tmp_path: Path) -> None:
+    """With the other ranks' events gone from the store, rank 0's run is unchanged: it read
+    their parts only (its own detail still comes from its events)."""
+    folder = handmade_ranks(tmp_path / "t", [0.0, 150.0, 40.0])
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(con, [folder], after_trace=RS.store_after_ingest)[0].run_id
+        before = report.analyze_run(con, run_id, rank=0, with_path=False).to_json()
+        con.execute("DELETE FROM events WHERE run_id = ? AND rank > 0", [run_id])
+        after = report.analyze_run(con, run_id, rank=0, with_path=False).to_json()
+    assert json.dumps(after, sort_keys=True) == json.dumps(before, sort_keys=True)
+    assert len(after["ranks"]) == 3 and after["straggler"]["rank"] == 1
+
+
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    compute=st.lists(st.tuples(st.integers(0, 190), st.integers(1, 40)), max_size=6),
+    comm=st.lists(
+        st.tuples(st.integers(0, 190), st.integers(1, 60), st.integers(-1, 60)), max_size=6
+    ),
+    window=st.tuples(st.integers(0, 60), st.integers(120, 200)),
+)
+def test_split_of_the_part_equals_busy_split(tmp_path_factory, compute, comm, window) -> None:
+    """Random compute and NCCL kernels (each matched with a wait, or unmatched: -1), overlapping
+    anyhow, and a window that cuts them: the split from the stored part equals busy_split's from
+    the events, and both sum to the window."""
+    import pandas as pd
+
+    t = TraceBuilder()
+    t.step(1, 0.0, 200.0)
+    for s, d in compute:
+        t.launch(GEMM, s, s, d, stream=7)
+    for i, (s, d, _) in enumerate(comm):
+        t.launch(AR, s, s, d, stream=17 + i % 2)
+    path = t.write(tmp_path_factory.mktemp("split") / "t.json")
+    ws, we = window[0] * US, window[1] * US
+    con = connect(":memory:")
+    try:
+        [res] = ingest_paths(con, [path])
+        waits = pd.DataFrame(
+            {
+                "start_ns": [s * US for s, d, w in comm if w >= 0],
+                "end_ns": [(s + d) * US for s, d, w in comm if w >= 0],
+                "wait_ns": [min(w, d) * US for s, d, w in comm if w >= 0],
+            }
+        )
+        want = busy_split(con, res.run_id, 0, ws, we, 0, waits)
+        part = RF.compute(con, res.run_id, 0)
+        part["window"]["start_ns"], part["window"]["end_ns"] = ws, we
+        part["split"] = RF.split_inputs(con, res.run_id, 0, ws, we, 0)
+        part = json.loads(json.dumps(part))  # as stored
+        got = RF.split_of(part, waits)
+        none = RF.split_of(part, None)
+    finally:
+        con.close()
+    assert got == want
+    assert got.busy_ns + got.idle_ns == we - ws
+    assert none.wait_ns == none.transfer_ns == 0
+    in_window = sum(1 for s, d, w in comm if w >= 0 and s * US < we and (s + d) * US > ws)
+    assert none.unmatched_comm_kernels == got.unmatched_comm_kernels + in_window
+
+
+def test_window_of_a_part_is_the_rank_window(tmp_path: Path) -> None:
+    folder = handmade_ranks(tmp_path / "t", [0.0, 10.0])
+    con = connect(":memory:")
+    try:
+        run_id = ingest_paths(con, [folder])[0].run_id
+        part = json.loads(json.dumps(RF.compute(con, run_id, 1)))
+        assert RF.window_of(part) == find_window(con, run_id, 1)
+    finally:
+        con.close()
