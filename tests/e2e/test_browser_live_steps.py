@@ -67,7 +67,8 @@ def test_live_page_shows_step_times_and_asks_for_a_trace(
     )
     text = main.inner_text()
     assert "100" in text and "10.0 ms" in text  # 100 steps, median 10 ms, slowest 95 ms
-    assert page.locator(".js-plotly-plot .xtitle, .js-plotly-plot").count() >= 1
+    # the histogram is drawn after the figures above it arrive: wait for it (a loaded machine)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
     page.get_by_text("Step time distribution").wait_for()
     page.get_by_role("button", name="Trace the next slow step").click()
     page.get_by_text("Asked for the next slow step's trace").wait_for(timeout=30_000)
