@@ -619,22 +619,11 @@ def idle_analysis(
     (ns, exact: the causes sum to the idle time) and evidence for the ``top_n`` longest gaps."""
     ix, p, device, key = _prepare(con, run_id, rank, window, device)
     t = _build(ix, p, key)
-    causes, total, n_gaps, by_cause = _totals(con, t)
     top = _select_gaps(
         con, {**p, "n": int(top_n)}, t, "", "ORDER BY i.dur_ns DESC, i.start_ns LIMIT $n"
     )
     top = _attach_evidence(ix, p, t, _with_steps(top, window))
-    return IdleResult(
-        window_ns=window.duration_ns,
-        n_steps=window.n_steps,
-        device=device,
-        total_ns=total,
-        n_gaps=n_gaps,
-        causes_ns=causes,
-        gaps_by_cause=by_cause,
-        evidence=_evidence_summary(con, p, t),
-        top=top,
-    )
+    return _result(con, t, window, device, evidence=_evidence_summary(con, p, t), top=top)
 
 
 def idle_totals(
@@ -643,7 +632,15 @@ def idle_totals(
     """:func:`idle_analysis` without the top gaps and the evidence: the idle time per cause, its
     total and the number of gaps (what a rank's line of ``ranks`` needs; fewer statements)."""
     ix, p, device, key = _prepare(con, run_id, rank, window, device)
-    causes, total, n_gaps, by_cause = _totals(con, _build(ix, p, key))
+    return _result(con, _build(ix, p, key), window, device)
+
+
+def _result(
+    con: Connection, t: dict[str, str], window: Window, device: int | None, **more: Any
+) -> IdleResult:
+    """The :class:`IdleResult` of the gap table ``t``: its totals per cause, plus ``more``
+    (``evidence``, ``top``) when given."""
+    causes, total, n_gaps, by_cause = _totals(con, t)
     return IdleResult(
         window_ns=window.duration_ns,
         n_steps=window.n_steps,
@@ -652,6 +649,7 @@ def idle_totals(
         n_gaps=n_gaps,
         causes_ns=causes,
         gaps_by_cause=by_cause,
+        **more,
     )
 
 

@@ -467,17 +467,20 @@ def _rank_summary(
 def _per_step_figures(w: Window, match: CollectiveMatch | None, rank: int) -> dict[str, Any]:
     """A rank row's per-step maps (step number as text -> ms): its step times and its wait in the
     collectives launched in each step (the many-ranks heatmap reads these, not events)."""
-    waits = wait_by_step(match, rank)
+    return _step_maps(w, wait_by_step(match, rank))
+
+
+def _step_maps(w: Window, waits: dict[int, int]) -> dict[str, dict[str, float]]:
+    """Step number as text -> step time (ms) and -> wait (ms, from ``waits``: step -> ns); empty
+    maps when the window's steps have no bounds of their own (a trace-wide window)."""
     bounds = w.step_bounds_ns() if w.steps and w.source != "trace" else []
+    if not bounds:
+        return {"step_ms_by_step": {}, "wait_ms_by_step": {}}
     return {
-        "step_ms_by_step": (
-            {str(s.number): (b[1] - b[0]) / 1e6 for s, b in zip(w.steps, bounds, strict=True)}
-            if bounds
-            else {}
-        ),
-        "wait_ms_by_step": (
-            {str(s.number): waits.get(s.number, 0) / 1e6 for s in w.steps} if bounds else {}
-        ),
+        "step_ms_by_step": {
+            str(s.number): (b[1] - b[0]) / 1e6 for s, b in zip(w.steps, bounds, strict=True)
+        },
+        "wait_ms_by_step": {str(s.number): waits.get(s.number, 0) / 1e6 for s in w.steps},
     }
 
 
@@ -625,18 +628,7 @@ def _lines_from_parts(
             continue
         w = window_of(p)
         st = stats_of(p)
-        waits = step_waits.get(r, {})
-        bounds = w.step_bounds_ns() if w.steps and w.source != "trace" else []
-        figures = {
-            "step_ms_by_step": (
-                {str(s.number): (b[1] - b[0]) / 1e6 for s, b in zip(w.steps, bounds, strict=True)}
-                if bounds
-                else {}
-            ),
-            "wait_ms_by_step": (
-                {str(s.number): waits.get(s.number, 0) / 1e6 for s in w.steps} if bounds else {}
-            ),
-        }
+        figures = _step_maps(w, step_waits.get(r, {}))
         if p["device"] is None:
             out.append(
                 _rank_row(r, w, None, st.mean_ms, p["comm_only_ns"], None, stats=st) | figures
