@@ -65,6 +65,7 @@ from gpuscope.analysis.store_access import (
 )
 from gpuscope.analysis.tensor_cores import TensorCoreSummary
 from gpuscope.store import read_snapshot
+from gpuscope.vocabulary.causes import DATA_LOADING
 
 if TYPE_CHECKING:
     from gpuscope.store import Connection
@@ -430,7 +431,7 @@ def _mem_used_frac(con: Connection, run_id: str) -> float | None:
 
 
 def _loader_kind(idle: IdleResult) -> str | None:
-    frame = idle.evidence.get("data_loading")
+    frame = idle.evidence.get(DATA_LOADING)
     if frame is None or frame.empty:
         return None
     names = " ".join(str(n) for n in frame["name"])

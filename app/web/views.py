@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 from gpuscope.analysis import run_views, sawtooth
 from gpuscope.store.errors import catalog_lost, store_fault
+from gpuscope.vocabulary.nvml_fields import GPU_UTIL_PCT, MEM_USED_BYTES, POWER_W
 from gpuscope.web import data, db, figures, palette, ui
 
 LOG = logging.getLogger("gpuscope.web")
@@ -1013,21 +1014,21 @@ def nvml_only_run(run_id: str) -> None:
     origin = int(samples["t_ns"].min())
     st.caption("An NVML series without a trace: utilization, memory and power as sampled.")
     st.plotly_chart(
-        figures.nvml_lines(samples, "gpu_util_pct", origin_ns=origin, title="GPU utilization"),
+        figures.nvml_lines(samples, GPU_UTIL_PCT, origin_ns=origin, title="GPU utilization"),
         config=PLOT_CONFIG,
     )
     c1, c2 = st.columns(2)
-    if "mem_used_bytes" in samples:
-        mem = samples.assign(mem_used_gib=samples["mem_used_bytes"] / 2**30)
+    if MEM_USED_BYTES in samples:
+        mem = samples.assign(mem_used_gib=samples[MEM_USED_BYTES] / 2**30)
         c1.plotly_chart(
             figures.nvml_lines(
                 mem, "mem_used_gib", origin_ns=origin, unit="GiB", title="Memory used"
             ),
             config=PLOT_CONFIG,
         )
-    if "power_w" in samples:
+    if POWER_W in samples:
         c2.plotly_chart(
-            figures.nvml_lines(samples, "power_w", origin_ns=origin, unit="W", title="Power"),
+            figures.nvml_lines(samples, POWER_W, origin_ns=origin, unit="W", title="Power"),
             config=PLOT_CONFIG,
         )
 
