@@ -3,10 +3,9 @@ with the base path; a non-HTML or compressed response passes through unchanged."
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any
 
+from async_thread import run_in_thread
 from gpuscope.web.backend_url import BackendBaseUrl, inject, snippet
 
 PAGE = b"<!DOCTYPE html><html><head><title>x</title></head><body></body></html>"
@@ -38,20 +37,7 @@ def _serve(body: bytes, content_type: bytes, path: str = "/runs", extra=()) -> l
         return {"type": "http.request", "body": b""}
 
     scope = {"type": "http", "method": "GET", "path": path, "headers": []}
-    # in a thread of its own: a browser test of the same process may hold this thread's loop
-    errors: list[BaseException] = []
-
-    def go() -> None:
-        try:
-            asyncio.run(BackendBaseUrl(app)(scope, receive, send))
-        except BaseException as e:  # handed to the test's thread, raised there
-            errors.append(e)
-
-    t = threading.Thread(target=go)
-    t.start()
-    t.join()
-    if errors:
-        raise errors[0]
+    run_in_thread(BackendBaseUrl(app)(scope, receive, send))
     return sent
 
 

@@ -14,36 +14,17 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from async_thread import run_in_thread
 from gpuscope.cli.main import main as cli_main
 from gpuscope.web import auth
 from gpuscope.web.upload_guard import UploadGuard
 from streamlit.web.server.starlette.starlette_app_utils import create_signed_value
 from test_auth_cli import GOOD, write_config
-
-
-def _run(coro) -> None:  # type: ignore[no-untyped-def]
-    """asyncio.run in a thread of its own: a browser test of the same worker may hold this
-    thread's event loop (Playwright's sync API)."""
-    errors: list[BaseException] = []
-
-    def go() -> None:
-        try:
-            asyncio.run(coro)
-        except BaseException as e:  # handed to the test's thread, raised there
-            errors.append(e)
-
-    t = threading.Thread(target=go)
-    t.start()
-    t.join()
-    if errors:
-        raise errors[0]
-
 
 REPO = Path(__file__).resolve().parent.parent
 BEFORE = REPO / "sample_traces" / "before"
@@ -171,7 +152,7 @@ def put(
     async def send(msg: dict) -> None:
         sent.append(msg)
 
-    _run(guard(scope, receive, send))
+    run_in_thread(guard(scope, receive, send))
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return int(start["status"]), body, read[0]
@@ -248,7 +229,7 @@ def test_the_guard_caps_a_sessions_uploads_in_flight(signin: Path) -> None:
 
         await asyncio.gather(one("s1"), one("s1"), one("s2"))
 
-    _run(both())
+    run_in_thread(both())
     assert sorted(results) == [204, 204, 429]  # s1's second is refused, s2 is its own session
     assert guard._in_flight == {}  # nothing left counted once they ended
 
