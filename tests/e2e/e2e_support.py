@@ -164,7 +164,8 @@ def sample_ids(server: Server) -> tuple[str, str]:
 
 
 def open_uploader(page) -> None:  # type: ignore[no-untyped-def]
-    """The uploader: open already while the store holds only the samples (a first visit)."""
+    """Open the uploader; it opens by itself while the store holds only the samples (a first
+    visit), where a blind click would close it."""
     details = page.locator('[data-testid="stExpander"] details').filter(has_text="Upload traces")
     details.wait_for()
     if details.get_attribute("open") is None:

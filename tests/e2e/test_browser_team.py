@@ -17,7 +17,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import Server, clean_env, screenshot, stop_server, ui_server, wait_idle
+from e2e_support import (
+    Server,
+    clean_env,
+    open_uploader,
+    screenshot,
+    stop_server,
+    ui_server,
+    wait_idle,
+)
 from team_servers import TeamStore
 
 pytestmark = pytest.mark.browser
@@ -94,10 +102,7 @@ def test_a_run_stored_through_one_dashboard_opens_by_url_on_the_other(
     page_a = new_page()
     page_a.goto(f"{a.url}/runs")
     wait_idle(page_a)
-    details = page_a.locator('[data-testid="stExpander"] details').filter(has_text="Upload traces")
-    details.wait_for()
-    if details.get_attribute("open") is None:
-        page_a.get_by_text("Upload traces").click()
+    open_uploader(page_a)
     page_a.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
         [str(p) for p in sorted(AFTER.glob("*.pt.trace.json*"))]
     )
