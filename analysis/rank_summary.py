@@ -35,6 +35,9 @@ from gpuscope.analysis.store_access import ranks_of
 from gpuscope.store import Store, now_utc, transaction
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from gpuscope.ingest.rank_rows import RankRows
     from gpuscope.store import Connection
 
 TABLE = "rank_summaries"
@@ -137,23 +140,88 @@ def write_rank_summaries(con: Connection, run_id: str, parts: Iterable[str] | No
     return len(rows)
 
 
-def store_after_ingest(con: Connection, result: Any) -> None:
+class StoreAfterIngest:
     """``ingest_paths``'s ``after_trace`` hook, inside the ingest's transaction: every rank just
     written gets the parts of :data:`EVERY_RANK` (the cross-rank part, from which ``analyze``
     matches the run's collectives and splits each rank's busy time); a run of ONE rank gets every
     other part (the Runs list reads its ``rank_row`` and ``headline``), and the cross-rank part too
-    when its trace names a world size above 1 (``ingest --job``: the other ranks come later). The other parts of a run of
-    several ranks would never be read and cost about 1 CPU s per rank (docs/benchmarks.md,
-    "Many ranks"); :func:`write_rank_summaries` stores them for any run when called."""
-    run_id = str(result.run_id)
-    if int(getattr(result, "n_ranks", 0) or 0) != 1:
-        write_rank_summaries(con, run_id, EVERY_RANK)
-        return
-    from gpuscope.analysis.ranks import world_sizes
+    when its trace names a world size above 1 (``ingest --job``: the other ranks come later). The
+    other parts of a run of several ranks would never be read and cost about 1 CPU s per rank
+    (docs/benchmarks.md, "Many ranks"); :func:`write_rank_summaries` stores them for any run when
+    called.
 
-    # one rank of a job of several (its other nodes report later): its cross-rank part too
-    several = (world_sizes(con, [run_id]).get(run_id) or 1) > 1
-    write_rank_summaries(con, run_id, [p for p in PARTS if several or p not in EVERY_RANK])
+    A run of several rank files computes its ranks' parts while it is ingested: the ingest hands
+    each rank's rows to :meth:`rank_sink`'s :class:`PartsWhileIngesting` as soon as the rank is
+    written, which computes them on other threads while the next ranks are parsed (a rank too big
+    to keep in memory is computed here, after the ingest, from the store)."""
+
+    def __call__(self, con: Connection, result: Any) -> None:
+        run_id = str(result.run_id)
+        if int(getattr(result, "n_ranks", 0) or 0) != 1:
+            write_rank_summaries(con, run_id, EVERY_RANK)
+            return
+        from gpuscope.analysis.ranks import world_sizes
+
+        # one rank of a job of several (its other nodes report later): its cross-rank part too
+        several = (world_sizes(con, [run_id]).get(run_id) or 1) > 1
+        write_rank_summaries(con, run_id, [p for p in PARTS if several or p not in EVERY_RANK])
+
+    def rank_sink(self, run_id: str) -> PartsWhileIngesting:
+        return PartsWhileIngesting(run_id, EVERY_RANK)
+
+
+store_after_ingest = StoreAfterIngest()
+
+
+class PartsWhileIngesting:
+    """A :class:`~gpuscope.ingest.rank_rows.RankSink`: each rank's ``parts``, computed from its
+    rows on ``jobs`` threads (each rank in an in-memory database of its own, :func:`_scratch`)
+    while the ingest goes on; :meth:`store` waits for them and writes their rows. At most
+    ``2 * jobs`` ranks wait or are computed at a time (the writer waits for the oldest beyond
+    that), so memory stays bounded."""
+
+    def __init__(self, run_id: str, parts: Iterable[str], jobs: int | None = None) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from gpuscope.ingest.parse_pool import default_jobs
+
+        self.run_id = run_id
+        self.parts = _parts(parts)
+        self.jobs = max(1, jobs or default_jobs())
+        self._pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="gpuscope-parts")
+        self._futures: list[Future[list[list[Any]]]] = []
+
+    def rank_written(self, rows: RankRows) -> None:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        self._futures.append(self._pool.submit(self._compute, rows))
+        while True:
+            pending = [f for f in self._futures if not f.done()]
+            if len(pending) <= 2 * self.jobs:
+                return
+            wait(pending, return_when=FIRST_COMPLETED)
+
+    def _compute(self, rows: RankRows) -> list[list[Any]]:
+        out = []
+        with _scratch(
+            {"events": rows.events, "names": rows.names},
+            {"threads": rows.threads, "ranks": rows.ranks},
+        ) as on:
+            for part in self.parts:
+                doc = json.dumps(_finite(part.compute(on, rows.run_id, rows.rank)), allow_nan=False)
+                out.append([rows.run_id, rows.rank, part.name, part.version, doc, now_utc()])
+        return out
+
+    def store(self, con: Connection) -> None:
+        rows = [r for f in self._futures for r in f.result()]
+        if rows:
+            con.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def close(self) -> None:
+        for f in self._futures:
+            f.cancel()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._futures = []
 
 
 #: A rank with at most this many events is copied into a database of its own for its parts.
@@ -222,6 +290,22 @@ def _rank_copies(con: Connection, run_id: str, ranks: list[int]) -> Iterator[tup
 def _copy_of(con: Connection, run_id: str, ranks: list[int]) -> Iterator[Any]:
     """A new in-memory database holding the store's tables with the rows of ``ranks`` (events,
     threads) and of the run (runs, ranks, names): :func:`_rank_copy` for several ranks at once."""
+    tables = {}
+    for name in _COPIED:
+        per_rank = " AND list_contains($ranks, rank)" if name in ("events", "threads") else ""
+        params = {"run": run_id, "ranks": list(ranks)} if per_rank else {"run": run_id}
+        tables[name] = con.execute(
+            f"SELECT * FROM {name} WHERE run_id = $run{per_rank}", params
+        ).to_arrow_table()
+    with _scratch(tables, {}) as scratch:
+        yield scratch
+
+
+@contextmanager
+def _scratch(tables: dict[str, Any], rows: dict[str, list[Any]]) -> Iterator[Any]:
+    """A new in-memory DuckDB database with the store's tables (empty), filled with ``tables``
+    (Arrow, by table name; the dict is emptied once they are in) and ``rows`` (lists of rows, by
+    table name); closed at the end."""
     from gpuscope.store.schema import TABLES
 
     scratch = duckdb.connect(":memory:")
@@ -230,16 +314,18 @@ def _copy_of(con: Connection, run_id: str, ranks: list[int]) -> Iterator[Any]:
         scratch.execute(f"SET memory_limit = '{SCRATCH_MEMORY_LIMIT}'")
         for table in TABLES:
             scratch.execute(table.ddl(keys=False))
-        for name in _COPIED:
-            per_rank = " AND list_contains($ranks, rank)" if name in ("events", "threads") else ""
-            params = {"run": run_id, "ranks": list(ranks)} if per_rank else {"run": run_id}
-            rows = con.execute(
-                f"SELECT * FROM {name} WHERE run_id = $run{per_rank}", params
-            ).to_arrow_table()
-            scratch.register("copied_rows", rows)  # the scratch database's own
+        for name, arrow in tables.items():
+            scratch.register("copied_rows", arrow)  # the scratch database's own
             scratch.execute(f"INSERT INTO {name} SELECT * FROM copied_rows")
             scratch.unregister("copied_rows")
-            del rows
+        for name, values in rows.items():
+            if values:
+                one = "(" + ", ".join(["?"] * len(values[0])) + ")"
+                scratch.execute(
+                    f"INSERT INTO {name} VALUES " + ", ".join([one] * len(values)),
+                    [v for row in values for v in row],
+                )
+        tables.clear()
         yield scratch
     finally:
         close_shared(scratch)

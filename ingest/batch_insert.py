@@ -251,6 +251,10 @@ class BatchInserter:
         self.odd_events = 0  # events with a value of an unexpected type (kept as JSON text)
         self.odd_examples: list[str] = []
         self.memory_rows: list[tuple[Any, ...]] = []  # memory_events rows not yet written
+        # a rank's rows kept for its sink (:meth:`keep_rank`): rank -> its tables, None once over
+        self.kept: dict[int, list[pa.Table] | None] = {}
+        self.kept_n: dict[int, int] = {}
+        self.keep_limit = 0
 
     def insert(self, path: Path, batch: Batch, rank: int, *, strict: bool = True) -> int:
         """Parse and insert one batch (in this thread); returns its number of events. Raises
@@ -316,6 +320,13 @@ class BatchInserter:
         )
         self.buffer.append(rows)
         self.buffered += n
+        kept = self.kept.get(rank)
+        if kept is not None:
+            self.kept_n[rank] += n
+            if self.kept_n[rank] > self.keep_limit:
+                self.kept[rank] = None  # too big to keep: its summary is computed from the store
+            else:
+                kept.append(rows)
         if self.buffered >= self.flush_rows:
             self.flush()
         return n
@@ -356,8 +367,24 @@ class BatchInserter:
         raw_con = getattr(self.con, "con", self.con)
         raw_con.execute("INSERT INTO memory_events SELECT * FROM _gs_mem ORDER BY rank, ts_ns")
 
+    def keep_rank(self, rank: int, limit: int) -> None:
+        """Keep the rows of ``rank`` inserted from now on, up to ``limit`` events (for
+        :meth:`kept_rows`)."""
+        self.kept[rank], self.kept_n[rank], self.keep_limit = [], 0, int(limit)
+
+    def kept_rows(self, rank: int) -> pa.Table | None:
+        """The rows of ``rank`` kept since :meth:`keep_rank` (None: over the limit, or not kept);
+        forgets them."""
+        import pyarrow as pa
+
+        tables = self.kept.pop(rank, None)
+        self.kept_n.pop(rank, None)
+        return None if tables is None else pa.concat_tables(tables) if tables else None
+
     def rename_rank(self, old: int, new: int) -> None:
         """Events written as rank ``old`` become rank ``new`` (the rank was learned late)."""
+        self.kept.pop(old, None)  # kept rows say ``old``: that rank's summary comes from the store
+        self.kept_n.pop(old, None)
         self.flush()
         for table in ("events", "memory_events"):
             self.con.execute(
@@ -433,6 +460,7 @@ class BatchInserter:
             self.parser.close()
             self.parser = None
         self.buffer = []
+        self.kept = {}
 
 
 SCRATCH_PREFIX = (
@@ -492,6 +520,16 @@ class IdMap:
         self.next_id = max(known.values(), default=-1) + 1
         self._values = pa.array(list(self.ids), pa.string())
         self._ids_arr = pa.array(list(self.ids.values()), pa.int32())
+
+    def table(self, run_id: str) -> pa.Table:
+        """Every string so far as rows of ``names`` (run_id, name_id, name)."""
+        import pyarrow as pa
+
+        return pa.table({
+            "run_id": pa.array([run_id] * len(self.ids), pa.string()),
+            "name_id": pa.array(list(self.ids.values()), pa.int32()),
+            "name": pa.array(list(self.ids), pa.string()),
+        })  # fmt: skip
 
     def ids_of(self, strings: pa.Array | pa.ChunkedArray) -> pa.Array:
         """int32 ids for a string array (NULL stays NULL); new strings are given the next ids."""

@@ -14,6 +14,7 @@ from gpuscope.ingest.errors import DuplicateRunError, IngestError
 from gpuscope.ingest.naming import default_run_name, is_generic, stem
 from gpuscope.ingest.nvml import ingest_series, is_nvml_file
 from gpuscope.ingest.parse_pool import ParsePool, default_jobs, file_shas
+from gpuscope.ingest.rank_rows import MAX_KEPT_EVENTS, RankRows, RankSink, RankSinks
 from gpuscope.ingest.records import RankSummary, RunResult, RunRow, run_id_for
 from gpuscope.ingest.source import iter_json_bytes
 from gpuscope.store import Connection, Store, run_exists, transaction
@@ -69,8 +70,10 @@ class TraceRunWriter:
         metadata: Mapping[str, Any] | None = None,
         job: str | None = None,
         pool: ParsePool | None = None,
+        sink: RankSink | None = None,
     ) -> None:
         self.con, self.run_id, self.files = con, run_id, files
+        self.sink = sink  # takes each rank's rows once it is written
         # The files' batches, parsed ahead on other threads (one parse thread when not given).
         self.pool = pool if pool is not None else ParsePool(files, 1)
         self.job = job  # adding ranks to job ``job``'s run: a rank it holds already is refused
@@ -96,6 +99,8 @@ class TraceRunWriter:
                     rank, provisional = -1 - len(self._open_ranks), True
                 else:
                     self._check_rank_free(path, rank)
+                if self.sink is not None:
+                    self.inserter.keep_rank(rank, MAX_KEPT_EVENTS)
             self.inserter.insert_parsed(item.parsed, rank, item.memory_data)
             if self.progress:
                 self.progress(self.done_bytes + min(file_bytes, item.offset), self.total_bytes)
@@ -150,7 +155,21 @@ class TraceRunWriter:
             ]
         )
         self.done_bytes += file_bytes
+        if self.sink is not None:
+            self._hand_over(rank)
         return RankSummary(rank, n_events, meta, offset, ts_min, ts_max)
+
+    def _hand_over(self, rank: int) -> None:
+        """Give the sink the rank's rows (not when it was too big to keep, or renamed)."""
+        assert self.sink is not None
+        events = self.inserter.kept_rows(rank)
+        if events is None:
+            return
+        threads = sorted((self.run_id, *r) for r in self.inserter.thread_rows if r[0] == rank)
+        names = self.inserter.names.table(self.run_id)
+        self.sink.rank_written(
+            RankRows(self.run_id, rank, events, threads, list(self._rank_rows), names)
+        )
 
     def _check_rank_free(self, path: Path, rank: int) -> None:
         if self._stored_ranks is None:  # the run's ranks stored before this ingest (a job's)
@@ -281,10 +300,13 @@ def ingest_trace(
     metadata: Mapping[str, Any] | None = None,
     uploaded_by: str | None = None,
     jobs: int | None = None,
+    sinks: RankSinks | None = None,
 ) -> RunResult:
     """Write one trace run (a file, or a folder of rank files) and its `runs` row, inside the
     caller's transaction (see :func:`ingest_paths`, which makes it all or nothing). ``jobs``:
-    threads that parse the files' batches (None: :func:`~gpuscope.ingest.parse_pool.default_jobs`)."""
+    threads that parse the files' batches (None: :func:`~gpuscope.ingest.parse_pool.default_jobs`).
+    ``sinks``: a run of several rank files hands each rank's rows to ``sinks.rank_sink(run_id)``
+    as it is written, and the sink stores what it made of them before this returns."""
     files, notes = split_trace_files(path)
     pool = ParsePool(files, jobs or default_jobs())  # parsing starts while the files are hashed
     try:
@@ -295,11 +317,18 @@ def ingest_trace(
     except BaseException:
         pool.close()
         raise
-    writer = TraceRunWriter(con, run_id, files, progress, metadata, pool=pool)
+    try:
+        sink = sinks.rank_sink(run_id) if sinks is not None and len(files) > 1 else None
+    except BaseException:
+        pool.close()
+        raise
+    writer = TraceRunWriter(con, run_id, files, progress, metadata, pool=pool, sink=sink)
     try:
         hints = _rank_hints(files)
         ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
         writer.finish()
+        if sink is not None:
+            sink.store(con)
     except IngestError as e:
         worker = spans_of_one_process(files)
         if worker is not None and ("rank" in e.problem):
@@ -312,6 +341,8 @@ def ingest_trace(
         raise
     finally:
         writer.close()
+        if sink is not None:
+            sink.close()
     rank0 = min(ranks, key=lambda r: r.rank)
     props = rank0.meta.get("deviceProperties")
     gpu = (
@@ -501,6 +532,7 @@ def _ingest_paths(
                 metadata=metadata,
                 uploaded_by=uploaded_by,
                 jobs=jobs,
+                sinks=after_trace if isinstance(after_trace, RankSinks) else None,
             )
         except DuplicateRunError as e:
             results.append(_duplicate(con, e, p))

@@ -1,0 +1,164 @@
+"""Each rank's summary parts computed on other threads while the ingest parses the next ranks
+(gpuscope.analysis.rank_summary.PartsWhileIngesting, fed by gpuscope.ingest.rank_rows): the same
+rows as the parts computed from the store after the ingest, a failure anywhere rolls the ingest
+back, and the writer waits when the part threads fall behind (bounded memory)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+from clitools import run_cli
+from gpuscope.analysis import rank_summary as RS
+from gpuscope.ingest import loader
+from gpuscope.ingest.errors import IngestError
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.ingest.rank_rows import RankRows
+from gpuscope.store import RUN_TABLES, connect, transaction
+from gpuscope.store.schema import EVENTS, NAMES
+from tracegen import TraceBuilder
+
+REPO = Path(__file__).resolve().parent.parent
+DDP = REPO / "sample_traces" / "ddp"
+
+
+def ranks_folder(folder: Path, n: int) -> Path:
+    """``n`` rank files of 3 steps; rank r runs r + 1 kernels per step (so r + 1 sizes differ),
+    the last rank's ``distributedInfo`` written after its events (its rank is learned late)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(n):
+        t = TraceBuilder(rank=rank, world_size=n)
+        for s in range(3):
+            t0 = 1000.0 + 100.0 * s
+            t.step(s, t0, 100.0)
+            for k in range(rank + 1):
+                t.launch("volta_sgemm_128x64_nn", t0 + 1.0 + k, t0 + 5.0 + 10 * k, 8.0)
+        d = t.to_dict()
+        if rank == n - 1:
+            d["distributedInfo"] = d.pop("distributedInfo")  # after traceEvents
+        # no rank in the file name: the late rank is found from its distributedInfo only
+        (folder / f"worker{chr(97 + rank)}.json").write_text(json.dumps(d))
+    return folder
+
+
+def parts_of(con, run_id: str) -> dict[tuple[int, str], dict]:  # type: ignore[no-untyped-def]
+    rows = con.execute(
+        "SELECT rank, part, version, doc FROM rank_summaries WHERE run_id = ?", [run_id]
+    ).fetchall()
+    return {(r, p): (v, json.loads(d)) for r, p, v, d in rows}
+
+
+def serial(con, result) -> None:  # type: ignore[no-untyped-def]
+    """The parts computed from the store after the ingest, as before the sink (no rank_sink)."""
+    RS.write_rank_summaries(con, str(result.run_id), RS.EVERY_RANK)
+
+
+@pytest.mark.parametrize("kept", [10**9, 8])
+def test_parts_made_while_ingesting_are_those_made_from_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: int
+) -> None:
+    # kept=8: ranks of over 8 events are too big to keep, their parts come from the store
+    monkeypatch.setattr(loader, "MAX_KEPT_EVENTS", kept)
+    computed: list[int] = []
+    original = RS.PartsWhileIngesting._compute
+
+    def spy(self, rows: RankRows) -> list:  # type: ignore[no-untyped-def]
+        computed.append(rows.rank)
+        return original(self, rows)
+
+    monkeypatch.setattr(RS.PartsWhileIngesting, "_compute", spy)
+    for i, folder in enumerate([DDP, ranks_folder(tmp_path / "t", 5)]):
+        with connect(tmp_path / f"a{i}") as con:
+            run_id = ingest_paths(con, [folder], after_trace=RS.store_after_ingest)[0].run_id
+            made = parts_of(con, run_id)
+        with connect(tmp_path / f"b{i}") as con:
+            assert ingest_paths(con, [folder], after_trace=serial)[0].run_id == run_id
+            assert made == parts_of(con, run_id)
+        assert {r for r, _ in made} == set(range(2 if i == 0 else 5))
+    if kept > 100:  # every rank of both runs but the late one (its rows say another rank)
+        assert sorted(computed) == [0, 0, 1, 1, 2, 3]
+    else:
+        assert computed == []
+
+
+def counts(con) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in RUN_TABLES}
+
+
+def test_a_part_failing_on_its_thread_fails_the_ingest_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    def broken(con, run_id: str, rank: int) -> dict:  # type: ignore[no-untyped-def]
+        if threading.current_thread() is threading.main_thread():
+            return {}  # only the sink's threads fail: the failure must come from there
+        raise IngestError(f"rank {rank}", "summary part failed")
+
+    monkeypatch.setitem(RS.PARTS, "broken", RS.SummaryPart("broken", 1, "fails", broken))
+    monkeypatch.setattr(RS, "EVERY_RANK", (*RS.EVERY_RANK, "broken"))
+    db = tmp_path / "s"
+    with connect(db) as con:
+        before = counts(con)
+    code, out, err = run_cli(capsys, "ingest", str(DDP), "--db", str(db))
+    assert code != 0 and out == ""
+    assert err.strip().splitlines() == ["gpuscope: rank 0: summary part failed"]
+    with connect(db) as con:
+        assert counts(con) == before  # nothing half-written
+
+
+def empty_rows(rank: int) -> RankRows:
+    con = duckdb.connect()
+    con.execute(EVENTS.ddl(keys=False))
+    con.execute(NAMES.ddl(keys=False))
+    return RankRows(
+        "r1",
+        rank,
+        con.execute("SELECT * FROM events").to_arrow_table(),
+        [],
+        [],
+        con.execute("SELECT * FROM names").to_arrow_table(),
+    )
+
+
+def test_the_writer_waits_when_the_part_threads_fall_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+
+    def slow(con, run_id: str, rank: int) -> dict:  # type: ignore[no-untyped-def]
+        assert release.wait(60)
+        return {"rank": rank}
+
+    monkeypatch.setitem(RS.PARTS, "slow", RS.SummaryPart("slow", 1, "waits", slow))
+    sink = RS.PartsWhileIngesting("r1", ["slow"], jobs=1)
+    handed: list[int] = []
+
+    def writer() -> None:
+        for rank in range(5):
+            sink.rank_written(empty_rows(rank))
+            handed.append(rank)
+
+    t = threading.Thread(target=writer)
+    try:
+        t.start()
+        end = time.monotonic() + 30
+        while len(handed) < 2 and time.monotonic() < end:
+            time.sleep(0.01)
+        time.sleep(0.5)
+        # one rank computing, two waiting: the third hand-over waits for a thread
+        assert handed == [0, 1] and t.is_alive()
+        release.set()
+        t.join(30)
+        assert handed == [0, 1, 2, 3, 4]
+        with connect(tmp_path / "s") as con, transaction(con):
+            sink.store(con)
+            docs = con.execute(
+                "SELECT rank, doc FROM rank_summaries WHERE part = 'slow' ORDER BY rank"
+            ).fetchall()
+        assert [(r, json.loads(d)) for r, d in docs] == [(r, {"rank": r}) for r in range(5)]
+    finally:
+        release.set()
+        sink.close()
