@@ -178,12 +178,14 @@ def test_the_fast_cut_refuses_an_element_that_is_not_an_object(tmp_path):
 
 
 def test_the_fast_cut_refuses_an_event_over_the_cap(tmp_path, monkeypatch):
+    # batches (1,000 bytes) larger than the cap (300): the fast cut holds the whole event and must
+    # measure it; the scan then names it
     monkeypatch.setenv("GPUSCOPE_MAX_EVENT_BYTES", "300")
-    events = [{"ph": "X", "name": f"e{i}"} for i in range(12)]
-    events[8]["name"] = "x" * 400
+    events = [{"ph": "X", "name": f"e{i}"} for i in range(24)]
+    events[2]["name"] = "x" * 400
     raw = kineto_layout({"schemaVersion": 1}, events)
     with pytest.raises(IngestError, match=r"the event at byte \d+ is larger than 300 bytes"):
-        split_batches(raw, tmp_path, 64, 250)
+        split_batches(raw, tmp_path, 64, 1000)
     monkeypatch.setenv("GPUSCOPE_MAX_EVENT_BYTES", "600")  # the same file under a cap it fits
-    got, batches, _ = split_batches(raw, tmp_path, 64, 250)
+    got, batches, _ = split_batches(raw, tmp_path, 64, 1000)
     assert got == events and batches[0].strict is True  # cut by the fast path
