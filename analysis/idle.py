@@ -623,7 +623,11 @@ def idle_analysis(
         con, {**p, "n": int(top_n)}, t, "", "ORDER BY i.dur_ns DESC, i.start_ns LIMIT $n"
     )
     top = _attach_evidence(ix, p, t, _with_steps(top, window))
-    return _result(con, t, window, device, evidence=_evidence_summary(con, p, t), top=top)
+    # the same window's evidence is asked for by a rank's line and by its report: read once per
+    # index (~2.4 s on a 1 GB rank), handed out as copies (callers may change their frames)
+    evidence = ix.memo(("idle_evidence", *key[1:]), lambda: _evidence_summary(con, p, t), keep=2)
+    evidence = {cls: frame.copy() for cls, frame in evidence.items()}
+    return _result(con, t, window, device, evidence=evidence, top=top)
 
 
 def idle_totals(
