@@ -166,8 +166,8 @@ class StoreAfterIngest:
         several = (world_sizes(con, [run_id]).get(run_id) or 1) > 1
         write_rank_summaries(con, run_id, [p for p in PARTS if several or p not in EVERY_RANK])
 
-    def rank_sink(self, run_id: str) -> PartsWhileIngesting:
-        return PartsWhileIngesting(run_id, EVERY_RANK)
+    def rank_sink(self, run_id: str, jobs: int) -> PartsWhileIngesting:
+        return PartsWhileIngesting(run_id, EVERY_RANK, jobs)
 
 
 store_after_ingest = StoreAfterIngest()
@@ -175,19 +175,17 @@ store_after_ingest = StoreAfterIngest()
 
 class PartsWhileIngesting:
     """A :class:`~gpuscope.ingest.rank_rows.RankSink`: each rank's ``parts``, computed from its
-    rows on ``jobs`` threads (each rank in an in-memory database of its own, :func:`_scratch`)
+    rows on ``jobs`` threads (the ingest's parse threads' number) (each rank in an in-memory database of its own, :func:`_scratch`)
     while the ingest goes on; :meth:`store` waits for them and writes their rows. At most
     ``2 * jobs`` ranks wait or are computed at a time (the writer waits for the oldest beyond
     that), so memory stays bounded."""
 
-    def __init__(self, run_id: str, parts: Iterable[str], jobs: int | None = None) -> None:
+    def __init__(self, run_id: str, parts: Iterable[str], jobs: int) -> None:
         from concurrent.futures import ThreadPoolExecutor
-
-        from gpuscope.ingest.parse_pool import default_jobs
 
         self.run_id = run_id
         self.parts = _parts(parts)
-        self.jobs = max(1, jobs or default_jobs())
+        self.jobs = max(1, int(jobs))
         self._pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="gpuscope-parts")
         self._futures: list[Future[list[list[Any]]]] = []
 

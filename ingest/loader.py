@@ -305,7 +305,7 @@ def ingest_trace(
     """Write one trace run (a file, or a folder of rank files) and its `runs` row, inside the
     caller's transaction (see :func:`ingest_paths`, which makes it all or nothing). ``jobs``:
     threads that parse the files' batches (None: :func:`~gpuscope.ingest.parse_pool.default_jobs`).
-    ``sinks``: a run of several rank files hands each rank's rows to ``sinks.rank_sink(run_id)``
+    ``sinks``: a run of several rank files hands each rank's rows to ``sinks.rank_sink(run_id, jobs)``
     as it is written, and the sink stores what it made of them before this returns."""
     files, notes = split_trace_files(path)
     pool = ParsePool(files, jobs or default_jobs())  # parsing starts while the files are hashed
@@ -318,7 +318,7 @@ def ingest_trace(
         pool.close()
         raise
     try:
-        sink = sinks.rank_sink(run_id) if sinks is not None and len(files) > 1 else None
+        sink = sinks.rank_sink(run_id, pool.jobs) if sinks is not None and len(files) > 1 else None
     except BaseException:
         pool.close()
         raise

@@ -49,8 +49,9 @@ class RankSink(Protocol):
 @runtime_checkable
 class RankSinks(Protocol):
     """An ``after_trace`` hook that also gives each trace run of several rank files a
-    :class:`RankSink` (``rank_sink(run_id)``; None: no sink for this run)."""
+    :class:`RankSink` (``rank_sink(run_id, jobs)``, ``jobs``: the ingest's parse threads, the
+    threads the sink may use; None: no sink for this run)."""
 
     def __call__(self, con: Any, result: Any) -> None: ...
 
-    def rank_sink(self, run_id: str) -> RankSink | None: ...
+    def rank_sink(self, run_id: str, jobs: int) -> RankSink | None: ...
