@@ -75,6 +75,13 @@ class MemoryResult:
         return self.device_total_bytes - self.peak_reserved_bytes
 
     @property
+    def reserved_minus_allocated_at_peak_bytes(self) -> int | None:
+        """Reserved but not allocated at the allocation peak (bytes; fragmentation), or None."""
+        if self.reserved_at_peak_bytes is None or self.peak_allocated_bytes is None:
+            return None
+        return self.reserved_at_peak_bytes - self.peak_allocated_bytes
+
+    @property
     def near_full(self) -> bool:
         f = self.peak_reserved_frac
         return f is not None and f >= NEAR_FULL_FRAC
@@ -89,11 +96,7 @@ class MemoryResult:
             "peak_reserved_bytes": self.peak_reserved_bytes,
             "peak_reserved_pct": 100.0 * f if (f := self.peak_reserved_frac) is not None else None,
             "peak_at_us": self.peak_at_ns / 1e3 if self.peak_at_ns is not None else None,
-            "reserved_minus_allocated_at_peak_bytes": (
-                self.reserved_at_peak_bytes - self.peak_allocated_bytes
-                if self.reserved_at_peak_bytes is not None and self.peak_allocated_bytes is not None
-                else None
-            ),
+            "reserved_minus_allocated_at_peak_bytes": self.reserved_minus_allocated_at_peak_bytes,
             "headroom_bytes": self.headroom_bytes,
             "near_full": self.near_full,
             "start_allocated_bytes": self.start_allocated_bytes,

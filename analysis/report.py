@@ -1038,7 +1038,7 @@ def _add_critical_path(
     report.gain_context = ctx
     for rec in report.recommendations:
         est = GN.estimate(rec.id, cp, ctx) or GN.bound_estimate(rec.max_gain_pct, ctx)
-        rec.estimate = est.to_json()
+        rec.estimate = est
 
 
 def _recommendations(
@@ -1089,7 +1089,7 @@ def _recommendations(
             if memory is not None and memory.peak_reserved_frac is not None
             else _mem_used_frac(con, run_id)
         ),
-        memory=memory.to_json() if memory is not None and memory.recorded else None,
+        memory=memory if memory is not None and memory.recorded else None,
         dataloader_kind=_loader_kind(idle),
         untraced_step_ns=pc.untraced_step_ms * 1e6 if pc and pc.untraced_step_ms else None,
         host_cap_ns_per_step=(
@@ -1100,7 +1100,7 @@ def _recommendations(
         compiled=compiled,
         cudnn_benchmark=_torch_flag(con, run_id, rank, "cudnn_benchmark"),
         pageable_excess_ns=pageable.excess_ns if pageable is not None else 0.0,
-        pageable_copy=pageable.to_json() if pageable is not None and pageable.copies else None,
+        pageable_copy=pageable if pageable is not None and pageable.copies else None,
     )
     return R.recommend(inputs)
 

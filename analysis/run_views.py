@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.collectives import wait_in_view, wait_spans
+from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.analysis.ranks import (
     rank_nodes,
@@ -25,7 +27,7 @@ from gpuscope.analysis.ranks import (
     world_sizes,
 )
 from gpuscope.analysis.report import RunReport, analyze_run
-from gpuscope.analysis.store_access import ranks_of
+from gpuscope.analysis.store_access import ranks_of, us
 from gpuscope.store.schema import RUN_COLUMNS
 
 if TYPE_CHECKING:
@@ -118,8 +120,19 @@ def _num(v: Any) -> float | None:
     return None if f is None or math.isnan(f) else f
 
 
-def run_summary(doc: dict[str, Any]) -> RunSummary:
-    """The runs-list figures of an analysis document (:func:`report_doc`)."""
+def run_summary(report: RunReport | Mapping[str, Any]) -> RunSummary:
+    """The runs-list figures of a report, or of an analysis document (``analyze --json``: the
+    stored ``headline`` part of :func:`stored_run_summary`, a hand-built one)."""
+    if isinstance(report, RunReport):
+        st = report.step_stats
+        return RunSummary(
+            rank=int(report.rank),
+            step_ms=_num(st.p50_ms),
+            busy_pct=_num(report.gpu_busy_pct),
+            mfu_pct=_num(report.mfu_pct),
+            wait_pct=_num(report.gpu_wait_pct),
+        )
+    doc = report
     rank = doc.get("rank")
     st_ms = doc.get("step_time_ms") or {}
     return RunSummary(
@@ -162,19 +175,26 @@ class TopIdleCause:
     share_pct: float | None
 
 
-def top_idle_cause(doc: dict[str, Any]) -> TopIdleCause | None:
-    """The top idle cause of an analysis document (:func:`report_doc`); None without idle time.
-    Ties: the first in the document's (precedence) order."""
-    causes = (doc.get("idle") or {}).get("causes") or {}
+def top_idle_cause(report: RunReport | Mapping[str, Any]) -> TopIdleCause | None:
+    """The top idle cause of a report, or of an analysis document (``analyze --json``); None
+    without idle time. Ties: the first in the (precedence) order of the causes."""
+    if isinstance(report, RunReport):
+        w = report.window
+        causes: Mapping[str, Any] = {c: us(report.idle.causes_ns[c]) for c in CAUSES}
+        steps_seen: Any = len(w.steps) if w.source != "trace" else 0
+        duration_us: Any = us(w.duration_ns)
+    else:
+        causes = (report.get("idle") or {}).get("causes") or {}
+        window = report.get("window") or {}
+        steps_seen, duration_us = window.get("steps"), window.get("duration_us")
     if not causes:
         return None
-    cause, us = max(causes.items(), key=lambda kv: _num(kv[1]) or 0.0)
-    total_us = _num(us) or 0.0
+    cause, top_us = max(causes.items(), key=lambda kv: _num(kv[1]) or 0.0)
+    total_us = _num(top_us) or 0.0
     if not total_us:
         return None
-    window = doc.get("window") or {}
-    steps = int(window.get("steps") or 1) or 1
-    window_us = _num(window.get("duration_us")) or 0.0
+    steps = int(steps_seen or 1) or 1
+    window_us = _num(duration_us) or 0.0
     return TopIdleCause(
         str(cause), total_us / 1e3 / steps, 100.0 * total_us / window_us if window_us else None
     )

@@ -1,0 +1,54 @@
+"""The figures the pages take from a report, read from the typed ``RunReport``, equal those read
+from its ``analyze --json`` document (which stored parts and hand-built documents still give)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gpuscope.analysis import recommendations as R
+from gpuscope.analysis import run_views
+from gpuscope.analysis.idle import CAUSES, IdleResult
+from gpuscope.analysis.memory import MemoryResult
+from gpuscope.analysis.report import analyze_run
+from gpuscope.ingest.loader import ingest_paths
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sample", ["ddp", "fixes/dataloader_workers", "wild/cuda_only"])
+def test_typed_figures_equal_the_documents(con, sample: str) -> None:
+    run_id = ingest_paths(con, [SAMPLES / sample])[0].run_id
+    for rank in run_views.ranks_of(con, run_id):
+        rep = analyze_run(con, run_id, rank=rank)
+        doc = rep.to_json()
+        assert run_views.run_summary(rep) == run_views.run_summary(doc)
+        assert run_views.top_idle_cause(rep) == run_views.top_idle_cause(doc)
+    summary = run_views.run_summary(rep)
+    assert summary.rank == rank and summary.step_ms == doc["step_time_ms"]["p50"]
+
+
+def test_memory_rules_read_a_memory_result_as_its_document() -> None:
+    idle = IdleResult(10_000_000, 10, 0, 0, 0, dict.fromkeys(CAUSES, 0))
+    k = R.KernelStats(n_kernels=100, kernel_us=1000.0, small_grid_us=800.0, small_grid_fill=0.25)
+    mem = MemoryResult(
+        recorded=True,
+        device_total_bytes=80 * 2**30,
+        peak_allocated_bytes=60 * 2**30,
+        peak_reserved_bytes=76 * 2**30,
+        reserved_at_peak_bytes=70 * 2**30,
+        malloc={"calls": 40, "us": 8000.0, "us_per_step": 800.0},
+        n_steps=10,
+    )
+    base = {"window_ns": 10_000_000, "n_steps": 10, "busy_pct": 50.0, "idle": idle, "kernels": k}
+    typed = R.Inputs(**base, memory=mem)  # type: ignore[arg-type]
+    as_doc = R.Inputs(**base, memory=mem.to_json())  # type: ignore[arg-type]
+    full = R.rule_memory_near_full(typed)
+    assert full is not None and full == R.rule_memory_near_full(as_doc)
+    assert full.evidence["reserved_minus_allocated_at_peak_bytes"] == 10 * 2**30
+    assert full.evidence["malloc_calls"] == 40
+    mem.peak_reserved_bytes = 8 * 2**30  # room left: a larger batch, with its headroom
+    batch = R.rule_batch_size(typed)
+    assert batch is not None and batch == R.rule_batch_size(R.Inputs(**base, memory=mem.to_json()))  # type: ignore[arg-type]
+    assert batch.evidence["headroom_bytes"] == 72 * 2**30
