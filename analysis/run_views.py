@@ -34,9 +34,11 @@ if TYPE_CHECKING:
     from gpuscope.store import Connection
 
 __all__ = [
+    "Headline",
     "RunReport",
     "RunSummary",
     "analyze_run",
+    "headline",
     "rank_nodes",
     "rank_step_matrix",
     "ranks_label",
@@ -197,6 +199,54 @@ def top_idle_cause(report: RunReport | Mapping[str, Any]) -> TopIdleCause | None
     window_us = _num(duration_us) or 0.0
     return TopIdleCause(
         str(cause), total_us / 1e3 / steps, 100.0 * total_us / window_us if window_us else None
+    )
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The Run page's headline cards, built from a report (units as in ``analyze --json``): the
+    step time (ms: median, 90th percentile, slowest, mean over ``n_steps`` steps), GPU busy and
+    the communication wait inside it (% of the window), MFU (%; while busy too) with its peak
+    (TFLOP/s), dtype and FLOPs per step, the tensor-core share (% of kernel time) with the
+    eligible time not on tensor cores (µs), and the top idle cause. None: not measured (no
+    evidence, no figure)."""
+
+    step_p50_ms: float
+    step_p90_ms: float
+    step_max_ms: float
+    step_mean_ms: float
+    n_steps: int
+    busy_pct: float | None
+    wait_pct: float | None
+    mfu_pct: float | None
+    mfu_busy_pct: float | None
+    peak_tflops: float | None
+    dtype: str | None
+    flops_per_step: float | None
+    tensor_core_pct: float | None
+    tc_eligible_not_tc_us: float | None
+    top_idle: TopIdleCause | None
+
+
+def headline(report: RunReport) -> Headline:
+    """The headline cards of a report (what ``analyze --json`` says under the same names)."""
+    st, w, tc = report.step_stats, report.window, report.tensor_cores
+    return Headline(
+        step_p50_ms=st.p50_ms,
+        step_p90_ms=st.p90_ms if st.p90_ms is not None else st.max_ms,
+        step_max_ms=st.max_ms,
+        step_mean_ms=st.mean_ms,
+        n_steps=(len(w.steps) if w.source != "trace" else 0) or 1,
+        busy_pct=report.gpu_busy_pct,
+        wait_pct=report.gpu_wait_pct,
+        mfu_pct=report.mfu_pct,
+        mfu_busy_pct=report.mfu_busy_pct,
+        peak_tflops=report.peak_tflops,
+        dtype=report.dtype,
+        flops_per_step=report.flops_per_step,
+        tensor_core_pct=getattr(tc, "tensor_core_pct", None),
+        tc_eligible_not_tc_us=getattr(tc, "tc_eligible_not_tc_us", None),
+        top_idle=top_idle_cause(report),
     )
 
 

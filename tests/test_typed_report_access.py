@@ -1,5 +1,6 @@
-"""The figures the pages take from a report, read from the typed ``RunReport``, equal those read
-from its ``analyze --json`` document (which stored parts and hand-built documents still give)."""
+"""The figures the pages take from a report, read from the typed ``RunReport`` (the runs list's,
+the Run page's headline cards), equal those read from its ``analyze --json`` document (which
+stored parts and hand-built documents still give)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,30 @@ def test_typed_figures_equal_the_documents(con, sample: str) -> None:
         doc = rep.to_json()
         assert run_views.run_summary(rep) == run_views.run_summary(doc)
         assert run_views.top_idle_cause(rep) == run_views.top_idle_cause(doc)
+        h, st = run_views.headline(rep), doc["step_time_ms"]
+        assert (h.step_p50_ms, h.step_p90_ms, h.step_max_ms, h.step_mean_ms) == (
+            st["p50"],
+            st["p90"],
+            st["max"],
+            st["mean"],
+        )
+        assert h.n_steps == (doc["window"]["steps"] or 1)
+        assert (h.busy_pct, h.wait_pct, h.mfu_pct, h.mfu_busy_pct) == (
+            doc["gpu_busy_pct"],
+            doc["gpu_wait_pct"],
+            doc["mfu_pct"],
+            doc["mfu_busy_pct"],
+        )
+        assert (h.peak_tflops, h.dtype, h.flops_per_step) == (
+            doc["peak_tflops"],
+            doc["dtype"],
+            doc["flops_per_step"],
+        )
+        assert (h.tensor_core_pct, h.tc_eligible_not_tc_us) == (
+            doc["tensor_core_pct"],
+            doc["tc_eligible_not_tc_us"],
+        )
+        assert h.top_idle == run_views.top_idle_cause(doc)
     summary = run_views.run_summary(rep)
     assert summary.rank == rank and summary.step_ms == doc["step_time_ms"]["p50"]
 

@@ -57,6 +57,11 @@ def report(path: str, run_id: str, rank: int | None) -> dict[str, Any]:
     return _report_doc(path, run_id, _rank(run_id, rank))
 
 
+def headline(path: str, run_id: str, rank: int | None) -> run_views.Headline:
+    """The Run page's headline cards of the report of (run, rank) (``run_views.headline``)."""
+    return run_views.headline(report_obj(path, run_id, _rank(run_id, rank)))
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def _compare_view(path: str, a: str, ra: int | None, b: str, rb: int | None) -> compare.CompareView:
     return compare.compare_view(report_obj(path, a, ra), report_obj(path, b, rb))

@@ -365,27 +365,25 @@ def _rank_figure(path: str, gen: int, run_id: str) -> Any:
     )
 
 
-def headline_cards(report: dict[str, Any]) -> None:
-    st_ms = report.get("step_time_ms") or {}
-    steps = n_steps(report)
+def headline_cards(h: run_views.Headline) -> None:
+    """The five headline cards: step time, GPU busy (and the wait in it), MFU, tensor-core share,
+    the top idle cause (:class:`run_views.Headline`, built by analysis)."""
     c = st.columns(5)
     # issue 20: the median step (one slow step does not move it), p90 and max beside it
     c[0].metric(
         "Step time",
-        ui.fmt_ms(st_ms.get("p50")),
-        delta=f"p90 {ui.fmt_ms(st_ms.get('p90')).removesuffix(' ms')} · "
-        f"max {ui.fmt_ms(st_ms.get('max'))}",
+        ui.fmt_ms(h.step_p50_ms),
+        delta=f"p90 {ui.fmt_ms(h.step_p90_ms).removesuffix(' ms')} · max {ui.fmt_ms(h.step_max_ms)}",
         delta_color="off",
         delta_arrow="off",
         border=True,
-        help=f"Profiled: median over {steps} step(s); 90th percentile and slowest step beside it. "
-        f"Mean (window ÷ steps): {ui.fmt_ms(st_ms.get('mean'))}.",
+        help=f"Profiled: median over {h.n_steps} step(s); 90th percentile and slowest step beside "
+        f"it. Mean (window ÷ steps): {ui.fmt_ms(h.step_mean_ms)}.",
     )
-    wait = report.get("gpu_wait_pct")
     c[1].metric(
         "GPU busy",
-        ui.fmt_pct(report.get("gpu_busy_pct")),
-        delta=f"of it waiting {ui.fmt_pct(wait)}" if wait is not None else None,
+        ui.fmt_pct(h.busy_pct),
+        delta=f"of it waiting {ui.fmt_pct(h.wait_pct)}" if h.wait_pct is not None else None,
         delta_color="off",
         delta_arrow="off",
         border=True,
@@ -393,25 +391,23 @@ def headline_cards(report: dict[str, Any]) -> None:
         "Waiting: the part spent in collectives waiting for the last rank to arrive (busy, yet "
         'no work; docs/metrics.md "Busy, split").',
     )
-    peak = report.get("peak_tflops")
     c[2].metric(
         "MFU",
-        ui.fmt_pct(report.get("mfu_pct")),
+        ui.fmt_pct(h.mfu_pct),
         border=True,
-        help=f"Model FLOPs ÷ (step time × peak {ui.fmt_tflops(peak)}"
-        f"{', ' + str(report['dtype']) if report.get('dtype') else ''}). "
-        f"While busy: {ui.fmt_pct(report.get('mfu_busy_pct'))}. "
-        f"FLOPs per step: {ui.fmt_flops(report.get('flops_per_step'))}.",
+        help=f"Model FLOPs ÷ (step time × peak {ui.fmt_tflops(h.peak_tflops)}"
+        f"{', ' + str(h.dtype) if h.dtype else ''}). "
+        f"While busy: {ui.fmt_pct(h.mfu_busy_pct)}. "
+        f"FLOPs per step: {ui.fmt_flops(h.flops_per_step)}.",
     )
-    not_tc = report.get("tc_eligible_not_tc_us")
     c[3].metric(
         "Tensor-core share",
-        ui.fmt_pct(report.get("tensor_core_pct")),
+        ui.fmt_pct(h.tensor_core_pct),
         border=True,
         help="Share of kernel time spent in tensor-core kernels. Eligible matmuls/convs not on "
-        f"tensor cores: {ui.fmt_us_as_ms(not_tc)}.",
+        f"tensor cores: {ui.fmt_us_as_ms(h.tc_eligible_not_tc_us)}.",
     )
-    top = run_views.top_idle_cause(report)
+    top = h.top_idle
     if top is None:
         c[4].metric("Top idle cause", "none", border=True)
     else:

@@ -66,7 +66,7 @@ if report is not None:
     with views.section("Warnings"):
         views.evidence_banner(report)
     with views.section("Headline"):
-        views.headline_cards(report)
+        views.headline_cards(data.headline(path, run_id, rank))
     with views.section("Profiler cost"):
         views.profiler_note(report)
     with views.section("Ranks"):

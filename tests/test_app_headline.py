@@ -1,0 +1,73 @@
+"""AppTest: the Run page's headline cards show the typed page model analysis builds
+(``run_views.Headline``), on a hand-built trace whose answers are computed by hand."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+
+from apptools import app_store, ingest, open_app
+from tracegen import TraceBuilder
+
+RUN = "screens/run.py"
+DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def four_steps() -> TraceBuilder:
+    """Four steps of 1000 µs. In each: the DataLoader 0..300 µs, then one 500 µs kernel launched
+    at 300 and run 310..810. GPU busy 4 × 500 of 4000 µs = 50 %. Idle 2000 µs: data loading
+    4 × 300 = 1200 (0.30 ms per step, 30 % of the window, the top cause); the rest is host time
+    in the steps (cpu_overhead 800: 10 before each kernel, 190 after it)."""
+    t = TraceBuilder()
+    for i in range(4):
+        s = 1000 * i
+        t.step(i + 1, s, 1000)
+        t.annotation(DL, s, 300)
+        t.launch("elementwise_kernel", s + 300, s + 310, 500)
+    return t
+
+
+@pytest.mark.slow
+def test_headline_cards_show_the_page_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = app_store(tmp_path, monkeypatch)
+    (rid,) = ingest(db, four_steps().write(tmp_path / "four.json"))
+    at = open_app(RUN, {"run": rid})
+    assert not at.exception, at.exception
+    cards = {m.label: m for m in at.metric}
+    assert list(cards)[:5] == [
+        "Step time",
+        "GPU busy",
+        "MFU",
+        "Tensor-core share",
+        "Top idle cause",
+    ]
+    step = cards["Step time"]
+    assert step.value == "1.0 ms" and step.proto.delta == "p90 1.0 · max 1.0 ms"
+    assert (
+        "median over 4 step(s)" in step.proto.help
+        and "Mean (window ÷ steps): 1.0 ms" in step.proto.help
+    )
+    busy = cards["GPU busy"]
+    assert (
+        busy.value == "50.0 %" and busy.proto.delta == "of it waiting 0.0 %"
+    )  # one rank waits for none
+    assert cards["MFU"].value == "—"  # no FLOPs from a kernel without shapes: no figure
+    assert cards["Tensor-core share"].value == "0.0 %"
+    top = cards["Top idle cause"]
+    assert top.value == "0.30 ms" and top.proto.delta == "Data loading · 30.0 %"
+
+    from gpuscope.analysis import run_views
+    from gpuscope.web import data
+
+    h = data.headline(str(db), rid, None)  # what the cards were drawn from
+    assert isinstance(h, run_views.Headline)
+    assert (h.step_p50_ms, h.busy_pct, h.n_steps) == (pytest.approx(1.0), pytest.approx(50.0), 4)
+    assert h.top_idle == run_views.TopIdleCause(
+        "data_loading", pytest.approx(0.3), pytest.approx(30.0)
+    )
