@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.collectives import wait_in_view, wait_spans
 from gpuscope.analysis.idle import CAUSES
+from gpuscope.analysis.profiler_cost import ProfilerCost
 from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.analysis.ranks import (
     rank_nodes,
@@ -34,10 +35,13 @@ if TYPE_CHECKING:
     from gpuscope.store import Connection
 
 __all__ = [
+    "Banners",
     "Headline",
+    "ProfilerCost",
     "RunReport",
     "RunSummary",
     "analyze_run",
+    "banners",
     "headline",
     "rank_nodes",
     "rank_step_matrix",
@@ -248,6 +252,24 @@ def headline(report: RunReport) -> Headline:
         tc_eligible_not_tc_us=getattr(tc, "tc_eligible_not_tc_us", None),
         top_idle=top_idle_cause(report),
     )
+
+
+@dataclass(frozen=True)
+class Banners:
+    """The Run page's lines above its cards: the warning that leads the page when the window holds
+    no recognised GPU activity (no busy %, MFU or fix rests on anything; None otherwise), the
+    other warnings as notes, and the profiler's cost (docs/metrics.md "Profiler cost")."""
+
+    lead: str | None
+    notes: tuple[str, ...]
+    profiler: ProfilerCost | None
+
+
+def banners(report: RunReport) -> Banners:
+    """The banners of a report (its ``warnings`` and ``profiler``)."""
+    warnings = [str(w) for w in report.warnings]
+    lead = warnings.pop(0) if report.gpu_busy_pct is None and warnings else None
+    return Banners(lead, tuple(warnings), report.profiler)
 
 
 def kernel_labels(names: list[str], width: int) -> list[str]:

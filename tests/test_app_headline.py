@@ -1,5 +1,6 @@
-"""AppTest: the Run page's headline cards show the typed page model analysis builds
-(``run_views.Headline``), on a hand-built trace whose answers are computed by hand."""
+"""AppTest: the Run page's headline cards and the banners above them show the typed page models
+analysis builds (``run_views.Headline``, ``run_views.Banners``), on hand-built traces whose
+answers are computed by hand."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ RUN = "screens/run.py"
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
-def four_steps() -> TraceBuilder:
+def four_steps(**meta: float) -> TraceBuilder:
     """Four steps of 1000 µs. In each: the DataLoader 0..300 µs, then one 500 µs kernel launched
     at 300 and run 310..810. GPU busy 4 × 500 of 4000 µs = 50 %. Idle 2000 µs: data loading
     4 × 300 = 1200 (0.30 ms per step, 30 % of the window, the top cause); the rest is host time
     in the steps (cpu_overhead 800: 10 before each kernel, 190 after it)."""
-    t = TraceBuilder()
+    t = TraceBuilder(extra_meta=dict(meta))
     for i in range(4):
         s = 1000 * i
         t.step(i + 1, s, 1000)
@@ -71,3 +72,30 @@ def test_headline_cards_show_the_page_model(
     assert h.top_idle == run_views.TopIdleCause(
         "data_loading", pytest.approx(0.3), pytest.approx(30.0)
     )
+
+
+@pytest.mark.slow
+def test_the_profiler_note_shows_the_page_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The four steps recorded 0.8 ms a step without the profiler: traced 1.0 ms is +25 %, and
+    host-side figures are capped at 0.8 - 0.5 (the median GPU busy per step) = 0.30 ms."""
+    db = app_store(tmp_path, monkeypatch)
+    trace = four_steps(**{"gpuscope.untraced_step_ms": 0.8})
+    (rid,) = ingest(db, trace.write(tmp_path / "four.json"))
+    at = open_app(RUN, {"run": rid}, timeout=120)
+    assert not at.exception, at.exception
+    [note] = [str(i.value) for i in at.info if "Without the profiler" in str(i.value)]
+    assert note.startswith(
+        "Without the profiler a step takes 0.80 ms (median, recorded by gpuscope.capture); "
+        "traced it takes 1.00 ms: the profiler adds 25.0 %. Host-side idle and fixes are capped "
+        "at 0.30 ms per step"
+    )
+    assert not at.warning  # GPU activity: no warning leads the page
+
+    from gpuscope.analysis import run_views
+    from gpuscope.web import data
+
+    b = data.banners(str(db), rid, None)
+    assert isinstance(b, run_views.Banners) and b.lead is None and b.notes == ()
+    assert b.profiler is not None and b.profiler.inflation_pct == pytest.approx(25.0)

@@ -50,6 +50,10 @@ def test_typed_figures_equal_the_documents(con, sample: str) -> None:
             doc["tc_eligible_not_tc_us"],
         )
         assert h.top_idle == run_views.top_idle_cause(doc)
+        b = run_views.banners(rep)
+        assert [w for w in [b.lead, *b.notes] if w is not None] == doc["warnings"]
+        assert (b.lead is not None) == (doc["gpu_busy_pct"] is None and bool(doc["warnings"]))
+        assert b.profiler is not None and b.profiler.to_json() == doc["profiler"]
     summary = run_views.run_summary(rep)
     assert summary.rank == rank and summary.step_ms == doc["step_time_ms"]["p50"]
 

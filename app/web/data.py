@@ -62,6 +62,11 @@ def headline(path: str, run_id: str, rank: int | None) -> run_views.Headline:
     return run_views.headline(report_obj(path, run_id, _rank(run_id, rank)))
 
 
+def banners(path: str, run_id: str, rank: int | None) -> run_views.Banners:
+    """The Run page's warnings and profiler note of (run, rank) (``run_views.banners``)."""
+    return run_views.banners(report_obj(path, run_id, _rank(run_id, rank)))
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def _compare_view(path: str, a: str, ra: int | None, b: str, rb: int | None) -> compare.CompareView:
     return compare.compare_view(report_obj(path, a, ra), report_obj(path, b, rb))

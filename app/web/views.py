@@ -164,23 +164,23 @@ def n_steps(report: dict[str, Any]) -> int:
     return int((report.get("window") or {}).get("steps") or 1) or 1
 
 
-def evidence_banner(report: dict[str, Any]) -> None:
+def evidence_banner(b: run_views.Banners) -> None:
     """The report's warnings: without recognised GPU activity the first one leads the page (no busy
     %, MFU or fix rests on anything); the others as notes."""
-    warnings = [str(w) for w in report.get("warnings") or []]
-    if report.get("gpu_busy_pct") is None and warnings:
-        st.warning(ui.md(warnings.pop(0), limit=None), icon=":material/warning:")
-    if warnings:
-        st.caption("Notes: " + " · ".join(ui.md(w, limit=None) for w in warnings))
+    if b.lead is not None:
+        st.warning(ui.md(b.lead, limit=None), icon=":material/warning:")
+    if b.notes:
+        st.caption("Notes: " + " · ".join(ui.md(w, limit=None) for w in b.notes))
 
 
-def profiler_note(report: dict[str, Any]) -> None:
+def profiler_note(prof: run_views.ProfilerCost | None) -> None:
     """What the profiler itself cost, and the cap it puts on host-side figures (metrics.md,
     "Profiler cost")."""
-    prof = report.get("profiler") or {}
-    untraced = prof.get("untraced_step_ms")
+    if prof is None:
+        return
+    untraced = prof.untraced_step_ms
     if untraced is not None:
-        cap = prof.get("host_cap_ms_per_step")
+        cap = prof.host_cap_ms_per_step
         cap_text = (
             f"Host-side idle and fixes are capped at {ui.fmt_ms(cap, 2)} per step, what can "
             "exist without it."
@@ -190,15 +190,15 @@ def profiler_note(report: dict[str, Any]) -> None:
         )
         st.info(
             f"Without the profiler a step takes {ui.fmt_ms(untraced, 2)} (median, "
-            f"{'recorded by gpuscope.capture' if prof.get('untraced_source') == 'capture' else 'given'}"
-            f"); traced it takes {ui.fmt_ms(prof.get('traced_step_ms'), 2)}: the profiler adds "
-            f"{ui.fmt_pct(prof.get('inflation_pct'))}. {cap_text} The cards above are "
+            f"{'recorded by gpuscope.capture' if prof.untraced_source == 'capture' else 'given'}"
+            f"); traced it takes {ui.fmt_ms(prof.traced_step_ms, 2)}: the profiler adds "
+            f"{ui.fmt_pct(prof.inflation_pct)}. {cap_text} The cards above are "
             "profiled (read from the trace, with the profiler on); unprofiled throughput and MFU: "
             "`gpuscope analyze`, or Compare.",
             icon=":material/timer:",
         )
-    elif prof.get("suspect") and prof.get("note"):
-        st.info(ui.md(prof["note"], limit=None), icon=":material/timer:")
+    elif prof.suspect and prof.note:
+        st.info(ui.md(prof.note, limit=None), icon=":material/timer:")
 
 
 def rank_overview(run_id: str, report: dict[str, Any]) -> None:

@@ -64,11 +64,11 @@ with views.section("Analysis"), st.spinner("Analysing…"):
 
 if report is not None:
     with views.section("Warnings"):
-        views.evidence_banner(report)
+        views.evidence_banner(data.banners(path, run_id, rank))
     with views.section("Headline"):
         views.headline_cards(data.headline(path, run_id, rank))
     with views.section("Profiler cost"):
-        views.profiler_note(report)
+        views.profiler_note(data.banners(path, run_id, rank).profiler)
     with views.section("Ranks"):
         views.rank_overview(run_id, report)
 with views.section("Busy-time plot"):
