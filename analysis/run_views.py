@@ -27,6 +27,7 @@ from gpuscope.analysis.ranks import (
     step_spread,
     world_sizes,
 )
+from gpuscope.analysis.recommendations import Recommendation
 from gpuscope.analysis.report import RunReport, analyze_run
 from gpuscope.analysis.store_access import ranks_of, us
 from gpuscope.store.schema import RUN_COLUMNS
@@ -38,6 +39,7 @@ __all__ = [
     "Banners",
     "Headline",
     "ProfilerCost",
+    "Recommendation",
     "RunReport",
     "RunSummary",
     "analyze_run",

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
-from apptools import app_store, ingest, open_app
+from apptools import app_store, ingest, open_app, texts
 from tracegen import TraceBuilder
 
 RUN = "screens/run.py"
@@ -62,6 +62,14 @@ def test_headline_cards_show_the_page_model(
     assert cards["Tensor-core share"].value == "0.0 %"
     top = cards["Top idle cause"]
     assert top.value == "0.30 ms" and top.proto.delta == "Data loading · 30.0 %"
+
+    # the fixes (typed Recommendations), the largest bound first: removing the data loading
+    # (30 % of the window) bounds dataloader_workers at 30 %
+    heads = [str(m.value) for m in at.markdown if str(m.value).startswith("**")]
+    ids = [c for c in texts(at, "caption") if c.startswith("id ")]
+    assert ids == ["id `batch_size`", "id `dataloader_workers`"]
+    assert heads[1] == "**Load batches in background workers** — **step time down by at most 30%**"
+    assert any("num_workers" in str(c.value) for c in at.code)
 
     from gpuscope.analysis import run_views
     from gpuscope.web import data

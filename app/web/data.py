@@ -67,6 +67,11 @@ def banners(path: str, run_id: str, rank: int | None) -> run_views.Banners:
     return run_views.banners(report_obj(path, run_id, _rank(run_id, rank)))
 
 
+def fixes(path: str, run_id: str, rank: int | None) -> list[run_views.Recommendation]:
+    """The recommendations of the report of (run, rank) (without the critical path's estimates)."""
+    return list(report_obj(path, run_id, _rank(run_id, rank)).recommendations)
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def _compare_view(path: str, a: str, ra: int | None, b: str, rb: int | None) -> compare.CompareView:
     return compare.compare_view(report_obj(path, a, ra), report_obj(path, b, rb))

@@ -970,33 +970,26 @@ def evidence(ev: Any) -> None:
                 st.json(json.loads(json.dumps(v, default=str)))
 
 
-def recommendations(report: dict[str, Any]) -> None:
-    recs = list(report.get("recommendations") or [])
+def recommendations(recs: list[run_views.Recommendation]) -> None:
+    """The fixes of a report, the largest bound first: title, the bound in words, the evidence,
+    the fix's code and its id."""
     st.subheader("Fixes")
     if not recs:
         st.success(
             "No fixes to suggest: nothing in this run points at a known cause of idle GPU time."
         )
         return
-    recs.sort(key=lambda r: -float(r.get("max_gain_pct") or 0))
-    for r in recs:
+    for r in sorted(recs, key=lambda r: -float(r.max_gain_pct or 0)):
         with st.container(border=True):
-            gain = r.get("gain")  # the analysis's sentence: what the bound is on, and its size
-            head = f"**{ui.md(r.get('title') or r.get('id'), None)}**"
+            gain = r.gain_phrase  # the analysis's sentence: what the bound is on, and its size
+            head = f"**{ui.md(r.title or r.id, None)}**"
             if gain:
                 head += f" — **{ui.md(gain, None)}**"
             st.markdown(head)
-            evidence(r.get("evidence"))
-            fix = r.get("fix")
-            if isinstance(fix, dict):
-                if fix.get("text") or fix.get("explanation"):
-                    st.markdown(ui.md(fix.get("text") or fix.get("explanation"), None))
-                code = fix.get("code")
-                if code:
-                    st.code(str(code), language=str(fix.get("language") or "python"))
-            elif fix:
-                st.code(str(fix), language="python")
-            st.caption(f"id {ui.md_code(r.get('id'))}")
+            evidence(r.evidence)
+            if r.fix:
+                st.code(str(r.fix), language="python")
+            st.caption(f"id {ui.md_code(r.id)}")
 
 
 # -- an NVML-only run ---------------------------------------------------------------------------------

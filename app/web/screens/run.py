@@ -81,14 +81,14 @@ with views.section("Open in Perfetto"):
 if report is not None:
 
     def rest(report: dict[str, Any] = report) -> None:
+        assert run_id is not None
         with views.section("Breakdowns"):
             views.breakdowns(report)
         with views.section("Top kernels"):
             views.top_kernels(report)
         with views.section("Fixes"):
-            views.recommendations(report)
+            views.recommendations(data.fixes(path, run_id, rank))
         with views.section("Critical path"), st.spinner("Tracing the critical path…"):
-            assert run_id is not None
             critical_path_view.show(data.report_with_path(path, run_id, rank))
         with views.section("Memory"):
             memory_ops_views.memory(report)
