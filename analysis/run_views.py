@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Banners",
+    "Breakdowns",
     "Headline",
     "ProfilerCost",
     "Recommendation",
@@ -44,6 +45,7 @@ __all__ = [
     "RunSummary",
     "analyze_run",
     "banners",
+    "breakdowns",
     "headline",
     "rank_nodes",
     "rank_step_matrix",
@@ -187,10 +189,9 @@ def top_idle_cause(report: RunReport | Mapping[str, Any]) -> TopIdleCause | None
     """The top idle cause of a report, or of an analysis document (``analyze --json``); None
     without idle time. Ties: the first in the (precedence) order of the causes."""
     if isinstance(report, RunReport):
-        w = report.window
-        causes: Mapping[str, Any] = {c: us(report.idle.causes_ns[c]) for c in CAUSES}
-        steps_seen: Any = len(w.steps) if w.source != "trace" else 0
-        duration_us: Any = us(w.duration_ns)
+        causes: Mapping[str, Any] = _idle_us_by_cause(report)
+        steps_seen: Any = _n_steps(report)
+        duration_us: Any = us(report.window.duration_ns)
     else:
         causes = (report.get("idle") or {}).get("causes") or {}
         window = report.get("window") or {}
@@ -206,6 +207,17 @@ def top_idle_cause(report: RunReport | Mapping[str, Any]) -> TopIdleCause | None
     return TopIdleCause(
         str(cause), total_us / 1e3 / steps, 100.0 * total_us / window_us if window_us else None
     )
+
+
+def _n_steps(report: RunReport) -> int:
+    """The window's steps as the pages divide by them (1 for a trace-wide window)."""
+    w = report.window
+    return (len(w.steps) if w.source != "trace" else 0) or 1
+
+
+def _idle_us_by_cause(report: RunReport) -> dict[str, float]:
+    """Idle time by cause over the window (µs), every cause, in precedence order."""
+    return {c: report.idle.causes_ns[c] / 1e3 for c in CAUSES}
 
 
 @dataclass(frozen=True)
@@ -236,13 +248,13 @@ class Headline:
 
 def headline(report: RunReport) -> Headline:
     """The headline cards of a report (what ``analyze --json`` says under the same names)."""
-    st, w, tc = report.step_stats, report.window, report.tensor_cores
+    st, tc = report.step_stats, report.tensor_cores
     return Headline(
         step_p50_ms=st.p50_ms,
         step_p90_ms=st.p90_ms if st.p90_ms is not None else st.max_ms,
         step_max_ms=st.max_ms,
         step_mean_ms=st.mean_ms,
-        n_steps=(len(w.steps) if w.source != "trace" else 0) or 1,
+        n_steps=_n_steps(report),
         busy_pct=report.gpu_busy_pct,
         wait_pct=report.gpu_wait_pct,
         mfu_pct=report.mfu_pct,
@@ -272,6 +284,26 @@ def banners(report: RunReport) -> Banners:
     warnings = [str(w) for w in report.warnings]
     lead = warnings.pop(0) if report.gpu_busy_pct is None and warnings else None
     return Banners(lead, tuple(warnings), report.profiler)
+
+
+@dataclass(frozen=True)
+class Breakdowns:
+    """The Run page's two breakdowns: idle time by cause and kernel time by category over the
+    window (µs; every cause, the categories that ran), and the steps to divide them by."""
+
+    idle_us_by_cause: dict[str, float]
+    kernel_us_by_category: dict[str, float]
+    n_steps: int
+
+
+def breakdowns(report: RunReport) -> Breakdowns:
+    """The breakdowns of a report (no kernels without ``details``)."""
+    kernels = report.kernels
+    return Breakdowns(
+        idle_us_by_cause=_idle_us_by_cause(report),
+        kernel_us_by_category=dict(kernels.by_category) if kernels is not None else {},
+        n_steps=_n_steps(report),
+    )
 
 
 def kernel_labels(names: list[str], width: int) -> list[str]:

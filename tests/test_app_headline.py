@@ -4,6 +4,7 @@ answers are computed by hand."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -63,6 +64,15 @@ def test_headline_cards_show_the_page_model(
     top = cards["Top idle cause"]
     assert top.value == "0.30 ms" and top.proto.delta == "Data loading · 30.0 %"
 
+    # the breakdowns (ms per step): idle 0.30 data loading + 0.20 CPU overhead; 0.50 elementwise
+    bars = {}
+    for c in at.get("plotly_chart"):
+        for d in json.loads(c.proto.spec)["data"]:
+            if d.get("type") == "bar" and d.get("orientation") == "h":
+                bars.update(zip(d["y"], d["x"], strict=True))
+    assert bars["Data loading"] == pytest.approx(0.3) and bars["CPU overhead"] == pytest.approx(0.2)
+    assert sum(bars[c] for c in ("Launch overhead", "Host sync", "Other", "Communication")) == 0
+    assert bars["elementwise"] == pytest.approx(0.5) and bars["gemm"] == 0
     # the fixes (typed Recommendations), the largest bound first: removing the data loading
     # (30 % of the window) bounds dataloader_workers at 30 %
     heads = [str(m.value) for m in at.markdown if str(m.value).startswith("**")]

@@ -50,6 +50,9 @@ def test_typed_figures_equal_the_documents(con, sample: str) -> None:
             doc["tc_eligible_not_tc_us"],
         )
         assert h.top_idle == run_views.top_idle_cause(doc)
+        bd = run_views.breakdowns(rep)
+        assert bd.idle_us_by_cause == doc["idle"]["causes"] and bd.n_steps == h.n_steps
+        assert bd.kernel_us_by_category == (doc["kernels"] or {}).get("by_category", {})
         b = run_views.banners(rep)
         assert [w for w in [b.lead, *b.notes] if w is not None] == doc["warnings"]
         assert (b.lead is not None) == (doc["gpu_busy_pct"] is None and bool(doc["warnings"]))

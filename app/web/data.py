@@ -67,6 +67,11 @@ def banners(path: str, run_id: str, rank: int | None) -> run_views.Banners:
     return run_views.banners(report_obj(path, run_id, _rank(run_id, rank)))
 
 
+def breakdowns(path: str, run_id: str, rank: int | None) -> run_views.Breakdowns:
+    """The Run page's breakdowns of (run, rank) (``run_views.breakdowns``)."""
+    return run_views.breakdowns(report_obj(path, run_id, _rank(run_id, rank)))
+
+
 def fixes(path: str, run_id: str, rank: int | None) -> list[run_views.Recommendation]:
     """The recommendations of the report of (run, rank) (without the critical path's estimates)."""
     return list(report_obj(path, run_id, _rank(run_id, rank)).recommendations)

@@ -736,22 +736,22 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
 # -- breakdowns --------------------------------------------------------------------------------------
 
 
-def breakdowns(report: dict[str, Any]) -> None:
+def breakdowns(b: run_views.Breakdowns) -> None:
+    """Idle time per step by cause, and kernel time per step by category, side by side."""
     c1, c2 = st.columns(2)
-    causes = (report.get("idle") or {}).get("causes") or {}
-    steps = n_steps(report)
     with c1:
         st.subheader("Idle time per step, by cause")
-        if causes:
-            st.plotly_chart(figures.idle_by_cause(causes, per_steps=steps), config=PLOT_CONFIG)
+        if b.idle_us_by_cause:
+            st.plotly_chart(
+                figures.idle_by_cause(b.idle_us_by_cause, per_steps=b.n_steps), config=PLOT_CONFIG
+            )
         else:
             st.caption("No idle time attributed.")
-    kernels = report.get("kernels") or {}
     with c2:
         st.subheader("Kernel time per step, by category")
-        if kernels.get("by_category"):
+        if b.kernel_us_by_category:
             st.plotly_chart(
-                figures.kernel_categories(kernels["by_category"], per_steps=steps),
+                figures.kernel_categories(b.kernel_us_by_category, per_steps=b.n_steps),
                 config=PLOT_CONFIG,
             )
         else:

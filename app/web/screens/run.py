@@ -83,7 +83,7 @@ if report is not None:
     def rest(report: dict[str, Any] = report) -> None:
         assert run_id is not None
         with views.section("Breakdowns"):
-            views.breakdowns(report)
+            views.breakdowns(data.breakdowns(path, run_id, rank))
         with views.section("Top kernels"):
             views.top_kernels(report)
         with views.section("Fixes"):
