@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.collectives import wait_in_view, wait_spans
 from gpuscope.analysis.idle import CAUSES
+from gpuscope.analysis.kernels import KernelRow
 from gpuscope.analysis.profiler_cost import ProfilerCost
 from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.analysis.ranks import (
@@ -39,10 +40,12 @@ __all__ = [
     "Banners",
     "Breakdowns",
     "Headline",
+    "KernelRow",
     "ProfilerCost",
     "Recommendation",
     "RunReport",
     "RunSummary",
+    "TopKernels",
     "analyze_run",
     "banners",
     "breakdowns",
@@ -60,6 +63,7 @@ __all__ = [
     "store_after_ingest",
     "stored_run_summary",
     "top_idle_cause",
+    "top_kernels",
     "wait_in_view",
     "wait_spans",
     "world_sizes",
@@ -304,6 +308,21 @@ def breakdowns(report: RunReport) -> Breakdowns:
         kernel_us_by_category=dict(kernels.by_category) if kernels is not None else {},
         n_steps=_n_steps(report),
     )
+
+
+@dataclass(frozen=True)
+class TopKernels:
+    """The Run page's top-kernels table: the kernels with the most time in the window (one row
+    per name, the rest folded into an ``others`` row; µs of the window), and its steps."""
+
+    rows: tuple[KernelRow, ...]
+    n_steps: int
+
+
+def top_kernels(report: RunReport) -> TopKernels:
+    """The top kernels of a report (none without ``details``)."""
+    kernels = report.kernels
+    return TopKernels(tuple(kernels.top) if kernels is not None else (), _n_steps(report))
 
 
 def kernel_labels(names: list[str], width: int) -> list[str]:

@@ -5,6 +5,7 @@ answers are computed by hand."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -73,6 +74,22 @@ def test_headline_cards_show_the_page_model(
     assert bars["Data loading"] == pytest.approx(0.3) and bars["CPU overhead"] == pytest.approx(0.2)
     assert sum(bars[c] for c in ("Launch overhead", "Host sync", "Other", "Communication")) == 0
     assert bars["elementwise"] == pytest.approx(0.5) and bars["gemm"] == 0
+    # the top kernels: one kernel, 4 launches of 500 µs, all the kernel time, no tensor cores
+    [table] = [h.proto.body for h in at.get("html") if "gs-top" in h.proto.body]
+    [row] = re.findall(r"<tr><td.*?</tr>", table)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+    assert cells[:9] == [
+        "elementwise_kernel",
+        "elementwise",
+        "4",
+        "500.0 µs",
+        "100.0 %",
+        "500.0 µs",
+        "500.0 µs",
+        "500.0 µs",
+        "no",
+    ]
+    assert any("over the 4 step(s) of the window" in c for c in texts(at, "caption"))
     # the fixes (typed Recommendations), the largest bound first: removing the data loading
     # (30 % of the window) bounds dataloader_workers at 30 %
     heads = [str(m.value) for m in at.markdown if str(m.value).startswith("**")]

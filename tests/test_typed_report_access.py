@@ -4,6 +4,7 @@ stored parts and hand-built documents still give)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,8 @@ def test_typed_figures_equal_the_documents(con, sample: str) -> None:
         bd = run_views.breakdowns(rep)
         assert bd.idle_us_by_cause == doc["idle"]["causes"] and bd.n_steps == h.n_steps
         assert bd.kernel_us_by_category == (doc["kernels"] or {}).get("by_category", {})
+        tk = run_views.top_kernels(rep)
+        assert [dataclasses.asdict(r) for r in tk.rows] == (doc["kernels"] or {}).get("top", [])
         b = run_views.banners(rep)
         assert [w for w in [b.lead, *b.notes] if w is not None] == doc["warnings"]
         assert (b.lead is not None) == (doc["gpu_busy_pct"] is None and bool(doc["warnings"]))

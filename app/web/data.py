@@ -72,6 +72,11 @@ def breakdowns(path: str, run_id: str, rank: int | None) -> run_views.Breakdowns
     return run_views.breakdowns(report_obj(path, run_id, _rank(run_id, rank)))
 
 
+def top_kernels(path: str, run_id: str, rank: int | None) -> run_views.TopKernels:
+    """The Run page's top kernels of (run, rank) (``run_views.top_kernels``)."""
+    return run_views.top_kernels(report_obj(path, run_id, _rank(run_id, rank)))
+
+
 def fixes(path: str, run_id: str, rank: int | None) -> list[run_views.Recommendation]:
     """The recommendations of the report of (run, rank) (without the critical path's estimates)."""
     return list(report_obj(path, run_id, _rank(run_id, rank)).recommendations)

@@ -160,10 +160,6 @@ def rank_selector(run_id: str, *, key: str, param: str = "rank", label: str = "R
 # -- cards -------------------------------------------------------------------------------------------
 
 
-def n_steps(report: dict[str, Any]) -> int:
-    return int((report.get("window") or {}).get("steps") or 1) or 1
-
-
 def evidence_banner(b: run_views.Banners) -> None:
     """The report's warnings: without recognised GPU activity the first one leads the page (no busy
     %, MFU or fix rests on anything); the others as notes."""
@@ -776,23 +772,23 @@ TOP_NAME_CHARS = (
 TOP_HEADER_HELP = {"TC": "Runs on tensor cores", "Dtype": "Precision of the kernel's math"}
 
 
-def top_kernels_html(report: dict[str, Any]) -> str | None:
+def top_kernels_html(t: run_views.TopKernels) -> str | None:
     """The top-kernels table as HTML: every column visible at 1440 px (fixed layout, long names cut
     with an ellipsis), each kernel's full name on hover (``title``). Text from the trace is
     escaped. ``None`` when the report lists no kernels."""
-    top = (report.get("kernels") or {}).get("top") or []
+    top = t.rows
     if not top:
         return None
-    steps = n_steps(report)
+    steps = t.n_steps
     # names cut in the middle, never two alike (the column shows about this many characters)
-    names = [str(r.get("name") or "") for r in top]
+    names = [str(r.name or "") for r in top]
     shown = dict(zip(names, run_views.kernel_labels(names, TOP_NAME_CHARS), strict=True))
 
-    def cell(row: dict[str, Any], key: str, how: str | None) -> tuple[str, str]:
-        v = row.get(key)
+    def cell(row: run_views.KernelRow, key: str, how: str | None) -> tuple[str, str]:
+        v = getattr(row, key)
         if key == "name":
-            full = str(row.get("name") or "")
-            short = shown.get(full) or str(row.get("short_name") or full)
+            full = str(row.name or "")
+            short = shown.get(full) or str(row.short_name or full)
             return ui.plot_text(short, 200), html.escape(ui.plain(full, None), quote=True)
         if v is None or (isinstance(v, float) and v != v):
             return "—", ""
@@ -836,15 +832,16 @@ def top_kernels_html(report: dict[str, Any]) -> str | None:
     )
 
 
-def top_kernels(report: dict[str, Any]) -> None:
+def top_kernels(t: run_views.TopKernels) -> None:
+    """The top-kernels table (:func:`top_kernels_html`) and what its columns hold."""
     st.subheader("Top kernels")
-    table = top_kernels_html(report)
+    table = top_kernels_html(t)
     if table is None:
         st.caption("No kernels.")
         return
     st.html(table)
     st.caption(
-        f"Per kernel name, over the {n_steps(report)} step(s) of the window: total per step, "
+        f"Per kernel name, over the {t.n_steps} step(s) of the window: total per step, "
         "share of kernel time, mean/min/max per launch. Hover a name for the full one."
     )
 

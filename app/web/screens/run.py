@@ -85,7 +85,7 @@ if report is not None:
         with views.section("Breakdowns"):
             views.breakdowns(data.breakdowns(path, run_id, rank))
         with views.section("Top kernels"):
-            views.top_kernels(report)
+            views.top_kernels(data.top_kernels(path, run_id, rank))
         with views.section("Fixes"):
             views.recommendations(data.fixes(path, run_id, rank))
         with views.section("Critical path"), st.spinner("Tracing the critical path…"):
