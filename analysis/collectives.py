@@ -772,21 +772,31 @@ def find_straggler(
         w_ns,
         n,
     )
-    s.evidence = _evidence(s, share)
+    s.evidence = _evidence(s, int(mine["rank"].nunique()), step_ns)
     return s
 
 
-def _evidence(s: Straggler, share: float) -> str:
+def _evidence(s: Straggler, waiters: int, step_ns: float | None) -> str:
+    """The straggler's sentence. With several waiting ranks their waits add up to GPU time (a
+    sum over GPUs can exceed a step), so the sum says "GPU·ms" and only the rank that waits most
+    is put against a step."""
     n = max(1, s.n_steps)
-    phases = ", ".join(f"{k} {sig3(v / n / 1e6)} ms" for k, v in s.by_phase_ns.items() if v > 0)
+    unit = "ms" if waiters <= 1 else "GPU·ms"
+    phases = ", ".join(f"{k} {sig3(v / n / 1e6)} {unit}" for k, v in s.by_phase_ns.items() if v > 0)
     worst = max(s.by_step_ns.items(), key=lambda kv: kv[1]) if s.by_step_ns else None
-    step = f"; most in step {worst[0]} ({sig3(worst[1] / 1e6)} ms)" if worst else ""
-    pct = f" ({share:.3g}% of a step)" if share else ""
+    step = f"; most in step {worst[0]} ({sig3(worst[1] / 1e6)} {unit})" if worst else ""
+    top = s.waiting_ns / n
+    pct = f" ({100.0 * top / step_ns:.3g}% of a step)" if step_ns else ""
+    if waiters <= 1:
+        who = f"rank {s.waiting_rank} has to wait {sig3(top / 1e6)} ms per step for it{pct}"
+    else:
+        who = (
+            f"{waiters} ranks wait for it, {sig3(s.caused_wait_ns / n / 1e6)} GPU·ms per step "
+            f"in all (rank {s.waiting_rank} the most: {sig3(top / 1e6)} ms per step{pct})"
+        )
     return (
         f"rank {s.rank} arrives last at {s.last_arrivals} of {s.instances} matched collectives; "
-        f"the others wait {sig3(s.caused_wait_ns / n / 1e6)} ms per step for it{pct} "
-        f"(rank {s.waiting_rank} the most: {sig3(s.waiting_ns / n / 1e6)} ms per step); "
-        f"by phase per step: {phases or 'unknown'}{step}."
+        f"{who}; by phase per step: {phases or 'unknown'}{step}."
     )
 
 

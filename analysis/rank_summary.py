@@ -196,6 +196,9 @@ class PartsWhileIngesting:
 
         self._futures.append(self._pool.submit(self._compute, rows))
         while True:
+            for f in self._futures:  # a rank that failed fails the ingest now, not at its end
+                if f.done() and f.exception() is not None:
+                    f.result()
             pending = [f for f in self._futures if not f.done()]
             if len(pending) <= 2 * self.jobs:
                 return

@@ -10,7 +10,7 @@ the whole trace of the rank, seen as one step (never an empty result). All times
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -208,8 +208,17 @@ def find_window(
     """The window and steps of one rank.
 
     Steps come from ``step_annotation`` when given and present (exact name, or ``name#N``), else
-    from ``ProfilerStep#N``, else the whole trace is one pseudo step.
+    from ``ProfilerStep#N``, else the whole trace is one pseudo step. Read once per rank index
+    (a rank's line, its report and its parts all ask: ~0.5 s each on a 1 GB rank); each caller
+    gets its own copy.
     """
+    w = RankIndex.shared(con, run_id, rank).memo(
+        ("window", step_annotation), lambda: _find_window(con, run_id, rank, step_annotation)
+    )
+    return Window(w.start_ns, w.end_ns, [replace(s) for s in w.steps], w.source, w.annotation)
+
+
+def _find_window(con: Connection, run_id: str, rank: int, step_annotation: str | None) -> Window:
     steps: list[Step] = []
     source, annotation = "trace", None
     if step_annotation:

@@ -1,15 +1,28 @@
-"""Where gpuscope's ingest spends its time: per-phase wall clock, without touching ingest/.
+"""Where gpuscope's ingest spends its time, phase by phase and thread by thread, without touching
+ingest/.
 
-    .venv/bin/python benchmarks/profile_ingest.py TRACE [--batch-mb 16] [--db OUT.duckdb] [--cprofile FILE]
+    .venv/bin/python benchmarks/profile_ingest.py TRACE_OR_FOLDER [--jobs N] [--no-parts]
+        [--batch-mb MB] [--cprofile FILE]
 
-Wraps, at run time, the functions the loader calls (the originals in ingest/ are not edited) and
-sums the wall time spent in each: reading/inflating (``iter_json_bytes``), the structural scan
-(``TraceSplitter.batches`` less its reading), typed decoding (``decode_batch``), Arrow column
-building (``to_arrow``), the DuckDB INSERTs, the file's SHA-256, the final COMMIT, and the rest.
-``--batch-mb`` changes ``TraceSplitter.batch_bytes`` to see its effect; ``--serial`` replaces the
-loader's ``pipelined`` (decode thread running one batch ahead of the inserts) with a plain ``map``,
-so that each phase's time is its own (with the thread, the main thread's INSERT time also holds the
-waits for the GIL that the decode thread has, and phases overlap). Prints a table and one JSON line.
+Wraps, at run time, the functions the ingest calls on each of its threads (the originals are not
+edited) and sums, per phase, the wall time and the CPU time of the thread it ran on
+(``time.thread_time``):
+
+- **split** thread: reading and inflating the file (``read_inflate``), cutting it into batches
+  (``split``, the reading excluded), the strict-JSON syntax pass (``strict_json``);
+- **sha** threads: the files' SHA-256 (``sha256``, the run id);
+- **parse** threads: a batch to Arrow (``parse``: DuckDB's JSON reader; ``fallback_decode``: the
+  msgspec decoder, for batches DuckDB refuses);
+- **writer** (the main thread): waiting for the next parsed batch (``wait_for_parse``), mapping
+  names and ids (``map_ids``), writing the buffered rows (``insert_events``: sort + INSERT, a
+  Parquet file each), names and thread labels (``names_threads``), handing a rank's rows to the
+  part threads (``hand_over``: it waits when they fall behind), storing the parts
+  (``store_parts``), the parts computed after the ingest (``parts_after``: ranks too big to keep,
+  one-rank runs), and the rest (``other``: the run row, the commit, the store's maintenance);
+- **parts** threads: each rank's summary parts (``parts``), computed while the next ranks parse.
+
+Worker phases sum over their threads, so they can exceed the wall time. Prints a table, then one
+JSON line.
 """
 
 from __future__ import annotations
@@ -17,226 +30,180 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import os
 import resource
-import sys
+import shutil
+import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-from gpuscope import store
-from gpuscope.ingest import json_stream, loader, source
+from gpuscope.analysis import rank_summary
+from gpuscope.ingest import batch_insert, json_stream, loader, parse_pool, source
+from gpuscope.store import connect
 
-T: dict[str, float] = defaultdict(float)
-N: dict[str, int] = defaultdict(int)
-C: dict[str, float] = defaultdict(
-    float
-)  # CPU seconds: the process's when serial, else the thread's
-CPU = {"clock": time.thread_time}
+WALL: dict[str, float] = defaultdict(float)
+CPU: dict[str, float] = defaultdict(float)
+CALLS: dict[str, int] = defaultdict(int)
+THREAD = {
+    "read_inflate": "split",
+    "split": "split",
+    "strict_json": "split",
+    "sha256": "sha",
+    "parse": "parse",
+    "fallback_decode": "parse",
+    "parts": "parts",
+}
 
 
-def _cpu() -> float:
-    return CPU["clock"]()
-
-
-def timed(name: str, fn):  # type: ignore[no-untyped-def]
-    def wrap(*a, **k):  # type: ignore[no-untyped-def]
-        t, c = time.perf_counter(), _cpu()
+def timed(phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(*a: Any, **k: Any) -> Any:
+        t, c = time.perf_counter(), time.thread_time()
         try:
             return fn(*a, **k)
         finally:
-            T[name] += time.perf_counter() - t
-            C[name] += _cpu() - c
-            N[name] += 1
+            WALL[phase] += time.perf_counter() - t
+            CPU[phase] += time.thread_time() - c
+            CALLS[phase] += 1
 
     return wrap
 
 
-def timed_gen(name: str, fn):  # type: ignore[no-untyped-def]
-    """Time spent inside a generator (between its resumptions), excluding the consumer's time."""
+def timed_gen(phase: str, fn: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+    """Time spent inside a generator between its resumptions (its consumer's time excluded)."""
 
-    def wrap(*a, **k):  # type: ignore[no-untyped-def]
+    def wrap(*a: Any, **k: Any) -> Iterator[Any]:
         it = fn(*a, **k)
         while True:
-            t, c = time.perf_counter(), _cpu()
+            t, c = time.perf_counter(), time.thread_time()
             try:
                 item = next(it)
             except StopIteration:
-                T[name] += time.perf_counter() - t
-                C[name] += _cpu() - c
                 return
-            T[name] += time.perf_counter() - t
-            C[name] += _cpu() - c
-            N[name] += 1
+            finally:
+                WALL[phase] += time.perf_counter() - t
+                CPU[phase] += time.thread_time() - c
+            CALLS[phase] += 1
             yield item
 
     return wrap
 
 
-class TimedCon:
-    """Times the connection's execute() calls: INSERT of a batch, COMMIT, others."""
+def less_inner(phase: str, inner: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`timed`, less the time the call spent in phase ``inner`` (same thread)."""
 
-    def __init__(self, con) -> None:  # type: ignore[no-untyped-def]
-        self._con = con
-
-    def execute(self, sql: str, *a, **k):  # type: ignore[no-untyped-def]
-        s = " ".join(sql.split()).upper()
-        name = (
-            "insert_events"
-            if s.startswith("INSERT INTO EVENTS SELECT")
-            else "commit"
-            if s.startswith("COMMIT")
-            else "other_sql"
-        )
-        t, c = time.perf_counter(), _cpu()
+    def wrap(*a: Any, **k: Any) -> Any:
+        t, c = time.perf_counter(), time.thread_time()
+        w0, c0 = WALL[inner], CPU[inner]
         try:
-            return self._con.execute(sql, *a, **k)
+            return fn(*a, **k)
         finally:
-            T[name] += time.perf_counter() - t
-            C[name] += _cpu() - c
-            N[name] += 1
+            WALL[phase] += time.perf_counter() - t - (WALL[inner] - w0)
+            CPU[phase] += time.thread_time() - c - (CPU[inner] - c0)
+            CALLS[phase] += 1
 
-    def __getattr__(self, k):  # type: ignore[no-untyped-def]
-        return getattr(self._con, k)
-
-
-DECODE_THREAD = ("read_inflate", "scan", "strict_json")
-
-# (module, attribute, phase): the functions timed where the loader looks them up. The ingest code
-# changes often: a missing one is skipped (and reported), never an error.
-FUNCS = [
-    (loader, "file_sha256", "sha256"),
-    (loader, "strict_json", "strict_json"),  # syntax pass on the scan thread
-    (loader, "decode_batch", "decode"),  # earlier loaders: msgspec on every batch
-    (loader, "to_arrow", "to_arrow"),
-    (loader, "metadata_labels", "metadata_labels"),
-    (loader, "_extent", "extent"),
-]
+    return wrap
 
 
-def install(batch_mb: float | None, serial: bool) -> list[str]:
-    skipped = []
-    if serial:
-        CPU["clock"] = time.process_time
-        loader.pipelined = lambda items, work, depth=1: map(work, items)
-    loader.iter_json_bytes = timed_gen("read_inflate", source.iter_json_bytes)
-    orig_batches = json_stream.TraceSplitter.batches
-    json_stream.TraceSplitter.batches = timed_gen("scan_incl_read", orig_batches)
-    for mod, attr, phase in FUNCS:
-        if hasattr(mod, attr):
-            setattr(mod, attr, timed(phase, getattr(mod, attr)))
-        else:
-            skipped.append(f"{mod.__name__}.{attr}")
-    try:  # DuckDB-JSON loaders: parse a batch with read_json, then map ids and INSERT
-        from gpuscope.ingest import batch_insert as bi
-
-        bi.BatchInserter.insert = timed("batch_total", bi.BatchInserter.insert)
-        bi.BatchInserter.insert_arrow = timed("ids_and_insert", bi.BatchInserter.insert_arrow)
-        from gpuscope.ingest import kineto as kt  # the fallback decoder (imported at its use)
-
-        kt.decode_batch = timed("fallback_decode", kt.decode_batch)
-        kt.to_raw = timed("fallback_to_raw", kt.to_raw)
-        bi.BatchInserter.flush = timed("flush", bi.BatchInserter.flush)
-        bi.BatchInserter.finish = timed("names_threads", bi.BatchInserter.finish)
-    except ImportError:
-        skipped.append("gpuscope.ingest.batch_insert")
+def install(batch_mb: float | None) -> None:
+    """Wrap the ingest's functions where they are looked up (module attributes, methods)."""
+    bi, pp, rs = batch_insert, parse_pool, rank_summary
+    pp.iter_json_bytes = timed_gen("read_inflate", source.iter_json_bytes)
+    json_stream.TraceSplitter.batches = timed_gen(
+        "split_incl_read", json_stream.TraceSplitter.batches
+    )
+    bi.strict_json = timed("strict_json", bi.strict_json)
+    pp.file_sha256 = timed("sha256", pp.file_sha256)
+    bi.BatchParser.parse = timed("parse_total", bi.BatchParser.parse)
+    bi.BatchParser._decode = staticmethod(timed("fallback_decode", bi.BatchParser._decode))
+    pp.ParsePool.batches = timed_gen("wait_for_parse", pp.ParsePool.batches)
+    bi.BatchInserter.flush = timed("insert_events", bi.BatchInserter.flush)
+    bi.BatchInserter.insert_parsed = less_inner(
+        "map_ids", "insert_events", bi.BatchInserter.insert_parsed
+    )
+    bi.BatchInserter.finish = less_inner("names_threads", "insert_events", bi.BatchInserter.finish)
+    loader.TraceRunWriter._hand_over = timed("hand_over", loader.TraceRunWriter._hand_over)
+    rs.PartsWhileIngesting._compute = timed("parts", rs.PartsWhileIngesting._compute)
+    rs.PartsWhileIngesting.store = timed("store_parts", rs.PartsWhileIngesting.store)
+    rs.write_rank_summaries = timed("parts_after", rs.write_rank_summaries)
     if batch_mb:
-        orig_init = json_stream.TraceSplitter.__init__
+        json_stream.BATCH_BYTES = int(batch_mb * 2**20)
 
-        def init(self, *a, **k):  # type: ignore[no-untyped-def]
-            orig_init(self, *a, **k)
-            self.batch_bytes = int(batch_mb * 2**20)
 
-        json_stream.TraceSplitter.__init__ = init
-    return skipped
+def exclusive() -> None:
+    """Nested timers -> exclusive phases."""
+    for old, new in (
+        ("split_incl_read", "split"),
+        ("parse_total", "parse"),
+    ):
+        CALLS[new] = CALLS.pop(old, 0)
+    for d in (WALL, CPU):
+        d["split"] = d.pop("split_incl_read", 0.0) - d.get("read_inflate", 0.0)
+        d["parse"] = d.pop("parse_total", 0.0) - d.get("fallback_decode", 0.0)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("trace", type=Path)
-    ap.add_argument("--db", type=Path, default=Path("benchmarks/out/profile.duckdb"))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", type=Path, help="a trace file, or a folder of rank files")
+    ap.add_argument("--jobs", type=int, default=None, help="parse threads (default: the cores)")
+    ap.add_argument("--no-parts", action="store_true", help="ingest without summary parts")
     ap.add_argument("--batch-mb", type=float, default=None)
-    ap.add_argument("--cprofile", type=Path, default=None)
-    ap.add_argument("--serial", action="store_true", help="no decode thread: clean per-phase times")
-    ap.add_argument(
-        "--duckdb-threads", type=int, default=None, help="SET threads = N on the connection"
-    )
+    ap.add_argument("--cprofile", type=Path, default=None, help="cProfile of the main thread")
     a = ap.parse_args()
-    for p in (a.db, Path(str(a.db) + ".wal")):
-        p.unlink(missing_ok=True)
-    skipped = install(a.batch_mb, a.serial)
-    t0 = time.perf_counter()
-    con = store.connect(a.db)
-    T["open_db"] = time.perf_counter() - t0
-    if a.duckdb_threads:
-        con.execute(f"SET threads = {a.duckdb_threads}")
-    con_threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
-    tcon = TimedCon(con)
+    install(a.batch_mb)
+    work = Path(tempfile.mkdtemp(prefix="profile-ingest-"))
     prof = cProfile.Profile() if a.cprofile else None
-    t1, c1 = time.perf_counter(), time.process_time()
-    if prof:
-        prof.enable()
-    res = loader.ingest_paths(tcon, [a.trace])  # type: ignore[arg-type]
-    if prof:
-        prof.disable()
-        prof.dump_stats(a.cprofile)
-    t2 = time.perf_counter()
-    cpu_run = time.process_time() - c1
-    con.close()
-    T["close"] = time.perf_counter() - t2
-    total = time.perf_counter() - t0
-    size = a.trace.stat().st_size
-    T["scan"] = T.pop("scan_incl_read") - T["read_inflate"]
-    for D in (T, C):  # nested timers -> exclusive phases
-        if "batch_total" in D:
-            D["duckdb_read_json"] = (
-                D.pop("batch_total")
-                - D.get("ids_and_insert", 0)
-                - D.get("fallback_decode", 0)
-                - D.get("fallback_to_raw", 0)
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        main_c0 = time.thread_time()
+        with connect(work / "store") as con:
+            if prof:
+                prof.enable()
+            res = loader.ingest_paths(
+                con,
+                [a.trace],
+                jobs=a.jobs,
+                after_trace=None if a.no_parts else rank_summary.store_after_ingest,
             )
-        if "ids_and_insert" in D:
-            D["id_mapping"] = D.pop("ids_and_insert") - D.get("insert_events", 0)
-    C["scan"] = C.pop("scan_incl_read") - C["read_inflate"]
-    known = sum(v for k, v in T.items() if k not in ("open_db", "close"))
-    if a.serial:
-        T["other_python"] = (t2 - t1) - known
-        C["other_python"] = cpu_run - sum(v for k, v in C.items() if k not in ("open_db", "close"))
+            if prof:
+                prof.disable()
+                prof.dump_stats(a.cprofile)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        main_cpu = time.thread_time() - main_c0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    exclusive()
+    writer = [k for k in WALL if THREAD.get(k, "writer") == "writer"]
+    WALL["other"] = wall - sum(WALL[k] for k in writer)
+    CPU["other"] = main_cpu - sum(CPU[k] for k in writer)
+    files = loader.split_trace_files(a.trace)[0]
+    size = sum(p.stat().st_size for p in files)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    cpu = sum(os.times()[:2])
-    mode = "serial" if a.serial else "pipelined (decode thread)"
     print(
-        f"{a.trace}: {size / 1e6:.0f} MB, {res[0].n_events:,} events, batch "
-        f"{a.batch_mb or json_stream.BATCH_BYTES / 2**20:g} MiB, {mode}, DuckDB threads {con_threads}, total {total:.2f} s "
-        f"({size / 1e6 / total:.1f} MB/s), CPU {cpu:.1f} s, peak RSS {rss:.0f} MB"
+        f"{a.trace}: {size / 1e9:.3f} GB in {len(files)} file(s), {res[0].n_events:,} events, "
+        f"{res[0].n_ranks} rank(s); wall {wall:.2f} s, CPU {cpu:.2f} s, peak RSS {rss:.0f} MB"
     )
-    print(
-        f"{'phase':<16} {'thread':<7} {'wall s':>8} {'share':>6} {'CPU s':>7} {'CPU s/GB':>8} {'calls':>6}"
-    )
-    for k, v in sorted(T.items(), key=lambda kv: -C.get(kv[0], kv[1])):
-        th = "decode" if k in DECODE_THREAD and not a.serial else "main"
-        c = C.get(k, float("nan"))
+    print(f"{'phase':<16} {'thread':<7} {'wall s':>8} {'CPU s':>7} {'CPU s/GB':>8} {'calls':>6}")
+    for k in sorted(WALL, key=lambda k: -CPU.get(k, 0.0)):
+        th = THREAD.get(k, "writer")
         print(
-            f"{k:<16} {th:<7} {v:8.2f} {v / total:6.1%} {c:7.2f} {c / size * 1e9:8.1f} {N.get(k, 1):6d}"
+            f"{k:<16} {th:<7} {WALL[k]:8.2f} {CPU[k]:7.2f} {CPU[k] / size * 1e9:8.2f} "
+            f"{CALLS.get(k, 1):6d}"
         )
     doc = {
         "trace_bytes": size,
-        "total_s": round(total, 3),
+        "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 2),
         "peak_rss_mb": round(rss),
-        "batch_mb": a.batch_mb,
-        "serial": a.serial,
-        "duckdb_threads": a.duckdb_threads or con_threads,
-        "phases_s": {k: round(v, 3) for k, v in T.items()},
-        "phases_cpu_s": {k: round(v, 3) for k, v in C.items()},
+        "jobs": a.jobs,
+        "parts": not a.no_parts,
+        "phases_wall_s": {k: round(v, 3) for k, v in WALL.items()},
+        "phases_cpu_s": {k: round(v, 3) for k, v in CPU.items()},
     }
     print(json.dumps(doc))
-    if skipped:
-        print(f"(not in this ingest version, not timed: {', '.join(skipped)})")
-    for p in (a.db, Path(str(a.db) + ".wal")):
-        p.unlink(missing_ok=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -50,11 +50,27 @@ _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _KINETO_SEP = b"\n  },\n  {"
 
 
+_NON_WS = re.compile(rb"[^ \t\r\n]")
+
+
 @cache
 def _raw_list() -> Any:
     import msgspec
 
     return msgspec.json.Decoder(list[msgspec.Raw])
+
+
+@cache
+def _object_list() -> Any:
+    """A strict syntax pass that also refuses an element that is not an object: a list of empty
+    structs (every key is skipped, still parsed), half the cost of ``list[Raw]`` plus a Python
+    check per element."""
+    import msgspec
+
+    class AnyObject(msgspec.Struct):
+        pass
+
+    return msgspec.json.Decoder(list[AnyObject])
 
 
 def string_quotes(b: np.ndarray) -> np.ndarray:
@@ -299,7 +315,7 @@ class TraceSplitter:
         self, buf: bytes, offset: int, first: bool, max_event: int
     ) -> tuple[Batch, int, int] | None:
         """The batch up to the last Kineto event separator in ``buf``, proven by a strict syntax
-        pass (msgspec ``list[Raw]``, ~1 CPU s/GB against ~8 for the numpy scan): (batch, bytes
+        pass (msgspec, a list of empty structs: ~1 CPU s/GB against ~8 for the numpy scan): (batch, bytes
         used, events). None when ``buf`` has no separator, or the cut does not prove out (other
         layout, raw control characters, an element that is not an object, an event over the
         cap): the numpy scan then cuts it (and reports what is wrong)."""
@@ -307,25 +323,25 @@ class TraceSplitter:
         if k < 0:
             return None
         z = k + 4  # just after the last whole event's closing brace
-        lead = buf[:z].lstrip(_WS)
-        if not first:
-            if not lead.startswith(b","):
+        m = _NON_WS.search(buf, 0, z)  # found in place: no copy of the buffer
+        if m is not None and not first:
+            if buf[m.start()] != 0x2C:  # ','
                 return None
-            lead = lead[1:].lstrip(_WS)
-        if not lead.startswith(b"{"):
+            m = _NON_WS.search(buf, m.start() + 1, z)
+        if m is None or buf[m.start()] != 0x7B:  # '{'
             return None
-        a = z - len(lead)
+        a = m.start()
         data = b"[" + buf[a:z] + b"]"
         import msgspec
 
         try:
-            items = _raw_list().decode(data)
-        except msgspec.DecodeError:
+            items = _object_list().decode(data)
+        except msgspec.DecodeError:  # malformed, or an element that is not an object
             return None
-        for item in items:
-            view = memoryview(item)
-            if view[0] != 0x7B or len(view) > max_event:
-                return None
+        if len(data) > max_event:  # an element may be over the cap (a cap below the batch size)
+            for item in _raw_list().decode(data):
+                if len(memoryview(item)) > max_event:
+                    return None
         return Batch(data, offset + a, self.n_events, strict=True), z, len(items)
 
     def _finish(self, prefix: bytes, rest: bytes, is_object: bool) -> None:

@@ -235,6 +235,31 @@ def test_ddp_buckets_every_bucket_its_instance_and_the_straggler_by_phase():
     assert "arrives last at 6 of 8" in sg.evidence
 
 
+def test_the_straggler_sentence_says_gpu_time_when_several_ranks_wait():
+    """Three ranks, one all-reduce per step (2 steps of 10 ms); rank 2 arrives 3 ms after rank 0
+    and 1 ms after rank 1. The waits add up over GPUs (4 GPU·ms per step): only the rank that
+    waits most (rank 0, 3 ms, 30 % of a step) is put against a step."""
+    starts = {0: 0, 1: 2000, 2: 3000}
+    frames = [
+        frame(r, [{"start": st * 10_000 + s0, "end": st * 10_000 + 4000, "step": st}
+                  for st in (1, 2)])
+        for r, s0 in starts.items()
+    ]  # fmt: skip
+    sg = match_collectives(frames, n_steps=2, step_ns=10_000 * US).straggler
+    assert sg is not None and sg.rank == 2 and sg.waiting_rank == 0
+    assert sg.evidence == (
+        "rank 2 arrives last at 2 of 2 matched collectives; 2 ranks wait for it, 4.00 GPU·ms per "
+        "step in all (rank 0 the most: 3.00 ms per step (30% of a step)); by phase per step: "
+        "backward 4.00 GPU·ms; most in step 1 (4.00 GPU·ms)."
+    )
+    # two ranks: one waits, in plain ms, against a step
+    two = match_collectives(frames[1:], n_steps=2, step_ns=10_000 * US).straggler
+    assert two is not None and two.evidence == (
+        "rank 2 arrives last at 2 of 2 matched collectives; rank 1 has to wait 1.00 ms per step "
+        "for it (10% of a step); by phase per step: backward 1.00 ms; most in step 1 (1.00 ms)."
+    )
+
+
 def test_no_straggler_below_the_threshold_or_alone():
     frames = [frame(0, [{"start": 0, "end": 100}]), frame(1, [{"start": 5, "end": 100}])]
     assert match_collectives(frames).straggler is None  # 5 µs per step < 100 µs

@@ -101,7 +101,7 @@ def test_256_ranks_from_the_ddp_pair_one_heatmap(ddp_doc):
     kinds = [t.type for t in fig.data]
     # one heatmap, its cells as click targets, the outlier ring: no trace per rank
     assert kinds == ["heatmap", "scatter", "scatter"] and len(fig.data[1].x) == 256 * 5
-    assert fig.data[1].customdata[5 * 137 + 2] == [137, 243]
+    assert fig.data[1].customdata[5 * 137 + 2][:2] == [137, 243]  # rank, step (then the value)
     heat = fig.data[0]
     assert len(heat.y) == 256 and heat.y[0] == "node00 · rank 0" and tuple(heat.x)[:1] == ("#241",)
     assert heat.customdata[137][2] == [137, 243]

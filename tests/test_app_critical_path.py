@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
 from apptools import app_store, ingest, open_app, texts
-from gpuscope.web.critical_path_view import estimates_frame
+from gpuscope.web.critical_path_view import estimates_frame, gain_range
 from gpuscope.web.figures_path import critical_path_bars
 from synth import training_trace
 
@@ -50,8 +50,15 @@ def test_estimates_frame_lists_fixes_with_an_estimate():
     df = estimates_frame(report)
     assert list(df["Fix"]) == ["pin_memory", "batch_size"]
     assert df.iloc[0]["Estimated gain"] == "50% of the step time"
-    assert df.iloc[0]["Range"] == "44 – 71%" and df.iloc[0]["Step after (ms)"] == "3.19"
+    assert df.iloc[0]["Range"] == "44 to 71 %" and df.iloc[0]["Step after (ms)"] == "3.19"
     assert df.iloc[1]["Estimated gain"] == "30% of the per-sample time (4× batch)"
+
+
+def test_a_range_that_may_slow_the_step_says_so_in_words():
+    assert gain_range(43.6, 70.9) == "44 to 71 %"
+    assert gain_range(-22.7, 40.8) == "23 % slower to 41 % faster"  # host_sync's measured range
+    assert gain_range(-0.4, 71.6) == "0 to 72 %"  # rounds to no slowdown
+    assert gain_range(-12.0, -3.0) == "3 to 12 % slower"
 
 
 @pytest.mark.slow

@@ -162,3 +162,30 @@ def test_a_separator_inside_a_string_with_raw_newlines_is_not_a_cut(tmp_path):
     raw = kineto_layout({"schemaVersion": 1}, evil).replace(b"PLACEHOLDER", b"x\n  },\n  {y")
     got, _, _ = split_batches(raw, tmp_path, 7, 40)
     assert [e["name"] for e in got] == ["a", "x\n  },\n  {y", "c"]
+
+
+def test_the_fast_cut_refuses_an_element_that_is_not_an_object(tmp_path):
+    # in Kineto's layout a number among the events passes a plain syntax pass; the cut's pass
+    # types the elements as objects, so the batch holding it is left to the scan (and the parser,
+    # which names it), never proven strict
+    events = [{"ph": "X", "name": f"e{i}"} for i in range(12)]
+    raw = kineto_layout({"schemaVersion": 1}, [*events[:6], 5, *events[6:]])
+    got, batches, _ = split_batches(raw, tmp_path, 64, 250)
+    assert got == json.loads(raw)["traceEvents"]
+    holding = [b for b in batches if 5 in json.loads(b.data)]
+    assert len(holding) == 1 and holding[0].strict is None
+    assert any(b.strict is True for b in batches)  # the others went the fast way
+
+
+def test_the_fast_cut_refuses_an_event_over_the_cap(tmp_path, monkeypatch):
+    # batches (1,000 bytes) larger than the cap (300): the fast cut holds the whole event and must
+    # measure it; the scan then names it
+    monkeypatch.setenv("GPUSCOPE_MAX_EVENT_BYTES", "300")
+    events = [{"ph": "X", "name": f"e{i}"} for i in range(24)]
+    events[2]["name"] = "x" * 400
+    raw = kineto_layout({"schemaVersion": 1}, events)
+    with pytest.raises(IngestError, match=r"the event at byte \d+ is larger than 300 bytes"):
+        split_batches(raw, tmp_path, 64, 1000)
+    monkeypatch.setenv("GPUSCOPE_MAX_EVENT_BYTES", "600")  # the same file under a cap it fits
+    got, batches, _ = split_batches(raw, tmp_path, 64, 1000)
+    assert got == events and batches[0].strict is True  # cut by the fast path

@@ -162,3 +162,20 @@ def test_the_writer_waits_when_the_part_threads_fall_behind(
     finally:
         release.set()
         sink.close()
+
+
+def test_a_rank_that_failed_stops_the_ingest_at_the_next_hand_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(con, run_id: str, rank: int) -> dict:  # type: ignore[no-untyped-def]
+        raise ValueError(f"part of rank {rank} failed")
+
+    monkeypatch.setitem(RS.PARTS, "broken", RS.SummaryPart("broken", 1, "fails", broken))
+    sink = RS.PartsWhileIngesting("r1", ["broken"], jobs=1)
+    try:
+        sink.rank_written(empty_rows(0))
+        sink._futures[0].exception(timeout=30)  # rank 0 has failed on its thread
+        with pytest.raises(ValueError, match="part of rank 0 failed"):
+            sink.rank_written(empty_rows(1))  # not at the end of the ingest: at once
+    finally:
+        sink.close()

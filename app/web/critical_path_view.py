@@ -12,6 +12,15 @@ from gpuscope.web.figures_path import PATH_LABELS, critical_path_bars
 PLOT_CONFIG = {"displaylogo": False, "scrollZoom": False}
 
 
+def gain_range(low_pct: float, high_pct: float) -> str:
+    """An estimate's range of gain (% of the step): "44 to 71 %"; a low end below zero is a fix
+    that may slow the step, said in words ("23 % slower to 41 % faster"), not as "-23 – 41 %"."""
+    low, high = round(low_pct), round(high_pct)
+    if low < 0:
+        return f"{-low} % slower to {high} % faster" if high > 0 else f"{-high} to {-low} % slower"
+    return f"{low} to {high} %"
+
+
 def estimates_frame(report: dict[str, Any]) -> pd.DataFrame:
     """One row per recommendation with an estimate: fix, estimated gain and range (%), step after."""
     rows = []
@@ -26,7 +35,7 @@ def estimates_frame(report: dict[str, Any]) -> pd.DataFrame:
             {
                 "Fix": rec["id"],
                 "Estimated gain": f"{est['gain_pct']:.0f}% of the {what}",
-                "Range": f"{est['low_pct']:.0f} – {est['high_pct']:.0f}%",
+                "Range": gain_range(est["low_pct"], est["high_pct"]),
                 "Step after (ms)": f"{est['step_ms']:.3g}" if est.get("step_ms") else "–",
             }
         )

@@ -621,12 +621,14 @@ def rank_step_heatmap(
             customdata=custom,
             colorscale="YlOrBr" if value == "wait_ms" else "Blues",
             colorbar={"title": {"text": title}, "thickness": 12},
-            hovertemplate="%{y} · step %{x}<br>" + title + " %{z:.2f}<extra></extra>",
+            hoverinfo="skip",  # the cells' points below carry the hover and the click
             name=title,
         )
     )
-    # the cells as (nearly) invisible points: a heatmap has no selectable points, these do (a
-    # click selects one; its customdata says the rank and step)
+    # the cells as (nearly) invisible points: a heatmap has no selectable points, these do. A
+    # click selects the point under the pointer among the HOVERABLE traces (a trace with
+    # hoverinfo "skip" is never picked: the click then selects nothing), so these points hold
+    # the hover text, and their customdata says the rank and step a click opens
     pos = {r: i for i, r in enumerate(ranks)}
     fig.add_trace(
         go.Scatter(
@@ -636,9 +638,10 @@ def rank_step_heatmap(
             marker={"size": 14, "opacity": 0.01, "color": "#000000"},
             name="cells",
             customdata=[
-                [int(r), int(s)] for r, s in zip(matrix["rank"], matrix["step"], strict=True)
+                [int(r), int(s), float(v)]
+                for r, s, v in zip(matrix["rank"], matrix["step"], matrix[value], strict=True)
             ],
-            hoverinfo="skip",
+            hovertemplate="%{y} · step %{x}<br>" + title + " %{customdata[2]:.2f}<extra></extra>",
             showlegend=False,
         )
     )

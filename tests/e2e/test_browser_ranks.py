@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,3 +114,56 @@ def test_run_page_shows_rank_0_waiting_and_the_runs_list_agrees(ddp, new_page) -
             continue
     for want in (doc["gpu_busy_pct"], doc["gpu_wait_pct"], doc["step_time_ms"]["p50"]):
         assert any(abs(v - want) < 1e-6 for v in nums), (want, row)
+
+
+def test_a_click_on_a_heatmap_cell_opens_that_rank_and_step(ddp, new_page) -> None:  # type: ignore[no-untyped-def]
+    server, rid, _ = ddp
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscope",
+            "analyze",
+            rid,
+            "--rank",
+            "1",
+            "--json",
+            "--db",
+            str(server.db),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    rank1_ms = {s["number"]: s["duration_ms"] for s in json.loads(done.stdout)["steps"]}
+    page = new_page()
+    page.goto(f"{server.url}/run?run={rid}")
+    page.get_by_text("Colour the ranks × steps by").wait_for()
+    wait_idle(page)
+    chart = page.locator('[data-testid="stPlotlyChart"]').filter(has=page.locator(".heatmaplayer"))
+    chart.locator(".main-svg").first.wait_for(state="visible")
+    chart.scroll_into_view_if_needed()  # below the fold: a click outside the viewport is lost
+    steps = [int(t.lstrip("#")) for t in chart.locator(".xtick text").all_text_contents()]
+    assert steps == sorted(rank1_ms), steps
+    # the plot area: rank 0's row on top (y reversed), rank 1's below; a cell of rank 1
+    box = chart.locator(".nsewdrag").first.bounding_box()
+    assert box is not None
+    col = len(steps) - 2
+    x = box["x"] + (col + 0.5) * box["width"] / len(steps)
+    y = box["y"] + 0.75 * box["height"]
+    page.mouse.move(x, y)
+    hover = chart.locator(".hoverlayer")
+    page.wait_for_function(
+        "el => el.textContent.includes('rank 1')", arg=hover.element_handle(), timeout=10_000
+    )
+    page.mouse.click(x, y)
+    page.wait_for_function("() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000)
+    page.wait_for_function("() => /[?&]zoom=/.test(location.search)", timeout=30_000)
+    wait_idle(page)
+    screenshot(page, "run_ddp_heatmap_click")
+    # the busy plot is zoomed on that step of rank 1: the zoom spans its duration
+    zoom = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["zoom"][0]
+    lo, hi = (float(v) for v in zoom.split("-"))
+    assert abs((hi - lo) - rank1_ms[steps[col]]) < 1e-3, (zoom, rank1_ms)
