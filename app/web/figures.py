@@ -625,7 +625,7 @@ def rank_step_heatmap(
             name=title,
         )
     )
-    # the cells as (nearly) invisible points: a heatmap has no selectable points, these do. A
+    # the cells as invisible points: a heatmap has no selectable points, these do. A
     # click selects the point under the pointer among the HOVERABLE traces (a trace with
     # hoverinfo "skip" is never picked: the click then selects nothing), so these points hold
     # the hover text, and their customdata says the rank and step a click opens
@@ -635,7 +635,7 @@ def rank_step_heatmap(
             x=[f"#{int(s)}" for s in matrix["step"]],
             y=[labels[pos[int(r)]] for r in matrix["rank"]],
             mode="markers",
-            marker={"size": 14, "opacity": 0.01, "color": "#000000"},
+            marker={"size": 14, "opacity": 0, "color": "#000000"},  # hoverable, not drawn
             name="cells",
             customdata=[
                 [int(r), int(s), float(v)]
