@@ -715,7 +715,8 @@ class RunAnalysis:
 
     Everything this rank reads of its own events comes before the other ranks' parts
     (``ranks``, ``match``, ``split``): their indexes may push this rank's out of the shared ones.
-    Raises ValueError for an unknown run or rank, or a non-positive ``untraced_step_ms``."""
+    Raises ValueError for an unknown run or rank; a non-positive ``untraced_step_ms`` raises it
+    when the profiler's cost is first read."""
 
     def __init__(
         self,
@@ -740,7 +741,7 @@ class RunAnalysis:
 
     @property
     def index(self) -> RankIndex:
-        """The rank's index (the shared one: rebuilt when other ranks' pushed it out)."""
+        """The rank's index (the shared one: rebuilt when other ranks' indexes pushed it out)."""
         return RankIndex.shared(self.con, self.run_id, self.rank)
 
     @functools.cached_property
@@ -771,6 +772,7 @@ class RunAnalysis:
 
     @property
     def details(self) -> bool:
+        """Whether the details (kernels, gaps, per-step values, fixes) are computed."""
         return self.options.details
 
     @functools.cached_property
@@ -840,6 +842,7 @@ class RunAnalysis:
 
     @property
     def need_mfu(self) -> bool:
+        """Whether FLOPs, tensor cores, peaks and MFU are computed."""
         return self.details or self.options.mfu
 
     @functools.cached_property
