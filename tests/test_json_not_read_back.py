@@ -25,10 +25,12 @@ SERIALIZERS = {
     "analysis/rank_summary.py": "the stored per-rank summary parts",
 }
 
-#: Readers still to be replaced by typed page models (issue 21, step 3), as "path:function":
-#: the Run page reads the analyze document (``app/web/views.py``) through ``report_doc``.
+#: Readers still to be replaced by typed page models (issue 21, step 3), as "path:function".
+#: ``report_doc`` gives the web its analyze document (``app/web/data.py:report``), which the Run
+#: page's ranks, memory, roofline, modules and critical-path sections and the runs list still
+#: read (its warnings, headline, breakdowns, top kernels and fixes have page models).
 PENDING = {
-    "analysis/run_views.py:report_doc": "the Run page's analyze document (page models to come)",
+    "analysis/run_views.py:report_doc": "the web's analyze document (page models to come)",
 }
 
 
