@@ -82,12 +82,26 @@ class MemoryResult:
         return self.reserved_at_peak_bytes - self.peak_allocated_bytes
 
     @property
+    def by_phase_per_step(self) -> dict[str, dict[str, float]]:
+        """Per phase: its peak allocated bytes, and the bytes allocated and freed and the
+        allocations per step."""
+        per = max(1, self.n_steps)
+        return {
+            p: {
+                "peak_allocated_bytes": v["peak"],
+                "allocated_bytes_per_step": v["alloc"] / per,
+                "freed_bytes_per_step": v["freed"] / per,
+                "allocations_per_step": v["n"] / per,
+            }
+            for p, v in self.by_phase.items()
+        }
+
+    @property
     def near_full(self) -> bool:
         f = self.peak_reserved_frac
         return f is not None and f >= NEAR_FULL_FRAC
 
     def to_json(self) -> dict[str, Any]:
-        per = max(1, self.n_steps)
         return {
             "recorded": self.recorded,
             "device": self.device,
@@ -101,15 +115,7 @@ class MemoryResult:
             "near_full": self.near_full,
             "start_allocated_bytes": self.start_allocated_bytes,
             "n_events": self.n_events,
-            "by_phase": {
-                p: {
-                    "peak_allocated_bytes": v["peak"],
-                    "allocated_bytes_per_step": v["alloc"] / per,
-                    "freed_bytes_per_step": v["freed"] / per,
-                    "allocations_per_step": v["n"] / per,
-                }
-                for p, v in self.by_phase.items()
-            },
+            "by_phase": self.by_phase_per_step,
             "top_ops": self.top_ops,
             "held_at_peak": self.held_at_peak,
             "malloc": self.malloc,

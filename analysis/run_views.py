@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gpuscope.analysis.collectives import wait_in_view, wait_spans
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.kernels import KernelRow
+from gpuscope.analysis.memory import MemoryResult
 from gpuscope.analysis.profiler_cost import ProfilerCost
 from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.analysis.ranks import (
@@ -41,6 +42,7 @@ __all__ = [
     "Breakdowns",
     "Headline",
     "KernelRow",
+    "MemoryResult",
     "ProfilerCost",
     "Recommendation",
     "RunReport",

@@ -27,8 +27,8 @@ SERIALIZERS = {
 
 #: Readers still to be replaced by typed page models (issue 21, step 3), as "path:function".
 #: ``report_doc`` gives the web its analyze document (``app/web/data.py:report``), which the Run
-#: page's ranks, memory, roofline, modules and critical-path sections and the runs list still
-#: read (its warnings, headline, breakdowns, top kernels and fixes have page models).
+#: page's ranks, roofline, modules and critical-path sections and the runs list still read (its
+#: warnings, headline, breakdowns, top kernels, fixes and memory have typed models).
 PENDING = {
     "analysis/run_views.py:report_doc": "the web's analyze document (page models to come)",
 }

@@ -91,7 +91,7 @@ if report is not None:
         with views.section("Critical path"), st.spinner("Tracing the critical path…"):
             critical_path_view.show(data.report_with_path(path, run_id, rank))
         with views.section("Memory"):
-            memory_ops_views.memory(report)
+            memory_ops_views.memory(data.report_obj(path, run_id, rank).memory)
         with views.section("Roofline"):
             memory_ops_views.roofline(report)
         with views.section("Modules"):

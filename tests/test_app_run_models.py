@@ -1,6 +1,6 @@
-"""AppTest: the Run page's headline cards and the banners above them show the typed page models
-analysis builds (``run_views.Headline``, ``run_views.Banners``), on hand-built traces whose
-answers are computed by hand."""
+"""AppTest: the Run page's sections show the typed page models and dataclasses analysis builds
+(``run_views.Headline``, ``.Banners``, ``.Breakdowns``, ``.TopKernels``, the Recommendations and
+the MemoryResult), on hand-built traces whose answers are computed by hand, and on a sample."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from apptools import app_store, ingest, open_app, texts
 from tracegen import TraceBuilder
 
 RUN = "screens/run.py"
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
@@ -134,3 +135,45 @@ def test_the_profiler_note_shows_the_page_model(
     b = data.banners(str(db), rid, None)
     assert isinstance(b, run_views.Banners) and b.lead is None and b.notes == ()
     assert b.profiler is not None and b.profiler.inflation_pct == pytest.approx(25.0)
+
+
+@pytest.mark.slow
+def test_the_memory_section_shows_the_typed_memory_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory section reads the report's MemoryResult: its cards and tables say what the
+    ``memory`` part of ``analyze --json`` says."""
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.store import connect
+
+    db = app_store(tmp_path, monkeypatch)
+    (rid,) = ingest(db, SAMPLES / "memory" / "gpt_mem.pt.trace.json.gz")
+    con = connect(db)
+    try:
+        m = analyze_run(con, rid, with_path=False).to_json()["memory"]
+    finally:
+        con.close()
+    at = open_app(RUN, {"run": rid}, timeout=120)
+    assert not at.exception, at.exception
+    cards = {c.label: c for c in at.metric}
+
+    def gib(b: float) -> str:
+        return f"{b / 2**30:,.3f} GiB"
+
+    assert cards["Peak allocated"].value == gib(m["peak_allocated_bytes"])
+    reserved = cards["Peak reserved"]
+    assert reserved.value == gib(m["peak_reserved_bytes"])
+    assert reserved.proto.delta == (
+        f"{m['peak_reserved_pct']:.1f}% of {gib(m['device_total_bytes'])}"
+    )
+    gap = m["reserved_minus_allocated_at_peak_bytes"]
+    assert cards["Reserved − allocated at the peak"].value == gib(gap)
+    assert cards["cudaMalloc/cudaFree in steps"].value == f"{m['malloc'].get('calls', 0):,}"
+    tables = [d.value for d in at.dataframe]
+    phases = next(t for t in tables if "allocated per step (GiB)" in t.columns and "phase" in t)
+    assert list(phases["phase"]) == list(m["by_phase"])
+    assert list(phases["allocations per step"]) == [
+        v["allocations_per_step"] for v in m["by_phase"].values()
+    ]
+    ops = next(t for t in tables if "op" in t.columns and "allocations per step" in t.columns)
+    assert list(ops["op"]) == [o["op"] for o in m["top_ops"]]
