@@ -75,12 +75,33 @@ class MemoryResult:
         return self.device_total_bytes - self.peak_reserved_bytes
 
     @property
+    def reserved_minus_allocated_at_peak_bytes(self) -> int | None:
+        """Reserved but not allocated at the allocation peak (bytes; fragmentation), or None."""
+        if self.reserved_at_peak_bytes is None or self.peak_allocated_bytes is None:
+            return None
+        return self.reserved_at_peak_bytes - self.peak_allocated_bytes
+
+    @property
+    def by_phase_per_step(self) -> dict[str, dict[str, float]]:
+        """Per phase: its peak allocated bytes, and the bytes allocated and freed and the
+        allocations per step."""
+        per = max(1, self.n_steps)
+        return {
+            p: {
+                "peak_allocated_bytes": v["peak"],
+                "allocated_bytes_per_step": v["alloc"] / per,
+                "freed_bytes_per_step": v["freed"] / per,
+                "allocations_per_step": v["n"] / per,
+            }
+            for p, v in self.by_phase.items()
+        }
+
+    @property
     def near_full(self) -> bool:
         f = self.peak_reserved_frac
         return f is not None and f >= NEAR_FULL_FRAC
 
     def to_json(self) -> dict[str, Any]:
-        per = max(1, self.n_steps)
         return {
             "recorded": self.recorded,
             "device": self.device,
@@ -89,24 +110,12 @@ class MemoryResult:
             "peak_reserved_bytes": self.peak_reserved_bytes,
             "peak_reserved_pct": 100.0 * f if (f := self.peak_reserved_frac) is not None else None,
             "peak_at_us": self.peak_at_ns / 1e3 if self.peak_at_ns is not None else None,
-            "reserved_minus_allocated_at_peak_bytes": (
-                self.reserved_at_peak_bytes - self.peak_allocated_bytes
-                if self.reserved_at_peak_bytes is not None and self.peak_allocated_bytes is not None
-                else None
-            ),
+            "reserved_minus_allocated_at_peak_bytes": self.reserved_minus_allocated_at_peak_bytes,
             "headroom_bytes": self.headroom_bytes,
             "near_full": self.near_full,
             "start_allocated_bytes": self.start_allocated_bytes,
             "n_events": self.n_events,
-            "by_phase": {
-                p: {
-                    "peak_allocated_bytes": v["peak"],
-                    "allocated_bytes_per_step": v["alloc"] / per,
-                    "freed_bytes_per_step": v["freed"] / per,
-                    "allocations_per_step": v["n"] / per,
-                }
-                for p, v in self.by_phase.items()
-            },
+            "by_phase": self.by_phase_per_step,
             "top_ops": self.top_ops,
             "held_at_peak": self.held_at_peak,
             "malloc": self.malloc,

@@ -10,8 +10,9 @@ and either :data:`MIN_SHARE_PCT` of the window or :data:`MIN_PER_STEP_US` per st
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.compiled import CompiledInfo
 from gpuscope.analysis.fmt import sig3
@@ -24,6 +25,11 @@ from gpuscope.vocabulary.causes import (
     LAUNCH_OVERHEAD,
     PAGEABLE_COPY,
 )
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.copies import PageableCopies
+    from gpuscope.analysis.gains import Estimate
+    from gpuscope.analysis.memory import MemoryResult
 
 MIN_SHARE_PCT = 2.0
 """A cost of at least this share of the window (%) is a finding ..."""
@@ -54,9 +60,9 @@ class Recommendation:
     max_gain_pct: float
     fix: str
     bound: str = "step_time"
-    # the step re-timed along the critical-path graph with this fix applied
-    # (gpuscope.analysis.gains.Estimate.to_json); None until the report adds it
-    estimate: dict[str, Any] | None = None
+    # the step re-timed along the critical-path graph with this fix applied; None until the
+    # report adds it
+    estimate: Estimate | None = None
 
     @property
     def gain_phrase(self) -> str:
@@ -77,7 +83,7 @@ class Recommendation:
             "bound": self.bound,
             "gain": self.gain_phrase,
             "fix": self.fix,
-            "estimate": self.estimate,
+            "estimate": self.estimate.to_json() if self.estimate is not None else None,
         }
 
 
@@ -124,9 +130,20 @@ class Inputs:
     # unknown (a trace from elsewhere)
     cudnn_benchmark: bool | None = None
     pageable_excess_ns: float = 0.0
-    pageable_copy: dict[str, Any] | None = None
-    # the allocator's memory (analysis.memory MemoryResult.to_json()) when the trace recorded it
-    memory: dict[str, Any] | None = None
+    # the pageable host-to-device copies (analysis.copies) when there were some
+    pageable_copy: PageableCopies | None = None
+    # the allocator's memory (analysis.memory) when the trace recorded it; a mapping of the same
+    # names (a hand-built input, a stored ``memory`` document) reads alike (:func:`_memory`)
+    memory: MemoryResult | Mapping[str, Any] | None = None
+
+
+def _memory(inp: Inputs, name: str) -> Any:
+    """One figure of the allocator's memory (``peak_reserved_bytes``, ``malloc``, ...) by its
+    name in ``analyze --json``'s ``memory``; None when unknown."""
+    m = inp.memory
+    if m is None:
+        return None
+    return m.get(name) if isinstance(m, Mapping) else getattr(m, name, None)
 
 
 def host_cost(ns: float, inp: Inputs) -> tuple[float, bool]:
@@ -240,20 +257,20 @@ def rule_pin_memory(inp: Inputs) -> Recommendation | None:
     if not significant(ns, inp.window_ns, inp.n_steps):
         return None
     frame = inp.idle.evidence.get(PAGEABLE_COPY)
-    pc = inp.pageable_copy or {}
+    pc = inp.pageable_copy
     n = int(frame["count"].sum()) if frame is not None and not frame.empty else 0
     nbytes = frame["bytes"].dropna().sum() if frame is not None and not frame.empty else 0
-    if pc.get("copies"):
-        n, nbytes = int(pc["copies"]), float(pc.get("bytes") or 0)
+    if pc is not None and pc.copies:
+        n, nbytes = int(pc.copies), float(pc.bytes or 0)
     ev: dict[str, Any] = {
         **_cost_evidence("cost", ns, inp),
         "idle_us_per_step": _per_step_us(idle_ns, inp.n_steps),
         "copy_excess_us_per_step": _per_step_us(excess, inp.n_steps),
         "copies_per_step": n / max(1, inp.n_steps),
         "bytes_per_step": float(nbytes) / max(1, inp.n_steps),
-        "pageable_gbps": pc.get("pageable_gbps"),
-        "pinned_gbps": pc.get("pinned_gbps"),
-        "pinned_source": pc.get("pinned_source"),
+        "pageable_gbps": pc.pageable_gbps if pc is not None else None,
+        "pinned_gbps": pc.pinned_gbps if pc is not None else None,
+        "pinned_source": pc.pinned_source if pc is not None else None,
         "calls": _frame_rows(inp, PAGEABLE_COPY, 3),
     }
     rate = (
@@ -466,16 +483,16 @@ def rule_batch_size(inp: Inputs) -> Recommendation | None:
         "small_grid_mean_sm_fill": k.small_grid_fill,
         "memory_used_frac": inp.mem_used_frac,
     }
-    m = inp.memory or {}
-    if m.get("peak_reserved_bytes") and m.get("device_total_bytes"):
-        free = m["device_total_bytes"] - m["peak_reserved_bytes"]
+    reserved, total = _memory(inp, "peak_reserved_bytes"), _memory(inp, "device_total_bytes")
+    if reserved and total:
+        free = total - reserved
+        allocated = _memory(inp, "peak_allocated_bytes")
         ev["headroom_bytes"] = free
-        ev["peak_allocated_bytes"] = m.get("peak_allocated_bytes")
+        ev["peak_allocated_bytes"] = allocated
         mem = (
-            f"the allocator reserved at most {_gib(m['peak_reserved_bytes'])} of "
-            f"{_gib(m['device_total_bytes'])} "
-            f"({100 * m['peak_reserved_bytes'] / m['device_total_bytes']:.0f}%; peak allocated "
-            f"{_gib(m.get('peak_allocated_bytes') or 0)}), leaving {_gib(free)} of headroom"
+            f"the allocator reserved at most {_gib(reserved)} of {_gib(total)} "
+            f"({100 * reserved / total:.0f}%; peak allocated "
+            f"{_gib(allocated or 0)}), leaving {_gib(free)} of headroom"
         )
     elif inp.mem_used_frac is not None:
         mem = f"peak memory use was {100 * inp.mem_used_frac:.0f}% of the GPU"
@@ -509,16 +526,15 @@ NEAR_FULL_FRAC = 0.90
 def rule_memory_near_full(inp: Inputs) -> Recommendation | None:
     """The allocator held at least :data:`NEAR_FULL_FRAC` of the GPU. Its bound is the time in
     cudaMalloc/cudaFree inside the steps (a full cache frees and re-asks the driver), 0 without."""
-    m = inp.memory or {}
-    total, peak = m.get("device_total_bytes"), m.get("peak_reserved_bytes")
+    total, peak = _memory(inp, "device_total_bytes"), _memory(inp, "peak_reserved_bytes")
     if not total or not peak or peak < NEAR_FULL_FRAC * total:
         return None
-    malloc = m.get("malloc") or {}
+    malloc = _memory(inp, "malloc") or {}
     thrash_ns = float(malloc.get("us") or 0.0) * 1e3
-    gap = m.get("reserved_minus_allocated_at_peak_bytes")
+    gap = _memory(inp, "reserved_minus_allocated_at_peak_bytes")
     ev: dict[str, Any] = {
         "peak_reserved_bytes": peak,
-        "peak_allocated_bytes": m.get("peak_allocated_bytes"),
+        "peak_allocated_bytes": _memory(inp, "peak_allocated_bytes"),
         "device_total_bytes": total,
         "reserved_minus_allocated_at_peak_bytes": gap,
         "malloc_calls": malloc.get("calls", 0),

@@ -1,7 +1,10 @@
 """The whole analysis of one run (one rank), as a dataclass with a stable JSON form.
 
-:func:`analyze_run` is what ``gpuscope analyze``, ``gpuscope check`` and the web app call;
-:func:`compare_runs` (in :mod:`gpuscope.analysis.compare`) diffs two of these reports.
+:func:`analyze_run` is what ``gpuscope analyze``, ``gpuscope check`` and the web app call: it
+reads the analyses of a :class:`RunAnalysis` (the run facade: one rank, each analysis computed
+once) into a :class:`RunReport`. :func:`compare_runs` (in :mod:`gpuscope.analysis.compare`) diffs
+two of these reports. (The facade lives here, beside the functions it calls, so that no module
+of analysis imports another in a cycle.)
 JSON: times in µs (floats, not rounded) unless the key says ``_ms``; percentages in %.
 docs/cli-json.md documents every key.
 """
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -333,7 +336,7 @@ def _kernel_stats(
 ) -> R.KernelStats:
     """Compute kernels of the primary device (communication kernels left out)."""
     short = int(R.SHORT_KERNEL_US * 1e3)
-    gpu = RankIndex.shared(con, p["run"], p["rank"]).gpu()
+    gpu = p["gpu"]  # the rank's GPU-activity table (RankIndex.gpu)
     row = con.execute(
         f"""
         WITH k AS (
@@ -378,7 +381,7 @@ def _kernel_stats(
     )
 
 
-def _median_busy_ms(step_busy: list[Any], busy_ns: int, n_steps: int) -> float:
+def _median_busy_ms(step_busy: Sequence[Any], busy_ns: int, n_steps: int) -> float:
     """Median GPU busy time per step (ms) over the steps' busy values (ns); the window mean when
     they were not computed."""
     vals = [v for v in step_busy if v is not None]
@@ -675,6 +678,514 @@ def _one_snapshot(fn: Callable[_Args, _Ret]) -> Callable[_Args, _Ret]:
     return wrapper
 
 
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """What :func:`analyze_run` is asked for (its keyword arguments, documented there)."""
+
+    step_annotation: str | None = None
+    peak_tflops: float | None = None
+    model_flops_per_step: float | None = None
+    all_ranks: bool = True
+    top_gaps: int = 20
+    details: bool = True
+    mfu: bool = True
+    untraced_step_ms: float | None = None
+    with_path: bool = True
+
+
+@dataclass(frozen=True)
+class MfuFigures:
+    """MFU (%) against the bf16 peak, the run's dtype's peak, while busy and on the untraced step;
+    achieved TFLOP/s on the traced and untraced step. All None without GPU activity."""
+
+    mfu_pct: float | None = None
+    mfu_dtype_pct: float | None = None
+    mfu_busy_pct: float | None = None
+    achieved_tflops: float | None = None
+    mfu_untraced_pct: float | None = None
+    achieved_tflops_untraced: float | None = None
+
+
+class RunAnalysis:
+    """One rank of a trace run and every analysis of it, each computed once, on first use (HTA's
+    ``TraceAnalysis`` owning its trace is the model). It owns the connection, the run, the rank,
+    the window (steps), the primary device and the rank's index (:class:`RankIndex`); each
+    analysis is a cached property named for what it holds. :func:`analyze_run` reads them into a
+    :class:`RunReport`; read them on one snapshot of the store (``analyze_run`` opens one).
+
+    Everything this rank reads of its own events comes before the other ranks' parts
+    (``ranks``, ``match``, ``split``): their indexes may push this rank's out of the shared ones.
+    Raises ValueError for an unknown run or rank; a non-positive ``untraced_step_ms`` raises it
+    when the profiler's cost is first read."""
+
+    def __init__(
+        self,
+        con: Connection,
+        run_id: str,
+        rank: int | None = None,
+        options: AnalysisOptions | None = None,
+    ) -> None:
+        self.con, self.run_id = con, run_id
+        self.options = options if options is not None else AnalysisOptions()
+        self.run = _run_info(con, run_id)
+        ranks = self.run["ranks"]
+        if not ranks:
+            raise ValueError(f"{run_id}: the run has no ranks")
+        if rank is None:
+            rank = ranks[0]
+        if rank not in ranks:
+            raise ValueError(f"{run_id}: no rank {rank} (ranks: {ranks})")
+        self.rank: int = rank
+
+    # -- what the analysis owns -------------------------------------------------------------------
+
+    @property
+    def index(self) -> RankIndex:
+        """The rank's index (the shared one: rebuilt when other ranks' indexes pushed it out)."""
+        return RankIndex.shared(self.con, self.run_id, self.rank)
+
+    @functools.cached_property
+    def meta(self) -> dict[str, Any]:
+        """The rank's trace metadata (:func:`rank_meta`)."""
+        return rank_meta(self.con, self.run_id, self.rank)
+
+    @functools.cached_property
+    def window(self) -> Window:
+        """The analysed steps (``ProfilerStep#N``, the ``step_annotation``, else the trace)."""
+        return find_window(self.con, self.run_id, self.rank, self.options.step_annotation)
+
+    @functools.cached_property
+    def stats(self) -> StepStats:
+        """Step time statistics (ms)."""
+        return step_stats(self.window)
+
+    @functools.cached_property
+    def busy(self) -> BusySummary:
+        """GPU busy time over the window, and the primary device."""
+        w = self.window
+        return busy_summary(self.con, self.run_id, self.rank, w.start_ns, w.end_ns)
+
+    @property
+    def device(self) -> int | None:
+        """The primary device (None: no recognised GPU activity in the window)."""
+        return self.busy.device
+
+    @property
+    def details(self) -> bool:
+        """Whether the details (kernels, gaps, per-step values, fixes) are computed."""
+        return self.options.details
+
+    @functools.cached_property
+    def evidence(self) -> str | None:
+        """The warning of a window without GPU activity (:func:`gpu_evidence_warning`), or None:
+        with it there is no busy %, MFU, roofline, busy split or fix."""
+        return gpu_evidence_warning(self.con, self.run_id, self.rank, self.device)
+
+    @functools.cached_property
+    def warnings(self) -> list[str]:
+        """What the report warns of: no GPU activity first, then how the steps were found."""
+        sa, w = self.options.step_annotation, self.window
+        out = [self.evidence] if self.evidence else []
+        if sa and w.source != "annotation":
+            out.append(f"no '{sa}' annotation: steps from {w.source}")
+        if w.source == "trace":
+            out.append("no step annotations: the whole trace is one step")
+        return out
+
+    # -- this rank's analyses ---------------------------------------------------------------------
+
+    @functools.cached_property
+    def idle(self) -> IdleResult:
+        """Idle time by cause (with the top gaps when ``details``)."""
+        top_n = self.options.top_gaps if self.details else 0
+        return idle_analysis(
+            self.con, self.run_id, self.rank, self.window, device=self.device, top_n=top_n
+        )
+
+    @functools.cached_property
+    def step_busy(self) -> Sequence[int | None]:
+        """GPU busy time of each step (ns; None each without ``details``)."""
+        w = self.window
+        bounds = w.step_bounds_ns()
+        if not self.details:
+            return [None] * len(bounds)
+        return busy_in_ranges(
+            self.con,
+            self.run_id,
+            self.rank,
+            bounds,
+            device=self.device,
+            window=(w.start_ns, w.end_ns),
+        )
+
+    @functools.cached_property
+    def comm_only_ns(self) -> int:
+        """Time in which only communication kernels ran (ns; 0 without ``details``)."""
+        if not self.details:
+            return 0
+        w, b = self.window, self.busy
+        return comm_only_ns(
+            self.con, self.run_id, self.rank, w.start_ns, w.end_ns, b.device, b.busy_ns
+        )
+
+    @functools.cached_property
+    def dev_props(self) -> dict[str, Any]:
+        """The primary device's properties from the trace (``deviceProperties``)."""
+        return device_props(self.meta, self.device)
+
+    @functools.cached_property
+    def kernels(self) -> KernelBreakdown | None:
+        """Kernel time by category and kernel (``details`` only)."""
+        if not self.details:
+            return None
+        return K.kernel_breakdown(self.con, self.run_id, self.rank, self.window)
+
+    @property
+    def need_mfu(self) -> bool:
+        """Whether FLOPs, tensor cores, peaks and MFU are computed."""
+        return self.details or self.options.mfu
+
+    @functools.cached_property
+    def tensor_cores(self) -> TensorCoreSummary | None:
+        """Tensor-core share of kernel time (when MFU is asked for)."""
+        if not self.need_mfu:
+            return None
+        return T.tensor_core_summary(self.con, self.run_id, self.rank, self.window)
+
+    @functools.cached_property
+    def flops(self) -> FlopsResult | None:
+        """FLOPs per step: counted from the ops, else the metadata's, else 6 × N × T."""
+        if not self.need_mfu:
+            return None
+        o, w = self.options, self.window
+        flops = F.flops_per_step(
+            self.con,
+            self.run_id,
+            self.rank,
+            w,
+            len(w.steps),
+            model_flops_per_step=o.model_flops_per_step,
+        )
+        if flops.flops_per_step is None:
+            meta_flops = F.metadata_model_flops(self.con, self.run_id, self.rank)
+            if meta_flops:
+                flops.flops_per_step = float(meta_flops)
+                flops.source = "metadata"
+        if flops.flops_per_step is None:
+            est = estimate_6nt(self.meta)
+            if est is not None:
+                flops.flops_per_step = est
+                flops.source = "estimate_6NT"
+                flops.notes.append(
+                    "FLOPs per step estimated as 6 × parameters × tokens of this rank (the op shapes "
+                    "give none, e.g. a CUDA-graph replay): an estimate, not a count"
+                )
+        return flops
+
+    @property
+    def props(self) -> Any:
+        """The trace's ``deviceProperties`` (every device)."""
+        return self.meta.get("device_properties")
+
+    @functools.cached_property
+    def peak(self) -> Peak | None:
+        """The GPU's dense bf16 (else fp16) peak, as training reports use for MFU."""
+        if not self.need_mfu:
+            return None
+        override, dev = self.options.peak_tflops, self.device
+        peak = P.peak_for(self.props, "bf16", override_tflops=override, device=dev)
+        if peak.tflops is None and override is None:
+            fp16 = P.peak_for(self.props, "fp16", device=dev)
+            if fp16.tflops is not None:
+                peak = fp16
+        return peak
+
+    @functools.cached_property
+    def peak_dtype(self) -> Peak | None:
+        """The peak of the dtype the run used (``mfu_dtype_pct``)."""
+        if not self.need_mfu:
+            return None
+        dtype = getattr(self.flops, "dtype", None) or _kernel_dtype(self.tensor_cores)
+        return P.peak_for(self.props, dtype, device=self.device)
+
+    @functools.cached_property
+    def kernel_stats(self) -> R.KernelStats | None:
+        """The compute kernels the rules read (``details`` only)."""
+        if not self.details:
+            return None
+        w = self.window
+        by_cat = getattr(self.kernels, "by_category", None) or {}
+        return _kernel_stats(
+            self.con,
+            {
+                "run": self.run_id,
+                "gpu": self.index.gpu(),
+                "ws": w.start_ns,
+                "we": w.end_ns,
+                "dev": self.device or 0,
+            },
+            self.dev_props.get("numSms"),
+            float(by_cat.get("convolution", 0.0)),
+        )
+
+    @functools.cached_property
+    def profiler(self) -> ProfilerCost:
+        """The profiler's cost: traced (median) step against the untraced one, and the median GPU
+        busy time per step (one slow warm-up step moves neither); with ``details`` also the host
+        causes and whether host overhead looks like the profiler's own."""
+        w, ks = self.window, self.kernel_stats
+        busy_ms = _median_busy_ms(self.step_busy, self.busy.busy_ns, w.n_steps)
+        extra: dict[str, Any] = (
+            {}
+            if ks is None
+            else {
+                "idle_causes_ns": self.idle.causes_ns,
+                "window_ns": w.duration_ns,
+                "median_kernel_us": ks.median_us,
+                "n_steps": w.n_steps,
+            }
+        )
+        return profiler_cost(
+            self.stats.p50_ms,
+            busy_ms,
+            self.meta.get("metadata"),
+            untraced_step_ms=self.options.untraced_step_ms,
+            **extra,
+        )
+
+    @functools.cached_property
+    def mfu(self) -> MfuFigures:
+        """MFU and achieved TFLOP/s (none without GPU activity: FLOPs from CPU-op shapes say
+        nothing about a GPU's use)."""
+        if self.evidence:
+            return MfuFigures()
+        fps = getattr(self.flops, "flops_per_step", None)
+        ptf = getattr(self.peak, "tflops", None)
+        step_s = self.stats.mean_ms / 1e3
+        busy_s_per_step = self.busy.busy_ns / 1e9 / self.window.n_steps
+        pc = self.profiler
+        untraced_s = pc.untraced_step_ms / 1e3 if pc.untraced_step_ms else None
+        return MfuFigures(
+            mfu_pct=P.mfu_pct(fps, step_s, ptf),
+            mfu_dtype_pct=P.mfu_pct(fps, step_s, getattr(self.peak_dtype, "tflops", None)),
+            mfu_busy_pct=P.mfu_busy_pct(fps, busy_s_per_step, ptf),
+            achieved_tflops=P.achieved_tflops(fps, step_s),
+            mfu_untraced_pct=P.mfu_pct(fps, untraced_s, ptf),
+            achieved_tflops_untraced=P.achieved_tflops(fps, untraced_s),
+        )
+
+    @functools.cached_property
+    def compiled(self) -> CompiledInfo | None:
+        """torch.compile / CUDA graphs seen in the window (``details`` only)."""
+        if not self.details:
+            return None
+        return compiled_info(self.con, self.run_id, self.rank, self.window)
+
+    @functools.cached_property
+    def gpu_model(self) -> str | None:
+        """The GPU model (the peak table's name), from the peak or the device properties."""
+        return getattr(self.peak, "gpu_model", None) or P.match_model(self.dev_props)[0]
+
+    @functools.cached_property
+    def pageable(self) -> PageableCopies | None:
+        """Pageable host-to-device copies (``details`` only)."""
+        if not self.details:
+            return None
+        return pageable_copies(
+            self.con, self.run_id, self.rank, self.window, self.device, self.gpu_model
+        )
+
+    @functools.cached_property
+    def memory(self) -> MemoryResult | None:
+        """The allocator's memory over the window (``details`` only)."""
+        if not self.details:
+            return None
+        md = self.meta.get("metadata")
+        offset = _time_offset(self.con, self.run_id, self.rank)
+        return memory_analysis(
+            self.con, self.run_id, self.rank, self.window, self.device, self.dev_props, md, offset
+        )
+
+    @functools.cached_property
+    def roofline(self) -> Roofline | None:
+        """Kernels against the roofline (``details``, with GPU activity)."""
+        if not self.details or self.evidence:
+            return None
+        return roofline(
+            self.con, self.run_id, self.rank, self.window, self.device, self.dev_props, self.props
+        )
+
+    @functools.cached_property
+    def modules(self) -> ModulesResult | None:
+        """GPU time by module (``details`` only)."""
+        if not self.details:
+            return None
+        return module_analysis(self.con, self.run_id, self.rank, self.window, self.device)
+
+    # -- across ranks (after this rank's own reads) -----------------------------------------------
+
+    @functools.cached_property
+    def parts(self) -> dict[int, dict[str, Any]] | None:
+        """Every rank's stored cross-rank part (:class:`RankPartSource`), when the run has several
+        ranks, all are asked for and the steps are the default ones; else None (from events)."""
+        o = self.options
+        if _rank_parts.load is None or not o.all_ranks or o.step_annotation:
+            return None
+        if len(self.run["ranks"]) <= 1:
+            return None
+        return _rank_parts.load(self.con, self.run_id)
+
+    @functools.cached_property
+    def match(self) -> CollectiveMatch | None:
+        """The collectives matched across ranks (``details``, several ranks, GPU activity)."""
+        o, w = self.options, self.window
+        if self.parts is not None:
+            if not self.details or self.evidence:
+                return None
+            step_ns = self.stats.mean_ms * 1e6
+            return _match_from_parts(self.con, self.run_id, self.parts, w.n_steps, step_ns)
+        if not (self.details and o.all_ranks and len(self.run["ranks"]) > 1 and not self.evidence):
+            return None
+        return run_collectives(
+            self.con,
+            self.run_id,
+            {self.rank: w},
+            n_steps=w.n_steps,
+            step_ns=self.stats.mean_ms * 1e6,
+            step_annotation=o.step_annotation,
+        )
+
+    @functools.cached_property
+    def split(self) -> BusySplit | None:
+        """Busy time split into compute / transfer / wait (``details``, with GPU activity)."""
+        if not self.details or self.evidence:
+            return None
+        w = self.window
+        waits = wait_table(self.con, self.run_id, self.rank, self.match)
+        return busy_split(
+            self.con, self.run_id, self.rank, w.start_ns, w.end_ns, self.device, waits
+        )
+
+    @functools.cached_property
+    def per_step(self) -> list[dict[str, Any]]:
+        """One row per step: its start (µs), duration, CPU time (ms), GPU end (µs), busy (%) and
+        its wait in collectives (ms; None without a busy split)."""
+        w = self.window
+        waits = wait_by_step(self.match, self.rank)
+        split = self.split
+        return [
+            {
+                "number": s.number,
+                "start_us": us(b[0]),
+                "duration_ms": ms(b[1] - b[0]),
+                "cpu_ms": ms(s.cpu_end_ns - s.cpu_start_ns),
+                "gpu_end_us": us(s.gpu_end_ns),
+                "busy_pct": pct(sb, b[1] - b[0]) if sb is not None else None,
+                "wait_ms": waits.get(s.number, 0) / 1e6 if split is not None else None,
+            }
+            for s, b, sb in zip(w.steps, w.step_bounds_ns(), self.step_busy, strict=True)
+        ]
+
+    @functools.cached_property
+    def ranks(self) -> list[dict[str, Any]]:
+        """Every rank's line (this one's, and the others' from their parts, their stored lines or
+        their events), by rank."""
+        o, w, match = self.options, self.window, self.match
+        busy_pct = self.busy.busy_pct if not self.evidence else None
+        own = _rank_row(
+            self.rank,
+            w,
+            busy_pct,
+            self.stats.mean_ms,
+            self.comm_only_ns,
+            self.idle,
+            split=self.split,
+            stats=self.stats,
+        )
+        lines = [own | _per_step_figures(w, match, self.rank)]
+        if self.parts is not None:  # the other ranks' lines from their cross-rank parts
+            lines += _lines_from_parts(self.parts, match, self.rank)
+        elif o.all_ranks:
+            # their stored summaries (rank_summary) when no cross-rank match is needed; with one,
+            # from the events (their busy split needs the matched waits)
+            source = _rank_lines.load
+            use_stored = source is not None and not o.step_annotation and match is None
+            stored = source(self.con, self.run_id) if use_stored and source is not None else {}
+            lines += [
+                stored.get(r) or _rank_summary(self.con, self.run_id, r, o.step_annotation, match)
+                for r in self.run["ranks"]
+                if r != self.rank
+            ]
+        lines.sort(key=lambda d: d["rank"])
+        return lines
+
+    @functools.cached_property
+    def straggler(self) -> Straggler | None:
+        """The rank that makes the others wait longest (from the match), with every rank's
+        communication-only time per step."""
+        straggler = self.match.straggler if self.match is not None else None
+        if straggler is not None:
+            straggler.comm_only_ms_per_step = {
+                int(r["rank"]): (r.get("comm_only_us_per_step") or 0.0) / 1e3 for r in self.ranks
+            }
+        return straggler
+
+    @functools.cached_property
+    def recommendations(self) -> list[R.Recommendation]:
+        """The fixes the evidence supports (``details``, with GPU activity)."""
+        if not self.details or self.evidence:
+            return []
+        return _recommendations(self)
+
+    @functools.cached_property
+    def throughput(self) -> dict[str, Any] | None:
+        """Samples and tokens per second (traced and untraced), when the trace says per step."""
+        return _throughput(self.meta, self.stats.mean_ms, self.profiler.untraced_step_ms)
+
+    # -- the critical path and the fixes' estimates on it -----------------------------------------
+
+    @property
+    def with_path(self) -> bool:
+        """Whether the critical path (and the fixes' estimates) is computed."""
+        return self.details and self.options.with_path and not self.evidence
+
+    @functools.cached_property
+    def critical_path(self) -> CriticalPath | None:
+        """The critical path of each step (:func:`critical_path`), when :attr:`with_path`."""
+        if not self.with_path:
+            return None
+        return critical_path(self.con, self.run_id, self.rank, self.window, self.device)
+
+    @functools.cached_property
+    def gain_context(self) -> GN.Context | None:
+        """What the fixes' models need beyond the graph (None without a critical path)."""
+        cp = self.critical_path
+        if cp is None:
+            return None
+        pb = P.peak_for(self.props, "bf16", device=self.device)
+        pf = P.peak_for(self.props, "fp32", device=self.device)
+        ctx = GN.Context(
+            n_steps=self.window.n_steps,
+            step_ms=self.stats.mean_ms,
+            untraced_step_ms=self.profiler.untraced_step_ms,
+            pinned_gbps=self.pageable.pinned_gbps if self.pageable is not None else None,
+            gpu_model=self.gpu_model,
+            peak_ratio=pb.tflops / pf.tflops if pb.tflops and pf.tflops else None,
+            sms=int(self.dev_props["numSms"]) if self.dev_props.get("numSms") else None,
+        )
+        ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
+        return ctx
+
+    def estimate_fixes(self) -> None:
+        """Each recommendation's ``estimate``: the step re-timed on the critical path with the fix
+        applied, else the bound (nothing without a critical path)."""
+        cp, ctx = self.critical_path, self.gain_context
+        if cp is None or ctx is None:
+            return
+        for rec in self.recommendations:
+            rec.estimate = GN.estimate(rec.id, cp, ctx) or GN.bound_estimate(rec.max_gain_pct, ctx)
+
+
 @_one_snapshot
 def analyze_run(
     con: Connection,
@@ -705,361 +1216,70 @@ def analyze_run(
     fold). Raises ValueError for an unknown run
     or rank, or a non-positive ``untraced_step_ms``.
     """
-    run = _run_info(con, run_id)
-    if not run["ranks"]:
-        raise ValueError(f"{run_id}: the run has no ranks")
-    if rank is None:
-        rank = run["ranks"][0]
-    if rank not in run["ranks"]:
-        raise ValueError(f"{run_id}: no rank {rank} (ranks: {run['ranks']})")
-    warnings: list[str] = []
-    meta = rank_meta(con, run_id, rank)
-    window = find_window(con, run_id, rank, step_annotation)
-    if step_annotation and window.source != "annotation":
-        warnings.append(f"no '{step_annotation}' annotation: steps from {window.source}")
-    if window.source == "trace":
-        warnings.append("no step annotations: the whole trace is one step")
-    stats = step_stats(window)
-    busy = busy_summary(con, run_id, rank, window.start_ns, window.end_ns)
-    idle = idle_analysis(
-        con, run_id, rank, window, device=busy.device, top_n=top_gaps if details else 0
-    )
-    bounds = window.step_bounds_ns()
-    step_busy = (
-        busy_in_ranges(
-            con, run_id, rank, bounds, device=busy.device, window=(window.start_ns, window.end_ns)
-        )
-        if details
-        else [None] * len(bounds)
-    )
-    per_step = [
-        {
-            "number": s.number,
-            "start_us": us(b[0]),
-            "duration_ms": ms(b[1] - b[0]),
-            "cpu_ms": ms(s.cpu_end_ns - s.cpu_start_ns),
-            "gpu_end_us": us(s.gpu_end_ns),
-            "busy_pct": pct(sb, b[1] - b[0]) if sb is not None else None,
-        }
-        for s, b, sb in zip(window.steps, bounds, step_busy, strict=True)
-    ]
-    comm_only = (
-        comm_only_ns(con, run_id, rank, window.start_ns, window.end_ns, busy.device, busy.busy_ns)
-        if details
-        else 0
-    )
-    dev_props = device_props(meta, busy.device)
-    # Every part below either computes or states what it lacks; an exception is a bug and propagates
-    # (it never becomes a warning of a report that exits 0).
-    evidence = gpu_evidence_warning(con, run_id, rank, busy.device)
-    if evidence:
-        warnings.insert(0, evidence)
-    kernels = K.kernel_breakdown(con, run_id, rank, window) if details else None
-    need_mfu = details or mfu
-    tc = T.tensor_core_summary(con, run_id, rank, window) if need_mfu else None
-    flops = (
-        F.flops_per_step(
-            con, run_id, rank, window, len(window.steps), model_flops_per_step=model_flops_per_step
-        )
-        if need_mfu
-        else None
-    )
-    if flops is not None and flops.flops_per_step is None:
-        meta_flops = F.metadata_model_flops(con, run_id, rank)
-        if meta_flops:
-            flops.flops_per_step = float(meta_flops)
-            flops.source = "metadata"
-    if flops is not None and flops.flops_per_step is None:
-        est = estimate_6nt(meta)
-        if est is not None:
-            flops.flops_per_step = est
-            flops.source = "estimate_6NT"
-            flops.notes.append(
-                "FLOPs per step estimated as 6 × parameters × tokens of this rank (the op shapes "
-                "give none, e.g. a CUDA-graph replay): an estimate, not a count"
-            )
-    props = meta.get("device_properties")
-    dtype = getattr(flops, "dtype", None) or _kernel_dtype(tc)
-    # MFU against the GPU's dense bf16 (else fp16) peak, as training reports use; and against the
-    # peak of the dtype the run used (mfu_dtype_pct)
-    peak = None
-    if need_mfu:
-        peak = P.peak_for(props, "bf16", override_tflops=peak_tflops, device=busy.device)
-        if peak.tflops is None and peak_tflops is None:
-            fp16 = P.peak_for(props, "fp16", device=busy.device)
-            if fp16.tflops is not None:
-                peak = fp16
-    peak_dt = P.peak_for(props, dtype, device=busy.device) if need_mfu else None
-    # traced vs untraced: median step against the median of the untraced steps, and the median
-    # GPU busy time per step (one slow warm-up step must not move either)
-    busy_med_ms = _median_busy_ms(step_busy, busy.busy_ns, window.n_steps)
-    pc = profiler_cost(
-        stats.p50_ms,
-        busy_med_ms,
-        meta.get("metadata"),
+    options = AnalysisOptions(
+        step_annotation=step_annotation,
+        peak_tflops=peak_tflops,
+        model_flops_per_step=model_flops_per_step,
+        all_ranks=all_ranks,
+        top_gaps=top_gaps,
+        details=details,
+        mfu=mfu,
         untraced_step_ms=untraced_step_ms,
+        with_path=with_path,
     )
-    step_s = stats.mean_ms / 1e3
-    fps = getattr(flops, "flops_per_step", None)
-    ptf = getattr(peak, "tflops", None)
-    busy_s_per_step = busy.busy_ns / 1e9 / window.n_steps
-    untraced_s = pc.untraced_step_ms / 1e3 if pc.untraced_step_ms else None
-    if evidence:  # no GPU activity: FLOPs from CPU-op shapes say nothing about a GPU's use
-        mfu_value = mfu_dtype = mfu_busy = achieved = mfu_untraced = achieved_untraced = None
-    else:
-        mfu_value = P.mfu_pct(fps, step_s, ptf)
-        mfu_dtype = P.mfu_pct(fps, step_s, getattr(peak_dt, "tflops", None))
-        mfu_busy = P.mfu_busy_pct(fps, busy_s_per_step, ptf)
-        achieved = P.achieved_tflops(fps, step_s)
-        mfu_untraced = P.mfu_pct(fps, untraced_s, ptf)
-        achieved_untraced = P.achieved_tflops(fps, untraced_s)
-
-    kstats = (
-        _kernel_stats(
-            con,
-            {
-                "run": run_id,
-                "rank": rank,
-                "ws": window.start_ns,
-                "we": window.end_ns,
-                "dev": busy.device or 0,
-            },
-            dev_props.get("numSms"),
-            float((getattr(kernels, "by_category", None) or {}).get("convolution", 0.0)),
-        )
-        if details
-        else None
-    )
-    if kstats is not None:
-        pc = profiler_cost(
-            stats.p50_ms,
-            busy_med_ms,
-            meta.get("metadata"),
-            untraced_step_ms=untraced_step_ms,
-            idle_causes_ns=idle.causes_ns,
-            window_ns=window.duration_ns,
-            median_kernel_us=kstats.median_us,
-            n_steps=window.n_steps,
-        )
-    compiled = compiled_info(con, run_id, rank, window) if details else None
-    gpu_model = getattr(peak, "gpu_model", None) or P.match_model(dev_props)[0]
-    pageable = (
-        pageable_copies(con, run_id, rank, window, busy.device, gpu_model) if details else None
-    )
-    memory = (
-        memory_analysis(
-            con,
-            run_id,
-            rank,
-            window,
-            busy.device,
-            dev_props,
-            meta.get("metadata"),
-            _time_offset(con, run_id, rank),
-        )
-        if details
-        else None
-    )
-    roof = (
-        roofline(con, run_id, rank, window, busy.device, dev_props, props)
-        if details and not evidence
-        else None
-    )
-    modules = module_analysis(con, run_id, rank, window, busy.device) if details else None
-    # (the other ranks' indexes may push this rank's RankIndex out of the shared ones: everything
-    # that reads it is above)
-    # collectives matched across ranks, and the busy split (compute / transfer / wait / idle)
-    parts = (
-        _rank_parts.load(con, run_id)
-        if _rank_parts.load is not None
-        and all_ranks
-        and not step_annotation
-        and len(run["ranks"]) > 1
-        else None
-    )
-    parts_match = (
-        _match_from_parts(con, run_id, parts, window.n_steps, stats.mean_ms * 1e6)
-        if parts is not None and details and not evidence
-        else None
-    )
-    match = (
-        parts_match
-        if parts is not None
-        else (
-            run_collectives(
-                con,
-                run_id,
-                {rank: window},
-                n_steps=window.n_steps,
-                step_ns=stats.mean_ms * 1e6,
-                step_annotation=step_annotation,
-            )
-            if details and all_ranks and len(run["ranks"]) > 1 and not evidence
-            else None
-        )
-    )
-    split = (
-        busy_split(
-            con,
-            run_id,
-            rank,
-            window.start_ns,
-            window.end_ns,
-            busy.device,
-            wait_table(con, run_id, rank, match),
-        )
-        if details and not evidence
-        else None
-    )
-    step_wait = wait_by_step(match, rank)
-    for stp, row in zip(window.steps, per_step, strict=True):
-        row["wait_ms"] = step_wait.get(stp.number, 0) / 1e6 if split is not None else None
-    ranks = [
-        _rank_row(
-            rank,
-            window,
-            busy.busy_pct if not evidence else None,
-            stats.mean_ms,
-            comm_only,
-            idle,
-            split=split,
-            stats=stats,
-        )
-        | _per_step_figures(window, match, rank)
-    ]
-    if parts is not None:  # the other ranks' lines from their cross-rank parts: no events read
-        ranks += _lines_from_parts(parts, match, rank)
-    elif all_ranks:
-        # the other ranks' lines: their stored summaries (rank_summary) when no cross-rank match
-        # is needed; with one, from the events (their busy split needs the matched waits)
-        source = _rank_lines.load
-        use_stored = source is not None and not step_annotation and match is None
-        stored = source(con, run_id) if use_stored and source is not None else {}
-        ranks += [
-            stored.get(r) or _rank_summary(con, run_id, r, step_annotation, match)
-            for r in run["ranks"]
-            if r != rank
-        ]
-    ranks.sort(key=lambda d: d["rank"])
-    straggler = match.straggler if match is not None else None
-    if straggler is not None:
-        straggler.comm_only_ms_per_step = {
-            int(r["rank"]): (r.get("comm_only_us_per_step") or 0.0) / 1e3 for r in ranks
-        }
-    recs = (
-        _recommendations(
-            con,
-            run,
-            rank,
-            window,
-            busy,
-            idle,
-            kstats,
-            tc,
-            props,
-            dev_props,
-            comm_only,
-            ranks,
-            pc,
-            compiled,
-            pageable,
-            memory,
-        )
-        if details and not evidence
-        else []
-    )
+    a = RunAnalysis(con, run_id, rank, options)
+    # the steps in order: this rank's own analyses, then the ones across ranks, then the fixes
+    mfu_figures = a.mfu
     report = RunReport(
-        run=run,
-        rank=rank,
-        window=window,
-        step_stats=stats,
-        per_step=per_step,
-        busy=busy,
-        idle=idle,
-        comm_only_ns=comm_only,
-        throughput=_throughput(meta, stats.mean_ms, pc.untraced_step_ms),
-        kernels=kernels,
-        tensor_cores=tc,
-        flops=flops,
-        peak=peak,
-        mfu_pct=mfu_value,
-        mfu_busy_pct=mfu_busy,
-        achieved_tflops=achieved,
-        recommendations=recs,
-        warnings=warnings,
-        peak_dtype=peak_dt,
-        mfu_dtype_pct=mfu_dtype,
-        mfu_untraced_pct=mfu_untraced,
-        achieved_tflops_untraced=achieved_untraced,
-        profiler=pc,
-        compiled=compiled,
-        pageable=pageable,
-        straggler=straggler,
-        split=split,
-        collectives=match,
-        memory=memory,
-        roofline=roof,
-        modules=modules,
+        run=a.run,
+        rank=a.rank,
+        window=a.window,
+        step_stats=a.stats,
+        busy=a.busy,
+        idle=a.idle,
+        comm_only_ns=a.comm_only_ns,
+        warnings=a.warnings,
+        kernels=a.kernels,
+        tensor_cores=a.tensor_cores,
+        flops=a.flops,
+        peak=a.peak,
+        peak_dtype=a.peak_dtype,
+        profiler=a.profiler,
+        compiled=a.compiled,
+        pageable=a.pageable,
+        memory=a.memory,
+        roofline=a.roofline,
+        modules=a.modules,
+        mfu_pct=mfu_figures.mfu_pct,
+        mfu_dtype_pct=mfu_figures.mfu_dtype_pct,
+        mfu_busy_pct=mfu_figures.mfu_busy_pct,
+        achieved_tflops=mfu_figures.achieved_tflops,
+        mfu_untraced_pct=mfu_figures.mfu_untraced_pct,
+        achieved_tflops_untraced=mfu_figures.achieved_tflops_untraced,
+        collectives=a.match,
+        split=a.split,
+        per_step=a.per_step,
+        ranks=a.ranks,
+        straggler=a.straggler,
+        recommendations=a.recommendations,
+        throughput=a.throughput,
     )
-    report.ranks = ranks
-    if details and with_path and not evidence:  # with_path=False: no critical path, no estimates
-        _add_critical_path(report, con, run_id, rank, meta, dev_props, gpu_model)
+    a.estimate_fixes()
+    report.critical_path, report.gain_context = a.critical_path, a.gain_context
     return report
 
 
-def _add_critical_path(
-    report: RunReport,
-    con: Connection,
-    run_id: str,
-    rank: int,
-    meta: dict[str, Any],
-    dev_props: dict[str, Any],
-    gpu_model: str | None,
-) -> None:
-    """The critical path of each step, and each recommendation's ``estimate`` re-timed on it."""
-    cp = critical_path(con, run_id, rank, report.window, report.busy.device)
-    report.critical_path = cp
-    if cp is None:
-        return
-    props = meta.get("device_properties")
-    pb = P.peak_for(props, "bf16", device=report.busy.device)
-    pf = P.peak_for(props, "fp32", device=report.busy.device)
-    pc = report.profiler
-    ctx = GN.Context(
-        n_steps=report.window.n_steps,
-        step_ms=report.step_stats.mean_ms,
-        untraced_step_ms=pc.untraced_step_ms if pc is not None else None,
-        pinned_gbps=report.pageable.pinned_gbps if report.pageable is not None else None,
-        gpu_model=gpu_model,
-        peak_ratio=pb.tflops / pf.tflops if pb.tflops and pf.tflops else None,
-        sms=int(dev_props["numSms"]) if dev_props.get("numSms") else None,
+def _recommendations(a: RunAnalysis) -> list[R.Recommendation]:
+    """The rules' inputs from the analysis, and the fixes they find."""
+    con, run_id, rank, dev_props = a.con, a.run_id, a.rank, a.dev_props
+    busy, idle, tc, memory, pageable, pc = (
+        a.busy,
+        a.idle,
+        a.tensor_cores,
+        a.memory,
+        a.pageable,
+        a.profiler,
     )
-    ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
-    report.gain_context = ctx
-    for rec in report.recommendations:
-        est = GN.estimate(rec.id, cp, ctx) or GN.bound_estimate(rec.max_gain_pct, ctx)
-        rec.estimate = est.to_json()
-
-
-def _recommendations(
-    con: Connection,
-    run: dict[str, Any],
-    rank: int,
-    window: Window,
-    busy: BusySummary,
-    idle: IdleResult,
-    kstats: Any,
-    tc: Any,
-    props: Any,
-    dev_props: dict[str, Any],
-    comm_only: int,
-    ranks: list[dict[str, Any]],
-    pc: ProfilerCost | None = None,
-    compiled: CompiledInfo | None = None,
-    pageable: PageableCopies | None = None,
-    memory: MemoryResult | None = None,
-) -> list[R.Recommendation]:
-    run_id = run["id"]
     cc = None
     if "computeMajor" in dev_props:
         try:
@@ -1067,29 +1287,29 @@ def _recommendations(
         except (TypeError, ValueError):
             cc = None
     speedup = None
-    pb = P.peak_for(props, "bf16", device=busy.device)
-    pf = P.peak_for(props, "fp32", device=busy.device)
+    pb = P.peak_for(a.props, "bf16", device=busy.device)
+    pf = P.peak_for(a.props, "fp32", device=busy.device)
     if pb.tflops and pf.tflops:
         speedup = pb.tflops / pf.tflops
     inputs = R.Inputs(
-        window_ns=window.duration_ns,
-        n_steps=window.n_steps,
+        window_ns=a.window.duration_ns,
+        n_steps=a.window.n_steps,
         busy_pct=busy.busy_pct,
         idle=idle,
-        kernels=kstats,
+        kernels=a.kernel_stats or R.KernelStats(),  # details: always computed
         fp32_gemm_us=getattr(tc, "fp32_gemm_us", None),
         tensor_core_pct=getattr(tc, "tensor_core_pct", None),
-        gpu_name=dev_props.get("name") or run.get("gpu"),
+        gpu_name=dev_props.get("name") or a.run.get("gpu"),
         compute_capability=cc,
         tc_speedup=speedup,
-        comm_only_ns=comm_only,
-        peers=[r for r in ranks if r["rank"] != rank],
+        comm_only_ns=a.comm_only_ns,
+        peers=[r for r in a.ranks if r["rank"] != rank],
         mem_used_frac=(
             memory.peak_reserved_frac
             if memory is not None and memory.peak_reserved_frac is not None
             else _mem_used_frac(con, run_id)
         ),
-        memory=memory.to_json() if memory is not None and memory.recorded else None,
+        memory=memory if memory is not None and memory.recorded else None,
         dataloader_kind=_loader_kind(idle),
         untraced_step_ns=pc.untraced_step_ms * 1e6 if pc and pc.untraced_step_ms else None,
         host_cap_ns_per_step=(
@@ -1097,10 +1317,10 @@ def _recommendations(
             if pc is not None and pc.host_cap_ms_per_step is not None
             else None
         ),
-        compiled=compiled,
+        compiled=a.compiled,
         cudnn_benchmark=_torch_flag(con, run_id, rank, "cudnn_benchmark"),
         pageable_excess_ns=pageable.excess_ns if pageable is not None else 0.0,
-        pageable_copy=pageable.to_json() if pageable is not None and pageable.copies else None,
+        pageable_copy=pageable if pageable is not None and pageable.copies else None,
     )
     return R.recommend(inputs)
 

@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.collectives import wait_in_view, wait_spans
+from gpuscope.analysis.idle import CAUSES
+from gpuscope.analysis.kernels import KernelRow
+from gpuscope.analysis.memory import MemoryResult
+from gpuscope.analysis.profiler_cost import ProfilerCost
 from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.analysis.ranks import (
     rank_nodes,
@@ -24,17 +29,29 @@ from gpuscope.analysis.ranks import (
     step_spread,
     world_sizes,
 )
+from gpuscope.analysis.recommendations import Recommendation
 from gpuscope.analysis.report import RunReport, analyze_run
-from gpuscope.analysis.store_access import ranks_of
+from gpuscope.analysis.store_access import ranks_of, us
 from gpuscope.store.schema import RUN_COLUMNS
 
 if TYPE_CHECKING:
     from gpuscope.store import Connection
 
 __all__ = [
+    "Banners",
+    "Breakdowns",
+    "Headline",
+    "KernelRow",
+    "MemoryResult",
+    "ProfilerCost",
+    "Recommendation",
     "RunReport",
     "RunSummary",
+    "TopKernels",
     "analyze_run",
+    "banners",
+    "breakdowns",
+    "headline",
     "rank_nodes",
     "rank_step_matrix",
     "ranks_label",
@@ -48,6 +65,7 @@ __all__ = [
     "store_after_ingest",
     "stored_run_summary",
     "top_idle_cause",
+    "top_kernels",
     "wait_in_view",
     "wait_spans",
     "world_sizes",
@@ -118,8 +136,19 @@ def _num(v: Any) -> float | None:
     return None if f is None or math.isnan(f) else f
 
 
-def run_summary(doc: dict[str, Any]) -> RunSummary:
-    """The runs-list figures of an analysis document (:func:`report_doc`)."""
+def run_summary(report: RunReport | Mapping[str, Any]) -> RunSummary:
+    """The runs-list figures of a report, or of an analysis document (``analyze --json``: the
+    stored ``headline`` part of :func:`stored_run_summary`, a hand-built one)."""
+    if isinstance(report, RunReport):
+        st = report.step_stats
+        return RunSummary(
+            rank=int(report.rank),
+            step_ms=_num(st.p50_ms),
+            busy_pct=_num(report.gpu_busy_pct),
+            mfu_pct=_num(report.mfu_pct),
+            wait_pct=_num(report.gpu_wait_pct),
+        )
+    doc = report
     rank = doc.get("rank")
     st_ms = doc.get("step_time_ms") or {}
     return RunSummary(
@@ -162,22 +191,140 @@ class TopIdleCause:
     share_pct: float | None
 
 
-def top_idle_cause(doc: dict[str, Any]) -> TopIdleCause | None:
-    """The top idle cause of an analysis document (:func:`report_doc`); None without idle time.
-    Ties: the first in the document's (precedence) order."""
-    causes = (doc.get("idle") or {}).get("causes") or {}
+def top_idle_cause(report: RunReport | Mapping[str, Any]) -> TopIdleCause | None:
+    """The top idle cause of a report, or of an analysis document (``analyze --json``); None
+    without idle time. Ties: the first in the (precedence) order of the causes."""
+    if isinstance(report, RunReport):
+        causes: Mapping[str, Any] = _idle_us_by_cause(report)
+        steps_seen: Any = _n_steps(report)
+        duration_us: Any = us(report.window.duration_ns)
+    else:
+        causes = (report.get("idle") or {}).get("causes") or {}
+        window = report.get("window") or {}
+        steps_seen, duration_us = window.get("steps"), window.get("duration_us")
     if not causes:
         return None
-    cause, us = max(causes.items(), key=lambda kv: _num(kv[1]) or 0.0)
-    total_us = _num(us) or 0.0
+    cause, top_us = max(causes.items(), key=lambda kv: _num(kv[1]) or 0.0)
+    total_us = _num(top_us) or 0.0
     if not total_us:
         return None
-    window = doc.get("window") or {}
-    steps = int(window.get("steps") or 1) or 1
-    window_us = _num(window.get("duration_us")) or 0.0
+    steps = int(steps_seen or 1) or 1
+    window_us = _num(duration_us) or 0.0
     return TopIdleCause(
         str(cause), total_us / 1e3 / steps, 100.0 * total_us / window_us if window_us else None
     )
+
+
+def _n_steps(report: RunReport) -> int:
+    """The window's steps as the pages divide by them (1 for a trace-wide window)."""
+    w = report.window
+    return (len(w.steps) if w.source != "trace" else 0) or 1
+
+
+def _idle_us_by_cause(report: RunReport) -> dict[str, float]:
+    """Idle time by cause over the window (µs), every cause, in precedence order."""
+    return {c: report.idle.causes_ns[c] / 1e3 for c in CAUSES}
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The Run page's headline cards, built from a report (units as in ``analyze --json``): the
+    step time (ms: median, 90th percentile, slowest, mean over ``n_steps`` steps), GPU busy and
+    the communication wait inside it (% of the window), MFU (%; while busy too) with its peak
+    (TFLOP/s), dtype and FLOPs per step, the tensor-core share (% of kernel time) with the
+    eligible time not on tensor cores (µs), and the top idle cause. None: not measured (no
+    evidence, no figure)."""
+
+    step_p50_ms: float
+    step_p90_ms: float
+    step_max_ms: float
+    step_mean_ms: float
+    n_steps: int
+    busy_pct: float | None
+    wait_pct: float | None
+    mfu_pct: float | None
+    mfu_busy_pct: float | None
+    peak_tflops: float | None
+    dtype: str | None
+    flops_per_step: float | None
+    tensor_core_pct: float | None
+    tc_eligible_not_tc_us: float | None
+    top_idle: TopIdleCause | None
+
+
+def headline(report: RunReport) -> Headline:
+    """The headline cards of a report (what ``analyze --json`` says under the same names)."""
+    st, tc = report.step_stats, report.tensor_cores
+    return Headline(
+        step_p50_ms=st.p50_ms,
+        step_p90_ms=st.p90_ms if st.p90_ms is not None else st.max_ms,
+        step_max_ms=st.max_ms,
+        step_mean_ms=st.mean_ms,
+        n_steps=_n_steps(report),
+        busy_pct=report.gpu_busy_pct,
+        wait_pct=report.gpu_wait_pct,
+        mfu_pct=report.mfu_pct,
+        mfu_busy_pct=report.mfu_busy_pct,
+        peak_tflops=report.peak_tflops,
+        dtype=report.dtype,
+        flops_per_step=report.flops_per_step,
+        tensor_core_pct=getattr(tc, "tensor_core_pct", None),
+        tc_eligible_not_tc_us=getattr(tc, "tc_eligible_not_tc_us", None),
+        top_idle=top_idle_cause(report),
+    )
+
+
+@dataclass(frozen=True)
+class Banners:
+    """The Run page's lines above its cards: the warning that leads the page when the window holds
+    no recognised GPU activity (no busy %, MFU or fix rests on anything; None otherwise), the
+    other warnings as notes, and the profiler's cost (docs/metrics.md "Profiler cost")."""
+
+    lead: str | None
+    notes: tuple[str, ...]
+    profiler: ProfilerCost | None
+
+
+def banners(report: RunReport) -> Banners:
+    """The banners of a report (its ``warnings`` and ``profiler``)."""
+    warnings = [str(w) for w in report.warnings]
+    lead = warnings.pop(0) if report.gpu_busy_pct is None and warnings else None
+    return Banners(lead, tuple(warnings), report.profiler)
+
+
+@dataclass(frozen=True)
+class Breakdowns:
+    """The Run page's two breakdowns: idle time by cause and kernel time by category over the
+    window (µs; every cause, the categories that ran), and the steps to divide them by."""
+
+    idle_us_by_cause: dict[str, float]
+    kernel_us_by_category: dict[str, float]
+    n_steps: int
+
+
+def breakdowns(report: RunReport) -> Breakdowns:
+    """The breakdowns of a report (no kernels without ``details``)."""
+    kernels = report.kernels
+    return Breakdowns(
+        idle_us_by_cause=_idle_us_by_cause(report),
+        kernel_us_by_category=dict(kernels.by_category) if kernels is not None else {},
+        n_steps=_n_steps(report),
+    )
+
+
+@dataclass(frozen=True)
+class TopKernels:
+    """The Run page's top-kernels table: the kernels with the most time in the window (one row
+    per name, the rest folded into an ``others`` row; µs of the window), and its steps."""
+
+    rows: tuple[KernelRow, ...]
+    n_steps: int
+
+
+def top_kernels(report: RunReport) -> TopKernels:
+    """The top kernels of a report (none without ``details``)."""
+    kernels = report.kernels
+    return TopKernels(tuple(kernels.top) if kernels is not None else (), _n_steps(report))
 
 
 def kernel_labels(names: list[str], width: int) -> list[str]:

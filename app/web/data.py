@@ -57,6 +57,31 @@ def report(path: str, run_id: str, rank: int | None) -> dict[str, Any]:
     return _report_doc(path, run_id, _rank(run_id, rank))
 
 
+def headline(path: str, run_id: str, rank: int | None) -> run_views.Headline:
+    """The Run page's headline cards of the report of (run, rank) (``run_views.headline``)."""
+    return run_views.headline(report_obj(path, run_id, _rank(run_id, rank)))
+
+
+def banners(path: str, run_id: str, rank: int | None) -> run_views.Banners:
+    """The Run page's warnings and profiler note of (run, rank) (``run_views.banners``)."""
+    return run_views.banners(report_obj(path, run_id, _rank(run_id, rank)))
+
+
+def breakdowns(path: str, run_id: str, rank: int | None) -> run_views.Breakdowns:
+    """The Run page's breakdowns of (run, rank) (``run_views.breakdowns``)."""
+    return run_views.breakdowns(report_obj(path, run_id, _rank(run_id, rank)))
+
+
+def top_kernels(path: str, run_id: str, rank: int | None) -> run_views.TopKernels:
+    """The Run page's top kernels of (run, rank) (``run_views.top_kernels``)."""
+    return run_views.top_kernels(report_obj(path, run_id, _rank(run_id, rank)))
+
+
+def fixes(path: str, run_id: str, rank: int | None) -> list[run_views.Recommendation]:
+    """The recommendations of the report of (run, rank) (without the critical path's estimates)."""
+    return list(report_obj(path, run_id, _rank(run_id, rank)).recommendations)
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def _compare_view(path: str, a: str, ra: int | None, b: str, rb: int | None) -> compare.CompareView:
     return compare.compare_view(report_obj(path, a, ra), report_obj(path, b, rb))

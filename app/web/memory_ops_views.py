@@ -2,7 +2,8 @@
 time axis), memory figures and tables, each op against its roofline, GPU time by module and phase.
 
 Everything shown is computed by :mod:`gpuscope.analysis.memory`, ``.roofline`` and ``.modules``
-(the report's ``memory``, ``roofline`` and ``modules`` keys; docs/cli-json.md); nothing is computed here.
+(the report's typed ``MemoryResult``; its ``roofline`` and ``modules`` keys, docs/cli-json.md);
+nothing is computed here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
+from gpuscope.analysis import run_views
 from gpuscope.web import data, db, figures, ui
 
 GIB = float(2**30)
@@ -41,43 +43,41 @@ def memory_line(run_id: str, rank: int, *, view_key: str) -> None:
     st.plotly_chart(fig, key=f"mem_{view_key}_{run_id}_{rank}_{s}_{e}")
 
 
-def memory(report: dict[str, Any]) -> None:
-    """Peak allocated / reserved against the device, by phase, by op, allocator calls, snapshot."""
-    m = report.get("memory")
+def memory(m: run_views.MemoryResult | None) -> None:
+    """Peak allocated / reserved against the device, by phase, by op, allocator calls, snapshot
+    (the report's :class:`run_views.MemoryResult`)."""
     st.subheader("Memory")
-    if not m or not m.get("recorded"):
-        notes = (m or {}).get("notes") or ["memory was not recorded"]
+    if m is None or not m.recorded:
+        notes = (m.notes if m is not None else None) or ["memory was not recorded"]
         st.info(" ".join(notes), icon=":material/memory:")
-        if m and m.get("snapshot"):
-            _snapshot(m["snapshot"])
+        if m is not None and m.snapshot:
+            _snapshot(m.snapshot)
         return
-    total = m.get("device_total_bytes")
+    total = m.device_total_bytes
     c = st.columns(4)
-    c[0].metric("Peak allocated", _gib(m["peak_allocated_bytes"]), help="max Total Allocated")
-    pct = m.get("peak_reserved_pct")
+    c[0].metric("Peak allocated", _gib(m.peak_allocated_bytes), help="max Total Allocated")
+    frac = m.peak_reserved_frac
     c[1].metric(
         "Peak reserved",
-        _gib(m["peak_reserved_bytes"]),
-        f"{pct:.1f}% of {_gib(total)}" if pct is not None else None,
-        delta_color="inverse" if m.get("near_full") else "off",
+        _gib(m.peak_reserved_bytes),
+        f"{100.0 * frac:.1f}% of {_gib(total)}" if frac is not None else None,
+        delta_color="inverse" if m.near_full else "off",
     )
-    c[2].metric(
-        "Reserved − allocated at the peak", _gib(m["reserved_minus_allocated_at_peak_bytes"])
-    )
-    ma = m.get("malloc") or {}
+    c[2].metric("Reserved − allocated at the peak", _gib(m.reserved_minus_allocated_at_peak_bytes))
+    ma = m.malloc or {}
     c[3].metric(
         "cudaMalloc/cudaFree in steps",
         f"{ma.get('calls', 0):,}",
         f"{ma.get('us_per_step', 0.0):,.1f} µs per step" if ma.get("calls") else None,
         delta_color="inverse",
     )
-    if m.get("nvml_peak_used_bytes"):
+    if m.nvml_peak_bytes:
         st.caption(
-            f"NVML memory.used peaked at {_gib(m['nvml_peak_used_bytes'])} (the CUDA context and "
+            f"NVML memory.used peaked at {_gib(m.nvml_peak_bytes)} (the CUDA context and "
             "other processes count there, not in the allocator's figures)."
         )
     left, right = st.columns(2)
-    ph = m.get("by_phase") or {}
+    ph = m.by_phase_per_step
     if ph:
         left.markdown("**By phase**")
         left.dataframe(
@@ -95,7 +95,7 @@ def memory(report: dict[str, Any]) -> None:
             hide_index=True,
             key="mem_by_phase",
         )
-    held = m.get("held_at_peak") or []
+    held = m.held_at_peak
     if held:
         right.markdown("**Held at the peak, by the op that allocated it**")
         right.dataframe(
@@ -103,7 +103,7 @@ def memory(report: dict[str, Any]) -> None:
             hide_index=True,
             key="mem_held",
         )
-    top = m.get("top_ops") or []
+    top = m.top_ops
     if top:
         st.markdown("**Top allocating ops** (per step)")
         st.dataframe(
@@ -120,8 +120,8 @@ def memory(report: dict[str, Any]) -> None:
             hide_index=True,
             key="mem_top_ops",
         )
-    if m.get("snapshot"):
-        _snapshot(m["snapshot"])
+    if m.snapshot:
+        _snapshot(m.snapshot)
 
 
 def _snapshot(s: dict[str, Any]) -> None:

@@ -160,27 +160,23 @@ def rank_selector(run_id: str, *, key: str, param: str = "rank", label: str = "R
 # -- cards -------------------------------------------------------------------------------------------
 
 
-def n_steps(report: dict[str, Any]) -> int:
-    return int((report.get("window") or {}).get("steps") or 1) or 1
-
-
-def evidence_banner(report: dict[str, Any]) -> None:
+def evidence_banner(b: run_views.Banners) -> None:
     """The report's warnings: without recognised GPU activity the first one leads the page (no busy
     %, MFU or fix rests on anything); the others as notes."""
-    warnings = [str(w) for w in report.get("warnings") or []]
-    if report.get("gpu_busy_pct") is None and warnings:
-        st.warning(ui.md(warnings.pop(0), limit=None), icon=":material/warning:")
-    if warnings:
-        st.caption("Notes: " + " · ".join(ui.md(w, limit=None) for w in warnings))
+    if b.lead is not None:
+        st.warning(ui.md(b.lead, limit=None), icon=":material/warning:")
+    if b.notes:
+        st.caption("Notes: " + " · ".join(ui.md(w, limit=None) for w in b.notes))
 
 
-def profiler_note(report: dict[str, Any]) -> None:
+def profiler_note(prof: run_views.ProfilerCost | None) -> None:
     """What the profiler itself cost, and the cap it puts on host-side figures (metrics.md,
     "Profiler cost")."""
-    prof = report.get("profiler") or {}
-    untraced = prof.get("untraced_step_ms")
+    if prof is None:
+        return
+    untraced = prof.untraced_step_ms
     if untraced is not None:
-        cap = prof.get("host_cap_ms_per_step")
+        cap = prof.host_cap_ms_per_step
         cap_text = (
             f"Host-side idle and fixes are capped at {ui.fmt_ms(cap, 2)} per step, what can "
             "exist without it."
@@ -190,15 +186,15 @@ def profiler_note(report: dict[str, Any]) -> None:
         )
         st.info(
             f"Without the profiler a step takes {ui.fmt_ms(untraced, 2)} (median, "
-            f"{'recorded by gpuscope.capture' if prof.get('untraced_source') == 'capture' else 'given'}"
-            f"); traced it takes {ui.fmt_ms(prof.get('traced_step_ms'), 2)}: the profiler adds "
-            f"{ui.fmt_pct(prof.get('inflation_pct'))}. {cap_text} The cards above are "
+            f"{'recorded by gpuscope.capture' if prof.untraced_source == 'capture' else 'given'}"
+            f"); traced it takes {ui.fmt_ms(prof.traced_step_ms, 2)}: the profiler adds "
+            f"{ui.fmt_pct(prof.inflation_pct)}. {cap_text} The cards above are "
             "profiled (read from the trace, with the profiler on); unprofiled throughput and MFU: "
             "`gpuscope analyze`, or Compare.",
             icon=":material/timer:",
         )
-    elif prof.get("suspect") and prof.get("note"):
-        st.info(ui.md(prof["note"], limit=None), icon=":material/timer:")
+    elif prof.suspect and prof.note:
+        st.info(ui.md(prof.note, limit=None), icon=":material/timer:")
 
 
 def rank_overview(run_id: str, report: dict[str, Any]) -> None:
@@ -365,27 +361,25 @@ def _rank_figure(path: str, gen: int, run_id: str) -> Any:
     )
 
 
-def headline_cards(report: dict[str, Any]) -> None:
-    st_ms = report.get("step_time_ms") or {}
-    steps = n_steps(report)
+def headline_cards(h: run_views.Headline) -> None:
+    """The five headline cards: step time, GPU busy (and the wait in it), MFU, tensor-core share,
+    the top idle cause (:class:`run_views.Headline`, built by analysis)."""
     c = st.columns(5)
     # issue 20: the median step (one slow step does not move it), p90 and max beside it
     c[0].metric(
         "Step time",
-        ui.fmt_ms(st_ms.get("p50")),
-        delta=f"p90 {ui.fmt_ms(st_ms.get('p90')).removesuffix(' ms')} · "
-        f"max {ui.fmt_ms(st_ms.get('max'))}",
+        ui.fmt_ms(h.step_p50_ms),
+        delta=f"p90 {ui.fmt_ms(h.step_p90_ms).removesuffix(' ms')} · max {ui.fmt_ms(h.step_max_ms)}",
         delta_color="off",
         delta_arrow="off",
         border=True,
-        help=f"Profiled: median over {steps} step(s); 90th percentile and slowest step beside it. "
-        f"Mean (window ÷ steps): {ui.fmt_ms(st_ms.get('mean'))}.",
+        help=f"Profiled: median over {h.n_steps} step(s); 90th percentile and slowest step beside "
+        f"it. Mean (window ÷ steps): {ui.fmt_ms(h.step_mean_ms)}.",
     )
-    wait = report.get("gpu_wait_pct")
     c[1].metric(
         "GPU busy",
-        ui.fmt_pct(report.get("gpu_busy_pct")),
-        delta=f"of it waiting {ui.fmt_pct(wait)}" if wait is not None else None,
+        ui.fmt_pct(h.busy_pct),
+        delta=f"of it waiting {ui.fmt_pct(h.wait_pct)}" if h.wait_pct is not None else None,
         delta_color="off",
         delta_arrow="off",
         border=True,
@@ -393,25 +387,23 @@ def headline_cards(report: dict[str, Any]) -> None:
         "Waiting: the part spent in collectives waiting for the last rank to arrive (busy, yet "
         'no work; docs/metrics.md "Busy, split").',
     )
-    peak = report.get("peak_tflops")
     c[2].metric(
         "MFU",
-        ui.fmt_pct(report.get("mfu_pct")),
+        ui.fmt_pct(h.mfu_pct),
         border=True,
-        help=f"Model FLOPs ÷ (step time × peak {ui.fmt_tflops(peak)}"
-        f"{', ' + str(report['dtype']) if report.get('dtype') else ''}). "
-        f"While busy: {ui.fmt_pct(report.get('mfu_busy_pct'))}. "
-        f"FLOPs per step: {ui.fmt_flops(report.get('flops_per_step'))}.",
+        help=f"Model FLOPs ÷ (step time × peak {ui.fmt_tflops(h.peak_tflops)}"
+        f"{', ' + str(h.dtype) if h.dtype else ''}). "
+        f"While busy: {ui.fmt_pct(h.mfu_busy_pct)}. "
+        f"FLOPs per step: {ui.fmt_flops(h.flops_per_step)}.",
     )
-    not_tc = report.get("tc_eligible_not_tc_us")
     c[3].metric(
         "Tensor-core share",
-        ui.fmt_pct(report.get("tensor_core_pct")),
+        ui.fmt_pct(h.tensor_core_pct),
         border=True,
         help="Share of kernel time spent in tensor-core kernels. Eligible matmuls/convs not on "
-        f"tensor cores: {ui.fmt_us_as_ms(not_tc)}.",
+        f"tensor cores: {ui.fmt_us_as_ms(h.tc_eligible_not_tc_us)}.",
     )
-    top = run_views.top_idle_cause(report)
+    top = h.top_idle
     if top is None:
         c[4].metric("Top idle cause", "none", border=True)
     else:
@@ -740,22 +732,22 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
 # -- breakdowns --------------------------------------------------------------------------------------
 
 
-def breakdowns(report: dict[str, Any]) -> None:
+def breakdowns(b: run_views.Breakdowns) -> None:
+    """Idle time per step by cause, and kernel time per step by category, side by side."""
     c1, c2 = st.columns(2)
-    causes = (report.get("idle") or {}).get("causes") or {}
-    steps = n_steps(report)
     with c1:
         st.subheader("Idle time per step, by cause")
-        if causes:
-            st.plotly_chart(figures.idle_by_cause(causes, per_steps=steps), config=PLOT_CONFIG)
+        if b.idle_us_by_cause:
+            st.plotly_chart(
+                figures.idle_by_cause(b.idle_us_by_cause, per_steps=b.n_steps), config=PLOT_CONFIG
+            )
         else:
             st.caption("No idle time attributed.")
-    kernels = report.get("kernels") or {}
     with c2:
         st.subheader("Kernel time per step, by category")
-        if kernels.get("by_category"):
+        if b.kernel_us_by_category:
             st.plotly_chart(
-                figures.kernel_categories(kernels["by_category"], per_steps=steps),
+                figures.kernel_categories(b.kernel_us_by_category, per_steps=b.n_steps),
                 config=PLOT_CONFIG,
             )
         else:
@@ -780,23 +772,23 @@ TOP_NAME_CHARS = (
 TOP_HEADER_HELP = {"TC": "Runs on tensor cores", "Dtype": "Precision of the kernel's math"}
 
 
-def top_kernels_html(report: dict[str, Any]) -> str | None:
+def top_kernels_html(t: run_views.TopKernels) -> str | None:
     """The top-kernels table as HTML: every column visible at 1440 px (fixed layout, long names cut
     with an ellipsis), each kernel's full name on hover (``title``). Text from the trace is
     escaped. ``None`` when the report lists no kernels."""
-    top = (report.get("kernels") or {}).get("top") or []
+    top = t.rows
     if not top:
         return None
-    steps = n_steps(report)
+    steps = t.n_steps
     # names cut in the middle, never two alike (the column shows about this many characters)
-    names = [str(r.get("name") or "") for r in top]
+    names = [str(r.name or "") for r in top]
     shown = dict(zip(names, run_views.kernel_labels(names, TOP_NAME_CHARS), strict=True))
 
-    def cell(row: dict[str, Any], key: str, how: str | None) -> tuple[str, str]:
-        v = row.get(key)
+    def cell(row: run_views.KernelRow, key: str, how: str | None) -> tuple[str, str]:
+        v = getattr(row, key)
         if key == "name":
-            full = str(row.get("name") or "")
-            short = shown.get(full) or str(row.get("short_name") or full)
+            full = str(row.name or "")
+            short = shown.get(full) or str(row.short_name or full)
             return ui.plot_text(short, 200), html.escape(ui.plain(full, None), quote=True)
         if v is None or (isinstance(v, float) and v != v):
             return "—", ""
@@ -840,15 +832,16 @@ def top_kernels_html(report: dict[str, Any]) -> str | None:
     )
 
 
-def top_kernels(report: dict[str, Any]) -> None:
+def top_kernels(t: run_views.TopKernels) -> None:
+    """The top-kernels table (:func:`top_kernels_html`) and what its columns hold."""
     st.subheader("Top kernels")
-    table = top_kernels_html(report)
+    table = top_kernels_html(t)
     if table is None:
         st.caption("No kernels.")
         return
     st.html(table)
     st.caption(
-        f"Per kernel name, over the {n_steps(report)} step(s) of the window: total per step, "
+        f"Per kernel name, over the {t.n_steps} step(s) of the window: total per step, "
         "share of kernel time, mean/min/max per launch. Hover a name for the full one."
     )
 
@@ -974,33 +967,26 @@ def evidence(ev: Any) -> None:
                 st.json(json.loads(json.dumps(v, default=str)))
 
 
-def recommendations(report: dict[str, Any]) -> None:
-    recs = list(report.get("recommendations") or [])
+def recommendations(recs: list[run_views.Recommendation]) -> None:
+    """The fixes of a report, the largest bound first: title, the bound in words, the evidence,
+    the fix's code and its id."""
     st.subheader("Fixes")
     if not recs:
         st.success(
             "No fixes to suggest: nothing in this run points at a known cause of idle GPU time."
         )
         return
-    recs.sort(key=lambda r: -float(r.get("max_gain_pct") or 0))
-    for r in recs:
+    for r in sorted(recs, key=lambda r: -float(r.max_gain_pct or 0)):
         with st.container(border=True):
-            gain = r.get("gain")  # the analysis's sentence: what the bound is on, and its size
-            head = f"**{ui.md(r.get('title') or r.get('id'), None)}**"
+            gain = r.gain_phrase  # the analysis's sentence: what the bound is on, and its size
+            head = f"**{ui.md(r.title or r.id, None)}**"
             if gain:
                 head += f" — **{ui.md(gain, None)}**"
             st.markdown(head)
-            evidence(r.get("evidence"))
-            fix = r.get("fix")
-            if isinstance(fix, dict):
-                if fix.get("text") or fix.get("explanation"):
-                    st.markdown(ui.md(fix.get("text") or fix.get("explanation"), None))
-                code = fix.get("code")
-                if code:
-                    st.code(str(code), language=str(fix.get("language") or "python"))
-            elif fix:
-                st.code(str(fix), language="python")
-            st.caption(f"id {ui.md_code(r.get('id'))}")
+            evidence(r.evidence)
+            if r.fix:
+                st.code(str(r.fix), language="python")
+            st.caption(f"id {ui.md_code(r.id)}")
 
 
 # -- an NVML-only run ---------------------------------------------------------------------------------

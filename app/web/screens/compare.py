@@ -304,4 +304,4 @@ with views.section("Fixes"):
             "B raised no new issue.",
         )
     with st.expander("B's fixes in full"):
-        views.recommendations(rep_b)
+        views.recommendations(data.fixes(path, b_id, None))

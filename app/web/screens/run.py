@@ -64,11 +64,11 @@ with views.section("Analysis"), st.spinner("Analysing…"):
 
 if report is not None:
     with views.section("Warnings"):
-        views.evidence_banner(report)
+        views.evidence_banner(data.banners(path, run_id, rank))
     with views.section("Headline"):
-        views.headline_cards(report)
+        views.headline_cards(data.headline(path, run_id, rank))
     with views.section("Profiler cost"):
-        views.profiler_note(report)
+        views.profiler_note(data.banners(path, run_id, rank).profiler)
     with views.section("Ranks"):
         views.rank_overview(run_id, report)
 with views.section("Busy-time plot"):
@@ -81,17 +81,17 @@ with views.section("Open in Perfetto"):
 if report is not None:
 
     def rest(report: dict[str, Any] = report) -> None:
+        assert run_id is not None
         with views.section("Breakdowns"):
-            views.breakdowns(report)
+            views.breakdowns(data.breakdowns(path, run_id, rank))
         with views.section("Top kernels"):
-            views.top_kernels(report)
+            views.top_kernels(data.top_kernels(path, run_id, rank))
         with views.section("Fixes"):
-            views.recommendations(report)
+            views.recommendations(data.fixes(path, run_id, rank))
         with views.section("Critical path"), st.spinner("Tracing the critical path…"):
-            assert run_id is not None
             critical_path_view.show(data.report_with_path(path, run_id, rank))
         with views.section("Memory"):
-            memory_ops_views.memory(report)
+            memory_ops_views.memory(data.report_obj(path, run_id, rank).memory)
         with views.section("Roofline"):
             memory_ops_views.roofline(report)
         with views.section("Modules"):
