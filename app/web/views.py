@@ -90,6 +90,41 @@ def below_the_fold(key: str, render: Callable[[], None], *, delay_s: float = 0.4
     later()
 
 
+#: Keeps the section a URL names (``#fixes``) in view while the page still grows: Streamlit
+#: scrolls to it when its heading first renders, but charts above it that finish drawing later
+#: (slower on a loaded machine) push it down again. For up to 15 s, until the reader scrolls,
+#: the heading is brought back to the top whenever it has drifted out of the viewport's top half.
+KEEP_ANCHOR_JS = """
+<script>
+(() => {
+  const win = window.parent, doc = win.document;
+  const id = decodeURIComponent((win.location.hash || "").slice(1));
+  if (!id) return;
+  let stop = false;
+  for (const ev of ["wheel", "touchstart", "keydown", "mousedown"]) {
+    doc.addEventListener(ev, () => { stop = true; }, { once: true, capture: true });
+  }
+  let n = 0;
+  const timer = setInterval(() => {
+    if (stop || ++n > 60) { clearInterval(timer); return; }
+    const el = doc.getElementById(id);
+    if (!el) return;
+    const top = el.getBoundingClientRect().top;
+    if (top < 0 || top > win.innerHeight / 2) el.scrollIntoView({ block: "start" });
+  }, 250);
+})();
+</script>
+"""
+
+
+def keep_anchor_in_view() -> None:
+    """The browser keeps the URL's section (``#name``) in view while the page grows
+    (:data:`KEEP_ANCHOR_JS`); nothing without a section in the URL. An invisible element."""
+    import streamlit.components.v1 as components
+
+    components.html(KEEP_ANCHOR_JS, height=0)
+
+
 # -- header ------------------------------------------------------------------------------------------
 
 

@@ -149,3 +149,34 @@ def test_run_zoom_and_section_live_in_the_url(server: Server, new_page) -> None:
         " return r.top >= 0 && r.top < window.innerHeight; }",
         timeout=30_000,
     )
+
+
+FIXES_IN_VIEW = (
+    "() => { const h = [...document.querySelectorAll('h3')].find(e => e.innerText.trim() "
+    "=== 'Fixes'); if (!h) return false; const r = h.getBoundingClientRect();"
+    " return r.top >= 0 && r.top < window.innerHeight / 2; }"
+)
+
+
+def test_the_section_in_the_url_is_brought_back_until_the_reader_scrolls(
+    server: Server, new_page
+) -> None:  # type: ignore[no-untyped-def]
+    # Streamlit scrolls to the section once, when its heading first renders; under load that
+    # scroll can be lost (the page reruns below the fold, charts above finish later). The page
+    # brings the section back into view until the reader scrolls.
+    before, _ = sample_ids(server)
+    page = new_page()
+    page.goto(f"{server.url}/run?run={before}#fixes")
+    page.get_by_role("heading", name="Fixes").wait_for()
+    page.wait_for_function(FIXES_IN_VIEW, timeout=30_000)
+    # the scroll lost: back at the top, by the page (no reader's event)
+    page.evaluate(
+        "() => { for (const e of document.querySelectorAll('*'))"
+        " if (e.scrollTop > 0) e.scrollTop = 0; }"
+    )
+    page.wait_for_function(FIXES_IN_VIEW, timeout=5_000)
+    # once the reader scrolls, the page leaves the scroll to them
+    page.mouse.move(900, 500)  # over the page's main pane
+    page.mouse.wheel(0, -4000)
+    page.wait_for_timeout(1500)  # six of the keeper's ticks
+    assert not page.evaluate(FIXES_IN_VIEW)

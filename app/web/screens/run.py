@@ -98,3 +98,4 @@ if report is not None:
             memory_ops_views.modules(report)
 
     views.below_the_fold(f"run_{run_id}_{rank}", rest)
+    views.keep_anchor_in_view()  # a section named in the URL (#fixes) stays in view
