@@ -106,7 +106,8 @@ def test_run_page_offers_the_window_to_perfetto(server: Server, new_page, tmp_pa
     wait_idle(page)
     page.get_by_role("button", name="Open these events in Perfetto").click()
     wait_idle(page)
-    frame = page.frame_locator('iframe[title="st.iframe"], iframe').last
+    # the hand-off's own frame (the page has others, e.g. the one keeping a URL's section in view)
+    frame = page.frame_locator('iframe[srcdoc*="Open in Perfetto UI"]')
     frame.get_by_role("button", name="Open in Perfetto UI").wait_for()
     with page.expect_download() as d:
         frame.get_by_role("link", name="Download the trace").click()
