@@ -314,10 +314,6 @@ def ingest_trace(
         run_id = run_id_for(shas.values())
         if run_exists(con, run_id):
             raise DuplicateRunError(path, run_id)
-    except BaseException:
-        pool.close()
-        raise
-    try:
         sink = sinks.rank_sink(run_id, pool.jobs) if sinks is not None and len(files) > 1 else None
     except BaseException:
         pool.close()

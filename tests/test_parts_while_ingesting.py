@@ -179,3 +179,23 @@ def test_a_rank_that_failed_stops_the_ingest_at_the_next_hand_over(
             sink.rank_written(empty_rows(1))  # not at the end of the ingest: at once
     finally:
         sink.close()
+
+
+def test_a_sink_that_cannot_start_fails_the_ingest_stops_its_threads_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    class NoSink(RS.StoreAfterIngest):
+        def rank_sink(self, run_id: str, jobs: int) -> RS.PartsWhileIngesting:
+            raise RuntimeError(f"no part threads for run {run_id}")
+
+    with connect(tmp_path / "s") as con:
+        before = counts(con)
+        with pytest.raises(RuntimeError, match=r"no part threads for run [0-9a-f]{12}"):
+            ingest_paths(con, [DDP], after_trace=NoSink())
+        assert counts(con) == before  # nothing half-written
+    end = time.monotonic() + 10
+    while time.monotonic() < end and any(
+        t.name.startswith("gpuscope-parse") for t in threading.enumerate()
+    ):
+        time.sleep(0.05)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("gpuscope-")]
