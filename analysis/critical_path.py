@@ -693,16 +693,26 @@ class StepPath:
     bound_ns: dict[str, int]
     top: list[dict[str, Any]]
 
+    @property
+    def bound_by_ms(self) -> dict[str, float]:
+        """The step's critical path by category (ms; sums to the step time)."""
+        return {k: v / 1e6 for k, v in self.bound_ns.items()}
+
+    @property
+    def bound_by_pct(self) -> dict[str, float]:
+        """The step's critical path by category (% of the step; 0 for a step of no length)."""
+        return {
+            k: 100.0 * v / self.duration_ns if self.duration_ns else 0.0
+            for k, v in self.bound_ns.items()
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {
             "number": self.number,
             "start_us": self.start_ns / 1e3,
             "duration_ms": self.duration_ns / 1e6,
-            "bound_by_ms": {k: v / 1e6 for k, v in self.bound_ns.items()},
-            "bound_by_pct": {
-                k: 100.0 * v / self.duration_ns if self.duration_ns else 0.0
-                for k, v in self.bound_ns.items()
-            },
+            "bound_by_ms": self.bound_by_ms,
+            "bound_by_pct": self.bound_by_pct,
             "top": self.top,
         }
 
@@ -731,16 +741,20 @@ class CriticalPath:
         b = self.bound_ns
         return max(b, key=lambda k: b[k]) if any(b.values()) else None
 
+    @property
+    def bound_by_pct(self) -> dict[str, float]:
+        """The window's critical path by category (% of the path over every step; 0 without)."""
+        b = self.bound_ns
+        total = sum(b.values())
+        return {k: 100.0 * v / total if total else 0.0 for k, v in b.items()}
+
     def to_json(self) -> dict[str, Any]:
-        total = sum(self.bound_ns.values())
         return {
             "steps": [s.to_json() for s in self.steps],
             "bound_by_ms_per_step": {
                 k: v / 1e6 / max(1, len(self.steps)) for k, v in self.bound_ns.items()
             },
-            "bound_by_pct": {
-                k: 100.0 * v / total if total else 0.0 for k, v in self.bound_ns.items()
-            },
+            "bound_by_pct": self.bound_by_pct,
             "dominant": self.dominant,
             "nodes": self.n_nodes,
             "edges": self.n_edges,

@@ -11,6 +11,7 @@ GPU belongs to the module (and phase) of the activity that ends it: the GPU wait
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -234,22 +235,56 @@ class ModuleRow:
     n_kernels: int = 0
     gpu_by_phase_ns: dict[str, int] = field(default_factory=dict)
 
-    def to_json(self, n_steps: int, busy_ns: int) -> dict[str, Any]:
+    def per_step(self, n_steps: int, busy_ns: int) -> ModuleLine:
+        """The module over ``n_steps`` steps, with its share of ``busy_ns`` (the window's kernel
+        time, ns): what the Run page shows and ``analyze --json`` writes."""
         per = max(1, n_steps) * 1e3
-        return {
-            "module": self.path,
-            "depth": self.depth,
-            "gpu_us_per_step": self.gpu_ns / per,
-            "self_gpu_us_per_step": self.self_gpu_ns / per,
-            "gpu_pct": 100.0 * self.gpu_ns / busy_ns if busy_ns else None,
-            "idle_us_per_step": self.idle_ns / per,
-            "kernels_per_step": self.n_kernels / max(1, n_steps),
-            "gpu_us_per_step_by_phase": {
+        return ModuleLine(
+            module=self.path,
+            depth=self.depth,
+            gpu_us_per_step=self.gpu_ns / per,
+            self_gpu_us_per_step=self.self_gpu_ns / per,
+            gpu_pct=100.0 * self.gpu_ns / busy_ns if busy_ns else None,
+            idle_us_per_step=self.idle_ns / per,
+            kernels_per_step=self.n_kernels / max(1, n_steps),
+            gpu_us_per_step_by_phase={
                 p: self.gpu_by_phase_ns.get(p, 0) / per
                 for p in (*PHASES, "outside")
                 if self.gpu_by_phase_ns.get(p)
             },
-        }
+        )
+
+    def to_json(self, n_steps: int, busy_ns: int) -> dict[str, Any]:
+        return dataclasses.asdict(self.per_step(n_steps, busy_ns))
+
+
+@dataclass(frozen=True)
+class ModuleLine:
+    """One module per step (``analyze --json``'s ``modules.modules[]``): its path and depth, GPU
+    time inclusive of its children and of its own, GPU idle that ended with its work (µs per
+    step), its share of the window's kernel time (%; None without kernels), activities launched
+    per step, and its GPU time by phase (µs per step; the phases it has time in)."""
+
+    module: str
+    depth: int
+    gpu_us_per_step: float
+    self_gpu_us_per_step: float
+    gpu_pct: float | None
+    idle_us_per_step: float
+    kernels_per_step: float
+    gpu_us_per_step_by_phase: dict[str, float]
+
+
+@dataclass(frozen=True)
+class PhaseLine:
+    """One phase per step (``modules.by_phase``): GPU time of the work launched in it (µs per
+    step; % of the window's kernel time, None without kernels), idle that ended with it (µs per
+    step), activities per step."""
+
+    gpu_us_per_step: float
+    gpu_pct: float | None
+    idle_us_per_step: float
+    kernels_per_step: float
 
 
 @dataclass
@@ -265,12 +300,17 @@ class Repeat:
     first_kernels: list[str]
     module: str | None = None
 
+    @property
+    def gpu_us_per_step(self) -> float:
+        """GPU time of the sequence per step (µs, mean)."""
+        return self.gpu_ns_per_step / 1e3
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kernels": self.length,
             "times_per_step": self.times,
             "steps": self.steps,
-            "gpu_us_per_step": self.gpu_ns_per_step / 1e3,
+            "gpu_us_per_step": self.gpu_us_per_step,
             "share_pct": self.share_pct,
             "first_kernels": self.first_kernels,
             "module": self.module,
@@ -291,28 +331,59 @@ class ModulesResult:
     repeats: list[Repeat] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def view(self) -> ModulesView:
+        """The modules per step, as the Run page shows them (and ``to_json`` writes them)."""
         per = max(1, self.n_steps) * 1e3
-        return {
-            "source": self.source,
-            "gpu_us_per_step": self.busy_kernel_ns / per,
-            "modules": [m.to_json(self.n_steps, self.busy_kernel_ns) for m in self.modules],
-            "by_phase": {
-                p: {
-                    "gpu_us_per_step": v.get("gpu_ns", 0) / per,
-                    "gpu_pct": 100.0 * v.get("gpu_ns", 0) / self.busy_kernel_ns
-                    if self.busy_kernel_ns
-                    else None,
-                    "idle_us_per_step": v.get("idle_ns", 0) / per,
-                    "kernels_per_step": v.get("n", 0) / max(1, self.n_steps),
-                }
+        busy = self.busy_kernel_ns
+        return ModulesView(
+            source=self.source,
+            gpu_us_per_step=busy / per,
+            modules=tuple(m.per_step(self.n_steps, busy) for m in self.modules),
+            by_phase={
+                p: PhaseLine(
+                    gpu_us_per_step=v.get("gpu_ns", 0) / per,
+                    gpu_pct=100.0 * v.get("gpu_ns", 0) / busy if busy else None,
+                    idle_us_per_step=v.get("idle_ns", 0) / per,
+                    kernels_per_step=v.get("n", 0) / max(1, self.n_steps),
+                )
                 for p, v in self.by_phase.items()
             },
-            "same_sequence_steps": self.same_sequence_steps,
-            "kernels_per_step": self.kernels_per_step,
-            "repeats": [r.to_json() for r in self.repeats],
-            "notes": list(self.notes),
+            same_sequence_steps=self.same_sequence_steps,
+            kernels_per_step=self.kernels_per_step,
+            repeats=tuple(self.repeats),
+            notes=tuple(self.notes),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        v = self.view()
+        return {
+            "source": v.source,
+            "gpu_us_per_step": v.gpu_us_per_step,
+            "modules": [dataclasses.asdict(m) for m in v.modules],
+            "by_phase": {p: dataclasses.asdict(x) for p, x in v.by_phase.items()},
+            "same_sequence_steps": v.same_sequence_steps,
+            "kernels_per_step": v.kernels_per_step,
+            "repeats": [r.to_json() for r in v.repeats],
+            "notes": list(v.notes),
         }
+
+
+@dataclass(frozen=True)
+class ModulesView:
+    """The Run page's modules section (``analyze --json``'s ``modules``): where module spans
+    come from (None: none in the trace), the window's kernel time (µs per step), every module
+    (:class:`ModuleLine`, inclusive, tree order) and phase (:class:`PhaseLine`), how many steps
+    launch the same kernel sequence and how many kernels that is, the repeated sequences
+    (:class:`Repeat`), and the notes."""
+
+    source: str | None
+    gpu_us_per_step: float
+    modules: tuple[ModuleLine, ...]
+    by_phase: dict[str, PhaseLine]
+    same_sequence_steps: int
+    kernels_per_step: int | None
+    repeats: tuple[Repeat, ...]
+    notes: tuple[str, ...]
 
 
 # -- the analysis ---------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ in one phase). docs/metrics.md, "Collectives across ranks".
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -20,7 +22,14 @@ from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.store_access import ranks_of
 
-__all__ = ["Straggler", "rank_busy_panels", "rank_table"]
+__all__ = [
+    "RankLine",
+    "RankOverview",
+    "Straggler",
+    "rank_busy_panels",
+    "rank_overview",
+    "rank_table",
+]
 
 
 def rank_table(ranks: list[dict[str, Any]]) -> pd.DataFrame:
@@ -104,26 +113,82 @@ OUTLIER_Z = 3.5
 OUTLIER_MIN_PCT = 5.0
 
 
-def rank_step_matrix(report: dict[str, Any], nodes: dict[int, str] | None = None) -> pd.DataFrame:
-    """Every rank's every step from an ``analyze`` JSON document (``ranks[].step_ms_by_step`` and
-    ``wait_ms_by_step``; no events), long form, ranks grouped by node then rank: ``node``,
-    ``rank``, ``step``, ``step_ms``, ``wait_ms``, ``step_p50_ms`` (the step's median across ranks),
+@dataclass(frozen=True)
+class RankLine:
+    """One rank's line of the Run page's rank table (a row of ``RunReport.ranks``): its step time
+    (ms: median, 90th percentile, slowest), GPU busy and the communication wait inside it (% of
+    its window), communication-only and idle time (µs per step), and per step (step number ->
+    ms) its step time and its wait in the collectives launched in that step (empty for a
+    trace-wide window). None: not measured (no GPU activity: no evidence, no figure)."""
+
+    rank: int
+    step_p50_ms: float | None
+    step_p90_ms: float | None
+    step_max_ms: float | None
+    gpu_busy_pct: float | None
+    comm_wait_pct: float | None
+    comm_only_us_per_step: float | None
+    idle_us_per_step: float | None
+    step_ms_by_step: dict[int, float]
+    wait_ms_by_step: dict[int, float]
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> RankLine:
+        """The line of a rank row as the analysis builds and stores it (``RunReport.ranks``)."""
+        waits = row.get("wait_ms_by_step") or {}
+        return cls(
+            rank=int(row["rank"]),
+            step_p50_ms=row.get("step_p50_ms"),
+            step_p90_ms=row.get("step_p90_ms"),
+            step_max_ms=row.get("step_max_ms"),
+            gpu_busy_pct=row.get("gpu_busy_pct"),
+            comm_wait_pct=row.get("comm_wait_pct"),
+            comm_only_us_per_step=row.get("comm_only_us_per_step"),
+            idle_us_per_step=row.get("idle_us_per_step"),
+            step_ms_by_step={
+                int(k): float(v) for k, v in (row.get("step_ms_by_step") or {}).items()
+            },
+            wait_ms_by_step={int(k): float(waits.get(k, 0.0) or 0.0) for k in waits},
+        )
+
+
+@dataclass(frozen=True)
+class RankOverview:
+    """The Run page's ranks section: the rank the page shows, every rank's line (in the report's
+    order) and the straggler (the rank whose late arrivals at collectives make the others wait
+    longest; None with fewer than two ranks matched)."""
+
+    rank: int
+    lines: tuple[RankLine, ...]
+    straggler: Straggler | None
+
+
+def rank_overview(
+    rank: int, rows: Sequence[Mapping[str, Any]], straggler: Straggler | None
+) -> RankOverview:
+    """The ranks section of a report's rank, its rank rows and its straggler."""
+    return RankOverview(int(rank), tuple(RankLine.of(r) for r in rows), straggler)
+
+
+def rank_step_matrix(
+    lines: Sequence[RankLine], nodes: Mapping[int, str] | None = None
+) -> pd.DataFrame:
+    """Every rank's every step from the ranks' lines (:class:`RankLine`: their step times and
+    waits by step; no events), long form, ranks grouped by node then rank: ``node``, ``rank``,
+    ``step``, ``step_ms``, ``wait_ms``, ``step_p50_ms`` (the step's median across ranks),
     ``outlier`` (step time above the step's median by :data:`OUTLIER_Z` robust deviations and
     :data:`OUTLIER_MIN_PCT` %). ``nodes``: rank -> node name (default: every rank on ``"?"``)."""
-    rows = []
-    for r in report.get("ranks") or []:
-        rank = int(r["rank"])
-        waits = r.get("wait_ms_by_step") or {}
-        for step, ms in (r.get("step_ms_by_step") or {}).items():
-            rows.append(
-                {
-                    "node": (nodes or {}).get(rank, "?"),
-                    "rank": rank,
-                    "step": int(step),
-                    "step_ms": float(ms),
-                    "wait_ms": float(waits.get(step, 0.0) or 0.0),
-                }
-            )
+    rows = [
+        {
+            "node": (nodes or {}).get(line.rank, "?"),
+            "rank": line.rank,
+            "step": step,
+            "step_ms": ms,
+            "wait_ms": line.wait_ms_by_step.get(step, 0.0),
+        }
+        for line in lines
+        for step, ms in line.step_ms_by_step.items()
+    ]
     cols = ["node", "rank", "step", "step_ms", "wait_ms", "step_p50_ms", "outlier"]
     if not rows:
         return pd.DataFrame({c: [] for c in cols})

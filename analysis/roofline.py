@@ -11,6 +11,7 @@ Times are ns inside; JSON per step in µs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -295,26 +296,72 @@ class RoofRow:
         i = self.ideal_ns
         return max(0.0, self.gpu_ns - i) if i is not None else None
 
-    def to_json(self, n_steps: int) -> dict[str, Any]:
+    def per_step(self, n_steps: int) -> RoofOp:
+        """The row over ``n_steps`` steps, as the Run page and ``analyze --json`` give it."""
         per = max(1, n_steps)
         s = self.gpu_ns / 1e9
         i = self.ideal_ns
-        return {
-            "op": self.op,
-            "shapes": self.shapes,
-            "dtype": self.dtype,
-            "family": self.family,
-            "calls_per_step": self.calls / per,
-            "gpu_us_per_step": self.gpu_ns / per / 1e3,
-            "flops_per_call": self.flops / self.calls if self.calls else None,
-            "bytes_per_call": self.bytes / self.calls if self.calls else None,
-            "intensity_flop_per_byte": self.flops / self.bytes if self.bytes else None,
-            "achieved_tflops": self.flops / s / 1e12 if s else None,
-            "achieved_tbs": self.bytes / s / 1e12 if s else None,
-            "bound": self.bound,
-            "roof_pct": 100.0 * i / self.gpu_ns if i is not None and self.gpu_ns else None,
-            "lost_us_per_step": (self.lost_ns or 0.0) / per / 1e3 if i is not None else None,
-        }
+        return RoofOp(
+            op=self.op,
+            shapes=self.shapes,
+            dtype=self.dtype,
+            family=self.family,
+            calls_per_step=self.calls / per,
+            gpu_us_per_step=self.gpu_ns / per / 1e3,
+            flops_per_call=self.flops / self.calls if self.calls else None,
+            bytes_per_call=self.bytes / self.calls if self.calls else None,
+            intensity_flop_per_byte=self.flops / self.bytes if self.bytes else None,
+            achieved_tflops=self.flops / s / 1e12 if s else None,
+            achieved_tbs=self.bytes / s / 1e12 if s else None,
+            bound=self.bound,
+            roof_pct=100.0 * i / self.gpu_ns if i is not None and self.gpu_ns else None,
+            lost_us_per_step=(self.lost_ns or 0.0) / per / 1e3 if i is not None else None,
+        )
+
+    def to_json(self, n_steps: int) -> dict[str, Any]:
+        return dataclasses.asdict(self.per_step(n_steps))
+
+
+@dataclass(frozen=True)
+class RoofOp:
+    """One op of the roofline table per step (what the Run page shows and ``analyze --json``
+    writes under ``roofline.ops``): calls and GPU time (µs) per step, FLOPs and bytes per call,
+    intensity (FLOP/byte), achieved TFLOP/s and TB/s, the roof that binds (``compute`` or
+    ``memory``), % of the roof reached and the time lost against it (µs per step); None where
+    the roofs or the op's FLOPs/bytes are unknown."""
+
+    op: str
+    shapes: str
+    dtype: str | None
+    family: str
+    calls_per_step: float
+    gpu_us_per_step: float
+    flops_per_call: float | None
+    bytes_per_call: float | None
+    intensity_flop_per_byte: float | None
+    achieved_tflops: float | None
+    achieved_tbs: float | None
+    bound: str | None
+    roof_pct: float | None
+    lost_us_per_step: float | None
+
+
+@dataclass(frozen=True)
+class RooflineView:
+    """The Run page's roofline section (``analyze --json``'s ``roofline``): the GPU and its
+    memory roof (TB/s), the time lost against the roofs, in modelled ops and in kernels no model
+    covers (µs per step; the top ten of those by op), the top :data:`TOP_ROWS` ops by time lost
+    (:class:`RoofOp`), how many ops were modelled, and the notes."""
+
+    gpu_model: str | None
+    memory_tbs: float | None
+    lost_us_per_step: float
+    modelled_us_per_step: float
+    unmodelled_us_per_step: float
+    unmodelled_top: tuple[tuple[str, float], ...]
+    ops: tuple[RoofOp, ...]
+    n_ops: int
+    notes: tuple[str, ...]
 
 
 @dataclass
@@ -334,19 +381,34 @@ class Roofline:
     def lost_ns(self) -> float:
         return sum(r.lost_ns or 0.0 for r in self.rows)
 
-    def to_json(self) -> dict[str, Any]:
+    def view(self) -> RooflineView:
+        """The roofline per step, as the Run page shows it (and ``to_json`` writes it)."""
         per = max(1, self.n_steps)
         top_un = sorted(self.unmodelled.items(), key=lambda kv: -kv[1])[:10]
+        return RooflineView(
+            gpu_model=self.gpu_model,
+            memory_tbs=self.peak_tbs,
+            lost_us_per_step=self.lost_ns / per / 1e3,
+            modelled_us_per_step=self.modelled_ns / per / 1e3,
+            unmodelled_us_per_step=self.unmodelled_ns / per / 1e3,
+            unmodelled_top=tuple((k, v / per / 1e3) for k, v in top_un),
+            ops=tuple(r.per_step(self.n_steps) for r in self.rows[:TOP_ROWS]),
+            n_ops=len(self.rows),
+            notes=tuple(self.notes),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        v = self.view()
         return {
-            "gpu_model": self.gpu_model,
-            "memory_tbs": self.peak_tbs,
-            "lost_us_per_step": self.lost_ns / per / 1e3,
-            "modelled_us_per_step": self.modelled_ns / per / 1e3,
-            "unmodelled_us_per_step": self.unmodelled_ns / per / 1e3,
-            "unmodelled_top": [{"op": k, "gpu_us_per_step": v / per / 1e3} for k, v in top_un],
-            "ops": [r.to_json(self.n_steps) for r in self.rows[:TOP_ROWS]],
-            "n_ops": len(self.rows),
-            "notes": list(self.notes),
+            "gpu_model": v.gpu_model,
+            "memory_tbs": v.memory_tbs,
+            "lost_us_per_step": v.lost_us_per_step,
+            "modelled_us_per_step": v.modelled_us_per_step,
+            "unmodelled_us_per_step": v.unmodelled_us_per_step,
+            "unmodelled_top": [{"op": k, "gpu_us_per_step": u} for k, u in v.unmodelled_top],
+            "ops": [dataclasses.asdict(o) for o in v.ops],
+            "n_ops": v.n_ops,
+            "notes": list(v.notes),
         }
 
 

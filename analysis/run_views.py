@@ -1,5 +1,6 @@
 """What the dashboard's run pages read, as plain data: a run's row and ranks, its analysis
-(:func:`~gpuscope.analysis.report.analyze_run`) as a JSON-ready document, and the figures of the
+(:func:`~gpuscope.analysis.report.analyze_run`) as the page models each section draws (frozen
+dataclasses built from the typed :class:`RunReport`, never from its JSON), and the figures of the
 runs list; the many-ranks view (rank × step, the collectives' waits in the busy plot).
 
 The other pages' data: :mod:`gpuscope.analysis.sawtooth` (the busy-over-time plot),
@@ -16,12 +17,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.collectives import wait_in_view, wait_spans
+from gpuscope.analysis.critical_path import StepPath
+from gpuscope.analysis.gains import Estimate
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.kernels import KernelRow
 from gpuscope.analysis.memory import MemoryResult
+from gpuscope.analysis.modules import ModuleLine, ModulesView, PhaseLine, Repeat
 from gpuscope.analysis.profiler_cost import ProfilerCost
 from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.analysis.ranks import (
+    RankLine,
+    RankOverview,
     rank_nodes,
     rank_step_matrix,
     ranks_label,
@@ -29,8 +35,10 @@ from gpuscope.analysis.ranks import (
     step_spread,
     world_sizes,
 )
+from gpuscope.analysis.ranks import rank_overview as _rank_overview
 from gpuscope.analysis.recommendations import Recommendation
 from gpuscope.analysis.report import RunReport, analyze_run
+from gpuscope.analysis.roofline import RooflineView, RoofOp
 from gpuscope.analysis.store_access import ranks_of, us
 from gpuscope.store.schema import RUN_COLUMNS
 
@@ -40,24 +48,39 @@ if TYPE_CHECKING:
 __all__ = [
     "Banners",
     "Breakdowns",
+    "Estimate",
+    "FixEstimate",
     "Headline",
     "KernelRow",
     "MemoryResult",
+    "ModuleLine",
+    "ModulesView",
+    "PathSection",
+    "PhaseLine",
     "ProfilerCost",
+    "RankLine",
+    "RankOverview",
     "Recommendation",
+    "Repeat",
+    "RoofOp",
+    "RooflineView",
     "RunReport",
     "RunSummary",
+    "StepPath",
     "TopKernels",
     "analyze_run",
     "banners",
     "breakdowns",
+    "critical_path_section",
     "headline",
+    "modules",
     "rank_nodes",
+    "rank_overview",
     "rank_step_matrix",
     "ranks_label",
     "ranks_of",
     "ranks_of_world",
-    "report_doc",
+    "roofline",
     "row_count",
     "run_row",
     "run_summary",
@@ -108,11 +131,6 @@ def row_count(con: Connection, table: str) -> int:
         raise ValueError(f"{table!r} is not a table name")
     row = con.execute(f"SELECT count(*) FROM {table}").fetchone()
     return int(row[0]) if row else 0
-
-
-def report_doc(report: RunReport) -> dict[str, Any]:
-    """The report as ``analyze --json`` writes it (plain dicts, lists, numbers, strings)."""
-    return dict(report.to_json())
 
 
 @dataclass(frozen=True)
@@ -335,3 +353,57 @@ def kernel_labels(names: list[str], width: int) -> list[str]:
 
     short = [n if n.startswith("others (") else short_name(n, 10**4) for n in names]
     return distinct_clips(short, width)
+
+
+def rank_overview(report: RunReport) -> RankOverview:
+    """The Run page's ranks section of a report: its rank, every rank's line, the straggler."""
+    return _rank_overview(report.rank, report.ranks, report.straggler)
+
+
+def roofline(report: RunReport) -> RooflineView | None:
+    """The Run page's roofline section of a report (None: not analysed, no ``details`` or no
+    GPU activity)."""
+    return report.roofline.view() if report.roofline is not None else None
+
+
+def modules(report: RunReport) -> ModulesView | None:
+    """The Run page's modules section of a report (None: not analysed)."""
+    return report.modules.view() if report.modules is not None else None
+
+
+@dataclass(frozen=True)
+class FixEstimate:
+    """A fix's gain re-timed along the critical path: its id, what its gain bounds
+    (``step_time`` or ``per_sample_time``, :attr:`Recommendation.bound`) and the estimate."""
+
+    fix: str
+    bound: str
+    estimate: Estimate
+
+
+@dataclass(frozen=True)
+class PathSection:
+    """The Run page's critical-path section: each step's path by what bounds it
+    (:class:`StepPath`; none: the window holds no GPU activity, or the path was not traced), the
+    category that bounds the path most (None without) and each category's share of the whole
+    path (%), and the fixes whose gain was re-timed along it, in the report's order."""
+
+    steps: tuple[StepPath, ...]
+    dominant: str | None
+    bound_by_pct: dict[str, float]
+    estimates: tuple[FixEstimate, ...]
+
+
+def critical_path_section(report: RunReport) -> PathSection:
+    """The critical-path section of a report analysed ``with_path`` (an empty one without)."""
+    cp = report.critical_path
+    return PathSection(
+        steps=tuple(cp.steps) if cp is not None else (),
+        dominant=cp.dominant if cp is not None else None,
+        bound_by_pct=cp.bound_by_pct if cp is not None else {},
+        estimates=tuple(
+            FixEstimate(r.id, r.bound, r.estimate)
+            for r in report.recommendations
+            if r.estimate is not None
+        ),
+    )

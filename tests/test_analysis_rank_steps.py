@@ -10,15 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpuscope.analysis.ranks import rank_step_matrix, step_spread
+from gpuscope.analysis.ranks import RankLine, rank_step_matrix, step_spread
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 
 
-def doc_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"rank": 0, "ranks": rows}
+def lines_of(rows: list[dict[str, Any]]) -> list[RankLine]:
+    """The typed lines of rank rows as the analysis builds them (``RunReport.ranks``)."""
+    return [RankLine.of(r) for r in rows]
 
 
 def test_matrix_spread_and_outlier_by_hand():
@@ -28,7 +29,7 @@ def test_matrix_spread_and_outlier_by_hand():
         {"rank": r, "step_ms_by_step": {"7": 10.0, "8": s8}, "wait_ms_by_step": {"7": w, "8": 0.0}}
         for r, s8, w in ((0, 10.0, 4.0), (1, 10.0, 0.0), (2, 10.2, 1.0), (3, 20.0, 0.5))
     ]
-    m = rank_step_matrix(doc_of(rows), {0: "b", 1: "b", 2: "a", 3: "a"})
+    m = rank_step_matrix(lines_of(rows), {0: "b", 1: "b", 2: "a", 3: "a"})
     assert list(m["rank"].drop_duplicates()) == [2, 3, 0, 1]  # grouped by node, then rank
     assert m.loc[m["outlier"], ["rank", "step"]].values.tolist() == [[3, 8]]
     assert m.set_index(["rank", "step"]).loc[(0, 7), "wait_ms"] == 4.0
@@ -36,7 +37,7 @@ def test_matrix_spread_and_outlier_by_hand():
     assert sp.loc[8, "max_ms"] == 20.0 and sp.loc[8, "slowest_rank"] == 3
     assert sp.loc[8, "p50_ms"] == pytest.approx(10.1) and sp.loc[8, "outliers"] == 1
     assert sp.loc[7, "wait_p50_ms"] == pytest.approx(0.75) and sp.loc[7, "outliers"] == 0
-    assert rank_step_matrix({"ranks": []}).empty and step_spread(rank_step_matrix({})).empty
+    assert rank_step_matrix([]).empty and step_spread(rank_step_matrix([])).empty
 
 
 def test_heatmap_click_target():
@@ -53,7 +54,8 @@ def test_heatmap_click_target():
 
 
 @pytest.fixture(scope="module")
-def ddp_doc() -> dict[str, Any]:
+def ddp_rows() -> list[dict[str, Any]]:
+    """The real DDP pair's rank rows (``RunReport.ranks``)."""
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
     from gpuscope.store import connect
@@ -61,38 +63,36 @@ def ddp_doc() -> dict[str, Any]:
     con = connect(":memory:")
     try:
         [r] = ingest_paths(con, [SAMPLES / "ddp"])
-        return analyze_run(con, r.run_id).to_json()
+        return analyze_run(con, r.run_id).ranks
     finally:
         con.close()
 
 
-def many_ranks(doc: dict[str, Any], n: int, slow: tuple[int, str]) -> dict[str, Any]:
+def many_ranks(pair: list[dict[str, Any]], n: int, slow: tuple[int, str]) -> list[RankLine]:
     """``n`` ranks made from the DDP pair's two rows (rank r copies row r % 2), with one step of
     one rank made twice as long (``slow`` = (rank, step))."""
-    out = copy.deepcopy(doc)
-    pair = doc["ranks"]
-    out["ranks"] = []
+    out = []
     for r in range(n):
         row = copy.deepcopy(pair[r % 2])
         row["rank"] = r
         if r == slow[0]:
             row["step_ms_by_step"][slow[1]] *= 2
-        out["ranks"].append(row)
-    return out
+        out.append(row)
+    return lines_of(out)
 
 
 @pytest.mark.slow
-def test_256_ranks_from_the_ddp_pair_one_heatmap(ddp_doc):
+def test_256_ranks_from_the_ddp_pair_one_heatmap(ddp_rows):
     from gpuscope.web import figures
 
-    steps = list(ddp_doc["ranks"][0]["step_ms_by_step"])
+    steps = list(ddp_rows[0]["step_ms_by_step"])
     assert steps == ["241", "242", "243", "244", "245"]
     # the real pair: rank 0 waits in every step, rank 1 never
-    assert all(v > 15 for v in ddp_doc["ranks"][0]["wait_ms_by_step"].values())
-    assert all(v == 0 for v in ddp_doc["ranks"][1]["wait_ms_by_step"].values())
-    doc = many_ranks(ddp_doc, 256, (137, "243"))
+    assert all(v > 15 for v in ddp_rows[0]["wait_ms_by_step"].values())
+    assert all(v == 0 for v in ddp_rows[1]["wait_ms_by_step"].values())
+    lines = many_ranks(ddp_rows, 256, (137, "243"))
     nodes = {r: f"node{r // 8:02d}" for r in range(256)}
-    m = rank_step_matrix(doc, nodes)
+    m = rank_step_matrix(lines, nodes)
     assert len(m) == 256 * 5 and m["rank"].nunique() == 256
     assert m.loc[m["outlier"], ["rank", "step"]].values.tolist() == [[137, 243]]
     sp = step_spread(m).set_index("step")
@@ -106,5 +106,5 @@ def test_256_ranks_from_the_ddp_pair_one_heatmap(ddp_doc):
     assert len(heat.y) == 256 and heat.y[0] == "node00 · rank 0" and tuple(heat.x)[:1] == ("#241",)
     assert heat.customdata[137][2] == [137, 243]
     wait = figures.rank_step_heatmap(m, "wait_ms").data[0]
-    assert wait.z[0][0] == pytest.approx(ddp_doc["ranks"][0]["wait_ms_by_step"]["241"])
+    assert wait.z[0][0] == pytest.approx(ddp_rows[0]["wait_ms_by_step"]["241"])
     assert wait.z[1][0] == 0.0

@@ -11,13 +11,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
 from apptools import app_store, ingest, open_app, texts
+from gpuscope.analysis.run_views import Estimate, FixEstimate, StepPath
 from gpuscope.web.critical_path_view import estimates_frame, gain_range
 from gpuscope.web.figures_path import critical_path_bars
 from synth import training_trace
 
+MS = 1_000_000  # ns
 STEPS = [
-    {"number": 3, "bound_by_ms": {"cpu": 1.0, "kernels": 3.0, "sync": 0.5, "launch": 0.0}},
-    {"number": 4, "bound_by_ms": {"cpu": 2.0, "kernels": 1.0, "sync": 0.0, "launch": 0.25}},
+    StepPath(3, 0, int(4.5 * MS), {"cpu": MS, "kernels": 3 * MS, "sync": MS // 2, "launch": 0}, []),
+    StepPath(
+        4, 0, int(3.25 * MS), {"cpu": 2 * MS, "kernels": MS, "sync": 0, "launch": MS // 4}, []
+    ),
 ]
 
 
@@ -32,22 +36,11 @@ def test_bars_stack_to_the_step_time_per_step():
 
 
 def test_estimates_frame_lists_fixes_with_an_estimate():
-    report = {
-        "recommendations": [
-            {
-                "id": "pin_memory",
-                "bound": "step_time",
-                "estimate": {"gain_pct": 50.4, "low_pct": 43.6, "high_pct": 70.9, "step_ms": 3.19},
-            },
-            {
-                "id": "batch_size",
-                "bound": "per_sample_time",
-                "estimate": {"gain_pct": 30.0, "low_pct": 29.0, "high_pct": 35.0, "step_ms": None},
-            },
-            {"id": "host_sync", "bound": "step_time", "estimate": None},
-        ]
-    }
-    df = estimates_frame(report)
+    estimates = [
+        FixEstimate("pin_memory", "step_time", Estimate(50.4, 43.6, 70.9, 3.19)),
+        FixEstimate("batch_size", "per_sample_time", Estimate(30.0, 29.0, 35.0, None)),
+    ]
+    df = estimates_frame(estimates)
     assert list(df["Fix"]) == ["pin_memory", "batch_size"]
     assert df.iloc[0]["Estimated gain"] == "50% of the step time"
     assert df.iloc[0]["Range"] == "44 to 71 %" and df.iloc[0]["Step after (ms)"] == "3.19"

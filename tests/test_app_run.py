@@ -445,6 +445,7 @@ def test_many_ranks_heatmap_and_never_a_sawtooth_per_rank(
     draws the heatmap of 256 rows and no busy plot per rank."""
     import json
 
+    from gpuscope.analysis import run_views
     from gpuscope.web import data, views
 
     (rid,) = ingest(db, SAMPLES / "ddp")
@@ -469,12 +470,14 @@ def test_many_ranks_heatmap_and_never_a_sawtooth_per_rank(
     view = at.session_state[f"view_run_{rid}_1"]
     assert tuple(view) == (int(row["start_ns"].iloc[0]), int(row["end_ns"].iloc[0]))
 
-    real = data.report
+    import dataclasses
 
-    def big(path: str, run_id: str, rank: int | None) -> dict:  # type: ignore[type-arg]
-        doc = real(path, run_id, rank)
-        rows = [dict(doc["ranks"][r % 2], rank=r) for r in range(256)]
-        return {**doc, "ranks": rows}
+    real = data.rank_overview
+
+    def big(path: str, run_id: str, rank: int | None) -> run_views.RankOverview:
+        ov = real(path, run_id, rank)
+        lines = [dataclasses.replace(ov.lines[r % 2], rank=r) for r in range(256)]
+        return dataclasses.replace(ov, lines=tuple(lines))
 
     drawn: list[object] = []
 
@@ -482,7 +485,7 @@ def test_many_ranks_heatmap_and_never_a_sawtooth_per_rank(
         drawn.append(a)  # (a section's failure would show as one line, not an exception)
         return []
 
-    monkeypatch.setattr(data, "report", big)
+    monkeypatch.setattr(data, "rank_overview", big)
     monkeypatch.setattr(data, "rank_panels", no_panels)
     data.rank_step_matrix.clear()
     views._rank_figure.clear()  # the 2-rank page's small multiples are cached

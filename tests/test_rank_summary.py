@@ -208,7 +208,7 @@ def test_a_new_part_plugs_in_and_runs_stored_before_get_it_when_read(
 
 @pytest.mark.slow
 def test_the_runs_list_figures_come_from_the_summaries_alone(tmp_path: Path) -> None:
-    from gpuscope.analysis.run_views import report_doc, run_summary, stored_run_summary
+    from gpuscope.analysis.run_views import run_summary, stored_run_summary
 
     with connect(tmp_path / "s") as con:
         bare = ingest_paths(con, [two_ranks(tmp_path / "t", busy=(30.0, 70.0))])[0].run_id
@@ -218,7 +218,7 @@ def test_the_runs_list_figures_come_from_the_summaries_alone(tmp_path: Path) -> 
         assert stored_run_summary(con, ddp) is None
         one = DDP.parent / "before" / "before_rank0.pt.trace.json.gz"
         run_id = ingest_paths(con, [one], after_trace=RS.store_after_ingest)[0].run_id
-        expected = run_summary(report_doc(analyze_run(con, run_id)))
+        expected = run_summary(analyze_run(con, run_id))
         con.execute("DELETE FROM events WHERE run_id = ?", [run_id])  # no events to read now
         got = stored_run_summary(con, run_id)
     assert got == expected

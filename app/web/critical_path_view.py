@@ -3,10 +3,11 @@ re-timed along the path (gpuscope.analysis.critical_path, gpuscope.analysis.gain
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import pandas as pd
 import streamlit as st
+from gpuscope.analysis import run_views
 from gpuscope.web.figures_path import PATH_LABELS, critical_path_bars
 
 PLOT_CONFIG = {"displaylogo": False, "scrollZoom": False}
@@ -21,43 +22,38 @@ def gain_range(low_pct: float, high_pct: float) -> str:
     return f"{low} to {high} %"
 
 
-def estimates_frame(report: dict[str, Any]) -> pd.DataFrame:
-    """One row per recommendation with an estimate: fix, estimated gain and range (%), step after."""
+def estimates_frame(estimates: Sequence[run_views.FixEstimate]) -> pd.DataFrame:
+    """One row per fix with an estimate: fix, estimated gain and range (%), step after."""
     rows = []
-    for rec in report.get("recommendations") or []:
-        est = rec.get("estimate")
-        if not est:
-            continue
-        what = (
-            "per-sample time (4× batch)" if rec.get("bound") == "per_sample_time" else "step time"
-        )
+    for f in estimates:
+        est = f.estimate
+        what = "per-sample time (4× batch)" if f.bound == "per_sample_time" else "step time"
         rows.append(
             {
-                "Fix": rec["id"],
-                "Estimated gain": f"{est['gain_pct']:.0f}% of the {what}",
-                "Range": gain_range(est["low_pct"], est["high_pct"]),
-                "Step after (ms)": f"{est['step_ms']:.3g}" if est.get("step_ms") else "–",
+                "Fix": f.fix,
+                "Estimated gain": f"{est.gain_pct:.0f}% of the {what}",
+                "Range": gain_range(est.low_pct, est.high_pct),
+                "Step after (ms)": f"{est.step_ms:.3g}" if est.step_ms else "–",
             }
         )
     return pd.DataFrame(rows)
 
 
-def show(report: dict[str, Any]) -> None:
+def show(section: run_views.PathSection) -> None:
     """The section: nothing but a caption when the report has no critical path."""
     st.subheader("Critical path of each step")
-    cp = report.get("critical_path")
-    if not cp or not cp.get("steps"):
+    if not section.steps:
         st.caption("No critical path: the window holds no GPU activity.")
         return
-    dom = cp.get("dominant")
-    pct = (cp.get("bound_by_pct") or {}).get(dom or "", 0.0)
+    dom = section.dominant
+    pct = section.bound_by_pct.get(dom or "", 0.0)
     st.caption(
         f"Bound by {PATH_LABELS.get(dom or '', dom or '-').lower()} ({pct:.0f}% of the path). "
         "Each bar is a step; its parts are the time of the step's critical path by what it "
         "waited on, and sum to the step time."
     )
-    st.plotly_chart(critical_path_bars(cp["steps"]), config=PLOT_CONFIG)
-    est = estimates_frame(report)
+    st.plotly_chart(critical_path_bars(section.steps), config=PLOT_CONFIG)
+    est = estimates_frame(section.estimates)
     if not est.empty:
         st.markdown("**Gains re-timed along the path**")
         st.dataframe(est, hide_index=True)

@@ -37,24 +37,21 @@ def report_obj(path: str, run_id: str, rank: int | None) -> run_views.RunReport:
     return run_views.analyze_run(db.cursor(), run_id, rank=rank, with_path=False)
 
 
+def run_report(path: str, run_id: str, rank: int | None) -> run_views.RunReport:
+    """:func:`report_obj` of (run, rank) (rank None: the run's lowest rank): the report the page
+    models below are built from."""
+    return report_obj(path, run_id, _rank(run_id, rank))
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
-def _report_doc_with_path(path: str, run_id: str, rank: int | None) -> dict[str, Any]:
-    return run_views.report_doc(run_views.analyze_run(db.cursor(), run_id, rank=rank))
+def _critical_path(path: str, run_id: str, rank: int | None) -> run_views.PathSection:
+    return run_views.critical_path_section(run_views.analyze_run(db.cursor(), run_id, rank=rank))
 
 
-def report_with_path(path: str, run_id: str, rank: int | None) -> dict[str, Any]:
-    """:func:`report` with the critical path and each recommendation's ``estimate``."""
-    return _report_doc_with_path(path, run_id, _rank(run_id, rank))
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def _report_doc(path: str, run_id: str, rank: int | None) -> dict[str, Any]:
-    return run_views.report_doc(report_obj(path, run_id, rank))
-
-
-def report(path: str, run_id: str, rank: int | None) -> dict[str, Any]:
-    """``analyze_run(con, run_id, rank=rank).to_json()`` (rank None: the run's lowest rank)."""
-    return _report_doc(path, run_id, _rank(run_id, rank))
+def critical_path(path: str, run_id: str, rank: int | None) -> run_views.PathSection:
+    """The Run page's critical-path section of (run, rank) (``run_views.critical_path_section``
+    of the report analysed with the path: each step's path and the fixes' estimates)."""
+    return _critical_path(path, run_id, _rank(run_id, rank))
 
 
 def headline(path: str, run_id: str, rank: int | None) -> run_views.Headline:
@@ -80,6 +77,21 @@ def top_kernels(path: str, run_id: str, rank: int | None) -> run_views.TopKernel
 def fixes(path: str, run_id: str, rank: int | None) -> list[run_views.Recommendation]:
     """The recommendations of the report of (run, rank) (without the critical path's estimates)."""
     return list(report_obj(path, run_id, _rank(run_id, rank)).recommendations)
+
+
+def rank_overview(path: str, run_id: str, rank: int | None) -> run_views.RankOverview:
+    """The Run page's ranks section of (run, rank) (``run_views.rank_overview``)."""
+    return run_views.rank_overview(run_report(path, run_id, rank))
+
+
+def roofline(path: str, run_id: str, rank: int | None) -> run_views.RooflineView | None:
+    """The Run page's roofline section of (run, rank) (``run_views.roofline``)."""
+    return run_views.roofline(run_report(path, run_id, rank))
+
+
+def modules(path: str, run_id: str, rank: int | None) -> run_views.ModulesView | None:
+    """The Run page's modules section of (run, rank) (``run_views.modules``)."""
+    return run_views.modules(run_report(path, run_id, rank))
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -139,7 +151,9 @@ def summary(run_id: str) -> dict[str, Any]:
     try:
         stored = run_views.stored_run_summary(db.cursor(), run_id)  # no events read
         figures = dataclasses.asdict(
-            stored if stored is not None else run_views.run_summary(report(key[0], run_id, None))
+            stored
+            if stored is not None
+            else run_views.run_summary(run_report(key[0], run_id, None))
         )
     except Exception:  # one broken run must not break the list: its row says "—", the log why
         log.exception("runs list: run %s could not be analysed", run_id)
@@ -301,7 +315,7 @@ def ranks_of_world(n_ranks: int, world_size: int | None) -> str:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def rank_step_matrix(path: str, gen: int, run_id: str, rank: int) -> pd.DataFrame:
-    """``run_views.rank_step_matrix`` of the run's report (every rank × step: step time, wait,
-    outliers), ranks grouped by the node their trace names (``ranks.rank_nodes``)."""
-    doc = report(path, run_id, rank)
-    return run_views.rank_step_matrix(doc, run_views.rank_nodes(db.cursor(), run_id))
+    """``run_views.rank_step_matrix`` of the ranks' lines of the run's report (every rank × step:
+    step time, wait, outliers), ranks grouped by the node their trace names (``ranks.rank_nodes``)."""
+    lines = rank_overview(path, run_id, rank).lines
+    return run_views.rank_step_matrix(lines, run_views.rank_nodes(db.cursor(), run_id))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
+from gpuscope.analysis.run_views import StepPath
 from gpuscope.vocabulary.causes import DATA_LOADING
 
 #: The "bound by" categories (gpuscope.analysis.critical_path.BOUND_BY) and their colours.
@@ -29,13 +29,14 @@ PATH_LABELS: dict[str, str] = {
 }
 
 
-def critical_path_bars(steps: Sequence[Mapping[str, Any]], *, height: int = 320) -> go.Figure:
-    """Horizontal stacked bars, one per step (``critical_path.steps`` of the report JSON): ms of
-    the step's critical path per category; each bar's length is the step time."""
-    labels = [f"step {s['number']}" for s in steps]
+def critical_path_bars(steps: Sequence[StepPath], *, height: int = 320) -> go.Figure:
+    """Horizontal stacked bars, one per step (the report's :class:`StepPath`): ms of the step's
+    critical path per category; each bar's length is the step time."""
+    labels = [f"step {s.number}" for s in steps]
+    by_ms = [s.bound_by_ms for s in steps]
     fig = go.Figure()
     for cat, color in PATH_COLORS.items():
-        xs = [float((s.get("bound_by_ms") or {}).get(cat) or 0.0) for s in steps]
+        xs = [float(b.get(cat) or 0.0) for b in by_ms]
         if not any(xs):
             continue
         fig.add_trace(

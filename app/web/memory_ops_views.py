@@ -2,8 +2,8 @@
 time axis), memory figures and tables, each op against its roofline, GPU time by module and phase.
 
 Everything shown is computed by :mod:`gpuscope.analysis.memory`, ``.roofline`` and ``.modules``
-(the report's typed ``MemoryResult``; its ``roofline`` and ``modules`` keys, docs/cli-json.md);
-nothing is computed here.
+(the report's typed ``MemoryResult``, ``RooflineView`` and ``ModulesView``, the page models of
+:mod:`gpuscope.analysis.run_views`); nothing is computed here.
 """
 
 from __future__ import annotations
@@ -136,30 +136,32 @@ def _snapshot(s: dict[str, Any]) -> None:
         st.dataframe(pd.DataFrame(rows), hide_index=True, key="mem_snapshot")
 
 
-def roofline(report: dict[str, Any]) -> None:
+def roofline(r: run_views.RooflineView | None) -> None:
     """Each op against the GPU's compute and memory roofs, sorted by time lost."""
-    r = report.get("roofline")
     st.subheader("Ops against the roofline")
-    if not r or not r.get("ops"):
+    if r is None or not r.ops:
         st.info(
-            " ".join((r or {}).get("notes") or ["no modelled ops (record with record_shapes=True)"])
+            " ".join(
+                (r.notes if r is not None else ())
+                or ["no modelled ops (record with record_shapes=True)"]
+            )
         )
         return
     st.caption(
-        f"{ui.md(str(r.get('gpu_model')))}: memory roof {r.get('memory_tbs')} TB/s. Time lost "
-        f"against the roofs: {r['lost_us_per_step']:,.1f} µs per step of "
-        f"{r['modelled_us_per_step']:,.1f} µs in modelled ops "
-        f"({r['unmodelled_us_per_step']:,.1f} µs in kernels no model covers). The top rows are "
+        f"{ui.md(str(r.gpu_model))}: memory roof {r.memory_tbs} TB/s. Time lost "
+        f"against the roofs: {r.lost_us_per_step:,.1f} µs per step of "
+        f"{r.modelled_us_per_step:,.1f} µs in modelled ops "
+        f"({r.unmodelled_us_per_step:,.1f} µs in kernels no model covers). The top rows are "
         "the candidates for fusion or a better kernel."
     )
     rows = [
         {
-            "op": o["op"], "shapes": o["shapes"], "dtype": o["dtype"], "bound": o["bound"],
-            "µs per step": o["gpu_us_per_step"], "lost µs per step": o["lost_us_per_step"],
-            "% of roof": o["roof_pct"], "TFLOP/s": o["achieved_tflops"], "TB/s": o["achieved_tbs"],
-            "FLOP/byte": o["intensity_flop_per_byte"], "calls per step": o["calls_per_step"],
+            "op": o.op, "shapes": o.shapes, "dtype": o.dtype, "bound": o.bound,
+            "µs per step": o.gpu_us_per_step, "lost µs per step": o.lost_us_per_step,
+            "% of roof": o.roof_pct, "TFLOP/s": o.achieved_tflops, "TB/s": o.achieved_tbs,
+            "FLOP/byte": o.intensity_flop_per_byte, "calls per step": o.calls_per_step,
         }
-        for o in r["ops"]
+        for o in r.ops
     ]  # fmt: skip
     st.dataframe(
         pd.DataFrame(rows),
@@ -176,35 +178,32 @@ def roofline(report: dict[str, Any]) -> None:
     )
 
 
-def modules(report: dict[str, Any]) -> None:
+def modules(m: run_views.ModulesView | None) -> None:
     """GPU time and idle by nn.Module and by phase; kernel sequences that repeat in every step."""
-    m = report.get("modules")
     st.subheader("Modules and phases")
-    if not m:
+    if m is None:
         return
-    for note in m.get("notes") or []:
+    for note in m.notes:
         st.caption(ui.md(note, None))
-    ph = m.get("by_phase") or {}
-    if ph:
+    if m.by_phase:
         st.markdown("**By phase** (GPU time of the work launched in it; idle that ended with it)")
         st.dataframe(
             pd.DataFrame(
                 [
                     {
                         "phase": p,
-                        "GPU µs per step": v["gpu_us_per_step"],
-                        "% of GPU time": v["gpu_pct"],
-                        "idle µs per step": v["idle_us_per_step"],
-                        "kernels per step": v["kernels_per_step"],
+                        "GPU µs per step": v.gpu_us_per_step,
+                        "% of GPU time": v.gpu_pct,
+                        "idle µs per step": v.idle_us_per_step,
+                        "kernels per step": v.kernels_per_step,
                     }
-                    for p, v in ph.items()
+                    for p, v in m.by_phase.items()
                 ]
             ),
             hide_index=True,
             key="modules_by_phase",
         )
-    mods = m.get("modules") or []
-    if mods:
+    if m.modules:
         st.markdown(
             "**By module** (inclusive of its children; backward work charged to its module)"
         )
@@ -212,38 +211,37 @@ def modules(report: dict[str, Any]) -> None:
             pd.DataFrame(
                 [
                     {
-                        "module": "  " * x["depth"] + x["module"].rsplit("/", 1)[-1],
-                        "path": x["module"],
-                        "GPU µs per step": x["gpu_us_per_step"],
-                        "% of GPU time": x["gpu_pct"],
-                        "self µs per step": x["self_gpu_us_per_step"],
-                        "idle µs per step": x["idle_us_per_step"],
+                        "module": "  " * x.depth + x.module.rsplit("/", 1)[-1],
+                        "path": x.module,
+                        "GPU µs per step": x.gpu_us_per_step,
+                        "% of GPU time": x.gpu_pct,
+                        "self µs per step": x.self_gpu_us_per_step,
+                        "idle µs per step": x.idle_us_per_step,
                     }
-                    for x in mods[:60]
+                    for x in m.modules[:60]
                 ]
             ),
             hide_index=True,
             key="modules_table",
         )
-    reps = m.get("repeats") or []
-    if reps:
+    if m.repeats:
         st.markdown(
-            f"**Kernel sequences that repeat** ({m.get('same_sequence_steps')} steps launch the "
-            f"same {m.get('kernels_per_step')} kernels)"
+            f"**Kernel sequences that repeat** ({m.same_sequence_steps} steps launch the "
+            f"same {m.kernels_per_step} kernels)"
         )
         st.dataframe(
             pd.DataFrame(
                 [
                     {
-                        "kernels": r["kernels"],
-                        "times per step": r["times_per_step"],
-                        "in steps": r["steps"],
-                        "µs per step": r["gpu_us_per_step"],
-                        "% of step kernel time": r["share_pct"],
-                        "module": r["module"],
-                        "starts with": " → ".join(r["first_kernels"]),
+                        "kernels": r.length,
+                        "times per step": r.times,
+                        "in steps": r.steps,
+                        "µs per step": r.gpu_us_per_step,
+                        "% of step kernel time": r.share_pct,
+                        "module": r.module,
+                        "starts with": " → ".join(r.first_kernels),
                     }
-                    for r in reps
+                    for r in m.repeats
                 ]
             ),
             hide_index=True,

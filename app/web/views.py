@@ -232,36 +232,33 @@ def profiler_note(prof: run_views.ProfilerCost | None) -> None:
         st.info(ui.md(prof.note, limit=None), icon=":material/timer:")
 
 
-def rank_overview(run_id: str, report: dict[str, Any]) -> None:
+def rank_overview(run_id: str, ov: run_views.RankOverview) -> None:
     """For a run of several ranks: every rank's figures per step, the straggler with its evidence,
     and each rank's busy-time plot aligned on its first step."""
-    ranks = report.get("ranks") or []
+    ranks = ov.lines
     if len(ranks) < 2:
         return
     st.subheader("Ranks", anchor=False)
-    sg = report.get("straggler") or {}
-    if sg.get("rank") is not None:
+    sg = ov.straggler
+    if sg is not None:
         st.warning(
-            f"Rank {sg['rank']} sets the pace: {ui.md(sg.get('evidence') or '', limit=None)}",
+            f"Rank {sg.rank} sets the pace: {ui.md(sg.evidence or '', limit=None)}",
             icon=":material/slow_motion_video:",
         )
-    rows = []
-    for r in ranks:
-        idle = r.get("idle_us_per_step")
-        rows.append(
-            {
-                "rank": r.get("rank"),
-                "step time (median)": ui.fmt_ms(r.get("step_p50_ms"), 2),
-                "p90 / max": f"{ui.fmt_ms(r.get('step_p90_ms'), 2)} / "
-                f"{ui.fmt_ms(r.get('step_max_ms'), 2)}",
-                "GPU busy": ui.fmt_pct(r.get("gpu_busy_pct")),
-                "of it waiting": ui.fmt_pct(r.get("comm_wait_pct")),
-                "communication only / step": ui.fmt_us_as_ms(r.get("comm_only_us_per_step"), 2),
-                "idle / step": ui.fmt_us_as_ms(idle, 2),
-            }
-        )
+    rows = [
+        {
+            "rank": r.rank,
+            "step time (median)": ui.fmt_ms(r.step_p50_ms, 2),
+            "p90 / max": f"{ui.fmt_ms(r.step_p90_ms, 2)} / {ui.fmt_ms(r.step_max_ms, 2)}",
+            "GPU busy": ui.fmt_pct(r.gpu_busy_pct),
+            "of it waiting": ui.fmt_pct(r.comm_wait_pct),
+            "communication only / step": ui.fmt_us_as_ms(r.comm_only_us_per_step, 2),
+            "idle / step": ui.fmt_us_as_ms(r.idle_us_per_step, 2),
+        }
+        for r in ranks
+    ]
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    rank_heatmap(run_id, int(report.get("rank") or 0))  # issue 20: any number of ranks
+    rank_heatmap(run_id, ov.rank)  # issue 20: any number of ranks
     if len(ranks) <= MAX_SAWTOOTH_RANKS:  # never a sawtooth per rank of a big run
         fig = _rank_figure(db.db_path(), db.generation(), run_id)
         if fig is not None:

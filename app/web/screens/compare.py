@@ -94,8 +94,8 @@ report_button.download_report(
 
 rep_a = rep_b = view = None
 with views.section("Analysis"), st.spinner("Analysing…"):
-    rep_a = data.report(path, a_id, None)
-    rep_b = data.report(path, b_id, None)
+    rep_a = data.run_report(path, a_id, None)
+    rep_b = data.run_report(path, b_id, None)
 if rep_a is not None and rep_b is not None:
     with views.section("The comparison of A and B"):
         view = data.comparison(path, a_id, b_id)

@@ -5,8 +5,6 @@ URL: ``/run?run=<run id>&rank=<rank>``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import streamlit as st
 from gpuscope.web import (
     critical_path_view,
@@ -60,7 +58,7 @@ report_button.download_report(run_id, rank, name=str(row["name"]), key=f"run_{ru
 
 report = None
 with views.section("Analysis"), st.spinner("Analysing…"):
-    report = data.report(path, run_id, rank)
+    report = data.run_report(path, run_id, rank)
 
 if report is not None:
     with views.section("Warnings"):
@@ -70,7 +68,7 @@ if report is not None:
     with views.section("Profiler cost"):
         views.profiler_note(data.banners(path, run_id, rank).profiler)
     with views.section("Ranks"):
-        views.rank_overview(run_id, report)
+        views.rank_overview(run_id, data.rank_overview(path, run_id, rank))
 with views.section("Busy-time plot"):
     views.sawtooth_panel(run_id, rank, key="run")
 if report is not None:
@@ -80,7 +78,7 @@ with views.section("Open in Perfetto"):
     perfetto_panel.perfetto_panel(run_id, rank, str(row["name"]))
 if report is not None:
 
-    def rest(report: dict[str, Any] = report) -> None:
+    def rest() -> None:
         assert run_id is not None
         with views.section("Breakdowns"):
             views.breakdowns(data.breakdowns(path, run_id, rank))
@@ -89,13 +87,13 @@ if report is not None:
         with views.section("Fixes"):
             views.recommendations(data.fixes(path, run_id, rank))
         with views.section("Critical path"), st.spinner("Tracing the critical path…"):
-            critical_path_view.show(data.report_with_path(path, run_id, rank))
+            critical_path_view.show(data.critical_path(path, run_id, rank))
         with views.section("Memory"):
             memory_ops_views.memory(data.report_obj(path, run_id, rank).memory)
         with views.section("Roofline"):
-            memory_ops_views.roofline(report)
+            memory_ops_views.roofline(data.roofline(path, run_id, rank))
         with views.section("Modules"):
-            memory_ops_views.modules(report)
+            memory_ops_views.modules(data.modules(path, run_id, rank))
 
     views.below_the_fold(f"run_{run_id}_{rank}", rest)
     views.keep_anchor_in_view()  # a section named in the URL (#fixes) stays in view
