@@ -9,7 +9,6 @@ store's generation).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from typing import Any
@@ -107,18 +106,13 @@ def comparison(path: str, a: str, b: str) -> compare.CompareView:
 # The runs list's figures of each run, kept for as long as the server runs (a run's content never
 # changes): (store, run id) -> figures. A dict rather than st.cache_data so that the Runs page can
 # ask which runs are known without computing the others (it computes a few per script run).
-_summaries: dict[tuple[str, str], dict[str, Any]] = {}
+_summaries: dict[tuple[str, str], run_views.RunSummary] = {}
 _summaries_lock = threading.Lock()
 MAX_SUMMARIES = 4096
 SUMMARY_BUDGET_S = 0.3  # the Runs page's time for runs new to this server, per script run (s)
-FAILED = {
-    "step_ms": None,
-    "busy_pct": None,
-    "mfu_pct": None,
-    "wait_pct": None,
-    "rank": None,
-    "failed": True,
-}
+#: The runs list's figures of a run that has none: an NVML series, a run still to be analysed, or
+#: one whose analysis failed (:func:`failed`).
+NO_FIGURES = run_views.RunSummary(rank=None, step_ms=None, busy_pct=None, mfu_pct=None)
 
 
 # Runs whose analysis failed: (store, run id) -> the store generation it failed at. Tried again
@@ -126,31 +120,36 @@ FAILED = {
 _failures: dict[tuple[str, str], int] = {}
 
 
-def known_summary(run_id: str) -> dict[str, Any] | None:
-    """The runs list's figures of a run if this server has computed them (or its analysis failed
-    at this store generation), else None. Instant."""
+def failed(run_id: str) -> bool:
+    """Whether the run's analysis failed at this store generation (its figures are
+    :data:`NO_FIGURES`; tried again after the store's next commit)."""
     key = (db.db_path(), run_id)
     with _summaries_lock:
-        known = _summaries.get(key)
         failed_at = _failures.get(key)
+    return failed_at is not None and failed_at == db.generation()
+
+
+def known_summary(run_id: str) -> run_views.RunSummary | None:
+    """The runs list's figures of a run if this server has computed them (:data:`NO_FIGURES` if
+    its analysis failed at this store generation), else None. Instant."""
+    with _summaries_lock:
+        known = _summaries.get((db.db_path(), run_id))
     if known is not None:
-        return dict(known)
-    if failed_at is not None and failed_at == db.generation():
-        return dict(FAILED)
-    return None
+        return known
+    return NO_FIGURES if failed(run_id) else None
 
 
-def summary(run_id: str) -> dict[str, Any]:
-    """The runs list's figures of a run (``run_views.run_summary``): ``step_ms``, ``busy_pct``,
-    ``mfu_pct``, ``rank``; all None and ``failed`` when the run cannot be analysed (tried again
-    after the store's next commit)."""
+def summary(run_id: str) -> run_views.RunSummary:
+    """The runs list's figures of a run (``run_views.run_summary``: step time, busy, wait, MFU,
+    the rank the Run page opens on); :data:`NO_FIGURES` when the run cannot be analysed
+    (:func:`failed` says so; tried again after the store's next commit)."""
     key = (db.db_path(), run_id)
     known = known_summary(run_id)
     if known is not None:
         return known
     try:
         stored = run_views.stored_run_summary(db.cursor(), run_id)  # no events read
-        figures = dataclasses.asdict(
+        figures = (
             stored
             if stored is not None
             else run_views.run_summary(run_report(key[0], run_id, None))
@@ -159,13 +158,13 @@ def summary(run_id: str) -> dict[str, Any]:
         log.exception("runs list: run %s could not be analysed", run_id)
         with _summaries_lock:
             _failures[key] = db.generation()
-        return dict(FAILED)
+        return NO_FIGURES
     with _summaries_lock:
         _failures.pop(key, None)
         if len(_summaries) >= MAX_SUMMARIES:
             _summaries.pop(next(iter(_summaries)))  # the oldest entry
         _summaries[key] = figures
-    return dict(figures)
+    return figures
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pandas as pd
 import streamlit as st
+from gpuscope.analysis.run_views import RunSummary
 from gpuscope.store import Connection
 from gpuscope.vocabulary.errors import GpuscopeError
 from gpuscope.web import auth, data, db, ui
@@ -22,7 +22,6 @@ from gpuscope.web.uploads import (
     trace_files,
 )
 
-NO_FIGURES: dict[str, Any] = {"step_ms": None, "busy_pct": None, "mfu_pct": None, "wait_pct": None}
 RUN_TABLE_WIDTHS = {"run_id": 130, "tags": 200, "created": 150}  # px
 
 st.title("Runs")
@@ -146,17 +145,17 @@ query = st.text_input(
 # computed newest first for at most data.SUMMARY_BUDGET_S per script run (always one), so the page
 # shows at once however many runs are new; the rest show "…" and the page reruns until all are in.
 deadline = time.monotonic() + data.SUMMARY_BUDGET_S
-metrics: list[dict[str, Any]] = []
+metrics: list[RunSummary] = []
 computed = pending = 0
 with st.spinner("Analysing runs…"):
     for rid, kind in zip(runs["run_id"], runs["kind"], strict=True):
-        m = data.known_summary(rid) if kind == "trace" else dict(NO_FIGURES)
+        m = data.known_summary(rid) if kind == "trace" else data.NO_FIGURES
         if m is None and (computed == 0 or time.monotonic() < deadline):
             m = data.summary(rid)
             computed += 1
         if m is None:
             pending += 1
-            m = dict(NO_FIGURES)
+            m = data.NO_FIGURES
         metrics.append(m)
 # One slot whether or not runs are pending: the elements below keep their places across the
 # page's own reruns (no element shown twice while one run replaces the other).
@@ -166,7 +165,7 @@ if pending:
         f":material/hourglass_top: Analysing {pending} more run(s): their figures appear here as "
         "they are ready."
     )
-failed = [str(n) for n, m in zip(runs["name"], metrics, strict=True) if m.get("failed")]
+failed = [str(n) for n, r in zip(runs["name"], runs["run_id"], strict=True) if data.failed(r)]
 if failed:
     st.caption(
         f":material/error: {len(failed)} run(s) could not be analysed, so their figures are empty: "
@@ -186,10 +185,10 @@ table = pd.DataFrame(
             data.ranks_of_world(n, worlds.get(r))
             for n, r in zip(runs["n_ranks"], runs["run_id"], strict=True)
         ],
-        "step_ms": [m["step_ms"] for m in metrics],
-        "busy_pct": [m["busy_pct"] for m in metrics],
-        "wait_pct": [m.get("wait_pct") for m in metrics],
-        "mfu_pct": [m["mfu_pct"] for m in metrics],
+        "step_ms": [m.step_ms for m in metrics],
+        "busy_pct": [m.busy_pct for m in metrics],
+        "wait_pct": [m.wait_pct for m in metrics],
+        "mfu_pct": [m.mfu_pct for m in metrics],
         "tags": runs["tags"],
         "uploaded_by": [owners.get(r) or "—" for r in runs["run_id"]],
     }
