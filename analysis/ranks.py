@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from gpuscope.analysis.busy import busy_series
 from gpuscope.analysis.collectives import CollectiveMatch, Straggler, wait_in_view
@@ -23,6 +24,7 @@ from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.store_access import ranks_of
 
 __all__ = [
+    "BusyPanel",
     "RankLine",
     "RankOverview",
     "Straggler",
@@ -62,6 +64,23 @@ def _ms(us: float | None) -> float | None:
     return None if us is None else us / 1e3
 
 
+@dataclass(frozen=True, eq=False)
+class BusyPanel:
+    """One row of an aligned busy plot (``gpuscope.web.figures.aligned_sawtooth``): its label,
+    the busy fraction per bucket (a :func:`busy.busy_series` frame), the ns its x axis starts at
+    (a step's start, in the rank's trace clock), and where known: the rank it shows, the
+    fraction (0..1) of each bucket spent waiting in collectives for the last rank, idle % per
+    cause and bucket, and the steps to mark (``number``, ``start_ns``)."""
+
+    label: str
+    busy: pd.DataFrame
+    origin_ns: int
+    rank: int | None = None
+    wait: np.ndarray | None = None
+    shares: dict[str, np.ndarray] | None = None
+    steps: pd.DataFrame | None = None
+
+
 def rank_busy_panels(
     con: Any,
     run_id: str,
@@ -71,11 +90,11 @@ def rank_busy_panels(
     n_buckets: int = 300,
     step_annotation: str | None = None,
     match: CollectiveMatch | None = None,
-) -> list[dict[str, Any]]:
-    """Small-multiple sawtooths of every rank, aligned on one step: per rank a dict with
-    ``label``, ``rank``, ``origin_ns`` (the CPU start of step ``step_number`` on that rank, in its
-    own trace clock; default: each rank's first step) and ``busy`` (:func:`busy.busy_series` over
-    ``n_steps`` steps from there, ``n_buckets`` buckets): what
+) -> list[BusyPanel]:
+    """Small-multiple sawtooths of every rank, aligned on one step: per rank a
+    :class:`BusyPanel` labelled ``rank N``, its x axis starting at the CPU start of step
+    ``step_number`` on that rank, in its own trace clock (default: each rank's first step),
+    busy over ``n_steps`` steps from there in ``n_buckets`` buckets: what
     ``gpuscope.web.figures.aligned_sawtooth`` draws. Ranks without that step are left out. With
     ``match`` (the run's matched collectives) each panel also has ``wait``: the fraction of each
     bucket the rank waited in collectives for the last rank (:func:`collectives.wait_in_view`)."""
@@ -90,19 +109,14 @@ def rank_busy_panels(
             continue
         j = min(len(bounds), i + max(1, n_steps)) - 1
         start, end = bounds[i][0], bounds[j][1]
-        panels.append(
-            {
-                "label": f"rank {rank}",
-                "rank": rank,
-                "origin_ns": start,
-                "busy": busy_series(con, run_id, rank, start, end, n_buckets),
-            }
-        )
+        busy = busy_series(con, run_id, rank, start, end, n_buckets)
+        wait = None
         if match is not None:
             dev = RankIndex.shared(con, run_id, rank).primary_device(start, end)
-            panels[-1]["wait"] = wait_in_view(con, run_id, rank, dev, start, end, n_buckets, match)[
+            wait = wait_in_view(con, run_id, rank, dev, start, end, n_buckets, match)[
                 "wait_frac"
             ].to_numpy(dtype="float64")
+        panels.append(BusyPanel(f"rank {rank}", busy, start, rank=rank, wait=wait))
     return panels
 
 

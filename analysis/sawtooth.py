@@ -21,7 +21,7 @@ from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.idle import idle_gaps as _idle_gaps
 from gpuscope.analysis.kernels import classify_kernel
 from gpuscope.analysis.rank_index import RankIndex
-from gpuscope.analysis.ranks import rank_busy_panels
+from gpuscope.analysis.ranks import BusyPanel, rank_busy_panels
 from gpuscope.analysis.steps import Window, find_window, step_frame
 from gpuscope.analysis.store_access import execute
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CAUSES",
+    "BusyPanel",
     "WindowView",
     "activities_in_range",
     "activity_count",

@@ -101,13 +101,15 @@ def test_sawtooth_empty() -> None:
 
 
 def test_aligned_sawtooth_has_one_row_per_run() -> None:
+    from gpuscope.analysis.sawtooth import BusyPanel
+
     panels = [
-        {
-            "label": f"{k} · run",
-            "busy": _busy([t, t + 50, t + 100], [1.0, 0.2]),
-            "origin_ns": t,
-            "steps": pd.DataFrame({"number": [1], "start_ns": [t]}),
-        }
+        BusyPanel(
+            label=f"{k} · run",
+            busy=_busy([t, t + 50, t + 100], [1.0, 0.2]),
+            origin_ns=t,
+            steps=pd.DataFrame({"number": [1], "start_ns": [t]}),
+        )
         for k, t in (("A", 0), ("B", 5000))
     ]
     fig = figures.aligned_sawtooth(panels)
@@ -116,23 +118,15 @@ def test_aligned_sawtooth_has_one_row_per_run() -> None:
     assert xs == [0, 0]  # both start at their step
 
 
-def test_breakdown_figures_accept_the_documented_shapes() -> None:
+def test_breakdown_figures() -> None:
     f = figures.idle_by_cause({"data_loading": 2000.0, "host_sync": 500.0}, per_steps=2)
     assert list(f.data[0].x) == [0.25, 1.0]  # ms per step, ascending
     assert list(f.data[0].marker.color) == [
         palette.cause_color("host_sync"),
         palette.cause_color("data_loading"),
     ]
-    for shape in (
-        {"gemm": 3000.0, "other": 1000.0},
-        {"gemm": {"total_us": 3000.0}, "other": {"us": 1000.0}},
-        [{"category": "gemm", "total_us": 3000.0}, {"category": "other", "total_us": 1000.0}],
-    ):
-        k = figures.kernel_categories(shape)
-        assert list(k.data[0].y) == ["other", "gemm"] and list(k.data[0].text) == [
-            "25.0 %",
-            "75.0 %",
-        ]
+    k = figures.kernel_categories({"gemm": 3000.0, "other": 1000.0})  # Breakdowns' µs
+    assert list(k.data[0].y) == ["other", "gemm"] and list(k.data[0].text) == ["25.0 %", "75.0 %"]
     c = figures.idle_compare(
         {"data_loading": 0.5, "host_sync": 1.0}, {"host_sync": 0.1}, labels=("A", "B")
     )

@@ -581,20 +581,20 @@ def test_rank_busy_panels_align_on_a_step(con, ddp_folder):
 
     rid = ingest_paths(con, [str(ddp_folder)])[0].run_id
     panels = rank_busy_panels(con, rid, step_number=1, n_steps=1, n_buckets=10)
-    assert [p["rank"] for p in panels] == [0, 1]
+    assert [p.rank for p in panels] == [0, 1]
     for p in panels:
         # step 1 starts at 10000 µs on both ranks (trace time) and lasts 10000 µs: 10 buckets of
         # 1 ms; busy from 10 µs to 9000 µs of the step (compute, then NCCL)
-        assert p["busy"]["start_ns"].iloc[0] == p["origin_ns"]
-        assert len(p["busy"]) == 10
-        assert list(p["busy"]["busy_frac"]) == pytest.approx([0.99] + [1.0] * 8 + [0.0])
+        assert p.busy["start_ns"].iloc[0] == p.origin_ns
+        assert len(p.busy) == 10
+        assert list(p.busy["busy_frac"]) == pytest.approx([0.99] + [1.0] * 8 + [0.0])
     assert rank_busy_panels(con, rid, step_number=7) == []
     # with the matched collectives: rank 1 waits 2000-8000 µs of the step for rank 0 (issue 20)
     from gpuscope.analysis.collectives import run_collectives
 
     m = run_collectives(con, rid)
     panels = rank_busy_panels(con, rid, step_number=1, n_steps=1, n_buckets=10, match=m)
-    wait = {p["rank"]: list(p["wait"]) for p in panels}
+    wait = {p.rank: list(p.wait) for p in panels}
     assert wait[1] == pytest.approx([0, 0, 1, 1, 1, 1, 1, 1, 0, 0])
     assert wait[0] == pytest.approx([0.0] * 10)
 

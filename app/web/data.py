@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -168,7 +167,7 @@ def summary(run_id: str) -> run_views.RunSummary:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def rank_panels(path: str, gen: int, run_id: str) -> list[dict[str, Any]]:
+def rank_panels(path: str, gen: int, run_id: str) -> list[sawtooth.BusyPanel]:
     """Every rank's busy series over three steps, aligned on each rank's first step
     (``sawtooth.rank_busy_panels``), for the Run page's small multiples."""
     ranks = db.ranks_of(path, gen, run_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,9 @@ import plotly.graph_objects as go
 from gpuscope.vocabulary.nvml_fields import GPU_UTIL_PCT, MEM_USED_BYTES
 from gpuscope.web import palette
 from plotly.subplots import make_subplots
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.sawtooth import BusyPanel
 
 NS_PER_MS = 1e6
 MAX_STEP_LABELS = 40
@@ -345,34 +348,34 @@ def sawtooth(
 
 
 def aligned_sawtooth(
-    panels: Sequence[Mapping[str, Any]],
+    panels: Sequence[BusyPanel],
     *,
     height_each: int = 260,
     x_title: str = "ms since step start",
 ) -> go.Figure:
-    """Two (or more) sawtooth rows on one shared x axis; each panel is a dict with ``label``,
-    ``busy``, ``origin_ns`` and optional ``shares`` (idle % per cause and bucket of ``busy``),
-    ``wait`` (the communication wait fraction per bucket, drawn in its own colour) and ``steps``:
-    the origins align the chosen step."""
+    """Two (or more) sawtooth rows on one shared x axis, one per :class:`BusyPanel` (its busy
+    series, with its ``shares``: idle % per cause and bucket, its ``wait``: the communication
+    wait fraction per bucket, drawn in its own colour, and its ``steps``): the origins align the
+    chosen step."""
     n = len(panels)
     fig = make_subplots(
         rows=n,
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.08,
-        subplot_titles=[str(p["label"]) for p in panels],
+        subplot_titles=[str(p.label) for p in panels],
     )
     seen: set[str] = set()
     hi = 0.0
     for i, p in enumerate(panels, start=1):
-        busy: pd.DataFrame = p["busy"]
+        busy: pd.DataFrame = p.busy
         if busy.empty:
             continue
-        origin = int(p["origin_ns"])
+        origin = int(p.origin_ns)
         edges = np.concatenate([busy["start_ns"].to_numpy(), [busy["end_ns"].iloc[-1]]])
         xe = _ms(edges, origin)
         hi = max(hi, float(xe[-1]))
-        shares = p.get("shares") or {}
+        shares = p.shares or {}
         traces = _busy_and_idle(
             xe,
             busy["busy_frac"].to_numpy(dtype="float64") * 100.0,
@@ -381,8 +384,8 @@ def aligned_sawtooth(
             stackgroup=f"s{i}",
             busy_legend="busy" not in seen,
             wait_pct=(
-                np.asarray(p["wait"], dtype="float64") * 100.0
-                if p.get("wait") is not None and np.asarray(p["wait"]).any()
+                np.asarray(p.wait, dtype="float64") * 100.0
+                if p.wait is not None and np.asarray(p.wait).any()
                 else None
             ),
         )
@@ -390,7 +393,7 @@ def aligned_sawtooth(
         seen.update(["busy", *shares])
         _step_lines(
             fig,
-            p.get("steps"),
+            p.steps,
             origin,
             float(xe[0]),
             float(xe[-1]),
@@ -432,15 +435,14 @@ def idle_by_cause(
 
 
 def kernel_categories(
-    by_category: Mapping[str, float] | Sequence[Mapping[str, Any]],
+    by_category: Mapping[str, float],
     *,
     per_steps: int | None = None,
     height: int = 300,
 ) -> go.Figure:
     """Kernel time by category (µs in; ms per step shown when ``per_steps`` is given, the unit of
     the idle chart beside it), with each category's share of kernel time in the bar's text."""
-    rows = _category_rows(by_category)
-    rows.sort(key=lambda r: r[1])
+    rows = sorted(((str(c), float(v or 0.0)) for c, v in by_category.items()), key=lambda r: r[1])
     total = sum(v for _, v in rows) or 1.0
     div = 1e3 * (per_steps if per_steps else 1)
     unit = "ms/step" if per_steps else "ms"
@@ -459,29 +461,6 @@ def kernel_categories(
         ticksuffix=" ms", title_text="kernel time per step" if per_steps else "kernel time"
     )
     return _base_layout(fig, height=height)
-
-
-def _category_rows(
-    by_category: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-) -> list[tuple[str, float]]:
-    """Accept ``{cat: us}``, ``{cat: {"us"|"total_us": …}}`` or ``[{"category": …, "us"|"total_us": …}]``."""
-    out: list[tuple[str, float]] = []
-    if isinstance(by_category, Mapping):
-        for c, v in by_category.items():
-            out.append((str(c), _us_value(v)))
-    else:
-        for r in by_category:
-            out.append((str(r.get("category") or r.get("name") or "other"), _us_value(r)))
-    return out
-
-
-def _us_value(v: Any) -> float:
-    if isinstance(v, Mapping):
-        for k in ("total_us", "us", "time_us", "dur_us"):
-            if v.get(k) is not None:
-                return float(v[k])
-        return 0.0
-    return float(v or 0.0)
 
 
 def compare_bars(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import html
 import json
 import logging
@@ -387,7 +388,7 @@ def _rank_figure(path: str, gen: int, run_id: str) -> Any:
     if not panels:
         return None
     return figures.aligned_sawtooth(
-        [{**p, "label": ui.plot_text(p["label"])} for p in panels],
+        [dataclasses.replace(p, label=ui.plot_text(p.label)) for p in panels],
         height_each=170,
         x_title="ms since the rank's first step",
     )
@@ -1067,7 +1068,7 @@ def aligned_panel(
     count: int,
     tag: str,
     n_buckets: int = N_BUCKETS,
-) -> dict[str, Any]:
+) -> sawtooth.BusyPanel:
     """One row of the aligned plot: steps ``first``..``first+count-1`` (1-based positions) of the
     run's lowest rank, with x = 0 at the start of step ``first``."""
     path = db.db_path()
@@ -1079,10 +1080,10 @@ def aligned_panel(
     dev = data.primary_device(path, run_id, rank, w.start_ns, w.end_ns)
     busy = data.busy(path, run_id, rank, s, e, n_buckets, dev)
     shares = data.idle_shares(path, run_id, rank, dev, s, e, n_buckets)
-    return {
-        "label": f"{tag} · {ui.plot_text(name)}",
-        "busy": busy,
-        "origin_ns": s,
-        "shares": shares,
-        "steps": steps.iloc[i0 : i1 + 1],
-    }
+    return sawtooth.BusyPanel(
+        label=f"{tag} · {ui.plot_text(name)}",
+        busy=busy,
+        origin_ns=s,
+        shares=shares,
+        steps=steps.iloc[i0 : i1 + 1],
+    )
