@@ -68,3 +68,16 @@ def test_run_page_shows_the_critical_path(tmp_path: Path, monkeypatch: pytest.Mo
     assert bars and all(t["orientation"] == "h" for t in bars)
     steps = {y for t in bars for y in t["y"]}
     assert len(steps) == 6 and all(s.startswith("step ") for s in steps)
+    # the fixes' gains re-timed along the path: the report's fixes that have an estimate
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.store import connect
+
+    con = connect(db)
+    try:
+        recs = analyze_run(con, rid).recommendations
+    finally:
+        con.close()
+    est = next(d.value for d in at.dataframe if "Estimated gain" in d.value.columns)
+    want = [r for r in recs if r.estimate is not None]
+    assert want and list(est["Fix"]) == [r.id for r in want]
+    assert list(est["Range"]) == [gain_range(r.estimate.low_pct, r.estimate.high_pct) for r in want]
