@@ -87,6 +87,7 @@ __all__ = [
     "step_spread",
     "store_after_ingest",
     "stored_run_summary",
+    "top_idle",
     "top_idle_cause",
     "top_kernels",
     "wait_in_view",
@@ -209,27 +210,27 @@ class TopIdleCause:
     share_pct: float | None
 
 
-def top_idle_cause(report: RunReport | Mapping[str, Any]) -> TopIdleCause | None:
-    """The top idle cause of a report, or of an analysis document (``analyze --json``); None
-    without idle time. Ties: the first in the (precedence) order of the causes."""
-    if isinstance(report, RunReport):
-        causes: Mapping[str, Any] = _idle_us_by_cause(report)
-        steps_seen: Any = _n_steps(report)
-        duration_us: Any = us(report.window.duration_ns)
-    else:
-        causes = (report.get("idle") or {}).get("causes") or {}
-        window = report.get("window") or {}
-        steps_seen, duration_us = window.get("steps"), window.get("duration_us")
-    if not causes:
+def top_idle_cause(report: RunReport) -> TopIdleCause | None:
+    """The top idle cause of a report (:func:`top_idle`); None without idle time."""
+    return top_idle(_idle_us_by_cause(report), _n_steps(report), us(report.window.duration_ns))
+
+
+def top_idle(
+    causes_us: Mapping[str, float], n_steps: int, window_us: float | None
+) -> TopIdleCause | None:
+    """The cause with the most idle time (``causes_us``: µs over the window, in precedence
+    order), per step of ``n_steps`` (at least 1) and as a share of ``window_us`` (None when the
+    window has no length); None without idle time. Ties: the first in the order given."""
+    if not causes_us:
         return None
-    cause, top_us = max(causes.items(), key=lambda kv: _num(kv[1]) or 0.0)
+    cause, top_us = max(causes_us.items(), key=lambda kv: _num(kv[1]) or 0.0)
     total_us = _num(top_us) or 0.0
     if not total_us:
         return None
-    steps = int(steps_seen or 1) or 1
-    window_us = _num(duration_us) or 0.0
+    steps = int(n_steps or 1) or 1
+    w_us = _num(window_us) or 0.0
     return TopIdleCause(
-        str(cause), total_us / 1e3 / steps, 100.0 * total_us / window_us if window_us else None
+        str(cause), total_us / 1e3 / steps, 100.0 * total_us / w_us if w_us else None
     )
 
 

@@ -256,13 +256,12 @@ def test_run_summary_is_the_rank_the_run_page_opens_on() -> None:
 
 
 def test_top_idle_cause_per_step_and_share() -> None:
-    doc = {
-        "window": {"steps": 4, "duration_us": 40_000.0},
-        "idle": {"causes": {"launch_overhead": 2_000.0, "data_loading": 8_000.0, "other": 0.0}},
-    }
+    causes = {"launch_overhead": 2_000.0, "data_loading": 8_000.0, "other": 0.0}  # µs
     # 8 ms of data loading over 4 steps of a 40 ms window: 2 ms per step, 20 % of the time
-    assert run_views.top_idle_cause(doc) == run_views.TopIdleCause("data_loading", 2.0, 20.0)
-    tie = {"window": {}, "idle": {"causes": {"host_sync": 500.0, "other": 500.0}}}
-    assert run_views.top_idle_cause(tie) == run_views.TopIdleCause("host_sync", 0.5, None)
-    assert run_views.top_idle_cause({"idle": {"causes": {"other": 0.0}}}) is None
-    assert run_views.top_idle_cause({}) is None
+    assert run_views.top_idle(causes, 4, 40_000.0) == run_views.TopIdleCause(
+        "data_loading", 2.0, 20.0
+    )
+    tie = {"host_sync": 500.0, "other": 500.0}  # the first in precedence order; no window
+    assert run_views.top_idle(tie, 1, None) == run_views.TopIdleCause("host_sync", 0.5, None)
+    assert run_views.top_idle({"other": 0.0}, 1, 10.0) is None
+    assert run_views.top_idle({}, 1, 10.0) is None
