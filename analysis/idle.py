@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from gpuscope.analysis.busy import NO_DEVICE, union_sql
+from gpuscope.analysis.busy import NO_DEVICE
 from gpuscope.analysis.event_classes import CAUSES, EVIDENCE_CLASSES
 from gpuscope.analysis.rank_index import RankIndex, close_shared
 from gpuscope.analysis.steps import Window
@@ -44,8 +44,6 @@ from gpuscope.analysis.store_access import (
     RUNTIME_CATS_SQL,
     SYNC_APIS,
     SYNC_SLACK_NS,
-    bucket_width,
-    by_bucket,
     execute,
     names_matching,
     pct,
@@ -53,7 +51,15 @@ from gpuscope.analysis.store_access import (
     sql_list,
     us,
 )
-from gpuscope.vocabulary.causes import CPU_OVERHEAD, LAUNCH_OVERHEAD
+from gpuscope.vocabulary.causes import (
+    COMMUNICATION,
+    CPU_OVERHEAD,
+    DATA_LOADING,
+    HOST_SYNC,
+    LAUNCH_OVERHEAD,
+    OTHER,
+    PAGEABLE_COPY,
+)
 
 if TYPE_CHECKING:
     from gpuscope.store import Connection
@@ -116,9 +122,9 @@ def _evidence_sql(gpu: str, host: str, cand_table: str) -> tuple[str, str]:
 
 #: The tables of one idle attribution (one device, window and steps' extent), built together:
 #: ``cand``/``ev`` candidate and classified evidence spans, ``g`` the device's gaps with their
-#: launch, ``lv`` evidence levels, ``flag`` gaps that need the sweep, ``sh`` their shares, ``idle``
-#: (a view) ns per cause per gap.
-IDLE_TABLES: tuple[str, ...] = ("cand", "ev", "g", "lv", "flag", "sh", "idle")
+#: launch, ``sh`` the shares of its host-late gaps (:func:`host_late_shares`), ``idle`` (a view)
+#: ns per cause per gap.
+IDLE_TABLES: tuple[str, ...] = ("cand", "ev", "g", "sh", "idle")
 
 
 def _build(ix: RankIndex, p: dict[str, Any], key: tuple[Any, ...]) -> dict[str, str]:
@@ -178,98 +184,35 @@ def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
     # nested unions of host evidence: level k = classes 1..k (k <= 4); level 5 adds every other
     # host span, the steps' CPU extent [$hs, $he) counting as one span (the training loop);
     # level 6 = synchronizing calls widened by the slack, to tell gaps drained by a sync
-    ev = t["ev"]
-    levels = [
-        f"SELECT {k} AS lvl, s, e FROM ({union_sql(f'SELECT s, e FROM {ev} WHERE cls <= {k}', ())})"
-        for k in range(1, 5)
-    ]
     outside_hull = "" if p.get("hs") is None else "AND (ts_ns < $hs OR ts_ns + dur_ns > $he)"
-    hull = "" if p.get("hs") is None else "UNION ALL SELECT greatest($hs, $ws), least($he, $we)"
-    all_host = f"""
-        SELECT greatest(ts_ns, $ws) AS s, least(ts_ns + dur_ns, $we) AS e FROM {ix.host()}
-        WHERE ph = 'X' AND cat IN {HOST_CATS_SQL}
-          AND dur_ns > 0 AND ts_ns < $we AND ts_ns + dur_ns > $ws {outside_hull}
-        UNION ALL SELECT s, e FROM {ev} {hull}
-    """
-    levels.append(f"SELECT 5 AS lvl, s, e FROM ({union_sql(all_host, ())})")
-    sync_wide = f"SELECT s, e + {SYNC_SLACK_NS} AS e FROM {ev} WHERE cls = 4"
-    levels.append(f"SELECT 6 AS lvl, s, e FROM ({union_sql(sync_wide, ())})")
-    execute(con, f"CREATE TEMP TABLE {t['lv']} AS " + " UNION ALL ".join(levels), p)
-    # Only host-late gaps that touch a "special" interval (evidence of level 1..4, a widened
-    # sync, or a hole in level 5) need the sweep; every other host-late gap lies wholly inside
-    # level 5 and outside levels 1..4: all cpu_overhead. Candidates come from a hash join on
-    # time buckets (no sort of the gaps).
-    bw = bucket_width(p["ws"], p["we"], 65536)
-    execute(
+    host = execute(
         con,
-        f"""
-        CREATE TEMP TABLE {t["flag"]} AS
-        WITH l5 AS (SELECT s, e FROM {t["lv"]} WHERE lvl = 5),
-        sp AS (
-            SELECT s AS a, e AS b FROM {t["lv"]} WHERE lvl BETWEEN 1 AND 4
-            UNION ALL SELECT s, e + 1 FROM {t["lv"]} WHERE lvl = 6
-            UNION ALL SELECT coalesce(lag(e) OVER (ORDER BY s), $ws), s FROM l5
-            UNION ALL SELECT coalesce((SELECT max(e) FROM l5), $ws), $we
-        ),
-        spb AS ({by_bucket("a, b", "a", "b", "sp", "$ws", str(bw))}),
-        lg AS (
-            SELECT gs, ge, (gs - $ws) // {bw} AS k1, (ge - 1 - $ws) // {bw} AS k2
-            FROM {t["g"]} WHERE NOT queued
-        ),
-        lgb AS (
-            SELECT gs, ge, k1 AS k FROM lg WHERE k1 = k2
-            UNION ALL SELECT gs, ge, unnest(range(k1, k2 + 1)) FROM lg WHERE k2 > k1
-        )
-        SELECT DISTINCT lgb.gs, lgb.ge FROM lgb JOIN spb USING (k)
-        WHERE lgb.gs < spb.b AND lgb.ge > spb.a
-        """,
+        f"""SELECT greatest(ts_ns, $ws) AS s, least(ts_ns + dur_ns, $we) AS e FROM {ix.host()}
+            WHERE ph = 'X' AND cat IN {HOST_CATS_SQL}
+              AND dur_ns > 0 AND ts_ns < $we AND ts_ns + dur_ns > $ws {outside_hull}""",
         p,
+    ).fetchnumpy()
+    evs = con.execute(
+        f"SELECT s, e, cls FROM {t['ev']} WHERE s IS NOT NULL AND e IS NOT NULL"
+    ).fetchnumpy()
+    late = con.execute(f"SELECT gs, ge FROM {t['g']} WHERE NOT queued").fetchnumpy()
+    shares = host_late_shares(
+        _ints64(late["gs"]),
+        _ints64(late["ge"]),
+        _ints64(evs["s"]),
+        _ints64(evs["e"]),
+        _ints64(evs["cls"]),
+        _ints64(host["s"]),
+        _ints64(host["e"]),
+        None if p.get("hs") is None else (max(p["hs"], p["ws"]), min(p["he"], p["we"])),
     )
-    # sweep over level boundaries and the ends of the candidate gaps: the covered length of
-    # level k up to t = sum(-s of starts, +e of ends so far) + t * (open intervals), which does
-    # not depend on the order of equal times
-    cov = ", ".join(
-        f"sum(CASE WHEN lvl = {k} THEN (CASE WHEN d = 1 THEN -t ELSE t END) ELSE 0 END) OVER w"
-        f" + t * sum(CASE WHEN lvl = {k} THEN d ELSE 0 END) OVER w AS c{k}"
-        for k in range(1, 6)
-    )
-    lens = ", ".join(
-        f"CAST(sum(CASE WHEN side = 2 THEN c{k} ELSE -c{k} END) AS BIGINT) AS l{k}"
-        for k in range(1, 6)
-    )
-    execute(
-        con,
-        f"""
-        CREATE TEMP TABLE {t["sh"]} AS
-        WITH pts AS (
-            SELECT s AS t, lvl, 1 AS d, NULL::BIGINT AS gs, 0 AS side FROM {t["lv"]}
-            UNION ALL SELECT e, lvl, -1, NULL, 0 FROM {t["lv"]}
-            UNION ALL SELECT gs, 0, 0, gs, 1 FROM {t["flag"]}
-            UNION ALL SELECT ge, 0, 0, gs, 2 FROM {t["flag"]}
-        ),
-        sw AS (
-            -- at equal times gap rows come first: a sync starting exactly at the gap start did
-            -- not drain the queue, one ending (with slack) exactly there did
-            SELECT gs, side, {cov},
-                   sum(CASE WHEN lvl = 6 THEN d ELSE 0 END) OVER w AS open6
-            FROM pts WINDOW w AS (ORDER BY t, lvl > 0 ROWS UNBOUNDED PRECEDING)
-        ),
-        sh AS (
-            SELECT gs, {lens}, bool_or(side = 1 AND open6 > 0) AS drained
-            FROM sw WHERE gs IS NOT NULL GROUP BY gs
-        ),
-        c AS (
-            SELECT f.gs, f.ge - f.gs AS dur, sh.drained, 0::BIGINT AS launch_overhead_ns,
-                   l1 AS data_loading_ns, l2 - l1 AS pageable_copy_ns, l3 - l2 AS communication_ns,
-                   CASE WHEN drained THEN f.ge - f.gs - l3 ELSE l4 - l3 END AS host_sync_ns,
-                   CASE WHEN drained THEN 0 ELSE l5 - l4 END AS cpu_overhead_ns,
-                   CASE WHEN drained THEN 0 ELSE f.ge - f.gs - l5 END AS other_ns
-            FROM {t["flag"]} f JOIN sh USING (gs)
+    con.register("host_late_shares", shares)
+    try:
+        con.execute(
+            f"CREATE TEMP TABLE {t['sh']} AS SELECT *, {_DOMINANT} AS cause FROM host_late_shares"
         )
-        SELECT *, {_DOMINANT} AS cause FROM c
-        """,
-        p,
-    )
+    finally:
+        con.unregister("host_late_shares")
     # every gap: queued ones are launch overhead (or other when long), swept ones have their
     # shares, every other host-late gap is wholly cpu_overhead
     lo = LAUNCH_GAP_MAX_NS
@@ -295,6 +238,58 @@ def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
         SELECT *, {_DOMINANT} AS cause FROM c
         """
     )
+
+
+def _ints64(a: Any) -> np.ndarray:
+    """A fetched column (no NULLs: the queries leave them out) as int64."""
+    return np.asarray(a, dtype=np.int64)
+
+
+def host_late_shares(
+    gs: np.ndarray,
+    ge: np.ndarray,
+    ev_s: np.ndarray,
+    ev_e: np.ndarray,
+    ev_cls: np.ndarray,
+    host_s: np.ndarray,
+    host_e: np.ndarray,
+    hull: tuple[int, int] | None,
+) -> pd.DataFrame:
+    """How each host-late gap ``[gs, ge)`` (ns) splits by cause, from the host's evidence: the
+    covered length of each nested level inside the gap, level k (1..4) the union of the evidence
+    spans of classes 1..k, level 5 that plus every other host span (``host_s``/``host_e``, already
+    clipped to the window) and the steps' CPU extent ``hull``; a gap whose start lies in a sync
+    call widened by :data:`SYNC_SLACK_NS` (``s < gs <= e + slack``) was drained by it.
+
+    Columns: ``gs``, ``dur``, ``drained``, then ns per cause in :data:`CAUSES` order (launch
+    overhead 0: a host-late gap is not queued). Exact integer ns; the causes sum to ``dur``.
+    (An interval sweep in SQL before; the same numbers, property-tested against a brute force.)"""
+    from gpuscope.analysis.busy import _covered, _merge
+
+    def inside(ms: np.ndarray, me: np.ndarray) -> np.ndarray:
+        return np.asarray(_covered(ms, me, ge) - _covered(ms, me, gs), dtype=np.int64)
+
+    lens = [inside(*_merge(ev_s[ev_cls <= k], ev_e[ev_cls <= k])) for k in range(1, 5)]
+    extra_s = [host_s, ev_s] + ([np.array([hull[0]], np.int64)] if hull is not None else [])
+    extra_e = [host_e, ev_e] + ([np.array([hull[1]], np.int64)] if hull is not None else [])
+    lens.append(inside(*_merge(np.concatenate(extra_s), np.concatenate(extra_e))))
+    l1, l2, l3, l4, l5 = lens
+    sync = ev_cls == 4
+    s6, e6 = _merge(ev_s[sync], ev_e[sync] + SYNC_SLACK_NS)
+    k = np.searchsorted(s6, gs, side="left") - 1  # the last widened sync starting before gs
+    drained = (k >= 0) & (e6[np.maximum(k, 0)] >= gs) if s6.size else np.zeros(gs.size, bool)
+    dur = ge - gs
+    ns = {
+        LAUNCH_OVERHEAD: np.zeros(gs.size, dtype=np.int64),
+        DATA_LOADING: l1,
+        PAGEABLE_COPY: l2 - l1,
+        COMMUNICATION: l3 - l2,
+        HOST_SYNC: np.where(drained, dur - l3, l4 - l3),
+        CPU_OVERHEAD: np.where(drained, 0, l5 - l4),
+        OTHER: np.where(drained, 0, dur - l5),
+    }
+    by_cause = {f"{c}_ns": np.asarray(ns[c], dtype=np.int64) for c in CAUSES}  # precedence order
+    return pd.DataFrame({"gs": gs, "dur": dur, "drained": drained, **by_cause})
 
 
 # the cause with the most ns in a gap; CASE takes the first match, so ties go by precedence

@@ -239,12 +239,16 @@ class TraceSplitter:
         eof = False
         while True:
             if not eof and len(buf) < self.batch_bytes:
-                chunk = self._next()
-                if chunk is None:
-                    eof = True
-                else:
-                    buf += chunk
-                    continue
+                parts, size = [buf], len(buf)  # joined once: no copy of the buffer per chunk
+                while size < self.batch_bytes:
+                    chunk = self._next()
+                    if chunk is None:
+                        eof = True
+                        break
+                    parts.append(chunk)
+                    size += len(chunk)
+                buf = b"".join(parts)
+                continue
             if not eof:
                 fast = self._fast_cut(buf, offset, first, max_event)
                 if fast is not None:
@@ -331,7 +335,7 @@ class TraceSplitter:
         if m is None or buf[m.start()] != 0x7B:  # '{'
             return None
         a = m.start()
-        data = b"[" + buf[a:z] + b"]"
+        data = b"".join((b"[", memoryview(buf)[a:z], b"]"))  # one copy
         import msgspec
 
         try:

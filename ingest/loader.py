@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -290,6 +291,19 @@ def _rank_hints(files: list[Path]) -> list[int | None]:
     return hints
 
 
+@contextmanager
+def duckdb_threads(con: Connection, n: int) -> Iterator[None]:
+    """DuckDB on ``n`` threads inside the block, one again after it: the ingest holds one (its
+    parse threads need the other cores), but the ``after_trace`` hook runs once they are done,
+    and on a 2-core machine it took 1.8x the wall time on one thread (a 1 GB rank's summary
+    parts, docs/benchmarks.md)."""
+    con.execute(f"SET threads = {max(1, int(n))}")
+    try:
+        yield
+    finally:
+        con.execute("SET threads = 1")
+
+
 def ingest_trace(
     con: Connection,
     path: Path,
@@ -476,6 +490,7 @@ def ingest_paths(
                 uploaded_by=uploaded_by,
                 after_trace=after_trace,
                 jobs=jobs,
+                hook_threads=int(threads),
             )
 
     try:
@@ -499,6 +514,7 @@ def _ingest_paths(
     uploaded_by: str | None = None,
     after_trace: AfterTrace | None = None,
     jobs: int | None = None,
+    hook_threads: int = 1,
 ) -> list[RunResult]:
     results: list[RunResult] = []
     series: list[tuple[Path, str | None, int]] = []  # (file, run to attach to, index in results)
@@ -534,7 +550,8 @@ def _ingest_paths(
             results.append(_duplicate(con, e, p))
             continue
         if after_trace is not None:
-            after_trace(con, result)
+            with duckdb_threads(con, hook_threads):
+                after_trace(con, result)
         results.append(result)
         series += [(q, result.run_id, -1) for q in extra]
     _write_series(
@@ -674,7 +691,8 @@ def _ingest_job(
                 jobs=jobs,
             )
             if after_trace is not None:
-                after_trace(con, result)
+                with duckdb_threads(con, int(threads)):
+                    after_trace(con, result)
             return [result]
 
     try:

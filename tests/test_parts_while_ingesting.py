@@ -199,3 +199,81 @@ def test_a_sink_that_cannot_start_fails_the_ingest_stops_its_threads_and_writes_
     ):
         time.sleep(0.05)
     assert not [t.name for t in threading.enumerate() if t.name.startswith("gpuscope-")]
+
+
+def test_a_part_thread_reuses_one_scratch_database_that_holds_only_the_rank_at_hand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each rank's rows as the ingest hands them over (ranks of 1..4 kernels per step)
+    handed: list[RankRows] = []
+    original = RS.PartsWhileIngesting._compute
+
+    def spy(self, rows: RankRows) -> list:  # type: ignore[no-untyped-def]
+        handed.append(rows)
+        return original(self, rows)
+
+    monkeypatch.setattr(RS.PartsWhileIngesting, "_compute", spy)
+    with connect(tmp_path / "s") as con:
+        ingest_paths(con, [ranks_folder(tmp_path / "t", 4)], after_trace=RS.store_after_ingest)
+    handed = sorted(handed, key=lambda r: r.rank)
+    assert len(handed) == 3  # the late rank (its rows say another rank) is computed after
+    monkeypatch.setattr(RS.PartsWhileIngesting, "_compute", original)
+
+    seen: list[tuple[int, dict[str, int]]] = []
+
+    def probe(con, run_id: str, rank: int) -> dict:  # type: ignore[no-untyped-def]
+        def one(sql: str) -> int:
+            return int(con.execute(sql).fetchone()[0])
+
+        seen.append(
+            (
+                id(con),
+                {
+                    "events": one("SELECT count(*) FROM events"),
+                    "event_ranks": one("SELECT count(DISTINCT rank) FROM events"),
+                    "names": one("SELECT count(*) FROM names"),
+                    "ranks": one("SELECT count(*) FROM ranks"),
+                    "temp": one("SELECT count(*) FROM duckdb_tables() WHERE temporary")
+                    + one("SELECT count(*) FROM duckdb_views() WHERE temporary AND NOT internal"),
+                },
+            )
+        )
+        return {}
+
+    monkeypatch.setitem(RS.PARTS, "probe", RS.SummaryPart("probe", 1, "looks", probe))
+    # the probe first, then the cross-rank part (it makes working tables) on the same database
+    sink = RS.PartsWhileIngesting(handed[0].run_id, ["probe", RS.CROSS_RANK.name], jobs=1)
+    try:
+        for rows in handed + handed[:1]:  # rank 0 twice: the same rows give the same part
+            sink.rank_written(
+                RankRows(rows.run_id, rows.rank, rows.events, rows.threads, rows.ranks, rows.names)
+            )
+        docs = [f.result(timeout=60) for f in sink._futures]
+    finally:
+        sink.close()
+    assert len({c for c, _ in seen}) == 1  # one database for the thread, reused
+    for (_, got), rows in zip(seen, handed + handed[:1], strict=True):
+        assert got == {
+            "events": rows.events.num_rows,
+            "event_ranks": 1,
+            "names": rows.names.num_rows,
+            "ranks": len(rows.ranks),
+            "temp": 0,  # the last rank's working tables are gone
+        }
+    assert [r[:5] for r in docs[0]] == [r[:5] for r in docs[-1]]  # all but the time stamp
+
+
+@pytest.mark.parametrize("job", [None, "job-7"])
+def test_the_after_trace_hook_runs_on_the_stores_threads_the_ingest_on_one(
+    tmp_path: Path, job: str | None
+) -> None:
+    seen: list[int] = []
+
+    def hook(con, result) -> None:  # type: ignore[no-untyped-def]
+        seen.append(int(con.execute("SELECT current_setting('threads')").fetchone()[0]))
+
+    with connect(tmp_path / "s") as con:
+        con.execute("SET threads = 3")
+        ingest_paths(con, [DDP], after_trace=hook, job=job)
+        assert seen == [3]  # the parse threads are done: the summary parts get every thread
+        assert int(con.execute("SELECT current_setting('threads')").fetchone()[0]) == 3
