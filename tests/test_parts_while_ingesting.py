@@ -277,3 +277,16 @@ def test_the_after_trace_hook_runs_on_the_stores_threads_the_ingest_on_one(
         ingest_paths(con, [DDP], after_trace=hook, job=job)
         assert seen == [3]  # the parse threads are done: the summary parts get every thread
         assert int(con.execute("SELECT current_setting('threads')").fetchone()[0]) == 3
+
+
+def test_a_hook_that_fails_on_the_transaction_gives_its_own_error(tmp_path: Path) -> None:
+    def hook(con, result) -> None:  # type: ignore[no-untyped-def]
+        con.execute("SELECT CAST('no number' AS INTEGER)")  # fails, and aborts the transaction
+
+    with connect(tmp_path / "s") as con:
+        con.execute("SET threads = 3")
+        before = counts(con)
+        with pytest.raises(Exception, match="no number"):  # not "transaction is aborted"
+            ingest_paths(con, [DDP], after_trace=hook)
+        assert counts(con) == before
+        assert int(con.execute("SELECT current_setting('threads')").fetchone()[0]) == 3
