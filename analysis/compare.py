@@ -125,6 +125,27 @@ class Delta:
         }
 
 
+@dataclass(frozen=True)
+class ComparedRun:
+    """Which run and rank one side of a comparison is: the run's id, name and GPU, the rank and
+    its steps in the window."""
+
+    id: str
+    name: str | None
+    gpu: str | None
+    rank: int | None  # None: an NVML-only run (no ranks)
+    steps: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "gpu": self.gpu,
+            "rank": self.rank,
+            "steps": self.steps,
+        }
+
+
 @dataclass
 class Comparison:
     """A vs B. ``metrics``: headline metrics; ``idle_by_cause``: µs per step per cause;
@@ -132,8 +153,8 @@ class Comparison:
     time per step changed most; ``recommendations``: ids ``resolved`` (in A, not in B),
     ``remaining`` (in both) and ``new`` (only in B)."""
 
-    a: dict[str, Any]
-    b: dict[str, Any]
+    a: ComparedRun
+    b: ComparedRun
     metrics: list[Delta]
     idle_by_cause: list[Delta]
     kernel_categories: list[Delta]
@@ -149,8 +170,8 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": "gpuscope.compare/1",
-            "a": self.a,
-            "b": self.b,
+            "a": self.a.to_json(),
+            "b": self.b.to_json(),
             "speedup": self.speedup,
             "speedup_basis": self.speedup_basis,
             "speedup_text": self.speedup_text,
@@ -169,8 +190,8 @@ class Comparison:
         says once whether it is profiled or unprofiled; percentages change in points (pp); a
         change within noise reads ``unchanged``."""
         lines = [
-            f"A: {self.a['name']} ({self.a['id']}, rank {self.a['rank']})",
-            f"B: {self.b['name']} ({self.b['id']}, rank {self.b['rank']})",
+            f"A: {self.a.name} ({self.a.id}, rank {self.a.rank})",
+            f"B: {self.b.name} ({self.b.id}, rank {self.b.rank})",
         ]
         if self.speedup_text:
             lines.append(self.speedup_text)
@@ -224,14 +245,8 @@ def _mark(d: Delta) -> str:
     return "" if v in (None, "unchanged") else f"  {v}"
 
 
-def _summary(r: RunReport) -> dict[str, Any]:
-    return {
-        "id": r.run["id"],
-        "name": r.run["name"],
-        "gpu": r.run.get("gpu"),
-        "rank": r.rank,
-        "steps": len(r.window.steps),
-    }
+def _summary(r: RunReport) -> ComparedRun:
+    return ComparedRun(r.run["id"], r.run["name"], r.run.get("gpu"), r.rank, len(r.window.steps))
 
 
 def _idle_us(r: RunReport, ns: int) -> float | None:

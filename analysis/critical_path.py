@@ -682,6 +682,18 @@ def step_end_node(g: Graph, E: list[float], b: int, main_tid: int) -> int | None
 # -- per step ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PathTotal:
+    """One (category, what) of a step's critical path and its time on the path (ms)."""
+
+    category: str
+    what: str
+    ms: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"category": self.category, "what": self.what, "ms": self.ms}
+
+
 @dataclass
 class StepPath:
     """The critical path of one step: ``bound_ns`` by category (sums to ``duration_ns``) and the
@@ -691,7 +703,7 @@ class StepPath:
     start_ns: int
     duration_ns: int
     bound_ns: dict[str, int]
-    top: list[dict[str, Any]]
+    top: list[PathTotal]
 
     @property
     def bound_by_ms(self) -> dict[str, float]:
@@ -713,7 +725,7 @@ class StepPath:
             "duration_ms": self.duration_ns / 1e6,
             "bound_by_ms": self.bound_by_ms,
             "bound_by_pct": self.bound_by_pct,
-            "top": self.top,
+            "top": [t.to_json() for t in self.top],
         }
 
 
@@ -784,7 +796,7 @@ def critical_path_of(
         for p in pieces:
             agg[(p.cat, p.what)] = agg.get((p.cat, p.what), 0) + p.e - p.s
         top = [
-            {"category": c, "what": w, "ms": ns / 1e6}
+            PathTotal(c, w, ns / 1e6)
             for (c, w), ns in sorted(agg.items(), key=lambda kv: -kv[1])[:top_n]
         ]
         steps.append(StepPath(numbers[k] if numbers else k, a, b - a, split(pieces), top))

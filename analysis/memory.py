@@ -34,6 +34,125 @@ BEFORE_WINDOW = "(allocated before the window)"
 NO_OP = "(no op)"
 
 
+@dataclass(frozen=True)
+class MemoryOp:
+    """An op's allocations per step (the op the allocating thread was in; ``top_ops``)."""
+
+    op: str
+    allocated_bytes_per_step: float
+    allocations_per_step: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "allocated_bytes_per_step": self.allocated_bytes_per_step,
+            "allocations_per_step": self.allocations_per_step,
+        }
+
+
+@dataclass(frozen=True)
+class HeldBlock:
+    """Bytes live at the allocation peak, by the op that allocated them (``held_at_peak``)."""
+
+    op: str
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "bytes": self.bytes}
+
+
+@dataclass(frozen=True)
+class MallocCall:
+    """One driver call's count and time (µs) inside the window (``malloc.by_call``)."""
+
+    calls: int
+    us: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"calls": self.calls, "us": self.us}
+
+
+@dataclass(frozen=True)
+class MallocStats:
+    """cudaMalloc/cudaFree (and the virtual-memory calls, :data:`MALLOC_RE`) inside the window:
+    calls, µs in all and per step, the steps with any, by call."""
+
+    calls: int
+    us: float
+    us_per_step: float
+    steps_with_calls: int
+    by_call: dict[str, MallocCall]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "us": self.us,
+            "us_per_step": self.us_per_step,
+            "steps_with_calls": self.steps_with_calls,
+            "by_call": {k: c.to_json() for k, c in self.by_call.items()},
+        }
+
+
+@dataclass(frozen=True)
+class SnapshotDevice:
+    """One device of a memory snapshot (``torch.cuda.memory._dump_snapshot``): its segments,
+    reserved / allocated / active bytes, free blocks and the largest of them (bytes)."""
+
+    segments: int
+    reserved_bytes: int
+    allocated_bytes: int
+    active_bytes: int
+    largest_free_block_bytes: int
+    free_blocks: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "segments": self.segments,
+            "reserved_bytes": self.reserved_bytes,
+            "allocated_bytes": self.allocated_bytes,
+            "active_bytes": self.active_bytes,
+            "largest_free_block_bytes": self.largest_free_block_bytes,
+            "free_blocks": self.free_blocks,
+        }
+
+
+@dataclass(frozen=True)
+class SnapshotSummary:
+    """The memory snapshot's summary that ingest stored with the rank
+    (:func:`gpuscope.ingest.memory_snapshot.snapshot_summary`): the file's name, each device by
+    its index (a string), the allocator's actions by name (count)."""
+
+    file: str | None
+    devices: dict[str, SnapshotDevice]
+    actions: dict[str, int]
+
+    @classmethod
+    def from_stored(cls, s: dict[str, Any]) -> SnapshotSummary:
+        """The summary from the rank's metadata (a missing figure reads 0)."""
+        devs, acts = s.get("devices"), s.get("actions")
+        return cls(
+            file=str(f) if (f := s.get("file")) is not None else None,
+            devices={
+                str(k): SnapshotDevice(**{n: _int(v.get(n)) or 0 for n in _SNAP_DEVICE})
+                for k, v in (devs.items() if isinstance(devs, dict) else ())
+                if isinstance(v, dict)
+            },
+            actions={
+                str(k): _int(v) or 0 for k, v in (acts.items() if isinstance(acts, dict) else ())
+            },
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "devices": {k: d.to_json() for k, d in self.devices.items()},
+            "actions": dict(self.actions),
+        }
+
+
+_SNAP_DEVICE = tuple(SnapshotDevice.__dataclass_fields__)
+
+
 @dataclass
 class MemoryResult:
     """The allocator's memory on one device over the window. ``recorded`` False: the trace has no
@@ -52,12 +171,12 @@ class MemoryResult:
     n_steps: int = 1
     series: pd.DataFrame = field(default_factory=pd.DataFrame)  # t_ns, allocated, reserved
     by_phase: dict[str, dict[str, int]] = field(default_factory=dict)
-    top_ops: list[dict[str, Any]] = field(default_factory=list)
-    held_at_peak: list[dict[str, Any]] = field(default_factory=list)
-    malloc: dict[str, Any] = field(default_factory=dict)
+    top_ops: list[MemoryOp] = field(default_factory=list)
+    held_at_peak: list[HeldBlock] = field(default_factory=list)
+    malloc: MallocStats | None = None  # None: no allocator events
     nvml: pd.DataFrame = field(default_factory=pd.DataFrame)  # t_ns, mem_used_bytes
     nvml_peak_bytes: int | None = None
-    snapshot: dict[str, Any] | None = None
+    snapshot: SnapshotSummary | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -116,11 +235,11 @@ class MemoryResult:
             "start_allocated_bytes": self.start_allocated_bytes,
             "n_events": self.n_events,
             "by_phase": self.by_phase_per_step,
-            "top_ops": self.top_ops,
-            "held_at_peak": self.held_at_peak,
-            "malloc": self.malloc,
+            "top_ops": [o.to_json() for o in self.top_ops],
+            "held_at_peak": [h.to_json() for h in self.held_at_peak],
+            "malloc": self.malloc.to_json() if self.malloc is not None else {},
             "nvml_peak_used_bytes": self.nvml_peak_bytes,
-            "snapshot": self.snapshot,
+            "snapshot": self.snapshot.to_json() if self.snapshot is not None else None,
             "notes": list(self.notes),
         }
 
@@ -173,7 +292,7 @@ def memory_analysis(
     has none) over the window; see :class:`MemoryResult`."""
     devs = memory_devices(con, run_id, rank)
     snap = (metadata or {}).get("gpuscope.memory_snapshot")
-    snap = snap if isinstance(snap, dict) else None
+    snap = SnapshotSummary.from_stored(snap) if isinstance(snap, dict) else None
     total = _int((device_props or {}).get("totalGlobalMem"))
     if not devs:
         res = MemoryResult(recorded=False, device=device, device_total_bytes=total, snapshot=snap)
@@ -308,10 +427,9 @@ def _by_op(
     per = max(1, window.n_steps)
     g = a.groupby("op")["bytes"].agg(["sum", "count"]).sort_values("sum", ascending=False)
     res.top_ops = [
-        {"op": str(k), "allocated_bytes_per_step": float(r["sum"]) / per,
-         "allocations_per_step": float(r["count"]) / per}
+        MemoryOp(str(k), float(r["sum"]) / per, float(r["count"]) / per)
         for k, r in g.head(TOP_OPS).iterrows()
-    ]  # fmt: skip
+    ]
     # live at the peak: an allocation before the peak whose block (address) was not freed before it
     peak_t = res.peak_at_ns
     if peak_t is None:
@@ -324,10 +442,10 @@ def _by_op(
     held = live.assign(op=np.where(live["ts_ns"] < ws, BEFORE_WINDOW, live["op"]))
     hg = held.groupby("op")["bytes"].sum().sort_values(ascending=False)
     accounted = int(hg.sum())
-    out = [{"op": str(k), "bytes": int(v)} for k, v in hg.head(TOP_OPS).items()]
+    out = [HeldBlock(str(k), int(v)) for k, v in hg.head(TOP_OPS).items()]
     unseen = (res.peak_allocated_bytes or 0) - accounted
     if unseen > 0:  # blocks allocated before the trace began
-        out.append({"op": "(allocated before the trace)", "bytes": int(unseen)})
+        out.append(HeldBlock("(allocated before the trace)", int(unseen)))
     res.held_at_peak = out
 
 
@@ -342,18 +460,18 @@ def _malloc(con: Connection, run_id: str, rank: int, window: Window, res: Memory
     ).fetchall()
     bounds = window.step_bounds_ns()
     steps_with = {i for _, t, _ in rows for i, (a, b) in enumerate(bounds) if a <= int(t) < b}
-    calls: dict[str, dict[str, float]] = {}
+    calls: dict[str, MallocCall] = {}
     for name, _, d in rows:
-        c = calls.setdefault(str(name), {"calls": 0, "us": 0.0})
-        c["calls"] += 1
-        c["us"] += (d or 0) / 1e3
-    res.malloc = {
-        "calls": len(rows),
-        "us": sum(c["us"] for c in calls.values()),
-        "us_per_step": sum(c["us"] for c in calls.values()) / max(1, window.n_steps),
-        "steps_with_calls": len(steps_with),
-        "by_call": calls,
-    }
+        c = calls.get(str(name), MallocCall(0, 0.0))
+        calls[str(name)] = MallocCall(c.calls + 1, c.us + (d or 0) / 1e3)
+    us = sum(c.us for c in calls.values())  # 0 (an int) without calls, as analyze --json wrote
+    res.malloc = MallocStats(
+        calls=len(rows),
+        us=us,
+        us_per_step=us / max(1, window.n_steps),
+        steps_with_calls=len(steps_with),
+        by_call=calls,
+    )
 
 
 def _nvml(con: Connection, run_id: str, window: Window, res: MemoryResult, offset: int) -> None:

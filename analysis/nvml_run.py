@@ -152,7 +152,7 @@ def compare_nvml_reports(a: NvmlReport, b: NvmlReport) -> Any:
     """B against A for two NVML-only runs, GPU by GPU (the GPU indices both have): idle share,
     mean utilization, power and SM clock. Returns a :class:`~gpuscope.analysis.compare.Comparison`
     with ``metrics`` only (``gpu<N>.<metric>`` rows)."""
-    from gpuscope.analysis.compare import Comparison, Delta
+    from gpuscope.analysis.compare import ComparedRun, Comparison, Delta
 
     gb = {g.gpu: g for g in b.gpus}
     rows = []
@@ -175,13 +175,7 @@ def compare_nvml_reports(a: NvmlReport, b: NvmlReport) -> Any:
     if not rows:
         notes.append("the two runs share no GPU index")
     summary = {
-        side: {
-            "id": r.run["id"],
-            "name": r.run["name"],
-            "gpu": r.run.get("gpu"),
-            "rank": None,
-            "steps": 0,
-        }
+        side: ComparedRun(r.run["id"], r.run["name"], r.run.get("gpu"), rank=None, steps=0)
         for side, r in (("a", a), ("b", b))
     }
     return Comparison(

@@ -29,7 +29,7 @@ from gpuscope.vocabulary.causes import (
 if TYPE_CHECKING:
     from gpuscope.analysis.copies import PageableCopies
     from gpuscope.analysis.gains import Estimate
-    from gpuscope.analysis.memory import MemoryResult
+    from gpuscope.analysis.memory import MallocStats, MemoryResult
 
 MIN_SHARE_PCT = 2.0
 """A cost of at least this share of the window (%) is a finding ..."""
@@ -144,6 +144,16 @@ def _memory(inp: Inputs, name: str) -> Any:
     if m is None:
         return None
     return m.get(name) if isinstance(m, Mapping) else getattr(m, name, None)
+
+
+def _malloc_calls(m: MallocStats | Mapping[str, Any] | None) -> tuple[int, float, float]:
+    """The allocator's driver calls inside the steps: (calls, µs, µs per step); zeros when
+    unknown. ``m``: the typed :class:`MallocStats` or ``analyze --json``'s ``memory.malloc``."""
+    if m is None:
+        return 0, 0.0, 0.0
+    if isinstance(m, Mapping):
+        return m.get("calls", 0), float(m.get("us") or 0.0), m.get("us_per_step", 0.0)
+    return m.calls, float(m.us), m.us_per_step
 
 
 def host_cost(ns: float, inp: Inputs) -> tuple[float, bool]:
@@ -529,21 +539,21 @@ def rule_memory_near_full(inp: Inputs) -> Recommendation | None:
     total, peak = _memory(inp, "device_total_bytes"), _memory(inp, "peak_reserved_bytes")
     if not total or not peak or peak < NEAR_FULL_FRAC * total:
         return None
-    malloc = _memory(inp, "malloc") or {}
-    thrash_ns = float(malloc.get("us") or 0.0) * 1e3
+    calls, us, us_per_step = _malloc_calls(_memory(inp, "malloc"))
+    thrash_ns = us * 1e3
     gap = _memory(inp, "reserved_minus_allocated_at_peak_bytes")
     ev: dict[str, Any] = {
         "peak_reserved_bytes": peak,
         "peak_allocated_bytes": _memory(inp, "peak_allocated_bytes"),
         "device_total_bytes": total,
         "reserved_minus_allocated_at_peak_bytes": gap,
-        "malloc_calls": malloc.get("calls", 0),
-        "malloc_us_per_step": malloc.get("us_per_step", 0.0),
+        "malloc_calls": calls,
+        "malloc_us_per_step": us_per_step,
     }
     thrash = (
-        f" The allocator called cudaMalloc/cudaFree {malloc.get('calls', 0)} times inside the steps "
-        f"({malloc.get('us_per_step', 0.0):.0f} µs per step): it is freeing its cache to make room."
-        if malloc.get("calls")
+        f" The allocator called cudaMalloc/cudaFree {calls} times inside the steps "
+        f"({us_per_step:.0f} µs per step): it is freeing its cache to make room."
+        if calls
         else ""
     )
     frag = (

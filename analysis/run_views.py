@@ -21,7 +21,14 @@ from gpuscope.analysis.critical_path import StepPath
 from gpuscope.analysis.gains import Estimate
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.kernels import KernelRow
-from gpuscope.analysis.memory import MemoryResult
+from gpuscope.analysis.memory import (
+    HeldBlock,
+    MallocStats,
+    MemoryOp,
+    MemoryResult,
+    SnapshotDevice,
+    SnapshotSummary,
+)
 from gpuscope.analysis.modules import ModuleLine, ModulesView, PhaseLine, Repeat
 from gpuscope.analysis.profiler_cost import ProfilerCost
 from gpuscope.analysis.rank_summary import store_after_ingest
@@ -51,7 +58,10 @@ __all__ = [
     "Estimate",
     "FixEstimate",
     "Headline",
+    "HeldBlock",
     "KernelRow",
+    "MallocStats",
+    "MemoryOp",
     "MemoryResult",
     "ModuleLine",
     "ModulesView",
@@ -66,6 +76,8 @@ __all__ = [
     "RooflineView",
     "RunReport",
     "RunSummary",
+    "SnapshotDevice",
+    "SnapshotSummary",
     "StepPath",
     "TopKernels",
     "analyze_run",

@@ -527,6 +527,18 @@ def dtype_of(type_name: str | None) -> str | None:
 # --------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class KernelTime:
+    """A kernel's time in the window (µs): its full and its short name."""
+
+    name: str
+    short_name: str
+    us: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "short_name": self.short_name, "us": self.us}
+
+
 @dataclass
 class TensorCoreSummary:
     """Tensor-core share of one rank's compute-kernel time in a window. Times in µs.
@@ -546,11 +558,15 @@ class TensorCoreSummary:
     unknown_precision_us: float
     math_us: float
     by_precision: dict[str, float] = field(default_factory=dict)
-    unknown_kernels: list[dict[str, Any]] = field(default_factory=list)
-    eligible_kernels: list[dict[str, Any]] = field(default_factory=list)
+    unknown_kernels: list[KernelTime] = field(default_factory=list)
+    eligible_kernels: list[KernelTime] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        kernel_lists = ("unknown_kernels", "eligible_kernels")
+        return {
+            k: [x.to_json() for x in getattr(self, k)] if k in kernel_lists else getattr(self, k)
+            for k in self.__dataclass_fields__
+        }
 
 
 # GPU activity of the window, clipped to it (``in_ns``), from the rank's index
@@ -675,9 +691,9 @@ def tensor_core_summary(
     )
 
 
-def _top_list(d: dict[str, float], n: int) -> list[dict[str, Any]]:
+def _top_list(d: dict[str, float], n: int) -> list[KernelTime]:
     items = sorted(d.items(), key=lambda kv: -kv[1])[:n]
-    return [{"name": k, "short_name": short_name(k), "us": v} for k, v in items]
+    return [KernelTime(k, short_name(k), v) for k, v in items]
 
 
 def rules_markdown() -> str:

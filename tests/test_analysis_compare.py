@@ -25,7 +25,7 @@ def test_before_vs_after(con, tmp_path):
     b = ingest(con, after_like(), tmp_path / "after.json")
     ra, rb = analyze_run(con, a, all_ranks=False), analyze_run(con, b, all_ranks=False)
     cmp = compare_reports(ra, rb)
-    assert cmp.a["id"] == a and cmp.b["id"] == b
+    assert cmp.a.id == a and cmp.b.id == b
     m = {d.metric: d for d in cmp.metrics}
     # before: 3 steps of 8 ms; after: window / 3 steps
     assert m["step_time_ms"].a == pytest.approx(8.0)

@@ -110,7 +110,7 @@ def test_autograd_thread_spawn_and_join_hand_computed():
     assert s.bound_ns["launch"] == 6 * US
     assert s.bound_ns["cpu"] == 194 * US
     assert sum(s.bound_ns.values()) == 200 * US
-    whats = {t["what"] for t in s.top}
+    whats = {t.what for t in s.top}
     assert "MmBackward0" in whats
 
 

@@ -422,11 +422,11 @@ def test_tensor_core_summary(con, trace, tmp_path):
     assert s.unknown_precision_us == pytest.approx(25)
     assert s.math_us == pytest.approx(200)
     assert s.by_precision == pytest.approx({"bf16": 115.0})
-    assert {k["name"] for k in s.unknown_kernels} == {
+    assert {k.name for k in s.unknown_kernels} == {
         "my_custom_gemm_kernel",
         "triton_tem_fused_mm_0",
     }
-    assert [k["name"] for k in s.eligible_kernels] == [FFMA]
+    assert [k.name for k in s.eligible_kernels] == [FFMA]
     assert set(s.to_json()) >= {
         "tensor_core_pct",
         "tc_us",

@@ -11,7 +11,7 @@ import pytest
 from gpuscope.analysis import recommendations as R
 from gpuscope.analysis import run_views
 from gpuscope.analysis.idle import CAUSES, IdleResult
-from gpuscope.analysis.memory import MemoryResult
+from gpuscope.analysis.memory import MallocStats, MemoryResult
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
 
@@ -75,7 +75,7 @@ def test_memory_rules_read_a_memory_result_as_its_document() -> None:
         peak_allocated_bytes=60 * 2**30,
         peak_reserved_bytes=76 * 2**30,
         reserved_at_peak_bytes=70 * 2**30,
-        malloc={"calls": 40, "us": 8000.0, "us_per_step": 800.0},
+        malloc=MallocStats(calls=40, us=8000.0, us_per_step=800.0, steps_with_calls=10, by_call={}),
         n_steps=10,
     )
     base = {"window_ns": 10_000_000, "n_steps": 10, "busy_pct": 50.0, "idle": idle, "kernels": k}

@@ -31,8 +31,6 @@ EXCEPTIONS = {
     "app/web/views.py:run_caption:row": "the runs table's row of a run, by column",
     # free-form by design: each rule's own evidence rows (Recommendation.evidence)
     "app/web/views.py:_rows_frame:rows": "a recommendation's evidence rows (free-form per rule)",
-    # the memory snapshot's summary as ingest stored it with the rank (MemoryResult.snapshot)
-    "app/web/memory_ops_views.py:_snapshot:s": "MemoryResult.snapshot, stored by ingest as is",
     # made by the page itself from page models: the cached figure and what its caption says
     "app/web/views.py:_sawtooth_view:return": "the page's own cache of a figure and its caption",
 }

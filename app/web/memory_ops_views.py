@@ -64,11 +64,11 @@ def memory(m: run_views.MemoryResult | None) -> None:
         delta_color="inverse" if m.near_full else "off",
     )
     c[2].metric("Reserved − allocated at the peak", _gib(m.reserved_minus_allocated_at_peak_bytes))
-    ma = m.malloc or {}
+    calls = m.malloc.calls if m.malloc is not None else 0
     c[3].metric(
         "cudaMalloc/cudaFree in steps",
-        f"{ma.get('calls', 0):,}",
-        f"{ma.get('us_per_step', 0.0):,.1f} µs per step" if ma.get("calls") else None,
+        f"{calls:,}",
+        f"{m.malloc.us_per_step:,.1f} µs per step" if m.malloc is not None and calls else None,
         delta_color="inverse",
     )
     if m.nvml_peak_bytes:
@@ -99,7 +99,7 @@ def memory(m: run_views.MemoryResult | None) -> None:
     if held:
         right.markdown("**Held at the peak, by the op that allocated it**")
         right.dataframe(
-            pd.DataFrame([{"op": h["op"], "GiB": h["bytes"] / GIB} for h in held]),
+            pd.DataFrame([{"op": h.op, "GiB": h.bytes / GIB} for h in held]),
             hide_index=True,
             key="mem_held",
         )
@@ -110,9 +110,9 @@ def memory(m: run_views.MemoryResult | None) -> None:
             pd.DataFrame(
                 [
                     {
-                        "op": o["op"],
-                        "allocated per step (GiB)": o["allocated_bytes_per_step"] / GIB,
-                        "allocations per step": o["allocations_per_step"],
+                        "op": o.op,
+                        "allocated per step (GiB)": o.allocated_bytes_per_step / GIB,
+                        "allocations per step": o.allocations_per_step,
                     }
                     for o in top
                 ]
@@ -124,13 +124,13 @@ def memory(m: run_views.MemoryResult | None) -> None:
         _snapshot(m.snapshot)
 
 
-def _snapshot(s: dict[str, Any]) -> None:
-    st.markdown(f"**Memory snapshot** ({ui.md(str(s.get('file')))})")
+def _snapshot(s: run_views.SnapshotSummary) -> None:
+    st.markdown(f"**Memory snapshot** ({ui.md(str(s.file))})")
     rows = [
-        {"device": d, "segments": v["segments"], "reserved (GiB)": v["reserved_bytes"] / GIB,
-         "allocated (GiB)": v["allocated_bytes"] / GIB,
-         "largest free block (GiB)": v["largest_free_block_bytes"] / GIB}
-        for d, v in (s.get("devices") or {}).items()
+        {"device": d, "segments": v.segments, "reserved (GiB)": v.reserved_bytes / GIB,
+         "allocated (GiB)": v.allocated_bytes / GIB,
+         "largest free block (GiB)": v.largest_free_block_bytes / GIB}
+        for d, v in s.devices.items()
     ]  # fmt: skip
     if rows:
         st.dataframe(pd.DataFrame(rows), hide_index=True, key="mem_snapshot")
