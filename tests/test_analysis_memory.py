@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from gpuscope.analysis import recommendations as R
-from gpuscope.analysis.memory import memory_analysis
+from gpuscope.analysis.memory import SnapshotSummary, memory_analysis
 from gpuscope.analysis.report import analyze_run
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.store_access import device_props, rank_meta
@@ -212,6 +212,24 @@ def test_real_snapshot_reads() -> None:
     assert s["actions"]["alloc"] > 0
 
 
+def test_snapshot_summary_is_what_ingest_stored() -> None:
+    """The page model of a stored snapshot: every figure of ingest's summary, as attributes, and
+    its JSON the same document (key order too); a summary missing figures reads 0."""
+    stored = read_snapshot(SAMPLE / "gpt_mem.snapshot.pickle")
+    s = SnapshotSummary.from_stored(stored)
+    assert s.file == "gpt_mem.snapshot.pickle"
+    assert s.devices["0"].segments == stored["devices"]["0"]["segments"] > 0
+    assert (
+        s.devices["0"].largest_free_block_bytes
+        == stored["devices"]["0"]["largest_free_block_bytes"]
+    )
+    assert s.actions == stored["actions"]
+    assert json.dumps(s.to_json()) == json.dumps(stored)
+    short = SnapshotSummary.from_stored({"file": "x.pickle", "devices": {"1": {"segments": 2}}})
+    assert short.devices["1"].segments == 2 and short.devices["1"].reserved_bytes == 0
+    assert short.actions == {}
+
+
 def test_restricted_unpickler_refuses_callables(tmp_path: Path) -> None:
     p, marker = evil_pickle(tmp_path)
     with pytest.raises(IngestError) as e:
@@ -254,6 +272,9 @@ def test_cli_refuses_a_callable_snapshot(tmp_path: Path) -> None:
     )  # fmt: skip
     snap = json.loads(out.stdout)["memory"]["snapshot"]
     assert snap["file"] == "gpt_mem.snapshot.pickle" and snap["devices"]["0"]["segments"] > 0
+    # the typed SnapshotSummary writes back what ingest stored, key for key and in order
+    stored = read_snapshot(SAMPLE / "gpt_mem.snapshot.pickle")
+    assert json.dumps(snap) == json.dumps(stored)
 
 
 @pytest.mark.slow
