@@ -262,7 +262,7 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
     """Deltas of B against A."""
 
     def tp(r: RunReport, key: str) -> float | None:
-        return (r.throughput or {}).get(key)
+        return r.throughput.rate(key) if r.throughput is not None else None
 
     U = UNPROFILED
     metrics = [
@@ -440,13 +440,13 @@ def fair_speedup(
     when both have them: basis ``..._untraced``); otherwise by step time (``step_time``, or
     ``untraced_step_time``), with a note that step times compare unequal work unless the batches
     are equal."""
-    ta, tb = a.throughput or {}, b.throughput or {}
-    inferred = "model_input" in (ta.get("source"), tb.get("source"))
+    ta, tb = a.throughput, b.throughput
+    inferred = "model_input" in (ta.source if ta else None, tb.source if tb else None)
     both_untraced = _untraced(a) is not None and _untraced(b) is not None
     for unit in ("tokens", "samples"):
         keys = [f"{unit}_per_s_untraced", f"{unit}_per_s"] if both_untraced else [f"{unit}_per_s"]
         for key in keys:
-            va, vb = ta.get(key), tb.get(key)
+            va, vb = (t.rate(key) if t is not None else None for t in (ta, tb))
             if va and vb:
                 sp = vb / va
                 how = " (batch inferred from the model's input)" if inferred else ""
@@ -675,7 +675,7 @@ def peak_difference(a: RunReport, b: RunReport) -> str | None:
 def throughput_key(a: RunReport, b: RunReport) -> str:
     """The throughput both runs are shown by: ``tokens_per_s`` when either knows its tokens per
     step, else ``samples_per_s``."""
-    if any((r.throughput or {}).get("tokens_per_s") is not None for r in (a, b)):
+    if any(r.throughput is not None and r.throughput.tokens_per_s is not None for r in (a, b)):
         return "tokens_per_s"
     return "samples_per_s"
 

@@ -353,19 +353,19 @@ def step_series(report: RunReport) -> dict[str, Series | None]:
     FLOPs and the peak are known) and ``GPU busy`` (%, per step). A metric the run lacks is None.
     Throughput and MFU per step are the run's per-step work over each step's time (so their
     median is the work over the median step)."""
-    steps = [s for s in report.per_step if s.get("duration_ms")]
-    dur = [float(s["duration_ms"]) for s in steps]
+    steps = [s for s in report.per_step if s.duration_ms]
+    dur = [float(s.duration_ms or 0.0) for s in steps]
     out: dict[str, Series | None] = {
         "step time": Series("step time", "ms", "lower", dur),
         "throughput": None,
         "MFU": None,
         "GPU busy": None,
     }
-    tp = report.throughput or {}
+    tp = report.throughput
     units, unit = (
-        (tp.get("tokens_per_step"), "tokens/s")
-        if tp.get("tokens_per_step")
-        else (tp.get("samples_per_step"), "samples/s")
+        (tp.tokens_per_step, "tokens/s")
+        if tp is not None and tp.tokens_per_step
+        else (tp.samples_per_step if tp is not None else None, "samples/s")
     )
     if units and report.has_gpu_activity:
         out["throughput"] = Series("throughput", unit, "higher", [units / (d / 1e3) for d in dur])
@@ -374,7 +374,7 @@ def step_series(report: RunReport) -> dict[str, Series | None]:
         out["MFU"] = Series(
             "MFU", "%", "higher", [100.0 * fps / (d / 1e3) / (peak * 1e12) for d in dur]
         )
-    busy = [float(s["busy_pct"]) for s in steps if s.get("busy_pct") is not None]
+    busy = [float(s.busy_pct) for s in steps if s.busy_pct is not None]
     if busy and report.has_gpu_activity:
         out["GPU busy"] = Series("GPU busy", "%", "higher", busy)
     return out

@@ -54,7 +54,7 @@ from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_
 from gpuscope.analysis.rank_index import RankIndex, close_shared, drop_run_names, run_names
 from gpuscope.analysis.ranks import Straggler, rank_table
 from gpuscope.analysis.roofline import Roofline, roofline
-from gpuscope.analysis.steps import StepStats, Window, find_window, step_stats
+from gpuscope.analysis.steps import StepRow, StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import (
     COMM_KERNEL_RE,
     GPU_CATS,
@@ -67,6 +67,7 @@ from gpuscope.analysis.store_access import (
     us,
 )
 from gpuscope.analysis.tensor_cores import TensorCoreSummary
+from gpuscope.analysis.throughput import Throughput
 from gpuscope.store import read_snapshot
 from gpuscope.vocabulary.causes import DATA_LOADING
 
@@ -84,11 +85,11 @@ class RunReport:
     rank: int
     window: Window
     step_stats: StepStats
-    per_step: list[dict[str, Any]]
+    per_step: list[StepRow]
     busy: BusySummary
     idle: IdleResult
     comm_only_ns: int = 0
-    throughput: dict[str, Any] | None = None
+    throughput: Throughput | None = None
     kernels: KernelBreakdown | None = None
     tensor_cores: TensorCoreSummary | None = None
     flops: FlopsResult | None = None
@@ -179,8 +180,8 @@ class RunReport:
                 "annotation": w.annotation,
             },
             "step_time_ms": self.step_stats.to_json(),
-            "steps": self.per_step,
-            "throughput": self.throughput,
+            "steps": [s.to_json() for s in self.per_step],
+            "throughput": self.throughput.to_json() if self.throughput is not None else None,
             "gpu_busy_pct": self.gpu_busy_pct,
             "busy": busy,
             "idle": idle,
@@ -314,21 +315,21 @@ def _units_from_shape(shape: Any, dtype: Any) -> tuple[float | None, float | Non
 
 def _throughput(
     meta: dict[str, Any], step_ms: float, untraced_ms: float | None = None
-) -> dict[str, Any] | None:
+) -> Throughput | None:
     samples, tokens, source = _units(meta)
     if (samples is None and tokens is None) or step_ms <= 0:
         return None
     sec = step_ms / 1e3
     usec = untraced_ms / 1e3 if untraced_ms else None
-    return {
-        "samples_per_step": samples,
-        "tokens_per_step": tokens,
-        "source": source,
-        "samples_per_s": samples / sec if samples else None,
-        "tokens_per_s": tokens / sec if tokens else None,
-        "samples_per_s_untraced": samples / usec if samples and usec else None,
-        "tokens_per_s_untraced": tokens / usec if tokens and usec else None,
-    }
+    return Throughput(
+        samples_per_step=samples,
+        tokens_per_step=tokens,
+        source=source,
+        samples_per_s=samples / sec if samples else None,
+        tokens_per_s=tokens / sec if tokens else None,
+        samples_per_s_untraced=samples / usec if samples and usec else None,
+        tokens_per_s_untraced=tokens / usec if tokens and usec else None,
+    )
 
 
 def _kernel_stats(
@@ -1067,22 +1068,22 @@ class RunAnalysis:
         )
 
     @functools.cached_property
-    def per_step(self) -> list[dict[str, Any]]:
+    def per_step(self) -> list[StepRow]:
         """One row per step: its start (µs), duration, CPU time (ms), GPU end (µs), busy (%) and
         its wait in collectives (ms; None without a busy split)."""
         w = self.window
         waits = wait_by_step(self.match, self.rank)
         split = self.split
         return [
-            {
-                "number": s.number,
-                "start_us": us(b[0]),
-                "duration_ms": ms(b[1] - b[0]),
-                "cpu_ms": ms(s.cpu_end_ns - s.cpu_start_ns),
-                "gpu_end_us": us(s.gpu_end_ns),
-                "busy_pct": pct(sb, b[1] - b[0]) if sb is not None else None,
-                "wait_ms": waits.get(s.number, 0) / 1e6 if split is not None else None,
-            }
+            StepRow(
+                number=s.number,
+                start_us=us(b[0]),
+                duration_ms=ms(b[1] - b[0]),
+                cpu_ms=ms(s.cpu_end_ns - s.cpu_start_ns),
+                gpu_end_us=us(s.gpu_end_ns),
+                busy_pct=pct(sb, b[1] - b[0]) if sb is not None else None,
+                wait_ms=waits.get(s.number, 0) / 1e6 if split is not None else None,
+            )
             for s, b, sb in zip(w.steps, w.step_bounds_ns(), self.step_busy, strict=True)
         ]
 
@@ -1138,7 +1139,7 @@ class RunAnalysis:
         return _recommendations(self)
 
     @functools.cached_property
-    def throughput(self) -> dict[str, Any] | None:
+    def throughput(self) -> Throughput | None:
         """Samples and tokens per second (traced and untraced), when the trace says per step."""
         return _throughput(self.meta, self.stats.mean_ms, self.profiler.untraced_step_ms)
 

@@ -271,3 +271,30 @@ def step_frame(window: Window) -> pd.DataFrame:
             "gpu_end_ns": pd.array([s.gpu_end_ns for s in window.steps], dtype="Int64"),
         }
     )
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One step of a report (``RunReport.per_step``): its number, start (µs of trace time),
+    duration and CPU time (ms), the end of its GPU work (µs; None when none), GPU busy (% of the
+    step; None without GPU activity) and its wait in collectives (ms; None without a busy
+    split)."""
+
+    number: int
+    start_us: float | None
+    duration_ms: float | None
+    cpu_ms: float | None
+    gpu_end_us: float | None
+    busy_pct: float | None
+    wait_ms: float | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "number": self.number,
+            "start_us": self.start_us,
+            "duration_ms": self.duration_ms,
+            "cpu_ms": self.cpu_ms,
+            "gpu_end_us": self.gpu_end_us,
+            "busy_pct": self.busy_pct,
+            "wait_ms": self.wait_ms,
+        }

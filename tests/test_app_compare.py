@@ -141,10 +141,12 @@ def test_cards_show_throughput_and_tflops_and_flag_different_peaks() -> None:
     from types import SimpleNamespace as NS
 
     from gpuscope.analysis.compare import Delta, display_delta, peak_difference, throughput_key
+    from gpuscope.analysis.throughput import Throughput
     from gpuscope.web import ui
 
     def report(peak: float, dtype: str, tokens_per_s: float | None) -> NS:
-        return NS(peak_tflops=peak, peak=NS(dtype=dtype), throughput={"tokens_per_s": tokens_per_s})
+        tp = Throughput(None, None, None, None, tokens_per_s, None, None)
+        return NS(peak_tflops=peak, peak=NS(dtype=dtype), throughput=tp)
 
     a, b = report(989.4, "bf16", 12345.6), report(494.7, "tf32", 23456.0)
     note = peak_difference(a, b)  # type: ignore[arg-type]

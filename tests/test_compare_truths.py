@@ -55,7 +55,7 @@ def test_cards_lead_with_unprofiled_throughput_and_colour_by_the_user(samples) -
     tp, step = cards["throughput"], cards["step_time"]
     # the samples carry their unprofiled step time: the cards use it, and say so
     assert tp.basis == step.basis == "unprofiled"
-    assert tp.a == pytest.approx(a.throughput["tokens_per_s_untraced"])
+    assert tp.a == pytest.approx(a.throughput.tokens_per_s_untraced)
     assert step.a == pytest.approx(a.profiler.untraced_step_ms)
     assert tp.tone == "good" and step.tone == "good" and tp.delta == "+455.9 %"
     # B is faster, yet its busy share fell and its idle per step rose: not red, and it says why

@@ -269,8 +269,8 @@ def test_speedup_with_inferred_batch(con, tmp_path):
     tb.extra_meta = {"gpuscope.samples_per_step_rank": 16, "gpuscope.world_size": 1}
     a, b = ingest(con, ta, tmp_path / "a.json"), ingest(con, tb, tmp_path / "b.json")
     ra = analyze_run(con, a, all_ranks=False)
-    assert ra.throughput["source"] == "model_input"
-    assert ra.throughput["samples_per_s"] == pytest.approx(500.0)
+    assert ra.throughput.source == "model_input"
+    assert ra.throughput.samples_per_s == pytest.approx(500.0)
     cmp = compare_runs(con, a, b)
     assert cmp.speedup_basis == "samples_per_s"
     assert "inferred from the model's input" in (cmp.speedup_text or "")
@@ -287,16 +287,16 @@ def test_units_from_the_model_input_shape(con, tmp_path):
         "gpuscope.world_size": 2,
     }
     tp = analyze_run(con, ingest(con, t, tmp_path / "s.json")).throughput
-    assert tp["source"] == "model_input"
-    assert tp["samples_per_step"] == 8.0 and tp["tokens_per_step"] == 1024.0
-    assert tp["tokens_per_s"] == pytest.approx(1024 / 0.008)
+    assert tp.source == "model_input"
+    assert tp.samples_per_step == 8.0 and tp.tokens_per_step == 1024.0
+    assert tp.tokens_per_s == pytest.approx(1024 / 0.008)
     # a float image batch [32, 3, 224, 224]: samples only
     t.extra_meta = {
         "gpuscope.model_input_shape": [32, 3, 224, 224],
         "gpuscope.model_input_dtype": "torch.float32",
     }
     tp = analyze_run(con, ingest(con, t, tmp_path / "i.json")).throughput
-    assert tp["samples_per_step"] == 32.0 and tp["tokens_per_step"] is None
+    assert tp.samples_per_step == 32.0 and tp.tokens_per_step is None
 
 
 def test_batch_size_bound_is_per_sample(con, tmp_path):

@@ -134,5 +134,5 @@ def test_capture_traces_slow_steps_and_reports_them(tmp_path, sampler):
         rep = analyze_run(con, run.run_id)
     finally:
         con.close()
-    assert [p["number"] for p in rep.per_step] == [12]
-    assert rep.per_step[0]["duration_ms"] > 1500
+    assert [p.number for p in rep.per_step] == [12]
+    assert (rep.per_step[0].duration_ms or 0) > 1500

@@ -33,8 +33,6 @@ FREE_FORM = {
 }
 #: Documents still to be typed (issue 21 stays open for them): "module.Class.field" -> what it is.
 NOT_YET_TYPED = {
-    "gpuscope.analysis.report.RunReport.per_step": "one row per step of the window",
-    "gpuscope.analysis.report.RunReport.throughput": "tokens / samples per second",
     "gpuscope.analysis.report.RunReport.ranks": "one row per rank, as rank_summary stores it",
 }
 
