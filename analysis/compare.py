@@ -8,7 +8,7 @@ the dashboard's Compare page shows of it, in display units (ms, %, TFLOP/s), as 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.fmt import sig3
@@ -137,13 +137,7 @@ class ComparedRun:
     steps: int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "gpu": self.gpu,
-            "rank": self.rank,
-            "steps": self.steps,
-        }
+        return asdict(self)
 
 
 @dataclass

@@ -43,7 +43,7 @@ import itertools
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.event_classes import (
@@ -691,7 +691,7 @@ class PathTotal:
     ms: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"category": self.category, "what": self.what, "ms": self.ms}
+        return asdict(self)
 
 
 @dataclass

@@ -8,7 +8,7 @@ Times are integer ns of trace time; sizes are bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,11 +43,7 @@ class MemoryOp:
     allocations_per_step: float
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "op": self.op,
-            "allocated_bytes_per_step": self.allocated_bytes_per_step,
-            "allocations_per_step": self.allocations_per_step,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -58,7 +54,7 @@ class HeldBlock:
     bytes: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "bytes": self.bytes}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,7 @@ class MallocCall:
     us: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"calls": self.calls, "us": self.us}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -84,13 +80,7 @@ class MallocStats:
     by_call: dict[str, MallocCall]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "calls": self.calls,
-            "us": self.us,
-            "us_per_step": self.us_per_step,
-            "steps_with_calls": self.steps_with_calls,
-            "by_call": {k: c.to_json() for k, c in self.by_call.items()},
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -106,14 +96,7 @@ class SnapshotDevice:
     free_blocks: int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "segments": self.segments,
-            "reserved_bytes": self.reserved_bytes,
-            "allocated_bytes": self.allocated_bytes,
-            "active_bytes": self.active_bytes,
-            "largest_free_block_bytes": self.largest_free_block_bytes,
-            "free_blocks": self.free_blocks,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -143,11 +126,7 @@ class SnapshotSummary:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "devices": {k: d.to_json() for k, d in self.devices.items()},
-            "actions": dict(self.actions),
-        }
+        return asdict(self)
 
 
 _SNAP_DEVICE = tuple(SnapshotDevice.__dataclass_fields__)

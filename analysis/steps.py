@@ -10,7 +10,7 @@ the whole trace of the rank, seen as one step (never an empty result). All times
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -289,12 +289,4 @@ class StepRow:
     wait_ms: float | None
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "number": self.number,
-            "start_us": self.start_us,
-            "duration_ms": self.duration_ms,
-            "cpu_ms": self.cpu_ms,
-            "gpu_end_us": self.gpu_end_us,
-            "busy_pct": self.busy_pct,
-            "wait_ms": self.wait_ms,
-        }
+        return asdict(self)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -536,7 +536,7 @@ class KernelTime:
     us: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "short_name": self.short_name, "us": self.us}
+        return asdict(self)
 
 
 @dataclass

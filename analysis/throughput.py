@@ -3,7 +3,7 @@ input) over the step time, traced and untraced (docs/metrics.md, "Comparison": t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 #: The rates of :class:`Throughput` (per second), by name: what ``compare`` picks by key.
@@ -31,12 +31,4 @@ class Throughput:
         return value
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "samples_per_step": self.samples_per_step,
-            "tokens_per_step": self.tokens_per_step,
-            "source": self.source,
-            "samples_per_s": self.samples_per_s,
-            "tokens_per_s": self.tokens_per_s,
-            "samples_per_s_untraced": self.samples_per_s_untraced,
-            "tokens_per_s_untraced": self.tokens_per_s_untraced,
-        }
+        return asdict(self)
