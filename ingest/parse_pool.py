@@ -34,12 +34,18 @@ from gpuscope.ingest.source import file_sha256, iter_json_bytes
 ENV_JOBS = "GPUSCOPE_INGEST_JOBS"  # parse threads of an ingest when the caller names none
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: ``taskset``, a container's cpuset),
+    not the machine's: DuckDB's default thread count is the machine's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def default_jobs() -> int:
     """Parse threads of an ingest: ``$GPUSCOPE_INGEST_JOBS``, else the cores this process may use."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     try:
         return positive_int(ENV_JOBS, max(1, cores))
     except ValueError as e:
