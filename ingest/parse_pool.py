@@ -14,7 +14,6 @@ parsed or waiting at a time, besides the one being written.
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -30,17 +29,9 @@ from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.json_stream import Batch, TraceSplitter
 from gpuscope.ingest.source import file_sha256, iter_json_bytes
+from gpuscope.store.cores import usable_cores
 
 ENV_JOBS = "GPUSCOPE_INGEST_JOBS"  # parse threads of an ingest when the caller names none
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity: ``taskset``, a container's cpuset),
-    not the machine's: DuckDB's default thread count is the machine's."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def default_jobs() -> int:
