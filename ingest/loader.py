@@ -18,8 +18,7 @@ from gpuscope.ingest.parse_pool import ParsePool, default_jobs, file_shas
 from gpuscope.ingest.rank_rows import MAX_KEPT_EVENTS, RankRows, RankSink, RankSinks
 from gpuscope.ingest.records import RankSummary, RunResult, RunRow, run_id_for
 from gpuscope.ingest.source import iter_json_bytes
-from gpuscope.store import Connection, Store, run_exists, transaction
-from gpuscope.store.cores import usable_cores
+from gpuscope.store import Connection, Store, run_exists, transaction, usable_cores
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)

@@ -29,7 +29,7 @@ from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.json_stream import Batch, TraceSplitter
 from gpuscope.ingest.source import file_sha256, iter_json_bytes
-from gpuscope.store.cores import usable_cores
+from gpuscope.store import usable_cores
 
 ENV_JOBS = "GPUSCOPE_INGEST_JOBS"  # parse threads of an ingest when the caller names none
 
