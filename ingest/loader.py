@@ -18,7 +18,7 @@ from gpuscope.ingest.parse_pool import ParsePool, default_jobs, file_shas
 from gpuscope.ingest.rank_rows import MAX_KEPT_EVENTS, RankRows, RankSink, RankSinks
 from gpuscope.ingest.records import RankSummary, RunResult, RunRow, run_id_for
 from gpuscope.ingest.source import iter_json_bytes
-from gpuscope.store import Connection, Store, run_exists, transaction
+from gpuscope.store import Connection, Store, run_exists, transaction, usable_cores
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
@@ -293,10 +293,11 @@ def _rank_hints(files: list[Path]) -> list[int | None]:
 
 @contextmanager
 def duckdb_threads(con: Connection, n: int) -> Iterator[None]:
-    """DuckDB on ``n`` threads inside the block, one again after it: the ingest holds one (its
-    parse threads need the other cores), but the ``after_trace`` hook runs once they are done
-    (a 1 GB rank's summary parts on 2 cores: 7.1 s on one thread, 6.2 s on two)."""
-    con.execute(f"SET threads = {max(1, int(n))}")
+    """DuckDB on ``n`` threads inside the block, but no more than the cores this process may use
+    (:func:`~gpuscope.store.cores.usable_cores`), and on one again after it. The ingest holds
+    one thread (its parse threads need the other cores), but the ``after_trace`` hook runs once
+    they are done (a 1 GB rank's summary parts on 2 cores: 7.1 s on one thread, 6.2 s on two)."""
+    con.execute(f"SET threads = {max(1, min(int(n), usable_cores()))}")
     yield
     # not on an error: the transaction is failing, and a statement on it would fail too and hide
     # the error (a team store whose PostgreSQL stopped); each try of the ingest sets one thread

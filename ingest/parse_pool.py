@@ -14,7 +14,6 @@ parsed or waiting at a time, besides the one being written.
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -30,16 +29,14 @@ from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.json_stream import Batch, TraceSplitter
 from gpuscope.ingest.source import file_sha256, iter_json_bytes
+from gpuscope.store import usable_cores
 
 ENV_JOBS = "GPUSCOPE_INGEST_JOBS"  # parse threads of an ingest when the caller names none
 
 
 def default_jobs() -> int:
     """Parse threads of an ingest: ``$GPUSCOPE_INGEST_JOBS``, else the cores this process may use."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     try:
         return positive_int(ENV_JOBS, max(1, cores))
     except ValueError as e:

@@ -33,6 +33,7 @@ from gpuscope.store.connection import (
     pid_alive,
     rollback_quietly,
 )
+from gpuscope.store.cores import usable_cores
 from gpuscope.store.credentials import postgres_conninfo, s3_secret_sql
 from gpuscope.store.errors import StoreError, catalog_lost, store_fault
 from gpuscope.store.legacy import MigrationResult, copy_runs, is_duckdb_file
@@ -109,5 +110,6 @@ __all__ = [
     "store_fault",
     "tags_of",
     "transaction",
+    "usable_cores",
     "write_lock",
 ]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from gpuscope.store.cores import usable_cores
 
 # name -> the package that ships it
 PACKAGES = {
@@ -67,7 +68,8 @@ def _stamp(path: Path) -> tuple[int, int, int, int]:
 
 def offline_connection(*names: str, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
     """A DuckDB connection that installs and auto-loads nothing, with the extensions ``names``
-    loaded by path from their packages (no download).
+    loaded by path from their packages (no download), on as many threads as this process has
+    cores (:func:`~gpuscope.store.cores.usable_cores`).
 
     Every file's signature is checked by DuckDB the first time this process loads it; later
     connections load a file that is still the one checked (same device, inode, size and mtime)
@@ -77,7 +79,7 @@ def offline_connection(*names: str, database: str = ":memory:") -> duckdb.DuckDB
     files = [extension_file(n) for n in names]
     with _VERIFIED_LOCK:
         trusted = bool(files) and all(_VERIFIED.get(str(f)) == _stamp(f) for f in files)
-    config: dict[str, Any] = dict(OFFLINE)
+    config: dict[str, Any] = {**OFFLINE, "threads": usable_cores()}
     if trusted:
         config["allow_unsigned_extensions"] = True
     con = duckdb.connect(database, config=config)

@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 from gpuscope.store import extensions
 from gpuscope.store.connection import ALLOCATOR_SETTINGS, LAKE, Store, _first_line, pid_alive
+from gpuscope.store.cores import usable_cores
 from gpuscope.store.credentials import _sql_text, postgres_conninfo, s3_secret_sql
 from gpuscope.store.legacy import backup_name, copy_runs, is_duckdb_file
 from gpuscope.store.lock import write_lock
@@ -54,7 +55,7 @@ def _open_duckdb(s: StoreSpec) -> Store:
     if s.location != ":memory:":
         Path(s.location).parent.mkdir(parents=True, exist_ok=True)
     try:
-        con = duckdb.connect(s.location, config=dict(extensions.OFFLINE))
+        con = duckdb.connect(s.location, config={**extensions.OFFLINE, "threads": usable_cores()})
     except duckdb.Error as e:
         raise BadInput(s.location, f"cannot open ({_first_line(e)})") from None
     con.execute(f"SET temp_directory = {_sql_text(_spill_dir())}")

@@ -263,19 +263,22 @@ def test_a_part_thread_reuses_one_scratch_database_that_holds_only_the_rank_at_h
     assert [r[:5] for r in docs[0]] == [r[:5] for r in docs[-1]]  # all but the time stamp
 
 
-@pytest.mark.parametrize("job", [None, "job-7"])
+@pytest.mark.parametrize(("job", "cores", "want"), [(None, 8, 3), ("job-7", 8, 3), (None, 2, 2)])
 def test_the_after_trace_hook_runs_on_the_stores_threads_the_ingest_on_one(
-    tmp_path: Path, job: str | None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str | None, cores: int, want: int
 ) -> None:
     seen: list[int] = []
 
     def hook(con, result) -> None:  # type: ignore[no-untyped-def]
         seen.append(int(con.execute("SELECT current_setting('threads')").fetchone()[0]))
 
+    monkeypatch.setattr(loader, "usable_cores", lambda: cores)  # the process's CPU affinity
     with connect(tmp_path / "s") as con:
         con.execute("SET threads = 3")
         ingest_paths(con, [DDP], after_trace=hook, job=job)
-        assert seen == [3]  # the parse threads are done: the summary parts get every thread
+        # the parse threads are done: the summary parts get the store's threads, at most the
+        # cores this process may use
+        assert seen == [want]
         assert int(con.execute("SELECT current_setting('threads')").fetchone()[0]) == 3
 
 
