@@ -206,13 +206,12 @@ def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
         _ints64(host["e"]),
         None if p.get("hs") is None else (max(p["hs"], p["ws"]), min(p["he"], p["we"])),
     )
-    con.register("host_late_shares", shares)
+    src = f"{t['sh']}_src"  # the index's own name: no other table's
+    con.register(src, shares)
     try:
-        con.execute(
-            f"CREATE TEMP TABLE {t['sh']} AS SELECT *, {_DOMINANT} AS cause FROM host_late_shares"
-        )
+        con.execute(f"CREATE TEMP TABLE {t['sh']} AS SELECT *, {_DOMINANT} AS cause FROM {src}")
     finally:
-        con.unregister("host_late_shares")
+        con.unregister(src)
     # every gap: queued ones are launch overhead (or other when long), swept ones have their
     # shares, every other host-late gap is wholly cpu_overhead
     lo = LAUNCH_GAP_MAX_NS
