@@ -10,7 +10,6 @@ Rollbacks never replace the error on its way; a killed ingest leaves no scratch 
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -52,10 +51,22 @@ class Disk:
             subprocess.run(["mount", "-o", "remount,size=400m", str(self.root)], check=True)
         self.fsize = None
 
-    def preexec(self) -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() fails with EFBIG instead
-        if self.fsize is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (self.fsize, resource.RLIM_INFINITY))
+    def command(self, args: tuple[str, ...]) -> list[str]:
+        """``gpuscope ARGS`` run under this disk's limits: set in a small Python that then execs
+        gpuscope (no ``preexec_fn``: that makes subprocess fork the whole test worker, whose
+        address space a test with tiny ingest batches grows to tens of GB of reserved memory, and
+        the kernel then refuses the fork: ENOMEM)."""
+        return [sys.executable, "-c", LIMITED, str(self.fsize or 0), *args]
+
+
+# SIGXFSZ ignored (write() then fails with EFBIG), RLIMIT_FSIZE set (0: none), then gpuscope
+LIMITED = """
+import os, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+if int(sys.argv[1]):
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), resource.RLIM_INFINITY))
+os.execv(sys.executable, [sys.executable, "-m", "gpuscope", *sys.argv[2:]])
+"""
 
 
 @pytest.fixture
@@ -92,11 +103,10 @@ def small_trace(path: Path, name: str) -> Path:
 
 def cli(*args: str, disk: Disk | None = None, env: dict[str, str] | None = None):
     return subprocess.run(
-        [sys.executable, "-m", "gpuscope", *args],
+        disk.command(args) if disk else [sys.executable, "-m", "gpuscope", *args],
         capture_output=True,
         text=True,
         timeout=300,
-        preexec_fn=disk.preexec if disk else None,
         env={**os.environ, **(env or {})},
     )
 
