@@ -1,0 +1,76 @@
+"""A rank's cross-rank summary part, CPU ms per rank, as the ingest computes it while it parses the
+next ranks (``rank_summary.PartsWhileIngesting._compute`` on the rows the ingest hands over, read
+back here from a store). Prints the per-round figures and a hash of the parts (the same hash for
+two versions: the same parts).
+
+    .venv/bin/python benchmarks/part_cost.py STORE [--rounds N]
+
+``STORE``: a store holding one run of several ranks (``gpuscope ingest benchmarks/out/ranks-16
+--db STORE``). To compare two versions, install each one's wheel into a folder
+(``pip install --no-deps --target DIR WHEEL``) and run this with ``PYTHONPATH=DIR``, alternating.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import time
+
+from gpuscope.analysis import rank_summary
+from gpuscope.ingest.rank_rows import RankRows
+from gpuscope.store import connect
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("store")
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    con = connect(a.store)
+    run = con.execute("SELECT run_id FROM runs WHERE kind = 'trace' LIMIT 1").fetchone()[0]
+    ranks = [
+        int(r[0])
+        for r in con.execute(
+            "SELECT rank FROM ranks WHERE run_id = ? ORDER BY rank", [run]
+        ).fetchall()
+    ]
+    names = con.execute("SELECT * FROM names WHERE run_id = ?", [run]).to_arrow_table()
+    rank_rows = [
+        list(r)
+        for r in con.execute("SELECT * FROM ranks WHERE run_id = ? ORDER BY rank", [run]).fetchall()
+    ]
+    rows = []
+    for r in ranks:
+        events = con.execute(
+            "SELECT * FROM events WHERE run_id = ? AND rank = ?", [run, r]
+        ).to_arrow_table()
+        threads = [
+            tuple(t)
+            for t in con.execute(
+                "SELECT * FROM threads WHERE run_id = ? AND rank = ?", [run, r]
+            ).fetchall()
+        ]
+        rows.append(RankRows(run, r, events, threads, rank_rows, names))
+    sink = rank_summary.PartsWhileIngesting(run, rank_summary.EVERY_RANK, 1)
+    docs: dict[int, list[str]] = {}
+    per_rank_ms = []
+    try:
+        for _ in range(a.rounds):
+            t = time.thread_time()
+            for rr in rows:
+                docs[rr.rank] = [row[4] for row in sink._compute(rr)]
+            per_rank_ms.append((time.thread_time() - t) / len(rows) * 1e3)
+    finally:
+        sink.close()
+    digest = hashlib.sha256(json.dumps(sorted(docs.items())).encode()).hexdigest()[:16]
+    print(
+        f"{len(rows)} ranks, CPU ms per rank: "
+        + ", ".join(f"{x:.1f}" for x in per_rank_ms)
+        + f" (median {statistics.median(per_rank_ms):.1f}); parts {digest}"
+    )
+
+
+if __name__ == "__main__":
+    main()
