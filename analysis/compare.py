@@ -8,11 +8,12 @@ the dashboard's Compare page shows of it, in display units (ms, %, TFLOP/s), as 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.idle import CAUSES
+from gpuscope.analysis.json_row import JsonRow
 from gpuscope.analysis.kernel_names import distinct_clips, short_name
 from gpuscope.analysis.report import RunReport, analyze_run
 
@@ -126,7 +127,7 @@ class Delta:
 
 
 @dataclass(frozen=True)
-class ComparedRun:
+class ComparedRun(JsonRow):
     """Which run and rank one side of a comparison is: the run's id, name and GPU, the rank and
     its steps in the window."""
 
@@ -135,9 +136,6 @@ class ComparedRun:
     gpu: str | None
     rank: int | None  # None: an NVML-only run (no ranks)
     steps: int
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -43,7 +43,7 @@ import itertools
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.event_classes import (
@@ -61,6 +61,7 @@ from gpuscope.analysis.event_classes import (
     SYNC_APIS,
     is_comm_kernel,
 )
+from gpuscope.analysis.json_row import JsonRow
 from gpuscope.vocabulary.causes import DATA_LOADING
 
 if TYPE_CHECKING:
@@ -683,15 +684,12 @@ def step_end_node(g: Graph, E: list[float], b: int, main_tid: int) -> int | None
 
 
 @dataclass(frozen=True)
-class PathTotal:
+class PathTotal(JsonRow):
     """One (category, what) of a step's critical path and its time on the path (ms)."""
 
     category: str
     what: str
     ms: float
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -8,12 +8,13 @@ Times are integer ns of trace time; sizes are bytes.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.event_classes import RUNTIME_CATS
+from gpuscope.analysis.json_row import JsonRow
 from gpuscope.analysis.modules import PHASES, innermost, phase_at, phase_spans
 from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.steps import Window
@@ -35,41 +36,32 @@ NO_OP = "(no op)"
 
 
 @dataclass(frozen=True)
-class MemoryOp:
+class MemoryOp(JsonRow):
     """An op's allocations per step (the op the allocating thread was in; ``top_ops``)."""
 
     op: str
     allocated_bytes_per_step: float
     allocations_per_step: float
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class HeldBlock:
+class HeldBlock(JsonRow):
     """Bytes live at the allocation peak, by the op that allocated them (``held_at_peak``)."""
 
     op: str
     bytes: int
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class MallocCall:
+class MallocCall(JsonRow):
     """One driver call's count and time (µs) inside the window (``malloc.by_call``)."""
 
     calls: int
     us: float
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class MallocStats:
+class MallocStats(JsonRow):
     """cudaMalloc/cudaFree (and the virtual-memory calls, :data:`MALLOC_RE`) inside the window:
     calls, µs in all and per step, the steps with any, by call."""
 
@@ -79,12 +71,9 @@ class MallocStats:
     steps_with_calls: int
     by_call: dict[str, MallocCall]
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class SnapshotDevice:
+class SnapshotDevice(JsonRow):
     """One device of a memory snapshot (``torch.cuda.memory._dump_snapshot``): its segments,
     reserved / allocated / active bytes, free blocks and the largest of them (bytes)."""
 
@@ -95,12 +84,9 @@ class SnapshotDevice:
     largest_free_block_bytes: int
     free_blocks: int
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class SnapshotSummary:
+class SnapshotSummary(JsonRow):
     """The memory snapshot's summary that ingest stored with the rank
     (:func:`gpuscope.ingest.memory_snapshot.snapshot_summary`): the file's name, each device by
     its index (a string), the allocator's actions by name (count)."""
@@ -124,9 +110,6 @@ class SnapshotSummary:
                 str(k): _int(v) or 0 for k, v in (acts.items() if isinstance(acts, dict) else ())
             },
         )
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 _SNAP_DEVICE = tuple(SnapshotDevice.__dataclass_fields__)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
+
+from gpuscope.analysis.json_row import JsonRow
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
@@ -348,7 +350,7 @@ DTYPE_ALIASES = {
 
 
 @dataclass(frozen=True)
-class Peak:
+class Peak(JsonRow):
     """Peak dense throughput for one device and dtype. tflops None = unknown (``reason`` says why)."""
 
     tflops: float | None
@@ -357,9 +359,6 @@ class Peak:
     source: str
     matched_name: str | None
     reason: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def match_model(device: dict[str, Any]) -> tuple[str | None, str]:

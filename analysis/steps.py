@@ -10,11 +10,12 @@ the whole trace of the rank, seen as one step (never an empty result). All times
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+from gpuscope.analysis.json_row import JsonRow
 from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.store_access import (
     GPU_CATS_SQL,
@@ -274,7 +275,7 @@ def step_frame(window: Window) -> pd.DataFrame:
 
 
 @dataclass(frozen=True)
-class StepRow:
+class StepRow(JsonRow):
     """One step of a report (``RunReport.per_step``): its number, start (µs of trace time),
     duration and CPU time (ms), the end of its GPU work (µs; None when none), GPU busy (% of the
     step; None without GPU activity) and its wait in collectives (ms; None without a busy
@@ -287,6 +288,3 @@ class StepRow:
     gpu_end_us: float | None
     busy_pct: float | None
     wait_ms: float | None
-
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.event_classes import KERNEL_CATS
+from gpuscope.analysis.json_row import JsonRow
 from gpuscope.analysis.kernel_names import classify_kernel, short_name
 from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
 from gpuscope.analysis.store_access import OP_CATS_SQL, RUNTIME_CATS_SQL, execute, sql_list
@@ -528,15 +529,12 @@ def dtype_of(type_name: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class KernelTime:
+class KernelTime(JsonRow):
     """A kernel's time in the window (µs): its full and its short name."""
 
     name: str
     short_name: str
     us: float
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -3,15 +3,16 @@ input) over the step time, traced and untraced (docs/metrics.md, "Comparison": t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+
+from gpuscope.analysis.json_row import JsonRow
 
 #: The rates of :class:`Throughput` (per second), by name: what ``compare`` picks by key.
 RATES = ("samples_per_s", "tokens_per_s", "samples_per_s_untraced", "tokens_per_s_untraced")
 
 
 @dataclass(frozen=True)
-class Throughput:
+class Throughput(JsonRow):
     """Samples and tokens per step (None: unknown), where they came from (``source``), and per
     second over the traced step time and, when known, the untraced one (``..._untraced``)."""
 
@@ -29,6 +30,3 @@ class Throughput:
             raise KeyError(key)
         value: float | None = getattr(self, key)
         return value
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
