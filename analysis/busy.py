@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
 from gpuscope.analysis.store_access import (
-    COMM_KERNEL_RE,
     bucket_width,
     by_bucket,
     execute,
@@ -384,13 +383,7 @@ def comm_only_ns(
     if device is None:
         return 0
     ix = RankIndex.shared(con, run_id, rank)
-    comm = [
-        int(r[0])
-        for r in con.execute(
-            "SELECT name_id FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
-            [run_id, COMM_KERNEL_RE],
-        ).fetchall()
-    ]
+    comm = ix.comm_name_ids()
     if not comm:
         return 0
     p = _params(run_id, rank, start_ns, end_ns, dev=int(device), comm=comm)
@@ -466,13 +459,7 @@ def busy_split(
     if device is None or window <= 0:
         return BusySplit(max(0, window), 0, 0, 0, max(0, window))
     ix = RankIndex.shared(con, run_id, rank)
-    comm = [
-        int(r[0])
-        for r in con.execute(
-            "SELECT name_id FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
-            [run_id, COMM_KERNEL_RE],
-        ).fetchall()
-    ] or [NO_DEVICE]
+    comm = ix.comm_name_ids() or [NO_DEVICE]
     w = waits if waits is not None else pd.DataFrame({"start_ns": [], "end_ns": [], "wait_ns": []})
     p = {
         "run": run_id,
@@ -600,13 +587,7 @@ def wait_series(
     if device is None or waits is None or waits.empty or not (waits["wait_ns"] > 0).any():
         return out.assign(wait_frac=0.0)
     ix = RankIndex.shared(con, run_id, rank)
-    comm = {
-        int(r[0])
-        for r in con.execute(
-            "SELECT name_id FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
-            [run_id, COMM_KERNEL_RE],
-        ).fetchall()
-    }
+    comm = set(ix.comm_name_ids())
     act = execute(
         con,
         f"SELECT s, e, name_id FROM {ix.gpu()} WHERE dev = $dev AND s < $we AND e > $ws",

@@ -31,7 +31,7 @@ from gpuscope.analysis.collectives import FRAME_COLUMNS, _typed, rank_collective
 from gpuscope.analysis.idle import IdleResult, idle_totals
 from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.steps import Step, StepStats, Window, find_window, step_stats
-from gpuscope.analysis.store_access import COMM_KERNEL_RE, execute
+from gpuscope.analysis.store_access import execute
 
 if TYPE_CHECKING:
     from gpuscope.store import Connection
@@ -78,14 +78,7 @@ def split_inputs(
             "dev": int(device),
             "ws": int(start_ns),
             "we": int(end_ns),
-            "comm": [
-                int(r[0])
-                for r in con.execute(
-                    "SELECT name_id FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
-                    [run_id, COMM_KERNEL_RE],
-                ).fetchall()
-            ]
-            or [-1],
+            "comm": ix.comm_name_ids() or [-1],
         },
     ).df()
     s = act["s"].to_numpy(np.int64)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 from gpuscope.analysis.store_access import (
+    COMM_KERNEL_RE,
     DEVICE_SQL,
     GPU_ACTIVITY_SQL,
     HOST_CATS_SQL,
@@ -59,6 +60,9 @@ _SHARED: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[str, int], RankIndex]]
     weakref.WeakKeyDictionary()
 )
 _SHARED_LOCK = threading.Lock()
+#: Connections whose rows do not change for now (:func:`unchanging`): their indexes skip the
+#: run-row check of :meth:`RankIndex.refresh`.
+_UNCHANGING: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class RankIndex:
@@ -132,6 +136,8 @@ class RankIndex:
         once per :func:`~gpuscope.store.read_snapshot` block: within one, the store does not
         change."""
         with self._lock:
+            if self.con in _UNCHANGING:
+                return
             seq = getattr(self.con, "snapshot_seq", 0)
             if seq and seq == self._checked_in:
                 return
@@ -300,6 +306,19 @@ class RankIndex:
         names = self.tables(("gaps", ws, we), ("dev", "gaps"), build)
         return names["gaps"], names["dev"]
 
+    def comm_name_ids(self) -> list[int]:
+        """The ids of the run's names of communication kernels (``COMM_KERNEL_RE``), ascending:
+        read once per index (every analysis that splits communication from compute asks)."""
+
+        def read() -> list[int]:
+            rows = self.con.execute(
+                "SELECT name_id FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
+                [self.run_id, COMM_KERNEL_RE],
+            ).fetchall()
+            return sorted(int(r[0]) for r in rows)
+
+        return self.memo(("comm_names",), read)
+
     def primary_device(self, start_ns: int | None = None, end_ns: int | None = None) -> int | None:
         """The device with the most activity time in the range (ties: lowest id), None if none."""
         _, dev = self.gaps(start_ns, end_ns)
@@ -343,6 +362,18 @@ def close_shared(con: Connection) -> None:
         per = _SHARED.pop(con, None)
     for ix in (per or {}).values():
         ix.close()
+
+
+@contextmanager
+def unchanging(con: Connection) -> Iterator[None]:
+    """A block in which nothing writes to ``con``'s tables (a part thread's scratch database
+    while it computes one rank's parts): the indexes on it check the run's row when they are
+    made, not again before every table (13 checks of ~0.35 ms each in a rank's part)."""
+    _UNCHANGING.add(con)
+    try:
+        yield
+    finally:
+        _UNCHANGING.discard(con)
 
 
 @contextmanager

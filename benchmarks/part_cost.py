@@ -52,7 +52,8 @@ def main() -> None:
                 "SELECT * FROM threads WHERE run_id = ? AND rank = ?", [run, r]
             ).fetchall()
         ]
-        rows.append(RankRows(run, r, events, threads, rank_rows, names))
+        own = [row for row in rank_rows if row[1] == r]  # the ingest hands a rank its own row
+        rows.append(RankRows(run, r, events, threads, own, names))
     sink = rank_summary.PartsWhileIngesting(run, rank_summary.EVERY_RANK, 1)
     docs: dict[int, list[str]] = {}
     per_rank_ms = []

@@ -169,7 +169,7 @@ class TraceRunWriter:
         threads = sorted((self.run_id, *r) for r in self.inserter.thread_rows if r[0] == rank)
         names = self.inserter.names.table(self.run_id)
         self.sink.rank_written(
-            RankRows(self.run_id, rank, events, threads, list(self._rank_rows), names)
+            RankRows(self.run_id, rank, events, threads, [self._rank_rows[-1]], names)
         )
 
     def _check_rank_free(self, path: Path, rank: int) -> None:

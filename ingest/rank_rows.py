@@ -21,9 +21,10 @@ MAX_KEPT_EVENTS = 1_000_000
 @dataclass
 class RankRows:
     """What the store holds of one rank once it is written, inside the ingest's transaction:
-    rows of ``events`` (``events``, its rows only), ``threads`` (its rows), ``ranks`` (the rows
-    of the run's ranks written so far, its own last) and ``names`` (every name of the run known
-    so far: a superset of those its events use), each in the store's column order."""
+    rows of ``events`` (``events``, its rows only), ``threads`` (its rows), ``ranks`` (its own
+    row: a part reads no other rank's, and handing every rank written so far to each rank cost
+    a quadratic copy, 17 ms a rank at 128 ranks) and ``names`` (every name of the run known so
+    far: a superset of those its events use), each in the store's column order."""
 
     run_id: str
     rank: int

@@ -18,7 +18,7 @@ from gpuscope.analysis.busy import (
 )
 from gpuscope.analysis.idle import idle_analysis, idle_gaps
 from gpuscope.analysis.kernels import kernel_breakdown
-from gpuscope.analysis.rank_index import RankIndex, close_shared
+from gpuscope.analysis.rank_index import RankIndex, close_shared, unchanging
 from gpuscope.analysis.report import analyze_run
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.tensor_cores import tensor_core_summary
@@ -137,6 +137,18 @@ def test_a_failed_build_leaves_no_table(con, two_ranks):
     with pytest.raises(Exception, match="no_such_table"):
         ix.tables(("broken",), ("a", "b"), build)
     assert _temp_tables(con) == before and ix.table_names() == []
+
+
+def test_in_an_unchanging_block_the_run_row_is_not_checked_again_after_it_is(con, two_ranks):
+    ix = RankIndex(con, two_ranks, 0)
+    built = ix.gpu()
+    assert delete_run(con, two_ranks)  # what an unchanging block promises never happens in it
+    with unchanging(con):
+        ix.refresh()  # no check: the tables stay
+        assert ix.table_names() == [built]
+    ix.refresh()  # out of the block, the check is back: the run is gone, so are its tables
+    assert ix.table_names() == []
+    ix.close()
 
 
 @pytest.mark.slow
