@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 from gpuscope.analysis import rank_frames, report
 from gpuscope.analysis.rank_index import close_shared, unchanging
+from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.store_access import ranks_of
 from gpuscope.store import Store, now_utc, transaction
 
@@ -433,7 +434,7 @@ def load(con: Connection, run_id: str, part: str, *, compute: bool = True) -> di
 
 
 def _rank_row(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
-    return report.rank_row(con, run_id, rank)
+    return report.rank_row(con, run_id, rank).to_json()  # read back by RankRow.from_stored
 
 
 def _headline(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
@@ -526,8 +527,13 @@ def _parts_of_run(con: Connection, run_id: str) -> dict[int, Any]:
     return load(con, run_id, CROSS_RANK.name)
 
 
-def _stored_lines(con: Connection, run_id: str) -> dict[int, Any]:
-    return load(con, run_id, RANK_ROW.name, compute=False)
+def _stored_lines(con: Connection, run_id: str) -> dict[int, RankRow]:
+    """The other ranks' lines from their stored ``rank_row`` parts (the one place they are read:
+    each stored document becomes a :class:`RankRow`)."""
+    return {
+        r: RankRow.from_stored(doc)
+        for r, doc in load(con, run_id, RANK_ROW.name, compute=False).items()
+    }
 
 
 # analyze_run reads the other ranks' lines from here when it needs no cross-rank match (report

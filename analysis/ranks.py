@@ -20,6 +20,7 @@ from gpuscope.analysis.busy import busy_series
 from gpuscope.analysis.collectives import CollectiveMatch, Straggler, wait_in_view
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.store_access import ranks_of
 
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 
-def rank_table(ranks: list[dict[str, Any]]) -> pd.DataFrame:
+def rank_table(ranks: Sequence[RankRow]) -> pd.DataFrame:
     """The rank rows of a report (``RunReport.ranks``) as a DataFrame, one row per rank: ``rank``,
     ``step_time_ms``, ``gpu_busy_pct``, ``comm_only_ms_per_step``, ``idle_ms_per_step``,
     ``comm_wait_pct`` (% of the window), ``comm_wait_ms_per_step``, ``step_p50_ms``/``p90``/``max``
@@ -42,18 +43,18 @@ def rank_table(ranks: list[dict[str, Any]]) -> pd.DataFrame:
     rows = []
     for r in ranks:
         row: dict[str, Any] = {
-            "rank": r["rank"],
-            "step_time_ms": r.get("step_time_ms"),
-            "gpu_busy_pct": r.get("gpu_busy_pct"),
-            "comm_only_ms_per_step": (r.get("comm_only_us_per_step") or 0.0) / 1e3,
-            "idle_ms_per_step": _ms(r.get("idle_us_per_step")),
-            "comm_wait_pct": r.get("comm_wait_pct"),
-            "comm_wait_ms_per_step": _ms(r.get("comm_wait_us_per_step")),
-            "step_p50_ms": r.get("step_p50_ms"),
-            "step_p90_ms": r.get("step_p90_ms"),
-            "step_max_ms": r.get("step_max_ms"),
+            "rank": r.rank,
+            "step_time_ms": r.step_time_ms,
+            "gpu_busy_pct": r.gpu_busy_pct,
+            "comm_only_ms_per_step": (r.comm_only_us_per_step or 0.0) / 1e3,
+            "idle_ms_per_step": _ms(r.idle_us_per_step),
+            "comm_wait_pct": r.comm_wait_pct,
+            "comm_wait_ms_per_step": _ms(r.comm_wait_us_per_step),
+            "step_p50_ms": r.step_p50_ms,
+            "step_p90_ms": r.step_p90_ms,
+            "step_max_ms": r.step_max_ms,
         }
-        by = r.get("idle_by_cause_us_per_step") or {}
+        by = r.idle_by_cause_us_per_step or {}
         for c in CAUSES:
             row[f"idle_{c}_ms_per_step"] = _ms(by.get(c))
         rows.append(row)
@@ -147,22 +148,20 @@ class RankLine:
     wait_ms_by_step: dict[int, float]
 
     @classmethod
-    def of(cls, row: Mapping[str, Any]) -> RankLine:
-        """The line of a rank row as the analysis builds and stores it (``RunReport.ranks``)."""
-        waits = row.get("wait_ms_by_step") or {}
+    def of(cls, row: RankRow) -> RankLine:
+        """The line of a rank row as the analysis builds it (a :class:`RankRow` of
+        ``RunReport.ranks``)."""
         return cls(
-            rank=int(row["rank"]),
-            step_p50_ms=row.get("step_p50_ms"),
-            step_p90_ms=row.get("step_p90_ms"),
-            step_max_ms=row.get("step_max_ms"),
-            gpu_busy_pct=row.get("gpu_busy_pct"),
-            comm_wait_pct=row.get("comm_wait_pct"),
-            comm_only_us_per_step=row.get("comm_only_us_per_step"),
-            idle_us_per_step=row.get("idle_us_per_step"),
-            step_ms_by_step={
-                int(k): float(v) for k, v in (row.get("step_ms_by_step") or {}).items()
-            },
-            wait_ms_by_step={int(k): float(waits.get(k, 0.0) or 0.0) for k in waits},
+            rank=row.rank,
+            step_p50_ms=row.step_p50_ms,
+            step_p90_ms=row.step_p90_ms,
+            step_max_ms=row.step_max_ms,
+            gpu_busy_pct=row.gpu_busy_pct,
+            comm_wait_pct=row.comm_wait_pct,
+            comm_only_us_per_step=row.comm_only_us_per_step,
+            idle_us_per_step=row.idle_us_per_step,
+            step_ms_by_step={k: float(v) for k, v in row.step_ms_by_step.items()},
+            wait_ms_by_step={k: float(v or 0.0) for k, v in row.wait_ms_by_step.items()},
         )
 
 
@@ -177,9 +176,7 @@ class RankOverview:
     straggler: Straggler | None
 
 
-def rank_overview(
-    rank: int, rows: Sequence[Mapping[str, Any]], straggler: Straggler | None
-) -> RankOverview:
+def rank_overview(rank: int, rows: Sequence[RankRow], straggler: Straggler | None) -> RankOverview:
     """The ranks section of a report's rank, its rank rows and its straggler."""
     return RankOverview(int(rank), tuple(RankLine.of(r) for r in rows), straggler)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from gpuscope.analysis.compiled import CompiledInfo
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.idle import IdleResult
+from gpuscope.analysis.rank_row import RankRow
 from gpuscope.vocabulary import fixes
 from gpuscope.vocabulary.causes import (
     CPU_OVERHEAD,
@@ -106,8 +107,8 @@ class KernelStats:
 
 @dataclass
 class Inputs:
-    """Everything the rules read, in the units named. ``peers``: the other ranks of the run
-    (``rank``, ``gpu_busy_pct``, ``step_time_ms``, ``comm_only_us_per_step``)."""
+    """Everything the rules read, in the units named. ``peers``: the other ranks' lines of the run
+    (their ``rank``, ``gpu_busy_pct``, ``step_time_ms``, ``comm_only_us_per_step`` are read)."""
 
     window_ns: int
     n_steps: int
@@ -120,7 +121,7 @@ class Inputs:
     compute_capability: tuple[int, int] | None = None
     tc_speedup: float | None = None
     comm_only_ns: int = 0
-    peers: list[dict[str, Any]] = field(default_factory=list)
+    peers: list[RankRow] = field(default_factory=list)
     mem_used_frac: float | None = None
     dataloader_kind: str | None = None
     untraced_step_ns: float | None = None
@@ -616,14 +617,14 @@ def rule_cudnn_benchmark(inp: Inputs) -> Recommendation | None:
     )
 
 
-def _comm_floor_ns(inp: Inputs) -> tuple[float, dict[str, Any] | None]:
+def _comm_floor_ns(inp: Inputs) -> tuple[float, RankRow | None]:
     """Communication-only ns per step that every rank pays (the smallest across ranks: the rank
     that arrives last at a collective waits for no one), and that rank (None: this one)."""
     own = inp.comm_only_ns / max(1, inp.n_steps)
     slowest = None
     floor = own
     for p in inp.peers:
-        v = p.get("comm_only_us_per_step")
+        v = p.comm_only_us_per_step
         if v is not None and v * 1e3 < floor:
             floor, slowest = v * 1e3, p
     return floor, slowest
@@ -678,14 +679,14 @@ def rule_load_imbalance(inp: Inputs) -> Recommendation | None:
     ev: dict[str, Any] = {
         "waiting_us_per_step": _per_step_us(wait, inp.n_steps),
         "share_pct": _share(wait, inp.window_ns),
-        "slowest_rank": slowest["rank"],
-        "slowest_rank_busy_pct": slowest.get("gpu_busy_pct"),
-        "slowest_rank_step_time_ms": slowest.get("step_time_ms"),
+        "slowest_rank": slowest.rank,
+        "slowest_rank_busy_pct": slowest.gpu_busy_pct,
+        "slowest_rank_step_time_ms": slowest.step_time_ms,
     }
     ev["summary"] = (
         f"This rank's GPU spent {sig3(ev['waiting_us_per_step'] / 1e3)} ms per step ({sig3(ev['share_pct'])}%) "
-        f"in collectives waiting for rank {slowest['rank']}, which arrives last (its GPU is busy "
-        f"{slowest.get('gpu_busy_pct') or 0:.0f}% of the time): the slowest rank sets the pace."
+        f"in collectives waiting for rank {slowest.rank}, which arrives last (its GPU is busy "
+        f"{slowest.gpu_busy_pct or 0:.0f}% of the time): the slowest rank sets the pace."
     )
     if capped:
         ev["capped_wait_us_per_step"] = _per_step_us(gain_ns, inp.n_steps)
@@ -696,10 +697,10 @@ def rule_load_imbalance(inp: Inputs) -> Recommendation | None:
         )
     return Recommendation(
         "load_imbalance",
-        f"Speed up the slowest rank ({slowest['rank']}): the others wait for it",
+        f"Speed up the slowest rank ({slowest.rank}): the others wait for it",
         ev,
         host_gain_pct(gain_ns, inp),
-        f"# see why rank {slowest['rank']} is slow:  gpuscope analyze RUN --rank {slowest['rank']}\n"
+        f"# see why rank {slowest.rank} is slow:  gpuscope analyze RUN --rank {slowest.rank}\n"
         "sampler = DistributedSampler(dataset, drop_last=True)  # equal work per rank\n"
         "# keep logging / evaluation / checkpointing off the step path of a single rank",
     )

@@ -52,6 +52,7 @@ from gpuscope.analysis.modules import ModulesResult, module_analysis
 from gpuscope.analysis.peaks import Peak
 from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
 from gpuscope.analysis.rank_index import RankIndex, close_shared, drop_run_names, run_names
+from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.ranks import Straggler, rank_table
 from gpuscope.analysis.roofline import Roofline, roofline
 from gpuscope.analysis.steps import StepRow, StepStats, Window, find_window, step_stats
@@ -98,7 +99,7 @@ class RunReport:
     mfu_busy_pct: float | None = None
     achieved_tflops: float | None = None
     recommendations: list[R.Recommendation] = field(default_factory=list)
-    ranks: list[dict[str, Any]] = field(default_factory=list)
+    ranks: list[RankRow] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     peak_dtype: Peak | None = None
     mfu_dtype_pct: float | None = None
@@ -206,7 +207,7 @@ class RunReport:
             "compiled": self.compiled.to_json() if self.compiled is not None else None,
             "pageable_copies": self.pageable.to_json() if self.pageable is not None else None,
             "recommendations": [r.to_json() for r in self.recommendations],
-            "ranks": self.ranks,
+            "ranks": [r.to_json() for r in self.ranks],
             "straggler": self.straggler.to_json() if self.straggler is not None else None,
             "critical_path": (
                 self.critical_path.to_json() if self.critical_path is not None else None
@@ -452,41 +453,59 @@ def _rank_summary(
     rank: int,
     step_annotation: str | None,
     match: CollectiveMatch | None = None,
-) -> dict[str, Any]:
+) -> RankRow:
     w = find_window(con, run_id, rank, step_annotation)
     b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
     comm = comm_only_ns(con, run_id, rank, w.start_ns, w.end_ns, b.device, b.busy_ns)
     st = step_stats(w)
     if b.device is None:  # no GPU activity on this rank: no evidence, no figure
-        return _rank_row(rank, w, None, st.mean_ms, comm, None, stats=st) | _per_step_figures(
-            w, match, rank
+        return _rank_row(
+            rank,
+            w,
+            None,
+            st.mean_ms,
+            comm,
+            None,
+            stats=st,
+            by_step=_per_step_figures(w, match, rank),
         )
     idle = idle_analysis(con, run_id, rank, w, device=b.device, top_n=0)
     split = busy_split(
         con, run_id, rank, w.start_ns, w.end_ns, b.device, wait_table(con, run_id, rank, match)
     )
-    row = _rank_row(rank, w, b.busy_pct, st.mean_ms, comm, idle, split=split, stats=st)
-    return {**row, **_per_step_figures(w, match, rank)}
+    return _rank_row(
+        rank,
+        w,
+        b.busy_pct,
+        st.mean_ms,
+        comm,
+        idle,
+        split=split,
+        stats=st,
+        by_step=_per_step_figures(w, match, rank),
+    )
 
 
-def _per_step_figures(w: Window, match: CollectiveMatch | None, rank: int) -> dict[str, Any]:
-    """A rank row's per-step maps (step number as text -> ms): its step times and its wait in the
+#: A rank row's per-step maps: step number -> step time (ms), and -> wait (ms).
+_ByStep = tuple[dict[int, float], dict[int, float]]
+
+
+def _per_step_figures(w: Window, match: CollectiveMatch | None, rank: int) -> _ByStep:
+    """A rank row's per-step maps (step number -> ms): its step times and its wait in the
     collectives launched in each step (the many-ranks heatmap reads these, not events)."""
     return _step_maps(w, wait_by_step(match, rank))
 
 
-def _step_maps(w: Window, waits: dict[int, int]) -> dict[str, dict[str, float]]:
-    """Step number as text -> step time (ms) and -> wait (ms, from ``waits``: step -> ns); empty
-    maps when the window's steps have no bounds of their own (a trace-wide window)."""
+def _step_maps(w: Window, waits: dict[int, int]) -> _ByStep:
+    """Step number -> step time (ms) and -> wait (ms, from ``waits``: step -> ns); empty maps
+    when the window's steps have no bounds of their own (a trace-wide window)."""
     bounds = w.step_bounds_ns() if w.steps and w.source != "trace" else []
     if not bounds:
-        return {"step_ms_by_step": {}, "wait_ms_by_step": {}}
-    return {
-        "step_ms_by_step": {
-            str(s.number): (b[1] - b[0]) / 1e6 for s, b in zip(w.steps, bounds, strict=True)
-        },
-        "wait_ms_by_step": {str(s.number): waits.get(s.number, 0) / 1e6 for s in w.steps},
-    }
+        return {}, {}
+    return (
+        {s.number: (b[1] - b[0]) / 1e6 for s, b in zip(w.steps, bounds, strict=True)},
+        {s.number: waits.get(s.number, 0) / 1e6 for s in w.steps},
+    )
 
 
 @dataclass
@@ -496,7 +515,7 @@ class RankLineSource:
     analysis opens its read snapshot (stores missing or stale lines). Set by
     :mod:`gpuscope.analysis.rank_summary` when it is imported; unset, lines come from the events."""
 
-    load: Callable[[Any, str], dict[int, dict[str, Any]]] | None = None
+    load: Callable[[Any, str], dict[int, RankRow]] | None = None
     before: Callable[[Any, str], Any] | None = None
 
 
@@ -504,14 +523,14 @@ _rank_lines = RankLineSource()
 
 
 def set_rank_line_source(
-    load: Callable[[Any, str], dict[int, dict[str, Any]]] | None,
+    load: Callable[[Any, str], dict[int, RankRow]] | None,
     before: Callable[[Any, str], Any] | None = None,
 ) -> None:
     """Install (or, with None, remove) the source of stored rank lines (see RankLineSource)."""
     _rank_lines.load, _rank_lines.before = load, before
 
 
-def rank_row(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
+def rank_row(con: Connection, run_id: str, rank: int) -> RankRow:
     """One rank's line of ``ranks`` over its default (ProfilerStep) window: what the rank
     summary part ``rank_row`` stores at ingest (gpuscope.analysis.rank_summary)."""
     return _rank_summary(con, run_id, rank, None)
@@ -527,45 +546,32 @@ def _rank_row(
     *,
     split: BusySplit | None = None,
     stats: StepStats | None = None,
-) -> dict[str, Any]:
+    by_step: _ByStep = ({}, {}),
+) -> RankRow:
     """One row of ``ranks``: busy %, step time (ms; mean, and median/p90/max), communication-only,
-    communication wait and idle µs per step, the busy split (% of the window)."""
+    communication wait and idle µs per step, the busy split (% of the window), and ``by_step``:
+    the per-step maps (:func:`_per_step_figures`)."""
     n = w.n_steps
-    has = busy_pct is not None and split is not None
-    extra = {
-        "step_p50_ms": stats.p50_ms if stats is not None else None,
-        "step_p90_ms": stats.p90_ms if stats is not None else None,
-        "step_max_ms": stats.max_ms if stats is not None else None,
-        "compute_pct": split.pct(split.compute_ns) if has and split else None,
-        "comm_transfer_pct": split.pct(split.transfer_ns) if has and split else None,
-        "comm_wait_pct": split.pct(split.wait_ns) if has and split else None,
-        "comm_wait_us_per_step": split.wait_ns / n / 1e3 if has and split else None,
-    }
-    return {
-        **_rank_row_base(rank, w, busy_pct, step_ms, comm, idle),
-        **extra,
-    }
-
-
-def _rank_row_base(
-    rank: int,
-    w: Window,
-    busy_pct: float | None,
-    step_ms: float,
-    comm: int,
-    idle: IdleResult | None,
-) -> dict[str, Any]:
-    n = w.n_steps
-    return {
-        "rank": rank,
-        "gpu_busy_pct": busy_pct,  # None without GPU activity: no evidence, no figure
-        "step_time_ms": step_ms,
-        "comm_only_us_per_step": comm / n / 1e3,
-        "idle_us_per_step": idle.total_ns / n / 1e3 if idle is not None else None,
-        "idle_by_cause_us_per_step": (
+    sp = split if busy_pct is not None else None
+    return RankRow(
+        rank=rank,
+        gpu_busy_pct=busy_pct,  # None without GPU activity: no evidence, no figure
+        step_time_ms=step_ms,
+        comm_only_us_per_step=comm / n / 1e3,
+        idle_us_per_step=idle.total_ns / n / 1e3 if idle is not None else None,
+        idle_by_cause_us_per_step=(
             {c: idle.causes_ns.get(c, 0) / n / 1e3 for c in CAUSES} if idle is not None else None
         ),
-    }
+        step_p50_ms=stats.p50_ms if stats is not None else None,
+        step_p90_ms=stats.p90_ms if stats is not None else None,
+        step_max_ms=stats.max_ms if stats is not None else None,
+        compute_pct=sp.pct(sp.compute_ns) if sp is not None else None,
+        comm_transfer_pct=sp.pct(sp.transfer_ns) if sp is not None else None,
+        comm_wait_pct=sp.pct(sp.wait_ns) if sp is not None else None,
+        comm_wait_us_per_step=sp.wait_ns / n / 1e3 if sp is not None else None,
+        step_ms_by_step=dict(by_step[0]),
+        wait_ms_by_step=dict(by_step[1]),
+    )
 
 
 @dataclass
@@ -604,7 +610,7 @@ def _match_from_parts(
 
 def _lines_from_parts(
     parts: dict[int, dict[str, Any]], match: CollectiveMatch | None, skip: int
-) -> list[dict[str, Any]]:
+) -> list[RankRow]:
     """The ``ranks`` lines of every rank but ``skip`` from their cross-rank parts and the match:
     what :func:`_rank_summary` gives from the events (the busy split by
     :func:`rank_frames.split_of`)."""
@@ -636,7 +642,9 @@ def _lines_from_parts(
         figures = _step_maps(w, step_waits.get(r, {}))
         if p["device"] is None:
             out.append(
-                _rank_row(r, w, None, st.mean_ms, p["comm_only_ns"], None, stats=st) | figures
+                _rank_row(
+                    r, w, None, st.mean_ms, p["comm_only_ns"], None, stats=st, by_step=figures
+                )
             )
             continue
         table: dict[str, Any] | None = None
@@ -646,9 +654,17 @@ def _lines_from_parts(
             table = {"start_ns": ks - off, "end_ns": ke - off, "wait_ns": kw}
         split = split_of(p, table)
         row = _rank_row(
-            r, w, p["busy_pct"], st.mean_ms, p["comm_only_ns"], idle_of(p), split=split, stats=st
+            r,
+            w,
+            p["busy_pct"],
+            st.mean_ms,
+            p["comm_only_ns"],
+            idle_of(p),
+            split=split,
+            stats=st,
+            by_step=figures,
         )
-        out.append({**row, **figures})
+        out.append(row)
     return out
 
 
@@ -1088,7 +1104,7 @@ class RunAnalysis:
         ]
 
     @functools.cached_property
-    def ranks(self) -> list[dict[str, Any]]:
+    def ranks(self) -> list[RankRow]:
         """Every rank's line (this one's, and the others' from their parts, their stored lines or
         their events), by rank."""
         o, w, match = self.options, self.window, self.match
@@ -1102,8 +1118,9 @@ class RunAnalysis:
             self.idle,
             split=self.split,
             stats=self.stats,
+            by_step=_per_step_figures(w, match, self.rank),
         )
-        lines = [own | _per_step_figures(w, match, self.rank)]
+        lines = [own]
         if self.parts is not None:  # the other ranks' lines from their cross-rank parts
             lines += _lines_from_parts(self.parts, match, self.rank)
         elif o.all_ranks:
@@ -1117,7 +1134,7 @@ class RunAnalysis:
                 for r in self.run["ranks"]
                 if r != self.rank
             ]
-        lines.sort(key=lambda d: d["rank"])
+        lines.sort(key=lambda line: line.rank)
         return lines
 
     @functools.cached_property
@@ -1127,7 +1144,7 @@ class RunAnalysis:
         straggler = self.match.straggler if self.match is not None else None
         if straggler is not None:
             straggler.comm_only_ms_per_step = {
-                int(r["rank"]): (r.get("comm_only_us_per_step") or 0.0) / 1e3 for r in self.ranks
+                r.rank: (r.comm_only_us_per_step or 0.0) / 1e3 for r in self.ranks
             }
         return straggler
 
@@ -1304,7 +1321,7 @@ def _recommendations(a: RunAnalysis) -> list[R.Recommendation]:
         compute_capability=cc,
         tc_speedup=speedup,
         comm_only_ns=a.comm_only_ns,
-        peers=[r for r in a.ranks if r["rank"] != rank],
+        peers=[r for r in a.ranks if r.rank != rank],
         mem_used_frac=(
             memory.peak_reserved_frac
             if memory is not None and memory.peak_reserved_frac is not None

@@ -209,7 +209,7 @@ def stored_run_summary(con: Connection, run_id: str) -> RunSummary | None:
         return None
     busy = head.get("gpu_busy_pct")
     wait = 0.0 if busy is not None else None  # one rank waits for no other (its split's wait: 0)
-    return run_summary({**head, "gpu_wait_pct": wait, "rank": ranks[0], "ranks": [rows[ranks[0]]]})
+    return run_summary({**head, "gpu_wait_pct": wait, "rank": ranks[0]})
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,13 @@ the report (no events), ranks grouped by node, the spread across ranks, outliers
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.ranks import RankLine, rank_step_matrix, step_spread
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
@@ -18,8 +19,9 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 
 
 def lines_of(rows: list[dict[str, Any]]) -> list[RankLine]:
-    """The typed lines of rank rows as the analysis builds them (``RunReport.ranks``)."""
-    return [RankLine.of(r) for r in rows]
+    """The typed lines of rank rows written as ``analyze --json`` writes them (and the
+    ``rank_row`` part stores them; keys left out read as None)."""
+    return [RankLine.of(RankRow.from_stored(r)) for r in rows]
 
 
 def test_matrix_spread_and_outlier_by_hand():
@@ -54,7 +56,7 @@ def test_heatmap_click_target():
 
 
 @pytest.fixture(scope="module")
-def ddp_rows() -> list[dict[str, Any]]:
+def ddp_rows() -> list[RankRow]:
     """The real DDP pair's rank rows (``RunReport.ranks``)."""
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
@@ -68,29 +70,28 @@ def ddp_rows() -> list[dict[str, Any]]:
         con.close()
 
 
-def many_ranks(pair: list[dict[str, Any]], n: int, slow: tuple[int, str]) -> list[RankLine]:
+def many_ranks(pair: list[RankRow], n: int, slow: tuple[int, int]) -> list[RankLine]:
     """``n`` ranks made from the DDP pair's two rows (rank r copies row r % 2), with one step of
     one rank made twice as long (``slow`` = (rank, step))."""
     out = []
     for r in range(n):
-        row = copy.deepcopy(pair[r % 2])
-        row["rank"] = r
+        by_step = dict(pair[r % 2].step_ms_by_step)
         if r == slow[0]:
-            row["step_ms_by_step"][slow[1]] *= 2
-        out.append(row)
-    return lines_of(out)
+            by_step[slow[1]] *= 2
+        out.append(RankLine.of(dataclasses.replace(pair[r % 2], rank=r, step_ms_by_step=by_step)))
+    return out
 
 
 @pytest.mark.slow
 def test_256_ranks_from_the_ddp_pair_one_heatmap(ddp_rows):
     from gpuscope.web import figures
 
-    steps = list(ddp_rows[0]["step_ms_by_step"])
-    assert steps == ["241", "242", "243", "244", "245"]
+    steps = list(ddp_rows[0].step_ms_by_step)
+    assert steps == [241, 242, 243, 244, 245]
     # the real pair: rank 0 waits in every step, rank 1 never
-    assert all(v > 15 for v in ddp_rows[0]["wait_ms_by_step"].values())
-    assert all(v == 0 for v in ddp_rows[1]["wait_ms_by_step"].values())
-    lines = many_ranks(ddp_rows, 256, (137, "243"))
+    assert all(v > 15 for v in ddp_rows[0].wait_ms_by_step.values())
+    assert all(v == 0 for v in ddp_rows[1].wait_ms_by_step.values())
+    lines = many_ranks(ddp_rows, 256, (137, 243))
     nodes = {r: f"node{r // 8:02d}" for r in range(256)}
     m = rank_step_matrix(lines, nodes)
     assert len(m) == 256 * 5 and m["rank"].nunique() == 256
@@ -106,5 +107,5 @@ def test_256_ranks_from_the_ddp_pair_one_heatmap(ddp_rows):
     assert len(heat.y) == 256 and heat.y[0] == "node00 · rank 0" and tuple(heat.x)[:1] == ("#241",)
     assert heat.customdata[137][2] == [137, 243]
     wait = figures.rank_step_heatmap(m, "wait_ms").data[0]
-    assert wait.z[0][0] == pytest.approx(ddp_rows[0]["wait_ms_by_step"]["241"])
+    assert wait.z[0][0] == pytest.approx(ddp_rows[0].wait_ms_by_step[241])
     assert wait.z[1][0] == 0.0

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from gpuscope.analysis import recommendations as R
 from gpuscope.analysis.idle import CAUSES, IdleResult
+from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
 from tracegen import TraceBuilder
@@ -190,7 +191,7 @@ def test_load_imbalance_separates_waiting_from_communication():
     # 10 steps of 1 ms; this rank ran NCCL alone 600 µs per step, rank 1 (the last to arrive)
     # only 50 µs: 50 µs per step is communication, 550 µs is waiting for rank 1
     idle = idle_result(10_000_000, 10)
-    peers = [{"rank": 1, "gpu_busy_pct": 20.0, "step_time_ms": 1.0, "comm_only_us_per_step": 50.0}]
+    peers = [RankRow(rank=1, gpu_busy_pct=20.0, step_time_ms=1.0, comm_only_us_per_step=50.0)]
     inp = R.Inputs(
         window_ns=10_000_000,
         n_steps=10,
@@ -249,7 +250,7 @@ def test_sample_before_and_after(con):
 def test_sample_ddp_waiting_rank(con):
     run = ingest_paths(con, [SAMPLES / "ddp"])[0].run_id
     r0 = analyze_run(con, run, rank=0)
-    assert [r["rank"] for r in r0.ranks] == [0, 1]
+    assert [r.rank for r in r0.ranks] == [0, 1]
     ids = {r.id for r in r0.recommendations}
     # rank 0's all-reduces spin waiting for rank 1: waiting, not communication cost
     assert "load_imbalance" in ids

@@ -116,8 +116,8 @@ def test_summaries_give_the_figures_the_events_give_on_the_real_ddp_pair(tmp_pat
         # (details=False, as `check`: the other rank's line is its stored summary)
         via = analyze_run(con, run_id, rank=0, details=False).to_json()["ranks"]
     assert run_id == plain
-    assert via[1] == direct[1]
-    assert direct[1]["gpu_busy_pct"] != direct[0]["gpu_busy_pct"]
+    assert via[1] == direct[1].to_json()
+    assert direct[1].gpu_busy_pct != direct[0].gpu_busy_pct
 
 
 @pytest.mark.slow

@@ -32,9 +32,7 @@ FREE_FORM = {
     "gpuscope.analysis.nvml_run.NvmlReport.run": "the runs table's row of the run, by column",
 }
 #: Documents still to be typed (issue 21 stays open for them): "module.Class.field" -> what it is.
-NOT_YET_TYPED = {
-    "gpuscope.analysis.report.RunReport.ranks": "one row per rank, as rank_summary stores it",
-}
+NOT_YET_TYPED: dict[str, str] = {}
 
 _MAPPINGS = {dict, collections.abc.Mapping, collections.abc.MutableMapping}
 
