@@ -277,11 +277,7 @@ def _host_cat(stack: list[HostEvent], ev: HostEvent | None) -> tuple[str, set[st
 
 
 def _gpu_cat(ev: GpuEvent) -> str:
-    if ev.cat in COPY_CATS:
-        return "copies"
-    if is_comm_kernel(ev.name):
-        return "communication"
-    return "kernels"
+    return _gpu_class(ev.cat, ev.name)[0]
 
 
 _GEMM = re.compile(r"gemm|sgemm|cutlass|nvjet|cublas|ampere_|sm\d+_xmma|matmul", re.IGNORECASE)
@@ -289,20 +285,27 @@ _CONV = re.compile(r"conv|cudnn|implicit_gemm|winograd|fft2d|xmma_fprop|dgrad|wg
 
 
 def _gpu_tags(ev: GpuEvent) -> frozenset[str]:
+    return _gpu_class(ev.cat, ev.name)[1]
+
+
+@functools.lru_cache(maxsize=65536)
+def _gpu_class(cat: str, name: str) -> tuple[str, frozenset[str]]:
+    """(category, tags) of a GPU event: read once per category and name (a step repeats its
+    kernels; the patterns cost ~30 µs a name)."""
     tags: set[str] = set()
-    if ev.cat in COPY_CATS:
-        if _PAGEABLE_H2D.search(ev.name):
+    if cat in COPY_CATS:
+        if _PAGEABLE_H2D.search(name):
             tags.add("pageable_h2d")
-        if _PAGEABLE_D2H.search(ev.name):
+        if _PAGEABLE_D2H.search(name):
             tags.add("pageable_d2h")
-        return frozenset(tags)
-    if is_comm_kernel(ev.name):
-        return frozenset({"comm"})
-    if _CONV.search(ev.name):
+        return "copies", frozenset(tags)
+    if is_comm_kernel(name):
+        return "communication", frozenset({"comm"})
+    if _CONV.search(name):
         tags.add("conv")
-    elif _GEMM.search(ev.name):
+    elif _GEMM.search(name):
         tags.add("gemm")
-    return frozenset(tags)
+    return "kernels", frozenset(tags)
 
 
 def _tile(events: list[HostEvent], lo: int, hi: int) -> list[tuple[int, int, list[HostEvent]]]:

@@ -11,6 +11,7 @@ table; a test fails when the two differ.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from gpuscope.vocabulary.causes import CAUSE_IDS, EVIDENCE_CAUSES
@@ -136,6 +137,7 @@ EVIDENCE_CLASSES: tuple[str, ...] = EVIDENCE_CAUSES
 _COMM = re.compile(COMM_KERNEL_PATTERN, re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=65536)
 def is_comm_kernel(name: str) -> bool:
     """Whether a GPU kernel of this name is communication (see COMM_KERNEL_PATTERN)."""
     return bool(_COMM.search(name))

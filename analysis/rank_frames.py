@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from gpuscope.analysis.busy import BusySplit, _merge, busy_summary, comm_only_ns
+from gpuscope.analysis.busy import BusySplit, _covered, _merge, busy_summary, comm_only_ns
 from gpuscope.analysis.collectives import FRAME_COLUMNS, _typed, rank_collectives, rank_offset_ns
 from gpuscope.analysis.idle import IdleResult, idle_totals
 from gpuscope.analysis.rank_index import RankIndex
@@ -173,32 +173,6 @@ def frames_of(parts: dict[int, dict[str, Any]]) -> pd.DataFrame:
     return _typed(pd.DataFrame(cols))
 
 
-def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Disjoint sorted intervals covering the non-empty ``[s, e)`` of ``spans``."""
-    out: list[tuple[int, int]] = []
-    for s, e in sorted(x for x in spans if x[1] > x[0]):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
-
-
-def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
-    """Length of the intersection of two lists of disjoint sorted intervals."""
-    i = j = total = 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            total += hi - lo
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def _as_list(v: Any) -> list[Any]:
     return v.tolist() if hasattr(v, "tolist") else list(v)
 
@@ -234,13 +208,21 @@ def split_of(part: dict[str, Any], waits: Any) -> BusySplit:
             me.append(ce)
             mm.append(cs + kw)
     # transfer parts [max(m, ws), min(e, we)) and wait parts [max(s, ws), min(m, we)), measured
-    # where no compute runs (plain Python: a rank has few kernels; exact integer ns)
-    t = [(max(m, ws), min(e, we)) for m, e in zip(mm, me, strict=True)]
-    w = [(max(s, ws), min(m, we)) for s, m in zip(ms, mm, strict=True)]
-    u = list(zip(sp["uncovered"][0], sp["uncovered"][1], strict=True))
-    transfer = _overlap(_union(t), u)
-    tw = _overlap(_union(t + w), u)
-    uncovered = sum(e - s for s, e in u)
+    # where no compute runs (exact integer ns; numpy: a run page reads every rank's part)
+    s_, m_, e_ = (np.asarray(v, dtype=np.int64) for v in (ms, mm, me))
+    t_s, t_e = np.maximum(m_, ws), np.minimum(e_, we)
+    w_s, w_e = np.maximum(s_, ws), np.minimum(m_, we)
+    u_s, u_e = (np.asarray(v, dtype=np.int64) for v in sp["uncovered"])
+
+    def in_uncovered(lo: Any, hi: Any) -> int:
+        """Length of the union of the non-empty ``[lo, hi)`` inside the uncovered intervals."""
+        keep = hi > lo
+        a_s, a_e = _merge(lo[keep], hi[keep])
+        return int((_covered(u_s, u_e, a_e) - _covered(u_s, u_e, a_s)).sum())
+
+    transfer = in_uncovered(t_s, t_e)
+    tw = in_uncovered(np.concatenate([t_s, w_s]), np.concatenate([t_e, w_e]))
+    uncovered = int((u_e - u_s).sum())
     compute_ns = int(sp["compute_ns"])
     return BusySplit(
         window,

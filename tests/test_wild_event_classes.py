@@ -4,7 +4,14 @@ agree on which kernels are communication, and every analysis reads the same cate
 from __future__ import annotations
 
 import pytest
-from gpuscope.analysis import busy, event_classes, idle, kernel_names, kernels, store_access
+from gpuscope.analysis import (
+    event_classes,
+    idle,
+    kernel_names,
+    kernels,
+    rank_index,
+    store_access,
+)
 from gpuscope.analysis.kernels import classify_kernel
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
@@ -44,7 +51,9 @@ def test_one_definition_of_each_class():
     assert kernels.COPY_CATS is kernel_names.COPY_CATS is event_classes.COPY_CATS
     assert store_access.RUNTIME_CATS is event_classes.RUNTIME_CATS
     assert kernels.OP_CATS is event_classes.OP_CATS
-    assert busy.COMM_KERNEL_RE is store_access.COMM_KERNEL_RE == event_classes.COMM_KERNEL_SQL_RE
+    # the comm kernels' name ids are read in one place (RankIndex.comm_name_ids)
+    assert rank_index.COMM_KERNEL_RE is store_access.COMM_KERNEL_RE
+    assert store_access.COMM_KERNEL_RE == event_classes.COMM_KERNEL_SQL_RE
     assert kernels.CATEGORY_RULES[0].pattern is event_classes.COMM_KERNEL_PATTERN
     for name in ("PROFILER_STEP_RE", "OPTIMIZER_RE", "DATALOADER_RE", "COMM_RE", "SYNC_APIS"):
         assert getattr(store_access, name) is getattr(event_classes, name)
