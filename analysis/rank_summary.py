@@ -128,9 +128,13 @@ def write_rank_summaries(con: Connection, run_id: str, parts: Iterable[str] | No
         by_rank.setdefault(rank, []).append(part)
     try:
         for rank, on in _rank_copies(con, run_id, list(by_rank)):
-            for part in by_rank[rank]:
-                doc = json.dumps(_finite(part.compute(on, run_id, rank)), allow_nan=False)
-                rows.append([run_id, rank, part.name, part.version, doc, now_utc()])
+            # nothing writes the run's rows while its parts are computed: its indexes check the
+            # run row once (on a lake each check is a catalog query: ~24 ms, 37 of them for a
+            # 3 M-event rank's parts)
+            with unchanging(on):
+                for part in by_rank[rank]:
+                    doc = json.dumps(_finite(part.compute(on, run_id, rank)), allow_nan=False)
+                    rows.append([run_id, rank, part.name, part.version, doc, now_utc()])
     finally:
         close_shared(con)  # the working tables die with a rolled-back transaction: forget them
     for rank, part in todo:

@@ -3,6 +3,7 @@ recomputed when their version changes (gpuscope.analysis.rank_summary)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -262,3 +263,41 @@ def test_many_ranks_in_one_ingest_stay_within_the_ingests_memory_limit(
             "SELECT count(DISTINCT rank) FROM rank_summaries WHERE run_id = ?", [run_id]
         ).fetchone()
     assert n == (24,)
+
+
+def test_a_ranks_parts_check_the_run_row_once_per_index_and_give_the_same_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parts computed on the store itself (a rank too big for a copy): every index checks
+    the run row when it is made, never again while the parts are computed (each check is a
+    catalog query on a lake), and the parts are those computed with the checks."""
+    from gpuscope.analysis import rank_index
+
+    monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)  # every rank computed on the store
+    made: list[int] = []
+    checks: list[int] = []
+    init, stamp = rank_index.RankIndex.__init__, rank_index.RankIndex._run_stamp
+
+    def counted_init(self, *a, **k) -> None:  # type: ignore[no-untyped-def]
+        made.append(1)
+        init(self, *a, **k)
+
+    def counted_stamp(self):  # type: ignore[no-untyped-def]
+        checks.append(1)
+        return stamp(self)
+
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(con, [DDP / "ddp_rank0.pt.trace.json.gz"])[0].run_id
+        monkeypatch.setattr(rank_index.RankIndex, "__init__", counted_init)
+        monkeypatch.setattr(rank_index.RankIndex, "_run_stamp", counted_stamp)
+        assert RS.write_rank_summaries(con, run_id) == len(RS.PARTS)
+        assert made and len(checks) == len(made)  # one check each, when made
+        first = stored(con, run_id)
+        # the same parts when every table checks the run row again
+        monkeypatch.setattr(RS, "unchanging", lambda on: contextlib.nullcontext())
+        con.execute("DELETE FROM rank_summaries WHERE run_id = ?", [run_id])
+        checks.clear()
+        made.clear()
+        assert RS.write_rank_summaries(con, run_id) == len(RS.PARTS)
+        assert len(checks) > len(made)
+        assert stored(con, run_id) == first
