@@ -229,6 +229,9 @@ def log_wandb(
         run_dir = Path(run.dir).parent  # .../wandb/offline-run-<time>-<id>/files -> the run
     finally:
         run.finish()
+        # finish() can return before W&B's service has written the run's file (under load the
+        # file held no record yet); the service writes and closes it when it stops
+        wandb.teardown()
     return run_dir
 
 
