@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -167,3 +168,81 @@ def test_a_click_on_a_heatmap_cell_opens_that_rank_and_step(ddp, new_page) -> No
     zoom = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["zoom"][0]
     lo, hi = (float(v) for v in zoom.split("-"))
     assert abs((hi - lo) - rank1_ms[steps[col]]) < 1e-3, (zoom, rank1_ms)
+
+
+@pytest.mark.slow
+def test_a_timer_tick_sent_before_the_click_reached_the_browser_does_not_undo_it(  # type: ignore[no-untyped-def]
+    ddp, new_page
+) -> None:
+    """The Run page paints its lower sections on a 0.4 s fragment timer, whose ticks carry the URL
+    the browser has. A tick fired just after a click on the heatmap, before the click's run has
+    reached the browser, carries the URL from before the click (rank 0, no zoom); once the click's
+    run is done, that tick's run must not take the page back there. The race is made certain
+    here: the page's socket drops the timer's ticks until the click, then holds the server's
+    messages until the browser has sent a tick (so the tick carries the old URL)."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+
+    server, rid, _ = ddp
+    race: dict = {"armed": False, "held": None, "stale": []}  # type: ignore[type-arg]
+
+    def route(ws) -> None:  # type: ignore[no-untyped-def]
+        srv = ws.connect_to_server()
+
+        def to_server(message) -> None:  # type: ignore[no-untyped-def]
+            m = BackMsg()
+            if isinstance(message, bytes):
+                m.ParseFromString(message)
+            rerun = m.rerun_script if m.WhichOneof("type") == "rerun_script" else None
+            tick = rerun is not None and rerun.is_auto_rerun and bool(rerun.fragment_id)
+            if tick and race["held"] is None:
+                return  # before the click: dropped (the page stays unpainted, its timer alive)
+            srv.send(message)
+            if rerun is not None and not tick and race["armed"] and race["held"] is None:
+                race["held"] = []  # the click's run: its messages wait for the next tick
+            elif tick and isinstance(race["held"], list):
+                race["stale"].append(rerun.query_string)
+                for held in race["held"]:
+                    ws.send(held)
+                race["held"] = False
+
+        def to_page(message) -> None:  # type: ignore[no-untyped-def]
+            if isinstance(race["held"], list):
+                race["held"].append(message)
+            else:
+                ws.send(message)
+
+        ws.on_message(to_server)
+        srv.on_message(to_page)
+
+    page = new_page()
+    page.route_web_socket(re.compile(r"/_stcore/stream$"), route)
+    page.goto(f"{server.url}/run?run={rid}")
+    page.get_by_text("Colour the ranks × steps by").wait_for()
+    wait_idle(page)
+    chart = page.locator('[data-testid="stPlotlyChart"]').filter(has=page.locator(".heatmaplayer"))
+    chart.locator(".main-svg").first.wait_for(state="visible")
+    chart.scroll_into_view_if_needed()
+    steps = [int(t.lstrip("#")) for t in chart.locator(".xtick text").all_text_contents()]
+    box = chart.locator(".nsewdrag").first.bounding_box()
+    assert box is not None
+    x = box["x"] + (len(steps) - 2 + 0.5) * box["width"] / len(steps)
+    y = box["y"] + 0.75 * box["height"]
+    page.mouse.move(x, y)
+    page.wait_for_function(
+        "el => el.textContent.includes('rank 1')",
+        arg=chart.locator(".hoverlayer").element_handle(),
+        timeout=10_000,
+    )
+    race["armed"] = True
+    page.mouse.click(x, y)
+    page.wait_for_function("() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000)
+    page.wait_for_function("() => /[?&]zoom=/.test(location.search)", timeout=30_000)
+    # the race happened: a tick went out after the click, with the URL from before it
+    assert race["held"] is False, race
+    assert race["stale"] and "rank=1" not in race["stale"][0], race["stale"]
+    assert "zoom=" not in race["stale"][0], race["stale"]
+    # the lower sections paint (a later tick), and the page is still on the clicked rank and step
+    page.get_by_role("heading", name="Fixes").wait_for()
+    wait_idle(page)
+    query = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
+    assert query.get("rank") == ["1"] and "zoom" in query, page.url
