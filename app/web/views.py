@@ -66,6 +66,11 @@ def _in_apptest() -> bool:
         return False
 
 
+def _query_now() -> dict[str, list[str]]:
+    """This run's query parameters (each with all its values)."""
+    return {k: st.query_params.get_all(k) for k in st.query_params}
+
+
 def below_the_fold(key: str, render: Callable[[], None], *, delay_s: float = 0.4) -> None:
     """Render ``render`` once the page above it has painted in the browser.
 
@@ -74,14 +79,25 @@ def below_the_fold(key: str, render: Callable[[], None], *, delay_s: float = 0.4
     first run shows a placeholder in a fragment whose timer starts when the browser mounts it; when
     it fires, the session is marked and the app reruns with everything. Later runs (zooming, a rank
     change) render directly. AppTest runs scripts once, without timers: there it renders directly.
+    Nothing after this call may write the URL: a tick with a URL other than the one this run
+    left was sent before the browser had it, and is skipped.
     """
     flag = f"_painted_{key}"
     if st.session_state.get(flag) or _in_apptest():
         render()
         return
+    # A tick carries the URL the browser has when it fires: one fired just after a click (a rank
+    # or a zoom), before the click's run reached the browser, carries the URL from before the
+    # click, and its rerun would take the page back there. The URL this run leaves (nothing
+    # below writes it) is kept; a tick with another one is skipped (the next carries the new one).
+    url_key = f"_url_{key}"
+    st.session_state[url_key] = _query_now()
 
     @st.fragment(run_every=delay_s)
     def later() -> None:
+        if _query_now() != st.session_state.get(url_key):  # a stale tick: never a navigation
+            st.caption("Loading the breakdowns, top kernels and fixes…")
+            return
         if st.session_state.get(f"_armed_{key}"):
             st.session_state[flag] = True
             st.rerun()

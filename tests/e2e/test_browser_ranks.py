@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -167,3 +168,96 @@ def test_a_click_on_a_heatmap_cell_opens_that_rank_and_step(ddp, new_page) -> No
     zoom = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["zoom"][0]
     lo, hi = (float(v) for v in zoom.split("-"))
     assert abs((hi - lo) - rank1_ms[steps[col]]) < 1e-3, (zoom, rank1_ms)
+
+
+PLACEHOLDER = "Loading the breakdowns, top kernels and fixes"
+
+
+def stale_tick_socket(page) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """Make the race of a page's timer certain on ``page``'s socket: the timer's ticks (fragment
+    auto-reruns) are dropped until ``race["armed"]`` is set and the page sends a rerun (the user's
+    action); the server's messages are then held until the browser has sent a tick, which thus
+    carries the URL from before the action (kept in ``race["stale"]``), and released after it."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+
+    race: dict = {"armed": False, "held": None, "stale": []}  # type: ignore[type-arg]
+
+    def route(ws) -> None:  # type: ignore[no-untyped-def]
+        srv = ws.connect_to_server()
+
+        def to_server(message) -> None:  # type: ignore[no-untyped-def]
+            m = BackMsg()
+            if isinstance(message, bytes):
+                m.ParseFromString(message)
+            rerun = m.rerun_script if m.WhichOneof("type") == "rerun_script" else None
+            tick = rerun is not None and rerun.is_auto_rerun and bool(rerun.fragment_id)
+            if tick and race["held"] is None:
+                return  # before the action: dropped (the page stays unpainted, its timer alive)
+            srv.send(message)
+            if rerun is not None and not tick and race["armed"] and race["held"] is None:
+                race["held"] = []  # the action's run: its messages wait for the next tick
+            elif tick and isinstance(race["held"], list):
+                race["stale"].append(rerun.query_string)
+                for held in race["held"]:
+                    ws.send(held)
+                race["held"] = False
+
+        def to_page(message) -> None:  # type: ignore[no-untyped-def]
+            if isinstance(race["held"], list):
+                race["held"].append(message)
+            else:
+                ws.send(message)
+
+        ws.on_message(to_server)
+        srv.on_message(to_page)
+
+    page.route_web_socket(re.compile(r"/_stcore/stream$"), route)
+    return race
+
+
+def painted_query(page) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
+    """The URL's query once the lower sections have painted (no timer left) and the run is done."""
+    page.get_by_role("heading", name="Fixes").wait_for()
+    wait_idle(page)
+    return urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
+
+
+@pytest.mark.slow
+def test_a_timer_tick_sent_before_the_click_reached_the_browser_does_not_undo_it(  # type: ignore[no-untyped-def]
+    ddp, new_page
+) -> None:
+    """The Run page paints its lower sections on a 0.4 s fragment timer, whose ticks carry the URL
+    the browser has. A tick fired just after a click on the heatmap, before the click's run has
+    reached the browser, carries the URL from before the click (rank 0, no zoom); once the click's
+    run is done, that tick's run must not take the page back there (it did, under CPU load)."""
+    server, rid, _ = ddp
+    page = new_page()
+    race = stale_tick_socket(page)
+    page.goto(f"{server.url}/run?run={rid}")
+    page.get_by_text(PLACEHOLDER).wait_for()  # the run is done, the timer is on (ticks dropped)
+    wait_idle(page)
+    chart = page.locator('[data-testid="stPlotlyChart"]').filter(has=page.locator(".heatmaplayer"))
+    chart.locator(".main-svg").first.wait_for(state="visible")
+    chart.scroll_into_view_if_needed()
+    steps = [int(t.lstrip("#")) for t in chart.locator(".xtick text").all_text_contents()]
+    box = chart.locator(".nsewdrag").first.bounding_box()
+    assert box is not None
+    x = box["x"] + (len(steps) - 2 + 0.5) * box["width"] / len(steps)
+    y = box["y"] + 0.75 * box["height"]
+    page.mouse.move(x, y)
+    page.wait_for_function(
+        "el => el.textContent.includes('rank 1')",
+        arg=chart.locator(".hoverlayer").element_handle(),
+        timeout=10_000,
+    )
+    race["armed"] = True
+    page.mouse.click(x, y)
+    page.wait_for_function("() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000)
+    page.wait_for_function("() => /[?&]zoom=/.test(location.search)", timeout=30_000)
+    opened = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
+    # the race happened: a tick went out after the click, with the URL from before it
+    assert race["held"] is False, race
+    assert race["stale"] and "rank=0" in race["stale"][0], race["stale"]
+    assert "zoom=" not in race["stale"][0], race["stale"]
+    query = painted_query(page)  # painted by a later tick: still the clicked rank and step
+    assert query.get("rank") == ["1"] and query.get("zoom") == opened["zoom"], page.url
