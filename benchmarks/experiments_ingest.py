@@ -16,7 +16,12 @@ wall seconds and as CPU seconds of the process (all threads; steadier on a busy 
 * insert:  ``INSERT INTO events SELECT * FROM arrow`` with DuckDB ``threads`` = 2 (default here)
            and 1, and the COMMIT (checkpoint) after it;
 * duckdb_json: DuckDB's own ``read_json(format='array', columns=...)`` per batch (a negative result);
-* overlap: decode + to_arrow + insert, serial vs the INSERT in a second thread.
+* overlap: decode + to_arrow + insert, serial vs the INSERT in a second thread;
+* production: the ingest's own parsers, a batch to its Arrow rows: ``BatchParser.parse`` (DuckDB's
+           reader, the fast path) and the msgspec fallback (``kineto.decode_batch`` + ``to_raw``);
+* polars_ndjson: the NDJSON form parsed by polars' ``read_ndjson`` with the kept keys as its schema
+           (``Input Dims``/``Input type``/``Concrete Inputs`` left out: polars cannot keep them as
+           JSON text); skipped when polars is not installed (it is not a gpuscope dependency).
 """
 
 from __future__ import annotations
@@ -274,10 +279,62 @@ def exp_overlap(bs: list[json_stream.Batch], nbytes: int, tmp: Path, res: dict[s
         db.unlink(missing_ok=True)
 
 
+def exp_production(bs: list[json_stream.Batch], nbytes: int, res: dict[str, float]) -> None:
+    from gpuscope.ingest.batch_insert import BatchParser
+
+    parser = BatchParser()
+    try:
+        put(
+            res,
+            "production.duckdb_reader",
+            timed(lambda: [parser.parse(Path("x"), b) for b in bs]),
+            nbytes,
+        )
+    finally:
+        parser.close()
+    put(
+        res,
+        "production.msgspec_fallback",
+        timed(lambda: [kineto.to_raw(kineto.decode_batch("x", b)) for b in bs]),
+        nbytes,
+    )
+
+
+def exp_polars(bs: list[json_stream.Batch], nbytes: int, res: dict[str, float]) -> None:
+    try:
+        import polars as pl
+    except ImportError:
+        print("skipped ['polars_ndjson']: polars is not installed")
+        return
+    args = pl.Struct(
+        {
+            "correlation": pl.Int64, "External id": pl.Int64, "device": pl.Int32,
+            "stream": pl.Int64, "grid": pl.List(pl.Int32), "block": pl.List(pl.Int32),
+            "registers per thread": pl.Int32, "shared memory": pl.Int64, "bytes": pl.Int64,
+            "flops": pl.Float64, "Sequence number": pl.Int64, "Fwd thread id": pl.Int64,
+            "Python id": pl.Int64, "Python parent id": pl.Int64, "name": pl.String,
+        }
+    )  # fmt: skip
+    schema = {
+        "ph": pl.String, "cat": pl.String, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64,
+        "ts": pl.Float64, "dur": pl.Float64, "id": pl.Int64, "args": args,
+    }  # fmt: skip
+    nds = [to_ndjson(b.data) for b in bs]
+    put(
+        res,
+        "polars_ndjson.parse",
+        timed(lambda: [pl.read_ndjson(io.BytesIO(x), schema=schema).to_arrow() for x in nds]),
+        nbytes,
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("trace", type=Path)
-    ap.add_argument("--which", default="scan,decode,arrow,pyarrow_json,insert,duckdb_json,overlap")
+    ap.add_argument(
+        "--which",
+        default="scan,decode,arrow,pyarrow_json,insert,duckdb_json,overlap,production,polars_ndjson",
+    )
     a = ap.parse_args()
     which = set(a.which.split(","))
     chunks = load_chunks(a.trace)
@@ -295,6 +352,10 @@ def main() -> int:
         exp_pyarrow_json(bs, nbytes, res)
     if "duckdb_json" in which:
         exp_duckdb_json(bs, nbytes, tmp, res)
+    if "production" in which:
+        exp_production(bs, nbytes, res)
+    if "polars_ndjson" in which:
+        exp_polars(bs, nbytes, res)
     old = {"arrow", "insert", "overlap"} & which
     if old and not hasattr(kineto, "to_arrow"):  # ingest moved to DuckDB's reader (batch_insert.py)
         print(

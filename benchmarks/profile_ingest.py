@@ -2,7 +2,7 @@
 ingest/.
 
     .venv/bin/python benchmarks/profile_ingest.py TRACE_OR_FOLDER [--jobs N] [--no-parts]
-        [--batch-mb MB] [--cprofile FILE]
+        [--batch-mb MB] [--parser-bulk-flush MB] [--cprofile FILE]
 
 Wraps, at run time, the functions the ingest calls on each of its threads (the originals are not
 edited) and sums, per phase, the wall time and the CPU time of the thread it ran on
@@ -106,7 +106,7 @@ def less_inner(phase: str, inner: str, fn: Callable[..., Any]) -> Callable[..., 
     return wrap
 
 
-def install(batch_mb: float | None) -> None:
+def install(batch_mb: float | None, parser_bulk_flush_mb: int | None = None) -> None:
     """Wrap the ingest's functions where they are looked up (module attributes, methods)."""
     bi, pp, rs = batch_insert, parse_pool, rank_summary
     pp.iter_json_bytes = timed_gen("read_inflate", source.iter_json_bytes)
@@ -129,6 +129,10 @@ def install(batch_mb: float | None) -> None:
     rs.write_rank_summaries = timed("parts_after", rs.write_rank_summaries)
     if batch_mb:
         json_stream.BATCH_BYTES = int(batch_mb * 2**20)
+    if parser_bulk_flush_mb:  # the parse threads' DuckDB only (the store keeps its settings)
+        flush, _bulk = batch_insert.ALLOCATOR_SETTINGS
+        bulk = f"SET allocator_bulk_deallocation_flush_threshold = '{parser_bulk_flush_mb}MB'"
+        batch_insert.ALLOCATOR_SETTINGS = (flush, bulk)
 
 
 def exclusive() -> None:
@@ -149,9 +153,17 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=None, help="parse threads (default: the cores)")
     ap.add_argument("--no-parts", action="store_true", help="ingest without summary parts")
     ap.add_argument("--batch-mb", type=float, default=None)
+    ap.add_argument(
+        "--parser-bulk-flush",
+        type=int,
+        default=None,
+        metavar="MB",
+        help="the parse threads' DuckDB allocator_bulk_deallocation_flush_threshold (default: "
+        "the ingest's, 32 MB)",
+    )
     ap.add_argument("--cprofile", type=Path, default=None, help="cProfile of the main thread")
     a = ap.parse_args()
-    install(a.batch_mb)
+    install(a.batch_mb, a.parser_bulk_flush)
     work = Path(tempfile.mkdtemp(prefix="profile-ingest-"))
     prof = cProfile.Profile() if a.cprofile else None
     try:
