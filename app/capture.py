@@ -32,6 +32,7 @@ import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -543,6 +544,16 @@ def is_slow(ms: float, history: list[float] | deque[float], k: float, min_steps:
     return len(history) >= min_steps and ms > k * statistics.median(history)
 
 
+@dataclass
+class Report:
+    """One report to the sampler: step times ``[step, ms]``, traces written, and how many
+    on-request traces had been taken when it was made (:attr:`StepReporter.taken`)."""
+
+    steps: list[list[float]]
+    traces: list[dict[str, Any]]
+    taken: int
+
+
 class StepReporter:
     """Sends step times to a ``gpuscope sample`` server (``POST /api/steps``) from a daemon thread,
     every ``every_s`` seconds; learns from its answer whether the Live page asked for a trace."""
@@ -553,6 +564,9 @@ class StepReporter:
         self.pending: list[list[float]] = []
         self.traces: list[dict[str, Any]] = []
         self.requested = False
+        # on-request traces taken so far: the answer to a report sent before the latest one was
+        # taken is stale (the sampler had not heard of that trace) and asks for nothing
+        self.taken = 0
         self.error: str | None = None
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
@@ -568,16 +582,30 @@ class StepReporter:
             self.traces.append({"step": step, "path": str(path), "on_request": on_request})
             if on_request:
                 self.requested = False
+                self.taken += 1
 
     def _run(self) -> None:
         while not self.stop_event.wait(self.every_s):
             self.flush()
 
     def flush(self) -> None:
+        """Send the steps and traces not sent yet; take the sampler's answer."""
+        report = self.take()
+        answer = self.send(report)
+        if answer is not None:
+            self.answered(answer, report)
+
+    def take(self) -> Report:
+        """What the next report sends (the pending steps and traces, handed over)."""
         with self.lock:
-            steps, traces = self.pending, self.traces
+            report = Report(self.pending, self.traces, self.taken)
             self.pending, self.traces = [], []
-        body = json.dumps({"steps": steps, "traces": traces}).encode()
+        return report
+
+    def send(self, report: Report) -> Any:
+        """POST ``report``; the sampler's answer, or None when it could not be sent (the report
+        is then kept for the next try, bounded)."""
+        body = json.dumps({"steps": report.steps, "traces": report.traces}).encode()
         req = urllib.request.Request(
             self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
         )
@@ -586,8 +614,8 @@ class StepReporter:
                 answer = json.loads(r.read(1 << 20) or b"{}")
         except (OSError, ValueError) as e:
             with self.lock:  # keep them for the next try (bounded)
-                self.pending = (steps + self.pending)[-100_000:]
-                self.traces = traces + self.traces
+                self.pending = (report.steps + self.pending)[-100_000:]
+                self.traces = report.traces + self.traces
             if self.error is None:
                 self.error = f"{self.url}: {e}"
                 warnings.warn(
@@ -595,11 +623,18 @@ class StepReporter:
                     RuntimeWarning,
                     stacklevel=2,
                 )
-            return
+            return None
         self.error = None
+        return answer
+
+    def answered(self, answer: Any, report: Report) -> None:
+        """The sampler's answer to ``report``: a pending request arms the next slow step's trace,
+        unless an on-request trace was taken after ``report`` was made (the sampler answered
+        without knowing of it: the request it saw is the one that trace honoured)."""
         if isinstance(answer, dict) and answer.get("trace_requested"):
             with self.lock:
-                self.requested = True
+                if self.taken == report.taken:
+                    self.requested = True
 
     def close(self) -> None:
         self.stop_event.set()

@@ -9,6 +9,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
+from pathlib import Path
 
 import pytest
 from gpuscope.capture import is_slow
@@ -76,6 +77,37 @@ def test_sampler_step_endpoints(sampler):
     assert post(u + "/api/nope", b"{}")[0] == 404
     assert get(u + "/api/steps?since=x")[0] == 400
     assert json.loads(get(u + "/api/steps")[2])["last_seq"] == 2
+
+
+def test_an_answer_sent_before_the_requested_trace_was_taken_asks_for_no_other(sampler):
+    """The reporter's thread sent a report; the Live page's request was pending at the sampler; the
+    loop then took the requested trace; the answer to that earlier report (still "requested") came
+    after. It must not arm another trace: the request it reports is the one just honoured (under
+    load a second slow step was traced beyond the cap this way)."""
+    from gpuscope.capture import StepReporter
+
+    r = StepReporter(sampler.url, every_s=3600.0)  # reports only when flushed here
+    try:
+        assert post(sampler.url + "/api/trace-request", b"")[0] == 200
+        r.add(0, 1.0)
+        r.flush()
+        assert r.requested  # the request reached the loop
+        early = r.take()  # a report made now, before the trace
+        r.traced(20, Path("t20.pt.trace.json.gz"), on_request=True)
+        assert not r.requested
+        answer = r.send(early)  # the sampler has not heard of the trace yet
+        assert answer == {"ok": True, "trace_requested": True}
+        r.answered(answer, early)
+        assert not r.requested  # stale: no second trace
+        r.flush()  # the trace reaches the sampler, which clears its request
+        assert not r.requested
+        assert json.loads(get(sampler.url + "/api/steps")[2])["trace_requested"] is False
+        # a new request after that is honoured again
+        assert post(sampler.url + "/api/trace-request", b"")[0] == 200
+        r.flush()
+        assert r.requested
+    finally:
+        r.close()
 
 
 @pytest.mark.slow
