@@ -77,8 +77,8 @@ def below_the_fold(key: str, render: Callable[[], None], *, delay_s: float = 0.4
     A new page's browser work (loading and running the code of every kind of element) all happens
     at once; below-the-fold sections would delay the plot at the top by a second or more. So the
     first run shows a placeholder in a fragment whose timer starts when the browser mounts it; when
-    it fires, the session is marked and the app reruns with everything. Later runs (zooming, a rank
-    change) render directly. AppTest runs scripts once, without timers: there it renders directly.
+    it fires, the session is marked (per ``key``: the Run page passes one per run) and the app
+    reruns with everything. Later runs of the same key (zooming, another rank) render directly. AppTest runs scripts once, without timers: there it renders directly.
     Nothing after this call may write the URL: a tick with a URL other than the one this run
     left was sent before the browser had it, and is skipped.
     """

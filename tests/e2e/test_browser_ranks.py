@@ -261,3 +261,64 @@ def test_a_timer_tick_sent_before_the_click_reached_the_browser_does_not_undo_it
     assert "zoom=" not in race["stale"][0], race["stale"]
     query = painted_query(page)  # painted by a later tick: still the clicked rank and step
     assert query.get("rank") == ["1"] and query.get("zoom") == opened["zoom"], page.url
+
+
+def dropped_ticks_socket(page) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """Once ``state["drop"]`` is set, the timer ticks (fragment auto-reruns) of ``page`` never reach
+    the server (counted in ``state["dropped"]``); everything else passes."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+
+    state: dict = {"drop": False, "dropped": 0}  # type: ignore[type-arg]
+
+    def route(ws) -> None:  # type: ignore[no-untyped-def]
+        srv = ws.connect_to_server()
+
+        def to_server(message) -> None:  # type: ignore[no-untyped-def]
+            m = BackMsg()
+            if isinstance(message, bytes):
+                m.ParseFromString(message)
+            rerun = m.rerun_script if m.WhichOneof("type") == "rerun_script" else None
+            if state["drop"] and rerun is not None and rerun.is_auto_rerun and rerun.fragment_id:
+                state["dropped"] += 1
+                return
+            srv.send(message)
+
+        ws.on_message(to_server)
+        srv.on_message(ws.send)
+
+    page.route_web_socket(re.compile(r"/_stcore/stream$"), route)
+    return state
+
+
+@pytest.mark.slow
+def test_a_rank_change_after_the_page_painted_draws_its_sections_without_the_timer(  # type: ignore[no-untyped-def]
+    ddp, new_page
+) -> None:
+    """The 0.4 s timer that defers the Run page's lower sections serves a page's first paint only:
+    once they have painted, another rank's page (a heatmap click) draws them in its own run. With
+    every timer tick dropped after the first paint, the clicked rank still shows its Fixes."""
+    server, rid, _ = ddp
+    page = new_page()
+    ticks = dropped_ticks_socket(page)
+    page.goto(f"{server.url}/run?run={rid}")
+    assert painted_query(page).get("rank") in (None, ["0"]), page.url
+    ticks["drop"] = True
+    chart = page.locator('[data-testid="stPlotlyChart"]').filter(has=page.locator(".heatmaplayer"))
+    chart.locator(".main-svg").first.wait_for(state="visible")
+    chart.scroll_into_view_if_needed()
+    n_steps = len(chart.locator(".xtick text").all_text_contents())
+    box = chart.locator(".nsewdrag").first.bounding_box()
+    assert box is not None
+    x = box["x"] + (n_steps - 2 + 0.5) * box["width"] / n_steps
+    y = box["y"] + 0.75 * box["height"]  # rank 1's row
+    page.mouse.move(x, y)
+    page.wait_for_function(
+        "el => el.textContent.includes('rank 1')",
+        arg=chart.locator(".hoverlayer").element_handle(),
+        timeout=10_000,
+    )
+    page.mouse.click(x, y)
+    page.wait_for_function("() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000)
+    wait_idle(page)
+    page.get_by_role("heading", name="Fixes").wait_for(timeout=10_000)
+    assert page.get_by_text(PLACEHOLDER).count() == 0

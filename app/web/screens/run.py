@@ -95,5 +95,5 @@ if report is not None:
         with views.section("Modules"):
             memory_ops_views.modules(data.modules(path, run_id, rank))
 
-    views.below_the_fold(f"run_{run_id}_{rank}", rest)
+    views.below_the_fold(f"run_{run_id}", rest)  # once per run: a rank change draws them at once
     views.keep_anchor_in_view()  # a section named in the URL (#fixes) stays in view
