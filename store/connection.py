@@ -170,7 +170,9 @@ class Store:
             return 0
         with self.lock.held():
             mark = root / WRITING_MARK
-            if not mark.exists():
+            if not mark.exists() or _marked_by_this_process(mark):
+                # this process writes now: the lock is reentrant, so a store opened in the thread
+                # of an open transaction gets here, and would delete that transaction's files
                 return 0
             n = self.delete_orphaned_files(all_ages=True)
             with suppress(OSError):
@@ -276,6 +278,14 @@ class Store:
 
 
 Connection = Store | duckdb.DuckDBPyConnection
+
+
+def _marked_by_this_process(mark: Path) -> bool:
+    """Whether the write mark names this process (a transaction of ours is open)."""
+    try:
+        return int(mark.read_text().strip() or -1) == os.getpid()
+    except (OSError, ValueError):  # gone meanwhile, or not a pid: not ours
+        return False
 
 
 def pid_alive(pid: int) -> bool:

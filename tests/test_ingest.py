@@ -435,6 +435,38 @@ def test_a_killed_ingest_leaves_nothing_visible_and_is_cleaned_on_open(tmp_path)
     con.close()
 
 
+def test_a_store_opened_in_the_thread_of_an_open_ingest_leaves_its_files_alone(
+    tmp_path, monkeypatch
+):
+    """The write lock is reentrant in a thread, so opening the store from the thread of an open
+    ingest (a hook that reads the store) passes it; the open's recovery of a dead writer's files
+    must not take the live ingest's (it did: the ingest then failed reading its own rows)."""
+    from gpuscope.store import transaction
+
+    t = TraceBuilder()
+    for i in range(3000):
+        t.launch(f"k{i % 50}", i * 10.0, i * 10.0 + 1, 1.0)
+    p = t.write(tmp_path / "t.json", indent=None)
+    monkeypatch.setenv("GPUSCOPE_FLUSH_ROWS", "1000")  # Parquet files written in the ingest
+    db = tmp_path / "s"
+    with connect(db) as con:
+        opened = []
+
+        def hook(c, result):  # type: ignore[no-untyped-def]
+            assert parquet_files(db), "nothing written yet: the test did not test"
+            with connect(db) as other:  # same thread, inside the ingest's transaction
+                opened.append(other.execute("SELECT count(*) FROM runs").fetchone()[0])
+            # the ingest's own rows are still there to read
+            n = c.execute("SELECT count(*) FROM events WHERE run_id = ?", [result.run_id])
+            assert n.fetchone()[0] == result.n_events
+
+        [r] = ingest_paths(con, [p], after_trace=hook)
+        assert opened == [0]  # the other connection did not see the uncommitted run
+        assert con.execute("SELECT count(*) FROM events").fetchone()[0] == r.n_events
+        with transaction(con):
+            assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+
+
 def test_fast_and_fallback_paths_write_identical_rows(tmp_path):
     """DuckDB's reader (fast path) and the msgspec decoder (fallback) must agree row for row."""
     import gpuscope.ingest.batch_insert as bi
