@@ -3,7 +3,10 @@
 A summary is a set of named **parts** (:class:`SummaryPart`), each a JSON document about one rank
 of one run, computed from that rank's events only. The orchestrating code (``gpuscope ingest``,
 the dashboard's upload) calls :func:`write_rank_summaries` inside the ingest's transaction, so a
-rank is never stored without its summary (a part that fails rolls the whole ingest back). A run's
+rank is never stored without its summary (a part that fails rolls the whole ingest back), but for
+a rank too big to copy into memory (:func:`too_big_to_copy`): its parts are computed right after
+the ingest commits, outside any transaction, where DuckDB can spill their working tables
+(:func:`store_outside_transaction`); until they are stored, :func:`load` computes them. A run's
 page and ``analyze`` then read :func:`load` (one row per rank) instead of every rank's events.
 
 Every row carries its part's ``version``. A part whose definition changes bumps its version; rows
@@ -115,14 +118,89 @@ def missing(
     return [(r, p) for r in ranks_of(con, run_id) for p in _parts(parts) if (r, p.name) not in have]
 
 
-def write_rank_summaries(con: Connection, run_id: str, parts: Iterable[str] | None = None) -> int:
+def write_rank_summaries(
+    con: Connection, run_id: str, parts: Iterable[str] | None = None, *, big_ranks: bool = True
+) -> int:
     """Compute and store every part (or ``parts``) of every rank of ``run_id`` that is missing or
     stale, inside the caller's transaction (stale rows are replaced). Returns the rows written.
-    An exception propagates: the caller's transaction then rolls back with the ingest."""
+    An exception propagates: the caller's transaction then rolls back with the ingest.
+
+    ``big_ranks=False`` leaves out the ranks too big to copy (:func:`too_big_to_copy`): computed
+    on the store inside a transaction, their working tables cannot spill, so they are for
+    :func:`store_outside_transaction` once the ingest has committed."""
+    todo = missing(con, run_id, parts)
+    if not big_ranks:
+        big = set(too_big_to_copy(con, run_id))
+        todo = [(r, p) for r, p in todo if r not in big]
+    rows = _compute_rows(con, run_id, todo)
+    _store_rows(con, run_id, todo, rows)
+    return len(rows)
+
+
+def too_big_to_copy(con: Connection, run_id: str) -> list[int]:
+    """The ranks of ``run_id`` with more than :data:`MAX_IN_MEMORY_EVENTS` events (or no count):
+    their parts are computed on the store, not on an in-memory copy."""
+    rows = con.execute("SELECT rank, n_events FROM ranks WHERE run_id = ?", [run_id]).fetchall()
+    return sorted(int(r) for r, n in rows if _too_big(n))
+
+
+def _too_big(n_events: Any) -> bool:
+    """Whether a rank of ``n_events`` events (None: unknown) is too big to copy into memory."""
+    return n_events is None or int(n_events) > MAX_IN_MEMORY_EVENTS
+
+
+def store_outside_transaction(
+    con: Connection, run_id: str, parts: Iterable[str] | None = None
+) -> int:
+    """Compute the missing or stale parts of ``run_id`` outside any transaction, then store them in
+    one of their own. Returns the rows written (0 if the run was deleted or ingested again
+    meanwhile: nothing is stored for it).
+
+    Outside a transaction DuckDB can spill the working tables of a rank too big to copy to disk.
+    Inside the ingest's transaction it could not: a 6 GB one-rank trace (18.2 M events) failed
+    with "Out of Memory" under the ingest's memory limit (docs/benchmarks.md). The run's rows
+    no longer change once it is committed, so the statements need no common snapshot.
+
+    ``con`` must not be inside a transaction (a store in one, or in a read snapshot, is refused;
+    a bare DuckDB connection cannot be told apart and is the caller's to vouch for)."""
+    if isinstance(con, Store) and (con._tx or con.snapshot_seq):
+        raise ValueError("store_outside_transaction: the connection is inside a transaction")
     todo = missing(con, run_id, parts)
     if not todo:
         return 0
+    stamp = _run_stamp(con, run_id)
+    row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    own = str(row[0]) if row else None
+    con.execute(f"SET memory_limit = '{PARTS_MEMORY_LIMIT}'")
+    try:
+        rows = _compute_rows(con, run_id, todo)
+    finally:
+        if own is not None:  # the write needs the store's own: a 6 GB rank's part is ~43 MB
+            con.execute(f"SET memory_limit = '{own}'")
+
+    def work() -> int:
+        with transaction(con):
+            if stamp is None or _run_stamp(con, run_id) != stamp:
+                return 0  # deleted or ingested again since: these parts are of another run
+            _store_rows(con, run_id, todo, rows)
+            return len(rows)
+
+    return con.retrying(work) if isinstance(con, Store) else work()
+
+
+def _run_stamp(con: Connection, run_id: str) -> tuple[Any, ...] | None:
+    row = con.execute("SELECT created_at, n_events FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return tuple(row) if row is not None else None
+
+
+def _compute_rows(
+    con: Connection, run_id: str, todo: list[tuple[int, SummaryPart]]
+) -> list[list[Any]]:
+    """The rows of ``todo``'s (rank, part) pairs, computed on copies of small ranks and on ``con``
+    for the others (:func:`_rank_copies`)."""
     rows: list[list[Any]] = []
+    if not todo:
+        return rows
     by_rank: dict[int, list[SummaryPart]] = {}
     for rank, part in todo:
         by_rank.setdefault(rank, []).append(part)
@@ -137,13 +215,20 @@ def write_rank_summaries(con: Connection, run_id: str, parts: Iterable[str] | No
                     rows.append([run_id, rank, part.name, part.version, doc, now_utc()])
     finally:
         close_shared(con)  # the working tables die with a rolled-back transaction: forget them
+    return rows
+
+
+def _store_rows(
+    con: Connection, run_id: str, todo: list[tuple[int, SummaryPart]], rows: list[list[Any]]
+) -> None:
+    """Replace the rows of ``todo``'s (rank, part) pairs with ``rows`` (the caller's transaction)."""
     for rank, part in todo:
         con.execute(
             f"DELETE FROM {TABLE} WHERE run_id = ? AND rank = ? AND part = ?",
             [run_id, rank, part.name],
         )
-    con.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)", rows)
-    return len(rows)
+    if rows:
+        con.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)", rows)
 
 
 class StoreAfterIngest:
@@ -159,18 +244,25 @@ class StoreAfterIngest:
     A run of several rank files computes its ranks' parts while it is ingested: the ingest hands
     each rank's rows to :meth:`rank_sink`'s :class:`PartsWhileIngesting` as soon as the rank is
     written, which computes them on other threads while the next ranks are parsed (a rank too big
-    to keep in memory is computed here, after the ingest, from the store)."""
+    to keep in memory is computed here, after the ingest, from the store; one too big to copy,
+    once the ingest has committed: what this hook returns)."""
 
-    def __call__(self, con: Connection, result: Any) -> None:
+    def __call__(self, con: Connection, result: Any) -> Callable[[Connection], int] | None:
+        """Store the parts of the ranks small enough to copy now; return what computes and stores
+        the others once the ingest has committed (:func:`store_outside_transaction`), or None."""
         run_id = str(result.run_id)
         if int(getattr(result, "n_ranks", 0) or 0) != 1:
-            write_rank_summaries(con, run_id, EVERY_RANK)
-            return
-        from gpuscope.analysis.ranks import world_sizes
+            parts: list[str] = list(EVERY_RANK)
+        else:
+            from gpuscope.analysis.ranks import world_sizes
 
-        # one rank of a job of several (its other nodes report later): its cross-rank part too
-        several = (world_sizes(con, [run_id]).get(run_id) or 1) > 1
-        write_rank_summaries(con, run_id, [p for p in PARTS if several or p not in EVERY_RANK])
+            # one rank of a job of several (its other nodes report later): its cross-rank part too
+            several = (world_sizes(con, [run_id]).get(run_id) or 1) > 1
+            parts = [p for p in PARTS if several or p not in EVERY_RANK]
+        write_rank_summaries(con, run_id, parts, big_ranks=False)
+        if not too_big_to_copy(con, run_id):
+            return None
+        return lambda after: store_outside_transaction(after, run_id, parts)
 
     def rank_sink(self, run_id: str, jobs: int) -> PartsWhileIngesting:
         return PartsWhileIngesting(run_id, EVERY_RANK, jobs)
@@ -259,6 +351,10 @@ class PartsWhileIngesting:
 
 #: A rank with at most this many events is copied into a database of its own for its parts.
 MAX_IN_MEMORY_EVENTS = 1_000_000
+#: DuckDB's memory while :func:`store_outside_transaction` computes parts on the store: the
+#: working tables of a rank too big to copy spill to disk beyond it (a 6 GB one-rank trace:
+#: 0.9 GB peak RSS, docs/benchmarks.md).
+PARTS_MEMORY_LIMIT = "160MB"
 _COPIED = ("runs", "ranks", "names", "threads", "events")  # the rank's rows; others stay empty
 SCRATCH_MEMORY_LIMIT = "512MB"
 
@@ -277,7 +373,7 @@ def _rank_copy(con: Connection, run_id: str, rank: int) -> Iterator[Any]:
     row = con.execute(
         "SELECT n_events FROM ranks WHERE run_id = ? AND rank = ?", [run_id, rank]
     ).fetchone()
-    if row is None or row[0] is None or int(row[0]) > MAX_IN_MEMORY_EVENTS:
+    if row is None or _too_big(row[0]):
         yield con
         return
     with _copy_of(con, run_id, [rank]) as on:
@@ -307,7 +403,7 @@ def _rank_copies(con: Connection, run_id: str, ranks: list[int]) -> Iterator[tup
 
     for rank in ranks:
         n = sizes.get(rank)
-        if n is None or int(n) > MAX_IN_MEMORY_EVENTS:  # too big to copy: computed on con
+        if n is None or _too_big(n):  # too big to copy: computed on con
             yield rank, con
             continue
         if batch and held + int(n) > MAX_IN_MEMORY_EVENTS:
@@ -406,14 +502,7 @@ def refresh(con: Connection, run_id: str, parts: Iterable[str] | None = None) ->
     store inside a transaction or a read snapshot: :func:`load` computes them in memory there)."""
     if not isinstance(con, Store) or con._tx or con.snapshot_seq:
         return 0  # a bare connection may be inside a transaction that cannot be told apart
-    if not missing(con, run_id, parts):
-        return 0
-
-    def work() -> int:
-        with transaction(con):
-            return write_rank_summaries(con, run_id, parts)
-
-    return con.retrying(work)
+    return store_outside_transaction(con, run_id, parts)
 
 
 def load(con: Connection, run_id: str, part: str, *, compute: bool = True) -> dict[int, Any]:

@@ -26,9 +26,10 @@ ABSOLUTE_NS = 10**17  # timestamps beyond this (1973 in Unix ns) are absolute al
 INGEST_MEMORY_LIMIT = "160MB"  # DuckDB's memory during an ingest (it spills beyond); restored after
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
-AfterTrace = Callable[
-    [Any, RunResult], None
-]  # (con, the trace run just written), in its transaction
+# (con, the trace run just written), in its transaction; it may return what is to run once the
+# transaction has committed (an AfterCommit: it is called with con), or None
+AfterTrace = Callable[[Any, RunResult], Any]
+AfterCommit = Callable[[Any], Any]
 
 
 __all__ = ["RunResult", "ingest_paths", "ingest_trace", "run_id_for"]
@@ -305,6 +306,15 @@ def duckdb_threads(con: Connection, n: int) -> Iterator[None]:
     con.execute("SET threads = 1")
 
 
+def after_commit(con: Connection, later: list[AfterCommit]) -> None:
+    """Run what the ``after_trace`` hooks left for after the ingest's commit (the summary parts of
+    ranks too big to copy, which DuckDB can spill only outside a transaction), under the store's
+    own settings again. An exception propagates: the runs stay stored, and what was not stored is
+    computed when the run is read."""
+    for job in later:
+        job(con)
+
+
 def ingest_trace(
     con: Connection,
     path: Path,
@@ -476,7 +486,10 @@ def ingest_paths(
     con.execute("SET threads = 1")
     con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
 
+    later: list[AfterCommit] = []
+
     def once() -> list[RunResult]:
+        later.clear()  # a try after a failed one starts again
         con.execute("SET threads = 1")  # a try after a failed one starts on one thread again
         with transaction(con):
             return _ingest_paths(
@@ -493,13 +506,16 @@ def ingest_paths(
                 after_trace=after_trace,
                 jobs=jobs,
                 hook_threads=int(threads),
+                later=later,
             )
 
     try:
-        return con.retrying(once) if isinstance(con, Store) else once()
+        results = con.retrying(once) if isinstance(con, Store) else once()
     finally:
         con.execute(f"SET threads = {int(threads)}")
         con.execute(f"SET memory_limit = '{memory}'")
+    after_commit(con, later)
+    return results
 
 
 def _ingest_paths(
@@ -517,6 +533,7 @@ def _ingest_paths(
     after_trace: AfterTrace | None = None,
     jobs: int | None = None,
     hook_threads: int = 1,
+    later: list[AfterCommit] | None = None,
 ) -> list[RunResult]:
     results: list[RunResult] = []
     series: list[tuple[Path, str | None, int]] = []  # (file, run to attach to, index in results)
@@ -553,7 +570,9 @@ def _ingest_paths(
             continue
         if after_trace is not None:
             with duckdb_threads(con, hook_threads):
-                after_trace(con, result)
+                deferred = after_trace(con, result)
+            if callable(deferred) and later is not None:
+                later.append(deferred)
         results.append(result)
         series += [(q, result.run_id, -1) for q in extra]
     _write_series(
@@ -680,7 +699,10 @@ def _ingest_job(
     con.execute("SET threads = 1")
     con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
 
+    later: list[AfterCommit] = []
+
     def once() -> list[RunResult]:
+        later.clear()  # a try after a failed one starts again
         con.execute("SET threads = 1")  # a try after a failed one starts on one thread again
         with transaction(con):
             result = _write_job_files(
@@ -695,11 +717,13 @@ def _ingest_job(
             )
             if after_trace is not None:
                 with duckdb_threads(con, int(threads)):
-                    after_trace(con, result)
+                    deferred = after_trace(con, result)
+                if callable(deferred):
+                    later.append(deferred)
             return [result]
 
     try:
-        return con.retrying(once, J.JOB_RETRIES) if isinstance(con, Store) else once()
+        results = con.retrying(once, J.JOB_RETRIES) if isinstance(con, Store) else once()
     except BaseException:
         if made:
             J.drop_empty_job_run(con, job)
@@ -707,6 +731,8 @@ def _ingest_job(
     finally:
         con.execute(f"SET threads = {int(threads)}")
         con.execute(f"SET memory_limit = '{memory}'")
+    after_commit(con, later)  # committed: a failure here leaves the job's run as it is
+    return results
 
 
 def _write_job_files(

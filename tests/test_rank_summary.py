@@ -301,3 +301,74 @@ def test_a_ranks_parts_check_the_run_row_once_per_index_and_give_the_same_parts(
         assert RS.write_rank_summaries(con, run_id) == len(RS.PARTS)
         assert len(checks) > len(made)
         assert stored(con, run_id) == first
+
+
+def _spied(monkeypatch: pytest.MonkeyPatch, name: str, seen: list) -> None:  # type: ignore[type-arg]
+    """Part ``name`` records, each time it is computed, whether a second connection to the store
+    sees the run (whether the ingest that wrote it has committed)."""
+    part = RS.PARTS[name]
+
+    def compute(con, run_id, rank):  # type: ignore[no-untyped-def]
+        import duckdb
+
+        try:  # inside the ingest's transaction the other connection may not even read its files
+            with connect(STORE[0]) as other:
+                q = "SELECT count(*) FROM runs WHERE run_id = ?"
+                seen.append(other.execute(q, [run_id]).fetchone() == (1,))
+        except duckdb.Error:
+            seen.append(False)
+        return part.compute(con, run_id, rank)
+
+    monkeypatch.setitem(RS.PARTS, name, dataclasses.replace(part, compute=compute))
+
+
+STORE: list[Path] = []
+
+
+def test_a_rank_too_big_to_copy_gets_its_parts_once_the_ingest_has_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside the ingest's transaction DuckDB cannot spill a part's working tables, and a 6 GB
+    one-rank trace failed with "Out of Memory". A rank too big to copy (here: every rank) gets its
+    parts right after the commit, while the run is already visible to others; they are the parts
+    a small rank gets inside the transaction, and ingest_paths returns once they are stored."""
+    trace = DDP / "ddp_rank0.pt.trace.json.gz"
+    with connect(tmp_path / "small") as con:
+        run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest)[0].run_id
+        inside = stored(con, run_id)
+    assert len(inside) == len(RS.PARTS)  # one rank of a world of 2: every part
+    STORE[:] = [tmp_path / "big"]
+    seen: list[bool] = []
+    _spied(monkeypatch, "rank_row", seen)
+    monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)
+    with connect(tmp_path / "big") as con:
+        assert ingest_paths(con, [trace], after_trace=RS.store_after_ingest)[0].run_id == run_id
+        assert stored(con, run_id) == inside
+    assert seen == [True], seen  # computed once, after the commit
+
+
+def test_parts_of_a_run_deleted_while_they_were_computed_are_not_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """store_outside_transaction computes outside any transaction; a run deleted (or ingested
+    again) before its parts are stored gets none: no rows of a run that is gone."""
+    from gpuscope.store import delete_run, transaction
+
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(con, [DDP / "ddp_rank0.pt.trace.json.gz"])[0].run_id
+        compute = RS._compute_rows
+
+        def then_delete(c, rid, todo):  # type: ignore[no-untyped-def]
+            rows = compute(c, rid, todo)
+            delete_run(c, rid)
+            return rows
+
+        monkeypatch.setattr(RS, "_compute_rows", then_delete)
+        assert RS.store_outside_transaction(con, run_id, ["rank_row"]) == 0
+        n = con.execute("SELECT count(*) FROM rank_summaries WHERE run_id = ?", [run_id])
+        assert n.fetchone() == (0,)
+        monkeypatch.setattr(RS, "_compute_rows", compute)
+        run_id = ingest_paths(con, [DDP / "ddp_rank0.pt.trace.json.gz"])[0].run_id
+        assert RS.store_outside_transaction(con, run_id, ["rank_row"]) == 1
+        with pytest.raises(ValueError, match="inside a transaction"), transaction(con):
+            RS.store_outside_transaction(con, run_id, ["headline"])

@@ -214,7 +214,7 @@ def ingest_uploads(
                 progress=on_bytes,
                 metadata=meta,
                 uploaded_by=uploaded_by,
-                after_trace=run_views.store_after_ingest,  # each rank's summary, in the same transaction
+                after_trace=run_views.store_after_ingest,  # each rank's summary (a huge rank's: after it)
             )
         except (
             IngestError,
