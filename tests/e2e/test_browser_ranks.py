@@ -173,24 +173,30 @@ def test_a_click_on_a_heatmap_cell_opens_that_rank_and_step(ddp, new_page) -> No
 PLACEHOLDER = "Loading the breakdowns, top kernels and fixes"
 
 
+def rerun_of(message):  # type: ignore[no-untyped-def]
+    """(the rerun request a page sent on its socket, or None; whether it is a timer tick: a
+    fragment's auto-rerun)."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+
+    m = BackMsg()
+    if isinstance(message, bytes):
+        m.ParseFromString(message)
+    rerun = m.rerun_script if m.WhichOneof("type") == "rerun_script" else None
+    return rerun, rerun is not None and rerun.is_auto_rerun and bool(rerun.fragment_id)
+
+
 def stale_tick_socket(page) -> dict:  # type: ignore[no-untyped-def,type-arg]
     """Make the race of a page's timer certain on ``page``'s socket: the timer's ticks (fragment
     auto-reruns) are dropped until ``race["armed"]`` is set and the page sends a rerun (the user's
     action); the server's messages are then held until the browser has sent a tick, which thus
     carries the URL from before the action (kept in ``race["stale"]``), and released after it."""
-    from streamlit.proto.BackMsg_pb2 import BackMsg
-
     race: dict = {"armed": False, "held": None, "stale": []}  # type: ignore[type-arg]
 
     def route(ws) -> None:  # type: ignore[no-untyped-def]
         srv = ws.connect_to_server()
 
         def to_server(message) -> None:  # type: ignore[no-untyped-def]
-            m = BackMsg()
-            if isinstance(message, bytes):
-                m.ParseFromString(message)
-            rerun = m.rerun_script if m.WhichOneof("type") == "rerun_script" else None
-            tick = rerun is not None and rerun.is_auto_rerun and bool(rerun.fragment_id)
+            rerun, tick = rerun_of(message)
             if tick and race["held"] is None:
                 return  # before the action: dropped (the page stays unpainted, its timer alive)
             srv.send(message)
@@ -266,19 +272,13 @@ def test_a_timer_tick_sent_before_the_click_reached_the_browser_does_not_undo_it
 def dropped_ticks_socket(page) -> dict:  # type: ignore[no-untyped-def,type-arg]
     """Once ``state["drop"]`` is set, the timer ticks (fragment auto-reruns) of ``page`` never reach
     the server (counted in ``state["dropped"]``); everything else passes."""
-    from streamlit.proto.BackMsg_pb2 import BackMsg
-
     state: dict = {"drop": False, "dropped": 0}  # type: ignore[type-arg]
 
     def route(ws) -> None:  # type: ignore[no-untyped-def]
         srv = ws.connect_to_server()
 
         def to_server(message) -> None:  # type: ignore[no-untyped-def]
-            m = BackMsg()
-            if isinstance(message, bytes):
-                m.ParseFromString(message)
-            rerun = m.rerun_script if m.WhichOneof("type") == "rerun_script" else None
-            if state["drop"] and rerun is not None and rerun.is_auto_rerun and rerun.fragment_id:
+            if state["drop"] and rerun_of(message)[1]:
                 state["dropped"] += 1
                 return
             srv.send(message)
