@@ -453,7 +453,9 @@ def ingest_paths(
     run, which they are added to (:mod:`gpuscope.ingest.job`; one result). ``after_trace(con,
     result)`` runs inside the transaction after each trace run is written (the orchestrating code
     computes the rank summaries there); an exception from it rolls everything back. It runs in
-    the calling thread, on ``con``.
+    the calling thread, on ``con``. What it returns, if callable, is called with ``con`` once the
+    transaction has committed, under the store's own settings, before this returns (the summary
+    parts of ranks too big to copy; an exception from it propagates, the runs stay stored).
 
     ``jobs``: threads that split and parse the trace files' batches while this thread writes them
     (None: :func:`~gpuscope.ingest.parse_pool.default_jobs`, the cores); rows are the same for any
@@ -533,7 +535,7 @@ def _ingest_paths(
     after_trace: AfterTrace | None = None,
     jobs: int | None = None,
     hook_threads: int = 1,
-    later: list[AfterCommit] | None = None,
+    later: list[AfterCommit],
 ) -> list[RunResult]:
     results: list[RunResult] = []
     series: list[tuple[Path, str | None, int]] = []  # (file, run to attach to, index in results)
@@ -571,7 +573,7 @@ def _ingest_paths(
         if after_trace is not None:
             with duckdb_threads(con, hook_threads):
                 deferred = after_trace(con, result)
-            if callable(deferred) and later is not None:
+            if callable(deferred):
                 later.append(deferred)
         results.append(result)
         series += [(q, result.run_id, -1) for q in extra]
