@@ -18,7 +18,9 @@ edited) and sums, per phase, the wall time and the CPU time of the thread it ran
   Parquet file each), names and thread labels (``names_threads``), handing a rank's rows to the
   part threads (``hand_over``: it waits when they fall behind), storing the parts
   (``store_parts``), the parts computed after the ingest (``parts_after``: ranks too big to keep,
-  one-rank runs), and the rest (``other``: the run row, the commit, the store's maintenance);
+  one-rank runs), those of ranks too big to copy, once the ingest has committed
+  (``parts_after_commit``), and the rest (``other``: the run row, the commit, the store's
+  maintenance);
 - **parts** threads: each rank's summary parts (``parts``), computed while the next ranks parse.
 
 Worker phases sum over their threads, so they can exceed the wall time. Prints a table, then one
@@ -127,6 +129,7 @@ def install(batch_mb: float | None, parser_bulk_flush_mb: int | None = None) -> 
     rs.PartsWhileIngesting._compute = timed("parts", rs.PartsWhileIngesting._compute)
     rs.PartsWhileIngesting.store = timed("store_parts", rs.PartsWhileIngesting.store)
     rs.write_rank_summaries = timed("parts_after", rs.write_rank_summaries)
+    rs.store_outside_transaction = timed("parts_after_commit", rs.store_outside_transaction)
     if batch_mb:
         json_stream.BATCH_BYTES = int(batch_mb * 2**20)
     if parser_bulk_flush_mb:  # the parse threads' DuckDB only (the store keeps its settings)
@@ -196,11 +199,11 @@ def main() -> int:
         f"{a.trace}: {size / 1e9:.3f} GB in {len(files)} file(s), {res[0].n_events:,} events, "
         f"{res[0].n_ranks} rank(s); wall {wall:.2f} s, CPU {cpu:.2f} s, peak RSS {rss:.0f} MB"
     )
-    print(f"{'phase':<16} {'thread':<7} {'wall s':>8} {'CPU s':>7} {'CPU s/GB':>8} {'calls':>6}")
+    print(f"{'phase':<18} {'thread':<7} {'wall s':>8} {'CPU s':>7} {'CPU s/GB':>8} {'calls':>6}")
     for k in sorted(WALL, key=lambda k: -CPU.get(k, 0.0)):
         th = THREAD.get(k, "writer")
         print(
-            f"{k:<16} {th:<7} {WALL[k]:8.2f} {CPU[k]:7.2f} {CPU[k] / size * 1e9:8.2f} "
+            f"{k:<18} {th:<7} {WALL[k]:8.2f} {CPU[k]:7.2f} {CPU[k] / size * 1e9:8.2f} "
             f"{CALLS.get(k, 1):6d}"
         )
     doc = {
