@@ -353,7 +353,7 @@ class PartsWhileIngesting:
 MAX_IN_MEMORY_EVENTS = 1_000_000
 #: DuckDB's memory while :func:`store_outside_transaction` computes parts on the store: the
 #: working tables of a rank too big to copy spill to disk beyond it (a 6 GB one-rank trace:
-#: 0.9 GB peak RSS, docs/benchmarks.md).
+#: about 1 GB peak RSS, docs/benchmarks.md).
 PARTS_MEMORY_LIMIT = "160MB"
 _COPIED = ("runs", "ranks", "names", "threads", "events")  # the rank's rows; others stay empty
 SCRATCH_MEMORY_LIMIT = "512MB"
