@@ -10,9 +10,9 @@ the ingest commits, outside any transaction, where DuckDB can spill their workin
 page and ``analyze`` then read :func:`load` (one row per rank) instead of every rank's events.
 
 Every row carries its part's ``version``. A part whose definition changes bumps its version; rows
-of another version are stale: :func:`load` recomputes them in memory, and :func:`refresh` (called
-by ``analyze`` before it opens its read snapshot) recomputes and stores them, so the cost is paid
-once per run and version.
+of another version are stale: :func:`load` recomputes them in memory (analyses only read), and
+:func:`refresh`, when called, recomputes and stores them, so the cost is paid once per run and
+version.
 
 New parts plug in with :func:`register` (e.g. a per-rank collective table)::
 
