@@ -20,8 +20,9 @@ unexport PYTHONDONTWRITEBYTECODE
 # editable_mode=strict: a tree of links under build/ that editors and type checkers follow (the
 # default mode maps app/ to `gpuscope` through an import hook that no static tool reads). A module
 # added or removed changes its folder, which re-links the tree.
+# ingest/_compiled_parser.c: pip compiles it (gcc) into the tree; an edit rebuilds it.
 PKG_DIRS := $(shell find app ingest analysis vocabulary store -type d -not -name __pycache__ 2>/dev/null)
-$(STAMP): pyproject.toml $(PKG_DIRS)
+$(STAMP): pyproject.toml $(PKG_DIRS) ingest/_compiled_parser.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=strict

@@ -1,11 +1,15 @@
 """Insert batches of trace events into the store, in SQL.
 
-Fast path: DuckDB's own JSON reader parses a batch (a JSON array of whole events, cut out of the
-file by :mod:`gpuscope.ingest.json_stream`) into the typed *raw* layout (Arrow). When a batch is not
-strict JSON or DuckDB refuses it (raw control characters inside strings, a wrong type...), it goes
-through the msgspec decoder in :mod:`gpuscope.ingest.kineto` instead, which accepts the known quirks and
-otherwise names the offending event. Both paths end in the same code that maps names (stored once per
-run) and non-numeric pids/tids to integers, so they write identical rows.
+A batch is a JSON array of whole events, cut out of the file by :mod:`gpuscope.ingest.json_stream`.
+Three readers, tried in turn:
+1. the compiled parser (:mod:`gpuscope.ingest.compiled_parser`) reads it straight into the parsed
+   layout, or refuses it when it is not certain to read it exactly as DuckDB would;
+2. DuckDB's own JSON reader parses it into the typed *raw* layout (Arrow);
+3. when a batch is not strict JSON or DuckDB refuses it (raw control characters inside strings, a
+   wrong type...), the msgspec decoder in :mod:`gpuscope.ingest.kineto` reads it, accepting the known
+   quirks and otherwise naming the offending event.
+All end in the same code that maps names (stored once per run) and non-numeric pids/tids to
+integers, so they write identical rows.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
+from gpuscope.ingest import compiled_parser
 from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.errors import IngestError
 from gpuscope.store import ALLOCATOR_SETTINGS, extensions, pid_alive
@@ -173,6 +178,11 @@ class BatchParser:
         ``strict``: the batch passed :func:`strict_json`; otherwise it goes straight to the decoder
         that reads the known quirks and names anything else."""
         odd: tuple[int, list[str]] = (0, [])
+        if strict and compiled_parser.enabled():
+            table = compiled_parser.parse(batch.data)
+            if table is not None:
+                n_timed, lo, hi = _extent(path, table)
+                return Parsed(table, n_timed, lo, hi)
         if strict:
             self.scratch.write_bytes(batch.data)
             # The reader's buffers follow maximum_object_size: the batch's own size keeps them (and

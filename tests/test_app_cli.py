@@ -155,6 +155,9 @@ def test_dockerfile_mirrors_make_run() -> None:
         "the store must live on a volume"
     )
     assert ("EXPOSE", "8501") in ins
+    # the compiled parser needs a C compiler when gpuscope is installed
+    install = next(rest for op, rest in ins if op == "RUN" and "pip install ." in rest)
+    assert install.index("install -y --no-install-recommends gcc") < install.index("pip install .")
     user = [rest for op, rest in ins if op == "USER"]
     assert user and user[-1] not in ("root", "0") and ops.index("USER") < ops.index("CMD")
     health = next(rest for op, rest in ins if op == "HEALTHCHECK")

@@ -1,0 +1,98 @@
+"""The compiled fast path of a batch's parse: C (``_compiled_parser.c``) reads the events in one
+pass, without the GIL, into the Arrow columns of the parsed layout
+(:data:`gpuscope.ingest.batch_insert.TO_PARSED`).
+
+It reads only what it is certain to read exactly as DuckDB's JSON reader does; any other batch
+(an escaped key, a number of a type DuckDB would cast, a JSON value it would re-render...) it
+refuses, and :class:`~gpuscope.ingest.batch_insert.BatchParser` reads that batch with DuckDB.
+``tests/test_compiled_parser.py`` holds the two readers to the same tables.
+
+The extension is built when gpuscope is installed; where no C compiler was at hand it is missing,
+:data:`AVAILABLE` is False and every batch is read by DuckDB (slower, same rows).
+``$GPUSCOPE_COMPILED_PARSER=0`` turns it off (for benchmarks that compare the two).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import TYPE_CHECKING
+
+from gpuscope.store.schema import EVENTS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+try:
+    from gpuscope.ingest import _compiled_parser  # type: ignore[attr-defined]
+except ImportError:  # built without a C compiler: DuckDB reads every batch
+    _compiled_parser = None
+
+AVAILABLE = _compiled_parser is not None
+ENV_SWITCH = "GPUSCOPE_COMPILED_PARSER"  # "0": read every batch with DuckDB
+
+# The columns the C code fills, in its order (``enum Col``).
+COLUMNS = (
+    "ph", "cat", "ts_ns", "dur_ns", "correlation", "external_id", "device", "stream", "flow_id",
+    "grid", "block", "registers", "shared_mem", "bytes", "input_dims", "input_types",
+    "concrete_inputs", "flops", "seq_num", "fwd_tid", "python_id", "python_parent_id", "name",
+    "pid_num", "pid_label", "tid_num", "tid_label", "meta_name",
+)  # fmt: skip
+
+
+def enabled() -> bool:
+    """Whether batches go through the compiled parser first (built, and not switched off)."""
+    return AVAILABLE and os.environ.get(ENV_SWITCH, "1") != "0"
+
+
+@cache
+def _schema() -> pa.Schema:
+    """The parsed layout as Arrow types: ``events``' columns, then the raw ones the writer maps."""
+    import pyarrow as pa
+
+    types = {
+        "VARCHAR": pa.string(),
+        "JSON": pa.string(),
+        "INTEGER": pa.int32(),
+        "BIGINT": pa.int64(),
+        "DOUBLE": pa.float64(),
+        "INTEGER[]": pa.list_(pa.field("l", pa.int32())),
+    }
+    fields = [pa.field(c.name, types[c.type.replace(" NOT NULL", "")]) for c in EVENTS.columns]
+    raw = {"pid_num": pa.int64(), "tid_num": pa.int64()}
+    for name in ("name", "pid_num", "pid_label", "tid_num", "tid_label", "meta_name"):
+        fields.append(pa.field(name, raw.get(name, pa.string())))
+    return pa.schema(fields)
+
+
+def parse(data: bytes) -> pa.Table | None:
+    """The batch's rows in the parsed layout, or None when the compiled parser refuses it."""
+    import pyarrow as pa
+
+    if _compiled_parser is None:
+        return None
+    got = _compiled_parser.scan(data)
+    if got is None:
+        return None
+    n, buffers = got
+    schema = _schema()
+    filled: dict[str, pa.Array] = {}
+    for name, (valid, values, items, nulls) in zip(COLUMNS, buffers, strict=True):
+        typ = schema.field(name).type
+        bitmap = pa.py_buffer(valid) if nulls else None
+        if pa.types.is_string(typ):
+            bufs = [bitmap, pa.py_buffer(values), pa.py_buffer(items)]
+            filled[name] = pa.Array.from_buffers(typ, n, bufs, null_count=nulls)
+        elif pa.types.is_list(typ):
+            child = pa.Array.from_buffers(
+                typ.value_type, len(items) // 4, [None, pa.py_buffer(items)]
+            )
+            filled[name] = pa.Array.from_buffers(
+                typ, n, [bitmap, pa.py_buffer(values)], null_count=nulls, children=[child]
+            )
+        else:
+            filled[name] = pa.Array.from_buffers(
+                typ, n, [bitmap, pa.py_buffer(values)], null_count=nulls
+            )
+    columns = [filled[f.name] if f.name in filled else pa.nulls(n, f.type) for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema)

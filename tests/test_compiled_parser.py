@@ -1,0 +1,375 @@
+"""The compiled parser (ingest/_compiled_parser.c) against DuckDB's JSON reader, table for table.
+
+The rule it must keep: for any batch, either it refuses (the ingest reads the batch with DuckDB),
+or its table equals the one DuckDB's reader and ``TO_PARSED`` make of it, and DuckDB accepts
+that batch. Checked on every sample trace, on hand-made batches whose values are worked out
+here, on random events (hypothesis) and on damaged real batches.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from gpuscope.ingest import batch_insert, compiled_parser, json_stream
+from gpuscope.ingest.json_stream import Batch, TraceSplitter
+from gpuscope.ingest.source import iter_json_bytes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+SAMPLES = sorted(glob.glob("sample_traces/**/*.pt.trace.json*", recursive=True))
+_REF = threading.local()
+
+
+def duckdb_table(data: bytes) -> pa.Table | None:
+    """What DuckDB's reader makes of the batch (the ingest's second reader); None: it refuses."""
+    parser = getattr(_REF, "parser", None)
+    if parser is None:
+        parser = _REF.parser = batch_insert.BatchParser()
+    parser.scratch.write_bytes(data)
+    raw_sql = batch_insert.RAW_FROM_JSON.format(
+        path=str(parser.scratch).replace("'", "''"),
+        columns=batch_insert.COLUMNS,
+        max_bytes=max(len(data) + 1024, 1 << 20),
+    )
+    try:
+        return parser.db.execute(batch_insert.TO_PARSED.format(src=f"({raw_sql})")).to_arrow_table()
+    except duckdb.Error:
+        return None
+
+
+def check_same(data: bytes) -> pa.Table | None:
+    """The compiled table, after checking it against DuckDB's (None: refused)."""
+    got = compiled_parser.parse(data)
+    if got is None:
+        return None
+    want = duckdb_table(data)
+    assert want is not None, f"the compiled parser read a batch DuckDB refuses: {data[:200]!r}"
+    assert got.schema == want.schema
+    for name in got.column_names:
+        assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
+    assert got.equals(want)
+    return got
+
+
+def one(event: dict[str, Any] | str) -> dict[str, Any]:
+    """The single row the compiled parser makes of one event (given as a dict or JSON text)."""
+    text = event if isinstance(event, str) else json.dumps(event)
+    table = check_same(f"[{text}]".encode())
+    assert table is not None, f"refused: {text}"
+    assert table.num_rows == 1
+    return table.to_pylist()[0]
+
+
+def test_the_extension_is_built_here() -> None:
+    # Optional in the build (gpuscope installs without a C compiler), so a broken build would
+    # otherwise only make the ingest slower.
+    assert compiled_parser.AVAILABLE
+    assert compiled_parser.enabled()
+
+
+def test_every_sample_batch_is_read_by_the_compiled_parser_as_duckdb_reads_it() -> None:
+    batches = 0
+    for f in SAMPLES:
+        path = Path(f)
+        for batch in TraceSplitter(path, iter_json_bytes(path), 1 << 20).batches():
+            table = check_same(batch.data)
+            assert table is not None, f"{f}: batch at byte {batch.offset} refused"
+            batches += 1
+    assert batches >= len(SAMPLES) > 10
+
+
+def test_values_worked_out_by_hand() -> None:
+    row = one(
+        '{"ph": "X", "cat": "kernel", "name": "caf\\u00e9 \\ud83d\\ude00\\t\\"q\\"\\/", '
+        '"pid": 0, "tid": "stream 7", "ts": 1.0005, "dur": 0.0005, "id": "12", '
+        '"args": {"correlation": 9, "External id": -3, "device": 2, "stream": 7, '
+        '"grid": [1, 2, 3], "block": [], "registers per thread": 40, "shared memory": 0, '
+        '"bytes": 123456789012, "Input Dims": [[2, 3], [], [-1]], '
+        '"Input type": ["float", "c10::Half", ""], "Concrete Inputs": ["", "1", "True"], '
+        '"flops": 1e3, "Sequence number": 5, "Fwd thread id": 1, "Python id": 11, '
+        '"Python parent id": 10, "name": "thread_name", "unknown": {"deep": [1, {"x": null}]}}}'
+    )
+    assert row["name"] == 'café 😀\t"q"/'
+    assert (row["ph"], row["cat"]) == ("X", "kernel")
+    assert (row["pid_num"], row["pid_label"]) == (0, None)
+    assert (row["tid_num"], row["tid_label"]) == (None, "stream 7")
+    # round(us * 1000), half away from zero
+    assert (row["ts_ns"], row["dur_ns"]) == (1001, 1)  # 1.0005 * 1000 = 1000.5 exactly, in doubles
+    assert row["flow_id"] == 12
+    assert (row["correlation"], row["external_id"], row["device"], row["stream"]) == (9, -3, 2, 7)
+    assert (row["grid"], row["block"]) == ([1, 2, 3], [])
+    assert (row["registers"], row["shared_mem"], row["bytes"]) == (40, 0, 123456789012)
+    assert row["input_dims"] == "[[2,3],[],[-1]]"
+    assert row["input_types"] == '["float","c10::Half",""]'
+    assert row["concrete_inputs"] == '["","1","True"]'
+    assert row["flops"] == 1000.0
+    assert (row["seq_num"], row["fwd_tid"], row["python_id"], row["python_parent_id"]) == (
+        5,
+        1,
+        11,
+        10,
+    )
+    assert row["meta_name"] == "thread_name"
+    assert row["odd_args"] is None and row["run_id"] is None and row["name_id"] is None
+
+
+def test_missing_and_null_values() -> None:
+    row = one({"name": None, "args": None, "ts": None})
+    assert (row["ph"], row["cat"]) == ("", "")  # never null
+    assert row["name"] is None and row["ts_ns"] is None and row["correlation"] is None
+    row = one({"args": {"Input Dims": None, "grid": None}})
+    assert row["input_dims"] is None and row["grid"] is None
+    assert one("{}")["ph"] == ""
+
+
+@pytest.mark.parametrize(
+    ("pid", "num", "label"),
+    [
+        (17, 17, None),
+        (-0, 0, None),
+        ("17", 17, None),
+        ("-007", -7, None),
+        ("Spans", None, "Spans"),
+        ("e5", None, "e5"),
+        ("nan", None, "nan"),
+        ("", None, ""),
+        ("Zz 9", None, "Zz 9"),
+    ],
+)
+def test_pids_as_duckdb_casts_them(pid: Any, num: int | None, label: str | None) -> None:
+    row = one({"pid": pid, "id": pid})
+    assert (row["pid_num"], row["pid_label"]) == (num, label)
+    assert row["flow_id"] == num
+
+
+def test_rounding_of_timestamps() -> None:
+    assert one({"ts": 0.0005})["ts_ns"] == 1  # 0.5 ns rounds away from zero
+    assert one({"ts": -0.0005})["ts_ns"] == -1
+    assert one({"ts": 4523579272795.525})["ts_ns"] == 4523579272795525
+    # 16 digits: strtod; the product is the double nearest 1234567890123456000
+    assert one({"ts": 1234567890123456})["ts_ns"] == int(1234567890123456 * 1000.0)
+    assert compiled_parser.parse(b'[{"ts": 12345678901234567}]') is None  # beyond int64 ns
+    # beyond 15 digits: strtod, correctly rounded like DuckDB's reader
+    assert one({"ts": 1.2345678901234567})["ts_ns"] == 1235  # 1234.5678901234567
+    assert one({"ts": 0.1e-2})["ts_ns"] == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "a", "name": "b"}',  # DuckDB refuses a repeated key it reads
+        '{"args": {"correlation": 1, "correlation": 1}}',
+        '{"na\\u006de": "a"}',  # an escaped key
+        '{"args": {"correlation": 1.0}}',  # DuckDB casts it; so it is left to DuckDB
+        '{"args": {"correlation": "5"}}',
+        '{"args": {"device": 4294967296}}',  # beyond INTEGER
+        '{"args": {"Input Dims": [1.5]}}',  # DuckDB re-renders floats
+        '{"args": {"Input Dims": [-0]}}',
+        '{"args": {"Input Dims": ["a\\"b"]}}',  # and escapes
+        '{"args": {"Input Dims": {"a": 1}}}',
+        '{"args": {"grid": [1, null]}}',
+        '{"args": []}',
+        '{"name": 5}',  # DuckDB writes a number as text
+        '{"ts": "5"}',
+        '{"ts": 1e400}',
+        '{"pid": 1.5}',
+        '{"pid": " 12"}',
+        '{"pid": "0x10"}',
+        '{"name": "x\\ud800"}',  # a lone surrogate
+        '{"name": "x\\udc00"}',
+        '{"name": "tab\tinside"}',  # a raw control character
+        '{"name": "a"},',  # a trailing comma
+        '{"name": "a"',  # cut short
+        '{"x": ' + "[" * 100 + "]" * 100 + "}",  # deeper than the parser goes
+        "5",  # not an object
+    ],
+)
+def test_refused_batches(text: str) -> None:
+    assert compiled_parser.parse(f"[{text}]".encode()) is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"[", b"]", b"[]]", b"[] x", b"{}", b'[{"name": "\xff"}]', b'[{"name": "\xc0\xaf"}]'],
+)
+def test_refused_bytes(data: bytes) -> None:
+    assert compiled_parser.parse(data) is None
+
+
+def test_an_empty_batch() -> None:
+    table = check_same(b" [ ] ")
+    assert table is not None and table.num_rows == 0
+
+
+# Random events: keys the ingest reads with values of every JSON type, unknown keys, and any
+# whitespace between tokens. The compiled parser may refuse; what it reads must equal DuckDB's.
+_scalar = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=6),
+    st.sampled_from(["", "Spans", "12", "-3", "0x1", " 1", "nan", "e"]),
+)
+_value = st.recursive(
+    _scalar,
+    lambda kids: (
+        st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=3), kids, max_size=2)
+    ),
+    max_leaves=6,
+)
+_ARG_KEYS = [
+    "correlation", "External id", "device", "stream", "grid", "block", "registers per thread",
+    "shared memory", "bytes", "Input Dims", "Input type", "Concrete Inputs", "flops",
+    "Sequence number", "Fwd thread id", "Python id", "Python parent id", "name", "other",
+]  # fmt: skip
+_TOP_KEYS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "other", "Name"]
+_args = st.dictionaries(st.sampled_from(_ARG_KEYS), _value, max_size=6)
+_event = st.dictionaries(st.sampled_from(_TOP_KEYS), _value, max_size=6) | st.builds(
+    lambda e, a: {**e, "args": a},
+    st.dictionaries(st.sampled_from(_TOP_KEYS), _value, max_size=4),
+    _args,
+)
+
+
+def _dump(value: Any, draw_ws: Any) -> str:
+    """JSON text with random whitespace and random \\u escapes in strings."""
+    if isinstance(value, dict):
+        items = [
+            f"{_dump(k, draw_ws)}{draw_ws()}:{draw_ws()}{_dump(v, draw_ws)}"
+            for k, v in value.items()
+        ]
+        return "{" + draw_ws() + ("," + draw_ws()).join(items) + draw_ws() + "}"
+    if isinstance(value, list):
+        return (
+            "["
+            + draw_ws()
+            + ("," + draw_ws()).join(_dump(v, draw_ws) for v in value)
+            + draw_ws()
+            + "]"
+        )
+    return json.dumps(value, ensure_ascii=draw_ws() == " ")
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=st.lists(_event, max_size=5), data=st.data())
+def test_random_events_read_as_duckdb_reads_them_or_refused(
+    events: list[dict[str, Any]], data: Any
+) -> None:
+    def draw_ws() -> str:
+        return data.draw(st.sampled_from(["", " ", "\n  ", "\t"]))
+
+    text = "[" + ",".join(_dump(e, draw_ws) for e in events) + "]"
+    check_same(text.encode())
+
+
+_typed_event = st.fixed_dictionaries(
+    {},
+    optional={
+        "ph": st.sampled_from(["X", "i", "M", "s", "f"]),
+        "cat": st.text(max_size=8),
+        "name": st.text(max_size=12),
+        "pid": st.integers(-(10**17), 10**17) | st.sampled_from(["Spans", "Traces", ""]),
+        "tid": st.integers(0, 10**6) | st.from_regex(r"[a-z][a-z 0-9]{0,8}", fullmatch=True),
+        "ts": st.floats(-1e12, 1e12, allow_nan=False) | st.integers(0, 10**15),
+        "dur": st.floats(0, 1e9) | st.integers(0, 10**9),
+        "args": st.fixed_dictionaries(
+            {},
+            optional={
+                "correlation": st.integers(-(10**18) + 1, 10**18 - 1),
+                "device": st.integers(-(2**31), 2**31 - 1),
+                "grid": st.lists(st.integers(-(2**31), 2**31 - 1), max_size=3),
+                "Input Dims": st.lists(st.lists(st.integers(0, 10**6), max_size=3), max_size=3),
+                "Input type": st.lists(
+                    st.from_regex(r"[ -!#-\[\]-~]{0,8}", fullmatch=True), max_size=3
+                ),
+                "flops": st.floats(0, 1e18) | st.integers(0, 10**17),
+                "name": st.text(max_size=8),
+            },
+        ),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(_typed_event, max_size=6))
+def test_events_of_the_expected_types_are_never_refused(events: list[dict[str, Any]]) -> None:
+    # What Kineto writes: the fast path must take it, or the ingest silently slows down.
+    assert check_same(json.dumps(events).encode()) is not None
+
+
+def _real_batch() -> bytes:
+    path = Path(SAMPLES[0])
+    return next(iter(TraceSplitter(path, iter_json_bytes(path), 64 << 10).batches())).data
+
+
+def test_damaged_real_batches_are_refused_or_read_as_duckdb_reads_them() -> None:
+    base = _real_batch()
+    rng = random.Random(20)
+    accepted = 0
+    for _ in range(300):
+        data = bytearray(base)
+        for _ in range(rng.randint(1, 4)):
+            i = rng.randrange(len(data))
+            op = rng.randrange(3)
+            if op == 0:
+                data[i] = rng.randrange(256)
+            elif op == 1:
+                del data[i : i + rng.randint(1, 8)]
+            else:
+                data[i:i] = bytes([rng.choice(b'"{}[],:\\0123456789-.eE ')])
+        accepted += check_same(bytes(data)) is not None
+    assert accepted  # some damage leaves valid JSON (a digit changed...): those are compared too
+
+
+def test_parses_in_several_threads_at_once() -> None:
+    base = _real_batch()
+    want = compiled_parser.parse(base)
+    assert want is not None
+    results: list[bool] = []
+
+    def work() -> None:
+        for _ in range(20):
+            got = compiled_parser.parse(base)
+            results.append(got is not None and got.equals(want))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [True] * 80
+
+
+def test_the_batch_parser_takes_the_compiled_path_and_the_switch_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = _real_batch()
+    parser = batch_insert.BatchParser()
+    try:
+        parser.scratch.unlink()  # the DuckDB path writes the batch here; the compiled one does not
+        fast = parser.parse(Path("x"), Batch(data, 0, 0, True))
+        assert not parser.scratch.exists()
+        monkeypatch.setenv(compiled_parser.ENV_SWITCH, "0")
+        slow = parser.parse(Path("x"), Batch(data, 0, 0, True))
+        assert parser.scratch.exists()
+    finally:
+        parser.close()
+    assert fast.table.equals(slow.table)
+    assert (fast.n_timed, fast.ts_min, fast.ts_max) == (slow.n_timed, slow.ts_min, slow.ts_max)
+    assert not fast.fallback and fast.table.num_rows > 100
+
+
+def test_json_stream_batches_are_what_the_compiled_parser_reads() -> None:
+    # the splitter's batches start with '[' and hold whole events: the parser's input contract
+    path = Path(SAMPLES[0])
+    for batch in TraceSplitter(path, iter_json_bytes(path), json_stream.BATCH_BYTES).batches():
+        assert batch.data.lstrip().startswith(b"[") and batch.data.rstrip().endswith(b"]")
