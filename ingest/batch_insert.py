@@ -18,6 +18,7 @@ import contextlib
 import os
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -245,6 +246,11 @@ class BatchInserter:
     (``$GPUSCOPE_FLUSH_ROWS``),
     sorted by (rank, cat, ts_ns): a DuckLake writes a Parquet file per INSERT, and sorted chunks
     let a query skip most of a file by its min/max statistics.
+
+    A chunk is sorted and written on a thread of its own (the *flush* thread) while the caller
+    maps the next batches: the connection is then the flush thread's until :meth:`settle`, which
+    every other use of it waits for (this class's own, and the caller's: call :meth:`settle`
+    before using the connection between inserts).
     """
 
     def __init__(self, con: Any, run_id: str) -> None:
@@ -265,6 +271,8 @@ class BatchInserter:
         self.kept: dict[int, list[pa.Table] | None] = {}
         self.kept_n: dict[int, int] = {}
         self.keep_limit = 0
+        self._flusher: ThreadPoolExecutor | None = None  # made on the first flush
+        self._pending: Future[None] | None = None  # the chunk being written
 
     def insert(self, path: Path, batch: Batch, rank: int, *, strict: bool = True) -> int:
         """Parse and insert one batch (in this thread); returns its number of events. Raises
@@ -342,18 +350,25 @@ class BatchInserter:
         return n
 
     def flush(self) -> None:
-        """Write the buffered events to ``events``, sorted by (rank, cat, ts_ns). The buffer is
-        Arrow, outside DuckDB: rows a transaction writes to a DuckDB table and deletes again stay
-        in its memory until the commit."""
+        """Start writing the buffered events to ``events`` on the flush thread (the chunk before
+        is written first). The buffer is Arrow, outside DuckDB: rows a transaction writes to a
+        DuckDB table and deletes again stay in its memory until the commit."""
+        self.settle()
         self._flush_memory()
         if not self.buffered:
             return
+        tables, self.buffer, self.buffered = self.buffer, [], 0
+        if self._flusher is None:
+            self._flusher = ThreadPoolExecutor(1, thread_name_prefix="gpuscope-flush")
+        self._pending = self._flusher.submit(self._write, tables)
+
+    def _write(self, tables: list[pa.Table]) -> None:
+        """One chunk into ``events``, sorted by (rank, cat, ts_ns) (on the flush thread)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        chunk = pa.concat_tables(self.buffer)
-        self.buffer = []
-        self.buffered = 0
+        chunk = pa.concat_tables(tables)
+        del tables[:]
         # Sorted here (Arrow), not by the INSERT: DuckDB's sort holds the chunk again, in its
         # own row format, beside the Parquet writer's buffers.
         order = pc.sort_indices(
@@ -366,8 +381,16 @@ class BatchInserter:
         raw_con = getattr(self.con, "con", self.con)
         raw_con.execute("INSERT INTO events SELECT * FROM _gs_chunk")
 
+    def settle(self) -> None:
+        """Wait until the chunk being written is in ``events`` (raises what writing it raised);
+        the connection is the caller's again."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
     def _flush_memory(self) -> None:
         """Write the buffered ``memory_events`` rows (one INSERT)."""
+        self.settle()
         if not self.memory_rows:
             return
         from gpuscope.ingest.memory_events import memory_table
@@ -396,6 +419,7 @@ class BatchInserter:
         self.kept.pop(old, None)  # kept rows say ``old``: that rank's summary comes from the store
         self.kept_n.pop(old, None)
         self.flush()
+        self.settle()
         for table in ("events", "memory_events"):
             self.con.execute(
                 f"UPDATE {table} SET rank = ? WHERE run_id = ? AND rank = ?",
@@ -443,6 +467,7 @@ class BatchInserter:
         import pyarrow as pa
 
         self.flush()
+        self.settle()
         c = self.con
         fresh = {n: i for n, i in self.names.ids.items() if i not in self.names.seeded}
         names = pa.table({
@@ -464,8 +489,18 @@ class BatchInserter:
         self.close()
 
     def close(self) -> None:
-        """Remove the scratch file and the buffer; never raises (it also runs while an error is on
-        its way)."""
+        """Wait for the flush thread and stop it, remove the scratch file and the buffer; never
+        raises (it also runs while an error is on its way, before the transaction rolls back:
+        the flush thread must be done with the connection by then)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            # whatever writing the chunk raised: the ingest is failing already, or finish()
+            # (which settles) was not reached and this error is not the first
+            with contextlib.suppress(Exception):
+                pending.result()
+        if self._flusher is not None:
+            self._flusher.shutdown(wait=True)
+            self._flusher = None
         if self.parser is not None:
             self.parser.close()
             self.parser = None

@@ -175,6 +175,7 @@ class TraceRunWriter:
 
     def _check_rank_free(self, path: Path, rank: int) -> None:
         if self._stored_ranks is None:  # the run's ranks stored before this ingest (a job's)
+            self.inserter.settle()  # the connection is the flush thread's until then
             self._stored_ranks = {
                 int(r): str(p)
                 for r, p in self.con.execute(

@@ -572,3 +572,115 @@ def test_a_failing_migration_leaves_the_store_as_it_was(tmp_path, monkeypatch):
     assert version.fetchone()[0] == "1"
     assert "odd_args" not in {r[0] for r in con.execute("DESCRIBE events").fetchall()}
     con.close()
+
+
+def _slow_flushes(monkeypatch, flush_rows: int = 300) -> dict[str, object]:
+    """Chunks written slowly on the flush thread; every statement the ingest sends through the
+    store, and every rollback, while a chunk is being written (from its hand-over to the flush
+    thread until it is in the store), recorded."""
+    import time
+
+    from gpuscope.ingest.batch_insert import BatchInserter
+    from gpuscope.store import connection, transactions
+
+    seen: dict[str, object] = {"clashes": [], "writes": 0}
+    inserters: list[BatchInserter] = []
+    original_write, original_init = BatchInserter._write, BatchInserter.__init__
+
+    def init(self, *a, **k):  # type: ignore[no-untyped-def]
+        original_init(self, *a, **k)
+        inserters.append(self)
+
+    def slow_write(self, tables):  # type: ignore[no-untyped-def]
+        time.sleep(0.05)
+        original_write(self, tables)
+        seen["writes"] += 1  # type: ignore[operator]
+
+    def watched(fn):  # type: ignore[no-untyped-def]
+        def call(*a, **k):  # type: ignore[no-untyped-def]
+            if any(i._pending is not None and not i._pending.done() for i in inserters):
+                seen["clashes"].append(str(a[1] if len(a) > 1 else a[0])[:60])  # type: ignore[attr-defined]
+            return fn(*a, **k)
+
+        return call
+
+    monkeypatch.setattr(BatchInserter, "__init__", init)
+    monkeypatch.setattr(BatchInserter, "_write", slow_write)
+    for name in ("execute", "executemany", "register", "unregister"):
+        monkeypatch.setattr(connection.Store, name, watched(getattr(connection.Store, name)))
+    for module in (transactions, connection):
+        monkeypatch.setattr(module, "rollback_quietly", watched(connection.rollback_quietly))
+    monkeypatch.setenv("GPUSCOPE_FLUSH_ROWS", str(flush_rows))
+    return seen
+
+
+def _rank_folder(tmp_path: Path, ranks: int) -> Path:
+    """A folder of ``ranks`` rank files, each of 2 + 4 * 400 events."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for rank in range(ranks):
+        t = TraceBuilder()
+        for i in range(400):
+            t.launch(f"k{i % 7}", i * 10.0, i * 10.0 + 1, 1.0)
+        t.write(folder / f"t_rank{rank}.json", indent=None)
+    return folder
+
+
+def test_the_store_is_not_used_while_the_flush_thread_writes_a_chunk(con, tmp_path, monkeypatch):
+    """Chunks are written on a thread of their own; nothing else may use the connection then
+    (ranks read, labels, memory rows, names, the commit)."""
+    folder = _rank_folder(tmp_path, 3)
+    # chunks of ranks 0 and 1 (3,204 rows) written while rank 2 is read, rank 2's at the end
+    seen = _slow_flushes(monkeypatch, 2000)
+    [r] = ingest_paths(con, [folder])
+    assert seen["writes"] == 2  # each chunk written on the flush thread
+    assert seen["clashes"] == []
+    assert r.n_ranks == 3 and r.n_events == 3 * (2 + 4 * 400)
+    n = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [r.run_id]).fetchone()[0]
+    assert n == r.n_events
+
+
+def test_a_failed_ingest_waits_for_the_chunk_being_written_before_it_rolls_back(
+    con, tmp_path, monkeypatch
+):
+    from gpuscope.ingest.batch_insert import BatchInserter
+
+    folder = _rank_folder(tmp_path, 2)
+    before = counts(con)
+    seen = _slow_flushes(monkeypatch)
+    original = BatchInserter.insert_parsed
+
+    def failing(self, parsed, rank, memory_data=None):  # type: ignore[no-untyped-def]
+        if self._pending is not None:  # a chunk is being written: fail now
+            raise IngestError(folder, "planted fault")
+        return original(self, parsed, rank, memory_data)
+
+    monkeypatch.setattr(BatchInserter, "insert_parsed", failing)
+    with pytest.raises(IngestError, match="planted fault"):
+        ingest_paths(con, [folder])
+    assert seen["writes"] == 1
+    assert seen["clashes"] == []  # the rollback came after the chunk was written
+    assert counts(con) == before
+
+
+def test_a_chunk_that_fails_to_write_fails_the_ingest_and_changes_nothing(
+    con, tmp_path, monkeypatch
+):
+    import duckdb
+    from gpuscope.ingest.batch_insert import BatchInserter
+
+    folder = _rank_folder(tmp_path, 3)
+    before = counts(con)
+    monkeypatch.setenv("GPUSCOPE_FLUSH_ROWS", "300")
+    written = []
+
+    def broken(self, tables):  # type: ignore[no-untyped-def]
+        written.append(1)
+        if len(written) == 2:
+            raise duckdb.IOException("planted: the second chunk cannot be written")
+
+    monkeypatch.setattr(BatchInserter, "_write", broken)
+    with pytest.raises(duckdb.IOException, match="planted: the second chunk"):
+        ingest_paths(con, [folder])
+    assert len(written) == 2  # the ingest stopped at the fault, not at its end
+    assert counts(con) == before
