@@ -190,18 +190,18 @@ class TraceSplitter:
             if chunk is None:
                 break
             buf += chunk
-            head = buf.lstrip(_WS)
-            if head.startswith(b"\xef\xbb\xbf"):
+            first = _NON_WS.search(buf)  # found in place: no copy of the chunk (megabytes)
+            if first is None:
+                continue
+            lead = first.start()
+            if buf.startswith(b"\xef\xbb\xbf", lead):
                 raise self._fail(
                     "starts with a UTF-8 byte-order mark; not a trace written by PyTorch"
                 )
-            if not head:
-                continue
-            lead = len(buf) - len(head)
-            if head[:1] == b"[":
+            if buf[lead] == 0x5B:  # '['
                 return b"", buf[lead + 1 :], lead + 1, False
-            if head[:1] != b"{":
-                raise self._fail(f"not JSON: starts with {head[:20]!r}")
+            if buf[lead] != 0x7B:  # '{'
+                raise self._fail(f"not JSON: starts with {buf[lead : lead + 20]!r}")
             found = _first_key(buf)
             if found is not None:
                 return buf[: found[0]], buf[found[1] :], found[1], True
