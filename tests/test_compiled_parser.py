@@ -12,6 +12,7 @@ import glob
 import json
 import random
 import threading
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -373,3 +374,37 @@ def test_json_stream_batches_are_what_the_compiled_parser_reads() -> None:
     path = Path(SAMPLES[0])
     for batch in TraceSplitter(path, iter_json_bytes(path), json_stream.BATCH_BYTES).batches():
         assert batch.data.lstrip().startswith(b"[") and batch.data.rstrip().endswith(b"]")
+
+
+@pytest.mark.parametrize("special", ['\\"', "\\\\", "é", "\\n", "😀", "\\u0001", "\\/"])
+def test_special_characters_at_every_offset_of_a_long_string(special: str) -> None:
+    # strings are scanned eight bytes at a time: a special byte in any lane must be seen
+    for pos in range(20):
+        text = "a" * pos + special + "b" * (19 - pos)
+        row = one('{"name": "' + text + '"}')
+        assert row["name"] == json.loads('"' + text + '"')
+
+
+def test_raw_control_and_invalid_bytes_at_every_offset_are_refused() -> None:
+    for pos in range(20):
+        for bad in (b"\x01", b"\x1f", b"\xff", b"\xc3"):  # \xc3: a UTF-8 lead byte cut short
+            name = b"a" * pos + bad + b"b" * (19 - pos)
+            assert compiled_parser.parse(b'[{"name": "' + name + b'"}]') is None, (pos, bad)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "4523579272795.525",  # Kineto's: 16 digits, under 2^53: the one-division path
+        "9007199254740.992",  # 2^53 exactly, as digits
+        "9007199254740.993",  # just over 2^53: strtod
+        "9007199254.7409935",
+        "1234567890123.4567",
+        "0.000000000000000000001",  # 10^-21
+        "123456789e-30",  # beyond 10^22: strtod
+    ],
+)
+def test_timestamps_round_as_doubles_do(text: str) -> None:
+    ns = Decimal(float(text) * 1000)  # the double's exact value
+    want = int(ns.to_integral_value(ROUND_HALF_UP))  # half away from zero
+    assert one('{"ts": ' + text + "}")["ts_ns"] == want
