@@ -17,8 +17,9 @@ wall seconds and as CPU seconds of the process (all threads; steadier on a busy 
            and 1, and the COMMIT (checkpoint) after it;
 * duckdb_json: DuckDB's own ``read_json(format='array', columns=...)`` per batch (a negative result);
 * overlap: decode + to_arrow + insert, serial vs the INSERT in a second thread;
-* production: the ingest's own parsers, a batch to its Arrow rows: ``BatchParser.parse`` (DuckDB's
-           reader, the fast path) and the msgspec fallback (``kineto.decode_batch`` + ``to_raw``);
+* production: the ingest's own parsers, a batch to its Arrow rows: ``BatchParser.parse`` with the
+           compiled parser (the fastest path), with DuckDB's reader (``$GPUSCOPE_COMPILED_PARSER=0``)
+           and the msgspec fallback (``kineto.decode_batch`` + ``to_raw``);
 * polars_ndjson: the NDJSON form parsed by polars' ``read_ndjson`` with the kept keys as its schema
            (``Input Dims``/``Input type``/``Concrete Inputs`` left out: polars cannot keep them as
            JSON text); skipped when polars is not installed (it is not a gpuscope dependency).
@@ -280,10 +281,20 @@ def exp_overlap(bs: list[json_stream.Batch], nbytes: int, tmp: Path, res: dict[s
 
 
 def exp_production(bs: list[json_stream.Batch], nbytes: int, res: dict[str, float]) -> None:
+    from gpuscope.ingest import compiled_parser
     from gpuscope.ingest.batch_insert import BatchParser
 
     parser = BatchParser()
+    old = os.environ.get(compiled_parser.ENV_SWITCH)
     try:
+        if compiled_parser.enabled():
+            put(
+                res,
+                "production.compiled_parser",
+                timed(lambda: [parser.parse(Path("x"), b) for b in bs]),
+                nbytes,
+            )
+        os.environ[compiled_parser.ENV_SWITCH] = "0"
         put(
             res,
             "production.duckdb_reader",
@@ -291,6 +302,10 @@ def exp_production(bs: list[json_stream.Batch], nbytes: int, res: dict[str, floa
             nbytes,
         )
     finally:
+        if old is None:
+            os.environ.pop(compiled_parser.ENV_SWITCH, None)
+        else:
+            os.environ[compiled_parser.ENV_SWITCH] = old
         parser.close()
     put(
         res,

@@ -11,17 +11,20 @@ edited) and sums, per phase, the wall time and the CPU time of the thread it ran
 - **split** thread: reading and inflating the file (``read_inflate``), cutting it into batches
   (``split``, the reading excluded), the strict-JSON syntax pass (``strict_json``);
 - **sha** threads: the files' SHA-256 (``sha256``, the run id);
-- **parse** threads: a batch to Arrow (``parse``: DuckDB's JSON reader; ``fallback_decode``: the
-  msgspec decoder, for batches DuckDB refuses);
+- **parse** threads: a batch to Arrow (``parse``: the compiled parser, or DuckDB's JSON reader for
+  the batches it refuses; ``fallback_decode``: the msgspec decoder, for batches DuckDB refuses);
+  ``$GPUSCOPE_COMPILED_PARSER=0`` sends every batch to DuckDB's reader;
 - **writer** (the main thread): waiting for the next parsed batch (``wait_for_parse``), mapping
-  names and ids (``map_ids``), writing the buffered rows (``insert_events``: sort + INSERT, a
-  Parquet file each), names and thread labels (``names_threads``), handing a rank's rows to the
+  names and ids (``map_ids``), handing the buffered rows to the flush thread (``insert_events``:
+  it waits for the chunk before), names and thread labels (``names_threads``), handing a rank's rows to the
   part threads (``hand_over``: it waits when they fall behind), storing the parts
   (``store_parts``), the parts computed after the ingest (``parts_after``: ranks too big to keep,
   one-rank runs), those of ranks too big to copy, once the ingest has committed
   (``parts_after_commit``), and the rest (``other``: the run row, the commit, the store's
   maintenance);
-- **parts** threads: each rank's summary parts (``parts``), computed while the next ranks parse.
+- **parts** threads: each rank's summary parts (``parts``), computed while the next ranks parse;
+- **flush** thread: sorting a chunk and writing it (``write_chunk``: sort + INSERT, a Parquet file
+  each) while the writer maps the next batches.
 
 Worker phases sum over their threads, so they can exceed the wall time. Prints a table, then one
 JSON line.
@@ -56,6 +59,7 @@ THREAD = {
     "parse": "parse",
     "fallback_decode": "parse",
     "parts": "parts",
+    "write_chunk": "flush",
 }
 
 
@@ -121,6 +125,7 @@ def install(batch_mb: float | None, parser_bulk_flush_mb: int | None = None) -> 
     bi.BatchParser._decode = staticmethod(timed("fallback_decode", bi.BatchParser._decode))
     pp.ParsePool.batches = timed_gen("wait_for_parse", pp.ParsePool.batches)
     bi.BatchInserter.flush = timed("insert_events", bi.BatchInserter.flush)
+    bi.BatchInserter._write = timed("write_chunk", bi.BatchInserter._write)
     bi.BatchInserter.insert_parsed = less_inner(
         "map_ids", "insert_events", bi.BatchInserter.insert_parsed
     )
