@@ -294,6 +294,23 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def _op_by_external_id(comm_ops: pd.DataFrame, wanted: pd.Series) -> dict[int, Any]:
+    """For each ``External id`` of ``wanted`` (the kernels'), the op that launched it: the last
+    one that has input dims (``record_param_comms`` wins: it carries the message sizes), else the
+    first one; as rows of ``comm_ops.itertuples()``. Vectorised: a 3 M-event rank has ~40 k such
+    ops, and a loop over their rows took 0.3 s."""
+    ops = comm_ops[comm_ops["external_id"].notna()]
+    ops = ops[ops["external_id"].isin(wanted.dropna())]
+    if ops.empty:
+        return {}
+    dims = ops["input_dims"]
+    has_dims = dims.notna() & (dims.astype(object).fillna("").astype(str).str.len() > 0)
+    first = ops.drop_duplicates("external_id", keep="first")
+    last_with_dims = ops[has_dims].drop_duplicates("external_id", keep="last")
+    chosen = pd.concat([first, last_with_dims]).drop_duplicates("external_id", keep="last")
+    return {int(r.external_id): r for r in chosen.sort_index().itertuples()}
+
+
 def rank_collectives(
     con: Connection, run_id: str, rank: int, window: Window | None = None
 ) -> pd.DataFrame:
@@ -357,10 +374,7 @@ def rank_collectives(
     is_bwd = ops["name"].str.startswith("autograd::engine::evaluate_function")
     is_opt = ops["name"].str.match(OPTIMIZER_RE)
     comm_ops = ops[~is_bwd & ~is_opt]
-    by_ext: dict[int, Any] = {}
-    for r in comm_ops.itertuples():  # record_param_comms wins: it carries the message sizes
-        if pd.notna(r.external_id) and (int(r.external_id) not in by_ext or r.input_dims):
-            by_ext[int(r.external_id)] = r
+    by_ext = _op_by_external_id(comm_ops, k["external_id"])
     bwd = ops[is_bwd][["tid", "s", "e"]].to_numpy()
     opt = ops[is_opt][["s", "e"]].to_numpy()
     bounds = w.step_bounds_ns() if w.source != "trace" else []

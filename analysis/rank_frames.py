@@ -49,7 +49,8 @@ def _difference(a_s: Any, a_e: Any, b_s: Any, b_e: Any) -> tuple[Any, Any]:
     sorted: the elementary pieces between all endpoints that lie in A and not in B, merged."""
     if a_s.size == 0:
         return a_s, a_e
-    pts = np.unique(np.concatenate([a_s, a_e, b_s, b_e]))
+    pts = np.sort(np.concatenate([a_s, a_e, b_s, b_e]))
+    pts = pts[np.concatenate(([True], pts[1:] != pts[:-1]))]  # np.unique, without its hashing
     lo, hi = pts[:-1], pts[1:]
 
     def inside(s: Any, e: Any) -> Any:

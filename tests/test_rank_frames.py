@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from gpuscope.analysis import rank_frames as RF
 from gpuscope.analysis import rank_summary as RS
@@ -185,3 +186,64 @@ def test_window_of_a_part_is_the_rank_window(tmp_path: Path) -> None:
         assert RF.window_of(part) == find_window(con, run_id, 1)
     finally:
         con.close()
+
+
+# -- the vectorised helpers, against brute force ------------------------------------------------
+
+_spans = st.lists(st.tuples(st.integers(0, 60), st.integers(1, 12)), max_size=8)
+
+
+def _disjoint(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    from gpuscope.analysis.busy import _merge
+
+    s = np.array([a for a, _ in spans], dtype=np.int64)
+    e = np.array([a + d for a, d in spans], dtype=np.int64)
+    order = np.argsort(s, kind="stable")
+    return _merge(s[order], e[order])
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=_spans, b=_spans)
+def test_difference_of_interval_sets_is_the_points_of_a_not_in_b(a, b) -> None:
+    from gpuscope.analysis.rank_frames import _difference
+
+    a_s, a_e = _disjoint(a)
+    b_s, b_e = _disjoint(b)
+    d_s, d_e = _difference(a_s, a_e, b_s, b_e)
+    points = lambda s, e: {t for x, y in zip(s, e, strict=True) for t in range(x, y)}  # noqa: E731
+    assert points(d_s, d_e) == points(a_s, a_e) - points(b_s, b_e)
+    assert all(d_s[1:] > d_e[:-1])  # disjoint, sorted, merged
+    assert all(d_e > d_s)
+
+
+_op_rows = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.integers(1, 4)), st.sampled_from([None, "", "[[4]]", "[[8]]"])
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=_op_rows, wanted=st.lists(st.one_of(st.none(), st.integers(0, 5)), max_size=6))
+def test_op_by_external_id_matches_the_row_by_row_rule(rows, wanted) -> None:
+    import pandas as pd
+    from gpuscope.analysis.collectives import _op_by_external_id
+
+    ops = pd.DataFrame(
+        {
+            "s": list(range(len(rows))),
+            "external_id": pd.array([r[0] for r in rows], dtype="Int64"),
+            "input_dims": pd.Series([r[1] for r in rows], dtype=object),
+            "name": [f"op{i}" for i in range(len(rows))],
+        }
+    )
+    want: dict[int, object] = {}
+    for r in ops.itertuples():  # the rule as it was first written
+        if pd.notna(r.external_id) and (int(r.external_id) not in want or r.input_dims):
+            want[int(r.external_id)] = r
+    keep = {int(x) for x in wanted if x is not None}
+    want = {k: v for k, v in want.items() if k in keep}
+    got = _op_by_external_id(ops, pd.Series(wanted, dtype="Int64"))
+    assert {k: v.name for k, v in got.items()} == {k: v.name for k, v in want.items()}
+    assert {k: v.input_dims for k, v in got.items()} == {k: v.input_dims for k, v in want.items()}
