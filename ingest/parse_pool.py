@@ -1,9 +1,10 @@
 """Parse trace batches on several threads while one thread writes them to the store.
 
 A run's rank files are split into batches (:mod:`gpuscope.ingest.json_stream`) by one *splitting*
-thread, in file order; each batch is parsed to Arrow (DuckDB's JSON reader, or the msgspec
-fallback, in :class:`~gpuscope.ingest.batch_insert.BatchParser`) by one of ``jobs`` worker threads,
-each with a DuckDB database of its own (DuckDB releases the GIL while it parses); the writer (the
+thread, in file order; each batch is parsed to Arrow (the compiled parser, else DuckDB's JSON
+reader, else the msgspec fallback, in :class:`~gpuscope.ingest.batch_insert.BatchParser`) by one of
+``jobs`` worker threads, each with a DuckDB database of its own (the compiled parser and DuckDB
+release the GIL while they parse); the writer (the
 thread that holds the store's connection and its transaction) takes the parsed batches in file and
 batch order, so names get the same ids, and rows the same values, as a serial ingest.
 
