@@ -397,6 +397,11 @@ static int num_double(Ctx *x, const Num *n, double *out) {
     return 0;
 }
 
+/* Whether a number starts at x->s (JSON: '-' or a digit). */
+static inline int starts_number(const Ctx *x) {
+    return x->s < x->end && (*x->s == '-' || (*x->s >= '0' && *x->s <= '9'));
+}
+
 static int literal(Ctx *x, const char *word, size_t len) {
     if ((size_t)(x->end - x->s) < len || memcmp(x->s, word, len)) return REFUSE;
     x->s += len;
@@ -509,7 +514,7 @@ static int int_value(Ctx *x, int col, int bits) {
     if (nl) return nl < 0 ? REFUSE : 0;
     Num n;
     int64_t v;
-    if (x->s >= x->end || !(*x->s == '-' || (*x->s >= '0' && *x->s <= '9'))) return REFUSE;
+    if (!starts_number(x)) return REFUSE;
     if (number(x, &n) || num_int(&n, &v)) return REFUSE;
     if (bits == 32) {
         if (v < INT32_MIN || v > INT32_MAX) return REFUSE;
@@ -520,19 +525,20 @@ static int int_value(Ctx *x, int col, int bits) {
     return 0;
 }
 
-static int number_value(Ctx *x, double *out) {
+/* A DOUBLE column's value: 1 (read into ``out``), 0 (null) or REFUSE. */
+static int double_or_null(Ctx *x, double *out) {
+    int nl = is_null(x);
+    if (nl) return nl < 0 ? REFUSE : 0;
     Num n;
-    if (x->s >= x->end || !(*x->s == '-' || (*x->s >= '0' && *x->s <= '9'))) return REFUSE;
-    if (number(x, &n) || num_double(x, &n, out)) return REFUSE;
-    return 0;
+    if (!starts_number(x) || number(x, &n) || num_double(x, &n, out)) return REFUSE;
+    return 1;
 }
 
 /* ts and dur: microseconds (double) to ns, round(v * 1000) as DuckDB computes it. */
 static int ns_value(Ctx *x, int col) {
-    int nl = is_null(x);
-    if (nl) return nl < 0 ? REFUSE : 0;
     double us;
-    if (number_value(x, &us)) return REFUSE;
+    int rc = double_or_null(x, &us);
+    if (rc <= 0) return rc;
     double ns = round(us * 1000.0);
     if (!(ns > -9.2e18 && ns < 9.2e18)) return REFUSE;
     put_i64(x, col, (int64_t)ns);
@@ -540,10 +546,9 @@ static int ns_value(Ctx *x, int col) {
 }
 
 static int f64_value(Ctx *x, int col) {
-    int nl = is_null(x);
-    if (nl) return nl < 0 ? REFUSE : 0;
     double v;
-    if (number_value(x, &v)) return REFUSE;
+    int rc = double_or_null(x, &v);
+    if (rc <= 0) return rc;
     put_f64(x, col, v);
     return 0;
 }
@@ -560,7 +565,7 @@ static int list_value(Ctx *x, int col) {
         ws(x);
         Num n;
         int64_t v;
-        if (x->s >= x->end || !(*x->s == '-' || (*x->s >= '0' && *x->s <= '9'))) return REFUSE;
+        if (!starts_number(x)) return REFUSE;
         if (number(x, &n) || num_int(&n, &v) || v < INT32_MIN || v > INT32_MAX) return REFUSE;
         int32_t w = (int32_t)v;
         if (buf_put(&c->data, &w, 4)) { x->oom = 1; return REFUSE; }
@@ -623,40 +628,20 @@ static int key(Ctx *x, const uint8_t **k, size_t *klen) {
 #define KEY_IS(lit) (klen == sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
 
 /* Once per key and object: DuckDB refuses an object that repeats a key it reads. */
-#define ONCE(bit) do { if (seen & (1u << (bit))) return REFUSE; seen |= 1u << (bit); } while (0)
+#define ONCE(bit) do { if (*seen & (1u << (bit))) return REFUSE; *seen |= 1u << (bit); } while (0)
 
-static int args_object(Ctx *x) {
-    int nl = is_null(x);
-    if (nl) return nl < 0 ? REFUSE : 0;
-    if (expect(x, '{')) return REFUSE;
+/* Reads the value of one member of an object whose key is ``k``; ``seen``: the keys read so far. */
+typedef int (*Member)(Ctx *x, const uint8_t *k, size_t klen, uint32_t *seen);
+
+/* The members of an object, x->s just past its '{'. */
+static int members(Ctx *x, Member member) {
     ws(x);
     if (x->s < x->end && *x->s == '}') { x->s++; return 0; }
     uint32_t seen = 0;
     for (;;) {
         const uint8_t *k;
         size_t klen;
-        if (key(x, &k, &klen)) return REFUSE;
-        int rc;
-        if (KEY_IS("correlation")) { ONCE(0); rc = int_value(x, C_CORRELATION, 64); }
-        else if (KEY_IS("External id")) { ONCE(1); rc = int_value(x, C_EXTERNAL_ID, 64); }
-        else if (KEY_IS("device")) { ONCE(2); rc = int_value(x, C_DEVICE, 32); }
-        else if (KEY_IS("stream")) { ONCE(3); rc = int_value(x, C_STREAM, 64); }
-        else if (KEY_IS("grid")) { ONCE(4); rc = list_value(x, C_GRID); }
-        else if (KEY_IS("block")) { ONCE(5); rc = list_value(x, C_BLOCK); }
-        else if (KEY_IS("registers per thread")) { ONCE(6); rc = int_value(x, C_REGISTERS, 32); }
-        else if (KEY_IS("shared memory")) { ONCE(7); rc = int_value(x, C_SHARED_MEM, 64); }
-        else if (KEY_IS("bytes")) { ONCE(8); rc = int_value(x, C_BYTES, 64); }
-        else if (KEY_IS("Input Dims")) { ONCE(9); rc = json_value(x, C_INPUT_DIMS); }
-        else if (KEY_IS("Input type")) { ONCE(10); rc = json_value(x, C_INPUT_TYPES); }
-        else if (KEY_IS("Concrete Inputs")) { ONCE(11); rc = json_value(x, C_CONCRETE_INPUTS); }
-        else if (KEY_IS("flops")) { ONCE(12); rc = f64_value(x, C_FLOPS); }
-        else if (KEY_IS("Sequence number")) { ONCE(13); rc = int_value(x, C_SEQ_NUM, 64); }
-        else if (KEY_IS("Fwd thread id")) { ONCE(14); rc = int_value(x, C_FWD_TID, 64); }
-        else if (KEY_IS("Python id")) { ONCE(15); rc = int_value(x, C_PYTHON_ID, 64); }
-        else if (KEY_IS("Python parent id")) { ONCE(16); rc = int_value(x, C_PYTHON_PARENT_ID, 64); }
-        else if (KEY_IS("name")) { ONCE(17); rc = str_value(x, C_META_NAME); }
-        else rc = skip_value(x, 1);
-        if (rc) return REFUSE;
+        if (key(x, &k, &klen) || member(x, k, klen, &seen)) return REFUSE;
         ws(x);
         if (x->s >= x->end) return REFUSE;
         uint8_t d = *x->s++;
@@ -665,34 +650,52 @@ static int args_object(Ctx *x) {
     }
 }
 
+static int arg_member(Ctx *x, const uint8_t *k, size_t klen, uint32_t *seen) {
+    if (KEY_IS("correlation")) { ONCE(0); return int_value(x, C_CORRELATION, 64); }
+    if (KEY_IS("External id")) { ONCE(1); return int_value(x, C_EXTERNAL_ID, 64); }
+    if (KEY_IS("device")) { ONCE(2); return int_value(x, C_DEVICE, 32); }
+    if (KEY_IS("stream")) { ONCE(3); return int_value(x, C_STREAM, 64); }
+    if (KEY_IS("grid")) { ONCE(4); return list_value(x, C_GRID); }
+    if (KEY_IS("block")) { ONCE(5); return list_value(x, C_BLOCK); }
+    if (KEY_IS("registers per thread")) { ONCE(6); return int_value(x, C_REGISTERS, 32); }
+    if (KEY_IS("shared memory")) { ONCE(7); return int_value(x, C_SHARED_MEM, 64); }
+    if (KEY_IS("bytes")) { ONCE(8); return int_value(x, C_BYTES, 64); }
+    if (KEY_IS("Input Dims")) { ONCE(9); return json_value(x, C_INPUT_DIMS); }
+    if (KEY_IS("Input type")) { ONCE(10); return json_value(x, C_INPUT_TYPES); }
+    if (KEY_IS("Concrete Inputs")) { ONCE(11); return json_value(x, C_CONCRETE_INPUTS); }
+    if (KEY_IS("flops")) { ONCE(12); return f64_value(x, C_FLOPS); }
+    if (KEY_IS("Sequence number")) { ONCE(13); return int_value(x, C_SEQ_NUM, 64); }
+    if (KEY_IS("Fwd thread id")) { ONCE(14); return int_value(x, C_FWD_TID, 64); }
+    if (KEY_IS("Python id")) { ONCE(15); return int_value(x, C_PYTHON_ID, 64); }
+    if (KEY_IS("Python parent id")) { ONCE(16); return int_value(x, C_PYTHON_PARENT_ID, 64); }
+    if (KEY_IS("name")) { ONCE(17); return str_value(x, C_META_NAME); }
+    return skip_value(x, 1);
+}
+
+static int args_object(Ctx *x) {
+    int nl = is_null(x);
+    if (nl) return nl < 0 ? REFUSE : 0;
+    if (expect(x, '{')) return REFUSE;
+    return members(x, arg_member);
+}
+
+static int event_member(Ctx *x, const uint8_t *k, size_t klen, uint32_t *seen) {
+    if (KEY_IS("ph")) { ONCE(0); return str_value(x, C_PH); }
+    if (KEY_IS("cat")) { ONCE(1); return str_value(x, C_CAT); }
+    if (KEY_IS("name")) { ONCE(2); return str_value(x, C_NAME); }
+    if (KEY_IS("pid")) { ONCE(3); return id_value(x, C_PID_NUM, C_PID_LABEL); }
+    if (KEY_IS("tid")) { ONCE(4); return id_value(x, C_TID_NUM, C_TID_LABEL); }
+    if (KEY_IS("ts")) { ONCE(5); return ns_value(x, C_TS_NS); }
+    if (KEY_IS("dur")) { ONCE(6); return ns_value(x, C_DUR_NS); }
+    if (KEY_IS("id")) { ONCE(7); return id_value(x, C_FLOW_ID, -1); }
+    if (KEY_IS("args")) { ONCE(8); return args_object(x); }
+    return skip_value(x, 1);
+}
+
 static int event(Ctx *x) {
     if (expect(x, '{')) return REFUSE;
     if (row_start(x)) { x->oom = 1; return REFUSE; }
-    ws(x);
-    if (x->s < x->end && *x->s == '}') { x->s++; return row_end(x) ? (x->oom = 1, REFUSE) : 0; }
-    uint32_t seen = 0;
-    for (;;) {
-        const uint8_t *k;
-        size_t klen;
-        if (key(x, &k, &klen)) return REFUSE;
-        int rc;
-        if (KEY_IS("ph")) { ONCE(0); rc = str_value(x, C_PH); }
-        else if (KEY_IS("cat")) { ONCE(1); rc = str_value(x, C_CAT); }
-        else if (KEY_IS("name")) { ONCE(2); rc = str_value(x, C_NAME); }
-        else if (KEY_IS("pid")) { ONCE(3); rc = id_value(x, C_PID_NUM, C_PID_LABEL); }
-        else if (KEY_IS("tid")) { ONCE(4); rc = id_value(x, C_TID_NUM, C_TID_LABEL); }
-        else if (KEY_IS("ts")) { ONCE(5); rc = ns_value(x, C_TS_NS); }
-        else if (KEY_IS("dur")) { ONCE(6); rc = ns_value(x, C_DUR_NS); }
-        else if (KEY_IS("id")) { ONCE(7); rc = id_value(x, C_FLOW_ID, -1); }
-        else if (KEY_IS("args")) { ONCE(8); rc = args_object(x); }
-        else rc = skip_value(x, 1);
-        if (rc) return REFUSE;
-        ws(x);
-        if (x->s >= x->end) return REFUSE;
-        uint8_t d = *x->s++;
-        if (d == '}') break;
-        if (d != ',') return REFUSE;
-    }
+    if (members(x, event_member)) return REFUSE;
     if (row_end(x)) { x->oom = 1; return REFUSE; }
     return 0;
 }
