@@ -15,16 +15,16 @@ edited) and sums, per phase, the wall time and the CPU time of the thread it ran
   the batches it refuses; ``fallback_decode``: the msgspec decoder, for batches DuckDB refuses);
   ``$GPUSCOPE_COMPILED_PARSER=0`` sends every batch to DuckDB's reader;
 - **writer** (the main thread): waiting for the next parsed batch (``wait_for_parse``), mapping
-  names and ids (``map_ids``), handing the buffered rows to the flush thread (``insert_events``:
-  it waits for the chunk before), names and thread labels (``names_threads``), handing a rank's rows to the
+  names and ids (``map_ids``), sorting the buffered rows and handing them to the flush thread
+  (``insert_events``: it waits for the chunk before), names and thread labels (``names_threads``), handing a rank's rows to the
   part threads (``hand_over``: it waits when they fall behind), storing the parts
   (``store_parts``), the parts computed after the ingest (``parts_after``: ranks too big to keep,
   one-rank runs), those of ranks too big to copy, once the ingest has committed
   (``parts_after_commit``), and the rest (``other``: the run row, the commit, the store's
   maintenance);
 - **parts** threads: each rank's summary parts (``parts``), computed while the next ranks parse;
-- **flush** thread: sorting a chunk and writing it (``write_chunk``: sort + INSERT, a Parquet file
-  each) while the writer maps the next batches.
+- **flush** thread: writing a sorted chunk (``write_chunk``: the INSERT, a Parquet file each)
+  while the writer maps and sorts the next ones.
 
 Worker phases sum over their threads, so they can exceed the wall time. Prints a table, then one
 JSON line.

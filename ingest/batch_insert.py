@@ -247,8 +247,9 @@ class BatchInserter:
     sorted by (rank, cat, ts_ns): a DuckLake writes a Parquet file per INSERT, and sorted chunks
     let a query skip most of a file by its min/max statistics.
 
-    A chunk is sorted and written on a thread of its own (the *flush* thread) while the caller
-    maps the next batches: the connection is then the flush thread's until :meth:`settle`, which
+    A chunk is sorted by the caller while the chunk before is written on a thread of its own (the
+    *flush* thread), and written there while the caller maps the next batches: the connection is
+    then the flush thread's until :meth:`settle`, which
     every other use of it waits for (this class's own, and the caller's: call :meth:`settle`
     before using the connection between inserts).
     """
@@ -350,32 +351,35 @@ class BatchInserter:
         return n
 
     def flush(self) -> None:
-        """Start writing the buffered events to ``events`` on the flush thread (the chunk before
-        is written first). The buffer is Arrow, outside DuckDB: rows a transaction writes to a
-        DuckDB table and deletes again stay in its memory until the commit."""
+        """Sort the buffered events by (rank, cat, ts_ns) here, while the flush thread writes the
+        chunk before, then hand them to the flush thread. The buffer is Arrow, outside DuckDB:
+        rows a transaction writes to a DuckDB table and deletes again stay in its memory until the
+        commit."""
+        chunk = self._sorted_chunk() if self.buffered else None
         self.settle()
         self._flush_memory()
-        if not self.buffered:
+        if chunk is None:
             return
-        tables, self.buffer, self.buffered = self.buffer, [], 0
         if self._flusher is None:
             self._flusher = ThreadPoolExecutor(1, thread_name_prefix="gpuscope-flush")
-        self._pending = self._flusher.submit(self._write, tables)
+        self._pending = self._flusher.submit(self._write, chunk)
 
-    def _write(self, tables: list[pa.Table]) -> None:
-        """One chunk into ``events``, sorted by (rank, cat, ts_ns) (on the flush thread)."""
+    def _sorted_chunk(self) -> pa.Table:
+        """The buffer as one table sorted by (rank, cat, ts_ns); the buffer is emptied. Sorted in
+        Arrow, not by the INSERT: DuckDB's sort holds the chunk again, in its own row format,
+        beside the Parquet writer's buffers."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        chunk = pa.concat_tables(tables)
-        del tables[:]
-        # Sorted here (Arrow), not by the INSERT: DuckDB's sort holds the chunk again, in its
-        # own row format, beside the Parquet writer's buffers.
+        chunk = pa.concat_tables(self.buffer)
+        self.buffer, self.buffered = [], 0
         order = pc.sort_indices(
             chunk, [("rank", "ascending"), ("cat", "ascending"), ("ts_ns", "ascending")]
         )
-        _gs_chunk = chunk.take(order)
-        del chunk
+        return chunk.take(order)
+
+    def _write(self, _gs_chunk: pa.Table) -> None:
+        """One sorted chunk into ``events`` (on the flush thread)."""
         # A replacement scan of the local variable, not a registered view: nothing of it is kept
         # in the transaction once the INSERT is done.
         raw_con = getattr(self.con, "con", self.con)
