@@ -787,8 +787,60 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     return Py_BuildValue("(LN)", (long long)x.n, cols);
 }
 
+/* The elements of a strict JSON array whose elements are all objects, or -1. */
+static int64_t objects_in(Ctx *x) {
+    int64_t n = 0;
+    if (expect(x, '[')) return -1;
+    ws(x);
+    if (x->s < x->end && *x->s == ']') {
+        x->s++;
+    } else {
+        for (;;) {
+            ws(x);
+            if (x->s >= x->end || *x->s != '{' || skip_value(x, 0)) return -1;
+            n++;
+            ws(x);
+            if (x->s >= x->end) return -1;
+            uint8_t d = *x->s++;
+            if (d == ']') break;
+            if (d != ',') return -1;
+        }
+    }
+    ws(x);
+    return x->s == x->end ? n : -1;
+}
+
+PyDoc_STRVAR(count_objects_doc,
+"count_objects(data: bytes) -> int | None\n\n"
+"How many objects the batch holds when it is a strict JSON array of objects (every value checked,\n"
+"UTF-8 included); None when it is not, or nests deeper than 64.");
+
+static PyObject *count_objects(PyObject *self, PyObject *arg) {
+    (void)self;
+    char *data;
+    Py_ssize_t size;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "count_objects() takes bytes");
+        return NULL;
+    }
+    if (PyBytes_AsStringAndSize(arg, &data, &size) < 0) return NULL;
+    Ctx x;
+    memset(&x, 0, sizeof x);
+    x.s = (const uint8_t *)data;
+    x.end = x.s + size;
+    int64_t n;
+    Py_INCREF(arg);
+    Py_BEGIN_ALLOW_THREADS
+    n = objects_in(&x);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(arg);
+    if (n < 0) Py_RETURN_NONE;
+    return PyLong_FromLongLong((long long)n);
+}
+
 static PyMethodDef METHODS[] = {
     {"scan", scan, METH_O, scan_doc},
+    {"count_objects", count_objects, METH_O, count_objects_doc},
     {NULL, NULL, 0, NULL},
 };
 

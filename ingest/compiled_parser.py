@@ -45,6 +45,16 @@ def enabled() -> bool:
     return AVAILABLE and os.environ.get(ENV_SWITCH, "1") != "0"
 
 
+def count_objects(data: bytes) -> int | None:
+    """How many objects ``data`` holds when it is a strict JSON array of objects, checked in C
+    without the GIL (the splitter's proof of a cut); None when it is not, or where the
+    compiled parser is off (the caller then checks it with msgspec)."""
+    if _compiled_parser is None or not enabled():
+        return None
+    n: int | None = _compiled_parser.count_objects(data)
+    return n
+
+
 @cache
 def _schema() -> pa.Schema:
     """The parsed layout as Arrow types: ``events``' columns, then the raw ones the writer maps."""

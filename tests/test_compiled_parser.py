@@ -402,3 +402,61 @@ def test_timestamps_round_as_doubles_do(text: str) -> None:
     ns = Decimal(float(text) * 1000)  # the double's exact value
     want = int(ns.to_integral_value(ROUND_HALF_UP))  # half away from zero
     assert one('{"ts": ' + text + "}")["ts_ns"] == want
+
+
+# -- the splitter's proof of a cut: count_objects ---------------------------------------------
+
+
+def _msgspec_count(data: bytes) -> int | None:
+    import msgspec
+
+    try:
+        return len(json_stream._object_list().decode(data))
+    except msgspec.DecodeError:
+        return None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(items=st.lists(_event | _value, max_size=5), data=st.data())
+def test_count_objects_proves_only_what_msgspec_proves(items: list[Any], data: Any) -> None:
+    def draw_ws() -> str:
+        return data.draw(st.sampled_from(["", " ", "\n  ", "\t"]))
+
+    text = ("[" + ",".join(_dump(v, draw_ws) for v in items) + "]").encode()
+    got = compiled_parser.count_objects(text)
+    want = _msgspec_count(text)
+    assert got is None or got == want
+    if all(isinstance(v, dict) for v in items):  # a strict array of objects: never refused
+        assert got == want == len(items)
+
+
+def test_count_objects_on_damaged_batches() -> None:
+    base = _real_batch()
+    rng = random.Random(33)
+    proved = 0
+    for _ in range(300):
+        d = damaged(base, rng)
+        got = compiled_parser.count_objects(d)
+        assert got is None or got == _msgspec_count(d)
+        proved += got is not None
+    assert proved  # some damage leaves a valid array: those counts are compared too
+    assert compiled_parser.count_objects(b"[" + b"[" * 70 + b"]" * 70 + b"]") is None  # deep
+
+
+def test_the_splitter_cuts_the_same_batches_with_and_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def cuts() -> list[tuple[int, int, bool | None, int]]:
+        out = []
+        for f in SAMPLES:
+            path = Path(f)
+            sp = TraceSplitter(path, iter_json_bytes(path), 256 << 10)
+            out += [(b.offset, b.first_index, b.strict, len(b.data)) for b in sp.batches()]
+            out.append((-1, sp.n_events, None, 0))
+        return out
+
+    fast = cuts()
+    monkeypatch.setenv(compiled_parser.ENV_SWITCH, "0")
+    assert compiled_parser.count_objects(b"[{}]") is None  # off: msgspec proves the cuts
+    assert cuts() == fast
+    assert sum(1 for c in fast if c[2]) > 20  # batches proven strict by the fast cut
