@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import duckdb
+from gpuscope.store import stopping
 from gpuscope.store.connection import LAKE, Connection, Store, rollback_quietly
 from gpuscope.store.credentials import _sql_text
 from gpuscope.store.lock import write_lock
@@ -52,6 +53,7 @@ def migrate(con: duckdb.DuckDBPyConnection, version: int) -> None:
         con.execute(
             "UPDATE gpuscope_meta SET value = ? WHERE key = 'schema_version'", [str(version)]
         )
+        stopping.check()  # a stop whose exception was lost on its way: no commit after it
         con.execute("COMMIT")
     except BaseException:
         rollback_quietly(con)  # never replaces the error on its way

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import duckdb
+from gpuscope.store import stopping
 from gpuscope.store.connection import Connection, Store, rollback_quietly
 
 # ---------------------------------------------------------------------------------------------------
@@ -80,6 +81,7 @@ def transaction(con: Connection) -> Iterator[Connection]:
         rollback_quietly(con)
         raise
     try:
+        stopping.check()  # a stop whose exception was lost on its way: no commit after it
         con.execute("COMMIT")
     except BaseException:
         rollback_quietly(con)  # a failed COMMIT (disk full) may leave the transaction open

@@ -20,8 +20,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from gpuscope.cli import main as cli_main
+from gpuscope.ingest import loader
 from gpuscope.ingest.batch_insert import SCRATCH_PREFIX, sweep_scratch
-from gpuscope.store import connect, rollback_quietly, transaction
+from gpuscope.store import connect, rollback_quietly, stopping, transaction
 from gpuscope.store.errors import StoreError, store_fault
 from tracegen import TraceBuilder
 
@@ -259,6 +261,86 @@ def test_store_fault_lines() -> None:
     err = store_fault(gone, "/d/s")
     assert isinstance(err, StoreError) and "\n" not in str(err)
     assert "invalidated by an earlier fault" in str(err)
+
+
+# A signal inside a DuckDB statement: DuckDB reads it, runs the handler, and raises
+# "RuntimeError: Query interrupted" in place of the handler's exception.
+SIGNAL_IN_A_STATEMENT = """
+import os, signal, sys, threading
+from gpuscope.cli import main as cli_main
+from gpuscope.ingest import loader
+sig = int(sys.argv[1])
+finish = loader.TraceRunWriter.finish
+def finish_then_signal(self, *a, **k):
+    out = finish(self, *a, **k)
+    threading.Timer(0.3, os.kill, (os.getpid(), sig)).start()
+    self.con.execute("SELECT count(*) FROM range(100000000000) t(i) WHERE i % 7 = 3").fetchall()
+    return out
+loader.TraceRunWriter.finish = finish_then_signal
+raise SystemExit(cli_main.main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_inside_a_statement_ends_the_ingest_quietly(sig: int, tmp_path: Path) -> None:
+    db = tmp_path / "s"
+    small = small_trace(tmp_path / "small.json", "small")
+    args = ["ingest", str(small), "--db", str(db)]
+    p = subprocess.run(
+        [sys.executable, "-c", SIGNAL_IN_A_STATEMENT, str(int(sig)), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (p.returncode, p.stderr) == (128 + sig, "")  # no "Query interrupted" traceback
+    con = connect(db)
+    assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM events").fetchone() == (0,)
+    con.close()
+
+
+@pytest.mark.slow
+def test_a_stop_whose_exception_was_lost_commits_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB can swallow the handler's exception (it raised in a Python frame that DuckDB's
+    lookup of objects by name inspects): the ingest goes on, but its commit must not happen."""
+    db = tmp_path / "s"
+    small = small_trace(tmp_path / "small.json", "small")
+    finish = loader.TraceRunWriter.finish
+
+    def finish_then_lost_stop(self: loader.TraceRunWriter) -> None:
+        finish(self)
+        stopping.request(signal.SIGTERM)  # what the handler leaves when its exception is lost
+
+    monkeypatch.setattr(loader.TraceRunWriter, "finish", finish_then_lost_stop)
+    try:
+        assert cli_main.main(["ingest", str(small), "--db", str(db)]) == 128 + signal.SIGTERM
+    finally:
+        stopping.forget()
+    con = connect(db)
+    assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+    con.close()
+
+
+def test_no_commit_after_a_stop(tmp_path: Path) -> None:
+    con = connect(tmp_path / "s")
+    try:
+        with pytest.raises(SystemExit) as e, transaction(con):
+            con.execute("CREATE TABLE t AS SELECT 1 AS x")
+            stopping.request(signal.SIGTERM)
+        assert e.value.code == 128 + signal.SIGTERM
+        stopping.request(signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt), transaction(con):
+            con.execute("CREATE TABLE t AS SELECT 1 AS x")
+    finally:
+        stopping.forget()
+    assert stopping.exit_code() is None
+    with transaction(con):  # forgotten: commits again
+        con.execute("CREATE TABLE t AS SELECT 2 AS x")
+    assert con.execute("SELECT x FROM t").fetchall() == [(2,)]
+    con.close()
 
 
 @pytest.mark.slow

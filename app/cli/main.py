@@ -14,6 +14,7 @@ from typing import Any, TextIO
 import duckdb
 from gpuscope import __version__
 from gpuscope.ingest.batch_insert import remove_own_scratch
+from gpuscope.store import stopping
 from gpuscope.store.errors import store_fault
 from gpuscope.vocabulary.errors import GpuscopeError
 from gpuscope.vocabulary.redact import redact
@@ -137,8 +138,13 @@ def inert_output() -> Iterator[None]:
         sys.stdout, sys.stderr = out, err
 
 
-def _terminated(signum: int, _frame: object) -> None:
-    """SIGTERM ends the command like Ctrl-C: cleanup (rollback, scratch files) still runs."""
+def _stop(signum: int, _frame: object) -> None:
+    """SIGTERM and Ctrl-C end the command where they land, cleanup (rollback, scratch files) still
+    running; the stop is also remembered (:mod:`~gpuscope.store.stopping`), so that no commit
+    follows it and the exit code is the signal's even where the exception was lost on its way."""
+    stopping.request(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise SystemExit(128 + signum)
 
 
@@ -159,24 +165,40 @@ def _main(argv: Sequence[str] | None) -> int:
             if isinstance(v, str) and not v.isprintable() and _undecodable(v):
                 return _fail(f"--{option}: not valid UTF-8 text", 2)
     module = importlib.import_module(f"gpuscope.cli.{args.command}")
+    stopping.forget()  # a command run in-process after another (tests) starts afresh
+    handlers = {}
     with suppress(OSError, ValueError):  # not in the main thread (tests): no handler, no harm
-        signal.signal(signal.SIGTERM, _terminated)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            handlers[sig] = signal.signal(sig, _stop)
     try:
-        return int(module.run(args) or 0)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
-    except GpuscopeError as e:  # the one translation: one line, the kind's exit code
-        return _fail(str(e), e.exit_code)
-    except (duckdb.Error, OSError) as e:  # not bad input: one plain line, not a traceback
-        from gpuscope.cli._common import shown_store
-
-        return _fail(str(store_fault(e, shown_store(args))), 1)
+        code = int(module.run(args) or 0)
+    except BaseException as e:
+        # A stop asked for by a signal ends the command quietly, whatever its exception became
+        # on the way here (DuckDB turns it into "Query interrupted").
+        code = stopping.exit_code() or _translated(e, args)
     finally:
         # A signal can land between a scratch file's creation and the code that owns it: whatever
         # this process still has in the temp folder goes when the command ends, however it ends.
         remove_own_scratch()
+        for sig, handler in handlers.items():  # a caller's own handlers again (in-process use)
+            signal.signal(sig, handler)
+    return stopping.exit_code() or code
+
+
+def _translated(e: BaseException, args: argparse.Namespace) -> int:
+    """The exit code of an exception that ended a command (after its line on stderr); raises
+    what is not ours to translate (``SystemExit`` and bugs, which keep their traceback)."""
+    if isinstance(e, KeyboardInterrupt):
+        return 130
+    if isinstance(e, BrokenPipeError):
+        return 0
+    if isinstance(e, GpuscopeError):  # the one translation: one line, the kind's exit code
+        return _fail(str(e), e.exit_code)
+    if isinstance(e, duckdb.Error | OSError):  # not bad input: one plain line, not a traceback
+        from gpuscope.cli._common import shown_store
+
+        return _fail(str(store_fault(e, shown_store(args))), 1)
+    raise e
 
 
 def _undecodable(text: str) -> bool:
