@@ -736,6 +736,21 @@ static PyObject *as_bytes(const Buf *b) {
     return PyBytes_FromStringAndSize(b->len ? (const char *)b->p : "", (Py_ssize_t)b->len);
 }
 
+/* A context over the bytes ``arg`` (0), or -1 with TypeError set when it is not bytes. */
+static int ctx_over(PyObject *arg, const char *fn, Ctx *x) {
+    char *data;
+    Py_ssize_t size;
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "%s() takes bytes", fn);
+        return -1;
+    }
+    if (PyBytes_AsStringAndSize(arg, &data, &size) < 0) return -1;
+    memset(x, 0, sizeof *x);
+    x->s = (const uint8_t *)data;
+    x->end = x->s + size;
+    return 0;
+}
+
 PyDoc_STRVAR(scan_doc,
 "scan(data: bytes) -> tuple | None\n\n"
 "The batch's events as column buffers: (rows, columns), a column being (validity bitmap,\n"
@@ -744,17 +759,8 @@ PyDoc_STRVAR(scan_doc,
 
 static PyObject *scan(PyObject *self, PyObject *arg) {
     (void)self;
-    char *data;
-    Py_ssize_t size;
-    if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "scan() takes bytes");
-        return NULL;
-    }
-    if (PyBytes_AsStringAndSize(arg, &data, &size) < 0) return NULL;
     Ctx x;
-    memset(&x, 0, sizeof x);
-    x.s = (const uint8_t *)data;
-    x.end = x.s + size;
+    if (ctx_over(arg, "scan", &x)) return NULL;
     x.c_locale = C_LOCALE;
     int rc;
     Py_INCREF(arg);  /* the bytes stay alive (and unchanged) while the GIL is released */
@@ -817,17 +823,8 @@ PyDoc_STRVAR(count_objects_doc,
 
 static PyObject *count_objects(PyObject *self, PyObject *arg) {
     (void)self;
-    char *data;
-    Py_ssize_t size;
-    if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "count_objects() takes bytes");
-        return NULL;
-    }
-    if (PyBytes_AsStringAndSize(arg, &data, &size) < 0) return NULL;
     Ctx x;
-    memset(&x, 0, sizeof x);
-    x.s = (const uint8_t *)data;
-    x.end = x.s + size;
+    if (ctx_over(arg, "count_objects", &x)) return NULL;
     int64_t n;
     Py_INCREF(arg);
     Py_BEGIN_ALLOW_THREADS
