@@ -28,7 +28,7 @@ import duckdb
 from gpuscope.ingest import compiled_parser
 from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.errors import IngestError
-from gpuscope.store import ALLOCATOR_SETTINGS, extensions, pid_alive, stopping
+from gpuscope.store import ALLOCATOR_SETTINGS, extensions, pid_alive, raise_if_stopping
 from gpuscope.store.schema import EVENTS
 
 # pyarrow, msgspec and the decoder are imported where they are used: every ``gpuscope`` command
@@ -301,7 +301,7 @@ class BatchInserter:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        stopping.check()  # a stop whose exception was lost on its way ends the ingest here
+        raise_if_stopping()  # a stop whose exception was lost on its way ends the ingest here
         if memory_data is not None:  # profile_memory's [memory] instants: their own table
             from gpuscope.ingest.memory_events import memory_rows
 

@@ -18,7 +18,7 @@ code takes either. One module per concept: :mod:`.spec` (where a store lives), :
 cursors per thread, the writer's transaction, faults), :mod:`.transactions` (transactions, read
 snapshots), :mod:`.runs` (run CRUD), :mod:`.migrations` and :mod:`.schema` (the tables),
 :mod:`.legacy` (moving an old DuckDB file over), :mod:`.opening` (opening from a spec),
-:mod:`.errors` (store faults), :mod:`.extensions` (DuckDB's extensions, offline). This package
+:mod:`.errors` (store faults), :mod:`.stopping` (a stop asked for by a signal), :mod:`.extensions` (DuckDB's extensions, offline). This package
 re-exports what callers use.
 """
 
@@ -63,6 +63,7 @@ from gpuscope.store.spec import (
     legacy_default_path,
     parse_spec,
 )
+from gpuscope.store.stopping import forget_stop, raise_if_stopping, request_stop, stop_exit_code
 from gpuscope.store.transactions import read_snapshot, settle_snapshot, transaction
 
 __all__ = [
@@ -87,6 +88,7 @@ __all__ = [
     "default_db_path",
     "delete_run",
     "ensure_schema",
+    "forget_stop",
     "is_duckdb_file",
     "legacy_default_path",
     "list_runs",
@@ -97,7 +99,9 @@ __all__ = [
     "parse_spec",
     "pid_alive",
     "postgres_conninfo",
+    "raise_if_stopping",
     "read_snapshot",
+    "request_stop",
     "resolve_run",
     "rollback_quietly",
     "run_exists",
@@ -107,6 +111,7 @@ __all__ = [
     "set_name",
     "set_tags",
     "settle_snapshot",
+    "stop_exit_code",
     "store_fault",
     "tags_of",
     "transaction",

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
-from gpuscope.store import stopping
 from gpuscope.store.errors import catalog_lost, is_conflict, store_fault
 from gpuscope.store.lock import WriteLock
 from gpuscope.store.spec import WRITING_MARK, StoreSpec
+from gpuscope.store.stopping import raise_if_stopping
 from gpuscope.vocabulary.redact import redact
 
 LAKE = "lake"  # the name the DuckLake is attached as
@@ -135,7 +135,7 @@ class Store:
                 raise
             self._tx = False
             try:
-                stopping.check()  # a stop whose exception was lost on its way: no commit after it
+                raise_if_stopping()  # a stop whose exception was lost on its way: no commit after it
                 self.con.execute("COMMIT")
             except BaseException as e:
                 rollback_quietly(self.con)  # a failed COMMIT may leave the transaction open

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import duckdb
-from gpuscope.store import stopping
 from gpuscope.store.connection import LAKE, Connection, Store, rollback_quietly
 from gpuscope.store.credentials import _sql_text
 from gpuscope.store.lock import write_lock
 from gpuscope.store.runs import RUN_TABLES
 from gpuscope.store.schema import META_DDL, SCHEMA_VERSION, TABLES
 from gpuscope.store.spec import StoreSpec
+from gpuscope.store.stopping import raise_if_stopping
 from gpuscope.store.transactions import transaction
 from gpuscope.vocabulary.errors import BadInput
 
@@ -53,7 +53,7 @@ def migrate(con: duckdb.DuckDBPyConnection, version: int) -> None:
         con.execute(
             "UPDATE gpuscope_meta SET value = ? WHERE key = 'schema_version'", [str(version)]
         )
-        stopping.check()  # a stop whose exception was lost on its way: no commit after it
+        raise_if_stopping()  # a stop whose exception was lost on its way: no commit after it
         con.execute("COMMIT")
     except BaseException:
         rollback_quietly(con)  # never replaces the error on its way

@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import duckdb
-from gpuscope.store import stopping
 from gpuscope.store.connection import Connection, Store, rollback_quietly
+from gpuscope.store.stopping import raise_if_stopping
 
 # ---------------------------------------------------------------------------------------------------
 # Transactions on a store or a bare connection
@@ -81,7 +81,7 @@ def transaction(con: Connection) -> Iterator[Connection]:
         rollback_quietly(con)
         raise
     try:
-        stopping.check()  # a stop whose exception was lost on its way: no commit after it
+        raise_if_stopping()  # a stop whose exception was lost on its way: no commit after it
         con.execute("COMMIT")
     except BaseException:
         rollback_quietly(con)  # a failed COMMIT (disk full) may leave the transaction open

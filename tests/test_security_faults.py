@@ -23,7 +23,14 @@ import pytest
 from gpuscope.cli import main as cli_main
 from gpuscope.ingest import loader
 from gpuscope.ingest.batch_insert import SCRATCH_PREFIX, sweep_scratch
-from gpuscope.store import connect, rollback_quietly, stopping, transaction
+from gpuscope.store import (
+    connect,
+    forget_stop,
+    request_stop,
+    rollback_quietly,
+    stop_exit_code,
+    transaction,
+)
 from gpuscope.store.errors import StoreError, store_fault
 from tracegen import TraceBuilder
 
@@ -312,13 +319,13 @@ def test_a_stop_whose_exception_was_lost_commits_nothing(
 
     def finish_then_lost_stop(self: loader.TraceRunWriter) -> None:
         finish(self)
-        stopping.request(signal.SIGTERM)  # what the handler leaves when its exception is lost
+        request_stop(signal.SIGTERM)  # what the handler leaves when its exception is lost
 
     monkeypatch.setattr(loader.TraceRunWriter, "finish", finish_then_lost_stop)
     try:
         assert cli_main.main(["ingest", str(small), "--db", str(db)]) == 128 + signal.SIGTERM
     finally:
-        stopping.forget()
+        forget_stop()
     con = connect(db)
     assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
     con.close()
@@ -329,14 +336,14 @@ def test_no_commit_after_a_stop(tmp_path: Path) -> None:
     try:
         with pytest.raises(SystemExit) as e, transaction(con):
             con.execute("CREATE TABLE t AS SELECT 1 AS x")
-            stopping.request(signal.SIGTERM)
+            request_stop(signal.SIGTERM)
         assert e.value.code == 128 + signal.SIGTERM
-        stopping.request(signal.SIGINT)
+        request_stop(signal.SIGINT)
         with pytest.raises(KeyboardInterrupt), transaction(con):
             con.execute("CREATE TABLE t AS SELECT 1 AS x")
     finally:
-        stopping.forget()
-    assert stopping.exit_code() is None
+        forget_stop()
+    assert stop_exit_code() is None
     with transaction(con):  # forgotten: commits again
         con.execute("CREATE TABLE t AS SELECT 2 AS x")
     assert con.execute("SELECT x FROM t").fetchall() == [(2,)]

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import duckdb
 from gpuscope import __version__
 from gpuscope.ingest.batch_insert import remove_own_scratch
-from gpuscope.store import stopping
+from gpuscope.store import forget_stop, request_stop, stop_exit_code
 from gpuscope.store.errors import store_fault
 from gpuscope.vocabulary.errors import GpuscopeError
 from gpuscope.vocabulary.redact import redact
@@ -140,9 +140,9 @@ def inert_output() -> Iterator[None]:
 
 def _stop(signum: int, _frame: object) -> None:
     """SIGTERM and Ctrl-C end the command where they land, cleanup (rollback, scratch files) still
-    running; the stop is also remembered (:mod:`~gpuscope.store.stopping`), so that no commit
+    running; the stop is also remembered (:mod:`gpuscope.store.stopping`), so that no commit
     follows it and the exit code is the signal's even where the exception was lost on its way."""
-    stopping.request(signum)
+    request_stop(signum)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise SystemExit(128 + signum)
@@ -165,7 +165,7 @@ def _main(argv: Sequence[str] | None) -> int:
             if isinstance(v, str) and not v.isprintable() and _undecodable(v):
                 return _fail(f"--{option}: not valid UTF-8 text", 2)
     module = importlib.import_module(f"gpuscope.cli.{args.command}")
-    stopping.forget()  # a command run in-process after another (tests) starts afresh
+    forget_stop()  # a command run in-process after another (tests) starts afresh
     handlers = {}
     with suppress(OSError, ValueError):  # not in the main thread (tests): no handler, no harm
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -175,14 +175,14 @@ def _main(argv: Sequence[str] | None) -> int:
     except BaseException as e:
         # A stop asked for by a signal ends the command quietly, whatever its exception became
         # on the way here (DuckDB turns it into "Query interrupted").
-        code = stopping.exit_code() or _translated(e, args)
+        code = stop_exit_code() or _translated(e, args)
     finally:
         # A signal can land between a scratch file's creation and the code that owns it: whatever
         # this process still has in the temp folder goes when the command ends, however it ends.
         remove_own_scratch()
         for sig, handler in handlers.items():  # a caller's own handlers again (in-process use)
             signal.signal(sig, handler)
-    return stopping.exit_code() or code
+    return stop_exit_code() or code
 
 
 def _translated(e: BaseException, args: argparse.Namespace) -> int:
