@@ -290,7 +290,7 @@ raise SystemExit(cli_main.main(sys.argv[2:]))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_inside_a_statement_ends_the_ingest_quietly(sig: int, tmp_path: Path) -> None:
+def test_a_signal_inside_a_statement_ends_the_ingest_with_its_reason(sig: int, tmp_path: Path) -> None:
     db = tmp_path / "s"
     small = small_trace(tmp_path / "small.json", "small")
     args = ["ingest", str(small), "--db", str(db)]
@@ -300,7 +300,9 @@ def test_a_signal_inside_a_statement_ends_the_ingest_quietly(sig: int, tmp_path:
         text=True,
         timeout=120,
     )
-    assert (p.returncode, p.stderr) == (128 + sig, "")  # no "Query interrupted" traceback
+    # the reason, and no "Query interrupted" traceback
+    assert (p.returncode, p.stderr) == (128 + sig, f"gpuscope: {cli_main.stopped_line(sig)}\n")
+    assert "Ctrl-C" in p.stderr if sig == signal.SIGINT else "SIGTERM" in p.stderr
     con = connect(db)
     assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM events").fetchone() == (0,)
@@ -309,7 +311,7 @@ def test_a_signal_inside_a_statement_ends_the_ingest_quietly(sig: int, tmp_path:
 
 @pytest.mark.slow
 def test_a_stop_whose_exception_was_lost_commits_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """DuckDB can swallow the handler's exception (it raised in a Python frame that DuckDB's
     lookup of objects by name inspects): the ingest goes on, but its commit must not happen."""
@@ -326,9 +328,29 @@ def test_a_stop_whose_exception_was_lost_commits_nothing(
         assert cli_main.main(["ingest", str(small), "--db", str(db)]) == 128 + signal.SIGTERM
     finally:
         forget_stop()
+    assert capsys.readouterr().err == (
+        "gpuscope: stopped by SIGTERM: nothing was committed after it "
+        "(a run is stored whole or not at all)\n"
+    )
     con = connect(db)
     assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
     con.close()
+
+
+def test_a_bug_keeps_its_traceback_and_is_not_taken_for_a_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI's catch-all is for stops: an exception of a bug passes through it unchanged."""
+
+    def finish_with_a_bug(self: loader.TraceRunWriter) -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(loader.TraceRunWriter, "finish", finish_with_a_bug)
+    small = small_trace(tmp_path / "small.json", "small")
+    with pytest.raises(ZeroDivisionError, match="a bug"):
+        cli_main.main(["ingest", str(small), "--db", str(tmp_path / "s")])
+    assert "stopped" not in capsys.readouterr().err
+    assert stop_exit_code() is None
 
 
 def test_no_commit_after_a_stop(tmp_path: Path) -> None:

@@ -173,8 +173,9 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         code = int(module.run(args) or 0)
     except BaseException as e:
-        # A stop asked for by a signal ends the command quietly, whatever its exception became
-        # on the way here (DuckDB turns it into "Query interrupted").
+        # Broad on purpose: a stop asked for by a signal may reach here as any exception (DuckDB
+        # turns it into "Query interrupted"); it is told below. Anything else is translated, or
+        # raised again with its traceback (a bug).
         code = stop_exit_code() or _translated(e, args)
     finally:
         # A signal can land between a scratch file's creation and the code that owns it: whatever
@@ -182,7 +183,18 @@ def _main(argv: Sequence[str] | None) -> int:
         remove_own_scratch()
         for sig, handler in handlers.items():  # a caller's own handlers again (in-process use)
             signal.signal(sig, handler)
-    return stop_exit_code() or code
+    stop = stop_exit_code()
+    if stop is not None:
+        return _fail(stopped_line(stop - 128), stop)
+    return code
+
+
+def stopped_line(signum: int) -> str:
+    """What the user reads when a signal stopped the command."""
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    return (
+        f"stopped by {name}: nothing was committed after it (a run is stored whole or not at all)"
+    )
 
 
 def _translated(e: BaseException, args: argparse.Namespace) -> int:
