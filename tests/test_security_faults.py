@@ -290,7 +290,9 @@ raise SystemExit(cli_main.main(sys.argv[2:]))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_inside_a_statement_ends_the_ingest_with_its_reason(sig: int, tmp_path: Path) -> None:
+def test_a_signal_inside_a_statement_ends_the_ingest_with_its_reason(
+    sig: int, tmp_path: Path
+) -> None:
     db = tmp_path / "s"
     small = small_trace(tmp_path / "small.json", "small")
     args = ["ingest", str(small), "--db", str(db)]
