@@ -45,6 +45,21 @@ def _header(page) -> str:  # type: ignore[no-untyped-def]
     return page.locator('[data-testid="stMarkdownContainer"]', has_text="→").first.inner_text()
 
 
+def _wait_header_order(page, first: str, second: str) -> None:  # type: ignore[no-untyped-def]
+    """Until the header names ``first`` before ``second``, then until that run has finished. The
+    URL changes when the rerun sets it, before the page is drawn again: a header read right after
+    the URL (even after ``wait_idle``, which can look before the rerun shows as running) may
+    still be the old one."""
+    page.wait_for_function(
+        "([a, b]) => { const t = [...document.querySelectorAll("
+        "'[data-testid=\"stMarkdownContainer\"]')].map(e => e.innerText)"
+        ".find(s => s.includes('→')) || '';"
+        " return t.indexOf(a) >= 0 && t.indexOf(b) >= 0 && t.indexOf(a) < t.indexOf(b); }",
+        arg=[first, second],
+    )
+    wait_idle(page)
+
+
 def test_compare_colours_swap_reload_and_back(server: Server, new_page) -> None:  # type: ignore[no-untyped-def]
     before, after = sample_ids(server)
     page = new_page()
@@ -64,7 +79,7 @@ def test_compare_colours_swap_reload_and_back(server: Server, new_page) -> None:
 
     page.get_by_role("button", name="Swap A/B").click()
     page.wait_for_url(re.compile(rf"a={after}&b={before}"))
-    wait_idle(page)
+    _wait_header_order(page, "after", "before")
     assert _header(page).index("after") < _header(page).index("before")
     # swapped, A is the faster run: its throughput change is bad for the user
     assert _delta_colour(page, "Throughput · unprofiled") == "red"
@@ -75,13 +90,8 @@ def test_compare_colours_swap_reload_and_back(server: Server, new_page) -> None:
     assert _header(page).index("after") < _header(page).index("before")
     page.go_back()
     page.wait_for_url(re.compile(rf"a={before}&b={after}"))
-    wait_idle(page)
-    page.wait_for_function(
-        "() => { const t = [...document.querySelectorAll('[data-testid=\"stMarkdownContainer\"]')]"
-        ".map(e => e.innerText).find(s => s.includes('→')) || '';"
-        " return t.indexOf('before') >= 0 && t.indexOf('before') < t.indexOf('after'); }"
-    )
-    wait_idle(page)  # the rerun Back started has finished: the swapped view's widgets are gone
+    # the rerun Back started has finished: the swapped view's widgets are gone
+    _wait_header_order(page, "before", "after")
     # the aligned step goes into the URL, and a reload keeps it
     box = page.get_by_label("Align on step (position in each run)")
     page.wait_for_function(
