@@ -276,45 +276,57 @@ def empty_frame() -> pd.DataFrame:
     return _typed(pd.DataFrame({c: [] for c in FRAME_COLUMNS}))
 
 
+_INT_COLUMNS = ("pg_size", "seq", "peer", "msg_bytes", "step")
+
+
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
+
+
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
     out = df[list(FRAME_COLUMNS)].copy()
     for c in ("rank", "device", "stream", "start_ns", "end_ns"):
         out[c] = out[c].astype("int64")
-    for c in ("pg_size", "seq", "peer", "msg_bytes", "step"):
-        out[c] = pd.array(
-            [
-                None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
-                for v in out[c]
-            ],
-            dtype="Int64",
-        )
+    for c in _INT_COLUMNS:
+        out[c] = pd.array([_int_or_none(v) for v in out[c]], dtype="Int64")
     out["launched"] = out["launched"].astype(bool)
     for c in ("pg", "coll", "dtype", "phase", "name"):
         out[c] = out[c].astype(object)
     return out.reset_index(drop=True)
 
 
-def _op_by_external_id(comm_ops: pd.DataFrame, wanted: pd.Series) -> dict[int, Any]:
+def _op_by_external_id(comm_ops: list[tuple[Any, ...]], wanted: set[int]) -> dict[int, Any]:
     """For each ``External id`` of ``wanted`` (the kernels'), the op that launched it: the last
     one that has input dims (``record_param_comms`` wins: it carries the message sizes), else the
-    first one; as rows of ``comm_ops.itertuples()``. Vectorised: a 3 M-event rank has ~40 k such
-    ops, and a loop over their rows took 0.3 s."""
-    ops = comm_ops[comm_ops["external_id"].notna()]
-    ops = ops[ops["external_id"].isin(wanted.dropna())]
-    if ops.empty:
-        return {}
-    dims = ops["input_dims"]
-    has_dims = dims.notna() & (dims.astype(object).fillna("").astype(str).str.len() > 0)
-    first = ops.drop_duplicates("external_id", keep="first")
-    last_with_dims = ops[has_dims].drop_duplicates("external_id", keep="last")
-    chosen = pd.concat([first, last_with_dims]).drop_duplicates("external_id", keep="last")
-    return {int(r.external_id): r for r in chosen.sort_index().itertuples()}
+    first one. ``comm_ops``: rows (pid, tid, s, e, external_id, input_dims, name) in start order.
+    One pass over plain rows: a 3 M-event rank has ~40 k such ops."""
+    first: dict[int, Any] = {}
+    with_dims: dict[int, Any] = {}
+    for op in comm_ops:
+        ext = op[4]
+        if ext is None or int(ext) not in wanted:
+            continue
+        first.setdefault(int(ext), op)
+        if op[5] is not None and str(op[5]) != "":
+            with_dims[int(ext)] = op
+    return {ext: with_dims.get(ext, op) for ext, op in first.items()}
 
 
 def rank_collectives(
     con: Connection, run_id: str, rank: int, window: Window | None = None
 ) -> pd.DataFrame:
-    """One rank's communication kernels as a frame (:data:`FRAME_COLUMNS`), ordered by start.
+    """One rank's communication kernels as a frame (:data:`FRAME_COLUMNS`), ordered by start:
+    :func:`rank_collective_columns`, typed."""
+    cols = rank_collective_columns(con, run_id, rank, window)
+    return _typed(pd.DataFrame(cols)) if cols["rank"] else empty_frame()
+
+
+def rank_collective_columns(
+    con: Connection, run_id: str, rank: int, window: Window | None = None
+) -> dict[str, list[Any]]:
+    """One rank's communication kernels, ordered by start, as columns (:data:`FRAME_COLUMNS`) of
+    plain values: ints, strings, bools and None (the values of :func:`rank_collectives`' frame,
+    without building it: the cross-rank part stores these lists).
 
     Reads only this rank's rows: its communication kernels (name matching the communication
     pattern), their launching runtime call (by correlation), the ``record_param_comms`` /
@@ -350,9 +362,9 @@ def rank_collectives(
         ORDER BY kn.s, kn.e
         """,
         p,
-    ).df()
-    if k.empty:
-        return empty_frame()
+    ).fetchall()
+    if not k:
+        return {c: [] for c in FRAME_COLUMNS}
     ops = execute(
         con,
         """
@@ -366,42 +378,50 @@ def rank_collectives(
         ORDER BY s
         """,
         {**p, "opt": OPTIMIZER_RE},
-    ).df()
-    off_row = con.execute(
-        "SELECT time_offset_ns FROM ranks WHERE run_id = ? AND rank = ?", [run_id, int(rank)]
-    ).fetchone()
-    off = int(off_row[0]) if off_row and off_row[0] is not None else 0
-    is_bwd = ops["name"].str.startswith("autograd::engine::evaluate_function")
-    is_opt = ops["name"].str.match(OPTIMIZER_RE)
-    comm_ops = ops[~is_bwd & ~is_opt]
-    by_ext = _op_by_external_id(comm_ops, k["external_id"])
-    bwd = ops[is_bwd][["tid", "s", "e"]].to_numpy()
-    opt = ops[is_opt][["s", "e"]].to_numpy()
+    ).fetchall()
+    off = rank_offset_ns(con, run_id, rank)
+    is_opt_name = re.compile(OPTIMIZER_RE).match
+    bwd_rows: list[tuple[int, int, int]] = []
+    opt_rows: list[tuple[int, int]] = []
+    comm_ops: list[tuple[Any, ...]] = []
+    for row in ops:  # (pid, tid, s, e, external_id, input_dims, name)
+        if row[6].startswith("autograd::engine::evaluate_function"):
+            bwd_rows.append((row[1], row[2], row[3]))
+        elif is_opt_name(row[6]):
+            opt_rows.append((row[2], row[3]))
+        else:
+            comm_ops.append(row)
+    by_ext = _op_by_external_id(comm_ops, {int(r[5]) for r in k if r[5] is not None})
+    bwd = np.array(bwd_rows, dtype=np.int64).reshape(-1, 3)
+    opt = np.array(opt_rows, dtype=np.int64).reshape(-1, 2)
+    c_tid = np.array([op[1] for op in comm_ops], dtype=np.int64)
+    c_s = np.array([op[2] for op in comm_ops], dtype=np.int64)
+    c_e = np.array([op[3] for op in comm_ops], dtype=np.int64)
     bounds = w.step_bounds_ns() if w.source != "trace" else []
     nums = [s.number for s in w.steps] if w.source != "trace" else []
     starts = np.array([b[0] for b in bounds], dtype=np.int64)
     rows = []
-    for r in k.itertuples():
-        launched = pd.notna(r.ls)
-        t = int(r.ls) if launched else int(r.s)
-        op = by_ext.get(int(r.external_id)) if pd.notna(r.external_id) else None
-        if op is None and launched:
-            around = comm_ops[
-                (comm_ops["tid"] == r.ltid) & (comm_ops["s"] <= t) & (comm_ops["e"] >= t)
-            ]
-            if not around.empty:
-                op = next(around.assign(d=around["e"] - around["s"]).sort_values("d").itertuples())
-        op_coll = coll_of(op.name) if op is not None else "unknown"
-        kcoll = coll_of(r.name)
+    for device, stream, ks, ke, _corr, ext, kname, ls, ltid, _lpid in k:
+        launched = ls is not None
+        t = int(ls) if launched else int(ks)
+        op: tuple[Any, ...] | None = by_ext.get(int(ext)) if ext is not None else None
+        if op is None and launched and len(comm_ops):
+            # the innermost comm op on the launching thread around the call (shortest; the
+            # first of equal ones in start order)
+            inside = np.flatnonzero((c_tid == int(ltid)) & (c_s <= t) & (c_e >= t))
+            if inside.size:
+                op = comm_ops[int(inside[np.argmin((c_e - c_s)[inside])])]
+        op_coll = coll_of(op[6]) if op is not None else "unknown"
+        kcoll = coll_of(kname)
         coll = op_coll if op_coll != "unknown" else kcoll
-        dtype = dtype_of_kernel(r.name)
-        in_n, out_n = sizes_from_input_dims(op.input_dims if op is not None else None)
+        dtype = dtype_of_kernel(kname)
+        in_n, out_n = sizes_from_input_dims(op[5] if op is not None else None)
         phase = "unknown"
         if launched:
             if len(opt) and bool(((opt[:, 0] <= t) & (opt[:, 1] >= t)).any()):
                 phase = "optimizer"
             elif len(bwd) and bool(
-                ((bwd[:, 0] == r.ltid) & (bwd[:, 1] <= t) & (bwd[:, 2] >= t)).any()
+                ((bwd[:, 0] == int(ltid)) & (bwd[:, 1] <= t) & (bwd[:, 2] >= t)).any()
             ):
                 phase = "backward"
             else:
@@ -414,9 +434,9 @@ def rank_collectives(
         rows.append(
             {
                 "rank": int(rank),
-                "device": int(r.device),
-                "stream": int(r.stream),
-                "pg": f"stream:{int(r.stream)}",
+                "device": int(device),
+                "stream": int(stream),
+                "pg": f"stream:{int(stream)}",
                 "pg_size": None,
                 "seq": None,
                 "coll": coll,
@@ -424,15 +444,18 @@ def rank_collectives(
                 "dtype": dtype,
                 # the group size is not stored: allgather/reducescatter sizes need both buffers
                 "msg_bytes": message_bytes(coll, in_n, out_n, DTYPE_BYTES.get(dtype or ""), None),
-                "start_ns": int(r.s) + off,
-                "end_ns": int(r.e) + off,
+                "start_ns": int(ks) + off,
+                "end_ns": int(ke) + off,
                 "step": step,
                 "phase": phase,
                 "launched": bool(launched),
-                "name": r.name,
+                "name": kname,
             }
         )
-    return _typed(pd.DataFrame(rows))
+    cols = {c: [r[c] for r in rows] for c in FRAME_COLUMNS}
+    for c in _INT_COLUMNS:
+        cols[c] = [_int_or_none(v) for v in cols[c]]
+    return cols
 
 
 # -- matching ------------------------------------------------------------------------------------

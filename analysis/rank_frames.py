@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.busy import BusySplit, _covered, _merge, busy_summary, comm_only_ns
-from gpuscope.analysis.collectives import FRAME_COLUMNS, _typed, rank_collectives, rank_offset_ns
+from gpuscope.analysis.collectives import (
+    FRAME_COLUMNS,
+    _typed,
+    rank_collective_columns,
+    rank_offset_ns,
+)
 from gpuscope.analysis.idle import IdleResult, idle_totals
 from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.steps import Step, StepStats, Window, find_window, step_stats
@@ -103,11 +108,7 @@ def compute(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
     b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
     comm = comm_only_ns(con, run_id, rank, w.start_ns, w.end_ns, b.device, b.busy_ns)
     idle = idle_totals(con, run_id, rank, w, device=b.device) if b.device is not None else None
-    frame = rank_collectives(con, run_id, rank, w)
-    cols = {
-        c: [None if pd.isna(v) else (v.item() if hasattr(v, "item") else v) for v in frame[c]]
-        for c in FRAME_COLUMNS
-    }
+    cols = rank_collective_columns(con, run_id, rank, w)
     return {
         "window": {
             "start_ns": w.start_ns,

@@ -107,7 +107,9 @@ _STEP_NUM = re.compile(r"#(\d+)$")
 
 def _host_spans(
     con: Connection, run_id: str, rank: int, name_cond: str, params: dict
-) -> pd.DataFrame:
+) -> list[tuple[str, int, int]]:
+    """(name, start, end) ns of the rank's host spans whose name satisfies ``name_cond``, ordered
+    by start then end (plain tuples: a DataFrame of a few rows cost more than the query)."""
     return execute(
         con,
         f"""
@@ -119,16 +121,20 @@ def _host_spans(
         ORDER BY s, e
         """,
         {"run": run_id, "rank": rank, **params},
-    ).df()
+    ).fetchall()
 
 
 def _profiler_steps(con: Connection, run_id: str, rank: int) -> list[Step]:
-    spans = _host_spans(con, run_id, rank, regex(PROFILER_STEP_RE), {})
-    if spans.empty:
-        return []
-    spans = spans.assign(number=spans["name"].str.extract(r"#(\d+)$", expand=False).astype("int64"))
-    g = spans.groupby("number", sort=True).agg(s=("s", "min"), e=("e", "max"))
-    return [Step(int(n), int(r.s), int(r.e)) for n, r in zip(g.index, g.itertuples(), strict=True)]
+    """One step per ``ProfilerStep#N`` number: from the earliest start to the latest end of its
+    spans (a step split over several spans is one step), in number order."""
+    bounds: dict[int, list[int]] = {}
+    for name, s, e in _host_spans(con, run_id, rank, regex(PROFILER_STEP_RE), {}):
+        m = _STEP_NUM.search(name)
+        if m is None:  # the name filter is PROFILER_STEP_RE: every name ends in #N
+            raise ValueError(f"rank {rank}: step span {name!r} has no step number")
+        b = bounds.setdefault(int(m.group(1)), [int(s), int(e)])
+        b[0], b[1] = min(b[0], int(s)), max(b[1], int(e))
+    return [Step(n, s, e) for n, (s, e) in sorted(bounds.items())]
 
 
 def _annotation_steps(con: Connection, run_id: str, rank: int, annotation: str) -> list[Step]:
@@ -141,7 +147,7 @@ def _annotation_steps(con: Connection, run_id: str, rank: int, annotation: str) 
     )
     steps: list[Step] = []
     last_end = None
-    for i, (name, s, e) in enumerate(spans[["name", "s", "e"]].itertuples(index=False)):
+    for i, (name, s, e) in enumerate(spans):
         if last_end is not None and s < last_end:  # nested or a copy on another thread
             continue
         m = _STEP_NUM.search(name) if name != annotation else None

@@ -448,6 +448,32 @@ def test_rank_collectives_reads_one_rank(con, ddp_pair):
 
 
 @pytest.mark.slow
+def test_a_kernel_without_external_id_takes_the_innermost_comm_op_of_its_launching_thread(
+    con, tmp_path
+):
+    """No External id on the kernel: its op is the shortest communication op around its launch
+    call on the launching thread: the inner ``record_param_comms`` (256 f32 elements: 1,024 B),
+    not the outer ``nccl:all_reduce`` (no dims) nor a shorter one on another thread (999)."""
+    from gpuscope.ingest.loader import ingest_paths
+
+    t = TraceBuilder(rank=0, world_size=2)
+    t.step(1, 0.0, 9_000.0)
+    t.cpu_op("nccl:all_reduce", 600.0, 300.0)
+    dims = {"Input type": ["TensorList", "", ""]}
+    t.cpu_op("record_param_comms", 620.0, 100.0, **{"Input Dims": [[[256]], [], []]}, **dims)
+    t.cpu_op("record_param_comms", 640.0, 20.0, tid=2, **{"Input Dims": [[[999]], [], []]}, **dims)
+    t.launch(KERNEL, 650.0, 1000.0, 200.0, stream=17)
+    d = tmp_path / "run"
+    d.mkdir()
+    t.write(d / "r0.json")
+    [res] = ingest_paths(con, [d])
+    f = rank_collectives(con, res.run_id, 0)
+    assert list(f["coll"]) == ["allreduce"]
+    assert list(f["msg_bytes"]) == [256 * 4]
+    assert list(f["step"]) == [1] and list(f["phase"]) == ["forward"]
+
+
+@pytest.mark.slow
 def test_run_collectives_and_busy_split_exact(con, ddp_pair):
     """Step 1: rank 0 waits 2000 µs (1000 -> 3000), both transfer 500 µs; step 2: rank 1 waits
     500 µs, rank 0 transfers 2000 µs; the kernel without a launch is unmatched (200 µs). The

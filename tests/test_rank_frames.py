@@ -227,23 +227,15 @@ _op_rows = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(rows=_op_rows, wanted=st.lists(st.one_of(st.none(), st.integers(0, 5)), max_size=6))
 def test_op_by_external_id_matches_the_row_by_row_rule(rows, wanted) -> None:
-    import pandas as pd
     from gpuscope.analysis.collectives import _op_by_external_id
 
-    ops = pd.DataFrame(
-        {
-            "s": list(range(len(rows))),
-            "external_id": pd.array([r[0] for r in rows], dtype="Int64"),
-            "input_dims": pd.Series([r[1] for r in rows], dtype=object),
-            "name": [f"op{i}" for i in range(len(rows))],
-        }
-    )
-    want: dict[int, object] = {}
-    for r in ops.itertuples():  # the rule as it was first written
-        if pd.notna(r.external_id) and (int(r.external_id) not in want or r.input_dims):
-            want[int(r.external_id)] = r
+    # (pid, tid, s, e, external_id, input_dims, name), in start order, as the query returns them
+    ops = [(1, 1, i, i + 1, ext, dims, f"op{i}") for i, (ext, dims) in enumerate(rows)]
+    want: dict[int, tuple] = {}
+    for op in ops:  # the rule as it was first written
+        if op[4] is not None and (int(op[4]) not in want or op[5]):
+            want[int(op[4])] = op
     keep = {int(x) for x in wanted if x is not None}
     want = {k: v for k, v in want.items() if k in keep}
-    got = _op_by_external_id(ops, pd.Series(wanted, dtype="Int64"))
-    assert {k: v.name for k, v in got.items()} == {k: v.name for k, v in want.items()}
-    assert {k: v.input_dims for k, v in got.items()} == {k: v.input_dims for k, v in want.items()}
+    got = _op_by_external_id(ops, keep)
+    assert got == want
