@@ -321,6 +321,18 @@ def rank_collectives(
     return _typed(pd.DataFrame(cols)) if cols["rank"] else empty_frame()
 
 
+def _inside_any(span_s: Any, span_e: Any, t: Any) -> Any:
+    """For each time of ``t``: whether some span ``[s, e]`` (ends included) holds it. Spans sorted
+    by start with the running maximum of their ends: t is held iff the spans starting at or
+    before it reach it (int64 arrays; a bool array like ``t``)."""
+    if span_s.size == 0:
+        return np.zeros(len(t), dtype=bool)
+    order = np.argsort(span_s, kind="stable")
+    s, reach = span_s[order], np.maximum.accumulate(span_e[order])
+    i = np.searchsorted(s, t, side="right") - 1
+    return (i >= 0) & (reach[np.maximum(i, 0)] >= t)
+
+
 def rank_collective_columns(
     con: Connection, run_id: str, rank: int, window: Window | None = None
 ) -> dict[str, list[Any]]:
@@ -381,29 +393,39 @@ def rank_collective_columns(
     ).fetchall()
     off = rank_offset_ns(con, run_id, rank)
     is_opt_name = re.compile(OPTIMIZER_RE).match
-    bwd_rows: list[tuple[int, int, int]] = []
-    opt_rows: list[tuple[int, int]] = []
+    bwd_rows: list[tuple[Any, ...]] = []
+    opt_rows: list[tuple[Any, ...]] = []
     comm_ops: list[tuple[Any, ...]] = []
     for row in ops:  # (pid, tid, s, e, external_id, input_dims, name)
         if row[6].startswith("autograd::engine::evaluate_function"):
-            bwd_rows.append((row[1], row[2], row[3]))
+            bwd_rows.append(row)
         elif is_opt_name(row[6]):
-            opt_rows.append((row[2], row[3]))
+            opt_rows.append(row)
         else:
             comm_ops.append(row)
     by_ext = _op_by_external_id(comm_ops, {int(r[5]) for r in k if r[5] is not None})
-    bwd = np.array(bwd_rows, dtype=np.int64).reshape(-1, 3)
-    opt = np.array(opt_rows, dtype=np.int64).reshape(-1, 2)
-    c_tid = np.array([op[1] for op in comm_ops], dtype=np.int64)
-    c_s = np.array([op[2] for op in comm_ops], dtype=np.int64)
-    c_e = np.array([op[3] for op in comm_ops], dtype=np.int64)
+
+    def column(rows: list[tuple[Any, ...]], i: int) -> Any:  # contiguous: masked per kernel
+        return np.fromiter((r[i] for r in rows), dtype=np.int64, count=len(rows))
+
+    b_tid, b_s, b_e = column(bwd_rows, 1), column(bwd_rows, 2), column(bwd_rows, 3)
+    c_tid, c_s, c_e = column(comm_ops, 1), column(comm_ops, 2), column(comm_ops, 3)
+    # each kernel's time: its launch call's start, else its own
+    is_launched = np.fromiter((r[7] is not None for r in k), dtype=bool, count=len(k))
+    at = np.fromiter((r[7] if r[7] is not None else r[2] for r in k), dtype=np.int64, count=len(k))
+    l_tid = np.fromiter((r[8] if r[8] is not None else -1 for r in k), dtype=np.int64, count=len(k))
+    in_opt = _inside_any(column(opt_rows, 2), column(opt_rows, 3), at)
+    in_bwd = np.zeros(len(k), dtype=bool)  # inside a backward span of the launching thread
+    for tid in np.unique(l_tid[is_launched]):
+        on, mine = b_tid == tid, l_tid == tid
+        in_bwd[mine] = _inside_any(b_s[on], b_e[on], at[mine])
     bounds = w.step_bounds_ns() if w.source != "trace" else []
     nums = [s.number for s in w.steps] if w.source != "trace" else []
     starts = np.array([b[0] for b in bounds], dtype=np.int64)
     rows = []
-    for device, stream, ks, ke, _corr, ext, kname, ls, ltid, _lpid in k:
+    for j, (device, stream, ks, ke, _corr, ext, kname, ls, ltid, _lpid) in enumerate(k):
         launched = ls is not None
-        t = int(ls) if launched else int(ks)
+        t = int(at[j])
         op: tuple[Any, ...] | None = by_ext.get(int(ext)) if ext is not None else None
         if op is None and launched and len(comm_ops):
             # the innermost comm op on the launching thread around the call (shortest; the
@@ -418,11 +440,9 @@ def rank_collective_columns(
         in_n, out_n = sizes_from_input_dims(op[5] if op is not None else None)
         phase = "unknown"
         if launched:
-            if len(opt) and bool(((opt[:, 0] <= t) & (opt[:, 1] >= t)).any()):
+            if in_opt[j]:
                 phase = "optimizer"
-            elif len(bwd) and bool(
-                ((bwd[:, 0] == int(ltid)) & (bwd[:, 1] <= t) & (bwd[:, 2] >= t)).any()
-            ):
+            elif in_bwd[j]:
                 phase = "backward"
             else:
                 phase = "forward"

@@ -586,3 +586,21 @@ def test_wait_series_sums_to_the_split(con, ddp_pair):
     # the wait is 1000-3000 µs of step 1; the window starts at 0
     assert series.loc[series["wait_ns"] > 0, "start_ns"].min() < 3000 * US
     assert wait_in_view(con, ddp_pair, 0, 0, w.start_ns, w.end_ns, 70, None)["wait_ns"].sum() == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    spans=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 30)), max_size=12),
+    times=st.lists(st.integers(-5, 100), max_size=12),
+)
+def test_inside_any_is_some_span_holding_the_time(spans, times) -> None:
+    """The phase test of a kernel (a backward or optimizer span holds its launch, ends included),
+    vectorised, against a loop over the spans."""
+    import numpy as np
+    from gpuscope.analysis.collectives import _inside_any
+
+    s = np.array([a for a, _ in spans], dtype=np.int64)
+    e = np.array([a + d for a, d in spans], dtype=np.int64)
+    t = np.array(times, dtype=np.int64)
+    want = [any(a <= x <= b for a, b in zip(s, e, strict=True)) for x in times]
+    assert _inside_any(s, e, t).tolist() == want
