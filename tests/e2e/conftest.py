@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from e2e_support import (
     CHROMIUM_ARGS,
     PAGE_TIMEOUT_MS,
+    SHOTS,
     Server,
     chromium_path,
     start_server,
@@ -39,10 +41,38 @@ def browser() -> Iterator[object]:
         b.close()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """A browser test that fails says what each of its pages showed: a screenshot of each (kept as
+    a CI artefact), the start of its visible text, its URL, and the end of the server's log."""
+    outcome = yield
+    report = outcome.get_result()
+    contexts = getattr(item, "_gpuscope_contexts", None)
+    if report.when != "call" or not report.failed or not contexts:
+        return
+    lines = []
+    for i, ctx in enumerate(contexts):
+        for j, pg in enumerate(ctx.pages):
+            name = f"failed-{item.name}-{i}-{j}"
+            try:
+                SHOTS.mkdir(parents=True, exist_ok=True)
+                pg.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True, timeout=10_000)
+                text = pg.evaluate("() => document.body.innerText")[:1500]
+                lines.append(f"--- page {i}.{j} {pg.url} ({name}.png)\n{text}")
+            except Exception as exc:  # a closed or hung page: say so, keep the test's own error
+                lines.append(f"--- page {i}.{j}: could not be read: {exc!r}"[:300])
+    server = item.funcargs.get("server") if hasattr(item, "funcargs") else None
+    log = getattr(server, "log", None)
+    if log is not None and Path(log).exists():
+        lines.append("--- end of the server log\n" + Path(log).read_text(errors="replace")[-3000:])
+    report.sections.append(("what the pages showed", "\n".join(lines)))
+
+
 @pytest.fixture
-def new_page(browser):  # type: ignore[no-untyped-def]
+def new_page(browser, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     """A factory of pages, each in its own fresh browser context (no shared cookies or storage)."""
-    contexts = []
+    contexts: list[Any] = []
+    request.node._gpuscope_contexts = contexts
 
     def make(color_scheme: str = "light"):  # type: ignore[no-untyped-def]
         ctx = browser.new_context(
