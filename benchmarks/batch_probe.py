@@ -29,6 +29,7 @@ from gpuscope.analysis.store_access import (
     sql_list,
 )
 from gpuscope.store import connect
+from part_cost import first_run_ranks
 
 #: The probe's statements, each with ``{where}`` (the rank filter, or none) and ``{by}`` (the
 #: rank in the grouping and join keys, or none): a rank's working tables (host spans, GPU
@@ -72,13 +73,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
     con = connect(a.store)
-    run = con.execute("SELECT run_id FROM runs WHERE kind = 'trace' LIMIT 1").fetchone()[0]
-    ranks = [
-        int(r[0])
-        for r in con.execute(
-            "SELECT rank FROM ranks WHERE run_id = ? ORDER BY rank LIMIT ?", [run, a.ranks]
-        ).fetchall()
-    ]
+    run, ranks = first_run_ranks(con, a.ranks)
     events = con.execute(
         "SELECT * FROM events WHERE run_id = ? AND list_contains(?, rank)", [run, ranks]
     ).to_arrow_table()

@@ -17,10 +17,18 @@ import hashlib
 import json
 import statistics
 import time
+from typing import Any
 
 from gpuscope.analysis import rank_summary
 from gpuscope.ingest.rank_rows import RankRows
 from gpuscope.store import connect
+
+
+def first_run_ranks(con: Any, limit: int | None = None) -> tuple[str, list[int]]:
+    """The store's first trace run and its ranks, ascending (the first ``limit`` of them)."""
+    run = con.execute("SELECT run_id FROM runs WHERE kind = 'trace' LIMIT 1").fetchone()[0]
+    rows = con.execute("SELECT rank FROM ranks WHERE run_id = ? ORDER BY rank", [run]).fetchall()
+    return run, [int(r[0]) for r in rows][:limit]
 
 
 def main() -> None:
@@ -29,13 +37,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     con = connect(a.store)
-    run = con.execute("SELECT run_id FROM runs WHERE kind = 'trace' LIMIT 1").fetchone()[0]
-    ranks = [
-        int(r[0])
-        for r in con.execute(
-            "SELECT rank FROM ranks WHERE run_id = ? ORDER BY rank", [run]
-        ).fetchall()
-    ]
+    run, ranks = first_run_ranks(con)
     names = con.execute("SELECT * FROM names WHERE run_id = ?", [run]).to_arrow_table()
     rank_rows = [
         list(r)
