@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from e2e_support import (
     CHROMIUM_ARGS,
     PAGE_TIMEOUT_MS,
-    SHOTS,
     Server,
     chromium_path,
+    pages_report,
     start_server,
     stop_server,
 )
@@ -50,22 +50,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     contexts = getattr(item, "_gpuscope_contexts", None)
     if report.when != "call" or not report.failed or not contexts:
         return
-    lines = []
-    for i, ctx in enumerate(contexts):
-        for j, pg in enumerate(ctx.pages):
-            name = f"failed-{item.name}-{i}-{j}"
-            try:
-                SHOTS.mkdir(parents=True, exist_ok=True)
-                pg.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True, timeout=10_000)
-                text = pg.evaluate("() => document.body.innerText")[:1500]
-                lines.append(f"--- page {i}.{j} {pg.url} ({name}.png)\n{text}")
-            except Exception as exc:  # a closed or hung page: say so, keep the test's own error
-                lines.append(f"--- page {i}.{j}: could not be read: {exc!r}"[:300])
     server = item.funcargs.get("server") if hasattr(item, "funcargs") else None
-    log = getattr(server, "log", None)
-    if log is not None and Path(log).exists():
-        lines.append("--- end of the server log\n" + Path(log).read_text(errors="replace")[-3000:])
-    report.sections.append(("what the pages showed", "\n".join(lines)))
+    text = pages_report(contexts, f"failed-{item.name}", getattr(server, "log", None))
+    report.sections.append(("what the pages showed", text))
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -180,6 +181,30 @@ def click_ingest(page) -> None:  # type: ignore[no-untyped-def]
     button = page.get_by_role("button", name="Ingest")
     expect(button).to_be_enabled(timeout=90_000)
     button.click()
+
+
+def pages_report(
+    contexts: list[Any], name: str, log: Path | None, *, timeout_ms: int = 10_000
+) -> str:
+    """What each page of ``contexts`` shows, for a failed test's report: its URL, the start of its
+    visible text and a full-page screenshot ``SHOTS/<name>-<context>-<page>.png``; a page that
+    cannot be read (hung, crashed) says why instead. Then the end of the server's ``log``."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    lines = []
+    for i, ctx in enumerate(contexts):
+        for j, pg in enumerate(ctx.pages):
+            shot = f"{name}-{i}-{j}.png"
+            try:
+                SHOTS.mkdir(parents=True, exist_ok=True)
+                pg.screenshot(path=str(SHOTS / shot), full_page=True, timeout=timeout_ms)
+                text = pg.evaluate("() => document.body.innerText")[:1500]
+                lines.append(f"--- page {i}.{j} {pg.url} ({shot})\n{text}")
+            except PlaywrightError as exc:  # keeps the test's own error; says why not this page
+                lines.append(f"--- page {i}.{j} {pg.url}: could not be read: {exc.message}"[:300])
+    if log is not None and Path(log).exists():
+        lines.append("--- end of the server log\n" + Path(log).read_text(errors="replace")[-3000:])
+    return "\n".join(lines)
 
 
 def sawtooth_chart(page):  # type: ignore[no-untyped-def]
