@@ -239,3 +239,88 @@ def test_ambiguous_run_name_is_an_error_listing_the_matches(
     line = err.strip().splitlines()[-1]
     assert names[0] in line and "ambiguous" in line and all(i in line for i in ids)
     assert "no such run" not in line
+
+
+def test_the_server_is_execed_with_the_stop_signals_at_their_default(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A SIGTERM that lands while ``execve`` runs must not be lost (CI once waited 60 s for a
+    dashboard stopped right after its start line): at the exec the stop signals have their
+    default action and are not blocked; a stand-in exec that returns leaves the caller's
+    handlers and mask as they were."""
+    import signal
+
+    from gpuscope.cli import ui
+
+    seen: list[tuple[object, object, set[int]]] = []
+
+    def stand_in(exe: str, argv: list[str], env: dict[str, str]) -> None:
+        blocked = {int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])}
+        seen.append((signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT), blocked))
+
+    def mine(signum: int, frame: object) -> None:
+        raise AssertionError("not called")
+
+    monkeypatch.setattr(ui.os, "execve", stand_in)
+    before = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
+    signal.signal(signal.SIGTERM, mine)
+    try:
+        assert ui.run(_args("--db", str(tmp_path / "s.duckdb"), "--headless")) == 0
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert not {signal.SIGTERM, signal.SIGINT} & signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    finally:
+        signal.signal(signal.SIGTERM, before[0])  # type: ignore[arg-type]
+    assert signal.getsignal(signal.SIGINT) is before[1]
+    assert len(seen) == 1 and seen[0][:2] == (signal.SIG_DFL, signal.SIG_DFL), seen
+    assert not {int(signal.SIGTERM), int(signal.SIGINT)} & seen[0][2], seen
+
+
+@pytest.mark.slow
+def test_a_stop_at_the_exec_is_never_lost(tmp_path: Path) -> None:
+    """The three places a SIGTERM can land around the exec, in a real process: due before it
+    (the CLI's handler stops the command: 143), caught by Python's low-level handler just as the
+    default action is put back (its Python handler skipped: what the wakeup descriptor then
+    holds; planted here) and after it (the default action ends the process: -15). The server,
+    a shell that creates a file, must never start."""
+    import subprocess
+
+    marker = tmp_path / "execed"
+    script = f"""
+import os, signal, sys
+from gpuscope.cli import ui
+from gpuscope.cli.main import _stop
+signal.signal(signal.SIGTERM, _stop)
+case = os.environ["CASE"]
+real = signal.signal
+def setting(sig, handler):
+    if sig == signal.SIGTERM and handler is signal.SIG_DFL:
+        if case == "skipped":  # the byte Python's low-level handler writes, then real() skips it
+            fd = signal.set_wakeup_fd(-1)
+            signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
+            os.write(fd, bytes([signal.SIGTERM]))
+        done = real(sig, handler)
+        if case == "after":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return done
+    return real(sig, handler)
+ui.signal.signal = setting
+if case == "due":
+    os.kill(os.getpid(), signal.SIGTERM)
+try:
+    ui.exec_server(["/bin/sh", "-c", "touch {marker}"], dict(os.environ))
+except SystemExit as e:
+    print("stopped", e.code, file=sys.stderr)
+    raise
+"""
+    import os
+
+    for case, code in (("due", 143), ("skipped", 143), ("after", -15)):
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "CASE": case},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == code, (case, done.returncode, done.stderr)
+        assert not marker.exists(), case

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -342,13 +343,18 @@ def test_postgres_down_at_open_and_a_working_query_password(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env_of(ts),
+        env={**env_of(ts), "PYTHONFAULTHANDLER": "1"},
     )
     try:
         start = ui.stderr.readline() if ui.stderr else ""
     finally:
         ui.terminate()
-        ui.wait(timeout=60)
+        try:
+            ui.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # say where it hung: faulthandler's dump of its threads
+            ui.send_signal(signal.SIGABRT)
+            _, err = ui.communicate(timeout=30)
+            pytest.fail(f"gpuscope ui went on for 60 s after SIGTERM; its threads:\n{err[-8000:]}")
     assert start.startswith("gpuscope: dashboard on http://localhost:") and "***" in start, start
     assert_clean(ts, start)
     servers.stop_pg()

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
 
 ENV_MAX_UPLOAD = "GPUSCOPE_MAX_UPLOAD_MB"
@@ -224,5 +226,50 @@ def run(args: argparse.Namespace) -> int:
     )
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(argv[0], argv, env)  # streamlit takes over this process (signals go straight to it)
-    return 0  # pragma: no cover
+    exec_server(argv, env)
+    return 0  # only a stand-in execve returns (tests)
+
+
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def exec_server(argv: list[str], env: dict[str, str]) -> None:
+    """Replace this process with the server (``os.execve``); signals then go straight to it.
+
+    Until here a SIGTERM or Ctrl-C stops the command through the CLI's handler, which Python runs
+    between two bytecodes. One that lands while ``execve`` runs would run no handler, and the
+    server would start without it and serve on. So a handler already due runs first (the command
+    stops there); then the stop signals get their default action, which ends the process as it
+    would end the server. One caught in between by Python's low-level handler, whose Python
+    handler would then be skipped, is read back from the wakeup file descriptor: the command
+    stops instead of starting the server."""
+    if threading.current_thread() is not threading.main_thread():
+        os.execve(argv[0], argv, env)
+        return
+    from gpuscope.store import request_stop
+
+    old = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    r, w = os.pipe()  # not inherited by the server (close-on-exec)
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, [])  # runs a handler already due: a stop
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(old_fd)
+        try:
+            caught = os.read(r, 512)
+        except BlockingIOError:
+            caught = b""
+        for sig in sorted(STOP_SIGNALS & set(caught)):
+            request_stop(sig)
+            raise SystemExit(128 + sig)
+        os.execve(argv[0], argv, env)
+    finally:  # reached only when the server did not start: the handlers as they were
+        signal.set_wakeup_fd(old_fd)
+        for sig, handler in old.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        os.close(r)
+        os.close(w)
