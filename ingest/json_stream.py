@@ -183,8 +183,9 @@ class TraceSplitter:
         return IngestError(self.path, problem)
 
     # -- phase 1: find the events array --------------------------------------------------------
-    def _find_events(self) -> tuple[bytes, bytes, int, bool]:
-        """-> (text before the key, bytes after the opening '[', file offset of those bytes, is_object)."""
+    def _find_events(self) -> tuple[bytes, Any, int, bool]:
+        """-> (text before the key, bytes after the opening '[' (a view of the chunk read: not
+        copied), file offset of those bytes, is_object)."""
         buf = b""
         while True:
             chunk = self._next()
@@ -200,12 +201,12 @@ class TraceSplitter:
                     "starts with a UTF-8 byte-order mark; not a trace written by PyTorch"
                 )
             if buf[lead] == 0x5B:  # '['
-                return b"", buf[lead + 1 :], lead + 1, False
+                return b"", memoryview(buf)[lead + 1 :], lead + 1, False
             if buf[lead] != 0x7B:  # '{'
                 raise self._fail(f"not JSON: starts with {buf[lead : lead + 20]!r}")
             found = _first_key(buf)
             if found is not None:
-                return buf[: found[0]], buf[found[1] :], found[1], True
+                return buf[: found[0]], memoryview(buf)[found[1] :], found[1], True
             b = np.frombuffer(buf, np.uint8)
             q = string_quotes(b)
             s, d = brackets(buf, q)
@@ -219,7 +220,7 @@ class TraceSplitter:
                     continue  # inside a string
                 si = int(np.searchsorted(s, k))
                 if si and depth[si - 1] == 1:
-                    return buf[:k], buf[m.end() :], m.end(), True
+                    return buf[:k], memoryview(buf)[m.end() :], m.end(), True
             if closed.size:
                 raise self._fail("not a trace: the JSON object has no traceEvents array")
             if len(buf) > MAX_PREFIX_BYTES:
@@ -234,7 +235,9 @@ class TraceSplitter:
             max_event = max_event_bytes()
         except ValueError as e:
             raise self._fail(f"bad limit setting: {e}") from None
-        prefix, buf, offset, is_object = self._find_events()
+        prefix, view, offset, is_object = self._find_events()
+        # a view is read in place by the first batch's join; bytes where nothing joins it
+        buf = view if len(view) < self.batch_bytes else bytes(view)
         self.prefix_meta = parse_partial_object(prefix) if is_object else {}
         first = True
         eof = False
@@ -248,10 +251,20 @@ class TraceSplitter:
                         break
                     parts.append(chunk)
                     size += len(chunk)
+                if not eof:  # the batch straight from the chunks: their one copy
+                    fast = self._fast_cut(parts, offset, first, max_event)
+                    if fast is not None:
+                        batch, z, n = fast
+                        yield batch
+                        self.n_events += n
+                        first = False
+                        offset += z
+                        buf = parts[-1][z - (size - len(parts[-1])) :]  # the last chunk's rest
+                        continue
                 buf = b"".join(parts)
                 continue
             if not eof:
-                fast = self._fast_cut(buf, offset, first, max_event)
+                fast = self._fast_cut([buf], offset, first, max_event)
                 if fast is not None:
                     batch, z, n = fast
                     yield batch
@@ -317,27 +330,38 @@ class TraceSplitter:
                     buf += chunk
 
     def _fast_cut(
-        self, buf: bytes, offset: int, first: bool, max_event: int
+        self, parts: list[Any], offset: int, first: bool, max_event: int
     ) -> tuple[Batch, int, int] | None:
-        """The batch up to the last Kineto event separator in ``buf``, proven by a strict syntax
-        pass (the compiled parser's ``count_objects``, without the GIL; else, or where it refuses,
-        msgspec's, a list of empty structs: ~1 CPU s/GB against ~8 for the numpy scan): (batch,
-        bytes used, events). None when ``buf`` has no separator, or the cut does not prove out (other
-        layout, raw control characters, an element that is not an object, an event over the
-        cap): the numpy scan then cuts it (and reports what is wrong)."""
-        k = buf.rfind(_KINETO_SEP)
+        """The batch up to the last Kineto event separator in the text ``parts`` hold (bytes-like,
+        in order; the separator in the last one), proven by a strict syntax pass (the compiled
+        parser's ``count_objects``, without the GIL; else, or where it refuses, msgspec's, a list
+        of empty structs: ~1 CPU s/GB against ~8 for the numpy scan): (batch, bytes of the text
+        used, events). The batch is the parts' one copy. None when the last part has no
+        separator or the first no event's start, or the cut does not prove out (other layout, raw
+        control characters, an element that is not an object, an event over the cap): the
+        caller then joins the parts (the cut at the same separator, or the numpy scan, which
+        reports what is wrong)."""
+        last = parts[-1]  # bytes (a chunk, or a joined buffer); the first may be a memoryview
+        k = last.rfind(_KINETO_SEP)
         if k < 0:
             return None
-        z = k + 4  # just after the last whole event's closing brace
-        m = _NON_WS.search(buf, 0, z)  # found in place: no copy of the buffer
+        z_last = k + 4  # just after the last whole event's closing brace
+        head = parts[0]
+        end = z_last if len(parts) == 1 else len(head)
+        m = _NON_WS.search(head, 0, end)  # found in place: no copy of the buffer
         if m is not None and not first:
-            if buf[m.start()] != 0x2C:  # ','
+            if head[m.start()] != 0x2C:  # ','
                 return None
-            m = _NON_WS.search(buf, m.start() + 1, z)
-        if m is None or buf[m.start()] != 0x7B:  # '{'
+            m = _NON_WS.search(head, m.start() + 1, end)
+        if m is None or head[m.start()] != 0x7B:  # '{'
             return None
         a = m.start()
-        data = b"".join((b"[", memoryview(buf)[a:z], b"]"))  # one copy
+        if len(parts) == 1:
+            body = [memoryview(head)[a:z_last]]
+        else:
+            body = [memoryview(head)[a:], *parts[1:-1], memoryview(last)[:z_last]]
+        data = b"".join((b"[", *body, b"]"))  # one copy
+        z = sum(len(x) for x in parts[:-1]) + z_last
         n = compiled_parser.count_objects(data)  # in C, without the GIL
         if n is None:  # refused there, or no compiled parser: msgspec decides
             import msgspec

@@ -146,8 +146,21 @@ def test_the_fast_cut_is_taken_on_the_real_layout_and_gives_the_scans_events(tmp
     raw = gzip.decompress(
         (Path(__file__).parent.parent / "sample_traces/ddp/ddp_rank0.pt.trace.json.gz").read_bytes()
     )
+    cut = json_stream.TraceSplitter._fast_cut
+    from_chunks: list[int] = []  # the chunks each fast batch was copied from, in one join
+
+    def spy(self, parts, *a):  # type: ignore[no-untyped-def]
+        got = cut(self, parts, *a)
+        if got is not None:
+            from_chunks.append(len(parts))
+        return got
+
+    monkeypatch.setattr(json_stream.TraceSplitter, "_fast_cut", spy)
     fast, batches, meta_fast = split_batches(raw, tmp_path, 1 << 16, 1 << 18)
     assert sum(b.strict is True for b in batches) >= len(batches) - 1  # all but the last
+    # each fast batch straight from the chunks read for it (4 of 64 KiB and more), not from
+    # a joined buffer
+    assert len(from_chunks) >= len(batches) - 1 and min(from_chunks) >= 4, from_chunks
     monkeypatch.setattr(json_stream.TraceSplitter, "_fast_cut", lambda *a: None)
     scan, scan_batches, meta_scan = split_batches(raw, tmp_path, 1 << 16, 1 << 18)
     assert all(b.strict is None for b in scan_batches)
