@@ -50,6 +50,7 @@ import pandas as pd
 import pyarrow as pa
 from gpuscope.analysis.event_classes import COMM_RE, KERNEL_CATS, OPTIMIZER_RE
 from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.store_access import COMM_KERNEL_RE, RUNTIME_CATS_SQL, execute, sql_list
 
 if TYPE_CHECKING:
@@ -351,30 +352,29 @@ def rank_collective_columns(
 
     w = window if window is not None else find_window(con, run_id, rank)
     p = {"run": run_id, "rank": int(rank), "comm": COMM_KERNEL_RE, "op": COMM_RE}
+    ix = RankIndex.shared(con, run_id, rank)
+    # the kernels from the rank's GPU activity table, their launch calls from its host table
+    # (both built once per rank for every analysis; reading ``events`` here again cost two
+    # scans of the rank's rows)
     k = execute(
         con,
         f"""
         WITH kn AS (
-            SELECT coalesce(e.device, CAST(e.pid AS INTEGER)) AS device,
-                   coalesce(e.stream, e.tid) AS stream, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e,
-                   e.correlation, e.external_id, n.name
-            FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
-            WHERE e.run_id = $run AND e.rank = $rank AND e.ph = 'X'
-              AND e.cat IN {sql_list(KERNEL_CATS)} AND e.dur_ns > 0
-              AND regexp_matches(n.name, $comm)
+            SELECT g.dev AS device, g.stream, g.s, g.e, g.correlation, g.external_id, n.name
+            FROM {ix.gpu()} g JOIN names n ON n.run_id = $run AND n.name_id = g.name_id
+            WHERE g.cat IN {sql_list(KERNEL_CATS)} AND list_contains($comm_ids, g.name_id)
         ),
         rt AS (
             SELECT correlation, min(ts_ns) AS ls, min(tid) AS ltid, min(pid) AS lpid
-            FROM events
-            WHERE run_id = $run AND rank = $rank AND ph = 'X'
-              AND cat IN {RUNTIME_CATS_SQL}
+            FROM {ix.host()}
+            WHERE ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
               AND correlation IN (SELECT correlation FROM kn WHERE correlation IS NOT NULL)
             GROUP BY correlation
         )
         SELECT kn.*, rt.ls, rt.ltid, rt.lpid FROM kn LEFT JOIN rt USING (correlation)
         ORDER BY kn.s, kn.e
         """,
-        p,
+        {"run": run_id, "comm_ids": ix.comm_name_ids() or [-1]},
     ).fetchall()
     if not k:
         return {c: [] for c in FRAME_COLUMNS}

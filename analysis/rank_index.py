@@ -212,12 +212,12 @@ class RankIndex:
 
     def gpu(self) -> str:
         """GPU activity of the rank (docs/metrics.md "GPU activity"): ``dev``, ``stream``,
-        ``s``, ``e`` (ns), ``correlation``, ``name_id``, ``cat``, ``bytes``, ``blocks`` (grid
-        x*y*z), ``rid`` (a row number)."""
+        ``s``, ``e`` (ns), ``correlation``, ``external_id``, ``name_id``, ``cat``, ``bytes``,
+        ``blocks`` (grid x*y*z), ``rid`` (a row number)."""
         return self.table(
             ("gpu",),
             f"""SELECT {DEVICE_SQL} AS dev, coalesce(stream, tid) AS stream, ts_ns AS s,
-                       ts_ns + dur_ns AS e, correlation, name_id, cat, bytes,
+                       ts_ns + dur_ns AS e, correlation, external_id, name_id, cat, bytes,
                        CAST(grid[1] AS BIGINT) * grid[2] * grid[3] AS blocks,
                        row_number() OVER () AS rid
                 FROM events
