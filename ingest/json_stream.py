@@ -242,8 +242,9 @@ class TraceSplitter:
         first = True
         eof = False
         while True:
+            parts = [buf]
             if not eof and len(buf) < self.batch_bytes:
-                parts, size = [buf], len(buf)  # joined once: no copy of the buffer per chunk
+                size = len(buf)  # the chunks are joined once: no copy of the buffer per chunk
                 while size < self.batch_bytes:
                     chunk = self._next()
                     if chunk is None:
@@ -251,27 +252,22 @@ class TraceSplitter:
                         break
                     parts.append(chunk)
                     size += len(chunk)
-                if not eof:  # the batch straight from the chunks: their one copy
-                    fast = self._fast_cut(parts, offset, first, max_event)
-                    if fast is not None:
-                        batch, z, n = fast
-                        yield batch
-                        self.n_events += n
-                        first = False
-                        offset += z
-                        buf = parts[-1][z - (size - len(parts[-1])) :]  # the last chunk's rest
-                        continue
-                buf = b"".join(parts)
-                continue
+                if eof:
+                    buf = b"".join(parts)
+                    continue
             if not eof:
-                fast = self._fast_cut([buf], offset, first, max_event)
+                fast = self._fast_cut(parts, offset, first, max_event)  # the batch: one copy
                 if fast is not None:
                     batch, z, n = fast
                     yield batch
                     self.n_events += n
                     first = False
                     offset += z
-                    buf = buf[z:]
+                    last = parts[-1]
+                    buf = last[z - (sum(len(x) for x in parts) - len(last)) :]  # the rest
+                    continue
+                if len(parts) > 1:  # cut again as one buffer: the same separator, or the scan
+                    buf = b"".join(parts)
                     continue
             b = np.frombuffer(buf, np.uint8)
             q = string_quotes(b)
