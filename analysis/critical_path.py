@@ -44,7 +44,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpuscope.analysis.event_classes import (
     COMM_RE,
@@ -149,12 +149,12 @@ class Node:
         return self.e - self.s
 
 
-@dataclass(frozen=True)
-class Edge:
+class Edge(NamedTuple):
     """``dst`` starts no earlier than ``src``'s end (``from_start``: its start) + ``w`` ns.
     ``cat``: the category of the latency ``w`` when it lies on the critical path; ``kind``:
     ``seq`` (thread order), ``spawn``, ``join``, ``launch``, ``stream``, ``event_wait``, ``wait``
-    (a synchronizing call on the GPU op), ``collective``."""
+    (a synchronizing call on the GPU op), ``collective``. A named tuple: a rank's graph has tens
+    of thousands (a frozen dataclass's init cost ~5 us each)."""
 
     src: int
     w: int
@@ -256,8 +256,13 @@ def _name_flags(name: str) -> tuple[bool, bool, bool]:
     return bool(_OPT.search(name)), bool(_DL.search(name)), bool(_COMM_HOST.search(name))
 
 
-def _host_cat(stack: list[HostEvent], ev: HostEvent | None) -> tuple[str, set[str]]:
+def _host_cat(stack: list[HostEvent], ev: HostEvent | None) -> tuple[str, frozenset[str]]:
     """Category and tags of a host segment whose innermost event is ``ev`` (stack: outer first)."""
+    cat, tags = _host_cat_tags(stack, ev)
+    return cat, frozenset(tags)
+
+
+def _host_cat_tags(stack: list[HostEvent], ev: HostEvent | None) -> tuple[str, set[str]]:
     tags: set[str] = set()
     flags = [_name_flags(h.name) for h in stack]
     if any(f[0] for f in flags):
@@ -402,6 +407,7 @@ def build_graph(
             cut += [(x, y, st) for x, y in itertools.pairwise(pts)]
         tiles[main_tid] = cut
     seg_nodes: dict[int, list[int]] = {}
+    cat_of: dict[int, tuple[str, frozenset[str]]] = {}  # id(innermost event) -> _host_cat
     run_first: dict[tuple[int, int], int] = {}  # (tid, run start) -> first node of the run
     run_last: dict[int, int] = {}  # run end -> last node of the run (any thread)
     run_start_of_end: dict[int, int] = {}
@@ -418,7 +424,12 @@ def build_graph(
             if tid != main_tid and not st and not any(r0 < a and b < r1 for r0, r1 in my_runs):
                 prev = None  # a pause: the next run is spawned by the main thread
                 continue
-            cat, tags = _host_cat(st, inner)
+            # a segment's stack is fixed by its innermost event (pushed once, popped first)
+            key = id(inner) if inner is not None else 0
+            got = cat_of.get(key)
+            if got is None:
+                got = cat_of[key] = _host_cat(st, inner)
+            cat, tags = got
             label = inner.name if inner is not None else "(untraced host time)"
             if inner is not None and inner in blocking:
                 ws, _gi = blocking[inner]

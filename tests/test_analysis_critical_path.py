@@ -332,3 +332,33 @@ def test_batched_replays_equal_one_replay_each(g: Graph, data: st.DataObject):
     start = data.draw(st.integers(-10, 10))
     got = GN.makespans(g, start, durs, drops)
     assert got == [GN.makespan(g, start, d, drop=dr) for d, dr in zip(durs, drops, strict=True)]
+
+
+@st.composite
+def host_spans(draw: st.DrawFn) -> list[H]:
+    """Host spans of one thread, nested or not, some overlapping a parent's end (clipped)."""
+    n = draw(st.integers(1, 25))
+    out = []
+    for i in range(n):
+        s = draw(st.integers(0, 60))
+        e = s + draw(st.integers(1, 40))
+        name = draw(
+            st.sampled_from(["aten::mm", "Optimizer.step#SGD.step", "nccl:all_reduce", "x"])
+        )
+        out.append(H(f"{name}{i}", "cpu_op", s * US, e * US, 1))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(host_spans(), st.integers(0, 30), st.integers(40, 110))
+def test_a_segments_stack_is_fixed_by_its_innermost_event(spans: list[H], lo: int, hi: int) -> None:
+    """build_graph reads a host segment's category once per innermost event: every segment whose
+    innermost event is the same object has the same stack under it (pushed once, popped first)."""
+    from gpuscope.analysis.critical_path import _tile
+
+    seen: dict[int, list[H]] = {}
+    for _a, _b, stack in _tile(spans, lo * US, hi * US):
+        if not stack:
+            continue
+        first = seen.setdefault(id(stack[-1]), stack)
+        assert first == stack and all(x is y for x, y in zip(first, stack, strict=True))
