@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from gpuscope.analysis.busy import BusySplit, _covered, _merge, busy_summary, comm_only_ns
+from gpuscope.analysis.busy import BusySplit, _covered, _merge, busy_summary
 from gpuscope.analysis.collectives import (
     FRAME_COLUMNS,
     _typed,
@@ -102,11 +102,19 @@ def split_inputs(
     }
 
 
+def comm_only_of(busy_ns: int, split: dict[str, Any]) -> int:
+    """:func:`busy.comm_only_ns` of the window from :func:`split_inputs`' read of the device's
+    activity (no second read): the device's busy time minus the union of its non-communication
+    activity, which is ``compute_ns`` (without communication kernels that union is the busy
+    time, so 0, as there)."""
+    return max(0, int(busy_ns) - int(split["compute_ns"]))
+
+
 def compute(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
     """The rank's cross-rank part (module doc), from its events only."""
     w = find_window(con, run_id, rank)
     b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
-    comm = comm_only_ns(con, run_id, rank, w.start_ns, w.end_ns, b.device, b.busy_ns)
+    split = split_inputs(con, run_id, rank, w.start_ns, w.end_ns, b.device)
     idle = idle_totals(con, run_id, rank, w, device=b.device) if b.device is not None else None
     cols = rank_collective_columns(con, run_id, rank, w)
     return {
@@ -121,13 +129,13 @@ def compute(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
         "device": b.device,
         "busy_pct": b.busy_pct if b.device is not None else None,
         "busy_ns": b.busy_ns,
-        "comm_only_ns": comm,
+        "comm_only_ns": comm_only_of(b.busy_ns, split),
         "idle_ns": idle.total_ns if idle is not None else None,
         "idle_gaps": idle.n_gaps if idle is not None else None,
         "idle_causes_ns": dict(idle.causes_ns) if idle is not None else None,
         "offset_ns": rank_offset_ns(con, run_id, rank),
         "frame": cols,
-        "split": split_inputs(con, run_id, rank, w.start_ns, w.end_ns, b.device),
+        "split": split,
     }
 
 

@@ -364,6 +364,19 @@ def close_shared(con: Connection) -> None:
         ix.close()
 
 
+def forget_shared(con: Connection) -> None:
+    """Let go of the shared indexes of ``con`` without a statement, once the transaction that made
+    their tables is about to be rolled back (which drops every one of them at once): a part
+    thread's scratch database ends each rank that way instead of one DROP per table (about 20
+    statements of ~0.3 ms a rank)."""
+    with _SHARED_LOCK:
+        per = _SHARED.pop(con, None)
+    for ix in (per or {}).values():
+        with ix._lock:
+            ix._tables.clear()
+            ix._memo.clear()
+
+
 @contextmanager
 def unchanging(con: Connection) -> Iterator[None]:
     """A block in which nothing writes to ``con``'s tables (a part thread's scratch database

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 from gpuscope.analysis import rank_frames, report
-from gpuscope.analysis.rank_index import close_shared, unchanging
+from gpuscope.analysis.rank_index import close_shared, forget_shared, unchanging
 from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.store_access import ranks_of
 from gpuscope.store import Store, now_utc, transaction
@@ -274,7 +274,8 @@ store_after_ingest = StoreAfterIngest()
 class PartsWhileIngesting:
     """A :class:`~gpuscope.ingest.rank_rows.RankSink`: each rank's ``parts``, computed from its
     rows on ``jobs`` threads (the ingest's parse threads' number) while the ingest goes on, each
-    rank in an in-memory database of its thread's (:func:`_new_scratch`, emptied after each rank); :meth:`store` waits for them and writes their rows. At most
+    rank in an in-memory database of its thread's (:func:`_new_scratch`; each rank in a transaction
+    of its own, rolled back after it); :meth:`store` waits for them and writes their rows. At most
     ``2 * jobs`` ranks wait or are computed at a time (the writer waits for the oldest beyond
     that), so memory stays bounded."""
 
@@ -305,6 +306,10 @@ class PartsWhileIngesting:
 
     def _compute(self, rows: RankRows) -> list[list[Any]]:
         on = self._thread_scratch()
+        # One transaction a rank, rolled back at its end: the rank's rows (registered and
+        # inserted) and every working table its parts made are gone in one statement, and the
+        # scratch is as _new_scratch left it, also after a part failed.
+        on.execute("BEGIN TRANSACTION")
         try:
             _fill(
                 on,
@@ -312,18 +317,19 @@ class PartsWhileIngesting:
                 {"threads": rows.threads, "ranks": rows.ranks},
             )
             out = []
-            with unchanging(on):  # the scratch's rows stay as filled until _empty
+            with unchanging(on):  # the scratch's rows stay as filled until the rollback
                 for part in self.parts:
                     got = part.compute(on, rows.run_id, rows.rank)
                     doc = json.dumps(_finite(got), allow_nan=False)
                     out.append([rows.run_id, rows.rank, part.name, part.version, doc, now_utc()])
             return out
         finally:
-            _empty(on, _VIEWED, ("threads", "ranks"))
+            forget_shared(on)  # their tables go with the rollback
+            on.execute("ROLLBACK")
 
     def _thread_scratch(self) -> Any:
         """This thread's scratch database (:func:`_new_scratch`), made on its first rank and
-        emptied after each (a new database per rank cost ~30 ms of a DDP rank's ~170 ms)."""
+        emptied after each by a rollback (a new database per rank cost ~30 ms of a DDP rank's ~170 ms)."""
         on = getattr(self._local, "scratch", None)
         if on is None:
             on = _new_scratch(_VIEWED)
@@ -464,22 +470,6 @@ def _fill(scratch: Any, tables: dict[str, Any], rows: dict[str, list[Any]]) -> N
                 [v for row in values for v in row],
             )
     tables.clear()
-
-
-def _empty(scratch: Any, viewed: Iterable[str], names: Iterable[str]) -> None:
-    """Return ``scratch`` to its state after :func:`_new_scratch`: the working tables of its
-    indexes dropped, the Arrow rows registered as ``viewed`` let go, and the tables ``names``
-    (those :func:`_fill` filled) made anew, empty (a dropped table's memory is freed at once;
-    deleted rows' is not)."""
-    from gpuscope.store.schema import TABLES
-
-    close_shared(scratch)
-    for name in viewed:
-        scratch.unregister(name)
-    ddl = {t.name: t for t in TABLES}
-    for name in names:
-        scratch.execute(f"DROP TABLE {name}")
-        scratch.execute(ddl[name].ddl(keys=False))
 
 
 @contextmanager

@@ -269,6 +269,64 @@ def test_a_part_thread_reuses_one_scratch_database_that_holds_only_the_rank_at_h
     assert [r[:5] for r in docs[0]] == [r[:5] for r in docs[-1]]  # all but the time stamp
 
 
+def test_a_rank_whose_part_failed_leaves_the_scratch_as_it_was_for_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each rank runs in a transaction of the scratch that is rolled back at its end: a part that
+    made tables and wrote rows, then failed, leaves none of them, nor its rank's rows, to the
+    next rank on the same thread (and that rank's part is computed as usual)."""
+    handed: list[RankRows] = []
+    original = RS.PartsWhileIngesting._compute
+
+    def spy(self, rows: RankRows) -> list:  # type: ignore[no-untyped-def]
+        handed.append(rows)
+        return original(self, rows)
+
+    monkeypatch.setattr(RS.PartsWhileIngesting, "_compute", spy)
+    with connect(tmp_path / "s") as con:
+        ingest_paths(con, [ranks_folder(tmp_path / "t", 3)], after_trace=RS.store_after_ingest)
+    monkeypatch.setattr(RS.PartsWhileIngesting, "_compute", original)
+    first, second = sorted(handed, key=lambda r: r.rank)[:2]
+
+    seen: list[dict[str, int]] = []
+
+    def messy(con, run_id: str, rank: int) -> dict:  # type: ignore[no-untyped-def]
+        def one(sql: str) -> int:
+            return int(con.execute(sql).fetchone()[0])
+
+        seen.append(
+            {
+                "ranks": one("SELECT count(*) FROM ranks"),
+                "event_ranks": one("SELECT count(DISTINCT rank) FROM events"),
+                "temp": one("SELECT count(*) FROM duckdb_tables() WHERE temporary"),
+                "threads": one("SELECT count(*) FROM threads"),
+            }
+        )
+        if rank == first.rank:
+            con.execute("CREATE TEMP TABLE leftover AS SELECT 1 AS x")
+            con.execute("INSERT INTO ranks SELECT * REPLACE (99 AS rank) FROM ranks")
+            raise RuntimeError("part failed half-way")
+        return {}
+
+    monkeypatch.setitem(RS.PARTS, "messy", RS.SummaryPart("messy", 1, "fails", messy))
+    sink = RS.PartsWhileIngesting(first.run_id, ["messy", RS.CROSS_RANK.name], jobs=1)
+    try:
+        sink.rank_written(first)
+        sink._futures[0].exception(timeout=60)
+        with pytest.raises(RuntimeError, match="half-way"):
+            sink.rank_written(second)  # the first rank's failure surfaces at the next hand-over
+        rows = sink._futures[1].result(timeout=60)
+    finally:
+        sink.close()
+    assert seen[1] == {
+        "ranks": 1,  # the second rank's own row only: not the failed rank's insert
+        "event_ranks": 1,
+        "temp": 0,  # no `leftover`, no working table of the first rank
+        "threads": len(second.threads),
+    }
+    assert [r[2] for r in rows] == ["messy", RS.CROSS_RANK.name]
+
+
 @pytest.mark.parametrize(("job", "cores", "want"), [(None, 8, 3), ("job-7", 8, 3), (None, 2, 2)])
 def test_the_after_trace_hook_runs_on_the_stores_threads_the_ingest_on_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str | None, cores: int, want: int

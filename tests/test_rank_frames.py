@@ -177,6 +177,39 @@ def test_split_of_the_part_equals_busy_split(tmp_path_factory, compute, comm, wi
     assert none.unmatched_comm_kernels == got.unmatched_comm_kernels + in_window
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    compute=st.lists(st.tuples(st.integers(0, 190), st.integers(1, 40)), max_size=5),
+    comm=st.lists(st.tuples(st.integers(0, 190), st.integers(1, 60)), max_size=5),
+    window=st.tuples(st.integers(0, 60), st.integers(61, 200)),
+)
+def test_comm_only_of_the_split_read_is_comm_only_ns(tmp_path_factory, compute, comm, window):
+    """The part's communication-only time, taken from split_inputs' one read of the device, is
+    busy.comm_only_ns of the same window: random compute and NCCL kernels on several streams,
+    overlapping anyhow, none of either kind included, a window that cuts them."""
+    from gpuscope.analysis.busy import busy_summary, comm_only_ns
+
+    t = TraceBuilder()
+    t.step(1, 0.0, 200.0)
+    for s, d in compute:
+        t.launch(GEMM, s, s, d, stream=7)
+    for i, (s, d) in enumerate(comm):
+        t.launch(AR, s, s, d, stream=17 + i % 2)
+    path = t.write(tmp_path_factory.mktemp("comm_only") / "t.json")
+    ws, we = window[0] * US, window[1] * US
+    con = connect(":memory:")
+    try:
+        [res] = ingest_paths(con, [path])
+        b = busy_summary(con, res.run_id, 0, ws, we, per_stream=False)
+        want = comm_only_ns(con, res.run_id, 0, ws, we, b.device, b.busy_ns)
+        got = RF.comm_only_of(b.busy_ns, RF.split_inputs(con, res.run_id, 0, ws, we, b.device))
+    finally:
+        con.close()
+    assert got == want
+    if comm and not compute and b.device is not None:
+        assert got == b.busy_ns  # only NCCL kernels: all of the busy time
+
+
 def test_window_of_a_part_is_the_rank_window(tmp_path: Path) -> None:
     folder = handmade_ranks(tmp_path / "t", [0.0, 10.0])
     con = connect(":memory:")
