@@ -327,6 +327,42 @@ def test_a_rank_whose_part_failed_leaves_the_scratch_as_it_was_for_the_next(
     assert [r[2] for r in rows] == ["messy", RS.CROSS_RANK.name]
 
 
+def test_a_part_thread_sees_exactly_each_ranks_names_as_they_grow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scratch keeps the run's names in a table of its own and adds only the names new since
+    its last rank: each rank's parts read exactly that rank's ``names`` rows, in their order,
+    also when the names handed over do not extend the ones held (then the table is refilled)."""
+    import pyarrow as pa
+
+    def names_of(pairs: list[tuple[int, str]]) -> pa.Table:
+        return pa.table({
+            "run_id": pa.array(["r1"] * len(pairs), pa.string()),
+            "name_id": pa.array([i for i, _ in pairs], pa.int32()),
+            "name": pa.array([n for _, n in pairs], pa.string()),
+        })  # fmt: skip
+
+    grown = [[(0, "a"), (1, "b")], [(0, "a"), (1, "b")], [(0, "a"), (1, "b"), (2, "c")]]
+    other = [[(0, "x")], [(5, "y"), (6, "z")], [(5, "y"), (7, "w")]]  # shrinks; a new run of ids
+    seen: list[list[tuple[int, str]]] = []
+
+    def probe(con, run_id: str, rank: int) -> dict:  # type: ignore[no-untyped-def]
+        seen.append([tuple(r) for r in con.execute("SELECT name_id, name FROM names").fetchall()])
+        return {}
+
+    monkeypatch.setitem(RS.PARTS, "probe", RS.SummaryPart("probe", 1, "looks", probe))
+    sink = RS.PartsWhileIngesting("r1", ["probe"], jobs=1)
+    try:
+        for rank, pairs in enumerate(grown + other):
+            empty = empty_rows(rank)
+            sink.rank_written(RankRows("r1", rank, empty.events, [], [], names_of(pairs)))
+        for f in sink._futures:
+            f.result(timeout=60)
+    finally:
+        sink.close()
+    assert seen == grown + other
+
+
 @pytest.mark.parametrize(("job", "cores", "want"), [(None, 8, 3), ("job-7", 8, 3), (None, 2, 2)])
 def test_the_after_trace_hook_runs_on_the_stores_threads_the_ingest_on_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str | None, cores: int, want: int
