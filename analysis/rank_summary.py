@@ -159,7 +159,8 @@ def store_outside_transaction(
     Outside a transaction DuckDB can spill the working tables of a rank too big to copy to disk.
     Inside the ingest's transaction it could not: a 6 GB one-rank trace (18.2 M events) failed
     with "Out of Memory" under the ingest's memory limit (docs/benchmarks.md). The run's rows
-    no longer change once it is committed, so the statements need no common snapshot.
+    no longer change once it is committed, so the statements need no common snapshot. DuckDB's
+    memory is the first of :data:`PARTS_MEMORY_LIMITS`, the next one for parts that ran out.
 
     ``con`` must not be inside a transaction (a store in one, or in a read snapshot, is refused;
     a bare DuckDB connection cannot be told apart and is the caller's to vouch for)."""
@@ -171,9 +172,16 @@ def store_outside_transaction(
     stamp = _run_stamp(con, run_id)
     row = con.execute("SELECT current_setting('memory_limit')").fetchone()
     own = str(row[0]) if row else None
-    con.execute(f"SET memory_limit = '{PARTS_MEMORY_LIMIT}'")
+    rows: list[list[Any]] = []
     try:
-        rows = _compute_rows(con, run_id, todo)
+        for i, limit in enumerate(PARTS_MEMORY_LIMITS):
+            con.execute(f"SET memory_limit = '{limit}'")
+            try:
+                rows = _compute_rows(con, run_id, todo)
+                break
+            except duckdb.OutOfMemoryException:
+                if i == len(PARTS_MEMORY_LIMITS) - 1:
+                    raise  # nothing was stored: the run's parts are computed when read
     finally:
         if own is not None:  # the write needs the store's own: a 6 GB rank's part is ~43 MB
             con.execute(f"SET memory_limit = '{own}'")
@@ -375,10 +383,13 @@ class PartsWhileIngesting:
 
 #: A rank with at most this many events is copied into a database of its own for its parts.
 MAX_IN_MEMORY_EVENTS = 1_000_000
-#: DuckDB's memory while :func:`store_outside_transaction` computes parts on the store: the
-#: working tables of a rank too big to copy spill to disk beyond it (a 6 GB one-rank trace:
-#: about 1 GB peak RSS, docs/benchmarks.md).
-PARTS_MEMORY_LIMIT = "160MB"
+#: DuckDB's memory while :func:`store_outside_transaction` computes parts on the store, tried in
+#: order: the working tables of a rank too big to copy spill to disk beyond it, but some of its
+#: statements need more than the first limit on the largest ranks (a 6 GB one-rank trace, 18 M
+#: events, ran out at 64 MB in the idle attribution; 1 GB and 3 GB ranks do not), so parts that
+#: run out of memory are computed again at the next one. The first keeps the 1 GB trace's ingest
+#: at its parse peak (docs/benchmarks.md); the last gave the 6 GB rank about 1 GB peak RSS.
+PARTS_MEMORY_LIMITS = ("64MB", "160MB")
 _COPIED = ("runs", "ranks", "names", "threads", "events")  # the rank's rows; others stay empty
 SCRATCH_MEMORY_LIMIT = "512MB"
 
