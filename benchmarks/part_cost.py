@@ -3,11 +3,15 @@ next ranks (``rank_summary.PartsWhileIngesting._compute`` on the rows the ingest
 back here from a store). Prints the per-round figures and a hash of the parts (the same hash for
 two versions: the same parts).
 
-    .venv/bin/python benchmarks/part_cost.py STORE [--rounds N]
+    .venv/bin/python benchmarks/part_cost.py STORE [--rounds N] [--statements]
 
 ``STORE``: a store holding one run of several ranks (``gpuscope ingest benchmarks/out/ranks-16
 --db STORE``). To compare two versions, install each one's wheel into a folder
 (``pip install --no-deps --target DIR WHEEL``) and run this with ``PYTHONPATH=DIR``, alternating.
+
+``--statements``: also time every statement the part threads' scratch database runs (CPU ms per
+rank, grouped by the statement's first words with the working tables' unique prefixes taken
+out); the wrapper adds its own cost.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import statistics
 import time
-from typing import Any
+from collections import defaultdict
+from typing import Any, ClassVar
 
 from gpuscope.analysis import rank_summary
 from gpuscope.ingest.rank_rows import RankRows
@@ -31,11 +37,39 @@ def first_run_ranks(con: Any, limit: int | None = None) -> tuple[str, list[int]]
     return run, [int(r[0]) for r in rows][:limit]
 
 
+class TimedScratch:
+    """A part thread's scratch connection whose ``execute`` calls are timed (CPU s of the thread)
+    into ``totals`` by statement head; everything else goes to the connection."""
+
+    totals: ClassVar[dict[str, list[float]]] = defaultdict(lambda: [0, 0.0])
+
+    def __init__(self, con: Any) -> None:
+        object.__setattr__(self, "_con", con)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        t = time.thread_time()
+        out = self._con.execute(sql) if params is None else self._con.execute(sql, params)
+        head = re.sub(r"_ri\d+_[0-9a-f]+_", "_ri_", " ".join(sql.split()))[:70]
+        self.totals[head][0] += 1
+        self.totals[head][1] += time.thread_time() - t
+        return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("store")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--statements", action="store_true", help="time each statement too")
     a = ap.parse_args()
+    if a.statements:
+        new_scratch = rank_summary._new_scratch
+        rank_summary._new_scratch = lambda viewed=(): TimedScratch(new_scratch(viewed))
     con = connect(a.store)
     run, ranks = first_run_ranks(con)
     names = con.execute("SELECT * FROM names WHERE run_id = ?", [run]).to_arrow_table()
@@ -73,6 +107,15 @@ def main() -> None:
         + ", ".join(f"{x:.1f}" for x in per_rank_ms)
         + f" (median {statistics.median(per_rank_ms):.1f}); parts {digest}"
     )
+    if a.statements:
+        n = len(rows) * a.rounds
+        stats = sorted(TimedScratch.totals.items(), key=lambda kv: -kv[1][1])
+        print(
+            f"statements: {sum(c for c, _ in TimedScratch.totals.values()) / n:.1f} a rank, "
+            f"{sum(t for _, t in TimedScratch.totals.values()) * 1e3 / n:.1f} CPU ms a rank"
+        )
+        for head, (count, secs) in stats[:25]:
+            print(f"{secs * 1e3 / n:7.2f} ms {count / n:4.1f}x  {head}")
 
 
 if __name__ == "__main__":
