@@ -201,10 +201,9 @@ def test_a_sink_that_cannot_start_fails_the_ingest_stops_its_threads_and_writes_
     assert not [t.name for t in threading.enumerate() if t.name.startswith("gpuscope-")]
 
 
-def test_a_part_thread_reuses_one_scratch_database_that_holds_only_the_rank_at_hand(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # each rank's rows as the ingest hands them over (ranks of 1..4 kernels per step)
+def handed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int) -> list[RankRows]:
+    """The rows the ingest hands each rank's part thread (``ranks_folder`` of ``n`` ranks), by
+    rank; their parts are computed as usual."""
     handed: list[RankRows] = []
     original = RS.PartsWhileIngesting._compute
 
@@ -212,14 +211,21 @@ def test_a_part_thread_reuses_one_scratch_database_that_holds_only_the_rank_at_h
         handed.append(rows)
         return original(self, rows)
 
-    monkeypatch.setattr(RS.PartsWhileIngesting, "_compute", spy)
-    with connect(tmp_path / "s") as con:
-        ingest_paths(con, [ranks_folder(tmp_path / "t", 4)], after_trace=RS.store_after_ingest)
-    handed = sorted(handed, key=lambda r: r.rank)
+    with monkeypatch.context() as m:
+        m.setattr(RS.PartsWhileIngesting, "_compute", spy)
+        with connect(tmp_path / "s") as con:
+            ingest_paths(con, [ranks_folder(tmp_path / "t", n)], after_trace=RS.store_after_ingest)
+    return sorted(handed, key=lambda r: r.rank)
+
+
+def test_a_part_thread_reuses_one_scratch_database_that_holds_only_the_rank_at_hand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each rank's rows as the ingest hands them over (ranks of 1..4 kernels per step)
+    handed = handed_over(tmp_path, monkeypatch, 4)
     assert len(handed) == 3  # the late rank (its rows say another rank) is computed after
     # each rank gets its own `ranks` row, not every rank's so far (a quadratic copy)
     assert [[row[1] for row in r.ranks] for r in handed] == [[0], [1], [2]]
-    monkeypatch.setattr(RS.PartsWhileIngesting, "_compute", original)
 
     seen: list[tuple[int, dict[str, int]]] = []
 
@@ -275,18 +281,7 @@ def test_a_rank_whose_part_failed_leaves_the_scratch_as_it_was_for_the_next(
     """Each rank runs in a transaction of the scratch that is rolled back at its end: a part that
     made tables and wrote rows, then failed, leaves none of them, nor its rank's rows, to the
     next rank on the same thread (and that rank's part is computed as usual)."""
-    handed: list[RankRows] = []
-    original = RS.PartsWhileIngesting._compute
-
-    def spy(self, rows: RankRows) -> list:  # type: ignore[no-untyped-def]
-        handed.append(rows)
-        return original(self, rows)
-
-    monkeypatch.setattr(RS.PartsWhileIngesting, "_compute", spy)
-    with connect(tmp_path / "s") as con:
-        ingest_paths(con, [ranks_folder(tmp_path / "t", 3)], after_trace=RS.store_after_ingest)
-    monkeypatch.setattr(RS.PartsWhileIngesting, "_compute", original)
-    first, second = sorted(handed, key=lambda r: r.rank)[:2]
+    first, second = handed_over(tmp_path, monkeypatch, 3)[:2]
 
     seen: list[dict[str, int]] = []
 

@@ -128,6 +128,18 @@ def test_analyze_reads_no_other_ranks_events(tmp_path: Path) -> None:
     assert len(after["ranks"]) == 3 and after["straggler"]["rank"] == 1
 
 
+def kernels_trace(folder: Path, compute: list[tuple[int, int]], comm: list[Any]) -> Path:
+    """One step of 200 µs with compute kernels on stream 7 and NCCL all-reduces alternating on
+    streams 17 and 18, each (start, duration) in µs, written to ``folder``."""
+    t = TraceBuilder()
+    t.step(1, 0.0, 200.0)
+    for s, d in compute:
+        t.launch(GEMM, s, s, d, stream=7)
+    for i, (s, d) in enumerate(comm):
+        t.launch(AR, s, s, d, stream=17 + i % 2)
+    return t.write(folder / "t.json")
+
+
 @pytest.mark.slow
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
@@ -143,13 +155,7 @@ def test_split_of_the_part_equals_busy_split(tmp_path_factory, compute, comm, wi
     the events, and both sum to the window."""
     import pandas as pd
 
-    t = TraceBuilder()
-    t.step(1, 0.0, 200.0)
-    for s, d in compute:
-        t.launch(GEMM, s, s, d, stream=7)
-    for i, (s, d, _) in enumerate(comm):
-        t.launch(AR, s, s, d, stream=17 + i % 2)
-    path = t.write(tmp_path_factory.mktemp("split") / "t.json")
+    path = kernels_trace(tmp_path_factory.mktemp("split"), compute, [c[:2] for c in comm])
     ws, we = window[0] * US, window[1] * US
     con = connect(":memory:")
     try:
@@ -189,13 +195,7 @@ def test_comm_only_of_the_split_read_is_comm_only_ns(tmp_path_factory, compute, 
     overlapping anyhow, none of either kind included, a window that cuts them."""
     from gpuscope.analysis.busy import busy_summary, comm_only_ns
 
-    t = TraceBuilder()
-    t.step(1, 0.0, 200.0)
-    for s, d in compute:
-        t.launch(GEMM, s, s, d, stream=7)
-    for i, (s, d) in enumerate(comm):
-        t.launch(AR, s, s, d, stream=17 + i % 2)
-    path = t.write(tmp_path_factory.mktemp("comm_only") / "t.json")
+    path = kernels_trace(tmp_path_factory.mktemp("comm_only"), compute, comm)
     ws, we = window[0] * US, window[1] * US
     con = connect(":memory:")
     try:
