@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex
+from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex, ids_param
 from gpuscope.analysis.store_access import (
     bucket_width,
     by_bucket,
@@ -459,7 +459,7 @@ def busy_split(
     if device is None or window <= 0:
         return BusySplit(max(0, window), 0, 0, 0, max(0, window))
     ix = RankIndex.shared(con, run_id, rank)
-    comm = ix.comm_name_ids() or [NO_DEVICE]
+    comm = ids_param(ix.comm_name_ids())
     w = waits if waits is not None else pd.DataFrame({"start_ns": [], "end_ns": [], "wait_ns": []})
     p = {
         "run": run_id,

@@ -50,8 +50,8 @@ import pandas as pd
 import pyarrow as pa
 from gpuscope.analysis.event_classes import COMM_RE, KERNEL_CATS, OPTIMIZER_RE
 from gpuscope.analysis.fmt import sig3
-from gpuscope.analysis.rank_index import RankIndex
-from gpuscope.analysis.store_access import COMM_KERNEL_RE, RUNTIME_CATS_SQL, execute, sql_list
+from gpuscope.analysis.rank_index import RankIndex, ids_param
+from gpuscope.analysis.store_access import RUNTIME_CATS_SQL, execute, regex, sql_list
 
 if TYPE_CHECKING:
     from gpuscope.analysis.steps import Window
@@ -351,7 +351,7 @@ def rank_collective_columns(
     from gpuscope.analysis.steps import find_window
 
     w = window if window is not None else find_window(con, run_id, rank)
-    p = {"run": run_id, "rank": int(rank), "comm": COMM_KERNEL_RE, "op": COMM_RE}
+    p = {"run": run_id, "rank": int(rank)}
     ix = RankIndex.shared(con, run_id, rank)
     # the kernels from the rank's GPU activity table, their launch calls from its host table
     # (both built once per rank for every analysis; reading ``events`` here again cost two
@@ -374,27 +374,33 @@ def rank_collective_columns(
         SELECT kn.*, rt.ls, rt.ltid, rt.lpid FROM kn LEFT JOIN rt USING (correlation)
         ORDER BY kn.s, kn.e
         """,
-        {"run": run_id, "comm_ids": ix.comm_name_ids() or [-1]},
+        {"run": run_id, "comm_ids": ids_param(ix.comm_name_ids())},
     ).fetchall()
     if not k:
         return {c: [] for c in FRAME_COLUMNS}
     # kind 0: a communication op, 1: a backward span, 2: an optimizer span. As Arrow, not Python
     # rows: a 3 M-event rank has ~180 k of them (~70 MB more as tuples), mostly backward spans.
+    bwd = ix.name_ids("starts_with(name, 'autograd::engine::evaluate_function')")
+    opt = ix.name_ids(regex(OPTIMIZER_RE))
     ops = execute(
         con,
         """
         SELECT e.pid, e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, e.external_id,
                e.input_dims, n.name,
-               CASE WHEN starts_with(n.name, 'autograd::engine::evaluate_function') THEN 1
-                    WHEN regexp_matches(n.name, $opt) THEN 2 ELSE 0 END AS kind
+               CASE WHEN list_contains($bwd, e.name_id) THEN 1
+                    WHEN list_contains($opt, e.name_id) THEN 2 ELSE 0 END AS kind
         FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
         WHERE e.run_id = $run AND e.rank = $rank AND e.ph = 'X' AND e.dur_ns IS NOT NULL
           AND e.cat IN ('cpu_op', 'user_annotation', 'Operator')
-          AND (regexp_matches(n.name, $op) OR starts_with(n.name, 'autograd::engine::evaluate_function')
-               OR regexp_matches(n.name, $opt))
+          AND list_contains($ids, e.name_id)
         ORDER BY s
         """,
-        {**p, "opt": OPTIMIZER_RE},
+        {
+            **p,
+            "bwd": ids_param(bwd),
+            "opt": ids_param(opt),
+            "ids": ids_param(sorted({*ix.name_ids(regex(COMM_RE)), *bwd, *opt})),
+        },
     ).to_arrow_table()
     off = rank_offset_ns(con, run_id, rank)
     kind = ops.column("kind").to_numpy()
@@ -908,11 +914,16 @@ def run_collectives(
 
 
 def rank_offset_ns(con: Connection, run_id: str, rank: int) -> int:
-    """The rank's ``time_offset_ns`` (absolute time = trace time + this), 0 when unknown."""
-    row = con.execute(
-        "SELECT time_offset_ns FROM ranks WHERE run_id = ? AND rank = ?", [run_id, int(rank)]
-    ).fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
+    """The rank's ``time_offset_ns`` (absolute time = trace time + this), 0 when unknown; read
+    once per rank index (a rank's cross-rank part asks twice)."""
+
+    def read() -> int:
+        row = con.execute(
+            "SELECT time_offset_ns FROM ranks WHERE run_id = ? AND rank = ?", [run_id, int(rank)]
+        ).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    return RankIndex.shared(con, run_id, rank).memo(("offset",), read)
 
 
 def wait_table(

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from gpuscope.analysis.busy import NO_DEVICE
 from gpuscope.analysis.event_classes import CAUSES, EVIDENCE_CLASSES
-from gpuscope.analysis.rank_index import RankIndex, close_shared
+from gpuscope.analysis.rank_index import RankIndex, close_shared, ids_param
 from gpuscope.analysis.steps import Window
 from gpuscope.analysis.store_access import (
     COMM_RE,
@@ -68,43 +68,49 @@ LAUNCH_GAP_MAX_NS = 100_000
 """Longest gap (ns) with the next activity already queued that still counts as launch overhead."""
 
 
-def _name_classes_sql() -> str:
-    """The run's names that can make a host span evidence, with flags (a small table)."""
-    flags = {
-        "dl": regex(DATALOADER_RE),
-        "comm": regex(COMM_RE),
-        "sync_api": f"name IN {sql_list(SYNC_APIS)}",
-        "memcpy": regex(MEMCPY_API_RE),
-    }
-    cols = ", ".join(f"{cond} AS {k}" for k, cond in flags.items())
-    anyc = " OR ".join(f"({c})" for c in flags.values())
-    return f"SELECT name_id, {cols} FROM names WHERE run_id = $run AND ({anyc})"
+#: The classes of names that can make a host span evidence: a SQL condition on ``name`` each.
+NAME_CLASSES: dict[str, str] = {
+    "dl": regex(DATALOADER_RE),
+    "comm": regex(COMM_RE),
+    "sync_api": f"name IN {sql_list(SYNC_APIS)}",
+    "memcpy": regex(MEMCPY_API_RE),
+}
+#: The names of pageable copies' GPU activity (host-to-device, device-to-host).
+COPY_CLASSES: dict[str, str] = {"h2d": regex(PAGEABLE_H2D_RE), "d2h": regex(PAGEABLE_D2H_RE)}
+
+
+def _name_params(ix: RankIndex) -> dict[str, list[int]]:
+    """The name ids of :data:`NAME_CLASSES` and :data:`COPY_CLASSES` (``$dl``, ``$comm``, ...,
+    and ``$evidence``: the names of any of the four evidence classes), as list parameters."""
+    sets = {k: ix.name_ids(cond) for k, cond in (NAME_CLASSES | COPY_CLASSES).items()}
+    sets["evidence"] = sorted({i for k in NAME_CLASSES for i in sets[k]})
+    return {k: ids_param(v) for k, v in sets.items()}
 
 
 def _evidence_sql(gpu: str, host: str, cand_table: str) -> tuple[str, str]:
     """Host evidence spans of the window, classes 1..4 of :data:`EVIDENCE_CLASSES`: ``cls``,
     ``cat``, ``name_id``, ``tid``, ``s``/``e`` (clipped to the window), ``span_s``/``span_dur``
     (unclipped), ``correlation``, ``external_id``, ``bytes`` (of the copy, for memcpy calls).
-    Two statements: the candidate spans (a small table), then their classes."""
+    Two statements: the candidate spans (a small table), then their classes. The names of
+    each class come as parameters (:func:`_name_params`)."""
+    flags = ", ".join(f"list_contains(${k}, e.name_id) AS {k}" for k in NAME_CLASSES)
     cand = f"""
-        WITH nc AS ({_name_classes_sql()})
         SELECT e.cat, e.name_id, e.tid, greatest(e.ts_ns, $ws) AS s,
                least(e.ts_ns + e.dur_ns, $we) AS e, e.ts_ns AS span_s, e.dur_ns AS span_dur,
-               e.correlation, e.external_id, nc.dl, nc.comm, nc.sync_api, nc.memcpy,
+               e.correlation, e.external_id, {flags},
                e.cat IN {RUNTIME_CATS_SQL} AS rt
-        FROM {host} e JOIN nc USING (name_id)
-        WHERE e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
+        FROM {host} e
+        WHERE list_contains($evidence, e.name_id) AND e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
           AND e.dur_ns > 0 AND e.ts_ns < $we AND e.ts_ns + e.dur_ns > $ws
     """
     classes = f"""
         WITH mc AS (SELECT DISTINCT correlation FROM {cand_table} WHERE rt AND memcpy),
         gmem AS (
             SELECT g.correlation,
-                   bool_or(regexp_matches(n.name, '{PAGEABLE_H2D_RE}')) AS h2d,
-                   bool_or(regexp_matches(n.name, '{PAGEABLE_D2H_RE}')) AS d2h,
+                   bool_or(list_contains($h2d, g.name_id)) AS h2d,
+                   bool_or(list_contains($d2h, g.name_id)) AS d2h,
                    sum(g.bytes)::BIGINT AS bytes
             FROM mc JOIN {gpu} g ON g.correlation = mc.correlation
-            JOIN names n ON n.run_id = $run AND n.name_id = g.name_id
             GROUP BY g.correlation
         )
         SELECT CASE
@@ -140,8 +146,9 @@ def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
     con = ix.con
     gaps, dev_table = ix.gaps(p["ws"], p["we"])
     cand, classes = _evidence_sql(ix.gpu(), ix.host(), t["cand"])
-    execute(con, f"CREATE TEMP TABLE {t['cand']} AS {cand}", p)
-    execute(con, f"CREATE TEMP TABLE {t['ev']} AS {classes}", p)
+    named = {**p, **_name_params(ix)}
+    execute(con, f"CREATE TEMP TABLE {t['cand']} AS {cand}", named)
+    execute(con, f"CREATE TEMP TABLE {t['ev']} AS {classes}", named)
     # gaps of the device with the launch call of the activity that ends each gap
     has_act = con.execute(f"SELECT count(*) FROM {dev_table} WHERE dev = ?", [p["dev"]]).fetchone()
     device_gaps = (

@@ -34,7 +34,7 @@ from gpuscope.analysis.collectives import (
     rank_offset_ns,
 )
 from gpuscope.analysis.idle import IdleResult, idle_totals
-from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.rank_index import RankIndex, ids_param
 from gpuscope.analysis.steps import Step, StepStats, Window, find_window, step_stats
 from gpuscope.analysis.store_access import execute
 
@@ -84,7 +84,7 @@ def split_inputs(
             "dev": int(device),
             "ws": int(start_ns),
             "we": int(end_ns),
-            "comm": ix.comm_name_ids() or [-1],
+            "comm": ids_param(ix.comm_name_ids()),
         },
     ).df()
     s = act["s"].to_numpy(np.int64)

@@ -38,6 +38,7 @@ from gpuscope.analysis.store_access import (
     HOST_CATS_SQL,
     RUNTIME_CATS_SQL,
     execute,
+    regex,
 )
 from gpuscope.store import LAKE, settle_snapshot
 
@@ -48,6 +49,8 @@ T = TypeVar("T")
 
 #: A device id that no event has (stands for "no device" in SQL parameters).
 NO_DEVICE = -(2**31)
+#: A name id that no name has (an empty set of name ids in SQL parameters).
+NO_NAME = -1
 
 #: Families of tables of one kind (e.g. gaps of different ranges) an index keeps; the least
 #: recently used one is dropped first.
@@ -63,6 +66,11 @@ _SHARED_LOCK = threading.Lock()
 #: Connections whose rows do not change for now (:func:`unchanging`): their indexes skip the
 #: run-row check of :meth:`RankIndex.refresh`.
 _UNCHANGING: weakref.WeakSet[Any] = weakref.WeakSet()
+#: Connections whose ``names`` change only where :func:`names_changed` is called
+#: (:func:`keep_name_ids`), with the name ids read on them: (run, condition, parameters) -> ids.
+_KEPT_NAME_IDS: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], list[int]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class RankIndex:
@@ -306,18 +314,36 @@ class RankIndex:
         names = self.tables(("gaps", ws, we), ("dev", "gaps"), build)
         return names["gaps"], names["dev"]
 
-    def comm_name_ids(self) -> list[int]:
-        """The ids of the run's names of communication kernels (``COMM_KERNEL_RE``), ascending:
-        read once per index (every analysis that splits communication from compute asks)."""
+    def name_ids(self, cond: str, params: dict[str, Any] | None = None) -> list[int]:
+        """The ids of the run's names that satisfy the SQL condition ``cond`` on the column
+        ``name`` (``$``-parameters from ``params``), ascending: read once per index, or once per
+        connection and run where the names change only with :func:`names_changed` (a part
+        thread's scratch database, :func:`keep_name_ids`), instead of a regular expression over
+        the names in every statement that asks (~1 ms each on a DDP rank's 203 names). Queries
+        take them as a list parameter through :func:`ids_param`."""
+        key = (cond, tuple(sorted((params or {}).items())))
 
         def read() -> list[int]:
-            rows = self.con.execute(
-                "SELECT name_id FROM names WHERE run_id = ? AND regexp_matches(name, ?)",
-                [self.run_id, COMM_KERNEL_RE],
+            rows = execute(
+                self.con,
+                f"SELECT name_id FROM names WHERE run_id = $run AND ({cond})",
+                {"run": self.run_id, **(params or {})},
             ).fetchall()
             return sorted(int(r[0]) for r in rows)
 
-        return self.memo(("comm_names",), read)
+        with _SHARED_LOCK:
+            kept = _KEPT_NAME_IDS.get(self.con)
+        if kept is None:
+            return self.memo(("names", *key), read)
+        ids = kept.get((self.run_id, *key))
+        if ids is None:
+            ids = kept[(self.run_id, *key)] = read()
+        return ids
+
+    def comm_name_ids(self) -> list[int]:
+        """The ids of the run's names of communication kernels (``COMM_KERNEL_RE``), ascending
+        (:meth:`name_ids`): every analysis that splits communication from compute asks."""
+        return self.name_ids(regex(COMM_KERNEL_RE))
 
     def primary_device(self, start_ns: int | None = None, end_ns: int | None = None) -> int | None:
         """The device with the most activity time in the range (ties: lowest id), None if none."""
@@ -387,6 +413,30 @@ def unchanging(con: Connection) -> Iterator[None]:
         yield
     finally:
         _UNCHANGING.discard(con)
+
+
+def ids_param(ids: list[int]) -> list[int]:
+    """Name ids as a SQL list parameter (``list_contains($ids, name_id)``): ``[NO_NAME]`` for
+    none, since DuckDB cannot type an empty list."""
+    return ids or [NO_NAME]
+
+
+def keep_name_ids(con: Connection) -> None:
+    """Keep the name ids that :meth:`RankIndex.name_ids` reads on ``con`` across its indexes (the
+    ranks of a part thread's scratch database share the run's names), until
+    :func:`names_changed`: whoever calls this must call that whenever ``con``'s ``names`` rows
+    change."""
+    with _SHARED_LOCK:
+        _KEPT_NAME_IDS.setdefault(con, {})
+
+
+def names_changed(con: Connection) -> None:
+    """``con``'s ``names`` rows changed: the name ids kept for it (:func:`keep_name_ids`) are
+    read again when next asked for."""
+    with _SHARED_LOCK:
+        kept = _KEPT_NAME_IDS.get(con)
+        if kept is not None:
+            kept.clear()
 
 
 @contextmanager

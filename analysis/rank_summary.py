@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 from gpuscope.analysis import rank_frames, report
-from gpuscope.analysis.rank_index import close_shared, forget_shared, unchanging
+from gpuscope.analysis.rank_index import (
+    close_shared,
+    forget_shared,
+    keep_name_ids,
+    names_changed,
+    unchanging,
+)
 from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.store_access import ranks_of
 from gpuscope.store import Store, now_utc, transaction
@@ -338,14 +344,18 @@ class PartsWhileIngesting:
         during an ingest, in the order their ids were given (the ingest's ``IdMap``). Only the rows
         added since the thread's last rank are inserted; anything else (fewer rows, another id at
         the last row held) refills the table. A native table, not registered Arrow rows: the
-        parts read it about eight times a rank, each Arrow scan ~0.5 ms dearer."""
+        parts read it about eight times a rank, each Arrow scan ~0.5 ms dearer. The name ids
+        that the ranks' parts read from it are kept across ranks (:func:`keep_name_ids`) and
+        forgotten here whenever the table changes."""
         held, last = getattr(self._local, "names", (0, None))
         n = names.num_rows
         ids = names.column("name_id")
         if n < held or (held and ids[held - 1].as_py() != last):
+            names_changed(on)
             on.execute("DELETE FROM names")
             held = 0
         if n > held:
+            names_changed(on)  # also if the insert fails: the next rank refills the table
             on.register("_gpuscope_new_names", names.slice(held))
             try:
                 on.execute("INSERT INTO names SELECT * FROM _gpuscope_new_names")
@@ -359,6 +369,7 @@ class PartsWhileIngesting:
         on = getattr(self._local, "scratch", None)
         if on is None:
             on = _new_scratch(_THREAD_VIEWED)
+            keep_name_ids(on)  # its ranks share the run's names: :meth:`_sync_names` tells changes
             with self._lock:
                 self._scratches.append(on)
             self._local.scratch = on

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.json_row import JsonRow
-from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.rank_index import RankIndex, ids_param
 from gpuscope.analysis.store_access import (
     GPU_CATS_SQL,
     HOST_CATS_SQL,
@@ -25,7 +25,6 @@ from gpuscope.analysis.store_access import (
     by_bucket,
     execute,
     ms,
-    names_matching,
     regex,
 )
 
@@ -108,19 +107,21 @@ _STEP_NUM = re.compile(r"#(\d+)$")
 def _host_spans(
     con: Connection, run_id: str, rank: int, name_cond: str, params: dict
 ) -> list[tuple[str, int, int]]:
-    """(name, start, end) ns of the rank's host spans whose name satisfies ``name_cond``, ordered
-    by start then end (plain tuples: a DataFrame of a few rows cost more than the query)."""
+    """(name, start, end) ns of the rank's host spans whose name satisfies ``name_cond``
+    (``$``-parameters from ``params``), ordered by start then end (plain tuples: a DataFrame of a
+    few rows cost more than the query)."""
+    ix = RankIndex.shared(con, run_id, rank)
     return execute(
         con,
         f"""
         SELECT n.name, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e
-        FROM {RankIndex.shared(con, run_id, rank).host()} e
+        FROM {ix.host()} e
         JOIN names n ON n.run_id = $run AND n.name_id = e.name_id
         WHERE e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
-          AND e.dur_ns IS NOT NULL AND e.name_id IN {names_matching(name_cond)}
+          AND e.dur_ns IS NOT NULL AND list_contains($ids, e.name_id)
         ORDER BY s, e
         """,
-        {"run": run_id, "rank": rank, **params},
+        {"run": run_id, "ids": ids_param(ix.name_ids(name_cond, params))},
     ).fetchall()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import duckdb
 import pytest
 from gpuscope.analysis.busy import (
     busy_in_ranges,
@@ -18,7 +19,15 @@ from gpuscope.analysis.busy import (
 )
 from gpuscope.analysis.idle import idle_analysis, idle_gaps
 from gpuscope.analysis.kernels import kernel_breakdown
-from gpuscope.analysis.rank_index import RankIndex, close_shared, unchanging
+from gpuscope.analysis.rank_index import (
+    NO_NAME,
+    RankIndex,
+    close_shared,
+    ids_param,
+    keep_name_ids,
+    names_changed,
+    unchanging,
+)
 from gpuscope.analysis.report import analyze_run
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.tensor_cores import tensor_core_summary
@@ -348,3 +357,38 @@ def test_host_table_holds_exactly_the_ranks_host_events_in_store_order(con, two_
                 [two_ranks, rank],
             ).fetchall()
             assert rt == rt_events and len(rt) >= 4
+
+
+class _CountingNames:
+    """A DuckDB connection that counts the statements reading ``names``."""
+
+    def __init__(self) -> None:
+        self.con = duckdb.connect()
+        self.reads = 0
+
+    def execute(self, sql: str, params: object = None) -> object:
+        self.reads += "FROM names" in sql
+        return self.con.execute(sql) if params is None else self.con.execute(sql, params)
+
+
+def test_name_ids_are_read_once_per_index_or_once_per_kept_connection_until_names_change():
+    c = _CountingNames()
+    c.con.execute("CREATE TABLE names (run_id VARCHAR, name_id INTEGER, name VARCHAR)")
+    c.con.execute("INSERT INTO names VALUES ('r', 0, 'ncclDevKernel_AllReduce'), ('r', 1, 'gemm')")
+    nccl = "starts_with(name, 'nccl')"
+    a, b = RankIndex(c, "r", 0), RankIndex(c, "r", 1)  # type: ignore[arg-type]
+    assert a.name_ids(nccl) == b.name_ids(nccl) == a.name_ids(nccl) == [0]
+    assert c.reads == 2  # once per index
+    assert (
+        a.name_ids("name = $n", {"n": "gemm"}) == [1] and a.name_ids("name = $n", {"n": "x"}) == []
+    )
+    assert ids_param([]) == [NO_NAME] and ids_param([3]) == [3]
+
+    keep_name_ids(c)  # the ranks of a part thread's scratch: one read for all of them
+    c.reads = 0
+    assert [RankIndex(c, "r", k).name_ids(nccl) for k in range(3)] == [[0]] * 3  # type: ignore[arg-type]
+    assert c.reads == 1
+    c.con.execute("INSERT INTO names VALUES ('r', 2, 'ncclDevKernel_Broadcast')")
+    names_changed(c)  # whoever keeps them says when the names change
+    assert RankIndex(c, "r", 3).name_ids(nccl) == [0, 2]  # type: ignore[arg-type]
+    assert c.reads == 2

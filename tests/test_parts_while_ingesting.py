@@ -14,6 +14,7 @@ import duckdb
 import pytest
 from clitools import run_cli
 from gpuscope.analysis import rank_summary as RS
+from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.ingest import loader
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
@@ -327,7 +328,8 @@ def test_a_part_thread_sees_exactly_each_ranks_names_as_they_grow(
 ) -> None:
     """The scratch keeps the run's names in a table of its own and adds only the names new since
     its last rank: each rank's parts read exactly that rank's ``names`` rows, in their order,
-    also when the names handed over do not extend the ones held (then the table is refilled)."""
+    also when the names handed over do not extend the ones held (then the table is refilled).
+    The name ids of a class, kept across the thread's ranks, follow the names."""
     import pyarrow as pa
 
     def names_of(pairs: list[tuple[int, str]]) -> pa.Table:
@@ -340,9 +342,11 @@ def test_a_part_thread_sees_exactly_each_ranks_names_as_they_grow(
     grown = [[(0, "a"), (1, "b")], [(0, "a"), (1, "b")], [(0, "a"), (1, "b"), (2, "c")]]
     other = [[(0, "x")], [(5, "y"), (6, "z")], [(5, "y"), (7, "w")]]  # shrinks; a new run of ids
     seen: list[list[tuple[int, str]]] = []
+    ids: list[list[int]] = []
 
     def probe(con, run_id: str, rank: int) -> dict:  # type: ignore[no-untyped-def]
         seen.append([tuple(r) for r in con.execute("SELECT name_id, name FROM names").fetchall()])
+        ids.append(RankIndex.shared(con, run_id, rank).name_ids("name IN ('b', 'c', 'y', 'w')"))
         return {}
 
     monkeypatch.setitem(RS.PARTS, "probe", RS.SummaryPart("probe", 1, "looks", probe))
@@ -356,6 +360,7 @@ def test_a_part_thread_sees_exactly_each_ranks_names_as_they_grow(
     finally:
         sink.close()
     assert seen == grown + other
+    assert ids == [[1], [1], [1, 2], [], [5], [5, 7]]
 
 
 @pytest.mark.parametrize(("job", "cores", "want"), [(None, 8, 3), ("job-7", 8, 3), (None, 2, 2)])
