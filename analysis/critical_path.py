@@ -163,6 +163,12 @@ class Edge(NamedTuple):
     kind: str
 
 
+_new_edge: Callable[[tuple[int, int, bool, str, str]], Edge] = functools.partial(
+    tuple.__new__, Edge
+)
+"""``Edge`` from a tuple of its fields, in C (a named tuple's ``__new__`` is a Python call)."""
+
+
 @dataclass
 class Graph:
     """Nodes, incoming edges per node, and a topological order. ``release[i]``: the start of a
@@ -178,7 +184,7 @@ class Graph:
         return len(self.nodes) - 1
 
     def edge(self, dst: int, src: int, w: int, *, from_start: bool, cat: str, kind: str) -> None:
-        self.preds[dst].append(Edge(src, int(w), from_start, cat, kind))
+        self.preds[dst].append(_new_edge((src, int(w), from_start, cat, kind)))
 
     def finish(self) -> None:
         """Topological order (Kahn), recorded start as the tie-breaker; raises on a cycle."""
@@ -233,10 +239,10 @@ def replay(
     for v in g.order:
         best = -math.inf
         bi = -1
-        for i, ed in enumerate(preds[v]):
+        for i, (src, w, from_start, _cat, _kind) in enumerate(preds[v]):
             if drop and (v, i) in drop:
                 continue
-            t = (S[ed.src] if ed.from_start else E[ed.src]) + ed.w
+            t = (S[src] if from_start else E[src]) + w
             if t > best:
                 best, bi = t, i
         if bi < 0:
@@ -250,35 +256,47 @@ def replay(
 # -- building ------------------------------------------------------------------------------------
 
 
+_OPT_BIT, _DL_BIT, _COMM_BIT = 1, 2, 4
+
+
 @functools.lru_cache(maxsize=65536)
-def _name_flags(name: str) -> tuple[bool, bool, bool]:
-    """(optimizer, DataLoader, host collective) of a host event's name."""
-    return bool(_OPT.search(name)), bool(_DL.search(name)), bool(_COMM_HOST.search(name))
+def _name_bits(name: str) -> int:
+    """What a host event's name says, as bits: optimizer, DataLoader, host collective."""
+    return (
+        (_OPT_BIT if _OPT.search(name) else 0)
+        | (_DL_BIT if _DL.search(name) else 0)
+        | (_COMM_BIT if _COMM_HOST.search(name) else 0)
+    )
 
 
 def _host_cat(stack: list[HostEvent], ev: HostEvent | None) -> tuple[str, frozenset[str]]:
     """Category and tags of a host segment whose innermost event is ``ev`` (stack: outer first)."""
-    cat, tags = _host_cat_tags(stack, ev)
-    return cat, frozenset(tags)
+    bits = 0
+    for h in stack:
+        bits |= _name_bits(h.name)
+    if ev is None:
+        return _host_cat_of(bits, False, "", "")
+    return _host_cat_of(bits, True, ev.name, ev.cat)
 
 
-def _host_cat_tags(stack: list[HostEvent], ev: HostEvent | None) -> tuple[str, set[str]]:
-    tags: set[str] = set()
-    flags = [_name_flags(h.name) for h in stack]
-    if any(f[0] for f in flags):
-        tags.add("optimizer")
-    if any(f[1] for f in flags):
-        return DATA_LOADING, tags | {"dataloader"}
-    if ev is not None and ev.cat in _RUNTIME:
-        if ev.name in _LAUNCH:
-            return "launch", tags | {"launch_call"}
-        if _COPY_API.match(ev.name):
-            return "copies", tags | {"copy_call"}
-        if ev.name in _SYNC:
-            return "sync", tags
-    if any(f[2] for f in flags):
-        return "communication", tags
-    return "cpu", tags | ({"cpu_op"} if ev is not None and ev.cat not in _RUNTIME else set())
+@functools.lru_cache(maxsize=65536)
+def _host_cat_of(bits: int, has_ev: bool, name: str, cat: str) -> tuple[str, frozenset[str]]:
+    """:func:`_host_cat` from the stack's :func:`_name_bits` (or-ed) and the innermost event's
+    name and category (``has_ev``: whether there is one): read once per distinct key."""
+    tags = {"optimizer"} if bits & _OPT_BIT else set()
+    if bits & _DL_BIT:
+        return DATA_LOADING, frozenset(tags | {"dataloader"})
+    runtime = has_ev and cat in _RUNTIME
+    if runtime:
+        if name in _LAUNCH:
+            return "launch", frozenset(tags | {"launch_call"})
+        if _COPY_API.match(name):
+            return "copies", frozenset(tags | {"copy_call"})
+        if name in _SYNC:
+            return "sync", frozenset(tags)
+    if bits & _COMM_BIT:
+        return "communication", frozenset(tags)
+    return "cpu", frozenset(tags | ({"cpu_op"} if has_ev and not runtime else set()))
 
 
 def _gpu_cat(ev: GpuEvent) -> str:
@@ -315,16 +333,19 @@ def _gpu_class(cat: str, name: str) -> tuple[str, frozenset[str]]:
 
 def _tile(events: list[HostEvent], lo: int, hi: int) -> list[tuple[int, int, list[HostEvent]]]:
     """Elementary segments of ``[lo, hi)`` with the stack of events covering each (outer first);
-    events are assumed properly nested (a child that outlives its parent is clipped to it)."""
+    events are assumed properly nested (a child that outlives its parent is clipped to it).
+    Neighbours with the same innermost event (equal, at the same depth) are one segment."""
     evs = sorted((e for e in events if e.e > lo and e.s < hi), key=lambda e: (e.s, -e.e))
-    points = sorted({lo, hi, *(max(lo, e.s) for e in evs), *(min(hi, e.e) for e in evs)})
+    # every kept event has s < hi and e > lo: max(lo, s) is lo or s, min(hi, e) is hi or e
+    points = sorted({lo, hi, *(e.s for e in evs if e.s > lo), *(e.e for e in evs if e.e < hi)})
     out: list[tuple[int, int, list[HostEvent]]] = []
     stack: list[HostEvent] = []
     k = 0
+    n = len(evs)
     for a, b in itertools.pairwise(points):
         while stack and stack[-1].e <= a:
             stack.pop()
-        while k < len(evs) and evs[k].s <= a:
+        while k < n and evs[k].s <= a:
             ev = evs[k]
             k += 1
             if ev.e <= a:
@@ -334,15 +355,18 @@ def _tile(events: list[HostEvent], lo: int, hi: int) -> list[tuple[int, int, lis
             if stack and ev.e > stack[-1].e:  # overlaps its parent's end: clip to it
                 ev = HostEvent(ev.name, ev.cat, ev.s, stack[-1].e, ev.tid, ev.correlation)
             stack.append(ev)
+        if out:
+            prev = out[-1][2]
+            if len(prev) == len(stack) and (not stack or _same_event(prev[-1], stack[-1])):
+                out[-1] = (out[-1][0], b, prev)
+                continue
         out.append((a, b, list(stack)))
-    # merge neighbours with the same innermost event
-    merged: list[tuple[int, int, list[HostEvent]]] = []
-    for a, b, st in out:
-        if merged and (merged[-1][2][-1:] == st[-1:]) and len(merged[-1][2]) == len(st):
-            merged[-1] = (merged[-1][0], b, merged[-1][2])
-        else:
-            merged.append((a, b, st))
-    return merged
+    return out
+
+
+def _same_event(x: HostEvent, y: HostEvent) -> bool:
+    """``x == y``, its field-by-field comparison skipped where the objects or starts tell."""
+    return x is y or (x.s == y.s and x == y)
 
 
 def build_graph(
@@ -362,6 +386,9 @@ def build_graph(
             gpu_by_corr.setdefault(x.correlation, []).append(i)
     launch_tids = {h.tid for h in host if h.correlation in gpu_by_corr}
     tids = [main_tid, *sorted(t for t in launch_tids if t != main_tid)]
+    host_of: dict[int, list[HostEvent]] = {}
+    for h in host:
+        host_of.setdefault(h.tid, []).append(h)
     g = Graph()
     gpu_node: dict[int, int] = {}
     launcher_node: dict[int, int] = {}  # gpu index -> host node that launched it (start edge)
@@ -369,7 +396,7 @@ def build_graph(
     tiles: dict[int, list[tuple[int, int, list[HostEvent]]]] = {}
     blocking_of: dict[int, dict[HostEvent, tuple[int, int | None]]] = {}
     for tid in tids:
-        evs = [h for h in host if h.tid == tid]
+        evs = host_of.get(tid, [])
         if not evs:
             continue
         lo = start_ns if tid == main_tid else max(start_ns, min(h.s for h in evs))
@@ -401,13 +428,17 @@ def build_graph(
     cuts = sorted({t for rr in runs.values() for r in rr for t in r})
     if main_tid in tiles and cuts:
         cut: list[tuple[int, int, list[HostEvent]]] = []
-        for a, b, st in tiles[main_tid]:
-            inner_pts = [t for t in cuts if a < t < b]
-            pts = [a, *inner_pts, b]
-            cut += [(x, y, st) for x, y in itertools.pairwise(pts)]
+        for seg in tiles[main_tid]:
+            a, b, st = seg
+            inner_cuts = cuts[bisect.bisect_right(cuts, a) : bisect.bisect_left(cuts, b)]
+            if not inner_cuts:
+                cut.append(seg)
+                continue
+            cut += [(x, y, st) for x, y in itertools.pairwise([a, *inner_cuts, b])]
         tiles[main_tid] = cut
     seg_nodes: dict[int, list[int]] = {}
-    cat_of: dict[int, tuple[str, frozenset[str]]] = {}  # id(innermost event) -> _host_cat
+    # id(innermost event) -> (_host_cat, its blocking entry): read once per event
+    cat_of: dict[int, tuple[str, frozenset[str], tuple[int, int | None] | None]] = {}
     run_first: dict[tuple[int, int], int] = {}  # (tid, run start) -> first node of the run
     run_last: dict[int, int] = {}  # run end -> last node of the run (any thread)
     run_start_of_end: dict[int, int] = {}
@@ -419,6 +450,7 @@ def build_graph(
         prev: int | None = None
         pending_join = -1
         my_runs = runs.get(tid, [])
+        start_of_my_end = {r1: r0 for r0, r1 in my_runs}
         for a, b, st in tiles[tid]:
             inner = st[-1] if st else None
             if tid != main_tid and not st and not any(r0 < a and b < r1 for r0, r1 in my_runs):
@@ -428,11 +460,14 @@ def build_graph(
             key = id(inner) if inner is not None else 0
             got = cat_of.get(key)
             if got is None:
-                got = cat_of[key] = _host_cat(st, inner)
-            cat, tags = got
+                got = cat_of[key] = (
+                    *_host_cat(st, inner),
+                    blocking.get(inner) if inner is not None else None,
+                )
+            cat, tags, blocked = got
             label = inner.name if inner is not None else "(untraced host time)"
-            if inner is not None and inner in blocking:
-                ws, _gi = blocking[inner]
+            if blocked is not None and inner is not None:
+                ws, _gi = blocked
                 htags = frozenset(tags | {"sync_head"})
                 head = g.add(Node("host", "sync", a, a, label, htags, inner))
                 tail_s = max(a, ws)
@@ -448,15 +483,15 @@ def build_graph(
                 _register_launch(inner, head, gpu_by_corr, launcher_node)
                 prev = tail
                 continue
-            node = Node("host", cat, a, b, label, frozenset(tags), inner)
+            node = Node("host", cat, a, b, label, tags, inner)
             if tid == main_tid and b in run_start_of_end and a <= run_start_of_end[b]:
                 # the main thread spent the whole run of another thread in this segment:
                 # it waited for it (loss.backward() on the autograd thread)
                 node = Node("host", cat, a, a, label, frozenset(tags | {"thread_wait"}), inner)
                 pending_join = b
             v = g.add(node)
-            if prev is not None:
-                g.edge(v, prev, 0, from_start=False, cat="cpu", kind="seq")
+            if prev is not None:  # g.edge(v, prev, 0, from_start=False, cat="cpu", kind="seq")
+                g.preds[v].append(_new_edge((prev, 0, False, "cpu", "seq")))
             if tid == main_tid and a == pending_join and a in run_last:
                 g.edge(v, run_last[a], 0, from_start=False, cat="cpu", kind="join")
             if inner is not None and inner.cat in _RUNTIME:
@@ -465,15 +500,14 @@ def build_graph(
                 run_first[(tid, a)] = v
             nodes.append(v)
             prev = v
-            if tid != main_tid:
-                for r0, r1 in my_runs:
-                    if b == r1:
-                        run_last[r1] = v
-                        run_start_of_end[r1] = r0
+            if tid != main_tid and b in start_of_my_end:
+                run_last[b] = v
+                run_start_of_end[b] = start_of_my_end[b]
         seg_nodes[tid] = nodes
     main_nodes = seg_nodes.get(main_tid, [])
+    main_starts = [g.nodes[v].s for v in main_nodes]
     for (_tid, a), v in run_first.items():  # each run of another thread starts from the main one
-        u = _covering(g, main_nodes, a)
+        u = _covering(main_starts, main_nodes, a)
         if u is not None:
             g.edge(v, u, a - g.nodes[u].s, from_start=True, cat="cpu", kind="spawn")
     # GPU nodes
@@ -573,9 +607,9 @@ def _blocking_calls(
     return out
 
 
-def _covering(g: Graph, nodes: list[int], t: int) -> int | None:
-    """The node of ``nodes`` (time-ordered) running at ``t`` (else the last one before it)."""
-    starts = [g.nodes[v].s for v in nodes]
+def _covering(starts: list[int], nodes: list[int], t: int) -> int | None:
+    """The node of ``nodes`` (time-ordered, starting at ``starts``) running at ``t`` (else the
+    last one before it)."""
     j = bisect.bisect_right(starts, t) - 1
     return nodes[j] if j >= 0 else None
 
@@ -636,38 +670,47 @@ def trace_back(
 ) -> list[PathPiece]:
     """The critical path of ``[a, b)`` ending at ``end_node``: pieces that tile ``[a, b)``
     exactly (time order). Time after the end node's end up to ``b`` is the end node's category."""
-    pieces: list[PathPiece] = []
+    return [PathPiece(*p) for p in _trace_back(g, S, E, bind, a, b, end_node)]
+
+
+def _trace_back(
+    g: Graph, S: list[float], E: list[float], bind: list[int], a: int, b: int, end_node: int
+) -> list[tuple[int, int, str, str, str]]:
+    """:func:`trace_back` as tuples ``(s, e, cat, what, kind)`` (a step's path has thousands)."""
+    pieces: list[tuple[int, int, str, str, str]] = []
+    add = pieces.append
+    nodes, preds = g.nodes, g.preds
+    limit = 4 * len(nodes) + 10
     t_hi = b
     v: int | None = end_node
     at_end = True  # whether we entered v at its end (else at its start, via a start edge)
     guard = 0
     while v is not None and t_hi > a:
         guard += 1
-        if guard > 4 * len(g.nodes) + 10:
+        if guard > limit:
             break
-        node = g.nodes[v]
+        node = nodes[v]
         hi = min(t_hi, round(E[v])) if at_end else min(t_hi, round(S[v]))
         if hi < t_hi:  # time between the node's end and where we stand: the node's category
-            pieces.append(PathPiece(hi, t_hi, node.cat, node.label, node.kind))
+            add((hi, t_hi, node.cat, node.label, node.kind))
             t_hi = hi
         lo = max(a, round(S[v]))
         if at_end and t_hi > lo:
-            pieces.append(PathPiece(lo, t_hi, node.cat, node.label, node.kind))
+            add((lo, t_hi, node.cat, node.label, node.kind))
             t_hi = lo
         if t_hi <= a:
             break
         bi = bind[v]
         if bi < 0:
             break
-        ed = g.preds[v][bi]
-        base = S[ed.src] if ed.from_start else E[ed.src]
-        lo = max(a, round(base))
+        src, _w, from_start, cat, kind = preds[v][bi]
+        lo = max(a, round(S[src] if from_start else E[src]))
         if t_hi > lo:
-            pieces.append(PathPiece(lo, t_hi, ed.cat, f"{ed.kind} latency", ed.kind))
+            add((lo, t_hi, cat, f"{kind} latency", kind))
             t_hi = lo
-        v, at_end = ed.src, not ed.from_start
+        v, at_end = src, not from_start
     if t_hi > a:  # nothing earlier: the start of the step itself
-        pieces.append(PathPiece(a, t_hi, "cpu", "(before the first event)", "host"))
+        add((a, t_hi, "cpu", "(before the first event)", "host"))
     pieces.reverse()
     return pieces
 
@@ -683,15 +726,35 @@ def split(pieces: list[PathPiece]) -> dict[str, int]:
 def step_end_node(g: Graph, E: list[float], b: int, main_tid: int) -> int | None:
     """The node that ends step ``[a, b)``: the main-thread segment ending at ``b``, else the node
     with the latest end at or before ``b``."""
-    best = None
-    for v, node in enumerate(g.nodes):
-        if round(E[v]) == b and node.kind == "host" and isinstance(node.event, HostEvent | None):
-            ev = node.event
-            if ev is None or ev.tid == main_tid:
-                return v
-        if round(E[v]) <= b and (best is None or E[v] > E[best]):
-            best = v
-    return best
+    return _step_end_nodes(g, E, [b], main_tid)[0]
+
+
+def _step_end_nodes(g: Graph, E: list[float], ends: list[int], main_tid: int) -> list[int | None]:
+    """:func:`step_end_node` of each step end of ``ends``, without a pass over the nodes per step:
+    ``round`` is monotone, so the nodes sorted by end are sorted by rounded end too, and the
+    nodes that end at or before ``b`` are a prefix of them (bisection)."""
+    R = [round(x) for x in E]
+    wanted = set(ends)
+    main_at: dict[int, int] = {}  # rounded end -> first main-thread host node ending there
+    for v, r in enumerate(R):
+        if r in wanted and r not in main_at:
+            node = g.nodes[v]
+            if node.kind == "host" and isinstance(node.event, HostEvent | None):
+                ev = node.event
+                if ev is None or ev.tid == main_tid:
+                    main_at[r] = v
+    by_end = sorted(range(len(E)), key=E.__getitem__)  # stable: equal ends in node order
+    e_keys = [E[v] for v in by_end]
+    r_keys = [R[v] for v in by_end]
+    out: list[int | None] = []
+    for b in ends:
+        if b in main_at:
+            out.append(main_at[b])
+            continue
+        j = bisect.bisect_right(r_keys, b)  # nodes by_end[:j] end at or before b (rounded)
+        # the latest end among them, the first node of those that end then
+        out.append(by_end[bisect.bisect_left(e_keys, e_keys[j - 1])] if j else None)
+    return out
 
 
 # -- per step ------------------------------------------------------------------------------------
@@ -798,20 +861,23 @@ def critical_path_of(
     ws, we = bounds[0][0], bounds[-1][1]
     g = build_graph(host, gpu, main_tid, ws, we)
     S, E, bind = replay(g)
+    ends = _step_end_nodes(g, E, [b for _, b in bounds], main_tid)
     steps: list[StepPath] = []
     for k, (a, b) in enumerate(bounds):
-        end = step_end_node(g, E, b, main_tid)
-        pieces = trace_back(g, S, E, bind, a, b, end) if end is not None else []
+        end = ends[k]
+        pieces = _trace_back(g, S, E, bind, a, b, end) if end is not None else []
         if not pieces:
-            pieces = [PathPiece(a, b, "cpu", "(no event)", "host")]
+            pieces = [(a, b, "cpu", "(no event)", "host")]
         agg: dict[tuple[str, str], int] = {}
-        for p in pieces:
-            agg[(p.cat, p.what)] = agg.get((p.cat, p.what), 0) + p.e - p.s
+        bound = dict.fromkeys(BOUND_BY, 0)  # split(pieces)
+        for ps, pe, cat, what, _kind in pieces:
+            agg[(cat, what)] = agg.get((cat, what), 0) + pe - ps
+            bound[cat if cat in bound else "cpu"] += pe - ps
         top = [
             PathTotal(c, w, ns / 1e6)
             for (c, w), ns in sorted(agg.items(), key=lambda kv: -kv[1])[:top_n]
         ]
-        steps.append(StepPath(numbers[k] if numbers else k, a, b - a, split(pieces), top))
+        steps.append(StepPath(numbers[k] if numbers else k, a, b - a, bound, top))
     return CriticalPath(steps, g, (ws, we), main_tid, len(g.nodes), sum(map(len, g.preds)))
 
 
