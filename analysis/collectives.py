@@ -50,7 +50,7 @@ import pandas as pd
 import pyarrow as pa
 from gpuscope.analysis.event_classes import COMM_RE, KERNEL_CATS, OPTIMIZER_RE
 from gpuscope.analysis.fmt import sig3
-from gpuscope.analysis.rank_index import RankIndex, ids_param
+from gpuscope.analysis.rank_index import NO_NAME, RankIndex, ids_param, in_ids, name_class
 from gpuscope.analysis.store_access import RUNTIME_CATS_SQL, execute, regex, sql_list
 
 if TYPE_CHECKING:
@@ -335,6 +335,12 @@ def _inside_any(span_s: Any, span_e: Any, t: Any) -> Any:
     return (i >= 0) & (reach[np.maximum(i, 0)] >= t)
 
 
+#: The names of a rank's collective ops, backward spans and optimizer spans (the phases).
+_COMM_OPS = name_class(regex(COMM_RE))
+_BACKWARD = name_class("starts_with(name, 'autograd::engine::evaluate_function')")
+_OPTIMIZER = name_class(regex(OPTIMIZER_RE))
+
+
 def rank_collective_columns(
     con: Connection, run_id: str, rank: int, window: Window | None = None
 ) -> dict[str, list[Any]]:
@@ -380,27 +386,22 @@ def rank_collective_columns(
         return {c: [] for c in FRAME_COLUMNS}
     # kind 0: a communication op, 1: a backward span, 2: an optimizer span. As Arrow, not Python
     # rows: a 3 M-event rank has ~180 k of them (~70 MB more as tuples), mostly backward spans.
-    bwd = ix.name_ids("starts_with(name, 'autograd::engine::evaluate_function')")
-    opt = ix.name_ids(regex(OPTIMIZER_RE))
+    bwd, opt = ids_param(ix.name_ids(_BACKWARD)), ids_param(ix.name_ids(_OPTIMIZER))
+    ids = ids_param(sorted({*ix.name_ids(_COMM_OPS), *bwd, *opt} - {NO_NAME}))
     ops = execute(
         con,
-        """
+        f"""
         SELECT e.pid, e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, e.external_id,
                e.input_dims, n.name,
-               CASE WHEN list_contains($bwd, e.name_id) THEN 1
-                    WHEN list_contains($opt, e.name_id) THEN 2 ELSE 0 END AS kind
+               CASE WHEN {in_ids("e.name_id", "bwd", bwd)} THEN 1
+                    WHEN {in_ids("e.name_id", "opt", opt)} THEN 2 ELSE 0 END AS kind
         FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
         WHERE e.run_id = $run AND e.rank = $rank AND e.ph = 'X' AND e.dur_ns IS NOT NULL
           AND e.cat IN ('cpu_op', 'user_annotation', 'Operator')
-          AND list_contains($ids, e.name_id)
+          AND {in_ids("e.name_id", "ids", ids)}
         ORDER BY s
         """,
-        {
-            **p,
-            "bwd": ids_param(bwd),
-            "opt": ids_param(opt),
-            "ids": ids_param(sorted({*ix.name_ids(regex(COMM_RE)), *bwd, *opt})),
-        },
+        {**p, "bwd": bwd, "opt": opt, "ids": ids},
     ).to_arrow_table()
     off = rank_offset_ns(con, run_id, rank)
     kind = ops.column("kind").to_numpy()

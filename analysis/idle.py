@@ -30,7 +30,13 @@ import numpy as np
 import pandas as pd
 from gpuscope.analysis.busy import NO_DEVICE
 from gpuscope.analysis.event_classes import CAUSES, EVIDENCE_CLASSES
-from gpuscope.analysis.rank_index import RankIndex, close_shared, ids_param
+from gpuscope.analysis.rank_index import (
+    RankIndex,
+    close_shared,
+    ids_param,
+    in_ids,
+    name_class,
+)
 from gpuscope.analysis.steps import Window
 from gpuscope.analysis.store_access import (
     COMM_RE,
@@ -70,13 +76,16 @@ LAUNCH_GAP_MAX_NS = 100_000
 
 #: The classes of names that can make a host span evidence: a SQL condition on ``name`` each.
 NAME_CLASSES: dict[str, str] = {
-    "dl": regex(DATALOADER_RE),
-    "comm": regex(COMM_RE),
-    "sync_api": f"name IN {sql_list(SYNC_APIS)}",
-    "memcpy": regex(MEMCPY_API_RE),
+    "dl": name_class(regex(DATALOADER_RE)),
+    "comm": name_class(regex(COMM_RE)),
+    "sync_api": name_class(f"name IN {sql_list(SYNC_APIS)}"),
+    "memcpy": name_class(regex(MEMCPY_API_RE)),
 }
 #: The names of pageable copies' GPU activity (host-to-device, device-to-host).
-COPY_CLASSES: dict[str, str] = {"h2d": regex(PAGEABLE_H2D_RE), "d2h": regex(PAGEABLE_D2H_RE)}
+COPY_CLASSES: dict[str, str] = {
+    "h2d": name_class(regex(PAGEABLE_H2D_RE)),
+    "d2h": name_class(regex(PAGEABLE_D2H_RE)),
+}
 
 
 def _name_params(ix: RankIndex) -> dict[str, list[int]]:
@@ -87,28 +96,34 @@ def _name_params(ix: RankIndex) -> dict[str, list[int]]:
     return {k: ids_param(v) for k, v in sets.items()}
 
 
-def _evidence_sql(gpu: str, host: str, cand_table: str) -> tuple[str, str]:
+def _evidence_sql(
+    gpu: str, host: str, cand_table: str, names: dict[str, list[int]]
+) -> tuple[str, str]:
     """Host evidence spans of the window, classes 1..4 of :data:`EVIDENCE_CLASSES`: ``cls``,
     ``cat``, ``name_id``, ``tid``, ``s``/``e`` (clipped to the window), ``span_s``/``span_dur``
     (unclipped), ``correlation``, ``external_id``, ``bytes`` (of the copy, for memcpy calls).
     Two statements: the candidate spans (a small table), then their classes. The names of
-    each class come as parameters (:func:`_name_params`)."""
-    flags = ", ".join(f"list_contains(${k}, e.name_id) AS {k}" for k in NAME_CLASSES)
+    each class come as parameters (``names``: :func:`_name_params`)."""
+
+    def has(k: str, col: str = "e.name_id") -> str:
+        return in_ids(col, k, names[k])
+
+    flags = ", ".join(f"{has(k)} AS {k}" for k in NAME_CLASSES)
     cand = f"""
         SELECT e.cat, e.name_id, e.tid, greatest(e.ts_ns, $ws) AS s,
                least(e.ts_ns + e.dur_ns, $we) AS e, e.ts_ns AS span_s, e.dur_ns AS span_dur,
                e.correlation, e.external_id, {flags},
                e.cat IN {RUNTIME_CATS_SQL} AS rt
         FROM {host} e
-        WHERE list_contains($evidence, e.name_id) AND e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
+        WHERE {has("evidence")} AND e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
           AND e.dur_ns > 0 AND e.ts_ns < $we AND e.ts_ns + e.dur_ns > $ws
     """
     classes = f"""
         WITH mc AS (SELECT DISTINCT correlation FROM {cand_table} WHERE rt AND memcpy),
         gmem AS (
             SELECT g.correlation,
-                   bool_or(list_contains($h2d, g.name_id)) AS h2d,
-                   bool_or(list_contains($d2h, g.name_id)) AS d2h,
+                   bool_or({has("h2d", "g.name_id")}) AS h2d,
+                   bool_or({has("d2h", "g.name_id")}) AS d2h,
                    sum(g.bytes)::BIGINT AS bytes
             FROM mc JOIN {gpu} g ON g.correlation = mc.correlation
             GROUP BY g.correlation
@@ -145,8 +160,9 @@ def _build(ix: RankIndex, p: dict[str, Any], key: tuple[Any, ...]) -> dict[str, 
 def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
     con = ix.con
     gaps, dev_table = ix.gaps(p["ws"], p["we"])
-    cand, classes = _evidence_sql(ix.gpu(), ix.host(), t["cand"])
-    named = {**p, **_name_params(ix)}
+    names = _name_params(ix)
+    cand, classes = _evidence_sql(ix.gpu(), ix.host(), t["cand"], names)
+    named = {**p, **names}
     execute(con, f"CREATE TEMP TABLE {t['cand']} AS {cand}", named)
     execute(con, f"CREATE TEMP TABLE {t['ev']} AS {classes}", named)
     # gaps of the device with the launch call of the activity that ends each gap
@@ -156,38 +172,27 @@ def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
         if has_act and has_act[0]
         else "SELECT $ws AS gs, $we AS ge, NULL::BIGINT AS next_corr, NULL::INTEGER AS next_name"
     )
-    rt = f"SELECT correlation, s AS ts_ns, e AS te, name_id FROM {ix.runtime()} WHERE s < $we"
-    cols = """gg.gs, gg.ge, gg.next_corr, gg.next_name, rt.ts_ns AS launch_s, rt.te AS launch_e,
-              rt.name_id AS launch_name, coalesce(rt.te <= gg.gs, false) AS queued"""
-    # inner join plus the gaps without a next activity: no outer join (slow in parallel)
+    # each gap with the launch call of the activity that ends it: the first such call (by start,
+    # then end) where one correlation id is on several, none where the launch is not in the trace
+    # (queued before the profiler started) or the gap has no next activity. One statement: an
+    # inner join plus an anti join (no outer join: slow in parallel)
+    rt = f"""SELECT correlation, s AS ts_ns, e AS te, name_id FROM {ix.runtime()}
+             WHERE s < $we AND correlation IN (SELECT next_corr FROM gg)
+             QUALIFY row_number() OVER (PARTITION BY correlation ORDER BY s, e) = 1"""
     execute(
         con,
         f"""
-        CREATE OR REPLACE TEMP TABLE {t["g"]} AS
-        WITH gg AS ({device_gaps})
-        SELECT {cols} FROM gg JOIN ({rt}) rt ON rt.correlation = gg.next_corr
+        CREATE TEMP TABLE {t["g"]} AS
+        WITH gg AS ({device_gaps}), rt AS ({rt})
+        SELECT gg.gs, gg.ge, gg.next_corr, gg.next_name, rt.ts_ns AS launch_s, rt.te AS launch_e,
+               rt.name_id AS launch_name, coalesce(rt.te <= gg.gs, false) AS queued
+        FROM gg JOIN rt ON rt.correlation = gg.next_corr
         UNION ALL
-        SELECT gs, ge, next_corr, next_name, NULL, NULL, NULL, false FROM gg WHERE next_corr IS NULL
+        SELECT gs, ge, next_corr, next_name, NULL, NULL, NULL, false
+        FROM gg ANTI JOIN rt ON rt.correlation = gg.next_corr
         """,
         p,
     )
-    # every gap exactly once? (same multiset of starts: count, sum and sum of hashes agree)
-    fp = "count(*), sum(gs)::HUGEINT, sum(hash(gs))::HUGEINT"
-    before = execute(con, f"WITH gg AS ({device_gaps}) SELECT {fp} FROM gg", p).fetchone()
-    after = con.execute(f"SELECT {fp} FROM {t['g']}").fetchone()
-    if before != after:
-        # a launch missing from the trace, or one correlation id on two runtime calls: keep
-        # every gap once, with its first launch call
-        execute(
-            con,
-            f"""
-            CREATE OR REPLACE TEMP TABLE {t["g"]} AS
-            WITH gg AS ({device_gaps})
-            SELECT {cols} FROM gg LEFT JOIN ({rt}) rt ON rt.correlation = gg.next_corr
-            QUALIFY row_number() OVER (PARTITION BY gg.gs ORDER BY rt.ts_ns, rt.te) = 1
-            """,
-            p,
-        )
     # nested unions of host evidence: level k = classes 1..k (k <= 4); level 5 adds every other
     # host span, the steps' CPU extent [$hs, $he) counting as one span (the training loop);
     # level 6 = synchronizing calls widened by the slack, to tell gaps drained by a sync

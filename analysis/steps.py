@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.json_row import JsonRow
-from gpuscope.analysis.rank_index import RankIndex, ids_param
+from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids, name_class
 from gpuscope.analysis.store_access import (
     GPU_CATS_SQL,
     HOST_CATS_SQL,
@@ -102,6 +102,7 @@ class StepStats:
 
 
 _STEP_NUM = re.compile(r"#(\d+)$")
+_PROFILER_STEPS = name_class(regex(PROFILER_STEP_RE))
 
 
 def _host_spans(
@@ -111,6 +112,7 @@ def _host_spans(
     (``$``-parameters from ``params``), ordered by start then end (plain tuples: a DataFrame of a
     few rows cost more than the query)."""
     ix = RankIndex.shared(con, run_id, rank)
+    ids = ids_param(ix.name_ids(name_cond, params))
     return execute(
         con,
         f"""
@@ -118,10 +120,10 @@ def _host_spans(
         FROM {ix.host()} e
         JOIN names n ON n.run_id = $run AND n.name_id = e.name_id
         WHERE e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
-          AND e.dur_ns IS NOT NULL AND list_contains($ids, e.name_id)
+          AND e.dur_ns IS NOT NULL AND {in_ids("e.name_id", "ids", ids)}
         ORDER BY s, e
         """,
-        {"run": run_id, "ids": ids_param(ix.name_ids(name_cond, params))},
+        {"run": run_id, "ids": ids},
     ).fetchall()
 
 
@@ -129,7 +131,7 @@ def _profiler_steps(con: Connection, run_id: str, rank: int) -> list[Step]:
     """One step per ``ProfilerStep#N`` number: from the earliest start to the latest end of its
     spans (a step split over several spans is one step), in number order."""
     bounds: dict[int, list[int]] = {}
-    for name, s, e in _host_spans(con, run_id, rank, regex(PROFILER_STEP_RE), {}):
+    for name, s, e in _host_spans(con, run_id, rank, _PROFILER_STEPS, {}):
         m = _STEP_NUM.search(name)
         if m is None:  # the name filter is PROFILER_STEP_RE: every name ends in #N
             raise ValueError(f"rank {rank}: step span {name!r} has no step number")

@@ -336,3 +336,27 @@ def test_causes_match_brute_force(tmp_path_factory, acts, spans, steps):
         assert r.gaps_by_cause == {c: sum(1 for x in want_gaps if x[2] == c) for c in CAUSES}
     finally:
         con.close()
+
+
+def test_a_gap_whose_launch_is_missing_or_shared_is_one_gap_with_its_first_launch(con, tmp_path):
+    """Window 0..200 µs. Gap [0, 20): kernel A's launch is not in the trace (queued before the
+    profiler began): host-late, no launch. Gap [30, 60): kernel B's correlation is on two
+    runtime calls, 10..12 and 40..42: its launch is the first, which ended before the gap, so
+    the gap is queued; 30 µs (<= 100) of launch overhead. Gap [70, 200): the tail."""
+    t = TraceBuilder()
+    t.step(1, 0, 200)
+    t.gpu("A", 20, 10, correlation=900)  # busy 20..30, launched outside the trace
+    corr = t.runtime("cudaLaunchKernel", 10, 2)
+    t.runtime("cudaLaunchKernel", 40, 2, correlation=corr)  # the same correlation again
+    t.gpu("B", 60, 10, correlation=corr)  # busy 60..70
+    rid = ingest(con, t, tmp_path / "t.json")
+    w = find_window(con, rid, 0)
+    g = idle_gaps(con, rid, 0, w, evidence=False)
+    assert g["start_ns"].tolist() == [0, 30_000, 70_000]  # each gap once
+    assert g["queued"].tolist() == [False, True, False]
+    assert g["launch_s"].isna().tolist() == [True, False, True]
+    assert (int(g["launch_s"][1]), int(g["launch_e"][1])) == (10_000, 12_000)  # the first call
+    assert g["cause"].tolist() == ["cpu_overhead", "launch_overhead", "cpu_overhead"]
+    r = idle_analysis(con, rid, 0, w)
+    assert r.total_ns == 180_000 == sum(r.causes_ns.values())
+    assert r.causes_ns["launch_overhead"] == 30_000

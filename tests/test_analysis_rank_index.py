@@ -21,10 +21,13 @@ from gpuscope.analysis.idle import idle_analysis, idle_gaps
 from gpuscope.analysis.kernels import kernel_breakdown
 from gpuscope.analysis.rank_index import (
     NO_NAME,
+    SHORT_IDS,
     RankIndex,
     close_shared,
     ids_param,
+    in_ids,
     keep_name_ids,
+    name_class,
     names_changed,
     unchanging,
 )
@@ -392,3 +395,45 @@ def test_name_ids_are_read_once_per_index_or_once_per_kept_connection_until_name
     names_changed(c)  # whoever keeps them says when the names change
     assert RankIndex(c, "r", 3).name_ids(nccl) == [0, 2]  # type: ignore[arg-type]
     assert c.reads == 2
+
+
+def test_the_registered_classes_of_names_are_read_in_one_statement():
+    c = _CountingNames()
+    c.con.execute("CREATE TABLE names (run_id VARCHAR, name_id INTEGER, name VARCHAR)")
+    c.con.execute(
+        "INSERT INTO names VALUES ('r', 0, 'ncclDevKernel_AllReduce'), ('r', 1, 'ProfilerStep#3'), "
+        "('r', 2, 'cudaStreamSynchronize'), ('r', 3, NULL), ('s', 4, 'ProfilerStep#4')"
+    )
+    steps = name_class("regexp_matches(name, '^ProfilerStep#[0-9]+$')")
+    sync = name_class("name IN ('cudaStreamSynchronize', 'cudaDeviceSynchronize')")
+    ix = RankIndex(c, "r", 0)  # type: ignore[arg-type]
+    assert ix.name_ids(steps) == [1]
+    assert c.reads == 1
+    assert ix.comm_name_ids() == [0] and ix.name_ids(sync) == [2]  # read with the first
+    assert c.reads == 1
+    assert ix.name_ids("name IS NULL") == [3] and c.reads == 2  # not registered: read alone
+    assert RankIndex(c, "s", 0).name_ids(steps) == [4]  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ids=st.lists(st.integers(0, 200), max_size=80, unique=True),
+    values=st.lists(st.one_of(st.none(), st.integers(-1, 200)), max_size=60),
+)
+def test_in_ids_selects_exactly_the_ids_short_or_long(ids, values):
+    c = duckdb.connect()
+    c.execute("CREATE TABLE t (name_id INTEGER)")
+    if values:
+        c.executemany("INSERT INTO t VALUES (?)", [[v] for v in values])
+    want = ids_param(sorted(ids))
+    got = c.execute(
+        f"SELECT name_id FROM t WHERE {in_ids('name_id', 'ids', want)}", {"ids": want}
+    ).fetchall()
+    assert sorted(r[0] for r in got) == sorted(v for v in values if v is not None and v in ids)
+    flags = c.execute(
+        f"SELECT coalesce({in_ids('name_id', 'ids', want)}, false) FROM t WHERE name_id IS NOT NULL",
+        {"ids": want},
+    ).fetchall()
+    assert sum(f for (f,) in flags) == len(got)
+    # the form follows the length: a hash join beyond SHORT_IDS
+    assert ("ANY" in in_ids("x", "p", want)) == (len(want) > SHORT_IDS)
