@@ -112,9 +112,10 @@ def test_an_answer_sent_before_the_requested_trace_was_taken_asks_for_no_other(s
 
 @pytest.mark.slow
 def test_capture_traces_slow_steps_and_reports_them(tmp_path, sampler):
-    """30 steps; steps 12 and 20 sleep 1.5 s (normal steps take milliseconds plus the profiler's
-    own cost); k = 20, at most 1 trace: step 12 is traced; the Live page's request lets step 20 be
-    traced beyond the cap; every step reaches the sampler."""
+    """30 steps; steps 12 and 20 sleep 1.5 s, every step at least 30 ms (a sleep: a step of a few
+    ms took 20x the median on a loaded CI machine, and was traced in step 12's place); k = 20 (a
+    normal step is slow only past 600 ms), at most 1 trace: step 12 is traced; the Live page's
+    request lets step 20 be traced beyond the cap; every step reaches the sampler."""
     pytest.importorskip("torch")
     import torch
     from gpuscope.capture import slow_steps
@@ -125,7 +126,7 @@ def test_capture_traces_slow_steps_and_reports_them(tmp_path, sampler):
         with slow_steps(
             tmp_path,
             name="s",
-            k=20.0,  # the stalls are 1.5 s against steps of ms: far beyond a loaded machine's jitter
+            k=20.0,  # stalls of 1.5 s against steps of >= 30 ms: slow past 600 ms, far beyond jitter
             min_steps=10,  # and the first steps (the profiler warming up) never set the median
             max_traces=1,
             sampler=sampler.url,
@@ -141,8 +142,7 @@ def test_capture_traces_slow_steps_and_reports_them(tmp_path, sampler):
                     while not s.reporter.requested:  # type: ignore[union-attr]
                         assert time.monotonic() < end
                         time.sleep(0.05)
-                if i in (12, 20):
-                    time.sleep(1.5)
+                time.sleep(1.5 if i in (12, 20) else 0.03)
                 s.step()
     assert len(s.step_ms) == 30 and s.step_ms[12] > 1500 and s.step_ms[20] > 1500
     assert [n for n, _ in s.traces] == [12, 20]
