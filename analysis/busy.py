@@ -150,7 +150,33 @@ def busy_summary(
         """,
         {"ws": int(start_ns), "we": int(end_ns)},
     ).df()
-    # per stream: a device with one stream needs no second pass (its stream is the device)
+    devices["busy_pct"] = [pct(b, window_ns) for b in devices["busy_ns"]]
+    streams = _stream_busy(con, ix, devices, start_ns, end_ns) if per_stream else _NO_STREAMS.copy()
+    if devices.empty:
+        return BusySummary(window_ns, None, 0, 0.0, devices, streams)
+    top = devices.iloc[0]
+    busy = int(top["busy_ns"])
+    return BusySummary(window_ns, int(top["device"]), busy, pct(busy, window_ns), devices, streams)
+
+
+#: ``BusySummary.streams`` of a summary asked for without them (``per_stream=False``).
+_NO_STREAMS = pd.DataFrame({
+    "device": pd.Series(dtype="int32"),
+    "stream": pd.Series(dtype="int64"),
+    "n_events": pd.Series(dtype="int64"),
+    "busy_ns": pd.Series(dtype="int64"),
+    "busy_pct": pd.Series(dtype="float64"),
+})  # fmt: skip
+
+
+def _stream_busy(
+    con: Connection, ix: RankIndex, devices: pd.DataFrame, start_ns: int, end_ns: int
+) -> pd.DataFrame:
+    """Busy time per device and stream in ``[start_ns, end_ns)`` (``BusySummary.streams``)."""
+    window_ns = int(end_ns) - int(start_ns)
+    gaps, dev_table = ix.gaps(start_ns, end_ns)
+    run_id, rank = ix.run_id, ix.rank
+    # a device with one stream needs no second pass (its stream is the device)
     multi = [int(d) for d, n in zip(devices["device"], devices["n_streams"], strict=True) if n > 1]
     single = execute(
         con,
@@ -163,7 +189,7 @@ def busy_summary(
         {"ws": int(start_ns), "we": int(end_ns), "multi": multi or [NO_DEVICE]},
     ).df()
     parts = [single]
-    if per_stream and multi:
+    if multi:
         parts.append(
             execute(
                 con,
@@ -181,17 +207,10 @@ def busy_summary(
             ).df()
         )
     streams = pd.concat([x for x in parts if not x.empty] or [single], ignore_index=True)
-    if not per_stream:
-        streams = streams.iloc[0:0]
     streams = streams.sort_values(["device", "busy_ns", "stream"], ascending=[True, False, True])
     streams = streams.reset_index(drop=True)
-    devices["busy_pct"] = [pct(b, window_ns) for b in devices["busy_ns"]]
     streams["busy_pct"] = [pct(b, window_ns) for b in streams["busy_ns"]]
-    if devices.empty:
-        return BusySummary(window_ns, None, 0, 0.0, devices, streams)
-    top = devices.iloc[0]
-    busy = int(top["busy_ns"])
-    return BusySummary(window_ns, int(top["device"]), busy, pct(busy, window_ns), devices, streams)
+    return streams
 
 
 def merged_intervals(

@@ -86,10 +86,10 @@ def split_inputs(
             "we": int(end_ns),
             "comm": ids_param(ix.comm_name_ids()),
         },
-    ).df()
-    s = act["s"].to_numpy(np.int64)
-    e = act["e"].to_numpy(np.int64)
-    is_comm = act["is_comm"].to_numpy(bool)
+    ).fetchnumpy()  # arrays, not a DataFrame: ~1 ms less a rank
+    s = np.asarray(act["s"], dtype=np.int64)
+    e = np.asarray(act["e"], dtype=np.int64)
+    is_comm = np.asarray(act["is_comm"], dtype=bool)
     cs, ce = np.maximum(s, start_ns), np.minimum(e, end_ns)
     c_s, c_e = _merge(cs[~is_comm], ce[~is_comm])
     m_s, m_e = _merge(cs[is_comm], ce[is_comm])

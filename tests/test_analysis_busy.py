@@ -117,6 +117,13 @@ def test_devices_and_primary(con, tmp_path):
     assert b.device == 1 and b.busy_ns == 40_000
     assert {int(r.device): int(r.busy_ns) for r in b.devices.itertuples()} == {0: 10_000, 1: 40_000}
     assert primary_device(con, rid, 0, 0, 100_000) == 1
+    # without the streams: the same devices and busy time, no stream rows (and none computed)
+    lean = busy_summary(con, rid, 0, 0, 100_000, per_stream=False)
+    assert (lean.device, lean.busy_ns, lean.busy_pct) == (b.device, b.busy_ns, b.busy_pct)
+    assert lean.devices.equals(b.devices) and len(b.streams) == 2
+    assert lean.streams.empty and list(lean.streams.columns) == list(b.streams.columns)
+    lean.streams.loc[0] = [9, 9, 9, 9, 9.0]  # a caller's change stays its own
+    assert busy_summary(con, rid, 0, 0, 100_000, per_stream=False).streams.empty
     assert busy_series(con, rid, 0, 0, 100_000, 2, device=0)["busy_ns"].tolist() == [10_000, 0]
     assert busy_series(con, rid, 0, 0, 100_000, 2, device=5)["busy_ns"].tolist() == [0, 0]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import duckdb
@@ -16,6 +17,8 @@ from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.store import RUN_TABLES, connect
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tracegen import TraceBuilder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -418,3 +421,42 @@ def test_parts_of_a_run_deleted_while_they_were_computed_are_not_stored(
         assert RS.store_outside_transaction(con, run_id, ["rank_row"]) == 1
         with pytest.raises(ValueError, match="inside a transaction"), transaction(con):
             RS.store_outside_transaction(con, run_id, ["headline"])
+
+
+_json_like = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=6)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=3) | st.integers(), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+def _finite_by_hand(v):
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {str(k): _finite_by_hand(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite_by_hand(x) for x in v]
+    return v
+
+
+@settings(max_examples=200, deadline=None)
+@given(_json_like)
+def test_finite_makes_every_nan_and_inf_none_at_any_depth(v):
+    got = RS._finite(v)
+    assert json.dumps(got, allow_nan=False) == json.dumps(_finite_by_hand(v), allow_nan=False)
+
+
+def test_part_scratch_compares_constant_lists_without_a_join():
+    """The part threads' scratch keeps ``cat IN (...)`` a comparison (the in_clause optimizer is
+    off there: ~6 % of a DDP rank's part); the rows are the same (tests/test_parts_while_ingesting.py)."""
+    scratch = RS._new_scratch()
+    try:
+        row = scratch.execute("SELECT current_setting('disabled_optimizers')").fetchone()
+        assert "in_clause" in str(row[0]).split(",")
+    finally:
+        scratch.close()
