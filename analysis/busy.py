@@ -93,7 +93,8 @@ class BusySummary:
     ``devices``: one row per device with activity (``device``, ``busy_ns``, ``busy_pct``,
     ``active_ns`` = sum of activity durations before the union, ``n_events``). ``streams``: per
     (``device``, ``stream``) the union of that stream's activity (``busy_ns``, ``busy_pct``,
-    ``n_events``). ``device`` is the primary device (most activity time) and ``busy_ns`` /
+    ``n_events``; no rows when the summary was asked for with ``per_stream=False``). ``device``
+    is the primary device (most activity time) and ``busy_ns`` /
     ``busy_pct`` its busy time and share of the window (%).
     """
 
