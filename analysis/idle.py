@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from gpuscope.analysis.busy import NO_DEVICE
 from gpuscope.analysis.event_classes import CAUSES, EVIDENCE_CLASSES
 from gpuscope.analysis.rank_index import (
@@ -96,14 +97,13 @@ def _name_params(ix: RankIndex) -> dict[str, list[int]]:
     return {k: ids_param(v) for k, v in sets.items()}
 
 
-def _evidence_sql(
-    gpu: str, host: str, cand_table: str, names: dict[str, list[int]]
-) -> tuple[str, str]:
+def _evidence_sql(gpu: str, host: str, names: dict[str, list[int]]) -> str:
     """Host evidence spans of the window, classes 1..4 of :data:`EVIDENCE_CLASSES`: ``cls``,
     ``cat``, ``name_id``, ``tid``, ``s``/``e`` (clipped to the window), ``span_s``/``span_dur``
     (unclipped), ``correlation``, ``external_id``, ``bytes`` (of the copy, for memcpy calls).
-    Two statements: the candidate spans (a small table), then their classes. The names of
-    each class come as parameters (``names``: :func:`_name_params`)."""
+    One statement: the candidate spans (``cand``, materialized once: both of its readers scan
+    it), then their classes (a table of its own before: one statement, ~1-2 ms a small rank,
+    more). The names of each class come as parameters (``names``: :func:`_name_params`)."""
 
     def has(k: str, col: str = "e.name_id") -> str:
         return in_ids(col, k, names[k])
@@ -118,8 +118,9 @@ def _evidence_sql(
         WHERE {has("evidence")} AND e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
           AND e.dur_ns > 0 AND e.ts_ns < $we AND e.ts_ns + e.dur_ns > $ws
     """
-    classes = f"""
-        WITH mc AS (SELECT DISTINCT correlation FROM {cand_table} WHERE rt AND memcpy),
+    return f"""
+        WITH cand AS MATERIALIZED ({cand}),
+        mc AS (SELECT DISTINCT correlation FROM cand WHERE rt AND memcpy),
         gmem AS (
             SELECT g.correlation,
                    bool_or({has("h2d", "g.name_id")}) AS h2d,
@@ -135,17 +136,16 @@ def _evidence_sql(
                  WHEN rt AND (sync_api OR (memcpy AND coalesce(gmem.d2h, false))) THEN 4
                END AS cls,
                cat, name_id, tid, s, e, span_s, span_dur, correlation, external_id, gmem.bytes
-        FROM {cand_table} c LEFT JOIN gmem USING (correlation)
+        FROM cand c LEFT JOIN gmem USING (correlation)
         WHERE cls IS NOT NULL
     """
-    return cand, classes
 
 
 #: The tables of one idle attribution (one device, window and steps' extent), built together:
-#: ``cand``/``ev`` candidate and classified evidence spans, ``g`` the device's gaps with their
-#: launch, ``sh`` the shares of its host-late gaps (:func:`host_late_shares`), ``idle`` (a view)
-#: ns per cause per gap.
-IDLE_TABLES: tuple[str, ...] = ("cand", "ev", "g", "sh", "idle")
+#: ``ev`` the classified evidence spans, ``g`` the device's gaps with their
+#: launch, ``sh`` the shares of its host-late gaps (:func:`host_late_shares`), ``idle`` (a view,
+#: made on first use by :func:`_gap_view`) ns per cause per gap.
+IDLE_TABLES: tuple[str, ...] = ("ev", "g", "sh", "idle")
 
 
 def _build(ix: RankIndex, p: dict[str, Any], key: tuple[Any, ...]) -> dict[str, str]:
@@ -161,10 +161,8 @@ def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
     con = ix.con
     gaps, dev_table = ix.gaps(p["ws"], p["we"])
     names = _name_params(ix)
-    cand, classes = _evidence_sql(ix.gpu(), ix.host(), t["cand"], names)
-    named = {**p, **names}
-    execute(con, f"CREATE TEMP TABLE {t['cand']} AS {cand}", named)
-    execute(con, f"CREATE TEMP TABLE {t['ev']} AS {classes}", named)
+    evidence = _evidence_sql(ix.gpu(), ix.host(), names)
+    execute(con, f"CREATE TEMP TABLE {t['ev']} AS {evidence}", {**p, **names})
     # gaps of the device with the launch call of the activity that ends each gap
     has_act = con.execute(f"SELECT count(*) FROM {dev_table} WHERE dev = ?", [p["dev"]]).fetchone()
     device_gaps = (
@@ -219,36 +217,50 @@ def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
         None if p.get("hs") is None else (max(p["hs"], p["ws"]), min(p["he"], p["we"])),
     )
     src = f"{t['sh']}_src"  # the index's own name: no other table's
-    con.register(src, shares)
+    # as Arrow, not a DataFrame: DuckDB reads a registered DataFrame through its pandas scan,
+    # ~3 ms more a rank (benchmarks/part_cost.py)
+    con.register(src, pa.table(shares))
     try:
         con.execute(f"CREATE TEMP TABLE {t['sh']} AS SELECT *, {_DOMINANT} AS cause FROM {src}")
     finally:
         con.unregister(src)
-    # every gap: queued ones are launch overhead (or other when long), swept ones have their
-    # shares, every other host-late gap is wholly cpu_overhead
-    lo = LAUNCH_GAP_MAX_NS
-    con.execute(
-        f"""
-        CREATE TEMP VIEW {t["idle"]} AS
-        WITH c AS (
-            SELECT g.gs AS start_ns, g.ge AS end_ns, g.ge - g.gs AS dur_ns, g.queued,
-                   coalesce(sh.drained, false) AS drained, g.next_corr, g.next_name, g.launch_name,
-                   g.launch_s, g.launch_e, CASE WHEN g.queued THEN g.gs - g.launch_e END AS queued_for_ns,
-                   CASE WHEN g.queued AND g.ge - g.gs <= {lo} THEN g.ge - g.gs ELSE 0 END
-                       AS launch_overhead_ns,
-                   coalesce(sh.data_loading_ns, 0) AS data_loading_ns,
-                   coalesce(sh.pageable_copy_ns, 0) AS pageable_copy_ns,
-                   coalesce(sh.communication_ns, 0) AS communication_ns,
-                   coalesce(sh.host_sync_ns, 0) AS host_sync_ns,
-                   CASE WHEN g.queued THEN 0 WHEN sh.gs IS NULL THEN g.ge - g.gs
-                        ELSE sh.cpu_overhead_ns END AS cpu_overhead_ns,
-                   CASE WHEN g.queued AND g.ge - g.gs > {lo} THEN g.ge - g.gs
-                        ELSE coalesce(sh.other_ns, 0) END AS other_ns
-            FROM {t["g"]} g LEFT JOIN {t["sh"]} sh ON sh.gs = g.gs
+
+
+def _gap_view(ix: RankIndex, t: dict[str, str]) -> dict[str, str]:
+    """``t`` with its ``idle`` view made (once per build of the family: the view's name is
+    unique to it). Made on first use, not with the tables: a rank's part needs only the totals
+    (~1 ms a small rank)."""
+
+    def make() -> bool:
+        # every gap: queued ones are launch overhead (or other when long), swept ones have their
+        # shares, every other host-late gap is wholly cpu_overhead
+        lo = LAUNCH_GAP_MAX_NS
+        ix.con.execute(
+            f"""
+            CREATE TEMP VIEW {t["idle"]} AS
+            WITH c AS (
+                SELECT g.gs AS start_ns, g.ge AS end_ns, g.ge - g.gs AS dur_ns, g.queued,
+                       coalesce(sh.drained, false) AS drained, g.next_corr, g.next_name, g.launch_name,
+                       g.launch_s, g.launch_e, CASE WHEN g.queued THEN g.gs - g.launch_e END AS queued_for_ns,
+                       CASE WHEN g.queued AND g.ge - g.gs <= {lo} THEN g.ge - g.gs ELSE 0 END
+                           AS launch_overhead_ns,
+                       coalesce(sh.data_loading_ns, 0) AS data_loading_ns,
+                       coalesce(sh.pageable_copy_ns, 0) AS pageable_copy_ns,
+                       coalesce(sh.communication_ns, 0) AS communication_ns,
+                       coalesce(sh.host_sync_ns, 0) AS host_sync_ns,
+                       CASE WHEN g.queued THEN 0 WHEN sh.gs IS NULL THEN g.ge - g.gs
+                            ELSE sh.cpu_overhead_ns END AS cpu_overhead_ns,
+                       CASE WHEN g.queued AND g.ge - g.gs > {lo} THEN g.ge - g.gs
+                            ELSE coalesce(sh.other_ns, 0) END AS other_ns
+                FROM {t["g"]} g LEFT JOIN {t["sh"]} sh ON sh.gs = g.gs
+            )
+            SELECT *, {_DOMINANT} AS cause FROM c
+            """
         )
-        SELECT *, {_DOMINANT} AS cause FROM c
-        """
-    )
+        return True
+
+    ix.memo(("idle_view", t["idle"]), make)
+    return t
 
 
 def _ints64(a: Any) -> np.ndarray:
@@ -265,15 +277,16 @@ def host_late_shares(
     host_s: np.ndarray,
     host_e: np.ndarray,
     hull: tuple[int, int] | None,
-) -> pd.DataFrame:
+) -> dict[str, np.ndarray]:
     """How each host-late gap ``[gs, ge)`` (ns) splits by cause, from the host's evidence: the
     covered length of each nested level inside the gap, level k (1..4) the union of the evidence
     spans of classes 1..k, level 5 that plus every other host span (``host_s``/``host_e``, already
     clipped to the window) and the steps' CPU extent ``hull``; a gap whose start lies in a sync
     call widened by :data:`SYNC_SLACK_NS` (``s < gs <= e + slack``) was drained by it.
 
-    Columns: ``gs``, ``dur``, ``drained``, then ns per cause in :data:`CAUSES` order (launch
-    overhead 0: a host-late gap is not queued). Exact integer ns; the causes sum to ``dur``.
+    Columns (a dict of arrays, in this order): ``gs``, ``dur``, ``drained``, then ns per cause in
+    :data:`CAUSES` order (launch overhead 0: a host-late gap is not queued). Exact integer ns; the
+    causes sum to ``dur``.
     (An interval sweep in SQL before; the same numbers, property-tested against a brute force.)"""
     from gpuscope.analysis.busy import _covered, _merge
 
@@ -300,7 +313,7 @@ def host_late_shares(
         OTHER: np.where(drained, 0, dur - l5),
     }
     by_cause = {f"{c}_ns": np.asarray(ns[c], dtype=np.int64) for c in CAUSES}  # precedence order
-    return pd.DataFrame({"gs": gs, "dur": dur, "drained": drained, **by_cause})
+    return {"gs": gs, "dur": dur, "drained": np.asarray(drained, dtype=bool), **by_cause}
 
 
 # the cause with the most ns in a gap; CASE takes the first match, so ties go by precedence
@@ -583,23 +596,31 @@ def _totals(con: Connection, t: dict[str, str]) -> tuple[dict[str, int], int, in
     """(ns per cause, idle ns, number of gaps, gaps per dominant cause), without touching every
     gap twice: only the swept gaps carry shares, the rest are sums over the gaps table."""
     lo = LAUNCH_GAP_MAX_NS
-    base = con.execute(
+    sums = ", ".join(f"coalesce(sum({c}_ns), 0)::BIGINT" for c in CAUSES)
+    # one statement (three before: ~2 ms a small rank's part): the gaps' sums, the swept gaps'
+    # sums and their count per dominant cause
+    row = con.execute(
         f"""
-        SELECT count(*), coalesce(sum(ge - gs), 0)::BIGINT,
-               coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs <= {lo}), 0)::BIGINT,
-               coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs > {lo}), 0)::BIGINT,
-               coalesce(sum(ge - gs) FILTER (WHERE NOT queued), 0)::BIGINT,
-               count(*) FILTER (WHERE queued AND ge - gs <= {lo}),
-               count(*) FILTER (WHERE queued AND ge - gs > {lo}),
-               count(*) FILTER (WHERE NOT queued)
-        FROM {t["g"]}
+        WITH base AS (
+            SELECT count(*), coalesce(sum(ge - gs), 0)::BIGINT,
+                   coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs <= {lo}), 0)::BIGINT,
+                   coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs > {lo}), 0)::BIGINT,
+                   coalesce(sum(ge - gs) FILTER (WHERE NOT queued), 0)::BIGINT,
+                   count(*) FILTER (WHERE queued AND ge - gs <= {lo}),
+                   count(*) FILTER (WHERE queued AND ge - gs > {lo}),
+                   count(*) FILTER (WHERE NOT queued)
+            FROM {t["g"]}
+        ),
+        sh AS (SELECT count(*), coalesce(sum(dur), 0)::BIGINT, {sums} FROM {t["sh"]}),
+        by_cause AS (
+            SELECT list(cause ORDER BY cause) AS causes, list(k ORDER BY cause) AS ks
+            FROM (SELECT cause, count(*) AS k FROM {t["sh"]} GROUP BY cause)
+        )
+        SELECT * FROM base, sh, by_cause
         """
     ).fetchone()
-    sums = ", ".join(f"coalesce(sum({c}_ns), 0)::BIGINT" for c in CAUSES)
-    sh = con.execute(
-        f"SELECT count(*), coalesce(sum(dur), 0)::BIGINT, {sums} FROM {t['sh']}"
-    ).fetchone()
-    assert base is not None and sh is not None
+    assert row is not None
+    base, sh, (dominant, k_of) = row[:8], row[8 : 10 + len(CAUSES)], row[10 + len(CAUSES) :]
     n, total, lo_ns, other_q, late, n_lo, n_oq, n_late = (int(v) for v in base)
     n_sh, sh_dur = int(sh[0]), int(sh[1])
     swept = dict(zip(CAUSES, (int(v) for v in sh[2:]), strict=True))
@@ -608,7 +629,7 @@ def _totals(con: Connection, t: dict[str, str]) -> tuple[dict[str, int], int, in
     causes["other"] = other_q + swept["other"]
     causes[CPU_OVERHEAD] = late - sh_dur + swept[CPU_OVERHEAD]
     counts = dict.fromkeys(CAUSES, 0)
-    for cause, k in con.execute(f"SELECT cause, count(*) FROM {t['sh']} GROUP BY cause").fetchall():
+    for cause, k in zip(dominant or [], k_of or [], strict=True):
         counts[str(cause)] += int(k)
     counts[LAUNCH_OVERHEAD] += n_lo
     counts["other"] += n_oq
@@ -630,7 +651,11 @@ def idle_analysis(
     ix, p, device, key = _prepare(con, run_id, rank, window, device)
     t = _build(ix, p, key)
     top = _select_gaps(
-        con, {**p, "n": int(top_n)}, t, "", "ORDER BY i.dur_ns DESC, i.start_ns LIMIT $n"
+        con,
+        {**p, "n": int(top_n)},
+        _gap_view(ix, t),
+        "",
+        "ORDER BY i.dur_ns DESC, i.start_ns LIMIT $n",
     )
     top = _attach_evidence(ix, p, t, _with_steps(top, window))
     # the same window's evidence is asked for by a rank's line and by its report: read once per
@@ -691,7 +716,7 @@ def idle_gaps(
     ``evidence_name``, ``evidence_cat``, ``evidence_op`` (the operator enclosing a runtime
     call), ``evidence_start_ns``, ``evidence_dur_ns``, ``evidence_overlap_ns``."""
     ix, p, device, key = _prepare(con, run_id, rank, window, device)
-    t = _build(ix, p, key)
+    t = _gap_view(ix, _build(ix, p, key))
     q = {
         **p,
         "lo": window.start_ns if start_ns is None else int(start_ns),

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 from gpuscope.analysis.busy import busy_summary
-from gpuscope.analysis.idle import CAUSES, LAUNCH_GAP_MAX_NS, idle_analysis, idle_gaps
+from gpuscope.analysis.idle import (
+    CAUSES,
+    LAUNCH_GAP_MAX_NS,
+    idle_analysis,
+    idle_gaps,
+    idle_totals,
+)
+from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.steps import find_window
 from gpuscope.analysis.store_access import SYNC_SLACK_NS
 from gpuscope.ingest.loader import ingest_paths
@@ -88,6 +95,33 @@ def test_every_cause_hand_computed(con, tmp_path):
         "other",
         "cpu_overhead",
     ]
+
+
+def _views(con) -> set[str]:
+    return {
+        r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE temporary").fetchall()
+    }
+
+
+def test_idle_totals_are_the_hand_computed_ones_and_make_no_gap_view(con, tmp_path):
+    """A rank's line (idle_totals) gets the same totals as the analysis from one statement, and
+    the per-gap view is made only when gap rows are asked for."""
+    rid = ingest(con, every_cause(), tmp_path / "t.json")
+    w = find_window(con, rid, 0)
+    before = _views(con)
+    r = idle_totals(con, rid, 0, w)
+    assert r.causes_ns == {c: v * 1000 for c, v in EXPECTED_US.items()}
+    assert r.total_ns == 327_000 and r.n_gaps == 7
+    assert r.gaps_by_cause == dict.fromkeys(CAUSES, 1)
+    assert _views(con) == before  # the totals need no per-gap view
+    gaps = idle_gaps(con, rid, 0, w, evidence=False)
+    made = _views(con) - before
+    assert len(made) == 1 and made <= set(RankIndex.shared(con, rid, 0).table_names())
+    assert gaps["dur_ns"].sum() == r.total_ns
+    assert gaps["cause"].value_counts().to_dict() == dict.fromkeys(CAUSES, 1)
+    a = idle_analysis(con, rid, 0, w)  # the view is made once per family of tables
+    assert _views(con) - before == made
+    assert (a.causes_ns, a.n_gaps, a.gaps_by_cause) == (r.causes_ns, r.n_gaps, r.gaps_by_cause)
 
 
 @pytest.mark.slow
