@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from gpuscope.analysis.rank_index import NO_DEVICE, RankIndex, ids_param
+from gpuscope.analysis.rank_index import NO_DEVICE, RankBatch, RankIndex, ids_param
 from gpuscope.analysis.store_access import (
     bucket_width,
     by_bucket,
@@ -137,27 +137,64 @@ def busy_summary(
     per_stream: bool = True,
 ) -> BusySummary:
     """Busy time per device (union across streams) and per stream in ``[start_ns, end_ns)``."""
-    window_ns = int(end_ns) - int(start_ns)
     ix = RankIndex.shared(con, run_id, rank)
     gaps, dev_table = ix.gaps(start_ns, end_ns)
-    devices = con.execute(
-        f"""
-        SELECT d.dev AS device, ($we - $ws - coalesce(g.idle, 0))::BIGINT AS busy_ns,
-               d.active_ns, d.n_events, d.n_streams
-        FROM (SELECT dev, sum(active_ns)::BIGINT AS active_ns, sum(n_events)::BIGINT AS n_events,
-                     count(*) AS n_streams FROM {dev_table} GROUP BY dev) d
-        LEFT JOIN (SELECT dev, sum(ge - gs) AS idle FROM {gaps} GROUP BY dev) g USING (dev)
-        ORDER BY d.active_ns DESC, device
-        """,
-        {"ws": int(start_ns), "we": int(end_ns)},
-    ).df()
-    devices["busy_pct"] = [pct(b, window_ns) for b in devices["busy_ns"]]
+    windows = {int(rank): (int(start_ns), int(end_ns))}
+    devices = _devices(con, gaps, dev_table, windows)[int(rank)]
     streams = _stream_busy(con, ix, devices, start_ns, end_ns) if per_stream else _NO_STREAMS.copy()
+    return _summary(int(end_ns) - int(start_ns), devices, streams)
+
+
+def busy_summaries(batch: RankBatch, windows: dict[int, tuple[int, int]]) -> dict[int, BusySummary]:
+    """:func:`busy_summary` without the streams (``per_stream=False``) of each rank of ``batch``
+    in its own ``[start_ns, end_ns)`` (``windows``: rank -> range), from the batch's tables:
+    the same statement for the batch as for one rank."""
+    gaps, dev_table = batch.gaps(windows)
+    devices = _devices(batch.con, gaps, dev_table, windows)
+    return {r: _summary(we - ws, devices[r], _NO_STREAMS.copy()) for r, (ws, we) in windows.items()}
+
+
+def _summary(window_ns: int, devices: pd.DataFrame, streams: pd.DataFrame) -> BusySummary:
     if devices.empty:
         return BusySummary(window_ns, None, 0, 0.0, devices, streams)
     top = devices.iloc[0]
     busy = int(top["busy_ns"])
     return BusySummary(window_ns, int(top["device"]), busy, pct(busy, window_ns), devices, streams)
+
+
+def _devices(
+    con: Connection, gaps: str, dev_table: str, windows: dict[int, tuple[int, int]]
+) -> dict[int, pd.DataFrame]:
+    """Per rank of ``windows`` (rank -> range): its devices' busy time in its range (the
+    ``devices`` frame of :class:`BusySummary`, most active first), from the gaps tables of
+    :meth:`RankIndex.gaps` / :meth:`RankBatch.gaps`."""
+    ranks = sorted(windows)
+    df = con.execute(
+        f"""
+        WITH w AS (SELECT unnest($wr) AS rank, unnest($wa) AS ws, unnest($wb) AS we)
+        SELECT d.rank, d.dev AS device, (w.we - w.ws - coalesce(g.idle, 0))::BIGINT AS busy_ns,
+               d.active_ns, d.n_events, d.n_streams
+        FROM (SELECT rank, dev, sum(active_ns)::BIGINT AS active_ns,
+                     sum(n_events)::BIGINT AS n_events, count(*) AS n_streams
+              FROM {dev_table} GROUP BY rank, dev) d
+        JOIN w ON d.rank = w.rank
+        LEFT JOIN (SELECT rank, dev, sum(ge - gs) AS idle FROM {gaps} GROUP BY rank, dev) g
+          ON g.rank = d.rank AND g.dev = d.dev
+        ORDER BY d.rank, d.active_ns DESC, device
+        """,
+        {
+            "wr": ranks,
+            "wa": [windows[r][0] for r in ranks],
+            "wb": [windows[r][1] for r in ranks],
+        },
+    ).df()
+    rank_col = df.pop("rank").to_numpy()
+    out = {}
+    for r in ranks:
+        one = df[rank_col == r].reset_index(drop=True) if len(ranks) > 1 else df
+        one["busy_pct"] = [pct(b, windows[r][1] - windows[r][0]) for b in one["busy_ns"]]
+        out[r] = one
+    return out
 
 
 #: ``BusySummary.streams`` of a summary asked for without them (``per_stream=False``).

@@ -22,11 +22,19 @@ The part (a JSON document, :func:`compute`) holds:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from gpuscope.analysis.busy import BusySplit, _covered, _merge, busy_summary
+from gpuscope.analysis.busy import (
+    BusySplit,
+    BusySummary,
+    _covered,
+    _merge,
+    busy_summaries,
+    busy_summary,
+)
 from gpuscope.analysis.collectives import (
     FRAME_COLUMNS,
     _typed,
@@ -34,8 +42,16 @@ from gpuscope.analysis.collectives import (
     rank_offset_ns,
 )
 from gpuscope.analysis.idle import IdleResult, idle_totals
-from gpuscope.analysis.rank_index import RankIndex, ids_param
-from gpuscope.analysis.steps import Step, StepStats, Window, find_window, step_stats
+from gpuscope.analysis.rank_index import RankBatch, RankIndex, ids_param
+from gpuscope.analysis.steps import (
+    Step,
+    StepStats,
+    Window,
+    find_window,
+    find_windows,
+    seed_window,
+    step_stats,
+)
 from gpuscope.analysis.store_access import execute
 
 if TYPE_CHECKING:
@@ -73,33 +89,60 @@ def split_inputs(
 ) -> dict[str, Any]:
     """``compute_ns``, ``comm`` and ``uncovered`` of the module doc, from one read of the device's
     activity in ``[start_ns, end_ns)``."""
-    if device is None or end_ns <= start_ns:
-        return {"compute_ns": 0, "comm": [], "uncovered": []}
     ix = RankIndex.shared(con, run_id, rank)
+    return _splits(con, ix.gpu(), ix.comm_name_ids(), {int(rank): (start_ns, end_ns, device)})[
+        int(rank)
+    ]
+
+
+def _splits(
+    con: Connection, gpu: str, comm_ids: list[int], of: dict[int, tuple[int, int, int | None]]
+) -> dict[int, dict[str, Any]]:
+    """:func:`split_inputs` of each rank of ``of`` (rank -> window start, end, device), from one
+    read of the GPU activity table ``gpu`` (one rank's, or a batch's)."""
+    empty = {"compute_ns": 0, "comm": [], "uncovered": []}
+    out: dict[int, dict[str, Any]] = {}
+    todo = {r: v for r, v in of.items() if v[2] is not None and v[1] > v[0]}
+    for r in of:
+        if r not in todo:
+            out[r] = {k: (list(v) if isinstance(v, list) else v) for k, v in empty.items()}
+    if not todo:
+        return out
+    ranks = sorted(todo)
     act = execute(
         con,
-        f"""SELECT s, e, list_contains($comm, name_id) AS is_comm FROM {ix.gpu()}
-            WHERE dev = $dev AND s < $we AND e > $ws""",
+        f"""WITH w AS (SELECT unnest($wr) AS rank, unnest($wd) AS dev, unnest($wa) AS ws,
+                              unnest($wb) AS we)
+            SELECT g.rank, g.s, g.e, list_contains($comm, g.name_id) AS is_comm
+            FROM {gpu} g JOIN w ON g.rank = w.rank AND g.dev = w.dev
+            WHERE g.s < w.we AND g.e > w.ws""",
         {
-            "dev": int(device),
-            "ws": int(start_ns),
-            "we": int(end_ns),
-            "comm": ids_param(ix.comm_name_ids()),
+            "wr": ranks,
+            "wd": [int(todo[r][2]) for r in ranks],  # type: ignore[arg-type]
+            "wa": [int(todo[r][0]) for r in ranks],
+            "wb": [int(todo[r][1]) for r in ranks],
+            "comm": ids_param(comm_ids),
         },
     ).fetchnumpy()  # arrays, not a DataFrame: ~1 ms less a rank
-    s = np.asarray(act["s"], dtype=np.int64)
-    e = np.asarray(act["e"], dtype=np.int64)
-    is_comm = np.asarray(act["is_comm"], dtype=bool)
-    cs, ce = np.maximum(s, start_ns), np.minimum(e, end_ns)
-    c_s, c_e = _merge(cs[~is_comm], ce[~is_comm])
-    m_s, m_e = _merge(cs[is_comm], ce[is_comm])
-    u_s, u_e = _difference(m_s, m_e, c_s, c_e)
-    order = np.lexsort((e[is_comm], s[is_comm]))
-    return {
-        "compute_ns": int((c_e - c_s).sum()),
-        "comm": [_ints(s[is_comm][order]), _ints(e[is_comm][order])],
-        "uncovered": [_ints(u_s), _ints(u_e)],
-    }
+    rk = np.asarray(act["rank"], dtype=np.int64)
+    s_all = np.asarray(act["s"], dtype=np.int64)
+    e_all = np.asarray(act["e"], dtype=np.int64)
+    c_all = np.asarray(act["is_comm"], dtype=bool)
+    for r in ranks:
+        start_ns, end_ns = int(todo[r][0]), int(todo[r][1])
+        mine = rk == r
+        s, e, is_comm = s_all[mine], e_all[mine], c_all[mine]
+        cs, ce = np.maximum(s, start_ns), np.minimum(e, end_ns)
+        c_s, c_e = _merge(cs[~is_comm], ce[~is_comm])
+        m_s, m_e = _merge(cs[is_comm], ce[is_comm])
+        u_s, u_e = _difference(m_s, m_e, c_s, c_e)
+        order = np.lexsort((e[is_comm], s[is_comm]))
+        out[r] = {
+            "compute_ns": int((c_e - c_s).sum()),
+            "comm": [_ints(s[is_comm][order]), _ints(e[is_comm][order])],
+            "uncovered": [_ints(u_s), _ints(u_e)],
+        }
+    return out
 
 
 def comm_only_of(busy_ns: int, split: dict[str, Any]) -> int:
@@ -115,6 +158,37 @@ def compute(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
     w = find_window(con, run_id, rank)
     b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
     split = split_inputs(con, run_id, rank, w.start_ns, w.end_ns, b.device)
+    return _document(con, run_id, rank, w, b, split)
+
+
+def compute_batch(batch: RankBatch, before_rank: Callable[[int], Any]) -> dict[int, dict[str, Any]]:
+    """:func:`compute` of every rank of ``batch`` (rank -> part): the windows, busy summaries
+    and split inputs of the whole batch from one statement of each kind (the same statements as
+    for one rank); then, rank by rank (``before_rank(rank)`` first: the caller gives the
+    connection that rank's own rows), the rest from that rank's slices of the batch's tables
+    (:meth:`RankBatch.seed`)."""
+    con, run_id = batch.con, batch.run_id
+    windows = find_windows(batch)
+    spans = {r: (w.start_ns, w.end_ns) for r, w in windows.items()}
+    busy = busy_summaries(batch, spans)
+    comm_ids = batch.comm_name_ids()
+    splits = _splits(
+        con, batch.gpu(), comm_ids, {r: (*spans[r], busy[r].device) for r in batch.ranks}
+    )
+    batch.seal()  # every batch table is built before a rank's own rows replace the batch's
+    out = {}
+    for r in batch.ranks:
+        before_rank(r)
+        ix = RankIndex.shared(con, run_id, r)
+        batch.seed(ix)
+        seed_window(ix, windows[r])
+        out[r] = _document(con, run_id, r, find_window(con, run_id, r), busy[r], splits[r])
+    return out
+
+
+def _document(
+    con: Connection, run_id: str, rank: int, w: Window, b: BusySummary, split: dict[str, Any]
+) -> dict[str, Any]:
     idle = idle_totals(con, run_id, rank, w, device=b.device) if b.device is not None else None
     cols = rank_collective_columns(con, run_id, rank, w)
     return {

@@ -51,6 +51,8 @@ T = TypeVar("T")
 NO_DEVICE = -(2**31)
 #: A name id that no name has (an empty set of name ids in SQL parameters).
 NO_NAME = -1
+#: A rank that no rank has (an empty batch in SQL parameters).
+NO_RANK = -(2**31)
 
 #: Families of tables of one kind (e.g. gaps of different ranges) an index keeps; the least
 #: recently used one is dropped first.
@@ -221,46 +223,25 @@ class RankIndex:
         return {"run": self.run_id, "rank": self.rank, **kw}
 
     def gpu(self) -> str:
-        """GPU activity of the rank (docs/metrics.md "GPU activity"): ``dev``, ``stream``,
-        ``s``, ``e`` (ns), ``correlation``, ``external_id``, ``name_id``, ``cat``, ``bytes``,
-        ``blocks`` (grid x*y*z), ``rid`` (a row number)."""
-        return self.table(
-            ("gpu",),
-            f"""SELECT {DEVICE_SQL} AS dev, coalesce(stream, tid) AS stream, ts_ns AS s,
-                       ts_ns + dur_ns AS e, correlation, external_id, name_id, cat, bytes,
-                       CAST(grid[1] AS BIGINT) * grid[2] * grid[3] AS blocks,
-                       row_number() OVER () AS rid
-                FROM events
-                WHERE run_id = $run AND rank = $rank AND {GPU_ACTIVITY_SQL}""",
-            self.params(),
-        )
+        """GPU activity of the rank (docs/metrics.md "GPU activity"): ``rank``, ``dev``,
+        ``stream``, ``s``, ``e`` (ns), ``correlation``, ``external_id``, ``name_id``, ``cat``,
+        ``bytes``, ``blocks`` (grid x*y*z), ``rid`` (a row number)."""
+        return self.table(("gpu",), gpu_sql(ONE_RANK), self.params())
 
     def runtime(self) -> str:
-        """Runtime/driver calls of the rank with a correlation id: ``correlation``, ``s``, ``e``,
-        ``name_id``, ``pid``, ``tid``."""
-        return self.table(
-            ("runtime",),
-            f"""SELECT correlation, ts_ns AS s, ts_ns + dur_ns AS e, name_id, pid, tid
-                FROM {self.host()}
-                WHERE ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
-                  AND correlation IS NOT NULL AND dur_ns IS NOT NULL""",
-        )
+        """Runtime/driver calls of the rank with a correlation id: ``rank``, ``correlation``,
+        ``s``, ``e``, ``name_id``, ``pid``, ``tid``."""
+        return self.table(("runtime",), runtime_sql(self.host()))
 
     def host(self) -> str:
         """Host-side events of the rank, every phase: the host spans' categories (``HOST_CATS``)
-        and the ends of fwd->bwd flows (``cat = 'fwdbwd'``, ``ph = 'f'``); columns ``pid``, ``tid``,
-        ``ph``, ``cat``, ``name_id``, ``ts_ns``, ``dur_ns`` (ns), ``correlation``, ``external_id``,
-        in the store's order. Read by the analyses instead of scanning ``events`` for each (on a
-        lake store every scan reads the run's Parquet files); a query over it keeps its own
-        filters on ``ph``/``cat``, so it selects the same rows as over ``events``."""
-        return self.table(
-            ("host",),
-            f"""SELECT pid, tid, ph, cat, name_id, ts_ns, dur_ns, correlation, external_id
-                FROM events
-                WHERE run_id = $run AND rank = $rank
-                  AND (cat IN {HOST_CATS_SQL} OR (cat = 'fwdbwd' AND ph = 'f'))""",
-            self.params(),
-        )
+        and the ends of fwd->bwd flows (``cat = 'fwdbwd'``, ``ph = 'f'``); columns ``rank``,
+        ``pid``, ``tid``, ``ph``, ``cat``, ``name_id``, ``ts_ns``, ``dur_ns`` (ns),
+        ``correlation``, ``external_id``, in the store's order. Read by the analyses instead of
+        scanning ``events`` for each (on a lake store every scan reads the run's Parquet files);
+        a query over it keeps its own filters on ``ph``/``cat``, so it selects the same rows as
+        over ``events``."""
+        return self.table(("host",), host_sql(ONE_RANK), self.params())
 
     def activity_sql(self, device_filter: str = "") -> str:
         """GPU activity overlapping ``[$ws, $we)``, clipped to it: ``dev``, ``stream``, ``s``,
@@ -283,35 +264,10 @@ class RankIndex:
                 raise ValueError("RankIndex.gaps: no range given and the index has no window")
             start_ns, end_ns = self.window
         ws, we = int(start_ns), int(end_ns)
-        act = self.activity_sql()
-        p = self.params(ws=ws, we=we)
 
         def build(n: dict[str, str]) -> None:
-            execute(
-                self.con,
-                f"""CREATE TEMP TABLE {n["dev"]} AS
-                    SELECT dev, stream, sum(e - s)::BIGINT AS active_ns, count(*) AS n_events,
-                           min(s) AS first_s, max(e) AS last_e
-                    FROM ({act}) GROUP BY dev, stream""",
-                p,
-            )
-            execute(
-                self.con,
-                f"""CREATE TEMP TABLE {n["gaps"]} AS
-                WITH w AS (
-                    SELECT dev, s, e, correlation, name_id,
-                           max(e) OVER (PARTITION BY dev ORDER BY s, e, correlation, name_id
-                                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
-                    FROM ({act})
-                )
-                SELECT dev, coalesce(pm, $ws) AS gs, s AS ge, correlation AS next_corr,
-                       name_id AS next_name
-                FROM w WHERE s > coalesce(pm, $ws)
-                UNION ALL
-                SELECT dev, max(last_e), $we, NULL, NULL FROM {n["dev"]} GROUP BY dev
-                HAVING max(last_e) < $we""",
-                p,
-            )
+            windows = "(SELECT $rank AS rank, $ws AS ws, $we AS we)"
+            build_gaps(self.con, self.gpu(), windows, n, self.params(ws=ws, we=we))
 
         names = self.tables(("gaps", ws, we), ("dev", "gaps"), build)
         return names["gaps"], names["dev"]
@@ -400,6 +356,207 @@ class RankIndex:
         if existing:
             ix.refresh()  # a run deleted or ingested again since: nothing of it is read
         return ix
+
+
+#: The rank filter of a working table's statement: one rank (``$rank``), or a batch (``$ranks``).
+ONE_RANK = "rank = $rank"
+MANY_RANKS = "list_contains($ranks, rank)"
+
+
+def gpu_sql(ranks: str) -> str:
+    """The GPU activity of the ranks that ``ranks`` (:data:`ONE_RANK`, :data:`MANY_RANKS`)
+    selects: the one definition of :meth:`RankIndex.gpu`'s rows, for one rank or a batch."""
+    return f"""SELECT rank, {DEVICE_SQL} AS dev, coalesce(stream, tid) AS stream, ts_ns AS s,
+                   ts_ns + dur_ns AS e, correlation, external_id, name_id, cat, bytes,
+                   CAST(grid[1] AS BIGINT) * grid[2] * grid[3] AS blocks,
+                   row_number() OVER () AS rid
+            FROM events
+            WHERE run_id = $run AND {ranks} AND {GPU_ACTIVITY_SQL}"""
+
+
+def host_sql(ranks: str) -> str:
+    """The host-side events of the selected ranks (:meth:`RankIndex.host`'s rows)."""
+    return f"""SELECT rank, pid, tid, ph, cat, name_id, ts_ns, dur_ns, correlation, external_id
+            FROM events
+            WHERE run_id = $run AND {ranks}
+              AND (cat IN {HOST_CATS_SQL} OR (cat = 'fwdbwd' AND ph = 'f'))"""
+
+
+def runtime_sql(host: str) -> str:
+    """The runtime calls with a correlation id among the host events ``host``
+    (:meth:`RankIndex.runtime`'s rows)."""
+    return f"""SELECT rank, correlation, ts_ns AS s, ts_ns + dur_ns AS e, name_id, pid, tid
+            FROM {host}
+            WHERE ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
+              AND correlation IS NOT NULL AND dur_ns IS NOT NULL"""
+
+
+def build_gaps(
+    con: Connection, gpu: str, windows: str, n: dict[str, str], params: dict[str, Any]
+) -> None:
+    """Create the tables ``n["dev"]`` and ``n["gaps"]`` (:meth:`RankIndex.gaps`, with ``rank``)
+    of the GPU activity ``gpu`` in each rank's window: ``windows`` is a relation of ``rank``,
+    ``ws``, ``we`` (one row for one rank, or one per rank of a batch). The activity overlapping
+    ``[ws, we)`` is clipped to it; one sorted pass per rank and device (the running maximum of
+    the earlier ends) gives every gap."""
+    act = f"""
+        SELECT g.rank, g.dev, g.stream, greatest(g.s, w.ws) AS s, least(g.e, w.we) AS e,
+               g.correlation, g.name_id, w.ws
+        FROM {gpu} g JOIN {windows} w ON g.rank = w.rank
+        WHERE g.s < w.we AND g.e > w.ws
+    """
+    execute(
+        con,
+        f"""CREATE TEMP TABLE {n["dev"]} AS
+            SELECT rank, dev, stream, sum(e - s)::BIGINT AS active_ns, count(*) AS n_events,
+                   min(s) AS first_s, max(e) AS last_e
+            FROM ({act}) GROUP BY rank, dev, stream""",
+        params,
+    )
+    execute(
+        con,
+        f"""CREATE TEMP TABLE {n["gaps"]} AS
+        WITH a AS (
+            SELECT rank, dev, s, e, correlation, name_id, ws,
+                   max(e) OVER (PARTITION BY rank, dev ORDER BY s, e, correlation, name_id
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
+            FROM ({act})
+        )
+        SELECT rank, dev, coalesce(pm, ws) AS gs, s AS ge, correlation AS next_corr,
+               name_id AS next_name
+        FROM a WHERE s > coalesce(pm, ws)
+        UNION ALL
+        SELECT d.rank, d.dev, max(d.last_e), w.we, NULL, NULL
+        FROM {n["dev"]} d JOIN {windows} w ON d.rank = w.rank
+        GROUP BY d.rank, d.dev, w.we HAVING max(d.last_e) < w.we""",
+        params,
+    )
+
+
+class RankBatch:
+    """The working tables of several ranks of one run at once, on one connection (a part
+    thread's scratch database, which holds the batch's rows): :meth:`gpu`, :meth:`host`,
+    :meth:`runtime` and :meth:`gaps` hold every rank's rows, with ``rank``, from the same
+    statements as a :class:`RankIndex`'s (one statement a table for the batch: on a small rank
+    a statement's cost is mostly fixed). :meth:`seed` hands a rank's slices to its shared index,
+    so that the analyses that still ask one rank at a time read them.
+
+    Its tables live until :meth:`close`, or the end of the transaction that made them."""
+
+    def __init__(self, con: Connection, run_id: str, ranks: Sequence[int]) -> None:
+        self.con = con
+        self.run_id = str(run_id)
+        self.ranks = sorted({int(r) for r in ranks})
+        self.prefix = f"_rb{next(_SEQ)}_{uuid.uuid4().hex[:8]}_"
+        self._tables: dict[tuple[Any, ...], dict[str, str]] = {}
+        self._windows: dict[int, tuple[int, int, tuple[Any, ...]]] = {}  # rank -> ws, we, gaps
+        self._sealed = False
+
+    def params(self, **kw: Any) -> dict[str, Any]:
+        """``$run``/``$ranks`` plus ``kw``, for queries over the batch."""
+        return {"run": self.run_id, "ranks": self.ranks or [NO_RANK], **kw}
+
+    def seal(self) -> None:
+        """Build the base tables (host, GPU, runtime) now, and refuse to build any table from
+        here on: the caller is about to hand the connection one rank's rows under ``events``
+        (:func:`rank_frames.compute_batch`), and a table built then would hold that rank's rows
+        alone."""
+        self.host(), self.gpu(), self.runtime()
+        self._sealed = True
+
+    def _table(
+        self, key: tuple[Any, ...], parts: Sequence[str], build: Callable[[dict[str, str]], None]
+    ) -> dict[str, str]:
+        hit = self._tables.get(key)
+        if hit is None:
+            if self._sealed:
+                raise RuntimeError(f"RankBatch: {key[0]} asked for after the batch was sealed")
+            hit = {p: f"{self.prefix}{_ident(str(key[0]))}_{p}" for p in parts}
+            build(hit)
+            self._tables[key] = hit
+        return hit
+
+    def name_ids(self, cond: str, params: dict[str, Any] | None = None) -> list[int]:
+        """:meth:`RankIndex.name_ids` (the run's names: the same for every rank)."""
+        return RankIndex.shared(self.con, self.run_id, self.ranks[0]).name_ids(cond, params)
+
+    def comm_name_ids(self) -> list[int]:
+        """:meth:`RankIndex.comm_name_ids`."""
+        return self.name_ids(_COMM_KERNELS)
+
+    def _ctas(self, kind: str, sql: str, params: dict[str, Any] | None = None) -> str:
+        """A table of the batch ``AS sql``, built once per kind."""
+
+        def build(n: dict[str, str]) -> None:
+            execute(self.con, f"CREATE TEMP TABLE {n['t']} AS {sql}", params)
+
+        return self._table((kind,), ("t",), build)["t"]
+
+    def gpu(self) -> str:
+        """:meth:`RankIndex.gpu` of every rank of the batch."""
+        return self._ctas("gpu", gpu_sql(MANY_RANKS), self.params())
+
+    def host(self) -> str:
+        """:meth:`RankIndex.host` of every rank of the batch."""
+        return self._ctas("host", host_sql(MANY_RANKS), self.params())
+
+    def runtime(self) -> str:
+        """:meth:`RankIndex.runtime` of every rank of the batch."""
+        return self._ctas("runtime", runtime_sql(self.host()))
+
+    def gaps(self, windows: dict[int, tuple[int, int]]) -> tuple[str, str]:
+        """(gaps, devices) tables of each rank's ``[start_ns, end_ns)`` (``windows``: rank ->
+        range; ranks left out have no rows), as :meth:`RankIndex.gaps` gives them for one."""
+        key = ("gaps", tuple(sorted((int(r), int(a), int(b)) for r, (a, b) in windows.items())))
+        rows = [(r, a, b) for r, a, b in key[1]]
+
+        def build(n: dict[str, str]) -> None:
+            w = (
+                "(SELECT unnest($wr) AS rank, unnest($wa) AS ws, unnest($wb) AS we)"
+                if rows
+                else "(SELECT NULL::INTEGER AS rank, NULL::BIGINT AS ws, NULL::BIGINT AS we LIMIT 0)"
+            )
+            p = {"wr": [r[0] for r in rows], "wa": [r[1] for r in rows], "wb": [r[2] for r in rows]}
+            build_gaps(self.con, self.gpu(), w, n, p if rows else {})
+
+        names = self._table(key, ("dev", "gaps"), build)
+        for r, a, b in rows:
+            self._windows[r] = (a, b, key)
+        return names["gaps"], names["dev"]
+
+    def seed(self, ix: RankIndex) -> None:
+        """Give ``ix`` (an index of one of the batch's ranks, on the batch's connection) views of
+        its rows in the batch's tables in place of its own working tables, and the gaps of its
+        window when :meth:`gaps` made them."""
+        if ix.rank not in self.ranks or ix.run_id != self.run_id:
+            raise ValueError(f"rank {ix.rank} of run {ix.run_id} is not in this batch")
+        slices: list[tuple[tuple[Any, ...], dict[str, str]]] = [
+            (("host",), {"t": self.host()}),
+            (("gpu",), {"t": self.gpu()}),
+            (("runtime",), {"t": self.runtime()}),
+        ]
+        win = self._windows.get(ix.rank)
+        if win is not None:
+            ws, we, key = win
+            slices.append((("gaps", ws, we), self._tables[key]))
+        for key, tables in slices:
+
+            def build(n: dict[str, str], tables: dict[str, str] = tables) -> None:
+                for part, name in n.items():
+                    self.con.execute(
+                        f"CREATE TEMP VIEW {name} AS SELECT * FROM {tables[part]} "
+                        f"WHERE rank = {int(ix.rank)}"
+                    )
+
+            ix.tables(key, tuple(tables), build)
+
+    def close(self) -> None:
+        """Drop the batch's tables (idempotent)."""
+        for names in reversed(list(self._tables.values())):
+            for name in reversed(list(names.values())):
+                _drop(self.con, name)
+        self._tables.clear()
+        self._windows.clear()
 
 
 def close_shared(con: Connection) -> None:

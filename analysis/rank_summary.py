@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 from gpuscope.analysis import rank_frames, report
 from gpuscope.analysis.rank_index import (
+    RankBatch,
     close_shared,
     forget_shared,
     keep_name_ids,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 TABLE = "rank_summaries"
 
 Compute = Callable[["Connection", str, int], Any]
+ComputeBatch = Callable[["RankBatch", Callable[[int], Any]], dict[int, Any]]
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,10 @@ class SummaryPart:
     version: int
     doc: str
     compute: Compute
+    #: The same part of every rank of a batch (:class:`RankBatch`, rank -> data), where the batch
+    #: shares statements; ``compute_batch(batch, before_rank)`` calls ``before_rank(rank)`` before
+    #: it reads that rank's own rows. None: :attr:`compute`, rank by rank.
+    compute_batch: ComputeBatch | None = None
 
 
 PARTS: dict[str, SummaryPart] = {}
@@ -290,10 +296,12 @@ store_after_ingest = StoreAfterIngest()
 
 class PartsWhileIngesting:
     """A :class:`~gpuscope.ingest.rank_rows.RankSink`: each rank's ``parts``, computed from its
-    rows on ``jobs`` threads (the ingest's parse threads' number) while the ingest goes on, each
-    rank in an in-memory database of its thread's (:func:`_new_scratch`; each rank in a transaction
-    of its own, rolled back after it); :meth:`store` waits for them and writes their rows. At most
-    ``2 * jobs`` ranks wait or are computed at a time (the writer waits for the oldest beyond
+    rows on ``jobs`` threads (the ingest's parse threads' number) while the ingest goes on.
+    Ranks go in batches (:data:`BATCH_RANKS` ranks, :data:`BATCH_EVENTS` events at most), each
+    in an in-memory database of its thread's (:func:`_new_scratch`; each batch in a transaction
+    of its own, rolled back after it), where a part's :attr:`SummaryPart.compute_batch` runs its
+    statements once for the batch; :meth:`store` waits for them and writes their rows. At most
+    ``jobs + 1`` batches wait or are computed at a time (the writer waits for the oldest beyond
     that), so memory stays bounded."""
 
     def __init__(self, run_id: str, parts: Iterable[str], jobs: int) -> None:
@@ -304,6 +312,7 @@ class PartsWhileIngesting:
         self.jobs = max(1, int(jobs))
         self._pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="gpuscope-parts")
         self._futures: list[Future[list[list[Any]]]] = []
+        self._batch: list[RankRows] = []
         self._local = threading.local()
         self._lock = threading.Lock()
         self._scratches: list[Any] = []
@@ -311,31 +320,80 @@ class PartsWhileIngesting:
     def rank_written(self, rows: RankRows) -> None:
         from concurrent.futures import FIRST_COMPLETED, wait
 
-        self._futures.append(self._pool.submit(self._compute, rows))
+        if any(r.rank == rows.rank for r in self._batch):
+            self._submit()  # a batch holds a rank once (its tables are keyed by rank)
+        self._batch.append(rows)
+        if (
+            len(self._batch) < BATCH_RANKS
+            and sum(r.events.num_rows for r in self._batch) < BATCH_EVENTS
+        ):
+            return
+        self._submit()
         while True:
-            for f in self._futures:  # a rank that failed fails the ingest now, not at its end
+            for f in self._futures:  # a batch that failed fails the ingest now, not at its end
                 if f.done() and f.exception() is not None:
                     f.result()
             pending = [f for f in self._futures if not f.done()]
-            if len(pending) <= 2 * self.jobs:
+            if len(pending) <= self.jobs:
                 return
             wait(pending, return_when=FIRST_COMPLETED)
 
-    def _compute(self, rows: RankRows) -> list[list[Any]]:
+    def _submit(self) -> None:
+        if self._batch:
+            batch, self._batch = self._batch, []
+            self._futures.append(self._pool.submit(self._compute, batch))
+
+    def _compute(self, batch: list[RankRows]) -> list[list[Any]]:
+        import pyarrow as pa
+
         on = self._thread_scratch()
-        self._sync_names(on, rows.names)
-        # One transaction a rank, rolled back at its end: the rank's rows (registered and
+        self._sync_names(on, batch[-1].names)  # the run's names so far: every rank's of the batch
+        by_rank = {rows.rank: rows for rows in batch}
+        # One transaction a batch, rolled back at its end: the batch's rows (registered and
         # inserted) and every working table its parts made are gone in one statement, and the
         # scratch is as _new_scratch left it, also after a part failed.
+        every = pa.concat_tables([r.events for r in batch])
         on.execute("BEGIN TRANSACTION")
         try:
-            _fill(on, {"events": rows.events}, {"threads": rows.threads, "ranks": rows.ranks})
+            _fill(
+                on,
+                {"events": every},
+                {
+                    "threads": [t for r in batch for t in r.threads],
+                    "ranks": [x for r in batch for x in r.ranks],
+                },
+            )
             out = []
             with unchanging(on):  # the scratch's rows stay as filled until the rollback
+                own: dict[str, Any] = {}
+
+                def before_rank(rank: int) -> None:
+                    # the rank's own rows under ``events`` for what it reads of them alone;
+                    # its index (views of the batch's tables) is let go of after it
+                    forget_shared(on)
+                    if own.get("rank") != rank:
+                        on.register("events", by_rank[rank].events)
+                        own["rank"] = rank
+
+                docs: dict[str, dict[int, Any]] = {}
                 for part in self.parts:
-                    got = part.compute(on, rows.run_id, rows.rank)
-                    doc = json.dumps(_finite(got), allow_nan=False)
-                    out.append([rows.run_id, rows.rank, part.name, part.version, doc, now_utc()])
+                    if part.compute_batch is not None:
+                        if own.get("rank") is not None:  # the batch's rows again, for its tables
+                            forget_shared(on)
+                            on.register("events", every)
+                            own["rank"] = None
+                        docs[part.name] = part.compute_batch(
+                            RankBatch(on, self.run_id, list(by_rank)), before_rank
+                        )
+                    else:
+                        docs[part.name] = {}
+                        for rank in by_rank:
+                            before_rank(rank)
+                            docs[part.name][rank] = part.compute(on, self.run_id, rank)
+                for rank in by_rank:
+                    for part in self.parts:
+                        doc = json.dumps(_finite(docs[part.name][rank]), allow_nan=False)
+                        out.append([self.run_id, rank, part.name, part.version, doc, now_utc()])
             return out
         finally:
             forget_shared(on)  # their tables go with the rollback
@@ -379,6 +437,7 @@ class PartsWhileIngesting:
         return on
 
     def store(self, con: Connection) -> None:
+        self._submit()
         rows = [r for f in self._futures for r in f.result()]
         if rows:
             con.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)", rows)
@@ -395,6 +454,13 @@ class PartsWhileIngesting:
             on.close()
 
 
+#: The most ranks, and events, in one batch of :class:`PartsWhileIngesting`: a batch is handed to
+#: a part thread once it holds either (a DDP rank of 24,656 events is ~5.6 MB of Arrow rows, held
+#: until its batch is computed: three a batch; small ranks up to 16). 128 DDP ranks on this
+#: project's 2-core VM: 11.4-12.1 s and ~610 MB at 60k events, 11.4-12.0 s and ~660 MB at 100k,
+#: 12.9-13.3 s and ~575 MB one rank at a time (docs/benchmarks.md).
+BATCH_RANKS = 16
+BATCH_EVENTS = 60_000
 #: A rank with at most this many events is copied into a database of its own for its parts.
 MAX_IN_MEMORY_EVENTS = 1_000_000
 #: DuckDB's memory while :func:`store_outside_transaction` computes parts on the store, tried in
@@ -648,6 +714,7 @@ CROSS_RANK = register(
         "window, busy, idle by cause, collective frame and the parts of its communication kernels "
         "not covered by compute",
         rank_frames.compute,
+        rank_frames.compute_batch,
     )
 )
 #: The parts every rank of every run gets at its ingest; the others only a run of one rank's.

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.json_row import JsonRow
-from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids, name_class
+from gpuscope.analysis.rank_index import RankBatch, RankIndex, ids_param, in_ids, name_class
 from gpuscope.analysis.store_access import (
     GPU_CATS_SQL,
     HOST_CATS_SQL,
@@ -105,111 +105,151 @@ _STEP_NUM = re.compile(r"#(\d+)$")
 _PROFILER_STEPS = name_class(regex(PROFILER_STEP_RE))
 
 
+class _Tables(Protocol):
+    """What the window is read from: one rank's index, or a batch of ranks' tables
+    (:class:`~gpuscope.analysis.rank_index.RankBatch`), each table with ``rank``."""
+
+    con: Connection
+    run_id: str
+
+    def host(self) -> str: ...
+    def gpu(self) -> str: ...
+    def runtime(self) -> str: ...
+    def name_ids(self, cond: str, params: dict[str, Any] | None = None) -> list[int]: ...
+
+
 def _host_spans(
-    con: Connection, run_id: str, rank: int, name_cond: str, params: dict
-) -> list[tuple[str, int, int]]:
-    """(name, start, end) ns of the rank's host spans whose name satisfies ``name_cond``
-    (``$``-parameters from ``params``), ordered by start then end (plain tuples: a DataFrame of a
-    few rows cost more than the query)."""
-    ix = RankIndex.shared(con, run_id, rank)
-    ids = ids_param(ix.name_ids(name_cond, params))
-    return execute(
-        con,
+    src: _Tables, ranks: list[int], name_cond: str, params: dict[str, Any]
+) -> dict[int, list[tuple[str, int, int]]]:
+    """Per rank of ``ranks``: (name, start, end) ns of its host spans whose name satisfies
+    ``name_cond`` (``$``-parameters from ``params``), ordered by start then end (plain tuples: a
+    DataFrame of a few rows cost more than the query)."""
+    ids = ids_param(src.name_ids(name_cond, params))
+    rows = execute(
+        src.con,
         f"""
-        SELECT n.name, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e
-        FROM {ix.host()} e
+        SELECT e.rank, n.name, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e
+        FROM {src.host()} e
         JOIN names n ON n.run_id = $run AND n.name_id = e.name_id
-        WHERE e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
+        WHERE list_contains($rk, e.rank) AND e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
           AND e.dur_ns IS NOT NULL AND {in_ids("e.name_id", "ids", ids)}
-        ORDER BY s, e
+        ORDER BY e.rank, s, e
         """,
-        {"run": run_id, "ids": ids},
+        {"run": src.run_id, "ids": ids, "rk": ranks},
     ).fetchall()
+    out: dict[int, list[tuple[str, int, int]]] = {r: [] for r in ranks}
+    for rank, name, s, e in rows:
+        out[int(rank)].append((name, s, e))
+    return out
 
 
-def _profiler_steps(con: Connection, run_id: str, rank: int) -> list[Step]:
-    """One step per ``ProfilerStep#N`` number: from the earliest start to the latest end of its
-    spans (a step split over several spans is one step), in number order."""
-    bounds: dict[int, list[int]] = {}
-    for name, s, e in _host_spans(con, run_id, rank, _PROFILER_STEPS, {}):
-        m = _STEP_NUM.search(name)
-        if m is None:  # the name filter is PROFILER_STEP_RE: every name ends in #N
-            raise ValueError(f"rank {rank}: step span {name!r} has no step number")
-        b = bounds.setdefault(int(m.group(1)), [int(s), int(e)])
-        b[0], b[1] = min(b[0], int(s)), max(b[1], int(e))
-    return [Step(n, s, e) for n, (s, e) in sorted(bounds.items())]
+def _profiler_steps(src: _Tables, ranks: list[int]) -> dict[int, list[Step]]:
+    """Per rank: one step per ``ProfilerStep#N`` number, from the earliest start to the latest
+    end of its spans (a step split over several spans is one step), in number order."""
+    out = {}
+    for rank, spans in _host_spans(src, ranks, _PROFILER_STEPS, {}).items():
+        bounds: dict[int, list[int]] = {}
+        for name, s, e in spans:
+            m = _STEP_NUM.search(name)
+            if m is None:  # the name filter is PROFILER_STEP_RE: every name ends in #N
+                raise ValueError(f"rank {rank}: step span {name!r} has no step number")
+            b = bounds.setdefault(int(m.group(1)), [int(s), int(e)])
+            b[0], b[1] = min(b[0], int(s)), max(b[1], int(e))
+        out[rank] = [Step(n, s, e) for n, (s, e) in sorted(bounds.items())]
+    return out
 
 
-def _annotation_steps(con: Connection, run_id: str, rank: int, annotation: str) -> list[Step]:
-    spans = _host_spans(
-        con,
-        run_id,
-        rank,
+def _annotation_steps(src: _Tables, ranks: list[int], annotation: str) -> dict[int, list[Step]]:
+    per_rank = _host_spans(
+        src,
+        ranks,
         "name = $ann OR (starts_with(name, $ann || '#') AND regexp_matches(name, '#[0-9]+$'))",
         {"ann": annotation},
     )
-    steps: list[Step] = []
-    last_end = None
-    for i, (name, s, e) in enumerate(spans):
-        if last_end is not None and s < last_end:  # nested or a copy on another thread
-            continue
-        m = _STEP_NUM.search(name) if name != annotation else None
-        steps.append(Step(int(m.group(1)) if m else i, int(s), int(e)))
-        last_end = e
-    return steps
+    out = {}
+    for rank, spans in per_rank.items():
+        steps: list[Step] = []
+        last_end = None
+        for i, (name, s, e) in enumerate(spans):
+            if last_end is not None and s < last_end:  # nested or a copy on another thread
+                continue
+            m = _STEP_NUM.search(name) if name != annotation else None
+            steps.append(Step(int(m.group(1)) if m else i, int(s), int(e)))
+            last_end = e
+        out[rank] = steps
+    return out
 
 
-def _gpu_ends(con: Connection, run_id: str, rank: int, steps: list[Step]) -> dict[int, int]:
-    """Step number -> end of the last GPU activity launched from inside its CPU span.
+def _gpu_ends(src: _Tables, steps: dict[int, list[Step]]) -> dict[int, dict[int, int]]:
+    """Per rank: step number -> end of the last GPU activity launched from inside its CPU span.
 
-    Launch calls are matched to steps by a hash join on time buckets (no sort of the calls)."""
-    if not steps:
+    Launch calls are matched to steps by a hash join on time buckets (no sort of the calls),
+    each rank's buckets cutting its own steps' extent."""
+    ranks = [r for r, st in steps.items() if st]
+    if not ranks:
         return {}
-    ix = RankIndex.shared(con, run_id, rank)
-    lo = min(s.cpu_start_ns for s in steps)
-    hi = max(s.cpu_end_ns for s in steps)
+    los = [min(s.cpu_start_ns for s in steps[r]) for r in ranks]
+    his = [max(s.cpu_end_ns for s in steps[r]) for r in ranks]
+    flat = [(r, s) for r in ranks for s in steps[r]]
     params = {
-        "run": run_id,
-        "rank": rank,
-        "num": [s.number for s in steps],
-        "cs": [s.cpu_start_ns for s in steps],
-        "ce": [s.cpu_end_ns for s in steps],
-        "lo": lo,
-        "hi": hi,
-        "bw": bucket_width(lo, hi),
+        "rk": [r for r, _ in flat],
+        "num": [s.number for _, s in flat],
+        "cs": [s.cpu_start_ns for _, s in flat],
+        "ce": [s.cpu_end_ns for _, s in flat],
+        "pr": ranks,
+        "plo": los,
+        "phi": his,
+        "pbw": [bucket_width(lo, hi) for lo, hi in zip(los, his, strict=True)],
     }
     rows = execute(
-        con,
+        src.con,
         f"""
-        WITH st AS (SELECT unnest($num) AS number, unnest($cs) AS cs, unnest($ce) AS ce),
-        sb AS ({by_bucket("number, cs, ce", "cs", "ce", "st", "$lo", "$bw")}),
+        WITH st AS (SELECT unnest($rk) AS rank, unnest($num) AS number, unnest($cs) AS cs,
+                           unnest($ce) AS ce),
+        pr AS (SELECT unnest($pr) AS rank, unnest($plo) AS lo, unnest($phi) AS hi,
+                      unnest($pbw) AS bw),
+        sb AS ({by_bucket("st.rank, number, cs, ce", "cs", "ce", "st JOIN pr USING (rank)", "lo", "bw")}),
         rt AS (
-            SELECT correlation, s AS ts_ns, (s - $lo) // $bw AS b FROM {ix.runtime()}
-            WHERE s >= $lo AND s < $hi
+            SELECT r.rank, correlation, s AS ts_ns, (s - pr.lo) // pr.bw AS b
+            FROM {src.runtime()} r JOIN pr ON r.rank = pr.rank
+            WHERE s >= pr.lo AND s < pr.hi
         ),
-        g AS (SELECT correlation, e AS ge FROM {ix.gpu()} WHERE correlation IS NOT NULL AND s >= $lo),
-        j AS (SELECT rt.ts_ns, rt.b, g.ge FROM rt JOIN g USING (correlation))
-        SELECT sb.number, max(j.ge) FROM j JOIN sb ON j.b = sb.k AND j.ts_ns >= sb.cs
-        AND j.ts_ns < sb.ce GROUP BY sb.number
+        g AS (
+            SELECT g.rank, correlation, e AS ge FROM {src.gpu()} g JOIN pr ON g.rank = pr.rank
+            WHERE correlation IS NOT NULL AND s >= pr.lo
+        ),
+        j AS (SELECT rt.rank, rt.ts_ns, rt.b, g.ge FROM rt JOIN g USING (rank, correlation))
+        SELECT sb.rank, sb.number, max(j.ge) FROM j JOIN sb ON j.rank = sb.rank AND j.b = sb.k
+        AND j.ts_ns >= sb.cs AND j.ts_ns < sb.ce GROUP BY sb.rank, sb.number
         """,
         params,
     ).fetchall()
-    return {int(n): int(e) for n, e in rows if e is not None}
+    out: dict[int, dict[int, int]] = {r: {} for r in ranks}
+    for r, n, e in rows:
+        if e is not None:
+            out[int(r)][int(n)] = int(e)
+    return out
 
 
-def _trace_extent(con: Connection, run_id: str, rank: int) -> tuple[int, int, int | None]:
-    row = execute(
+def _trace_extent(
+    con: Connection, run_id: str, ranks: list[int]
+) -> dict[int, tuple[int, int, int | None]]:
+    rows = execute(
         con,
         f"""
-        SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)),
+        SELECT rank, min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)),
                max(ts_ns + dur_ns) FILTER (WHERE cat IN {GPU_CATS_SQL})
-        FROM events WHERE run_id = $run AND rank = $rank AND ph <> 'M' AND ts_ns IS NOT NULL
+        FROM events WHERE run_id = $run AND list_contains($rk, rank) AND ph <> 'M'
+          AND ts_ns IS NOT NULL
+        GROUP BY rank
         """,
-        {"run": run_id, "rank": rank},
-    ).fetchone()
-    if row is None or row[0] is None:
-        return 0, 0, None
-    return int(row[0]), int(row[1]), (int(row[2]) if row[2] is not None else None)
+        {"run": run_id, "rk": ranks},
+    ).fetchall()
+    out: dict[int, tuple[int, int, int | None]] = dict.fromkeys(ranks, (0, 0, None))
+    for r, lo, hi, gpu_hi in rows:
+        if lo is not None:
+            out[int(r)] = (int(lo), int(hi), int(gpu_hi) if gpu_hi is not None else None)
+    return out
 
 
 def find_window(
@@ -220,33 +260,60 @@ def find_window(
     Steps come from ``step_annotation`` when given and present (exact name, or ``name#N``), else
     from ``ProfilerStep#N``, else the whole trace is one pseudo step. Read once per rank index
     (a rank's line, its report and its parts all ask: ~0.5 s each on a 1 GB rank); each caller
-    gets its own copy.
+    gets its own copy. The same statements as :func:`find_windows`, over a batch of one.
     """
-    w = RankIndex.shared(con, run_id, rank).memo(
-        ("window", step_annotation), lambda: _find_window(con, run_id, rank, step_annotation)
+    ix = RankIndex.shared(con, run_id, rank)
+    w = ix.memo(
+        ("window", step_annotation), lambda: _find_windows(ix, [rank], step_annotation)[rank]
     )
+    return _copy(w)
+
+
+def find_windows(batch: RankBatch, step_annotation: str | None = None) -> dict[int, Window]:
+    """:func:`find_window` of every rank of ``batch``, from one statement of each kind for the
+    batch (rank -> window)."""
+    return _find_windows(batch, list(batch.ranks), step_annotation)
+
+
+def seed_window(ix: RankIndex, window: Window, step_annotation: str | None = None) -> None:
+    """Give ``ix`` the rank's window as :func:`find_windows` read it for its batch: its
+    :func:`find_window` then returns copies of it."""
+    ix.memo(("window", step_annotation), lambda: _copy(window))
+
+
+def _copy(w: Window) -> Window:
     return Window(w.start_ns, w.end_ns, [replace(s) for s in w.steps], w.source, w.annotation)
 
 
-def _find_window(con: Connection, run_id: str, rank: int, step_annotation: str | None) -> Window:
-    steps: list[Step] = []
-    source, annotation = "trace", None
+def _find_windows(src: _Tables, ranks: list[int], step_annotation: str | None) -> dict[int, Window]:
+    steps: dict[int, list[Step]] = {r: [] for r in ranks}
+    source: dict[int, tuple[str, str | None]] = {}
     if step_annotation:
-        steps = _annotation_steps(con, run_id, rank, step_annotation)
-        source, annotation = "annotation", step_annotation
-    if not steps:
-        steps = _profiler_steps(con, run_id, rank)
-        source, annotation = "ProfilerStep", "ProfilerStep"
-    if steps:
-        ends = _gpu_ends(con, run_id, rank, steps)
-        steps = [Step(s.number, s.cpu_start_ns, s.cpu_end_ns, ends.get(s.number)) for s in steps]
-        steps.sort(key=lambda s: (s.cpu_start_ns, s.number))
-        start = steps[0].cpu_start_ns
-        gpu_end = max((s.gpu_end_ns for s in steps if s.gpu_end_ns is not None), default=None)
-        end = max(steps[-1].cpu_end_ns, gpu_end if gpu_end is not None else start)
-        return Window(start, end, steps, source, annotation)
-    lo, hi, gpu_hi = _trace_extent(con, run_id, rank)
-    return Window(lo, hi, [Step(0, lo, hi, gpu_hi)], "trace", None)
+        for r, st in _annotation_steps(src, ranks, step_annotation).items():
+            if st:
+                steps[r], source[r] = st, ("annotation", step_annotation)
+    need = [r for r in ranks if not steps[r]]
+    if need:
+        for r, st in _profiler_steps(src, need).items():
+            if st:
+                steps[r], source[r] = st, ("ProfilerStep", "ProfilerStep")
+    ends = _gpu_ends(src, {r: st for r, st in steps.items() if st})
+    out: dict[int, Window] = {}
+    for r in ranks:
+        if not steps[r]:
+            continue
+        got = ends.get(r, {})
+        st = [Step(s.number, s.cpu_start_ns, s.cpu_end_ns, got.get(s.number)) for s in steps[r]]
+        st.sort(key=lambda s: (s.cpu_start_ns, s.number))
+        start = st[0].cpu_start_ns
+        gpu_end = max((s.gpu_end_ns for s in st if s.gpu_end_ns is not None), default=None)
+        end = max(st[-1].cpu_end_ns, gpu_end if gpu_end is not None else start)
+        out[r] = Window(start, end, st, *source[r])
+    rest = [r for r in ranks if r not in out]
+    if rest:
+        for r, (lo, hi, gpu_hi) in _trace_extent(src.con, src.run_id, rest).items():
+            out[r] = Window(lo, hi, [Step(0, lo, hi, gpu_hi)], "trace", None)
+    return out
 
 
 def step_stats(window: Window) -> StepStats:

@@ -27,13 +27,13 @@ def trace(path: Path) -> Path:
 def test_the_window_is_read_once_and_each_caller_gets_a_copy(con, tmp_path, monkeypatch) -> None:
     run_id = ingest_paths(con, [trace(tmp_path / "t.json")])[0].run_id
     calls: list[str | None] = []
-    original = S._find_window
+    original = S._find_windows
 
-    def counted(con, run_id, rank, step_annotation):  # type: ignore[no-untyped-def]
+    def counted(src, ranks, step_annotation):  # type: ignore[no-untyped-def]
         calls.append(step_annotation)
-        return original(con, run_id, rank, step_annotation)
+        return original(src, ranks, step_annotation)
 
-    monkeypatch.setattr(S, "_find_window", counted)
+    monkeypatch.setattr(S, "_find_windows", counted)
     a = find_window(con, run_id, 0)
     a.steps[0].gpu_end_ns = -1  # a caller changing its window
     a.steps.pop()

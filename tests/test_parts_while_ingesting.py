@@ -67,9 +67,9 @@ def test_parts_made_while_ingesting_are_those_made_from_the_store(
     computed: list[int] = []
     original = RS.PartsWhileIngesting._compute
 
-    def spy(self, rows: RankRows) -> list:  # type: ignore[no-untyped-def]
-        computed.append(rows.rank)
-        return original(self, rows)
+    def spy(self, batch: list[RankRows]) -> list:  # type: ignore[no-untyped-def]
+        computed.extend(rows.rank for rows in batch)
+        return original(self, batch)
 
     monkeypatch.setattr(RS.PartsWhileIngesting, "_compute", spy)
     for i, folder in enumerate([DDP, ranks_folder(tmp_path / "t", 5)]):
@@ -134,6 +134,7 @@ def test_the_writer_waits_when_the_part_threads_fall_behind(
         return {"rank": rank}
 
     monkeypatch.setitem(RS.PARTS, "slow", RS.SummaryPart("slow", 1, "waits", slow))
+    monkeypatch.setattr(RS, "BATCH_RANKS", 2)
     sink = RS.PartsWhileIngesting("r1", ["slow"], jobs=1)
     handed: list[int] = []
 
@@ -146,11 +147,12 @@ def test_the_writer_waits_when_the_part_threads_fall_behind(
     try:
         t.start()
         end = time.monotonic() + 30
-        while len(handed) < 2 and time.monotonic() < end:
+        while len(handed) < 3 and time.monotonic() < end:
             time.sleep(0.01)
         time.sleep(0.5)
-        # one rank computing, two waiting: the third hand-over waits for a thread
-        assert handed == [0, 1] and t.is_alive()
+        # batches of two: one computing (ranks 0, 1), one waiting (2, 3): the hand-over that
+        # fills the second batch waits for the thread
+        assert handed == [0, 1, 2] and t.is_alive()
         release.set()
         t.join(30)
         assert handed == [0, 1, 2, 3, 4]
@@ -172,6 +174,7 @@ def test_a_rank_that_failed_stops_the_ingest_at_the_next_hand_over(
         raise ValueError(f"part of rank {rank} failed")
 
     monkeypatch.setitem(RS.PARTS, "broken", RS.SummaryPart("broken", 1, "fails", broken))
+    monkeypatch.setattr(RS, "BATCH_RANKS", 1)
     sink = RS.PartsWhileIngesting("r1", ["broken"], jobs=1)
     try:
         sink.rank_written(empty_rows(0))
@@ -208,9 +211,9 @@ def handed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int) -> list
     handed: list[RankRows] = []
     original = RS.PartsWhileIngesting._compute
 
-    def spy(self, rows: RankRows) -> list:  # type: ignore[no-untyped-def]
-        handed.append(rows)
-        return original(self, rows)
+    def spy(self, batch: list[RankRows]) -> list:  # type: ignore[no-untyped-def]
+        handed.extend(batch)
+        return original(self, batch)
 
     with monkeypatch.context() as m:
         m.setattr(RS.PartsWhileIngesting, "_compute", spy)
@@ -219,9 +222,12 @@ def handed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int) -> list
     return sorted(handed, key=lambda r: r.rank)
 
 
-def test_a_part_thread_reuses_one_scratch_database_that_holds_only_the_rank_at_hand(
+def test_a_part_thread_reuses_one_scratch_database_that_holds_only_the_batch_at_hand(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each batch of ranks runs in one scratch database of its thread: a part computed rank by
+    rank sees that rank's events alone and the batch's ``ranks`` rows; a batched part after it
+    reads every rank of the batch (the same rank in two batches gets the same part)."""
     # each rank's rows as the ingest hands them over (ranks of 1..4 kernels per step)
     handed = handed_over(tmp_path, monkeypatch, 4)
     assert len(handed) == 3  # the late rank (its rows say another rank) is computed after
@@ -254,6 +260,7 @@ def test_a_part_thread_reuses_one_scratch_database_that_holds_only_the_rank_at_h
         return {}
 
     monkeypatch.setitem(RS.PARTS, "probe", RS.SummaryPart("probe", 1, "looks", probe))
+    monkeypatch.setattr(RS, "BATCH_RANKS", 2)  # batches [0, 1] and [2, 0]
     # the probe first, then the cross-rank part (it makes working tables) on the same database
     sink = RS.PartsWhileIngesting(handed[0].run_id, ["probe", RS.CROSS_RANK.name], jobs=1)
     try:
@@ -270,10 +277,16 @@ def test_a_part_thread_reuses_one_scratch_database_that_holds_only_the_rank_at_h
             "events": rows.events.num_rows,
             "event_ranks": 1,
             "names": rows.names.num_rows,
-            "ranks": 1,  # its own row only
-            "temp": 0,  # the last rank's working tables are gone
+            "ranks": 2,  # the batch's rows only
+            "temp": 0,  # the last batch's working tables are gone
         }
-    assert [r[:5] for r in docs[0]] == [r[:5] for r in docs[-1]]  # all but the time stamp
+    assert [[r[1] for r in d] for d in docs] == [[0, 0, 1, 1], [2, 2, 0, 0]]
+
+    def rank0(rows: list) -> list:  # type: ignore[type-arg]
+        return [r[:5] for r in rows if r[1] == 0]  # all but the time stamp
+
+    assert rank0(docs[0]) == rank0(docs[-1])
+    assert json.loads(rank0(docs[0])[1][4])["busy_ns"] > 0
 
 
 def test_a_rank_whose_part_failed_leaves_the_scratch_as_it_was_for_the_next(
@@ -305,6 +318,7 @@ def test_a_rank_whose_part_failed_leaves_the_scratch_as_it_was_for_the_next(
         return {}
 
     monkeypatch.setitem(RS.PARTS, "messy", RS.SummaryPart("messy", 1, "fails", messy))
+    monkeypatch.setattr(RS, "BATCH_RANKS", 1)  # each rank a batch of its own
     sink = RS.PartsWhileIngesting(first.run_id, ["messy", RS.CROSS_RANK.name], jobs=1)
     try:
         sink.rank_written(first)
@@ -327,7 +341,8 @@ def test_a_part_thread_sees_exactly_each_ranks_names_as_they_grow(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The scratch keeps the run's names in a table of its own and adds only the names new since
-    its last rank: each rank's parts read exactly that rank's ``names`` rows, in their order,
+    its last batch (here each rank a batch): each batch's parts read exactly the ``names`` rows
+    of its last rank (the run's names so far: they only grow in an ingest), in their order,
     also when the names handed over do not extend the ones held (then the table is refilled).
     The name ids of a class, kept across the thread's ranks, follow the names."""
     import pyarrow as pa
@@ -350,6 +365,7 @@ def test_a_part_thread_sees_exactly_each_ranks_names_as_they_grow(
         return {}
 
     monkeypatch.setitem(RS.PARTS, "probe", RS.SummaryPart("probe", 1, "looks", probe))
+    monkeypatch.setattr(RS, "BATCH_RANKS", 1)  # names are synced per batch: here per rank
     sink = RS.PartsWhileIngesting("r1", ["probe"], jobs=1)
     try:
         for rank, pairs in enumerate(grown + other):

@@ -1,0 +1,167 @@
+"""RankBatch: the working tables, windows, busy summaries and split inputs of several ranks from
+one statement of each kind give exactly what one rank at a time gives (the same statements over a
+batch of one), also for ranks without steps, without GPU activity or with an empty window; its
+slices stand in for a rank's own tables; nothing is built once it is sealed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gpuscope.analysis import rank_frames
+from gpuscope.analysis.busy import busy_summaries, busy_summary
+from gpuscope.analysis.idle import idle_totals
+from gpuscope.analysis.rank_index import RankBatch, RankIndex, close_shared, forget_shared
+from gpuscope.analysis.steps import find_window, find_windows, seed_window
+from gpuscope.ingest.loader import ingest_paths
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tracegen import TraceBuilder
+
+WORLD = 4
+
+
+def rank_trace(rank: int, kind: str, shift: float) -> TraceBuilder:
+    t = TraceBuilder(rank=rank, world_size=WORLD)
+    if kind != "no_steps":
+        t.step(1, 0 + shift, 200)
+        t.step(2, 200 + shift, 150)
+    if kind != "no_gpu":
+        t.launch("ampere_sgemm_128x64_nn", 10 + shift, 20 + 2 * shift, 40)
+        t.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 60 + shift, 70 + shift, 90)
+        t.launch("volta_sgemm_128x64_nn", 70 + shift, 120 + shift, 30, stream=8)
+        t.runtime("cudaStreamSynchronize", 160 + shift, 30)
+        t.launch("elementwise_kernel", 230 + shift, 260 + 3 * shift, 20)
+    else:
+        t.runtime("cudaStreamSynchronize", 40 + shift, 30)
+    return t
+
+
+def ingest_ranks(con, folder: Path, kinds: list[str], shifts: list[float]) -> str:  # type: ignore[no-untyped-def]
+    folder.mkdir(parents=True, exist_ok=True)
+    for r, (kind, shift) in enumerate(zip(kinds, shifts, strict=True)):
+        rank_trace(r, kind, shift).write(folder / f"rank{r}.json")
+    return ingest_paths(con, [folder])[0].run_id
+
+
+def one_at_a_time(con, run_id: str, ranks: list[int]) -> dict:  # type: ignore[no-untyped-def]
+    out = {}
+    for r in ranks:
+        w = find_window(con, run_id, r)
+        b = busy_summary(con, run_id, r, w.start_ns, w.end_ns, per_stream=False)
+        s = rank_frames.split_inputs(con, run_id, r, w.start_ns, w.end_ns, b.device)
+        out[r] = (w, b.device, b.busy_ns, b.busy_pct, b.devices.to_dict("list"), s)
+    close_shared(con)
+    return out
+
+
+def batched(con, run_id: str, ranks: list[int]) -> dict:  # type: ignore[no-untyped-def]
+    batch = RankBatch(con, run_id, ranks)
+    try:
+        windows = find_windows(batch)
+        spans = {r: (w.start_ns, w.end_ns) for r, w in windows.items()}
+        busy = busy_summaries(batch, spans)
+        splits = rank_frames._splits(
+            con, batch.gpu(), batch.comm_name_ids(), {r: (*spans[r], busy[r].device) for r in ranks}
+        )
+        return {
+            r: (
+                windows[r],
+                busy[r].device,
+                busy[r].busy_ns,
+                busy[r].busy_pct,
+                busy[r].devices.to_dict("list"),
+                splits[r],
+            )
+            for r in ranks
+        }
+    finally:
+        batch.close()
+        close_shared(con)
+
+
+KINDS = ["steps", "no_steps", "no_gpu", "steps"]
+
+
+@pytest.mark.slow
+def test_a_batch_gives_what_each_rank_gives_alone(con, tmp_path: Path) -> None:
+    run_id = ingest_ranks(con, tmp_path / "job", KINDS, [0.0, 3.0, 5.0, 11.0])
+    ranks = list(range(WORLD))
+    alone = one_at_a_time(con, run_id, ranks)
+    assert alone[1][0].source == "trace" and alone[2][1] is None  # the edge cases are there
+    assert alone[0][0].source == "ProfilerStep" and alone[0][2] > 0
+    assert batched(con, run_id, ranks) == alone
+    assert batched(con, run_id, [3, 1]) == {r: alone[r] for r in (1, 3)}  # any subset
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    kinds=st.lists(
+        st.sampled_from(["steps", "no_steps", "no_gpu"]), min_size=WORLD, max_size=WORLD
+    ),
+    shifts=st.lists(st.integers(0, 40), min_size=WORLD, max_size=WORLD),
+)
+def test_any_mix_of_ranks_batched_is_each_rank_alone(
+    tmp_path_factory: pytest.TempPathFactory, kinds: list[str], shifts: list[int]
+) -> None:
+    from gpuscope.store import connect
+
+    d = tmp_path_factory.mktemp("mix")
+    with connect(d / "store") as con:
+        run_id = ingest_ranks(con, d / "job", kinds, [float(s) for s in shifts])
+        ranks = list(range(WORLD))
+        assert batched(con, run_id, ranks) == one_at_a_time(con, run_id, ranks)
+
+
+def idle_of(con, run_id: str, rank: int, w, dev):  # type: ignore[no-untyped-def]
+    if dev is None:
+        return None
+    i = idle_totals(con, run_id, rank, w, device=dev)
+    return (i.device, i.total_ns, i.n_gaps, i.causes_ns, i.gaps_by_cause)
+
+
+@pytest.mark.slow
+def test_a_ranks_slices_stand_in_for_its_own_tables(con, tmp_path: Path) -> None:
+    """A rank's index seeded from the batch answers the analyses that ask one rank at a time as
+    its own tables do (idle totals, the whole cross-rank part)."""
+    run_id = ingest_ranks(con, tmp_path / "job", KINDS, [0.0, 3.0, 5.0, 11.0])
+    alone = {}
+    for r in range(WORLD):
+        w = find_window(con, run_id, r)
+        dev = busy_summary(con, run_id, r, w.start_ns, w.end_ns).device
+        alone[r] = (idle_of(con, run_id, r, w, dev), rank_frames.compute(con, run_id, r))
+    close_shared(con)
+    batch = RankBatch(con, run_id, range(WORLD))
+    seen: list[int] = []
+    try:
+        parts = rank_frames.compute_batch(batch, seen.append)
+        assert seen == list(range(WORLD)) and parts == {r: alone[r][1] for r in range(WORLD)}
+        windows = find_windows(batch)
+        for r in range(WORLD):
+            forget_shared(con)
+            ix = RankIndex.shared(con, run_id, r)
+            batch.seed(ix)
+            seed_window(ix, windows[r])
+            assert all(n.startswith(ix.prefix) for n in ix.table_names())
+            w = find_window(con, run_id, r)
+            dev = alone[r][1]["device"]
+            assert idle_of(con, run_id, r, w, dev) == alone[r][0]
+    finally:
+        batch.close()
+        close_shared(con)
+
+
+def test_a_sealed_batch_builds_nothing_more(con, tmp_path: Path) -> None:
+    run_id = ingest_ranks(con, tmp_path / "job", ["steps", "steps"], [0.0, 1.0])
+    batch = RankBatch(con, run_id, [0, 1])
+    try:
+        batch.seal()
+        assert batch.gpu() and batch.host() and batch.runtime()  # built before: handed out
+        with pytest.raises(RuntimeError, match="sealed"):
+            batch.gaps({0: (0, 10)})
+        with pytest.raises(ValueError, match="not in this batch"):
+            batch.seed(RankIndex(con, run_id, 5))
+    finally:
+        batch.close()
+        close_shared(con)
