@@ -596,31 +596,23 @@ def _totals(con: Connection, t: dict[str, str]) -> tuple[dict[str, int], int, in
     """(ns per cause, idle ns, number of gaps, gaps per dominant cause), without touching every
     gap twice: only the swept gaps carry shares, the rest are sums over the gaps table."""
     lo = LAUNCH_GAP_MAX_NS
-    sums = ", ".join(f"coalesce(sum({c}_ns), 0)::BIGINT" for c in CAUSES)
-    # one statement (three before: ~2 ms a small rank's part): the gaps' sums, the swept gaps'
-    # sums and their count per dominant cause
-    row = con.execute(
+    base = con.execute(
         f"""
-        WITH base AS (
-            SELECT count(*), coalesce(sum(ge - gs), 0)::BIGINT,
-                   coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs <= {lo}), 0)::BIGINT,
-                   coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs > {lo}), 0)::BIGINT,
-                   coalesce(sum(ge - gs) FILTER (WHERE NOT queued), 0)::BIGINT,
-                   count(*) FILTER (WHERE queued AND ge - gs <= {lo}),
-                   count(*) FILTER (WHERE queued AND ge - gs > {lo}),
-                   count(*) FILTER (WHERE NOT queued)
-            FROM {t["g"]}
-        ),
-        sh AS (SELECT count(*), coalesce(sum(dur), 0)::BIGINT, {sums} FROM {t["sh"]}),
-        by_cause AS (
-            SELECT list(cause ORDER BY cause) AS causes, list(k ORDER BY cause) AS ks
-            FROM (SELECT cause, count(*) AS k FROM {t["sh"]} GROUP BY cause)
-        )
-        SELECT * FROM base, sh, by_cause
+        SELECT count(*), coalesce(sum(ge - gs), 0)::BIGINT,
+               coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs <= {lo}), 0)::BIGINT,
+               coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs > {lo}), 0)::BIGINT,
+               coalesce(sum(ge - gs) FILTER (WHERE NOT queued), 0)::BIGINT,
+               count(*) FILTER (WHERE queued AND ge - gs <= {lo}),
+               count(*) FILTER (WHERE queued AND ge - gs > {lo}),
+               count(*) FILTER (WHERE NOT queued)
+        FROM {t["g"]}
         """
     ).fetchone()
-    assert row is not None
-    base, sh, (dominant, k_of) = row[:8], row[8 : 10 + len(CAUSES)], row[10 + len(CAUSES) :]
+    sums = ", ".join(f"coalesce(sum({c}_ns), 0)::BIGINT" for c in CAUSES)
+    sh = con.execute(
+        f"SELECT count(*), coalesce(sum(dur), 0)::BIGINT, {sums} FROM {t['sh']}"
+    ).fetchone()
+    assert base is not None and sh is not None
     n, total, lo_ns, other_q, late, n_lo, n_oq, n_late = (int(v) for v in base)
     n_sh, sh_dur = int(sh[0]), int(sh[1])
     swept = dict(zip(CAUSES, (int(v) for v in sh[2:]), strict=True))
@@ -629,7 +621,7 @@ def _totals(con: Connection, t: dict[str, str]) -> tuple[dict[str, int], int, in
     causes["other"] = other_q + swept["other"]
     causes[CPU_OVERHEAD] = late - sh_dur + swept[CPU_OVERHEAD]
     counts = dict.fromkeys(CAUSES, 0)
-    for cause, k in zip(dominant or [], k_of or [], strict=True):
+    for cause, k in con.execute(f"SELECT cause, count(*) FROM {t['sh']} GROUP BY cause").fetchall():
         counts[str(cause)] += int(k)
     counts[LAUNCH_OVERHEAD] += n_lo
     counts["other"] += n_oq

@@ -323,10 +323,7 @@ class PartsWhileIngesting:
         if any(r.rank == rows.rank for r in self._batch):
             self._submit()  # a batch holds a rank once (its tables are keyed by rank)
         self._batch.append(rows)
-        if (
-            len(self._batch) < BATCH_RANKS
-            and sum(r.events.num_rows for r in self._batch) < BATCH_EVENTS
-        ):
+        if not batch_is_full(self._batch):
             return
         self._submit()
         while True:
@@ -461,6 +458,14 @@ class PartsWhileIngesting:
 #: 12.9-13.3 s and ~575 MB one rank at a time (docs/benchmarks.md).
 BATCH_RANKS = 16
 BATCH_EVENTS = 60_000
+
+
+def batch_is_full(batch: list[RankRows]) -> bool:
+    """Whether :class:`PartsWhileIngesting` hands ``batch`` to a part thread now: it holds
+    :data:`BATCH_RANKS` ranks, or :data:`BATCH_EVENTS` events."""
+    return len(batch) >= BATCH_RANKS or sum(r.events.num_rows for r in batch) >= BATCH_EVENTS
+
+
 #: A rank with at most this many events is copied into a database of its own for its parts.
 MAX_IN_MEMORY_EVENTS = 1_000_000
 #: DuckDB's memory while :func:`store_outside_transaction` computes parts on the store, tried in

@@ -92,9 +92,12 @@ def main() -> None:
         rows.append(RankRows(run, r, events, threads, own, names))
     sink = rank_summary.PartsWhileIngesting(run, rank_summary.EVERY_RANK, 1)
     # the ingest's batches of ranks (one rank each, for a version before them)
-    per_batch = hasattr(rank_summary, "BATCH_RANKS")
-    size = getattr(rank_summary, "BATCH_RANKS", 1)
-    batches = [rows[i : i + size] for i in range(0, len(rows), size)]
+    per_batch = hasattr(rank_summary, "batch_is_full")
+    batches: list[list[RankRows]] = [[]]
+    for rr in rows:
+        if batches[-1] and (not per_batch or rank_summary.batch_is_full(batches[-1])):
+            batches.append([])
+        batches[-1].append(rr)
     docs: dict[int, list[str]] = {}
     per_rank_ms = []
     try:

@@ -104,8 +104,8 @@ def _views(con) -> set[str]:
 
 
 def test_idle_totals_are_the_hand_computed_ones_and_make_no_gap_view(con, tmp_path):
-    """A rank's line (idle_totals) gets the same totals as the analysis from one statement, and
-    the per-gap view is made only when gap rows are asked for."""
+    """A rank's line (idle_totals) gets the hand-computed totals, the analysis's own, and the
+    per-gap view is made only when gap rows are asked for."""
     rid = ingest(con, every_cause(), tmp_path / "t.json")
     w = find_window(con, rid, 0)
     before = _views(con)
