@@ -50,7 +50,15 @@ import pandas as pd
 import pyarrow as pa
 from gpuscope.analysis.event_classes import COMM_RE, KERNEL_CATS, OPTIMIZER_RE
 from gpuscope.analysis.fmt import sig3
-from gpuscope.analysis.rank_index import NO_NAME, RankIndex, ids_param, in_ids, name_class
+from gpuscope.analysis.rank_index import (
+    NO_NAME,
+    NO_RANK,
+    RankBatch,
+    RankIndex,
+    ids_param,
+    in_ids,
+    name_class,
+)
 from gpuscope.analysis.store_access import RUNTIME_CATS_SQL, execute, regex, sql_list
 
 if TYPE_CHECKING:
@@ -357,53 +365,99 @@ def rank_collective_columns(
     from gpuscope.analysis.steps import find_window
 
     w = window if window is not None else find_window(con, run_id, rank)
-    p = {"run": run_id, "rank": int(rank)}
     ix = RankIndex.shared(con, run_id, rank)
+    k, ops = _frame_rows(con, ix, run_id, [int(rank)])
+    return _frame_columns(
+        rank, w, k[int(rank)], ops.get(int(rank)), rank_offset_ns(con, run_id, rank)
+    )
+
+
+def batch_collective_columns(
+    batch: RankBatch, windows: dict[int, Window]
+) -> dict[int, dict[str, list[Any]]]:
+    """:func:`rank_collective_columns` of every rank of ``batch`` (rank -> columns), its two
+    reads of the rows (kernels, ops) one statement each for the whole batch: the same
+    statements as for one rank. Reads ``events``: call it while the connection holds the
+    batch's rows."""
+    ranks = list(batch.ranks)
+    k, ops = _frame_rows(batch.con, batch, batch.run_id, ranks)
+    offsets = dict.fromkeys(ranks, 0)
+    for r, off in batch.con.execute(
+        "SELECT rank, time_offset_ns FROM ranks WHERE run_id = ? AND list_contains(?, rank)",
+        [batch.run_id, ranks],
+    ).fetchall():
+        offsets[int(r)] = int(off) if off is not None else 0
+    return {r: _frame_columns(r, windows[r], k[r], ops.get(r), offsets[r]) for r in ranks}
+
+
+def _frame_rows(
+    con: Connection, src: Any, run_id: str, ranks: list[int]
+) -> tuple[dict[int, list[tuple[Any, ...]]], dict[int, pa.Table]]:
+    """Per rank of ``ranks``: its communication kernels with their launch (rows ordered by start)
+    and the ops, backward and optimizer spans that place them (Arrow), from ``src``'s tables (a
+    rank's index, or a batch's)."""
     # the kernels from the rank's GPU activity table, their launch calls from its host table
     # (both built once per rank for every analysis; reading ``events`` here again cost two
     # scans of the rank's rows)
-    k = execute(
+    rows = execute(
         con,
         f"""
         WITH kn AS (
-            SELECT g.dev AS device, g.stream, g.s, g.e, g.correlation, g.external_id, n.name
-            FROM {ix.gpu()} g JOIN names n ON n.run_id = $run AND n.name_id = g.name_id
-            WHERE g.cat IN {sql_list(KERNEL_CATS)} AND list_contains($comm_ids, g.name_id)
+            SELECT g.rank, g.dev AS device, g.stream, g.s, g.e, g.correlation, g.external_id,
+                   n.name
+            FROM {src.gpu()} g JOIN names n ON n.run_id = $run AND n.name_id = g.name_id
+            WHERE list_contains($rk, g.rank) AND g.cat IN {sql_list(KERNEL_CATS)}
+              AND list_contains($comm_ids, g.name_id)
         ),
         rt AS (
-            SELECT correlation, min(ts_ns) AS ls, min(tid) AS ltid, min(pid) AS lpid
-            FROM {ix.host()}
-            WHERE ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
+            SELECT rank, correlation, min(ts_ns) AS ls, min(tid) AS ltid, min(pid) AS lpid
+            FROM {src.host()}
+            WHERE list_contains($rk, rank) AND ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
               AND correlation IN (SELECT correlation FROM kn WHERE correlation IS NOT NULL)
-            GROUP BY correlation
+            GROUP BY rank, correlation
         )
-        SELECT kn.*, rt.ls, rt.ltid, rt.lpid FROM kn LEFT JOIN rt USING (correlation)
-        ORDER BY kn.s, kn.e
+        SELECT kn.*, rt.ls, rt.ltid, rt.lpid FROM kn LEFT JOIN rt USING (rank, correlation)
+        ORDER BY kn.rank, kn.s, kn.e
         """,
-        {"run": run_id, "comm_ids": ids_param(ix.comm_name_ids())},
+        {"run": run_id, "rk": ranks, "comm_ids": ids_param(src.comm_name_ids())},
     ).fetchall()
-    if not k:
-        return {c: [] for c in FRAME_COLUMNS}
+    k: dict[int, list[tuple[Any, ...]]] = {r: [] for r in ranks}
+    for row in rows:
+        k[int(row[0])].append(row[1:])
     # kind 0: a communication op, 1: a backward span, 2: an optimizer span. As Arrow, not Python
     # rows: a 3 M-event rank has ~180 k of them (~70 MB more as tuples), mostly backward spans.
-    bwd, opt = ids_param(ix.name_ids(_BACKWARD)), ids_param(ix.name_ids(_OPTIMIZER))
-    ids = ids_param(sorted({*ix.name_ids(_COMM_OPS), *bwd, *opt} - {NO_NAME}))
-    ops = execute(
+    bwd, opt = ids_param(src.name_ids(_BACKWARD)), ids_param(src.name_ids(_OPTIMIZER))
+    ids = ids_param(sorted({*src.name_ids(_COMM_OPS), *bwd, *opt} - {NO_NAME}))
+    want = [r for r in ranks if k[r]]  # a rank without communication kernels needs no ops
+    ops_all = execute(
         con,
         f"""
-        SELECT e.pid, e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, e.external_id,
+        SELECT e.rank, e.pid, e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, e.external_id,
                e.input_dims, n.name,
                CASE WHEN {in_ids("e.name_id", "bwd", bwd)} THEN 1
                     WHEN {in_ids("e.name_id", "opt", opt)} THEN 2 ELSE 0 END AS kind
         FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
-        WHERE e.run_id = $run AND e.rank = $rank AND e.ph = 'X' AND e.dur_ns IS NOT NULL
-          AND e.cat IN ('cpu_op', 'user_annotation', 'Operator')
+        WHERE e.run_id = $run AND list_contains($rk, e.rank) AND e.ph = 'X'
+          AND e.dur_ns IS NOT NULL AND e.cat IN ('cpu_op', 'user_annotation', 'Operator')
           AND {in_ids("e.name_id", "ids", ids)}
-        ORDER BY s
+        ORDER BY e.rank, s
         """,
-        {**p, "bwd": bwd, "opt": opt, "ids": ids},
+        {"run": run_id, "rk": want or [NO_RANK], "bwd": bwd, "opt": opt, "ids": ids},
     ).to_arrow_table()
-    off = rank_offset_ns(con, run_id, rank)
+    rank_col = ops_all.column("rank").to_numpy()
+    ops_all = ops_all.drop_columns(["rank"])
+    ops = {r: ops_all.filter(pa.array(rank_col == r)) if len(want) > 1 else ops_all for r in want}
+    return k, ops
+
+
+def _frame_columns(
+    rank: int, w: Window, k: list[tuple[Any, ...]], ops: pa.Table | None, off: int
+) -> dict[str, list[Any]]:
+    """The columns of :func:`rank_collective_columns` from the rank's kernel rows ``k`` and its
+    ops ``ops`` (:func:`_frame_rows`), ``off`` its time offset."""
+    if not k:
+        return {c: [] for c in FRAME_COLUMNS}
+    assert ops is not None
     kind = ops.column("kind").to_numpy()
 
     def column(name: str, of: int) -> Any:  # int64, contiguous: masked per kernel

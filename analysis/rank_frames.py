@@ -38,6 +38,7 @@ from gpuscope.analysis.busy import (
 from gpuscope.analysis.collectives import (
     FRAME_COLUMNS,
     _typed,
+    batch_collective_columns,
     rank_collective_columns,
     rank_offset_ns,
 )
@@ -175,6 +176,7 @@ def compute_batch(batch: RankBatch, before_rank: Callable[[int], Any]) -> dict[i
     splits = _splits(
         con, batch.gpu(), comm_ids, {r: (*spans[r], busy[r].device) for r in batch.ranks}
     )
+    frames = batch_collective_columns(batch, windows)  # reads ``events``: the batch's rows
     batch.seal()  # every batch table is built before a rank's own rows replace the batch's
     out = {}
     for r in batch.ranks:
@@ -182,15 +184,23 @@ def compute_batch(batch: RankBatch, before_rank: Callable[[int], Any]) -> dict[i
         ix = RankIndex.shared(con, run_id, r)
         batch.seed(ix)
         seed_window(ix, windows[r])
-        out[r] = _document(con, run_id, r, find_window(con, run_id, r), busy[r], splits[r])
+        w = find_window(con, run_id, r)
+        out[r] = _document(con, run_id, r, w, busy[r], splits[r], frames[r])
     return out
 
 
 def _document(
-    con: Connection, run_id: str, rank: int, w: Window, b: BusySummary, split: dict[str, Any]
+    con: Connection,
+    run_id: str,
+    rank: int,
+    w: Window,
+    b: BusySummary,
+    split: dict[str, Any],
+    cols: dict[str, list[Any]] | None = None,
 ) -> dict[str, Any]:
     idle = idle_totals(con, run_id, rank, w, device=b.device) if b.device is not None else None
-    cols = rank_collective_columns(con, run_id, rank, w)
+    if cols is None:
+        cols = rank_collective_columns(con, run_id, rank, w)
     return {
         "window": {
             "start_ns": w.start_ns,

@@ -124,8 +124,9 @@ def idle_of(con, run_id: str, rank: int, w, dev):  # type: ignore[no-untyped-def
 @pytest.mark.slow
 def test_a_ranks_slices_stand_in_for_its_own_tables(con, tmp_path: Path) -> None:
     """A rank's index seeded from the batch answers the analyses that ask one rank at a time as
-    its own tables do (idle totals, the whole cross-rank part)."""
-    run_id = ingest_ranks(con, tmp_path / "job", KINDS, [0.0, 3.0, 5.0, 11.0])
+    its own tables do (idle totals, the whole cross-rank part). Rank 3 runs 250 µs later: a
+    launch matched to another rank's call (the same correlation ids) would fall in no step."""
+    run_id = ingest_ranks(con, tmp_path / "job", KINDS, [0.0, 3.0, 5.0, 250.0])
     alone = {}
     for r in range(WORLD):
         w = find_window(con, run_id, r)
@@ -137,6 +138,7 @@ def test_a_ranks_slices_stand_in_for_its_own_tables(con, tmp_path: Path) -> None
     try:
         parts = rank_frames.compute_batch(batch, seen.append)
         assert seen == list(range(WORLD)) and parts == {r: alone[r][1] for r in range(WORLD)}
+        assert [len(parts[r]["frame"]["start_ns"]) for r in range(WORLD)] == [1, 1, 0, 1]
         windows = find_windows(batch)
         for r in range(WORLD):
             forget_shared(con)
