@@ -373,21 +373,25 @@ def rank_collective_columns(
 
 
 def batch_collective_columns(
-    batch: RankBatch, windows: dict[int, Window]
+    batch: RankBatch, windows: dict[int, Window], offsets: dict[int, int]
 ) -> dict[int, dict[str, list[Any]]]:
-    """:func:`rank_collective_columns` of every rank of ``batch`` (rank -> columns), its two
-    reads of the rows (kernels, ops) one statement each for the whole batch: the same
-    statements as for one rank. Reads ``events``: call it while the connection holds the
-    batch's rows."""
+    """:func:`rank_collective_columns` of every rank of ``batch`` (rank -> columns; ``offsets``:
+    :func:`batch_offsets`), its two reads of the rows (kernels, ops) one statement each for the
+    whole batch: the same statements as for one rank."""
     ranks = list(batch.ranks)
     k, ops = _frame_rows(batch.con, batch, batch.run_id, ranks)
-    offsets = dict.fromkeys(ranks, 0)
+    return {r: _frame_columns(r, windows[r], k[r], ops.get(r), offsets[r]) for r in ranks}
+
+
+def batch_offsets(batch: RankBatch) -> dict[int, int]:
+    """:func:`rank_offset_ns` of every rank of ``batch``, from one statement."""
+    out = dict.fromkeys(batch.ranks, 0)
     for r, off in batch.con.execute(
         "SELECT rank, time_offset_ns FROM ranks WHERE run_id = ? AND list_contains(?, rank)",
-        [batch.run_id, ranks],
+        [batch.run_id, list(batch.ranks)],
     ).fetchall():
-        offsets[int(r)] = int(off) if off is not None else 0
-    return {r: _frame_columns(r, windows[r], k[r], ops.get(r), offsets[r]) for r in ranks}
+        out[int(r)] = int(off) if off is not None else 0
+    return out
 
 
 def _frame_rows(

@@ -32,6 +32,7 @@ import pyarrow as pa
 from gpuscope.analysis.busy import NO_DEVICE
 from gpuscope.analysis.event_classes import CAUSES, EVIDENCE_CLASSES
 from gpuscope.analysis.rank_index import (
+    RankBatch,
     RankIndex,
     close_shared,
     ids_param,
@@ -98,47 +99,73 @@ def _name_params(ix: RankIndex) -> dict[str, list[int]]:
 
 
 def _evidence_sql(gpu: str, host: str, names: dict[str, list[int]]) -> str:
-    """Host evidence spans of the window, classes 1..4 of :data:`EVIDENCE_CLASSES`: ``cls``,
-    ``cat``, ``name_id``, ``tid``, ``s``/``e`` (clipped to the window), ``span_s``/``span_dur``
-    (unclipped), ``correlation``, ``external_id``, ``bytes`` (of the copy, for memcpy calls).
-    One statement: the candidate spans (``cand``, materialized once: both of its readers scan
-    it), then their classes (a table of its own before: one statement, ~1-2 ms a small rank,
-    more). The names of each class come as parameters (``names``: :func:`_name_params`)."""
+    """Host evidence spans of each rank's window (the relation ``w`` of :data:`_WINDOWS`),
+    classes 1..4 of :data:`EVIDENCE_CLASSES`: ``rank``, ``cls``, ``cat``, ``name_id``, ``tid``,
+    ``s``/``e`` (clipped to the window), ``span_s``/``span_dur`` (unclipped), ``correlation``,
+    ``external_id``, ``bytes`` (of the copy, for memcpy calls). One statement: the candidate
+    spans (``cand``, materialized once: both of its readers scan it), then their classes. The
+    names of each class come as parameters (``names``: :func:`_name_params`)."""
 
     def has(k: str, col: str = "e.name_id") -> str:
         return in_ids(col, k, names[k])
 
     flags = ", ".join(f"{has(k)} AS {k}" for k in NAME_CLASSES)
     cand = f"""
-        SELECT e.cat, e.name_id, e.tid, greatest(e.ts_ns, $ws) AS s,
-               least(e.ts_ns + e.dur_ns, $we) AS e, e.ts_ns AS span_s, e.dur_ns AS span_dur,
+        SELECT e.rank, e.cat, e.name_id, e.tid, greatest(e.ts_ns, w.ws) AS s,
+               least(e.ts_ns + e.dur_ns, w.we) AS e, e.ts_ns AS span_s, e.dur_ns AS span_dur,
                e.correlation, e.external_id, {flags},
                e.cat IN {RUNTIME_CATS_SQL} AS rt
-        FROM {host} e
+        FROM {host} e JOIN w ON e.rank = w.rank
         WHERE {has("evidence")} AND e.ph = 'X' AND e.cat IN {HOST_CATS_SQL}
-          AND e.dur_ns > 0 AND e.ts_ns < $we AND e.ts_ns + e.dur_ns > $ws
+          AND e.dur_ns > 0 AND e.ts_ns < w.we AND e.ts_ns + e.dur_ns > w.ws
     """
     return f"""
-        WITH cand AS MATERIALIZED ({cand}),
-        mc AS (SELECT DISTINCT correlation FROM cand WHERE rt AND memcpy),
+        WITH w AS ({_WINDOWS}),
+        cand AS MATERIALIZED ({cand}),
+        mc AS (SELECT DISTINCT rank, correlation FROM cand WHERE rt AND memcpy),
         gmem AS (
-            SELECT g.correlation,
+            SELECT g.rank, g.correlation,
                    bool_or({has("h2d", "g.name_id")}) AS h2d,
                    bool_or({has("d2h", "g.name_id")}) AS d2h,
                    sum(g.bytes)::BIGINT AS bytes
-            FROM mc JOIN {gpu} g ON g.correlation = mc.correlation
-            GROUP BY g.correlation
+            FROM mc JOIN {gpu} g ON g.rank = mc.rank AND g.correlation = mc.correlation
+            GROUP BY g.rank, g.correlation
         )
-        SELECT CASE
+        SELECT c.rank,
+               CASE
                  WHEN dl THEN 1
                  WHEN rt AND memcpy AND coalesce(gmem.h2d, false) THEN 2
                  WHEN comm THEN 3
                  WHEN rt AND (sync_api OR (memcpy AND coalesce(gmem.d2h, false))) THEN 4
                END AS cls,
                cat, name_id, tid, s, e, span_s, span_dur, correlation, external_id, gmem.bytes
-        FROM cand c LEFT JOIN gmem USING (correlation)
+        FROM cand c LEFT JOIN gmem USING (rank, correlation)
         WHERE cls IS NOT NULL
     """
+
+
+#: Each rank's idle attribution: ``rank``, its window ``[ws, we)``, its device ``dev``, the steps'
+#: CPU extent ``[hs, he)`` (NULL without steps), from list parameters (:func:`_window_params`):
+#: one row for one rank, one per rank of a batch.
+_WINDOWS = """
+    SELECT unnest($wr) AS rank, unnest($wa) AS ws, unnest($wb) AS we, unnest($wd) AS dev,
+           unnest($wh)::BIGINT AS hs, unnest($wk)::BIGINT AS he
+"""
+
+
+def _window_params(
+    specs: dict[int, tuple[int, int, int, int | None, int | None]],
+) -> dict[str, Any]:
+    """:data:`_WINDOWS`' parameters of ``specs`` (rank -> ws, we, dev, hs, he)."""
+    ranks = sorted(specs)
+    return {
+        "wr": ranks,
+        "wa": [int(specs[r][0]) for r in ranks],
+        "wb": [int(specs[r][1]) for r in ranks],
+        "wd": [int(specs[r][2]) for r in ranks],
+        "wh": [specs[r][3] for r in ranks],
+        "wk": [specs[r][4] for r in ranks],
+    }
 
 
 #: The tables of one idle attribution (one device, window and steps' extent), built together:
@@ -149,81 +176,113 @@ IDLE_TABLES: tuple[str, ...] = ("ev", "g", "sh", "idle")
 
 
 def _build(ix: RankIndex, p: dict[str, Any], key: tuple[Any, ...]) -> dict[str, str]:
-    """The idle tables (:data:`IDLE_TABLES`) of ``key`` on the rank's index, built once."""
+    """The idle tables (:data:`IDLE_TABLES`) of ``key`` on the rank's index, built once: the
+    statements of a batch (:func:`batch_idle_totals`) over a batch of one."""
 
     def build(t: dict[str, str]) -> None:
-        _fill(ix, p, t)
+        gaps, dev_table = ix.gaps(p["ws"], p["we"])
+        _fill(ix, gaps, dev_table, {ix.rank: _spec_of(p)}, t)
 
     return ix.tables(key, IDLE_TABLES, build)
 
 
-def _fill(ix: RankIndex, p: dict[str, Any], t: dict[str, str]) -> None:
-    con = ix.con
-    gaps, dev_table = ix.gaps(p["ws"], p["we"])
-    names = _name_params(ix)
-    evidence = _evidence_sql(ix.gpu(), ix.host(), names)
-    execute(con, f"CREATE TEMP TABLE {t['ev']} AS {evidence}", {**p, **names})
-    # gaps of the device with the launch call of the activity that ends each gap
-    has_act = con.execute(f"SELECT count(*) FROM {dev_table} WHERE dev = ?", [p["dev"]]).fetchone()
-    device_gaps = (
-        f"SELECT gs, ge, next_corr, next_name FROM {gaps} WHERE dev = $dev"
-        if has_act and has_act[0]
-        else "SELECT $ws AS gs, $we AS ge, NULL::BIGINT AS next_corr, NULL::INTEGER AS next_name"
-    )
-    # each gap with the launch call of the activity that ends it: the first such call (by start,
-    # then end) where one correlation id is on several, none where the launch is not in the trace
-    # (queued before the profiler started) or the gap has no next activity. One statement: an
-    # inner join plus an anti join (no outer join: slow in parallel)
-    rt = f"""SELECT correlation, s AS ts_ns, e AS te, name_id FROM {ix.runtime()}
-             WHERE s < $we AND correlation IN (SELECT next_corr FROM gg)
-             QUALIFY row_number() OVER (PARTITION BY correlation ORDER BY s, e) = 1"""
+def _spec_of(p: dict[str, Any]) -> tuple[int, int, int, int | None, int | None]:
+    return (p["ws"], p["we"], p["dev"], p.get("hs"), p.get("he"))
+
+
+def _fill(
+    src: Any,
+    gaps: str,
+    dev_table: str,
+    specs: dict[int, tuple[int, int, int, int | None, int | None]],
+    t: dict[str, str],
+) -> None:
+    """Create the idle tables ``t`` (``ev``, ``g``, ``sh``, each with ``rank``) of every rank of
+    ``specs`` (rank -> window start, end, device, steps' CPU start, end), from ``src``'s working
+    tables (a rank's index, or a batch's) and the gaps tables of the ranks' windows."""
+    con = src.con
+    names = _name_params(src)
+    wp = _window_params(specs)
+    evidence = _evidence_sql(src.gpu(), src.host(), names)
+    execute(con, f"CREATE TEMP TABLE {t['ev']} AS {evidence}", {**wp, **names})
+    # each gap of the rank's device (the whole window where the device ran nothing in it) with
+    # the launch call of the activity that ends it: the first such call (by start, then end)
+    # where one correlation id is on several, none where the launch is not in the trace (queued
+    # before the profiler started) or the gap has no next activity. One statement: an inner
+    # join plus an anti join (no outer join: slow in parallel)
     execute(
         con,
         f"""
         CREATE TEMP TABLE {t["g"]} AS
-        WITH gg AS ({device_gaps}), rt AS ({rt})
-        SELECT gg.gs, gg.ge, gg.next_corr, gg.next_name, rt.ts_ns AS launch_s, rt.te AS launch_e,
-               rt.name_id AS launch_name, coalesce(rt.te <= gg.gs, false) AS queued
-        FROM gg JOIN rt ON rt.correlation = gg.next_corr
+        WITH w AS ({_WINDOWS}),
+        act AS (SELECT DISTINCT rank, dev FROM {dev_table}),
+        gg AS (
+            SELECT x.rank, x.gs, x.ge, x.next_corr, x.next_name
+            FROM {gaps} x JOIN w ON x.rank = w.rank AND x.dev = w.dev
+            UNION ALL
+            SELECT w.rank, w.ws, w.we, NULL::BIGINT, NULL::INTEGER
+            FROM w ANTI JOIN act ON act.rank = w.rank AND act.dev = w.dev
+        ),
+        nc AS (SELECT DISTINCT rank, next_corr FROM gg WHERE next_corr IS NOT NULL),
+        rt AS (
+            SELECT r.rank, r.correlation, r.s AS ts_ns, r.e AS te, r.name_id
+            FROM {src.runtime()} r JOIN w ON r.rank = w.rank
+            JOIN nc ON nc.rank = r.rank AND nc.next_corr = r.correlation
+            WHERE r.s < w.we
+            QUALIFY row_number() OVER (PARTITION BY r.rank, r.correlation ORDER BY r.s, r.e) = 1
+        )
+        SELECT gg.rank, gg.gs, gg.ge, gg.next_corr, gg.next_name, rt.ts_ns AS launch_s,
+               rt.te AS launch_e, rt.name_id AS launch_name,
+               coalesce(rt.te <= gg.gs, false) AS queued
+        FROM gg JOIN rt ON rt.rank = gg.rank AND rt.correlation = gg.next_corr
         UNION ALL
-        SELECT gs, ge, next_corr, next_name, NULL, NULL, NULL, false
-        FROM gg ANTI JOIN rt ON rt.correlation = gg.next_corr
+        SELECT gg.rank, gs, ge, next_corr, next_name, NULL, NULL, NULL, false
+        FROM gg ANTI JOIN rt ON rt.rank = gg.rank AND rt.correlation = gg.next_corr
         """,
-        p,
+        wp,
     )
     # nested unions of host evidence: level k = classes 1..k (k <= 4); level 5 adds every other
-    # host span, the steps' CPU extent [$hs, $he) counting as one span (the training loop);
+    # host span, the steps' CPU extent [hs, he) counting as one span (the training loop);
     # level 6 = synchronizing calls widened by the slack, to tell gaps drained by a sync
-    outside_hull = "" if p.get("hs") is None else "AND (ts_ns < $hs OR ts_ns + dur_ns > $he)"
     host = execute(
         con,
-        f"""SELECT greatest(ts_ns, $ws) AS s, least(ts_ns + dur_ns, $we) AS e FROM {ix.host()}
-            WHERE ph = 'X' AND cat IN {HOST_CATS_SQL}
-              AND dur_ns > 0 AND ts_ns < $we AND ts_ns + dur_ns > $ws {outside_hull}""",
-        p,
+        f"""WITH w AS ({_WINDOWS})
+            SELECT h.rank, greatest(h.ts_ns, w.ws) AS s, least(h.ts_ns + h.dur_ns, w.we) AS e
+            FROM {src.host()} h JOIN w ON h.rank = w.rank
+            WHERE h.ph = 'X' AND h.cat IN {HOST_CATS_SQL} AND h.dur_ns > 0
+              AND h.ts_ns < w.we AND h.ts_ns + h.dur_ns > w.ws
+              AND (w.hs IS NULL OR h.ts_ns < w.hs OR h.ts_ns + h.dur_ns > w.he)""",
+        wp,
     ).fetchnumpy()
     evs = con.execute(
-        f"SELECT s, e, cls FROM {t['ev']} WHERE s IS NOT NULL AND e IS NOT NULL"
+        f"SELECT rank, s, e, cls FROM {t['ev']} WHERE s IS NOT NULL AND e IS NOT NULL"
     ).fetchnumpy()
-    late = con.execute(f"SELECT gs, ge FROM {t['g']} WHERE NOT queued").fetchnumpy()
-    shares = host_late_shares(
-        _ints64(late["gs"]),
-        _ints64(late["ge"]),
-        _ints64(evs["s"]),
-        _ints64(evs["e"]),
-        _ints64(evs["cls"]),
-        _ints64(host["s"]),
-        _ints64(host["e"]),
-        None if p.get("hs") is None else (max(p["hs"], p["ws"]), min(p["he"], p["we"])),
-    )
-    src = f"{t['sh']}_src"  # the index's own name: no other table's
+    late = con.execute(f"SELECT rank, gs, ge FROM {t['g']} WHERE NOT queued").fetchnumpy()
+    h_rank, e_rank, l_rank = (_ints64(x["rank"]) for x in (host, evs, late))
+    parts = []
+    for r, (ws, we, _dev, hs, he) in specs.items():
+        h, v, g = h_rank == r, e_rank == r, l_rank == r
+        one = host_late_shares(
+            _ints64(late["gs"])[g],
+            _ints64(late["ge"])[g],
+            _ints64(evs["s"])[v],
+            _ints64(evs["e"])[v],
+            _ints64(evs["cls"])[v],
+            _ints64(host["s"])[h],
+            _ints64(host["e"])[h],
+            None if hs is None else (max(int(hs), ws), min(int(he), we)),  # type: ignore[arg-type]
+        )
+        parts.append(pa.table({"rank": np.full(len(one["gs"]), r, dtype=np.int64), **one}))
+    src_name = f"{t['sh']}_src"  # the index's own name: no other table's
     # as Arrow, not a DataFrame: DuckDB reads a registered DataFrame through its pandas scan,
     # ~3 ms more a rank (benchmarks/part_cost.py)
-    con.register(src, pa.table(shares))
+    con.register(src_name, pa.concat_tables(parts))
     try:
-        con.execute(f"CREATE TEMP TABLE {t['sh']} AS SELECT *, {_DOMINANT} AS cause FROM {src}")
+        con.execute(
+            f"CREATE TEMP TABLE {t['sh']} AS SELECT *, {_DOMINANT} AS cause FROM {src_name}"
+        )
     finally:
-        con.unregister(src)
+        con.unregister(src_name)
 
 
 def _gap_view(ix: RankIndex, t: dict[str, str]) -> dict[str, str]:
@@ -252,7 +311,7 @@ def _gap_view(ix: RankIndex, t: dict[str, str]) -> dict[str, str]:
                             ELSE sh.cpu_overhead_ns END AS cpu_overhead_ns,
                        CASE WHEN g.queued AND g.ge - g.gs > {lo} THEN g.ge - g.gs
                             ELSE coalesce(sh.other_ns, 0) END AS other_ns
-                FROM {t["g"]} g LEFT JOIN {t["sh"]} sh ON sh.gs = g.gs
+                FROM {t["g"]} g LEFT JOIN {t["sh"]} sh ON sh.rank = g.rank AND sh.gs = g.gs
             )
             SELECT *, {_DOMINANT} AS cause FROM c
             """
@@ -542,13 +601,9 @@ def _prepare(
     con: Connection, run_id: str, rank: int, window: Window, device: int | None
 ) -> tuple[RankIndex, dict[str, Any], int | None, tuple[Any, ...]]:
     ix = RankIndex.shared(con, run_id, rank)
-    p: dict[str, Any] = ix.params(ws=window.start_ns, we=window.end_ns)
     if device is None:
         device = ix.primary_device(window.start_ns, window.end_ns)
-    p["dev"] = NO_DEVICE if device is None else int(device)
-    if window.source != "trace" and window.steps:
-        p["hs"] = min(s.cpu_start_ns for s in window.steps)
-        p["he"] = max(s.cpu_end_ns for s in window.steps)
+    p = ix.params(**_params_of(window, NO_DEVICE if device is None else int(device)))
     key = ("idle", window.start_ns, window.end_ns, p["dev"], p.get("hs"), p.get("he"))
     return ix, p, device, key
 
@@ -592,41 +647,60 @@ def clear_cache(con: Connection) -> None:
     close_shared(con)
 
 
-def _totals(con: Connection, t: dict[str, str]) -> tuple[dict[str, int], int, int, dict[str, int]]:
-    """(ns per cause, idle ns, number of gaps, gaps per dominant cause), without touching every
-    gap twice: only the swept gaps carry shares, the rest are sums over the gaps table."""
+Totals = tuple[dict[str, int], int, int, dict[str, int]]
+
+
+def _totals(con: Connection, t: dict[str, str], ranks: list[int]) -> dict[int, Totals]:
+    """Per rank: (ns per cause, idle ns, number of gaps, gaps per dominant cause), without
+    touching every gap twice: only the swept gaps carry shares, the rest are sums over the gaps
+    table. Three statements for every rank of the tables."""
     lo = LAUNCH_GAP_MAX_NS
-    base = con.execute(
-        f"""
-        SELECT count(*), coalesce(sum(ge - gs), 0)::BIGINT,
-               coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs <= {lo}), 0)::BIGINT,
-               coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs > {lo}), 0)::BIGINT,
-               coalesce(sum(ge - gs) FILTER (WHERE NOT queued), 0)::BIGINT,
-               count(*) FILTER (WHERE queued AND ge - gs <= {lo}),
-               count(*) FILTER (WHERE queued AND ge - gs > {lo}),
-               count(*) FILTER (WHERE NOT queued)
-        FROM {t["g"]}
-        """
-    ).fetchone()
+    base = {
+        int(r[0]): r[1:]
+        for r in con.execute(
+            f"""
+            SELECT rank, count(*), coalesce(sum(ge - gs), 0)::BIGINT,
+                   coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs <= {lo}), 0)::BIGINT,
+                   coalesce(sum(ge - gs) FILTER (WHERE queued AND ge - gs > {lo}), 0)::BIGINT,
+                   coalesce(sum(ge - gs) FILTER (WHERE NOT queued), 0)::BIGINT,
+                   count(*) FILTER (WHERE queued AND ge - gs <= {lo}),
+                   count(*) FILTER (WHERE queued AND ge - gs > {lo}),
+                   count(*) FILTER (WHERE NOT queued)
+            FROM {t["g"]} GROUP BY rank
+            """
+        ).fetchall()
+    }
     sums = ", ".join(f"coalesce(sum({c}_ns), 0)::BIGINT" for c in CAUSES)
-    sh = con.execute(
-        f"SELECT count(*), coalesce(sum(dur), 0)::BIGINT, {sums} FROM {t['sh']}"
-    ).fetchone()
-    assert base is not None and sh is not None
-    n, total, lo_ns, other_q, late, n_lo, n_oq, n_late = (int(v) for v in base)
-    n_sh, sh_dur = int(sh[0]), int(sh[1])
-    swept = dict(zip(CAUSES, (int(v) for v in sh[2:]), strict=True))
-    causes = {c: swept[c] for c in CAUSES}
-    causes[LAUNCH_OVERHEAD] = lo_ns
-    causes["other"] = other_q + swept["other"]
-    causes[CPU_OVERHEAD] = late - sh_dur + swept[CPU_OVERHEAD]
-    counts = dict.fromkeys(CAUSES, 0)
-    for cause, k in con.execute(f"SELECT cause, count(*) FROM {t['sh']} GROUP BY cause").fetchall():
-        counts[str(cause)] += int(k)
-    counts[LAUNCH_OVERHEAD] += n_lo
-    counts["other"] += n_oq
-    counts[CPU_OVERHEAD] += n_late - n_sh
-    return causes, total, n, counts
+    shs = {
+        int(r[0]): r[1:]
+        for r in con.execute(
+            f"SELECT rank, count(*), coalesce(sum(dur), 0)::BIGINT, {sums} FROM {t['sh']} "
+            "GROUP BY rank"
+        ).fetchall()
+    }
+    by_cause: dict[int, list[tuple[str, int]]] = {}
+    for r, cause, k in con.execute(
+        f"SELECT rank, cause, count(*) FROM {t['sh']} GROUP BY rank, cause"
+    ).fetchall():
+        by_cause.setdefault(int(r), []).append((str(cause), int(k)))
+    out = {}
+    for r in ranks:
+        n, total, lo_ns, other_q, late, n_lo, n_oq, n_late = (int(v) for v in base.get(r, (0,) * 8))
+        sh = shs.get(r, (0,) * (2 + len(CAUSES)))
+        n_sh, sh_dur = int(sh[0]), int(sh[1])
+        swept = dict(zip(CAUSES, (int(v) for v in sh[2:]), strict=True))
+        causes = {c: swept[c] for c in CAUSES}
+        causes[LAUNCH_OVERHEAD] = lo_ns
+        causes["other"] = other_q + swept["other"]
+        causes[CPU_OVERHEAD] = late - sh_dur + swept[CPU_OVERHEAD]
+        counts = dict.fromkeys(CAUSES, 0)
+        for cause, k in by_cause.get(r, []):
+            counts[cause] += k
+        counts[LAUNCH_OVERHEAD] += n_lo
+        counts["other"] += n_oq
+        counts[CPU_OVERHEAD] += n_late - n_sh
+        out[r] = (causes, total, n, counts)
+    return out
 
 
 def idle_analysis(
@@ -654,7 +728,7 @@ def idle_analysis(
     # index (~2.4 s on a 1 GB rank), handed out as copies (callers may change their frames)
     evidence = ix.memo(("idle_evidence", *key[1:]), lambda: _evidence_summary(con, p, t), keep=2)
     evidence = {cls: frame.copy() for cls, frame in evidence.items()}
-    return _result(con, t, window, device, evidence=evidence, top=top)
+    return _result(con, t, window, device, rank=int(rank), evidence=evidence, top=top)
 
 
 def idle_totals(
@@ -663,15 +737,50 @@ def idle_totals(
     """:func:`idle_analysis` without the top gaps and the evidence: the idle time per cause, its
     total and the number of gaps (what a rank's line of ``ranks`` needs; fewer statements)."""
     ix, p, device, key = _prepare(con, run_id, rank, window, device)
-    return _result(con, _build(ix, p, key), window, device)
+    return _result(con, _build(ix, p, key), window, device, rank=int(rank))
+
+
+def batch_idle_totals(
+    batch: RankBatch, windows: dict[int, Window], devices: dict[int, int]
+) -> dict[int, IdleResult]:
+    """:func:`idle_totals` of the ranks of ``batch`` that ``devices`` names (rank -> device),
+    each in its window, from one statement of each kind for the batch: the statements that
+    serve one rank (rank -> result)."""
+    if not devices:
+        return {}
+    specs = {r: _spec_of(_params_of(windows[r], int(dev))) for r, dev in devices.items()}
+    # the gaps of every rank's window, as the busy summaries read them (one table for both)
+    gaps, dev_table = batch.gaps({r: (w.start_ns, w.end_ns) for r, w in windows.items()})
+    t = batch.tables(("idle",), IDLE_TABLES[:-1], lambda t: _fill(batch, gaps, dev_table, specs, t))
+    totals = _totals(batch.con, t, sorted(specs))
+    return {r: _result_of(totals[r], windows[r], devices[r]) for r in specs}
+
+
+def _params_of(window: Window, dev: int) -> dict[str, Any]:
+    """The window's ``ws``/``we``, ``dev``, and the steps' CPU extent ``hs``/``he`` (steps only)."""
+    p: dict[str, Any] = {"ws": window.start_ns, "we": window.end_ns, "dev": dev}
+    if window.source != "trace" and window.steps:
+        p["hs"] = min(s.cpu_start_ns for s in window.steps)
+        p["he"] = max(s.cpu_end_ns for s in window.steps)
+    return p
 
 
 def _result(
-    con: Connection, t: dict[str, str], window: Window, device: int | None, **more: Any
+    con: Connection,
+    t: dict[str, str],
+    window: Window,
+    device: int | None,
+    *,
+    rank: int,
+    **more: Any,
 ) -> IdleResult:
-    """The :class:`IdleResult` of the gap table ``t``: its totals per cause, plus ``more``
-    (``evidence``, ``top``) when given."""
-    causes, total, n_gaps, by_cause = _totals(con, t)
+    """The :class:`IdleResult` of the rank's gap table ``t``: its totals per cause, plus
+    ``more`` (``evidence``, ``top``) when given."""
+    return _result_of(_totals(con, t, [rank])[rank], window, device, **more)
+
+
+def _result_of(totals: Totals, window: Window, device: int | None, **more: Any) -> IdleResult:
+    causes, total, n_gaps, by_cause = totals
     return IdleResult(
         window_ns=window.duration_ns,
         n_steps=window.n_steps,

@@ -22,7 +22,6 @@ The part (a JSON document, :func:`compute`) holds:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,10 +38,11 @@ from gpuscope.analysis.collectives import (
     FRAME_COLUMNS,
     _typed,
     batch_collective_columns,
+    batch_offsets,
     rank_collective_columns,
     rank_offset_ns,
 )
-from gpuscope.analysis.idle import IdleResult, idle_totals
+from gpuscope.analysis.idle import IdleResult, batch_idle_totals, idle_totals
 from gpuscope.analysis.rank_index import RankBatch, RankIndex, ids_param
 from gpuscope.analysis.steps import (
     Step,
@@ -50,7 +50,6 @@ from gpuscope.analysis.steps import (
     Window,
     find_window,
     find_windows,
-    seed_window,
     step_stats,
 )
 from gpuscope.analysis.store_access import execute
@@ -155,52 +154,49 @@ def comm_only_of(busy_ns: int, split: dict[str, Any]) -> int:
 
 
 def compute(con: Connection, run_id: str, rank: int) -> dict[str, Any]:
-    """The rank's cross-rank part (module doc), from its events only."""
+    """The rank's cross-rank part (module doc), from its events only: :func:`compute_batch` of a
+    batch of one, on the rank's own index."""
     w = find_window(con, run_id, rank)
     b = busy_summary(con, run_id, rank, w.start_ns, w.end_ns, per_stream=False)
     split = split_inputs(con, run_id, rank, w.start_ns, w.end_ns, b.device)
-    return _document(con, run_id, rank, w, b, split)
+    idle = idle_totals(con, run_id, rank, w, device=b.device) if b.device is not None else None
+    cols = rank_collective_columns(con, run_id, rank, w)
+    return _document(w, b, split, idle, cols, rank_offset_ns(con, run_id, rank))
 
 
-def compute_batch(batch: RankBatch, before_rank: Callable[[int], Any]) -> dict[int, dict[str, Any]]:
-    """:func:`compute` of every rank of ``batch`` (rank -> part): the windows, busy summaries
-    and split inputs of the whole batch from one statement of each kind (the same statements as
-    for one rank); then, rank by rank (``before_rank(rank)`` first: the caller gives the
-    connection that rank's own rows), the rest from that rank's slices of the batch's tables
-    (:meth:`RankBatch.seed`)."""
-    con, run_id = batch.con, batch.run_id
+def compute_batch(batch: RankBatch) -> dict[int, dict[str, Any]]:
+    """:func:`compute` of every rank of ``batch`` (rank -> part), each piece from one statement
+    of each kind for the whole batch: the windows, busy summaries, split inputs, idle totals,
+    collective frames and time offsets. The same statements serve one rank (a batch of one);
+    none of them runs rank by rank here."""
     windows = find_windows(batch)
     spans = {r: (w.start_ns, w.end_ns) for r, w in windows.items()}
     busy = busy_summaries(batch, spans)
-    comm_ids = batch.comm_name_ids()
     splits = _splits(
-        con, batch.gpu(), comm_ids, {r: (*spans[r], busy[r].device) for r in batch.ranks}
+        batch.con,
+        batch.gpu(),
+        batch.comm_name_ids(),
+        {r: (*spans[r], busy[r].device) for r in batch.ranks},
     )
-    frames = batch_collective_columns(batch, windows)  # reads ``events``: the batch's rows
-    batch.seal()  # every batch table is built before a rank's own rows replace the batch's
-    out = {}
-    for r in batch.ranks:
-        before_rank(r)
-        ix = RankIndex.shared(con, run_id, r)
-        batch.seed(ix)
-        seed_window(ix, windows[r])
-        w = find_window(con, run_id, r)
-        out[r] = _document(con, run_id, r, w, busy[r], splits[r], frames[r])
-    return out
+    idle = batch_idle_totals(
+        batch, windows, {r: b.device for r, b in busy.items() if b.device is not None}
+    )
+    offsets = batch_offsets(batch)
+    frames = batch_collective_columns(batch, windows, offsets)
+    return {
+        r: _document(windows[r], busy[r], splits[r], idle.get(r), frames[r], offsets[r])
+        for r in batch.ranks
+    }
 
 
 def _document(
-    con: Connection,
-    run_id: str,
-    rank: int,
     w: Window,
     b: BusySummary,
     split: dict[str, Any],
-    cols: dict[str, list[Any]] | None = None,
+    idle: IdleResult | None,
+    cols: dict[str, list[Any]],
+    offset_ns: int,
 ) -> dict[str, Any]:
-    idle = idle_totals(con, run_id, rank, w, device=b.device) if b.device is not None else None
-    if cols is None:
-        cols = rank_collective_columns(con, run_id, rank, w)
     return {
         "window": {
             "start_ns": w.start_ns,
@@ -217,7 +213,7 @@ def _document(
         "idle_ns": idle.total_ns if idle is not None else None,
         "idle_gaps": idle.n_gaps if idle is not None else None,
         "idle_causes_ns": dict(idle.causes_ns) if idle is not None else None,
-        "offset_ns": rank_offset_ns(con, run_id, rank),
+        "offset_ns": offset_ns,
         "frame": cols,
         "split": split,
     }

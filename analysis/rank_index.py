@@ -438,8 +438,9 @@ class RankBatch:
     thread's scratch database, which holds the batch's rows): :meth:`gpu`, :meth:`host`,
     :meth:`runtime` and :meth:`gaps` hold every rank's rows, with ``rank``, from the same
     statements as a :class:`RankIndex`'s (one statement a table for the batch: on a small rank
-    a statement's cost is mostly fixed). :meth:`seed` hands a rank's slices to its shared index,
-    so that the analyses that still ask one rank at a time read them.
+    a statement's cost is mostly fixed); :meth:`tables` makes the analyses' own tables of the
+    batch (the idle attribution's). A rank's index is a batch of one: the analyses run the same
+    statements over either.
 
     Its tables live until :meth:`close`, or the end of the transaction that made them."""
 
@@ -449,28 +450,18 @@ class RankBatch:
         self.ranks = sorted({int(r) for r in ranks})
         self.prefix = f"_rb{next(_SEQ)}_{uuid.uuid4().hex[:8]}_"
         self._tables: dict[tuple[Any, ...], dict[str, str]] = {}
-        self._windows: dict[int, tuple[int, int, tuple[Any, ...]]] = {}  # rank -> ws, we, gaps
-        self._sealed = False
 
     def params(self, **kw: Any) -> dict[str, Any]:
         """``$run``/``$ranks`` plus ``kw``, for queries over the batch."""
         return {"run": self.run_id, "ranks": self.ranks or [NO_RANK], **kw}
 
-    def seal(self) -> None:
-        """Build the base tables (host, GPU, runtime) now, and refuse to build any table from
-        here on: the caller is about to hand the connection one rank's rows under ``events``
-        (:func:`rank_frames.compute_batch`), and a table built then would hold that rank's rows
-        alone."""
-        self.host(), self.gpu(), self.runtime()
-        self._sealed = True
-
-    def _table(
+    def tables(
         self, key: tuple[Any, ...], parts: Sequence[str], build: Callable[[dict[str, str]], None]
     ) -> dict[str, str]:
+        """Unique names for the batch's family of tables ``parts`` that holds ``key``;
+        ``build(names)`` creates them, once per key (as :meth:`RankIndex.tables`)."""
         hit = self._tables.get(key)
         if hit is None:
-            if self._sealed:
-                raise RuntimeError(f"RankBatch: {key[0]} asked for after the batch was sealed")
             hit = {p: f"{self.prefix}{_ident(str(key[0]))}_{p}" for p in parts}
             build(hit)
             self._tables[key] = hit
@@ -490,7 +481,7 @@ class RankBatch:
         def build(n: dict[str, str]) -> None:
             execute(self.con, f"CREATE TEMP TABLE {n['t']} AS {sql}", params)
 
-        return self._table((kind,), ("t",), build)["t"]
+        return self.tables((kind,), ("t",), build)["t"]
 
     def gpu(self) -> str:
         """:meth:`RankIndex.gpu` of every rank of the batch."""
@@ -519,36 +510,8 @@ class RankBatch:
             p = {"wr": [r[0] for r in rows], "wa": [r[1] for r in rows], "wb": [r[2] for r in rows]}
             build_gaps(self.con, self.gpu(), w, n, p if rows else {})
 
-        names = self._table(key, ("dev", "gaps"), build)
-        for r, a, b in rows:
-            self._windows[r] = (a, b, key)
+        names = self.tables(key, ("dev", "gaps"), build)
         return names["gaps"], names["dev"]
-
-    def seed(self, ix: RankIndex) -> None:
-        """Give ``ix`` (an index of one of the batch's ranks, on the batch's connection) views of
-        its rows in the batch's tables in place of its own working tables, and the gaps of its
-        window when :meth:`gaps` made them."""
-        if ix.rank not in self.ranks or ix.run_id != self.run_id:
-            raise ValueError(f"rank {ix.rank} of run {ix.run_id} is not in this batch")
-        slices: list[tuple[tuple[Any, ...], dict[str, str]]] = [
-            (("host",), {"t": self.host()}),
-            (("gpu",), {"t": self.gpu()}),
-            (("runtime",), {"t": self.runtime()}),
-        ]
-        win = self._windows.get(ix.rank)
-        if win is not None:
-            ws, we, key = win
-            slices.append((("gaps", ws, we), self._tables[key]))
-        for key, tables in slices:
-
-            def build(n: dict[str, str], tables: dict[str, str] = tables) -> None:
-                for part, name in n.items():
-                    self.con.execute(
-                        f"CREATE TEMP VIEW {name} AS SELECT * FROM {tables[part]} "
-                        f"WHERE rank = {int(ix.rank)}"
-                    )
-
-            ix.tables(key, tuple(tables), build)
 
     def close(self) -> None:
         """Drop the batch's tables (idempotent)."""
@@ -556,7 +519,6 @@ class RankBatch:
             for name in reversed(list(names.values())):
                 _drop(self.con, name)
         self._tables.clear()
-        self._windows.clear()
 
 
 def close_shared(con: Connection) -> None:

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 TABLE = "rank_summaries"
 
 Compute = Callable[["Connection", str, int], Any]
-ComputeBatch = Callable[["RankBatch", Callable[[int], Any]], dict[int, Any]]
+ComputeBatch = Callable[["RankBatch"], dict[int, Any]]
 
 
 @dataclass(frozen=True)
@@ -68,9 +68,9 @@ class SummaryPart:
     version: int
     doc: str
     compute: Compute
-    #: The same part of every rank of a batch (:class:`RankBatch`, rank -> data), where the batch
-    #: shares statements; ``compute_batch(batch, before_rank)`` calls ``before_rank(rank)`` before
-    #: it reads that rank's own rows. None: :attr:`compute`, rank by rank.
+    #: The same part of every rank of a batch (:class:`RankBatch`, rank -> data), its statements
+    #: run once for the batch, on the connection that holds every rank's rows of the batch. None:
+    #: :attr:`compute`, rank by rank (each rank's own rows under ``events``).
     compute_batch: ComputeBatch | None = None
 
 
@@ -362,31 +362,24 @@ class PartsWhileIngesting:
             )
             out = []
             with unchanging(on):  # the scratch's rows stay as filled until the rollback
-                own: dict[str, Any] = {}
-
-                def before_rank(rank: int) -> None:
-                    # the rank's own rows under ``events`` for what it reads of them alone;
-                    # its index (views of the batch's tables) is let go of after it
-                    forget_shared(on)
-                    if own.get("rank") != rank:
-                        on.register("events", by_rank[rank].events)
-                        own["rank"] = rank
-
+                events = None  # whose rows ``events`` holds: None, the batch's
                 docs: dict[str, dict[int, Any]] = {}
                 for part in self.parts:
                     if part.compute_batch is not None:
-                        if own.get("rank") is not None:  # the batch's rows again, for its tables
+                        if events is not None:
                             forget_shared(on)
                             on.register("events", every)
-                            own["rank"] = None
+                            events = None
                         docs[part.name] = part.compute_batch(
-                            RankBatch(on, self.run_id, list(by_rank)), before_rank
+                            RankBatch(on, self.run_id, list(by_rank))
                         )
-                    else:
-                        docs[part.name] = {}
-                        for rank in by_rank:
-                            before_rank(rank)
-                            docs[part.name][rank] = part.compute(on, self.run_id, rank)
+                        continue
+                    docs[part.name] = {}
+                    for rank, rows in by_rank.items():
+                        forget_shared(on)  # the last rank's index: its tables are of its rows
+                        on.register("events", rows.events)  # the rank's own rows
+                        events = rank
+                        docs[part.name][rank] = part.compute(on, self.run_id, rank)
                 for rank in by_rank:
                     for part in self.parts:
                         doc = json.dumps(_finite(docs[part.name][rank]), allow_nan=False)

@@ -275,12 +275,6 @@ def find_windows(batch: RankBatch, step_annotation: str | None = None) -> dict[i
     return _find_windows(batch, list(batch.ranks), step_annotation)
 
 
-def seed_window(ix: RankIndex, window: Window, step_annotation: str | None = None) -> None:
-    """Give ``ix`` the rank's window as :func:`find_windows` read it for its batch: its
-    :func:`find_window` then returns copies of it."""
-    ix.memo(("window", step_annotation), lambda: _copy(window))
-
-
 def _copy(w: Window) -> Window:
     return Window(w.start_ns, w.end_ns, [replace(s) for s in w.steps], w.source, w.annotation)
 

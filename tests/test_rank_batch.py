@@ -1,7 +1,7 @@
-"""RankBatch: the working tables, windows, busy summaries and split inputs of several ranks from
-one statement of each kind give exactly what one rank at a time gives (the same statements over a
-batch of one), also for ranks without steps, without GPU activity or with an empty window; its
-slices stand in for a rank's own tables; nothing is built once it is sealed."""
+"""RankBatch: the working tables, windows, busy summaries, split inputs, idle totals and collective
+frames of several ranks from one statement of each kind give exactly what one rank at a time gives
+(the same statements over a batch of one), also for ranks without steps or without GPU activity,
+and for any subset of the run's ranks."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from gpuscope.analysis import rank_frames
 from gpuscope.analysis.busy import busy_summaries, busy_summary
-from gpuscope.analysis.idle import idle_totals
-from gpuscope.analysis.rank_index import RankBatch, RankIndex, close_shared, forget_shared
-from gpuscope.analysis.steps import find_window, find_windows, seed_window
+from gpuscope.analysis.idle import batch_idle_totals, idle_totals
+from gpuscope.analysis.rank_index import RankBatch, close_shared
+from gpuscope.analysis.steps import find_window, find_windows
 from gpuscope.ingest.loader import ingest_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -100,7 +100,7 @@ def test_a_batch_gives_what_each_rank_gives_alone(con, tmp_path: Path) -> None:
     kinds=st.lists(
         st.sampled_from(["steps", "no_steps", "no_gpu"]), min_size=WORLD, max_size=WORLD
     ),
-    shifts=st.lists(st.integers(0, 40), min_size=WORLD, max_size=WORLD),
+    shifts=st.lists(st.integers(0, 400), min_size=WORLD, max_size=WORLD),
 )
 def test_any_mix_of_ranks_batched_is_each_rank_alone(
     tmp_path_factory: pytest.TempPathFactory, kinds: list[str], shifts: list[int]
@@ -112,6 +112,14 @@ def test_any_mix_of_ranks_batched_is_each_rank_alone(
         run_id = ingest_ranks(con, d / "job", kinds, [float(s) for s in shifts])
         ranks = list(range(WORLD))
         assert batched(con, run_id, ranks) == one_at_a_time(con, run_id, ranks)
+        alone = {r: rank_frames.compute(con, run_id, r) for r in ranks}
+        close_shared(con)
+        batch = RankBatch(con, run_id, ranks)
+        try:
+            assert rank_frames.compute_batch(batch) == alone  # idle and frames too
+        finally:
+            batch.close()
+            close_shared(con)
 
 
 def idle_of(con, run_id: str, rank: int, w, dev):  # type: ignore[no-untyped-def]
@@ -122,48 +130,29 @@ def idle_of(con, run_id: str, rank: int, w, dev):  # type: ignore[no-untyped-def
 
 
 @pytest.mark.slow
-def test_a_ranks_slices_stand_in_for_its_own_tables(con, tmp_path: Path) -> None:
-    """A rank's index seeded from the batch answers the analyses that ask one rank at a time as
-    its own tables do (idle totals, the whole cross-rank part). Rank 3 runs 250 µs later: a
-    launch matched to another rank's call (the same correlation ids) would fall in no step."""
+def test_a_batchs_cross_rank_parts_are_each_ranks_own(con, tmp_path: Path) -> None:
+    """compute_batch gives every rank the part compute gives it alone: idle totals and the
+    collective frame included. Rank 3 runs 250 µs later: a launch matched to another rank's
+    call (the same correlation ids) would fall in no step."""
     run_id = ingest_ranks(con, tmp_path / "job", KINDS, [0.0, 3.0, 5.0, 250.0])
-    alone = {}
+    alone = {r: rank_frames.compute(con, run_id, r) for r in range(WORLD)}
+    idle = {}
     for r in range(WORLD):
         w = find_window(con, run_id, r)
-        dev = busy_summary(con, run_id, r, w.start_ns, w.end_ns).device
-        alone[r] = (idle_of(con, run_id, r, w, dev), rank_frames.compute(con, run_id, r))
+        idle[r] = idle_of(con, run_id, r, w, alone[r]["device"])
     close_shared(con)
+    assert [len(alone[r]["frame"]["start_ns"]) for r in range(WORLD)] == [1, 1, 0, 1]
+    assert idle[0] is not None and idle[0][1] > 0 and idle[2] is None
     batch = RankBatch(con, run_id, range(WORLD))
-    seen: list[int] = []
     try:
-        parts = rank_frames.compute_batch(batch, seen.append)
-        assert seen == list(range(WORLD)) and parts == {r: alone[r][1] for r in range(WORLD)}
-        assert [len(parts[r]["frame"]["start_ns"]) for r in range(WORLD)] == [1, 1, 0, 1]
+        assert rank_frames.compute_batch(batch) == alone
         windows = find_windows(batch)
-        for r in range(WORLD):
-            forget_shared(con)
-            ix = RankIndex.shared(con, run_id, r)
-            batch.seed(ix)
-            seed_window(ix, windows[r])
-            assert all(n.startswith(ix.prefix) for n in ix.table_names())
-            w = find_window(con, run_id, r)
-            dev = alone[r][1]["device"]
-            assert idle_of(con, run_id, r, w, dev) == alone[r][0]
-    finally:
-        batch.close()
-        close_shared(con)
-
-
-def test_a_sealed_batch_builds_nothing_more(con, tmp_path: Path) -> None:
-    run_id = ingest_ranks(con, tmp_path / "job", ["steps", "steps"], [0.0, 1.0])
-    batch = RankBatch(con, run_id, [0, 1])
-    try:
-        batch.seal()
-        assert batch.gpu() and batch.host() and batch.runtime()  # built before: handed out
-        with pytest.raises(RuntimeError, match="sealed"):
-            batch.gaps({0: (0, 10)})
-        with pytest.raises(ValueError, match="not in this batch"):
-            batch.seed(RankIndex(con, run_id, 5))
+        devices = {r: alone[r]["device"] for r in range(WORLD) if alone[r]["device"] is not None}
+        got = batch_idle_totals(batch, windows, devices)
+        assert {
+            r: (i.device, i.total_ns, i.n_gaps, i.causes_ns, i.gaps_by_cause)
+            for r, i in got.items()
+        } == {r: v for r, v in idle.items() if v is not None}
     finally:
         batch.close()
         close_shared(con)
