@@ -445,12 +445,14 @@ class PartsWhileIngesting:
 
 
 #: The most ranks, and events, in one batch of :class:`PartsWhileIngesting`: a batch is handed to
-#: a part thread once it holds either (a DDP rank of 24,656 events is ~5.6 MB of Arrow rows, held
-#: until its batch is computed: three a batch; small ranks up to 16). 128 DDP ranks on this
-#: project's 2-core VM: 11.4-12.1 s and ~610 MB at 60k events, 11.4-12.0 s and ~660 MB at 100k,
-#: 12.9-13.3 s and ~575 MB one rank at a time (docs/benchmarks.md).
+#: a part thread once it holds either. A DDP rank of 24,656 events is ~5.6 MB of Arrow rows, held
+#: until its batch is computed: five a batch; small ranks sixteen. A DDP rank's part, CPU ms
+#: (this project's 2-core VM, benchmarks/part_cost.py): 94 alone, 45 in threes, 28 in eights,
+#: 25 in sixteens. 128 DDP ranks' ingest: 10.2-11.9 s and 650 MB at 120k events, 9.8-11.4 s and
+#: 725 MB at 200k, 10.1 s and 822 MB at 400k; 12.9-13.3 s and ~575 MB one rank at a time
+#: (docs/benchmarks.md).
 BATCH_RANKS = 16
-BATCH_EVENTS = 60_000
+BATCH_EVENTS = 120_000
 
 
 def batch_is_full(batch: list[RankRows]) -> bool:
