@@ -751,7 +751,8 @@ def batch_idle_totals(
     specs = {r: _spec_of(_params_of(windows[r], int(dev))) for r, dev in devices.items()}
     # the gaps of every rank's window, as the busy summaries read them (one table for both)
     gaps, dev_table = batch.gaps({r: (w.start_ns, w.end_ns) for r, w in windows.items()})
-    t = batch.tables(("idle",), IDLE_TABLES[:-1], lambda t: _fill(batch, gaps, dev_table, specs, t))
+    key = ("idle", tuple(sorted(specs.items())))  # what the tables hold, as RankIndex's keys
+    t = batch.tables(key, IDLE_TABLES[:-1], lambda t: _fill(batch, gaps, dev_table, specs, t))
     totals = _totals(batch.con, t, sorted(specs))
     return {r: _result_of(totals[r], windows[r], devices[r]) for r in specs}
 

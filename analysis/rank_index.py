@@ -450,6 +450,7 @@ class RankBatch:
         self.ranks = sorted({int(r) for r in ranks})
         self.prefix = f"_rb{next(_SEQ)}_{uuid.uuid4().hex[:8]}_"
         self._tables: dict[tuple[Any, ...], dict[str, str]] = {}
+        self._seq = itertools.count(1)
 
     def params(self, **kw: Any) -> dict[str, Any]:
         """``$run``/``$ranks`` plus ``kw``, for queries over the batch."""
@@ -462,7 +463,10 @@ class RankBatch:
         ``build(names)`` creates them, once per key (as :meth:`RankIndex.tables`)."""
         hit = self._tables.get(key)
         if hit is None:
-            hit = {p: f"{self.prefix}{_ident(str(key[0]))}_{p}" for p in parts}
+            k = next(
+                self._seq
+            )  # tables of one kind for other keys (windows) get names of their own
+            hit = {p: f"{self.prefix}{_ident(str(key[0]))}{k}_{p}" for p in parts}
             build(hit)
             self._tables[key] = hit
         return hit

@@ -156,3 +156,33 @@ def test_a_batchs_cross_rank_parts_are_each_ranks_own(con, tmp_path: Path) -> No
     finally:
         batch.close()
         close_shared(con)
+
+
+def test_a_batch_asked_for_other_windows_and_devices_answers_each(con, tmp_path: Path) -> None:
+    """Gaps, busy summaries and idle totals of a batch for a second set of windows (or devices)
+    are tables of their own: each answer is the rank's alone for those windows."""
+    run_id = ingest_ranks(con, tmp_path / "job", ["steps", "steps", "no_steps"], [0.0, 7.0, 2.0])
+    ranks = [0, 1, 2]
+    full = {r: find_window(con, run_id, r) for r in ranks}
+    cut = {r: (w.start_ns + 20_000, w.end_ns - 30_000) for r, w in full.items()}
+    alone = {}
+    for r in ranks:
+        b = busy_summary(con, run_id, r, *cut[r], per_stream=False)
+        alone[r] = (b.device, b.busy_ns)
+    idle_alone = {r: idle_of(con, run_id, r, full[r], 0) for r in (0, 1)}
+    close_shared(con)
+    batch = RankBatch(con, run_id, ranks)
+    try:
+        spans = {r: (w.start_ns, w.end_ns) for r, w in full.items()}
+        busy_summaries(batch, spans)
+        got = busy_summaries(batch, cut)
+        assert {r: (b.device, b.busy_ns) for r, b in got.items()} == alone
+        batch_idle_totals(batch, full, {0: 0})
+        both = batch_idle_totals(batch, full, {0: 0, 1: 0})
+        assert {
+            r: (i.device, i.total_ns, i.n_gaps, i.causes_ns, i.gaps_by_cause)
+            for r, i in both.items()
+        } == idle_alone
+    finally:
+        batch.close()
+        close_shared(con)
