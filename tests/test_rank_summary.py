@@ -109,6 +109,42 @@ def test_analyze_reads_the_other_ranks_from_their_summaries(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
+def test_a_fresh_analyze_process_reads_the_stored_parts(tmp_path: Path) -> None:
+    """``gpuscope analyze`` in a process of its own, and ``analyze_run`` in one that imported
+    nothing but the report, read the ranks' stored parts (a doctored part shows), not the events
+    (18x slower at 128 ranks): the parts' source is installed by the report itself, not by
+    whichever module the caller happened to import first."""
+    import subprocess
+    import sys
+
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=EVERY_RUN)[0].run_id
+        doc = stored(con, run_id)[(1, "cross_rank")][1]
+        con.execute(
+            "UPDATE rank_summaries SET doc = ? WHERE run_id = ? AND rank = 1 AND part = 'cross_rank'",
+            [json.dumps({**doc, "busy_pct": 12.5}), run_id],
+        )
+    cli = subprocess.run(
+        [sys.executable, "-m", "gpuscope.cli.main", "analyze", run_id, "--db", str(tmp_path / "s"),
+         "--json"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    assert json.loads(cli.stdout)["ranks"][1]["gpu_busy_pct"] == 12.5
+    code = (
+        "import sys\n"
+        "from gpuscope.analysis.report import analyze_run\n"
+        "from gpuscope.store import connect\n"
+        "with connect(sys.argv[1]) as con:\n"
+        "    print(analyze_run(con, sys.argv[2], rank=0).to_json()['ranks'][1]['gpu_busy_pct'])\n"
+    )
+    api = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "s"), run_id],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    assert api.stdout.split() == ["12.5"]
+
+
+@pytest.mark.slow
 def test_summaries_give_the_figures_the_events_give_on_the_real_ddp_pair(tmp_path: Path) -> None:
     from gpuscope.analysis.report import rank_row
 

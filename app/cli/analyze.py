@@ -8,11 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuscope.analysis.fmt import sig3
-from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
 from gpuscope.cli.analyze_sections import render_memory, render_modules, render_roofline
-from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.loader import ingest_paths
 from gpuscope.store import Connection
 from gpuscope.vocabulary.nvml_fields import MEM_TOTAL_BYTES
 
@@ -65,6 +62,10 @@ def analysis_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def resolve_target(con: Connection, target: str) -> str:
     """A run id/prefix/name, or a trace file or folder (ingested first; a duplicate is fine)."""
     if Path(target).exists():
+        from gpuscope.analysis.rank_summary import store_after_ingest
+        from gpuscope.ingest.errors import IngestError
+        from gpuscope.ingest.loader import ingest_paths
+
         try:
             results = ingest_paths(con, [target], after_trace=store_after_ingest)
         except IngestError as e:
