@@ -177,13 +177,29 @@ class BatchParser:
         """The batch's rows. Raises IngestError for bad events.
 
         ``strict``: the batch passed :func:`strict_json`; otherwise it goes straight to the decoder
-        that reads the known quirks and names anything else."""
+        that reads the known quirks and names anything else. A batch cut without a proof
+        (``batch.proven`` False) is proven here, its events told to its splitter's counts, or
+        :class:`~gpuscope.ingest.json_stream.UnprovenCut` is raised."""
+        try:
+            return self._parse(path, batch, strict)
+        finally:
+            batch.tell(0)  # failed before its events were told: the batches after it wait no more
+
+    def _parse(self, path: Path, batch: Batch, strict: bool) -> Parsed:
         odd: tuple[int, list[str]] = (0, [])
         if strict and compiled_parser.enabled():
             table = compiled_parser.parse(batch.data)
-            if table is not None:
+            if table is not None:  # it reads only a strict JSON array of objects: a proof
+                batch.tell(table.num_rows)
                 n_timed, lo, hi = _extent(path, table)
                 return Parsed(table, n_timed, lo, hi)
+        if not batch.proven:  # the compiled parser refused it: the cut is proven another way
+            from gpuscope.ingest.json_stream import UnprovenCut, count_events
+
+            n = count_events(batch.data)
+            if n is None:
+                raise UnprovenCut(batch.offset)
+            batch.tell(n)
         if strict:
             self.scratch.write_bytes(batch.data)
             # The reader's buffers follow maximum_object_size: the batch's own size keeps them (and
@@ -211,7 +227,7 @@ class BatchParser:
 
         events = decode_batch(path, batch)
         n_odd = sum(1 for e in events if getattr(e, "odd", None))
-        notes = odd_notes(path, events, batch.first_index) if n_odd else []
+        notes = odd_notes(path, events, batch.first_event()) if n_odd else []
         return to_raw(events), (n_odd, notes)
 
     def close(self) -> None:

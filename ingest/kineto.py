@@ -136,7 +136,7 @@ def _validation_error(path: object, batch: Batch, e: Exception) -> IngestError:
     msg = str(e)
     m = _AT.search(msg)
     if m:
-        idx = batch.first_index + int(m.group(1))
+        idx = batch.first_event() + int(m.group(1))
         fld = m.group(2).lstrip(".") or "event"
         head = msg.split(" - at ")[0]
         return IngestError(path, f"traceEvents[{idx}].{fld}: {head.lower()}")
@@ -237,7 +237,7 @@ def loose_events(path: object, batch: Batch, data: bytes) -> list[Event]:
             if v is not None and as_float(v) is None:  # an event's time is not an argument
                 raise IngestError(
                     path,
-                    f"traceEvents[{batch.first_index + i}].{key}: expected a number, "
+                    f"traceEvents[{batch.first_event() + i}].{key}: expected a number, "
                     f"got {type(v).__name__} {msgspec.json.encode(v).decode()[:40]}",
                 )
         out.append(_typed(ev))

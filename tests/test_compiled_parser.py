@@ -33,6 +33,17 @@ SAMPLES = sorted(glob.glob("sample_traces/**/*.pt.trace.json*", recursive=True))
 _REF = threading.local()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _close_reference_parser():  # type: ignore[no-untyped-def]
+    """The reference parser's scratch file goes with this module's tests: a test of another module
+    run later in this process checks that an ingest leaves no scratch file of the process."""
+    yield
+    parser = getattr(_REF, "parser", None)
+    if parser is not None:
+        parser.close()
+        _REF.parser = None
+
+
 def duckdb_table(data: bytes) -> pa.Table | None:
     """What DuckDB's reader makes of the batch (the ingest's second reader); None: it refuses."""
     parser = getattr(_REF, "parser", None)
