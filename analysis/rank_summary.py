@@ -72,6 +72,9 @@ class SummaryPart:
     #: run once for the batch, on the connection that holds every rank's rows of the batch. None:
     #: :attr:`compute`, rank by rank (each rank's own rows under ``events``).
     compute_batch: ComputeBatch | None = None
+    #: The columns of ``events`` it reads (None: any): the ingest keeps only the columns its
+    #: parts read of the rows it hands to :class:`PartsWhileIngesting`.
+    columns: tuple[str, ...] | None = None
 
 
 PARTS: dict[str, SummaryPart] = {}
@@ -309,6 +312,8 @@ class PartsWhileIngesting:
 
         self.run_id = run_id
         self.parts = _parts(parts)
+        #: the event columns the parts read (None: every one), all the ingest keeps for them
+        self.columns = _columns_of(self.parts)
         self.jobs = max(1, int(jobs))
         self._pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="gpuscope-parts")
         self._futures: list[Future[list[list[Any]]]] = []
@@ -442,6 +447,16 @@ class PartsWhileIngesting:
         for on in scratches:
             close_shared(on)
             on.close()
+
+
+def _columns_of(parts: list[SummaryPart]) -> tuple[str, ...] | None:
+    """Every column of ``events`` the parts read, in the table's order (None: one reads any)."""
+    from gpuscope.store.schema import EVENTS
+
+    if any(p.columns is None for p in parts):
+        return None
+    want = {c for p in parts for c in p.columns or ()}
+    return tuple(c.name for c in EVENTS.columns if c.name in want)
 
 
 #: The most ranks, and events, in one batch of :class:`PartsWhileIngesting`: a batch is handed to
@@ -715,6 +730,7 @@ CROSS_RANK = register(
         "not covered by compute",
         rank_frames.compute,
         rank_frames.compute_batch,
+        rank_frames.COLUMNS,
     )
 )
 #: The parts every rank of every run gets at its ingest; the others only a run of one rank's.

@@ -91,6 +91,12 @@ def main() -> None:
         own = [row for row in rank_rows if row[1] == r]  # the ingest hands a rank its own row
         rows.append(RankRows(run, r, events, threads, own, names))
     sink = rank_summary.PartsWhileIngesting(run, rank_summary.EVERY_RANK, 1)
+    columns = getattr(sink, "columns", None)  # what the ingest keeps for the sink (newer wheels)
+    if columns is not None:
+        from gpuscope.ingest.batch_insert import rows_kept
+
+        for rr in rows:
+            rr.events = rows_kept(rr.events, columns, run)
     # the ingest's batches of ranks (one rank each, for a version before them)
     per_batch = hasattr(rank_summary, "batch_is_full")
     batches: list[list[RankRows]] = [[]]

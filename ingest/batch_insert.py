@@ -34,6 +34,8 @@ from gpuscope.store.schema import EVENTS
 # pyarrow, msgspec and the decoder are imported where they are used: every ``gpuscope`` command
 # imports this module (for :func:`remove_own_scratch`), and only an ingest needs them (0.2 s).
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import pyarrow as pa
     from gpuscope.ingest.json_stream import Batch
 
@@ -238,6 +240,24 @@ class BatchParser:
             self.db.close()
 
 
+def rows_kept(rows: pa.Table, columns: Iterable[str] | None, run_id: str) -> pa.Table:
+    """What the ingest keeps of rows of ``events`` of run ``run_id`` for a rank sink
+    (:meth:`BatchInserter.keep_rank`): ``columns`` of them (None: all), the columns not copied,
+    ``run_id`` as a dictionary of one value."""
+    import pyarrow as pa
+
+    if columns is None:
+        return rows
+    kept = rows.select(list(columns))
+    at = kept.schema.get_field_index("run_id")
+    if at >= 0:
+        ids = pa.DictionaryArray.from_arrays(
+            pa.repeat(pa.scalar(0, pa.int32()), kept.num_rows), pa.array([run_id], pa.string())
+        )
+        kept = kept.set_column(at, "run_id", ids)
+    return kept
+
+
 def _extent(path: Path, table: pa.Table) -> tuple[int, int | None, int | None]:
     """(events with a duration (ph X), min ts_ns, max ts_ns + dur_ns) of a parsed batch."""
     import pyarrow as pa
@@ -288,6 +308,7 @@ class BatchInserter:
         self.kept: dict[int, list[pa.Table] | None] = {}
         self.kept_n: dict[int, int] = {}
         self.keep_limit = 0
+        self.keep_columns: tuple[str, ...] | None = None  # the kept rows' columns (None: all)
         self._flusher: ThreadPoolExecutor | None = None  # made on the first flush
         self._pending: Future[None] | None = None  # the chunk being written
 
@@ -362,7 +383,7 @@ class BatchInserter:
             if self.kept_n[rank] > self.keep_limit:
                 self.kept[rank] = None  # too big to keep: its summary is computed from the store
             else:
-                kept.append(rows)
+                kept.append(self._kept_of(rows))
         if self.buffered >= self.flush_rows:
             self.flush()
         return n
@@ -421,10 +442,15 @@ class BatchInserter:
         raw_con = getattr(self.con, "con", self.con)
         raw_con.execute("INSERT INTO memory_events SELECT * FROM _gs_mem ORDER BY rank, ts_ns")
 
-    def keep_rank(self, rank: int, limit: int) -> None:
+    def keep_rank(self, rank: int, limit: int, columns: Iterable[str] | None = None) -> None:
         """Keep the rows of ``rank`` inserted from now on, up to ``limit`` events (for
-        :meth:`kept_rows`)."""
+        :meth:`kept_rows`): their ``columns`` only (None: every column of ``events``), and
+        ``run_id``, one value, as a dictionary (4 bytes a row, not the id's 12 and more)."""
         self.kept[rank], self.kept_n[rank], self.keep_limit = [], 0, int(limit)
+        self.keep_columns = tuple(columns) if columns is not None else None
+
+    def _kept_of(self, rows: pa.Table) -> pa.Table:
+        return rows_kept(rows, self.keep_columns, self.run_id)
 
     def kept_rows(self, rank: int) -> pa.Table | None:
         """The rows of ``rank`` kept since :meth:`keep_rank` (None: over the limit, or not kept);

@@ -102,7 +102,8 @@ class TraceRunWriter:
                 else:
                     self._check_rank_free(path, rank)
                 if self.sink is not None:
-                    self.inserter.keep_rank(rank, MAX_KEPT_EVENTS)
+                    columns = getattr(self.sink, "columns", None)  # the event columns it reads
+                    self.inserter.keep_rank(rank, MAX_KEPT_EVENTS, columns)
             self.inserter.insert_parsed(item.parsed, rank, item.memory_data)
             if self.progress:
                 self.progress(self.done_bytes + min(file_bytes, item.offset), self.total_bytes)

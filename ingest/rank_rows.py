@@ -21,7 +21,8 @@ MAX_KEPT_EVENTS = 1_000_000
 @dataclass
 class RankRows:
     """What the store holds of one rank once it is written, inside the ingest's transaction:
-    rows of ``events`` (``events``, its rows only), ``threads`` (its rows), ``ranks`` (its own
+    rows of ``events`` (``events``, its rows only; the sink's :attr:`RankSink.columns` of them,
+    ``run_id`` dictionary-encoded), ``threads`` (its rows), ``ranks`` (its own
     row: a part reads no other rank's, and handing every rank written so far to each rank cost
     a quadratic copy, 17 ms a rank at 128 ranks) and ``names`` (every name of the run known so
     far: a superset of those its events use), each in the store's column order."""
@@ -38,7 +39,11 @@ class RankSink(Protocol):
     """Takes the ranks of one trace run as they are written (:meth:`rank_written`, in the
     writer's thread, in file order) and, once every rank is written, stores what it made of
     them in the ingest's transaction (:meth:`store`, which raises the first error of any rank).
-    :meth:`close` stops it and frees it whatever happened (never raises)."""
+    :meth:`close` stops it and frees it whatever happened (never raises).
+
+    A sink may say which columns of ``events`` it reads (``columns``, a tuple of names; without
+    the attribute, or None: every column): only those are kept for it, so that more of a rank's
+    rows fit in the memory the ingest allows its sink."""
 
     def rank_written(self, rows: RankRows) -> None: ...
 

@@ -65,10 +65,12 @@ def test_parts_made_while_ingesting_are_those_made_from_the_store(
     # kept=8: ranks of over 8 events are too big to keep, their parts come from the store
     monkeypatch.setattr(loader, "MAX_KEPT_EVENTS", kept)
     computed: list[int] = []
+    held: set[tuple[str, ...]] = set()
     original = RS.PartsWhileIngesting._compute
 
     def spy(self, batch: list[RankRows]) -> list:  # type: ignore[no-untyped-def]
         computed.extend(rows.rank for rows in batch)
+        held.update(tuple(f"{f.name}:{f.type}" for f in rows.events.schema) for rows in batch)
         return original(self, batch)
 
     monkeypatch.setattr(RS.PartsWhileIngesting, "_compute", spy)
@@ -82,6 +84,17 @@ def test_parts_made_while_ingesting_are_those_made_from_the_store(
         assert {r for r, _ in made} == set(range(2 if i == 0 else 5))
     if kept > 100:  # every rank of both runs but the late one (its rows say another rank)
         assert sorted(computed) == [0, 0, 1, 1, 2, 3]
+        # the rows kept for the part threads: the columns the parts read (the same parts as
+        # from the store's every column), the run id as a dictionary
+        from gpuscope.analysis.rank_frames import COLUMNS
+
+        (schema,) = held
+        assert [f.split(":")[0] for f in schema] == [
+            c.name for c in EVENTS.columns if c.name in COLUMNS
+        ]
+        assert set(COLUMNS) < {
+            c.name for c in EVENTS.columns
+        } and "run_id:dictionary<values=string" in str(schema)
     else:
         assert computed == []
 
@@ -409,3 +422,22 @@ def test_a_hook_that_fails_on_the_transaction_gives_its_own_error(tmp_path: Path
             ingest_paths(con, [DDP], after_trace=hook)
         assert counts(con) == before
         assert int(con.execute("SELECT current_setting('threads')").fetchone()[0]) == 3
+
+
+def test_the_sink_keeps_the_columns_its_parts_read_or_every_one() -> None:
+    """The columns a sink asks the ingest to keep: the union of its parts' columns, in the table's
+    order; every column (None) as soon as one part does not say which it reads."""
+
+    def part(name: str, columns: tuple[str, ...] | None) -> RS.SummaryPart:
+        return RS.SummaryPart(name, 1, "", lambda con, run, rank: None, None, columns)
+
+    a, b = part("a", ("ts_ns", "run_id")), part("b", ("cat", "ts_ns"))
+    assert RS._columns_of([a, b]) == ("run_id", "cat", "ts_ns")
+    assert RS._columns_of([a, part("c", None)]) is None
+    sink = RS.PartsWhileIngesting("r", RS.EVERY_RANK, 1)
+    try:
+        from gpuscope.analysis.rank_frames import COLUMNS
+
+        assert sink.columns is not None and set(sink.columns) == set(COLUMNS)
+    finally:
+        sink.close()
