@@ -460,14 +460,14 @@ def _columns_of(parts: list[SummaryPart]) -> tuple[str, ...] | None:
 
 
 #: The most ranks, and events, in one batch of :class:`PartsWhileIngesting`: a batch is handed to
-#: a part thread once it holds either. A DDP rank of 24,656 events is ~5.6 MB of Arrow rows, held
-#: until its batch is computed: five a batch; small ranks sixteen. A DDP rank's part, CPU ms
-#: (this project's 2-core VM, benchmarks/part_cost.py): 94 alone, 45 in threes, 28 in eights,
-#: 25 in sixteens. 128 DDP ranks' ingest: 10.2-11.9 s and 650 MB at 120k events, 9.8-11.4 s and
-#: 725 MB at 200k, 10.1 s and 822 MB at 400k; 12.9-13.3 s and ~575 MB one rank at a time
-#: (docs/benchmarks.md).
+#: a part thread once it holds either. A DDP rank of 24,656 events is ~2.9 MB of kept Arrow rows
+#: (the part's columns, :attr:`SummaryPart.columns`), held until its batch is computed: ten a
+#: batch; small ranks sixteen. A DDP rank's part, CPU ms (this project's 2-core VM,
+#: benchmarks/part_cost.py): 94 alone, 45 in threes, 28 in eights, 25 in sixteens. 128 DDP ranks'
+#: ingest (VM, three runs each): 8.7-9.9 s and 630-660 MB at 120k events, 8.3-8.5 s and 725-740
+#: MB at 240k, 8.2 s and 785-810 MB at 400k (docs/benchmarks.md).
 BATCH_RANKS = 16
-BATCH_EVENTS = 120_000
+BATCH_EVENTS = 240_000
 
 
 def batch_is_full(batch: list[RankRows]) -> bool:
