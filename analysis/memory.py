@@ -217,8 +217,21 @@ def _events(con: Connection, run_id: str, rank: int, device: int | None) -> pd.D
     ).df()
 
 
+def recorded_allocator(con: Connection, run_id: str) -> bool:
+    """Whether the run holds allocator events at all: every ``memory_events`` row comes from an
+    event named ``[memory]``, whose name is then among the run's names. Read from ``names`` (the
+    analysis's copy of the run's, when it made one), not from ``memory_events``: a query there
+    costs 25-50 ms on a lake even when the table holds nothing."""
+    row = con.execute(
+        "SELECT 1 FROM names WHERE run_id = ? AND name = '[memory]' LIMIT 1", [run_id]
+    ).fetchone()
+    return row is not None
+
+
 def memory_devices(con: Connection, run_id: str, rank: int) -> list[int]:
     """The CUDA devices with allocator events on the rank."""
+    if not recorded_allocator(con, run_id):
+        return []
     rows = con.execute(
         "SELECT DISTINCT device FROM memory_events WHERE run_id = ? AND rank = ? AND device_type = ? "
         "ORDER BY device",

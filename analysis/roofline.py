@@ -21,6 +21,7 @@ import numpy as np
 from gpuscope.analysis import flops as F
 from gpuscope.analysis import kernels as K
 from gpuscope.analysis import peaks as P
+from gpuscope.analysis.memory import recorded_allocator
 from gpuscope.analysis.modules import innermost
 from gpuscope.analysis.steps import Window
 from gpuscope.analysis.tensor_cores import dtype_of
@@ -215,6 +216,8 @@ def _foreach_list_bytes(con: Connection, run_id: str, rank: int, ops: Any) -> di
     list's; every foreach op takes the list bytes of the nearest such op on its thread."""
     fe = ops[ops["name"].str.startswith(FOREACH)]
     if fe.empty:
+        return {}
+    if not recorded_allocator(con, run_id):
         return {}
     mem = con.execute(
         """SELECT tid, ts_ns, bytes FROM memory_events WHERE run_id = ? AND rank = ?

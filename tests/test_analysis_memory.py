@@ -295,3 +295,41 @@ def test_a_store_from_before_memory_events_gains_the_table(db_path: Path, tmp_pa
         assert m["recorded"] is False and "ingested before" in m["notes"][0]
     finally:
         con.close()
+
+
+@pytest.mark.slow
+def test_a_run_without_allocator_events_reads_no_memory_events(
+    con, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a run has allocator events comes from its names (every ``memory_events`` row is an
+    event named ``[memory]``): without one, neither the memory analysis nor the roofline's foreach
+    sizes query ``memory_events`` (25-50 ms a query on a lake, even empty); with one, the events
+    are read as before (the hand trace's figures above)."""
+    from gpuscope.analysis.memory import memory_devices, recorded_allocator
+
+    # the real DDP rank 0: optimizer foreach ops (the roofline sizes their lists), no allocator events
+    ddp = (
+        Path(__file__).resolve().parent.parent
+        / "sample_traces"
+        / "ddp"
+        / "ddp_rank0.pt.trace.json.gz"
+    )
+    plain = ingest_paths(con, [ddp])[0].run_id
+    mem = ingest_paths(con, [hand_trace().write(tmp_path / "mem.json")])[0].run_id
+    assert (recorded_allocator(con, plain), recorded_allocator(con, mem)) == (False, True)
+    assert memory_devices(con, mem, 0) == [0]
+    seen: list[str] = []
+    execute = type(con).execute
+
+    def spy(self, sql, params=None):  # type: ignore[no-untyped-def]
+        seen.append(sql)
+        return execute(self, sql, params)
+
+    monkeypatch.setattr(type(con), "execute", spy)
+    report = analyze_run(con, plain).to_json()
+    assert report["memory"]["recorded"] is False
+    foreach = [o["op"] for o in report["roofline"]["unmodelled_top"] if "_foreach" in o["op"]]
+    assert foreach and "sizes unknown" in foreach[0]  # looked for, without memory_events
+    assert seen and not [s for s in seen if "memory_events" in s]
+    seen.clear()
+    assert memory_devices(con, mem, 0) == [0] and any("memory_events" in s for s in seen)
