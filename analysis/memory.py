@@ -138,6 +138,8 @@ class MemoryResult:
     malloc: MallocStats | None = None  # None: no allocator events
     nvml: pd.DataFrame = field(default_factory=pd.DataFrame)  # t_ns, mem_used_bytes
     nvml_peak_bytes: int | None = None
+    #: whether the run has NVML series at all (None: not looked); its samples come with them
+    nvml_series: bool | None = None
     snapshot: SnapshotSummary | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -453,7 +455,8 @@ def _nvml(con: Connection, run_id: str, window: Window, res: MemoryResult, offse
     """NVML memory.used of the run's GPU (the device index; else the lowest sampled) during the
     window, on the trace clock."""
     has = con.execute("SELECT count(*) FROM nvml_series WHERE run_id = ?", [run_id]).fetchone()
-    if not has or not has[0]:
+    res.nvml_series = bool(has and has[0])
+    if not res.nvml_series:
         return
     df = con.execute(
         """SELECT gpu, t_ns - ? AS t_ns, mem_used_bytes FROM nvml_samples

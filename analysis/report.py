@@ -422,6 +422,18 @@ def _kernel_dtype(tc: Any) -> str | None:
     return None
 
 
+def _memory_used_frac(con: Connection, run_id: str, memory: MemoryResult | None) -> float | None:
+    """The device's memory the run used (0..1): the allocator's peak reserved, else NVML's peak
+    used, which is not asked for when the memory analysis found the run has no NVML series (a
+    query on an empty lake table costs 25-50 ms)."""
+    if memory is not None:
+        if memory.peak_reserved_frac is not None:
+            return memory.peak_reserved_frac
+        if memory.nvml_series is False:
+            return None
+    return _mem_used_frac(con, run_id)
+
+
 def _mem_used_frac(con: Connection, run_id: str) -> float | None:
     try:
         row = con.execute(
@@ -1331,11 +1343,7 @@ def _recommendations(a: RunAnalysis) -> list[R.Recommendation]:
         tc_speedup=speedup,
         comm_only_ns=a.comm_only_ns,
         peers=[r for r in a.ranks if r.rank != rank],
-        mem_used_frac=(
-            memory.peak_reserved_frac
-            if memory is not None and memory.peak_reserved_frac is not None
-            else _mem_used_frac(con, run_id)
-        ),
+        mem_used_frac=_memory_used_frac(con, run_id, memory),
         memory=memory if memory is not None and memory.recorded else None,
         dataloader_kind=_loader_kind(idle),
         untraced_step_ns=pc.untraced_step_ms * 1e6 if pc and pc.untraced_step_ms else None,

@@ -303,8 +303,9 @@ def test_a_run_without_allocator_events_reads_no_memory_events(
 ) -> None:
     """Whether a run has allocator events comes from its names (every ``memory_events`` row is an
     event named ``[memory]``): without one, neither the memory analysis nor the roofline's foreach
-    sizes query ``memory_events`` (25-50 ms a query on a lake, even empty); with one, the events
-    are read as before (the hand trace's figures above)."""
+    sizes query ``memory_events`` (25-50 ms a query on a lake, even empty), and without NVML
+    series nothing asks ``nvml_samples``; with them, they are read as before (the hand trace's
+    figures above, tests/test_nvml_ingest.py)."""
     from gpuscope.analysis.memory import memory_devices, recorded_allocator
 
     # the real DDP rank 0: optimizer foreach ops (the roofline sizes their lists), no allocator events
@@ -331,5 +332,7 @@ def test_a_run_without_allocator_events_reads_no_memory_events(
     foreach = [o["op"] for o in report["roofline"]["unmodelled_top"] if "_foreach" in o["op"]]
     assert foreach and "sizes unknown" in foreach[0]  # looked for, without memory_events
     assert seen and not [s for s in seen if "memory_events" in s]
+    # nor, without NVML series, NVML's samples for the recommendations' memory figure
+    assert not [s for s in seen if "nvml_samples" in s]
     seen.clear()
     assert memory_devices(con, mem, 0) == [0] and any("memory_events" in s for s in seen)

@@ -318,6 +318,16 @@ def test_attach_to_trace_run(con, tmp_path):
     )
     assert len(series_for_run(con, run.run_id)) == 80
     assert align_offset_ns(con, run.run_id) == base
+    # the analysis sees the series: the recommendations' memory figure is NVML's peak used
+    from gpuscope.analysis.memory import MemoryResult
+    from gpuscope.analysis.report import _mem_used_frac, _memory_used_frac, analyze_run
+
+    assert analyze_run(con, run.run_id).memory.nvml_series is True
+    frac = _mem_used_frac(con, run.run_id)
+    assert frac is not None and 0 < frac <= 1
+    assert _memory_used_frac(con, run.run_id, MemoryResult(False, nvml_series=True)) == frac
+    assert _memory_used_frac(con, run.run_id, None) == frac
+    assert _memory_used_frac(con, run.run_id, MemoryResult(False, nvml_series=False)) is None
     # a second series (CSV) can be attached to the same run; the same one twice cannot
     ingest(con, CSV_UNITS, run_id=run.run_id, tz="UTC")
     assert con.execute(
