@@ -599,14 +599,6 @@ class RankPartSource:
 _rank_parts = RankPartSource()
 
 
-def _install_summary_sources() -> None:
-    """Import :mod:`gpuscope.analysis.rank_summary`, which installs the stored rank lines and
-    parts as the sources (it imports this module, so not at its top). Without it a run of 128
-    ranks was analysed from every rank's events, 18x slower, whenever the caller had not imported
-    it (``gpuscope analyze`` once it stopped importing the ingest's modules)."""
-    import gpuscope.analysis.rank_summary  # noqa: F401
-
-
 def set_rank_part_source(load: Callable[[Any, str], dict[int, dict[str, Any]]] | None) -> None:
     """Install (or, with None, remove) the source of the ranks' cross-rank parts."""
     _rank_parts.load = load
@@ -707,7 +699,6 @@ def _one_snapshot(fn: Callable[_Args, _Ret]) -> Callable[_Args, _Ret]:
             close_shared(con)
             drop_run_names(con)
 
-        _install_summary_sources()
         if _rank_lines.before is not None:  # stale or missing stored rank lines: stored once
             _rank_lines.before(con, str(run_id))
         with read_snapshot(con, on_rollback=forget), run_names(con, str(run_id)):
