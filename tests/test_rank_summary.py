@@ -108,6 +108,18 @@ def test_analyze_reads_the_other_ranks_from_their_summaries(tmp_path: Path) -> N
     assert shown[0] == from_events[0]  # the analysed rank itself comes from its events
 
 
+def doctored(con, tmp_path: Path) -> str:  # type: ignore[no-untyped-def]
+    """Two ranks ingested with every part stored, rank 1's cross-rank part then doctored to say
+    12.5 % busy (its events say 20 %): whoever shows 12.5 read the stored part."""
+    run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=EVERY_RUN)[0].run_id
+    doc = stored(con, run_id)[(1, "cross_rank")][1]
+    con.execute(
+        "UPDATE rank_summaries SET doc = ? WHERE run_id = ? AND rank = 1 AND part = 'cross_rank'",
+        [json.dumps({**doc, "busy_pct": 12.5}), run_id],
+    )
+    return str(run_id)
+
+
 @pytest.mark.slow
 def test_a_fresh_analyze_process_reads_the_stored_parts(tmp_path: Path) -> None:
     """``gpuscope analyze`` in a process of its own reads the ranks' stored parts (a doctored
@@ -118,12 +130,7 @@ def test_a_fresh_analyze_process_reads_the_stored_parts(tmp_path: Path) -> None:
     import sys
 
     with connect(tmp_path / "s") as con:
-        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=EVERY_RUN)[0].run_id
-        doc = stored(con, run_id)[(1, "cross_rank")][1]
-        con.execute(
-            "UPDATE rank_summaries SET doc = ? WHERE run_id = ? AND rank = 1 AND part = 'cross_rank'",
-            [json.dumps({**doc, "busy_pct": 12.5}), run_id],
-        )
+        run_id = doctored(con, tmp_path)
     cli = subprocess.run(
         [sys.executable, "-m", "gpuscope.cli.main", "analyze", run_id, "--db", str(tmp_path / "s"),
          "--json"],
@@ -154,12 +161,7 @@ def test_a_stale_version_is_not_read_and_refresh_stores_the_new_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with connect(tmp_path / "s") as con:
-        run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=EVERY_RUN)[0].run_id
-        doc = stored(con, run_id)[(1, "cross_rank")][1]
-        con.execute(
-            "UPDATE rank_summaries SET doc = ? WHERE run_id = ? AND rank = 1 AND part = 'cross_rank'",
-            [json.dumps({**doc, "busy_pct": 12.5}), run_id],
-        )
+        run_id = doctored(con, tmp_path)
         newer = dataclasses.replace(RS.CROSS_RANK, version=RS.CROSS_RANK.version + 1)
         monkeypatch.setitem(RS.PARTS, "cross_rank", newer)
         monkeypatch.setattr(RS, "CROSS_RANK", newer)
