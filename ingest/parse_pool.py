@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscope.ingest import batch_insert, json_stream
+from gpuscope.ingest.arrow_memory import use_system_pool
 from gpuscope.ingest.batch_insert import MEMORY_MARK, BatchParser, Parsed
 from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.errors import IngestError
@@ -75,6 +76,7 @@ class ParsePool:
     def __init__(
         self, files: list[Path], jobs: int, depth: int | None = None, *, prove_cuts: bool = False
     ) -> None:
+        use_system_pool()  # Arrow buffers made here are freed on other threads (arrow_memory.py)
         self.files = list(files)
         self.jobs = max(1, int(jobs))
         self.depth = depth if depth is not None else self.jobs
