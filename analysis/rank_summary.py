@@ -572,8 +572,7 @@ def _new_scratch(viewed: Iterable[str] = ()) -> Any:
     14 ms of its part's ~135 ms)."""
     from gpuscope.store.schema import TABLES
 
-    scratch = duckdb.connect(":memory:")
-    scratch.execute("SET threads = 1")
+    scratch = duckdb.connect(":memory:", config={"threads": 1})  # not a thread per core first
     scratch.execute(f"SET memory_limit = '{SCRATCH_MEMORY_LIMIT}'")
     # A list of constants (``cat IN ('kernel', ...)``) stays a comparison, not a join against the
     # list: on one small rank's rows the join's fixed cost is the larger (a DDP rank's part: ~6 %

@@ -169,8 +169,9 @@ class BatchParser:
         fd, name = tempfile.mkstemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", suffix=".json")
         os.close(fd)
         self.scratch = Path(name)
-        self.db = duckdb.connect(":memory:", config=dict(extensions.OFFLINE))
-        self.db.execute("SET threads = 1")
+        # one thread from the start: a default connection first starts a thread per core of the
+        # machine (16 on a 16-core host the process is pinned to 2 of), which SET then stops
+        self.db = duckdb.connect(":memory:", config={**extensions.OFFLINE, "threads": 1})
         self.db.execute(f"SET memory_limit = '{PARSER_MEMORY_LIMIT}'")
         for setting in ALLOCATOR_SETTINGS:
             self.db.execute(setting)
