@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 from gpuscope.analysis import kernels as K
 from gpuscope.analysis.kernels import (
@@ -515,3 +516,54 @@ def test_folded_others_row_equals_brute_force(data):
     assert o.min_us == min(folded) and o.max_us == max(folded)
     assert math.isclose(o.mean_us, sum(folded) / len(folded))
     assert sum(r.total_us for r in out) == sum(sum(d) for _, d in rows)
+
+
+# -- top-level host spans: against the definition, span by span -------------------------------------
+
+
+def _toplevel_by_definition(
+    ts: list[int], end: list[int], names: list[int]
+) -> tuple[list[int], list[int], list[int]]:
+    """Spans in (start, longest first) order, the original order on a full tie; a span is top level
+    when it starts at or after the end of every span before it."""
+    order = sorted(range(len(ts)), key=lambda i: (ts[i], -end[i]))
+    keep = [i for k, i in enumerate(order) if all(end[j] <= ts[i] for j in order[:k])]
+    return [ts[i] for i in keep], [end[i] for i in keep], [names[i] for i in keep]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 25), st.integers(0, 9)), max_size=40),
+    st.sampled_from(["as drawn", "kineto", "by start"]),
+)
+def test_toplevel_spans_match_the_definition(spans: list[tuple[int, int, int]], order: str) -> None:
+    from gpuscope.analysis.kernels import toplevel
+
+    if (
+        order == "kineto"
+    ):  # as Kineto writes them: start ascending, the longer first (the fast path)
+        spans = sorted(spans, key=lambda s: (s[0], -s[1]))
+    elif order == "by start":  # ascending starts, ties as drawn: a shorter span may come first
+        spans = sorted(spans, key=lambda s: s[0])
+    ts = [s for s, _, _ in spans]
+    end = [s + d for s, d, _ in spans]
+    names = [n for _, _, n in spans]
+    got = toplevel(
+        np.asarray(ts, dtype=np.int64), np.asarray(end, dtype=np.int64), np.asarray(names)
+    )
+    want = _toplevel_by_definition(ts, end, names)
+    assert [g.tolist() for g in got] == [list(w) for w in want]
+
+
+def test_toplevel_spans_by_hand() -> None:
+    from gpuscope.analysis.kernels import toplevel
+
+    # [0,10) holds [2,5) and [5,10); [10,12) starts where [0,10) ends: top level; [11,20) starts
+    # inside [10,12): not top level; of the two spans starting at 30, the longer one is
+    ts = np.asarray([0, 2, 5, 10, 11, 30, 30], dtype=np.int64)
+    end = np.asarray([10, 5, 10, 12, 20, 35, 31], dtype=np.int64)
+    got = toplevel(ts, end, np.arange(7))
+    assert [g.tolist() for g in got] == [[0, 10, 30], [10, 12, 35], [0, 3, 5]]
+    # out of order (a tie listed shortest first): sorted first, the same spans kept
+    got = toplevel(ts[::-1].copy(), end[::-1].copy(), np.arange(7)[::-1].copy())
+    assert [g.tolist() for g in got] == [[0, 10, 30], [10, 12, 35], [0, 3, 5]]
