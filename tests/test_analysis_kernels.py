@@ -567,3 +567,29 @@ def test_toplevel_spans_by_hand() -> None:
     # out of order (a tie listed shortest first): sorted first, the same spans kept
     got = toplevel(ts[::-1].copy(), end[::-1].copy(), np.arange(7)[::-1].copy())
     assert [g.tolist() for g in got] == [[0, 10, 30], [10, 12, 35], [0, 3, 5]]
+
+
+def test_toplevel_spans_come_in_order_from_the_store(con, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The host spans of two categories come in time order from the query (the store keeps them
+    by category), so a thread of ~1 M CPU ops is not sorted again in numpy; on a full tie (same
+    start and length) the file's first one is the top-level one."""
+    t = TraceBuilder()
+    t.cpu_op("aten::first", 10, 5)  # a full tie: the first in the file is kept
+    t.cpu_op("aten::second", 10, 5)
+    t.cpu_op("aten::inner", 11, 2)
+    t.cpu_op("Legacy::op", 0, 4, cat="Operator")  # another category, earlier in time
+    t.cpu_op("Legacy::later", 20, 3, cat="Operator")
+    t.cpu_op("aten::last", 30, 1)
+    run_id = ingest(con, t, tmp_path)
+
+    def no_sort(*a: object, **k: object) -> None:
+        raise AssertionError("the spans came out of order")
+
+    monkeypatch.setattr(K.np, "lexsort", no_sort)
+    got = K.toplevel_intervals(con, run_id, 0, [(PID, TID)])[(PID, TID)]
+    rows = con.execute("SELECT name_id, name FROM names WHERE run_id = ?", [run_id]).fetchall()
+    names = dict(rows)
+    kept = [names[int(i)] for i in got.name_id]
+    assert kept == ["Legacy::op", "aten::first", "Legacy::later", "aten::last"]
+    assert got.ts.tolist() == [0, 10_000, 20_000, 30_000]
+    assert got.end.tolist() == [4_000, 15_000, 23_000, 31_000]
