@@ -2,9 +2,9 @@
 
 pyarrow's default pool on Linux is mimalloc, which keeps the pages a thread freed for that thread:
 an ingest's Arrow buffers are made on the parse threads and freed on the writer's and the flush
-thread, so those pages sit idle. On the 1 GB trace the process peaked at a median 430 MB (one run
-in four at 483 MB) with mimalloc, 416 MB with the C library's allocator, at the same speed; 128
-rank files: the same time, 20-30 MB less (docs/benchmarks.md, "The 1 GB trace's memory").
+thread, so those pages sit idle. With the C library's allocator the 1 GB trace's ingest peaked
+at 412-434 MiB, against 443-517 MiB with mimalloc, and 128 rank files took 60 MB less on a
+device host. Both took the same time (docs/benchmarks.md, "Arrow's allocator").
 
 The pool is the process's: :func:`use_system_pool` switches it once, unless the user chose one
 (``$ARROW_DEFAULT_MEMORY_POOL``). Buffers made before keep the pool they came from.
