@@ -430,21 +430,28 @@ def _frame_rows(
         k[int(row[0])].append(row[1:])
     # kind 0: a communication op, 1: a backward span, 2: an optimizer span. As Arrow, not Python
     # rows: a 3 M-event rank has ~180 k of them (~70 MB more as tuples), mostly backward spans.
+    # Only the communication ops carry their name and input dims (the 1 GB benchmark rank's
+    # 137 k spans: 10 MB of names otherwise).
     bwd, opt = ids_param(src.name_ids(_BACKWARD)), ids_param(src.name_ids(_OPTIMIZER))
     ids = ids_param(sorted({*src.name_ids(_COMM_OPS), *bwd, *opt} - {NO_NAME}))
     want = [r for r in ranks if k[r]]  # a rank without communication kernels needs no ops
     ops_all = execute(
         con,
         f"""
-        SELECT e.rank, e.pid, e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, e.external_id,
-               e.input_dims, n.name,
-               CASE WHEN {in_ids("e.name_id", "bwd", bwd)} THEN 1
-                    WHEN {in_ids("e.name_id", "opt", opt)} THEN 2 ELSE 0 END AS kind
-        FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
-        WHERE e.run_id = $run AND list_contains($rk, e.rank) AND e.ph = 'X'
-          AND e.dur_ns IS NOT NULL AND e.cat IN ('cpu_op', 'user_annotation', 'Operator')
-          AND {in_ids("e.name_id", "ids", ids)}
-        ORDER BY e.rank, s
+        SELECT rank, pid, tid, s, e, external_id,
+               CASE WHEN kind = 0 THEN input_dims END AS input_dims,
+               CASE WHEN kind = 0 THEN name END AS name, kind
+        FROM (
+            SELECT e.rank, e.pid, e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, e.external_id,
+                   e.input_dims, n.name,
+                   CASE WHEN {in_ids("e.name_id", "bwd", bwd)} THEN 1
+                        WHEN {in_ids("e.name_id", "opt", opt)} THEN 2 ELSE 0 END AS kind
+            FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
+            WHERE e.run_id = $run AND list_contains($rk, e.rank) AND e.ph = 'X'
+              AND e.dur_ns IS NOT NULL AND e.cat IN ('cpu_op', 'user_annotation', 'Operator')
+              AND {in_ids("e.name_id", "ids", ids)}
+        )
+        ORDER BY rank, s
         """,
         {"run": run_id, "rk": want or [NO_RANK], "bwd": bwd, "opt": opt, "ids": ids},
     ).to_arrow_table()
