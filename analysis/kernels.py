@@ -141,7 +141,7 @@ def launched(
     kept by the rank's index per window and device."""
     ix = RankIndex.shared(con, run_id, rank)
     key = ("launched", int(start_ns), int(end_ns), device)
-    return ix.memo(key, lambda: _launched(ix, start_ns, end_ns, device), keep=4)
+    return ix.memo(key, lambda: _launched(ix, start_ns, end_ns, device), keep=4, large=True)
 
 
 def _launched(ix: RankIndex, start_ns: int, end_ns: int, device: int | None) -> Launched:
@@ -243,7 +243,8 @@ def toplevel_intervals(
         return Intervals(*toplevel(ts, end, np.asarray(d.pop("name_id"), dtype=np.int64)))
 
     return {
-        (p, t): ix.memo(("toplevel", p, t, cats, extra), partial(load, p, t)) for p, t in threads
+        (p, t): ix.memo(("toplevel", p, t, cats, extra), partial(load, p, t), large=True)
+        for p, t in threads
     }
 
 

@@ -99,6 +99,7 @@ class RankIndex:
         self.prefix = f"_ri{next(_SEQ)}_{uuid.uuid4().hex[:8]}_"
         self._tables: OrderedDict[tuple[Any, ...], dict[str, str]] = OrderedDict()
         self._memo: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._large: set[tuple[Any, ...]] = set()  # keys of the memo's large values
         self._lock = threading.RLock()
         self._seq = itertools.count(1)
         self._stamp = self._run_stamp()
@@ -131,6 +132,7 @@ class RankIndex:
                 _drop(self.con, name)
         self._tables.clear()
         self._memo.clear()
+        self._large.clear()
 
     # -- freshness --------------------------------------------------------------------------------
 
@@ -200,9 +202,13 @@ class RankIndex:
 
         return self.tables(key, ("t",), build)["t"]
 
-    def memo(self, key: tuple[Any, ...], compute: Callable[[], T], *, keep: int = 0) -> T:
+    def memo(
+        self, key: tuple[Any, ...], compute: Callable[[], T], *, keep: int = 0, large: bool = False
+    ) -> T:
         """A Python value computed from the rank's rows, once per ``key``; with ``keep`` > 0 only
-        the last ``keep`` values of the kind ``key[0]`` stay (for large values)."""
+        the last ``keep`` values of the kind ``key[0]`` stay (for large values). ``large``: arrays
+        per event, which :func:`forget_values` lets go (``compute`` must have no side effect on
+        the database: it may run again)."""
         with self._lock:
             if key in self._memo:
                 self._memo.move_to_end(key)
@@ -210,6 +216,8 @@ class RankIndex:
             self.refresh()
             value = compute()
             self._memo[key] = value
+            if large:
+                self._large.add(key)
             if keep > 0:
                 same = [k for k in self._memo if k[0] == key[0]]
                 for old in same[: max(0, len(same) - keep)]:
@@ -544,6 +552,20 @@ def forget_shared(con: Connection) -> None:
         with ix._lock:
             ix._tables.clear()
             ix._memo.clear()
+            ix._large.clear()
+
+
+def forget_values(con: Connection) -> None:
+    """Let the shared indexes of ``con`` forget their large Python values (:meth:`RankIndex.memo`
+    with ``large``: a 1 GB rank's top-level spans and launches are ~20 MB), keeping their tables
+    and other values; a value is computed again when next asked for."""
+    with _SHARED_LOCK:
+        indexes = list((_SHARED.get(con) or {}).values())
+    for ix in indexes:
+        with ix._lock:
+            for key in ix._large:
+                ix._memo.pop(key, None)
+            ix._large.clear()
 
 
 @contextmanager

@@ -92,9 +92,10 @@ def strict_json(batch: Batch) -> bool:
 MEMORY_MARK = b'"[memory]"'  # a batch holding this may hold allocator events (memory_events)
 
 # Events buffered before they are written to the store (one Parquet file each); $GPUSCOPE_FLUSH_ROWS
-# sets it (fewer rows: less memory, more files).
+# sets it (fewer rows: less memory, more files). 65,536 held ~60 MB more in the 1 GB benchmark's
+# write; 32,768 makes twice the files, and its `analyze` ~4 % slower (docs/benchmarks.md).
 ENV_FLUSH_ROWS = "GPUSCOPE_FLUSH_ROWS"
-FLUSH_ROWS = 65_536  # 100k: ~6 % more peak RSS on the 1 GB benchmark (docs/benchmarks.md)
+FLUSH_ROWS = 32_768
 # The batch's rows as ``events`` holds them, cast to its column types so every batch's Arrow table
 # has one schema (the fast and the fallback reader type some columns differently).
 _EVENT_EXPRS = {

@@ -346,7 +346,7 @@ def markdown() -> str:
         "",
         "A run is published atomically: every row of it is written in one transaction (one DuckLake "
         "snapshot), so a reader in any process sees the run whole or not at all. Events are buffered "
-        "and written in chunks of 65,536 rows (`$GPUSCOPE_FLUSH_ROWS`), sorted by (rank, cat, ts_ns), so memory stays "
+        "and written in chunks of 32,768 rows (`$GPUSCOPE_FLUSH_ROWS`), sorted by (rank, cat, ts_ns), so memory stays "
         "flat whatever the trace size. A failed ingest rolls back; the Parquet files of one that was "
         "killed are deleted by the next writer. An analysis (`analyze_run`) reads a lake in one "
         "read transaction, so it sees one snapshot and the catalog is asked for it once rather than "

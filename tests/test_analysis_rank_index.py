@@ -24,6 +24,7 @@ from gpuscope.analysis.rank_index import (
     SHORT_IDS,
     RankIndex,
     close_shared,
+    forget_values,
     ids_param,
     in_ids,
     keep_name_ids,
@@ -437,3 +438,24 @@ def test_in_ids_selects_exactly_the_ids_short_or_long(ids, values):
     assert sum(f for (f,) in flags) == len(got)
     # the form follows the length: a hash join beyond SHORT_IDS
     assert ("ANY" in in_ids("x", "p", want)) == (len(want) > SHORT_IDS)
+
+
+@pytest.mark.slow
+def test_forget_values_lets_go_of_large_values_only_and_answers_stay_the_same(con, two_ranks):
+    """Between a big rank's parts the index forgets its per-event arrays (launches, top-level
+    spans) but keeps its tables and its other values (a value standing for a view it made must
+    stay: making the view again fails); the answers after it are the ones before."""
+    w = find_window(con, two_ranks, 0)
+    before = kernel_breakdown(con, two_ranks, 0, w).to_json()
+    idle_before = idle_analysis(con, two_ranks, 0, w).to_json()
+    ix = RankIndex.shared(con, two_ranks, 0)
+    kinds = {k[0] for k in ix._memo}
+    assert {"launched", "toplevel", "idle_view"} <= kinds
+    tables = _temp_tables(con)
+    forget_values(con)
+    kinds_after = {k[0] for k in ix._memo}
+    assert not kinds_after & {"launched", "toplevel"}
+    assert kinds - {"launched", "toplevel"} == kinds_after
+    assert _temp_tables(con) == tables
+    assert kernel_breakdown(con, two_ranks, 0, w).to_json() == before
+    assert idle_analysis(con, two_ranks, 0, w).to_json() == idle_before

@@ -486,3 +486,41 @@ def test_part_scratch_compares_constant_lists_without_a_join():
         assert "in_clause" in str(row[0]).split(",")
     finally:
         scratch.close()
+
+
+def test_a_big_ranks_parts_start_from_freed_memory_and_are_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank too big to copy has its parts computed one after the other on the store: the
+    allocators give back what the ingest freed before the first, and the rank's index forgets
+    its large values and the allocators give back their pages after each (the 1 GB benchmark's
+    summary: docs/benchmarks.md). The parts are a small rank's."""
+    trace = DDP / "ddp_rank0.pt.trace.json.gz"
+    with connect(tmp_path / "small") as con:
+        run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest)[0].run_id
+        inside = stored(con, run_id)
+    calls: list[str] = []
+    forget = RS.forget_values
+    monkeypatch.setattr(RS, "release", lambda: calls.append("release"))
+
+    def forgetting(con):  # type: ignore[no-untyped-def]
+        calls.append("forget")
+        forget(con)
+
+    monkeypatch.setattr(RS, "forget_values", forgetting)
+    parts = RS.PARTS
+    for name, part in list(parts.items()):
+
+        def compute(con, run_id, rank, _part=part):  # type: ignore[no-untyped-def]
+            calls.append(_part.name)
+            return _part.compute(con, run_id, rank)
+
+        monkeypatch.setitem(parts, name, dataclasses.replace(part, compute=compute))
+    monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)
+    with connect(tmp_path / "big") as con:
+        assert ingest_paths(con, [trace], after_trace=RS.store_after_ingest)[0].run_id == run_id
+        assert stored(con, run_id) == inside
+    want = ["release"]
+    for name in parts:
+        want += [name, "forget", "release"]
+    assert calls == want
