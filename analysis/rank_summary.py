@@ -45,8 +45,7 @@ from gpuscope.analysis.rank_index import (
 )
 from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.store_access import ranks_of
-from gpuscope.store import Store, now_utc, transaction
-from gpuscope.store.free_memory import release
+from gpuscope.store import Store, now_utc, release_free_memory, transaction
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -190,7 +189,7 @@ def store_outside_transaction(
     if not todo:
         return 0
     stamp = _run_stamp(con, run_id)
-    release()  # what the ingest's parse and flush threads freed (docs/benchmarks.md)
+    release_free_memory()  # what the ingest's parse and flush threads freed (docs/benchmarks.md)
     row = con.execute("SELECT current_setting('memory_limit')").fetchone()
     own = str(row[0]) if row else None
     rows: list[list[Any]] = []
@@ -244,7 +243,7 @@ def _compute_rows(
                     rows.append([run_id, rank, part.name, part.version, doc, now_utc()])
                     if on is con:  # a rank too big to copy: the next part starts from less
                         forget_values(on)
-                        release()
+                        release_free_memory()
     finally:
         close_shared(con)  # the working tables die with a rolled-back transaction: forget them
     return rows

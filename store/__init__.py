@@ -36,6 +36,7 @@ from gpuscope.store.connection import (
 from gpuscope.store.cores import usable_cores
 from gpuscope.store.credentials import postgres_conninfo, s3_secret_sql
 from gpuscope.store.errors import StoreError, catalog_lost, store_fault
+from gpuscope.store.free_memory import duckdb_resident_bytes, release_free_memory
 from gpuscope.store.legacy import MigrationResult, copy_runs, is_duckdb_file
 from gpuscope.store.lock import WriteLock, write_lock
 from gpuscope.store.migrations import MIGRATIONS, ensure_schema, schema_version
@@ -87,6 +88,7 @@ __all__ = [
     "copy_runs",
     "default_db_path",
     "delete_run",
+    "duckdb_resident_bytes",
     "ensure_schema",
     "forget_stop",
     "is_duckdb_file",
@@ -101,6 +103,7 @@ __all__ = [
     "postgres_conninfo",
     "raise_if_stopping",
     "read_snapshot",
+    "release_free_memory",
     "request_stop",
     "resolve_run",
     "rollback_quietly",

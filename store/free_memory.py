@@ -9,7 +9,7 @@ Two allocators keep freed pages resident (counted in the process's RSS) for reus
   :mod:`gpuscope.ingest.arrow_memory`) keeps free chunks inside its arenas; one arena per thread
   that allocated, so pages freed in a parse thread's arena serve no other thread.
 
-:func:`release` purges jemalloc's arenas (``arena.<all>.purge``) and calls ``malloc_trim(0)``.
+`release_free_memory` purges jemalloc's arenas (``arena.<all>.purge``) and calls ``malloc_trim(0)``.
 Each is skipped where it does not exist (another C library, a DuckDB built without jemalloc or
 without exported symbols): nothing fails, nothing is freed. A call takes a few milliseconds; the
 pages given back cost a page fault each when they are used again, so this runs between stages (a
@@ -77,7 +77,7 @@ def duckdb_resident_bytes() -> int | None:
     return int(value.value)
 
 
-def release() -> None:
+def release_free_memory() -> None:
     """Give the pages that DuckDB's jemalloc and glibc's malloc hold freed back to the system
     (module doc); never raises."""
     mallctl = _jemalloc_mallctl()

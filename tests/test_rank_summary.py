@@ -501,7 +501,7 @@ def test_a_big_ranks_parts_start_from_freed_memory_and_are_the_same(
         inside = stored(con, run_id)
     calls: list[str] = []
     forget = RS.forget_values
-    monkeypatch.setattr(RS, "release", lambda: calls.append("release"))
+    monkeypatch.setattr(RS, "release_free_memory", lambda: calls.append("release"))
 
     def forgetting(con):  # type: ignore[no-untyped-def]
         calls.append("forget")
