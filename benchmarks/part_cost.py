@@ -55,7 +55,7 @@ class TimedScratch:
     def execute(self, sql: str, params: Any = None) -> Any:
         t = time.thread_time()
         out = self._con.execute(sql) if params is None else self._con.execute(sql, params)
-        head = re.sub(r"_ri\d+_[0-9a-f]+_", "_ri_", " ".join(sql.split()))[:70]
+        head = re.sub(r"_r[ib]\d+_[0-9a-f]+_", "_rx_", " ".join(sql.split()))[:70]
         self.totals[head][0] += 1
         self.totals[head][1] += time.thread_time() - t
         return out

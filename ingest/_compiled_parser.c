@@ -11,6 +11,7 @@
  *
  * Every read is bounds-checked against the end of the input; no input makes it read past it.
  */
+#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #define Py_LIMITED_API 0x030B0000
 #include <Python.h>
@@ -732,9 +733,46 @@ static void ctx_free(Ctx *x) {
     }
 }
 
-static PyObject *as_bytes(const Buf *b) {
-    return PyBytes_FromStringAndSize(b->len ? (const char *)b->p : "", (Py_ssize_t)b->len);
+/* The memory of a column buffer handed to Python: freed when the capsule goes. */
+static const char OWNED[] = "gpuscope.ingest._compiled_parser.buffer";
+
+static void owned_free(PyObject *capsule) {
+    free(PyCapsule_GetPointer(capsule, OWNED));
 }
+
+/* A buffer handed over without a copy: (address, length, owner), the owner a capsule that frees
+ * the memory when the last reference to it goes (pyarrow.foreign_buffer keeps it); b"" when the
+ * buffer is empty. The buffer is emptied here (its memory is the capsule's now). */
+static PyObject *as_owned(Buf *b) {
+    if (b->len == 0) return PyBytes_FromStringAndSize("", 0);
+    PyObject *owner = PyCapsule_New(b->p, OWNED, owned_free);
+    if (!owner) return NULL;
+    PyObject *out = Py_BuildValue("(KnN)", (unsigned long long)(uintptr_t)b->p,
+                                  (Py_ssize_t)b->len, owner);
+    b->p = NULL;  /* the capsule frees it now, also when Py_BuildValue failed */
+    b->len = b->cap = 0;
+    return out;
+}
+
+/* Every column buffer cut to its length (without the GIL): what is handed to Python stays as
+ * small as a copy of it would be. */
+static void shrink_all(Ctx *x) {
+    for (int i = 0; i < N_COLS; i++) {
+        Buf *bs[3] = {&x->col[i].valid, &x->col[i].values, &x->col[i].data};
+        for (int k = 0; k < 3; k++) {
+            Buf *b = bs[k];
+            if (b->len && b->len < b->cap) {
+                uint8_t *q = realloc(b->p, b->len);
+                if (q) {
+                    b->p = q;
+                    b->cap = b->len;
+                }
+            }
+        }
+    }
+}
+
+static const char MEMORY_MARK[] = "\"[memory]\"";  /* batch_insert.MEMORY_MARK */
 
 /* A context over the bytes ``arg`` (0), or -1 with TypeError set when it is not bytes. */
 static int ctx_over(PyObject *arg, const char *fn, Ctx *x) {
@@ -753,16 +791,19 @@ static int ctx_over(PyObject *arg, const char *fn, Ctx *x) {
 
 PyDoc_STRVAR(scan_doc,
 "scan(data: bytes) -> tuple | None\n\n"
-"The batch's events as column buffers: (rows, columns), a column being (validity bitmap,\n"
-"values or int32 offsets, string bytes or list items, null count), in the order of\n"
-"gpuscope.ingest.compiled_parser.COLUMNS; None when the batch is refused (read it the other way).");
+"The batch's events as column buffers: (rows, columns, memory mark), a column being (validity\n"
+"bitmap, values or int32 offsets, string bytes or list items, null count), in the order of\n"
+"gpuscope.ingest.compiled_parser.COLUMNS, each buffer b\"\" or (address, length, owner) handed\n"
+"over without a copy (the owner frees it); the memory mark: whether the batch's text holds\n"
+"batch_insert.MEMORY_MARK. None when the batch is refused (read it the other way).");
 
 static PyObject *scan(PyObject *self, PyObject *arg) {
     (void)self;
     Ctx x;
     if (ctx_over(arg, "scan", &x)) return NULL;
     x.c_locale = C_LOCALE;
-    int rc;
+    int rc, mark = 0;
+    const uint8_t *start = x.s;
     Py_INCREF(arg);  /* the bytes stay alive (and unchanged) while the GIL is released */
     Py_BEGIN_ALLOW_THREADS
     rc = 0;
@@ -772,6 +813,10 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
             if (buf_put(&x.col[i].values, &zero, 4)) { x.oom = 1; rc = REFUSE; }
         }
     if (rc == 0) rc = batch(&x);
+    if (rc == 0) {
+        shrink_all(&x);
+        mark = memmem(start, (size_t)(x.end - start), MEMORY_MARK, sizeof MEMORY_MARK - 1) != NULL;
+    }
     Py_END_ALLOW_THREADS
     Py_DECREF(arg);
     if (rc) {
@@ -784,13 +829,13 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     if (!cols) { ctx_free(&x); return NULL; }
     for (int i = 0; i < N_COLS; i++) {
         Column *c = &x.col[i];
-        PyObject *item = Py_BuildValue("(NNNL)", as_bytes(&c->valid), as_bytes(&c->values),
-                                       as_bytes(&c->data), (long long)c->nulls);
+        PyObject *item = Py_BuildValue("(NNNL)", as_owned(&c->valid), as_owned(&c->values),
+                                       as_owned(&c->data), (long long)c->nulls);
         if (!item) { Py_DECREF(cols); ctx_free(&x); return NULL; }
         PyTuple_SetItem(cols, i, item);
     }
-    ctx_free(&x);
-    return Py_BuildValue("(LN)", (long long)x.n, cols);
+    ctx_free(&x);  /* what was not handed over */
+    return Py_BuildValue("(LNN)", (long long)x.n, cols, PyBool_FromLong(mark));
 }
 
 /* The elements of a strict JSON array whose elements are all objects, or -1. */
@@ -835,9 +880,50 @@ static PyObject *count_objects(PyObject *self, PyObject *arg) {
     return PyLong_FromLongLong((long long)n);
 }
 
+PyDoc_STRVAR(concat_doc,
+"concat(parts: tuple) -> bytes\n\n"
+"The parts (bytes-like objects) joined, as b''.join(parts), copied without the GIL (the\n"
+"splitting thread's batch copy then leaves the GIL to the parse and writer threads).");
+
+static PyObject *concat(PyObject *self, PyObject *parts) {
+    (void)self;
+    if (!PyTuple_Check(parts)) {
+        PyErr_SetString(PyExc_TypeError, "concat() takes a tuple");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_Size(parts), got = 0, total = 0;
+    Py_buffer *views = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
+    if (!views) return PyErr_NoMemory();
+    PyObject *out = NULL;
+    for (; got < n; got++) {
+        if (PyObject_GetBuffer(PyTuple_GetItem(parts, got), &views[got], PyBUF_SIMPLE) < 0)
+            goto done;
+        if (views[got].len > PY_SSIZE_T_MAX - total) {
+            got++;
+            PyErr_SetString(PyExc_OverflowError, "concat(): the parts are too long together");
+            goto done;
+        }
+        total += views[got].len;
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) goto done;
+    char *dst = PyBytes_AsString(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (views[i].len) memcpy(dst, views[i].buf, (size_t)views[i].len);
+        dst += views[i].len;
+    }
+    Py_END_ALLOW_THREADS
+done:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    return out;
+}
+
 static PyMethodDef METHODS[] = {
     {"scan", scan, METH_O, scan_doc},
     {"count_objects", count_objects, METH_O, count_objects_doc},
+    {"concat", concat, METH_O, concat_doc},
     {NULL, NULL, 0, NULL},
 };
 

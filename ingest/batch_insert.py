@@ -159,6 +159,15 @@ class Parsed:
     fallback: bool = False  # read by the msgspec decoder (not DuckDB's JSON reader)
     odd_events: int = 0
     odd_examples: list[str] = field(default_factory=list)
+    #: whether the batch's text holds :data:`MEMORY_MARK`, where the parse looked (the compiled
+    #: parser, in C without the GIL); None: not looked, see :meth:`memory_data`
+    memory_mark: bool | None = None
+
+    def memory_data(self, data: bytes) -> bytes | None:
+        """The batch's text ``data`` when it may hold allocator events (``memory_events``), else
+        None."""
+        mark = self.memory_mark if self.memory_mark is not None else MEMORY_MARK in data
+        return data if mark else None
 
 
 class BatchParser:
@@ -192,11 +201,12 @@ class BatchParser:
     def _parse(self, path: Path, batch: Batch, strict: bool) -> Parsed:
         odd: tuple[int, list[str]] = (0, [])
         if strict and compiled_parser.enabled():
-            table = compiled_parser.parse(batch.data)
-            if table is not None:  # it reads only a strict JSON array of objects: a proof
+            scanned = compiled_parser.scan(batch.data)
+            if scanned is not None:  # it reads only a strict JSON array of objects: a proof
+                table = scanned.table
                 batch.tell(table.num_rows)
                 n_timed, lo, hi = _extent(path, table)
-                return Parsed(table, n_timed, lo, hi)
+                return Parsed(table, n_timed, lo, hi, memory_mark=scanned.memory_mark)
         if not batch.proven:  # the compiled parser refused it: the cut is proven another way
             from gpuscope.ingest.json_stream import UnprovenCut, count_events
 
@@ -320,7 +330,7 @@ class BatchInserter:
         if self.parser is None:
             self.parser = BatchParser()
         parsed = self.parser.parse(path, batch, strict=strict)
-        return self.insert_parsed(parsed, rank, batch.data if MEMORY_MARK in batch.data else None)
+        return self.insert_parsed(parsed, rank, parsed.memory_data(batch.data))
 
     def odd_warning(self) -> str | None:
         """One line on the values kept as JSON text because their type was unexpected (None: none)."""

@@ -15,6 +15,7 @@ The extension is built when gpuscope is installed; where no C compiler was at ha
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -75,8 +76,44 @@ def _schema() -> pa.Schema:
     return pa.schema(fields)
 
 
+def concat(parts: tuple[bytes | memoryview, ...]) -> bytes:
+    """``b"".join(parts)``, copied in C without the GIL where the extension is built (a batch's
+    text is ~8 MB: the splitting thread would hold the GIL through the copy and its page faults
+    while the parse and writer threads wait for it)."""
+    if _compiled_parser is None:
+        return b"".join(parts)
+    out: bytes = _compiled_parser.concat(parts)
+    return out
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """A batch read by the compiled parser: its rows in the parsed layout, and whether its text
+    holds :data:`~gpuscope.ingest.batch_insert.MEMORY_MARK` (looked for in C, without the GIL)."""
+
+    table: pa.Table
+    memory_mark: bool
+
+
 def parse(data: bytes) -> pa.Table | None:
     """The batch's rows in the parsed layout, or None when the compiled parser refuses it."""
+    got = scan(data)
+    return None if got is None else got.table
+
+
+def _buffer(held: bytes | tuple[int, int, object]) -> pa.Buffer:
+    """A column buffer the C code handed over: ``b""``, or (address, length, owner) with no copy
+    (the Arrow buffer keeps the owner, which frees the memory when the last array goes)."""
+    import pyarrow as pa
+
+    if isinstance(held, bytes):
+        return pa.py_buffer(held)
+    address, length, owner = held
+    return pa.foreign_buffer(address, length, base=owner)
+
+
+def scan(data: bytes) -> Scanned | None:
+    """The batch read in C (:class:`Scanned`), or None when the compiled parser refuses it."""
     import pyarrow as pa
 
     if _compiled_parser is None:
@@ -84,25 +121,26 @@ def parse(data: bytes) -> pa.Table | None:
     got = _compiled_parser.scan(data)
     if got is None:
         return None
-    n, buffers = got
+    n, buffers, mark = got
     schema = _schema()
     filled: dict[str, pa.Array] = {}
     for name, (valid, values, items, nulls) in zip(COLUMNS, buffers, strict=True):
         typ = schema.field(name).type
-        bitmap = pa.py_buffer(valid) if nulls else None
+        bitmap = _buffer(valid) if nulls else None
         if pa.types.is_string(typ):
-            bufs = [bitmap, pa.py_buffer(values), pa.py_buffer(items)]
+            bufs = [bitmap, _buffer(values), _buffer(items)]
             filled[name] = pa.Array.from_buffers(typ, n, bufs, null_count=nulls)
         elif pa.types.is_list(typ):
+            child_items = _buffer(items)
             child = pa.Array.from_buffers(
-                typ.value_type, len(items) // 4, [None, pa.py_buffer(items)]
+                typ.value_type, child_items.size // 4, [None, child_items]
             )
             filled[name] = pa.Array.from_buffers(
-                typ, n, [bitmap, pa.py_buffer(values)], null_count=nulls, children=[child]
+                typ, n, [bitmap, _buffer(values)], null_count=nulls, children=[child]
             )
         else:
             filled[name] = pa.Array.from_buffers(
-                typ, n, [bitmap, pa.py_buffer(values)], null_count=nulls
+                typ, n, [bitmap, _buffer(values)], null_count=nulls
             )
     columns = [filled[f.name] if f.name in filled else pa.nulls(n, f.type) for f in schema]
-    return pa.Table.from_arrays(columns, schema=schema)
+    return Scanned(pa.Table.from_arrays(columns, schema=schema), bool(mark))

@@ -329,7 +329,7 @@ class TraceSplitter:
                     parts.append(chunk)
                     size += len(chunk)
                 if eof:
-                    buf = b"".join(parts)
+                    buf = compiled_parser.concat(tuple(parts))
                     continue
             if not eof:
                 fast = self._fast_cut(parts, offset, first, max_event)  # the batch: one copy
@@ -343,7 +343,7 @@ class TraceSplitter:
                     buf = last[z - (sum(len(x) for x in parts) - len(last)) :]  # the rest
                     continue
                 if len(parts) > 1:  # cut again as one buffer: the same separator, or the scan
-                    buf = b"".join(parts)
+                    buf = compiled_parser.concat(tuple(parts))
                     continue
             b = np.frombuffer(buf, np.uint8)
             q = string_quotes(b)
@@ -434,7 +434,7 @@ class TraceSplitter:
             body = [memoryview(head)[a:z_last]]
         else:
             body = [memoryview(head)[a:], *parts[1:-1], memoryview(last)[:z_last]]
-        data = b"".join((b"[", *body, b"]"))  # one copy
+        data = compiled_parser.concat((b"[", *body, b"]"))  # one copy, without the GIL
         z = sum(len(x) for x in parts[:-1]) + z_last
         if not self.prove_cuts and len(data) <= max_event and compiled_parser.enabled():
             return Batch(data, offset + a, -1, strict=True, proven=False), z, None

@@ -32,7 +32,7 @@ from typing import Any
 
 from gpuscope.ingest import batch_insert, json_stream
 from gpuscope.ingest.arrow_memory import use_system_pool
-from gpuscope.ingest.batch_insert import MEMORY_MARK, BatchParser, Parsed
+from gpuscope.ingest.batch_insert import BatchParser, Parsed
 from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.json_stream import Batch, TraceSplitter, UnprovenCut
@@ -184,8 +184,7 @@ class ParsePool:
 
     def _parse(self, splitter: TraceSplitter, batch: Batch, strict: bool) -> ParsedBatch:
         parsed = self._parser().parse(splitter.path, batch, strict=strict)
-        memory = batch.data if MEMORY_MARK in batch.data else None
-        return ParsedBatch(splitter, batch.offset, memory, parsed)
+        return ParsedBatch(splitter, batch.offset, parsed.memory_data(batch.data), parsed)
 
     # -- the writer's side ------------------------------------------------------------------------
     def batches(self, path: Path) -> Iterator[ParsedBatch]:

@@ -471,3 +471,99 @@ def test_the_splitter_cuts_the_same_batches_with_and_without_it(
     assert compiled_parser.count_objects(b"[{}]") is None  # off: msgspec proves the cuts
     assert cuts() == fast
     assert sum(1 for c in fast if c[2]) > 20  # batches proven strict by the fast cut
+
+
+@given(st.lists(st.binary(max_size=40), max_size=6), st.data())
+def test_concat_is_bytes_join_for_bytes_and_views(parts: list[bytes], data: Any) -> None:
+    # each part as bytes, or as a memoryview of a slice of a larger buffer (how the splitter
+    # hands the file's chunks over)
+    held: list[bytes | memoryview] = []
+    for p in parts:
+        if data.draw(st.booleans()):
+            pad = data.draw(st.binary(max_size=5))
+            held.append(memoryview(pad + p + pad)[len(pad) : len(pad) + len(p)])
+        else:
+            held.append(p)
+    got = compiled_parser.concat(tuple(held))
+    assert type(got) is bytes
+    assert got == b"".join(parts)
+
+
+def test_concat_refuses_what_is_not_a_tuple_of_buffers() -> None:
+    from gpuscope.ingest import _compiled_parser  # type: ignore[attr-defined]
+
+    with pytest.raises(TypeError):
+        _compiled_parser.concat([b"a", b"b"])  # a list: the caller passes a tuple
+    with pytest.raises(TypeError):
+        _compiled_parser.concat((b"a", "b"))  # a str has no buffer
+    assert _compiled_parser.concat(()) == b""
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                '{"ph": "X", "name": "[memory]", "ts": 1}',
+                '{"ph": "i", "name": "[memory]", "ts": 2, "args": {"Bytes": 512}}',
+                '{"ph": "X", "name": "aten::mm", "ts": 3, "dur": 4}',
+                '{"ph": "X", "name": "[memory", "ts": 5}',
+                '{"ph": "X", "name": "memory]", "ts": 6}',
+                '{"ph": "X", "name": "k", "ts": 7, "args": {"note": "[memory]"}}',
+            ]
+        ),
+        max_size=6,
+    )
+)
+def test_the_memory_mark_is_looked_for_as_the_bytes_are(events: list[str]) -> None:
+    data = ("[" + ", ".join(events) + "]").encode()
+    scanned = compiled_parser.scan(data)
+    assert scanned is not None
+    assert scanned.memory_mark == (batch_insert.MEMORY_MARK in data)
+    parsed = batch_insert.Parsed(scanned.table, 0, None, None, memory_mark=scanned.memory_mark)
+    assert parsed.memory_data(data) == (data if batch_insert.MEMORY_MARK in data else None)
+
+
+def test_the_memory_mark_of_a_parse_that_did_not_look_is_read_from_the_text() -> None:
+    table = compiled_parser.parse(b"[]")
+    assert table is not None
+    marked, plain = b'[{"name": "[memory]"}]', b'[{"name": "k"}]'
+    assert batch_insert.Parsed(table, 0, None, None).memory_data(marked) == marked
+    assert batch_insert.Parsed(table, 0, None, None).memory_data(plain) is None
+
+
+def _rss_mb() -> float:
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def test_the_columns_handed_over_without_a_copy_live_as_long_as_their_table() -> None:
+    """The C code's column buffers become Arrow's without a copy, each owned by a capsule that
+    frees it: the table stays whole after the scan's result is gone and the memory it freed is
+    written over (no buffer freed early), and a batch scanned again and again, its tables
+    dropped, does not grow the process (no buffer left behind)."""
+    import gc
+
+    path = Path("sample_traces/ddp/ddp_rank0.pt.trace.json.gz")
+    splitter = TraceSplitter(path, iter_json_bytes(path), 16 << 20)
+    batch = max(splitter.batches(), key=lambda b: len(b.data))
+    assert len(batch.data) > 4 << 20  # columns of MBs: buffers the C library maps on their own
+    want = duckdb_table(batch.data)
+    scanned = compiled_parser.scan(batch.data)
+    assert scanned is not None and want is not None
+    table = scanned.table
+    sizes = [b.size for col in table.columns for b in col.chunk(0).buffers() if b is not None]
+    del scanned
+    gc.collect()
+    junk = [b"\xff" * n for n in sizes for _ in range(2)]  # takes any memory freed too early
+    assert table.equals(want)
+    del junk, table, want
+    gc.collect()
+    compiled_parser.scan(batch.data)  # the first scan's allocations warm the heap
+    before = _rss_mb()
+    for _ in range(60):  # ~6 MB of columns each: a leak would be ~360 MB
+        got = compiled_parser.scan(batch.data)
+        assert got is not None and got.table.num_rows > 0
+        del got
+    assert _rss_mb() - before < 60
