@@ -8,6 +8,10 @@ network and never picks up an extension of another version from ``~/.duckdb``.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import stat
+import tempfile
 import threading
 from functools import cache
 from pathlib import Path
@@ -53,17 +57,66 @@ def extension_file(name: str) -> Path:
     )
 
 
-# path -> (device, inode, size, mtime ns) of an extension file whose signature DuckDB checked and
-# accepted in this process. DuckDB checks the signature on every LOAD into a new database instance,
-# hashing the whole file (30-40 MB: about 90 ms each, 0.17 s of every store opened); a file it has
-# accepted once and that is the same file since is loaded again without that check.
-_VERIFIED: dict[str, tuple[int, int, int, int]] = {}
+# path -> (device, inode, size, mtime ns, ctime ns) of an extension file whose signature DuckDB
+# checked and accepted. DuckDB checks the signature on every LOAD into a new database instance,
+# hashing the whole file (30-40 MB: about 60-90 ms each, 0.15-0.2 s of every store opened); a file
+# it has accepted once and that is the same file since is loaded again without that check, in this
+# process and, through a stamp beside the file (:func:`_disk_trusted`), in the later ones.
+_VERIFIED: dict[str, tuple[int, int, int, int, int]] = {}
 _VERIFIED_LOCK = threading.Lock()
+STAMP_SUFFIX = (
+    ".gpuscope-verified"  # beside the extension file: what was checked, and by which duckdb
+)
 
 
-def _stamp(path: Path) -> tuple[int, int, int, int]:
+def _stamp(path: Path) -> tuple[int, int, int, int, int]:
     st = path.stat()
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _stamp_file(path: Path) -> Path:
+    return path.with_name(path.name + STAMP_SUFFIX)
+
+
+def _private(st: os.stat_result) -> bool:
+    """Owned by this user (or root) and writable by nobody else."""
+    return st.st_uid in (os.geteuid(), 0) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _disk_trusted(path: Path) -> bool:
+    """Whether an earlier process's check of ``path`` stands: the stamp beside it names this very
+    file (device, inode, size, modification and change times: a file written to or replaced since
+    has another change time, which no user can set back) and this duckdb version, and the stamp and
+    its folder are as private as the extension file is (writable by its owner only). Whoever can
+    forge the stamp there can replace the extension, or duckdb itself, anyway."""
+    stamp = _stamp_file(path)
+    try:
+        st = stamp.lstat()
+        if not stat.S_ISREG(st.st_mode) or not _private(st) or not _private(stamp.parent.stat()):
+            return False
+        doc = json.loads(stamp.read_text())
+        return doc == {"duckdb": duckdb.__version__, "file": list(_stamp(path))}
+    except (OSError, ValueError):
+        return False
+
+
+def _write_stamp(path: Path, checked: tuple[int, int, int, int, int]) -> None:
+    """Leave the stamp of a check beside ``path`` (a new file renamed over any old one); where the
+    folder is not writable (a read-only install) every process checks the file, as DuckDB does."""
+    try:
+        if _stamp(path) != checked or not _private(path.parent.stat()):
+            return  # changed since the check, or a folder others may write to
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"duckdb": duckdb.__version__, "file": list(checked)}, f)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, _stamp_file(path))
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        pass
 
 
 def offline_connection(*names: str, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
@@ -71,14 +124,20 @@ def offline_connection(*names: str, database: str = ":memory:") -> duckdb.DuckDB
     loaded by path from their packages (no download), on as many threads as this process has
     cores (:func:`~gpuscope.store.cores.usable_cores`).
 
-    Every file's signature is checked by DuckDB the first time this process loads it; later
-    connections load a file that is still the one checked (same device, inode, size and mtime)
-    with the check skipped, and switch unsigned extensions off again before they are returned, so
-    no later ``LOAD`` on the connection escapes the check.
+    Every file's signature is checked by DuckDB the first time it is loaded; later connections,
+    of this process or (through the stamp the check leaves beside the file, see
+    :func:`_disk_trusted`) of a later one, load a file that is still the one checked (same device,
+    inode, size, modification and change times) with the check skipped, and switch unsigned
+    extensions off again before they are returned, so no later ``LOAD`` on the connection escapes
+    the check.
     """
     files = [extension_file(n) for n in names]
+    stamps = [_stamp(f) for f in files]  # as they are before DuckDB reads them
     with _VERIFIED_LOCK:
-        trusted = bool(files) and all(_VERIFIED.get(str(f)) == _stamp(f) for f in files)
+        trusted = bool(files) and all(
+            _VERIFIED.get(str(f)) == st or _disk_trusted(f)
+            for f, st in zip(files, stamps, strict=True)
+        )
     config: dict[str, Any] = {**OFFLINE, "threads": usable_cores()}
     if trusted:
         config["allow_unsigned_extensions"] = True
@@ -93,7 +152,10 @@ def offline_connection(*names: str, database: str = ":memory:") -> duckdb.DuckDB
         raise
     if not trusted:
         with _VERIFIED_LOCK:
-            _VERIFIED.update({str(f): _stamp(f) for f in files})
+            for f, st in zip(files, stamps, strict=True):
+                _VERIFIED[str(f)] = st
+                if not _disk_trusted(f):
+                    _write_stamp(f, st)
     return con
 
 

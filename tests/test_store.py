@@ -517,3 +517,130 @@ def test_a_non_duckdb_failure_while_opening_closes_the_connection(tmp_path, monk
     monkeypatch.undo()
     s = S.open_store(str(tmp_path / "store"))
     assert s.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+
+
+def _connect_spy(monkeypatch) -> list[dict]:
+    """The configs ``duckdb.connect`` is given from now on (a trusted file's connection is made
+    with ``allow_unsigned_extensions``: its check skipped)."""
+    from gpuscope.store import extensions
+
+    seen: list[dict] = []
+    real = duckdb.connect
+
+    def spy(database=":memory:", read_only=False, config=None):  # type: ignore[no-untyped-def]
+        seen.append(dict(config or {}))
+        return real(database, read_only=read_only, config=config or {})
+
+    monkeypatch.setattr(extensions.duckdb, "connect", spy)
+    return seen
+
+
+def _private_copy(tmp_path, monkeypatch, name: str = "sqlite_scanner"):  # type: ignore[no-untyped-def]
+    from gpuscope.store import extensions
+
+    folder = tmp_path / "ext"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    copy = folder / f"{name}.duckdb_extension"
+    copy.write_bytes(extensions.extension_file(name).read_bytes())
+    monkeypatch.setattr(extensions, "extension_file", lambda n: copy)
+    monkeypatch.setattr(extensions, "_VERIFIED", {})
+    return copy
+
+
+def _check_in_another_process(copy: Path) -> None:
+    """Load the extension file ``copy`` in a new Python process (its first, checked load)."""
+    code = (
+        "import sys; from pathlib import Path; from gpuscope.store import extensions as x; "
+        "x.extension_file = lambda n: Path(sys.argv[1]); "
+        "x.offline_connection('sqlite_scanner').close()"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_check_stands_for_later_processes_through_the_stamp_beside_the_file(
+    tmp_path, monkeypatch
+):
+    """A process's check leaves a stamp beside the file; a later process loads the same file
+    without the check, and the connection it gets has no standing leave to load unsigned code."""
+    from gpuscope.store import extensions
+
+    copy = _private_copy(tmp_path, monkeypatch)
+    _check_in_another_process(copy)
+    stamp = copy.with_name(copy.name + extensions.STAMP_SUFFIX)
+    assert json.loads(stamp.read_text()) == {
+        "duckdb": duckdb.__version__,
+        "file": list(extensions._stamp(copy)),
+    }
+    seen = _connect_spy(monkeypatch)
+    con = extensions.offline_connection("sqlite_scanner")
+    assert seen[-1].get("allow_unsigned_extensions") is True  # trusted from the stamp
+    assert con.execute("SELECT current_setting('allow_unsigned_extensions')").fetchone() == (False,)
+    loaded = "SELECT loaded FROM duckdb_extensions() WHERE extension_name = 'sqlite_scanner'"
+    assert con.execute(loaded).fetchone() == (True,)
+    con.close()
+
+
+def test_a_file_changed_after_its_stamp_is_checked_again(tmp_path, monkeypatch):
+    """A stamp names one file as it was: the same file written to in place (size and mtime put
+    back: the change time still moves) is checked again, and here refused (its bytes no longer
+    match the signature). (Another file renamed over it has another inode too.)"""
+    from gpuscope.store import extensions
+
+    copy = _private_copy(tmp_path, monkeypatch)
+    _check_in_another_process(copy)  # checked and stamped there; never loaded in this process
+    assert extensions._disk_trusted(copy)
+    before = copy.stat()
+    data = bytearray(copy.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    time.sleep(0.01)  # a change time the clock can tell apart
+    with open(copy, "r+b") as f:  # in place, the same inode
+        f.write(bytes(data))
+    os.utime(copy, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert copy.stat().st_size == before.st_size and copy.stat().st_ino == before.st_ino
+    assert copy.stat().st_mtime_ns == before.st_mtime_ns
+    assert not extensions._disk_trusted(copy)
+    seen = _connect_spy(monkeypatch)
+    with pytest.raises(duckdb.Error, match=r"(?i)signature"):
+        extensions.offline_connection("sqlite_scanner")
+    assert not seen[-1].get("allow_unsigned_extensions")
+
+
+@pytest.mark.parametrize("how", ["folder others may write to", "another duckdb", "not JSON"])
+def test_a_stamp_that_cannot_be_relied_on_is_not(tmp_path, monkeypatch, how):
+    """A stamp in a folder that others may write to (they could have forged it), one written for
+    another duckdb, or one that is not what gpuscope writes: the file is checked again."""
+    from gpuscope.store import extensions
+
+    copy = _private_copy(tmp_path, monkeypatch)
+    extensions.offline_connection("sqlite_scanner").close()
+    stamp = copy.with_name(copy.name + extensions.STAMP_SUFFIX)
+    if how == "folder others may write to":
+        copy.parent.chmod(0o777)
+    elif how == "another duckdb":
+        stamp.write_text(json.dumps({"duckdb": "0.0.1", "file": list(extensions._stamp(copy))}))
+    else:
+        stamp.write_text("{")
+    monkeypatch.setattr(extensions, "_VERIFIED", {})
+    seen = _connect_spy(monkeypatch)
+    extensions.offline_connection("sqlite_scanner").close()
+    assert not seen[-1].get("allow_unsigned_extensions")  # checked again
+    if how == "folder others may write to":
+        assert not extensions._disk_trusted(copy)  # nor stamped anew there
+
+
+def test_a_read_only_folder_gets_no_stamp_and_loads_as_before(tmp_path, monkeypatch):
+    """Where the package's folder is not writable, no stamp is left (and nothing fails): each
+    process checks the file, as DuckDB does."""
+    from gpuscope.store import extensions
+
+    copy = _private_copy(tmp_path, monkeypatch)
+    monkeypatch.setattr(extensions.tempfile, "mkstemp", _refuse)
+    extensions.offline_connection("sqlite_scanner").close()
+    assert not copy.with_name(copy.name + extensions.STAMP_SUFFIX).exists()
+    assert str(copy) in extensions._VERIFIED  # trusted in this process still
+
+
+def _refuse(*a, **k):  # type: ignore[no-untyped-def]
+    raise PermissionError("read-only")
