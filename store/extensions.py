@@ -64,9 +64,8 @@ def extension_file(name: str) -> Path:
 # process and, through a stamp beside the file (:func:`_disk_trusted`), in the later ones.
 _VERIFIED: dict[str, tuple[int, int, int, int, int]] = {}
 _VERIFIED_LOCK = threading.Lock()
-STAMP_SUFFIX = (
-    ".gpuscope-verified"  # beside the extension file: what was checked, and by which duckdb
-)
+# the stamp's name beside the extension file: what was checked, and by which duckdb
+STAMP_SUFFIX = ".gpuscope-verified"
 
 
 def _stamp(path: Path) -> tuple[int, int, int, int, int]:
