@@ -106,15 +106,17 @@ def _write_stamp(path: Path, checked: tuple[int, int, int, int, int]) -> None:
         if _stamp(path) != checked or not _private(path.parent.stat()):
             return  # changed since the check, or a folder others may write to
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        written = False
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump({"duckdb": duckdb.__version__, "file": list(checked)}, f)
             os.chmod(tmp, 0o644)
             os.replace(tmp, _stamp_file(path))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError:
+            written = True
+        finally:
+            if not written:  # no half-written stamp or temp file is left beside the extension
+                Path(tmp).unlink(missing_ok=True)
+    except OSError:  # the store opens all the same; the next process checks the file again
         pass
 
 

@@ -644,3 +644,23 @@ def test_a_read_only_folder_gets_no_stamp_and_loads_as_before(tmp_path, monkeypa
 
 def _refuse(*a, **k):  # type: ignore[no-untyped-def]
     raise PermissionError("read-only")
+
+
+def test_a_stamp_that_fails_half_way_leaves_nothing_beside_the_extension(tmp_path, monkeypatch):
+    """A stamp whose rename fails (a full disk, say) leaves neither a stamp nor its temp file;
+    the connection is made all the same, and the next process checks the file again."""
+    from gpuscope.store import extensions
+
+    copy = _private_copy(tmp_path, monkeypatch)
+    before = sorted(p.name for p in copy.parent.iterdir())
+
+    def full(*a, **k):  # type: ignore[no-untyped-def]
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(extensions.os, "replace", full)
+    con = extensions.offline_connection("sqlite_scanner")
+    loaded = "SELECT loaded FROM duckdb_extensions() WHERE extension_name = 'sqlite_scanner'"
+    assert con.execute(loaded).fetchone() == (True,)
+    con.close()
+    assert sorted(p.name for p in copy.parent.iterdir()) == before  # no stamp, no temp file
+    assert not extensions._disk_trusted(copy)
