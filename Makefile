@@ -18,11 +18,15 @@ unexport PYTHONDONTWRITEBYTECODE
 # package-data notes) as warnings, a 20-line banner on every `make run` that re-installs; errors
 # still show and still fail the target.
 # editable_mode=strict: a tree of links under build/ that editors and type checkers follow (the
-# default mode maps app/ to `gpuscope` through an import hook that no static tool reads). A module
-# added or removed changes its folder, which re-links the tree.
+# default mode maps app/ to `gpuscope` through an import hook that no static tool reads). A file
+# added or removed changes the manifest, which re-links the tree.
 # ingest/_compiled_parser.c: pip compiles it (gcc) into the tree; an edit rebuilds it.
-PKG_DIRS := $(shell find app ingest analysis vocabulary store -type d -not -name __pycache__ 2>/dev/null)
-$(STAMP): pyproject.toml $(PKG_DIRS) ingest/_compiled_parser.c
+# The install depends on the list of the package's files (rewritten only when a file is added or
+# removed), not on folder times: Python writing a __pycache__ folder would make a folder newer than
+# the stamp, and a second `make run` would re-install for nothing.
+MANIFEST := $(VENV)/.package-files
+_manifest := $(shell mkdir -p $(VENV) && find app ingest analysis vocabulary store -name __pycache__ -prune -o -type f ! -name '*.so' ! -name '*.pyc' -print 2>/dev/null | LC_ALL=C sort > $(MANIFEST).new && { cmp -s $(MANIFEST).new $(MANIFEST) || mv $(MANIFEST).new $(MANIFEST); }; rm -f $(MANIFEST).new)
+$(STAMP): pyproject.toml $(MANIFEST) ingest/_compiled_parser.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=strict
