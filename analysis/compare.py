@@ -424,6 +424,17 @@ def _untraced(r: RunReport) -> float | None:
     return getattr(r.profiler, "untraced_step_ms", None)
 
 
+def step_ratio_words(a_ms: float, b_ms: float) -> str:
+    """B's step against A's, read the right way round: "1.39× shorter", "1.39× longer" (the
+    ratio is always ≥ 1), "as long" when they are equal to 3 significant figures."""
+    if a_ms <= 0 or b_ms <= 0:
+        raise ValueError("step times must be positive")
+    ratio = a_ms / b_ms if a_ms >= b_ms else b_ms / a_ms
+    if f"{ratio:.3g}" == "1":
+        return "as long"
+    return f"{ratio:.3g}× {'shorter' if b_ms < a_ms else 'longer'}"
+
+
 def fair_speedup(
     a: RunReport, b: RunReport
 ) -> tuple[float | None, str | None, str | None, str | None]:
@@ -456,7 +467,7 @@ def fair_speedup(
         return None, None, None, None
     sp = sa / sb
     text = (
-        f"B's step takes {sig3(sb)} ms against A's {sig3(sa)} ms ({sp:.3g}× shorter"
+        f"B's step takes {sig3(sb)} ms against A's {sig3(sa)} ms ({step_ratio_words(sa, sb)}"
         + (f", {UNPROFILED}" if both_untraced else f", {PROFILED}")
         + "): the work per step may differ"
     )

@@ -118,3 +118,18 @@ def test_display_delta_units_and_words():
     # kernel names stay as they are
     k = display_delta(Delta("ampere_sgemm_128x64_nn", "µs/step", 10.0, 0.0), "top_kernels")
     assert k.metric == "ampere_sgemm_128x64_nn" and k.unit == "ms/step"
+
+
+@pytest.mark.parametrize(
+    ("a_ms", "b_ms", "words"),
+    [
+        (25.0, 18.0, "1.39× shorter"),
+        (18.0, 25.0, "1.39× longer"),  # B longer: never "0.72× shorter"
+        (22.8, 31.6, "1.39× longer"),
+        (10.0, 10.001, "as long"),
+    ],
+)
+def test_step_ratio_reads_the_right_way_round(a_ms: float, b_ms: float, words: str) -> None:
+    from gpuscope.analysis.compare import step_ratio_words
+
+    assert step_ratio_words(a_ms, b_ms) == words
