@@ -14,9 +14,10 @@ from gpuscope.analysis.fmt import sig3
 # analysis modules' imports being a DAG). Without it a run of 128 ranks is analysed from every
 # rank's events: the same JSON in 49 s instead of 2.5.
 from gpuscope.analysis.rank_summary import store_after_ingest
-from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
+from gpuscope.cli._common import fail, notice, open_db, print_json, run_id_or_exit
 from gpuscope.cli.analyze_sections import render_memory, render_modules, render_roofline
-from gpuscope.store import Connection
+from gpuscope.store import Connection, resolve_run
+from gpuscope.vocabulary.errors import GpuscopeError
 from gpuscope.vocabulary.nvml_fields import MEM_TOTAL_BYTES
 
 
@@ -65,8 +66,34 @@ def analysis_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _written_as_path(target: str) -> bool:
+    """Whether the user wrote ``target`` as a path: a folder separator, ``.``/``~`` in front, or a
+    trace's suffix. A bare word (``big``) may name a run as well as a folder that happens to be in
+    the working directory."""
+    return (
+        "/" in target
+        or "\\" in target
+        or target.startswith((".", "~"))
+        or target.endswith((".json", ".json.gz", ".jsonl", ".pickle", ".pkl"))
+    )
+
+
 def resolve_target(con: Connection, target: str) -> str:
-    """A run id/prefix/name, or a trace file or folder (ingested first; a duplicate is fine)."""
+    """A run id/prefix/name, or a trace file or folder (ingested first; a duplicate is fine).
+
+    A bare word that names a stored run is that run even where a file or folder of that name
+    exists; the CLI says so on stderr and how to ask for the path instead (``./big``)."""
+    if Path(target).exists() and not _written_as_path(target):
+        try:
+            rid = resolve_run(con, target)
+        except GpuscopeError:
+            rid = None
+        if rid is not None:
+            notice(
+                f"'{target}' is the stored run {rid}; a file or folder of that name is here too:"
+                f" write ./{target} to read it instead"
+            )
+            return rid
     if Path(target).exists():
         from gpuscope.ingest.errors import IngestError
         from gpuscope.ingest.loader import ingest_paths
