@@ -14,11 +14,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
+import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from gpuscope.vocabulary.redact import redact
 
 if TYPE_CHECKING:
     from gpuscope.store import Connection
@@ -108,6 +113,27 @@ def tracker_payload(con: Connection, run_id: str, *, rank: int | None = None) ->
     return payload_from_doc(parts.doc, render(parts, "html"), render(parts, "md"))
 
 
+def recorded_command(argv: Sequence[str] | None = None) -> str:
+    """The command line a tracker records for a run: ``argv`` (default this process's
+    ``sys.argv``), its program by base name, each argument passed through the one redaction
+    (:func:`~gpuscope.vocabulary.redact.redact`: store URLs' passwords, ``password=``, S3 keys and
+    every known secret masked), joined as a shell reads it. Trackers get this, never ``sys.argv``."""
+    args = [str(a) for a in (sys.argv if argv is None else argv)]
+    if args:
+        args[0] = Path(args[0]).name
+    return shlex.join(redact(a) for a in args)
+
+
+def _missing_module(uri: str | None, e: ImportError) -> TrackerError:
+    """One line for a tracking store whose driver is not installed (MLflow imports it lazily,
+    e.g. psycopg for a ``postgresql://`` URI)."""
+    name = e.name or str(e)
+    return TrackerError(
+        f"mlflow ({redact(uri or 'default tracking URI')}): this tracking store needs the Python "
+        f"module {name!r}, which is not installed (pip install {name.split('.')[0]})"
+    )
+
+
 def _staged(payload: TrackerPayload, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in payload.files.items():
@@ -146,7 +172,11 @@ def log_mlflow(
         run = client.create_run(
             exp_id,
             run_name=run_name or payload.name,
-            tags={"gpuscope.run_id": payload.run_id, "mlflow.source.name": "gpuscope"},
+            tags={
+                "gpuscope.run_id": payload.run_id,
+                "mlflow.source.name": "gpuscope",
+                "gpuscope.command": recorded_command()[:5000],
+            },
         )
         rid = run.info.run_id
         now = int(time.time() * 1000)
@@ -167,7 +197,11 @@ def log_mlflow(
             client.log_artifacts(rid, str(_staged(payload, Path(tmp) / "gpuscope")), "gpuscope")
         client.set_terminated(rid)
     except MlflowException as e:
-        raise TrackerError(f"mlflow ({tracking_uri or 'default tracking URI'}): {e}") from None
+        raise TrackerError(
+            f"mlflow ({redact(tracking_uri or 'default tracking URI')}): {e}"
+        ) from None
+    except ImportError as e:  # the store's driver, imported on first use
+        raise _missing_module(tracking_uri, e) from None
     return str(exp_id), str(rid)
 
 
@@ -210,9 +244,13 @@ def log_wandb(
             name=run_name or payload.name,
             dir=str(folder),
             mode=mode,  # type: ignore[arg-type]
-            config=dict(payload.params),
+            config={**payload.params, "gpuscope_command": recorded_command()},
             tags=["gpuscope"],
-            settings=wandb.Settings(silent=True, console="off", save_code=False),
+            # x_disable_meta: W&B records no environment of its own (its copy of sys.argv, which
+            # can hold a store password); the command line it gets is ours, redacted, in config
+            settings=wandb.Settings(
+                silent=True, console="off", save_code=False, x_disable_meta=True
+            ),
         )
     except (wandb.Error, OSError) as e:
         raise TrackerError(f"wandb ({folder}): {e}") from None
