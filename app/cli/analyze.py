@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.fmt import sig3
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.job import JobDiagnosis
 
 # Imported here, not where it is used: importing it installs the stored rank parts and lines as
 # the report's sources (gpuscope.analysis.report.RankPartSource; the report cannot import it, the
@@ -115,10 +118,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("target", metavar="RUN|PATH")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--all-ranks",
+        action="store_true",
+        help=f"list every rank (default: the {TOP_RANKS} that make the others wait longest)",
+    )
     add_analysis_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuscope.analysis.job import diagnose, memo
     from gpuscope.analysis.nvml_run import analyze_nvml_run, is_nvml_run
     from gpuscope.analysis.report import analyze_run
 
@@ -133,16 +142,24 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     print(render_nvml(nvml.to_json()))
                 return 0
-            report = analyze_run(con, run_id, **analysis_kwargs(args))
+            kwargs = analysis_kwargs(args)
+            report = analyze_run(con, run_id, **kwargs)
+            # the job's verdict: built once, from every rank (the pace-setter's analysis too)
+            job = diagnose(
+                con,
+                run_id,
+                memo(lambda r: analyze_run(con, run_id, **{**kwargs, "rank": r}), report),
+            )
         except ValueError as e:
             return fail(str(e))
     finally:
         con.close()
     doc = report.to_json()
+    doc["job"] = job.to_json()
     if args.json:
         print_json(doc)
     else:
-        print(render(doc))
+        print(render(doc, job, all_ranks=bool(getattr(args, "all_ranks", False))))
     return 0
 
 
@@ -178,17 +195,23 @@ def _pc(v: float | None) -> str:
     return "-" if v is None else f"{sig3(v)}%"
 
 
-def render(doc: dict[str, Any]) -> str:
-    """The report as readable text: per-step units, ms with three significant figures."""
+def render(doc: dict[str, Any], job: JobDiagnosis | None = None, *, all_ranks: bool = False) -> str:
+    """The report as readable text: the job's verdict first (``job``: its step time, pace-setter
+    and wait, where the time goes, the first fix; then the ranks), then the viewed rank's detail;
+    per-step units, ms with three significant figures."""
     r, w, st = doc["run"], doc["window"], doc["step_time_ms"]
     warnings = list(doc.get("warnings") or [])
     # no GPU activity: that warning leads the report (no busy %, MFU or fix below rests on anything)
     top = [f"WARNING: {warnings.pop(0)}"] if doc.get("gpu_busy_pct") is None and warnings else []
     n = max(1, w["steps"])
     out = [*top]
+    if job is not None:
+        out += render_job(job)
     ranks = doc.get("ranks") or []
     if len(ranks) > 1:
-        out += render_ranks(doc)
+        out += render_ranks(doc, None if job is None or all_ranks else job)
+    if job is not None:
+        out.append(f"rank {doc['rank']} in detail:")
     out += [
         f"run {r['id']}  {r['name']}  rank {doc['rank']} of {r['ranks']}  GPU {r['gpu'] or '-'}"
         + (  # issue 20: nodes still to report
@@ -371,12 +394,35 @@ def render_critical_path(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_ranks(doc: dict[str, Any]) -> list[str]:
-    """The rank table (per step) and the straggler, for a run of several ranks."""
+#: The ranks ``analyze`` lists without ``--all-ranks``: those that make the others wait longest.
+TOP_RANKS = 8
+
+
+def render_job(job: JobDiagnosis) -> list[str]:
+    """The job's verdict as text lines (:func:`gpuscope.analysis.job.headline_rows`)."""
+    from gpuscope.analysis.job import headline_rows
+
+    out = []
+    for row in headline_rows(job):
+        out.append(f"{row.label}: {row.value}" + (f"  ({row.note})" if row.note else ""))
+    return [*out, ""]
+
+
+def render_ranks(doc: dict[str, Any], job: JobDiagnosis | None = None) -> list[str]:
+    """The rank table (per step) and the straggler, for a run of several ranks; with ``job``,
+    only the :data:`TOP_RANKS` ranks that make the others wait longest (the viewed one too)."""
+    from gpuscope.analysis.job import rank_rows
+
+    lines = doc["ranks"]
+    left_out = 0
+    if job is not None and len(lines) > TOP_RANKS:
+        keep = {s.rank for s in rank_rows(job, TOP_RANKS)} | {doc["rank"]}
+        left_out = len(lines) - len(keep)
+        lines = [r for r in lines if r["rank"] in keep]
     causes = [
         c
         for c in doc["idle"]["causes"]
-        if any(((r.get("idle_by_cause_us_per_step") or {}).get(c) or 0) > 0 for r in doc["ranks"])
+        if any(((r.get("idle_by_cause_us_per_step") or {}).get(c) or 0) > 0 for r in lines)
     ]
     head = (
         f"{'rank':>4} {'step ms':>9} {'p90 ms':>8} {'max ms':>8} {'busy %':>7} {'wait %':>7} "
@@ -384,7 +430,7 @@ def render_ranks(doc: dict[str, Any]) -> list[str]:
     )
     head += "".join(f" {c[:14]:>14}" for c in causes)
     out = ["ranks (median step; wait: inside busy, for other ranks; ms per step)", head]
-    for r in doc["ranks"]:
+    for r in lines:
         by = r.get("idle_by_cause_us_per_step") or {}
         idle = r.get("idle_us_per_step")
         line = (
@@ -396,6 +442,8 @@ def render_ranks(doc: dict[str, Any]) -> list[str]:
         )
         line += "".join(f" {sig3((by.get(c) or 0) / 1e3):>14}" for c in causes)
         out.append(line)
+    if left_out:
+        out.append(f"({left_out} more ranks that cause less wait: --all-ranks lists them)")
     sg = doc.get("straggler")
     if sg:
         out.append(f"straggler: rank {sg['rank']}: {sg['evidence']}")

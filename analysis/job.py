@@ -1,0 +1,548 @@
+"""The job's verdict: one diagnosis per run, over all its ranks, that every face renders.
+
+A vertical slice: the computation (:func:`diagnose`, :func:`job_step_time`), its typed frozen
+result (:class:`JobDiagnosis`) and its view model (:func:`headline_rows`, :func:`rank_rows`).
+Built from the ranks' stored cross-rank parts (:mod:`gpuscope.analysis.rank_frames`: each rank's
+window and steps, its clock offset) and the analysis of the pace-setting rank; one rank's detail
+(:class:`~gpuscope.analysis.report.RunReport`) hangs under it on demand.
+
+Definitions (docs/metrics.md, "The job"):
+
+- **job step time**: the period between step completions. A step completes when its last rank's
+  work for it ends (a rank's step ends at the later of its CPU end and the end of the GPU work it
+  launched, on the clock its time offset aligns); the median of the periods, with p90 and max.
+  The same whichever rank is viewed. The profiler's **drain step** (the window's last step, when
+  on some rank it lasts more than :data:`DRAIN_FACTOR` times that rank's median step: the host
+  stopped stepping while the GPU emptied the queue) is said and kept out of the median.
+- **pace-setter**: the rank the others wait for (the straggler of the collectives matched
+  across ranks); a run of one rank sets its own pace.
+- **where the time goes**: compute / communication transfer / wait / idle (by cause) over every
+  rank's window (% of the sum of the windows), and per rank.
+- **findings**: the fixes of the pace-setting rank (fixing a rank that waits gains nothing),
+  in the order the fix list gives them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.idle import CAUSES
+from gpuscope.analysis.peaks import mfu_pct
+from gpuscope.analysis.steps import Window, step_stats
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.report import RunReport
+    from gpuscope.store import Connection
+
+#: The window's last step is the profiler's drain step when, on some rank, it lasts more than
+#: this many times the median of that rank's other steps (their CPU-start-to-next-start spans).
+DRAIN_FACTOR = 1.5
+
+
+@dataclass(frozen=True)
+class JobStepTime:
+    """The job's step time, ms (module doc): median (``p50_ms``), 90th percentile (linear
+    interpolation), max and mean of the periods kept; ``n_periods`` of them; ``by_step``: (step
+    number, period ms) of every period, the drain's included; ``drain_step`` / ``drain_ms``: the
+    profiler's drain step and its longest span on a rank (None: no drain). ``source``:
+    ``completions`` (periods between step completions), else ``rank_steps`` (fewer than two
+    completions: the pace-setting rank's own step spans)."""
+
+    p50_ms: float
+    p90_ms: float
+    max_ms: float
+    mean_ms: float
+    n_periods: int
+    by_step: tuple[tuple[int, float], ...] = ()
+    drain_step: int | None = None
+    drain_ms: float | None = None
+    source: str = "completions"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "p50": self.p50_ms,
+            "p90": self.p90_ms,
+            "max": self.max_ms,
+            "mean": self.mean_ms,
+            "n_periods": self.n_periods,
+            "by_step": {str(n): v for n, v in self.by_step},
+            "drain_step": self.drain_step,
+            "drain_ms": self.drain_ms,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """Where time goes, % of a window (of the sum of every rank's windows for the job): GPU busy,
+    compute, communication transfer and wait (inside busy), idle, and idle by cause. None: not
+    measured (no GPU activity, or no busy split)."""
+
+    busy_pct: float | None
+    compute_pct: float | None
+    transfer_pct: float | None
+    wait_pct: float | None
+    idle_pct: float | None
+    idle_by_cause_pct: Mapping[str, float] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "busy_pct": self.busy_pct,
+            "compute_pct": self.compute_pct,
+            "transfer_pct": self.transfer_pct,
+            "wait_pct": self.wait_pct,
+            "idle_pct": self.idle_pct,
+            "idle_by_cause_pct": (
+                dict(self.idle_by_cause_pct) if self.idle_by_cause_pct is not None else None
+            ),
+        }
+
+
+@dataclass(frozen=True)
+class RankShare:
+    """One rank in the job: its time split (% of its window), its own median step (ms, CPU-start
+    spans: a rank that waits shows the pace only through its waits), the wait it causes the others
+    (ms per step; 0 for a rank that is never last) and its window (ms)."""
+
+    rank: int
+    split: TimeSplit
+    step_p50_ms: float | None
+    caused_wait_ms_per_step: float
+    window_ms: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            **self.split.to_json(),
+            "step_p50_ms": self.step_p50_ms,
+            "caused_wait_ms_per_step": self.caused_wait_ms_per_step,
+        }
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One ranked finding of the job: ``kind`` (``pace_cause``: why the pace-setter is slow;
+    ``fix``: a fix of the pace-setting rank), its ``id``, title, one line of evidence, the
+    estimated step-time gain (%; None: not estimated) and the rank it is about."""
+
+    kind: str
+    id: str
+    title: str
+    detail: str
+    gain_pct: float | None
+    rank: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "id": self.id,
+            "title": self.title,
+            "detail": self.detail,
+            "gain_pct": self.gain_pct,
+            "rank": self.rank,
+        }
+
+
+@dataclass(frozen=True)
+class JobDiagnosis:
+    """The job's verdict (module doc): its step time, the pace-setting rank and the wait it costs
+    the rank that waits longest for it (``wait_ms_per_step``, ``waiting_rank``; None for a run of
+    one rank or without matched collectives) and its caused wait summed over the others
+    (``caused_wait_ms_per_step``), where the job's time goes (``split``, ``per_rank``), its MFU
+    (the pace-setter's FLOPs per step over the job step time, against its peak; None without
+    them), and the ranked ``findings`` (computed on ``fix_rank``: the pace-setter)."""
+
+    run_id: str
+    ranks: tuple[int, ...]
+    step: JobStepTime
+    pace_setter: int
+    waiting_rank: int | None
+    wait_ms_per_step: float | None
+    caused_wait_ms_per_step: float | None
+    split: TimeSplit
+    per_rank: tuple[RankShare, ...]
+    mfu_pct: float | None
+    fix_rank: int
+    findings: tuple[Finding, ...]
+
+    @property
+    def distributed(self) -> bool:
+        return len(self.ranks) > 1
+
+    @property
+    def first_fix(self) -> Finding | None:
+        """The first finding that is a fix (None: no fix)."""
+        return next((f for f in self.findings if f.kind == "fix"), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """``analyze --json``'s ``job`` (docs/cli-json.md)."""
+        return {
+            "ranks": list(self.ranks),
+            "step_time_ms": self.step.to_json(),
+            "pace_setter": self.pace_setter,
+            "waiting_rank": self.waiting_rank,
+            "wait_ms_per_step": self.wait_ms_per_step,
+            "caused_wait_ms_per_step": self.caused_wait_ms_per_step,
+            "split": self.split.to_json(),
+            "per_rank": [r.to_json() for r in self.per_rank],
+            "mfu_pct": self.mfu_pct,
+            "fix_rank": self.fix_rank,
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+# -- the job step time ----------------------------------------------------------------------------
+
+
+def _drain(windows: Mapping[int, Window]) -> tuple[int | None, float | None]:
+    """The profiler's drain step (module doc) and its longest span on a rank (ms), or (None, None)."""
+    found: tuple[int | None, float | None] = (None, None)
+    for w in windows.values():
+        if w.source == "trace" or len(w.steps) < 3:
+            continue
+        spans = [(b - a) / 1e6 for a, b in w.step_bounds_ns()]
+        last, others = spans[-1], spans[:-1]
+        drains = last > DRAIN_FACTOR * statistics.median(others)
+        if drains and (found[1] is None or last > found[1]):
+            found = (w.steps[-1].number, last)
+    return found
+
+
+def step_time(windows: Mapping[int, tuple[Window, int]], pace: int | None = None) -> JobStepTime:
+    """The job step time (module doc) of every rank's window and clock offset (ns: absolute time =
+    trace time + offset), by rank. ``pace``: the rank whose own step spans stand in when fewer than
+    two step completions are known (default: the lowest rank)."""
+    drain, drain_ms = _drain({r: w for r, (w, _) in windows.items()})
+    stepped = {r: (w, off) for r, (w, off) in windows.items() if w.source != "trace" and w.steps}
+    common: set[int] | None = None
+    for w, _ in stepped.values():
+        nums = {s.number for s in w.steps}
+        common = nums if common is None else common & nums
+    done: dict[int, int] = {}  # step number -> its completion (absolute ns)
+    if stepped and common:
+        for w, off in stepped.values():
+            for s in w.steps:
+                if s.number in common:
+                    end = s.end_ns + off
+                    done[s.number] = max(done.get(s.number, end), end)
+    order = sorted(done)
+    by_step = tuple((b, (done[b] - done[a]) / 1e6 / (b - a)) for a, b in itertools.pairwise(order))
+    kept = [v for n, v in by_step if n != drain]
+    if kept:
+        v = np.asarray(kept, dtype=float)
+        return JobStepTime(
+            p50_ms=float(np.median(v)),
+            p90_ms=float(np.percentile(v, 90)),
+            max_ms=float(v.max()),
+            mean_ms=float(v.mean()),
+            n_periods=len(kept),
+            by_step=by_step,
+            drain_step=drain if drain in dict(by_step) else None,
+            drain_ms=drain_ms if drain in dict(by_step) else None,
+        )
+    rank = pace if pace in windows else min(windows)
+    st = step_stats(windows[rank][0])
+    return JobStepTime(
+        p50_ms=st.p50_ms,
+        p90_ms=st.p90_ms if st.p90_ms is not None else st.max_ms,
+        max_ms=st.max_ms,
+        mean_ms=st.mean_ms,
+        n_periods=0,
+        source="rank_steps",
+    )
+
+
+def _windows(con: Connection, run_id: str) -> dict[int, tuple[Window, int]]:
+    """Every rank's window and clock offset from its cross-rank part (stored; computed when
+    missing or stale)."""
+    from gpuscope.analysis.rank_frames import window_of
+    from gpuscope.analysis.rank_summary import CROSS_RANK, load
+
+    return {
+        r: (window_of(p), int(p["offset_ns"]))
+        for r, p in load(con, run_id, CROSS_RANK.name).items()
+    }
+
+
+def job_step_time(con: Connection, run_id: str) -> JobStepTime:
+    """The job step time of a stored run (module doc) from its ranks' stored parts alone."""
+    return step_time(_windows(con, run_id))
+
+
+# -- the diagnosis ----------------------------------------------------------------------------------
+
+
+def _pct(part_ns: float, whole_ns: float) -> float | None:
+    return 100.0 * part_ns / whole_ns if whole_ns > 0 else None
+
+
+def _rank_split(line: Any) -> TimeSplit:
+    """A rank's :class:`TimeSplit` from its line (:class:`~gpuscope.analysis.rank_row.RankRow`)."""
+    busy = line.gpu_busy_pct
+    idle = None if busy is None else max(0.0, 100.0 - busy)
+    by_cause = None
+    if busy is not None and line.idle_by_cause_us_per_step is not None and line.step_time_ms:
+        step_us = line.step_time_ms * 1e3  # the mean step: window / steps
+        by_cause = {c: 100.0 * line.idle_by_cause_us_per_step.get(c, 0.0) / step_us for c in CAUSES}
+    return TimeSplit(
+        busy_pct=busy,
+        compute_pct=line.compute_pct if busy is not None else None,
+        transfer_pct=line.comm_transfer_pct if busy is not None else None,
+        wait_pct=line.comm_wait_pct if busy is not None else None,
+        idle_pct=idle,
+        idle_by_cause_pct=by_cause,
+    )
+
+
+def _job_split(shares: list[RankShare]) -> TimeSplit:
+    """Every rank's split weighted by its window: % of the sum of the windows (a figure only
+    where every rank has it)."""
+    total = sum(s.window_ms for s in shares)
+
+    def mean(get: Callable[[TimeSplit], float | None]) -> float | None:
+        vals = [get(s.split) for s in shares]
+        if not shares or any(v is None for v in vals) or total <= 0:
+            return None
+        return sum(float(v) * s.window_ms for v, s in zip(vals, shares, strict=True)) / total  # type: ignore[arg-type]
+
+    by_cause = None
+    if shares and all(s.split.idle_by_cause_pct is not None for s in shares):
+        by_cause = {
+            c: mean(lambda t, c=c: (t.idle_by_cause_pct or {}).get(c, 0.0)) or 0.0 for c in CAUSES
+        }
+    return TimeSplit(
+        busy_pct=mean(lambda t: t.busy_pct),
+        compute_pct=mean(lambda t: t.compute_pct),
+        transfer_pct=mean(lambda t: t.transfer_pct),
+        wait_pct=mean(lambda t: t.wait_pct),
+        idle_pct=mean(lambda t: t.idle_pct),
+        idle_by_cause_pct=by_cause,
+    )
+
+
+def _straggler_of_parts(
+    con: Connection, run_id: str, parts: dict[int, dict[str, Any]]
+) -> int | None:
+    """The straggler of the collectives matched from the ranks' parts (None: no match)."""
+    from gpuscope.analysis.rank_frames import stats_of, window_of
+    from gpuscope.analysis.report import _match_from_parts
+
+    if not any(p.get("device") is not None for p in parts.values()):
+        return None
+    first = parts[min(parts)]
+    match = _match_from_parts(
+        con, run_id, parts, window_of(first).n_steps, stats_of(first).mean_ms * 1e6
+    )
+    return match.straggler.rank if match.straggler is not None else None
+
+
+def _last_most_often(windows: Mapping[int, tuple[Window, int]]) -> int:
+    """The rank whose steps complete last most often (ties: the lowest), for a job without
+    matched collectives."""
+    last: dict[int, tuple[int, int]] = {}  # step -> (end, rank)
+    for r, (w, off) in sorted(windows.items()):
+        for s in w.steps:
+            end = s.end_ns + off
+            if s.number not in last or end > last[s.number][0]:
+                last[s.number] = (end, r)
+    counts: dict[int, int] = {}
+    for _, r in last.values():
+        counts[r] = counts.get(r, 0) + 1
+    return max(sorted(windows), key=lambda r: counts.get(r, 0))
+
+
+def _findings(rep: RunReport, cause: Finding | None) -> tuple[Finding, ...]:
+    out = [cause] if cause is not None else []
+    for rec in rep.recommendations:
+        est = getattr(rec, "estimate", None)
+        gain = getattr(est, "gain_pct", None) if est is not None else None
+        summary = (rec.evidence or {}).get("summary") if isinstance(rec.evidence, dict) else None
+        out.append(
+            Finding("fix", rec.id, rec.title, str(summary or ""), _float(gain), int(rep.rank))
+        )
+    return tuple(out)
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _pace_cause(con: Connection, run_id: str, rep: RunReport) -> Finding | None:
+    """The pace-setter's own cause (:mod:`gpuscope.analysis.straggler_cause`, when present)."""
+    try:
+        from gpuscope.analysis import straggler_cause  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    fn = getattr(straggler_cause, "finding", None)
+    if fn is None:
+        return None
+    got = fn(rep)
+    if got is None:
+        return None
+    return Finding(
+        "pace_cause",
+        str(getattr(got, "id", "pace_cause")),
+        str(getattr(got, "title", "")),
+        str(getattr(got, "detail", "")),
+        _float(getattr(got, "gain_pct", None)),
+        int(rep.rank),
+    )
+
+
+def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]) -> JobDiagnosis:
+    """The job's diagnosis of a stored trace run (module doc). ``report_of(rank)``: the analysis of
+    one rank (every rank's line, the matched collectives, the fixes), which the caller may keep
+    (the web caches it; ``analyze`` asks for the viewed rank's too): only the pace-setting rank's
+    is asked for. Raises ValueError for an unknown run."""
+    from gpuscope.analysis.rank_summary import CROSS_RANK, load
+    from gpuscope.analysis.store_access import ranks_of
+
+    ranks = ranks_of(con, run_id)
+    if not ranks:
+        raise ValueError(f"{run_id}: the run has no ranks")
+    if len(ranks) == 1:
+        rep = report_of(ranks[0])
+        windows = {ranks[0]: (rep.window, 0)}
+        pace = ranks[0]
+    else:
+        from gpuscope.analysis.rank_frames import window_of
+
+        parts = load(con, run_id, CROSS_RANK.name)
+        windows = {r: (window_of(p), int(p["offset_ns"])) for r, p in parts.items()}
+        guess = _straggler_of_parts(con, run_id, parts)
+        pace = guess if guess is not None else _last_most_often(windows)
+        rep = report_of(pace)
+        if rep.straggler is not None and rep.straggler.rank != pace:  # the report's own match rules
+            pace = rep.straggler.rank
+            rep = report_of(pace)
+    step = step_time(windows, pace)
+    strag = rep.straggler
+    n = max(1, rep.window.n_steps)
+    caused = dict(strag.per_rank_caused_ns) if strag is not None else {}
+    shares = []
+    for line in rep.ranks:
+        w = windows.get(line.rank, (rep.window, 0))[0]
+        shares.append(
+            RankShare(
+                rank=line.rank,
+                split=_rank_split(line),
+                step_p50_ms=line.step_p50_ms,
+                caused_wait_ms_per_step=caused.get(line.rank, 0) / n / 1e6,
+                window_ms=w.duration_ns / 1e6,
+            )
+        )
+    return JobDiagnosis(
+        run_id=run_id,
+        ranks=tuple(ranks),
+        step=step,
+        pace_setter=pace,
+        waiting_rank=strag.waiting_rank if strag is not None else None,
+        wait_ms_per_step=strag.wait_ms_per_step if strag is not None else None,
+        caused_wait_ms_per_step=strag.caused_wait_ns / n / 1e6 if strag is not None else None,
+        split=_job_split(shares),
+        per_rank=tuple(sorted(shares, key=lambda s: s.rank)),
+        mfu_pct=mfu_pct(rep.flops_per_step, step.p50_ms / 1e3, rep.peak_tflops)
+        if rep.has_gpu_activity
+        else None,
+        fix_rank=pace,
+        findings=_findings(rep, _pace_cause(con, run_id, rep)),
+    )
+
+
+def memo(
+    analyze: Callable[[int], RunReport], known: RunReport | None = None
+) -> Callable[[int], RunReport]:
+    """``analyze`` with each rank's report kept, ``known`` (a report already made) among them: a
+    face that shows the viewed rank's detail and the job analyses each rank once."""
+    seen: dict[int, RunReport] = {} if known is None else {int(known.rank): known}
+
+    def report_of(rank: int) -> RunReport:
+        if rank not in seen:
+            seen[rank] = analyze(rank)
+        return seen[rank]
+
+    return report_of
+
+
+# -- the view model: what every face shows, in one place --------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeadlineRow:
+    """One row of the verdict: a label, its value as people read it, a note (may be empty)."""
+
+    label: str
+    value: str
+    note: str = ""
+
+
+def _p(v: float | None) -> str:
+    return "—" if v is None else f"{sig3(v)}%"
+
+
+def step_words(step: JobStepTime) -> str:
+    """The job step time's note: what it is the median of, and the drain step when said."""
+    if step.source != "completions":
+        what = "the pace-setting rank's own steps (fewer than two step completions)"
+    else:
+        what = f"median of {step.n_periods} step period{'s' if step.n_periods != 1 else ''}"
+    out = f"{what}; p90 {sig3(step.p90_ms)} ms, max {sig3(step.max_ms)} ms"
+    if step.drain_step is not None:
+        out += (
+            f"; step {step.drain_step} is the profiler's drain ({sig3(step.drain_ms)} ms on a "
+            "rank), left out"
+        )
+    return out
+
+
+def headline_rows(job: JobDiagnosis) -> tuple[HeadlineRow, ...]:
+    """The verdict's rows, in order (every face renders these: CLI text, the Run page's cards,
+    the Markdown/HTML report): job step time, pace-setter and its wait, where the time goes, MFU,
+    the first finding."""
+    rows = [HeadlineRow("Job step time", f"{sig3(job.step.p50_ms)} ms", step_words(job.step))]
+    if job.distributed:
+        if job.wait_ms_per_step is not None and job.waiting_rank is not None:
+            note = f"rank {job.waiting_rank} waits {sig3(job.wait_ms_per_step)} ms per step for it"
+            if len(job.ranks) > 2:
+                note += f"; all ranks together {sig3(job.caused_wait_ms_per_step)} ms per step"
+        else:
+            note = "no collectives matched across ranks: the rank whose steps end last"
+        rows.append(HeadlineRow("Pace-setter", f"rank {job.pace_setter}", note))
+    s = job.split
+    rows.append(
+        HeadlineRow(
+            "GPU busy",
+            _p(s.busy_pct),
+            (f"of it waiting for other ranks {_p(s.wait_pct)}; " if job.distributed else "")
+            + f"compute {_p(s.compute_pct)}, comm transfer {_p(s.transfer_pct)}, idle "
+            f"{_p(s.idle_pct)}" + (" (every rank's window)" if job.distributed else ""),
+        )
+    )
+    rows.append(HeadlineRow("MFU", _p(job.mfu_pct), "FLOPs per step over the job step time"))
+    first = job.findings[0] if job.findings else None
+    if first is not None:
+        who = f"rank {first.rank}, the pace-setter: fixing a rank that waits gains nothing"
+        rows.append(
+            HeadlineRow(
+                "First fix" if first.kind == "fix" else "Why",
+                first.title,
+                who if job.distributed else "",
+            )
+        )
+    return tuple(rows)
+
+
+def rank_rows(job: JobDiagnosis, top: int | None = None) -> tuple[RankShare, ...]:
+    """The ranks as the verdict lists them: by the wait they cause (most first), then by rank;
+    ``top``: at most that many (None: all)."""
+    ordered = sorted(job.per_rank, key=lambda s: (-s.caused_wait_ms_per_step, s.rank))
+    return tuple(ordered if top is None else ordered[:top])
