@@ -12,7 +12,7 @@ from typing import Any
 from gpuscope.ingest import job as J
 from gpuscope.ingest.batch_insert import BatchInserter
 from gpuscope.ingest.errors import DuplicateRunError, IngestError
-from gpuscope.ingest.naming import default_run_name, is_generic, stem
+from gpuscope.ingest.naming import default_run_name
 from gpuscope.ingest.nvml import ingest_series, is_nvml_file
 from gpuscope.ingest.parse_pool import ParsePool, default_jobs, file_shas
 from gpuscope.ingest.rank_rows import MAX_KEPT_EVENTS, RankRows, RankSink, RankSinks
@@ -377,7 +377,7 @@ def ingest_trace(
     ends = [r.ts_max_ns + r.offset_ns for r in ranks if r.ts_max_ns is not None]
     row = RunRow(
         run_id=run_id,
-        name=name or _distinct(con, default_run_name(path.name, rank0.meta), path.name),
+        name=name or distinct_name(con, default_run_name(path.name, rank0.meta)),
         kind="trace",
         n_ranks=len(files),
         n_events=sum(r.n_events for r in ranks),
@@ -647,13 +647,11 @@ def _duplicate(con: Connection, e: DuplicateRunError, path: Path) -> RunResult:
     )
 
 
-def _distinct(con: Connection, name: str, source: str) -> str:
-    """A name made from a trace's content (its file name names nothing: ``model host date``)
-    that another run already has gets `` (2)``, `` (3)``, …: spans of one process share their
-    time base, so four traces of one process would otherwise all read alike. A name from the
-    file or folder, or one the user gave, is kept as it is."""
-    if not is_generic(stem(source)):
-        return name
+def distinct_name(con: Connection, name: str) -> str:
+    """A name gpuscope made (from a file or folder name, or from the trace's content) that
+    another run already has gets `` (2)``, `` (3)``, …, so that every run the user did not name
+    can be told apart by name (in the Runs list, the pickers, and ``analyze NAME``). A name the
+    user gave is never passed here: it is kept as it is."""
     taken = {
         str(r[0])
         for r in con.execute(

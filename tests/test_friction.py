@@ -61,13 +61,44 @@ def test_four_traces_of_one_process_get_distinct_names(tmp_path: Path) -> None:
     base = names[0]
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", base)  # the shared time base
     assert names == [base, f"{base} (2)", f"{base} (3)", f"{base} (4)"]
-    # a fifth, from a terminal, later: the next number; a name from a file is kept as it is
+    # a fifth, from a terminal, later: the next number; a name from a file is the file's, and a
+    # second file of that name gets " (2)" too (issue 46: `analyze myjob` must not be ambiguous);
+    # a name the user gives is kept as it is
     d = tmp_path / "x"
     d.mkdir()
     [fifth] = ingest_paths(con, [_span(9).write(d / "trace.json")])
     [named] = ingest_paths(con, [_span(10).write(tmp_path / "myjob.json")])
     [again] = ingest_paths(con, [_span(11).write(d / "myjob.json")])
-    assert fifth.name == f"{base} (5)" and named.name == again.name == "myjob"
+    [given] = ingest_paths(con, [_span(12).write(d / "other.json")], name="myjob")
+    assert fifth.name == f"{base} (5)"
+    assert (named.name, again.name, given.name) == ("myjob", "myjob (2)", "myjob")
+
+
+def test_uploads_named_from_their_files_are_told_apart(tmp_path: Path) -> None:
+    """Issue 46: traces uploaded one by one, named like ``rank0.pt.trace.json`` (a stem that names
+    nothing once the rank part is gone) or sharing a file name, became runs of one name."""
+    from gpuscope.store import connect
+    from gpuscope.web.uploads import ONE_RUN, ingest_uploads
+
+    def up(name: str, i: int) -> io.BytesIO:
+        f = io.BytesIO(_span(20 + i).write(tmp_path / f"u{i}.json").read_bytes())
+        f.name = name  # type: ignore[attr-defined]
+        return f
+
+    con = connect(tmp_path / "s")
+    names = [
+        ingest_uploads(con, [up(n, i)], mode=ONE_RUN)[0].name
+        for i, n in enumerate(
+            ["rank0.pt.trace.json", "rank0.pt.trace.json", "job.json", "job.json"]
+        )
+    ]
+    base = names[0]
+    assert names == [base, f"{base} (2)", "job", "job (2)"]
+    # two rank files of one run, uploaded twice: the second run's name gets " (2)"
+    pair = [[up("ddp_rank0.json", 10 + 2 * k), up("ddp_rank1.json", 11 + 2 * k)] for k in range(2)]
+    runs = [ingest_uploads(con, files, mode=ONE_RUN)[0].name for files in pair]
+    assert runs == ["ddp", "ddp (2)"]
+    con.close()
     con.close()
 
 

@@ -18,7 +18,7 @@ from typing import BinaryIO, Protocol
 
 from gpuscope.analysis import run_views
 from gpuscope.ingest.errors import IngestError
-from gpuscope.ingest.loader import RunResult, ingest_paths
+from gpuscope.ingest.loader import RunResult, distinct_name, ingest_paths
 from gpuscope.ingest.memory_snapshot import (
     MAX_SNAPSHOT_BYTES,
     SNAPSHOT_SUFFIXES,
@@ -200,7 +200,7 @@ def ingest_uploads(
 
         run_name = name if (name and len(paths) == 1) else None
         if run_name is None and mode == ONE_RUN and len(files) > 1:
-            run_name = run_name_for(files)
+            run_name = distinct_name(con, run_name_for(files))
         try:
             meta: dict[str, object] | None = dict(extra)
             if untraced_step_ms:
