@@ -29,8 +29,10 @@ What Kineto writes (surveyed on pytorch/pytorch ``torch/csrc/profiler/util.cpp``
 The store keeps none of these ``args`` (ingest keeps a fixed set of columns), so
 :func:`rank_collectives` identifies a process group by the CUDA **stream** its NCCL kernels run on
 (ProcessGroupNCCL gives every communicator its own stream), reads the collective and dtype from the
-kernel name and the message size from the launching ``record_param_comms`` / ``nccl:*`` op's
-``Input Dims``. Without ``Seq`` an instance is identified by its order among the group's calls
+kernel name (else, for AllGather/Broadcast/SendRecv kernels that name no dtype, the op's ``Input
+type``), the collective from the op when it names one (all-to-all runs as SendRecv kernels), the
+message size from the launching ``record_param_comms`` / ``nccl:*`` op's ``Input Dims`` and the
+group's size from ``record_param_comms``' last ``Concrete Input`` (torch >= 2.2). Without ``Seq`` an instance is identified by its order among the group's calls
 within one training step (ranks agree on step numbers): a rank whose trace misses a call of a step
 shifts that step's later calls (caveat, docs/metrics.md "Collectives across ranks"). Kernels whose
 launch is not in the trace (queued before the profiler started) are left out of matching and
@@ -158,7 +160,29 @@ DTYPE_BYTES: dict[str, int] = {
     "bool": 1,
     "f8e4m3": 1,
     "f8e5m2": 1,
+    "i16": 2,
+    "short": 2,
+    "int16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "long int": 8,
+    "signed char": 1,
+    "unsigned char": 1,
 }
+
+
+def dtype_key(text: str | None) -> str | None:
+    """A dtype spelling as :data:`DTYPE_BYTES` keys it: ``dtype`` args (``Float``, ``BFloat16``)
+    and ``Input type`` entries (``float``, ``c10::BFloat16``, ``c10::Half``, ``long int``,
+    ``c10::Float8_e4m3fn``) lower-cased without the ``c10::`` prefix; None when not a dtype
+    (``TensorList``, ``Scalar``, empty)."""
+    if not text:
+        return None
+    k = str(text).strip().lower().removeprefix("c10::").removeprefix("at::")
+    return k if k in DTYPE_BYTES else None
+
 
 _KERNEL_COLL = [
     ("alltoall", re.compile(r"all_?to_?all", re.I)),
@@ -231,7 +255,7 @@ def collective_from_args(args: dict[str, Any], kernel_name: str = "") -> dict[st
     if coll in (None, "unknown"):
         coll = coll_of(kernel_name)
     dt = args.get("dtype")
-    dtype = str(dt).lower() if dt else dtype_of_kernel(kernel_name)
+    dtype = (dtype_key(str(dt)) or str(dt).lower()) if dt else dtype_of_kernel(kernel_name)
     size = _int(args.get("Group size"))
     pg = args.get("Process Group Name")
     peer = _int(args.get("Dst Rank")) if coll == "send" else None
@@ -279,6 +303,57 @@ def sizes_from_input_dims(text: str | None) -> tuple[int | None, int | None]:
     if not isinstance(dims, list) or not dims:
         return None, None
     return _nelems(dims[0]), (_nelems(dims[1]) if len(dims) > 1 else None)
+
+
+def _json_list(text: str | None) -> list[Any] | None:
+    if not text:
+        return None
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return None
+    return v if isinstance(v, list) else None
+
+
+def dtype_from_input_types(text: str | None) -> str | None:
+    """The dtype of a communication op's tensor from its ``Input type`` (JSON text): the first
+    entry that names one (``nccl:_all_gather_base``'s ``["c10::BFloat16"]``, a single-tensor
+    ``record_param_comms``' first entry); None for tensor lists (``TensorList``) or none."""
+    for t in _json_list(text) or []:
+        k = dtype_key(t) if isinstance(t, str) else None
+        if k is not None:
+            return k
+    return None
+
+
+def group_size_from_params(types_text: str | None, concrete_text: str | None) -> int | None:
+    """The process group's size from ``record_param_comms``' parameters (``Input type`` and
+    ``Concrete Inputs``, JSON text). Since torch 2.2 its inputs end ``in split sizes, out split
+    sizes, global rank start, global rank stride, world size`` (``RECORD_PARAM_COMMS[_DATA]`` in
+    ``ParamCommsUtils.hpp``; the DDP sample: ``..., "[]", "[]", "0", "1", "2"``): the last entry,
+    read only when the two split-size lists sit where that layout puts them. torch 2.0-2.1 end with
+    the split sizes (no size): None."""
+    types, conc = _json_list(types_text), _json_list(concrete_text)
+    if not types or not conc or len(types) != len(conc) or len(types) < 5:
+        return None
+    if types[-5] != "ScalarList" or types[-4] != "ScalarList" or types[-1] != "Scalar":
+        return None
+    n = _int(conc[-1])
+    return n if n is not None and n >= 1 else None
+
+
+def _sizes_of(ctx: list[tuple[Any, ...]], coll: str) -> tuple[int | None, int | None]:
+    """(input, output) elements from the first op of ``ctx`` whose ``Input Dims`` give a size.
+    ``c10d::allgather_``/``_allgather_base_``/``_reduce_scatter_base_`` take the output first
+    (``(output, input, ...)``): swapped back."""
+    for o in ctx:
+        in_n, out_n = sizes_from_input_dims(o[5])
+        if in_n is None:
+            continue
+        if str(o[6]).startswith("c10d::") and coll in ("allgather", "reducescatter"):
+            return out_n, in_n
+        return in_n, out_n
+    return None, None
 
 
 def empty_frame() -> pd.DataFrame:
@@ -342,6 +417,8 @@ def _inside_any(span_s: Any, span_e: Any, t: Any) -> Any:
     i = np.searchsorted(s, t, side="right") - 1
     return (i >= 0) & (reach[np.maximum(i, 0)] >= t)
 
+
+_RPC = "record_param_comms"
 
 #: The names of a rank's collective ops, backward spans and optimizer spans (the phases).
 _COMM_OPS = name_class(regex(COMM_RE))
@@ -440,10 +517,12 @@ def _frame_rows(
         f"""
         SELECT rank, pid, tid, s, e, external_id,
                CASE WHEN kind = 0 THEN input_dims END AS input_dims,
-               CASE WHEN kind = 0 THEN name END AS name, kind
+               CASE WHEN kind = 0 THEN name END AS name, kind,
+               CASE WHEN kind = 0 THEN input_types END AS input_types,
+               CASE WHEN kind = 0 THEN concrete_inputs END AS concrete_inputs
         FROM (
             SELECT e.rank, e.pid, e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, e.external_id,
-                   e.input_dims, n.name,
+                   e.input_dims, e.input_types, e.concrete_inputs, n.name,
                    CASE WHEN {in_ids("e.name_id", "bwd", bwd)} THEN 1
                         WHEN {in_ids("e.name_id", "opt", opt)} THEN 2 ELSE 0 END AS kind
             FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
@@ -475,7 +554,17 @@ def _frame_columns(
         return np.asarray(ops.column(name).to_numpy(), dtype=np.int64)[kind == of]
 
     comm = ops.filter(pa.array(kind == 0))
-    names = ("pid", "tid", "s", "e", "external_id", "input_dims", "name")
+    names = (
+        "pid",
+        "tid",
+        "s",
+        "e",
+        "external_id",
+        "input_dims",
+        "name",
+        "input_types",
+        "concrete_inputs",
+    )
     comm_ops: list[tuple[Any, ...]] = list(
         zip(*(comm.column(c).to_pylist() for c in names), strict=True)
     )
@@ -499,17 +588,35 @@ def _frame_columns(
         launched = ls is not None
         t = int(at[j])
         op: tuple[Any, ...] | None = by_ext.get(int(ext)) if ext is not None else None
-        if op is None and launched and len(comm_ops):
-            # the innermost comm op on the launching thread around the call (shortest; the
-            # first of equal ones in start order)
+        around: list[tuple[Any, ...]] = []  # comm ops around the launch, innermost first
+        if launched and len(comm_ops):
             inside = np.flatnonzero((c_tid == int(ltid)) & (c_s <= t) & (c_e >= t))
-            if inside.size:
-                op = comm_ops[int(inside[np.argmin((c_e - c_s)[inside])])]
-        op_coll = coll_of(op[6]) if op is not None else "unknown"
+            inside = inside[np.argsort((c_e - c_s)[inside], kind="stable")]
+            around = [comm_ops[int(i)] for i in inside]
+            if op is None and around:
+                # the innermost comm op on the launching thread around the call (shortest;
+                # the first of equal ones in start order)
+                op = around[0]
+        ctx = ([op] if op is not None else []) + [o for o in around if o is not op]
         kcoll = coll_of(kname)
-        coll = op_coll if op_coll != "unknown" else kcoll
-        dtype = dtype_of_kernel(kname)
-        in_n, out_n = sizes_from_input_dims(op[5] if op is not None else None)
+        # the collective: the first op (chosen, then innermost out) that names one (NCCL runs
+        # all-to-all as SendRecv kernels: the op says alltoall), else the kernel's
+        named = [c for c in (coll_of(o[6]) for o in ctx) if c != "unknown"]
+        coll = named[0] if named else kcoll
+        # dtype: the kernel name's (AllGather/Broadcast/SendRecv kernels name none), else the
+        # op's tensor type
+        dtype = dtype_of_kernel(kname) or next(
+            (d for d in (dtype_from_input_types(o[7]) for o in ctx) if d), None
+        )
+        in_n, out_n = _sizes_of(ctx, coll)
+        pg_size = next(
+            (
+                g
+                for g in (group_size_from_params(o[7], o[8]) for o in ctx if o[6] == _RPC)
+                if g is not None
+            ),
+            None,
+        )
         phase = "unknown"
         if launched:
             if in_opt[j]:
@@ -529,13 +636,15 @@ def _frame_columns(
                 "device": int(device),
                 "stream": int(stream),
                 "pg": f"stream:{int(stream)}",
-                "pg_size": None,
+                "pg_size": pg_size,
                 "seq": None,
                 "coll": coll,
                 "peer": None,
                 "dtype": dtype,
-                # the group size is not stored: allgather/reducescatter sizes need both buffers
-                "msg_bytes": message_bytes(coll, in_n, out_n, DTYPE_BYTES.get(dtype or ""), None),
+                # allgather's output and reducescatter's input: n x the other buffer
+                "msg_bytes": message_bytes(
+                    coll, in_n, out_n, DTYPE_BYTES.get(dtype or ""), pg_size
+                ),
                 "start_ns": int(ks) + off,
                 "end_ns": int(ke) + off,
                 "step": step,
@@ -666,7 +775,8 @@ def _instance_keys(f: pd.DataFrame) -> tuple[pd.Series, str]:
     step = f["step"].astype("float64").fillna(-1).astype("int64")
     has_seq = f["seq"].notna()
     p2p = f["coll"].isin(list(P2P)) & f["peer"].notna()
-    src = np.where(f["coll"] == "recv", f["peer"].astype("float64"), f["rank"]).astype("int64")
+    peer = f["peer"].astype("float64").fillna(-1)
+    src = np.where(f["coll"] == "recv", peer, f["rank"]).astype("int64")
     dst = np.where(f["coll"] == "recv", f["rank"], f["peer"].astype("float64").fillna(-1)).astype(
         "int64"
     )

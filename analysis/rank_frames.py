@@ -64,16 +64,17 @@ if TYPE_CHECKING:
     from gpuscope.store import Connection
 
 NAME = "cross_rank"
-# 2 still: what the part holds is unchanged. Since 2026-11-25 ``split``'s arrays are stored packed
-# (:func:`packed`); a part stored before, with lists of numbers, reads the same (:func:`unpacked`),
-# so a run stored then is not recomputed.
-VERSION = 2
+# ``split``'s arrays are stored packed (:func:`packed`); a part stored with lists of numbers reads
+# the same (:func:`unpacked`). 3: the collective frame holds the group size and the dtype and
+# bytes of AllGather/SendRecv kernels (read from ``input_types``/``concrete_inputs``).
+VERSION = 3
 #: The columns of ``events`` this part reads (the window, busy, idle, collective frames); the
 #: ingest keeps only these of a rank's rows for it (~45 % of their Arrow bytes). A statement
 #: that reads another fails loudly on the kept rows (tests/test_parts_while_ingesting.py).
 COLUMNS = (
     "run_id", "rank", "ph", "cat", "name_id", "pid", "tid", "ts_ns", "dur_ns", "correlation",
-    "external_id", "device", "stream", "grid", "block", "bytes", "input_dims",
+    "external_id", "device", "stream", "grid", "block", "bytes", "input_dims", "input_types",
+    "concrete_inputs",
 )  # fmt: skip
 
 
