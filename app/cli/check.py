@@ -28,13 +28,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("target", metavar="RUN|PATH")
     p.add_argument("--max-idle-pct", type=float, metavar="X", help="fail if GPU idle %% > X")
     p.add_argument("--min-mfu-pct", type=float, metavar="Y", help="fail if MFU %% < Y")
-    p.add_argument("--max-step-ms", type=float, metavar="Z", help="fail if mean step time > Z ms")
+    p.add_argument(
+        "--max-step-ms",
+        type=float,
+        metavar="Z",
+        help="fail if the job step time (the median period between step completions, the same "
+        "whichever rank; docs/metrics.md) > Z ms",
+    )
     p.add_argument("--min-busy-pct", type=float, metavar="B", help="fail if GPU busy %% < B")
     add_analysis_options(p)
     add_gate_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuscope.analysis.job import job_step_time
     from gpuscope.analysis.nvml_run import is_nvml_run
     from gpuscope.analysis.report import analyze_run
     from gpuscope.cli.analyze import analysis_kwargs, resolve_target
@@ -60,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
                 mfu=args.min_mfu_pct is not None,
                 **analysis_kwargs(args),
             )
+            job_step_ms = (
+                job_step_time(con, run_id).p50_ms if args.max_step_ms is not None else None
+            )
         except ValueError as e:
             return fail(str(e))
     finally:
@@ -67,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     name = f"run {run_id} rank {report.rank}"
     if not report.has_gpu_activity:  # no evidence, no figure: nothing to hold to a bound
         return fail(f"{name}: {report.warnings[0]}")
-    broken = broken_bounds(report, args)
+    broken = broken_bounds(report, args, job_step_ms)
     if broken is None:
         return fail(
             f"{name}: MFU unknown (FLOPs or peak missing: pass --model-flops-per-step "
@@ -79,9 +89,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def broken_bounds(report: Any, args: argparse.Namespace) -> list[str] | None:
+def broken_bounds(
+    report: Any, args: argparse.Namespace, job_step_ms: float | None = None
+) -> list[str] | None:
     """Every broken bound as a phrase (empty: all hold); None when ``--min-mfu-pct`` is given
-    and MFU is unknown (bad input, exit 2)."""
+    and MFU is unknown (bad input, exit 2). ``job_step_ms``: the job step time
+    (:func:`gpuscope.analysis.job.job_step_time`) that ``--max-step-ms`` holds."""
     out: list[str] = []
     if args.max_idle_pct is not None and report.idle_pct > args.max_idle_pct:
         out.append(f"GPU idle {report.idle_pct:.2f}% > --max-idle-pct {args.max_idle_pct:g}")
@@ -92,9 +105,9 @@ def broken_bounds(report: Any, args: argparse.Namespace) -> list[str] | None:
             return None
         if report.mfu_pct < args.min_mfu_pct:
             out.append(f"MFU {report.mfu_pct:.2f}% < --min-mfu-pct {args.min_mfu_pct:g}")
-    step = report.step_stats.mean_ms
+    step = job_step_ms if job_step_ms is not None else report.step_stats.p50_ms
     if args.max_step_ms is not None and step > args.max_step_ms:
-        out.append(f"step time {step:.3f} ms > --max-step-ms {args.max_step_ms:g}")
+        out.append(f"job step time {step:.3f} ms > --max-step-ms {args.max_step_ms:g}")
     return out
 
 
@@ -162,6 +175,7 @@ def run_gate(args: argparse.Namespace) -> int:
     """``check RUN --baseline RUN|TAG``: exit 0 (no regression), 1 (a metric regressed beyond
     noise and threshold, or a given absolute bound broke), 2 (bad input)."""
     from gpuscope.analysis.gate import gate, step_series
+    from gpuscope.analysis.job import job_step_time
     from gpuscope.analysis.nvml_run import is_nvml_run
     from gpuscope.analysis.report import analyze_run
     from gpuscope.cli.analyze import analysis_kwargs, resolve_target
@@ -181,6 +195,9 @@ def run_gate(args: argparse.Namespace) -> int:
         try:
             cand = analyze_run(con, run_id, all_ranks=False, **kw)
             base = analyze_run(con, base_id, all_ranks=False, **{**kw, "untraced_step_ms": None})
+            job_step_ms = (
+                job_step_time(con, run_id).p50_ms if args.max_step_ms is not None else None
+            )
         except ValueError as e:
             return fail(str(e))
     finally:
@@ -199,7 +216,7 @@ def run_gate(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         return fail(str(e))
-    broken = broken_bounds(cand, args)  # absolute bounds given beside --baseline hold too
+    broken = broken_bounds(cand, args, job_step_ms)  # absolute bounds beside --baseline hold too
     if broken is None:
         return fail(f"run {cand.run['id']}: MFU unknown (FLOPs or peak missing)")
     if args.json:
