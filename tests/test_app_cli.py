@@ -324,3 +324,14 @@ except SystemExit as e:
         )
         assert done.returncode == code, (case, done.returncode, done.stderr)
         assert not marker.exists(), case
+
+
+def test_sample_runs_are_the_folders_of_profiler_traces() -> None:
+    """`make run` loads the sample runs without a "skipped sample fixes: … not a trace" line:
+    ``fixes/`` holds JSON truth tables beside folders of runs, and is no run itself."""
+    from gpuscope.web.samples import sample_runs
+
+    root = Path(__file__).resolve().parents[1] / "sample_traces"
+    names = [p.name for p in sample_runs(root)]
+    assert {"before", "after", "ddp"} <= set(names)
+    assert "fixes" not in names and "wild" not in names

@@ -38,13 +38,21 @@ def samples_dir() -> Path | None:
     return None
 
 
+def _profiler_trace(path: Path) -> bool:
+    """A file named as torch.profiler names its traces (``*.pt.trace.json[.gz]``): the samples'
+    other JSON files (``timing.json``, the truth tables of ``fixes/``) are not runs."""
+    return is_trace_file(path) and ".pt.trace.json" in path.name.lower()
+
+
 def sample_runs(root: Path) -> list[Path]:
-    """Each sub-folder holding trace files, and each loose trace file, sorted by name."""
+    """Each sub-folder holding profiler traces, and each loose profiler trace, sorted by name. A
+    folder of recordings (``fixes/``, ``multi_gpu/``: their traces one level further down) is a
+    collection for tests and benchmarks, not a run, and is left out without a word."""
     runs: list[Path] = []
     for p in sorted(root.iterdir()):
         if p.name.startswith("."):
             continue
-        if (p.is_dir() and any(is_trace_file(f) for f in p.iterdir())) or is_trace_file(p):
+        if (p.is_dir() and any(_profiler_trace(f) for f in p.iterdir())) or _profiler_trace(p):
             runs.append(p)
     return runs
 
