@@ -2,7 +2,7 @@
 planted per fix rule, timed against its fix without the profiler in fresh processes,
 interleaved). The estimated range must contain the measured median gain of every rule
 (``pin_memory`` and ``batch_size`` missed it before the host staging and the host variation
-between processes entered the model: docs/benchmarks.md, "Gains from the path")."""
+between processes entered the model: docs/history/benchmarks-2026-11.md, "Gains from the path")."""
 
 from __future__ import annotations
 

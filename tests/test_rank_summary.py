@@ -382,7 +382,7 @@ def test_parts_that_run_out_of_memory_are_computed_again_at_the_next_limit(
 ) -> None:
     """A rank too big to copy gets its parts on the store under the first of
     PARTS_MEMORY_LIMITS; where DuckDB runs out of memory there (planted: the idle attribution of
-    a 6 GB rank did at 64 MB, docs/benchmarks.md), they are computed again at the next limit and
+    a 6 GB rank did at 64 MB, docs/history/benchmarks-2026-11.md), they are computed again at the next limit and
     stored, the same parts as a small rank's. When the last limit runs out too, the error stands
     and nothing is stored."""
     trace = DDP / "ddp_rank0.pt.trace.json.gz"
@@ -494,7 +494,7 @@ def test_a_big_ranks_parts_start_from_freed_memory_and_are_the_same(
     """A rank too big to copy has its parts computed one after the other on the store: the
     allocators give back what the ingest freed before the first, and the rank's index forgets
     its large values and the allocators give back their pages after each (the 1 GB benchmark's
-    summary: docs/benchmarks.md). The parts are a small rank's."""
+    summary: docs/history/benchmarks-2026-11.md). The parts are a small rank's."""
     trace = DDP / "ddp_rank0.pt.trace.json.gz"
     with connect(tmp_path / "small") as con:
         run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest)[0].run_id
