@@ -605,10 +605,11 @@ class StepReporter:
     def send(self, report: Report) -> Any:
         """POST ``report``; the sampler's answer, or None when it could not be sent (the report
         is then kept for the next try, bounded)."""
+        from gpuscope.sampler.token import auth_headers
+
         body = json.dumps({"steps": report.steps, "traces": report.traces}).encode()
-        req = urllib.request.Request(
-            self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json", **auth_headers(self.url)}  # its token
+        req = urllib.request.Request(self.url, data=body, method="POST", headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
                 answer = json.loads(r.read(1 << 20) or b"{}")

@@ -45,7 +45,9 @@ def test_step_log_reports_and_requests():
 
 
 def post(url: str, body: bytes) -> tuple[int, dict]:
-    req = urllib.request.Request(url, data=body, method="POST")
+    from gpuscope.sampler.token import auth_headers  # the sampler's token, as its clients send it
+
+    req = urllib.request.Request(url, data=body, method="POST", headers=auth_headers(url))
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, json.loads(r.read())

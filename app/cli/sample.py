@@ -1,8 +1,12 @@
 """`gpuscope sample`: poll the GPUs through NVML (or replay a recording), record JSONL, serve HTTP.
 
 Exit codes: 0 after a clean stop (Ctrl-C, SIGTERM, --duration, or the end of a --no-loop replay);
-2 for bad options, no NVML/GPU, an unreadable --replay file, or a port already taken; 1 when
+2 for bad options (a --host beyond loopback without --allow-remote among them), no NVML/GPU, an
+unreadable --replay file, a port already taken, or a token file that cannot be written; 1 when
 sampling failed while running.
+
+Writes to the server (step reports, trace requests) need its token, published for clients on this
+machine (:mod:`gpuscope.sampler.token`); the path is printed at start.
 """
 
 from __future__ import annotations
@@ -65,7 +69,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--host",
         default=DEFAULT_HOST,
-        help=f"address to listen on (default {DEFAULT_HOST}: this machine only)",
+        help=f"address to listen on (default {DEFAULT_HOST}: this machine only); an address "
+        "reachable from other machines needs --allow-remote",
+    )
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a --host beyond loopback: anyone who reaches the port reads the samples and "
+        "step times; writes still need the token ($GPUSCOPE_SAMPLER_TOKEN or the token file)",
     )
     p.add_argument(
         "--port",
@@ -127,6 +138,14 @@ def run(args: argparse.Namespace) -> int:
         return _fail("nothing to do: --no-serve without --out FILE")
     if not 0 <= args.port <= 65535:
         return _fail(f"--port {args.port} is not a TCP port")
+    from gpuscope.sampler.token import TokenError, is_loopback
+
+    remote = not args.no_serve and not is_loopback(args.host)
+    if remote and not args.allow_remote:
+        return _fail(
+            f"--host {args.host or '(all addresses)'} serves the sampler to other machines: "
+            f"pass --allow-remote to mean it, or use {DEFAULT_HOST}"
+        )
     out = Path(args.out) if args.out else None
     if out is not None:
         if out.is_dir():
@@ -183,7 +202,9 @@ def run(args: argparse.Namespace) -> int:
         app = SamplerApp(store, thread, mode=source.mode, status_extra=extra)
         if not args.no_serve:
             try:
-                server = start_server(app, args.host, args.port)
+                server = start_server(app, args.host, args.port, allow_remote=args.allow_remote)
+            except TokenError as e:
+                return _fail(str(e))
             except OSError as e:
                 return _fail(f"cannot listen on {args.host}:{args.port} ({e.strerror or e})")
             except ValueError as e:  # a bad $GPUSCOPE_SAMPLER_* limit: one line
@@ -211,6 +232,17 @@ def run(args: argparse.Namespace) -> int:
             _say(
                 f"serving http://{host}:{server.port}/metrics (also /api/samples, /api/status, /healthz)"
             )
+            _say(
+                f"writes (POST /api/steps, /api/trace-request) need the token in "
+                f"{server.token_file}: clients on this machine read it; elsewhere set "
+                "$GPUSCOPE_SAMPLER_TOKEN to it on both sides"
+            )
+            if remote:
+                _say(
+                    f"warning: listening on {args.host or 'all addresses'}, beyond this machine "
+                    "(--allow-remote): anyone who reaches the port reads the GPU samples and "
+                    "step times"
+                )
         thread.start()
         while not stop.is_set() and not thread.finished.wait(0.25):
             pass

@@ -7,10 +7,17 @@
 * ``POST /api/steps``, ``GET /api/steps?since=N``, ``POST /api/trace-request``: step times a
   training loop reports, and the Live page's request for the next slow step's trace
   (:mod:`gpuscope.sampler.steps`).
+
+Every write (``POST``) is checked before its body is read, and refused with ``403``: its ``Host``
+must name this server when it is bound to loopback (no DNS rebinding), an ``Origin`` must be the
+sampler's own, and it must carry the sampler's token (``X-Gpuscope-Token``,
+:mod:`gpuscope.sampler.token`) or come from the sampler's own origin. :func:`start_server` binds
+beyond loopback only with ``allow_remote``.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import socket
 import sys
@@ -25,6 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 import msgspec
 from gpuscope import __version__
 from gpuscope.ingest.env import positive_int, positive_number
+from gpuscope.sampler import token as tokens
 from gpuscope.sampler.loop import SamplerThread, SampleStore
 from gpuscope.vocabulary import nvml_fields as nf
 from prometheus_client import CollectorRegistry, generate_latest
@@ -169,8 +177,10 @@ class SamplerApp:
         *,
         mode: str,
         status_extra: Callable[[], dict[str, Any]] | None = None,
+        token: str | None = None,
     ) -> None:
         self.store, self.thread, self.mode = store, thread, mode
+        self.token = token or tokens.new_token()  # what a write must carry (or be same-origin)
         self.status_extra = status_extra
         from gpuscope.sampler.steps import StepLog
 
@@ -279,12 +289,40 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": f"no such endpoint: {url.path}"})
 
+    def _write_refusal(self) -> str | None:
+        """Why this write is refused (None: allowed); see the module docstring."""
+        h = self.headers
+        if any(len(h.get_all(k) or []) > 1 for k in ("Host", "Origin", tokens.HEADER)):
+            return "a repeated Host, Origin or token header"
+        host = (h.get("Host") or "").strip().lower()
+        own = self.server.own_hosts()
+        if own is not None and host not in own:
+            return f"Host {host[:100]!r} is not this sampler's"
+        origin = h.get("Origin")
+        if origin is not None and origin.strip().lower() not in {
+            f"http://{x}" for x in (own or {host})
+        }:
+            return f"a write from another origin ({origin[:100]!r})"
+        sent = h.get(tokens.HEADER)
+        if sent is not None:
+            if hmac.compare_digest(sent.strip().encode(), self.server.app.token.encode()):
+                return None
+            return "a wrong token"
+        if origin is not None and own is not None:
+            return None  # the sampler's own origin, its Host checked
+        return f"a write needs the sampler's token (header {tokens.HEADER})"
+
     def do_POST(self) -> None:
         """``/api/steps`` (a step report) and ``/api/trace-request``; a JSON error otherwise."""
         from gpuscope.sampler.steps import MAX_BODY
 
         app = self.server.app
         route = urlsplit(self.path).path.rstrip("/")
+        refusal = self._write_refusal()
+        if refusal is not None:  # before the body is read: nothing of it is taken
+            self.close_connection = True
+            self._json(403, {"error": f"refused: {refusal}"})
+            return
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
@@ -368,8 +406,15 @@ class SamplerHTTPServer(ThreadingHTTPServer):
         *,
         max_connections: int | None = None,
         idle_timeout_s: float | None = None,
+        allow_remote: bool = False,
     ) -> None:
+        if not allow_remote and not tokens.is_loopback(address[0]):
+            raise ValueError(
+                f"--host {address[0] or '(all addresses)'} is reachable from other machines: "
+                "pass --allow-remote to serve there (writes then need the token)"
+            )
         self.app = app
+        self.token_file: Any = None  # where the token was published, if it was
         self.max_connections = int(
             max_connections or positive_int(ENV_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS)
         )
@@ -432,6 +477,26 @@ class SamplerHTTPServer(ThreadingHTTPServer):
     def port(self) -> int:
         return int(self.server_address[1])
 
+    def own_hosts(self) -> set[str] | None:
+        """The ``Host`` values a write may carry (``name:port``, lower case) when bound to
+        loopback; None when bound beyond it (no name can be known: the token decides)."""
+        bound = str(self.server_address[0]).lower()
+        if not tokens.is_loopback(bound):
+            return None
+        names = {"localhost", "127.0.0.1", "[::1]", f"[{bound}]" if ":" in bound else bound}
+        own = {f"{n}:{self.port}" for n in names}
+        return own | names if self.port == 80 else own
+
+    def publish_token(self) -> None:
+        """Write the app's token where clients on this machine find it (:mod:`.token`)."""
+        self.token_file = tokens.publish(self.port, self.app.token)
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self.token_file is not None:
+            tokens.withdraw(self.port, self.app.token)
+            self.token_file = None
+
 
 def _peer(address: Any) -> str:
     try:
@@ -447,16 +512,30 @@ def start_server(
     *,
     max_connections: int | None = None,
     idle_timeout_s: float | None = None,
+    allow_remote: bool = False,
+    publish_token: bool = True,
 ) -> SamplerHTTPServer:
     """Bind (port 0 = any free port) and serve in a daemon thread; ``shutdown()`` then ``server_close()`` stop it.
 
     ``max_connections`` (default ``$GPUSCOPE_SAMPLER_MAX_CONNECTIONS`` or 128) and
     ``idle_timeout_s`` (seconds; default ``$GPUSCOPE_SAMPLER_IDLE_TIMEOUT_S`` or 15): see
-    :class:`SamplerHTTPServer`.
+    :class:`SamplerHTTPServer`. A ``host`` beyond loopback raises ValueError unless
+    ``allow_remote``. ``publish_token``: write the app's token for local clients
+    (:func:`gpuscope.sampler.token.publish`; TokenError, an OSError, when it cannot be).
     """
     server = SamplerHTTPServer(
-        (host, port), app, max_connections=max_connections, idle_timeout_s=idle_timeout_s
+        (host, port),
+        app,
+        max_connections=max_connections,
+        idle_timeout_s=idle_timeout_s,
+        allow_remote=allow_remote,
     )
+    if publish_token:
+        try:
+            server.publish_token()
+        except OSError:
+            server.server_close()
+            raise
     t = threading.Thread(
         target=server.serve_forever,
         name="gpuscope-http",

@@ -38,8 +38,12 @@ def request_trace(url: str, *, timeout: float = 2.0) -> None:
     """``POST /api/trace-request``: ask the training loop for the next slow step's trace."""
     import urllib.request
 
+    from gpuscope.sampler.token import auth_headers
+
     base = live.check_url(url)
-    req = urllib.request.Request(f"{base}/api/trace-request", data=b"{}", method="POST")
+    req = urllib.request.Request(
+        f"{base}/api/trace-request", data=b"{}", method="POST", headers=auth_headers(base)
+    )
     try:
         with live._OPENER.open(req, timeout=timeout) as r:
             r.read(1 << 16)
@@ -103,11 +107,10 @@ def steps_panel(url: str, paused: bool) -> None:
     c[3].metric("Slowest step", f"{ms.max():,.1f} ms", border=True)
     st.plotly_chart(step_histogram(ms), config=views.PLOT_CONFIG, key="live_steps_hist")
     traces = state["traces"]
-    if traces:
-        st.caption(
-            "Slow steps traced: "
-            + ", ".join(f"step {t['step']} (`{t.get('path', '')}`)" for t in traces[-10:])
-        )
+    if traces:  # paths come from whoever reported them: shown as inert text, never Markdown
+        st.caption("Slow steps traced:")
+        shown = [t for t in traces[-10:] if isinstance(t, dict)]
+        st.text("\n".join(f"step {t.get('step')}: {t.get('path', '')}" for t in shown))
     if state["req"]:
         st.info(
             "Asked for the next slow step's trace: it is written when a step is slower than "

@@ -44,7 +44,11 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def _post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    from gpuscope.sampler.token import auth_headers  # the sampler's token, as its clients send it
+
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers=auth_headers(url)
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
 
@@ -89,3 +93,14 @@ def test_live_page_shows_step_times_and_asks_for_a_trace(
     )
     page.get_by_text("step 101", exact=False).wait_for(timeout=30_000)
     assert page.get_by_text("Traceback").count() == 0
+    # issue 47: a reported path is shown as inert text: no image fetched, no link drawn
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url))
+    hostile = "a.json` ![p](http://127.0.0.1:9/pixel.png) [Sign in again](http://127.0.0.1:9/x) `"
+    _post(f"{sampler}/api/steps", {"traces": [{"step": 102, "path": hostile}]})
+    page.get_by_text("step 102", exact=False).wait_for(timeout=30_000)
+    main = page.locator('[data-testid="stMain"]')
+    assert hostile in main.inner_text()
+    assert main.locator("img[src*='127.0.0.1:9']").count() == 0
+    assert main.locator("a", has_text="Sign in again").count() == 0
+    assert not [u for u in asked if "127.0.0.1:9/" in u]
