@@ -1,0 +1,404 @@
+"""The pace-setter's own cause across ranks: why the rank the others wait for is late, and the fix.
+
+A vertical slice: the computation (:func:`pace_setter_cause`), its typed frozen result
+(:class:`PaceSetterCause`) and its words (``words``, ``title``). Definitions: docs/metrics.md,
+"The pace-setter's own cause".
+
+Public API (what ``analysis/job.py`` calls)::
+
+    pace_setter_cause(
+        straggler: Straggler | None,          # CollectiveMatch.straggler (collectives.py)
+        lines: Iterable[RankRow],             # every rank's stored line (rank_row part)
+        *,
+        job_step_ms: float | None = None,     # the job's MEAN step (ms); default: the
+                                              # pace-setter's mean step
+        profiler: ProfilerCost | None = None, # the pace-setter's profiler cost, when known
+    ) -> PaceSetterCause | None               # None: no straggler, so no pace-setter to explain
+
+    finding(rep: RunReport) -> PaceSetterCause | None   # the same from a rank's report
+
+The wait to explain, ``W`` (ms per step), is the straggler's: the wait of the rank that waits
+longest for it. Each candidate cause is a time per step on the pace-setter minus the median of the
+other ranks' (its **excess**): host dispatch (GPU idle on ``cpu_overhead`` + ``launch_overhead``),
+data loading, a host sync, pageable copies (idle by cause), longer compute (compute share × step),
+communication itself (transfer share × step + idle in ``communication``). A cause is named when its
+excess is at least :data:`EXPLAINS` of ``W`` and at least :data:`SINGLES_OUT` times the next
+cause's; otherwise the result abstains (``cause == "abstained"``) and says why. Host dispatch that
+the profiler's cost can account for (the pace-setter's host cap, untraced step − GPU busy per step,
+below half of it) is named ``profiler``. Re-timing (a simple model): the job step shrinks by
+``min(W, excess)``, on the **mean** step (a stall at a few steps leaves the median step as it is
+and lengthens the mean: the mean is what it costs). The caused wait per step says whether the lateness is steady or **spikes** at a
+few steps; the other ranks' share of the caused wait whether the straggler **moves** between ranks.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuscope.analysis.fixes import (
+    cuda_graphs,
+    dataloader_workers,
+    host_sync,
+    load_imbalance,
+    pin_memory,
+)
+from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.rank_row import RankRow
+from gpuscope.vocabulary.causes import (
+    COMMUNICATION,
+    CPU_OVERHEAD,
+    DATA_LOADING,
+    HOST_SYNC,
+    LAUNCH_OVERHEAD,
+    PAGEABLE_COPY,
+)
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.collectives import Straggler
+    from gpuscope.analysis.profiler_cost import ProfilerCost
+    from gpuscope.analysis.report import RunReport
+
+__all__ = ["CAUSES", "CauseFigure", "PaceSetterCause", "finding", "pace_setter_cause"]
+
+HOST = "host_dispatch"
+DATA = "data_loading"
+SYNC = "host_sync"
+PAGEABLE = "pageable_copy"
+COMPUTE = "compute"
+COMM = "communication"
+PROFILER = "profiler"
+ABSTAINED = "abstained"
+CAUSES: tuple[str, ...] = (HOST, DATA, SYNC, PAGEABLE, COMPUTE, COMM, PROFILER)
+"""The causes a pace-setter can be named for (``abstained`` when none is singled out)."""
+
+#: The fix for each cause (a fix id of the registry), None where no registered fix applies.
+FIX_OF: dict[str, str | None] = {
+    HOST: cuda_graphs.UNIT.id,
+    DATA: dataloader_workers.UNIT.id,
+    SYNC: host_sync.UNIT.id,
+    PAGEABLE: pin_memory.UNIT.id,
+    COMPUTE: load_imbalance.UNIT.id,
+    COMM: None,
+    PROFILER: None,
+}
+
+EXPLAINS = 0.5
+"""A cause is named only when its excess on the pace-setter is at least this share of the wait."""
+SINGLES_OUT = 2.0
+"""... and at least this many times the next cause's excess (else the evidence is split)."""
+MOVING_SHARE = 0.75
+"""The straggler "moves between ranks" when it causes less than this share of all caused wait."""
+SPIKE_FACTOR = 3.0
+"""A step is a spike when its caused wait exceeds this many times the median step's ..."""
+SPIKE_HOLDS = 0.7
+"""... and the lateness "spikes at a few steps" when such steps (at most half of them) hold at
+least this share of the caused wait."""
+
+_WHAT = {
+    HOST: "its GPU idles while its CPU dispatches (CPU and launch overhead)",
+    DATA: "its GPU idles while it loads data",
+    SYNC: "its GPU idles while its host waits in a sync",
+    PAGEABLE: "its GPU idles on copies from pageable memory",
+    COMPUTE: "it computes more",
+    COMM: "it spends longer in its own communication",
+    PROFILER: "its host time is the profiler's own cost",
+}
+
+
+@dataclass(frozen=True)
+class CauseFigure:
+    """One candidate cause: its time per step on the pace-setter (``pace_ms``), the median of the
+    other ranks' (``others_ms``) and the difference (``excess_ms``), all ms per step."""
+
+    cause: str
+    pace_ms: float
+    others_ms: float
+
+    @property
+    def excess_ms(self) -> float:
+        return self.pace_ms - self.others_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "pace_ms_per_step": self.pace_ms,
+            "others_ms_per_step": self.others_ms,
+            "excess_ms_per_step": self.excess_ms,
+        }
+
+
+@dataclass(frozen=True)
+class PaceSetterCause:
+    """The pace-setting rank's own cause (module doc).
+
+    ``rank``: the pace-setter; ``cause``: one of :data:`CAUSES` or ``abstained``; ``words``: the
+    sentence a user reads; ``per_step_ms``: the cause's excess on the pace-setter (ms per step;
+    the largest candidate's when abstained); ``fix_id``: the registry's fix for it (None: none
+    applies, or abstained); ``wait_ms_per_step``: the wait it explains (the rank that waits most);
+    ``job_step_ms`` / ``retimed_job_step_ms``: the job's step as it is and with the cause removed
+    on the pace-setter (None when abstained); ``pattern``: ``steady``, ``spikes`` or ``moving``;
+    ``spike_steps``: the steps that hold the wait when it spikes; ``rank_shares``: each rank's
+    share of all caused wait (%); ``candidates``: every cause's figures."""
+
+    rank: int
+    cause: str
+    words: str
+    per_step_ms: float
+    fix_id: str | None
+    wait_ms_per_step: float
+    job_step_ms: float | None
+    retimed_job_step_ms: float | None
+    pattern: str = "steady"
+    spike_steps: tuple[int, ...] = ()
+    rank_shares: tuple[tuple[int, float], ...] = ()
+    candidates: tuple[CauseFigure, ...] = ()
+
+    @property
+    def id(self) -> str:
+        """The finding's id: ``pace_setter_<cause>``."""
+        return f"pace_setter_{self.cause}"
+
+    @property
+    def title(self) -> str:
+        if self.cause == ABSTAINED:
+            return f"Rank {self.rank} sets the pace; its own cause is not singled out"
+        return f"Rank {self.rank} sets the pace: {_WHAT[self.cause]}"
+
+    @property
+    def detail(self) -> str:
+        return self.words
+
+    @property
+    def gain_pct(self) -> float | None:
+        """The job step's gain with the cause removed (%), None when abstained or unknown."""
+        if self.retimed_job_step_ms is None or not self.job_step_ms:
+            return None
+        return 100.0 * (self.job_step_ms - self.retimed_job_step_ms) / self.job_step_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "cause": self.cause,
+            "words": self.words,
+            "per_step_ms": self.per_step_ms,
+            "fix_id": self.fix_id,
+            "wait_ms_per_step": self.wait_ms_per_step,
+            "job_step_ms": self.job_step_ms,
+            "retimed_job_step_ms": self.retimed_job_step_ms,
+            "gain_pct": self.gain_pct,
+            "pattern": self.pattern,
+            "spike_steps": list(self.spike_steps),
+            "rank_shares_pct": {str(r): v for r, v in self.rank_shares},
+            "candidates": [c.to_json() for c in self.candidates],
+        }
+
+
+def _idle_ms(line: RankRow, *causes: str) -> float | None:
+    by = line.idle_by_cause_us_per_step
+    if by is None:
+        return None
+    return sum(float(by.get(c) or 0.0) for c in causes) / 1e3
+
+
+def _share_ms(line: RankRow, pct: float | None) -> float | None:
+    if pct is None or line.step_time_ms is None:
+        return None
+    return pct / 100.0 * float(line.step_time_ms)
+
+
+def _figures(line: RankRow) -> dict[str, float | None]:
+    """A rank's time per step (ms) for each cause (None: unknown for this rank)."""
+    comm_idle = _idle_ms(line, COMMUNICATION)
+    transfer = _share_ms(line, line.comm_transfer_pct)
+    return {
+        HOST: _idle_ms(line, CPU_OVERHEAD, LAUNCH_OVERHEAD),
+        DATA: _idle_ms(line, DATA_LOADING),
+        SYNC: _idle_ms(line, HOST_SYNC),
+        PAGEABLE: _idle_ms(line, PAGEABLE_COPY),
+        COMPUTE: _share_ms(line, line.compute_pct),
+        COMM: None
+        if transfer is None and comm_idle is None
+        else (transfer or 0) + (comm_idle or 0),
+    }
+
+
+def _pattern(
+    s: Straggler,
+) -> tuple[str, tuple[int, ...], tuple[tuple[int, float], ...]]:
+    """(pattern, spike steps, each rank's share of the caused wait %)."""
+    total = sum(max(0, v) for v in s.per_rank_caused_ns.values())
+    shares = tuple(
+        (int(r), 100.0 * v / total)
+        for r, v in sorted(s.per_rank_caused_ns.items(), key=lambda kv: (-kv[1], kv[0]))
+        if v > 0
+    )
+    if total > 0 and s.caused_wait_ns / total < MOVING_SHARE:
+        return "moving", (), shares
+    n = max(1, s.n_steps)
+    by = dict(s.by_step_ns)
+    if len(by) >= 2 and n >= 3:
+        steps = sorted(by)
+        vals = [by.get(k, 0) for k in steps] + [0] * max(0, n - len(steps))
+        med = statistics.median(vals)
+        spikes = tuple(k for k in steps if by[k] > SPIKE_FACTOR * med and by[k] > 0)
+        held = sum(by[k] for k in spikes)
+        if spikes and len(spikes) <= n / 2 and held >= SPIKE_HOLDS * sum(by.values()):
+            return "spikes", spikes, shares
+    return "steady", (), shares
+
+
+def pace_setter_cause(
+    straggler: Straggler | None,
+    lines: Iterable[RankRow],
+    *,
+    job_step_ms: float | None = None,
+    profiler: ProfilerCost | None = None,
+) -> PaceSetterCause | None:
+    """The pace-setter's own cause (module doc); None when there is no straggler (no rank makes
+    the others wait above the collectives' threshold) or no other rank's line to compare with."""
+    if straggler is None:
+        return None
+    by_rank = {int(line.rank): line for line in lines}
+    pace = by_rank.get(int(straggler.rank))
+    others = [line for r, line in sorted(by_rank.items()) if r != straggler.rank]
+    if pace is None or not others:
+        return None
+    wait = straggler.wait_ms_per_step
+    step = job_step_ms if job_step_ms is not None else pace.step_time_ms
+    pattern, spikes, shares = _pattern(straggler)
+    mine = _figures(pace)
+    theirs = [_figures(o) for o in others]
+    cands = []
+    for c in (HOST, DATA, SYNC, PAGEABLE, COMPUTE, COMM):
+        v = mine[c]
+        vals = [t[c] for t in theirs if t[c] is not None]
+        if v is None or not vals:
+            continue
+        cands.append(CauseFigure(c, float(v), float(statistics.median(vals))))
+    ranked = sorted(cands, key=lambda f: -f.excess_ms)
+    where = _where(straggler.rank, pattern, spikes, shares)
+    waits = (
+        f"rank {straggler.waiting_rank} waits {sig3(wait)} ms per step for rank {straggler.rank} "
+        f"(it arrives last at {straggler.last_arrivals} of {straggler.instances} collectives)"
+    )
+
+    def abstain(why: str) -> PaceSetterCause:
+        top = ranked[0].excess_ms if ranked else 0.0
+        return PaceSetterCause(
+            straggler.rank,
+            ABSTAINED,
+            f"{waits}{where}; abstained: {why}.",
+            max(0.0, top),
+            None,
+            wait,
+            step,
+            None,
+            pattern,
+            spikes,
+            shares,
+            tuple(cands),
+        )
+
+    if pattern == "moving":
+        return abstain(
+            "the straggler moves between ranks, so no one rank's own cause sets the pace"
+        )
+    if not ranked or ranked[0].excess_ms <= 0 or wait <= 0:
+        return abstain(f"no figure of rank {straggler.rank} exceeds the other ranks'")
+    best = ranked[0]
+    second = max(0.0, ranked[1].excess_ms) if len(ranked) > 1 else 0.0
+    if best.excess_ms < EXPLAINS * wait:
+        return abstain(
+            f"its largest excess, {_WHAT[best.cause]} ({sig3(best.excess_ms)} ms per step more "
+            f"than the others), explains under {EXPLAINS:.0%} of the wait"
+        )
+    if second > 0 and best.excess_ms < SINGLES_OUT * second:
+        return abstain(f"two causes weigh alike: {_fig_words(best)}; {_fig_words(ranked[1])}")
+    cause = best.cause
+    note = ""
+    if cause == HOST and profiler is not None:
+        cap = profiler.host_cap_ms_per_step
+        if cap is not None and cap < 0.5 * best.pace_ms:
+            cause = PROFILER
+            note = (
+                f"; without the profiler its step leaves at most {sig3(cap)} ms per step of host "
+                f"time (untraced step − GPU busy per step): the rest is the profiler's own cost"
+            )
+        elif profiler.suspect:
+            note = "; its ops are short and many, so part of it may be the profiler's own cost"
+    gain = min(wait, best.excess_ms)
+    retimed = step - gain if step is not None else None
+    what = _cause_words(straggler.rank, cause, best)
+    fix = FIX_OF[cause]
+    fix_words = f"; first fix: {fix_title(fix)} ({fix})" if fix else ""
+    timed = (
+        f"; with it removed the job's mean step goes from {sig3(step)} to {sig3(retimed)} ms"
+        if step is not None and retimed is not None
+        else ""
+    )
+    return PaceSetterCause(
+        straggler.rank,
+        cause,
+        f"{waits}{where}; {what}{note}{timed}{fix_words}.",
+        best.excess_ms,
+        fix,
+        wait,
+        step,
+        retimed,
+        pattern,
+        spikes,
+        shares,
+        tuple(cands),
+    )
+
+
+def fix_title(fix_id: str) -> str:
+    """The fix unit's title (its words), read from the registry."""
+    from gpuscope.analysis.fixes import BY_ID
+
+    u = BY_ID.get(fix_id)
+    return u.words.title if u is not None else fix_id
+
+
+def _fig_words(f: CauseFigure) -> str:
+    return f"{_WHAT[f.cause]}: {sig3(f.pace_ms)} ms per step vs {sig3(f.others_ms)} on the others"
+
+
+def _cause_words(rank: int, cause: str, f: CauseFigure) -> str:
+    if cause == COMPUTE:
+        more = 100.0 * f.excess_ms / f.others_ms if f.others_ms > 0 else None
+        pct = f"{sig3(more)} % more" if more is not None else f"{sig3(f.excess_ms)} ms more"
+        return (
+            f"rank {rank} computes {pct} per step ({sig3(f.pace_ms)} vs {sig3(f.others_ms)} ms "
+            "on the others): give every rank equal work"
+        )
+    if cause == HOST:
+        return (
+            f"rank {rank}: {_fig_words(f)}: the other ranks dispatch the same work without it, so "
+            f"look at rank {rank}'s CPU (other processes on its cores, its NUMA binding) and cut "
+            "the dispatch"
+        )
+    return f"rank {rank}: {_fig_words(f)}"
+
+
+def _where(rank: int, pattern: str, spikes: tuple[int, ...], shares: Any) -> str:
+    if pattern == "spikes":
+        steps = ", ".join(str(s) for s in spikes)
+        return f", at a few steps only (step{'s' if len(spikes) > 1 else ''} {steps})"
+    if pattern == "moving":
+        parts = ", ".join(f"rank {r} {v:.0f} %" for r, v in shares)
+        return f"; the straggler moves between ranks (share of the caused wait: {parts})"
+    return ""
+
+
+def finding(rep: RunReport) -> PaceSetterCause | None:
+    """:func:`pace_setter_cause` of a rank's report: its matched straggler, every rank's line,
+    the pace-setter's median step and, when the report is the pace-setter's, its profiler cost."""
+    s = rep.straggler
+    if s is None:
+        return None
+    prof = rep.profiler if int(rep.rank) == int(s.rank) else None
+    return pace_setter_cause(s, rep.ranks, profiler=prof)

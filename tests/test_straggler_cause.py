@@ -1,0 +1,201 @@
+"""The pace-setter's own cause across ranks (gpuscope.analysis.straggler_cause): hand-made 2-rank
+traces, each with one planted cause, analysed from the store; the answers computed by hand.
+
+Every trace: 5 steps. In a step, each rank idles 100 µs, then (where planted) loads data in the
+main process (a DataLoader ``__next__`` span) and/or dispatches on the CPU (a host op with the
+GPU idle), then computes (one kernel), then enters an all-reduce; the all-reduce ends 200 µs after
+the last rank arrives and the step 100 µs later, on both ranks (the early rank waits)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gpuscope.analysis.straggler_cause import (
+    ABSTAINED,
+    COMPUTE,
+    DATA,
+    HOST,
+    PROFILER,
+    CauseFigure,
+    finding,
+    pace_setter_cause,
+)
+from tracegen import TraceBuilder
+
+KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+N_STEPS = 5
+
+
+def write_pair(
+    d: Path,
+    compute_us: tuple[float, float],
+    host_us: dict[tuple[int, int], float] | None = None,
+    data_us: dict[tuple[int, int], float] | None = None,
+) -> None:
+    """``host_us`` / ``data_us``: (rank, step) -> µs of CPU dispatch / data loading planted."""
+    host_us, data_us = host_us or {}, data_us or {}
+    builders = [TraceBuilder(rank=r, world_size=2) for r in (0, 1)]
+    start = 0.0
+    for k in range(1, N_STEPS + 1):
+        ready = [
+            100.0 + host_us.get((r, k), 0.0) + data_us.get((r, k), 0.0) + compute_us[r]
+            for r in (0, 1)
+        ]
+        last = max(ready)
+        period = last + 300.0
+        for r, t in enumerate(builders):
+            data, host = data_us.get((r, k), 0.0), host_us.get((r, k), 0.0)
+            t.step(k, start, period)
+            if data:
+                t.cpu_op(
+                    "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", start + 50, data
+                )
+            if host:
+                t.cpu_op("aten::index", start + 50 + data, host)
+            t.launch(
+                "volta_sgemm_128x64_nn",
+                start + 60 + data + host,
+                start + 100 + data + host,
+                compute_us[r],
+            )
+            t.cpu_op(
+                "record_param_comms",
+                start + 70 + data + host,
+                20.0,
+                **{"Input Dims": [[[1048576]], [], []], "Input type": ["TensorList", "", ""]},
+            )
+            t.launch(
+                KERNEL, start + 75 + data + host, start + ready[r], last + 200 - ready[r], stream=17
+            )
+        start += period
+    for r, t in enumerate(builders):
+        t.write(d / f"r{r}.json")
+
+
+def analysed(con, tmp_path, rank: int = 1, untraced_step_ms: float | None = None, **plant):
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.ingest.loader import ingest_paths
+
+    d = tmp_path / "run"
+    d.mkdir()
+    write_pair(d, **plant)
+    [res] = ingest_paths(con, [d])
+    return analyze_run(
+        con, res.run_id, rank=rank, with_path=False, untraced_step_ms=untraced_step_ms
+    )
+
+
+@pytest.mark.slow
+def test_host_bound_rank_1(con, tmp_path):
+    """Rank 1 dispatches 3,000 µs per step with its GPU idle: rank 0 waits 3.0 ms per step.
+    Rank 1's host idle (CPU overhead) 100 + 3,000 + 100 µs = 3.2 ms per step, rank 0's 0.2 ms:
+    excess 3.0 ms. The job step 100 + 3,000 + 5,000 + 300 = 8.4 ms, re-timed 8.4 - 3.0 = 5.4 ms."""
+    hosts = {(1, k): 3000.0 for k in range(1, N_STEPS + 1)}
+    rep = analysed(con, tmp_path, compute_us=(5000.0, 5000.0), host_us=hosts)
+    got = finding(rep)
+    assert got is not None and got.rank == 1 and got.cause == HOST
+    assert got.wait_ms_per_step == pytest.approx(3.0, abs=0.01)
+    assert got.per_step_ms == pytest.approx(3.0, abs=0.05)
+    assert got.job_step_ms == pytest.approx(8.4, abs=0.01)
+    assert got.retimed_job_step_ms == pytest.approx(5.4, abs=0.05)
+    assert got.fix_id == "cuda_graphs" and got.pattern == "steady"
+    assert "rank 0 waits 3.00 ms per step for rank 1" in got.words
+    assert got.gain_pct == pytest.approx(100 * 3.0 / 8.4, abs=0.7)
+
+
+@pytest.mark.slow
+def test_host_bound_under_the_profiler_is_the_profiler(con, tmp_path):
+    """The same run timed at 5.5 ms per step without the profiler: rank 1's GPU is busy 5.2 ms
+    per step (compute 5,000 + all-reduce 200 µs), so at most 0.3 ms of host idle can exist
+    untraced, under half of its 3.2 ms: the profiler's own cost, no fix."""
+    hosts = {(1, k): 3000.0 for k in range(1, N_STEPS + 1)}
+    rep = analysed(con, tmp_path, compute_us=(5000.0, 5000.0), host_us=hosts, untraced_step_ms=5.5)
+    got = finding(rep)
+    assert got is not None and got.cause == PROFILER and got.fix_id is None
+    assert "profiler" in got.words
+
+
+@pytest.mark.slow
+def test_rank_1_computes_one_and_a_half_times(con, tmp_path):
+    """Rank 1's kernel 7,500 µs, rank 0's 5,000: rank 0 waits 2.5 ms per step; rank 1 computes
+    50 % more (7.5 vs 5 ms per step); the job step 100 + 7,500 + 300 = 7.9 ms -> 5.4 ms."""
+    rep = analysed(con, tmp_path, compute_us=(5000.0, 7500.0))
+    got = finding(rep)
+    assert got is not None and got.rank == 1 and got.cause == COMPUTE
+    assert got.per_step_ms == pytest.approx(2.5, abs=0.05)
+    assert got.fix_id == "load_imbalance"
+    assert got.retimed_job_step_ms == pytest.approx(5.4, abs=0.05)
+    assert "rank 1 computes 50.0 % more per step (7.50 vs 5.00 ms" in got.words
+
+
+@pytest.mark.slow
+def test_data_stall_at_steps_2_and_4_only(con, tmp_path):
+    """Rank 1 loads data 4,000 µs at steps 2 and 4: rank 0 waits 8 ms in all, 1.6 ms per step;
+    rank 1's data-loading idle 1.6 ms per step, rank 0's 0; said as spikes at steps 2 and 4."""
+    data = {(1, 2): 4000.0, (1, 4): 4000.0}
+    rep = analysed(con, tmp_path, compute_us=(5000.0, 5000.0), data_us=data)
+    got = finding(rep)
+    assert got is not None and got.rank == 1 and got.cause == DATA
+    assert got.wait_ms_per_step == pytest.approx(1.6, abs=0.01)
+    assert got.per_step_ms == pytest.approx(1.6, abs=0.05)
+    assert got.pattern == "spikes" and got.spike_steps == (2, 4)
+    # the mean step (3 x 5.4 + 2 x 9.4) / 5 = 7.0 ms loses the stall: 5.4 ms, the unstalled step
+    assert got.job_step_ms == pytest.approx(7.0, abs=0.01)
+    assert got.retimed_job_step_ms == pytest.approx(5.4, abs=0.05)
+    assert got.fix_id == "dataloader_workers"
+    assert "at a few steps only (steps 2, 4)" in got.words
+
+
+@pytest.mark.slow
+def test_nothing_planted_no_pace_setter(con, tmp_path):
+    """Both ranks alike: every all-reduce starts together, no rank waits: no straggler, None."""
+    rep = analysed(con, tmp_path, rank=0, compute_us=(5000.0, 5000.0))
+    assert rep.straggler is None
+    assert finding(rep) is None
+
+
+@pytest.mark.slow
+def test_two_causes_alike_abstain(con, tmp_path):
+    """Rank 1 loads data 1,500 µs and dispatches 1,500 µs every step: rank 0 waits 3 ms; data
+    excess 1.5, host excess 1.5 ms: neither singles out the wait, so it abstains with no fix and
+    no re-timing."""
+    both = {(1, k): 1500.0 for k in range(1, N_STEPS + 1)}
+    rep = analysed(con, tmp_path, compute_us=(5000.0, 5000.0), host_us=both, data_us=both)
+    got = finding(rep)
+    assert got is not None and got.cause == ABSTAINED
+    assert got.fix_id is None and got.retimed_job_step_ms is None and got.gain_pct is None
+    assert "abstained: two causes weigh alike" in got.words
+
+
+@pytest.mark.slow
+def test_a_straggler_that_moves_between_ranks(con, tmp_path):
+    """Rank 1 dispatches 3,000 µs at steps 1-2, rank 0 at steps 3-5: rank 1 causes 6 ms of wait,
+    rank 0 9 ms: the straggler (rank 0) causes 60 % < 75 %: said as moving, abstained."""
+    hosts = {(1, 1): 3000.0, (1, 2): 3000.0, (0, 3): 3000.0, (0, 4): 3000.0, (0, 5): 3000.0}
+    rep = analysed(con, tmp_path, rank=0, compute_us=(5000.0, 5000.0), host_us=hosts)
+    got = finding(rep)
+    assert got is not None and got.rank == 0 and got.pattern == "moving"
+    assert got.cause == ABSTAINED
+    assert dict(got.rank_shares) == pytest.approx({0: 60.0, 1: 40.0}, abs=0.5)
+    assert "moves between ranks" in got.words
+
+
+def test_rules_on_figures_alone():
+    """The rule without a store: an excess under half the wait abstains; no other rank, None."""
+    from gpuscope.analysis.collectives import Straggler
+    from gpuscope.analysis.rank_row import RankRow
+
+    s = Straggler(
+        1, 10_000_000, {1: 10_000_000}, 5, 5, {"backward": 10_000_000}, {}, 0, 10_000_000, 5
+    )
+    idle = {"cpu_overhead": 500.0, "launch_overhead": 0.0}
+    lines = [
+        RankRow(0, 90.0, 10.0, 0.0, idle_by_cause_us_per_step={"cpu_overhead": 0.0}),
+        RankRow(1, 90.0, 10.0, 0.0, idle_by_cause_us_per_step=idle),
+    ]
+    got = pace_setter_cause(s, lines, job_step_ms=10.0)
+    assert got is not None and got.cause == ABSTAINED and "under 50%" in got.words
+    assert pace_setter_cause(s, lines[1:]) is None
+    assert pace_setter_cause(None, lines) is None
+    assert CauseFigure("compute", 3.0, 2.0).excess_ms == 1.0
