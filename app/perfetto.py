@@ -10,14 +10,32 @@ nothing but a browser (and Perfetto's UI, which loads the trace locally in the b
 from __future__ import annotations
 
 import base64
-import html
-import json
 from typing import TYPE_CHECKING
+
+from gpuscope.web import html_safe
 
 if TYPE_CHECKING:
     from gpuscope.store import Connection
 
 PERFETTO_URL = "https://ui.perfetto.dev"
+
+#: The hand-off's look: its two controls drawn as the dashboard's secondary buttons (Streamlit's
+#: rounded, bordered button; the accent colour of app/web/.streamlit/config.toml on hover), light
+#: or dark as the browser prefers.
+HANDOFF_CSS = """
+:root{color-scheme:light dark;--fg:#31333f;--line:rgba(49,51,63,0.2);--bg:#fff;--accent:#1f6fc5}
+@media (prefers-color-scheme:dark){:root{--fg:#fafafa;--line:rgba(250,250,250,0.2);
+--bg:#0e1117;--accent:#5aa2f0}}
+body{font-family:"Source Sans Pro","Source Sans 3",system-ui,sans-serif;font-size:14px;margin:0;
+padding:2px 1px;color:var(--fg);background:transparent;display:flex;align-items:center;gap:8px}
+button,a.button{display:inline-flex;align-items:center;justify-content:center;box-sizing:border-box;
+min-height:38px;padding:0.25rem 0.75rem;border:1px solid var(--line);border-radius:0.5rem;
+background:var(--bg);color:inherit;font:inherit;line-height:1.6;text-decoration:none;
+cursor:pointer;user-select:none}
+button:hover,a.button:hover{border-color:var(--accent);color:var(--accent)}
+button:focus-visible,a.button:focus-visible{outline:none;box-shadow:0 0 0 0.2rem var(--accent)}
+#status{opacity:0.7}
+"""
 
 
 def trace_for_perfetto(
@@ -34,22 +52,30 @@ def handoff_html(
 ) -> str:
     """A self-contained page with an "Open in Perfetto UI" button (a click opens ``url`` and hands
     the trace over once it answers ``PONG``; ``wait_s`` later without an answer it says so) and a
-    "Download the trace" link. ``url``: Perfetto's UI (tests give a local receiver page)."""
-    payload = base64.b64encode(trace).decode("ascii")
-    js_consts = json.dumps(
-        {"url": url, "title": title, "fileName": file_name, "tries": int(wait_s / 0.05)}
+    "Download the trace" link. ``url``: Perfetto's UI (tests give a local receiver page).
+
+    Every value from data is encoded for where it goes (:mod:`gpuscope.web.html_safe`): the
+    title and file name as HTML text and attribute, the script's constants as script-safe JSON;
+    the page holds exactly one ``<script>`` element whatever the names hold."""
+    js_consts = html_safe.script_json(
+        {
+            "url": url,
+            "title": title,
+            "fileName": file_name,
+            "tries": int(wait_s / 0.05),
+            "b64": base64.b64encode(trace).decode("ascii"),
+        }
     )
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:system-ui,sans-serif;font-size:14px;margin:4px}}
-button{{padding:4px 10px;cursor:pointer}}#status{{color:#555;margin-left:8px}}</style></head>
+<html lang="en"><head><meta charset="utf-8"><title>{html_safe.text(title)}</title>
+<style>{HANDOFF_CSS}</style></head>
 <body><button id="open" type="button">Open in Perfetto UI</button>
-<a id="download" download="{html.escape(file_name, quote=True)}" href="#">Download the trace</a>
+<a id="download" class="button" download="{html_safe.text(file_name)}" href="#">Download the trace</a>
 <span id="status"></span>
 <script>
 const C = {js_consts};
 const ORIGIN = new URL(C.url).origin;
-const B64 = "{payload}";
+const B64 = C.b64;
 function traceBuffer() {{
   const s = atob(B64); const a = new Uint8Array(s.length);
   for (let i = 0; i < s.length; i++) a[i] = s.charCodeAt(i);

@@ -12,9 +12,10 @@ browser asks for gzip) so that it can be rewritten. Everything else passes throu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+
+from gpuscope.web import html_safe
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -34,10 +35,13 @@ def base_url_path() -> str:
 
 
 def snippet(base: str) -> bytes:
-    """The line that tells the client its server: ``location.origin`` + ``base``."""
+    """The line that tells the client its server: ``location.origin`` + ``base`` (written as
+    script-safe JSON: a base path holding ``</script>`` stays a string)."""
     return (
         b"<script>window.__streamlit=Object.assign({},window.__streamlit,"
-        b"{BACKEND_BASE_URL:window.location.origin+" + json.dumps(base).encode() + b"});</script>"
+        b"{BACKEND_BASE_URL:window.location.origin+"
+        + html_safe.script_json(base).encode()
+        + b"});</script>"
     )
 
 

@@ -9,7 +9,6 @@ throughput in TFLOP/s. Colours come from :mod:`gpuscope.web.palette` only.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from gpuscope.vocabulary.nvml_fields import GPU_UTIL_PCT, MEM_USED_BYTES
-from gpuscope.web import palette
+from gpuscope.web import html_safe, palette
 from plotly.subplots import make_subplots
 
 if TYPE_CHECKING:
@@ -111,8 +110,9 @@ def _step_lines(
 
 
 def _esc(text: Any) -> str:
-    """Text for a Plotly hover/label (Plotly reads ``<b>``, ``<a href>``…: kernel names hold ``<``)."""
-    return html.escape(str(text), quote=False)
+    """Text for a Plotly hover/label (Plotly reads ``<b>``, ``<a href>``…: kernel names hold ``<``):
+    :func:`gpuscope.web.html_safe.plotly_text`."""
+    return html_safe.plotly_text(text)
 
 
 def _busy_and_idle(
@@ -449,7 +449,7 @@ def kernel_categories(
     fig = go.Figure(
         go.Bar(
             x=[v / div for _, v in rows],
-            y=[c.replace("_", " ") for c, _ in rows],
+            y=[_esc(c.replace("_", " ")) for c, _ in rows],
             orientation="h",
             marker={"color": [palette.category_color(c) for c, _ in rows]},
             text=[f"{100 * v / total:.1f} %" for _, v in rows],
@@ -582,8 +582,8 @@ def rank_step_heatmap(
     if matrix.empty:
         return _base_layout(fig, height=height or 200, y_title="rank", x_title="step")
     order = matrix[["node", "rank"]].drop_duplicates()
-    labels = [
-        f"{n} · rank {r}" if n != "?" else f"rank {r}"
+    labels = [  # node names come from the traces: Plotly labels read HTML
+        f"{_esc(n)} · rank {r}" if n != "?" else f"rank {r}"
         for n, r in zip(order["node"], order["rank"], strict=True)
     ]
     steps = sorted(int(s) for s in matrix["step"].unique())

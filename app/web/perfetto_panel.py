@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 
 import streamlit as st
-import streamlit.components.v1 as components
 from gpuscope.web import data, db
+
+#: The hand-off frame's height, px: one row of its 38 px buttons, with room for their focus ring.
+HANDOFF_HEIGHT_PX = 48
 
 
 def _span(run_id: str, rank: int) -> tuple[int, int]:
@@ -41,8 +43,12 @@ def perfetto_panel(run_id: str, rank: int, name: str) -> None:
         return
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")[:60] or "run"
     file_name = f"{stem}_rank{rank}_{s}-{e}.pt.trace.json"
-    components.html(
-        handoff_html(trace, title=f"{name} rank {rank} ({label})", file_name=file_name), height=44
+    # st.iframe (a srcdoc frame that runs the page's one script; not the deprecated
+    # components.v1.html): the name reaches the page only through handoff_html's encoding
+    st.iframe(
+        handoff_html(trace, title=f"{name} rank {rank} ({label})", file_name=file_name),
+        height=HANDOFF_HEIGHT_PX,
+        alt="Open these events in Perfetto's UI, or download them",
     )
     st.caption(
         f"{len(trace) / 1e6:,.1f} MB of Kineto JSON. Perfetto's UI loads it in your browser; "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import math
 import re
 from typing import Any, TypeGuard
@@ -10,6 +9,7 @@ from typing import Any, TypeGuard
 import pandas as pd
 import streamlit as st
 from gpuscope.store import Connection, delete_run, set_name, set_tags, transaction
+from gpuscope.web.html_safe import plotly_text
 
 _FLASH = "_gpuscope_flash"
 
@@ -70,8 +70,8 @@ def hover(text: object) -> str | None:
 
 def plot_text(text: object, limit: int | None = NAME_MAX) -> str:
     """Data text for Plotly labels, which read a subset of HTML (``<a href>``, ``<b>``):
-    ``plain(text)`` with ``&``, ``<``, ``>`` escaped."""
-    return html.escape(plain(text, limit), quote=False)
+    ``plain(text)`` encoded by :func:`gpuscope.web.html_safe.plotly_text`."""
+    return plotly_text(plain(text, limit))
 
 
 def flash(kind: str, text: str) -> None:
