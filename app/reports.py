@@ -10,14 +10,13 @@ sawtooth as an SVG drawn here (no Plotly export, no browser, no network).
 from __future__ import annotations
 
 import base64
-import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gpuscope.analysis.fmt import sig3
-from gpuscope.web import palette
+from gpuscope.web import html_safe, palette
 
 if TYPE_CHECKING:
     from gpuscope.store import Connection
@@ -149,7 +148,7 @@ def _layer_label(name: str) -> str:
 
 
 def _h(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    return html_safe.text(text)
 
 
 # -- the documents -------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import html
 import json
 import logging
 import re
@@ -17,7 +16,7 @@ import streamlit as st
 from gpuscope.analysis import run_views, sawtooth
 from gpuscope.store.errors import catalog_lost, store_fault
 from gpuscope.vocabulary.nvml_fields import GPU_UTIL_PCT, MEM_USED_BYTES, POWER_W
-from gpuscope.web import data, db, figures, palette, ui
+from gpuscope.web import data, db, figures, html_safe, palette, ui
 
 LOG = logging.getLogger("gpuscope.web")
 N_BUCKETS = 1200  # about one per pixel of a wide plot
@@ -136,10 +135,9 @@ KEEP_ANCHOR_JS = """
 
 def keep_anchor_in_view() -> None:
     """The browser keeps the URL's section (``#name``) in view while the page grows
-    (:data:`KEEP_ANCHOR_JS`); nothing without a section in the URL. An invisible element."""
-    import streamlit.components.v1 as components
-
-    components.html(KEEP_ANCHOR_JS, height=0)
+    (:data:`KEEP_ANCHOR_JS`, a constant: no data in it); nothing without a section in the URL.
+    An invisible element."""
+    st.html(KEEP_ANCHOR_JS, unsafe_allow_javascript=True)
 
 
 # -- header ------------------------------------------------------------------------------------------
@@ -473,8 +471,8 @@ def _swatch(color: str, text: str, *, line: bool = False) -> str:
     shape = "width:14px;height:3px" if line else "width:12px;height:12px;border-radius:2px"
     return (
         f'<span style="display:inline-flex;align-items:center;margin-right:14px;white-space:nowrap">'
-        f'<span style="{shape};background:{color};display:inline-block;margin-right:5px"></span>'
-        f"{text}</span>"
+        f'<span style="{shape};background:{html_safe.text(color)};display:inline-block;'
+        f'margin-right:5px"></span>{html_safe.text(text)}</span>'
     )
 
 
@@ -838,7 +836,8 @@ def top_kernels_html(t: run_views.TopKernels) -> str | None:
         if key == "name":
             full = str(row.name or "")
             short = shown.get(full) or str(row.short_name or full)
-            return ui.plot_text(short, 200), html.escape(ui.plain(full, None), quote=True)
+            tip = html_safe.st_html_attr(ui.plain(full, None))
+            return html_safe.text(ui.plain(short, 200)), tip
         if v is None or (isinstance(v, float) and v != v):
             return "—", ""
         if how == "int":
@@ -851,13 +850,13 @@ def top_kernels_html(t: run_views.TopKernels) -> str | None:
             return ui.fmt_pct(float(v)), ""
         if how == "bool":
             return ("yes" if v else "no"), ""
-        return ui.plot_text(str(v).replace("_", " "), 40), ""
+        return html_safe.text(ui.plain(str(v).replace("_", " "), 40)), ""
 
     cols = "".join(f'<col style="width:{w}%">' for _, _, _, w in TOP_COLUMNS)
     head = "".join(
         f'<th style="text-align:{"left" if how is None else "right"}"'
-        + (f' title="{TOP_HEADER_HELP[h]}"' if h in TOP_HEADER_HELP else "")
-        + f">{h}</th>"
+        + (f' title="{html_safe.st_html_attr(TOP_HEADER_HELP[h])}"' if h in TOP_HEADER_HELP else "")
+        + f">{html_safe.text(h)}</th>"
         for h, _, how, _ in TOP_COLUMNS
     )
     body = []
