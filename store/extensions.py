@@ -82,16 +82,43 @@ def _private(st: os.stat_result) -> bool:
     return st.st_uid in (os.geteuid(), 0) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
+def _safe_chain(path: Path) -> bool:
+    """Whether no one but this user and root can change what ``path`` names between a check and a
+    load: ``path`` is a regular file (not a link) that is :func:`_private`, and every folder from
+    its own up to the filesystem root is owned by this user or root and writable by no one else,
+    unless sticky (then others cannot rename or remove what they do not own, and every entry on the
+    way is ours or root's). One folder others may write to anywhere above lets them rename a
+    folder of the path away and put their own in its place (issue 47: an unsigned ducklake swapped
+    in between the stamp's check and the load)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or not _private(st):
+            return False
+        folder = Path(os.path.abspath(path)).parent
+        while True:
+            st = os.lstat(folder)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (os.geteuid(), 0):
+                return False  # a link on the way (its target is another chain), or not ours
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+                return False
+            if folder.parent == folder:
+                return True
+            folder = folder.parent
+    except OSError:
+        return False
+
+
 def _disk_trusted(path: Path) -> bool:
     """Whether an earlier process's check of ``path`` stands: the stamp beside it names this very
     file (device, inode, size, modification and change times: a file written to or replaced since
-    has another change time, which no user can set back) and this duckdb version, and the stamp and
-    its folder are as private as the extension file is (writable by its owner only). Whoever can
-    forge the stamp there can replace the extension, or duckdb itself, anyway."""
+    has another change time, which no user can set back) and this duckdb version, the stamp is as
+    private as the extension file is (writable by its owner only), and no one else can swap the
+    file or any folder above it (:func:`_safe_chain`). Whoever can forge the stamp there can
+    replace the extension, or duckdb itself, anyway."""
     stamp = _stamp_file(path)
     try:
         st = stamp.lstat()
-        if not stat.S_ISREG(st.st_mode) or not _private(st) or not _private(stamp.parent.stat()):
+        if not stat.S_ISREG(st.st_mode) or not _private(st) or not _safe_chain(path):
             return False
         doc = json.loads(stamp.read_text())
         return doc == {"duckdb": duckdb.__version__, "file": list(_stamp(path))}
@@ -103,8 +130,8 @@ def _write_stamp(path: Path, checked: tuple[int, int, int, int, int]) -> None:
     """Leave the stamp of a check beside ``path`` (a new file renamed over any old one); where the
     folder is not writable (a read-only install) every process checks the file, as DuckDB does."""
     try:
-        if _stamp(path) != checked or not _private(path.parent.stat()):
-            return  # changed since the check, or a folder others may write to
+        if _stamp(path) != checked or not _safe_chain(path):
+            return  # changed since the check, or a folder others may write to on the way
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
         written = False
         try:
@@ -128,15 +155,17 @@ def offline_connection(*names: str, database: str = ":memory:") -> duckdb.DuckDB
     Every file's signature is checked by DuckDB the first time it is loaded; later connections,
     of this process or (through the stamp the check leaves beside the file, see
     :func:`_disk_trusted`) of a later one, load a file that is still the one checked (same device,
-    inode, size, modification and change times) with the check skipped, and switch unsigned
+    inode, size, modification and change times), and that no one but this user or root can swap
+    before it is loaded (:func:`_safe_chain`), with the check skipped, and switch unsigned
     extensions off again before they are returned, so no later ``LOAD`` on the connection escapes
     the check.
     """
-    files = [extension_file(n) for n in names]
+    # the folders resolved once: what is checked is what is loaded (no link is followed later)
+    files = [Path(os.path.realpath(f.parent)) / f.name for f in map(extension_file, names)]
     stamps = [_stamp(f) for f in files]  # as they are before DuckDB reads them
     with _VERIFIED_LOCK:
         trusted = bool(files) and all(
-            _VERIFIED.get(str(f)) == st or _disk_trusted(f)
+            _safe_chain(f) and (_VERIFIED.get(str(f)) == st or _disk_trusted(f))
             for f, st in zip(files, stamps, strict=True)
         )
     config: dict[str, Any] = {**OFFLINE, "threads": usable_cores()}
