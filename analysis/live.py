@@ -4,8 +4,12 @@ Pure numpy: no Streamlit, no plotting. Definitions (docs/metrics.md, "Live diagn
 
 * each sample holds until the next one; the last one holds for the median sample interval, so a
   window of N samples at 100 ms covers N × 100 ms;
-* a sample is **busy** when ``util >= busy_threshold_pct`` (default 50 %), else **idle**;
-* ``idle_share_pct``: time-weighted share of the window spent idle;
+* ``idle_share_pct``: the share of the window in which no kernel ran: NVML's utilization is the
+  share of each sample period in which one did, so this is 100 − the time-weighted mean
+  utilization — the figure a reader takes from the chart (a minute at 45 % is 55 % idle, not
+  100 %);
+* a sample is **busy** when ``util >= busy_threshold_pct`` (default 50 %), else **idle**: the
+  busy/idle wave whose edges, cycles and duty cycle are below;
 * a **rising edge** is an idle sample followed by a busy one (at the busy sample's time); a
   **cycle** is the span between two consecutive rising edges;
 * ``period_s``: the median cycle length, reported only when there are at least ``MIN_CYCLES``
@@ -85,8 +89,10 @@ def sawtooth_diagnosis(
     total = float(dur.sum())
     window_s = total / 1e9
     busy = u >= busy_threshold_pct
-    idle_ns = float(dur[~busy].sum())
-    idle_pct = 100.0 * idle_ns / total if total > 0 else (0.0 if busy[0] else 100.0)
+    idle_frac = 1.0 - np.clip(u, 0.0, 100.0) / 100.0  # of each sample's period, no kernel ran
+    idle_ns = float((dur * idle_frac).sum())
+    idle_pct = 100.0 * idle_ns / total if total > 0 else 100.0 * float(idle_frac[0])
+    mean_util = 100.0 - idle_pct
 
     rising = np.flatnonzero(busy[1:] & ~busy[:-1]) + 1
     n_cycles = max(0, len(rising) - 1)
@@ -120,27 +126,33 @@ def sawtooth_diagnosis(
             long_gaps,
         )
 
-    if idle_ns > 0 and sum(long_gaps) >= 0.5 * idle_ns / 1e9:
+    # the idle time in three kinds: in long gaps (nothing running for seconds), inside partly
+    # busy samples (shorter than a sample), and the rest (short gaps, the idle part of busy
+    # samples: idle at the scale of steps); per-step advice only where the last is the largest
+    partly = ~busy & (u > GAP_UTIL_PCT)  # partly busy samples: idle shorter than a sample
+    long_idle_ns = sum(long_gaps) * 1e9
+    partial_idle_ns = float((dur * idle_frac)[partly].sum())
+    step_idle_ns = max(0.0, idle_ns - long_idle_ns - partial_idle_ns)
+    if idle_ns > 0 and long_idle_ns > 0 and long_idle_ns >= max(partial_idle_ns, step_idle_ns):
         timescale = "minutes" if max(long_gaps) >= MINUTES_S else "seconds"
     elif resolution > STEP_RESOLUTION_S:
         timescale = "coarse"
     else:
-        partly = ~busy & (u > GAP_UTIL_PCT)  # partly busy samples: idle shorter than a sample
         vals = u[partly]
         steady = len(vals) > 1 and float(vals.std()) < MAX_CV * float(vals.mean())
         if (
             idle_ns > 0
-            and float(dur[partly].sum()) >= 0.5 * idle_ns
+            and partial_idle_ns >= max(long_idle_ns, step_idle_ns)
             and period_s is None
             and steady
         ):
             timescale = "finer"
-            mean = float(np.average(vals, weights=dur[partly]))
+            below = 100.0 * float(dur[~busy].sum()) / total
             summary = (
-                f"{label} is partly busy: {mean:.0f}% utilization on average, below "
-                f"{busy_threshold_pct:.0f}% for {idle_pct:.0f}% {where}. A new value comes every "
-                f"{_secs(resolution)}, so the idle time inside each (in steps or between them) "
-                "is shorter than utilization can show."
+                f"{label} is partly busy: {mean_util:.0f}% utilization on average, so idle "
+                f"{idle_pct:.0f}% {where} (below {busy_threshold_pct:.0f}% for {below:.0f}% of "
+                f"the time). A new value comes every {_secs(resolution)}, so the idle time "
+                "inside each (in steps or between them) is shorter than utilization can show."
             )
             return diagnosis(summary)
     if timescale in ("seconds", "minutes") and period_s is None and idle_pct >= STEADY_IDLE_PCT:
@@ -149,9 +161,9 @@ def sawtooth_diagnosis(
             _secs(long_gaps[0]) if n == 1 else f"{_secs(min(long_gaps))} to {_secs(max(long_gaps))}"
         )
         how = (
-            f"mostly idle ({idle_pct:.0f}% {where})"
+            f"mostly idle ({idle_pct:.0f}% {where}, utilization {mean_util:.0f}% on average)"
             if idle_pct > MOSTLY_IDLE_PCT
-            else (f"idle {idle_pct:.0f}% {where}")
+            else (f"idle {idle_pct:.0f}% {where} (utilization {mean_util:.0f}% on average)")
         )
         summary = (
             f"{label} is {how}, mostly in {n} gap{'s' if n != 1 else ''} "
@@ -171,8 +183,8 @@ def sawtooth_diagnosis(
         summary = f"{label} is steadily busy: idle {idle_pct:.0f}% {where}."
     elif idle_pct > MOSTLY_IDLE_PCT:
         summary = (
-            f"{label} is mostly idle: below {busy_threshold_pct:.0f}% utilization for "
-            f"{idle_pct:.0f}% {where}."
+            f"{label} is mostly idle: idle {idle_pct:.0f}% {where} (utilization "
+            f"{mean_util:.0f}% on average)."
         )
     else:
         summary = (

@@ -30,10 +30,11 @@ SCHEMA = "gpuscope.analyze-nvml/1"
 
 @dataclass
 class NvmlGpu:
-    """One GPU of an NVML run. ``idle_share_pct``: time-weighted share of samples below the busy
-    threshold (50% utilization); ``period_s`` / ``duty_cycle_pct``: of a regular busy/idle
-    sawtooth (None without one); power (W), SM clock (MHz) and memory (bytes) are mean/max over
-    the samples that report them."""
+    """One GPU of an NVML run. ``idle_share_pct``: the share of the series in which no kernel
+    ran, 100 − ``mean_util_pct`` (the time-weighted mean utilization; docs/metrics.md, "Live
+    diagnosis"); ``period_s`` / ``duty_cycle_pct``: of a regular busy/idle sawtooth (None without
+    one); power (W), SM clock (MHz) and memory (bytes) are mean/max over the samples that report
+    them."""
 
     gpu: int
     name: str | None
@@ -126,7 +127,7 @@ def analyze_nvml_run(
                 period_s=d.period_s,
                 duty_cycle_pct=d.duty_cycle_pct,
                 n_cycles=d.n_cycles,
-                mean_util_pct=_stat(g, GPU_UTIL_PCT, "mean"),
+                mean_util_pct=(None if d.idle_share_pct is None else 100.0 - d.idle_share_pct),
                 power_mean_w=_stat(g, POWER_W, "mean"),
                 power_max_w=_stat(g, POWER_W, "max"),
                 sm_clock_mean_mhz=_stat(g, SM_CLOCK_MHZ, "mean"),

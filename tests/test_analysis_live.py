@@ -39,11 +39,13 @@ def test_square_wave_by_hand() -> None:
 
 
 def test_short_bursts_every_five_seconds() -> None:
-    # 0.5 s busy every 5 s over 60 s: idle 90%, duty 10%.
+    # 0.5 s at 95 % every 5 s, 3 % between, over 60 s: duty 10%; idle (no kernel running) is
+    # 0.1 × 5 % + 0.9 × 97 % = 87.8 % of the time, 100 − the mean utilization the chart shows
     t = np.arange(600, dtype="int64") * DT
     u = np.array([95.0 if i % 50 < 5 else 3.0 for i in range(600)])
     d = sawtooth_diagnosis(t, u)
-    assert d.idle_share_pct == pytest.approx(90.0)
+    assert d.idle_share_pct == pytest.approx(87.8)
+    assert d.idle_share_pct == pytest.approx(100.0 - u.mean())
     assert d.period_s == pytest.approx(5.0) and d.duty_cycle_pct == pytest.approx(10.0)
     assert d.n_cycles == 10  # rising edges at 5, 10, ..., 55 s
 
@@ -51,7 +53,8 @@ def test_short_bursts_every_five_seconds() -> None:
 def test_constant_busy_and_constant_idle() -> None:
     t = np.arange(100, dtype="int64") * DT
     busy = sawtooth_diagnosis(t, np.full(100, 99.0))
-    assert busy.idle_share_pct == 0.0 and busy.period_s is None and busy.duty_cycle_pct is None
+    assert busy.idle_share_pct == pytest.approx(1.0)  # 99 % utilization: 1 % of the time idle
+    assert busy.period_s is None and busy.duty_cycle_pct is None
     assert "steadily busy" in busy.summary
     idle = sawtooth_diagnosis(t, np.zeros(100))
     assert idle.idle_share_pct == 100.0 and idle.period_s is None and idle.n_cycles == 0
@@ -109,3 +112,36 @@ def test_real_h200_recording() -> None:
     assert 80 < d.idle_share_pct < 95  # one short and one 4 s burst of work in ~41 s
     assert d.period_s is None and d.n_cycles <= 2
     assert d.summary.startswith("GPU 0 is idle")
+
+
+def test_idle_share_is_what_the_chart_shows() -> None:
+    """Issue 46: a minute at 40–50 % read as "mostly idle (99 %)". The idle share is 100 − the
+    time-weighted mean utilization (NVML's utilization is the share of each period in which a
+    kernel ran), whatever the busy threshold: 6 s at 45 % in 28 s is 90.4 % idle, not 99 %."""
+    t = np.arange(280, dtype="int64") * DT
+    u = np.where((t >= 10 * 10**9) & (t < 16 * 10**9), 45.0, 0.0)
+    d = sawtooth_diagnosis(t, u, label="GPU 0")
+    assert d.idle_share_pct == pytest.approx(100.0 * (28 - 6 * 0.45) / 28)
+    assert "90%" in d.summary and "99%" not in d.summary
+    assert "utilization 10% on average" in d.summary or "10% utilization" in d.summary
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0, 100), min_size=2, max_size=80),
+    st.lists(st.integers(1, 5), min_size=2, max_size=80),
+)
+def test_idle_share_against_brute_force(utils: list[float], holds: list[int]) -> None:
+    """Against a brute force: expand each sample into 10 ms slices for as long as it holds (the
+    last for the median interval), each slice idle for (100 − util) % of it."""
+    n = min(len(utils), len(holds))
+    u = np.array(utils[:n])
+    gaps_ms = [h * 100 for h in holds[: n - 1]]
+    t = np.concatenate([[0], np.cumsum(gaps_ms)]).astype("int64") * 10**6
+    last_ms = int(np.median(gaps_ms)) if gaps_ms else 100
+    slices: list[float] = []
+    for i in range(n):
+        held = gaps_ms[i] if i < n - 1 else last_ms
+        slices += [100.0 - u[i]] * (held // 10)
+    d = sawtooth_diagnosis(t, u)
+    assert d.idle_share_pct == pytest.approx(sum(slices) / len(slices), abs=1e-9)

@@ -114,3 +114,31 @@ def test_gaps_by_hand() -> None:
 def test_older_diagnoses_keep_their_advice() -> None:
     irregular = LiveDiagnosis(30.0, 40.0, None, None, 1, "irregular")
     assert irregular.per_step and what_to_do(irregular).fix_id == "host_sync"
+
+
+@pytest.mark.parametrize("window_s", [30, 60, 300])
+def test_the_sentence_reads_the_samples_the_chart_draws(window_s: int) -> None:
+    """Issue 46: "mostly idle (99 % of the last 28 s)" stood above a chart drawing 6 s at 40–50 %.
+    The page draws ``live.shown(rows, window)`` and diagnoses the same rows; the sentence's idle
+    share is 100 − the time-weighted mean of the plotted utilization, poll after poll."""
+    rows = None
+    for body in _replayed_polls():
+        rows = live.fold(rows, live.parse(body).rows, keep_ns=900 * 10**9)
+        view = live.shown(rows, window_s)
+        for gpu, d in live.diagnose(rows, window_s).items():
+            g = view[view["gpu"] == gpu].sort_values("t_ns")
+            t = g["t_ns"].to_numpy(dtype="int64")
+            u = g["gpu_util_pct"].to_numpy(dtype="float64")
+            held = np.append(np.diff(t), np.median(np.diff(t)) if len(t) > 1 else 0).astype(float)
+            plotted_idle = 100.0 - float(np.average(u, weights=held)) if held.sum() else 100 - u[0]
+            assert d.idle_share_pct == pytest.approx(plotted_idle, abs=1e-6)
+            assert f"{d.idle_share_pct:.0f}%" in d.summary, d.summary
+            assert d.window_s == pytest.approx(held.sum() / 1e9)
+
+
+def test_memory_card_bytes() -> None:
+    assert live.fmt_bytes(None) == "—" and live.fmt_bytes(float("nan")) == "—"
+    assert live.fmt_bytes(65536) == "64 KiB"
+    assert live.fmt_bytes(552402944) == "527 MiB"  # a process starting: not "0.0 GiB"
+    assert live.fmt_bytes(2985099264) == "2.78 GiB"
+    assert live.fmt_bytes(0) == "0 B"

@@ -271,12 +271,32 @@ def fold(buffer: pd.DataFrame | None, batch: pd.DataFrame, *, keep_ns: int) -> p
     return out.reset_index(drop=True)
 
 
+def fmt_bytes(v: Any) -> str:
+    """A byte count for a card: ``—`` for N/A, else B/KiB/MiB/GiB with three figures (a few MB
+    of a started process reads 527 MiB, not 0.0 GiB)."""
+    if v is None or v != v:
+        return "—"
+    b = float(v)
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= size:
+            return f"{b / size:,.3g} {unit}" if b / size < 1000 else f"{b / size:,.0f} {unit}"
+    return f"{b:,.0f} B"
+
+
+def shown(rows: pd.DataFrame, window_s: float) -> pd.DataFrame:
+    """The rows of the last ``window_s`` seconds before the newest sample: what the Live page's
+    charts draw and, the same rows, what its diagnosis reads."""
+    if rows is None or rows.empty:
+        return rows
+    newest = int(rows["t_ns"].max())
+    return rows[rows["t_ns"] >= newest - int(window_s * 1e9)]
+
+
 def diagnose(rows: pd.DataFrame, window_s: float) -> dict[int, LiveDiagnosis]:
-    """Per GPU, ``sawtooth_diagnosis`` of ``gpu_util_pct`` over the last ``window_s`` seconds."""
+    """Per GPU, ``sawtooth_diagnosis`` of ``gpu_util_pct`` over :func:`shown` rows."""
     if rows is None or rows.empty:
         return {}
-    newest = int(rows["t_ns"].max())
-    view = rows[rows["t_ns"] > newest - int(window_s * 1e9)]
+    view = shown(rows, window_s)
     return {
         int(gpu): sawtooth_diagnosis(
             g["t_ns"].to_numpy(dtype="int64"),

@@ -67,3 +67,55 @@ def test_live_page_follows_a_replay_sampler(
     assert page.get_by_text("Traceback").count() == 0
     path = screenshot(page, "live")
     assert path.stat().st_size > 10_000
+
+
+def test_live_sentence_agrees_with_its_chart(
+    live_server: Server,
+    replay_sampler: str,
+    new_page,  # type: ignore[no-untyped-def]
+) -> None:
+    """Issue 46: the idle share in the sentence under GPU 0's chart is 100 − the time-weighted
+    mean of the utilization that chart draws (read from the plot in the browser, detached so
+    both come from one poll); the memory card shows the bytes the newest sample holds."""
+    import itertools
+    import re
+
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page = new_page()
+    page.goto(f"{live_server.url}/live?sampler={replay_sampler}")
+    page.get_by_text("GPU 0 is ", exact=False).first.wait_for(timeout=60_000)
+    page.wait_for_timeout(4000)  # a few polls: some of the recording's work in view
+    attach = page.get_by_role("button", name="Attach")
+    for _ in range(5):  # a click during a poll's rerun can be lost: click until it shows
+        page.get_by_role("button", name="Detach").click()
+        try:
+            attach.wait_for(timeout=5_000)
+            break
+        except PlaywrightTimeout:
+            continue
+    page.get_by_text("Detached: not polling", exact=False).wait_for(timeout=20_000)
+    page.wait_for_timeout(1000)
+    sentence = page.get_by_text("GPU 0 is ", exact=False).first.inner_text()
+    m = re.search(r"idle (\d+)%|\((\d+)% of the last", sentence)
+    assert m, sentence
+    said = int(m.group(1) or m.group(2))
+    xs, ys = page.evaluate(
+        """() => {
+            const title = p => {
+                const t = (p._fullLayout || p.layout || {}).title;
+                return t ? String(t.text || t) : '';
+            };
+            const plots = Array.from(document.querySelectorAll('.js-plotly-plot'));
+            const plot = plots.find(p => title(p).includes('GPU 0 utilization'));
+            if (!plot) { return [plots.map(title), []]; }
+            const tr = (plot._fullData || plot.data)[0];
+            return [Array.from(tr.x), Array.from(tr.y)];
+        }"""
+    )
+    assert len(xs) == len(ys) > 10
+    held = [b - a for a, b in itertools.pairwise(xs)]
+    held.append(sorted(held)[len(held) // 2])
+    mean = sum(h * y for h, y in zip(held, ys, strict=True)) / sum(held)
+    assert abs((100 - mean) - said) <= 1.0, (said, 100 - mean, sentence)
+    assert page.get_by_text("peak", exact=False).count() >= 1

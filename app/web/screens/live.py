@@ -9,7 +9,7 @@ import time
 
 import streamlit as st
 from gpuscope.vocabulary.errors import GpuscopeError
-from gpuscope.vocabulary.nvml_fields import GPU_UTIL_PCT, SM_ACTIVE_PCT
+from gpuscope.vocabulary.nvml_fields import GPU_UTIL_PCT, MEM_USED_BYTES, SM_ACTIVE_PCT
 from gpuscope.web import auth, db, figures, live, live_steps, ui, views
 from gpuscope.web.advice import GPM, what_to_do
 
@@ -21,7 +21,7 @@ st.caption(
 )
 
 url0 = st.query_params.get("sampler") or live.default_url()
-c1, c2, c4, c3 = st.columns([4, 2, 2, 1], vertical_alignment="bottom")
+c1, c2, c3 = st.columns([5, 3, 1], vertical_alignment="bottom")
 url = live.normalise_url(c1.text_input("Sampler URL", value=url0, key="live_url"))
 try:  # scheme and host policy (docs/security.md), checked before anything is fetched
     url = live.check_url(url)
@@ -34,14 +34,6 @@ window_s = c2.select_slider(
     options=[30, 60, 300, 900],
     value=60,
     format_func=lambda s: f"{s // 60} min" if s >= 60 else f"{s} s",
-)
-diag_s = c4.selectbox(
-    "Diagnose the last",
-    options=[10, 30, 60],
-    index=1,
-    format_func=lambda s: f"{s} s",
-    key="live_diag_s",
-    help="Moving window of the idle / sawtooth diagnosis under each GPU's chart",
 )
 st.session_state.setdefault("live_attached", True)
 
@@ -90,7 +82,7 @@ def panel() -> None:
         st.info("Connected; waiting for the first sample…", icon=":material/hourglass_top:")
         return
     newest = int(rows["t_ns"].max())
-    view = rows[rows["t_ns"] >= newest - window_s * 10**9]
+    view = live.shown(rows, window_s)  # what the charts draw and the diagnosis reads
     latest = view[view["t_ns"] == newest]
     st.caption(
         f"host **{ui.md(state['host'] or '?')}** · {view['gpu'].nunique()} GPU(s) · "
@@ -116,17 +108,20 @@ def panel() -> None:
             border=True,
             help=f"Share of the time the tensor cores were working. {GPM}",
         )
-        mem = (
-            f"{r.mem_used_bytes / 2**30:,.1f} GiB"
-            if r.mem_used_bytes == r.mem_used_bytes and r.mem_used_bytes is not None
-            else "—"
+        peak = view.loc[view["gpu"] == r.gpu, MEM_USED_BYTES].max()
+        cols[3].metric(
+            "Memory used",
+            live.fmt_bytes(r.mem_used_bytes),
+            delta=f"peak {live.fmt_bytes(peak)} shown" if peak == peak else None,
+            delta_color="off",
+            border=True,
+            help="Now (the newest sample); below it, the most in the samples the chart shows",
         )
-        cols[3].metric("Memory used", mem, border=True)
         cols[4].metric(
             "Power", f"{r.power_w:,.0f} W" if r.power_w == r.power_w else "—", border=True
         )
     origin = newest  # x: seconds before the newest sample
-    diagnosis = live.diagnose(rows, diag_s)
+    diagnosis = live.diagnose(rows, window_s)
     for gpu, g in view.groupby("gpu", sort=True):
         st.plotly_chart(
             figures.nvml_lines(
