@@ -1,0 +1,343 @@
+"""Causes found by phase and pattern in one rank's trace: the optimizer step's per-parameter kernel
+loop, and forward ops re-run inside backward (activation checkpointing's recompute).
+
+A computation (:func:`phase_patterns`) and its typed frozen result (:class:`PhasePatterns`); the
+fix units ``fused_optimizer`` and ``activation_checkpointing`` (``gpuscope.analysis.fixes``) read
+it. Definitions: docs/metrics.md, "Causes found by phase and pattern".
+
+- **Optimizer loop**: inside the ``Optimizer.step#<Name>.step`` spans of the window, the kernels
+  launched from the span's thread (by the launch call's correlation): per optimizer step their
+  number, their GPU time, the span's **wall** (its start to the later of its end and its last
+  kernel's end) and the **idle** in it (wall − the union of its kernels). ``foreach`` when a
+  ``multi_tensor_apply`` / fused-optimizer kernel or an ``aten::_foreach_*`` / ``aten::_fused_*`` op
+  is inside: the step is already batched. A **loop** is :data:`MIN_LOOP_LAUNCHES` or more launches
+  per optimizer step without ``foreach``: ``foreach=False`` (a Python loop over the parameters).
+- **Recompute**: forward-only ops (:data:`FORWARD_OPS`: ``aten::linear``, ``aten::layer_norm``,
+  ``aten::gelu``, attention, convolution, ...; a backward formula uses their ``*_backward`` forms)
+  whose span lies inside an ``autograd::engine::evaluate_function`` span of the same thread, the
+  outermost of them only: per step their count, host time and the GPU time of the kernels they
+  launch. ``annotated`` when a ``CheckpointFunction`` / ``checkpoint`` span is in the window.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from gpuscope.analysis.event_classes import KERNEL_CATS, LAUNCH_APIS
+from gpuscope.analysis.store_access import RUNTIME_CATS_SQL, execute, sql_list
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.steps import Window
+    from gpuscope.store import Connection
+
+__all__ = ["FORWARD_OPS", "OptimizerLoop", "PhasePatterns", "Recompute", "phase_patterns"]
+
+MIN_LOOP_LAUNCHES = 40
+"""Launches per optimizer step at or above which an optimizer step without foreach/fused kernels
+is a per-parameter loop (AdamW with ``foreach=False`` launches ~10 kernels per parameter)."""
+
+#: ATen ops a forward pass calls and no backward formula does (their gradients use the
+#: ``*_backward`` ops): seen inside a backward function, they are a forward re-run.
+FORWARD_OPS: tuple[str, ...] = (
+    "aten::linear",
+    "aten::addmm",
+    "aten::layer_norm",
+    "aten::native_layer_norm",
+    "aten::rms_norm",
+    "aten::_fused_rms_norm",
+    "aten::group_norm",
+    "aten::batch_norm",
+    "aten::conv1d",
+    "aten::conv2d",
+    "aten::conv3d",
+    "aten::convolution",
+    "aten::embedding",
+    "aten::gelu",
+    "aten::silu",
+    "aten::softmax",
+    "aten::_softmax",
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+    "aten::dropout",
+    "aten::native_dropout",
+)
+_OPT_STEP = re.compile(r"^Optimizer\.step#")
+_BATCHED_KERNEL = re.compile(r"multi_tensor_apply|fused_adam|FusedAdam|fused_sgd|FusedSgd", re.I)
+_BATCHED_OP = re.compile(r"^aten::_(foreach|fused)_")
+_CHECKPOINT = re.compile(r"CheckpointFunction|torch/utils/checkpoint\.py|checkpoint", re.I)
+_BACKWARD = "autograd::engine::evaluate_function"
+
+
+@dataclass(frozen=True)
+class OptimizerLoop:
+    """The optimizer step's kernels (module doc); times in ms per optimizer step (``n``: optimizer
+    steps in the window); ``spans``: the steps' (tid, start, end) in trace ns; ``correlations``:
+    its kernels' launch correlations (for the re-timing)."""
+
+    name: str
+    n: int
+    launches_per_step: float
+    kernel_ms_per_step: float
+    wall_ms_per_step: float
+    idle_ms_per_step: float
+    median_kernel_us: float | None
+    foreach: bool
+    spans: tuple[tuple[int, int, int], ...] = ()
+    correlations: frozenset[int] = frozenset()
+
+    @property
+    def looped(self) -> bool:
+        """A per-parameter loop: many launches, no foreach or fused kernels."""
+        return not self.foreach and self.launches_per_step >= MIN_LOOP_LAUNCHES
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "optimizer_steps": self.n,
+            "launches_per_step": self.launches_per_step,
+            "kernel_ms_per_step": self.kernel_ms_per_step,
+            "wall_ms_per_step": self.wall_ms_per_step,
+            "idle_ms_per_step": self.idle_ms_per_step,
+            "median_kernel_us": self.median_kernel_us,
+            "foreach_or_fused": self.foreach,
+            "per_parameter_loop": self.looped,
+        }
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """Forward ops re-run inside backward (module doc); per training step: ``ops_per_step``,
+    ``host_ms_per_step`` (their spans), ``kernel_ms_per_step`` (their kernels on the GPU);
+    ``by_op``: count per step by op name; ``annotated``: a checkpoint span was seen; ``spans``:
+    the ops' (tid, start, end) in trace ns; ``correlations``: their kernels' launch correlations."""
+
+    ops_per_step: float
+    host_ms_per_step: float
+    kernel_ms_per_step: float
+    by_op: tuple[tuple[str, float], ...]
+    annotated: bool
+    spans: tuple[tuple[int, int, int], ...] = ()
+    correlations: frozenset[int] = frozenset()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ops_per_step": self.ops_per_step,
+            "host_ms_per_step": self.host_ms_per_step,
+            "kernel_ms_per_step": self.kernel_ms_per_step,
+            "by_op_per_step": dict(self.by_op),
+            "checkpoint_annotated": self.annotated,
+        }
+
+
+@dataclass(frozen=True)
+class PhasePatterns:
+    """What :func:`phase_patterns` found in a rank's window (None: not there)."""
+
+    n_steps: int
+    window_ns: int
+    optimizer: OptimizerLoop | None = None
+    recompute: Recompute | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "optimizer": self.optimizer.to_json() if self.optimizer else None,
+            "recompute": self.recompute.to_json() if self.recompute else None,
+        }
+
+
+def _union_ns(s: Any, e: Any) -> int:
+    """Length of the union of intervals [s, e) (int64 arrays)."""
+    if s.size == 0:
+        return 0
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    reach = np.maximum.accumulate(e)
+    starts_new = np.concatenate(([True], s[1:] > reach[:-1]))
+    idx = np.flatnonzero(starts_new)
+    seg_e = np.maximum.reduceat(e, idx)
+    return int((seg_e - s[idx]).sum())
+
+
+def _inside(span_tid: Any, span_s: Any, span_e: Any, tid: Any, t: Any) -> Any:
+    """For each (tid, t): the index of a span of that thread holding t (``s <= t <= e``; the
+    latest-starting such span), -1 when none. Per thread, spans sorted by start with the running
+    maximum of their ends: the walk back from the last span starting at or before t stops as
+    soon as no earlier span reaches t."""
+    out = np.full(len(t), -1, dtype=np.int64)
+    for th in np.unique(tid):
+        mine = np.flatnonzero(span_tid == th)
+        if mine.size == 0:
+            continue
+        o = mine[np.argsort(span_s[mine], kind="stable")]
+        ss, ee = span_s[o], span_e[o]
+        reach = np.maximum.accumulate(ee)
+        q = np.flatnonzero(tid == th)
+        start = np.searchsorted(ss, t[q], side="right") - 1
+        for j, i0 in zip(q, start, strict=True):
+            i = int(i0)
+            while i >= 0 and reach[i] >= t[j]:
+                if ee[i] >= t[j]:
+                    out[j] = o[i]
+                    break
+                i -= 1
+    return out
+
+
+def _outermost(tid: Any, s: Any, e: Any) -> Any:
+    """For each span: whether no other span of its thread holds it (of equal spans, the first in
+    the given order is the outer one)."""
+    out = np.ones(len(s), dtype=bool)
+    for th in np.unique(tid):
+        q = np.flatnonzero(tid == th)
+        o = q[np.lexsort((q, -e[q], s[q]))]  # by start, the longer first, then given order
+        ends = e[o]
+        prev = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]))
+        out[o] = prev < ends
+    return out
+
+
+def phase_patterns(
+    con: Connection, run_id: str, rank: int, window: Window | None = None
+) -> PhasePatterns:
+    """The rank's optimizer loop and recompute in its window (module doc)."""
+    from gpuscope.analysis.steps import find_window
+
+    w = window if window is not None else find_window(con, run_id, rank)
+    n_steps = max(1, w.n_steps)
+    params = {"run": run_id, "rk": int(rank), "lo": int(w.start_ns), "hi": int(w.end_ns)}
+    fwd = sql_list(FORWARD_OPS)
+    spans = execute(
+        con,
+        f"""
+        SELECT e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, n.name
+        FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
+        WHERE e.run_id = $run AND e.rank = $rk AND e.ph = 'X' AND e.dur_ns IS NOT NULL
+          AND e.ts_ns < $hi AND e.ts_ns + e.dur_ns > $lo
+          AND e.cat NOT IN {RUNTIME_CATS_SQL} AND e.cat NOT IN {sql_list(KERNEL_CATS)}
+          AND (starts_with(n.name, 'Optimizer.step#')
+               OR starts_with(n.name, '{_BACKWARD}')
+               OR n.name IN {fwd}
+               OR starts_with(n.name, 'aten::_foreach_') OR starts_with(n.name, 'aten::_fused_')
+               OR regexp_matches(n.name, '(?i)checkpoint'))
+        ORDER BY e.tid, e.ts_ns
+        """,
+        params,
+    ).fetchall()
+    if not spans:
+        return PhasePatterns(n_steps, w.duration_ns)
+    tid = np.array([r[0] for r in spans], dtype=np.int64)
+    s = np.array([r[1] for r in spans], dtype=np.int64)
+    e = np.array([r[2] for r in spans], dtype=np.int64)
+    names = [str(r[3]) for r in spans]
+    launches = execute(
+        con,
+        f"""
+        SELECT r.tid, r.ts_ns, r.correlation, k.ts_ns AS ks, k.ts_ns + k.dur_ns AS ke, n.name
+        FROM events r
+        JOIN events k ON k.run_id = r.run_id AND k.rank = r.rank
+             AND k.correlation = r.correlation AND k.cat IN {sql_list(KERNEL_CATS)}
+        JOIN names n ON n.run_id = k.run_id AND n.name_id = k.name_id
+        JOIN names rn ON rn.run_id = r.run_id AND rn.name_id = r.name_id
+        WHERE r.run_id = $run AND r.rank = $rk AND r.ph = 'X' AND r.cat IN {RUNTIME_CATS_SQL}
+          AND rn.name IN {sql_list(LAUNCH_APIS)} AND r.ts_ns >= $lo AND r.ts_ns < $hi
+        """,
+        params,
+    ).fetchall()
+    l_tid = np.array([r[0] for r in launches], dtype=np.int64)
+    l_t = np.array([r[1] for r in launches], dtype=np.int64)
+    l_corr = np.array([r[2] for r in launches], dtype=np.int64)
+    k_s = np.array([r[3] for r in launches], dtype=np.int64)
+    k_e = np.array([r[4] for r in launches], dtype=np.int64)
+    k_name = [str(r[5]) for r in launches]
+    annotated = any(_CHECKPOINT.search(n) for n in names)
+    return PhasePatterns(
+        n_steps,
+        w.duration_ns,
+        _optimizer(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, k_name),
+        _recompute(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, n_steps, annotated),
+    )
+
+
+def _optimizer(
+    tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, l_corr: Any, k_s: Any,
+    k_e: Any, k_name: list[str],
+) -> OptimizerLoop | None:  # fmt: skip
+    is_opt = np.array([bool(_OPT_STEP.match(n)) for n in names], dtype=bool)
+    idx = np.flatnonzero(is_opt)
+    if idx.size == 0:
+        return None
+    o_tid, o_s, o_e = tid[idx], s[idx], e[idx]
+    held = _inside(o_tid, o_s, o_e, l_tid, l_t)
+    inside = held >= 0
+    walls, idles = [], []
+    for j in range(idx.size):
+        mine = held == j
+        ks, ke = k_s[mine], k_e[mine]
+        end = max(int(o_e[j]), int(ke.max()) if ke.size else 0)
+        wall = end - int(o_s[j])
+        walls.append(wall)
+        busy = _union_ns(np.maximum(ks, o_s[j]), ke)
+        idles.append(max(0, wall - busy))
+    n = int(idx.size)
+    durs = (k_e - k_s)[inside]
+    batched_op = any(
+        _BATCHED_OP.match(names[i])
+        for i in range(len(names))
+        if not is_opt[i] and _within_any(tid[i], s[i], o_tid, o_s, o_e)
+    )
+    batched_kernel = any(_BATCHED_KERNEL.search(k_name[i]) for i in np.flatnonzero(inside))
+    return OptimizerLoop(
+        name=names[int(idx[0])],
+        n=n,
+        launches_per_step=float(inside.sum()) / n,
+        kernel_ms_per_step=float(durs.sum()) / n / 1e6,
+        wall_ms_per_step=float(sum(walls)) / n / 1e6,
+        idle_ms_per_step=float(sum(idles)) / n / 1e6,
+        median_kernel_us=float(np.median(durs)) / 1e3 if durs.size else None,
+        foreach=batched_op or batched_kernel,
+        spans=tuple((int(a), int(b), int(c)) for a, b, c in zip(o_tid, o_s, o_e, strict=True)),
+        correlations=frozenset(int(c) for c in l_corr[inside]),
+    )
+
+
+def _within_any(t: int, at: int, sp_tid: Any, sp_s: Any, sp_e: Any) -> bool:
+    return bool(((sp_tid == t) & (sp_s <= at) & (sp_e >= at)).any())
+
+
+def _recompute(
+    tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, l_corr: Any, k_s: Any,
+    k_e: Any, n_steps: int, annotated: bool,
+) -> Recompute | None:  # fmt: skip
+    fwd_set = set(FORWARD_OPS)
+    is_bwd = np.array([n.startswith(_BACKWARD) for n in names], dtype=bool)
+    is_fwd = np.array([n in fwd_set for n in names], dtype=bool)
+    if not is_bwd.any() or not is_fwd.any():
+        return None
+    b = np.flatnonzero(is_bwd)
+    f = np.flatnonzero(is_fwd)
+    in_bwd = _inside(tid[b], s[b], e[b], tid[f], s[f]) >= 0
+    f = f[in_bwd]
+    if f.size == 0:
+        return None
+    # the outermost forward ops only (aten::linear holds aten::addmm)
+    f = f[_outermost(tid[f], s[f], e[f])]
+    held = _inside(tid[f], s[f], e[f], l_tid, l_t)
+    got = held >= 0
+    by: dict[str, int] = {}
+    for i in f:
+        by[names[i]] = by.get(names[i], 0) + 1
+    n = max(1, n_steps)
+    return Recompute(
+        ops_per_step=float(f.size) / n,
+        host_ms_per_step=float(_union_ns(s[f], e[f])) / n / 1e6,
+        kernel_ms_per_step=float((k_e - k_s)[got].sum()) / n / 1e6,
+        by_op=tuple(sorted(((k, v / n) for k, v in by.items()), key=lambda kv: -kv[1])),
+        annotated=annotated,
+        spans=tuple((int(tid[i]), int(s[i]), int(e[i])) for i in f),
+        correlations=frozenset(int(c) for c in l_corr[got]),
+    )
