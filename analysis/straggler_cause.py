@@ -38,13 +38,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuscope.analysis.fixes import (
-    cuda_graphs,
-    dataloader_workers,
-    host_sync,
-    load_imbalance,
-    pin_memory,
-)
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.rank_row import RankRow
 from gpuscope.vocabulary.causes import (
@@ -74,16 +67,27 @@ ABSTAINED = "abstained"
 CAUSES: tuple[str, ...] = (HOST, DATA, SYNC, PAGEABLE, COMPUTE, COMM, PROFILER)
 """The causes a pace-setter can be named for (``abstained`` when none is singled out)."""
 
-#: The fix for each cause (a fix id of the registry), None where no registered fix applies.
-FIX_OF: dict[str, str | None] = {
-    HOST: cuda_graphs.UNIT.id,
-    DATA: dataloader_workers.UNIT.id,
-    SYNC: host_sync.UNIT.id,
-    PAGEABLE: pin_memory.UNIT.id,
-    COMPUTE: load_imbalance.UNIT.id,
+#: The fix unit for each cause (a module of ``gpuscope.analysis.fixes``, whose ``UNIT.id`` is the
+#: fix id), None where no registered fix applies.
+FIX_UNIT_OF: dict[str, str | None] = {
+    HOST: "cuda_graphs",
+    DATA: "dataloader_workers",
+    SYNC: "host_sync",
+    PAGEABLE: "pin_memory",
+    COMPUTE: "load_imbalance",
     COMM: None,
     PROFILER: None,
 }
+
+
+def fix_of(cause: str) -> str | None:
+    """The registry's fix id for ``cause`` (None: none applies), read from its unit (imported on
+    use: the units import much of the analysis)."""
+    from importlib import import_module
+
+    mod = FIX_UNIT_OF.get(cause)
+    return None if mod is None else str(import_module(f"gpuscope.analysis.fixes.{mod}").UNIT.id)
+
 
 EXPLAINS = 0.5
 """A cause is named only when its excess on the pace-setter is at least this share of the wait."""
@@ -332,7 +336,7 @@ def pace_setter_cause(
     gain = min(wait, best.excess_ms)
     retimed = step - gain if step is not None else None
     what = _cause_words(straggler.rank, cause, best)
-    fix = FIX_OF[cause]
+    fix = fix_of(cause)
     fix_words = f"; first fix: {fix_title(fix)} ({fix})" if fix else ""
     timed = (
         f"; with it removed the job's mean step goes from {sig3(step)} to {sig3(retimed)} ms"
