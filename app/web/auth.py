@@ -15,11 +15,14 @@ and ask it again, with the owner read afresh under the store's write lock, befor
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import hmac
 import json
 import os
-import time
+import re
+import secrets
 import tomllib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -236,20 +239,25 @@ def uploader() -> str | None:
 
 
 def signed_in() -> bool:
-    """Whether this session's visitor is signed in: Streamlit's signed cookie says so, and its
-    holder has not signed out since the cookie was made (:func:`revoked`)."""
+    """Whether this session's visitor is signed in: Streamlit says so (``st.user``), and the
+    session's cookies sign that same person in now (:func:`request_identity`: sealed, whole, and
+    not signed out since; checked on every run, so an open session ends at its owner's sign-out).
+
+    A served app makes ``st.user`` from those cookies alone (and :class:`SignInSeal` has taken away
+    any that do not hold); only a test harness (AppTest's ``at.user``) gives claims without them,
+    and those are taken as they are."""
     import streamlit as st
 
     user = st.user.to_dict()
     if not user.get("is_logged_in"):
         return False
-    who = identity(user)
-    if who is None:
+    cookies = dict(st.context.cookies)
+    if USER_COOKIE not in cookies:
         return True
     path = config_path()
     secret = _cookie_secret(path) if path is not None else ""
-    issued = cookie_issued_at(dict(st.context.cookies), secret)
-    return not revoked(who, issued)
+    who = request_identity(cookies, secret)
+    return who is not None and who == identity(user)
 
 
 def gate() -> None:
@@ -308,18 +316,26 @@ def refusal(cur: Connection, run_ids: Collection[str], viewer: Viewer | None) ->
 # -- sign-out that ends the session on the server ---------------------------------------------------
 #
 # Streamlit's sign-in cookie is signed, not stored: deleting it in the browser (st.logout) leaves
-# every copy of it valid for 30 days. gpuscope keeps, per identity, the time of the last sign-out
-# (a small JSON file on the dashboard's host); a cookie made before it no longer signs anyone in,
-# on any page and at the upload endpoint. Signing out thus ends all of that person's sessions.
+# every copy valid for 30 days; and a large one is split in chunks, each signed on its own, so the
+# chunks of two sign-ins can be put together. gpuscope adds its own cookie at sign-in, the *seal*
+# (``_gpuscope_signin``, signed with the same secret): the identity, that person's sign-in nonce
+# from the shared record, and the SHA-256 digest of the whole sign-in cookie (chunks joined). A
+# request signs someone in only when its seal is valid, the seal's digest is that of the cookie
+# sent with it, the seal's identity is the cookie's, and the seal's nonce is still that person's in
+# the record. Signing out replaces the nonce, so every cookie of that person stops working on every
+# host that reads the record, whatever the hosts' clocks say: no time is compared.
 
 ENV_SIGNOUT_FILE = "GPUSCOPE_SIGNOUT_FILE"
 USER_COOKIE = "_streamlit_user"  # Streamlit's signed sign-in cookie (may be split in chunks)
+TOKENS_COOKIE = "_streamlit_user_tokens"  # Streamlit's provider tokens (useless without the above)
+SEAL_COOKIE = "_gpuscope_signin"  # gpuscope's seal over USER_COOKIE (see above)
 COOKIE_MAX_AGE_S = 31 * 86400  # Streamlit's own limit: 30 days and a day's grace
+_CHUNKS = re.compile(r"chunks-(\d+)")  # the head of a split cookie (streamlit.auth_util)
 
 
 def signout_file() -> Path:
-    """``$GPUSCOPE_SIGNOUT_FILE``, else ``$XDG_STATE_HOME/gpuscope/signed-out.json``
-    (``~/.local/state/...``)."""
+    """The shared sign-in record: ``$GPUSCOPE_SIGNOUT_FILE``, else
+    ``$XDG_STATE_HOME/gpuscope/signed-out.json`` (``~/.local/state/...``)."""
     raw = os.environ.get(ENV_SIGNOUT_FILE, "").strip()
     if raw:
         return Path(raw).expanduser()
@@ -327,41 +343,74 @@ def signout_file() -> Path:
     return Path(state) / "gpuscope" / "signed-out.json"
 
 
-def _read_signouts(path: Path) -> dict[str, float]:
+def _read_record(path: Path) -> dict[str, str] | None:
+    """Identity -> current sign-in nonce; ``{}`` without a file; None when the file cannot be read
+    or is not a record (every cookie is refused then: fail closed). Values that are not nonces (the
+    sign-out times an older gpuscope wrote) count as no nonce."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError):  # unreadable: every cookie is suspect, fail closed
-        return {"*": time.time()}
+    except OSError:
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
     if not isinstance(doc, dict):
-        return {"*": time.time()}
-    return {str(k): float(v) for k, v in doc.items() if isinstance(v, int | float)}
+        return None
+    return {str(k): v for k, v in doc.items() if isinstance(v, str)}
 
 
-def record_sign_out(who: str, when: float | None = None) -> None:
-    """Remember that ``who`` signed out at ``when`` (default now; epoch seconds)."""
-    path = signout_file()
+def _change_record(path: Path, change: Callable[[dict[str, str]], str]) -> str:
+    """Apply ``change`` to the record under an exclusive lock (beside it) and replace the file
+    atomically; what ``change`` returns. An unreadable record is started afresh (everyone in it
+    signs in again)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        doc = _read_signouts(path)
-        doc.pop("*", None)
-        key = fold(who)
-        doc[key] = max(doc.get(key, 0.0), time.time() if when is None else when)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        doc = _read_record(path) or {}
+        out = change(doc)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
         tmp.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
         os.replace(tmp, path)
+    return out
 
 
-def revoked(who: str, issued: float | None) -> bool:
-    """Whether a sign-in cookie of ``who`` made at ``issued`` (epoch seconds; None: unknown)
-    predates their last sign-out."""
-    signouts = _read_signouts(signout_file())
-    last = max(signouts.get(fold(who), 0.0), signouts.get("*", 0.0))
-    if not last:
-        return False
-    return issued is None or issued <= last
+def sign_in_nonce(who: str, record: Path | None = None) -> str:
+    """The nonce a new sign-in of ``who`` carries in its seal: their current one in ``record``
+    (default :func:`signout_file`), else a new one, recorded."""
+    path = record or signout_file()
+    key = fold(who)
+    current = _read_record(path)
+    if current and key in current:
+        return current[key]
+
+    def add(doc: dict[str, str]) -> str:
+        return doc.setdefault(key, secrets.token_urlsafe(18))
+
+    return _change_record(path, add)
+
+
+def record_sign_out(who: str, record: Path | None = None) -> None:
+    """End every sign-in of ``who``: their nonce in ``record`` (default :func:`signout_file`) is
+    replaced, so no seal made before now matches it."""
+
+    def replace(doc: dict[str, str]) -> str:
+        doc[fold(who)] = secrets.token_urlsafe(18)
+        return doc[fold(who)]
+
+    _change_record(record or signout_file(), replace)
+
+
+def revoked(who: str, nonce: str) -> bool:
+    """Whether a sign-in of ``who`` whose seal carries ``nonce`` has ended: its owner signed out
+    since (or the record is unreadable, or holds no nonce of theirs)."""
+    record = _read_record(signout_file())
+    if record is None:
+        return True
+    current = record.get(fold(who))
+    return current is None or not hmac.compare_digest(current.encode(), nonce.encode())
 
 
 def _cookie_secret(path: Path) -> str:
@@ -371,63 +420,212 @@ def _cookie_secret(path: Path) -> str:
         return ""
 
 
-def _unsign(secret: str, name: str, value: str) -> tuple[str, float] | None:
-    """A signed cookie's value and when it was signed; None when the signature is not
-    ``secret``'s or the cookie is older than Streamlit accepts."""
+def _unsign(secret: str, name: str, value: str) -> Any:
+    """A signed cookie's payload; None when the signature is not ``secret``'s for ``name`` or the
+    cookie is older than Streamlit accepts (or signed in the future of this host's clock)."""
     from itsdangerous import BadData, URLSafeTimedSerializer
 
     try:
-        text, when = URLSafeTimedSerializer(secret, salt=name).loads(
-            value, max_age=COOKIE_MAX_AGE_S, return_timestamp=True
-        )
+        return URLSafeTimedSerializer(secret, salt=name).loads(value, max_age=COOKIE_MAX_AGE_S)
     except BadData:
         return None
-    return (str(text), when.timestamp()) if isinstance(text, str) else None
 
 
-def signed_cookie(cookies: Mapping[str, str], secret: str) -> tuple[dict[str, Any], float] | None:
-    """The sign-in cookie's claims and when it was made (epoch seconds), from a request's
-    cookies; None when it is missing, forged, expired or not a signed-in user's. Reassembles a
-    cookie Streamlit split in chunks (``_streamlit_user`` = ``chunks-N``, then ``_1`` …)."""
-    if not secret:
-        return None
+def cookie_text(cookies: Mapping[str, str], secret: str) -> str | None:
+    """The sign-in cookie's value, its chunks joined as Streamlit joins them (the head holds the
+    whole value or ``chunks-N``, then ``_streamlit_user_1`` ... ``_N``); None when it or a chunk is
+    missing or not signed with ``secret``."""
     head = cookies.get(USER_COOKIE)
-    first = _unsign(secret, USER_COOKIE, head) if head else None
-    if first is None:
+    text = _unsign(secret, USER_COOKIE, head) if head else None
+    if not isinstance(text, str):
         return None
-    text, issued = first
-    if text.startswith("chunks-") and text[7:].isdigit():
-        parts = []
-        for i in range(1, int(text[7:]) + 1):
-            raw = cookies.get(f"{USER_COOKIE}_{i}")
-            part = _unsign(secret, f"{USER_COOKIE}_{i}", raw) if raw else None
-            if part is None:
-                return None
-            parts.append(part[0])
-        text = "".join(parts)
+    split = _CHUNKS.match(text)
+    if split is None:
+        return text
+    parts = []
+    for i in range(1, int(split.group(1)) + 1):
+        raw = cookies.get(f"{USER_COOKIE}_{i}")
+        part = _unsign(secret, f"{USER_COOKIE}_{i}", raw) if raw else None
+        if not isinstance(part, str):
+            return None
+        parts.append(part)
+    return "".join(parts)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _who(text: str) -> str | None:
+    """The identity a sign-in cookie's value (chunks joined) signs in; None when it is not a
+    signed-in user's claims or names nobody."""
     try:
         claims = json.loads(text)
     except ValueError:
         return None
     if not isinstance(claims, dict) or claims.get("is_logged_in") is not True:
         return None
-    return claims, issued
+    return identity(claims)
 
 
-def cookie_issued_at(cookies: Mapping[str, str], secret: str) -> float | None:
-    """When this request's sign-in cookie was made; None when there is no valid one."""
-    found = signed_cookie(cookies, secret)
-    return found[1] if found else None
+def make_seal(secret: str, text: str, record: Path | None = None) -> str | None:
+    """The seal cookie's value for a new sign-in whose cookie holds ``text`` (chunks joined): its
+    identity, that person's nonce (:func:`sign_in_nonce`) and the digest of ``text``, signed with
+    ``secret``. None when ``text`` signs nobody in (not a signed-in user's, or no identity)."""
+    from itsdangerous import URLSafeTimedSerializer
+
+    who = _who(text)
+    if who is None or not secret:
+        return None
+    seal = {"who": who, "nonce": sign_in_nonce(who, record), "digest": _digest(text)}
+    return str(URLSafeTimedSerializer(secret, salt=SEAL_COOKIE).dumps(seal))
+
+
+def signed_cookie(cookies: Mapping[str, str], secret: str) -> tuple[dict[str, Any], str] | None:
+    """The sign-in cookie's claims and its seal's nonce, from a request's cookies; None when the
+    cookie or its seal is missing, forged or expired, when the seal was made for another cookie
+    (chunks of another sign-in, another person's) or when the cookie is not a signed-in user's."""
+    if not secret:
+        return None
+    text = cookie_text(cookies, secret)
+    raw = cookies.get(SEAL_COOKIE)
+    seal = _unsign(secret, SEAL_COOKIE, raw) if raw else None
+    if text is None or not isinstance(seal, dict) or _who(text) is None:
+        return None
+    claims = json.loads(text)
+    who, nonce, digest = seal.get("who"), seal.get("nonce"), seal.get("digest")
+    if not (isinstance(who, str) and isinstance(nonce, str) and isinstance(digest, str)):
+        return None
+    if not hmac.compare_digest(digest.encode(), _digest(text).encode()):
+        return None
+    if identity(claims) != who:
+        return None
+    return claims, nonce
 
 
 def request_identity(cookies: Mapping[str, str], secret: str) -> str | None:
-    """Who a request's cookies sign in (their identity), or None: no valid sign-in cookie, or
-    one made before that person signed out. What the upload guard asks."""
+    """Who a request's cookies sign in (their identity), or None: no valid, sealed sign-in cookie,
+    or one whose owner has signed out since. What the upload guard and the pages ask."""
     found = signed_cookie(cookies, secret)
     if found is None:
         return None
-    claims, issued = found
+    claims, nonce = found
     who = identity(claims)
-    if who is None or revoked(who, issued):
+    if who is None or revoked(who, nonce):
         return None
     return who
+
+
+# -- the server's side: the seal set at sign-in, cookies that do not hold removed --------------------
+
+
+def is_signin_cookie(name: str) -> bool:
+    """Whether ``name`` is one of the sign-in cookies (Streamlit's, its chunks, its tokens', the
+    seal)."""
+    if name == SEAL_COOKIE:
+        return True
+    for base in (USER_COOKIE, TOKENS_COOKIE):
+        if name == base or (name.startswith(base + "_") and name[len(base) + 1 :].isdigit()):
+            return True
+    return False
+
+
+def request_cookies(headers: Collection[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The cookies of an ASGI request as Streamlit (Starlette) reads them: its first ``Cookie``
+    header, parsed by Starlette's parser."""
+    from starlette.requests import cookie_parser
+
+    for name, value in headers:
+        if name.lower() == b"cookie":
+            return cookie_parser(value.decode("latin-1"))
+    return {}
+
+
+def _has_signin_cookie(headers: Collection[tuple[bytes, bytes]]) -> bool:
+    """Whether any ``Cookie`` header of a request names a sign-in cookie."""
+    return any(
+        is_signin_cookie(p.split("=", 1)[0].strip())
+        for name, value in headers
+        if name.lower() == b"cookie"
+        for p in value.decode("latin-1").split(";")
+    )
+
+
+def _without_signin_cookies(headers: Collection[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    kept: list[tuple[bytes, bytes]] = []
+    for name, value in headers:
+        if name.lower() != b"cookie":
+            kept.append((name, value))
+            continue
+        pairs = [p for p in value.decode("latin-1").split(";") if p.strip()]
+        left = [p for p in pairs if not is_signin_cookie(p.split("=", 1)[0].strip())]
+        if left:
+            kept.append((name, ";".join(left).strip().encode("latin-1")))
+    return kept
+
+
+def _set_cookies(headers: Collection[tuple[bytes, bytes]]) -> dict[str, tuple[str, str]]:
+    """A response's ``Set-Cookie`` headers: name -> (value, attributes), the last of each name."""
+    found: dict[str, tuple[str, str]] = {}
+    for name, raw in headers:
+        if name.lower() != b"set-cookie":
+            continue
+        pair, _, attrs = raw.decode("latin-1").partition(";")
+        key, _, value = pair.partition("=")
+        found[key.strip()] = (value.strip(), attrs.strip())
+    return found
+
+
+class SignInSeal:
+    """ASGI middleware in front of Streamlit, with sign-in on: a response that sets Streamlit's
+    sign-in cookie (the provider's callback) gets the seal beside it, one that deletes it (sign-out)
+    deletes the seal too; a request (page, websocket, upload, anything) whose sign-in cookies do
+    not sign anyone in (:func:`request_identity`) reaches Streamlit without them, so ``st.user``
+    never holds a spliced, unsealed or signed-out cookie's claims."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+        path = config_path()
+        self._secret = _cookie_secret(path) if path is not None else ""
+        self._signin = path is not None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not self._signin or scope.get("type") not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = scope.get("headers", [])
+        if scope["type"] == "http" and str(scope.get("path", "")).endswith(
+            ("/oauth2callback", "/auth/logout")
+        ):
+            await self.app(scope, receive, self._sealing(send))
+            return
+        if _has_signin_cookie(headers) and (
+            request_identity(request_cookies(headers), self._secret) is None
+        ):
+            scope = {**scope, "headers": _without_signin_cookies(headers)}
+        await self.app(scope, receive, send)
+
+    def _sealing(self, send: Any) -> Any:
+        async def sealed(message: Any) -> None:
+            if message.get("type") == "http.response.start":
+                headers = list(message.get("headers", []))
+                extra = self._seal_headers(headers)
+                if extra:
+                    message = {**message, "headers": headers + extra}
+            await send(message)
+
+        return sealed
+
+    def _seal_headers(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        sets = _set_cookies(headers)
+        if USER_COOKIE not in sets:
+            return []
+        value, attrs = sets[USER_COOKIE]
+        if value in ("", '""'):  # Streamlit deletes its cookie: the seal goes with it
+            return [(b"set-cookie", f'{SEAL_COOKIE}=""; {attrs}'.encode("latin-1"))]
+        given = {k: v for k, (v, _) in sets.items() if k.startswith(USER_COOKIE)}
+        text = cookie_text(given, self._secret)
+        seal = make_seal(self._secret, text) if text is not None else None
+        if seal is None:
+            return []
+        return [(b"set-cookie", f"{SEAL_COOKIE}={seal}; {attrs}".encode("latin-1"))]
