@@ -11,6 +11,10 @@ calls that overlap conflict in DuckLake's commit and the later one is retried on
 earlier one left it (fresh name ids, the rank check again). The first call of a job first commits
 a placeholder ``runs`` row (0 ranks) on its own, so that even two first calls conflict; it is
 removed again when that call fails and the job has no ranks.
+
+The run's name is the first one given (:func:`job_run_name`): a later node's ``--name`` does not
+rename it (the CLI says so in a note); a run still under its default name ``job ID`` takes the
+first ``--name`` that comes. ``gpuscope runs --rename`` renames it.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ def ensure_job_run(con: Connection, job: str, name: str | None, uploaded_by: str
                 return False
             RunRow(
                 run_id=run_id,
-                name=name or f"job {job}",
+                name=name or default_job_name(job),
                 kind="trace",
                 n_ranks=0,
                 n_events=0,
@@ -104,6 +108,19 @@ def existing_names(con: Connection, run_id: str) -> dict[str, int]:
     }
 
 
+def default_job_name(job: str) -> str:
+    return f"job {job}"
+
+
+def job_run_name(job: str, stored: str | None, given: str | None) -> str:
+    """The name a job's run keeps: the ``stored`` one (the first node's, or a rename since), unless
+    it is still the default ``job ID``; then ``given``, else the default. A later node's differing
+    ``--name`` never renames the run (issue 47)."""
+    if stored is not None and stored != default_job_name(job):
+        return stored
+    return given or stored or default_job_name(job)
+
+
 def rewrite_job_row(con: Connection, job: str, name: str | None, tags: Iterable[str]) -> RunRow:
     """Inside the call's transaction: replace the job's ``runs`` row(s) by one row whose counts and
     extent cover every rank stored (this call's included). The delete makes concurrent calls of
@@ -139,7 +156,7 @@ def rewrite_job_row(con: Connection, job: str, name: str | None, tags: Iterable[
     con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
     row = RunRow(
         run_id=run_id,
-        name=name or (str(old[0]) if old else f"job {job}"),
+        name=job_run_name(job, str(old[0]) if old else None, name),
         kind="trace",
         n_ranks=int(agg[0]),
         n_events=int(agg[1]),

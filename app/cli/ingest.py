@@ -183,6 +183,13 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         for w in r.warnings:
             print(f"gpuscope: note: {r.paths[0]}: {w}", file=sys.stderr)
+        if args.job is not None and args.name and r.name != args.name:  # the first name stands
+            print(
+                f"gpuscope: note: --name {args.name!r} not applied: job {args.job}'s run keeps "
+                f"the name it was given first, {r.name!r} (gpuscope runs --rename "
+                f"{r.run_id} NAME renames it)",
+                file=sys.stderr,
+            )
         if r.duplicate:
             print(
                 f"gpuscope: {r.paths[0]}: already ingested as run {r.run_id} ({r.name})",
