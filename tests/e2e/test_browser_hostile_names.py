@@ -1,0 +1,176 @@
+"""Issue 47, item 1, in a real browser: a run whose name, tag, node names, kernel names and folder
+name are script and markup payloads is shown on every panel of the Run page (the Perfetto hand-off
+included), the Runs page and its HTML report as text: no payload runs in any frame, the browser
+asks nothing of another origin, and the hand-off's frame holds exactly its own one script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e_support import (
+    Server,
+    clean_env,
+    sawtooth_chart,
+    screenshot,
+    start_server,
+    stop_server,
+    wait_idle,
+)
+from synth import ELEM, SGEMM, training_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from test_reports import self_contained
+
+pytestmark = pytest.mark.browser
+
+# the probe's payload (a run renamed to it ran at the dashboard's origin from the Perfetto panel)
+SCRIPT = "demo</script><script>window.__pwned=1;fetch('http://127.0.0.1:9/x')</script>"
+IMG = "<img src=http://127.0.0.1:9/i onerror=window.__pwned=2>"
+SVG = "<svg onload=window.__pwned=3>"
+# a folder name cannot hold "/": markup whose image, if it ever rendered, is this server's /x
+FOLDER = "<img src=x onerror=window.__pwned=4>"
+KERNELS = {
+    SGEMM: f"void k<{SCRIPT}>(float*)",
+    ELEM: f"{IMG}elementwise",
+}
+HANDOFF_SCRIPTS = 1  # the hand-off page's own script (app/perfetto.py)
+
+
+def _hostile_run(root: Path) -> Path:
+    """Two rank files in a folder named like markup: hostile node and kernel names."""
+    folder = root / FOLDER
+    folder.mkdir(parents=True)
+    for rank, host in ((0, IMG), (1, SVG)):
+        t = training_trace("before", steps=4, rank=rank, world_size=2, seed=rank)
+        t.extra_meta["hostname"] = host
+        for e in t.events:
+            if e.get("ph") == "X" and e.get("name") in KERNELS:
+                e["name"] = KERNELS[e["name"]]
+        t.write(folder / f"rank{rank}.pt.trace.json.gz")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    """A server on a store holding only the hostile run (ingested by the CLI, named, tagged)."""
+    work = tmp_path_factory.mktemp("hostile")
+    db = work / "store.duckdb"
+    folder = _hostile_run(work / "traces")
+    cmd = [sys.executable, "-m", "gpuscope", "ingest", str(folder), "--name", SCRIPT]
+    cmd += ["--tag", IMG, "--db", str(db)]
+    out = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        env=clean_env({}),
+        timeout=300,
+        cwd=work,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.split()[-1]
+    server = start_server(work, load_samples=False, db=db)
+    yield server, run_id
+    stop_server(server)
+
+
+def _same_origin(url: str, base: str) -> bool:
+    u, b = urlsplit(url), urlsplit(base)
+    if u.scheme not in ("http", "https", "ws", "wss"):
+        return True  # data:, blob:, about:srcdoc: nothing leaves the browser
+    return (u.hostname, u.port) == (b.hostname, b.port)
+
+
+def _foreign(requests: list[str], base: str) -> list[str]:
+    return [u for u in requests if not _same_origin(u, base)]
+
+
+def _pwned(page) -> list[str]:  # type: ignore[no-untyped-def]
+    """The frames in which a payload ran (``window.__pwned`` set), by URL."""
+    return [
+        f"{f.url}: {v}"
+        for f in page.frames
+        if (v := f.evaluate("() => window.__pwned")) is not None
+    ]
+
+
+def test_hostile_names_run_nowhere(hostile, new_page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    server, run_id = hostile
+    page = new_page()
+    requests: list[str] = []
+    page.context.on("request", lambda r: requests.append(r.url))
+
+    page.goto(f"{server.url}/run?run={run_id}")
+    sawtooth_chart(page)
+    page.get_by_role("heading", name="Fixes").wait_for(timeout=120_000)
+    page.get_by_role("heading", name="Modules and phases").wait_for(timeout=120_000)
+    wait_idle(page)
+
+    # the Perfetto hand-off, whose title and file name carry the run's name
+    page.get_by_role("button", name="Open these events in Perfetto").click()
+    wait_idle(page)
+    frame_el = page.locator('iframe[srcdoc*="Open in Perfetto UI"]')
+    frame_el.wait_for()
+    frame = page.frame_locator('iframe[srcdoc*="Open in Perfetto UI"]')
+    frame.get_by_role("button", name="Open in Perfetto UI").wait_for()
+    page.wait_for_timeout(1500)  # time for any injected script (and its fetch) to run
+    assert _pwned(page) == [], "a script from a name ran"
+    assert _foreign(requests, server.url) == [], "the browser asked another origin"
+    assert frame.locator("script").count() == HANDOFF_SCRIPTS
+    handoff = frame_el.element_handle().content_frame()
+    assert handoff is not None
+    assert handoff.evaluate("() => C.title").startswith(SCRIPT + " rank 0")  # read back whole
+    screenshot(page, "run_hostile_names")
+
+    # the names are on the page, as text: the title, the top kernels' full names on hover
+    title = page.locator("h1").first.inner_text().replace("\u2060", "")
+    assert "</script><script>window.__pwned=1" in title
+    tips = page.locator("table.gs-top td[title]").evaluate_all(
+        "tds => tds.map(td => td.getAttribute('title'))"
+    )
+    tips = [t.replace("\u2060", "") for t in tips]
+    assert any("<script>window.__pwned=1" in t for t in tips), tips
+    assert any(t.startswith("<img src=") for t in tips), tips
+
+    # the rank heatmap's node names, and the other rank's page
+    page.goto(f"{server.url}/run?run={run_id}&rank=1")
+    sawtooth_chart(page)
+    page.get_by_role("heading", name="Fixes").wait_for(timeout=120_000)
+    wait_idle(page)
+    assert _pwned(page) == []
+
+    page.goto(f"{server.url}/runs")
+    wait_idle(page)
+    page.locator('[data-testid="stDataFrame"]').first.wait_for()  # the run list (a canvas grid)
+    assert _pwned(page) == [] and _foreign(requests, server.url) == []
+    to_x = [u for u in requests if urlsplit(u).path in ("/x", "/i")]
+    assert to_x == [], f"markup from a name was rendered: {to_x}"
+
+
+def test_hostile_names_report_is_inert(hostile, new_page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The Run page's "Download report" gives an HTML report with no script and no element from a
+    name (the names are there, escaped)."""
+    server, run_id = hostile
+    page = new_page()
+    page.goto(f"{server.url}/run?run={run_id}")
+    sawtooth_chart(page)
+    page.get_by_role("heading", name="Fixes").wait_for(timeout=120_000)
+    wait_idle(page)
+    with page.expect_download() as d:
+        page.get_by_role("button", name="Download report").click()
+    dest = tmp_path / "report.html"
+    d.value.save_as(dest)
+    doc = dest.read_text()
+    self_contained(doc)  # balanced, and no script, image, frame or link to fetch
+    assert "<svg onload" not in doc
+    assert "demo&lt;/script&gt;&lt;script&gt;window.__pwned=1" in doc.replace("\u2060", "")
+    assert os.path.getsize(dest) > 1000
