@@ -618,7 +618,9 @@ class StepReporter:
                 self.pending = (report.steps + self.pending)[-100_000:]
                 self.traces = report.traces + self.traces
             if self.error is None:
-                self.error = f"{self.url}: {e}"
+                refused = getattr(e, "code", None) == 403  # no token, or not the sampler's
+                hint = " (the sampler's token: see $GPUSCOPE_SAMPLER_TOKEN)" if refused else ""
+                self.error = f"{self.url}: {e}{hint}"
                 warnings.warn(
                     f"gpuscope.capture: cannot report steps to the sampler ({self.error})",
                     RuntimeWarning,

@@ -229,3 +229,22 @@ def test_live_page_shows_trace_paths_as_inert_text(served, tmp_path, monkeypatch
     assert f"step 7: {HOSTILE_PATH}" in shown  # verbatim, preformatted
     for kind in ("markdown", "caption", "info", "warning", "error"):
         assert not any("Sign in again" in t or "pixel.png" in t for t in texts(at, kind)), kind
+
+
+def test_the_step_reporter_without_the_token_says_what_is_missing(served, token_dir, monkeypatch):
+    """A sampler elsewhere (no token file here, no $GPUSCOPE_SAMPLER_TOKEN): the reporter is refused,
+    keeps its steps, and warns once naming the token."""
+    from gpuscope.capture import StepReporter
+
+    tokens.token_path(served.server.port).unlink()
+    r = StepReporter(f"http://127.0.0.1:{served.server.port}", every_s=3600.0)
+    try:
+        r.add(0, 5.0)
+        with pytest.warns(RuntimeWarning, match=r"403.*GPUSCOPE_SAMPLER_TOKEN"):
+            r.flush()
+        assert r.pending == [[0, 5.0]] and served.app.steps.seq == 0
+        monkeypatch.setenv(tokens.ENV_TOKEN, served.app.token)  # set on both sides: sent
+        r.flush()
+        assert r.error is None and served.app.steps.seq == 1
+    finally:
+        r.close()
