@@ -1,7 +1,6 @@
-"""Read a ``torch.cuda.memory._dump_snapshot`` pickle WITHOUT running code from it, in bounded
-depth, memory and work.
+"""Read a ``torch.cuda.memory._dump_snapshot`` pickle WITHOUT running code from it.
 
-A pickle is a program: the standard loader imports and calls whatever the file names (``os.system``
+Depth, memory and work are bounded too. A pickle is a program: the standard loader imports and calls whatever the file names (``os.system``
 included), and even a pickle of plain containers can crash or stall the loader (a tuple nested
 200,000 deep used as a dict key overflows the C stack when hashed; dict keys chosen to collide make
 inserting quadratic; 1 byte of ``}`` builds a 64-byte dict). So :func:`load_plain` first walks the
