@@ -30,6 +30,7 @@ from gpuscope.analysis.event_classes import KERNEL_CATS, LAUNCH_APIS
 from gpuscope.analysis.store_access import RUNTIME_CATS_SQL, execute, sql_list
 
 if TYPE_CHECKING:
+    from gpuscope.analysis.critical_path import Graph
     from gpuscope.analysis.steps import Window
     from gpuscope.store import Connection
 
@@ -341,3 +342,55 @@ def _recompute(
         spans=tuple((int(tid[i]), int(s[i]), int(e[i])) for i in f),
         correlations=frozenset(int(c) for c in l_corr[got]),
     )
+
+
+# -- the same patterns on the critical path's graph (the fix units' re-timing) -------------------
+
+
+def _launched_by(g: Graph, hosts: set[int]) -> set[int]:
+    """GPU nodes whose launch edge comes from one of ``hosts``."""
+    out = set()
+    for v, n in enumerate(g.nodes):
+        if n.kind == "gpu" and any(ed.kind == "launch" and ed.src in hosts for ed in g.preds[v]):
+            out.add(v)
+    return out
+
+
+def optimizer_nodes(g: Graph) -> tuple[set[int], set[int]]:
+    """(host nodes inside an optimizer span, GPU nodes they launched) of a critical-path graph."""
+    hosts = {v for v, n in enumerate(g.nodes) if n.kind == "host" and "optimizer" in n.tags}
+    return hosts, _launched_by(g, hosts)
+
+
+def recompute_nodes(g: Graph) -> tuple[set[int], set[int]]:
+    """(host nodes inside a forward op re-run inside backward, GPU nodes they launched) of a
+    critical-path graph: the spans are the graph's own host events (the forward ops of
+    :data:`FORWARD_OPS` inside an ``autograd::engine::evaluate_function`` event of their thread,
+    the outermost), a host node belongs when it lies inside one on its thread."""
+    evs = {}
+    for n in g.nodes:
+        ev = n.event
+        if n.kind == "host" and ev is not None and hasattr(ev, "tid"):
+            evs[(ev.tid, ev.s, ev.e, ev.name)] = ev
+    keys = list(evs)
+    bwd = [k for k in keys if k[3].startswith(_BACKWARD)]
+    fwd = [k for k in keys if k[3] in set(FORWARD_OPS)]
+    if not bwd or not fwd:
+        return set(), set()
+    arr = lambda ks, i: np.array([k[i] for k in ks], dtype=np.int64)  # noqa: E731
+    inb = _inside(arr(bwd, 0), arr(bwd, 1), arr(bwd, 2), arr(fwd, 0), arr(fwd, 1)) >= 0
+    fwd = [k for k, keep in zip(fwd, inb, strict=True) if keep]
+    if not fwd:
+        return set(), set()
+    ft, fs, fe = arr(fwd, 0), arr(fwd, 1), arr(fwd, 2)
+    keep = _outermost(ft, fs, fe)
+    ft, fs, fe = ft[keep], fs[keep], fe[keep]
+    hv = [v for v, n in enumerate(g.nodes) if n.kind == "host" and n.event is not None]
+    if not hv:
+        return set(), set()
+    ht = np.array([getattr(g.nodes[v].event, "tid", -1) for v in hv], dtype=np.int64)
+    hs = np.array([g.nodes[v].s for v in hv], dtype=np.int64)
+    he = np.array([g.nodes[v].e for v in hv], dtype=np.int64)
+    at = _inside(ft, fs, fe, ht, hs)
+    hosts = {v for v, i, e in zip(hv, at, he, strict=True) if i >= 0 and e <= fe[int(i)]}
+    return hosts, _launched_by(g, hosts)
