@@ -220,7 +220,10 @@ def check_plain(data: bytes) -> int | None:
                 need(4)
             idx = _U4(data, pos)[0]
             pos += 4
-            c = memo[idx] if idx < len(memo) else None
+            try:
+                c = memo[idx]
+            except IndexError:
+                c = None
             if c is None:
                 raise damaged(f"memo {idx} read before it was written")
             push(c)
@@ -238,7 +241,10 @@ def check_plain(data: bytes) -> int | None:
                 need(1)
             idx = data[pos]
             pos += 1
-            c = memo[idx] if idx < len(memo) else None
+            try:
+                c = memo[idx]
+            except IndexError:
+                c = None
             if c is None:
                 raise damaged(f"memo {idx} read before it was written")
             push(c)
