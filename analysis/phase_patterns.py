@@ -17,6 +17,10 @@ it. Definitions: docs/metrics.md, "Causes found by phase and pattern".
   whose span lies inside an ``autograd::engine::evaluate_function`` span of the same thread, the
   outermost of them only: per step their count, host time and the GPU time of the kernels they
   launch. ``annotated`` when a ``CheckpointFunction`` / ``checkpoint`` span is in the window.
+- **Exposed all-gathers** (FSDP): the time NCCL all-gather kernels run while no compute kernel
+  runs (the union of all-gather kernels minus the union of non-communication kernels), per step,
+  split by the phase of the launch (inside a backward function: ``backward``, else ``forward``),
+  beside all exposed communication (every communication kernel minus compute).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from gpuscope.analysis.event_classes import KERNEL_CATS, LAUNCH_APIS
+from gpuscope.analysis.collectives import coll_of
+from gpuscope.analysis.event_classes import KERNEL_CATS, LAUNCH_APIS, is_comm_kernel
 from gpuscope.analysis.store_access import RUNTIME_CATS_SQL, execute, sql_list
 
 if TYPE_CHECKING:
@@ -34,7 +39,14 @@ if TYPE_CHECKING:
     from gpuscope.analysis.steps import Window
     from gpuscope.store import Connection
 
-__all__ = ["FORWARD_OPS", "OptimizerLoop", "PhasePatterns", "Recompute", "phase_patterns"]
+__all__ = [
+    "FORWARD_OPS",
+    "ExposedAllGather",
+    "OptimizerLoop",
+    "PhasePatterns",
+    "Recompute",
+    "phase_patterns",
+]
 
 MIN_LOOP_LAUNCHES = 40
 """Launches per optimizer step at or above which an optimizer step without foreach/fused kernels
@@ -136,6 +148,33 @@ class Recompute:
 
 
 @dataclass(frozen=True)
+class ExposedAllGather:
+    """All-gather time not hidden behind compute (module doc), ms per step: ``forward_ms`` and
+    ``backward_ms`` by the launch's phase, ``comm_exposed_ms`` all communication's, ``n_per_step``
+    all-gather kernels per step, ``kernel_ms_per_step`` their whole time."""
+
+    forward_ms: float
+    backward_ms: float
+    comm_exposed_ms: float
+    n_per_step: float
+    kernel_ms_per_step: float
+
+    @property
+    def exposed_ms(self) -> float:
+        return self.forward_ms + self.backward_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "exposed_allgather_ms_per_step": self.exposed_ms,
+            "forward_ms_per_step": self.forward_ms,
+            "backward_ms_per_step": self.backward_ms,
+            "exposed_comm_ms_per_step": self.comm_exposed_ms,
+            "allgathers_per_step": self.n_per_step,
+            "allgather_kernel_ms_per_step": self.kernel_ms_per_step,
+        }
+
+
+@dataclass(frozen=True)
 class PhasePatterns:
     """What :func:`phase_patterns` found in a rank's window (None: not there)."""
 
@@ -143,11 +182,13 @@ class PhasePatterns:
     window_ns: int
     optimizer: OptimizerLoop | None = None
     recompute: Recompute | None = None
+    allgather: ExposedAllGather | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "optimizer": self.optimizer.to_json() if self.optimizer else None,
             "recompute": self.recompute.to_json() if self.recompute else None,
+            "allgather": self.allgather.to_json() if self.allgather else None,
         }
 
 
@@ -229,44 +270,96 @@ def phase_patterns(
         """,
         params,
     ).fetchall()
-    if not spans:
-        return PhasePatterns(n_steps, w.duration_ns)
     tid = np.array([r[0] for r in spans], dtype=np.int64)
     s = np.array([r[1] for r in spans], dtype=np.int64)
     e = np.array([r[2] for r in spans], dtype=np.int64)
     names = [str(r[3]) for r in spans]
-    launches = execute(
+    got = execute(
         con,
         f"""
-        SELECT r.tid, r.ts_ns, r.correlation, k.ts_ns AS ks, k.ts_ns + k.dur_ns AS ke, n.name
+        SELECT r.tid, r.ts_ns AS t, r.correlation AS corr, k.ts_ns AS ks,
+               k.ts_ns + k.dur_ns AS ke, k.name_id
         FROM events r
         JOIN events k ON k.run_id = r.run_id AND k.rank = r.rank
              AND k.correlation = r.correlation AND k.cat IN {sql_list(KERNEL_CATS)}
-        JOIN names n ON n.run_id = k.run_id AND n.name_id = k.name_id
         JOIN names rn ON rn.run_id = r.run_id AND rn.name_id = r.name_id
         WHERE r.run_id = $run AND r.rank = $rk AND r.ph = 'X' AND r.cat IN {RUNTIME_CATS_SQL}
           AND rn.name IN {sql_list(LAUNCH_APIS)} AND r.ts_ns >= $lo AND r.ts_ns < $hi
         """,
         params,
-    ).fetchall()
-    l_tid = np.array([r[0] for r in launches], dtype=np.int64)
-    l_t = np.array([r[1] for r in launches], dtype=np.int64)
-    l_corr = np.array([r[2] for r in launches], dtype=np.int64)
-    k_s = np.array([r[3] for r in launches], dtype=np.int64)
-    k_e = np.array([r[4] for r in launches], dtype=np.int64)
-    k_name = [str(r[5]) for r in launches]
+    ).fetchnumpy()
+    col = {c: np.asarray(got[c], dtype=np.int64) for c in ("tid", "t", "corr", "ks", "ke")}
+    l_tid, l_t, l_corr, k_s, k_e = (col[c] for c in ("tid", "t", "corr", "ks", "ke"))
+    name_id = np.asarray(got["name_id"], dtype=np.int64)
+    # each kernel's kind from its name, read once per distinct name
+    ids = [int(i) for i in np.unique(name_id)]
+    kinds: dict[int, int] = {}
+    for i, nm in execute(
+        con,
+        "SELECT name_id, name FROM names WHERE run_id = $run AND list_contains($ids, name_id)",
+        {"run": run_id, "ids": ids},
+    ).fetchall():
+        kinds[int(i)] = _kernel_kind(str(nm))
+    k_kind = np.array([kinds.get(int(i), COMPUTE_K) for i in name_id], dtype=np.int8)
     annotated = any(_CHECKPOINT.search(n) for n in names)
     return PhasePatterns(
         n_steps,
         w.duration_ns,
-        _optimizer(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, k_name),
+        _optimizer(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, k_kind),
         _recompute(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, n_steps, annotated),
+        _allgather(tid, s, e, names, l_tid, l_t, k_s, k_e, k_kind, n_steps, w),
+    )
+
+
+COMPUTE_K, COMM_K, ALLGATHER_K, BATCHED_K = 0, 1, 2, 3
+
+
+def _kernel_kind(name: str) -> int:
+    """A kernel's kind: communication (all-gather apart), a batched optimizer kernel, compute."""
+    if is_comm_kernel(name):
+        return ALLGATHER_K if coll_of(name) == "allgather" else COMM_K
+    return BATCHED_K if _BATCHED_KERNEL.search(name) else COMPUTE_K
+
+
+def _difference_ns(a_s: Any, a_e: Any, b_s: Any, b_e: Any) -> int:
+    """Length of (union of A) minus (union of B): |A ∪ B| − |B|."""
+    return _union_ns(np.concatenate([a_s, b_s]), np.concatenate([a_e, b_e])) - _union_ns(b_s, b_e)
+
+
+def _allgather(
+    tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, k_s: Any, k_e: Any,
+    k_kind: Any, n_steps: int, w: Window,
+) -> ExposedAllGather | None:  # fmt: skip
+    comm = (k_kind == COMM_K) | (k_kind == ALLGATHER_K)
+    ag = k_kind == ALLGATHER_K
+    if not ag.any():
+        return None
+    lo, hi = int(w.start_ns), int(w.end_ns)
+    ks, ke = np.clip(k_s, lo, hi), np.clip(k_e, lo, hi)
+    cs, ce = ks[~comm], ke[~comm]
+    is_bwd = np.array([n.startswith(_BACKWARD) for n in names], dtype=bool)
+    b = np.flatnonzero(is_bwd)
+    in_bwd = (
+        _inside(tid[b], s[b], e[b], l_tid, l_t) >= 0 if b.size else np.zeros(len(l_t), dtype=bool)
+    )
+    fwd_ag, bwd_ag = ag & ~in_bwd, ag & in_bwd
+    n = max(1, n_steps)
+    # an all-gather exposed in both phases at once cannot be: the phases' kernels are apart, so
+    # the split sums to the whole (up to overlapping gathers of the two phases, counted once)
+    f_ns = _difference_ns(ks[fwd_ag], ke[fwd_ag], cs, ce)
+    b_ns = _difference_ns(ks[bwd_ag], ke[bwd_ag], cs, ce)
+    return ExposedAllGather(
+        forward_ms=f_ns / n / 1e6,
+        backward_ms=b_ns / n / 1e6,
+        comm_exposed_ms=_difference_ns(ks[comm], ke[comm], cs, ce) / n / 1e6,
+        n_per_step=float(ag.sum()) / n,
+        kernel_ms_per_step=float((ke - ks)[ag].sum()) / n / 1e6,
     )
 
 
 def _optimizer(
     tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, l_corr: Any, k_s: Any,
-    k_e: Any, k_name: list[str],
+    k_e: Any, k_kind: Any,
 ) -> OptimizerLoop | None:  # fmt: skip
     is_opt = np.array([bool(_OPT_STEP.match(n)) for n in names], dtype=bool)
     idx = np.flatnonzero(is_opt)
@@ -291,7 +384,7 @@ def _optimizer(
         for i in range(len(names))
         if not is_opt[i] and _within_any(tid[i], s[i], o_tid, o_s, o_e)
     )
-    batched_kernel = any(_BATCHED_KERNEL.search(k_name[i]) for i in np.flatnonzero(inside))
+    batched_kernel = bool((k_kind[inside] == BATCHED_K).any())
     return OptimizerLoop(
         name=names[int(idx[0])],
         n=n,

@@ -112,3 +112,19 @@ def test_recompute_where_the_memory_is_needed_says_nothing(con, tmp_path):
     """Peak reserved 72 GiB of 80 GB (97 %): the checkpointing buys needed memory: silent."""
     rep = ingest_and_analyse(con, tmp_path, checkpointed(72.0))
     assert "activation_checkpointing" not in [r.id for r in rep.recommendations]
+
+
+@pytest.mark.slow
+def test_exposed_allgathers_are_fsdp_prefetch_not_ddp_overlap(con, tmp_path):
+    """The FSDP trace of test_phase_patterns: 1.5 ms per 10 ms step of all-gathers alone (15 %),
+    all of the exposed communication: fsdp_prefetch fires (bound 15 %, forward-heavy: prefetch
+    words); overlap_communication (DDP's buckets) stays silent."""
+    from test_phase_patterns import fsdp_trace
+
+    rep = ingest_and_analyse(con, tmp_path, fsdp_trace())
+    ids = [r.id for r in rep.recommendations]
+    assert "fsdp_prefetch" in ids and "overlap_communication" not in ids
+    rec = next(r for r in rep.recommendations if r.id == "fsdp_prefetch")
+    assert rec.cost_pct == pytest.approx(15.0, abs=0.05) and rec.bound_pct == rec.cost_pct
+    assert "set_modules_to_forward_prefetch" in rec.fix
+    assert rec.estimate is not None and rec.estimate.high_pct <= rec.bound_pct + 1e-9

@@ -129,3 +129,37 @@ def test_no_recompute_without_checkpointing(con, tmp_path):
     run = ingest(con, tmp_path, recompute_trace(checkpointed=False))
     pp = phase_patterns(con, run, 0)
     assert pp.recompute is None and pp.optimizer is None
+
+
+AG = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def fsdp_trace() -> TraceBuilder:
+    """3 steps of 10 ms. Forward: all-gather #1 100-1,100 µs alone (exposed 1,000), compute
+    1,100-3,100 and 3,100-5,100 µs, all-gather #2 1,500-2,500 µs beside compute (hidden).
+    Backward (thread 2, inside ``evaluate_function``): all-gather #3 5,200-5,700 µs alone
+    (exposed 500), then compute 5,700-8,700 µs."""
+    t = TraceBuilder(rank=0, world_size=2)
+    for k in range(N):
+        b = k * STEP_US
+        t.step(k + 1, b, STEP_US)
+        t.launch(AG, b + 10, b + 100, 1000.0, stream=21)
+        t.launch("ampere_sgemm_128x64_tn", b + 20, b + 1100, 2000.0)
+        t.launch(AG, b + 30, b + 1500, 1000.0, stream=21)
+        t.launch("ampere_sgemm_128x64_tn", b + 40, b + 3100, 2000.0)
+        t.cpu_op("autograd::engine::evaluate_function: MmBackward0", b + 5100, 200.0, tid=2)
+        t.launch(AG, b + 5110, b + 5200, 500.0, stream=21, tid=2)
+        t.launch("ampere_sgemm_128x64_nt", b + 5120, b + 5700, 3000.0, tid=2)
+    return t
+
+
+@pytest.mark.slow
+def test_exposed_allgathers_by_hand(con, tmp_path):
+    """Per step: forward 1.0 ms exposed, backward 0.5 ms, all communication exposed 1.5 ms;
+    3 all-gathers, 2.5 ms of all-gather kernels."""
+    run = ingest(con, tmp_path, fsdp_trace())
+    ag = phase_patterns(con, run, 0).allgather
+    assert ag is not None
+    assert ag.forward_ms == pytest.approx(1.0) and ag.backward_ms == pytest.approx(0.5)
+    assert ag.comm_exposed_ms == pytest.approx(1.5) and ag.exposed_ms == pytest.approx(1.5)
+    assert ag.n_per_step == 3 and ag.kernel_ms_per_step == pytest.approx(2.5)

@@ -1,0 +1,93 @@
+"""Fix unit ``fsdp_prefetch``: FSDP's all-gathers run exposed (no compute beside them): prefetch
+the next module's parameters, or keep them gathered after forward."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpuscope.analysis.collectives import coll_of
+from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words, scaled, significant
+from gpuscope.analysis.fmt import sig3
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.critical_path import Graph, Node
+    from gpuscope.analysis.gains import Context, Variant
+
+WORDS = Words(
+    "Prefetch FSDP's all-gathers so they run beside compute",
+    "Each all-gather of a module's parameters runs while the GPU computes nothing; prefetching the "
+    "next module's parameters hides it behind the current module's compute.",
+    "# FSDP2 (fully_shard): gather the next block while this one computes\n"
+    "for cur, nxt in zip(model.layers, model.layers[1:]):\n"
+    "    cur.set_modules_to_forward_prefetch([nxt])\n"
+    "for cur, prev in zip(model.layers[1:], model.layers):\n"
+    "    cur.set_modules_to_backward_prefetch([prev])\n"
+    "# FSDP1: FSDP(model, forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE)",
+)
+BACKWARD_TITLE = "Keep FSDP's parameters gathered after forward (reshard_after_forward=False)"
+BACKWARD_CODE = (
+    "fully_shard(block, reshard_after_forward=False)   # no re-gather in backward; more memory\n"
+    "# or keep resharding and prefetch in backward:\n"
+    "# block.set_modules_to_backward_prefetch([previous_block])"
+)
+
+SHARE_OF_COMM = 0.5
+"""The all-gathers' exposed time must be at least this share of all exposed communication (else
+it is not FSDP's pattern: overlap_communication's)."""
+MEMORY_ROOM = 0.85
+"""Keeping parameters gathered is advised only under this memory peak (share of the GPU)."""
+
+
+def exposed_ns(inp: Inputs) -> float:
+    """The all-gathers' exposed time over the window (ns) when this unit's pattern holds, else 0:
+    what :mod:`overlap_communication` leaves to it."""
+    ag = inp.phase.allgather if inp.phase is not None else None
+    if ag is None or ag.comm_exposed_ms <= 0 or ag.exposed_ms < SHARE_OF_COMM * ag.comm_exposed_ms:
+        return 0.0
+    return ag.exposed_ms * 1e6 * max(1, inp.n_steps)
+
+
+def detect(inp: Inputs) -> Finding | None:
+    ns = exposed_ns(inp)
+    if not significant(ns, inp.window_ns, inp.n_steps):
+        return None
+    ag = inp.phase.allgather if inp.phase is not None else None
+    assert ag is not None
+    share = 100.0 * ns / inp.window_ns
+    ev: dict[str, Any] = {**ag.to_json(), "share_pct": share}
+    backward = ag.backward_ms > ag.forward_ms
+    room = inp.mem_used_frac is not None and inp.mem_used_frac < MEMORY_ROOM
+    ev["summary"] = (
+        f"{sig3(ag.n_per_step)} all-gathers per step ran {sig3(ag.exposed_ms)} ms per step with no "
+        f"compute beside them ({sig3(share)}% of the step: forward {sig3(ag.forward_ms)} ms, "
+        f"backward {sig3(ag.backward_ms)} ms), {sig3(100 * ag.exposed_ms / ag.comm_exposed_ms)}% "
+        "of the exposed communication."
+    )
+    keep = backward and room
+    return Finding(
+        ev,
+        share,
+        bound_pct=share,
+        title=BACKWARD_TITLE if keep else None,
+        code=BACKWARD_CODE if keep else None,
+    )
+
+
+def _is_allgather(n: Node) -> bool:
+    return n.kind == "gpu" and n.cat == "communication" and coll_of(n.label) == "allgather"
+
+
+def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
+    """All-gather kernels × 0.5 / 0.25 / 0 (hidden behind compute); clipped at the bound."""
+    return {
+        k: (scaled(_is_allgather, f), None) for k, f in (("low", 0.5), ("mid", 0.25), ("high", 0.0))
+    }
+
+
+UNIT = FixUnit(
+    "fsdp_prefetch",
+    WORDS,
+    detect,
+    retime,
+    proof="Prefetching hides at most the all-gather time that runs with no compute beside it.",
+)
