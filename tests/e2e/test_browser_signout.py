@@ -102,12 +102,15 @@ async def _in_session(port: int, cookies: str, size_mb: int) -> tuple[int, str]:
     import websockets
     from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    from streamlit.web.server.starlette.starlette_app_utils import generate_xsrf_token_string
 
-    headers = {"Cookie": cookies} if cookies else {}
+    xsrf = generate_xsrf_token_string()  # as the browser opens it: the session is the cookie's
+    jar = f"_streamlit_xsrf={xsrf}" + (f"; {cookies}" if cookies else "")
     async with websockets.connect(
         f"ws://127.0.0.1:{port}/_stcore/stream",
-        subprotocols=["streamlit"],  # type: ignore[list-item]
-        additional_headers=headers,
+        subprotocols=["streamlit", xsrf],  # type: ignore[list-item]
+        origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+        additional_headers={"Cookie": jar},
         max_size=None,
         open_timeout=60,
     ) as ws:
@@ -160,11 +163,15 @@ def replay_upload(port: int, session: str, cookies: str, size_mb: int) -> tuple[
         conn.close()
 
 
-def signed_cookie(secret: str, claims: dict[str, object], port: int) -> str:
+def signed_cookie(secret: str, claims: dict[str, object], port: int, record: Path) -> str:
+    """The cookies a sign-in of ``claims`` sets: Streamlit's and gpuscope's seal (its nonce in
+    the server's sign-out ``record``)."""
+    from gpuscope.web.auth import SEAL_COOKIE, make_seal
     from streamlit.web.server.starlette.starlette_app_utils import create_signed_value
 
     value = json.dumps({"origin": f"http://127.0.0.1:{port}", "is_logged_in": True, **claims})
-    return f"{COOKIE}={create_signed_value(secret, COOKIE, value).decode()}"
+    seal = make_seal(secret, value, record)
+    return f"{COOKIE}={create_signed_value(secret, COOKIE, value).decode()}; {SEAL_COOKIE}={seal}"
 
 
 @pytest.mark.slow
@@ -178,10 +185,13 @@ def test_a_cookie_less_upload_is_refused_and_costs_no_memory(guarded: Guarded) -
     # a session's own cost is ~12 MB here; without the guard the server grows by >100 MB
     assert after - before < FILE_MB / 2, (before, after)
     # the same replay with a sign-in cookie is accepted: the refusal above is the guard's
-    cookie = signed_cookie(guarded.cookie_secret, {"email": "ana@example.com"}, port)
+    cookie = signed_cookie(
+        guarded.cookie_secret, {"email": "ana@example.com"}, port, guarded.signouts
+    )
     assert upload_in_session(port, cookie, 1)[0] == 204
     # beyond the file cap (256 MB by default): refused on its Content-Length, nothing read;
-    # measured once the signed-in session's first script run (its imports) has settled
+    # measured once a signed-in session's page (the store opened, its caches filled) has settled
+    assert upload_in_session(port, cookie, 1)[0] == 204
     before = settled_rss_mb(guarded.pid)
     status, _ = upload_in_session(port, cookie, 300)
     assert status == 413 and settled_rss_mb(guarded.pid) - before < FILE_MB / 2
@@ -196,15 +206,16 @@ def test_a_copied_cookie_stops_working_at_sign_out(
     alice = new_page()
     _sign_in(alice, guarded, provider, ALICE["sub"])  # type: ignore[arg-type]
     alice.get_by_text("Signed in as").wait_for()
-    copied = [c for c in alice.context.cookies() if c["name"].startswith(COOKIE)]
+    copied = [c for c in alice.context.cookies() if c["name"].startswith((COOKIE, "_gpuscope"))]
     assert copied, "no sign-in cookie to copy"
     jar = "; ".join(f"{c['name']}={c['value']}" for c in copied)
     assert upload_in_session(guarded.port, jar, 1)[0] == 204  # the copy works while she is in
+    nonce = json.loads(guarded.signouts.read_text())[ALICE["email"]]  # her sign-ins' (the seal's)
 
     alice.get_by_role("button", name="Sign out").click()
     alice.wait_for_url(re.compile(re.escape(provider) + r"/oauth2/end_session"))
     alice.get_by_role("button", name="End session").click()
-    assert json.loads(guarded.signouts.read_text()).keys() == {ALICE["email"]}
+    assert json.loads(guarded.signouts.read_text())[ALICE["email"]] != nonce  # replaced
 
     # the copy, in another browser: the sign-in page, nothing of the store
     thief = new_page()
