@@ -67,14 +67,14 @@ ABSTAINED = "abstained"
 CAUSES: tuple[str, ...] = (HOST, DATA, SYNC, PAGEABLE, COMPUTE, COMM, PROFILER)
 """The causes a pace-setter can be named for (``abstained`` when none is singled out)."""
 
-#: The fix unit for each cause (a module of ``gpuscope.analysis.fixes``, whose ``UNIT.id`` is the
-#: fix id), None where no registered fix applies.
+#: The fix unit for each cause (a module of ``gpuscope.analysis.fixes``, named relative to it, whose
+#: ``UNIT.id`` is the fix id), None where no registered fix applies.
 FIX_UNIT_OF: dict[str, str | None] = {
-    HOST: "cuda_graphs",
-    DATA: "dataloader_workers",
-    SYNC: "host_sync",
-    PAGEABLE: "pin_memory",
-    COMPUTE: "load_imbalance",
+    HOST: ".cuda_graphs",
+    DATA: ".dataloader_workers",
+    SYNC: ".host_sync",
+    PAGEABLE: ".pin_memory",
+    COMPUTE: ".load_imbalance",
     COMM: None,
     PROFILER: None,
 }
@@ -86,7 +86,7 @@ def fix_of(cause: str) -> str | None:
     from importlib import import_module
 
     mod = FIX_UNIT_OF.get(cause)
-    return None if mod is None else str(import_module(f"gpuscope.analysis.fixes.{mod}").UNIT.id)
+    return None if mod is None else str(import_module(mod, "gpuscope.analysis.fixes").UNIT.id)
 
 
 EXPLAINS = 0.5
@@ -333,8 +333,24 @@ def pace_setter_cause(
             )
         elif profiler.suspect:
             note = "; its ops are short and many, so part of it may be the profiler's own cost"
+    elif cause == HOST:
+        note = (
+            f"; rank {straggler.rank}'s profiler cost is not read here (its step without the "
+            "profiler would tell how much of it is the profiler's)"
+        )
     gain = min(wait, best.excess_ms)
     retimed = step - gain if step is not None else None
+    if retimed is not None:
+        # no rank's step gets shorter than its own work: the pace-setter's GPU busy per step, each
+        # other rank's step less its wait
+        busy = _busy_ms(pace)
+        if busy is not None and cause in (COMPUTE, COMM):
+            busy -= best.excess_ms  # the work the cause adds leaves with it
+        floors = [busy] + [_own_ms(o) for o in others]
+        retimed = max([retimed, *[f for f in floors if f is not None]])
+    if cause == PROFILER and profiler is not None and profiler.untraced_step_ms is not None:
+        # measured: the pace-setter's step without the profiler
+        retimed = min(step, profiler.untraced_step_ms) if step is not None else None
     what = _cause_words(straggler.rank, cause, best)
     fix = fix_of(cause)
     fix_words = f"; first fix: {fix_title(fix)} ({fix})" if fix else ""
@@ -357,6 +373,19 @@ def pace_setter_cause(
         shares,
         tuple(cands),
     )
+
+
+def _busy_ms(line: RankRow) -> float | None:
+    """The rank's GPU compute and transfer per step (ms), None when unknown."""
+    c, t = _share_ms(line, line.compute_pct), _share_ms(line, line.comm_transfer_pct)
+    return None if c is None else c + (t or 0.0)
+
+
+def _own_ms(line: RankRow) -> float | None:
+    """The rank's mean step less its wait in collectives (ms), None when unknown."""
+    if line.step_time_ms is None or line.comm_wait_us_per_step is None:
+        return None
+    return float(line.step_time_ms) - line.comm_wait_us_per_step / 1e3
 
 
 def fix_title(fix_id: str) -> str:

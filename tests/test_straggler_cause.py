@@ -113,6 +113,7 @@ def test_host_bound_under_the_profiler_is_the_profiler(con, tmp_path):
     rep = analysed(con, tmp_path, compute_us=(5000.0, 5000.0), host_us=hosts, untraced_step_ms=5.5)
     got = finding(rep)
     assert got is not None and got.cause == PROFILER and got.fix_id is None
+    assert got.retimed_job_step_ms == pytest.approx(5.5)  # measured, not modelled
     assert "profiler" in got.words
 
 
@@ -199,3 +200,22 @@ def test_rules_on_figures_alone():
     assert pace_setter_cause(s, lines[1:]) is None
     assert pace_setter_cause(None, lines) is None
     assert CauseFigure("compute", 3.0, 2.0).excess_ms == 1.0
+
+
+@pytest.mark.slow
+def test_the_ddp_sample_rank_1_is_the_profilers(con):
+    """The real DDP pair (2 x H200, torch 2.11): rank 0 waits 21.6 ms per step for rank 1, whose
+    GPU idles 18.0 ms per step on CPU and launch overhead (rank 0: 1.0 ms). Rank 1 was timed at
+    11.1 ms per step without the profiler (its metadata), GPU busy ~5.8 ms: at most 5.27 ms of host
+    time can exist untraced, so the host time is the profiler's; the job's step without it is the
+    measured 11.1 ms (the sample's unprofiled job: 12.9 ms mean, 12.8 median)."""
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.ingest.loader import ingest_paths
+
+    [res] = ingest_paths(con, [Path(__file__).parent.parent / "sample_traces" / "ddp"])
+    got = finding(analyze_run(con, res.run_id, rank=1, with_path=False))
+    assert got is not None and got.rank == 1 and got.cause == PROFILER
+    assert got.wait_ms_per_step == pytest.approx(21.6, abs=0.05)
+    assert got.retimed_job_step_ms == pytest.approx(11.112)
+    host = next(c for c in got.candidates if c.cause == HOST)
+    assert host.pace_ms == pytest.approx(18.0, abs=0.05)
