@@ -252,6 +252,33 @@ def test_the_seal_is_set_at_sign_in_and_cookies_that_do_not_hold_never_reach_str
     assert through(spliced) == {"_ga": "x"}
 
 
+def test_a_sign_in_whose_record_cannot_be_written_is_one_line(
+    signin: Path, signouts: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The seal needs the record: where it cannot be written (here its folder is a file), the
+    provider's callback is answered 503 with one line naming the record, not a traceback."""
+    blocker = signouts.parent
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("a file where the record's folder should be")
+    value = json.dumps({"origin": ORIGIN, "is_logged_in": True, "email": "ana@example.com"})
+    cookie = create_signed_value(SECRET, auth.USER_COOKIE, value).decode()
+
+    async def callback(scope: dict, receive: Any, send: Any) -> None:
+        headers = [(b"set-cookie", f"{auth.USER_COOKIE}={cookie}; Path=/".encode())]
+        await send({"type": "http.response.start", "status": 302, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    scope = {"type": "http", "method": "GET", "path": "/oauth2callback", "headers": []}
+    sent = asgi_call(auth.SignInSeal(callback), scope)
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert sent[0]["status"] == 503
+    assert not any(k == b"set-cookie" for k, _ in sent[0]["headers"])  # nobody signed in
+    line = sent[1]["body"].decode()
+    assert line.startswith(f"gpuscope: cannot sign in: the sign-in record {signouts} cannot be")
+    assert line.count("\n") == 1 and "Traceback" not in caplog.text
+    assert line.strip() in caplog.text
+
+
 # -- the upload guard, as ASGI middleware ----------------------------------------------------------
 
 

@@ -606,10 +606,20 @@ class SignInSeal:
         await self.app(scope, receive, send)
 
     def _sealing(self, send: Any) -> Any:
+        failed = False
+
         async def sealed(message: Any) -> None:
+            nonlocal failed
+            if failed:  # the answer below replaced the app's
+                return
             if message.get("type") == "http.response.start":
                 headers = list(message.get("headers", []))
-                extra = self._seal_headers(headers)
+                try:
+                    extra = self._seal_headers(headers)
+                except OSError as e:  # the record cannot be written: nobody is signed in
+                    failed = True
+                    await _record_unwritable(send, e)
+                    return
                 if extra:
                     message = {**message, "headers": headers + extra}
             await send(message)
@@ -629,3 +639,27 @@ class SignInSeal:
         if seal is None:
             return []
         return [(b"set-cookie", f"{SEAL_COOKIE}={seal}; {attrs}".encode("latin-1"))]
+
+
+async def _record_unwritable(send: Any, error: OSError) -> None:
+    """Answer a sign-in whose seal could not be made: ``503`` and one line naming the record (its
+    folder or file cannot be written); logged the same."""
+    import logging
+
+    why = error.strerror or str(error)
+    line = (
+        f"gpuscope: cannot sign in: the sign-in record {signout_file()} cannot be written ({why})"
+    )
+    logging.getLogger("gpuscope.web.auth").error("%s", line)
+    body = (line + "\n").encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
