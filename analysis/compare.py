@@ -497,14 +497,15 @@ def compare_runs(con: Connection, a: str, b: str, *, top_n: int = 10, **kw: Any)
 
 @dataclass(frozen=True)
 class Fix:
-    """One recommendation as the Compare page lists it. ``max_gain_pct``: its bound (%);
-    ``bound``: what it bounds (``step_time``, ``per_sample_time``); ``gain``: the analysis's own
-    sentence for it (``Recommendation.gain_phrase``: "per-sample time down by at most 12%")."""
+    """One recommendation as the Compare page lists it. ``bound_pct``: its proven bound (%, None
+    where none is proven); ``footing``: what its gain is a share of (``step_time``,
+    ``per_sample_time``, ``memory``); ``gain``: the analysis's own sentence for it
+    (``Recommendation.gain_phrase``; "" without an estimate or a proven bound)."""
 
     id: str
     title: str
-    max_gain_pct: float | None
-    bound: str = "step_time"
+    bound_pct: float | None
+    footing: str = "step_time"
     gain: str | None = None
 
 
@@ -519,12 +520,11 @@ class FixStatus:
 
 
 def _fix(r: Any) -> Fix:
-    gain = getattr(r, "max_gain_pct", None)
     return Fix(
         str(r.id),
         str(getattr(r, "title", None) or r.id),
-        None if gain is None else gain,
-        str(getattr(r, "bound", None) or "step_time"),
+        getattr(r, "bound_pct", None),
+        str(getattr(r, "footing", None) or "step_time"),
         getattr(r, "gain_phrase", None),
     )
 

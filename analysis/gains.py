@@ -10,44 +10,23 @@ host time is also replayed at 0.3, 0.4 and 0.5 of its recorded length (1.0 too w
 step); the weakest variant is also replayed on a host :data:`HOST_VARIATION` times slower, the
 strongest on one that much faster (the fix runs in another process than the trace's);
 ``gain_pct`` is the mid variant at the calibrated scale (else 0.4; a fix that removes host
-staging, :data:`STAGING_FIXES`, is never replayed at the calibrated scale), ``low_pct`` and
+staging, ``staging`` of :func:`replay_estimate`, is never replayed at the calibrated scale), ``low_pct`` and
 ``high_pct`` the least and the most over all of these. ``bound`` is False for every graph
-estimate (host speed and each fix's strength are assumptions); True only for
-:func:`bound_estimate`. docs/metrics.md, "Gains from the path".
+estimate (host speed and each fix's strength are assumptions) until it is clipped at the fix's
+proven bound. docs/metrics.md, "Gains from the path".
 
-Fix models (factor on the duration; "host" = CPU segments outside DataLoader and optimizer):
-
-=====================  ========================================================
-fix                    change (low / mid / high)
-=====================  ========================================================
-dataloader_workers     DataLoader segments × 0.2 / 0.05 / 0
-pin_memory             pageable H→D copies at 0.6 / 1 / 1 × pinned bandwidth; their
-                       calls ≤ 10 µs and no longer wait
-host_sync              synchronizing calls no longer wait (tails 1 / 0 / 0)
-mixed_precision        fp32 GEMMs ÷ r/1.5 / r / r (r: measured fp32→bf16 ratio for the
-                       GPU and GEMM duration), host × 1.3 / 1.15 / 1 (casts), other
-                       kernels × 1 / 1 / 0.6
-kernel_fusion          host × 0.6 / 0.3 / 0.1; launches and short kernels × 1 / 0.5 / 0.25
-cuda_graphs,           host and launches × 0.5 / 0.2 / 0.05
-compiled_overhead
-batch_size (×k)        kernels × k / SM-fill scaling / fill scaling with a 3 µs fixed
-                       part; copies and data loading × k; per-sample time
-cudnn_benchmark        convolution kernels × 1 / 0.8 / 0
-overlap_communication  communication × 0.5 / 0.25 / 0
-=====================  ========================================================
+Each fix's models (its ``low`` / ``mid`` / ``high`` variants) live with the fix, in its unit of
+:mod:`gpuscope.analysis.fixes` (``retime``); this module replays them.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from gpuscope.analysis.critical_path import CriticalPath, Edge, GpuEvent, Graph, Node, replay
-from gpuscope.analysis.tensor_cores import tensor_core_info
-from gpuscope.vocabulary.causes import HOST_SYNC
+from gpuscope.analysis.critical_path import CriticalPath, Edge, Graph, Node, replay
 
 HOST_SCALE_MID = 0.4
 HOST_SCALE_RANGE = (0.3, 0.5)
@@ -67,44 +46,13 @@ steps do not (``cudnn_benchmark`` 1.01, ``mixed_precision`` 1.00), and the repla
 move them as little. Taken from the rules other than ``batch_size`` and ``pin_memory``, whose
 ranges it had to fix; :data:`HOST_VARIATION` is checked on a second recording (docs/benchmarks.md)."""
 
-STAGING_FIXES = frozenset({"pin_memory"})
-"""Fixes that remove host staging the calibration folds into its host factor: a pageable
-``cudaMemcpyAsync`` copies the tensor through a pinned bounce buffer on the host (the call lasts
-as long as the copy, and the CPU's memcpy of every byte evicts the caches the host's other work
-uses). The calibrated factor of such a trace (0.77 on ``pin_memory``'s, against 0.37-0.43 on
-host-bound traces without pageable copies) is not the host's speed once the copies are pinned:
-the fixed graph is replayed at :data:`HOST_SCALE_RANGE` only, and the untraced time the replay at
-those scales leaves unexplained (the staging's cost) goes with the fix."""
-
-BATCH_MULTIPLE = 4
-"""The batch multiple the ``batch_size`` estimate re-times (its fix snippet says 4 × B)."""
-
-GEMM_RATIO: dict[str, tuple[float, float]] = {
-    "H100 SXM": (2.43, 14.9),
-    "H200": (2.43, 14.9),
-}
-"""Measured fp32 (no TF32) → bf16 matmul speed-up on the GPU, (at 1024³, at 4096³): H100 80GB
-HBM3, torch 2.11+cu130, 2026-11-23 (sample_traces/fixes/all.json, ``gemm_and_copy``: 0.96 at
-512³, 2.43 at 1024³, 13.0 at 2048³, 14.9 at 4096³). H200 is the same chip. Other GPUs: 2 and
-the bf16/fp32 peak ratio of the peak table."""
-
-PINNED_MEASURED_GBPS: dict[str, float] = {"H100 SXM": 54.5}
-"""Pinned host-to-device bandwidth measured on the GPU (GB/s; 32 MB copies, H100 80GB HBM3,
-2026-11-23, sample_traces/fixes/all.json); other GPUs: the trace's pinned copies, else the table of
-:mod:`gpuscope.analysis.copies`."""
-
-SMALL_GEMM_NS = 20_000
-LARGE_GEMM_NS = 200_000
-SHORT_KERNEL_NS = 20_000
-FIXED_KERNEL_NS = 3_000
-LAUNCH_CALL_NS = 10_000
-
 
 @dataclass
 class Estimate:
-    """A fix's estimated reduction of the step time (per-sample time for ``batch_size``), %:
-    ``gain_pct`` (best estimate), ``low_pct``..``high_pct`` (range), ``step_ms`` (the step time
-    after the fix), ``bound``: whether ``high_pct`` is proven."""
+    """A fix's estimated reduction of the step time (per-sample time for a fix that grows the
+    batch), %: ``gain_pct`` (best estimate), ``low_pct``..``high_pct`` (range), ``step_ms`` (the
+    step time after the fix), ``bound``: whether ``high_pct`` is the fix's proven bound;
+    ``clipped``: the re-timing went above that bound and was cut there."""
 
     gain_pct: float
     low_pct: float
@@ -113,6 +61,7 @@ class Estimate:
     method: str = "critical_path"
     bound: bool = False
     calibrated: bool = False
+    clipped: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -123,6 +72,7 @@ class Estimate:
             "method": self.method,
             "bound": self.bound,
             "calibrated": self.calibrated,
+            "clipped": self.clipped,
         }
 
 
@@ -246,208 +196,36 @@ def calibrate(g: Graph, start_ns: int, target_ns: float) -> float | None:
     return 0.5 * (lo + hi)
 
 
-# -- fix models ------------------------------------------------------------------------------------
-
-
-def _is_host_work(n: Node) -> bool:
-    return (
-        n.kind == "host"
-        and not ({"dataloader", "optimizer"} & n.tags)
-        and n.cat in ("cpu", "launch")
-    )
-
-
-def _gemm_fp32(n: Node) -> bool:
-    if n.kind != "gpu" or not isinstance(n.event, GpuEvent) or "gemm" not in n.tags:
-        return False
-    info = tensor_core_info(n.event.name, "gemm")
-    return info.tensor_core is False and info.mma and (info.precision in (None, "fp32"))
-
-
-def _ratio(ctx: Context, d_ns: float) -> float:
-    lo, hi = GEMM_RATIO.get(ctx.gpu_model or "", (2.0, ctx.peak_ratio or 8.0))
-    if d_ns <= SMALL_GEMM_NS:
-        return lo
-    if d_ns >= LARGE_GEMM_NS:
-        return hi
-    f = math.log(d_ns / SMALL_GEMM_NS) / math.log(LARGE_GEMM_NS / SMALL_GEMM_NS)
-    return math.exp(math.log(lo) + f * (math.log(hi) - math.log(lo)))
-
-
 Variant = tuple[DurFn | None, KeepFn | None]
+"""One re-timing of the graph: each node's new duration (None: as recorded) and which edges stay
+(None: all)."""
 
 
-def fix_variants(rec_id: str, g: Graph, ctx: Context) -> dict[str, Variant] | None:
-    """The low/mid/high re-timings of a fix (None: no graph model for it)."""
-    nodes = g.nodes
-
-    def scale(pred: Callable[[Node], bool], f: float) -> DurFn:
-        return lambda v, n: n.dur * f if pred(n) else float(n.dur)
-
-    if rec_id == "dataloader_workers":
-        return {
-            k: (scale(lambda n: "dataloader" in n.tags, f), None)
-            for k, f in (("low", 0.2), ("mid", 0.05), ("high", 0.0))
-        }
-    if rec_id == "pin_memory":
-        corr = {
-            n.event.correlation
-            for n in nodes
-            if n.kind == "gpu" and "pageable_h2d" in n.tags and isinstance(n.event, GpuEvent)
-        }
-
-        def is_call(n: Node) -> bool:
-            return (
-                n.kind == "host"
-                and "copy_call" in n.tags
-                and n.event is not None
-                and (getattr(n.event, "correlation", None) in corr)
-            )
-
-        def keep(v: int, ed: Edge) -> bool:
-            return not (ed.kind == "wait" and is_call(nodes[v]))
-
-        def pin(f: float) -> DurFn:
-            bw = PINNED_MEASURED_GBPS.get(ctx.gpu_model or "", ctx.pinned_gbps or 0.0) * f
-
-            def dur(v: int, n: Node) -> float:
-                if n.kind == "gpu" and "pageable_h2d" in n.tags and isinstance(n.event, GpuEvent):
-                    b = n.event.bytes or 0
-                    return min(float(n.dur), b / bw) if bw > 0 and b > 0 else float(n.dur)
-                if is_call(n):
-                    return 0.0 if "sync_tail" in n.tags else min(float(n.dur), LAUNCH_CALL_NS)
-                return float(n.dur)
-
-            return dur
-
-        return {"low": (pin(0.6), keep), "mid": (pin(1.0), keep), "high": (pin(1.0), keep)}
-    if rec_id == HOST_SYNC:
-
-        def sync_tail(n: Node) -> bool:
-            return "sync_tail" in n.tags and not (
-                "copy_call" in n.tags and n.event is not None and "HtoD" in n.label
-            )
-
-        def keep(v: int, ed: Edge) -> bool:
-            return not (ed.kind == "wait" and sync_tail(nodes[v]))
-
-        return {
-            "low": (None, keep),
-            "mid": (scale(sync_tail, 0.0), keep),
-            "high": (scale(sync_tail, 0.0), keep),
-        }
-    if rec_id == "mixed_precision":
-
-        def mp(div: float, other: float, host: float) -> DurFn:
-            def dur(v: int, n: Node) -> float:
-                if _is_host_work(n):  # autocast adds a cast op per matmul operand
-                    return n.dur * host
-                if _gemm_fp32(n):
-                    return n.dur / max(1.0, _ratio(ctx, n.dur) / div)
-                if n.kind == "gpu" and n.cat == "kernels":
-                    return n.dur * other
-                return float(n.dur)
-
-            return dur
-
-        return {
-            "low": (mp(1.5, 1.0, 1.3), None),
-            "mid": (mp(1.0, 1.0, 1.15), None),
-            "high": (mp(1.0, 0.6, 1.0), None),
-        }
-    if rec_id == "kernel_fusion":
-
-        def short_k(n: Node) -> bool:
-            return (
-                n.kind == "gpu"
-                and n.cat == "kernels"
-                and n.dur < SHORT_KERNEL_NS
-                and not ({"gemm", "conv"} & n.tags)
-            )
-
-        def fuse(fh: float, fk: float) -> DurFn:
-            def dur(v: int, n: Node) -> float:
-                if _is_host_work(n):
-                    return n.dur * (fk if n.cat == "launch" else fh)
-                if short_k(n):
-                    return n.dur * fk
-                return float(n.dur)
-
-            return dur
-
-        return {
-            "low": (fuse(0.6, 1.0), None),
-            "mid": (fuse(0.3, 0.5), None),
-            "high": (fuse(0.1, 0.25), None),
-        }
-    if rec_id in ("cuda_graphs", "compiled_overhead"):
-        return {
-            k: (scale(_is_host_work, f), None)
-            for k, f in (("low", 0.5), ("mid", 0.2), ("high", 0.05))
-        }
-    if rec_id == "batch_size":
-        k = BATCH_MULTIPLE
-        sms = ctx.sms or 0
-
-        def grow(mode: str) -> DurFn:
-            def dur(v: int, n: Node) -> float:
-                if n.kind == "host":
-                    return n.dur * k if "dataloader" in n.tags else float(n.dur)
-                if n.cat == "copies":
-                    return float(n.dur * k)
-                if n.cat != "kernels":
-                    return float(n.dur)
-                lin = float(n.dur * k)
-                if mode == "low":
-                    return lin
-                ev = n.event
-                blocks = ev.blocks if isinstance(ev, GpuEvent) else None
-                d = lin
-                if sms and blocks and blocks < sms:
-                    d = n.dur * max(1.0, k * blocks / sms)
-                if mode == "high":
-                    c = min(float(n.dur), FIXED_KERNEL_NS)
-                    d = min(d, c + (n.dur - c) * k)
-                return d
-
-            return dur
-
-        return {
-            "low": (grow("low"), None),
-            "mid": (grow("mid"), None),
-            "high": (grow("high"), None),
-        }
-    if rec_id == "cudnn_benchmark":
-        return {
-            k: (scale(lambda n: n.kind == "gpu" and "conv" in n.tags, f), None)
-            for k, f in (("low", 1.0), ("mid", 0.8), ("high", 0.0))
-        }
-    if rec_id == "overlap_communication":
-        return {
-            k: (scale(lambda n: n.cat == "communication", f), None)
-            for k, f in (("low", 0.5), ("mid", 0.25), ("high", 0.0))
-        }
-    return None
-
-
-PER_SAMPLE = frozenset({"batch_size"})
-
-
-def estimate(rec_id: str, cp: CriticalPath, ctx: Context) -> Estimate | None:
-    """The fix's estimate re-timed on the graph (None: no graph model for this fix)."""
+def replay_estimate(
+    variants: dict[str, Variant],
+    cp: CriticalPath,
+    ctx: Context,
+    *,
+    multiple: int = 1,
+    staging: bool = False,
+) -> Estimate:
+    """A fix's estimate: its ``low`` / ``mid`` / ``high`` variants replayed on the graph.
+    ``multiple``: the batch multiple of a fix that grows the batch (the gain is then on the time
+    per sample); ``staging``: the fix removes host staging, which the calibrated host scale holds
+    (a pageable ``cudaMemcpyAsync`` copies the tensor through a pinned bounce buffer, and the
+    CPU's memcpy of every byte evicts the caches the host's other work uses): the fixed graph is
+    replayed at :data:`HOST_SCALE_RANGE` only, and the untraced time those scales leave
+    unexplained goes with the fix."""
     g = cp.graph
-    variants = fix_variants(rec_id, g, ctx)
-    if variants is None:
-        return None
     ws = cp.window[0]
     s_cal = ctx.host_scale_cal
-    staging = rec_id in STAGING_FIXES and s_cal is not None
+    staging = staging and s_cal is not None
     if staging:  # the calibrated factor holds the staging the fix removes
         s_cal = None
     scales = sorted({*HOST_SCALE_RANGE, HOST_SCALE_MID, *([s_cal] if s_cal is not None else [])})
     if not ctx.untraced_step_ms:
         scales.append(1.0)
-    k = BATCH_MULTIPLE if rec_id in PER_SAMPLE else 1
+    k = multiple
     u = ctx.untraced_step_ms * 1e6 * ctx.n_steps if ctx.untraced_step_ms else None
     gains: dict[tuple[str, float, bool, float], float] = {}
     hv = HOST_VARIATION
@@ -515,13 +293,3 @@ def calibrated_scale(cp: CriticalPath, ctx: Context) -> float | None:
     if not ctx.untraced_step_ms:
         return None
     return calibrate(cp.graph, cp.window[0], ctx.untraced_step_ms * 1e6 * ctx.n_steps)
-
-
-def bound_estimate(max_gain_pct: float, ctx: Context) -> Estimate:
-    """For a fix without a graph model (``load_imbalance``): the rule's bound as the high end, half
-    of it as the estimate, 0 as the low end."""
-    ref = ctx.untraced_step_ms or ctx.step_ms
-    mid = max_gain_pct / 2.0
-    return Estimate(
-        mid, 0.0, max_gain_pct, ref * (1 - mid / 100.0) if ref else None, method="bound", bound=True
-    )

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import duckdb
 import pandas as pd
+from gpuscope.analysis import fixes as R
 from gpuscope.analysis import flops as F
 from gpuscope.analysis import gains as GN
 from gpuscope.analysis import kernels as K
 from gpuscope.analysis import peaks as P
-from gpuscope.analysis import recommendations as R
 from gpuscope.analysis import tensor_cores as T
 from gpuscope.analysis.busy import (
     BusySplit,
@@ -1207,13 +1207,13 @@ class RunAnalysis:
         return ctx
 
     def estimate_fixes(self) -> None:
-        """Each recommendation's ``estimate``: the step re-timed on the critical path with the fix
-        applied, else the bound (nothing without a critical path)."""
+        """Each recommendation's ``estimate`` (its unit's re-timing on the critical path, never
+        above its proven bound), and the recommendations ordered by it, the largest first
+        (nothing without a critical path: they stay in registry order)."""
         cp, ctx = self.critical_path, self.gain_context
         if cp is None or ctx is None:
             return
-        for rec in self.recommendations:
-            rec.estimate = GN.estimate(rec.id, cp, ctx) or GN.bound_estimate(rec.max_gain_pct, ctx)
+        R.estimate(self.recommendations, cp, ctx)
 
 
 @_one_snapshot

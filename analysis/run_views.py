@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.collectives import wait_in_view, wait_spans
 from gpuscope.analysis.critical_path import StepPath
+from gpuscope.analysis.fixes import Recommendation
 from gpuscope.analysis.gains import Estimate
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.kernels import KernelRow
@@ -43,7 +44,6 @@ from gpuscope.analysis.ranks import (
     world_sizes,
 )
 from gpuscope.analysis.ranks import rank_overview as _rank_overview
-from gpuscope.analysis.recommendations import Recommendation
 from gpuscope.analysis.report import RunReport, analyze_run
 from gpuscope.analysis.roofline import RooflineView, RoofOp
 from gpuscope.analysis.store_access import ranks_of, us
@@ -386,11 +386,11 @@ def modules(report: RunReport) -> ModulesView | None:
 
 @dataclass(frozen=True)
 class FixEstimate:
-    """A fix's gain re-timed along the critical path: its id, what its gain bounds
-    (``step_time`` or ``per_sample_time``, :attr:`Recommendation.bound`) and the estimate."""
+    """A fix's gain re-timed along the critical path: its id, what its gain is a share of
+    (``step_time`` or ``per_sample_time``, :attr:`Recommendation.footing`) and the estimate."""
 
     fix: str
-    bound: str
+    footing: str
     estimate: Estimate
 
 
@@ -415,7 +415,7 @@ def critical_path_section(report: RunReport) -> PathSection:
         dominant=cp.dominant if cp is not None else None,
         bound_by_pct=cp.bound_by_pct if cp is not None else {},
         estimates=tuple(
-            FixEstimate(r.id, r.bound, r.estimate)
+            FixEstimate(r.id, r.footing, r.estimate)
             for r in report.recommendations
             if r.estimate is not None
         ),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from gpuscope.analysis.fixes import ORDER_NOTE
 from gpuscope.analysis.fmt import sig3
 from gpuscope.web import html_safe, palette
 
@@ -321,11 +322,15 @@ def render_markdown(parts: ReportParts) -> str:
     recs = doc.get("recommendations") or []
     if not recs:
         out += ["No fix with a cost above noise.", ""]
+    else:
+        out += [_md(ORDER_NOTE), ""]
     for r in recs:
         summary = (r.get("evidence") or {}).get("summary") or ""
-        out += [f"### {_md(r['title'])}", "", f"**Estimate:** {_md(r['gain'])}.", ""]
-        if summary:
-            out += [_md(summary), ""]
+        out += [f"### {_md(r['title'])}", ""]
+        if r.get("gain"):
+            out += [f"**Estimate:** {_md(r['gain'])}.", ""]
+        for x in (r.get("why"), summary):
+            out += [_md(x), ""] if x else []
         fence = "````" if "```" in r["fix"] else "```"
         out += [f"{fence}python", r["fix"], fence, ""]
     out += ["## Top kernels", ""]
@@ -400,14 +405,13 @@ def render_html(parts: ReportParts) -> str:
     )
     out.append('</section><section id="fixes"><h2>Fixes</h2>')
     recs = doc.get("recommendations") or []
-    if not recs:
-        out.append("<p>No fix with a cost above noise.</p>")
+    out.append(f"<p>{_h(ORDER_NOTE)}</p>" if recs else "<p>No fix with a cost above noise.</p>")
     for r in recs:
         summary = (r.get("evidence") or {}).get("summary") or ""
         out.append(
             f'<article class="fix" id="fix-{_h(r["id"])}"><h3>{_h(r["title"])}</h3>'
-            f'<p class="gain">Estimate: {_h(r["gain"])}.</p>'
-            + (f"<p>{_h(summary)}</p>" if summary else "")
+            + (f'<p class="gain">Estimate: {_h(r["gain"])}.</p>' if r.get("gain") else "")
+            + "".join(f"<p>{_h(x)}</p>" for x in (r.get("why"), summary) if x)
             + f"<pre><code>{_h(r['fix'])}</code></pre></article>"
         )
     out.append('</section><section id="kernels"><h2>Top kernels</h2>')

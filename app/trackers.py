@@ -76,7 +76,8 @@ def payload_from_doc(doc: dict[str, Any], report_html: str, report_md: str) -> T
     for cause, pct in (doc["idle"].get("causes_pct") or {}).items():
         m[f"idle_{cause}_pct"] = pct
     for r in doc.get("recommendations") or []:
-        m[f"fix_{r['id']}_max_gain_pct"] = r.get("max_gain_pct")
+        m[f"fix_{r['id']}_gain_pct"] = (r.get("estimate") or {}).get("gain_pct")
+        m[f"fix_{r['id']}_bound_pct"] = r.get("bound_pct")  # only a proven bound
     metrics = {k: f for k, v in m.items() if (f := _num(v)) is not None}
     run = doc["run"]
     params = {

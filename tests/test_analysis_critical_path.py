@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from gpuscope.analysis import fixes as FX
 from gpuscope.analysis import gains as GN
 from gpuscope.analysis.critical_path import (
     BOUND_BY,
@@ -23,6 +24,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 US = 1_000
+
+
+def _retime(fix: str, g, ctx):
+    """The fix unit's low / mid / high re-timings of the graph."""
+    retime = FX.BY_ID[fix].retime
+    assert retime is not None
+    return retime(g, ctx)
+
+
+def _estimate(fix: str, cp, ctx):
+    """The fix unit's variants replayed on the graph (unclipped)."""
+    u = FX.BY_ID[fix]
+    return GN.replay_estimate(
+        _retime(fix, cp.graph, ctx), cp, ctx, multiple=u.batch_multiple, staging=u.staging
+    )
 
 
 def sync_step() -> tuple[list[H], list[G]]:
@@ -65,10 +81,10 @@ def test_host_sync_gain_hand_computed():
     host, gpu = sync_step()
     cp = critical_path_of(host, gpu, 1, [(0, 100 * US)], [1])
     ctx = GN.Context(n_steps=1, step_ms=0.1)
-    dur, keep = GN.fix_variants("host_sync", cp.graph, ctx)["mid"]
+    dur, keep = _retime("host_sync", cp.graph, ctx)["mid"]
     assert GN.makespan(cp.graph, 0, dur, keep) == 60 * US
     assert GN.makespan(cp.graph, 0) == 100 * US  # the graph replays the trace as recorded
-    est = GN.estimate("host_sync", cp, ctx)
+    est = _estimate("host_sync", cp, ctx)
     # without an untraced step the host is replayed at 0.3 .. 0.5 and 1.0 of its recorded time;
     # mid (0.4): host 0..4 -> 1.6, launch call 4..6 -> 0.8, K starts 1.6 + 6 = 7.6, ends 57.6;
     # the Python after the call ends first, so the window is 57.6 against 100 * 0.4-scaled
@@ -146,7 +162,7 @@ def test_dataloader_gain_hand_computed():
     assert cp.steps[0].bound_ns["kernels"] == 20 * US
     assert cp.steps[0].bound_ns["cpu"] == 2 * US and cp.steps[0].bound_ns["launch"] == 1 * US
     ctx = GN.Context(n_steps=1, step_ms=0.053)
-    dur, keep = GN.fix_variants("dataloader_workers", cp.graph, ctx)["high"]
+    dur, keep = _retime("dataloader_workers", cp.graph, ctx)["high"]
     assert GN.makespan(cp.graph, 0, dur, keep) == 23 * US
 
 
@@ -163,7 +179,7 @@ def test_pin_memory_retimes_the_copy_at_pinned_bandwidth():
     cp = critical_path_of(host, gpu, 1, [(0, 1_010 * US)], [1])
     assert cp.steps[0].bound_ns["copies"] == 1_000 * US + 5 * US  # copy + the call's tail
     ctx = GN.Context(n_steps=1, step_ms=1.01, pinned_gbps=50.0)
-    dur, keep = GN.fix_variants("pin_memory", cp.graph, ctx)["mid"]
+    dur, keep = _retime("pin_memory", cp.graph, ctx)["mid"]
     # copy at 50 B/ns: 200 µs, from 5 (launch latency kept) to 205; the call no longer waits
     assert GN.makespan(cp.graph, 0, dur, keep) == 205 * US
 
@@ -179,7 +195,7 @@ def test_host_variation_widens_a_host_bound_range_by_its_factor():
         H("aten::foo", "cpu_op", 0, 100 * US, 1),
     ]
     cp = critical_path_of(host, [], 1, [(0, 100 * US)], [1])
-    est = GN.estimate("cuda_graphs", cp, GN.Context(n_steps=1, step_ms=0.1))
+    est = _estimate("cuda_graphs", cp, GN.Context(n_steps=1, step_ms=0.1))
     assert est is not None
     assert est.gain_pct == pytest.approx(80.0)
     assert est.low_pct == pytest.approx(38.5)
@@ -206,7 +222,7 @@ def test_pinning_removes_the_staging_the_calibration_folded_in():
     ctx = GN.Context(n_steps=1, step_ms=1.3, untraced_step_ms=1.25, pinned_gbps=50.0)
     ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
     assert ctx.host_scale_cal == pytest.approx(240 / 290, abs=0.01)
-    est = GN.estimate("pin_memory", cp, ctx)
+    est = _estimate("pin_memory", cp, ctx)
     assert est is not None
     assert est.gain_pct == pytest.approx(100 * (1 - 285 / 1250))
     assert est.low_pct <= est.gain_pct <= est.high_pct

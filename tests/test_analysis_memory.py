@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpuscope.analysis import recommendations as R
+from gpuscope.analysis import fixes as R
 from gpuscope.analysis.memory import SnapshotSummary, memory_analysis
 from gpuscope.analysis.report import analyze_run
 from gpuscope.analysis.steps import find_window
@@ -166,7 +166,7 @@ def test_batch_size_summary_gives_the_headroom() -> None:
            "peak_allocated_bytes": 6 * 2**30}  # fmt: skip
     inp = R.Inputs(window_ns=10_000_000, n_steps=10, busy_pct=50.0, idle=idle, kernels=k,
                    mem_used_frac=0.1, memory=mem)  # fmt: skip
-    rec = R.rule_batch_size(inp)
+    rec = R.BY_ID["batch_size"].find(inp)
     assert rec is not None
     assert "leaving 72 GiB of headroom" in rec.evidence["summary"]
     assert rec.evidence["headroom_bytes"] == 72 * 2**30

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpuscope.analysis import recommendations as R
+from gpuscope.analysis import fixes as R
 from gpuscope.analysis.idle import CAUSES, IdleResult
 from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.report import analyze_run
@@ -83,21 +83,24 @@ def test_before_gets_the_fixes_its_evidence_supports(con, tmp_path):
     assert "kernel_fusion" not in recs and "batch_size" not in recs  # 200 µs kernels, full grids
     w = 24_000.0  # µs
     # data loading: 3000 µs per step
-    assert recs["dataloader_workers"].max_gain_pct == pytest.approx(100 * 9000 / w)
+    assert recs["dataloader_workers"].cost_pct == pytest.approx(100 * 9000 / w)
     # drained by the sync: 7288..8000 of each step (the next DataLoader takes over at 8000)
-    assert recs["host_sync"].max_gain_pct == pytest.approx(100 * 3 * 712 / w)
+    assert recs["host_sync"].cost_pct == pytest.approx(100 * 3 * 712 / w)
     # the pageable copy's call while the GPU waited: 3000..3180 of each step
-    assert recs["pin_memory"].max_gain_pct == pytest.approx(100 * 3 * 180 / w)
+    assert recs["pin_memory"].cost_pct == pytest.approx(100 * 3 * 180 / w)
     mp = recs["mixed_precision"]
     s = mp.evidence["assumed_speedup"]
     assert s > 1
-    assert mp.max_gain_pct == pytest.approx(100 * 3 * 4000 * (1 - 1 / s) / w)
+    assert mp.cost_pct == pytest.approx(100 * 3 * 4000 * (1 - 1 / s) / w)
     assert mp.evidence["fp32_gemm_us_per_step"] == pytest.approx(4000)
-    # ranked by bound, each with evidence and a snippet
-    gains = [r.max_gain_pct for r in rep.recommendations]
+    # ranked by estimate, each with evidence, why and a snippet; "at most" only where proven
+    gains = [r.estimate.gain_pct for r in rep.recommendations]
     assert gains == sorted(gains, reverse=True)
     for r in rep.recommendations:
-        assert r.title and r.fix and r.evidence["summary"]
+        assert r.title and r.why and r.fix and r.evidence["summary"]
+        assert ("at most" in r.gain_phrase) == (r.bound_pct is not None)
+    assert recs["dataloader_workers"].bound_pct is not None
+    assert recs["host_sync"].bound_pct is None and recs["pin_memory"].bound_pct is None
     assert "num_workers" in recs["dataloader_workers"].fix
     assert "pin_memory=True" in recs["pin_memory"].fix and "non_blocking" in recs["pin_memory"].fix
     assert "autocast" in mp.fix and "allow_tf32" in mp.fix
@@ -133,27 +136,27 @@ def idle_result(window_ns: int, n_steps: int, **causes: int) -> IdleResult:
 
 def test_noise_thresholds():
     # 1 ms window, 10 steps: 2% = 20 µs, 100 µs per step = 1000 µs (more than the window)
-    assert R.significant(20_000, 1_000_000, 10)
-    assert not R.significant(19_000, 1_000_000, 10)
+    assert R.base.significant(20_000, 1_000_000, 10)
+    assert not R.base.significant(19_000, 1_000_000, 10)
     # 1 s window, 10 steps: 100 µs per step = 1 ms = 0.1% -> below the 0.5% floor
-    assert not R.significant(1_000_000, 1_000_000_000, 10)
+    assert not R.base.significant(1_000_000, 1_000_000_000, 10)
     # 0.6% and 600 µs per step: a finding
-    assert R.significant(6_000_000, 1_000_000_000, 10)
-    assert not R.significant(0, 1_000_000, 1)
+    assert R.base.significant(6_000_000, 1_000_000_000, 10)
+    assert not R.base.significant(0, 1_000_000, 1)
 
 
 def test_mixed_precision_needs_a_tensor_core_gpu():
     base = {"window_ns": 1_000_000, "n_steps": 1, "busy_pct": 90.0, "fp32_gemm_us": 500.0}
     idle = idle_result(1_000_000, 1)
-    assert R.rule_mixed_precision(R.Inputs(**base, idle=idle, compute_capability=(6, 1))) is None
-    assert R.rule_mixed_precision(R.Inputs(**base, idle=idle, compute_capability=None)) is None
-    rec = R.rule_mixed_precision(
+    assert R.BY_ID["mixed_precision"].find(R.Inputs(**base, idle=idle, compute_capability=(6, 1))) is None
+    assert R.BY_ID["mixed_precision"].find(R.Inputs(**base, idle=idle, compute_capability=None)) is None
+    rec = R.BY_ID["mixed_precision"].find(
         R.Inputs(**base, idle=idle, compute_capability=(8, 0), tc_speedup=4.0)
     )
-    assert rec is not None and rec.max_gain_pct == pytest.approx(50.0 * 0.75)
-    rec = R.rule_mixed_precision(R.Inputs(**base, idle=idle, compute_capability=(7, 0)))
+    assert rec is not None and rec.cost_pct == pytest.approx(50.0 * 0.75)
+    rec = R.BY_ID["mixed_precision"].find(R.Inputs(**base, idle=idle, compute_capability=(7, 0)))
     assert rec is not None and "float16" in rec.fix
-    assert rec.evidence["assumed_speedup"] == R.DEFAULT_TC_SPEEDUP
+    assert rec.evidence["assumed_speedup"] == R.mixed_precision.DEFAULT_TC_SPEEDUP
 
 
 def test_kernel_fusion_needs_short_kernels():
@@ -161,30 +164,30 @@ def test_kernel_fusion_needs_short_kernels():
     short = R.KernelStats(n_kernels=500, kernel_us=700.0, median_us=4.0, short_us=600.0)
     long = R.KernelStats(n_kernels=5, kernel_us=700.0, median_us=140.0)
     inp = {"window_ns": 1_000_000, "n_steps": 1, "busy_pct": 70.0, "idle": idle}
-    rec = R.rule_kernel_fusion(R.Inputs(**inp, kernels=short))
+    rec = R.BY_ID["kernel_fusion"].find(R.Inputs(**inp, kernels=short))
     # issue 9: torch.compile also fuses the short kernels, so the bound adds their time (on an
     # H100, eager -> compiled cut the step by more than its idle alone): 30% idle + 60% short
-    assert rec is not None and rec.max_gain_pct == pytest.approx(90.0)
-    assert R.rule_kernel_fusion(R.Inputs(**inp, kernels=long)) is None
+    assert rec is not None and rec.cost_pct == pytest.approx(90.0)
+    assert R.BY_ID["kernel_fusion"].find(R.Inputs(**inp, kernels=long)) is None
 
 
 def test_communication_and_batch_size_rules():
     idle = idle_result(1_000_000, 1, communication=30_000)
     inp = R.Inputs(window_ns=1_000_000, n_steps=1, busy_pct=60.0, idle=idle, comm_only_ns=50_000)
-    rec = R.rule_communication(inp)
+    rec = R.BY_ID["overlap_communication"].find(inp)
     assert rec is not None and rec.id == "overlap_communication"
-    assert rec.max_gain_pct == pytest.approx(8.0)
+    assert rec.cost_pct == pytest.approx(8.0)
     k = R.KernelStats(n_kernels=10, kernel_us=600.0, small_grid_us=600.0, small_grid_fill=0.25)
     idle2 = idle_result(1_000_000, 1, cpu_overhead=400_000)
     args = {"window_ns": 1_000_000, "n_steps": 1, "busy_pct": 60.0, "idle": idle2, "kernels": k}
-    rec = R.rule_batch_size(R.Inputs(**args))
+    rec = R.BY_ID["batch_size"].find(R.Inputs(**args))
     # idle 40% + 60% of the window in kernels filling a quarter of the SMs: 40 + 45 -> 85%
-    assert rec is not None and rec.max_gain_pct == pytest.approx(85.0)
+    assert rec is not None and rec.cost_pct == pytest.approx(85.0)
     # data loading does not amortise over a larger batch: not in the bound
     idle3 = idle_result(1_000_000, 1, cpu_overhead=400_000, data_loading=300_000)
-    rec = R.rule_batch_size(R.Inputs(**{**args, "idle": idle3}))
-    assert rec is not None and rec.max_gain_pct == pytest.approx(85.0)
-    assert R.rule_batch_size(R.Inputs(**args, mem_used_frac=0.9)) is None  # no memory headroom
+    rec = R.BY_ID["batch_size"].find(R.Inputs(**{**args, "idle": idle3}))
+    assert rec is not None and rec.cost_pct == pytest.approx(85.0)
+    assert R.BY_ID["batch_size"].find(R.Inputs(**args, mem_used_frac=0.9)) is None  # no memory headroom
 
 
 def test_load_imbalance_separates_waiting_from_communication():
@@ -200,17 +203,17 @@ def test_load_imbalance_separates_waiting_from_communication():
         comm_only_ns=6_000_000,
         peers=peers,
     )
-    rec = R.rule_load_imbalance(inp)
-    assert rec is not None and rec.max_gain_pct == pytest.approx(55.0)
+    rec = R.BY_ID["load_imbalance"].find(inp)
+    assert rec is not None and rec.cost_pct == pytest.approx(55.0)
     assert rec.evidence["slowest_rank"] == 1 and "--rank 1" in rec.fix
-    comm = R.rule_communication(inp)
-    assert comm is not None and comm.max_gain_pct == pytest.approx(5.0)
+    comm = R.BY_ID["overlap_communication"].find(inp)
+    assert comm is not None and comm.cost_pct == pytest.approx(5.0)
     # alone (no peers), all of it counts as communication
     solo = R.Inputs(
         window_ns=10_000_000, n_steps=10, busy_pct=95.0, idle=idle, comm_only_ns=6_000_000
     )
-    assert R.rule_load_imbalance(solo) is None
-    assert R.rule_communication(solo).max_gain_pct == pytest.approx(60.0)
+    assert R.BY_ID["load_imbalance"].find(solo) is None
+    assert R.BY_ID["overlap_communication"].find(solo).cost_pct == pytest.approx(60.0)
 
 
 def test_silent_without_evidence():

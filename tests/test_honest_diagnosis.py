@@ -70,7 +70,7 @@ def test_untraced_step_caps_host_side_bounds(con, tmp_path):
     kf = {x.id: x for x in r.recommendations}["kernel_fusion"]
     # kernel_fusion (torch.compile) may also fuse the short kernels themselves: the bound adds
     # their 100 µs per step: (150 + 100) / 250 = 100%
-    assert kf.max_gain_pct == pytest.approx(100.0)
+    assert kf.cost_pct == pytest.approx(100.0)
     assert kf.evidence["short_kernel_us_per_step"] == pytest.approx(100.0)
     assert kf.evidence["idle_us_per_step"] == pytest.approx(150.0)
     assert kf.evidence["capped_by_profiler"] is True
@@ -78,21 +78,21 @@ def test_untraced_step_caps_host_side_bounds(con, tmp_path):
     # every host-side bound is within the cap; batch_size adds the unused SMs of its 1-block
     # kernels (GPU time, not capped): (150 + 100 × 131/132) / 250 = 99.697% of per-sample time
     recs = {x.id: x for x in r.recommendations}
-    assert recs["batch_size"].max_gain_pct == pytest.approx(100 * (150 + 100 * 131 / 132) / 250)
+    assert recs["batch_size"].cost_pct == pytest.approx(100 * (150 + 100 * 131 / 132) / 250)
     assert all(
-        x.max_gain_pct <= 60.0 + 1e-9
+        x.cost_pct <= 60.0 + 1e-9
         for x in r.recommendations
         if x.id not in ("batch_size", "kernel_fusion")
     )
     # a compiled run's cuda_graphs bound is the capped idle alone: 0.15 / 0.25 = 60%
     tc = short_ops(meta, kernel="triton_poi_fused_add_0")
     rc = analyze_run(con, ingest(con, tc, tmp_path / "c.json"))
-    assert {x.id: x for x in rc.recommendations}["cuda_graphs"].max_gain_pct == pytest.approx(60.0)
+    assert {x.id: x for x in rc.recommendations}["cuda_graphs"].cost_pct == pytest.approx(60.0)
     # the argument wins over the metadata: cap 0.5 - 0.1 = 0.4 ms -> 80%
     r2 = analyze_run(con, rc.run["id"], untraced_step_ms=0.5)
     assert r2.profiler.untraced_source == "argument"
     assert r2.profiler.inflation_pct == pytest.approx(100.0)
-    assert {x.id: x for x in r2.recommendations}["cuda_graphs"].max_gain_pct == pytest.approx(80.0)
+    assert {x.id: x for x in r2.recommendations}["cuda_graphs"].cost_pct == pytest.approx(80.0)
 
 
 @pytest.mark.slow
@@ -300,7 +300,7 @@ def test_units_from_the_model_input_shape(con, tmp_path):
 
 
 def test_batch_size_bound_is_per_sample(con, tmp_path):
-    from gpuscope.analysis import recommendations as R
+    from gpuscope.analysis import fixes as R
     from gpuscope.analysis.idle import CAUSES, IdleResult
 
     idle = IdleResult(
@@ -312,13 +312,21 @@ def test_batch_size_bound_is_per_sample(con, tmp_path):
         causes_ns={c: (500_000 if c == "cpu_overhead" else 0) for c in CAUSES},
     )
     k = R.KernelStats(n_kernels=10, kernel_us=500.0, small_grid_us=500.0, small_grid_fill=0.5)
-    rec = R.rule_batch_size(
+    rec = R.BY_ID["batch_size"].find(
         R.Inputs(window_ns=1_000_000, n_steps=1, busy_pct=50.0, idle=idle, kernels=k)
     )
     # idle 500 µs + unused SMs 500 × 0.5 = 250 µs over a 1000 µs window = 75%
-    assert rec is not None and rec.bound == "per_sample_time"
-    assert rec.max_gain_pct == pytest.approx(75.0)
-    assert rec.gain_phrase == "per-sample time down by at most 75%"
+    assert rec is not None and rec.footing == "per_sample_time"
+    assert rec.cost_pct == pytest.approx(75.0)
+    # no proven bound (how the kernels fill the GPU at a larger batch is a model): no "at most",
+    # and the estimate speaks of the time per sample
+    assert rec.bound_pct is None and rec.gain_phrase == ""
+    from gpuscope.analysis.gains import Estimate
+
+    rec.estimate = Estimate(60.0, 50.0, 70.0, 1.6)
+    assert rec.gain_phrase == (
+        "time per sample down 60% (range 50 to 70%), with a larger batch per step"
+    )
     assert "larger batch makes each step longer" in rec.evidence["summary"]
 
 
@@ -368,7 +376,7 @@ def test_pageable_copy_excess_from_the_table(con, tmp_path):
     rec = {x.id: x for x in r.recommendations}["pin_memory"]
     assert rec.evidence["copy_excess_us_per_step"] == pytest.approx(1720.0)
     # 1720 µs of a 100 ms step, plus whatever idle the copies' calls caused
-    assert rec.max_gain_pct >= 1.72
+    assert rec.cost_pct >= 1.72
 
 
 @pytest.mark.slow

@@ -109,7 +109,7 @@ def test_page_models_say_what_analyze_json_says_and_never_read_it(
         (s["number"], s["bound_by_ms"]) for s in cp["steps"]
     ]
     assert path.dominant == cp["dominant"] and path.bound_by_pct == cp["bound_by_pct"]
-    assert [(f.fix, f.bound, f.estimate.gain_pct) for f in path.estimates] == [
+    assert [(f.fix, f.footing, f.estimate.gain_pct) for f in path.estimates] == [
         (r["id"], r["bound"], r["estimate"]["gain_pct"])
         for r in doc["recommendations"]
         if r["estimate"]

@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from gpuscope.analysis import recommendations as R
+from gpuscope.analysis import fixes as R
 from gpuscope.analysis import run_views
 from gpuscope.analysis.idle import CAUSES, IdleResult
 from gpuscope.analysis.memory import MallocStats, MemoryResult
@@ -81,11 +81,11 @@ def test_memory_rules_read_a_memory_result_as_its_document() -> None:
     base = {"window_ns": 10_000_000, "n_steps": 10, "busy_pct": 50.0, "idle": idle, "kernels": k}
     typed = R.Inputs(**base, memory=mem)  # type: ignore[arg-type]
     as_doc = R.Inputs(**base, memory=mem.to_json())  # type: ignore[arg-type]
-    full = R.rule_memory_near_full(typed)
-    assert full is not None and full == R.rule_memory_near_full(as_doc)
+    full = R.BY_ID["memory_near_full"].find(typed)
+    assert full is not None and full == R.BY_ID["memory_near_full"].find(as_doc)
     assert full.evidence["reserved_minus_allocated_at_peak_bytes"] == 10 * 2**30
     assert full.evidence["malloc_calls"] == 40
     mem.peak_reserved_bytes = 8 * 2**30  # room left: a larger batch, with its headroom
-    batch = R.rule_batch_size(typed)
-    assert batch is not None and batch == R.rule_batch_size(R.Inputs(**base, memory=mem.to_json()))  # type: ignore[arg-type]
+    batch = R.BY_ID["batch_size"].find(typed)
+    assert batch is not None and batch == R.BY_ID["batch_size"].find(R.Inputs(**base, memory=mem.to_json()))  # type: ignore[arg-type]
     assert batch.evidence["headroom_bytes"] == 72 * 2**30

@@ -2,16 +2,16 @@
 ``gpuscope.vocabulary``; every other module of the package uses its constants. The scan reads every
 string constant of the package (docstrings aside) with the AST.
 
-Fix ids are not scanned: ``cuda_graphs`` or ``cudnn_benchmark`` are also the keys of a trace's
-settings and of the compiled-mode JSON; the rules and the Live page's advice take them, and the
-texts of the fixes both give, from gpuscope.vocabulary.fixes (checked below)."""
+Fix ids are not scanned here: each is written once, in its unit of gpuscope.analysis.fixes
+(tests/test_fix_units.py scans for them); the Live page's advice takes the unit's words (checked
+below)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from gpuscope.vocabulary import causes, fixes, nvml_fields
+from gpuscope.vocabulary import causes, nvml_fields
 
 REPO = Path(__file__).resolve().parent.parent
 ROOTS = ("app", "ingest", "analysis", "store")  # vocabulary/ is where the words are written
@@ -77,26 +77,26 @@ def test_each_word_is_defined_once() -> None:
     assert len(set(causes.CAUSE_IDS)) == len(causes.CAUSES) == len(causes.BY_ID)
     assert set(causes.EVIDENCE_CAUSES) | set(causes.HOST_CAUSES) == set(causes.CAUSE_IDS)
     assert len(set(nvml_fields.NVML_METRIC_FIELDS)) == len(nvml_fields.NVML_METRIC_FIELDS)
-    assert len(set(fixes.FIX_IDS)) == len(fixes.FIX_IDS)
     assert len({c.colour for c in causes.CAUSES}) == len(causes.CAUSES)  # no two alike
 
 
 def test_the_live_page_and_the_run_page_give_one_text_per_fix() -> None:
     """The Live page's advice for a sawtooth and for irregular idle is the Run page's fix, word for
-    word (title and code): one text per fix id."""
+    word (title and code): the fix unit's."""
     from types import SimpleNamespace
 
+    from gpuscope.analysis.fixes import dataloader_workers, host_sync
     from gpuscope.web.advice import what_to_do
 
     saw = what_to_do(SimpleNamespace(idle_share_pct=40.0, period_s=0.5, timescale="step"))
     assert (saw.fix_id, saw.title, saw.code) == (
-        fixes.DATALOADER_WORKERS,
+        "dataloader_workers",
         "Load batches in background workers",
-        fixes.WORKERS.code,
+        dataloader_workers.WORDS.code,
     )
     rough = what_to_do(SimpleNamespace(idle_share_pct=40.0, period_s=None, timescale="step"))
     assert (rough.fix_id, rough.title, rough.code) == (
-        fixes.HOST_SYNC,
+        "host_sync",
         "Stop synchronising with the GPU every step",
-        fixes.SYNC.code,
+        host_sync.WORDS.code,
     )

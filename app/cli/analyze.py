@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuscope.analysis.fixes import ORDER_NOTE
 from gpuscope.analysis.fmt import sig3
 
 if TYPE_CHECKING:
@@ -316,26 +317,35 @@ def render(doc: dict[str, Any], job: JobDiagnosis | None = None, *, all_ranks: b
     recs = doc["recommendations"]
     out.append("")
     if recs:
-        out.append("recommendations:")
+        out.append(f"recommendations: {ORDER_NOTE}")
     elif doc.get("gpu_busy_pct") is None:
         out.append("recommendations: none (no GPU activity to base them on)")
     else:
         out.append("recommendations: none (no cost above noise)")
     for rec in recs:
-        out.append(f"* [{rec['id']}] {rec['title']}  ({rec['gain']})")
-        out.append(f"    {rec['evidence'].get('summary', '')}")
-        est = rec.get("estimate")
-        if est:
-            unit = "per-sample time (4x batch)" if rec.get("bound") == "per_sample_time" else "step"
-            out.append(
-                f"    estimate: {unit} down {est['gain_pct']:.0f}% "
-                f"(range {est['low_pct']:.0f} to {est['high_pct']:.0f}%), re-timed on the critical path"
-                + (f", step ~{sig3(est['step_ms'])} ms" if est.get("step_ms") else "")
-            )
-        out += ["    | " + line for line in rec["fix"].splitlines()]
+        out += render_fix(rec)
     for wmsg in warnings:
         print(f"gpuscope: warning: {wmsg}", file=sys.stderr)
     return "\n".join(out)
+
+
+def render_fix(rec: dict[str, Any]) -> list[str]:
+    """One fix of ``analyze --json``'s ``recommendations`` as text lines: id and title, its gain
+    (the estimate and range, "at most" only after a proven bound), why it helps, the evidence, the
+    code."""
+    est = rec.get("estimate") or {}
+    how = (
+        (" — re-timed on the critical path" if est.get("method") == "critical_path" else "")
+        + (f", step ~{sig3(est['step_ms'])} ms" if est.get("step_ms") else "")
+        + (", clipped at the proven bound" if est.get("clipped") else "")
+    )
+    out = [f"* [{rec['id']}] {rec['title']}"]
+    if rec.get("gain"):
+        out.append(f"    {rec['gain']}{how}")
+    if rec.get("why"):
+        out.append(f"    {rec['why']}")
+    out.append(f"    {rec['evidence'].get('summary', '')}")
+    return out + ["    | " + line for line in rec["fix"].splitlines()]
 
 
 TOP_KERNELS = 10

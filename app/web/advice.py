@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuscope.analysis.fixes import FixUnit, dataloader_workers, host_sync
 from gpuscope.analysis.live import MOSTLY_IDLE_PCT, STEADY_IDLE_PCT
-from gpuscope.vocabulary import fixes
 
 GPM = (
     "GPM (GPU Performance Monitoring) is NVML's set of hardware counters on Hopper and newer "
@@ -18,10 +18,24 @@ GPM = (
 
 @dataclass(frozen=True)
 class Todo:
-    advice: str  # Markdown, written here (no data in it)
-    fix_id: str | None = None  # the recommendation id (docs/metrics.md, Recommendations)
-    title: str = ""
-    code: str = ""
+    """What to do: ``advice`` (Markdown, written here, no data in it) and the fix unit that fixes
+    the usual cause (None: no fix to name); its id, title and code are the Run page's."""
+
+    advice: str
+    fix: FixUnit | None = None
+
+    @property
+    def fix_id(self) -> str | None:
+        """The recommendation id (docs/metrics.md, Recommendations), None without a fix."""
+        return self.fix.id if self.fix is not None else None
+
+    @property
+    def title(self) -> str:
+        return self.fix.words.title if self.fix is not None else ""
+
+    @property
+    def code(self) -> str:
+        return self.fix.words.code if self.fix is not None else ""
 
 
 def what_to_do(d: Any) -> Todo:
@@ -55,9 +69,7 @@ def what_to_do(d: Any) -> Todo:
         return Todo(
             "a regular busy/idle rhythm is almost always the input pipeline: make batches in "
             "background workers and copy them from pinned memory.",
-            fixes.DATALOADER_WORKERS,
-            fixes.WORKERS.title,
-            fixes.WORKERS.code,
+            dataloader_workers.UNIT,
         )
     if idle < STEADY_IDLE_PCT:
         return Todo(
@@ -73,7 +85,5 @@ def what_to_do(d: Any) -> Todo:
         "irregular idle gaps usually come from the host waiting on the GPU (`.item()`, "
         "`.cpu()`, printing a loss every step) or from uneven batches: keep per-step values on "
         "the GPU and read them back every N steps.",
-        fixes.HOST_SYNC,
-        fixes.SYNC.title,
-        fixes.SYNC.code,
+        host_sync.UNIT,
     )

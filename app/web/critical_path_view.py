@@ -27,7 +27,7 @@ def estimates_frame(estimates: Sequence[run_views.FixEstimate]) -> pd.DataFrame:
     rows = []
     for f in estimates:
         est = f.estimate
-        what = "per-sample time (4× batch)" if f.bound == "per_sample_time" else "step time"
+        what = "per-sample time (4× batch)" if f.footing == "per_sample_time" else "step time"
         rows.append(
             {
                 "Fix": f.fix,

@@ -42,14 +42,19 @@ def run_report(path: str, run_id: str, rank: int | None) -> run_views.RunReport:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _critical_path(path: str, run_id: str, rank: int | None) -> run_views.PathSection:
-    return run_views.critical_path_section(run_views.analyze_run(db.cursor(), run_id, rank=rank))
+def _with_path(
+    path: str, run_id: str, rank: int | None
+) -> tuple[run_views.PathSection, list[run_views.Recommendation]]:
+    """The report analysed with the critical path, as the page shows it: its path section and its
+    fixes, each with its estimate, ordered by it (one analysis for both sections)."""
+    rep = run_views.analyze_run(db.cursor(), run_id, rank=rank)
+    return run_views.critical_path_section(rep), list(rep.recommendations)
 
 
 def critical_path(path: str, run_id: str, rank: int | None) -> run_views.PathSection:
     """The Run page's critical-path section of (run, rank) (``run_views.critical_path_section``
     of the report analysed with the path: each step's path and the fixes' estimates)."""
-    return _critical_path(path, run_id, _rank(run_id, rank))
+    return _with_path(path, run_id, _rank(run_id, rank))[0]
 
 
 def headline(path: str, run_id: str, rank: int | None) -> run_views.Headline:
@@ -73,8 +78,9 @@ def top_kernels(path: str, run_id: str, rank: int | None) -> run_views.TopKernel
 
 
 def fixes(path: str, run_id: str, rank: int | None) -> list[run_views.Recommendation]:
-    """The recommendations of the report of (run, rank) (without the critical path's estimates)."""
-    return list(report_obj(path, run_id, _rank(run_id, rank)).recommendations)
+    """The fixes of (run, rank), each with its estimate re-timed on the critical path, the largest
+    estimate first (the analysis's order: the same in every face)."""
+    return _with_path(path, run_id, _rank(run_id, rank))[1]
 
 
 def rank_overview(path: str, run_id: str, rank: int | None) -> run_views.RankOverview:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 from gpuscope.analysis import run_views, sawtooth
+from gpuscope.analysis.fixes import ORDER_NOTE
 from gpuscope.store.errors import catalog_lost, store_fault
 from gpuscope.vocabulary.nvml_fields import GPU_UTIL_PCT, MEM_USED_BYTES, POWER_W
 from gpuscope.web import data, db, figures, html_safe, palette, ui
@@ -1016,21 +1017,25 @@ def evidence(ev: Any) -> None:
 
 
 def recommendations(recs: list[run_views.Recommendation]) -> None:
-    """The fixes of a report, the largest bound first: title, the bound in words, the evidence,
-    the fix's code and its id."""
+    """The fixes of a report in the analysis's order (the largest estimate first): title, the
+    estimate and its range in words ("at most" only after a proven bound), why it helps, the
+    evidence, the fix's code and its id."""
     st.subheader("Fixes")
     if not recs:
         st.success(
             "No fixes to suggest: nothing in this run points at a known cause of idle GPU time."
         )
         return
-    for r in sorted(recs, key=lambda r: -float(r.max_gain_pct or 0)):
+    st.caption(ORDER_NOTE)
+    for r in recs:
         with st.container(border=True):
-            gain = r.gain_phrase  # the analysis's sentence: what the bound is on, and its size
+            gain = r.gain_phrase  # the analysis's sentence: the estimate, its range, its footing
             head = f"**{ui.md(r.title or r.id, None)}**"
             if gain:
                 head += f" — **{ui.md(gain, None)}**"
             st.markdown(head)
+            if r.why:
+                st.markdown(ui.md(r.why, None))
             evidence(r.evidence)
             if r.fix:
                 st.code(str(r.fix), language="python")

@@ -84,7 +84,7 @@ if report is not None:
             views.breakdowns(data.breakdowns(path, run_id, rank))
         with views.section("Top kernels"):
             views.top_kernels(data.top_kernels(path, run_id, rank))
-        with views.section("Fixes"):
+        with views.section("Fixes"), st.spinner("Estimating each fix on the critical path…"):
             views.recommendations(data.fixes(path, run_id, rank))
         with views.section("Critical path"), st.spinner("Tracing the critical path…"):
             critical_path_view.show(data.critical_path(path, run_id, rank))

@@ -1,0 +1,390 @@
+"""What every fix unit is made of: the rules' inputs, the finding a rule returns, the fix unit itself
+(:class:`FixUnit`: id, words, detection rule, re-timing, proven bound) and the helpers the rules
+share (:func:`significant`, :func:`host_cost`, ...).
+
+A cost is noise, and its rule stays silent, unless it is at least :data:`FLOOR_PCT` of the window
+and either :data:`MIN_SHARE_PCT` of the window or :data:`MIN_PER_STEP_US` per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from gpuscope.analysis.compiled import CompiledInfo
+from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.gains import Context, Estimate, Variant, replay_estimate
+from gpuscope.analysis.idle import IdleResult
+from gpuscope.analysis.rank_row import RankRow
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.copies import PageableCopies
+    from gpuscope.analysis.critical_path import CriticalPath, Graph, Node
+    from gpuscope.analysis.memory import MallocStats, MemoryResult
+    from gpuscope.analysis.phase_patterns import PhasePatterns
+
+MIN_SHARE_PCT = 2.0
+"""A cost of at least this share of the window (%) is a finding ..."""
+MIN_PER_STEP_US = 100.0
+"""... and so is one of at least this many µs per step ..."""
+FLOOR_PCT = 0.5
+"""... as long as it is at least this share of the window (%): below, it is too small."""
+
+STEP_TIME = "step_time"
+"""Footing of a fix that keeps the batch: its step-time gain is also its time-per-sample gain."""
+PER_SAMPLE_TIME = "per_sample_time"
+"""Footing of a fix that changes the batch: the gain is on the time per sample."""
+MEMORY = "memory"
+"""Footing of a fix whose gain is room in GPU memory (time only from the allocator's calls)."""
+
+
+@dataclass(frozen=True)
+class Words:
+    """A fix's words: ``title`` (imperative, one line), ``why`` (one line: why it helps) and
+    ``code`` (copyable Python)."""
+
+    title: str
+    why: str
+    code: str
+
+
+@dataclass
+class KernelStats:
+    """Compute kernels of the window: count, approximate median duration (µs), time in kernels
+    shorter than :data:`SHORT_KERNEL_US` (µs), time in kernels whose grid has fewer blocks than
+    the GPU has SMs (µs) and the mean SM fill of those (0..1), convolution kernel time (µs)."""
+
+    n_kernels: int = 0
+    kernel_us: float = 0.0
+    median_us: float | None = None
+    short_us: float = 0.0
+    n_short: int = 0
+    small_grid_us: float = 0.0
+    small_grid_fill: float | None = None
+    conv_us: float = 0.0
+    cudnn_find_seen: bool = False
+
+
+SHORT_KERNEL_US = 20.0
+"""A kernel shorter than this (µs) is "short": launch and host overhead dominate it."""
+
+
+@dataclass
+class Inputs:
+    """Everything the rules read, in the units named. ``peers``: the other ranks' lines of the run
+    (their ``rank``, ``gpu_busy_pct``, ``step_time_ms``, ``comm_only_us_per_step`` are read)."""
+
+    window_ns: int
+    n_steps: int
+    busy_pct: float
+    idle: IdleResult
+    kernels: KernelStats = field(default_factory=KernelStats)
+    fp32_gemm_us: float | None = None
+    tensor_core_pct: float | None = None
+    gpu_name: str | None = None
+    compute_capability: tuple[int, int] | None = None
+    tc_speedup: float | None = None
+    comm_only_ns: int = 0
+    peers: list[RankRow] = field(default_factory=list)
+    mem_used_frac: float | None = None
+    dataloader_kind: str | None = None
+    untraced_step_ns: float | None = None
+    host_cap_ns_per_step: float | None = None
+    compiled: CompiledInfo | None = None
+    # torch.backends.cudnn.benchmark as gpuscope.capture recorded it (gpuscope.torch_flags); None:
+    # unknown (a trace from elsewhere)
+    cudnn_benchmark: bool | None = None
+    pageable_excess_ns: float = 0.0
+    # the pageable host-to-device copies (analysis.copies) when there were some
+    pageable_copy: PageableCopies | None = None
+    # the allocator's memory (analysis.memory) when the trace recorded it; a mapping of the same
+    # names (a hand-built input, a stored ``memory`` document) reads alike (:func:`memory`)
+    memory: MemoryResult | Mapping[str, Any] | None = None
+    # the optimizer loop and the recompute found by phase (analysis.phase_patterns), when looked for
+    phase: PhasePatterns | None = None
+
+
+@dataclass
+class Recommendation:
+    """One fix the run's evidence supports.
+
+    ``evidence``: ``summary`` (one sentence) plus the numbers it is built from. ``cost_pct``: the
+    cost the rule measured (% of the step: the time it addresses, profiler-capped; what made it
+    fire, not a gain). ``bound_pct``: a proven ceiling on the gain (%), None where none is proven
+    (docs/metrics.md, "Recommendations"). ``footing``: what the gain is a share of
+    (:data:`STEP_TIME`, :data:`PER_SAMPLE_TIME`, :data:`MEMORY`). ``estimate``: the gain re-timed
+    on the critical path (None until the report adds it; never above ``bound_pct``)."""
+
+    id: str
+    title: str
+    why: str
+    evidence: dict[str, Any]
+    fix: str
+    cost_pct: float
+    bound_pct: float | None = None
+    footing: str = STEP_TIME
+    estimate: Estimate | None = None
+
+    @property
+    def gain_pct(self) -> float | None:
+        """The one number of the fix: its estimate's point value (%), None without an estimate."""
+        return self.estimate.gain_pct if self.estimate is not None else None
+
+    @property
+    def gain_phrase(self) -> str:
+        """The gain in words: "step time down 36.3% (range 29.8 to 38.7%)", "at most" only after a
+        proven bound; without an estimate the proven bound alone, else ""."""
+        what = "time per sample" if self.footing == PER_SAMPLE_TIME else "step time"
+        e = self.estimate
+        if e is not None:
+            out = f"{what} down {e.gain_pct:.3g}% (range {e.low_pct:.3g} to {e.high_pct:.3g}%)"
+            if self.footing == PER_SAMPLE_TIME:
+                out += ", with a larger batch per step"
+            if self.bound_pct is not None:
+                out += f"; at most {self.bound_pct:.3g}%"
+        elif self.bound_pct is not None:
+            out = f"{what} down by at most {self.bound_pct:.3g}%"
+        else:
+            return ""
+        return f"frees GPU memory; {out}" if self.footing == MEMORY else out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "why": self.why,
+            "evidence": self.evidence,
+            "cost_pct": self.cost_pct,
+            "bound_pct": self.bound_pct,
+            "footing": self.footing,
+            "gain": self.gain_phrase,
+            "fix": self.fix,
+            "estimate": self.estimate.to_json() if self.estimate is not None else None,
+        }
+
+
+@dataclass
+class Finding:
+    """What a rule found: the evidence, the cost it measured (% of the step), the proven bound (%,
+    only from a unit with a :attr:`FixUnit.proof`), and the title or code where the run's facts
+    change the unit's words (None: the unit's)."""
+
+    evidence: dict[str, Any]
+    cost_pct: float
+    bound_pct: float | None = None
+    title: str | None = None
+    code: str | None = None
+
+
+Retime = Callable[["Graph", Context], dict[str, Variant]]
+"""A fix's re-timing: its ``low`` / ``mid`` / ``high`` variants of the graph's durations and edges."""
+
+
+@dataclass(frozen=True)
+class FixUnit:
+    """One fix, whole: its ``id`` (``recommendations[].id``), its :class:`Words`, its detection
+    rule (``detect``: :class:`Inputs` -> :class:`Finding`, None when the evidence is not there),
+    its re-timing on the critical path (``retime``; None: no graph model, the estimate is taken
+    from the proven bound), and ``proof``: why its bound is a hard ceiling (None: no bound is
+    proven, the user sees the estimate alone). ``footing``: :data:`STEP_TIME`,
+    :data:`PER_SAMPLE_TIME` or :data:`MEMORY`. ``batch_multiple``: the batch the re-timing grows
+    to (per-sample footing); ``staging``: the fix removes host staging the calibrated host scale
+    holds (:func:`gpuscope.analysis.gains.replay_estimate`)."""
+
+    id: str
+    words: Words
+    detect: Callable[[Inputs], Finding | None]
+    retime: Retime | None = None
+    proof: str | None = None
+    footing: str = STEP_TIME
+    batch_multiple: int = 1
+    staging: bool = False
+
+    def find(self, inp: Inputs) -> Recommendation | None:
+        """The recommendation when the rule's evidence holds (None: silent)."""
+        f = self.detect(inp)
+        if f is None:
+            return None
+        if (f.bound_pct is not None) != (self.proof is not None):
+            raise AssertionError(f"{self.id}: a bound without its proof, or a proof without one")
+        return Recommendation(
+            self.id,
+            f.title or self.words.title,
+            self.words.why,
+            f.evidence,
+            f.code or self.words.code,
+            f.cost_pct,
+            f.bound_pct,
+            self.footing,
+        )
+
+    def estimate(self, rec: Recommendation, cp: CriticalPath, ctx: Context) -> Estimate:
+        """The fix's estimate: re-timed on the graph (else half the proven bound, 0 to the bound),
+        clipped at the proven bound (``clipped`` says when it bit)."""
+        est = None
+        if self.retime is not None:
+            est = replay_estimate(
+                self.retime(cp.graph, ctx),
+                cp,
+                ctx,
+                multiple=self.batch_multiple,
+                staging=self.staging,
+            )
+        if est is None:
+            if rec.bound_pct is None:  # the registry's test holds every unit to one of the two
+                raise AssertionError(f"{self.id}: neither a re-timing nor a proven bound")
+            return bound_estimate(rec.bound_pct, ctx)
+        return clip(est, rec.bound_pct, ctx)
+
+
+def bound_estimate(bound_pct: float, ctx: Context) -> Estimate:
+    """For a fix without a graph model: half the proven bound as the estimate, 0 to the bound."""
+    ref = ctx.untraced_step_ms or ctx.step_ms
+    mid = bound_pct / 2.0
+    return Estimate(
+        mid, 0.0, bound_pct, ref * (1 - mid / 100.0) if ref else None, method="bound", bound=True
+    )
+
+
+def clip(est: Estimate, bound_pct: float | None, ctx: Context) -> Estimate:
+    """``est`` with no figure above the proven bound (unchanged without one)."""
+    if bound_pct is None or est.high_pct <= bound_pct:
+        return est
+    gain = min(est.gain_pct, bound_pct)
+    ref = ctx.untraced_step_ms or ctx.step_ms
+    step = est.step_ms
+    if step is not None and gain != est.gain_pct and ref:
+        step = step * (1.0 - gain / 100.0) / (1.0 - est.gain_pct / 100.0)
+    return replace(
+        est,
+        gain_pct=gain,
+        low_pct=min(est.low_pct, bound_pct),
+        high_pct=bound_pct,
+        step_ms=step,
+        bound=True,
+        clipped=True,
+    )
+
+
+# -- helpers the rules share ------------------------------------------------------------------
+
+
+def memory(inp: Inputs, name: str) -> Any:
+    """One figure of the allocator's memory (``peak_reserved_bytes``, ``malloc``, ...) by its
+    name in ``analyze --json``'s ``memory``; None when unknown."""
+    m = inp.memory
+    if m is None:
+        return None
+    return m.get(name) if isinstance(m, Mapping) else getattr(m, name, None)
+
+
+def malloc_calls(m: MallocStats | Mapping[str, Any] | None) -> tuple[int, float, float]:
+    """The allocator's driver calls inside the steps: (calls, µs, µs per step); zeros when
+    unknown. ``m``: the typed :class:`MallocStats` or ``analyze --json``'s ``memory.malloc``."""
+    if m is None:
+        return 0, 0.0, 0.0
+    if isinstance(m, Mapping):
+        return m.get("calls", 0), float(m.get("us") or 0.0), m.get("us_per_step", 0.0)
+    return m.calls, float(m.us), m.us_per_step
+
+
+def host_cost(ns: float, inp: Inputs) -> tuple[float, bool]:
+    """A host-side cost (ns over the window) capped by what can exist without the profiler:
+    ``host_cap_ns_per_step`` × steps (untraced step − GPU busy per step). (cost, capped?)"""
+    if inp.host_cap_ns_per_step is None:
+        return ns, False
+    cap = inp.host_cap_ns_per_step * max(1, inp.n_steps)
+    return (cap, True) if ns > cap else (ns, False)
+
+
+def host_gain_pct(ns: float, inp: Inputs) -> float:
+    """A time (ns over the window, already capped) as % of the step: its share of the traced
+    window, or, with an untraced step time, its per-step value over the untraced step (the step
+    the user actually runs). At most 100."""
+    if inp.untraced_step_ns:
+        return min(100.0, 100.0 * ns / max(1, inp.n_steps) / inp.untraced_step_ns)
+    return share(ns, inp.window_ns)
+
+
+def cap_note(ev: dict[str, Any], capped: bool, inp: Inputs) -> None:
+    """Record the profiler cap in the evidence, and say so in the summary when it bit."""
+    if inp.host_cap_ns_per_step is None:
+        return
+    ev["profiler_cap_us_per_step"] = inp.host_cap_ns_per_step / 1e3
+    ev["capped_by_profiler"] = capped
+    if capped:
+        ev["summary"] += (
+            f" Without the profiler the step takes {sig3((inp.untraced_step_ns or 0) / 1e6)} ms, "
+            f"so at most {sig3(inp.host_cap_ns_per_step / 1e6)} ms per step of it can be real "
+            "(untraced step − GPU busy per step): the cost is capped there."
+        )
+
+
+def significant(cost_ns: float, window_ns: int, n_steps: int) -> bool:
+    """Whether a cost (ns over the window) is a finding rather than noise."""
+    if window_ns <= 0 or cost_ns <= 0:
+        return False
+    pct = 100.0 * cost_ns / window_ns
+    per_step_us = cost_ns / max(1, n_steps) / 1e3
+    return pct >= FLOOR_PCT and (pct >= MIN_SHARE_PCT or per_step_us >= MIN_PER_STEP_US)
+
+
+def share(ns: float, window_ns: int) -> float:
+    """``ns`` as % of the window."""
+    return 100.0 * ns / window_ns if window_ns > 0 else 0.0
+
+
+def per_step_us(ns: float, n_steps: int) -> float:
+    """``ns`` over the window as µs per step."""
+    return ns / max(1, n_steps) / 1e3
+
+
+def cost_evidence(name: str, ns: float, inp: Inputs) -> dict[str, Any]:
+    """``{name}_us_per_step`` and ``share_pct`` of a cost (ns over the window)."""
+    return {
+        f"{name}_us_per_step": per_step_us(ns, inp.n_steps),
+        "share_pct": share(ns, inp.window_ns),
+    }
+
+
+def frame_rows(inp: Inputs, cls: str, limit: int = 5) -> list[dict[str, Any]]:
+    """The host spans of an evidence class (``name``, ``op``, ``per_step``, ``host_us_per_step``),
+    the longest first."""
+    frame = inp.idle.evidence.get(cls)
+    if frame is None or frame.empty:
+        return []
+    rows = []
+    for r in frame.head(limit).to_dict("records"):
+        op = r.get("op")
+        rows.append(
+            {
+                "name": r["name"],
+                "op": op if isinstance(op, str) else None,
+                "per_step": float(r["count"]) / max(1, inp.n_steps),
+                "host_us_per_step": float(r["host_ns"]) / max(1, inp.n_steps) / 1e3,
+            }
+        )
+    return rows
+
+
+def gib(b: float) -> str:
+    """Bytes as ``"1.5 GiB"``."""
+    return f"{b / 2**30:.3g} GiB"
+
+
+# -- helpers the re-timings share -------------------------------------------------------------
+
+
+def scaled(pred: Callable[[Node], bool], f: float) -> Callable[[int, Node], float]:
+    """Durations with the nodes ``pred`` picks × ``f``."""
+    return lambda v, n: n.dur * f if pred(n) else float(n.dur)
+
+
+def is_host_work(n: Node) -> bool:
+    """CPU ops and launch calls of the host, outside the DataLoader and the optimizer."""
+    return (
+        n.kind == "host"
+        and not ({"dataloader", "optimizer"} & n.tags)
+        and n.cat in ("cpu", "launch")
+    )

@@ -1,0 +1,133 @@
+"""Fix unit ``mixed_precision``: matrix multiplies in plain fp32 on a tensor-core GPU."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from gpuscope.analysis.critical_path import GpuEvent
+from gpuscope.analysis.fixes.base import (
+    Finding,
+    FixUnit,
+    Inputs,
+    Words,
+    is_host_work,
+    per_step_us,
+    share,
+    significant,
+)
+from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.tensor_cores import tensor_core_info
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.critical_path import Graph, Node
+    from gpuscope.analysis.gains import Context, DurFn, Variant
+
+CODE_BF16 = (
+    'with torch.autocast("cuda", dtype=torch.bfloat16):\n'
+    "    loss = loss_fn(model(x), y)\n"
+    "loss.backward()\n"
+    "# or at least TF32 for fp32 matmuls:\ntorch.backends.cuda.matmul.allow_tf32 = True\n"
+    "torch.backends.cudnn.allow_tf32 = True"
+)
+CODE_FP16 = (
+    'with torch.autocast("cuda", dtype=torch.float16):\n'
+    "    loss = loss_fn(model(x), y)\n"
+    "loss.backward()\n"
+    "# fp16 needs a GradScaler: scaler.scale(loss).backward(); scaler.step(opt)"
+)
+WORDS = Words(
+    "Run matrix multiplies on tensor cores (bf16 autocast or TF32)",
+    "fp32 matrix multiplies run on CUDA cores; in bf16 or TF32 they run on the tensor cores, "
+    "several times faster.",
+    CODE_BF16,
+)
+
+DEFAULT_TC_SPEEDUP = 8.0
+"""Assumed speed-up of fp32 GEMM/conv time on tensor cores when the peak table has no bf16/fp32
+pair for the GPU (H100 dense bf16 vs fp32 is ~15x; 8 is deliberately below that)."""
+
+GEMM_RATIO: dict[str, tuple[float, float]] = {
+    "H100 SXM": (2.43, 14.9),
+    "H200": (2.43, 14.9),
+}
+"""Measured fp32 (no TF32) → bf16 matmul speed-up on the GPU, (at 1024³, at 4096³): H100 80GB
+HBM3, torch 2.11+cu130, 2026-11-23 (sample_traces/fixes/all.json, ``gemm_and_copy``: 0.96 at
+512³, 2.43 at 1024³, 13.0 at 2048³, 14.9 at 4096³). H200 is the same chip. Other GPUs: 2 and
+the bf16/fp32 peak ratio of the peak table."""
+
+SMALL_GEMM_NS = 20_000
+LARGE_GEMM_NS = 200_000
+
+
+def detect(inp: Inputs) -> Finding | None:
+    if inp.fp32_gemm_us is None or inp.fp32_gemm_us <= 0:
+        return None
+    cc = inp.compute_capability
+    if cc is None or cc[0] < 7:  # no tensor cores (or unknown GPU): no evidence they would help
+        return None
+    speedup = inp.tc_speedup if inp.tc_speedup and inp.tc_speedup > 1 else DEFAULT_TC_SPEEDUP
+    fp32_ns = inp.fp32_gemm_us * 1e3
+    gain_ns = fp32_ns * (1.0 - 1.0 / speedup)
+    if not significant(gain_ns, inp.window_ns, inp.n_steps):
+        return None
+    bf16 = cc[0] >= 8
+    ev: dict[str, Any] = {
+        "fp32_gemm_us_per_step": per_step_us(fp32_ns, inp.n_steps),
+        "fp32_gemm_share_pct": share(fp32_ns, inp.window_ns),
+        "tensor_core_pct": inp.tensor_core_pct,
+        "gpu": inp.gpu_name,
+        "compute_capability": f"{cc[0]}.{cc[1]}",
+        "assumed_speedup": speedup,
+    }
+    ev["summary"] = (
+        f"{sig3(ev['fp32_gemm_us_per_step'] / 1e3)} ms per step ({sig3(ev['fp32_gemm_share_pct'])}% of the "
+        f"run) of matrix-multiply kernels ran in plain fp32 on CUDA cores of a tensor-core GPU "
+        f"({inp.gpu_name or 'cc ' + ev['compute_capability']}); at {speedup:.1f}x on tensor cores "
+        f"that time shrinks by {100 * (1 - 1 / speedup):.0f}%."
+    )
+    # no proven bound: the speed-up is assumed, and autocast also halves other kernels' bytes
+    return Finding(ev, share(gain_ns, inp.window_ns), code=None if bf16 else CODE_FP16)
+
+
+def _gemm_fp32(n: Node) -> bool:
+    if n.kind != "gpu" or not isinstance(n.event, GpuEvent) or "gemm" not in n.tags:
+        return False
+    info = tensor_core_info(n.event.name, "gemm")
+    return info.tensor_core is False and info.mma and (info.precision in (None, "fp32"))
+
+
+def _ratio(ctx: Context, d_ns: float) -> float:
+    lo, hi = GEMM_RATIO.get(ctx.gpu_model or "", (2.0, ctx.peak_ratio or 8.0))
+    if d_ns <= SMALL_GEMM_NS:
+        return lo
+    if d_ns >= LARGE_GEMM_NS:
+        return hi
+    f = math.log(d_ns / SMALL_GEMM_NS) / math.log(LARGE_GEMM_NS / SMALL_GEMM_NS)
+    return math.exp(math.log(lo) + f * (math.log(hi) - math.log(lo)))
+
+
+def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
+    """fp32 GEMMs ÷ r/1.5 / r / r (r: the measured fp32→bf16 ratio for the GPU and the GEMM's
+    duration, :data:`GEMM_RATIO`), host × 1.3 / 1.15 / 1 (casts), other kernels × 1 / 1 / 0.6."""
+
+    def mp(div: float, other: float, host: float) -> DurFn:
+        def dur(v: int, n: Node) -> float:
+            if is_host_work(n):  # autocast adds a cast op per matmul operand
+                return n.dur * host
+            if _gemm_fp32(n):
+                return n.dur / max(1.0, _ratio(ctx, n.dur) / div)
+            if n.kind == "gpu" and n.cat == "kernels":
+                return n.dur * other
+            return float(n.dur)
+
+        return dur
+
+    return {
+        "low": (mp(1.5, 1.0, 1.3), None),
+        "mid": (mp(1.0, 1.0, 1.15), None),
+        "high": (mp(1.0, 0.6, 1.0), None),
+    }
+
+
+UNIT = FixUnit("mixed_precision", WORDS, detect, retime)
