@@ -8,7 +8,8 @@ it. Definitions: docs/metrics.md, "Causes found by phase and pattern".
 - **Optimizer loop**: inside the ``Optimizer.step#<Name>.step`` spans of the window, the kernels
   launched from the span's thread (by the launch call's correlation): per optimizer step their
   number, their GPU time, the span's **wall** (its start to the later of its end and its last
-  kernel's end) and the **idle** in it (wall − the union of its kernels). ``foreach`` when a
+  kernel's end) and the **idle** in it (wall − the union of every kernel in it: the GPU ran
+  nothing). ``foreach`` when a
   ``multi_tensor_apply`` / fused-optimizer kernel or an ``aten::_foreach_*`` / ``aten::_fused_*`` op
   is inside: the step is already batched. A **loop** is :data:`MIN_LOOP_LAUNCHES` or more launches
   per optimizer step without ``foreach``: ``foreach=False`` (a Python loop over the parameters).
@@ -371,11 +372,14 @@ def _optimizer(
     walls, idles = [], []
     for j in range(idx.size):
         mine = held == j
-        ks, ke = k_s[mine], k_e[mine]
+        ke = k_e[mine]
         end = max(int(o_e[j]), int(ke.max()) if ke.size else 0)
         wall = end - int(o_s[j])
         walls.append(wall)
-        busy = _union_ns(np.maximum(ks, o_s[j]), ke)
+        # the GPU idle in the wall: no kernel at all runs (another rank's wait or the backward's
+        # tail on the GPU is not the optimizer's idle)
+        near = (k_e > o_s[j]) & (k_s < end)
+        busy = _union_ns(np.clip(k_s[near], o_s[j], end), np.clip(k_e[near], o_s[j], end))
         idles.append(max(0, wall - busy))
     n = int(idx.size)
     durs = (k_e - k_s)[inside]

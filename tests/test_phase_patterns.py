@@ -12,7 +12,7 @@ STEP_US = 10_000.0
 N = 3
 
 
-def optimizer_trace(batched: bool) -> TraceBuilder:
+def optimizer_trace(batched: bool, busy_first_us: float = 0.0) -> TraceBuilder:
     """3 steps of 10 ms: a 2 ms forward kernel, then at 5,000 µs into the step an
     ``Optimizer.step#AdamW.step`` span of 1,250 µs. Looped: 60 launches (``aten::addcdiv_`` etc.),
     one every 20 µs from 10 µs in, each a 5 µs kernel 5 µs after its launch (last ends 1,200 µs
@@ -23,6 +23,10 @@ def optimizer_trace(batched: bool) -> TraceBuilder:
         t.step(k + 1, b, STEP_US)
         t.launch("volta_sgemm_128x64_nn", b + 10, b + 50, 2000.0)
         o = b + 5000.0
+        if busy_first_us:  # another stream's kernel (e.g. a collective) in the optimizer's wall
+            t.launch(
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL", b + 4000, o, busy_first_us, stream=17
+            )
         t.cpu_op("Optimizer.step#AdamW.step", o, 1250.0)
         if batched:
             for j in range(4):
@@ -163,3 +167,14 @@ def test_exposed_allgathers_by_hand(con, tmp_path):
     assert ag.forward_ms == pytest.approx(1.0) and ag.backward_ms == pytest.approx(0.5)
     assert ag.comm_exposed_ms == pytest.approx(1.5) and ag.exposed_ms == pytest.approx(1.5)
     assert ag.n_per_step == 3 and ag.kernel_ms_per_step == pytest.approx(2.5)
+
+
+@pytest.mark.slow
+def test_optimizer_idle_is_the_gpus_idle(con, tmp_path):
+    """A 600 µs kernel of another stream at the start of the optimizer's wall: the GPU is busy
+    600 µs + the 30 optimizer kernels after it (j = 30..59: 150 µs) = 750 µs of the 1,250 µs wall:
+    idle 500 µs, not 950."""
+    run = ingest(con, tmp_path, optimizer_trace(batched=False, busy_first_us=600.0))
+    opt = phase_patterns(con, run, 0).optimizer
+    assert opt is not None and opt.idle_ms_per_step == pytest.approx(0.500)
+    assert opt.kernel_ms_per_step == pytest.approx(0.300) and opt.launches_per_step == 60

@@ -23,7 +23,8 @@ WORDS = Words(
 )
 
 IDLE_SHARE_MIN = 0.3
-"""The loop is launch-bound when the GPU idles at least this share of the optimizer step's wall."""
+"""The loop is launch-bound when the GPU idles at least this share of the optimizer step's own
+time (its kernels and the idle in its wall)."""
 
 
 def detect(inp: Inputs) -> Finding | None:
@@ -32,10 +33,12 @@ def detect(inp: Inputs) -> Finding | None:
     opt = pp.optimizer if pp is not None else None
     if opt is None or not opt.looped or opt.wall_ms_per_step <= 0:
         return None
-    if opt.idle_ms_per_step < IDLE_SHARE_MIN * opt.wall_ms_per_step:
+    # the cost: the optimizer step's own time on the GPU's timeline (its kernels and the idle
+    # between them; not the other work that runs in its wall), per training step
+    own = opt.idle_ms_per_step + opt.kernel_ms_per_step
+    if opt.idle_ms_per_step < IDLE_SHARE_MIN * own:
         return None
-    # the cost: the optimizer step's wall per training step (its share of the window)
-    per_train_step = opt.wall_ms_per_step * opt.n / max(1, inp.n_steps)
+    per_train_step = own * opt.n / max(1, inp.n_steps)
     ns = per_train_step * 1e6 * max(1, inp.n_steps)
     if not significant(ns, inp.window_ns, inp.n_steps):
         return None
