@@ -126,33 +126,29 @@ def sawtooth_diagnosis(
             long_gaps,
         )
 
-    # the idle time in three kinds: in long gaps (nothing running for seconds), inside partly
-    # busy samples (shorter than a sample), and the rest (short gaps, the idle part of busy
-    # samples: idle at the scale of steps); per-step advice only where the last is the largest
-    partly = ~busy & (u > GAP_UTIL_PCT)  # partly busy samples: idle shorter than a sample
+    # the idle time in three kinds: in long gaps (nothing running for seconds), inside the
+    # samples in which something ran (shorter than a sample: the series cannot place it), and in
+    # short gaps (idle at the scale of steps); per-step advice only where the last is the largest
+    ran = u > GAP_UTIL_PCT
     long_idle_ns = sum(long_gaps) * 1e9
-    partial_idle_ns = float((dur * idle_frac)[partly].sum())
-    step_idle_ns = max(0.0, idle_ns - long_idle_ns - partial_idle_ns)
-    if idle_ns > 0 and long_idle_ns > 0 and long_idle_ns >= max(partial_idle_ns, step_idle_ns):
+    inside_idle_ns = float((dur * idle_frac)[ran].sum())
+    step_idle_ns = max(0.0, idle_ns - long_idle_ns - inside_idle_ns)
+    if idle_pct < STEADY_IDLE_PCT:
+        pass  # steadily busy, whatever the kind of its little idle time
+    elif long_idle_ns > 0 and long_idle_ns >= max(inside_idle_ns, step_idle_ns):
         timescale = "minutes" if max(long_gaps) >= MINUTES_S else "seconds"
     elif resolution > STEP_RESOLUTION_S:
         timescale = "coarse"
     else:
-        vals = u[partly]
+        vals = u[ran & (u < 100.0)]
         steady = len(vals) > 1 and float(vals.std()) < MAX_CV * float(vals.mean())
-        if (
-            idle_ns > 0
-            and partial_idle_ns >= max(long_idle_ns, step_idle_ns)
-            and period_s is None
-            and steady
-        ):
+        if inside_idle_ns >= max(long_idle_ns, step_idle_ns) and period_s is None and steady:
             timescale = "finer"
-            below = 100.0 * float(dur[~busy].sum()) / total
             summary = (
                 f"{label} is partly busy: {mean_util:.0f}% utilization on average, so idle "
-                f"{idle_pct:.0f}% {where} (below {busy_threshold_pct:.0f}% for {below:.0f}% of "
-                f"the time). A new value comes every {_secs(resolution)}, so the idle time "
-                "inside each (in steps or between them) is shorter than utilization can show."
+                f"{idle_pct:.0f}% {where}. A new value comes every {_secs(resolution)}, so the "
+                "idle time inside each (in steps or between them) is shorter than utilization "
+                "can show."
             )
             return diagnosis(summary)
     if timescale in ("seconds", "minutes") and period_s is None and idle_pct >= STEADY_IDLE_PCT:
