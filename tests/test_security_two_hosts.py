@@ -452,3 +452,19 @@ def test_the_pages_of_a_signed_out_cookie_show_nothing_of_the_store(team: Team) 
     sign_out(team.a, sign_in(team.a, team.secret, "alice"))
     shown = shows(team.a, copy)
     assert team.store.database not in shown and "s3://" not in shown and "Sign in" in shown
+
+
+def test_an_open_session_ends_when_its_owner_signs_out_on_the_other_host(team: Team) -> None:
+    """A page already open on A (its websocket made while the cookie held) shows the sign-in page
+    at its next run once Alice signs out on B: the pages check the cookie on every run."""
+    alice = sign_in(team.a, team.secret, "alice")
+
+    async def go() -> tuple[str, str]:
+        async with page(team.a, alice) as p:
+            before = "\n".join(p.text)
+            await asyncio.to_thread(sign_out, team.b, sign_in(team.b, team.secret, "alice"))
+            return before, await p.run()
+
+    before, after = asyncio.run(go())
+    assert "Signed in as **Alice**" in before
+    assert "Signed in as" not in after and "Sign in" in after, after
