@@ -44,6 +44,7 @@ MAX_SNAPSHOT_BYTES = 1 << 30  # a snapshot larger than 1 GiB is refused (read wh
 MAX_DEPTH = 100  # containers nested deeper than this are refused (a real snapshot: 6)
 MAX_MEMORY_RATIO = 16  # estimated bytes of objects per byte of pickle (a real snapshot: 7-8)
 MEMORY_SLACK = 64 << 20  # bytes of objects any file may build besides the ratio
+MAX_STACK = 1 << 20  # values on the unpickler's stack (a real snapshot: a few thousand)
 MAX_DEVICES = 256  # distinct devices a summary may hold
 MAX_ACTIONS = 64  # distinct allocator actions a summary may hold (torch records about 10)
 MAX_ACTION_CHARS = 64  # an action name longer than this is refused
@@ -121,6 +122,7 @@ def check_plain(data: bytes) -> int | None:
     memo_len = 0  # memo slots written (the C unpickler's memo_len, where MEMOIZE writes)
     mem = 0  # estimated bytes of the objects built
     pos = 0
+    check_at = 0
     push = stack.append
 
     def damaged(what: str) -> _Damaged:
@@ -211,6 +213,10 @@ def check_plain(data: bytes) -> int | None:
                 end = n
             if pos >= n:
                 raise _Damaged("the file ends before its STOP opcode")
+        if pos >= check_at:  # every 64 KiB: the stack (ours and the C unpickler's) is bounded
+            if len(stack) > MAX_STACK:
+                raise OverLimit(f"more than {MAX_STACK} values on the stack at byte {pos}")
+            check_at = pos + 65536
         at = pos
         op = data[pos]
         pos += 1
@@ -234,6 +240,8 @@ def check_plain(data: bytes) -> int | None:
             else:
                 memo_put(memo_len)
         elif op == 0x28:  # MARK
+            if len(marks) > MAX_DEPTH:  # each open MARK is a container being filled
+                raise OverLimit(f"more than {MAX_DEPTH} MARKs open at byte {at}")
             fence = len(stack)
             marks.append(fence)
         elif op == 0x68:  # BINGET

@@ -26,6 +26,7 @@ import pytest
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.memory_snapshot import (
     MAX_DEPTH,
+    MAX_STACK,
     check_plain,
     load_plain,
     read_snapshot,
@@ -251,10 +252,10 @@ def test_keys_that_could_collide_are_refused() -> None:
 
 
 def test_memory_amplification_refused() -> None:
-    """One byte of ``}`` builds a 64-byte dict: 4 MB of them is about 256 MB of objects,
-    refused before any is built."""
-    n = 4_000_000
-    data = b"\x80\x04}(\x8c\x08segments](" + b"}" * n + b"eu."
+    """One byte of ``}`` builds a 64-byte dict: 4 MB of them, a list of 4 million empty
+    segments, is about 256 MB of objects, refused before any is built."""
+    batch = b"(" + b"}" * 1000 + b"e"  # appended 1000 at a time, as pickle.dumps does
+    data = b"\x80\x04}\x8c\x08segments]" + batch * 4000 + b"s."
     msg = refusal("empties.pickle", data)
     assert "MiB of objects" in msg
 
@@ -263,6 +264,15 @@ def test_memo_index_far_beyond_use_refused() -> None:
     """LONG_BINPUT 0xFFFFFFF0 made the C unpickler size its memo for 2**33 entries (64 GB)."""
     msg = refusal("memo.pickle", b"\x80\x04Nr\xf0\xff\xff\xff.")
     assert "memo index" in msg
+
+
+def test_stack_and_open_marks_bounded() -> None:
+    """3 MB of None left on the stack (8 bytes a byte in both unpicklers' stacks) and MARKs
+    opened without end are refused while walking."""
+    msg = refusal("nones.pickle", b"\x80\x04" + b"N" * 3_000_000 + b".")
+    assert f"more than {MAX_STACK} values on the stack" in msg
+    msg = refusal("marks.pickle", b"\x80\x04" + b"N(" * (MAX_DEPTH + 5) + b".")
+    assert f"more than {MAX_DEPTH} MARKs open" in msg
 
 
 def test_summary_budget_counts_work_not_sharing() -> None:
