@@ -418,6 +418,7 @@ def test_chunked_with_a_length_is_refused_before_the_body_is_read(team: Team) ->
         return out
 
     answers = in_session(team.a, alice, four)
+    print(f"host A's RSS over four chunked 12 MB uploads: {team.rss['chunked']:+.1f} MB")
     assert [s for s, _ in answers] == [400] * 4, answers
     assert "Transfer-Encoding and Content-Length" in answers[0][1]
     assert team.rss["chunked"] < 24, team.rss  # 48 MB were sent; none of it is held
