@@ -101,7 +101,7 @@ _U8 = struct.Struct("<Q").unpack_from
 
 
 class _Damaged(pickle.UnpicklingError):
-    pass
+    """Not a well-formed pickle: truncated, a length past the end, a stack underflow, …"""
 
 
 def check_plain(data: bytes) -> int | None:
