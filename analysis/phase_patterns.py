@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gpuscope.analysis.collectives import coll_of
 from gpuscope.analysis.event_classes import KERNEL_CATS, LAUNCH_APIS, is_comm_kernel
+from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids, name_class
 from gpuscope.analysis.store_access import RUNTIME_CATS_SQL, execute, sql_list
 
 if TYPE_CHECKING:
@@ -85,6 +86,14 @@ _BATCHED_KERNEL = re.compile(r"multi_tensor_apply|fused_adam|FusedAdam|fused_sgd
 _BATCHED_OP = re.compile(r"^aten::_(foreach|fused)_")
 _CHECKPOINT = re.compile(r"CheckpointFunction|torch/utils/checkpoint\.py|checkpoint", re.I)
 _BACKWARD = "autograd::engine::evaluate_function"
+#: The host spans read: optimizer steps, backward functions, forward-only ops, batched optimizer
+#: ops, checkpoint annotations (a class of names read once per rank, :func:`name_class`).
+_SPAN_NAMES = name_class(
+    "starts_with(name, 'Optimizer.step#') OR starts_with(name, 'autograd::engine::evaluate_function')"
+    f" OR name IN {sql_list(FORWARD_OPS)} OR starts_with(name, 'aten::_foreach_')"
+    " OR starts_with(name, 'aten::_fused_') OR regexp_matches(name, '(?i)checkpoint')"
+)
+_LAUNCH_NAMES = name_class(f"name IN {sql_list(LAUNCH_APIS)}")
 
 
 @dataclass(frozen=True)
@@ -221,8 +230,15 @@ def _inside(span_tid: Any, span_s: Any, span_e: Any, tid: Any, t: Any) -> Any:
         reach = np.maximum.accumulate(ee)
         q = np.flatnonzero(tid == th)
         start = np.searchsorted(ss, t[q], side="right") - 1
-        for j, i0 in zip(q, start, strict=True):
-            i = int(i0)
+        ok = start >= 0
+        st = np.maximum(start, 0)
+        hit = ok & (ee[st] >= t[q])  # the last span starting at or before t holds it
+        out[q[hit]] = o[st[hit]]
+        # else an earlier span may still hold t (nested spans): walk back, only where one reaches
+        for j, i0 in zip(
+            q[~hit & ok & (reach[st] >= t[q])], start[~hit & ok & (reach[st] >= t[q])], strict=True
+        ):
+            i = int(i0) - 1
             while i >= 0 and reach[i] >= t[j]:
                 if ee[i] >= t[j]:
                     out[j] = o[i]
@@ -253,41 +269,33 @@ def phase_patterns(
     w = window if window is not None else find_window(con, run_id, rank)
     n_steps = max(1, w.n_steps)
     params = {"run": run_id, "rk": int(rank), "lo": int(w.start_ns), "hi": int(w.end_ns)}
-    fwd = sql_list(FORWARD_OPS)
+    ix = RankIndex.shared(con, run_id, rank)
+    span_ids = ids_param(ix.name_ids(_SPAN_NAMES))
     spans = execute(
         con,
         f"""
-        SELECT e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, n.name
-        FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
-        WHERE e.run_id = $run AND e.rank = $rk AND e.ph = 'X' AND e.dur_ns IS NOT NULL
-          AND e.ts_ns < $hi AND e.ts_ns + e.dur_ns > $lo
-          AND e.cat NOT IN {RUNTIME_CATS_SQL} AND e.cat NOT IN {sql_list(KERNEL_CATS)}
-          AND (starts_with(n.name, 'Optimizer.step#')
-               OR starts_with(n.name, '{_BACKWARD}')
-               OR n.name IN {fwd}
-               OR starts_with(n.name, 'aten::_foreach_') OR starts_with(n.name, 'aten::_fused_')
-               OR regexp_matches(n.name, '(?i)checkpoint'))
-        ORDER BY e.tid, e.ts_ns
+        SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, n.name
+        FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+        WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat NOT IN {RUNTIME_CATS_SQL}
+          AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo AND {in_ids("h.name_id", "ids", span_ids)}
+        ORDER BY h.tid, h.ts_ns
         """,
-        params,
+        {**params, "ids": span_ids},
     ).fetchall()
     tid = np.array([r[0] for r in spans], dtype=np.int64)
     s = np.array([r[1] for r in spans], dtype=np.int64)
     e = np.array([r[2] for r in spans], dtype=np.int64)
     names = [str(r[3]) for r in spans]
+    launch_ids = ids_param(ix.name_ids(_LAUNCH_NAMES))
     got = execute(
         con,
         f"""
-        SELECT r.tid, r.ts_ns AS t, r.correlation AS corr, k.ts_ns AS ks,
-               k.ts_ns + k.dur_ns AS ke, k.name_id
-        FROM events r
-        JOIN events k ON k.run_id = r.run_id AND k.rank = r.rank
-             AND k.correlation = r.correlation AND k.cat IN {sql_list(KERNEL_CATS)}
-        JOIN names rn ON rn.run_id = r.run_id AND rn.name_id = r.name_id
-        WHERE r.run_id = $run AND r.rank = $rk AND r.ph = 'X' AND r.cat IN {RUNTIME_CATS_SQL}
-          AND rn.name IN {sql_list(LAUNCH_APIS)} AND r.ts_ns >= $lo AND r.ts_ns < $hi
+        SELECT r.tid, r.s AS t, r.correlation AS corr, k.s AS ks, k.e AS ke, k.name_id
+        FROM {ix.runtime()} r JOIN {ix.gpu()} k ON k.correlation = r.correlation
+        WHERE k.cat IN {sql_list(KERNEL_CATS)} AND {in_ids("r.name_id", "lids", launch_ids)}
+          AND r.s >= $lo AND r.s < $hi
         """,
-        params,
+        {**params, "lids": launch_ids},
     ).fetchnumpy()
     col = {c: np.asarray(got[c], dtype=np.int64) for c in ("tid", "t", "corr", "ks", "ke")}
     l_tid, l_t, l_corr, k_s, k_e = (col[c] for c in ("tid", "t", "corr", "ks", "ke"))
