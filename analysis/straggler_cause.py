@@ -278,7 +278,7 @@ def pace_setter_cause(
     cands = []
     for c in (HOST, DATA, SYNC, PAGEABLE, COMPUTE, COMM):
         v = mine[c]
-        vals = [t[c] for t in theirs if t[c] is not None]
+        vals = [float(x) for x in (t[c] for t in theirs) if x is not None]
         if v is None or not vals:
             continue
         cands.append(CauseFigure(c, float(v), float(statistics.median(vals))))
