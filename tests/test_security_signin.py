@@ -3,7 +3,13 @@
 * the upload guard (``gpuscope.web.upload_guard``), called as the ASGI middleware it is: an upload
   without a valid sign-in cookie, without a length, too large, or beyond the session's cap is
   answered before its body is read (the real server is replayed in tests/e2e/test_upload_guard.py);
-* sign-out ends the session on the server: a cookie made before it (a copy) signs nobody in;
+* sign-out ends the session on the server: a cookie made before it (a copy) signs nobody in,
+  whatever the clocks of the hosts say (issue 47, item 7: a nonce in gpuscope's seal, no time);
+  chunks of different sign-ins are not one cookie (item 10); ``auth.SignInSeal`` sets the seal at
+  sign-in and keeps cookies that do not hold from Streamlit;
+* the guard refuses ``Transfer-Encoding`` with ``Content-Length``, counts the body as it arrives
+  (item 8) and guards every method and session on the upload path (item 9); the same probes
+  against two real hosts are in tests/test_security_two_hosts.py;
 * who a CLI ingest credits (``$GPUSCOPE_UPLOADER``; ``--uploaded-by`` cannot claim another person
   unless ``$GPUSCOPE_ALLOW_UPLOADED_BY=1``), case-folded everywhere;
 * ``gpuscope runs`` with control characters in a name, ``gpuscope ui --host`` odd forms.
