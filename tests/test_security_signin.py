@@ -2,7 +2,7 @@
 
 * the upload guard (``gpuscope.web.upload_guard``), called as the ASGI middleware it is: an upload
   without a valid sign-in cookie, without a length, too large, or beyond the session's cap is
-  answered before its body is read (the real server is replayed in tests/e2e/test_upload_guard.py);
+  answered before its body is read (the real server: tests/e2e/test_browser_signout.py);
 * sign-out ends the session on the server: a cookie made before it (a copy) signs nobody in,
   whatever the clocks of the hosts say (issue 47, item 7: a nonce in gpuscope's seal, no time);
   chunks of different sign-ins are not one cookie (item 10); ``auth.SignInSeal`` sets the seal at
