@@ -2,7 +2,7 @@
 loop, and forward ops re-run inside backward (activation checkpointing's recompute).
 
 A computation (:func:`phase_patterns`) and its typed frozen result (:class:`PhasePatterns`); the
-fix units ``fused_optimizer`` and ``activation_checkpointing`` (``gpuscope.analysis.fixes``) read
+fix units ``optimizer_fused`` and ``activation_checkpointing`` (``gpuscope.analysis.fixes``) read
 it. Definitions: docs/metrics.md, "Causes found by phase and pattern".
 
 - **Optimizer loop**: inside the ``Optimizer.step#<Name>.step`` spans of the window, the kernels

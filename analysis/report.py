@@ -52,6 +52,7 @@ from gpuscope.analysis.modules import ModulesResult, module_analysis
 from gpuscope.analysis.peaks import Peak
 from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
 from gpuscope.analysis.rank_index import RankIndex, close_shared, drop_run_names, run_names
+from gpuscope.analysis.phase_patterns import phase_patterns
 from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.ranks import Straggler, rank_table
 from gpuscope.analysis.roofline import Roofline, roofline
@@ -1364,3 +1365,4 @@ def _torch_flag(con: Connection, run_id: str, rank: int, flag: str) -> bool | No
     flags = (rank_meta(con, run_id, rank).get("metadata") or {}).get("gpuscope.torch_flags")
     value = flags.get(flag) if isinstance(flags, dict) else None
     return value if isinstance(value, bool) else None
+        phase=phase_patterns(con, run_id, rank, a.window),

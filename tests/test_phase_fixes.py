@@ -1,6 +1,6 @@
-"""The fix units found by phase (analysis/fixes/fused_optimizer.py, activation_checkpointing.py)
+"""The fix units found by phase (analysis/fixes/optimizer_fused.py, activation_checkpointing.py)
 through the whole analysis of hand-made traces: the optimizer's per-parameter loop gives
-``fused_optimizer`` and no longer ``kernel_fusion`` (torch.compile does not compile the optimizer
+``optimizer_fused`` and no longer ``kernel_fusion`` (torch.compile does not compile the optimizer
 step: the wrong verdict users got); recompute inside backward gives ``activation_checkpointing``
 weighed against the memory the trace shows, and nothing where the memory is needed."""
 
@@ -53,14 +53,14 @@ def looping_optimizer() -> TraceBuilder:
 
 
 @pytest.mark.slow
-def test_optimizer_loop_is_fused_optimizer_not_torch_compile(con, tmp_path):
-    """The idle is all inside the optimizer loop (3.38 of 3.40 ms per step): fused_optimizer
+def test_optimizer_loop_is_optimizer_fused_not_torch_compile(con, tmp_path):
+    """The idle is all inside the optimizer loop (3.38 of 3.40 ms per step): optimizer_fused
     fires (cost 3.98 ms of a 10 ms step = 39.8 %), kernel_fusion stays silent (without the
     optimizer's idle, 0.06 ms per step is left: under its floor)."""
     rep = ingest_and_analyse(con, tmp_path, looping_optimizer())
     ids = [r.id for r in rep.recommendations]
-    assert "fused_optimizer" in ids and "kernel_fusion" not in ids
-    rec = next(r for r in rep.recommendations if r.id == "fused_optimizer")
+    assert "optimizer_fused" in ids and "kernel_fusion" not in ids
+    rec = next(r for r in rep.recommendations if r.id == "optimizer_fused")
     assert rec.cost_pct == pytest.approx(39.8, abs=0.1)
     assert rec.evidence["launches_per_step"] == 200 and rec.evidence["per_parameter_loop"]
     assert "fused=True" in rec.fix and "200 kernels per step" in rec.evidence["summary"]
@@ -128,3 +128,16 @@ def test_exposed_allgathers_are_fsdp_prefetch_not_ddp_overlap(con, tmp_path):
     assert rec.cost_pct == pytest.approx(15.0, abs=0.05) and rec.bound_pct == rec.cost_pct
     assert "set_modules_to_forward_prefetch" in rec.fix
     assert rec.estimate is not None and rec.estimate.high_pct <= rec.bound_pct + 1e-9
+
+
+@pytest.mark.slow
+def test_recompute_with_the_memory_unknown_asks_to_check_it(con, tmp_path):
+    """No memory events and no NVML: the unit fires with the memory peak unknown, titled
+    "checkpoint fewer" (not "drop"), its words asking to check max_memory_reserved first."""
+    t = checkpointed(20.0)
+    t.events = [ev for ev in t.events if ev.get("name") != "[memory]"]
+    rep = ingest_and_analyse(con, tmp_path, t)
+    rec = next((r for r in rep.recommendations if r.id == "activation_checkpointing"), None)
+    assert rec is not None and rec.evidence["memory_used_pct"] is None
+    assert rec.title.startswith("Checkpoint fewer activations")
+    assert "max_memory_reserved()" in rec.evidence["summary"]

@@ -33,12 +33,14 @@ DROP_CODE = (
 DROP_BELOW = 0.5
 """With the memory peak under this share of the GPU, drop checkpointing (activations fit) ..."""
 SELECTIVE_BELOW = 0.85
-"""... under this share, checkpoint fewer blocks; at or above it the memory is needed: silent."""
+"""... under this share, checkpoint fewer blocks; at or above it the memory is needed: silent.
+Unknown: checkpoint fewer blocks, checking the memory first."""
 
 
 def detect(inp: Inputs) -> Finding | None:
     """Forward ops re-run inside backward (phase_patterns) whose kernels are a significant cost,
-    with the memory peak known and under :data:`SELECTIVE_BELOW` of the GPU."""
+    unless the memory peak is known and at least :data:`SELECTIVE_BELOW` of the GPU (unknown: the
+    words ask to check it first)."""
     pp = inp.phase
     rc = pp.recompute if pp is not None else None
     if rc is None or rc.kernel_ms_per_step <= 0:
@@ -47,21 +49,28 @@ def detect(inp: Inputs) -> Finding | None:
     if not significant(ns, inp.window_ns, inp.n_steps):
         return None
     used = inp.mem_used_frac
-    if used is None or used >= SELECTIVE_BELOW:
-        # unknown headroom, or the memory is needed: no advice to spend it
-        return None
+    if used is not None and used >= SELECTIVE_BELOW:
+        return None  # the memory it saves is needed: no advice to spend it
     ops = ", ".join(f"{k} ×{sig3(v)}" for k, v in rc.by_op[:4])
     ev: dict[str, Any] = {
         **rc.to_json(),
-        "memory_used_pct": 100.0 * used,
+        "memory_used_pct": 100.0 * used if used is not None else None,
         "share_pct": 100.0 * ns / inp.window_ns if inp.window_ns else 0.0,
     }
-    drop = used < DROP_BELOW
+    drop = used is not None and used < DROP_BELOW
+    if used is None:
+        room = (
+            "; the trace does not show the memory peak (profile_memory=True would): check "
+            "torch.cuda.max_memory_reserved() against the GPU's memory before dropping it."
+        )
+    elif drop:
+        room = f", while the memory peak is {sig3(100.0 * used)}% of the GPU (room for them)."
+    else:
+        room = f", while the memory peak is {sig3(100.0 * used)}% of the GPU (room for some)."
     ev["summary"] = (
         f"The backward re-runs {sig3(rc.ops_per_step)} forward ops per step ({ops}): "
         f"{sig3(rc.kernel_ms_per_step)} ms of GPU time and {sig3(rc.host_ms_per_step)} ms of host "
-        f"time per step, while the memory peak is {sig3(100.0 * used)}% of the GPU"
-        + (" (room for the activations)." if drop else " (room for some of them).")
+        f"time per step{room}"
     )
     # cost: the recompute's host spans or its kernels, the longer; no proven bound (the
     # estimate is the graph's re-timing)

@@ -1,4 +1,4 @@
-"""Fix unit ``fused_optimizer``: the optimizer step loops over the parameters in Python
+"""Fix unit ``optimizer_fused``: the optimizer step loops over the parameters in Python
 (``foreach=False``): many tiny kernels per parameter, the GPU idle between their launches."""
 
 from __future__ import annotations
@@ -79,4 +79,4 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     }
 
 
-UNIT = FixUnit("fused_optimizer", WORDS, detect, retime)
+UNIT = FixUnit("optimizer_fused", WORDS, detect, retime)
