@@ -15,9 +15,9 @@ import pytest
 from gpuscope.analysis import (
     collectives,
     critical_path,
+    fixes,
     gains,
     modules,
-    recommendations,
     report,
     run_views,
 )
@@ -36,7 +36,7 @@ SERIALIZERS = (
     critical_path.CriticalPath,
     critical_path.StepPath,
     collectives.Straggler,
-    recommendations.Recommendation,
+    fixes.Recommendation,
     gains.Estimate,
 )
 
@@ -110,7 +110,7 @@ def test_page_models_say_what_analyze_json_says_and_never_read_it(
     ]
     assert path.dominant == cp["dominant"] and path.bound_by_pct == cp["bound_by_pct"]
     assert [(f.fix, f.footing, f.estimate.gain_pct) for f in path.estimates] == [
-        (r["id"], r["bound"], r["estimate"]["gain_pct"])
+        (r["id"], r["footing"], r["estimate"]["gain_pct"])
         for r in doc["recommendations"]
         if r["estimate"]
     ]

@@ -175,10 +175,11 @@ def test_compiled_runs_are_never_told_to_compile(samples, config):
         assert "cuda_graphs" not in {r["id"] for r in doc["recommendations"]}
 
 
-def test_compiled_run_bound_holds_against_the_measured_gain(samples):
-    """The cuda_graphs bound on gpt_compiled must not promise less than what mode="reduce-overhead"
-    really gave on the same GPU, untraced (timing.json: 14.05 -> 10.03 ms, CUDA events), nor more
-    than the host-side time the untraced step leaves."""
+def test_compiled_run_estimate_holds_the_measured_gain(samples):
+    """The cuda_graphs estimate on gpt_compiled: its range holds what mode="reduce-overhead" really
+    gave on the same GPU, untraced (timing.json: 14.05 -> 10.03 ms, CUDA events, 28.6%), and the
+    idle it addresses (its cost, capped by the host-side time the untraced step leaves) is no
+    less. No bound is proven for it: no "at most"."""
     con, runs = samples
     doc = analyze_run(con, runs["gpt_compiled"]).to_json()
     [rec] = [r for r in doc["recommendations"] if r["id"] == "cuda_graphs"]
@@ -187,7 +188,10 @@ def test_compiled_run_bound_holds_against_the_measured_gain(samples):
         for c in ("gpt_compiled", "gpt_cudagraphs")
     }
     real_gain = 100 * (1 - timing["gpt_cudagraphs"] / timing["gpt_compiled"])
-    assert rec["max_gain_pct"] >= real_gain
+    est = rec["estimate"]
+    assert est["low_pct"] <= real_gain <= est["high_pct"], (est, real_gain)
+    assert rec["cost_pct"] >= real_gain
+    assert rec["bound_pct"] is None and "at most" not in rec["gain"]
 
 
 def test_ddp_straggler_and_a_bound_the_untraced_step_allows(samples):
@@ -204,8 +208,9 @@ def test_ddp_straggler_and_a_bound_the_untraced_step_allows(samples):
     busy_ms = doc["gpu_busy_pct"] / 100 * doc["window"]["duration_us"] / 1e3 / n
     wait_ms = (comm[0] - comm[1]) / 1e3
     cap_pct = 100 * max(0.0, untraced - (busy_ms - wait_ms)) / untraced
-    assert rec["max_gain_pct"] == pytest.approx(cap_pct, abs=0.01)
-    assert rec["max_gain_pct"] < 100 * wait_ms / doc["step_time_ms"]["mean"]  # the traced share
+    assert rec["bound_pct"] == pytest.approx(cap_pct, abs=0.01)  # a proven bound: all the wait
+    assert rec["bound_pct"] < 100 * wait_ms / doc["step_time_ms"]["mean"]  # the traced share
+    assert rec["estimate"]["high_pct"] <= rec["bound_pct"]
 
 
 @pytest.mark.slow
