@@ -55,11 +55,13 @@ def test_hostile_snapshot_upload_is_one_line_and_the_server_lives(  # type: igno
     t0 = time.monotonic()
     click_ingest(page)
     alert = page.locator('[data-testid="stAlertContentError"]')
-    alert.wait_for(timeout=60_000)
+    alert.wait_for(
+        timeout=180_000
+    )  # a loaded 2-core VM; before the fix: never (server gone) or ~1 h
     took = time.monotonic() - t0
     text = alert.inner_text()
     assert name in text and says in text and "Nothing was stored" in text, text
-    assert "Traceback" not in text and took < 60
+    assert "Traceback" not in text and took < 180
     assert server.proc.poll() is None  # the server process is alive
     assert _run_ids(server.db) == before
     # and it still serves: a fresh page renders the Runs list
