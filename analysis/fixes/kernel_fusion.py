@@ -64,7 +64,9 @@ def launch_bound(inp: Inputs) -> LaunchBound | None:
     k = inp.kernels
     if k.n_kernels == 0 or k.median_us is None or k.median_us >= SHORT_KERNEL_US:
         return None
-    raw = inp.idle.causes_ns.get(LAUNCH_OVERHEAD, 0) + inp.idle.causes_ns.get(CPU_OVERHEAD, 0)
+    raw: float = inp.idle.causes_ns.get(LAUNCH_OVERHEAD, 0) + inp.idle.causes_ns.get(
+        CPU_OVERHEAD, 0
+    )
     # idle inside an optimizer step that loops over the parameters is optimizer_fused's: the
     # model's torch.compile does not compile optimizer.step()
     opt = inp.phase.optimizer if inp.phase is not None else None
