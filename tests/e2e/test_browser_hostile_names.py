@@ -36,6 +36,7 @@ pytestmark = pytest.mark.browser
 SCRIPT = "demo</script><script>window.__pwned=1;fetch('http://127.0.0.1:9/x')</script>"
 IMG = "<img src=http://127.0.0.1:9/i onerror=window.__pwned=2>"
 SVG = "<svg onload=window.__pwned=3>"
+LINK = '<a href="http://127.0.0.1:9/n">n1</a>'  # markup Plotly reads (a link), as a node name
 # a folder name cannot hold "/": markup whose image, if it ever rendered, is this server's /x
 FOLDER = "<img src=x onerror=window.__pwned=4>"
 KERNELS = {
@@ -46,10 +47,11 @@ HANDOFF_SCRIPTS = 1  # the hand-off page's own script (app/perfetto.py)
 
 
 def _hostile_run(root: Path) -> Path:
-    """Two rank files in a folder named like markup: hostile node and kernel names."""
+    """Two rank files in a folder named like markup: hostile node (an image, a link) and kernel
+    names."""
     folder = root / FOLDER
     folder.mkdir(parents=True)
-    for rank, host in ((0, IMG), (1, SVG)):
+    for rank, host in ((0, IMG), (1, LINK)):
         t = training_trace("before", steps=4, rank=rank, world_size=2, seed=rank)
         t.extra_meta["hostname"] = host
         for e in t.events:
@@ -59,27 +61,28 @@ def _hostile_run(root: Path) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
-    """A server on a store holding only the hostile run (ingested by the CLI, named, tagged)."""
-    work = tmp_path_factory.mktemp("hostile")
-    db = work / "store.duckdb"
-    folder = _hostile_run(work / "traces")
-    cmd = [sys.executable, "-m", "gpuscope", "ingest", str(folder), "--name", SCRIPT]
+def _ingest(work: Path, db: Path, path: Path, name: str) -> str:
+    """``gpuscope ingest PATH --name NAME --tag IMG`` into ``db``; the run id."""
+    cmd = [sys.executable, "-m", "gpuscope", "ingest", str(path), "--name", name]
     cmd += ["--tag", IMG, "--db", str(db)]
     out = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        env=clean_env({}),
-        timeout=300,
-        cwd=work,
-        check=False,
+        cmd, capture_output=True, text=True, env=clean_env({}), timeout=300, cwd=work, check=False
     )
     assert out.returncode == 0, out.stderr
-    run_id = out.stdout.split()[-1]
+    return out.stdout.split()[-1]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str, str]]:
+    """A server on a store holding only two hostile runs (ingested by the CLI, named, tagged):
+    the two-rank one, and a one-rank one to compare it with."""
+    work = tmp_path_factory.mktemp("hostile")
+    db = work / "store.duckdb"
+    run_id = _ingest(work, db, _hostile_run(work / "traces"), SCRIPT)
+    other = training_trace("after", steps=4).write(work / f"{SVG}.pt.trace.json.gz")
+    other_id = _ingest(work, db, other, SVG + SCRIPT.replace("__pwned=1", "__pwned=6"))
     server = start_server(work, load_samples=False, db=db)
-    yield server, run_id
+    yield server, run_id, other_id
     stop_server(server)
 
 
@@ -104,12 +107,12 @@ def _pwned(page) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def test_hostile_names_run_nowhere(hostile, new_page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    server, run_id = hostile
+    server, run_id, other_id = hostile
     page = new_page()
     requests: list[str] = []
     page.context.on("request", lambda r: requests.append(r.url))
 
-    page.goto(f"{server.url}/run?run={run_id}")
+    page.goto(f"{server.url}/run?run={run_id}&rank=0")
     sawtooth_chart(page)
     page.get_by_role("heading", name="Fixes").wait_for(timeout=120_000)
     page.get_by_role("heading", name="Modules and phases").wait_for(timeout=120_000)
@@ -140,8 +143,12 @@ def test_hostile_names_run_nowhere(hostile, new_page, tmp_path: Path) -> None:  
     tips = [t.replace("\u2060", "") for t in tips]
     assert any("<script>window.__pwned=1" in t for t in tips), tips
     assert any(t.startswith("<img src=") for t in tips), tips
+    # the rank heatmap's node names, as Plotly text (a tag there would be dropped, not shown)
+    ticks = page.locator('[data-testid="stPlotlyChart"] g.ytick text').all_text_contents()
+    assert f"{IMG} · rank 0" in ticks and f"{LINK} · rank 1" in ticks, ticks
+    assert page.locator('[data-testid="stPlotlyChart"] a[href*="127.0.0.1:9"]').count() == 0
 
-    # the rank heatmap's node names, and the other rank's page
+    # the other rank's page
     page.goto(f"{server.url}/run?run={run_id}&rank=1")
     sawtooth_chart(page)
     page.get_by_role("heading", name="Fixes").wait_for(timeout=120_000)
@@ -151,6 +158,15 @@ def test_hostile_names_run_nowhere(hostile, new_page, tmp_path: Path) -> None:  
     page.goto(f"{server.url}/runs")
     wait_idle(page)
     page.locator('[data-testid="stDataFrame"]').first.wait_for()  # the run list (a canvas grid)
+    assert _pwned(page) == []
+
+    # the Compare page: both names in its aligned plots' titles, its bars' legends and hovers
+    page.goto(f"{server.url}/compare?a={other_id}&b={run_id}")
+    page.get_by_role("heading", name="Fixes").wait_for(timeout=120_000)
+    wait_idle(page)
+    page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+    titles = page.locator('[data-testid="stPlotlyChart"] text').all_text_contents()
+    assert any("<svg onload=window.__pwned=3>" in t for t in titles), titles
     assert _pwned(page) == [] and _foreign(requests, server.url) == []
     to_x = [u for u in requests if urlsplit(u).path in ("/x", "/i")]
     assert to_x == [], f"markup from a name was rendered: {to_x}"
@@ -159,9 +175,9 @@ def test_hostile_names_run_nowhere(hostile, new_page, tmp_path: Path) -> None:  
 def test_hostile_names_report_is_inert(hostile, new_page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The Run page's "Download report" gives an HTML report with no script and no element from a
     name (the names are there, escaped)."""
-    server, run_id = hostile
+    server, run_id, _ = hostile
     page = new_page()
-    page.goto(f"{server.url}/run?run={run_id}")
+    page.goto(f"{server.url}/run?run={run_id}&rank=0")
     sawtooth_chart(page)
     page.get_by_role("heading", name="Fixes").wait_for(timeout=120_000)
     wait_idle(page)
