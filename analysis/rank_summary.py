@@ -43,7 +43,6 @@ from gpuscope.analysis.rank_index import (
     names_changed,
     unchanging,
 )
-from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.store_access import ranks_of
 from gpuscope.store import Store, now_utc, release_free_memory, transaction
 
@@ -678,6 +677,7 @@ def _steps(con: Connection, run_id: str, rank: int) -> list[dict[str, Any]]:
         {
             "number": s.number,
             "start_ns": b[0],
+            "end_ns": s.end_ns,
             "duration_ms": ms(b[1] - b[0]),
             "busy_pct": pct(sb, b[1] - b[0]) if sb is not None else None,
         }
@@ -715,8 +715,9 @@ HEADLINE = register(
 STEPS = register(
     SummaryPart(
         "steps",
-        1,
-        "per step: number, start (trace ns), duration (ms), GPU busy (%)",
+        2,
+        "per step: number, start and end (trace ns: the later of its CPU end and the end of the "
+        "GPU work it launched), duration (ms), GPU busy (%)",
         _steps,
     )
 )
@@ -739,24 +740,3 @@ CROSS_RANK = register(
 )
 #: The parts every rank of every run gets at its ingest; the others only a run of one rank's.
 EVERY_RANK = (CROSS_RANK.name,)
-
-
-def _parts_of_run(con: Connection, run_id: str) -> dict[int, Any]:
-    return load(con, run_id, CROSS_RANK.name)
-
-
-def _stored_lines(con: Connection, run_id: str) -> dict[int, RankRow]:
-    """The other ranks' lines from their stored ``rank_row`` parts (the one place they are read:
-    each stored document becomes a :class:`RankRow`)."""
-    return {
-        r: RankRow.from_stored(doc)
-        for r, doc in load(con, run_id, RANK_ROW.name, compute=False).items()
-    }
-
-
-# analyze_run reads the other ranks' lines from here when it needs no cross-rank match (report
-# cannot import this module: it imports report). Nothing is stored on the way: a run of several
-# ranks is read with its collectives matched, from the events (see store_after_ingest).
-report.set_rank_line_source(_stored_lines)
-# analyze_run matches the collectives of a run of several ranks from their cross-rank parts
-report.set_rank_part_source(_parts_of_run)

@@ -11,9 +11,11 @@ docs/cli-json.md documents every key.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -50,9 +52,9 @@ from gpuscope.analysis.kernels import KernelBreakdown
 from gpuscope.analysis.memory import MemoryResult, memory_analysis
 from gpuscope.analysis.modules import ModulesResult, module_analysis
 from gpuscope.analysis.peaks import Peak
+from gpuscope.analysis.phase_patterns import phase_patterns
 from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
 from gpuscope.analysis.rank_index import RankIndex, close_shared, drop_run_names, run_names
-from gpuscope.analysis.phase_patterns import phase_patterns
 from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.ranks import Straggler, rank_table
 from gpuscope.analysis.roofline import Roofline, roofline
@@ -521,26 +523,15 @@ def _step_maps(w: Window, waits: dict[int, int]) -> _ByStep:
     )
 
 
-@dataclass
-class RankLineSource:
-    """Where :func:`analyze_run` finds the other ranks' stored lines: ``load(con, run_id)`` -> rank
-    -> line (those stored at the current version), and ``before(con, run_id)``, run before the
-    analysis opens its read snapshot (stores missing or stale lines). Set by
-    :mod:`gpuscope.analysis.rank_summary` when it is imported; unset, lines come from the events."""
+def _stored_lines(con: Connection, run_id: str) -> dict[int, RankRow]:
+    """The ranks' lines from their stored ``rank_row`` parts (those stored at the current
+    version; :mod:`gpuscope.analysis.rank_summary`, imported on use: it imports this module)."""
+    from gpuscope.analysis.rank_summary import RANK_ROW, load
 
-    load: Callable[[Any, str], dict[int, RankRow]] | None = None
-    before: Callable[[Any, str], Any] | None = None
-
-
-_rank_lines = RankLineSource()
-
-
-def set_rank_line_source(
-    load: Callable[[Any, str], dict[int, RankRow]] | None,
-    before: Callable[[Any, str], Any] | None = None,
-) -> None:
-    """Install (or, with None, remove) the source of stored rank lines (see RankLineSource)."""
-    _rank_lines.load, _rank_lines.before = load, before
+    return {
+        r: RankRow.from_stored(doc)
+        for r, doc in load(con, run_id, RANK_ROW.name, compute=False).items()
+    }
 
 
 def rank_row(con: Connection, run_id: str, rank: int) -> RankRow:
@@ -585,24 +576,6 @@ def _rank_row(
         step_ms_by_step=dict(by_step[0]),
         wait_ms_by_step=dict(by_step[1]),
     )
-
-
-@dataclass
-class RankPartSource:
-    """Where :func:`analyze_run` finds every rank's cross-rank part
-    (:mod:`gpuscope.analysis.rank_frames`): ``load(con, run_id)`` -> rank -> part (stored, else
-    computed from that rank's events). Set by :mod:`gpuscope.analysis.rank_summary`; unset (or
-    with a ``step_annotation``), the other ranks are read from their events."""
-
-    load: Callable[[Any, str], dict[int, dict[str, Any]]] | None = None
-
-
-_rank_parts = RankPartSource()
-
-
-def set_rank_part_source(load: Callable[[Any, str], dict[int, dict[str, Any]]] | None) -> None:
-    """Install (or, with None, remove) the source of the ranks' cross-rank parts."""
-    _rank_parts.load = load
 
 
 def _match_from_parts(
@@ -685,24 +658,41 @@ _Args = ParamSpec("_Args")
 _Ret = TypeVar("_Ret")
 
 
+@contextlib.contextmanager
+def one_snapshot(con: Connection, run_id: str) -> Iterator[None]:
+    """One snapshot of a lake store (:func:`read_snapshot`) for reading a run: the catalog is
+    asked for it once, not per statement, and every part reads the same store; the run's names
+    are read from the lake once (:func:`run_names`). A failure rolls back, which drops the
+    block's temp tables, so the rank indexes of ``con`` forget theirs."""
+
+    def forget() -> None:
+        close_shared(con)
+        drop_run_names(con)
+
+    with read_snapshot(con, on_rollback=forget), run_names(con, str(run_id)):
+        yield
+
+
+def _one_snapshot_of(fn: Callable[_Args, _Ret]) -> Callable[_Args, _Ret]:
+    """Run ``fn(analysis, ...)`` inside :func:`one_snapshot` of the analysis's run."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: _Args.args, **kwargs: _Args.kwargs) -> _Ret:
+        a: Any = args[0]
+        with one_snapshot(a.con, str(a.run_id)):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
 def _one_snapshot(fn: Callable[_Args, _Ret]) -> Callable[_Args, _Ret]:
-    """Run ``fn(con, run_id, ...)`` on one snapshot of a lake store (:func:`read_snapshot`): the
-    catalog is asked for it once, not per statement, and every part reads the same store; the
-    run's names are read from the lake once (:func:`run_names`). A failure rolls back, which drops
-    the block's temp tables, so the rank indexes of ``con`` forget theirs."""
+    """Run ``fn(con, run_id, ...)`` inside :func:`one_snapshot`."""
 
     @functools.wraps(fn)
     def wrapper(*args: _Args.args, **kwargs: _Args.kwargs) -> _Ret:
         con: Any = args[0]
         run_id = args[1] if len(args) > 1 else kwargs["run_id"]
-
-        def forget() -> None:
-            close_shared(con)
-            drop_run_names(con)
-
-        if _rank_lines.before is not None:  # stale or missing stored rank lines: stored once
-            _rank_lines.before(con, str(run_id))
-        with read_snapshot(con, on_rollback=forget), run_names(con, str(run_id)):
+        with one_snapshot(con, str(run_id)):
             return fn(*args, **kwargs)
 
     return wrapper
@@ -721,6 +711,9 @@ class AnalysisOptions:
     mfu: bool = True
     untraced_step_ms: float | None = None
     with_path: bool = True
+    #: the other ranks from their stored summaries (:mod:`gpuscope.analysis.rank_summary`; computed
+    #: from their events where missing); False: every other rank from its events
+    stored_parts: bool = True
 
 
 @dataclass(frozen=True)
@@ -1059,11 +1052,14 @@ class RunAnalysis:
         """Every rank's stored cross-rank part (:class:`RankPartSource`), when the run has several
         ranks, all are asked for and the steps are the default ones; else None (from events)."""
         o = self.options
-        if _rank_parts.load is None or not o.all_ranks or o.step_annotation:
+        if not o.stored_parts or not o.all_ranks or o.step_annotation:
             return None
         if len(self.run["ranks"]) <= 1:
             return None
-        return _rank_parts.load(self.con, self.run_id)
+        # imported on use: rank_summary imports this module (its parts call rank_row)
+        from gpuscope.analysis.rank_summary import CROSS_RANK, load
+
+        return load(self.con, self.run_id, CROSS_RANK.name)
 
     @functools.cached_property
     def match(self) -> CollectiveMatch | None:
@@ -1139,9 +1135,8 @@ class RunAnalysis:
         elif o.all_ranks:
             # their stored summaries (rank_summary) when no cross-rank match is needed; with one,
             # from the events (their busy split needs the matched waits)
-            source = _rank_lines.load
-            use_stored = source is not None and not o.step_annotation and match is None
-            stored = source(self.con, self.run_id) if use_stored and source is not None else {}
+            use_stored = o.stored_parts and not o.step_annotation and match is None
+            stored = _stored_lines(self.con, self.run_id) if use_stored else {}
             lines += [
                 stored.get(r) or _rank_summary(self.con, self.run_id, r, o.step_annotation, match)
                 for r in self.run["ranks"]
@@ -1216,6 +1211,56 @@ class RunAnalysis:
             return
         R.estimate(self.recommendations, cp, ctx)
 
+    # -- the report ---------------------------------------------------------------------------------
+
+    def report(self, *, with_path: bool | None = None) -> RunReport:
+        """Every analysis read, in order (this rank's own, then across ranks, then the fixes),
+        into a :class:`RunReport`. ``with_path`` (default: the options'): with the critical path
+        and the fixes' estimates; asked again with True after False, only those are computed. Read
+        on one snapshot of the store (:func:`report_of`, :func:`analyze_run`)."""
+        if with_path is not None and with_path != self.options.with_path:
+            self.options = dataclasses.replace(self.options, with_path=with_path)
+        a = self
+        mfu_figures = a.mfu
+        report = RunReport(
+            run=a.run,
+            rank=a.rank,
+            window=a.window,
+            step_stats=a.stats,
+            busy=a.busy,
+            idle=a.idle,
+            comm_only_ns=a.comm_only_ns,
+            warnings=a.warnings,
+            kernels=a.kernels,
+            tensor_cores=a.tensor_cores,
+            flops=a.flops,
+            peak=a.peak,
+            peak_dtype=a.peak_dtype,
+            profiler=a.profiler,
+            compiled=a.compiled,
+            pageable=a.pageable,
+            memory=a.memory,
+            roofline=a.roofline,
+            modules=a.modules,
+            mfu_pct=mfu_figures.mfu_pct,
+            mfu_dtype_pct=mfu_figures.mfu_dtype_pct,
+            mfu_busy_pct=mfu_figures.mfu_busy_pct,
+            achieved_tflops=mfu_figures.achieved_tflops,
+            mfu_untraced_pct=mfu_figures.mfu_untraced_pct,
+            achieved_tflops_untraced=mfu_figures.achieved_tflops_untraced,
+            collectives=a.match,
+            split=a.split,
+            per_step=a.per_step,
+            ranks=a.ranks,
+            straggler=a.straggler,
+            recommendations=a.recommendations,
+            throughput=a.throughput,
+        )
+        if self.with_path:  # the path (and the estimates) only when asked: its property caches
+            a.estimate_fixes()
+            report.critical_path, report.gain_context = a.critical_path, a.gain_context
+        return report
+
 
 @_one_snapshot
 def analyze_run(
@@ -1232,6 +1277,7 @@ def analyze_run(
     mfu: bool = True,
     untraced_step_ms: float | None = None,
     with_path: bool = True,
+    stored_parts: bool = True,
 ) -> RunReport:
     """Analyse one rank of a trace run (default: the lowest rank).
 
@@ -1244,7 +1290,8 @@ def analyze_run(
     time measured without the profiler (ms), for traces whose metadata lacks
     ``gpuscope.untraced_step_ms`` (it wins over the metadata). ``with_path=False`` leaves out the
     critical path and the recommendations' ``estimate`` (the web page computes them below the
-    fold). Raises ValueError for an unknown run
+    fold). ``stored_parts=False`` reads every other rank from its events, not from its stored
+    summaries. Raises ValueError for an unknown run
     or rank, or a non-positive ``untraced_step_ms``.
     """
     options = AnalysisOptions(
@@ -1257,47 +1304,17 @@ def analyze_run(
         mfu=mfu,
         untraced_step_ms=untraced_step_ms,
         with_path=with_path,
+        stored_parts=stored_parts,
     )
-    a = RunAnalysis(con, run_id, rank, options)
-    # the steps in order: this rank's own analyses, then the ones across ranks, then the fixes
-    mfu_figures = a.mfu
-    report = RunReport(
-        run=a.run,
-        rank=a.rank,
-        window=a.window,
-        step_stats=a.stats,
-        busy=a.busy,
-        idle=a.idle,
-        comm_only_ns=a.comm_only_ns,
-        warnings=a.warnings,
-        kernels=a.kernels,
-        tensor_cores=a.tensor_cores,
-        flops=a.flops,
-        peak=a.peak,
-        peak_dtype=a.peak_dtype,
-        profiler=a.profiler,
-        compiled=a.compiled,
-        pageable=a.pageable,
-        memory=a.memory,
-        roofline=a.roofline,
-        modules=a.modules,
-        mfu_pct=mfu_figures.mfu_pct,
-        mfu_dtype_pct=mfu_figures.mfu_dtype_pct,
-        mfu_busy_pct=mfu_figures.mfu_busy_pct,
-        achieved_tflops=mfu_figures.achieved_tflops,
-        mfu_untraced_pct=mfu_figures.mfu_untraced_pct,
-        achieved_tflops_untraced=mfu_figures.achieved_tflops_untraced,
-        collectives=a.match,
-        split=a.split,
-        per_step=a.per_step,
-        ranks=a.ranks,
-        straggler=a.straggler,
-        recommendations=a.recommendations,
-        throughput=a.throughput,
-    )
-    a.estimate_fixes()
-    report.critical_path, report.gain_context = a.critical_path, a.gain_context
-    return report
+    return RunAnalysis(con, run_id, rank, options).report()
+
+
+@_one_snapshot_of
+def report_of(a: RunAnalysis, *, with_path: bool | None = None) -> RunReport:
+    """:meth:`RunAnalysis.report` on one snapshot of the store (:func:`one_snapshot`): a kept
+    facade's report, each analysis computed once however often it is asked (the web caches the
+    facade: its report without the critical path first, then with it, on the same analyses)."""
+    return a.report(with_path=with_path)
 
 
 def _recommendations(a: RunAnalysis) -> list[R.Recommendation]:
@@ -1348,6 +1365,7 @@ def _recommendations(a: RunAnalysis) -> list[R.Recommendation]:
         cudnn_benchmark=_torch_flag(con, run_id, rank, "cudnn_benchmark"),
         pageable_excess_ns=pageable.excess_ns if pageable is not None else 0.0,
         pageable_copy=pageable if pageable is not None and pageable.copies else None,
+        phase=phase_patterns(con, run_id, rank, a.window),
     )
     return R.recommend(inputs)
 
@@ -1365,4 +1383,3 @@ def _torch_flag(con: Connection, run_id: str, rank: int, flag: str) -> bool | No
     flags = (rank_meta(con, run_id, rank).get("metadata") or {}).get("gpuscope.torch_flags")
     value = flags.get(flag) if isinstance(flags, dict) else None
     return value if isinstance(value, bool) else None
-        phase=phase_patterns(con, run_id, rank, a.window),

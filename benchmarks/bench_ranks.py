@@ -289,7 +289,6 @@ def part_cost(n: int, out: Path, repeat: int) -> None:
     db = work / "store"
     with connect(db) as con:
         run_id = ingest_paths(con, [folder])[0].run_id
-    source = report._rank_parts.load
     for i in range(max(1, repeat)):
         with connect(db) as con:
             con.execute("DELETE FROM rank_summaries")
@@ -299,12 +298,12 @@ def part_cost(n: int, out: Path, repeat: int) -> None:
             per_rank = (time.process_time() - c0) / max(1, rows)
         cpu: dict[str, float] = {}
         for mode in ("parts", "events") if i % 2 == 0 else ("events", "parts"):
-            report.set_rank_part_source(source if mode == "parts" else None)
             with connect(db) as con:
                 c0 = time.process_time()
-                report.analyze_run(con, run_id, with_path=False).to_json()
+                report.analyze_run(
+                    con, run_id, with_path=False, stored_parts=mode == "parts"
+                ).to_json()
                 cpu[mode] = time.process_time() - c0
-        report.set_rank_part_source(source)
         print(
             json.dumps(
                 {

@@ -111,8 +111,10 @@ def test_the_rows_json_is_the_line_analyze_json_wrote(
         assert a.parts is not None  # rank 1 from its part
         assert all(isinstance(r, RankRow) for r in a.ranks)
         assert [as_text(r.to_json()) for r in a.ranks] == want
-        monkeypatch.setattr(report._rank_parts, "load", None)  # rank 1 from its events
-        b = report.RunAnalysis(con, run_id, rank=0)
+        # rank 1 from its events
+        b = report.RunAnalysis(
+            con, run_id, rank=0, options=report.AnalysisOptions(stored_parts=False)
+        )
         assert b.parts is None
         assert [as_text(r.to_json()) for r in b.ranks] == want
 
@@ -137,11 +139,12 @@ def test_a_stored_line_reads_back_into_an_equal_row(
         for r in (0, 1):
             assert json.loads(docs[r]) == built[r].to_json()
             assert RankRow.from_stored(json.loads(docs[r])) == built[r]
-        assert RS._stored_lines(con, run_id) == built
+        assert report._stored_lines(con, run_id) == built
         assert built[0].step_ms_by_step and built[0] != built[1]
 
-        # the analysis reads rank 1's stored line (no parts, no match: details off)
-        monkeypatch.setattr(report._rank_parts, "load", None)
+        # the analysis reads rank 1's stored line where it reads no cross-rank part (no match:
+        # details off)
+        monkeypatch.setattr(report.RunAnalysis, "parts", None)
         shown = report.analyze_run(con, run_id, rank=0, details=False).ranks
         assert shown[1] == built[1]
         con.execute(

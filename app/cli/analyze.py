@@ -13,10 +13,6 @@ from gpuscope.analysis.fmt import sig3
 if TYPE_CHECKING:
     from gpuscope.analysis.job import JobDiagnosis
 
-# Imported here, not where it is used: importing it installs the stored rank parts and lines as
-# the report's sources (gpuscope.analysis.report.RankPartSource; the report cannot import it, the
-# analysis modules' imports being a DAG). Without it a run of 128 ranks is analysed from every
-# rank's events: the same JSON in 49 s instead of 2.5.
 from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.cli._common import fail, notice, open_db, print_json, run_id_or_exit
 from gpuscope.cli.analyze_sections import render_memory, render_modules, render_roofline
