@@ -246,7 +246,7 @@ def step_time(windows: Mapping[int, tuple[Window, int]], pace: int | None = None
             drain_step=drain if drain in dict(by_step) else None,
             drain_ms=drain_ms if drain in dict(by_step) else None,
         )
-    rank = pace if pace in windows else min(windows)
+    rank = pace if pace is not None and pace in windows else min(windows)
     st = step_stats(windows[rank][0])
     return JobStepTime(
         p50_ms=st.p50_ms,
@@ -303,19 +303,25 @@ def _rank_split(line: Any) -> TimeSplit:
 def _job_split(shares: list[RankShare]) -> TimeSplit:
     """Every rank's split weighted by its window: % of the sum of the windows (a figure only
     where every rank has it)."""
+    if len(shares) == 1:  # the job is that rank
+        return shares[0].split
     total = sum(s.window_ms for s in shares)
 
     def mean(get: Callable[[TimeSplit], float | None]) -> float | None:
-        vals = [get(s.split) for s in shares]
-        if not shares or any(v is None for v in vals) or total <= 0:
-            return None
-        return sum(float(v) * s.window_ms for v, s in zip(vals, shares, strict=True)) / total  # type: ignore[arg-type]
+        weighted = 0.0
+        for s in shares:
+            v = get(s.split)
+            if v is None:
+                return None  # a figure only where every rank has it
+            weighted += float(v) * s.window_ms
+        return weighted / total if shares and total > 0 else None
+
+    def cause_of(c: str) -> Callable[[TimeSplit], float | None]:
+        return lambda t: (t.idle_by_cause_pct or {}).get(c, 0.0)
 
     by_cause = None
     if shares and all(s.split.idle_by_cause_pct is not None for s in shares):
-        by_cause = {
-            c: mean(lambda t, c=c: (t.idle_by_cause_pct or {}).get(c, 0.0)) or 0.0 for c in CAUSES
-        }
+        by_cause = {c: mean(cause_of(c)) or 0.0 for c in CAUSES}
     return TimeSplit(
         busy_pct=mean(lambda t: t.busy_pct),
         compute_pct=mean(lambda t: t.compute_pct),
@@ -376,26 +382,21 @@ def _float(v: Any) -> float | None:
         return None
 
 
-def _pace_cause(con: Connection, run_id: str, rep: RunReport) -> Finding | None:
-    """The pace-setter's own cause (:mod:`gpuscope.analysis.straggler_cause`, when present)."""
-    try:
-        from gpuscope.analysis import straggler_cause  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    fn = getattr(straggler_cause, "finding", None)
-    if fn is None:
-        return None
-    got = fn(rep)
+def _pace_cause(rep: RunReport, job_step: JobStepTime) -> Finding | None:
+    """The pace-setter's own cause (:mod:`gpuscope.analysis.straggler_cause`) from its report,
+    re-timed on the job's mean step; None without a matched straggler."""
+    from gpuscope.analysis.straggler_cause import pace_setter_cause
+
+    is_pace = rep.straggler is not None and int(rep.rank) == int(rep.straggler.rank)
+    got = pace_setter_cause(
+        rep.straggler,
+        rep.ranks,
+        job_step_ms=job_step.mean_ms,
+        profiler=rep.profiler if is_pace else None,
+    )
     if got is None:
         return None
-    return Finding(
-        "pace_cause",
-        str(getattr(got, "id", "pace_cause")),
-        str(getattr(got, "title", "")),
-        str(getattr(got, "detail", "")),
-        _float(getattr(got, "gain_pct", None)),
-        int(rep.rank),
-    )
+    return Finding("pace_cause", got.id, got.title, got.detail, _float(got.gain_pct), got.rank)
 
 
 def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]) -> JobDiagnosis:
@@ -454,7 +455,7 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
         if rep.has_gpu_activity
         else None,
         fix_rank=pace,
-        findings=_findings(rep, _pace_cause(con, run_id, rep)),
+        findings=_findings(rep, _pace_cause(rep, step)),
     )
 
 
@@ -486,7 +487,7 @@ class HeadlineRow:
 
 
 def _p(v: float | None) -> str:
-    return "—" if v is None else f"{sig3(v)}%"
+    return "—" if v is None else f"{sig3(v)} %"
 
 
 def step_words(step: JobStepTime) -> str:
@@ -524,20 +525,17 @@ def headline_rows(job: JobDiagnosis) -> tuple[HeadlineRow, ...]:
             _p(s.busy_pct),
             (f"of it waiting for other ranks {_p(s.wait_pct)}; " if job.distributed else "")
             + f"compute {_p(s.compute_pct)}, comm transfer {_p(s.transfer_pct)}, idle "
-            f"{_p(s.idle_pct)}" + (" (every rank's window)" if job.distributed else ""),
+            f"{_p(s.idle_pct)}" + ("; over every rank's window" if job.distributed else ""),
         )
     )
     rows.append(HeadlineRow("MFU", _p(job.mfu_pct), "FLOPs per step over the job step time"))
-    first = job.findings[0] if job.findings else None
+    cause = next((f for f in job.findings if f.kind == "pace_cause"), None)
+    if cause is not None:
+        rows.append(HeadlineRow("Why", cause.title, cause.detail))
+    first = job.first_fix
     if first is not None:
         who = f"rank {first.rank}, the pace-setter: fixing a rank that waits gains nothing"
-        rows.append(
-            HeadlineRow(
-                "First fix" if first.kind == "fix" else "Why",
-                first.title,
-                who if job.distributed else "",
-            )
-        )
+        rows.append(HeadlineRow("First fix", first.title, who if job.distributed else ""))
     return tuple(rows)
 
 

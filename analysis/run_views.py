@@ -21,6 +21,7 @@ from gpuscope.analysis.critical_path import StepPath
 from gpuscope.analysis.fixes import Recommendation
 from gpuscope.analysis.gains import Estimate
 from gpuscope.analysis.idle import CAUSES
+from gpuscope.analysis.job import HeadlineRow, JobDiagnosis, diagnose, headline_rows, step_time
 from gpuscope.analysis.kernels import KernelRow
 from gpuscope.analysis.memory import (
     HeldBlock,
@@ -44,7 +45,7 @@ from gpuscope.analysis.ranks import (
     world_sizes,
 )
 from gpuscope.analysis.ranks import rank_overview as _rank_overview
-from gpuscope.analysis.report import RunReport, analyze_run
+from gpuscope.analysis.report import RunAnalysis, RunReport, analyze_run, report_of
 from gpuscope.analysis.roofline import RooflineView, RoofOp
 from gpuscope.analysis.store_access import ranks_of, us
 from gpuscope.store.schema import RUN_COLUMNS
@@ -58,7 +59,9 @@ __all__ = [
     "Estimate",
     "FixEstimate",
     "Headline",
+    "HeadlineRow",
     "HeldBlock",
+    "JobDiagnosis",
     "KernelRow",
     "MallocStats",
     "MemoryOp",
@@ -84,14 +87,17 @@ __all__ = [
     "banners",
     "breakdowns",
     "critical_path_section",
+    "diagnose",
     "headline",
     "modules",
+    "open_analysis",
     "rank_nodes",
     "rank_overview",
     "rank_step_matrix",
     "ranks_label",
     "ranks_of",
     "ranks_of_world",
+    "report_of",
     "roofline",
     "row_count",
     "run_row",
@@ -123,6 +129,12 @@ def run_row(con: Connection, run_id: str) -> dict[str, Any] | None:
     return d
 
 
+def open_analysis(con: Connection, run_id: str, rank: int | None = None) -> RunAnalysis:
+    """The analysis facade of one rank of a run (default: the lowest), each analysis computed once
+    on first use: read its reports with :func:`report_of` (the web keeps one per (run, rank))."""
+    return RunAnalysis(con, run_id, rank)
+
+
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -148,15 +160,18 @@ def row_count(con: Connection, table: str) -> int:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """A run's line in the runs list: the rank the Run page opens on (the lowest), its median step
-    time (ms), GPU busy (%) and the communication wait inside it (%; issue 20: the list agrees with
-    the page's headline), and the run's MFU (%); None when unknown."""
+    """A run's line in the runs list. Of a job's verdict (:class:`JobDiagnosis`): the pace-setting
+    rank (``rank``; ``pace_setter`` too when the run has several ranks), the job step time (ms),
+    GPU busy and the communication wait inside it (% of every rank's window) and the job's MFU
+    (%), as the Run page's headline says them. Of one rank's report or document (no ``job``):
+    that rank's figures. None when unknown."""
 
     rank: int | None
     step_ms: float | None
     busy_pct: float | None
     mfu_pct: float | None
     wait_pct: float | None = None
+    pace_setter: int | None = None
 
 
 def _num(v: Any) -> float | None:
@@ -167,9 +182,32 @@ def _num(v: Any) -> float | None:
     return None if f is None or math.isnan(f) else f
 
 
-def run_summary(report: RunReport | Mapping[str, Any]) -> RunSummary:
-    """The runs-list figures of a report, or of an analysis document (``analyze --json``: the
-    stored ``headline`` part of :func:`stored_run_summary`, a hand-built one)."""
+def run_summary(report: JobDiagnosis | RunReport | Mapping[str, Any]) -> RunSummary:
+    """The runs-list figures of a job's verdict (what the Runs list shows), of an analysis
+    document with a ``job`` (``analyze --json``), or of one rank's report or document without one
+    (the stored ``headline`` part of :func:`stored_run_summary`, a hand-built one)."""
+    if isinstance(report, JobDiagnosis):
+        job = report
+        return RunSummary(
+            rank=job.pace_setter,
+            step_ms=_num(job.step.p50_ms),
+            busy_pct=_num(job.split.busy_pct),
+            mfu_pct=_num(job.mfu_pct),
+            wait_pct=_num(job.split.wait_pct),
+            pace_setter=job.pace_setter if job.distributed else None,
+        )
+    if not isinstance(report, RunReport) and isinstance(report.get("job"), Mapping):
+        j = report["job"]
+        split = j.get("split") or {}
+        several = len(j.get("ranks") or []) > 1
+        return RunSummary(
+            rank=j.get("pace_setter"),
+            step_ms=_num((j.get("step_time_ms") or {}).get("p50")),
+            busy_pct=_num(split.get("busy_pct")),
+            mfu_pct=_num(j.get("mfu_pct")),
+            wait_pct=_num(split.get("wait_pct")),
+            pace_setter=j.get("pace_setter") if several else None,
+        )
     if isinstance(report, RunReport):
         st = report.step_stats
         return RunSummary(
@@ -192,24 +230,48 @@ def run_summary(report: RunReport | Mapping[str, Any]) -> RunSummary:
 
 
 def stored_run_summary(con: Connection, run_id: str) -> RunSummary | None:
-    """The runs-list figures of a trace run from its stored rank summaries alone (no events read;
-    :mod:`gpuscope.analysis.rank_summary`): the same as :func:`run_summary` of its analysis. None
-    when a rank lacks a current ``rank_row`` or the lowest rank its ``headline`` (a run stored
-    before them: the caller analyses it, which stores them), and for a run of several ranks: its
-    figures (the wait beside busy) need the collectives matched across ranks, which the stored
-    per-rank summaries do not hold yet."""
-    from gpuscope.analysis.rank_summary import HEADLINE, RANK_ROW, load
+    """The runs-list figures of a trace run of one rank from its stored rank summaries alone (no
+    events read; :mod:`gpuscope.analysis.rank_summary`): the same as :func:`run_summary` of its
+    job's verdict (:func:`gpuscope.analysis.job.diagnose`). None when the rank lacks a current
+    ``rank_row``, ``headline`` or ``steps`` (a run stored before them: the caller analyses it),
+    and for a run of several ranks (its verdict needs the collectives matched across ranks)."""
+    from gpuscope.analysis.peaks import mfu_pct
+    from gpuscope.analysis.rank_summary import HEADLINE, RANK_ROW, STEPS, load
+    from gpuscope.analysis.steps import Step, Window
 
     ranks = ranks_of(con, run_id)
     if len(ranks) != 1:  # several ranks: the busy split needs the collectives matched across them
         return None
+    rank = ranks[0]
     rows = load(con, run_id, RANK_ROW.name, compute=False)
-    head = load(con, run_id, HEADLINE.name, compute=False).get(ranks[0])
-    if head is None or set(rows) != set(ranks):
+    head = load(con, run_id, HEADLINE.name, compute=False).get(rank)
+    steps = load(con, run_id, STEPS.name, compute=False).get(rank)
+    if head is None or steps is None or set(rows) != set(ranks):
         return None
-    busy = head.get("gpu_busy_pct")
-    wait = 0.0 if busy is not None else None  # one rank waits for no other (its split's wait: 0)
-    return run_summary({**head, "gpu_wait_pct": wait, "rank": ranks[0]})
+    win = head.get("window") or {}
+    w = Window(0, 0, [], str(win.get("source") or "trace"))
+    if steps and w.source != "trace":
+        w = Window(
+            int(steps[0]["start_ns"]),
+            int(steps[-1]["start_ns"]) + round(float(steps[-1]["duration_ms"]) * 1e6),
+            [Step(int(s["number"]), int(s["start_ns"]), int(s["end_ns"])) for s in steps],
+            w.source,
+        )
+    job_step = step_time({rank: (w, 0)})
+    st = head.get("step_time_ms") or {}
+    p50 = job_step.p50_ms if job_step.source == "completions" else _num(st.get("p50"))
+    busy = _num(head.get("gpu_busy_pct"))
+    return RunSummary(
+        rank=rank,
+        step_ms=p50,
+        busy_pct=busy,
+        mfu_pct=(
+            mfu_pct(head.get("flops_per_step"), p50 / 1e3, head.get("peak_tflops"))
+            if busy is not None and p50
+            else None
+        ),
+        wait_pct=0.0 if busy is not None else None,  # one rank waits for no other
+    )
 
 
 @dataclass(frozen=True)
@@ -264,7 +326,9 @@ class Headline:
     the communication wait inside it (% of the window), MFU (%; while busy too) with its peak
     (TFLOP/s), dtype and FLOPs per step, the tensor-core share (% of kernel time) with the
     eligible time not on tensor cores (µs), and the top idle cause. None: not measured (no
-    evidence, no figure)."""
+    evidence, no figure). Above them the job's verdict: ``job_rows``
+    (:func:`gpuscope.analysis.job.headline_rows`, the rows every face renders), ``rank`` the rank
+    the figures above are of, ``distributed`` whether the run has several ranks."""
 
     step_p50_ms: float
     step_p90_ms: float
@@ -281,10 +345,14 @@ class Headline:
     tensor_core_pct: float | None
     tc_eligible_not_tc_us: float | None
     top_idle: TopIdleCause | None
+    job_rows: tuple[HeadlineRow, ...] = ()
+    rank: int | None = None
+    distributed: bool = False
 
 
-def headline(report: RunReport) -> Headline:
-    """The headline cards of a report (what ``analyze --json`` says under the same names)."""
+def headline(report: RunReport, job: JobDiagnosis | None = None) -> Headline:
+    """The headline cards of a report (what ``analyze --json`` says under the same names), under
+    the job's verdict when ``job`` is given."""
     st, tc = report.step_stats, report.tensor_cores
     return Headline(
         step_p50_ms=st.p50_ms,
@@ -302,6 +370,9 @@ def headline(report: RunReport) -> Headline:
         tensor_core_pct=getattr(tc, "tensor_core_pct", None),
         tc_eligible_not_tc_us=getattr(tc, "tc_eligible_not_tc_us", None),
         top_idle=top_idle_cause(report),
+        job_rows=headline_rows(job) if job is not None else (),
+        rank=int(report.rank),
+        distributed=len(report.run.get("ranks") or []) > 1,
     )
 
 

@@ -10,6 +10,7 @@ sawtooth as an SVG drawn here (no Plotly export, no browser, no network).
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ from gpuscope.analysis.fmt import sig3
 from gpuscope.web import html_safe, palette
 
 if TYPE_CHECKING:
+    from gpuscope.analysis.collectives import CollectiveMatch
+    from gpuscope.analysis.job import JobDiagnosis
     from gpuscope.store import Connection
 
 FORMATS = ("md", "html")
@@ -30,16 +33,25 @@ TOP_KERNELS = 10
 @dataclass
 class SawtoothData:
     """What the report's sawtooth draws: bucket bounds (ms from the window start), busy % per
-    bucket, idle % per cause per bucket, step starts (ms)."""
+    bucket, idle % per cause per bucket, step starts (ms), and the part of busy spent waiting in
+    collectives for the last rank (% per bucket; None for a run of one rank)."""
 
     edges_ms: np.ndarray
     busy_pct: np.ndarray
     idle_pct: dict[str, np.ndarray]
     step_starts_ms: list[float]
+    wait_pct: np.ndarray | None = None
 
 
-def sawtooth_data(con: Connection, run_id: str, rank: int, n: int = N_BUCKETS) -> SawtoothData:
-    """Busy % and idle % by cause in ``n`` buckets of the rank's analysed window."""
+def sawtooth_data(
+    con: Connection,
+    run_id: str,
+    rank: int,
+    n: int = N_BUCKETS,
+    match: CollectiveMatch | None = None,
+) -> SawtoothData:
+    """Busy % and idle % by cause in ``n`` buckets of the rank's analysed window; with ``match``
+    (the run's collectives matched across ranks) the wait inside busy too."""
     from gpuscope.analysis import sawtooth
 
     w = sawtooth.window_view(con, run_id, rank)
@@ -52,19 +64,27 @@ def sawtooth_data(con: Connection, run_id: str, rank: int, n: int = N_BUCKETS) -
     shares = sawtooth.idle_shares_in_view(gaps, s, e, n) if not gaps.empty else {}
     edges = (sawtooth.bucket_edges(s, e, n) - s) / 1e6
     starts = [(int(x) - s) / 1e6 for x in w.steps["start_ns"]]
+    wait = None
+    if match is not None:
+        from gpuscope.analysis.collectives import wait_in_view
+
+        frac = wait_in_view(con, run_id, rank, dev, s, e, n, match)["wait_frac"]
+        wait = frac.to_numpy(dtype="float64") * 100.0
     return SawtoothData(
         edges,
         busy["busy_frac"].to_numpy(dtype="float64") * 100.0,
         {c: np.asarray(v, dtype="float64") for c, v in shares.items()},
         starts,
+        wait,
     )
 
 
 def sawtooth_svg(
     data: SawtoothData, *, title: str = "", width: int = 900, height: int = 240
 ) -> str:
-    """The sawtooth as an SVG: GPU busy % per bucket (blue), idle % stacked on it by cause (the
-    dashboard's colours), dashed lines at step starts, axes in ms and %, and a legend."""
+    """The sawtooth as an SVG: GPU busy % per bucket (blue) with its wait for other ranks beside
+    it (its own colour, never drawn as busy), idle % stacked on them by cause (the dashboard's
+    colours), dashed lines at step starts, axes in ms and %, and a legend."""
     left, right, top, bottom = 44, 10, 24, 46
     pw, ph = width - left - right, height - top - bottom
     out = [
@@ -89,7 +109,12 @@ def sawtooth_svg(
         return top + ph - min(max(pct, 0.0), 100.0) / 100.0 * ph
 
     xs = [X(float(v)) for v in data.edges_ms]
-    layers = [("busy", palette.BUSY, data.busy_pct)]
+    busy = np.asarray(data.busy_pct, dtype="float64")
+    if data.wait_pct is not None:
+        wait = np.minimum(np.nan_to_num(np.asarray(data.wait_pct, dtype="float64")[:n]), busy[:n])
+        layers = [("busy", palette.BUSY, busy[:n] - wait), ("wait", palette.WAIT, wait)]
+    else:
+        layers = [("busy", palette.BUSY, busy)]
     causes = sorted(data.idle_pct, key=lambda c: -float(np.sum(data.idle_pct[c])))
     layers += [(c, palette.cause_color(c), data.idle_pct[c]) for c in causes]
     lower = np.zeros(n)
@@ -105,7 +130,7 @@ def sawtooth_svg(
             pts.append(f"L{xs[i]:.1f},{Y(upper[i]):.1f}L{xs[i + 1]:.1f},{Y(upper[i]):.1f}")
         for i in range(n - 1, -1, -1):
             pts.append(f"L{xs[i + 1]:.1f},{Y(lower[i]):.1f}L{xs[i]:.1f},{Y(lower[i]):.1f}")
-        alpha = 0.85 if name == "busy" else 0.6
+        alpha = 0.85 if name in ("busy", "wait") else 0.6
         out.append(
             f'<path d="{"".join(pts)}Z" fill="{color}" fill-opacity="{alpha}" stroke="none">'
             f"<title>{_h(_layer_label(name))}</title></path>"
@@ -145,6 +170,8 @@ def sawtooth_svg(
 
 
 def _layer_label(name: str) -> str:
+    if name == "wait":
+        return "busy, waiting for other ranks"
     return "GPU busy" if name == "busy" else f"idle: {palette.cause_label(name)}"
 
 
@@ -165,6 +192,28 @@ class ReportParts:
     base: dict[str, Any] | None = None
     base_saw: SawtoothData | None = None
     comparison: dict[str, Any] | None = None
+    #: the job's verdict (:mod:`gpuscope.analysis.job`): the headline and the ranks section
+    job: JobDiagnosis | None = None
+
+
+def report_parts(
+    con: Connection, run_id: str, *, rank: int | None = None, **analysis: Any
+) -> ReportParts:
+    """One run's report inputs (no comparison): the ``analyze --json`` document of ``rank``
+    (default: the lowest) with the job's verdict under ``job`` and the pace-setter's fixes (fixing
+    a rank that waits gains nothing; docs/metrics.md), its sawtooth with the wait, and the verdict.
+    ``analysis``: ``analyze_run`` options. What ``gpuscope report`` and the trackers render."""
+    from gpuscope.analysis.job import diagnose, memo
+    from gpuscope.analysis.report import analyze_run
+
+    rep = analyze_run(con, run_id, rank=rank, **analysis)
+    report_of = memo(lambda r: analyze_run(con, run_id, rank=r, **analysis), rep)
+    job = diagnose(con, run_id, report_of)
+    doc = rep.to_json()
+    doc["job"] = job.to_json()
+    doc["recommendations"] = [r.to_json() for r in report_of(job.fix_rank).recommendations]
+    saw = sawtooth_data(con, run_id, rep.rank, match=rep.collectives)
+    return ReportParts(doc, saw, job=job)
 
 
 def build_report(
@@ -176,16 +225,16 @@ def build_report(
     compare_to: str | None = None,
     **analysis: Any,
 ) -> str:
-    """The report of one rank of ``run_id`` (default: the lowest rank); with ``compare_to``, of
-    that run (A, before) against ``run_id`` (B, after). ``analysis``: ``analyze_run`` options.
-    Raises ValueError for an unknown rank or format, or a run that is not a trace run."""
+    """The report of one rank of ``run_id`` (default: the lowest) under the job's verdict
+    (:func:`report_parts`); with ``compare_to``, of that run (A, before) against ``run_id`` (B,
+    after). ``analysis``: ``analyze_run`` options. Raises ValueError for an unknown rank or
+    format, or a run that is not a trace run."""
     from gpuscope.analysis.compare import compare_runs
     from gpuscope.analysis.report import analyze_run
 
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: one of {', '.join(FORMATS)}")
-    rep = analyze_run(con, run_id, rank=rank, **analysis)
-    parts = ReportParts(rep.to_json(), sawtooth_data(con, run_id, rep.rank))
+    parts = report_parts(con, run_id, rank=rank, **analysis)
     if compare_to is not None:
         base = analyze_run(con, compare_to, rank=rank, **analysis)
         parts.base = base.to_json()
@@ -206,23 +255,84 @@ def _title(parts: ReportParts) -> str:
     return f"gpuscope report: {r['name']}"
 
 
-def _headline_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+def _headline_rows(parts: ReportParts) -> list[tuple[str, str, str]]:
+    """The run, then the job's verdict (:func:`gpuscope.analysis.job.headline_rows`: what every
+    face shows), then the shown rank's own figures."""
+    from gpuscope.analysis.job import headline_rows
+
+    doc = parts.doc
     st = doc["step_time_ms"]
     tp = doc.get("throughput") or {}
     rows = [
-        ("run", f"{doc['run']['name']} ({doc['run']['id']}), rank {doc['rank']}"),
-        ("GPU", str(doc["run"].get("gpu") or "-")),
-        ("steps", str(doc["window"]["steps"])),
-        ("step time", f"{sig3(st['mean'])} ms mean, {sig3(st['p50'])} ms median"),
-        ("GPU busy", _pct(doc.get("gpu_busy_pct"))),
-        ("GPU idle", _pct(doc["idle"].get("pct"))),
-        ("MFU", _pct(doc.get("mfu_pct"))),
+        ("run", f"{doc['run']['name']} ({doc['run']['id']})", ""),
+        ("GPU", str(doc["run"].get("gpu") or "-"), ""),
+        ("steps", str(doc["window"]["steps"]), ""),
+    ]
+    if parts.job is not None:
+        rows += [(r.label, r.value, r.note) for r in headline_rows(parts.job)]
+    wait = doc.get("gpu_wait_pct")
+    rows += [
+        (
+            f"rank {doc['rank']}: step spans",
+            f"{sig3(st['p50'])} ms median, {sig3(st['mean'])} ms mean",
+            "CPU start to the next step's: a rank that waits shows the pace only in its waits",
+        ),
+        (
+            f"rank {doc['rank']}: GPU busy",
+            _pct(doc.get("gpu_busy_pct"))
+            + (f", of it waiting for other ranks {_pct(wait)}" if wait else ""),
+            "",
+        ),
+        (f"rank {doc['rank']}: GPU idle", _pct(doc["idle"].get("pct")), ""),
     ]
     if tp.get("tokens_per_s"):
-        rows.append(("throughput", f"{sig3(tp['tokens_per_s'])} tokens/s"))
+        rows.append(("throughput", f"{sig3(tp['tokens_per_s'])} tokens/s", ""))
     elif tp.get("samples_per_s"):
-        rows.append(("throughput", f"{sig3(tp['samples_per_s'])} samples/s"))
+        rows.append(("throughput", f"{sig3(tp['samples_per_s'])} samples/s", ""))
     return rows
+
+
+def _rank_rows(job: JobDiagnosis) -> list[tuple[str, str, str, str, str, str, str]]:
+    """The ranks section's table: every rank by the wait it causes (the pace-setter first)."""
+    from gpuscope.analysis.job import rank_rows
+
+    return [
+        (
+            f"{s.rank}" + (" (pace-setter)" if s.rank == job.pace_setter else ""),
+            _pct(s.split.busy_pct),
+            _pct(s.split.wait_pct),
+            _pct(s.split.compute_pct),
+            _pct(s.split.idle_pct),
+            f"{sig3(s.caused_wait_ms_per_step)} ms",
+            f"{sig3(s.step_p50_ms)} ms",
+        )
+        for s in rank_rows(job)
+    ]
+
+
+_RANK_HEAD = (
+    "rank",
+    "GPU busy",
+    "of it waiting",
+    "compute",
+    "idle",
+    "wait it causes per step",
+    "its median step span",
+)
+
+
+def _ranks_lead(job: JobDiagnosis) -> str:
+    """The ranks section's sentence: the pace-setter and the wait it costs."""
+    if job.wait_ms_per_step is not None and job.waiting_rank is not None:
+        return (
+            f"Rank {job.pace_setter} sets the pace: rank {job.waiting_rank} waits "
+            f"{sig3(job.wait_ms_per_step)} ms per step for it (job step {sig3(job.step.p50_ms)} ms). "
+            "The wait is inside GPU busy: a waiting rank's GPU is busy but does no work."
+        )
+    return (
+        f"Rank {job.pace_setter} sets the pace (its steps end last; no collectives matched "
+        f"across ranks). Job step {sig3(job.step.p50_ms)} ms."
+    )
 
 
 def _cause_rows(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -273,11 +383,24 @@ def _compare_rows(cmp: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 # -- Markdown --------------------------------------------------------------------------------------
 
 
+#: What GitHub-flavoured Markdown turns into a link by itself: a URL (``scheme://``), ``www.``,
+#: an e-mail address. A word joiner (U+2060, invisible) inside each keeps a run's or kernel's
+#: name plain text in a report, as the dashboard does (``gpuscope.web.ui.md``).
+_AUTOLINK = re.compile(r"(:)(//)|\b(www)(\.)|(@)", re.IGNORECASE)
+_WJ = "\u2060"
+
+
+def _break_autolink(m: re.Match[str]) -> str:
+    if m.group(5):
+        return _WJ + m.group(5)
+    return _WJ.join(g for g in m.groups() if g)
+
+
 def _md(text: Any) -> str:
     out = " ".join(str(text).split())
     for ch in "\\|<>`*_[]":
         out = out.replace(ch, "\\" + ch)
-    return out
+    return _AUTOLINK.sub(_break_autolink, out)
 
 
 def _md_table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
@@ -304,7 +427,7 @@ def render_markdown(parts: ReportParts) -> str:
             "",
         ]
     out += ["## Headline", ""]
-    out += _md_table(("figure", "value"), _headline_rows(doc))
+    out += _md_table(("figure", "value", "note"), _headline_rows(parts))
     for w in doc.get("warnings") or []:
         out += ["", f"> ⚠ {_md(w)}"]
     out += ["", "## GPU busy over time", ""]
@@ -318,7 +441,19 @@ def render_markdown(parts: ReportParts) -> str:
     out += (
         _md_table(("cause", "% of the window", "per step"), causes) if causes else ["No idle time."]
     )
+    job = parts.job
+    if job is not None and job.distributed:
+        out += ["", "## Ranks", "", _md(_ranks_lead(job)), ""]
+        out += _md_table(_RANK_HEAD, _rank_rows(job))
     out += ["", "## Fixes", ""]
+    if job is not None and job.distributed:
+        out += [
+            _md(
+                f"The fixes of rank {job.fix_rank}, the pace-setter (fixing a rank that waits "
+                "gains nothing)."
+            ),
+            "",
+        ]
     recs = doc.get("recommendations") or []
     if not recs:
         out += ["No fix with a cost above noise.", ""]
@@ -388,7 +523,7 @@ def render_html(parts: ReportParts) -> str:
             f"{_h(', '.join(rec['new']) or 'none')}</p></section>"
         )
     out.append('<section id="headline"><h2>Headline</h2>')
-    out.append(_html_table(("figure", "value"), _headline_rows(doc)))
+    out.append(_html_table(("figure", "value", "note"), _headline_rows(parts)))
     out += [f'<p class="warn">⚠ {_h(w)}</p>' for w in doc.get("warnings") or []]
     out.append('</section><section id="sawtooth"><h2>GPU busy over time</h2>')
     if parts.base_saw is not None and parts.base is not None:
@@ -403,7 +538,17 @@ def render_html(parts: ReportParts) -> str:
         if causes
         else "<p>No idle time.</p>"
     )
+    job = parts.job
+    if job is not None and job.distributed:
+        out.append('</section><section id="ranks"><h2>Ranks</h2>')
+        out.append(f"<p>{_h(_ranks_lead(job))}</p>")
+        out.append(_html_table(_RANK_HEAD, _rank_rows(job)))
     out.append('</section><section id="fixes"><h2>Fixes</h2>')
+    if job is not None and job.distributed:
+        out.append(
+            f"<p>The fixes of rank {_h(job.fix_rank)}, the pace-setter (fixing a rank that waits "
+            "gains nothing).</p>"
+        )
     recs = doc.get("recommendations") or []
     out.append(f"<p>{_h(ORDER_NOTE)}</p>" if recs else "<p>No fix with a cost above noise.</p>")
     for r in recs:

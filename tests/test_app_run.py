@@ -49,8 +49,8 @@ def test_run_page_shows_the_sawtooth(run_id: str) -> None:
     caption = next(c for c in texts(at, "caption") if "drag across the plot" in c)
     assert "GPU 0" in caption
     labels = [m.label for m in at.metric]
-    assert labels[:5] == [
-        "Step time",
+    assert labels[:5] == [  # the job's verdict (one rank: the job is that rank), then its own
+        "Job step time",
         "GPU busy",
         "MFU",
         "Tensor-core share",
@@ -244,7 +244,7 @@ def test_a_failing_section_shows_one_plain_line_and_the_rest_of_the_page(
     heads = texts(at, "subheader")
     assert "GPU busy over time" in heads and "Top kernels" in heads and "Fixes" in heads
     assert any(c.value and "num_workers" in c.value for c in at.code)  # the fixes still show
-    assert [m.label for m in at.metric][:2] == ["Step time", "GPU busy"]
+    assert [m.label for m in at.metric][:2] == ["Job step time", "GPU busy"]
     assert "secret internals" in caplog.text and "Traceback" in caplog.text
 
 
@@ -364,7 +364,12 @@ def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
     [pace] = [w for w in texts(at, "warning") if "sets the pace" in w]
     assert pace.startswith("Rank 1 sets the pace") and "ms per step" in pace
     table = next(d.value for d in at.dataframe if "communication only / step" in d.value.columns)
-    assert list(table["rank"]) == [0, 1]
+    assert list(table["rank"]) == [1, 0]  # by the wait each rank causes: the pace-setter first
+    assert table["caused wait / step"][0] > 15 and table["caused wait / step"][1] == 0
+    assert at.query_params["rank"] in ("1", ["1"])  # the page opens on the pace-setter
+    at = open_app(RUN, {"run": rid, "rank": "0"})  # rank 0, which waits for it
+    assert not at.exception, at.exception
+    table = next(d.value for d in at.dataframe if "communication only / step" in d.value.columns)
     specs = [c.proto.spec for c in at.get("plotly_chart")]
     assert any("rank 0" in s and "rank 1" in s for s in specs)  # the small multiples
     # issue 20: rank 0 waits for rank 1 in the all-reduces: the wait is beside busy in the
@@ -378,7 +383,12 @@ def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
         doc = analyze_run(con, rid, rank=0).to_json()
     finally:
         con.close()
-    busy = next(m for m in at.metric if m.label == "GPU busy")
+    # the job's verdict first (the same whichever rank: the job step, the pace-setter), then the
+    # shown rank's own cards
+    job_step = next(m for m in at.metric if m.label == "Job step time")
+    assert job_step.value == "25.4 ms"
+    assert next(m for m in at.metric if m.label == "Pace-setter").value == "rank 1"
+    busy = [m for m in at.metric if m.label == "GPU busy"][-1]
     assert busy.value == ui.fmt_pct(doc["gpu_busy_pct"])
     assert busy.proto.delta == f"of it waiting {ui.fmt_pct(doc['gpu_wait_pct'])}"
     assert doc["gpu_wait_pct"] > 50  # 65.7 % of rank 0's window
@@ -389,8 +399,8 @@ def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
     )
     [saw] = [c.proto.spec for c in at.get("plotly_chart") if "busy min" in c.proto.spec]
     assert "communication wait" in saw and palette.WAIT_FILL in saw
-    assert [float(v.rstrip(" %")) for v in table["of it waiting"]] == pytest.approx(
-        [round(r["comm_wait_pct"], 1) for r in doc["ranks"]]
+    assert list(table.sort_values("rank")["of it waiting"]) == pytest.approx(
+        [r["comm_wait_pct"] for r in doc["ranks"]]
     )
 
 

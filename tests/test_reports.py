@@ -112,7 +112,9 @@ def test_html_report_of_a_comparison(tmp_path, con):
     # before_like's dataloader fix is resolved by after_like: said in the comparison
     assert re.search(r"Fixes resolved by B: [^;]*dataloader_workers", text)
     # after_like: 2000 µs steps (the window runs on to the last GPU end: mean 2.07 ms)
-    assert "<td>step time</td><td>2.07 ms mean, 2.00 ms median</td>" in text
+    # the job's verdict (metrics.md, "The job"): the GPU's pace, between step completions
+    assert "<td>Job step time</td><td>2.05 ms</td>" in text
+    assert "<td>rank 0: step spans</td><td>2.00 ms median, 2.07 ms mean</td>" in text
 
 
 @pytest.mark.slow
@@ -121,7 +123,8 @@ def test_markdown_report_has_fixes_with_estimates_and_code(tmp_path, con):
     rid = ingest_paths(con, [str(before)])[0].run_id
     text = build_report(con, rid, fmt="md")
     assert text.startswith("# gpuscope report: ")
-    assert "| step time | 8.00 ms mean, 8.00 ms median |" in text
+    assert "| Job step time | 8.00 ms |" in text  # the job's verdict (metrics.md, "The job")
+    assert "| rank 0: step spans | 8.00 ms median, 8.00 ms mean |" in text
     assert "### Use DataLoader workers" in text or "dataloader" in text.lower()
     # the estimate and its range; "at most" only after the DataLoader's proven bound
     assert re.search(

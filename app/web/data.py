@@ -28,11 +28,46 @@ def _rank(run_id: str, rank: int | None) -> int | None:
     return ranks[0] if ranks else None
 
 
+class Facade:
+    """One (run, rank)'s analysis facade (``run_views.open_analysis``: each analysis computed once,
+    on first use) and the reports read from it, shared by every session: the report without the
+    critical path (the cards, first), then with it (the fixes' estimates, the path section), from
+    the same analyses. A lock serialises its reads: the facade's connection is the cursor of the
+    thread that made it (its rank indexes live there), used by one thread at a time."""
+
+    def __init__(self, run_id: str, rank: int | None) -> None:
+        self.analysis = run_views.open_analysis(db.cursor(), run_id, rank)
+        self._lock = threading.Lock()
+        self._reports: dict[bool, run_views.RunReport] = {}
+
+    def report(self, *, with_path: bool) -> run_views.RunReport:
+        """The report, with or without the critical path (each read once)."""
+        with self._lock:
+            if with_path not in self._reports:
+                self._reports[with_path] = run_views.report_of(self.analysis, with_path=with_path)
+            return self._reports[with_path]
+
+
 @st.cache_resource(show_spinner=False, max_entries=24)
+def _facade(path: str, gen: int, run_id: str, rank: int | None) -> Facade:
+    return Facade(run_id, rank)
+
+
+def facade(path: str, run_id: str, rank: int | None) -> Facade:
+    """The analysis facade of (run, rank), one per store generation (:class:`Facade`)."""
+    return _facade(path, db.generation(), run_id, rank)
+
+
 def report_obj(path: str, run_id: str, rank: int | None) -> run_views.RunReport:
-    """``analyze_run(con, run_id, rank=rank)``: the report object, shared by every session."""
-    # the critical path (seconds on large windows) is left to its own section below the fold
-    return run_views.analyze_run(db.cursor(), run_id, rank=rank, with_path=False)
+    """The report of (run, rank) without the critical path (seconds on large windows: it is left
+    to the sections below the fold), from the shared facade."""
+    return facade(path, run_id, rank).report(with_path=False)
+
+
+def path_report(path: str, run_id: str, rank: int | None) -> run_views.RunReport:
+    """The report of (run, rank) with the critical path and the fixes' estimates, from the same
+    facade as :func:`report_obj` (the analyses it holds are not computed again)."""
+    return facade(path, run_id, rank).report(with_path=True)
 
 
 def run_report(path: str, run_id: str, rank: int | None) -> run_views.RunReport:
@@ -41,25 +76,30 @@ def run_report(path: str, run_id: str, rank: int | None) -> run_views.RunReport:
     return report_obj(path, run_id, _rank(run_id, rank))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def _with_path(
-    path: str, run_id: str, rank: int | None
-) -> tuple[run_views.PathSection, list[run_views.Recommendation]]:
-    """The report analysed with the critical path, as the page shows it: its path section and its
-    fixes, each with its estimate, ordered by it (one analysis for both sections)."""
-    rep = run_views.analyze_run(db.cursor(), run_id, rank=rank)
-    return run_views.critical_path_section(rep), list(rep.recommendations)
-
-
 def critical_path(path: str, run_id: str, rank: int | None) -> run_views.PathSection:
     """The Run page's critical-path section of (run, rank) (``run_views.critical_path_section``
-    of the report analysed with the path: each step's path and the fixes' estimates)."""
-    return _with_path(path, run_id, _rank(run_id, rank))[0]
+    of the report with the path: each step's path and the fixes' estimates)."""
+    return run_views.critical_path_section(path_report(path, run_id, _rank(run_id, rank)))
+
+
+@st.cache_resource(show_spinner=False, max_entries=24)
+def _job(path: str, gen: int, run_id: str) -> run_views.JobDiagnosis:
+    # the pace-setter's report with the critical path: its fixes ordered by their estimates, as
+    # every other face orders them
+    return run_views.diagnose(db.cursor(), run_id, lambda r: path_report(path, run_id, r))
+
+
+def job(path: str, run_id: str) -> run_views.JobDiagnosis:
+    """The job's verdict of a run (``run_views.diagnose``), built once per run and store
+    generation from the cached reports (:func:`report_obj`: the pace-setter's, shared with the
+    Run page when it shows that rank)."""
+    return _job(path, db.generation(), run_id)
 
 
 def headline(path: str, run_id: str, rank: int | None) -> run_views.Headline:
-    """The Run page's headline cards of the report of (run, rank) (``run_views.headline``)."""
-    return run_views.headline(report_obj(path, run_id, _rank(run_id, rank)))
+    """The Run page's headline cards of (run, rank) under the job's verdict
+    (``run_views.headline``)."""
+    return run_views.headline(report_obj(path, run_id, _rank(run_id, rank)), job(path, run_id))
 
 
 def banners(path: str, run_id: str, rank: int | None) -> run_views.Banners:
@@ -80,7 +120,7 @@ def top_kernels(path: str, run_id: str, rank: int | None) -> run_views.TopKernel
 def fixes(path: str, run_id: str, rank: int | None) -> list[run_views.Recommendation]:
     """The fixes of (run, rank), each with its estimate re-timed on the critical path, the largest
     estimate first (the analysis's order: the same in every face)."""
-    return _with_path(path, run_id, _rank(run_id, rank))[1]
+    return list(path_report(path, run_id, _rank(run_id, rank)).recommendations)
 
 
 def rank_overview(path: str, run_id: str, rank: int | None) -> run_views.RankOverview:
@@ -145,8 +185,8 @@ def known_summary(run_id: str) -> run_views.RunSummary | None:
 
 
 def summary(run_id: str) -> run_views.RunSummary:
-    """The runs list's figures of a run (``run_views.run_summary``: step time, busy, wait, MFU,
-    the rank the Run page opens on); :data:`NO_FIGURES` when the run cannot be analysed
+    """The runs list's figures of a run (``run_views.run_summary`` of its job's verdict: job step
+    time, pace-setter, busy, wait, MFU); :data:`NO_FIGURES` when the run cannot be analysed
     (:func:`failed` says so; tried again after the store's next commit)."""
     key = (db.db_path(), run_id)
     known = known_summary(run_id)
@@ -154,11 +194,7 @@ def summary(run_id: str) -> run_views.RunSummary:
         return known
     try:
         stored = run_views.stored_run_summary(db.cursor(), run_id)  # no events read
-        figures = (
-            stored
-            if stored is not None
-            else run_views.run_summary(run_report(key[0], run_id, None))
-        )
+        figures = stored if stored is not None else run_views.run_summary(job(key[0], run_id))
     except Exception:  # one broken run must not break the list: its row says "—", the log why
         log.exception("runs list: run %s could not be analysed", run_id)
         with _summaries_lock:

@@ -261,24 +261,94 @@ def rank_overview(run_id: str, ov: run_views.RankOverview) -> None:
             f"Rank {sg.rank} sets the pace: {ui.md(sg.evidence or '', limit=None)}",
             icon=":material/slow_motion_video:",
         )
-    rows = [
-        {
-            "rank": r.rank,
-            "step time (median)": ui.fmt_ms(r.step_p50_ms, 2),
-            "p90 / max": f"{ui.fmt_ms(r.step_p90_ms, 2)} / {ui.fmt_ms(r.step_max_ms, 2)}",
-            "GPU busy": ui.fmt_pct(r.gpu_busy_pct),
-            "of it waiting": ui.fmt_pct(r.comm_wait_pct),
-            "communication only / step": ui.fmt_us_as_ms(r.comm_only_us_per_step, 2),
-            "idle / step": ui.fmt_us_as_ms(r.idle_us_per_step, 2),
-        }
-        for r in ranks
-    ]
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    rank_heatmap(run_id, ov.rank)  # issue 20: any number of ranks
+    st.dataframe(
+        rank_table(ov),
+        hide_index=True,
+        width="stretch",
+        column_config=RANK_TABLE_COLUMNS,
+        height=min(400, 38 + 35 * len(ranks)),
+    )
+    rank_heatmap(run_id, ov.rank, pace_setter=sg.rank if sg is not None else None)
     if len(ranks) <= MAX_SAWTOOTH_RANKS:  # never a sawtooth per rank of a big run
         fig = _rank_figure(db.db_path(), db.generation(), run_id)
         if fig is not None:
             st.plotly_chart(fig, width="stretch", config={"displayModeBar": False})
+
+
+def rank_table(ov: run_views.RankOverview) -> pd.DataFrame:
+    """The rank table of the ranks section: one row per rank, numbers (ms, %) that sort as
+    numbers, the wait each rank causes the others (ms per step: the others' wait in the
+    collectives it arrived last at, the straggler's match; 0 for a rank never last) first, the
+    table in decreasing caused wait (then rank). None (not measured) stays empty."""
+    sg = ov.straggler
+    n = max(1, sg.n_steps) if sg is not None else 1
+    caused = dict(sg.per_rank_caused_ns) if sg is not None else {}
+
+    def us_ms(v: float | None) -> float | None:
+        return v / 1e3 if v is not None else None
+
+    t = pd.DataFrame(
+        {
+            "rank": [r.rank for r in ov.lines],
+            "caused wait / step": [caused.get(r.rank, 0) / n / 1e6 for r in ov.lines],
+            "step time (median)": [r.step_p50_ms for r in ov.lines],
+            "p90": [r.step_p90_ms for r in ov.lines],
+            "max": [r.step_max_ms for r in ov.lines],
+            "GPU busy": [r.gpu_busy_pct for r in ov.lines],
+            "of it waiting": [r.comm_wait_pct for r in ov.lines],
+            "communication only / step": [us_ms(r.comm_only_us_per_step) for r in ov.lines],
+            "idle / step": [us_ms(r.idle_us_per_step) for r in ov.lines],
+        }
+    )
+    t = t.astype({c: "float64" for c in t.columns if c != "rank"})  # None: empty, sorts last
+    return t.sort_values(
+        ["caused wait / step", "rank"], ascending=[False, True], kind="stable"
+    ).reset_index(drop=True)
+
+
+#: How the rank table's numbers read (they stay numbers: a click on a header sorts by value).
+RANK_TABLE_COLUMNS = {
+    "rank": st.column_config.NumberColumn("rank", format="%d", width="small"),
+    "caused wait / step": st.column_config.NumberColumn(
+        "caused wait / step",
+        format="%.2f ms",
+        help="The wait this rank causes the other ranks, summed over them, per step: their wait "
+        "in the collectives it arrived last at (the table opens sorted by it: the pace-setter "
+        "first)",
+    ),
+    "step time (median)": st.column_config.NumberColumn(format="%.2f ms"),
+    "p90": st.column_config.NumberColumn("p90", format="%.2f ms"),
+    "max": st.column_config.NumberColumn("max", format="%.2f ms"),
+    "GPU busy": st.column_config.NumberColumn(format="%.1f %%"),
+    "of it waiting": st.column_config.NumberColumn(format="%.1f %%"),
+    "communication only / step": st.column_config.NumberColumn(format="%.2f ms"),
+    "idle / step": st.column_config.NumberColumn(format="%.2f ms"),
+}
+
+
+#: Once a heatmap click has opened a cell, the browser brings the busy plot's heading into view
+#: (Streamlit's id for "GPU busy over time") as soon as it is drawn, for up to 8 s while the page
+#: still grows, until the reader scrolls. A constant (no data in it) but the click's count,
+#: which makes each click's element new (and its script run again).
+SCROLL_TO_PLOT_JS = """
+<script data-click="__N__">
+(() => {
+  const win = window.parent, doc = win.document;
+  let stop = false, n = 0, seen = false;
+  for (const ev of ["wheel", "touchstart", "keydown"]) {
+    doc.addEventListener(ev, () => { stop = true; }, { once: true, capture: true });
+  }
+  const timer = setInterval(() => {
+    if (stop || ++n > 40) { clearInterval(timer); return; }
+    const el = doc.getElementById("gpu-busy-over-time");
+    if (!el) return;
+    const top = el.getBoundingClientRect().top;
+    if (!seen || top < 0 || top > win.innerHeight / 2) el.scrollIntoView({ block: "start" });
+    seen = true;
+  }, 200);
+})();
+</script>
+"""
 
 
 #: The Run page draws every rank's busy plot (small multiples) up to this many ranks; above it,
@@ -299,30 +369,43 @@ def cell_target(selection: Any) -> tuple[int, int] | None:
             except (TypeError, ValueError):
                 pass
         # a heatmap's click may come without its customdata: read the cell's labels
-        ry = re.search(r"rank (\d+)$", str(p.get("y", "")))
-        sx = re.search(r"#(\d+)$", str(p.get("x", "")))
+        ry = re.search(r"rank (\d+)", str(p.get("y", "")))
+        sx = re.search(r"#(\d+)", str(p.get("x", "")))
         if ry and sx:
             return int(ry.group(1)), int(sx.group(1))
     return None
 
 
-def rank_heatmap(run_id: str, rank: int) -> None:
-    """Ranks × steps (step time or wait), grouped by node, outliers ringed, the spread of step
-    time across ranks per step; a click on a cell opens that rank and step in the busy plot."""
+def rank_heatmap(run_id: str, rank: int, *, pace_setter: int | None = None) -> None:
+    """Ranks × steps (wait, where any rank waits, else step time; either on a switch), grouped
+    by node, outliers ringed, the pace-setter's row named, the spread of step time across ranks
+    per step; a click on a cell (or the pickers' Open) opens that rank and step in the busy
+    plot, sets the pickers to it and brings the plot into view."""
     path = db.db_path()
     m = data.rank_step_matrix(path, db.generation(), run_id, rank)
     if m.empty:
         return
+    views_of = ["wait", "step time"] if float(m["wait_ms"].sum()) > 0 else ["step time", "wait"]
     what = st.radio(
         "Colour the ranks × steps by",
-        ["step time", "wait"],
+        views_of,
         horizontal=True,
         key=f"heat_{run_id}",
+        help="Wait: each rank's wait in the collectives of the step, for the last rank to arrive "
+        "(the pace-setter waits least). The colour scale ends at the 99th percentile of the "
+        "cells, the profiler's drain step (greyed) left out.",
     )
-    fig = figures.rank_step_heatmap(m, "wait_ms" if what == "wait" else "step_ms")
+    fig = figures.rank_step_heatmap(
+        m, "wait_ms" if what == "wait" else "step_ms", pace_setter=pace_setter
+    )
     key = f"heatmap_{run_id}_{what}"
+    rank_key, step_key = f"cell_rank_{run_id}", f"cell_step_{run_id}"
+    scroll_key = f"_scroll_to_plot_{run_id}"
 
     def open_cell(r: int, step: int) -> None:
+        st.session_state[rank_key], st.session_state[step_key] = int(r), int(step)
+        st.session_state[scroll_key] = int(st.session_state.get(f"{scroll_key}_n", 0)) + 1
+        st.session_state[f"{scroll_key}_n"] = st.session_state[scroll_key]
         w = data.window(path, run_id, r)
         row = w.steps[w.steps["number"] == step]
         if not row.empty:
@@ -352,31 +435,33 @@ def rank_heatmap(run_id: str, rank: int) -> None:
         + (f"{n_out} outlier cell(s) ringed; " if n_out else "no outlier; ")
         + "pick a cell (click it, or below) to open that rank and step in the busy plot."
     )
+    scroll = st.session_state.pop(scroll_key, None)
+    if scroll is not None:
+        st.html(SCROLL_TO_PLOT_JS.replace("__N__", str(int(scroll))), unsafe_allow_javascript=True)
     all_ranks = [int(r) for r in m["rank"].drop_duplicates()]
     all_steps = sorted(int(x) for x in m["step"].unique())
-    worst = m.sort_values(["step_ms", "rank"], ascending=[False, True]).iloc[0]
+    # the pickers start on the pace-setter's slowest step (any rank's without one), the
+    # profiler's drain step left out; a click or Open sets them to the cell opened
+    drain = figures.drain_step(m)
+    pool = m[m["step"] != drain] if drain is not None and (m["step"] != drain).any() else m
+    if pace_setter is not None and (pool["rank"] == pace_setter).any():
+        pool = pool[pool["rank"] == pace_setter]
+    worst = pool.sort_values(["step_ms", "rank"], ascending=[False, True]).iloc[0]
+    if st.session_state.get(rank_key) not in all_ranks:
+        st.session_state[rank_key] = int(worst["rank"])
+    if st.session_state.get(step_key) not in all_steps:
+        st.session_state[step_key] = int(worst["step"])
     c = st.columns([2, 2, 1], vertical_alignment="bottom")
-    pr = c[0].selectbox(
-        "Rank",
-        all_ranks,
-        index=all_ranks.index(int(worst["rank"])),
-        key=f"cell_rank_{run_id}",
-        format_func=lambda r: f"rank {r}",
-    )
-    ps = c[1].selectbox(
-        "Step",
-        all_steps,
-        index=all_steps.index(int(worst["step"])),
-        key=f"cell_step_{run_id}",
-        format_func=lambda x: f"#{x}",
-    )
+    pr = c[0].selectbox("Rank", all_ranks, key=rank_key, format_func=lambda r: f"rank {r}")
+    ps = c[1].selectbox("Step", all_steps, key=step_key, format_func=lambda x: f"#{x}")
     c[2].button(
         "Open",
         key=f"cell_open_{run_id}",
         on_click=open_cell,
         args=(int(pr), int(ps)),
         width="stretch",
-        help="Open this rank and step in the busy plot (default: the slowest cell)",
+        help="Open this rank and step in the busy plot (default: the pace-setter's slowest "
+        "step, the profiler's drain step left out)",
     )
     st.dataframe(
         pd.DataFrame(
@@ -409,9 +494,32 @@ def _rank_figure(path: str, gen: int, run_id: str) -> Any:
     )
 
 
+def job_cards(rows: tuple[run_views.HeadlineRow, ...]) -> None:
+    """The job's verdict (:func:`gpuscope.analysis.job.headline_rows`, the rows every face
+    renders): one card per figure, the first finding as a line under them."""
+    cards = [r for r in rows if r.label not in ("First fix", "Why")]
+    if cards:
+        for col, r in zip(st.columns(len(cards)), cards, strict=True):
+            col.metric(r.label, r.value, border=True, help=r.note or None)
+    for r in rows:
+        if r.label in ("First fix", "Why"):
+            st.markdown(
+                f"**{ui.md(r.label)}:** {ui.md(r.value)}"
+                + (f" · {ui.md(r.note)}" if r.note else "")
+            )
+
+
 def headline_cards(h: run_views.Headline) -> None:
-    """The five headline cards: step time, GPU busy (and the wait in it), MFU, tensor-core share,
-    the top idle cause (:class:`run_views.Headline`, built by analysis)."""
+    """The job's verdict (:func:`job_cards`), then the shown rank's five cards: step time, GPU
+    busy (and the wait in it), MFU, tensor-core share, the top idle cause
+    (:class:`run_views.Headline`, built by analysis); a run of one rank shows only the last two
+    under the verdict (the others are the verdict's)."""
+    if h.job_rows:
+        job_cards(h.job_rows)
+        if not h.distributed:
+            _rank_extra_cards(h, st.columns(2))
+            return
+        st.caption(f"Rank {h.rank}: its own figures")
     c = st.columns(5)
     # issue 20: the median step (one slow step does not move it), p90 and max beside it
     c[0].metric(
@@ -444,7 +552,12 @@ def headline_cards(h: run_views.Headline) -> None:
         f"While busy: {ui.fmt_pct(h.mfu_busy_pct)}. "
         f"FLOPs per step: {ui.fmt_flops(h.flops_per_step)}.",
     )
-    c[3].metric(
+    _rank_extra_cards(h, c[3:])
+
+
+def _rank_extra_cards(h: run_views.Headline, c: Any) -> None:
+    """The tensor-core share and the top idle cause cards in the two columns ``c``."""
+    c[0].metric(
         "Tensor-core share",
         ui.fmt_pct(h.tensor_core_pct),
         border=True,
@@ -453,10 +566,10 @@ def headline_cards(h: run_views.Headline) -> None:
     )
     top = h.top_idle
     if top is None:
-        c[4].metric("Top idle cause", "none", border=True)
+        c[1].metric("Top idle cause", "none", border=True)
     else:
         cause = top.cause
-        c[4].metric(
+        c[1].metric(
             "Top idle cause",
             ui.fmt_ms(top.ms_per_step, 2),
             delta=f"{palette.cause_label(cause)} · {ui.fmt_pct(top.share_pct)}",

@@ -53,6 +53,8 @@ if row["kind"] != "trace":
     views.nvml_only_run(run_id)
     st.stop()
 
+if "rank" not in st.query_params and len(db.ranks_of(path, db.generation(), run_id)) > 1:
+    st.query_params["rank"] = str(data.job(path, run_id).pace_setter)  # opens on the pace-setter
 rank = views.rank_selector(run_id, key="run_rank")
 report_button.download_report(run_id, rank, name=str(row["name"]), key=f"run_{run_id}_{rank}")
 
@@ -85,7 +87,13 @@ if report is not None:
         with views.section("Top kernels"):
             views.top_kernels(data.top_kernels(path, run_id, rank))
         with views.section("Fixes"), st.spinner("Estimating each fix on the critical path…"):
-            views.recommendations(data.fixes(path, run_id, rank))
+            job = data.job(path, run_id)
+            if job.distributed:
+                st.caption(
+                    f"The fixes of rank {job.fix_rank}, the pace-setter: fixing a rank that waits "
+                    "gains nothing."
+                )
+            views.recommendations(data.fixes(path, run_id, job.fix_rank))
         with views.section("Critical path"), st.spinner("Tracing the critical path…"):
             critical_path_view.show(data.critical_path(path, run_id, rank))
         with views.section("Memory"):

@@ -186,6 +186,9 @@ table = pd.DataFrame(
             for n, r in zip(runs["n_ranks"], runs["run_id"], strict=True)
         ],
         "step_ms": [m.step_ms for m in metrics],
+        "pace_setter": [
+            f"rank {m.pace_setter}" if m.pace_setter is not None else "—" for m in metrics
+        ],
         "busy_pct": [m.busy_pct for m in metrics],
         "wait_pct": [m.wait_pct for m in metrics],
         "mfu_pct": [m.mfu_pct for m in metrics],
@@ -225,20 +228,28 @@ event = st.dataframe(
         "step_ms": st.column_config.NumberColumn(
             "Step time",
             format="%.1f ms",
-            help="Median step time of the rank the Run page opens on (the lowest)",
+            help="The job step time: the median period between step completions (a step completes "
+            "when its last rank's work for it ends), the same whichever rank; as on the Run page",
+        ),
+        "pace_setter": st.column_config.TextColumn(
+            "Pace-setter",
+            help="The rank the others wait for (a run of several ranks): its fixes are the ones "
+            "that shorten the job's step",
         ),
         "busy_pct": st.column_config.NumberColumn(
             "GPU busy",
             format="%.1f %%",
-            help="GPU busy of the rank the Run page opens on (the lowest), as on its headline",
+            help="GPU busy over every rank's window, as on the Run page's verdict",
         ),
         "wait_pct": st.column_config.NumberColumn(
             "of it waiting",
             format="%.1f %%",
-            help="The part of the window that rank spent in collectives waiting for the last rank "
+            help="The part of every rank's window spent in collectives waiting for the last rank "
             "(inside GPU busy)",
         ),
-        "mfu_pct": st.column_config.NumberColumn("MFU", format="%.1f %%"),
+        "mfu_pct": st.column_config.NumberColumn(
+            "MFU", format="%.1f %%", help="The pace-setter's FLOPs per step over the job step time"
+        ),
         # fixed widths (px) that hold a run id, a few tags and a date whole at 1440 px
         "tags": st.column_config.ListColumn("Tags", width=RUN_TABLE_WIDTHS["tags"]),
         "uploaded_by": st.column_config.TextColumn(
