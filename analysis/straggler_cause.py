@@ -57,11 +57,11 @@ if TYPE_CHECKING:
 __all__ = ["CAUSES", "CauseFigure", "PaceSetterCause", "finding", "pace_setter_cause"]
 
 HOST = "host_dispatch"
-DATA = "data_loading"
-SYNC = "host_sync"
-PAGEABLE = "pageable_copy"
+DATA = DATA_LOADING  # the idle causes' ids (gpuscope.vocabulary.causes) where they are the same
+SYNC = HOST_SYNC
+PAGEABLE = PAGEABLE_COPY
 COMPUTE = "compute"
-COMM = "communication"
+COMM = COMMUNICATION
 PROFILER = "profiler"
 ABSTAINED = "abstained"
 CAUSES: tuple[str, ...] = (HOST, DATA, SYNC, PAGEABLE, COMPUTE, COMM, PROFILER)
