@@ -219,3 +219,31 @@ def test_the_ddp_sample_rank_1_is_the_profilers(con):
     assert got.retimed_job_step_ms == pytest.approx(11.112)
     host = next(c for c in got.candidates if c.cause == HOST)
     assert host.pace_ms == pytest.approx(18.0, abs=0.05)
+
+
+def test_communication_and_sync_causes_on_figures():
+    """Figures alone: rank 1 spends 4 ms more per step in its own transfers (20 % of a 20 ms
+    step vs 0 %) while rank 0 waits 4 ms: communication, no fix; rank 1 idles 3 ms per step in a
+    host sync while rank 0 waits 3 ms: host_sync, its unit."""
+    from gpuscope.analysis.collectives import Straggler
+    from gpuscope.analysis.rank_row import RankRow
+
+    def strag(wait_ms: float) -> Straggler:
+        ns = int(wait_ms * 5e6)
+        return Straggler(1, ns, {1: ns}, 5, 5, {"backward": ns}, {}, 0, ns, 5)
+
+    zero = {"cpu_overhead": 0.0}
+    comm = [
+        RankRow(0, 90.0, 20.0, 0.0, idle_by_cause_us_per_step=zero, comm_transfer_pct=0.0),
+        RankRow(1, 90.0, 20.0, 0.0, idle_by_cause_us_per_step=zero, comm_transfer_pct=20.0),
+    ]
+    got = pace_setter_cause(strag(4.0), comm, job_step_ms=20.0)
+    assert got is not None and got.cause == "communication" and got.fix_id is None
+    assert got.per_step_ms == pytest.approx(4.0) and got.retimed_job_step_ms == pytest.approx(16.0)
+    sync = [
+        RankRow(0, 90.0, 20.0, 0.0, idle_by_cause_us_per_step={"host_sync": 0.0}),
+        RankRow(1, 90.0, 20.0, 0.0, idle_by_cause_us_per_step={"host_sync": 3000.0}),
+    ]
+    got = pace_setter_cause(strag(3.0), sync, job_step_ms=20.0)
+    assert got is not None and got.cause == "host_sync" and got.fix_id == "host_sync"
+    assert got.retimed_job_step_ms == pytest.approx(17.0)
