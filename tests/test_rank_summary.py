@@ -249,7 +249,10 @@ def test_the_runs_list_figures_come_from_the_summaries_alone(tmp_path: Path) -> 
         assert stored_run_summary(con, ddp) is None
         one = DDP.parent / "before" / "before_rank0.pt.trace.json.gz"
         run_id = ingest_paths(con, [one], after_trace=RS.store_after_ingest)[0].run_id
-        expected = run_summary(analyze_run(con, run_id))
+        # the list shows the job's verdict (a run of one rank: the job is that rank)
+        from gpuscope.analysis.job import diagnose
+
+        expected = run_summary(diagnose(con, run_id, lambda r: analyze_run(con, run_id, rank=r)))
         con.execute("DELETE FROM events WHERE run_id = ?", [run_id])  # no events to read now
         got = stored_run_summary(con, run_id)
     assert got == expected
