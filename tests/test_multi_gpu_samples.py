@@ -1,0 +1,189 @@
+"""The real 2-GPU recordings of sample_traces/multi_gpu (H100 x2, planted behaviour known, see
+its README) ingested into a real store and analysed: collectives matched the same on both ranks
+and as many as the job launched, the busy split tiles each rank's steps, the straggler and the
+steps it hits are the planted ones, uneven work shows as longer compute on the rank given more,
+FSDP2's all-gathers and reduce-scatters matched, tensor parallel analysed."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "sample_traces" / "multi_gpu"
+CASES = (
+    "ddp_clean",
+    "ddp_straggler_steps",
+    "ddp_straggler_every",
+    "ddp_uneven",
+    "fsdp_prefetch",
+    "fsdp_noprefetch",
+    "tp",
+)
+ACTIVE_STEPS = 5
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not ROOT.is_dir(), reason="sample_traces/multi_gpu not recorded"),
+]
+
+
+def raw(case: str, rank: int) -> dict[str, Any]:
+    with gzip.open(ROOT / case / f"{case}_rank{rank}.pt.trace.json.gz", "rt") as f:
+        return json.load(f)
+
+
+def planted(case: str) -> dict[str, Any]:
+    """What the recorder planted, as written into the trace (``gpuscope.planted``)."""
+    p = raw(case, 1)["gpuscope.planted"]
+    return json.loads(p) if isinstance(p, str) else p
+
+
+def comms_launched(case: str, rank: int) -> int:
+    """Collectives this rank launched inside the profiled steps, counted from the raw trace: its
+    ``record_param_comms`` CPU ops between the first ProfilerStep's start and the last one's end."""
+    ev = raw(case, rank)["traceEvents"]
+    steps = [
+        e
+        for e in ev
+        if e.get("name", "").startswith("ProfilerStep#")
+        and e.get("ph") == "X"
+        and e.get("cat") == "user_annotation"
+    ]
+    lo, hi = min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
+    return sum(
+        1
+        for e in ev
+        if e.get("cat") == "cpu_op"
+        and e.get("name") == "record_param_comms"
+        and lo <= e["ts"] <= hi
+    )
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory):
+    """case -> (rank 0's report, rank 1's report), each case ingested once into one real store."""
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.store import connect
+
+    con = connect(tmp_path_factory.mktemp("multi_gpu") / "store")
+    done: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+    def get(case: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        if case not in done:
+            [r] = ingest_paths(con, [ROOT / case])
+            done[case] = (
+                analyze_run(con, r.run_id).to_json(),
+                analyze_run(con, r.run_id, rank=1).to_json(),
+            )
+        return done[case]
+
+    yield get
+    con.close()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_collectives_matched_alike_on_both_ranks(reports, case: str) -> None:
+    r0, r1 = reports(case)
+    assert [r["rank"] for r in r0["ranks"]] == [0, 1]
+    c0, c1 = r0["collectives"], r1["collectives"]
+    assert c0["instances"] == c1["instances"] > 0
+    assert c0["instances_with_missing_ranks"] == 0 and c0["missing"] == []
+    assert sum(b["instances"] for b in c0["by_collective"]) == c0["instances"]
+    if case != "tp":  # DTensor's functional collectives record each op twice
+        for rank in (0, 1):
+            assert comms_launched(case, rank) == c0["instances"], rank
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_busy_split_tiles_each_ranks_steps(reports, case: str) -> None:
+    for doc in reports(case):
+        split = doc["busy_split"]
+        parts = ("compute", "transfer", "wait", "unmatched", "idle")
+        total = sum(split[f"{p}_ms_per_step"] for p in parts)
+        mean_step = doc["window"]["duration_us"] / 1e3 / doc["window"]["steps"]
+        assert total == pytest.approx(mean_step, rel=0.02), (doc["rank"], split)
+        assert doc["window"]["steps"] == ACTIVE_STEPS
+
+
+def test_straggler_at_chosen_steps(reports) -> None:
+    """Rank 1 sleeps 3x the clean step in its data path at profiled steps 9 and 11 only."""
+    p = planted("ddp_straggler_steps")
+    assert p["straggler_rank"] == 1 and p["planted_steps"] == [9, 11]
+    r0, _ = reports("ddp_straggler_steps")
+    st = r0["straggler"]
+    assert st["rank"] == 1 and st["waiting_rank"] == 0
+    by_step = {int(k): v for k, v in st["caused_wait_ms_by_step"].items()}
+    worst = sorted(by_step, key=by_step.get, reverse=True)[:2]
+    assert sorted(worst) == p["planted_steps"]
+    for s in p["planted_steps"]:  # each planted stall shows as most of the sleep
+        assert by_step[s] >= 0.8 * p["sleep_ms"], (s, by_step)
+    ranks = {r["rank"]: r for r in r0["ranks"]}
+    assert ranks[1]["comm_wait_us_per_step"] < 0.05 * ranks[0]["comm_wait_us_per_step"]
+
+
+def test_straggler_on_every_step(reports) -> None:
+    p = planted("ddp_straggler_every")
+    r0, _ = reports("ddp_straggler_every")
+    st = r0["straggler"]
+    assert st["rank"] == p["straggler_rank"] == 1
+    assert st["last_arrivals"] == st["instances"] == r0["collectives"]["instances"]
+    waits = [float(v) for v in st["caused_wait_ms_by_step"].values()]
+    assert len(waits) == ACTIVE_STEPS
+    assert min(waits) >= p["sleep_ms"]  # every step, at least the planted sleep
+
+
+def test_uneven_work_shows_as_longer_compute_on_the_bigger_rank(reports) -> None:
+    """Rank 1's batch is 1.5x rank 0's: its GPU computes more per step (busy split)."""
+    p = planted("ddp_uneven")
+    assert p["batch_by_rank"] == {"0": 8, "1": 12}
+    r0, r1 = reports("ddp_uneven")
+    c0, c1 = (d["busy_split"]["compute_ms_per_step"] for d in (r0, r1))
+    assert 1.2 <= c1 / c0 <= 1.6, (c0, c1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 43 item 1: under the profiler rank 0's host side (23 ms CPU overhead per step) "
+    "makes it arrive last at 32/40 collectives; the verdict does not yet weigh rank 1's longer "
+    "compute (the planted 1.5x batch) against the profiler's own cost",
+)
+def test_uneven_work_straggler_is_the_rank_given_more(reports) -> None:
+    r0, _ = reports("ddp_uneven")
+    assert r0["straggler"]["rank"] == planted("ddp_uneven")["straggler_rank"] == 1
+
+
+def test_clean_run_records_the_profilers_cost(reports) -> None:
+    """Nothing planted: the traced step is longer than the untraced one, and the analysis says
+    by how much (the straggler it names there is the profiler's doing)."""
+    r0, _ = reports("ddp_clean")
+    prof = r0["profiler"]
+    assert prof["untraced_source"] == "capture"
+    assert prof["traced_step_ms"] > prof["untraced_step_ms"] > 0
+    assert planted("ddp_clean")["planted_steps"] == []
+
+
+@pytest.mark.parametrize("case", ["fsdp_prefetch", "fsdp_noprefetch"])
+def test_fsdp2_all_gathers_and_reduce_scatters_matched(reports, case: str) -> None:
+    """8 blocks + root, reshard_after_forward: per step 9 all-gathers in forward and 8 again in
+    backward, 9 reduce-scatters; 5 profiled steps."""
+    r0, _ = reports(case)
+    by = {b["coll"]: b for b in r0["collectives"]["by_collective"]}
+    assert by["allgather"]["instances"] == (9 + 8) * ACTIVE_STEPS
+    assert by["reducescatter"]["instances"] == 9 * ACTIVE_STEPS
+    assert by["allgather"]["msg_bytes_p50"] > 0
+
+
+def test_tensor_parallel_analysed(reports) -> None:
+    """6 blocks: per step 2 all-reduces in forward (o, fc2 row-wise) and 4 in backward (the input
+    gradients of q, k, v, fc1 column-wise); 5 profiled steps."""
+    r0, r1 = reports("tp")
+    assert r0["run"]["world_size"] == 2
+    [allreduce] = r0["collectives"]["by_collective"]
+    assert allreduce["coll"] == "allreduce"
+    assert allreduce["instances"] == 6 * (2 + 4) * ACTIVE_STEPS
+    assert r1["rank"] == 1 and r1["window"]["steps"] == ACTIVE_STEPS
