@@ -63,9 +63,17 @@ def ddp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str,
         stop_server(s)
 
 
-def card(page, label: str) -> tuple[str, str]:  # type: ignore[no-untyped-def]
-    """(value, delta) of the headline card ``label``."""
+def value(page, label: str) -> str:  # type: ignore[no-untyped-def]
+    """The value of the job's verdict's card ``label`` (no delta)."""
     c = page.locator('[data-testid="stMetric"]').filter(has_text=label).first
+    return c.locator('[data-testid="stMetricValue"]').inner_text().strip()
+
+
+def card(page, label: str, *, rank: bool = False) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """(value, delta) of the headline card ``label``: the job's verdict's (the first), or with
+    ``rank`` the shown rank's own (under the verdict: the last)."""
+    cards = page.locator('[data-testid="stMetric"]').filter(has_text=label)
+    c = cards.last if rank else cards.first
     value = c.locator('[data-testid="stMetricValue"]').inner_text().strip()
     delta = c.locator('[data-testid="stMetricDelta"]').inner_text().strip()
     return value, delta
@@ -80,10 +88,15 @@ def test_run_page_shows_rank_0_waiting_and_the_runs_list_agrees(ddp, new_page) -
     page.goto(f"{server.url}/run?run={rid}")
     page.locator('[data-testid="stMetric"]').filter(has_text="GPU busy").first.wait_for()
     wait_idle(page)
-    busy, waiting = card(page, "GPU busy")
+    # the job's verdict first, the same whichever rank: the job step time and the pace-setter
+    job = doc["job"]
+    assert value(page, "Job step time") == ui.fmt_ms(job["step_time_ms"]["p50"])
+    assert value(page, "Pace-setter") == f"rank {job['pace_setter']}" == "rank 1"
+    # then rank 0's own cards
+    busy, waiting = card(page, "GPU busy", rank=True)
     assert busy == ui.fmt_pct(doc["gpu_busy_pct"])
     assert waiting == f"of it waiting {ui.fmt_pct(doc['gpu_wait_pct'])}"
-    step, beside = card(page, "Step time")
+    step, beside = card(page, "Step time", rank=True)
     assert step == ui.fmt_ms(doc["step_time_ms"]["p50"])  # the median, not the mean
     assert beside == (
         f"p90 {doc['step_time_ms']['p90']:.1f} · max {ui.fmt_ms(doc['step_time_ms']['max'])}"
@@ -98,7 +111,7 @@ def test_run_page_shows_rank_0_waiting_and_the_runs_list_agrees(ddp, new_page) -
     )
     assert f"rgb({r}, {g}, {b})" in fills, fills
     screenshot(page, "run_ddp_wait")
-    # the Runs list: the same rank's busy and wait
+    # the Runs list: the job's verdict (job step time, busy and wait over every rank's window)
     page.goto(f"{server.url}/runs")
     wait_idle(page)
     cells = page.locator('[data-testid="stDataFrame"] [role="gridcell"]')
@@ -113,7 +126,8 @@ def test_run_page_shows_rank_0_waiting_and_the_runs_list_agrees(ddp, new_page) -
             nums.append(float(c))
         except ValueError:
             continue
-    for want in (doc["gpu_busy_pct"], doc["gpu_wait_pct"], doc["step_time_ms"]["p50"]):
+    split = job["split"]
+    for want in (split["busy_pct"], split["wait_pct"], job["step_time_ms"]["p50"]):
         assert any(abs(v - want) < 1e-6 for v in nums), (want, row)
 
 

@@ -53,8 +53,6 @@ if row["kind"] != "trace":
     views.nvml_only_run(run_id)
     st.stop()
 
-if "rank" not in st.query_params and len(db.ranks_of(path, db.generation(), run_id)) > 1:
-    st.query_params["rank"] = str(data.job(path, run_id).pace_setter)  # opens on the pace-setter
 rank = views.rank_selector(run_id, key="run_rank")
 report_button.download_report(run_id, rank, name=str(row["name"]), key=f"run_{run_id}_{rank}")
 
