@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.collectives import wait_in_view, wait_spans
 from gpuscope.analysis.critical_path import StepPath
+from gpuscope.analysis.fixes import ORDER_NOTE as FIX_ORDER_NOTE
 from gpuscope.analysis.fixes import Recommendation
+from gpuscope.analysis.fixes import dataloader_workers as _loader_unit
+from gpuscope.analysis.fixes import host_sync as _sync_unit
 from gpuscope.analysis.gains import Estimate
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.job import HeadlineRow, JobDiagnosis, diagnose, headline_rows, step_time
@@ -54,10 +57,14 @@ if TYPE_CHECKING:
     from gpuscope.store import Connection
 
 __all__ = [
+    "FIX_ORDER_NOTE",
+    "LOADER_FIX",
+    "SYNC_FIX",
     "Banners",
     "Breakdowns",
     "Estimate",
     "FixEstimate",
+    "FixWords",
     "Headline",
     "HeadlineRow",
     "HeldBlock",
@@ -453,6 +460,21 @@ def roofline(report: RunReport) -> RooflineView | None:
 def modules(report: RunReport) -> ModulesView | None:
     """The Run page's modules section of a report (None: not analysed)."""
     return report.modules.view() if report.modules is not None else None
+
+
+@dataclass(frozen=True)
+class FixWords:
+    """A fix named without a run (the Live page's advice): its unit's id, title and code."""
+
+    id: str
+    title: str
+    code: str
+
+
+LOADER_FIX = FixWords(_loader_unit.UNIT.id, _loader_unit.WORDS.title, _loader_unit.WORDS.code)
+"""The input pipeline's fix (DataLoader workers), in its unit's words."""
+SYNC_FIX = FixWords(_sync_unit.UNIT.id, _sync_unit.WORDS.title, _sync_unit.WORDS.code)
+"""The per-step sync's fix, in its unit's words."""
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,15 @@ import contextlib
 import importlib
 import io
 import re
+import sys
 from pathlib import Path
 
 import pytest
 from gpuscope.vocabulary import causes
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+
+from spell_vocabulary import docstrings  # the docstrings of a module's tree (not scanned)
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
@@ -31,20 +36,6 @@ ELSEWHERE: dict[tuple[str, str], str] = {
 CAUSE_WORDS = frozenset(causes.CAUSE_IDS)
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    out = set()
-    for n in ast.walk(tree):
-        body = getattr(n, "body", None)
-        if (
-            isinstance(body, list)
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-        ):
-            out.add(id(body[0].value))
-    return out
-
-
 def fix_id_literals(root: Path) -> dict[str, list[tuple[int, str]]]:
     """Every string constant (docstrings aside) equal to a fix id in the package's folders under
     ``root``, outside analysis/fixes/: file -> [(line, id)]."""
@@ -58,7 +49,7 @@ def fix_id_literals(root: Path) -> dict[str, list[tuple[int, str]]]:
             if UNITS_DIR in rel.parents:
                 continue
             tree = ast.parse(path.read_text())
-            skip = _docstrings(tree)
+            skip = docstrings(tree)
             for n in ast.walk(tree):
                 if (
                     isinstance(n, ast.Constant)

@@ -381,6 +381,14 @@ def scaled(pred: Callable[[Node], bool], f: float) -> Callable[[int, Node], floa
     return lambda v, n: n.dur * f if pred(n) else float(n.dur)
 
 
+def scaled_variants(
+    pred: Callable[[Node], bool], low: float, mid: float, high: float
+) -> dict[str, Variant]:
+    """The ``low`` / ``mid`` / ``high`` re-timings of a fix that scales the nodes ``pred`` picks by
+    these factors (edges kept)."""
+    return {k: (scaled(pred, f), None) for k, f in (("low", low), ("mid", mid), ("high", high))}
+
+
 def is_host_work(n: Node) -> bool:
     """CPU ops and launch calls of the host, outside the DataLoader and the optimizer."""
     return (

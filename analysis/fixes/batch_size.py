@@ -6,18 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.critical_path import GpuEvent
-from gpuscope.analysis.fixes.base import (
-    PER_SAMPLE_TIME,
-    Finding,
-    FixUnit,
-    Inputs,
-    Words,
-    gib,
-    host_cost,
-    host_gain_pct,
-    memory,
-    significant,
-)
+from gpuscope.analysis.fixes import base as fx
+from gpuscope.analysis.fixes.base import PER_SAMPLE_TIME, Finding, FixUnit, Inputs, Words
 from gpuscope.vocabulary.causes import CPU_OVERHEAD, HOST_SYNC, LAUNCH_OVERHEAD
 
 if TYPE_CHECKING:
@@ -53,8 +43,8 @@ def detect(inp: Inputs) -> Finding | None:
         return None  # little memory headroom: a larger batch may not fit
     unused_ns = k.small_grid_us * 1e3 * (1.0 - k.small_grid_fill)
     # per-step overheads amortise over a larger batch; data loading and copies grow with it
-    idle_ns, _ = host_cost(sum(inp.idle.causes_ns.get(c, 0) for c in AMORTISED), inp)
-    if not significant(unused_ns + idle_ns, inp.window_ns, inp.n_steps):
+    idle_ns, _ = fx.host_cost(sum(inp.idle.causes_ns.get(c, 0) for c in AMORTISED), inp)
+    if not fx.significant(unused_ns + idle_ns, inp.window_ns, inp.n_steps):
         return None
     ev: dict[str, Any] = {
         "busy_pct": inp.busy_pct,
@@ -62,16 +52,16 @@ def detect(inp: Inputs) -> Finding | None:
         "small_grid_mean_sm_fill": k.small_grid_fill,
         "memory_used_frac": inp.mem_used_frac,
     }
-    reserved, total = memory(inp, "peak_reserved_bytes"), memory(inp, "device_total_bytes")
+    reserved, total = fx.memory(inp, "peak_reserved_bytes"), fx.memory(inp, "device_total_bytes")
     if reserved and total:
         free = total - reserved
-        allocated = memory(inp, "peak_allocated_bytes")
+        allocated = fx.memory(inp, "peak_allocated_bytes")
         ev["headroom_bytes"] = free
         ev["peak_allocated_bytes"] = allocated
         mem = (
-            f"the allocator reserved at most {gib(reserved)} of {gib(total)} "
+            f"the allocator reserved at most {fx.gib(reserved)} of {fx.gib(total)} "
             f"({100 * reserved / total:.0f}%; peak allocated "
-            f"{gib(allocated or 0)}), leaving {gib(free)} of headroom"
+            f"{fx.gib(allocated or 0)}), leaving {fx.gib(free)} of headroom"
         )
     elif inp.mem_used_frac is not None:
         mem = f"peak memory use was {100 * inp.mem_used_frac:.0f}% of the GPU"
@@ -85,7 +75,7 @@ def detect(inp: Inputs) -> Finding | None:
         "step-time gains, which keep the batch."
     )
     # no proven bound: how the kernels fill the GPU at a larger batch is a model
-    return Finding(ev, min(100.0, host_gain_pct(idle_ns + unused_ns, inp)))
+    return Finding(ev, min(100.0, fx.host_gain_pct(idle_ns + unused_ns, inp)))
 
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:

@@ -3,8 +3,9 @@ host: amortise the per-step overhead."""
 
 from __future__ import annotations
 
+from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes import cuda_graphs
-from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words, host_gain_pct
+from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fixes.kernel_fusion import BREAKS_FIX, launch_bound
 
 LARGER_BATCH = "loader = DataLoader(dataset, batch_size=2 * B, ...)   # as memory allows\n"
@@ -23,7 +24,7 @@ def detect(inp: Inputs) -> Finding | None:
     if lb is None or not lb.compiled or not lb.graphs:
         return None
     code = LARGER_BATCH + BREAKS_FIX + COMPILE_OPT if lb.breaks else None
-    return Finding(lb.evidence, host_gain_pct(lb.ns, inp), code=code)
+    return Finding(lb.evidence, fx.host_gain_pct(lb.ns, inp), code=code)
 
 
 # the re-timing is the CUDA-graph unit's (host and launches shrink)

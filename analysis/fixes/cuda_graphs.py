@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpuscope.analysis.fixes.base import (
-    Finding,
-    FixUnit,
-    Inputs,
-    Words,
-    host_gain_pct,
-    is_host_work,
-    scaled,
-)
+from gpuscope.analysis.fixes import base as fx
+from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fixes.kernel_fusion import BREAKS_FIX, launch_bound
 
 if TYPE_CHECKING:
@@ -38,14 +31,12 @@ def detect(inp: Inputs) -> Finding | None:
         return None
     code = (CODE + "\n" + BREAKS_FIX).rstrip("\n") if lb.breaks else None
     # no proven bound: the graph replay shortens the host's whole launch work, not only the idle
-    return Finding(lb.evidence, host_gain_pct(lb.ns, inp), code=code)
+    return Finding(lb.evidence, fx.host_gain_pct(lb.ns, inp), code=code)
 
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """Host and launches × 0.5 / 0.2 / 0.05."""
-    return {
-        k: (scaled(is_host_work, f), None) for k, f in (("low", 0.5), ("mid", 0.2), ("high", 0.05))
-    }
+    return fx.scaled_variants(fx.is_host_work, 0.5, 0.2, 0.05)
 
 
 UNIT = FixUnit("cuda_graphs", WORDS, detect, retime)

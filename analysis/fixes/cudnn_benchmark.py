@@ -4,17 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpuscope.analysis.fixes.base import (
-    Finding,
-    FixUnit,
-    Inputs,
-    Words,
-    host_gain_pct,
-    per_step_us,
-    scaled,
-    share,
-    significant,
-)
+from gpuscope.analysis.fixes import base as fx
+from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fmt import sig3
 
 if TYPE_CHECKING:
@@ -34,11 +25,11 @@ def detect(inp: Inputs) -> Finding | None:
     if k.conv_us <= 0 or k.cudnn_find_seen or inp.cudnn_benchmark is True:
         return None  # benchmark mode searched (in the trace, or before it: the capture says so)
     ns = k.conv_us * 1e3
-    if share(ns, inp.window_ns) < 5.0 or not significant(ns, inp.window_ns, inp.n_steps):
+    if fx.share(ns, inp.window_ns) < 5.0 or not fx.significant(ns, inp.window_ns, inp.n_steps):
         return None
     ev: dict[str, Any] = {
-        "conv_us_per_step": per_step_us(ns, inp.n_steps),
-        "conv_share_pct": share(ns, inp.window_ns),
+        "conv_us_per_step": fx.per_step_us(ns, inp.n_steps),
+        "conv_share_pct": fx.share(ns, inp.window_ns),
     }
     ev["cudnn_benchmark"] = inp.cudnn_benchmark
     known = (
@@ -53,16 +44,13 @@ def detect(inp: Inputs) -> Finding | None:
         "once for these fixed input shapes and keep the fastest. The bound is all convolution "
         "time: how much of it a faster algorithm saves is not knowable from the trace."
     )
-    gain = host_gain_pct(ns, inp)  # per step over the untraced step when one is known
+    gain = fx.host_gain_pct(ns, inp)  # per step over the untraced step when one is known
     return Finding(ev, gain, bound_pct=gain)
 
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """Convolution kernels × 1 / 0.8 / 0."""
-    return {
-        k: (scaled(lambda n: n.kind == "gpu" and "conv" in n.tags, f), None)
-        for k, f in (("low", 1.0), ("mid", 0.8), ("high", 0.0))
-    }
+    return fx.scaled_variants(lambda n: n.kind == "gpu" and "conv" in n.tags, 1.0, 0.8, 0.0)
 
 
 UNIT = FixUnit(

@@ -4,19 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpuscope.analysis.fixes.base import (
-    Finding,
-    FixUnit,
-    Inputs,
-    Words,
-    cap_note,
-    cost_evidence,
-    frame_rows,
-    host_cost,
-    host_gain_pct,
-    scaled,
-    significant,
-)
+from gpuscope.analysis.fixes import base as fx
+from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fmt import sig3
 from gpuscope.vocabulary.causes import DATA_LOADING
 
@@ -37,13 +26,13 @@ MORE_WORKERS_TITLE = "Give the DataLoader more workers"
 
 
 def detect(inp: Inputs) -> Finding | None:
-    ns, capped = host_cost(inp.idle.causes_ns.get(DATA_LOADING, 0), inp)
-    if not significant(ns, inp.window_ns, inp.n_steps):
+    ns, capped = fx.host_cost(inp.idle.causes_ns.get(DATA_LOADING, 0), inp)
+    if not fx.significant(ns, inp.window_ns, inp.n_steps):
         return None
-    spans = frame_rows(inp, DATA_LOADING, 3)
+    spans = fx.frame_rows(inp, DATA_LOADING, 3)
     multi = inp.dataloader_kind == "multiprocess"
     ev: dict[str, Any] = {
-        **cost_evidence("idle", ns, inp),
+        **fx.cost_evidence("idle", ns, inp),
         "loader": inp.dataloader_kind,
         "spans": spans,
     }
@@ -53,26 +42,23 @@ def detect(inp: Inputs) -> Finding | None:
         f"training loop was inside the DataLoader's __next__"
         + (" (workers could not keep up)." if multi else " (batches are made in the main process).")
     )
-    cap_note(ev, capped, inp)
+    fx.cap_note(ev, capped, inp)
     # the bound: all the time the loop spends in __next__ (the fix shortens nothing else)
     frame = inp.idle.evidence.get(DATA_LOADING)
     in_loader = float(frame["host_ns"].sum()) if frame is not None and not frame.empty else 0.0
-    loader_ns, _ = host_cost(max(ns, in_loader), inp)
+    loader_ns, _ = fx.host_cost(max(ns, in_loader), inp)
     ev["in_loader_us_per_step"] = in_loader / max(1, inp.n_steps) / 1e3
     return Finding(
         ev,
-        host_gain_pct(ns, inp),
-        bound_pct=host_gain_pct(loader_ns, inp),
+        fx.host_gain_pct(ns, inp),
+        bound_pct=fx.host_gain_pct(loader_ns, inp),
         title=MORE_WORKERS_TITLE if multi else None,
     )
 
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """DataLoader segments × 0.2 / 0.05 / 0."""
-    return {
-        k: (scaled(lambda n: "dataloader" in n.tags, f), None)
-        for k, f in (("low", 0.2), ("mid", 0.05), ("high", 0.0))
-    }
+    return fx.scaled_variants(lambda n: "dataloader" in n.tags, 0.2, 0.05, 0.0)
 
 
 UNIT = FixUnit(

@@ -4,19 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpuscope.analysis.fixes.base import (
-    Finding,
-    FixUnit,
-    Inputs,
-    Words,
-    cap_note,
-    cost_evidence,
-    frame_rows,
-    host_cost,
-    host_gain_pct,
-    scaled,
-    significant,
-)
+from gpuscope.analysis.fixes import base as fx
+from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fmt import sig3
 from gpuscope.vocabulary.causes import HOST_SYNC
 
@@ -49,11 +38,11 @@ def _times(n: float) -> str:
 
 
 def detect(inp: Inputs) -> Finding | None:
-    ns, capped = host_cost(inp.idle.causes_ns.get(HOST_SYNC, 0), inp)
-    if not significant(ns, inp.window_ns, inp.n_steps):
+    ns, capped = fx.host_cost(inp.idle.causes_ns.get(HOST_SYNC, 0), inp)
+    if not fx.significant(ns, inp.window_ns, inp.n_steps):
         return None
-    calls = frame_rows(inp, HOST_SYNC, 5)
-    ev = {**cost_evidence("idle", ns, inp), "calls": calls}
+    calls = fx.frame_rows(inp, HOST_SYNC, 5)
+    ev = {**fx.cost_evidence("idle", ns, inp), "calls": calls}
     what = (
         ", ".join(f"{c['op'] or c['name']} ({_times(c['per_step'])} per step)" for c in calls[:3])
         or "synchronizing calls"
@@ -62,11 +51,11 @@ def detect(inp: Inputs) -> Finding | None:
         f"The host waited for the GPU in {what}; the drained queue left the GPU idle "
         f"{sig3(ev['idle_us_per_step'] / 1e3)} ms per step ({sig3(ev['share_pct'])}%)."
     )
-    cap_note(ev, capped, inp)
+    fx.cap_note(ev, capped, inp)
     # no proven bound: without the sync the host's launches overlap the GPU's work, which can
     # save more than the idle after each sync (sample_traces/fixes/host_sync: up to 12% gained
     # against a 5.5% cost)
-    return Finding(ev, host_gain_pct(ns, inp))
+    return Finding(ev, fx.host_gain_pct(ns, inp))
 
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
@@ -83,8 +72,8 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
 
     return {
         "low": (None, keep),
-        "mid": (scaled(sync_tail, 0.0), keep),
-        "high": (scaled(sync_tail, 0.0), keep),
+        "mid": (fx.scaled(sync_tail, 0.0), keep),
+        "high": (fx.scaled(sync_tail, 0.0), keep),
     }
 
 

@@ -6,20 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuscope.analysis.fixes.base import (
-    SHORT_KERNEL_US,
-    Finding,
-    FixUnit,
-    Inputs,
-    Words,
-    cap_note,
-    cost_evidence,
-    host_cost,
-    host_gain_pct,
-    is_host_work,
-    per_step_us,
-    significant,
-)
+from gpuscope.analysis.fixes import base as fx
+from gpuscope.analysis.fixes.base import SHORT_KERNEL_US, Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fmt import sig3
 from gpuscope.vocabulary.causes import CPU_OVERHEAD, LAUNCH_OVERHEAD
 
@@ -72,18 +60,18 @@ def launch_bound(inp: Inputs) -> LaunchBound | None:
     opt = inp.phase.optimizer if inp.phase is not None else None
     if opt is not None and opt.looped:
         raw = max(0.0, raw - opt.idle_ms_per_step * opt.n * 1e6)
-    ns, capped = host_cost(raw, inp)
-    if not significant(ns, inp.window_ns, inp.n_steps):
+    ns, capped = fx.host_cost(raw, inp)
+    if not fx.significant(ns, inp.window_ns, inp.n_steps):
         return None
     ev: dict[str, Any] = {
-        **cost_evidence("idle", ns, inp),
+        **fx.cost_evidence("idle", ns, inp),
         "kernels_per_step": k.n_kernels / max(1, inp.n_steps),
         "median_kernel_us": k.median_us,
         "short_kernel_share_pct": 100.0 * k.short_us / k.kernel_us if k.kernel_us else 0.0,
-        "launch_overhead_us_per_step": per_step_us(
+        "launch_overhead_us_per_step": fx.per_step_us(
             inp.idle.causes_ns.get(LAUNCH_OVERHEAD, 0), inp.n_steps
         ),
-        "cpu_overhead_us_per_step": per_step_us(
+        "cpu_overhead_us_per_step": fx.per_step_us(
             inp.idle.causes_ns.get(CPU_OVERHEAD, 0), inp.n_steps
         ),
     }
@@ -108,7 +96,7 @@ def launch_bound(inp: Inputs) -> LaunchBound | None:
             f" The step enters {c.compiled_regions_per_step:.3g} compiled regions: each graph "
             "break returns to Python between them."
         )
-    cap_note(ev, capped, inp)
+    fx.cap_note(ev, capped, inp)
     return LaunchBound(ev, ns, compiled, graphs, breaks)
 
 
@@ -120,8 +108,8 @@ def detect(inp: Inputs) -> Finding | None:
     # torch.compile also fuses the short kernels themselves: the cost adds their GPU time
     # (measured on an H100: eager 12.9 ms -> reduce-overhead 3.72 ms, GPU busy 4.17 -> 3.15)
     short_ns = inp.kernels.short_us * 1e3
-    lb.evidence["short_kernel_us_per_step"] = per_step_us(short_ns, inp.n_steps)
-    cost = min(100.0, host_gain_pct(lb.ns, inp) + host_gain_pct(short_ns, inp))
+    lb.evidence["short_kernel_us_per_step"] = fx.per_step_us(short_ns, inp.n_steps)
+    cost = min(100.0, fx.host_gain_pct(lb.ns, inp) + fx.host_gain_pct(short_ns, inp))
     # no proven bound: compiling shortens the host's whole Python and launch work, not only the
     # idle it leaves
     return Finding(lb.evidence, cost)
@@ -140,7 +128,7 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
 
     def fuse(fh: float, fk: float) -> DurFn:
         def dur(v: int, n: Node) -> float:
-            if is_host_work(n):
+            if fx.is_host_work(n):
                 return n.dur * (fk if n.cat == "launch" else fh)
             if short_k(n):
                 return n.dur * fk

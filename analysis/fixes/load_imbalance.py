@@ -4,16 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuscope.analysis.fixes.base import (
-    Finding,
-    FixUnit,
-    Inputs,
-    Words,
-    host_gain_pct,
-    per_step_us,
-    share,
-    significant,
-)
+from gpuscope.analysis.fixes import base as fx
+from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fixes.overlap_communication import comm_floor_ns
 from gpuscope.analysis.fmt import sig3
 
@@ -30,7 +22,7 @@ def detect(inp: Inputs) -> Finding | None:
     if slowest is None:
         return None
     wait = (inp.comm_only_ns / max(1, inp.n_steps) - floor) * inp.n_steps
-    if not significant(wait, inp.window_ns, inp.n_steps):
+    if not fx.significant(wait, inp.window_ns, inp.n_steps):
         return None
     # Without the profiler this rank's step is the untraced one; its GPU work other than the wait
     # stays, so the wait can be at most (untraced step − GPU busy per step + wait per step).
@@ -42,8 +34,8 @@ def detect(inp: Inputs) -> Finding | None:
         if wait > cap:
             gain_ns, capped = cap, True
     ev: dict[str, Any] = {
-        "waiting_us_per_step": per_step_us(wait, inp.n_steps),
-        "share_pct": share(wait, inp.window_ns),
+        "waiting_us_per_step": fx.per_step_us(wait, inp.n_steps),
+        "share_pct": fx.share(wait, inp.window_ns),
         "slowest_rank": slowest.rank,
         "slowest_rank_busy_pct": slowest.gpu_busy_pct,
         "slowest_rank_step_time_ms": slowest.step_time_ms,
@@ -54,13 +46,13 @@ def detect(inp: Inputs) -> Finding | None:
         f"{slowest.gpu_busy_pct or 0:.0f}% of the time): the slowest rank sets the pace."
     )
     if capped:
-        ev["capped_wait_us_per_step"] = per_step_us(gain_ns, inp.n_steps)
+        ev["capped_wait_us_per_step"] = fx.per_step_us(gain_ns, inp.n_steps)
         ev["summary"] += (
             f" Without the profiler the step takes {sig3((inp.untraced_step_ns or 0) / 1e6)} ms and "
             f"this rank's own GPU work stays, so at most {sig3(gain_ns / n / 1e6)} ms per step of "
             "the wait can be real: the bound is capped there (the profiler slows the slow rank's host)."
         )
-    gain = host_gain_pct(gain_ns, inp)
+    gain = fx.host_gain_pct(gain_ns, inp)
     return Finding(
         ev,
         gain,

@@ -4,17 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuscope.analysis.fixes.base import (
-    MEMORY,
-    Finding,
-    FixUnit,
-    Inputs,
-    Words,
-    gib,
-    host_gain_pct,
-    malloc_calls,
-    memory,
-)
+from gpuscope.analysis.fixes import base as fx
+from gpuscope.analysis.fixes.base import MEMORY, Finding, FixUnit, Inputs, Words
 
 WORDS = Words(
     "GPU memory is nearly full: checkpoint activations, use expandable segments, or a smaller micro-batch",
@@ -35,15 +26,15 @@ NEAR_FULL_FRAC = 0.90
 def detect(inp: Inputs) -> Finding | None:
     """The allocator held at least :data:`NEAR_FULL_FRAC` of the GPU. Its bound is the time in
     cudaMalloc/cudaFree inside the steps (a full cache frees and re-asks the driver), 0 without."""
-    total, peak = memory(inp, "device_total_bytes"), memory(inp, "peak_reserved_bytes")
+    total, peak = fx.memory(inp, "device_total_bytes"), fx.memory(inp, "peak_reserved_bytes")
     if not total or not peak or peak < NEAR_FULL_FRAC * total:
         return None
-    calls, us, us_per_step = malloc_calls(memory(inp, "malloc"))
+    calls, us, us_per_step = fx.malloc_calls(fx.memory(inp, "malloc"))
     thrash_ns = us * 1e3
-    gap = memory(inp, "reserved_minus_allocated_at_peak_bytes")
+    gap = fx.memory(inp, "reserved_minus_allocated_at_peak_bytes")
     ev: dict[str, Any] = {
         "peak_reserved_bytes": peak,
-        "peak_allocated_bytes": memory(inp, "peak_allocated_bytes"),
+        "peak_allocated_bytes": fx.memory(inp, "peak_allocated_bytes"),
         "device_total_bytes": total,
         "reserved_minus_allocated_at_peak_bytes": gap,
         "malloc_calls": calls,
@@ -56,17 +47,17 @@ def detect(inp: Inputs) -> Finding | None:
         else ""
     )
     frag = (
-        f" At the peak it held {gib(gap)} reserved but not allocated (fragmentation: "
+        f" At the peak it held {fx.gib(gap)} reserved but not allocated (fragmentation: "
         "expandable_segments lets it reuse that)."
         if gap
         else ""
     )
     ev["summary"] = (
-        f"The caching allocator reserved {gib(peak)} of the GPU's {gib(total)} "
+        f"The caching allocator reserved {fx.gib(peak)} of the GPU's {fx.gib(total)} "
         f"({100 * peak / total:.0f}%): one larger activation away from out-of-memory, and no room "
         f"for a larger batch.{frag}{thrash}"
     )
-    gain = min(100.0, host_gain_pct(thrash_ns, inp)) if thrash_ns else 0.0
+    gain = min(100.0, fx.host_gain_pct(thrash_ns, inp)) if thrash_ns else 0.0
     return Finding(ev, gain, bound_pct=gain)
 
 

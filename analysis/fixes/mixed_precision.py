@@ -6,16 +6,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.critical_path import GpuEvent
-from gpuscope.analysis.fixes.base import (
-    Finding,
-    FixUnit,
-    Inputs,
-    Words,
-    is_host_work,
-    per_step_us,
-    share,
-    significant,
-)
+from gpuscope.analysis.fixes import base as fx
+from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.tensor_cores import tensor_core_info
 
@@ -69,12 +61,12 @@ def detect(inp: Inputs) -> Finding | None:
     speedup = inp.tc_speedup if inp.tc_speedup and inp.tc_speedup > 1 else DEFAULT_TC_SPEEDUP
     fp32_ns = inp.fp32_gemm_us * 1e3
     gain_ns = fp32_ns * (1.0 - 1.0 / speedup)
-    if not significant(gain_ns, inp.window_ns, inp.n_steps):
+    if not fx.significant(gain_ns, inp.window_ns, inp.n_steps):
         return None
     bf16 = cc[0] >= 8
     ev: dict[str, Any] = {
-        "fp32_gemm_us_per_step": per_step_us(fp32_ns, inp.n_steps),
-        "fp32_gemm_share_pct": share(fp32_ns, inp.window_ns),
+        "fp32_gemm_us_per_step": fx.per_step_us(fp32_ns, inp.n_steps),
+        "fp32_gemm_share_pct": fx.share(fp32_ns, inp.window_ns),
         "tensor_core_pct": inp.tensor_core_pct,
         "gpu": inp.gpu_name,
         "compute_capability": f"{cc[0]}.{cc[1]}",
@@ -87,7 +79,7 @@ def detect(inp: Inputs) -> Finding | None:
         f"that time shrinks by {100 * (1 - 1 / speedup):.0f}%."
     )
     # no proven bound: the speed-up is assumed, and autocast also halves other kernels' bytes
-    return Finding(ev, share(gain_ns, inp.window_ns), code=None if bf16 else CODE_FP16)
+    return Finding(ev, fx.share(gain_ns, inp.window_ns), code=None if bf16 else CODE_FP16)
 
 
 def _gemm_fp32(n: Node) -> bool:
@@ -113,7 +105,7 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
 
     def mp(div: float, other: float, host: float) -> DurFn:
         def dur(v: int, n: Node) -> float:
-            if is_host_work(n):  # autocast adds a cast op per matmul operand
+            if fx.is_host_work(n):  # autocast adds a cast op per matmul operand
                 return n.dur * host
             if _gemm_fp32(n):
                 return n.dur / max(1.0, _ratio(ctx, n.dur) / div)

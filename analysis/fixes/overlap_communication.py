@@ -5,17 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpuscope.analysis.fixes.base import (
-    Finding,
-    FixUnit,
-    Inputs,
-    Words,
-    cost_evidence,
-    host_gain_pct,
-    per_step_us,
-    scaled,
-    significant,
-)
+from gpuscope.analysis.fixes import base as fx
+from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fixes.fsdp_prefetch import exposed_ns as fsdp_exposed_ns
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.rank_row import RankRow
@@ -54,11 +45,11 @@ def detect(inp: Inputs) -> Finding | None:
     # the all-gathers exposed in FSDP's pattern are fsdp_prefetch's (prefetch, not DDP's buckets)
     comm_only = max(0.0, comm_only - fsdp_exposed_ns(inp))
     ns = inp.idle.causes_ns.get("communication", 0) + comm_only
-    if not significant(ns, inp.window_ns, inp.n_steps):
+    if not fx.significant(ns, inp.window_ns, inp.n_steps):
         return None
     ev: dict[str, Any] = {
-        **cost_evidence("exposed_comm", ns, inp),
-        "idle_waiting_us_per_step": per_step_us(
+        **fx.cost_evidence("exposed_comm", ns, inp),
+        "idle_waiting_us_per_step": fx.per_step_us(
             inp.idle.causes_ns.get("communication", 0), inp.n_steps
         ),
         "comm_only_us_per_step": floor / 1e3,
@@ -68,17 +59,14 @@ def detect(inp: Inputs) -> Finding | None:
         f"({sig3(ev['share_pct'])}%): the host waited in collectives, or the GPU ran only "
         "communication kernels (the part every rank pays)."
     )
-    gain = host_gain_pct(ns, inp)  # per step over the untraced step when one is known
+    gain = fx.host_gain_pct(ns, inp)  # per step over the untraced step when one is known
     return Finding(ev, gain, bound_pct=gain)
 
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """Communication × 0.5 / 0.25 / 0. A rank's communication kernels also hold its wait for a
     slower rank, which overlapping does not remove: the estimate is clipped at the bound."""
-    return {
-        k: (scaled(lambda n: n.cat == "communication", f), None)
-        for k, f in (("low", 0.5), ("mid", 0.25), ("high", 0.0))
-    }
+    return fx.scaled_variants(lambda n: n.cat == "communication", 0.5, 0.25, 0.0)
 
 
 UNIT = FixUnit(

@@ -5,20 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.critical_path import GpuEvent
-from gpuscope.analysis.fixes.base import (
-    Finding,
-    FixUnit,
-    Inputs,
-    Words,
-    cap_note,
-    cost_evidence,
-    frame_rows,
-    host_cost,
-    host_gain_pct,
-    per_step_us,
-    share,
-    significant,
-)
+from gpuscope.analysis.fixes import base as fx
+from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fmt import sig3
 from gpuscope.vocabulary.causes import PAGEABLE_COPY
 
@@ -45,10 +33,10 @@ LAUNCH_CALL_NS = 10_000
 
 
 def detect(inp: Inputs) -> Finding | None:
-    idle_ns, capped = host_cost(inp.idle.causes_ns.get(PAGEABLE_COPY, 0), inp)
+    idle_ns, capped = fx.host_cost(inp.idle.causes_ns.get(PAGEABLE_COPY, 0), inp)
     excess = max(0.0, inp.pageable_excess_ns)
     ns = idle_ns + excess
-    if not significant(ns, inp.window_ns, inp.n_steps):
+    if not fx.significant(ns, inp.window_ns, inp.n_steps):
         return None
     frame = inp.idle.evidence.get(PAGEABLE_COPY)
     pc = inp.pageable_copy
@@ -57,15 +45,15 @@ def detect(inp: Inputs) -> Finding | None:
     if pc is not None and pc.copies:
         n, nbytes = int(pc.copies), float(pc.bytes or 0)
     ev: dict[str, Any] = {
-        **cost_evidence("cost", ns, inp),
-        "idle_us_per_step": per_step_us(idle_ns, inp.n_steps),
-        "copy_excess_us_per_step": per_step_us(excess, inp.n_steps),
+        **fx.cost_evidence("cost", ns, inp),
+        "idle_us_per_step": fx.per_step_us(idle_ns, inp.n_steps),
+        "copy_excess_us_per_step": fx.per_step_us(excess, inp.n_steps),
         "copies_per_step": n / max(1, inp.n_steps),
         "bytes_per_step": float(nbytes) / max(1, inp.n_steps),
         "pageable_gbps": pc.pageable_gbps if pc is not None else None,
         "pinned_gbps": pc.pinned_gbps if pc is not None else None,
         "pinned_source": pc.pinned_source if pc is not None else None,
-        "calls": frame_rows(inp, PAGEABLE_COPY, 3),
+        "calls": fx.frame_rows(inp, PAGEABLE_COPY, 3),
     }
     rate = (
         f" at {ev['pageable_gbps']:.3g} GB/s against {ev['pinned_gbps']:.3g} GB/s pinned "
@@ -80,11 +68,11 @@ def detect(inp: Inputs) -> Finding | None:
         f"{sig3(ev['copy_excess_us_per_step'] / 1e3)} ms of slower copying and "
         f"{sig3(ev['idle_us_per_step'] / 1e3)} ms of GPU idle while the host staged them."
     )
-    cap_note(ev, capped, inp)
-    cost = host_gain_pct(idle_ns, inp) + (
+    fx.cap_note(ev, capped, inp)
+    cost = fx.host_gain_pct(idle_ns, inp) + (
         100.0 * excess / max(1, inp.n_steps) / inp.untraced_step_ns
         if inp.untraced_step_ns
-        else share(excess, inp.window_ns)
+        else fx.share(excess, inp.window_ns)
     )
     # no proven bound: the host's staging also slows its other work (measured on
     # sample_traces/fixes/pin_memory: 71% gained against a 52% cost)

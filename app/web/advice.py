@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuscope.analysis.fixes import FixUnit, dataloader_workers, host_sync
 from gpuscope.analysis.live import MOSTLY_IDLE_PCT, STEADY_IDLE_PCT
+from gpuscope.analysis.run_views import LOADER_FIX, SYNC_FIX, FixWords
 
 GPM = (
     "GPM (GPU Performance Monitoring) is NVML's set of hardware counters on Hopper and newer "
@@ -18,11 +18,11 @@ GPM = (
 
 @dataclass(frozen=True)
 class Todo:
-    """What to do: ``advice`` (Markdown, written here, no data in it) and the fix unit that fixes
-    the usual cause (None: no fix to name); its id, title and code are the Run page's."""
+    """What to do: ``advice`` (Markdown, written here, no data in it) and the fix of the usual
+    cause (None: no fix to name), in its unit's words: the Run page's id, title and code."""
 
     advice: str
-    fix: FixUnit | None = None
+    fix: FixWords | None = None
 
     @property
     def fix_id(self) -> str | None:
@@ -31,11 +31,11 @@ class Todo:
 
     @property
     def title(self) -> str:
-        return self.fix.words.title if self.fix is not None else ""
+        return self.fix.title if self.fix is not None else ""
 
     @property
     def code(self) -> str:
-        return self.fix.words.code if self.fix is not None else ""
+        return self.fix.code if self.fix is not None else ""
 
 
 def what_to_do(d: Any) -> Todo:
@@ -69,7 +69,7 @@ def what_to_do(d: Any) -> Todo:
         return Todo(
             "a regular busy/idle rhythm is almost always the input pipeline: make batches in "
             "background workers and copy them from pinned memory.",
-            dataloader_workers.UNIT,
+            LOADER_FIX,
         )
     if idle < STEADY_IDLE_PCT:
         return Todo(
@@ -85,5 +85,5 @@ def what_to_do(d: Any) -> Todo:
         "irregular idle gaps usually come from the host waiting on the GPU (`.item()`, "
         "`.cpu()`, printing a loss every step) or from uneven batches: keep per-step values on "
         "the GPU and read them back every N steps.",
-        host_sync.UNIT,
+        SYNC_FIX,
     )

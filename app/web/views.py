@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 from gpuscope.analysis import run_views, sawtooth
-from gpuscope.analysis.fixes import ORDER_NOTE
 from gpuscope.store.errors import catalog_lost, store_fault
 from gpuscope.vocabulary.nvml_fields import GPU_UTIL_PCT, MEM_USED_BYTES, POWER_W
 from gpuscope.web import data, db, figures, html_safe, palette, ui
@@ -1139,7 +1138,7 @@ def recommendations(recs: list[run_views.Recommendation]) -> None:
             "No fixes to suggest: nothing in this run points at a known cause of idle GPU time."
         )
         return
-    st.caption(ORDER_NOTE)
+    st.caption(run_views.FIX_ORDER_NOTE)
     for r in recs:
         with st.container(border=True):
             gain = r.gain_phrase  # the analysis's sentence: the estimate, its range, its footing
