@@ -32,9 +32,13 @@ def write_pair(
     compute_us: tuple[float, float],
     host_us: dict[tuple[int, int], float] | None = None,
     data_us: dict[tuple[int, int], float] | None = None,
+    untraced_us: dict[tuple[int, int], float] | None = None,
 ) -> None:
-    """``host_us`` / ``data_us``: (rank, step) -> µs of CPU dispatch / data loading planted."""
+    """``host_us`` / ``data_us`` / ``untraced_us``: (rank, step) -> µs of CPU dispatch (inside a
+    host op) / data loading / host time in no traced op (e.g. a sleep) planted."""
     host_us, data_us = host_us or {}, data_us or {}
+    for key, v in (untraced_us or {}).items():  # the same delay, with no op around it
+        host_us[key] = host_us.get(key, 0.0) + v
     builders = [TraceBuilder(rank=r, world_size=2) for r in (0, 1)]
     start = 0.0
     for k in range(1, N_STEPS + 1):
@@ -51,7 +55,7 @@ def write_pair(
                 t.cpu_op(
                     "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", start + 50, data
                 )
-            if host:
+            if host - (untraced_us or {}).get((r, k), 0.0) > 0:
                 t.cpu_op("aten::index", start + 50 + data, host)
             t.launch(
                 "volta_sgemm_128x64_nn",
@@ -74,6 +78,7 @@ def write_pair(
 
 
 def analysed(con, tmp_path, rank: int = 1, untraced_step_ms: float | None = None, **plant):
+    """The rank's report of the planted pair, ingested into ``con``."""
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
 
@@ -217,8 +222,10 @@ def test_the_ddp_sample_rank_1_is_the_profilers(con):
     assert got is not None and got.rank == 1 and got.cause == PROFILER
     assert got.wait_ms_per_step == pytest.approx(21.6, abs=0.05)
     assert got.retimed_job_step_ms == pytest.approx(11.112)
+    # its 18.0 ms of host idle less what the cap leaves (5.27 ms) is the profiler's
     host = next(c for c in got.candidates if c.cause == HOST)
-    assert host.pace_ms == pytest.approx(18.0, abs=0.05)
+    assert host.pace_ms == pytest.approx(5.27, abs=0.01)
+    assert got.per_step_ms == pytest.approx(18.04 - 5.27, abs=0.05)
 
 
 def test_communication_and_sync_causes_on_figures():
@@ -247,3 +254,62 @@ def test_communication_and_sync_causes_on_figures():
     got = pace_setter_cause(strag(3.0), sync, job_step_ms=20.0)
     assert got is not None and got.cause == "host_sync" and got.fix_id == "host_sync"
     assert got.retimed_job_step_ms == pytest.approx(17.0)
+
+
+@pytest.mark.slow
+def test_untraced_host_time_is_not_dispatch(con, tmp_path):
+    """Rank 1's host is in no traced op for 3,000 µs per step (a sleep in its data path): with the
+    store at hand the 3.0 ms of idle is untraced host time (3.178 vs 0.178 ms on rank 0), not
+    dispatch (0 on both): host_untraced, no registered fix (CUDA graphs would not help); the
+    profiler is not blamed even with a small host cap."""
+    from gpuscope.analysis.straggler_cause import UNTRACED, untraced_idle_ms
+
+    sleeps = {(1, k): 3000.0 for k in range(1, N_STEPS + 1)}
+    rep = analysed(
+        con, tmp_path, compute_us=(5000.0, 5000.0), untraced_us=sleeps, untraced_step_ms=5.5
+    )
+    run_id = rep.run["id"]
+    # by hand, per step: the 200 µs gap around the step's start less the 22 µs of host ops in it
+    # (a 2 µs launch, the 20 µs record_param_comms holding the other launch): 178 µs; rank 1: + 3,000
+    assert untraced_idle_ms(con, run_id, 0) == pytest.approx(0.178, abs=1e-6)
+    assert untraced_idle_ms(con, run_id, 1) == pytest.approx(3.178, abs=1e-6)
+    got = finding(rep, con)
+    assert got is not None and got.cause == UNTRACED and got.fix_id is None
+    assert got.per_step_ms == pytest.approx(3.0, abs=0.05)
+    assert "record_function or py-spy" in got.words
+    # without the store the same idle reads as host dispatch, under the profiler's cap
+    assert finding(rep).cause == PROFILER
+
+
+MULTI_GPU = Path(__file__).parent.parent / "sample_traces" / "multi_gpu"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("case", "pace", "cause", "spikes", "note"),
+    [
+        # nothing planted: rank 1 is host-bound under the profiler only
+        ("ddp_clean", 1, PROFILER, (), None),
+        # rank 1 sleeps in its data path (no traced op) every step
+        ("ddp_straggler_every", 1, "host_untraced", (), None),
+        # ... at profiled steps 9 and 11 only (3 x the clean step)
+        ("ddp_straggler_steps", 1, "host_untraced", (9, 11), None),
+        # rank 1's batch is 1.5 x: under the profiler rank 0 is late (the profiler's), and the
+        # 1.5 x is said from the counted FLOPs
+        ("ddp_uneven", 0, PROFILER, (), "rank 1 computes 50.0 % more FLOPs per step"),
+    ],
+)
+def test_real_two_gpu_runs_with_a_planted_straggler(con, case, pace, cause, spikes, note):
+    """The real 2 x H100 runs of sample_traces/multi_gpu (torch 2.11, DDP), each with its
+    planted behaviour (record_multi_gpu.py): the pace-setter, its own cause, the steps."""
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.ingest.loader import ingest_paths
+
+    [res] = ingest_paths(con, [MULTI_GPU / case])
+    got = finding(analyze_run(con, res.run_id, rank=pace, with_path=False), con)
+    assert got is not None and got.rank == pace and got.cause == cause, got
+    assert got.spike_steps == spikes
+    if note is None:
+        assert "FLOPs per step" not in got.words
+    else:
+        assert note in got.words
