@@ -18,6 +18,7 @@ module computes, it draws and prints nothing (``gpuscope check --baseline`` prin
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -347,14 +348,23 @@ def _md(text: str) -> str:
     return out
 
 
-def step_series(report: RunReport) -> dict[str, Series | None]:
+def step_series(
+    report: RunReport, job_periods: Sequence[float] | None = None
+) -> dict[str, Series | None]:
     """Per-step series of a report: ``step time`` (ms), ``throughput`` (tokens/s, else
     samples/s, when the run states its units per step), ``MFU`` (% of the dense bf16 peak, when
     FLOPs and the peak are known) and ``GPU busy`` (%, per step). A metric the run lacks is None.
     Throughput and MFU per step are the run's per-step work over each step's time (so their
-    median is the work over the median step)."""
+    median is the work over the median step). ``job_periods``: the job's step periods (ms; the
+    periods between step completions that :func:`gpuscope.analysis.job.step_time` keeps), the
+    step times of a run of several ranks (its shown rank's own spans show its host, not the
+    pace); None or empty: the report's own steps."""
     steps = [s for s in report.per_step if s.duration_ms]
-    dur = [float(s.duration_ms or 0.0) for s in steps]
+    dur = (
+        [float(v) for v in job_periods]
+        if job_periods
+        else [float(s.duration_ms or 0.0) for s in steps]
+    )
     out: dict[str, Series | None] = {
         "step time": Series("step time", "ms", "lower", dur),
         "throughput": None,

@@ -64,6 +64,11 @@ class JobStepTime:
     drain_ms: float | None = None
     source: str = "completions"
 
+    @property
+    def kept_ms(self) -> tuple[float, ...]:
+        """The periods the figures are of (ms, step order): every period but the drain's."""
+        return tuple(v for n, v in self.by_step if n != self.drain_step)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "p50": self.p50_ms,

@@ -365,3 +365,17 @@ def test_the_run_page_analyses_each_rank_once(tmp_path: Path, monkeypatch) -> No
     assert not at.exception, at.exception
     assert "Critical path of each step" in [h.value for h in at.subheader]
     assert calls == [0]
+
+
+@pytest.mark.slow
+def test_the_gate_of_a_job_compares_its_step_periods(capsys, store) -> None:
+    """``check --baseline`` of a run of several ranks: the step time series is the job's periods
+    (median = the job step time), not the shown rank's own spans (rank 0: 17.0 ms)."""
+    db, ddp = store["db"], str(store["ddp"])
+    code, out, err = run_cli(capsys, "check", ddp, "--baseline", ddp, "--json", "--db", str(db))
+    assert code == 0, err
+    step = next(m for m in json.loads(out)["metrics"] if m["metric"] == "step time")
+    job = analyze_json(capsys, db, ddp)["job"]["step_time_ms"]
+    assert step["candidate"]["n"] == job["n_periods"] == 3
+    assert step["candidate"]["median"] == pytest.approx(job["p50"])
+    assert step["baseline"]["median"] == pytest.approx(25.4, abs=0.05)

@@ -198,6 +198,12 @@ def run_gate(args: argparse.Namespace) -> int:
             job_step_ms = (
                 job_step_time(con, run_id).p50_ms if args.max_step_ms is not None else None
             )
+            # a run of several ranks: its step times are the job's periods (docs/metrics.md)
+            periods = {
+                rid: job_step_time(con, rid).kept_ms
+                for rid, rep in ((base_id, base), (run_id, cand))
+                if len(rep.run["ranks"]) > 1
+            }
         except ValueError as e:
             return fail(str(e))
     finally:
@@ -207,8 +213,8 @@ def run_gate(args: argparse.Namespace) -> int:
             return fail(f"run {rep.run['id']} rank {rep.rank}: {rep.warnings[0]}")
     try:
         result = gate(
-            step_series(base),
-            step_series(cand),
+            step_series(base, periods.get(base_id)),
+            step_series(cand, periods.get(run_id)),
             baseline_run={**_who(base), "tag": tag},
             candidate_run=_who(cand),
             max_regression_pct=args.max_regression,
