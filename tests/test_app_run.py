@@ -366,7 +366,6 @@ def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
     table = next(d.value for d in at.dataframe if "communication only / step" in d.value.columns)
     assert list(table["rank"]) == [1, 0]  # by the wait each rank causes: the pace-setter first
     assert table["caused wait / step"][0] > 15 and table["caused wait / step"][1] == 0
-    assert at.query_params["rank"] in ("1", ["1"])  # the page opens on the pace-setter
     at = open_app(RUN, {"run": rid, "rank": "0"})  # rank 0, which waits for it
     assert not at.exception, at.exception
     table = next(d.value for d in at.dataframe if "communication only / step" in d.value.columns)

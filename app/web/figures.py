@@ -571,13 +571,77 @@ def nvml_lines(
     return fig
 
 
+#: The heatmap's colour scale ends at this percentile of its cells (the profiler's drain step left
+#: out): one long step never washes out the others; cells above it take the top colour.
+HEATMAP_CLIP_PCT = 99.0
+#: Above this many ranks the heatmap labels a subset of its rows (about this many), the
+#: pace-setter's row and each node's first always among them.
+HEATMAP_MAX_ROW_LABELS = 32
+
+
+def drain_step(matrix: pd.DataFrame) -> int | None:
+    """The profiler's drain step of a rank × step matrix (``rank``, ``step``, ``step_ms``): the
+    last step when, on some rank of at least 3 steps, it lasts more than
+    :data:`gpuscope.analysis.job.DRAIN_FACTOR` times the median of that rank's other steps (the
+    job step time's rule: the host stopped stepping while the GPU emptied the queue); None
+    otherwise."""
+    from gpuscope.analysis.job import DRAIN_FACTOR
+
+    if matrix.empty:
+        return None
+    last = int(matrix["step"].max())
+    for _, g in matrix.groupby("rank", sort=False):
+        if len(g) < 3 or int(g["step"].max()) != last:
+            continue
+        at_last = g["step"] == last
+        others = g.loc[~at_last, "step_ms"].to_numpy(dtype="float64")
+        tail = float(g.loc[at_last, "step_ms"].iloc[0])
+        if others.size and tail > DRAIN_FACTOR * float(np.median(others)):
+            return last
+    return None
+
+
+def _row_ticks(
+    labels: Sequence[str], ranks: Sequence[int], nodes: Sequence[str], pace_setter: int | None
+) -> tuple[list[str], list[str]]:
+    """(tick values, tick texts) of the heatmap's rows: every row up to
+    :data:`HEATMAP_MAX_ROW_LABELS` × 2 ranks, else every k-th row, each node's first row and the
+    pace-setter's; the pace-setter's text in bold and named."""
+    n = len(labels)
+    if n <= 2 * HEATMAP_MAX_ROW_LABELS:
+        keep = set(range(n))
+    else:
+        k = int(np.ceil(n / HEATMAP_MAX_ROW_LABELS))
+        keep = set(range(0, n, k)) | {n - 1}
+        keep |= {i for i in range(n) if i == 0 or nodes[i] != nodes[i - 1]}
+    pace = {i for i, r in enumerate(ranks) if r == pace_setter}
+    if n > 2 * HEATMAP_MAX_ROW_LABELS:  # no label so near another that their texts overlap
+        keep = {i for i in keep if not any(0 < abs(i - j) < 3 for j in pace)}
+        keep -= {i for i in keep if 0 < n - 1 - i < 3}  # the last row's label is kept
+    rows = sorted(keep | pace)
+    texts = [
+        f"<b>{labels[i]} ◀ pace-setter</b>" if ranks[i] == pace_setter else labels[i] for i in rows
+    ]
+    return [labels[i] for i in rows], texts
+
+
 def rank_step_heatmap(
-    matrix: pd.DataFrame, value: str = "step_ms", *, height: int | None = None
+    matrix: pd.DataFrame,
+    value: str = "step_ms",
+    *,
+    height: int | None = None,
+    pace_setter: int | None = None,
 ) -> go.Figure:
     """Ranks (rows, grouped by node) × steps (columns), one cell per rank and step coloured by
     ``value`` (``step_ms`` or ``wait_ms``), outlier cells marked with a ring: ONE heatmap trace
     whatever the number of ranks (never a sawtooth per rank). A cell's ``customdata`` is
-    ``[rank, step]`` (what a click opens)."""
+    ``[rank, step]`` (what a click opens).
+
+    The colour scale ends at the :data:`HEATMAP_CLIP_PCT` percentile of the cells outside the
+    profiler's drain step (:func:`drain_step`); the drain's column is greyed over and named.
+    Rows are labelled (a subset above 64 ranks, :func:`_row_ticks`); ``pace_setter``'s row is
+    named, in bold, and framed. Every cell's hover (ringed or not) says its rank, step and
+    value."""
     fig = go.Figure()
     if matrix.empty:
         return _base_layout(fig, height=height or 200, y_title="rank", x_title="step")
@@ -589,38 +653,68 @@ def rank_step_heatmap(
     steps = sorted(int(s) for s in matrix["step"].unique())
     piv = matrix.pivot_table(index="rank", columns="step", values=value, aggfunc="first")
     piv = piv.reindex(index=list(order["rank"]), columns=steps)
-    ranks = list(order["rank"])
+    ranks = [int(r) for r in order["rank"]]
     custom = [[[int(r), int(s)] for s in steps] for r in ranks]
     title = "wait (ms)" if value == "wait_ms" else "step time (ms)"
+    drain = drain_step(matrix)
+    z = piv.to_numpy(dtype="float64")
+    kept = z[:, [i for i, s in enumerate(steps) if s != drain]] if drain is not None else z
+    finite = kept[np.isfinite(kept)]
+    scale: dict[str, float] = {}
+    if finite.size:
+        lo = 0.0 if value == "wait_ms" else float(finite.min())
+        hi = float(np.percentile(finite, HEATMAP_CLIP_PCT))
+        if hi > lo:
+            scale = {"zmin": lo, "zmax": hi}
+    clipped = bool(scale) and bool(np.nanmax(z) > scale["zmax"])
     fig.add_trace(
         go.Heatmap(
-            z=piv.to_numpy(dtype="float64"),
+            z=z,
             x=[f"#{s}" for s in steps],
             y=labels,
             customdata=custom,
             colorscale="YlOrBr" if value == "wait_ms" else "Blues",
-            colorbar={"title": {"text": title}, "thickness": 12},
+            colorbar={
+                "title": {"text": title + ("<br>(top colour: ≥)" if clipped else "")},
+                "thickness": 12,
+            },
             hoverinfo="skip",  # the cells' points below carry the hover and the click
             name=title,
+            **scale,
         )
     )
     # the cells as invisible points: a heatmap has no selectable points, these do. A
     # click selects the point under the pointer among the HOVERABLE traces (a trace with
     # hoverinfo "skip" is never picked: the click then selects nothing), so these points hold
-    # the hover text, and their customdata says the rank and step a click opens
+    # the hover text (every cell's, ringed or not), and their customdata says the rank and step
+    # a click opens
     pos = {r: i for i, r in enumerate(ranks)}
+    n = len(ranks)
+    fig_height = height or min(900, max(220, 60 + 14 * n))
+    # a point no taller than its row: Plotly's hover picks, among the points whose marker holds
+    # the pointer, one at random-ish, so a marker over three rows could answer for a neighbour
+    point = float(np.clip(0.9 * (fig_height - 50) / n, 2.0, 14.0))
+    notes = [
+        (" · outlier (ringed)" if bool(o) else "")
+        + (" · the profiler's drain step (outside the colour scale)" if int(s) == drain else "")
+        for s, o in zip(matrix["step"], matrix["outlier"], strict=True)
+    ]
     fig.add_trace(
         go.Scatter(
             x=[f"#{int(s)}" for s in matrix["step"]],
             y=[labels[pos[int(r)]] for r in matrix["rank"]],
             mode="markers",
-            marker={"size": 14, "opacity": 0, "color": "#000000"},  # hoverable, not drawn
+            marker={"size": point, "opacity": 0, "color": "#000000"},  # hoverable, not drawn
             name="cells",
             customdata=[
-                [int(r), int(s), float(v)]
-                for r, s, v in zip(matrix["rank"], matrix["step"], matrix[value], strict=True)
+                [int(r), int(s), float(v), note]
+                for r, s, v, note in zip(
+                    matrix["rank"], matrix["step"], matrix[value], notes, strict=True
+                )
             ],
-            hovertemplate="%{y} · step %{x}<br>" + title + " %{customdata[2]:.2f}<extra></extra>",
+            hovertemplate="%{y} · step %{x}<br>"
+            + title
+            + " %{customdata[2]:.2f}%{customdata[3]}<extra></extra>",
             showlegend=False,
         )
     )
@@ -641,14 +735,36 @@ def rank_step_heatmap(
                 customdata=[
                     [int(r), int(s)] for r, s in zip(out["rank"], out["step"], strict=True)
                 ],
-                hovertemplate="outlier: %{y} · step %{x}<extra></extra>",
+                # the ring is drawn only: the cell's point under it answers the hover and the
+                # click (with the value), wherever the pointer is on the ring
+                hoverinfo="skip",
             )
         )
-    n = len(ranks)
-    fig.update_yaxes(autorange="reversed", showticklabels=n <= 64, type="category")
-    fig.update_xaxes(type="category")
-    fig.update_layout(showlegend=False, clickmode="event+select")
-    return _base_layout(fig, height=height or min(900, max(220, 60 + 14 * n)))
+    tickvals, ticktext = _row_ticks(labels, ranks, list(order["node"]), pace_setter)
+    fig.update_yaxes(  # the rows fill the plot (the cells' points would pad it)
+        range=[n - 0.5, -0.5], type="category", tickmode="array", tickvals=tickvals,
+        ticktext=ticktext, tickfont={"size": 11 if n <= 2 * HEATMAP_MAX_ROW_LABELS else 10},
+    )  # fmt: skip
+    fig.update_xaxes(type="category", range=[-0.5, len(steps) - 0.5])
+    if drain is not None:
+        k = steps.index(drain)
+        fig.add_shape(
+            type="rect", xref="x", yref="paper", x0=k - 0.5, x1=k + 0.5, y0=0, y1=1,
+            fillcolor="rgba(150,150,150,0.85)", line={"width": 0}, layer="above",
+        )  # fmt: skip
+        fig.add_annotation(
+            x=k, xref="x", y=1, yref="paper", yanchor="bottom", showarrow=False,
+            text="profiler drain", font={"size": 11, "color": "#666666"},
+        )  # fmt: skip
+    if pace_setter in pos:
+        i = pos[int(pace_setter)]
+        fig.add_shape(
+            type="rect", xref="paper", yref="y", x0=0, x1=1, y0=i - 0.5, y1=i + 0.5,
+            line={"color": palette.BAD, "width": 2}, fillcolor="rgba(0,0,0,0)", layer="above",
+        )  # fmt: skip
+    # the nearest cell answers wherever the pointer is in the plot (not only near a cell's centre)
+    fig.update_layout(showlegend=False, clickmode="event+select", hoverdistance=-1)
+    return _base_layout(fig, height=fig_height)
 
 
 # -- memory ------------------------------------------------------------------------------------------
