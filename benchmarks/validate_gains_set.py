@@ -1,0 +1,173 @@
+"""gpuscope's estimates against the gains measured on issue 43's validation set.
+
+For every case of ``sample_traces/validation/truth.json`` (one bottleneck planted on a model and
+size that sample_traces/fixes does not have, the fix timed against it without the profiler in
+fresh processes, interleaved): ingest the planted trace into a throw-away store (``gpuscope
+ingest``), run ``gpuscope analyze RUN --json``, find the recommendation whose id is the case's
+expected fix, and compare its estimate (``estimate.gain_pct``, ``low_pct``..``high_pct``) with the
+measured median gain (per sample for ``batch_size``); "holds" when the range holds it, or when
+both say "nothing" (measured within +-NULL_PCT and the whole range too). Prints two markdown
+tables, the calibration
+cases and the held-out third (``held_out: true``, chosen by position before any estimate was
+seen), then the median range width and the count of fixes estimated above 5 % where the measured
+gain is ~0 (below :data:`NULL_PCT`).
+
+    python benchmarks/validate_gains_set.py [--truth PATH] [--json OUT] [CASE ...]
+
+The expected fix is looked for in the report's ``recommendations`` and, when the report carries a
+``job`` object with its own ``recommendations``, there too. A missing recommendation reads as an
+estimate of 0 % (range 0-0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TRUTH = ROOT / "sample_traces" / "validation" / "truth.json"
+NULL_PCT = 3.0
+"""A measured gain below this (%, absolute) is "~0": the fix does nothing measurable."""
+OVER_PCT = 5.0
+"""An estimate above this (%) where the measured gain is ~0 is a false promise."""
+
+
+def gpuscope(*args: str, store: str) -> str:
+    """Run the gpuscope CLI of this interpreter's environment; its stdout (raises on failure)."""
+    exe = Path(sys.executable).with_name("gpuscope")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "gpuscope"]
+    env = {**os.environ, "GPUSCOPE_STORE": store}
+    p = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, check=False)
+    if p.returncode:
+        raise RuntimeError(f"gpuscope {' '.join(args)} failed: {p.stderr.strip()[-2000:]}")
+    return p.stdout
+
+
+def holds(low: float, high: float, measured: float) -> bool:
+    """The range ``low``..``high`` (%) holds the measured gain, or both say "nothing": the measured
+    gain is ~0 (below :data:`NULL_PCT`) and the whole range lies inside +-NULL_PCT too."""
+    if low <= measured <= high:
+        return True
+    return abs(measured) < NULL_PCT and low >= -NULL_PCT and high <= NULL_PCT
+
+
+def recommendations(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's recommendations, then the job's (if the report has a ``job`` object)."""
+    recs = list(doc.get("recommendations") or [])
+    job = doc.get("job")
+    if isinstance(job, dict):
+        recs += [r for r in job.get("recommendations") or [] if isinstance(r, dict)]
+    return recs
+
+
+def analyse(case: dict[str, Any], root: Path, store: str) -> dict[str, Any]:
+    """Ingest the case's trace(s), analyse, and pick out the expected fix's estimate."""
+    paths = [str(root / t) for t in case["traces"]]
+    run_id = gpuscope("ingest", *paths, store=store).split()[-1]
+    doc = json.loads(gpuscope("analyze", run_id, "--json", store=store))
+    recs = recommendations(doc)
+    first = recs[0]["id"] if recs else None
+    first_gain = ((recs[0].get("estimate") or {}).get("gain_pct") if recs else None) or (
+        recs[0].get("max_gain_pct") if recs else None
+    )
+    rec = next((r for r in recs if r.get("id") == case["expected_fix"]), None)
+    est = (rec or {}).get("estimate") or {}
+    gain = est.get("gain_pct", (rec or {}).get("max_gain_pct", 0.0) if rec else 0.0)
+    low = est.get("low_pct", 0.0 if rec is None else gain)
+    high = est.get("high_pct", 0.0 if rec is None else gain)
+    measured = case["gain_pct"]
+    null = abs(measured) < NULL_PCT
+    return {
+        "case": case["case"],
+        "name": case["name"],
+        "expected": case["expected_fix"],
+        "first": first,
+        "first_gain": first_gain,
+        "found": rec is not None,
+        "estimate": gain,
+        "low": low,
+        "high": high,
+        "method": est.get("method"),
+        "measured": measured,
+        "measured_runs": case["gain_pct_by_round"],
+        "holds": holds(low, high, measured),
+        "null": null,
+        "held_out": bool(case.get("held_out")),
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| case | expected fix | gpuscope's first fix (estimate %) | expected fix's estimate % | range % | measured % "
+        "(rounds) | holds |\n| --- | --- | --- | --- | --- | --- | --- |"
+    )
+    lines = [head]
+    for r in rows:
+        est = f"{r['estimate']:.1f}" if r["found"] else "- (no such fix)"
+        rng = f"{r['low']:.1f}-{r['high']:.1f}" if r["found"] else "0-0"
+        runs = ", ".join(f"{g:.1f}" for g in r["measured_runs"])
+        first = r["first"] or "-"
+        if r["first"] and r["first_gain"] is not None:
+            first += f" ({r['first_gain']:.1f})"
+        lines.append(
+            f"| {r['case']} {r['name']} | {r['expected']} | {first} | {est} | {rng} | "
+            f"{r['measured']:.1f} ({runs}) | {'yes' if r['holds'] else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    widths = [r["high"] - r["low"] for r in rows if r["found"]]
+    over = [r["case"] for r in rows if r["null"] and r["estimate"] > OVER_PCT]
+    held = sum(r["holds"] for r in rows)
+    real = [r for r in rows if r["measured"] >= NULL_PCT]  # the fix gained something
+    first_right = sum(r["first"] == r["expected"] for r in real)
+    n_real = len(real)
+    return (
+        f"ranges holding the measured gain: {held}/{len(rows)}; "
+        f"first fix = expected (cases with a real gain): {first_right}/{n_real}; "
+        f"median range width: {statistics.median(widths) if widths else float('nan'):.1f} points "
+        f"({len(widths)} ranges); estimated > {OVER_PCT:.0f} % where measured ~0 "
+        f"(|gain| < {NULL_PCT:.0f} %): {len(over)}{' (' + ', '.join(over) + ')' if over else ''}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("cases", nargs="*")
+    ap.add_argument("--truth", default=str(TRUTH))
+    ap.add_argument("--json", default="", help="also write the rows here")
+    args = ap.parse_args(argv)
+    truth_path = Path(args.truth)
+    truth = json.loads(truth_path.read_text())
+    cases = [c for c in truth["cases"] if not args.cases or c["case"] in args.cases]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in cases:
+            try:
+                rows.append(analyse(c, truth_path.parent, str(Path(tmp) / "store")))
+            except RuntimeError as e:
+                print(f"{c['case']}: {e}", file=sys.stderr)
+    cal = [r for r in rows if not r["held_out"]]
+    held = [r for r in rows if r["held_out"]]
+    print("## Calibration cases\n")
+    print(table(cal))
+    print("\n" + summary(cal))
+    print("\n## Held-out cases (kept out of every calibration)\n")
+    print(table(held))
+    print("\n" + summary(held))
+    print("\n## All\n\n" + summary(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0 if len(rows) == len(cases) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
