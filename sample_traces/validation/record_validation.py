@@ -93,7 +93,7 @@ CASES: dict[str, dict] = {
     },
     "v09": {
         "name": "optimizer_foreach_false",
-        "model": "deep residual MLP (48 blocks of Linear 256 + LayerNorm: 192 parameter tensors), batch 256",
+        "model": "deep residual MLP (48 blocks of Linear 256 + LayerNorm, a Linear head: 194 parameter tensors), batch 256",
         "planted": "AdamW(foreach=False): a Python loop of small kernels per parameter",
         "fix": "AdamW(fused=True)",
         "expected_fix": "optimizer_fused",
