@@ -5,12 +5,16 @@ run of many short ops that cost can be most of the traced step, and then the tra
 idle (CPU overhead, launch overhead, ...) is the profiler's, not the user's. With the step time
 measured *without* the profiler (``gpuscope.capture`` writes it as ``gpuscope.untraced_step_ms``;
 ``analyze --untraced-step-ms`` for other traces), no host-side cost can exceed
-``untraced step − GPU busy per step``: that is the cap. Definitions: docs/metrics.md
-("Profiler cost").
+``untraced step − GPU busy per step``: that is the cap. The GPU busy of a rank that waits for other
+ranks leaves out that wait (its collectives' time before the last rank arrived): the rank's own
+work (compute and transfer) is what the profiler cannot shorten; the wait is the pace-setter's
+time, not this rank's. Definitions: docs/metrics.md ("Profiler cost").
 """
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +48,8 @@ class ProfilerCost:
     ``traced_step_ms``: median traced step (ms); ``untraced_step_ms``: median step time with the
     profiler off (None when unknown); ``untraced_source``: ``capture`` (trace metadata) or
     ``argument`` (``--untraced-step-ms``); ``inflation_pct`` = 100 × (traced − untraced) /
-    untraced; ``gpu_busy_ms_per_step``: median GPU busy time per traced step (ms);
+    untraced; ``gpu_busy_ms_per_step``: median GPU busy time per traced step (ms), the wait in
+    collectives for other ranks left out (:func:`own_busy_ms_per_step`);
     ``host_cap_ms_per_step`` = max(0, untraced − GPU busy per step):
     the most host-side idle a step can have without the profiler; ``suspect``: no untraced time,
     yet host overhead dominates and kernels are short, so host-side figures may be profiler cost.
@@ -93,6 +98,21 @@ class ProfilerCost:
             "suspect": self.suspect,
             "note": self.note,
         }
+
+
+def own_busy_ms_per_step(
+    step_busy_ns: Sequence[int | None], busy_ns: int, wait_ns: int, n_steps: int
+) -> float:
+    """A rank's own GPU work per step (ms): the median of its steps' GPU busy time
+    (``step_busy_ns``, ns; None where not computed: then the window's mean, ``busy_ns`` /
+    ``n_steps``) times the share of its busy time that is not ``wait_ns``, the wait in
+    collectives for the last rank to arrive over the window (0 for one rank): compute and
+    transfer. The share is the window's: a step's collectives often run past the step's
+    CPU-side bounds, so a step's wait and its busy time are not read from the same span."""
+    vals = [int(v) for v in step_busy_ns if v is not None]
+    busy = float(statistics.median(vals)) if vals else busy_ns / max(1, n_steps)
+    own_share = 1.0 - min(max(wait_ns, 0), busy_ns) / busy_ns if busy_ns > 0 else 1.0
+    return busy * own_share / 1e6
 
 
 def profiler_cost(

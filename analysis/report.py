@@ -53,7 +53,12 @@ from gpuscope.analysis.memory import MemoryResult, memory_analysis
 from gpuscope.analysis.modules import ModulesResult, module_analysis
 from gpuscope.analysis.peaks import Peak
 from gpuscope.analysis.phase_patterns import phase_patterns
-from gpuscope.analysis.profiler_cost import ProfilerCost, meta_number, profiler_cost
+from gpuscope.analysis.profiler_cost import (
+    ProfilerCost,
+    meta_number,
+    own_busy_ms_per_step,
+    profiler_cost,
+)
 from gpuscope.analysis.rank_index import RankIndex, close_shared, drop_run_names, run_names
 from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.ranks import Straggler, rank_table
@@ -957,7 +962,12 @@ class RunAnalysis:
         busy time per step (one slow warm-up step moves neither); with ``details`` also the host
         causes and whether host overhead looks like the profiler's own."""
         w, ks = self.window, self.kernel_stats
-        busy_ms = _median_busy_ms(self.step_busy, self.busy.busy_ns, w.n_steps)
+        busy_ms = own_busy_ms_per_step(  # the wait for other ranks left out (its module doc)
+            self.step_busy,
+            self.busy.busy_ns,
+            self.split.wait_ns if self.split is not None else 0,
+            w.n_steps,
+        )
         extra: dict[str, Any] = (
             {}
             if ks is None

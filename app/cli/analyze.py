@@ -224,8 +224,14 @@ def render(doc: dict[str, Any], job: JobDiagnosis | None = None, *, all_ranks: b
     if prof.get("untraced_step_ms") is not None:
         out.append(
             f"unprofiled step {sig3(prof['untraced_step_ms'])} ms ({prof['untraced_source']}): the "
-            f"profiler adds {sig3(prof['inflation_pct'])}%; host-side figures capped at "
-            f"{sig3(prof['host_cap_ms_per_step'])} ms per step"
+            f"profiler adds {sig3(prof['inflation_pct'])}%; "
+            + (
+                f"host-side figures capped at {sig3(prof['host_cap_ms_per_step'])} ms per step "
+                "(untraced step − this rank's own GPU work)"
+                if prof.get("host_cap_ms_per_step")
+                else "this rank's own GPU work per traced step is no shorter than the untraced "
+                "step, so no host-side figure can be told apart from the profiler's cost"
+            )
         )
     tp = doc.get("throughput")
     if tp:
