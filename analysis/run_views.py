@@ -284,16 +284,26 @@ def stored_run_summary(con: Connection, run_id: str) -> RunSummary | None:
 @dataclass(frozen=True)
 class TopIdleCause:
     """The idle cause with the most time in the window: its ms per step and its share of the
-    window (%; None when the window has no length)."""
+    window (%; None when the window has no length); ``capped_ms_per_step``: for a host-side cause
+    that the profiler's cap cuts (docs/metrics.md "Profiler cost"), the most of it that can exist
+    without the profiler (ms per step; None otherwise)."""
 
     cause: str
     ms_per_step: float
     share_pct: float | None
+    capped_ms_per_step: float | None = None
 
 
 def top_idle_cause(report: RunReport) -> TopIdleCause | None:
-    """The top idle cause of a report (:func:`top_idle`); None without idle time."""
-    return top_idle(_idle_us_by_cause(report), _n_steps(report), us(report.window.duration_ns))
+    """The top idle cause of a report (:func:`top_idle`), capped where the profiler's cap cuts
+    it; None without idle time."""
+    from gpuscope.vocabulary.causes import HOST_CAUSES
+
+    top = top_idle(_idle_us_by_cause(report), _n_steps(report), us(report.window.duration_ns))
+    cap = report.profiler.host_cap_ms_per_step if report.profiler is not None else None
+    if top is not None and cap is not None and top.cause in HOST_CAUSES and cap < top.ms_per_step:
+        return TopIdleCause(top.cause, top.ms_per_step, top.share_pct, capped_ms_per_step=cap)
+    return top
 
 
 def top_idle(

@@ -181,3 +181,24 @@ def test_the_memory_section_shows_the_typed_memory_result(
     ]
     ops = next(t for t in tables if "op" in t.columns and "allocations per step" in t.columns)
     assert list(ops["op"]) == [o["op"] for o in m["top_ops"]]
+
+
+@pytest.mark.slow
+def test_a_host_side_top_idle_cause_is_shown_capped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46: the four steps recorded 0.6 ms a step without the profiler: host-side figures
+    are capped at 0.6 - 0.5 (GPU busy per step) = 0.10 ms, so the top idle cause (data loading,
+    0.30 ms per step in the trace) reads "≤ 0.10 ms" with its profiled 0.30 ms beside it, as the
+    profiler's note below says (never 0.30 ms above a note capping it at 0.10)."""
+    db = app_store(tmp_path, monkeypatch)
+    trace = four_steps(**{"gpuscope.untraced_step_ms": 0.6})
+    (rid,) = ingest(db, trace.write(tmp_path / "four.json"))
+    at = open_app(RUN, {"run": rid}, timeout=120)
+    assert not at.exception, at.exception
+    top = [m for m in at.metric if m.label == "Top idle cause"][-1]
+    assert top.value == "≤ 0.10 ms"
+    assert top.proto.delta == "Data loading · 0.30 ms profiled"
+    assert "at most 0.10 ms without the profiler" in top.proto.help
+    [note] = [str(i.value) for i in at.info if "Without the profiler" in str(i.value)]
+    assert "capped at 0.10 ms per step" in note

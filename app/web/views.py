@@ -568,15 +568,28 @@ def _rank_extra_cards(h: run_views.Headline, c: Any) -> None:
         c[1].metric("Top idle cause", "none", border=True)
     else:
         cause = top.cause
+        capped = top.capped_ms_per_step
         c[1].metric(
             "Top idle cause",
-            ui.fmt_ms(top.ms_per_step, 2),
-            delta=f"{palette.cause_label(cause)} · {ui.fmt_pct(top.share_pct)}",
+            ui.fmt_ms(top.ms_per_step, 2) if capped is None else f"≤ {ui.fmt_ms(capped, 2)}",
+            delta=f"{palette.cause_label(cause)} · "
+            + (
+                ui.fmt_pct(top.share_pct)
+                if capped is None
+                else f"{ui.fmt_ms(top.ms_per_step, 2)} profiled"
+            ),
             delta_color="off",
             delta_arrow="off",
             border=True,
             help=f"{palette.cause_label(cause)}: the cause with the most idle GPU time in the window; "
-            "ms per step and share of the time.",
+            + (
+                "ms per step and share of the time."
+                if capped is None
+                else f"{ui.fmt_ms(top.ms_per_step, 2)} per step in the trace "
+                f"({ui.fmt_pct(top.share_pct)} of the time), at most {ui.fmt_ms(capped, 2)} "
+                "without the profiler: a host-side cause, capped at the untraced step less the "
+                "GPU's own work (the profiler's note below)."
+            ),
         )
 
 
