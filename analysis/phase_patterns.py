@@ -135,7 +135,9 @@ class OptimizerLoop:
 @dataclass(frozen=True)
 class Recompute:
     """Forward ops re-run inside backward (module doc); per training step: ``ops_per_step``,
-    ``host_ms_per_step`` (their spans), ``kernel_ms_per_step`` (their kernels on the GPU);
+    ``host_ms_per_step`` (their spans), ``kernel_ms_per_step`` (their kernels on the GPU),
+    ``region_ms_per_step`` (the backward functions holding them: re-run and checkpoint machinery)
+    and ``region_idle_ms_per_step`` (the GPU idle in that region: no kernel runs);
     ``by_op``: count per step by op name; ``annotated``: a checkpoint span was seen; ``spans``:
     the ops' (tid, start, end) in trace ns; ``correlations``: their kernels' launch correlations."""
 
@@ -144,6 +146,8 @@ class Recompute:
     kernel_ms_per_step: float
     by_op: tuple[tuple[str, float], ...]
     annotated: bool
+    region_ms_per_step: float = 0.0
+    region_idle_ms_per_step: float = 0.0
     spans: tuple[tuple[int, int, int], ...] = ()
     correlations: frozenset[int] = frozenset()
 
@@ -152,6 +156,8 @@ class Recompute:
             "ops_per_step": self.ops_per_step,
             "host_ms_per_step": self.host_ms_per_step,
             "kernel_ms_per_step": self.kernel_ms_per_step,
+            "region_ms_per_step": self.region_ms_per_step,
+            "region_idle_ms_per_step": self.region_idle_ms_per_step,
             "by_op_per_step": dict(self.by_op),
             "checkpoint_annotated": self.annotated,
         }
@@ -426,10 +432,17 @@ def _recompute(
         return None
     b = np.flatnonzero(is_bwd)
     f = np.flatnonzero(is_fwd)
-    in_bwd = _inside(tid[b], s[b], e[b], tid[f], s[f]) >= 0
-    f = f[in_bwd]
+    holder = _inside(tid[b], s[b], e[b], tid[f], s[f])
+    f = f[holder >= 0]
     if f.size == 0:
         return None
+    # the holding backward functions (whose saved tensors set the re-run off): the region, and
+    # the GPU's idle in it (no kernel at all runs)
+    hb = b[np.unique(holder[holder >= 0])]
+    region = _union_ns(s[hb], e[hb])
+    busy_in = _union_ns(np.concatenate([s[hb], k_s]), np.concatenate([e[hb], k_e]))
+    covered = region + _union_ns(k_s, k_e) - busy_in  # region ∩ kernels
+    region_idle = max(0, region - covered)
     # the outermost forward ops only (aten::linear holds aten::addmm)
     f = f[_outermost(tid[f], s[f], e[f])]
     held = _inside(tid[f], s[f], e[f], l_tid, l_t)
@@ -441,6 +454,8 @@ def _recompute(
     return Recompute(
         ops_per_step=float(f.size) / n,
         host_ms_per_step=float(_union_ns(s[f], e[f])) / n / 1e6,
+        region_ms_per_step=region / n / 1e6,
+        region_idle_ms_per_step=region_idle / n / 1e6,
         kernel_ms_per_step=float((k_e - k_s)[got].sum()) / n / 1e6,
         by_op=tuple(sorted(((k, v / n) for k, v in by.items()), key=lambda kv: -kv[1])),
         annotated=annotated,
@@ -468,34 +483,68 @@ def optimizer_nodes(g: Graph) -> tuple[set[int], set[int]]:
 
 
 def recompute_nodes(g: Graph) -> tuple[set[int], set[int]]:
-    """(host nodes inside a forward op re-run inside backward, GPU nodes they launched) of a
-    critical-path graph: the spans are the graph's own host events (the forward ops of
-    :data:`FORWARD_OPS` inside an ``autograd::engine::evaluate_function`` event of their thread,
-    the outermost), a host node belongs when it lies inside one on its thread."""
+    """(host nodes of the recompute, GPU nodes they launched) of a critical-path graph. The spans
+    are the graph's own host events: a **holding** span is an ``autograd::engine::evaluate_function``
+    event that holds a forward op of :data:`FORWARD_OPS` on its thread (the backward function whose
+    saved tensors set off the re-run). A host node of that thread inside a holding span is the
+    recompute's unless it lies inside one of the span's own backward ops (an ``aten::`` op that is
+    no forward op and lies in none): the forward ops re-run and the checkpoint machinery around
+    them (untraced Python: its hooks, the saved tensors' unpacking) go; the backward's own math
+    stays. Untraced host nodes take the thread of the node before them on their thread."""
+    tid_of: dict[int, int] = {}
+    for v in g.order:
+        n = g.nodes[v]
+        if n.kind != "host":
+            continue
+        ev = n.event
+        if ev is not None and hasattr(ev, "tid"):
+            tid_of[v] = int(ev.tid)
+        else:
+            prev = [ed.src for ed in g.preds[v] if ed.kind == "seq" and ed.src in tid_of]
+            if prev:
+                tid_of[v] = tid_of[prev[0]]
     evs = {}
     for n in g.nodes:
         ev = n.event
         if n.kind == "host" and ev is not None and hasattr(ev, "tid"):
-            evs[(ev.tid, ev.s, ev.e, ev.name)] = ev
+            evs[(int(ev.tid), int(ev.s), int(ev.e), ev.name)] = ev
     keys = list(evs)
+    fwd_names = set(FORWARD_OPS)
     bwd = [k for k in keys if k[3].startswith(_BACKWARD)]
-    fwd = [k for k in keys if k[3] in set(FORWARD_OPS)]
+    fwd = [k for k in keys if k[3] in fwd_names]
     if not bwd or not fwd:
         return set(), set()
-    arr = lambda ks, i: np.array([k[i] for k in ks], dtype=np.int64)  # noqa: E731
-    inb = _inside(arr(bwd, 0), arr(bwd, 1), arr(bwd, 2), arr(fwd, 0), arr(fwd, 1)) >= 0
-    fwd = [k for k, keep in zip(fwd, inb, strict=True) if keep]
+
+    def arr(ks: list[tuple[int, int, int, str]], i: int) -> Any:
+        return np.array([k[i] for k in ks], dtype=np.int64)
+
+    held_by = _inside(arr(bwd, 0), arr(bwd, 1), arr(bwd, 2), arr(fwd, 0), arr(fwd, 1))
+    fwd = [k for k, b in zip(fwd, held_by, strict=True) if b >= 0]
     if not fwd:
         return set(), set()
+    holding = [bwd[int(b)] for b in sorted({int(b) for b in held_by if b >= 0})]
     ft, fs, fe = arr(fwd, 0), arr(fwd, 1), arr(fwd, 2)
-    keep = _outermost(ft, fs, fe)
-    ft, fs, fe = ft[keep], fs[keep], fe[keep]
-    hv = [v for v, n in enumerate(g.nodes) if n.kind == "host" and n.event is not None]
+    # the backward's own ops: aten ops inside a holding span and inside no forward op
+    other = [k for k in keys if k[3].startswith("aten::") and k[3] not in fwd_names]
+    if other:
+        ot, os_ = arr(other, 0), arr(other, 1)
+        in_hold = _inside(arr(holding, 0), arr(holding, 1), arr(holding, 2), ot, os_) >= 0
+        in_fwd = _inside(ft, fs, fe, ot, os_) >= 0
+        own = [k for k, h, f in zip(other, in_hold, in_fwd, strict=True) if h and not f]
+    else:
+        own = []
+    hv = [v for v in tid_of if g.nodes[v].kind == "host"]
     if not hv:
         return set(), set()
-    ht = np.array([getattr(g.nodes[v].event, "tid", -1) for v in hv], dtype=np.int64)
+    ht = np.array([tid_of[v] for v in hv], dtype=np.int64)
     hs = np.array([g.nodes[v].s for v in hv], dtype=np.int64)
     he = np.array([g.nodes[v].e for v in hv], dtype=np.int64)
-    at = _inside(ft, fs, fe, ht, hs)
-    hosts = {v for v, i, e in zip(hv, at, he, strict=True) if i >= 0 and e <= fe[int(i)]}
+    at = _inside(arr(holding, 0), arr(holding, 1), arr(holding, 2), ht, hs)
+    inside_hold = np.array(
+        [i >= 0 and e <= holding[int(i)][2] for i, e in zip(at, he, strict=True)], dtype=bool
+    )
+    if own:
+        mine = _inside(arr(own, 0), arr(own, 1), arr(own, 2), ht, hs) >= 0
+        inside_hold &= ~mine
+    hosts = {v for v, keep in zip(hv, inside_hold, strict=True) if keep}
     return hosts, _launched_by(g, hosts)

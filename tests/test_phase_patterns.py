@@ -126,6 +126,10 @@ def test_recompute_by_hand(con, tmp_path):
     assert rc.host_ms_per_step == pytest.approx(0.350)
     assert rc.kernel_ms_per_step == pytest.approx(0.250)
     assert len(rc.correlations) == 2 * N
+    # the region: the 1,000 µs CheckpointFunctionBackward; its kernels 600-800 and 810-860 µs in:
+    # the GPU idles 1,000 - 250 = 750 µs of it
+    assert rc.region_ms_per_step == pytest.approx(1.0)
+    assert rc.region_idle_ms_per_step == pytest.approx(0.750)
 
 
 @pytest.mark.slow

@@ -55,12 +55,19 @@ def launch_bound(inp: Inputs) -> LaunchBound | None:
     raw: float = inp.idle.causes_ns.get(LAUNCH_OVERHEAD, 0) + inp.idle.causes_ns.get(
         CPU_OVERHEAD, 0
     )
+    total = raw
     # idle inside an optimizer step that loops over the parameters is optimizer_fused's: the
     # model's torch.compile does not compile optimizer.step()
     opt = inp.phase.optimizer if inp.phase is not None else None
     if opt is not None and opt.looped:
         raw = max(0.0, raw - opt.idle_ms_per_step * opt.n * 1e6)
-    ns, capped = fx.host_cost(raw, inp)
+    # so is the idle while backward re-runs checkpointed forward ops: activation_checkpointing's
+    rc = inp.phase.recompute if inp.phase is not None else None
+    if rc is not None:
+        raw = max(0.0, raw - rc.region_idle_ms_per_step * max(1, inp.n_steps) * 1e6)
+    # the profiler's cap bounds all host-side idle: the part left to this rule keeps its share
+    ns, capped = fx.host_cost(total, inp)
+    ns = ns * raw / total if total > 0 else 0.0
     if not fx.significant(ns, inp.window_ns, inp.n_steps):
         return None
     ev: dict[str, Any] = {
