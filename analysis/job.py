@@ -387,10 +387,14 @@ def _float(v: Any) -> float | None:
         return None
 
 
-def _pace_cause(rep: RunReport, job_step: JobStepTime) -> Finding | None:
+def _pace_cause(
+    rep: RunReport, job_step: JobStepTime, con: Connection | None = None
+) -> Finding | None:
     """The pace-setter's own cause (:mod:`gpuscope.analysis.straggler_cause`) from its report,
-    re-timed on the job's mean step; None without a matched straggler."""
-    from gpuscope.analysis.straggler_cause import pace_setter_cause
+    re-timed on the job's mean step; None without a matched straggler. With ``con``: the untraced
+    host time and counted FLOPs of the pace-setter and its top waiter (a sleep or a batch made
+    outside a DataLoader is not dispatch; a rank given more work is said)."""
+    from gpuscope.analysis.straggler_cause import flops_for, pace_setter_cause, untraced_for
 
     is_pace = rep.straggler is not None and int(rep.rank) == int(rep.straggler.rank)
     got = pace_setter_cause(
@@ -398,6 +402,8 @@ def _pace_cause(rep: RunReport, job_step: JobStepTime) -> Finding | None:
         rep.ranks,
         job_step_ms=job_step.mean_ms,
         profiler=rep.profiler if is_pace else None,
+        untraced_ms=untraced_for(con, rep) if con is not None else None,
+        flops_per_step=flops_for(con, rep) if con is not None else None,
     )
     if got is None:
         return None
@@ -460,7 +466,7 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
         if rep.has_gpu_activity
         else None,
         fix_rank=pace,
-        findings=_findings(rep, _pace_cause(rep, step)),
+        findings=_findings(rep, _pace_cause(rep, step, con)),
     )
 
 
@@ -484,11 +490,13 @@ def memo(
 
 @dataclass(frozen=True)
 class HeadlineRow:
-    """One row of the verdict: a label, its value as people read it, a note (may be empty)."""
+    """One row of the verdict: a label, its value as people read it, a note (may be empty), and
+    ``beside``: the few words a card shows beside the value (the note says them too)."""
 
     label: str
     value: str
     note: str = ""
+    beside: str = ""
 
 
 def _p(v: float | None) -> str:
@@ -514,7 +522,15 @@ def headline_rows(job: JobDiagnosis) -> tuple[HeadlineRow, ...]:
     """The verdict's rows, in order (every face renders these: CLI text, the Run page's cards,
     the Markdown/HTML report): job step time, pace-setter and its wait, where the time goes, MFU,
     the first finding."""
-    rows = [HeadlineRow("Job step time", f"{sig3(job.step.p50_ms)} ms", step_words(job.step))]
+    st = job.step
+    rows = [
+        HeadlineRow(
+            "Job step time",
+            f"{sig3(st.p50_ms)} ms",
+            step_words(st),
+            f"p90 {sig3(st.p90_ms)} · max {sig3(st.max_ms)} ms",
+        )
+    ]
     if job.distributed:
         if job.wait_ms_per_step is not None and job.waiting_rank is not None:
             note = f"rank {job.waiting_rank} waits {sig3(job.wait_ms_per_step)} ms per step for it"
@@ -531,6 +547,7 @@ def headline_rows(job: JobDiagnosis) -> tuple[HeadlineRow, ...]:
             (f"of it waiting for other ranks {_p(s.wait_pct)}; " if job.distributed else "")
             + f"compute {_p(s.compute_pct)}, comm transfer {_p(s.transfer_pct)}, idle "
             f"{_p(s.idle_pct)}" + ("; over every rank's window" if job.distributed else ""),
+            f"of it waiting {_p(s.wait_pct)}" if job.distributed else "",
         )
     )
     rows.append(HeadlineRow("MFU", _p(job.mfu_pct), "FLOPs per step over the job step time"))
