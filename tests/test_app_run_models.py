@@ -44,23 +44,19 @@ def test_headline_cards_show_the_page_model(
     at = open_app(RUN, {"run": rid})
     assert not at.exception, at.exception
     cards = {m.label: m for m in at.metric}
+    # the job's verdict (one rank: the job is that rank), then the rank's two other cards
     assert list(cards)[:5] == [
-        "Step time",
+        "Job step time",
         "GPU busy",
         "MFU",
         "Tensor-core share",
         "Top idle cause",
     ]
-    step = cards["Step time"]
-    assert step.value == "1.0 ms" and step.proto.delta == "p90 1.0 · max 1.0 ms"
-    assert (
-        "median over 4 step(s)" in step.proto.help
-        and "Mean (window ÷ steps): 1.0 ms" in step.proto.help
-    )
+    step = cards["Job step time"]
+    assert step.value == "1.00 ms" and step.proto.delta == "p90 1.00 · max 1.00 ms"
+    assert "median of 3 step periods" in step.proto.help  # 4 steps: 3 periods between them
     busy = cards["GPU busy"]
-    assert (
-        busy.value == "50.0 %" and busy.proto.delta == "of it waiting 0.0 %"
-    )  # one rank waits for none
+    assert busy.value == "50.0 %" and "compute 50.0 %" in busy.proto.help
     assert cards["MFU"].value == "—"  # no FLOPs from a kernel without shapes: no figure
     assert cards["Tensor-core share"].value == "0.0 %"
     top = cards["Top idle cause"]

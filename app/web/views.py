@@ -499,7 +499,15 @@ def job_cards(rows: tuple[run_views.HeadlineRow, ...]) -> None:
     cards = [r for r in rows if r.label not in ("First fix", "Why")]
     if cards:
         for col, r in zip(st.columns(len(cards)), cards, strict=True):
-            col.metric(r.label, r.value, border=True, help=r.note or None)
+            col.metric(
+                r.label,
+                r.value,
+                delta=r.beside or None,
+                delta_color="off",
+                delta_arrow="off",
+                border=True,
+                help=r.note or None,
+            )
     for r in rows:
         if r.label in ("First fix", "Why"):
             st.markdown(
