@@ -408,10 +408,16 @@ def rank_heatmap(run_id: str, rank: int, *, pace_setter: int | None = None) -> N
         w = data.window(path, run_id, r)
         row = w.steps[w.steps["number"] == step]
         if not row.empty:
-            st.session_state[f"view_run_{run_id}_{r}"] = (
-                int(row["start_ns"].iloc[0]),
-                int(row["end_ns"].iloc[0]),
-            )
+            s, e = int(row["start_ns"].iloc[0]), int(row["end_ns"].iloc[0])
+            st.session_state[f"view_run_{run_id}_{r}"] = (s, e)
+            # the URL's zoom says this view too (the busy plot takes a zoom it did not write,
+            # e.g. another rank's from an earlier click, as the reader's)
+            shown = None if (s, e) == (w.start_ns, w.end_ns) else zoom_param(s, e, w.start_ns)
+            if shown is None:
+                st.query_params.pop(ZOOM_PARAM, None)
+            else:
+                st.query_params[ZOOM_PARAM] = shown
+            st.session_state[f"view_run_{run_id}_{r}_url"] = shown
         st.query_params["rank"] = str(r)
 
     def on_pick() -> None:
