@@ -386,3 +386,30 @@ def test_the_gate_of_a_job_compares_its_step_periods(capsys, store) -> None:
     assert step["candidate"]["n"] == job["n_periods"] == 3
     assert step["candidate"]["median"] == pytest.approx(job["p50"])
     assert step["baseline"]["median"] == pytest.approx(25.4, abs=0.05)
+
+
+@pytest.mark.slow
+def test_analyze_lists_the_ranks_that_cause_most_wait_unless_all_ranks(capsys, store) -> None:
+    """16 ranks: the verdict, then the 8 ranks that make the others wait longest (and the shown
+    one); ``--all-ranks`` lists all 16."""
+    from gpuscope.cli.analyze import TOP_RANKS
+
+    db, run = store["db"], str(store["sixteen"])
+
+    def rank_lines(*extra: str) -> tuple[list[int], str]:
+        code, text, err = run_cli(capsys, "analyze", run, "--db", str(db), *extra)
+        assert code == 0, err
+        lines = text.split("ranks (median step;", 1)[1].split("straggler:", 1)[0].splitlines()
+        return [int(x.split()[0]) for x in lines[2:] if x.strip()[:1].isdigit()], text
+
+    top, text = rank_lines()
+    assert text.index("Job step time:") < text.index("ranks (median step;")
+    doc = analyze_json(capsys, db, run)["job"]
+    caused = {r["rank"]: r["caused_wait_ms_per_step"] for r in doc["per_rank"]}
+    kept = sorted(caused, key=lambda r: (-caused[r], r))[:TOP_RANKS]
+    assert kept[0] == doc["pace_setter"] == 1 and caused[1] > 0
+    assert top == sorted(set(kept) | {0})  # the 8 that cause most wait, and the shown rank 0
+    more = 16 - len(top)
+    assert f"({more} more ranks that cause less wait: --all-ranks lists them)" in text
+    every, _ = rank_lines("--all-ranks")
+    assert every == list(range(16))
