@@ -196,3 +196,24 @@ def test_args_of_every_kind():
     assert (ag["coll"], ag["dtype"], ag["msg_bytes"]) == ("allgather", "bfloat16", 80)
     send = collective_from_args({"Collective name": "send", "In msg nelems": 5, "dtype": "Half"})
     assert send["msg_bytes"] == 10
+
+
+@pytest.mark.slow
+def test_real_fsdp2_allgathers_have_bytes_and_bus_bandwidth(con):
+    """The real FSDP2 pair (sample_traces/multi_gpu/fsdp_noprefetch, 2 x H100, torch 2.11): its
+    ``_allgather_base`` record_param_comms says In/Out msg nelems 25,169,920 / 50,339,840, bf16,
+    group size 2 (the args the store does not keep): from Input Dims, Input type and Concrete
+    Inputs we read the same S = 50,339,840 x 2 B; the reduce-scatter (fp32 reduce) 50,339,840 x 4 B;
+    both with a bus bandwidth (none before: "-")."""
+    from gpuscope.ingest.loader import ingest_paths
+
+    d = Path(__file__).parent.parent / "sample_traces" / "multi_gpu" / "fsdp_noprefetch"
+    [res] = ingest_paths(con, [d])
+    m = run_collectives(con, res.run_id)
+    inst = m.instances
+    ag = inst[inst["coll"] == "allgather"]
+    rs = inst[inst["coll"] == "reducescatter"]
+    assert int(ag["msg_bytes"].median()) == 50_339_840 * 2
+    assert int(rs["msg_bytes"].median()) == 50_339_840 * 4
+    assert ag["busbw_gbs"].notna().all() and rs["busbw_gbs"].notna().all()
+    assert set(rank_collectives(con, res.run_id, 0)["pg_size"].dropna()) == {2}
