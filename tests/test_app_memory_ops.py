@@ -4,6 +4,7 @@ sample (recorded with profile_memory, record_shapes and with_modules), and a run
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -54,8 +55,16 @@ def test_run_page_memory_roofline_modules(db: Path) -> None:
     assert lost == sorted(lost, reverse=True) and "aten::mm" in set(roof["op"])
     mods = next(t for t in tables if "path" in t.columns)
     assert "GPT_0/Block_0" in set(mods["path"])
-    phases = next(t for t in tables if "phase" in t.columns and "GPU µs per step" in t.columns)
+    phases = next(t for t in tables if "phase" in t.columns and "GPU per step" in t.columns)
     assert {"forward", "backward", "optimizer"} <= set(phases["phase"])
+    # issue 46: ms with three figures, "—" for none, the special rows named (no raw floats, no
+    # "None", no "(end of window)")
+    for t in (mods, phases):
+        shown = t.astype(str).to_numpy().ravel().tolist()
+        assert not any(v in ("None", "nan", "(end of window)") for v in shown), shown
+        for col in ("GPU per step", "idle per step"):
+            assert all(re.fullmatch(r"[\d,]+(\.\d{1,4})? ms|—", v) for v in t[col]), t[col]
+    assert "(idle after the last kernel)" in {m.strip() for m in mods["module"]}
     reps = next(t for t in tables if "times per step" in t.columns)
     assert 4 in set(reps["times per step"])
 

@@ -178,6 +178,27 @@ def roofline(r: run_views.RooflineView | None) -> None:
     )
 
 
+def _ms3(us: float | None) -> str:
+    """µs as ms with three significant figures (``2,098.86`` µs → ``2.10 ms``); "—" for none."""
+    from gpuscope.analysis.fmt import sig3
+
+    return f"{sig3(us / 1e3)} ms" if us is not None and us == us else "—"
+
+
+def _count(v: float | None) -> str:
+    from gpuscope.analysis.fmt import sig3
+
+    return sig3(v) if v is not None and v == v else "—"
+
+
+#: How the modules section names its special rows (the analysis's keys: a phase it could not tell,
+#: the idle after the window's last kernel, which no module or phase ends).
+MODULE_ROW_NAMES = {
+    "None": "(no phase)",
+    "(end of window)": "(idle after the last kernel)",
+}
+
+
 def modules(m: run_views.ModulesView | None) -> None:
     """GPU time and idle by nn.Module and by phase; kernel sequences that repeat in every step."""
     st.subheader("Modules and phases")
@@ -191,11 +212,11 @@ def modules(m: run_views.ModulesView | None) -> None:
             pd.DataFrame(
                 [
                     {
-                        "phase": p,
-                        "GPU µs per step": v.gpu_us_per_step,
-                        "% of GPU time": v.gpu_pct,
-                        "idle µs per step": v.idle_us_per_step,
-                        "kernels per step": v.kernels_per_step,
+                        "phase": MODULE_ROW_NAMES.get(str(p), str(p)),
+                        "GPU per step": _ms3(v.gpu_us_per_step),
+                        "% of GPU time": ui.fmt_pct(v.gpu_pct),
+                        "idle per step": _ms3(v.idle_us_per_step),
+                        "kernels per step": _count(v.kernels_per_step),
                     }
                     for p, v in m.by_phase.items()
                 ]
@@ -211,12 +232,13 @@ def modules(m: run_views.ModulesView | None) -> None:
             pd.DataFrame(
                 [
                     {
-                        "module": "  " * x.depth + x.module.rsplit("/", 1)[-1],
-                        "path": x.module,
-                        "GPU µs per step": x.gpu_us_per_step,
-                        "% of GPU time": x.gpu_pct,
-                        "self µs per step": x.self_gpu_us_per_step,
-                        "idle µs per step": x.idle_us_per_step,
+                        "module": "  " * x.depth
+                        + MODULE_ROW_NAMES.get(x.module, x.module.rsplit("/", 1)[-1]),
+                        "path": "" if x.module in MODULE_ROW_NAMES else x.module,
+                        "GPU per step": _ms3(x.gpu_us_per_step),
+                        "% of GPU time": ui.fmt_pct(x.gpu_pct),
+                        "self per step": _ms3(x.self_gpu_us_per_step),
+                        "idle per step": _ms3(x.idle_us_per_step),
                     }
                     for x in m.modules[:60]
                 ]
@@ -236,9 +258,9 @@ def modules(m: run_views.ModulesView | None) -> None:
                         "kernels": r.length,
                         "times per step": r.times,
                         "in steps": r.steps,
-                        "µs per step": r.gpu_us_per_step,
-                        "% of step kernel time": r.share_pct,
-                        "module": r.module,
+                        "GPU per step": _ms3(r.gpu_us_per_step),
+                        "% of step kernel time": ui.fmt_pct(r.share_pct),
+                        "module": r.module or "—",
                         "starts with": " → ".join(r.first_kernels),
                     }
                     for r in m.repeats
