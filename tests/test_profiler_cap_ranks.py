@@ -17,6 +17,7 @@ Without the profiler the step takes 3.4 ms (given): rank 0's cap 3.4 − 1.2 = 2
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gpuscope.analysis.profiler_cost import own_busy_ms_per_step
@@ -37,12 +38,11 @@ def write_pair(d: Path) -> None:
             ready = 100.0 + COMPUTE[r]
             t.step(k, start, PERIOD)
             t.launch(GEMM, start + 60, start + 100, COMPUTE[r])
-            t.cpu_op(
-                "record_param_comms",
-                start + 70,
-                20.0,
-                **{"Input Dims": [[[1048576]], [], []], "Input type": ["TensorList", "", ""]},
-            )
+            comms: dict[str, Any] = {
+                "Input Dims": [[[1048576]], [], []],
+                "Input type": ["TensorList", "", ""],
+            }
+            t.cpu_op("record_param_comms", start + 70, 20.0, **comms)
             t.launch(ALL_REDUCE, start + 75, start + ready, last + 200 - ready, stream=17)
     for r, t in enumerate(ranks):
         t.write(d / f"r{r}.json")
@@ -99,5 +99,6 @@ def test_the_ddp_samples_waiting_rank_is_not_capped_at_0() -> None:
         con.close()
     assert pc is not None and pc.untraced_step_ms is not None
     assert 0 < pc.gpu_busy_ms_per_step < pc.untraced_step_ms
-    assert pc.host_cap_ms_per_step == pytest.approx(pc.untraced_step_ms - pc.gpu_busy_ms_per_step)
-    assert pc.host_cap_ms_per_step > 1.0
+    cap = pc.host_cap_ms_per_step
+    assert cap is not None and cap == pytest.approx(pc.untraced_step_ms - pc.gpu_busy_ms_per_step)
+    assert cap > 1.0
