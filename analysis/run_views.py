@@ -24,6 +24,7 @@ from gpuscope.analysis.fixes import dataloader_workers as _loader_unit
 from gpuscope.analysis.fixes import host_sync as _sync_unit
 from gpuscope.analysis.gains import Estimate
 from gpuscope.analysis.idle import CAUSES
+from gpuscope.analysis.job import DRAIN_FACTOR as DRAIN_FACTOR  # the web's drain-step rule
 from gpuscope.analysis.job import HeadlineRow, JobDiagnosis, diagnose, headline_rows, step_time
 from gpuscope.analysis.kernels import KernelRow
 from gpuscope.analysis.memory import (

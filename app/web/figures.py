@@ -585,7 +585,7 @@ def drain_step(matrix: pd.DataFrame) -> int | None:
     :data:`gpuscope.analysis.job.DRAIN_FACTOR` times the median of that rank's other steps (the
     job step time's rule: the host stopped stepping while the GPU emptied the queue); None
     otherwise."""
-    from gpuscope.analysis.job import DRAIN_FACTOR
+    from gpuscope.analysis.run_views import DRAIN_FACTOR
 
     if matrix.empty:
         return None

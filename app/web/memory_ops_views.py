@@ -8,6 +8,7 @@ Everything shown is computed by :mod:`gpuscope.analysis.memory`, ``.roofline`` a
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
@@ -178,17 +179,22 @@ def roofline(r: run_views.RooflineView | None) -> None:
     )
 
 
+def _sig3(v: float) -> str:
+    """``v`` with three significant figures and thousands separators (``2.10``, ``0.0481``,
+    ``1,230``), as the CLI writes its figures."""
+    if v == 0:
+        return "0"
+    r = round(v, 2 - math.floor(math.log10(abs(v))))  # 99.96 -> 100.0: one more digit left
+    return f"{r:,.{max(0, 2 - math.floor(math.log10(abs(r))))}f}"
+
+
 def _ms3(us: float | None) -> str:
     """µs as ms with three significant figures (``2,098.86`` µs → ``2.10 ms``); "—" for none."""
-    from gpuscope.analysis.fmt import sig3
-
-    return f"{sig3(us / 1e3)} ms" if us is not None and us == us else "—"
+    return f"{_sig3(us / 1e3)} ms" if us is not None and us == us else "—"
 
 
 def _count(v: float | None) -> str:
-    from gpuscope.analysis.fmt import sig3
-
-    return sig3(v) if v is not None and v == v else "—"
+    return _sig3(v) if v is not None and v == v else "—"
 
 
 #: How the modules section names its special rows (the analysis's keys: a phase it could not tell,
