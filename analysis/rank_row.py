@@ -11,6 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: The stored part that holds a rank's line (:mod:`gpuscope.analysis.rank_summary`): its name and
+#: version (bumped when :meth:`RankRow.to_json` changes).
+PART = "rank_row"
+VERSION = 1
+
 __all__ = ["RankRow"]
 
 

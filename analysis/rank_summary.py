@@ -25,7 +25,6 @@ it must read only that rank's rows.
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-from gpuscope.analysis import rank_frames, report
+from gpuscope.analysis import rank_frames, rank_row, report
 from gpuscope.analysis.rank_index import (
     RankBatch,
     close_shared,
@@ -44,6 +43,8 @@ from gpuscope.analysis.rank_index import (
     unchanging,
 )
 from gpuscope.analysis.store_access import ranks_of
+from gpuscope.analysis.stored_parts import TABLE, read
+from gpuscope.analysis.stored_parts import finite as _finite
 from gpuscope.store import Store, now_utc, release_free_memory, transaction
 
 if TYPE_CHECKING:
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
     from gpuscope.ingest.rank_rows import RankRows
     from gpuscope.store import Connection
 
-TABLE = "rank_summaries"
 
 Compute = Callable[["Connection", str, int], Any]
 ComputeBatch = Callable[["RankBatch"], dict[int, Any]]
@@ -90,20 +90,6 @@ def register(part: SummaryPart) -> SummaryPart:
         raise ValueError(f"summary part {part.name!r}: version must be >= 1")
     PARTS[part.name] = part
     return part
-
-
-def _finite(v: Any) -> Any:
-    """``v`` with NaN/inf floats made None (JSON has no NaN), recursively."""
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, dict):
-        return {str(k): _finite(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):  # long lists of ints (a rank's frame): no call per element
-        return [x if type(x) in _PLAIN else _finite(x) for x in v]
-    return v
-
-
-_PLAIN = frozenset({int, str, bool, type(None)})  # values _finite returns as they are
 
 
 def _parts(names: Iterable[str] | None) -> list[SummaryPart]:
@@ -632,16 +618,7 @@ def load(con: Connection, run_id: str, part: str, *, compute: bool = True) -> di
     a rank without one is computed from its events (not stored; see :func:`refresh`) when
     ``compute``, else left out."""
     p = _parts([part])[0]
-    rows = con.execute(
-        f"SELECT rank, doc FROM {TABLE} WHERE run_id = ? AND part = ? AND version = ?",
-        [run_id, p.name, p.version],
-    ).fetchall()
-    out = {int(r): json.loads(d) for r, d in rows}
-    if compute:
-        for r in ranks_of(con, run_id):
-            if r not in out:
-                out[r] = _finite(p.compute(con, run_id, r))
-    return dict(sorted(out.items()))
+    return read(con, run_id, p.name, p.version, p.compute if compute else None)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -696,8 +673,8 @@ def _kernels(con: Connection, run_id: str, rank: int) -> dict[str, Any] | None:
 
 RANK_ROW = register(
     SummaryPart(
-        "rank_row",
-        1,
+        rank_row.PART,
+        rank_row.VERSION,
         "the rank's line of `analyze`'s `ranks`: GPU busy %, mean step ms, communication-only "
         "and idle µs per step, idle by cause",
         _rank_row,

@@ -26,6 +26,8 @@ from gpuscope.analysis import flops as F
 from gpuscope.analysis import gains as GN
 from gpuscope.analysis import kernels as K
 from gpuscope.analysis import peaks as P
+from gpuscope.analysis import rank_frames
+from gpuscope.analysis import rank_row as rank_row_part
 from gpuscope.analysis import tensor_cores as T
 from gpuscope.analysis.busy import (
     BusySplit,
@@ -75,6 +77,7 @@ from gpuscope.analysis.store_access import (
     sql_list,
     us,
 )
+from gpuscope.analysis.stored_parts import read as read_parts
 from gpuscope.analysis.tensor_cores import TensorCoreSummary
 from gpuscope.analysis.throughput import Throughput
 from gpuscope.store import read_snapshot
@@ -535,7 +538,7 @@ def _stored_lines(con: Connection, run_id: str) -> dict[int, RankRow]:
 
     return {
         r: RankRow.from_stored(doc)
-        for r, doc in load(con, run_id, RANK_ROW.name, compute=False).items()
+        for r, doc in read_parts(con, run_id, rank_row_part.PART, rank_row_part.VERSION).items()
     }
 
 
@@ -1066,10 +1069,9 @@ class RunAnalysis:
             return None
         if len(self.run["ranks"]) <= 1:
             return None
-        # imported on use: rank_summary imports this module (its parts call rank_row)
-        from gpuscope.analysis.rank_summary import CROSS_RANK, load
-
-        return load(self.con, self.run_id, CROSS_RANK.name)
+        return read_parts(
+            self.con, self.run_id, rank_frames.NAME, rank_frames.VERSION, rank_frames.compute
+        )
 
     @functools.cached_property
     def match(self) -> CollectiveMatch | None:

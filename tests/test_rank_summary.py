@@ -165,6 +165,7 @@ def test_a_stale_version_is_not_read_and_refresh_stores_the_new_one(
         newer = dataclasses.replace(RS.CROSS_RANK, version=RS.CROSS_RANK.version + 1)
         monkeypatch.setitem(RS.PARTS, "cross_rank", newer)
         monkeypatch.setattr(RS, "CROSS_RANK", newer)
+        monkeypatch.setattr(RS.rank_frames, "VERSION", newer.version)  # what the facade reads
         shown = analyze_run(con, run_id, rank=0).to_json()["ranks"]
         assert shown[1]["gpu_busy_pct"] == pytest.approx(20.0, abs=0.5)  # not the stale 12.5
         assert RS.refresh(con, run_id, ["cross_rank"]) == 2  # refresh stores the new version
