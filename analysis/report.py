@@ -533,9 +533,7 @@ def _step_maps(w: Window, waits: dict[int, int]) -> _ByStep:
 
 def _stored_lines(con: Connection, run_id: str) -> dict[int, RankRow]:
     """The ranks' lines from their stored ``rank_row`` parts (those stored at the current
-    version; :mod:`gpuscope.analysis.rank_summary`, imported on use: it imports this module)."""
-    from gpuscope.analysis.rank_summary import RANK_ROW, load
-
+    version, :mod:`gpuscope.analysis.rank_summary`)."""
     return {
         r: RankRow.from_stored(doc)
         for r, doc in read_parts(con, run_id, rank_row_part.PART, rank_row_part.VERSION).items()
