@@ -130,6 +130,11 @@ def test_the_pace_setter_stands_out_and_a_click_opens_its_plot(many, new_page) -
     page.get_by_text("Colour the ranks × steps by").wait_for()
     wait_idle(page)
     chart = heatmap(page)
+    # the rank table opens sorted by the wait each rank causes: the pace-setter first
+    table = page.locator('[data-testid="stDataFrame"]').filter(has_text="caused wait / step")
+    first = table.locator('[role="gridcell"]').first
+    first.wait_for(state="attached")
+    assert first.text_content() == str(SLOW)
     # the default view is the wait
     checked = page.locator('[data-testid="stRadio"] label:has(input:checked)')
     assert checked.inner_text().strip() == "wait"
