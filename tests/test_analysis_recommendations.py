@@ -148,8 +148,14 @@ def test_noise_thresholds():
 def test_mixed_precision_needs_a_tensor_core_gpu():
     base = {"window_ns": 1_000_000, "n_steps": 1, "busy_pct": 90.0, "fp32_gemm_us": 500.0}
     idle = idle_result(1_000_000, 1)
-    assert R.BY_ID["mixed_precision"].find(R.Inputs(**base, idle=idle, compute_capability=(6, 1))) is None
-    assert R.BY_ID["mixed_precision"].find(R.Inputs(**base, idle=idle, compute_capability=None)) is None
+    assert (
+        R.BY_ID["mixed_precision"].find(R.Inputs(**base, idle=idle, compute_capability=(6, 1)))
+        is None
+    )
+    assert (
+        R.BY_ID["mixed_precision"].find(R.Inputs(**base, idle=idle, compute_capability=None))
+        is None
+    )
     rec = R.BY_ID["mixed_precision"].find(
         R.Inputs(**base, idle=idle, compute_capability=(8, 0), tc_speedup=4.0)
     )
@@ -187,7 +193,9 @@ def test_communication_and_batch_size_rules():
     idle3 = idle_result(1_000_000, 1, cpu_overhead=400_000, data_loading=300_000)
     rec = R.BY_ID["batch_size"].find(R.Inputs(**{**args, "idle": idle3}))
     assert rec is not None and rec.cost_pct == pytest.approx(85.0)
-    assert R.BY_ID["batch_size"].find(R.Inputs(**args, mem_used_frac=0.9)) is None  # no memory headroom
+    assert (
+        R.BY_ID["batch_size"].find(R.Inputs(**args, mem_used_frac=0.9)) is None
+    )  # no memory headroom
 
 
 def test_load_imbalance_separates_waiting_from_communication():

@@ -87,5 +87,6 @@ def test_memory_rules_read_a_memory_result_as_its_document() -> None:
     assert full.evidence["malloc_calls"] == 40
     mem.peak_reserved_bytes = 8 * 2**30  # room left: a larger batch, with its headroom
     batch = R.BY_ID["batch_size"].find(typed)
-    assert batch is not None and batch == R.BY_ID["batch_size"].find(R.Inputs(**base, memory=mem.to_json()))  # type: ignore[arg-type]
+    untyped = R.Inputs(**base, memory=mem.to_json())  # type: ignore[arg-type]
+    assert batch is not None and batch == R.BY_ID["batch_size"].find(untyped)
     assert batch.evidence["headroom_bytes"] == 72 * 2**30
