@@ -69,6 +69,9 @@ COMM_KERNEL_SQL_RE = "(?i)" + COMM_KERNEL_PATTERN
 PROFILER_STEP_RE = r"^ProfilerStep#\d+$"
 #: The optimizer: ``Optimizer.step#<Class>.step`` and ``Optimizer.zero_grad#...`` annotations.
 OPTIMIZER_RE = r"^Optimizer\.(step|zero_grad)#"
+#: An optimizer's ``step`` alone (not its ``zero_grad``): where the phase patterns read the loops
+#: over parameters (``analysis.phase_patterns``).
+OPTIMIZER_STEP_RE = r"^Optimizer\.step#"
 #: Data loading: a DataLoader iterator's ``__next__`` (annotation or Python frame).
 DATALOADER_RE = r"(DataLoader.*__next__|DataLoaderIter\.__next__|dataloader\.py\(\d+\): __next__)"
 #: Communication on the host: collectives of NCCL, Gloo, MPI, UCC and c10d.

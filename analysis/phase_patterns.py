@@ -32,7 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gpuscope.analysis.collectives import coll_of
-from gpuscope.analysis.event_classes import KERNEL_CATS, LAUNCH_APIS, is_comm_kernel
+from gpuscope.analysis.event_classes import (
+    KERNEL_CATS,
+    LAUNCH_APIS,
+    OPTIMIZER_STEP_RE,
+    is_comm_kernel,
+)
 from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids, name_class
 from gpuscope.analysis.store_access import RUNTIME_CATS_SQL, execute, sql_list
 
@@ -81,7 +86,7 @@ FORWARD_OPS: tuple[str, ...] = (
     "aten::dropout",
     "aten::native_dropout",
 )
-_OPT_STEP = re.compile(r"^Optimizer\.step#")
+_OPT_STEP = re.compile(OPTIMIZER_STEP_RE)
 _BATCHED_KERNEL = re.compile(r"multi_tensor_apply|fused_adam|FusedAdam|fused_sgd|FusedSgd", re.I)
 _BATCHED_OP = re.compile(r"^aten::_(foreach|fused)_")
 _CHECKPOINT = re.compile(r"CheckpointFunction|torch/utils/checkpoint\.py|checkpoint", re.I)

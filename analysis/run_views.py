@@ -298,21 +298,22 @@ class TopIdleCause:
 def top_idle_cause(report: RunReport) -> TopIdleCause | None:
     """The top idle cause of a report (:func:`top_idle`), capped where the profiler's cap cuts
     it; None without idle time."""
-    from gpuscope.vocabulary.causes import HOST_CAUSES
-
-    top = top_idle(_idle_us_by_cause(report), _n_steps(report), us(report.window.duration_ns))
     cap = report.profiler.host_cap_ms_per_step if report.profiler is not None else None
-    if top is not None and cap is not None and top.cause in HOST_CAUSES and cap < top.ms_per_step:
-        return TopIdleCause(top.cause, top.ms_per_step, top.share_pct, capped_ms_per_step=cap)
-    return top
+    return top_idle(_idle_us_by_cause(report), _n_steps(report), us(report.window.duration_ns), cap)
 
 
 def top_idle(
-    causes_us: Mapping[str, float], n_steps: int, window_us: float | None
+    causes_us: Mapping[str, float],
+    n_steps: int,
+    window_us: float | None,
+    host_cap_ms: float | None = None,
 ) -> TopIdleCause | None:
     """The cause with the most idle time (``causes_us``: µs over the window, in precedence
     order), per step of ``n_steps`` (at least 1) and as a share of ``window_us`` (None when the
-    window has no length); None without idle time. Ties: the first in the order given."""
+    window has no length); None without idle time. Ties: the first in the order given. A
+    host-side cause above ``host_cap_ms`` (the profiler's cap, ms per step) carries the cap."""
+    from gpuscope.vocabulary.causes import HOST_CAUSES
+
     if not causes_us:
         return None
     cause, top_us = max(causes_us.items(), key=lambda kv: _num(kv[1]) or 0.0)
@@ -321,9 +322,13 @@ def top_idle(
         return None
     steps = int(n_steps or 1) or 1
     w_us = _num(window_us) or 0.0
-    return TopIdleCause(
-        str(cause), total_us / 1e3 / steps, 100.0 * total_us / w_us if w_us else None
+    ms = total_us / 1e3 / steps
+    capped = (
+        host_cap_ms
+        if host_cap_ms is not None and str(cause) in HOST_CAUSES and host_cap_ms < ms
+        else None
     )
+    return TopIdleCause(str(cause), ms, 100.0 * total_us / w_us if w_us else None, capped)
 
 
 def _n_steps(report: RunReport) -> int:

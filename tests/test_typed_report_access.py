@@ -27,7 +27,8 @@ def test_typed_figures_equal_the_documents(con, sample: str) -> None:
         doc = rep.to_json()
         assert run_views.run_summary(rep) == run_views.run_summary(doc)
         w = doc["window"]  # the document's idle by cause, its steps (0: trace-wide) and length
-        top = run_views.top_idle(doc["idle"]["causes"], w["steps"] or 1, w["duration_us"])
+        cap = (doc["profiler"] or {}).get("host_cap_ms_per_step")
+        top = run_views.top_idle(doc["idle"]["causes"], w["steps"] or 1, w["duration_us"], cap)
         assert run_views.top_idle_cause(rep) == top
         h, st = run_views.headline(rep), doc["step_time_ms"]
         assert (h.step_p50_ms, h.step_p90_ms, h.step_max_ms, h.step_mean_ms) == (

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words, significant
+from gpuscope.analysis.fixes.base import (
+    Finding,
+    FixUnit,
+    Inputs,
+    Words,
+    evidence_json,
+    significant,
+)
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.phase_patterns import recompute_nodes
 
@@ -52,11 +59,11 @@ def detect(inp: Inputs) -> Finding | None:
     if used is not None and used >= SELECTIVE_BELOW:
         return None  # the memory it saves is needed: no advice to spend it
     ops = ", ".join(f"{k} ×{sig3(v)}" for k, v in rc.by_op[:4])
-    ev: dict[str, Any] = {
-        **rc.to_json(),
-        "memory_used_pct": 100.0 * used if used is not None else None,
-        "share_pct": 100.0 * ns / inp.window_ns if inp.window_ns else 0.0,
-    }
+    ev = evidence_json(
+        rc,
+        memory_used_pct=100.0 * used if used is not None else None,
+        share_pct=100.0 * ns / inp.window_ns if inp.window_ns else 0.0,
+    )
     drop = used is not None and used < DROP_BELOW
     if used is None:
         room = (

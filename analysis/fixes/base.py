@@ -340,6 +340,12 @@ def per_step_us(ns: float, n_steps: int) -> float:
     return ns / max(1, n_steps) / 1e3
 
 
+def evidence_json(part: Any, **figures: Any) -> dict[str, Any]:
+    """A finding's evidence document: the pattern's own document (its ``to_json()``, as
+    ``analyze --json`` prints it) with this fix's figures beside it."""
+    return {**part.to_json(), **figures}
+
+
 def cost_evidence(name: str, ns: float, inp: Inputs) -> dict[str, Any]:
     """``{name}_us_per_step`` and ``share_pct`` of a cost (ns over the window)."""
     return {

@@ -3,10 +3,18 @@ the next module's parameters, or keep them gathered after forward."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuscope.analysis.collectives import coll_of
-from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words, scaled, significant
+from gpuscope.analysis.fixes.base import (
+    Finding,
+    FixUnit,
+    Inputs,
+    Words,
+    evidence_json,
+    scaled,
+    significant,
+)
 from gpuscope.analysis.fmt import sig3
 
 if TYPE_CHECKING:
@@ -54,7 +62,7 @@ def detect(inp: Inputs) -> Finding | None:
     ag = inp.phase.allgather if inp.phase is not None else None
     assert ag is not None
     share = 100.0 * ns / inp.window_ns
-    ev: dict[str, Any] = {**ag.to_json(), "share_pct": share}
+    ev = evidence_json(ag, share_pct=share)
     backward = ag.backward_ms > ag.forward_ms
     room = inp.mem_used_frac is not None and inp.mem_used_frac < MEMORY_ROOM
     ev["summary"] = (

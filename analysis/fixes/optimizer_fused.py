@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words, significant
+from gpuscope.analysis.fixes.base import (
+    Finding,
+    FixUnit,
+    Inputs,
+    Words,
+    evidence_json,
+    significant,
+)
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.phase_patterns import optimizer_nodes
 
@@ -42,11 +49,11 @@ def detect(inp: Inputs) -> Finding | None:
     ns = per_train_step * 1e6 * max(1, inp.n_steps)
     if not significant(ns, inp.window_ns, inp.n_steps):
         return None
-    ev: dict[str, Any] = {
-        **opt.to_json(),
-        "optimizer_ms_per_step": per_train_step,
-        "share_pct": 100.0 * ns / inp.window_ns if inp.window_ns else 0.0,
-    }
+    ev = evidence_json(
+        opt,
+        optimizer_ms_per_step=per_train_step,
+        share_pct=100.0 * ns / inp.window_ns if inp.window_ns else 0.0,
+    )
     ev["summary"] = (
         f"{opt.name} launches {sig3(opt.launches_per_step)} kernels per step one by one "
         f"(median {sig3(opt.median_kernel_us or 0.0)} µs, no foreach or fused kernel): it takes "
