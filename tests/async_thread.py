@@ -11,13 +11,14 @@ from collections.abc import Coroutine
 from typing import Any
 
 
-def run_in_thread(coro: Coroutine[Any, Any, Any]) -> None:
-    """``asyncio.run(coro)`` in a new thread; re-raises the coroutine's exception here."""
+def run_in_thread(coro: Coroutine[Any, Any, Any]) -> Any:
+    """``asyncio.run(coro)`` in a new thread: its result, or its exception raised here."""
     errors: list[BaseException] = []
+    results: list[Any] = []
 
     def go() -> None:
         try:
-            asyncio.run(coro)
+            results.append(asyncio.run(coro))
         except BaseException as e:  # re-raised below, in the caller's thread
             errors.append(e)
 
@@ -26,3 +27,4 @@ def run_in_thread(coro: Coroutine[Any, Any, Any]) -> None:
     t.join()
     if errors:
         raise errors[0]
+    return results[0]

@@ -433,12 +433,18 @@ def test_straggler_and_rank_table(con, ddp_folder):
 
 
 @pytest.mark.slow
-def test_cli_starts_with_the_rank_table(ddp_folder, db_path, capsys):
+def test_cli_starts_with_the_verdict_then_the_rank_table(ddp_folder, db_path, capsys):
+    """The job's verdict first (issue 42: its step time and pace-setter), then the rank table
+    and the straggler, both before the shown rank's own detail."""
     code, out, err = run_cli(capsys, "analyze", str(ddp_folder), "--db", str(db_path))
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith("ranks (median step")
-    assert any(line.startswith("straggler: rank 0:") for line in lines[:6])
+    assert lines[0].startswith("Job step time:")
+    assert any(line.startswith("Pace-setter: rank 0") for line in lines[:4])
+    table = next(i for i, line in enumerate(lines) if line.startswith("ranks (median step"))
+    detail = next(i for i, line in enumerate(lines) if line.startswith("run "))
+    assert table < detail
+    assert any(line.startswith("straggler: rank 0:") for line in lines[table : table + 6])
     code, out, _ = run_cli(capsys, "analyze", str(ddp_folder), "--json", "--db", str(db_path))
     doc = json.loads(out)
     assert doc["straggler"]["rank"] == 0

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from async_thread import run_in_thread
 from team_servers import S3, Postgres, TeamStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
@@ -260,7 +261,7 @@ def shows(host: Host, cookies: dict[str, str]) -> str:
         async with page(host, cookies) as p:
             return "\n".join(p.text)
 
-    return asyncio.run(go())
+    return run_in_thread(go())
 
 
 def sign_out(host: Host, cookies: dict[str, str]) -> None:
@@ -271,7 +272,7 @@ def sign_out(host: Host, cookies: dict[str, str]) -> None:
             assert "Sign out" in p.buttons, p.text
             await p.run(click="Sign out")
 
-    asyncio.run(go())
+    run_in_thread(go())
 
 
 def request(
@@ -345,7 +346,7 @@ def in_session(host: Host, cookies: dict[str, str], then):  # type: ignore[no-un
         async with page(host, cookies) as p:
             return await asyncio.to_thread(then, p.session)
 
-    return asyncio.run(go())
+    return run_in_thread(go())
 
 
 def rss_mb(pid: int) -> float:
@@ -466,6 +467,6 @@ def test_an_open_session_ends_when_its_owner_signs_out_on_the_other_host(team: T
             await asyncio.to_thread(sign_out, team.b, sign_in(team.b, team.secret, "alice"))
             return before, await p.run()
 
-    before, after = asyncio.run(go())
+    before, after = run_in_thread(go())
     assert "Signed in as **Alice**" in before
     assert "Signed in as" not in after and "Sign in" in after, after

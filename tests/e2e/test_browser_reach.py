@@ -37,7 +37,7 @@ def test_run_page_downloads_its_report(server: Server, new_page, tmp_path) -> No
     assert name == "gpuscope-report-before.html"
     p = self_contained(text)
     assert "<title>gpuscope report: before</title>" in text
-    assert f"before ({before}), rank 0" in text
+    assert f"before ({before})" in text and "rank 0: step spans" in text  # the job, then rank 0
     assert sum(1 for tag, _ in p.seen if tag == "svg") == 1
     assert 'id="fix-dataloader_workers"' in text  # the sample's first fix, with its code
     assert "num_workers" in text

@@ -53,8 +53,11 @@ def _slider_thumbs(page) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def _drag(page, chart, x0: float, x1: float) -> None:  # type: ignore[no-untyped-def]
-    """Drag across the plot area from ``x0`` to ``x1`` (fractions of its width)."""
-    box = chart.locator(".nsewdrag").first.bounding_box()
+    """Drag across the plot area from ``x0`` to ``x1`` (fractions of its width), scrolled into
+    view first as a reader would (the job's cards above it can push it below a 1000 px fold)."""
+    area = chart.locator(".nsewdrag").first
+    area.scroll_into_view_if_needed()
+    box = area.bounding_box()
     assert box is not None
     y = box["y"] + box["height"] / 2
     page.mouse.move(box["x"] + box["width"] * x0, y)

@@ -123,7 +123,9 @@ def test_run_zoom_and_section_live_in_the_url(server: Server, new_page) -> None:
     page.get_by_role("heading", name="Fixes").wait_for()
     wait_idle(page)
     whole = _view_caption(page)
-    box = chart.locator(".nsewdrag").first.bounding_box()
+    area = chart.locator(".nsewdrag").first
+    area.scroll_into_view_if_needed()  # the job's cards above can push it below the fold
+    box = area.bounding_box()
     assert box is not None
     y = box["y"] + box["height"] / 2
     page.mouse.move(box["x"] + box["width"] * 0.3, y)
