@@ -17,6 +17,7 @@ import json
 import os
 import re
 import secrets
+import select
 import sys
 import time
 from collections.abc import Iterator
@@ -152,8 +153,13 @@ def replay_upload(port: int, session: str, cookies: str, size_mb: int) -> tuple[
     try:
         conn.send(head)
         for _ in range(size_mb):
+            # as a browser does: a server that answers early is read at once, and nothing more
+            # is sent (more bytes to a closed socket draw a reset that can drop the answer)
+            if conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+                break
             conn.send(chunk)
-        conn.send(tail)
+        else:
+            conn.send(tail)
     except OSError:  # the server answered and closed without reading the body
         pass
     try:

@@ -141,6 +141,8 @@ def test_run_zoom_and_section_live_in_the_url(server: Server, new_page) -> None:
     sawtooth_chart(page)
     wait_idle(page)
     assert _view_caption(page).split(" · ")[0] == zoomed.split(" · ")[0]  # the same range
+    page.get_by_role("heading", name="Fixes").wait_for()  # the reload's below-the-fold run is done
+    wait_idle(page)
     page.go_back()  # before the zoom: the whole window
     page.wait_for_url(re.compile(rf"/run\?run={before}$"))
     wait_idle(page)
