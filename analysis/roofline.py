@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ import numpy as np
 from gpuscope.analysis import flops as F
 from gpuscope.analysis import kernels as K
 from gpuscope.analysis import peaks as P
+from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.memory import recorded_allocator
 from gpuscope.analysis.modules import innermost
 from gpuscope.analysis.steps import Window
@@ -191,6 +193,42 @@ for _n in ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "e
            "square", "cos", "sin", "erf", "_fused_dropout"):  # fmt: skip
     MODELS[f"aten::{_n}"] = _elementwise
 COMPUTE_FAMILIES = ("matmul", "conv", "attention")
+MIB = 2**20
+L2_BYTES: dict[str, float] = {
+    "V100 SXM2": 6 * MIB, "V100 PCIe": 6 * MIB, "V100S PCIe": 6 * MIB, "T4": 4 * MIB,
+    "A100": 40 * MIB, "A10": 6 * MIB, "A10G": 6 * MIB, "L4": 48 * MIB, "L40S": 96 * MIB,
+    "L40": 96 * MIB, "H100 SXM": 50 * MIB, "H100 PCIe": 50 * MIB, "H100 NVL": 50 * MIB,
+    "H200": 50 * MIB, "H200 NVL": 50 * MIB, "GH200": 60 * MIB, "B200": 126 * MIB,
+    "GB200": 126 * MIB, "RTX 4090": 72 * MIB, "MI250X": 8 * MIB, "MI250": 8 * MIB,
+    "MI300X": 256 * MIB, "MI325X": 256 * MIB, "MI300A": 256 * MIB,
+}  # fmt: skip
+"""The last cache before the GPU's memory, bytes, by model (the vendors' architecture whitepapers
+and datasheets, MB read as MiB; AMD's CDNA3: the 256 MB Infinity Cache in front of the HBM; the
+GH100 die's 60 MB for GH200; Blackwell's two dies' 126 MB): what the memory roof's floor of HBM
+traffic subtracts (:attr:`RoofRow.hbm_bytes`). Every model with a memory roof has one."""
+_FEWER_FLOPS = re.compile(r"fft\d?d_|fft_|winograd|pointwise_mult_and_sum_complex", re.I)
+"""Convolution kernels of an algorithm that does fewer multiplies than the direct convolution the
+FLOP count assumes (FFT, Winograd): the count is not what ran, so such an op has no compute roof."""
+
+
+def roof_dtype(dtype: str | None, family: str, kernels: list[str]) -> tuple[str | None, bool]:
+    """The precision whose peak is the op's compute roof, and whether its FLOPs count holds.
+
+    Matmul, convolution and attention run at their dtype's tensor-core peak, except an fp32 op
+    whose kernels run on tensor cores (TF32: cuDNN's default for convolutions,
+    ``set_float32_matmul_precision("high")`` for matmuls), held against the TF32 peak; other ops
+    against the fp32 (vector) peak. The count does not hold where a kernel is an FFT or Winograd
+    convolution (:data:`_FEWER_FLOPS`)."""
+    if family not in COMPUTE_FAMILIES:
+        return "fp32", True
+    held = not (family == "conv" and any(_FEWER_FLOPS.search(k) for k in kernels))
+    if dtype == "fp32":
+        tcs = [K.classify(k).tc for k in kernels]
+        if any(t.tensor_core or t.precision in ("tf32", "3xtf32") for t in tcs):
+            return "tf32", held
+    return dtype, held
+
+
 FOREACH = "aten::_foreach_"
 
 
@@ -262,7 +300,8 @@ def op_model(
 @dataclass
 class RoofRow:
     """One op (name + shapes + types) of the window: calls, GPU time of its kernels (ns), FLOPs and
-    bytes of all its calls, the roofs it is held against (TFLOP/s, TB/s)."""
+    bytes of all its calls, the roofs it is held against (TFLOP/s, TB/s) and the GPU's L2 size
+    (bytes; None: unknown, and then no memory roof)."""
 
     op: str
     shapes: str
@@ -274,24 +313,57 @@ class RoofRow:
     bytes: float
     peak_tflops: float | None
     peak_tbs: float | None
+    l2_bytes: float | None = None
+
+    @property
+    def compute_ns(self) -> float | None:
+        """FLOPs at the compute roof, ns (None without one)."""
+        return self.flops / (self.peak_tflops * 1e12) * 1e9 if self.peak_tflops else None
+
+    @property
+    def hbm_bytes(self) -> float | None:
+        """The least traffic the op's calls need from the GPU's memory (HBM): per call, its bytes
+        less twice the L2 (at most one L2 of its inputs can be there when it starts, and at most
+        one L2 of its outputs can still be there when it ends); None with the L2 size unknown."""
+        if self.l2_bytes is None:
+            return None
+        per = self.bytes / max(1, self.calls)
+        return max(0.0, per - 2.0 * self.l2_bytes) * self.calls
+
+    @property
+    def cache_resident(self) -> bool:
+        """The op's bytes per call fit in twice the L2: it may never touch the HBM, and the L2's
+        bandwidth is not known, so only a compute-bound op has a roof."""
+        return self.hbm_bytes == 0.0
+
+    @property
+    def memory_ns(self) -> float | None:
+        """:attr:`hbm_bytes` at the memory roof, ns (None without a roof or an L2 size)."""
+        hb = self.hbm_bytes
+        return hb / (self.peak_tbs * 1e12) * 1e9 if self.peak_tbs and hb is not None else None
 
     @property
     def ideal_ns(self) -> float | None:
-        """The time at the roof: max(FLOPs / compute roof, bytes / memory roof), ns."""
-        parts = []
-        if self.peak_tflops:
-            parts.append(self.flops / (self.peak_tflops * 1e12) * 1e9)
-        if self.peak_tbs:
-            parts.append(self.bytes / (self.peak_tbs * 1e12) * 1e9)
+        """The time at the roof: max(FLOPs / compute roof, HBM bytes / memory roof), ns; None for
+        an op of the L2 (:attr:`bound` ``L2``) and where no roof is known."""
+        if self.bound == "L2" or (self.cache_resident and self.compute_ns is None):
+            return None
+        parts = [x for x in (self.compute_ns, self.memory_ns) if x is not None]
         return max(parts) if parts else None
 
     @property
     def bound(self) -> str | None:
-        """``compute`` when FLOPs take longer at the compute roof than bytes at the memory roof."""
-        if not self.peak_tflops or not self.peak_tbs:
+        """``compute`` when FLOPs take longer at the compute roof than the bytes at the memory roof
+        (all of them, for an op that fits in the L2), and for a matmul, convolution or attention
+        that fits in the L2 (its compute roof is the only roof known there); ``memory``
+        otherwise; ``L2`` for another op that fits in the L2 (no roof: its compute floor, a few
+        FLOPs per element, says nothing)."""
+        c, m = self.compute_ns, self.memory_ns
+        if c is None or m is None or not self.peak_tbs:
             return None
-        c = self.flops / self.peak_tflops
-        m = self.bytes / self.peak_tbs
+        if self.cache_resident:
+            hbm_all = self.bytes / (self.peak_tbs * 1e12) * 1e9
+            return "compute" if c >= hbm_all or self.family in COMPUTE_FAMILIES else "L2"
         return "compute" if c >= m else "memory"
 
     @property
@@ -474,6 +546,10 @@ def roofline(
     calls, first, inv = np.unique(gidx[on], return_index=True, return_inverse=True)
     per_call = np.zeros(len(calls), dtype=np.int64)
     np.add.at(per_call, inv, np.asarray(lx.in_ns[kj[on]], dtype=np.int64))
+    # each call's kernels (name ids): what ran decides the compute roof (TF32, FFT)
+    call_kernels: dict[int, set[int]] = {}
+    for c, nid in zip(inv.tolist(), np.asarray(lx.name_id[kj[on]]).tolist(), strict=True):
+        call_kernels.setdefault(c, set()).add(int(nid))
     for c in np.argsort(first, kind="stable"):
         gi = int(calls[c])
         name = cols["name"][gi]
@@ -486,10 +562,14 @@ def roofline(
                 cols["input_types"][gi],
                 cols["concrete_inputs"][gi],
             )
-        grp = groups.setdefault(key, {"ns": 0, "calls": set()})
+        grp = groups.setdefault(key, {"ns": 0, "calls": set(), "kernels": set()})
         grp["ns"] += int(per_call[c])
         grp["calls"].add(gi)
-    names = K.name_lookup(con, run_id, set(un_names))
+        grp["kernels"] |= call_kernels.get(int(c), set())
+    kernel_ids = set(un_names).union(*(g["kernels"] for g in groups.values()))
+    names = K.name_lookup(con, run_id, kernel_ids)
+    l2 = L2_BYTES.get(model) if model is not None else None
+    n_l2 = n_fewer = 0
     for nid, ns in un_names.items():
         k = f"(kernel without a modelled op) {names.get(nid, '?')[:60]}"
         res.unmodelled[k] = res.unmodelled.get(k, 0) + ns
@@ -510,19 +590,33 @@ def roofline(
             res.unmodelled[k] = res.unmodelled.get(k, 0) + grp["ns"]
             continue
         fl, by, fam = m
-        roof_dt = dt if fam in COMPUTE_FAMILIES else "fp32"
+        roof_dt, held = roof_dtype(dt, fam, [names.get(k, "") for k in sorted(grp["kernels"])])
         if (fam, roof_dt) not in peak_cache:
             peak_cache[(fam, roof_dt)] = P.peak_for(
                 device_properties, roof_dt, device=device
             ).tflops
         n = len(grp["calls"])
-        res.rows.append(
-            RoofRow(
-                op=str(name), shapes=str(dims or ""), dtype=dt, family=fam, calls=n,
-                gpu_ns=int(grp["ns"]), flops=fl * n, bytes=by * n,
-                peak_tflops=peak_cache[(fam, roof_dt)], peak_tbs=tbs,
-            )
+        row = RoofRow(
+            op=str(name), shapes=str(dims or ""), dtype=dt, family=fam, calls=n,
+            gpu_ns=int(grp["ns"]), flops=fl * n, bytes=by * n,
+            peak_tflops=peak_cache[(fam, roof_dt)] if held else None, peak_tbs=tbs, l2_bytes=l2,
         )  # fmt: skip
+        n_l2 += row.bound == "L2"
+        n_fewer += not held
+        res.rows.append(row)
         res.modelled_ns += int(grp["ns"])
+    if tbs is not None and l2 is None:
+        res.notes.append(f"no L2 size known for the {model}: no memory roof")
+    if n_l2:
+        res.notes.append(
+            f"{n_l2} memory-bound op(s) fit in twice the L2 ({sig3(2 * (l2 or 0) / 2**20)} MiB): "
+            "their bytes need not touch the HBM and the L2's bandwidth is not known, so they have "
+            "no roof (bound L2)"
+        )
+    if n_fewer:
+        res.notes.append(
+            f"{n_fewer} convolution(s) ran as FFT or Winograd, which do fewer multiplies than "
+            "the direct count: no compute roof for them"
+        )
     res.rows.sort(key=lambda r: (-(r.lost_ns or 0.0), -r.gpu_ns, r.op))
     return res
