@@ -10,6 +10,12 @@ reads the process's peak RSS so far (``VmHWM``: the write phase), then resets it
 (the summary). Prints per repeat: wall s, the write phase's and the summary's peaks and the whole
 run's (the higher of the two), in MiB and as a multiple of the file's size, then the medians.
 ``/usr/bin/time -f %M .venv/bin/gpuscope ingest TRACE`` gives the whole run's without the reset. The issue's target is 0.4x the file (whole run).
+
+Beside them, once, the peers on the same file (``--no-peers`` leaves them out): a plain read
+(``cat TRACE > /dev/null``, the page cache warm) and DuckDB's own JSON reader
+(``benchmarks/naive_duckdb.py``: ``read_json`` of the whole file, DuckDB's default threads and
+memory). Every figure is also given as MB of JSON per second of wall time and per CPU second
+(user + sys, the process's own rusage): the CPU rate holds on a busy machine, the wall rate not.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,6 +40,37 @@ def _status_kib(key: str) -> int:
         return int(f.read().split(f"{key}:")[1].split()[0])
 
 
+def _cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _child(cmd: list[str], **kw: Any) -> dict[str, float]:
+    """Run ``cmd``; its wall s, CPU s (user + sys, its own rusage) and peak RSS (KiB)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, **kw)
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    if p.returncode:
+        raise SystemExit(f"{' '.join(cmd)}: exited {p.returncode}")
+    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_kib": ru.ru_maxrss}
+
+
+def peers(trace: Path) -> dict[str, dict[str, float]]:
+    """A plain read of ``trace`` (``cat``, warm) and DuckDB's ``read_json`` of it (naive_duckdb.py)."""
+    out = {}
+    with open(os.devnull, "wb") as null:
+        _child(["cat", str(trace)], stdout=null)  # warms the page cache
+        out["read"] = _child(["cat", str(trace)], stdout=null)
+        with tempfile.TemporaryDirectory(prefix="gpuscope-naive-") as d:
+            naive = Path(__file__).with_name("naive_duckdb.py")
+            out["duckdb"] = _child(
+                [sys.executable, str(naive), str(trace), str(Path(d) / "naive.duckdb")], stdout=null
+            )
+    return out
+
+
 def one(trace: Path, store: Path) -> dict[str, Any]:
     """Ingest ``trace`` into ``store`` in this process; the phases' peaks (KiB) and wall (s)."""
     from gpuscope.analysis import rank_summary as RS
@@ -45,6 +83,7 @@ def one(trace: Path, store: Path) -> dict[str, Any]:
     def measured(*a: Any, **k: Any) -> int:
         seen["write_kib"] = _status_kib("VmHWM")
         seen["write_s"] = time.perf_counter() - t0
+        seen["write_cpu_s"] = _cpu_s()
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # VmHWM := VmRSS
         try:
@@ -57,6 +96,7 @@ def one(trace: Path, store: Path) -> dict[str, Any]:
     if code:
         raise SystemExit(f"{trace}: gpuscope ingest exited {code}")
     seen["wall_s"] = time.perf_counter() - t0
+    seen["cpu_s"] = _cpu_s()
     # the reset lowers ru_maxrss too: the run's peak is the higher of the two phases'
     seen["total_kib"] = max(seen.get("write_kib", 0), seen.get("summary_kib", 0))
     return seen
@@ -66,12 +106,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace", type=Path)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-peers", action="store_true", help="no cat / DuckDB read_json beside it")
     ap.add_argument("--one", type=Path, default=None, help=argparse.SUPPRESS)  # the store
     args = ap.parse_args()
     if args.one is not None:
         print(json.dumps(one(args.trace, args.one)))
         return 0
     size = args.trace.stat().st_size
+    peer = {} if args.no_peers else peers(args.trace)
+    if peer:
+        for label, r in peer.items():
+            name = {"read": "cat > /dev/null", "duckdb": "DuckDB read_json"}[label]
+            print(f"{name:17} {_rates(r['wall_s'], r['cpu_s'], size)} | peak "
+                  f"{r['peak_kib'] / 1024:.0f} MiB", flush=True)  # fmt: skip
     rows = []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="gpuscope-phases-") as d:
@@ -90,7 +137,15 @@ def main() -> int:
         rows.append(r)
         print(_line(r, size), flush=True)
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-    print("median  " + _line(med, size))
+    print("median: " + _line(med, size))
+    if peer:
+        read, naive = peer["read"], peer["duckdb"]
+        print(
+            f"gpuscope ingest: {read['wall_s'] / med['wall_s']:.3f}x a plain read's speed; "
+            f"{naive['wall_s'] / med['wall_s']:.1f}x DuckDB read_json's wall, "
+            f"{naive['cpu_s'] / med['cpu_s']:.1f}x its CPU, "
+            f"{naive['peak_kib'] / med['total_kib']:.1f}x less memory"
+        )
     return 0
 
 
@@ -99,8 +154,16 @@ def _line(r: dict[str, Any], size: int) -> str:
         return f"{kib / 1024:.0f} MiB ({kib * 1024 / size:.3f}x)"
 
     return (
-        f"wall {r['wall_s']:.2f} s (write {r['write_s']:.2f} s) | write {mib(r['write_kib'])} | "
+        f"gpuscope ingest   {_rates(r['wall_s'], r['cpu_s'], size)} | write phase "
+        f"{_rates(r['write_s'], r['write_cpu_s'], size)} | write {mib(r['write_kib'])} | "
         f"summary {mib(r['summary_kib'])} | whole run {mib(r['total_kib'])}"
+    )
+
+
+def _rates(wall: float, cpu: float, size: int) -> str:
+    return (
+        f"wall {wall:.2f} s ({size / 1e6 / wall:.0f} MB/s), CPU {cpu:.2f} s "
+        f"({size / 1e6 / cpu:.0f} MB/CPU-s)"
     )
 
 
