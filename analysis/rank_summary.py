@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-from gpuscope.analysis import rank_frames, rank_row, report
+from gpuscope.analysis import rank_frames, rank_row, report, report_part
 from gpuscope.analysis.rank_index import (
     RankBatch,
     close_shared,
@@ -265,7 +265,8 @@ class StoreAfterIngest:
 
     def __call__(self, con: Connection, result: Any) -> Callable[[Connection], int] | None:
         """Store the parts of the ranks small enough to copy now; return what computes and stores
-        the others once the ingest has committed (:func:`store_outside_transaction`), or None."""
+        the others once the ingest has committed (:func:`store_outside_transaction`), then the
+        run's ``analyze`` document (:func:`gpuscope.analysis.report_part.store`)."""
         run_id = str(result.run_id)
         if int(getattr(result, "n_ranks", 0) or 0) != 1:
             parts: list[str] = list(EVERY_RANK)
@@ -276,9 +277,14 @@ class StoreAfterIngest:
             several = (world_sizes(con, [run_id]).get(run_id) or 1) > 1
             parts = [p for p in PARTS if several or p not in EVERY_RANK]
         write_rank_summaries(con, run_id, parts, big_ranks=False)
-        if not too_big_to_copy(con, run_id):
-            return None
-        return lambda after: store_outside_transaction(after, run_id, parts)
+        big = bool(too_big_to_copy(con, run_id))
+
+        def after_commit(after: Connection) -> int:
+            n = store_outside_transaction(after, run_id, parts) if big else 0
+            # the run's analyze document last: it reads the parts stored above
+            return n + int(report_part.store(after, run_id))
+
+        return after_commit
 
     def rank_sink(self, run_id: str, jobs: int) -> PartsWhileIngesting:
         return PartsWhileIngesting(run_id, EVERY_RANK, jobs)

@@ -12,8 +12,6 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuscope.analysis.store_access import ranks_of
-
 if TYPE_CHECKING:
     from gpuscope.store import Connection
 
@@ -49,7 +47,17 @@ def read(
     ).fetchall()
     out = {int(r): json.loads(d) for r, d in rows}
     if compute is not None:
+        from gpuscope.analysis.store_access import ranks_of
+
         for r in ranks_of(con, run_id):
             if r not in out:
                 out[r] = finite(compute(con, run_id, r))
     return dict(sorted(out.items()))
+
+
+def cross_rank(con: Connection, run_id: str) -> dict[int, Any]:
+    """Every rank's cross-rank part (:mod:`gpuscope.analysis.rank_frames`), by rank: the stored
+    rows of its current version, a rank without one computed from its events (not stored)."""
+    from gpuscope.analysis import rank_frames
+
+    return read(con, run_id, rank_frames.NAME, rank_frames.VERSION, rank_frames.compute)

@@ -39,16 +39,21 @@ def test_the_ingest_hook_stores_every_ranks_cross_rank_part_and_one_rank_runs_al
         one = DDP.parent / "before" / "before_rank0.pt.trace.json.gz"
         single = ingest_paths(con, [one], after_trace=RS.store_after_ingest)[0].run_id
         parts = "SELECT rank, part FROM rank_summaries WHERE run_id = ? ORDER BY ALL"
-        assert con.execute(parts, [two]).fetchall() == [(0, "cross_rank"), (1, "cross_rank")]
+        # every run: its analyze document once, under its lowest rank (report_part)
+        assert con.execute(parts, [two]).fetchall() == [
+            (0, "cross_rank"),
+            (0, "report"),
+            (1, "cross_rank"),
+        ]
         # a single-GPU run (no world size) needs no cross-rank part
         assert {p for _, p in con.execute(parts, [single]).fetchall()} == set(RS.PARTS) - {
             "cross_rank"
-        }
+        } | {"report"}
         # one rank of a job of two (the other node reports later) gets it too
         rank0 = ingest_paths(
             con, [DDP / "ddp_rank0.pt.trace.json.gz"], after_trace=RS.store_after_ingest
         )[0].run_id
-        assert {p for _, p in con.execute(parts, [rank0]).fetchall()} == set(RS.PARTS)
+        assert {p for _, p in con.execute(parts, [rank0]).fetchall()} == set(RS.PARTS) | {"report"}
 
 
 def two_ranks(folder: Path, *, busy: tuple[float, float] = (80.0, 20.0)) -> Path:
@@ -72,7 +77,11 @@ def stored(con, run_id: str) -> dict[tuple[int, str], tuple[int, dict]]:
     rows = con.execute(
         "SELECT rank, part, version, doc FROM rank_summaries WHERE run_id = ?", [run_id]
     ).fetchall()
-    return {(r, p): (v, json.loads(d)) for r, p, v, d in rows}
+    out = {(r, p): (v, json.loads(d)) for r, p, v, d in rows}
+    for (_, part), (_, doc) in out.items():
+        if part == "report":  # its stamp hashes the run's row, which holds its ingest's time
+            doc.pop("stamp")
+    return out
 
 
 @pytest.mark.slow
@@ -370,7 +379,7 @@ def test_a_rank_too_big_to_copy_gets_its_parts_once_the_ingest_has_committed(
     with connect(tmp_path / "small") as con:
         run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest)[0].run_id
         inside = stored(con, run_id)
-    assert len(inside) == len(RS.PARTS)  # one rank of a world of 2: every part
+    assert len(inside) == len(RS.PARTS) + 1  # one rank of a world of 2: every part, its report
     STORE[:] = [tmp_path / "big"]
     seen: list[bool] = []
     _spied(monkeypatch, "rank_row", seen)
@@ -527,4 +536,6 @@ def test_a_big_ranks_parts_start_from_freed_memory_and_are_the_same(
     want = ["release"]
     for name in parts:
         want += [name, "forget", "release"]
-    assert calls == want
+    assert calls[: len(want)] == want
+    # then the run's analyze document (report_part), which reads the rank_row's stored line
+    assert set(calls[len(want) :]) <= {"rank_row", "headline", "steps", "kernels", "cross_rank"}

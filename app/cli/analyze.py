@@ -7,13 +7,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuscope.analysis.fixes import ORDER_NOTE
 from gpuscope.analysis.fmt import sig3
 
 if TYPE_CHECKING:
     from gpuscope.analysis.job import JobDiagnosis
 
-from gpuscope.analysis.rank_summary import store_after_ingest
 from gpuscope.cli._common import fail, notice, open_db, print_json, run_id_or_exit
 from gpuscope.cli.analyze_sections import render_memory, render_modules, render_roofline
 from gpuscope.store import Connection, resolve_run
@@ -95,6 +93,7 @@ def resolve_target(con: Connection, target: str) -> str:
             )
             return rid
     if Path(target).exists():
+        from gpuscope.analysis.rank_summary import store_after_ingest
         from gpuscope.ingest.errors import IngestError
         from gpuscope.ingest.loader import ingest_paths
 
@@ -124,13 +123,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuscope.analysis.job import diagnose, memo
-    from gpuscope.analysis.nvml_run import analyze_nvml_run, is_nvml_run
-    from gpuscope.analysis.report import analyze_run
+    from gpuscope.analysis import report_part
 
+    kwargs = analysis_kwargs(args)
     con = open_db(args)
     try:
         run_id = resolve_target(con, args.target)
+        if args.json and not any(v is not None for v in kwargs.values()):
+            # the run's default view, stored at its ingest: one row, no event read
+            text = report_part.stored_text(con, run_id)
+            if text is not None:
+                print(report_part.print_text(text))
+                return 0
+        from gpuscope.analysis.nvml_run import analyze_nvml_run, is_nvml_run
+
         try:
             if is_nvml_run(con, run_id):
                 nvml = analyze_nvml_run(con, run_id)
@@ -139,20 +145,13 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     print(render_nvml(nvml.to_json()))
                 return 0
-            kwargs = analysis_kwargs(args)
-            report = analyze_run(con, run_id, **kwargs)
             # the job's verdict: built once, from every rank (the pace-setter's analysis too)
-            job = diagnose(
-                con,
-                run_id,
-                memo(lambda r: analyze_run(con, run_id, **{**kwargs, "rank": r}), report),
-            )
+            report, job = report_part.analyze(con, run_id, **kwargs)
         except ValueError as e:
             return fail(str(e))
     finally:
         con.close()
-    doc = report.to_json()
-    doc["job"] = job.to_json()
+    doc = report_part.analyze_json(report, job)
     if args.json:
         print_json(doc)
     else:
@@ -319,6 +318,8 @@ def render(doc: dict[str, Any], job: JobDiagnosis | None = None, *, all_ranks: b
     recs = doc["recommendations"]
     out.append("")
     if recs:
+        from gpuscope.analysis.fixes import ORDER_NOTE
+
         out.append(f"recommendations: {ORDER_NOTE}")
     elif doc.get("gpu_busy_pct") is None:
         out.append("recommendations: none (no GPU activity to base them on)")

@@ -1,0 +1,156 @@
+"""A run's ``analyze --json`` document, computed once when the run is ingested and stored with it
+(part ``report`` of ``rank_summaries``, one row under the run's lowest rank), so that ``gpuscope
+analyze --json RUN`` reads one row instead of the run's events.
+
+The stored document is what :func:`analyze` + :func:`document` give for the run's default view
+(the lowest rank, every option at its default), as JSON text (:func:`text_of`: NaN and non-JSON
+values kept as ``analyze`` prints them). A stored row is used only while both hold:
+
+- its ``version`` is :func:`version`: a fingerprint of the analysis code (every module of
+  ``gpuscope.analysis`` and ``gpuscope.vocabulary``), so any change to how a figure is computed
+  makes the stored documents stale, without a version number to remember to bump;
+- its ``stamp`` is the run's :func:`stamp` now: the run's row, its ranks' rows and its NVML series
+  and memory events counted (a job's later ranks, a renamed run, a series added afterwards).
+
+A stale or missing document is computed from the events when asked for (``analyze``, as before
+this part existed; nothing is written) and stored again by :func:`store` (the ingest's
+after-commit step, ``gpuscope maintain``). This module imports nothing heavy: ``analyze --json``
+of a stored run loads neither pandas nor the analyses.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.job import JobDiagnosis
+    from gpuscope.analysis.report import RunReport
+    from gpuscope.store import Connection
+
+NAME = "report"
+TABLE = "rank_summaries"  # stored_parts.TABLE (not imported: that module imports pandas)
+#: The packages whose code the stored document depends on (their sources make :func:`version`).
+_FINGERPRINTED = ("analysis", "vocabulary")
+
+
+@functools.cache
+def version() -> int:
+    """The analysis code's fingerprint, a positive 31-bit integer (``rank_summaries.version`` is
+    an INTEGER): the SHA-256 of every ``.py`` file of :data:`_FINGERPRINTED`, by path relative to
+    the package, in path order. Any edit to a module changes it (each stored document is then
+    stale). Cost: reading ~0.9 MB of sources, a few ms once per process."""
+    root = Path(__file__).parent.parent  # the gpuscope package (links not followed: an
+    # editable install's tree of links holds the package's own modules)
+    h = hashlib.sha256()
+    for sub in _FINGERPRINTED:
+        for path in sorted((root / sub).rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode() + b"\0")
+            h.update(path.read_bytes() + b"\0")
+    return int.from_bytes(h.digest()[:4], "big") & 0x7FFFFFFF or 1
+
+
+#: The stamp's inputs (:func:`stamp`), one statement: its tables read once each.
+_STAMP_SQL = """
+    (SELECT CAST(list(runs) AS VARCHAR) FROM runs WHERE run_id = $run),
+    (SELECT CAST(list((rank, n_events, time_offset_ns) ORDER BY rank) AS VARCHAR)
+       FROM ranks WHERE run_id = $run),
+    (SELECT count(*) FROM nvml_series WHERE run_id = $run)"""
+
+
+def _stamp_of(row: tuple[Any, ...]) -> str:
+    return hashlib.sha256(repr(tuple(row)).encode()).hexdigest()
+
+
+def stamp(con: Connection, run_id: str) -> str:
+    """What the document reads of the run besides its events, which may change after its ingest:
+    the ``runs`` row (name, tags, GPU), the ``ranks`` rows (a job's later ranks, with their
+    memory events) and the number of NVML series (``ingest --attach`` adds them later). Equal
+    stamps: the same input."""
+    row = con.execute(f"SELECT {_STAMP_SQL}", {"run": run_id}).fetchone()
+    return _stamp_of(row or ())
+
+
+def analyze(con: Connection, run_id: str, **kwargs: Any) -> tuple[RunReport, JobDiagnosis]:
+    """The viewed rank's report and the job's verdict, what ``gpuscope analyze`` shows:
+    ``analyze_run(con, run_id, **kwargs)`` and ``job.diagnose`` built from it (the pace-setter's
+    report made once more only when it is another rank). Raises ValueError as they do."""
+    from gpuscope.analysis.job import diagnose, memo
+    from gpuscope.analysis.report import analyze_run
+
+    report = analyze_run(con, run_id, **kwargs)
+    job = diagnose(
+        con, run_id, memo(lambda r: analyze_run(con, run_id, **{**kwargs, "rank": r}), report)
+    )
+    return report, job
+
+
+def analyze_json(report: RunReport, job: JobDiagnosis) -> dict[str, Any]:
+    """``analyze --json``'s document: the report's JSON with the job's under ``job``."""
+    doc = report.to_json()
+    doc["job"] = job.to_json()
+    return doc
+
+
+def text_of(doc: dict[str, Any]) -> str:
+    """``doc`` as compact JSON text, as ``analyze --json`` writes values (``default=str``, NaN
+    kept): ``json.loads`` of it printed again gives ``analyze``'s text exactly."""
+    return json.dumps(doc, default=str)
+
+
+def stored_text(con: Connection, run_id: str) -> str | None:
+    """The stored document of ``run_id``'s default view (:func:`text_of`), or None when there is
+    none of the current :func:`version` or the run changed since (:func:`stamp`). One statement."""
+    row = con.execute(
+        f"""SELECT (SELECT doc FROM {TABLE}
+                     WHERE run_id = $run AND part = $part AND version = $version), {_STAMP_SQL}""",
+        {"run": run_id, "part": NAME, "version": version()},
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    held = json.loads(row[0])
+    if held.get("stamp") != _stamp_of(row[1:]):
+        return None
+    text = held.get("text")
+    return text if isinstance(text, str) else None
+
+
+def store(con: Connection, run_id: str) -> bool:
+    """Compute the document of ``run_id``'s default view from its events and store it (replacing
+    any other), in a transaction of its own; ``con`` must not be inside one. Returns False without
+    a write: not a trace run, one ``analyze`` refuses (ValueError: it says why when asked), or a
+    run deleted or changed while it was computed."""
+    from gpuscope.store import Store, now_utc, transaction
+
+    before = stamp(con, run_id)
+    ranks = con.execute("SELECT min(rank) FROM ranks WHERE run_id = ?", [run_id]).fetchone()
+    kind = con.execute("SELECT kind FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    if ranks is None or ranks[0] is None or kind is None or kind[0] != "trace":
+        return False
+    try:
+        text = text_of(analyze_json(*analyze(con, run_id)))
+    except ValueError:
+        return False
+    doc = json.dumps({"stamp": before, "text": text})
+
+    def work() -> bool:
+        with transaction(con):
+            if stamp(con, run_id) != before:
+                return False  # changed (or deleted) meanwhile: this document is of another input
+            con.execute(f"DELETE FROM {TABLE} WHERE run_id = ? AND part = ?", [run_id, NAME])
+            con.execute(
+                f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)",
+                [run_id, int(ranks[0]), NAME, version(), doc, now_utc()],
+            )
+            return True
+
+    return con.retrying(work) if isinstance(con, Store) else work()
+
+
+def print_text(text: str) -> str:
+    """``analyze --json``'s output of a stored document (:func:`stored_text`), as
+    ``print_json`` writes a document: two-space indent, ``default=str``."""
+    return json.dumps(json.loads(text), indent=2, default=str)

@@ -1,0 +1,186 @@
+"""The run's ``analyze --json`` document, stored at its ingest (gpuscope.analysis.report_part): it
+is exactly what the analysis computes from the events, ``analyze --json`` prints it without reading
+one event, and a stored document of other code or of a changed run is never printed."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clitools import run_cli
+from gpuscope.analysis import rank_summary as RS
+from gpuscope.analysis import report_part as RP
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.store import Store, connect, set_tags
+from tracegen import TraceBuilder
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "sample_traces"
+
+
+def one_rank(path: Path) -> Path:
+    """Three steps: a GEMM launched late in each (host-bound), a sync, an allocator event."""
+    t = TraceBuilder()
+    for n in range(3):
+        t0 = 1000.0 + 200.0 * n
+        t.step(n, t0, 200.0)
+        t.launch("volta_sgemm_128x64_nn", t0 + 60.0, t0 + 70.0, 50.0)
+        t.launch("vectorized_elementwise_kernel", t0 + 75.0, t0 + 80.0, 20.0)
+        t.runtime("cudaStreamSynchronize", t0 + 90.0, 60.0)
+    return t.write(path)
+
+
+def two_ranks(folder: Path) -> Path:
+    """Two rank files of a world of two: rank 1's kernel is the longer one (the pace-setter)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank, kernel_us in enumerate((20.0, 80.0)):
+        t = TraceBuilder(rank=rank, world_size=2)
+        for n in range(3):
+            t0 = 1000.0 + 100.0 * n
+            t.step(n, t0, 100.0)
+            t.launch("volta_sgemm_128x64_nn", t0 + 1.0, t0 + 5.0, kernel_us)
+        t.write(folder / f"rank{rank}.json")
+    return folder
+
+
+def printed(doc: dict[str, Any]) -> str:
+    """``analyze --json``'s stdout of ``doc`` (print_json)."""
+    return json.dumps(doc, indent=2, default=str) + "\n"
+
+
+def from_events(con: Store, run_id: str) -> str:
+    """The document computed from the events now (what analyze printed before the part)."""
+    return printed(RP.analyze_json(*RP.analyze(con, run_id)))
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], db: Path, run: str, *extra: str) -> str:
+    code, out, err = run_cli(capsys, "analyze", run, "--json", "--db", str(db), *extra)
+    assert code == 0, err
+    return out
+
+
+class Spy:
+    """Every statement a store runs while it is installed (``Store.execute``/``executemany``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sql: list[str] = []
+        execute, executemany = Store.execute, Store.executemany
+
+        def spied(store: Store, sql: str, params: Any = None) -> Any:
+            self.sql.append(sql)
+            return execute(store, sql, params)
+
+        def spied_many(store: Store, sql: str, params: Any) -> Any:
+            self.sql.append(sql)
+            return executemany(store, sql, params)
+
+        monkeypatch.setattr(Store, "execute", spied)
+        monkeypatch.setattr(Store, "executemany", spied_many)
+
+    def read_events(self) -> list[str]:
+        """The statements that name the ``events`` table (not ``n_events``, ``memory_events``)."""
+        return [s for s in self.sql if re.search(r"(?<!\w)events\b", s)]
+
+
+CASES = {
+    "one rank by hand": lambda tmp: one_rank(tmp / "t.json"),
+    "two ranks by hand": lambda tmp: two_ranks(tmp / "job"),
+    "before (sample)": lambda tmp: SAMPLES / "before",
+    "ddp (sample)": lambda tmp: SAMPLES / "ddp",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_stored_document_is_the_one_computed_from_the_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    db = tmp_path / "store"
+    with connect(db) as con:
+        run_id = ingest_paths(con, [CASES[case](tmp_path)], after_trace=RS.store_after_ingest)[
+            0
+        ].run_id
+        text = RP.stored_text(con, run_id)
+        assert text is not None, "the ingest stored the run's analyze document"
+        want = from_events(con, run_id)
+    assert RP.print_text(text) + "\n" == want
+    spy = Spy(monkeypatch)
+    assert cli_json(capsys, db, run_id) == want  # from the stored row
+    assert spy.read_events() == [], "analyze --json of a stored run reads no event"
+    assert len(spy.sql) <= 3, spy.sql  # the run's id, the document with its stamp: no analysis
+
+
+@pytest.mark.slow
+def test_analyze_prints_the_stored_document_without_the_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The events deleted, ``analyze --json`` prints the same document (it read none of them);
+    without the stored row it has only the events left, and says something else."""
+    db = tmp_path / "store"
+    with connect(db) as con:
+        run_id = ingest_paths(
+            con, [one_rank(tmp_path / "t.json")], after_trace=RS.store_after_ingest
+        )[0].run_id
+    want = cli_json(capsys, db, run_id)
+    with connect(db) as con:
+        con.execute("DELETE FROM events WHERE run_id = ?", [run_id])
+    assert cli_json(capsys, db, run_id) == want
+    with connect(db) as con:
+        con.execute("DELETE FROM rank_summaries WHERE run_id = ? AND part = 'report'", [run_id])
+    code, out, _ = run_cli(capsys, "analyze", run_id, "--json", "--db", str(db))
+    assert (code, out) != (0, want)
+
+
+@pytest.mark.slow
+def test_a_stale_document_is_computed_from_the_events_and_stored_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another analysis code (its fingerprint), a renamed or re-tagged run, an NVML series
+    attached later: the stored document is not printed; ``store`` replaces it."""
+    db = tmp_path / "store"
+    trace = two_ranks(tmp_path / "job")
+    with connect(db) as con:
+        run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest)[0].run_id
+        assert RP.stored_text(con, run_id) is not None
+        # the code changed: its version is another one
+        monkeypatch.setattr(RP, "version", lambda: 7)
+        assert RP.stored_text(con, run_id) is None
+        monkeypatch.undo()
+        assert RP.stored_text(con, run_id) is not None
+        # the run's row changed (tags are in the document's input)
+        set_tags(con, run_id, ["nightly"])
+        assert RP.stored_text(con, run_id) is None
+        assert RP.store(con, run_id)
+        text = RP.stored_text(con, run_id)
+        assert text is not None and RP.print_text(text) + "\n" == from_events(con, run_id)
+        assert con.execute(
+            "SELECT count(*) FROM rank_summaries WHERE run_id = ? AND part = 'report'", [run_id]
+        ).fetchone() == (1,)
+    # an NVML series attached afterwards: the memory figures may read it
+    nvml = SAMPLES / "ddp" / "ddp.nvml.jsonl"
+    code, _, err = run_cli(capsys, "ingest", str(nvml), "--attach", run_id, "--db", str(db))
+    assert code == 0, err
+    with connect(db) as con:
+        assert RP.stored_text(con, run_id) is None
+        want = from_events(con, run_id)
+    spy = Spy(monkeypatch)
+    assert cli_json(capsys, db, run_id) == want
+    assert spy.read_events(), "a stale document is computed from the events"
+
+
+@pytest.mark.slow
+def test_options_other_than_the_default_view_are_computed_from_the_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "store"
+    with connect(db) as con:
+        run_id = ingest_paths(
+            con, [two_ranks(tmp_path / "job")], after_trace=RS.store_after_ingest
+        )[0].run_id
+        want = printed(RP.analyze_json(*RP.analyze(con, run_id, rank=1, untraced_step_ms=None)))
+    spy = Spy(monkeypatch)
+    assert cli_json(capsys, db, run_id, "--rank", "1") == want
+    assert spy.read_events()
