@@ -38,6 +38,7 @@ from gpuscope.analysis.steps import Window, step_stats
 
 if TYPE_CHECKING:
     from gpuscope.analysis.report import RunReport
+    from gpuscope.analysis.straggler_cause import PaceSetterCause
     from gpuscope.store import Connection
 
 #: The window's last step is the profiler's drain step when, on some rank, it lasts more than
@@ -155,13 +156,44 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class PathStep:
+    """One step of the job's critical path across ranks (docs/metrics.md, "The chain across
+    ranks"): the rank the other waits for in it (``late_rank``), its segment (``step_ms``, ms) and
+    that segment's bound-by split (``bound_by_ms``: compute / host / data / comm / wait, ms), and
+    the segment re-timed with the verdict's cause removed on the pace-setter (``retimed_ms``;
+    None when the verdict re-times the whole step instead: profiler, or a cause found once the
+    profiler's cost is gone)."""
+
+    step: int
+    late_rank: int
+    step_ms: float
+    bound_by_ms: Mapping[str, float]
+    retimed_ms: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "late_rank": self.late_rank,
+            "step_ms": self.step_ms,
+            "bound_by_ms": dict(self.bound_by_ms),
+            "retimed_ms": self.retimed_ms,
+        }
+
+
+@dataclass(frozen=True)
 class JobDiagnosis:
     """The job's verdict (module doc): its step time, the pace-setting rank and the wait it costs
     the rank that waits longest for it (``wait_ms_per_step``, ``waiting_rank``; None for a run of
     one rank or without matched collectives) and its caused wait summed over the others
     (``caused_wait_ms_per_step``), where the job's time goes (``split``, ``per_rank``), its MFU
     (the pace-setter's FLOPs per step over the job step time, against its peak; None without
-    them), and the ranked ``findings`` (computed on ``fix_rank``: the pace-setter)."""
+    them), and the ranked ``findings`` (computed on ``fix_rank``: the pace-setter). The chain
+    across ranks (None/empty without one): ``path`` (each step's critical path, :class:`PathStep`),
+    ``bound_by_pct`` (the path's split over its steps, % of their sum), ``cause_rank`` (the rank
+    whose own cause the verdict names: the pace-setter, or the rank that sets the pace once the
+    profiler's cost is gone), ``retimed_step_ms`` (the job step with that cause removed, ms) and
+    ``retimed_from_ms`` (the step it re-times: the job's mean step, or the step measured without
+    the profiler)."""
 
     run_id: str
     ranks: tuple[int, ...]
@@ -175,6 +207,11 @@ class JobDiagnosis:
     mfu_pct: float | None
     fix_rank: int
     findings: tuple[Finding, ...]
+    path: tuple[PathStep, ...] = ()
+    bound_by_pct: Mapping[str, float] | None = None
+    cause_rank: int | None = None
+    retimed_step_ms: float | None = None
+    retimed_from_ms: float | None = None
 
     @property
     def distributed(self) -> bool:
@@ -199,6 +236,13 @@ class JobDiagnosis:
             "mfu_pct": self.mfu_pct,
             "fix_rank": self.fix_rank,
             "findings": [f.to_json() for f in self.findings],
+            "critical_path": {
+                "bound_by_pct": dict(self.bound_by_pct) if self.bound_by_pct is not None else None,
+                "by_step": [p.to_json() for p in self.path],
+            },
+            "cause_rank": self.cause_rank,
+            "retimed_step_ms": self.retimed_step_ms,
+            "retimed_from_ms": self.retimed_from_ms,
         }
 
 
@@ -365,9 +409,39 @@ def _last_most_often(windows: Mapping[int, tuple[Window, int]]) -> int:
     return max(sorted(windows), key=lambda r: counts.get(r, 0))
 
 
-def _findings(rep: RunReport, cause: Finding | None) -> tuple[Finding, ...]:
-    out = [cause] if cause is not None else []
+def _findings(rep: RunReport, cause: PaceSetterCause | None) -> tuple[Finding, ...]:
+    """The pace-setter's own cause, then its fix (the cause's fix unit, on the rank it names),
+    then the pace-setting rank's fixes in the fix list's order (the cause's fix not twice)."""
+    from gpuscope.analysis.straggler_cause import fix_title
+
+    out = []
+    if cause is not None:
+        out.append(
+            Finding(
+                "pace_cause",
+                cause.id,
+                cause.title,
+                cause.detail,
+                _float(cause.gain_pct),
+                cause.rank,
+            )
+        )
+        if cause.fix_id is not None:
+            out.append(
+                Finding(
+                    "fix",
+                    cause.fix_id,
+                    fix_title(cause.fix_id),
+                    f"the fix for rank {cause.rank}'s own cause: {cause.title[0].lower()}"
+                    f"{cause.title[1:]}",
+                    _float(cause.gain_pct),
+                    cause.rank,
+                )
+            )
+    first = {f.id for f in out if f.kind == "fix"}
     for rec in rep.recommendations:
+        if rec.id in first:
+            continue
         est = getattr(rec, "estimate", None)
         gain = getattr(est, "gain_pct", None) if est is not None else None
         summary = (rec.evidence or {}).get("summary") if isinstance(rec.evidence, dict) else None
@@ -386,25 +460,49 @@ def _float(v: Any) -> float | None:
 
 def _pace_cause(
     rep: RunReport, job_step: JobStepTime, con: Connection | None = None
-) -> Finding | None:
+) -> PaceSetterCause | None:
     """The pace-setter's own cause (:mod:`gpuscope.analysis.straggler_cause`) from its report,
     re-timed on the job's mean step; None without a matched straggler. With ``con``: the untraced
-    host time and counted FLOPs of the pace-setter and its top waiter (a sleep or a batch made
-    outside a DataLoader is not dispatch; a rank given more work is said)."""
-    from gpuscope.analysis.straggler_cause import flops_for, pace_setter_cause, untraced_for
+    host time, counted FLOPs and chain across ranks (each step's segment, :func:`chain_for`) of the
+    pace-setter and its top waiter (a sleep or a batch made outside a DataLoader is not dispatch;
+    a rank given more work is said)."""
+    from gpuscope.analysis.straggler_cause import (
+        chain_for,
+        flops_for,
+        pace_setter_cause,
+        untraced_for,
+    )
 
     is_pace = rep.straggler is not None and int(rep.rank) == int(rep.straggler.rank)
-    got = pace_setter_cause(
+    return pace_setter_cause(
         rep.straggler,
         rep.ranks,
         job_step_ms=job_step.mean_ms,
         profiler=rep.profiler if is_pace else None,
         untraced_ms=untraced_for(con, rep) if con is not None else None,
         flops_per_step=flops_for(con, rep) if con is not None else None,
+        chain=chain_for(con, rep) if con is not None else None,
     )
-    if got is None:
-        return None
-    return Finding("pace_cause", got.id, got.title, got.detail, _float(got.gain_pct), got.rank)
+
+
+def _path(cause: PaceSetterCause | None) -> tuple[tuple[PathStep, ...], dict[str, float] | None]:
+    """The job's critical path by step and its bound-by split from the cause's chain."""
+    from gpuscope.analysis.straggler_cause import ABSTAINED, PROFILER, retimed_by_step
+
+    chain = cause.chain if cause is not None else None
+    if cause is None or chain is None or not chain.steps:
+        return (), None
+    per_step = (
+        cause.cause not in (ABSTAINED, PROFILER)
+        and cause.profiled_rank is None
+        and cause.rank == chain.pace
+    )
+    new = retimed_by_step(chain, cause.cause) if per_step else {}
+    steps = tuple(
+        PathStep(s.step, s.late_rank, s.segment_ms, s.bound_by_ms, new.get(s.step))
+        for s in chain.steps
+    )
+    return steps, chain.bound_by_pct
 
 
 def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]) -> JobDiagnosis:
@@ -434,6 +532,8 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
             pace = rep.straggler.rank
             rep = report_of(pace)
     step = step_time(windows, pace)
+    cause = _pace_cause(rep, step, con)
+    path, bound_by = _path(cause)
     strag = rep.straggler
     n = max(1, rep.window.n_steps)
     caused = dict(strag.per_rank_caused_ns) if strag is not None else {}
@@ -463,7 +563,12 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
         if rep.has_gpu_activity
         else None,
         fix_rank=pace,
-        findings=_findings(rep, _pace_cause(rep, step, con)),
+        findings=_findings(rep, cause),
+        path=path,
+        bound_by_pct=bound_by,
+        cause_rank=cause.rank if cause is not None else None,
+        retimed_step_ms=cause.retimed_job_step_ms if cause is not None else None,
+        retimed_from_ms=cause.job_step_ms if cause is not None else None,
     )
 
 
@@ -535,7 +640,14 @@ def headline_rows(job: JobDiagnosis) -> tuple[HeadlineRow, ...]:
                 note += f"; all ranks together {sig3(job.caused_wait_ms_per_step)} ms per step"
         else:
             note = "no collectives matched across ranks: the rank whose steps end last"
+        if job.cause_rank is not None and job.cause_rank != job.pace_setter:
+            note += (
+                f"; under the profiler only: once its cost is gone rank {job.cause_rank} sets "
+                "the pace (Why)"
+            )
         rows.append(HeadlineRow("Pace-setter", f"rank {job.pace_setter}", note))
+        if job.bound_by_pct is not None and job.path:
+            rows.append(path_row(job))
     s = job.split
     rows.append(
         HeadlineRow(
@@ -551,11 +663,75 @@ def headline_rows(job: JobDiagnosis) -> tuple[HeadlineRow, ...]:
     cause = next((f for f in job.findings if f.kind == "pace_cause"), None)
     if cause is not None:
         rows.append(HeadlineRow("Why", cause.title, cause.detail))
+        if job.retimed_step_ms is not None and job.retimed_from_ms is not None:
+            rows.append(retimed_row(job))
     first = job.first_fix
     if first is not None:
         who = f"rank {first.rank}, the pace-setter: fixing a rank that waits gains nothing"
+        if first.rank != job.pace_setter:
+            who = (
+                f"rank {first.rank}, which sets the pace once the profiler's cost is gone: fixing "
+                "a rank that waits gains nothing"
+            )
         rows.append(HeadlineRow("First fix", first.title, who if job.distributed else ""))
     return tuple(rows)
+
+
+def path_row(job: JobDiagnosis) -> HeadlineRow:
+    """The job's critical path across ranks: what bounds it (the largest part of the bound-by
+    split over the chain's steps), the split, and the late rank by step."""
+    split = job.bound_by_pct or {}
+    top = max(split, key=lambda k: split[k])
+    parts = ", ".join(f"{k} {_p(v)}" for k, v in split.items())
+    late: dict[int, list[int]] = {}
+    for p in job.path:
+        late.setdefault(p.late_rank, []).append(p.step)
+    who = "; ".join(
+        f"rank {r} at step{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
+        for r, v in sorted(late.items())
+    )
+    steps = "; ".join(
+        f"{p.step}: {sig3(p.step_ms)} = "
+        + " + ".join(f"{k} {sig3(v)}" for k, v in p.bound_by_ms.items() if v >= 0.05)
+        for p in job.path
+    )
+    return HeadlineRow(
+        "Critical path",
+        f"{top}-bound ({_p(split[top])})",
+        f"through the rank the others wait for in each step ({who}): {parts}; by step (ms): "
+        f"{steps}",
+        parts,
+    )
+
+
+def retimed_row(job: JobDiagnosis) -> HeadlineRow:
+    """The job's step re-timed with the verdict's cause removed on the rank it names."""
+    assert job.retimed_step_ms is not None and job.retimed_from_ms is not None
+    cause = next((f for f in job.findings if f.kind == "pace_cause"), None)
+    what = "the step measured without the profiler"
+    if cause is not None and cause.id == "pace_setter_profiler":
+        note = "the profiler's cost removed: the step measured without it"
+    elif job.cause_rank is not None and job.cause_rank != job.pace_setter:
+        note = f"{what}, with rank {job.cause_rank}'s extra part as rank {job.pace_setter}'s"
+    else:
+        note = (
+            f"the job's mean step, with rank {job.cause_rank}'s extra segment time for its cause as "
+            "the waiting rank's"
+        )
+        if job.path and any(p.retimed_ms is not None for p in job.path):
+            note += "; by step (ms): " + ", ".join(
+                f"{p.step}: {sig3(p.step_ms)} → {sig3(p.retimed_ms)}"
+                for p in job.path
+                if p.retimed_ms is not None
+            )
+    gain = job.retimed_from_ms - job.retimed_step_ms
+    pct = 100.0 * gain / job.retimed_from_ms if job.retimed_from_ms > 0 else 0.0
+    return HeadlineRow(
+        "Re-timed",
+        f"{sig3(job.retimed_from_ms)} → {sig3(job.retimed_step_ms)} ms",
+        f"{note} (−{sig3(pct)} %)",
+        f"−{sig3(pct)} %",
+    )
 
 
 def rank_rows(job: JobDiagnosis, top: int | None = None) -> tuple[RankShare, ...]:

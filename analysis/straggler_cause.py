@@ -33,6 +33,7 @@ few steps; the other ranks' share of the caused wait whether the straggler **mov
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from gpuscope.vocabulary.causes import (
 )
 
 if TYPE_CHECKING:
-    from gpuscope.analysis.collectives import Straggler
+    from gpuscope.analysis.collectives import CollectiveMatch, Straggler
     from gpuscope.analysis.profiler_cost import ProfilerCost
     from gpuscope.analysis.report import RunReport
     from gpuscope.store import Connection
@@ -167,6 +168,8 @@ class PaceSetterCause:
     spike_steps: tuple[int, ...] = ()
     rank_shares: tuple[tuple[int, float], ...] = ()
     candidates: tuple[CauseFigure, ...] = ()
+    profiled_rank: int | None = None
+    chain: Chain | None = None
 
     @property
     def id(self) -> str:
@@ -175,6 +178,8 @@ class PaceSetterCause:
 
     @property
     def title(self) -> str:
+        if self.profiled_rank is not None and self.profiled_rank != self.rank:
+            return f"Rank {self.rank} sets the pace once the profiler's cost is gone: {_WHAT[self.cause]}"
         if self.cause == ABSTAINED:
             return f"Rank {self.rank} sets the pace; its own cause is not singled out"
         return f"Rank {self.rank} sets the pace: {_WHAT[self.cause]}"
@@ -205,6 +210,8 @@ class PaceSetterCause:
             "spike_steps": list(self.spike_steps),
             "rank_shares_pct": {str(r): v for r, v in self.rank_shares},
             "candidates": [c.to_json() for c in self.candidates],
+            "profiled_rank": self.profiled_rank,
+            "chain": self.chain.to_json() if self.chain is not None else None,
         }
 
 
@@ -278,6 +285,7 @@ def pace_setter_cause(
     profiler: ProfilerCost | None = None,
     untraced_ms: Mapping[int, float] | None = None,
     flops_per_step: Mapping[int, float] | None = None,
+    chain: Chain | None = None,
 ) -> PaceSetterCause | None:
     """The pace-setter's own cause (module doc); None when there is no straggler (no rank makes
     the others wait above the collectives' threshold) or no other rank's line to compare with."""
@@ -294,6 +302,10 @@ def pace_setter_cause(
     un = untraced_ms or {}
     mine = _figures(pace, un.get(int(pace.rank)))
     theirs = [_figures(o, un.get(int(o.rank))) for o in others]
+    if chain is not None and chain.steps and chain.pace == int(pace.rank):
+        # the chain's segments: the pace-setter's against the rank that waits most for it
+        mine = _chain_figures(chain.parts_ms(chain.pace))
+        theirs = [_chain_figures(chain.parts_ms(chain.waiting))]
     cands = []
     for c in (HOST, UNTRACED, DATA, SYNC, PAGEABLE, COMPUTE, COMM):
         v = mine[c]
@@ -336,11 +348,13 @@ def pace_setter_cause(
             spikes,
             shares,
             tuple(cands),
+            chain=chain,
         )
 
     if pattern == "moving":
         return abstain(
             "the straggler moves between ranks, so no one rank's own cause sets the pace"
+            + _late_words(chain)
         )
     if wait <= 0:
         return abstain(f"no rank waits for rank {straggler.rank}")
@@ -386,7 +400,11 @@ def pace_setter_cause(
     explain = wait if cause == PROFILER else left
     gain = min(explain, best.excess_ms)
     retimed = step - gain if step is not None else None
-    if retimed is not None:
+    by_chain = chain is not None and chain.steps and chain.pace == int(pace.rank)
+    if retimed is not None and by_chain and cause != PROFILER:
+        assert chain is not None
+        retimed = step - _chain_gain(chain, cause) if step is not None else None
+    elif retimed is not None:
         # no rank's step gets shorter than its own work: the pace-setter's GPU busy per step, each
         # other rank's step less its wait
         busy = _busy_ms(pace)
@@ -397,6 +415,24 @@ def pace_setter_cause(
     if cause == PROFILER and profiler is not None and profiler.untraced_step_ms is not None:
         # measured: the pace-setter's step without the profiler
         retimed = min(step, profiler.untraced_step_ms) if step is not None else None
+    if cause == PROFILER and chain is not None and chain.pace == int(pace.rank):
+        hidden = _hidden_compute(chain, flops_per_step)
+        if hidden is not None:
+            return _hidden_verdict(
+                straggler,
+                hidden,
+                chain,
+                wait,
+                step,
+                retimed,
+                removed,
+                pattern,
+                spikes,
+                shares,
+                tuple(cands),
+                flops_per_step,
+                profiler,
+            )
     what = _cause_words(straggler.rank, cause, best)
     fix = fix_of(cause)
     fix_words = f"; first fix: {fix_title(fix)} ({fix})" if fix else ""
@@ -419,6 +455,7 @@ def pace_setter_cause(
         spikes,
         shares,
         tuple(cands),
+        chain=chain,
     )
 
 
@@ -512,7 +549,10 @@ def finding(rep: RunReport, con: Connection | None = None) -> PaceSetterCause | 
     prof = rep.profiler if int(rep.rank) == int(s.rank) else None
     un = untraced_for(con, rep) if con is not None else None
     fl = flops_for(con, rep) if con is not None else None
-    return pace_setter_cause(s, rep.ranks, profiler=prof, untraced_ms=un, flops_per_step=fl)
+    ch = chain_for(con, rep) if con is not None else None
+    return pace_setter_cause(
+        s, rep.ranks, profiler=prof, untraced_ms=un, flops_per_step=fl, chain=ch
+    )
 
 
 def flops_for(con: Connection, rep: RunReport) -> dict[int, float]:
@@ -586,3 +626,437 @@ def untraced_idle_ms(con: Connection, run_id: str, rank: int) -> float | None:
     both = _union_ns(np.concatenate([gs, hs]), np.concatenate([ge, he]))
     covered = idle + _union_ns(hs, he) - both
     return max(0, idle - covered) / max(1, w.n_steps) / 1e6
+
+
+# -- the chain across ranks: each step's segment on the late rank against the waiting rank's ----------
+
+#: The parts a rank's step segment is split into (ms, summing to the segment): GPU compute (any
+#: non-communication activity), communication transfer, the wait in collectives for a later rank,
+#: and the GPU idle by cause (host dispatch, untraced host time, data loading, a sync, pageable
+#: copies, communication called on the host, other).
+PARTS: tuple[str, ...] = (
+    COMPUTE,
+    "transfer",
+    "wait",
+    HOST,
+    UNTRACED,
+    DATA,
+    SYNC,
+    PAGEABLE,
+    "comm_idle",
+    "other",
+)
+#: The bound-by split of the job's critical path (a step's segment on its late rank): each part of
+#: :data:`PARTS` goes to one of these.
+BOUND_BY: dict[str, str] = {
+    COMPUTE: "compute",
+    "transfer": "comm",
+    "comm_idle": "comm",
+    "wait": "wait",
+    DATA: "data",
+    HOST: "host",
+    UNTRACED: "host",
+    SYNC: "host",
+    PAGEABLE: "host",
+    "other": "host",
+}
+BOUND_ORDER: tuple[str, ...] = ("compute", "host", "data", "comm", "wait")
+
+
+def _merge(s: Any, e: Any) -> tuple[Any, Any]:
+    """The union of intervals [s, e) as sorted disjoint arrays (int64)."""
+    import numpy as np
+
+    s, e = np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)
+    if s.size == 0:
+        return s, e
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    reach = np.maximum.accumulate(e)
+    new = np.concatenate(([True], s[1:] > reach[:-1]))
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx)
+
+
+def _covered(us: Any, ue: Any, a: Any, b: Any) -> Any:
+    """For each range [a_i, b_i): how much of it the disjoint sorted union (us, ue) covers (ns)."""
+    import numpy as np
+
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    if us.size == 0:
+        return np.zeros(a.shape, dtype=np.int64)
+    cum = np.concatenate(([0], np.cumsum(ue - us)))
+
+    def upto(t: Any) -> Any:  # covered length of (-inf, t)
+        i = np.searchsorted(us, t, side="right")  # intervals starting at or before t
+        full = cum[np.maximum(i - 1, 0)]
+        last = np.where(i > 0, np.clip(t - us[np.maximum(i - 1, 0)], 0, None), 0)
+        part = np.minimum(last, np.where(i > 0, (ue - us)[np.maximum(i - 1, 0)], 0))
+        return np.where(i > 0, full + part, 0)
+
+    return np.maximum(0, upto(b) - upto(a))
+
+
+def step_segments(
+    con: Connection, run_id: str, rank: int, match: CollectiveMatch
+) -> dict[int, dict[str, float]]:
+    """The rank's step segments split into :data:`PARTS` (ns each), by step number. A step's
+    segment runs from the end of the rank's last matched collective launched in the previous step
+    that has one to the end of its last matched collective launched in this step: the ranks leave
+    a collective together, so the segments of a step start and end at about the same time on
+    every rank, and a rank that waits holds the wait inside its own segment. The window's first
+    step with a collective has no segment (nothing in the window before it ends a collective).
+    Measured on the rank's primary device; GPU idle by the idle gaps' causes (each gap's cause ns
+    scaled by how much of it the segment holds), the untraced host time (idle while the host is in
+    no traced span but the step's own) taken out of the CPU overhead."""
+    import numpy as np
+    from gpuscope.analysis.collectives import rank_offset_ns
+    from gpuscope.analysis.event_classes import HOST_CATS, PROFILER_STEP_RE
+    from gpuscope.analysis.idle import idle_gaps
+    from gpuscope.analysis.rank_index import RankIndex
+    from gpuscope.analysis.steps import find_window
+    from gpuscope.analysis.store_access import execute, regex, sql_list
+
+    rows = match.rows
+    mine = rows[(rows["rank"] == rank) & rows["step"].notna()]
+    if mine.empty:
+        return {}
+    off = rank_offset_ns(con, run_id, rank)
+    ends = mine.groupby("step")["end_ns"].max().sort_index()
+    bounds = [(int(s), int(e) - off) for s, e in ends.items()]
+    if len(bounds) < 2:
+        return {}
+    w = find_window(con, run_id, rank)
+    ix = RankIndex.shared(con, run_id, rank)
+    dev = ix.primary_device(w.start_ns, w.end_ns)
+    if dev is None:
+        return {}
+    lo, hi = bounds[0][1], bounds[-1][1]
+    comm_ids = ix.comm_name_ids()
+    g = execute(
+        con,
+        f"SELECT s, e, name_id FROM {ix.gpu()} WHERE dev = $d AND s < $hi AND e > $lo",
+        {"d": dev, "lo": lo, "hi": hi},
+    ).fetchnumpy()
+    gs, ge = np.asarray(g["s"], dtype=np.int64), np.asarray(g["e"], dtype=np.int64)
+    is_comm = np.isin(np.asarray(g["name_id"], dtype=np.int64), np.asarray(comm_ids, np.int64))
+    busy = _merge(gs, ge)
+    comp = _merge(gs[~is_comm], ge[~is_comm])
+    ws = mine["start_ns"].to_numpy(np.int64) - off
+    wait = _merge(ws, ws + mine["wait_ns"].to_numpy(np.int64))
+    wait_or_comp = _merge(np.concatenate([wait[0], comp[0]]), np.concatenate([wait[1], comp[1]]))
+    gaps = idle_gaps(con, run_id, rank, w, device=dev, start_ns=lo, end_ns=hi, evidence=False)
+    h = execute(
+        con,
+        f"""
+        SELECT h.ts_ns AS s, h.ts_ns + h.dur_ns AS e
+        FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+        WHERE h.ph = 'X' AND h.dur_ns > 0 AND h.cat IN {sql_list(HOST_CATS)}
+          AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo AND NOT {regex(PROFILER_STEP_RE)}
+        """,
+        {"run": run_id, "lo": lo, "hi": hi},
+    ).fetchnumpy()
+    host = _merge(h["s"], h["e"])
+    g0 = gaps["start_ns"].to_numpy(np.int64)
+    g1 = gaps["end_ns"].to_numpy(np.int64)
+    gdur = np.maximum(1, g1 - g0).astype(float)
+    untraced_gap = (g1 - g0) - _covered(*host, g0, g1)
+    by_gap = {
+        HOST: gaps[f"{CPU_OVERHEAD}_ns"].to_numpy(float)
+        + gaps[f"{LAUNCH_OVERHEAD}_ns"].to_numpy(float),
+        DATA: gaps[f"{DATA_LOADING}_ns"].to_numpy(float),
+        SYNC: gaps[f"{HOST_SYNC}_ns"].to_numpy(float),
+        PAGEABLE: gaps[f"{PAGEABLE_COPY}_ns"].to_numpy(float),
+        "comm_idle": gaps[f"{COMMUNICATION}_ns"].to_numpy(float),
+        "other": gaps["other_ns"].to_numpy(float),
+    }
+    by_gap[UNTRACED] = np.minimum(untraced_gap, gaps[f"{CPU_OVERHEAD}_ns"].to_numpy(float))
+    by_gap[HOST] = by_gap[HOST] - by_gap[UNTRACED]
+    out: dict[int, dict[str, float]] = {}
+    for (_, a), (step, b) in itertools.pairwise(bounds):
+        if b <= a:
+            continue
+        A, B = np.array([a]), np.array([b])
+        n_busy = int(_covered(*busy, A, B)[0])
+        n_comp = int(_covered(*comp, A, B)[0])
+        n_wait = int(_covered(*wait_or_comp, A, B)[0]) - n_comp
+        n_wait = max(0, min(n_wait, n_busy - n_comp))
+        share = np.clip(np.minimum(g1, b) - np.maximum(g0, a), 0, None) / gdur
+        parts = {
+            COMPUTE: float(n_comp),
+            "transfer": float(n_busy - n_comp - n_wait),
+            "wait": float(n_wait),
+        }
+        for k, v in by_gap.items():
+            parts[k] = float((v * share).sum())
+        idle = (b - a) - n_busy
+        told = sum(
+            by_gap_v for kk, by_gap_v in parts.items() if kk not in (COMPUTE, "transfer", "wait")
+        )
+        parts["other"] += max(0.0, idle - told)  # idle the gaps' causes do not hold
+        out[step] = parts
+    return out
+
+
+@dataclass(frozen=True)
+class ChainStep:
+    """One step of the chain between the pace-setter and the rank that waits most for it: each
+    rank's segment (:func:`step_segments`) split into :data:`PARTS` (ms). ``late_rank``: the rank
+    whose segment holds less wait (the one the other waits for in this step: the job's critical
+    path runs through its segment)."""
+
+    step: int
+    late_rank: int
+    other_rank: int
+    late_ms: Mapping[str, float]
+    other_ms: Mapping[str, float]
+
+    @property
+    def segment_ms(self) -> float:
+        """The late rank's segment (ms): the job's step as the critical path runs it."""
+        return float(sum(self.late_ms.values()))
+
+    @property
+    def wait_ms(self) -> float:
+        """The other rank's wait in this step less the late rank's own (ms, >= 0)."""
+        return max(0.0, self.other_ms.get("wait", 0.0) - self.late_ms.get("wait", 0.0))
+
+    @property
+    def bound_by_ms(self) -> dict[str, float]:
+        """The late rank's segment by :data:`BOUND_ORDER` (ms, summing to the segment)."""
+        out = dict.fromkeys(BOUND_ORDER, 0.0)
+        for k, v in self.late_ms.items():
+            out[BOUND_BY[k]] += v
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "late_rank": self.late_rank,
+            "other_rank": self.other_rank,
+            "segment_ms": self.segment_ms,
+            "wait_ms": self.wait_ms,
+            "bound_by_ms": self.bound_by_ms,
+            "late_parts_ms": dict(self.late_ms),
+            "other_parts_ms": dict(self.other_ms),
+        }
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The chain across ranks (:func:`cross_rank_chain`): the pace-setter ``pace``, the rank that
+    waits most for it ``waiting``, and each step's segments on both (:class:`ChainStep`)."""
+
+    pace: int
+    waiting: int
+    steps: tuple[ChainStep, ...]
+
+    def parts_ms(self, rank: int) -> dict[str, float]:
+        """The rank's mean segment by :data:`PARTS` (ms per step) over the chain's steps."""
+        n = max(1, len(self.steps))
+        out = dict.fromkeys(PARTS, 0.0)
+        for s in self.steps:
+            src = s.late_ms if s.late_rank == rank else s.other_ms
+            for k in PARTS:
+                out[k] += src.get(k, 0.0) / n
+        return out
+
+    @property
+    def bound_by_pct(self) -> dict[str, float]:
+        """The job's critical path over the chain's steps by :data:`BOUND_ORDER` (% of the sum of
+        the late ranks' segments)."""
+        tot = dict.fromkeys(BOUND_ORDER, 0.0)
+        for s in self.steps:
+            for k, v in s.bound_by_ms.items():
+                tot[k] += v
+        whole = sum(tot.values())
+        return {k: (100.0 * v / whole if whole > 0 else 0.0) for k, v in tot.items()}
+
+    @property
+    def late_by_step(self) -> dict[int, int]:
+        return {s.step: s.late_rank for s in self.steps}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pace_rank": self.pace,
+            "waiting_rank": self.waiting,
+            "bound_by_pct": self.bound_by_pct,
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+
+def cross_rank_chain(
+    con: Connection, run_id: str, match: CollectiveMatch, pace: int, waiting: int
+) -> Chain | None:
+    """The chain between ``pace`` and ``waiting`` over the steps where both have a segment
+    (:func:`step_segments`); None when no step has one on both."""
+    a = step_segments(con, run_id, pace, match)
+    b = step_segments(con, run_id, waiting, match)
+    steps = []
+    for s in sorted(set(a) & set(b)):
+        pa_, pb = {k: v / 1e6 for k, v in a[s].items()}, {k: v / 1e6 for k, v in b[s].items()}
+        if pa_.get("wait", 0.0) <= pb.get("wait", 0.0):
+            steps.append(ChainStep(s, pace, waiting, pa_, pb))
+        else:
+            steps.append(ChainStep(s, waiting, pace, pb, pa_))
+    return Chain(pace, waiting, tuple(steps)) if steps else None
+
+
+def chain_for(con: Connection, rep: RunReport) -> Chain | None:
+    """:func:`cross_rank_chain` of ``rep``'s straggler and the rank that waits most for it."""
+    s, m = rep.straggler, rep.collectives
+    if s is None or m is None or int(s.rank) == int(s.waiting_rank):
+        return None
+    return cross_rank_chain(con, str(rep.run["id"]), m, int(s.rank), int(s.waiting_rank))
+
+
+HIDDEN_KERNEL_MORE = 0.25
+"""Without counted FLOPs, a waiting rank's kernel time must exceed the pace-setter's by this share
+to say it computes more (its kernels run slower beside the collective kernels spinning on its SMs:
++11 % on the real clean DDP pair's segments)."""
+
+
+def _chain_figures(parts: Mapping[str, float]) -> dict[str, float | None]:
+    """A rank's candidate figures (ms per step) from its mean chain segment."""
+    return {
+        HOST: parts.get(HOST, 0.0),
+        UNTRACED: parts.get(UNTRACED, 0.0),
+        DATA: parts.get(DATA, 0.0),
+        SYNC: parts.get(SYNC, 0.0),
+        PAGEABLE: parts.get(PAGEABLE, 0.0),
+        COMPUTE: parts.get(COMPUTE, 0.0),
+        COMM: parts.get("transfer", 0.0) + parts.get("comm_idle", 0.0),
+    }
+
+
+def _part_ms(parts: Mapping[str, float], cause: str) -> float:
+    v = _chain_figures(parts).get(cause)
+    return float(v or 0.0)
+
+
+def retimed_by_step(chain: Chain, cause: str) -> dict[int, float]:
+    """Each chain step's segment (ms) with ``cause`` removed on the pace-setter: in a step it sets
+    the pace, its part of that cause becomes the waiting rank's (at most the wait it caused goes);
+    the step then lasts the longer of that and the waiting rank's segment less its wait. A step
+    the other rank sets keeps its length."""
+    out = {}
+    for s in chain.steps:
+        if s.late_rank != chain.pace:
+            out[s.step] = s.segment_ms
+            continue
+        extra = max(0.0, _part_ms(s.late_ms, cause) - _part_ms(s.other_ms, cause))
+        own_other = sum(s.other_ms.values()) - s.other_ms.get("wait", 0.0)
+        out[s.step] = min(s.segment_ms, max(s.segment_ms - min(extra, s.wait_ms), own_other))
+    return out
+
+
+def _chain_gain(chain: Chain, cause: str) -> float:
+    """The job step's mean gain (ms per step) with ``cause`` removed on the pace-setter
+    (:func:`retimed_by_step`)."""
+    new = retimed_by_step(chain, cause)
+    return sum(s.segment_ms - new[s.step] for s in chain.steps) / max(1, len(chain.steps))
+
+
+def _hidden_compute(chain: Chain, flops: Mapping[int, float] | None) -> CauseFigure | None:
+    """The waiting rank's compute against the pace-setter's when it computes more (ms per step:
+    ``pace_ms`` the waiting rank's kernel time, ``others_ms`` the pace-setter's), None when it does
+    not: kernel time at least :data:`MORE_COMPUTE` more and counted FLOPs at least as much more
+    where both ranks have them (else kernel time at least :data:`HIDDEN_KERNEL_MORE` more)."""
+    mine = chain.parts_ms(chain.waiting).get(COMPUTE, 0.0)
+    theirs = chain.parts_ms(chain.pace).get(COMPUTE, 0.0)
+    if theirs <= 0:
+        return None
+    fl = flops or {}
+    f_w, f_p = fl.get(chain.waiting), fl.get(chain.pace)
+    if f_w and f_p:
+        if f_w < (1 + MORE_COMPUTE) * f_p or mine < (1 + MORE_COMPUTE) * theirs:
+            return None
+    elif mine < (1 + HIDDEN_KERNEL_MORE) * theirs:
+        return None
+    return CauseFigure(COMPUTE, mine, theirs)
+
+
+def _hidden_verdict(
+    s: Straggler,
+    f: CauseFigure,
+    chain: Chain,
+    wait: float,
+    step: float | None,
+    retimed_profiled: float | None,
+    removed: float,
+    pattern: str,
+    spikes: tuple[int, ...],
+    shares: tuple[tuple[int, float], ...],
+    cands: tuple[CauseFigure, ...],
+    flops: Mapping[int, float] | None,
+    profiler: ProfilerCost | None,
+) -> PaceSetterCause:
+    """The verdict when the profiler's cost makes the pace-setter late and the rank that waits
+    computes more: that rank sets the pace without the profiler. Re-timed on the step without the
+    profiler (measured, else the profiled step with the profiler's part removed): less the extra
+    compute, never below the pace-setter's own GPU work."""
+    w, p = chain.waiting, chain.pace
+    pct = 100.0 * f.excess_ms / f.others_ms
+    fl = flops or {}
+    fl_words = ""
+    if fl.get(w) and fl.get(p):
+        fl_words = f"; {sig3(100.0 * (fl[w] / fl[p] - 1))} % more FLOPs"
+    base = retimed_profiled if retimed_profiled is not None else step
+    retimed = None
+    if base is not None:
+        own = chain.parts_ms(p)
+        floor = own.get(COMPUTE, 0.0) + own.get("transfer", 0.0)
+        retimed = max(base - f.excess_ms, floor)
+    fix = fix_of(COMPUTE)
+    fix_words = f"; first fix: {fix_title(fix)} ({fix})" if fix else ""
+    timed = (
+        f"; with it removed the job's step without the profiler goes from {sig3(base)} to "
+        f"{sig3(retimed)} ms"
+        if base is not None and retimed is not None
+        else ""
+    )
+    unprof = (
+        f" (measured without it: {sig3(profiler.untraced_step_ms)} ms per step)"
+        if profiler is not None and profiler.untraced_step_ms is not None
+        else ""
+    )
+    words = (
+        f"rank {w} computes {sig3(pct)} % more per step (its kernels take {sig3(f.pace_ms)} vs "
+        f"{sig3(f.others_ms)} ms on rank {p}{fl_words}): give it equal work "
+        "(DistributedSampler, the same batch on every rank); under the profiler rank "
+        f"{s.waiting_rank} waits {sig3(wait)} ms per step for rank {s.rank} (it arrives last at "
+        f"{s.last_arrivals} of {s.instances} collectives), but {sig3(removed)} ms per step of "
+        f"rank {s.rank}'s dispatch is the profiler's own cost{unprof}{timed}{fix_words}."
+    )
+    return PaceSetterCause(
+        w,
+        COMPUTE,
+        words,
+        f.excess_ms,
+        fix,
+        wait,
+        base,
+        retimed,
+        pattern,
+        spikes,
+        shares,
+        cands,
+        profiled_rank=int(s.rank),
+        chain=chain,
+    )
+
+
+def _late_words(chain: Chain | None) -> str:
+    """Which rank sets the pace at which steps (the chain's late rank by step), '' without one."""
+    if chain is None or not chain.steps:
+        return ""
+    by: dict[int, list[int]] = {}
+    for s in chain.steps:
+        by.setdefault(s.late_rank, []).append(s.step)
+    if len(by) < 2:
+        return ""
+    parts = "; ".join(
+        f"rank {r} at step{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
+        for r, v in sorted(by.items())
+    )
+    return f" (it sets the pace {parts})"

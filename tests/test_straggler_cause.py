@@ -286,20 +286,21 @@ MULTI_GPU = Path(__file__).parent.parent / "sample_traces" / "multi_gpu"
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("case", "pace", "cause", "spikes", "note"),
+    ("case", "pace", "named", "cause", "spikes", "note"),
     [
         # nothing planted: rank 1 is host-bound under the profiler only
-        ("ddp_clean", 1, PROFILER, (), None),
+        ("ddp_clean", 1, 1, PROFILER, (), None),
         # rank 1 sleeps in its data path (no traced op) every step
-        ("ddp_straggler_every", 1, "host_untraced", (), None),
+        ("ddp_straggler_every", 1, 1, "host_untraced", (), None),
         # ... at profiled steps 9 and 11 only (3 x the clean step)
-        ("ddp_straggler_steps", 1, "host_untraced", (9, 11), None),
-        # rank 1's batch is 1.5 x: under the profiler rank 0 is late (the profiler's), and the
-        # 1.5 x is said from the counted FLOPs
-        ("ddp_uneven", 0, PROFILER, (), "rank 1 computes 50.0 % more FLOPs per step"),
+        ("ddp_straggler_steps", 1, 1, "host_untraced", (9, 11), None),
+        # rank 1's batch is 1.5 x: under the profiler rank 0 is late (the profiler's cost), and
+        # once that is gone rank 1 sets the pace: its kernels 11.2 vs 7.40 ms per step (the chain's
+        # segments), 50 % more counted FLOPs
+        ("ddp_uneven", 0, 1, COMPUTE, (), "rank 1 computes 51.1 % more per step"),
     ],
 )
-def test_real_two_gpu_runs_with_a_planted_straggler(con, case, pace, cause, spikes, note):
+def test_real_two_gpu_runs_with_a_planted_straggler(con, case, pace, named, cause, spikes, note):
     """The real 2 x H100 runs of sample_traces/multi_gpu (torch 2.11, DDP), each with its
     planted behaviour (record_multi_gpu.py): the pace-setter, its own cause, the steps."""
     from gpuscope.analysis.report import analyze_run
@@ -307,7 +308,7 @@ def test_real_two_gpu_runs_with_a_planted_straggler(con, case, pace, cause, spik
 
     [res] = ingest_paths(con, [MULTI_GPU / case])
     got = finding(analyze_run(con, res.run_id, rank=pace, with_path=False), con)
-    assert got is not None and got.rank == pace and got.cause == cause, got
+    assert got is not None and got.rank == named and got.cause == cause, got
     assert got.spike_steps == spikes
     if note is None:
         assert "FLOPs per step" not in got.words
