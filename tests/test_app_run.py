@@ -143,9 +143,14 @@ def test_multi_rank_run_has_a_rank_selector(db: Path, tmp_path: Path) -> None:
     at.query_params["rank"] = "7"
     at.run()
     assert not at.exception
+    from gpuscope.web import data, views
+
+    opened, _ = views.opening_rank(data.job(str(db), rid))  # the rank a URL without one opens
     assert any(
-        "Rank “7” is not in this run" in w and "showing rank 0" in w for w in texts(at, "warning")
+        "Rank “7” is not in this run" in w and f"showing rank {opened}" in w
+        for w in texts(at, "warning")
     )
+    assert at.query_params["rank"] == str(opened)
 
 
 @pytest.mark.slow
@@ -401,6 +406,41 @@ def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
     assert list(table.sort_values("rank")["of it waiting"]) == pytest.approx(
         [r["comm_wait_pct"] for r in doc["ranks"]]
     )
+
+
+@pytest.mark.slow
+def test_the_run_page_opens_on_the_pace_setter_and_says_why(db: Path) -> None:
+    """The real DDP sample (rank 1 sets the pace, rank 0 waits for it): without a rank in the URL
+    the page opens on rank 1 and says why, and keeps saying so over its reruns; the URL's rank
+    wins (no sentence); a rank the run lacks falls back to the pace-setter."""
+    import dataclasses
+
+    from gpuscope.web import data, views
+
+    (rid,) = ingest(db, SAMPLES / "ddp")
+    at = open_app(RUN, {"run": rid})
+    assert not at.exception, at.exception
+    assert at.query_params["rank"] in ("1", ["1"])
+    said = "Opened on rank 1, the pace-setter: the other ranks wait for it."
+    assert said in texts(at, "caption")
+    busy = [m for m in at.metric if m.label == "GPU busy"][-1]  # rank 1's own card: no wait
+    assert busy.proto.delta == "of it waiting 0.0 %", busy.proto.delta
+    at.run()  # a rerun (the URL now names rank 1): still opened there, still said
+    assert at.query_params["rank"] in ("1", ["1"]) and said in texts(at, "caption")
+    at = open_app(RUN, {"run": rid, "rank": "0"})
+    assert not at.exception and at.query_params["rank"] in ("0", ["0"])
+    assert not [c for c in texts(at, "caption") if c.startswith("Opened on rank")]
+    at = open_app(RUN, {"run": rid, "rank": "9"})
+    assert any("showing rank 1" in w for w in texts(at, "warning")), texts(at, "warning")
+    # the rule: the pace-setter where others wait for it, else the lowest rank, one rank silent
+    job = data.job(str(db), rid)
+    assert views.opening_rank(job) == (1, said)
+    calm = dataclasses.replace(job, waiting_rank=None, wait_ms_per_step=None)
+    assert views.opening_rank(calm) == (
+        0,
+        "Opened on rank 0, the lowest: no rank waits for another.",
+    )
+    assert views.opening_rank(dataclasses.replace(job, ranks=(3,), pace_setter=3)) == (3, "")
 
 
 @pytest.mark.slow

@@ -162,11 +162,33 @@ def run_caption(row: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def rank_selector(run_id: str, *, key: str, param: str = "rank", label: str = "Rank") -> int:
-    """The rank shown (query parameter ``rank``); a selector only when the run has several."""
+def opening_rank(job: run_views.JobDiagnosis) -> tuple[int, str]:
+    """The rank a run's page opens on when its URL names none, and the sentence that says why
+    ("" for a run of one rank: there is nothing to choose): the job's pace-setter where other
+    ranks wait for it, else the lowest rank (no rank waits for another, or no collectives
+    matched)."""
+    ranks = sorted(job.ranks)
+    if len(ranks) <= 1:
+        return (ranks[0] if ranks else 0), ""
+    if (
+        job.waiting_rank is not None
+        and (job.wait_ms_per_step or 0) > 0
+        and job.pace_setter in ranks
+    ):
+        return job.pace_setter, (
+            f"Opened on rank {job.pace_setter}, the pace-setter: the other ranks wait for it."
+        )
+    return ranks[0], f"Opened on rank {ranks[0]}, the lowest: no rank waits for another."
+
+
+def rank_selector(
+    run_id: str, *, key: str, param: str = "rank", label: str = "Rank", default: int | None = None
+) -> int:
+    """The rank shown (query parameter ``rank``; without it ``default`` if the run has that rank,
+    else the lowest); a selector only when the run has several."""
     ranks = db.ranks_of(db.db_path(), db.generation(), run_id) or [0]
     raw = st.query_params.get(param)
-    chosen = ranks[0]
+    chosen = default if default in ranks else ranks[0]
     if raw is not None:
         try:
             r = int(raw)

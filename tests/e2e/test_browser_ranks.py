@@ -1,6 +1,6 @@
-"""The real 2×H200 DDP sample in a real browser (issue 20): the Run page shows rank 0's
-communication wait beside GPU busy in its headline and in its own colour in the sawtooth, and the
-Runs list shows the same rank's busy and wait."""
+"""The real 2×H200 DDP sample in a real browser (issue 20): the Run page opens on the pace-setter
+(rank 1) and says so; rank 0's communication wait shows beside GPU busy in its headline and in its
+own colour in the sawtooth, and the Runs list shows the job's busy and wait."""
 
 from __future__ import annotations
 
@@ -79,13 +79,25 @@ def card(page, label: str, *, rank: bool = False) -> tuple[str, str]:  # type: i
     return value, delta
 
 
-def test_run_page_shows_rank_0_waiting_and_the_runs_list_agrees(ddp, new_page) -> None:  # type: ignore[no-untyped-def]
+def test_opens_on_the_pace_setter_then_rank_0_waits_and_the_runs_list_agrees(ddp, new_page) -> None:  # type: ignore[no-untyped-def]
     from gpuscope.web import palette, ui
 
     server, rid, doc = ddp
     assert doc["rank"] == 0 and doc["gpu_wait_pct"] > 50  # rank 0 waits for rank 1
     page = new_page()
+    # without a rank in the URL the page opens on the pace-setter, rank 1, and says why
     page.goto(f"{server.url}/run?run={rid}")
+    page.get_by_text("Opened on rank 1, the pace-setter: the other ranks wait for it.").wait_for()
+    page.wait_for_function("() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000)
+    selector = page.locator('[data-testid="stButtonGroup"]').first
+    assert selector.locator('button[aria-checked="true"]').inner_text().strip() == "rank 1"
+    page.locator('[data-testid="stMetric"]').filter(has_text="GPU busy").first.wait_for()
+    wait_idle(page)
+    assert card(page, "GPU busy", rank=True)[1] == "of it waiting 0.0 %"  # it waits for no one
+    # the reader picks rank 0, which waits for it
+    selector.get_by_text("rank 0", exact=True).click()
+    page.wait_for_function("() => /[?&]rank=0(&|$)/.test(location.search)", timeout=30_000)
+    page.get_by_text("Opened on rank").wait_for(state="detached")
     page.locator('[data-testid="stMetric"]').filter(has_text="GPU busy").first.wait_for()
     wait_idle(page)
     # the job's verdict first, the same whichever rank: the job step time and the pace-setter
@@ -154,7 +166,7 @@ def test_a_click_on_a_heatmap_cell_opens_that_rank_and_step(ddp, new_page) -> No
     assert done.returncode == 0, done.stderr
     rank1_ms = {s["number"]: s["duration_ms"] for s in json.loads(done.stdout)["steps"]}
     page = new_page()
-    page.goto(f"{server.url}/run?run={rid}")
+    page.goto(f"{server.url}/run?run={rid}&rank=0")  # the rank that waits: a click opens rank 1
     page.get_by_text("Colour the ranks × steps by").wait_for()
     wait_idle(page)
     chart = page.locator('[data-testid="stPlotlyChart"]').filter(has=page.locator(".heatmaplayer"))
@@ -253,7 +265,7 @@ def test_a_timer_tick_sent_before_the_click_reached_the_browser_does_not_undo_it
     server, rid, _ = ddp
     page = new_page()
     race = stale_tick_socket(page)
-    page.goto(f"{server.url}/run?run={rid}")
+    page.goto(f"{server.url}/run?run={rid}&rank=0")
     page.get_by_text(PLACEHOLDER).wait_for()  # the run is done, the timer is on (ticks dropped)
     wait_idle(page)
     chart = page.locator('[data-testid="stPlotlyChart"]').filter(has=page.locator(".heatmaplayer"))
@@ -314,8 +326,8 @@ def test_a_rank_change_after_the_page_painted_draws_its_sections_without_the_tim
     server, rid, _ = ddp
     page = new_page()
     ticks = dropped_ticks_socket(page)
-    page.goto(f"{server.url}/run?run={rid}")
-    assert painted_query(page).get("rank") in (None, ["0"]), page.url
+    page.goto(f"{server.url}/run?run={rid}&rank=0")
+    assert painted_query(page).get("rank") == ["0"], page.url
     ticks["drop"] = True
     chart = page.locator('[data-testid="stPlotlyChart"]').filter(has=page.locator(".heatmaplayer"))
     chart.locator(".main-svg").first.wait_for(state="visible")

@@ -53,7 +53,17 @@ if row["kind"] != "trace":
     views.nvml_only_run(run_id)
     st.stop()
 
-rank = views.rank_selector(run_id, key="run_rank")
+# Without a rank in the URL (or with one the run lacks), the page opens on the job's pace-setter
+# (views.opening_rank) and says so while that rank is shown; the URL's rank wins.
+opened_key = f"run_opened_on_{run_id}"
+all_ranks = db.ranks_of(path, db.generation(), run_id)
+if len(all_ranks) > 1 and st.query_params.get("rank") not in {str(r) for r in all_ranks}:
+    with views.section("Pace-setter"), st.spinner("Finding the rank the others wait for…"):
+        st.session_state[opened_key] = views.opening_rank(data.job(path, run_id))
+opened: tuple[int, str] | None = st.session_state.get(opened_key)
+rank = views.rank_selector(run_id, key="run_rank", default=opened[0] if opened else None)
+if opened is not None and opened[0] == rank and opened[1]:
+    st.caption(opened[1])
 report_button.download_report(run_id, rank, name=str(row["name"]), key=f"run_{run_id}_{rank}")
 
 report = None
