@@ -1,6 +1,7 @@
 """AppTest: the Runs page with many runs new to the server. Each run's figures are computed once
-per server; runs not yet analysed are computed a few per script run (data.SUMMARY_BUDGET_S), so
-the page shows at once however many runs are new, says how many are still being analysed, and
+per server; the list is drawn first with the figures already known, the runs not yet analysed are
+computed after it, a few per script run (data.SUMMARY_BUDGET_S), so the page shows at once however
+many runs are new and however slow their analysis, says how many are still being analysed, and
 reruns until every row has its figures."""
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def test_many_new_runs_fill_in_over_reruns_each_analysed_once(
     assert table["step_ms"].notna().all() and table["busy_pct"].notna().all()
     assert sorted(analysed) == sorted(stored)
     assert analysed == list(table["run_id"])
-    assert not any("more run(s)" in c for c in texts(at, "caption"))
+    assert not any("run(s): their figures" in c for c in texts(at, "caption"))
     # a rerun analyses nothing again
     analysed.clear()
     at.run()
@@ -66,20 +67,66 @@ def test_many_new_runs_fill_in_over_reruns_each_analysed_once(
 def test_the_first_script_run_shows_the_list_before_the_figures(
     stored: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What a user sees first: every run listed, one run's figures, and how many are pending."""
+    """What a user sees first: every run listed, no figure yet, and how many are pending; the one
+    run analysed in that script run is analysed after the list is drawn."""
     import streamlit as st
     from gpuscope.web import data
 
     monkeypatch.setattr(data, "SUMMARY_BUDGET_S", 0.0)
     monkeypatch.setattr(st, "rerun", lambda *a, **k: None)  # stop after the first script run
+    analysed: list[str] = []
+    real = data.summary
+    monkeypatch.setattr(data, "summary", lambda rid: analysed.append(rid) or real(rid))
     at = open_app()
     assert not at.exception
     table = at.dataframe[0].value
     assert len(table) == N_RUNS
-    assert int(table["step_ms"].notna().sum()) == 1  # the newest run
-    assert pd_notna(table["step_ms"].iloc[0])
-    (caption,) = [c for c in texts(at, "caption") if "more run(s)" in c]
-    assert f"Analysing {N_RUNS - 1} more run(s)" in caption
+    assert int(table["step_ms"].notna().sum()) == 0  # drawn before any analysis
+    assert analysed == [table["run_id"].iloc[0]]  # then the newest run was analysed
+    (caption,) = [c for c in texts(at, "caption") if "run(s): their figures" in c]
+    assert f"Analysing {N_RUNS} run(s)" in caption
+    at.run()  # the next script run shows it, and analyses the next one
+    table = at.dataframe[0].value
+    assert pd_notna(table["step_ms"].iloc[0]) and int(table["step_ms"].notna().sum()) == 1
+    (caption,) = [c for c in texts(at, "caption") if "run(s): their figures" in c]
+    assert f"Analysing {N_RUNS - 1} run(s)" in caption
+
+
+@pytest.mark.slow
+def test_a_slow_analysis_never_holds_back_the_list(
+    stored: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under an analysis that takes seconds a run (a big run, a loaded machine: the Runs page stayed
+    blank for 30 s, issue 46), the list with every run's name is on the page before the first
+    analysis starts, the figure columns empty ("—"), the runs' names and ids read as they are."""
+    import time
+
+    import streamlit as st
+    from gpuscope.web import data
+
+    order: list[str] = []
+    real_frame, real_summary = st.dataframe, data.summary
+
+    def frame(df: object, *a: object, **k: object) -> object:
+        order.append("list")
+        assert k.get("placeholder") == "—"  # how an empty figure reads
+        return real_frame(df, *a, **k)
+
+    def slow(rid: str) -> object:
+        order.append("analysis")
+        time.sleep(1.0)
+        return real_summary(rid)
+
+    monkeypatch.setattr(st, "dataframe", frame)
+    monkeypatch.setattr(data, "summary", slow)
+    monkeypatch.setattr(st, "rerun", lambda *a, **k: None)  # the first script run only
+    at = open_app(timeout=120)
+    assert not at.exception
+    assert order[:2] == ["list", "analysis"], order
+    table = at.dataframe[0].value
+    assert sorted(table["run_id"]) == sorted(stored) and table["name"].notna().all()
+    assert table[["step_ms", "busy_pct", "wait_pct", "mfu_pct"]].isna().all().all()
+    assert all(str(t) == "float64" for t in table[["step_ms", "busy_pct", "mfu_pct"]].dtypes)
 
 
 def pd_notna(value: object) -> bool:

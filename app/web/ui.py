@@ -123,6 +123,12 @@ def default_pair(trace_runs: pd.DataFrame) -> tuple[str, str]:
 # -- units -----------------------------------------------------------------------------------------
 
 
+def short_gpu(name: object) -> str:
+    """A GPU's name for a narrow column: without the vendor's leading "NVIDIA " ("H100 80GB HBM3")."""
+    text = str(name)
+    return text[len("NVIDIA ") :] if text.startswith("NVIDIA ") and len(text) > 7 else text
+
+
 def _ok(v: Any) -> TypeGuard[float]:
     """A number to show: not None, not NaN."""
     return v is not None and not (isinstance(v, float) and math.isnan(v))

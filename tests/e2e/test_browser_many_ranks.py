@@ -1,7 +1,8 @@
 """A 128-rank run read at a glance in a real browser (issue 46): the real DDP pair copied to 128
 ranks (``benchmarks/bench_ranks.rewrite_rank``: only the rank and world size rewritten), every
 rank a copy of the pair's rank 0 except rank 77, a copy of its rank 1 (the one the other waits
-for: its host is slow under the profiler). In the Run page's heatmap, in its default view (the
+for: its host is slow under the profiler). The Runs list names the run before its figures are
+computed. The Run page opens on rank 77 and says why. In its heatmap, in its default view (the
 wait), the pace-setter's row is labelled and stands out (it waits for no one,
 every other rank waits ~20 ms a step), the profiler's drain step sets no colour, a ringed cell
 hovers its value, and a click on a cell sets the Rank/Step pickers to it, opens that rank's busy
@@ -121,14 +122,40 @@ def plot_heading_top(page) -> float:  # type: ignore[no-untyped-def]
     return float(box["y"])
 
 
+def runs_row(page, name: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The Runs list's cells of the row named ``name`` as the grid holds them ("" for none)."""
+    row = page.locator('[data-testid="stDataFrame"] [role="row"]').filter(has_text=name).first
+    row.wait_for(state="attached")
+    return [c.strip() for c in row.locator('[role="gridcell"]').all_text_contents()]
+
+
 def test_the_pace_setter_stands_out_and_a_click_opens_its_plot(many, new_page) -> None:  # type: ignore[no-untyped-def]
     server, rid, doc = many
     assert doc["job"]["pace_setter"] == SLOW
     steps_ms = {s["number"]: s["duration_ms"] for s in doc["steps"]}
     page = new_page()
+    # the Runs list first, on a server that has not analysed the run: its name is listed before
+    # its job's verdict is computed (seconds for 128 ranks), which fills the row in afterwards
+    page.goto(f"{server.url}/runs")
+    first = runs_row(page, "r128")
+    assert "r128" in first and rid in first and "rank" not in " ".join(first), first
+    page.wait_for_function(
+        '() => [...document.querySelectorAll(\'[data-testid="stDataFrame"] [role="row"]\')]'
+        f".some(r => r.textContent.includes('r128') && r.textContent.includes('rank {SLOW}'))",
+        timeout=300_000,
+    )
+    assert f"rank {SLOW}" in runs_row(page, "r128")  # the pace-setter, once analysed
+    # the Run page without a rank in the URL opens on the pace-setter, and says why
     page.goto(f"{server.url}/run?run={rid}")
+    page.get_by_text(
+        f"Opened on rank {SLOW}, the pace-setter: the other ranks wait for it."
+    ).wait_for()
+    page.wait_for_function(f"() => /[?&]rank={SLOW}(&|$)/.test(location.search)", timeout=90_000)
     page.get_by_text("Colour the ranks × steps by").wait_for()
     wait_idle(page)
+    assert page.get_by_role("combobox", name="Rank", exact=True).first.input_value() == (
+        f"rank {SLOW}"
+    )
     chart = heatmap(page)
     # the rank table opens sorted by the wait each rank causes: the pace-setter first
     table = page.locator('[data-testid="stDataFrame"]').filter(has_text="caused wait / step")

@@ -22,9 +22,30 @@ from gpuscope.web.uploads import (
     trace_files,
 )
 
-RUN_TABLE_WIDTHS = {"run_id": 130, "tags": 200, "created": 150}  # px
+# Column widths (px) that fit every column of the list in the 1440 px window the docs' shots use
+# (the page's side padding narrowed below): a run id, a date and a tag whole, longer text cut.
+RUN_TABLE_WIDTHS = {
+    "name": 116,
+    "run_id": 104,
+    "created": 120,
+    "gpu": 100,
+    "ranks": 52,
+    "step_ms": 70,
+    "pace_setter": 80,
+    "busy_pct": 68,
+    "wait_pct": 66,
+    "mfu_pct": 56,
+    "tags": 100,
+    "uploaded_by": 96,
+}
+W = RUN_TABLE_WIDTHS
 
 st.title("Runs")
+# The list has twelve columns: this page narrows the main pane's side padding (5rem in the wide
+# layout) so that each shows whole at 1440 px (RUN_TABLE_WIDTHS).
+st.html(
+    "<style>[data-testid='stMainBlockContainer']{padding-left:1.5rem;padding-right:1.5rem}</style>"
+)
 ui.show_flash()
 
 runs = db.runs_df(db.db_path(), db.generation())
@@ -141,28 +162,26 @@ query = st.text_input(
     label_visibility="collapsed",
 )
 
-# Each run's figures are computed once per server (then instant). Runs not yet analysed are
-# computed newest first for at most data.SUMMARY_BUDGET_S per script run (always one), so the page
-# shows at once however many runs are new; the rest show "…" and the page reruns until all are in.
-deadline = time.monotonic() + data.SUMMARY_BUDGET_S
+# Each run's figures are computed once per server (then instant). The list is drawn first with the
+# figures already known; the runs not yet analysed are computed after the whole page is drawn,
+# newest first, for at most data.SUMMARY_BUDGET_S per script run (always one), and the page reruns
+# until all are in: a run whose analysis is slow (many ranks, a loaded machine) never holds back
+# the list (empty cells read "—" meanwhile).
 metrics: list[RunSummary] = []
-computed = pending = 0
-with st.spinner("Analysing runs…"):
-    for rid, kind in zip(runs["run_id"], runs["kind"], strict=True):
-        m = data.known_summary(rid) if kind == "trace" else data.NO_FIGURES
-        if m is None and (computed == 0 or time.monotonic() < deadline):
-            m = data.summary(rid)
-            computed += 1
-        if m is None:
-            pending += 1
-            m = data.NO_FIGURES
-        metrics.append(m)
+pending_ids: list[str] = []
+for rid, kind in zip(runs["run_id"], runs["kind"], strict=True):
+    m = data.known_summary(rid) if kind == "trace" else data.NO_FIGURES
+    if m is None:
+        pending_ids.append(rid)
+        m = data.NO_FIGURES
+    metrics.append(m)
+pending = len(pending_ids)
 # One slot whether or not runs are pending: the elements below keep their places across the
 # page's own reruns (no element shown twice while one run replaces the other).
 note = st.empty()
 if pending:
     note.caption(
-        f":material/hourglass_top: Analysing {pending} more run(s): their figures appear here as "
+        f":material/hourglass_top: Analysing {pending} run(s): their figures appear here as "
         "they are ready."
     )
 failed = [str(n) for n, r in zip(runs["name"], runs["run_id"], strict=True) if data.failed(r)]
@@ -180,18 +199,19 @@ table = pd.DataFrame(
         "name": runs["name"],
         "run_id": runs["run_id"],  # second: in view however many figure columns follow
         "created": pd.to_datetime(runs["created_at"]),
-        "gpu": runs["gpu_name"].fillna("—"),
+        "gpu": runs["gpu_name"].fillna("—").map(ui.short_gpu),
         "ranks": [  # "1 of 2" while a job's nodes still report (issue 20)
             data.ranks_of_world(n, worlds.get(r))
             for n, r in zip(runs["n_ranks"], runs["run_id"], strict=True)
         ],
-        "step_ms": [m.step_ms for m in metrics],
+        # float columns (NaN where a run has no figure): numeric sorts, the placeholder shown
+        "step_ms": pd.Series([m.step_ms for m in metrics], dtype="float64"),
         "pace_setter": [
             f"rank {m.pace_setter}" if m.pace_setter is not None else "—" for m in metrics
         ],
-        "busy_pct": [m.busy_pct for m in metrics],
-        "wait_pct": [m.wait_pct for m in metrics],
-        "mfu_pct": [m.mfu_pct for m in metrics],
+        "busy_pct": pd.Series([m.busy_pct for m in metrics], dtype="float64"),
+        "wait_pct": pd.Series([m.wait_pct for m in metrics], dtype="float64"),
+        "mfu_pct": pd.Series([m.mfu_pct for m in metrics], dtype="float64"),
         "tags": runs["tags"],
         "uploaded_by": [owners.get(r) or "—" for r in runs["run_id"]],
     }
@@ -203,7 +223,7 @@ if query.strip():
         + " "
         + table["run_id"]
         + " "
-        + table["gpu"]
+        + runs["gpu_name"].fillna("")
         + " "
         + table["tags"].map(lambda t: " ".join(t))
     ).str.lower()
@@ -216,46 +236,59 @@ event = st.dataframe(
     on_select="rerun",
     selection_mode="multi-row",
     key=f"runs_table_{db.generation()}",
+    placeholder="—",  # a figure the run has not (an NVML series, a run still being analysed)
     column_config={
-        "name": st.column_config.TextColumn("Name", width="medium"),
+        "name": st.column_config.TextColumn("Name", width=W["name"]),
         "created": st.column_config.DatetimeColumn(
-            "Date (UTC)", format="YYYY-MM-DD HH:mm", width=RUN_TABLE_WIDTHS["created"]
+            "Date (UTC)", format="YYYY-MM-DD HH:mm", width=W["created"]
         ),
-        "gpu": st.column_config.TextColumn("GPU"),
+        "gpu": st.column_config.TextColumn(
+            "GPU", width=W["gpu"], help="The GPU the trace names (without “NVIDIA”)"
+        ),
         "ranks": st.column_config.TextColumn(
-            "Ranks", help="Ranks stored; '1 of 2' while the job's other nodes have not reported"
+            "Ranks",
+            width=W["ranks"],
+            help="Ranks stored; '1 of 2' while the job's other nodes have not reported",
         ),
         "step_ms": st.column_config.NumberColumn(
             "Step time",
+            width=W["step_ms"],
             format="%.1f ms",
             help="The job step time: the median period between step completions (a step completes "
             "when its last rank's work for it ends), the same whichever rank; as on the Run page",
         ),
         "pace_setter": st.column_config.TextColumn(
             "Pace-setter",
+            width=W["pace_setter"],
             help="The rank the others wait for (a run of several ranks): its fixes are the ones "
             "that shorten the job's step",
         ),
         "busy_pct": st.column_config.NumberColumn(
             "GPU busy",
+            width=W["busy_pct"],
             format="%.1f %%",
             help="GPU busy over every rank's window, as on the Run page's verdict",
         ),
         "wait_pct": st.column_config.NumberColumn(
-            "of it waiting",
+            "Waiting",
+            width=W["wait_pct"],
             format="%.1f %%",
-            help="The part of every rank's window spent in collectives waiting for the last rank "
+            help="Of GPU busy, the part of every rank's window spent in collectives waiting for the last rank "
             "(inside GPU busy)",
         ),
         "mfu_pct": st.column_config.NumberColumn(
-            "MFU", format="%.1f %%", help="The pace-setter's FLOPs per step over the job step time"
+            "MFU",
+            width=W["mfu_pct"],
+            format="%.1f %%",
+            help="The pace-setter's FLOPs per step over the job step time",
         ),
-        # fixed widths (px) that hold a run id, a few tags and a date whole at 1440 px
-        "tags": st.column_config.ListColumn("Tags", width=RUN_TABLE_WIDTHS["tags"]),
+        "tags": st.column_config.ListColumn("Tags", width=W["tags"]),
         "uploaded_by": st.column_config.TextColumn(
-            "Uploaded by", help="The signed-in user who uploaded the run (— : not recorded)"
+            "Uploaded by",
+            width=W["uploaded_by"],
+            help="The signed-in user who uploaded the run (— : not recorded)",
         ),
-        "run_id": st.column_config.TextColumn("Run id", width=RUN_TABLE_WIDTHS["run_id"]),
+        "run_id": st.column_config.TextColumn("Run id", width=W["run_id"]),
     },
 )
 if table.empty:
@@ -393,6 +426,11 @@ if len(trace_runs) >= 2:
         disabled=a == b,
     )
 
-# -- runs still to analyse: the page reruns (it shows meanwhile) until every run has its figures ----
+# -- runs still to analyse, once the page is drawn: then a rerun shows their figures ---------------
 if pending:
+    deadline = time.monotonic() + data.SUMMARY_BUDGET_S
+    for i, rid in enumerate(pending_ids):
+        if i and time.monotonic() >= deadline:
+            break
+        data.summary(rid)
     st.rerun()
