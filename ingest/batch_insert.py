@@ -203,7 +203,7 @@ class BatchParser:
         if strict and compiled_parser.enabled():
             scanned = compiled_parser.scan(batch.data)
             if scanned is not None:  # it reads only a strict JSON array of objects: a proof
-                table = scanned.table
+                table = _names_coded(scanned.table)
                 batch.tell(table.num_rows)
                 n_timed, lo, hi = _extent(path, table)
                 return Parsed(table, n_timed, lo, hi, memory_mark=scanned.memory_mark)
@@ -232,6 +232,7 @@ class BatchParser:
             _gs_raw = raw
             table = self.db.execute(TO_PARSED.format(src="_gs_raw")).to_arrow_table()
             del _gs_raw
+        table = _names_coded(table)
         n_timed, lo, hi = _extent(path, table)
         return Parsed(table, n_timed, lo, hi, not strict, odd[0], odd[1])
 
@@ -268,6 +269,16 @@ def rows_kept(rows: pa.Table, columns: Iterable[str] | None, run_id: str) -> pa.
         )
         kept = kept.set_column(at, "run_id", ids)
     return kept
+
+
+def _names_coded(table: pa.Table) -> pa.Table:
+    """``table`` with its ``name`` column dictionary-encoded (values in order of first appearance):
+    done on the parse threads, so the writer maps a batch's few distinct names to ids
+    (:meth:`IdMap.ids_of`) instead of hashing every row's name."""
+    import pyarrow.compute as pc
+
+    at = table.schema.get_field_index("name")
+    return table.set_column(at, "name", pc.dictionary_encode(table.column(at).combine_chunks()))
 
 
 def sort_order(rows: pa.Table) -> pa.Array:
@@ -385,7 +396,10 @@ class BatchInserter:
                 self.odd_examples += parsed.odd_examples
         raw = parsed.table
         n = raw.num_rows
-        name_id = self.names.ids_of(pc.fill_null(raw.column("name"), ""))
+        name = raw.column("name")
+        if name.null_count:  # a name's NULL is "" (a dictionary without nulls is mapped as it is)
+            name = pc.fill_null(name.cast(pa.string()), "")
+        name_id = self.names.ids_of(name)
         pid = self._ids(raw, "pid", rank)
         tid = self._ids(raw, "tid", rank)
         if pc.any(pc.equal(raw.column("ph"), "M")).as_py():
@@ -655,9 +669,17 @@ class IdMap:
         })  # fmt: skip
 
     def ids_of(self, strings: pa.Array | pa.ChunkedArray) -> pa.Array:
-        """int32 ids for a string array (NULL stays NULL); new strings are given the next ids."""
+        """int32 ids for a string array, plain or dictionary-encoded (NULL stays NULL); new
+        strings are given the next ids, in order of first appearance."""
         import pyarrow as pa
         import pyarrow.compute as pc
+
+        if isinstance(strings, pa.ChunkedArray) and strings.num_chunks == 1:
+            strings = strings.chunk(0)
+        if pa.types.is_dictionary(strings.type):
+            if isinstance(strings, pa.DictionaryArray) and not strings.null_count:
+                return self._ids_of_coded(strings)
+            strings = strings.cast(strings.type.value_type)
 
         new = [s for s in pc.unique(strings).to_pylist() if s is not None and s not in self.ids]
         if new:
@@ -671,3 +693,22 @@ class IdMap:
         if not self.seeded:  # ids are positions (0, 1, 2, ...)
             return index
         return pc.take(self._ids_arr, index)
+
+    def _ids_of_coded(self, coded: pa.DictionaryArray) -> pa.Array:
+        """:meth:`ids_of` of a dictionary array without nulls whose dictionary holds each value
+        once, in order of first appearance (``pc.dictionary_encode``'s): a Python lookup per
+        distinct value, then one take."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        values = coded.dictionary.to_pylist()
+        new = [s for s in values if s not in self.ids]
+        if new:
+            for s in new:
+                self.ids[s] = self.next_id
+                self.next_id += 1
+            self._values = pa.array(list(self.ids), pa.string())
+            if self.seeded:
+                self._ids_arr = pa.array(list(self.ids.values()), pa.int32())
+        ids = pa.array([self.ids[s] for s in values], pa.int32())
+        return pc.take(ids, coded.indices)

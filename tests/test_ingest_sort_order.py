@@ -43,3 +43,42 @@ def test_sort_order_of_chunked_columns() -> None:
 def test_sort_order_with_a_null_cat() -> None:
     rows = _rows(3, 400, null_cat=True)
     assert sort_order(rows).equals(pc.sort_indices(rows, KEYS))
+
+
+@pytest.mark.parametrize("seeded", [False, True])
+def test_names_coded_get_the_plain_names_ids(seeded: bool) -> None:
+    """The parse threads hand the writer dictionary-encoded names (batch_insert._names_coded):
+    each batch's ids, and the order new names get them in, are those of the plain strings."""
+    from gpuscope.ingest.batch_insert import IdMap, _names_coded
+
+    r = random.Random(5)
+    words = [f"aten::op{i}" for i in range(40)] + ["", "é"]
+    batches = []
+    for k in range(6):
+        names = [r.choice(words[: 10 + 6 * k]) for _ in range(300)]
+        if k == 4:
+            names[17] = None  # a null name is the id of ""
+        batches.append(pa.table({"name": pa.array(names, pa.string())}))
+    plain, coded = IdMap(), IdMap()
+    if seeded:
+        plain.seed({"aten::op3": 7, "older": 2})
+        coded.seed({"aten::op3": 7, "older": 2})
+    for t in batches:
+        want = plain.ids_of(pc.fill_null(t.column("name"), ""))
+        name = _names_coded(t).column("name")
+        got = coded.ids_of(pc.fill_null(name.cast(pa.string()), "") if name.null_count else name)
+        assert pa.types.is_dictionary(_names_coded(t).column("name").type)
+        assert (
+            pa.chunked_array([got])
+            .combine_chunks()
+            .equals(pa.chunked_array([want]).combine_chunks())
+        )
+    assert coded.ids == plain.ids
+
+
+def test_ids_of_keeps_nulls_of_labels() -> None:
+    """pid/tid labels are NULL where the id is numeric: they stay NULL (the names' NULL is "")."""
+    from gpuscope.ingest.batch_insert import IdMap
+
+    got = IdMap().ids_of(pa.chunked_array([pa.array([None, "Spans", None, "Traces", "Spans"])]))
+    assert pa.chunked_array([got]).to_pylist() == [None, 0, None, 1, 0]
