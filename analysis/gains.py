@@ -177,12 +177,20 @@ def _scaled_np(base: np.ndarray, prof: np.ndarray, s: float) -> np.ndarray:
     return np.where(prof, base * s, base)
 
 
+MAX_HOST_SCALE = 1.0
+"""The profiler slows the host, never speeds it up: a host scale above 1 would say the untraced
+step holds time the trace does not (its few steps timed before the trace, still warming up:
+v01's untraced 67.5 ms against a traced 57.2 ms and a timed 44.4 ms), so the calibration stops at
+1 and that time is the replay's unexplained remainder (kept or gone with the fix)."""
+
+
 def calibrate(g: Graph, start_ns: int, target_ns: float) -> float | None:
     """The factor on host durations that makes the replayed window ``target_ns`` long (bisection
-    over [0.02, 4]); None when no factor reaches it (the GPU alone is longer, or the host alone)."""
+    over [0.02, :data:`MAX_HOST_SCALE`]); None when no factor reaches it (the GPU alone is
+    longer, or the host alone)."""
     base = [float(n.dur) for n in g.nodes]
     prof = [profiled(n) for n in g.nodes]
-    lo, hi = 0.02, 4.0
+    lo, hi = 0.02, MAX_HOST_SCALE
     f_lo = makespan(g, start_ns, _scaled(base, prof, lo))
     f_hi = makespan(g, start_ns, _scaled(base, prof, hi))
     if not f_lo <= target_ns <= f_hi:

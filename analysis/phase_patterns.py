@@ -195,6 +195,48 @@ class ExposedAllGather:
         }
 
 
+SUBCLASS_DISPATCH = "PythonSubclass"
+"""The span PyTorch's profiler writes around a tensor subclass's ``__torch_dispatch__``."""
+DTENSOR_SPANS: tuple[str, ...] = (
+    "Redistribute",
+    "RedistributeBackward",
+    "_FromTorchTensor",
+    "_FromTorchTensorBackward",
+    "_ToTorchTensor",
+    "_ToTorchTensorBackward",
+)
+"""DTensor's own autograd functions (``redistribute``, ``DTensor.from_local``, ``to_local`` and
+their backward): seen in a trace, the subclass dispatching is DTensor (tensor parallel)."""
+
+
+@dataclass(frozen=True)
+class SubclassDispatch:
+    """A tensor subclass's Python dispatch in the window, per step: ``dispatch_ms_per_step``, the
+    host time inside ``PythonSubclass`` spans and DTensor's functions (:data:`DTENSOR_SPANS`)
+    outside every op and call they hold (the subclass's Python: sharding propagation, the
+    redistribution's planning, wrapping and unwrapping; not the local ops it runs);
+    ``calls_per_step`` (``PythonSubclass`` spans), ``dtensor_calls_per_step`` (DTensor's
+    functions). ``dtensor``: whether DTensor's functions are there; without them the trace does
+    not say which subclass dispatches (DTensor, a float8 or quantized tensor, FSDP's parameters),
+    and no fix is named for it."""
+
+    dispatch_ms_per_step: float
+    calls_per_step: float
+    dtensor_calls_per_step: float
+
+    @property
+    def dtensor(self) -> bool:
+        return self.dtensor_calls_per_step > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dispatch_ms_per_step": self.dispatch_ms_per_step,
+            "subclass_calls_per_step": self.calls_per_step,
+            "dtensor_calls_per_step": self.dtensor_calls_per_step,
+            "dtensor": self.dtensor,
+        }
+
+
 @dataclass(frozen=True)
 class PhasePatterns:
     """What :func:`phase_patterns` found in a rank's window (None: not there)."""
@@ -204,12 +246,14 @@ class PhasePatterns:
     optimizer: OptimizerLoop | None = None
     recompute: Recompute | None = None
     allgather: ExposedAllGather | None = None
+    subclass: SubclassDispatch | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "optimizer": self.optimizer.to_json() if self.optimizer else None,
             "recompute": self.recompute.to_json() if self.recompute else None,
             "allgather": self.allgather.to_json() if self.allgather else None,
+            "subclass": self.subclass.to_json() if self.subclass else None,
         }
 
 
@@ -328,6 +372,59 @@ def phase_patterns(
         _optimizer(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, k_kind),
         _recompute(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, n_steps, annotated),
         _allgather(tid, s, e, names, l_tid, l_t, k_s, k_e, k_kind, n_steps, w),
+        _subclass(con, ix, params, n_steps),
+    )
+
+
+_DISPATCH_NAMES = name_class(f"name IN {sql_list((SUBCLASS_DISPATCH, *DTENSOR_SPANS))}")
+
+
+def _subclass(
+    con: Connection, ix: RankIndex, params: dict[str, Any], n_steps: int
+) -> SubclassDispatch | None:
+    """The subclass dispatch's own host time (:class:`SubclassDispatch`): the union of the
+    dispatch spans less the union of the other host events (ops, runtime calls) that start
+    inside them, on each thread."""
+    d_ids = ids_param(ix.name_ids(_DISPATCH_NAMES))
+    if not d_ids:
+        return None
+    rows = execute(
+        con,
+        f"""
+        WITH d AS (
+            SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, n.name
+            FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+            WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.ts_ns < $hi
+              AND h.ts_ns + h.dur_ns > $lo AND {in_ids("h.name_id", "ids", d_ids)}
+        )
+        SELECT 1 AS fam, tid, s, e, name FROM d
+        UNION ALL
+        SELECT 0, h.tid, h.ts_ns, h.ts_ns + h.dur_ns, ''
+        FROM {ix.host()} h
+        WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo
+          AND NOT {in_ids("h.name_id", "ids", d_ids)} AND h.tid IN (SELECT DISTINCT tid FROM d)
+        """,
+        {**params, "ids": d_ids},
+    ).fetchall()
+    fam = np.array([r[0] for r in rows], dtype=bool)
+    if not fam.any():
+        return None
+    tid = np.array([r[1] for r in rows], dtype=np.int64)
+    s = np.array([r[2] for r in rows], dtype=np.int64)
+    e = np.array([r[3] for r in rows], dtype=np.int64)
+    names = [str(r[4]) for r in rows]
+    f, o = np.flatnonzero(fam), np.flatnonzero(~fam)
+    inside = o[_inside(tid[f], s[f], e[f], tid[o], s[o]) >= 0] if o.size else o
+    own = 0
+    for th in np.unique(tid[f]):
+        ff, oo = f[tid[f] == th], inside[tid[inside] == th]
+        own += _union_ns(s[ff], e[ff]) - _union_ns(s[oo], np.minimum(e[oo], e[ff].max()))
+    n = max(1, n_steps)
+    dt = sum(1 for i in f if names[i] in DTENSOR_SPANS)
+    return SubclassDispatch(
+        dispatch_ms_per_step=max(0, own) / n / 1e6,
+        calls_per_step=float(sum(1 for i in f if names[i] == SUBCLASS_DISPATCH)) / n,
+        dtensor_calls_per_step=dt / n,
     )
 
 

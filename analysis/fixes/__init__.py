@@ -26,6 +26,7 @@ MODULES: tuple[str, ...] = (
     ".mixed_precision",
     ".optimizer_fused",
     ".activation_checkpointing",
+    ".dtensor_dispatch",
     ".kernel_fusion",
     ".cuda_graphs",
     ".compiled_overhead",
@@ -46,7 +47,9 @@ FIX_IDS: tuple[str, ...] = tuple(BY_ID)
 
 ORDER_NOTE = (
     "Largest estimated gain first, re-timed on the critical path. Every gain is a share of the "
-    "time per sample: a fix that keeps the batch gains the same share of the step time."
+    "time per sample: a fix that keeps the batch gains the same share of the step time. "
+    "torch.compile and CUDA graphs come after the fix of a cause found in the step (recompute, "
+    "optimizer loop), estimated on top of it."
 )
 """How the faces say the fixes are ordered, and on which footing their gains compare."""
 
@@ -71,14 +74,24 @@ def recommend(inp: Inputs) -> list[Recommendation]:
 def estimate(recs: list[Recommendation], cp: CriticalPath, ctx: Context) -> None:
     """Give each recommendation its estimate (re-timed on the critical path, clipped at its proven
     bound) and order the list in place by it, the largest first (ties: registry order)."""
+    causes = tuple(BY_ID[r.id] for r in recs if BY_ID[r.id].cause)
     for r in recs:
-        r.estimate = BY_ID[r.id].estimate(r, cp, ctx)
+        u = BY_ID[r.id]
+        r.estimate = u.estimate(r, cp, ctx, causes if u.general else ())
     order(recs)
 
 
 def order(recs: list[Recommendation]) -> None:
     """Order recommendations in place by their estimate's point value, the largest first; those
     without an estimate after them, in registry order. Every estimate is a share of the time per
-    sample (a fix that keeps the batch gains the same share of the step), so they compare."""
+    sample (a fix that keeps the batch gains the same share of the step), so they compare. A
+    general remedy (:attr:`FixUnit.general`) comes after every fix of a cause found by phase
+    (:attr:`FixUnit.cause`) in the list: its estimate is what it adds once they are applied."""
     rank = {i: n for n, i in enumerate(FIX_IDS)}
-    recs.sort(key=lambda r: (r.gain_pct is None, -(r.gain_pct or 0.0), rank.get(r.id, len(rank))))
+    has_cause = any(BY_ID[r.id].cause for r in recs if r.id in BY_ID)
+
+    def key(r: Recommendation) -> tuple[bool, bool, float, int]:
+        late = has_cause and r.id in BY_ID and BY_ID[r.id].general
+        return (r.gain_pct is None, late, -(r.gain_pct or 0.0), rank.get(r.id, len(rank)))
+
+    recs.sort(key=key)

@@ -104,4 +104,4 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     return {name: (dur(f), None) for name, f in (("low", 0.5), ("mid", 0.8), ("high", 1.0))}
 
 
-UNIT = FixUnit("activation_checkpointing", WORDS, detect, retime)
+UNIT = FixUnit("activation_checkpointing", WORDS, detect, retime, cause=True)

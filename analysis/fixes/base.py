@@ -200,6 +200,13 @@ class FixUnit:
     footing: str = STEP_TIME
     batch_multiple: int = 1
     staging: bool = False
+    general: bool = False
+    """A general remedy of host and launch overhead (torch.compile, CUDA graphs): it shortens the
+    host work a fix of a cause found by phase (a :attr:`cause` unit) removes outright, so it is
+    estimated on top of those fixes and listed after them (:func:`gpuscope.analysis.fixes.estimate`)."""
+    cause: bool = False
+    """A fix of one cause found by phase and pattern (the recompute, the optimizer's loop) whose
+    host work a :attr:`general` remedy would also shorten."""
 
     def find(self, inp: Inputs) -> Recommendation | None:
         """The recommendation when the rule's evidence holds (None: silent)."""
@@ -219,23 +226,74 @@ class FixUnit:
             self.footing,
         )
 
-    def estimate(self, rec: Recommendation, cp: CriticalPath, ctx: Context) -> Estimate:
+    def estimate(
+        self,
+        rec: Recommendation,
+        cp: CriticalPath,
+        ctx: Context,
+        before: tuple[FixUnit, ...] = (),
+    ) -> Estimate:
         """The fix's estimate: re-timed on the graph (else half the proven bound, 0 to the bound),
-        clipped at the proven bound (``clipped`` says when it bit)."""
+        clipped at the proven bound (``clipped`` says when it bit). ``before``: fixes applied
+        first (their ``mid`` re-timing): the estimate is then what this fix adds on top of them,
+        as a share of the step as it is now."""
         est = None
         if self.retime is not None:
+            variants = self.retime(cp.graph, ctx)
+            first: Variant = (None, None)
+            for u in before:
+                if u.retime is not None:
+                    first = after(u.retime(cp.graph, ctx)["mid"], {"x": first})["x"]
+            if before:
+                variants = after(first, variants)
             est = replay_estimate(
-                self.retime(cp.graph, ctx),
+                variants,
                 cp,
                 ctx,
                 multiple=self.batch_multiple,
                 staging=self.staging,
             )
+            if before and first != (None, None):
+                done = replay_estimate(
+                    {k: first for k in ("low", "mid", "high")}, cp, ctx, staging=self.staging
+                )
+                est = on_top(est, done, ctx)
         if est is None:
             if rec.bound_pct is None:  # the registry's test holds every unit to one of the two
                 raise AssertionError(f"{self.id}: neither a re-timing nor a proven bound")
             return bound_estimate(rec.bound_pct, ctx)
         return clip(est, rec.bound_pct, ctx)
+
+
+def after(first: Variant, variants: dict[str, Variant]) -> dict[str, Variant]:
+    """``variants`` applied to the graph as ``first`` leaves it: each node's duration is first's,
+    then the variant's on it; an edge stays when both keep it."""
+    d0, k0 = first
+
+    def compose(v: Variant) -> Variant:
+        d1, k1 = v
+
+        def dur(i: int, n: Node) -> float:
+            m = n if d0 is None else replace(n, e=n.s + max(0, round(d0(i, n))))
+            return float(m.dur) if d1 is None else d1(i, m)
+
+        keep = k0 if k1 is None else k1 if k0 is None else (lambda i, ed: k0(i, ed) and k1(i, ed))
+        return dur, keep
+
+    return {name: compose(v) for name, v in variants.items()}
+
+
+def on_top(both: Estimate, first: Estimate, ctx: Context) -> Estimate:
+    """What a fix adds once ``first``'s fixes are in (``both``: the two together), as a share of
+    the step before any of them: each figure less ``first``'s point gain (never below 0 at the
+    point, the range's ends kept in order)."""
+    g0 = first.gain_pct
+    gain = max(0.0, both.gain_pct - g0)
+    low = min(gain, both.low_pct - g0)
+    high = max(gain, both.high_pct - g0)
+    ref = ctx.untraced_step_ms or ctx.step_ms
+    step = ref * (1.0 - both.gain_pct / 100.0) if ref else None
+    return replace(both, gain_pct=gain, low_pct=low, high_pct=high, step_ms=step)
 
 
 def bound_estimate(bound_pct: float, ctx: Context) -> Estimate:
@@ -296,6 +354,16 @@ def host_cost(ns: float, inp: Inputs) -> tuple[float, bool]:
         return ns, False
     cap = inp.host_cap_ns_per_step * max(1, inp.n_steps)
     return (cap, True) if ns > cap else (ns, False)
+
+
+def host_bound_pct(ns: float, inp: Inputs) -> float:
+    """A proven ceiling (% of the step) for a fix that removes at most ``ns`` of host time (over
+    the window, traced): its share of the traced window or of the untraced step
+    (:func:`host_gain_pct`, profiler-capped), the larger. The untraced step is timed on other
+    steps than the trace's (a few, before it), so either footing may be the one the fixed run
+    keeps; a ceiling holds on both."""
+    capped, _ = host_cost(ns, inp)
+    return min(100.0, max(host_gain_pct(capped, inp), share(ns, inp.window_ns)))
 
 
 def host_gain_pct(ns: float, inp: Inputs) -> float:

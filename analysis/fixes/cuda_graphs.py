@@ -39,4 +39,4 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     return fx.scaled_variants(fx.is_host_work, 0.5, 0.2, 0.05)
 
 
-UNIT = FixUnit("cuda_graphs", WORDS, detect, retime)
+UNIT = FixUnit("cuda_graphs", WORDS, detect, retime, general=True)

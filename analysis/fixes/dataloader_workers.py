@@ -46,12 +46,11 @@ def detect(inp: Inputs) -> Finding | None:
     # the bound: all the time the loop spends in __next__ (the fix shortens nothing else)
     frame = inp.idle.evidence.get(DATA_LOADING)
     in_loader = float(frame["host_ns"].sum()) if frame is not None and not frame.empty else 0.0
-    loader_ns, _ = fx.host_cost(max(ns, in_loader), inp)
     ev["in_loader_us_per_step"] = in_loader / max(1, inp.n_steps) / 1e3
     return Finding(
         ev,
         fx.host_gain_pct(ns, inp),
-        bound_pct=fx.host_gain_pct(loader_ns, inp),
+        bound_pct=fx.host_bound_pct(max(ns, in_loader), inp),
         title=MORE_WORKERS_TITLE if multi else None,
     )
 
@@ -67,5 +66,6 @@ UNIT = FixUnit(
     detect,
     retime,
     proof="The fix shortens only the loop's time inside the DataLoader's __next__, so the step "
-    "loses at most that time (capped by the untraced step − GPU busy per step).",
+    "loses at most that time: its share of the traced step or of the untraced one (capped by the "
+    "untraced step − GPU busy per step), the larger.",
 )

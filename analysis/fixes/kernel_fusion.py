@@ -150,4 +150,4 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     }
 
 
-UNIT = FixUnit("kernel_fusion", WORDS, detect, retime)
+UNIT = FixUnit("kernel_fusion", WORDS, detect, retime, general=True)

@@ -89,6 +89,27 @@ def _gemm_fp32(n: Node) -> bool:
     return info.tensor_core is False and info.mma and (info.precision in (None, "fp32"))
 
 
+ATTENTION_3XTF32_RATIO = (2.0, 3.0, 6.0)
+"""fp32 attention (3xTF32 on the tensor cores, as PyTorch's memory-efficient kernel runs fp32 on
+sm80+) → bf16, low / mid / high: 6 is the peaks' ratio (bf16 is 2× TF32; 3xTF32 does three TF32
+products per product), 2 and 3 what a memory-bound kernel keeps of it (bf16 also halves the
+bytes)."""
+
+
+def _attention_fp32(n: Node) -> str | None:
+    """``3xtf32`` or ``fp32`` for an attention kernel in fp32 math (None: not one)."""
+    if n.kind != "gpu" or not isinstance(n.event, GpuEvent):
+        return None
+    info = tensor_core_info(n.event.name, "attention")
+    if not info.mma or info.rule in ("not-math", "helper"):
+        return None
+    if info.precision == "3xtf32":
+        return "3xtf32"
+    if info.tensor_core is False and info.precision in (None, "fp32"):
+        return "fp32"
+    return None
+
+
 def _ratio(ctx: Context, d_ns: float) -> float:
     lo, hi = GEMM_RATIO.get(ctx.gpu_model or "", (2.0, ctx.peak_ratio or 8.0))
     if d_ns <= SMALL_GEMM_NS:
@@ -101,24 +122,35 @@ def _ratio(ctx: Context, d_ns: float) -> float:
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """fp32 GEMMs ÷ r/1.5 / r / r (r: the measured fp32→bf16 ratio for the GPU and the GEMM's
-    duration, :data:`GEMM_RATIO`), host × 1.3 / 1.15 / 1 (casts), other kernels × 1 / 1 / 0.6."""
+    duration, :data:`GEMM_RATIO`); attention kernels in fp32 math ÷ the
+    :data:`ATTENTION_3XTF32_RATIO` (3xTF32) or as GEMMs (plain fp32); host × 1.3 / 1.15 / 1
+    (casts), other kernels × 1 / 1 / 0.6."""
+    att: dict[int, str] = {}
+    for v, n in enumerate(g.nodes):
+        if n.kind == "gpu" and not _gemm_fp32(n):
+            a = _attention_fp32(n)
+            if a is not None:
+                att[v] = a
 
-    def mp(div: float, other: float, host: float) -> DurFn:
+    def mp(div: float, other: float, host: float, att_div: float) -> DurFn:
         def dur(v: int, n: Node) -> float:
             if fx.is_host_work(n):  # autocast adds a cast op per matmul operand
                 return n.dur * host
-            if _gemm_fp32(n):
+            if _gemm_fp32(n) or att.get(v) == "fp32":
                 return n.dur / max(1.0, _ratio(ctx, n.dur) / div)
+            if v in att:
+                return n.dur / att_div
             if n.kind == "gpu" and n.cat == "kernels":
                 return n.dur * other
             return float(n.dur)
 
         return dur
 
+    lo, mid, hi = ATTENTION_3XTF32_RATIO
     return {
-        "low": (mp(1.5, 1.0, 1.3), None),
-        "mid": (mp(1.0, 1.0, 1.15), None),
-        "high": (mp(1.0, 0.6, 1.0), None),
+        "low": (mp(1.5, 1.0, 1.3, lo), None),
+        "mid": (mp(1.0, 1.0, 1.15, mid), None),
+        "high": (mp(1.0, 0.6, 1.0, hi), None),
     }
 
 

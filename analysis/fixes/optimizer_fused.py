@@ -86,4 +86,4 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     }
 
 
-UNIT = FixUnit("optimizer_fused", WORDS, detect, retime)
+UNIT = FixUnit("optimizer_fused", WORDS, detect, retime, cause=True)
