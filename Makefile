@@ -55,11 +55,23 @@ postgres:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
 	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; fi; }
 
+# Lint and type-check run beside the tests (mypy first, the longest), each of the three whatever
+# the others said; their output is held back and shown under a header once pytest is done.
+# `make test` fails when pytest or any of them fails.
+LINT := rc=0; $(MYPY) || rc=1; $(BIN)/ruff check . || rc=1; $(BIN)/ruff format --check . || rc=1; exit $$rc
+PYTEST_ALL := $(BIN)/python -m pytest -q -n auto --dist loadgroup -p no:cacheprovider
 test: $(STAMP) $(VENV)/.torch browser postgres
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(MYPY)
-	$(BIN)/python -m pytest -q -n auto --dist loadgroup -p no:cacheprovider
+	@echo '$(MYPY); $(BIN)/ruff check .; $(BIN)/ruff format --check .   (beside the tests)'
+	@echo '$(PYTEST_ALL)'
+	@lint_log=$$(mktemp); \
+	( $(LINT) ) >"$$lint_log" 2>&1 & lint_pid=$$!; \
+	$(PYTEST_ALL); tests=$$?; \
+	wait $$lint_pid; lint=$$?; \
+	echo "== lint and type-check (mypy, ruff check, ruff format --check): exit $$lint =="; \
+	cat "$$lint_log"; rm -f "$$lint_log"; \
+	[ $$tests -eq 0 ] || echo "make test: pytest failed (exit $$tests)" >&2; \
+	[ $$lint -eq 0 ] || echo "make test: lint or type-check failed" >&2; \
+	[ $$tests -eq 0 ] && [ $$lint -eq 0 ]
 
 # The inner loop, under 90 s on 2 cores: every test but the browser and the `slow` ones (1 s or more
 # each: real processes and servers, multi-run AppTest sessions), on every core (pytest-xdist).
