@@ -23,20 +23,21 @@ from gpuscope.web.uploads import (
 )
 
 # Column widths (px) that fit every column of the list in the 1440 px window the docs' shots use
-# (the page's side padding narrowed below): a run id, a date and a tag whole, longer text cut.
+# (the page's side padding narrowed below): a run id, a date and two short tags whole, longer
+# text cut.
 RUN_TABLE_WIDTHS = {
-    "name": 116,
+    "name": 110,
     "run_id": 104,
     "created": 120,
-    "gpu": 100,
+    "gpu": 96,
     "ranks": 52,
     "step_ms": 70,
     "pace_setter": 80,
     "busy_pct": 68,
     "wait_pct": 66,
     "mfu_pct": 56,
-    "tags": 100,
-    "uploaded_by": 96,
+    "tags": 150,
+    "uploaded_by": 90,
 }
 W = RUN_TABLE_WIDTHS
 
@@ -44,7 +45,7 @@ st.title("Runs")
 # The list has twelve columns: this page narrows the main pane's side padding (5rem in the wide
 # layout) so that each shows whole at 1440 px (RUN_TABLE_WIDTHS).
 st.html(
-    "<style>[data-testid='stMainBlockContainer']{padding-left:1.5rem;padding-right:1.5rem}</style>"
+    "<style>[data-testid='stMainBlockContainer']{padding-left:1rem;padding-right:1rem}</style>"
 )
 ui.show_flash()
 
