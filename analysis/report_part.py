@@ -150,6 +150,14 @@ def store(con: Connection, run_id: str) -> bool:
     return con.retrying(work) if isinstance(con, Store) else work()
 
 
+def refresh(con: Connection) -> int:
+    """Store the document of every trace run whose stored one is missing or stale (another
+    :func:`version`, a changed run): a full analysis per such run (``gpuscope maintain
+    --analyses``). Returns how many were stored."""
+    runs = con.execute("SELECT run_id FROM runs WHERE kind = 'trace' ORDER BY run_id").fetchall()
+    return sum(int(store(con, rid)) for (rid,) in runs if stored_text(con, rid) is None)
+
+
 def print_text(text: str) -> str:
     """``analyze --json``'s output of a stored document (:func:`stored_text`), as
     ``print_json`` writes a document: two-space indent, ``default=str``."""

@@ -184,3 +184,27 @@ def test_options_other_than_the_default_view_are_computed_from_the_events(
     spy = Spy(monkeypatch)
     assert cli_json(capsys, db, run_id, "--rank", "1") == want
     assert spy.read_events()
+
+
+@pytest.mark.slow
+def test_maintain_analyses_stores_the_stale_documents_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an upgrade (another analysis code: another version) every stored document is stale;
+    ``gpuscope maintain --analyses`` stores each again, once."""
+    db = tmp_path / "store"
+    with connect(db) as con:
+        run_id = ingest_paths(
+            con, [one_rank(tmp_path / "t.json")], after_trace=RS.store_after_ingest
+        )[0].run_id
+    monkeypatch.setattr(RP, "version", lambda: 7)
+    with connect(db) as con:
+        assert RP.stored_text(con, run_id) is None
+    code, out, err = run_cli(capsys, "maintain", "--analyses", "--json", "--db", str(db))
+    assert code == 0, err
+    assert json.loads(out)["analyses"] == 1
+    with connect(db) as con:
+        text = RP.stored_text(con, run_id)
+        assert text is not None and RP.print_text(text) + "\n" == from_events(con, run_id)
+    code, out, err = run_cli(capsys, "maintain", "--analyses", "--json", "--db", str(db))
+    assert (code, json.loads(out)["analyses"]) == (0, 0)  # nothing stale left

@@ -32,6 +32,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         action="store_true",
         help="also merge small files; only while no dashboard, analysis or ingest reads the store",
     )
+    p.add_argument(
+        "--analyses",
+        action="store_true",
+        help="also store the analyze document of every run whose stored one is missing or stale "
+        "(after an upgrade: a full analysis per such run; analyze --json then reads it)",
+    )
     p.add_argument("--json", action="store_true", help="print the counts as JSON")
     common_db_option(p)
 
@@ -43,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"gpuscope: {con.shown()}: a legacy DuckDB store has nothing to maintain")
             return 0
         counts = con.maintain(compact=args.compact)
+        if getattr(args, "analyses", False):
+            from gpuscope.analysis.report_part import refresh
+
+            counts["analyses"] = refresh(con)
     except duckdb.Error as e:  # the catalog or the object storage failed: one line, exit 2
         first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
         return fail(f"{shown_store(args)}: maintenance failed ({first.strip()})")
@@ -54,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         for key, label in STEPS:
             if key != "merged" or args.compact:
                 print(f"{counts.get(key, 0):>8,}  {label}")
+        if "analyses" in counts:
+            print(f"{counts['analyses']:>8,}  analyze documents stored")
     if not args.compact:
         notice(
             "note: small files were not merged (`gpuscope maintain --compact`, while nothing reads)"
