@@ -13,9 +13,15 @@ Public API (what ``analysis/job.py`` calls)::
         job_step_ms: float | None = None,     # the job's MEAN step (ms); default: the
                                               # pace-setter's mean step
         profiler: ProfilerCost | None = None, # the pace-setter's profiler cost, when known
+        untraced_ms=, flops_per_step=,        # the pace-setter's and its top waiter's
+        chain: Chain | None = None,           # the chain across ranks (cross_rank_chain)
     ) -> PaceSetterCause | None               # None: no straggler, so no pace-setter to explain
 
-    finding(rep: RunReport) -> PaceSetterCause | None   # the same from a rank's report
+    finding(rep: RunReport, con=None) -> PaceSetterCause | None   # the same from a rank's report
+                                              # (with ``con``: untraced time, FLOPs, the chain)
+    cross_rank_chain(con, run_id, match, pace, waiting) -> Chain | None
+    step_segments(con, run_id, rank, match) -> {step: {part: ns}}
+    retimed_by_step(chain, cause) -> {step: ms}
 
 The wait to explain, ``W`` (ms per step), is the straggler's: the wait of the rank that waits
 longest for it. Each candidate cause is a time per step on the pace-setter minus the median of the
@@ -29,6 +35,14 @@ below half of it) is named ``profiler``. Re-timing (a simple model): the job ste
 ``min(W, excess)``, on the **mean** step (a stall at a few steps leaves the median step as it is
 and lengthens the mean: the mean is what it costs). The caused wait per step says whether the lateness is steady or **spikes** at a
 few steps; the other ranks' share of the caused wait whether the straggler **moves** between ranks.
+
+**The chain across ranks** (docs/metrics.md, "The chain across ranks"): with the store at hand the
+figures come from each step's segment on the pace-setter and on the rank that waits most for it
+(:func:`step_segments`: from the end of the previous step's last matched collective to the end of
+this step's, split into compute / transfer / wait / GPU idle by cause), so the excess is what the
+late rank has **more** of in the same steps. When the profiler is the cause and the waiting rank
+computes more (kernel time and counted FLOPs), that rank sets the pace once the profiler's cost is
+gone: its compute is named (``profiled_rank``: the rank late under the profiler).
 """
 
 from __future__ import annotations

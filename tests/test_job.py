@@ -183,6 +183,12 @@ def _faces(capsys, db: Path, run_id: str) -> dict[str, dict[str, object]]:
         "mfu": sig3(j["mfu_pct"]),
         "pace": j["pace_setter"] if len(j["ranks"]) > 1 else None,
         "first fix": first,
+        "path": _path_value(j["critical_path"]["bound_by_pct"]),
+        "retimed": (
+            f"{sig3(j['retimed_from_ms'])} → {sig3(j['retimed_step_ms'])} ms"
+            if j["retimed_step_ms"] is not None
+            else None
+        ),
     }
     code, text, err = run_cli(capsys, "analyze", run_id, "--db", str(db))
     assert code == 0, err
@@ -203,6 +209,14 @@ def _faces(capsys, db: Path, run_id: str) -> dict[str, dict[str, object]]:
     return faces
 
 
+def _path_value(split: dict[str, float] | None) -> str | None:
+    """The verdict's "Critical path" value from the JSON's bound-by split: its largest part."""
+    if not split:
+        return None
+    top = max(split, key=lambda k: split[k])
+    return f"{top}-bound ({sig3(split[top])} %)"
+
+
 def _text_rows(text: str) -> dict[str, tuple[str, str]]:
     """``analyze``'s verdict lines: ``Label: value  (note)``."""
     rows: dict[str, tuple[str, str]] = {}
@@ -214,7 +228,16 @@ def _text_rows(text: str) -> dict[str, tuple[str, str]]:
     return rows
 
 
-LABELS = ("Job step time", "Pace-setter", "GPU busy", "MFU", "Why", "First fix")
+LABELS = (
+    "Job step time",
+    "Pace-setter",
+    "GPU busy",
+    "Critical path",
+    "MFU",
+    "Why",
+    "Re-timed",
+    "First fix",
+)
 
 
 def _md_rows(md: str) -> dict[str, tuple[str, str]]:
@@ -252,6 +275,10 @@ def _from_rows(rows: dict[str, tuple[str, str]]) -> dict[str, object]:
     out["pace"] = int(pace[0].removeprefix("rank ")) if pace else None
     fix = rows.get("First fix")
     out["first fix"] = fix[0] if fix else None
+    path = rows.get("Critical path")
+    out["path"] = path[0] if path else None
+    retimed = rows.get("Re-timed")
+    out["retimed"] = retimed[0] if retimed else None
     return out
 
 
@@ -267,6 +294,8 @@ def test_every_face_says_the_same(capsys, store, name: str) -> None:
         assert want["pace"] is None and "runs list (stored)" in faces
     else:
         assert want["pace"] is not None and want["wait"] not in (None, "0")
+    if name == "ddp":  # the chain across ranks: rank 1 host-bound under the profiler
+        assert want["path"] == "host-bound (71.5 %)" and want["retimed"] == "25.5 → 11.1 ms"
     assert want["first fix"]
 
 
