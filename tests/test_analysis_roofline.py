@@ -74,6 +74,18 @@ def test_models_by_hand() -> None:
     assert (
         op_model("aten::_foreach_add_", "[[],[]]", '["TensorList","TensorList"]', None)[0] is None
     )
+    # nll_loss forward gathers one logit per target: reads 8192 int64 targets and 8192 fp32
+    # logits, writes the loss and the total weight (not the 268 MB of logits)
+    nll = '["float","long int","","Scalar","Scalar"]'
+    (fl, by, fam), _ = op_model(
+        "aten::nll_loss_forward", "[[8192,8192],[8192],[],[],[]]", nll, None
+    )
+    assert (fl, by, fam) == (8192, 8192 * 8 + 8192 * 4 + 2 * 4, "reduction")
+    # its backward writes a gradient of the logits' size and reads the targets, not the logits
+    nllb = '["float","float","long int","","Scalar","Scalar","float"]'
+    dims = "[[],[8192,8192],[8192],[],[],[],[]]"
+    (fl, by, _), _ = op_model("aten::nll_loss_backward", dims, nllb, None)
+    assert (fl, by) == (8192, 8192 * 8192 * 4 + 8192 * 8 + 4 + 4)
 
 
 @pytest.mark.slow
@@ -165,6 +177,8 @@ def beyond_roof_trace() -> TraceBuilder:
       is cuDNN's TF32 implicit GEMM, 46 µs: 7.166 GFLOP, 156 TFLOP/s, 233 % of the fp32 peak;
     - an fp32 ``aten::mul`` of two [64,64,384] tensors, 3.5 µs: 18 MiB in 3.5 µs = 5.39 TB/s,
       161 % of the HBM's 3.35 TB/s (the tensors live in the 50 MiB L2);
+    - an ``aten::nll_loss_forward`` of [8192, 8192] fp32 logits, 17.4 µs: 268 MB "read" at 15.4
+      TB/s when every input is counted (it gathers one logit per target: 96 KiB);
     - the convolution of a batch of 32 run as an FFT (``fft2d_r2c`` + ``fft2d_c2r``), 8 µs:
       4.778 GFLOP of direct convolution in 8 µs = 597 TFLOP/s, above even the TF32 peak."""
     t = TraceBuilder()
@@ -186,6 +200,13 @@ def beyond_roof_trace() -> TraceBuilder:
            "Concrete Inputs": ["", ""]},
     )  # fmt: skip
     t.launch("vectorized_elementwise_kernel_mul", 45, 200, 3.5)
+    t.cpu_op(
+        "aten::nll_loss_forward", 60, 5,
+        **{"Input Dims": [[8192, 8192], [8192], [], [], []],
+           "Input type": ["float", "long int", "", "Scalar", "Scalar"],
+           "Concrete Inputs": ["", "", "", "1", "-100"]},
+    )  # fmt: skip
+    t.launch("nll_loss_forward_reduce_cuda_kernel_2d", 61, 250, 17.4)
     conv32 = {**conv, "Input Dims": [[32, 120, 24, 24], *conv["Input Dims"][1:]]}
     t.cpu_op("aten::cudnn_convolution", 70, 20, **conv32)  # type: ignore[arg-type]
     t.launch("void fft2d_r2c_64x64<float>(float2*, float const*, int)", 72, 300, 3)
@@ -207,6 +228,8 @@ def test_no_row_above_its_roof(con, tmp_path: Path) -> None:
     mul = ops[("aten::mul", 3.5)]
     assert mul["bytes_per_call"] == 3 * 64 * 64 * 384 * 4  # 18 MiB, inside 2 × the L2
     assert mul["bound"] == "L2" and mul["roof_pct"] is None and mul["lost_us_per_step"] is None
+    nll = ops[("aten::nll_loss_forward", 17.4)]
+    assert nll["bytes_per_call"] == 8192 * 12 + 8 and nll["roof_pct"] is None  # an op of the L2
     fft = ops[("aten::cudnn_convolution", 8.0)]
     assert fft["bound"] is None and fft["roof_pct"] is None  # FFT: the count is not what ran
     assert all(o["roof_pct"] is None or o["roof_pct"] <= 100 for o in j["ops"])
