@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +119,47 @@ def stored_text(con: Connection, run_id: str) -> str | None:
     return text if isinstance(text, str) else None
 
 
+#: DuckDB's memory while :func:`store` computes a document, tried in order (its working tables
+#: spill to disk beyond it; a limit DuckDB runs out of is tried again at the next). The 1 GB
+#: benchmark run: peak RSS 806 MB under the store's own limit (80 % of RAM), 645 MB at 200 MB,
+#: the same CPU (docs/benchmarks.md).
+MEMORY_LIMITS = ("200MB", "1GB")
+
+
+def _computed(con: Connection, run_id: str) -> str:
+    """:func:`text_of` the default view's document, computed under :data:`MEMORY_LIMITS` (the
+    store's own limit set back after)."""
+    import duckdb
+    from gpuscope.analysis.rank_index import close_shared
+
+    row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    own = str(row[0]) if row else None
+    try:
+        for limit in MEMORY_LIMITS[:-1]:
+            con.execute(f"SET memory_limit = '{limit}'")
+            try:
+                return text_of(analyze_json(*analyze(con, run_id)))
+            except duckdb.OutOfMemoryException:
+                close_shared(con)  # the rank's working tables: made again at the next limit
+        con.execute(f"SET memory_limit = '{MEMORY_LIMITS[-1]}'")
+        return text_of(analyze_json(*analyze(con, run_id)))  # out of memory here: it propagates
+    finally:
+        if own is not None:
+            _set_back(con, own)
+
+
+def _set_back(con: Connection, own: str) -> None:
+    """Set DuckDB's memory limit back to ``own`` (as ``current_setting`` wrote it, rounded down to
+    its last digit): where that text reads back lower, half its last digit more, so that the
+    limit reads back as ``own`` (not a little lower after each document)."""
+    con.execute(f"SET memory_limit = '{own}'")
+    row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    m = re.fullmatch(r"(\d+)(?:\.(\d+))?\s*([A-Za-z]+)", own.strip())
+    if row is not None and str(row[0]) != own and m is not None:
+        up = float(f"{m[1]}.{m[2] or 0}") + 0.5 * 10 ** -len(m[2] or "")
+        con.execute(f"SET memory_limit = '{up} {m[3]}'")
+
+
 def store(con: Connection, run_id: str) -> bool:
     """Compute the document of ``run_id``'s default view from its events and store it (replacing
     any other), in a transaction of its own; ``con`` must not be inside one. Returns False without
@@ -131,7 +173,7 @@ def store(con: Connection, run_id: str) -> bool:
     if ranks is None or ranks[0] is None or kind is None or kind[0] != "trace":
         return False
     try:
-        text = text_of(analyze_json(*analyze(con, run_id)))
+        text = _computed(con, run_id)
     except ValueError:
         return False
     doc = json.dumps({"stamp": before, "text": text})

@@ -48,8 +48,9 @@ def ranks_folder(folder: Path, n: int) -> Path:
 
 def parts_of(con, run_id: str) -> dict[tuple[int, str], dict]:  # type: ignore[no-untyped-def]
     rows = con.execute(
-        "SELECT rank, part, version, doc FROM rank_summaries WHERE run_id = ?", [run_id]
-    ).fetchall()
+        "SELECT rank, part, version, doc FROM rank_summaries WHERE run_id = ? AND part <> 'report'",
+        [run_id],
+    ).fetchall()  # the ranks' parts (the run's analyze document, report_part, is the run's)
     return {(r, p): (v, json.loads(d)) for r, p, v, d in rows}
 
 

@@ -208,3 +208,50 @@ def test_maintain_analyses_stores_the_stale_documents_again(
         assert text is not None and RP.print_text(text) + "\n" == from_events(con, run_id)
     code, out, err = run_cli(capsys, "maintain", "--analyses", "--json", "--db", str(db))
     assert (code, json.loads(out)["analyses"]) == (0, 0)  # nothing stale left
+
+
+@pytest.mark.slow
+def test_the_document_is_computed_in_bounded_memory_and_again_at_the_next_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The document is computed under MEMORY_LIMITS (the analysis's DuckDB working tables spill
+    beyond the first), where DuckDB runs out of memory (planted) again at the next; the store's
+    own limit is set back after. The document is the one computed from the events."""
+    import duckdb
+
+    def shown(limit: str) -> str:  # how DuckDB writes a limit back (set back: its own rounding)
+        with duckdb.connect() as c:
+            c.execute(f"SET memory_limit = '{limit}'")
+            return str(c.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+
+    want = [shown(m) for m in RP.MEMORY_LIMITS]
+    tries: list[str] = []
+    real = RP.analyze
+
+    def analyze(con: Any, run_id: str, **kwargs: Any) -> Any:
+        tries.append(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+        if len(tries) == 1:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: planted")
+        return real(con, run_id, **kwargs)
+
+    db = tmp_path / "store"
+    with connect(db) as con:
+        run_id = ingest_paths(con, [two_ranks(tmp_path / "job")])[0].run_id  # no hook: no part
+        assert RP.stored_text(con, run_id) is None
+        own = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        monkeypatch.setattr(RP, "analyze", analyze)
+        assert RP.store(con, run_id)
+        assert tries == want
+        assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == own
+        monkeypatch.undo()
+        text = RP.stored_text(con, run_id)
+        assert text is not None and RP.print_text(text) + "\n" == from_events(con, run_id)
+        # out of memory at every limit: it propagates, nothing is stored, the limit is set back
+        con.execute("DELETE FROM rank_summaries WHERE part = 'report'")
+        tries.clear()
+        monkeypatch.setattr(RP, "MEMORY_LIMITS", ("200MB",))
+        monkeypatch.setattr(RP, "analyze", analyze)
+        with pytest.raises(duckdb.OutOfMemoryException, match="planted"):
+            RP.store(con, run_id)
+        assert RP.stored_text(con, run_id) is None
+        assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == own
