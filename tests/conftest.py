@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import inspect
+import os
 import sys
 from pathlib import Path
 
@@ -23,10 +25,22 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def con(db_path: Path):
+def con(request: pytest.FixtureRequest):
+    """The store a test writes and reads: the real DuckLake at ``db_path``; an in-memory store
+    (plain DuckDB: the same tables, the same door) in a module marked ``memory_store`` (analysis
+    tests: opening + ingesting 0.05 s instead of 0.24 s), unless the test names ``db_path`` itself
+    (it reopens the store or hands it to the CLI). tests/test_store_equivalence.py checks that
+    analysis answers the same on both; ``GPUSCOPE_TESTS_ON_LAKE=1`` runs every test on the lake."""
     from gpuscope.store import connect
 
-    c = connect(db_path)
+    function = getattr(request.node, "function", None)
+    named = inspect.signature(function).parameters if function else {}
+    in_memory = (
+        request.node.get_closest_marker("memory_store")
+        and "db_path" not in named
+        and not os.environ.get("GPUSCOPE_TESTS_ON_LAKE")
+    )
+    c = connect(":memory:" if in_memory else request.getfixturevalue("db_path"))
     yield c
     c.close()
 
@@ -48,8 +62,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _signouts_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Sign-outs (gpuscope.web.auth.record_sign_out) go to a file of the test session, never the
     user's own ~/.local/state: dashboards started by module fixtures inherit it."""
-    import os
-
     path = tmp_path_factory.mktemp("signouts") / "signed-out.json"
     os.environ.setdefault("GPUSCOPE_SIGNOUT_FILE", str(path))
 

@@ -21,6 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tracegen import TraceBuilder
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 
 def ingest(con, t: TraceBuilder, path: Path) -> str:
     return ingest_paths(con, [t.write(path)])[0].run_id

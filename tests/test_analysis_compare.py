@@ -8,6 +8,8 @@ from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.report import analyze_run
 from test_analysis_recommendations import after_like, before_like, ingest
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 
 def test_delta_arithmetic():
     d = Delta("step_time_ms", "ms", 8.0, 2.0, "lower")

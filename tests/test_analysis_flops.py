@@ -32,6 +32,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_analysis_kernels import BWD, Win, ingest, launch_on
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 BF16 = "c10::BFloat16"
 

@@ -23,6 +23,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tracegen import TraceBuilder
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 H2D_PAGEABLE = "Memcpy HtoD (Pageable -> Device)"
 D2H_PAGEABLE = "Memcpy DtoH (Device -> Pageable)"

@@ -9,6 +9,8 @@ from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
 from test_cli_analysis import documented, key_paths
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces" / "memory"
 
 

@@ -27,6 +27,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tracegen import PID, TID, TraceBuilder
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 BWD = 1002  # autograd's backward thread
 

@@ -21,6 +21,8 @@ from gpuscope.ingest.loader import ingest_paths
 from gpuscope.ingest.memory_snapshot import load_plain, read_snapshot
 from tracegen import H100, TraceBuilder
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces" / "memory"
 BWD_TID = 2002
 MM, ADDMM, ADD = "aten::mm", "aten::addmm", "aten::add"

@@ -16,6 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tracegen import TraceBuilder
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces" / "memory"
 BWD_TID = 2002
 

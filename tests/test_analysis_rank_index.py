@@ -41,6 +41,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tracegen import TraceBuilder
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 ANALYSIS = Path(__file__).resolve().parent.parent / "analysis"
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from gpuscope.analysis import idle as I
 from gpuscope.analysis import steps as S
 from gpuscope.analysis.idle import idle_analysis
 from gpuscope.analysis.steps import find_window
 from gpuscope.ingest.loader import ingest_paths
 from tracegen import TraceBuilder
+
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
 
 
 def trace(path: Path) -> Path:

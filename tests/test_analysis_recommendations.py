@@ -12,6 +12,8 @@ from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
 from tracegen import TraceBuilder
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 DL_SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 DL_MULTI = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 SGEMM = "ampere_sgemm_128x64_nn"  # fp32 on CUDA cores

@@ -17,6 +17,8 @@ from gpuscope.store import transaction
 from test_analysis_busy import hand_trace, ingest
 from tracegen import BASE_NS
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 # hand_trace (device 0, µs): gemm 10..30 (stream 7), relu 20..40 (stream 8), a memcpy 50..55, a
 # memset 60..65, tail 90..110; a sync event and a GPU annotation that are not activity. The window
 # is 0..110 µs, one step.

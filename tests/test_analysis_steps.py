@@ -9,6 +9,8 @@ from gpuscope.analysis.steps import find_window, step_frame, step_stats
 from gpuscope.ingest.loader import ingest_paths
 from tracegen import TraceBuilder
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 
 def ingest(con, t: TraceBuilder, path: Path) -> str:
     return ingest_paths(con, [t.write(path)])[0].run_id

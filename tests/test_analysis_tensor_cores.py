@@ -22,6 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_analysis_kernels import DOCS, TID, Win, ingest, launch_on
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 
 def tc(name: str) -> tuple[bool | None, str | None]:
     info = classify(name).tc

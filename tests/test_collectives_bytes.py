@@ -18,6 +18,8 @@ from gpuscope.analysis.collectives import (
 )
 from tracegen import TraceBuilder
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 #: ``record_param_comms``' parameter layout since torch 2.2 (the DDP sample's, torch 2.11):
 #: tensors, seq, pg name, rank, coll name, in splits, out splits, rank start, stride, world size.
 RPC_TYPES_LIST = ["TensorList", "", "", "Scalar", "", "ScalarList", "ScalarList"] + ["Scalar"] * 3

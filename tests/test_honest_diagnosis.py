@@ -17,6 +17,8 @@ from gpuscope.ingest.loader import ingest_paths
 from test_analysis_recommendations import after_like, before_like
 from tracegen import TraceBuilder
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 
 

@@ -8,6 +8,8 @@ import pytest
 from gpuscope.analysis.phase_patterns import phase_patterns
 from tracegen import TraceBuilder
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 STEP_US = 10_000.0
 N = 3
 

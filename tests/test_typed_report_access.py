@@ -15,6 +15,8 @@ from gpuscope.analysis.memory import MallocStats, MemoryResult
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 
 

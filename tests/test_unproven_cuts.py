@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_ingest_stream import kineto_layout
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 # an event whose args hold a list laid out so that Kineto's separator between events
 # ("\n  },\n  {") appears inside it, at depth 4: a cut there is not between events
 INNER = '[{"x": 1\n  },\n  {"y": 2}]'

@@ -12,6 +12,8 @@ from gpuscope.cli.main import main
 from gpuscope.ingest.loader import ingest_paths
 from tracegen import H100, TraceBuilder
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 A100 = {**H100, "name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "numSms": 108}
 
 
