@@ -101,6 +101,10 @@ LAUNCH_APIS: tuple[str, ...] = (
     "hipGraphLaunch",
 )
 
+#: The launch calls of a CUDA (HIP) graph: one call, every kernel of the graph under its
+#: correlation id; the kernels' ops ran when the graph was captured, not at the replay.
+GRAPH_LAUNCH_APIS: tuple[str, ...] = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
+
 #: Runtime/driver calls that block the host until the device (or a stream/event) is done.
 #: ``cudaStreamWaitEvent`` is *not* one: it orders streams on the device, the host goes on.
 SYNC_APIS: tuple[str, ...] = (

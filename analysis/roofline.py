@@ -22,6 +22,7 @@ import numpy as np
 from gpuscope.analysis import flops as F
 from gpuscope.analysis import kernels as K
 from gpuscope.analysis import peaks as P
+from gpuscope.analysis.event_classes import GRAPH_LAUNCH_APIS
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.memory import recorded_allocator
 from gpuscope.analysis.modules import innermost
@@ -561,9 +562,27 @@ def roofline(
     cols = {c: ops[c].tolist() for c in ("name", "input_dims", "input_types", "concrete_inputs")}
     kj = np.flatnonzero(kern)
     gidx = np.array([-1 if (g := idx_of[j]) is None else int(g) for j in kj], dtype=np.int64)
+    # the CUDA-graph replays' launch calls: their kernels' ops ran at capture, not here
+    replays = {
+        (int(t), int(ts))
+        for t, ts in con.execute(
+            """SELECT e.tid, e.ts_ns FROM events e
+               JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
+               WHERE e.run_id = ? AND e.rank = ? AND list_contains(?, n.name)
+                 AND e.ts_ns < ? AND e.ts_ns > ?""",
+            [run_id, int(rank), list(GRAPH_LAUNCH_APIS), window.end_ns, window.start_ns - 10**10],
+        ).fetchall()
+    }
+    graph_names: dict[int, int] = {}
+    graph_launches: set[tuple[int, int]] = set()
     for j in kj[gidx < 0]:  # kernels launched outside any modelled op
         ns = int(lx.in_ns[j])
-        un_names[int(lx.name_id[j])] = un_names.get(int(lx.name_id[j]), 0) + ns
+        key = (int(lx.tid[j]), int(lx.launch_ns[j]))
+        if lx.has_launch[j] and key in replays:
+            graph_names[int(lx.name_id[j])] = graph_names.get(int(lx.name_id[j]), 0) + ns
+            graph_launches.add(key)
+        else:
+            un_names[int(lx.name_id[j])] = un_names.get(int(lx.name_id[j]), 0) + ns
         res.unmodelled_ns += ns
     # GPU time per op call (in order of its first kernel), then per (name, shapes, types, args)
     on = gidx >= 0
@@ -590,8 +609,19 @@ def roofline(
         grp["ns"] += int(per_call[c])
         grp["calls"].add(gi)
         grp["kernels"] |= call_kernels.get(int(c), set())
-    kernel_ids = set(un_names).union(*(g["kernels"] for g in groups.values()))
+    kernel_ids = set(un_names).union(graph_names, *(g["kernels"] for g in groups.values()))
     names = K.name_lookup(con, run_id, kernel_ids)
+    for nid, ns in graph_names.items():
+        k = f"(CUDA graph replay) {names.get(nid, '?')[:60]}"
+        res.unmodelled[k] = res.unmodelled.get(k, 0) + ns
+    if graph_names:
+        g_ns = sum(graph_names.values())
+        per = max(1, window.n_steps)
+        res.notes.append(
+            f"{sig3(g_ns / per / 1e3)} µs of kernels per step ran in "
+            f"{sig3(len(graph_launches) / per)} CUDA graph replay(s) per step: their ops ran when "
+            "the graph was captured, so they have no shapes here and no roof"
+        )
     l2 = L2_BYTES.get(model) if model is not None else None
     n_l2 = n_fewer = 0
     for nid, ns in un_names.items():

@@ -240,3 +240,36 @@ def test_every_memory_roof_has_an_l2() -> None:
     from gpuscope.analysis.roofline import L2_BYTES
 
     assert set(L2_BYTES) == set(P.MEM_TBS)
+
+
+@pytest.mark.slow
+def test_cuda_graph_replays_are_named(con, tmp_path: Path) -> None:
+    """One step of 1000 µs: a ``cudaGraphLaunch`` whose graph runs two kernels (30 + 50 µs,
+    the graph's correlation id on both), and a kernel launched outside any op (5 µs). The graph's
+    kernels are the replay's (their ops ran at capture): 80 µs per step in 1 replay per step."""
+    t = TraceBuilder()
+    t.step(1, 0, 1000)
+    corr = t.runtime("cudaGraphLaunch", 10, 20)
+    t.gpu("graph_kernel_a", 100, 30, correlation=corr)
+    t.gpu("graph_kernel_b", 140, 50, correlation=corr)
+    t.launch("mystery_kernel", 300, 400, 5)
+    rid = ingest_paths(con, [t.write(tmp_path / "g.json")])[0].run_id
+    j = analyze_run(con, rid).to_json()["roofline"]
+    top = {u["op"]: u["gpu_us_per_step"] for u in j["unmodelled_top"]}
+    assert top["(CUDA graph replay) graph_kernel_a"] == pytest.approx(30)
+    assert top["(CUDA graph replay) graph_kernel_b"] == pytest.approx(50)
+    assert top["(kernel without a modelled op) mystery_kernel"] == pytest.approx(5)
+    assert j["unmodelled_us_per_step"] == pytest.approx(85)
+    note = next(n for n in j["notes"] if "CUDA graph" in n)
+    assert note.startswith("80.0 µs of kernels per step ran in 1.00 CUDA graph replay(s)")
+
+
+@pytest.mark.slow
+def test_the_real_cuda_graph_run(con) -> None:
+    """sample_traces/wild/gpt_cudagraphs (torch.compile mode="reduce-overhead", H100): 2 graph
+    replays per step (the compiled forward and backward), their kernels named as the replay's."""
+    rid = ingest_paths(con, [SAMPLE.parent / "wild" / "gpt_cudagraphs"])[0].run_id
+    j = analyze_run(con, rid).to_json()["roofline"]
+    note = next(n for n in j["notes"] if "CUDA graph" in n)
+    assert "ran in 2.00 CUDA graph replay(s) per step" in note
+    assert any(u["op"].startswith("(CUDA graph replay) ") for u in j["unmodelled_top"])
