@@ -1,6 +1,15 @@
-"""Run the `gpuscope` CLI in-process for tests: exit code, stdout and stderr."""
+"""Run the `gpuscope` CLI in-process for tests: exit code, stdout and stderr.
+
+In-process costs a call, not a process start (about 1 s of CPU each for the interpreter and the
+imports). Tests keep a real process where the process is the point: signals and kills, the real
+interpreter's exit status (``python -m gpuscope``), environment handling, imports of a fresh
+process, concurrent processes on one store."""
 
 from __future__ import annotations
+
+import io
+import subprocess
+from contextlib import redirect_stderr, redirect_stdout
 
 from gpuscope.cli.main import main
 
@@ -13,3 +22,22 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
         code = int(e.code or 0)
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``gpuscope ARGS`` in this process, answered as ``subprocess.run([...], capture_output=True,
+    text=True)`` answers: returncode, stdout, stderr (a ``SystemExit`` message goes to stderr with
+    exit 1, as the interpreter does)."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as e:
+            if isinstance(e.code, str):
+                print(e.code, file=err)
+                code = 1
+            else:
+                code = e.code
+    return subprocess.CompletedProcess(
+        ["gpuscope", *args], int(code or 0), out.getvalue(), err.getvalue()
+    )

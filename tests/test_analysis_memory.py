@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -247,31 +245,25 @@ def test_restricted_unpickler_refuses_callables(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_cli_refuses_a_callable_snapshot(tmp_path: Path) -> None:
+    from clitools import cli_in_process
+
     p, marker = evil_pickle(tmp_path)
     trace = hand_trace().write(tmp_path / "t.json")
     db = tmp_path / "store"
-    cmd = [sys.executable, "-m", "gpuscope", "ingest", str(trace), str(p), "--db", str(db)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    r = cli_in_process("ingest", str(trace), str(p), "--db", str(db))
     assert r.returncode != 0
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "snap.pickle" in lines[0] and "refused" in lines[0], r.stderr
     assert not marker.exists()
-    runs = subprocess.run(
-        [sys.executable, "-m", "gpuscope", "runs", "--json", "--db", str(db)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    runs = cli_in_process("runs", "--json", "--db", str(db))
     assert json.loads(runs.stdout or "[]") == []
     # the real one is kept with the run
-    ok = subprocess.run(
-        [sys.executable, "-m", "gpuscope", "ingest", str(trace), "--db", str(db),
-         "--memory-snapshot", str(SAMPLE / "gpt_mem.snapshot.pickle")],
-        capture_output=True, text=True, timeout=120,
+    ok = cli_in_process(
+        "ingest", str(trace), "--db", str(db),
+        "--memory-snapshot", str(SAMPLE / "gpt_mem.snapshot.pickle"),
     )  # fmt: skip
     assert ok.returncode == 0, ok.stderr
-    out = subprocess.run(
-        [sys.executable, "-m", "gpuscope", "analyze", ok.stdout.split()[0], "--json", "--db", str(db)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    out = cli_in_process("analyze", ok.stdout.split()[0], "--json", "--db", str(db))
     snap = json.loads(out.stdout)["memory"]["snapshot"]
     assert snap["file"] == "gpt_mem.snapshot.pickle" and snap["devices"]["0"]["segments"] > 0
     # the typed SnapshotSummary writes back what ingest stored, key for key and in order

@@ -306,9 +306,10 @@ def test_big_trace_many_batches(con, tmp_path, monkeypatch):
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, timeout=120
-    )
+    """``gpuscope ARGS`` in-process (tests/clitools.py); test_module_entry_point starts the real one."""
+    from clitools import cli_in_process
+
+    return cli_in_process(*args)
 
 
 @pytest.mark.slow
