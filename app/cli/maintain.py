@@ -1,4 +1,4 @@
-"""`gpuscope maintain [--compact]`: reclaim what the store no longer needs (e.g. nightly)."""
+"""`gpuscope maintain [--compact] [--analyses]`: reclaim what the store no longer needs (e.g. nightly)."""
 
 from __future__ import annotations
 
