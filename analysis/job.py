@@ -482,22 +482,16 @@ def _pace_cause(
         untraced_ms=untraced_for(con, rep) if con is not None else None,
         flops_per_step=flops_for(con, rep) if con is not None else None,
         chain=chain_for(con, rep) if con is not None else None,
+        steps={n for n, _ in job_step.by_step if n != job_step.drain_step} or None,
     )
 
 
 def _path(cause: PaceSetterCause | None) -> tuple[tuple[PathStep, ...], dict[str, float] | None]:
     """The job's critical path by step and its bound-by split from the cause's chain."""
-    from gpuscope.analysis.straggler_cause import ABSTAINED, PROFILER, retimed_by_step
-
     chain = cause.chain if cause is not None else None
     if cause is None or chain is None or not chain.steps:
         return (), None
-    per_step = (
-        cause.cause not in (ABSTAINED, PROFILER)
-        and cause.profiled_rank is None
-        and cause.rank == chain.pace
-    )
-    new = retimed_by_step(chain, cause.cause) if per_step else {}
+    new = dict(cause.step_retimed)
     steps = tuple(
         PathStep(s.step, s.late_rank, s.segment_ms, s.bound_by_ms, new.get(s.step))
         for s in chain.steps
@@ -568,7 +562,9 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
         bound_by_pct=bound_by,
         cause_rank=cause.rank if cause is not None else None,
         retimed_step_ms=cause.retimed_job_step_ms if cause is not None else None,
-        retimed_from_ms=cause.job_step_ms if cause is not None else None,
+        retimed_from_ms=cause.job_step_ms
+        if cause is not None and cause.retimed_job_step_ms is not None
+        else None,
     )
 
 

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -168,7 +168,11 @@ class PaceSetterCause:
     ``job_step_ms`` / ``retimed_job_step_ms``: the job's step as it is and with the cause removed
     on the pace-setter (None when abstained); ``pattern``: ``steady``, ``spikes`` or ``moving``;
     ``spike_steps``: the steps that hold the wait when it spikes; ``rank_shares``: each rank's
-    share of all caused wait (%); ``candidates``: every cause's figures."""
+    share of all caused wait (%); ``candidates``: every cause's figures; ``profiled_rank``: the
+    rank late under the profiler when the cause is found once the profiler's cost is gone (None
+    otherwise); ``chain``: the chain across ranks it was read from; ``step_retimed``: (step, its
+    segment re-timed with the cause removed, ms) for the chain's steps (empty when the verdict
+    re-times the whole step)."""
 
     rank: int
     cause: str
@@ -184,6 +188,7 @@ class PaceSetterCause:
     candidates: tuple[CauseFigure, ...] = ()
     profiled_rank: int | None = None
     chain: Chain | None = None
+    step_retimed: tuple[tuple[int, float], ...] = ()
 
     @property
     def id(self) -> str:
@@ -226,6 +231,7 @@ class PaceSetterCause:
             "candidates": [c.to_json() for c in self.candidates],
             "profiled_rank": self.profiled_rank,
             "chain": self.chain.to_json() if self.chain is not None else None,
+            "step_retimed_ms": {str(k): v for k, v in self.step_retimed},
         }
 
 
@@ -300,9 +306,12 @@ def pace_setter_cause(
     untraced_ms: Mapping[int, float] | None = None,
     flops_per_step: Mapping[int, float] | None = None,
     chain: Chain | None = None,
+    steps: Collection[int] | None = None,
 ) -> PaceSetterCause | None:
     """The pace-setter's own cause (module doc); None when there is no straggler (no rank makes
-    the others wait above the collectives' threshold) or no other rank's line to compare with."""
+    the others wait above the collectives' threshold) or no other rank's line to compare with.
+    ``steps``: the step numbers ``job_step_ms`` is the mean of (the chain's re-timing averages
+    its gain over those of its steps; default: all)."""
     if straggler is None:
         return None
     by_rank = {int(line.rank): line for line in lines}
@@ -333,6 +342,7 @@ def pace_setter_cause(
     # rest, and the dispatch above that leaves the wait to explain
     cap = profiler.host_cap_ms_per_step if profiler is not None else None
     removed = 0.0
+    raw_host = next((f.excess_ms for f in cands if f.cause == HOST), 0.0)
     if cap is not None and mine.get(HOST) is not None:
         untraced = mine.get(UNTRACED) or 0.0
         real = max(0.0, min(float(mine[HOST] or 0.0), cap - min(untraced, cap)))
@@ -415,9 +425,17 @@ def pace_setter_cause(
     gain = min(explain, best.excess_ms)
     retimed = step - gain if step is not None else None
     by_chain = chain is not None and chain.steps and chain.pace == int(pace.rank)
-    if retimed is not None and by_chain and cause != PROFILER:
+    per_step: dict[int, float] = {}
+    if by_chain and cause != PROFILER:
         assert chain is not None
-        retimed = step - _chain_gain(chain, cause) if step is not None else None
+        # the dispatch the profiler accounts for leaves each step's extra in proportion
+        scale = best.excess_ms / raw_host if cause == HOST and removed > 0 and raw_host > 0 else 1.0
+        per_step = retimed_by_step(chain, cause, min(1.0, max(0.0, scale)))
+    if retimed is not None and per_step:
+        assert chain is not None
+        kept = [c for c in chain.steps if steps is None or c.step in steps] or list(chain.steps)
+        gain = sum(c.segment_ms - per_step[c.step] for c in kept) / len(kept)
+        retimed = step - gain if step is not None else None
     elif retimed is not None:
         # no rank's step gets shorter than its own work: the pace-setter's GPU busy per step, each
         # other rank's step less its wait
@@ -470,6 +488,7 @@ def pace_setter_cause(
         shares,
         tuple(cands),
         chain=chain,
+        step_retimed=tuple(sorted(per_step.items())),
     )
 
 
@@ -948,27 +967,20 @@ def _part_ms(parts: Mapping[str, float], cause: str) -> float:
     return float(v or 0.0)
 
 
-def retimed_by_step(chain: Chain, cause: str) -> dict[int, float]:
+def retimed_by_step(chain: Chain, cause: str, scale: float = 1.0) -> dict[int, float]:
     """Each chain step's segment (ms) with ``cause`` removed on the pace-setter: in a step it sets
-    the pace, its part of that cause becomes the waiting rank's (at most the wait it caused goes);
-    the step then lasts the longer of that and the waiting rank's segment less its wait. A step
-    the other rank sets keeps its length."""
+    the pace, its part of that cause becomes the waiting rank's (``scale`` × the extra part, at
+    most the wait it caused, goes); the step then lasts the longer of that and the waiting rank's
+    segment less its wait. A step the other rank sets keeps its length."""
     out = {}
     for s in chain.steps:
         if s.late_rank != chain.pace:
             out[s.step] = s.segment_ms
             continue
-        extra = max(0.0, _part_ms(s.late_ms, cause) - _part_ms(s.other_ms, cause))
+        extra = scale * max(0.0, _part_ms(s.late_ms, cause) - _part_ms(s.other_ms, cause))
         own_other = sum(s.other_ms.values()) - s.other_ms.get("wait", 0.0)
         out[s.step] = min(s.segment_ms, max(s.segment_ms - min(extra, s.wait_ms), own_other))
     return out
-
-
-def _chain_gain(chain: Chain, cause: str) -> float:
-    """The job step's mean gain (ms per step) with ``cause`` removed on the pace-setter
-    (:func:`retimed_by_step`)."""
-    new = retimed_by_step(chain, cause)
-    return sum(s.segment_ms - new[s.step] for s in chain.steps) / max(1, len(chain.steps))
 
 
 def _hidden_compute(chain: Chain, flops: Mapping[int, float] | None) -> CauseFigure | None:

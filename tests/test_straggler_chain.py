@@ -191,6 +191,21 @@ def test_segments_of_a_host_bound_rank_by_hand(con, tmp_path):
     assert "2: 8.40 → 5.42" in rows["Re-timed"].note
 
 
+def test_host_dispatch_partly_the_profilers(con, tmp_path):
+    """Rank 1 dispatches 3,000 µs per step, and was timed at 7.0 ms per step without the profiler:
+    its own GPU work 5.2 ms leaves 1.8 ms of host time, 0.2 of it untraced, so at most 1.6 of its
+    2.98 ms of dispatch is real (1.38 the profiler's). The wait left, 3.0 - 1.38 = 1.62 ms, is
+    over a quarter of the wait: host dispatch, excess 1.6 - 0.002 = 1.598 ms. Each step re-timed
+    with that part only (each step's 2.978 ms of extra dispatch scaled by 1.598 / 2.978): 8.4 ->
+    6.802 ms; the job's mean step likewise."""
+    run_id = ingested(con, tmp_path, plant={(1, k): ("host", 3000.0) for k in EVERY})
+    got = verdict(con, run_id, 1, untraced_step_ms=7.0)
+    assert got is not None and got.rank == 1 and got.cause == HOST, got
+    assert got.per_step_ms == pytest.approx(1.598, abs=1e-6)
+    assert got.retimed_job_step_ms == pytest.approx(6.802, abs=1e-6)
+    assert dict(got.step_retimed) == pytest.approx({k: 6.802 for k in (2, 3, 4, 5)}, abs=1e-6)
+
+
 @pytest.mark.parametrize(
     ("kind", "cause", "fix", "excess", "bound"),
     [
