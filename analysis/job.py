@@ -691,12 +691,15 @@ def path_row(job: JobDiagnosis) -> HeadlineRow:
         + " + ".join(f"{k} {sig3(v)}" for k, v in p.bound_by_ms.items() if v >= 0.05)
         for p in job.path
     )
+    rest = ", ".join(
+        f"{k} {_p(v)}" for k, v in sorted(split.items(), key=lambda kv: -kv[1]) if k != top and v
+    )
     return HeadlineRow(
         "Critical path",
         f"{top}-bound ({_p(split[top])})",
         f"through the rank the others wait for in each step ({who}): {parts}; by step (ms): "
         f"{steps}",
-        parts,
+        rest,
     )
 
 
