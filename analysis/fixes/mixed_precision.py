@@ -9,6 +9,7 @@ from gpuscope.analysis.critical_path import GpuEvent
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.kernel_names import classify_kernel
 from gpuscope.analysis.tensor_cores import tensor_core_info
 
 if TYPE_CHECKING:
@@ -99,6 +100,8 @@ bytes)."""
 def _attention_fp32(n: Node) -> str | None:
     """``3xtf32`` or ``fp32`` for an attention kernel in fp32 math (None: not one)."""
     if n.kind != "gpu" or not isinstance(n.event, GpuEvent):
+        return None
+    if classify_kernel(n.event.name, "kernel") != "attention":
         return None
     info = tensor_core_info(n.event.name, "attention")
     if not info.mma or info.rule in ("not-math", "helper"):
