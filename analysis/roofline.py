@@ -577,10 +577,10 @@ def roofline(
     graph_launches: set[tuple[int, int]] = set()
     for j in kj[gidx < 0]:  # kernels launched outside any modelled op
         ns = int(lx.in_ns[j])
-        key = (int(lx.tid[j]), int(lx.launch_ns[j]))
-        if lx.has_launch[j] and key in replays:
+        at = (int(lx.tid[j]), int(lx.launch_ns[j]))
+        if lx.has_launch[j] and at in replays:
             graph_names[int(lx.name_id[j])] = graph_names.get(int(lx.name_id[j]), 0) + ns
-            graph_launches.add(key)
+            graph_launches.add(at)
         else:
             un_names[int(lx.name_id[j])] = un_names.get(int(lx.name_id[j]), 0) + ns
         res.unmodelled_ns += ns
