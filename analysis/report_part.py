@@ -2,20 +2,22 @@
 (part ``report`` of ``rank_summaries``, one row under the run's lowest rank), so that ``gpuscope
 analyze --json RUN`` reads one row instead of the run's events.
 
-The stored document is what :func:`analyze` + :func:`document` give for the run's default view
+The stored document is what :func:`analyze` + :func:`analyze_json` give for the run's default view
 (the lowest rank, every option at its default), as JSON text (:func:`text_of`: NaN and non-JSON
 values kept as ``analyze`` prints them). A stored row is used only while both hold:
 
 - its ``version`` is :func:`version`: a fingerprint of the analysis code (every module of
   ``gpuscope.analysis`` and ``gpuscope.vocabulary``), so any change to how a figure is computed
   makes the stored documents stale, without a version number to remember to bump;
-- its ``stamp`` is the run's :func:`stamp` now: the run's row, its ranks' rows and its NVML series
-  and memory events counted (a job's later ranks, a renamed run, a series added afterwards).
+- its ``stamp`` is the run's :func:`stamp` now: the run's row, its ranks' rows (their memory
+  events come with them) and its NVML series counted (a job's later ranks, a renamed or re-tagged
+  run, a series attached afterwards).
 
 A stale or missing document is computed from the events when asked for (``analyze``, as before
 this part existed; nothing is written) and stored again by :func:`store` (the ingest's
-after-commit step, ``gpuscope maintain``). This module imports nothing heavy: ``analyze --json``
-of a stored run loads neither pandas nor the analyses.
+after-commit step, ``gpuscope maintain --analyses``). This module imports nothing heavy:
+``analyze --json`` of a stored run imports none of the analyses (pandas it does import: DuckDB
+loads it on the first statement with parameters).
 """
 
 from __future__ import annotations
