@@ -56,7 +56,7 @@ def test_a_range_that_may_slow_the_step_says_so_in_words():
 
 @pytest.mark.slow
 def test_run_page_shows_the_critical_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    db = app_store(tmp_path, monkeypatch)
+    db = app_store(tmp_path, monkeypatch, lake=False)
     (rid,) = ingest(db, training_trace("before", steps=6).write(tmp_path / "b.pt.trace.json.gz"))
     at = open_app("screens/run.py", {"run": rid})
     assert not at.exception, at.exception

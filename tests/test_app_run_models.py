@@ -39,7 +39,7 @@ def four_steps(**meta: float) -> TraceBuilder:
 def test_headline_cards_show_the_page_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = app_store(tmp_path, monkeypatch)
+    db = app_store(tmp_path, monkeypatch, lake=False)
     (rid,) = ingest(db, four_steps().write(tmp_path / "four.json"))
     at = open_app(RUN, {"run": rid})
     assert not at.exception, at.exception
@@ -122,7 +122,7 @@ def test_the_profiler_note_shows_the_page_model(
 ) -> None:
     """The four steps recorded 0.8 ms a step without the profiler: traced 1.0 ms is +25 %, and
     host-side figures are capped at 0.8 - 0.5 (the median GPU busy per step) = 0.30 ms."""
-    db = app_store(tmp_path, monkeypatch)
+    db = app_store(tmp_path, monkeypatch, lake=False)
     trace = four_steps(**{"gpuscope.untraced_step_ms": 0.8})
     (rid,) = ingest(db, trace.write(tmp_path / "four.json"))
     at = open_app(RUN, {"run": rid}, timeout=120)
@@ -152,7 +152,7 @@ def test_the_memory_section_shows_the_typed_memory_result(
     from gpuscope.analysis.report import analyze_run
     from gpuscope.store import connect
 
-    db = app_store(tmp_path, monkeypatch)
+    db = app_store(tmp_path, monkeypatch, lake=False)
     (rid,) = ingest(db, SAMPLES / "memory" / "gpt_mem.pt.trace.json.gz")
     con = connect(db)
     try:
@@ -193,7 +193,7 @@ def test_a_host_side_top_idle_cause_is_shown_capped(
     are capped at 0.6 - 0.5 (GPU busy per step) = 0.10 ms, so the top idle cause (data loading,
     0.30 ms per step in the trace) reads "≤ 0.10 ms" with its profiled 0.30 ms beside it, as the
     profiler's note below says (never 0.30 ms above a note capping it at 0.10)."""
-    db = app_store(tmp_path, monkeypatch)
+    db = app_store(tmp_path, monkeypatch, lake=False)
     trace = four_steps(**{"gpuscope.untraced_step_ms": 0.6})
     (rid,) = ingest(db, trace.write(tmp_path / "four.json"))
     at = open_app(RUN, {"run": rid}, timeout=120)
