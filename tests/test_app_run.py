@@ -17,7 +17,7 @@ RUN = "screens/run.py"
 
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return app_store(tmp_path, monkeypatch)
+    return app_store(tmp_path, monkeypatch, lake=False)
 
 
 @pytest.fixture
