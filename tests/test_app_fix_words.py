@@ -40,7 +40,7 @@ def test_fix_headers_are_the_analysis_sentences(tmp_path: Path, monkeypatch) -> 
     from gpuscope.store import connect
     from gpuscope.web import ui
 
-    db = app_store(tmp_path, monkeypatch)
+    db = app_store(tmp_path, monkeypatch, lake=False)
     (rid,) = ingest(db, SAMPLES / "before" / "before_rank0.pt.trace.json.gz")
     con = connect(db)
     recs = {r.id: r for r in analyze_run(con, rid, all_ranks=False).recommendations}

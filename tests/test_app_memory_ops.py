@@ -20,7 +20,7 @@ SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces" / "memory"
 
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return app_store(tmp_path, monkeypatch)
+    return app_store(tmp_path, monkeypatch, lake=False)
 
 
 def _frames(at) -> dict[str, object]:

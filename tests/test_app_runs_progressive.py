@@ -21,7 +21,7 @@ N_RUNS = 4
 
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return app_store(tmp_path, monkeypatch)
+    return app_store(tmp_path, monkeypatch, lake=False)
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def test_zoom_param_round_trips_to_the_nanosecond() -> None:
 
 @pytest.fixture
 def pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
-    db = app_store(tmp_path, monkeypatch)
+    db = app_store(tmp_path, monkeypatch, lake=False)
     a, b = write_pair(tmp_path / "t")
     ida, idb = ingest(db, a, b)
     return ida, idb
@@ -67,7 +67,7 @@ def test_swap_and_aligned_steps_live_in_the_url(pair: tuple[str, str]) -> None:
 
 @pytest.mark.slow
 def test_run_zoom_lives_in_the_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    db = app_store(tmp_path, monkeypatch)
+    db = app_store(tmp_path, monkeypatch, lake=False)
     a, _ = write_pair(tmp_path / "t")
     (rid,) = ingest(db, a)
     at = open_app(RUN, {"run": rid})
