@@ -186,15 +186,28 @@ def stepped(durations_us: list[float], busy_us: float, samples: int = 16) -> Tra
     return t
 
 
-@pytest.fixture
-def gate_store(tmp_path, db_path, capsys):
+def _gate_runs(tmp_path, spec: str, capsys) -> list[str]:  # type: ignore[no-untyped-def]
+    """base, slow (2x) and same ingested into the store ``spec``; the CLI's ``--db`` for it."""
     base = stepped([1000, 1010, 990, 1000, 1005], 500).write(tmp_path / "base.json")
     slow = stepped([2000, 2020, 1980, 2000, 2010], 500).write(tmp_path / "slow.json")
     same = stepped([1000, 1012, 988, 1001, 1004], 500).write(tmp_path / "same.json")
-    db = ["--db", str(db_path)]
+    db = ["--db", spec]
     for path, name in ((base, "base"), (slow, "slow"), (same, "same")):
         assert run_cli(capsys, "ingest", str(path), "--name", name, *db)[0] == 0
     return db
+
+
+@pytest.fixture
+def gate_store(tmp_path, db_path, capsys):
+    """A single-process DuckDB file: the gate's logic, not the store, is under test (the analysis
+    is the lake's: tests/test_store_equivalence.py); 2.5x less CPU than the lake."""
+    return _gate_runs(tmp_path, f"duckdb:{db_path}", capsys)
+
+
+@pytest.fixture
+def gate_lake(tmp_path, db_path, capsys):
+    """The lake: moving a tag is a store transaction."""
+    return _gate_runs(tmp_path, str(db_path), capsys)
 
 
 @pytest.mark.slow
@@ -258,8 +271,8 @@ def test_check_json_matches_docs_and_bad_input(gate_store, capsys):
 
 
 @pytest.mark.slow
-def test_tag_names_one_run(gate_store, capsys):
-    db = gate_store
+def test_tag_names_one_run(gate_lake, capsys):
+    db = gate_lake
     from gpuscope.store import connect, runs_with_tag
 
     assert run_cli(capsys, "tag", "base", "baseline/main", *db)[0] == 0
