@@ -263,10 +263,18 @@ class StoreAfterIngest:
     to keep in memory is computed here, after the ingest, from the store; one too big to copy,
     once the ingest has committed: what this hook returns)."""
 
+    def __init__(self, *, document: bool = False) -> None:
+        #: Whether the run's ``analyze --json`` document is stored once the ingest has committed
+        #: (:func:`gpuscope.analysis.report_part.store`): ``gpuscope ingest`` does, where
+        #: ``analyze`` follows; uploads and the sample runs do not (the Run page does not read
+        #: it, and it costs a full analysis: 1.5-4.6 CPU s on the sample runs).
+        self.document = document
+
     def __call__(self, con: Connection, result: Any) -> Callable[[Connection], int] | None:
         """Store the parts of the ranks small enough to copy now; return what computes and stores
-        the others once the ingest has committed (:func:`store_outside_transaction`), then the
-        run's ``analyze`` document (:func:`gpuscope.analysis.report_part.store`)."""
+        the others once the ingest has committed (:func:`store_outside_transaction`), then, with
+        :attr:`document`, the run's ``analyze`` document where its lowest rank has at most
+        :data:`DOCUMENT_MAX_EVENTS` events."""
         run_id = str(result.run_id)
         if int(getattr(result, "n_ranks", 0) or 0) != 1:
             parts: list[str] = list(EVERY_RANK)
@@ -281,6 +289,8 @@ class StoreAfterIngest:
 
         def after_commit(after: Connection) -> int:
             n = store_outside_transaction(after, run_id, parts) if big else 0
+            if not self.document or not document_fits(after, run_id):
+                return n
             # the run's analyze document last: it reads the parts stored above
             return n + int(report_part.store(after, run_id))
 
@@ -291,6 +301,23 @@ class StoreAfterIngest:
 
 
 store_after_ingest = StoreAfterIngest()
+#: ``gpuscope ingest``'s hook: the parts, then the run's ``analyze --json`` document.
+store_after_ingest_with_document = StoreAfterIngest(document=True)
+
+#: The most events of a run's lowest rank for which the ingest stores its ``analyze`` document:
+#: that analysis holds the rank's events in memory (the 1 GB benchmark run, 3.03 M events: peak
+#: RSS 687-806 MB), so a bigger rank would take the ingest past its bounded memory (a 6 GB rank,
+#: 18.2 M events: ingest peak 1.03 GB). Its document is computed when ``analyze`` asks, as before,
+#: or stored by ``gpuscope maintain --analyses``.
+DOCUMENT_MAX_EVENTS = 3_500_000
+
+
+def document_fits(con: Connection, run_id: str) -> bool:
+    """Whether ``run_id``'s lowest rank has at most :data:`DOCUMENT_MAX_EVENTS` events."""
+    row = con.execute(
+        "SELECT n_events FROM ranks WHERE run_id = ? ORDER BY rank LIMIT 1", [run_id]
+    ).fetchone()
+    return row is not None and row[0] is not None and int(row[0]) <= DOCUMENT_MAX_EVENTS
 
 
 class PartsWhileIngesting:

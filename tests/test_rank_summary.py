@@ -35,9 +35,9 @@ def test_the_ingest_hook_stores_every_ranks_cross_rank_part_and_one_rank_runs_al
     tmp_path: Path,
 ) -> None:
     with connect(tmp_path / "s") as con:
-        two = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest)[0].run_id
+        two = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest_with_document)[0].run_id
         one = DDP.parent / "before" / "before_rank0.pt.trace.json.gz"
-        single = ingest_paths(con, [one], after_trace=RS.store_after_ingest)[0].run_id
+        single = ingest_paths(con, [one], after_trace=RS.store_after_ingest_with_document)[0].run_id
         parts = "SELECT rank, part FROM rank_summaries WHERE run_id = ? ORDER BY ALL"
         # every run: its analyze document once, under its lowest rank (report_part)
         assert con.execute(parts, [two]).fetchall() == [
@@ -51,7 +51,9 @@ def test_the_ingest_hook_stores_every_ranks_cross_rank_part_and_one_rank_runs_al
         } | {"report"}
         # one rank of a job of two (the other node reports later) gets it too
         rank0 = ingest_paths(
-            con, [DDP / "ddp_rank0.pt.trace.json.gz"], after_trace=RS.store_after_ingest
+            con,
+            [DDP / "ddp_rank0.pt.trace.json.gz"],
+            after_trace=RS.store_after_ingest_with_document,
         )[0].run_id
         assert {p for _, p in con.execute(parts, [rank0]).fetchall()} == set(RS.PARTS) | {"report"}
 
@@ -377,7 +379,9 @@ def test_a_rank_too_big_to_copy_gets_its_parts_once_the_ingest_has_committed(
     a small rank gets inside the transaction, and ingest_paths returns once they are stored."""
     trace = DDP / "ddp_rank0.pt.trace.json.gz"
     with connect(tmp_path / "small") as con:
-        run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest)[0].run_id
+        run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest_with_document)[
+            0
+        ].run_id
         inside = stored(con, run_id)
     assert len(inside) == len(RS.PARTS) + 1  # one rank of a world of 2: every part, its report
     STORE[:] = [tmp_path / "big"]
@@ -385,7 +389,10 @@ def test_a_rank_too_big_to_copy_gets_its_parts_once_the_ingest_has_committed(
     _spied(monkeypatch, "rank_row", seen)
     monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)
     with connect(tmp_path / "big") as con:
-        assert ingest_paths(con, [trace], after_trace=RS.store_after_ingest)[0].run_id == run_id
+        assert (
+            ingest_paths(con, [trace], after_trace=RS.store_after_ingest_with_document)[0].run_id
+            == run_id
+        )
         assert stored(con, run_id) == inside
     assert seen == [True], seen  # computed once, after the commit
 

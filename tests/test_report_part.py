@@ -100,9 +100,9 @@ def test_the_stored_document_is_the_one_computed_from_the_events(
 ) -> None:
     db = tmp_path / "store"
     with connect(db) as con:
-        run_id = ingest_paths(con, [CASES[case](tmp_path)], after_trace=RS.store_after_ingest)[
-            0
-        ].run_id
+        run_id = ingest_paths(
+            con, [CASES[case](tmp_path)], after_trace=RS.store_after_ingest_with_document
+        )[0].run_id
         text = RP.stored_text(con, run_id)
         assert text is not None, "the ingest stored the run's analyze document"
         want = from_events(con, run_id)
@@ -122,7 +122,7 @@ def test_analyze_prints_the_stored_document_without_the_events(
     db = tmp_path / "store"
     with connect(db) as con:
         run_id = ingest_paths(
-            con, [one_rank(tmp_path / "t.json")], after_trace=RS.store_after_ingest
+            con, [one_rank(tmp_path / "t.json")], after_trace=RS.store_after_ingest_with_document
         )[0].run_id
     want = cli_json(capsys, db, run_id)
     with connect(db) as con:
@@ -143,7 +143,9 @@ def test_a_stale_document_is_computed_from_the_events_and_stored_again(
     db = tmp_path / "store"
     trace = two_ranks(tmp_path / "job")
     with connect(db) as con:
-        run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest)[0].run_id
+        run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest_with_document)[
+            0
+        ].run_id
         assert RP.stored_text(con, run_id) is not None
         # the code changed: its version is another one
         monkeypatch.setattr(RP, "version", lambda: 7)
@@ -178,7 +180,7 @@ def test_options_other_than_the_default_view_are_computed_from_the_events(
     db = tmp_path / "store"
     with connect(db) as con:
         run_id = ingest_paths(
-            con, [two_ranks(tmp_path / "job")], after_trace=RS.store_after_ingest
+            con, [two_ranks(tmp_path / "job")], after_trace=RS.store_after_ingest_with_document
         )[0].run_id
         want = printed(RP.analyze_json(*RP.analyze(con, run_id, rank=1, untraced_step_ms=None)))
     spy = Spy(monkeypatch)
@@ -195,7 +197,7 @@ def test_maintain_analyses_stores_the_stale_documents_again(
     db = tmp_path / "store"
     with connect(db) as con:
         run_id = ingest_paths(
-            con, [one_rank(tmp_path / "t.json")], after_trace=RS.store_after_ingest
+            con, [one_rank(tmp_path / "t.json")], after_trace=RS.store_after_ingest_with_document
         )[0].run_id
     monkeypatch.setattr(RP, "version", lambda: 7)
     with connect(db) as con:
@@ -255,3 +257,36 @@ def test_the_document_is_computed_in_bounded_memory_and_again_at_the_next_limit(
             RP.store(con, run_id)
         assert RP.stored_text(con, run_id) is None
         assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == own
+
+
+def test_only_the_cli_ingest_stores_the_document_and_only_for_a_rank_that_fits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uploads and the sample runs (the library's default hook) store no document: the Run page
+    never reads it and it costs a full analysis. ``gpuscope ingest`` stores it, unless the run's
+    lowest rank has more events than the ingest's bounded memory allows for it
+    (``DOCUMENT_MAX_EVENTS``); ``analyze --json`` then prints the same document, from the events."""
+    db = tmp_path / "store"
+    report = "SELECT count(*) FROM rank_summaries WHERE run_id = ? AND part = 'report'"
+    with connect(db) as con:
+        run_id = ingest_paths(
+            con, [one_rank(tmp_path / "up.json")], after_trace=RS.store_after_ingest
+        )[0].run_id
+        assert con.execute(report, [run_id]).fetchone() == (0,)
+    db = tmp_path / "cli"  # the same trace again would be the run already stored
+    trace = one_rank(tmp_path / "cli.json")
+    code, out, err = run_cli(capsys, "ingest", str(trace), "--db", str(db))
+    assert code == 0, err
+    cli_run = out.split()[0]
+    with connect(db) as con:
+        assert con.execute(report, [cli_run]).fetchone() == (1,)
+        n_events = con.execute("SELECT n_events FROM ranks WHERE run_id = ?", [cli_run]).fetchone()
+    monkeypatch.setattr(RS, "DOCUMENT_MAX_EVENTS", int(n_events[0]) - 1)
+    db = tmp_path / "big"
+    code, out, err = run_cli(capsys, "ingest", str(trace), "--db", str(db))
+    assert code == 0, err
+    big = out.split()[0]
+    with connect(db) as con:
+        assert con.execute(report, [big]).fetchone() == (0,)
+        want = from_events(con, big)
+    assert cli_json(capsys, db, big) == want

@@ -205,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
 
 def summary_options(args: argparse.Namespace) -> dict[str, Any]:
     """``ingest_paths`` options of the distributed-run flags: the job, and each trace run's rank
-    summaries computed inside the ingest's transaction (gpuscope.analysis.rank_summary)."""
-    from gpuscope.analysis.rank_summary import store_after_ingest
+    summaries computed inside the ingest's transaction (gpuscope.analysis.rank_summary), and the
+    run's ``analyze --json`` document once it has committed (``analyze`` follows an ingest)."""
+    from gpuscope.analysis.rank_summary import store_after_ingest_with_document
 
-    return {"job": getattr(args, "job", None), "after_trace": store_after_ingest}
+    return {"job": getattr(args, "job", None), "after_trace": store_after_ingest_with_document}
