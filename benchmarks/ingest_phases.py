@@ -122,14 +122,16 @@ def main() -> int:
     rows = []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="gpuscope-phases-") as d:
-            out = subprocess.run(
+            done = subprocess.run(
                 [sys.executable, __file__, str(args.trace), "--one", str(Path(d) / "store")],
-                check=True,
                 capture_output=True,
                 text=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            ).stdout
-        r = json.loads(out.strip().splitlines()[-1])
+            )
+        if done.returncode:  # what the ingest said (its one-line error), not just the exit code
+            tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+            raise SystemExit(f"{args.trace}: the ingest exited {done.returncode}:\n{tail}")
+        r = json.loads(done.stdout.strip().splitlines()[-1])
         if "summary_kib" not in r:
             raise SystemExit(
                 f"{args.trace}: no summary after the commit (a rank small enough to copy)"
