@@ -441,6 +441,14 @@ def test_the_run_page_opens_on_the_pace_setter_and_says_why(db: Path) -> None:
         "Opened on rank 0, the lowest: no rank waits for another.",
     )
     assert views.opening_rank(dataclasses.replace(job, ranks=(3,), pace_setter=3)) == (3, "")
+    # late under the profiler only: the page opens on the rank that sets the pace without it
+    # (sample_traces/multi_gpu/ddp_uneven: traced pace-setter 0, cause on rank 1)
+    hidden = dataclasses.replace(job, pace_setter=0, cause_rank=1)
+    assert views.opening_rank(hidden) == (
+        1,
+        "Opened on rank 1, which sets the pace once the profiler's cost is gone "
+        "(under the profiler the others wait for rank 0).",
+    )
 
 
 @pytest.mark.slow

@@ -164,12 +164,20 @@ def run_caption(row: dict[str, Any]) -> str:
 
 def opening_rank(job: run_views.JobDiagnosis) -> tuple[int, str]:
     """The rank a run's page opens on when its URL names none, and the sentence that says why
-    ("" for a run of one rank: there is nothing to choose): the job's pace-setter where other
-    ranks wait for it, else the lowest rank (no rank waits for another, or no collectives
-    matched)."""
+    ("" for a run of one rank: there is nothing to choose): the rank the job's cause names where
+    it is not the traced pace-setter (that one is late by the profiler's cost only), else the
+    job's pace-setter where other ranks wait for it, else the lowest rank (no rank waits for
+    another, or no collectives matched)."""
     ranks = sorted(job.ranks)
     if len(ranks) <= 1:
         return (ranks[0] if ranks else 0), ""
+    if job.cause_rank is not None and job.cause_rank != job.pace_setter and job.cause_rank in ranks:
+        # the traced pace-setter is late only by the profiler's cost; the job's first fix is on
+        # the rank that sets the pace without it
+        return job.cause_rank, (
+            f"Opened on rank {job.cause_rank}, which sets the pace once the profiler's cost is "
+            f"gone (under the profiler the others wait for rank {job.pace_setter})."
+        )
     if (
         job.waiting_rank is not None
         and (job.wait_ms_per_step or 0) > 0
