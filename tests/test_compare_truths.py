@@ -34,7 +34,7 @@ def test_percentages_change_in_points_and_noise_is_unchanged() -> None:
 
 @pytest.fixture(scope="module")
 def samples(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    db = tmp_path_factory.mktemp("cmp") / "store"
+    db = f"duckdb:{tmp_path_factory.mktemp('cmp') / 'store.duckdb'}"  # a file: analysis, not the store
     con = connect(db)
     ids = {}
     for name in ("before", "after"):
