@@ -44,9 +44,7 @@ W = RUN_TABLE_WIDTHS
 st.title("Runs")
 # The list has twelve columns: this page narrows the main pane's side padding (5rem in the wide
 # layout) so that each shows whole at 1440 px (RUN_TABLE_WIDTHS).
-st.html(
-    "<style>[data-testid='stMainBlockContainer']{padding-left:1rem;padding-right:1rem}</style>"
-)
+st.html("<style>[data-testid='stMainBlockContainer']{padding-left:1rem;padding-right:1rem}</style>")
 ui.show_flash()
 
 runs = db.runs_df(db.db_path(), db.generation())
