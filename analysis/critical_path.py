@@ -369,6 +369,23 @@ def _same_event(x: HostEvent, y: HostEvent) -> bool:
     return x is y or (x.s == y.s and x == y)
 
 
+def _nested_in(evs: list[HostEvent], blocking: Iterable[HostEvent]) -> set[int]:
+    """The ``id`` of every event of ``evs`` that lies within one of ``blocking`` (start and end
+    inside it, the call itself left out). By start time with a bisection: O(E log E + the events
+    inside), not E × B (60,000 launches with their blocking calls took 343 s as a set of pairs)."""
+    order = sorted(evs, key=lambda h: h.s)
+    starts = [h.s for h in order]
+    inside: set[int] = set()
+    for b in blocking:
+        i = bisect.bisect_left(starts, b.s)
+        while i < len(order) and starts[i] <= b.e:
+            h = order[i]
+            if h is not b and h.e <= b.e:
+                inside.add(id(h))
+            i += 1
+    return inside
+
+
 def build_graph(
     host: Iterable[HostEvent],
     gpu: Iterable[GpuEvent],
@@ -407,7 +424,7 @@ def build_graph(
         blocking = _blocking_calls(evs, gpu, gpu_by_corr)
         blocking_of[tid] = blocking
         # a blocking call is a leaf: nothing nested inside it is tiled
-        inside = {id(h) for b in blocking for h in evs if h is not b and h.s >= b.s and h.e <= b.e}
+        inside = _nested_in(evs, blocking)
         tiles[tid] = _tile([h for h in evs if id(h) not in inside], lo, hi)
     # runs of work on the other threads (split by pauses of THREAD_GAP_NS)
     runs: dict[int, list[tuple[int, int]]] = {}
