@@ -683,16 +683,23 @@ class IdMap:
 
         new = [s for s in pc.unique(strings).to_pylist() if s is not None and s not in self.ids]
         if new:
-            for s in new:
-                self.ids[s] = self.next_id
-                self.next_id += 1
-            self._values = pa.array(list(self.ids), pa.string())
-            if self.seeded:
-                self._ids_arr = pa.array(list(self.ids.values()), pa.int32())
+            self._add(new)
         index = pc.index_in(strings, value_set=self._values)
         if not self.seeded:  # ids are positions (0, 1, 2, ...)
             return index
         return pc.take(self._ids_arr, index)
+
+    def _add(self, new: list[str]) -> None:
+        """Give each of ``new`` (values not yet known, in order of first appearance) the next id,
+        and remake the lookup arrays."""
+        import pyarrow as pa
+
+        for s in new:
+            self.ids[s] = self.next_id
+            self.next_id += 1
+        self._values = pa.array(list(self.ids), pa.string())
+        if self.seeded:
+            self._ids_arr = pa.array(list(self.ids.values()), pa.int32())
 
     def _ids_of_coded(self, coded: pa.DictionaryArray) -> pa.Array:
         """:meth:`ids_of` of a dictionary array without nulls whose dictionary holds each value
@@ -704,11 +711,6 @@ class IdMap:
         values = coded.dictionary.to_pylist()
         new = [s for s in values if s not in self.ids]
         if new:
-            for s in new:
-                self.ids[s] = self.next_id
-                self.next_id += 1
-            self._values = pa.array(list(self.ids), pa.string())
-            if self.seeded:
-                self._ids_arr = pa.array(list(self.ids.values()), pa.int32())
+            self._add(new)
         ids = pa.array([self.ids[s] for s in values], pa.int32())
         return pc.take(ids, coded.indices)
