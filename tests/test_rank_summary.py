@@ -19,7 +19,7 @@ from gpuscope.ingest.loader import ingest_paths
 from gpuscope.store import RUN_TABLES, connect
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tracegen import TraceBuilder
+from tracegen import TraceBuilder, two_rank_job
 
 REPO = Path(__file__).resolve().parent.parent
 DDP = REPO / "sample_traces" / "ddp"
@@ -60,15 +60,7 @@ def test_the_ingest_hook_stores_every_ranks_cross_rank_part_and_one_rank_runs_al
 
 def two_ranks(folder: Path, *, busy: tuple[float, float] = (80.0, 20.0)) -> Path:
     """Two rank files: 3 steps of 100 µs; rank r runs one kernel of ``busy[r]`` µs per step."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for rank, kernel_us in enumerate(busy):
-        t = TraceBuilder(rank=rank, world_size=2)
-        for n in range(3):
-            t0 = 1000.0 + 100.0 * n
-            t.step(n, t0, 100.0)
-            t.launch("volta_sgemm_128x64_nn", t0 + 1.0, t0 + 5.0, kernel_us)
-        t.write(folder / f"rank{rank}.json")
-    return folder
+    return two_rank_job(folder, busy)
 
 
 def counts(con) -> dict[str, int]:

@@ -15,7 +15,7 @@ from gpuscope.analysis import rank_summary as RS
 from gpuscope.analysis import report_part as RP
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.store import Store, connect, set_tags
-from tracegen import TraceBuilder
+from tracegen import TraceBuilder, two_rank_job
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
@@ -35,15 +35,7 @@ def one_rank(path: Path) -> Path:
 
 def two_ranks(folder: Path) -> Path:
     """Two rank files of a world of two: rank 1's kernel is the longer one (the pace-setter)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for rank, kernel_us in enumerate((20.0, 80.0)):
-        t = TraceBuilder(rank=rank, world_size=2)
-        for n in range(3):
-            t0 = 1000.0 + 100.0 * n
-            t.step(n, t0, 100.0)
-            t.launch("volta_sgemm_128x64_nn", t0 + 1.0, t0 + 5.0, kernel_us)
-        t.write(folder / f"rank{rank}.json")
-    return folder
+    return two_rank_job(folder, (20.0, 80.0))
 
 
 def printed(doc: dict[str, Any]) -> str:

@@ -309,3 +309,17 @@ class TraceBuilder:
     def _next_ext(self) -> int:
         self._ext += 1
         return self._ext
+
+
+def two_rank_job(folder: Path, busy: tuple[float, float]) -> Path:
+    """Two rank files of a world of two in ``folder``: 3 steps of 100 µs; rank r runs one GEMM of
+    ``busy[r]`` µs per step (the longer one is the pace-setter). Returns ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank, kernel_us in enumerate(busy):
+        t = TraceBuilder(rank=rank, world_size=2)
+        for n in range(3):
+            t0 = 1000.0 + 100.0 * n
+            t.step(n, t0, 100.0)
+            t.launch("volta_sgemm_128x64_nn", t0 + 1.0, t0 + 5.0, kernel_us)
+        t.write(folder / f"rank{rank}.json")
+    return folder
