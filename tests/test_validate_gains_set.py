@@ -56,5 +56,60 @@ def test_truth_matches_its_timings_and_holds_a_third_out() -> None:
         assert c["null"] == (abs(c["gain_pct"]) < NULL_PCT)
         for tr in c["traces"]:
             assert (TRUTH.parent / tr).is_file(), tr
+    import record_new
+
+    third = {c for i, c in enumerate(ORDER) if i % 3 == 2}
+    new = {c for i, c in enumerate(record_new.ORDER) if i % 2 == 0}
     held = {c["case"] for c in cases if c["held_out"]}
-    assert held == {c for i, c in enumerate(ORDER) if i % 3 == 2}
+    assert held == third | (new & {c["case"] for c in cases})
+    for c in cases:
+        want = (
+            ("held_out_new" if c["case"] in new else "new")
+            if c["case"] in record_new.CASES
+            else ("held_out_third" if c["case"] in third else "calibration")
+        )
+        assert c["group"] == want, c["case"]
+
+
+def _timing_pairs(case_dir: Path, key: str) -> tuple[list[float], list[float]]:
+    """(planted, fixed) per round, read afresh from a case's timing*.json: the unprofiled runs
+    (``mode: time``) of each recording, paired by round."""
+    p: list[float] = []
+    f: list[float] = []
+    for tj in sorted(case_dir.glob("timing*.json")):
+        runs = [r for r in json.loads(tj.read_text())["runs"] if r["mode"] == "time"]
+        for rnd in sorted({r["round"] for r in runs}):
+            a = [r[key] for r in runs if r["round"] == rnd and r["variant"] == "planted"]
+            b = [r[key] for r in runs if r["round"] == rnd and r["variant"] == "fixed"]
+            if a and b:
+                p.append(a[0])
+                f.append(b[0])
+    return p, f
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_truth_is_what_the_timing_files_say() -> None:
+    """Every single-recorder case's planted and fixed timings in truth.json are the unprofiled
+    runs of its timing files (step time, or per-sample time for batch-size cases), in round
+    order, and each run was a fresh process of the variant it claims; the new part's cases are
+    all there once recorded, each with the trace of its planted variant, every rank's."""
+    import record_new
+    from record_validation import CASES
+
+    cases = {c["case"]: c for c in json.loads(TRUTH.read_text())["cases"]}
+    every = {**CASES, **record_new.CASES}
+    for name, c in cases.items():
+        d = TRUTH.parent / name
+        if name not in every:  # v14: the FSDP pair of ../multi_gpu
+            continue
+        per_sample = every[name].get("bound") == "per_sample_time"
+        assert c["bound"] == ("per_sample_time" if per_sample else "step_time")
+        p, f = _timing_pairs(d, "per_sample_us" if per_sample else "step_ms_median")
+        assert c["timings"]["planted"] == p, name
+        assert c["timings"]["fixed"] == f, name
+        assert c["expected_fix"] == every[name]["expected_fix"]
+        gpus = every[name].get("gpus", 1)
+        assert c["gpus"] == gpus
+        assert len(c["traces"]) == gpus, name  # one trace per rank
+    recorded = [k for k in record_new.ORDER if (TRUTH.parent / k / "timing.json").exists()]
+    assert [k for k in cases if k in record_new.CASES] == recorded

@@ -1,12 +1,14 @@
-"""Write truth.json from what record_validation.py measured (``*/timing.json`` beside this file)
-and from the FSDP2 prefetch pair of ../multi_gpu (its ``timing.json``).
+"""Write truth.json from what record_validation.py and record_new.py measured (``*/timing.json``
+beside this file) and from the FSDP2 prefetch pair of ../multi_gpu (its ``timing.json``).
 
     python make_truth.py
 
 A case's measured gain is the median over rounds of ``1 - fixed / planted`` (%), pairing the
 planted and fixed runs of the same round (per-sample time for ``batch_size`` cases, step time
-otherwise). ``held_out`` is fixed by position in record_validation.ORDER (every third case),
-before any estimate is looked at.
+otherwise). ``held_out`` is fixed by position before any estimate is looked at: every third case
+of record_validation.ORDER (``group: "held_out_third"``) and every even position of
+record_new.ORDER (``group: "held_out_new"``); the others are ``"calibration"`` (v01-v15) and
+``"new"`` (the rest of v16-v28, recorded after the calibration was tuned).
 """
 
 from __future__ import annotations
@@ -18,7 +20,19 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
+
+GROUPS = ("calibration", "held_out_third", "new", "held_out_new")
+"""The set's parts, in the order the benchmark prints them."""
+
+
+def group(case: str) -> str:
+    """The part of the set a case belongs to (:data:`GROUPS`)."""
+    if case in record_new.CASES:
+        return "held_out_new" if case in record_new.HELD_OUT else "new"
+    return "held_out_third" if case in HELD_OUT else "calibration"
+
 
 NULL_PCT = 3.0
 """``null``: the measured median gain is below this (%, absolute): the fix gains nothing."""
@@ -32,7 +46,7 @@ def single(case: str) -> dict | None:
     files = sorted((HERE / case).glob("timing*.json"))  # timing.json, then timing_run2.json
     if not files:
         return None
-    meta = CASES[case]
+    meta = {**CASES, **record_new.CASES}[case]
     per_sample = meta.get("bound") == "per_sample_time"
     key = "per_sample_us" if per_sample else "step_ms_median"
     p, f, runs, traced = [], [], [], []
@@ -59,13 +73,17 @@ def single(case: str) -> dict | None:
         "bound": meta.get("bound", "step_time"),
         "intended_null": bool(meta.get("null")),
         "null": abs(statistics.median(g)) < NULL_PCT,
-        "held_out": case in HELD_OUT,
-        "gpus": 1,
+        "held_out": group(case).startswith("held_out"),
+        "group": group(case),
+        "gpus": meta.get("gpus", 1),
         "device": runs[0]["device"],
         "torch": runs[0]["torch"],
         "traces": [f"{case}/{t}" for t in trace],
         "timings": {
-            "unit": "us per sample" if per_sample else "ms per step (median of 5-step blocks)",
+            "unit": "us per sample"
+            if per_sample
+            else "ms per step (median of 5-step blocks"
+            + (", the slower rank)" if meta.get("gpus", 1) > 1 else ")"),
             "planted": p,
             "fixed": f,
             "planted_step_ms": [r["step_ms_median"] for r in runs if r["variant"] == "planted"],
@@ -91,6 +109,9 @@ def single(case: str) -> dict | None:
                 "setup_and_time_s",
                 "round",
                 "recording",
+                "gpus",
+                "ranks",
+                "step_ms_median_this_rank",
             )
         },
     }
@@ -129,6 +150,7 @@ def fsdp() -> dict | None:
         "intended_null": False,
         "null": abs(statistics.median(g)) < NULL_PCT,
         "held_out": False,
+        "group": "calibration",
         "gpus": 2,
         "device": first["device"],
         "torch": first["torch"],
@@ -151,17 +173,19 @@ def main() -> int:
     f = fsdp()
     if f is not None:
         cases.append(f)
+    cases += [c for c in (single(k) for k in record_new.ORDER) if c is not None]
     doc = {
         "about": "issue 43's validation set: planted cause, fix, expected gpuscope fix id, "
         "unprofiled timings (fresh processes, interleaved), measured gain. held_out: every "
-        "third case in record_validation.ORDER, fixed before any estimate was seen.",
+        "third case in record_validation.ORDER (group held_out_third) and every even position "
+        "of record_new.ORDER (group held_out_new), fixed before any estimate was seen.",
         "cases": cases,
     }
     (HERE / "truth.json").write_text(json.dumps(doc, indent=1) + "\n")
     for c in cases:
         print(
             f"{c['case']} {c['name']:26s} gain {c['gain_pct']:6.1f}% "
-            f"{[round(x, 1) for x in c['gain_pct_by_round']]} held_out={c['held_out']}"
+            f"{[round(x, 1) for x in c['gain_pct_by_round']]} {c['group']}"
         )
     return 0
 
