@@ -15,7 +15,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "sample_traces" / "validation"))
 
-from validate_gains_set import NULL_PCT, TRUTH, holds, recommendations  # noqa: E402
+from validate_gains_set import (  # noqa: E402
+    GROUPS,
+    NULL_PCT,
+    TRUTH,
+    holds,
+    recommendations,
+    summary,
+)
 
 
 def test_a_range_holds_the_gain_inside_it() -> None:
@@ -113,3 +120,35 @@ def test_truth_is_what_the_timing_files_say() -> None:
         assert len(c["traces"]) == gpus, name  # one trace per rank
     recorded = [k for k in record_new.ORDER if (TRUTH.parent / k / "timing.json").exists()]
     assert [k for k in cases if k in record_new.CASES] == recorded
+
+
+def _row(case: str, low: float, high: float, measured: float, first: str = "x") -> dict:
+    return {
+        "case": case,
+        "found": True,
+        "low": low,
+        "high": high,
+        "estimate": (low + high) / 2,
+        "measured": measured,
+        "null": abs(measured) < NULL_PCT,
+        "holds": holds(low, high, measured),
+        "first": first,
+        "expected": "x",
+    }
+
+
+def test_the_summary_marks_each_target_met_or_missed() -> None:
+    ok = summary([_row("a", 10.0, 30.0, 20.0), _row("b", 0.0, 0.0, 1.0)])
+    assert "2/2 [met]" in ok and "1/1 [met]" in ok
+    assert "10.0 points" in ok and "<= 30: met" in ok and "~0 (|gain| < 3 %): 0 [met]" in ok
+    bad = summary([_row("a", 10.0, 50.0, 60.0, first="y"), _row("b", 4.0, 12.0, 1.0)])
+    assert "0/2 [MISSED]" in bad and "0/1 [MISSED]" in bad
+    assert "<= 30: MISSED" not in bad  # widths 40 and 8: median 24
+    assert "1 (b) [MISSED]" in bad
+    assert "<= 30: MISSED" in summary([_row("a", 0.0, 40.0, 20.0)])
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_every_part_of_the_set_is_printed() -> None:
+    cases = json.loads(TRUTH.read_text())["cases"]
+    assert {c["group"] for c in cases} <= {k for k, _ in GROUPS}
