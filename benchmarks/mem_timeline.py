@@ -80,7 +80,9 @@ def main() -> int:
     from gpuscope.cli.main import main as gpuscope_main
 
     try:
-        code = gpuscope_main(args)
+        code: int | str | None = gpuscope_main(args)
+    except SystemExit as e:  # the CLI's exits (one line on stderr, then its code)
+        code = e.code
     finally:
         stop.set()
         th.join()
@@ -105,6 +107,9 @@ def main() -> int:
         print(f"{g / 1024:9.0f} | {top[where] / 1024:9.0f} | {where}", file=err)
     if log is not None:
         log.close()
+    if isinstance(code, str):
+        print(code, file=err)
+        return 1
     return int(code or 0)
 
 
