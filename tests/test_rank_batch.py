@@ -5,6 +5,7 @@ and for any subset of the run's ranks."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -109,8 +110,10 @@ def test_any_mix_of_ranks_batched_is_each_rank_alone(
 ) -> None:
     from gpuscope.store import connect
 
+    # a fresh store per example: in memory as `con` is in this module (tests/conftest.py; the
+    # lake with GPUSCOPE_TESTS_ON_LAKE=1; test_store_equivalence proves both answer the same)
     d = tmp_path_factory.mktemp("mix")
-    with connect(d / "store") as con:
+    with connect(d / "store" if os.environ.get("GPUSCOPE_TESTS_ON_LAKE") else ":memory:") as con:
         run_id = ingest_ranks(con, d / "job", kinds, [float(s) for s in shifts])
         ranks = list(range(WORLD))
         assert batched(con, run_id, ranks) == one_at_a_time(con, run_id, ranks)
