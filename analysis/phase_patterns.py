@@ -18,6 +18,11 @@ it. Definitions: docs/metrics.md, "Causes found by phase and pattern".
   whose span lies inside an ``autograd::engine::evaluate_function`` span of the same thread, the
   outermost of them only: per step their count, host time and the GPU time of the kernels they
   launch. ``annotated`` when a ``CheckpointFunction`` / ``checkpoint`` span is in the window.
+- **Blocking pageable copy**: a host-to-device copy from pageable memory whose host call (the copy
+  call itself, or a synchronizing call of :data:`SYNC_APIS` after it on the same thread) started
+  before the copy ran on the GPU and ended after it: the host waited through the GPU work queued
+  ahead of the copy (``queued``: the copy's GPU start − the waiting call's start), and the queue
+  drained. Per step: such copies, the host's wait (the waiting calls' time) and the queued time.
 - **Exposed all-gathers** (FSDP): the time NCCL all-gather kernels run while no compute kernel
   runs (the union of all-gather kernels minus the union of non-communication kernels), per step,
   split by the phase of the launch (inside a backward function: ``backward``, else ``forward``),
@@ -35,7 +40,10 @@ from gpuscope.analysis.collectives import coll_of
 from gpuscope.analysis.event_classes import (
     KERNEL_CATS,
     LAUNCH_APIS,
+    MEMCPY_CATS,
     OPTIMIZER_STEP_RE,
+    PAGEABLE_H2D_RE,
+    SYNC_APIS,
     is_comm_kernel,
 )
 from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids, name_class
@@ -48,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORWARD_OPS",
+    "BlockingCopy",
     "ExposedAllGather",
     "OptimizerLoop",
     "PhasePatterns",
@@ -195,6 +204,27 @@ class ExposedAllGather:
         }
 
 
+@dataclass(frozen=True)
+class BlockingCopy:
+    """Pageable host-to-device copies the host waited for behind queued GPU work (module doc),
+    per step: ``copies_per_step`` (every pageable H2D copy), ``blocked_per_step`` (those whose
+    waiting call started before the copy ran), ``wait_ms`` (the waiting calls' host time) and
+    ``queued_ms`` (the GPU work ahead of each blocked copy that the host waited through)."""
+
+    copies_per_step: float
+    blocked_per_step: float
+    wait_ms: float
+    queued_ms: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pageable_copies_per_step": self.copies_per_step,
+            "blocked_copies_per_step": self.blocked_per_step,
+            "host_wait_ms_per_step": self.wait_ms,
+            "queued_gpu_ms_per_step": self.queued_ms,
+        }
+
+
 SUBCLASS_DISPATCH = "PythonSubclass"
 """The span PyTorch's profiler writes around a tensor subclass's ``__torch_dispatch__``."""
 DTENSOR_SPANS: tuple[str, ...] = (
@@ -247,6 +277,7 @@ class PhasePatterns:
     recompute: Recompute | None = None
     allgather: ExposedAllGather | None = None
     subclass: SubclassDispatch | None = None
+    blocking_copy: BlockingCopy | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -254,6 +285,7 @@ class PhasePatterns:
             "recompute": self.recompute.to_json() if self.recompute else None,
             "allgather": self.allgather.to_json() if self.allgather else None,
             "subclass": self.subclass.to_json() if self.subclass else None,
+            "blocking_copy": self.blocking_copy.to_json() if self.blocking_copy else None,
         }
 
 
@@ -373,6 +405,68 @@ def phase_patterns(
         _recompute(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, n_steps, annotated),
         _allgather(tid, s, e, names, l_tid, l_t, k_s, k_e, k_kind, n_steps, w),
         _subclass(con, ix, params, n_steps),
+        _blocking_copy(con, ix, params, n_steps),
+    )
+
+
+_SYNC_NAMES = name_class(f"name IN {sql_list(SYNC_APIS)}")
+_PAGEABLE_H2D_NAMES = name_class(f"regexp_matches(name, {sql_list((PAGEABLE_H2D_RE,))[1:-1]})")
+
+
+def _blocking_copy(
+    con: Connection, ix: RankIndex, params: dict[str, Any], n_steps: int
+) -> BlockingCopy | None:
+    """The pageable H2D copies of the window and the host calls that waited for them
+    (:class:`BlockingCopy`): for each copy, its call and the synchronizing calls on the call's
+    thread that start at or after it and end at or after the copy's GPU end; the first of them
+    (the call itself when it outlasts the copy) is the waiting call."""
+    raw = ix.name_ids(_PAGEABLE_H2D_NAMES)
+    if not raw:
+        return None
+    c_ids = ids_param(raw)
+    copies = execute(
+        con,
+        f"""
+        SELECT k.s AS ks, k.e AS ke, r.tid, r.s AS cs, r.e AS ce
+        FROM {ix.gpu()} k JOIN {ix.runtime()} r ON r.correlation = k.correlation
+        WHERE k.cat IN {sql_list(MEMCPY_CATS)} AND {in_ids("k.name_id", "cids", c_ids)}
+          AND r.s >= $lo AND r.s < $hi
+        ORDER BY r.s
+        """,
+        {**params, "cids": c_ids},
+    ).fetchall()
+    if not copies:
+        return None
+    s_ids = ids_param(ix.name_ids(_SYNC_NAMES))
+    syncs = execute(
+        con,
+        f"""
+        SELECT r.tid, r.s, r.e FROM {ix.runtime()} r
+        WHERE {in_ids("r.name_id", "sids", s_ids)} AND r.s >= $lo AND r.s < $hi
+        ORDER BY r.tid, r.s
+        """,
+        {**params, "sids": s_ids},
+    ).fetchall()
+    by_tid: dict[int, list[tuple[int, int]]] = {}
+    for t, a, b in syncs:
+        by_tid.setdefault(int(t), []).append((int(a), int(b)))
+    blocked, wait, queued = 0, 0, 0
+    for ks, ke, t, cs, ce in copies:
+        # the waiting call: the copy call itself when it lasts past the copy, else the first
+        # synchronizing call after it that does
+        cand = [(int(cs), int(ce))] + [(a, b) for a, b in by_tid.get(int(t), []) if a >= cs]
+        got = next(((a, b) for a, b in cand if b >= ke), None)
+        if got is None or got[0] >= ks:
+            continue  # no wait, or the copy ran before the host waited: nothing was queued
+        blocked += 1
+        wait += got[1] - got[0]
+        queued += int(ks) - got[0]
+    n = max(1, n_steps)
+    return BlockingCopy(
+        copies_per_step=len(copies) / n,
+        blocked_per_step=blocked / n,
+        wait_ms=wait / n / 1e6,
+        queued_ms=queued / n / 1e6,
     )
 
 

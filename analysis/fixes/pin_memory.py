@@ -32,11 +32,24 @@ LAUNCH_CALL_NS = 10_000
 """An asynchronous copy call once pinned lasts at most this long (ns)."""
 
 
+def blocked_ns(inp: Inputs) -> tuple[float, bool]:
+    """The GPU work the host waited through in pageable copies (ns over the window,
+    :class:`~gpuscope.analysis.phase_patterns.BlockingCopy`'s ``queued``: the lead over the GPU
+    the host lost each time), profiler-capped (:func:`~gpuscope.analysis.fixes.base.host_cost`);
+    (0, False) when no copy blocked."""
+    bc = inp.phase.blocking_copy if inp.phase is not None else None
+    if bc is None or bc.queued_ms <= 0:
+        return 0.0, False
+    return fx.host_cost(bc.queued_ms * 1e6 * max(1, inp.n_steps), inp)
+
+
 def detect(inp: Inputs) -> Finding | None:
     idle_ns, capped = fx.host_cost(inp.idle.causes_ns.get(PAGEABLE_COPY, 0), inp)
     excess = max(0.0, inp.pageable_excess_ns)
     ns = idle_ns + excess
-    if not fx.significant(ns, inp.window_ns, inp.n_steps):
+    lost_ns, lost_capped = blocked_ns(inp)
+    blocks = fx.significant(lost_ns, inp.window_ns, inp.n_steps)
+    if not fx.significant(ns, inp.window_ns, inp.n_steps) and not blocks:
         return None
     frame = inp.idle.evidence.get(PAGEABLE_COPY)
     pc = inp.pageable_copy
@@ -68,26 +81,56 @@ def detect(inp: Inputs) -> Finding | None:
         f"{sig3(ev['copy_excess_us_per_step'] / 1e3)} ms of slower copying and "
         f"{sig3(ev['idle_us_per_step'] / 1e3)} ms of GPU idle while the host staged them."
     )
-    fx.cap_note(ev, capped, inp)
+    bc = inp.phase.blocking_copy if inp.phase is not None else None
+    if blocks and bc is not None:
+        ev.update(bc.to_json())
+        ev["summary"] += (
+            f" The host waited for the GPU in {sig3(bc.blocked_per_step)} of them per step "
+            f"({sig3(bc.wait_ms)} ms per step, behind {sig3(bc.queued_ms)} ms of queued GPU "
+            "work): each such copy is a sync that drains the GPU's queue."
+        )
+    fx.cap_note(ev, capped or (blocks and lost_capped), inp)
     cost = fx.host_gain_pct(idle_ns, inp) + (
         100.0 * excess / max(1, inp.n_steps) / inp.untraced_step_ns
         if inp.untraced_step_ns
         else fx.share(excess, inp.window_ns)
     )
+    if blocks:  # the host's lost lead, where it is the larger cost
+        cost = max(cost, fx.host_gain_pct(lost_ns, inp))
     # no proven bound: the host's staging also slows its other work (measured on
     # sample_traces/fixes/pin_memory: 71% gained against a 52% cost)
     return Finding(ev, min(100.0, cost))
 
 
+def copy_waits(g: Graph) -> set[int]:
+    """The tails of synchronizing calls that waited for a pageable host-to-device copy queued
+    behind other GPU work (their ``wait`` edge comes from the copy, and the call began before the
+    copy ran: phase_patterns' blocking copy): pinned and ``non_blocking``, the copy needs no
+    sync and the host keeps its lead. A sync that began once its copy ran waits for the copy
+    alone, which the pinned bandwidth re-times."""
+    out = set()
+    for v, n in enumerate(g.nodes):
+        if "sync_tail" not in n.tags or "copy_call" in n.tags:
+            continue
+        heads = [g.nodes[ed.src].s for ed in g.preds[v] if ed.kind == "seq"]
+        for ed in g.preds[v]:
+            src = g.nodes[ed.src]
+            if ed.kind == "wait" and "pageable_h2d" in src.tags and min(heads, default=n.s) < src.s:
+                out.add(v)
+    return out
+
+
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """Pageable H→D copies at 0.6 / 1 / 1 × pinned bandwidth; their calls last at most
-    :data:`LAUNCH_CALL_NS` and no longer wait for the GPU."""
+    :data:`LAUNCH_CALL_NS` and no longer wait for the GPU, nor do the synchronizing calls that
+    waited for them (:func:`copy_waits`: their tails last 0)."""
     nodes = g.nodes
     corr = {
         n.event.correlation
         for n in nodes
         if n.kind == "gpu" and "pageable_h2d" in n.tags and isinstance(n.event, GpuEvent)
     }
+    waits = copy_waits(g)
 
     def is_call(n: Node) -> bool:
         return (
@@ -98,7 +141,7 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
         )
 
     def keep(v: int, ed: Edge) -> bool:
-        return not (ed.kind == "wait" and is_call(nodes[v]))
+        return not (ed.kind == "wait" and (v in waits or is_call(nodes[v])))
 
     def pin(f: float) -> DurFn:
         bw = PINNED_MEASURED_GBPS.get(ctx.gpu_model or "", ctx.pinned_gbps or 0.0) * f
@@ -109,7 +152,7 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
                 return min(float(n.dur), b / bw) if bw > 0 and b > 0 else float(n.dur)
             if is_call(n):
                 return 0.0 if "sync_tail" in n.tags else min(float(n.dur), LAUNCH_CALL_NS)
-            return float(n.dur)
+            return 0.0 if v in waits else float(n.dur)
 
         return dur
 
