@@ -159,3 +159,43 @@ def test_the_recompute_comes_first_on_v08_and_the_ranges_hold(tmp_path: Path) ->
             ids = [r["id"] for r in recs]
             assert ids.index("kernel_fusion") > 0
     con.close()
+
+
+def test_a_removed_host_wait_weighs_the_planted_step_on_a_slower_host() -> None:
+    """A one-step graph (ns): a launch call 0-10 starts a 1,000 ns kernel at 10; the host's op
+    10-20, then a sync that waits for that kernel (ends at 1,010), then 400 ns of host op whose
+    end launches a 500 ns kernel. Host ops at scale s: the planted step is 1,510 + 400 s (the
+    sync serialises the 400 ns), the fixed one (the sync's wait dropped) 1,510 (the second
+    kernel waits for the first on its stream). No untraced step: scales 0.3, 0.4 (mid), 0.5,
+    1.0. Gain 1 - 1,510 / (1,510 + 400 s): low at 0.3, 7.36 %; mid at 0.4, 9.58 %. The top:
+    without the slower planted host, 1.0's 20.94 %; with it, the planted graph at 1.0 x 1.48
+    (2,102 ns) against the fixed one: 1 - 1,510 / 2,102 = 28.16 %."""
+    from gpuscope.analysis.critical_path import CriticalPath, Graph
+    from gpuscope.analysis.gains import HOST_WAIT_VARIATION, replay_estimate
+
+    g = Graph()
+    h0 = g.add(Node("host", "launch", 0, 10, "cudaLaunchKernel"))
+    q = g.add(Node("gpu", "kernels", 10, 1010, "queued"))
+    a = g.add(Node("host", "cpu", 10, 20, "aten::add"))
+    s = g.add(Node("host", "sync", 1010, 1010, "cudaStreamSynchronize", frozenset({"sync_tail"})))
+    b = g.add(Node("host", "cpu", 1010, 1410, "aten::mm"))
+    k = g.add(Node("gpu", "kernels", 1410, 1910, "gemm"))
+    g.edge(q, h0, 10, from_start=True, cat="launch", kind="launch")
+    g.edge(a, h0, 0, from_start=False, cat="cpu", kind="seq")
+    g.edge(s, a, 0, from_start=False, cat="sync", kind="seq")
+    g.edge(s, q, 0, from_start=False, cat="sync", kind="wait")
+    g.edge(b, s, 0, from_start=False, cat="cpu", kind="seq")
+    g.edge(k, b, 0, from_start=False, cat="launch", kind="launch")
+    g.edge(k, q, 0, from_start=False, cat="kernels", kind="stream")
+    g.finish()
+    cp = CriticalPath(steps=[], graph=g, window=(0, 1910), main_tid=1, n_nodes=6, n_edges=7)
+
+    def keep(v: int, ed) -> bool:
+        return not (ed.kind == "wait" and v == s)
+
+    variants = {name: (None, keep) for name in ("low", "mid", "high")}
+    est = replay_estimate(variants, cp, Context(n_steps=1, step_ms=0.00191))
+    assert est.low_pct == pytest.approx(100 * (1 - 1510 / 1630))
+    assert est.gain_pct == pytest.approx(100 * (1 - 1510 / 1670))
+    assert HOST_WAIT_VARIATION == 1.48
+    assert est.high_pct == pytest.approx(100 * (1 - 1510 / (1510 + 400 * 1.48)))
