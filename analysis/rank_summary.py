@@ -154,7 +154,7 @@ def _too_big(n_events: Any) -> bool:
 
 
 def store_outside_transaction(
-    con: Connection, run_id: str, parts: Iterable[str] | None = None
+    con: Connection, run_id: str, parts: Iterable[str] | None = None, *, keep_indexes: bool = False
 ) -> int:
     """Compute the missing or stale parts of ``run_id`` outside any transaction, then store them in
     one of their own. Returns the rows written (0 if the run was deleted or ingested again
@@ -167,7 +167,14 @@ def store_outside_transaction(
     memory is the first of :data:`PARTS_MEMORY_LIMITS`, the next one for parts that ran out.
 
     ``con`` must not be inside a transaction (a store in one, or in a read snapshot, is refused;
-    a bare DuckDB connection cannot be told apart and is the caller's to vouch for)."""
+    a bare DuckDB connection cannot be told apart and is the caller's to vouch for).
+
+    ``keep_indexes``: the rank indexes the parts built on ``con`` (their working tables) stay open
+    once the parts are computed, for the caller's next analysis of the run to reuse (the ingest's
+    ``analyze`` document: the 1 GB rank's window, GPU, host and runtime tables are not built
+    twice); the caller closes them (:func:`~gpuscope.analysis.rank_index.close_shared`). Made
+    outside any transaction, they survive it. Otherwise, and whenever computing fails, they are
+    closed here."""
     if isinstance(con, Store) and (con._tx or con.snapshot_seq):
         raise ValueError("store_outside_transaction: the connection is inside a transaction")
     todo = missing(con, run_id, parts)
@@ -182,7 +189,7 @@ def store_outside_transaction(
         for i, limit in enumerate(PARTS_MEMORY_LIMITS):
             con.execute(f"SET memory_limit = '{limit}'")
             try:
-                rows = _compute_rows(con, run_id, todo)
+                rows = _compute_rows(con, run_id, todo, keep_indexes=keep_indexes)
                 break
             except duckdb.OutOfMemoryException:
                 if i == len(PARTS_MEMORY_LIMITS) - 1:
@@ -207,16 +214,22 @@ def _run_stamp(con: Connection, run_id: str) -> tuple[Any, ...] | None:
 
 
 def _compute_rows(
-    con: Connection, run_id: str, todo: list[tuple[int, SummaryPart]]
+    con: Connection,
+    run_id: str,
+    todo: list[tuple[int, SummaryPart]],
+    *,
+    keep_indexes: bool = False,
 ) -> list[list[Any]]:
     """The rows of ``todo``'s (rank, part) pairs, computed on copies of small ranks and on ``con``
-    for the others (:func:`_rank_copies`)."""
+    for the others (:func:`_rank_copies`). The shared rank indexes of ``con`` are closed after,
+    but with ``keep_indexes`` once every part is computed (see :func:`store_outside_transaction`)."""
     rows: list[list[Any]] = []
     if not todo:
         return rows
     by_rank: dict[int, list[SummaryPart]] = {}
     for rank, part in todo:
         by_rank.setdefault(rank, []).append(part)
+    done = False
     try:
         for rank, on in _rank_copies(con, run_id, list(by_rank)):
             # nothing writes the run's rows while its parts are computed: its indexes check the
@@ -229,8 +242,10 @@ def _compute_rows(
                     if on is con:  # a rank too big to copy: the next part starts from less
                         forget_values(on)
                         release_free_memory()
+        done = True
     finally:
-        close_shared(con)  # the working tables die with a rolled-back transaction: forget them
+        if not (done and keep_indexes):
+            close_shared(con)  # the working tables die with a rolled-back transaction
     return rows
 
 
@@ -288,11 +303,20 @@ class StoreAfterIngest:
         big = bool(too_big_to_copy(con, run_id))
 
         def after_commit(after: Connection) -> int:
-            n = store_outside_transaction(after, run_id, parts) if big else 0
-            if not self.document or not document_fits(after, run_id):
-                return n
-            # the run's analyze document last: it reads the parts stored above
-            return n + int(report_part.store(after, run_id))
+            document = self.document and document_fits(after, run_id)
+            try:
+                # the document reuses the working tables the parts built on the store
+                n = (
+                    store_outside_transaction(after, run_id, parts, keep_indexes=document)
+                    if big
+                    else 0
+                )
+                if not document:
+                    return n
+                # the run's analyze document last: it reads the parts stored above
+                return n + int(report_part.store(after, run_id))
+            finally:
+                close_shared(after)
 
         return after_commit
 

@@ -445,8 +445,8 @@ def test_parts_of_a_run_deleted_while_they_were_computed_are_not_stored(
         run_id = ingest_paths(con, [DDP / "ddp_rank0.pt.trace.json.gz"])[0].run_id
         compute = RS._compute_rows
 
-        def then_delete(c, rid, todo):  # type: ignore[no-untyped-def]
-            rows = compute(c, rid, todo)
+        def then_delete(c, rid, todo, **kw):  # type: ignore[no-untyped-def]
+            rows = compute(c, rid, todo, **kw)
             delete_run(c, rid)
             return rows
 

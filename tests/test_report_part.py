@@ -282,3 +282,32 @@ def test_only_the_cli_ingest_stores_the_document_and_only_for_a_rank_that_fits(
         assert con.execute(report, [big]).fetchone() == (0,)
         want = from_events(con, big)
     assert cli_json(capsys, db, big) == want
+
+
+def test_the_document_of_a_rank_too_big_to_copy_reuses_the_working_tables_of_its_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank too big to copy gets its parts on the store once the ingest has committed, then the
+    run's document: the document reads the working tables the parts built (each of the rank's
+    GPU, host, runtime and gap tables is built once, not once more for the document: ~2 CPU s
+    of the 1 GB ingest), stores what ``analyze`` computes from the events, and no working table
+    is left on the connection afterwards."""
+    monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)  # the parts computed on the store
+    spy = Spy(monkeypatch)
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(
+            con, [one_rank(tmp_path / "t.json")], after_trace=RS.store_after_ingest_with_document
+        )[0].run_id
+        table = re.compile(r"CREATE TEMP TABLE _ri\d+_[0-9a-f]{8}_([a-z_]+?)\d+_(\w+) ")
+        built = [m.groups() for s in spy.sql if (m := table.match(s))]  # (kind, table) each
+        left = con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name LIKE '\\_ri%' ESCAPE '\\'"
+        ).fetchone()
+        stored = RP.stored_text(con, run_id)
+        assert stored is not None
+        want = from_events(con, run_id)
+    kinds = {k: built.count(k) for k in built}
+    assert {"gpu", "host", "runtime", "gaps"} <= {kind for kind, _ in kinds}, kinds
+    assert all(n == 1 for n in kinds.values()), kinds  # each table once: parts, then document
+    assert left == (0,)
+    assert RP.print_text(stored) + "\n" == want

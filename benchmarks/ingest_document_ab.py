@@ -1,0 +1,158 @@
+"""A/B of what ``gpuscope ingest`` pays after its commit for a big one-rank trace: the rank's
+summary parts computed on the store, then the run's ``analyze --json`` document (report_part).
+
+    .venv/bin/python benchmarks/ingest_document_ab.py TRACE [--repeat 3]
+
+Arms, alternated (A B A B ...), each run a fresh process running ``gpuscope ingest TRACE`` into a
+new store in a temporary folder:
+
+- ``old``: the parts' rank indexes are closed before the document is computed (it builds the
+  rank's window, GPU, host and runtime tables again), as before ``keep_indexes``;
+- ``new``: the document reuses the working tables the parts built (``keep_indexes``).
+
+Per run: wall s, CPU s (user + sys of the process), peak RSS (MiB and × the file), the after-commit
+step's own CPU s (parts + document, ``time.process_time`` around it), and digests of what was
+stored after the commit (the ``rank_summaries`` rows but their times: every part and the
+document's text, floats to 12 significant digits: see :func:`_rounded`) and of ``events`` (a
+sum of each column's row hashes): the arms must store the same. Prints the 1-minute
+load average before each run (5+ engineers share this VM's 2 cores: compare CPU, not wall).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def one(trace: Path, store: Path, arm: str) -> dict[str, Any]:
+    """Ingest ``trace`` into ``store`` in this process, as arm ``arm``; its figures and digests."""
+    from gpuscope.analysis import rank_summary as RS
+    from gpuscope.cli.main import main
+
+    seen: dict[str, float] = {}
+    if arm == "old":  # the indexes closed between the parts and the document
+        plain = RS.store_outside_transaction
+
+        def closing(*a: Any, **k: Any) -> int:
+            k.pop("keep_indexes", None)
+            return plain(*a, **k)
+
+        RS.store_outside_transaction = closing  # type: ignore[assignment]
+    hook = RS.StoreAfterIngest.__call__
+
+    def timed_hook(self: Any, con: Any, result: Any) -> Any:
+        after = hook(self, con, result)
+        if after is None:
+            return None
+
+        def timed(c: Any) -> Any:
+            c0 = time.process_time()
+            try:
+                return after(c)
+            finally:
+                seen["after_commit_cpu_s"] = time.process_time() - c0
+
+        return timed
+
+    RS.StoreAfterIngest.__call__ = timed_hook  # type: ignore[method-assign]
+    t0 = time.perf_counter()
+    code = main(["ingest", str(trace), "--db", str(store)])
+    if code:
+        raise SystemExit(f"{trace}: gpuscope ingest exited {code}")
+    wall = time.perf_counter() - t0
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out: dict[str, Any] = {
+        "arm": arm,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
+        "after_commit_cpu_s": round(seen.get("after_commit_cpu_s", float("nan")), 2),
+        "peak_mib": ru.ru_maxrss // 1024,
+        "peak_x_file": round(ru.ru_maxrss * 1024 / trace.stat().st_size, 3),
+    }
+    out.update(digests(store))
+    return out
+
+
+def digests(store: Path) -> dict[str, str]:
+    """sha256 (16 hex) of the stored parts and document (rows without their times), and of
+    ``events`` in a total order."""
+    from gpuscope.store import connect
+
+    con = connect(str(store))
+    try:
+        con.execute("SET enable_progress_bar = false")
+        parts = con.execute(
+            "SELECT rank, part, version, doc FROM rank_summaries ORDER BY rank, part"
+        ).fetchall()
+        events = con.execute("SELECT count(*), sum(hash(COLUMNS(*))) FROM events").fetchone()
+    finally:
+        con.close()
+    # the document's row: its text (its stamp holds the run's created_at, its version the code's
+    # fingerprint, which another engineer's edit to the analysis changes mid-benchmark)
+    parts = [
+        (r, p, _rounded(json.loads(json.loads(doc)["text"])))
+        if p == "report"
+        else (r, p, v, _rounded(json.loads(doc)))
+        for r, p, v, doc in parts
+    ]
+    return {
+        "parts_digest": hashlib.sha256(repr(parts).encode()).hexdigest()[:16],
+        "events_digest": hashlib.sha256(repr(events).encode()).hexdigest()[:16],
+    }
+
+
+def _rounded(v: Any) -> Any:
+    """``v`` with every float to 12 significant digits: DuckDB's float sums over a 1 GB rank
+    differ between runs of the same code in their last bits (the kernels part's
+    ``copy_memset`` 162351.318 against 162351.31800000003), so a digest compares them rounded."""
+    if isinstance(v, float):
+        return float(f"{v:.12g}")
+    if isinstance(v, list):
+        return [_rounded(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _rounded(x) for k, x in v.items()}
+    return v
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("trace", type=Path)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--one", nargs=2, default=None, help=argparse.SUPPRESS)  # store, arm
+    args = ap.parse_args()
+    if args.one is not None:
+        print(json.dumps(one(args.trace, Path(args.one[0]), args.one[1])))
+        return 0
+    rows = []
+    for _ in range(args.repeat):
+        for arm in ("old", "new"):
+            load = os.getloadavg()[0]
+            with tempfile.TemporaryDirectory(prefix="gpuscope-docab-") as d:
+                done = subprocess.run(
+                    [sys.executable, __file__, str(args.trace), "--one", str(Path(d) / "s"), arm],
+                    capture_output=True,
+                    text=True,
+                )
+            if done.returncode:
+                tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+                raise SystemExit(f"{arm}: exited {done.returncode}:\n{tail}")
+            r = json.loads(done.stdout.strip().splitlines()[-1])
+            r["load_1min"] = round(load, 1)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    same = {k: len({r[k] for r in rows}) == 1 for k in ("parts_digest", "events_digest")}
+    print("stored alike in every run:", same)
+    return 0 if all(same.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
