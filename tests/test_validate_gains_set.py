@@ -163,3 +163,14 @@ def test_the_words_written_into_the_new_traces_hold_no_double_quote() -> None:
     for name, case in record_new.CASES.items():
         for key in ("planted", "fix", "expected_fix"):
             assert '"' not in case[key], (name, key)
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_every_fix_unit_has_a_timed_pair_in_the_set() -> None:
+    """Issue 43: the set covers every fix gpuscope can name, each by a real planted-and-fixed pair
+    (a new unit without one fails here until it is recorded)."""
+    from gpuscope.analysis.fixes import BY_ID
+
+    cases = json.loads(TRUTH.read_text())["cases"]
+    assert set(BY_ID) <= {c["expected_fix"] for c in cases}
+    assert {c["expected_fix"] for c in cases} <= set(BY_ID)  # no pair names a fix that is gone
