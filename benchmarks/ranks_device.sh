@@ -17,7 +17,7 @@ WORK=${WORK:-/tmp/big-work}
 export PYTHONPATH="$WORK/site:$WORK/pkg" PYTHONUNBUFFERED=1
 if [ "$STAGE" = gpuscope ]; then
     mkdir -p "$WORK/site" "$WORK/pkg/gpuscope"
-    [ -f "$WORK/site/.unpacked" ] || { tar -xJf .h4dev/site.tar.xz -C "$WORK/site" && touch "$WORK/site/.unpacked"; } || exit 1
+    [ -f "$WORK/site/.unpacked" ] || { tar -xJf "${SITE_TAR:-.h4dev/site.tar.xz}" -C "$WORK/site" && touch "$WORK/site/.unpacked"; } || exit 1
     cp -r app/. "$WORK/pkg/gpuscope/"
     for d in ingest analysis vocabulary store; do
         rm -rf "${WORK:?}/pkg/gpuscope/$d"
