@@ -59,7 +59,7 @@ postgres:
 # the others said; their output is held back and shown under a header once pytest is done.
 # `make test` fails when pytest or any of them fails.
 LINT := rc=0; $(MYPY) || rc=1; $(BIN)/ruff check . || rc=1; $(BIN)/ruff format --check . || rc=1; exit $$rc
-PYTEST_ALL := $(BIN)/python -m pytest -q -n auto --dist loadgroup -p no:cacheprovider
+PYTEST_ALL := $(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -p no:cacheprovider
 test: $(STAMP) $(VENV)/.torch browser postgres
 	@echo '$(MYPY); $(BIN)/ruff check .; $(BIN)/ruff format --check .   (beside the tests)'
 	@echo '$(PYTEST_ALL)'

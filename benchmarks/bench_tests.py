@@ -70,9 +70,9 @@ def main() -> int:
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     marker = ["-m", TIERS[args.tier]] if TIERS[args.tier] else []
-    # --dist loadgroup: the browser tests share one worker (tests/conftest.py), as in `make test`.
-    cmd = [sys.executable, "-m", "pytest", "-q", *marker, "-n", args.workers, "--dist", "loadgroup"]
-    cmd += ["-p", "no:cacheprovider", "--durations=0"]
+    # whole modules to each worker, costliest first (tests/conftest.py), as `make test` does
+    cmd = [sys.executable, "-m", "pytest", "-q", *marker, "-n", args.workers, "--dist", "loadfile"]
+    cmd += ["--no-loadscope-reorder", "-p", "no:cacheprovider", "--durations=0"]
     print("$", " ".join(cmd[1:]), flush=True)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import sys
 from pathlib import Path
@@ -51,11 +52,37 @@ def trace() -> TraceBuilder:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`make test` runs on every core (pytest-xdist, ``--dist loadgroup``): the browser tests share one
-    worker (one chromium and one session server at a time), everything else spreads over the rest."""
-    for item in items:
-        if item.get_closest_marker("browser"):
-            item.add_marker(pytest.mark.xdist_group("browser"))
+    """`make test` hands whole modules to its workers (pytest-xdist ``--dist loadfile
+    --no-loadscope-reorder``): a module's fixtures are built once, its tests run in file order on
+    one worker. The modules go out in this order: the browser modules first, in file order
+    (test_browser.py's first test needs the session's ``server`` before anything is uploaded to
+    it), then the costliest modules first (tests/module_seconds.tsv), so that a parallel run ends
+    on short modules, not a long one started last."""
+    cost = _module_seconds()
+    first: dict[Path, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.path, i)
+    browser = {item.path for item in items if item.get_closest_marker("browser")}
+
+    def key(item: pytest.Item) -> tuple[float, int]:
+        seconds = math.inf if item.path in browser else cost.get(_rel(item.path), math.inf)
+        return (-seconds, first[item.path])
+
+    items.sort(key=key)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return path.relative_to(REPO).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _module_seconds() -> dict[str, float]:
+    """tests/module_seconds.tsv: CPU seconds per test module (a module it does not list: first)."""
+    table = Path(__file__).with_name("module_seconds.tsv")
+    rows = [line.split("\t") for line in table.read_text().splitlines()]
+    return {r[0]: float(r[1]) for r in rows if len(r) == 2 and not r[0].startswith("#")}
 
 
 @pytest.fixture(scope="session", autouse=True)
