@@ -6,7 +6,9 @@
 #   bash benchmarks/ranks_device.sh gpuscope   # carry .h4dev/site.tar.xz: duckdb & co, the rank files
 #   bash benchmarks/ranks_device.sh hta        # carry .h4dev/hta: HTA 0.5.0's wheels; then the runs
 #
-# The second stage needs the first's /tmp on the same (warm) machine. gpuscope's package is laid out
+# The second stage needs the first's /tmp on the same (warm) machine. Where the tree and the tar pass
+# the device's 64 MiB, send the tar in `split` parts over two calls and give the joined file as
+# SITE_TAR=/tmp/site.tar.xz to the gpuscope stage (docs/benchmarks.md, "The 10 GB rank"). gpuscope's package is laid out
 # as big_rank_device.sh does; HTA runs on the host's python3 with its wheels first on PYTHONPATH.
 set -u
 STAGE=${1:?gpuscope or hta}
