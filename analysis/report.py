@@ -12,6 +12,7 @@ docs/cli-json.md documents every key.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import statistics
@@ -887,13 +888,20 @@ class RunAnalysis:
         if not self.need_mfu:
             return None
         o, w = self.options, self.window
-        flops = F.flops_per_step(
-            self.con,
-            self.run_id,
-            self.rank,
-            w,
-            len(w.steps),
-            model_flops_per_step=o.model_flops_per_step,
+        # once per rank index and window (the ingest's headline part, then its analyze document,
+        # on a rank too big to copy: ~0.9 CPU s at 1 GB); a copy, since it is amended below
+        flops = copy.deepcopy(
+            self.index.memo(
+                ("flops", w.start_ns, w.end_ns, len(w.steps), o.model_flops_per_step),
+                lambda: F.flops_per_step(
+                    self.con,
+                    self.run_id,
+                    self.rank,
+                    w,
+                    len(w.steps),
+                    model_flops_per_step=o.model_flops_per_step,
+                ),
+            )
         )
         if flops.flops_per_step is None:
             meta_flops = F.metadata_model_flops(self.con, self.run_id, self.rank)

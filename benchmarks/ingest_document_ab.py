@@ -6,9 +6,14 @@ summary parts computed on the store, then the run's ``analyze --json`` document 
 Arms, alternated (A B A B ...), each run a fresh process running ``gpuscope ingest TRACE`` into a
 new store in a temporary folder:
 
-- ``old``: the parts' rank indexes are closed before the document is computed (it builds the
-  rank's window, GPU, host and runtime tables again), as before ``keep_indexes``;
-- ``new``: the document reuses the working tables the parts built (``keep_indexes``).
+- ``closed``: the parts' rank indexes are closed before the document is computed (it builds the
+  rank's GPU, host, runtime and gap tables again), as before ``keep_indexes`` (b677490);
+- ``flops_twice``: the document counts the rank's FLOPs per step again (the headline part
+  counted them), as before the rank index kept them;
+- ``old``: both (the code before b677490);
+- ``new``: the document reuses the parts' working tables and FLOPs.
+
+    .venv/bin/python benchmarks/ingest_document_ab.py TRACE --arms flops_twice,new
 
 Per run: wall s, CPU s (user + sys of the process), peak RSS (MiB and × the file), the after-commit
 step's own CPU s (parts + document, ``time.process_time`` around it), and digests of what was
@@ -39,7 +44,7 @@ def one(trace: Path, store: Path, arm: str) -> dict[str, Any]:
     from gpuscope.cli.main import main
 
     seen: dict[str, float] = {}
-    if arm == "old":  # the indexes closed between the parts and the document
+    if arm in ("old", "closed"):  # the indexes closed between the parts and the document
         plain = RS.store_outside_transaction
 
         def closing(*a: Any, **k: Any) -> int:
@@ -47,6 +52,15 @@ def one(trace: Path, store: Path, arm: str) -> dict[str, Any]:
             return plain(*a, **k)
 
         RS.store_outside_transaction = closing  # type: ignore[assignment]
+    if arm in ("old", "flops_twice"):  # FLOPs counted anew by each analysis of the rank
+        from gpuscope.analysis.rank_index import RankIndex
+
+        memo = RankIndex.memo
+
+        def unkept(self: Any, key: Any, compute: Any, **k: Any) -> Any:
+            return compute() if key[0] == "flops" else memo(self, key, compute, **k)
+
+        RankIndex.memo = unkept  # type: ignore[method-assign]
     hook = RS.StoreAfterIngest.__call__
 
     def timed_hook(self: Any, con: Any, result: Any) -> Any:
@@ -127,6 +141,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace", type=Path)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--arms", default="old,new", help="old, closed, flops_twice, new")
     ap.add_argument("--one", nargs=2, default=None, help=argparse.SUPPRESS)  # store, arm
     args = ap.parse_args()
     if args.one is not None:
@@ -134,7 +149,7 @@ def main() -> int:
         return 0
     rows = []
     for _ in range(args.repeat):
-        for arm in ("old", "new"):
+        for arm in args.arms.split(","):
             load = os.getloadavg()[0]
             with tempfile.TemporaryDirectory(prefix="gpuscope-docab-") as d:
                 done = subprocess.run(

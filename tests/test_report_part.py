@@ -311,3 +311,31 @@ def test_the_document_of_a_rank_too_big_to_copy_reuses_the_working_tables_of_its
     assert all(n == 1 for n in kinds.values()), kinds  # each table once: parts, then document
     assert left == (0,)
     assert RP.print_text(stored) + "\n" == want
+
+
+def test_the_document_counts_the_flops_the_headline_part_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a rank too big to copy, the headline part (after the commit) and then the run's document
+    ask for the same FLOPs per step of the same window: they are counted once (the rank index
+    keeps them), and the document is still the one computed from the events."""
+    from gpuscope.analysis import flops as F
+
+    monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)
+    counted: list[int] = []
+    count = F.flops_per_step
+
+    def counting(*a: Any, **k: Any) -> Any:
+        counted.append(1)
+        return count(*a, **k)
+
+    monkeypatch.setattr(F, "flops_per_step", counting)
+    with connect(tmp_path / "s") as con:
+        run_id = ingest_paths(
+            con, [one_rank(tmp_path / "t.json")], after_trace=RS.store_after_ingest_with_document
+        )[0].run_id
+        assert len(counted) == 1
+        stored = RP.stored_text(con, run_id)
+        assert stored is not None
+        monkeypatch.setattr(F, "flops_per_step", count)
+        assert RP.print_text(stored) + "\n" == from_events(con, run_id)
