@@ -83,7 +83,12 @@ def detect(inp: Inputs) -> Finding | None:
     )
     bc = inp.phase.blocking_copy if inp.phase is not None else None
     if blocks and bc is not None:
-        ev.update(bc.to_json())
+        ev.update(
+            pageable_copies_per_step=bc.copies_per_step,
+            blocked_copies_per_step=bc.blocked_per_step,
+            host_wait_ms_per_step=bc.wait_ms,
+            queued_gpu_ms_per_step=bc.queued_ms,
+        )
         ev["summary"] += (
             f" The host waited for the GPU in {sig3(bc.blocked_per_step)} of them per step "
             f"({sig3(bc.wait_ms)} ms per step, behind {sig3(bc.queued_ms)} ms of queued GPU "
