@@ -17,7 +17,8 @@ measured gain is ~0 (below :data:`NULL_PCT`), and the first fix the expected one
 
 The expected fix is looked for in the report's ``recommendations`` and, when the report carries a
 ``job`` object with its own ``recommendations``, there too. A missing recommendation reads as an
-estimate of 0 % (range 0-0).
+estimate of 0 % (range 0-0). A case of several rank traces is ingested as one run (their folder);
+its first fix is the job verdict's (``job.findings``), as every face names it.
 """
 
 from __future__ import annotations
@@ -77,9 +78,26 @@ def recommendations(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return recs
 
 
+def first_job_fix(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The job verdict's first fix (``job.findings``' first of kind ``fix``), None without a job
+    of several ranks: what every face names as the job's first fix, whichever rank it is for."""
+    job = doc.get("job")
+    if not isinstance(job, dict):
+        return None
+    return next(
+        (f for f in job.get("findings") or [] if isinstance(f, dict) and f.get("kind") == "fix"),
+        None,
+    )
+
+
 def analyse(case: dict[str, Any], root: Path, store: str) -> dict[str, Any]:
     """Ingest the case's trace(s), analyse, and pick out the expected fix's estimate."""
     paths = [str(root / t) for t in case["traces"]]
+    if len(paths) > 1:  # one run of several ranks: its folder (each PATH given is its own run)
+        folders = {str(Path(p).parent) for p in paths}
+        if len(folders) != 1:
+            raise SystemExit(f"{case['case']}: its rank traces are not in one folder: {folders}")
+        paths = list(folders)
     run_id = gpuscope("ingest", *paths, store=store).split()[-1]
     doc = json.loads(gpuscope("analyze", run_id, "--json", store=store))
     recs = recommendations(doc)
@@ -87,6 +105,9 @@ def analyse(case: dict[str, Any], root: Path, store: str) -> dict[str, Any]:
     first_gain = ((recs[0].get("estimate") or {}).get("gain_pct") if recs else None) or (
         recs[0].get("max_gain_pct") if recs else None
     )
+    job_fix = first_job_fix(doc)
+    if job_fix is not None:  # a job of several ranks: its verdict's first fix is the first fix
+        first, first_gain = job_fix.get("id"), job_fix.get("gain_pct")
     rec = next((r for r in recs if r.get("id") == case["expected_fix"]), None)
     est = (rec or {}).get("estimate") or {}
     gain = est.get("gain_pct", (rec or {}).get("max_gain_pct", 0.0) if rec else 0.0)

@@ -174,3 +174,28 @@ def test_every_fix_unit_has_a_timed_pair_in_the_set() -> None:
     cases = json.loads(TRUTH.read_text())["cases"]
     assert set(BY_ID) <= {c["expected_fix"] for c in cases}
     assert {c["expected_fix"] for c in cases} <= set(BY_ID)  # no pair names a fix that is gone
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_a_case_of_several_ranks_is_ingested_as_one_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """v26's two rank files are one job: given one by one, ``gpuscope ingest`` made two runs of
+    one rank each and the job's fix (load_imbalance, seen only across ranks) was never found."""
+    import validate_gains_set as vgs
+
+    case = next(c for c in json.loads(TRUTH.read_text())["cases"] if c["case"] == "v26")
+    assert len(case["traces"]) == 2
+    ingests: list[str] = []
+    real = vgs.gpuscope
+
+    def recording(*args: str, store: str) -> str:
+        out = real(*args, store=store)
+        if args[0] == "ingest":
+            ingests.append(out)
+        return out
+
+    monkeypatch.setattr(vgs, "gpuscope", recording)
+    row = vgs.analyse(case, TRUTH.parent, str(tmp_path / "store"))
+    assert len(ingests) == 1 and len(ingests[0].split()) == 1  # one run id printed
+    assert row["found"] and row["first"] == "load_imbalance"
