@@ -5,7 +5,7 @@ copy, the ``pin_memory`` unit that now sees it, and its re-timing; answers compu
 from __future__ import annotations
 
 import pytest
-from tracegen import TraceBuilder
+from tracegen import TraceBuilder, ingest_one_rank
 
 pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
 
@@ -48,13 +48,7 @@ def blocking_copy_trace() -> TraceBuilder:
 
 
 def ingest(con, tmp_path, t: TraceBuilder) -> str:
-    from gpuscope.ingest.loader import ingest_paths
-
-    d = tmp_path / "run"
-    d.mkdir()
-    t.write(d / "r0.json")
-    [res] = ingest_paths(con, [d])
-    return res.run_id
+    return ingest_one_rank(con, tmp_path, t)
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ weighed against the memory the trace shows, and nothing where the memory is need
 from __future__ import annotations
 
 import pytest
-from tracegen import TraceBuilder
+from tracegen import TraceBuilder, ingest_one_rank
 
 pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
 
@@ -20,13 +20,8 @@ GIB = 2**30
 
 def ingest_and_analyse(con, tmp_path, t: TraceBuilder):
     from gpuscope.analysis.report import analyze_run
-    from gpuscope.ingest.loader import ingest_paths
 
-    d = tmp_path / "run"
-    d.mkdir()
-    t.write(d / "r0.json")
-    [res] = ingest_paths(con, [d])
-    return analyze_run(con, res.run_id, rank=0)
+    return analyze_run(con, ingest_one_rank(con, tmp_path, t), rank=0)
 
 
 def looping_optimizer() -> TraceBuilder:

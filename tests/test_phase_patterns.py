@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from gpuscope.analysis.phase_patterns import phase_patterns
-from tracegen import TraceBuilder
+from tracegen import TraceBuilder, ingest_one_rank
 
 pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
 
@@ -53,13 +53,7 @@ def optimizer_trace(batched: bool, busy_first_us: float = 0.0) -> TraceBuilder:
 
 
 def ingest(con, tmp_path, t: TraceBuilder) -> str:
-    from gpuscope.ingest.loader import ingest_paths
-
-    d = tmp_path / "run"
-    d.mkdir()
-    t.write(d / "r0.json")
-    [res] = ingest_paths(con, [d])
-    return res.run_id
+    return ingest_one_rank(con, tmp_path, t)
 
 
 @pytest.mark.slow

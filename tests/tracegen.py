@@ -323,3 +323,15 @@ def two_rank_job(folder: Path, busy: tuple[float, float]) -> Path:
             t.launch("volta_sgemm_128x64_nn", t0 + 1.0, t0 + 5.0, kernel_us)
         t.write(folder / f"rank{rank}.json")
     return folder
+
+
+def ingest_one_rank(con: Any, tmp_path: Path, t: TraceBuilder) -> str:
+    """Write ``t`` as the one rank of a run under ``tmp_path/run`` and ingest it into ``con``; the
+    run id."""
+    from gpuscope.ingest.loader import ingest_paths
+
+    d = tmp_path / "run"
+    d.mkdir()
+    t.write(d / "r0.json")
+    [res] = ingest_paths(con, [d])
+    return res.run_id
