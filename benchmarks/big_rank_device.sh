@@ -17,19 +17,16 @@ CORES=${CORES:-0,1}
 SITE_TAR=${SITE_TAR:-.h4dev/site.tar.xz}
 ANALYZE_TIMEOUT=${ANALYZE_TIMEOUT:-300}
 WORK=${WORK:-/tmp/big-work}
-mkdir -p "$OUT" "$WORK/site" "$WORK/pkg/gpuscope"
+mkdir -p "$OUT"
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$OUT/steps.txt"; }
 log "host: $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GB, $(python3 --version)"
-[ -f "$WORK/site/.unpacked" ] || { tar -xJf "$SITE_TAR" -C "$WORK/site" && touch "$WORK/site/.unpacked"; } || exit 1
-cp -r app/. "$WORK/pkg/gpuscope/"
-for d in ingest analysis vocabulary store; do
-    rm -rf "${WORK:?}/pkg/gpuscope/$d"
-    cp -r "$d" "$WORK/pkg/gpuscope/$d"
-done
-inc=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-gcc -O2 -shared -fPIC -DPy_LIMITED_API=0x030B0000 -I"$inc" ingest/_compiled_parser.c \
-    -o "$WORK/pkg/gpuscope/ingest/_compiled_parser.abi3.so" 2>>"$OUT/steps.txt" \
-    && log "compiled parser built here" || log "compiled parser: the carried build"
+. benchmarks/device_package.sh
+lay_out_gpuscope "$WORK" "$SITE_TAR" 2>>"$OUT/steps.txt"
+case $? in
+0) log "compiled parser built here" ;;
+2) log "compiled parser: the carried build" ;;
+*) exit 1 ;;
+esac
 export PYTHONPATH="$WORK/site:$WORK/pkg" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 python3 -c 'import duckdb, msgspec, gpuscope.ingest.compiled_parser as c; print("duckdb", duckdb.__version__, "compiled parser", c.AVAILABLE)' 2>&1 | tee -a "$OUT/steps.txt"
 TRACE="$WORK/big.pt.trace.json"

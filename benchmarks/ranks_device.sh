@@ -18,16 +18,8 @@ CORES=${CORES:-0,1}
 WORK=${WORK:-/tmp/big-work}
 export PYTHONPATH="$WORK/site:$WORK/pkg" PYTHONUNBUFFERED=1
 if [ "$STAGE" = gpuscope ]; then
-    mkdir -p "$WORK/site" "$WORK/pkg/gpuscope"
-    [ -f "$WORK/site/.unpacked" ] || { tar -xJf "${SITE_TAR:-.h4dev/site.tar.xz}" -C "$WORK/site" && touch "$WORK/site/.unpacked"; } || exit 1
-    cp -r app/. "$WORK/pkg/gpuscope/"
-    for d in ingest analysis vocabulary store; do
-        rm -rf "${WORK:?}/pkg/gpuscope/$d"
-        cp -r "$d" "$WORK/pkg/gpuscope/$d"
-    done
-    inc=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-    gcc -O2 -shared -fPIC -DPy_LIMITED_API=0x030B0000 -I"$inc" ingest/_compiled_parser.c \
-        -o "$WORK/pkg/gpuscope/ingest/_compiled_parser.abi3.so" || exit 1
+    . benchmarks/device_package.sh
+    lay_out_gpuscope "$WORK" "${SITE_TAR:-.h4dev/site.tar.xz}" || exit 1
     python3 -c 'import duckdb, gpuscope.ingest.compiled_parser as c; print("duckdb", duckdb.__version__, "compiled parser", c.AVAILABLE)'
     python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path; from bench_ranks import make_ranks; print(make_ranks($RANKS, Path('$WORK/out')))"
     exit 0
