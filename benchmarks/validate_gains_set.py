@@ -18,7 +18,9 @@ measured gain is ~0 (below :data:`NULL_PCT`), and the first fix the expected one
 The expected fix is looked for in the report's ``recommendations`` and, when the report carries a
 ``job`` object with its own ``recommendations``, there too. A missing recommendation reads as an
 estimate of 0 % (range 0-0). A case of several rank traces is ingested as one run (their folder);
-its first fix is the job verdict's (``job.findings``), as every face names it.
+its first fix is the job verdict's (``job.findings``), as every face names it, and the expected
+fix's estimate is read from the report of the rank the verdict's fixes are for (``job.fix_rank``)
+before the default (lowest) rank's.
 """
 
 from __future__ import annotations
@@ -101,6 +103,15 @@ def analyse(case: dict[str, Any], root: Path, store: str) -> dict[str, Any]:
     run_id = gpuscope("ingest", *paths, store=store).split()[-1]
     doc = json.loads(gpuscope("analyze", run_id, "--json", store=store))
     recs = recommendations(doc)
+    job = doc.get("job") if isinstance(doc.get("job"), dict) else {}
+    fix_rank = job.get("fix_rank")
+    if fix_rank is not None and fix_rank != doc.get("rank"):
+        # the job's fixes are for the rank the verdict names: its report's estimates first, then
+        # the default report's (a fix seen from the waiting rank, e.g. load_imbalance)
+        fixed = json.loads(
+            gpuscope("analyze", run_id, "--rank", str(fix_rank), "--json", store=store)
+        )
+        recs = recommendations(fixed) + recs
     first = recs[0]["id"] if recs else None
     first_gain = ((recs[0].get("estimate") or {}).get("gain_pct") if recs else None) or (
         recs[0].get("max_gain_pct") if recs else None

@@ -199,3 +199,29 @@ def test_a_case_of_several_ranks_is_ingested_as_one_run(
     row = vgs.analyse(case, TRUTH.parent, str(tmp_path / "store"))
     assert len(ingests) == 1 and len(ingests[0].split()) == 1  # one run id printed
     assert row["found"] and row["first"] == "load_imbalance"
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_the_estimate_is_read_on_the_rank_the_job_fixes(tmp_path: Path) -> None:
+    """v27 (tensor parallel): the job's fixes are for rank 1, the pace-setter; rank 0's report
+    holds a dtensor_dispatch estimate of its own (near 0: rank 0 waits). The row takes rank 1's."""
+    import validate_gains_set as vgs
+
+    case = next(c for c in json.loads(TRUTH.read_text())["cases"] if c["case"] == "v27")
+    store = str(tmp_path / "store")
+    row = vgs.analyse(case, TRUTH.parent, store)
+    [run] = json.loads(vgs.gpuscope("runs", "--json", store=store))
+    docs = {
+        k: json.loads(
+            vgs.gpuscope("analyze", run["run_id"], "--rank", str(k), "--json", store=store)
+        )
+        for k in (0, 1)
+    }
+    assert docs[0]["job"]["fix_rank"] == 1
+
+    def est(doc: dict) -> float:
+        rec = next(r for r in doc["recommendations"] if r["id"] == "dtensor_dispatch")
+        return rec["estimate"]["gain_pct"]
+
+    assert est(docs[0]) != est(docs[1])
+    assert row["estimate"] == est(docs[1])
