@@ -34,7 +34,7 @@ def _upload(page, server: Server, files: list[dict | str]) -> None:  # type: ign
     wait_idle(page)
     open_uploader(page)
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(files)
-    click_ingest(page)
+    click_ingest(page, files)
 
 
 def _run_ids(db: Path) -> set[str]:

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from e2e_support import (
     Server,
     clean_env,
+    click_ingest,
     open_uploader,
     screenshot,
     stop_server,
@@ -90,7 +91,6 @@ def test_a_run_stored_through_one_dashboard_opens_by_url_on_the_other(
     team_store: TeamStore, two_dashboards: tuple[Server, Server], new_page
 ) -> None:  # type: ignore[no-untyped-def]
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
-    from playwright.sync_api import expect
 
     a, b = two_dashboards
     env = team_store.env()
@@ -104,12 +104,9 @@ def test_a_run_stored_through_one_dashboard_opens_by_url_on_the_other(
     page_a.goto(f"{a.url}/runs")
     wait_idle(page_a)
     open_uploader(page_a)
-    page_a.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
-        [str(p) for p in sorted(AFTER.glob("*.pt.trace.json*"))]
-    )
-    button = page_a.get_by_role("button", name="Ingest")
-    expect(button).to_be_enabled(timeout=90_000)
-    button.click()
+    chosen = [str(p) for p in sorted(AFTER.glob("*.pt.trace.json*"))]
+    page_a.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(chosen)
+    click_ingest(page_a, chosen)
     try:
         page_a.wait_for_url(re.compile(r"/run\?run=[0-9a-f]{12}"))
     except PlaywrightTimeout:
