@@ -110,19 +110,26 @@ def below_the_fold(key: str, render: Callable[[], None], *, delay_s: float = 0.4
 #: scrolls to it when its heading first renders, but charts above it that finish drawing later
 #: (slower on a loaded machine) push it down again. For up to 15 s, until the reader scrolls,
 #: the heading is brought back to the top whenever it has drifted out of the viewport's top half.
+#: The reader's scroll is remembered in the page for its URL, so a keeper the page's next script
+#: run draws again does not pull the section back after the reader has moved.
 KEEP_ANCHOR_JS = """
 <script>
 (() => {
   const win = window.parent, doc = win.document;
   const id = decodeURIComponent((win.location.hash || "").slice(1));
   if (!id) return;
+  const here = win.location.href;
+  if (win.__gpuscopeReaderMoved === here) return;
   let stop = false;
   for (const ev of ["wheel", "touchstart", "keydown", "mousedown"]) {
-    doc.addEventListener(ev, () => { stop = true; }, { once: true, capture: true });
+    doc.addEventListener(ev, () => { stop = true; win.__gpuscopeReaderMoved = here; },
+                         { once: true, capture: true });
   }
   let n = 0;
   const timer = setInterval(() => {
-    if (stop || ++n > 60) { clearInterval(timer); return; }
+    if (stop || win.__gpuscopeReaderMoved === here || ++n > 60) {
+      clearInterval(timer); return;
+    }
     const el = doc.getElementById(id);
     if (!el) return;
     const top = el.getBoundingClientRect().top;
