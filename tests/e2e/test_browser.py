@@ -46,10 +46,9 @@ def test_upload_through_the_file_chooser_shows_the_run(
     page.goto(f"{server.url}/runs")
     wait_idle(page)
     open_uploader(page)
-    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
-        [str(f) for f in files]
-    )
-    click_ingest(page)  # the default choice: the files are one run's ranks
+    chosen = [str(f) for f in files]
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(chosen)
+    click_ingest(page, chosen)  # the default choice: the files are one run's ranks
     page.wait_for_url(re.compile(r"/run\?run=[0-9a-f]{12}"))
     page.get_by_role("heading", name="ddp").wait_for()
     chart = sawtooth_chart(page)
@@ -106,16 +105,15 @@ def test_invalid_upload_shows_an_error(server: Server, new_page) -> None:  # typ
     page.goto(f"{server.url}/runs")
     wait_idle(page)
     open_uploader(page)
-    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
-        files=[
-            {
-                "name": "truncated.json",
-                "mimeType": "application/json",
-                "buffer": b'{"traceEvents": [{"ph":',
-            }
-        ]
-    )
-    click_ingest(page)
+    chosen = [
+        {
+            "name": "truncated.json",
+            "mimeType": "application/json",
+            "buffer": b'{"traceEvents": [{"ph":',
+        }
+    ]
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(files=chosen)
+    click_ingest(page, chosen)
     alert = page.locator('[data-testid="stAlertContentError"]')
     alert.wait_for()
     text = alert.inner_text()

@@ -46,14 +46,13 @@ def test_hostile_snapshot_upload_is_one_line_and_the_server_lives(  # type: igno
     page.goto(f"{server.url}/runs")
     wait_idle(page)
     open_uploader(page)
-    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
-        [
-            {"name": name, "mimeType": "application/octet-stream", "buffer": payload},
-            {"name": "t.pt.trace.json", "mimeType": "application/json", "buffer": trace},
-        ]
-    )
+    chosen = [
+        {"name": name, "mimeType": "application/octet-stream", "buffer": payload},
+        {"name": "t.pt.trace.json", "mimeType": "application/json", "buffer": trace},
+    ]
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(chosen)
     t0 = time.monotonic()
-    click_ingest(page)
+    click_ingest(page, chosen)
     alert = page.locator('[data-testid="stAlertContentError"]')
     alert.wait_for(
         timeout=180_000
