@@ -188,33 +188,57 @@ class GpuRecorder:
 
 
 class UntracedTimer:
-    """Times steps with the profiler off: a CUDA-synchronised ``perf_counter`` mark at the end of each
-    of the steps ``first`` … ``first + n`` (1-based ``step()`` calls), so ``n`` whole steps lie between
-    the marks. The first step of the wait phase is not timed (it may still warm caches up)."""
+    """Times steps with the profiler off, without changing them: a mark at the end of each of the
+    steps ``first`` … ``first + n`` (1-based ``step()`` calls), so ``n`` whole steps lie between the
+    marks; the first step of the wait phase is not timed (it may still warm caches up).
+
+    With CUDA in use at the first mark, each mark records a CUDA event on the current stream and
+    never waits: the host runs ahead of the GPU as it does untimed, and a step's time is the GPU
+    clock's time between passing two consecutive marks — the steady-state step period whichever of
+    host and GPU sets the pace (a GPU that waits for the host passes each mark as soon as the host
+    records it). Without CUDA, ``perf_counter`` marks. The events are read once the GPU has passed
+    the last mark: :attr:`ready` asks without waiting, :meth:`step_ms` waits for it."""
 
     def __init__(self, torch: Any, first: int, n: int) -> None:
         self.torch, self.first, self.n = torch, first, n
-        self.marks: list[float] = []
+        self.marks: list[Any] = []  # CUDA events, or perf_counter seconds
+        self.events: bool | None = None  # the clock, chosen at the first mark
 
     def mark(self, call: int) -> None:
         """Called at the end of step ``call`` (1-based), before the profiler sees it."""
         if self.n <= 0 or not self.first <= call <= self.first + self.n:
             return
-        cuda = self.torch.cuda
-        if cuda.is_available() and cuda.is_initialized():
-            cuda.synchronize()
-        self.marks.append(time.perf_counter())
+        if self.events is None:
+            cuda = self.torch.cuda
+            self.events = bool(cuda.is_available() and cuda.is_initialized())
+        if self.events:
+            ev = self.torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.marks.append(ev)
+        else:
+            self.marks.append(time.perf_counter())
 
     @property
     def done(self) -> bool:
+        """Every mark is taken (its events may still be ahead of the GPU)."""
         return self.n > 0 and len(self.marks) == self.n + 1
 
+    @property
+    def ready(self) -> bool:
+        """Every mark is taken and the GPU has passed them: :meth:`step_ms` will not wait."""
+        return self.done and (not self.events or all(ev.query() for ev in self.marks))
+
     def step_ms(self) -> list[float]:
-        """The timed steps' durations, ms."""
-        return [1e3 * (b - a) for a, b in zip(self.marks, self.marks[1:], strict=False)]
+        """The timed steps' durations, ms; waits for the GPU to pass the last mark."""
+        if not self.events:
+            return [1e3 * (b - a) for a, b in zip(self.marks, self.marks[1:], strict=False)]
+        for ev in reversed(self.marks):  # the last first: on one stream, the others are past then
+            ev.synchronize()
+        return [float(a.elapsed_time(b)) for a, b in zip(self.marks, self.marks[1:], strict=False)]
 
     def metadata(self) -> dict[str, str]:
-        """``gpuscope.untraced_*`` trace metadata (JSON text values); empty until every step is timed."""
+        """``gpuscope.untraced_*`` trace metadata (JSON text values); empty until every step is
+        marked (waits for the GPU to pass the last mark)."""
         if not self.done:
             return {}
         ms = self.step_ms()
@@ -323,23 +347,39 @@ class Capture:
         self.steps += 1
         if self.untraced is not None:
             self.untraced.mark(self.steps)
-            if self.untraced.done and "gpuscope.untraced_step_ms" not in self._late_metadata:
-                self._late_metadata.update(self.untraced.metadata())
-                self._metadata_cycle = -1
         probe = self.model
         ready = probe is not None and (probe.shape is not None or self.steps > 1)
         if probe is not None and ready and "gpuscope.model_params" not in self._late_metadata:
             self._late_metadata.update(probe.metadata(world_size()))
             self._metadata_cycle = -1
         self.profiler.step()
+        self._take_untraced()
         self._add_late_metadata()
+
+    def _recording(self) -> bool:
+        """The profiler records the step that begins now."""
+        from torch.profiler import ProfilerAction
+
+        return self.profiler.current_action in (
+            ProfilerAction.RECORD,
+            ProfilerAction.RECORD_AND_SAVE,
+        )
+
+    def _take_untraced(self) -> None:
+        """The untraced times go into the metadata once the GPU has passed the last mark, or, at
+        the latest, when recording begins (waiting for it then: the trace must hold them), so the
+        steps between the last mark and the recording do not wait for the GPU either."""
+        t = self.untraced
+        if t is None or not t.done or "gpuscope.untraced_step_ms" in self._late_metadata:
+            return
+        if t.ready or self._recording():
+            self._late_metadata.update(t.metadata())
+            self._metadata_cycle = -1
 
     def _add_late_metadata(self) -> None:
         if not self._late_metadata or self._metadata_cycle == len(self.trace_paths):
             return
-        from torch.profiler import ProfilerAction
-
-        if self.profiler.current_action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
+        if self._recording():
             for k, v in self._late_metadata.items():
                 self.profiler.add_metadata_json(k, v)
             self._metadata_cycle = len(self.trace_paths)
@@ -378,7 +418,8 @@ def profile_steps(
     (JSON-serialisable values) goes into the trace's top level, with ``gpuscope.torch_version``.
 
     ``untraced_steps`` (default 5; 0 turns it off, else at least 3) steps of the first wait phase are
-    timed with the profiler off, CUDA-synchronised at both ends: their median is written as
+    timed with the profiler off, by CUDA events between steps (nothing waits for the GPU, so the
+    job runs as it does untimed; :class:`UntracedTimer`): their median is written as
     ``gpuscope.untraced_step_ms``, so the analysis can tell the profiler's own cost from the job's.
     The wait phase is lengthened to ``untraced_steps + 1`` steps when shorter (its first step is not
     timed); ``prof.steps_needed`` says how many ``step()`` calls the schedule takes, ``prof.done``

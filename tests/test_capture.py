@@ -286,3 +286,115 @@ def test_rank_and_world_size_without_a_process_group(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("RANK")
     monkeypatch.setenv("WORLD_SIZE", "two")
     assert (current_rank(), world_size()) == (0, 1)
+
+
+class FakeCuda:
+    """``torch.cuda`` as the untraced timer sees it on a GPU that lags the host: the k-th event
+    recorded is passed by the GPU at ``gpu_ms[k]`` (its clock), and only once ``lag_passed`` is on
+    or something waits for it. ``log`` holds what waited and at which ``step()`` call."""
+
+    def __init__(self, gpu_ms: list[float], lag_passed: bool = False) -> None:
+        self.gpu_ms, self.lag_passed = gpu_ms, lag_passed
+        self.recorded = 0
+        self.passed = 0  # events the GPU has passed
+        self.log: list[tuple[str, int]] = []
+        self.step_now = lambda: 0  # the test's step() count, for the log
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        self.log.append(("cuda.synchronize", self.step_now()))
+        self.passed = self.recorded
+
+    def Event(self, enable_timing: bool = False) -> FakeEvent:  # torch.cuda.Event
+        assert enable_timing
+        return FakeEvent(self)
+
+
+class FakeEvent:
+    def __init__(self, cuda: FakeCuda) -> None:
+        self.cuda, self.k = cuda, -1
+
+    def record(self) -> None:
+        self.k = self.cuda.recorded
+        self.cuda.recorded += 1
+        if self.cuda.lag_passed:
+            self.cuda.passed = self.cuda.recorded
+
+    def query(self) -> bool:
+        return self.cuda.passed > self.k
+
+    def synchronize(self) -> None:
+        if not self.query():
+            self.cuda.log.append(("event.synchronize", self.cuda.step_now()))
+            self.cuda.passed = self.k + 1
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert self.query() and end.query(), "read before the GPU passed both events"
+        return self.cuda.gpu_ms[end.k] - self.cuda.gpu_ms[self.k]
+
+
+def test_untraced_timer_records_events_and_never_waits_while_marking():
+    """A synchronize at a step's end drains the GPU's queue, so the next step's host work no longer
+    overlaps the GPU's tail: the timer marks with CUDA events and waits only when read."""
+    from types import SimpleNamespace
+
+    cuda = FakeCuda([0.0, 10.0, 31.0, 42.0, 60.0])
+    timer = capture.UntracedTimer(SimpleNamespace(cuda=cuda), first=2, n=3)
+    for call in range(1, 8):
+        timer.mark(call)
+    assert cuda.recorded == 4  # the ends of steps 2, 3, 4, 5: three whole steps between them
+    assert cuda.log == []  # nothing waited for the GPU while marking
+    assert timer.done and not timer.ready
+    assert timer.step_ms() == [10.0, 21.0, 11.0]  # the GPU clock between consecutive marks
+    assert cuda.log == [("event.synchronize", 0)]  # the last mark, once, when read
+    assert timer.ready
+    meta = timer.metadata()
+    assert json.loads(meta["gpuscope.untraced_step_ms"]) == 11.0
+    assert json.loads(meta["gpuscope.untraced_step_ms_all"]) == [10.0, 21.0, 11.0]
+    assert json.loads(meta["gpuscope.untraced_steps"]) == 3
+
+
+def test_untraced_timer_without_cuda_uses_the_host_clock(monkeypatch):
+    from types import SimpleNamespace
+
+    cuda = FakeCuda([])
+    monkeypatch.setattr(cuda, "is_initialized", lambda: False)  # a CPU job on a GPU host
+    clock = iter([1.0, 1.5, 2.25, 3.0])
+    monkeypatch.setattr(capture.time, "perf_counter", lambda: next(clock))
+    timer = capture.UntracedTimer(SimpleNamespace(cuda=cuda), first=1, n=3)
+    for call in range(1, 6):
+        timer.mark(call)
+    assert cuda.recorded == 0 and cuda.log == [] and timer.ready
+    assert timer.step_ms() == [500.0, 750.0, 750.0]
+
+
+@pytest.mark.slow
+@needs_torch
+@pytest.mark.parametrize("lag_passed", [False, True])
+def test_untraced_times_are_read_when_recording_begins_at_the_latest(tmp_path, lag_passed):
+    """With a real (CPU) profiler and a GPU clock that lags the host: no step waits for the GPU
+    while timing or in the warm-up; the times are read when the GPU has passed the last mark, else
+    waited for at the step whose end starts recording, so the trace holds them."""
+    from types import SimpleNamespace
+
+    cuda = FakeCuda([0.0, 12.0, 25.0, 37.0], lag_passed=lag_passed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile_steps(tmp_path, wait=1, warmup=2, active=1, untraced_steps=3) as prof:
+            assert prof.steps_needed == 4 + 2 + 1  # wait lengthened to 3 + 1
+            assert prof.untraced is not None and prof.untraced.first == 1
+            prof.untraced = capture.UntracedTimer(SimpleNamespace(cuda=cuda), 1, 3)
+            cuda.step_now = lambda: prof.steps
+            train(prof, 7)
+    assert prof.done and cuda.recorded == 4
+    # the lagging GPU is waited for once, at step 6: after it the profiler records
+    assert cuda.log == ([] if lag_passed else [("event.synchronize", 6)])
+    trace = load(prof.trace_paths[0])
+    assert trace["gpuscope.untraced_step_ms"] == 12.0
+    assert trace["gpuscope.untraced_step_ms_all"] == [12.0, 13.0, 12.0]
+    assert prof.untraced_step_ms == 12.0
