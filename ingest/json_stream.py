@@ -11,14 +11,15 @@ Accepts both chrome-trace forms: an object with ``traceEvents`` and a bare array
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from gpuscope.ingest import compiled_parser
@@ -34,6 +35,7 @@ ENV_MAX_EVENT = "GPUSCOPE_MAX_EVENT_BYTES"
 # A Kineto event is well under 1 MiB (the largest are ops with long "Input Dims" lists); one bigger
 # than this is refused instead of buffered (and rescanned) whole.
 DEFAULT_MAX_EVENT_BYTES = 64 << 20
+T = TypeVar("T")
 
 
 def max_event_bytes() -> int:
@@ -139,13 +141,18 @@ def _first_key(buf: bytes) -> tuple[int, int] | None:
         return None
     pre = buf[: m.start()]
     q = string_quotes(np.frombuffer(pre, np.uint8))
-    if q.size % 2:  # inside a string
-        return None
-    _, d = brackets(pre, q)
-    depth = np.cumsum(d)
-    if not depth.size or depth[-1] != 1 or int(depth.min()) < 1:
-        return None  # nested, or after the object closed
-    return m.start(), m.end()
+    if q.size % 2 == 0:
+        _, d = brackets(pre, q)
+        depth = np.cumsum(d)
+        if depth.size and depth[-1] == 1 and int(depth.min()) >= 1:
+            return m.start(), m.end()
+    if b'/"' in pre:  # Kineto's '/"' may have moved the quotes: the head parses once mended
+        try:
+            mend_slash_quotes(pre.decode("utf-8", "replace"), _object_head)
+        except json.JSONDecodeError:
+            return None
+        return m.start(), m.end()
+    return None  # inside a string, nested, or after the object closed
 
 
 class EventCounts:
@@ -465,7 +472,7 @@ class TraceSplitter:
             return
         text = prefix + b'"traceEvents": []' + trailer
         try:
-            meta = json.loads(text.decode("utf-8", errors="replace"), strict=False)
+            meta = mend_slash_quotes(text.decode("utf-8", errors="replace"), _loads)
         except json.JSONDecodeError as e:
             problem = "truncated" if e.pos >= len(text.rstrip()) else "malformed JSON"
             raise self._fail(f"{problem} outside the events array ({e.msg})") from None
@@ -487,28 +494,83 @@ def count_events(data: bytes) -> int | None:
         return None
 
 
-def parse_partial_object(text: bytes) -> dict[str, Any]:
-    """Top-level key/values of a JSON object's beginning (the part before traceEvents)."""
-    s = text.decode("utf-8", "replace")
-    dec = json.JSONDecoder(strict=False)
-    out: dict[str, Any] = {}
-    i = s.find("{") + 1
-    while i > 0:
-        while i < len(s) and s[i] in " \t\r\n,":
-            i += 1
-        if i >= len(s) or s[i] != '"':
+def _loads(s: str) -> Any:
+    return json.loads(s, strict=False)
+
+
+# Kineto's ChromeTraceLogger::sanitizeStrForJSON (torch 2.11's among others) replaces every
+# backslash of a metadata value (``add_metadata_json``) with '/' and writes the value as it is:
+# a JSON-escaped quote (\") in it becomes '/"', which ends the string early. The other escapes it
+# turns into plain text ('\n' -> '/n') still parse, and are read as written.
+_SLASH_QUOTE = '/"'
+MAX_SLASH_QUOTE_MENDS = 256  # '/"' read as an escaped quote before a text is called malformed
+
+
+def mend_slash_quotes(text: str, parse: Callable[[str], T]) -> T:
+    r"""``parse(text)``; where that raises JSONDecodeError, ``parse`` of ``text`` with Kineto's
+    ``/"`` read as ``\"``, one at a time: each time the last ``/"`` before where the parse failed
+    (the string it ended early is what failed just after it), until ``text`` parses. Valid JSON
+    is never changed (a ``/"`` that ends a string, as in ``"/tmp/"``, stays). Raises the first
+    error when no mending parses (genuinely malformed JSON)."""
+    try:
+        return parse(text)
+    except json.JSONDecodeError as e:
+        first = err = e
+    for _ in range(MAX_SLASH_QUOTE_MENDS):
+        k = text.rfind(_SLASH_QUOTE, 0, err.pos)
+        if k < 0:
             break
+        text = text[:k] + "\\" + text[k + 1 :]
         try:
-            key, i = dec.raw_decode(s, i)
-            while i < len(s) and s[i] in " \t\r\n":
-                i += 1
-            if i >= len(s) or s[i] != ":":
-                break
-            i += 1
-            while i < len(s) and s[i] in " \t\r\n":
-                i += 1
-            value, i = dec.raw_decode(s, i)
-        except json.JSONDecodeError:
-            break
+            return parse(text)
+        except json.JSONDecodeError as e:
+            err = e
+    raise first
+
+
+_DECODER = json.JSONDecoder(strict=False)
+
+
+def _skip_ws(s: str, i: int) -> int:
+    while i < len(s) and s[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _object_head(s: str, out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The key/values of ``s``, the beginning of a JSON object (``{``, then ``"key": value``
+    pairs, each followed by ``,`` or the end of ``s``), put in ``out`` as they are read;
+    JSONDecodeError where ``s`` is not that."""
+    out = {} if out is None else out
+    i = _skip_ws(s, 0)
+    if i >= len(s) or s[i] != "{":
+        raise json.JSONDecodeError("Expecting '{'", s, i)
+    i = _skip_ws(s, i + 1)
+    while i < len(s):
+        if s[i] != '"':
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", s, i)
+        key, i = _DECODER.raw_decode(s, i)
+        i = _skip_ws(s, i)
+        if i >= len(s) or s[i] != ":":
+            raise json.JSONDecodeError("Expecting ':' delimiter", s, i)
+        value, i = _DECODER.raw_decode(s, _skip_ws(s, i + 1))
         out[key] = value
+        i = _skip_ws(s, i)
+        if i < len(s):
+            if s[i] != ",":
+                raise json.JSONDecodeError("Expecting ',' delimiter", s, i)
+            i = _skip_ws(s, i + 1)
     return out
+
+
+def parse_partial_object(text: bytes) -> dict[str, Any]:
+    """Top-level key/values of a JSON object's beginning (the part before traceEvents), Kineto's
+    ``/"`` mended (:func:`mend_slash_quotes`); where it is malformed, those before the fault."""
+    s = text.decode("utf-8", "replace")
+    try:
+        return mend_slash_quotes(s, _object_head)
+    except json.JSONDecodeError:
+        out: dict[str, Any] = {}
+        with contextlib.suppress(json.JSONDecodeError):
+            _object_head(s, out)
+        return out
