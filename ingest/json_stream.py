@@ -504,6 +504,8 @@ def _loads(s: str) -> Any:
 # turns into plain text ('\n' -> '/n') still parse, and are read as written.
 _SLASH_QUOTE = '/"'
 MAX_SLASH_QUOTE_MENDS = 256  # '/"' read as an escaped quote before a text is called malformed
+# characters parsed again while mending (bounds the work on a large malformed text: ~0.5 s)
+MEND_BUDGET_CHARS = 64 << 20
 
 
 def mend_slash_quotes(text: str, parse: Callable[[str], T]) -> T:
@@ -511,12 +513,13 @@ def mend_slash_quotes(text: str, parse: Callable[[str], T]) -> T:
     ``/"`` read as ``\"``, one at a time: each time the last ``/"`` before where the parse failed
     (the string it ended early is what failed just after it), until ``text`` parses. Valid JSON
     is never changed (a ``/"`` that ends a string, as in ``"/tmp/"``, stays). Raises the first
-    error when no mending parses (genuinely malformed JSON)."""
+    error when no mending parses (genuinely malformed JSON) within :data:`MAX_SLASH_QUOTE_MENDS`
+    tries and :data:`MEND_BUDGET_CHARS` characters parsed again."""
     try:
         return parse(text)
     except json.JSONDecodeError as e:
         first = err = e
-    for _ in range(MAX_SLASH_QUOTE_MENDS):
+    for _ in range(min(MAX_SLASH_QUOTE_MENDS, MEND_BUDGET_CHARS // max(len(text), 1))):
         k = text.rfind(_SLASH_QUOTE, 0, err.pos)
         if k < 0:
             break

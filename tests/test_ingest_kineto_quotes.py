@@ -144,3 +144,14 @@ def test_mending_is_bounded():
     text = '{"a": "' + 'x/"' * 1000 + '"} z'
     with pytest.raises(json.JSONDecodeError):
         mend_slash_quotes(text, json.loads)
+
+
+def test_mending_work_is_bounded_by_the_text_size(monkeypatch):
+    import gpuscope.ingest.json_stream as js
+
+    text = '{"a": "mode=/"x/")"}'  # two mends
+    monkeypatch.setattr(js, "MEND_BUDGET_CHARS", 2 * len(text))
+    assert mend_slash_quotes(text, json.loads) == {"a": 'mode="x")'}
+    monkeypatch.setattr(js, "MEND_BUDGET_CHARS", 2 * len(text) - 1)
+    with pytest.raises(json.JSONDecodeError):
+        mend_slash_quotes(text, json.loads)
