@@ -207,6 +207,10 @@ class FixUnit:
     cause: bool = False
     """A fix of one cause found by phase and pattern (the recompute, the optimizer's loop) whose
     host work a :attr:`general` remedy would also shorten."""
+    changes_training: bool = False
+    """The fix changes the training itself, not only how fast its math runs (a larger batch: the
+    learning rate, the convergence, the memory): it is listed after the fixes that keep the
+    training identical and whose estimate is significant (:func:`gpuscope.analysis.fixes.order`)."""
 
     def find(self, inp: Inputs) -> Recommendation | None:
         """The recommendation when the rule's evidence holds (None: silent)."""

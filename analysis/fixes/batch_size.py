@@ -111,5 +111,11 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
 
 
 UNIT = FixUnit(
-    "batch_size", WORDS, detect, retime, footing=PER_SAMPLE_TIME, batch_multiple=BATCH_MULTIPLE
+    "batch_size",
+    WORDS,
+    detect,
+    retime,
+    footing=PER_SAMPLE_TIME,
+    batch_multiple=BATCH_MULTIPLE,
+    changes_training=True,
 )
