@@ -5,6 +5,7 @@ untraced against 30.7 ms timed plainly).
         [--budget-s 300] [--out FILE] [--quick]
     python benchmarks/untraced_timer_device.py one --job v08 --mode plain|old|new|paired [--quick]
     python benchmarks/untraced_timer_device.py pairs [--rounds 3] [--budget-s 100] [--out FILE]
+    python benchmarks/untraced_timer_device.py wait-cost [--rounds 6]   # CPU only
 
 Each (job, mode) runs in a fresh process; ``drive`` interleaves them, the modes' order rotating
 from round to round, and prints the medians over the rounds. Modes, after the same warm-up:
@@ -23,6 +24,9 @@ rotating order: a plain block of ``BLOCK`` steps, the new timer alone (5 steps),
 alone (5 steps) (the plain block also records an event per step: the median of those steps, beside
 the block's mean); then one ``profile_steps`` capture (new timer) for what the profiler's wait phase
 adds.
+
+``wait-cost`` (no GPU needed) compares the host CPU time of small ops outside any profiler with
+that inside ``profile_steps``' wait phase.
 
 Jobs: ``v08`` (sample_traces/validation's GPT-style LM with activation checkpointing, host-bound),
 ``overlap`` (host-bound: ~8 ms of Python batch making per step while the GPU runs ~5 ms of the
@@ -402,6 +406,45 @@ def pairs(args: argparse.Namespace) -> int:
     return 0
 
 
+def wait_cost(args: argparse.Namespace) -> int:
+    """Host CPU time per small CPU op outside any profiler vs inside ``profile_steps``' wait phase
+    (thread CPU time, so a loaded machine's waits do not count), interleaved A B A B."""
+    import torch
+
+    capture = import_capture()
+    torch.set_num_threads(1)
+    x = torch.ones(8)
+
+    def burst(n: int = 4000) -> float:
+        t = time.thread_time()
+        for _ in range(n):
+            x.add(1.0).mul(2.0)
+        return 1e6 * (time.thread_time() - t) / (2 * n)  # us per op
+
+    for _ in range(3):
+        burst()
+    outside, wait = [], []
+    for _ in range(args.rounds):
+        outside.append(burst())
+        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with capture.profile_steps(
+                tmp, wait=1, warmup=0, active=1, untraced_steps=5, sample_gpu=False
+            ) as prof:
+                per = []
+                while not prof.untraced.done:
+                    per.append(burst())
+                    prof.step()
+                wait.append(statistics.median(per))
+    print(
+        f"us/op outside: {[round(v, 3) for v in outside]} median {statistics.median(outside):.3f}"
+    )
+    print(
+        f"us/op in the wait phase: {[round(v, 3) for v in wait]} median {statistics.median(wait):.3f}"
+    )
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -421,8 +464,10 @@ def main() -> int:
     q.add_argument("--budget-s", type=float, default=100.0)
     q.add_argument("--out")
     q.add_argument("--quick", action="store_true")
+    w = sub.add_parser("wait-cost")
+    w.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
-    return {"one": one, "drive": drive, "pairs": pairs}[args.cmd](args)
+    return {"one": one, "drive": drive, "pairs": pairs, "wait-cost": wait_cost}[args.cmd](args)
 
 
 if __name__ == "__main__":
