@@ -246,6 +246,8 @@ class UntracedTimer:
             "gpuscope.untraced_step_ms": json.dumps(round(statistics.median(ms), 4)),
             "gpuscope.untraced_steps": json.dumps(len(ms)),
             "gpuscope.untraced_step_ms_all": json.dumps([round(x, 4) for x in ms]),
+            # which clock; absent from traces timed by a synchronise at each step's end
+            "gpuscope.untraced_clock": json.dumps("cuda_events" if self.events else "host"),
         }
 
 

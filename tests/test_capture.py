@@ -357,6 +357,7 @@ def test_untraced_timer_records_events_and_never_waits_while_marking():
     assert json.loads(meta["gpuscope.untraced_step_ms"]) == 11.0
     assert json.loads(meta["gpuscope.untraced_step_ms_all"]) == [10.0, 21.0, 11.0]
     assert json.loads(meta["gpuscope.untraced_steps"]) == 3
+    assert json.loads(meta["gpuscope.untraced_clock"]) == "cuda_events"
 
 
 def test_untraced_timer_without_cuda_uses_the_host_clock(monkeypatch):
@@ -371,6 +372,7 @@ def test_untraced_timer_without_cuda_uses_the_host_clock(monkeypatch):
         timer.mark(call)
     assert cuda.recorded == 0 and cuda.log == [] and timer.ready
     assert timer.step_ms() == [500.0, 750.0, 750.0]
+    assert json.loads(timer.metadata()["gpuscope.untraced_clock"]) == "host"
 
 
 @pytest.mark.slow
@@ -397,4 +399,5 @@ def test_untraced_times_are_read_when_recording_begins_at_the_latest(tmp_path, l
     trace = load(prof.trace_paths[0])
     assert trace["gpuscope.untraced_step_ms"] == 12.0
     assert trace["gpuscope.untraced_step_ms_all"] == [12.0, 13.0, 12.0]
+    assert trace["gpuscope.untraced_clock"] == "cuda_events"
     assert prof.untraced_step_ms == 12.0
