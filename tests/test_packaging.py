@@ -250,6 +250,8 @@ SQL_CALLS = ("execute", "executemany", "sql", "query", "query_df", "read_sql", "
 #: Where the app may call them: db.py's connection management passes a caller's statement on (a
 #: parameter, never text of its own); nothing in app/ calls it with text (checked below).
 SQL_PASS_THROUGH = {"gpuscope.web.db"}
+#: Calls of those names that run no SQL: the capture's torch.cuda.Event.query (is the GPU past it?).
+NOT_SQL_CALLS = {("gpuscope.capture", "query")}
 
 
 def _strings(tree: ast.AST) -> list[tuple[int, str]]:
@@ -288,7 +290,7 @@ def sql_findings(roots: dict[str, Path], package: str = "gpuscope") -> list[str]
                 continue
             fn = node.func
             name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
-            if name not in SQL_CALLS:
+            if name not in SQL_CALLS or (mod, name) in NOT_SQL_CALLS:
                 continue
             passes_on = mod in SQL_PASS_THROUGH and node.args and isinstance(node.args[0], ast.Name)
             if not passes_on:
