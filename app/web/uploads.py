@@ -8,13 +8,15 @@ files of one run go into one directory, which the loader reads as one run (rank 
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 import shutil
 import tempfile
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from gpuscope.analysis import run_views
 from gpuscope.ingest.errors import IngestError
@@ -28,6 +30,8 @@ from gpuscope.ingest.memory_snapshot import META_KEY as SNAPSHOT_KEY
 from gpuscope.ingest.naming import meta_from_head, upload_name
 from gpuscope.store import Connection
 from gpuscope.store.errors import StoreError
+
+log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
 SERIES = (".jsonl", ".jsonl.gz")  # an NVML series (gpuscope sample / gpuscope.capture)
@@ -226,3 +230,49 @@ def ingest_uploads(
             raise kind(shown.get(e.path, Path(e.path).name), e.problem) from None
         report(1.0, "Done")
         return results
+
+
+# -- the file chooser's upload URLs, through a rerun ----------------------------------------------
+# A file chosen in st.file_uploader is not uploaded until the browser has the server's answer to
+# its request for upload URLs (a ``file_urls_response`` ForwardMsg), which waits in the session's
+# message queue until the next flush. A full script run that starts meanwhile clears that queue,
+# keeping only lifecycle messages (and toasts): the answer was dropped, the browser waited for it
+# for ever, the uploader listed nothing and Ingest stayed disabled. The Runs page starts script
+# runs of its own while it fills its figures in, and a loaded server flushes late, so a file
+# chosen then was lost. The answer belongs to no script run, so it is kept through that clear.
+_KEEPS_ANSWERS = "_gpuscope_keeps_file_url_answers"
+FILE_URLS_ANSWER = "file_urls_response"  # the ForwardMsg type kept
+
+
+def keep_file_url_answers() -> bool:
+    """Make a session's message queue keep unsent file-URL answers when a new script run clears it
+    (``ForwardMsgQueue.clear(retain_lifecycle_msgs=True)``); they are sent at the next flush, in
+    the order they were queued, after what the clear kept. Idempotent. False (and a warning in the
+    log) where this Streamlit's queue is not the one this was written for: nothing is changed."""
+    from streamlit.runtime.forward_msg_queue import ForwardMsgQueue
+
+    original = ForwardMsgQueue.clear
+    if getattr(original, _KEEPS_ANSWERS, False):
+        return True
+    probe = ForwardMsgQueue()
+    if not isinstance(getattr(probe, "_queue", None), list):
+        log.warning("uploads: this Streamlit's ForwardMsgQueue has no _queue list; a file chosen "
+                    "while a script run starts may be lost")  # fmt: skip
+        return False
+
+    @functools.wraps(original)
+    def clear(
+        self: ForwardMsgQueue, retain_lifecycle_msgs: bool = False, *a: Any, **k: Any
+    ) -> None:
+        answers = (
+            [m for m in self._queue if m.WhichOneof("type") == FILE_URLS_ANSWER]
+            if retain_lifecycle_msgs
+            else []
+        )
+        original(self, retain_lifecycle_msgs, *a, **k)
+        kept = {id(m) for m in self._queue}
+        self._queue.extend(m for m in answers if id(m) not in kept)
+
+    setattr(clear, _KEEPS_ANSWERS, True)
+    ForwardMsgQueue.clear = clear  # type: ignore[method-assign]
+    return True

@@ -18,6 +18,7 @@ from gpuscope.web.uploads import (
     UPLOAD_TYPES,
     ingest_uploads,
     is_series_name,
+    keep_file_url_answers,
     run_name_for,
     trace_files,
 )
@@ -53,6 +54,9 @@ viewer = auth.current()  # None: sign-in is off, and everyone who reaches the pa
 # -- upload --------------------------------------------------------------------------------------
 # Open until the user has uploaded once: while the store holds nothing, or only the sample runs.
 only_samples = runs.empty or all(SAMPLE_TAG in list(t or []) for t in runs["tags"])
+# This page starts script runs of its own (below: the figures filled in); a file chosen meanwhile
+# must still reach the uploader (uploads.keep_file_url_answers).
+keep_file_url_answers()
 with st.expander("Upload traces", icon=":material/upload:", expanded=only_samples):
     upload_key = f"uploader_{st.session_state.get('upload_round', 0)}"
     dropped = st.file_uploader(
