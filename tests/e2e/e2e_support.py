@@ -177,29 +177,23 @@ def open_uploader(page) -> None:  # type: ignore[no-untyped-def]
 def click_ingest(page, files: list | None = None) -> None:  # type: ignore[no-untyped-def,type-arg]
     """Click Ingest once the upload has reached the server (the button is enabled then).
 
-    With ``files`` (what was given to the file chooser): where the button is still disabled after
-    60 s, the uploader lists what it holds in a warning and the files are chosen once more, as a
-    user would drop them again; a second miss fails the test. On a 2-core machine under a full
-    suite's load the chooser's first upload was seen to leave the button disabled for 90 s."""
-    import warnings
-
+    The files are chosen once: where Ingest is still disabled after 90 s, the test fails, saying
+    what the uploader lists and which of ``files`` (what was given to the file chooser: paths or
+    Playwright's file payloads) it does not; a file chosen must never need choosing again."""
     from playwright.sync_api import expect
 
     button = page.get_by_role("button", name="Ingest")
-    if files is None:
+    try:
         expect(button).to_be_enabled(timeout=90_000)
-    else:
-        try:
-            expect(button).to_be_enabled(timeout=60_000)
-        except AssertionError:  # playwright's expect raises the builtin
-            listed = page.locator('[data-testid="stFileUploader"]').first.inner_text()
-            warnings.warn(
-                f"the upload left Ingest disabled for 60 s; the uploader showed: {listed[:300]!r};"
-                " choosing the files again",
-                stacklevel=2,
-            )
-            page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(files)
-            expect(button).to_be_enabled(timeout=90_000)
+    except AssertionError:  # playwright's expect raises the builtin
+        listed = page.locator('[data-testid="stFileUploader"]').first.inner_text()
+        names = [f["name"] if isinstance(f, dict) else Path(f).name for f in files or []]
+        missing = [n for n in names if page.get_by_role("button", name=f"Remove {n}").count() == 0]
+        pytest.fail(
+            f"Ingest stayed disabled 90 s after the files were chosen; the uploader showed "
+            f"{listed[:300]!r}" + (f"; not listed: {missing}" if missing else ""),
+            pytrace=False,
+        )
     button.click()
 
 
