@@ -174,9 +174,24 @@ def test_no_estimate_passes_its_bound_and_at_most_only_where_proven(docs) -> Non
 
 @pytest.mark.slow
 def test_fixes_are_ordered_by_estimate_on_every_sample(docs) -> None:
+    """By estimate, but a fix that changes the training (the batch) comes after every fix that
+    keeps it and is estimated at ``SIGNIFICANT_PCT`` or more, and then says "Then, ..."."""
+    from gpuscope.analysis.fixes import BY_ID, SIGNIFICANT_PCT
+
+    moved = 0
     for key, doc in docs.items():
-        gains = [r["estimate"]["gain_pct"] for r in doc["recommendations"]]
-        assert gains == sorted(gains, reverse=True), key
+        recs = doc["recommendations"]
+        keeps = [r["estimate"]["gain_pct"] for r in recs if not BY_ID[r["id"]].changes_training]
+        assert keeps == sorted(keeps, reverse=True), key
+        for n, r in enumerate(recs):
+            if not BY_ID[r["id"]].changes_training:
+                continue
+            after = [x["estimate"]["gain_pct"] for x in recs[n + 1 :]]
+            assert all(g < SIGNIFICANT_PCT for g in after if g > r["estimate"]["gain_pct"]), key
+            significant = keeps and keeps[0] >= SIGNIFICANT_PCT
+            assert r["title"].startswith("Then, ") == bool(significant), (key, r["title"])
+            moved += any(x["estimate"]["gain_pct"] < r["estimate"]["gain_pct"] for x in recs[:n])
+    assert moved  # fixes/batch_size: torch.compile's 53 % first, the batch's 75 % after it
     before = docs[("before", 0)]["recommendations"]
     # DataLoader workers (estimate ~36%) first; batch size (~6%) and torch.compile (~4%) last
     assert [r["id"] for r in before] == [
