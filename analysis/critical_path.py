@@ -13,7 +13,7 @@
   ``cudaGraphLaunch``, ``cudaMemcpyAsync``, ``cudaMemsetAsync``, ...) starts the GPU activity of
   the same correlation id (a start edge);
 - **stream order**: GPU activity on one stream runs in order; a GPU op that started right after
-  an op of another stream ended (within :data:`STREAM_GAP_NS`) waits for it (an event wait);
+  an op of another stream ended (within :data:`EVENT_WAIT_NS`) waits for it (an event wait);
 - **waits on the GPU**: a synchronizing call (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
   ``cudaEventSynchronize``, a synchronous ``cudaMemcpy``, the copy of ``.item()``), or any runtime
   call during which GPU work it waited for ended (a launch into a full queue), ends only after
@@ -83,6 +83,12 @@ THREAD_GAP_NS = 50_000
 """A pause of at least this long (ns) on a non-main thread ends a run of its work."""
 STREAM_GAP_NS = 2_000
 """A GPU op that starts within this long (ns) of an op's end waits for that op."""
+EVENT_WAIT_NS = 5_000
+"""A GPU op that starts within this long (ns) of the end of an op of another stream waits for it
+(an event wait: DDP's all-reduce on its NCCL stream after the backward's last kernel, the compute
+stream's next op after the all-reduce). The waiting stream starts 2.5-2.7 µs after the event on
+an H200 (sample_traces/validation/v25, torch 2.11), past :data:`STREAM_GAP_NS`: the wait was
+missed and the recorded gap held the stream's next op in place whatever the all-reduce took."""
 BLOCKING_LAUNCH_NS = 50_000
 """A launch call at least this long (ns) during which GPU work ended waited for the GPU (a full
 launch queue)."""
@@ -639,10 +645,10 @@ def _first_after(g: Graph, nodes: list[int], t: int) -> int | None:
 
 
 def _other_stream_end(ends: list[tuple[int, int, int]], x: GpuEvent) -> int | None:
-    """An op of another stream that ended within STREAM_GAP_NS before ``x`` started."""
+    """An op of another stream that ended within EVENT_WAIT_NS before ``x`` started."""
     best = None
     for e, stream, i in reversed(ends[-64:]):
-        if stream != x.stream and x.s - STREAM_GAP_NS <= e <= x.s and (best is None or e > best[0]):
+        if stream != x.stream and x.s - EVENT_WAIT_NS <= e <= x.s and (best is None or e > best[0]):
             best = (e, i)
     return best[1] if best else None
 

@@ -49,6 +49,7 @@ from gpuscope.analysis.compiled import CompiledInfo, compiled_info
 from gpuscope.analysis.copies import PageableCopies, pageable_copies
 from gpuscope.analysis.critical_path import CriticalPath, critical_path
 from gpuscope.analysis.event_classes import KERNEL_CATS
+from gpuscope.analysis.fixes.overlap_communication import allreduce_per_step
 from gpuscope.analysis.flops import FlopsResult
 from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
 from gpuscope.analysis.kernels import KernelBreakdown
@@ -1384,6 +1385,9 @@ def _recommendations(a: RunAnalysis) -> list[R.Recommendation]:
         pageable_excess_ns=pageable.excess_ns if pageable is not None else 0.0,
         pageable_copy=pageable if pageable is not None and pageable.copies else None,
         phase=phase_patterns(con, run_id, rank, a.window),
+    )
+    inputs.allreduce_bytes_per_step, inputs.allreduce_ns_per_step = allreduce_per_step(
+        a.match, rank, a.window.n_steps
     )
     return R.recommend(inputs)
 

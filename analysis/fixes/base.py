@@ -103,6 +103,10 @@ class Inputs:
     memory: MemoryResult | Mapping[str, Any] | None = None
     # the optimizer loop and the recompute found by phase (analysis.phase_patterns), when looked for
     phase: PhasePatterns | None = None
+    # this rank's all-reduces matched across ranks, per step: bytes and transfer ns (None: no
+    # matched all-reduce; :func:`gpuscope.analysis.fixes.overlap_communication.allreduce_per_step`)
+    allreduce_bytes_per_step: float | None = None
+    allreduce_ns_per_step: float | None = None
 
 
 @dataclass
