@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 
 def _late_flush(hold_s: float) -> None:
@@ -25,29 +26,29 @@ def _late_flush(hold_s: float) -> None:
     flush = AppSession.flush_browser_queue
     on_event = AppSession._handle_scriptrunner_event_on_event_loop
 
+    held: set[str] = set()  # the ids of the sessions whose messages are held
+
     def release(self: AppSession) -> None:
-        if getattr(self, "_test_hold", False):
-            self._test_hold = False
+        if self.id in held:
+            held.discard(self.id)
             if self._message_enqueued_callback:
                 self._message_enqueued_callback()  # the runtime flushes at once
 
-    def handle_urls_late(self: AppSession, request: object) -> None:
+    def handle_urls_late(self: AppSession, request: Any) -> None:
         handle_urls(self, request)
-        self._test_hold = True
+        held.add(self.id)
         self._event_loop.call_later(hold_s, release, self)
 
     def flush_late(self: AppSession) -> list:  # type: ignore[type-arg]
-        return [] if getattr(self, "_test_hold", False) else flush(self)
+        return [] if self.id in held else flush(self)
 
-    def on_event_late(
-        self: AppSession, sender: object, event: object, *a: object, **k: object
-    ) -> None:
+    def on_event_late(self: AppSession, sender: Any, event: Any, *a: Any, **k: Any) -> None:
         on_event(self, sender, event, *a, **k)
         fragments = k.get("fragment_ids_this_run", a[4] if len(a) > 4 else None)
         if event == ScriptRunnerEvent.SCRIPT_STARTED and not fragments:
             release(self)
 
-    AppSession._handle_file_urls_request = handle_urls_late  # type: ignore[method-assign]
+    AppSession._handle_file_urls_request = handle_urls_late  # type: ignore[method-assign,assignment]
     AppSession.flush_browser_queue = flush_late  # type: ignore[method-assign]
     AppSession._handle_scriptrunner_event_on_event_loop = on_event_late  # type: ignore[method-assign]
 
@@ -57,7 +58,7 @@ def _slow_summary(extra_s: float) -> None:
 
     stored = run_views.stored_run_summary
 
-    def slow(*a: object, **k: object) -> object:
+    def slow(*a: Any, **k: Any) -> Any:
         time.sleep(extra_s)
         return stored(*a, **k)
 
