@@ -1,5 +1,5 @@
 """A file chosen in the Runs page's uploader while the page is still filling its figures in is kept:
-the uploader lists it and Ingest becomes enabled, without choosing it again.
+the uploader lists it, Ingest becomes enabled without choosing it again, and the run is stored.
 
 The Runs page draws its list first and computes the runs' figures afterwards, script run after
 script run. Streamlit answers a file chooser's request for upload URLs through the session's
@@ -13,6 +13,7 @@ chosen."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import Server, ddp_rank_files, open_uploader, start_server, stop_server
+from e2e_support import (
+    Server,
+    click_ingest,
+    ddp_rank_files,
+    open_uploader,
+    start_server,
+    stop_server,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -63,7 +71,8 @@ def test_a_file_chosen_while_the_figures_fill_in_is_kept(
     expect(page.get_by_role("button", name="Ingest")).to_be_enabled(timeout=60_000)
     expect(note).to_have_count(0, timeout=90_000)  # and it did finish filling them in
     expect(listed).to_be_visible()  # still listed once the page has stopped running by itself
-    expect(page.get_by_role("button", name="Ingest")).to_be_enabled()
+    click_ingest(page, chosen)  # and its bytes are still on the server: the run is stored
+    page.wait_for_url(re.compile(r"/run\?run=[0-9a-f]{12}"), timeout=120_000)
 
 
 def test_late_answers_alone_lose_no_file(filling_server: Server, new_page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
