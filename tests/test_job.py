@@ -62,7 +62,7 @@ def tiny_job(folder: Path) -> Path:
 
 @pytest.mark.slow
 def test_job_step_time_of_a_tiny_job_by_hand(tmp_path: Path) -> None:
-    with connect(tmp_path / "s") as con:
+    with connect(":memory:") as con:  # the verdict, not the store: in memory
         run_id = ingest_paths(con, [tiny_job(tmp_path / "job")])[0].run_id
         step = job_step_time(con, run_id)
         jobs = {
@@ -88,13 +88,15 @@ def test_job_step_time_of_a_tiny_job_by_hand(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """One store holding the samples of 1 rank (before), 2 ranks (ddp) and a 16-rank run built
-    from the DDP pair (benchmarks/bench_ranks.make_ranks: rank i a copy of DDP rank i % 2)."""
+    from the DDP pair (benchmarks/bench_ranks.make_ranks: rank i a copy of DDP rank i % 2). A
+    DuckDB file (``duckdb:PATH``): the subject is the verdict, not the store (the same door and
+    analysis as the lake's, tests/test_store_equivalence.py; 1.5x less CPU per analysis here)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_ranks import make_ranks
 
     tmp = tmp_path_factory.mktemp("job")
     sixteen, _ = make_ranks(16, tmp)
-    db = tmp / "store"
+    db = f"duckdb:{tmp / 'store.duckdb'}"
     from gpuscope.analysis.rank_summary import store_after_ingest
 
     with connect(db) as con:
@@ -329,14 +331,14 @@ def test_the_report_of_a_job_names_the_pace_setter_and_its_wait_before_the_fixes
 
 
 @pytest.mark.slow
-def test_a_url_in_a_run_name_is_not_a_link_in_the_markdown_report(tmp_path: Path) -> None:
+def test_a_url_in_a_run_name_is_not_a_link_in_the_markdown_report() -> None:
     """GitHub turns a bare ``https://…``, ``www.…`` or an e-mail address into a link by itself: a
     run named so must read as its name, never as a link a reviewer clicks."""
     from gpuscope.reports import _md, build_report
     from gpuscope.store import set_name
 
     name = "https://evil.example/x www.evil.example me@evil.example"
-    with connect(tmp_path / "s") as con:
+    with connect(":memory:") as con:  # the report's text, not the store: in memory
         run_id = ingest_paths(con, [SAMPLES / "before"])[0].run_id
         set_name(con, run_id, name)
         md = build_report(con, run_id, fmt="md")
@@ -387,7 +389,7 @@ def test_the_run_page_analyses_each_rank_once(tmp_path: Path, monkeypatch) -> No
     from gpuscope.analysis import report
     from synth import training_trace
 
-    db = app_store(tmp_path, monkeypatch)
+    db = app_store(tmp_path, monkeypatch, lake=False)  # the page reads a run it was given
     (rid,) = ingest(db, training_trace("before", steps=4).write(tmp_path / "b.pt.trace.json.gz"))
     calls: list[int] = []
     real = report.idle_analysis

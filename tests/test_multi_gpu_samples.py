@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +66,14 @@ def comms_launched(case: str, rank: int) -> int:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory):
-    """(a real store, case -> its run id), each case ingested once on first use."""
+    """(a real store, case -> its run id), each case ingested once on first use. In memory (the
+    analysis of the samples, not the store: the same door and analysis as the lake's,
+    tests/test_store_equivalence.py); the lake under ``GPUSCOPE_TESTS_ON_LAKE=1``."""
     from gpuscope.ingest.loader import ingest_paths
     from gpuscope.store import connect
 
-    con = connect(tmp_path_factory.mktemp("multi_gpu") / "store")
+    on_lake = os.environ.get("GPUSCOPE_TESTS_ON_LAKE")
+    con = connect(tmp_path_factory.mktemp("multi_gpu") / "store" if on_lake else ":memory:")
     ids: dict[str, str] = {}
 
     def run_id(case: str) -> str:
