@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 from gpuscope.ingest import compiled_parser
@@ -96,6 +96,11 @@ MEMORY_MARK = b'"[memory]"'  # a batch holding this may hold allocator events (m
 # write; 32,768 makes twice the files, and its `analyze` ~4 % slower (docs/benchmarks.md).
 ENV_FLUSH_ROWS = "GPUSCOPE_FLUSH_ROWS"
 FLUSH_ROWS = 32_768
+# Sorted chunks (Arrow bytes) held while the run's id is on its way (the files' SHA-256, ~0.75 CPU
+# s/GB on a thread of its own): beyond this the writer waits for it. 32 MiB: ~155 K events of a
+# Kineto trace (~215 B a row, ~50 MB of its JSON); 64 MiB raised a 1 GB rank's write peak from
+# 0.34x to 0.42x the file (benchmarks/ingest_sha_ab.py).
+MAX_UNNAMED_BYTES = 32 << 20
 # The batch's rows as ``events`` holds them, cast to its column types so every batch's Arrow table
 # has one schema (the fast and the fallback reader type some columns differently).
 _EVENT_EXPRS = {
@@ -320,6 +325,18 @@ def _extent(path: Path, table: pa.Table) -> tuple[int, int | None, int | None]:
     return int(timed), lo, hi
 
 
+class RunIdOnItsWay(Protocol):
+    """A run's id being found on other threads (:class:`gpuscope.ingest.loader.PendingRunId`)."""
+
+    def done(self) -> bool:
+        """Whether :meth:`result` answers without waiting."""
+        ...
+
+    def result(self) -> str:
+        """The id (waits for it); raises what finding it raised (a duplicate run, ...)."""
+        ...
+
+
 class BatchInserter:
     """Writes the events of one run; :meth:`finish` writes its names and thread labels.
 
@@ -333,10 +350,18 @@ class BatchInserter:
     then the flush thread's until :meth:`settle`, which
     every other use of it waits for (this class's own, and the caller's: call :meth:`settle`
     before using the connection between inserts).
+
+    ``run_id`` may be on its way (:class:`RunIdOnItsWay`): batches are then mapped and their
+    chunks sorted as usual, and the chunks are held (up to :data:`MAX_UNNAMED_BYTES`) until it is
+    known; nothing reaches the store before it is (:attr:`run_id`).
     """
 
-    def __init__(self, con: Any, run_id: str) -> None:
-        self.con, self.run_id = con, run_id
+    def __init__(self, con: Any, run_id: str | RunIdOnItsWay) -> None:
+        self.con = con
+        self._run_id = run_id if isinstance(run_id, str) else None
+        self._on_its_way = None if isinstance(run_id, str) else run_id
+        self._unwritten: list[pa.Table] = []  # sorted chunks not handed to the flush thread yet
+        self._unwritten_bytes = 0
         self.parser: BatchParser | None = None  # for insert(): made on first use
         self.buffer: list[pa.Table] = []  # converted batches not yet written
         self.buffered = 0
@@ -355,7 +380,23 @@ class BatchInserter:
         self.keep_limit = 0
         self.keep_columns: tuple[str, ...] | None = None  # the kept rows' columns (None: all)
         self._flusher: ThreadPoolExecutor | None = None  # made on the first flush
-        self._pending: Future[None] | None = None  # the chunk being written
+        self._pending: Future[None] | None = None  # the chunks being written
+
+    @property
+    def run_id(self) -> str:
+        """The run's id; waits for it when it is on its way, raising what finding it raises
+        (:class:`~gpuscope.ingest.errors.DuplicateRunError`: nothing was written)."""
+        if self._run_id is None:
+            assert self._on_its_way is not None
+            self._run_id = self._on_its_way.result()
+            self._on_its_way = None
+        return self._run_id
+
+    def run_id_known(self) -> bool:
+        """Whether :attr:`run_id` answers without waiting."""
+        return self._run_id is not None or (
+            self._on_its_way is not None and self._on_its_way.done()
+        )
 
     def insert(self, path: Path, batch: Batch, rank: int, *, strict: bool = True) -> int:
         """Parse and insert one batch (in this thread); returns its number of events. Raises
@@ -404,8 +445,8 @@ class BatchInserter:
         tid = self._ids(raw, "tid", rank)
         if pc.any(pc.equal(raw.column("ph"), "M")).as_py():
             self._metadata_labels(raw, pid, tid, rank)
-        filled = {
-            "run_id": pa.repeat(pa.scalar(self.run_id, pa.string()), n),
+        filled = {  # run_id NULL while it is on its way: set in the chunk when it is written
+            "run_id": pa.repeat(pa.scalar(self._run_id, pa.string()), n),
             "rank": pa.repeat(pa.scalar(rank, pa.int32()), n),
             "name_id": name_id,
             "pid": pid,
@@ -433,22 +474,48 @@ class BatchInserter:
             else:
                 kept.append(self._kept_of(rows))
         if self.buffered >= self.flush_rows:
-            self.flush()
+            self._flush(wait_for_id=False)
         return n
 
     def flush(self) -> None:
         """Sort the buffered events by (rank, cat, ts_ns) here, while the flush thread writes the
-        chunk before, then hand them to the flush thread. The buffer is Arrow, outside DuckDB:
-        rows a transaction writes to a DuckDB table and deletes again stay in its memory until the
-        commit."""
-        chunk = self._sorted_chunk() if self.buffered else None
+        chunk before, then hand them to the flush thread (waiting for the run's id first when it
+        is on its way). The buffer is Arrow, outside DuckDB: rows a transaction writes to a
+        DuckDB table and deletes again stay in its memory until the commit."""
+        self._flush(wait_for_id=True)
+
+    def _flush(self, *, wait_for_id: bool) -> None:
+        import pyarrow as pa
+
+        if self.buffered:
+            chunk = self._sorted_chunk()
+            self._unwritten.append(chunk)
+            if self._run_id is None:
+                self._unwritten_bytes += chunk.nbytes
+        if not (wait_for_id or self._unwritten_bytes > MAX_UNNAMED_BYTES or self.run_id_known()):
+            return  # held until the run's id is known
+        run_id = self.run_id
         self.settle()
         self._flush_memory()
-        if chunk is None:
+        if not self._unwritten:
             return
         if self._flusher is None:
             self._flusher = ThreadPoolExecutor(1, thread_name_prefix="gpuscope-flush")
-        self._pending = self._flusher.submit(self._write, chunk)
+        chunks, self._unwritten, self._unwritten_bytes = self._unwritten, [], 0
+        for k, chunk in enumerate(chunks):
+            at = chunk.schema.get_field_index("run_id")
+            if chunk.column(at).null_count:  # sorted before the id was known
+                field = chunk.schema.field(at)
+                chunks[k] = chunk.set_column(
+                    at, field, pa.repeat(pa.scalar(run_id, field.type), chunk.num_rows)
+                )
+        self._pending = self._flusher.submit(self._write_in_turn, chunks)
+
+    def _write_in_turn(self, chunks: list[pa.Table]) -> None:
+        """Sorted chunks into ``events``, one INSERT each, in order (on the flush thread; the
+        first that fails ends it)."""
+        for chunk in chunks:
+            self._write(chunk)
 
     def _sorted_chunk(self) -> pa.Table:
         """The buffer as one table sorted by (rank, cat, ts_ns); the buffer is emptied. Sorted in
@@ -469,8 +536,8 @@ class BatchInserter:
         raw_con.execute("INSERT INTO events SELECT * FROM _gs_chunk")
 
     def settle(self) -> None:
-        """Wait until the chunk being written is in ``events`` (raises what writing it raised);
-        the connection is the caller's again."""
+        """Wait until the chunks being written are in ``events`` (raises what writing them
+        raised); the connection is the caller's again."""
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
@@ -597,6 +664,7 @@ class BatchInserter:
             self.parser.close()
             self.parser = None
         self.buffer = []
+        self._unwritten, self._unwritten_bytes = [], 0
         self.kept = {}
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -60,13 +62,56 @@ def _rank_of(meta: dict[str, Any]) -> int | None:
     return None
 
 
+class PendingRunId:
+    """The id of a run whose files are being hashed: their SHA-256 on a thread of its own while
+    the pool parses them, so the writer maps and sorts the first batches instead of waiting for
+    the hash (~0.8 s/GB). The id (:func:`run_id_for` of the hashes) and the refusal of a run
+    stored already are those of hashing first: :meth:`result` raises
+    :class:`DuplicateRunError` before anything is written (the writer writes nothing before it
+    has the id). Call :meth:`result` on the thread that holds ``con``; always :meth:`close`."""
+
+    def __init__(self, con: Connection, path: Path, files: list[Path], jobs: int) -> None:
+        self._con, self._path = con, path
+        self._stop = threading.Event()
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="gpuscope-sha")
+        self._hashes = self._thread.submit(file_shas, files, jobs, self._stop)
+        self._id: str | None = None
+        self._shas: dict[Path, str] = {}
+
+    def done(self) -> bool:
+        """Whether :meth:`result` answers without waiting for the hashes."""
+        return self._id is not None or self._hashes.done()
+
+    def result(self) -> str:
+        """The run's id (waits for the hashes; raises what hashing raised, e.g. OSError);
+        DuplicateRunError when a run of the same files is stored."""
+        if self._id is None:
+            shas = self._hashes.result()
+            run_id = run_id_for(shas.values())
+            if run_exists(self._con, run_id):
+                raise DuplicateRunError(self._path, run_id)
+            self._shas, self._id = shas, run_id
+        return self._id
+
+    def sha(self, path: Path) -> str:
+        """SHA-256 (hex) of ``path``, one of the files (waits as :meth:`result` does)."""
+        self.result()
+        return self._shas[path]
+
+    def close(self) -> None:
+        """Stop hashing (nobody waits for it any more) and its thread; never raises."""
+        self._stop.set()
+        self._thread.shutdown(wait=True, cancel_futures=True)
+
+
 class TraceRunWriter:
-    """Writes the rank files of one trace run inside the caller's transaction."""
+    """Writes the rank files of one trace run inside the caller's transaction; ``run_id`` may be
+    on its way (:class:`PendingRunId`: nothing is written before it is known)."""
 
     def __init__(
         self,
         con: Connection,
-        run_id: str,
+        run_id: str | PendingRunId,
         files: list[Path],
         progress: Progress | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -74,7 +119,8 @@ class TraceRunWriter:
         pool: ParsePool | None = None,
         sink: RankSink | None = None,
     ) -> None:
-        self.con, self.run_id, self.files = con, run_id, files
+        self.con, self.files = con, files
+        self._pending = run_id if isinstance(run_id, PendingRunId) else None
         self.sink = sink  # takes each rank's rows once it is written
         # The files' batches, parsed ahead on other threads (one parse thread when not given).
         self.pool = pool if pool is not None else ParsePool(files, 1)
@@ -88,7 +134,13 @@ class TraceRunWriter:
         self._stored_ranks: dict[int, str] | None = None  # read when first needed
         self._rank_rows: list[list[Any]] = []  # `ranks` rows, written by finish()
 
-    def write_rank(self, path: Path, sha: str, rank_hint: int | None) -> RankSummary:
+    @property
+    def run_id(self) -> str:
+        """The run's id (waits for it when it is on its way; see :class:`PendingRunId`)."""
+        return self.inserter.run_id
+
+    def write_rank(self, path: Path, sha: str | None, rank_hint: int | None) -> RankSummary:
+        """Write one rank file. ``sha``: its SHA-256 (None: the pending run id's, once known)."""
         file_bytes = path.stat().st_size
         rank: int | None = None
         provisional = False
@@ -116,6 +168,9 @@ class TraceRunWriter:
             raise IngestError(
                 path, "the trace has no events with a duration (ph X): only metadata or markers"
             )
+        if sha is None:
+            assert self._pending is not None
+            sha = self._pending.sha(path)
         meta = splitter.metadata
         final_rank = _rank_of(meta)
         if provisional and final_rank is None:
@@ -175,6 +230,8 @@ class TraceRunWriter:
         )
 
     def _check_rank_free(self, path: Path, rank: int) -> None:
+        if self._stored_ranks is None and self.job is None and not self.inserter.run_id_known():
+            self._stored_ranks = {}  # a new run: its id is refused when a run of it is stored
         if self._stored_ranks is None:  # the run's ranks stored before this ingest (a job's)
             self.inserter.settle()  # the connection is the flush thread's until then
             self._stored_ranks = {
@@ -336,20 +393,23 @@ def ingest_trace(
     as it is written, and the sink stores what it made of them before this returns."""
     files, notes = split_trace_files(path)
     pool = ParsePool(files, jobs or default_jobs())  # parsing starts while the files are hashed
+    pending = PendingRunId(con, path, files, jobs or default_jobs())
     try:
-        shas = file_shas(files, jobs or default_jobs())
-        run_id = run_id_for(shas.values())
-        if run_exists(con, run_id):
-            raise DuplicateRunError(path, run_id)
-        sink = sinks.rank_sink(run_id, pool.jobs) if sinks is not None and len(files) > 1 else None
+        sink = (
+            sinks.rank_sink(pending.result(), pool.jobs)
+            if sinks is not None and len(files) > 1
+            else None
+        )
     except BaseException:
+        pending.close()
         pool.close()
         raise
-    writer = TraceRunWriter(con, run_id, files, progress, metadata, pool=pool, sink=sink)
+    writer = TraceRunWriter(con, pending, files, progress, metadata, pool=pool, sink=sink)
     try:
         hints = _rank_hints(files)
-        ranks = [writer.write_rank(p, shas[p], h) for p, h in zip(files, hints, strict=True)]
+        ranks = [writer.write_rank(p, None, h) for p, h in zip(files, hints, strict=True)]
         writer.finish()
+        run_id = writer.run_id
         if sink is not None:
             sink.store(con)
     except IngestError as e:
@@ -364,6 +424,7 @@ def ingest_trace(
         raise
     finally:
         writer.close()
+        pending.close()
         if sink is not None:
             sink.close()
     rank0 = min(ranks, key=lambda r: r.rank)

@@ -229,9 +229,10 @@ class ParsePool:
         self.close()
 
 
-def file_shas(files: list[Path], jobs: int) -> dict[Path, str]:
-    """SHA-256 of each file (hex), on up to ``jobs`` threads (hashlib releases the GIL)."""
+def file_shas(files: list[Path], jobs: int, stop: threading.Event | None = None) -> dict[Path, str]:
+    """SHA-256 of each file (hex), on up to ``jobs`` threads (hashlib releases the GIL); ``stop``
+    set: CancelledError (see :func:`~gpuscope.ingest.source.file_sha256`)."""
     if len(files) <= 1 or jobs <= 1:
-        return {p: file_sha256(p) for p in files}
+        return {p: file_sha256(p, stop) for p in files}
     with ThreadPoolExecutor(min(jobs, len(files)), thread_name_prefix="gpuscope-sha") as ex:
-        return dict(zip(files, ex.map(file_sha256, files), strict=True))
+        return dict(zip(files, ex.map(lambda p: file_sha256(p, stop), files), strict=True))
