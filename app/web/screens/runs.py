@@ -100,7 +100,8 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
         step=0.1,
         format="%.3f",
         key=f"upload_untraced_{upload_key}",
-        help="Time a few steps with the profiler off (CUDA-synchronised) and enter the median: "
+        help="Time N steps with the profiler off (synchronise CUDA once before and once after, "
+        "not at every step: a sync per step slows a host-bound job) and enter ms per step: "
         "host-side findings are then capped at what can exist without the profiler. Traces "
         "recorded with gpuscope.capture carry it already.",
     )
