@@ -23,6 +23,8 @@ SAMPLES = (
 
 SVG = "{http://www.w3.org/2000/svg}"
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 
 @pytest.fixture
 def stepped_run(tmp_path, con):

@@ -26,6 +26,8 @@ from tracegen import TraceBuilder
 KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 N_STEPS = 5
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 
 def write_pair(
     d: Path,

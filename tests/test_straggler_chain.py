@@ -50,7 +50,7 @@ N_STEPS = 5
 EVERY = range(1, N_STEPS + 1)
 DIMS = {"Input Dims": [[[1048576]], [], []], "Input type": ["TensorList", "", ""]}
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.memory_store]  # `con`: in memory (tests/conftest.py)
 
 
 def write_pair(
