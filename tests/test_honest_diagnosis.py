@@ -5,6 +5,7 @@ tiny traces built here (tests/tracegen.py)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -20,6 +21,16 @@ from tracegen import TraceBuilder
 pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path | str:
+    """The store the CLI tests hand to ``--db``: a DuckDB file (``duckdb:PATH``; their subject is
+    the analysis's words, not the store: the same door and analysis as the lake's,
+    tests/test_store_equivalence.py); the lake under ``GPUSCOPE_TESTS_ON_LAKE=1``."""
+    if os.environ.get("GPUSCOPE_TESTS_ON_LAKE"):
+        return tmp_path / "store"
+    return f"duckdb:{tmp_path / 'store.duckdb'}"
 
 
 def ingest(con, t: TraceBuilder, path: Path) -> str:
@@ -108,7 +119,7 @@ def test_untraced_equal_to_busy_silences_host_findings(con, tmp_path):
 
 
 @pytest.mark.slow
-def test_without_untraced_time_dense_short_ops_are_flagged(con, tmp_path, db_path, capsys):
+def test_without_untraced_time_dense_short_ops_are_flagged(con, tmp_path):
     rid = ingest(con, short_ops(), tmp_path / "t.json")
     r = analyze_run(con, rid)
     assert r.profiler.untraced_step_ms is None and r.profiler.inflation_pct is None
