@@ -8,8 +8,10 @@ process, concurrent processes on one store."""
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 from gpuscope.cli.main import main
 
@@ -41,3 +43,13 @@ def cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(
         ["gpuscope", *args], int(code or 0), out.getvalue(), err.getvalue()
     )
+
+
+def analysis_store(tmp_path: Path) -> Path | str:
+    """A store for CLI tests whose subject is the analysis, not the store, to hand to ``--db``: a
+    DuckDB file (``duckdb:PATH``: the same door and analysis as the lake's,
+    tests/test_store_equivalence.py; a third less CPU per ``analyze``), the lake under
+    ``GPUSCOPE_TESTS_ON_LAKE=1``."""
+    if os.environ.get("GPUSCOPE_TESTS_ON_LAKE"):
+        return tmp_path / "store"
+    return f"duckdb:{tmp_path / 'store.duckdb'}"

@@ -9,12 +9,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import run_cli
+from clitools import analysis_store, run_cli
 from gpuscope.analysis.idle import CAUSES
 from test_analysis_recommendations import after_like, before_like
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cli-json.md"
 ROW = re.compile(r"^\| `([^`]+)` \| ([^|]+?) \|")
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path | str:
+    """The store the CLI is handed: the commands' output, not the store, is the subject."""
+    return analysis_store(tmp_path)
 
 
 def documented(section: str) -> tuple[set[str], set[str]]:

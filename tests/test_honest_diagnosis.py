@@ -5,12 +5,11 @@ tiny traces built here (tests/tracegen.py)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
-from clitools import run_cli
+from clitools import analysis_store, run_cli
 from gpuscope.analysis.compare import compare_runs
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.report import analyze_run
@@ -25,12 +24,8 @@ NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncc
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path | str:
-    """The store the CLI tests hand to ``--db``: a DuckDB file (``duckdb:PATH``; their subject is
-    the analysis's words, not the store: the same door and analysis as the lake's,
-    tests/test_store_equivalence.py); the lake under ``GPUSCOPE_TESTS_ON_LAKE=1``."""
-    if os.environ.get("GPUSCOPE_TESTS_ON_LAKE"):
-        return tmp_path / "store"
-    return f"duckdb:{tmp_path / 'store.duckdb'}"
+    """The store the CLI tests hand to ``--db``: the analysis's words, not the store."""
+    return analysis_store(tmp_path)
 
 
 def ingest(con, t: TraceBuilder, path: Path) -> str:
