@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-from clitools import run_cli
+from clitools import analysis_store, run_cli
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.reports import build_report, sawtooth_data, sawtooth_svg
 from test_analysis_recommendations import after_like, before_like
@@ -24,6 +24,12 @@ SAMPLES = (
 SVG = "{http://www.w3.org/2000/svg}"
 
 pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path | str:
+    """The store ``gpuscope report`` is handed: the report, not the store, is the subject."""
+    return analysis_store(tmp_path)
 
 
 @pytest.fixture

@@ -10,12 +10,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import run_cli
+from clitools import analysis_store, run_cli
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.trackers import TrackerError, log_mlflow, log_wandb, tracker_payload
 from test_gate import stepped
 
 mlflow = pytest.importorskip("mlflow", reason="pip install 'gpuscope[trackers]'")
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path | str:
+    """The store ``gpuscope log`` is handed: the tracker's record, not the store, is the subject."""
+    return analysis_store(tmp_path)
 
 
 @pytest.fixture
