@@ -15,6 +15,8 @@ from tracegen import H100, TraceBuilder
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces" / "memory"
 BF = "c10::BFloat16"
+
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
 H100_BF16 = 989.4e12  # FLOP/s, dense (peaks.py)
 H100_FP32 = 67.0e12
 H100_TBS = 3.35e12  # bytes/s

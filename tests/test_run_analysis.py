@@ -13,6 +13,8 @@ from gpuscope.ingest.loader import ingest_paths
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 
 def _counting(monkeypatch: pytest.MonkeyPatch, names: list[str]) -> dict[str, int]:
     calls = dict.fromkeys(names, 0)
