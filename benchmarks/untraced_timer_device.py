@@ -297,6 +297,22 @@ def one(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_process(job: str, mode: str, quick: bool, round_no: int) -> dict[str, Any] | None:
+    """One ``one`` run in a fresh process: its RESULT line with ``round`` added (None: it failed,
+    said on stdout)."""
+    cmd = [sys.executable, __file__, "one", "--job", job, "--mode", mode]
+    if quick:
+        cmd.append("--quick")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+    if p.returncode != 0 or not line:
+        print(f"FAILED {job} {mode} rc {p.returncode}: {p.stderr[-2000:]}", flush=True)
+        return None
+    res: dict[str, Any] = json.loads(line[-1][7:])
+    res["round"] = round_no
+    return res
+
+
 def drive(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     jobs = args.jobs.split(",")
@@ -312,16 +328,9 @@ def drive(args: argparse.Namespace) -> int:
                     print(f"budget {args.budget_s} s spent: stopping in round {r + 1}", flush=True)
                     stopped = True
                     break
-                cmd = [sys.executable, __file__, "one", "--job", job, "--mode", mode]
-                if args.quick:
-                    cmd.append("--quick")
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-                line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
-                if p.returncode != 0 or not line:
-                    print(f"FAILED {job} {mode} rc {p.returncode}: {p.stderr[-2000:]}", flush=True)
+                res = _one_process(job, mode, args.quick, r + 1)
+                if res is None:
                     continue
-                res = json.loads(line[-1][7:])
-                res["round"] = r + 1
                 rows.append(res)
                 extra = (
                     f" events_bare {res['events_bare_ms']:.2f} blocks {res['blocks_ms']}"
@@ -366,16 +375,9 @@ def pairs(args: argparse.Namespace) -> int:
             if time.perf_counter() - t_start > args.budget_s:
                 print(f"budget {args.budget_s} s spent: stopping in round {r + 1}", flush=True)
                 break
-            cmd = [sys.executable, __file__, "one", "--job", job, "--mode", "paired"]
-            if args.quick:
-                cmd.append("--quick")
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-            line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
-            if p.returncode != 0 or not line:
-                print(f"FAILED {job} rc {p.returncode}: {p.stderr[-2000:]}", flush=True)
+            res = _one_process(job, "paired", args.quick, r + 1)
+            if res is None:
                 continue
-            res = json.loads(line[-1][7:])
-            res["round"] = r + 1
             rows.append(res)
             f = {k: [round(x, 2) for x in res[k]] for k in (*MODES, "plain_med")}
             print(
