@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from clitools import analysis_spec
 from gpuscope.analysis import rank_frames as RF
 from gpuscope.analysis import rank_summary as RS
 from gpuscope.analysis import report
@@ -87,7 +88,7 @@ def test_parts_give_the_run_the_events_give_on_hand_made_ranks(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
     folder = handmade_ranks(tmp_path / "t", [0.0, 150.0, 40.0, 0.0])
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingest_paths(con, [folder], after_trace=RS.store_after_ingest)[0].run_id
         assert RS.missing(con, run_id, RS.EVERY_RANK) == []  # every rank's part at ingest
         for rank in (0, 1, 3):
@@ -103,7 +104,7 @@ def test_parts_give_the_run_the_events_give_on_hand_made_ranks(
 def test_parts_give_the_run_the_events_give_on_the_real_ddp_pair(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest)[0].run_id
         assert RS.missing(con, run_id, RS.EVERY_RANK) == []
         for rank in (0, 1):
@@ -119,7 +120,7 @@ def test_analyze_reads_no_other_ranks_events(tmp_path: Path) -> None:
     """With the other ranks' events gone from the store, rank 0's run is unchanged: it read
     their parts only (its own detail still comes from its events)."""
     folder = handmade_ranks(tmp_path / "t", [0.0, 150.0, 40.0])
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingest_paths(con, [folder], after_trace=RS.store_after_ingest)[0].run_id
         before = report.analyze_run(con, run_id, rank=0, with_path=False).to_json()
         con.execute("DELETE FROM events WHERE run_id = ? AND rank > 0", [run_id])

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from clitools import analysis_spec
 from gpuscope.analysis import rank_summary as RS
 from gpuscope.analysis import report
 from gpuscope.analysis.rank_row import RankRow
@@ -105,7 +106,7 @@ def test_the_rows_json_is_the_line_analyze_json_wrote(
     were dicts): its own line and rank 1's from its cross-rank part, then rank 1's from its
     events, write the golden lines byte for byte."""
     want = [as_text(line) for line in json.loads((GOLDEN / "ddp_rank0.json").read_text())["ranks"]]
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest)[0].run_id
         a = report.RunAnalysis(con, run_id, rank=0)
         assert a.parts is not None  # rank 1 from its part
@@ -127,7 +128,7 @@ def test_a_stored_line_reads_back_into_an_equal_row(
     """Each rank's ``rank_row`` part as the current rank_summary stores it reads back
     (:meth:`RankRow.from_stored`) into the row the analysis builds; ``analyze`` shows it for the
     other rank when it needs no cross-rank match."""
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingest_paths(con, [DDP], after_trace=EVERY_RUN)[0].run_id
         built = {r: report.rank_row(con, run_id, r) for r in (0, 1)}
         docs = dict(
