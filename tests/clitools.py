@@ -55,8 +55,8 @@ def analysis_store(tmp_path: Path) -> Path | str:
     return f"duckdb:{tmp_path / 'store.duckdb'}"
 
 
-def analysis_spec(tmp_path: Path) -> Path | str:
+def analysis_spec(tmp_path: Path, name: str = "s") -> Path | str:
     """A store opened in-process by a test whose subject is the analysis (stored parts included),
     not the store: in memory (``":memory:"``: the same tables and door as the lake's,
     tests/test_store_equivalence.py), the lake under ``GPUSCOPE_TESTS_ON_LAKE=1``."""
-    return tmp_path / "s" if os.environ.get("GPUSCOPE_TESTS_ON_LAKE") else ":memory:"
+    return tmp_path / name if os.environ.get("GPUSCOPE_TESTS_ON_LAKE") else ":memory:"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from clitools import run_cli
+from clitools import analysis_spec, run_cli
 from gpuscope.analysis import rank_summary as RS
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.errors import IngestError
@@ -96,7 +96,7 @@ def test_ingest_stores_every_part_of_every_rank_at_its_version(tmp_path: Path, c
 
 @pytest.mark.slow
 def test_analyze_reads_the_other_ranks_from_their_summaries(tmp_path: Path) -> None:
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path, "s")) as con:
         run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=EVERY_RUN)[0].run_id
         from_events = analyze_run(con, run_id, rank=0).to_json()["ranks"]
         # a stored part is what analyze shows for that rank (it does not go back to the events)
@@ -146,10 +146,12 @@ def test_a_fresh_analyze_process_reads_the_stored_parts(tmp_path: Path) -> None:
 def test_summaries_give_the_figures_the_events_give_on_the_real_ddp_pair(tmp_path: Path) -> None:
     from gpuscope.analysis.report import rank_row
 
-    with connect(tmp_path / "a") as con:  # no summaries: the lines from the events, after ingest
+    # no summaries: the lines from the events, after ingest
+    with connect(analysis_spec(tmp_path, "a")) as con:
         plain = ingest_paths(con, [DDP])[0].run_id
         direct = [rank_row(con, plain, r) for r in (0, 1)]
-    with connect(tmp_path / "b") as con:  # computed inside the ingest's transaction, stored
+    # computed inside the ingest's transaction, stored
+    with connect(analysis_spec(tmp_path, "b")) as con:
         run_id = ingest_paths(con, [DDP], after_trace=EVERY_RUN)[0].run_id
         assert len(stored(con, run_id)) == 2 * len(RS.PARTS)
         # (details=False, as `check`: the other rank's line is its stored summary)
@@ -163,7 +165,7 @@ def test_summaries_give_the_figures_the_events_give_on_the_real_ddp_pair(tmp_pat
 def test_a_stale_version_is_not_read_and_refresh_stores_the_new_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path, "s")) as con:
         run_id = doctored(con, tmp_path)
         newer = dataclasses.replace(RS.CROSS_RANK, version=RS.CROSS_RANK.version + 1)
         monkeypatch.setitem(RS.PARTS, "cross_rank", newer)
@@ -183,7 +185,7 @@ def test_a_stale_version_is_not_read_and_refresh_stores_the_new_one(
 def test_an_analysis_writes_no_summaries(tmp_path: Path) -> None:
     """Analyses only read: a run of several ranks is read from its events with its collectives
     matched, so storing per-rank lines on the way would cost a write nobody reads."""
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path, "s")) as con:
         run_id = ingest_paths(con, [two_ranks(tmp_path / "t")])[0].run_id
         assert stored(con, run_id) == {}
         doc = analyze_run(con, run_id, rank=0).to_json()
@@ -245,7 +247,7 @@ def test_a_new_part_plugs_in_and_runs_stored_before_get_it_when_read(
 def test_the_runs_list_figures_come_from_the_summaries_alone(tmp_path: Path) -> None:
     from gpuscope.analysis.run_views import run_summary, stored_run_summary
 
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path, "s")) as con:
         bare = ingest_paths(con, [two_ranks(tmp_path / "t", busy=(30.0, 70.0))])[0].run_id
         assert stored_run_summary(con, bare) is None  # stored before summaries: not known yet
         ddp = ingest_paths(con, [DDP], after_trace=EVERY_RUN)[0].run_id
