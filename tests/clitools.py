@@ -3,7 +3,9 @@
 In-process costs a call, not a process start (about 1 s of CPU each for the interpreter and the
 imports). Tests keep a real process where the process is the point: signals and kills, the real
 interpreter's exit status (``python -m gpuscope``), environment handling, imports of a fresh
-process, concurrent processes on one store."""
+process, concurrent processes on one store. :func:`analysis_store` and :func:`analysis_spec` give
+tests whose subject is the analysis a store cheaper than the lake (``GPUSCOPE_TESTS_ON_LAKE=1``:
+the lake)."""
 
 from __future__ import annotations
 
