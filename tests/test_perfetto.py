@@ -19,6 +19,8 @@ SAMPLES = (
 
 FIGURES = ("step_time_ms", "gpu_busy_pct", "mfu_pct", "tensor_core_pct", "throughput")
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 
 def _same_figures(a: dict, b: dict) -> None:
     for k in FIGURES:
