@@ -89,17 +89,23 @@ def settled_rss_mb(pid: int, quiet_s: float = 1.5, timeout_s: float = 60.0) -> f
     raise AssertionError(f"the server's RSS did not settle in {timeout_s:.0f} s: {values}")
 
 
-def upload_in_session(port: int, cookies: str, size_mb: int) -> tuple[int, str]:
+def upload_in_session(
+    port: int, cookies: str, size_mb: int, headers_only_s: float = 0.0
+) -> tuple[int, str]:
     """Open a websocket session (as any client can), then replay an upload to it while it is
-    open; the upload's (status, body). In a thread of its own: Playwright's sync API keeps an
-    event loop running in this one."""
+    open; the upload's (status, body) (``headers_only_s``: see :func:`replay_upload`). In a
+    thread of its own: Playwright's sync API keeps an event loop running in this one."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, _in_session(port, cookies, size_mb)).result()
+        return pool.submit(
+            asyncio.run, _in_session(port, cookies, size_mb, headers_only_s)
+        ).result()
 
 
-async def _in_session(port: int, cookies: str, size_mb: int) -> tuple[int, str]:
+async def _in_session(
+    port: int, cookies: str, size_mb: int, headers_only_s: float
+) -> tuple[int, str]:
     import websockets
     from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
@@ -125,12 +131,19 @@ async def _in_session(port: int, cookies: str, size_mb: int) -> tuple[int, str]:
             if fwd.WhichOneof("type") == "new_session":
                 sid = str(fwd.new_session.initialize.session_id)
                 # the upload goes to the session while its websocket is open
-                return await asyncio.to_thread(replay_upload, port, sid, cookies, size_mb)
+                return await asyncio.to_thread(
+                    replay_upload, port, sid, cookies, size_mb, headers_only_s
+                )
 
 
-def replay_upload(port: int, session: str, cookies: str, size_mb: int) -> tuple[int, str]:
+def replay_upload(
+    port: int, session: str, cookies: str, size_mb: int, headers_only_s: float = 0.0
+) -> tuple[int, str]:
     """PUT a multipart upload of ``size_mb`` MB with a self-made XSRF double submit; (status,
-    body). The body is streamed: a server that answers early may close before it is sent."""
+    body). The body is streamed: a server that answers early may close before it is sent.
+    ``headers_only_s`` > 0: send the headers alone and wait that long for the answer before any
+    body byte (a refusal on the headers then arrives with nothing sent to race it: body bytes
+    reaching a socket the server has closed draw a reset that can drop its answer)."""
     from streamlit.web.server.starlette.starlette_app_utils import generate_xsrf_token_string
 
     xsrf = generate_xsrf_token_string()
@@ -150,7 +163,11 @@ def replay_upload(port: int, session: str, cookies: str, size_mb: int) -> tuple[
     conn.putheader("Cookie", jar)
     conn.endheaders()
     chunk = b"x" * (1 << 20)
+    if headers_only_s > 0 and conn.sock is not None:
+        select.select([conn.sock], [], [], headers_only_s)
     try:
+        if conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+            raise ConnectionAbortedError  # answered on the headers: no body byte is sent
         conn.send(head)
         for _ in range(size_mb):
             # as a browser does: a server that answers early is read at once, and nothing more
@@ -199,7 +216,8 @@ def test_a_cookie_less_upload_is_refused_and_costs_no_memory(guarded: Guarded) -
     # measured once a signed-in session's page (the store opened, its caches filled) has settled
     assert upload_in_session(port, cookie, 1)[0] == 204
     before = settled_rss_mb(guarded.pid)
-    status, _ = upload_in_session(port, cookie, 300)
+    # the answer must come on the headers alone: no body byte is sent for 60 s
+    status, _ = upload_in_session(port, cookie, 300, headers_only_s=60)
     assert status == 413 and settled_rss_mb(guarded.pid) - before < FILE_MB / 2
 
 
