@@ -29,13 +29,14 @@ import argparse
 import hashlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from measure import own_usage
 
 
 def one(trace: Path, store: Path, arm: str) -> dict[str, Any]:
@@ -83,14 +84,10 @@ def one(trace: Path, store: Path, arm: str) -> dict[str, Any]:
     if code:
         raise SystemExit(f"{trace}: gpuscope ingest exited {code}")
     wall = time.perf_counter() - t0
-    ru = resource.getrusage(resource.RUSAGE_SELF)
     out: dict[str, Any] = {
         "arm": arm,
-        "wall_s": round(wall, 2),
-        "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
         "after_commit_cpu_s": round(seen.get("after_commit_cpu_s", float("nan")), 2),
-        "peak_mib": ru.ru_maxrss // 1024,
-        "peak_x_file": round(ru.ru_maxrss * 1024 / trace.stat().st_size, 3),
+        **own_usage(wall, trace.stat().st_size),
     }
     out.update(digests(store))
     return out

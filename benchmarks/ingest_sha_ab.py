@@ -25,7 +25,6 @@ import argparse
 import hashlib
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from measure import own_usage
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = "ingest/source.py,ingest/parse_pool.py,ingest/loader.py,ingest/batch_insert.py"
@@ -78,15 +79,11 @@ def one(trace: Path, store: Path, write_only: bool) -> dict[str, Any]:
         if code:
             raise SystemExit(f"{trace}: gpuscope ingest exited {code}")
     wall = time.perf_counter() - t0
-    ru = resource.getrusage(resource.RUSAGE_SELF)
     out: dict[str, Any] = {
         "package": str(Path(gpuscope.__file__).parent.parent),
         "first_batch_s": round(seen.get("first_batch_s", float("nan")), 2),
         "id_wait_s": round(seen.get("id_wait_s", float("nan")), 2),
-        "wall_s": round(wall, 2),
-        "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
-        "peak_mib": ru.ru_maxrss // 1024,
-        "peak_x_file": round(ru.ru_maxrss * 1024 / trace.stat().st_size, 3),
+        **own_usage(wall, trace.stat().st_size),
     }
     out.update(digests(store))
     return out

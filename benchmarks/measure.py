@@ -25,6 +25,18 @@ from pathlib import Path
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+def own_usage(wall_s: float, file_bytes: int) -> dict[str, float | int]:
+    """This process's figures as the A/B benchmarks print them: ``wall_s`` (given), ``cpu_s``
+    (user + sys), ``peak_mib`` (peak RSS) and ``peak_x_file`` (peak RSS ÷ ``file_bytes``)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "wall_s": round(wall_s, 2),
+        "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
+        "peak_mib": ru.ru_maxrss // 1024,
+        "peak_x_file": round(ru.ru_maxrss * 1024 / file_bytes, 3),
+    }
+
+
 def tree_rss_bytes(root: int) -> int:
     """Summed RSS of ``root`` and its descendants (from /proc)."""
     children: dict[int, list[int]] = {}

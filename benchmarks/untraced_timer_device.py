@@ -71,42 +71,22 @@ def import_capture() -> Any:
     return capture
 
 
-class OldUntracedTimer:
-    """``gpuscope.capture.UntracedTimer`` before commit 8ce50dd (a CUDA synchronise at each mark),
-    with ``ready`` (= ``done``) added for today's ``Capture``."""
+def old_timer_class(capture: Any) -> type:
+    """``capture.UntracedTimer`` as it was before commit 8ce50dd: a CUDA synchronise at each mark,
+    ``perf_counter`` marks (the class's host clock does the rest: ``done``, ``ready``,
+    ``step_ms``, ``metadata``)."""
 
-    def __init__(self, torch: Any, first: int, n: int) -> None:
-        self.torch, self.first, self.n = torch, first, n
-        self.marks: list[float] = []
+    class OldUntracedTimer(capture.UntracedTimer):  # type: ignore[name-defined,misc]
+        def mark(self, call: int) -> None:
+            if self.n <= 0 or not self.first <= call <= self.first + self.n:
+                return
+            cuda = self.torch.cuda
+            if cuda.is_available() and cuda.is_initialized():
+                cuda.synchronize()
+            self.events = False
+            self.marks.append(time.perf_counter())
 
-    def mark(self, call: int) -> None:
-        if self.n <= 0 or not self.first <= call <= self.first + self.n:
-            return
-        cuda = self.torch.cuda
-        if cuda.is_available() and cuda.is_initialized():
-            cuda.synchronize()
-        self.marks.append(time.perf_counter())
-
-    @property
-    def done(self) -> bool:
-        return self.n > 0 and len(self.marks) == self.n + 1
-
-    @property
-    def ready(self) -> bool:
-        return self.done
-
-    def step_ms(self) -> list[float]:
-        return [1e3 * (b - a) for a, b in zip(self.marks, self.marks[1:], strict=False)]
-
-    def metadata(self) -> dict[str, str]:
-        if not self.done:
-            return {}
-        ms = self.step_ms()
-        return {
-            "gpuscope.untraced_step_ms": json.dumps(round(statistics.median(ms), 4)),
-            "gpuscope.untraced_steps": json.dumps(len(ms)),
-            "gpuscope.untraced_step_ms_all": json.dumps([round(x, 4) for x in ms]),
-        }
+    return OldUntracedTimer
 
 
 def build(job: str, device: str, quick: bool):
@@ -225,7 +205,7 @@ def paired(capture: Any, torch: Any, step: Any, sync: Any, quick: bool) -> dict[
             elif mode == "new":
                 out["new"].append(timer_ms(capture.UntracedTimer(torch, 1, 5), step))
             else:
-                out["old"].append(timer_ms(OldUntracedTimer(torch, 1, 5), step))
+                out["old"].append(timer_ms(old_timer_class(capture)(torch, 1, 5), step))
     out["capture_new"] = capture_ms(capture, step, sync)
     out["step_ms"] = statistics.median(out["plain"])
     return out
@@ -267,7 +247,7 @@ def one(args: argparse.Namespace) -> int:
         sync()
     else:
         if args.mode == "old":
-            capture.UntracedTimer = OldUntracedTimer
+            capture.UntracedTimer = old_timer_class(capture)
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with capture.profile_steps(
@@ -313,25 +293,49 @@ def _one_process(job: str, mode: str, quick: bool, round_no: int) -> dict[str, A
     return res
 
 
+class Rounds:
+    """What ``drive`` and ``pairs`` share: the jobs, the rows so far (written to ``--out`` after
+    each), the time budget and the load average at start and end."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.t_start = time.perf_counter()
+        self.budget_s = float(args.budget_s)
+        self.jobs: list[str] = args.jobs.split(",")
+        self.rows: list[dict[str, Any]] = []
+        self.out = Path(args.out) if args.out else None
+        print(f"load average at start: {os.getloadavg()}", flush=True)
+
+    def spent(self, round_no: int) -> bool:
+        """Whether the budget is spent (said once per call that finds it so)."""
+        if time.perf_counter() - self.t_start <= self.budget_s:
+            return False
+        print(f"budget {self.budget_s:g} s spent: stopping in round {round_no}", flush=True)
+        return True
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        if self.out is not None:
+            self.out.write_text(json.dumps(self.rows, indent=1))
+
+    def end(self) -> None:
+        print(f"load average at end: {os.getloadavg()}; {time.perf_counter() - self.t_start:.0f} s")
+
+
 def drive(args: argparse.Namespace) -> int:
-    t_start = time.perf_counter()
-    jobs = args.jobs.split(",")
-    rows: list[dict[str, Any]] = []
-    out = Path(args.out) if args.out else None
-    print(f"load average at start: {os.getloadavg()}", flush=True)
+    run = Rounds(args)
+    jobs, rows = run.jobs, run.rows
     stopped = False
     for r in range(args.rounds):
         order = MODES[r % 3 :] + MODES[: r % 3]
         for job in jobs:
             for mode in order:
-                if time.perf_counter() - t_start > args.budget_s:
-                    print(f"budget {args.budget_s} s spent: stopping in round {r + 1}", flush=True)
+                if run.spent(r + 1):
                     stopped = True
                     break
                 res = _one_process(job, mode, args.quick, r + 1)
                 if res is None:
                     continue
-                rows.append(res)
+                run.add(res)
                 extra = (
                     f" events_bare {res['events_bare_ms']:.2f} blocks {res['blocks_ms']}"
                     if mode == "plain"
@@ -342,8 +346,6 @@ def drive(args: argparse.Namespace) -> int:
                     f"  (cpu {res['cpu_s']} s, rss {res['peak_rss_mb']} MB, wall {res['wall_s']} s)",
                     flush=True,
                 )
-                if out is not None:
-                    out.write_text(json.dumps(rows, indent=1))
             if stopped:
                 break
         if stopped:
@@ -360,25 +362,21 @@ def drive(args: argparse.Namespace) -> int:
             f"{med['old'] / med['plain']:6.3f} {med['new'] / med['plain']:6.3f} "
             f"{statistics.median(bare) if bare else float('nan'):8.2f}"
         )
-    print(f"load average at end: {os.getloadavg()}; {time.perf_counter() - t_start:.0f} s")
+    run.end()
     return 0
 
 
 def pairs(args: argparse.Namespace) -> int:
-    t_start = time.perf_counter()
-    jobs = args.jobs.split(",")
-    rows: list[dict[str, Any]] = []
-    out = Path(args.out) if args.out else None
-    print(f"load average at start: {os.getloadavg()}", flush=True)
+    run = Rounds(args)
+    jobs, rows = run.jobs, run.rows
     for r in range(args.rounds):
         for job in jobs if r % 2 == 0 else jobs[::-1]:
-            if time.perf_counter() - t_start > args.budget_s:
-                print(f"budget {args.budget_s} s spent: stopping in round {r + 1}", flush=True)
+            if run.spent(r + 1):
                 break
             res = _one_process(job, "paired", args.quick, r + 1)
             if res is None:
                 continue
-            rows.append(res)
+            run.add(res)
             f = {k: [round(x, 2) for x in res[k]] for k in (*MODES, "plain_med")}
             print(
                 f"r{r + 1} {job:8s} plain {f['plain']} (per-step median {f['plain_med']})"
@@ -387,8 +385,6 @@ def pairs(args: argparse.Namespace) -> int:
                 f" cpu {res['cpu_s']} s, rss {res['peak_rss_mb']} MB, wall {res['wall_s']} s)",
                 flush=True,
             )
-            if out is not None:
-                out.write_text(json.dumps(rows, indent=1))
     print("\nwithin-process ratios, median over processes x repeats: job, plain ms, new/plain,")
     print("old/plain (range), capture_new/plain")
     for job in jobs:
@@ -404,7 +400,7 @@ def pairs(args: argparse.Namespace) -> int:
             f"  old {statistics.median(orr):.3f} ({min(orr):.3f}-{max(orr):.3f})"
             f"  capture_new {statistics.median(cr):.3f} ({min(cr):.3f}-{max(cr):.3f})"
         )
-    print(f"load average at end: {os.getloadavg()}; {time.perf_counter() - t_start:.0f} s")
+    run.end()
     return 0
 
 
