@@ -54,3 +54,18 @@ def test_a_new_script_run_keeps_the_unsent_upload_urls() -> None:
     q.enqueue(answer("r4"))
     q.clear()
     assert kinds(q) == []
+
+
+def test_a_new_script_run_keeps_a_deferred_download_answer() -> None:
+    """The "Download report" button's file (a deferred st.download_button) comes back as a
+    backend_operation_response, which a script run starting before the flush must not drop."""
+    assert keep_file_url_answers()
+    q = ForwardMsgQueue()
+    msg = ForwardMsg()
+    msg.backend_operation_response.request_id = "d1"
+    q.enqueue(delta("a", [0, 0]))
+    q.enqueue(msg)
+    q.clear(retain_lifecycle_msgs=True)
+    msgs = q.flush()
+    assert [m.WhichOneof("type") for m in msgs] == ["backend_operation_response"]
+    assert msgs[0].backend_operation_response.request_id == "d1"

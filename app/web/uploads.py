@@ -239,13 +239,17 @@ def ingest_uploads(
 # keeping only lifecycle messages (and toasts): the answer was dropped, the browser waited for it
 # for ever, the uploader listed nothing and Ingest stayed disabled. The Runs page starts script
 # runs of its own while it fills its figures in, and a loaded server flushes late, so a file
-# chosen then was lost. The answer belongs to no script run, so it is kept through that clear.
+# chosen then was lost. The answer belongs to no script run, so it is kept through that clear; so
+# is the answer to any other request the browser waits on (``backend_operation_response``: the
+# file of a deferred st.download_button such as "Download report", a dataframe's chunk).
 _KEEPS_ANSWERS = "_gpuscope_keeps_file_url_answers"
-FILE_URLS_ANSWER = "file_urls_response"  # the ForwardMsg type kept
+FILE_URLS_ANSWER = "file_urls_response"
+ANSWERS = frozenset({FILE_URLS_ANSWER, "backend_operation_response"})  # the ForwardMsg types kept
 
 
 def keep_file_url_answers() -> bool:
-    """Make a session's message queue keep unsent file-URL answers when a new script run clears it
+    """Make a session's message queue keep unsent answers (:data:`ANSWERS`: upload URLs, a
+    deferred download's file) when a new script run clears it
     (``ForwardMsgQueue.clear(retain_lifecycle_msgs=True)``); they are sent at the next flush, in
     the order they were queued, after what the clear kept. Idempotent. False (and a warning in the
     log) where this Streamlit's queue is not the one this was written for: nothing is changed."""
@@ -265,7 +269,7 @@ def keep_file_url_answers() -> bool:
         self: ForwardMsgQueue, retain_lifecycle_msgs: bool = False, *a: Any, **k: Any
     ) -> None:
         answers = (
-            [m for m in self._queue if m.WhichOneof("type") == FILE_URLS_ANSWER]
+            [m for m in self._queue if m.WhichOneof("type") in ANSWERS]
             if retain_lifecycle_msgs
             else []
         )
