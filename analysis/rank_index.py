@@ -22,6 +22,7 @@ Times are integer ns of trace time.
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import uuid
 import weakref
@@ -628,6 +629,54 @@ def names_changed(con: Connection) -> None:
         kept = _KEPT_NAME_IDS.get(con)
         if kept is not None:
             kept.clear()
+
+
+#: DuckDB's memory while an analysis builds and reads a rank's working tables, tried in order:
+#: beyond it they spill to the store's temp directory (``SET temp_directory``, store/opening.py);
+#: a limit DuckDB runs out of (an operator that cannot spill) is tried again at the next. Never
+#: above the connection's own limit.
+WORKING_MEMORY_LIMITS = ("256MB", "1GB")
+
+_UNITS = {"": 1, "B": 1, "BYTES": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
+
+
+def limit_bytes(text: str) -> int | None:
+    """Bytes of a DuckDB memory setting as ``current_setting`` or ``SET`` writes it (``'18.6 GiB'``,
+    ``'256MB'``); None for what is not a size."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = _UNITS.get(m[2].upper()) if m else None
+    return None if m is None or unit is None else int(float(m[1]) * unit)
+
+
+def within_working_memory(
+    con: Connection, compute: Callable[[], T], limits: Sequence[str] = WORKING_MEMORY_LIMITS
+) -> T:
+    """``compute()`` with DuckDB's memory limit at each of ``limits`` in turn (see
+    :data:`WORKING_MEMORY_LIMITS`; one above the connection's own is not tried), the connection's
+    own limit set back after. On running out of memory at a limit, the shared indexes of ``con``
+    are closed (their tables are made again at the next); at the last, the error propagates."""
+    from gpuscope.analysis.report_part import _set_back
+
+    row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    own = str(row[0]) if row else None
+    own_bytes = limit_bytes(own) if own is not None else None
+    tried = [
+        lim for lim in limits if own_bytes is None or (limit_bytes(lim) or own_bytes) < own_bytes
+    ]
+    try:
+        for limit in tried[:-1]:
+            con.execute(f"SET memory_limit = '{limit}'")
+            try:
+                return compute()
+            except duckdb.OutOfMemoryException:
+                close_shared(con)
+        if tried:
+            con.execute(f"SET memory_limit = '{tried[-1]}'")
+        return compute()
+    finally:
+        if own is not None and tried:
+            _set_back(con, own)
 
 
 @contextmanager

@@ -124,6 +124,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def run(args: argparse.Namespace) -> int:
     from gpuscope.analysis import report_part
+    from gpuscope.analysis.rank_index import within_working_memory
 
     kwargs = analysis_kwargs(args)
     con = open_db(args)
@@ -145,8 +146,11 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     print(render_nvml(nvml.to_json()))
                 return 0
-            # the job's verdict: built once, from every rank (the pace-setter's analysis too)
-            report, job = report_part.analyze(con, run_id, **kwargs)
+            # the job's verdict: built once, from every rank (the pace-setter's analysis too);
+            # the ranks' working tables spill beyond DuckDB's working limit
+            report, job = within_working_memory(
+                con, lambda: report_part.analyze(con, run_id, **kwargs)
+            )
         except ValueError as e:
             return fail(str(e))
     finally:
