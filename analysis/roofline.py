@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 from gpuscope.analysis import flops as F
 from gpuscope.analysis import kernels as K
 from gpuscope.analysis import peaks as P
 from gpuscope.analysis.event_classes import GRAPH_LAUNCH_APIS
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.memory import recorded_allocator
-from gpuscope.analysis.modules import innermost
+from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids, rank_index
 from gpuscope.analysis.steps import Window
+from gpuscope.analysis.store_access import execute, sql_list
 from gpuscope.analysis.tensor_cores import dtype_of
 
 if TYPE_CHECKING:
@@ -271,6 +273,155 @@ def foreach_model(name: str, list_bytes: Any, types_text: Any) -> Model | None:
         return None
     lb = float(list_bytes)
     return k * lb / 4, (k + 1) * lb, "optimizer"
+
+
+#: The names of :data:`MODELS` and every ``_foreach_*`` op, as a condition on ``names.name``.
+MODELLED_NAMES_SQL = f"name IN {sql_list(tuple(MODELS))} OR starts_with(name, '{FOREACH}')"
+
+Sig = tuple[str, str | None, str | None, str | None]
+
+
+@dataclass
+class OpCalls:
+    """The modelled CPU ops of a rank's range, one row per call: ``tid``, ``s``/``e`` (ns) and
+    ``sig``, the index in ``sigs`` of its (name, input dims, input types, concrete inputs) as
+    stored (JSON text, None where absent). Numbers only per call: a 2 GB rank has ~0.5 M calls
+    of a few dozen signatures."""
+
+    tid: np.ndarray
+    s: np.ndarray
+    e: np.ndarray
+    sig: np.ndarray
+    sigs: list[Sig]
+
+    def __len__(self) -> int:
+        return len(self.s)
+
+    def foreach_frame(self) -> pd.DataFrame:
+        """The ``_foreach_*`` calls (columns ``tid``, ``s``, ``e``, ``name``), indexed by row."""
+        fe = [i for i, g in enumerate(self.sigs) if str(g[0]).startswith(FOREACH)]
+        rows = np.flatnonzero(np.isin(self.sig, np.asarray(fe, dtype=np.int64)))
+        names = pd.Series([self.sigs[k][0] for k in self.sig[rows].tolist()], dtype=object)
+        return pd.DataFrame(
+            {"tid": self.tid[rows], "s": self.s[rows], "e": self.e[rows], "name": names.values},
+            index=rows,
+        )
+
+
+def modelled_ops(con: Connection, run_id: str, rank: int, start_ns: int, end_ns: int) -> OpCalls:
+    """The rank's complete CPU ops (``cpu_op``, ``Operator``) of :data:`MODELLED_NAMES_SQL` that
+    overlap ``[start_ns, end_ns)``. Their text columns stay in DuckDB (a working table, dropped
+    here): Python gets a signature id per call and the distinct signatures."""
+    ix = RankIndex.shared(con, run_id, rank)
+    ids = ix.name_ids(MODELLED_NAMES_SQL)
+    p = ix.params(ids=ids_param(ids), ws=int(start_ns), we=int(end_ns))
+    ops_sql = f"""
+        SELECT tid, ts_ns AS s, ts_ns + dur_ns AS e, name_id, input_dims, input_types,
+               concrete_inputs
+        FROM events
+        WHERE run_id = $run AND rank = $rank AND ph = 'X' AND cat IN ('cpu_op', 'Operator')
+          AND dur_ns IS NOT NULL AND {in_ids("name_id", "ids", ids)}
+          AND ts_ns < $we AND ts_ns + dur_ns > $ws"""
+    cols = "name_id, input_dims, input_types, concrete_inputs"
+    with rank_index(con, run_id, rank) as rx:
+        t = rx.table(("roofops",), ops_sql, p)
+        g = rx.table(
+            ("roofsigs",),
+            f"SELECT {cols}, row_number() OVER (ORDER BY {cols}) - 1 AS sig "
+            f"FROM (SELECT DISTINCT {cols} FROM {t})",
+        )
+        sigs = execute(
+            con,
+            f"""SELECT n.name, g.input_dims, g.input_types, g.concrete_inputs
+                FROM {g} g JOIN names n ON n.run_id = $run AND n.name_id = g.name_id
+                ORDER BY g.sig""",
+            p,
+        ).fetchall()
+        same = " AND ".join(
+            f"o.{c} IS NOT DISTINCT FROM g.{c}" for c in cols.split(", ") if c != "name_id"
+        )
+        d = execute(
+            con,
+            f"""SELECT o.tid, o.s, o.e, g.sig FROM {t} o
+                JOIN {g} g ON o.name_id = g.name_id AND {same}""",
+        ).fetchnumpy()
+    return OpCalls(
+        *(np.asarray(d[c], dtype=np.int64) for c in ("tid", "s", "e", "sig")),
+        sigs=[(str(r[0]), r[1], r[2], r[3]) for r in sigs],
+    )
+
+
+#: Spans that :func:`innermost_rows` turns into Python numbers at a time.
+SPAN_BATCH_ROWS = 1 << 16
+
+
+def innermost_rows(
+    tids: np.ndarray, starts: np.ndarray, ends: np.ndarray, qtid: np.ndarray, qt: np.ndarray
+) -> np.ndarray:
+    """For each query (thread ``qtid``, time ``qt``), the row of the innermost span of that
+    thread holding ``qt`` (``[start, end)``), -1 where none: spans taken as nested (each span's
+    parent is the nearest earlier span of its thread that still holds its start; sorted by
+    thread, start, longest first, a tie in input order), the query climbing from the last span
+    that began at or before it to the first one still open. Int64 arrays only (what
+    ``modules.innermost`` gives with ``join=None``, as row numbers)."""
+    out = np.full(len(qt), -1, dtype=np.int64)
+    n = len(starts)
+    if n == 0 or len(qt) == 0:
+        return out
+    order = np.lexsort((-(ends - starts), starts, tids))
+    t_s, s_s, e_s = tids[order], starts[order], ends[order]
+    parent = np.full(n, -1, dtype=np.int64)
+    stack: list[tuple[int, int]] = []  # the open spans of the thread: (row, end)
+    prev_tid = None
+    for a in range(0, n, SPAN_BATCH_ROWS):  # one pass, as Python numbers a batch at a time
+        tl, sl = t_s[a : a + SPAN_BATCH_ROWS].tolist(), s_s[a : a + SPAN_BATCH_ROWS].tolist()
+        el = e_s[a : a + SPAN_BATCH_ROWS].tolist()
+        for k, (t, st, en) in enumerate(zip(tl, sl, el, strict=True)):
+            if t != prev_tid:
+                stack, prev_tid = [], t
+            while stack and stack[-1][1] <= st:
+                stack.pop()
+            parent[a + k] = stack[-1][0] if stack else -1
+            stack.append((a + k, en))
+    j = np.full(len(qt), -1, dtype=np.int64)
+    for tid in np.unique(qtid):
+        lo, hi = np.searchsorted(t_s, tid, "left"), np.searchsorted(t_s, tid, "right")
+        if hi == lo:
+            continue
+        m = qtid == tid
+        k = np.searchsorted(s_s[lo:hi], qt[m], side="right") - 1
+        j[m] = np.where(k >= 0, k + lo, -1)
+    live = j >= 0
+    while True:  # climb while the span has ended
+        jj = np.where(live, j, 0)
+        closed = live & (e_s[jj] <= qt)
+        if not closed.any():
+            break
+        j = np.where(closed, parent[jj], j)
+        live = j >= 0
+    out[live] = order[j[live]]
+    return out
+
+
+def _group_keys(
+    ops: OpCalls, calls: np.ndarray, list_bytes: dict[int, int]
+) -> tuple[list[tuple[Any, ...]], np.ndarray]:
+    """The roofline's rows of the op calls ``calls`` (rows of ``ops``): the distinct keys (name,
+    shapes, types, concrete inputs; a ``_foreach_*`` op's list bytes in the shapes' place) and
+    each call's index among them."""
+    ids: dict[tuple[Any, ...], int] = {}
+    csig = ops.sig[calls]
+    gkey = np.empty(len(calls), dtype=np.int64)
+    for sg in np.unique(csig).tolist():
+        name, dims, types, conc = ops.sigs[sg]
+        at = csig == sg
+        if name.startswith(FOREACH):  # TensorLists: no shapes; the list's bytes instead
+            for c in np.flatnonzero(at).tolist():
+                key = (name, list_bytes.get(int(calls[c])), types, None)
+                gkey[c] = ids.setdefault(key, len(ids))
+        else:
+            gkey[at] = ids.setdefault((name, dims, types, conc), len(ids))
+    return list(ids), gkey
 
 
 def _foreach_list_bytes(con: Connection, run_id: str, rank: int, ops: Any) -> dict[int, int]:
@@ -533,35 +684,21 @@ def roofline(
     if not len(lx):
         return res
     kern = lx.copy == 0
-    ops = con.execute(
-        """SELECT e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, n.name, e.input_dims, e.input_types,
-                  e.concrete_inputs
-           FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
-           WHERE e.run_id = ? AND e.rank = ? AND e.ph = 'X' AND e.cat IN ('cpu_op', 'Operator')
-             AND e.dur_ns IS NOT NULL
-             AND (list_contains(?, n.name) OR starts_with(n.name, 'aten::_foreach_'))
-             AND e.ts_ns < ? AND e.ts_ns + e.dur_ns > ?""",
-        [run_id, int(rank), list(MODELS), window.end_ns, window.start_ns - 10**10],
-    ).df()
-    list_bytes = _foreach_list_bytes(con, run_id, rank, ops)
+    ops = modelled_ops(con, run_id, rank, window.start_ns - 10**10, window.end_ns)
+    list_bytes = _foreach_list_bytes(con, run_id, rank, ops.foreach_frame())
     launch = lx.has_launch & kern
-    idx_of: list[str | None] = [None] * len(lx)
-    if not ops.empty and launch.any():
+    gidx_all = np.full(len(lx), -1, dtype=np.int64)
+    if len(ops) and launch.any():
         sel = np.flatnonzero(launch)
-        got = innermost(
-            ops["tid"].to_numpy(np.int64), ops["s"].to_numpy(np.int64), ops["e"].to_numpy(np.int64),
-            [str(i) for i in range(len(ops))], lx.tid[sel].astype(np.int64),
-            lx.launch_ns[sel].astype(np.int64), join=None,
-        )  # fmt: skip
-        for j, g in zip(sel, got, strict=True):
-            idx_of[int(j)] = g
+        gidx_all[sel] = innermost_rows(
+            ops.tid, ops.s, ops.e, lx.tid[sel].astype(np.int64), lx.launch_ns[sel].astype(np.int64)
+        )
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     un_names: dict[int, int] = {}
     peak_cache: dict[tuple[str, str | None], float | None] = {}
-    # the ops' columns as lists, once (a row lookup per kernel through pandas cost ~0.3 ms each)
-    cols = {c: ops[c].tolist() for c in ("name", "input_dims", "input_types", "concrete_inputs")}
     kj = np.flatnonzero(kern)
-    gidx = np.array([-1 if (g := idx_of[j]) is None else int(g) for j in kj], dtype=np.int64)
+    gidx = gidx_all[kj]
+    del gidx_all
     # the CUDA-graph replays' launch calls: their kernels' ops ran at capture, not here
     replays = {
         (int(t), int(ts))
@@ -584,31 +721,32 @@ def roofline(
         else:
             un_names[int(lx.name_id[j])] = un_names.get(int(lx.name_id[j]), 0) + ns
         res.unmodelled_ns += ns
-    # GPU time per op call (in order of its first kernel), then per (name, shapes, types, args)
+    # GPU time per op call, then per (name, shapes, types, args): the groups in the order of
+    # their first kernel
     on = gidx >= 0
     calls, first, inv = np.unique(gidx[on], return_index=True, return_inverse=True)
     per_call = np.zeros(len(calls), dtype=np.int64)
     np.add.at(per_call, inv, np.asarray(lx.in_ns[kj[on]], dtype=np.int64))
-    # each call's kernels (name ids): what ran decides the compute roof (TF32, FFT)
-    call_kernels: dict[int, set[int]] = {}
-    for c, nid in zip(inv.tolist(), np.asarray(lx.name_id[kj[on]]).tolist(), strict=True):
-        call_kernels.setdefault(c, set()).add(int(nid))
-    for c in np.argsort(first, kind="stable"):
-        gi = int(calls[c])
-        name = cols["name"][gi]
-        if str(name).startswith(FOREACH):  # TensorLists: no shapes; the list's bytes instead
-            key = (name, list_bytes.get(gi), cols["input_types"][gi], None)
-        else:
-            key = (
-                name,
-                cols["input_dims"][gi],
-                cols["input_types"][gi],
-                cols["concrete_inputs"][gi],
-            )
-        grp = groups.setdefault(key, {"ns": 0, "calls": set(), "kernels": set()})
-        grp["ns"] += int(per_call[c])
-        grp["calls"].add(gi)
-        grp["kernels"] |= call_kernels.get(int(c), set())
+    keys, gkey = _group_keys(ops, calls, list_bytes)
+    n_keys = len(keys)
+    first_of = np.full(n_keys, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_of, gkey, first)
+    key_ns = np.zeros(n_keys, dtype=np.int64)
+    np.add.at(key_ns, gkey, per_call)
+    key_calls = np.bincount(gkey, minlength=n_keys)
+    # each group's kernels (name ids): what ran decides the compute roof (TF32, FFT)
+    pairs = np.unique(
+        np.stack([gkey[inv], np.asarray(lx.name_id[kj[on]], dtype=np.int64)], axis=1), axis=0
+    )
+    key_kernels: list[set[int]] = [set() for _ in range(n_keys)]
+    for g, nid in pairs.tolist():
+        key_kernels[g].add(int(nid))
+    for g in np.argsort(first_of, kind="stable").tolist():
+        groups[keys[g]] = {
+            "ns": int(key_ns[g]),
+            "calls": int(key_calls[g]),
+            "kernels": key_kernels[g],
+        }
     kernel_ids = set(un_names).union(graph_names, *(g["kernels"] for g in groups.values()))
     names = K.name_lookup(con, run_id, kernel_ids)
     for nid, ns in graph_names.items():
@@ -649,7 +787,7 @@ def roofline(
             peak_cache[(fam, roof_dt)] = P.peak_for(
                 device_properties, roof_dt, device=device
             ).tflops
-        n = len(grp["calls"])
+        n = grp["calls"]
         row = RoofRow(
             op=str(name), shapes=str(dims or ""), dtype=dt, family=fam, calls=n,
             gpu_ns=int(grp["ns"]), flops=fl * n, bytes=by * n,
