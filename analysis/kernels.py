@@ -12,6 +12,7 @@ time on different streams each count in full; this is kernel time, not GPU-busy 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Protocol
@@ -204,14 +205,56 @@ def toplevel(ts: np.ndarray, end: np.ndarray, *cols: np.ndarray) -> tuple[np.nda
 
 
 # In (start, longest first) order, the host table's on a full tie (rowid: the store's), so that
-# :func:`toplevel` keeps them as they come. The store's order is by category first, and sorting
-# ~1 M spans in numpy held five copies of them.
+# :func:`toplevel` keeps them as they come. The store's order is by category first; DuckDB sorts
+# (spilling beyond its limit) and Python reads the sorted spans in batches.
 _HOST_SQL = """
     SELECT ts_ns, dur_ns, name_id FROM {host}
     WHERE pid = $pid AND tid = $tid AND cat IN {cats} AND dur_ns IS NOT NULL
       {extra}
     ORDER BY ts_ns, dur_ns DESC, rowid
 """
+
+#: Rows of a thread's sorted host spans that :func:`toplevel_intervals` holds at a time: what it
+#: keeps is the top-level spans alone (the main thread of a 2 GB rank: 1.8 M CPU ops, ~0.2 M
+#: top-level ones).
+TOPLEVEL_BATCH_ROWS = 1 << 16
+
+
+def toplevel_of_batches(batches: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Intervals:
+    """:func:`toplevel` of one thread's spans that come in (start, longest first) order, in
+    batches of (ts, dur, name_id) arrays (ns): the running maximum of the ends carries from one
+    batch to the next, so the result is that of the whole at once."""
+    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    prev: int | None = None  # the latest end of the spans before the batch
+    for ts, dur, nid in batches:
+        if not len(ts):
+            continue
+        end = ts + dur
+        run = np.maximum.accumulate(end)
+        if prev is not None:
+            np.maximum(run, prev, out=run)
+        top = np.empty(len(ts), dtype=bool)
+        top[0] = prev is None or bool(ts[0] >= prev)
+        np.greater_equal(ts[1:], run[:-1], out=top[1:])
+        prev = int(run[-1])
+        kept.append((ts[top], end[top], nid[top]))
+    if not kept:
+        empty = np.zeros(0, dtype=np.int64)
+        return Intervals(empty, empty.copy(), empty.copy())
+    return Intervals(*(np.concatenate([k[i] for k in kept]) for i in range(3)))
+
+
+def _span_batches(
+    con: Connection, sql: str, params: dict[str, Any], rows: int
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The rows of ``sql`` (``ts_ns``, ``dur_ns``, ``name_id``) as int64 arrays, ``rows`` at a
+    time."""
+    reader = execute(con, sql, params).to_arrow_reader(rows)
+    for b in reader:
+        yield tuple(  # type: ignore[misc]
+            np.asarray(b.column(c).to_numpy(zero_copy_only=False), dtype=np.int64)
+            for c in ("ts_ns", "dur_ns", "name_id")
+        )
 
 
 def toplevel_intervals(
@@ -223,8 +266,9 @@ def toplevel_intervals(
     cats: tuple[str, ...] = OP_CATS,
     name_ids: list[int] | None = None,
 ) -> dict[tuple[int, int], Intervals]:
-    """Per thread, its top-level host spans (CPU ops by default); ``name_ids`` keeps only spans of those
-    names (e.g. optimizer annotations). Kept per thread by the rank's index."""
+    """Per thread, its top-level host spans (CPU ops by default); ``name_ids`` keeps only spans of
+    those names (e.g. optimizer annotations). Kept per thread by the rank's index; read
+    :data:`TOPLEVEL_BATCH_ROWS` spans at a time."""
     if not threads or (name_ids is not None and not name_ids):
         return {}
     extra = (
@@ -236,11 +280,8 @@ def toplevel_intervals(
     sql = _HOST_SQL.format(host=ix.host(), cats=sql_list(cats), extra=extra)
 
     def load(p: int, t: int) -> Intervals:
-        d = execute(con, sql, ix.params(pid=p, tid=t)).fetchnumpy()
-        ts = np.asarray(d.pop("ts_ns"), dtype=np.int64)
-        dur = np.asarray(d.pop("dur_ns"), dtype=np.int64)
-        end = np.add(dur, ts, out=dur if dur.flags.writeable else None)  # in the durations' place
-        return Intervals(*toplevel(ts, end, np.asarray(d.pop("name_id"), dtype=np.int64)))
+        params = ix.params(pid=p, tid=t)
+        return toplevel_of_batches(_span_batches(con, sql, params, TOPLEVEL_BATCH_ROWS))
 
     return {
         (p, t): ix.memo(("toplevel", p, t, cats, extra), partial(load, p, t), large=True)
