@@ -7,6 +7,11 @@ CPU call that launched it, innermost first, as a path ``GPT_0/Block_1/MLP_1/Line
 kernel is launched from the autograd thread, outside any module: it belongs to the module of the
 forward op with the same ``Sequence number`` as the backward op that launched it. An idle gap of the
 GPU belongs to the module (and phase) of the activity that ends it: the GPU waited for that work.
+
+Memory: the window's activity and idle gaps are read and summed a batch of :data:`BATCH_ROWS` rows
+at a time, the backward ops only around the launches of a batch that need them; what is held for
+the whole rank is the module spans' nesting (int arrays and the distinct paths) and each step's
+kernel name ids (4 bytes a kernel, for the repeated sequences).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +28,7 @@ import pandas as pd
 from gpuscope.analysis.event_classes import KERNEL_CATS, OPTIMIZER_RE
 from gpuscope.analysis.rank_index import RankIndex
 from gpuscope.analysis.steps import Window
-from gpuscope.analysis.store_access import execute
+from gpuscope.analysis.store_access import execute, sql_list
 
 if TYPE_CHECKING:
     from gpuscope.store import Connection
@@ -35,9 +41,89 @@ NO_MODULE = "(no module)"
 WINDOW_END = "(end of window)"
 MIN_REPEAT_KERNELS = 2  # a repeated unit has at least this many kernels
 MAX_REPEATS = 3
+BATCH_ROWS = 1 << 18
+"""Rows of the window's activity (and of its idle gaps) read at a time."""
 
 
 # -- intervals ------------------------------------------------------------------------------------
+
+
+class SpanTree:
+    """Spans of threads taken as nested (a thread's spans are its call stack), sorted by (thread,
+    start, longest first), with each span's parent: the nearest earlier span of its thread that
+    still holds its start. Built once, asked many times (:meth:`find`) in batches of queries."""
+
+    def __init__(self, tids: Any, starts: Any, ends: Any) -> None:
+        tids = np.asarray(tids, dtype=np.int64)
+        starts = np.asarray(starts, dtype=np.int64)
+        ends = np.asarray(ends, dtype=np.int64)
+        self.order = np.lexsort((-(ends - starts), starts, tids))
+        self.t, self.s, self.e = tids[self.order], starts[self.order], ends[self.order]
+        n = len(self.s)
+        parent = np.full(n, -1, dtype=np.int64)
+        stack: list[int] = []
+        prev_tid = None
+        t_l, s_l, e_l = self.t.tolist(), self.s.tolist(), self.e.tolist()
+        for i in range(n):  # one pass: the open spans of the thread
+            if t_l[i] != prev_tid:
+                stack, prev_tid = [], t_l[i]
+            while stack and e_l[stack[-1]] <= s_l[i]:
+                stack.pop()
+            parent[i] = stack[-1] if stack else -1
+            stack.append(i)
+        self.parent = parent
+        self.threads, self.lo = np.unique(self.t, return_index=True)
+        self.hi = np.append(self.lo[1:], n)
+
+    def __len__(self) -> int:
+        return len(self.s)
+
+    def find(self, qtid: Any, qt: Any) -> np.ndarray:
+        """For each query (thread ``qtid``, time ``qt``, ns): the sorted index of the innermost
+        span of that thread holding ``qt`` (``[start, end)``), -1 for none. Every query starts at
+        the last span that began at or before it and climbs to the first ancestor still open (as
+        many numpy rounds as the nesting is deep)."""
+        qtid = np.asarray(qtid, dtype=np.int64)
+        qt = np.asarray(qt, dtype=np.int64)
+        j = np.full(len(qt), -1, dtype=np.int64)
+        if len(self.s) == 0 or len(qt) == 0:
+            return j
+        for tid in np.unique(
+            qtid
+        ):  # the last span of the query's thread that started at or before it
+            w = int(np.searchsorted(self.threads, tid))
+            if w >= len(self.threads) or self.threads[w] != tid:
+                continue
+            lo, hi = int(self.lo[w]), int(self.hi[w])
+            m = qtid == tid
+            k = np.searchsorted(self.s[lo:hi], qt[m], side="right") - 1
+            j[m] = np.where(k >= 0, k + lo, -1)
+        live = j >= 0
+        while True:  # climb while the span has ended
+            jj = np.where(live, j, 0)
+            closed = live & (self.e[jj] <= qt)
+            if not closed.any():
+                break
+            j = np.where(closed, self.parent[jj], j)
+            live = j >= 0
+        return j
+
+    def paths(self, labels: list[str], join: str) -> tuple[np.ndarray, list[str]]:
+        """Each sorted span's path (its ancestors' labels and its own, joined by ``join``;
+        ``labels`` in the given order), as (a path id per sorted span, the distinct paths)."""
+        ids = np.empty(len(self.s), dtype=np.int64)
+        distinct: dict[str, int] = {}
+        out: list[str] = []
+        parent = self.parent.tolist()
+        for i, k in enumerate(self.order.tolist()):
+            p = parent[i]
+            path = labels[k] if p < 0 else out[ids[p]] + join + labels[k]
+            got = distinct.get(path)
+            if got is None:
+                got = distinct[path] = len(out)
+                out.append(path)
+            ids[i] = got
+        return ids, out
 
 
 def innermost(
@@ -53,89 +139,24 @@ def innermost(
     """For each query (thread ``qtid``, time ``qt``), the label of the innermost span of that thread
     holding ``qt`` (``[start, end)``), or None. ``join``: labels of nested spans are joined into a
     path (``outer/inner``); None keeps the innermost label alone. Spans are taken as nested: each
-    span's parent is the nearest earlier span of its thread that still holds its start.
-
-    Vectorised: spans sorted by (thread, start, longest first), parents found with one stack pass,
-    then every query starts at the last span that began at or before it and climbs to the first
-    ancestor still open (as many numpy rounds as the nesting is deep)."""
+    span's parent is the nearest earlier span of its thread that still holds its start
+    (:class:`SpanTree`)."""
     out: list[str | None] = [None] * len(qt)
-    n = len(starts)
-    if n == 0 or len(qt) == 0:
+    if len(starts) == 0 or len(qt) == 0:
         return out
-    tids = np.asarray(tids, dtype=np.int64)
-    starts = np.asarray(starts, dtype=np.int64)
-    ends = np.asarray(ends, dtype=np.int64)
-    order = np.lexsort((-(ends - starts), starts, tids))
-    t_s, s_s, e_s = tids[order], starts[order], ends[order]
-    parent = np.full(n, -1, dtype=np.int64)
-    stack: list[int] = []
-    prev_tid = None
-    for i in range(n):  # one pass: the open spans of the thread
-        if t_s[i] != prev_tid:
-            stack, prev_tid = [], t_s[i]
-        while stack and e_s[stack[-1]] <= s_s[i]:
-            stack.pop()
-        parent[i] = stack[-1] if stack else -1
-        stack.append(i)
-    lab = [labels[int(k)] for k in order]
+    tree = SpanTree(tids, starts, ends)
+    j = tree.find(qtid, qt)
     if join is not None:
-        path: list[str] = []
-        for i in range(n):
-            p = int(parent[i])
-            path.append(lab[i] if p < 0 else path[p] + join + lab[i])
-        lab = path
-    qtid = np.asarray(qtid, dtype=np.int64)
-    qt = np.asarray(qt, dtype=np.int64)
-    # the last span of the query's thread that started at or before it
-    j = np.full(len(qt), -1, dtype=np.int64)
-    for tid in np.unique(qtid):
-        lo, hi = np.searchsorted(t_s, tid, "left"), np.searchsorted(t_s, tid, "right")
-        if hi == lo:
-            continue
-        m = qtid == tid
-        k = np.searchsorted(s_s[lo:hi], qt[m], side="right") - 1
-        j[m] = np.where(k >= 0, k + lo, -1)
-    live = j >= 0
-    while True:  # climb while the span has ended
-        jj = np.where(live, j, 0)
-        closed = live & (e_s[jj] <= qt)
-        if not closed.any():
-            break
-        j = np.where(closed, parent[jj], j)
-        live = j >= 0
-    for q in np.flatnonzero(live):
-        out[int(q)] = lab[int(j[q])]
+        ids, paths = tree.paths(labels, join)
+        lab = [paths[i] for i in ids.tolist()]
+    else:
+        lab = [labels[k] for k in tree.order.tolist()]
+    for q in np.flatnonzero(j >= 0).tolist():
+        out[q] = lab[int(j[q])]
     return out
 
 
 # -- phases ---------------------------------------------------------------------------------------
-
-
-def _host_spans(con: Connection, run_id: str, rank: int, where: str) -> pd.DataFrame:
-    """Timed host events of the rank matching ``where`` (on ``e`` = events, ``n`` = names)."""
-    return con.execute(
-        f"""SELECT e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, n.name, e.cat, e.seq_num, e.fwd_tid
-            FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
-            WHERE e.run_id = ? AND e.rank = ? AND e.ph = 'X' AND e.dur_ns IS NOT NULL AND ({where})
-            ORDER BY e.ts_ns""",
-        [
-            run_id,
-            int(rank),
-        ],
-    ).df()
-
-
-def _indexed_spans(ix: RankIndex, where: str) -> pd.DataFrame:
-    """Timed host spans of the rank's index (ops, annotations, Python functions) whose name or
-    category satisfies ``where`` (on ``h`` = the host table, ``n`` = names): no scan of ``events``."""
-    return execute(
-        ix.con,
-        f"""SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, n.name, h.cat
-            FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
-            WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND ({where})
-            ORDER BY h.ts_ns""",
-        ix.params(),
-    ).df()
 
 
 def phase_spans(con: Connection, run_id: str, rank: int, window: Window) -> pd.DataFrame:
@@ -153,19 +174,45 @@ def phase_spans(con: Connection, run_id: str, rank: int, window: Window) -> pd.D
 
 
 def _phase_spans(ix: RankIndex, window: Window) -> pd.DataFrame:
-    ev = _indexed_spans(
-        ix,
-        "h.cat IN ('cpu_op', 'user_annotation') AND (regexp_matches(n.name, "
-        f"'{OPTIMIZER_RE}') OR starts_with(n.name, '{BACKWARD_OP_PREFIX}') "
-        "OR regexp_matches(n.name, '(?i)^(optimizer|backward)$'))",
+    nums = [s.number for s in window.steps] or [0]
+    bounds = window.step_bounds_ns()[: len(nums)]
+    if not bounds:
+        return pd.DataFrame([], columns=["s", "e", "phase", "step"])
+    # the optimizer and backward spans overlapping the steps: the optimizer's (a few per step)
+    # fetched, the backward ops' reduced to their first start and last end in each step
+    spans = f"""
+        SELECT h.ts_ns AS s, h.ts_ns + h.dur_ns AS e,
+               (regexp_matches(n.name, '{OPTIMIZER_RE}') OR lower(n.name) = 'optimizer') AS opt
+        FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+        WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat IN ('cpu_op', 'user_annotation')
+          AND (regexp_matches(n.name, '{OPTIMIZER_RE}')
+               OR starts_with(n.name, '{BACKWARD_OP_PREFIX}')
+               OR regexp_matches(n.name, '(?i)^(optimizer|backward)$'))
+          AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo"""
+    params = ix.params(
+        lo=min(a for a, _ in bounds),
+        hi=max(b for _, b in bounds),
+        a=[a for a, _ in bounds],
+        b=[b for _, b in bounds],
+        k=list(range(len(bounds))),
     )
-    is_opt = ev["name"].str.match(OPTIMIZER_RE) | ev["name"].str.lower().eq("optimizer")
+    bwd = {
+        int(k): (int(s), int(e))
+        for k, s, e in execute(
+            ix.con,
+            f"""WITH sp AS ({spans}),
+                st AS (SELECT unnest($a) AS a, unnest($b) AS b, unnest($k) AS k)
+                SELECT st.k, min(sp.s), max(sp.e) FROM sp JOIN st ON sp.s < st.b AND sp.e > st.a
+                WHERE NOT sp.opt GROUP BY st.k""",
+            params,
+        ).fetchall()
+    }
+    got = execute(ix.con, f"SELECT s, e FROM ({spans}) WHERE opt ORDER BY s", params).fetchnumpy()
+    o_s = np.asarray(got["s"], dtype=np.int64)
+    o_e = np.asarray(got["e"], dtype=np.int64)
+    opt = (o_s, o_e, int((o_e - o_s).max()) if len(o_s) else 0)
 
     # spans sorted by start: those overlapping [a, b) start in [a - the longest span, b)
-    def arrays(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
-        s_, e_ = df["s"].to_numpy(np.int64), df["e"].to_numpy(np.int64)
-        return s_, e_, int((e_ - s_).max()) if len(s_) else 0
-
     def overlapping(
         arr: tuple[np.ndarray, np.ndarray, int], a: int, b: int
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -174,15 +221,11 @@ def _phase_spans(ix: RankIndex, window: Window) -> pd.DataFrame:
         keep = e_[lo:hi] > a
         return s_[lo:hi][keep], e_[lo:hi][keep]
 
-    opt = arrays(ev[is_opt])
-    bwd = arrays(ev[~is_opt])
     rows: list[tuple[int, int, str, int]] = []
-    nums = [s.number for s in window.steps] or [0]
-    for num, (a, b) in zip(nums, window.step_bounds_ns(), strict=False):
-        ins_s, ins_e = overlapping(bwd, a, b)
-        has_bwd = len(ins_s) > 0
-        bs = max(a, int(ins_s.min())) if has_bwd else b
-        be = min(b, int(ins_e.max())) if has_bwd else b
+    for k, (num, (a, b)) in enumerate(zip(nums, bounds, strict=True)):
+        has_bwd = k in bwd
+        bs = max(a, bwd[k][0]) if has_bwd else b
+        be = min(b, bwd[k][1]) if has_bwd else b
         o_s, o_e = overlapping(opt, a, b)
         ospans = [(max(a, int(s)), min(b, int(e))) for s, e in zip(o_s, o_e, strict=True)]
         cuts = sorted({a, b, *(x for sp in ospans for x in sp), bs, be})
@@ -389,51 +432,264 @@ class ModulesView:
 # -- the analysis ---------------------------------------------------------------------------------
 
 
-def _activity(ix: RankIndex, dev: int, ws: int, we: int) -> pd.DataFrame:
-    """The device's activity in the window, clipped, with its launch (CPU time and thread)."""
-    return execute(
-        ix.con,
-        f"""SELECT greatest(g.s, $ws) AS s, least(g.e, $we) AS e, g.s AS s0, g.correlation,
-                   g.name_id, g.cat, r.s AS launch_ns, r.tid AS launch_tid, n.name
+def _activity_sql(ix: RankIndex, where: str = "") -> str:
+    """The device's activity in the window (``$dev``, ``$ws``, ``$we``), clipped, with its launch
+    (CPU time and thread), in the analysis's order; ``where``: more conditions (on ``g``, ``r``)."""
+    return f"""SELECT greatest(g.s, $ws) AS s, least(g.e, $we) AS e, g.s AS s0, g.correlation,
+                   g.name_id, g.cat, r.s AS launch_ns, r.tid AS launch_tid
             FROM {ix.gpu()} g
             LEFT JOIN {ix.runtime()} r ON r.correlation = g.correlation
             JOIN names n ON n.run_id = $run AND n.name_id = g.name_id
-            WHERE g.dev = $dev AND g.s < $we AND g.e > $ws
-            ORDER BY g.s, g.correlation""",
-        ix.params(ws=ws, we=we, dev=dev),
-    ).df()
+            WHERE g.dev = $dev AND g.s < $we AND g.e > $ws {where}
+            ORDER BY g.s, g.correlation, g.rid, r.s, r.tid"""
 
 
-def _backward_paths(
-    ops: pd.DataFrame, mods: pd.DataFrame, mod_paths: list[str | None]
-) -> dict[int, str]:
-    """Sequence number -> module path of the forward op with that number (its first one)."""
-    # forward ops: no forward thread id (older PyTorch) or 0 (torch 2.x); backward ops name theirs
-    fwd = ops[
-        ops["seq_num"].notna()
-        & (ops["fwd_tid"].isna() | ops["fwd_tid"].eq(0))
-        & ~ops["name"].str.contains("Backward|autograd::engine", regex=True)
-    ]
-    if fwd.empty or mods.empty:
-        return {}
-    fwd = fwd.drop_duplicates("seq_num")
-    paths = innermost(
-        mods["tid"].to_numpy(),
-        mods["s"].to_numpy(),
-        mods["e"].to_numpy(),
-        mod_paths,  # type: ignore[arg-type]
-        fwd["tid"].to_numpy(),
-        fwd["s"].to_numpy(),
-        join=None,
-    )
-    return {int(q): p for q, p in zip(fwd["seq_num"], paths, strict=True) if p is not None}
+def _bounds(con: Connection, sql: str, key: str, params: dict[str, Any]) -> list[int]:
+    """Values of ``key`` that cut the rows of ``sql`` into batches of about :data:`BATCH_ROWS`
+    rows, ascending (the first is the least value): batch i is ``bounds[i] <= key <
+    bounds[i + 1]``; rows of one value of ``key`` are in one batch."""
+    rows = execute(
+        con,
+        f"""SELECT DISTINCT k FROM (
+                SELECT {key} AS k, row_number() OVER (ORDER BY {key}) AS rn FROM ({sql}))
+            WHERE (rn - 1) % {BATCH_ROWS} = 0 ORDER BY k""",
+        params,
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def _batches(
+    con: Connection, sql: str, key: str, params: dict[str, Any], where: str
+) -> Iterator[dict[str, np.ndarray]]:
+    """The rows of ``sql`` a batch at a time, as numpy columns, in the order of ``sql``: ``key``
+    is a column of its rows, ``where`` the same value inside it (``sql`` holds ``{where}`` for the
+    batch's condition on it); a batch is :data:`BATCH_ROWS` rows and those with the same value
+    of ``key`` as its last (see :func:`_bounds`)."""
+    base = sql.format(where="")
+    bounds = _bounds(con, base, key, params)
+    for i, lo in enumerate(bounds):
+        cond = f"AND {where} >= $b_lo" + (f" AND {where} < $b_hi" if i + 1 < len(bounds) else "")
+        b = {**params, "b_lo": lo, "b_hi": bounds[i + 1] if i + 1 < len(bounds) else None}
+        got = execute(con, sql.format(where=cond), b).fetchnumpy()
+        yield dict(got)
+
+
+def _ints(col: Any, fill: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """A fetched column as int64 (``fill`` where NULL) and where it is not NULL."""
+    if isinstance(col, np.ma.MaskedArray):
+        ok = ~np.ma.getmaskarray(col)
+        return np.asarray(col.filled(fill), dtype=np.int64), ok
+    arr = np.asarray(col)
+    if arr.dtype == object or arr.dtype.kind == "f":
+        ok = ~pd.isna(arr)
+        return np.where(ok, arr, fill).astype(np.int64), ok
+    return arr.astype(np.int64), np.ones(len(arr), dtype=bool)
+
+
+_PHASE_CODES: tuple[str, ...] = (*PHASES, "outside")
+_OUTSIDE = len(PHASES)
+
+
+class _Charger:
+    """Who launched an activity: the module path and the phase of each launch (CPU thread and
+    time), a batch of launches at a time. The rank's module spans are read once (their nesting,
+    a path per span); the backward ops and the forward op of each sequence number are read for a
+    batch's launches outside every module only (the backward kernels)."""
+
+    def __init__(self, ix: RankIndex, spans: pd.DataFrame) -> None:
+        self.ix = ix
+        self.steps = spans
+        got = execute(
+            ix.con,
+            f"""SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, h.name_id
+                FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+                WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat = 'python_function'
+                  AND starts_with(n.name, '{MODULE_PREFIX}')
+                ORDER BY h.ts_ns""",
+            ix.params(),
+        ).fetchnumpy()
+        ids = np.asarray(got["name_id"], dtype=np.int64)
+        label = {
+            int(i): str(nm)[len(MODULE_PREFIX) :]
+            for i, nm in execute(
+                ix.con,
+                "SELECT name_id, name FROM names WHERE run_id = $run AND list_contains($ids, name_id)",
+                {"run": ix.run_id, "ids": [int(x) for x in np.unique(ids)]},
+            ).fetchall()
+        }
+        self.has_modules = len(ids) > 0
+        self.tree = SpanTree(got["tid"], got["s"], got["e"])
+        # every span's path, and the path of the innermost span holding its start (a forward op
+        # inside it belongs there)
+        self.span_path, self.paths = self.tree.paths([label[int(i)] for i in ids], "/")
+        j = self.tree.find(self.tree.t, self.tree.s)
+        self.start_path = np.where(j >= 0, self.span_path[np.maximum(j, 0)], -1)
+        self._ops: str | None = None
+
+    def path_id(self, path: str) -> int:
+        """The id of ``path`` among :attr:`paths` (added when new)."""
+        try:
+            return self.paths.index(path)
+        except ValueError:
+            self.paths.append(path)
+            return len(self.paths) - 1
+
+    def __call__(
+        self, tid: np.ndarray, t: np.ndarray, has: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(path id, -1 for none; phase code in :data:`_PHASE_CODES`) of each launch (thread,
+        CPU time ns; ``has``: whether there is one; without, no path and ``outside``)."""
+        ph = np.full(len(t), _OUTSIDE, dtype=np.int64)
+        if has.any():
+            names = phase_at(self.steps, t[has])
+            ph[has] = pd.Series(names).map({p: i for i, p in enumerate(_PHASE_CODES)}).to_numpy()
+        pid = np.full(len(t), -1, dtype=np.int64)
+        if not self.has_modules:
+            return pid, ph
+        j = self.tree.find(np.where(has, tid, -1), t)
+        found = j >= 0
+        pid[found] = self.span_path[j[found]]
+        missing = np.flatnonzero(has & ~found)
+        if missing.size:  # backward: through the autograd node's sequence number
+            pid[missing] = self._backward(tid[missing], t[missing])
+        return pid, ph
+
+    def _ops_table(self) -> str:
+        """The rank's backward ops (``kind`` 1: thread, span, sequence number) and the first
+        forward op of each sequence number (``kind`` 2: thread, start) in one table."""
+        if self._ops is None:
+            self._ops = self.ix.table(
+                ("modules_seq_ops",),
+                f"""WITH o AS (
+                        SELECT e.tid, e.ts_ns AS s, e.ts_ns + e.dur_ns AS e, e.seq_num AS seq,
+                               e.fwd_tid, n.name
+                        FROM events e JOIN names n ON n.run_id = e.run_id AND n.name_id = e.name_id
+                        WHERE e.run_id = $run AND e.rank = $rank AND e.ph = 'X'
+                          AND e.dur_ns IS NOT NULL AND e.cat = 'cpu_op' AND e.seq_num IS NOT NULL)
+                    SELECT 1 AS kind, tid, s, e, seq FROM o
+                    WHERE starts_with(name, '{BACKWARD_OP_PREFIX}')
+                    UNION ALL
+                    SELECT 2, arg_min(tid, s), min(s), NULL, seq FROM o
+                    WHERE (fwd_tid IS NULL OR fwd_tid = 0)
+                      AND NOT regexp_matches(name, 'Backward|autograd::engine')
+                    GROUP BY seq
+                    ORDER BY kind, s""",
+                self.ix.params(),
+            )
+        return self._ops
+
+    def _backward(self, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Path ids of launches outside every module: the module of the forward op with the
+        sequence number of the innermost backward op holding the launch (-1: none)."""
+        out = np.full(len(t), -1, dtype=np.int64)
+        ops = self._ops_table()
+        got = execute(
+            self.ix.con,
+            f"""SELECT tid, s, e, seq FROM {ops}
+                WHERE kind = 1 AND list_contains($tids, tid) AND s <= $hi AND e > $lo""",
+            {"tids": [int(x) for x in np.unique(tid)], "lo": int(t.min()), "hi": int(t.max())},
+        ).fetchnumpy()
+        if len(got["s"]) == 0:
+            return out
+        bops = SpanTree(got["tid"], got["s"], got["e"])
+        j = bops.find(tid, t)
+        seq = np.where(j >= 0, np.asarray(got["seq"], dtype=np.int64)[bops.order][j], -1)
+        want = np.unique(seq[j >= 0])
+        if want.size == 0:
+            return out
+        fwd = execute(
+            self.ix.con,
+            f"SELECT seq, tid, s FROM {ops} WHERE kind = 2 AND seq = ANY($seqs)",
+            {"seqs": want.tolist()},
+        ).fetchnumpy()
+        f_seq = np.asarray(fwd["seq"], dtype=np.int64)
+        k = self.tree.find(fwd["tid"], fwd["s"])
+        f_path = np.where(k >= 0, self.start_path[np.maximum(k, 0)], -1)
+        if len(f_seq) == 0:
+            return out
+        o = np.argsort(f_seq)
+        f_seq, f_path = f_seq[o], f_path[o]
+        at = np.clip(np.searchsorted(f_seq, seq), 0, len(f_seq) - 1)
+        hit = (j >= 0) & (f_seq[at] == seq)
+        out[hit] = f_path[at[hit]]
+        return out
+
+
+class _Sums:
+    """Sums and counts by (path id, phase code), in the order each pair first came."""
+
+    def __init__(self) -> None:
+        self.by: dict[tuple[int, int], list[int]] = {}
+
+    def add(self, pid: np.ndarray, ph: np.ndarray, v: np.ndarray) -> None:
+        if len(v) == 0:
+            return
+        key = pid * len(_PHASE_CODES) + ph + len(_PHASE_CODES)  # pid >= -1
+        uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        o = np.argsort(inv, kind="stable")
+        starts = np.flatnonzero(np.r_[True, np.diff(inv[o]) != 0])
+        tot = np.add.reduceat(v[o], starts)
+        cnt = np.diff(np.r_[starts, len(v)])
+        for g in np.argsort(first, kind="stable").tolist():
+            k = int(uniq[g]) - len(_PHASE_CODES)
+            p, c = divmod(k, len(_PHASE_CODES))
+            cur = self.by.setdefault((p, c), [0, 0])
+            cur[0] += int(tot[g])
+            cur[1] += int(cnt[g])
+
+
+class _StepKernels:
+    """The kernel name ids of each step in the analysis's order (a kernel belongs to the step
+    that launched it; its GPU start when the launch is unknown), gathered batch by batch."""
+
+    def __init__(self, window: Window) -> None:
+        self.bounds = window.step_bounds_ns() if window.steps else []
+        self.starts = np.array([a for a, _ in self.bounds], dtype=np.int64)
+        self.ends = np.array([b for _, b in self.bounds], dtype=np.int64)
+        self.tiled = bool(np.all(self.starts[1:] >= self.starts[:-1])) and bool(
+            np.all(self.ends[:-1] == self.starts[1:])
+        )
+        self.pieces: list[list[np.ndarray]] = [[] for _ in self.bounds]
+        self.any = False
+
+    def add(self, kern: np.ndarray, t: np.ndarray, ids: np.ndarray) -> None:
+        if not self.bounds or not kern.any():
+            return
+        self.any = True
+        idx = np.flatnonzero(kern)
+        tt, ii = t[idx], ids[idx].astype(np.int32)
+        if self.tiled:
+            k = np.searchsorted(self.starts, tt, side="right") - 1
+            ok = (k >= 0) & (tt < self.ends[-1])
+            k, ii = k[ok], ii[ok]
+            o = np.argsort(k, kind="stable")
+            k, ii = k[o], ii[o]
+            cut = np.flatnonzero(np.r_[True, np.diff(k) != 0, True])
+            for a, b in itertools.pairwise(cut.tolist()):
+                self.pieces[int(k[a])].append(ii[a:b])
+        else:
+            for n, (a, b) in enumerate(self.bounds):
+                m = (tt >= a) & (tt < b)
+                if m.any():
+                    self.pieces[n].append(ii[m])
+
+    def sequences(self) -> list[np.ndarray]:
+        """Each step's name ids (int64), in order; the pieces are let go."""
+        out = [
+            np.concatenate(p).astype(np.int64) if p else np.zeros(0, dtype=np.int64)
+            for p in self.pieces
+        ]
+        self.pieces = []
+        return out
 
 
 def module_analysis(
     con: Connection, run_id: str, rank: int, window: Window, device: int | None
 ) -> ModulesResult:
     """GPU time and idle by module and phase, and repeated kernel sequences, on ``device`` over the
-    window (see the module docstring)."""
+    window (see the module docstring). The window's activity and idle gaps are read a batch of
+    :data:`BATCH_ROWS` rows at a time and summed: the memory does not grow with the rank's
+    length (but for the module spans' nesting and each step's kernel name ids)."""
     n = window.n_steps
     res = ModulesResult(source=None, n_steps=n, busy_kernel_ns=0)
     if device is None:
@@ -441,74 +697,36 @@ def module_analysis(
         return res
     ix = RankIndex.shared(con, run_id, rank)
     ws, we = window.start_ns, window.end_ns
-    act = _activity(ix, device, ws, we)
-    dur = (act["e"] - act["s"]).to_numpy(np.int64)
-    res.busy_kernel_ns = int(dur.sum())
     spans = phase_spans(con, run_id, rank, window)
-    launch = act["launch_ns"].to_numpy(dtype=np.float64)
-    has_launch = ~np.isnan(launch)
-    ph = np.where(has_launch, phase_at(spans, np.nan_to_num(launch).astype(np.int64)), "outside")
-    # modules
-    mods = _indexed_spans(
-        ix, f"h.cat = 'python_function' AND starts_with(n.name, '{MODULE_PREFIX}')"
-    )
-    labels = [str(x)[len(MODULE_PREFIX) :] for x in mods["name"]]
-    paths: list[str | None] = [None] * len(act)
-    if not mods.empty:
+    charge = _Charger(ix, spans)
+    if charge.has_modules:
         res.source = "nn.Module"
-        qt = np.nan_to_num(launch).astype(np.int64)
-        qtid = act["launch_tid"].fillna(-1).to_numpy(np.int64)
-        paths = innermost(
-            mods["tid"].to_numpy(np.int64),
-            mods["s"].to_numpy(np.int64),
-            mods["e"].to_numpy(np.int64),
-            labels,
-            qtid,
-            qt,
-        )
-        mod_paths = innermost(
-            mods["tid"].to_numpy(np.int64),
-            mods["s"].to_numpy(np.int64),
-            mods["e"].to_numpy(np.int64),
-            labels,
-            mods["tid"].to_numpy(np.int64),
-            mods["s"].to_numpy(np.int64),
-        )
-        missing = [i for i, p in enumerate(paths) if p is None and has_launch[i]]
-        if missing:  # backward: through the autograd node's sequence number
-            ops = _host_spans(con, run_id, rank, "e.cat = 'cpu_op' AND e.seq_num IS NOT NULL")
-            seq_path = _backward_paths(ops, mods, mod_paths)
-            bops = ops[ops["name"].str.startswith(BACKWARD_OP_PREFIX)]
-            if seq_path and not bops.empty:
-                seqs = innermost(
-                    bops["tid"].to_numpy(np.int64),
-                    bops["s"].to_numpy(np.int64),
-                    bops["e"].to_numpy(np.int64),
-                    [str(int(q)) for q in bops["seq_num"]],
-                    qtid[missing],
-                    qt[missing],
-                    join=None,
-                )
-                for i, q in zip(missing, seqs, strict=True):
-                    if q is not None:
-                        paths[i] = seq_path.get(int(q))
     else:
         res.notes.append(
             "no nn.Module spans in the trace: record with with_modules=True and with_stack=True "
             "(Kineto writes module spans only with the Python tracer on)"
         )
+    params = ix.params(ws=ws, we=we, dev=device)
+    busy = _Sums()
+    steps = _StepKernels(window)
+    kernel_cats = set(KERNEL_CATS)
+    for b in _batches(con, _activity_sql(ix, "{where}"), "s0", params, "g.s"):
+        dur = np.asarray(b["e"], dtype=np.int64) - np.asarray(b["s"], dtype=np.int64)
+        launch, has = _ints(b["launch_ns"], 0)
+        ltid, _ = _ints(b["launch_tid"], -1)
+        pid, ph = charge(ltid, launch, has)
+        busy.add(pid, ph, dur)
+        s0 = np.asarray(b["s0"], dtype=np.int64)
+        kern = np.array([c in kernel_cats for c in np.asarray(b["cat"]).tolist()], dtype=bool)
+        steps.add(kern, np.where(has, launch, s0), np.asarray(b["name_id"], dtype=np.int64))
     # by module (inclusive over the tree) and by phase
     rows: dict[str, ModuleRow] = {}
-    # per (module, phase) first (in order of first kernel), then up the module tree
-    per = (
-        pd.DataFrame({"p": [p or "" for p in paths], "phase": ph, "d": dur})
-        .groupby(["p", "phase"], sort=False)["d"]
-        .agg(["sum", "count"])
-    )
-    for (p, phase), tot, cnt in zip(per.index, per["sum"], per["count"], strict=True):
+    for (pi, pc), (d, c) in busy.by.items():
+        p = charge.paths[pi] if pi >= 0 else ""
+        phase = _PHASE_CODES[pc]
+        res.busy_kernel_ns += d
         key = p or NO_MODULE
         parts = key.split("/") if p else [key]
-        d, c = int(tot), int(cnt)
         for k in range(1, len(parts) + 1):
             node = "/".join(parts[:k])
             r = rows.setdefault(node, ModuleRow(node, k - 1))
@@ -516,46 +734,42 @@ def module_analysis(
             r.n_kernels += c if k == len(parts) else 0
             r.gpu_by_phase_ns[phase] = r.gpu_by_phase_ns.get(phase, 0) + d
         rows[key].self_gpu_ns += d
-        b = res.by_phase.setdefault(str(phase), {"gpu_ns": 0, "idle_ns": 0, "n": 0})
-        b["gpu_ns"] += d
-        b["n"] += c
-    # idle: each gap belongs to the activity that ends it
+        bp = res.by_phase.setdefault(phase, {"gpu_ns": 0, "idle_ns": 0, "n": 0})
+        bp["gpu_ns"] += d
+        bp["n"] += c
+    # idle: each gap belongs to the activity that ends it (the phase and module of its launch)
     gaps_t, _ = ix.gaps(ws, we)
-    gaps = con.execute(
-        f"SELECT gs, ge, next_corr FROM {gaps_t} WHERE dev = ? ORDER BY gs", [int(device)]
-    ).df()
-    corr_s = act["correlation"]
-    valid = corr_s.notna().to_numpy()
-    by_corr = dict(
-        zip(
-            corr_s[valid].astype("int64").tolist(),
-            np.flatnonzero(valid).tolist(),
-            strict=True,
-        )
-    )
-    gi_s = gaps["next_corr"].map(by_corr)  # the activity that ends each gap (NaN: none)
-    has = gi_s.notna().to_numpy()
-    gi_a = gi_s.fillna(0).to_numpy(np.int64)
-    gp = pd.DataFrame(
-        {
-            "p": [(paths[i] or "") if h else None for i, h in zip(gi_a, has, strict=True)],
-            "phase": [str(ph[i]) if h else "other" for i, h in zip(gi_a, has, strict=True)],
-            "g": (gaps["ge"] - gaps["gs"]).to_numpy(np.int64),
-        }
-    )
-    idle_per = gp.groupby(["p", "phase"], sort=False, dropna=False)["g"].sum()
-    for (p, phase), tot in zip(idle_per.index, idle_per, strict=True):
-        g = int(tot)
-        at_end = p is None or (isinstance(p, float) and np.isnan(p))
+    gaps_sql = f"""SELECT gp.gs, gp.ge, gp.next_corr, r.s AS launch_ns, r.tid AS launch_tid
+        FROM {gaps_t} gp
+        LEFT JOIN (SELECT correlation, max(s) AS s, arg_max(tid, s) AS tid FROM {ix.runtime()}
+                   GROUP BY correlation) r ON r.correlation = gp.next_corr
+        WHERE gp.dev = $dev {{where}}
+        ORDER BY gp.gs"""
+    end_id = -2  # the window's end: a gap no activity ends
+    idle = _Sums()
+    for b in _batches(con, gaps_sql, "gs", params, "gp.gs"):
+        g = np.asarray(b["ge"], dtype=np.int64) - np.asarray(b["gs"], dtype=np.int64)
+        _, ended = _ints(b["next_corr"], -1)
+        launch, has = _ints(b["launch_ns"], 0)
+        ltid, _ = _ints(b["launch_tid"], -1)
+        pid, ph = charge(ltid, launch, has & ended)
+        pid = np.where(ended, pid, end_id)
+        ph = np.where(ended, ph, PHASES.index("other"))
+        idle.add(pid, ph, g)
+    for (pi, pc), (gap_ns, _) in idle.by.items():
+        phase = _PHASE_CODES[pc]
+        at_end = pi == end_id
+        p = charge.paths[pi] if pi >= 0 else ""
         key = WINDOW_END if at_end else (p or NO_MODULE)
         parts = key.split("/") if not at_end and p else [key]
         for k in range(1, len(parts) + 1):
             node = "/".join(parts[:k])
-            rows.setdefault(node, ModuleRow(node, k - 1)).idle_ns += g
-        b = res.by_phase.setdefault(str(phase), {"gpu_ns": 0, "idle_ns": 0, "n": 0})
-        b["idle_ns"] += g
+            rows.setdefault(node, ModuleRow(node, k - 1)).idle_ns += gap_ns
+        bp = res.by_phase.setdefault(phase, {"gpu_ns": 0, "idle_ns": 0, "n": 0})
+        bp["idle_ns"] += gap_ns
     res.modules = sorted(rows.values(), key=lambda r: (-r.gpu_ns, r.path))
-    _repeats(res, act, window, paths)
+    if steps.any:
+        _repeats(res, ix, params, window, steps.sequences(), charge)
     return res
 
 
@@ -610,34 +824,60 @@ def _contains_run(seq: np.ndarray, unit: np.ndarray, times: int) -> bool:
 
 
 def _repeats(
-    res: ModulesResult, act: pd.DataFrame, window: Window, paths: list[str | None]
+    res: ModulesResult,
+    ix: RankIndex,
+    params: dict[str, Any],
+    window: Window,
+    seqs: list[np.ndarray],
+    charge: _Charger,
 ) -> None:
-    kern = act["cat"].isin(KERNEL_CATS).to_numpy()
-    if not kern.any() or not window.steps:
-        return
-    bounds = window.step_bounds_ns()
-    s0 = act["s0"].to_numpy(np.int64)
-    dur = (act["e"] - act["s"]).to_numpy(np.int64)
-    ids = act["name_id"].to_numpy(np.int64)
-    launch = act["launch_ns"].to_numpy(np.float64)
-    step_seqs: list[tuple[np.ndarray, np.ndarray]] = []  # (kernel indexes, name ids) per step
-    for a, b in bounds:  # a kernel belongs to the step that launched it (GPU start when unknown)
-        t = np.where(np.isnan(launch), s0, launch)
-        idx = np.flatnonzero(kern & (t >= a) & (t < b))
-        step_seqs.append((idx, ids[idx]))
-    sigs = [tuple(x[1].tolist()) for x in step_seqs]
-    common = max(set(sigs), key=lambda s: (sigs.count(s), len(s)))
-    res.same_sequence_steps = sigs.count(common)
+    """The steps' common kernel sequence and the repeats in it (:func:`tandem_repeats`), from each
+    step's kernel name ids (``seqs``); the reference step's kernels (the first step with the
+    common sequence) are read again for their times, modules and names."""
+    # each distinct sequence once, with its number of steps, in the order they first come (the
+    # tie between sequences as many and as long goes to the first of a set of them, as ever)
+    distinct: dict[tuple[int, ...], int] = {}
+    first: dict[tuple[int, ...], int] = {}
+    for k, seq in enumerate(seqs):
+        sig = tuple(seq.tolist())
+        distinct[sig] = distinct.get(sig, 0) + 1
+        first.setdefault(sig, k)
+    seqs.clear()
+    common = max(set(list(distinct)), key=lambda s: (distinct[s], len(s)))
+    res.same_sequence_steps = distinct[common]
     res.kernels_per_step = len(common)
-    ref_idx, ref = next(x for x in step_seqs if tuple(x[1].tolist()) == common)
-    names = act["name"].to_numpy(object)
+    ref = np.array(common, dtype=np.int64)
+    a, b = window.step_bounds_ns()[first[common]]
+    cats = sql_list(KERNEL_CATS)
+    got = execute(
+        ix.con,
+        _activity_sql(
+            ix,
+            f"AND g.cat IN {cats} AND coalesce(r.s, g.s) >= $ra AND coalesce(r.s, g.s) < $rb",
+        ),
+        {**params, "ra": int(a), "rb": int(b)},
+    ).fetchnumpy()
+    dur = np.asarray(got["e"], dtype=np.int64) - np.asarray(got["s"], dtype=np.int64)
+    launch, has = _ints(got["launch_ns"], 0)
+    ltid, _ = _ints(got["launch_tid"], -1)
+    pid, _ = charge(ltid, launch, has)
+    paths = [charge.paths[p] if p >= 0 else None for p in pid.tolist()]
+    ids = np.asarray(got["name_id"], dtype=np.int64)
+    names = dict(
+        execute(
+            ix.con,
+            "SELECT name_id, name FROM names WHERE run_id = $run AND list_contains($ids, name_id)",
+            {"run": ix.run_id, "ids": [int(x) for x in np.unique(ids)]},
+        ).fetchall()
+    )
+    arrays = [(np.array(sig, dtype=np.int64), n) for sig, n in distinct.items()]
+    ref_total = float(dur.sum())
     for start, p, times in tandem_repeats(ref):
         unit = ref[start : start + p]
-        steps = sum(1 for _, seq in step_seqs if _contains_run(seq, unit, times))
-        cover_idx = ref_idx[start : start + p * times]
-        total = float(dur[cover_idx].sum())
-        ref_total = float(dur[ref_idx].sum())
-        mods = {paths[i].rsplit("/", 1)[0] if paths[i] else None for i in cover_idx}  # type: ignore[union-attr]
+        steps = sum(n for seq, n in arrays if _contains_run(seq, unit, times))
+        cover = range(start, start + p * times)
+        total = float(dur[start : start + p * times].sum())
+        mods = {paths[i].rsplit("/", 1)[0] if paths[i] else None for i in cover}  # type: ignore[union-attr]
         res.repeats.append(
             Repeat(
                 length=p,
@@ -645,7 +885,7 @@ def _repeats(
                 steps=steps,
                 gpu_ns_per_step=total,
                 share_pct=100.0 * total / ref_total if ref_total else 0.0,
-                first_kernels=[str(names[i])[:80] for i in ref_idx[start : start + min(p, 3)]],
+                first_kernels=[str(names[int(i)])[:80] for i in ids[start : start + min(p, 3)]],
                 module=_common_prefix([m for m in mods if m]) if mods - {None} else None,
             )
         )
