@@ -195,6 +195,12 @@ class RankIndex:
                     _drop(self.con, n)
             return names
 
+    def drop(self, key: tuple[Any, ...]) -> None:
+        """Drop the family of tables that holds ``key`` (none: nothing)."""
+        with self._lock:
+            for n in reversed(list(self._tables.pop(key, {}).values())):
+                _drop(self.con, n)
+
     def table(self, key: tuple[Any, ...], sql: str, params: dict[str, Any] | None = None) -> str:
         """A temp table ``AS sql`` (``$``-parameters from ``params``), built once per ``key``."""
 

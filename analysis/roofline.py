@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -281,48 +282,76 @@ MODELLED_NAMES_SQL = f"name IN {sql_list(tuple(MODELS))} OR starts_with(name, '{
 Sig = tuple[str, str | None, str | None, str | None]
 
 
-@dataclass
 class OpCalls:
-    """The modelled CPU ops of a rank's range, one row per call: ``tid``, ``s``/``e`` (ns) and
-    ``sig``, the index in ``sigs`` of its (name, input dims, input types, concrete inputs) as
-    stored (JSON text, None where absent). Numbers only per call: a 2 GB rank has ~0.5 M calls
-    of a few dozen signatures."""
+    """The modelled CPU ops of a rank's range (:func:`modelled_ops`), in a DuckDB working table:
+    one row per call, its row number its id, ``sigs`` the distinct (name, input dims, input
+    types, concrete inputs) as stored (JSON text, None where absent). Python reads the calls of
+    one time range at a time, as numbers (:meth:`overlapping`): a 2 GB rank has ~0.5 M calls of
+    a few dozen signatures."""
 
-    tid: np.ndarray
-    s: np.ndarray
-    e: np.ndarray
-    sig: np.ndarray
-    sigs: list[Sig]
+    def __init__(self, con: Connection, table: str, sigs: list[Sig]) -> None:
+        self.con, self.table, self.sigs = con, table, sigs
 
     def __len__(self) -> int:
-        return len(self.s)
+        row = self.con.execute(f"SELECT count(*) FROM {self.table}").fetchone()
+        return int(row[0]) if row else 0
+
+    def overlapping(
+        self, start_ns: int, end_ns: int, tids: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(id, tid, s, e, sig) of the calls holding a time of ``[start_ns, end_ns]`` (of the
+        threads ``tids``; None: every thread), int64, in the table's order."""
+        where = "" if tids is None else "AND list_contains($tids, tid)"
+        p = {"a": int(start_ns), "b": int(end_ns)}
+        if tids is not None:
+            p["tids"] = [int(t) for t in np.unique(tids)] or [-1]
+        d = execute(
+            self.con,
+            f"""SELECT rowid AS id, tid, s, e, sig FROM {self.table}
+                WHERE s <= $b AND e > $a {where} ORDER BY rowid""",
+            p,
+        ).fetchnumpy()
+        return tuple(np.asarray(d[c], dtype=np.int64) for c in ("id", "tid", "s", "e", "sig"))  # type: ignore[return-value]
 
     def foreach_frame(self) -> pd.DataFrame:
-        """The ``_foreach_*`` calls (columns ``tid``, ``s``, ``e``, ``name``), indexed by row."""
-        fe = [i for i, g in enumerate(self.sigs) if str(g[0]).startswith(FOREACH)]
-        rows = np.flatnonzero(np.isin(self.sig, np.asarray(fe, dtype=np.int64)))
-        names = pd.Series([self.sigs[k][0] for k in self.sig[rows].tolist()], dtype=object)
+        """The ``_foreach_*`` calls (columns ``tid``, ``s``, ``e``, ``name``), indexed by id."""
+        fe = [i for i, g in enumerate(self.sigs) if str(g[0]).startswith(FOREACH)] or [-1]
+        d = execute(
+            self.con,
+            f"""SELECT rowid AS id, tid, s, e, sig FROM {self.table}
+                WHERE list_contains($fe, sig) ORDER BY rowid""",
+            {"fe": fe},
+        ).fetchnumpy()
+        names = [self.sigs[k][0] for k in np.asarray(d["sig"], dtype=np.int64).tolist()]
         return pd.DataFrame(
-            {"tid": self.tid[rows], "s": self.s[rows], "e": self.e[rows], "name": names.values},
-            index=rows,
+            {
+                "tid": np.asarray(d["tid"], dtype=np.int64),
+                "s": np.asarray(d["s"], dtype=np.int64),
+                "e": np.asarray(d["e"], dtype=np.int64),
+                "name": pd.Series(names, dtype=object).values,
+            },
+            index=np.asarray(d["id"], dtype=np.int64),
         )
 
 
-def modelled_ops(con: Connection, run_id: str, rank: int, start_ns: int, end_ns: int) -> OpCalls:
+@contextmanager
+def modelled_ops(
+    con: Connection, run_id: str, rank: int, start_ns: int, end_ns: int
+) -> Iterator[OpCalls]:
     """The rank's complete CPU ops (``cpu_op``, ``Operator``) of :data:`MODELLED_NAMES_SQL` that
-    overlap ``[start_ns, end_ns)``. Their text columns stay in DuckDB (a working table, dropped
-    here): Python gets a signature id per call and the distinct signatures."""
+    overlap ``[start_ns, end_ns)``, for one block: their working tables are dropped when it
+    ends."""
     ix = RankIndex.shared(con, run_id, rank)
     ids = ix.name_ids(MODELLED_NAMES_SQL)
     p = ix.params(ids=ids_param(ids), ws=int(start_ns), we=int(end_ns))
+    cols = "name_id, input_dims, input_types, concrete_inputs"
     ops_sql = f"""
-        SELECT tid, ts_ns AS s, ts_ns + dur_ns AS e, name_id, input_dims, input_types,
-               concrete_inputs
+        SELECT tid, ts_ns AS s, ts_ns + dur_ns AS e, {cols}
         FROM events
         WHERE run_id = $run AND rank = $rank AND ph = 'X' AND cat IN ('cpu_op', 'Operator')
           AND dur_ns IS NOT NULL AND {in_ids("name_id", "ids", ids)}
           AND ts_ns < $we AND ts_ns + dur_ns > $ws"""
-    cols = "name_id, input_dims, input_types, concrete_inputs"
+    same = " AND ".join(f"o.{c} IS NOT DISTINCT FROM g.{c}" for c in cols.split(", "))
     with rank_index(con, run_id, rank) as rx:
         t = rx.table(("roofops",), ops_sql, p)
         g = rx.table(
@@ -337,22 +366,19 @@ def modelled_ops(con: Connection, run_id: str, rank: int, start_ns: int, end_ns:
                 ORDER BY g.sig""",
             p,
         ).fetchall()
-        same = " AND ".join(
-            f"o.{c} IS NOT DISTINCT FROM g.{c}" for c in cols.split(", ") if c != "name_id"
+        calls = rx.table(
+            ("roofcalls",),
+            f"SELECT o.tid, o.s, o.e, g.sig FROM {t} o JOIN {g} g ON {same}",
         )
-        d = execute(
-            con,
-            f"""SELECT o.tid, o.s, o.e, g.sig FROM {t} o
-                JOIN {g} g ON o.name_id = g.name_id AND {same}""",
-        ).fetchnumpy()
-    return OpCalls(
-        *(np.asarray(d[c], dtype=np.int64) for c in ("tid", "s", "e", "sig")),
-        sigs=[(str(r[0]), r[1], r[2], r[3]) for r in sigs],
-    )
+        rx.drop(("roofops",))  # the calls hold what the roofline reads of it
+        yield OpCalls(con, calls, [(str(r[0]), r[1], r[2], r[3]) for r in sigs])
 
 
 #: Spans that :func:`innermost_rows` turns into Python numbers at a time.
 SPAN_BATCH_ROWS = 1 << 16
+#: Kernel launches that :func:`roofline` finds the ops of at a time (with the op calls that hold
+#: one of their times: what Python holds of the rank's ops).
+LAUNCH_BATCH_ROWS = 1 << 16
 
 
 def innermost_rows(
@@ -404,16 +430,15 @@ def innermost_rows(
 
 
 def _group_keys(
-    ops: OpCalls, calls: np.ndarray, list_bytes: dict[int, int]
+    sigs: list[Sig], calls: np.ndarray, csig: np.ndarray, list_bytes: dict[int, int]
 ) -> tuple[list[tuple[Any, ...]], np.ndarray]:
-    """The roofline's rows of the op calls ``calls`` (rows of ``ops``): the distinct keys (name,
-    shapes, types, concrete inputs; a ``_foreach_*`` op's list bytes in the shapes' place) and
-    each call's index among them."""
+    """The roofline's rows of the op calls ``calls`` (ids, of the signatures ``csig``, indexes in
+    ``sigs``): the distinct keys (name, shapes, types, concrete inputs; a ``_foreach_*`` op's
+    list bytes in the shapes' place) and each call's index among them."""
     ids: dict[tuple[Any, ...], int] = {}
-    csig = ops.sig[calls]
     gkey = np.empty(len(calls), dtype=np.int64)
     for sg in np.unique(csig).tolist():
-        name, dims, types, conc = ops.sigs[sg]
+        name, dims, types, conc = sigs[sg]
         at = csig == sg
         if name.startswith(FOREACH):  # TensorLists: no shapes; the list's bytes instead
             for c in np.flatnonzero(at).tolist():
@@ -684,21 +709,28 @@ def roofline(
     if not len(lx):
         return res
     kern = lx.copy == 0
-    ops = modelled_ops(con, run_id, rank, window.start_ns - 10**10, window.end_ns)
-    list_bytes = _foreach_list_bytes(con, run_id, rank, ops.foreach_frame())
     launch = lx.has_launch & kern
     gidx_all = np.full(len(lx), -1, dtype=np.int64)
-    if len(ops) and launch.any():
+    gsig_all = np.full(len(lx), -1, dtype=np.int64)
+    with modelled_ops(con, run_id, rank, window.start_ns - 10**10, window.end_ns) as ops:
+        list_bytes = _foreach_list_bytes(con, run_id, rank, ops.foreach_frame())
+        sigs = ops.sigs
         sel = np.flatnonzero(launch)
-        gidx_all[sel] = innermost_rows(
-            ops.tid, ops.s, ops.e, lx.tid[sel].astype(np.int64), lx.launch_ns[sel].astype(np.int64)
-        )
+        sel = sel[np.argsort(lx.launch_ns[sel], kind="stable")]
+        for a in range(0, len(sel), LAUNCH_BATCH_ROWS):  # the launches in time order, in batches
+            part = sel[a : a + LAUNCH_BATCH_ROWS]
+            qt, qtid = lx.launch_ns[part].astype(np.int64), lx.tid[part].astype(np.int64)
+            oid, tid, s, e, sig = ops.overlapping(int(qt.min()), int(qt.max()), qtid)
+            rows = innermost_rows(tid, s, e, qtid, qt)
+            hit = rows >= 0
+            gidx_all[part[hit]] = oid[rows[hit]]
+            gsig_all[part[hit]] = sig[rows[hit]]
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     un_names: dict[int, int] = {}
     peak_cache: dict[tuple[str, str | None], float | None] = {}
     kj = np.flatnonzero(kern)
-    gidx = gidx_all[kj]
-    del gidx_all
+    gidx, gsig = gidx_all[kj], gsig_all[kj]
+    del gidx_all, gsig_all
     # the CUDA-graph replays' launch calls: their kernels' ops ran at capture, not here
     replays = {
         (int(t), int(ts))
@@ -727,7 +759,7 @@ def roofline(
     calls, first, inv = np.unique(gidx[on], return_index=True, return_inverse=True)
     per_call = np.zeros(len(calls), dtype=np.int64)
     np.add.at(per_call, inv, np.asarray(lx.in_ns[kj[on]], dtype=np.int64))
-    keys, gkey = _group_keys(ops, calls, list_bytes)
+    keys, gkey = _group_keys(sigs, calls, gsig[on][first], list_bytes)
     n_keys = len(keys)
     first_of = np.full(n_keys, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first_of, gkey, first)

@@ -138,7 +138,10 @@ def test_modelled_ops_are_the_ops_with_their_text(con) -> None:
     """The roofline's op calls (a signature id each) are the rows of the whole query with its
     text columns, and the working tables they came from are gone."""
     rid = ingest_paths(con, [GPT_MEM])[0].run_id
-    ops = R.modelled_ops(con, rid, 0, -(2**62), 2**62)
+    with R.modelled_ops(con, rid, 0, -(2**62), 2**62) as ops:
+        oid, tid, s, e, sig = ops.overlapping(-(2**62), 2**62)
+        n, sigs, fe = len(ops), ops.sigs, ops.foreach_frame()
+        some = ops.overlapping(int(np.median(s)), int(np.median(s)))
     rows = con.execute(
         """SELECT e.tid, e.ts_ns, e.ts_ns + e.dur_ns, n.name, e.input_dims, e.input_types,
                   e.concrete_inputs
@@ -149,31 +152,46 @@ def test_modelled_ops_are_the_ops_with_their_text(con) -> None:
         [rid, list(R.MODELS)],
     ).fetchall()
     got = [
-        (t, s, e, *ops.sigs[g])
-        for t, s, e, g in zip(
-            ops.tid.tolist(), ops.s.tolist(), ops.e.tolist(), ops.sig.tolist(), strict=True
-        )
+        (t, a, b, *sigs[g])
+        for t, a, b, g in zip(tid.tolist(), s.tolist(), e.tolist(), sig.tolist(), strict=True)
     ]
     key = lambda r: tuple("" if v is None else str(v) for v in r)  # noqa: E731
     assert len(rows) > 100 and sorted(got, key=key) == sorted(rows, key=key)
-    assert len(set(ops.sigs)) == len(ops.sigs) < len(ops)
-    fe = ops.foreach_frame()
+    assert len(set(sigs)) == len(sigs) < n == len(rows) and sorted(oid.tolist()) == list(range(n))
     assert len(fe) and fe["name"].str.startswith(R.FOREACH).all()
+    assert set(fe.index) <= set(oid.tolist())
+    t = int(np.median(s))  # a range of one time: the calls holding it, and only those
+    assert 0 < len(some[0]) < n and ((some[2] <= t) & (some[3] > t)).all()
     left = con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE '%roof%'"
     ).fetchone()
     assert left == (0,)
 
 
-def test_roofline_in_small_span_batches_is_the_same(con, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_roofline_in_small_batches_is_the_same(con, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The roofline of 5 launches at a time (the op calls of their range alone in Python) and of
+    spans numbered 2 at a time is that of every launch and span at once."""
     rid = ingest_paths(con, [GPT_MEM])[0].run_id
     w = find_window(con, rid, 0)
     dev = RankIndex.shared(con, rid, 0).primary_device(w.start_ns, w.end_ns)
     props = {"name": "NVIDIA H100 80GB HBM3"}
     whole = R.roofline(con, rid, 0, w, dev, props).to_json()
+    ranges: list[int] = []
+    overlapping = R.OpCalls.overlapping
+
+    def spy(self, a, b, tids=None):  # type: ignore[no-untyped-def]
+        got = overlapping(self, a, b, tids)
+        assert tids is not None and len(tids) <= 5
+        ranges.append(len(got[0]))
+        return got
+
+    monkeypatch.setattr(R.OpCalls, "overlapping", spy)
+    monkeypatch.setattr(R, "LAUNCH_BATCH_ROWS", 5)
     monkeypatch.setattr(R, "SPAN_BATCH_ROWS", 2)
     assert R.roofline(con, rid, 0, w, dev, props).to_json() == whole
-    assert whole["n_ops"] > 10
+    assert whole["n_ops"] > 10 and len(ranges) > 10
+    with R.modelled_ops(con, rid, 0, w.start_ns - 10**10, w.end_ns) as ops:
+        assert max(ranges) < len(ops)  # no batch read every call
 
 
 def _limit(con) -> int:
