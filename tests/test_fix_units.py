@@ -133,12 +133,14 @@ CASES: dict[str, tuple[Path, tuple[int, ...]]] = {
 
 @pytest.fixture(scope="module")
 def docs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], dict]:
-    """``analyze --json`` of every sample and rank (one store)."""
+    """``analyze --json`` of every sample and rank (one store: in memory, the subject is the
+    analysis; the lake under ``GPUSCOPE_TESTS_ON_LAKE=1``)."""
+    from clitools import analysis_spec
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
     from gpuscope.store import connect
 
-    con = connect(tmp_path_factory.mktemp("fixunits") / "store")
+    con = connect(analysis_spec(tmp_path_factory.mktemp("fixunits"), "store"))
     out = {}
     for name, (path, ranks) in CASES.items():
         rid = ingest_paths(con, [path])[0].run_id
@@ -211,13 +213,14 @@ def test_every_face_lists_the_fixes_in_the_same_order(tmp_path: Path) -> None:
     give the fixes in one order, the largest estimate first, each with its estimate's words."""
     import json
 
+    from clitools import analysis_store
     from gpuscope.analysis.report import analyze_run
     from gpuscope.cli.main import main
     from gpuscope.ingest.loader import ingest_paths
     from gpuscope.reports import build_report
     from gpuscope.store import connect
 
-    db = tmp_path / "store"
+    db = analysis_store(tmp_path)  # a DuckDB file: the faces' words are the subject, not the store
 
     def cli(*args: str) -> str:
         out = io.StringIO()
