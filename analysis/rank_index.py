@@ -656,32 +656,40 @@ def limit_bytes(text: str) -> int | None:
 
 
 def within_working_memory(
-    con: Connection, compute: Callable[[], T], limits: Sequence[str] = WORKING_MEMORY_LIMITS
+    con: Connection, compute: Callable[[], T], limits: Sequence[str] | None = None
 ) -> T:
-    """``compute()`` with DuckDB's memory limit at each of ``limits`` in turn (see
-    :data:`WORKING_MEMORY_LIMITS`; one above the connection's own is not tried), the connection's
-    own limit set back after. On running out of memory at a limit, the shared indexes of ``con``
+    """``compute()`` with DuckDB's memory limit at each of ``limits`` in turn (default
+    :data:`WORKING_MEMORY_LIMITS`; where one is not below the connection's own limit, the own
+    is tried instead of it and those after), the connection's own limit set back after. On running out of memory at a limit, the shared indexes of ``con``
     are closed (their tables are made again at the next); at the last, the error propagates."""
     from gpuscope.analysis.report_part import _set_back
 
+    limits = WORKING_MEMORY_LIMITS if limits is None else limits
     row = con.execute("SELECT current_setting('memory_limit')").fetchone()
     own = str(row[0]) if row else None
     own_bytes = limit_bytes(own) if own is not None else None
-    tried = [
+    tries: list[str | None] = [  # None: the connection's own
         lim for lim in limits if own_bytes is None or (limit_bytes(lim) or own_bytes) < own_bytes
     ]
+    if own is not None and len(tries) < len(limits):
+        tries.append(None)
+    if not tries:
+        return compute()
     try:
-        for limit in tried[:-1]:
+        for limit in tries[:-1]:
             con.execute(f"SET memory_limit = '{limit}'")
             try:
                 return compute()
             except duckdb.OutOfMemoryException:
                 close_shared(con)
-        if tried:
-            con.execute(f"SET memory_limit = '{tried[-1]}'")
+        last = tries[-1]
+        if last is None:
+            _set_back(con, str(own))
+        else:
+            con.execute(f"SET memory_limit = '{last}'")
         return compute()
     finally:
-        if own is not None and tried:
+        if own is not None:
             _set_back(con, own)
 
 

@@ -245,6 +245,12 @@ def test_within_working_memory_tries_the_next_limit(con) -> None:
     with pytest.raises(duckdb.OutOfMemoryException):
         within_working_memory(con, never)
     assert con.execute("SELECT current_setting('memory_limit')").fetchone() == own
+    # the connection's own limit below the last working one: the second try is at its own
+    con.execute("SET memory_limit = '512MB'")
+    seen.clear()
+    assert within_working_memory(con, compute) == "done"
+    assert seen == [_mb(WORKING_MEMORY_LIMITS[0]), 512]
+    assert _limit(con) == 512
 
 
 def test_limit_bytes() -> None:
