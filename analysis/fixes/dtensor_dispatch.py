@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpuscope.analysis.fixes import base as fx
+from gpuscope.analysis.fixes import kernel_fusion
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words, evidence_json
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.phase_patterns import DTENSOR_SPANS, SUBCLASS_DISPATCH
 
 if TYPE_CHECKING:
     from gpuscope.analysis.critical_path import Graph, Node
-    from gpuscope.analysis.gains import Context, Variant
+    from gpuscope.analysis.gains import Context, DurFn, Variant
 
 WORDS = Words(
     "Compile the tensor-parallel model: DTensor's Python dispatch holds the step",
@@ -67,9 +68,22 @@ def is_dispatch(n: Node) -> bool:
 
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
-    """DTensor's dispatch segments × 0.5 / 0.2 / 0.05 (traced once, the compiled step keeps a
-    little of it: guards, the collectives' Python wrappers)."""
-    return fx.scaled_variants(is_dispatch, 0.5, 0.2, 0.05)
+    """The fix is ``torch.compile(model)``: the compiled step runs neither DTensor's dispatch nor
+    the eager ops' own host work. DTensor's dispatch segments × 0.5 / 0.2 / 0.05 (traced once,
+    the compiled step keeps a little of it: guards, the collectives' Python wrappers); the rest
+    of the step as compiling re-times it (:func:`kernel_fusion.retime`: host × 0.6 / 0.3 / 0.1,
+    launches and short kernels × 1 / 0.5 / 0.25)."""
+    compiled = kernel_fusion.retime(g, ctx)
+    out: dict[str, Variant] = {}
+    for name, f in (("low", 0.5), ("mid", 0.2), ("high", 0.05)):
+        rest = compiled[name][0]
+        assert rest is not None
+
+        def dur(v: int, n: Node, f: float = f, rest: DurFn = rest) -> float:
+            return n.dur * f if is_dispatch(n) else rest(v, n)
+
+        out[name] = (dur, None)
+    return out
 
 
 UNIT = FixUnit("dtensor_dispatch", WORDS, detect, retime, cause=True)

@@ -1,0 +1,93 @@
+"""Estimate ranges where the trace measures its own host speed: hand-built steps with answers
+computed by hand (docs/metrics.md, "Gains from the path": the calibrated host scale replaces the
+prior 0.3 / 0.4 / 0.5; a compiled tensor-parallel step loses the eager ops' host work too)."""
+
+from __future__ import annotations
+
+import pytest
+from gpuscope.analysis import fixes as FX
+from gpuscope.analysis import gains as GN
+from gpuscope.analysis.critical_path import GpuEvent as G
+from gpuscope.analysis.critical_path import HostEvent as H
+from gpuscope.analysis.critical_path import critical_path_of
+
+US = 1_000
+
+
+def _estimate(fix: str, cp, ctx) -> GN.Estimate:
+    u = FX.BY_ID[fix]
+    assert u.retime is not None
+    return GN.replay_estimate(u.retime(cp.graph, ctx), cp, ctx, staging=u.staging)
+
+
+def test_a_calibrated_host_speed_replaces_the_prior_scales() -> None:
+    """A step of host work only (aten::foo 0..100 µs), untraced step 50 µs: the calibrated host
+    scale is 0.5 (100 × s = 50). CUDA graphs (host × 0.5 / 0.2 / 0.05) replayed at 0.5 alone:
+    mid 1 − 0.2 = 80 %, low (weakest fix on a host 1.23× slower) 1 − 0.5 × 1.23 = 38.5 %, high
+    (strongest on one 1.23× faster) 1 − 0.05 / 1.23 = 95.93 %. The old range also replayed at
+    0.3, where 20 of the 50 µs were unexplained: kept, the weakest fix on the slow host gave
+    1 − (0.5 × 1.23 × 30 + 20) / 50 = 23.1 %; gone, the strongest 1 − 0.05 / 1.23 × 30 / 50 =
+    97.6 % (a host both 0.3× and 0.5× as fast as the trace says)."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 100 * US, 1),
+        H("aten::foo", "cpu_op", 0, 100 * US, 1),
+    ]
+    cp = critical_path_of(host, [], 1, [(0, 100 * US)], [1])
+    ctx = GN.Context(n_steps=1, step_ms=0.1, untraced_step_ms=0.05)
+    ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
+    assert ctx.host_scale_cal == pytest.approx(0.5, abs=1e-3)
+    est = _estimate("cuda_graphs", cp, ctx)
+    assert est.calibrated
+    assert est.gain_pct == pytest.approx(80.0, abs=0.1)
+    assert est.low_pct == pytest.approx(100 * (1 - 0.5 * 1.23), abs=0.1)
+    assert est.high_pct == pytest.approx(100 * (1 - 0.05 / 1.23), abs=0.1)
+
+
+def test_an_uncalibrated_gpu_bound_step_keeps_the_prior_scales() -> None:
+    """A GPU-bound step: aten::mm 0..10 µs launches (call 4..6) a 90 µs kernel 10..100; untraced
+    step 100 µs. The host does not bind at 0.3..0.5 (the window stays 100 µs): no calibrated
+    scale, and the range is replayed at the prior scales as before. CUDA graphs shorten only
+    host time, which the kernel hides: every variant keeps the 100 µs step (gain ~0)."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 100 * US, 1),
+        H("aten::mm", "cpu_op", 0, 10 * US, 1),
+        H("cudaLaunchKernel", "cuda_runtime", 4 * US, 6 * US, 1, 1),
+    ]
+    gpu = [G("sm90_gemm", "kernel", 10 * US, 100 * US, 7, 1)]
+    cp = critical_path_of(host, gpu, 1, [(0, 100 * US)], [1])
+    ctx = GN.Context(n_steps=1, step_ms=0.1, untraced_step_ms=0.1)
+    ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
+    assert ctx.host_scale_cal is None
+    est = _estimate("cuda_graphs", cp, ctx)
+    assert not est.calibrated
+    # the launch latency (call start 4 -> kernel 10) moves with the host: at most 6 × 0.5 µs
+    assert -1.0 <= est.low_pct <= est.gain_pct <= est.high_pct <= 5.0
+
+
+def test_compiling_a_tensor_parallel_step_also_removes_the_eager_ops_host_work() -> None:
+    """DTensor's fix is ``torch.compile(model)``: its mid re-timing is the dispatch × 0.2 and
+    the rest of the host as compiling re-times it (CPU ops × 0.3, launch calls and short kernels
+    × 0.5). Step 0..200 µs on one thread: aten::mm 0..200 holding a PythonSubclass dispatch
+    20..180 that holds aten::mm 100..140, which launches (call 110..120) a 5 µs kernel 120..125.
+    Host segments: aten::mm 0..20 + 180..200 (40 µs), dispatch 20..100 + 140..180 (120 µs),
+    aten::mm 100..110 + 120..140 (30 µs), the call (10 µs). Mid: 40 × 0.3 + 120 × 0.2 + 30 × 0.3
+    + 10 × 0.5 = 50 µs of host, and the kernel (2.5 µs) ends before the host does: 200 -> 50 µs
+    as recorded. The estimate's point is at host scale 0.4 (no untraced step): the old step is
+    200 × 0.4 = 80 µs; after the fix the call starts at (6 + 16 + 3) × 0.4 = 10 µs, its kernel
+    10 µs later (the launch latency is not host time) and ends at 22.5, after the host's 20 µs:
+    1 − 22.5 / 80 = 71.875 %. Before, only the dispatch moved (mid 200 − 120 × 0.8 = 104 µs as
+    recorded)."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 200 * US, 1),
+        H("aten::mm", "cpu_op", 0, 200 * US, 1),
+        H("PythonSubclass", "cpu_op", 20 * US, 180 * US, 1),
+        H("aten::mm", "cpu_op", 100 * US, 140 * US, 1),
+        H("cudaLaunchKernel", "cuda_runtime", 110 * US, 120 * US, 1, 1),
+    ]
+    gpu = [G("elementwise_kernel", "kernel", 120 * US, 125 * US, 7, 1)]
+    cp = critical_path_of(host, gpu, 1, [(0, 200 * US)], [1])
+    ctx = GN.Context(n_steps=1, step_ms=0.2)
+    dur, keep = FX.BY_ID["dtensor_dispatch"].retime(cp.graph, ctx)["mid"]  # type: ignore[misc]
+    assert GN.makespan(cp.graph, 0, dur, keep) == pytest.approx(50 * US)
+    est = _estimate("dtensor_dispatch", cp, ctx)
+    assert est.gain_pct == pytest.approx(71.875)
