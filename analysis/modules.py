@@ -444,7 +444,7 @@ def _activity_sql(ix: RankIndex, where: str = "") -> str:
             ORDER BY g.s, g.correlation, g.rid, r.s, r.tid"""
 
 
-def _bounds(con: Connection, sql: str, key: str, params: dict[str, Any]) -> list[int]:
+def batch_bounds(con: Connection, sql: str, key: str, params: dict[str, Any]) -> list[int]:
     """Values of ``key`` that cut the rows of ``sql`` into batches of about :data:`BATCH_ROWS`
     rows, ascending (the first is the least value): batch i is ``bounds[i] <= key <
     bounds[i + 1]``; rows of one value of ``key`` are in one batch."""
@@ -464,9 +464,9 @@ def _batches(
     """The rows of ``sql`` a batch at a time, as numpy columns, in the order of ``sql``: ``key``
     is a column of its rows, ``where`` the same value inside it (``sql`` holds ``{where}`` for the
     batch's condition on it); a batch is :data:`BATCH_ROWS` rows and those with the same value
-    of ``key`` as its last (see :func:`_bounds`)."""
+    of ``key`` as its last (see :func:`batch_bounds`)."""
     base = sql.format(where="")
-    bounds = _bounds(con, base, key, params)
+    bounds = batch_bounds(con, base, key, params)
     for i, lo in enumerate(bounds):
         cond = f"AND {where} >= $b_lo" + (f" AND {where} < $b_hi" if i + 1 < len(bounds) else "")
         b = {**params, "b_lo": lo, "b_hi": bounds[i + 1] if i + 1 < len(bounds) else None}

@@ -31,7 +31,9 @@ it. Definitions: docs/metrics.md, "Causes found by phase and pattern".
 
 from __future__ import annotations
 
+import itertools
 import re
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +48,7 @@ from gpuscope.analysis.event_classes import (
     SYNC_APIS,
     is_comm_kernel,
 )
+from gpuscope.analysis.modules import batch_bounds
 from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids, name_class
 from gpuscope.analysis.store_access import RUNTIME_CATS_SQL, execute, sql_list
 
@@ -350,63 +353,395 @@ def _outermost(tid: Any, s: Any, e: Any) -> Any:
 def phase_patterns(
     con: Connection, run_id: str, rank: int, window: Window | None = None
 ) -> PhasePatterns:
-    """The rank's optimizer loop and recompute in its window (module doc)."""
+    """The rank's optimizer loop and recompute in its window (module doc). The window's launches,
+    forward ops and backward functions are read a batch of launches' time at a time
+    (:data:`BATCH_ROWS` launches, :func:`gpuscope.analysis.modules.batches`); what is kept
+    across batches is what each pattern found (the optimizer's kernels, the re-run ops and the
+    backward functions holding them, the communication kernels), and the GPU time around them is
+    read back by SQL: the memory does not grow with the rank's length."""
     from gpuscope.analysis.steps import find_window
 
     w = window if window is not None else find_window(con, run_id, rank)
     n_steps = max(1, w.n_steps)
     params = {"run": run_id, "rk": int(rank), "lo": int(w.start_ns), "hi": int(w.end_ns)}
     ix = RankIndex.shared(con, run_id, rank)
-    span_ids = ids_param(ix.name_ids(_SPAN_NAMES))
-    spans = execute(
-        con,
-        f"""
-        SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, n.name
-        FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
-        WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat NOT IN {RUNTIME_CATS_SQL}
-          AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo AND {in_ids("h.name_id", "ids", span_ids)}
-        ORDER BY h.tid, h.ts_ns
-        """,
-        {**params, "ids": span_ids},
-    ).fetchall()
-    tid = np.array([r[0] for r in spans], dtype=np.int64)
-    s = np.array([r[1] for r in spans], dtype=np.int64)
-    e = np.array([r[2] for r in spans], dtype=np.int64)
-    names = [str(r[3]) for r in spans]
+    name_of = _Names(con, run_id)
+    span_ids = ix.name_ids(_SPAN_NAMES)
+    span_names = name_of(span_ids)
+    opt_ids = [i for i in span_ids if _OPT_STEP.match(span_names[i])]
+    bwd_ids = [i for i in span_ids if span_names[i].startswith(_BACKWARD)]
+    fwd_set = set(FORWARD_OPS)
+    fwd_ids = [i for i in span_ids if span_names[i] in fwd_set]
+    batched_ids = [
+        i
+        for i in span_ids
+        if _BATCHED_OP.match(span_names[i]) and not _OPT_STEP.match(span_names[i])
+    ]
+
+    def spans(ids: list[int], where: str = "", extra: dict[str, Any] | None = None) -> Any:
+        got = execute(
+            con,
+            f"""
+            SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, h.name_id
+            FROM {ix.host()} h
+            WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat NOT IN {RUNTIME_CATS_SQL}
+              AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo
+              AND {in_ids("h.name_id", "ids", ids_param(ids))} {where}
+            ORDER BY h.tid, h.ts_ns
+            """,
+            {**params, "ids": ids_param(ids), **(extra or {})},
+        ).fetchnumpy()
+        return tuple(np.asarray(got[c], dtype=np.int64) for c in ("tid", "s", "e", "name_id"))
+
+    present = {
+        int(r[0])
+        for r in execute(
+            con,
+            f"""SELECT DISTINCT h.name_id FROM {ix.host()} h
+                WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat NOT IN {RUNTIME_CATS_SQL}
+                  AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo
+                  AND {in_ids("h.name_id", "ids", ids_param(span_ids))}""",
+            {**params, "ids": ids_param(span_ids)},
+        ).fetchall()
+    }
+    annotated = any(_CHECKPOINT.search(span_names[i]) for i in present)
+    opt = _OptimizerSum(spans(opt_ids), spans(batched_ids), name_of)
+    rec = _RecomputeSum()
+    look_rec = any(i in present for i in bwd_ids) and any(i in present for i in fwd_ids)
+    comm = _CommSum()
     launch_ids = ids_param(ix.name_ids(_LAUNCH_NAMES))
-    got = execute(
-        con,
-        f"""
+    launches = f"""
         SELECT r.tid, r.s AS t, r.correlation AS corr, k.s AS ks, k.e AS ke, k.name_id
         FROM {ix.runtime()} r JOIN {ix.gpu()} k ON k.correlation = r.correlation
         WHERE k.cat IN {sql_list(KERNEL_CATS)} AND {in_ids("r.name_id", "lids", launch_ids)}
-          AND r.s >= $lo AND r.s < $hi
-        """,
-        {**params, "lids": launch_ids},
-    ).fetchnumpy()
-    col = {c: np.asarray(got[c], dtype=np.int64) for c in ("tid", "t", "corr", "ks", "ke")}
-    l_tid, l_t, l_corr, k_s, k_e = (col[c] for c in ("tid", "t", "corr", "ks", "ke"))
-    name_id = np.asarray(got["name_id"], dtype=np.int64)
-    # each kernel's kind from its name, read once per distinct name
-    ids = [int(i) for i in np.unique(name_id)]
+          AND r.s >= $lo AND r.s < $hi {{where}}
+    """
+    lparams = {**params, "lids": launch_ids}
     kinds: dict[int, int] = {}
-    for i, nm in execute(
-        con,
-        "SELECT name_id, name FROM names WHERE run_id = $run AND list_contains($ids, name_id)",
-        {"run": run_id, "ids": ids},
-    ).fetchall():
-        kinds[int(i)] = _kernel_kind(str(nm))
-    k_kind = np.array([kinds.get(int(i), COMPUTE_K) for i in name_id], dtype=np.int8)
-    annotated = any(_CHECKPOINT.search(n) for n in names)
+    bounds = batch_bounds(con, launches.format(where=""), "t", lparams)
+    for i, c0 in enumerate(bounds or [None]):
+        c1 = bounds[i + 1] if i + 1 < len(bounds) else None
+        cond = (" AND r.s >= $c0" if i > 0 else "") + (" AND r.s < $c1" if c1 is not None else "")
+        cp = {"c0": c0, "c1": c1}
+        got = execute(con, launches.format(where=cond), {**lparams, **cp}).fetchnumpy()
+        col = {c: np.asarray(got[c], dtype=np.int64) for c in ("tid", "t", "corr", "ks", "ke")}
+        name_id = np.asarray(got["name_id"], dtype=np.int64)
+        new = [int(x) for x in np.unique(name_id) if int(x) not in kinds]
+        for k, nm in name_of(new).items():
+            kinds[k] = _kernel_kind(nm)
+        k_kind = np.array([kinds.get(int(x), COMPUTE_K) for x in name_id], dtype=np.int8)
+        batch = _Launches(col["tid"], col["t"], col["corr"], col["ks"], col["ke"], k_kind)
+        opt.add(batch)
+        needs_bwd = look_rec or bool((k_kind == ALLGATHER_K).any())
+        if needs_bwd:
+            # backward functions that may hold a forward op or a launch of the batch
+            b_cond = (" AND h.ts_ns + h.dur_ns >= $c0" if i > 0 else "") + (
+                " AND h.ts_ns < $c1" if c1 is not None else ""
+            )
+            bwd = spans(bwd_ids, b_cond, cp)
+        if look_rec:
+            f_cond = (" AND h.ts_ns >= $c0" if i > 0 else "") + (
+                " AND h.ts_ns < $c1" if c1 is not None else ""
+            )
+            rec.add(bwd, spans(fwd_ids, f_cond, cp), batch)
+        else:
+            rec.add_launches(batch)
+        comm.add(batch, bwd if needs_bwd else None)
+    n = n_steps
     return PhasePatterns(
         n_steps,
         w.duration_ns,
-        _optimizer(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, k_kind),
-        _recompute(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, n_steps, annotated),
-        _allgather(tid, s, e, names, l_tid, l_t, k_s, k_e, k_kind, n_steps, w),
+        opt.result(con, ix, lparams, launches),
+        rec.result(con, ix, lparams, launches, n, annotated, name_of),
+        comm.result(con, ix, lparams, launches, n, w),
         _subclass(con, ix, params, n_steps),
         _blocking_copy(con, ix, params, n_steps),
     )
+
+
+class _Names:
+    """Names of the run's name ids, read as asked and kept."""
+
+    def __init__(self, con: Connection, run_id: str) -> None:
+        self.con, self.run_id = con, run_id
+        self.known: dict[int, str] = {}
+
+    def __call__(self, ids: list[int]) -> dict[int, str]:
+        want = [int(i) for i in ids if int(i) not in self.known]
+        if want:
+            for i, nm in execute(
+                self.con,
+                "SELECT name_id, name FROM names WHERE run_id = $run AND list_contains($ids, name_id)",
+                {"run": self.run_id, "ids": want},
+            ).fetchall():
+                self.known[int(i)] = str(nm)
+        return {int(i): self.known[int(i)] for i in ids if int(i) in self.known}
+
+
+@dataclass
+class _Launches:
+    """A batch of the window's kernel launches: the launch call's thread, time and correlation,
+    the kernel's GPU span and kind."""
+
+    tid: Any
+    t: Any
+    corr: Any
+    ks: Any
+    ke: Any
+    kind: Any
+
+
+def _near_kernels(
+    con: Connection,
+    launches: str,
+    params: dict[str, Any],
+    starts: list[int],
+    ends: list[int],
+    where: str = "",
+) -> tuple[Any, Any, Any]:
+    """The window's launched kernels (``launches``, its SQL) whose GPU span overlaps each range
+    ``[starts[j], ends[j])``: (range j, kernel start, kernel end) of each such pair."""
+    if not starts:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    got = execute(
+        con,
+        f"""WITH w AS (SELECT unnest($wa) AS a, unnest($wb) AS b, unnest($wj) AS j),
+                k AS ({launches.format(where="")})
+            SELECT w.j, k.ks, k.ke FROM k JOIN w ON k.ke > w.a AND k.ks < w.b {where}""",
+        {**params, "wa": starts, "wb": ends, "wj": list(range(len(starts)))},
+    ).fetchnumpy()
+    return tuple(np.asarray(got[c], dtype=np.int64) for c in ("j", "ks", "ke"))  # type: ignore[return-value]
+
+
+class _OptimizerSum:
+    """The optimizer steps' kernels, summed batch by batch (:class:`OptimizerLoop`)."""
+
+    def __init__(self, spans: Any, batched: Any, name_of: _Names) -> None:
+        self.tid, self.s, self.e, ids = spans
+        self.name = name_of([int(ids[0])])[int(ids[0])] if len(ids) else ""
+        self.n_launch = 0
+        self.end = self.e.copy()  # the later of the span's end and its last kernel's end
+        self.durs: list[Any] = []
+        self.corrs: set[int] = set()
+        self.batched_kernel = False
+        b_tid, b_s = batched[0], batched[1]
+        # a foreach/fused op inside an optimizer step (its start within one, ends included)
+        self.batched_op = bool(
+            b_s.size and self.s.size and (_inside(self.tid, self.s, self.e, b_tid, b_s) >= 0).any()
+        )
+
+    def add(self, b: _Launches) -> None:
+        if self.s.size == 0 or b.t.size == 0:
+            return
+        held = _inside(self.tid, self.s, self.e, b.tid, b.t)
+        inside = held >= 0
+        if not inside.any():
+            return
+        np.maximum.at(self.end, held[inside], b.ke[inside])
+        self.n_launch += int(inside.sum())
+        self.durs.append((b.ke - b.ks)[inside])
+        self.corrs.update(int(c) for c in b.corr[inside])
+        self.batched_kernel |= bool((b.kind[inside] == BATCHED_K).any())
+
+    def result(
+        self, con: Connection, ix: RankIndex, params: dict[str, Any], launches: str
+    ) -> OptimizerLoop | None:
+        if self.s.size == 0:
+            return None
+        end = np.maximum(self.end, 0)
+        walls = end - self.s
+        # the GPU idle in the wall: no kernel at all runs (another rank's wait or the backward's
+        # tail on the GPU is not the optimizer's idle)
+        j, ks, ke = _near_kernels(con, launches, params, self.s.tolist(), end.tolist())
+        idles = []
+        o = np.argsort(j, kind="stable")
+        j, ks, ke = j[o], ks[o], ke[o]
+        cut = np.searchsorted(j, np.arange(self.s.size + 1))
+        for x in range(self.s.size):
+            a, b = int(self.s[x]), int(end[x])
+            sl = slice(cut[x], cut[x + 1])
+            busy = _union_ns(np.clip(ks[sl], a, b), np.clip(ke[sl], a, b))
+            idles.append(max(0, int(walls[x]) - busy))
+        n = int(self.s.size)
+        durs = np.concatenate(self.durs) if self.durs else np.zeros(0, dtype=np.int64)
+        return OptimizerLoop(
+            name=self.name,
+            n=n,
+            launches_per_step=float(self.n_launch) / n,
+            kernel_ms_per_step=float(durs.sum()) / n / 1e6,
+            wall_ms_per_step=float(int(walls.sum())) / n / 1e6,
+            idle_ms_per_step=float(sum(idles)) / n / 1e6,
+            median_kernel_us=float(np.median(durs)) / 1e3 if durs.size else None,
+            foreach=self.batched_op or self.batched_kernel,
+            spans=tuple(
+                (int(a), int(b), int(c)) for a, b, c in zip(self.tid, self.s, self.e, strict=True)
+            ),
+            correlations=frozenset(self.corrs),
+        )
+
+
+class _RecomputeSum:
+    """The forward ops re-run inside backward functions and the kernels they launched, found
+    batch by batch (:class:`Recompute`)."""
+
+    def __init__(self) -> None:
+        self.f: list[tuple[Any, Any, Any, Any]] = []  # forward ops held: tid, s, e, name id
+        self.hb: set[tuple[int, int, int]] = set()  # the backward functions holding them
+        self.k_ns = 0
+        self.corrs: set[int] = set()
+        self._ft = self._fs = self._fe = np.zeros(0, dtype=np.int64)
+
+    def add(self, bwd: Any, fwd: Any, b: _Launches) -> None:
+        b_tid, b_s, b_e, _ = bwd
+        f_tid, f_s, f_e, f_id = fwd
+        if b_s.size and f_s.size:
+            holder = _inside(b_tid, b_s, b_e, f_tid, f_s)
+            got = holder >= 0
+            if got.any():
+                self.f.append((f_tid[got], f_s[got], f_e[got], f_id[got]))
+                h = np.unique(holder[got])
+                self.hb.update(
+                    (int(x), int(y), int(z))
+                    for x, y, z in zip(b_tid[h], b_s[h], b_e[h], strict=True)
+                )
+                self._ft = np.concatenate([self._ft, f_tid[got]])
+                self._fs = np.concatenate([self._fs, f_s[got]])
+                self._fe = np.concatenate([self._fe, f_e[got]])
+        self.add_launches(b)
+
+    def add_launches(self, b: _Launches) -> None:
+        # a launch inside a re-run op (any: an op inside another is inside the outer one too)
+        if self._fs.size == 0 or b.t.size == 0:
+            return
+        got = _inside(self._ft, self._fs, self._fe, b.tid, b.t) >= 0
+        self.k_ns += int((b.ke - b.ks)[got].sum())
+        self.corrs.update(int(c) for c in b.corr[got])
+
+    def result(
+        self,
+        con: Connection,
+        ix: RankIndex,
+        params: dict[str, Any],
+        launches: str,
+        n_steps: int,
+        annotated: bool,
+        name_of: _Names,
+    ) -> Recompute | None:
+        if not self.f:
+            return None
+        tid, s, e, ids = (np.concatenate([x[k] for x in self.f]) for k in range(4))
+        o = np.lexsort((s, tid))  # the order of the spans as read: by thread, then start
+        tid, s, e, ids = tid[o], s[o], e[o], ids[o]
+        # the holding backward functions: the region, and the GPU's idle in it (no kernel runs)
+        hb = sorted(self.hb)
+        hs = np.array([x[1] for x in hb], dtype=np.int64)
+        he = np.array([x[2] for x in hb], dtype=np.int64)
+        region = _union_ns(hs, he)
+        seg_s, seg_e = _segments(hs, he)
+        j, ks, ke = _near_kernels(con, launches, params, seg_s.tolist(), seg_e.tolist())
+        covered = _union_ns(np.clip(ks, seg_s[j], seg_e[j]), np.clip(ke, seg_s[j], seg_e[j]))
+        region_idle = max(0, region - covered)
+        # the outermost forward ops only (aten::linear holds aten::addmm)
+        keep = _outermost(tid, s, e)
+        tid, s, e, ids = tid[keep], s[keep], e[keep], ids[keep]
+        names = name_of(np.unique(ids).tolist())
+        by: dict[str, int] = {}
+        for i in ids.tolist():
+            by[names[i]] = by.get(names[i], 0) + 1
+        n = max(1, n_steps)
+        return Recompute(
+            ops_per_step=float(s.size) / n,
+            host_ms_per_step=float(_union_ns(s, e)) / n / 1e6,
+            region_ms_per_step=region / n / 1e6,
+            region_idle_ms_per_step=region_idle / n / 1e6,
+            kernel_ms_per_step=float(self.k_ns) / n / 1e6,
+            by_op=tuple(sorted(((k, v / n) for k, v in by.items()), key=lambda kv: -kv[1])),
+            annotated=annotated,
+            spans=tuple((int(a), int(b), int(c)) for a, b, c in zip(tid, s, e, strict=True)),
+            correlations=frozenset(self.corrs),
+        )
+
+
+def _segments(s: Any, e: Any) -> tuple[Any, Any]:
+    """The union of intervals [s, e) as disjoint segments (starts, ends), ascending."""
+    if s.size == 0:
+        return s, e
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    reach = np.maximum.accumulate(e)
+    idx = np.flatnonzero(np.concatenate(([True], s[1:] > reach[:-1])))
+    return s[idx], np.maximum.reduceat(e, idx)
+
+
+class _CommSum:
+    """The communication kernels of the window, with the phase of the all-gathers' launches,
+    gathered batch by batch (:class:`ExposedAllGather`)."""
+
+    def __init__(self) -> None:
+        self.ks: list[Any] = []
+        self.ke: list[Any] = []
+        self.ag: list[Any] = []
+        self.bwd: list[Any] = []
+
+    def add(self, b: _Launches, bwd: Any) -> None:
+        comm = (b.kind == COMM_K) | (b.kind == ALLGATHER_K)
+        if not comm.any():
+            return
+        ag = b.kind[comm] == ALLGATHER_K
+        in_bwd = np.zeros(int(comm.sum()), dtype=bool)
+        if bwd is not None and bwd[1].size and ag.any():
+            in_bwd = _inside(bwd[0], bwd[1], bwd[2], b.tid[comm], b.t[comm]) >= 0
+        self.ks.append(b.ks[comm])
+        self.ke.append(b.ke[comm])
+        self.ag.append(ag)
+        self.bwd.append(in_bwd)
+
+    def result(
+        self,
+        con: Connection,
+        ix: RankIndex,
+        params: dict[str, Any],
+        launches: str,
+        n_steps: int,
+        w: Window,
+    ) -> ExposedAllGather | None:
+        if not self.ag or not any(a.any() for a in self.ag):
+            return None
+        lo, hi = int(w.start_ns), int(w.end_ns)
+        ks = np.clip(np.concatenate(self.ks), lo, hi)
+        ke = np.clip(np.concatenate(self.ke), lo, hi)
+        ag, in_bwd = np.concatenate(self.ag), np.concatenate(self.bwd)
+        # the compute kernels that overlap communication: those the differences need
+        seg_s, seg_e = _segments(ks, ke)
+        cids = [k for k, v in _kernel_kinds(con, ix).items() if v in (COMM_K, ALLGATHER_K)]
+        _, cs, ce = _near_kernels(
+            con, launches, {**params, "cids": ids_param(cids)}, seg_s.tolist(), seg_e.tolist(),
+            f"WHERE NOT {in_ids('k.name_id', 'cids', ids_param(cids))}",
+        )  # fmt: skip
+        cs, ce = np.clip(cs, lo, hi), np.clip(ce, lo, hi)
+        fwd_ag, bwd_ag = ag & ~in_bwd, ag & in_bwd
+        n = max(1, n_steps)
+        f_ns = _difference_ns(ks[fwd_ag], ke[fwd_ag], cs, ce)
+        b_ns = _difference_ns(ks[bwd_ag], ke[bwd_ag], cs, ce)
+        return ExposedAllGather(
+            forward_ms=f_ns / n / 1e6,
+            backward_ms=b_ns / n / 1e6,
+            comm_exposed_ms=_difference_ns(ks, ke, cs, ce) / n / 1e6,
+            n_per_step=float(ag.sum()) / n,
+            kernel_ms_per_step=float((ke - ks)[ag].sum()) / n / 1e6,
+        )
+
+
+def _kernel_kinds(con: Connection, ix: RankIndex) -> dict[int, int]:
+    """The kind (:func:`_kernel_kind`) of each name of the rank's kernels."""
+    rows = execute(
+        con,
+        f"""SELECT DISTINCT g.name_id, n.name FROM {ix.gpu()} g
+            JOIN names n ON n.run_id = $run AND n.name_id = g.name_id""",
+        ix.params(),
+    ).fetchall()
+    return {int(i): _kernel_kind(str(nm)) for i, nm in rows}
 
 
 _SYNC_NAMES = name_class(f"name IN {sql_list(SYNC_APIS)}")
@@ -450,12 +785,22 @@ def _blocking_copy(
     by_tid: dict[int, list[tuple[int, int]]] = {}
     for t, a, b in syncs:
         by_tid.setdefault(int(t), []).append((int(a), int(b)))
+    starts = {t: [a for a, _ in v] for t, v in by_tid.items()}
     blocked, wait, queued = 0, 0, 0
     for ks, ke, t, cs, ce in copies:
         # the waiting call: the copy call itself when it lasts past the copy, else the first
         # synchronizing call after it that does
-        cand = [(int(cs), int(ce))] + [(a, b) for a, b in by_tid.get(int(t), []) if a >= cs]
-        got = next(((a, b) for a, b in cand if b >= ke), None)
+        got = (int(cs), int(ce)) if ce >= ke else None
+        if got is None and int(t) in by_tid:
+            mine = by_tid[int(t)]
+            got = next(
+                (
+                    x
+                    for x in itertools.islice(mine, bisect_left(starts[int(t)], cs), None)
+                    if x[1] >= ke
+                ),
+                None,
+            )
         if got is None or got[0] >= ks:
             continue  # no wait, or the copy ran before the host waited: nothing was queued
         blocked += 1
@@ -535,129 +880,6 @@ def _kernel_kind(name: str) -> int:
 def _difference_ns(a_s: Any, a_e: Any, b_s: Any, b_e: Any) -> int:
     """Length of (union of A) minus (union of B): |A ∪ B| − |B|."""
     return _union_ns(np.concatenate([a_s, b_s]), np.concatenate([a_e, b_e])) - _union_ns(b_s, b_e)
-
-
-def _allgather(
-    tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, k_s: Any, k_e: Any,
-    k_kind: Any, n_steps: int, w: Window,
-) -> ExposedAllGather | None:  # fmt: skip
-    comm = (k_kind == COMM_K) | (k_kind == ALLGATHER_K)
-    ag = k_kind == ALLGATHER_K
-    if not ag.any():
-        return None
-    lo, hi = int(w.start_ns), int(w.end_ns)
-    ks, ke = np.clip(k_s, lo, hi), np.clip(k_e, lo, hi)
-    cs, ce = ks[~comm], ke[~comm]
-    is_bwd = np.array([n.startswith(_BACKWARD) for n in names], dtype=bool)
-    b = np.flatnonzero(is_bwd)
-    in_bwd = (
-        _inside(tid[b], s[b], e[b], l_tid, l_t) >= 0 if b.size else np.zeros(len(l_t), dtype=bool)
-    )
-    fwd_ag, bwd_ag = ag & ~in_bwd, ag & in_bwd
-    n = max(1, n_steps)
-    # an all-gather exposed in both phases at once cannot be: the phases' kernels are apart, so
-    # the split sums to the whole (up to overlapping gathers of the two phases, counted once)
-    f_ns = _difference_ns(ks[fwd_ag], ke[fwd_ag], cs, ce)
-    b_ns = _difference_ns(ks[bwd_ag], ke[bwd_ag], cs, ce)
-    return ExposedAllGather(
-        forward_ms=f_ns / n / 1e6,
-        backward_ms=b_ns / n / 1e6,
-        comm_exposed_ms=_difference_ns(ks[comm], ke[comm], cs, ce) / n / 1e6,
-        n_per_step=float(ag.sum()) / n,
-        kernel_ms_per_step=float((ke - ks)[ag].sum()) / n / 1e6,
-    )
-
-
-def _optimizer(
-    tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, l_corr: Any, k_s: Any,
-    k_e: Any, k_kind: Any,
-) -> OptimizerLoop | None:  # fmt: skip
-    is_opt = np.array([bool(_OPT_STEP.match(n)) for n in names], dtype=bool)
-    idx = np.flatnonzero(is_opt)
-    if idx.size == 0:
-        return None
-    o_tid, o_s, o_e = tid[idx], s[idx], e[idx]
-    held = _inside(o_tid, o_s, o_e, l_tid, l_t)
-    inside = held >= 0
-    walls, idles = [], []
-    for j in range(idx.size):
-        mine = held == j
-        ke = k_e[mine]
-        end = max(int(o_e[j]), int(ke.max()) if ke.size else 0)
-        wall = end - int(o_s[j])
-        walls.append(wall)
-        # the GPU idle in the wall: no kernel at all runs (another rank's wait or the backward's
-        # tail on the GPU is not the optimizer's idle)
-        near = (k_e > o_s[j]) & (k_s < end)
-        busy = _union_ns(np.clip(k_s[near], o_s[j], end), np.clip(k_e[near], o_s[j], end))
-        idles.append(max(0, wall - busy))
-    n = int(idx.size)
-    durs = (k_e - k_s)[inside]
-    batched_op = any(
-        _BATCHED_OP.match(names[i])
-        for i in range(len(names))
-        if not is_opt[i] and _within_any(tid[i], s[i], o_tid, o_s, o_e)
-    )
-    batched_kernel = bool((k_kind[inside] == BATCHED_K).any())
-    return OptimizerLoop(
-        name=names[int(idx[0])],
-        n=n,
-        launches_per_step=float(inside.sum()) / n,
-        kernel_ms_per_step=float(durs.sum()) / n / 1e6,
-        wall_ms_per_step=float(sum(walls)) / n / 1e6,
-        idle_ms_per_step=float(sum(idles)) / n / 1e6,
-        median_kernel_us=float(np.median(durs)) / 1e3 if durs.size else None,
-        foreach=batched_op or batched_kernel,
-        spans=tuple((int(a), int(b), int(c)) for a, b, c in zip(o_tid, o_s, o_e, strict=True)),
-        correlations=frozenset(int(c) for c in l_corr[inside]),
-    )
-
-
-def _within_any(t: int, at: int, sp_tid: Any, sp_s: Any, sp_e: Any) -> bool:
-    return bool(((sp_tid == t) & (sp_s <= at) & (sp_e >= at)).any())
-
-
-def _recompute(
-    tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, l_corr: Any, k_s: Any,
-    k_e: Any, n_steps: int, annotated: bool,
-) -> Recompute | None:  # fmt: skip
-    fwd_set = set(FORWARD_OPS)
-    is_bwd = np.array([n.startswith(_BACKWARD) for n in names], dtype=bool)
-    is_fwd = np.array([n in fwd_set for n in names], dtype=bool)
-    if not is_bwd.any() or not is_fwd.any():
-        return None
-    b = np.flatnonzero(is_bwd)
-    f = np.flatnonzero(is_fwd)
-    holder = _inside(tid[b], s[b], e[b], tid[f], s[f])
-    f = f[holder >= 0]
-    if f.size == 0:
-        return None
-    # the holding backward functions (whose saved tensors set the re-run off): the region, and
-    # the GPU's idle in it (no kernel at all runs)
-    hb = b[np.unique(holder[holder >= 0])]
-    region = _union_ns(s[hb], e[hb])
-    busy_in = _union_ns(np.concatenate([s[hb], k_s]), np.concatenate([e[hb], k_e]))
-    covered = region + _union_ns(k_s, k_e) - busy_in  # region ∩ kernels
-    region_idle = max(0, region - covered)
-    # the outermost forward ops only (aten::linear holds aten::addmm)
-    f = f[_outermost(tid[f], s[f], e[f])]
-    held = _inside(tid[f], s[f], e[f], l_tid, l_t)
-    got = held >= 0
-    by: dict[str, int] = {}
-    for i in f:
-        by[names[i]] = by.get(names[i], 0) + 1
-    n = max(1, n_steps)
-    return Recompute(
-        ops_per_step=float(f.size) / n,
-        host_ms_per_step=float(_union_ns(s[f], e[f])) / n / 1e6,
-        region_ms_per_step=region / n / 1e6,
-        region_idle_ms_per_step=region_idle / n / 1e6,
-        kernel_ms_per_step=float((k_e - k_s)[got].sum()) / n / 1e6,
-        by_op=tuple(sorted(((k, v / n) for k, v in by.items()), key=lambda kv: -kv[1])),
-        annotated=annotated,
-        spans=tuple((int(tid[i]), int(s[i]), int(e[i])) for i in f),
-        correlations=frozenset(int(c) for c in l_corr[got]),
-    )
 
 
 # -- the same patterns on the critical path's graph (the fix units' re-timing) -------------------

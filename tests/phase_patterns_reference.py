@@ -1,0 +1,282 @@
+"""The phase patterns as they were before they read the rank in batches: every span of the
+classes read and every launch of the window in memory at once (a brute-force reference for
+tests/test_phase_patterns_batched.py; its results are the batched analysis's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gpuscope.analysis.event_classes import KERNEL_CATS, MEMCPY_CATS
+from gpuscope.analysis.phase_patterns import (
+    _BACKWARD,
+    _BATCHED_OP,
+    _CHECKPOINT,
+    _LAUNCH_NAMES,
+    _OPT_STEP,
+    _PAGEABLE_H2D_NAMES,
+    _SPAN_NAMES,
+    _SYNC_NAMES,
+    ALLGATHER_K,
+    BATCHED_K,
+    COMM_K,
+    COMPUTE_K,
+    FORWARD_OPS,
+    BlockingCopy,
+    ExposedAllGather,
+    OptimizerLoop,
+    PhasePatterns,
+    Recompute,
+    _difference_ns,
+    _inside,
+    _kernel_kind,
+    _outermost,
+    _subclass,
+    _union_ns,
+)
+from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids
+from gpuscope.analysis.steps import Window
+from gpuscope.analysis.store_access import RUNTIME_CATS_SQL, execute, sql_list
+from gpuscope.store import Connection
+
+
+def reference_phase_patterns(
+    con: Connection, run_id: str, rank: int, window: Window | None = None
+) -> PhasePatterns:
+    """The rank's optimizer loop and recompute in its window (module doc)."""
+    from gpuscope.analysis.steps import find_window
+
+    w = window if window is not None else find_window(con, run_id, rank)
+    n_steps = max(1, w.n_steps)
+    params = {"run": run_id, "rk": int(rank), "lo": int(w.start_ns), "hi": int(w.end_ns)}
+    ix = RankIndex.shared(con, run_id, rank)
+    span_ids = ids_param(ix.name_ids(_SPAN_NAMES))
+    spans = execute(
+        con,
+        f"""
+        SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, n.name
+        FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+        WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat NOT IN {RUNTIME_CATS_SQL}
+          AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo AND {in_ids("h.name_id", "ids", span_ids)}
+        ORDER BY h.tid, h.ts_ns
+        """,
+        {**params, "ids": span_ids},
+    ).fetchall()
+    tid = np.array([r[0] for r in spans], dtype=np.int64)
+    s = np.array([r[1] for r in spans], dtype=np.int64)
+    e = np.array([r[2] for r in spans], dtype=np.int64)
+    names = [str(r[3]) for r in spans]
+    launch_ids = ids_param(ix.name_ids(_LAUNCH_NAMES))
+    got = execute(
+        con,
+        f"""
+        SELECT r.tid, r.s AS t, r.correlation AS corr, k.s AS ks, k.e AS ke, k.name_id
+        FROM {ix.runtime()} r JOIN {ix.gpu()} k ON k.correlation = r.correlation
+        WHERE k.cat IN {sql_list(KERNEL_CATS)} AND {in_ids("r.name_id", "lids", launch_ids)}
+          AND r.s >= $lo AND r.s < $hi
+        """,
+        {**params, "lids": launch_ids},
+    ).fetchnumpy()
+    col = {c: np.asarray(got[c], dtype=np.int64) for c in ("tid", "t", "corr", "ks", "ke")}
+    l_tid, l_t, l_corr, k_s, k_e = (col[c] for c in ("tid", "t", "corr", "ks", "ke"))
+    name_id = np.asarray(got["name_id"], dtype=np.int64)
+    # each kernel's kind from its name, read once per distinct name
+    ids = [int(i) for i in np.unique(name_id)]
+    kinds: dict[int, int] = {}
+    for i, nm in execute(
+        con,
+        "SELECT name_id, name FROM names WHERE run_id = $run AND list_contains($ids, name_id)",
+        {"run": run_id, "ids": ids},
+    ).fetchall():
+        kinds[int(i)] = _kernel_kind(str(nm))
+    k_kind = np.array([kinds.get(int(i), COMPUTE_K) for i in name_id], dtype=np.int8)
+    annotated = any(_CHECKPOINT.search(n) for n in names)
+    return PhasePatterns(
+        n_steps,
+        w.duration_ns,
+        _optimizer(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, k_kind),
+        _recompute(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, n_steps, annotated),
+        _allgather(tid, s, e, names, l_tid, l_t, k_s, k_e, k_kind, n_steps, w),
+        _subclass(con, ix, params, n_steps),
+        reference_blocking_copy(con, ix, params, n_steps),
+    )
+
+
+def reference_blocking_copy(
+    con: Connection, ix: RankIndex, params: dict[str, Any], n_steps: int
+) -> BlockingCopy | None:
+    """The pageable H2D copies of the window and the host calls that waited for them
+    (:class:`BlockingCopy`): for each copy, its call and the synchronizing calls on the call's
+    thread that start at or after it and end at or after the copy's GPU end; the first of them
+    (the call itself when it outlasts the copy) is the waiting call."""
+    raw = ix.name_ids(_PAGEABLE_H2D_NAMES)
+    if not raw:
+        return None
+    c_ids = ids_param(raw)
+    copies = execute(
+        con,
+        f"""
+        SELECT k.s AS ks, k.e AS ke, r.tid, r.s AS cs, r.e AS ce
+        FROM {ix.gpu()} k JOIN {ix.runtime()} r ON r.correlation = k.correlation
+        WHERE k.cat IN {sql_list(MEMCPY_CATS)} AND {in_ids("k.name_id", "cids", c_ids)}
+          AND r.s >= $lo AND r.s < $hi
+        ORDER BY r.s
+        """,
+        {**params, "cids": c_ids},
+    ).fetchall()
+    if not copies:
+        return None
+    s_ids = ids_param(ix.name_ids(_SYNC_NAMES))
+    syncs = execute(
+        con,
+        f"""
+        SELECT r.tid, r.s, r.e FROM {ix.runtime()} r
+        WHERE {in_ids("r.name_id", "sids", s_ids)} AND r.s >= $lo AND r.s < $hi
+        ORDER BY r.tid, r.s
+        """,
+        {**params, "sids": s_ids},
+    ).fetchall()
+    by_tid: dict[int, list[tuple[int, int]]] = {}
+    for t, a, b in syncs:
+        by_tid.setdefault(int(t), []).append((int(a), int(b)))
+    blocked, wait, queued = 0, 0, 0
+    for ks, ke, t, cs, ce in copies:
+        # the waiting call: the copy call itself when it lasts past the copy, else the first
+        # synchronizing call after it that does
+        cand = [(int(cs), int(ce))] + [(a, b) for a, b in by_tid.get(int(t), []) if a >= cs]
+        got = next(((a, b) for a, b in cand if b >= ke), None)
+        if got is None or got[0] >= ks:
+            continue  # no wait, or the copy ran before the host waited: nothing was queued
+        blocked += 1
+        wait += got[1] - got[0]
+        queued += int(ks) - got[0]
+    n = max(1, n_steps)
+    return BlockingCopy(
+        copies_per_step=len(copies) / n,
+        blocked_per_step=blocked / n,
+        wait_ms=wait / n / 1e6,
+        queued_ms=queued / n / 1e6,
+    )
+
+
+def _allgather(
+    tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, k_s: Any, k_e: Any,
+    k_kind: Any, n_steps: int, w: Window,
+) -> ExposedAllGather | None:  # fmt: skip
+    comm = (k_kind == COMM_K) | (k_kind == ALLGATHER_K)
+    ag = k_kind == ALLGATHER_K
+    if not ag.any():
+        return None
+    lo, hi = int(w.start_ns), int(w.end_ns)
+    ks, ke = np.clip(k_s, lo, hi), np.clip(k_e, lo, hi)
+    cs, ce = ks[~comm], ke[~comm]
+    is_bwd = np.array([n.startswith(_BACKWARD) for n in names], dtype=bool)
+    b = np.flatnonzero(is_bwd)
+    in_bwd = (
+        _inside(tid[b], s[b], e[b], l_tid, l_t) >= 0 if b.size else np.zeros(len(l_t), dtype=bool)
+    )
+    fwd_ag, bwd_ag = ag & ~in_bwd, ag & in_bwd
+    n = max(1, n_steps)
+    # an all-gather exposed in both phases at once cannot be: the phases' kernels are apart, so
+    # the split sums to the whole (up to overlapping gathers of the two phases, counted once)
+    f_ns = _difference_ns(ks[fwd_ag], ke[fwd_ag], cs, ce)
+    b_ns = _difference_ns(ks[bwd_ag], ke[bwd_ag], cs, ce)
+    return ExposedAllGather(
+        forward_ms=f_ns / n / 1e6,
+        backward_ms=b_ns / n / 1e6,
+        comm_exposed_ms=_difference_ns(ks[comm], ke[comm], cs, ce) / n / 1e6,
+        n_per_step=float(ag.sum()) / n,
+        kernel_ms_per_step=float((ke - ks)[ag].sum()) / n / 1e6,
+    )
+
+
+def _optimizer(
+    tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, l_corr: Any, k_s: Any,
+    k_e: Any, k_kind: Any,
+) -> OptimizerLoop | None:  # fmt: skip
+    is_opt = np.array([bool(_OPT_STEP.match(n)) for n in names], dtype=bool)
+    idx = np.flatnonzero(is_opt)
+    if idx.size == 0:
+        return None
+    o_tid, o_s, o_e = tid[idx], s[idx], e[idx]
+    held = _inside(o_tid, o_s, o_e, l_tid, l_t)
+    inside = held >= 0
+    walls, idles = [], []
+    for j in range(idx.size):
+        mine = held == j
+        ke = k_e[mine]
+        end = max(int(o_e[j]), int(ke.max()) if ke.size else 0)
+        wall = end - int(o_s[j])
+        walls.append(wall)
+        # the GPU idle in the wall: no kernel at all runs (another rank's wait or the backward's
+        # tail on the GPU is not the optimizer's idle)
+        near = (k_e > o_s[j]) & (k_s < end)
+        busy = _union_ns(np.clip(k_s[near], o_s[j], end), np.clip(k_e[near], o_s[j], end))
+        idles.append(max(0, wall - busy))
+    n = int(idx.size)
+    durs = (k_e - k_s)[inside]
+    batched_op = any(
+        _BATCHED_OP.match(names[i])
+        for i in range(len(names))
+        if not is_opt[i] and _within_any(tid[i], s[i], o_tid, o_s, o_e)
+    )
+    batched_kernel = bool((k_kind[inside] == BATCHED_K).any())
+    return OptimizerLoop(
+        name=names[int(idx[0])],
+        n=n,
+        launches_per_step=float(inside.sum()) / n,
+        kernel_ms_per_step=float(durs.sum()) / n / 1e6,
+        wall_ms_per_step=float(sum(walls)) / n / 1e6,
+        idle_ms_per_step=float(sum(idles)) / n / 1e6,
+        median_kernel_us=float(np.median(durs)) / 1e3 if durs.size else None,
+        foreach=batched_op or batched_kernel,
+        spans=tuple((int(a), int(b), int(c)) for a, b, c in zip(o_tid, o_s, o_e, strict=True)),
+        correlations=frozenset(int(c) for c in l_corr[inside]),
+    )
+
+
+def _within_any(t: int, at: int, sp_tid: Any, sp_s: Any, sp_e: Any) -> bool:
+    return bool(((sp_tid == t) & (sp_s <= at) & (sp_e >= at)).any())
+
+
+def _recompute(
+    tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, l_corr: Any, k_s: Any,
+    k_e: Any, n_steps: int, annotated: bool,
+) -> Recompute | None:  # fmt: skip
+    fwd_set = set(FORWARD_OPS)
+    is_bwd = np.array([n.startswith(_BACKWARD) for n in names], dtype=bool)
+    is_fwd = np.array([n in fwd_set for n in names], dtype=bool)
+    if not is_bwd.any() or not is_fwd.any():
+        return None
+    b = np.flatnonzero(is_bwd)
+    f = np.flatnonzero(is_fwd)
+    holder = _inside(tid[b], s[b], e[b], tid[f], s[f])
+    f = f[holder >= 0]
+    if f.size == 0:
+        return None
+    # the holding backward functions (whose saved tensors set the re-run off): the region, and
+    # the GPU's idle in it (no kernel at all runs)
+    hb = b[np.unique(holder[holder >= 0])]
+    region = _union_ns(s[hb], e[hb])
+    busy_in = _union_ns(np.concatenate([s[hb], k_s]), np.concatenate([e[hb], k_e]))
+    covered = region + _union_ns(k_s, k_e) - busy_in  # region ∩ kernels
+    region_idle = max(0, region - covered)
+    # the outermost forward ops only (aten::linear holds aten::addmm)
+    f = f[_outermost(tid[f], s[f], e[f])]
+    held = _inside(tid[f], s[f], e[f], l_tid, l_t)
+    got = held >= 0
+    by: dict[str, int] = {}
+    for i in f:
+        by[names[i]] = by.get(names[i], 0) + 1
+    n = max(1, n_steps)
+    return Recompute(
+        ops_per_step=float(f.size) / n,
+        host_ms_per_step=float(_union_ns(s[f], e[f])) / n / 1e6,
+        region_ms_per_step=region / n / 1e6,
+        region_idle_ms_per_step=region_idle / n / 1e6,
+        kernel_ms_per_step=float((k_e - k_s)[got].sum()) / n / 1e6,
+        by_op=tuple(sorted(((k, v / n) for k, v in by.items()), key=lambda kv: -kv[1])),
+        annotated=annotated,
+        spans=tuple((int(tid[i]), int(s[i]), int(e[i])) for i in f),
+        correlations=frozenset(int(c) for c in l_corr[got]),
+    )
