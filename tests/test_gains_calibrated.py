@@ -91,3 +91,50 @@ def test_compiling_a_tensor_parallel_step_also_removes_the_eager_ops_host_work()
     assert GN.makespan(cp.graph, 0, dur, keep) == pytest.approx(50 * US)
     est = _estimate("dtensor_dispatch", cp, ctx)
     assert est.gain_pct == pytest.approx(71.875)
+
+
+def _recompute_step():
+    """Step 0..100 µs of host work: a backward function (autograd::engine::evaluate_function
+    0..100) re-runs aten::linear 10..60 (the recompute) and runs its own aten::mm 70..100. The
+    recompute's host nodes: the function's own 0..10 and 60..70 and the linear (70 µs); the
+    backward's own mm (30 µs) stays."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 100 * US, 1),
+        H(
+            "autograd::engine::evaluate_function: CheckpointFunctionBackward",
+            "cpu_op",
+            0,
+            100 * US,
+            1,
+        ),
+        H("aten::linear", "cpu_op", 10 * US, 60 * US, 1),
+        H("aten::mm", "cpu_op", 70 * US, 100 * US, 1),
+    ]
+    return critical_path_of(host, [], 1, [(0, 100 * US)], [1])
+
+
+@pytest.mark.parametrize(
+    ("memory_used_pct", "gain", "low", "high"),
+    [
+        # "Drop checkpointing" (memory peak 10 % < 50 %): the whole recompute goes in every
+        # variant: 1 − 30/100 = 70 %; the range is the host's variation alone: 1 − 0.3 × 1.23 =
+        # 63.1 % .. 1 − 0.3 / 1.23 = 75.6 %
+        (10.0, 70.0, 100 * (1 - 0.3 * 1.23), 100 * (1 - 0.3 / 1.23)),
+        # "Checkpoint fewer" (peak 60 %): 0.5 / 0.8 / 1 of it: mid 1 − (30 + 14)/100 = 56 %, low
+        # 1 − (30 + 35) × 1.23 / 100 = 20.05 %, high as above
+        (60.0, 56.0, 100 * (1 - 0.65 * 1.23), 100 * (1 - 0.3 / 1.23)),
+        # the peak unknown: "checkpoint fewer, check the memory first": as at 60 %
+        (None, 56.0, 100 * (1 - 0.65 * 1.23), 100 * (1 - 0.3 / 1.23)),
+    ],
+)
+def test_dropping_checkpointing_is_estimated_as_the_whole_recompute(
+    memory_used_pct: float | None, gain: float, low: float, high: float
+) -> None:
+    cp = _recompute_step()
+    ctx = GN.Context(n_steps=1, step_ms=0.1)
+    u = FX.BY_ID["activation_checkpointing"]
+    rec = FX.Recommendation(u.id, "t", "w", {"memory_used_pct": memory_used_pct}, "c", 70.0)
+    est = u.estimate(rec, cp, ctx)
+    assert est.gain_pct == pytest.approx(gain)
+    assert est.low_pct == pytest.approx(low)
+    assert est.high_pct == pytest.approx(high)

@@ -9,6 +9,7 @@ from gpuscope.analysis.fixes.base import (
     Finding,
     FixUnit,
     Inputs,
+    Recommendation,
     Words,
     evidence_json,
     significant,
@@ -89,9 +90,8 @@ def detect(inp: Inputs) -> Finding | None:
     )
 
 
-def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
-    """The recompute's host work and kernels removed × 0.5 / 0.8 / 1.0 (how much of it the fix
-    drops: selective checkpointing keeps some)."""
+def _removed(g: Graph, shares: tuple[float, float, float]) -> dict[str, Variant]:
+    """The recompute's host work and kernels removed × the ``low`` / ``mid`` / ``high`` shares."""
     hosts, gpus = recompute_nodes(g)
     gone = hosts | gpus
 
@@ -101,7 +101,27 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
 
         return d
 
-    return {name: (dur(f), None) for name, f in (("low", 0.5), ("mid", 0.8), ("high", 1.0))}
+    return {name: (dur(f), None) for name, f in zip(("low", "mid", "high"), shares, strict=True)}
 
 
-UNIT = FixUnit("activation_checkpointing", WORDS, detect, retime, cause=True)
+def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
+    """The recompute's host work and kernels removed × 0.5 / 0.8 / 1.0 (how much of it the fix
+    drops: selective checkpointing keeps some)."""
+    return _removed(g, (0.5, 0.8, 1.0))
+
+
+def drops(rec: Recommendation) -> bool:
+    """Whether the finding advises dropping checkpointing (the memory peak known and under
+    :data:`DROP_BELOW` of the GPU): its words then say "Drop", not "Checkpoint fewer"."""
+    used = rec.evidence.get("memory_used_pct")
+    return used is not None and used < 100.0 * DROP_BELOW
+
+
+def advised(rec: Recommendation, g: Graph, ctx: Context) -> dict[str, Variant]:
+    """The fix the words advise: dropping checkpointing removes the whole recompute (× 1 in
+    every variant; the range is then the host's variation alone); checking fewer blocks, as
+    :func:`retime`."""
+    return _removed(g, (1.0, 1.0, 1.0)) if drops(rec) else retime(g, ctx)
+
+
+UNIT = FixUnit("activation_checkpointing", WORDS, detect, retime, cause=True, advised=advised)

@@ -211,6 +211,11 @@ class FixUnit:
     cause: bool = False
     """A fix of one cause found by phase and pattern (the recompute, the optimizer's loop) whose
     host work a :attr:`general` remedy would also shorten."""
+    advised: Callable[[Recommendation, Graph, Context], dict[str, Variant]] | None = None
+    """The re-timing of the fix the recommendation's words advise, where the finding chooses
+    between fixes of one unit (activation checkpointing: drop it, or checkpoint fewer blocks);
+    None: :attr:`retime` for every finding. A fix applied before a general remedy keeps
+    :attr:`retime`'s ``mid``."""
     changes_training: bool = False
     """The fix changes the training itself, not only how fast its math runs (a larger batch: the
     learning rate, the convergence, the memory): it is listed after the fixes that keep the
@@ -247,7 +252,11 @@ class FixUnit:
         as a share of the step as it is now."""
         est = None
         if self.retime is not None:
-            variants = self.retime(cp.graph, ctx)
+            variants = (
+                self.advised(rec, cp.graph, ctx)
+                if self.advised is not None
+                else self.retime(cp.graph, ctx)
+            )
             first: Variant = (None, None)
             for u in before:
                 if u.retime is not None:
