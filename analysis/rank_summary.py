@@ -313,8 +313,10 @@ class StoreAfterIngest:
                 )
                 if not document:
                     return n
-                # the run's analyze document last: it reads the parts stored above
-                return n + int(report_part.store(after, run_id))
+                # the run's analyze document last: it reads the parts stored above; on the
+                # store where a rank too big to copy left its working tables there, else on an
+                # in-memory copy of the ranks it reads
+                return n + int(report_part.store(after, run_id, copy=not big))
             finally:
                 close_shared(after)
 

@@ -26,13 +26,17 @@ import functools
 import hashlib
 import json
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from gpuscope.analysis.job import JobDiagnosis
     from gpuscope.analysis.report import RunReport
     from gpuscope.store import Connection
+
+T = TypeVar("T")
 
 NAME = "report"
 TABLE = "rank_summaries"  # stored_parts.TABLE (not imported: that module imports pandas)
@@ -77,18 +81,26 @@ def stamp(con: Connection, run_id: str) -> str:
     return _stamp_of(row or ())
 
 
-def analyze(con: Connection, run_id: str, **kwargs: Any) -> tuple[RunReport, JobDiagnosis]:
+def analyze(
+    con: Connection, run_id: str, *, seen: dict[int, RunReport] | None = None, **kwargs: Any
+) -> tuple[RunReport, JobDiagnosis]:
     """The viewed rank's report and the job's verdict, what ``gpuscope analyze`` shows:
     ``analyze_run(con, run_id, **kwargs)`` and ``job.diagnose`` built from it (the pace-setter's
-    report made once more only when it is another rank). Raises ValueError as they do."""
-    from gpuscope.analysis.job import diagnose, memo
+    report made once more only when it is another rank). ``seen``, when given, receives every
+    rank's report made, by rank. Raises ValueError as they do."""
+    from gpuscope.analysis.job import diagnose
     from gpuscope.analysis.report import analyze_run
 
     report = analyze_run(con, run_id, **kwargs)
-    job = diagnose(
-        con, run_id, memo(lambda r: analyze_run(con, run_id, **{**kwargs, "rank": r}), report)
-    )
-    return report, job
+    reports = seen if seen is not None else {}
+    reports[int(report.rank)] = report
+
+    def report_of(rank: int) -> RunReport:  # each rank's report made once (job.memo)
+        if rank not in reports:
+            reports[rank] = analyze_run(con, run_id, **{**kwargs, "rank": rank})
+        return reports[rank]
+
+    return report, diagnose(con, run_id, report_of)
 
 
 def analyze_json(report: RunReport, job: JobDiagnosis) -> dict[str, Any]:
@@ -128,9 +140,20 @@ def stored_text(con: Connection, run_id: str) -> str | None:
 MEMORY_LIMITS = ("200MB", "1GB")
 
 
-def _computed(con: Connection, run_id: str) -> str:
-    """:func:`text_of` the default view's document, computed under :data:`MEMORY_LIMITS` (the
-    store's own limit set back after)."""
+def _computed(con: Connection, run_id: str, *, copy: bool = True) -> str:
+    """:func:`text_of` the default view's document, computed under :data:`MEMORY_LIMITS`: with
+    ``copy``, on an in-memory copy of the ranks it reads where they fit (:func:`_on_copy`), else
+    on ``con`` (the store's own limit set back after)."""
+    text = _on_copy(con, run_id) if copy else None
+    if text is not None:
+        return text
+    return text_of(analyze_json(*_under_limits(con, lambda: analyze(con, run_id))))
+
+
+def _under_limits(con: Any, compute: Callable[[], T]) -> T:
+    """``compute()`` with DuckDB's memory limit on ``con`` at each of :data:`MEMORY_LIMITS` in
+    turn (out of memory at one: the rank's working tables are closed, tried at the next; at the
+    last it propagates), ``con``'s own limit set back after."""
     import duckdb
     from gpuscope.analysis.rank_index import close_shared
 
@@ -140,14 +163,147 @@ def _computed(con: Connection, run_id: str) -> str:
         for limit in MEMORY_LIMITS[:-1]:
             con.execute(f"SET memory_limit = '{limit}'")
             try:
-                return text_of(analyze_json(*analyze(con, run_id)))
+                return compute()
             except duckdb.OutOfMemoryException:
                 close_shared(con)  # the rank's working tables: made again at the next limit
         con.execute(f"SET memory_limit = '{MEMORY_LIMITS[-1]}'")
-        return text_of(analyze_json(*analyze(con, run_id)))  # out of memory here: it propagates
+        return compute()  # out of memory here: it propagates
     finally:
         if own is not None:
             _set_back(con, own)
+
+
+#: The most events, together, of the ranks a document reads for it to be computed on an
+#: in-memory copy of them (:func:`_on_copy`), as the ranks' summary parts are
+#: (``rank_summary.MAX_IN_MEMORY_EVENTS``).
+COPY_MAX_EVENTS = 1_000_000
+#: The tables whose rows the copy holds of the copied ranks only; of the others, the run's rows.
+_PER_RANK = ("events", "threads", "memory_events")
+
+
+def _on_copy(con: Connection, run_id: str) -> str | None:
+    """:func:`text_of` the default view's document computed on an in-memory DuckDB copy of the
+    run's rows (:func:`_copy`), with the events of only the ranks it reads: the viewed (lowest)
+    rank, each rank whose report the job's verdict asks for, and each report's straggler and the
+    rank that waits most for it (read by the pace-setter's cause). None, to be computed on the
+    store, where those ranks hold more than :data:`COPY_MAX_EVENTS` events (or an unknown
+    number), or where a rank of several has no cross-rank part stored at its current version
+    (the analyses would compute it from that rank's events).
+
+    Every analysis statement filters on the run and the rank, so the copy answers each as the
+    store does, without a lake's catalog and Parquet files per statement (128 DDP ranks: the
+    document 5.1-5.5 -> 3.4-3.7 CPU s, the copy included; docs/benchmarks.md). The ranks are
+    guessed first from the stored cross-rank parts (the straggler of their matched collectives
+    and its waiting rank); a report or verdict that names a rank not copied makes the copy again
+    with it, so the document is always the one computed from the store."""
+    from gpuscope.analysis import rank_frames
+    from gpuscope.analysis.stored_parts import read
+
+    sizes = {
+        int(r): n
+        for r, n in con.execute(
+            "SELECT rank, n_events FROM ranks WHERE run_id = ?", [run_id]
+        ).fetchall()
+    }
+    if not sizes:
+        return None
+    parts = read(con, run_id, rank_frames.NAME, rank_frames.VERSION) if len(sizes) > 1 else {}
+    if len(sizes) > 1 and set(parts) != set(sizes):
+        return None  # a rank without its cross-rank part: the analyses read its events for it
+    want = {min(sizes)} | _straggler_guess(con, run_id, parts)
+    while True:
+        if any(sizes.get(r) is None for r in want):
+            return None
+        if sum(int(sizes[r]) for r in want) > COPY_MAX_EVENTS:
+            return None
+        with _copy(con, run_id, sorted(want)) as on:
+            seen, (report, job) = _seen_and(on, run_id)
+            named = _ranks_named(list(seen.values()), job)
+            if named <= want:
+                return text_of(analyze_json(report, job))
+        want |= named
+
+
+def _seen_and(on: Any, run_id: str) -> tuple[dict[int, RunReport], tuple[RunReport, JobDiagnosis]]:
+    """:func:`analyze` on ``on`` under :func:`_under_limits`, with every rank's report it made."""
+    seen: dict[int, RunReport] = {}
+
+    def compute() -> tuple[RunReport, JobDiagnosis]:
+        seen.clear()  # a try at the next limit starts again
+        return analyze(on, run_id, seen=seen)
+
+    return seen, _under_limits(on, compute)
+
+
+def _ranks_named(reports: list[RunReport], job: JobDiagnosis) -> set[int]:
+    """The ranks whose events the document's analyses read: each report's rank, its straggler and
+    the straggler's waiting rank, and the ranks the verdict names."""
+    out: set[int] = set()
+    for rep in reports:
+        out.add(int(rep.rank))
+        s = rep.straggler
+        if s is not None:
+            out |= {int(s.rank), int(s.waiting_rank)}
+    for r in (job.pace_setter, job.waiting_rank, job.cause_rank, job.fix_rank):
+        if r is not None:
+            out.add(int(r))
+    return out
+
+
+def _straggler_guess(con: Connection, run_id: str, parts: dict[int, Any]) -> set[int]:
+    """The straggler of the collectives matched from the ranks' cross-rank ``parts`` (by rank) and
+    the rank that waits most for it (what the verdict most likely analyses beside the viewed
+    rank); empty for fewer than two ranks or without a match. Only a guess: see
+    :func:`_on_copy`."""
+    if len(parts) < 2 or not any(p.get("device") is not None for p in parts.values()):
+        return set()
+    from gpuscope.analysis import rank_frames
+    from gpuscope.analysis.report import _match_from_parts
+
+    first = parts[min(parts)]
+    match = _match_from_parts(
+        con,
+        run_id,
+        parts,
+        rank_frames.window_of(first).n_steps,
+        rank_frames.stats_of(first).mean_ms * 1e6,
+    )
+    s = match.straggler
+    return set() if s is None else {int(s.rank), int(s.waiting_rank)}
+
+
+@contextmanager
+def _copy(con: Connection, run_id: str, ranks: list[int]) -> Iterator[Any]:
+    """A new in-memory DuckDB database (one thread, the store's temp directory) with the store's
+    tables holding the run's rows, of :data:`_PER_RANK` only those of ``ranks``; closed after."""
+    import duckdb
+    from gpuscope.analysis.rank_index import close_shared
+    from gpuscope.store.schema import TABLES
+
+    row = con.execute("SELECT current_setting('temp_directory')").fetchone()
+    on = duckdb.connect(":memory:", config={"threads": 1})
+    try:
+        if row is not None and row[0]:
+            on.execute("SET temp_directory = ?", [str(row[0])])
+        for table in TABLES:
+            on.execute(table.ddl(keys=False))
+            # the ranks as a list of constants: it prunes the lake's files (a list parameter
+            # does not; the copy of 128 DDP ranks' two: 88 -> 48 ms)
+            of_ranks = f" AND rank IN ({', '.join(str(int(r)) for r in ranks)})"
+            rows = con.execute(
+                f"SELECT * FROM {table.name} WHERE run_id = ?"
+                + (of_ranks if table.name in _PER_RANK else ""),
+                [run_id],
+            ).to_arrow_table()
+            on.register("_gpuscope_copied", rows)
+            try:
+                on.execute(f"INSERT INTO {table.name} SELECT * FROM _gpuscope_copied")
+            finally:
+                on.unregister("_gpuscope_copied")
+        yield on
+    finally:
+        close_shared(on)
+        on.close()
 
 
 def _set_back(con: Connection, own: str) -> None:
@@ -162,11 +318,13 @@ def _set_back(con: Connection, own: str) -> None:
         con.execute(f"SET memory_limit = '{up} {m[3]}'")
 
 
-def store(con: Connection, run_id: str) -> bool:
+def store(con: Connection, run_id: str, *, copy: bool = True) -> bool:
     """Compute the document of ``run_id``'s default view from its events and store it (replacing
-    any other), in a transaction of its own; ``con`` must not be inside one. Returns False without
-    a write: not a trace run, one ``analyze`` refuses (ValueError: it says why when asked), or a
-    run deleted or changed while it was computed."""
+    any other), in a transaction of its own; ``con`` must not be inside one. ``copy``: computed
+    on an in-memory copy of the ranks it reads where they fit (:func:`_on_copy`); False: on
+    ``con`` (a rank too big to copy, whose working tables the ingest's parts left on it). Returns
+    False without a write: not a trace run, one ``analyze`` refuses (ValueError: it says why when
+    asked), or a run deleted or changed while it was computed."""
     from gpuscope.store import Store, now_utc, transaction
 
     before = stamp(con, run_id)
@@ -175,7 +333,7 @@ def store(con: Connection, run_id: str) -> bool:
     if ranks is None or ranks[0] is None or kind is None or kind[0] != "trace":
         return False
     try:
-        text = _computed(con, run_id)
+        text = _computed(con, run_id, copy=copy)
     except ValueError:
         return False
     doc = json.dumps({"stamp": before, "text": text})

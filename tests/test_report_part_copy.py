@@ -1,0 +1,212 @@
+"""The run's ``analyze --json`` document computed on an in-memory copy of the ranks it reads
+(gpuscope.analysis.report_part._on_copy): the same text as computed on the store, the ranks it
+copies those the analyses read (the viewed rank, the pace-setter, the rank that waits most for it),
+a rank the first guess missed copied and the document made again, and the store itself where the
+ranks are too big to copy.
+
+A hand-made 4-rank job, 4 steps: each rank runs one GEMM of its own length then an all-reduce
+that ends on every rank 200 µs after the last one (rank 2, 3,000 µs) arrives. Rank 2 sets the
+pace; rank 3 (800 µs of GEMM) waits longest for it; rank 1 is read by no analysis of the document
+(the lowest rank, 0, is the viewed one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpuscope.analysis import rank_summary as RS
+from gpuscope.analysis import report_part as RP
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.store import Store, connect
+from tracegen import TraceBuilder
+
+REPO = Path(__file__).resolve().parent.parent
+ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+GEMM = "volta_sgemm_128x64_nn"
+COMPUTE = (1000.0, 1500.0, 3000.0, 800.0)  # µs of GEMM per step, by rank
+PERIOD = 3400.0
+
+
+def write_job(d: Path, compute: tuple[float, ...] = COMPUTE) -> Path:
+    """One rank file per entry of ``compute`` (module doc) in ``d``; returns ``d``."""
+    d.mkdir(parents=True, exist_ok=True)
+    ranks = [TraceBuilder(rank=r, world_size=len(compute)) for r in range(len(compute))]
+    last = 100.0 + max(compute)
+    for k in range(1, 5):
+        start = (k - 1) * PERIOD
+        for r, t in enumerate(ranks):
+            ready = 100.0 + compute[r]
+            t.step(k, start, PERIOD)
+            t.launch(GEMM, start + 60, start + 100, compute[r])
+            comms: dict[str, Any] = {
+                "Input Dims": [[[1048576]], [], []],
+                "Input type": ["TensorList", "", ""],
+            }
+            t.cpu_op("record_param_comms", start + 70, 20.0, **comms)
+            t.launch(ALL_REDUCE, start + 75, start + ready, last + 200 - ready, stream=17)
+    for r, t in enumerate(ranks):
+        t.write(d / f"r{r}.json")
+    return d
+
+
+def copies_made(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """The ranks of every copy ``_on_copy`` makes while installed, in order."""
+    made: list[list[int]] = []
+    real = RP._copy
+
+    def recording(con: Any, run_id: str, ranks: list[int]) -> Any:
+        made.append(list(ranks))
+        return real(con, run_id, ranks)
+
+    monkeypatch.setattr(RP, "_copy", recording)
+    return made
+
+
+def ingested(con: Store, path: Path, hook: Any = RS.store_after_ingest) -> str:
+    return str(ingest_paths(con, [path], after_trace=hook)[0].run_id)
+
+
+CASES = {
+    "4 ranks, rank 2 sets the pace, rank 3 waits": (lambda tmp: write_job(tmp / "job"), [0, 2, 3]),
+    "one rank": (lambda tmp: write_job(tmp / "one", (1000.0,)), [0]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_document_on_a_copy_is_the_one_computed_on_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    make, ranks = CASES[case]
+    with connect(tmp_path / "s") as con:
+        run_id = ingested(con, make(tmp_path))
+        on_store = RP._computed(con, run_id, copy=False)
+        made = copies_made(monkeypatch)
+        on_copy = RP._computed(con, run_id)
+    assert on_copy == on_store
+    assert made == [ranks]  # guessed from the stored parts: one copy, of the ranks read
+
+
+@pytest.mark.slow
+def test_the_ddp_samples_document_on_a_copy_is_the_one_computed_on_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with connect(tmp_path / "s") as con:
+        run_id = ingested(con, REPO / "sample_traces" / "ddp")
+        on_store = RP._computed(con, run_id, copy=False)
+        made = copies_made(monkeypatch)
+        assert RP._computed(con, run_id) == on_store
+    assert made == [[0, 1]]
+
+
+def test_a_rank_the_guess_missed_is_copied_and_the_document_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the guess the first copy holds the viewed rank alone; its reports name the
+    pace-setter and its waiting rank, so the copy is made again with them: the store's document.
+    The copy of rank 0 alone gives another document (the job needs the other ranks' events)."""
+    with connect(tmp_path / "s") as con:
+        run_id = ingested(con, write_job(tmp_path / "job"))
+        on_store = RP._computed(con, run_id, copy=False)
+        with RP._copy(con, run_id, [0]) as on:
+            alone = RP.text_of(RP.analyze_json(*RP.analyze(on, run_id)))
+        assert alone != on_store
+        monkeypatch.setattr(RP, "_straggler_guess", lambda *a: set())
+        made = copies_made(monkeypatch)
+        assert RP._computed(con, run_id) == on_store
+    assert made == [[0], [0, 2, 3]]
+
+
+def test_ranks_too_big_to_copy_are_analysed_on_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the ranks read hold more than COPY_MAX_EVENTS events together, no copy is made (also
+    when only the second try's ranks pass it): the document is computed on the store."""
+    with connect(tmp_path / "s") as con:
+        run_id = ingested(con, write_job(tmp_path / "job"))
+        on_store = RP._computed(con, run_id, copy=False)
+        sizes = dict(
+            con.execute("SELECT rank, n_events FROM ranks WHERE run_id = ?", [run_id]).fetchall()
+        )
+        made = copies_made(monkeypatch)
+        monkeypatch.setattr(RP, "COPY_MAX_EVENTS", sizes[0] + sizes[2] + sizes[3] - 1)
+        assert RP._on_copy(con, run_id) is None
+        assert RP._computed(con, run_id) == on_store
+        assert made == []
+        monkeypatch.setattr(RP, "_straggler_guess", lambda *a: set())  # rank 0 fits alone
+        assert RP._on_copy(con, run_id) is None
+        assert made == [[0]]
+
+
+def test_a_run_without_every_ranks_part_is_analysed_on_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank without its cross-rank part (an ingest without the hook, a part of another version):
+    the analyses compute it from that rank's events, which a copy would not hold: no copy."""
+    with connect(tmp_path / "s") as con:
+        run_id = ingested(con, write_job(tmp_path / "job"), None)  # no parts
+        made = copies_made(monkeypatch)
+        assert RP._on_copy(con, run_id) is None
+        assert RP._computed(con, run_id) == RP._computed(con, run_id, copy=False)
+        RS.write_rank_summaries(con, run_id, RS.EVERY_RANK)
+        con.execute("DELETE FROM rank_summaries WHERE run_id = ? AND rank = 1", [run_id])
+        assert RP._on_copy(con, run_id) is None
+        assert made == []
+        RS.write_rank_summaries(con, run_id, RS.EVERY_RANK)
+        assert RP._on_copy(con, run_id) == RP._computed(con, run_id, copy=False)
+        assert made == [[0, 2, 3]]
+
+
+def test_the_copy_is_analysed_under_the_memory_limits_in_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of memory (planted) at the first of MEMORY_LIMITS on the copy: computed again at the
+    next, on the copy; at the last it propagates. The store's own limit is never changed."""
+    import duckdb
+
+    tries: list[str] = []
+    real = RP.analyze
+
+    def analyze(con: Any, run_id: str, **kwargs: Any) -> Any:
+        tries.append(str(con.execute("SELECT current_setting('memory_limit')").fetchone()[0]))
+        if len(tries) == 1 or always:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: planted")
+        return real(con, run_id, **kwargs)
+
+    always = False
+    with connect(tmp_path / "s") as con:
+        run_id = ingested(con, write_job(tmp_path / "job"))
+        want = RP._computed(con, run_id, copy=False)
+        own = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        made = copies_made(monkeypatch)
+        monkeypatch.setattr(RP, "analyze", analyze)
+        assert RP._computed(con, run_id) == want
+        assert len(tries) == len(RP.MEMORY_LIMITS) and made == [[0, 2, 3]]
+        assert own not in tries
+        always = True
+        with pytest.raises(duckdb.OutOfMemoryException, match="planted"):
+            RP._computed(con, run_id)
+        assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == own
+
+
+def test_the_ingest_stores_the_document_made_on_a_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gpuscope ingest``'s hook computes the run's document on a copy of the ranks it reads
+    (their events fit), and stores the text computed on the store; a run of a rank too big to
+    copy keeps its document on the store (where its parts left their working tables)."""
+    made = copies_made(monkeypatch)
+    with connect(tmp_path / "s") as con:
+        run_id = ingested(con, write_job(tmp_path / "job"), RS.store_after_ingest_with_document)
+        assert made == [[0, 2, 3]]
+        text = RP.stored_text(con, run_id)
+        assert text == RP._computed(con, run_id, copy=False)
+    monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)  # every rank too big to copy
+    made.clear()
+    with connect(tmp_path / "big") as con:
+        run_id = ingested(
+            con, write_job(tmp_path / "job2", (900.0, 2000.0)), RS.store_after_ingest_with_document
+        )
+        assert made == []
+        text = RP.stored_text(con, run_id)
+        assert text == RP._computed(con, run_id, copy=False)
