@@ -48,6 +48,7 @@ GROUPS = (
     ("held_out_third", "Held-out third of v01-v15 (kept out of every calibration)"),
     ("new", "New cases v16-v28, the part not held out (recorded after the calibration)"),
     ("held_out_new", "New held-out cases (every even position of record_new.ORDER)"),
+    ("blind", "Blind cases v29-v40 (never analysed before recording; only with --blind)"),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 
@@ -190,15 +191,28 @@ def summary(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def select(cases: list[dict[str, Any]], names: list[str], *, blind: bool) -> list[dict[str, Any]]:
+    """The cases to judge: those named (all when none is), less the blind part (``group: blind``)
+    unless ``blind``: it stays unseen while estimates are tuned."""
+    return [
+        c
+        for c in cases
+        if (not names or c["case"] in names) and (blind or c.get("group") != "blind")
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="*")
     ap.add_argument("--truth", default=str(TRUTH))
     ap.add_argument("--json", default="", help="also write the rows here")
+    ap.add_argument(
+        "--blind", action="store_true", help="also judge the blind part (group blind: v29-v40)"
+    )
     args = ap.parse_args(argv)
     truth_path = Path(args.truth)
     truth = json.loads(truth_path.read_text())
-    cases = [c for c in truth["cases"] if not args.cases or c["case"] in args.cases]
+    cases = select(truth["cases"], args.cases, blind=args.blind)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for c in cases:

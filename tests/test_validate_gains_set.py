@@ -1,6 +1,7 @@
 """benchmarks/validate_gains_set.py's judgement (a range holds a measured gain; "nothing" agrees
-with "nothing"), its tolerance of a ``job`` object in the report, and the validation set's
-truth.json against the timings it was made from."""
+with "nothing"), its tolerance of a ``job`` object in the report, the blind part judged only when
+asked for, and the validation set's truth.json against the timings it was made from (the compile
+timings of v06, v12, v23 too)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from validate_gains_set import (  # noqa: E402
     TRUTH,
     holds,
     recommendations,
+    select,
     summary,
 )
 
@@ -63,18 +65,21 @@ def test_truth_matches_its_timings_and_holds_a_third_out() -> None:
         assert c["null"] == (abs(c["gain_pct"]) < NULL_PCT)
         for tr in c["traces"]:
             assert (TRUTH.parent / tr).is_file(), tr
+    import record_blind
     import record_new
 
     third = {c for i, c in enumerate(ORDER) if i % 3 == 2}
     new = {c for i, c in enumerate(record_new.ORDER) if i % 2 == 0}
+    blind = set(record_blind.CASES)
     held = {c["case"] for c in cases if c["held_out"]}
-    assert held == third | (new & {c["case"] for c in cases})
+    assert held == third | ((new | blind) & {c["case"] for c in cases})
     for c in cases:
-        want = (
-            ("held_out_new" if c["case"] in new else "new")
-            if c["case"] in record_new.CASES
-            else ("held_out_third" if c["case"] in third else "calibration")
-        )
+        if c["case"] in blind:
+            want = "blind"
+        elif c["case"] in record_new.CASES:
+            want = "held_out_new" if c["case"] in new else "new"
+        else:
+            want = "held_out_third" if c["case"] in third else "calibration"
         assert c["group"] == want, c["case"]
 
 
@@ -100,11 +105,12 @@ def test_truth_is_what_the_timing_files_say() -> None:
     runs of its timing files (step time, or per-sample time for batch-size cases), in round
     order, and each run was a fresh process of the variant it claims; the new part's cases are
     all there once recorded, each with the trace of its planted variant, every rank's."""
+    import record_blind
     import record_new
     from record_validation import CASES
 
     cases = {c["case"]: c for c in json.loads(TRUTH.read_text())["cases"]}
-    every = {**CASES, **record_new.CASES}
+    every = {**CASES, **record_new.CASES, **record_blind.CASES}
     for name, c in cases.items():
         d = TRUTH.parent / name
         if name not in every:  # v14: the FSDP pair of ../multi_gpu
@@ -118,8 +124,75 @@ def test_truth_is_what_the_timing_files_say() -> None:
         gpus = every[name].get("gpus", 1)
         assert c["gpus"] == gpus
         assert len(c["traces"]) == gpus, name  # one trace per rank
-    recorded = [k for k in record_new.ORDER if (TRUTH.parent / k / "timing.json").exists()]
-    assert [k for k in cases if k in record_new.CASES] == recorded
+    for part in (record_new, record_blind):
+        recorded = [k for k in part.ORDER if (TRUTH.parent / k / "timing.json").exists()]
+        assert [k for k in cases if k in part.CASES] == recorded
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_the_blind_part_is_apart_and_covers_the_unproven_fixes() -> None:
+    """v29-v40: every case recorded (one trace per rank), group ``blind``, held out; at least six
+    pairs, one chosen to gain nothing, and the fixes the estimates are least proven on."""
+    import record_blind
+
+    cases = [c for c in json.loads(TRUTH.read_text())["cases"] if c["group"] == "blind"]
+    assert [c["case"] for c in cases] == record_blind.ORDER
+    assert all(c["held_out"] for c in cases)
+    assert any(c["intended_null"] for c in cases)
+    assert {
+        "activation_checkpointing",
+        "optimizer_fused",
+        "mixed_precision",
+        "dataloader_workers",
+        "pin_memory",
+        "host_sync",
+        "kernel_fusion",
+        "batch_size",
+        "cudnn_benchmark",
+    } <= {c["expected_fix"] for c in cases}
+    for c in cases:
+        assert c["device"].startswith("NVIDIA"), c["case"]
+
+
+def test_the_blind_part_is_judged_only_when_asked_for() -> None:
+    cases = [{"case": "v01", "group": "calibration"}, {"case": "v29", "group": "blind"}]
+    assert [c["case"] for c in select(cases, [], blind=False)] == ["v01"]
+    assert [c["case"] for c in select(cases, ["v29"], blind=False)] == []
+    assert [c["case"] for c in select(cases, [], blind=True)] == ["v01", "v29"]
+    assert [c["case"] for c in select(cases, ["v29"], blind=True)] == ["v29"]
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_the_compile_timings_are_what_their_files_say() -> None:
+    """truth.json's ``compile``: eager vs torch.compile of v06, v12 and v23's planted variants,
+    read afresh from each case's compile_timing.json (fresh processes, eager and compiled
+    alternately within each recording's rounds, >= 3 rounds); that file is not a planted/fixed
+    recording (``timing*.json``), so the case's own truth is untouched by it."""
+    doc = json.loads(TRUTH.read_text())
+    got = {c["case"]: c for c in doc["compile"]}
+    assert set(got) == {"v06", "v12", "v23"}
+    for case, c in got.items():
+        f = TRUTH.parent / case / "compile_timing.json"
+        assert not f.name.startswith("timing")
+        runs = json.loads(f.read_text())["runs"]
+        eager: list[float] = []
+        comp: list[float] = []
+        order: list[list[str]] = []
+        for rec in dict.fromkeys(r["recording"] for r in runs):
+            these = [r for r in runs if r["recording"] == rec]
+            for rnd in sorted({r["round"] for r in these}):
+                pair = [r for r in these if r["round"] == rnd]
+                order.append([r["variant"] for r in pair])
+                eager += [r["step_ms_median"] for r in pair if r["variant"] == "eager"]
+                comp += [r["step_ms_median"] for r in pair if r["variant"] == "compiled"]
+                assert all(r["compiled"] == (r["variant"] == "compiled") for r in pair)
+                assert all(r["mode"] == "time" for r in pair)
+        assert len(order) >= 3 and order[0] == ["eager", "compiled"]
+        assert order[1] == ["compiled", "eager"]  # alternately
+        assert c["eager"] == eager and c["compiled"] == comp, case
+        g = [100 * (1 - b / a) for a, b in zip(eager, comp, strict=True)]
+        assert c["gain_pct_by_round"] == pytest.approx(g)
+        assert c["gain_pct"] == pytest.approx(statistics.median(g))
 
 
 def _row(case: str, low: float, high: float, measured: float, first: str = "x") -> dict:
@@ -158,9 +231,10 @@ def test_the_words_written_into_the_new_traces_hold_no_double_quote() -> None:
     """Kineto (torch 2.11) writes a '"' inside a trace's metadata string as '/"' (not JSON): v16
     was recorded with one and had to be mended. record_new.py puts planted/fix/expected_fix into
     the trace's metadata."""
+    import record_blind
     import record_new
 
-    for name, case in record_new.CASES.items():
+    for name, case in {**record_new.CASES, **record_blind.ALL}.items():
         for key in ("planted", "fix", "expected_fix"):
             assert '"' not in case[key], (name, key)
 

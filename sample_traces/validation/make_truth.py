@@ -1,5 +1,7 @@
-"""Write truth.json from what record_validation.py and record_new.py measured (``*/timing.json``
-beside this file) and from the FSDP2 prefetch pair of ../multi_gpu (its ``timing.json``).
+"""Write truth.json from what record_validation.py, record_new.py and record_blind.py measured
+(``*/timing*.json`` beside this file) and from the FSDP2 prefetch pair of ../multi_gpu (its
+``timing.json``); and, under ``compile``, the eager vs torch.compile timings of v06, v12 and v23's
+planted variants (``*/compile_timing.json``, record_blind.py's v06c/v12c/v23c).
 
     python make_truth.py
 
@@ -8,7 +10,10 @@ planted and fixed runs of the same round (per-sample time for ``batch_size`` cas
 otherwise). ``held_out`` is fixed by position before any estimate is looked at: every third case
 of record_validation.ORDER (``group: "held_out_third"``) and every even position of
 record_new.ORDER (``group: "held_out_new"``); the others are ``"calibration"`` (v01-v15) and
-``"new"`` (the rest of v16-v28, recorded after the calibration was tuned).
+``"new"`` (the rest of v16-v28, recorded after the calibration was tuned). Every case of
+record_blind.py (v29-v40) is ``group: "blind"``: recorded after v01-v28 were tuned on, never
+looked at by gpuscope's analysis before it was recorded, and kept out of every calibration (no
+part of it is calibration; ``held_out`` is true).
 """
 
 from __future__ import annotations
@@ -20,15 +25,22 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import record_blind  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
-GROUPS = ("calibration", "held_out_third", "new", "held_out_new")
+GROUPS = ("calibration", "held_out_third", "new", "held_out_new", "blind")
 """The set's parts, in the order the benchmark prints them."""
+
+
+HELD_OUT_GROUPS = ("held_out_third", "held_out_new", "blind")
+"""The parts kept out of every calibration (``held_out: true``)."""
 
 
 def group(case: str) -> str:
     """The part of the set a case belongs to (:data:`GROUPS`)."""
+    if case in record_blind.CASES:
+        return record_blind.GROUP
     if case in record_new.CASES:
         return "held_out_new" if case in record_new.HELD_OUT else "new"
     return "held_out_third" if case in HELD_OUT else "calibration"
@@ -46,7 +58,7 @@ def single(case: str) -> dict | None:
     files = sorted((HERE / case).glob("timing*.json"))  # timing.json, then timing_run2.json
     if not files:
         return None
-    meta = {**CASES, **record_new.CASES}[case]
+    meta = {**CASES, **record_new.CASES, **record_blind.CASES}[case]
     per_sample = meta.get("bound") == "per_sample_time"
     key = "per_sample_us" if per_sample else "step_ms_median"
     p, f, runs, traced = [], [], [], []
@@ -73,7 +85,7 @@ def single(case: str) -> dict | None:
         "bound": meta.get("bound", "step_time"),
         "intended_null": bool(meta.get("null")),
         "null": abs(statistics.median(g)) < NULL_PCT,
-        "held_out": group(case).startswith("held_out"),
+        "held_out": group(case) in HELD_OUT_GROUPS,
         "group": group(case),
         "gpus": meta.get("gpus", 1),
         "device": runs[0]["device"],
@@ -114,6 +126,49 @@ def single(case: str) -> dict | None:
                 "step_ms_median_this_rank",
             )
         },
+    }
+
+
+COMPILED = ("v06", "v12", "v23")
+"""The cases whose planted variant was also timed with torch.compile (``compile_timing.json``)."""
+
+
+def compile_pairs(runs: list[dict]) -> tuple[list[float], list[float]]:
+    """(eager, compiled) step times (ms) per round of ``compile_timing.json``'s runs, paired within
+    a recording and round, in file order."""
+    e: list[float] = []
+    c: list[float] = []
+    keys = dict.fromkeys((r["recording"], r["round"]) for r in runs)
+    for rec, rnd in keys:
+        a = [r for r in runs if (r["recording"], r["round"]) == (rec, rnd)]
+        ea = [r["step_ms_median"] for r in a if r["variant"] == "eager"]
+        ca = [r["step_ms_median"] for r in a if r["variant"] == "compiled"]
+        if ea and ca:
+            e.append(ea[0])
+            c.append(ca[0])
+    return e, c
+
+
+def compiled(case: str) -> dict | None:
+    """The gain of torch.compile on ``case``'s planted variant, same batch (step time)."""
+    tj = HERE / case / "compile_timing.json"
+    if not tj.exists():
+        return None
+    doc = json.loads(tj.read_text())
+    e, c = compile_pairs(doc["runs"])
+    g = gains(e, c)
+    return {
+        "case": case,
+        "fix": "torch.compile of the planted variant's model (model.compile())",
+        "gpuscope_fix_id": "kernel_fusion",
+        "device": doc["env"]["device"],
+        "torch": doc["env"]["torch"],
+        "unit": "ms per step (median of 5-step blocks)",
+        "eager": e,
+        "compiled": c,
+        "gain_pct_by_round": g,
+        "gain_pct": statistics.median(g),
+        "null": abs(statistics.median(g)) < NULL_PCT,
     }
 
 
@@ -174,14 +229,23 @@ def main() -> int:
     if f is not None:
         cases.append(f)
     cases += [c for c in (single(k) for k in record_new.ORDER) if c is not None]
+    cases += [c for c in (single(k) for k in record_blind.ORDER) if c is not None]
     doc = {
         "about": "issue 43's validation set: planted cause, fix, expected gpuscope fix id, "
         "unprofiled timings (fresh processes, interleaved), measured gain. held_out: every "
         "third case in record_validation.ORDER (group held_out_third) and every even position "
-        "of record_new.ORDER (group held_out_new), fixed before any estimate was seen.",
+        "of record_new.ORDER (group held_out_new), fixed before any estimate was seen; every case "
+        "of record_blind.py (v29-v40, group blind) is held out and was never analysed before it "
+        "was recorded. compile: eager vs torch.compile of v06, v12 and v23's planted variants.",
         "cases": cases,
+        "compile": [c for c in (compiled(k) for k in COMPILED) if c is not None],
     }
     (HERE / "truth.json").write_text(json.dumps(doc, indent=1) + "\n")
+    for c in doc["compile"]:
+        print(
+            f"{c['case']} torch.compile            gain {c['gain_pct']:6.1f}% "
+            f"{[round(x, 1) for x in c['gain_pct_by_round']]}"
+        )
     for c in cases:
         print(
             f"{c['case']} {c['name']:26s} gain {c['gain_pct']:6.1f}% "

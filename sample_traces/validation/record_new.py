@@ -577,11 +577,15 @@ def build(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
     raise SystemExit(f"unknown case {case}")
 
 
-def one(args) -> int:
+def one(args, cases: dict | None = None, build_fn=None) -> int:
+    """One run of ``args.case`` in this process (``cases``/``build_fn``: another recorder's cases
+    and builder, ``record_blind.py``'s; default this file's)."""
     import torch
     from record_fixes import timed
 
-    gpus = CASES[args.case].get("gpus", 1)
+    cases = CASES if cases is None else cases
+    build_fn = build if build_fn is None else build_fn
+    gpus = cases[args.case].get("gpus", 1)
     cuda = torch.cuda.is_available() and not args.cpu
     rank, world, dist = 0, 1, None
     if gpus > 1:
@@ -596,8 +600,8 @@ def one(args) -> int:
     else:
         device = "cuda" if cuda else "cpu"
     t_start = time.perf_counter()
-    step, samples, meta, _model = build(args.case, args.variant, device, rank, world)
-    compiled = args.case in ("v16", "v17", "v22", "v27")
+    step, samples, meta, _model = build_fn(args.case, args.variant, device, rank, world)
+    compiled = args.case in ("v16", "v17", "v22", "v27") or bool(cases[args.case].get("compiled"))
     warm = 3 if QUICK else (30 if compiled else 15)
     n = 10 if QUICK else 40
     if dist is not None:
@@ -628,14 +632,14 @@ def one(args) -> int:
     if args.mode == "trace":
         from gpuscope.capture import profile_steps
 
-        name = f"{args.case}_{CASES[args.case]['name']}"
+        name = f"{args.case}_{cases[args.case]['name']}"
         # Kineto (torch 2.11) writes a '"' inside a metadata string as '/"', which is not JSON:
         # the words put in the trace hold no double quote (a test checks CASES)
         md = {
             "gpuscope.experiment": name,
             "samples_per_step": samples,
             "gpuscope.planted": {
-                k: CASES[args.case][k] for k in ("planted", "fix", "expected_fix")
+                k: cases[args.case][k] for k in ("planted", "fix", "expected_fix")
             },
         }
         with profile_steps(
@@ -673,17 +677,20 @@ def one(args) -> int:
     return 0
 
 
-def drive(args) -> int:
+def drive(args, table: dict | None = None, script: str | None = None) -> int:
+    """Every case of ``args.cases`` as fresh processes of ``script`` (default this file), the cases
+    described by ``table`` (default :data:`CASES`)."""
+    table = CASES if table is None else table
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cases = args.cases.split(",") if args.cases else ORDER
-    me = str(Path(__file__).resolve())
+    cases = args.cases.split(",") if args.cases else list(table)
+    me = str(Path(script or __file__).resolve())
     extra = (["--quick"] if QUICK else []) + (["--cpu"] if args.cpu else [])
     results: list[dict] = []
     t0 = time.time()
 
     def child(case: str, variant: str, mode: str) -> dict | None:
-        if CASES[case].get("gpus", 1) > 1:
+        if table[case].get("gpus", 1) > 1:
             pre = [
                 sys.executable,
                 "-m",
@@ -708,7 +715,7 @@ def drive(args) -> int:
             return None
         r = json.loads(line[-1][7:])
         log(
-            f"[{time.time() - t0:6.1f}s] {case} {CASES[case]['name']:26s} {variant:7s} {mode:5s} "
+            f"[{time.time() - t0:6.1f}s] {case} {table[case]['name']:26s} {variant:7s} {mode:5s} "
             f"{r['step_ms_median']:9.3f} ms/step {r['per_sample_us']:9.3f} us/sample "
             f"({r['setup_and_time_s']:.1f}s)"
         )
@@ -730,7 +737,7 @@ def drive(args) -> int:
             log(f"budget spent: {case} and later skipped")
             break
         rows = []
-        rec = child(case, "planted", "trace")
+        rec = None if getattr(args, "no_trace", False) else child(case, "planted", "trace")
         rows += [rec] if rec else []
         for r in range(args.rounds):
             for v in ("planted", "fixed") if r % 2 == 0 else ("fixed", "planted"):
@@ -746,13 +753,13 @@ def drive(args) -> int:
             with tarfile.open(args.tar + ".tmp", "w:gz") as tf:
                 tf.add(out, arcname=out.name)
             os.replace(args.tar + ".tmp", args.tar)
-        key = "per_sample_us" if CASES[case].get("bound") == "per_sample_time" else "step_ms_median"
+        key = "per_sample_us" if table[case].get("bound") == "per_sample_time" else "step_ms_median"
         p = [x[key] for x in rows if x["variant"] == "planted" and x["mode"] == "time"]
         f = [x[key] for x in rows if x["variant"] == "fixed" and x["mode"] == "time"]
         if p and f:
             gains = [100 * (1 - b / a) for a, b in zip(p, f, strict=False)]
             log(
-                f"== {case} {CASES[case]['name']:26s} planted {statistics.median(p):9.3f} "
+                f"== {case} {table[case]['name']:26s} planted {statistics.median(p):9.3f} "
                 f"fixed {statistics.median(f):9.3f} gain {statistics.median(gains):5.1f}% "
                 f"[{min(gains):.1f}, {max(gains):.1f}]"
             )
@@ -760,7 +767,8 @@ def drive(args) -> int:
     return 0
 
 
-def main() -> int:
+def main(cases: dict | None = None, build_fn=None, script: str | None = None) -> int:
+    """The command line; another recorder passes its ``cases``, ``build_fn`` and ``script``."""
     global QUICK
     ap = argparse.ArgumentParser()
     ap.add_argument("cmd", choices=("drive", "one"))
@@ -775,10 +783,13 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=500)
     ap.add_argument("--child-timeout", type=float, default=150)
     ap.add_argument("--tar", default="")
+    ap.add_argument("--no-trace", action="store_true", help="time only, no profiled run")
     args = ap.parse_args()
     QUICK = args.quick
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    return drive(args) if args.cmd == "drive" else one(args)
+    if args.cmd == "drive":
+        return drive(args, cases, script)
+    return one(args, cases, build_fn)
 
 
 if __name__ == "__main__":
