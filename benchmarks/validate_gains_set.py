@@ -13,7 +13,10 @@ seen), each with its summary against issue 43's targets: every range holds its m
 median range width at most :data:`WIDTH_TARGET` points, no fix estimated above 5 % where the
 measured gain is ~0 (below :data:`NULL_PCT`), and the first fix the expected one.
 
-    python benchmarks/validate_gains_set.py [--truth PATH] [--json OUT] [CASE ...]
+    python benchmarks/validate_gains_set.py [--truth PATH] [--json OUT] [--blind] [CASE ...]
+
+The blind part (``group: blind``, v29-v40) is judged only with ``--blind``: it stays unseen
+while estimates are tuned.
 
 The expected fix is looked for in the report's ``recommendations`` and, when the report carries a
 ``job`` object with its own ``recommendations``, there too. A missing recommendation reads as an
