@@ -3,7 +3,8 @@ files (DuckLake's merge does, and a reader in another process scanning while it 
 none of a run's rows); compaction only on request (`gpuscope maintain --compact`); an upload in
 the dashboard maintains as `gpuscope ingest` does.
 
-Real processes, real stores on disk, the sample traces.
+Real stores on disk, the sample traces; real processes where a reader in another process is
+the point or the exit code of one (the CLI in-process elsewhere: ``in_process``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from clitools import cli_in_process
 from gpuscope.store import LAKE, RUN_TABLES, connect
 from tracegen import TraceBuilder
 
@@ -30,6 +32,12 @@ def gpuscope(*args: object) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
+
+
+def in_process(*args: object) -> subprocess.CompletedProcess[str]:
+    """``gpuscope ARGS`` in this process (clitools.cli_in_process): the same exit code, stdout and
+    stderr, for tests where no process is the point (readers in other processes: ``spawn``)."""
+    return cli_in_process(*map(str, args))
 
 
 def spawn(*args: object) -> subprocess.Popen[str]:
@@ -74,10 +82,10 @@ def rows(store: Path) -> dict[str, list[tuple]]:
 @pytest.mark.slow
 def test_an_ingest_s_maintenance_never_rewrites_a_stored_run_s_files(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    assert gpuscope("ingest", SAMPLES / "before", "--db", store).returncode == 0
+    assert in_process("ingest", SAMPLES / "before", "--db", store).returncode == 0
     first = live_files(store)
     assert first, "the run left no data file to watch"
-    done = gpuscope("ingest", SAMPLES / "after", "--db", store)  # then maintains
+    done = in_process("ingest", SAMPLES / "after", "--db", store)  # then maintains
     assert done.returncode == 0, done.stderr
     assert "note:" not in done.stderr
     assert first <= live_files(store)  # every file the first run reads is still the one it reads
@@ -118,16 +126,16 @@ def test_compaction_only_on_request(tmp_path: Path) -> None:
     store = tmp_path / "store"
     for i in range(3):
         trace = small_trace(tmp_path / f"c{i}.json", 200 + i, f"c{i}")
-        assert gpuscope("ingest", trace, "--db", store).returncode == 0
+        assert in_process("ingest", trace, "--db", store).returncode == 0
     before_rows, before_files = rows(store), live_files(store)
 
-    plain = gpuscope("maintain", "--db", store, "--json")
+    plain = in_process("maintain", "--db", store, "--json")
     assert plain.returncode == 0, plain.stderr
     assert json.loads(plain.stdout)["merged"] == 0
     assert "--compact" in plain.stderr  # says how to compact, and when
     assert live_files(store) == before_files
 
-    compact = gpuscope("maintain", "--db", store, "--compact", "--json")
+    compact = in_process("maintain", "--db", store, "--compact", "--json")
     assert compact.returncode == 0, compact.stderr
     assert json.loads(compact.stdout)["merged"] >= 1
     events = {f for t, f in live_files(store) if t == "events"}
@@ -157,7 +165,7 @@ def test_an_upload_maintains_as_an_ingest_does(app_store: Path, tmp_path: Path) 
     `gpuscope ingest`; the uploaded run is stored whole."""
     from apptools import open_app
 
-    assert gpuscope("ingest", SAMPLES / "before", "--db", app_store).returncode == 0
+    assert in_process("ingest", SAMPLES / "before", "--db", app_store).returncode == 0
     leftover = next((app_store / "data").rglob("*.parquet")).parent / "ducklake-dead-ingest.parquet"
     leftover.write_bytes(b"PAR1 left by an ingest that was killed")
     at = open_app()
@@ -168,5 +176,5 @@ def test_an_upload_maintains_as_an_ingest_does(app_store: Path, tmp_path: Path) 
     assert not at.exception
     assert at.query_params.get("run")
     assert not leftover.exists()
-    listed = json.loads(gpuscope("runs", "--db", app_store, "--json").stdout)
+    listed = json.loads(in_process("runs", "--db", app_store, "--json").stdout)
     assert len(listed) == 2
