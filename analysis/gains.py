@@ -3,11 +3,12 @@
 A fix changes some nodes' durations or drops some edges of the graph of
 :mod:`gpuscope.analysis.critical_path`; the graph is replayed (every node starts at the latest of
 its constraints) and the window's new length over the old one gives the gain. Each fix is
-replayed in a few variants (``low``, ``mid``, ``high``: how strongly the fix acts, below) on a
-**calibrated** graph whose host durations are scaled by one factor so that the replayed window
-matches the untraced step (the profiler slows the host; the factor is the traced process's host
-speed, measured), or, where no such factor is known, with host time at 0.3, 0.4 and 0.5 of its
-recorded length (1.0 too without an untraced step); the weakest variant is also replayed on a host :data:`HOST_VARIATION` times slower, the
+replayed in a few variants (``low``, ``mid``, ``high``: how strongly the fix acts, below), and, when
+the untraced step time is known, also on a **calibrated** graph whose host durations are scaled by
+one factor so that the replayed window matches the untraced step (the profiler slows the host);
+host time is also replayed at 0.3, 0.4 and 0.5 of its recorded length (1.0 too without an untraced
+step), because the calibrated factor is the traced process's host speed and the processes that
+time the fix run at others (docs/metrics.md, "Host speed"); the weakest variant is also replayed on a host :data:`HOST_VARIATION` times slower, the
 strongest on one that much faster (the fix runs in another process than the trace's);
 ``gain_pct`` is the mid variant at the calibrated scale (else 0.4; a fix that removes host
 staging, ``staging`` of :func:`replay_estimate`, is never replayed at the calibrated scale), ``low_pct`` and
@@ -254,9 +255,7 @@ def replay_estimate(
     staging = staging and s_cal is not None
     if staging:  # the calibrated factor holds the staging the fix removes
         s_cal = None
-    # the calibrated scale is the traced process's host speed, measured: the prior scales (and
-    # the unexplained time they would leave) stand in for it only where it is unknown
-    scales = [s_cal] if s_cal is not None else sorted({*HOST_SCALE_RANGE, HOST_SCALE_MID})
+    scales = sorted({*HOST_SCALE_RANGE, HOST_SCALE_MID, *([s_cal] if s_cal is not None else [])})
     if not ctx.untraced_step_ms:
         scales.append(1.0)
     k = multiple

@@ -1,6 +1,6 @@
-"""Estimate ranges where the trace measures its own host speed: hand-built steps with answers
-computed by hand (docs/metrics.md, "Gains from the path": the calibrated host scale replaces the
-prior 0.3 / 0.4 / 0.5; a compiled tensor-parallel step loses the eager ops' host work too)."""
+"""Estimate ranges: hand-built steps with answers computed by hand (docs/metrics.md, "Gains from
+the path": the prior host scales beside the calibrated one; a compiled tensor-parallel step loses
+the eager ops' host work too; dropping checkpointing removes the whole recompute)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,15 @@ def _estimate(fix: str, cp, ctx) -> GN.Estimate:
     return GN.replay_estimate(u.retime(cp.graph, ctx), cp, ctx, staging=u.staging)
 
 
-def test_a_calibrated_host_speed_replaces_the_prior_scales() -> None:
+def test_the_prior_host_scales_stay_beside_the_calibrated_one() -> None:
     """A step of host work only (aten::foo 0..100 µs), untraced step 50 µs: the calibrated host
-    scale is 0.5 (100 × s = 50). CUDA graphs (host × 0.5 / 0.2 / 0.05) replayed at 0.5 alone:
-    mid 1 − 0.2 = 80 %, low (weakest fix on a host 1.23× slower) 1 − 0.5 × 1.23 = 38.5 %, high
-    (strongest on one 1.23× faster) 1 − 0.05 / 1.23 = 95.93 %. The old range also replayed at
-    0.3, where 20 of the 50 µs were unexplained: kept, the weakest fix on the slow host gave
-    1 − (0.5 × 1.23 × 30 + 20) / 50 = 23.1 %; gone, the strongest 1 − 0.05 / 1.23 × 30 / 50 =
-    97.6 % (a host both 0.3× and 0.5× as fast as the trace says)."""
+    scale is 0.5 (100 × s = 50), the traced process's. The fix is timed in other processes, so
+    the prior scales stay in the range (docs/metrics.md, "Host speed"). CUDA graphs (host × 0.5 /
+    0.2 / 0.05): mid at 0.5: 1 − 0.2 = 80 %. At 0.3, 20 of the 50 µs are unexplained: kept, the
+    weakest fix on a host 1.23× slower gives 1 − (0.5 × 1.23 × 30 + 20) / 50 = 23.1 %; gone, the
+    strongest on a host 1.23× faster 1 − 0.05 / 1.23 × 30 / 50 = 97.56 %. At 0.5 alone the range
+    would be 1 − 0.5 × 1.23 = 38.5 .. 1 − 0.05 / 1.23 = 95.93 %: narrower, and it lost 4 of the
+    validation set's 11 held-out ranges."""
     host = [
         H("ProfilerStep#1", "user_annotation", 0, 100 * US, 1),
         H("aten::foo", "cpu_op", 0, 100 * US, 1),
@@ -39,8 +40,8 @@ def test_a_calibrated_host_speed_replaces_the_prior_scales() -> None:
     est = _estimate("cuda_graphs", cp, ctx)
     assert est.calibrated
     assert est.gain_pct == pytest.approx(80.0, abs=0.1)
-    assert est.low_pct == pytest.approx(100 * (1 - 0.5 * 1.23), abs=0.1)
-    assert est.high_pct == pytest.approx(100 * (1 - 0.05 / 1.23), abs=0.1)
+    assert est.low_pct == pytest.approx(100 * (1 - (0.5 * 1.23 * 30 + 20) / 50), abs=0.1)
+    assert est.high_pct == pytest.approx(100 * (1 - 0.05 / 1.23 * 30 / 50), abs=0.1)
 
 
 def test_an_uncalibrated_gpu_bound_step_keeps_the_prior_scales() -> None:
