@@ -302,7 +302,7 @@ class OpCalls:
         """(id, tid, s, e, sig) of the calls holding a time of ``[start_ns, end_ns]`` (of the
         threads ``tids``; None: every thread), int64, in the table's order."""
         where = "" if tids is None else "AND list_contains($tids, tid)"
-        p = {"a": int(start_ns), "b": int(end_ns)}
+        p: dict[str, Any] = {"a": int(start_ns), "b": int(end_ns)}
         if tids is not None:
             p["tids"] = [int(t) for t in np.unique(tids)] or [-1]
         d = execute(
