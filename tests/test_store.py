@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from clitools import cli_in_process
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.store import (
@@ -42,6 +43,12 @@ def gpuscope(*args: object, env: dict[str, str] | None = None, timeout: float = 
         timeout=timeout,
         env=env,
     )
+
+
+def in_process(*args: object) -> subprocess.CompletedProcess[str]:
+    """``gpuscope ARGS`` in this process (clitools.cli_in_process: the same exit code, stdout and
+    stderr), for tests where no process is the point."""
+    return cli_in_process(*map(str, args))
 
 
 def spawn(*args: object, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -166,7 +173,7 @@ def test_a_failed_ingest_leaves_no_rows_and_no_files(tmp_path, db_path, monkeypa
 
 
 @pytest.mark.slow
-def test_runs_record_who_uploaded_them(tmp_path, db_path):
+def test_runs_record_who_uploaded_them(tmp_path, db_path, monkeypatch):
     con = connect(db_path)
     [t] = ingest_paths(con, [SAMPLES / "before"], uploaded_by="ann@example.org")
     [n] = ingest_paths(
@@ -174,17 +181,16 @@ def test_runs_record_who_uploaded_them(tmp_path, db_path):
     )
     assert (t.uploaded_by, n.uploaded_by) == ("ann@example.org", "bo")
     con.close()
-    assert gpuscope("ingest", SAMPLES / "after", "--db", db_path).returncode == 0
+    # the CLI in-process (clitools.cli_in_process): who uploaded is the subject, not a process
+    assert in_process("ingest", SAMPLES / "after", "--db", db_path).returncode == 0
     listed = {
         r["name"]: r["uploaded_by"]
-        for r in json.loads(gpuscope("runs", "--json", "--db", db_path).stdout)
+        for r in json.loads(in_process("runs", "--json", "--db", db_path).stdout)
     }
     assert listed["before"] == "ann@example.org" and listed["after"] is None
     assert list(listed.values()).count("bo") == 1
-    admin = {**os.environ, "GPUSCOPE_ALLOW_UPLOADED_BY": "1"}  # an admin's import may name anyone
-    r = gpuscope(
-        "ingest", SAMPLES / "ddp", "--db", db_path, "--uploaded-by", "Cy", "--json", env=admin
-    )
+    monkeypatch.setenv("GPUSCOPE_ALLOW_UPLOADED_BY", "1")  # an admin's import may name anyone
+    r = in_process("ingest", SAMPLES / "ddp", "--db", db_path, "--uploaded-by", "Cy", "--json")
     assert json.loads(r.stdout)[0]["uploaded_by"] == "cy"
 
 
