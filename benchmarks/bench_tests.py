@@ -5,12 +5,16 @@
     python benchmarks/bench_tests.py --tier slow   # the slow tier (make test-slow's pytest)
     python benchmarks/bench_tests.py --tier all    # every non-browser test, in one run
     python benchmarks/bench_tests.py --tier suite  # everything, browser tests too: make test's pytest
+    python benchmarks/bench_tests.py --tier all tests/test_job.py tests/test_store.py  # modules
 
 Runs pytest on every core (pytest-xdist, as the Makefile does) with ``--durations=0``, then
 prints the wall time against the target (90 s for the fast tier on 2 cores), the summed test time,
 the tests that ran, and the unmarked tests whose setup + call + teardown took ``--threshold``
-seconds or more (candidates for ``@pytest.mark.slow``, or for a faster test). Exits 1 when the
-fast tier is over its target or pytest failed. Speed lives here, not in timed unit tests.
+seconds or more (candidates for ``@pytest.mark.slow``, or for a faster test). It also prints the
+CPU time (user + sys) of the whole pytest process tree and the modules and tests that took the
+most CPU (benchmarks/cpu_per_test.py, a pytest plugin): on a machine shared with others, CPU is
+the figure to compare, wall time measures the neighbours. Exits 1 when the fast tier is over its
+target or pytest failed. Speed lives here, not in timed unit tests.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -47,6 +53,16 @@ def per_test_seconds(output: str) -> Counter[str]:
     return seconds
 
 
+def cpu_per_test(path: Path) -> Counter[str]:
+    """CPU seconds per test id, from benchmarks/cpu_per_test.py's lines (``cpu<TAB>wall<TAB>id``)."""
+    cpu: Counter[str] = Counter()
+    for line in path.read_text().splitlines() if path.exists() else []:
+        parts = line.split("\t")
+        if len(parts) == 3:
+            cpu[parts[2]] += float(parts[0])
+    return cpu
+
+
 def marked_slow(ids: list[str]) -> set[str]:
     """The ids among ``ids`` that carry the ``slow`` marker (pytest's own collection says)."""
     if not ids:
@@ -66,17 +82,32 @@ def main() -> int:
     ap.add_argument("--workers", default="auto", help="pytest-xdist -n (default: every core)")
     ap.add_argument("--threshold", type=float, default=1.0, help="seconds (default 1.0)")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument(
+        "paths", nargs="*", help="test modules or ids (default: every test of the tier)"
+    )
     args = ap.parse_args()
 
+    cpu_file = Path(tempfile.mkstemp(prefix="gpuscope-cpu-per-test-", suffix=".tsv")[1])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO / "benchmarks"), env.get("PYTHONPATH")])
+    )
+    env["GPUSCOPE_CPU_PER_TEST"] = str(cpu_file)
     marker = ["-m", TIERS[args.tier]] if TIERS[args.tier] else []
     # whole modules to each worker, costliest first (tests/conftest.py), as `make test` does
     cmd = [sys.executable, "-m", "pytest", "-q", *marker, "-n", args.workers, "--dist", "loadfile"]
     cmd += ["--no-loadscope-reorder", "-p", "no:cacheprovider", "--durations=0"]
+    cmd += ["-p", "cpu_per_test", *args.paths]
     print("$", " ".join(cmd[1:]), flush=True)
+    load0 = os.getloadavg()[0]
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    user, sys_s = kids.ru_utime - kids0.ru_utime, kids.ru_stime - kids0.ru_stime
+    per_test = cpu_per_test(cpu_file)
+    cpu_file.unlink(missing_ok=True)
     seconds = per_test_seconds(r.stdout)
     passed = SUMMARY.search(r.stdout.splitlines()[-1] if r.stdout.strip() else "")
     print(r.stdout.splitlines()[-1] if r.stdout.strip() else r.stderr[-2000:])
@@ -88,10 +119,23 @@ def main() -> int:
     target = FAST_TARGET_S if args.tier == "fast" else None
     load = os.getloadavg()[0]
     print(
-        f"{args.tier} tier: {wall:.1f} s wall on {os.cpu_count()} CPUs (load average {load:.1f}), "
-        f"{sum(seconds.values()):.0f} s of test time"
+        f"{args.tier} tier: {wall:.1f} s wall on {os.cpu_count()} CPUs (load average "
+        f"{load0:.1f} at the start, {load:.1f} at the end), {sum(seconds.values()):.0f} s of test time"
         + (f"; target {target:.0f} s: {'met' if wall <= target else 'NOT met'}" if target else "")
     )
+    print(
+        f"CPU of the pytest process tree: {user + sys_s:.1f} s (user {user:.1f} + sys {sys_s:.1f}); "
+        f"summed over the tests: {sum(per_test.values()):.1f} s"
+    )
+    modules: Counter[str] = Counter()
+    for tid, cpu in per_test.items():
+        modules[tid.split("::")[0]] += cpu
+    print(f"modules by CPU (s), the {args.top} costliest:")
+    for module, cpu in modules.most_common(args.top):
+        print(f"  {cpu:7.1f}  {module}")
+    print(f"tests by CPU (s; a module fixture counts in its first test), the {args.top} costliest:")
+    for tid, cpu in per_test.most_common(args.top):
+        print(f"  {cpu:7.2f}  {tid}")
     if over and args.tier == "slow":
         print(f"slowest tests of {args.threshold:g} s or more:")
         for t, tid in over[: args.top]:
@@ -108,6 +152,8 @@ def main() -> int:
                 "test_s": round(sum(seconds.values()), 1),
                 "passed": int(passed.group(1)) if passed else None,
                 "pytest_rc": r.returncode,
+                "cpu_s": round(user + sys_s, 1),
+                "load_avg_1m_start": round(load0, 2),
                 "unmarked_over_threshold": len(over) if args.tier != "slow" else 0,
                 "cpus": os.cpu_count(),
                 "load_avg_1m": round(load, 2),
