@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.event_classes import KERNEL_CATS, OPTIMIZER_RE
-from gpuscope.analysis.rank_index import RankIndex
+from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids, name_class
 from gpuscope.analysis.steps import Window
 from gpuscope.analysis.store_access import execute, sql_list
 
@@ -159,6 +159,16 @@ def innermost(
 # -- phases ---------------------------------------------------------------------------------------
 
 
+#: The names of the phases' spans (:func:`phase_spans`), and of the optimizer's among them.
+_PHASE_NAMES = name_class(
+    f"regexp_matches(name, '{OPTIMIZER_RE}') OR starts_with(name, '{BACKWARD_OP_PREFIX}') "
+    "OR regexp_matches(name, '(?i)^(optimizer|backward)$')"
+)
+_OPTIMIZER_NAMES = name_class(
+    f"regexp_matches(name, '{OPTIMIZER_RE}') OR lower(name) = 'optimizer'"
+)
+
+
 def phase_spans(con: Connection, run_id: str, rank: int, window: Window) -> pd.DataFrame:
     """The phases of each step as CPU-time spans ``s``, ``e`` (ns), ``phase``, ``step``; they tile
     the steps. In a step: ``optimizer`` inside an ``Optimizer.step#``/``Optimizer.zero_grad#``
@@ -180,14 +190,14 @@ def _phase_spans(ix: RankIndex, window: Window) -> pd.DataFrame:
         return pd.DataFrame([], columns=["s", "e", "phase", "step"])
     # the optimizer and backward spans overlapping the steps: the optimizer's (a few per step)
     # fetched, the backward ops' reduced to their first start and last end in each step
+    names = ix.name_ids(_PHASE_NAMES)
+    opt_ids = set(ix.name_ids(_OPTIMIZER_NAMES))
+    o_ids = ids_param([i for i in names if i in opt_ids])
+    b_ids = ids_param([i for i in names if i not in opt_ids])
     spans = f"""
-        SELECT h.ts_ns AS s, h.ts_ns + h.dur_ns AS e,
-               (regexp_matches(n.name, '{OPTIMIZER_RE}') OR lower(n.name) = 'optimizer') AS opt
-        FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+        SELECT h.ts_ns AS s, h.ts_ns + h.dur_ns AS e
+        FROM {ix.host()} h
         WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat IN ('cpu_op', 'user_annotation')
-          AND (regexp_matches(n.name, '{OPTIMIZER_RE}')
-               OR starts_with(n.name, '{BACKWARD_OP_PREFIX}')
-               OR regexp_matches(n.name, '(?i)^(optimizer|backward)$'))
           AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo"""
     params = ix.params(
         lo=min(a for a, _ in bounds),
@@ -195,19 +205,23 @@ def _phase_spans(ix: RankIndex, window: Window) -> pd.DataFrame:
         a=[a for a, _ in bounds],
         b=[b for _, b in bounds],
         k=list(range(len(bounds))),
+        oids=o_ids,
+        bids=b_ids,
     )
     bwd = {
         int(k): (int(s), int(e))
         for k, s, e in execute(
             ix.con,
-            f"""WITH sp AS ({spans}),
+            f"""WITH sp AS ({spans} AND {in_ids("h.name_id", "bids", b_ids)}),
                 st AS (SELECT unnest($a) AS a, unnest($b) AS b, unnest($k) AS k)
                 SELECT st.k, min(sp.s), max(sp.e) FROM sp JOIN st ON sp.s < st.b AND sp.e > st.a
-                WHERE NOT sp.opt GROUP BY st.k""",
+                GROUP BY st.k""",
             params,
         ).fetchall()
     }
-    got = execute(ix.con, f"SELECT s, e FROM ({spans}) WHERE opt ORDER BY s", params).fetchnumpy()
+    got = execute(
+        ix.con, f"{spans} AND {in_ids('h.name_id', 'oids', o_ids)} ORDER BY s", params
+    ).fetchnumpy()
     o_s = np.asarray(got["s"], dtype=np.int64)
     o_e = np.asarray(got["e"], dtype=np.int64)
     opt = (o_s, o_e, int((o_e - o_s).max()) if len(o_s) else 0)
@@ -498,7 +512,9 @@ class _Charger:
 
     def __init__(self, ix: RankIndex, spans: pd.DataFrame) -> None:
         self.ix = ix
-        self.steps = spans
+        self.step_s = spans["s"].to_numpy(np.int64)
+        self.step_e = spans["e"].to_numpy(np.int64)
+        self.step_ph = np.array([_PHASE_CODES.index(p) for p in spans["phase"]], dtype=np.int64)
         got = execute(
             ix.con,
             f"""SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, h.name_id
@@ -540,9 +556,11 @@ class _Charger:
         """(path id, -1 for none; phase code in :data:`_PHASE_CODES`) of each launch (thread,
         CPU time ns; ``has``: whether there is one; without, no path and ``outside``)."""
         ph = np.full(len(t), _OUTSIDE, dtype=np.int64)
-        if has.any():
-            names = phase_at(self.steps, t[has])
-            ph[has] = pd.Series(names).map({p: i for i, p in enumerate(_PHASE_CODES)}).to_numpy()
+        if has.any() and len(self.step_s):  # as phase_at, in codes
+            tt = t[has]
+            idx = np.searchsorted(self.step_s, tt, side="right") - 1
+            at = np.clip(idx, 0, None)
+            ph[has] = np.where((idx >= 0) & (tt < self.step_e[at]), self.step_ph[at], _OUTSIDE)
         pid = np.full(len(t), -1, dtype=np.int64)
         if not self.has_modules:
             return pid, ph
@@ -709,7 +727,6 @@ def module_analysis(
     params = ix.params(ws=ws, we=we, dev=device)
     busy = _Sums()
     steps = _StepKernels(window)
-    kernel_cats = set(KERNEL_CATS)
     for b in _batches(con, _activity_sql(ix, "{where}"), "s0", params, "g.s"):
         dur = np.asarray(b["e"], dtype=np.int64) - np.asarray(b["s"], dtype=np.int64)
         launch, has = _ints(b["launch_ns"], 0)
@@ -717,7 +734,10 @@ def module_analysis(
         pid, ph = charge(ltid, launch, has)
         busy.add(pid, ph, dur)
         s0 = np.asarray(b["s0"], dtype=np.int64)
-        kern = np.array([c in kernel_cats for c in np.asarray(b["cat"]).tolist()], dtype=bool)
+        cats, cat_at = np.unique(
+            np.asarray(b["cat"], dtype=object).astype(str), return_inverse=True
+        )
+        kern = np.isin(cats, KERNEL_CATS)[cat_at]
         steps.add(kern, np.where(has, launch, s0), np.asarray(b["name_id"], dtype=np.int64))
     # by module (inclusive over the tree) and by phase
     rows: dict[str, ModuleRow] = {}

@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 import re
 from bisect import bisect_left
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -419,18 +420,35 @@ def phase_patterns(
     lparams = {**params, "lids": launch_ids}
     kinds: dict[int, int] = {}
     bounds = batch_bounds(con, launches.format(where=""), "t", lparams)
-    for i, c0 in enumerate(bounds or [None]):
-        c1 = bounds[i + 1] if i + 1 < len(bounds) else None
-        cond = (" AND r.s >= $c0" if i > 0 else "") + (" AND r.s < $c1" if c1 is not None else "")
+
+    def batches() -> Iterator[tuple[int, int | None, int | None, _Launches]]:
+        """The window's launches a batch at a time: (batch, its first launch time (None: no
+        bound below), the next batch's (None: no bound above), the launches)."""
+        for i, c0 in enumerate(bounds or [None]):
+            c1 = bounds[i + 1] if i + 1 < len(bounds) else None
+            cond = (" AND r.s >= $c0" if i > 0 else "") + (
+                " AND r.s < $c1" if c1 is not None else ""
+            )
+            got = execute(
+                con, launches.format(where=cond), {**lparams, "c0": c0, "c1": c1}
+            ).fetchnumpy()
+            col = {c: np.asarray(got[c], dtype=np.int64) for c in ("tid", "t", "corr", "ks", "ke")}
+            name_id = np.asarray(got["name_id"], dtype=np.int64)
+            new = [int(x) for x in np.unique(name_id) if int(x) not in kinds]
+            for k, nm in name_of(new).items():
+                kinds[k] = _kernel_kind(nm)
+            u, at = np.unique(name_id, return_inverse=True)
+            k_kind = np.array([kinds.get(int(x), COMPUTE_K) for x in u], dtype=np.int8)[at]
+            yield (
+                i,
+                c0 if i > 0 else None,
+                c1,
+                _Launches(col["tid"], col["t"], col["corr"], col["ks"], col["ke"], k_kind),
+            )
+
+    for i, c0, c1, batch in batches():
         cp = {"c0": c0, "c1": c1}
-        got = execute(con, launches.format(where=cond), {**lparams, **cp}).fetchnumpy()
-        col = {c: np.asarray(got[c], dtype=np.int64) for c in ("tid", "t", "corr", "ks", "ke")}
-        name_id = np.asarray(got["name_id"], dtype=np.int64)
-        new = [int(x) for x in np.unique(name_id) if int(x) not in kinds]
-        for k, nm in name_of(new).items():
-            kinds[k] = _kernel_kind(nm)
-        k_kind = np.array([kinds.get(int(x), COMPUTE_K) for x in name_id], dtype=np.int8)
-        batch = _Launches(col["tid"], col["t"], col["corr"], col["ks"], col["ke"], k_kind)
+        k_kind = batch.kind
         opt.add(batch)
         needs_bwd = look_rec or bool((k_kind == ALLGATHER_K).any())
         if needs_bwd:
@@ -451,9 +469,9 @@ def phase_patterns(
     return PhasePatterns(
         n_steps,
         w.duration_ns,
-        opt.result(con, ix, lparams, launches),
-        rec.result(con, ix, lparams, launches, n, annotated, name_of),
-        comm.result(con, ix, lparams, launches, n, w),
+        opt.result(batches),
+        rec.result(batches, n, annotated, name_of),
+        comm.result(batches, n, w),
         _subclass(con, ix, params, n_steps),
         _blocking_copy(con, ix, params, n_steps),
     )
@@ -491,27 +509,44 @@ class _Launches:
     kind: Any
 
 
+Batches = Callable[[], Iterator[tuple[int, "int | None", "int | None", _Launches]]]
+
+
 def _near_kernels(
-    con: Connection,
-    launches: str,
-    params: dict[str, Any],
-    starts: list[int],
-    ends: list[int],
-    where: str = "",
+    batches: Batches, starts: Any, ends: Any, compute_only: bool = False
 ) -> tuple[Any, Any, Any]:
-    """The window's launched kernels (``launches``, its SQL) whose GPU span overlaps each range
-    ``[starts[j], ends[j])``: (range j, kernel start, kernel end) of each such pair."""
-    if not starts:
+    """The window's launched kernels (read again a batch at a time: ``batches``) whose GPU span
+    overlaps each range ``[starts[j], ends[j])`` (``ke > start`` and ``ks < end``): (range j,
+    kernel start, kernel end) of each such pair; ``compute_only``: the kernels that are no
+    communication."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    out: list[tuple[Any, Any, Any]] = []
+    if starts.size:
+        o = np.argsort(starts, kind="stable")
+        sa, sb = starts[o], ends[o]
+        longest = int((sb - sa).max())
+        for _, _, _, b in batches():
+            ks, ke = b.ks, b.ke
+            if compute_only:
+                keep = (b.kind != COMM_K) & (b.kind != ALLGATHER_K)
+                ks, ke = ks[keep], ke[keep]
+            # candidates: the ranges starting after ks - longest (else they end before ks) and
+            # before ke
+            lo = np.searchsorted(sa, ks - longest, side="right")
+            hi = np.searchsorted(sa, ke, side="left")
+            cnt = np.maximum(hi - lo, 0)
+            if not cnt.any():
+                continue
+            k = np.repeat(np.arange(ks.size), cnt)
+            first = np.repeat(np.cumsum(cnt) - cnt, cnt)
+            r = lo[k] + (np.arange(k.size) - first)
+            hit = sb[r] > ks[k]
+            out.append((o[r[hit]], ks[k[hit]], ke[k[hit]]))
+    if not out:
         z = np.zeros(0, dtype=np.int64)
         return z, z, z
-    got = execute(
-        con,
-        f"""WITH w AS (SELECT unnest($wa) AS a, unnest($wb) AS b, unnest($wj) AS j),
-                k AS ({launches.format(where="")})
-            SELECT w.j, k.ks, k.ke FROM k JOIN w ON k.ke > w.a AND k.ks < w.b {where}""",
-        {**params, "wa": starts, "wb": ends, "wj": list(range(len(starts)))},
-    ).fetchnumpy()
-    return tuple(np.asarray(got[c], dtype=np.int64) for c in ("j", "ks", "ke"))  # type: ignore[return-value]
+    return tuple(np.concatenate([x[c] for x in out]) for c in range(3))  # type: ignore[return-value]
 
 
 class _OptimizerSum:
@@ -544,16 +579,14 @@ class _OptimizerSum:
         self.corrs.update(int(c) for c in b.corr[inside])
         self.batched_kernel |= bool((b.kind[inside] == BATCHED_K).any())
 
-    def result(
-        self, con: Connection, ix: RankIndex, params: dict[str, Any], launches: str
-    ) -> OptimizerLoop | None:
+    def result(self, batches: Batches) -> OptimizerLoop | None:
         if self.s.size == 0:
             return None
         end = np.maximum(self.end, 0)
         walls = end - self.s
         # the GPU idle in the wall: no kernel at all runs (another rank's wait or the backward's
         # tail on the GPU is not the optimizer's idle)
-        j, ks, ke = _near_kernels(con, launches, params, self.s.tolist(), end.tolist())
+        j, ks, ke = _near_kernels(batches, self.s, end)
         idles = []
         o = np.argsort(j, kind="stable")
         j, ks, ke = j[o], ks[o], ke[o]
@@ -619,14 +652,7 @@ class _RecomputeSum:
         self.corrs.update(int(c) for c in b.corr[got])
 
     def result(
-        self,
-        con: Connection,
-        ix: RankIndex,
-        params: dict[str, Any],
-        launches: str,
-        n_steps: int,
-        annotated: bool,
-        name_of: _Names,
+        self, batches: Batches, n_steps: int, annotated: bool, name_of: _Names
     ) -> Recompute | None:
         if not self.f:
             return None
@@ -639,7 +665,7 @@ class _RecomputeSum:
         he = np.array([x[2] for x in hb], dtype=np.int64)
         region = _union_ns(hs, he)
         seg_s, seg_e = _segments(hs, he)
-        j, ks, ke = _near_kernels(con, launches, params, seg_s.tolist(), seg_e.tolist())
+        j, ks, ke = _near_kernels(batches, seg_s, seg_e)
         covered = _union_ns(np.clip(ks, seg_s[j], seg_e[j]), np.clip(ke, seg_s[j], seg_e[j]))
         region_idle = max(0, region - covered)
         # the outermost forward ops only (aten::linear holds aten::addmm)
@@ -697,15 +723,7 @@ class _CommSum:
         self.ag.append(ag)
         self.bwd.append(in_bwd)
 
-    def result(
-        self,
-        con: Connection,
-        ix: RankIndex,
-        params: dict[str, Any],
-        launches: str,
-        n_steps: int,
-        w: Window,
-    ) -> ExposedAllGather | None:
+    def result(self, batches: Batches, n_steps: int, w: Window) -> ExposedAllGather | None:
         if not self.ag or not any(a.any() for a in self.ag):
             return None
         lo, hi = int(w.start_ns), int(w.end_ns)
@@ -714,11 +732,7 @@ class _CommSum:
         ag, in_bwd = np.concatenate(self.ag), np.concatenate(self.bwd)
         # the compute kernels that overlap communication: those the differences need
         seg_s, seg_e = _segments(ks, ke)
-        cids = [k for k, v in _kernel_kinds(con, ix).items() if v in (COMM_K, ALLGATHER_K)]
-        _, cs, ce = _near_kernels(
-            con, launches, {**params, "cids": ids_param(cids)}, seg_s.tolist(), seg_e.tolist(),
-            f"WHERE NOT {in_ids('k.name_id', 'cids', ids_param(cids))}",
-        )  # fmt: skip
+        _, cs, ce = _near_kernels(batches, seg_s, seg_e, compute_only=True)
         cs, ce = np.clip(cs, lo, hi), np.clip(ce, lo, hi)
         fwd_ag, bwd_ag = ag & ~in_bwd, ag & in_bwd
         n = max(1, n_steps)
@@ -731,17 +745,6 @@ class _CommSum:
             n_per_step=float(ag.sum()) / n,
             kernel_ms_per_step=float((ke - ks)[ag].sum()) / n / 1e6,
         )
-
-
-def _kernel_kinds(con: Connection, ix: RankIndex) -> dict[int, int]:
-    """The kind (:func:`_kernel_kind`) of each name of the rank's kernels."""
-    rows = execute(
-        con,
-        f"""SELECT DISTINCT g.name_id, n.name FROM {ix.gpu()} g
-            JOIN names n ON n.run_id = $run AND n.name_id = g.name_id""",
-        ix.params(),
-    ).fetchall()
-    return {int(i): _kernel_kind(str(nm)) for i, nm in rows}
 
 
 _SYNC_NAMES = name_class(f"name IN {sql_list(SYNC_APIS)}")

@@ -57,7 +57,7 @@ def traces(draw: st.DrawFn) -> TraceBuilder:
                 e = draw(st.integers(s, hi))
                 if e > s:
                     t.module(f"M{depth}_{s % 3}", s, e - s)
-                    tree(s, e, depth + 1)
+                    tree(s + 1, e, depth + 1)  # apart from its parent: no two equal spans
                 x = e + 1
 
         tree(base, base + 400, 0)

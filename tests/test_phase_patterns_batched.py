@@ -54,8 +54,8 @@ def traces(draw: st.DrawFn) -> TraceBuilder:
                 t.launch(name, c, c + draw(st.integers(1, 300)), draw(st.integers(1, 200)),
                          tid=tid, stream=21 if "nccl" in name else 7)  # fmt: skip
 
-        for _ in range(draw(st.integers(0, 3))):
-            s = draw(st.integers(base, base + 700))
+        for j in range(draw(st.integers(0, 3))):
+            s = base + 200 * j + draw(st.integers(0, 150))
             t.cpu_op(draw(st.sampled_from(["aten::linear", "aten::addmm"])), s, 50)
             launches(s, s + 50, 1001)
         b = base + 800
@@ -64,12 +64,13 @@ def traces(draw: st.DrawFn) -> TraceBuilder:
             t.cpu_op("autograd::engine::evaluate_function: B", b, d, tid=BWD)
             if draw(st.booleans()):
                 t.cpu_op("autograd::engine::evaluate_function: inner", b + 1, d // 3, tid=BWD)
-            for _ in range(draw(st.integers(0, 3))):
-                s = draw(st.integers(b, b + d))
+            # spans of one thread start apart: of equal spans, which is the outer one is the
+            # store's order (arbitrary), in both analyses
+            for s in sorted(set(draw(st.lists(st.integers(b + 2, b + d), max_size=3)))):
                 op = draw(st.sampled_from(["aten::linear", "aten::gelu", "aten::mm"]))
                 t.cpu_op(op, s, draw(st.integers(1, 40)), tid=BWD)
                 if draw(st.booleans()):
-                    t.cpu_op("aten::addmm", s, draw(st.integers(1, 40)), tid=BWD)
+                    t.cpu_op("aten::addmm", s + 0.5, draw(st.integers(1, 40)), tid=BWD)
             launches(b, b + d, BWD)
             b += d + draw(st.integers(0, 5))
         if draw(st.booleans()):
