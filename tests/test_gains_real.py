@@ -19,9 +19,12 @@ from validate_gains import EXPERIMENTS, ROOT, estimate_for, measured_gains
 
 @pytest.fixture(scope="module")
 def con(tmp_path_factory: pytest.TempPathFactory):
+    """In memory: the estimates are the subject, not the store (the lake under
+    ``GPUSCOPE_TESTS_ON_LAKE=1``)."""
+    from clitools import analysis_spec
     from gpuscope.store import connect
 
-    c = connect(tmp_path_factory.mktemp("gains") / "store")
+    c = connect(analysis_spec(tmp_path_factory.mktemp("gains"), "store"))
     yield c
     c.close()
 
