@@ -195,6 +195,13 @@ def compare(n: int, repeat: int, out: Path, skip_hta: bool, hta_py: Path | None 
         )
         pairs = [h["wall_s"] / g["wall_s"] for g, h in zip(gs, ht, strict=False) if g["wall_s"] > 0]
         print(f"per-repeat speed ratios (HTA / gpuscope): {[round(p, 2) for p in pairs]}")
+        # CPU s (user + sys of each process tree): what a loaded machine disturbs least
+        g_cpu = statistics.median(r["cpu_s"] for r in gs)
+        h_cpu = statistics.median(r["cpu_s"] for r in ht)
+        print(
+            f"CPU s (median): gpuscope {g_cpu:.1f}, HTA {h_cpu:.1f}: {h_cpu / g_cpu:.2f}x "
+            f"(gpuscope at {SPEED_TARGET:g}x HTA's CPU would take <= {h_cpu / SPEED_TARGET:.1f} s)"
+        )
 
 
 def small_rank(rank: int, world: int) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 (gpuscope.analysis.report_part._on_copy): the same text as computed on the store, the ranks it
 copies those the analyses read (the viewed rank, the pace-setter, the rank that waits most for it),
 a rank the first guess missed copied and the document made again, and the store itself where the
-ranks are too big to copy.
+ranks are too big to copy. On an in-memory store (the lake under ``GPUSCOPE_TESTS_ON_LAKE=1``):
+the copy's subject is the document's text, the same on either.
 
 A hand-made 4-rank job, 4 steps: each rank runs one GEMM of its own length then an all-reduce
 that ends on every rank 200 µs after the last one (rank 2, 3,000 µs) arrives. Rank 2 sets the
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clitools import analysis_spec
 from gpuscope.analysis import rank_summary as RS
 from gpuscope.analysis import report_part as RP
 from gpuscope.ingest.loader import ingest_paths
@@ -78,7 +80,7 @@ def test_the_document_on_a_copy_is_the_one_computed_on_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
     make, ranks = CASES[case]
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingested(con, make(tmp_path))
         on_store = RP._computed(con, run_id, copy=False)
         made = copies_made(monkeypatch)
@@ -91,7 +93,7 @@ def test_the_document_on_a_copy_is_the_one_computed_on_the_store(
 def test_the_ddp_samples_document_on_a_copy_is_the_one_computed_on_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingested(con, REPO / "sample_traces" / "ddp")
         on_store = RP._computed(con, run_id, copy=False)
         made = copies_made(monkeypatch)
@@ -105,7 +107,7 @@ def test_a_rank_the_guess_missed_is_copied_and_the_document_made_again(
     """Without the guess the first copy holds the viewed rank alone; its reports name the
     pace-setter and its waiting rank, so the copy is made again with them: the store's document.
     The copy of rank 0 alone gives another document (the job needs the other ranks' events)."""
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingested(con, write_job(tmp_path / "job"))
         on_store = RP._computed(con, run_id, copy=False)
         with RP._copy(con, run_id, [0]) as on:
@@ -122,7 +124,7 @@ def test_ranks_too_big_to_copy_are_analysed_on_the_store(
 ) -> None:
     """Where the ranks read hold more than COPY_MAX_EVENTS events together, no copy is made (also
     when only the second try's ranks pass it): the document is computed on the store."""
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingested(con, write_job(tmp_path / "job"))
         on_store = RP._computed(con, run_id, copy=False)
         sizes = dict(
@@ -143,11 +145,10 @@ def test_a_run_without_every_ranks_part_is_analysed_on_the_store(
 ) -> None:
     """A rank without its cross-rank part (an ingest without the hook, a part of another version):
     the analyses compute it from that rank's events, which a copy would not hold: no copy."""
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingested(con, write_job(tmp_path / "job"), None)  # no parts
         made = copies_made(monkeypatch)
         assert RP._on_copy(con, run_id) is None
-        assert RP._computed(con, run_id) == RP._computed(con, run_id, copy=False)
         RS.write_rank_summaries(con, run_id, RS.EVERY_RANK)
         con.execute("DELETE FROM rank_summaries WHERE run_id = ? AND rank = 1", [run_id])
         assert RP._on_copy(con, run_id) is None
@@ -174,7 +175,7 @@ def test_the_copy_is_analysed_under_the_memory_limits_in_turn(
         return real(con, run_id, **kwargs)
 
     always = False
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingested(con, write_job(tmp_path / "job"))
         want = RP._computed(con, run_id, copy=False)
         own = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
@@ -196,14 +197,14 @@ def test_the_ingest_stores_the_document_made_on_a_copy(
     (their events fit), and stores the text computed on the store; a run of a rank too big to
     copy keeps its document on the store (where its parts left their working tables)."""
     made = copies_made(monkeypatch)
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingested(con, write_job(tmp_path / "job"), RS.store_after_ingest_with_document)
         assert made == [[0, 2, 3]]
         text = RP.stored_text(con, run_id)
         assert text == RP._computed(con, run_id, copy=False)
     monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)  # every rank too big to copy
     made.clear()
-    with connect(tmp_path / "big") as con:
+    with connect(analysis_spec(tmp_path, "big")) as con:
         run_id = ingested(
             con, write_job(tmp_path / "job2", (900.0, 2000.0)), RS.store_after_ingest_with_document
         )
