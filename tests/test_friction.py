@@ -127,7 +127,8 @@ def test_runs_table_keeps_run_id_tags_and_open_whole(tmp_path: Path, monkeypatch
     from apptools import app_store, ingest, open_app, texts
     from gpuscope.web import ui
 
-    db = app_store(tmp_path, monkeypatch)
+    # the table is the subject, not the store: a DuckDB file (ingested before the app opens)
+    db = app_store(tmp_path, monkeypatch, lake=False)
     long = "a run with a long name, 2026-10-01 12:17:06, after the fixes"
     p = _span(0).write(tmp_path / f"{long}.json")
     (rid,) = ingest(db, p, tags=("sample", "bf16", "batch-32"))
