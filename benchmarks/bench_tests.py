@@ -63,12 +63,24 @@ def cpu_per_test(path: Path) -> Counter[str]:
     return cpu
 
 
-def marked_slow(ids: list[str]) -> set[str]:
-    """The ids among ``ids`` that carry the ``slow`` marker (pytest's own collection says)."""
+def marked_slow(ids: list[str], paths: list[str]) -> set[str]:
+    """The ids among ``ids`` that carry the ``slow`` marker (pytest's own collection of ``paths``,
+    default every test, says)."""
     if not ids:
         return set()
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "-p", "no:xdist"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-m",
+            "slow",
+            "-p",
+            "no:xdist",
+            *paths,
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -114,9 +126,9 @@ def main() -> int:
 
     over = sorted(((t, tid) for tid, t in seconds.items() if t >= args.threshold), reverse=True)
     if args.tier != "slow":
-        slow = marked_slow([tid for _, tid in over])
+        slow = marked_slow([tid for _, tid in over], args.paths)
         over = [(t, tid) for t, tid in over if tid not in slow]
-    target = FAST_TARGET_S if args.tier == "fast" else None
+    target = FAST_TARGET_S if args.tier == "fast" and not args.paths else None  # a whole tier's
     load = os.getloadavg()[0]
     print(
         f"{args.tier} tier: {wall:.1f} s wall on {os.cpu_count()} CPUs (load average "
