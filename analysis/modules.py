@@ -459,28 +459,29 @@ def _activity_sql(ix: RankIndex, where: str = "") -> str:
 
 
 def batch_bounds(con: Connection, sql: str, key: str, params: dict[str, Any]) -> list[int]:
-    """Values of ``key`` that cut the rows of ``sql`` into batches of about :data:`BATCH_ROWS`
-    rows, ascending (the first is the least value): batch i is ``bounds[i] <= key <
-    bounds[i + 1]``; rows of one value of ``key`` are in one batch."""
-    rows = execute(
-        con,
-        f"""SELECT DISTINCT k FROM (
-                SELECT {key} AS k, row_number() OVER (ORDER BY {key}) AS rn FROM ({sql}))
-            WHERE (rn - 1) % {BATCH_ROWS} = 0 ORDER BY k""",
-        params,
-    ).fetchall()
-    return [int(r[0]) for r in rows]
+    """Values of ``key`` (a column of the rows of ``sql``) that cut those rows into batches of
+    :data:`BATCH_ROWS` rows, ascending (the first is the least value): batch i is ``bounds[i] <=
+    key < bounds[i + 1]``; rows of one value of ``key`` are in one batch. DuckDB's exact quantiles
+    of ``key`` (its values alone, not the rows, are held)."""
+    row = execute(con, f"SELECT count(*) FROM ({sql})", params).fetchone()
+    n = int(row[0]) if row else 0
+    if n == 0:
+        return []
+    # the value at row i * BATCH_ROWS (of n, 0-based) is the quantile (i * BATCH_ROWS + 0.5) / n
+    at = ", ".join(repr((i * BATCH_ROWS + 0.5) / n) for i in range(-(-n // BATCH_ROWS)))
+    got = execute(con, f"SELECT quantile_disc({key}, [{at}]) FROM ({sql})", params).fetchone()
+    return sorted({int(v) for v in got[0]}) if got else []
 
 
 def _batches(
-    con: Connection, sql: str, key: str, params: dict[str, Any], where: str
+    con: Connection, sql: str, bounds_sql: str, key: str, params: dict[str, Any], where: str
 ) -> Iterator[dict[str, np.ndarray]]:
     """The rows of ``sql`` a batch at a time, as numpy columns, in the order of ``sql``: ``key``
-    is a column of its rows, ``where`` the same value inside it (``sql`` holds ``{where}`` for the
-    batch's condition on it); a batch is :data:`BATCH_ROWS` rows and those with the same value
-    of ``key`` as its last (see :func:`batch_bounds`)."""
-    base = sql.format(where="")
-    bounds = batch_bounds(con, base, key, params)
+    is a column of the rows of ``bounds_sql`` (the same rows, the key alone), ``where`` the same
+    value inside ``sql`` (which holds ``{where}`` for the batch's condition on it); a batch is
+    :data:`BATCH_ROWS` rows and those with the same value of ``key`` as its last (see
+    :func:`batch_bounds`)."""
+    bounds = batch_bounds(con, bounds_sql, key, params)
     for i, lo in enumerate(bounds):
         cond = f"AND {where} >= $b_lo" + (f" AND {where} < $b_hi" if i + 1 < len(bounds) else "")
         b = {**params, "b_lo": lo, "b_hi": bounds[i + 1] if i + 1 < len(bounds) else None}
@@ -727,7 +728,14 @@ def module_analysis(
     params = ix.params(ws=ws, we=we, dev=device)
     busy = _Sums()
     steps = _StepKernels(window)
-    for b in _batches(con, _activity_sql(ix, "{where}"), "s0", params, "g.s"):
+    for b in _batches(
+        con,
+        _activity_sql(ix, "{where}"),
+        f"SELECT g.s AS s0 FROM {ix.gpu()} g WHERE g.dev = $dev AND g.s < $we AND g.e > $ws",
+        "s0",
+        params,
+        "g.s",
+    ):
         dur = np.asarray(b["e"], dtype=np.int64) - np.asarray(b["s"], dtype=np.int64)
         launch, has = _ints(b["launch_ns"], 0)
         ltid, _ = _ints(b["launch_tid"], -1)
@@ -767,7 +775,9 @@ def module_analysis(
         ORDER BY gp.gs"""
     end_id = -2  # the window's end: a gap no activity ends
     idle = _Sums()
-    for b in _batches(con, gaps_sql, "gs", params, "gp.gs"):
+    for b in _batches(
+        con, gaps_sql, f"SELECT gs FROM {gaps_t} WHERE dev = $dev", "gs", params, "gp.gs"
+    ):
         g = np.asarray(b["ge"], dtype=np.int64) - np.asarray(b["gs"], dtype=np.int64)
         _, ended = _ints(b["next_corr"], -1)
         launch, has = _ints(b["launch_ns"], 0)

@@ -130,3 +130,19 @@ def test_batched_equals_in_memory_on_samples(con, monkeypatch, trace) -> None:
     rid = ingest_paths(con, [SAMPLES / trace])[0].run_id
     got, want = _both(con, rid)
     assert got == want
+
+
+@pytest.mark.parametrize(
+    ("keys", "rows", "want"),
+    [
+        (list(range(10)), 3, [0, 3, 6, 9]),
+        (list(range(7)), 7, [0]),
+        (list(range(5)), 1, [0, 1, 2, 3, 4]),
+        ([0, 0, 0, 1, 2], 2, [0, 2]),  # rows of one key stay in one batch
+        ([], 4, []),
+    ],
+)
+def test_batch_bounds_cut_every_batch_rows(con, monkeypatch, keys, rows, want) -> None:
+    monkeypatch.setattr(modules, "BATCH_ROWS", rows)
+    sql = f"SELECT unnest({keys or [0]}::BIGINT[]) AS k" + ("" if keys else " LIMIT 0")
+    assert modules.batch_bounds(con, sql, "k", {}) == want
