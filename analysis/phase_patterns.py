@@ -68,6 +68,9 @@ __all__ = [
     "phase_patterns",
 ]
 
+BATCH_ROWS = 1 << 18
+"""Launches read at a time (each batch also reads the backward functions and forward ops of its
+time: fewer, larger batches cost less CPU; at 2.0 GB no batch holds memory above the start)."""
 MIN_LOOP_LAUNCHES = 40
 """Launches per optimizer step at or above which an optimizer step without foreach/fused kernels
 is a per-parameter loop (AdamW with ``foreach=False`` launches ~10 kernels per parameter)."""
@@ -356,7 +359,7 @@ def phase_patterns(
 ) -> PhasePatterns:
     """The rank's optimizer loop and recompute in its window (module doc). The window's launches,
     forward ops and backward functions are read a batch of launches' time at a time
-    (:data:`BATCH_ROWS` launches, :func:`gpuscope.analysis.modules.batches`); what is kept
+    (:data:`BATCH_ROWS` launches, :func:`gpuscope.analysis.modules.batch_bounds`); what is kept
     across batches is what each pattern found (the optimizer's kernels, the re-run ops and the
     backward functions holding them, the communication kernels), and the GPU time around them is
     read back by SQL: the memory does not grow with the rank's length."""
@@ -419,7 +422,7 @@ def phase_patterns(
     """
     lparams = {**params, "lids": launch_ids}
     kinds: dict[int, int] = {}
-    bounds = batch_bounds(con, launches.format(where=""), "t", lparams)
+    bounds = batch_bounds(con, launches.format(where=""), "t", lparams, BATCH_ROWS)
 
     def batches() -> Iterator[tuple[int, int | None, int | None, _Launches]]:
         """The window's launches a batch at a time: (batch, its first launch time (None: no

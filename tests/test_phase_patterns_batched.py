@@ -1,5 +1,5 @@
 """The phase patterns read the window's launches, forward ops and backward functions a batch of
-launches' time at a time (analysis.phase_patterns, ``modules.BATCH_ROWS``) and the GPU time
+launches' time at a time (analysis.phase_patterns, ``BATCH_ROWS``) and the GPU time
 around what they found back by SQL: their results equal the in-memory analysis they replaced
 (tests/phase_patterns_reference.py) on random traces, with batches as small as one launch (an
 optimizer step, a backward function or a re-run op spanning many batches), and on the samples."""
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpuscope.analysis import modules
+from gpuscope.analysis import phase_patterns as pp
 from gpuscope.analysis.phase_patterns import PhasePatterns, phase_patterns
 from gpuscope.ingest.loader import ingest_paths
 from hypothesis import HealthCheck, given, settings
@@ -91,7 +91,7 @@ def traces(draw: st.DrawFn) -> TraceBuilder:
 )
 @given(traces(), st.sampled_from([1, 2, 3, 1 << 18]))
 def test_batched_equals_in_memory_on_random_traces(con, tmp_path, monkeypatch, t, rows) -> None:
-    monkeypatch.setattr(modules, "BATCH_ROWS", rows)
+    monkeypatch.setattr(pp, "BATCH_ROWS", rows)
     rid = ingest_paths(con, [t.write(tmp_path / "p.json")])[0].run_id
     got = _everything(phase_patterns(con, rid, 0))
     assert got == _everything(reference_phase_patterns(con, rid, 0))
@@ -107,7 +107,7 @@ def test_batched_equals_in_memory_on_random_traces(con, tmp_path, monkeypatch, t
     ],
 )
 def test_batched_equals_in_memory_on_samples(con, monkeypatch, trace) -> None:
-    monkeypatch.setattr(modules, "BATCH_ROWS", 97)
+    monkeypatch.setattr(pp, "BATCH_ROWS", 97)
     rid = ingest_paths(con, [SAMPLES / trace])[0].run_id
     got = _everything(phase_patterns(con, rid, 0))
     assert got == _everything(reference_phase_patterns(con, rid, 0))
