@@ -71,9 +71,9 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """The fix is ``torch.compile(model)``: the compiled step runs neither DTensor's dispatch nor
     the eager ops' own host work. DTensor's dispatch segments × 0.5 / 0.2 / 0.05 (traced once,
     the compiled step keeps a little of it: guards, the collectives' Python wrappers); the rest
-    of the step as compiling re-times it (:func:`kernel_fusion.retime`: host × 0.6 / 0.3 / 0.1,
-    launches and short kernels × 1 / 0.5 / 0.25)."""
-    compiled = kernel_fusion.retime(g, ctx)
+    of the step as compiling a DTensor model re-times it (:func:`kernel_fusion.retime_whole_host`:
+    host × 0.6 / 0.3 / 0.1, launches and short kernels × 1 / 0.5 / 0.25)."""
+    compiled = kernel_fusion.retime_whole_host(g, ctx)
     out: dict[str, Variant] = {}
     for name, f in (("low", 0.5), ("mid", 0.2), ("high", 0.05)):
         rest = compiled[name][0]
