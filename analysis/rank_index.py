@@ -656,6 +656,18 @@ def limit_bytes(text: str) -> int | None:
     return None if m is None or unit is None else int(float(m[1]) * unit)
 
 
+def set_memory_limit_back(con: Connection, own: str) -> None:
+    """Set DuckDB's memory limit back to ``own`` (as ``current_setting`` wrote it, rounded down to
+    its last digit): where that text reads back lower, half its last digit more, so that the
+    limit reads back as ``own`` (not a little lower after each document)."""
+    con.execute(f"SET memory_limit = '{own}'")
+    row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    m = re.fullmatch(r"(\d+)(?:\.(\d+))?\s*([A-Za-z]+)", own.strip())
+    if row is not None and str(row[0]) != own and m is not None:
+        up = float(f"{m[1]}.{m[2] or 0}") + 0.5 * 10 ** -len(m[2] or "")
+        con.execute(f"SET memory_limit = '{up} {m[3]}'")
+
+
 def within_working_memory(
     con: Connection, compute: Callable[[], T], limits: Sequence[str] | None = None
 ) -> T:
@@ -663,8 +675,6 @@ def within_working_memory(
     :data:`WORKING_MEMORY_LIMITS`; where one is not below the connection's own limit, the own
     is tried instead of it and those after), the connection's own limit set back after. On running out of memory at a limit, the shared indexes of ``con``
     are closed (their tables are made again at the next); at the last, the error propagates."""
-    from gpuscope.analysis.report_part import _set_back
-
     limits = WORKING_MEMORY_LIMITS if limits is None else limits
     row = con.execute("SELECT current_setting('memory_limit')").fetchone()
     own = str(row[0]) if row else None
@@ -685,13 +695,13 @@ def within_working_memory(
                 close_shared(con)
         last = tries[-1]
         if last is None:
-            _set_back(con, str(own))
+            set_memory_limit_back(con, str(own))
         else:
             con.execute(f"SET memory_limit = '{last}'")
         return compute()
     finally:
         if own is not None:
-            _set_back(con, own)
+            set_memory_limit_back(con, own)
 
 
 @contextmanager

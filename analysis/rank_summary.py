@@ -331,11 +331,11 @@ store_after_ingest = StoreAfterIngest()
 store_after_ingest_with_document = StoreAfterIngest(document=True)
 
 #: The most events of a run's lowest rank for which the ingest stores its ``analyze`` document:
-#: that analysis holds the rank's events in memory (the 1 GB benchmark run, 3.03 M events: peak
-#: RSS 687-806 MB), so a bigger rank would take the ingest past its bounded memory (a 6 GB rank,
-#: 18.2 M events: ingest peak 1.03 GB). Its document is computed when ``analyze`` asks, as before,
-#: or stored by ``gpuscope maintain --analyses``.
-DOCUMENT_MAX_EVENTS = 3_500_000
+#: the largest rank whose whole analysis was measured in bounded memory (the 10.0 GB rank of
+#: ``benchmarks/big_rank_device.sh``, 30.1 M events: ``analyze --json`` from its events peaked at
+#: 888 MiB, 164 CPU s, under DuckDB's working limits and the analyses' batches). A bigger rank's
+#: document is computed when ``analyze`` asks, or stored by ``gpuscope maintain --analyses``.
+DOCUMENT_MAX_EVENTS = 32_000_000
 
 
 def document_fits(con: Connection, run_id: str) -> bool:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -151,26 +150,13 @@ def _computed(con: Connection, run_id: str, *, copy: bool = True) -> str:
 
 
 def _under_limits(con: Any, compute: Callable[[], T]) -> T:
-    """``compute()`` with DuckDB's memory limit on ``con`` at each of :data:`MEMORY_LIMITS` in
-    turn (out of memory at one: the rank's working tables are closed, tried at the next; at the
-    last it propagates), ``con``'s own limit set back after."""
-    import duckdb
-    from gpuscope.analysis.rank_index import close_shared
+    """``compute()`` under DuckDB memory limits :data:`MEMORY_LIMITS` in turn
+    (:func:`~gpuscope.analysis.rank_index.within_working_memory`: out of memory at one, the
+    rank's working tables are closed and made again at the next; at the last it propagates),
+    ``con``'s own limit set back after."""
+    from gpuscope.analysis.rank_index import within_working_memory
 
-    row = con.execute("SELECT current_setting('memory_limit')").fetchone()
-    own = str(row[0]) if row else None
-    try:
-        for limit in MEMORY_LIMITS[:-1]:
-            con.execute(f"SET memory_limit = '{limit}'")
-            try:
-                return compute()
-            except duckdb.OutOfMemoryException:
-                close_shared(con)  # the rank's working tables: made again at the next limit
-        con.execute(f"SET memory_limit = '{MEMORY_LIMITS[-1]}'")
-        return compute()  # out of memory here: it propagates
-    finally:
-        if own is not None:
-            _set_back(con, own)
+    return within_working_memory(con, compute, MEMORY_LIMITS)
 
 
 #: The most events, together, of the ranks a document reads for it to be computed on an
@@ -304,18 +290,6 @@ def _copy(con: Connection, run_id: str, ranks: list[int]) -> Iterator[Any]:
     finally:
         close_shared(on)
         on.close()
-
-
-def _set_back(con: Connection, own: str) -> None:
-    """Set DuckDB's memory limit back to ``own`` (as ``current_setting`` wrote it, rounded down to
-    its last digit): where that text reads back lower, half its last digit more, so that the
-    limit reads back as ``own`` (not a little lower after each document)."""
-    con.execute(f"SET memory_limit = '{own}'")
-    row = con.execute("SELECT current_setting('memory_limit')").fetchone()
-    m = re.fullmatch(r"(\d+)(?:\.(\d+))?\s*([A-Za-z]+)", own.strip())
-    if row is not None and str(row[0]) != own and m is not None:
-        up = float(f"{m[1]}.{m[2] or 0}") + 0.5 * 10 ** -len(m[2] or "")
-        con.execute(f"SET memory_limit = '{up} {m[3]}'")
 
 
 def store(con: Connection, run_id: str, *, copy: bool = True) -> bool:
