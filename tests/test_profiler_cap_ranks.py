@@ -17,35 +17,17 @@ Without the profiler the step takes 3.4 ms (given): rank 0's cap 3.4 − 1.2 = 2
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from gpuscope.analysis.profiler_cost import own_busy_ms_per_step
-from tracegen import TraceBuilder
+from tracegen import ddp_job
 
-ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-GEMM = "volta_sgemm_128x64_nn"
 N_STEPS, PERIOD, UNTRACED_MS = 4, 3400.0, 3.4
 COMPUTE = (1000.0, 3000.0)
 
 
 def write_pair(d: Path) -> None:
-    ranks = [TraceBuilder(rank=r, world_size=2) for r in (0, 1)]
-    last = 100.0 + max(COMPUTE)
-    for k in range(1, N_STEPS + 1):
-        start = (k - 1) * PERIOD
-        for r, t in enumerate(ranks):
-            ready = 100.0 + COMPUTE[r]
-            t.step(k, start, PERIOD)
-            t.launch(GEMM, start + 60, start + 100, COMPUTE[r])
-            comms: dict[str, Any] = {
-                "Input Dims": [[[1048576]], [], []],
-                "Input type": ["TensorList", "", ""],
-            }
-            t.cpu_op("record_param_comms", start + 70, 20.0, **comms)
-            t.launch(ALL_REDUCE, start + 75, start + ready, last + 200 - ready, stream=17)
-    for r, t in enumerate(ranks):
-        t.write(d / f"r{r}.json")
+    ddp_job(d, COMPUTE, steps=N_STEPS, period=PERIOD)
 
 
 @pytest.fixture

@@ -21,35 +21,16 @@ from gpuscope.analysis import rank_summary as RS
 from gpuscope.analysis import report_part as RP
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.store import Store, connect
-from tracegen import TraceBuilder
+from tracegen import ddp_job
 
 REPO = Path(__file__).resolve().parent.parent
-ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-GEMM = "volta_sgemm_128x64_nn"
 COMPUTE = (1000.0, 1500.0, 3000.0, 800.0)  # µs of GEMM per step, by rank
 PERIOD = 3400.0
 
 
 def write_job(d: Path, compute: tuple[float, ...] = COMPUTE) -> Path:
     """One rank file per entry of ``compute`` (module doc) in ``d``; returns ``d``."""
-    d.mkdir(parents=True, exist_ok=True)
-    ranks = [TraceBuilder(rank=r, world_size=len(compute)) for r in range(len(compute))]
-    last = 100.0 + max(compute)
-    for k in range(1, 5):
-        start = (k - 1) * PERIOD
-        for r, t in enumerate(ranks):
-            ready = 100.0 + compute[r]
-            t.step(k, start, PERIOD)
-            t.launch(GEMM, start + 60, start + 100, compute[r])
-            comms: dict[str, Any] = {
-                "Input Dims": [[[1048576]], [], []],
-                "Input type": ["TensorList", "", ""],
-            }
-            t.cpu_op("record_param_comms", start + 70, 20.0, **comms)
-            t.launch(ALL_REDUCE, start + 75, start + ready, last + 200 - ready, stream=17)
-    for r, t in enumerate(ranks):
-        t.write(d / f"r{r}.json")
-    return d
+    return ddp_job(d, compute, steps=4, period=PERIOD)
 
 
 def copies_made(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:

@@ -325,6 +325,39 @@ def two_rank_job(folder: Path, busy: tuple[float, float]) -> Path:
     return folder
 
 
+def ddp_job(
+    folder: Path, compute: tuple[float, ...], *, steps: int = 4, period: float = 3400.0
+) -> Path:
+    """One rank file per entry of ``compute`` in ``folder`` (a world of ``len(compute)``):
+    ``steps`` steps of ``period`` µs; in each, rank r launches a GEMM of ``compute[r]`` µs (on
+    the GPU from 100 µs), then, as it ends, a 4 MiB all-reduce (stream 17) that ends on every rank
+    200 µs after the slowest rank's GEMM. Returns ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ranks = [TraceBuilder(rank=r, world_size=len(compute)) for r in range(len(compute))]
+    last = 100.0 + max(compute)
+    for k in range(1, steps + 1):
+        start = (k - 1) * period
+        for r, t in enumerate(ranks):
+            ready = 100.0 + compute[r]
+            t.step(k, start, period)
+            t.launch("volta_sgemm_128x64_nn", start + 60, start + 100, compute[r])
+            comms: dict[str, Any] = {
+                "Input Dims": [[[1048576]], [], []],
+                "Input type": ["TensorList", "", ""],
+            }
+            t.cpu_op("record_param_comms", start + 70, 20.0, **comms)
+            t.launch(
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                start + 75,
+                start + ready,
+                last + 200 - ready,
+                stream=17,
+            )
+    for r, t in enumerate(ranks):
+        t.write(folder / f"r{r}.json")
+    return folder
+
+
 def ingest_one_rank(con: Any, tmp_path: Path, t: TraceBuilder) -> str:
     """Write ``t`` as the one rank of a run under ``tmp_path/run`` and ingest it into ``con``; the
     run id."""
