@@ -360,7 +360,7 @@ def _kernel_stats(
               AND name_id NOT IN (SELECT name_id FROM names WHERE run_id = $run
                                   AND regexp_matches(name, $comm))
         )
-        SELECT count(*), coalesce(sum(d), 0)::BIGINT, approx_quantile(d, 0.5),
+        SELECT count(*), coalesce(sum(d), 0)::BIGINT, quantile_cont(d, 0.5),
                coalesce(sum(d) FILTER (WHERE d < $short), 0)::BIGINT,
                count(*) FILTER (WHERE d < $short),
                coalesce(sum(d) FILTER (WHERE blocks < $sms), 0)::BIGINT,
