@@ -241,26 +241,42 @@ def _phase_spans(ix: RankIndex, window: Window) -> pd.DataFrame:
         has_bwd = k in bwd
         bs = max(a, bwd[k][0]) if has_bwd else b
         be = min(b, bwd[k][1]) if has_bwd else b
-        o_s, o_e = overlapping(opt, a, b)
-        ospans = [(max(a, int(s)), min(b, int(e))) for s, e in zip(o_s, o_e, strict=True)]
-        cuts = sorted({a, b, *(x for sp in ospans for x in sp), bs, be})
-        for x, y in itertools.pairwise(cuts):
-            if y <= x:
-                continue
-            mid = (x + y) / 2
-            if any(s <= mid < e for s, e in ospans):
-                ph = "optimizer"
-            elif not has_bwd or mid < bs:
-                ph = "forward"
-            elif mid < be:
-                ph = "backward"
-            else:
-                ph = "other"
-            if rows and rows[-1][2] == ph and rows[-1][1] == x and rows[-1][3] == num:
-                rows[-1] = (rows[-1][0], y, ph, num)
-            else:
-                rows.append((x, y, ph, num))
+        step_phase_rows(rows, num, a, b, (bs, be) if has_bwd else None, overlapping(opt, a, b))
     return pd.DataFrame(rows, columns=["s", "e", "phase", "step"])
+
+
+def step_phase_rows(
+    rows: list[tuple[int, int, str, Any]],
+    num: Any,
+    a: int,
+    b: int,
+    bwd: tuple[int, int] | None,
+    opt: tuple[Any, Any],
+) -> None:
+    """Append to ``rows`` the phase spans ``(s, e, phase, num)`` of step ``num`` (``a``..``b``,
+    ns): ``optimizer`` inside one of the optimizer spans ``opt`` (starts, ends) that overlap it, else ``forward`` before the backward
+    span ``bwd`` (all of the step without one), ``backward`` inside it, ``other`` after it;
+    a span that continues the last row's phase extends it."""
+    bs, be = bwd if bwd is not None else (b, b)
+    o_s, o_e = opt
+    ospans = [(max(a, int(s)), min(b, int(e))) for s, e in zip(o_s, o_e, strict=True)]
+    cuts = sorted({a, b, *(x for sp in ospans for x in sp), bs, be})
+    for x, y in itertools.pairwise(cuts):
+        if y <= x:
+            continue
+        mid = (x + y) / 2
+        if any(s <= mid < e for s, e in ospans):
+            ph = "optimizer"
+        elif bwd is None or mid < bs:
+            ph = "forward"
+        elif mid < be:
+            ph = "backward"
+        else:
+            ph = "other"
+        if rows and rows[-1][2] == ph and rows[-1][1] == x and rows[-1][3] == num:
+            rows[-1] = (rows[-1][0], y, ph, num)
+        else:
+            rows.append((x, y, ph, num))
 
 
 def phase_at(spans: pd.DataFrame, t: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 import re
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -754,13 +754,12 @@ _SYNC_NAMES = name_class(f"name IN {sql_list(SYNC_APIS)}")
 _PAGEABLE_H2D_NAMES = name_class(f"regexp_matches(name, {sql_list((PAGEABLE_H2D_RE,))[1:-1]})")
 
 
-def _blocking_copy(
-    con: Connection, ix: RankIndex, params: dict[str, Any], n_steps: int
-) -> BlockingCopy | None:
-    """The pageable H2D copies of the window and the host calls that waited for them
-    (:class:`BlockingCopy`): for each copy, its call and the synchronizing calls on the call's
-    thread that start at or after it and end at or after the copy's GPU end; the first of them
-    (the call itself when it outlasts the copy) is the waiting call."""
+def copies_and_syncs(
+    con: Connection, ix: RankIndex, params: dict[str, Any]
+) -> tuple[list[tuple[Any, ...]], dict[int, list[tuple[int, int]]]] | None:
+    """The window's pageable H2D copies ``(GPU start, GPU end, call's tid, call start, call
+    end)`` by call start, and each thread's synchronizing calls ``(start, end)`` by start; None
+    without a copy."""
     raw = ix.name_ids(_PAGEABLE_H2D_NAMES)
     if not raw:
         return None
@@ -791,22 +790,17 @@ def _blocking_copy(
     by_tid: dict[int, list[tuple[int, int]]] = {}
     for t, a, b in syncs:
         by_tid.setdefault(int(t), []).append((int(a), int(b)))
-    starts = {t: [a for a, _ in v] for t, v in by_tid.items()}
+    return copies, by_tid
+
+
+def blocking_copy_of(
+    copies: list[tuple[Any, ...]], waits: Iterable[tuple[int, int] | None], n_steps: int
+) -> BlockingCopy:
+    """:class:`BlockingCopy` of ``copies`` given each one's waiting call ``(start, end)`` (None:
+    no host call waited past its GPU end); a wait that began after the copy started queued
+    nothing and is not counted."""
     blocked, wait, queued = 0, 0, 0
-    for ks, ke, t, cs, ce in copies:
-        # the waiting call: the copy call itself when it lasts past the copy, else the first
-        # synchronizing call after it that does
-        got = (int(cs), int(ce)) if ce >= ke else None
-        if got is None and int(t) in by_tid:
-            mine = by_tid[int(t)]
-            got = next(
-                (
-                    x
-                    for x in itertools.islice(mine, bisect_left(starts[int(t)], cs), None)
-                    if x[1] >= ke
-                ),
-                None,
-            )
+    for (ks, _, _, _, _), got in zip(copies, waits, strict=True):
         if got is None or got[0] >= ks:
             continue  # no wait, or the copy ran before the host waited: nothing was queued
         blocked += 1
@@ -819,6 +813,33 @@ def _blocking_copy(
         wait_ms=wait / n / 1e6,
         queued_ms=queued / n / 1e6,
     )
+
+
+def _blocking_copy(
+    con: Connection, ix: RankIndex, params: dict[str, Any], n_steps: int
+) -> BlockingCopy | None:
+    """The pageable H2D copies of the window and the host calls that waited for them
+    (:class:`BlockingCopy`): for each copy, its call and the synchronizing calls on the call's
+    thread that start at or after it and end at or after the copy's GPU end; the first of them
+    (the call itself when it outlasts the copy) is the waiting call."""
+    found = copies_and_syncs(con, ix, params)
+    if found is None:
+        return None
+    copies, by_tid = found
+    starts = {t: [a for a, _ in v] for t, v in by_tid.items()}
+
+    def waiting(ks: Any, ke: Any, t: Any, cs: Any, ce: Any) -> tuple[int, int] | None:
+        # the copy call itself when it lasts past the copy, else the first synchronizing call
+        # after it that does
+        if ce >= ke:
+            return int(cs), int(ce)
+        mine = by_tid.get(int(t))
+        if mine is None:
+            return None
+        tail = itertools.islice(mine, bisect_left(starts[int(t)], cs), None)
+        return next((x for x in tail if x[1] >= ke), None)
+
+    return blocking_copy_of(copies, (waiting(*c) for c in copies), n_steps)
 
 
 _DISPATCH_NAMES = name_class(f"name IN {sql_list((SUBCLASS_DISPATCH, *DTENSOR_SPANS))}")

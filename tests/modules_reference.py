@@ -4,8 +4,6 @@ tests/test_modules_batched.py; its results are the batched analysis's, to the la
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pandas as pd
 from gpuscope.analysis.event_classes import KERNEL_CATS, OPTIMIZER_RE
@@ -21,6 +19,7 @@ from gpuscope.analysis.modules import (
     _contains_run,
     innermost,
     phase_at,
+    step_phase_rows,
     tandem_repeats,
 )
 from gpuscope.analysis.rank_index import RankIndex
@@ -87,25 +86,7 @@ def reference_phase_spans(ix: RankIndex, window: Window) -> pd.DataFrame:
         has_bwd = len(ins_s) > 0
         bs = max(a, int(ins_s.min())) if has_bwd else b
         be = min(b, int(ins_e.max())) if has_bwd else b
-        o_s, o_e = overlapping(opt, a, b)
-        ospans = [(max(a, int(s)), min(b, int(e))) for s, e in zip(o_s, o_e, strict=True)]
-        cuts = sorted({a, b, *(x for sp in ospans for x in sp), bs, be})
-        for x, y in itertools.pairwise(cuts):
-            if y <= x:
-                continue
-            mid = (x + y) / 2
-            if any(s <= mid < e for s, e in ospans):
-                ph = "optimizer"
-            elif not has_bwd or mid < bs:
-                ph = "forward"
-            elif mid < be:
-                ph = "backward"
-            else:
-                ph = "other"
-            if rows and rows[-1][2] == ph and rows[-1][1] == x and rows[-1][3] == num:
-                rows[-1] = (rows[-1][0], y, ph, num)
-            else:
-                rows.append((x, y, ph, num))
+        step_phase_rows(rows, num, a, b, (bs, be) if has_bwd else None, overlapping(opt, a, b))
     return pd.DataFrame(rows, columns=["s", "e", "phase", "step"])
 
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from gpuscope.analysis.event_classes import KERNEL_CATS, MEMCPY_CATS
+from gpuscope.analysis.event_classes import KERNEL_CATS
 from gpuscope.analysis.phase_patterns import (
     _BACKWARD,
     _BATCHED_OP,
     _CHECKPOINT,
     _LAUNCH_NAMES,
     _OPT_STEP,
-    _PAGEABLE_H2D_NAMES,
     _SPAN_NAMES,
-    _SYNC_NAMES,
     ALLGATHER_K,
     BATCHED_K,
     COMM_K,
@@ -33,6 +31,8 @@ from gpuscope.analysis.phase_patterns import (
     _outermost,
     _subclass,
     _union_ns,
+    blocking_copy_of,
+    copies_and_syncs,
 )
 from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids
 from gpuscope.analysis.steps import Window
@@ -106,57 +106,20 @@ def reference_blocking_copy(
     con: Connection, ix: RankIndex, params: dict[str, Any], n_steps: int
 ) -> BlockingCopy | None:
     """The pageable H2D copies of the window and the host calls that waited for them
-    (:class:`BlockingCopy`): for each copy, its call and the synchronizing calls on the call's
-    thread that start at or after it and end at or after the copy's GPU end; the first of them
-    (the call itself when it outlasts the copy) is the waiting call."""
-    raw = ix.name_ids(_PAGEABLE_H2D_NAMES)
-    if not raw:
+    (:class:`BlockingCopy`), each copy's waiting call found by a scan of every sync of its
+    thread from the copy call on."""
+    found = copies_and_syncs(con, ix, params)
+    if found is None:
         return None
-    c_ids = ids_param(raw)
-    copies = execute(
-        con,
-        f"""
-        SELECT k.s AS ks, k.e AS ke, r.tid, r.s AS cs, r.e AS ce
-        FROM {ix.gpu()} k JOIN {ix.runtime()} r ON r.correlation = k.correlation
-        WHERE k.cat IN {sql_list(MEMCPY_CATS)} AND {in_ids("k.name_id", "cids", c_ids)}
-          AND r.s >= $lo AND r.s < $hi
-        ORDER BY r.s
-        """,
-        {**params, "cids": c_ids},
-    ).fetchall()
-    if not copies:
-        return None
-    s_ids = ids_param(ix.name_ids(_SYNC_NAMES))
-    syncs = execute(
-        con,
-        f"""
-        SELECT r.tid, r.s, r.e FROM {ix.runtime()} r
-        WHERE {in_ids("r.name_id", "sids", s_ids)} AND r.s >= $lo AND r.s < $hi
-        ORDER BY r.tid, r.s
-        """,
-        {**params, "sids": s_ids},
-    ).fetchall()
-    by_tid: dict[int, list[tuple[int, int]]] = {}
-    for t, a, b in syncs:
-        by_tid.setdefault(int(t), []).append((int(a), int(b)))
-    blocked, wait, queued = 0, 0, 0
-    for ks, ke, t, cs, ce in copies:
-        # the waiting call: the copy call itself when it lasts past the copy, else the first
-        # synchronizing call after it that does
+    copies, by_tid = found
+
+    def waiting(ks: Any, ke: Any, t: Any, cs: Any, ce: Any) -> tuple[int, int] | None:
+        # the copy call itself when it lasts past the copy, else the first synchronizing call
+        # after it that does
         cand = [(int(cs), int(ce))] + [(a, b) for a, b in by_tid.get(int(t), []) if a >= cs]
-        got = next(((a, b) for a, b in cand if b >= ke), None)
-        if got is None or got[0] >= ks:
-            continue  # no wait, or the copy ran before the host waited: nothing was queued
-        blocked += 1
-        wait += got[1] - got[0]
-        queued += int(ks) - got[0]
-    n = max(1, n_steps)
-    return BlockingCopy(
-        copies_per_step=len(copies) / n,
-        blocked_per_step=blocked / n,
-        wait_ms=wait / n / 1e6,
-        queued_ms=queued / n / 1e6,
-    )
+        return next(((a, b) for a, b in cand if b >= ke), None)
+
+    return blocking_copy_of(copies, [waiting(*c) for c in copies], n_steps)
 
 
 def _allgather(
