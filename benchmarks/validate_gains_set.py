@@ -15,8 +15,8 @@ measured gain is ~0 (below :data:`NULL_PCT`), and the first fix the expected one
 
     python benchmarks/validate_gains_set.py [--truth PATH] [--json OUT] [--blind] [CASE ...]
 
-The blind part (``group: blind``, v29-v40) is judged only with ``--blind``: it stays unseen
-while estimates are tuned.
+The blind parts (every ``group`` whose name starts with ``blind``: v29-v40, v41+) are judged
+only with ``--blind``: they stay unseen while estimates are tuned.
 
 The expected fix is looked for in the report's ``recommendations`` and, when the report carries a
 ``job`` object with its own ``recommendations``, there too. A missing recommendation reads as an
@@ -195,12 +195,14 @@ def summary(rows: list[dict[str, Any]]) -> str:
 
 
 def select(cases: list[dict[str, Any]], names: list[str], *, blind: bool) -> list[dict[str, Any]]:
-    """The cases to judge: those named (all when none is), less the blind part (``group: blind``)
-    unless ``blind``: it stays unseen while estimates are tuned."""
+    """The cases to judge: those named (all when none is), less every blind part (a ``group``
+    whose name starts with ``blind``: ``blind``, ``blind2``, ...) unless ``blind``: they stay
+    unseen while estimates are tuned."""
     return [
         c
         for c in cases
-        if (not names or c["case"] in names) and (blind or c.get("group") != "blind")
+        if (not names or c["case"] in names)
+        and (blind or not str(c.get("group") or "").startswith("blind"))
     ]
 
 

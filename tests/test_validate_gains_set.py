@@ -162,6 +162,22 @@ def test_the_blind_part_is_judged_only_when_asked_for() -> None:
     assert [c["case"] for c in select(cases, ["v29"], blind=True)] == ["v29"]
 
 
+def test_every_blind_part_is_judged_only_when_asked_for() -> None:
+    """A later blind part (``blind2``: v41+) stays out as the first does; a group merely
+    containing "blind" later in its name is not a blind part."""
+    cases = [
+        {"case": "v01", "group": "calibration"},
+        {"case": "v29", "group": "blind"},
+        {"case": "v41", "group": "blind2"},
+        {"case": "v50", "group": "blind_extra"},
+        {"case": "v60", "group": "not_blind"},
+        {"case": "v61"},
+    ]
+    assert [c["case"] for c in select(cases, [], blind=False)] == ["v01", "v60", "v61"]
+    assert [c["case"] for c in select(cases, ["v41"], blind=False)] == []
+    assert [c["case"] for c in select(cases, [], blind=True)] == [c["case"] for c in cases]
+
+
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
 def test_the_compile_timings_are_what_their_files_say() -> None:
     """truth.json's ``compile``: eager vs torch.compile of v06, v12 and v23's planted variants,
