@@ -13,7 +13,8 @@ record_new.ORDER (``group: "held_out_new"``); the others are ``"calibration"`` (
 ``"new"`` (the rest of v16-v28, recorded after the calibration was tuned). Every case of
 record_blind.py (v29-v40) is ``group: "blind"``: recorded after v01-v28 were tuned on, never
 looked at by gpuscope's analysis before it was recorded, and kept out of every calibration (no
-part of it is calibration; ``held_out`` is true).
+part of it is calibration; ``held_out`` is true). Every case of record_blind2.py (v41-v54) is
+``group: "blind2"``, likewise held out: recorded after v29-v40 had been looked at, judged once.
 """
 
 from __future__ import annotations
@@ -26,19 +27,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import record_blind  # noqa: E402
+import record_blind2  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
-GROUPS = ("calibration", "held_out_third", "new", "held_out_new", "blind")
+GROUPS = ("calibration", "held_out_third", "new", "held_out_new", "blind", "blind2")
 """The set's parts, in the order the benchmark prints them."""
 
 
-HELD_OUT_GROUPS = ("held_out_third", "held_out_new", "blind")
+HELD_OUT_GROUPS = ("held_out_third", "held_out_new", "blind", "blind2")
 """The parts kept out of every calibration (``held_out: true``)."""
 
 
 def group(case: str) -> str:
     """The part of the set a case belongs to (:data:`GROUPS`)."""
+    if case in record_blind2.CASES:
+        return record_blind2.GROUP
     if case in record_blind.CASES:
         return record_blind.GROUP
     if case in record_new.CASES:
@@ -58,7 +62,7 @@ def single(case: str) -> dict | None:
     files = sorted((HERE / case).glob("timing*.json"))  # timing.json, then timing_run2.json
     if not files:
         return None
-    meta = {**CASES, **record_new.CASES, **record_blind.CASES}[case]
+    meta = {**CASES, **record_new.CASES, **record_blind.CASES, **record_blind2.CASES}[case]
     per_sample = meta.get("bound") == "per_sample_time"
     key = "per_sample_us" if per_sample else "step_ms_median"
     p, f, runs, traced = [], [], [], []
@@ -230,13 +234,16 @@ def main() -> int:
         cases.append(f)
     cases += [c for c in (single(k) for k in record_new.ORDER) if c is not None]
     cases += [c for c in (single(k) for k in record_blind.ORDER) if c is not None]
+    cases += [c for c in (single(k) for k in record_blind2.ORDER) if c is not None]
     doc = {
         "about": "issue 43's validation set: planted cause, fix, expected gpuscope fix id, "
         "unprofiled timings (fresh processes, interleaved), measured gain. held_out: every "
         "third case in record_validation.ORDER (group held_out_third) and every even position "
         "of record_new.ORDER (group held_out_new), fixed before any estimate was seen; every case "
         "of record_blind.py (v29-v40, group blind) is held out and was never analysed before it "
-        "was recorded. compile: eager vs torch.compile of v06, v12 and v23's planted variants.",
+        "was recorded; so is every case of record_blind2.py (v41-v54, group blind2), recorded "
+        "after v29-v40 had been looked at, judged once at the end. compile: eager vs "
+        "torch.compile of v06, v12 and v23's planted variants.",
         "cases": cases,
         "compile": [c for c in (compiled(k) for k in COMPILED) if c is not None],
     }
