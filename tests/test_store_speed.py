@@ -53,6 +53,42 @@ def test_opening_a_store_and_listing_runs_imports_neither_pandas_nor_pyarrow(db_
     assert got == {"runs": ["before"], "heavy": []}
 
 
+@pytest.mark.slow
+def test_analyze_json_of_a_stored_document_imports_neither_pandas_nor_pyarrow(db_path):
+    """``gpuscope analyze RUN --json`` answered from the document stored at ingest (issue 45: ≤ 1 s
+    in a fresh process) reads one row: pandas alone would be 0.4 s of it, and duckdb imports
+    pandas when a statement binds a parameter, so neither the run's lookup by a prefix of its id
+    nor the document's read binds one. The printed JSON is the stored document's."""
+    from clitools import cli_in_process
+
+    ingest = cli_in_process("ingest", str(SAMPLES / "before"), "--db", str(db_path))
+    assert ingest.returncode == 0, ingest.stderr
+    store = connect(db_path)
+    (run_id,) = store.execute("SELECT run_id FROM runs").fetchone()
+    from gpuscope.analysis import report_part
+
+    # an id that is not the ingest's hex is bound as a parameter, never written into SQL
+    assert report_part.stored_text(store, run_id) is not None
+    assert report_part.stored_text(store, f"{run_id}' OR true --") is None
+    store.close()
+    code = (
+        "import io, json, sys\n"
+        "from contextlib import redirect_stdout\n"
+        "from gpuscope.cli.main import main\n"
+        "out = io.StringIO()\n"
+        "with redirect_stdout(out):\n"
+        f"    rc = main(['analyze', {run_id[:6]!r}, '--json', '--db', {str(db_path)!r}])\n"
+        "doc = json.loads(out.getvalue())\n"
+        "print(json.dumps({'rc': rc, 'run': doc['run']['id'], 'steps': len(doc['steps']),\n"
+        "                  'heavy': [m for m in ('pandas', 'pyarrow') if m in sys.modules]}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"rc": 0, "run": run_id, "steps": 5, "heavy": []}
+
+
 def test_a_new_store_still_gets_its_tables_and_version_on_first_open(db_path):
     store = open_store(db_path)
     try:
