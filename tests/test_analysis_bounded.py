@@ -282,3 +282,44 @@ def test_cli_analyze_runs_under_the_working_limit(
     assert r.returncode == 0, r.stderr
     assert seen == [_mb(WORKING_MEMORY_LIMITS[0])]
     assert json.loads(r.stdout)["roofline"]["n_ops"] > 10
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "args"),
+    [
+        ("gpuscope.analysis.report", "analyze_run", ("check", "m", "--max-idle-pct", "100")),
+        ("gpuscope.analysis.report", "analyze_run", ("check", "m", "--baseline", "m")),
+        ("gpuscope.analysis.compare", "compare_runs", ("compare", "m", "m", "--json")),
+    ],
+)
+def test_cli_check_and_compare_run_under_the_working_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, name: str, args: tuple[str, ...]
+) -> None:
+    """``gpuscope check`` (bounds or a baseline) and ``gpuscope compare`` analyse with DuckDB's
+    limit at the first working one (the working tables spill beyond it), and answer as before."""
+    import importlib
+
+    db = str(analysis_store(tmp_path))
+    r = cli_in_process("ingest", str(GPT_MEM), "--db", db, "--name", "m")
+    assert r.returncode == 0, r.stderr
+    target = importlib.import_module(module)
+    real = getattr(target, name)
+    seen: list[int] = []
+
+    def spy(con, *a, **kw):  # type: ignore[no-untyped-def]
+        seen.append(_limit(con))
+        return real(con, *a, **kw)
+
+    monkeypatch.setattr(target, name, spy)
+    r = cli_in_process(*args, "--db", db)
+    assert r.returncode == 0, r.stderr
+    assert seen and set(seen) == {_mb(WORKING_MEMORY_LIMITS[0])}
+    if args[0] == "compare":  # a run against itself
+        doc = json.loads(r.stdout)
+        assert doc["a"]["id"] == doc["b"]["id"] and doc["speedup"] == 1.0
+    elif "--baseline" in args:
+        assert r.stdout.strip().endswith(
+            "ok: no metric worse than the baseline beyond noise and threshold"
+        )
+    else:
+        assert r.stdout.strip().endswith("rank 0: ok")

@@ -43,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def run(args: argparse.Namespace) -> int:
     from gpuscope.analysis.job import job_step_time
     from gpuscope.analysis.nvml_run import is_nvml_run
+    from gpuscope.analysis.rank_index import within_working_memory
     from gpuscope.analysis.report import analyze_run
     from gpuscope.cli.analyze import analysis_kwargs, resolve_target
 
@@ -59,13 +60,17 @@ def run(args: argparse.Namespace) -> int:
         if is_nvml_run(con, run_id):
             return check_nvml(con, run_id, args)
         try:
-            report = analyze_run(
+            # the rank's working tables spill beyond DuckDB's working limit
+            report = within_working_memory(
                 con,
-                run_id,
-                all_ranks=False,
-                details=False,
-                mfu=args.min_mfu_pct is not None,
-                **analysis_kwargs(args),
+                lambda: analyze_run(
+                    con,
+                    run_id,
+                    all_ranks=False,
+                    details=False,
+                    mfu=args.min_mfu_pct is not None,
+                    **analysis_kwargs(args),
+                ),
             )
             job_step_ms = (
                 job_step_time(con, run_id).p50_ms if args.max_step_ms is not None else None
@@ -177,6 +182,7 @@ def run_gate(args: argparse.Namespace) -> int:
     from gpuscope.analysis.gate import gate, step_series
     from gpuscope.analysis.job import job_step_time
     from gpuscope.analysis.nvml_run import is_nvml_run
+    from gpuscope.analysis.rank_index import within_working_memory
     from gpuscope.analysis.report import analyze_run
     from gpuscope.cli.analyze import analysis_kwargs, resolve_target
     from gpuscope.cli.tag import resolve_baseline
@@ -193,8 +199,13 @@ def run_gate(args: argparse.Namespace) -> int:
                 )
         kw = analysis_kwargs(args)
         try:
-            cand = analyze_run(con, run_id, all_ranks=False, **kw)
-            base = analyze_run(con, base_id, all_ranks=False, **{**kw, "untraced_step_ms": None})
+            cand, base = within_working_memory(
+                con,
+                lambda: (
+                    analyze_run(con, run_id, all_ranks=False, **kw),
+                    analyze_run(con, base_id, all_ranks=False, **{**kw, "untraced_step_ms": None}),
+                ),
+            )
             job_step_ms = (
                 job_step_time(con, run_id).p50_ms if args.max_step_ms is not None else None
             )

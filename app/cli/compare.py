@@ -24,6 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def run(args: argparse.Namespace) -> int:
     from gpuscope.analysis.compare import compare_runs
     from gpuscope.analysis.nvml_run import analyze_nvml_run, compare_nvml_reports, is_nvml_run
+    from gpuscope.analysis.rank_index import within_working_memory
     from gpuscope.cli.analyze import analysis_kwargs, resolve_target
 
     con = open_db(args)
@@ -43,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
             else:
                 kw = analysis_kwargs(args)
                 kw["untraced_step_ms"] = tuple(args.untraced_step_ms or (None, None))
-                cmp = compare_runs(con, a, b, **kw)
+                # both runs' working tables spill beyond DuckDB's working limit
+                cmp = within_working_memory(con, lambda: compare_runs(con, a, b, **kw))
         except ValueError as e:
             return fail(str(e))
     finally:
