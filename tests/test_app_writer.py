@@ -126,3 +126,14 @@ def test_the_writer_is_reopened_after_a_fault(web_db, tmp_path: Path) -> None:  
     with db.writing() as w:
         w.execute("SELECT 1").fetchone()
     assert db.writer() is second
+
+
+def test_the_reading_instance_works_within_its_memory_limit(web_db) -> None:  # type: ignore[no-untyped-def]
+    """Every session's analyses share the reading instance: its DuckDB memory is bounded at
+    ``READING_MEMORY_LIMIT`` (beyond it the working tables spill), not DuckDB's 80 % of RAM."""
+    from gpuscope.analysis.rank_index import limit_bytes
+
+    db = web_db
+    got = limit_bytes(setting(db.cursor(), "memory_limit"))
+    assert got is not None and got <= limit_bytes(db.READING_MEMORY_LIMIT)
+    assert got >= 0.9 * limit_bytes(db.READING_MEMORY_LIMIT)  # type: ignore[operator]

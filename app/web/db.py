@@ -92,9 +92,22 @@ def _open(kind: str, location: str, data_path: str | None) -> Store:
         ) from None
 
 
+#: DuckDB's memory limit of the reading instance, shared by every session's analyses (the
+#: working tables spill to the store's temp directory beyond it), unless the store's own is
+#: lower. DuckDB's default, 80 % of RAM, let one big run's analysis take the machine.
+READING_MEMORY_LIMIT = "1GB"
+
+
 @st.cache_resource(show_spinner=False)
 def _open_store(kind: str, location: str, data_path: str | None) -> Store:
-    return _open(kind, location, data_path)
+    from gpuscope.analysis.rank_index import limit_bytes
+
+    store = _open(kind, location, data_path)
+    (own,) = store.execute("SELECT current_setting('memory_limit')").fetchone() or ("",)
+    own_bytes = limit_bytes(str(own))
+    if own_bytes is None or own_bytes > (limit_bytes(READING_MEMORY_LIMIT) or 0):
+        store.execute(f"SET memory_limit = '{READING_MEMORY_LIMIT}'")
+    return store
 
 
 def store() -> Store:
