@@ -37,6 +37,7 @@ from gpuscope.analysis.peaks import mfu_pct
 from gpuscope.analysis.steps import Window, step_stats
 
 if TYPE_CHECKING:
+    from gpuscope.analysis.fixes.base import Recommendation
     from gpuscope.analysis.report import RunReport
     from gpuscope.analysis.straggler_cause import PaceSetterCause
     from gpuscope.store import Connection
@@ -135,7 +136,8 @@ class RankShare:
 class Finding:
     """One ranked finding of the job: ``kind`` (``pace_cause``: why the pace-setter is slow;
     ``fix``: a fix of the pace-setting rank), its ``id``, title, one line of evidence, the
-    estimated step-time gain (%; None: not estimated) and the rank it is about."""
+    estimated step-time gain (%; None: not estimated), the rank it is about, and the estimate's
+    range (``low_pct``..``high_pct``, %; None: a point, or not estimated)."""
 
     kind: str
     id: str
@@ -143,6 +145,18 @@ class Finding:
     detail: str
     gain_pct: float | None
     rank: int
+    low_pct: float | None = None
+    high_pct: float | None = None
+
+    @property
+    def gain_words(self) -> str:
+        """The estimate in words: "step time down 17 % (range 11 to 23 %)", "" without one."""
+        if self.gain_pct is None:
+            return ""
+        out = f"step time down {sig3(self.gain_pct)} %"
+        if self.low_pct is not None and self.high_pct is not None:
+            out += f" (range {sig3(self.low_pct)} to {sig3(self.high_pct)} %)"
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -151,6 +165,8 @@ class Finding:
             "title": self.title,
             "detail": self.detail,
             "gain_pct": self.gain_pct,
+            "low_pct": self.low_pct,
+            "high_pct": self.high_pct,
             "rank": self.rank,
         }
 
@@ -193,7 +209,8 @@ class JobDiagnosis:
     whose own cause the verdict names: the pace-setter, or the rank that sets the pace once the
     profiler's cost is gone), ``retimed_step_ms`` (the job step with that cause removed, ms) and
     ``retimed_from_ms`` (the step it re-times: the job's mean step, or the step measured without
-    the profiler)."""
+    the profiler). ``fixes``: the job's fixes with their estimates, in the findings' order: the
+    fix for the pace-setter's own cause (:func:`cause_fix`), then the pace-setting rank's."""
 
     run_id: str
     ranks: tuple[int, ...]
@@ -212,6 +229,7 @@ class JobDiagnosis:
     cause_rank: int | None = None
     retimed_step_ms: float | None = None
     retimed_from_ms: float | None = None
+    fixes: tuple[Recommendation, ...] = ()
 
     @property
     def distributed(self) -> bool:
@@ -243,6 +261,7 @@ class JobDiagnosis:
             "cause_rank": self.cause_rank,
             "retimed_step_ms": self.retimed_step_ms,
             "retimed_from_ms": self.retimed_from_ms,
+            "recommendations": [r.to_json() for r in self.fixes],
         }
 
 
@@ -409,9 +428,21 @@ def _last_most_often(windows: Mapping[int, tuple[Window, int]]) -> int:
     return max(sorted(windows), key=lambda r: counts.get(r, 0))
 
 
-def _findings(rep: RunReport, cause: PaceSetterCause | None) -> tuple[Finding, ...]:
-    """The pace-setter's own cause, then its fix (the cause's fix unit, on the rank it names),
-    then the pace-setting rank's fixes in the fix list's order (the cause's fix not twice)."""
+def _est(rec: Recommendation | None) -> tuple[float | None, float | None, float | None]:
+    """(gain, low, high) of a recommendation's estimate, % (Nones without one)."""
+    est = getattr(rec, "estimate", None) if rec is not None else None
+    if est is None:
+        return None, None, None
+    return _float(est.gain_pct), _float(est.low_pct), _float(est.high_pct)
+
+
+def _findings(
+    rep: RunReport, cause: PaceSetterCause | None, cause_fix: Recommendation | None = None
+) -> tuple[Finding, ...]:
+    """The pace-setter's own cause, then its fix (the cause's fix unit, on the rank it names:
+    estimated by ``cause_fix``, :func:`cause_fix`, when there is one, else the cause's re-timed
+    job step as a point), then the pace-setting rank's fixes in the fix list's order (the cause's
+    fix not twice)."""
     from gpuscope.analysis.straggler_cause import fix_title
 
     out = []
@@ -427,28 +458,96 @@ def _findings(rep: RunReport, cause: PaceSetterCause | None) -> tuple[Finding, .
             )
         )
         if cause.fix_id is not None:
+            gain, low, high = _est(cause_fix)
+            if gain is None:
+                gain = _float(cause.gain_pct)
             out.append(
                 Finding(
                     "fix",
                     cause.fix_id,
-                    fix_title(cause.fix_id),
+                    fix_title(cause.fix_id) if cause_fix is None else cause_fix.title,
                     f"the fix for rank {cause.rank}'s own cause: {cause.title[0].lower()}"
                     f"{cause.title[1:]}",
-                    _float(cause.gain_pct),
+                    gain,
                     cause.rank,
+                    low,
+                    high,
                 )
             )
     first = {f.id for f in out if f.kind == "fix"}
     for rec in rep.recommendations:
         if rec.id in first:
             continue
-        est = getattr(rec, "estimate", None)
-        gain = getattr(est, "gain_pct", None) if est is not None else None
+        gain, low, high = _est(rec)
         summary = (rec.evidence or {}).get("summary") if isinstance(rec.evidence, dict) else None
         out.append(
-            Finding("fix", rec.id, rec.title, str(summary or ""), _float(gain), int(rep.rank))
+            Finding("fix", rec.id, rec.title, str(summary or ""), gain, int(rep.rank), low, high)
         )
     return tuple(out)
+
+
+def _compute_ms(cause: PaceSetterCause, line: Any) -> tuple[float, float, float] | None:
+    """The compute per step (ms) of the rank the cause names and of the ranks it is compared
+    with, and that rank's communication transfer over transfer + wait: from the chain's segments
+    (that rank against the other rank of the chain), else the cause's compute figure (the
+    pace-setter against the others' median) and the rank's line (``line``: its
+    :class:`~gpuscope.analysis.rank_row.RankRow`, None when unknown); None when unknown."""
+    from gpuscope.analysis.straggler_cause import COMPUTE
+
+    def keep(transfer: float | None, wait: float | None) -> float:
+        t, w = max(0.0, transfer or 0.0), max(0.0, wait or 0.0)
+        return t / (t + w) if t + w > 0 else 1.0
+
+    ch = cause.chain
+    if ch is not None and ch.steps and cause.rank in (ch.pace, ch.waiting):
+        other = ch.waiting if cause.rank == ch.pace else ch.pace
+        mine = ch.parts_ms(cause.rank)
+        return (
+            mine.get(COMPUTE, 0.0),
+            ch.parts_ms(other).get(COMPUTE, 0.0),
+            keep(mine.get("transfer"), mine.get("wait")),
+        )
+    f = next((c for c in cause.candidates if c.cause == COMPUTE), None)
+    if f is None:
+        return None
+    comm = keep(line.comm_transfer_pct, line.comm_wait_pct) if line is not None else 1.0
+    return f.pace_ms, f.others_ms, comm
+
+
+def cause_fix(
+    cause: PaceSetterCause | None, report_of: Callable[[int], RunReport]
+) -> Recommendation | None:
+    """The fix for the pace-setter's own cause with its estimate, re-timed on the graph of the
+    rank the cause names (docs/metrics.md, "Gains from the path"): that rank's own
+    recommendation of the fix when its rule found it; for a rank that computes more
+    (``load_imbalance``), always "give it equal work" (the rank's own rule of that id is about its
+    waiting for another rank) (:func:`~gpuscope.analysis.fixes.load_imbalance.
+    equal_work_fix`). None: no cause with a fix, no critical path (an analysis without it), or the
+    rank's rule did not find the fix."""
+    from gpuscope.analysis.fixes import load_imbalance
+    from gpuscope.analysis.straggler_cause import COMPUTE
+
+    if cause is None or cause.fix_id is None:
+        return None
+    rep = report_of(cause.rank)
+    cp, ctx = rep.critical_path, rep.gain_context
+    if cause.cause != COMPUTE:
+        return next(
+            (r for r in rep.recommendations if r.id == cause.fix_id and r.estimate is not None),
+            None,
+        )
+    # a rank that computes more: its own load_imbalance rule (if any) is about waiting for
+    # another rank, not about its extra work
+    if cause.fix_id != load_imbalance.UNIT.id or cp is None:
+        return None
+    line = next((x for x in rep.ranks if int(x.rank) == int(cause.rank)), None)
+    figures = _compute_ms(cause, line)
+    if figures is None or ctx is None:
+        return None
+    pace_ms, others_ms, comm_keep = figures
+    return load_imbalance.equal_work_fix(
+        cause.rank, pace_ms, others_ms, len(rep.ranks), cp, ctx, comm_keep
+    )
 
 
 def _float(v: Any) -> float | None:
@@ -527,6 +626,7 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
             rep = report_of(pace)
     step = step_time(windows, pace)
     cause = _pace_cause(rep, step, con)
+    fix = cause_fix(cause, report_of)
     path, bound_by = _path(cause)
     strag = rep.straggler
     n = max(1, rep.window.n_steps)
@@ -557,7 +657,7 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
         if rep.has_gpu_activity
         else None,
         fix_rank=pace,
-        findings=_findings(rep, cause),
+        findings=_findings(rep, cause, fix),
         path=path,
         bound_by_pct=bound_by,
         cause_rank=cause.rank if cause is not None else None,
@@ -565,6 +665,10 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
         retimed_from_ms=cause.job_step_ms
         if cause is not None and cause.retimed_job_step_ms is not None
         else None,
+        fixes=(
+            *([fix] if fix is not None else []),
+            *(r for r in rep.recommendations if fix is None or r.id != fix.id),
+        ),
     )
 
 
@@ -669,7 +773,8 @@ def headline_rows(job: JobDiagnosis) -> tuple[HeadlineRow, ...]:
                 f"rank {first.rank}, which sets the pace once the profiler's cost is gone: fixing "
                 "a rank that waits gains nothing"
             )
-        rows.append(HeadlineRow("First fix", first.title, who if job.distributed else ""))
+        note = "; ".join(w for w in (first.gain_words, who if job.distributed else "") if w)
+        rows.append(HeadlineRow("First fix", first.title, note))
     return tuple(rows)
 
 

@@ -18,8 +18,9 @@ measured gain is ~0 (below :data:`NULL_PCT`), and the first fix the expected one
 The blind parts (every ``group`` whose name starts with ``blind``: v29-v40, v41+) are judged
 only with ``--blind``: they stay unseen while estimates are tuned.
 
-The expected fix is looked for in the report's ``recommendations`` and, when the report carries a
-``job`` object with its own ``recommendations``, there too. A missing recommendation reads as an
+The expected fix is looked for in the ``job`` object's ``recommendations`` when the report carries
+one (the verdict's fixes: the fix for the pace-setter's own cause first, with its estimate), then
+in the report's ``recommendations``. A missing recommendation reads as an
 estimate of 0 % (range 0-0). A case of several rank traces is ingested as one run (their folder);
 its first fix is the job verdict's (``job.findings``), as every face names it, and the expected
 fix's estimate is read from the report of the rank the verdict's fixes are for (``job.fix_rank``)
@@ -76,12 +77,14 @@ def holds(low: float, high: float, measured: float) -> bool:
 
 
 def recommendations(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The report's recommendations, then the job's (if the report has a ``job`` object)."""
-    recs = list(doc.get("recommendations") or [])
+    """The job's recommendations (if the report has a ``job`` object: the fix for the
+    pace-setter's own cause, then the pace-setting rank's, as the verdict lists them), then the
+    report's own."""
     job = doc.get("job")
+    recs = []
     if isinstance(job, dict):
         recs += [r for r in job.get("recommendations") or [] if isinstance(r, dict)]
-    return recs
+    return recs + list(doc.get("recommendations") or [])
 
 
 def first_job_fix(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -110,8 +113,9 @@ def analyse(case: dict[str, Any], root: Path, store: str) -> dict[str, Any]:
     job = doc.get("job") if isinstance(doc.get("job"), dict) else {}
     fix_rank = job.get("fix_rank")
     if fix_rank is not None and fix_rank != doc.get("rank"):
-        # the job's fixes are for the rank the verdict names: its report's estimates first, then
-        # the default report's (a fix seen from the waiting rank, e.g. load_imbalance)
+        # the job's fixes are for the rank the verdict names: the job's list (the cause's fix
+        # with its estimate, then that rank's), then its report's, then the default report's (a
+        # fix seen from the waiting rank, e.g. load_imbalance's wait)
         fixed = json.loads(
             gpuscope("analyze", run_id, "--rank", str(fix_rank), "--json", store=store)
         )

@@ -1,13 +1,19 @@
-"""Fix unit ``load_imbalance``: this rank waits in collectives for a slower rank."""
+"""Fix unit ``load_imbalance``: this rank waits in collectives for a slower rank; and the job's fix
+when the rank that sets the pace computes more (:func:`equal_work_fix`, estimated on its graph)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.fixes import base as fx
-from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
+from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Recommendation, Words
 from gpuscope.analysis.fixes.overlap_communication import comm_floor_ns
 from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.gains import replay_estimate
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.critical_path import CriticalPath, Node
+    from gpuscope.analysis.gains import Context, Variant
 
 WORDS = Words(
     "Speed up the slowest rank: the others wait for it",
@@ -70,3 +76,109 @@ UNIT = FixUnit(
     proof="Balancing the ranks can remove at most this rank's wait for the slowest one (capped by "
     "the untraced step less this rank's own GPU work).",
 )
+
+
+# -- the job's fix for a pace-setter that computes more (analysis.job) ----------------------------
+
+
+def is_compute(n: Node) -> bool:
+    """A compute kernel of the GPU (not a copy, not communication): the work a rank's share of
+    the batch sets."""
+    return n.kind == "gpu" and n.cat == "kernels"
+
+
+def equal_work_factors(pace_ms: float, others_ms: float, n_ranks: int) -> tuple[float, float]:
+    """The pace-setter's compute after the fix, as a factor on it: (``balanced``, ``removed``).
+    ``balanced``: its extra work moved to the other ranks so that every rank computes the mean,
+    ``(pace + (N − 1) × others) / N`` (the total work kept: a batch split unevenly, split
+    evenly); ``removed``: its extra work gone, ``others / pace`` (work no other rank needs: an
+    evaluation or a logging pass on one rank). 1.0 each when the pace-setter does not compute
+    more."""
+    if pace_ms <= 0 or others_ms >= pace_ms:
+        return 1.0, 1.0
+    n = max(2, n_ranks)
+    removed = max(0.0, others_ms) / pace_ms
+    return (1.0 + (n - 1) * removed) / n, removed
+
+
+def is_comm(n: Node) -> bool:
+    """A communication kernel of the GPU (a collective: its transfer and its wait for the
+    others)."""
+    return n.kind == "gpu" and n.cat == "communication"
+
+
+def equal_work_retime(
+    balanced: float, removed: float, comm_keep: float = 1.0
+) -> dict[str, Variant]:
+    """The re-timing of "give the pace-setter equal work" on its own graph: its compute kernels ×
+    ``balanced`` (low, mid: the extra work moved, every rank at the mean; kernel time per sample
+    falls as a batch grows, so the mean of the ranks' kernel times is the most the larger shares
+    can cost) / × ``removed`` (high: the extra work gone). Host work stays: a smaller share of the
+    batch launches the same ops. Its communication kernels × ``comm_keep`` in every variant (their
+    transfer's share of transfer + wait): a wait for another rank inside this rank's collectives
+    is that rank's lateness, not this rank's work; it is there when the profiler made another rank
+    late (the rank that computes more, found once the profiler's cost is gone, waits for it).
+    :func:`equal_work_fix` counts only what the fix adds to the graph without those waits."""
+
+    def dur(f: float) -> Any:
+        def d(v: int, n: Node) -> float:
+            if is_compute(n):
+                return n.dur * f
+            if is_comm(n):
+                return n.dur * comm_keep
+            return float(n.dur)
+
+        return d
+
+    return {k: (dur(f), None) for k, f in (("low", balanced), ("mid", balanced), ("high", removed))}
+
+
+def equal_work_fix(
+    rank: int,
+    pace_ms: float,
+    others_ms: float,
+    n_ranks: int,
+    cp: CriticalPath,
+    ctx: Context,
+    comm_keep: float = 1.0,
+) -> Recommendation:
+    """The job's fix when rank ``rank`` sets the pace by computing more (``pace_ms`` against the
+    others' ``others_ms``, ms per step; ``n_ranks`` ranks): "give it equal work", estimated on
+    that rank's own graph (``cp``, ``ctx``) with :func:`equal_work_retime` through the replay
+    every fix's estimate uses (:func:`gpuscope.analysis.gains.replay_estimate`: host speeds,
+    host variation). ``comm_keep``: its collectives' transfer share of transfer + wait. No
+    proven bound (``bound_pct`` None): how much of the extra work leaves is the range's."""
+    balanced, removed = equal_work_factors(pace_ms, others_ms, n_ranks)
+    more = 100.0 * (pace_ms / others_ms - 1.0) if others_ms > 0 else 0.0
+    ev: dict[str, Any] = {
+        "rank": rank,
+        "compute_ms_per_step": pace_ms,
+        "others_compute_ms_per_step": others_ms,
+        "ranks": n_ranks,
+        "balanced_factor": balanced,
+        "removed_factor": removed,
+        "comm_kept_factor": comm_keep,
+        "summary": (
+            f"Rank {rank} computes {sig3(more)} % more per step than the others ({sig3(pace_ms)} "
+            f"vs {sig3(others_ms)} ms of kernels) and sets the job's pace: with equal work its "
+            f"compute goes × {sig3(balanced)} (its extra work shared by the {n_ranks} ranks), or "
+            f"× {sig3(removed)} if the extra work is not needed."
+        ),
+    }
+    step = ctx.step_ms or 0.0
+    rec = Recommendation(
+        UNIT.id,
+        f"Give rank {rank} equal work: it computes {sig3(more)} % more per step",
+        WORDS.why,
+        ev,
+        WORDS.code,
+        100.0 * (pace_ms - others_ms) / step if step > 0 else 0.0,
+    )
+    est = replay_estimate(equal_work_retime(balanced, removed, comm_keep), cp, ctx)
+    if comm_keep < 1.0:
+        # the waits taken out of the collectives are not the fix's: what the fix adds to the
+        # graph without them (fx.on_top), as a share of the step
+        waits_gone = replay_estimate(equal_work_retime(1.0, 1.0, comm_keep), cp, ctx)
+        est = fx.on_top(est, waits_gone, ctx)
+    rec.estimate = est
+    return rec
