@@ -53,6 +53,7 @@ GROUPS = (
     ("new", "New cases v16-v28, the part not held out (recorded after the calibration)"),
     ("held_out_new", "New held-out cases (every even position of record_new.ORDER)"),
     ("blind", "Blind cases v29-v40 (never analysed before recording; only with --blind)"),
+    ("blind2", "Second blind part v41-v54 (never analysed before recording; only with --blind)"),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 
