@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
+from gpuscope.analysis.event_classes import OPTIMIZER_STEP_RE
 from gpuscope.analysis.fixes.base import (
     Finding,
     FixUnit,
@@ -64,25 +66,71 @@ def detect(inp: Inputs) -> Finding | None:
     return Finding(ev, ev["share_pct"])
 
 
-def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
-    """Host work inside the optimizer step × 0.2 / 0.1 / 0.03 (a few launches instead of a loop);
-    its kernels × 1 / 0.5 / 0.35 (one pass over the parameters and states instead of ~3 times as
-    many passes of the per-parameter chain)."""
-    hosts, gpus = optimizer_nodes(g)
+_STEP = re.compile(OPTIMIZER_STEP_RE)
 
-    def dur(h: float, k: float) -> Any:
+BOOKKEEPING_KEPT = (0.5, 0.4, 0.3)
+"""The share (low / mid / high) of the optimizer step's own Python time (the step's time in no op)
+that the fused step keeps: it still walks every parameter in Python to gather its gradient and
+state (``_init_group``) before its one fused call, while the loop also runs each parameter's
+update in Python around its ops; a third to a half of the per-parameter Python is that walk."""
+
+
+def step_nodes(g: Graph) -> tuple[set[int], set[int], set[int]]:
+    """(host nodes inside an ``Optimizer.step`` span that are in an op or a launch call, host
+    nodes that are the step's own time in no op (its Python), GPU nodes they launched): what
+    ``fused=True`` changes. ``Optimizer.zero_grad``'s nodes are not among them: the fix leaves
+    it as it is."""
+    hosts, _ = optimizer_nodes(g)
+    spans = {
+        (getattr(ev, "tid", None), ev.s, ev.e)
+        for v in hosts
+        if (ev := g.nodes[v].event) is not None and _STEP.match(ev.name)
+    }
+    ops: set[int] = set()
+    own: set[int] = set()
+    for v in hosts:
+        n = g.nodes[v]
+        ev = n.event
+        tid = getattr(ev, "tid", None)
+        if not any(t == tid and a <= n.s and n.e <= b for t, a, b in spans):
+            continue  # zero_grad's, or outside every step span
+        (own if ev is not None and _STEP.match(ev.name) else ops).add(v)
+    mine = ops | own
+    gpus = {
+        v
+        for v, n in enumerate(g.nodes)
+        if n.kind == "gpu" and any(ed.kind == "launch" and ed.src in mine for ed in g.preds[v])
+    }
+    return ops, own, gpus
+
+
+def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
+    """Inside the optimizer step: host work in ops and launch calls × 0.2 / 0.1 / 0.03 (a few
+    launches instead of a loop), the step's own Python × :data:`BOOKKEEPING_KEPT` (the walk over
+    the parameters stays); its kernels × 1 / 0.5 / 0.35 (one pass over the parameters and states
+    instead of ~3 times as many passes of the per-parameter chain). ``zero_grad`` unchanged."""
+    ops, own, gpus = step_nodes(g)
+
+    def dur(h: float, p: float, k: float) -> Any:
         def f(v: int, n: Node) -> float:
-            if v in hosts:
+            if v in ops:
                 return n.dur * h
+            if v in own:
+                return n.dur * p
             if v in gpus:
                 return n.dur * k
             return float(n.dur)
 
         return f
 
+    low, mid, high = BOOKKEEPING_KEPT
     return {
-        name: (dur(h, k), None)
-        for name, h, k in (("low", 0.2, 1.0), ("mid", 0.1, 0.5), ("high", 0.03, 0.35))
+        name: (dur(h, p, k), None)
+        for name, h, p, k in (
+            ("low", 0.2, low, 1.0),
+            ("mid", 0.1, mid, 0.5),
+            ("high", 0.03, high, 0.35),
+        )
     }
 
 
