@@ -86,41 +86,53 @@ def store(tmp_path_factory: pytest.TempPathFactory):
     con.close()
 
 
+#: The cases whose job verdict a test reads: made with their ranks' reports, from the same analyses.
+JOB_CASES = ("ddp_clean", "ddp_straggler_steps", "ddp_straggler_every", "ddp_uneven")
+
+
 @pytest.fixture(scope="module")
-def reports(store):
-    """case -> (rank 0's report, rank 1's report)."""
+def analysed(store):
+    """case -> (rank 0's report, rank 1's report, the job's verdict or None), as ``analyze
+    --json`` writes them (the report, its ``job``). Each rank is analysed once; the job of a case
+    in JOB_CASES is diagnosed from those same reports (``memo``, as every face does) before they
+    are let go: only the documents stay for the module."""
+    from gpuscope.analysis.job import diagnose, memo
     from gpuscope.analysis.report import analyze_run
 
     con, run_id = store
-    done: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    done: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]] = {}
 
-    def get(case: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    def get(case: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
         if case not in done:
             rid = run_id(case)
-            done[case] = (
-                analyze_run(con, rid).to_json(),
-                analyze_run(con, rid, rank=1).to_json(),
-            )
+            known = {0: analyze_run(con, rid), 1: analyze_run(con, rid, rank=1)}  # the lowest, 1
+            docs = (known[0].to_json(), known[1].to_json())  # before the job reads them
+            job = None
+            if case in JOB_CASES:
+                report_of = memo(
+                    lambda r: known[r] if r in known else analyze_run(con, rid, rank=r)
+                )
+                job = diagnose(con, rid, report_of).to_json()
+            done[case] = (*docs, job)
         return done[case]
 
     return get
 
 
 @pytest.fixture(scope="module")
-def jobs(store):
-    """case -> the job's verdict (``analyze --json``'s ``job``)."""
-    from gpuscope.analysis.job import diagnose, memo
-    from gpuscope.analysis.report import analyze_run
+def reports(analysed):
+    """case -> (rank 0's report, rank 1's report)."""
+    return lambda case: analysed(case)[:2]
 
-    con, run_id = store
-    done: dict[str, dict[str, Any]] = {}
+
+@pytest.fixture(scope="module")
+def jobs(analysed):
+    """case -> the job's verdict (``analyze --json``'s ``job``) of a case in JOB_CASES."""
 
     def get(case: str) -> dict[str, Any]:
-        if case not in done:
-            rid = run_id(case)
-            job = diagnose(con, rid, memo(lambda r: analyze_run(con, rid, rank=r)))
-            done[case] = job.to_json()
-        return done[case]
+        job = analysed(case)[2]
+        assert job is not None, f"{case} is not in JOB_CASES"
+        return job
 
     return get
 
