@@ -73,7 +73,7 @@ def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
 
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
 def test_the_recorded_second_blind_part_is_apart_and_whole() -> None:
-    """Every recorded v41+ case: group blind2, held out, one trace per rank (17-700 KB each), its
+    """Every recorded v41+ case: group blind2, held out, one trace per rank (17 KB-1.5 MB each), its
     timings from fresh processes on an NVIDIA GPU, >= 3 rounds; make_truth's earlier cases
     untouched by the part (they come first, in their own order)."""
     cases = json.loads(TRUTH.read_text())["cases"]
@@ -86,6 +86,6 @@ def test_the_recorded_second_blind_part_is_apart_and_whole() -> None:
         assert c["device"].startswith("NVIDIA"), c["case"]
         assert len(c["traces"]) == c["gpus"] == record_blind2.CASES[c["case"]].get("gpus", 1)
         for t in c["traces"]:
-            assert 17_000 <= (VAL / t).stat().st_size <= 700_000, t
+            assert 17_000 <= (VAL / t).stat().st_size <= 1_500_000, t
         assert len(c["gain_pct_by_round"]) >= 3, c["case"]
         assert c["intended_null"] == bool(record_blind2.CASES[c["case"]].get("null"))

@@ -8,6 +8,8 @@
 #        then CASES0 on GPU 0 and CASES1 on GPU 1 (one-GPU cases call 1 left, or that failed).
 # more:  ROUNDS more rounds of CASES0 on GPU 0 and CASES1 on GPU 1, no trace (a second
 #        recording, timing_run2.json, for cases whose rounds scattered); "-" for none.
+# more2: ROUNDS more rounds of the two-GPU CASES0 (torchrun on both GPUs), no trace.
+# As recorded: call1; `call2 - -` then `more v43 - 4` in one call; `more2 v53,v54 - 4`.
 # gpuscope is not installed there: a throw-away package whose __path__ is app/ plus the root
 # makes gpuscope.capture importable (as ../multi_gpu/README.md).
 set -u
@@ -44,6 +46,10 @@ more)
     pair 0 "${2:--}" f 300 560 --rounds "${4:-2}" --no-trace &
     pair 1 "${3:--}" g 300 560 --rounds "${4:-2}" --no-trace &
     wait
+    ;;
+more2)
+    timeout -s INT 330 python3 $B drive --cases "$2" --rounds "${4:-4}" --no-trace --out /tmp/b2_h \
+        --tar "$OUT/blind2_h.tar.gz" --budget-s 150 --child-timeout 60 >"$OUT/blind2_h.log" 2>&1
     ;;
 esac
 grep -h -E '^\[|^==|FAILED|TIMEOUT|budget|done|Error' "$OUT"/*.log | tail -n 90
