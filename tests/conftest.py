@@ -54,19 +54,22 @@ def trace() -> TraceBuilder:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`make test` hands whole modules to its workers (pytest-xdist ``--dist loadfile
     --no-loadscope-reorder``): a module's fixtures are built once, its tests run in file order on
-    one worker. The modules go out in this order: the browser modules first, in file order
-    (test_browser.py's first test needs the session's ``server`` before anything is uploaded to
-    it), then the costliest modules first (tests/module_seconds.tsv), so that a parallel run ends
-    on short modules, not a long one started last."""
+    one worker. The modules go out in this order: the browser modules first, test_browser.py
+    first of them (its first test needs the session's ``server`` before anything is uploaded to
+    it), then the other browser modules and then the rest, each group costliest first
+    (tests/module_seconds.tsv: a browser module's wall time, another module's CPU), so that a
+    parallel run ends on short modules, not a long one started last."""
     cost = _module_seconds()
     first: dict[Path, int] = {}
     for i, item in enumerate(items):
         first.setdefault(item.path, i)
     browser = {item.path for item in items if item.get_closest_marker("browser")}
 
-    def key(item: pytest.Item) -> tuple[float, int]:
-        seconds = math.inf if item.path in browser else cost.get(_rel(item.path), math.inf)
-        return (-seconds, first[item.path])
+    def key(item: pytest.Item) -> tuple[int, float, int]:
+        group = 2
+        if item.path in browser:
+            group = 0 if item.path.name == "test_browser.py" else 1
+        return (group, -cost.get(_rel(item.path), math.inf), first[item.path])
 
     items.sort(key=key)
 
