@@ -70,40 +70,74 @@ def _query_now() -> dict[str, list[str]]:
     return {k: st.query_params.get_all(k) for k in st.query_params}
 
 
-def below_the_fold(key: str, render: Callable[[], None], *, delay_s: float = 0.4) -> None:
-    """Render ``render`` once the page above it has painted in the browser.
+#: The browser's side of :func:`after_first_paint`: once the busy-time plot has drawn (its chart's
+#: key starts with ``saw_``), or at once on a page without one, or after 10 s whatever happened, it
+#: clicks the page's hidden button (``%(button)s``) one frame later. A constant but for the button's
+#: key (letters, digits, ``_``) and the page's wait flag: no data in it.
+PAINT_JS = """
+<style>.st-key-%(button)s { display: none; }</style>
+<script>
+(() => {
+  const doc = window.parent.document;
+  let n = 0;
+  const timer = setInterval(() => {
+    const drawn = !%(wait)s || doc.querySelector('[class*="st-key-saw_"] .main-svg');
+    if (!drawn && ++n < 200) return;
+    const button = doc.querySelector(".st-key-%(button)s button");
+    if (!button) return;
+    clearInterval(timer);
+    window.requestAnimationFrame(() => setTimeout(() => button.click(), 0));
+  }, 50);
+})();
+</script>
+<div data-gpuscope-paint="%(nonce)s"></div>
+"""
 
-    A new page's browser work (loading and running the code of every kind of element) all happens
-    at once; below-the-fold sections would delay the plot at the top by a second or more. So the
-    first run shows a placeholder in a fragment whose timer starts when the browser mounts it; when
-    it fires, the session is marked (per ``key``: the Run page passes one per run) and the app
-    reruns with everything. Later runs of the same key (zooming, another rank) render directly. AppTest runs scripts once, without timers: there it renders directly.
-    Nothing after this call may write the URL: a tick with a URL other than the one this run
-    left was sent before the browser had it, and is skipped.
+
+def first_paint_done(key: str) -> bool:
+    """Whether this session's page ``key`` has drawn its first screen in the browser (then the
+    sections :func:`after_first_paint` held back are drawn in the script run itself). Always true
+    under AppTest, which runs scripts once, without a browser."""
+    return bool(st.session_state.get(f"_painted_{key}")) or _in_apptest()
+
+
+def after_first_paint(key: str, *, plot: bool, label: str) -> None:
+    """Hold a page's lower sections back until the browser has drawn its first screen.
+
+    A new page's browser work (loading and running the code of every kind of element, drawing
+    every chart) all happens at once: sections further down (the rank heatmap, breakdowns, fixes)
+    delayed the busy-time plot by seconds. So while :func:`first_paint_done` is false, the page
+    draws its first screen, this caption (``label``) and, in a fragment, a hidden button that the
+    browser clicks once the busy-time plot has drawn (``plot``: the page has one; :data:`PAINT_JS`).
+    The click reruns the fragment only, which marks the session (per ``key``: the Run page passes
+    one per run) and reruns the app with everything; later runs of the same key (zooming, another
+    rank) draw everything at once.
+    A click carries the URL the browser has when it is sent: one sent just after the reader's
+    action (a zoom, a rank), before that action's run reached the browser, carries the URL from
+    before it, and an app run on it would take the page back there. So the URL this run leaves is
+    kept (nothing after this call may write the URL), and a click with another one draws nothing:
+    the next run's button is clicked in turn.
     """
-    flag = f"_painted_{key}"
-    if st.session_state.get(flag) or _in_apptest():
-        render()
-        return
-    # A tick carries the URL the browser has when it fires: one fired just after a click (a rank
-    # or a zoom), before the click's run reached the browser, carries the URL from before the
-    # click, and its rerun would take the page back there. The URL this run leaves (nothing
-    # below writes it) is kept; a tick with another one is skipped (the next carries the new one).
-    url_key = f"_url_{key}"
+    flag, url_key, n_key = f"_painted_{key}", f"_url_{key}", f"_paint_n_{key}"
     st.session_state[url_key] = _query_now()
+    st.session_state[n_key] = st.session_state.get(n_key, 0) + 1
+    button = "paint_" + re.sub(r"[^A-Za-z0-9_]", "_", key)
+    js = PAINT_JS % {
+        "button": button,
+        "wait": "true" if plot else "false",
+        "nonce": st.session_state[n_key],
+    }
 
-    @st.fragment(run_every=delay_s)
-    def later() -> None:
-        if _query_now() != st.session_state.get(url_key):  # a stale tick: never a navigation
-            st.caption("Loading the breakdowns, top kernels and fixes…")
-            return
-        if st.session_state.get(f"_armed_{key}"):
+    @st.fragment
+    def trigger() -> None:
+        st.caption(label)
+        st.html(js, unsafe_allow_javascript=True)
+        clicked = st.button("Draw the rest of the page", key=button, type="tertiary")
+        if clicked and _query_now() == st.session_state.get(url_key):  # else stale: no navigation
             st.session_state[flag] = True
             st.rerun()
-        st.session_state[f"_armed_{key}"] = True
-        st.caption("Loading the breakdowns, top kernels and fixes…")
 
-    later()
+    trigger()
 
 
 #: Keeps the section a URL names (``#fixes``) in view while the page still grows: Streamlit
@@ -832,15 +866,16 @@ def parse_zoom(text: str | None, ws: int, we: int) -> tuple[int, int] | None:
     return clamp_view(ws + round(lo * 1e6), ws + round(hi * 1e6), ws, we)
 
 
-def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
-    """The busy % plot with its zoom controls; re-queries DuckDB for the visible range."""
+def sawtooth_panel(run_id: str, rank: int, *, key: str) -> bool:
+    """The busy % plot with its zoom controls; re-queries DuckDB for the visible range. Whether it
+    drew a plot (not for a rank without timed events)."""
     path = db.db_path()
     w = data.window(path, run_id, rank)
     ws, we = w.start_ns, w.end_ns
     steps: pd.DataFrame = w.steps
     if we <= ws:
         st.info("This rank has no timed events to plot.")
-        return
+        return False
     vkey = f"view_{key}_{run_id}_{rank}"
     # The URL holds the view (``zoom``): a link, a reload or Back sets it; a zoom on the page
     # writes it (each change a history entry, so Back undoes a zoom).
@@ -951,6 +986,7 @@ def sawtooth_panel(run_id: str, rank: int, *, key: str) -> None:
     if nvml_on:
         notes.append("NVML utilization overlaid")
     st.caption(" · ".join(notes))
+    return True
 
 
 # -- breakdowns --------------------------------------------------------------------------------------

@@ -199,116 +199,52 @@ def test_a_click_on_a_heatmap_cell_opens_that_rank_and_step(ddp, new_page) -> No
 PLACEHOLDER = "Loading the breakdowns, top kernels and fixes"
 
 
-def rerun_of(message):  # type: ignore[no-untyped-def]
-    """(the rerun request a page sent on its socket, or None; whether it is a timer tick: a
-    fragment's auto-rerun)."""
+def paint_click(message) -> tuple[bool, str]:  # type: ignore[no-untyped-def]
+    """(whether a message a page sent on its socket is the click on its hidden "draw the rest"
+    button, a fragment's rerun: views.after_first_paint; the URL query it carries)."""
     from streamlit.proto.BackMsg_pb2 import BackMsg
 
     m = BackMsg()
     if isinstance(message, bytes):
         m.ParseFromString(message)
-    rerun = m.rerun_script if m.WhichOneof("type") == "rerun_script" else None
-    return rerun, rerun is not None and rerun.is_auto_rerun and bool(rerun.fragment_id)
-
-
-def stale_tick_socket(page) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    """Make the race of a page's timer certain on ``page``'s socket: the timer's ticks (fragment
-    auto-reruns) are dropped until ``race["armed"]`` is set and the page sends a rerun (the user's
-    action); the server's messages are then held until the browser has sent a tick, which thus
-    carries the URL from before the action (kept in ``race["stale"]``), and released after it."""
-    race: dict = {"armed": False, "held": None, "stale": []}  # type: ignore[type-arg]
-
-    def route(ws) -> None:  # type: ignore[no-untyped-def]
-        srv = ws.connect_to_server()
-
-        def to_server(message) -> None:  # type: ignore[no-untyped-def]
-            rerun, tick = rerun_of(message)
-            if tick and race["held"] is None:
-                return  # before the action: dropped (the page stays unpainted, its timer alive)
-            srv.send(message)
-            if rerun is not None and not tick and race["armed"] and race["held"] is None:
-                race["held"] = []  # the action's run: its messages wait for the next tick
-            elif tick and isinstance(race["held"], list):
-                race["stale"].append(rerun.query_string)
-                for held in race["held"]:
-                    ws.send(held)
-                race["held"] = False
-
-        def to_page(message) -> None:  # type: ignore[no-untyped-def]
-            if isinstance(race["held"], list):
-                race["held"].append(message)
-            else:
-                ws.send(message)
-
-        ws.on_message(to_server)
-        srv.on_message(to_page)
-
-    page.route_web_socket(re.compile(r"/_stcore/stream$"), route)
-    return race
-
-
-def painted_query(page) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
-    """The URL's query once the lower sections have painted (no timer left) and the run is done."""
-    page.get_by_role("heading", name="Fixes").wait_for()
-    wait_idle(page)
-    return urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
-
-
-@pytest.mark.slow
-def test_a_timer_tick_sent_before_the_click_reached_the_browser_does_not_undo_it(  # type: ignore[no-untyped-def]
-    ddp, new_page
-) -> None:
-    """The Run page paints its lower sections on a 0.4 s fragment timer, whose ticks carry the URL
-    the browser has. A tick fired just after a click on the heatmap, before the click's run has
-    reached the browser, carries the URL from before the click (rank 0, no zoom); once the click's
-    run is done, that tick's run must not take the page back there (it did, under CPU load)."""
-    server, rid, _ = ddp
-    page = new_page()
-    race = stale_tick_socket(page)
-    page.goto(f"{server.url}/run?run={rid}&rank=0")
-    page.get_by_text(PLACEHOLDER).wait_for()  # the run is done, the timer is on (ticks dropped)
-    wait_idle(page)
-    chart = page.locator('[data-testid="stPlotlyChart"]').filter(has=page.locator(".heatmaplayer"))
-    chart.locator(".main-svg").first.wait_for(state="visible")
-    chart.scroll_into_view_if_needed()
-    steps = [int(t.lstrip("#")) for t in chart.locator(".xtick text").all_text_contents()]
-    box = chart.locator(".nsewdrag").first.bounding_box()
-    assert box is not None
-    x = box["x"] + (len(steps) - 2 + 0.5) * box["width"] / len(steps)
-    y = box["y"] + 0.75 * box["height"]
-    page.mouse.move(x, y)
-    page.wait_for_function(
-        "el => el.textContent.includes('rank 1')",
-        arg=chart.locator(".hoverlayer").element_handle(),
-        timeout=10_000,
+    if m.WhichOneof("type") != "rerun_script":
+        return False, ""
+    rerun = m.rerun_script
+    hit = bool(rerun.fragment_id) and any(
+        "paint_run_" in w.id and w.trigger_value for w in rerun.widget_states.widgets
     )
-    race["armed"] = True
-    page.mouse.click(x, y)
-    page.wait_for_function("() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000)
-    page.wait_for_function("() => /[?&]zoom=/.test(location.search)", timeout=30_000)
-    opened = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
-    # the race happened: a tick went out after the click, with the URL from before it
-    assert race["held"] is False, race
-    assert race["stale"] and "rank=0" in race["stale"][0], race["stale"]
-    assert "zoom=" not in race["stale"][0], race["stale"]
-    query = painted_query(page)  # painted by a later tick: still the clicked rank and step
-    assert query.get("rank") == ["1"] and query.get("zoom") == opened["zoom"], page.url
+    return hit, rerun.query_string
 
 
-def dropped_ticks_socket(page) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    """Once ``state["drop"]`` is set, the timer ticks (fragment auto-reruns) of ``page`` never reach
-    the server (counted in ``state["dropped"]``); everything else passes."""
-    state: dict = {"drop": False, "dropped": 0}  # type: ignore[type-arg]
+def paint_socket(page, *, hold: int = 0, drop_after_first: bool = False) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """Control ``page``'s paint clicks (:func:`paint_click`) on its socket: the first ``hold`` of
+    them are kept (``state["held"]``, their URL queries in ``state["queries"]``) until the test
+    sends them (``state["release"]()``); with ``drop_after_first``, every click after the first
+    is dropped (counted in ``state["dropped"]``). Everything else passes."""
+    state: dict = {"held": [], "queries": [], "seen": 0, "dropped": 0}  # type: ignore[type-arg]
 
     def route(ws) -> None:  # type: ignore[no-untyped-def]
         srv = ws.connect_to_server()
 
         def to_server(message) -> None:  # type: ignore[no-untyped-def]
-            if state["drop"] and rerun_of(message)[1]:
-                state["dropped"] += 1
-                return
+            hit, query = paint_click(message)
+            if hit:
+                state["seen"] += 1
+                if state["seen"] <= hold:
+                    state["held"].append(message)
+                    state["queries"].append(query)
+                    return
+                if drop_after_first and state["seen"] > 1:
+                    state["dropped"] += 1
+                    return
             srv.send(message)
 
+        def release() -> None:
+            held, state["held"] = state["held"], []
+            for message in held:
+                srv.send(message)
+
+        state["release"] = release
         ws.on_message(to_server)
         srv.on_message(ws.send)
 
@@ -316,19 +252,105 @@ def dropped_ticks_socket(page) -> dict:  # type: ignore[no-untyped-def,type-arg]
     return state
 
 
-@pytest.mark.slow
-def test_a_rank_change_after_the_page_painted_draws_its_sections_without_the_timer(  # type: ignore[no-untyped-def]
+def painted_query(page) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
+    """The URL's query once the lower sections have painted and the run is done."""
+    page.get_by_role("heading", name="Fixes").wait_for()
+    wait_idle(page)
+    return urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
+
+
+SAWTOOTH = '[class*="st-key-saw_"] [data-testid="stPlotlyChart"]'
+
+
+def test_the_run_page_draws_its_busy_plot_before_the_sections_below_it(  # type: ignore[no-untyped-def]
     ddp, new_page
 ) -> None:
-    """The 0.4 s timer that defers the Run page's lower sections serves a page's first paint only:
-    once they have painted, another rank's page (a heatmap click) draws them in its own run. With
-    every timer tick dropped after the first paint, the clicked rank still shows its Fixes."""
+    """A new Run page draws its first screen (headline, busy-time plot) before everything else:
+    the rank heatmap, breakdowns, fixes and their charts come once the browser has drawn the plot
+    and clicked the page's hidden button (views.after_first_paint), not on a timer: with that
+    click held back, the page holds one chart, the busy-time plot, and no lower section. Sent, the
+    click draws them all, the plot staying the same element (its container kept its place)."""
     server, rid, _ = ddp
     page = new_page()
-    ticks = dropped_ticks_socket(page)
+    clicks = paint_socket(page, hold=1)
+    page.goto(f"{server.url}/run?run={rid}&rank=0")
+    plot = page.locator(SAWTOOTH)
+    plot.locator(".main-svg").first.wait_for(state="visible")
+    page.get_by_text(PLACEHOLDER).wait_for()
+    wait_idle(page)
+    page.wait_for_timeout(2000)  # a timer would have fired by now (the old one: 2 x 0.4 s)
+    assert page.locator('[data-testid="stPlotlyChart"]').count() == 1
+    assert page.locator('[data-testid="stMetric"]').count() > 0  # the headline is there
+    for heading in ("Ranks", "Fixes", "Top kernels", "Idle time per step, by cause"):
+        assert page.get_by_role("heading", name=heading).count() == 0, heading
+    assert clicks["queries"] and "rank=0" in clicks["queries"][0], clicks["queries"]
+    assert not page.get_by_role("button", name="Draw the rest of the page").is_visible()
+    plot.evaluate("el => { el.dataset.firstPaint = 'kept'; }")
+    clicks["release"]()
+    assert painted_query(page).get("rank") == ["0"], page.url
+    page.locator('[data-testid="stPlotlyChart"]').filter(
+        has=page.locator(".heatmaplayer")
+    ).wait_for()
+    assert page.get_by_text(PLACEHOLDER).count() == 0
+    assert page.locator('[data-testid="stPlotlyChart"]').count() >= 4
+    assert plot.evaluate("el => el.dataset.firstPaint") == "kept"
+
+
+@pytest.mark.slow
+def test_a_paint_click_sent_before_a_rank_change_reached_the_browser_does_not_undo_it(  # type: ignore[no-untyped-def]
+    ddp, new_page
+) -> None:
+    """The browser clicks the page's hidden paint button once the busy-time plot has drawn; the
+    click carries the URL the browser has. One sent before a rank change's run reached the browser
+    carries the URL from before it (rank 0); reaching the server after that run, it must draw
+    nothing and not take the page back there. Here the first click (rank 0) is held until rank 1's
+    page has sent its own (held too), then sent alone: the page stays on rank 1, unpainted, until
+    rank 1's click is sent."""
+    server, rid, _ = ddp
+    page = new_page()
+    clicks = paint_socket(page, hold=2)
+    page.goto(f"{server.url}/run?run={rid}&rank=0")
+    page.locator(SAWTOOTH).locator(".main-svg").first.wait_for(state="visible")
+    wait_idle(page)
+    for _ in range(100):
+        if clicks["seen"] >= 1:
+            break
+        page.wait_for_timeout(100)
+    assert clicks["seen"] == 1, "the page sent no paint click"
+    page.locator('[data-testid="stButtonGroup"]').get_by_text("rank 1").click()
+    page.wait_for_function("() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000)
+    wait_idle(page)
+    for _ in range(100):
+        if clicks["seen"] >= 2:
+            break
+        page.wait_for_timeout(100)
+    assert clicks["seen"] == 2, "rank 1's page sent no paint click"
+    assert "rank=0" in clicks["queries"][0] and "rank=1" in clicks["queries"][1], clicks
+    stale, own = clicks["held"]
+    clicks["held"] = [stale]
+    clicks["release"]()  # the stale click (rank 0) reaches the server after rank 1's run
+    page.wait_for_timeout(1500)
+    wait_idle(page)
+    assert urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query).get("rank") == ["1"]
+    assert page.get_by_role("heading", name="Fixes").count() == 0  # it drew nothing
+    clicks["held"] = [own]
+    clicks["release"]()
+    query = painted_query(page)  # painted by rank 1's own click
+    assert query.get("rank") == ["1"], page.url
+
+
+@pytest.mark.slow
+def test_a_rank_change_after_the_page_painted_draws_its_sections_without_a_click(  # type: ignore[no-untyped-def]
+    ddp, new_page
+) -> None:
+    """The paint click serves a page's first paint only: once its sections have painted, another
+    rank's page (a heatmap click) draws them in its own run. With every paint click after the
+    first dropped, the clicked rank still shows its Fixes."""
+    server, rid, _ = ddp
+    page = new_page()
+    clicks = paint_socket(page, drop_after_first=True)
     page.goto(f"{server.url}/run?run={rid}&rank=0")
     assert painted_query(page).get("rank") == ["0"], page.url
-    ticks["drop"] = True
     chart = page.locator('[data-testid="stPlotlyChart"]').filter(has=page.locator(".heatmaplayer"))
     chart.locator(".main-svg").first.wait_for(state="visible")
     chart.scroll_into_view_if_needed()
@@ -348,3 +370,4 @@ def test_a_rank_change_after_the_page_painted_draws_its_sections_without_the_tim
     wait_idle(page)
     page.get_by_role("heading", name="Fixes").wait_for(timeout=10_000)
     assert page.get_by_text(PLACEHOLDER).count() == 0
+    assert clicks["dropped"] == 0, clicks  # no click was needed

@@ -70,6 +70,10 @@ report = None
 with views.section("Analysis"), st.spinner("Analysing…"):
     report = data.run_report(path, run_id, rank)
 
+# The first screen (headline, busy-time plot) is drawn first; the sections below it, and the rank
+# overview between them, once the browser has drawn the plot (views.after_first_paint). Their
+# containers stand in the same places in every run, so the plot's element stays the same one.
+painted = views.first_paint_done(f"run_{run_id}")
 if report is not None:
     with views.section("Warnings"):
         views.evidence_banner(data.banners(path, run_id, rank))
@@ -77,39 +81,42 @@ if report is not None:
         views.headline_cards(data.headline(path, run_id, rank))
     with views.section("Profiler cost"):
         views.profiler_note(data.banners(path, run_id, rank).profiler)
-    with views.section("Ranks"):
-        views.rank_overview(run_id, data.rank_overview(path, run_id, rank))
+    ranks_box = st.container()
+plot = False
 with views.section("Busy-time plot"):
-    views.sawtooth_panel(run_id, rank, key="run")
+    plot = views.sawtooth_panel(run_id, rank, key="run")
+if not painted:  # once per run: a rank change draws everything at once
+    views.after_first_paint(
+        f"run_{run_id}", plot=plot, label="Loading the breakdowns, top kernels and fixes…"
+    )
+    st.stop()
+
 if report is not None:
+    with ranks_box, views.section("Ranks"):
+        views.rank_overview(run_id, data.rank_overview(path, run_id, rank))
     with views.section("Memory line"):
         memory_ops_views.memory_line(run_id, rank, view_key="run")
 with views.section("Open in Perfetto"):
     perfetto_panel.perfetto_panel(run_id, rank, str(row["name"]))
 if report is not None:
-
-    def rest() -> None:
-        assert run_id is not None
-        with views.section("Breakdowns"):
-            views.breakdowns(data.breakdowns(path, run_id, rank))
-        with views.section("Top kernels"):
-            views.top_kernels(data.top_kernels(path, run_id, rank))
-        with views.section("Fixes"), st.spinner("Estimating each fix on the critical path…"):
-            job = data.job(path, run_id)
-            if job.distributed:
-                st.caption(
-                    f"The fixes of rank {job.fix_rank}, the pace-setter: fixing a rank that waits "
-                    "gains nothing."
-                )
-            views.recommendations(data.fixes(path, run_id, job.fix_rank))
-        with views.section("Critical path"), st.spinner("Tracing the critical path…"):
-            critical_path_view.show(data.critical_path(path, run_id, rank))
-        with views.section("Memory"):
-            memory_ops_views.memory(data.report_obj(path, run_id, rank).memory)
-        with views.section("Roofline"):
-            memory_ops_views.roofline(data.roofline(path, run_id, rank))
-        with views.section("Modules"):
-            memory_ops_views.modules(data.modules(path, run_id, rank))
-
-    views.below_the_fold(f"run_{run_id}", rest)  # once per run: a rank change draws them at once
-    views.keep_anchor_in_view()  # a section named in the URL (#fixes) stays in view
+    with views.section("Breakdowns"):
+        views.breakdowns(data.breakdowns(path, run_id, rank))
+    with views.section("Top kernels"):
+        views.top_kernels(data.top_kernels(path, run_id, rank))
+    with views.section("Fixes"), st.spinner("Estimating each fix on the critical path…"):
+        job = data.job(path, run_id)
+        if job.distributed:
+            st.caption(
+                f"The fixes of rank {job.fix_rank}, the pace-setter: fixing a rank that waits "
+                "gains nothing."
+            )
+        views.recommendations(data.fixes(path, run_id, job.fix_rank))
+    with views.section("Critical path"), st.spinner("Tracing the critical path…"):
+        critical_path_view.show(data.critical_path(path, run_id, rank))
+    with views.section("Memory"):
+        memory_ops_views.memory(data.report_obj(path, run_id, rank).memory)
+    with views.section("Roofline"):
+        memory_ops_views.roofline(data.roofline(path, run_id, rank))
+    with views.section("Modules"):
+        memory_ops_views.modules(data.modules(path, run_id, rank))
+views.keep_anchor_in_view()  # a section named in the URL (#fixes) stays in view
