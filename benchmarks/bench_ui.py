@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Browser benchmark of the Run page: seconds from navigation to the sawtooth plot being visible,
+"""Browser benchmark of the Run page: seconds from navigation to the sawtooth plot being visible
+(the chart keyed ``saw_…``, not the first chart: a many-rank run's heatmap sits above it),
 measured side by side with a bare Streamlit page holding one small Plotly chart.
 
     python benchmarks/bench_ui.py                             # the sample runs (make bench-ui)
@@ -11,8 +12,10 @@ Starts ``gpuscope ui`` on a free port against the store (default: a temp store o
 ``/run?run=RUN`` in Debian's chromium once cold (the analysis runs and is cached), then
 ``--repeat`` times warm, each load of the run page followed by one of the bare page (a new page, a
 new session each), so both see the same machine load. Prints absolute times, the warm ratio
-run page ÷ bare page (stable on a noisy machine: what the dashboard adds to Streamlit's own cost)
-and a JSON line; exits 1 when the warm median exceeds ``--budget`` seconds (default 2).
+run page ÷ bare page (stable on a noisy machine: what the dashboard adds to Streamlit's own cost),
+beside each page's browser main-thread CPU and its server's CPU (user + system) over the load, the
+load average at the start and the end, and a JSON line; ``benchmarks/profile_ui.py`` says where a
+load's time goes; exits 1 when the warm median exceeds ``--budget`` seconds (default 2).
 The store may be open in other processes (a dashboard, an ingest) at the same time.
 """
 
@@ -35,13 +38,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 from serve import CHROMIUM_ARGS, NotUp, free_port, start_ui, stop_process, wait_until_up
 
 REPO = Path(__file__).resolve().parents[1]
-SAWTOOTH = '[data-testid="stPlotlyChart"] .main-svg'
+# the sawtooth's chart (its key starts with "saw_"), not whichever Plotly chart comes first: a
+# many-rank run's page draws its rank heatmap above it; the bare page's one chart has such a key
+SAWTOOTH = '[class*="st-key-saw_"] [data-testid="stPlotlyChart"] .main-svg'
 SAMPLES = ("before", "after", "ddp")
 BARE_PAGE = """import plotly.graph_objects as go
 import streamlit as st
 
 st.title("bare")
-st.plotly_chart(go.Figure(go.Scatter(x=[0, 1, 2, 3], y=[0, 100, 0, 100])))
+st.plotly_chart(go.Figure(go.Scatter(x=[0, 1, 2, 3], y=[0, 100, 0, 100])), key="saw_bare")
 """
 
 
@@ -119,6 +124,15 @@ def start_bare(script: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     except NotUp as e:
         raise SystemExit(f"bench_ui: {e}") from None
     return proc
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def time_page(ctx, url: str, timeout_s: float) -> tuple[float, float]:  # type: ignore[no-untyped-def]
@@ -202,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run {run_id} ({n_events:,} events): {url}; bare page: {bare_url}")
     from playwright.sync_api import sync_playwright
 
+    load0 = os.getloadavg()[0]
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
@@ -215,16 +230,25 @@ def main(argv: list[str] | None = None) -> int:
                 f"cold: {cold:.2f} s (main-thread CPU {cold_busy:.2f} s; analysis computed and "
                 f"cached); bare page first load {bare_cold:.2f} s"
             )
-            warm, busy, base = [], [], []
+            warm, busy, base, base_busy, srv, bare_srv = [], [], [], [], [], []
             for i in range(args.repeat):
+                c0 = proc_cpu_s(proc.pid)
                 w, b = time_page(ctx, url, args.timeout)
-                r, _ = time_page(bare_ctx, bare_url, args.timeout)
+                c1 = proc_cpu_s(proc.pid)
+                b0 = proc_cpu_s(bare.pid)
+                r, rb = time_page(bare_ctx, bare_url, args.timeout)
+                b1 = proc_cpu_s(bare.pid)
                 warm.append(w)
                 busy.append(b)
                 base.append(r)
+                base_busy.append(rb)
+                srv.append(c1 - c0)
+                bare_srv.append(b1 - b0)
                 print(
-                    f"warm {i + 1}: run page {w:.2f} s (main-thread CPU {b:.2f} s), "
-                    f"bare page {r:.2f} s, ratio {w / r:.2f}"
+                    f"warm {i + 1}: run page {w:.2f} s (main-thread CPU {b:.2f} s, server CPU "
+                    f"{c1 - c0:.2f} s), bare page {r:.2f} s (main-thread CPU {rb:.2f} s, server "
+                    f"CPU {b1 - b0:.2f} s), "
+                    f"ratio {w / r:.2f}"
                 )
             ctx.close()
             bare_ctx.close()
@@ -243,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     base_med = statistics.median(base) if base else float("nan")
     ratio = statistics.median([w / r for w, r in zip(warm, base, strict=True)]) if warm else None
     cpu_med = statistics.median(busy) if busy else float("nan")
+    base_cpu_med = statistics.median(base_busy) if base_busy else float("nan")
     result = {
         "run": run_id,
         "events": n_events,
@@ -255,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         "bare_warm_median_s": round(base_med, 3),
         "warm_ratio_median": None if ratio is None else round(ratio, 3),
         "warm_browser_cpu_median_s": round(cpu_med, 3),
+        "bare_browser_cpu_median_s": round(base_cpu_med, 3),
+        "browser_cpu_ratio": round(cpu_med / base_cpu_med, 3) if base_busy else None,
+        "warm_server_cpu_median_s": round(statistics.median(srv), 3) if srv else None,
+        "bare_server_cpu_median_s": round(statistics.median(bare_srv), 3) if bare_srv else None,
+        "load_avg_1m_start": round(load0, 2),
         "fresh_browser_s": round(fresh, 3),
         "load_avg_1m": round(load, 2),
         "cpus": os.cpu_count(),
@@ -263,7 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(
         f"warm median {med:.2f} s vs bare page {base_med:.2f} s: ratio {ratio or float('nan'):.2f}; "
-        f"cold {cold:.2f} s; browser main-thread CPU {cpu_med:.2f} s (budget {args.budget:.1f} s; "
+        f"cold {cold:.2f} s; browser main-thread CPU {cpu_med:.2f} s against {base_cpu_med:.2f} s "
+        f"({cpu_med / base_cpu_med:.2f}x); server CPU per run page "
+        f"{statistics.median(srv) if srv else float('nan'):.2f} s against "
+        f"{statistics.median(bare_srv) if bare_srv else float('nan'):.2f} s (budget {args.budget:.1f} s; "
         f"load average {load:.1f} on {os.cpu_count()} CPUs): {'OK' if result['ok'] else 'OVER BUDGET'}"
     )
     print(json.dumps(result))
