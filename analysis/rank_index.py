@@ -42,6 +42,7 @@ from gpuscope.analysis.store_access import (
     regex,
 )
 from gpuscope.store import LAKE, settle_snapshot
+from gpuscope.store.connection import limit_bytes
 
 if TYPE_CHECKING:
     from gpuscope.store import Connection
@@ -643,17 +644,6 @@ def names_changed(con: Connection) -> None:
 #: above the connection's own limit. The 2.0 GB rank's ``analyze --json``: peak 0.51 GB at
 #: 128 MB, 0.63 GB at 256 MB, the same CPU (docs/benchmarks.md, "bounded: part A").
 WORKING_MEMORY_LIMITS = ("128MB", "256MB", "1GB")
-
-_UNITS = {"": 1, "B": 1, "BYTES": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
-
-
-def limit_bytes(text: str) -> int | None:
-    """Bytes of a DuckDB memory setting as ``current_setting`` or ``SET`` writes it (``'18.6 GiB'``,
-    ``'256MB'``); None for what is not a size."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    unit = _UNITS.get(m[2].upper()) if m else None
-    return None if m is None or unit is None else int(float(m[1]) * unit)
 
 
 def set_memory_limit_back(con: Connection, own: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -31,6 +32,18 @@ ALLOCATOR_SETTINGS = (
 MAINTAIN_MEMORY_LIMIT = "192MB"
 RETRIES = 4  # attempts of a write transaction that conflicts with another writer (team store)
 T = TypeVar("T")
+
+
+_UNITS = {"": 1, "B": 1, "BYTES": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
+
+
+def limit_bytes(text: str) -> int | None:
+    """Bytes of a DuckDB memory setting as ``current_setting`` or ``SET`` writes it (``'18.6 GiB'``,
+    ``'256MB'``); None for what is not a size."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = _UNITS.get(m[2].upper()) if m else None
+    return None if m is None or unit is None else int(float(m[1]) * unit)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -85,6 +98,17 @@ class Store:
         if self.spec.kind != "duckdb":
             cur.execute(f"USE {LAKE}")
         return Store(self.spec, cur, self.lock, owner=False, counter=self._counter)
+
+    def cap_memory_limit(self, limit: str) -> None:
+        """DuckDB's memory limit of this instance (every cursor's) at most ``limit`` (``'1GB'``):
+        set to it unless the instance's own is lower. Beyond it, working tables spill to the
+        store's temp directory."""
+        ((own,),) = self.con.execute("SELECT current_setting('memory_limit')").fetchall()
+        own_bytes, cap = limit_bytes(str(own)), limit_bytes(limit)
+        if cap is None:
+            raise ValueError(f"not a memory size: {limit!r}")
+        if own_bytes is None or own_bytes > cap:
+            self.con.execute(f"SET memory_limit = '{limit}'")
 
     def close(self) -> None:
         with suppress(duckdb.Error):

@@ -131,7 +131,7 @@ def test_the_writer_is_reopened_after_a_fault(web_db, tmp_path: Path) -> None:  
 def test_the_reading_instance_works_within_its_memory_limit(web_db) -> None:  # type: ignore[no-untyped-def]
     """Every session's analyses share the reading instance: its DuckDB memory is bounded at
     ``READING_MEMORY_LIMIT`` (beyond it the working tables spill), not DuckDB's 80 % of RAM."""
-    from gpuscope.analysis.rank_index import limit_bytes
+    from gpuscope.store.connection import limit_bytes
 
     db = web_db
     got = limit_bytes(setting(db.cursor(), "memory_limit"))

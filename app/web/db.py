@@ -100,13 +100,8 @@ READING_MEMORY_LIMIT = "1GB"
 
 @st.cache_resource(show_spinner=False)
 def _open_store(kind: str, location: str, data_path: str | None) -> Store:
-    from gpuscope.analysis.rank_index import limit_bytes
-
     store = _open(kind, location, data_path)
-    (own,) = store.execute("SELECT current_setting('memory_limit')").fetchone() or ("",)
-    own_bytes = limit_bytes(str(own))
-    if own_bytes is None or own_bytes > (limit_bytes(READING_MEMORY_LIMIT) or 0):
-        store.execute(f"SET memory_limit = '{READING_MEMORY_LIMIT}'")
+    store.cap_memory_limit(READING_MEMORY_LIMIT)
     return store
 
 
