@@ -105,7 +105,7 @@ def breakdown(events: list[dict[str, Any]], t_end_us: float) -> dict[str, float]
         (e for e in events if (e.get("pid"), e.get("tid")) == mt and e.get("ph") == "X"),
         key=lambda e: (e["ts"], -int(e.get("dur", 0))),
     )
-    out: collections.Counter[str] = collections.Counter()
+    out: dict[str, float] = collections.defaultdict(float)
     stack: list[tuple[float, str, list[float]]] = []  # (end, kind, [child time])
     busy = 0.0
     for e in xs:
@@ -135,7 +135,7 @@ def script_by_file(events: list[dict[str, Any]]) -> dict[str, float]:
     mt = main_thread(events)
     pid = mt[0] if mt else None
     nodes: dict[tuple[str, int], str] = {}
-    per: collections.Counter[str] = collections.Counter()
+    per: dict[str, float] = collections.defaultdict(float)
     for e in events:
         if e.get("name") != "ProfileChunk" or e.get("pid") != pid:
             continue

@@ -94,6 +94,15 @@ PAINT_JS = """
 """
 
 
+def paint_script(key: str, *, plot: bool, nonce: int) -> tuple[str, str]:
+    """(the hidden button's key, :data:`PAINT_JS` for it): the key is ``paint_`` and ``key`` with
+    every character but ASCII letters, digits and ``_`` made ``_``, so nothing of ``key`` can end
+    the script or its CSS; ``nonce`` (an int) makes each run's element new, so the browser runs it."""
+    button = "paint_" + re.sub(r"[^A-Za-z0-9_]", "_", key)
+    js = PAINT_JS % {"button": button, "wait": "true" if plot else "false", "nonce": int(nonce)}
+    return button, js
+
+
 def first_paint_done(key: str) -> bool:
     """Whether this session's page ``key`` has drawn its first screen in the browser (then the
     sections :func:`after_first_paint` held back are drawn in the script run itself). Always true
@@ -121,12 +130,7 @@ def after_first_paint(key: str, *, plot: bool, label: str) -> None:
     flag, url_key, n_key = f"_painted_{key}", f"_url_{key}", f"_paint_n_{key}"
     st.session_state[url_key] = _query_now()
     st.session_state[n_key] = st.session_state.get(n_key, 0) + 1
-    button = "paint_" + re.sub(r"[^A-Za-z0-9_]", "_", key)
-    js = PAINT_JS % {
-        "button": button,
-        "wait": "true" if plot else "false",
-        "nonce": st.session_state[n_key],
-    }
+    button, js = paint_script(key, plot=plot, nonce=st.session_state[n_key])
 
     @st.fragment
     def trigger() -> None:
