@@ -158,7 +158,23 @@ COMPILE: dict[str, dict] = {
 """torch.compile of v06, v12 and v23's planted variants (variant ``fixed`` = compiled), timed only:
 gpuscope names torch.compile their first fix; these settle whether it gains what it says."""
 
-ALL = {**CASES, **COMPILE}
+AMP: dict[str, dict] = {
+    f"{base}a": {
+        "name": f"{base}_amp",
+        "base": base,
+        "planted": f"{base}'s planted variant, fp32",
+        "fix": "the same step under torch.autocast('cuda', dtype=torch.bfloat16)",
+        "expected_fix": "mixed_precision",
+        "amp": True,
+    }
+    for base in ("v07", "v37", "v45")
+}
+"""bf16 autocast of v07, v37 and v45's planted variants (variant ``fixed`` = the whole step under
+autocast: matmuls and convolutions in bf16, the backward in the forward's dtypes), timed only:
+once the mixed-precision re-timing counted the fp32 convolutions its evidence names, gpuscope's
+first fix on v07 and v37 became mixed precision; these settle what it gains there."""
+
+ALL = {**CASES, **COMPILE, **AMP}
 
 
 class AugmentedImages:
@@ -208,6 +224,8 @@ def build(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
     """(step_fn, samples_per_step, meta, model) of one case and variant on this rank."""
     if case in COMPILE:
         return build_compile(case, variant, device, rank, world)
+    if case in AMP:
+        return build_amp(case, variant, device, rank, world)
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -742,6 +760,36 @@ def build_compile(case: str, variant: str, device: str, rank: int = 0, world: in
         model.compile()
     meta = {**meta, "compiled": variant == "fixed", "base_case": base}
     return step, samples, meta, model
+
+
+def build_amp(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
+    """The planted variant of ``AMP[case]['base']`` as its own recorder builds it; ``fixed``: each
+    step under ``torch.autocast(device, dtype=torch.bfloat16)``."""
+    import contextlib
+
+    import torch
+
+    base = AMP[case]["base"]
+    if base in CASES:
+        step, samples, meta, model = build(base, "planted", device, rank, world)
+    elif base.startswith("v4") or base.startswith("v5"):
+        import record_blind2
+
+        step, samples, meta, model = record_blind2.build(base, "planted", device, rank, world)
+    else:
+        import record_validation
+
+        record_validation.QUICK = record_new.QUICK
+        step, samples, meta, model = record_validation.build(base, "planted", device)
+    if variant != "fixed":
+        return step, samples, {**meta, "amp": False, "base_case": base}, model
+    dt = "cuda" if str(device).startswith("cuda") else "cpu"
+
+    def amp_step():
+        with torch.autocast(dt, dtype=torch.bfloat16) if dt == "cuda" else contextlib.nullcontext():
+            return step()
+
+    return amp_step, samples, {**meta, "amp": True, "base_case": base}, model
 
 
 def main() -> int:
