@@ -11,9 +11,11 @@ Runs pytest on every core (pytest-xdist, as the Makefile does) with ``--duration
 prints the wall time against the target (90 s for the fast tier on 2 cores), the summed test time,
 the tests that ran, and the unmarked tests whose setup + call + teardown took ``--threshold``
 seconds or more (candidates for ``@pytest.mark.slow``, or for a faster test). It also prints the
-CPU time (user + sys) of the whole pytest process tree and the modules and tests that took the
-most CPU (benchmarks/cpu_per_test.py, a pytest plugin): on a machine shared with others, CPU is
-the figure to compare, wall time measures the neighbours. Exits 1 when the fast tier is over its
+CPU time (user + sys) of the whole pytest process tree, the CPU of every process under it sampled
+from /proc by kind (chromium's renderers, never waited for, escape the tree's rusage), which tests
+failed, and the modules and tests that took the most CPU (benchmarks/cpu_per_test.py, a pytest
+plugin): on a machine shared with others, CPU is the figure to compare, wall time measures the
+neighbours. Exits 1 when the fast tier is over its
 target or pytest failed. Speed lives here, not in timed unit tests.
 """
 
@@ -27,6 +29,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -88,6 +91,78 @@ def marked_slow(ids: list[str], paths: list[str]) -> set[str]:
     return {line.strip() for line in out.splitlines()} & set(ids)
 
 
+class TreeCPU:
+    """CPU seconds (user + sys) of every process under ``root``, sampled from /proc every
+    ``period_s`` seconds while :meth:`start`ed: unlike ``getrusage(RUSAGE_CHILDREN)`` it counts the
+    processes nobody waits for (chromium's renderers, whose parent exits first). Each process
+    counts its CPU at its last sample: one that lives less than ``period_s`` may count less."""
+
+    def __init__(self, root: int, period_s: float = 0.5) -> None:
+        self.root, self.period_s = root, period_s
+        self.seen: dict[tuple[int, str], tuple[float, str]] = {}  # (pid, start) -> (cpu s, kind)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._hz = os.sysconf("SC_CLK_TCK")
+
+    def start(self) -> TreeCPU:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self) -> None:
+        children: dict[int, list[tuple[int, list[str]]]] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:  # gone since listdir
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            children.setdefault(int(fields[1]), []).append((int(name), fields))
+        todo = [self.root]
+        while todo:
+            for pid, fields in children.get(todo.pop(), []):
+                todo.append(pid)
+                key = (pid, fields[19])  # the start time tells a reused pid apart
+                cpu = (int(fields[11]) + int(fields[12])) / self._hz
+                kind = self.seen[key][1] if key in self.seen else process_kind(pid)
+                self.seen[key] = (cpu, kind)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.period_s)
+
+    def by_kind(self) -> Counter[str]:
+        kinds: Counter[str] = Counter()
+        for cpu, kind in self.seen.values():
+            kinds[kind] += cpu
+        return kinds
+
+
+def process_kind(pid: int) -> str:
+    """What a test-run process is, from its command line: chromium, a dashboard, a CLI process,
+    a pytest worker, or other."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "other"
+    cmd = b" ".join(argv).decode(errors="replace")
+    if "chromium" in cmd or cmd.startswith("/proc/self/exe"):
+        return "chromium"
+    if "gpuscope ui" in cmd or "streamlit run" in cmd:
+        return "dashboards (gpuscope ui, streamlit run)"
+    if "-m gpuscope" in cmd or "/bin/gpuscope" in cmd:
+        return "gpuscope CLI processes"
+    if "exec(eval(sys.stdin.readline()))" in cmd or "pytest" in cmd:
+        return "pytest (workers and controller)"
+    return "other"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tier", choices=sorted(TIERS), default="fast")
@@ -114,8 +189,10 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
+    tree = TreeCPU(os.getpid()).start()
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    tree.stop()
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     user, sys_s = kids.ru_utime - kids0.ru_utime, kids.ru_stime - kids0.ru_stime
     per_test = cpu_per_test(cpu_file)
@@ -123,6 +200,9 @@ def main() -> int:
     seconds = per_test_seconds(r.stdout)
     passed = SUMMARY.search(r.stdout.splitlines()[-1] if r.stdout.strip() else "")
     print(r.stdout.splitlines()[-1] if r.stdout.strip() else r.stderr[-2000:])
+    for line in r.stdout.splitlines():  # pytest's short summary: which tests failed
+        if line.startswith(("FAILED ", "ERROR ")):
+            print(line[:300])
 
     over = sorted(((t, tid) for tid, t in seconds.items() if t >= args.threshold), reverse=True)
     if args.tier != "slow":
@@ -138,6 +218,12 @@ def main() -> int:
     print(
         f"CPU of the pytest process tree: {user + sys_s:.1f} s (user {user:.1f} + sys {sys_s:.1f}); "
         f"summed over the tests: {sum(per_test.values()):.1f} s"
+    )
+    kinds = tree.by_kind()
+    print(
+        f"CPU of every process under it, sampled from /proc (chromium included): "
+        f"{sum(kinds.values()):.1f} s: "
+        + ", ".join(f"{kind} {cpu:.1f}" for kind, cpu in kinds.most_common())
     )
     modules: Counter[str] = Counter()
     for tid, cpu in per_test.items():
@@ -165,6 +251,7 @@ def main() -> int:
                 "passed": int(passed.group(1)) if passed else None,
                 "pytest_rc": r.returncode,
                 "cpu_s": round(user + sys_s, 1),
+                "cpu_sampled_s": round(sum(kinds.values()), 1),
                 "load_avg_1m_start": round(load0, 2),
                 "unmarked_over_threshold": len(over) if args.tier != "slow" else 0,
                 "cpus": os.cpu_count(),
