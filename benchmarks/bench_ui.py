@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Browser benchmark of the Run page: seconds from navigation to the sawtooth plot being visible
-(the chart keyed ``saw_…``, not the first chart: a many-rank run's heatmap sits above it),
+(the chart keyed ``saw_…``, not the first chart: a many-rank run's heatmap sits above it; a trace
+of it drawn),
 measured side by side with a bare Streamlit page holding one small Plotly chart.
 
     python benchmarks/bench_ui.py                             # the sample runs (make bench-ui)
@@ -39,8 +40,9 @@ from serve import CHROMIUM_ARGS, NotUp, free_port, start_ui, stop_process, wait_
 
 REPO = Path(__file__).resolve().parents[1]
 # the sawtooth's chart (its key starts with "saw_"), not whichever Plotly chart comes first: a
-# many-rank run's page draws its rank heatmap above it; the bare page's one chart has such a key
-SAWTOOTH = '[class*="st-key-saw_"] [data-testid="stPlotlyChart"] .main-svg'
+# many-rank run's page draws its rank heatmap above it; the bare page's one chart has such a key.
+# Its traces drawn, not only its SVG root (which Plotly adds before it draws them).
+SAWTOOTH = '[class*="st-key-saw_"] [data-testid="stPlotlyChart"] .main-svg .trace'
 SAMPLES = ("before", "after", "ddp")
 BARE_PAGE = """import plotly.graph_objects as go
 import streamlit as st

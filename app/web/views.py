@@ -70,23 +70,28 @@ def _query_now() -> dict[str, list[str]]:
     return {k: st.query_params.get_all(k) for k in st.query_params}
 
 
-#: The browser's side of :func:`after_first_paint`: once the busy-time plot has drawn (its chart's
-#: key starts with ``saw_``), or at once on a page without one, or after 10 s whatever happened, it
-#: clicks the page's hidden button (``%(button)s``) one frame later. A constant but for the button's
-#: key (letters, digits, ``_``) and the page's wait flag: no data in it.
+#: The browser's side of :func:`after_first_paint`: once the busy-time plot has drawn its traces
+#: (its chart's key starts with ``saw_``; Plotly adds its SVG root before it draws them), or 2 s
+#: after its SVG root if it draws none, or at once on a page without a plot, or after 10 s whatever
+#: happened, it clicks the page's hidden button (``%(button)s``) two frames later. A constant but
+#: for the button's key (letters, digits, ``_``), the page's wait flag and an int: no data in it.
 PAINT_JS = """
 <style>.st-key-%(button)s { display: none; }</style>
 <script>
 (() => {
   const doc = window.parent.document;
-  let n = 0;
+  let n = 0, svgAt = -1;
   const timer = setInterval(() => {
-    const drawn = !%(wait)s || doc.querySelector('[class*="st-key-saw_"] .main-svg');
-    if (!drawn && ++n < 200) return;
+    n += 1;
+    const chart = doc.querySelector('[class*="st-key-saw_"]');
+    if (svgAt < 0 && chart && chart.querySelector(".main-svg")) svgAt = n;
+    const drawn = !%(wait)s || (chart && chart.querySelector(".main-svg .trace"))
+      || (svgAt >= 0 && n - svgAt > 40);
+    if (!drawn && n < 200) return;
     const button = doc.querySelector(".st-key-%(button)s button");
     if (!button) return;
     clearInterval(timer);
-    window.requestAnimationFrame(() => setTimeout(() => button.click(), 0));
+    window.requestAnimationFrame(() => window.requestAnimationFrame(() => button.click()));
   }, 50);
 })();
 </script>
