@@ -31,13 +31,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from gpuscope.analysis.fixes.base import (
+    Recommendation,  # at run time: a field's type (typing.get_type_hints)
+)
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.peaks import mfu_pct
 from gpuscope.analysis.steps import Window, step_stats
 
 if TYPE_CHECKING:
-    from gpuscope.analysis.fixes.base import Recommendation
     from gpuscope.analysis.report import RunReport
     from gpuscope.analysis.straggler_cause import PaceSetterCause
     from gpuscope.store import Connection

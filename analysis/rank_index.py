@@ -41,8 +41,7 @@ from gpuscope.analysis.store_access import (
     execute,
     regex,
 )
-from gpuscope.store import LAKE, settle_snapshot
-from gpuscope.store.connection import limit_bytes
+from gpuscope.store import LAKE, limit_bytes, settle_snapshot
 
 if TYPE_CHECKING:
     from gpuscope.store import Connection

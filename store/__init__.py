@@ -30,6 +30,7 @@ from gpuscope.store.connection import (
     ORPHAN_AGE_TEAM,
     Connection,
     Store,
+    limit_bytes,
     pid_alive,
     rollback_quietly,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "forget_stop",
     "is_duckdb_file",
     "legacy_default_path",
+    "limit_bytes",
     "list_runs",
     "migrate_in_place",
     "move_tag",

@@ -17,9 +17,13 @@ BURN = "import time; t = time.process_time()\nwhile time.process_time() - t < 0.
 def test_the_sampler_counts_a_grandchild_while_it_runs() -> None:
     """A process under a child (sh -> python burning 0.6 s of CPU) is counted from /proc while it
     runs, whoever waits for it."""
-    tree = TreeCPU(os.getpid(), period_s=0.05).start()
     burn = subprocess.list2cmdline([sys.executable, "-c", BURN])
-    subprocess.run(["sh", "-c", f"{burn}; true"], check=True)
+    # the tree is rooted at the child, not at this worker: a worker's other children (a session's
+    # dashboard, chromium) would be counted too; the child waits until the sampler has started
+    outer = f"import subprocess, time; time.sleep(0.3); subprocess.run(['sh', '-c', {burn + '; true'!r}])"
+    child = subprocess.Popen([sys.executable, "-c", outer])  # child -> sh -> the burning python
+    tree = TreeCPU(child.pid, period_s=0.05).start()
+    assert child.wait(timeout=60) == 0
     tree.stop()
     assert 0.4 <= sum(tree.by_kind().values()) <= 5.0, tree.seen
 
