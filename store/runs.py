@@ -64,13 +64,16 @@ def resolve_run(con: Connection, ref: str) -> str | None:
     them (id and name), rather than reading as "no such run"."""
     # every run's id and name, matched here: a bound parameter makes duckdb import pandas (~0.4 s
     # of a `gpuscope analyze` that reads a stored document); one row per run, a few ms at 10,000
-    rows = [
-        r
-        for r in con.execute(
-            "SELECT run_id, name FROM runs ORDER BY created_at DESC, run_id"
-        ).fetchall()
-        if r[0] == ref or r[1] == ref or str(r[0]).startswith(ref)
-    ]
+    rows = con.execute("SELECT run_id, name FROM runs ORDER BY created_at DESC, run_id").fetchall()
+    return match_run(
+        ref, [r for r in rows if r[0] == ref or r[1] == ref or str(r[0]).startswith(ref)]
+    )
+
+
+def match_run(ref: str, rows: list[tuple[Any, Any]]) -> str | None:
+    """The run ``ref`` names among ``rows``, the (run id, name) rows it matches, newest first: the
+    run whose id it is, else the one run it matches; None for none; ``AmbiguousRunName`` for
+    several."""
     exact = [r[0] for r in rows if r[0] == ref]
     if exact:
         return exact[0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 from gpuscope.store import AmbiguousRunName, resolve_run
+from gpuscope.store.runs import match_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,14 +19,8 @@ REFERENCE = (
 
 
 def reference(con: duckdb.DuckDBPyConnection, ref: str) -> str | None:
-    rows = con.execute(REFERENCE, [ref, ref, ref]).fetchall()
-    exact = [r[0] for r in rows if r[0] == ref]
-    if exact:
-        return exact[0]
-    matches = list(dict.fromkeys((str(r[0]), str(r[1])) for r in rows))
-    if len(matches) > 1:
-        raise AmbiguousRunName(ref, matches)
-    return matches[0][0] if matches else None
+    """The former resolve_run: the rows chosen by the statement, then the same pick."""
+    return match_run(ref, con.execute(REFERENCE, [ref, ref, ref]).fetchall())
 
 
 def store(runs: list[tuple[str, str, int]]) -> duckdb.DuckDBPyConnection:

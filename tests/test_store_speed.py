@@ -21,6 +21,15 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
 
 
+def fresh_process_json(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter (imports of a fresh process are the subject); the JSON
+    of its last line."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture
 def lake(db_path: Path):
     store = connect(db_path)
@@ -46,10 +55,7 @@ def test_opening_a_store_and_listing_runs_imports_neither_pandas_nor_pyarrow(db_
         "print(json.dumps({'runs': [r['name'] for r in runs],\n"
         "                  'heavy': [m for m in ('pandas', 'pyarrow') if m in sys.modules]}))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = fresh_process_json(code)
     assert got == {"runs": ["before"], "heavy": []}
 
 
@@ -82,10 +88,7 @@ def test_analyze_json_of_a_stored_document_imports_neither_pandas_nor_pyarrow(db
         "print(json.dumps({'rc': rc, 'run': doc['run']['id'], 'steps': len(doc['steps']),\n"
         "                  'heavy': [m for m in ('pandas', 'pyarrow') if m in sys.modules]}))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = fresh_process_json(code)
     assert got == {"rc": 0, "run": run_id, "steps": 5, "heavy": []}
 
 
