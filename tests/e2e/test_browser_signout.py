@@ -130,10 +130,20 @@ async def _in_session(
             fwd.ParseFromString(raw if isinstance(raw, bytes) else raw.encode())
             if fwd.WhichOneof("type") == "new_session":
                 sid = str(fwd.new_session.initialize.session_id)
-                # the upload goes to the session while its websocket is open
-                return await asyncio.to_thread(
-                    replay_upload, port, sid, cookies, size_mb, headers_only_s
-                )
+                break
+        # the upload goes to the session while its websocket is open
+        answer = await asyncio.to_thread(replay_upload, port, sid, cookies, size_mb, headers_only_s)
+        # the session's own page run (a signed-in one opens the store and fills its caches)
+        # ends before the answer is returned, so that a memory reading after it is the upload's
+        while True:
+            raw = await asyncio.wait_for(ws.recv(), 60)
+            fwd = ForwardMsg()
+            fwd.ParseFromString(raw if isinstance(raw, bytes) else raw.encode())
+            if fwd.WhichOneof("type") == "script_finished" and fwd.script_finished in (
+                ForwardMsg.FINISHED_SUCCESSFULLY,
+                ForwardMsg.FINISHED_WITH_COMPILE_ERROR,
+            ):
+                return answer
 
 
 def replay_upload(
