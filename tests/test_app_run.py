@@ -358,11 +358,28 @@ def test_evidence_values_read_as_a_person_writes_them() -> None:
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 
 
+@pytest.fixture(scope="module")
+def ddp_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """The real DDP pair ingested once for the module's pages that only read it: (store, run id).
+    A DuckDB file, as ``app_store(..., lake=False)`` gives; the pages' caches (keyed by store and
+    generation) are shared by the tests that open it, as by a user's reloads."""
+    spec = f"duckdb:{tmp_path_factory.mktemp('ddp') / 'store.duckdb'}"
+    (rid,) = ingest(spec, SAMPLES / "ddp")  # type: ignore[arg-type]
+    return spec, rid
+
+
+@pytest.fixture
+def ddp(ddp_store: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """:func:`ddp_store` as the test's store (``$GPUSCOPE_DB``): (store, run id)."""
+    monkeypatch.setenv("GPUSCOPE_DB", ddp_store[0])
+    return ddp_store
+
+
 @pytest.mark.slow
-def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
+def test_many_ranks_show_the_rank_table_and_the_straggler(ddp: tuple[str, str]) -> None:
     """The real 2×H200 DDP sample: rank 1 arrives last at the collectives; the page says so with
     the evidence, lists both ranks per step and draws each rank's busy time aligned on a step."""
-    (rid,) = ingest(db, SAMPLES / "ddp")
+    db, rid = ddp
     at = open_app(RUN, {"run": rid})
     assert not at.exception, at.exception
     assert "Ranks" in texts(at, "subheader")
@@ -409,7 +426,7 @@ def test_many_ranks_show_the_rank_table_and_the_straggler(db: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_run_page_opens_on_the_pace_setter_and_says_why(db: Path) -> None:
+def test_the_run_page_opens_on_the_pace_setter_and_says_why(ddp: tuple[str, str]) -> None:
     """The real DDP sample (rank 1 sets the pace, rank 0 waits for it): without a rank in the URL
     the page opens on rank 1 and says why, and keeps saying so over its reruns; the URL's rank
     wins (no sentence); a rank the run lacks falls back to the pace-setter."""
@@ -417,7 +434,7 @@ def test_the_run_page_opens_on_the_pace_setter_and_says_why(db: Path) -> None:
 
     from gpuscope.web import data, views
 
-    (rid,) = ingest(db, SAMPLES / "ddp")
+    db, rid = ddp
     at = open_app(RUN, {"run": rid})
     assert not at.exception, at.exception
     assert at.query_params["rank"] in ("1", ["1"])
@@ -495,7 +512,7 @@ def test_a_bug_outside_every_section_is_one_line(
 
 @pytest.mark.slow
 def test_many_ranks_heatmap_and_never_a_sawtooth_per_rank(
-    db: Path, monkeypatch: pytest.MonkeyPatch
+    ddp: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 20, part 4: the DDP pair's Run page has the rank × step heatmap (one trace) and the
     spread of step time per step; with the report of a 256-rank run (built from the pair) the page
@@ -505,7 +522,7 @@ def test_many_ranks_heatmap_and_never_a_sawtooth_per_rank(
     from gpuscope.analysis import run_views
     from gpuscope.web import data, views
 
-    (rid,) = ingest(db, SAMPLES / "ddp")
+    db, rid = ddp
     at = open_app(RUN, {"run": rid})
     assert not at.exception, at.exception
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
