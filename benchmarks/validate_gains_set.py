@@ -13,10 +13,13 @@ seen), each with its summary against issue 43's targets: every range holds its m
 median range width at most :data:`WIDTH_TARGET` points, no fix estimated above 5 % where the
 measured gain is ~0 (below :data:`NULL_PCT`), and the first fix the expected one.
 
-    python benchmarks/validate_gains_set.py [--truth PATH] [--json OUT] [--blind] [CASE ...]
+    python benchmarks/validate_gains_set.py [--truth PATH] [--json OUT] [--blind]
+        [--groups G1,G2 | --seen] [CASE ...]
 
 The blind parts (every ``group`` whose name starts with ``blind``: v29-v40, v41+) are judged
-only with ``--blind``: they stay unseen while estimates are tuned.
+only with ``--blind``: they stay unseen while estimates are tuned. ``--groups`` judges the named
+groups only (exact names, blind ones included when named), ``--seen`` the parts already judged
+once (:data:`SEEN_GROUPS`: v01-v54), so that calibration runs never touch a later blind part.
 
 The expected fix is looked for in the ``job`` object's ``recommendations`` when the report carries
 one (the verdict's fixes: the fix for the pace-setter's own cause first, with its estimate), then
@@ -56,6 +59,8 @@ GROUPS = (
     ("blind2", "Second blind part v41-v54 (never analysed before recording; only with --blind)"),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
+SEEN_GROUPS = ("calibration", "held_out_third", "new", "held_out_new", "blind", "blind2")
+"""The parts already judged once (v01-v54): ``--seen`` judges these and nothing else."""
 
 
 def gpuscope(*args: str, store: str) -> str:
@@ -151,7 +156,7 @@ def analyse(case: dict[str, Any], root: Path, store: str) -> dict[str, Any]:
         "holds": holds(low, high, measured),
         "null": null,
         "held_out": bool(case.get("held_out")),
-        "group": case.get("group") or ("held_out_third" if case.get("held_out") else "calibration"),
+        "group": group_of(case),
     }
 
 
@@ -199,10 +204,24 @@ def summary(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def select(cases: list[dict[str, Any]], names: list[str], *, blind: bool) -> list[dict[str, Any]]:
-    """The cases to judge: those named (all when none is), less every blind part (a ``group``
-    whose name starts with ``blind``: ``blind``, ``blind2``, ...) unless ``blind``: they stay
-    unseen while estimates are tuned."""
+def group_of(case: dict[str, Any]) -> str:
+    """The case's part of the set (truth.json's ``group``; without one, by ``held_out``)."""
+    return str(case.get("group") or ("held_out_third" if case.get("held_out") else "calibration"))
+
+
+def select(
+    cases: list[dict[str, Any]],
+    names: list[str],
+    *,
+    blind: bool,
+    groups: tuple[str, ...] | None = None,
+) -> list[dict[str, Any]]:
+    """The cases to judge: those named (all when none is); with ``groups``, only those whose
+    part is one of them (exact names: a blind part only when named); otherwise less every blind
+    part (a ``group`` whose name starts with ``blind``: ``blind``, ``blind2``, ...) unless
+    ``blind``: they stay unseen while estimates are tuned."""
+    if groups is not None:
+        return [c for c in cases if (not names or c["case"] in names) and group_of(c) in groups]
     return [
         c
         for c in cases
@@ -217,12 +236,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--truth", default=str(TRUTH))
     ap.add_argument("--json", default="", help="also write the rows here")
     ap.add_argument(
-        "--blind", action="store_true", help="also judge the blind part (group blind: v29-v40)"
+        "--blind", action="store_true", help="also judge every blind part (groups blind*)"
+    )
+    pick = ap.add_mutually_exclusive_group()
+    pick.add_argument(
+        "--groups", default="", help="judge only these groups (comma-separated, exact names)"
+    )
+    pick.add_argument(
+        "--seen",
+        action="store_true",
+        help="judge only the parts already judged once: " + ",".join(SEEN_GROUPS),
     )
     args = ap.parse_args(argv)
+    groups: tuple[str, ...] | None = None
+    if args.seen:
+        groups = SEEN_GROUPS
+    elif args.groups:
+        groups = tuple(g.strip() for g in args.groups.split(",") if g.strip())
     truth_path = Path(args.truth)
     truth = json.loads(truth_path.read_text())
-    cases = select(truth["cases"], args.cases, blind=args.blind)
+    cases = select(truth["cases"], args.cases, blind=args.blind, groups=groups)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for c in cases:
