@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# How v55-v68 (the third blind part) were recorded, on a one-GPU machine (nvidia-h100-x1):
+# `bash sample_traces/validation/record_blind3_device.sh TAG CASES [ROUNDS] [BUDGET_S] [more]`,
+# from the repository root ($OUT: where the tar.gz, the log and the environment go).
+# One driver on the one GPU (timings never share a GPU): CASES in order, each a profiled trace
+# of the planted variant, then ROUNDS (default 3) rounds of planted and fixed, each a fresh
+# process; the driver starts no case after BUDGET_S (default 470) seconds.
+# `more` as 5th argument: ROUNDS more rounds, no trace (a second recording, timing_run2.json).
+# gpuscope is not installed there: a throw-away package whose __path__ is app/ plus the root
+# makes gpuscope.capture importable (as ../multi_gpu/README.md).
+set -u
+export PYTHONUNBUFFERED=1
+R=$PWD
+G=$(mktemp -d)
+mkdir "$G/gpuscope"
+echo "__path__=['$R/app','$R'];exec(open('$R/app/__init__.py').read())" >"$G/gpuscope/__init__.py"
+export PYTHONPATH=$G
+B=sample_traces/validation/record_blind3.py
+TAG=$1 CASES=$2 ROUNDS=${3:-3} BUDGET=${4:-470}
+EXTRA=()
+[ "${5:-}" = more ] && EXTRA=(--no-trace)
+(nvidia-smi && python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.device_count())' && nproc && uptime) >"$OUT/env_blind3_$TAG.txt" 2>&1
+timeout -s INT 585 python3 $B drive --cases "$CASES" --rounds "$ROUNDS" --out "/tmp/b3_$TAG" \
+    --tar "$OUT/blind3_$TAG.tar.gz" --budget-s "$BUDGET" --child-timeout 150 "${EXTRA[@]}" \
+    >"$OUT/blind3_$TAG.log" 2>&1
+grep -h -E '^\[|^==|FAILED|TIMEOUT|budget|done|Error' "$OUT/blind3_$TAG.log" | tail -n 90
