@@ -23,14 +23,34 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def pair(db: Path, tmp_path: Path) -> tuple[str, str]:
+    """A before/after pair in the test's own store: for a test that changes the runs."""
     a, b = write_pair(tmp_path / "t")
     ida, idb = ingest(db, a, b)
     return ida, idb
 
 
+@pytest.fixture(scope="module")
+def pair_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
+    """The before/after pair ingested once for the module's pages that only read it: (store, A,
+    B). A DuckDB file, as :func:`db` gives; the pages' caches (keyed by store) are shared by the
+    tests that open it, as by a user's reloads."""
+    tmp = tmp_path_factory.mktemp("pair")
+    spec = f"duckdb:{tmp / 'store.duckdb'}"
+    ida, idb = ingest(spec, *write_pair(tmp / "t"))  # type: ignore[arg-type]
+    return spec, ida, idb
+
+
+@pytest.fixture
+def shared(pair_store: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """:func:`pair_store` as the test's store (``$GPUSCOPE_DB``): (A, B), for tests that only
+    read them."""
+    monkeypatch.setenv("GPUSCOPE_DB", pair_store[0])
+    return pair_store[1], pair_store[2]
+
+
 @pytest.mark.slow
-def test_query_params_give_the_comparison(pair: tuple[str, str]) -> None:
-    a, b = pair
+def test_query_params_give_the_comparison(shared: tuple[str, str]) -> None:
+    a, b = shared
     at = open_app(COMPARE, {"a": a, "b": b})
     assert not at.exception, at.exception
     head = " ".join(texts(at, "markdown"))
@@ -57,24 +77,24 @@ def test_query_params_give_the_comparison(pair: tuple[str, str]) -> None:
 
 
 @pytest.mark.slow
-def test_same_link_in_a_fresh_session(pair: tuple[str, str]) -> None:
-    a, b = pair
+def test_same_link_in_a_fresh_session(shared: tuple[str, str]) -> None:
+    a, b = shared
     first = open_app(COMPARE, {"a": a, "b": b})
     second = open_app(COMPARE, {"a": a, "b": b})  # a new session: nothing carried over
     assert texts(first, "markdown")[:1] == texts(second, "markdown")[:1]
 
 
 @pytest.mark.slow
-def test_prefixes_are_canonicalised(pair: tuple[str, str]) -> None:
-    a, b = pair
+def test_prefixes_are_canonicalised(shared: tuple[str, str]) -> None:
+    a, b = shared
     at = open_app(COMPARE, {"a": a[:5], "b": b[:5]})
     assert not at.exception
     assert at.query_params["a"] == a and at.query_params["b"] == b
 
 
 @pytest.mark.slow
-def test_unknown_ids_are_a_clear_message(pair: tuple[str, str]) -> None:
-    a, _ = pair
+def test_unknown_ids_are_a_clear_message(shared: tuple[str, str]) -> None:
+    a, _ = shared
     at = open_app(COMPARE, {"a": a, "b": "nosuchrun"})
     assert not at.exception
     (err,) = texts(at, "error")
@@ -85,8 +105,8 @@ def test_unknown_ids_are_a_clear_message(pair: tuple[str, str]) -> None:
 
 
 @pytest.mark.slow
-def test_missing_params_then_pick(pair: tuple[str, str]) -> None:
-    a, b = pair
+def test_missing_params_then_pick(shared: tuple[str, str]) -> None:
+    a, b = shared
     at = open_app(COMPARE, {})
     assert not at.exception
     assert not texts(at, "error")
@@ -103,8 +123,8 @@ def test_compare_needs_two_runs(db: Path) -> None:
 
 
 @pytest.mark.slow
-def test_align_on_a_later_step(pair: tuple[str, str]) -> None:
-    a, b = pair
+def test_align_on_a_later_step(shared: tuple[str, str]) -> None:
+    a, b = shared
     at = open_app(COMPARE, {"a": a, "b": b})
     at.number_input(key=f"align_{a}_{b}_1").set_value(4).run()
     assert not at.exception
@@ -174,7 +194,7 @@ def test_cards_show_throughput_and_tflops_and_flag_different_peaks() -> None:
     ],
 )
 def test_a_failing_section_leaves_the_rest_of_the_comparison(
-    pair: tuple[str, str],
+    shared: tuple[str, str],
     monkeypatch: pytest.MonkeyPatch,
     module: str,
     attr: str,
@@ -187,7 +207,7 @@ def test_a_failing_section_leaves_the_rest_of_the_comparison(
         raise ValueError("internals")
 
     monkeypatch.setattr(importlib.import_module(f"gpuscope.web.{module}"), attr, broken)
-    a, b = pair
+    a, b = shared
     at = open_app(COMPARE, {"a": a, "b": b})
     assert not at.exception
     (err,) = texts(at, "error")
