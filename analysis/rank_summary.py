@@ -252,11 +252,13 @@ def _compute_rows(
 def _store_rows(
     con: Connection, run_id: str, todo: list[tuple[int, SummaryPart]], rows: list[list[Any]]
 ) -> None:
-    """Replace the rows of ``todo``'s (rank, part) pairs with ``rows`` (the caller's transaction)."""
-    for rank, part in todo:
+    """Replace the rows of ``todo``'s (rank, part) pairs with ``rows`` (the caller's transaction):
+    one DELETE for every pair (on a lake each statement is a catalog round: ~50 ms)."""
+    if todo:
         con.execute(
-            f"DELETE FROM {TABLE} WHERE run_id = ? AND rank = ? AND part = ?",
-            [run_id, rank, part.name],
+            f"DELETE FROM {TABLE} WHERE run_id = ? AND list_contains(?, (rank, part)::"
+            "STRUCT(r INTEGER, p VARCHAR))",
+            [run_id, [{"r": int(rank), "p": part.name} for rank, part in todo]],
         )
     if rows:
         con.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)", rows)

@@ -374,11 +374,31 @@ def modelled_ops(
         yield OpCalls(con, calls, [(str(r[0]), r[1], r[2], r[3]) for r in sigs])
 
 
-#: Spans that :func:`innermost_rows` turns into Python numbers at a time.
-SPAN_BATCH_ROWS = 1 << 16
 #: Kernel launches that :func:`roofline` finds the ops of at a time (with the op calls that hold
 #: one of their times: what Python holds of the rank's ops).
 LAUNCH_BATCH_ROWS = 1 << 16
+
+
+def parents(tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each span's parent (the row of the nearest earlier span of its thread that still holds its
+    start: ``max{j < i, tids[j] == tids[i]: ends[j] > starts[i]}``), -1 where none, for spans
+    sorted by thread then start (int64 arrays, ns). What a stack of the open spans gives (pop the
+    ended ones, the top is the parent), found by pointer jumping in numpy: each span's candidate
+    starts at the span before it and jumps to that one's candidate while the candidate ended at
+    or before its start (every span skipped ended before it too). Rounds: about the nesting depth
+    plus log2 of the longest run of siblings; memory: two int64 arrays of the spans' length."""
+    n = len(starts)
+    cand = np.arange(-1, n - 1, dtype=np.int64)
+    if n:
+        cand[1:][tids[1:] != tids[:-1]] = -1  # a thread's first span has none before it
+    todo = np.flatnonzero(cand >= 0)
+    todo = todo[ends[cand[todo]] <= starts[todo]]
+    while len(todo):
+        c = cand[cand[todo]]  # read before written: every jump of a round from the last round's
+        cand[todo] = c
+        todo = todo[c >= 0]
+        todo = todo[ends[cand[todo]] <= starts[todo]]
+    return cand
 
 
 def innermost_rows(
@@ -396,19 +416,7 @@ def innermost_rows(
         return out
     order = np.lexsort((-(ends - starts), starts, tids))
     t_s, s_s, e_s = tids[order], starts[order], ends[order]
-    parent = np.full(n, -1, dtype=np.int64)
-    stack: list[tuple[int, int]] = []  # the open spans of the thread: (row, end)
-    prev_tid = None
-    for a in range(0, n, SPAN_BATCH_ROWS):  # one pass, as Python numbers a batch at a time
-        tl, sl = t_s[a : a + SPAN_BATCH_ROWS].tolist(), s_s[a : a + SPAN_BATCH_ROWS].tolist()
-        el = e_s[a : a + SPAN_BATCH_ROWS].tolist()
-        for k, (t, st, en) in enumerate(zip(tl, sl, el, strict=True)):
-            if t != prev_tid:
-                stack, prev_tid = [], t
-            while stack and stack[-1][1] <= st:
-                stack.pop()
-            parent[a + k] = stack[-1][0] if stack else -1
-            stack.append((a + k, en))
+    parent = parents(t_s, s_s, e_s)
     j = np.full(len(qt), -1, dtype=np.int64)
     for tid in np.unique(qtid):
         lo, hi = np.searchsorted(t_s, tid, "left"), np.searchsorted(t_s, tid, "right")

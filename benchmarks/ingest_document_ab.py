@@ -11,9 +11,17 @@ new store in a temporary folder:
 - ``flops_twice``: the document counts the rank's FLOPs per step again (the headline part
   counted them), as before the rank index kept them;
 - ``old``: both (the code before b677490);
-- ``new``: the document reuses the parts' working tables and FLOPs.
+- ``new``: the document reuses the parts' working tables and FLOPs;
+- ``parts_limit=200MB``: ``new`` with the parts' first DuckDB memory limit at 200MB
+  (``rank_summary.PARTS_MEMORY_LIMITS``).
 
     .venv/bin/python benchmarks/ingest_document_ab.py TRACE --arms flops_twice,new
+
+Or revisions against each other (``--revs OLD NEW``): each runs arm ``new`` from a worktree of its
+own (``bench_analyze_cli.tree_for``: frozen while measured, its parser compiled; ``WORKTREE``:
+the working tree as installed), in turn (A B A B ...)::
+
+    .venv/bin/python benchmarks/ingest_document_ab.py TRACE --revs cd91905 HEAD --repeat 3
 
 Per run: wall s, CPU s (user + sys of the process), peak RSS (MiB and × the file), the after-commit
 step's own CPU s (parts + document, ``time.process_time`` around it), and digests of what was
@@ -62,6 +70,8 @@ def one(trace: Path, store: Path, arm: str) -> dict[str, Any]:
             return compute() if key[0] == "flops" else memo(self, key, compute, **k)
 
         RankIndex.memo = unkept  # type: ignore[method-assign]
+    if arm.startswith("parts_limit="):  # the parts' first DuckDB memory limit (e.g. 200MB)
+        RS.PARTS_MEMORY_LIMITS = (arm.split("=", 1)[1], *RS.PARTS_MEMORY_LIMITS[1:])
     hook = RS.StoreAfterIngest.__call__
 
     def timed_hook(self: Any, con: Any, result: Any) -> Any:
@@ -139,25 +149,41 @@ def main() -> int:
     ap.add_argument("trace", type=Path)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--arms", default="old,new", help="old, closed, flops_twice, new")
+    ap.add_argument("--revs", nargs="+", default=None, help="revisions, each as arm new")
+    ap.add_argument("--trees", type=Path, default=Path("benchmarks/out/ingest_document_ab/trees"))
     ap.add_argument("--one", nargs=2, default=None, help=argparse.SUPPRESS)  # store, arm
     args = ap.parse_args()
     if args.one is not None:
         print(json.dumps(one(args.trace, Path(args.one[0]), args.one[1])))
         return 0
     rows = []
+    arms: list[tuple[str, str, dict[str, str] | None]] = []  # (label, arm, environment)
+    if args.revs:
+        from bench_analyze_cli import tree_for
+
+        for rev in args.revs:
+            label, pkg = tree_for(rev, args.trees.resolve())
+            env = dict(os.environ)
+            if str(pkg) not in ("", "."):
+                env["PYTHONPATH"] = str(pkg)
+            arms.append((label, "new", env))
+    else:
+        arms = [(arm, arm, None) for arm in args.arms.split(",")]
     for _ in range(args.repeat):
-        for arm in args.arms.split(","):
+        for label, arm, env in arms:
             load = os.getloadavg()[0]
             with tempfile.TemporaryDirectory(prefix="gpuscope-docab-") as d:
                 done = subprocess.run(
                     [sys.executable, __file__, str(args.trace), "--one", str(Path(d) / "s"), arm],
                     capture_output=True,
                     text=True,
+                    env=env,
                 )
             if done.returncode:
                 tail = "\n".join(done.stderr.strip().splitlines()[-5:])
-                raise SystemExit(f"{arm}: exited {done.returncode}:\n{tail}")
+                raise SystemExit(f"{label}: exited {done.returncode}:\n{tail}")
             r = json.loads(done.stdout.strip().splitlines()[-1])
+            r["arm"] = label
             r["load_1min"] = round(load, 1)
             rows.append(r)
             print(json.dumps(r), flush=True)

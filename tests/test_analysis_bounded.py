@@ -56,9 +56,7 @@ def _brute_innermost(spans: list[tuple[int, int, int]], q: list[tuple[int, int]]
     return out
 
 
-@pytest.mark.parametrize("batch", [1, 3, 1 << 16])
-def test_innermost_rows_is_the_brute_force(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
-    monkeypatch.setattr(R, "SPAN_BATCH_ROWS", batch)
+def test_innermost_rows_is_the_brute_force() -> None:
     rng = np.random.default_rng(45)
     for _ in range(20):
         spans: list[tuple[int, int, int]] = []
@@ -187,7 +185,6 @@ def test_roofline_in_small_batches_is_the_same(con, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(R.OpCalls, "overlapping", spy)
     monkeypatch.setattr(R, "LAUNCH_BATCH_ROWS", 5)
-    monkeypatch.setattr(R, "SPAN_BATCH_ROWS", 2)
     assert R.roofline(con, rid, 0, w, dev, props).to_json() == whole
     assert whole["n_ops"] > 10 and len(ranges) > 10
     with R.modelled_ops(con, rid, 0, w.start_ns - 10**10, w.end_ns) as ops:
