@@ -22,10 +22,30 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def run_id(db: Path, tmp_path: Path) -> str:
+    """A six-step "before" run in the test's own store: for a test that changes the store."""
     (rid,) = ingest(
         db, training_trace("before", steps=6).write(tmp_path / "before.pt.trace.json.gz")
     )
     return rid
+
+
+@pytest.fixture(scope="module")
+def before_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """The same run ingested once for the module's pages that only read it: (store, run id). A
+    DuckDB file, as :func:`db` gives; the pages' caches (keyed by store) are shared by the tests
+    that open it, as by a user's reloads."""
+    tmp = tmp_path_factory.mktemp("before")
+    spec = f"duckdb:{tmp / 'store.duckdb'}"
+    trace = training_trace("before", steps=6).write(tmp / "before.pt.trace.json.gz")
+    (rid,) = ingest(spec, trace)  # type: ignore[arg-type]
+    return spec, rid
+
+
+@pytest.fixture
+def before_run(before_store: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """:func:`before_store` as the test's store (``$GPUSCOPE_DB``): its run id."""
+    monkeypatch.setenv("GPUSCOPE_DB", before_store[0])
+    return before_store[1]
 
 
 def _sawtooth(at):
@@ -35,8 +55,8 @@ def _sawtooth(at):
 
 
 @pytest.mark.slow
-def test_run_page_shows_the_sawtooth(run_id: str) -> None:
-    at = open_app(RUN, {"run": run_id})
+def test_run_page_shows_the_sawtooth(before_run: str) -> None:
+    at = open_app(RUN, {"run": before_run})
     assert not at.exception, at.exception
     assert texts(at, "title") == ["before"]
     assert "GPU busy over time" in texts(at, "subheader")
@@ -65,14 +85,14 @@ def test_run_page_shows_the_sawtooth(run_id: str) -> None:
 
 
 @pytest.mark.slow
-def test_run_id_prefix_is_canonicalised(run_id: str) -> None:
-    at = open_app(RUN, {"run": run_id[:6]})
+def test_run_id_prefix_is_canonicalised(before_run: str) -> None:
+    at = open_app(RUN, {"run": before_run[:6]})
     assert not at.exception
-    assert at.query_params["run"] == run_id
+    assert at.query_params["run"] == before_run
 
 
 @pytest.mark.slow
-def test_unknown_run_id_is_a_clear_message(db: Path, run_id: str) -> None:
+def test_unknown_run_id_is_a_clear_message(before_run: str) -> None:
     at = open_app(RUN, {"run": "doesnotexist"})
     assert not at.exception
     (err,) = texts(at, "error")
@@ -81,11 +101,11 @@ def test_unknown_run_id_is_a_clear_message(db: Path, run_id: str) -> None:
 
 
 @pytest.mark.slow
-def test_no_run_in_the_url_offers_a_picker(run_id: str) -> None:
+def test_no_run_in_the_url_offers_a_picker(before_run: str) -> None:
     at = open_app(RUN, {})
     assert not at.exception
-    at.selectbox[0].set_value(run_id).run()
-    assert at.query_params["run"] == run_id
+    at.selectbox[0].set_value(before_run).run()
+    assert at.query_params["run"] == before_run
     assert texts(at, "title") == ["before"]
 
 
@@ -97,8 +117,8 @@ def test_empty_store_run_page(db: Path) -> None:
 
 
 @pytest.mark.slow
-def test_zoom_to_steps_requeries_at_finer_resolution(run_id: str) -> None:
-    at = open_app(RUN, {"run": run_id})
+def test_zoom_to_steps_requeries_at_finer_resolution(before_run: str) -> None:
+    at = open_app(RUN, {"run": before_run})
     whole = next(c for c in texts(at, "caption") if "drag across" in c)
     slider = next(s for s in at.select_slider if s.label == "Steps shown")
     slider.set_value((3, 3)).run()
@@ -194,10 +214,10 @@ def test_nvml_only_run(db: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_steps_slider_stays_a_range_across_reruns_and_follows_the_zoom(run_id: str) -> None:
+def test_steps_slider_stays_a_range_across_reruns_and_follows_the_zoom(before_run: str) -> None:
     """The crash of issue 10: on the page's second run (the below-the-fold rerun, a zoom) the
     slider came back single-valued and ``on_steps`` died unpacking an int."""
-    at = open_app(RUN, {"run": run_id})
+    at = open_app(RUN, {"run": before_run})
     at.run()  # a second run of the same page, as the browser makes after painting
     slider = next(s for s in at.select_slider if s.label == "Steps shown")
     assert isinstance(slider.value, tuple) and len(slider.value) == 2
@@ -229,7 +249,7 @@ def test_step_pair_accepts_every_shape() -> None:
 
 @pytest.mark.slow
 def test_a_failing_section_shows_one_plain_line_and_the_rest_of_the_page(
-    run_id: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    before_run: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A bug in one section: that section says what could not be shown, without a traceback;
     the sections around it still show their content; the traceback goes to the server log."""
@@ -240,7 +260,7 @@ def test_a_failing_section_shows_one_plain_line_and_the_rest_of_the_page(
 
     monkeypatch.setattr(figures, "idle_by_cause", broken)
     with caplog.at_level("ERROR", logger="gpuscope.web"):
-        at = open_app(RUN, {"run": run_id})
+        at = open_app(RUN, {"run": before_run})
     assert not at.exception
     (err,) = texts(at, "error")
     assert err.startswith("Breakdowns could not be shown: an internal error (RuntimeError).")
@@ -324,12 +344,12 @@ def test_kernels_are_bars_only_when_each_has_a_pixel() -> None:
 
 
 @pytest.mark.slow
-def test_breakdowns_per_step_and_the_top_kernels_table(run_id: str) -> None:
+def test_breakdowns_per_step_and_the_top_kernels_table(before_run: str) -> None:
     """Both breakdown charts per step and labelled so; the top-kernels table has every column
     (max included) and each kernel's full name on hover; readable units."""
     import json
 
-    at = open_app(RUN, {"run": run_id})
+    at = open_app(RUN, {"run": before_run})
     heads = texts(at, "subheader")
     assert "Idle time per step, by cause" in heads
     assert "Kernel time per step, by category" in heads
@@ -493,7 +513,7 @@ def test_profiler_cost_and_no_evidence_banners(db: Path, tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_a_bug_outside_every_section_is_one_line(
-    run_id: str, monkeypatch: pytest.MonkeyPatch
+    before_run: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The page-level catch-all (app/web/main.py): a failure outside every section shows one plain
     line naming no internals, and no exception element."""
@@ -503,7 +523,7 @@ def test_a_bug_outside_every_section_is_one_line(
         raise ValueError("internals")
 
     monkeypatch.setattr(views, "run_caption", broken)
-    at = open_app(RUN, {"run": run_id})
+    at = open_app(RUN, {"run": before_run})
     assert not at.exception
     [err] = texts(at, "error")
     assert err.startswith("This page could not be shown: an internal error (ValueError).")
