@@ -23,6 +23,8 @@ the working tree as installed), in turn (A B A B ...)::
 
     .venv/bin/python benchmarks/ingest_document_ab.py TRACE --revs cd91905 HEAD --repeat 3
 
+``REV@ARM`` runs that arm of the revision (``HEAD@parts_limit=200MB``).
+
 Per run: wall s, CPU s (user + sys of the process), peak RSS (MiB and × the file), the after-commit
 step's own CPU s (parts + document, ``time.process_time`` around it), and digests of what was
 stored after the commit (the ``rank_summaries`` rows but their times: every part and the
@@ -47,7 +49,7 @@ from typing import Any
 from measure import own_usage
 
 
-def one(trace: Path, store: Path, arm: str) -> dict[str, Any]:
+def one(trace: Path, store: Path, arm: str, keep: Path | None = None) -> dict[str, Any]:
     """Ingest ``trace`` into ``store`` in this process, as arm ``arm``; its figures and digests."""
     from gpuscope.analysis import rank_summary as RS
     from gpuscope.cli.main import main
@@ -99,13 +101,14 @@ def one(trace: Path, store: Path, arm: str) -> dict[str, Any]:
         "after_commit_cpu_s": round(seen.get("after_commit_cpu_s", float("nan")), 2),
         **own_usage(wall, trace.stat().st_size),
     }
-    out.update(digests(store))
+    out.update(digests(store, keep))
     return out
 
 
-def digests(store: Path) -> dict[str, str]:
+def digests(store: Path, keep: Path | None = None) -> dict[str, str]:
     """sha256 (16 hex) of the stored parts and document (rows without their times), and of
-    ``events`` in a total order."""
+    ``events`` in a total order; ``keep``: the digested parts also written there (JSON, one
+    line a part), to tell which part differs."""
     from gpuscope.store import connect
 
     con = connect(str(store))
@@ -125,8 +128,13 @@ def digests(store: Path) -> dict[str, str]:
         else (r, p, v, _rounded(json.loads(doc)))
         for r, p, v, doc in parts
     ]
+    digest = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps(p, sort_keys=True, default=repr) for p in parts]
+        (keep / f"{digest}.jsonl").write_text("\n".join(lines) + "\n")
     return {
-        "parts_digest": hashlib.sha256(repr(parts).encode()).hexdigest()[:16],
+        "parts_digest": digest,
         "events_digest": hashlib.sha256(repr(events).encode()).hexdigest()[:16],
     }
 
@@ -149,24 +157,26 @@ def main() -> int:
     ap.add_argument("trace", type=Path)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--arms", default="old,new", help="old, closed, flops_twice, new")
-    ap.add_argument("--revs", nargs="+", default=None, help="revisions, each as arm new")
+    ap.add_argument("--revs", nargs="+", default=None, help="REV or REV@ARM (default arm: new)")
     ap.add_argument("--trees", type=Path, default=Path("benchmarks/out/ingest_document_ab/trees"))
+    ap.add_argument("--keep", type=Path, default=None, help="write each digest's parts here")
     ap.add_argument("--one", nargs=2, default=None, help=argparse.SUPPRESS)  # store, arm
     args = ap.parse_args()
     if args.one is not None:
-        print(json.dumps(one(args.trace, Path(args.one[0]), args.one[1])))
+        print(json.dumps(one(args.trace, Path(args.one[0]), args.one[1], args.keep)))
         return 0
     rows = []
     arms: list[tuple[str, str, dict[str, str] | None]] = []  # (label, arm, environment)
     if args.revs:
         from bench_analyze_cli import tree_for
 
-        for rev in args.revs:
+        for spec in args.revs:
+            rev, _, arm = spec.partition("@")  # REV@ARM: that arm of the revision
             label, pkg = tree_for(rev, args.trees.resolve())
             env = dict(os.environ)
             if str(pkg) not in ("", "."):
                 env["PYTHONPATH"] = str(pkg)
-            arms.append((label, "new", env))
+            arms.append((f"{label}@{arm}" if arm else label, arm or "new", env))
     else:
         arms = [(arm, arm, None) for arm in args.arms.split(",")]
     for _ in range(args.repeat):
@@ -174,7 +184,8 @@ def main() -> int:
             load = os.getloadavg()[0]
             with tempfile.TemporaryDirectory(prefix="gpuscope-docab-") as d:
                 done = subprocess.run(
-                    [sys.executable, __file__, str(args.trace), "--one", str(Path(d) / "s"), arm],
+                    [sys.executable, __file__, str(args.trace), "--one", str(Path(d) / "s"), arm]
+                    + (["--keep", str(args.keep.resolve())] if args.keep else []),
                     capture_output=True,
                     text=True,
                     env=env,
