@@ -184,37 +184,22 @@ def test_nodes_reporting_at_once_fill_one_run_on_a_local_store(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_nodes_reporting_at_once_fill_one_run_on_the_team_store(
-    tmp_path: Path, team_store, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, team_store, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     # the store exists before the job (made once, as a team's admin does: a fresh catalog that
-    # several processes create at the same moment is DuckLake's own race, not this test's)
-    subprocess.run(
-        [sys.executable, "-m", "gpuscope", "runs", *team_store.args()],
-        env={**os.environ, **team_store.s3.env()},
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
+    # several processes create at the same moment is DuckLake's own race, not this test's). The
+    # nodes are processes of their own (the point); the admin's call and the reads after them run
+    # in this process (clitools.run_cli; team_store set the AWS_* variables for it)
+    code, _, err = run_cli(capsys, "runs", *team_store.args())
+    assert code == 0, err
     run_id = _nodes_at_once(tmp_path, team_store.args(), env=team_store.s3.env())
-    out = subprocess.run(
-        [sys.executable, "-m", "gpuscope", "runs", "--json", *team_store.args()],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **team_store.s3.env()},
-        timeout=120,
-        check=True,
-    ).stdout
+    code, out, err = run_cli(capsys, "runs", "--json", *team_store.args())
+    assert code == 0, err
     (run,) = json.loads(out)
     assert (run["run_id"], run["n_ranks"]) == (run_id, 8)
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuscope", "analyze", run_id, "--json", *team_store.args()],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **team_store.s3.env()},
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)
+    code, out, err = run_cli(capsys, "analyze", run_id, "--json", *team_store.args())
+    assert code == 0, err
+    doc = json.loads(out)
     # each rank r ran one kernel of 10·(r+1) µs per 100 µs step: its own name, its own busy %
     assert [r["rank"] for r in doc["ranks"]] == list(range(8))
     names = {k["name"] for k in doc["kernels"]["top"]}

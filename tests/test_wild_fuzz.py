@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -66,9 +67,13 @@ _CON = None
 
 
 def con():
+    """One store for every example: in memory (the subject is the analysis, not the store:
+    tests/test_store_equivalence.py), the lake under ``GPUSCOPE_TESTS_ON_LAKE=1``."""
     global _CON
     if _CON is None:
-        _CON = connect(Path(tempfile.mkdtemp(prefix="gpuscope-fuzz-")) / "s.duckdb")
+        lake = os.environ.get("GPUSCOPE_TESTS_ON_LAKE")
+        tmp = Path(tempfile.mkdtemp(prefix="gpuscope-fuzz-"))
+        _CON = connect(tmp / "s.duckdb" if lake else ":memory:")
     return _CON
 
 
