@@ -109,7 +109,29 @@ class Context:
 
 
 DurFn = Callable[[int, Node], float]
-KeepFn = Callable[[int, Edge], bool]
+KeepFn = Callable[[int, Edge], "bool | float"]
+"""Whether an edge stays (True), goes (False), or stays with a new weight (a float, ns: a latency
+the fix changes, e.g. a pageable copy's staging before its GPU start); a float is never a bool."""
+
+
+def edge_changes(
+    g: Graph, keep: KeepFn | None
+) -> tuple[set[tuple[int, int]] | None, dict[tuple[int, int], float] | None]:
+    """The edges ``keep`` drops and those it re-weights (new weight, ns), by (node, edge index)."""
+    if keep is None:
+        return None, None
+    drop: set[tuple[int, int]] = set()
+    weights: dict[tuple[int, int], float] = {}
+    for v, es in enumerate(g.preds):
+        for i, ed in enumerate(es):
+            r = keep(v, ed)
+            if r is True:
+                continue
+            if r is False:
+                drop.add((v, i))
+            else:
+                weights[(v, i)] = float(r)
+    return drop, weights or None
 
 
 def profiled(n: Node) -> bool:
@@ -132,7 +154,15 @@ def makespan(
     keep: KeepFn | None = None,
     drop: set[tuple[int, int]] | None = None,
 ) -> float:
-    """Length (ns) of the replayed window from ``start_ns``."""
+    """Length (ns) of the replayed window from ``start_ns`` (``keep`` may re-weight edges:
+    :data:`KeepFn`)."""
+    if keep is not None:
+        dropped, weights = edge_changes(g, keep)
+        if callable(dur):
+            d = [max(0.0, float(dur(v, n))) for v, n in enumerate(g.nodes)]
+        else:
+            d = [float(n.dur) for n in g.nodes] if dur is None else list(dur)
+        return makespans(g, start_ns, [d], [(drop or set()) | (dropped or set())], [weights])[0]
     _, E, _ = replay(g, dur, keep, drop=drop)
     return max(E) - start_ns if E else 0.0
 
@@ -142,10 +172,12 @@ def makespans(
     start_ns: int,
     durs: Sequence[Sequence[float]] | np.ndarray,
     drops: Sequence[set[tuple[int, int]] | None],
+    weights: Sequence[dict[tuple[int, int], float] | None] | None = None,
 ) -> list[float]:
     """:func:`makespan` of K replays of one graph at once (K duration lists, K sets of dropped
-    edges): one pass over the graph in topological order with each node's start and end held as
-    a vector over the K replays (numpy), instead of K passes in Python."""
+    edges, optionally K maps of re-weighted edges: (node, edge index) -> ns): one pass over the
+    graph in topological order with each node's start and end held as a vector over the K
+    replays (numpy), instead of K passes in Python."""
     n, kk = len(g.nodes), len(durs)
     if kk == 0:
         return []
@@ -156,6 +188,13 @@ def makespans(
     for j, dr in enumerate(drops):
         for key in dr or ():
             kept.setdefault(key, np.ones(kk, dtype=bool))[j] = False
+    rew: dict[tuple[int, int], np.ndarray] = {}
+    for j, wt in enumerate(weights or ()):
+        for key, w in (wt or {}).items():
+            if key not in rew:
+                v0, i0 = key
+                rew[key] = np.full(kk, float(g.preds[v0][i0].w))
+            rew[key][j] = w
     S: list[np.ndarray] = [d[0]] * n
     E: list[np.ndarray] = [d[0]] * n
     add, maximum, where, isneginf = np.add, np.maximum, np.where, np.isneginf
@@ -165,7 +204,9 @@ def makespans(
         best = None
         masked = False
         for i, ed in enumerate(es):
-            t = add(S[ed.src] if ed.from_start else E[ed.src], ed.w)
+            t = add(
+                S[ed.src] if ed.from_start else E[ed.src], rew.get((v, i), ed.w) if rew else ed.w
+            )
             if kept:
                 m = kept.get((v, i))
                 if m is not None:
@@ -248,11 +289,15 @@ def replay_estimate(
     (a pageable ``cudaMemcpyAsync`` copies the tensor through a pinned bounce buffer, and the
     CPU's memcpy of every byte evicts the caches the host's other work uses): the fixed graph is
     replayed at :data:`HOST_SCALE_RANGE` only, and the untraced time those scales leave
-    unexplained goes with the fix."""
+    unexplained goes with the fix; the range's top also replays the planted graph on a host
+    :data:`HOST_VARIATION` slower than the traced one (the calibrated scale × it: the planted
+    step follows its own process's host). The same holds for any host work the calibrated scale
+    holds and the fixed process does not run (activation checkpointing's machinery)."""
     g = cp.graph
     ws = cp.window[0]
     s_cal = ctx.host_scale_cal
     staging = staging and s_cal is not None
+    s_planted = s_cal  # the traced process's host speed, for the planted step on a slower host
     if staging:  # the calibrated factor holds the staging the fix removes
         s_cal = None
     scales = sorted({*HOST_SCALE_RANGE, HOST_SCALE_MID, *([s_cal] if s_cal is not None else [])})
@@ -269,13 +314,10 @@ def replay_estimate(
     prof = [profiled(n) for n in g.nodes]
     # each variant's durations and dropped edges, once; then scaled per host speed
     prepared = []
+    reweights: dict[str, dict[tuple[int, int], float] | None] = {}
     for name, (dur, keep) in variants.items():
         d = rec if dur is None else [max(0.0, float(dur(v, n))) for v, n in enumerate(g.nodes)]
-        drop = (
-            {(v, i) for v, es in enumerate(g.preds) for i, ed in enumerate(es) if not keep(v, ed)}
-            if keep is not None
-            else None
-        )
+        drop, reweights[name] = edge_changes(g, keep)
         prepared.append((name, d, drop))
     by_name = {name: (d, drop_set) for name, d, drop_set in prepared}
     # a fix that drops a wait of the host on the GPU: the planted step follows its host's speed
@@ -285,20 +327,38 @@ def replay_estimate(
     prof_np = np.asarray(prof, dtype=bool)
     arr = {name: np.asarray(d, dtype="float64") for name, (d, _) in by_name.items()}
     rec_np = np.asarray(rec, dtype="float64")
-    rows: list[tuple[tuple[str, float, float], np.ndarray, set[tuple[int, int]] | None]] = [
-        (("", sc, 1.0), _scaled_np(rec_np, prof_np, sc), None)
+    Row = tuple[
+        tuple[str, float, float],
+        np.ndarray,
+        set[tuple[int, int]] | None,
+        dict[tuple[int, int], float] | None,
+    ]
+    rows: list[Row] = [
+        (("", sc, 1.0), _scaled_np(rec_np, prof_np, sc), None, None)
         for sc in scales
         if sc not in ctx.base_ns
     ]
     for sc in scales:
         for name, f in runs:
-            rows.append(((name, sc, f), _scaled_np(arr[name], prof_np, sc * f), by_name[name][1]))
+            rows.append(
+                (
+                    (name, sc, f),
+                    _scaled_np(arr[name], prof_np, sc * f),
+                    by_name[name][1],
+                    reweights[name],
+                )
+            )
         if waits:  # the planted graph on a slower host (the range's top)
-            rows.append((("", sc * hw, 1.0), _scaled_np(rec_np, prof_np, sc * hw), None))
+            rows.append((("", sc * hw, 1.0), _scaled_np(rec_np, prof_np, sc * hw), None, None))
+    if staging and s_planted is not None:  # the planted step on a host hv slower (the top)
+        sp = s_planted * hv
+        rows.append((("", sp, 1.0), _scaled_np(rec_np, prof_np, sp), None, None))
     spans = dict(
         zip(
             (r[0] for r in rows),
-            makespans(g, ws, np.stack([r[1] for r in rows]), [r[2] for r in rows]),
+            makespans(
+                g, ws, np.stack([r[1] for r in rows]), [r[2] for r in rows], [r[3] for r in rows]
+            ),
             strict=True,
         )
     )
@@ -325,6 +385,15 @@ def replay_estimate(
                 gains[("slow_planted", sc, gone, hw)] = (
                     100.0 * (1.0 - t_new / (k * slow)) if slow > 0 else 0.0
                 )
+    if staging and s_planted is not None:
+        # the planted step follows its own process's host speed (the host binds there: the
+        # calibrated scale is identifiable), which varies between processes as the fixed one's
+        # does: the strongest fix at each prior scale against the planted step on a host hv
+        # slower than the traced one (no time left unexplained at the calibrated scale)
+        slow = spans[("", s_planted * hv, 1.0)]
+        for sc in scales:
+            t = spans[("high", sc, 1.0)]
+            gains[("slow_planted", sc, True, hv)] = 100.0 * (1.0 - t / (k * slow)) if slow else 0.0
     mid_s = s_cal if s_cal is not None else HOST_SCALE_MID
     mid = gains[("mid", mid_s, staging, 1.0)]
     low, high = min(gains.values()), max(gains.values())
