@@ -203,23 +203,10 @@ def _phase_spans(ix: RankIndex, window: Window) -> pd.DataFrame:
     params = ix.params(
         lo=min(a for a, _ in bounds),
         hi=max(b for _, b in bounds),
-        a=[a for a, _ in bounds],
-        b=[b for _, b in bounds],
-        k=list(range(len(bounds))),
         oids=o_ids,
         bids=b_ids,
     )
-    bwd = {
-        int(k): (int(s), int(e))
-        for k, s, e in execute(
-            ix.con,
-            f"""WITH sp AS ({spans} AND {in_ids("h.name_id", "bids", b_ids)}),
-                st AS (SELECT unnest($a) AS a, unnest($b) AS b, unnest($k) AS k)
-                SELECT st.k, min(sp.s), max(sp.e) FROM sp JOIN st ON sp.s < st.b AND sp.e > st.a
-                GROUP BY st.k""",
-            params,
-        ).fetchall()
-    }
+    bwd = step_extents(ix.con, f"{spans} AND {in_ids('h.name_id', 'bids', b_ids)}", params, bounds)
     got = execute(
         ix.con, f"{spans} AND {in_ids('h.name_id', 'oids', o_ids)} ORDER BY s", params
     ).fetchnumpy()
@@ -243,6 +230,49 @@ def _phase_spans(ix: RankIndex, window: Window) -> pd.DataFrame:
         be = min(b, bwd[k][1]) if has_bwd else b
         step_phase_rows(rows, num, a, b, (bs, be) if has_bwd else None, overlapping(opt, a, b))
     return pd.DataFrame(rows, columns=["s", "e", "phase", "step"])
+
+
+def step_extents(
+    con: Connection, spans_sql: str, params: dict[str, Any], bounds: list[tuple[int, int]]
+) -> dict[int, tuple[int, int]]:
+    """For each range ``bounds[k]`` (``[a, b)``, ns) that a span of ``spans_sql`` (columns ``s``,
+    ``e``; ``$``-parameters from ``params``) overlaps: k -> (the least start, the greatest end)
+    of those spans. DuckDB keeps the spans that end later than every span before them (by
+    start, then end), which is enough (:func:`overlap_extents`): one sort of the spans, not a
+    range join of every span against every range."""
+    rec = execute(
+        con,
+        f"""WITH sp AS ({spans_sql})
+            SELECT s, e FROM (
+                SELECT s, e, max(e) OVER (ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING
+                                          AND 1 PRECEDING) AS pm
+                FROM sp)
+            WHERE pm IS NULL OR e > pm ORDER BY s, e""",
+        params,
+    ).fetchnumpy()
+    return overlap_extents(
+        np.asarray(rec["s"], dtype=np.int64),
+        np.asarray(rec["e"], dtype=np.int64),
+        np.asarray([a for a, _ in bounds], dtype=np.int64),
+        np.asarray([b for _, b in bounds], dtype=np.int64),
+    )
+
+
+def overlap_extents(
+    rs: np.ndarray, re_: np.ndarray, a: np.ndarray, b: np.ndarray
+) -> dict[int, tuple[int, int]]:
+    """For each range ``[a[k], b[k])`` (ns) that some span overlaps (``s < b`` and ``e > a``):
+    k -> (the least start, the greatest end) of the spans overlapping it. ``rs``/``re_`` are
+    the spans' records: sorted by start then end, those ending later than every span before
+    them (ends strictly increasing). The first record ending after ``a`` is the first span
+    (by start) that does, so its start is the least of the overlapping ones where it starts
+    before ``b``; the last record starting before ``b`` ends last of every span starting
+    before ``b``."""
+    i = np.searchsorted(re_, a, side="right")  # the first record ending after a
+    m = np.searchsorted(rs, b, side="left")  # the records starting before b
+    hit = i < len(rs)
+    hit[hit] = rs[i[hit]] < b[hit]
+    return {int(k): (int(rs[i[k]]), int(re_[m[k] - 1])) for k in np.flatnonzero(hit).tolist()}
 
 
 def step_phase_rows(

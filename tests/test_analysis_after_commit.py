@@ -273,3 +273,44 @@ def test_busy_summary_is_computed_once_per_window(con, monkeypatch: pytest.Monke
     assert flat.busy_ns == first.busy_ns > 0 and flat.streams.empty
     B.busy_summary(con, rid, 0, w.start_ns + 1, w.end_ns)
     assert len(calls) == 3
+
+
+def _range_join_extents(con, bounds: list[tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """modules._phase_spans' step extents as it joined every span against every step before
+    :func:`~gpuscope.analysis.modules.step_extents`."""
+    return {
+        int(k): (int(s), int(e))
+        for k, s, e in con.execute(
+            """WITH st AS (SELECT unnest($a) AS a, unnest($b) AS b, unnest($k) AS k)
+               SELECT st.k, min(sp.s), max(sp.e) FROM sp JOIN st ON sp.s < st.b AND sp.e > st.a
+               GROUP BY st.k""",
+            {
+                "a": [a for a, _ in bounds] or [0],
+                "b": [b for _, b in bounds] or [0],
+                "k": list(range(len(bounds))) or [-1],
+            },
+        ).fetchall()
+        if k >= 0
+    }
+
+
+_range = st.tuples(st.integers(-5, 80), st.integers(0, 30))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_range, max_size=60), st.lists(st.tuples(st.integers(-5, 80), st.integers(-3, 30))))
+def test_step_extents_are_the_range_join(
+    spans: list[tuple[int, int]], steps: list[tuple[int, int]]
+) -> None:
+    """Any spans (nested, overlapping, tied, empty) and any ranges (tiling or not, empty or
+    reversed ones):
+    each range's least start and greatest end of the spans overlapping it are the range join's."""
+    import duckdb
+    from gpuscope.analysis.modules import step_extents
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE sp (s BIGINT, e BIGINT)")
+    if spans:
+        con.executemany("INSERT INTO sp VALUES (?, ?)", [(s, s + d) for s, d in spans])
+    bounds = [(a, a + w) for a, w in steps]
+    assert step_extents(con, "SELECT s, e FROM sp", {}, bounds) == _range_join_extents(con, bounds)
