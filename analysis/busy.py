@@ -15,6 +15,7 @@ interval and ends the gap ``[pm, s)``; the union length is ``sum(max(0, e - max(
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -127,6 +128,11 @@ class BusySummary:
         }
 
 
+#: The busy summaries, and the busy splits, a rank index keeps (the last asked for; each range
+#: and device is one).
+MEMO_KEEP = 8
+
+
 def busy_summary(
     con: Connection,
     run_id: str,
@@ -148,7 +154,7 @@ def busy_summary(
         streams = _stream_busy(con, ix, devices, ws, we) if per_stream else _NO_STREAMS.copy()
         return _summary(we - ws, devices, streams)
 
-    got = ix.memo(("busy_summary", ws, we, bool(per_stream)), compute)
+    got = ix.memo(("busy_summary", ws, we, bool(per_stream)), compute, keep=MEMO_KEEP)
     return replace(got, devices=got.devices.copy(), streams=got.streams.copy())
 
 
@@ -530,7 +536,8 @@ def busy_split(
     ke = [int(x) for x in w["end_ns"]] or [NO_DEVICE]
     kw = [int(x) for x in w["wait_ns"]] or [0]
     key = ("busy_split", int(start_ns), int(end_ns), int(device), tuple(ks), tuple(ke), tuple(kw))
-    got = ix.memo(key, lambda: _busy_split(ix, int(start_ns), int(end_ns), int(device), ks, ke, kw))
+    compute = partial(_busy_split, ix, int(start_ns), int(end_ns), int(device), ks, ke, kw)
+    got = ix.memo(key, compute, keep=MEMO_KEEP)
     return replace(got)
 
 

@@ -546,6 +546,11 @@ def fold_rows(rows: list[KernelRow], top_n: int) -> list[KernelRow]:
     return [*keep, others]
 
 
+#: The kernel breakdowns a rank index keeps (the last asked for; each range, device and row
+#: counts is one).
+MEMO_KEEP = 8
+
+
 def kernel_breakdown(
     con: Connection,
     run_id: str,
@@ -565,9 +570,8 @@ def kernel_breakdown(
         device = ix.primary_device(window.start_ns, window.end_ns)
     ws, we = int(window.start_ns), int(window.end_ns)
     key = ("kernel_breakdown", ws, we, device, int(top_n), int(top_ops))
-    return deepcopy(
-        ix.memo(key, lambda: _kernel_breakdown(con, run_id, rank, ws, we, top_n, top_ops, device))
-    )
+    compute = partial(_kernel_breakdown, con, run_id, rank, ws, we, top_n, top_ops, device)
+    return deepcopy(ix.memo(key, compute, keep=MEMO_KEEP))
 
 
 def _kernel_breakdown(

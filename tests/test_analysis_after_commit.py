@@ -314,3 +314,29 @@ def test_step_extents_are_the_range_join(
         con.executemany("INSERT INTO sp VALUES (?, ?)", [(s, s + d) for s, d in spans])
     bounds = [(a, a + w) for a, w in steps]
     assert step_extents(con, "SELECT s, e FROM sp", {}, bounds) == _range_join_extents(con, bounds)
+
+
+@pytest.mark.memory_store
+def test_kept_busy_splits_are_bounded(con, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank index keeps the last MEMO_KEEP busy splits (a page that asks for many windows does
+    not grow it without bound): the oldest is computed again, the newest is not."""
+    from gpuscope.analysis import busy as B
+
+    rid = ingest_paths(con, [GPT_MEM])[0].run_id
+    w = find_window(con, rid, 0)
+    dev = RankIndex.shared(con, rid, 0).primary_device(w.start_ns, w.end_ns)
+    calls: list[int] = []
+    compute = B._busy_split
+
+    def spy(*a):  # type: ignore[no-untyped-def]
+        calls.append(a[1])
+        return compute(*a)
+
+    monkeypatch.setattr(B, "_busy_split", spy)
+    starts = [w.start_ns + k for k in range(B.MEMO_KEEP + 1)]
+    for s in starts:
+        B.busy_split(con, rid, 0, s, w.end_ns, dev)
+    B.busy_split(con, rid, 0, starts[-1], w.end_ns, dev)
+    assert calls == starts
+    B.busy_split(con, rid, 0, starts[0], w.end_ns, dev)
+    assert calls == [*starts, starts[0]]
