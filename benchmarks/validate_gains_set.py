@@ -57,6 +57,7 @@ GROUPS = (
     ("held_out_new", "New held-out cases (every even position of record_new.ORDER)"),
     ("blind", "Blind cases v29-v40 (never analysed before recording; only with --blind)"),
     ("blind2", "Second blind part v41-v54 (never analysed before recording; only with --blind)"),
+    ("blind3", "Third blind part v55-v68 (never analysed before recording; only with --blind)"),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 SEEN_GROUPS = ("calibration", "held_out_third", "new", "held_out_new", "blind", "blind2")

@@ -14,7 +14,9 @@ record_new.ORDER (``group: "held_out_new"``); the others are ``"calibration"`` (
 record_blind.py (v29-v40) is ``group: "blind"``: recorded after v01-v28 were tuned on, never
 looked at by gpuscope's analysis before it was recorded, and kept out of every calibration (no
 part of it is calibration; ``held_out`` is true). Every case of record_blind2.py (v41-v54) is
-``group: "blind2"``, likewise held out: recorded after v29-v40 had been looked at, judged once.
+``group: "blind2"``, likewise held out: recorded after v29-v40 had been looked at, judged once;
+and every case of record_blind3.py (v55-v68) is ``group: "blind3"``, held out, recorded after
+v41-v54 had been judged.
 """
 
 from __future__ import annotations
@@ -28,19 +30,22 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import record_blind  # noqa: E402
 import record_blind2  # noqa: E402
+import record_blind3  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
-GROUPS = ("calibration", "held_out_third", "new", "held_out_new", "blind", "blind2")
+GROUPS = ("calibration", "held_out_third", "new", "held_out_new", "blind", "blind2", "blind3")
 """The set's parts, in the order the benchmark prints them."""
 
 
-HELD_OUT_GROUPS = ("held_out_third", "held_out_new", "blind", "blind2")
+HELD_OUT_GROUPS = ("held_out_third", "held_out_new", "blind", "blind2", "blind3")
 """The parts kept out of every calibration (``held_out: true``)."""
 
 
 def group(case: str) -> str:
     """The part of the set a case belongs to (:data:`GROUPS`)."""
+    if case in record_blind3.CASES:
+        return record_blind3.GROUP
     if case in record_blind2.CASES:
         return record_blind2.GROUP
     if case in record_blind.CASES:
@@ -62,7 +67,8 @@ def single(case: str) -> dict | None:
     files = sorted((HERE / case).glob("timing*.json"))  # timing.json, then timing_run2.json
     if not files:
         return None
-    meta = {**CASES, **record_new.CASES, **record_blind.CASES, **record_blind2.CASES}[case]
+    every = (CASES, record_new.CASES, record_blind.CASES, record_blind2.CASES, record_blind3.CASES)
+    meta = {k: v for part in every for k, v in part.items()}[case]
     per_sample = meta.get("bound") == "per_sample_time"
     key = "per_sample_us" if per_sample else "step_ms_median"
     p, f, runs, traced = [], [], [], []
@@ -235,6 +241,7 @@ def main() -> int:
     cases += [c for c in (single(k) for k in record_new.ORDER) if c is not None]
     cases += [c for c in (single(k) for k in record_blind.ORDER) if c is not None]
     cases += [c for c in (single(k) for k in record_blind2.ORDER) if c is not None]
+    cases += [c for c in (single(k) for k in record_blind3.ORDER) if c is not None]
     doc = {
         "about": "issue 43's validation set: planted cause, fix, expected gpuscope fix id, "
         "unprofiled timings (fresh processes, interleaved), measured gain. held_out: every "
@@ -242,7 +249,9 @@ def main() -> int:
         "of record_new.ORDER (group held_out_new), fixed before any estimate was seen; every case "
         "of record_blind.py (v29-v40, group blind) is held out and was never analysed before it "
         "was recorded; so is every case of record_blind2.py (v41-v54, group blind2), recorded "
-        "after v29-v40 had been looked at, judged once at the end. compile: eager vs "
+        "after v29-v40 had been looked at, judged once at the end; and so is every case of "
+        "record_blind3.py (v55-v68, group blind3), recorded after v41-v54 had been judged. "
+        "compile: eager vs "
         "torch.compile of v06, v12 and v23's planted variants.",
         "cases": cases,
         "compile": [c for c in (compiled(k) for k in COMPILED) if c is not None],

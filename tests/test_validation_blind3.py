@@ -1,0 +1,119 @@
+"""The validation set's third blind part (v55-v68, record_blind3.py): its cases are their own
+group (``blind3``), held out, on one GPU, cover the one-GPU fixes with two pairs chosen to gain
+nothing, and its recorded truths carry the planted variant's trace. Nothing here analyses a trace:
+the part is judged once, by the lead, with ``validate_gains_set.py --blind``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+VAL = ROOT / "sample_traces" / "validation"
+sys.path.insert(0, str(VAL))
+TRUTH = VAL / "truth.json"
+
+import make_truth  # noqa: E402
+import record_blind  # noqa: E402
+import record_blind2  # noqa: E402
+import record_blind3  # noqa: E402
+import record_new  # noqa: E402
+import record_validation  # noqa: E402
+
+COVERED = {
+    "activation_checkpointing",
+    "optimizer_fused",
+    "host_sync",
+    "pin_memory",
+    "mixed_precision",
+    "kernel_fusion",
+    "batch_size",
+    "dataloader_workers",
+    "cudnn_benchmark",
+    "cuda_graphs",
+}
+"""The one-GPU fixes the third blind part must time (issue 43, item 4)."""
+
+WEAK = ("activation_checkpointing", "mixed_precision")
+"""Causes the second blind part's judgement found weak: two pairs each here."""
+
+
+def test_the_third_blind_part_is_its_own_held_out_group() -> None:
+    assert record_blind3.GROUP == "blind3"
+    assert "blind3" in make_truth.GROUPS and "blind3" in make_truth.HELD_OUT_GROUPS
+    for case in record_blind3.ORDER:
+        assert make_truth.group(case) == "blind3", case
+    earlier = {
+        **record_validation.CASES,
+        **record_new.CASES,
+        **record_blind.ALL,
+        **record_blind2.CASES,
+    }
+    assert not set(record_blind3.CASES) & set(earlier)
+    assert [f"v{n}" for n in range(55, 55 + len(record_blind3.ORDER))] == record_blind3.ORDER
+    assert set(record_blind3.BUILDERS) == set(record_blind3.CASES)
+
+
+def test_the_third_blind_part_covers_the_fixes_and_two_nulls() -> None:
+    from gpuscope.analysis.fixes import BY_ID
+
+    cases = list(record_blind3.CASES.values())
+    fixes = [c["expected_fix"] for c in cases]
+    assert set(fixes) >= COVERED
+    assert set(fixes) <= set(BY_ID)  # every expected fix is one gpuscope can name
+    for weak in WEAK:
+        assert fixes.count(weak) >= 2, weak
+    assert sum(bool(c.get("null")) for c in cases) >= 2
+    assert all(c.get("gpus", 1) == 1 for c in cases)
+    assert 12 <= len(cases) <= 14
+    for c in cases:  # a batch-size pair is judged per sample, with its multiple
+        per_sample = c.get("bound") == "per_sample_time"
+        assert per_sample == (c["expected_fix"] == "batch_size"), c["name"]
+        assert per_sample == ("batch_multiple" in c), c["name"]
+
+
+def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
+    """Kineto (torch 2.11) writes a '"' in a metadata string as '/"' (not JSON)."""
+    for name, case in record_blind3.CASES.items():
+        for key in ("planted", "fix", "expected_fix"):
+            assert '"' not in case[key], (name, key)
+
+
+def test_every_case_builds_and_steps_on_the_cpu_at_tiny_sizes() -> None:
+    """Each builder's planted and fixed variants make a model and take one step (the CPU, the
+    recorder's --quick sizes; compiled variants are left out: compiling is slow on a CPU)."""
+    pytest.importorskip("torch")
+    saved = record_new.QUICK
+    record_new.QUICK = True
+    try:
+        for case in record_blind3.ORDER:
+            compiled = bool(record_blind3.CASES[case].get("compiled"))
+            for variant in ("planted",) if compiled else ("planted", "fixed"):
+                step, samples, meta, _model = record_blind3.build(case, variant, "cpu")
+                step()
+                assert samples > 0 and isinstance(meta, dict), (case, variant)
+    finally:
+        record_new.QUICK = saved
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_the_recorded_third_blind_part_is_apart_and_whole() -> None:
+    """Every recorded v55+ case: group blind3, held out, one trace of its planted variant (17 KB-
+    2 MB), timed in fresh processes on an NVIDIA GPU, >= 3 rounds; make_truth's earlier cases
+    come first, in their own order."""
+    cases = json.loads(TRUTH.read_text())["cases"]
+    mine = [c for c in cases if c["group"] == "blind3"]
+    recorded = [k for k in record_blind3.ORDER if (VAL / k / "timing.json").exists()]
+    assert [c["case"] for c in mine] == recorded
+    assert [c["case"] for c in cases[-len(mine) :]] == recorded if mine else True
+    for c in mine:
+        assert c["held_out"], c["case"]
+        assert c["device"].startswith("NVIDIA"), c["case"]
+        assert len(c["traces"]) == c["gpus"] == 1
+        for t in c["traces"]:
+            assert 17_000 <= (VAL / t).stat().st_size <= 2_000_000, t
+        assert len(c["gain_pct_by_round"]) >= 3, c["case"]
+        assert c["intended_null"] == bool(record_blind3.CASES[c["case"]].get("null"))
