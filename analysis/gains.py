@@ -109,29 +109,7 @@ class Context:
 
 
 DurFn = Callable[[int, Node], float]
-KeepFn = Callable[[int, Edge], "bool | float"]
-"""Whether an edge stays (True), goes (False), or stays with a new weight (a float, ns: a latency
-the fix changes, e.g. a pageable copy's staging before its GPU start); a float is never a bool."""
-
-
-def edge_changes(
-    g: Graph, keep: KeepFn | None
-) -> tuple[set[tuple[int, int]] | None, dict[tuple[int, int], float] | None]:
-    """The edges ``keep`` drops and those it re-weights (new weight, ns), by (node, edge index)."""
-    if keep is None:
-        return None, None
-    drop: set[tuple[int, int]] = set()
-    weights: dict[tuple[int, int], float] = {}
-    for v, es in enumerate(g.preds):
-        for i, ed in enumerate(es):
-            r = keep(v, ed)
-            if r is True:
-                continue
-            if r is False:
-                drop.add((v, i))
-            else:
-                weights[(v, i)] = float(r)
-    return drop, weights or None
+KeepFn = Callable[[int, Edge], bool]
 
 
 def profiled(n: Node) -> bool:
@@ -154,15 +132,7 @@ def makespan(
     keep: KeepFn | None = None,
     drop: set[tuple[int, int]] | None = None,
 ) -> float:
-    """Length (ns) of the replayed window from ``start_ns`` (``keep`` may re-weight edges:
-    :data:`KeepFn`)."""
-    if keep is not None:
-        dropped, weights = edge_changes(g, keep)
-        if callable(dur):
-            d = [max(0.0, float(dur(v, n))) for v, n in enumerate(g.nodes)]
-        else:
-            d = [float(n.dur) for n in g.nodes] if dur is None else list(dur)
-        return makespans(g, start_ns, [d], [(drop or set()) | (dropped or set())], [weights])[0]
+    """Length (ns) of the replayed window from ``start_ns``."""
     _, E, _ = replay(g, dur, keep, drop=drop)
     return max(E) - start_ns if E else 0.0
 
@@ -172,12 +142,10 @@ def makespans(
     start_ns: int,
     durs: Sequence[Sequence[float]] | np.ndarray,
     drops: Sequence[set[tuple[int, int]] | None],
-    weights: Sequence[dict[tuple[int, int], float] | None] | None = None,
 ) -> list[float]:
     """:func:`makespan` of K replays of one graph at once (K duration lists, K sets of dropped
-    edges, optionally K maps of re-weighted edges: (node, edge index) -> ns): one pass over the
-    graph in topological order with each node's start and end held as a vector over the K
-    replays (numpy), instead of K passes in Python."""
+    edges): one pass over the graph in topological order with each node's start and end held as
+    a vector over the K replays (numpy), instead of K passes in Python."""
     n, kk = len(g.nodes), len(durs)
     if kk == 0:
         return []
@@ -188,13 +156,6 @@ def makespans(
     for j, dr in enumerate(drops):
         for key in dr or ():
             kept.setdefault(key, np.ones(kk, dtype=bool))[j] = False
-    rew: dict[tuple[int, int], np.ndarray] = {}
-    for j, wt in enumerate(weights or ()):
-        for key, w in (wt or {}).items():
-            if key not in rew:
-                v0, i0 = key
-                rew[key] = np.full(kk, float(g.preds[v0][i0].w))
-            rew[key][j] = w
     S: list[np.ndarray] = [d[0]] * n
     E: list[np.ndarray] = [d[0]] * n
     add, maximum, where, isneginf = np.add, np.maximum, np.where, np.isneginf
@@ -204,9 +165,7 @@ def makespans(
         best = None
         masked = False
         for i, ed in enumerate(es):
-            t = add(
-                S[ed.src] if ed.from_start else E[ed.src], rew.get((v, i), ed.w) if rew else ed.w
-            )
+            t = add(S[ed.src] if ed.from_start else E[ed.src], ed.w)
             if kept:
                 m = kept.get((v, i))
                 if m is not None:
@@ -314,10 +273,13 @@ def replay_estimate(
     prof = [profiled(n) for n in g.nodes]
     # each variant's durations and dropped edges, once; then scaled per host speed
     prepared = []
-    reweights: dict[str, dict[tuple[int, int], float] | None] = {}
     for name, (dur, keep) in variants.items():
         d = rec if dur is None else [max(0.0, float(dur(v, n))) for v, n in enumerate(g.nodes)]
-        drop, reweights[name] = edge_changes(g, keep)
+        drop = (
+            {(v, i) for v, es in enumerate(g.preds) for i, ed in enumerate(es) if not keep(v, ed)}
+            if keep is not None
+            else None
+        )
         prepared.append((name, d, drop))
     by_name = {name: (d, drop_set) for name, d, drop_set in prepared}
     # a fix that drops a wait of the host on the GPU: the planted step follows its host's speed
@@ -327,38 +289,23 @@ def replay_estimate(
     prof_np = np.asarray(prof, dtype=bool)
     arr = {name: np.asarray(d, dtype="float64") for name, (d, _) in by_name.items()}
     rec_np = np.asarray(rec, dtype="float64")
-    Row = tuple[
-        tuple[str, float, float],
-        np.ndarray,
-        set[tuple[int, int]] | None,
-        dict[tuple[int, int], float] | None,
-    ]
-    rows: list[Row] = [
-        (("", sc, 1.0), _scaled_np(rec_np, prof_np, sc), None, None)
+    rows: list[tuple[tuple[str, float, float], np.ndarray, set[tuple[int, int]] | None]] = [
+        (("", sc, 1.0), _scaled_np(rec_np, prof_np, sc), None)
         for sc in scales
         if sc not in ctx.base_ns
     ]
     for sc in scales:
         for name, f in runs:
-            rows.append(
-                (
-                    (name, sc, f),
-                    _scaled_np(arr[name], prof_np, sc * f),
-                    by_name[name][1],
-                    reweights[name],
-                )
-            )
+            rows.append(((name, sc, f), _scaled_np(arr[name], prof_np, sc * f), by_name[name][1]))
         if waits:  # the planted graph on a slower host (the range's top)
-            rows.append((("", sc * hw, 1.0), _scaled_np(rec_np, prof_np, sc * hw), None, None))
+            rows.append((("", sc * hw, 1.0), _scaled_np(rec_np, prof_np, sc * hw), None))
     if staging and s_planted is not None:  # the planted step on a host hv slower (the top)
         sp = s_planted * hv
-        rows.append((("", sp, 1.0), _scaled_np(rec_np, prof_np, sp), None, None))
+        rows.append((("", sp, 1.0), _scaled_np(rec_np, prof_np, sp), None))
     spans = dict(
         zip(
             (r[0] for r in rows),
-            makespans(
-                g, ws, np.stack([r[1] for r in rows]), [r[2] for r in rows], [r[3] for r in rows]
-            ),
+            makespans(g, ws, np.stack([r[1] for r in rows]), [r[2] for r in rows]),
             strict=True,
         )
     )

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.compiled import CompiledInfo
 from gpuscope.analysis.fmt import sig3
-from gpuscope.analysis.gains import Context, Estimate, KeepFn, Variant, replay_estimate
+from gpuscope.analysis.gains import Context, Estimate, Variant, replay_estimate
 from gpuscope.analysis.idle import IdleResult
 from gpuscope.analysis.rank_row import RankRow
 
 if TYPE_CHECKING:
     from gpuscope.analysis.copies import PageableCopies
-    from gpuscope.analysis.critical_path import CriticalPath, Edge, Graph, Node
+    from gpuscope.analysis.critical_path import CriticalPath, Graph, Node
     from gpuscope.analysis.memory import MallocStats, MemoryResult
     from gpuscope.analysis.phase_patterns import PhasePatterns
 
@@ -295,25 +295,10 @@ def after(first: Variant, variants: dict[str, Variant]) -> dict[str, Variant]:
             m = n if d0 is None else replace(n, e=n.s + max(0, round(d0(i, n))))
             return float(m.dur) if d1 is None else d1(i, m)
 
-        keep = k0 if k1 is None else k1 if k0 is None else _both(k0, k1)
+        keep = k0 if k1 is None else k1 if k0 is None else (lambda i, ed: k0(i, ed) and k1(i, ed))
         return dur, keep
 
     return {name: compose(v) for name, v in variants.items()}
-
-
-def _both(k0: KeepFn, k1: KeepFn) -> KeepFn:
-    """An edge kept by both (dropped by either); a new weight from the later, else the first."""
-
-    def keep(i: int, ed: Edge) -> bool | float:
-        a = k0(i, ed)
-        if a is False:
-            return False
-        b = k1(i, ed)
-        if b is False:
-            return False
-        return a if b is True else b
-
-    return keep
 
 
 def on_top(both: Estimate, first: Estimate, ctx: Context) -> Estimate:

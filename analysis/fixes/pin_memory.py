@@ -125,25 +125,10 @@ def copy_waits(g: Graph) -> set[int]:
     return out
 
 
-def launch_latency_ns(g: Graph) -> float | None:
-    """The median latency (ns) from a launch call's start to its GPU work's start, over the
-    graph's launches of work other than pageable copies (None without any)."""
-    ws = sorted(
-        ed.w
-        for v, n in enumerate(g.nodes)
-        if n.kind == "gpu" and "pageable_h2d" not in n.tags
-        for ed in g.preds[v]
-        if ed.kind == "launch"
-    )
-    return float(ws[len(ws) // 2]) if ws else None
-
-
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """Pageable H→D copies at 0.6 / 1 / 1 × pinned bandwidth; their calls last at most
     :data:`LAUNCH_CALL_NS` and no longer wait for the GPU, nor do the synchronizing calls that
-    waited for them (:func:`copy_waits`: their tails last 0); each copy starts on the GPU as a
-    launched kernel does (:func:`launch_latency_ns` after its call), not after the staging of
-    its bytes through a bounce buffer that the trace shows between its call and its start."""
+    waited for them (:func:`copy_waits`: their tails last 0)."""
     nodes = g.nodes
     corr = {
         n.event.correlation
@@ -151,7 +136,6 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
         if n.kind == "gpu" and "pageable_h2d" in n.tags and isinstance(n.event, GpuEvent)
     }
     waits = copy_waits(g)
-    latency = launch_latency_ns(g)
 
     def is_call(n: Node) -> bool:
         return (
@@ -161,14 +145,7 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
             and (getattr(n.event, "correlation", None) in corr)
         )
 
-    def keep(v: int, ed: Edge) -> bool | float:
-        if (
-            latency is not None
-            and ed.kind == "launch"
-            and "pageable_h2d" in nodes[v].tags
-            and ed.w > latency
-        ):
-            return latency  # pinned, the copy starts as a launched kernel does: no staging first
+    def keep(v: int, ed: Edge) -> bool:
         return not (ed.kind == "wait" and (v in waits or is_call(nodes[v])))
 
     def pin(f: float) -> DurFn:
