@@ -1,4 +1,4 @@
-"""Record the validation set's fifth part, **blind** (v55-v68): planted-and-fixed pairs on models,
+"""Record the validation set's fifth part, **blind** (v55-v69): planted-and-fixed pairs on models,
 sizes and workloads unlike any earlier case (v01-v54, ../fixes, ../multi_gpu), recorded after
 v41-v54 had been judged, and kept out of every calibration (truth.json ``group: "blind3"``).
 Nobody runs gpuscope's analysis on these cases before the lead judges them once.
@@ -13,7 +13,9 @@ variant through ``gpuscope.capture.profile_steps`` (5 untraced steps timed by CU
 6, warmup 2, active 3), then ``--rounds`` rounds of planted and fixed timed without the profiler,
 each a fresh process, alternately (planted/fixed, fixed/planted, ...); 15 warm-up steps (30 for
 the compiled cases), then 40 steps in blocks of 5 synchronised at both ends; ``step_ms_median``
-is the median block. Every case runs on one GPU.
+is the median block. v55-v68 run on one GPU; v69 on 2 GPUs (each run a fresh ``torchrun
+--nproc_per_node 2`` job; ``step_ms_median`` the slower rank's), added after v55-v68 were
+recorded and committed before its own device call.
 
 The cases, their sizes and the two chosen to gain nothing (v67: bf16 autocast on a recommender
 bound by its big embedding tables' dense gradients and their optimizer update; v68:
@@ -167,6 +169,16 @@ CASES: dict[str, dict] = {
         "fix": "checkpointing dropped (gains ~0: the recompute is a few elementwise kernels)",
         "expected_fix": "activation_checkpointing",
         "null": True,
+    },
+    "v69": {
+        "name": "overlap_communication",
+        "model": "ResMLP (196 patch tokens of 16 x 16 x 3, d 1024, 12 layers of cross-patch "
+        "Linear 196 and MLP 4x, LayerNorm: 102 M parameters) under DDP on 2 GPUs, batch 32 per "
+        "rank, bf16 autocast",
+        "planted": "DDP(bucket_cap_mb=4096): one bucket, all-reduced after backward ends",
+        "fix": "DDP(bucket_cap_mb=50, gradient_as_bucket_view=True, static_graph=True)",
+        "expected_fix": "overlap_communication",
+        "gpus": 2,
     },
 }
 ORDER = list(CASES)
@@ -815,6 +827,53 @@ def _nerf(k: Kit, fixed: bool, device: str):
     return k.train(opt, loss_fn), batch, model
 
 
+def _resmlp_ddp(k: Kit, fixed: bool, device: str):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch, nn, F = k.torch, k.nn, k.F
+    tokens, d, layers, batch = (16, 32, 2, 2) if k.quick else (196, 1024, 12, 32)
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.cross = nn.Linear(tokens, tokens)
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            x = x + self.cross(self.n1(x).transpose(1, 2)).transpose(1, 2)
+            return x + self.fc2(F.gelu(self.fc1(self.n2(x))))
+
+    class ResMLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Linear(768, d)
+            self.layers = nn.Sequential(*[Layer() for _ in range(layers)])
+            self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, 1000)
+
+        def forward(self, p):
+            return self.head(self.norm(self.layers(self.embed(p))).mean(1))
+
+    model = ResMLP().to(device)
+    if fixed:
+        kw = {"bucket_cap_mb": 50, "gradient_as_bucket_view": True, "static_graph": True}
+    else:
+        kw = {"bucket_cap_mb": 4096}
+    ids = [torch.device(device).index] if k.cuda else None
+    run = DDP(model, device_ids=ids, **kw)
+    opt = k.adamw(model, fused=k.cuda)
+    x = torch.randn(batch, tokens, 768, device=device)
+    y = torch.randint(0, 1000, (batch,), device=device)
+
+    def loss_fn():
+        with k.ac:
+            return F.cross_entropy(run(x).float(), y)
+
+    k.meta["ddp"] = kw
+    k.meta["params"] = sum(p.numel() for p in model.parameters())
+    return k.train(opt, loss_fn), batch, model
+
+
 BUILDERS = {
     "v55": _dit,
     "v56": _conformer,
@@ -830,12 +889,13 @@ BUILDERS = {
     "v66": _actor_critic,
     "v67": _recsys,
     "v68": _nerf,
+    "v69": _resmlp_ddp,
 }
 """Each case's builder: (kit, fixed, device) -> (step_fn, samples_per_step, model)."""
 
 
 def build(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
-    """(step_fn, samples_per_step, meta, model) of one case and variant (one GPU: ``rank`` 0)."""
+    """(step_fn, samples_per_step, meta, model) of one case and variant on this rank."""
     if case not in BUILDERS:
         raise SystemExit(f"unknown case {case}")
     k = kit(device, seed=86420, quick=record_new.QUICK)

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# How v55-v68 (the third blind part) were recorded, on a one-GPU machine (nvidia-h100-x1):
+# How v55-v69 (the third blind part) were recorded: v55-v68 on nvidia-h100-x1, v69 (2 GPUs, torchrun) on nvidia-h100-x2:
 # `bash sample_traces/validation/record_blind3_device.sh TAG CASES [ROUNDS] [BUDGET_S] [more]`,
 # from the repository root ($OUT: where the tar.gz, the log and the environment go).
-# One driver on the one GPU (timings never share a GPU): CASES in order, each a profiled trace
+# One driver at a time (timings never share a GPU): CASES in order, each a profiled trace
 # of the planted variant, then ROUNDS (default 3) rounds of planted and fixed, each a fresh
 # process; the driver starts no case after BUDGET_S (default 470) seconds.
 # `more` as 5th argument: ROUNDS more rounds, no trace (a second recording, timing_run2.json).
 # gpuscope is not installed there: a throw-away package whose __path__ is app/ plus the root
 # makes gpuscope.capture importable (as ../multi_gpu/README.md).
 set -u
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 R=$PWD
 G=$(mktemp -d)
 mkdir "$G/gpuscope"
