@@ -23,7 +23,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import REPO, SHOTS, Server, screenshot, start_server, stop_server, wait_idle
+from e2e_support import (
+    POLL_MS,
+    REPO,
+    SHOTS,
+    Server,
+    screenshot,
+    start_server,
+    stop_server,
+    wait_idle,
+    wait_still,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -89,8 +99,9 @@ def cell_xy(chart, row: int, col: int, n_rows: int, n_cols: int) -> tuple[float,
     """The page coordinates of a cell's centre (rows top down: y is reversed), the whole heatmap
     brought into the viewport first (a pointer outside it hovers nothing)."""
     chart.evaluate("el => el.scrollIntoView({block: 'center'})")
-    chart.page.wait_for_timeout(300)
-    box = chart.locator(".nsewdrag").first.bounding_box()
+    area = chart.locator(".nsewdrag").first
+    wait_still(area)
+    box = area.bounding_box()
     assert box is not None
     return (
         box["x"] + (col + 0.5) * box["width"] / n_cols,
@@ -169,6 +180,7 @@ def test_the_pace_setter_stands_out_and_a_click_opens_its_plot(many, new_page) -
         '() => [...document.querySelectorAll(\'[data-testid="stDataFrame"] [role="row"]\')]'
         f".some(r => r.textContent.includes('r128') && r.textContent.includes('rank {SLOW}'))",
         timeout=300_000,
+        polling=POLL_MS,
     )
     assert f"rank {SLOW}" in runs_row(page, "r128")  # the pace-setter, once analysed
     # the Run page without a rank in the URL opens on the pace-setter, and says why

@@ -5,10 +5,8 @@ own colour in the sawtooth, and the Runs list shows the job's busy and wait."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import urllib.parse
 from collections.abc import Iterator
@@ -18,8 +16,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from clitools import cli_in_process  # tests/: on the path from tests/conftest.py
 from e2e_support import (
-    REPO,
     Server,
     ddp_rank_files,
     sawtooth_chart,
@@ -44,15 +42,8 @@ def ddp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str,
     s = start_server(work, db=work / "store", load_samples=False)
     try:
 
-        def cli(*args: str) -> str:
-            done = subprocess.run(
-                [sys.executable, "-m", "gpuscope", *args, "--db", str(s.db)],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                cwd=REPO,
-                env=dict(os.environ),
-            )
+        def cli(*args: str) -> str:  # in this process: no process is the point here
+            done = cli_in_process(*args, "--db", str(s.db))
             assert done.returncode == 0, done.stderr
             return done.stdout
 
@@ -124,7 +115,10 @@ def test_opens_on_the_pace_setter_then_rank_0_waits_and_the_runs_list_agrees(ddp
     assert f"rgb({r}, {g}, {b})" in fills, fills
     screenshot(page, "run_ddp_wait")
     # the Runs list: the job's verdict (job step time, busy and wait over every rank's window)
-    page.goto(f"{server.url}/runs")
+    # (the sidebar's link, as a reader goes there: the page switches in place, no reload)
+    page.locator('[data-testid="stSidebarNav"] a').filter(has_text="Runs").click()
+    page.wait_for_url(re.compile(r"/runs(\?|$)"))
+    page.get_by_placeholder("name, run id, tag or GPU").wait_for()
     wait_idle(page)
     cells = page.locator('[data-testid="stDataFrame"] [role="gridcell"]')
     cells.first.wait_for(state="attached")
@@ -145,24 +139,7 @@ def test_opens_on_the_pace_setter_then_rank_0_waits_and_the_runs_list_agrees(ddp
 
 def test_a_click_on_a_heatmap_cell_opens_that_rank_and_step(ddp, new_page) -> None:  # type: ignore[no-untyped-def]
     server, rid, _ = ddp
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuscope",
-            "analyze",
-            rid,
-            "--rank",
-            "1",
-            "--json",
-            "--db",
-            str(server.db),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
+    done = cli_in_process("analyze", rid, "--rank", "1", "--json", "--db", str(server.db))
     assert done.returncode == 0, done.stderr
     rank1_ms = {s["number"]: s["duration_ms"] for s in json.loads(done.stdout)["steps"]}
     page = new_page()
@@ -216,12 +193,24 @@ def paint_click(message) -> tuple[bool, str]:  # type: ignore[no-untyped-def]
     return hit, rerun.query_string
 
 
+def run_finished(message) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a message the server sent on a page's socket ends a script run (a fragment's too)."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    if not isinstance(message, bytes):
+        return False
+    m = ForwardMsg()
+    m.ParseFromString(message)
+    return m.WhichOneof("type") == "script_finished"
+
+
 def paint_socket(page, *, hold: int = 0, drop_after_first: bool = False) -> dict:  # type: ignore[no-untyped-def,type-arg]
     """Control ``page``'s paint clicks (:func:`paint_click`) on its socket: the first ``hold`` of
     them are kept (``state["held"]``, their URL queries in ``state["queries"]``) until the test
     sends them (``state["release"]()``); with ``drop_after_first``, every click after the first
-    is dropped (counted in ``state["dropped"]``). Everything else passes."""
-    state: dict = {"held": [], "queries": [], "seen": 0, "dropped": 0}  # type: ignore[type-arg]
+    is dropped (counted in ``state["dropped"]``). Everything else passes. ``state["finished"]``
+    counts the script runs the server has ended (:func:`run_finished`)."""
+    state: dict = {"held": [], "queries": [], "seen": 0, "dropped": 0, "finished": 0}  # type: ignore[type-arg]
 
     def route(ws) -> None:  # type: ignore[no-untyped-def]
         srv = ws.connect_to_server()
@@ -244,9 +233,14 @@ def paint_socket(page, *, hold: int = 0, drop_after_first: bool = False) -> dict
             for message in held:
                 srv.send(message)
 
+        def to_page(message) -> None:  # type: ignore[no-untyped-def]
+            if run_finished(message):
+                state["finished"] += 1
+            ws.send(message)
+
         state["release"] = release
         ws.on_message(to_server)
-        srv.on_message(ws.send)
+        srv.on_message(to_page)
 
     page.route_web_socket(re.compile(r"/_stcore/stream$"), route)
     return state
@@ -328,8 +322,13 @@ def test_a_paint_click_sent_before_a_rank_change_reached_the_browser_does_not_un
     assert "rank=0" in clicks["queries"][0] and "rank=1" in clicks["queries"][1], clicks
     stale, own = clicks["held"]
     clicks["held"] = [stale]
+    finished = clicks["finished"]
     clicks["release"]()  # the stale click (rank 0) reaches the server after rank 1's run
-    page.wait_for_timeout(1500)
+    for _ in range(300):  # until the server has ended the run the stale click started
+        if clicks["finished"] > finished:
+            break
+        page.wait_for_timeout(100)
+    assert clicks["finished"] > finished, "the server ended no run after the stale click"
     wait_idle(page)
     assert urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query).get("rank") == ["1"]
     assert page.get_by_role("heading", name="Fixes").count() == 0  # it drew nothing

@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import REPO, Server, screenshot, start_server, stop_server, wait_idle
+from e2e_support import POLL_MS, REPO, Server, screenshot, start_server, stop_server, wait_idle
 from synth import nvml_series
 
 pytestmark = pytest.mark.browser
@@ -65,7 +65,9 @@ def test_empty_figures_read_as_a_dash_and_every_column_shows_at_1440_px(listed, 
     page.add_init_script(DRAWN)
     page.goto(f"{server.url}/runs")
     step = f"{job['step_time_ms']['p50']:.1f} ms"
-    page.wait_for_function(f"() => window.__drawn.includes({json.dumps(step)})", timeout=180_000)
+    page.wait_for_function(
+        f"() => window.__drawn.includes({json.dumps(step)})", timeout=180_000, polling=POLL_MS
+    )
     wait_idle(page)
     page.wait_for_timeout(500)  # the grid's last frame
     drawn: list[str] = page.evaluate("() => window.__drawn")
