@@ -15,7 +15,7 @@ record_blind.py (v29-v40) is ``group: "blind"``: recorded after v01-v28 were tun
 looked at by gpuscope's analysis before it was recorded, and kept out of every calibration (no
 part of it is calibration; ``held_out`` is true). Every case of record_blind2.py (v41-v54) is
 ``group: "blind2"``, likewise held out: recorded after v29-v40 had been looked at, judged once;
-and every case of record_blind3.py (v55-v68) is ``group: "blind3"``, held out, recorded after
+and every case of record_blind3.py (v55-v69) is ``group: "blind3"``, held out, recorded after
 v41-v54 had been judged.
 """
 
@@ -250,7 +250,7 @@ def main() -> int:
         "of record_blind.py (v29-v40, group blind) is held out and was never analysed before it "
         "was recorded; so is every case of record_blind2.py (v41-v54, group blind2), recorded "
         "after v29-v40 had been looked at, judged once at the end; and so is every case of "
-        "record_blind3.py (v55-v68, group blind3), recorded after v41-v54 had been judged. "
+        "record_blind3.py (v55-v69, group blind3), recorded after v41-v54 had been judged. "
         "compile: eager vs "
         "torch.compile of v06, v12 and v23's planted variants.",
         "cases": cases,

@@ -173,7 +173,7 @@ CASES: dict[str, dict] = {
     "v69": {
         "name": "overlap_communication",
         "model": "ResMLP (196 patch tokens of 16 x 16 x 3, d 1024, 12 layers of cross-patch "
-        "Linear 196 and MLP 4x, LayerNorm: 102 M parameters) under DDP on 2 GPUs, batch 32 per "
+        "Linear 196 and MLP 4x, LayerNorm: 103 M parameters) under DDP on 2 GPUs, batch 32 per "
         "rank, bf16 autocast",
         "planted": "DDP(bucket_cap_mb=4096): one bucket, all-reduced after backward ends",
         "fix": "DDP(bucket_cap_mb=50, gradient_as_bucket_view=True, static_graph=True)",
