@@ -524,7 +524,8 @@ def cause_fix(
     recommendation of the fix when its rule found it; for a rank that computes more
     (``load_imbalance``), always "give it equal work" (the rank's own rule of that id is about its
     waiting for another rank) (:func:`~gpuscope.analysis.fixes.load_imbalance.
-    equal_work_fix`). None: no cause with a fix, no critical path (an analysis without it), or the
+    equal_work_fix`). None: host work of its own (``load_imbalance`` for host dispatch: the
+    cause's re-timed step is its point), no cause with a fix, no critical path (an analysis without it), or the
     rank's rule did not find the fix."""
     from gpuscope.analysis.fixes import load_imbalance
     from gpuscope.analysis.straggler_cause import COMPUTE
@@ -533,6 +534,8 @@ def cause_fix(
         return None
     rep = report_of(cause.rank)
     cp, ctx = rep.critical_path, rep.gain_context
+    if cause.cause != COMPUTE and cause.fix_id == load_imbalance.UNIT.id:
+        return None  # host work of its own: the rank's own rule of that id is about its waiting
     if cause.cause != COMPUTE:
         return next(
             (r for r in rep.recommendations if r.id == cause.fix_id and r.estimate is not None),
@@ -570,6 +573,7 @@ def _pace_cause(
     from gpuscope.analysis.straggler_cause import (
         chain_for,
         flops_for,
+        host_ops_for,
         pace_setter_cause,
         untraced_for,
     )
@@ -584,6 +588,7 @@ def _pace_cause(
         flops_per_step=flops_for(con, rep) if con is not None else None,
         chain=chain_for(con, rep) if con is not None else None,
         steps={n for n, _ in job_step.by_step if n != job_step.drain_step} or None,
+        host_ops=host_ops_for(con, rep) if con is not None else None,
     )
 
 

@@ -14,12 +14,14 @@ Public API (what ``analysis/job.py`` calls)::
                                               # pace-setter's mean step
         profiler: ProfilerCost | None = None, # the pace-setter's profiler cost, when known
         untraced_ms=, flops_per_step=,        # the pace-setter's and its top waiter's
+        host_ops=,                            # (host ops per step: host_ops_for)
         chain: Chain | None = None,           # the chain across ranks (cross_rank_chain)
     ) -> PaceSetterCause | None               # None: no straggler, so no pace-setter to explain
 
     finding(rep: RunReport, con=None) -> PaceSetterCause | None   # the same from a rank's report
                                               # (with ``con``: untraced time, FLOPs, the chain)
     cross_rank_chain(con, run_id, match, pace, waiting) -> Chain | None
+    host_ops_per_step(con, run_id, rank) -> float   # host_ops_for(con, rep): the pair's
     step_segments(con, run_id, rank, match) -> {step: {part: ns}}
     retimed_by_step(chain, cause) -> {step: ms}
 
@@ -31,7 +33,10 @@ communication itself (transfer share × step + idle in ``communication``). A cau
 excess is at least :data:`EXPLAINS` of ``W`` and at least :data:`SINGLES_OUT` times the next
 cause's; otherwise the result abstains (``cause == "abstained"``) and says why. Host dispatch that
 the profiler's cost can account for (the pace-setter's host cap, untraced step − GPU busy per step,
-below half of it) is named ``profiler``. Re-timing (a simple model): the job step shrinks by
+below half of it) is named ``profiler``, unless the pace-setter runs host work of its own (at
+least :data:`MORE_HOST_OPS` more host ops per step than the others, :func:`host_ops_per_step`):
+the profiler's per-op cost is the same on every rank, so its host time is then compared with
+theirs as traced, against how much longer the waiting rank waits in the chain's steps. Re-timing (a simple model): the job step shrinks by
 ``min(W, excess)``, on the **mean** step (a stall at a few steps leaves the median step as it is
 and lengthens the mean: the mean is what it costs). The caused wait per step says whether the lateness is steady or **spikes** at a
 few steps; the other ranks' share of the caused wait whether the straggler **moves** between ranks.
@@ -118,6 +123,14 @@ SPIKE_FACTOR = 2.0
 PROFILER_LEAVES = 0.25
 """The profiler is the cause when the wait left without its dispatch cost is under this share."""
 MORE_COMPUTE = 0.1
+MORE_HOST_OPS = 0.1
+"""The pace-setter runs its own extra host work when its host ops per step exceed the other
+ranks' median by this share (ranks running the same code differ by at most 3.1 % on every real
+multi-GPU trace of the project; the profiler's per-op cost is the same on every rank)."""
+MIN_HOST_OPS = 100
+"""... counted only where every compared rank runs at least this many host ops per step (the
+profiler's per-op cost is a cost of many small ops; a step of a handful of ops is read by the
+host cap alone)."""
 """A rank computing this much more per step than the others' median is said beside the verdict."""
 SPIKE_HOLDS = 0.7
 """... and the lateness "spikes at a few steps" when such steps (at most half of them) hold at
@@ -307,11 +320,13 @@ def pace_setter_cause(
     flops_per_step: Mapping[int, float] | None = None,
     chain: Chain | None = None,
     steps: Collection[int] | None = None,
+    host_ops: Mapping[int, float] | None = None,
 ) -> PaceSetterCause | None:
     """The pace-setter's own cause (module doc); None when there is no straggler (no rank makes
     the others wait above the collectives' threshold) or no other rank's line to compare with.
     ``steps``: the step numbers ``job_step_ms`` is the mean of (the chain's re-timing averages
-    its gain over those of its steps; default: all)."""
+    its gain over those of its steps; default: all). ``host_ops``: host ops per step by rank
+    (:func:`host_ops_per_step`; the pace-setter's own extra host work, module doc)."""
     if straggler is None:
         return None
     by_rank = {int(line.rank): line for line in lines}
@@ -341,6 +356,20 @@ def pace_setter_cause(
     # not record) is counted first, the dispatch inside ops (what the profiler inflates) gets the
     # rest, and the dispatch above that leaves the wait to explain
     cap = profiler.host_cap_ms_per_step if profiler is not None else None
+    own_ops = _own_host_ops(int(pace.rank), host_ops)
+    to_explain = wait  # the wait its own causes must explain, before the profiler's part
+    by_chain_now = chain is not None and bool(chain.steps) and chain.pace == int(pace.rank)
+    if own_ops is not None:
+        # the pace-setter runs host work the others do not: the profiler's per-op cost is the
+        # same on every rank, so its host time is compared with theirs as traced (no cap), and
+        # the wait it explains is how much longer the other rank waits in the same steps
+        cap = None
+        if by_chain_now:
+            assert chain is not None
+            net = chain.parts_ms(chain.waiting).get("wait", 0.0) - chain.parts_ms(chain.pace).get(
+                "wait", 0.0
+            )
+            to_explain = min(wait, max(0.0, net))
     removed = 0.0
     raw_host = next((f.excess_ms for f in cands if f.cause == HOST), 0.0)
     if cap is not None and mine.get(HOST) is not None:
@@ -348,7 +377,7 @@ def pace_setter_cause(
         real = max(0.0, min(float(mine[HOST] or 0.0), cap - min(untraced, cap)))
         removed = float(mine[HOST] or 0.0) - real
         cands = [CauseFigure(f.cause, real, f.others_ms) if f.cause == HOST else f for f in cands]
-    left = max(0.0, wait - removed)  # the wait its own causes must explain
+    left = max(0.0, to_explain - removed)  # the wait its own causes must explain
     ranked = sorted(cands, key=lambda f: -f.excess_ms)
     where = _where(straggler.rank, pattern, spikes, shares)
     waits = (
@@ -421,6 +450,13 @@ def pace_setter_cause(
             )
         elif cause == HOST and profiler is not None and profiler.suspect:
             note = "; its ops are short and many, so part of it may be the profiler's own cost"
+        if cause == HOST and own_ops is not None:
+            mine_n, theirs_n = own_ops
+            note = (
+                f"; it runs {sig3(mine_n)} host ops per step against {sig3(theirs_n)} on the "
+                f"others ({sig3(100.0 * (mine_n / theirs_n - 1))} % more): work of its own, not "
+                "the profiler's (whose per-op cost every rank pays alike)"
+            )
     explain = wait if cause == PROFILER else left
     gain = min(explain, best.excess_ms)
     retimed = step - gain if step is not None else None
@@ -465,8 +501,9 @@ def pace_setter_cause(
                 flops_per_step,
                 profiler,
             )
-    what = _cause_words(straggler.rank, cause, best)
-    fix = fix_of(cause)
+    what = _cause_words(straggler.rank, cause, best, own_ops is not None)
+    # host work of its own (more host ops than the others): keep it off this rank's step
+    fix = fix_of(COMPUTE if cause == HOST and own_ops is not None else cause)
     fix_words = f"; first fix: {fix_title(fix)} ({fix})" if fix else ""
     timed = (
         f"; with it removed the job's mean step goes from {sig3(step)} to {sig3(retimed)} ms"
@@ -490,6 +527,20 @@ def pace_setter_cause(
         chain=chain,
         step_retimed=tuple(sorted(per_step.items())),
     )
+
+
+def _own_host_ops(rank: int, host_ops: Mapping[int, float] | None) -> tuple[float, float] | None:
+    """(the rank's host ops per step, the other ranks' median) when the rank runs its own extra
+    host work (at least :data:`MORE_HOST_OPS` more, every rank at least :data:`MIN_HOST_OPS`),
+    else None."""
+    ops = dict(host_ops or {})
+    mine = ops.pop(rank, None)
+    if mine is None or not ops:
+        return None
+    rest = float(statistics.median(ops.values()))
+    if min(mine, rest) < MIN_HOST_OPS or mine < (1 + MORE_HOST_OPS) * rest:
+        return None
+    return float(mine), rest
 
 
 def _busy_ms(line: RankRow) -> float | None:
@@ -536,7 +587,7 @@ def _compute_note(flops: Mapping[int, float] | None) -> str:
     )
 
 
-def _cause_words(rank: int, cause: str, f: CauseFigure) -> str:
+def _cause_words(rank: int, cause: str, f: CauseFigure, own_work: bool = False) -> str:
     if cause == PROFILER:
         return f"rank {rank}'s GPU idles while the profiler records its ops"
     if cause == COMPUTE:
@@ -551,6 +602,11 @@ def _cause_words(rank: int, cause: str, f: CauseFigure) -> str:
             f"rank {rank}: {_fig_words(f)}: Python between ops (a batch made outside a "
             "DataLoader, a sleep, logging, I/O); find it with torch.profiler.record_function or "
             "py-spy, and move it off the step (into DataLoader workers when it makes the batch)"
+        )
+    if cause == HOST and own_work:
+        return (
+            f"rank {rank}: {_fig_words(f)}: its host runs work the other ranks do not (logging, "
+            "per-tensor statistics, evaluation): move it off the step or batch it"
         )
     if cause == HOST:
         return (
@@ -583,8 +639,9 @@ def finding(rep: RunReport, con: Connection | None = None) -> PaceSetterCause | 
     un = untraced_for(con, rep) if con is not None else None
     fl = flops_for(con, rep) if con is not None else None
     ch = chain_for(con, rep) if con is not None else None
+    ops = host_ops_for(con, rep) if con is not None else None
     return pace_setter_cause(
-        s, rep.ranks, profiler=prof, untraced_ms=un, flops_per_step=fl, chain=ch
+        s, rep.ranks, profiler=prof, untraced_ms=un, flops_per_step=fl, chain=ch, host_ops=ops
     )
 
 
@@ -619,6 +676,40 @@ def untraced_for(con: Connection, rep: RunReport) -> dict[int, float]:
         for r in sorted({int(s.rank), int(s.waiting_rank)})
         if (v := untraced_idle_ms(con, run_id, r)) is not None
     }
+
+
+def host_ops_for(con: Connection, rep: RunReport) -> dict[int, float]:
+    """:func:`host_ops_per_step` of the straggler of ``rep`` and of the rank that waits most for
+    it (what :func:`pace_setter_cause`'s ``host_ops`` takes); empty without a straggler."""
+    s = rep.straggler
+    if s is None:
+        return {}
+    run_id = str(rep.run["id"])
+    return {
+        r: host_ops_per_step(con, run_id, r) for r in sorted({int(s.rank), int(s.waiting_rank)})
+    }
+
+
+def host_ops_per_step(con: Connection, run_id: str, rank: int) -> float:
+    """The rank's host ops per step: its host spans (CPU ops, runtime calls, annotations but the
+    step's own) that start in its window, over the window's steps."""
+    from gpuscope.analysis.event_classes import HOST_CATS, PROFILER_STEP_RE
+    from gpuscope.analysis.rank_index import RankIndex
+    from gpuscope.analysis.steps import find_window
+    from gpuscope.analysis.store_access import execute, regex, sql_list
+
+    w = find_window(con, run_id, rank)
+    ix = RankIndex.shared(con, run_id, rank)
+    row = execute(
+        con,
+        f"""
+        SELECT count(*) FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+        WHERE h.ph = 'X' AND h.dur_ns > 0 AND h.cat IN {sql_list(HOST_CATS)}
+          AND h.ts_ns >= $lo AND h.ts_ns < $hi AND NOT {regex(PROFILER_STEP_RE)}
+        """,
+        {"run": run_id, "lo": int(w.start_ns), "hi": int(w.end_ns)},
+    ).fetchone()
+    return float(row[0] if row else 0) / max(1, w.n_steps)
 
 
 def untraced_idle_ms(con: Connection, run_id: str, rank: int) -> float | None:
