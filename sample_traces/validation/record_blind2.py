@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE.parent / "fixes"))
 sys.path.insert(0, str(HERE.parent / "multi_gpu"))
 
 import record_new  # noqa: E402
+from record_common import kit  # noqa: E402
 
 GROUP = "blind2"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -257,13 +258,8 @@ def build(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
 
     fixed = variant == "fixed"
     q = record_new.QUICK
-    torch.manual_seed(97531)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = True
-    torch.backends.cudnn.benchmark = False
-    cuda = device.startswith("cuda")
-    dt = "cuda" if cuda else "cpu"
-    ac = torch.autocast(dt, dtype=torch.bfloat16, enabled=cuda)
+    k = kit(device, seed=97531, quick=record_new.QUICK)
+    cuda, dt, ac = k.cuda, k.dt, k.ac
     meta: dict = {}
 
     def train(opt, loss_fn):

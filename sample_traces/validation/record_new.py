@@ -32,6 +32,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
+from record_common import kit  # noqa: E402
+
 QUICK = False
 
 CASES: dict[str, dict] = {
@@ -225,13 +227,8 @@ def build(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
 
     fixed = variant == "fixed"
     q = QUICK
-    torch.manual_seed(4321)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = True
-    torch.backends.cudnn.benchmark = False
-    cuda = device.startswith("cuda")
-    dt = "cuda" if cuda else "cpu"
-    ac = torch.autocast(dt, dtype=torch.bfloat16, enabled=cuda)
+    k = kit(device, seed=4321, quick=QUICK)
+    cuda, dt, ac = k.cuda, k.dt, k.ac
     meta: dict = {}
 
     def train(model, opt, loss_fn):
