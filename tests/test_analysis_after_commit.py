@@ -36,6 +36,19 @@ def _stack_parents(tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np
     return parent
 
 
+def count_calls(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
+    """Wrap ``module.name`` so that each call appends 1 to the returned list (then runs it)."""
+    real = getattr(module, name)
+    calls: list[int] = []
+
+    def spy(*a: Any) -> Any:
+        calls.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(module, name, spy)
+    return calls
+
+
 _span = st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 40))
 
 
@@ -152,14 +165,7 @@ def test_busy_split_is_computed_once_per_window(con, monkeypatch: pytest.MonkeyP
     rid = ingest_paths(con, [GPT_MEM])[0].run_id
     w = find_window(con, rid, 0)
     dev = RankIndex.shared(con, rid, 0).primary_device(w.start_ns, w.end_ns)
-    calls: list[int] = []
-    compute = B._busy_split
-
-    def spy(*a):  # type: ignore[no-untyped-def]
-        calls.append(1)
-        return compute(*a)
-
-    monkeypatch.setattr(B, "_busy_split", spy)
+    calls = count_calls(monkeypatch, B, "_busy_split")
     first = B.busy_split(con, rid, 0, w.start_ns, w.end_ns, dev)
     want = dataclasses.asdict(first)
     assert want["compute_ns"] > 0
@@ -254,14 +260,7 @@ def test_busy_summary_is_computed_once_per_window(con, monkeypatch: pytest.Monke
 
     rid = ingest_paths(con, [GPT_MEM])[0].run_id
     w = find_window(con, rid, 0)
-    calls: list[int] = []
-    devices = B._devices
-
-    def spy(*a):  # type: ignore[no-untyped-def]
-        calls.append(1)
-        return devices(*a)
-
-    monkeypatch.setattr(B, "_devices", spy)
+    calls = count_calls(monkeypatch, B, "_devices")
     first = B.busy_summary(con, rid, 0, w.start_ns, w.end_ns)
     want = first.to_json()
     assert want["busy_us"] > 0 and want["streams"]
