@@ -4,12 +4,7 @@
 # machine ($OUT: the tar.gz and the log). 3 rounds, eager/autocast alternately, fresh processes.
 # As recorded (2026-11-26, H100): with v45a first, which was dropped (record_blind.AMP says why).
 set -u
-export PYTHONUNBUFFERED=1
-R=$PWD
-G=$(mktemp -d)
-mkdir "$G/gpuscope"
-echo "__path__=['$R/app','$R'];exec(open('$R/app/__init__.py').read())" >"$G/gpuscope/__init__.py"
-export PYTHONPATH=$G
+. sample_traces/validation/device_env.sh  # multicast off, gpuscope importable
 (nvidia-smi && python3 -c 'import torch; print(torch.__version__, torch.version.cuda)' && nproc && uptime) >"$OUT/env_amp.txt" 2>&1
 timeout -s INT 540 python3 sample_traces/validation/record_blind.py drive --cases v07a,v37a \
     --no-trace --rounds 3 --out /tmp/amp --tar "$OUT/amp.tar.gz" --budget-s 480 --child-timeout 90 \

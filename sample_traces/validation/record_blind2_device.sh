@@ -10,15 +10,9 @@
 #        recording, timing_run2.json, for cases whose rounds scattered); "-" for none.
 # more2: ROUNDS more rounds of the two-GPU CASES0 (torchrun on both GPUs), no trace.
 # As recorded: call1; `call2 - -` then `more v43 - 4` in one call; `more2 v53,v54 - 4`.
-# gpuscope is not installed there: a throw-away package whose __path__ is app/ plus the root
-# makes gpuscope.capture importable (as ../multi_gpu/README.md).
+# gpuscope is not installed there: device_env.sh (this folder) makes it importable.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-R=$PWD
-G=$(mktemp -d)
-mkdir "$G/gpuscope"
-echo "__path__=['$R/app','$R'];exec(open('$R/app/__init__.py').read())" >"$G/gpuscope/__init__.py"
-export PYTHONPATH=$G
+. sample_traces/validation/device_env.sh  # multicast off, gpuscope importable
 B=sample_traces/validation/record_blind2.py
 (nvidia-smi && nvidia-smi topo -m && python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version(), torch.cuda.device_count())' && nproc && uptime) >"$OUT/env_blind2_$1.txt" 2>&1
 # one driver per GPU: pair GPU CASES TAG BUDGET_S LIMIT_S [extra args]

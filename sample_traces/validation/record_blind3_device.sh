@@ -6,15 +6,9 @@
 # of the planted variant, then ROUNDS (default 3) rounds of planted and fixed, each a fresh
 # process; the driver starts no case after BUDGET_S (default 470) seconds.
 # `more` as 5th argument: ROUNDS more rounds, no trace (a second recording, timing_run2.json).
-# gpuscope is not installed there: a throw-away package whose __path__ is app/ plus the root
-# makes gpuscope.capture importable (as ../multi_gpu/README.md).
+# gpuscope is not installed there: device_env.sh (this folder) makes it importable.
 set -u
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-R=$PWD
-G=$(mktemp -d)
-mkdir "$G/gpuscope"
-echo "__path__=['$R/app','$R'];exec(open('$R/app/__init__.py').read())" >"$G/gpuscope/__init__.py"
-export PYTHONPATH=$G
+. sample_traces/validation/device_env.sh  # multicast off, gpuscope importable
 B=sample_traces/validation/record_blind3.py
 TAG=$1 CASES=$2 ROUNDS=${3:-3} BUDGET=${4:-470}
 EXTRA=()

@@ -8,15 +8,9 @@
 #        model.compile() of v06, v12 and v23's planted variants, one driver per GPU, and two more
 #        rounds of v30 (timing_run2.json).
 # call3: four more rounds of each compile pair (a second recording).
-# gpuscope is not installed there: a throw-away package whose __path__ is app/ plus the root
-# makes gpuscope.capture importable (as ../multi_gpu/README.md).
+# gpuscope is not installed there: device_env.sh (this folder) makes it importable.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-R=$PWD
-G=$(mktemp -d)
-mkdir "$G/gpuscope"
-echo "__path__=['$R/app','$R'];exec(open('$R/app/__init__.py').read())" >"$G/gpuscope/__init__.py"
-export PYTHONPATH=$G
+. sample_traces/validation/device_env.sh  # multicast off, gpuscope importable
 B=sample_traces/validation/record_blind.py
 (nvidia-smi && nvidia-smi topo -m && python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version(), torch.cuda.device_count())' && nproc && uptime) >"$OUT/env_$1.txt" 2>&1
 case "$1" in

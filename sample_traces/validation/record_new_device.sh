@@ -3,15 +3,9 @@
 # from the repository root on an nvidia-h100-x2 machine ($OUT: where the tar.gz and logs go).
 # single: the 9 one-GPU cases, two drivers at once, one per GPU (CUDA_VISIBLE_DEVICES);
 # multi: the 4 two-GPU cases, each run a fresh torchrun job on both GPUs.
-# gpuscope is not installed there: a throw-away package whose __path__ is app/ plus the root
-# makes gpuscope.capture importable (as ../multi_gpu/README.md).
+# gpuscope is not installed there: device_env.sh (this folder) makes it importable.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-R=$PWD
-G=$(mktemp -d)
-mkdir "$G/gpuscope"
-echo "__path__=['$R/app','$R'];exec(open('$R/app/__init__.py').read())" >"$G/gpuscope/__init__.py"
-export PYTHONPATH=$G
+. sample_traces/validation/device_env.sh  # multicast off, gpuscope importable
 N=sample_traces/validation/record_new.py
 (nvidia-smi && nvidia-smi topo -m && python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version(), torch.cuda.device_count())') >"$OUT/env_$1.txt" 2>&1
 case "$1" in
