@@ -83,14 +83,21 @@ def write_pair(
             elif kind == "comm":
                 t.cpu_op("record_param_comms", at, 10.0, **DIMS)
                 t.launch(BROADCAST, at + 1.0, at, us, stream=19)
-            t.launch(GEMM, start + 60.0 + us, start + 100.0 + us, compute_us[r])
-            t.cpu_op("record_param_comms", start + 70.0 + us, 20.0, **DIMS)
-            t.launch(
-                ALLREDUCE, start + 75.0 + us, start + ready[r], last + 200.0 - ready[r], stream=17
-            )
+            compute_then_allreduce(t, start, us, compute_us[r], ready[r], last)
         start += period
     for r, t in enumerate(builders):
         t.write(d / f"r{r}.json")
+
+
+def compute_then_allreduce(
+    t: TraceBuilder, start: float, us: float, compute_us: float, ready: float, last: float
+) -> None:
+    """A step's end on one rank (µs from the step's ``start``): the GEMM launched at 60 + ``us``
+    runs from 100 + ``us`` for ``compute_us``; the all-reduce launched at 75 + ``us`` starts when
+    the rank is ``ready`` and ends 200 µs after the ``last`` rank is."""
+    t.launch(GEMM, start + 60.0 + us, start + 100.0 + us, compute_us)
+    t.cpu_op("record_param_comms", start + 70.0 + us, 20.0, **DIMS)
+    t.launch(ALLREDUCE, start + 75.0 + us, start + ready, last + 200.0 - ready, stream=17)
 
 
 def ingested(con, tmp_path: Path, compute_us=(5000.0, 5000.0), plant=None) -> str:

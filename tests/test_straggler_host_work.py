@@ -27,11 +27,9 @@ from pathlib import Path
 
 import pytest
 from gpuscope.analysis.straggler_cause import HOST, PROFILER, finding, host_ops_per_step
+from test_straggler_chain import compute_then_allreduce
 from tracegen import TraceBuilder
 
-ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-GEMM = "volta_sgemm_128x64_nn"
-DIMS = {"Input Dims": [[[1048576]], [], []], "Input type": ["TensorList", "", ""]}
 COMPUTE_US = 5000.0
 EXTRA_OPS, EXTRA_US = 200, 10.0  # rank 1's own host work per step
 BASE_OPS = 150  # every rank's small ops per step, while its GPU computes
@@ -62,11 +60,7 @@ def write_pair(d: Path, alike: bool) -> None:
             if alike and r == 0:
                 for i in range(EXTRA_OPS):
                     t.cpu_op("aten::linalg_vector_norm", busy + 20.0 + i * 20.0, 1.0)
-            t.launch(GEMM, start + 60.0 + us, busy, COMPUTE_US)
-            t.cpu_op("record_param_comms", start + 70.0 + us, 20.0, **DIMS)
-            t.launch(
-                ALLREDUCE, start + 75.0 + us, start + ready[r], last + 200.0 - ready[r], stream=17
-            )
+            compute_then_allreduce(t, start, us, COMPUTE_US, ready[r], last)
         start += period
     for r, t in enumerate(builders):
         t.write(d / f"r{r}.json")
