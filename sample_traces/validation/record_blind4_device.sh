@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# How v70-v84 (the fourth blind part) are recorded: v70-v83 on nvidia-h100-x1, v84 (2 GPUs, torchrun) on nvidia-h100-x2:
+# `bash sample_traces/validation/record_blind4_device.sh TAG CASES [ROUNDS] [BUDGET_S] [more]`,
+# from the repository root ($OUT: where the tar.gz, the log and the environment go).
+# One driver at a time (timings never share a GPU): CASES in order, each a profiled trace
+# of the planted variant, then ROUNDS (default 3) rounds of planted and fixed, each a fresh
+# process; the driver starts no case after BUDGET_S (default 470) seconds.
+# `more` as 5th argument: ROUNDS more rounds, no trace (a second recording, timing_run2.json).
+# gpuscope is not installed there: device_env.sh (this folder) makes it importable.
+set -u
+. sample_traces/validation/device_env.sh  # multicast off, gpuscope importable
+B=sample_traces/validation/record_blind4.py
+TAG=$1 CASES=$2 ROUNDS=${3:-3} BUDGET=${4:-470}
+EXTRA=()
+[ "${5:-}" = more ] && EXTRA=(--no-trace)
+(nvidia-smi && nvidia-smi topo -m && python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.device_count())' && nproc && uptime) >"$OUT/env_blind4_$TAG.txt" 2>&1
+timeout -s INT 585 python3 $B drive --cases "$CASES" --rounds "$ROUNDS" --out "/tmp/b4_$TAG" \
+    --tar "$OUT/blind4_$TAG.tar.gz" --budget-s "$BUDGET" --child-timeout 150 "${EXTRA[@]}" \
+    >"$OUT/blind4_$TAG.log" 2>&1
+grep -h -E '^\[|^==|FAILED|TIMEOUT|budget|done|Error' "$OUT/blind4_$TAG.log" | tail -n 90
