@@ -1,5 +1,9 @@
 """Compare two analysed runs: per-metric deltas and which recommendations B resolved.
 
+A run is compared as its job (metrics.md, "The job"): the job's step time, GPU busy over every
+rank and MFU head the comparison, the fixes compared are the job's, and every per-rank figure is
+the pace-setter's (the rank the job's fixes are for), so that the Compare page, ``gpuscope
+compare``, its JSON and the report say of a run what the Runs list and the Run page say.
 Per-step quantities (idle by cause, kernel categories, top kernels) are compared per step, so runs
 of different lengths compare fairly; with a unit count in the trace metadata, throughput too.
 :func:`compare_reports` is the comparison (``gpuscope compare``); :func:`compare_view` is everything
@@ -18,6 +22,9 @@ from gpuscope.analysis.kernel_names import distinct_clips, short_name
 from gpuscope.analysis.report import RunReport, analyze_run
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gpuscope.analysis.job import JobDiagnosis
     from gpuscope.store import Connection
 
 
@@ -128,19 +135,35 @@ class Delta:
 
 @dataclass(frozen=True)
 class ComparedRun(JsonRow):
-    """Which run and rank one side of a comparison is: the run's id, name and GPU, the rank and
-    its steps in the window."""
+    """Which run and rank one side of a comparison is: the run's id, name and GPU, the rank whose
+    figures are compared and its steps in the window; ``ranks``: the job's ranks, ``pace_setter``:
+    its pace-setting rank (None: compared without the job, or an NVML-only run)."""
 
     id: str
     name: str | None
     gpu: str | None
     rank: int | None  # None: an NVML-only run (no ranks)
     steps: int
+    ranks: int = 1
+    pace_setter: int | None = None
+
+    def label(self) -> str:
+        """``name (id, rank 1: the pace-setter of 2 ranks)``: which run and rank, in words."""
+        who = f"rank {self.rank}"
+        if self.ranks > 1 and self.pace_setter is not None:
+            who += (
+                f": the pace-setter of {self.ranks} ranks"
+                if self.rank == self.pace_setter
+                else f" of {self.ranks} (the pace-setter is rank {self.pace_setter})"
+            )
+        return f"{self.name} ({self.id}, {who})"
 
 
 @dataclass
 class Comparison:
-    """A vs B. ``metrics``: headline metrics; ``idle_by_cause``: µs per step per cause;
+    """A vs B. ``job``: the jobs' figures (step time, GPU busy over every rank, wait, MFU; empty
+    when compared without the jobs); ``metrics``: headline metrics of the compared ranks;
+    ``idle_by_cause``: µs per step per cause;
     ``kernel_categories``: kernel µs per step per category; ``top_kernels``: the kernels whose
     time per step changed most; ``recommendations``: ids ``resolved`` (in A, not in B),
     ``remaining`` (in both) and ``new`` (only in B)."""
@@ -158,6 +181,7 @@ class Comparison:
     speedup_text: str | None = None
     profiler_overhead_pct: dict[str, float | None] = field(default_factory=dict)
     overhead_text: str | None = None
+    job: list[Delta] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -169,6 +193,7 @@ class Comparison:
             "speedup_text": self.speedup_text,
             "profiler_overhead_pct": dict(self.profiler_overhead_pct),
             "profiler_overhead_text": self.overhead_text,
+            "job": [d.to_json() for d in self.job],
             "metrics": [d.to_json() for d in self.metrics],
             "idle_by_cause": [d.to_json() for d in self.idle_by_cause],
             "kernel_categories": [d.to_json() for d in self.kernel_categories],
@@ -181,16 +206,14 @@ class Comparison:
         """A readable text table (what ``gpuscope compare`` prints without ``--json``): each row
         says once whether it is profiled or unprofiled; percentages change in points (pp); a
         change within noise reads ``unchanged``."""
-        lines = [
-            f"A: {self.a.name} ({self.a.id}, rank {self.a.rank})",
-            f"B: {self.b.name} ({self.b.id}, rank {self.b.rank})",
-        ]
+        lines = [f"A: {self.a.label()}", f"B: {self.b.label()}"]
         if self.speedup_text:
             lines.append(self.speedup_text)
         if self.overhead_text:
             lines.append(self.overhead_text)
         for title, rows in (
-            ("metric", self.metrics),
+            ("the job", self.job),
+            (f"metric (rank {self.a.rank} of A, rank {self.b.rank} of B)", self.metrics),
             ("idle per step by cause", self.idle_by_cause),
             ("kernel time per step by category", self.kernel_categories),
             ("kernels that changed most (per step)", self.top_kernels),
@@ -212,6 +235,7 @@ class Comparison:
         rec = self.recommendations
         lines += [
             "",
+            *(["the jobs' fixes (each job's, on its pace-setter):"] if self.job else []),
             "recommendations resolved by B: " + (", ".join(rec["resolved"]) or "-"),
             "still open in B:               " + (", ".join(rec["remaining"]) or "-"),
             "new in B:                      " + (", ".join(rec["new"]) or "-"),
@@ -237,8 +261,32 @@ def _mark(d: Delta) -> str:
     return "" if v in (None, "unchanged") else f"  {v}"
 
 
-def _summary(r: RunReport) -> ComparedRun:
-    return ComparedRun(r.run["id"], r.run["name"], r.run.get("gpu"), r.rank, len(r.window.steps))
+def _summary(r: RunReport, job: JobDiagnosis | None = None) -> ComparedRun:
+    return ComparedRun(
+        r.run["id"],
+        r.run["name"],
+        r.run.get("gpu"),
+        r.rank,
+        len(r.window.steps),
+        len(job.ranks) if job is not None else 1,
+        job.pace_setter if job is not None else None,
+    )
+
+
+def job_deltas(ja: JobDiagnosis, jb: JobDiagnosis) -> list[Delta]:
+    """The jobs' figures, B against A (metrics.md, "The job"): the job step time (median and
+    p90 of the periods between step completions, ms), GPU busy over every rank's window, the
+    share of it waiting for other ranks (when either job has several ranks) and the job's MFU
+    (%). Rows where both are None are left out."""
+    rows = [
+        Delta("job_step_time_ms", "ms", ja.step.p50_ms, jb.step.p50_ms, "lower"),
+        Delta("job_step_time_p90_ms", "ms", ja.step.p90_ms, jb.step.p90_ms, "lower"),
+        Delta("job_gpu_busy_pct", "%", ja.split.busy_pct, jb.split.busy_pct, "higher"),
+    ]
+    if ja.distributed or jb.distributed:
+        rows.append(Delta("job_wait_pct", "%", ja.split.wait_pct, jb.split.wait_pct, "lower"))
+    rows.append(Delta("job_mfu_pct", "%", ja.mfu_pct, jb.mfu_pct, "higher"))
+    return [d for d in rows if d.a is not None or d.b is not None]
 
 
 def _idle_us(r: RunReport, ns: int) -> float | None:
@@ -250,8 +298,16 @@ def _per_step(v: float | None, r: RunReport) -> float | None:
     return None if v is None else v / r.window.n_steps
 
 
-def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Comparison:
-    """Deltas of B against A."""
+def compare_reports(
+    a: RunReport,
+    b: RunReport,
+    *,
+    top_n: int = 10,
+    jobs: tuple[JobDiagnosis, JobDiagnosis] | None = None,
+) -> Comparison:
+    """Deltas of B against A. ``jobs``: A's and B's job verdicts (``job.diagnose``): their figures
+    head the comparison (:func:`job_deltas`) and the fixes compared are theirs (each job's
+    ``fixes``, in its order), not the viewed ranks' recommendations."""
 
     def tp(r: RunReport, key: str) -> float | None:
         return r.throughput.rate(key) if r.throughput is not None else None
@@ -350,7 +406,7 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
         for name in dict.fromkeys([*ka, *kb])
     ]
     tops.sort(key=lambda d: (-abs(d.delta or 0.0), d.metric))
-    fixes = fix_status(a, b)
+    fixes = fix_status(a, b, jobs)
     recs = {
         "resolved": [f.id for f in fixes.resolved],
         "remaining": [fa.id for fa, _ in fixes.remaining],
@@ -375,8 +431,8 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
         notes.append(note)
     overhead = {"a": profiler_overhead_pct(a), "b": profiler_overhead_pct(b)}
     return Comparison(
-        a=_summary(a),
-        b=_summary(b),
+        a=_summary(a, jobs[0] if jobs else None),
+        b=_summary(b, jobs[1] if jobs else None),
         metrics=metrics,
         idle_by_cause=idle,
         kernel_categories=cats,
@@ -388,6 +444,7 @@ def compare_reports(a: RunReport, b: RunReport, *, top_n: int = 10) -> Compariso
         speedup_text=text,
         profiler_overhead_pct=overhead,
         overhead_text=overhead_text(a, b),
+        job=job_deltas(*jobs) if jobs else [],
     )
 
 
@@ -478,18 +535,33 @@ def fair_speedup(
     return sp, basis, text, note
 
 
+def job_and_rank(con: Connection, run_id: str, **kw: Any) -> tuple[RunReport, JobDiagnosis]:
+    """The run's job verdict and the report of the rank it is compared by: ``kw["rank"]`` when
+    given, else the job's pace-setter (``fix_rank``: the rank its fixes are for), each rank
+    analysed once (``report_part.analyze``; keyword arguments as :func:`analyze_run`'s)."""
+    from gpuscope.analysis.report_part import analyze
+
+    seen: dict[int, RunReport] = {}
+    # the job's split and straggler are over every rank: the viewed rank's report summarises them
+    report, job = analyze(con, run_id, seen=seen, **{**kw, "all_ranks": True})
+    if kw.get("rank") is None and job.fix_rank != report.rank:
+        report = seen.get(job.fix_rank) or analyze_run(con, run_id, **{**kw, "rank": job.fix_rank})
+    return report, job
+
+
 def compare_runs(con: Connection, a: str, b: str, *, top_n: int = 10, **kw: Any) -> Comparison:
-    """Analyse runs ``a`` and ``b`` with :func:`analyze_run` (keyword arguments passed on, e.g.
-    ``rank``, ``step_annotation``, ``peak_tflops``) and compare them. ``untraced_step_ms``: a pair
-    (A's, B's; None for either to use its trace metadata), since each run has its own."""
+    """Compare runs ``a`` and ``b`` as jobs (:func:`job_and_rank`: each job's verdict and its
+    pace-setter's report, or the ``rank`` named; other keyword arguments as :func:`analyze_run`'s,
+    e.g. ``step_annotation``, ``peak_tflops``). ``untraced_step_ms``: a pair (A's, B's; None for
+    either to use its trace metadata), since each run has its own."""
     kw.setdefault("all_ranks", False)
     untraced = kw.pop("untraced_step_ms", None)
     if untraced is not None and not isinstance(untraced, tuple | list):
         raise ValueError("untraced_step_ms: give one value per run (A's, B's)")
     ua, ub = untraced if untraced is not None else (None, None)
-    ra = analyze_run(con, a, untraced_step_ms=ua, **kw)
-    rb = analyze_run(con, b, untraced_step_ms=ub, **kw)
-    return compare_reports(ra, rb, top_n=top_n)
+    ra, ja = job_and_rank(con, a, untraced_step_ms=ua, **kw)
+    rb, jb = job_and_rank(con, b, untraced_step_ms=ub, **kw)
+    return compare_reports(ra, rb, top_n=top_n, jobs=(ja, jb))
 
 
 # -- what the Compare page shows ---------------------------------------------------------------------
@@ -529,10 +601,16 @@ def _fix(r: Any) -> Fix:
     )
 
 
-def fix_status(a: RunReport, b: RunReport) -> FixStatus:
-    """Which of A's recommendations B resolved, which remain, which are new in B (by id)."""
-    fa = {str(r.id): _fix(r) for r in a.recommendations}
-    fb = {str(r.id): _fix(r) for r in b.recommendations}
+def fix_status(
+    a: RunReport, b: RunReport, jobs: tuple[JobDiagnosis, JobDiagnosis] | None = None
+) -> FixStatus:
+    """Which of A's recommendations B resolved, which remain, which are new in B (by id): the
+    jobs' fixes when ``jobs`` are given (each job's ``fixes``, in its order), else the reports'
+    recommendations."""
+    recs_a: Sequence[Any] = jobs[0].fixes if jobs else a.recommendations
+    recs_b: Sequence[Any] = jobs[1].fixes if jobs else b.recommendations
+    fa = {str(r.id): _fix(r) for r in recs_a}
+    fb = {str(r.id): _fix(r) for r in recs_b}
     return FixStatus(
         resolved=[f for i, f in fa.items() if i not in fb],
         remaining=[(f, fb[i]) for i, f in fa.items() if i in fb],
@@ -618,11 +696,17 @@ METRIC_LABELS = {
     "achieved_tflops_untraced": "Achieved TFLOP/s",
     "achieved_tflops": "Achieved TFLOP/s",
     "flops_per_step": "Model FLOPs per step",
+    "job_step_time_ms": "Job step time (median)",
+    "job_step_time_p90_ms": "Job step time (p90)",
+    "job_gpu_busy_pct": "GPU busy, every rank",
+    "job_wait_pct": "Waiting for other ranks",
+    "job_mfu_pct": "Job MFU",
 }
 KERNEL_WIDTH = 64
 """Characters of a kernel name the Compare page shows (the rest on hover in the Run page)."""
 SECTION_TITLES = (
-    ("metrics", "Headline"),
+    ("job", "The job"),
+    ("metrics", "The compared ranks"),
     ("idle_by_cause", "Idle per step, by cause"),
     ("kernel_categories", "Kernel time per step, by category"),
     ("top_kernels", "Kernels that changed most (per step)"),
@@ -643,7 +727,7 @@ def display_delta(d: Delta, section: str = "metrics") -> Delta:
     elif unit == "1/s":
         unit = f"{d.metric.split('_per_s')[0]}/s"
     metric = d.metric
-    if section == "metrics":
+    if section in ("metrics", "job"):
         metric = METRIC_LABELS.get(metric, metric.replace("_", " "))
     elif section == "idle_by_cause":
         metric = metric.replace("_", " ").capitalize()
@@ -699,7 +783,10 @@ def outcome(cmp: Comparison) -> str | None:
 
 
 def _cards(cmp: Comparison, a: RunReport, b: RunReport, peak_note: str | None) -> list[Card]:
+    # the jobs' figures where compared with the jobs: step time, MFU and GPU busy say what the
+    # Runs list and the Run page say of each run
     m = {d.metric: d for d in cmp.metrics}
+    m.update({d.metric.removeprefix("job_"): d for d in cmp.job})
     unprofiled = _untraced(a) is not None and _untraced(b) is not None
     result = outcome(cmp)
 
@@ -763,9 +850,16 @@ def _idle_ms_per_step(r: RunReport) -> dict[str, float]:
     return {c: r.idle.causes_ns.get(c, 0) / r.window.n_steps / 1e6 for c in CAUSES}
 
 
-def compare_view(a: RunReport, b: RunReport, *, top_n: int = 10) -> CompareView:
-    """What the Compare page shows of B against A (see :class:`CompareView`)."""
-    cmp = compare_reports(a, b, top_n=top_n)
+def compare_view(
+    a: RunReport,
+    b: RunReport,
+    *,
+    top_n: int = 10,
+    jobs: tuple[JobDiagnosis, JobDiagnosis] | None = None,
+) -> CompareView:
+    """What the Compare page shows of B against A (see :class:`CompareView`); ``jobs`` as
+    :func:`compare_reports`' (the cards' step time, MFU and GPU busy are then the jobs')."""
+    cmp = compare_reports(a, b, top_n=top_n, jobs=jobs)
     note = peak_difference(a, b)
     sections = [
         Section(title, [display_delta(d, key) for d in getattr(cmp, key)])
@@ -781,5 +875,5 @@ def compare_view(a: RunReport, b: RunReport, *, top_n: int = 10) -> CompareView:
         sections=[s for s in sections if s.rows],
         peak_note=note,
         idle_ms_per_step=(_idle_ms_per_step(a), _idle_ms_per_step(b)),
-        fixes=fix_status(a, b),
+        fixes=fix_status(a, b, jobs),
     )

@@ -87,7 +87,7 @@ def test_compare_view_is_what_the_page_shows(con, tmp_path):
     idle = cards["idle_per_step"]  # µs per step in the comparison, ms on the card
     assert idle.a == pytest.approx(m["idle_per_step_us"].a / 1e3) and idle.unit == "ms"
     # the table: sections in order, labels in words, µs -> ms
-    assert [s.title for s in view.sections][:2] == ["Headline", "Idle per step, by cause"]
+    assert [s.title for s in view.sections][:2] == ["The compared ranks", "Idle per step, by cause"]
     headline = {d.metric: d for d in view.sections[0].rows}
     assert headline["Step time (mean)"].a == pytest.approx(8.0)
     assert headline["Throughput (samples)"].unit == "samples/s"

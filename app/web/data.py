@@ -138,14 +138,31 @@ def modules(path: str, run_id: str, rank: int | None) -> run_views.ModulesView |
     return run_views.modules(run_report(path, run_id, rank))
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def _compare_view(path: str, a: str, ra: int | None, b: str, rb: int | None) -> compare.CompareView:
-    return compare.compare_view(report_obj(path, a, ra), report_obj(path, b, rb))
+def compared_rank(path: str, run_id: str) -> int | None:
+    """The rank a run is compared by: its job's pace-setter (``fix_rank``, the rank the job's
+    fixes are for); None for a run without ranks."""
+    if _rank(run_id, None) is None:
+        return None
+    return job(path, run_id).fix_rank
+
+
+def compared_report(path: str, run_id: str) -> run_views.RunReport:
+    """The report of the rank a run is compared by (:func:`compared_rank`)."""
+    return report_obj(path, run_id, compared_rank(path, run_id))
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _compare_view(path: str, gen: int, a: str, b: str) -> compare.CompareView:
+    return compare.compare_view(
+        compared_report(path, a), compared_report(path, b), jobs=(job(path, a), job(path, b))
+    )
 
 
 def comparison(path: str, a: str, b: str) -> compare.CompareView:
-    """Everything the Compare page shows of the two runs' (lowest-rank) reports."""
-    return _compare_view(path, a, _rank(a, None), b, _rank(b, None))
+    """Everything the Compare page shows of the two runs as jobs (``compare.compare_view`` with
+    their verdicts: the jobs' figures and fixes, each pace-setter's report for the rest), once
+    per store generation."""
+    return _compare_view(path, db.generation(), a, b)
 
 
 # The runs list's figures of each run, kept for as long as the server runs (a run's content never

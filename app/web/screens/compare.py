@@ -94,8 +94,8 @@ report_button.download_report(
 
 rep_a = rep_b = view = None
 with views.section("Analysis"), st.spinner("Analysing…"):
-    rep_a = data.run_report(path, a_id, None)
-    rep_b = data.run_report(path, b_id, None)
+    rep_a = data.compared_report(path, a_id)
+    rep_b = data.compared_report(path, b_id)
 if rep_a is not None and rep_b is not None:
     with views.section("The comparison of A and B"):
         view = data.comparison(path, a_id, b_id)
@@ -104,12 +104,15 @@ if rep_a is not None and rep_b is not None:
 # how each card's unit reads
 CARD_FORMAT: dict[str, Any] = {"ms": ui.fmt_ms, "%": ui.fmt_pct, "TFLOP/s": ui.fmt_tflops}
 CARD_HELP = {
-    "step_time": "Mean step time: window ÷ steps (unprofiled: the median step timed with the "
-    "profiler off).",
+    "step_time": "The job's step time: the median period between step completions, a step "
+    "complete when its last rank is done, as on the Runs list (unprofiled: the median step timed "
+    "with the profiler off).",
     "throughput": "Work per second: the trace's samples/tokens per step ÷ step time.",
     "achieved_tflops": "Model FLOPs per step ÷ step time.",
-    "mfu": "Achieved TFLOP/s ÷ the GPU's peak for the dtype; A and B use the same peak.",
-    "gpu_busy": "Share of the trace's window with any GPU activity (only a trace can say it).",
+    "mfu": "The job's MFU: FLOPs per step over the job's step time, against the GPU's peak for "
+    "the dtype; A and B use the same peak (unprofiled: over the step timed without the profiler).",
+    "gpu_busy": "Share of the trace's window with any GPU activity, over every rank's window (only "
+    "a trace can say it).",
     "idle_per_step": "GPU idle time per step, all causes (only a trace can say it).",
 }
 # a change's colour says whether it is good for the user, not which way the number moved
@@ -135,6 +138,12 @@ if view is not None:
                 delta_arrow="off" if card.delta == "unchanged" else "auto",
                 border=True,
                 help=f"{why} A: {fmt_v(card.a)} → B: {fmt_v(card.b)}.",
+            )
+        ca, cb = view.comparison.a, view.comparison.b
+        if ca.ranks > 1 or cb.ranks > 1:
+            st.caption(
+                "Step time, MFU and GPU busy are each job's; the other figures and the fixes' "
+                f"details are its pace-setter's: A's rank {ca.rank}, B's rank {cb.rank}."
             )
         if view.peak_note:
             st.caption(f":material/warning: {ui.md(view.peak_note, None)}")
@@ -204,8 +213,13 @@ def _set_params(values: dict[str, int | None]) -> None:
 
 st.subheader("GPU busy, aligned on a step")
 with views.section("Aligned plot"):
-    wa = data.window(path, a_id, views.lowest_rank(a_id))
-    wb = data.window(path, b_id, views.lowest_rank(b_id))
+    # the compared ranks (each job's pace-setter); the lowest where the comparison failed
+    rank_a = view.comparison.a.rank if view is not None else None
+    rank_b = view.comparison.b.rank if view is not None else None
+    rank_a = views.lowest_rank(a_id) if rank_a is None else rank_a
+    rank_b = views.lowest_rank(b_id) if rank_b is None else rank_b
+    wa = data.window(path, a_id, rank_a)
+    wb = data.window(path, b_id, rank_b)
     na, nb = len(wa.steps), len(wb.steps)
     n_common = max(1, min(na, nb))
     c1, c2 = st.columns(2)
@@ -243,7 +257,8 @@ with views.section("Aligned plot"):
     views.cause_legend()
     st.plotly_chart(figures.aligned_sawtooth(panels), config=views.PLOT_CONFIG)
     st.caption(
-        f"x = ms since the start of step {int(first)} of each run (A has {na} steps, B {nb})."
+        f"x = ms since the start of step {int(first)} of each run (A has {na} steps, B {nb}; "
+        f"A's rank {rank_a}, B's rank {rank_b})."
     )
 
 _copy_link()
