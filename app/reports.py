@@ -369,14 +369,19 @@ def _svg_data_uri(svg: str) -> str:
 
 
 def _compare_rows(cmp: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The comparison's rows: the jobs' figures first (``job``), then the compared ranks'."""
     return [
         (
             f"{m['metric']} ({m['unit']})",
             sig3(m["a"]),
             sig3(m["b"]),
-            "-" if m.get("delta_pct") is None else f"{m['delta_pct']:+.1f}%",
+            m["change"]
+            if m.get("delta_pct") is None and m["unit"] == "%"
+            else "-"
+            if m.get("delta_pct") is None
+            else f"{m['delta_pct']:+.1f}%",
         )
-        for m in cmp["metrics"]
+        for m in [*cmp.get("job", []), *cmp["metrics"]]
     ]
 
 

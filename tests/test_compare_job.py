@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 from apptools import app_store, ingest, open_app
 from clitools import run_cli
 from gpuscope.analysis.compare import compare_runs
+from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.job import diagnose, memo
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
@@ -147,3 +148,26 @@ def test_the_compare_page_cards_are_the_jobs(
     table = at.dataframe[0].value
     job_rows = table[table["section"] == "The job"]
     assert list(job_rows["metric"])[:2] == ["Job step time (median)", "Job step time (p90)"]
+
+
+@pytest.mark.slow
+def test_the_report_of_a_comparison_leads_with_the_jobs(ddp) -> None:
+    from gpuscope.reports import build_report
+
+    spec, clean, uneven = ddp
+    with connect(spec) as con:
+        text = build_report(con, uneven, fmt="md", compare_to=clean)
+        jobs = {
+            r: diagnose(con, r, memo(lambda k, r=r: analyze_run(con, r, rank=k)))
+            for r in (clean, uneven)
+        }
+    table = text.split("## Comparison", 1)[1].split("\n\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    assert rows[1].startswith("| job\\_step\\_time\\_ms (ms) |") or rows[1].startswith(
+        "| job_step_time_ms (ms) |"
+    )
+    cells = [c.strip() for c in rows[1].strip("|").split("|")]
+    assert cells[1:3] == [sig3(jobs[clean].step.p50_ms), sig3(jobs[uneven].step.p50_ms)]
+    busy = next(r for r in rows if "job" in r and "gpu" in r and "busy" in r)
+    assert busy.rstrip(" |").endswith("pp")  # a share changes in points, not "-"
+    assert "new: load\\_imbalance" in text or "new: load_imbalance" in text
