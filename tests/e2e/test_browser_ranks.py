@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from clitools import cli_in_process  # tests/: on the path from tests/conftest.py
 from e2e_support import (
+    POLL_MS,
     Server,
     ddp_rank_files,
     sawtooth_chart,
@@ -25,6 +26,7 @@ from e2e_support import (
     start_server,
     stop_server,
     wait_idle,
+    wait_still,
 )
 
 pytestmark = pytest.mark.browser
@@ -119,6 +121,15 @@ def test_opens_on_the_pace_setter_then_rank_0_waits_and_the_runs_list_agrees(ddp
     page.locator('[data-testid="stSidebarNav"] a').filter(has_text="Runs").click()
     page.wait_for_url(re.compile(r"/runs(\?|$)"))
     page.get_by_placeholder("name, run id, tag or GPU").wait_for()
+    # This server has not listed the run before: the list draws its row first, computes its figures
+    # and reruns (runs.py). Between the two runs the page is briefly idle, so wait_idle alone can
+    # read the row still empty; its pace-setter's cell is filled by the rerun that fills the rest.
+    page.wait_for_function(
+        '() => [...document.querySelectorAll(\'[data-testid="stDataFrame"] [role="row"]\')]'
+        ".some(r => r.textContent.includes('ddp') && r.textContent.includes('rank 1'))",
+        timeout=90_000,
+        polling=POLL_MS,
+    )
     wait_idle(page)
     cells = page.locator('[data-testid="stDataFrame"] [role="gridcell"]')
     cells.first.wait_for(state="attached")
@@ -151,8 +162,11 @@ def test_a_click_on_a_heatmap_cell_opens_that_rank_and_step(ddp, new_page) -> No
     chart.scroll_into_view_if_needed()  # below the fold: a click outside the viewport is lost
     steps = [int(t.lstrip("#")) for t in chart.locator(".xtick text").all_text_contents()]
     assert steps == sorted(rank1_ms), steps
-    # the plot area: rank 0's row on top (y reversed), rank 1's below; a cell of rank 1
-    box = chart.locator(".nsewdrag").first.bounding_box()
+    # the plot area: rank 0's row on top (y reversed), rank 1's below; a cell of rank 1, aimed at
+    # once the area has stopped moving (sections still drawing below or above can shift it)
+    area = chart.locator(".nsewdrag").first
+    wait_still(area)
+    box = area.bounding_box()
     assert box is not None
     col = len(steps) - 2
     x = box["x"] + (col + 0.5) * box["width"] / len(steps)
@@ -354,7 +368,9 @@ def test_a_rank_change_after_the_page_painted_draws_its_sections_without_a_click
     chart.locator(".main-svg").first.wait_for(state="visible")
     chart.scroll_into_view_if_needed()
     n_steps = len(chart.locator(".xtick text").all_text_contents())
-    box = chart.locator(".nsewdrag").first.bounding_box()
+    area = chart.locator(".nsewdrag").first
+    wait_still(area)
+    box = area.bounding_box()
     assert box is not None
     x = box["x"] + (n_steps - 2 + 0.5) * box["width"] / n_steps
     y = box["y"] + 0.75 * box["height"]  # rank 1's row
