@@ -89,6 +89,10 @@ def classify(name: str, cat: str = "kernel") -> KernelClass:
 # Data: GPU events of the window with their launch call, and host intervals (numpy, no per-row Python)
 
 
+#: In a fixed order, the same on every run whatever DuckDB's threads (the breakdown's float sums
+#: add up in it): the launched rows in their launch's order in the store (the runtime table's
+#: ``rowid``), then those without one in theirs (``rid``), the order of a one-thread DuckDB's
+#: join. A GPU row on several launches has the first of them first.
 _LAUNCHED_SQL = """
     WITH g AS (
         SELECT rid, name_id, cat, correlation, least(e, $end) - greatest(s, $start) AS in_ns
@@ -98,6 +102,7 @@ _LAUNCHED_SQL = """
            coalesce(l.pid, 0) AS pid, coalesce(l.tid, 0) AS tid, coalesce(l.s, -1) AS launch_ns,
            l.s IS NOT NULL AS has_launch
     FROM g LEFT JOIN {runtime} l ON g.correlation = l.correlation
+    ORDER BY l.rowid NULLS LAST, g.rid
 """
 
 
@@ -159,7 +164,7 @@ def _launched(ix: RankIndex, start_ns: int, end_ns: int, device: int | None) -> 
     uniq, first = np.unique(rid, return_index=True)
     keep: Any = (
         slice(None) if len(uniq) == len(rid) else first
-    )  # a correlation id on two calls: keep one
+    )  # a correlation id on two calls: keep the first (the rows are in that order)
     cols = ("name_id", "copy", "in_ns", "pid", "tid", "launch_ns", "has_launch")
     res = Launched(*(np.asarray(d[c])[keep] for c in cols))
     res.has_launch = res.has_launch.astype(bool)

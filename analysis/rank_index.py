@@ -245,7 +245,7 @@ class RankIndex:
 
     def runtime(self) -> str:
         """Runtime/driver calls of the rank with a correlation id: ``rank``, ``correlation``,
-        ``s``, ``e``, ``name_id``, ``pid``, ``tid``."""
+        ``s``, ``e``, ``name_id``, ``pid``, ``tid``, in the store's order (``rowid``)."""
         return self.table(("runtime",), runtime_sql(self.host()))
 
     def host(self) -> str:
@@ -389,20 +389,29 @@ def gpu_sql(ranks: str) -> str:
             WHERE run_id = $run AND {ranks} AND {GPU_ACTIVITY_SQL}"""
 
 
+def cat_among(cats_sql: str) -> str:
+    """``cat IN cats_sql`` (a parenthesised list of constants) as a condition that keeps the rows
+    in their order: DuckDB makes a long ``IN`` list a join (its ``in_clause`` optimizer), whose
+    rows come out in another order on every run with more than one thread; a working table
+    made through it has its rows, and ``rowid``, in that order."""
+    return f"list_contains([{cats_sql.strip()[1:-1]}], cat)"
+
+
 def host_sql(ranks: str) -> str:
-    """The host-side events of the selected ranks (:meth:`RankIndex.host`'s rows)."""
+    """The host-side events of the selected ranks (:meth:`RankIndex.host`'s rows), in the
+    store's order (:func:`cat_among`)."""
     return f"""SELECT rank, pid, tid, ph, cat, name_id, ts_ns, dur_ns, correlation, external_id
             FROM events
             WHERE run_id = $run AND {ranks}
-              AND (cat IN {HOST_CATS_SQL} OR (cat = 'fwdbwd' AND ph = 'f'))"""
+              AND ({cat_among(HOST_CATS_SQL)} OR (cat = 'fwdbwd' AND ph = 'f'))"""
 
 
 def runtime_sql(host: str) -> str:
     """The runtime calls with a correlation id among the host events ``host``
-    (:meth:`RankIndex.runtime`'s rows)."""
+    (:meth:`RankIndex.runtime`'s rows), in their order."""
     return f"""SELECT rank, correlation, ts_ns AS s, ts_ns + dur_ns AS e, name_id, pid, tid
             FROM {host}
-            WHERE ph = 'X' AND cat IN {RUNTIME_CATS_SQL}
+            WHERE ph = 'X' AND {cat_among(RUNTIME_CATS_SQL)}
               AND correlation IS NOT NULL AND dur_ns IS NOT NULL"""
 
 

@@ -349,13 +349,15 @@ def _throughput(
 def _kernel_stats(
     con: Connection, p: dict[str, Any], sms: int | None, conv_us: float
 ) -> R.KernelStats:
-    """Compute kernels of the primary device (communication kernels left out)."""
+    """Compute kernels of the primary device (communication kernels left out). The mean SM fill
+    is a float sum in the rows' stored order (``rid``): the same on every run, whatever DuckDB's
+    threads (unordered, a 1 GB rank's read 0.69975490196049 or ...5086)."""
     short = int(R.SHORT_KERNEL_US * 1e3)
     gpu = p["gpu"]  # the rank's GPU-activity table (RankIndex.gpu)
     row = con.execute(
         f"""
         WITH k AS (
-            SELECT least(e, $we) - greatest(s, $ws) AS d, blocks FROM {gpu}
+            SELECT least(e, $we) - greatest(s, $ws) AS d, blocks, rid FROM {gpu}
             WHERE dev = $dev AND s < $we AND e > $ws AND cat IN {sql_list(KERNEL_CATS)}
               AND name_id NOT IN (SELECT name_id FROM names WHERE run_id = $run
                                   AND regexp_matches(name, $comm))
@@ -364,7 +366,7 @@ def _kernel_stats(
                coalesce(sum(d) FILTER (WHERE d < $short), 0)::BIGINT,
                count(*) FILTER (WHERE d < $short),
                coalesce(sum(d) FILTER (WHERE blocks < $sms), 0)::BIGINT,
-               avg(blocks / $sms) FILTER (WHERE blocks < $sms)
+               avg(blocks / $sms ORDER BY rid) FILTER (WHERE blocks < $sms)
         FROM k
         """,
         {
