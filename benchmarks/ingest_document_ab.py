@@ -28,8 +28,8 @@ the working tree as installed), in turn (A B A B ...)::
 Per run: wall s, CPU s (user + sys of the process), peak RSS (MiB and × the file), the after-commit
 step's own CPU s (parts + document, ``time.process_time`` around it), and digests of what was
 stored after the commit (the ``rank_summaries`` rows but their times: every part and the
-document's text, floats to 12 significant digits: see :func:`_rounded`) and of ``events`` (a
-sum of each column's row hashes): the arms must store the same. Prints the 1-minute
+document's text, exactly: floats to the last bit) and of ``events`` (a sum of each column's row
+hashes): the arms must store the same. Prints the 1-minute
 load average before each run (5+ engineers share this VM's 2 cores: compare CPU, not wall).
 """
 
@@ -123,9 +123,7 @@ def digests(store: Path, keep: Path | None = None) -> dict[str, str]:
     # the document's row: its text (its stamp holds the run's created_at, its version the code's
     # fingerprint, which another engineer's edit to the analysis changes mid-benchmark)
     parts = [
-        (r, p, _rounded(json.loads(json.loads(doc)["text"])))
-        if p == "report"
-        else (r, p, v, _rounded(json.loads(doc)))
+        (r, p, json.loads(json.loads(doc)["text"])) if p == "report" else (r, p, v, json.loads(doc))
         for r, p, v, doc in parts
     ]
     digest = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
@@ -137,19 +135,6 @@ def digests(store: Path, keep: Path | None = None) -> dict[str, str]:
         "parts_digest": digest,
         "events_digest": hashlib.sha256(repr(events).encode()).hexdigest()[:16],
     }
-
-
-def _rounded(v: Any) -> Any:
-    """``v`` with every float to 12 significant digits: DuckDB's float sums over a 1 GB rank
-    differ between runs of the same code in their last bits (the kernels part's
-    ``copy_memset`` 162351.318 against 162351.31800000003), so a digest compares them rounded."""
-    if isinstance(v, float):
-        return float(f"{v:.12g}")
-    if isinstance(v, list):
-        return [_rounded(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _rounded(x) for k, x in v.items()}
-    return v
 
 
 def main() -> int:
