@@ -46,11 +46,13 @@ $(VENV)/.torch: $(STAMP)
 run: $(STAMP)
 	$(BIN)/gpuscope ui --port $(PORT) --load-samples
 
-# Debian's chromium drives the browser tests (Playwright's own browser download needs the internet).
+# Debian's chromium drives the browser tests (Playwright's own browser download needs the internet):
+# its headless shell (the same engine without the desktop browser's windowing, less CPU a page)
+# where installed (tests/e2e/e2e_support.chromium_path), chromium itself for `make run`'s readers.
 browser:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; fi; }
+	@{ command -v chromium && command -v chromium-headless-shell; } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-headless-shell >/dev/null; \
+	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-headless-shell >/dev/null; fi; }
 
 # Debian's PostgreSQL for the team-store tests (tests/team_servers.py starts its own server in a
 # temp dir as an unprivileged user; the package's own cluster is not used).
