@@ -57,8 +57,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     one worker. The modules go out in this order: the browser modules first, test_browser.py
     first of them (its first test needs the session's ``server`` before anything is uploaded to
     it), then the other browser modules and then the rest, each group costliest first
-    (tests/module_seconds.tsv: a browser module's wall time, another module's CPU), so that a
-    parallel run ends on short modules, not a long one started last."""
+    (tests/module_seconds.tsv: CPU seconds, a browser module's with its dashboards and chromium),
+    so that a parallel run ends on short modules, not a long one started last."""
     cost = _module_seconds()
     first: dict[Path, int] = {}
     for i, item in enumerate(items):
