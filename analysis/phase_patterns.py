@@ -18,11 +18,23 @@ it. Definitions: docs/metrics.md, "Causes found by phase and pattern".
   whose span lies inside an ``autograd::engine::evaluate_function`` span of the same thread, the
   outermost of them only: per step their count, host time and the GPU time of the kernels they
   launch. ``annotated`` when a ``CheckpointFunction`` / ``checkpoint`` span is in the window.
+  Ops of any name are a re-run too where :data:`MIN_RERUN` or more consecutive top-level ``aten::``
+  compute ops of one backward function repeat a run of the forward's name for name
+  (:func:`rerun_mask`; ops that only view, move or allocate memory left out): a checkpointed plain function (a positional encoding) re-runs ``pow``,
+  ``mul``, ``sin``, ``cos``, none of them forward-only.
 - **Blocking pageable copy**: a host-to-device copy from pageable memory whose host call (the copy
   call itself, or a synchronizing call of :data:`SYNC_APIS` after it on the same thread) started
   before the copy ran on the GPU and ended after it: the host waited through the GPU work queued
   ahead of the copy (``queued``: the copy's GPU start − the waiting call's start), and the queue
   drained. Per step: such copies, the host's wait (the waiting calls' time) and the queued time.
+- **Fusable chains**: the kernels of :data:`FUSABLE_CATEGORIES` (elementwise, reductions and
+  norms, copies and layout changes; no ``triton_`` kernel, which a compiler made, nor cuDNN's
+  batch norm) launched one
+  after another from one thread, outside the optimizer's step: a run of two or more is a chain,
+  which a compiler would run as one kernel. Per step: chains, their kernels, their GPU time,
+  and the **fused** time (each chain's longest kernel: one pass over its largest tensors, what
+  one fused kernel reading the chain's inputs once and writing its outputs once costs at best);
+  the typical chain (its kernels' short op names, :func:`kernel_op`) is the one of most GPU time.
 - **Exposed all-gathers** (FSDP): the time NCCL all-gather kernels run while no compute kernel
   runs (the union of all-gather kernels minus the union of non-communication kernels), per step,
   split by the phase of the launch (inside a backward function: ``backward``, else ``forward``),
@@ -49,6 +61,7 @@ from gpuscope.analysis.event_classes import (
     SYNC_APIS,
     is_comm_kernel,
 )
+from gpuscope.analysis.kernel_names import classify_kernel
 from gpuscope.analysis.modules import batch_bounds
 from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids, name_class
 from gpuscope.analysis.store_access import RUNTIME_CATS_SQL, execute, sql_list
@@ -60,8 +73,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORWARD_OPS",
+    "FUSABLE_CATEGORIES",
     "BlockingCopy",
     "ExposedAllGather",
+    "FusableChains",
     "OptimizerLoop",
     "PhasePatterns",
     "Recompute",
@@ -115,6 +130,62 @@ _SPAN_NAMES = name_class(
     " OR starts_with(name, 'aten::_fused_') OR regexp_matches(name, '(?i)checkpoint')"
 )
 _LAUNCH_NAMES = name_class(f"name IN {sql_list(LAUNCH_APIS)}")
+_ATEN_NAMES = name_class("starts_with(name, 'aten::')")
+MIN_RERUN = 4
+"""Consecutive top-level compute ops of one backward function that repeat, name for name, a run of
+the forward's: from this many they are a re-run (a checkpointed function's recompute, module or
+not), not the backward's own formula (which calls one to three ops)."""
+NEUTRAL_OPS = frozenset(
+    "aten::" + n
+    for n in [
+        "view",
+        "reshape",
+        "_reshape_alias",
+        "as_strided",
+        "alias",
+        "empty",
+        "empty_strided",
+        "empty_like",
+        "zeros",
+        "ones",
+        "zero_",
+        "fill_",
+        "resize_",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "unbind",
+        "narrow",
+        "slice",
+        "select",
+        "unsqueeze",
+        "squeeze",
+        "flatten",
+        "unflatten",
+        "t",
+        "transpose",
+        "permute",
+        "expand",
+        "contiguous",
+        "clone",
+        "copy_",
+        "to",
+        "_to_copy",
+        "detach",
+        "detach_",
+        "record_stream",
+        "set_",
+        "lift_fresh",
+    ]
+)
+"""Ops that move, view or allocate memory and compute nothing: left out of the sequences
+:func:`rerun_mask` compares (with every ``aten::_foreach_*`` op: FSDP's unshard repeats its
+``split_with_sizes``, ``_foreach_copy_``, ``view`` before backward as before forward, v54; no
+recompute)."""
+
+
+def _neutral(name: str) -> bool:
+    return name in NEUTRAL_OPS or name.startswith("aten::_foreach_")
 
 
 @dataclass(frozen=True)
@@ -274,6 +345,90 @@ class SubclassDispatch:
         }
 
 
+FUSABLE_CATEGORIES = frozenset({"elementwise", "reduction_norm_softmax", "copy_memset"})
+"""Kernel categories (:func:`~gpuscope.analysis.kernel_names.classify_kernel`) a compiler fuses
+into a neighbour of the same kind; GEMMs, convolutions, attention, RNNs, collectives and the
+optimizer's kernels stay separate launches."""
+
+
+_LIBRARY_KERNEL = re.compile(r"^triton_|\bbn_(?:fw|bw)", re.I)
+"""Kernels a compiler of the model does not fuse into a chain: its own (Triton: fused already)
+and cuDNN's batch norm (a training batch norm that Inductor splits into a reduction and a
+pointwise kernel gains nothing fused: v06, compiled, lost 18 %). cuDNN's layout transforms
+around a convolution (``nchwToNhwc``) stay fusable: Inductor's layout optimization runs the
+convolutions channels-last and drops them."""
+
+
+def fusable_kernel(name: str) -> bool:
+    """Whether an eager kernel of this name is one a compiler would fuse with its neighbours: of
+    :data:`FUSABLE_CATEGORIES`, and none of :data:`_LIBRARY_KERNEL` (a ``triton_`` kernel is fused
+    already; cuDNN's batch norm stays)."""
+    return not _LIBRARY_KERNEL.search(name) and classify_kernel(name) in FUSABLE_CATEGORIES
+
+
+_OP_RES = (
+    re.compile(r"CUDAFunctor_(\w+?)<"),
+    re.compile(r"(\w+?)_kernel_cuda"),
+    re.compile(r"(\w+?)_functor<"),
+    re.compile(r"::(\w+?)Kernel<"),
+    re.compile(r"::(\w+?)_kernel_"),
+)
+_FUNCTOR = re.compile(r"(\w+?)Functor<")
+_WRAPPERS = {"Binary", "Unary", "AUnary", "BUnary", "CUDA", "Reduce", "Compare"}
+
+
+def kernel_op(name: str) -> str:
+    """What an eager elementwise, reduction or copy kernel computes, in one short word read from
+    its name (``BinaryFunctor<..., MulFunctor<float>>`` -> ``mul``, ``sin_kernel_cuda`` ->
+    ``sin``, ``reduce_kernel<..., sum_functor<...>>`` -> ``sum``, ``nchwToNhwcKernel`` ->
+    ``nchwtonhwc``); the name's first 24 characters when none of these forms is there."""
+    inner = [m.group(1) for m in _FUNCTOR.finditer(name)]
+    inner = [x.rsplit("::", 1)[-1] for x in inner]
+    inner = [x for x in inner if x.split("_")[-1] not in _WRAPPERS and x not in _WRAPPERS]
+    if inner:
+        return inner[-1].lower()
+    for rx in _OP_RES:
+        m = rx.search(name)
+        if m:
+            return m.group(1).rsplit("::", 1)[-1].lower()
+    return name.removeprefix("void ")[:24]
+
+
+@dataclass(frozen=True)
+class FusableChains:
+    """Chains of fusable kernels (module doc), per training step: ``chains_per_step``,
+    ``kernels_per_step`` (in chains), ``kernel_ms_per_step`` (their GPU time), ``fused_ms_per_step``
+    (each chain's longest kernel, summed), ``longest`` (kernels in the longest chain),
+    ``typical`` (the short op names of the chain of most GPU time, summed over its repeats) and
+    ``typical_per_step`` (how often it runs per step)."""
+
+    chains_per_step: float
+    kernels_per_step: float
+    kernel_ms_per_step: float
+    fused_ms_per_step: float
+    longest: int
+    typical: tuple[str, ...]
+    typical_per_step: float
+
+    @property
+    def saved_ms_per_step(self) -> float:
+        """The chains' GPU time less their fused time (ms per step): what fusing them saves at
+        most on the GPU."""
+        return max(0.0, self.kernel_ms_per_step - self.fused_ms_per_step)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "chains_per_step": self.chains_per_step,
+            "chain_kernels_per_step": self.kernels_per_step,
+            "chain_kernel_ms_per_step": self.kernel_ms_per_step,
+            "fused_ms_per_step": self.fused_ms_per_step,
+            "saved_ms_per_step": self.saved_ms_per_step,
+            "longest_chain": self.longest,
+            "typical_chain": list(self.typical),
+            "typical_chain_per_step": self.typical_per_step,
+        }
+
+
 @dataclass(frozen=True)
 class PhasePatterns:
     """What :func:`phase_patterns` found in a rank's window (None: not there)."""
@@ -285,6 +440,7 @@ class PhasePatterns:
     allgather: ExposedAllGather | None = None
     subclass: SubclassDispatch | None = None
     blocking_copy: BlockingCopy | None = None
+    chains: FusableChains | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -293,6 +449,7 @@ class PhasePatterns:
             "allgather": self.allgather.to_json() if self.allgather else None,
             "subclass": self.subclass.to_json() if self.subclass else None,
             "blocking_copy": self.blocking_copy.to_json() if self.blocking_copy else None,
+            "chains": self.chains.to_json() if self.chains else None,
         }
 
 
@@ -338,6 +495,39 @@ def _inside(span_tid: Any, span_s: Any, span_e: Any, tid: Any, t: Any) -> Any:
                     out[j] = o[i]
                     break
                 i -= 1
+    return out
+
+
+def rerun_mask(tid: Any, s: Any, e: Any, names: list[str], b_tid: Any, b_s: Any, b_e: Any) -> Any:
+    """For each ``aten::`` op (thread, start, end, name) whether it is a forward op re-run inside
+    backward by its sequence: a top-level compute op (inside no other of the ops; none of
+    :data:`NEUTRAL_OPS`, which both sequences leave out) inside a backward function (``b_*``: the
+    ``evaluate_function`` spans) that belongs to a run of :data:`MIN_RERUN` consecutive such ops
+    of that function whose names equal, in order, consecutive top-level compute ops of one
+    thread outside every backward function (the forward)."""
+    n = len(names)
+    out = np.zeros(n, dtype=bool)
+    if n < MIN_RERUN or b_s.size == 0:
+        return out
+    top = _outermost(tid, s, e) & np.array([not _neutral(x) for x in names], dtype=bool)
+    held = _inside(b_tid, b_s, b_e, tid, s)
+    k = MIN_RERUN
+    grams: set[tuple[Any, ...]] = set()
+    fwd = np.flatnonzero(top & (held < 0))
+    fwd = fwd[np.lexsort((s[fwd], tid[fwd]))]
+    for _, run in itertools.groupby(fwd.tolist(), key=lambda i: int(tid[i])):
+        seq = [names[i] for i in run]
+        grams.update(tuple(seq[j : j + k]) for j in range(len(seq) - k + 1))
+    if not grams:
+        return out
+    bwd = np.flatnonzero(top & (held >= 0))
+    bwd = bwd[np.lexsort((s[bwd], held[bwd]))]
+    for _, run in itertools.groupby(bwd.tolist(), key=lambda i: int(held[i])):
+        idx = list(run)
+        seq = [names[i] for i in idx]
+        for j in range(len(seq) - k + 1):
+            if tuple(seq[j : j + k]) in grams:
+                out[idx[j : j + k]] = True
     return out
 
 
@@ -412,6 +602,21 @@ def phase_patterns(
     opt = _OptimizerSum(spans(opt_ids), spans(batched_ids), name_of)
     rec = _RecomputeSum()
     look_rec = any(i in present for i in bwd_ids) and any(i in present for i in fwd_ids)
+    if any(i in present for i in bwd_ids):
+        # forward ops of any name re-run inside backward, found by their sequence
+        a_tid, a_s, a_e, a_id = spans(ix.name_ids(_ATEN_NAMES))
+        b_all = spans(bwd_ids)
+        a_name = name_of(np.unique(a_id).tolist())
+        rerun = rerun_mask(
+            a_tid, a_s, a_e, [a_name[int(i)] for i in a_id], b_all[0], b_all[1], b_all[2]
+        )
+        if rerun.any():
+            z = np.zeros(0, dtype=np.int64)
+            rec.add(
+                b_all,
+                (a_tid[rerun], a_s[rerun], a_e[rerun], a_id[rerun]),
+                _Launches(z, z, z, z, z, z),
+            )
     comm = _CommSum()
     launch_ids = ids_param(ix.name_ids(_LAUNCH_NAMES))
     launches = f"""
@@ -422,6 +627,7 @@ def phase_patterns(
     """
     lparams = {**params, "lids": launch_ids}
     kinds: dict[int, int] = {}
+    fusable: dict[int, bool] = {}
     bounds = batch_bounds(con, launches.format(where=""), "t", lparams, BATCH_ROWS)
 
     def batches() -> Iterator[tuple[int, int | None, int | None, _Launches]]:
@@ -440,19 +646,25 @@ def phase_patterns(
             new = [int(x) for x in np.unique(name_id) if int(x) not in kinds]
             for k, nm in name_of(new).items():
                 kinds[k] = _kernel_kind(nm)
+                fusable[k] = fusable_kernel(nm)
             u, at = np.unique(name_id, return_inverse=True)
             k_kind = np.array([kinds.get(int(x), COMPUTE_K) for x in u], dtype=np.int8)[at]
+            k_fus = np.array([fusable.get(int(x), False) for x in u], dtype=bool)[at]
             yield (
                 i,
                 c0 if i > 0 else None,
                 c1,
-                _Launches(col["tid"], col["t"], col["corr"], col["ks"], col["ke"], k_kind),
+                _Launches(
+                    col["tid"], col["t"], col["corr"], col["ks"], col["ke"], k_kind, name_id, k_fus
+                ),
             )
 
+    chains = _ChainSum(opt)
     for i, c0, c1, batch in batches():
         cp = {"c0": c0, "c1": c1}
         k_kind = batch.kind
         opt.add(batch)
+        chains.add(batch)
         needs_bwd = look_rec or bool((k_kind == ALLGATHER_K).any())
         if needs_bwd:
             # backward functions that may hold a forward op or a launch of the batch
@@ -477,6 +689,7 @@ def phase_patterns(
         comm.result(batches, n, w),
         _subclass(con, ix, params, n_steps),
         _blocking_copy(con, ix, params, n_steps),
+        chains.result(n, name_of),
     )
 
 
@@ -510,6 +723,8 @@ class _Launches:
     ks: Any
     ke: Any
     kind: Any
+    name_id: Any = None
+    fusable: Any = None
 
 
 Batches = Callable[[], Iterator[tuple[int, "int | None", "int | None", _Launches]]]
@@ -614,6 +829,66 @@ class _OptimizerSum:
                 (int(a), int(b), int(c)) for a, b, c in zip(self.tid, self.s, self.e, strict=True)
             ),
             correlations=frozenset(self.corrs),
+        )
+
+
+class _ChainSum:
+    """Chains of fusable kernels (:class:`FusableChains`), followed launch by launch per thread
+    across batches (a chain open at a batch's end goes on in the next)."""
+
+    def __init__(self, opt: _OptimizerSum) -> None:
+        self.opt = opt
+        self.open: dict[int, list[tuple[int, int]]] = {}  # tid -> the open chain (ns, name id)
+        self.done: list[tuple[tuple[int, ...], int, int]] = []  # (name ids, GPU ns, longest ns)
+
+    def _close(self, tid: int) -> None:
+        ch = self.open.pop(tid, None)
+        if ch is not None and len(ch) >= 2:
+            d = [x[0] for x in ch]
+            self.done.append((tuple(x[1] for x in ch), sum(d), max(d)))
+
+    def add(self, b: _Launches) -> None:
+        if b.t.size == 0 or b.fusable is None:
+            return
+        fus = b.fusable.copy()
+        if self.opt.s.size:  # the optimizer's kernels are optimizer_fused's: they end a chain
+            fus &= _inside(self.opt.tid, self.opt.s, self.opt.e, b.tid, b.t) < 0
+        o = np.lexsort((b.corr, b.t, b.tid))  # per thread, in launch order
+        for tid, f, d, nid in zip(
+            b.tid[o].tolist(),
+            fus[o].tolist(),
+            (b.ke - b.ks)[o].tolist(),
+            b.name_id[o].tolist(),
+            strict=True,
+        ):
+            if f:
+                self.open.setdefault(tid, []).append((d, nid))
+            else:
+                self._close(tid)
+
+    def result(self, n_steps: int, name_of: _Names) -> FusableChains | None:
+        for tid in list(self.open):
+            self._close(tid)
+        if not self.done:
+            return None
+        n = max(1, n_steps)
+        ids = sorted({i for c in self.done for i in c[0]})
+        op = {i: kernel_op(nm) for i, nm in name_of(ids).items()}
+        by: dict[tuple[str, ...], list[int]] = {}
+        for names, ns, _ in self.done:
+            key = tuple(op.get(i, "?") for i in names)
+            got = by.setdefault(key, [0, 0])
+            got[0] += ns
+            got[1] += 1
+        typical, (_, reps) = max(by.items(), key=lambda kv: (kv[1][0], kv[0]))
+        return FusableChains(
+            chains_per_step=len(self.done) / n,
+            kernels_per_step=sum(len(c[0]) for c in self.done) / n,
+            kernel_ms_per_step=sum(c[1] for c in self.done) / n / 1e6,
+            fused_ms_per_step=sum(c[2] for c in self.done) / n / 1e6,
+            longest=max(len(c[0]) for c in self.done),
+            typical=typical,
+            typical_per_step=reps / n,
         )
 
 
@@ -930,7 +1205,8 @@ def optimizer_nodes(g: Graph) -> tuple[set[int], set[int]]:
 def recompute_nodes(g: Graph) -> tuple[set[int], set[int]]:
     """(host nodes of the recompute, GPU nodes they launched) of a critical-path graph. The spans
     are the graph's own host events: a **holding** span is an ``autograd::engine::evaluate_function``
-    event that holds a forward op of :data:`FORWARD_OPS` on its thread (the backward function whose
+    event that holds a forward op (of :data:`FORWARD_OPS`, or re-run by its sequence:
+    :func:`rerun_mask`) on its thread (the backward function whose
     saved tensors set off the re-run). A host node of that thread inside a holding span is the
     recompute's unless it lies inside one of the span's own backward ops (an ``aten::`` op that is
     no forward op and lies in none): the forward ops re-run and the checkpoint machinery around
@@ -956,12 +1232,26 @@ def recompute_nodes(g: Graph) -> tuple[set[int], set[int]]:
     keys = list(evs)
     fwd_names = set(FORWARD_OPS)
     bwd = [k for k in keys if k[3].startswith(_BACKWARD)]
-    fwd = [k for k in keys if k[3] in fwd_names]
-    if not bwd or not fwd:
-        return set(), set()
 
     def arr(ks: list[tuple[int, int, int, str]], i: int) -> Any:
         return np.array([k[i] for k in ks], dtype=np.int64)
+
+    fwd_keys = {k for k in keys if k[3] in fwd_names}
+    aten = [k for k in keys if k[3].startswith("aten::")]
+    if bwd and aten:  # forward ops of any name re-run, found by their sequence (rerun_mask)
+        mask = rerun_mask(
+            arr(aten, 0),
+            arr(aten, 1),
+            arr(aten, 2),
+            [k[3] for k in aten],
+            arr(bwd, 0),
+            arr(bwd, 1),
+            arr(bwd, 2),
+        )
+        fwd_keys.update(k for k, m in zip(aten, mask, strict=True) if m)
+    fwd = [k for k in keys if k in fwd_keys]
+    if not bwd or not fwd:
+        return set(), set()
 
     held_by = _inside(arr(bwd, 0), arr(bwd, 1), arr(bwd, 2), arr(fwd, 0), arr(fwd, 1))
     fwd = [k for k, b in zip(fwd, held_by, strict=True) if b >= 0]
@@ -970,7 +1260,7 @@ def recompute_nodes(g: Graph) -> tuple[set[int], set[int]]:
     holding = [bwd[int(b)] for b in sorted({int(b) for b in held_by if b >= 0})]
     ft, fs, fe = arr(fwd, 0), arr(fwd, 1), arr(fwd, 2)
     # the backward's own ops: aten ops inside a holding span and inside no forward op
-    other = [k for k in keys if k[3].startswith("aten::") and k[3] not in fwd_names]
+    other = [k for k in keys if k[3].startswith("aten::") and k not in fwd_keys]
     if other:
         ot, os_ = arr(other, 0), arr(other, 1)
         in_hold = _inside(arr(holding, 0), arr(holding, 1), arr(holding, 2), ot, os_) >= 0

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from gpuscope.analysis.event_classes import KERNEL_CATS
 from gpuscope.analysis.phase_patterns import (
+    _ATEN_NAMES,
     _BACKWARD,
     _BATCHED_OP,
     _CHECKPOINT,
@@ -22,6 +23,7 @@ from gpuscope.analysis.phase_patterns import (
     FORWARD_OPS,
     BlockingCopy,
     ExposedAllGather,
+    FusableChains,
     OptimizerLoop,
     PhasePatterns,
     Recompute,
@@ -33,6 +35,9 @@ from gpuscope.analysis.phase_patterns import (
     _union_ns,
     blocking_copy_of,
     copies_and_syncs,
+    fusable_kernel,
+    kernel_op,
+    rerun_mask,
 )
 from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids
 from gpuscope.analysis.steps import Window
@@ -83,22 +88,98 @@ def reference_phase_patterns(
     # each kernel's kind from its name, read once per distinct name
     ids = [int(i) for i in np.unique(name_id)]
     kinds: dict[int, int] = {}
+    k_names: dict[int, str] = {}
     for i, nm in execute(
         con,
         "SELECT name_id, name FROM names WHERE run_id = $run AND list_contains($ids, name_id)",
         {"run": run_id, "ids": ids},
     ).fetchall():
         kinds[int(i)] = _kernel_kind(str(nm))
+        k_names[int(i)] = str(nm)
     k_kind = np.array([kinds.get(int(i), COMPUTE_K) for i in name_id], dtype=np.int8)
     annotated = any(_CHECKPOINT.search(n) for n in names)
+    # every aten op of the window (the re-runs found by their sequence), then the backward
+    # functions, in memory
+    aten_ids = ids_param(ix.name_ids(_ATEN_NAMES))
+    aten = execute(
+        con,
+        f"""
+        SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, n.name
+        FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+        WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat NOT IN {RUNTIME_CATS_SQL}
+          AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo AND {in_ids("h.name_id", "ids", aten_ids)}
+        ORDER BY h.tid, h.ts_ns
+        """,
+        {**params, "ids": aten_ids},
+    ).fetchall()
+    a_tid, a_s, a_e = (np.array([r[c] for r in aten], dtype=np.int64) for c in range(3))
+    a_names = [str(r[3]) for r in aten]
+    bi = [i for i, n in enumerate(names) if n.startswith(_BACKWARD)]
+    rr = rerun_mask(a_tid, a_s, a_e, a_names, tid[bi], s[bi], e[bi])
+    ri = np.flatnonzero(rr)
+    # the re-run ops first, then the spans read (the batched analysis's order of its spans)
+    f_tid, f_s, f_e = (np.concatenate([x[ri], y]) for x, y in ((a_tid, tid), (a_s, s), (a_e, e)))
+    f_names = [a_names[i] for i in ri] + names
+    f_extra = np.concatenate([np.ones(ri.size, dtype=bool), np.zeros(len(names), dtype=bool)])
     return PhasePatterns(
         n_steps,
         w.duration_ns,
         _optimizer(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, k_kind),
-        _recompute(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, n_steps, annotated),
+        _recompute(
+            f_tid, f_s, f_e, f_names, l_tid, l_t, l_corr, k_s, k_e, n_steps, annotated, f_extra
+        ),
         _allgather(tid, s, e, names, l_tid, l_t, k_s, k_e, k_kind, n_steps, w),
         _subclass(con, ix, params, n_steps),
         reference_blocking_copy(con, ix, params, n_steps),
+        _chains(tid, s, e, names, l_tid, l_t, l_corr, k_s, k_e, name_id, k_names, n_steps),
+    )
+
+
+def _chains(
+    tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, l_corr: Any, k_s: Any,
+    k_e: Any, name_id: Any, k_names: dict[int, str], n_steps: int,
+) -> FusableChains | None:  # fmt: skip
+    """Every launch of the window in (thread, time, correlation) order: runs of fusable kernels
+    launched outside the optimizer's steps, two or more."""
+    opt = np.flatnonzero(np.array([bool(_OPT_STEP.match(n)) for n in names], dtype=bool))
+    in_opt = (
+        _inside(tid[opt], s[opt], e[opt], l_tid, l_t) >= 0
+        if opt.size
+        else np.zeros(l_t.size, dtype=bool)
+    )
+    chains: list[list[int]] = []
+    cur: list[int] = []
+    prev = None
+    for i in np.lexsort((l_corr, l_t, l_tid)).tolist():
+        if l_tid[i] != prev:
+            chains.append(cur)
+            cur, prev = [], l_tid[i]
+        if fusable_kernel(k_names[int(name_id[i])]) and not in_opt[i]:
+            cur.append(i)
+        else:
+            chains.append(cur)
+            cur = []
+    chains.append(cur)
+    chains = [c for c in chains if len(c) >= 2]
+    if not chains:
+        return None
+    n = max(1, n_steps)
+    d = k_e - k_s
+    by: dict[tuple[str, ...], list[int]] = {}
+    for c in chains:
+        key = tuple(kernel_op(k_names[int(name_id[i])]) for i in c)
+        got = by.setdefault(key, [0, 0])
+        got[0] += int(d[c].sum())
+        got[1] += 1
+    typical, (_, reps) = max(by.items(), key=lambda kv: (kv[1][0], kv[0]))
+    return FusableChains(
+        chains_per_step=len(chains) / n,
+        kernels_per_step=sum(len(c) for c in chains) / n,
+        kernel_ms_per_step=sum(int(d[c].sum()) for c in chains) / n / 1e6,
+        fused_ms_per_step=sum(int(d[c].max()) for c in chains) / n / 1e6,
+        longest=max(len(c) for c in chains),
+        typical=typical,
+        typical_per_step=reps / n,
     )
 
 
@@ -204,11 +285,11 @@ def _within_any(t: int, at: int, sp_tid: Any, sp_s: Any, sp_e: Any) -> bool:
 
 def _recompute(
     tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, l_corr: Any, k_s: Any,
-    k_e: Any, n_steps: int, annotated: bool,
+    k_e: Any, n_steps: int, annotated: bool, rerun: Any,
 ) -> Recompute | None:  # fmt: skip
     fwd_set = set(FORWARD_OPS)
-    is_bwd = np.array([n.startswith(_BACKWARD) for n in names], dtype=bool)
-    is_fwd = np.array([n in fwd_set for n in names], dtype=bool)
+    is_bwd = np.array([n.startswith(_BACKWARD) for n in names], dtype=bool) & ~rerun
+    is_fwd = np.array([n in fwd_set for n in names], dtype=bool) | rerun
     if not is_bwd.any() or not is_fwd.any():
         return None
     b = np.flatnonzero(is_bwd)

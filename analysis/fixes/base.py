@@ -171,14 +171,15 @@ class Recommendation:
 @dataclass
 class Finding:
     """What a rule found: the evidence, the cost it measured (% of the step), the proven bound (%,
-    only from a unit with a :attr:`FixUnit.proof`), and the title or code where the run's facts
-    change the unit's words (None: the unit's)."""
+    only from a unit with a :attr:`FixUnit.proof`), and the title, why or code where the run's
+    facts change the unit's words (None: the unit's)."""
 
     evidence: dict[str, Any]
     cost_pct: float
     bound_pct: float | None = None
     title: str | None = None
     code: str | None = None
+    why: str | None = None
 
 
 Retime = Callable[["Graph", Context], dict[str, Variant]]
@@ -232,7 +233,7 @@ class FixUnit:
         return Recommendation(
             self.id,
             f.title or self.words.title,
-            self.words.why,
+            f.why or self.words.why,
             f.evidence,
             f.code or self.words.code,
             f.cost_pct,

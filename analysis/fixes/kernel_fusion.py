@@ -1,5 +1,7 @@
-"""Fix unit ``kernel_fusion`` (torch.compile): a launch- and host-bound step of short kernels, in
-an uncompiled model; :func:`launch_bound` is the detection the compiled-model units share."""
+"""Fix unit ``kernel_fusion`` (torch.compile) in an uncompiled model: a launch- and host-bound step
+of short kernels, or a GPU-bound step whose time goes to chains of memory-bound elementwise,
+reduction and copy kernels (:func:`memory_bound`); :func:`launch_bound` is the detection the
+compiled-model units share."""
 
 from __future__ import annotations
 
@@ -7,9 +9,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.fixes import base as fx
-from gpuscope.analysis.fixes.base import SHORT_KERNEL_US, Finding, FixUnit, Inputs, Words
+from gpuscope.analysis.fixes.base import (
+    SHORT_KERNEL_US,
+    Finding,
+    FixUnit,
+    Inputs,
+    Recommendation,
+    Words,
+)
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.kernel_names import classify_kernel
+from gpuscope.analysis.phase_patterns import FUSABLE_CATEGORIES, fusable_kernel, optimizer_nodes
 from gpuscope.vocabulary.causes import CPU_OVERHEAD, LAUNCH_OVERHEAD
 
 if TYPE_CHECKING:
@@ -109,9 +119,12 @@ def launch_bound(inp: Inputs) -> LaunchBound | None:
 
 
 def detect(inp: Inputs) -> Finding | None:
-    """An uncompiled model only (a compiled run is never told to ``torch.compile(model)``)."""
+    """An uncompiled model only (a compiled run is never told to ``torch.compile(model)``): a
+    launch-bound step (:func:`launch_bound`), else memory-bound chains (:func:`memory_bound`)."""
     lb = launch_bound(inp)
-    if lb is None or lb.compiled:
+    if lb is None:
+        return memory_bound(inp)
+    if lb.compiled:
         return None
     # torch.compile also fuses the short kernels themselves: the cost adds their GPU time
     # (measured on an H100: eager 12.9 ms -> reduce-overhead 3.72 ms, GPU busy 4.17 -> 3.15)
@@ -123,10 +136,148 @@ def detect(inp: Inputs) -> Finding | None:
     return Finding(lb.evidence, cost)
 
 
-FUSABLE_CATEGORIES = frozenset({"elementwise", "reduction_norm_softmax", "copy_memset"})
-"""Kernel categories (:func:`~gpuscope.analysis.kernel_names.classify_kernel`) a compiler fuses
-into a neighbour of the same kind; GEMMs, convolutions, attention, RNNs, collectives and the
-optimizer's kernels stay separate launches."""
+MEMORY_TITLE = "Fuse the memory-bound elementwise chains (torch.compile)"
+MEMORY_WHY = (
+    "Each eager elementwise, reduction or copy kernel reads and writes its whole tensor in GPU "
+    "memory; torch.compile runs a chain of them as one kernel that reads its inputs once and "
+    "writes its outputs once."
+)
+MEMORY_CODE = (
+    "model = torch.compile(model)   # one kernel per chain: reads its inputs once, writes once\n"
+    "# check the chains are gone: the profiler's kernel list shows triton_poi_/triton_red_ kernels"
+)
+MIN_BUSY_PCT = 80.0
+"""The GPU busy share (%) from which a step is GPU-bound enough for shorter kernels to shorten
+it: below, the chains' time hides behind the host and the rule stays silent (v64, the one timed
+memory-bound pair: 96 %)."""
+MIN_SAVED_PCT = 10.0
+"""The chains' GPU time less their fused time (:attr:`FusableChains.saved_ms_per_step`), as %
+of the traced window, from which the rule speaks (its cost)."""
+CHAIN_SHOWN = 8
+"""Op names of the typical chain said in the summary (the rest as "…")."""
+
+
+def memory_bound(inp: Inputs) -> Finding | None:
+    """A GPU-bound step (busy ≥ :data:`MIN_BUSY_PCT`) of an uncompiled model whose chains of
+    fusable kernels (:class:`~gpuscope.analysis.phase_patterns.FusableChains`) would save at
+    least :data:`MIN_SAVED_PCT` of the traced window fused: each eager kernel reads and writes its whole
+    tensor in GPU memory, a fused chain once. No proven bound (the re-timing's model is the
+    estimate, :func:`retime_chains`)."""
+    c = inp.compiled
+    if c is not None and (c.compiled or c.triton_kernels_per_step > 0):
+        return None
+    ch = inp.phase.chains if inp.phase is not None else None
+    if ch is None or inp.busy_pct < MIN_BUSY_PCT:
+        return None
+    n = max(1, inp.n_steps)
+    saved_ns = ch.saved_ms_per_step * 1e6 * n
+    if not fx.significant(saved_ns, inp.window_ns, inp.n_steps):
+        return None
+    # the saved GPU time's share of the traced window it lies in (not of the untraced step: the
+    # window may hold several untraced steps where the trace marks none, and the kernels' time
+    # is traced time too)
+    cost = fx.share(saved_ns, inp.window_ns)
+    if cost < MIN_SAVED_PCT:
+        return None
+    k = inp.kernels
+    gpu_share = 100.0 * ch.kernel_ms_per_step * n * 1e3 / k.kernel_us if k.kernel_us else 0.0
+    ev = fx.evidence_json(
+        ch,
+        memory_bound_chains=True,
+        chain_share_of_gpu_pct=gpu_share,
+        kernels_per_step=k.n_kernels / n,
+        median_kernel_us=k.median_us,
+        gpu_busy_pct=inp.busy_pct,
+        share_pct=fx.share(saved_ns, inp.window_ns),
+    )
+    shown = " → ".join(ch.typical[:CHAIN_SHOWN]) + (" → …" if len(ch.typical) > CHAIN_SHOWN else "")
+    ev["summary"] = (
+        f"The GPU is busy {sig3(inp.busy_pct)}% of the step, and {sig3(gpu_share)}% of its kernel "
+        f"time is {sig3(ch.kernels_per_step)} elementwise, reduction and copy kernels per step in "
+        f"{sig3(ch.chains_per_step)} chains launched back to back ({sig3(ch.kernel_ms_per_step)} "
+        f"ms per step), each reading and writing its whole tensor in GPU memory; typical chain "
+        f"({len(ch.typical)} kernels, {sig3(ch.typical_per_step)}× per step): {shown}. Fused, "
+        f"each chain costs about its longest kernel: {sig3(ch.fused_ms_per_step)} ms per step, "
+        f"{sig3(ch.saved_ms_per_step)} ms less."
+    )
+    return Finding(ev, cost, title=MEMORY_TITLE, code=MEMORY_CODE, why=MEMORY_WHY)
+
+
+def fusable_chains(g: Graph) -> tuple[list[list[int]], int]:
+    """The graph's chains of fusable kernels (:func:`~gpuscope.analysis.phase_patterns.
+    fusable_kernel`, none launched by the optimizer's step): on each stream, in time order, runs
+    of two or more; and the number of the graph's kernels."""
+    _, opt = optimizer_nodes(g)
+    by_stream: dict[int, list[tuple[int, int, bool]]] = {}
+    fus_of: dict[str, bool] = {}
+    total = 0
+    for i, n in enumerate(g.nodes):
+        ev = n.event
+        if n.kind == "gpu" and n.cat == "kernels" and ev is not None:
+            total += 1
+            f = fus_of.get(ev.name)
+            if f is None:
+                f = fus_of[ev.name] = fusable_kernel(ev.name)
+            by_stream.setdefault(getattr(ev, "stream", 0), []).append((n.s, i, f and i not in opt))
+    chains: list[list[int]] = []
+    for seq in by_stream.values():
+        seq.sort()
+        cur: list[int] = []
+        for _, i, f in [*seq, (0, -1, False)]:
+            if f:
+                cur.append(i)
+                continue
+            if len(cur) >= 2:
+                chains.append(cur)
+            cur = []
+    return chains, total
+
+
+CHAIN_LEFT = (0.5, 0.25, 0.0)
+"""How much of a chain's GPU time beyond its longest kernel stays once fused, ``low`` / ``mid`` /
+``high``: a compiler splits some chains (at a reduction's output, a layout change, a value the
+backward saves), so half of it in the weakest variant; none in the strongest."""
+
+
+def retime_chains(g: Graph, ctx: Context) -> dict[str, Variant]:
+    """Each chain (:func:`fusable_chains`) fused: its kernels scaled together to its longest
+    kernel + f × (the rest), f = :data:`CHAIN_LEFT`; host work and launch calls as in
+    :func:`retime`, ρ = the chains' kernels but one each over all kernels (the launches fusion
+    removes)."""
+    chains, total = fusable_chains(g)
+    removed = sum(len(c) - 1 for c in chains)
+    rho = removed / total if total else 0.0
+    out: dict[str, Variant] = {}
+    for name, f, fh, fk in zip(
+        ("low", "mid", "high"), CHAIN_LEFT, (0.6, 0.3, 0.1), (1.0, 0.5, 0.25), strict=True
+    ):
+        scale: dict[int, float] = {}
+        for c in chains:
+            d = [g.nodes[i].dur for i in c]
+            s, m = sum(d), max(d)
+            if s > 0:
+                r = (m + f * (s - m)) / s
+                scale.update((i, r) for i in c)
+        host = 1.0 - (1.0 - fh) * rho
+        launch = 1.0 - (1.0 - fk) * rho
+
+        def dur(
+            v: int, n: Node, scale: dict[int, float] = scale, h: float = host, la: float = launch
+        ) -> float:
+            if fx.is_host_work(n):
+                return n.dur * (la if n.cat == "launch" else h)
+            return n.dur * scale.get(v, 1.0)
+
+        out[name] = (dur, None)
+    return out
+
+
+def advised(rec: Recommendation, g: Graph, ctx: Context) -> dict[str, Variant]:
+    """Memory-bound chains (the finding's ``memory_bound_chains``): :func:`retime_chains`; a
+    launch-bound step: :func:`retime`."""
+    if rec.evidence.get("memory_bound_chains"):
+        return retime_chains(g, ctx)
+    return retime(g, ctx)
 
 
 def removable_kernels(g: Graph) -> tuple[frozenset[int], int]:
@@ -213,4 +364,4 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     }
 
 
-UNIT = FixUnit("kernel_fusion", WORDS, detect, retime, general=True)
+UNIT = FixUnit("kernel_fusion", WORDS, detect, retime, general=True, advised=advised)

@@ -1,0 +1,145 @@
+"""Forward ops re-run inside backward found by their sequence, whatever their names
+(analysis/phase_patterns.py ``rerun_mask``): a checkpointed plain function (a NeRF positional
+encoding: ``pow``, ``mul``, ``sin``, ``cos``, none of them forward-only) is a recompute, and
+``activation_checkpointing`` is offered for it. Hand-made traces with answers by hand, and the real
+v68 trace (dropping that checkpoint measured 21.2 %)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gpuscope.analysis.phase_patterns import MIN_RERUN, phase_patterns, rerun_mask
+from tracegen import TraceBuilder, ingest_one_rank
+
+ROOT = Path(__file__).resolve().parent.parent
+EW = "void at::native::vectorized_elementwise_kernel<4, at::native::sin_kernel_cuda(...)>"
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"
+ENCODING = ("aten::arange", "aten::pow", "aten::mul", "aten::sin", "aten::cos")
+STEP_US = 10_000.0
+N = 3
+
+
+def test_rerun_mask_needs_min_rerun_ops_in_forward_order() -> None:
+    """Forward (thread 1): a b c d e. Backward function 1 (thread 2, 100-200): b c d e then x
+    (own): b..e are a re-run; backward function 2 (300-400): c d e (3 < MIN_RERUN) stays; a
+    nested op (inside b) is not top-level: not marked."""
+    assert MIN_RERUN == 4
+    ops = [
+        (1, 0, 5, "a"), (1, 10, 15, "b"), (1, 20, 25, "c"), (1, 30, 35, "d"), (1, 40, 45, "e"),
+        (2, 110, 120, "b"), (2, 111, 112, "z"), (2, 125, 130, "c"), (2, 135, 140, "d"),
+        (2, 145, 150, "e"), (2, 155, 160, "x"),
+        (2, 310, 315, "c"), (2, 320, 325, "d"), (2, 330, 335, "e"),
+    ]  # fmt: skip
+    tid, s, e = (np.array([o[i] for o in ops], dtype=np.int64) for i in range(3))
+    got = rerun_mask(
+        tid, s, e, [o[3] for o in ops],
+        np.array([2, 2], dtype=np.int64), np.array([100, 300], dtype=np.int64),
+        np.array([200, 400], dtype=np.int64),
+    )  # fmt: skip
+    assert got.tolist() == [False] * 5 + [True, False, True, True, True, False] + [False] * 3
+
+
+def encoding_trace(checkpointed: bool) -> TraceBuilder:
+    """3 steps of 10 ms. Forward (main thread): the encoding's 5 ops (arange, pow, mul, sin,
+    cos) from 100 µs, 40 µs apart, 20 µs each, each launching a 10 µs kernel; ``aten::cat``;
+    ``aten::linear`` launching a 500 µs GEMM. Backward (thread 2): ``AddmmBackward0`` holding
+    ``aten::mm`` (a 500 µs GEMM); then ``CosBackward0`` (5,000-5,600 µs) holding, when
+    checkpointed, the encoding again (5 ops from 5,020 µs, 50 µs apart, 30 µs each, a 20 µs
+    kernel each), then its own ``sin``, ``neg``, ``mul`` (a 10 µs kernel each)."""
+    t = TraceBuilder(rank=0, world_size=1)
+    for k in range(N):
+        b = k * STEP_US
+        t.step(k + 1, b, STEP_US)
+        for j, op in enumerate(ENCODING):
+            s = b + 100 + 40 * j
+            t.cpu_op(op, s, 20.0)
+            t.launch(EW, s + 5, s + 10, 10.0)
+        t.cpu_op("aten::cat", b + 320, 20.0)
+        t.cpu_op("aten::linear", b + 400, 50.0)
+        t.launch(GEMM, b + 410, b + 500, 500.0)
+        t.cpu_op("autograd::engine::evaluate_function: AddmmBackward0", b + 4000, 100.0, tid=2)
+        t.cpu_op("aten::mm", b + 4010, 50.0, tid=2)
+        t.launch(GEMM, b + 4020, b + 4100, 500.0, tid=2)
+        bw = b + 5000.0
+        t.cpu_op("autograd::engine::evaluate_function: CosBackward0", bw, 600.0, tid=2)
+        at = bw + 20
+        if checkpointed:
+            for op in ENCODING:
+                t.cpu_op(op, at, 30.0, tid=2)
+                t.launch(EW, at + 5, at + 10, 20.0, tid=2)
+                at += 50
+        for op in ("aten::sin", "aten::neg", "aten::mul"):
+            t.cpu_op(op, at, 30.0, tid=2)
+            t.launch(EW, at + 5, at + 10, 10.0, tid=2)
+            at += 50
+    return t
+
+
+@pytest.mark.memory_store
+def test_checkpointed_function_recompute_by_hand(con, tmp_path) -> None:
+    """Per step: the 5 re-run ops (no checkpoint annotation, no forward-only op among them),
+    host 5 × 30 = 150 µs, their kernels 5 × 20 = 100 µs; CosBackward0's own sin, neg, mul and
+    AddmmBackward0's mm are not re-runs."""
+    run = ingest_one_rank(con, tmp_path, encoding_trace(checkpointed=True))
+    rc = phase_patterns(con, run, 0).recompute
+    assert rc is not None and not rc.annotated
+    assert rc.ops_per_step == 5
+    assert dict(rc.by_op) == {op: 1.0 for op in ENCODING}
+    assert rc.host_ms_per_step == pytest.approx(0.150)
+    assert rc.kernel_ms_per_step == pytest.approx(0.100)
+
+
+@pytest.mark.memory_store
+def test_backward_formulas_alone_are_no_recompute(con, tmp_path) -> None:
+    """Without the checkpoint the backward runs its own formulas only: no recompute."""
+    run = ingest_one_rank(con, tmp_path, encoding_trace(checkpointed=False))
+    assert phase_patterns(con, run, 0).recompute is None
+
+
+@pytest.mark.slow
+@pytest.mark.memory_store
+def test_v68_offers_activation_checkpointing_first(con) -> None:
+    """v68 (NeRF MLP, ``checkpoint`` on the positional encoding only, a plain function): the
+    recompute is found, ``activation_checkpointing`` is the first fix and its range holds the
+    measured 21.2 %."""
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.ingest.loader import ingest_paths
+
+    trace = ROOT / (
+        "sample_traces/validation/v68/v68_null_activation_checkpointing_rank0.pt.trace.json.gz"
+    )
+    run = ingest_paths(con, [trace])[0].run_id
+    rep = analyze_run(con, run, rank=0)
+    first = rep.recommendations[0]
+    assert first.id == "activation_checkpointing", [r.id for r in rep.recommendations]
+    assert "aten::pow" in first.evidence["by_op_per_step"]
+    assert first.estimate is not None
+    assert first.estimate.low_pct <= 21.2 <= first.estimate.high_pct
+
+
+def test_rerun_mask_leaves_out_ops_that_compute_nothing() -> None:
+    """Forward (thread 1): b view c d e. Backward function 1 (thread 2): b c view d e: the 4
+    compute ops match (the views are left out of both sequences, and not marked). Backward
+    function 2: FSDP's unshard before backward (split_with_sizes, _foreach_copy_, view, empty,
+    as_strided) as the forward ran it: nothing (v54)."""
+    unshard = [
+        "aten::split_with_sizes", "aten::_foreach_copy_", "aten::view", "aten::empty",
+        "aten::as_strided",
+    ]  # fmt: skip
+    fwd = ["b", "aten::view", "c", "d", "e", *unshard]
+    bwd1 = ["b", "c", "aten::view", "d", "e"]
+    ops = [(1, 10 * i, 10 * i + 5, n) for i, n in enumerate(fwd)]
+    ops += [(2, 1000 + 10 * i, 1000 + 10 * i + 5, n) for i, n in enumerate(bwd1)]
+    ops += [(2, 2000 + 10 * i, 2000 + 10 * i + 5, n) for i, n in enumerate(unshard)]
+    tid, s, e = (np.array([o[i] for o in ops], dtype=np.int64) for i in range(3))
+    got = rerun_mask(
+        tid, s, e, [o[3] for o in ops],
+        np.array([2, 2], dtype=np.int64), np.array([900, 1900], dtype=np.int64),
+        np.array([1100, 2100], dtype=np.int64),
+    )  # fmt: skip
+    n = len(fwd)
+    assert got[:n].tolist() == [False] * n
+    assert got[n : n + 5].tolist() == [True, True, False, True, True]
+    assert not got[n + 5 :].any()
