@@ -70,15 +70,23 @@ def test_truth_matches_its_timings_and_holds_a_third_out() -> None:
     import record_blind
     import record_blind2
     import record_blind3
+    import record_blind4
     import record_new
 
     third = {c for i, c in enumerate(ORDER) if i % 3 == 2}
     new = {c for i, c in enumerate(record_new.ORDER) if i % 2 == 0}
-    blind = set(record_blind.CASES) | set(record_blind2.CASES) | set(record_blind3.CASES)
+    blind = (
+        set(record_blind.CASES)
+        | set(record_blind2.CASES)
+        | set(record_blind3.CASES)
+        | set(record_blind4.CASES)
+    )
     held = {c["case"] for c in cases if c["held_out"]}
     assert held == third | ((new | blind) & {c["case"] for c in cases})
     for c in cases:
-        if c["case"] in record_blind3.CASES:
+        if c["case"] in record_blind4.CASES:
+            want = "blind4"
+        elif c["case"] in record_blind3.CASES:
             want = "blind3"
         elif c["case"] in record_blind2.CASES:
             want = "blind2"
@@ -116,6 +124,7 @@ def test_truth_is_what_the_timing_files_say() -> None:
     import record_blind
     import record_blind2
     import record_blind3
+    import record_blind4
     import record_new
     from record_validation import CASES
 
@@ -126,6 +135,7 @@ def test_truth_is_what_the_timing_files_say() -> None:
         **record_blind.CASES,
         **record_blind2.CASES,
         **record_blind3.CASES,
+        **record_blind4.CASES,
     }
     for name, c in cases.items():
         d = TRUTH.parent / name
@@ -140,7 +150,7 @@ def test_truth_is_what_the_timing_files_say() -> None:
         gpus = every[name].get("gpus", 1)
         assert c["gpus"] == gpus
         assert len(c["traces"]) == gpus, name  # one trace per rank
-    for part in (record_new, record_blind, record_blind2, record_blind3):
+    for part in (record_new, record_blind, record_blind2, record_blind3, record_blind4):
         recorded = [k for k in part.ORDER if (TRUTH.parent / k / "timing.json").exists()]
         assert [k for k in cases if k in part.CASES] == recorded
 

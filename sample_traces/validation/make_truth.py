@@ -15,8 +15,9 @@ record_blind.py (v29-v40) is ``group: "blind"``: recorded after v01-v28 were tun
 looked at by gpuscope's analysis before it was recorded, and kept out of every calibration (no
 part of it is calibration; ``held_out`` is true). Every case of record_blind2.py (v41-v54) is
 ``group: "blind2"``, likewise held out: recorded after v29-v40 had been looked at, judged once;
-and every case of record_blind3.py (v55-v69) is ``group: "blind3"``, held out, recorded after
-v41-v54 had been judged.
+every case of record_blind3.py (v55-v69) is ``group: "blind3"``, held out, recorded after
+v41-v54 had been judged; and every case of record_blind4.py (v70-v84) is ``group: "blind4"``,
+held out, recorded after v55-v69 had been judged.
 """
 
 from __future__ import annotations
@@ -31,19 +32,31 @@ sys.path.insert(0, str(HERE))
 import record_blind  # noqa: E402
 import record_blind2  # noqa: E402
 import record_blind3  # noqa: E402
+import record_blind4  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
-GROUPS = ("calibration", "held_out_third", "new", "held_out_new", "blind", "blind2", "blind3")
+GROUPS = (
+    "calibration",
+    "held_out_third",
+    "new",
+    "held_out_new",
+    "blind",
+    "blind2",
+    "blind3",
+    "blind4",
+)
 """The set's parts, in the order the benchmark prints them."""
 
 
-HELD_OUT_GROUPS = ("held_out_third", "held_out_new", "blind", "blind2", "blind3")
+HELD_OUT_GROUPS = ("held_out_third", "held_out_new", "blind", "blind2", "blind3", "blind4")
 """The parts kept out of every calibration (``held_out: true``)."""
 
 
 def group(case: str) -> str:
     """The part of the set a case belongs to (:data:`GROUPS`)."""
+    if case in record_blind4.CASES:
+        return record_blind4.GROUP
     if case in record_blind3.CASES:
         return record_blind3.GROUP
     if case in record_blind2.CASES:
@@ -67,7 +80,14 @@ def single(case: str) -> dict | None:
     files = sorted((HERE / case).glob("timing*.json"))  # timing.json, then timing_run2.json
     if not files:
         return None
-    every = (CASES, record_new.CASES, record_blind.CASES, record_blind2.CASES, record_blind3.CASES)
+    every = (
+        CASES,
+        record_new.CASES,
+        record_blind.CASES,
+        record_blind2.CASES,
+        record_blind3.CASES,
+        record_blind4.CASES,
+    )
     meta = {k: v for part in every for k, v in part.items()}[case]
     per_sample = meta.get("bound") == "per_sample_time"
     key = "per_sample_us" if per_sample else "step_ms_median"
@@ -242,6 +262,7 @@ def main() -> int:
     cases += [c for c in (single(k) for k in record_blind.ORDER) if c is not None]
     cases += [c for c in (single(k) for k in record_blind2.ORDER) if c is not None]
     cases += [c for c in (single(k) for k in record_blind3.ORDER) if c is not None]
+    cases += [c for c in (single(k) for k in record_blind4.ORDER) if c is not None]
     doc = {
         "about": "issue 43's validation set: planted cause, fix, expected gpuscope fix id, "
         "unprofiled timings (fresh processes, interleaved), measured gain. held_out: every "
@@ -250,7 +271,9 @@ def main() -> int:
         "of record_blind.py (v29-v40, group blind) is held out and was never analysed before it "
         "was recorded; so is every case of record_blind2.py (v41-v54, group blind2), recorded "
         "after v29-v40 had been looked at, judged once at the end; and so is every case of "
-        "record_blind3.py (v55-v69, group blind3), recorded after v41-v54 had been judged. "
+        "record_blind3.py (v55-v69, group blind3), recorded after v41-v54 had been judged; and so is "
+        "every case of record_blind4.py (v70-v84, group blind4), recorded after v55-v69 had been "
+        "judged. "
         "compile: eager vs "
         "torch.compile of v06, v12 and v23's planted variants.",
         "cases": cases,

@@ -1,0 +1,167 @@
+"""The validation set's fourth blind part (v70-v84, record_blind4.py): its cases are their own
+group (``blind4``), held out, time the causes the third blind part's judgement missed on new
+models and every other one-GPU fix once, with two pairs chosen to gain nothing and one 2-GPU
+pair; its recorded truths are whole. Nothing here analyses a trace: the part is judged once, by
+the lead, with ``validate_gains_set.py --blind``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+VAL = ROOT / "sample_traces" / "validation"
+sys.path.insert(0, str(VAL))
+TRUTH = VAL / "truth.json"
+
+import make_truth  # noqa: E402
+import record_blind  # noqa: E402
+import record_blind2  # noqa: E402
+import record_blind3  # noqa: E402
+import record_blind4  # noqa: E402
+import record_new  # noqa: E402
+import record_validation  # noqa: E402
+
+COVERED = {
+    "activation_checkpointing",
+    "optimizer_fused",
+    "host_sync",
+    "pin_memory",
+    "mixed_precision",
+    "kernel_fusion",
+    "batch_size",
+    "dataloader_workers",
+    "cudnn_benchmark",
+    "cuda_graphs",
+}
+"""The one-GPU fixes the fourth blind part must time (issue 43, item 4)."""
+
+SCATTER_POINTS = 12.0
+"""A case whose rounds' gains spread over more than this (points) has >= 5 rounds."""
+
+
+def test_the_fourth_blind_part_is_its_own_held_out_group() -> None:
+    assert record_blind4.GROUP == "blind4"
+    assert "blind4" in make_truth.GROUPS and "blind4" in make_truth.HELD_OUT_GROUPS
+    for case in record_blind4.ORDER:
+        assert make_truth.group(case) == "blind4", case
+    earlier = {
+        **record_validation.CASES,
+        **record_new.CASES,
+        **record_blind.ALL,
+        **record_blind2.CASES,
+        **record_blind3.CASES,
+    }
+    assert not set(record_blind4.CASES) & set(earlier)
+    assert [f"v{n}" for n in range(70, 70 + len(record_blind4.ORDER))] == record_blind4.ORDER
+    assert set(record_blind4.BUILDERS) == set(record_blind4.CASES)
+
+
+def test_the_models_are_new() -> None:
+    """No model description of this part is one of an earlier part's."""
+    earlier = {
+        c["model"]
+        for part in (
+            record_validation.CASES,
+            record_new.CASES,
+            record_blind.CASES,
+            record_blind2.CASES,
+            record_blind3.CASES,
+        )
+        for c in part.values()
+    }
+    mine = [c["model"] for c in record_blind4.CASES.values()]
+    assert len(set(mine)) == len(mine)
+    assert not set(mine) & earlier
+
+
+def test_the_fourth_blind_part_covers_the_fixes_the_misses_and_two_nulls() -> None:
+    from gpuscope.analysis.fixes import BY_ID
+
+    cases = list(record_blind4.CASES.values())
+    fixes = [c["expected_fix"] for c in cases]
+    assert set(fixes) >= COVERED
+    assert set(fixes) <= set(BY_ID)  # every expected fix is one gpuscope can name
+    real = [c for c in cases if not c.get("null")]
+    # the third judgement's misses: bf16 on fp32 convolutions, TF32 off and on; a checkpointed
+    # plain function and a checkpointed module; fusing long memory-bound chains; a 4x batch
+    mp = [c for c in real if c["expected_fix"] == "mixed_precision"]
+    assert {"TF32 off" in c["model"] for c in mp} == {True, False} and len(mp) == 2
+    ac = [c["planted"] for c in real if c["expected_fix"] == "activation_checkpointing"]
+    assert any("plain function" in p for p in ac)
+    assert any("nn.Module" in p and "plain function" not in p for p in ac)
+    assert any(c.get("batch_multiple") == 4 for c in real)
+    assert any("memory-bound" in c["model"] for c in real if c["expected_fix"] == "kernel_fusion")
+    assert sum(bool(c.get("null")) for c in cases) >= 2
+    assert sum(c.get("gpus", 1) == 1 for c in cases) >= 12
+    two = [c["expected_fix"] for c in cases if c.get("gpus", 1) == 2]
+    assert two == ["load_imbalance"]
+    assert len(cases) <= 15
+    for c in cases:  # a batch-size pair is judged per sample, with its multiple
+        per_sample = c.get("bound") == "per_sample_time"
+        assert per_sample == (c["expected_fix"] == "batch_size"), c["name"]
+        assert per_sample == ("batch_multiple" in c), c["name"]
+
+
+def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
+    """Kineto (torch 2.11) writes a '"' in a metadata string as '/"' (not JSON)."""
+    for name, case in record_blind4.CASES.items():
+        for key in ("planted", "fix", "expected_fix"):
+            assert '"' not in case[key], (name, key)
+
+
+def test_every_case_builds_and_steps_on_the_cpu_at_tiny_sizes() -> None:
+    """Each builder's planted and fixed variants make a model and take one step (the CPU, the
+    recorder's --quick sizes; compiled variants are left out: compiling is slow on a CPU, and so
+    is the 2-GPU case: it needs a process group, which ``drive --quick --cpu`` starts). The
+    checkpointing pairs checkpoint in the planted variant only: v71 a plain function per block,
+    v81 the residual modules."""
+    pytest.importorskip("torch")
+    saved = record_new.QUICK
+    record_new.QUICK = True
+    try:
+        metas: dict[tuple[str, str], dict] = {}
+        for case in [c for c in record_blind4.ORDER if record_blind4.CASES[c].get("gpus", 1) == 1]:
+            compiled = bool(record_blind4.CASES[case].get("compiled"))
+            for variant in ("planted",) if compiled else ("planted", "fixed"):
+                step, samples, meta, _model = record_blind4.build(case, variant, "cpu")
+                step()
+                assert samples > 0 and isinstance(meta, dict), (case, variant)
+                metas[case, variant] = dict(meta)
+        assert metas["v71", "planted"]["checkpointed_functions"] > 0
+        assert metas["v71", "fixed"]["checkpointed_functions"] == 0
+        assert metas["v81", "planted"]["checkpointed_modules"] > 0
+        assert metas["v81", "fixed"]["checkpointed_modules"] == 0
+    finally:
+        record_new.QUICK = saved
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_the_recorded_fourth_blind_part_is_apart_and_whole() -> None:
+    """Every recorded v70+ case: group blind4, held out, one trace of its planted variant per rank
+    (17 KB-2 MB), timed in fresh processes on an NVIDIA GPU, >= 3 rounds (>= 5 where the rounds
+    scatter), its row whole (device, torch, timings, rounds, extra); make_truth's earlier cases
+    come first, in their own order."""
+    cases = json.loads(TRUTH.read_text())["cases"]
+    mine = [c for c in cases if c["group"] == "blind4"]
+    recorded = [k for k in record_blind4.ORDER if (VAL / k / "timing.json").exists()]
+    assert [c["case"] for c in mine] == recorded
+    assert [c["case"] for c in cases[-len(mine) :]] == recorded if mine else True
+    for c in mine:
+        assert c["held_out"], c["case"]
+        assert c["device"].startswith("NVIDIA"), c["case"]
+        assert c["torch"].startswith("2."), c["case"]
+        assert len(c["traces"]) == c["gpus"] == record_blind4.CASES[c["case"]].get("gpus", 1)
+        for t in c["traces"]:
+            assert 17_000 <= (VAL / t).stat().st_size <= 2_000_000, t
+        g = c["gain_pct_by_round"]
+        assert len(g) >= 3, c["case"]
+        assert len(g) >= 5 or max(g) - min(g) <= SCATTER_POINTS, c["case"]
+        t = c["timings"]
+        assert len(t["planted"]) == len(t["fixed"]) == len(g), c["case"]
+        assert len(t["traced_run_step_ms"]) == 1, c["case"]
+        assert c["extra"]["samples_per_step"] > 0, c["case"]
+        assert c["intended_null"] == bool(record_blind4.CASES[c["case"]].get("null"))
