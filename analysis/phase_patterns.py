@@ -1202,6 +1202,40 @@ def optimizer_nodes(g: Graph) -> tuple[set[int], set[int]]:
     return hosts, _launched_by(g, hosts)
 
 
+RNN_OPS = re.compile(r"^aten::(?:_cudnn_rnn|miopen_rnn|lstm|gru|rnn_tanh|rnn_relu)\b")
+"""Ops of a recurrent layer (``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN``, forward and cuDNN's backward):
+torch.compile leaves them eager (Dynamo's ``allow_rnn`` is off by default: the layer is a graph
+break), so their host work stays."""
+
+
+def rnn_host_nodes(g: Graph) -> set[int]:
+    """Host nodes of a critical-path graph that lie inside an RNN op's span (:data:`RNN_OPS`) on
+    their thread: the layer's own host work and launches, which compiling the model keeps."""
+    spans = {
+        (int(ev.tid), int(ev.s), int(ev.e))
+        for n in g.nodes
+        if n.kind == "host"
+        and (ev := n.event) is not None
+        and hasattr(ev, "tid")
+        and RNN_OPS.match(ev.name)
+    }
+    if not spans:
+        return set()
+    sp = sorted(spans)
+    st, ss, se = (np.array([x[i] for x in sp], dtype=np.int64) for i in range(3))
+    hv = [
+        v
+        for v, n in enumerate(g.nodes)
+        if n.kind == "host" and n.event is not None and hasattr(n.event, "tid")
+    ]
+    if not hv:
+        return set()
+    tids = np.array([int(g.nodes[v].event.tid) for v in hv], dtype=np.int64)  # type: ignore[union-attr]
+    starts = np.array([g.nodes[v].s for v in hv], dtype=np.int64)
+    at = _inside(st, ss, se, tids, starts)
+    return {v for v, i in zip(hv, at.tolist(), strict=True) if i >= 0 and g.nodes[v].e <= se[i]}
+
+
 def recompute_nodes(g: Graph) -> tuple[set[int], set[int]]:
     """(host nodes of the recompute, GPU nodes they launched) of a critical-path graph. The spans
     are the graph's own host events: a **holding** span is an ``autograd::engine::evaluate_function``

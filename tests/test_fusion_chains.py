@@ -14,7 +14,13 @@ from gpuscope.analysis.critical_path import GpuEvent, HostEvent, Node
 from gpuscope.analysis.fixes import kernel_fusion as kf
 from gpuscope.analysis.gains import Context
 from gpuscope.analysis.idle import CAUSES, IdleResult
-from gpuscope.analysis.phase_patterns import FusableChains, PhasePatterns, kernel_op, phase_patterns
+from gpuscope.analysis.phase_patterns import (
+    FusableChains,
+    PhasePatterns,
+    kernel_op,
+    phase_patterns,
+    rnn_host_nodes,
+)
 from tracegen import TraceBuilder, ingest_one_rank
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -255,3 +261,28 @@ def test_memory_bound_cost_is_the_windows_share() -> None:
             1, inp.window_ns, chains=FusableChains(4.0, 8.0, 1.0 + saved, 1.0, 2, ("mul",), 4.0)
         )
         assert (R.BY_ID["kernel_fusion"].find(inp) is not None) is speaks
+
+
+def test_launch_bound_retime_keeps_an_rnn_layers_host_work() -> None:
+    """An ``aten::_cudnn_rnn`` op (thread 1, 0-1,000 ns) and a launch call inside it (100-200)
+    keep their time in every variant (Dynamo leaves the RNN layer eager); an ``aten::add`` after
+    it (2,000-3,000) shrinks: ρ = 1/2 (add, add on stream 7), mid × (1 - 0.7 ρ) = 650 ns."""
+    rnn = HostEvent("aten::_cudnn_rnn", "cpu_op", 0, 1000, 1)
+    call = HostEvent("cudaLaunchKernel", "cuda_runtime", 100, 200, 1)
+    add = HostEvent("aten::add", "cpu_op", 2000, 3000, 1)
+    nodes = [
+        Node("host", "cpu", 0, 100, rnn.name, frozenset(), rnn),
+        Node("host", "launch", 100, 200, call.name, frozenset(), call),
+        Node("host", "cpu", 200, 1000, rnn.name, frozenset(), rnn),
+        Node("host", "cpu", 2000, 3000, add.name, frozenset(), add),
+        kernel(ADD, 10, 5),
+        kernel(ADD, 15, 5),
+    ]
+    g = graph(nodes)
+    assert rnn_host_nodes(g) == {0, 1, 2}  # type: ignore[arg-type]
+    for name in ("low", "mid", "high"):
+        dur = kf.retime(g, Context(n_steps=1, step_ms=1.0))[name][0]  # type: ignore[arg-type]
+        assert dur is not None
+        assert [dur(i, nodes[i]) for i in range(3)] == [100, 100, 800]
+    mid = kf.retime(g, Context(n_steps=1, step_ms=1.0))["mid"][0]  # type: ignore[arg-type]
+    assert mid is not None and mid(3, nodes[3]) == pytest.approx(1000 * (1 - 0.7 * 0.5))

@@ -19,7 +19,12 @@ from gpuscope.analysis.fixes.base import (
 )
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.kernel_names import classify_kernel
-from gpuscope.analysis.phase_patterns import FUSABLE_CATEGORIES, fusable_kernel, optimizer_nodes
+from gpuscope.analysis.phase_patterns import (
+    FUSABLE_CATEGORIES,
+    fusable_kernel,
+    optimizer_nodes,
+    rnn_host_nodes,
+)
 from gpuscope.vocabulary.causes import CPU_OVERHEAD, LAUNCH_OVERHEAD
 
 if TYPE_CHECKING:
@@ -340,15 +345,20 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """ρ = the share of kernels fusion removes (:func:`removable_kernels`); host work × 1 -
     (1 - f)·ρ and launch calls × 1 - (1 - k)·ρ (the launches fusion removes take their host work
     with them), each removed kernel's GPU time × g (its memory round trip folds into its chain's
-    first kernel: at best it costs nothing); f 0.6 / 0.3 / 0.1, k 1 / 0.5 / 0.25, g 1 / 0.5 / 0."""
+    first kernel: at best it costs nothing); f 0.6 / 0.3 / 0.1, k 1 / 0.5 / 0.25, g 1 / 0.5 / 0.
+    The host work inside an RNN layer's ops stays (:func:`~gpuscope.analysis.phase_patterns.
+    rnn_host_nodes`: compiling leaves the layer eager)."""
     removed, total = removable_kernels(g)
     rho = len(removed) / total if total else 0.0
+    rnn = rnn_host_nodes(g)
 
     def fuse(fh: float, fk: float, fg: float) -> DurFn:
         host = 1.0 - (1.0 - fh) * rho
         launch = 1.0 - (1.0 - fk) * rho
 
         def dur(v: int, n: Node) -> float:
+            if v in rnn:
+                return float(n.dur)
             if fx.is_host_work(n):
                 return n.dur * (launch if n.cat == "launch" else host)
             if v in removed:
