@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from e2e_support import (
     CHROMIUM_ARGS,
     PAGE_TIMEOUT_MS,
+    RUN_END_JS,
     Server,
     chromium_path,
     pages_report,
@@ -57,7 +58,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 
 @pytest.fixture
 def new_page(browser, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    """A factory of pages, each in its own fresh browser context (no shared cookies or storage)."""
+    """A factory of pages, each in its own fresh browser context (no shared cookies or storage),
+    each page watching how Streamlit's script runs end (``RUN_END_JS``: ``wait_idle`` reads it)."""
     contexts: list[Any] = []
     request.node._gpuscope_contexts = contexts
 
@@ -66,6 +68,7 @@ def new_page(browser, request: pytest.FixtureRequest):  # type: ignore[no-untype
             viewport={"width": 1440, "height": 1000}, color_scheme=color_scheme
         )
         ctx.set_default_timeout(PAGE_TIMEOUT_MS)
+        ctx.add_init_script(RUN_END_JS)
         contexts.append(ctx)
         return ctx.new_page()
 

@@ -3,6 +3,7 @@ Debian's chromium, screenshots (artifacts/screenshots/, kept as CI artefacts).""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -274,13 +275,72 @@ def wait_still(locator) -> None:  # type: ignore[no-untyped-def]
     assert still, f"{locator} kept moving over 300 animation frames"
 
 
+#: A page script (``context.add_init_script``; the ``new_page`` fixture adds it to every page)
+#: that keeps in ``window.__gsRunEnd`` how Streamlit's last script run ended, from the server's
+#: own ``script_finished`` message on the page's socket (ForwardMsg field 6, a varint:
+#: 0 finished, 1 compile error, 2 ended early for a rerun, 3 a fragment's run finished); null
+#: until one has come. Between a run that asked for a rerun (``st.rerun()``) and that rerun,
+#: Streamlit reports the session idle (40-210 ms measured at load 19); only this tells the gap.
+RUN_END_JS = """(() => {
+  if (window.__gsRunEnd !== undefined) return;
+  window.__gsRunEnd = null;
+  const varint = (b, i) => { let v = 0, m = 1, x;
+    do { x = b[i++]; v += (x & 127) * m; m *= 128; } while (x & 128); return [v, i]; };
+  const seen = (data) => {
+    if (!(data instanceof ArrayBuffer)) return;
+    const b = new Uint8Array(data);
+    let i = 0;
+    while (i < b.length) {
+      let key, v; [key, i] = varint(b, i);
+      const wire = key & 7;
+      if (wire === 0) { [v, i] = varint(b, i); if (key === 48) window.__gsRunEnd = v; }
+      else if (wire === 2) { [v, i] = varint(b, i); i += v; }
+      else if (wire === 1) i += 8;
+      else if (wire === 5) i += 4;
+      else return;
+    }
+  };
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) { super(...args); this.addEventListener("message", (e) => seen(e.data)); }
+  };
+})();"""
+
+#: How long :func:`wait_idle` wants the app idle on a page without :data:`RUN_END_JS` (or before
+#: a run has ended on it), ms: the gap between a run and its rerun is mostly shorter.
+IDLE_SETTLE_MS = 300
+
+#: The app is idle: Streamlit's own run state (``stApp``'s ``data-test-script-state``, set as the
+#: server reports it; the "Running…" icon shows only after a run has lasted 500 ms) says no run
+#: is going on, the last run did not end for a rerun (:data:`RUN_END_JS`), the main pane is there
+#: and no element is stale. Where the run's end is unknown, once that has held at every poll for
+#: ``settle`` ms (the poll's own clock, kept per call by ``token``).
+_IDLE_JS = """([token, settle]) => {
+  const app = document.querySelector('[data-testid="stApp"]');
+  const idle = app !== null && app.getAttribute('data-test-script-state') === 'notRunning'
+    && window.__gsRunEnd !== 2
+    && document.querySelector('[data-testid="stMain"]') !== null
+    && !document.querySelector('[data-testid="stStatusWidget"] [data-testid="stStatusWidgetRunningIcon"]')
+    && document.querySelectorAll('[data-stale="true"]').length === 0;
+  if (idle && (window.__gsRunEnd === 0 || window.__gsRunEnd === 1 || window.__gsRunEnd === 3))
+    return true;
+  const now = performance.now();
+  const seen = window.__gsIdle;
+  if (!idle) { window.__gsIdle = {token, since: null}; return false; }
+  if (!seen || seen.token !== token || seen.since === null) window.__gsIdle = {token, since: now};
+  return now - window.__gsIdle.since >= settle;
+}"""
+_idle_calls = itertools.count()
+
+
 def wait_idle(page, timeout_ms: int = PAGE_TIMEOUT_MS) -> None:  # type: ignore[no-untyped-def]
-    """Until the app has rendered and its script run has finished (no "Running…" status)."""
+    """Until the app has rendered and its script runs have finished: no run going on, nor one
+    asked for by the last (:data:`RUN_END_JS`; on a page without it, none for
+    :data:`IDLE_SETTLE_MS` on end), and no stale element."""
     page.locator('[data-testid="stApp"]').wait_for(timeout=timeout_ms)
     page.wait_for_function(
-        "() => document.querySelector('[data-testid=\"stMain\"]') !== null && "
-        '!document.querySelector(\'[data-testid="stStatusWidget"] [data-testid="stStatusWidgetRunningIcon"]\')'
-        " && document.querySelectorAll('[data-stale=\"true\"]').length === 0",
+        _IDLE_JS,
+        arg=[next(_idle_calls), IDLE_SETTLE_MS],
         timeout=timeout_ms,
         polling=POLL_MS,
     )
