@@ -12,6 +12,8 @@ file), then written, in one transaction, into a new DuckLake in a temporary fold
 - ``insert``: ``INSERT INTO events SELECT * FROM chunk`` per chunk, DuckDB on one thread (what
   the ingest's flush thread does today);
 - ``insert_v2``: the same with the lake's ``parquet_version`` option at 2 (V2 data pages);
+- ``insert:KEY=VALUE[:KEY=VALUE...]``: the same with those DuckLake options
+  (``insert:parquet_compression=zstd:parquet_compression_level=1``);
 - ``pyarrow``: ``pyarrow.parquet.write_table`` per chunk (snappy, as DuckLake's default), then
   ``ducklake_add_data_files`` registers each file in the transaction (its footer read for the
   catalog's statistics).
@@ -50,6 +52,9 @@ def write(arm: str, chunks: list[Any], folder: Path) -> dict[str, Any]:
         con.execute("CREATE TABLE lk.events AS SELECT * FROM first")
         if arm == "insert_v2":
             con.execute("CALL lk.set_option('parquet_version', '2')")
+        for opt in arm.split(":")[1:]:  # insert:KEY=VALUE[:KEY=VALUE]: the lake's options
+            key, _, value = opt.partition("=")
+            con.execute("CALL lk.set_option(?, ?)", [key, value])
         own = folder / "data" / "added"
         own.mkdir(parents=True)
         con.execute("BEGIN")
