@@ -359,6 +359,12 @@ around a convolution (``nchwToNhwc``) stay fusable: Inductor's layout optimizati
 convolutions channels-last and drops them."""
 
 
+def math_kernel(name: str) -> bool:
+    """Whether an eager kernel of this name is elementwise math (:func:`fusable_kernel` of the
+    ``elementwise`` category: no reduction, copy, fill or layout change)."""
+    return not _LIBRARY_KERNEL.search(name) and classify_kernel(name) == "elementwise"
+
+
 def fusable_kernel(name: str) -> bool:
     """Whether an eager kernel of this name is one a compiler would fuse with its neighbours: of
     :data:`FUSABLE_CATEGORIES`, and none of :data:`_LIBRARY_KERNEL` (a ``triton_`` kernel is fused
@@ -409,6 +415,10 @@ class FusableChains:
     longest: int
     typical: tuple[str, ...]
     typical_per_step: float
+    math_saved_ms_per_step: float = 0.0
+    """The saving (ms per step) of the chains of elementwise math kernels alone (category
+    ``elementwise``: no reduction, copy or fill among them): pointwise math run op by op, which
+    only a compiler fuses."""
 
     @property
     def saved_ms_per_step(self) -> float:
@@ -426,6 +436,7 @@ class FusableChains:
             "longest_chain": self.longest,
             "typical_chain": list(self.typical),
             "typical_chain_per_step": self.typical_per_step,
+            "elementwise_saved_ms_per_step": self.math_saved_ms_per_step,
         }
 
 
@@ -628,6 +639,7 @@ def phase_patterns(
     lparams = {**params, "lids": launch_ids}
     kinds: dict[int, int] = {}
     fusable: dict[int, bool] = {}
+    math: dict[int, bool] = {}
     bounds = batch_bounds(con, launches.format(where=""), "t", lparams, BATCH_ROWS)
 
     def batches() -> Iterator[tuple[int, int | None, int | None, _Launches]]:
@@ -647,24 +659,35 @@ def phase_patterns(
             for k, nm in name_of(new).items():
                 kinds[k] = _kernel_kind(nm)
                 fusable[k] = fusable_kernel(nm)
+                math[k] = math_kernel(nm)
             u, at = np.unique(name_id, return_inverse=True)
             k_kind = np.array([kinds.get(int(x), COMPUTE_K) for x in u], dtype=np.int8)[at]
             k_fus = np.array([fusable.get(int(x), False) for x in u], dtype=bool)[at]
+            k_math = np.array([math.get(int(x), False) for x in u], dtype=bool)[at]
             yield (
                 i,
                 c0 if i > 0 else None,
                 c1,
                 _Launches(
-                    col["tid"], col["t"], col["corr"], col["ks"], col["ke"], k_kind, name_id, k_fus
+                    col["tid"],
+                    col["t"],
+                    col["corr"],
+                    col["ks"],
+                    col["ke"],
+                    k_kind,
+                    name_id,
+                    k_fus,
+                    k_math,
                 ),
             )
 
-    chains = _ChainSum(opt)
+    chains, math_chains = _ChainSum(opt), _ChainSum(opt, "math")
     for i, c0, c1, batch in batches():
         cp = {"c0": c0, "c1": c1}
         k_kind = batch.kind
         opt.add(batch)
         chains.add(batch)
+        math_chains.add(batch)
         needs_bwd = look_rec or bool((k_kind == ALLGATHER_K).any())
         if needs_bwd:
             # backward functions that may hold a forward op or a launch of the batch
@@ -689,7 +712,7 @@ def phase_patterns(
         comm.result(batches, n, w),
         _subclass(con, ix, params, n_steps),
         _blocking_copy(con, ix, params, n_steps),
-        chains.result(n, name_of),
+        chains.result(n, name_of, math_chains.result(n, name_of)),
     )
 
 
@@ -725,6 +748,7 @@ class _Launches:
     kind: Any
     name_id: Any = None
     fusable: Any = None
+    math: Any = None
 
 
 Batches = Callable[[], Iterator[tuple[int, "int | None", "int | None", _Launches]]]
@@ -836,8 +860,8 @@ class _ChainSum:
     """Chains of fusable kernels (:class:`FusableChains`), followed launch by launch per thread
     across batches (a chain open at a batch's end goes on in the next)."""
 
-    def __init__(self, opt: _OptimizerSum) -> None:
-        self.opt = opt
+    def __init__(self, opt: _OptimizerSum, kind: str = "fusable") -> None:
+        self.opt, self.kind = opt, kind  # which launches chain: fusable kernels, or math alone
         self.open: dict[int, list[tuple[int, int]]] = {}  # tid -> the open chain (ns, name id)
         self.done: list[tuple[tuple[int, ...], int, int]] = []  # (name ids, GPU ns, longest ns)
 
@@ -848,9 +872,10 @@ class _ChainSum:
             self.done.append((tuple(x[1] for x in ch), sum(d), max(d)))
 
     def add(self, b: _Launches) -> None:
-        if b.t.size == 0 or b.fusable is None:
+        mine = getattr(b, self.kind)
+        if b.t.size == 0 or mine is None:
             return
-        fus = b.fusable.copy()
+        fus = mine.copy()
         if self.opt.s.size:  # the optimizer's kernels are optimizer_fused's: they end a chain
             fus &= _inside(self.opt.tid, self.opt.s, self.opt.e, b.tid, b.t) < 0
         o = np.lexsort((b.corr, b.t, b.tid))  # per thread, in launch order
@@ -866,7 +891,11 @@ class _ChainSum:
             else:
                 self._close(tid)
 
-    def result(self, n_steps: int, name_of: _Names) -> FusableChains | None:
+    def result(
+        self, n_steps: int, name_of: _Names, math: FusableChains | None = None
+    ) -> FusableChains | None:
+        """The chains per step; ``math``: the elementwise-math chains' own result, whose saving
+        goes in :attr:`FusableChains.math_saved_ms_per_step`."""
         for tid in list(self.open):
             self._close(tid)
         if not self.done:
@@ -889,6 +918,7 @@ class _ChainSum:
             longest=max(len(c[0]) for c in self.done),
             typical=typical,
             typical_per_step=reps / n,
+            math_saved_ms_per_step=math.saved_ms_per_step if math is not None else 0.0,
         )
 
 

@@ -4,6 +4,7 @@ tests/test_phase_patterns_batched.py; its results are the batched analysis's).""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ from gpuscope.analysis.phase_patterns import (
     copies_and_syncs,
     fusable_kernel,
     kernel_op,
+    math_kernel,
     rerun_mask,
 )
 from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids
@@ -135,7 +137,17 @@ def reference_phase_patterns(
     )
 
 
-def _chains(
+def _chains(*args: Any) -> FusableChains | None:
+    """Every fusable kernel's chains, with the elementwise-math chains' saving beside them."""
+    got = _chains_of(fusable_kernel, *args)
+    math = _chains_of(math_kernel, *args)
+    if got is None:
+        return None
+    return replace(got, math_saved_ms_per_step=math.saved_ms_per_step if math else 0.0)
+
+
+def _chains_of(
+    pred: Any,
     tid: Any, s: Any, e: Any, names: list[str], l_tid: Any, l_t: Any, l_corr: Any, k_s: Any,
     k_e: Any, name_id: Any, k_names: dict[int, str], n_steps: int,
 ) -> FusableChains | None:  # fmt: skip
@@ -154,7 +166,7 @@ def _chains(
         if l_tid[i] != prev:
             chains.append(cur)
             cur, prev = [], l_tid[i]
-        if fusable_kernel(k_names[int(name_id[i])]) and not in_opt[i]:
+        if pred(k_names[int(name_id[i])]) and not in_opt[i]:
             cur.append(i)
         else:
             chains.append(cur)

@@ -156,16 +156,18 @@ MIN_BUSY_PCT = 80.0
 it: below, the chains' time hides behind the host and the rule stays silent (v64, the one timed
 memory-bound pair: 96 %)."""
 MIN_SAVED_PCT = 10.0
-"""The chains' GPU time less their fused time (:attr:`FusableChains.saved_ms_per_step`), as %
-of the traced window, from which the rule speaks (its cost)."""
+"""The elementwise-math chains' GPU time less their fused time
+(:attr:`FusableChains.math_saved_ms_per_step`), as % of the traced window, from which the rule
+speaks (its cost)."""
 CHAIN_SHOWN = 8
 """Op names of the typical chain said in the summary (the rest as "…")."""
 
 
 def memory_bound(inp: Inputs) -> Finding | None:
     """A GPU-bound step (busy ≥ :data:`MIN_BUSY_PCT`) of an uncompiled model whose chains of
-    fusable kernels (:class:`~gpuscope.analysis.phase_patterns.FusableChains`) would save at
-    least :data:`MIN_SAVED_PCT` of the traced window fused: each eager kernel reads and writes its whole
+    elementwise math kernels (:attr:`~gpuscope.analysis.phase_patterns.FusableChains.
+    math_saved_ms_per_step`) would save at least :data:`MIN_SAVED_PCT` of the traced window
+    fused: each eager kernel reads and writes its whole
     tensor in GPU memory, a fused chain once. No proven bound (the re-timing's model is the
     estimate, :func:`retime_chains`)."""
     c = inp.compiled
@@ -175,7 +177,10 @@ def memory_bound(inp: Inputs) -> Finding | None:
     if ch is None or inp.busy_pct < MIN_BUSY_PCT:
         return None
     n = max(1, inp.n_steps)
-    saved_ns = ch.saved_ms_per_step * 1e6 * n
+    # the trigger: chains of elementwise math alone (pointwise math run op by op, which only a
+    # compiler fuses); the gradient bookkeeping's fills, adds, copies and sums of an eager
+    # backward are everywhere and do not make a step memory-bound
+    saved_ns = ch.math_saved_ms_per_step * 1e6 * n
     if not fx.significant(saved_ns, inp.window_ns, inp.n_steps):
         return None
     # the saved GPU time's share of the traced window it lies in (not of the untraced step: the
@@ -203,7 +208,8 @@ def memory_bound(inp: Inputs) -> Finding | None:
         f"ms per step), each reading and writing its whole tensor in GPU memory; typical chain "
         f"({len(ch.typical)} kernels, {sig3(ch.typical_per_step)}× per step): {shown}. Fused, "
         f"each chain costs about its longest kernel: {sig3(ch.fused_ms_per_step)} ms per step, "
-        f"{sig3(ch.saved_ms_per_step)} ms less."
+        f"{sig3(ch.saved_ms_per_step)} ms less ({sig3(ch.math_saved_ms_per_step)} ms of it in "
+        "chains of elementwise math alone)."
     )
     return Finding(ev, cost, title=MEMORY_TITLE, code=MEMORY_CODE, why=MEMORY_WHY)
 
