@@ -13,7 +13,9 @@
   ``cudaGraphLaunch``, ``cudaMemcpyAsync``, ``cudaMemsetAsync``, ...) starts the GPU activity of
   the same correlation id (a start edge);
 - **stream order**: GPU activity on one stream runs in order; a GPU op that started right after
-  an op of another stream ended (within :data:`EVENT_WAIT_NS`) waits for it (an event wait);
+  an op of another stream ended (within :data:`EVENT_WAIT_NS`) waits for it (an event wait), and
+  so does one that neither its stream nor its launch started (within
+  :data:`MISSED_EVENT_WAIT_NS`);
 - **waits on the GPU**: a synchronizing call (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
   ``cudaEventSynchronize``, a synchronous ``cudaMemcpy``, the copy of ``.item()``), or any runtime
   call during which GPU work it waited for ended (a launch into a full queue), ends only after
@@ -89,6 +91,14 @@ EVENT_WAIT_NS = 5_000
 stream's next op after the all-reduce). The waiting stream starts 2.5-2.7 µs after the event on
 an H200 (sample_traces/validation/v25, torch 2.11), past :data:`STREAM_GAP_NS`: the wait was
 missed and the recorded gap held the stream's next op in place whatever the all-reduce took."""
+MISSED_EVENT_WAIT_NS = 100_000
+"""A GPU op that starts after an idle gap on its stream (over :data:`STREAM_GAP_NS`) and later
+than its launch explains (or with no launch in the trace) waited for an event the trace does not
+show: it waits for the op of another stream that ended last, within this long (ns) before it.
+cuDNN's FFT and Winograd convolutions run on side streams that wait for the main stream's op
+before them: they started 5-64 µs after it (sample_traces/validation v45, v57: fp32, H100/H200,
+torch 2.11), past :data:`EVENT_WAIT_NS`, and the recorded idle gap on the side stream (up to a
+step long: one op per step) held them in place whatever the main stream took."""
 BLOCKING_LAUNCH_NS = 50_000
 """A launch call at least this long (ns) during which GPU work ended waited for the GPU (a full
 launch queue)."""
@@ -549,6 +559,13 @@ def build_graph(
         if lv is not None:
             cands.append((g.nodes[lv].s, lat, lv, True, "launch", "launch", 0))
         other = _other_stream_end(ends_sorted, x)
+        if (
+            other is None
+            and len(last_on_stream) > (x.stream in last_on_stream)  # another stream ran before
+            and (p is None or x.s - gpu[p].e > STREAM_GAP_NS)
+            and (lv is None or x.s - (g.nodes[lv].s + lat) > STREAM_GAP_NS)
+        ):  # neither its stream nor its launch started it: an event wait held it
+            other = _other_stream_end(ends_sorted, x, MISSED_EVENT_WAIT_NS, 256)
         if other is not None:
             cands.append(
                 (gpu[other].e, 0, gpu_node[other], False, _gpu_cat(gpu[other]), "event_wait", 1)
@@ -644,11 +661,14 @@ def _first_after(g: Graph, nodes: list[int], t: int) -> int | None:
     return nodes[j] if j < len(nodes) else None
 
 
-def _other_stream_end(ends: list[tuple[int, int, int]], x: GpuEvent) -> int | None:
-    """An op of another stream that ended within EVENT_WAIT_NS before ``x`` started."""
+def _other_stream_end(
+    ends: list[tuple[int, int, int]], x: GpuEvent, within_ns: int = EVENT_WAIT_NS, back: int = 64
+) -> int | None:
+    """The op of another stream that ended last, within ``within_ns`` before ``x`` started (among
+    the last ``back`` ops to start)."""
     best = None
-    for e, stream, i in reversed(ends[-64:]):
-        if stream != x.stream and x.s - EVENT_WAIT_NS <= e <= x.s and (best is None or e > best[0]):
+    for e, stream, i in reversed(ends[-back:]):
+        if stream != x.stream and x.s - within_ns <= e <= x.s and (best is None or e > best[0]):
             best = (e, i)
     return best[1] if best else None
 

@@ -49,6 +49,7 @@ HBM3, torch 2.11+cu130, 2026-11-23 (sample_traces/fixes/all.json, ``gemm_and_cop
 512³, 2.43 at 1024³, 13.0 at 2048³, 14.9 at 4096³). H200 is the same chip. Other GPUs: 2 and
 the bf16/fp32 peak ratio of the peak table."""
 
+CONV_DIV = 1.5
 SMALL_GEMM_NS = 20_000
 LARGE_GEMM_NS = 200_000
 
@@ -90,6 +91,38 @@ def _gemm_fp32(n: Node) -> bool:
     return info.tensor_core is False and info.mma and (info.precision in (None, "fp32"))
 
 
+def _conv_math(n: Node) -> bool | None:
+    """For a convolution's math kernel (cuDNN's implicit-GEMM, FFT, Winograd and engine
+    kernels; not its layout or BatchNorm helpers, not a depthwise direct kernel): whether it
+    ran on the tensor cores, and None for any other node."""
+    if n.kind != "gpu" or not isinstance(n.event, GpuEvent) or "conv" not in n.tags:
+        return None
+    if classify_kernel(n.event.name, "kernel") != "convolution":
+        return None
+    info = tensor_core_info(n.event.name, "convolution")
+    if not info.mma or info.rule in ("not-math", "helper", "direct-conv"):
+        return None
+    if info.tensor_core is True:
+        return True
+    return False if info.precision in (None, "fp32") else None
+
+
+def convs_fp32_no_tf32(g: Graph) -> bool:
+    """Whether the window's convolutions run in plain fp32 with cuDNN's TF32 off: some
+    convolution math kernel runs fp32 on CUDA cores and none runs on the tensor cores. With
+    TF32 allowed (PyTorch's default for cuDNN), cuDNN runs most fp32 convolutions as TF32
+    tensor-core kernels, and an fp32 CUDA-core kernel beside them is one its heuristics chose
+    over those (cudnn.benchmark=False): bf16 is not known to speed it up (v07: -25 %, v37: 12 %,
+    sample_traces/validation/README.md, "bf16 autocast on v07 and v37")."""
+    seen = False
+    for n in g.nodes:
+        c = _conv_math(n)
+        if c is True:
+            return False
+        seen = seen or c is False
+    return seen
+
+
 ATTENTION_3XTF32_RATIO = (2.0, 3.0, 6.0)
 """fp32 attention (3xTF32 on the tensor cores, as PyTorch's memory-efficient kernel runs fp32 on
 sm80+) → bf16, low / mid / high: 6 is the peaks' ratio (bf16 is 2× TF32; 3xTF32 does three TF32
@@ -129,6 +162,7 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     :data:`ATTENTION_3XTF32_RATIO` (3xTF32) or as GEMMs (plain fp32); host × 1.3 / 1.15 / 1
     (casts), other kernels × 1 / 1 / 0.6."""
     att: dict[int, str] = {}
+    conv = convs_fp32_no_tf32(g)
     for v, n in enumerate(g.nodes):
         if n.kind == "gpu" and not _gemm_fp32(n):
             a = _attention_fp32(n)
@@ -141,6 +175,8 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
                 return n.dur * host
             if _gemm_fp32(n) or att.get(v) == "fp32":
                 return n.dur / max(1.0, _ratio(ctx, n.dur) / div)
+            if conv and _conv_math(n) is False:
+                return n.dur / max(1.0, _ratio(ctx, n.dur) / (div * CONV_DIV))
             if v in att:
                 return n.dur / att_div
             if n.kind == "gpu" and n.cat == "kernels":
