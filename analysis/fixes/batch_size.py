@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.critical_path import GpuEvent
 from gpuscope.analysis.fixes import base as fx
-from gpuscope.analysis.fixes.base import PER_SAMPLE_TIME, Finding, FixUnit, Inputs, Words
+from gpuscope.analysis.fixes.base import (
+    PER_SAMPLE_TIME,
+    Finding,
+    FixUnit,
+    Inputs,
+    Recommendation,
+    Words,
+)
 from gpuscope.vocabulary.causes import CPU_OVERHEAD, HOST_SYNC, LAUNCH_OVERHEAD
 
 if TYPE_CHECKING:
@@ -16,6 +23,15 @@ if TYPE_CHECKING:
 
 BATCH_MULTIPLE = 4
 """The batch multiple the estimate re-times (the code says 4 × B)."""
+
+LARGER_MULTIPLES = (8, 16)
+"""Larger batch multiples the range's top also re-times, each where the trace's memory shows room
+for it (:func:`multiples`): users grow a batch as far as memory allows (the validation set's
+pairs grew it 8× and 16×: v06, v12, v36, v60; v47)."""
+
+MEMORY_FILL = 0.9
+"""The share of the GPU's memory a larger batch may fill (the allocator's own slack and
+fragmentation take the rest)."""
 
 WORDS = Words(
     "Use a larger batch per step (lower time per sample)",
@@ -30,6 +46,18 @@ AMORTISED: tuple[str, ...] = (LAUNCH_OVERHEAD, CPU_OVERHEAD, HOST_SYNC, "other")
 
 FIXED_KERNEL_NS = 3_000
 """The part of a kernel's time that does not grow with its work (ns; the high variant)."""
+
+
+def multiples(used_frac: float | None) -> tuple[int, ...]:
+    """The batch multiples the estimate spans: :data:`BATCH_MULTIPLE`, and each of
+    :data:`LARGER_MULTIPLES` ``k`` with ``k`` × ``used_frac`` (the peak memory the step used,
+    a share of the GPU's) within :data:`MEMORY_FILL` (activations grow at most linearly with the
+    batch; weights, gradients and optimizer state do not: ``k`` × the peak is the most a ``k`` ×
+    batch needs). Without the memory recorded (None), every one of them (the words say that
+    memory decides)."""
+    if used_frac is None or used_frac <= 0:
+        return (BATCH_MULTIPLE, *LARGER_MULTIPLES)
+    return (BATCH_MULTIPLE, *(k for k in LARGER_MULTIPLES if k * used_frac <= MEMORY_FILL))
 
 
 def detect(inp: Inputs) -> Finding | None:
@@ -53,6 +81,10 @@ def detect(inp: Inputs) -> Finding | None:
         "memory_used_frac": inp.mem_used_frac,
     }
     reserved, total = fx.memory(inp, "peak_reserved_bytes"), fx.memory(inp, "device_total_bytes")
+    alloc = fx.memory(inp, "peak_allocated_bytes")
+    used = alloc / total if alloc and total else inp.mem_used_frac
+    ks = multiples(used)
+    ev["batch_multiples"] = list(ks)
     if reserved and total:
         free = total - reserved
         allocated = fx.memory(inp, "peak_allocated_bytes")
@@ -74,40 +106,71 @@ def detect(inp: Inputs) -> Finding | None:
         f"the time per sample ({BATCH_MULTIPLE}× the batch), the same footing as the other fixes' "
         "step-time gains, which keep the batch."
     )
+    if len(ks) > 1 and used is not None:
+        ev["summary"] += (
+            f" The range's top is for {ks[-1]}× the batch, which the memory holds "
+            f"({ks[-1]} × the peak use, {100 * used:.0f}% of the GPU, is within "
+            f"{100 * MEMORY_FILL:.0f}%)."
+        )
+    elif len(ks) > 1:
+        ev["summary"] += (
+            f" The range's top is for {ks[-1]}× the batch, if it fits: the trace does not say "
+            "how much memory the step used."
+        )
+    else:
+        ev["summary"] += (
+            f" The memory holds no more than {BATCH_MULTIPLE}× the batch in the range "
+            f"({LARGER_MULTIPLES[0]} × the peak use, {100 * (used or 0):.0f}% of the GPU, is over "
+            f"{100 * MEMORY_FILL:.0f}%)."
+        )
     # no proven bound: how the kernels fill the GPU at a larger batch is a model
     return Finding(ev, min(100.0, fx.host_gain_pct(idle_ns + unused_ns, inp)))
+
+
+def _grow(mode: str, k: int, sms: int) -> DurFn:
+    """Durations at ``k`` × the batch: kernels × k (low), by SM fill (mid), with a
+    :data:`FIXED_KERNEL_NS` fixed part too (high); copies and data loading × k."""
+
+    def dur(v: int, n: Node) -> float:
+        if n.kind == "host":
+            return n.dur * k if "dataloader" in n.tags else float(n.dur)
+        if n.cat == "copies":
+            return float(n.dur * k)
+        if n.cat != "kernels":
+            return float(n.dur)
+        lin = float(n.dur * k)
+        if mode == "low":
+            return lin
+        ev = n.event
+        blocks = ev.blocks if isinstance(ev, GpuEvent) else None
+        d = lin
+        if sms and blocks and blocks < sms:
+            d = n.dur * max(1.0, k * blocks / sms)
+        if mode == "high":
+            c = min(float(n.dur), FIXED_KERNEL_NS)
+            d = min(d, c + (n.dur - c) * k)
+        return d
+
+    return dur
 
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """At :data:`BATCH_MULTIPLE` × the batch: kernels × k / SM-fill scaling / fill scaling with a
     :data:`FIXED_KERNEL_NS` fixed part; copies and data loading × k."""
-    k = BATCH_MULTIPLE
     sms = ctx.sms or 0
+    return {m: (_grow(m, BATCH_MULTIPLE, sms), None) for m in ("low", "mid", "high")}
 
-    def grow(mode: str) -> DurFn:
-        def dur(v: int, n: Node) -> float:
-            if n.kind == "host":
-                return n.dur * k if "dataloader" in n.tags else float(n.dur)
-            if n.cat == "copies":
-                return float(n.dur * k)
-            if n.cat != "kernels":
-                return float(n.dur)
-            lin = float(n.dur * k)
-            if mode == "low":
-                return lin
-            ev = n.event
-            blocks = ev.blocks if isinstance(ev, GpuEvent) else None
-            d = lin
-            if sms and blocks and blocks < sms:
-                d = n.dur * max(1.0, k * blocks / sms)
-            if mode == "high":
-                c = min(float(n.dur), FIXED_KERNEL_NS)
-                d = min(d, c + (n.dur - c) * k)
-            return d
 
-        return dur
-
-    return {"low": (grow("low"), None), "mid": (grow("mid"), None), "high": (grow("high"), None)}
+def advised(rec: Recommendation, g: Graph, ctx: Context) -> dict[str, Variant]:
+    """:func:`retime`, plus the high variant at each larger multiple the memory holds (the
+    finding's ``batch_multiples``), named ``high@k`` (the replay reads the multiple from the
+    name: :func:`gpuscope.analysis.gains.variant_multiple`)."""
+    out = retime(g, ctx)
+    ks = (rec.evidence or {}).get("batch_multiples") or ()
+    for k in ks:
+        if int(k) > BATCH_MULTIPLE:
+            out[f"high@{int(k)}"] = (_grow("high", int(k), ctx.sms or 0), None)
+    return out
 
 
 UNIT = FixUnit(
@@ -118,4 +181,5 @@ UNIT = FixUnit(
     footing=PER_SAMPLE_TIME,
     batch_multiple=BATCH_MULTIPLE,
     changes_training=True,
+    advised=advised,
 )
