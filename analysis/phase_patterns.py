@@ -122,6 +122,18 @@ _BATCHED_KERNEL = re.compile(r"multi_tensor_apply|fused_adam|FusedAdam|fused_sgd
 _BATCHED_OP = re.compile(r"^aten::_(foreach|fused)_")
 _CHECKPOINT = re.compile(r"CheckpointFunction|torch/utils/checkpoint\.py|checkpoint", re.I)
 _BACKWARD = "autograd::engine::evaluate_function"
+_COMPILED_BACKWARD = "CompiledFunctionBackward"
+"""A compiled region's backward function (AOTAutograd): its ops are the compiled backward graph,
+which repeats the region's forward ops by construction (an ``mm`` for each ``mm``): never a
+re-run by sequence (:func:`rerun_mask`), and no checkpointing a user could drop."""
+
+
+def sequence_backward(name: str) -> bool:
+    """Whether ops inside the backward function ``name`` may count as forward ops re-run by their
+    sequence: every backward function but a compiled region's (:data:`_COMPILED_BACKWARD`)."""
+    return _COMPILED_BACKWARD not in name
+
+
 #: The host spans read: optimizer steps, backward functions, forward-only ops, batched optimizer
 #: ops, checkpoint annotations (a class of names read once per rank, :func:`name_class`).
 _SPAN_NAMES = name_class(
@@ -616,7 +628,7 @@ def phase_patterns(
     if any(i in present for i in bwd_ids):
         # forward ops of any name re-run inside backward, found by their sequence
         a_tid, a_s, a_e, a_id = spans(ix.name_ids(_ATEN_NAMES))
-        b_all = spans(bwd_ids)
+        b_all = spans([i for i in bwd_ids if sequence_backward(span_names[i])])
         a_name = name_of(np.unique(a_id).tolist())
         rerun = rerun_mask(
             a_tid, a_s, a_e, [a_name[int(i)] for i in a_id], b_all[0], b_all[1], b_all[2]
@@ -1302,15 +1314,16 @@ def recompute_nodes(g: Graph) -> tuple[set[int], set[int]]:
 
     fwd_keys = {k for k in keys if k[3] in fwd_names}
     aten = [k for k in keys if k[3].startswith("aten::")]
-    if bwd and aten:  # forward ops of any name re-run, found by their sequence (rerun_mask)
+    seq_bwd = [k for k in bwd if sequence_backward(k[3])]
+    if seq_bwd and aten:  # forward ops of any name re-run, found by their sequence (rerun_mask)
         mask = rerun_mask(
             arr(aten, 0),
             arr(aten, 1),
             arr(aten, 2),
             [k[3] for k in aten],
-            arr(bwd, 0),
-            arr(bwd, 1),
-            arr(bwd, 2),
+            arr(seq_bwd, 0),
+            arr(seq_bwd, 1),
+            arr(seq_bwd, 2),
         )
         fwd_keys.update(k for k, m in zip(aten, mask, strict=True) if m)
     fwd = [k for k in keys if k in fwd_keys]
