@@ -22,33 +22,18 @@ from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.store import connect
 from test_job import tiny_job
-from tracegen import TraceBuilder
 
 REPO = Path(__file__).resolve().parent.parent
 MULTI = REPO / "sample_traces" / "multi_gpu"
 
 
 def even_job(folder: Path) -> Path:
-    """tiny_job's shape with rank 1's kernels 11,000 µs each, back to back from 1,100 µs. By hand
-    (µs): rank 1's GPU work ends 12,100, 23,100, 34,100, 45,100, after rank 0's steps (11,000,
-    21,000, 31,000, 41,000), so each step completes then: periods 11,000 (steps 1-3). Step 3's
-    span on rank 1 (31,000 to 45,100: 14.1 ms) is below 1.5 × 10 ms, so no drain is left out:
-    the job step time is 11.0 ms (p90 11.0); rank 1 sets the pace; rank 0's own median step is
-    10 ms."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for rank in (0, 1):
-        t = TraceBuilder(rank=rank, world_size=2)
-        gpu_at = 1_100.0
-        for n in range(4):
-            t0 = 1_000.0 + 10_000.0 * n
-            t.step(n, t0, 10_000.0)
-            if rank == 0:
-                t.launch("volta_sgemm_128x64_nn", t0 + 10.0, t0 + 100.0, 500.0)
-            else:
-                t.launch("volta_sgemm_128x64_nn", t0 + 10.0, gpu_at, 11_000.0)
-                gpu_at += 11_000.0
-        t.write(folder / f"rank{rank}.json")
-    return folder
+    """tiny_job with rank 1's kernels 11,000 µs each, back to back from 1,100 µs. By hand (µs):
+    rank 1's GPU work ends 12,100, 23,100, 34,100, 45,100, after rank 0's steps (11,000, 21,000,
+    31,000, 41,000), so each step completes then: periods 11,000 (steps 1-3). Step 3's span on
+    rank 1 (31,000 to 45,100: 14.1 ms) is below 1.5 × 10 ms, so no drain is left out: the job
+    step time is 11.0 ms (p90 11.0); rank 1 sets the pace; rank 0's own median step is 10 ms."""
+    return tiny_job(folder, (11_000.0,) * 4)
 
 
 @pytest.mark.slow

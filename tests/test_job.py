@@ -29,7 +29,7 @@ SAMPLES = REPO / "sample_traces"
 RANK1_KERNELS = (12_000.0, 14_000.0, 16_000.0, 13_000.0)
 
 
-def tiny_job(folder: Path) -> Path:
+def tiny_job(folder: Path, rank1_kernels: tuple[float, ...] = RANK1_KERNELS) -> Path:
     """Two ranks, 4 steps: each rank's host starts a step every 10 ms (ProfilerStep#0..3 at
     1,000 + 10,000·n µs, 10,000 µs long). Rank 0 runs one 500 µs kernel per step, done long
     before its step's CPU end; rank 1 runs :data:`RANK1_KERNELS`, queued back to back from
@@ -43,7 +43,8 @@ def tiny_job(folder: Path) -> Path:
       window's end (56,100): 25.1 ms, above 1.5 × its other steps' median (10 ms);
     - the job step time: the median of 14 and 16 = 15.0 ms (p90 15.8, max 16.0).
 
-    Each rank's own median step (CPU start to the next) is 10 ms: what the old card said."""
+    Each rank's own median step (CPU start to the next) is 10 ms: what the old card said.
+    ``rank1_kernels``: rank 1's four kernels (µs) in place of :data:`RANK1_KERNELS`."""
     folder.mkdir(parents=True, exist_ok=True)
     for rank in (0, 1):
         t = TraceBuilder(rank=rank, world_size=2)
@@ -54,8 +55,8 @@ def tiny_job(folder: Path) -> Path:
             if rank == 0:
                 t.launch("volta_sgemm_128x64_nn", t0 + 10.0, t0 + 100.0, 500.0)
             else:
-                t.launch("volta_sgemm_128x64_nn", t0 + 10.0, gpu_at, RANK1_KERNELS[n])
-                gpu_at += RANK1_KERNELS[n]
+                t.launch("volta_sgemm_128x64_nn", t0 + 10.0, gpu_at, rank1_kernels[n])
+                gpu_at += rank1_kernels[n]
         t.write(folder / f"rank{rank}.json")
     return folder
 
