@@ -109,7 +109,10 @@ def attention(name: str, us: float) -> Node:
 
 def test_fp32_attention_moves_to_bf16_in_the_mixed_precision_retiming() -> None:
     """PyTorch's memory-efficient attention in fp32 runs 3xTF32 (v04: 12.4 ms of a 90 ms step):
-    bf16 ÷ 2 / 3 / 6 (low / mid / high); a bf16 attention kernel is left alone."""
+    bf16 ÷ 2 / 3 / 6 (low / mid / high); a bf16 attention kernel is left alone. An FFT
+    convolution is no attention: beside a TF32 tensor-core convolution (cuDNN's TF32 on, as on
+    v07) it is left alone; with no convolution on the tensor cores (TF32 off) the convolution
+    rule re-times it (tests/test_mixed_precision_convs.py works those figures by hand)."""
     f32 = attention(
         "fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel"
         "<cutlass::arch::Sm80, float, true, false, true, 64, 64, 64, false>::Params)",
@@ -119,7 +122,13 @@ def test_fp32_attention_moves_to_bf16_in_the_mixed_precision_retiming() -> None:
     # an FFT convolution reads as fp32 math too, but it is no attention (v07): left alone
     fft = attention("void fft2d_r2c_64x64<float>(float2*, float const*, int)", 200.0)
     fft.tags = frozenset({"conv"})
-    g = type("G", (), {"nodes": [f32, bf16, fft]})()
+    tf32 = attention(
+        "sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_"
+        "stage4_warpsize2x2x1_g1_tensor16x8x8_execute_kernel__5x_cudnn",
+        100.0,
+    )
+    tf32.tags = frozenset({"conv"})
+    g = type("G", (), {"nodes": [f32, bf16, fft, tf32]})()
     ctx = Context(n_steps=1, step_ms=1.0, gpu_model="H100 SXM")
     v = mp.retime(g, ctx)  # type: ignore[arg-type]
     got = {k: (d(0, f32), d(1, bf16), d(2, fft)) for k, (d, _) in v.items() if d is not None}
@@ -127,6 +136,10 @@ def test_fp32_attention_moves_to_bf16_in_the_mixed_precision_retiming() -> None:
     assert got["mid"] == pytest.approx((300e3, 300e3, 200e3))
     # high: other kernels × 0.6
     assert got["high"] == pytest.approx((150e3, 300e3 * 0.6, 200e3 * 0.6))
+    # TF32 off: no convolution on the tensor cores, the FFT convolution's fp32 math shrinks
+    off = type("G", (), {"nodes": [f32, bf16, fft]})()
+    low, _ = mp.retime(off, ctx)["low"]  # type: ignore[arg-type]
+    assert low is not None and low(2, fft) < 200e3 and low(0, f32) == pytest.approx(450e3)
 
 
 @pytest.mark.slow
