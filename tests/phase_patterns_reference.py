@@ -40,11 +40,31 @@ from gpuscope.analysis.phase_patterns import (
     kernel_op,
     math_kernel,
     rerun_mask,
+    sequence_backward,
 )
 from gpuscope.analysis.rank_index import RankIndex, ids_param, in_ids
 from gpuscope.analysis.steps import Window
 from gpuscope.analysis.store_access import RUNTIME_CATS_SQL, execute, sql_list
 from gpuscope.store import Connection
+
+
+def _host_spans(
+    con: Connection, ix: RankIndex, params: dict[str, Any], ids: list[int]
+) -> list[tuple[Any, ...]]:
+    """The window's host spans of the name ids ``ids``: (thread, start, end, name), by thread and
+    start."""
+    ids = ids_param(ids)
+    return execute(
+        con,
+        f"""
+        SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, n.name
+        FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+        WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat NOT IN {RUNTIME_CATS_SQL}
+          AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo AND {in_ids("h.name_id", "ids", ids)}
+        ORDER BY h.tid, h.ts_ns
+        """,
+        {**params, "ids": ids},
+    ).fetchall()
 
 
 def reference_phase_patterns(
@@ -57,18 +77,7 @@ def reference_phase_patterns(
     n_steps = max(1, w.n_steps)
     params = {"run": run_id, "rk": int(rank), "lo": int(w.start_ns), "hi": int(w.end_ns)}
     ix = RankIndex.shared(con, run_id, rank)
-    span_ids = ids_param(ix.name_ids(_SPAN_NAMES))
-    spans = execute(
-        con,
-        f"""
-        SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, n.name
-        FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
-        WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat NOT IN {RUNTIME_CATS_SQL}
-          AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo AND {in_ids("h.name_id", "ids", span_ids)}
-        ORDER BY h.tid, h.ts_ns
-        """,
-        {**params, "ids": span_ids},
-    ).fetchall()
+    spans = _host_spans(con, ix, params, ix.name_ids(_SPAN_NAMES))
     tid = np.array([r[0] for r in spans], dtype=np.int64)
     s = np.array([r[1] for r in spans], dtype=np.int64)
     e = np.array([r[2] for r in spans], dtype=np.int64)
@@ -102,21 +111,10 @@ def reference_phase_patterns(
     annotated = any(_CHECKPOINT.search(n) for n in names)
     # every aten op of the window (the re-runs found by their sequence), then the backward
     # functions, in memory
-    aten_ids = ids_param(ix.name_ids(_ATEN_NAMES))
-    aten = execute(
-        con,
-        f"""
-        SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, n.name
-        FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
-        WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat NOT IN {RUNTIME_CATS_SQL}
-          AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo AND {in_ids("h.name_id", "ids", aten_ids)}
-        ORDER BY h.tid, h.ts_ns
-        """,
-        {**params, "ids": aten_ids},
-    ).fetchall()
+    aten = _host_spans(con, ix, params, ix.name_ids(_ATEN_NAMES))
     a_tid, a_s, a_e = (np.array([r[c] for r in aten], dtype=np.int64) for c in range(3))
     a_names = [str(r[3]) for r in aten]
-    bi = [i for i, n in enumerate(names) if n.startswith(_BACKWARD)]
+    bi = [i for i, n in enumerate(names) if n.startswith(_BACKWARD) and sequence_backward(n)]
     rr = rerun_mask(a_tid, a_s, a_e, a_names, tid[bi], s[bi], e[bi])
     ri = np.flatnonzero(rr)
     # the re-run ops first, then the spans read (the batched analysis's order of its spans)

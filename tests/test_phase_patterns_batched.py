@@ -54,19 +54,21 @@ def traces(draw: st.DrawFn) -> TraceBuilder:
                 t.launch(name, c, c + draw(st.integers(1, 300)), draw(st.integers(1, 200)),
                          tid=tid, stream=21 if "nccl" in name else 7)  # fmt: skip
 
-        for j in range(draw(st.integers(0, 3))):
-            s = base + 200 * j + draw(st.integers(0, 150))
+        for j in range(draw(st.integers(0, 4))):
+            s = base + 150 * j + draw(st.integers(0, 100))
             t.cpu_op(draw(st.sampled_from(["aten::linear", "aten::addmm"])), s, 50)
             launches(s, s + 50, 1001)
         b = base + 800
         for _ in range(draw(st.integers(0, 3))):
             d = draw(st.integers(30, 200))
-            t.cpu_op("autograd::engine::evaluate_function: B", b, d, tid=BWD)
+            fn = draw(st.sampled_from(["B", "CompiledFunctionBackward"]))  # compiled: no re-run
+            t.cpu_op(f"autograd::engine::evaluate_function: {fn}", b, d, tid=BWD)
             if draw(st.booleans()):
                 t.cpu_op("autograd::engine::evaluate_function: inner", b + 1, d // 3, tid=BWD)
             # spans of one thread start apart: of equal spans, which is the outer one is the
             # store's order (arbitrary), in both analyses
-            for s in sorted(set(draw(st.lists(st.integers(b + 2, b + d), max_size=3)))):
+            # up to 5 ops: 4 in the forward's order are a re-run by sequence (rerun_mask)
+            for s in sorted(set(draw(st.lists(st.integers(b + 2, b + d), max_size=5)))):
                 op = draw(st.sampled_from(["aten::linear", "aten::gelu", "aten::mm"]))
                 t.cpu_op(op, s, draw(st.integers(1, 40)), tid=BWD)
                 if draw(st.booleans()):

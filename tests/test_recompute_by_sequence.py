@@ -7,6 +7,7 @@ v68 trace (dropping that checkpoint measured 21.2 %)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +22,14 @@ STEP_US = 10_000.0
 N = 3
 
 
+def mask_of(ops: list[tuple[int, int, int, str]], backward: list[tuple[int, int, int]]) -> Any:
+    """``rerun_mask`` of ops (thread, start, end, name) and backward functions (thread, start,
+    end)."""
+    tid, s, e = (np.array([o[i] for o in ops], dtype=np.int64) for i in range(3))
+    b_tid, b_s, b_e = (np.array([b[i] for b in backward], dtype=np.int64) for i in range(3))
+    return rerun_mask(tid, s, e, [o[3] for o in ops], b_tid, b_s, b_e)
+
+
 def test_rerun_mask_needs_min_rerun_ops_in_forward_order() -> None:
     """Forward (thread 1): a b c d e. Backward function 1 (thread 2, 100-200): b c d e then x
     (own): b..e are a re-run; backward function 2 (300-400): c d e (3 < MIN_RERUN) stays; a
@@ -32,12 +41,7 @@ def test_rerun_mask_needs_min_rerun_ops_in_forward_order() -> None:
         (2, 145, 150, "e"), (2, 155, 160, "x"),
         (2, 310, 315, "c"), (2, 320, 325, "d"), (2, 330, 335, "e"),
     ]  # fmt: skip
-    tid, s, e = (np.array([o[i] for o in ops], dtype=np.int64) for i in range(3))
-    got = rerun_mask(
-        tid, s, e, [o[3] for o in ops],
-        np.array([2, 2], dtype=np.int64), np.array([100, 300], dtype=np.int64),
-        np.array([200, 400], dtype=np.int64),
-    )  # fmt: skip
+    got = mask_of(ops, [(2, 100, 200), (2, 300, 400)])
     assert got.tolist() == [False] * 5 + [True, False, True, True, True, False] + [False] * 3
 
 
@@ -133,12 +137,7 @@ def test_rerun_mask_leaves_out_ops_that_compute_nothing() -> None:
     ops = [(1, 10 * i, 10 * i + 5, n) for i, n in enumerate(fwd)]
     ops += [(2, 1000 + 10 * i, 1000 + 10 * i + 5, n) for i, n in enumerate(bwd1)]
     ops += [(2, 2000 + 10 * i, 2000 + 10 * i + 5, n) for i, n in enumerate(unshard)]
-    tid, s, e = (np.array([o[i] for o in ops], dtype=np.int64) for i in range(3))
-    got = rerun_mask(
-        tid, s, e, [o[3] for o in ops],
-        np.array([2, 2], dtype=np.int64), np.array([900, 1900], dtype=np.int64),
-        np.array([1100, 2100], dtype=np.int64),
-    )  # fmt: skip
+    got = mask_of(ops, [(2, 900, 1100), (2, 1900, 2100)])
     n = len(fwd)
     assert got[:n].tolist() == [False] * n
     assert got[n : n + 5].tolist() == [True, True, False, True, True]
