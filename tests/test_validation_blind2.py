@@ -6,35 +6,20 @@ the part is judged once, by the lead, with ``validate_gains_set.py --blind``."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from validation_parts import (
+    ONE_GPU_FIXES,
+    TRUTH,
+    VAL,
+    make_truth,
+    record_blind,
+    record_blind2,
+    record_new,
+    record_validation,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-VAL = ROOT / "sample_traces" / "validation"
-sys.path.insert(0, str(VAL))
-TRUTH = VAL / "truth.json"
-
-import make_truth  # noqa: E402
-import record_blind  # noqa: E402
-import record_blind2  # noqa: E402
-import record_new  # noqa: E402
-import record_validation  # noqa: E402
-
-COVERED = {
-    "activation_checkpointing",
-    "optimizer_fused",
-    "host_sync",
-    "pin_memory",
-    "mixed_precision",
-    "kernel_fusion",
-    "batch_size",
-    "dataloader_workers",
-    "cudnn_benchmark",
-    "cuda_graphs",
-    "load_imbalance",
-}
+COVERED = ONE_GPU_FIXES | {"load_imbalance"}
 """The fixes the second blind part must time (issue 43, item 4), besides FSDP prefetch or DDP
 overlap on 2 GPUs."""
 

@@ -7,36 +7,22 @@ the lead, with ``validate_gains_set.py --blind``."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from validation_parts import (
+    ONE_GPU_FIXES,
+    TRUTH,
+    VAL,
+    make_truth,
+    record_blind,
+    record_blind2,
+    record_blind3,
+    record_blind4,
+    record_new,
+    record_validation,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-VAL = ROOT / "sample_traces" / "validation"
-sys.path.insert(0, str(VAL))
-TRUTH = VAL / "truth.json"
-
-import make_truth  # noqa: E402
-import record_blind  # noqa: E402
-import record_blind2  # noqa: E402
-import record_blind3  # noqa: E402
-import record_blind4  # noqa: E402
-import record_new  # noqa: E402
-import record_validation  # noqa: E402
-
-COVERED = {
-    "activation_checkpointing",
-    "optimizer_fused",
-    "host_sync",
-    "pin_memory",
-    "mixed_precision",
-    "kernel_fusion",
-    "batch_size",
-    "dataloader_workers",
-    "cudnn_benchmark",
-    "cuda_graphs",
-}
+COVERED = ONE_GPU_FIXES
 """The one-GPU fixes the fourth blind part must time (issue 43, item 4)."""
 
 SCATTER_POINTS = 12.0
