@@ -18,8 +18,47 @@ def test_every_device_script_sources_the_shared_env_before_python() -> None:
     for script in scripts:
         lines = script.read_text().splitlines()
         at = next(i for i, x in enumerate(lines) if x.startswith(SOURCE))
-        first_python = next(i for i, x in enumerate(lines) if "python3" in x)
+        # Python runs on a line of its own, or inside device_env.sh's drive_part
+        first_python = next(
+            i for i, x in enumerate(lines) if "python3" in x or x.startswith("drive_part ")
+        )
         assert at < first_python, script.name
+
+
+def test_drive_part_runs_the_parts_driver_with_its_arguments(tmp_path: Path) -> None:
+    """``drive_part blind4 call1 v70,v71 2 300 more`` (record_blind4_device.sh's arguments) runs
+    record_blind4.py's driver on those cases, 2 rounds, a 300 s budget, no trace, into
+    $OUT/blind4_call1.tar.gz and its log; the defaults are 3 rounds and 470 s. nvidia-smi,
+    python3 and timeout are stubs that write down how they were called."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool in ("nvidia-smi", "python3", "nproc", "uptime"):
+        (bin_ / tool).write_text("#!/bin/sh\necho stub\n")
+    (bin_ / "timeout").write_text('#!/bin/sh\necho "$@" >>"$OUT/calls.txt"\necho "== done"\n')
+    for tool in bin_.iterdir():
+        tool.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    script = VAL / "record_blind4_device.sh"
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "OUT": str(out), "HOME": str(tmp_path)}
+    for args in (["call1", "v70,v71", "2", "300", "more"], ["call2", "v72"]):
+        done = subprocess.run(
+            ["bash", str(script), *args], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        assert "== done" in done.stdout
+    calls = (out / "calls.txt").read_text().splitlines()
+    assert calls[0] == (
+        "-s INT 585 python3 sample_traces/validation/record_blind4.py drive --cases v70,v71 "
+        f"--rounds 2 --out /tmp/blind4_call1 --tar {out}/blind4_call1.tar.gz --budget-s 300 "
+        "--child-timeout 150 --no-trace"
+    )
+    assert calls[1] == (
+        "-s INT 585 python3 sample_traces/validation/record_blind4.py drive --cases v72 "
+        f"--rounds 3 --out /tmp/blind4_call2 --tar {out}/blind4_call2.tar.gz --budget-s 470 "
+        "--child-timeout 150"
+    )
+    assert (out / "env_blind4_call1.txt").read_text().startswith("stub")
 
 
 def test_device_env_turns_multicast_off_and_imports_gpuscope_from_the_tree() -> None:

@@ -8,13 +8,5 @@
 # `more` as 5th argument: ROUNDS more rounds, no trace (a second recording, timing_run2.json).
 # gpuscope is not installed there: device_env.sh (this folder) makes it importable.
 set -u
-. sample_traces/validation/device_env.sh  # multicast off, gpuscope importable
-B=sample_traces/validation/record_blind3.py
-TAG=$1 CASES=$2 ROUNDS=${3:-3} BUDGET=${4:-470}
-EXTRA=()
-[ "${5:-}" = more ] && EXTRA=(--no-trace)
-(nvidia-smi && python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.device_count())' && nproc && uptime) >"$OUT/env_blind3_$TAG.txt" 2>&1
-timeout -s INT 585 python3 $B drive --cases "$CASES" --rounds "$ROUNDS" --out "/tmp/b3_$TAG" \
-    --tar "$OUT/blind3_$TAG.tar.gz" --budget-s "$BUDGET" --child-timeout 150 "${EXTRA[@]}" \
-    >"$OUT/blind3_$TAG.log" 2>&1
-grep -h -E '^\[|^==|FAILED|TIMEOUT|budget|done|Error' "$OUT/blind3_$TAG.log" | tail -n 90
+. sample_traces/validation/device_env.sh  # multicast off, gpuscope importable, drive_part
+drive_part blind3 "$@"

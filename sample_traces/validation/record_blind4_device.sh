@@ -11,13 +11,5 @@
 # `more3 v82,v80 2 60 more`; call4 then `more4 v77 2 10 more` (one H100 lease); call5 (v84: the
 # 2-GPU call came as 2 x H200); `more5 v82 4 10 more` (a second H100 lease).
 set -u
-. sample_traces/validation/device_env.sh  # multicast off, gpuscope importable
-B=sample_traces/validation/record_blind4.py
-TAG=$1 CASES=$2 ROUNDS=${3:-3} BUDGET=${4:-470}
-EXTRA=()
-[ "${5:-}" = more ] && EXTRA=(--no-trace)
-(nvidia-smi && nvidia-smi topo -m && python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.device_count())' && nproc && uptime) >"$OUT/env_blind4_$TAG.txt" 2>&1
-timeout -s INT 585 python3 $B drive --cases "$CASES" --rounds "$ROUNDS" --out "/tmp/b4_$TAG" \
-    --tar "$OUT/blind4_$TAG.tar.gz" --budget-s "$BUDGET" --child-timeout 150 "${EXTRA[@]}" \
-    >"$OUT/blind4_$TAG.log" 2>&1
-grep -h -E '^\[|^==|FAILED|TIMEOUT|budget|done|Error' "$OUT/blind4_$TAG.log" | tail -n 90
+. sample_traces/validation/device_env.sh  # multicast off, gpuscope importable, drive_part
+drive_part blind4 "$@"
