@@ -12,11 +12,8 @@ from validation_parts import (
     ONE_GPU_FIXES,
     TRUTH,
     VAL,
-    make_truth,
-    record_blind,
+    assert_own_held_out_group,
     record_blind2,
-    record_new,
-    record_validation,
 )
 
 COVERED = ONE_GPU_FIXES | {"load_imbalance"}
@@ -25,13 +22,7 @@ overlap on 2 GPUs."""
 
 
 def test_the_second_blind_part_is_its_own_held_out_group() -> None:
-    assert record_blind2.GROUP == "blind2"
-    assert "blind2" in make_truth.GROUPS and "blind2" in make_truth.HELD_OUT_GROUPS
-    for case in record_blind2.ORDER:
-        assert make_truth.group(case) == "blind2", case
-    earlier = {**record_validation.CASES, **record_new.CASES, **record_blind.ALL}
-    assert not set(record_blind2.CASES) & set(earlier)
-    assert [f"v{n}" for n in range(41, 41 + len(record_blind2.ORDER))] == record_blind2.ORDER
+    assert_own_held_out_group(record_blind2, "blind2", 41)
 
 
 def test_the_second_blind_part_covers_every_fix_and_two_nulls() -> None:

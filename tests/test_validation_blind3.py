@@ -12,12 +12,9 @@ from validation_parts import (
     ONE_GPU_FIXES,
     TRUTH,
     VAL,
-    make_truth,
-    record_blind,
-    record_blind2,
+    assert_own_held_out_group,
     record_blind3,
     record_new,
-    record_validation,
 )
 
 COVERED = ONE_GPU_FIXES
@@ -28,19 +25,7 @@ WEAK = ("activation_checkpointing", "mixed_precision")
 
 
 def test_the_third_blind_part_is_its_own_held_out_group() -> None:
-    assert record_blind3.GROUP == "blind3"
-    assert "blind3" in make_truth.GROUPS and "blind3" in make_truth.HELD_OUT_GROUPS
-    for case in record_blind3.ORDER:
-        assert make_truth.group(case) == "blind3", case
-    earlier = {
-        **record_validation.CASES,
-        **record_new.CASES,
-        **record_blind.ALL,
-        **record_blind2.CASES,
-    }
-    assert not set(record_blind3.CASES) & set(earlier)
-    assert [f"v{n}" for n in range(55, 55 + len(record_blind3.ORDER))] == record_blind3.ORDER
-    assert set(record_blind3.BUILDERS) == set(record_blind3.CASES)
+    assert_own_held_out_group(record_blind3, "blind3", 55)
 
 
 def test_the_third_blind_part_covers_the_fixes_and_two_nulls() -> None:

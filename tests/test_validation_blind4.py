@@ -13,13 +13,10 @@ from validation_parts import (
     ONE_GPU_FIXES,
     TRUTH,
     VAL,
-    make_truth,
-    record_blind,
-    record_blind2,
-    record_blind3,
+    assert_own_held_out_group,
+    earlier_cases,
     record_blind4,
     record_new,
-    record_validation,
 )
 
 COVERED = ONE_GPU_FIXES
@@ -30,35 +27,12 @@ SCATTER_POINTS = 12.0
 
 
 def test_the_fourth_blind_part_is_its_own_held_out_group() -> None:
-    assert record_blind4.GROUP == "blind4"
-    assert "blind4" in make_truth.GROUPS and "blind4" in make_truth.HELD_OUT_GROUPS
-    for case in record_blind4.ORDER:
-        assert make_truth.group(case) == "blind4", case
-    earlier = {
-        **record_validation.CASES,
-        **record_new.CASES,
-        **record_blind.ALL,
-        **record_blind2.CASES,
-        **record_blind3.CASES,
-    }
-    assert not set(record_blind4.CASES) & set(earlier)
-    assert [f"v{n}" for n in range(70, 70 + len(record_blind4.ORDER))] == record_blind4.ORDER
-    assert set(record_blind4.BUILDERS) == set(record_blind4.CASES)
+    assert_own_held_out_group(record_blind4, "blind4", 70)
 
 
 def test_the_models_are_new() -> None:
     """No model description of this part is one of an earlier part's."""
-    earlier = {
-        c["model"]
-        for part in (
-            record_validation.CASES,
-            record_new.CASES,
-            record_blind.CASES,
-            record_blind2.CASES,
-            record_blind3.CASES,
-        )
-        for c in part.values()
-    }
+    earlier = {c.get("model") for c in earlier_cases(record_blind4).values()}
     mine = [c["model"] for c in record_blind4.CASES.values()]
     assert len(set(mine)) == len(mine)
     assert not set(mine) & earlier

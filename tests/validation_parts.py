@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 VAL = ROOT / "sample_traces" / "validation"
@@ -24,6 +25,8 @@ __all__ = [
     "ROOT",
     "TRUTH",
     "VAL",
+    "assert_own_held_out_group",
+    "earlier_cases",
     "make_truth",
     "record_blind",
     "record_blind2",
@@ -48,3 +51,26 @@ ONE_GPU_FIXES = frozenset(
     }
 )
 """The one-GPU fixes each blind part must time (issue 43, item 4)."""
+
+
+def earlier_cases(part: Any) -> dict[str, dict]:
+    """Every case recorded before the blind part ``part`` (a recorder module: record_blind2, 3,
+    4), by case: v01-v28, then each earlier blind part's."""
+    parts = [record_blind2, record_blind3, record_blind4]
+    out = {**record_validation.CASES, **record_new.CASES, **record_blind.ALL}
+    for p in parts[: parts.index(part)]:
+        out.update(p.CASES)
+    return out
+
+
+def assert_own_held_out_group(part: Any, group: str, first: int) -> None:
+    """The blind part ``part`` is its own held-out group ``group`` in make_truth, no case of it was
+    recorded before, and its cases are numbered on from v``first`` with a builder each."""
+    assert group == part.GROUP
+    assert group in make_truth.GROUPS and group in make_truth.HELD_OUT_GROUPS
+    for case in part.ORDER:
+        assert make_truth.group(case) == group, case
+    assert not set(part.CASES) & set(earlier_cases(part))
+    assert [f"v{n}" for n in range(first, first + len(part.ORDER))] == part.ORDER
+    if hasattr(part, "BUILDERS"):
+        assert set(part.BUILDERS) == set(part.CASES)
