@@ -25,6 +25,7 @@ __all__ = [
     "ROOT",
     "TRUTH",
     "VAL",
+    "assert_case_words",
     "assert_own_held_out_group",
     "earlier_cases",
     "make_truth",
@@ -74,3 +75,15 @@ def assert_own_held_out_group(part: Any, group: str, first: int) -> None:
     assert [f"v{n}" for n in range(first, first + len(part.ORDER))] == part.ORDER
     if hasattr(part, "BUILDERS"):
         assert set(part.BUILDERS) == set(part.CASES)
+
+
+def assert_case_words(part: Any) -> None:
+    """Each case of the blind part ``part``: a batch-size pair is judged per sample, with its
+    multiple, and no other is; the words written into its trace (planted, fix, expected fix)
+    hold no '"', which Kineto (torch 2.11) writes as '/"' in a metadata string (not JSON)."""
+    for name, c in part.CASES.items():
+        per_sample = c.get("bound") == "per_sample_time"
+        assert per_sample == (c["expected_fix"] == "batch_size"), name
+        assert per_sample == ("batch_multiple" in c), name
+        for key in ("planted", "fix", "expected_fix"):
+            assert '"' not in c[key], (name, key)
