@@ -17,6 +17,7 @@ import record_blind  # noqa: E402
 import record_blind2  # noqa: E402
 import record_blind3  # noqa: E402
 import record_blind4  # noqa: E402
+import record_blind5  # noqa: E402
 import record_new  # noqa: E402
 import record_validation  # noqa: E402
 
@@ -33,6 +34,7 @@ __all__ = [
     "record_blind2",
     "record_blind3",
     "record_blind4",
+    "record_blind5",
     "record_new",
     "record_validation",
 ]
@@ -56,8 +58,8 @@ ONE_GPU_FIXES = frozenset(
 
 def earlier_cases(part: Any) -> dict[str, dict]:
     """Every case recorded before the blind part ``part`` (a recorder module: record_blind2, 3,
-    4), by case: v01-v28, then each earlier blind part's."""
-    parts = [record_blind2, record_blind3, record_blind4]
+    4, 5), by case: v01-v28, then each earlier blind part's."""
+    parts = [record_blind2, record_blind3, record_blind4, record_blind5]
     out = {**record_validation.CASES, **record_new.CASES, **record_blind.ALL}
     for p in parts[: parts.index(part)]:
         out.update(p.CASES)

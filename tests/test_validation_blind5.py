@@ -1,0 +1,231 @@
+"""The validation set's fifth blind part (v85-v99, record_blind5.py): its cases are their own
+group (``blind5``), held out, on model families no earlier case used; they time every one-GPU fix
+once more, ask bf16 on an fp32 NCHW convolution net with TF32 off again (after v72), hold three
+pairs chosen to gain nothing and one 2-GPU pair whose straggler is rank 1. Nothing here analyses a
+trace: the part is judged once, by the lead, with ``validate_gains_set.py --blind``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from validation_parts import (
+    ONE_GPU_FIXES,
+    TRUTH,
+    VAL,
+    assert_case_words,
+    assert_own_held_out_group,
+    earlier_cases,
+    record_blind5,
+    record_new,
+)
+
+FAMILIES = {
+    "v85": "PoolFormer",
+    "v86": "Swin",
+    "v87": "N-BEATS",
+    "v88": "AlexNet",
+    "v89": "CLIP-style",
+    "v90": "Graphormer",
+    "v91": "SqueezeSeg",
+    "v92": "Highway",
+    "v93": "Kolmogorov-Arnold",
+    "v94": "FlowNet",
+    "v95": "spiking",
+    "v96": "style-transfer",
+    "v97": "deep linear",
+    "v98": "RegNet",
+    "v99": "wav2vec",
+}
+"""Each case's architecture family, as its model description names it (case-sensitive)."""
+
+VECTOR_NORMS = ("aten::norm", "aten::linalg_vector_norm")
+"""The profiler's names of ``Tensor.norm()`` (torch 2.11-2.13): the per-tensor statistic counted."""
+
+SCATTER_POINTS = 12.0
+"""A case whose rounds' gains spread over more than this (points) has >= 5 rounds."""
+
+
+def test_the_fifth_blind_part_is_its_own_held_out_group() -> None:
+    assert_own_held_out_group(record_blind5, "blind5", 85)
+
+
+def test_the_models_and_their_families_are_new() -> None:
+    """No model description of this part is an earlier part's, and no family it names appears in
+    an earlier case's model or in the recorders of ../fixes and ../multi_gpu."""
+    earlier = [c.get("model") or "" for c in earlier_cases(record_blind5).values()]
+    others = [
+        (VAL.parent / "fixes" / "record_fixes.py").read_text(),
+        (VAL.parent / "multi_gpu" / "record_multi_gpu.py").read_text(),
+    ]
+    mine = [c["model"] for c in record_blind5.CASES.values()]
+    assert len(set(mine)) == len(mine)
+    assert not set(mine) & set(earlier)
+    assert set(FAMILIES) == set(record_blind5.CASES)
+    for case, family in FAMILIES.items():
+        assert family in record_blind5.CASES[case]["model"], case
+        assert not [m for m in earlier if family in m], (case, family)
+        assert not [t for t in others if family in t], (case, family)
+
+
+def test_the_fifth_blind_part_covers_the_fixes_three_nulls_and_a_rank_1_straggler() -> None:
+    from gpuscope.analysis.fixes import BY_ID
+
+    cases = list(record_blind5.CASES.values())
+    fixes = [c["expected_fix"] for c in cases]
+    assert set(fixes) >= ONE_GPU_FIXES
+    assert set(fixes) <= set(BY_ID)  # every expected fix is one gpuscope can name
+    real = [c for c in cases if not c.get("null")]
+    assert {c["expected_fix"] for c in real} >= ONE_GPU_FIXES  # each fix gains somewhere
+    # bf16 on fp32: an NCHW convolution net with TF32 off (v72's open question) and a matmul
+    # model with TF32 on
+    mp = [c for c in real if c["expected_fix"] == "mixed_precision"]
+    assert len(mp) == 2
+    assert {"TF32 off" in c["model"] for c in mp} == {True, False}
+    assert any("NCHW" in c["model"] and "TF32 off" in c["model"] for c in mp)
+    ac = [c["planted"] for c in real if c["expected_fix"] == "activation_checkpointing"]
+    assert ac and all("nn.Module" in p for p in ac)
+    assert any("memory-bound" in c["model"] for c in real if c["expected_fix"] == "kernel_fusion")
+    assert any(c.get("batch_multiple") == 4 for c in real)
+    nulls = [c for c in cases if c.get("null")]
+    assert {c["expected_fix"] for c in nulls} == {
+        "host_sync",
+        "kernel_fusion",
+        "dataloader_workers",
+    }
+    compiled = {k for k, c in record_blind5.CASES.items() if c.get("compiled")}
+    assert {k for k, c in record_blind5.CASES.items() if "torch.compile(" in c["fix"]} == compiled
+    assert sum(c.get("gpus", 1) == 1 for c in cases) == 14
+    two = [c for c in cases if c.get("gpus", 1) == 2]
+    assert [c["expected_fix"] for c in two] == ["load_imbalance"]
+    assert "rank 1" in two[0]["planted"]
+    assert len(cases) == 15
+
+
+def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
+    """Kineto (torch 2.11) writes a '"' in a metadata string as '/"' (not JSON); a batch-size
+    pair is judged per sample, with its multiple."""
+    assert_case_words(record_blind5)
+
+
+def test_every_one_gpu_case_builds_and_steps_on_the_cpu_at_tiny_sizes() -> None:
+    """Each builder's planted and fixed variants make the same model (the same parameter count)
+    and take two steps (the CPU, the recorder's --quick sizes; the compiled variants are left out:
+    compiling is slow on a CPU). Only the planted thing differs, as each variant's record says:
+    checkpointing, the optimizer, precision, workers, pinning, syncs, the CUDA-graph capture
+    (not made on a CPU), cudnn.benchmark, the batch."""
+    pytest.importorskip("torch")
+    import torch
+
+    saved = record_new.QUICK
+    record_new.QUICK = True
+    try:
+        metas: dict[tuple[str, str], dict] = {}
+        samples: dict[tuple[str, str], int] = {}
+        for case in [c for c in record_blind5.ORDER if record_blind5.CASES[c].get("gpus", 1) == 1]:
+            compiled = bool(record_blind5.CASES[case].get("compiled"))
+            sizes = set()
+            for variant in ("planted",) if compiled else ("planted", "fixed"):
+                step, n, meta, model = record_blind5.build(case, variant, "cpu")
+                step()
+                step()
+                sizes.add(sum(q.numel() for q in model.parameters()))
+                assert n > 0 and isinstance(meta, dict), (case, variant)
+                metas[case, variant] = dict(meta)
+                samples[case, variant] = n
+                if case == "v94":  # the flag itself, as the builder leaves it for the run
+                    assert torch.backends.cudnn.benchmark == (variant == "fixed")
+            assert len(sizes) == 1, case
+    finally:
+        record_new.QUICK = saved
+        torch.backends.cudnn.benchmark = False
+
+    def pair(case: str, key: str) -> tuple:
+        return metas[case, "planted"][key], metas[case, "fixed"][key]
+
+    assert metas["v85", "planted"]["compiled"] is False
+    assert metas["v97", "planted"]["compiled"] is False
+    assert pair("v86", "checkpointed_modules")[0] > 0 == pair("v86", "checkpointed_modules")[1]
+    assert pair("v87", "optimizer") == ("AdamW(foreach=False)", "AdamW(fused=True)")
+    assert metas["v87", "planted"]["param_tensors"] == 14 * 3  # 14 per block, 3 blocks
+    assert pair("v88", "precision") == ("fp32, TF32 off", "bf16 autocast, TF32 off")
+    assert pair("v89", "precision") == ("fp32, TF32 on", "bf16 autocast")
+    assert pair("v90", "num_workers")[0] == 0 < pair("v90", "num_workers")[1]
+    assert pair("v91", "pinned") == (False, True)
+    assert pair("v91", "bytes_per_step")[0] == pair("v91", "bytes_per_step")[1] > 0
+    assert pair("v92", "syncs_per_step") == (6, 0)
+    assert pair("v93", "cuda_graph") == ("none", "whole step (torch.cuda.graph)")
+    assert pair("v93", "graph_captured") == (False, False)  # no capture on a CPU
+    assert pair("v94", "torch_flags") == ({"cudnn_benchmark": False}, {"cudnn_benchmark": True})
+    assert samples["v95", "fixed"] == 4 * samples["v95", "planted"]
+    assert pair("v96", "syncs_per_step") == (1, 0)
+    assert pair("v98", "num_workers")[0] == 0 < pair("v98", "num_workers")[1]
+
+
+def test_only_rank_1_of_the_planted_two_gpu_case_does_the_extra_host_work(tmp_path) -> None:
+    """v99's builder under DDP (gloo, one process, --quick sizes) as rank 0 and as rank 1: one
+    step of the planted variant on rank 1 runs one vector norm per parameter tensor (the
+    per-tensor statistics); rank 0's planted step and rank 1's fixed step run none."""
+    pytest.importorskip("torch")
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    saved = record_new.QUICK
+    record_new.QUICK = True
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        norms: dict[tuple[str, int], int] = {}
+        for variant, rank in (("planted", 1), ("planted", 0), ("fixed", 1)):
+            step, n, meta, model = record_blind5.build("v99", variant, "cpu", rank=rank)
+            step()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                step()
+            norms[variant, rank] = sum(
+                e.count for e in prof.key_averages() if e.key in VECTOR_NORMS
+            )
+            assert n > 0 and meta["extra_host_work_rank"] == 1
+            assert meta["param_tensors"] == len(list(model.parameters()))
+        tensors = meta["param_tensors"]
+    finally:
+        dist.destroy_process_group()
+        record_new.QUICK = saved
+    assert norms == {("planted", 1): tensors, ("planted", 0): 0, ("fixed", 1): 0}
+    assert torch.is_grad_enabled()
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_the_recorded_fifth_blind_part_is_apart_and_whole() -> None:
+    """Every recorded v85+ case: group blind5, held out, one trace of its planted variant per rank
+    (17 KB-2 MB), timed in fresh processes on an NVIDIA GPU, >= 3 rounds (>= 5 where the rounds
+    scatter), its row whole (device, torch, timings, rounds, extra); make_truth's earlier cases
+    come first, in their own order."""
+    cases = json.loads(TRUTH.read_text())["cases"]
+    mine = [c for c in cases if c["group"] == "blind5"]
+    recorded = [k for k in record_blind5.ORDER if (VAL / k / "timing.json").exists()]
+    assert [c["case"] for c in mine] == recorded
+    assert [c["case"] for c in cases[-len(mine) :]] == recorded if mine else True
+    for c in mine:
+        assert c["held_out"], c["case"]
+        assert c["device"].startswith("NVIDIA"), c["case"]
+        assert c["torch"].startswith("2."), c["case"]
+        assert len(c["traces"]) == c["gpus"] == record_blind5.CASES[c["case"]].get("gpus", 1)
+        for t in c["traces"]:
+            assert 17_000 <= (VAL / t).stat().st_size <= 2_000_000, t
+        g = c["gain_pct_by_round"]
+        assert len(g) >= 3, c["case"]
+        assert len(g) >= 5 or max(g) - min(g) <= SCATTER_POINTS, c["case"]
+        t = c["timings"]
+        assert len(t["planted"]) == len(t["fixed"]) == len(g), c["case"]
+        assert len(t["traced_run_step_ms"]) == 1, c["case"]
+        assert c["extra"]["samples_per_step"] > 0, c["case"]
+        assert c["intended_null"] == bool(record_blind5.CASES[c["case"]].get("null"))
+
+
+def test_the_device_script_drives_this_part() -> None:
+    """record_blind5_device.sh runs device_env.sh's drive_part on this part (its group), with the
+    script's arguments and nothing else."""
+    lines = (VAL / "record_blind5_device.sh").read_text().splitlines()
+    commands = [x for x in lines if x and not x.startswith("#")]
+    assert commands[-1] == f'drive_part {record_blind5.GROUP} "$@"'
+    assert (VAL / f"record_{record_blind5.GROUP}.py").is_file()
