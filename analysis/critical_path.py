@@ -193,6 +193,10 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     preds: list[list[Edge]] = field(default_factory=list)
     order: list[int] = field(default_factory=list)
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    """What the replays derive from the finished graph (:mod:`gpuscope.analysis.gains`: the
+    recorded durations, the profiled nodes, the replay's schedule), read once per graph; emptied
+    by :meth:`finish` (nodes and edges do not change after it)."""
 
     def add(self, node: Node) -> int:
         self.nodes.append(node)
@@ -224,6 +228,7 @@ class Graph:
         if len(order) != n:
             raise ValueError("critical path: the dependency graph has a cycle")
         self.order = order
+        self.memo.clear()
 
 
 def replay(

@@ -144,8 +144,9 @@ def makespans(
     drops: Sequence[set[tuple[int, int]] | None],
 ) -> list[float]:
     """:func:`makespan` of K replays of one graph at once (K duration lists, K sets of dropped
-    edges): one pass over the graph in topological order with each node's start and end held as
-    a vector over the K replays (numpy), instead of K passes in Python."""
+    edges): one pass over the graph's :func:`_schedule` with each node's start and end held as
+    a vector over the K replays (numpy), instead of K passes in Python. Every node's start and
+    end are the sums and maxima :func:`replay` takes, in its order (bit for bit)."""
     n, kk = len(g.nodes), len(durs)
     if kk == 0:
         return []
@@ -156,29 +157,112 @@ def makespans(
     for j, dr in enumerate(drops):
         for key in dr or ():
             kept.setdefault(key, np.ones(kk, dtype=bool))[j] = False
-    S: list[np.ndarray] = [d[0]] * n
-    E: list[np.ndarray] = [d[0]] * n
+    steps = _schedule(g, frozenset(v for v, _ in kept))
     add, maximum, where, isneginf = np.add, np.maximum, np.where, np.isneginf
-    nodes = g.nodes
-    for v in g.order:
-        es = g.preds[v]
+    rows: list[np.ndarray] = []  # per step: its nodes' starts and ends, (rows, K)
+    last: list[np.ndarray] = []  # per step: the latest end of its nodes, (K,)
+    for st in steps:
+        if st[0] is _CHAIN:
+            _, h_step, h_row, members, ws = st
+            buf = np.empty((2 * len(members) + 1, kk))
+            buf[0] = rows[h_step][h_row]
+            buf[1::2] = ws
+            buf[2::2] = d[members]
+            np.add.accumulate(buf, axis=0, out=buf)
+            rows.append(buf)
+            last.append(buf[2::2].max(axis=0))
+            continue
+        _, v, edges, release = st
         best = None
         masked = False
-        for i, ed in enumerate(es):
-            t = add(S[ed.src] if ed.from_start else E[ed.src], ed.w)
+        for e_step, e_row, w, key in edges:
+            t = add(rows[e_step][e_row], w)
             if kept:
-                m = kept.get((v, i))
+                m = kept.get(key)
                 if m is not None:
                     t = where(m, t, -np.inf)
                     masked = True
             best = t if best is None else maximum(best, t, out=best)
+        buf = np.empty((2, kk))
         if best is None:
-            best = np.full(kk, float(nodes[v].s))
+            buf[0] = release
         elif masked:
-            best = where(isneginf(best), float(nodes[v].s), best)
-        S[v] = best
-        E[v] = add(best, d[v])
-    return [float(x) - start_ns for x in np.max(E, axis=0)]
+            buf[0] = where(isneginf(best), release, best)
+        else:
+            buf[0] = best
+        add(buf[0], d[v], out=buf[1])
+        rows.append(buf)
+        last.append(buf[1])
+    return [float(x) - start_ns for x in np.max(last, axis=0)]
+
+
+_CHAIN, _NODE = "chain", "node"
+
+Step = tuple[Any, ...]
+"""A step of :func:`_schedule`: ``(_CHAIN, head step, head row, members, weights)`` or
+``(_NODE, node, edges, release)``."""
+
+
+def _schedule(g: Graph, general: frozenset[int]) -> list[Step]:
+    """The order :func:`makespans` replays the graph in: a list of steps, each a **chain** (nodes
+    ``v1..vm`` with one incoming edge each, ``v1``'s from a node of an earlier step, each next
+    one's from the end of the one before: their starts and ends are one running sum, ``[x, w1,
+    d1, w2, d2, ...]``, the sums the replay takes node by node) or a single **node** (several
+    incoming edges or none, or one of ``general``: edges a replay drops). A step's rows: a
+    chain's ``2k+1`` (start of its k-th node, k from 0) and ``2k+2`` (end); a node's 0 and 1.
+    Each step comes after the steps its edges leave from (a chain at its first node's place in
+    the graph's topological order). Read once per graph and ``general``."""
+    key = ("schedule", general)
+    got = g.memo.get(key)
+    if got is not None:
+        return got  # type: ignore[no-any-return]
+    preds = g.preds
+    n = len(g.nodes)
+    owner = [0] * n  # the step holding each node
+    srow = [0] * n  # the row of its start there (its end: the next row)
+    tail_of: dict[int, int] = {}  # last node of an open chain -> its step
+    raw: list[list[Any]] = []
+    for v in g.order:
+        es = preds[v]
+        if len(es) == 1 and v not in general:
+            src, w, from_start, _cat, _kind = es[0]
+            si = tail_of.pop(src, -1) if not from_start else -1
+            if si >= 0:
+                chain = raw[si]
+                chain[3].append(v)
+                chain[4].append(w)
+                srow[v] = 2 * len(chain[3]) - 1
+            else:
+                si = len(raw)
+                raw.append([_CHAIN, src, from_start, [v], [w]])
+                srow[v] = 1
+            owner[v] = si
+            tail_of[v] = si
+        else:
+            owner[v] = len(raw)
+            raw.append([_NODE, v, [(src, w, fs, i) for i, (src, w, fs, _c, _k) in enumerate(es)]])
+    steps: list[Step] = []
+    for st in raw:
+        if st[0] is _CHAIN:
+            _, src, from_start, members, ws = st
+            h_row = srow[src] + (0 if from_start else 1)
+            steps.append(
+                (
+                    _CHAIN,
+                    owner[src],
+                    h_row,
+                    np.asarray(members, dtype=np.intp),
+                    np.asarray(ws, dtype="float64").reshape(-1, 1),
+                )
+            )
+        else:
+            _, v, es_ = st
+            edges = [(owner[src], srow[src] + (0 if fs else 1), w, (v, i)) for src, w, fs, i in es_]
+            steps.append((_NODE, v, edges, float(g.nodes[v].s)))
+    if len(g.memo) > 64:  # one schedule per set of nodes whose edges an estimate drops
+        g.memo.clear()
+    g.memo[key] = steps
+    return steps
 
 
 def _scaled(base: list[float], prof: list[bool], s: float) -> list[float]:
@@ -211,26 +295,89 @@ def calibrate(g: Graph, start_ns: int, target_ns: float) -> float | None:
     longer, or the host alone), when the host does not bind at the usual scales, or when the
     target is within :data:`IDENTIFIABLE` of the window at the smallest scale (the GPU's own
     length: v58's untraced 28.14 ms against 28.1, which fitted a host scale of 0.15 where the
-    fixed process's host ran at about 0.45)."""
-    base = [float(n.dur) for n in g.nodes]
-    prof = [profiled(n) for n in g.nodes]
-    r_lo, r_hi = (makespan(g, start_ns, _scaled(base, prof, x)) for x in HOST_SCALE_RANGE)
+    fixed process's host ran at about 0.45). The window at each scale is :func:`makespan`'s;
+    the replays go to :func:`makespans` in two batches (the bisection's next
+    :data:`_BISECT_LEVELS` halvings, every way they can go, with the four fixed scales first)."""
+    base, prof = _recorded(g)
+    lo, hi = 0.02, MAX_HOST_SCALE
+    fixed = (*HOST_SCALE_RANGE, lo, hi)
+    todo = _BISECT_STEPS
+    depth = min(_BISECT_LEVELS, todo)
+    mids = _bisection_tree(lo, hi, depth)
+    spans = _spans_at(g, start_ns, base, prof, (*fixed, *mids))
+    r_lo, r_hi, f_lo, f_hi = spans[:4]
     if r_hi - r_lo < IDENTIFIABLE * r_lo:
         return None  # the host does not bind at the profiler's usual scales: no host speed to fit
-    lo, hi = 0.02, MAX_HOST_SCALE
-    f_lo = makespan(g, start_ns, _scaled(base, prof, lo))
-    f_hi = makespan(g, start_ns, _scaled(base, prof, hi))
     if not f_lo * (1.0 + IDENTIFIABLE) <= target_ns <= f_hi:
         # within IDENTIFIABLE of the GPU's own length, the untraced step is the GPU's: it says
         # the host did not bind there, not how fast it was (any scale up to the fit gives it)
         return None
-    for _ in range(10):
-        mid = 0.5 * (lo + hi)
-        if makespan(g, start_ns, _scaled(base, prof, mid)) < target_ns:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    spans = spans[4:]
+    while True:
+        j = 0
+        for _ in range(depth):  # the bisection's halvings, read off the tree of its midpoints
+            if spans[j] < target_ns:
+                lo = mids[j]
+                j = 2 * j + 2
+            else:
+                hi = mids[j]
+                j = 2 * j + 1
+        todo -= depth
+        if todo <= 0:
+            return 0.5 * (lo + hi)
+        depth = min(_BISECT_LEVELS, todo)
+        mids = _bisection_tree(lo, hi, depth)
+        spans = _spans_at(g, start_ns, base, prof, mids)
+
+
+_BISECT_STEPS = 10
+"""Halvings of :func:`calibrate`'s bisection."""
+_BISECT_LEVELS = 5
+"""Halvings replayed in one batch (2**5 - 1 midpoints: every way the next five can go)."""
+
+
+def _bisection_tree(lo: float, hi: float, depth: int) -> list[float]:
+    """The midpoints ``0.5 * (lo + hi)`` a bisection of ``[lo, hi]`` can take in its next
+    ``depth`` halvings, as a heap (node ``j``'s lower half at ``2j + 1``, upper at ``2j + 2``):
+    the same floats the halvings compute one by one."""
+    halves = [(lo, hi)]
+    mids: list[float] = []
+    for a, b in halves:
+        m = 0.5 * (a + b)
+        mids.append(m)
+        if len(mids) == 2**depth - 1:
+            return mids
+        halves += [(a, m), (m, b)]
+    return mids
+
+
+def _spans_at(
+    g: Graph, start_ns: int, base: np.ndarray, prof: np.ndarray, scales: Sequence[float]
+) -> list[float]:
+    """:func:`makespan` with the profiled nodes' durations × each of ``scales``."""
+    rows = np.stack([_scaled_np(base, prof, s) for s in scales])
+    return makespans(g, start_ns, rows, [None] * len(scales))
+
+
+def _recorded(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's recorded duration (ns, float) and whether it is :func:`profiled`, as arrays,
+    read once per graph."""
+    got = g.memo.get("recorded")
+    if got is None:
+        got = g.memo["recorded"] = (
+            np.asarray([float(n.dur) for n in g.nodes], dtype="float64"),
+            np.asarray([profiled(n) for n in g.nodes], dtype=bool),
+        )
+    return got  # type: ignore[no-any-return]
+
+
+def _durations(g: Graph, dur: DurFn) -> np.ndarray:
+    """``max(0.0, float(dur(v, n)))`` of every node (ns), as an array: ``x > 0.0`` picks ``x``,
+    else ``0.0`` (as ``max`` does: ``-0.0`` and NaN give ``0.0``)."""
+    raw = np.fromiter(
+        (dur(v, n) for v, n in enumerate(g.nodes)), dtype="float64", count=len(g.nodes)
+    )
+    return np.where(raw > 0.0, raw, 0.0)
 
 
 Variant = tuple[DurFn | None, KeepFn | None]
@@ -281,26 +428,35 @@ def replay_estimate(
     # traced; the weakest fix on a slower host, the strongest on a faster one (the range's ends)
     runs = [(name, 1.0) for name in variants] + [("low", hv), ("high", 1.0 / hv)]
     runs += [(name, 1.0 / hv) for name in variants if name.startswith("high@")]
-    rec = [float(n.dur) for n in g.nodes]
-    prof = [profiled(n) for n in g.nodes]
-    # each variant's durations and dropped edges, once; then scaled per host speed
-    prepared = []
+    rec_np, prof_np = _recorded(g)
+    # each variant's durations and dropped edges, once (once per function: variants may share
+    # one); then scaled per host speed
+    durs_of: dict[int, np.ndarray] = {}
+    drops_of: dict[int, set[tuple[int, int]]] = {}
+    by_name: dict[str, tuple[np.ndarray, set[tuple[int, int]] | None]] = {}
     for name, (dur, keep) in variants.items():
-        d = rec if dur is None else [max(0.0, float(dur(v, n))) for v, n in enumerate(g.nodes)]
-        drop = (
-            {(v, i) for v, es in enumerate(g.preds) for i, ed in enumerate(es) if not keep(v, ed)}
-            if keep is not None
-            else None
-        )
-        prepared.append((name, d, drop))
-    by_name = {name: (d, drop_set) for name, d, drop_set in prepared}
+        if dur is None:
+            d = rec_np
+        elif (d_ := durs_of.get(id(dur))) is not None:
+            d = d_
+        else:
+            d = durs_of[id(dur)] = _durations(g, dur)
+        drop = None
+        if keep is not None:
+            drop = drops_of.get(id(keep))
+            if drop is None:
+                drop = drops_of[id(keep)] = {
+                    (v, i)
+                    for v, es in enumerate(g.preds)
+                    for i, ed in enumerate(es)
+                    if not keep(v, ed)
+                }
+        by_name[name] = (d, drop)
     # a fix that drops a wait of the host on the GPU: the planted step follows its host's speed
     hw = HOST_WAIT_VARIATION
-    waits = any(g.preds[v][i].kind == "wait" for _, _, dr in prepared for v, i in (dr or ()))
+    waits = any(g.preds[v][i].kind == "wait" for _, dr in by_name.values() for v, i in (dr or ()))
     # every replay of this estimate (and the old step at each host scale not yet known) at once
-    prof_np = np.asarray(prof, dtype=bool)
-    arr = {name: np.asarray(d, dtype="float64") for name, (d, _) in by_name.items()}
-    rec_np = np.asarray(rec, dtype="float64")
+    arr = {name: d for name, (d, _) in by_name.items()}
     rows: list[tuple[tuple[str, float, float], np.ndarray, set[tuple[int, int]] | None]] = [
         (("", sc, 1.0), _scaled_np(rec_np, prof_np, sc), None)
         for sc in scales
