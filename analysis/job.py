@@ -517,16 +517,20 @@ def _compute_ms(cause: PaceSetterCause, line: Any) -> tuple[float, float, float]
 
 
 def cause_fix(
-    cause: PaceSetterCause | None, report_of: Callable[[int], RunReport]
+    cause: PaceSetterCause | None,
+    report_of: Callable[[int], RunReport],
+    con: Connection | None = None,
 ) -> Recommendation | None:
     """The fix for the pace-setter's own cause with its estimate, re-timed on the graph of the
     rank the cause names (docs/metrics.md, "Gains from the path"): that rank's own
     recommendation of the fix when its rule found it; for a rank that computes more
     (``load_imbalance``), always "give it equal work" (the rank's own rule of that id is about its
     waiting for another rank) (:func:`~gpuscope.analysis.fixes.load_imbalance.
-    equal_work_fix`). None: host work of its own (``load_imbalance`` for host dispatch: the
-    cause's re-timed step is its point), no cause with a fix, no critical path (an analysis without it), or the
-    rank's rule did not find the fix."""
+    equal_work_fix`); for a rank that runs host work of its own (``load_imbalance`` for host
+    dispatch), with ``con``, "take it off the step", re-timed on the ops it runs that the others
+    do not (:func:`~gpuscope.analysis.fixes.load_imbalance.own_work_fix`). None: no such ops
+    found or no ``con`` (the cause's re-timed step is then its point), no cause with a fix, no
+    critical path (an analysis without it), or the rank's rule did not find the fix."""
     from gpuscope.analysis.fixes import load_imbalance
     from gpuscope.analysis.straggler_cause import COMPUTE
 
@@ -535,7 +539,8 @@ def cause_fix(
     rep = report_of(cause.rank)
     cp, ctx = rep.critical_path, rep.gain_context
     if cause.cause != COMPUTE and cause.fix_id == load_imbalance.UNIT.id:
-        return None  # host work of its own: the rank's own rule of that id is about its waiting
+        # host work of its own: the rank's own rule of that id is about its waiting
+        return _own_work_fix(cause, rep, con)
     if cause.cause != COMPUTE:
         return next(
             (r for r in rep.recommendations if r.id == cause.fix_id and r.estimate is not None),
@@ -553,6 +558,36 @@ def cause_fix(
     return load_imbalance.equal_work_fix(
         cause.rank, pace_ms, others_ms, len(rep.ranks), cp, ctx, comm_keep
     )
+
+
+def _own_work_fix(
+    cause: PaceSetterCause, rep: RunReport, con: Connection | None
+) -> Recommendation | None:
+    """:func:`~gpuscope.analysis.fixes.load_imbalance.own_work_fix` for the rank ``cause`` names
+    (``rep``: its report), against every other rank, on its untraced step when known (its
+    profiler cost per event then from it), else the job's step; None without ``con``, a critical
+    path's main thread, or ops of its own."""
+    from gpuscope.analysis.fixes import load_imbalance
+    from gpuscope.analysis.own_host_work import extra_ops
+    from gpuscope.analysis.straggler_cause import host_ops_per_step
+
+    cp = rep.critical_path
+    if con is None or cp is None:
+        return None
+    run_id = str(rep.run["id"])
+    others = [int(x.rank) for x in rep.ranks if int(x.rank) != int(cause.rank)]
+    extra = extra_ops(con, run_id, int(cause.rank), others, cp.main_tid)
+    if extra is None:
+        return None
+    prof = rep.profiler if int(rep.rank) == int(cause.rank) else None
+    untraced = prof.untraced_step_ms if prof is not None else None
+    per_event = None
+    if prof is not None and untraced:
+        events = host_ops_per_step(con, run_id, int(cause.rank))
+        if events > 0:
+            per_event = max(0.0, prof.traced_step_ms - untraced) * 1e3 / events
+    base = untraced or cause.job_step_ms or 0.0
+    return load_imbalance.own_work_fix(extra, float(base), per_event)
 
 
 def _float(v: Any) -> float | None:
@@ -633,7 +668,18 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
             rep = report_of(pace)
     step = step_time(windows, pace)
     cause = _pace_cause(rep, step, con)
-    fix = cause_fix(cause, report_of)
+    fix = cause_fix(cause, report_of, con)
+    if (
+        cause is not None
+        and fix is not None
+        and fix.estimate is not None
+        and (
+            fix.estimate.method == "host_ops"  # its own host ops, re-timed on them
+        )
+    ):
+        cause = cause.retimed_as(
+            fix.estimate.gain_pct, " (its own host ops, the profiler's cost in them taken out)"
+        )
     path, bound_by = _path(cause)
     strag = rep.straggler
     n = max(1, rep.window.n_steps)
@@ -815,6 +861,18 @@ def path_row(job: JobDiagnosis) -> HeadlineRow:
     )
 
 
+def own_host_ops(job: JobDiagnosis) -> bool:
+    """Whether the verdict's re-timing is of the pace-setter's own host ops (its cause's fix
+    estimated on them, :func:`~gpuscope.analysis.fixes.load_imbalance.own_work_fix`)."""
+    first = job.fixes[0] if job.fixes else None
+    return bool(
+        first is not None
+        and first.estimate is not None
+        and first.estimate.method == "host_ops"
+        and any(f.kind == "fix" and f.id == first.id for f in job.findings[:2])
+    )
+
+
 def retimed_row(job: JobDiagnosis) -> HeadlineRow:
     """The job's step re-timed with the verdict's cause removed on the rank it names."""
     assert job.retimed_step_ms is not None and job.retimed_from_ms is not None
@@ -824,6 +882,11 @@ def retimed_row(job: JobDiagnosis) -> HeadlineRow:
         note = "the profiler's cost removed: the step measured without it"
     elif job.cause_rank is not None and job.cause_rank != job.pace_setter:
         note = f"{what}, with rank {job.cause_rank}'s extra part as rank {job.pace_setter}'s"
+    elif own_host_ops(job):
+        note = (
+            f"the job's mean step, less rank {job.cause_rank}'s own host ops (the ops it runs "
+            "that the others do not, and the loop between them, the profiler's cost taken out)"
+        )
     else:
         note = (
             f"the job's mean step, with rank {job.cause_rank}'s extra segment time for its cause as "

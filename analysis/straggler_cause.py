@@ -55,7 +55,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.fmt import sig3
@@ -202,6 +202,18 @@ class PaceSetterCause:
     profiled_rank: int | None = None
     chain: Chain | None = None
     step_retimed: tuple[tuple[int, float], ...] = ()
+
+    def retimed_as(self, gain_pct: float, how: str) -> PaceSetterCause:
+        """This cause with the job's step re-timed by a gain (%) estimated elsewhere (the fix's
+        own model, ``how`` in words), its words saying so; unchanged without a job step."""
+        if self.job_step_ms is None:
+            return self
+        new = self.job_step_ms * (1.0 - gain_pct / 100.0)
+        old = _timed_words(self.job_step_ms, self.retimed_job_step_ms)
+        words = (
+            self.words.replace(old, _timed_words(self.job_step_ms, new, how)) if old else self.words
+        )
+        return replace(self, words=words, retimed_job_step_ms=new, step_retimed=())
 
     @property
     def id(self) -> str:
@@ -505,11 +517,7 @@ def pace_setter_cause(
     # host work of its own (more host ops than the others): keep it off this rank's step
     fix = fix_of(COMPUTE if cause == HOST and own_ops is not None else cause)
     fix_words = f"; first fix: {fix_title(fix)} ({fix})" if fix else ""
-    timed = (
-        f"; with it removed the job's mean step goes from {sig3(step)} to {sig3(retimed)} ms"
-        if step is not None and retimed is not None
-        else ""
-    )
+    timed = _timed_words(step, retimed)
     return PaceSetterCause(
         straggler.rank,
         cause,
@@ -526,6 +534,16 @@ def pace_setter_cause(
         tuple(cands),
         chain=chain,
         step_retimed=tuple(sorted(per_step.items())),
+    )
+
+
+def _timed_words(step: float | None, retimed: float | None, how: str = "") -> str:
+    """The verdict's re-timing in words ("" when either step is unknown); ``how``: how the cause
+    was removed, when not as its excess."""
+    if step is None or retimed is None:
+        return ""
+    return (
+        f"; with it removed{how} the job's mean step goes from {sig3(step)} to {sig3(retimed)} ms"
     )
 
 

@@ -9,11 +9,12 @@ from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Recommendation, Words
 from gpuscope.analysis.fixes.overlap_communication import comm_floor_ns
 from gpuscope.analysis.fmt import sig3
-from gpuscope.analysis.gains import replay_estimate
+from gpuscope.analysis.gains import Estimate, replay_estimate
 
 if TYPE_CHECKING:
     from gpuscope.analysis.critical_path import CriticalPath, Node
     from gpuscope.analysis.gains import Context, Variant
+    from gpuscope.analysis.own_host_work import ExtraOps
 
 WORDS = Words(
     "Speed up the slowest rank: the others wait for it",
@@ -181,4 +182,96 @@ def equal_work_fix(
         waits_gone = replay_estimate(equal_work_retime(1.0, 1.0, comm_keep), cp, ctx)
         est = fx.on_top(est, waits_gone, ctx)
     rec.estimate = est
+    return rec
+
+
+# -- the job's fix for a pace-setter that runs host work of its own (analysis.job) ----------------
+
+PROFILER_EVENT_US = 3.0
+"""The profiler's cost per recorded host event (µs) assumed at the low end when the run has no
+untraced step: on the two multi-GPU validation runs with host work of their own it was 2.35 (v53)
+and 3.18 (v84), (traced − untraced step) / host events per step of the pace-setter."""
+
+OWN_WORK_CODE = (
+    "# batch the per-tensor loop into one call over all tensors:\n"
+    "torch._foreach_lerp_(ema, params, 1 - decay)   # not: for e, p in zip(ema, params): ...\n"
+    "norms = torch._foreach_norm(grads)             # not: [g.norm() for g in grads]\n"
+    "# or run it every N steps, or on every rank's spare time, not on one rank's step path"
+)
+
+
+def own_work_estimate(extra: ExtraOps, base_ms: float, cost_per_event_us: float | None) -> Estimate:
+    """The job step's gain (%) with the pace-setter's own host work gone (:mod:`gpuscope.analysis.
+    own_host_work`), on ``base_ms`` (its untraced step when known, else its traced one): the
+    extra ops' time and the loop between them, less the profiler's cost in them (``cost_per_event_us``
+    times the events inside; None: unknown, no deduction at the point, :data:`PROFILER_EVENT_US`
+    at the low end). ``low``: the ops alone on a host :data:`~gpuscope.analysis.gains.
+    HOST_VARIATION` slower (the fixed process's); ``high``: ops and loop with no deduction on one
+    that much faster. The pace-setter is host-bound (its cause): its step loses what its host
+    loses."""
+    from gpuscope.analysis.gains import HOST_VARIATION
+
+    c = cost_per_event_us if cost_per_event_us is not None else 0.0
+    c_low = cost_per_event_us if cost_per_event_us is not None else PROFILER_EVENT_US
+    profiler_ms = extra.events_per_step * c / 1e3
+    ops, loop = extra.ops_ms_per_step, extra.loop_ms_per_step
+    mid_ms = max(0.0, ops + loop - profiler_ms)
+    low_ms = max(0.0, ops - extra.events_per_step * c_low / 1e3) / HOST_VARIATION
+    high_ms = (ops + loop) * HOST_VARIATION
+    if base_ms <= 0:
+        return Estimate(0.0, 0.0, 0.0, None, method="host_ops")
+
+    def pct(ms: float) -> float:
+        return 100.0 * min(ms, base_ms) / base_ms
+
+    return Estimate(
+        pct(mid_ms),
+        min(pct(low_ms), pct(mid_ms)),
+        max(pct(high_ms), pct(mid_ms)),
+        base_ms - min(mid_ms, base_ms),
+        method="host_ops",
+        calibrated=cost_per_event_us is not None,
+    )
+
+
+def own_work_fix(
+    extra: ExtraOps, base_ms: float, cost_per_event_us: float | None
+) -> Recommendation:
+    """The job's fix when rank ``extra.rank`` sets the pace by host work of its own: "take it off
+    the step", estimated by :func:`own_work_estimate`. No proven bound."""
+    top = sorted(extra.names.items(), key=lambda kv: -(kv[1][0] - kv[1][1]))
+    names = ", ".join(f"{n} ({sig3(m - t)} more per step)" for n, (m, t) in top[:4])
+    ops_ms, loop_ms = extra.ops_ms_per_step, extra.loop_ms_per_step
+    ev: dict[str, Any] = {
+        "rank": extra.rank,
+        "extra_ops_per_step": extra.extra_per_step,
+        "extra_ops": {n: {"per_step": m, "others_per_step": t} for n, (m, t) in top},
+        "ops_ms_per_step": ops_ms,
+        "loop_ms_per_step": loop_ms,
+        "events_per_step": extra.events_per_step,
+        "profiler_us_per_event": cost_per_event_us,
+        "summary": (
+            f"Rank {extra.rank} runs {sig3(extra.extra_per_step)} host ops per step that the "
+            f"other ranks do not: {names}; as traced they take {sig3(ops_ms)} ms per step, and "
+            f"the loop between them {sig3(loop_ms)} ms more"
+            + (
+                f", of which the profiler's own cost is about {sig3(cost_per_event_us)} µs for "
+                f"each of the {sig3(extra.events_per_step)} events it recorded in them"
+                if cost_per_event_us is not None
+                else " (the profiler's own cost in them is not known: no untraced step)"
+            )
+            + "."
+        ),
+    }
+    rec = Recommendation(
+        UNIT.id,
+        f"Take rank {extra.rank}'s own host work off its step: "
+        f"{sig3(extra.extra_per_step)} ops per step the others do not run",
+        "A collective ends when its last rank arrives: host work only one rank runs makes every "
+        "other rank wait for it.",
+        ev,
+        OWN_WORK_CODE,
+        100.0 * (ops_ms + loop_ms) / base_ms if base_ms > 0 else 0.0,
+    )
+    rec.estimate = own_work_estimate(extra, base_ms, cost_per_event_us)
     return rec
