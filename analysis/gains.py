@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from gpuscope.analysis.critical_path import CriticalPath, Edge, Graph, Node, replay
+from gpuscope.analysis.critical_path import CriticalPath, Edge, Graph, Node, gc_paused, replay
 
 HOST_SCALE_MID = 0.4
 HOST_SCALE_RANGE = (0.3, 0.5)
@@ -289,6 +289,7 @@ a fit would turn a small unexplained difference (another warm-up, clocks) into a
 18.2 %)."""
 
 
+@gc_paused()
 def calibrate(g: Graph, start_ns: int, target_ns: float) -> float | None:
     """The factor on host durations that makes the replayed window ``target_ns`` long (bisection
     over [0.02, :data:`MAX_HOST_SCALE`]); None when no factor reaches it (the GPU alone is
@@ -392,6 +393,7 @@ def variant_multiple(name: str, multiple: int) -> int:
     return int(k) if sep and k.isdigit() and int(k) > 0 else multiple
 
 
+@gc_paused()
 def replay_estimate(
     variants: dict[str, Variant],
     cp: CriticalPath,
