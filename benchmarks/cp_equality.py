@@ -14,8 +14,8 @@ calibrated host scale, a batch of makespans at the host scales, and the report's
 (``analyze_run(...).to_json()``: the critical path and every fix's estimate), each float by its
 ``repr`` (bit for bit). ``time`` prints the process's CPU seconds (user + sys,
 ``resource.getrusage``) of each phase over every (run, rank): load the events, ``build_graph``,
-``replay``, ``calibrated_scale``, and the whole report (the fixes' estimates included), the
-median of ``--repeat`` rounds.
+``replay``, ``calibrate`` (on the graph just built), and the whole report (a new one: the fixes'
+estimates included), the median of ``--repeat`` rounds.
 """
 
 from __future__ import annotations
@@ -152,7 +152,8 @@ def time_phases(store: str, repeat: int) -> None:
         for _ in range(repeat):
             t = dict.fromkeys(("load", "build", "replay", "calibrate", "report"), 0.0)
             for (run_id, rank), r in reports.items():
-                if r.critical_path is None:
+                ctx = r.gain_context
+                if r.critical_path is None or ctx is None:
                     continue
                 c0 = _cpu()
                 a = facades[(run_id, rank)]
@@ -163,7 +164,8 @@ def time_phases(store: str, repeat: int) -> None:
                 c2 = _cpu()
                 CP.replay(g)
                 c3 = _cpu()
-                GN.calibrated_scale(r.critical_path, r.gain_context)
+                if ctx.untraced_step_ms:  # calibrated_scale, on the graph just built
+                    GN.calibrate(g, bounds[0][0], ctx.untraced_step_ms * 1e6 * ctx.n_steps)
                 c4 = _cpu()
                 analyze_run(con, run_id, rank=rank).to_json()
                 c5 = _cpu()
