@@ -217,48 +217,59 @@ def _schedule(g: Graph, general: frozenset[int]) -> list[Step]:
     if got is not None:
         return got  # type: ignore[no-any-return]
     preds = g.preds
-    n = len(g.nodes)
-    owner = [0] * n  # the step holding each node
-    srow = [0] * n  # the row of its start there (its end: the next row)
-    tail_of: dict[int, int] = {}  # last node of an open chain -> its step
-    raw: list[list[Any]] = []
+    # a pass in topological order: each chain as (members, weights, head node, head from start),
+    # each general node as its index; a chain's last node is open to the next one's edge
+    raw: list[Any] = []
+    tail_of: dict[int, tuple[list[int], list[int], int, bool]] = {}
     for v in g.order:
         es = preds[v]
         if len(es) == 1 and v not in general:
             src, w, from_start, _cat, _kind = es[0]
-            si = tail_of.pop(src, -1) if not from_start else -1
-            if si >= 0:
-                chain = raw[si]
-                chain[3].append(v)
-                chain[4].append(w)
-                srow[v] = 2 * len(chain[3]) - 1
+            chain = None if from_start else tail_of.pop(src, None)
+            if chain is None:
+                chain = ([v], [w], src, from_start)
+                raw.append(chain)
             else:
-                si = len(raw)
-                raw.append([_CHAIN, src, from_start, [v], [w]])
-                srow[v] = 1
-            owner[v] = si
-            tail_of[v] = si
+                chain[0].append(v)
+                chain[1].append(w)
+            tail_of[v] = chain
         else:
-            owner[v] = len(raw)
-            raw.append([_NODE, v, [(src, w, fs, i) for i, (src, w, fs, _c, _k) in enumerate(es)]])
+            raw.append(v)
+    # where each node's rows are: its step, the row of its start (its end: the next row)
+    n = len(g.nodes)
+    owner_np = np.zeros(n, dtype=np.intp)
+    srow_np = np.zeros(n, dtype=np.intp)
+    members_of: list[np.ndarray | None] = []
+    for si, st in enumerate(raw):
+        if isinstance(st, int):
+            owner_np[st] = si
+            members_of.append(None)
+        else:
+            members = np.asarray(st[0], dtype=np.intp)
+            owner_np[members] = si
+            srow_np[members] = np.arange(1, 2 * len(members), 2)
+            members_of.append(members)
+    owner, srow = owner_np.tolist(), srow_np.tolist()
+    nodes = g.nodes
     steps: list[Step] = []
-    for st in raw:
-        if st[0] is _CHAIN:
-            _, src, from_start, members, ws = st
-            h_row = srow[src] + (0 if from_start else 1)
+    for st, members in zip(raw, members_of, strict=True):
+        if members is not None:
+            _, ws, src, from_start = st
             steps.append(
                 (
                     _CHAIN,
                     owner[src],
-                    h_row,
-                    np.asarray(members, dtype=np.intp),
+                    srow[src] + (0 if from_start else 1),
+                    members,
                     np.asarray(ws, dtype="float64").reshape(-1, 1),
                 )
             )
         else:
-            _, v, es_ = st
-            edges = [(owner[src], srow[src] + (0 if fs else 1), w, (v, i)) for src, w, fs, i in es_]
-            steps.append((_NODE, v, edges, float(g.nodes[v].s)))
+            edges = [
+                (owner[src], srow[src] + (0 if fs else 1), w, (st, i))
+                for i, (src, w, fs, _c, _k) in enumerate(preds[st])
+            ]
+            steps.append((_NODE, st, edges, float(nodes[st].s)))
     if len(g.memo) > 64:  # one schedule per set of nodes whose edges an estimate drops
         g.memo.clear()
     g.memo[key] = steps
@@ -365,9 +376,10 @@ def _recorded(g: Graph) -> tuple[np.ndarray, np.ndarray]:
     read once per graph."""
     got = g.memo.get("recorded")
     if got is None:
+        nodes, count = g.nodes, len(g.nodes)
         got = g.memo["recorded"] = (
-            np.asarray([float(n.dur) for n in g.nodes], dtype="float64"),
-            np.asarray([profiled(n) for n in g.nodes], dtype=bool),
+            np.fromiter((n.e - n.s for n in nodes), dtype="float64", count=count),
+            np.fromiter(map(profiled, nodes), dtype=bool, count=count),
         )
     return got  # type: ignore[no-any-return]
 
