@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 from gpuscope.analysis.event_classes import (
     COMM_RE,
     COPY_CATS,
@@ -270,7 +271,10 @@ def replay(
 ) -> tuple[list[float], list[float], list[int]]:
     """Longest-path schedule: (starts, ends, binding edge index per node, -1 for none). ``dur``:
     each node's duration, a function or a list (default: recorded); ``keep`` / ``drop``: edges
-    left out (a function returning False, or a set of (node, edge index))."""
+    left out (a function returning False, or a set of (node, edge index)). As recorded with
+    every edge: :func:`_replay_recorded` (the same sums, a chain's at once)."""
+    if dur is None and keep is None and not drop:
+        return _replay_recorded(g)
     n = len(g.nodes)
     if dur is None:
         d = [float(x.dur) for x in g.nodes]
@@ -293,6 +297,130 @@ def replay(
         for i, (src, w, from_start, _cat, _kind) in enumerate(preds[v]):
             if drop and (v, i) in drop:
                 continue
+            t = (S[src] if from_start else E[src]) + w
+            if t > best:
+                best, bi = t, i
+        if bi < 0:
+            best = float(nodes[v].s)
+        S[v] = best
+        E[v] = best + d[v]
+        bind[v] = bi
+    return S, E, bind
+
+
+CHAIN, NODE = "chain", "node"
+"""The kinds of step of :func:`replay_schedule`."""
+
+Step = tuple[Any, ...]
+"""A step of :func:`replay_schedule`: ``(CHAIN, head step, head row, members, weights, head
+node, from its start)`` or ``(NODE, node, edges, release)``."""
+
+
+def replay_schedule(g: Graph, general: frozenset[int]) -> list[Step]:
+    """The order :func:`replay` (recorded durations, every edge) and
+    :func:`~gpuscope.analysis.gains.makespans` replay the graph in: a list of steps, each a **chain** (nodes
+    ``v1..vm`` with one incoming edge each, ``v1``'s from a node of an earlier step, each next
+    one's from the end of the one before: their starts and ends are one running sum, ``[x, w1,
+    d1, w2, d2, ...]``, the sums the replay takes node by node) or a single **node** (several
+    incoming edges or none, or one of ``general``: edges a replay drops). A step's rows: a
+    chain's ``2k+1`` (start of its k-th node, k from 0) and ``2k+2`` (end); a node's 0 and 1.
+    Each step comes after the steps its edges leave from (a chain at its first node's place in
+    the graph's topological order). Read once per graph and ``general``."""
+    key = ("schedule", general)
+    got = g.memo.get(key)
+    if got is not None:
+        return got  # type: ignore[no-any-return]
+    preds = g.preds
+    # a pass in topological order: each chain as (members, weights, head node, head from start),
+    # each general node as its index; a chain's last node is open to the next one's edge
+    raw: list[Any] = []
+    tail_of: dict[int, tuple[list[int], list[int], int, bool]] = {}
+    for v in g.order:
+        es = preds[v]
+        if len(es) == 1 and v not in general:
+            src, w, from_start, _cat, _kind = es[0]
+            chain = None if from_start else tail_of.pop(src, None)
+            if chain is None:
+                chain = ([v], [w], src, from_start)
+                raw.append(chain)
+            else:
+                chain[0].append(v)
+                chain[1].append(w)
+            tail_of[v] = chain
+        else:
+            raw.append(v)
+    # where each node's rows are: its step, the row of its start (its end: the next row)
+    n = len(g.nodes)
+    owner_np = np.zeros(n, dtype=np.intp)
+    srow_np = np.zeros(n, dtype=np.intp)
+    members_of: list[np.ndarray | None] = []
+    for si, st in enumerate(raw):
+        if isinstance(st, int):
+            owner_np[st] = si
+            members_of.append(None)
+        else:
+            members = np.asarray(st[0], dtype=np.intp)
+            owner_np[members] = si
+            srow_np[members] = np.arange(1, 2 * len(members), 2)
+            members_of.append(members)
+    owner, srow = owner_np.tolist(), srow_np.tolist()
+    nodes = g.nodes
+    steps: list[Step] = []
+    for st, chain_members in zip(raw, members_of, strict=True):
+        if chain_members is not None:
+            _, ws, src, from_start = st
+            steps.append(
+                (
+                    CHAIN,
+                    owner[src],
+                    srow[src] + (0 if from_start else 1),
+                    chain_members,
+                    np.asarray(ws, dtype="float64").reshape(-1, 1),
+                    src,
+                    from_start,
+                )
+            )
+        else:
+            edges = [
+                (owner[src], srow[src] + (0 if fs else 1), w, (st, i))
+                for i, (src, w, fs, _c, _k) in enumerate(preds[st])
+            ]
+            steps.append((NODE, st, edges, float(nodes[st].s)))
+    if len(g.memo) > 64:  # one schedule per set of nodes whose edges an estimate drops
+        g.memo.clear()
+    g.memo[key] = steps
+    return steps
+
+
+def _replay_recorded(g: Graph) -> tuple[list[float], list[float], list[int]]:
+    """:func:`replay` with the recorded durations and every edge, along
+    :func:`replay_schedule`: a chain's starts and ends are one running sum
+    (:func:`itertools.accumulate` of ``[x, w1, d1, w2, d2, ...]``: the additions the node by
+    node replay makes, in its order), its nodes bound by their one edge; a node of several
+    edges (or none) as :func:`replay` takes it."""
+    n = len(g.nodes)
+    nodes, preds = g.nodes, g.preds
+    d = [float(x.dur) for x in nodes]
+    S = [0.0] * n
+    E = [0.0] * n
+    bind = [-1] * n
+    for st in replay_schedule(g, frozenset()):
+        if st[0] is CHAIN:
+            members = st[3].tolist()
+            x = S[st[5]] if st[6] else E[st[5]]
+            seq = [x] * (2 * len(members) + 1)
+            seq[1::2] = st[4].ravel().tolist()
+            seq[2::2] = [d[v] for v in members]
+            run = list(itertools.accumulate(seq))
+            for v, s_, e_ in zip(members, run[1::2], run[2::2], strict=True):
+                S[v] = s_
+                E[v] = e_
+                bind[v] = 0
+            continue
+        v = st[1]
+        best = -math.inf
+        bi = -1
+        for i, (src, w, from_start, _cat, _kind) in enumerate(preds[v]):
             t = (S[src] if from_start else E[src]) + w
             if t > best:
                 best, bi = t, i

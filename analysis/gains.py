@@ -28,7 +28,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from gpuscope.analysis.critical_path import CriticalPath, Edge, Graph, Node, gc_paused, replay
+from gpuscope.analysis.critical_path import (
+    CHAIN,
+    CriticalPath,
+    Edge,
+    Graph,
+    Node,
+    gc_paused,
+    replay,
+    replay_schedule,
+)
 
 HOST_SCALE_MID = 0.4
 HOST_SCALE_RANGE = (0.3, 0.5)
@@ -144,8 +153,9 @@ def makespans(
     drops: Sequence[set[tuple[int, int]] | None],
 ) -> list[float]:
     """:func:`makespan` of K replays of one graph at once (K duration lists, K sets of dropped
-    edges): one pass over the graph's :func:`_schedule` with each node's start and end held as
-    a vector over the K replays (numpy), instead of K passes in Python. Every node's start and
+    edges): one pass over the graph's
+    :func:`~gpuscope.analysis.critical_path.replay_schedule` with each node's start and end held
+    as a vector over the K replays (numpy), instead of K passes in Python. Every node's start and
     end are the sums and maxima :func:`replay` takes, in its order (bit for bit)."""
     n, kk = len(g.nodes), len(durs)
     if kk == 0:
@@ -157,13 +167,13 @@ def makespans(
     for j, dr in enumerate(drops):
         for key in dr or ():
             kept.setdefault(key, np.ones(kk, dtype=bool))[j] = False
-    steps = _schedule(g, frozenset(v for v, _ in kept))
+    steps = replay_schedule(g, frozenset(v for v, _ in kept))
     add, maximum, where, isneginf = np.add, np.maximum, np.where, np.isneginf
     rows: list[np.ndarray] = []  # per step: its nodes' starts and ends, (rows, K)
     last: list[np.ndarray] = []  # per step: the latest end of its nodes, (K,)
     for st in steps:
-        if st[0] is _CHAIN:
-            _, h_step, h_row, members, ws = st
+        if st[0] is CHAIN:
+            _, h_step, h_row, members, ws, _src, _from_start = st
             buf = np.empty((2 * len(members) + 1, kk))
             buf[0] = rows[h_step][h_row]
             buf[1::2] = ws
@@ -194,86 +204,6 @@ def makespans(
         rows.append(buf)
         last.append(buf[1])
     return [float(x) - start_ns for x in np.max(last, axis=0)]
-
-
-_CHAIN, _NODE = "chain", "node"
-
-Step = tuple[Any, ...]
-"""A step of :func:`_schedule`: ``(_CHAIN, head step, head row, members, weights)`` or
-``(_NODE, node, edges, release)``."""
-
-
-def _schedule(g: Graph, general: frozenset[int]) -> list[Step]:
-    """The order :func:`makespans` replays the graph in: a list of steps, each a **chain** (nodes
-    ``v1..vm`` with one incoming edge each, ``v1``'s from a node of an earlier step, each next
-    one's from the end of the one before: their starts and ends are one running sum, ``[x, w1,
-    d1, w2, d2, ...]``, the sums the replay takes node by node) or a single **node** (several
-    incoming edges or none, or one of ``general``: edges a replay drops). A step's rows: a
-    chain's ``2k+1`` (start of its k-th node, k from 0) and ``2k+2`` (end); a node's 0 and 1.
-    Each step comes after the steps its edges leave from (a chain at its first node's place in
-    the graph's topological order). Read once per graph and ``general``."""
-    key = ("schedule", general)
-    got = g.memo.get(key)
-    if got is not None:
-        return got  # type: ignore[no-any-return]
-    preds = g.preds
-    # a pass in topological order: each chain as (members, weights, head node, head from start),
-    # each general node as its index; a chain's last node is open to the next one's edge
-    raw: list[Any] = []
-    tail_of: dict[int, tuple[list[int], list[int], int, bool]] = {}
-    for v in g.order:
-        es = preds[v]
-        if len(es) == 1 and v not in general:
-            src, w, from_start, _cat, _kind = es[0]
-            chain = None if from_start else tail_of.pop(src, None)
-            if chain is None:
-                chain = ([v], [w], src, from_start)
-                raw.append(chain)
-            else:
-                chain[0].append(v)
-                chain[1].append(w)
-            tail_of[v] = chain
-        else:
-            raw.append(v)
-    # where each node's rows are: its step, the row of its start (its end: the next row)
-    n = len(g.nodes)
-    owner_np = np.zeros(n, dtype=np.intp)
-    srow_np = np.zeros(n, dtype=np.intp)
-    members_of: list[np.ndarray | None] = []
-    for si, st in enumerate(raw):
-        if isinstance(st, int):
-            owner_np[st] = si
-            members_of.append(None)
-        else:
-            members = np.asarray(st[0], dtype=np.intp)
-            owner_np[members] = si
-            srow_np[members] = np.arange(1, 2 * len(members), 2)
-            members_of.append(members)
-    owner, srow = owner_np.tolist(), srow_np.tolist()
-    nodes = g.nodes
-    steps: list[Step] = []
-    for st, members in zip(raw, members_of, strict=True):
-        if members is not None:
-            _, ws, src, from_start = st
-            steps.append(
-                (
-                    _CHAIN,
-                    owner[src],
-                    srow[src] + (0 if from_start else 1),
-                    members,
-                    np.asarray(ws, dtype="float64").reshape(-1, 1),
-                )
-            )
-        else:
-            edges = [
-                (owner[src], srow[src] + (0 if fs else 1), w, (st, i))
-                for i, (src, w, fs, _c, _k) in enumerate(preds[st])
-            ]
-            steps.append((_NODE, st, edges, float(nodes[st].s)))
-    if len(g.memo) > 64:  # one schedule per set of nodes whose edges an estimate drops
-        g.memo.clear()
-    g.memo[key] = steps
-    return steps
 
 
 def _scaled(base: list[float], prof: list[bool], s: float) -> list[float]:

@@ -1,6 +1,6 @@
-"""The replays' fast paths give what the one-replay-at-a-time ones give, bit for bit: makespans over
-a graph's single-edge chains (one running sum per chain), calibrate's bisection in batches, and the
-collector paused around the graph's work (restored as it was)."""
+"""The replays' fast paths give what the one-replay-at-a-time ones give, bit for bit: makespans and
+the recorded replay over a graph's single-edge chains (one running sum per chain), calibrate's
+bisection in batches, and the collector paused around the graph's work (restored as it was)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,15 @@ def test_chained_makespans_equal_one_replay_each(g: Graph, data: st.DataObject) 
     want = [GN.makespan(g, start, d, drop=dr) for d, dr in zip(durs, drops, strict=True)]
     assert GN.makespans(g, start, durs, drops) == want
     assert GN.makespans(g, start, durs, drops) == want  # the schedule read from the graph's memo
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(chained_graphs())
+def test_the_recorded_replay_along_chains_equals_the_node_by_node_one(g: Graph) -> None:
+    """``replay(g)`` (recorded durations, every edge: along the chains) gives the starts, ends and
+    binding edges of the node-by-node replay (which a ``keep`` that keeps every edge runs)."""
+    assert replay(g) == replay(g, keep=lambda v, ed: True)
 
 
 def calibrate_one_by_one(g: Graph, start_ns: int, target_ns: float) -> float | None:
