@@ -639,9 +639,11 @@ def build_graph(
     run_first: dict[tuple[int, int], int] = {}  # (tid, run start) -> first node of the run
     run_last: dict[int, int] = {}  # run end -> last node of the run (any thread)
     run_start_of_end: dict[int, int] = {}
+    g_nodes, g_preds = g.nodes, g.preds  # g.add and the seq edge, inlined below (per segment)
     for tid in [t for t in tids if t != main_tid] + [main_tid]:
         if tid not in tiles:
             continue
+        is_main = tid == main_tid
         blocking = blocking_of[tid]
         nodes: list[int] = []
         prev: int | None = None
@@ -649,12 +651,16 @@ def build_graph(
         my_runs = runs.get(tid, [])
         start_of_my_end = {r1: r0 for r0, r1 in my_runs}
         for a, b, st in tiles[tid]:
-            inner = st[-1] if st else None
-            if tid != main_tid and not st and not any(r0 < a and b < r1 for r0, r1 in my_runs):
+            if st:
+                inner: HostEvent | None = st[-1]
+                key = id(inner)
+            elif not is_main and not any(r0 < a and b < r1 for r0, r1 in my_runs):
                 prev = None  # a pause: the next run is spawned by the main thread
                 continue
+            else:
+                inner = None
+                key = 0
             # a segment's stack is fixed by its innermost event (pushed once, popped first)
-            key = id(inner) if inner is not None else 0
             got = cat_of.get(key)
             if got is None:
                 got = cat_of[key] = (
@@ -680,24 +686,27 @@ def build_graph(
                 _register_launch(inner, head, gpu_by_corr, launcher_node)
                 prev = tail
                 continue
-            node = Node("host", cat, a, b, label, tags, inner)
-            if tid == main_tid and b in run_start_of_end and a <= run_start_of_end[b]:
+            if is_main and b in run_start_of_end and a <= run_start_of_end[b]:
                 # the main thread spent the whole run of another thread in this segment:
                 # it waited for it (loss.backward() on the autograd thread)
                 node = Node("host", cat, a, a, label, frozenset(tags | {"thread_wait"}), inner)
                 pending_join = b
-            v = g.add(node)
-            if prev is not None:  # g.edge(v, prev, 0, from_start=False, cat="cpu", kind="seq")
-                g.preds[v].append(_new_edge((prev, 0, False, "cpu", "seq")))
-            if tid == main_tid and a == pending_join and a in run_last:
-                g.edge(v, run_last[a], 0, from_start=False, cat="cpu", kind="join")
-            if inner is not None and inner.cat in _RUNTIME:
-                _register_launch(inner, v, gpu_by_corr, launcher_node)
-            if tid != main_tid and prev is None:
+            else:
+                node = Node("host", cat, a, b, label, tags, inner)
+            v = len(g_nodes)
+            g_nodes.append(node)
+            # the edge from the segment before: g.edge(v, prev, 0, from_start=False, "cpu", "seq")
+            g_preds.append([_new_edge((prev, 0, False, "cpu", "seq"))] if prev is not None else [])
+            if is_main:
+                if a == pending_join and a in run_last:
+                    g.edge(v, run_last[a], 0, from_start=False, cat="cpu", kind="join")
+            elif prev is None:
                 run_first[(tid, a)] = v
+            if inner is not None and inner.correlation is not None and inner.cat in _RUNTIME:
+                _register_launch(inner, v, gpu_by_corr, launcher_node)
             nodes.append(v)
             prev = v
-            if tid != main_tid and b in start_of_my_end:
+            if not is_main and b in start_of_my_end:
                 run_last[b] = v
                 run_start_of_end[b] = start_of_my_end[b]
         seg_nodes[tid] = nodes
