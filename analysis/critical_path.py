@@ -262,6 +262,7 @@ class Graph:
         self.memo.clear()
 
 
+@gc_paused()
 def replay(
     g: Graph,
     dur: Callable[[int, Node], float] | Sequence[float] | None = None,

@@ -146,6 +146,7 @@ def makespan(
     return max(E) - start_ns if E else 0.0
 
 
+@gc_paused()
 def makespans(
     g: Graph,
     start_ns: int,
