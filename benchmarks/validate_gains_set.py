@@ -16,10 +16,11 @@ measured gain is ~0 (below :data:`NULL_PCT`), and the first fix the expected one
     python benchmarks/validate_gains_set.py [--truth PATH] [--json OUT] [--blind]
         [--groups G1,G2 | --seen] [CASE ...]
 
-The blind parts (every ``group`` whose name starts with ``blind``: v29-v40, v41-v54, v55-v69, v70+) are judged
+The blind parts (every ``group`` whose name starts with ``blind``: v29-v40, v41-v54, v55-v69, v70-v84,
+v85+) are judged
 only with ``--blind``: they stay unseen while estimates are tuned. ``--groups`` judges the named
 groups only (exact names, blind ones included when named), ``--seen`` the parts already judged
-once (:data:`SEEN_GROUPS`: v01-v69), so that calibration runs never touch a later blind part.
+once (:data:`SEEN_GROUPS`: v01-v84), so that calibration runs never touch a later blind part.
 
 The expected fix is looked for in the ``job`` object's ``recommendations`` when the report carries
 one (the verdict's fixes: the fix for the pace-setter's own cause first, with its estimate), then
@@ -58,11 +59,21 @@ GROUPS = (
     ("blind", "Blind cases v29-v40 (never analysed before recording; only with --blind)"),
     ("blind2", "Second blind part v41-v54 (never analysed before recording; only with --blind)"),
     ("blind3", "Third blind part v55-v69 (never analysed before recording; only with --blind)"),
-    ("blind4", "Fourth blind part v70+ (never analysed before recording; only with --blind)"),
+    ("blind4", "Fourth blind part v70-v84 (never analysed before recording; only with --blind)"),
+    ("blind5", "Fifth blind part v85+ (never analysed before recording; only with --blind)"),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
-SEEN_GROUPS = ("calibration", "held_out_third", "new", "held_out_new", "blind", "blind2", "blind3")
-"""The parts already judged once (v01-v69): ``--seen`` judges these and nothing else."""
+SEEN_GROUPS = (
+    "calibration",
+    "held_out_third",
+    "new",
+    "held_out_new",
+    "blind",
+    "blind2",
+    "blind3",
+    "blind4",
+)
+"""The parts already judged once (v01-v84): ``--seen`` judges these and nothing else."""
 
 
 def gpuscope(*args: str, store: str) -> str:

@@ -71,6 +71,7 @@ def test_truth_matches_its_timings_and_holds_a_third_out() -> None:
     import record_blind2
     import record_blind3
     import record_blind4
+    import record_blind5
     import record_new
 
     third = {c for i, c in enumerate(ORDER) if i % 3 == 2}
@@ -80,11 +81,14 @@ def test_truth_matches_its_timings_and_holds_a_third_out() -> None:
         | set(record_blind2.CASES)
         | set(record_blind3.CASES)
         | set(record_blind4.CASES)
+        | set(record_blind5.CASES)
     )
     held = {c["case"] for c in cases if c["held_out"]}
     assert held == third | ((new | blind) & {c["case"] for c in cases})
     for c in cases:
-        if c["case"] in record_blind4.CASES:
+        if c["case"] in record_blind5.CASES:
+            want = "blind5"
+        elif c["case"] in record_blind4.CASES:
             want = "blind4"
         elif c["case"] in record_blind3.CASES:
             want = "blind3"
@@ -125,6 +129,7 @@ def test_truth_is_what_the_timing_files_say() -> None:
     import record_blind2
     import record_blind3
     import record_blind4
+    import record_blind5
     import record_new
     from record_validation import CASES
 
@@ -136,6 +141,7 @@ def test_truth_is_what_the_timing_files_say() -> None:
         **record_blind2.CASES,
         **record_blind3.CASES,
         **record_blind4.CASES,
+        **record_blind5.CASES,
     }
     for name, c in cases.items():
         d = TRUTH.parent / name
@@ -150,7 +156,14 @@ def test_truth_is_what_the_timing_files_say() -> None:
         gpus = every[name].get("gpus", 1)
         assert c["gpus"] == gpus
         assert len(c["traces"]) == gpus, name  # one trace per rank
-    for part in (record_new, record_blind, record_blind2, record_blind3, record_blind4):
+    for part in (
+        record_new,
+        record_blind,
+        record_blind2,
+        record_blind3,
+        record_blind4,
+        record_blind5,
+    ):
         recorded = [k for k in part.ORDER if (TRUTH.parent / k / "timing.json").exists()]
         assert [k for k in cases if k in part.CASES] == recorded
 

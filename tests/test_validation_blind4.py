@@ -105,7 +105,8 @@ def test_the_recorded_fourth_blind_part_is_apart_and_whole() -> None:
     mine = [c for c in cases if c["group"] == "blind4"]
     recorded = [k for k in record_blind4.ORDER if (VAL / k / "timing.json").exists()]
     assert [c["case"] for c in mine] == recorded
-    assert [c["case"] for c in cases[-len(mine) :]] == recorded if mine else True
+    before = [c for c in cases if c["group"] != "blind5"]  # the later part follows
+    assert [c["case"] for c in before[-len(mine) :]] == recorded if mine else True
     for c in mine:
         assert c["held_out"], c["case"]
         assert c["device"].startswith("NVIDIA"), c["case"]

@@ -17,7 +17,8 @@ part of it is calibration; ``held_out`` is true). Every case of record_blind2.py
 ``group: "blind2"``, likewise held out: recorded after v29-v40 had been looked at, judged once;
 every case of record_blind3.py (v55-v69) is ``group: "blind3"``, held out, recorded after
 v41-v54 had been judged; and every case of record_blind4.py (v70-v84) is ``group: "blind4"``,
-held out, recorded after v55-v69 had been judged.
+held out, recorded after v55-v69 had been judged; and every case of record_blind5.py (v85-v99) is
+``group: "blind5"``, held out, recorded after v70-v84 had been judged.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import record_blind  # noqa: E402
 import record_blind2  # noqa: E402
 import record_blind3  # noqa: E402
 import record_blind4  # noqa: E402
+import record_blind5  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -45,16 +47,27 @@ GROUPS = (
     "blind2",
     "blind3",
     "blind4",
+    "blind5",
 )
 """The set's parts, in the order the benchmark prints them."""
 
 
-HELD_OUT_GROUPS = ("held_out_third", "held_out_new", "blind", "blind2", "blind3", "blind4")
+HELD_OUT_GROUPS = (
+    "held_out_third",
+    "held_out_new",
+    "blind",
+    "blind2",
+    "blind3",
+    "blind4",
+    "blind5",
+)
 """The parts kept out of every calibration (``held_out: true``)."""
 
 
 def group(case: str) -> str:
     """The part of the set a case belongs to (:data:`GROUPS`)."""
+    if case in record_blind5.CASES:
+        return record_blind5.GROUP
     if case in record_blind4.CASES:
         return record_blind4.GROUP
     if case in record_blind3.CASES:
@@ -87,6 +100,7 @@ def single(case: str) -> dict | None:
         record_blind2.CASES,
         record_blind3.CASES,
         record_blind4.CASES,
+        record_blind5.CASES,
     )
     meta = {k: v for part in every for k, v in part.items()}[case]
     per_sample = meta.get("bound") == "per_sample_time"
@@ -263,6 +277,7 @@ def main() -> int:
     cases += [c for c in (single(k) for k in record_blind2.ORDER) if c is not None]
     cases += [c for c in (single(k) for k in record_blind3.ORDER) if c is not None]
     cases += [c for c in (single(k) for k in record_blind4.ORDER) if c is not None]
+    cases += [c for c in (single(k) for k in record_blind5.ORDER) if c is not None]
     doc = {
         "about": "issue 43's validation set: planted cause, fix, expected gpuscope fix id, "
         "unprofiled timings (fresh processes, interleaved), measured gain. held_out: every "
@@ -273,7 +288,8 @@ def main() -> int:
         "after v29-v40 had been looked at, judged once at the end; and so is every case of "
         "record_blind3.py (v55-v69, group blind3), recorded after v41-v54 had been judged; and so is "
         "every case of record_blind4.py (v70-v84, group blind4), recorded after v55-v69 had been "
-        "judged. "
+        "judged; and so is every case of record_blind5.py (v85-v99, group blind5), recorded after "
+        "v70-v84 had been judged. "
         "compile: eager vs "
         "torch.compile of v06, v12 and v23's planted variants.",
         "cases": cases,

@@ -7,7 +7,9 @@
 # process; the driver starts no case after BUDGET_S (default 470) seconds.
 # `more` as 5th argument: ROUNDS more rounds, no trace (a second recording, timing_run2.json).
 # gpuscope is not installed there: device_env.sh (this folder) makes it importable.
-# Not recorded yet (README, "Fifth blind part (v85-v99): the recipe").
+# As recorded (README, "Fifth blind part recorded"): call1-call3 on one H100 lease (v85 not
+# recorded: its compiled variant passed the child limit), call4 (v99, 5 rounds) and call5 (v86, v97)
+# on an nvidia-h100-x2 lease that came as 2 x H200.
 set -u
 . sample_traces/validation/device_env.sh  # multicast off, gpuscope importable, drive_part
 drive_part blind5 "$@"
