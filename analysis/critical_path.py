@@ -387,10 +387,17 @@ def replay_schedule(g: Graph, general: frozenset[int]) -> list[Step]:
                 for i, (src, w, fs, _c, _k) in enumerate(preds[st])
             ]
             steps.append((NODE, st, edges, float(nodes[st].s)))
-    if len(g.memo) > 64:  # one schedule per set of nodes whose edges an estimate drops
-        g.memo.clear()
+    if general:  # a fix's dropped edges: the last MAX_DROP_SCHEDULES such schedules are kept
+        kept = [k for k in g.memo if isinstance(k, tuple) and k[0] == "schedule" and k[1]]
+        for old in kept[: max(0, len(kept) - MAX_DROP_SCHEDULES + 1)]:
+            del g.memo[old]
     g.memo[key] = steps
     return steps
+
+
+MAX_DROP_SCHEDULES = 4
+"""Schedules of :func:`replay_schedule` kept per graph for sets of nodes whose edges a fix drops
+(besides the one with every edge): each holds a few arrays as long as the graph's nodes."""
 
 
 def _replay_recorded(g: Graph) -> tuple[list[float], list[float], list[int]]:

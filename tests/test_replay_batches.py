@@ -155,3 +155,28 @@ def test_gc_paused_restores_the_collector() -> None:
         assert replays(g) == [5.0] and gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_the_schedules_a_graph_keeps_are_bounded() -> None:
+    """The schedule with every edge stays; of those for dropped edges, the last
+    MAX_DROP_SCHEDULES; each answers as a new one does."""
+    from gpuscope.analysis.critical_path import MAX_DROP_SCHEDULES, replay_schedule
+
+    g = Graph()
+    for i in range(12):
+        v = g.add(Node("host", "cpu", 10 * i, 10 * i + 5, f"n{i}"))
+        if i:
+            g.edge(v, v - 1, 5, from_start=False, cat="cpu", kind="seq")
+    g.finish()
+    base = replay_schedule(g, frozenset())
+    for i in range(1, 12):
+        replay_schedule(g, frozenset({i}))
+    keys = [k for k in g.memo if isinstance(k, tuple) and k[0] == "schedule"]
+    assert keys[0] == ("schedule", frozenset())
+    assert keys[1:] == [("schedule", frozenset({i})) for i in range(12 - MAX_DROP_SCHEDULES, 12)]
+    assert replay_schedule(g, frozenset()) is base
+    durs = [[float(n.dur) for n in g.nodes]] * 2
+    drops = [{(3, 0)}, None]
+    assert GN.makespans(g, 0, durs, drops) == [
+        GN.makespan(g, 0, d, drop=dr) for d, dr in zip(durs, drops, strict=True)
+    ]
