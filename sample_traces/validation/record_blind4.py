@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
 import record_new  # noqa: E402
-from record_common import Kit, kit  # noqa: E402
+from record_common import Kit, built  # noqa: E402
 
 GROUP = "blind4"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -1080,13 +1080,8 @@ BUILDERS = {
 """Each case's builder: (kit, fixed, device, rank) -> (step_fn, samples_per_step, model)."""
 
 
-def build(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
-    """(step_fn, samples_per_step, meta, model) of one case and variant on this rank."""
-    if case not in BUILDERS:
-        raise SystemExit(f"unknown case {case}")
-    k = kit(device, seed=97531, quick=record_new.QUICK)
-    step, samples, model = BUILDERS[case](k, variant == "fixed", device, rank)
-    return step, samples, k.meta, model
+build = built(BUILDERS, 97531, lambda: record_new.QUICK)
+"""(step_fn, samples_per_step, meta, model) of one case and variant on this rank."""
 
 
 def main() -> int:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
 import record_new  # noqa: E402
-from record_common import Kit, kit  # noqa: E402
+from record_common import Kit, built  # noqa: E402
 
 GROUP = "blind5"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -1122,13 +1122,8 @@ BUILDERS = {
 """Each case's builder: (kit, fixed, device, rank) -> (step_fn, samples_per_step, model)."""
 
 
-def build(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
-    """(step_fn, samples_per_step, meta, model) of one case and variant on this rank."""
-    if case not in BUILDERS:
-        raise SystemExit(f"unknown case {case}")
-    k = kit(device, seed=24680, quick=record_new.QUICK)
-    step, samples, model = BUILDERS[case](k, variant == "fixed", device, rank)
-    return step, samples, k.meta, model
+build = built(BUILDERS, 24680, lambda: record_new.QUICK)
+"""(step_fn, samples_per_step, meta, model) of one case and variant on this rank."""
 
 
 def main() -> int:

@@ -55,3 +55,20 @@ def kit(device: str, seed: int, quick: bool) -> Kit:
     dt = "cuda" if cuda else "cpu"
     ac = torch.autocast(dt, dtype=torch.bfloat16, enabled=cuda)
     return Kit(torch=torch, nn=nn, F=F, quick=quick, cuda=cuda, dt=dt, ac=ac)
+
+
+def built(builders: dict[str, Any], seed: int, quick: bool) -> Any:
+    """A recorder's ``build(case, variant, device, rank=0, world=1)`` over its ``builders`` (case
+    -> ``(kit, fixed, device, rank) -> (step_fn, samples_per_step, model)``), every case seeded
+    with ``seed``; ``quick``: a callable giving the size switch at call time
+    (``record_new.QUICK``, which the driver sets after import)."""
+
+    def build(case: str, variant: str, device: str, rank: int = 0, world: int = 1) -> Any:
+        """(step_fn, samples_per_step, meta, model) of one case and variant on this rank."""
+        if case not in builders:
+            raise SystemExit(f"unknown case {case}")
+        k = kit(device, seed=seed, quick=quick())
+        step, samples, model = builders[case](k, variant == "fixed", device, rank)
+        return step, samples, k.meta, model
+
+    return build
