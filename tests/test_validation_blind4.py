@@ -6,15 +6,13 @@ the lead, with ``validate_gains_set.py --blind``."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from validation_parts import (
     ONE_GPU_FIXES,
     TRUTH,
-    VAL,
     assert_case_words,
     assert_own_held_out_group,
+    assert_recorded_part,
     earlier_cases,
     record_blind4,
     record_new,
@@ -22,9 +20,6 @@ from validation_parts import (
 
 COVERED = ONE_GPU_FIXES
 """The one-GPU fixes the fourth blind part must time (issue 43, item 4)."""
-
-SCATTER_POINTS = 12.0
-"""A case whose rounds' gains spread over more than this (points) has >= 5 rounds."""
 
 
 def test_the_fourth_blind_part_is_its_own_held_out_group() -> None:
@@ -101,24 +96,4 @@ def test_the_recorded_fourth_blind_part_is_apart_and_whole() -> None:
     (17 KB-2 MB), timed in fresh processes on an NVIDIA GPU, >= 3 rounds (>= 5 where the rounds
     scatter), its row whole (device, torch, timings, rounds, extra); make_truth's earlier cases
     come first, in their own order."""
-    cases = json.loads(TRUTH.read_text())["cases"]
-    mine = [c for c in cases if c["group"] == "blind4"]
-    recorded = [k for k in record_blind4.ORDER if (VAL / k / "timing.json").exists()]
-    assert [c["case"] for c in mine] == recorded
-    before = [c for c in cases if c["group"] != "blind5"]  # the later part follows
-    assert [c["case"] for c in before[-len(mine) :]] == recorded if mine else True
-    for c in mine:
-        assert c["held_out"], c["case"]
-        assert c["device"].startswith("NVIDIA"), c["case"]
-        assert c["torch"].startswith("2."), c["case"]
-        assert len(c["traces"]) == c["gpus"] == record_blind4.CASES[c["case"]].get("gpus", 1)
-        for t in c["traces"]:
-            assert 17_000 <= (VAL / t).stat().st_size <= 2_000_000, t
-        g = c["gain_pct_by_round"]
-        assert len(g) >= 3, c["case"]
-        assert len(g) >= 5 or max(g) - min(g) <= SCATTER_POINTS, c["case"]
-        t = c["timings"]
-        assert len(t["planted"]) == len(t["fixed"]) == len(g), c["case"]
-        assert len(t["traced_run_step_ms"]) == 1, c["case"]
-        assert c["extra"]["samples_per_step"] > 0, c["case"]
-        assert c["intended_null"] == bool(record_blind4.CASES[c["case"]].get("null"))
+    assert_recorded_part(record_blind4, later=("blind5",))

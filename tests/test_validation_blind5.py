@@ -6,8 +6,6 @@ trace: the part is judged once, by the lead, with ``validate_gains_set.py --blin
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from validation_parts import (
     ONE_GPU_FIXES,
@@ -15,6 +13,7 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_own_held_out_group,
+    assert_recorded_part,
     earlier_cases,
     record_blind5,
     record_new,
@@ -41,9 +40,6 @@ FAMILIES = {
 
 VECTOR_NORMS = ("aten::norm", "aten::linalg_vector_norm")
 """The profiler's names of ``Tensor.norm()`` (torch 2.11-2.13): the per-tensor statistic counted."""
-
-SCATTER_POINTS = 12.0
-"""A case whose rounds' gains spread over more than this (points) has >= 5 rounds."""
 
 
 def test_the_fifth_blind_part_is_its_own_held_out_group() -> None:
@@ -194,7 +190,7 @@ def test_only_rank_1_of_the_planted_two_gpu_case_does_the_extra_host_work(tmp_pa
     assert torch.is_grad_enabled()
 
 
-SHORT_OF_ROUNDS = {"v86", "v87", "v92", "v98"}
+SHORT_OF_ROUNDS = frozenset({"v86", "v87", "v92", "v98"})
 """The recorded cases whose 3 rounds scatter over SCATTER_POINTS without the 2 more the rule asks
 for: the session's device time was spent (README, "Fifth blind part (v85-v99): recorded"); the
 judgement reads their median of 3 and says so. No other case may fall short."""
@@ -206,27 +202,7 @@ def test_the_recorded_fifth_blind_part_is_apart_and_whole() -> None:
     (17 KB-2 MB), timed in fresh processes on an NVIDIA GPU, >= 3 rounds (>= 5 where the rounds
     scatter), its row whole (device, torch, timings, rounds, extra); make_truth's earlier cases
     come first, in their own order."""
-    cases = json.loads(TRUTH.read_text())["cases"]
-    mine = [c for c in cases if c["group"] == "blind5"]
-    recorded = [k for k in record_blind5.ORDER if (VAL / k / "timing.json").exists()]
-    assert [c["case"] for c in mine] == recorded
-    assert [c["case"] for c in cases[-len(mine) :]] == recorded if mine else True
-    for c in mine:
-        assert c["held_out"], c["case"]
-        assert c["device"].startswith("NVIDIA"), c["case"]
-        assert c["torch"].startswith("2."), c["case"]
-        assert len(c["traces"]) == c["gpus"] == record_blind5.CASES[c["case"]].get("gpus", 1)
-        for t in c["traces"]:
-            assert 17_000 <= (VAL / t).stat().st_size <= 2_000_000, t
-        g = c["gain_pct_by_round"]
-        assert len(g) >= 3, c["case"]
-        short = len(g) < 5 and max(g) - min(g) > SCATTER_POINTS
-        assert short == (c["case"] in SHORT_OF_ROUNDS), c["case"]
-        t = c["timings"]
-        assert len(t["planted"]) == len(t["fixed"]) == len(g), c["case"]
-        assert len(t["traced_run_step_ms"]) == 1, c["case"]
-        assert c["extra"]["samples_per_step"] > 0, c["case"]
-        assert c["intended_null"] == bool(record_blind5.CASES[c["case"]].get("null"))
+    assert_recorded_part(record_blind5, short_of_rounds=SHORT_OF_ROUNDS)
 
 
 def test_the_device_script_drives_this_part() -> None:

@@ -89,3 +89,41 @@ def assert_case_words(part: Any) -> None:
         assert per_sample == ("batch_multiple" in c), name
         for key in ("planted", "fix", "expected_fix"):
             assert '"' not in c[key], (name, key)
+
+
+SCATTER_POINTS = 12.0
+"""Rounds whose gains spread over this many points need >= 5 of them (the recording rule)."""
+
+
+def assert_recorded_part(
+    part: Any, later: tuple[str, ...] = (), short_of_rounds: frozenset[str] = frozenset()
+) -> None:
+    """Every recorded case of the blind part ``part`` in truth.json: its group, held out, one trace
+    of its planted variant per rank (17 KB-2 MB), timed in fresh processes on an NVIDIA GPU, >= 3
+    rounds (>= 5 where the rounds scatter over :data:`SCATTER_POINTS`, except exactly the cases
+    ``short_of_rounds``), its row whole (device, torch, timings, rounds, extra); make_truth's
+    earlier cases come first, in their own order, and only the groups ``later`` follow it."""
+    import json
+
+    cases = json.loads(TRUTH.read_text())["cases"]
+    mine = [c for c in cases if c["group"] == part.GROUP]
+    recorded = [k for k in part.ORDER if (VAL / k / "timing.json").exists()]
+    assert [c["case"] for c in mine] == recorded
+    before = [c for c in cases if c["group"] not in later]
+    assert [c["case"] for c in before[-len(mine) :]] == recorded if mine else True
+    for c in mine:
+        assert c["held_out"], c["case"]
+        assert c["device"].startswith("NVIDIA"), c["case"]
+        assert c["torch"].startswith("2."), c["case"]
+        assert len(c["traces"]) == c["gpus"] == part.CASES[c["case"]].get("gpus", 1)
+        for t in c["traces"]:
+            assert 17_000 <= (VAL / t).stat().st_size <= 2_000_000, t
+        g = c["gain_pct_by_round"]
+        assert len(g) >= 3, c["case"]
+        short = len(g) < 5 and max(g) - min(g) > SCATTER_POINTS
+        assert short == (c["case"] in short_of_rounds), c["case"]
+        t = c["timings"]
+        assert len(t["planted"]) == len(t["fixed"]) == len(g), c["case"]
+        assert len(t["traced_run_step_ms"]) == 1, c["case"]
+        assert c["extra"]["samples_per_step"] > 0, c["case"]
+        assert c["intended_null"] == bool(part.CASES[c["case"]].get("null"))
