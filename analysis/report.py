@@ -1367,6 +1367,7 @@ def _recommendations(a: RunAnalysis) -> list[R.Recommendation]:
         idle=idle,
         kernels=a.kernel_stats or R.KernelStats(),  # details: always computed
         fp32_gemm_us=getattr(tc, "fp32_gemm_us", None),
+        tc_us_by_precision=dict(getattr(tc, "by_precision", None) or {}),
         tensor_core_pct=getattr(tc, "tensor_core_pct", None),
         gpu_name=dev_props.get("name") or a.run.get("gpu"),
         compute_capability=cc,

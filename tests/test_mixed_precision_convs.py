@@ -117,3 +117,86 @@ def test_batchnorm_and_depthwise_kernels_are_not_convolution_math():
     )
     assert not MP.convs_fp32_no_tf32(g)
     assert all(MP._conv_math(n) is None for n in g.nodes)
+
+
+TF32_GEMM = "sm90_xmma_gemm_f32f32_tf32f32_f32_nt_n_tilesize128x256x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+ELEMWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>(int)"
+ADAM = (
+    "void at::native::multi_tensor_apply_kernel<at::native::FusedAdamMathFunctor<float, 4>>(float)"
+)
+
+
+def test_tf32_runs_take_the_tf32_branch_by_hand():
+    """fp32 with TF32 on (a TF32 GEMM 0..200 µs, a GELU 200..300, the fused AdamW 300..350, one
+    stream, back to back): bf16 halves the TF32 rate. mid: the GEMM × 0.55 = 110 µs, the GELU ×
+    0.85 = 85 µs, the optimizer as recorded (50 µs); low: × 0.65 and × 0.95; high: × 0.45 and ×
+    0.6. Window 350 µs -> mid 245 µs (30 % shorter)."""
+    gpu = [
+        G(TF32_GEMM, "kernel", 0, 200 * US, 7),
+        G(ELEMWISE, "kernel", 200 * US, 300 * US, 7),
+        G(ADAM, "kernel", 300 * US, 350 * US, 7),
+    ]
+    g = _graph(gpu)
+    assert [MP._tf32(n) for n in g.nodes if n.kind == "gpu"] == [True, False, False]
+    assert not any(MP._fp32_math(n) for n in g.nodes)
+    variants = MP.retime(g, GN.Context(n_steps=1, step_ms=0.35, gpu_model="H100 SXM"))
+    want = {"low": (130, 95), "mid": (110, 85), "high": (90, 60)}
+    for name, (gemm_us, gelu_us) in want.items():
+        dur, keep = variants[name]
+        assert keep is None
+        got = {
+            g.nodes[v].s: dur(v, g.nodes[v])
+            for v in range(len(g.nodes))
+            if g.nodes[v].kind == "gpu"
+        }
+        assert abs(got[0] - gemm_us * US) < 1.0, name
+        assert abs(got[200 * US] - gelu_us * US) < 1.0, name
+        assert got[300 * US] == 50 * US, name  # the optimizer's kernel keeps its fp32 state
+
+
+def test_the_tf32_branch_fires_only_on_tf32_runs():
+    """tf32_us: TF32 600 of 1,000 µs of kernels, no bf16: 600; TF32 150 of 1,000 (under 20 %): 0;
+    TF32 600 with bf16 100 (over 10 % of it: mixed precision already): 0."""
+    from gpuscope.analysis.fixes.base import Inputs, KernelStats
+    from gpuscope.analysis.idle import CAUSES, IdleResult
+
+    def inp(by: dict[str, float]) -> Inputs:
+        return Inputs(
+            window_ns=1_000_000,
+            n_steps=1,
+            busy_pct=100.0,
+            idle=IdleResult(1_000_000, 1, 0, 0, 0, dict.fromkeys(CAUSES, 0)),
+            kernels=KernelStats(kernel_us=1_000.0),
+            fp32_gemm_us=0.0,
+            tc_us_by_precision=by,
+            compute_capability=(9, 0),
+        )
+
+    assert MP.tf32_us(inp({"tf32": 600.0})) == 600.0
+    assert MP.tf32_us(inp({"tf32": 150.0})) == 0.0
+    assert MP.tf32_us(inp({"tf32": 600.0, "bf16": 100.0})) == 0.0
+    assert MP.tf32_us(inp({"tf32": 600.0, "bf16": 50.0})) == 600.0
+    f = MP.detect(inp({"tf32": 600.0}))
+    assert f is not None and "TF32" in (f.title or "")
+    assert "autocast" in (f.code or "") and "allow_tf32" not in (f.code or "")
+    # 600 µs × (1 - 0.55) = 270 µs of the 1 ms window
+    assert abs(f.cost_pct - 27.0) < 1e-6
+    assert MP.detect(inp({"tf32": 150.0})) is None
+
+
+def test_a_few_fp32_kernels_beside_tf32_ones_stay_a_tf32_run():
+    """v73's case: a 20 µs fp32 convolution (cuDNN's pick for a 6-channel first layer's gradient)
+    beside a 300 µs TF32 GEMM: 20 < 10 % of 300, so the TF32 branch re-times the run (the GEMM ×
+    0.55 at mid); at 40 µs of fp32 (over 10 %), the fp32 branch does, and the TF32 GEMM stays."""
+    ctx = GN.Context(n_steps=1, step_ms=0.35, gpu_model="H100 SXM")
+    for fp32_us, branch in ((20, "tf32"), (40, "fp32")):
+        g = _graph(
+            [
+                G(TF32_GEMM, "kernel", 0, 300 * US, 7),
+                G(FP32_CONV, "kernel", 300 * US, (300 + fp32_us) * US, 7),
+            ]
+        )
+        dur, _ = MP.retime(g, ctx)["mid"]
+        gemm = next(v for v, n in enumerate(g.nodes) if n.kind == "gpu" and n.s == 0)
+        got = dur(gemm, g.nodes[gemm])
+        assert abs(got - (165 * US if branch == "tf32" else 300 * US)) < 1.0, (fp32_us, got)

@@ -81,6 +81,8 @@ class Inputs:
     idle: IdleResult
     kernels: KernelStats = field(default_factory=KernelStats)
     fp32_gemm_us: float | None = None
+    # tensor-core kernel time by precision (µs over the window: ``tf32``, ``bf16``, ``fp16``...)
+    tc_us_by_precision: Mapping[str, float] = field(default_factory=dict)
     tensor_core_pct: float | None = None
     gpu_name: str | None = None
     compute_capability: tuple[int, int] | None = None
@@ -293,7 +295,11 @@ def after(first: Variant, variants: dict[str, Variant]) -> dict[str, Variant]:
         d1, k1 = v
 
         def dur(i: int, n: Node) -> float:
-            m = n if d0 is None else replace(n, e=n.s + max(0, round(d0(i, n))))
+            if d0 is None:
+                m = n
+            else:  # dataclasses.replace(n, e=...), without its per-call field walk
+                e = n.s + max(0, round(d0(i, n)))
+                m = type(n)(n.kind, n.cat, n.s, e, n.label, n.tags, n.event)
             return float(m.dur) if d1 is None else d1(i, m)
 
         keep = k0 if k1 is None else k1 if k0 is None else (lambda i, ed: k0(i, ed) and k1(i, ed))

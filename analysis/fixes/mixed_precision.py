@@ -54,14 +54,79 @@ SMALL_GEMM_NS = 20_000
 LARGE_GEMM_NS = 200_000
 
 
-def detect(inp: Inputs) -> Finding | None:
-    if inp.fp32_gemm_us is None or inp.fp32_gemm_us <= 0:
+TF32_SHARE = 0.2
+"""The TF32 branch fires when TF32 tensor-core kernels hold at least this share of the window's
+kernel time ..."""
+HALF_OF_TF32 = 0.1
+"""... and bf16/fp16 tensor-core kernels under this share of the TF32 time (the run is not in
+mixed precision already) ..."""
+FP32_OF_TF32 = 0.1
+"""... and plain-fp32 matrix math on CUDA cores under this share of the TF32 time (a few fp32
+kernels cuDNN picks beside TF32 ones, e.g. a 3- or 6-channel first convolution's gradient, leave
+the run a TF32 one; more than that, and the fp32 branch reads it)."""
+TF32_DIV = (0.65, 0.55, 0.45)
+"""TF32 tensor-core kernel time × this in bf16, low / mid / high: the dense bf16 peak is 2× TF32's
+(H100: 989 against 494 TFLOP/s), so 0.5 at the peaks; a kernel away from its peak keeps more
+(0.65), and one that was bound by its fp32 operands' bytes can keep less (0.45)."""
+TF32_OTHER = (0.95, 0.85, 0.6)
+"""The run's other compute kernels (elementwise, norms, reductions, copies; not the optimizer's)
+× this, low / mid / high: bf16 activations halve their bytes where autocast runs them in bf16
+(0.5 would be all of them), and autocast keeps softmax, norms and losses in fp32 (0.95: little
+changes)."""
+
+
+def tf32_us(inp: Inputs) -> float:
+    """The window's TF32 tensor-core kernel time (µs) when the run would take the TF32 branch:
+    TF32 ≥ :data:`TF32_SHARE` of kernel time and bf16/fp16 tensor-core time under
+    :data:`HALF_OF_TF32` of it; else 0."""
+    by = inp.tc_us_by_precision or {}
+    tf32 = float(by.get("tf32", 0.0))
+    half = float(by.get("bf16", 0.0)) + float(by.get("fp16", 0.0))
+    total = inp.kernels.kernel_us or 0.0
+    if tf32 <= 0 or total <= 0 or tf32 < TF32_SHARE * total or half >= HALF_OF_TF32 * tf32:
+        return 0.0
+    return tf32
+
+
+def _detect_tf32(inp: Inputs) -> Finding | None:
+    """fp32 with TF32 on: matmuls already on tensor cores at half the bf16 rate."""
+    cc = inp.compute_capability
+    if cc is None or cc[0] < 8:  # bf16 tensor cores from sm80
         return None
+    tf32_ns = tf32_us(inp) * 1e3
+    cost_ns = tf32_ns * (1.0 - TF32_DIV[1])
+    if tf32_ns <= 0 or not fx.significant(cost_ns, inp.window_ns, inp.n_steps):
+        return None
+    ev: dict[str, Any] = {
+        "tf32_us_per_step": fx.per_step_us(tf32_ns, inp.n_steps),
+        "tf32_share_pct": fx.share(tf32_ns, inp.window_ns),
+        "tensor_core_pct": inp.tensor_core_pct,
+        "gpu": inp.gpu_name,
+        "compute_capability": f"{cc[0]}.{cc[1]}",
+    }
+    ev["summary"] = (
+        f"{sig3(ev['tf32_us_per_step'] / 1e3)} ms per step ({sig3(ev['tf32_share_pct'])}% of the "
+        "run) of matrix multiplies and convolutions ran as TF32 on the tensor cores, with every "
+        "activation in fp32: bf16 autocast runs them at twice TF32's peak rate and halves the "
+        "bytes of the memory-bound kernels it runs in bf16."
+    )
+    return Finding(
+        ev,
+        fx.share(cost_ns, inp.window_ns),
+        title="Train in bf16 autocast: TF32 runs at half the bf16 rate",
+        code=CODE_BF16.split("# or at least TF32")[0].rstrip("\n") + "\n",
+    )
+
+
+def detect(inp: Inputs) -> Finding | None:
+    fp32_us = inp.fp32_gemm_us or 0.0
+    if fp32_us <= 0 or fp32_us < FP32_OF_TF32 * tf32_us(inp):
+        return _detect_tf32(inp)
     cc = inp.compute_capability
     if cc is None or cc[0] < 7:  # no tensor cores (or unknown GPU): no evidence they would help
         return None
     speedup = inp.tc_speedup if inp.tc_speedup and inp.tc_speedup > 1 else DEFAULT_TC_SPEEDUP
-    fp32_ns = inp.fp32_gemm_us * 1e3
+    fp32_ns = fp32_us * 1e3
     gain_ns = fp32_ns * (1.0 - 1.0 / speedup)
     if not fx.significant(gain_ns, inp.window_ns, inp.n_steps):
         return None
@@ -156,11 +221,55 @@ def _ratio(ctx: Context, d_ns: float) -> float:
     return math.exp(math.log(lo) + f * (math.log(hi) - math.log(lo)))
 
 
+def _tf32(n: Node) -> bool:
+    """A GPU kernel that runs on the tensor cores in TF32."""
+    if n.kind != "gpu" or not isinstance(n.event, GpuEvent) or n.cat != "kernels":
+        return False
+    info = tensor_core_info(n.event.name, classify_kernel(n.event.name, "kernel"))
+    return info.tensor_core is True and info.precision == "tf32"
+
+
+def _fp32_math(n: Node) -> bool:
+    """Matrix math in plain fp32 on CUDA cores: a GEMM, a convolution's math kernel or
+    attention (what :func:`detect`'s first branch reads, ``fp32_gemm_us``)."""
+    return _gemm_fp32(n) or _conv_math(n) is False or _attention_fp32(n) is not None
+
+
+def _retime_tf32(g: Graph) -> dict[str, Variant]:
+    """The TF32 branch's re-timing: TF32 tensor-core kernels × :data:`TF32_DIV`, the other
+    compute kernels (not the optimizer's) × :data:`TF32_OTHER`, host × 1.3 / 1.15 / 1 (the casts
+    autocast adds), low / mid / high."""
+    tf = [_tf32(n) for n in g.nodes]
+    opt = [
+        n.kind == "gpu"
+        and isinstance(n.event, GpuEvent)
+        and classify_kernel(n.event.name, "kernel") == "optimizer"
+        for n in g.nodes
+    ]
+
+    def mp(k: int, host: float) -> DurFn:
+        def dur(v: int, n: Node) -> float:
+            if fx.is_host_work(n):
+                return n.dur * host
+            if tf[v]:
+                return n.dur * TF32_DIV[k]
+            if n.kind == "gpu" and n.cat == "kernels" and not opt[v]:
+                return n.dur * TF32_OTHER[k]
+            return float(n.dur)
+
+        return dur
+
+    return {"low": (mp(0, 1.3), None), "mid": (mp(1, 1.15), None), "high": (mp(2, 1.0), None)}
+
+
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """fp32 GEMMs ÷ r/1.5 / r / r (r: the measured fp32→bf16 ratio for the GPU and the GEMM's
     duration, :data:`GEMM_RATIO`); attention kernels in fp32 math ÷ the
     :data:`ATTENTION_3XTF32_RATIO` (3xTF32) or as GEMMs (plain fp32); host × 1.3 / 1.15 / 1
     (casts), other kernels × 1 / 1 / 0.6."""
+    tf32_ns = sum(n.dur for n in g.nodes if _tf32(n))
+    if tf32_ns > 0 and sum(n.dur for n in g.nodes if _fp32_math(n)) < FP32_OF_TF32 * tf32_ns:
+        return _retime_tf32(g)  # fp32 with TF32 on, next to no math on CUDA cores
     att: dict[int, str] = {}
     conv = convs_fp32_no_tf32(g)
     for v, n in enumerate(g.nodes):
