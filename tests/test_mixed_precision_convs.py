@@ -179,6 +179,7 @@ def test_the_tf32_branch_fires_only_on_tf32_runs():
     f = MP.detect(inp({"tf32": 600.0}))
     assert f is not None and "TF32" in (f.title or "")
     assert "autocast" in (f.code or "") and "allow_tf32" not in (f.code or "")
+    assert "half the bf16 rate" in (f.why or "") and "CUDA cores" not in (f.why or "")
     # 600 µs × (1 - 0.55) = 270 µs of the 1 ms window
     assert abs(f.cost_pct - 27.0) < 1e-6
     assert MP.detect(inp({"tf32": 150.0})) is None

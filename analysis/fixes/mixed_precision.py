@@ -114,6 +114,9 @@ def _detect_tf32(inp: Inputs) -> Finding | None:
         ev,
         fx.share(cost_ns, inp.window_ns),
         title="Train in bf16 autocast: TF32 runs at half the bf16 rate",
+        why="TF32 runs matrix multiplies on the tensor cores at half the bf16 rate, with every "
+        "activation in fp32; bf16 autocast doubles that rate and halves the bytes of the kernels "
+        "it runs in bf16.",
         code=CODE_BF16.split("# or at least TF32")[0].rstrip("\n") + "\n",
     )
 
