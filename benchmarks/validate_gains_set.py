@@ -63,17 +63,9 @@ GROUPS = (
     ("blind5", "Fifth blind part v85+ (never analysed before recording; only with --blind)"),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
-SEEN_GROUPS = (
-    "calibration",
-    "held_out_third",
-    "new",
-    "held_out_new",
-    "blind",
-    "blind2",
-    "blind3",
-    "blind4",
-)
-"""The parts already judged once (v01-v84): ``--seen`` judges these and nothing else."""
+SEEN_GROUPS = tuple(g for g, _ in GROUPS)[:-1]
+"""The parts already judged once (v01-v84): every part but the newest blind one, which is judged
+once when it lands and joins these with the next; ``--seen`` judges these and nothing else."""
 
 
 def gpuscope(*args: str, store: str) -> str:
