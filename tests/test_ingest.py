@@ -605,8 +605,15 @@ def _slow_flushes(monkeypatch, flush_rows: int = 300) -> dict[str, object]:
 
         return call
 
+    def id_awaited(self):  # type: ignore[no-untyped-def]
+        # Chunks go to the flush thread as soon as they fill: the run's id (found on another
+        # thread) is waited for, not held for, so when a chunk is written does not depend on
+        # how busy the machine is.
+        return self.run_id is not None
+
     monkeypatch.setattr(BatchInserter, "__init__", init)
     monkeypatch.setattr(BatchInserter, "_write", slow_write)
+    monkeypatch.setattr(BatchInserter, "run_id_known", id_awaited)
     for name in ("execute", "executemany", "register", "unregister"):
         monkeypatch.setattr(connection.Store, name, watched(getattr(connection.Store, name)))
     for module in (transactions, connection):
