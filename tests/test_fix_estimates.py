@@ -20,19 +20,19 @@ VALIDATION = Path(__file__).resolve().parent.parent / "sample_traces" / "validat
 MS = 1_000_000
 
 
-def loader_inputs(untraced_ms: float) -> R.Inputs:
+def loader_inputs(untraced_ms: float, busy_ms: float = 2.5) -> R.Inputs:
     """3 traced steps of 60 ms, 43.6 ms of each in the DataLoader (v01's shape): the untraced
-    step ``untraced_ms``, GPU busy 2.5 ms per step."""
+    step ``untraced_ms``, GPU busy ``busy_ms`` per step."""
     causes = dict.fromkeys(CAUSES, 0)
     causes["data_loading"] = int(3 * 43.6 * MS)
     idle = IdleResult(180 * MS, 3, 0, causes["data_loading"], 1, causes)
     return R.Inputs(
         window_ns=180 * MS,
         n_steps=3,
-        busy_pct=4.2,
+        busy_pct=100 * busy_ms / 60,
         idle=idle,
         untraced_step_ns=untraced_ms * MS,
-        host_cap_ns_per_step=(untraced_ms - 2.5) * MS,
+        host_cap_ns_per_step=max(0.0, untraced_ms - busy_ms) * MS,
     )
 
 
@@ -47,6 +47,36 @@ def test_the_loaders_bound_holds_on_both_footings() -> None:
     # an untraced step shorter than the traced one: its share is the larger
     rec = R.BY_ID["dataloader_workers"].find(loader_inputs(50.0))
     assert rec is not None and rec.bound_pct == pytest.approx(100 * 43.6 / 50)
+
+
+def test_a_traced_step_the_profiler_stretched_bounds_the_loader_on_the_untraced_one() -> None:
+    """v98's shape: 3 traced steps of 60 ms, 43.6 ms of each inside the DataLoader's __next__,
+    the GPU idle 5 ms of it; untraced, the step takes 50 ms and the GPU works 45 ms of it. The fix
+    can take at most 50 - 45 = 5 ms, 10 % of the untraced step: the loader's 43.6 / 60 = 72.7 % of
+    the traced step holds the profiler's own cost and bounds nothing."""
+    import pandas as pd
+
+    def inputs(untraced_ms: float) -> R.Inputs:
+        inp = loader_inputs(untraced_ms, busy_ms=45.0)
+        inp.idle.causes_ns["data_loading"] = 3 * 5 * MS
+        inp.idle.evidence["data_loading"] = pd.DataFrame(
+            {
+                "name": ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"],
+                "op": [None],
+                "count": [3],
+                "host_ns": [3 * 43.6 * MS],
+                "bytes": [None],
+            }
+        )
+        return inp
+
+    rec = R.BY_ID["dataloader_workers"].find(inputs(50.0))
+    assert rec is not None and rec.bound_pct == pytest.approx(10.0)
+    assert rec.evidence["in_loader_us_per_step"] == pytest.approx(43_600)
+    # timed at 62 ms without the profiler (longer than the traced step): either footing may be
+    # the fixed run's, the larger holds: 43.6 / 60 of the traced step
+    rec = R.BY_ID["dataloader_workers"].find(inputs(62.0))
+    assert rec is not None and rec.bound_pct == pytest.approx(100 * 43.6 / 60)
 
 
 def rec(fix: str, gain: float) -> R.Recommendation:

@@ -66,6 +66,7 @@ UNIT = FixUnit(
     detect,
     retime,
     proof="The fix shortens only the loop's time inside the DataLoader's __next__, so the step "
-    "loses at most that time: its share of the traced step or of the untraced one (capped by the "
-    "untraced step − GPU busy per step), the larger.",
+    "loses at most that time: its share of the untraced step, capped by the untraced step − GPU "
+    "busy per step; where the traced step is no longer than the untraced one, its share of the "
+    "traced step too, the larger.",
 )
