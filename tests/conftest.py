@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import inspect
+import io
 import math
 import os
+import pickle
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,6 +54,79 @@ def con(request: pytest.FixtureRequest):
 @pytest.fixture
 def trace() -> TraceBuilder:
     return TraceBuilder()
+
+
+#: Analyses kept for ``kept_analyses``: (test module, store, run, rank, options with ``with_path``
+#: resolved) -> the report and :func:`_digest` of it when made.
+_KEPT: dict[tuple[str, str, str, int, object], tuple[object, dict[str, bytes]]] = {}
+
+
+class _Canonical(pickle.Pickler):
+    """Pickles a DataFrame or Series as its columns, dtypes and values: reading one may change how
+    pandas holds it (its blocks consolidated), never what it says."""
+
+    def reducer_override(self, obj: object) -> object:
+        import pandas as pd
+
+        if isinstance(obj, pd.DataFrame):
+            values = tuple(obj[c].to_numpy() for c in obj.columns)
+            return tuple, ((tuple(obj.columns), tuple(map(str, obj.dtypes)), obj.index, values),)
+        if isinstance(obj, pd.Series):
+            return tuple, ((obj.name, str(obj.dtype), obj.index.to_numpy(), obj.to_numpy()),)
+        return NotImplemented
+
+
+def _digest(report: object) -> dict[str, bytes]:
+    """Each field of a report: the digest of what it holds (:class:`_Canonical`)."""
+    out = {}
+    for f in dataclasses.fields(report):  # type: ignore[arg-type]
+        buf = io.BytesIO()
+        _Canonical(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(getattr(report, f.name))
+        out[f.name] = hashlib.sha256(buf.getbuffer()).digest()
+    return out
+
+
+@pytest.fixture
+def kept_analyses(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """For tests whose faces (CLI text and JSON, reports, pages, ``check``, ``compare``) must say
+    the same of a run: each analysis of a (store, run, rank) with the same options is made once
+    for the test module and handed to every face that asks for it, as the web hands one analysis
+    to its cards and verdict. What each face asks for and how it renders it is unchanged: other
+    options, another rank, run or store get an analysis of their own; an in-memory store is never
+    kept (two of them may hold the same run ids). Only the module's fixtures may write a store
+    its kept tests read. A face handed a kept analysis must leave it as it was: the test fails if
+    any field of one it used holds anything else after it."""
+    from gpuscope.analysis import report
+
+    real = report.RunAnalysis.report
+    module = request.module.__name__
+    used: set[tuple[str, str, str, int, object]] = set()
+    for key in [k for k in _KEPT if k[0] != module]:  # an earlier module's: never asked again
+        del _KEPT[key]
+
+    def kept(self: report.RunAnalysis, *, with_path: bool | None = None) -> report.RunReport:
+        spec = getattr(self.con, "spec", None)
+        if spec is None or spec.location == ":memory:":
+            return real(self, with_path=with_path)
+        options = self.options
+        if with_path is not None:
+            options = dataclasses.replace(options, with_path=with_path)
+        key = (module, repr(spec), self.run_id, self.rank, options)
+        if key not in _KEPT:
+            made = real(self, with_path=with_path)
+            _KEPT[key] = (made, _digest(made))
+        used.add(key)
+        return _KEPT[key][0]  # type: ignore[return-value]
+
+    monkeypatch.setattr(report.RunAnalysis, "report", kept)
+    yield
+    for key in used:
+        made, digest = _KEPT[key]
+        now = _digest(made)
+        changed = [name for name in digest if now[name] != digest[name]]
+        assert not changed, f"a face changed {changed} of the analysis of {key[2:4]} it was handed"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -83,7 +83,7 @@ def ddp(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
 
 
 @pytest.mark.slow
-def test_compare_json_says_what_analyze_says_of_each_job(capsys, ddp) -> None:
+def test_compare_json_says_what_analyze_says_of_each_job(capsys, ddp, kept_analyses) -> None:
     spec, clean, uneven = ddp
     docs = {}
     for run in (clean, uneven):
@@ -111,7 +111,7 @@ def test_compare_json_says_what_analyze_says_of_each_job(capsys, ddp) -> None:
 
 @pytest.mark.slow
 def test_the_compare_page_cards_are_the_jobs(
-    ddp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ddp, kept_analyses, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec, clean, uneven = ddp
     app_store(tmp_path, monkeypatch, lake=False)
@@ -136,7 +136,7 @@ def test_the_compare_page_cards_are_the_jobs(
 
 
 @pytest.mark.slow
-def test_the_report_of_a_comparison_leads_with_the_jobs(ddp) -> None:
+def test_the_report_of_a_comparison_leads_with_the_jobs(ddp, kept_analyses) -> None:
     from gpuscope.reports import build_report
 
     spec, clean, uneven = ddp

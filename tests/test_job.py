@@ -119,7 +119,7 @@ def analyze_json(capsys, db: Path, run_id: str, *extra: str) -> dict:
 
 
 @pytest.mark.slow
-def test_ddp_job_step_time_is_the_same_from_either_rank(capsys, store) -> None:
+def test_ddp_job_step_time_is_the_same_from_either_rank(capsys, store, kept_analyses) -> None:
     """Issue 42's first 'done when': rank 0's CPU-side median (17.0 ms) is not the job's; the
     job runs at 25-27 ms, window ÷ steps 137.5 / 5 = 27.5 ms."""
     db, ddp = store["db"], str(store["ddp"])
@@ -287,7 +287,7 @@ def _from_rows(rows: dict[str, tuple[str, str]]) -> dict[str, object]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["before", "ddp", "sixteen"])
-def test_every_face_says_the_same(capsys, store, name: str) -> None:
+def test_every_face_says_the_same(capsys, store, kept_analyses, name: str) -> None:
     faces = _faces(capsys, store["db"], str(store[name]))
     want = faces["json"]
     for face, got in faces.items():
@@ -305,7 +305,7 @@ def test_every_face_says_the_same(capsys, store, name: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["md", "html"])
 def test_the_report_of_a_job_names_the_pace_setter_and_its_wait_before_the_fixes(
-    store, fmt: str
+    store, kept_analyses, fmt: str
 ) -> None:
     from gpuscope.reports import build_report
 
@@ -407,7 +407,7 @@ def test_the_run_page_analyses_each_rank_once(tmp_path: Path, monkeypatch) -> No
 
 
 @pytest.mark.slow
-def test_the_gate_of_a_job_compares_its_step_periods(capsys, store) -> None:
+def test_the_gate_of_a_job_compares_its_step_periods(capsys, store, kept_analyses) -> None:
     """``check --baseline`` of a run of several ranks: the step time series is the job's periods
     (median = the job step time), not the shown rank's own spans (rank 0: 17.0 ms)."""
     db, ddp = store["db"], str(store["ddp"])
@@ -421,7 +421,9 @@ def test_the_gate_of_a_job_compares_its_step_periods(capsys, store) -> None:
 
 
 @pytest.mark.slow
-def test_analyze_lists_the_ranks_that_cause_most_wait_unless_all_ranks(capsys, store) -> None:
+def test_analyze_lists_the_ranks_that_cause_most_wait_unless_all_ranks(
+    capsys, store, kept_analyses
+) -> None:
     """16 ranks: the verdict, then the 8 ranks that make the others wait longest (and the shown
     one); ``--all-ranks`` lists all 16."""
     from gpuscope.cli.analyze import TOP_RANKS
