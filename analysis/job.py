@@ -152,10 +152,14 @@ class Finding:
 
     @property
     def gain_words(self) -> str:
-        """The estimate in words: "step time down 17 % (range 11 to 23 %)", "" without one."""
+        """The estimate in words: "step time down 17 % (range 11 to 23 %)"; a point below 0:
+        "not expected to help: step time up 14 % by the estimate (...)"; "" without one."""
         if self.gain_pct is None:
             return ""
-        out = f"step time down {sig3(self.gain_pct)} %"
+        if self.gain_pct < 0:
+            out = f"not expected to help: step time up {sig3(-self.gain_pct)} % by the estimate"
+        else:
+            out = f"step time down {sig3(self.gain_pct)} %"
         if self.low_pct is not None and self.high_pct is not None:
             out += f" (range {sig3(self.low_pct)} to {sig3(self.high_pct)} %)"
         return out

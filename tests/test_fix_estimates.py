@@ -242,3 +242,27 @@ def test_a_removed_host_wait_weighs_the_planted_step_on_a_slower_host() -> None:
     assert est.gain_pct == pytest.approx(100 * (1 - 1510 / 1670))
     assert HOST_WAIT_VARIATION == 1.48
     assert est.high_pct == pytest.approx(100 * (1 - 1510 / (1510 + 400 * 1.48)))
+
+
+def test_a_fix_estimated_to_slow_the_step_says_so() -> None:
+    """A point below 0 (autocast's casts on a host-bound fp32 step: v05, v22) is not a gain
+    "down -13.8%": the words say the fix is not expected to help, and by how much it slows."""
+    r = R.Recommendation("mixed_precision", "t", "w", {}, "c", 1.8)
+    r.estimate = Estimate(-13.8, -56.5, 58.6, None)
+    assert r.gain_phrase == (
+        "not expected to help: step time up 13.8% by the estimate (range -56.5 to 58.6%)"
+    )
+    assert r.to_json()["gain"] == r.gain_phrase
+    r.estimate = Estimate(13.8, 6.5, 28.6, None)
+    assert r.gain_phrase == "step time down 13.8% (range 6.5 to 28.6%)"
+
+
+def test_the_job_says_a_first_fix_that_slows_the_step_as_it_is() -> None:
+    from gpuscope.analysis.job import Finding
+
+    f = Finding("fix", "mixed_precision", "t", "d", -13.8, 0, -56.5, 58.6)
+    assert f.gain_words == (
+        "not expected to help: step time up 13.8 % by the estimate (range -56.5 to 58.6 %)"
+    )
+    f = Finding("fix", "mixed_precision", "t", "d", 13.8, 0, 6.5, 28.6)
+    assert f.gain_words == "step time down 13.8 % (range 6.50 to 28.6 %)"
