@@ -1,0 +1,289 @@
+"""The validation set's sixth blind part (v100-v114, record_blind6.py): its cases are their own
+group (``blind6``), held out, on model families no earlier case used; they time every one-GPU fix
+once more, ask bf16 on fp32 with TF32 already on twice (a matmul transformer and an NCHW
+convolution net), hold three pairs chosen to gain nothing and one 2-GPU pair whose pace-setter,
+rank 1, runs host work of a new kind. Nothing here analyses a trace: the part is judged once, by
+the lead, with ``validate_gains_set.py --blind``."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from validation_parts import (
+    ONE_GPU_FIXES,
+    TRUTH,
+    VAL,
+    assert_case_words,
+    assert_recorded_part,
+    earlier_cases,
+    record_blind5,
+    record_new,
+)
+
+record_blind6 = importlib.import_module(
+    "record_blind6"
+)  # beside the recorders validation_parts reads
+
+FAMILIES = {
+    "v100": "NAFNet",
+    "v101": "TimeSformer",
+    "v102": "GhostNet",
+    "v103": "Linformer",
+    "v104": "SegNet",
+    "v105": "CRNN",
+    "v106": "ECAPA-TDNN",
+    "v107": "FaceNet",
+    "v108": "Neural ODE",
+    "v109": "ERFNet",
+    "v110": "Bahdanau",
+    "v111": "PSPNet",
+    "v112": "ELECTRA",
+    "v113": "Xception",
+    "v114": "Res2Net",
+}
+"""Each case's architecture family, as its model description names it (case-sensitive)."""
+
+SAME_MATH = frozenset(record_blind6.CASES) - {"v110", "v114"}
+"""The one-GPU cases whose fix leaves the step's arithmetic alone on a CPU (where autocast, pinning,
+CUDA graphs and the fused optimizer are off and torch.compile is replaced by the model itself):
+both variants, seeded alike, end two steps with the same parameters. v110's fix is a 4x batch."""
+
+
+def earlier() -> dict[str, dict]:
+    """Every case recorded before this part: v01-v99."""
+    return {**earlier_cases(record_blind5), **record_blind5.CASES}
+
+
+def test_the_sixth_blind_part_is_its_own_group_numbered_on_from_v100() -> None:
+    assert record_blind6.GROUP == "blind6"
+    assert [f"v{n}" for n in range(100, 115)] == record_blind6.ORDER
+    assert set(record_blind6.BUILDERS) == set(record_blind6.CASES)
+    assert not set(record_blind6.CASES) & set(earlier())
+
+
+def test_the_models_and_their_families_are_new() -> None:
+    """No model description of this part is an earlier part's, and no family it names appears in
+    an earlier case's model or in the recorders of ../fixes and ../multi_gpu."""
+    before = [c.get("model") or "" for c in earlier().values()]
+    others = [
+        (VAL.parent / "fixes" / "record_fixes.py").read_text(),
+        (VAL.parent / "multi_gpu" / "record_multi_gpu.py").read_text(),
+    ]
+    mine = [c["model"] for c in record_blind6.CASES.values()]
+    assert len(set(mine)) == len(mine)
+    assert not set(mine) & set(before)
+    assert set(FAMILIES) == set(record_blind6.CASES)
+    for case, family in FAMILIES.items():
+        assert family in record_blind6.CASES[case]["model"], case
+        assert not [m for m in before if family in m], (case, family)
+        assert not [t for t in others if family in t], (case, family)
+
+
+def test_the_sixth_blind_part_covers_the_fixes_three_nulls_and_a_rank_1_pace_setter() -> None:
+    from gpuscope.analysis.fixes import BY_ID
+
+    cases = list(record_blind6.CASES.values())
+    fixes = [c["expected_fix"] for c in cases]
+    assert set(fixes) <= set(BY_ID)  # every expected fix is one gpuscope can name
+    real = [c for c in cases if not c.get("null")]
+    assert {c["expected_fix"] for c in real} >= ONE_GPU_FIXES  # each fix gains somewhere
+    # bf16 on fp32 with TF32 already on (mixed_precision's TF32 branch): a matmul transformer and
+    # an NCHW convolution net, TF32 on in both variants
+    mp = [c for c in real if c["expected_fix"] == "mixed_precision"]
+    assert len(mp) == 2
+    assert all("fp32 with TF32 on" in c["model"] and "in both variants" in c["model"] for c in mp)
+    assert all("TF32 off" not in c["model"] + c["fix"] for c in mp)
+    assert {"NCHW" in c["model"] for c in mp} == {True, False}
+    assert all(c["planted"] == "fp32 with TF32" and "bf16 autocast" in c["fix"] for c in mp)
+    ac = [c["planted"] for c in real if c["expected_fix"] == "activation_checkpointing"]
+    assert ac and all("nn.Module" in p for p in ac)
+    assert any("memory-bound" in c["model"] for c in real if c["expected_fix"] == "kernel_fusion")
+    # CUDA graphs on an eager launch-bound step, captured by hand: no torch.compile in either
+    (cg,) = [c for c in real if c["expected_fix"] == "cuda_graphs"]
+    assert cg["planted"].startswith("eager") and "torch.cuda.graph" in cg["fix"]
+    assert "capturable=True) in both variants" in cg["model"] and not cg.get("compiled")
+    assert any(c.get("batch_multiple") == 4 for c in real)
+    nulls = [c for c in cases if c.get("null")]
+    assert len(nulls) == 3
+    assert {c["expected_fix"] for c in nulls} == {
+        "dataloader_workers",
+        "pin_memory",
+        "optimizer_fused",
+    }
+    assert all("gains ~0" in c["fix"] for c in nulls)
+    compiled = {k for k, c in record_blind6.CASES.items() if c.get("compiled")}
+    assert {k for k, c in record_blind6.CASES.items() if "torch.compile(" in c["fix"]} == compiled
+    assert sum(c.get("gpus", 1) == 1 for c in cases) == 14
+    two = [c for c in cases if c.get("gpus", 1) == 2]
+    assert [c["expected_fix"] for c in two] == ["load_imbalance"]
+    assert "rank 1" in two[0]["planted"]
+    assert len(cases) == 15
+
+
+def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
+    """Kineto (torch 2.11) writes a '"' in a metadata string as '/"' (not JSON); a batch-size
+    pair is judged per sample, with its multiple."""
+    assert_case_words(record_blind6)
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one intra-op thread for the test: the --quick steps are tiny, and on a busy
+    machine a second thread's spin-waits cost more CPU than it saves (the builds and steps: 35 s
+    of CPU on 2 threads at a load average of 9 on 2 cores, 5 s on one)."""
+    torch = pytest.importorskip("torch")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def _two_steps(case: str, variant: str) -> tuple:
+    """(samples, meta, parameters after two steps) of one variant at the --quick sizes."""
+    step, n, meta, model = record_blind6.build(case, variant, "cpu")
+    step()
+    step()
+    params = [q.detach().clone() for q in model.parameters()]
+    assert n > 0 and isinstance(meta, dict), (case, variant)
+    return n, dict(meta), params
+
+
+@pytest.mark.slow
+def test_every_one_gpu_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
+    monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    """Each builder's planted and fixed variants make the same model and take two steps (the CPU,
+    the recorder's --quick sizes; torch.compile replaced by a recorder of its calls that returns
+    the model). Only the planted thing differs, as each variant's record says (checkpointing,
+    the optimizer, precision, workers, pinning, syncs, the compile, the CUDA-graph capture (none
+    on a CPU), cudnn.benchmark, the batch), and where the fix leaves the arithmetic alone on a CPU
+    both variants end with the same parameters."""
+    pytest.importorskip("torch")
+    import torch
+
+    compiled: list[tuple[str, dict]] = []
+
+    def compile_(model, **kw):
+        compiled.append((type(model).__name__, kw))
+        return model
+
+    def build(case: str, variant: str, *a, **kw):
+        out = real_build(case, variant, *a, **kw)
+        calls[case, variant] = list(compiled)
+        compiled.clear()
+        return out
+
+    real_build = record_blind6.build
+    calls: dict[tuple[str, str], list] = {}
+    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setattr(record_blind6, "build", build)
+    monkeypatch.setattr(record_new, "QUICK", True)
+    metas: dict[tuple[str, str], dict] = {}
+    samples: dict[tuple[str, str], int] = {}
+    try:
+        for case in [c for c in record_blind6.ORDER if record_blind6.CASES[c].get("gpus", 1) == 1]:
+            ends = {}
+            for variant in ("planted", "fixed"):
+                n, meta, params = _two_steps(case, variant)
+                metas[case, variant], samples[case, variant] = meta, n
+                ends[variant] = params
+                if case == "v109":  # the flag itself, as the builder leaves it for the run
+                    assert torch.backends.cudnn.benchmark == (variant == "fixed")
+            assert [p.shape for p in ends["planted"]] == [p.shape for p in ends["fixed"]], case
+            if case in SAME_MATH:
+                for a, b in zip(ends["planted"], ends["fixed"], strict=True):
+                    torch.testing.assert_close(a, b, msg=case)
+    finally:
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+    def pair(case: str, key: str) -> tuple:
+        return metas[case, "planted"][key], metas[case, "fixed"][key]
+
+    # torch.compile: v100's fixed variant, once, with the default mode; nothing else
+    assert {k: v for k, v in calls.items() if v} == {("v100", "fixed"): [("NAFNet", {})]}
+    assert pair("v100", "compiled") == (False, True)
+    assert pair("v108", "cuda_graph") == ("none", "whole step (torch.cuda.graph)")
+    assert pair("v108", "graph_captured") == (False, False)  # no capture on a CPU
+    assert pair("v101", "checkpointed_modules")[0] > 0 == pair("v101", "checkpointed_modules")[1]
+    assert pair("v102", "optimizer") == ("AdamW(foreach=False)", "AdamW(fused=True)")
+    assert pair("v113", "optimizer") == ("AdamW(foreach=False)", "AdamW(fused=True)")
+    assert pair("v103", "precision") == ("fp32, TF32 on", "bf16 autocast, TF32 on")
+    assert pair("v104", "precision") == ("fp32, TF32 on", "bf16 autocast, TF32 on")
+    assert pair("v105", "num_workers")[0] == 0 < pair("v105", "num_workers")[1]
+    assert pair("v111", "num_workers")[0] == 0 < pair("v111", "num_workers")[1]
+    for case in ("v106", "v112"):
+        assert pair(case, "pinned") == (False, True)
+        assert pair(case, "bytes_per_step")[0] == pair(case, "bytes_per_step")[1] > 0
+    assert pair("v107", "syncs_per_step") == (2, 0)
+    assert pair("v109", "torch_flags") == ({"cudnn_benchmark": False}, {"cudnn_benchmark": True})
+    assert samples["v110", "fixed"] == 4 * samples["v110", "planted"]
+    assert all(samples[c, "planted"] == samples[c, "fixed"] for c in SAME_MATH)
+
+
+def test_the_full_sizes_are_the_ones_the_cases_state(one_thread: None) -> None:
+    """The counts the model descriptions give are the builders' at full size: v102's and v113's
+    parameter tensors, v106's bytes copied per step (the models are built, not run)."""
+    pytest.importorskip("torch")
+    saved = record_new.QUICK
+    record_new.QUICK = False
+    try:
+        got = {c: record_blind6.build(c, "planted", "cpu")[2] for c in ("v102", "v106", "v113")}
+    finally:
+        record_new.QUICK = saved
+    for case in ("v102", "v113"):
+        tensors = f"{got[case]['param_tensors']} parameter tensors"
+        assert tensors in record_blind6.CASES[case]["model"], case
+    mb = got["v106"]["bytes_per_step"] / 1e6
+    assert record_blind6.CASES["v106"]["planted"].startswith(f"{mb:.1f} MB per step")
+
+
+@pytest.mark.slow
+def test_only_rank_1_of_the_planted_two_gpu_case_does_the_extra_host_work(
+    tmp_path, one_thread: None
+) -> None:
+    """v114's builder under DDP (gloo, one process, --quick sizes) as rank 0 and as rank 1: one
+    step of the planted variant on rank 1 runs two comparisons per class (its per-class counts,
+    class by class); rank 0's planted step and rank 1's fixed step run none."""
+    pytest.importorskip("torch")
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    saved = record_new.QUICK
+    record_new.QUICK = True
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        eqs: dict[tuple[str, int], int] = {}
+        for variant, rank in (("planted", 1), ("planted", 0), ("fixed", 1)):
+            step, n, meta, _model = record_blind6.build("v114", variant, "cpu", rank=rank)
+            step()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                step()
+            eqs[variant, rank] = sum(e.count for e in prof.key_averages() if e.key == "aten::eq")
+            assert n > 0 and meta["extra_host_work_rank"] == 1
+        classes = meta["classes"]
+    finally:
+        dist.destroy_process_group()
+        record_new.QUICK = saved
+    assert classes > 1
+    assert eqs == {("planted", 1): 2 * classes, ("planted", 0): 0, ("fixed", 1): 0}
+    assert torch.is_grad_enabled()
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_the_recorded_sixth_blind_part_is_apart_and_whole() -> None:
+    """Every recorded v100+ case (none before the part's device calls): group blind6, held out, one
+    trace of its planted variant per rank, timed in fresh processes on an NVIDIA GPU, >= 3 rounds
+    (>= 5 where the rounds scatter), its row whole; make_truth's earlier cases come first."""
+    assert_recorded_part(record_blind6)
+
+
+def test_the_device_script_drives_this_part() -> None:
+    """record_blind6_device.sh runs device_env.sh's drive_part on this part (its group), with the
+    script's arguments and nothing else."""
+    lines = (VAL / "record_blind6_device.sh").read_text().splitlines()
+    commands = [x for x in lines if x and not x.startswith("#")]
+    assert commands[-1] == f'drive_part {record_blind6.GROUP} "$@"'
+    assert (VAL / f"record_{record_blind6.GROUP}.py").is_file()
