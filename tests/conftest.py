@@ -56,6 +56,19 @@ def trace() -> TraceBuilder:
     return TraceBuilder()
 
 
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """torch on one intra-op thread for the test (skipped without torch): the tiny models' steps
+    gain nothing from a second thread, and on a busy machine its spin-waits cost more CPU than
+    it saves (the third to fifth blind parts' builds and steps: 54 s of CPU on 2 threads at a
+    load average of 7 on 2 cores, 26 s on one)."""
+    torch = pytest.importorskip("torch")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 #: Analyses kept for ``kept_analyses``: (test module, store, run, rank, options with ``with_path``
 #: resolved) -> the report and :func:`_digest` of it when made.
 _KEPT: dict[tuple[str, str, str, int, object], tuple[object, dict[str, bytes]]] = {}

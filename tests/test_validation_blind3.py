@@ -51,7 +51,7 @@ def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
     assert_case_words(record_blind3)
 
 
-def test_every_case_builds_and_steps_on_the_cpu_at_tiny_sizes() -> None:
+def test_every_case_builds_and_steps_on_the_cpu_at_tiny_sizes(one_thread) -> None:
     """Each builder's planted and fixed variants make a model and take one step (the CPU, the
     recorder's --quick sizes; compiled variants are left out: compiling is slow on a CPU, and so
     are the 2-GPU cases: they need a process group, which ``drive --quick --cpu`` starts)."""

@@ -104,7 +104,7 @@ def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
     assert_case_words(record_blind5)
 
 
-def test_every_one_gpu_case_builds_and_steps_on_the_cpu_at_tiny_sizes() -> None:
+def test_every_one_gpu_case_builds_and_steps_on_the_cpu_at_tiny_sizes(one_thread) -> None:
     """Each builder's planted and fixed variants make the same model (the same parameter count)
     and take two steps (the CPU, the recorder's --quick sizes; the compiled variants are left out:
     compiling is slow on a CPU). Only the planted thing differs, as each variant's record says:
@@ -158,7 +158,9 @@ def test_every_one_gpu_case_builds_and_steps_on_the_cpu_at_tiny_sizes() -> None:
     assert pair("v98", "num_workers")[0] == 0 < pair("v98", "num_workers")[1]
 
 
-def test_only_rank_1_of_the_planted_two_gpu_case_does_the_extra_host_work(tmp_path) -> None:
+def test_only_rank_1_of_the_planted_two_gpu_case_does_the_extra_host_work(
+    tmp_path, one_thread
+) -> None:
     """v99's builder under DDP (gloo, one process, --quick sizes) as rank 0 and as rank 1: one
     step of the planted variant on rank 1 runs one vector norm per parameter tensor (the
     per-tensor statistics); rank 0's planted step and rank 1's fixed step run none."""
