@@ -69,9 +69,8 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(saved)
 
 
-#: Analyses kept for ``kept_analyses``: (test module, store, run, rank, options with ``with_path``
-#: resolved) -> the report and :func:`_digest` of it when made.
-_KEPT: dict[tuple[str, str, str, int, object], tuple[object, dict[str, bytes]]] = {}
+#: An analysis kept for ``kept_analyses``: (store, run, rank, options with ``with_path`` resolved).
+_Key = tuple[str, str, int, object]
 
 
 class _Canonical(pickle.Pickler):
@@ -99,9 +98,18 @@ def _digest(report: object) -> dict[str, bytes]:
     return out
 
 
+@pytest.fixture(scope="module")
+def _kept_of_module() -> Iterator[dict[_Key, tuple[object, dict[str, bytes]]]]:
+    """The analyses ``kept_analyses`` kept for this module, each with :func:`_digest` of it when
+    made: dropped with the module."""
+    kept: dict[_Key, tuple[object, dict[str, bytes]]] = {}
+    yield kept
+    kept.clear()
+
+
 @pytest.fixture
 def kept_analyses(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    _kept_of_module: dict[_Key, tuple[object, dict[str, bytes]]], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
     """For tests whose faces (CLI text and JSON, reports, pages, ``check``, ``compare``) must say
     the same of a run: each analysis of a (store, run, rank) with the same options is made once
@@ -114,10 +122,7 @@ def kept_analyses(
     from gpuscope.analysis import report
 
     real = report.RunAnalysis.report
-    module = request.module.__name__
-    used: set[tuple[str, str, str, int, object]] = set()
-    for key in [k for k in _KEPT if k[0] != module]:  # an earlier module's: never asked again
-        del _KEPT[key]
+    used: set[_Key] = set()
 
     def kept(self: report.RunAnalysis, *, with_path: bool | None = None) -> report.RunReport:
         spec = getattr(self.con, "spec", None)
@@ -126,20 +131,20 @@ def kept_analyses(
         options = self.options
         if with_path is not None:
             options = dataclasses.replace(options, with_path=with_path)
-        key = (module, repr(spec), self.run_id, self.rank, options)
-        if key not in _KEPT:
+        key = (repr(spec), self.run_id, self.rank, options)
+        if key not in _kept_of_module:
             made = real(self, with_path=with_path)
-            _KEPT[key] = (made, _digest(made))
+            _kept_of_module[key] = (made, _digest(made))
         used.add(key)
-        return _KEPT[key][0]  # type: ignore[return-value]
+        return _kept_of_module[key][0]  # type: ignore[return-value]
 
     monkeypatch.setattr(report.RunAnalysis, "report", kept)
     yield
     for key in used:
-        made, digest = _KEPT[key]
+        made, digest = _kept_of_module[key]
         now = _digest(made)
         changed = [name for name in digest if now[name] != digest[name]]
-        assert not changed, f"a face changed {changed} of the analysis of {key[2:4]} it was handed"
+        assert not changed, f"a face changed {changed} of the analysis of {key[1:3]} it was handed"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
