@@ -45,7 +45,9 @@ def samples(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
 
 
 @pytest.mark.slow
-def test_cards_lead_with_unprofiled_throughput_and_colour_by_the_user(samples) -> None:  # type: ignore[no-untyped-def]
+def test_cards_lead_with_unprofiled_throughput_and_colour_by_the_user(
+    samples, kept_analyses
+) -> None:  # type: ignore[no-untyped-def]
     con, ids, _ = samples
     a = analyze_run(con, ids["before"], all_ranks=False)
     b = analyze_run(con, ids["after"], all_ranks=False)
@@ -80,7 +82,7 @@ def test_cards_lead_with_unprofiled_throughput_and_colour_by_the_user(samples) -
 
 
 @pytest.mark.slow
-def test_cli_compare_says_basis_points_and_unchanged(samples, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_cli_compare_says_basis_points_and_unchanged(samples, kept_analyses, capsys) -> None:  # type: ignore[no-untyped-def]
     _, ids, db = samples
     code, out, _ = run_cli(capsys, "compare", ids["before"], ids["after"], "--db", str(db))
     assert code == 0
@@ -119,7 +121,7 @@ def _readme_figures() -> list[str]:
 
 
 @pytest.mark.slow
-def test_readme_quotes_what_gpuscope_prints_on_the_samples(samples, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_readme_quotes_what_gpuscope_prints_on_the_samples(samples, kept_analyses, capsys) -> None:  # type: ignore[no-untyped-def]
     """One source for README's figures: each line of its figures block is a line that
     `gpuscope compare before after` or `gpuscope analyze` prints on the sample runs, and the
     samples/s it quotes in prose are those lines' figures."""
@@ -144,7 +146,9 @@ def test_readme_quotes_what_gpuscope_prints_on_the_samples(samples, capsys) -> N
 
 
 @pytest.mark.slow
-def test_analyze_text_has_the_kernel_breakdown_and_top_kernels(samples, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_analyze_text_has_the_kernel_breakdown_and_top_kernels(
+    samples, kept_analyses, capsys
+) -> None:  # type: ignore[no-untyped-def]
     _, ids, db = samples
     code, out, _ = run_cli(capsys, "analyze", ids["before"], "--db", str(db))
     assert code == 0
