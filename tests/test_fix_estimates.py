@@ -266,3 +266,16 @@ def test_the_job_says_a_first_fix_that_slows_the_step_as_it_is() -> None:
     )
     f = Finding("fix", "mixed_precision", "t", "d", 13.8, 0, 6.5, 28.6)
     assert f.gain_words == "step time down 13.8 % (range 6.50 to 28.6 %)"
+
+
+def test_a_retiming_wholly_above_the_bound_gives_way_to_the_bounds_estimate() -> None:
+    """v98's shape: the re-timing says 20-35 % where the proof allows 7.3 %: half the bound, 0 to
+    it (not 7.3 with range 7.3 to 7.3); a re-timing that straddles the bound is cut at it."""
+    ctx = Context(n_steps=3, step_ms=60.0, untraced_step_ms=50.0)
+    got = fx.clip(Estimate(28.0, 20.0, 35.0, 36.0), 7.3, ctx)
+    assert (got.gain_pct, got.low_pct, got.high_pct) == pytest.approx((3.65, 0.0, 7.3))
+    assert got.method == "bound" and got.clipped and got.bound
+    assert got.step_ms == pytest.approx(50.0 * (1 - 0.0365))
+    cut = fx.clip(Estimate(6.0, 2.0, 9.0, 47.0), 7.3, ctx)
+    assert (cut.gain_pct, cut.low_pct, cut.high_pct) == pytest.approx((6.0, 2.0, 7.3))
+    assert cut.method == "critical_path" and cut.clipped

@@ -343,9 +343,14 @@ def bound_estimate(bound_pct: float, ctx: Context) -> Estimate:
 
 
 def clip(est: Estimate, bound_pct: float | None, ctx: Context) -> Estimate:
-    """``est`` with no figure above the proven bound (unchanged without one)."""
+    """``est`` with no figure above the proven bound (unchanged without one). Where even its low
+    end is above the bound, the re-timing is no guide to this step (its model of the step breaks
+    the proof): the bound's own estimate (:func:`bound_estimate`: half of it, 0 to it), never a
+    range of zero width at the bound."""
     if bound_pct is None or est.high_pct <= bound_pct:
         return est
+    if est.low_pct > bound_pct:
+        return replace(bound_estimate(bound_pct, ctx), clipped=True)
     gain = min(est.gain_pct, bound_pct)
     ref = ctx.untraced_step_ms or ctx.step_ms
     step = est.step_ms
