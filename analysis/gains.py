@@ -23,7 +23,7 @@ Each fix's models (its ``low`` / ``mid`` / ``high`` variants) live with the fix,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +96,20 @@ class Estimate:
             "calibrated": self.calibrated,
             "clipped": self.clipped,
         }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Estimate:
+        """The estimate :meth:`to_json` wrote."""
+        return cls(
+            d["gain_pct"],
+            d["low_pct"],
+            d["high_pct"],
+            d["step_ms"],
+            d["method"],
+            d["bound"],
+            d["calibrated"],
+            d["clipped"],
+        )
 
 
 @dataclass

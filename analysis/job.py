@@ -86,6 +86,21 @@ class JobStepTime:
             "source": self.source,
         }
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> JobStepTime:
+        """The step time :meth:`to_json` wrote."""
+        return cls(
+            d["p50"],
+            d["p90"],
+            d["max"],
+            d["mean"],
+            d["n_periods"],
+            tuple((int(n), v) for n, v in d["by_step"].items()),
+            d["drain_step"],
+            d["drain_ms"],
+            d["source"],
+        )
+
 
 @dataclass(frozen=True)
 class TimeSplit:
@@ -112,6 +127,19 @@ class TimeSplit:
             ),
         }
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TimeSplit:
+        """The split :meth:`to_json` wrote (other keys beside it are left)."""
+        by_cause = d["idle_by_cause_pct"]
+        return cls(
+            d["busy_pct"],
+            d["compute_pct"],
+            d["transfer_pct"],
+            d["wait_pct"],
+            d["idle_pct"],
+            dict(by_cause) if by_cause is not None else None,
+        )
+
 
 @dataclass(frozen=True)
 class RankShare:
@@ -131,7 +159,19 @@ class RankShare:
             **self.split.to_json(),
             "step_p50_ms": self.step_p50_ms,
             "caused_wait_ms_per_step": self.caused_wait_ms_per_step,
+            "window_ms": self.window_ms,
         }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RankShare:
+        """The rank :meth:`to_json` wrote."""
+        return cls(
+            d["rank"],
+            TimeSplit.from_json(d),
+            d["step_p50_ms"],
+            d["caused_wait_ms_per_step"],
+            d["window_ms"],
+        )
 
 
 @dataclass(frozen=True)
@@ -176,6 +216,20 @@ class Finding:
             "rank": self.rank,
         }
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Finding:
+        """The finding :meth:`to_json` wrote."""
+        return cls(
+            d["kind"],
+            d["id"],
+            d["title"],
+            d["detail"],
+            d["gain_pct"],
+            d["rank"],
+            d["low_pct"],
+            d["high_pct"],
+        )
+
 
 @dataclass(frozen=True)
 class PathStep:
@@ -200,6 +254,11 @@ class PathStep:
             "bound_by_ms": dict(self.bound_by_ms),
             "retimed_ms": self.retimed_ms,
         }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PathStep:
+        """The step :meth:`to_json` wrote."""
+        return cls(d["step"], d["late_rank"], d["step_ms"], dict(d["bound_by_ms"]), d["retimed_ms"])
 
 
 @dataclass(frozen=True)
@@ -269,6 +328,34 @@ class JobDiagnosis:
             "retimed_from_ms": self.retimed_from_ms,
             "recommendations": [r.to_json() for r in self.fixes],
         }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], run_id: str) -> JobDiagnosis:
+        """The verdict :meth:`to_json` wrote (``analyze --json``'s ``job``) of run ``run_id``:
+        what the text faces read of it, equal to the one computed (the stored document's
+        ``analyze`` text is the computed one's)."""
+        cp = d["critical_path"]
+        bound_by = cp["bound_by_pct"]
+        return cls(
+            run_id,
+            tuple(d["ranks"]),
+            JobStepTime.from_json(d["step_time_ms"]),
+            d["pace_setter"],
+            d["waiting_rank"],
+            d["wait_ms_per_step"],
+            d["caused_wait_ms_per_step"],
+            TimeSplit.from_json(d["split"]),
+            tuple(RankShare.from_json(r) for r in d["per_rank"]),
+            d["mfu_pct"],
+            d["fix_rank"],
+            tuple(Finding.from_json(f) for f in d["findings"]),
+            tuple(PathStep.from_json(p) for p in cp["by_step"]),
+            dict(bound_by) if bound_by is not None else None,
+            d["cause_rank"],
+            d["retimed_step_ms"],
+            d["retimed_from_ms"],
+            tuple(Recommendation.from_json(r) for r in d["recommendations"]),
+        )
 
 
 # -- the job step time ----------------------------------------------------------------------------

@@ -117,6 +117,16 @@ def text_of(doc: dict[str, Any]) -> str:
     return json.dumps(doc, default=str)
 
 
+def lowest_rank(con: Connection, run_id: str) -> int | None:
+    """The run's lowest rank, the one its stored document views (None without ranks)."""
+    sql = "SELECT min(rank) FROM ranks WHERE run_id = $run"
+    if _RUN_ID.fullmatch(run_id):  # a stored run id: written into the statement, no parameter
+        row = con.execute(sql.replace("$run", f"'{run_id}'")).fetchone()
+    else:
+        row = con.execute(sql, {"run": run_id}).fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
 def stored_text(con: Connection, run_id: str) -> str | None:
     """The stored document of ``run_id``'s default view (:func:`text_of`), or None when there is
     none of the current :func:`version` or the run changed since (:func:`stamp`). One statement."""

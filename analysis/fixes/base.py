@@ -175,6 +175,22 @@ class Recommendation:
             "estimate": self.estimate.to_json() if self.estimate is not None else None,
         }
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Recommendation:
+        """The recommendation :meth:`to_json` wrote (``gain`` is derived, not read)."""
+        est = d.get("estimate")
+        return cls(
+            d["id"],
+            d["title"],
+            d["why"],
+            dict(d["evidence"]),
+            d["fix"],
+            d["cost_pct"],
+            d["bound_pct"],
+            d["footing"],
+            Estimate.from_json(est) if est is not None else None,
+        )
+
 
 @dataclass
 class Finding:

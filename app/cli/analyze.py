@@ -130,11 +130,16 @@ def run(args: argparse.Namespace) -> int:
     con = open_db(args)
     try:
         run_id = resolve_target(con, args.target)
-        if args.json and not any(v is not None for v in kwargs.values()):
+        if kwargs["rank"] is not None and kwargs["rank"] == report_part.lowest_rank(con, run_id):
+            kwargs["rank"] = None  # the lowest rank is the default view
+        if not any(v is not None for v in kwargs.values()):
             # the run's default view, stored at its ingest: one row, no event read
             text = report_part.stored_text(con, run_id)
             if text is not None:
-                print(report_part.print_text(text))
+                if args.json:
+                    print(report_part.print_text(text))
+                    return 0
+                print(_render_stored(text, run_id, bool(getattr(args, "all_ranks", False))))
                 return 0
         from gpuscope.analysis.nvml_run import analyze_nvml_run, is_nvml_run
 
@@ -161,6 +166,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(doc, job, all_ranks=bool(getattr(args, "all_ranks", False))))
     return 0
+
+
+def _render_stored(text: str, run_id: str, all_ranks: bool) -> str:
+    """The text report of a stored ``analyze`` document: the same as rendered from the analyses
+    (the job's verdict rebuilt from its JSON)."""
+    import json
+
+    from gpuscope.analysis.job import JobDiagnosis
+
+    doc = json.loads(text)
+    job = JobDiagnosis.from_json(doc["job"], run_id) if doc.get("job") else None
+    return render(doc, job, all_ranks=all_ranks)
 
 
 def render_nvml(doc: dict[str, Any]) -> str:

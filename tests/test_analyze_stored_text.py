@@ -1,0 +1,78 @@
+"""``gpuscope analyze RUN`` (text) and ``analyze RUN --rank LOWEST`` read the run's stored
+``analyze`` document (gpuscope.analysis.report_part) instead of analysing its events: the text is
+the one rendered from the analyses, the job's verdict rebuilt from its JSON
+(``JobDiagnosis.from_json``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clitools import run_cli
+from gpuscope.analysis import rank_summary as RS
+from gpuscope.analysis import report_part as RP
+from gpuscope.analysis.job import JobDiagnosis, headline_rows, rank_rows
+from gpuscope.cli.analyze import render
+from gpuscope.ingest.loader import ingest_paths
+from gpuscope.store import connect
+from test_report_part import CASES, Spy
+
+pytestmark = pytest.mark.slow  # ingests and analyses of sample runs
+
+
+def _stored(tmp_path: Path, case: str) -> tuple[Path, str, str]:
+    """The case ingested with its document stored: (store, run id, the text the analyses give)."""
+    db = tmp_path / "store"
+    with connect(db) as con:
+        run_id = ingest_paths(
+            con, [CASES[case](tmp_path)], after_trace=RS.store_after_ingest_with_document
+        )[0].run_id
+        assert RP.stored_text(con, run_id) is not None
+        report, job = RP.analyze(con, run_id)
+    return db, run_id, render(RP.analyze_json(report, job), job) + "\n"
+
+
+@pytest.mark.parametrize("case", ["two ranks by hand", "ddp (sample)", "before (sample)"])
+def test_the_text_report_of_a_stored_run_is_the_computed_one_without_the_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    db, run_id, want = _stored(tmp_path, case)
+    spy = Spy(monkeypatch)
+    code, out, err = run_cli(capsys, "analyze", run_id, "--db", str(db))
+    assert code == 0, err
+    assert out == want
+    assert spy.read_events() == [], "the text of a stored run reads no event"
+    code, all_ranks, err = run_cli(capsys, "analyze", run_id, "--all-ranks", "--db", str(db))
+    assert code == 0, err
+    with connect(db) as con:
+        report, job = RP.analyze(con, run_id)
+    assert all_ranks == render(RP.analyze_json(report, job), job, all_ranks=True) + "\n"
+
+
+def test_the_lowest_rank_asked_by_number_is_the_stored_default_view(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, run_id, _ = _stored(tmp_path, "ddp (sample)")
+    code, default, _ = run_cli(capsys, "analyze", run_id, "--json", "--db", str(db))
+    spy = Spy(monkeypatch)
+    code, rank0, err = run_cli(capsys, "analyze", run_id, "--rank", "0", "--json", "--db", str(db))
+    assert code == 0, err
+    assert rank0 == default
+    assert spy.read_events() == []
+    # another rank is analysed from its events
+    code, rank1, err = run_cli(capsys, "analyze", run_id, "--rank", "1", "--json", "--db", str(db))
+    assert code == 0, err
+    assert '"rank": 1' in rank1 and spy.read_events() != []
+
+
+def test_the_verdict_rebuilt_from_its_json_is_the_verdict(tmp_path: Path) -> None:
+    """Every field the faces read: the JSON again, the headline rows, the rank rows."""
+    with connect(tmp_path / "store") as con:
+        run_id = ingest_paths(con, [CASES["ddp (sample)"](tmp_path)])[0].run_id
+        _, job = RP.analyze(con, run_id)
+    doc = job.to_json()
+    back = JobDiagnosis.from_json(doc, run_id)
+    assert back.to_json() == doc
+    assert headline_rows(back) == headline_rows(job)
+    assert rank_rows(back, 8) == rank_rows(job, 8)
+    assert back.fixes and back.fixes[0].estimate == job.fixes[0].estimate
