@@ -260,8 +260,9 @@ def test_limit_bytes() -> None:
 def test_cli_analyze_runs_under_the_working_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``gpuscope analyze`` computes a run's analysis (no stored document: ``--rank`` asks for
-    one view) with DuckDB's limit at the first working one, and prints the same JSON."""
+    """``gpuscope analyze`` computes a run's analysis (no stored document: ``--peak-tflops``
+    asks for another view than the stored one) with DuckDB's limit at the first working one, and
+    prints the same JSON."""
     from gpuscope.analysis import report_part
 
     db = str(analysis_store(tmp_path))
@@ -275,7 +276,7 @@ def test_cli_analyze_runs_under_the_working_limit(
         return analyze(con, run_id, **kw)
 
     monkeypatch.setattr(report_part, "analyze", spy)
-    r = cli_in_process("analyze", "m", "--json", "--rank", "0", "--db", db)
+    r = cli_in_process("analyze", "m", "--json", "--peak-tflops", "500", "--db", db)
     assert r.returncode == 0, r.stderr
     assert seen == [_mb(WORKING_MEMORY_LIMITS[0])]
     assert json.loads(r.stdout)["roofline"]["n_ops"] > 10
