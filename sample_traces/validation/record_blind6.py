@@ -223,6 +223,23 @@ CASES: dict[str, dict] = {
 ORDER = list(CASES)
 
 
+def cycled(pool: list, device: str, *, pinned: bool):
+    """A function giving the pool's host batches in turn (pinned once, first, when ``pinned``),
+    each tensor copied to ``device`` with ``non_blocking=True`` (from pageable memory: a
+    synchronous staged copy; from pinned memory: asynchronous)."""
+    if pinned:
+        pool = [tuple(t.pin_memory() for t in batch) for batch in pool]
+    n = 0
+
+    def next_batch() -> tuple:
+        nonlocal n
+        batch = pool[n % len(pool)]
+        n += 1
+        return tuple(t.to(device, non_blocking=True) for t in batch)
+
+    return next_batch
+
+
 def _nafnet(k: Kit, fixed: bool, device: str, rank: int):
     torch, nn, F = k.torch, k.nn, k.F
     c, blocks, img, batch = (4, 1, 16, 2) if k.quick else (32, 6, 256, 16)
@@ -699,15 +716,10 @@ def _ecapa(k: Kit, fixed: bool, device: str, rank: int):
         )
         for _ in range(3)
     ]
-    if fixed and k.cuda:
-        pool = [(a.pin_memory(), b.pin_memory()) for a, b in pool]
-    n = 0
+    next_batch = cycled(pool, device, pinned=fixed and k.cuda)
 
     def loss_fn():
-        nonlocal n
-        a, b = pool[n % len(pool)]
-        n += 1
-        x, y = a.to(device, non_blocking=True), b.to(device, non_blocking=True)
+        x, y = next_batch()
         with k.ac:
             return F.cross_entropy(model(x).float(), y)
 
@@ -1060,15 +1072,10 @@ def _electra(k: Kit, fixed: bool, device: str, rank: int):
         )
         for _ in range(3)
     ]
-    if fixed and k.cuda:
-        pool = [(a.pin_memory(), b.pin_memory()) for a, b in pool]
-    n = 0
+    next_batch = cycled(pool, device, pinned=fixed and k.cuda)
 
     def loss_fn():
-        nonlocal n
-        a, b = pool[n % len(pool)]
-        n += 1
-        ids, mask = a.to(device, non_blocking=True), b.to(device, non_blocking=True)
+        ids, mask = next_batch()
         with k.ac:
             return model(ids, mask)
 
