@@ -12,9 +12,11 @@ from validation_parts import (
     TRUTH,
     VAL,
     assert_case_words,
+    assert_fifteen_with_one_two_gpu_straggler,
+    assert_new_families,
     assert_own_held_out_group,
     assert_recorded_part,
-    earlier_cases,
+    ops_by_variant_and_rank,
     record_blind5,
     record_new,
 )
@@ -49,19 +51,7 @@ def test_the_fifth_blind_part_is_its_own_held_out_group() -> None:
 def test_the_models_and_their_families_are_new() -> None:
     """No model description of this part is an earlier part's, and no family it names appears in
     an earlier case's model or in the recorders of ../fixes and ../multi_gpu."""
-    earlier = [c.get("model") or "" for c in earlier_cases(record_blind5).values()]
-    others = [
-        (VAL.parent / "fixes" / "record_fixes.py").read_text(),
-        (VAL.parent / "multi_gpu" / "record_multi_gpu.py").read_text(),
-    ]
-    mine = [c["model"] for c in record_blind5.CASES.values()]
-    assert len(set(mine)) == len(mine)
-    assert not set(mine) & set(earlier)
-    assert set(FAMILIES) == set(record_blind5.CASES)
-    for case, family in FAMILIES.items():
-        assert family in record_blind5.CASES[case]["model"], case
-        assert not [m for m in earlier if family in m], (case, family)
-        assert not [t for t in others if family in t], (case, family)
+    assert_new_families(record_blind5, FAMILIES)
 
 
 def test_the_fifth_blind_part_covers_the_fixes_three_nulls_and_a_rank_1_straggler() -> None:
@@ -89,13 +79,7 @@ def test_the_fifth_blind_part_covers_the_fixes_three_nulls_and_a_rank_1_straggle
         "kernel_fusion",
         "dataloader_workers",
     }
-    compiled = {k for k, c in record_blind5.CASES.items() if c.get("compiled")}
-    assert {k for k, c in record_blind5.CASES.items() if "torch.compile(" in c["fix"]} == compiled
-    assert sum(c.get("gpus", 1) == 1 for c in cases) == 14
-    two = [c for c in cases if c.get("gpus", 1) == 2]
-    assert [c["expected_fix"] for c in two] == ["load_imbalance"]
-    assert "rank 1" in two[0]["planted"]
-    assert len(cases) == 15
+    assert_fifteen_with_one_two_gpu_straggler(record_blind5)
 
 
 def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
@@ -164,30 +148,12 @@ def test_only_rank_1_of_the_planted_two_gpu_case_does_the_extra_host_work(
     """v99's builder under DDP (gloo, one process, --quick sizes) as rank 0 and as rank 1: one
     step of the planted variant on rank 1 runs one vector norm per parameter tensor (the
     per-tensor statistics); rank 0's planted step and rank 1's fixed step run none."""
-    pytest.importorskip("torch")
-    import torch
-    import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile
-
-    saved = record_new.QUICK
-    record_new.QUICK = True
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    try:
-        norms: dict[tuple[str, int], int] = {}
-        for variant, rank in (("planted", 1), ("planted", 0), ("fixed", 1)):
-            step, n, meta, model = record_blind5.build("v99", variant, "cpu", rank=rank)
-            step()
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                step()
-            norms[variant, rank] = sum(
-                e.count for e in prof.key_averages() if e.key in VECTOR_NORMS
-            )
-            assert n > 0 and meta["extra_host_work_rank"] == 1
-            assert meta["param_tensors"] == len(list(model.parameters()))
-        tensors = meta["param_tensors"]
-    finally:
-        dist.destroy_process_group()
-        record_new.QUICK = saved
+    torch = pytest.importorskip("torch")
+    norms, builds = ops_by_variant_and_rank(record_blind5, "v99", VECTOR_NORMS, tmp_path)
+    for n, meta, model in builds.values():
+        assert n > 0 and meta["extra_host_work_rank"] == 1
+        assert meta["param_tensors"] == len(list(model.parameters()))
+    tensors = builds["planted", 1][1]["param_tensors"]
     assert norms == {("planted", 1): tensors, ("planted", 0): 0, ("fixed", 1): 0}
     assert torch.is_grad_enabled()
 

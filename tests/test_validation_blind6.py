@@ -7,23 +7,20 @@ the lead, with ``validate_gains_set.py --blind``."""
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 from validation_parts import (
     ONE_GPU_FIXES,
     TRUTH,
     VAL,
     assert_case_words,
+    assert_fifteen_with_one_two_gpu_straggler,
+    assert_new_families,
     assert_recorded_part,
     earlier_cases,
-    record_blind5,
+    ops_by_variant_and_rank,
+    record_blind6,
     record_new,
 )
-
-record_blind6 = importlib.import_module(
-    "record_blind6"
-)  # beside the recorders validation_parts reads
 
 FAMILIES = {
     "v100": "NAFNet",
@@ -52,7 +49,7 @@ both variants, seeded alike, end two steps with the same parameters. v110's fix 
 
 def earlier() -> dict[str, dict]:
     """Every case recorded before this part: v01-v99."""
-    return {**earlier_cases(record_blind5), **record_blind5.CASES}
+    return earlier_cases(record_blind6)
 
 
 def test_the_sixth_blind_part_is_its_own_group_numbered_on_from_v100() -> None:
@@ -65,19 +62,7 @@ def test_the_sixth_blind_part_is_its_own_group_numbered_on_from_v100() -> None:
 def test_the_models_and_their_families_are_new() -> None:
     """No model description of this part is an earlier part's, and no family it names appears in
     an earlier case's model or in the recorders of ../fixes and ../multi_gpu."""
-    before = [c.get("model") or "" for c in earlier().values()]
-    others = [
-        (VAL.parent / "fixes" / "record_fixes.py").read_text(),
-        (VAL.parent / "multi_gpu" / "record_multi_gpu.py").read_text(),
-    ]
-    mine = [c["model"] for c in record_blind6.CASES.values()]
-    assert len(set(mine)) == len(mine)
-    assert not set(mine) & set(before)
-    assert set(FAMILIES) == set(record_blind6.CASES)
-    for case, family in FAMILIES.items():
-        assert family in record_blind6.CASES[case]["model"], case
-        assert not [m for m in before if family in m], (case, family)
-        assert not [t for t in others if family in t], (case, family)
+    assert_new_families(record_blind6, FAMILIES)
 
 
 def test_the_sixth_blind_part_covers_the_fixes_three_nulls_and_a_rank_1_pace_setter() -> None:
@@ -112,13 +97,7 @@ def test_the_sixth_blind_part_covers_the_fixes_three_nulls_and_a_rank_1_pace_set
         "optimizer_fused",
     }
     assert all("gains ~0" in c["fix"] for c in nulls)
-    compiled = {k for k, c in record_blind6.CASES.items() if c.get("compiled")}
-    assert {k for k, c in record_blind6.CASES.items() if "torch.compile(" in c["fix"]} == compiled
-    assert sum(c.get("gpus", 1) == 1 for c in cases) == 14
-    two = [c for c in cases if c.get("gpus", 1) == 2]
-    assert [c["expected_fix"] for c in two] == ["load_imbalance"]
-    assert "rank 1" in two[0]["planted"]
-    assert len(cases) == 15
+    assert_fifteen_with_one_two_gpu_straggler(record_blind6)
 
 
 def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
@@ -246,27 +225,11 @@ def test_only_rank_1_of_the_planted_two_gpu_case_does_the_extra_host_work(
     """v114's builder under DDP (gloo, one process, --quick sizes) as rank 0 and as rank 1: one
     step of the planted variant on rank 1 runs two comparisons per class (its per-class counts,
     class by class); rank 0's planted step and rank 1's fixed step run none."""
-    pytest.importorskip("torch")
-    import torch
-    import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile
-
-    saved = record_new.QUICK
-    record_new.QUICK = True
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    try:
-        eqs: dict[tuple[str, int], int] = {}
-        for variant, rank in (("planted", 1), ("planted", 0), ("fixed", 1)):
-            step, n, meta, _model = record_blind6.build("v114", variant, "cpu", rank=rank)
-            step()
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                step()
-            eqs[variant, rank] = sum(e.count for e in prof.key_averages() if e.key == "aten::eq")
-            assert n > 0 and meta["extra_host_work_rank"] == 1
-        classes = meta["classes"]
-    finally:
-        dist.destroy_process_group()
-        record_new.QUICK = saved
+    torch = pytest.importorskip("torch")
+    eqs, builds = ops_by_variant_and_rank(record_blind6, "v114", {"aten::eq"}, tmp_path)
+    for n, meta, _model in builds.values():
+        assert n > 0 and meta["extra_host_work_rank"] == 1
+    classes = builds["planted", 1][1]["classes"]
     assert classes > 1
     assert eqs == {("planted", 1): 2 * classes, ("planted", 0): 0, ("fixed", 1): 0}
     assert torch.is_grad_enabled()

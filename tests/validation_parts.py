@@ -4,6 +4,7 @@ its recorded parts, and the one-GPU fixes every blind part times (issue 43, item
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import record_blind2  # noqa: E402
 import record_blind3  # noqa: E402
 import record_blind4  # noqa: E402
 import record_blind5  # noqa: E402
+import record_blind6  # noqa: E402
 import record_new  # noqa: E402
 import record_validation  # noqa: E402
 
@@ -57,13 +59,32 @@ ONE_GPU_FIXES = frozenset(
 
 
 def earlier_cases(part: Any) -> dict[str, dict]:
-    """Every case recorded before the blind part ``part`` (a recorder module: record_blind2, 3,
-    4, 5), by case: v01-v28, then each earlier blind part's."""
-    parts = [record_blind2, record_blind3, record_blind4, record_blind5]
+    """Every case recorded before the blind part ``part`` (a recorder module: record_blind2 to
+    6), by case: v01-v28, then each earlier blind part's."""
+    parts = [record_blind2, record_blind3, record_blind4, record_blind5, record_blind6]
     out = {**record_validation.CASES, **record_new.CASES, **record_blind.ALL}
     for p in parts[: parts.index(part)]:
         out.update(p.CASES)
     return out
+
+
+def assert_new_families(part: Any, families: dict[str, str]) -> None:
+    """No model description of the blind part ``part`` is an earlier part's, ``families`` names
+    one family per case (case -> a word of its model), and no family appears in an earlier
+    case's model or in the recorders of ../fixes and ../multi_gpu."""
+    before = [c.get("model") or "" for c in earlier_cases(part).values()]
+    others = [
+        (VAL.parent / "fixes" / "record_fixes.py").read_text(),
+        (VAL.parent / "multi_gpu" / "record_multi_gpu.py").read_text(),
+    ]
+    mine = [c["model"] for c in part.CASES.values()]
+    assert len(set(mine)) == len(mine)
+    assert not set(mine) & set(before)
+    assert set(families) == set(part.CASES)
+    for case, family in families.items():
+        assert family in part.CASES[case]["model"], case
+        assert not [m for m in before if family in m], (case, family)
+        assert not [t for t in others if family in t], (case, family)
 
 
 def assert_own_held_out_group(part: Any, group: str, first: int) -> None:
@@ -127,3 +148,49 @@ def assert_recorded_part(
         assert len(t["traced_run_step_ms"]) == 1, c["case"]
         assert c["extra"]["samples_per_step"] > 0, c["case"]
         assert c["intended_null"] == bool(part.CASES[c["case"]].get("null"))
+
+
+TWO_RANK_RUNS = (("planted", 1), ("planted", 0), ("fixed", 1))
+"""The (variant, rank) builds a 2-GPU case's rank test steps: rank 1 is the planted pace-setter."""
+
+
+def ops_by_variant_and_rank(
+    part: Any, case: str, names: Collection[str], tmp_path: Path
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], tuple[int, dict, Any]]]:
+    """The 2-GPU ``case`` of the blind part ``part`` built under DDP (gloo, one process, --quick
+    sizes) as each of :data:`TWO_RANK_RUNS`: the ops named in ``names`` that one profiled step
+    runs (after one step unprofiled), and each build's (samples per step, meta, model)."""
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    saved = record_new.QUICK
+    record_new.QUICK = True
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    counts: dict[tuple[str, int], int] = {}
+    builds: dict[tuple[str, int], tuple[int, dict, Any]] = {}
+    try:
+        for variant, rank in TWO_RANK_RUNS:
+            step, n, meta, model = part.build(case, variant, "cpu", rank=rank)
+            step()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                step()
+            counts[variant, rank] = sum(e.count for e in prof.key_averages() if e.key in names)
+            builds[variant, rank] = (n, meta, model)
+    finally:
+        dist.destroy_process_group()
+        record_new.QUICK = saved
+    return counts, builds
+
+
+def assert_fifteen_with_one_two_gpu_straggler(part: Any) -> None:
+    """The blind part ``part`` (from the fifth on) has 15 cases: 14 on one GPU and one on two whose
+    expected fix is ``load_imbalance`` with rank 1 planted; a case is marked ``compiled`` exactly
+    when its fix calls ``torch.compile(``."""
+    cases = list(part.CASES.values())
+    compiled = {k for k, c in part.CASES.items() if c.get("compiled")}
+    assert {k for k, c in part.CASES.items() if "torch.compile(" in c["fix"]} == compiled
+    assert sum(c.get("gpus", 1) == 1 for c in cases) == 14
+    two = [c for c in cases if c.get("gpus", 1) == 2]
+    assert [c["expected_fix"] for c in two] == ["load_imbalance"]
+    assert "rank 1" in two[0]["planted"]
+    assert len(cases) == 15

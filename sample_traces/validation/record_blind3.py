@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
 import record_new  # noqa: E402
-from record_common import Kit, kit  # noqa: E402
+from record_common import Kit, kit, precision_loss  # noqa: E402
 
 GROUP = "blind3"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -348,11 +348,7 @@ def _edsr(k: Kit, fixed: bool, device: str):
     lr = torch.rand(batch, 3, hw, hw, device=device)
     hr = torch.rand(batch, 3, 2 * hw, 2 * hw, device=device)
 
-    def loss_fn():
-        if fixed:
-            with k.ac:
-                return F.l1_loss(model(lr).float(), hr)
-        return F.l1_loss(model(lr), hr)
+    loss_fn = precision_loss(k, fixed, model, F.l1_loss, lr, hr)
 
     k.meta["precision"] = "bf16 autocast" if fixed else "fp32, TF32 off"
     return k.train(opt, loss_fn), batch, model
@@ -389,11 +385,7 @@ def _moe(k: Kit, fixed: bool, device: str):
     x = torch.randn(tokens, d, device=device)
     target = torch.randn(tokens, d, device=device)
 
-    def loss_fn():
-        if fixed:
-            with k.ac:
-                return F.mse_loss(model(x).float(), target)
-        return F.mse_loss(model(x), target)
+    loss_fn = precision_loss(k, fixed, model, F.mse_loss, x, target)
 
     k.meta["precision"] = "bf16 autocast" if fixed else "fp32, TF32 off"
     k.meta["tokens_per_expert"] = cap
@@ -768,11 +760,7 @@ def _recsys(k: Kit, fixed: bool, device: str):
     ids = torch.randint(0, rows, (tables, batch, bag), device=device)
     y = torch.randint(0, 2, (batch,), device=device).float()
 
-    def loss_fn():
-        if fixed:
-            with k.ac:
-                return F.binary_cross_entropy_with_logits(model(ids).float(), y)
-        return F.binary_cross_entropy_with_logits(model(ids), y)
+    loss_fn = precision_loss(k, fixed, model, F.binary_cross_entropy_with_logits, ids, y)
 
     k.meta["precision"] = "bf16 autocast" if fixed else "fp32, TF32 off"
     k.meta["params"] = sum(p.numel() for p in model.parameters())

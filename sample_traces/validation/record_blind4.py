@@ -34,8 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
-import record_new  # noqa: E402
-from record_common import Kit, built  # noqa: E402
+from record_common import Kit, precision_loss, recorder, uint8_batches  # noqa: E402
 
 GROUP = "blind4"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -361,11 +360,7 @@ def _cspdarknet(k: Kit, fixed: bool, device: str, rank: int):
     x = torch.randn(batch, 3, hw, hw, device=device)
     y = torch.randint(0, 80, (batch,), device=device)
 
-    def loss_fn():
-        if fixed:
-            with k.ac:
-                return F.cross_entropy(model(x).float(), y)
-        return F.cross_entropy(model(x), y)
+    loss_fn = precision_loss(k, fixed, model, F.cross_entropy, x, y)
 
     k.meta["precision"] = "bf16 autocast, TF32 off" if fixed else "fp32, TF32 off"
     return k.train(opt, loss_fn), batch, model
@@ -935,7 +930,7 @@ class PremadeImages:
 def _wrn(k: Kit, fixed: bool, device: str, rank: int):
     from torch.utils.data import DataLoader
 
-    torch, nn, F = k.torch, k.nn, k.F
+    nn, F = k.nn, k.F
     depth, widen, batch, workers, n = (10, 1, 4, 2, 64) if k.quick else (28, 10, 128, 4, 8192)
     per = (depth - 4) // 6
 
@@ -971,18 +966,12 @@ def _wrn(k: Kit, fixed: bool, device: str, rank: int):
     loader = DataLoader(
         PremadeImages(n), batch_size=batch, shuffle=True, drop_last=True, **(kw if fixed else {})
     )
-    state = {"it": iter(loader)}
-    mean = torch.tensor([0.5, 0.5, 0.5], device=device)[:, None, None]
+    next_batch = uint8_batches(loader, device)
 
     def loss_fn():
-        try:
-            xb, yb = next(state["it"])
-        except StopIteration:
-            state["it"] = iter(loader)
-            xb, yb = next(state["it"])
-        x = (xb.to(device).float() / 255 - mean) / 0.25
+        x, y = next_batch()
         with k.ac:
-            return F.cross_entropy(model(x).float(), yb.to(device))
+            return F.cross_entropy(model(x).float(), y)
 
     k.meta["num_workers"] = workers if fixed else 0
     k.meta["params"] = sum(q.numel() for q in model.parameters())
@@ -1080,13 +1069,9 @@ BUILDERS = {
 """Each case's builder: (kit, fixed, device, rank) -> (step_fn, samples_per_step, model)."""
 
 
-build = built(BUILDERS, 97531, lambda: record_new.QUICK)
-"""(step_fn, samples_per_step, meta, model) of one case and variant on this rank."""
-
-
-def main() -> int:
-    return record_new.main(cases=CASES, build_fn=build, script=__file__)
-
+build, main = recorder(CASES, BUILDERS, 97531, __file__)
+"""``build``: (step_fn, samples_per_step, meta, model) of one case and variant on this rank;
+``main``: record_new's driver over this part's cases."""
 
 if __name__ == "__main__":
     raise SystemExit(main())

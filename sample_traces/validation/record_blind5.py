@@ -36,8 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
-import record_new  # noqa: E402
-from record_common import Kit, built  # noqa: E402
+from record_common import Kit, precision_loss, recorder, uint8_batches, whole_step_graph  # noqa: E402
 
 GROUP = "blind5"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -453,11 +452,7 @@ def _alexnet(k: Kit, fixed: bool, device: str, rank: int):
     x = torch.randn(batch, 3, img, img, device=device)
     y = torch.randint(0, 1000, (batch,), device=device)
 
-    def loss_fn():
-        if fixed:
-            with k.ac:
-                return F.cross_entropy(model(x).float(), y)
-        return F.cross_entropy(model(x), y)
+    loss_fn = precision_loss(k, fixed, model, F.cross_entropy, x, y)
 
     k.meta["precision"] = "bf16 autocast, TF32 off" if fixed else "fp32, TF32 off"
     return k.train(opt, loss_fn), batch, model
@@ -745,22 +740,7 @@ def _fastkan(k: Kit, fixed: bool, device: str, rank: int):
     def loss_fn():
         return F.mse_loss(model(x), y)
 
-    step = k.train(opt, loss_fn)
-    if fixed and k.cuda:  # warm up on a side stream, then capture one whole step
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        opt.zero_grad(set_to_none=True)
-        with torch.cuda.graph(graph):
-            loss_fn().backward()
-            opt.step()
-        step = graph.replay
-    k.meta["cuda_graph"] = "whole step (torch.cuda.graph)" if fixed else "none"
-    k.meta["graph_captured"] = bool(fixed and k.cuda)
+    step = whole_step_graph(k, opt, loss_fn, k.train(opt, loss_fn), fixed)
     k.meta["layers"] = len(sizes) - 1
     return step, batch, model
 
@@ -971,7 +951,7 @@ class SlicedImages:
 def _regnety(k: Kit, fixed: bool, device: str, rank: int):
     from torch.utils.data import DataLoader
 
-    torch, nn, F = k.torch, k.nn, k.F
+    nn, F = k.nn, k.F
     widths, depths, gw, hw, batch, workers, n = (
         ((16, 32), (1, 1), 8, 32, 4, 2, 32)
         if k.quick
@@ -1012,18 +992,12 @@ def _regnety(k: Kit, fixed: bool, device: str, rank: int):
     loader = DataLoader(
         SlicedImages(n, hw), batch_size=batch, shuffle=True, drop_last=True, **(kw if fixed else {})
     )
-    state = {"it": iter(loader)}
-    mean = torch.tensor([0.5, 0.5, 0.5], device=device)[:, None, None]
+    next_batch = uint8_batches(loader, device)
 
     def loss_fn():
-        try:
-            xb, yb = next(state["it"])
-        except StopIteration:
-            state["it"] = iter(loader)
-            xb, yb = next(state["it"])
-        x = (xb.to(device).float() / 255 - mean) / 0.25
+        x, y = next_batch()
         with k.ac:
-            return F.cross_entropy(model(x).float(), yb.to(device))
+            return F.cross_entropy(model(x).float(), y)
 
     k.meta["num_workers"] = workers if fixed else 0
     k.meta["params"] = sum(q.numel() for q in model.parameters())
@@ -1122,13 +1096,9 @@ BUILDERS = {
 """Each case's builder: (kit, fixed, device, rank) -> (step_fn, samples_per_step, model)."""
 
 
-build = built(BUILDERS, 24680, lambda: record_new.QUICK)
-"""(step_fn, samples_per_step, meta, model) of one case and variant on this rank."""
-
-
-def main() -> int:
-    return record_new.main(cases=CASES, build_fn=build, script=__file__)
-
+build, main = recorder(CASES, BUILDERS, 24680, __file__)
+"""``build``: (step_fn, samples_per_step, meta, model) of one case and variant on this rank;
+``main``: record_new's driver over this part's cases."""
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -44,8 +44,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
-import record_new  # noqa: E402
-from record_common import Kit, built  # noqa: E402
+from record_common import Kit, precision_loss, recorder, uint8_batches, whole_step_graph  # noqa: E402
 
 GROUP = "blind6"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -485,11 +484,7 @@ def _linformer(k: Kit, fixed: bool, device: str, rank: int):
     ids = torch.randint(0, vocab, (batch, seq), device=device)
     y = torch.randint(0, 100, (batch,), device=device)
 
-    def loss_fn():
-        if fixed:
-            with k.ac:
-                return F.cross_entropy(model(ids).float(), y)
-        return F.cross_entropy(model(ids), y)
+    loss_fn = precision_loss(k, fixed, model, F.cross_entropy, ids, y)
 
     k.meta["precision"] = "bf16 autocast, TF32 on" if fixed else "fp32, TF32 on"
     return k.train(opt, loss_fn), batch, model
@@ -542,11 +537,7 @@ def _segnet(k: Kit, fixed: bool, device: str, rank: int):
     x = torch.randn(batch, 3, img, img, device=device)
     y = torch.randint(0, 12, (batch, img, img), device=device)
 
-    def loss_fn():
-        if fixed:
-            with k.ac:
-                return F.cross_entropy(model(x).float(), y)
-        return F.cross_entropy(model(x), y)
+    loss_fn = precision_loss(k, fixed, model, F.cross_entropy, x, y)
 
     k.meta["precision"] = "bf16 autocast, TF32 on" if fixed else "fp32, TF32 on"
     return k.train(opt, loss_fn), batch, model
@@ -818,22 +809,7 @@ def _neural_ode(k: Kit, fixed: bool, device: str, rank: int):
     def loss_fn():
         return F.mse_loss(model(x), y)
 
-    step = k.train(opt, loss_fn)
-    if fixed and k.cuda:  # warm up on a side stream, then capture one whole step
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        opt.zero_grad(set_to_none=True)
-        with torch.cuda.graph(graph):
-            loss_fn().backward()
-            opt.step()
-        step = graph.replay
-    k.meta["cuda_graph"] = "whole step (torch.cuda.graph)" if fixed else "none"
-    k.meta["graph_captured"] = bool(fixed and k.cuda)
+    step = whole_step_graph(k, opt, loss_fn, k.train(opt, loss_fn), fixed)
     k.meta["ode_evaluations"] = 4 * steps
     return step, batch, model
 
@@ -997,18 +973,12 @@ def _pspnet(k: Kit, fixed: bool, device: str, rank: int):
     loader = DataLoader(
         SlicedScenes(n, hw), batch_size=batch, shuffle=True, drop_last=True, **(kw if fixed else {})
     )
-    state = {"it": iter(loader)}
-    mean = torch.tensor([0.5, 0.5, 0.5], device=device)[:, None, None]
+    next_batch = uint8_batches(loader, device)
 
     def loss_fn():
-        try:
-            xb, yb = next(state["it"])
-        except StopIteration:
-            state["it"] = iter(loader)
-            xb, yb = next(state["it"])
-        x = (xb.to(device).float() / 255 - mean) / 0.25
+        x, y = next_batch()
         with k.ac:
-            return F.cross_entropy(model(x).float(), yb.to(device).long())
+            return F.cross_entropy(model(x).float(), y.long())
 
     k.meta["num_workers"] = workers if fixed else 0
     return k.train(opt, loss_fn), batch, model
@@ -1230,13 +1200,9 @@ BUILDERS = {
 """Each case's builder: (kit, fixed, device, rank) -> (step_fn, samples_per_step, model)."""
 
 
-build = built(BUILDERS, 13579, lambda: record_new.QUICK)
-"""(step_fn, samples_per_step, meta, model) of one case and variant on this rank."""
-
-
-def main() -> int:
-    return record_new.main(cases=CASES, build_fn=build, script=__file__)
-
+build, main = recorder(CASES, BUILDERS, 13579, __file__)
+"""``build``: (step_fn, samples_per_step, meta, model) of one case and variant on this rank;
+``main``: record_new's driver over this part's cases."""
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -72,3 +72,75 @@ def built(builders: dict[str, Any], seed: int, quick: bool) -> Any:
         return step, samples, k.meta, model
 
     return build
+
+
+def recorder(cases: dict[str, dict], builders: dict[str, Any], seed: int, script: str) -> Any:
+    """A blind part's ``(build, main)``: :func:`built` over its ``builders`` with ``seed`` (the
+    size switch read from ``record_new.QUICK`` at call time), and ``main()``, record_new's driver
+    over its ``cases`` run as ``script``."""
+    import record_new
+
+    build = built(builders, seed, lambda: record_new.QUICK)
+
+    def main() -> int:
+        return int(record_new.main(cases=cases, build_fn=build, script=script))
+
+    return build, main
+
+
+def precision_loss(k: Kit, fixed: bool, model: Any, loss: Any, x: Any, target: Any) -> Any:
+    """The loss of a mixed-precision pair: ``loss(model(x).float(), target)`` under bf16 autocast
+    (``k.ac``) for the fixed variant, ``loss(model(x), target)`` in fp32 for the planted one."""
+
+    def loss_fn() -> Any:
+        if fixed:
+            with k.ac:
+                return loss(model(x).float(), target)
+        return loss(model(x), target)
+
+    return loss_fn
+
+
+def uint8_batches(loader: Any, device: str) -> Any:
+    """A function giving ``loader``'s batches without end (a new pass when one ends): each an
+    (images, labels) pair of uint8 images, scaled to [0, 1] and normalised (mean 0.5, std 0.25)
+    on ``device``, and the labels as the loader gave them, on ``device``."""
+    import torch
+
+    mean = torch.tensor([0.5, 0.5, 0.5], device=device)[:, None, None]
+    state = {"it": iter(loader)}
+
+    def next_batch() -> tuple[Any, Any]:
+        try:
+            xb, yb = next(state["it"])
+        except StopIteration:
+            state["it"] = iter(loader)
+            xb, yb = next(state["it"])
+        return (xb.to(device).float() / 255 - mean) / 0.25, yb.to(device)
+
+    return next_batch
+
+
+def whole_step_graph(k: Kit, opt: Any, loss_fn: Any, step: Any, fixed: bool) -> Any:
+    """The step to time: ``step`` (``k.train(opt, loss_fn)``) as it is, or, for the fixed variant
+    on a GPU, one whole step (forward, backward, optimizer) captured once by ``torch.cuda.graph``
+    after 3 warm-up steps on a side stream, replayed (``opt`` must be capturable). Says which in
+    ``k.meta`` (``cuda_graph``, ``graph_captured``)."""
+    import torch
+
+    if fixed and k.cuda:  # warm up on a side stream, then capture one whole step
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            loss_fn().backward()
+            opt.step()
+        step = graph.replay
+    k.meta["cuda_graph"] = "whole step (torch.cuda.graph)" if fixed else "none"
+    k.meta["graph_captured"] = bool(fixed and k.cuda)
+    return step
