@@ -72,3 +72,68 @@ def test_device_env_turns_multicast_off_and_imports_gpuscope_from_the_tree() -> 
     ).stdout.split("\n")
     assert out[0] == "0 1 1 1"
     assert out[1] == str(ROOT / "app")
+
+
+def test_drive_lanes_runs_one_driver_per_lane_on_its_own_gpus_and_cores(tmp_path: Path) -> None:
+    """``drive_lanes blind6 c1 400 "0/0-15/v100,v103" "2,3/32-47/v114"``: two drivers at once,
+    each with its GPUs in CUDA_VISIBLE_DEVICES and its cores given to taskset, tagged c1-l0 and
+    c1-l1, 3 rounds, 400 s budget, interrupted at DRIVE_TIMEOUT_S; then only the case tars and one
+    tar of the logs and environments stay in $OUT. nvidia-smi, python3, taskset and timeout are
+    stubs that write down how they were called."""
+    import tarfile
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool in ("nvidia-smi", "python3", "nproc", "uptime"):
+        (bin_ / tool).write_text("#!/bin/sh\necho stub\n")
+    (bin_ / "taskset").write_text('#!/bin/sh\necho "$1 $2" >>"$OUT/taskset.txt"\n')
+    # the driver's stub writes its tar (named after --tar) and its call with the lane's GPUs
+    (bin_ / "timeout").write_text(
+        "#!/bin/sh\n"
+        'echo "$CUDA_VISIBLE_DEVICES|$*" >>"$OUT/calls.txt"\n'
+        'while [ $# -gt 0 ]; do [ "$1" = --tar ] && touch "$2"; shift; done\n'
+        'echo "== done"\n'
+    )
+    for tool in bin_.iterdir():
+        tool.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {
+        "PATH": f"{bin_}:/usr/bin:/bin",
+        "OUT": str(out),
+        "HOME": str(tmp_path),
+        "DRIVE_TIMEOUT_S": "560",
+    }
+    probe = f'{SOURCE} && drive_lanes blind6 c1 400 "0/0-15/v100,v103" "2,3/32-47/v114"'
+    done = subprocess.run(["bash", "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("== done") == 2
+    calls = sorted((out / "calls.txt").read_text().splitlines())
+    assert calls == [
+        "0|-s INT 560 python3 sample_traces/validation/record_blind6.py drive --cases v100,v103 "
+        f"--rounds 3 --out /tmp/blind6_c1-l0 --tar {out}/blind6_c1-l0.tar.gz --budget-s 400 "
+        "--child-timeout 150",
+        "2,3|-s INT 560 python3 sample_traces/validation/record_blind6.py drive --cases v114 "
+        f"--rounds 3 --out /tmp/blind6_c1-l1 --tar {out}/blind6_c1-l1.tar.gz --budget-s 400 "
+        "--child-timeout 150",
+    ]
+    assert sorted(x.split()[1] for x in (out / "taskset.txt").read_text().splitlines()) == [
+        "0-15",
+        "32-47",
+    ]
+    (out / "calls.txt").unlink()
+    (out / "taskset.txt").unlink()
+    assert sorted(p.name for p in out.iterdir()) == [
+        "blind6_c1-l0.tar.gz",
+        "blind6_c1-l1.tar.gz",
+        "blind6_c1_logs.tar.gz",
+    ]
+    with tarfile.open(out / "blind6_c1_logs.tar.gz") as tf:
+        assert sorted(tf.getnames()) == [
+            "blind6_c1-l0.log",
+            "blind6_c1-l1.log",
+            "env_blind6_c1-l0.txt",
+            "env_blind6_c1-l1.txt",
+            "lane0.out",
+            "lane1.out",
+        ]
