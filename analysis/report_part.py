@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from gpuscope.analysis.job import JobDiagnosis
     from gpuscope.analysis.report import RunReport
+    from gpuscope.analysis.verdict import JobDiagnosis
     from gpuscope.store import Connection
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from gpuscope.analysis.fmt import sig3
 
 if TYPE_CHECKING:
-    from gpuscope.analysis.job import JobDiagnosis
+    from gpuscope.analysis.verdict import JobDiagnosis
 
 from gpuscope.cli._common import fail, notice, open_db, print_json, run_id_or_exit
 from gpuscope.cli.analyze_sections import render_memory, render_modules, render_roofline
@@ -124,7 +124,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def run(args: argparse.Namespace) -> int:
     from gpuscope.analysis import report_part
-    from gpuscope.analysis.rank_index import within_working_memory
 
     kwargs = analysis_kwargs(args)
     con = open_db(args)
@@ -142,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
                 print(_render_stored(text, run_id, bool(getattr(args, "all_ranks", False))))
                 return 0
         from gpuscope.analysis.nvml_run import analyze_nvml_run, is_nvml_run
+        from gpuscope.analysis.rank_index import within_working_memory
 
         try:
             if is_nvml_run(con, run_id):
@@ -173,7 +173,7 @@ def _render_stored(text: str, run_id: str, all_ranks: bool) -> str:
     (the job's verdict rebuilt from its JSON)."""
     import json
 
-    from gpuscope.analysis.job import JobDiagnosis
+    from gpuscope.analysis.verdict import JobDiagnosis
 
     doc = json.loads(text)
     job = JobDiagnosis.from_json(doc["job"], run_id) if doc.get("job") else None
@@ -433,8 +433,8 @@ TOP_RANKS = 8
 
 
 def render_job(job: JobDiagnosis) -> list[str]:
-    """The job's verdict as text lines (:func:`gpuscope.analysis.job.headline_rows`)."""
-    from gpuscope.analysis.job import headline_rows
+    """The job's verdict as text lines (:func:`gpuscope.analysis.verdict.headline_rows`)."""
+    from gpuscope.analysis.verdict import headline_rows
 
     out = []
     for row in headline_rows(job):
@@ -445,7 +445,7 @@ def render_job(job: JobDiagnosis) -> list[str]:
 def render_ranks(doc: dict[str, Any], job: JobDiagnosis | None = None) -> list[str]:
     """The rank table (per step) and the straggler, for a run of several ranks; with ``job``,
     only the :data:`TOP_RANKS` ranks that make the others wait longest (the viewed one too)."""
-    from gpuscope.analysis.job import rank_rows
+    from gpuscope.analysis.verdict import rank_rows
 
     lines = doc["ranks"]
     left_out = 0
