@@ -20,7 +20,7 @@ The blind parts (every ``group`` whose name starts with ``blind``: v29-v40, v41-
 v85+) are judged
 only with ``--blind``: they stay unseen while estimates are tuned. ``--groups`` judges the named
 groups only (exact names, blind ones included when named), ``--seen`` the parts already judged
-once (:data:`SEEN_GROUPS`: v01-v84), so that calibration runs never touch a later blind part.
+once (:data:`SEEN_GROUPS`: v01-v99), so that calibration runs never touch a later blind part.
 
 The expected fix is looked for in the ``job`` object's ``recommendations`` when the report carries
 one (the verdict's fixes: the fix for the pace-setter's own cause first, with its estimate), then
@@ -60,11 +60,12 @@ GROUPS = (
     ("blind2", "Second blind part v41-v54 (never analysed before recording; only with --blind)"),
     ("blind3", "Third blind part v55-v69 (never analysed before recording; only with --blind)"),
     ("blind4", "Fourth blind part v70-v84 (never analysed before recording; only with --blind)"),
-    ("blind5", "Fifth blind part v85+ (never analysed before recording; only with --blind)"),
+    ("blind5", "Fifth blind part v85-v99 (never analysed before recording; only with --blind)"),
+    ("blind6", "Sixth blind part v100+ (never analysed before recording; only with --blind)"),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 SEEN_GROUPS = tuple(g for g, _ in GROUPS)[:-1]
-"""The parts already judged once (v01-v84): every part but the newest blind one, which is judged
+"""The parts already judged once (v01-v99): every part but the newest blind one, which is judged
 once when it lands and joins these with the next; ``--seen`` judges these and nothing else."""
 
 

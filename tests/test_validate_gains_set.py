@@ -67,35 +67,20 @@ def test_truth_matches_its_timings_and_holds_a_third_out() -> None:
         assert c["null"] == (abs(c["gain_pct"]) < NULL_PCT)
         for tr in c["traces"]:
             assert (TRUTH.parent / tr).is_file(), tr
-    import record_blind
-    import record_blind2
-    import record_blind3
-    import record_blind4
-    import record_blind5
     import record_new
+    from make_truth import BLIND_PARTS
 
     third = {c for i, c in enumerate(ORDER) if i % 3 == 2}
     new = {c for i, c in enumerate(record_new.ORDER) if i % 2 == 0}
-    blind = (
-        set(record_blind.CASES)
-        | set(record_blind2.CASES)
-        | set(record_blind3.CASES)
-        | set(record_blind4.CASES)
-        | set(record_blind5.CASES)
-    )
+    blind = {k for part in BLIND_PARTS for k in part.CASES}
     held = {c["case"] for c in cases if c["held_out"]}
     assert held == third | ((new | blind) & {c["case"] for c in cases})
+    assert [p.GROUP for p in BLIND_PARTS] == ["blind", *(f"blind{i}" for i in range(2, 7))]
     for c in cases:
-        if c["case"] in record_blind5.CASES:
-            want = "blind5"
-        elif c["case"] in record_blind4.CASES:
-            want = "blind4"
-        elif c["case"] in record_blind3.CASES:
-            want = "blind3"
-        elif c["case"] in record_blind2.CASES:
-            want = "blind2"
-        elif c["case"] in blind:
-            want = "blind"
+        own = [p.GROUP for p in BLIND_PARTS if c["case"] in p.CASES]
+        if own:
+            assert len(own) == 1, c["case"]
+            want = own[0]
         elif c["case"] in record_new.CASES:
             want = "held_out_new" if c["case"] in new else "new"
         else:
@@ -125,24 +110,14 @@ def test_truth_is_what_the_timing_files_say() -> None:
     runs of its timing files (step time, or per-sample time for batch-size cases), in round
     order, and each run was a fresh process of the variant it claims; the new part's cases are
     all there once recorded, each with the trace of its planted variant, every rank's."""
-    import record_blind
-    import record_blind2
-    import record_blind3
-    import record_blind4
-    import record_blind5
     import record_new
+    from make_truth import BLIND_PARTS
     from record_validation import CASES
 
     cases = {c["case"]: c for c in json.loads(TRUTH.read_text())["cases"]}
-    every = {
-        **CASES,
-        **record_new.CASES,
-        **record_blind.CASES,
-        **record_blind2.CASES,
-        **record_blind3.CASES,
-        **record_blind4.CASES,
-        **record_blind5.CASES,
-    }
+    every = {**CASES, **record_new.CASES}
+    for part in BLIND_PARTS:
+        every.update(part.CASES)
     for name, c in cases.items():
         d = TRUTH.parent / name
         if name not in every:  # v14: the FSDP pair of ../multi_gpu
@@ -156,14 +131,7 @@ def test_truth_is_what_the_timing_files_say() -> None:
         gpus = every[name].get("gpus", 1)
         assert c["gpus"] == gpus
         assert len(c["traces"]) == gpus, name  # one trace per rank
-    for part in (
-        record_new,
-        record_blind,
-        record_blind2,
-        record_blind3,
-        record_blind4,
-        record_blind5,
-    ):
+    for part in (record_new, *BLIND_PARTS):
         recorded = [k for k in part.ORDER if (TRUTH.parent / k / "timing.json").exists()]
         assert [k for k in cases if k in part.CASES] == recorded
 

@@ -96,4 +96,4 @@ def test_the_recorded_fourth_blind_part_is_apart_and_whole() -> None:
     (17 KB-2 MB), timed in fresh processes on an NVIDIA GPU, >= 3 rounds (>= 5 where the rounds
     scatter), its row whole (device, torch, timings, rounds, extra); make_truth's earlier cases
     come first, in their own order."""
-    assert_recorded_part(record_blind4, later=("blind5",))
+    assert_recorded_part(record_blind4)

@@ -31,12 +31,14 @@ __all__ = [
     "assert_case_words",
     "assert_own_held_out_group",
     "earlier_cases",
+    "later_groups",
     "make_truth",
     "record_blind",
     "record_blind2",
     "record_blind3",
     "record_blind4",
     "record_blind5",
+    "record_blind6",
     "record_new",
     "record_validation",
 ]
@@ -116,15 +118,21 @@ SCATTER_POINTS = 12.0
 """Rounds whose gains spread over this many points need >= 5 of them (the recording rule)."""
 
 
-def assert_recorded_part(
-    part: Any, later: tuple[str, ...] = (), short_of_rounds: frozenset[str] = frozenset()
-) -> None:
+def later_groups(part: Any) -> set[str]:
+    """The groups of the blind parts recorded after ``part`` (make_truth.BLIND_PARTS' order)."""
+    parts = make_truth.BLIND_PARTS
+    return {p.GROUP for p in parts[parts.index(part) + 1 :]}
+
+
+def assert_recorded_part(part: Any, short_of_rounds: frozenset[str] = frozenset()) -> None:
     """Every recorded case of the blind part ``part`` in truth.json: its group, held out, one trace
     of its planted variant per rank (17 KB-2 MB), timed in fresh processes on an NVIDIA GPU, >= 3
     rounds (>= 5 where the rounds scatter over :data:`SCATTER_POINTS`, except exactly the cases
     ``short_of_rounds``), its row whole (device, torch, timings, rounds, extra); make_truth's
-    earlier cases come first, in their own order, and only the groups ``later`` follow it."""
+    earlier cases come first, in their own order, and only the later blind parts' groups follow it."""
     import json
+
+    later = later_groups(part)
 
     cases = json.loads(TRUTH.read_text())["cases"]
     mine = [c for c in cases if c["group"] == part.GROUP]

@@ -17,8 +17,10 @@ part of it is calibration; ``held_out`` is true). Every case of record_blind2.py
 ``group: "blind2"``, likewise held out: recorded after v29-v40 had been looked at, judged once;
 every case of record_blind3.py (v55-v69) is ``group: "blind3"``, held out, recorded after
 v41-v54 had been judged; and every case of record_blind4.py (v70-v84) is ``group: "blind4"``,
-held out, recorded after v55-v69 had been judged; and every case of record_blind5.py (v85-v99) is
-``group: "blind5"``, held out, recorded after v70-v84 had been judged.
+held out, recorded after v55-v69 had been judged; every case of record_blind5.py (v85-v99) is
+``group: "blind5"``, held out, recorded after v70-v84 had been judged; and every case of
+record_blind6.py (v100-v114) is ``group: "blind6"``, held out, recorded after v85-v99 had been
+judged.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import record_blind2  # noqa: E402
 import record_blind3  # noqa: E402
 import record_blind4  # noqa: E402
 import record_blind5  # noqa: E402
+import record_blind6  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -48,8 +51,19 @@ GROUPS = (
     "blind3",
     "blind4",
     "blind5",
+    "blind6",
 )
 """The set's parts, in the order the benchmark prints them."""
+
+BLIND_PARTS = (
+    record_blind,
+    record_blind2,
+    record_blind3,
+    record_blind4,
+    record_blind5,
+    record_blind6,
+)
+"""The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 
 
 HELD_OUT_GROUPS = tuple(g for g in GROUPS if g not in ("calibration", "new"))
@@ -59,16 +73,9 @@ new part not held out."""
 
 def group(case: str) -> str:
     """The part of the set a case belongs to (:data:`GROUPS`)."""
-    if case in record_blind5.CASES:
-        return record_blind5.GROUP
-    if case in record_blind4.CASES:
-        return record_blind4.GROUP
-    if case in record_blind3.CASES:
-        return record_blind3.GROUP
-    if case in record_blind2.CASES:
-        return record_blind2.GROUP
-    if case in record_blind.CASES:
-        return record_blind.GROUP
+    for part in BLIND_PARTS:
+        if case in part.CASES:
+            return str(part.GROUP)
     if case in record_new.CASES:
         return "held_out_new" if case in record_new.HELD_OUT else "new"
     return "held_out_third" if case in HELD_OUT else "calibration"
@@ -86,15 +93,7 @@ def single(case: str) -> dict | None:
     files = sorted((HERE / case).glob("timing*.json"))  # timing.json, then timing_run2.json
     if not files:
         return None
-    every = (
-        CASES,
-        record_new.CASES,
-        record_blind.CASES,
-        record_blind2.CASES,
-        record_blind3.CASES,
-        record_blind4.CASES,
-        record_blind5.CASES,
-    )
+    every = (CASES, record_new.CASES, *(part.CASES for part in BLIND_PARTS))
     meta = {k: v for part in every for k, v in part.items()}[case]
     per_sample = meta.get("bound") == "per_sample_time"
     key = "per_sample_us" if per_sample else "step_ms_median"
@@ -265,12 +264,8 @@ def main() -> int:
     f = fsdp()
     if f is not None:
         cases.append(f)
-    cases += [c for c in (single(k) for k in record_new.ORDER) if c is not None]
-    cases += [c for c in (single(k) for k in record_blind.ORDER) if c is not None]
-    cases += [c for c in (single(k) for k in record_blind2.ORDER) if c is not None]
-    cases += [c for c in (single(k) for k in record_blind3.ORDER) if c is not None]
-    cases += [c for c in (single(k) for k in record_blind4.ORDER) if c is not None]
-    cases += [c for c in (single(k) for k in record_blind5.ORDER) if c is not None]
+    for order in (record_new.ORDER, *(part.ORDER for part in BLIND_PARTS)):
+        cases += [c for c in (single(k) for k in order) if c is not None]
     doc = {
         "about": "issue 43's validation set: planted cause, fix, expected gpuscope fix id, "
         "unprofiled timings (fresh processes, interleaved), measured gain. held_out: every "
@@ -282,7 +277,8 @@ def main() -> int:
         "record_blind3.py (v55-v69, group blind3), recorded after v41-v54 had been judged; and so is "
         "every case of record_blind4.py (v70-v84, group blind4), recorded after v55-v69 had been "
         "judged; and so is every case of record_blind5.py (v85-v99, group blind5), recorded after "
-        "v70-v84 had been judged. "
+        "v70-v84 had been judged; and so is every case of record_blind6.py (v100-v114, group "
+        "blind6), recorded after v85-v99 had been judged. "
         "compile: eager vs "
         "torch.compile of v06, v12 and v23's planted variants.",
         "cases": cases,

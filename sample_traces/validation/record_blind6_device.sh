@@ -7,7 +7,10 @@
 # process; the driver starts no case after BUDGET_S (default 470) seconds.
 # `more` as 5th argument: ROUNDS more rounds, no trace (a second recording, timing_run2.json).
 # gpuscope is not installed there: device_env.sh (this folder) makes it importable.
-# Not recorded yet: the recipes (record_blind6.py) were fixed before any device call.
+# As recorded (README, "Sixth blind part recorded"), on one nvidia-h100-x4 lease that came as 4 x H200,
+# the recipes (record_blind6.py) fixed before any device call: call c1 ran v100-v113 as four lanes at
+# once (device_env.sh's drive_lanes: each lane its own GPU and 16 cores), call c2 v114 (5 rounds, GPUs
+# 0-1) beside `more` rounds of v102 (GPU 2) and v101 (GPU 3), whose first rounds scattered.
 set -u
 . sample_traces/validation/device_env.sh  # multicast off, gpuscope importable, drive_part
 drive_part blind6 "$@"
