@@ -358,8 +358,9 @@ def _own_work_fix(
 ) -> Recommendation | None:
     """:func:`~gpuscope.analysis.fixes.load_imbalance.own_work_fix` for the rank ``cause`` names
     (``rep``: its report), against every other rank, on its untraced step when known (its
-    profiler cost per event then from it), else the job's step; None without ``con``, a critical
-    path's main thread, or ops of its own."""
+    profiler cost per event then from it), else the job's step, bound by the pace-setter's own
+    GPU work per step (its busy share less its wait, on its median step); None without ``con``, a
+    critical path's main thread, or ops of its own."""
     from gpuscope.analysis.fixes import load_imbalance
     from gpuscope.analysis.own_host_work import extra_ops
     from gpuscope.analysis.straggler_cause import host_ops_per_step
@@ -380,7 +381,13 @@ def _own_work_fix(
         if events > 0:
             per_event = max(0.0, prof.traced_step_ms - untraced) * 1e3 / events
     base = untraced or cause.job_step_ms or 0.0
-    return load_imbalance.own_work_fix(extra, float(base), per_event)
+    line = next((x for x in rep.ranks if int(x.rank) == int(cause.rank)), None)
+    gpu_ms = None
+    if line is not None and None not in (line.step_p50_ms, line.gpu_busy_pct):
+        # its GPU's own work per step: busy less the wait for others, on its median step
+        own_pct = float(line.gpu_busy_pct or 0.0) - float(line.comm_wait_pct or 0.0)
+        gpu_ms = float(line.step_p50_ms or 0.0) * max(0.0, own_pct) / 100.0
+    return load_imbalance.own_work_fix(extra, float(base), per_event, gpu_ms)
 
 
 def _float(v: Any) -> float | None:

@@ -117,3 +117,29 @@ def test_own_work_fix_names_the_ops():
     assert "aten::mul_ (170 more per step)" in rec.evidence["summary"]
     assert "2.00 µs for each of the 500 events" in rec.evidence["summary"]
     assert "_foreach_" in rec.fix
+
+
+def test_own_work_estimate_stops_at_the_pace_setters_gpu_work():
+    """Base 40 ms, GPU work 38 ms per step: at most 2 ms = 5 % can go. The point (7.5 %) and the
+    top (12.3 %) are above it, the low end (4.07 %) under it: 5 % (4.07-5), clipped, still built
+    on the ops. With 39 ms of GPU work the bound is 2.5 %, under even the low end: the bound's own
+    estimate, 1.25 % (0-2.5). With 30 ms (bound 25 %) nothing changes."""
+    e = own_work_estimate(_extra(), 40.0, 2.0, gpu_ms=38.0)
+    assert e.method == "host_ops" and e.clipped and e.bound
+    assert e.gain_pct == pytest.approx(5.0) and e.high_pct == pytest.approx(5.0)
+    assert e.low_pct == pytest.approx(100 * 2.0 / HOST_VARIATION / 40.0)
+    assert e.step_ms == pytest.approx(38.0)
+    e = own_work_estimate(_extra(), 40.0, 2.0, gpu_ms=39.0)
+    assert e.method == "host_ops" and e.clipped
+    assert (e.gain_pct, e.low_pct, e.high_pct) == pytest.approx((1.25, 0.0, 2.5))
+    assert own_work_estimate(_extra(), 40.0, 2.0, gpu_ms=30.0) == own_work_estimate(
+        _extra(), 40.0, 2.0
+    )
+
+
+def test_own_work_fix_says_its_bound():
+    rec = own_work_fix(_extra(), 40.0, 2.0, gpu_ms=38.0)
+    assert rec.bound_pct == pytest.approx(5.0)
+    assert "its GPU's own work is 38.0 ms per step" in rec.evidence["summary"]
+    assert "at most 5.00 % can go" in rec.evidence["summary"]
+    assert own_work_fix(_extra(), 40.0, 2.0).bound_pct is None

@@ -3,6 +3,7 @@ when the rank that sets the pace computes more (:func:`equal_work_fix`, estimate
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.fixes import base as fx
@@ -200,7 +201,18 @@ OWN_WORK_CODE = (
 )
 
 
-def own_work_estimate(extra: ExtraOps, base_ms: float, cost_per_event_us: float | None) -> Estimate:
+def own_work_bound(base_ms: float, gpu_ms: float | None) -> float | None:
+    """The proven bound (%) of taking host work off a pace-setter whose own GPU work is ``gpu_ms``
+    per step, on a step of ``base_ms``: its step cannot fall below its GPU's own work, so at most
+    ``base_ms - gpu_ms`` goes. None when either is unknown."""
+    if gpu_ms is None or base_ms <= 0:
+        return None
+    return 100.0 * max(0.0, base_ms - gpu_ms) / base_ms
+
+
+def own_work_estimate(
+    extra: ExtraOps, base_ms: float, cost_per_event_us: float | None, gpu_ms: float | None = None
+) -> Estimate:
     """The job step's gain (%) with the pace-setter's own host work gone (:mod:`gpuscope.analysis.
     own_host_work`), on ``base_ms`` (its untraced step when known, else its traced one): the
     extra ops' time and the loop between them, less the profiler's cost in them (``cost_per_event_us``
@@ -208,8 +220,10 @@ def own_work_estimate(extra: ExtraOps, base_ms: float, cost_per_event_us: float 
     at the low end). ``low``: the ops alone on a host :data:`~gpuscope.analysis.gains.
     HOST_VARIATION` slower (the fixed process's); ``high``: ops and loop with no deduction on one
     that much faster. The pace-setter is host-bound (its cause): its step loses what its host
-    loses."""
-    from gpuscope.analysis.gains import HOST_VARIATION
+    loses, down to its GPU's own work ``gpu_ms`` per step (:func:`own_work_bound`, through
+    :func:`~gpuscope.analysis.fixes.base.clip`: a range wholly above it gives way to the bound's own
+    estimate)."""
+    from gpuscope.analysis.gains import HOST_VARIATION, Context
 
     c = cost_per_event_us if cost_per_event_us is not None else 0.0
     c_low = cost_per_event_us if cost_per_event_us is not None else PROFILER_EVENT_US
@@ -224,7 +238,7 @@ def own_work_estimate(extra: ExtraOps, base_ms: float, cost_per_event_us: float 
     def pct(ms: float) -> float:
         return 100.0 * min(ms, base_ms) / base_ms
 
-    return Estimate(
+    est = Estimate(
         pct(mid_ms),
         min(pct(low_ms), pct(mid_ms)),
         max(pct(high_ms), pct(mid_ms)),
@@ -232,13 +246,16 @@ def own_work_estimate(extra: ExtraOps, base_ms: float, cost_per_event_us: float 
         method="host_ops",
         calibrated=cost_per_event_us is not None,
     )
+    bounded = fx.clip(est, own_work_bound(base_ms, gpu_ms), Context(n_steps=1, step_ms=base_ms))
+    return replace(bounded, method="host_ops")  # clipped or not, built on the ops
 
 
 def own_work_fix(
-    extra: ExtraOps, base_ms: float, cost_per_event_us: float | None
+    extra: ExtraOps, base_ms: float, cost_per_event_us: float | None, gpu_ms: float | None = None
 ) -> Recommendation:
     """The job's fix when rank ``extra.rank`` sets the pace by host work of its own: "take it off
-    the step", estimated by :func:`own_work_estimate`. No proven bound."""
+    the step", estimated by :func:`own_work_estimate`; bound by the pace-setter's own GPU work
+    ``gpu_ms`` per step when known (:func:`own_work_bound`)."""
     top = sorted(extra.names.items(), key=lambda kv: -(kv[1][0] - kv[1][1]))
     names = ", ".join(f"{n} ({sig3(m - t)} more per step)" for n, (m, t) in top[:4])
     ops_ms, loop_ms = extra.ops_ms_per_step, extra.loop_ms_per_step
@@ -250,6 +267,7 @@ def own_work_fix(
         "loop_ms_per_step": loop_ms,
         "events_per_step": extra.events_per_step,
         "profiler_us_per_event": cost_per_event_us,
+        "gpu_ms_per_step": gpu_ms,
         "summary": (
             f"Rank {extra.rank} runs {sig3(extra.extra_per_step)} host ops per step that the "
             f"other ranks do not: {names}; as traced they take {sig3(ops_ms)} ms per step, and "
@@ -259,6 +277,13 @@ def own_work_fix(
                 f"each of the {sig3(extra.events_per_step)} events it recorded in them"
                 if cost_per_event_us is not None
                 else " (the profiler's own cost in them is not known: no untraced step)"
+            )
+            + (
+                f"; its GPU's own work is {sig3(gpu_ms)} ms per step, below which its step of "
+                f"{sig3(base_ms)} ms cannot fall: at most {sig3(own_work_bound(base_ms, gpu_ms))} % "
+                "can go"
+                if gpu_ms is not None and base_ms > 0
+                else ""
             )
             + "."
         ),
@@ -273,5 +298,6 @@ def own_work_fix(
         OWN_WORK_CODE,
         100.0 * (ops_ms + loop_ms) / base_ms if base_ms > 0 else 0.0,
     )
-    rec.estimate = own_work_estimate(extra, base_ms, cost_per_event_us)
+    rec.bound_pct = own_work_bound(base_ms, gpu_ms)
+    rec.estimate = own_work_estimate(extra, base_ms, cost_per_event_us, gpu_ms)
     return rec
