@@ -23,9 +23,8 @@ Each fix's models (its ``low`` / ``mid`` / ``high`` variants) live with the fix,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from gpuscope.analysis.critical_path import (
@@ -38,6 +37,7 @@ from gpuscope.analysis.critical_path import (
     replay,
     replay_schedule,
 )
+from gpuscope.analysis.recommendation import Estimate as Estimate
 
 HOST_SCALE_MID = 0.4
 HOST_SCALE_RANGE = (0.3, 0.5)
@@ -67,49 +67,6 @@ v02, v05, v08, v10, planted and fixed: 1.09-1.48, median 1.23 like :data:`HOST_V
 v05's fixed 1.48, v08's planted 1.40, v10's planted over 8 processes 1.30). The range's top
 replays the planted graph on a host this much slower against the strongest fix on the traced
 host."""
-
-
-@dataclass
-class Estimate:
-    """A fix's estimated reduction of the step time (per-sample time for a fix that grows the
-    batch), %: ``gain_pct`` (best estimate), ``low_pct``..``high_pct`` (range), ``step_ms`` (the
-    step time after the fix), ``bound``: whether ``high_pct`` is the fix's proven bound;
-    ``clipped``: the re-timing went above that bound and was cut there."""
-
-    gain_pct: float
-    low_pct: float
-    high_pct: float
-    step_ms: float | None
-    method: str = "critical_path"
-    bound: bool = False
-    calibrated: bool = False
-    clipped: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "gain_pct": self.gain_pct,
-            "low_pct": self.low_pct,
-            "high_pct": self.high_pct,
-            "step_ms": self.step_ms,
-            "method": self.method,
-            "bound": self.bound,
-            "calibrated": self.calibrated,
-            "clipped": self.clipped,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Estimate:
-        """The estimate :meth:`to_json` wrote."""
-        return cls(
-            d["gain_pct"],
-            d["low_pct"],
-            d["high_pct"],
-            d["step_ms"],
-            d["method"],
-            d["bound"],
-            d["calibrated"],
-            d["clipped"],
-        )
 
 
 @dataclass

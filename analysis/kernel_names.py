@@ -222,6 +222,14 @@ def distinct_clips(names: list[str], width: int) -> list[str]:
     return out
 
 
+def kernel_labels(names: list[str], width: int) -> list[str]:
+    """Kernel names as a table shows them: short (no ``void``, no parameter list), cut in the
+    middle to ``width`` characters, never two distinct names alike
+    (:func:`gpuscope.analysis.kernel_names.distinct_clips`); ``others (…)`` rows as they are."""
+    short = [n if n.startswith("others (") else short_name(n, 10**4) for n in names]
+    return distinct_clips(short, width)
+
+
 def rules_markdown() -> str:
     """The category rules as a markdown table (for docs/metrics.md)."""
     out = [

@@ -26,6 +26,7 @@ from gpuscope.analysis.gains import Estimate
 from gpuscope.analysis.idle import CAUSES
 from gpuscope.analysis.job import DRAIN_FACTOR as DRAIN_FACTOR  # the web's drain-step rule
 from gpuscope.analysis.job import HeadlineRow, JobDiagnosis, diagnose, headline_rows, step_time
+from gpuscope.analysis.kernel_names import kernel_labels as kernel_labels
 from gpuscope.analysis.kernels import KernelRow
 from gpuscope.analysis.memory import (
     HeldBlock,
@@ -450,16 +451,6 @@ def top_kernels(report: RunReport) -> TopKernels:
     """The top kernels of a report (none without ``details``)."""
     kernels = report.kernels
     return TopKernels(tuple(kernels.top) if kernels is not None else (), _n_steps(report))
-
-
-def kernel_labels(names: list[str], width: int) -> list[str]:
-    """Kernel names as a table shows them: short (no ``void``, no parameter list), cut in the
-    middle to ``width`` characters, never two distinct names alike
-    (:func:`gpuscope.analysis.kernel_names.distinct_clips`); ``others (…)`` rows as they are."""
-    from gpuscope.analysis.kernel_names import distinct_clips, short_name
-
-    short = [n if n.startswith("others (") else short_name(n, 10**4) for n in names]
-    return distinct_clips(short, width)
 
 
 def rank_overview(report: RunReport) -> RankOverview:

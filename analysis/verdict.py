@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuscope.analysis.fixes.base import (
+from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.recommendation import (
     Recommendation,  # at run time: a field's type (typing.get_type_hints)
 )
-from gpuscope.analysis.fmt import sig3
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ WEB = REPO / "app" / "web"
 
 #: "module.Class.field" -> why it is free-form by design (the list only shrinks).
 FREE_FORM = {
-    "gpuscope.analysis.fixes.base.Recommendation.evidence": (
+    "gpuscope.analysis.recommendation.Recommendation.evidence": (
         "each rule's own evidence rows: the keys differ per rule"
     ),
     "gpuscope.analysis.report.RunReport.run": "the runs table's row of the run, by column",

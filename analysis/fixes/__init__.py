@@ -14,6 +14,8 @@ from gpuscope.analysis.fixes.base import (
     KernelStats,
     Recommendation,
 )
+from gpuscope.analysis.recommendation import ORDER_NOTE as ORDER_NOTE
+from gpuscope.analysis.recommendation import SIGNIFICANT_PCT as SIGNIFICANT_PCT
 
 if TYPE_CHECKING:
     from gpuscope.analysis.critical_path import CriticalPath
@@ -44,25 +46,6 @@ UNITS: tuple[FixUnit, ...] = tuple(import_module(m, __name__).UNIT for m in MODU
 BY_ID: dict[str, FixUnit] = {u.id: u for u in UNITS}
 FIX_IDS: tuple[str, ...] = tuple(BY_ID)
 """Every ``recommendations[].id``, in tie-break order."""
-
-SIGNIFICANT_PCT = 5.0
-"""An estimate (%) from which a fix that keeps the training identical goes before a fix that
-changes it. Chosen on the calibration cases of sample_traces/validation alone: 5 % is issue 43's
-ceiling for an estimate where the fix gains nothing (``benchmarks/validate_gains_set.OVER_PCT``);
-there the fixes that gain nothing are estimated at 0.5 % at most (v11's ``host_sync``, v13's
-``memory_near_full`` 0, v15 none), the planted fixes that gain at 10.4 % or more (v07's
-``cudnn_benchmark``), but for v10's ``pin_memory`` at 3.1 % (it gains 13.5 %: below the
-threshold, the batch fix stays before it)."""
-
-ORDER_NOTE = (
-    "Largest estimated gain first, re-timed on the critical path. Every gain is a share of the "
-    "time per sample: a fix that keeps the batch gains the same share of the step time. "
-    "torch.compile and CUDA graphs come after the fix of a cause found in the step (recompute, "
-    "optimizer loop), estimated on top of it. A fix that changes the training (a larger batch: "
-    "learning rate, convergence, memory) comes after the fixes that keep it identical and are "
-    f"estimated at {SIGNIFICANT_PCT:g}% or more."
-)
-"""How the faces say the fixes are ordered, and on which footing their gains compare."""
 
 __all__ = [
     "BY_ID",

@@ -17,6 +17,10 @@ from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.gains import Context, Estimate, Variant, replay_estimate
 from gpuscope.analysis.idle import IdleResult
 from gpuscope.analysis.rank_row import RankRow
+from gpuscope.analysis.recommendation import MEMORY as MEMORY
+from gpuscope.analysis.recommendation import PER_SAMPLE_TIME as PER_SAMPLE_TIME
+from gpuscope.analysis.recommendation import STEP_TIME as STEP_TIME
+from gpuscope.analysis.recommendation import Recommendation as Recommendation
 
 if TYPE_CHECKING:
     from gpuscope.analysis.copies import PageableCopies
@@ -30,13 +34,6 @@ MIN_PER_STEP_US = 100.0
 """... and so is one of at least this many µs per step ..."""
 FLOOR_PCT = 0.5
 """... as long as it is at least this share of the window (%): below, it is too small."""
-
-STEP_TIME = "step_time"
-"""Footing of a fix that keeps the batch: its step-time gain is also its time-per-sample gain."""
-PER_SAMPLE_TIME = "per_sample_time"
-"""Footing of a fix that changes the batch: the gain is on the time per sample."""
-MEMORY = "memory"
-"""Footing of a fix whose gain is room in GPU memory (time only from the allocator's calls)."""
 
 
 @dataclass(frozen=True)
@@ -109,87 +106,6 @@ class Inputs:
     # matched all-reduce; :func:`gpuscope.analysis.fixes.overlap_communication.allreduce_per_step`)
     allreduce_bytes_per_step: float | None = None
     allreduce_ns_per_step: float | None = None
-
-
-@dataclass
-class Recommendation:
-    """One fix the run's evidence supports.
-
-    ``evidence``: ``summary`` (one sentence) plus the numbers it is built from. ``cost_pct``: the
-    cost the rule measured (% of the step: the time it addresses, profiler-capped; what made it
-    fire, not a gain). ``bound_pct``: a proven ceiling on the gain (%), None where none is proven
-    (docs/metrics.md, "Recommendations"). ``footing``: what the gain is a share of
-    (:data:`STEP_TIME`, :data:`PER_SAMPLE_TIME`, :data:`MEMORY`). ``estimate``: the gain re-timed
-    on the critical path (None until the report adds it; never above ``bound_pct``)."""
-
-    id: str
-    title: str
-    why: str
-    evidence: dict[str, Any]
-    fix: str
-    cost_pct: float
-    bound_pct: float | None = None
-    footing: str = STEP_TIME
-    estimate: Estimate | None = None
-
-    @property
-    def gain_pct(self) -> float | None:
-        """The one number of the fix: its estimate's point value (%), None without an estimate."""
-        return self.estimate.gain_pct if self.estimate is not None else None
-
-    @property
-    def gain_phrase(self) -> str:
-        """The gain in words: "step time down 36.3% (range 29.8 to 38.7%)", "at most" only after a
-        proven bound; a point below 0 said as what it is ("not expected to help: step time up
-        13.8% by the estimate (range -56.5 to 58.6%)"); without an estimate the proven bound
-        alone, else ""."""
-        what = "time per sample" if self.footing == PER_SAMPLE_TIME else "step time"
-        e = self.estimate
-        if e is not None:
-            rng = f"(range {e.low_pct:.3g} to {e.high_pct:.3g}%)"
-            if e.gain_pct < 0:
-                out = f"not expected to help: {what} up {-e.gain_pct:.3g}% by the estimate {rng}"
-            else:
-                out = f"{what} down {e.gain_pct:.3g}% {rng}"
-            if self.footing == PER_SAMPLE_TIME:
-                out += ", with a larger batch per step"
-            if self.bound_pct is not None:
-                out += f"; at most {self.bound_pct:.3g}%"
-        elif self.bound_pct is not None:
-            out = f"{what} down by at most {self.bound_pct:.3g}%"
-        else:
-            return ""
-        return f"frees GPU memory; {out}" if self.footing == MEMORY else out
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "title": self.title,
-            "why": self.why,
-            "evidence": self.evidence,
-            "cost_pct": self.cost_pct,
-            "bound_pct": self.bound_pct,
-            "footing": self.footing,
-            "gain": self.gain_phrase,
-            "fix": self.fix,
-            "estimate": self.estimate.to_json() if self.estimate is not None else None,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Recommendation:
-        """The recommendation :meth:`to_json` wrote (``gain`` is derived, not read)."""
-        est = d.get("estimate")
-        return cls(
-            d["id"],
-            d["title"],
-            d["why"],
-            dict(d["evidence"]),
-            d["fix"],
-            d["cost_pct"],
-            d["bound_pct"],
-            d["footing"],
-            Estimate.from_json(est) if est is not None else None,
-        )
 
 
 @dataclass

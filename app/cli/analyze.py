@@ -339,7 +339,7 @@ def render(doc: dict[str, Any], job: JobDiagnosis | None = None, *, all_ranks: b
     recs = doc["recommendations"]
     out.append("")
     if recs:
-        from gpuscope.analysis.fixes import ORDER_NOTE
+        from gpuscope.analysis.recommendation import ORDER_NOTE
 
         out.append(f"recommendations: {ORDER_NOTE}")
     elif doc.get("gpu_busy_pct") is None:
@@ -379,7 +379,7 @@ KERNEL_NAME_CHARS = 60
 def render_kernels(doc: dict[str, Any]) -> list[str]:
     """Kernel time per step by category and the top kernels (per step, names cut in the middle
     and never two alike), as text lines; none without kernels."""
-    from gpuscope.analysis.run_views import kernel_labels
+    from gpuscope.analysis.kernel_names import kernel_labels
 
     k = doc.get("kernels") or {}
     cats = {c: v for c, v in (k.get("by_category") or {}).items() if v}
