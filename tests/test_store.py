@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -28,7 +29,7 @@ from gpuscope.store import (
     s3_secret_sql,
 )
 from gpuscope.store.schema import TABLES
-from tracegen import TraceBuilder
+from tracegen import TraceBuilder, two_rank_job
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
@@ -104,6 +105,7 @@ def test_a_reader_in_another_process_never_sees_a_partial_run(tmp_path):
     trace = big_trace(tmp_path / "big.json", 60000)
     store = tmp_path / "store"
     reader = connect(store)  # opened before, kept open: as the dashboard does
+    reader.execute("SET threads = 1")  # small scans: a second thread's waits only cost CPU
     env = {**os.environ, "GPUSCOPE_FLUSH_ROWS": "20000"}
     proc = spawn("ingest", trace, "--db", store, env=env)
     seen = []
@@ -145,11 +147,12 @@ def test_concurrent_first_opens_of_a_new_store_all_succeed(tmp_path):
 
 @pytest.mark.slow
 def test_a_run_written_by_another_process_changes_the_generation(tmp_path, db_path):
+    trace = big_trace(tmp_path / "written.json", 50)  # any run: the writer is the subject
     con = connect(db_path)
     before = con.generation()
-    assert gpuscope("ingest", SAMPLES / "before", "--db", db_path).returncode == 0
+    assert gpuscope("ingest", trace, "--db", db_path).returncode == 0
     assert con.generation() > before
-    assert [r["name"] for r in list_runs(con)] == ["before"]
+    assert [r["name"] for r in list_runs(con)] == ["written"]
     con.close()
 
 
@@ -174,15 +177,19 @@ def test_a_failed_ingest_leaves_no_rows_and_no_files(tmp_path, db_path, monkeypa
 
 @pytest.mark.slow
 def test_runs_record_who_uploaded_them(tmp_path, db_path, monkeypatch):
+    # small runs of each kind (a trace, an NVML log, a run of two ranks): who uploaded is the
+    # subject, not what the runs hold
+    before, after = big_trace(tmp_path / "before.json", 20), big_trace(tmp_path / "after.json", 21)
+    ddp = two_rank_job(tmp_path / "ddp", (80.0, 20.0))
     con = connect(db_path)
-    [t] = ingest_paths(con, [SAMPLES / "before"], uploaded_by="ann@example.org")
+    [t] = ingest_paths(con, [before], uploaded_by="ann@example.org")
     [n] = ingest_paths(
         con, [SAMPLES / "nvml" / "synthetic_h100x2_100ms.nvml.jsonl"], uploaded_by="bo"
     )
     assert (t.uploaded_by, n.uploaded_by) == ("ann@example.org", "bo")
     con.close()
     # the CLI in-process (clitools.cli_in_process): who uploaded is the subject, not a process
-    assert in_process("ingest", SAMPLES / "after", "--db", db_path).returncode == 0
+    assert in_process("ingest", after, "--db", db_path).returncode == 0
     listed = {
         r["name"]: r["uploaded_by"]
         for r in json.loads(in_process("runs", "--json", "--db", db_path).stdout)
@@ -190,8 +197,9 @@ def test_runs_record_who_uploaded_them(tmp_path, db_path, monkeypatch):
     assert listed["before"] == "ann@example.org" and listed["after"] is None
     assert list(listed.values()).count("bo") == 1
     monkeypatch.setenv("GPUSCOPE_ALLOW_UPLOADED_BY", "1")  # an admin's import may name anyone
-    r = in_process("ingest", SAMPLES / "ddp", "--db", db_path, "--uploaded-by", "Cy", "--json")
+    r = in_process("ingest", ddp, "--db", db_path, "--uploaded-by", "Cy", "--json")
     assert json.loads(r.stdout)[0]["uploaded_by"] == "cy"
+    assert json.loads(r.stdout)[0]["n_ranks"] == 2
 
 
 @pytest.mark.slow
@@ -334,6 +342,8 @@ def test_a_refused_extension_is_one_line_naming_the_store_and_leaves_nothing(
 
 
 def legacy_store(path: Path) -> list[str]:
+    """A legacy (pre-DuckLake) DuckDB file at ``path`` holding the three sample runs and the NVML
+    sample; their run ids."""
     con = connect(f"duckdb:{path}")
     results = ingest_paths(
         con, [*SAMPLE_RUNS, SAMPLES / "nvml" / "synthetic_h100x2_100ms.nvml.jsonl"]
@@ -342,14 +352,30 @@ def legacy_store(path: Path) -> list[str]:
     return sorted(r.run_id for r in results)
 
 
+@pytest.fixture(scope="module")
+def legacy_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """One :func:`legacy_store` for the module, never written: each test copies it (a closed
+    DuckDB database is the one file) and moves or reads its own copy."""
+    path = tmp_path_factory.mktemp("legacy") / "legacy.duckdb"
+    return path, legacy_store(path)
+
+
+def copy_legacy(legacy_file: tuple[Path, list[str]], path: Path) -> list[str]:
+    """``legacy_file`` copied to ``path``: what :func:`legacy_store` makes there; its run ids."""
+    template, ids = legacy_file
+    assert [f.name for f in template.parent.iterdir()] == [template.name]  # no WAL beside it
+    shutil.copyfile(template, path)
+    return ids
+
+
 def dump(con) -> dict[str, list[tuple]]:
     return {t: table_rows(con, t) for t in RUN_TABLES}
 
 
 @pytest.mark.slow
-def test_gpuscope_migrate_moves_a_legacy_file_over_row_for_row(tmp_path):
+def test_gpuscope_migrate_moves_a_legacy_file_over_row_for_row(tmp_path, legacy_file):
     legacy = tmp_path / "old.duckdb"
-    ids = legacy_store(legacy)
+    ids = copy_legacy(legacy_file, legacy)
     raw = duckdb.connect(str(legacy), read_only=True)
     expected = dump(raw)
     raw.close()
@@ -367,11 +393,11 @@ def test_gpuscope_migrate_moves_a_legacy_file_over_row_for_row(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_legacy_file_at_the_old_default_moves_over_on_first_open(tmp_path):
+def test_a_legacy_file_at_the_old_default_moves_over_on_first_open(tmp_path, legacy_file):
     home = tmp_path / "xdg"
     old = home / "gpuscope" / "gpuscope.duckdb"
     old.parent.mkdir(parents=True)
-    ids = legacy_store(old)
+    ids = copy_legacy(legacy_file, old)
     env = {k: v for k, v in os.environ.items() if k not in ("GPUSCOPE_DB", "GPUSCOPE_STORE")}
     env["XDG_DATA_HOME"] = str(home)
     r = gpuscope("runs", "--json", env=env)
@@ -385,9 +411,11 @@ def test_a_legacy_file_at_the_old_default_moves_over_on_first_open(tmp_path):
 
 
 @pytest.mark.slow
-def test_migrate_file_copies_into_another_store_skipping_runs_it_has(tmp_path, db_path):
+def test_migrate_file_copies_into_another_store_skipping_runs_it_has(
+    tmp_path, db_path, legacy_file
+):
     legacy = tmp_path / "old.duckdb"
-    ids = legacy_store(legacy)
+    ids = copy_legacy(legacy_file, legacy)
     con = connect(db_path)
     ingest_paths(con, [SAMPLES / "before"])
     con.close()

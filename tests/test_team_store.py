@@ -1,5 +1,6 @@
 """The team store: the catalog in a real PostgreSQL, the data in a real S3 server (moto), all through
-the real `gpuscope` CLI. First the harness itself (tests/team_servers.py), so a broken harness
+the real `gpuscope` CLI (the local store its figures are compared with is written and read by the
+CLI in this process). First the harness itself (tests/team_servers.py), so a broken harness
 fails loudly instead of passing the team tests vacuously."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clitools import cli_in_process
 from team_servers import (
     OWNER_FILE,
     S3,
@@ -147,6 +149,12 @@ def gpuscope(
     )
 
 
+def local_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``gpuscope ARGS`` in this process (clitools.cli_in_process) on the local reference store
+    (``--db`` among ARGS): what the team store's processes are compared with, not under test."""
+    return cli_in_process(*args)
+
+
 def ok_json(done: subprocess.CompletedProcess[str]) -> Any:
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -191,7 +199,7 @@ def populated(
     ids = {r["name"]: r["run_id"] for r in runs}
     assert set(ids) == {"before", "after"}
     local = tmp_path_factory.mktemp("local") / "store"
-    ok_json(gpuscope("ingest", str(BEFORE), str(AFTER), "--json", "--db", str(local)))
+    ok_json(local_cli("ingest", str(BEFORE), str(AFTER), "--json", "--db", str(local)))
     return Populated(team, local, ids)
 
 
@@ -225,7 +233,7 @@ def test_analyze_gives_the_same_figures_as_the_local_store(populated: Populated,
     team = ok_json(
         gpuscope("analyze", rid, "--json", *populated.team.args(), env=populated.team.s3.env())
     )
-    local = ok_json(gpuscope("analyze", rid, "--json", "--db", str(populated.local)))
+    local = ok_json(local_cli("analyze", rid, "--json", "--db", str(populated.local)))
     assert team["run"]["id"] == rid and team["run"]["name"] == name
     assert team["gpu_busy_pct"] is not None and team["step_time_ms"]["mean"] > 0
     assert team == local
@@ -234,7 +242,7 @@ def test_analyze_gives_the_same_figures_as_the_local_store(populated: Populated,
 def test_compare_gives_the_same_figures_as_the_local_store(populated: Populated) -> None:
     a, b = populated.ids["before"], populated.ids["after"]
     team = ok_json(gpuscope("compare", a, b, "--json", env=populated.team.env()))
-    local = ok_json(gpuscope("compare", a, b, "--json", "--db", str(populated.local)))
+    local = ok_json(local_cli("compare", a, b, "--json", "--db", str(populated.local)))
     assert team == local
     text = gpuscope("compare", "before", "after", env=populated.team.env())
     assert text.returncode == 0, text.stderr
