@@ -5,13 +5,17 @@ CLI says which it took."""
 from __future__ import annotations
 
 import json
-import shutil
+import sys
 from pathlib import Path
 
 import pytest
 from clitools import run_cli
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+from synth import training_trace
+
+# Two small training loops of different bytes (the subject is which one a target names, not what
+# they hold): one stored under a name, one in a folder of that name in the working directory.
 
 
 @pytest.mark.slow
@@ -19,21 +23,15 @@ def test_run_name_wins_over_a_folder_only_when_written_as_a_word(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = ["--db", str(tmp_path / "store")]
-    code, out, err = run_cli(
-        capsys,
-        "ingest",
-        str(SAMPLES / "before" / "before_rank0.pt.trace.json.gz"),
-        "--name",
-        "big",
-        *db,
-    )
+    stored = training_trace("before").write(tmp_path / "before_rank0.pt.trace.json")
+    code, out, err = run_cli(capsys, "ingest", str(stored), "--name", "big", *db)
     assert code == 0, err
     code, out, _ = run_cli(capsys, "runs", "--json", *db)
     [before] = [r["run_id"] for r in json.loads(out) if r["name"] == "big"]
     # a folder `big` in the working directory, holding another trace
     monkeypatch.chdir(tmp_path)
     (tmp_path / "big").mkdir()
-    shutil.copy(SAMPLES / "after" / "after_rank0.pt.trace.json.gz", tmp_path / "big")
+    training_trace("after").write(tmp_path / "big" / "after_rank0.pt.trace.json")
 
     code, out, err = run_cli(capsys, "analyze", "big", "--json", *db)
     assert code == 0, err
@@ -47,7 +45,7 @@ def test_run_name_wins_over_a_folder_only_when_written_as_a_word(
 
     # a word that names no run is still a path
     (tmp_path / "other").mkdir()
-    shutil.copy(SAMPLES / "after" / "after_rank0.pt.trace.json.gz", tmp_path / "other")
+    training_trace("after").write(tmp_path / "other" / "after_rank0.pt.trace.json")
     code, out, err = run_cli(capsys, "analyze", "other", "--json", *db)
     assert code == 0, err
     assert "stored run" not in err
