@@ -1,7 +1,9 @@
 """Write truth.json from what record_validation.py, record_new.py and record_blind.py measured
 (``*/timing*.json`` beside this file) and from the FSDP2 prefetch pair of ../multi_gpu (its
 ``timing.json``); and, under ``compile``, the eager vs torch.compile timings of v06, v12 and v23's
-planted variants (``*/compile_timing.json``, record_blind.py's v06c/v12c/v23c).
+planted variants (``*/compile_timing.json``, record_blind.py's v06c/v12c/v23c); under
+``first_fixes``, the first fixes gpuscope named on v107, v110 and v113 timed on their planted
+variants (``*/first_fix_timing.json``, record_blind6.py's FIRST_FIXES).
 
     python make_truth.py
 
@@ -208,6 +210,40 @@ def compiled(case: str) -> dict | None:
     }
 
 
+def first_fix(case: str) -> dict | None:
+    """The timing of a first fix gpuscope named that was not the planted cause's
+    (record_blind6.FIRST_FIXES[case], on its base case's planted variant; step time):
+    ``first_fix_timing.json`` in the base case's folder, rounds paired as :func:`single`'s."""
+    spec = record_blind6.FIRST_FIXES[case]
+    tj = HERE / spec["base"] / "first_fix_timing.json"
+    if not tj.exists():
+        return None
+    doc = json.loads(tj.read_text())
+    runs = [r for r in doc["runs"] if r["mode"] == "time"]
+    p, f = [], []
+    for rnd in sorted({r["round"] for r in runs}):
+        a = [r for r in runs if r["round"] == rnd and r["variant"] == "planted"]
+        b = [r for r in runs if r["round"] == rnd and r["variant"] == "fixed"]
+        if a and b:
+            p.append(a[0]["step_ms_median"])
+            f.append(b[0]["step_ms_median"])
+    g = gains(p, f)
+    return {
+        "case": case,
+        "base": spec["base"],
+        "fix": spec["fix"],
+        "gpuscope_fix_id": spec["expected_fix"],
+        "device": doc["env"]["device"],
+        "torch": doc["env"]["torch"],
+        "unit": "ms per step (median of 5-step blocks)",
+        "planted": p,
+        "fixed": f,
+        "gain_pct_by_round": g,
+        "gain_pct": statistics.median(g),
+        "null": abs(statistics.median(g)) < NULL_PCT,
+    }
+
+
 def fsdp() -> dict | None:
     """The FSDP2 pair of ../multi_gpu: planted = prefetch defeated, fixed = default prefetching."""
     mg = HERE.parent / "multi_gpu"
@@ -280,11 +316,21 @@ def main() -> int:
         "v70-v84 had been judged; and so is every case of record_blind6.py (v100-v114, group "
         "blind6), recorded after v85-v99 had been judged. "
         "compile: eager vs "
-        "torch.compile of v06, v12 and v23's planted variants.",
+        "torch.compile of v06, v12 and v23's planted variants. first_fixes: the first fixes "
+        "gpuscope named on the sixth blind part where they were not the planted cause's, timed "
+        "on the base case's planted variant (record_blind6.FIRST_FIXES).",
         "cases": cases,
         "compile": [c for c in (compiled(k) for k in COMPILED) if c is not None],
+        "first_fixes": [
+            c for c in (first_fix(k) for k in record_blind6.FIRST_FIXES) if c is not None
+        ],
     }
     (HERE / "truth.json").write_text(json.dumps(doc, indent=1) + "\n")
+    for c in doc["first_fixes"]:
+        print(
+            f"{c['case']} {c['gpuscope_fix_id']:16s} gain {c['gain_pct']:6.1f}% "
+            f"{[round(x, 1) for x in c['gain_pct_by_round']]}"
+        )
     for c in doc["compile"]:
         print(
             f"{c['case']} torch.compile            gain {c['gain_pct']:6.1f}% "
