@@ -62,6 +62,9 @@ COMM_KERNEL_PATTERN = (
     r"cross_device_reduce|one_shot_all|two_shot_all|nvshmem|deep_?ep"
 )
 COMM_KERNEL_SQL_RE = "(?i)" + COMM_KERNEL_PATTERN
+NATIVE_CONV_RE = r"at::native::.*(?:conv_depthwise|slow_conv|im2col|col2im|vol2col|col2vol)"
+"""Convolution kernels of PyTorch's own implementations (depthwise, im2col-based): cuDNN's
+algorithm search (``cudnn.benchmark``) does not pick them, so it cannot speed them up."""
 
 # -- name rules of host spans (regular expressions valid in Python ``re`` and DuckDB's RE2) --------
 

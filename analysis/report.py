@@ -48,7 +48,7 @@ from gpuscope.analysis.collectives import (
 from gpuscope.analysis.compiled import CompiledInfo, compiled_info
 from gpuscope.analysis.copies import PageableCopies, pageable_copies
 from gpuscope.analysis.critical_path import CriticalPath, critical_path
-from gpuscope.analysis.event_classes import KERNEL_CATS
+from gpuscope.analysis.event_classes import KERNEL_CATS, NATIVE_CONV_RE
 from gpuscope.analysis.fixes.overlap_communication import allreduce_per_step
 from gpuscope.analysis.flops import FlopsResult
 from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
@@ -357,7 +357,7 @@ def _kernel_stats(
     row = con.execute(
         f"""
         WITH k AS (
-            SELECT least(e, $we) - greatest(s, $ws) AS d, blocks, rid FROM {gpu}
+            SELECT least(e, $we) - greatest(s, $ws) AS d, blocks, rid, name_id FROM {gpu}
             WHERE dev = $dev AND s < $we AND e > $ws AND cat IN {sql_list(KERNEL_CATS)}
               AND name_id NOT IN (SELECT name_id FROM names WHERE run_id = $run
                                   AND regexp_matches(name, $comm))
@@ -366,7 +366,9 @@ def _kernel_stats(
                coalesce(sum(d) FILTER (WHERE d < $short), 0)::BIGINT,
                count(*) FILTER (WHERE d < $short),
                coalesce(sum(d) FILTER (WHERE blocks < $sms), 0)::BIGINT,
-               avg(blocks / $sms ORDER BY rid) FILTER (WHERE blocks < $sms)
+               avg(blocks / $sms ORDER BY rid) FILTER (WHERE blocks < $sms),
+               coalesce(sum(d) FILTER (WHERE name_id IN (SELECT name_id FROM names
+                        WHERE run_id = $run AND regexp_matches(name, $native))), 0)::BIGINT
         FROM k
         """,
         {
@@ -375,6 +377,7 @@ def _kernel_stats(
             "we": p["we"],
             "dev": p["dev"],
             "comm": COMM_KERNEL_RE,
+            "native": NATIVE_CONV_RE,
             "short": short,
             "sms": int(sms) if sms else 0,
         },
@@ -395,6 +398,7 @@ def _kernel_stats(
         small_grid_fill=float(row[6]) if sms and row[6] is not None else None,
         conv_us=conv_us,
         cudnn_find_seen=bool(find and find[0]),
+        native_conv_us=min(conv_us, int(row[7]) / 1e3),
     )
 
 

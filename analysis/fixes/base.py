@@ -50,7 +50,8 @@ class Words:
 class KernelStats:
     """Compute kernels of the window: count, approximate median duration (µs), time in kernels
     shorter than :data:`SHORT_KERNEL_US` (µs), time in kernels whose grid has fewer blocks than
-    the GPU has SMs (µs) and the mean SM fill of those (0..1), convolution kernel time (µs)."""
+    the GPU has SMs (µs) and the mean SM fill of those (0..1), convolution kernel time (µs) and the
+    part of it in PyTorch's own convolution kernels (µs), whether cuDNN's algorithm search ran."""
 
     n_kernels: int = 0
     kernel_us: float = 0.0
@@ -61,6 +62,8 @@ class KernelStats:
     small_grid_fill: float | None = None
     conv_us: float = 0.0
     cudnn_find_seen: bool = False
+    native_conv_us: float = 0.0
+    """Of ``conv_us``, PyTorch's own convolution kernels (``event_classes.NATIVE_CONV_RE``)."""
 
 
 SHORT_KERNEL_US = 20.0

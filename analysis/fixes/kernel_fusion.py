@@ -283,12 +283,27 @@ def retime_chains(g: Graph, ctx: Context) -> dict[str, Variant]:
     return out
 
 
+def gpu_busy_pct(rec: Recommendation, ctx: Context) -> float | None:
+    """The GPU's busy share (%) of the untraced step from a launch-bound finding's profiler cap
+    (untraced step − GPU busy per step); None without an untraced step or the cap."""
+    cap_us = rec.evidence.get("profiler_cap_us_per_step")
+    un = ctx.untraced_step_ms
+    if cap_us is None or not un:
+        return None
+    return 100.0 * max(0.0, 1.0 - float(cap_us) / 1e3 / un)
+
+
 def advised(rec: Recommendation, g: Graph, ctx: Context) -> dict[str, Variant]:
     """Memory-bound chains (the finding's ``memory_bound_chains``): :func:`retime_chains`; a
-    launch-bound step: :func:`retime`."""
+    launch-bound step: :func:`retime`, keeping the kernels' GPU time where the GPU works at least
+    :data:`MIN_BUSY_PCT` of the untraced step (:func:`gpu_busy_pct`): such a step is GPU-bound,
+    fusion shortens its GPU time only through memory-bound chains, and those are
+    :func:`memory_bound`'s to weigh (it names them from :data:`MIN_SAVED_PCT` of the window);
+    here only the host and launch work goes."""
     if rec.evidence.get("memory_bound_chains"):
         return retime_chains(g, ctx)
-    return retime(g, ctx)
+    busy = gpu_busy_pct(rec, ctx)
+    return retime(g, ctx, keep_gpu=busy is not None and busy >= MIN_BUSY_PCT)
 
 
 def removable_kernels(g: Graph) -> tuple[frozenset[int], int]:
@@ -347,13 +362,14 @@ def retime_whole_host(g: Graph, ctx: Context) -> dict[str, Variant]:
     }
 
 
-def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
+def retime(g: Graph, ctx: Context, keep_gpu: bool = False) -> dict[str, Variant]:
     """ρ = the share of kernels fusion removes (:func:`removable_kernels`); host work × 1 -
     (1 - f)·ρ and launch calls × 1 - (1 - k)·ρ (the launches fusion removes take their host work
     with them), each removed kernel's GPU time × g (its memory round trip folds into its chain's
     first kernel: at best it costs nothing); f 0.6 / 0.3 / 0.1, k 1 / 0.5 / 0.25, g 1 / 0.5 / 0.
     The host work inside an RNN layer's ops stays (:func:`~gpuscope.analysis.phase_patterns.
-    rnn_host_nodes`: compiling leaves the layer eager)."""
+    rnn_host_nodes`: compiling leaves the layer eager). ``keep_gpu``: g = 1 at every level (the
+    removed kernels' GPU time stays; :func:`advised`)."""
     removed, total = removable_kernels(g)
     rho = len(removed) / total if total else 0.0
     rnn = rnn_host_nodes(g)
@@ -375,8 +391,8 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
 
     return {
         "low": (fuse(0.6, 1.0, 1.0), None),
-        "mid": (fuse(0.3, 0.5, 0.5), None),
-        "high": (fuse(0.1, 0.25, 0.0), None),
+        "mid": (fuse(0.3, 0.5, 1.0 if keep_gpu else 0.5), None),
+        "high": (fuse(0.1, 0.25, 1.0 if keep_gpu else 0.0), None),
     }
 
 
