@@ -146,6 +146,11 @@ def analyse(case: dict[str, Any], root: Path, store: str) -> dict[str, Any]:
     high = est.get("high_pct", 0.0 if rec is None else gain)
     measured = case["gain_pct"]
     null = abs(measured) < NULL_PCT
+    estimates: dict[str, list[float]] = {}
+    for r in recs:  # every fix's estimate (the first of an id), for the timed first fixes
+        e = r.get("estimate") or {}
+        if r.get("id") not in estimates and "gain_pct" in e:
+            estimates[str(r["id"])] = [e["gain_pct"], e.get("low_pct"), e.get("high_pct")]
     return {
         "case": case["case"],
         "name": case["name"],
@@ -163,7 +168,48 @@ def analyse(case: dict[str, Any], root: Path, store: str) -> dict[str, Any]:
         "null": null,
         "held_out": bool(case.get("held_out")),
         "group": group_of(case),
+        "estimates": estimates,
     }
+
+
+def first_fix_table(rows: list[dict[str, Any]], timed: list[dict[str, Any]]) -> str:
+    """The first fixes gpuscope named that were not the planted cause's, timed on their base
+    case's planted variant (truth.json's ``first_fixes``): the timed fix's estimate now, whether
+    it is still the first fix, the measured gain, whether the range holds it, and a false
+    promise (> :data:`OVER_PCT` where the measured gain is ~0). Empty without such rows."""
+    by_case = {r["case"]: r for r in rows}
+    lines = [
+        "| base case | timed fix | first fix now (estimate %) | timed fix's estimate % (range) "
+        "| measured % (rounds) | holds | false promise |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    n_over = 0
+    for t in timed:
+        r = by_case.get(t["base"])
+        if r is None:
+            continue
+        est = (r.get("estimates") or {}).get(t["gpuscope_fix_id"])
+        m = t["gain_pct"]
+        if est is None:
+            said, ok, over = "none (not named)", m < NULL_PCT, False
+        else:
+            gain, low, high = est
+            low = gain if low is None else low
+            high = gain if high is None else high
+            said = f"{gain:.1f} ({low:.1f}-{high:.1f})"
+            ok, over = holds(low, high, m), abs(m) < NULL_PCT and gain > OVER_PCT
+        n_over += over
+        first = r["first"] or "-"
+        if r["first"] and r["first_gain"] is not None:
+            first += f" ({r['first_gain']:.1f})"
+        runs = ", ".join(f"{g:.1f}" for g in t["gain_pct_by_round"])
+        lines.append(
+            f"| {t['base']} | {t['gpuscope_fix_id']} | {first} | {said} | {m:.1f} ({runs}) | "
+            f"{'yes' if ok else 'NO'} | {'YES' if over else 'no'} |"
+        )
+    if len(lines) == 2:
+        return ""
+    return "\n".join(lines) + f"\n\nfirst fixes timed: false promises {n_over}"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -277,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         print(table(part))
         print("\n" + summary(part) + "\n")
     print("## All\n\n" + summary(rows))
+    ff = first_fix_table(rows, truth.get("first_fixes") or [])
+    if ff:
+        print("\n## First fixes named where the planted cause was another, timed\n\n" + ff)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0 if len(rows) == len(cases) else 1

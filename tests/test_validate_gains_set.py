@@ -20,6 +20,7 @@ from validate_gains_set import (  # noqa: E402
     GROUPS,
     NULL_PCT,
     TRUTH,
+    first_fix_table,
     holds,
     recommendations,
     select,
@@ -242,6 +243,38 @@ def test_the_summary_marks_each_target_met_or_missed() -> None:
     assert "<= 30: MISSED" not in bad  # widths 40 and 8: median 24
     assert "1 (b) [MISSED]" in bad
     assert "<= 30: MISSED" in summary([_row("a", 0.0, 40.0, 20.0)])
+
+
+def test_the_timed_first_fixes_are_judged_on_the_fix_timed() -> None:
+    """Base a: kernel_fusion timed at -2.5 %, estimated 38.1 (0.3-75.2) and first: no hold, a
+    false promise. Base b: cudnn_benchmark timed at 1.0 %, estimated 2.8 (0-5): holds, no
+    promise. Base c: not named, timed at 1.0: holds. A base not judged is left out."""
+    rows = [
+        {"case": "a", "first": "kernel_fusion", "first_gain": 38.1,
+         "estimates": {"kernel_fusion": [38.1, 0.3, 75.2]}},
+        {"case": "b", "first": "host_sync", "first_gain": 9.0,
+         "estimates": {"cudnn_benchmark": [2.8, 0.0, 5.0]}},
+        {"case": "c", "first": None, "first_gain": None, "estimates": {}},
+    ]  # fmt: skip
+
+    def timed(base: str, fix: str, gain: float) -> dict:
+        return {"base": base, "gpuscope_fix_id": fix, "gain_pct": gain, "gain_pct_by_round": [gain]}
+
+    out = first_fix_table(
+        rows,
+        [timed("a", "kernel_fusion", -2.5), timed("b", "cudnn_benchmark", 1.0),
+         timed("c", "kernel_fusion", 1.0), timed("z", "kernel_fusion", 0.0)],
+    )  # fmt: skip
+    lines = out.splitlines()
+    assert lines[2] == (
+        "| a | kernel_fusion | kernel_fusion (38.1) | 38.1 (0.3-75.2) | -2.5 (-2.5) | NO | YES |"
+    )
+    assert lines[3] == (
+        "| b | cudnn_benchmark | host_sync (9.0) | 2.8 (0.0-5.0) | 1.0 (1.0) | yes | no |"
+    )
+    assert lines[4] == "| c | kernel_fusion | - | none (not named) | 1.0 (1.0) | yes | no |"
+    assert len(lines) == 7 and lines[-1] == "first fixes timed: false promises 1"
+    assert first_fix_table(rows, [timed("z", "kernel_fusion", 0.0)]) == ""
 
 
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
