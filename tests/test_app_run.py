@@ -582,7 +582,8 @@ def test_many_ranks_heatmap_and_never_a_sawtooth_per_rank(
     monkeypatch.setattr(data, "rank_overview", big)
     monkeypatch.setattr(data, "rank_panels", no_panels)
     data.rank_step_matrix.clear()
-    views._rank_figure.clear()  # the 2-rank page's small multiples are cached
+    views._heatmap_figure.clear()  # the 2-rank page's heatmap and small multiples are cached
+    views._rank_figure.clear()
     at = open_app(RUN, {"run": rid})
     assert not at.exception, at.exception
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
@@ -591,3 +592,4 @@ def test_many_ranks_heatmap_and_never_a_sawtooth_per_rank(
     assert drawn == []  # no busy plot per rank
     assert not [e for e in texts(at, "error")], texts(at, "error")
     data.rank_step_matrix.clear()
+    views._heatmap_figure.clear()

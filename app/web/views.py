@@ -474,8 +474,8 @@ def rank_heatmap(run_id: str, rank: int, *, pace_setter: int | None = None) -> N
         "(the pace-setter waits least). The colour scale ends at the 99th percentile of the "
         "cells, the profiler's drain step (greyed) left out.",
     )
-    fig = figures.rank_step_heatmap(
-        m, "wait_ms" if what == "wait" else "step_ms", pace_setter=pace_setter
+    fig = _heatmap_figure(
+        path, db.generation(), run_id, rank, "wait_ms" if what == "wait" else "step_ms", pace_setter
     )
     key = f"heatmap_{run_id}_{what}"
     rank_key, step_key = f"cell_rank_{run_id}", f"cell_step_{run_id}"
@@ -564,6 +564,17 @@ def rank_heatmap(run_id: str, rank: int, *, pace_setter: int | None = None) -> N
         hide_index=True,
         width="stretch",
     )
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _heatmap_figure(
+    path: str, gen: int, run_id: str, rank: int, value: str, pace_setter: int | None
+) -> Any:
+    """The ranks × steps heatmap of ``data.rank_step_matrix`` coloured by ``value``, built once per
+    store generation and shared by every session (it is only read afterwards): building it was
+    most of the script time of the Run page's lower sections."""
+    m = data.rank_step_matrix(path, gen, run_id, rank)
+    return figures.rank_step_heatmap(m, value, pace_setter=pace_setter)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
