@@ -304,14 +304,16 @@ def test_planted_straggler_is_found_and_waits_match_brute_force(n, k, planted, d
             frames[r].append({"start": starts[r], "end": end, "step": i})
     m = match_collectives([frame(r, v) for r, v in frames.items()], n_steps=k)
     assert m.straggler is not None and m.straggler.rank == planted
+    first_row: dict[tuple[int, int], Any] = {}  # (step, rank) -> its first row, read once
+    for row in m.rows.itertuples(index=False):
+        first_row.setdefault((row.step, row.rank), row)
     for i, (starts, end) in arrivals.items():
-        rows = m.rows[m.rows["step"] == i]
         last = max(starts.values())
         for r in range(n):
-            row = rows[rows["rank"] == r].iloc[0]
-            assert row["wait_ns"] == min(last - starts[r], end - starts[r]) * US
-            assert row["transfer_ns"] == (end - max(starts[r], last)) * US
-            assert row["last_rank"] == planted
+            row = first_row[(i, r)]
+            assert row.wait_ns == min(last - starts[r], end - starts[r]) * US
+            assert row.transfer_ns == (end - max(starts[r], last)) * US
+            assert row.last_rank == planted
 
 
 # -- what Kineto writes -----------------------------------------------------------------------
