@@ -8,7 +8,7 @@ Streamlit sent, and when each Plotly chart first drew.
 Starts ``gpuscope ui`` and the bare page as bench_ui.py does, loads the run page once cold (the
 analysis computed and cached), then ``--repeat`` times warm, each with chromium's performance
 trace (``devtools.timeline`` + V8's sampling profiler) from navigation to the sawtooth plot
-visible, then the same for the bare page. Prints, per page, the medians of: main-thread busy
+drawn (``bench_ui.wait_drawn``), then the same for the bare page. Prints, per page, the medians of: main-thread busy
 seconds by category, script seconds by source file (self time of V8's samples), websocket
 messages and bytes received before the sawtooth drew, and the seconds at which each Plotly chart's
 SVG appeared. ``--out`` keeps the last trace of each page (JSON, for chrome://tracing or Perfetto).
@@ -38,6 +38,7 @@ from bench_ui import (
     pick_run,
     start_bare,
     start_server,
+    wait_drawn,
 )
 from serve import CHROMIUM_ARGS, free_port, stop_process
 
@@ -167,7 +168,7 @@ def profile_page(browser: Any, ctx: Any, url: str, timeout_s: float, out: Path |
     browser.start_tracing(page=page, path=str(trace_file), categories=CATEGORIES)
     t0 = time.perf_counter()
     page.goto(url, wait_until="commit")
-    page.locator(SAWTOOTH).first.wait_for(state="visible", timeout=timeout_s * 1000)
+    wait_drawn(page, timeout_s)  # the frame the plot drew (bench_ui's clock)
     wall = time.perf_counter() - t0
     got = [(t - t0, b) for t, b in frames if t <= t0 + wall]
     n_frames = len(got)
