@@ -91,6 +91,29 @@ def gains(planted: list[float], fixed: list[float]) -> list[float]:
     return [100.0 * (1.0 - f / p) for p, f in zip(planted, fixed, strict=False)]
 
 
+def gain_fields(g: list[float]) -> dict:
+    """A timed pair's gain per round (%), its median and whether that is ~0 (:data:`NULL_PCT`)."""
+    return {
+        "gain_pct_by_round": g,
+        "gain_pct": statistics.median(g),
+        "null": abs(statistics.median(g)) < NULL_PCT,
+    }
+
+
+def round_pairs(runs: list[dict], key: str) -> tuple[list[float], list[float]]:
+    """(planted, fixed) ``key`` of one recording's timed runs, paired by round, in round order
+    (a round without both variants is left out)."""
+    p: list[float] = []
+    f: list[float] = []
+    for rnd in sorted({r["round"] for r in runs}):
+        a = [r for r in runs if r["round"] == rnd and r["variant"] == "planted"]
+        b = [r for r in runs if r["round"] == rnd and r["variant"] == "fixed"]
+        if a and b:
+            p.append(a[0][key])
+            f.append(b[0][key])
+    return p, f
+
+
 def single(case: str) -> dict | None:
     files = sorted((HERE / case).glob("timing*.json"))  # timing.json, then timing_run2.json
     if not files:
@@ -107,12 +130,9 @@ def single(case: str) -> dict | None:
             r["recording"] = tj.name
         runs += these
         traced += [r for r in doc["runs"] if r["mode"] == "trace"]
-        for rnd in sorted({r["round"] for r in these}):
-            a = [r for r in these if r["round"] == rnd and r["variant"] == "planted"]
-            b = [r for r in these if r["round"] == rnd and r["variant"] == "fixed"]
-            if a and b:
-                p.append(a[0][key])
-                f.append(b[0][key])
+        pp, ff = round_pairs(these, key)
+        p += pp
+        f += ff
     if not p:
         return None
     g = gains(p, f)
@@ -204,9 +224,7 @@ def compiled(case: str) -> dict | None:
         "unit": "ms per step (median of 5-step blocks)",
         "eager": e,
         "compiled": c,
-        "gain_pct_by_round": g,
-        "gain_pct": statistics.median(g),
-        "null": abs(statistics.median(g)) < NULL_PCT,
+        **gain_fields(g),
     }
 
 
@@ -219,15 +237,7 @@ def first_fix(case: str) -> dict | None:
     if not tj.exists():
         return None
     doc = json.loads(tj.read_text())
-    runs = [r for r in doc["runs"] if r["mode"] == "time"]
-    p, f = [], []
-    for rnd in sorted({r["round"] for r in runs}):
-        a = [r for r in runs if r["round"] == rnd and r["variant"] == "planted"]
-        b = [r for r in runs if r["round"] == rnd and r["variant"] == "fixed"]
-        if a and b:
-            p.append(a[0]["step_ms_median"])
-            f.append(b[0]["step_ms_median"])
-    g = gains(p, f)
+    p, f = round_pairs([r for r in doc["runs"] if r["mode"] == "time"], "step_ms_median")
     return {
         "case": case,
         "base": spec["base"],
@@ -238,9 +248,7 @@ def first_fix(case: str) -> dict | None:
         "unit": "ms per step (median of 5-step blocks)",
         "planted": p,
         "fixed": f,
-        "gain_pct_by_round": g,
-        "gain_pct": statistics.median(g),
-        "null": abs(statistics.median(g)) < NULL_PCT,
+        **gain_fields(gains(p, f)),
     }
 
 
