@@ -278,7 +278,9 @@ def test_memory_bound_cost_is_the_windows_share() -> None:
 def test_launch_bound_retime_keeps_an_rnn_layers_host_work() -> None:
     """An ``aten::_cudnn_rnn`` op (thread 1, 0-1,000 ns) and a launch call inside it (100-200)
     keep their time in every variant (Dynamo leaves the RNN layer eager); an ``aten::add`` after
-    it (2,000-3,000) shrinks: ρ = 1/2 (add, add on stream 7), mid × (1 - 0.7 ρ) = 650 ns."""
+    it (2,000-3,000) keeps its time at low and mid too (a step with RNN layers: compiling such a
+    model was timed at -0.5 and 1.0 %, and v110's compiled step ran no compiled region) and
+    shrinks at high: ρ = 1/2 (add, add on stream 7), × (1 - 0.9 ρ) = 550 ns."""
     rnn = HostEvent("aten::_cudnn_rnn", "cpu_op", 0, 1000, 1)
     call = HostEvent("cudaLaunchKernel", "cuda_runtime", 100, 200, 1)
     add = HostEvent("aten::add", "cpu_op", 2000, 3000, 1)
@@ -296,5 +298,7 @@ def test_launch_bound_retime_keeps_an_rnn_layers_host_work() -> None:
         dur = kf.retime(g, Context(n_steps=1, step_ms=1.0))[name][0]  # type: ignore[arg-type]
         assert dur is not None
         assert [dur(i, nodes[i]) for i in range(3)] == [100, 100, 800]
-    mid = kf.retime(g, Context(n_steps=1, step_ms=1.0))["mid"][0]  # type: ignore[arg-type]
-    assert mid is not None and mid(3, nodes[3]) == pytest.approx(1000 * (1 - 0.7 * 0.5))
+    v = kf.retime(g, Context(n_steps=1, step_ms=1.0))  # type: ignore[arg-type]
+    mid, high = v["mid"][0], v["high"][0]
+    assert mid is not None and mid(3, nodes[3]) == 1000
+    assert high is not None and high(3, nodes[3]) == pytest.approx(1000 * (1 - 0.9 * 0.5))

@@ -51,3 +51,35 @@ def test_a_gpu_bound_step_keeps_the_removed_kernels_gpu_time() -> None:
     (g = 1). With a 0.5 ms cap (busy 50 %) it is × 0.5 (50 µs), as before."""
     assert _removed_mid(100.0, 1.0) == pytest.approx(100 * US)
     assert _removed_mid(500.0, 1.0) == pytest.approx(50 * US)
+
+
+def _rnn_graph(op: str):
+    """A step of 300 µs: host op ``op`` 0..100 µs on thread 1, then two elementwise kernels back
+    to back (100 µs each) from 100 µs."""
+    gpu = [G(ADD, "kernel", 100 * US, 200 * US, 7), G(ADD, "kernel", 200 * US, 300 * US, 7)]
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 300 * US, 1),
+        H(op, "cpu_op", 0, 100 * US, 1),
+    ]
+    return build_graph(host, gpu, 1, 0, 300 * US)
+
+
+def test_a_step_with_rnn_layers_keeps_its_time_at_low_and_mid() -> None:
+    """With ``aten::gru`` in the step (Dynamo left v110's whole forward eager: its compiled step
+    held no compiled region), the low and mid levels keep every node as recorded; the high level
+    still shrinks the removed kernel (× 0). Without it (``aten::mul``) the mid level halves the
+    removed kernel, as before."""
+    g = _rnn_graph("aten::gru")
+    ctx = GN.Context(n_steps=1, step_ms=0.3)
+    v = KF.retime(g, ctx)
+    [r] = KF.removable_kernels(g)[0]
+    for level in ("low", "mid"):
+        dur, _ = v[level]
+        assert dur is not None
+        assert [dur(i, n) for i, n in enumerate(g.nodes)] == [float(n.dur) for n in g.nodes]
+    high, _ = v["high"]
+    assert high is not None and high(r, g.nodes[r]) == 0.0
+    g2 = _rnn_graph("aten::mul")
+    mid, _ = KF.retime(g2, ctx)["mid"]
+    [r2] = KF.removable_kernels(g2)[0]
+    assert mid is not None and mid(r2, g2.nodes[r2]) == pytest.approx(50 * US)
