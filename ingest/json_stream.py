@@ -52,6 +52,16 @@ _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 # (the previous event's closing brace, the comma, the next one's opening brace). A newline cannot
 # occur inside a strict JSON string, so a cut there is between events, proven by a syntax pass.
 _KINETO_SEP = b"\n  },\n  {"
+# Any other layout (one line, compact, an event per line, another indent): a closing brace, a comma
+# and an opening brace, whitespace around the comma. It may also stand inside a string or between
+# two objects nested in an event: a cut there does not prove out (the strict syntax pass of
+# ``[`` + the text up to the brace + ``]`` accepts only a cut between two top-level elements).
+_EVENT_SEP = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+# The tail of the last part searched first for that separator (an event is ~0.1-1 KB).
+_SEP_WINDOW = 1 << 16
+# Separators tried, from the last, where the splitter proves its cuts (each failed try is one
+# syntax pass over the batch).
+_SEP_TRIES = 4
 
 
 _NON_WS = re.compile(rb"[^ \t\r\n]")
@@ -186,7 +196,7 @@ class EventCounts:
 
 
 class UnprovenCut(Exception):
-    """A batch cut at Kineto's separator without a proof is not a JSON array of objects: the cut
+    """A batch cut at a separator without a proof is not a JSON array of objects: the cut
     may not be between events. :class:`~gpuscope.ingest.parse_pool.ParsePool` then splits the
     file again from that batch, proving every cut (:attr:`TraceSplitter.prove_cuts`)."""
 
@@ -206,7 +216,7 @@ class Batch:
     strict: bool | None = (
         None  # proven strict JSON already (the fast cut's syntax pass); None: unknown
     )
-    #: False: cut at Kineto's separator without a proof that it is a JSON array of objects; its
+    #: False: cut at a separator without a proof that it is a JSON array of objects; its
     #: parse proves it (the compiled parser reads only such an array), tells ``counts`` its events,
     #: or raises :class:`UnprovenCut`.
     proven: bool = True
@@ -238,11 +248,15 @@ class TraceSplitter:
     prefix_meta: dict[str, Any] = field(
         default_factory=dict
     )  # top-level keys seen before the events
-    #: False: a fast cut (at Kineto's separator) is handed on unproven when the compiled parser
-    #: will read it (its parse is the proof: ~1.2 CPU s/GB less); every batch then has its events
-    #: told to :attr:`counts`. True: every cut is proven here.
+    #: False: a fast cut (at a separator between events) is handed on unproven when the compiled
+    #: parser will read it (its parse is the proof: ~1.2 CPU s/GB less); every batch then has its
+    #: events told to :attr:`counts`. True: every cut is proven here.
     prove_cuts: bool = True
     counts: EventCounts = field(default_factory=EventCounts)
+    #: Bytes of the events array read by the vectorised scan (a buffer scanned twice counts
+    #: twice). The fast cut leaves it the text after the last separator: a file of any layout
+    #: whose events it cuts adds at most the end of the array and the events of one batch.
+    scanned_bytes: int = 0
     _index: int = 0  # batches made so far
 
     def _made(self, batch: Batch, n: int | None) -> Batch:
@@ -352,6 +366,7 @@ class TraceSplitter:
                 if len(parts) > 1:  # cut again as one buffer: the same separator, or the scan
                     buf = compiled_parser.concat(tuple(parts))
                     continue
+            self.scanned_bytes += len(buf)
             b = np.frombuffer(buf, np.uint8)
             q = string_quotes(b)
             s, d = brackets(buf, q)
@@ -412,23 +427,24 @@ class TraceSplitter:
     def _fast_cut(
         self, parts: list[Any], offset: int, first: bool, max_event: int
     ) -> tuple[Batch, int, int | None] | None:
-        """The batch up to the last Kineto event separator in the text ``parts`` hold (bytes-like,
-        in order; the separator in the last one), proven by a strict syntax pass (the compiled
-        parser's ``count_objects``, without the GIL; else, or where it refuses, msgspec's, a list
-        of empty structs: ~1 CPU s/GB against ~8 for the numpy scan): (batch, bytes of the text
-        used, events). The batch is the parts' one copy. None when the last part has no
-        separator or the first no event's start, or the cut does not prove out (other layout, raw
-        control characters, an element that is not an object, an event over the cap): the
-        caller then joins the parts (the cut at the same separator, or the numpy scan, which
-        reports what is wrong). With :attr:`prove_cuts` off, a batch the compiled parser will
-        read is handed on unproven (events: None): its parse proves it."""
+        """The batch up to the last separator between events in the text ``parts`` hold
+        (bytes-like, in order; the separator in the last one: Kineto's, else that of any layout,
+        :func:`_last_cuts`), proven by a strict syntax pass (the compiled parser's
+        ``count_objects``, without the GIL; else, or where it refuses, msgspec's, a list of empty
+        structs: ~1 CPU s/GB against ~8 for the numpy scan): (batch, bytes of the text used,
+        events). Where a separator does not prove out (inside a string or an event), the one
+        before it is tried. The batch is the parts' one copy. None when the last part has no
+        separator or the first no event's start, or no cut proves out (raw control characters,
+        an element that is not an object, an event over the cap): the caller then joins the
+        parts (the cut at the same separators, or the numpy scan, which reports what is wrong).
+        With :attr:`prove_cuts` off, a batch the compiled parser will read is handed on unproven
+        at the last separator (events: None): its parse proves it."""
         last = parts[-1]  # bytes (a chunk, or a joined buffer); the first may be a memoryview
-        k = last.rfind(_KINETO_SEP)
-        if k < 0:
+        cuts = _last_cuts(last)
+        if not cuts:
             return None
-        z_last = k + 4  # just after the last whole event's closing brace
         head = parts[0]
-        end = z_last if len(parts) == 1 else len(head)
+        end = cuts[0] if len(parts) == 1 else len(head)
         m = _NON_WS.search(head, 0, end)  # found in place: no copy of the buffer
         if m is not None and not first:
             if head[m.start()] != 0x2C:  # ','
@@ -437,22 +453,26 @@ class TraceSplitter:
         if m is None or head[m.start()] != 0x7B:  # '{'
             return None
         a = m.start()
-        if len(parts) == 1:
-            body = [memoryview(head)[a:z_last]]
-        else:
-            body = [memoryview(head)[a:], *parts[1:-1], memoryview(last)[:z_last]]
-        data = compiled_parser.concat((b"[", *body, b"]"))  # one copy, without the GIL
-        z = sum(len(x) for x in parts[:-1]) + z_last
-        if not self.prove_cuts and len(data) <= max_event and compiled_parser.enabled():
-            return Batch(data, offset + a, -1, strict=True, proven=False), z, None
-        n = count_events(data)
-        if n is None:
-            return None
-        if len(data) > max_event:  # an element may be over the cap (a cap below the batch size)
-            for item in _raw_list().decode(data):
-                if len(memoryview(item)) > max_event:
-                    return None
-        return Batch(data, offset + a, self.n_events, strict=True), z, n
+        for z_last in cuts:
+            if len(parts) == 1:
+                if z_last <= a:
+                    break
+                body = [memoryview(head)[a:z_last]]
+            else:
+                body = [memoryview(head)[a:], *parts[1:-1], memoryview(last)[:z_last]]
+            data = compiled_parser.concat((b"[", *body, b"]"))  # one copy, without the GIL
+            z = sum(len(x) for x in parts[:-1]) + z_last
+            if not self.prove_cuts and len(data) <= max_event and compiled_parser.enabled():
+                return Batch(data, offset + a, -1, strict=True, proven=False), z, None
+            n = count_events(data)
+            if n is None:
+                continue  # not between two events (or the text is not strict JSON)
+            if len(data) > max_event:  # an element may be over the cap (a cap below the batch)
+                for item in _raw_list().decode(data):
+                    if len(memoryview(item)) > max_event:
+                        return None
+            return Batch(data, offset + a, self.n_events, strict=True), z, n
+        return None
 
     def _finish(self, prefix: bytes, rest: bytes, is_object: bool) -> None:
         parts = [rest]
@@ -478,6 +498,23 @@ class TraceSplitter:
             raise self._fail(f"{problem} outside the events array ({e.msg})") from None
         meta.pop("traceEvents", None)
         self.metadata = meta
+
+
+def _last_cuts(last: bytes) -> list[int]:
+    """Where a batch may end in ``last``: just after the closing brace of a separator between two
+    events, the last first; at most :data:`_SEP_TRIES`. Kineto's separator where ``last`` holds
+    one (only the last of them); else the last ones of any layout (:data:`_EVENT_SEP`), looked
+    for in the last :data:`_SEP_WINDOW` bytes, then in the whole of ``last``. Each is a candidate
+    until a syntax pass (or the batch's parse) proves it."""
+    k = last.rfind(_KINETO_SEP)
+    if k >= 0:
+        return [k + 4]
+    found: list[int] = []
+    if len(last) > _SEP_WINDOW:
+        found = [m.start() + 1 for m in _EVENT_SEP.finditer(last, len(last) - _SEP_WINDOW)]
+    if not found:
+        found = [m.start() + 1 for m in _EVENT_SEP.finditer(last)]
+    return found[: -_SEP_TRIES - 1 : -1]
 
 
 def count_events(data: bytes) -> int | None:

@@ -8,11 +8,12 @@ release the GIL while they parse); the writer (the
 thread that holds the store's connection and its transaction) takes the parsed batches in file and
 batch order, so names get the same ids, and rows the same values, as a serial ingest.
 
-The splitter cuts at Kineto's separator between events without proving the cut (a strict syntax
-pass, ~1.2 CPU s/GB): the batch's parse proves it, since the compiled parser reads only a JSON
-array of objects (where it refuses a batch, the cut is checked there). A cut that does not prove
-out (a file laid out otherwise) makes the pool split that file again from that batch, proving
-every cut, as before (:class:`~gpuscope.ingest.json_stream.UnprovenCut`).
+The splitter cuts at a separator between events (Kineto's, or that of any other layout: one line,
+compact) without proving the cut (a strict syntax pass, ~1.2 CPU s/GB): the batch's parse proves
+it, since the compiled parser reads only a JSON array of objects (where it refuses a batch, the cut
+is checked there). A cut that does not prove out (the separator inside a string or an event)
+makes the pool split that file again from that batch, proving every cut, as before
+(:class:`~gpuscope.ingest.json_stream.UnprovenCut`).
 
 Memory is bounded whatever the number or size of the files: at most ``depth`` batches
 (:data:`~gpuscope.ingest.json_stream.BATCH_BYTES` of JSON each, plus their Arrow tables) are
