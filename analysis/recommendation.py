@@ -45,7 +45,9 @@ class Estimate:
     """A fix's estimated reduction of the step time (per-sample time for a fix that grows the
     batch), %: ``gain_pct`` (best estimate), ``low_pct``..``high_pct`` (range), ``step_ms`` (the
     step time after the fix), ``bound``: whether ``high_pct`` is the fix's proven bound;
-    ``clipped``: the re-timing went above that bound and was cut there."""
+    ``clipped``: the re-timing went above that bound and was cut there; ``banded``: the range was
+    cut to how far measured gains landed from such estimates on the recorded pairs
+    (:mod:`gpuscope.analysis.fixes.band`)."""
 
     gain_pct: float
     low_pct: float
@@ -55,6 +57,7 @@ class Estimate:
     bound: bool = False
     calibrated: bool = False
     clipped: bool = False
+    banded: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +69,7 @@ class Estimate:
             "bound": self.bound,
             "calibrated": self.calibrated,
             "clipped": self.clipped,
+            "banded": self.banded,
         }
 
     @classmethod
@@ -80,6 +84,7 @@ class Estimate:
             d["bound"],
             d["calibrated"],
             d["clipped"],
+            d.get("banded", False),  # absent from documents written before the band
         )
 
 

@@ -10,6 +10,7 @@ from gpuscope.analysis import gains as GN
 from gpuscope.analysis.critical_path import GpuEvent as G
 from gpuscope.analysis.critical_path import HostEvent as H
 from gpuscope.analysis.critical_path import critical_path_of
+from gpuscope.analysis.fixes.band import BAND
 
 US = 1_000
 
@@ -122,7 +123,8 @@ def _recompute_step():
         # 63.1 % .. 1 − 0.3 / 1.23 = 75.6 %
         (10.0, 70.0, 100 * (1 - 0.3 * 1.23), 100 * (1 - 0.3 / 1.23)),
         # "Checkpoint fewer" (peak 60 %): 0.5 / 0.8 / 1 of it: mid 1 − (30 + 14)/100 = 56 %, low
-        # 1 − (30 + 35) × 1.23 / 100 = 20.05 %, high as above
+        # 1 − (30 + 35) × 1.23 / 100 = 20.05 %, high as above; the low end then cut to the
+        # recorded pairs' spread (analysis/fixes/band.py): 0.478 × 56 = 26.77 % (see below)
         (60.0, 56.0, 100 * (1 - 0.65 * 1.23), 100 * (1 - 0.3 / 1.23)),
         # the peak unknown: "checkpoint fewer, check the memory first": as at 60 %
         (None, 56.0, 100 * (1 - 0.65 * 1.23), 100 * (1 - 0.3 / 1.23)),
@@ -137,5 +139,8 @@ def test_dropping_checkpointing_is_estimated_as_the_whole_recompute(
     rec = FX.Recommendation(u.id, "t", "w", {"memory_used_pct": memory_used_pct}, "c", 70.0)
     est = u.estimate(rec, cp, ctx)
     assert est.gain_pct == pytest.approx(gain)
-    assert est.low_pct == pytest.approx(low)
-    assert est.high_pct == pytest.approx(high)
+    lo, hi, _ = BAND["activation_checkpointing"]
+    assert (lo, hi) == (0.478, 2.224)  # the figures the comments above use
+    assert est.low_pct == pytest.approx(max(low, lo * gain))
+    assert est.high_pct == pytest.approx(min(high, hi * gain))
+    assert est.banded == (lo * gain > low)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.compiled import CompiledInfo
+from gpuscope.analysis.fixes import band
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.gains import Context, Estimate, Variant, replay_estimate
 from gpuscope.analysis.idle import IdleResult
@@ -229,8 +230,8 @@ class FixUnit:
         if est is None:
             if rec.bound_pct is None:  # the registry's test holds every unit to one of the two
                 raise AssertionError(f"{self.id}: neither a re-timing nor a proven bound")
-            return bound_estimate(rec.bound_pct, ctx)
-        return clip(est, rec.bound_pct, ctx)
+            return band.narrow(bound_estimate(rec.bound_pct, ctx), self.id)
+        return band.narrow(clip(est, rec.bound_pct, ctx), self.id)
 
 
 def after(first: Variant, variants: dict[str, Variant]) -> dict[str, Variant]:
