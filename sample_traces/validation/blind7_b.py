@@ -301,7 +301,8 @@ def _particlenet(k: Kit, fixed: bool, device: str, rank: int):
                 sq = (xf * xf).sum(1, keepdim=True)
                 d2 = sq.transpose(1, 2) + sq - 2 * xf.transpose(1, 2) @ xf + far
                 idx = d2.topk(knn, dim=2, largest=False).indices  # (b, p, k)
-            own, nb = self.theta(x) - self.phi(x), self.phi(x)  # (b, co, p)
+            nb = self.phi(x)  # (b, co, p)
+            own = self.theta(x) - nb
             co = nb.shape[1]
             flat = idx.reshape(b, 1, p * knn).expand(b, co, p * knn)
             e = nb.gather(2, flat).view(b, co, p, knn)  # in place after: one edge tensor
