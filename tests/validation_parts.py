@@ -20,6 +20,7 @@ import record_blind3  # noqa: E402
 import record_blind4  # noqa: E402
 import record_blind5  # noqa: E402
 import record_blind6  # noqa: E402
+import record_blind7  # noqa: E402
 import record_new  # noqa: E402
 import record_validation  # noqa: E402
 
@@ -39,6 +40,7 @@ __all__ = [
     "record_blind4",
     "record_blind5",
     "record_blind6",
+    "record_blind7",
     "record_new",
     "record_validation",
 ]
@@ -62,8 +64,15 @@ ONE_GPU_FIXES = frozenset(
 
 def earlier_cases(part: Any) -> dict[str, dict]:
     """Every case recorded before the blind part ``part`` (a recorder module: record_blind2 to
-    6), by case: v01-v28, then each earlier blind part's."""
-    parts = [record_blind2, record_blind3, record_blind4, record_blind5, record_blind6]
+    7), by case: v01-v28, then each earlier blind part's."""
+    parts = [
+        record_blind2,
+        record_blind3,
+        record_blind4,
+        record_blind5,
+        record_blind6,
+        record_blind7,
+    ]
     out = {**record_validation.CASES, **record_new.CASES, **record_blind.ALL}
     for p in parts[: parts.index(part)]:
         out.update(p.CASES)

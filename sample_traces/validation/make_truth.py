@@ -22,7 +22,8 @@ v41-v54 had been judged; and every case of record_blind4.py (v70-v84) is ``group
 held out, recorded after v55-v69 had been judged; every case of record_blind5.py (v85-v99) is
 ``group: "blind5"``, held out, recorded after v70-v84 had been judged; and every case of
 record_blind6.py (v100-v114) is ``group: "blind6"``, held out, recorded after v85-v99 had been
-judged.
+judged; every case of record_blind7.py (v115-v129) is ``group: "blind7"``, held out, recorded after
+v100-v114 had been judged.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import record_blind3  # noqa: E402
 import record_blind4  # noqa: E402
 import record_blind5  # noqa: E402
 import record_blind6  # noqa: E402
+import record_blind7  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -54,6 +56,7 @@ GROUPS = (
     "blind4",
     "blind5",
     "blind6",
+    "blind7",
 )
 """The set's parts, in the order the benchmark prints them."""
 
@@ -64,6 +67,7 @@ BLIND_PARTS = (
     record_blind4,
     record_blind5,
     record_blind6,
+    record_blind7,
 )
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 

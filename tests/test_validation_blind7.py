@@ -1,0 +1,232 @@
+"""The validation set's seventh blind part (v115-v129, record_blind7.py over blind7_a/b/c.py): its
+cases are their own group (``blind7``), held out, on model families no earlier case used; they time
+every one-GPU fix once more, ask bf16 on an NCHW convolution net with TF32 off (v72's false
+promise) and on a matmul transformer with TF32 on, hold three pairs chosen to gain nothing (one of
+them torch.compile of a GRU stack) and one 2-GPU pair whose pace-setter, rank 1, computes more
+(longer sequences) with no host work of its own. Nothing here analyses a trace: the part is judged
+once, by the lead, with ``validate_gains_set.py --blind``."""
+
+from __future__ import annotations
+
+import pytest
+from validation_parts import (
+    ONE_GPU_FIXES,
+    TRUTH,
+    VAL,
+    assert_case_words,
+    assert_fifteen_with_one_two_gpu_straggler,
+    assert_new_families,
+    assert_own_held_out_group,
+    assert_recorded_part,
+    ops_by_variant_and_rank,
+    record_blind7,
+    record_new,
+)
+
+FAMILIES = {
+    "v115": "VQ-VAE",
+    "v116": "V-Net",
+    "v117": "Temporal Fusion Transformer",
+    "v118": "HRNet",
+    "v119": "Performer",
+    "v120": "SimCLR",
+    "v121": "ParticleNet",
+    "v122": "RetinaNet",
+    "v123": "SchNet",
+    "v124": "RepVGG",
+    "v125": "GRU4Rec",
+    "v126": "LeViT",
+    "v127": "BiSeNet",
+    "v128": "DeepSpeech2",
+    "v129": "ALBERT",
+}
+"""Each case's architecture family, as its model description names it (case-sensitive)."""
+
+SAME_MATH = frozenset(record_blind7.CASES) - {"v125", "v129"}
+"""The one-GPU cases whose fix leaves the step's arithmetic alone on a CPU (where autocast, pinning,
+CUDA graphs, cudnn flags and the fused optimizer change nothing and torch.compile is replaced by
+the model itself): both variants, seeded alike, end two steps with the same parameters. v125's
+fix is a 4x batch."""
+
+
+def test_the_seventh_blind_part_is_its_own_held_out_group_numbered_on_from_v115() -> None:
+    assert_own_held_out_group(record_blind7, "blind7", 115)
+    assert len(record_blind7.ORDER) == 15
+    parts = (record_blind7.blind7_a, record_blind7.blind7_b, record_blind7.blind7_c)
+    assert [c for m in parts for c in m.CASES] == record_blind7.ORDER  # in order, each once
+    assert [c for m in parts for c in m.BUILDERS] == record_blind7.ORDER
+
+
+def test_the_models_and_their_families_are_new() -> None:
+    """No model description of this part is an earlier part's, and no family it names appears in
+    an earlier case's model or in the recorders of ../fixes and ../multi_gpu."""
+    assert_new_families(record_blind7, FAMILIES)
+
+
+def test_the_seventh_blind_part_covers_the_fixes_three_nulls_and_a_rank_1_pace_setter() -> None:
+    from gpuscope.analysis.fixes import BY_ID
+
+    cases = list(record_blind7.CASES.values())
+    assert {c["expected_fix"] for c in cases} <= set(BY_ID)
+    real = [c for c in cases if not c.get("null")]
+    assert {c["expected_fix"] for c in real} >= ONE_GPU_FIXES
+    # bf16: an NCHW convolution net with TF32 off for matmuls and cuDNN (v72's configuration),
+    # and a matmul transformer with TF32 on, each in both variants
+    mp = {k: c for k, c in record_blind7.CASES.items() if c["expected_fix"] == "mixed_precision"}
+    assert set(mp) == {"v118", "v119"}
+    off, on = mp["v118"], mp["v119"]
+    assert "fp32, TF32 off (matmuls and cuDNN) in both variants" in off["model"]
+    assert "NCHW" in off["model"] and off["planted"] == "fp32, TF32 off"
+    assert "fp32 with TF32 on (matmuls and cuDNN) in both variants" in on["model"]
+    assert "NCHW" not in on["model"] and on["planted"] == "fp32 with TF32"
+    assert all("bf16 autocast" in c["fix"] for c in mp.values())
+    ac = [c["planted"] for c in real if c["expected_fix"] == "activation_checkpointing"]
+    assert ac and all("nn.Module" in p for p in ac)
+    assert any("memory-bound" in c["model"] for c in real if c["expected_fix"] == "kernel_fusion")
+    (cg,) = [c for c in real if c["expected_fix"] == "cuda_graphs"]
+    assert cg["planted"].startswith("eager") and "torch.cuda.graph" in cg["fix"]
+    assert "capturable=True) in both variants" in cg["model"] and not cg.get("compiled")
+    (bs,) = [c for c in real if c["expected_fix"] == "batch_size"]
+    assert bs["batch_multiple"] == 4 and "nn.GRU" in bs["model"]
+    nulls = {k: c for k, c in record_blind7.CASES.items() if c.get("null")}
+    assert {c["expected_fix"] for c in nulls.values()} == {
+        "cudnn_benchmark",
+        "dataloader_workers",
+        "kernel_fusion",
+    }
+    assert all("gains ~0" in c["fix"] for c in nulls.values())
+    assert nulls["v128"].get("compiled") and "nn.GRU" in nulls["v128"]["model"]
+    assert_fifteen_with_one_two_gpu_straggler(record_blind7)
+    assert record_blind7.CASES["v129"]["name"] == "load_imbalance_seq"
+
+
+def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
+    assert_case_words(record_blind7)
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one intra-op thread for the test (the --quick steps are tiny)."""
+    torch = pytest.importorskip("torch")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def _two_steps(case: str, variant: str) -> tuple:
+    step, n, meta, model = record_blind7.build(case, variant, "cpu")
+    step()
+    step()
+    params = [q.detach().clone() for q in model.parameters()]
+    assert n > 0 and isinstance(meta, dict), (case, variant)
+    return n, dict(meta), params
+
+
+@pytest.mark.slow
+def test_every_one_gpu_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
+    monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    """Each builder's planted and fixed variants make the same model and take two steps (the CPU,
+    --quick sizes; torch.compile replaced by a recorder of its calls that returns the model). Only
+    the planted thing differs, as each variant's record says, and where the fix leaves the
+    arithmetic alone on a CPU both variants end with the same parameters."""
+    pytest.importorskip("torch")
+    import torch
+
+    compiled: list[tuple[str, dict]] = []
+
+    def compile_(model, **kw):
+        compiled.append((type(model).__name__, kw))
+        return model
+
+    def build(case: str, variant: str, *a, **kw):
+        out = real_build(case, variant, *a, **kw)
+        calls[case, variant] = list(compiled)
+        compiled.clear()
+        return out
+
+    real_build = record_blind7.build
+    calls: dict[tuple[str, str], list] = {}
+    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setattr(record_blind7, "build", build)
+    monkeypatch.setattr(record_new, "QUICK", True)
+    metas: dict[tuple[str, str], dict] = {}
+    samples: dict[tuple[str, str], int] = {}
+    try:
+        for case in [c for c in record_blind7.ORDER if record_blind7.CASES[c].get("gpus", 1) == 1]:
+            ends = {}
+            for variant in ("planted", "fixed"):
+                n, meta, params = _two_steps(case, variant)
+                metas[case, variant], samples[case, variant] = meta, n
+                ends[variant] = params
+                if case in ("v124", "v126"):  # the flag itself, as the builder leaves it
+                    assert torch.backends.cudnn.benchmark == (variant == "fixed")
+            assert [p.shape for p in ends["planted"]] == [p.shape for p in ends["fixed"]], case
+            if case in SAME_MATH:
+                for a, b in zip(ends["planted"], ends["fixed"], strict=True):
+                    torch.testing.assert_close(a, b, msg=case)
+    finally:
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+    def pair(case: str, key: str) -> tuple:
+        return metas[case, "planted"][key], metas[case, "fixed"][key]
+
+    # torch.compile: the fixed variants of v115 and v128, once each, default mode; nothing else
+    got = {k: v for k, v in calls.items() if v}
+    assert set(got) == {("v115", "fixed"), ("v128", "fixed")}
+    assert all(len(v) == 1 and v[0][1] == {} for v in got.values())
+    for case in ("v115", "v128"):
+        assert pair(case, "compiled") == (False, True)
+    assert pair("v116", "checkpointed_modules")[0] > 0 == pair("v116", "checkpointed_modules")[1]
+    assert pair("v117", "optimizer") == ("AdamW(foreach=False)", "AdamW(fused=True)")
+    assert pair("v118", "precision") == ("fp32, TF32 off", "bf16 autocast, TF32 off")
+    assert pair("v119", "precision") == ("fp32, TF32 on", "bf16 autocast, TF32 on")
+    for case in ("v120", "v127"):
+        assert pair(case, "num_workers")[0] == 0 < pair(case, "num_workers")[1]
+    assert pair("v121", "pinned") == (False, True)
+    assert pair("v121", "bytes_per_step")[0] == pair("v121", "bytes_per_step")[1] > 0
+    assert pair("v122", "syncs_per_step") == (3, 0)
+    assert pair("v123", "cuda_graph") == ("none", "whole step (torch.cuda.graph)")
+    assert pair("v123", "graph_captured") == (False, False)  # no capture on a CPU
+    for case in ("v124", "v126"):
+        assert pair(case, "torch_flags") == ({"cudnn_benchmark": False}, {"cudnn_benchmark": True})
+    assert samples["v125", "fixed"] == 4 * samples["v125", "planted"]
+    assert all(samples[c, "planted"] == samples[c, "fixed"] for c in SAME_MATH)
+
+
+@pytest.mark.slow
+def test_rank_1_of_the_planted_two_gpu_case_computes_longer_sequences(
+    tmp_path, one_thread: None
+) -> None:
+    """v129's builder under DDP (gloo, one process, --quick sizes): planted, rank 1's sequences
+    are 1.5 x rank 0's; fixed, rank 1's are their mean (the same tokens split evenly); no rank
+    runs host work of its own (the same ops, only longer)."""
+    pytest.importorskip("torch")
+    _, builds = ops_by_variant_and_rank(record_blind7, "v129", set(), tmp_path)
+    seq = {k: meta["seq_len"] for k, (_n, meta, _m) in builds.items()}
+    assert seq["planted", 1] * 2 == seq["planted", 0] * 3
+    assert seq["fixed", 1] * 2 == seq["planted", 0] + seq["planted", 1]
+    for n, meta, _model in builds.values():
+        assert n > 0 and meta["extra_work_rank"] == 1
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_the_recorded_seventh_blind_part_is_apart_and_whole() -> None:
+    """Every recorded v115+ case (none before the part's device calls): group blind7, held out,
+    one trace of its planted variant per rank, timed in fresh processes on an NVIDIA GPU, >= 3
+    rounds (>= 5 where the rounds scatter), its row whole; make_truth's earlier cases first."""
+    assert_recorded_part(record_blind7)
+
+
+def test_the_device_script_drives_this_part_alone_or_in_lanes() -> None:
+    """record_blind7_device.sh runs device_env.sh's drive_part on this part (its group) with the
+    script's arguments, or drive_lanes after a first argument ``lanes``."""
+    text = (VAL / "record_blind7_device.sh").read_text()
+    commands = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("#")]
+    assert f'drive_part {record_blind7.GROUP} "$@"' in commands
+    assert f'drive_lanes {record_blind7.GROUP} "$@"' in commands
+    assert 'if [ "${1:-}" = lanes ]; then' in commands
+    assert (VAL / f"record_{record_blind7.GROUP}.py").is_file()
