@@ -14,9 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from e2e_support import (
     CHROMIUM_ARGS,
-    PAGE_TIMEOUT_MS,
-    RUN_END_JS,
     Server,
+    browser_context,
     chromium_path,
     pages_report,
     start_server,
@@ -45,10 +44,14 @@ def browser() -> Iterator[object]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     """A browser test that fails says what each of its pages showed: a screenshot of each (kept as
-    a CI artefact), the start of its visible text, its URL, and the end of the server's log."""
+    a CI artefact), the start of its visible text, its URL, and the end of the server's log: the
+    pages it made (``new_page``) and those it was handed (``shown``)."""
     outcome = yield
     report = outcome.get_result()
-    contexts = getattr(item, "_gpuscope_contexts", None)
+    contexts = [
+        *getattr(item, "_gpuscope_contexts", []),
+        *getattr(item, "_gpuscope_shown", []),
+    ]
     if report.when != "call" or not report.failed or not contexts:
         return
     server = item.funcargs.get("server") if hasattr(item, "funcargs") else None
@@ -64,14 +67,26 @@ def new_page(browser, request: pytest.FixtureRequest):  # type: ignore[no-untype
     request.node._gpuscope_contexts = contexts
 
     def make(color_scheme: str = "light"):  # type: ignore[no-untyped-def]
-        ctx = browser.new_context(
-            viewport={"width": 1440, "height": 1000}, color_scheme=color_scheme
-        )
-        ctx.set_default_timeout(PAGE_TIMEOUT_MS)
-        ctx.add_init_script(RUN_END_JS)
+        ctx = browser_context(browser, color_scheme)
         contexts.append(ctx)
         return ctx.new_page()
 
     yield make
     for c in contexts:
         c.close()
+
+
+@pytest.fixture
+def shown(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """``shown(page)`` -> page: a page the test reads but did not make (a module's shared page,
+    made by ``browser_context``), shown in the test's failure report as its own pages are; it is
+    not closed after the test."""
+    pages: list[Any] = []
+    request.node._gpuscope_shown = pages
+
+    def show(page):  # type: ignore[no-untyped-def]
+        if page.context not in pages:
+            pages.append(page.context)
+        return page
+
+    return show

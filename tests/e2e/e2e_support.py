@@ -207,6 +207,15 @@ def click_ingest(page, files: list | None = None) -> None:  # type: ignore[no-un
     button.click()
 
 
+def browser_context(browser, color_scheme: str = "light"):  # type: ignore[no-untyped-def]
+    """A fresh browser context (no shared cookies or storage) of a 1440 x 1000 viewport, whose
+    pages watch how Streamlit's script runs end (:data:`RUN_END_JS`: ``wait_idle`` reads it)."""
+    ctx = browser.new_context(viewport={"width": 1440, "height": 1000}, color_scheme=color_scheme)
+    ctx.set_default_timeout(PAGE_TIMEOUT_MS)
+    ctx.add_init_script(RUN_END_JS)
+    return ctx
+
+
 def pages_report(
     contexts: list[Any], name: str, log: Path | None, *, timeout_ms: int = 10_000
 ) -> str:

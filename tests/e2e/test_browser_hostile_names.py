@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from e2e_support import (
     Server,
+    browser_context,
     clean_env,
     sawtooth_chart,
     screenshot,
@@ -106,17 +107,53 @@ def _pwned(page) -> list[str]:  # type: ignore[no-untyped-def]
     ]
 
 
-def test_hostile_names_run_nowhere(hostile, new_page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    server, run_id, other_id = hostile
-    page = new_page()
+@pytest.fixture(scope="module")
+def run_page(hostile, browser) -> Iterator[dict]:  # type: ignore[no-untyped-def,type-arg]
+    """The two-rank run's Run page (rank 0) in a fresh browser context of the module's, loaded by
+    the first test that reads it (:func:`_opened`), every request of the context recorded from
+    before its first load: the report's download reads the page, then the page's panels and the
+    other pages are read in it."""
+    ctx = browser_context(browser)
     requests: list[str] = []
-    page.context.on("request", lambda r: requests.append(r.url))
+    ctx.on("request", lambda r: requests.append(r.url))
+    yield {"page": ctx.new_page(), "requests": requests, "url": hostile[0].url, "run": hostile[1]}
+    ctx.close()
 
-    page.goto(f"{server.url}/run?run={run_id}&rank=0")
-    sawtooth_chart(page)
-    page.get_by_role("heading", name="Fixes").wait_for(timeout=120_000)
-    page.get_by_role("heading", name="Modules and phases").wait_for(timeout=120_000)
+
+def _opened(run_page: dict, shown) -> tuple:  # type: ignore[no-untyped-def,type-arg]
+    """(page, requests) of :func:`run_page`, its Run page loaded with every section drawn (on its
+    first use: in the test's own call, so its failure report shows it)."""
+    page = shown(run_page["page"])
+    if not run_page.get("loaded"):
+        page.goto(f"{run_page['url']}/run?run={run_page['run']}&rank=0")
+        sawtooth_chart(page)
+        page.get_by_role("heading", name="Fixes").wait_for(timeout=120_000)
+        page.get_by_role("heading", name="Modules and phases").wait_for(timeout=120_000)
+        run_page["loaded"] = True
     wait_idle(page)
+    query = page.url.split("?", 1)[-1].split("&")
+    assert "/run?" in page.url and f"run={run_page['run']}" in query and "rank=0" in query, page.url
+    return page, run_page["requests"]
+
+
+def test_hostile_names_report_is_inert(run_page, shown, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The Run page's "Download report" gives an HTML report with no script and no element from a
+    name (the names are there, escaped)."""
+    page, _ = _opened(run_page, shown)
+    with page.expect_download() as d:
+        page.get_by_role("button", name="Download report").click()
+    dest = tmp_path / "report.html"
+    d.value.save_as(dest)
+    doc = dest.read_text()
+    self_contained(doc)  # balanced, and no script, image, frame or link to fetch
+    assert "<svg onload" not in doc
+    assert "demo&lt;/script&gt;&lt;script&gt;window.__pwned=1" in doc.replace("\u2060", "")
+    assert os.path.getsize(dest) > 1000
+
+
+def test_hostile_names_run_nowhere(hostile, run_page, shown) -> None:  # type: ignore[no-untyped-def]
+    server, run_id, other_id = hostile
+    page, requests = _opened(run_page, shown)
 
     # the Perfetto hand-off, whose title and file name carry the run's name
     page.get_by_role("button", name="Open these events in Perfetto").click()
@@ -170,23 +207,3 @@ def test_hostile_names_run_nowhere(hostile, new_page, tmp_path: Path) -> None:  
     assert _pwned(page) == [] and _foreign(requests, server.url) == []
     to_x = [u for u in requests if urlsplit(u).path in ("/x", "/i")]
     assert to_x == [], f"markup from a name was rendered: {to_x}"
-
-
-def test_hostile_names_report_is_inert(hostile, new_page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """The Run page's "Download report" gives an HTML report with no script and no element from a
-    name (the names are there, escaped)."""
-    server, run_id, _ = hostile
-    page = new_page()
-    page.goto(f"{server.url}/run?run={run_id}&rank=0")
-    sawtooth_chart(page)
-    page.get_by_role("heading", name="Fixes").wait_for(timeout=120_000)
-    wait_idle(page)
-    with page.expect_download() as d:
-        page.get_by_role("button", name="Download report").click()
-    dest = tmp_path / "report.html"
-    d.value.save_as(dest)
-    doc = dest.read_text()
-    self_contained(doc)  # balanced, and no script, image, frame or link to fetch
-    assert "<svg onload" not in doc
-    assert "demo&lt;/script&gt;&lt;script&gt;window.__pwned=1" in doc.replace("\u2060", "")
-    assert os.path.getsize(dest) > 1000
