@@ -158,6 +158,9 @@ def test_an_upload_in_the_browser_while_a_cli_ingest_runs_both_land(
     running_at_the_click = cli.poll() is None
     page.wait_for_url(re.compile(r"/run\?run=[0-9a-f]{12}"), timeout=180_000)
     uploaded = re.search(r"run=([0-9a-f]{12})", page.url).group(1)  # type: ignore[union-attr]
+    # the upload has landed once its Run page opens (the app stores before it switches pages);
+    # what that page draws is other tests' to read: the page is left while the CLI ingest ends
+    page.goto("about:blank")
     out, err = cli.communicate(timeout=CLI_TIMEOUT_S)
     assert cli.returncode == 0, err
     assert running_at_the_click, "the CLI ingest ended before the upload began"
