@@ -2,8 +2,8 @@
 (``*/timing*.json`` beside this file) and from the FSDP2 prefetch pair of ../multi_gpu (its
 ``timing.json``); and, under ``compile``, the eager vs torch.compile timings of v06, v12 and v23's
 planted variants (``*/compile_timing.json``, record_blind.py's v06c/v12c/v23c); under
-``first_fixes``, the first fixes gpuscope named on v107, v110 and v113 timed on their planted
-variants (``*/first_fix_timing.json``, record_blind6.py's FIRST_FIXES).
+``first_fixes``, the first fixes gpuscope named on the sixth and seventh blind parts timed on their planted
+variants (``*/first_fix_timing.json``, record_blind6.py's and record_blind7.py's FIRST_FIXES).
 
     python make_truth.py
 
@@ -70,6 +70,10 @@ BLIND_PARTS = (
     record_blind7,
 )
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
+
+FIRST_FIXES = {**record_blind6.FIRST_FIXES, **record_blind7.FIRST_FIXES}
+"""The first fixes gpuscope named on a blind part where the planted cause was another's, timed
+on the base case's planted variant (case -> spec: base, how, fix, expected_fix)."""
 
 
 HELD_OUT_GROUPS = tuple(g for g in GROUPS if g not in ("calibration", "new"))
@@ -234,9 +238,9 @@ def compiled(case: str) -> dict | None:
 
 def first_fix(case: str) -> dict | None:
     """The timing of a first fix gpuscope named that was not the planted cause's
-    (record_blind6.FIRST_FIXES[case], on its base case's planted variant; step time):
+    (:data:`FIRST_FIXES`, on its base case's planted variant; step time):
     ``first_fix_timing.json`` in the base case's folder, rounds paired as :func:`single`'s."""
-    spec = record_blind6.FIRST_FIXES[case]
+    spec = FIRST_FIXES[case]
     tj = HERE / spec["base"] / "first_fix_timing.json"
     if not tj.exists():
         return None
@@ -326,16 +330,16 @@ def main() -> int:
         "every case of record_blind4.py (v70-v84, group blind4), recorded after v55-v69 had been "
         "judged; and so is every case of record_blind5.py (v85-v99, group blind5), recorded after "
         "v70-v84 had been judged; and so is every case of record_blind6.py (v100-v114, group "
-        "blind6), recorded after v85-v99 had been judged. "
+        "blind6), recorded after v85-v99 had been judged; and so is every case of record_blind7.py "
+        "(v115-v129, group blind7), recorded after v100-v114 had been judged. "
         "compile: eager vs "
         "torch.compile of v06, v12 and v23's planted variants. first_fixes: the first fixes "
-        "gpuscope named on the sixth blind part where they were not the planted cause's, timed "
-        "on the base case's planted variant (record_blind6.FIRST_FIXES).",
+        "gpuscope named on the sixth and seventh blind parts where they were not the planted "
+        "cause's, timed on the base case's planted variant (record_blind6.FIRST_FIXES, "
+        "record_blind7.FIRST_FIXES).",
         "cases": cases,
         "compile": [c for c in (compiled(k) for k in COMPILED) if c is not None],
-        "first_fixes": [
-            c for c in (first_fix(k) for k in record_blind6.FIRST_FIXES) if c is not None
-        ],
+        "first_fixes": [c for c in (first_fix(k) for k in FIRST_FIXES) if c is not None],
     }
     (HERE / "truth.json").write_text(json.dumps(doc, indent=1) + "\n")
     for c in doc["first_fixes"]:
