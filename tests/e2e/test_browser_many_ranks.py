@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
 import sys
 import urllib.parse
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from clitools import cli_in_process  # tests/: on the path from tests/conftest.py
 from e2e_support import (
     POLL_MS,
     REPO,
@@ -66,11 +65,8 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str
     s = start_server(work, db=work / "store", load_samples=False)
     try:
 
-        def cli(*args: str) -> str:
-            done = subprocess.run(
-                [sys.executable, "-m", "gpuscope", *args, "--db", str(s.db)],
-                capture_output=True, text=True, timeout=600, cwd=REPO, env=dict(os.environ),
-            )  # fmt: skip
+        def cli(*args: str) -> str:  # in this process: no process is the point here
+            done = cli_in_process(*args, "--db", str(s.db))
             assert done.returncode == 0, done.stderr
             return done.stdout
 
