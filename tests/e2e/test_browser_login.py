@@ -165,9 +165,8 @@ def test_sign_in_upload_delete_only_by_the_uploader_sign_out(
     ingest = alice.get_by_role("button", name="Ingest")
     expect(ingest).to_be_enabled(timeout=90_000)
     ingest.click()
-    alice.wait_for_url(re.compile(r"/run\?run=[0-9a-f]{12}"))
-    wait_idle(alice)
-    alice.goto(f"{dashboard.url}/runs")
+    alice.wait_for_url(re.compile(r"/run\?run=[0-9a-f]{12}"))  # stored: its page opens
+    alice.goto(f"{dashboard.url}/runs")  # what the Run page draws is other tests' to read
     wait_idle(alice)
     _select_first_row(alice)
     confirm = alice.get_by_role("checkbox", name="Yes, delete: this cannot be undone")
