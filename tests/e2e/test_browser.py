@@ -85,7 +85,8 @@ def test_compare_url_in_a_fresh_context(server: Server, new_page) -> None:  # ty
     url = first.url
     a, b = re.search(r"a=([0-9a-f]{12})&b=([0-9a-f]{12})", url).groups()  # type: ignore[union-attr]
     assert (a, b) == sample_ids(server)
-    page = new_page()  # a new browser context: nothing but the URL carries the comparison
+    first.context.close()  # its session ends: nothing but the URL carries the comparison
+    page = new_page()  # a new browser context
     page.goto(url)
     page.get_by_role("heading", name="Compare").wait_for()
     sawtooth_chart(page)
