@@ -14,6 +14,7 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_fifteen_with_one_two_gpu_straggler,
+    assert_first_fixes,
     assert_new_families,
     assert_recorded_part,
     earlier_cases,
@@ -254,33 +255,6 @@ def test_the_device_script_drives_this_part() -> None:
 
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
 def test_the_first_fixes_timed_are_what_their_files_say() -> None:
-    """truth.json's ``first_fixes``: each of record_blind6.FIRST_FIXES timed on its base case's
-    planted variant (``first_fix_timing.json``), >= 3 rounds paired planted/fixed in round order
-    on an NVIDIA GPU, its gain the median of ``1 - fixed/planted``; the fix applied only in the
-    fixed runs, never in the planted ones."""
-    import json
-    import statistics
-
-    doc = json.loads(TRUTH.read_text())
-    got = {c["case"]: c for c in doc["first_fixes"]}
-    assert set(got) == set(record_blind6.FIRST_FIXES)
-    for case, spec in record_blind6.FIRST_FIXES.items():
-        assert spec["base"] in record_blind6.CASES and case not in record_blind6.CASES
-        runs = json.loads((VAL / spec["base"] / "first_fix_timing.json").read_text())["runs"]
-        assert {r["applied"] for r in runs if r["variant"] == "fixed"} == {True}
-        assert {r["applied"] for r in runs if r["variant"] == "planted"} == {False}
-        assert {r["first_fix"] for r in runs} == {spec["how"]}
-        c = got[case]
-        assert c["base"] == spec["base"] and c["gpuscope_fix_id"] == spec["expected_fix"]
-        assert c["device"].startswith("NVIDIA")
-        rounds = sorted({r["round"] for r in runs})
-        assert len(rounds) >= 3 and len(c["planted"]) == len(c["fixed"]) == len(rounds)
-        for i, rnd in enumerate(rounds):
-            p = [r for r in runs if r["round"] == rnd and r["variant"] == "planted"]
-            f = [r for r in runs if r["round"] == rnd and r["variant"] == "fixed"]
-            assert (c["planted"][i], c["fixed"][i]) == (
-                p[0]["step_ms_median"],
-                f[0]["step_ms_median"],
-            )
-        g = [100 * (1 - f / p) for p, f in zip(c["planted"], c["fixed"], strict=True)]
-        assert c["gain_pct"] == pytest.approx(statistics.median(g))
+    """truth.json's ``first_fixes`` of this part: each of record_blind6.FIRST_FIXES timed on its
+    base case's planted variant (validation_parts.assert_first_fixes)."""
+    assert_first_fixes(record_blind6)

@@ -15,6 +15,7 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_fifteen_with_one_two_gpu_straggler,
+    assert_first_fixes,
     assert_new_families,
     assert_own_held_out_group,
     assert_recorded_part,
@@ -230,3 +231,12 @@ def test_the_device_script_drives_this_part_alone_or_in_lanes() -> None:
     assert f'drive_lanes {record_blind7.GROUP} "$@"' in commands
     assert 'if [ "${1:-}" = lanes ]; then' in commands
     assert (VAL / f"record_{record_blind7.GROUP}.py").is_file()
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_the_first_fixes_timed_are_what_their_files_say() -> None:
+    """truth.json's ``first_fixes`` of this part: torch.compile on v118, v119 and v122's planted
+    variants (gpuscope's first fix there at 9037c08), each timed as recorded; v122's rounds
+    scattered, so it has 5 (the last 2 from a second call, rounds numbered on)."""
+    assert_first_fixes(record_blind7)
+    assert set(record_blind7.FIRST_FIXES) == {"v118c", "v119c", "v122c"}

@@ -30,6 +30,7 @@ __all__ = [
     "TRUTH",
     "VAL",
     "assert_case_words",
+    "assert_first_fixes",
     "assert_own_held_out_group",
     "earlier_cases",
     "later_groups",
@@ -211,3 +212,44 @@ def assert_fifteen_with_one_two_gpu_straggler(part: Any) -> None:
     assert [c["expected_fix"] for c in two] == ["load_imbalance"]
     assert "rank 1" in two[0]["planted"]
     assert len(cases) == 15
+
+
+def assert_first_fixes(part: Any) -> None:
+    """truth.json's ``first_fixes`` hold each of ``part.FIRST_FIXES`` timed on its base case's
+    planted variant (``first_fix_timing.json``), >= 3 rounds paired planted/fixed in round order on
+    an NVIDIA GPU, its gain the median of ``1 - fixed/planted``; the fix applied only in the fixed
+    runs, never in the planted ones."""
+    import json
+    import statistics
+
+    import pytest
+
+    doc = json.loads(TRUTH.read_text())
+    got = {c["case"]: c for c in doc["first_fixes"]}
+    assert set(part.FIRST_FIXES) <= set(got)
+    for case, spec in part.FIRST_FIXES.items():
+        assert spec["base"] in part.CASES and case not in part.CASES
+        runs = [
+            r
+            for r in json.loads((VAL / spec["base"] / "first_fix_timing.json").read_text())["runs"]
+            if r["mode"] == "time"
+        ]
+        assert {r["applied"] for r in runs if r["variant"] == "fixed"} == {True}
+        assert {r["applied"] for r in runs if r["variant"] == "planted"} == {False}
+        assert {r["first_fix"] for r in runs} == {spec["how"]}
+        c = got[case]
+        assert c["base"] == spec["base"] and c["gpuscope_fix_id"] == spec["expected_fix"]
+        assert c["device"].startswith("NVIDIA")
+        rounds = sorted({r["round"] for r in runs})
+        assert len(rounds) >= 3 and len(c["planted"]) == len(c["fixed"]) == len(rounds)
+        for i, rnd in enumerate(rounds):
+            p = [r for r in runs if r["round"] == rnd and r["variant"] == "planted"]
+            f = [r for r in runs if r["round"] == rnd and r["variant"] == "fixed"]
+            assert (c["planted"][i], c["fixed"][i]) == (
+                p[0]["step_ms_median"],
+                f[0]["step_ms_median"],
+            )
+        g = [100 * (1 - f / p) for p, f in zip(c["planted"], c["fixed"], strict=True)]
+        assert c["gain_pct"] == pytest.approx(statistics.median(g))
+        spread = max(g) - min(g)
+        assert len(g) >= 5 or spread <= SCATTER_POINTS, case  # the recording rule
