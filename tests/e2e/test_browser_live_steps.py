@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import REPO, Server, free_port, start_server, stop_process, stop_server, wait_up
+from e2e_support import REPO, Server, free_port, stop_process, wait_up
 
 pytestmark = pytest.mark.browser
 
@@ -36,13 +36,6 @@ def sampler() -> Iterator[str]:
     stop_process(proc, timeout_s=10)
 
 
-@pytest.fixture(scope="module")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = start_server(tmp_path_factory.mktemp("e2e_live_steps"), load_samples=False)
-    yield s
-    stop_server(s)
-
-
 def _post(url: str, body: dict) -> dict:
     from gpuscope.sampler.token import auth_headers  # the sampler's token, as its clients send it
 
@@ -54,7 +47,7 @@ def _post(url: str, body: dict) -> dict:
 
 
 def test_live_page_shows_step_times_and_asks_for_a_trace(
-    live_server: Server,
+    server: Server,
     sampler: str,
     new_page,  # type: ignore[no-untyped-def]
 ) -> None:
@@ -62,7 +55,7 @@ def test_live_page_shows_step_times_and_asks_for_a_trace(
     steps = [[i, 10.0] for i in range(99)] + [[99, 95.0]]
     assert _post(f"{sampler}/api/steps", {"steps": steps})["trace_requested"] is False
     page = new_page()
-    page.goto(f"{live_server.url}/live?sampler={sampler}")
+    page.goto(f"{server.url}/live?sampler={sampler}")
     page.get_by_text("Steps reported").wait_for(timeout=60_000)
     main = page.locator('[data-testid="stMain"]')
     page.wait_for_function(
