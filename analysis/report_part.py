@@ -226,14 +226,19 @@ def _on_copy(con: Connection, run_id: str) -> str | None:
 
 
 def _seen_and(on: Any, run_id: str) -> tuple[dict[int, RunReport], tuple[RunReport, JobDiagnosis]]:
-    """:func:`analyze` on ``on`` under :func:`_under_limits`, with every rank's report it made."""
+    """:func:`analyze` on ``on`` under :func:`_under_limits`, with every rank's report it made.
+    ``on`` is :func:`_copy`'s database, which nothing else writes to: the rank indexes on it check
+    the run's row when they are made, not again before each table (``rank_index.unchanging``)."""
+    from gpuscope.analysis.rank_index import unchanging
+
     seen: dict[int, RunReport] = {}
 
     def compute() -> tuple[RunReport, JobDiagnosis]:
         seen.clear()  # a try at the next limit starts again
         return analyze(on, run_id, seen=seen)
 
-    return seen, _under_limits(on, compute)
+    with unchanging(on):
+        return seen, _under_limits(on, compute)
 
 
 def _ranks_named(reports: list[RunReport], job: JobDiagnosis) -> set[int]:
