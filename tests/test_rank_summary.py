@@ -30,13 +30,26 @@ def EVERY_RUN(con, result) -> None:  # type: ignore[no-untyped-def]
     RS.write_rank_summaries(con, str(result.run_id))
 
 
+def one_gpu(path: Path) -> Path:
+    """A single-GPU trace (no world size): 3 steps of 100 µs, one kernel of 50 µs in each."""
+    t = TraceBuilder()
+    for n in range(3):
+        t0 = 1000.0 + 100.0 * n
+        t.step(n, t0, 100.0)
+        t.launch("volta_sgemm_128x64_nn", t0 + 1.0, t0 + 5.0, 50.0)
+    return t.write(path)
+
+
 @pytest.mark.slow
 def test_the_ingest_hook_stores_every_ranks_cross_rank_part_and_one_rank_runs_all(
     tmp_path: Path,
 ) -> None:
+    # small runs of each shape: which parts the hook stores for which run is the subject (what
+    # they hold on the real samples: the tests below and tests/test_report_part.py)
+    job = two_ranks(tmp_path / "t")
     with connect(tmp_path / "s") as con:
-        two = ingest_paths(con, [DDP], after_trace=RS.store_after_ingest_with_document)[0].run_id
-        one = DDP.parent / "before" / "before_rank0.pt.trace.json.gz"
+        two = ingest_paths(con, [job], after_trace=RS.store_after_ingest_with_document)[0].run_id
+        one = one_gpu(tmp_path / "one.json")
         single = ingest_paths(con, [one], after_trace=RS.store_after_ingest_with_document)[0].run_id
         parts = "SELECT rank, part FROM rank_summaries WHERE run_id = ? ORDER BY ALL"
         # every run: its analyze document once, under its lowest rank (report_part)
@@ -51,9 +64,7 @@ def test_the_ingest_hook_stores_every_ranks_cross_rank_part_and_one_rank_runs_al
         } | {"report"}
         # one rank of a job of two (the other node reports later) gets it too
         rank0 = ingest_paths(
-            con,
-            [DDP / "ddp_rank0.pt.trace.json.gz"],
-            after_trace=RS.store_after_ingest_with_document,
+            con, [job / "rank0.json"], after_trace=RS.store_after_ingest_with_document
         )[0].run_id
         assert {p for _, p in con.execute(parts, [rank0]).fetchall()} == set(RS.PARTS) | {"report"}
 
