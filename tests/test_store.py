@@ -81,8 +81,16 @@ def table_rows(con, table: str) -> list[tuple]:
 
 @pytest.mark.slow
 def test_four_parallel_ingests_into_one_local_store_all_land(tmp_path):
+    # runs of each kind (two traces, a run of two ranks, an NVML log), small: four writers at
+    # once on a store none of them has made yet is the subject, not what the runs hold (the four
+    # start together and take about as long to import, so their first opens of the store meet)
     store = tmp_path / "store"
-    inputs = [*SAMPLE_RUNS, SAMPLES / "nvml" / "synthetic_h100x2_100ms.nvml.jsonl"]
+    inputs = [
+        big_trace(tmp_path / "before.json", 300),
+        big_trace(tmp_path / "after.json", 301),
+        two_rank_job(tmp_path / "ddp", (80.0, 20.0)),
+        SAMPLES / "nvml" / "synthetic_h100x2_100ms.nvml.jsonl",
+    ]
     procs = [spawn("ingest", p, "--db", store, "--json") for p in inputs]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
@@ -220,9 +228,11 @@ def test_compaction_merges_small_files_and_keeps_every_row(tmp_path, db_path):
 
 
 @pytest.mark.slow
-def test_delete_rename_tag_from_the_cli_while_another_process_holds_the_store_open(db_path):
+def test_delete_rename_tag_from_the_cli_while_another_process_holds_the_store_open(
+    tmp_path, db_path
+):
     holder = connect(db_path)
-    [r] = ingest_paths(holder, [SAMPLES / "before"])
+    [r] = ingest_paths(holder, [big_trace(tmp_path / "held.json", 50)])  # any run
     assert gpuscope("runs", "--rename", r.run_id, "renamed", "--db", db_path).returncode == 0
     assert gpuscope("runs", "--tag", r.run_id, "x", "y", "--db", db_path).returncode == 0
     row = holder.execute("SELECT name, tags FROM runs").fetchone()
