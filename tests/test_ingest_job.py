@@ -79,21 +79,23 @@ def test_nodes_fill_in_one_run_with_the_figures_of_a_folder_ingest(tmp_path: Pat
 def test_a_rank_stored_twice_is_refused_in_one_line_and_changes_nothing(
     tmp_path: Path, capsys
 ) -> None:
+    # small rank files of a world of two: the refusal is the subject, not what the ranks hold
     db = tmp_path / "s"
-    assert run_cli(capsys, "ingest", "--job", "j1", str(RANK0), "--db", str(db))[0] == 0
+    rank0, rank1 = (rank_file(tmp_path / "node1", r, 2) for r in (0, 1))
+    assert run_cli(capsys, "ingest", "--job", "j1", str(rank0), "--db", str(db))[0] == 0
     before = counts(db)
-    other = tmp_path / "copy" / "node2_rank0.pt.trace.json.gz"  # the same rank from another path
+    other = tmp_path / "copy" / "node2_rank0.json"  # the same rank from another path
     other.parent.mkdir()
-    other.write_bytes(RANK0.read_bytes())
-    for path in (RANK0, other):
+    other.write_bytes(rank0.read_bytes())
+    for path in (rank0, other):
         code, out, err = run_cli(capsys, "ingest", "--job", "j1", str(path), "--db", str(db))
         assert (code, out) == (2, "")
         assert err.strip().splitlines() == [
-            f"gpuscope: {path}: rank 0 of job j1 is stored already (from {RANK0}); nothing was stored"
+            f"gpuscope: {path}: rank 0 of job j1 is stored already (from {rank0}); nothing was stored"
         ]
         assert counts(db) == before
     # a call holding a new rank and a stored one stores neither
-    code, _, err = run_cli(capsys, "ingest", "--job", "j1", str(RANK1), str(other), "--db", str(db))
+    code, _, err = run_cli(capsys, "ingest", "--job", "j1", str(rank1), str(other), "--db", str(db))
     assert code == 2 and "rank 0 of job j1 is stored already" in err
     assert counts(db) == before
 
@@ -113,11 +115,13 @@ def test_job_without_an_id_takes_the_launchers(tmp_path: Path, capsys, monkeypat
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     db = str(tmp_path / "s")
-    code, _, err = run_cli(capsys, "ingest", "--job", "--db", db, str(RANK0))
+    # any rank: where the job's id comes from is the subject
+    rank0 = rank_file(tmp_path / "node", 0, 2)
+    code, _, err = run_cli(capsys, "ingest", "--job", "--db", db, str(rank0))
     assert code == 2
     assert "neither $TORCHELASTIC_RUN_ID nor $SLURM_JOB_ID is set" in err
     monkeypatch.setenv("SLURM_JOB_ID", "777")
-    code, out, err = run_cli(capsys, "ingest", str(RANK0), "--db", db, "--job")
+    code, out, err = run_cli(capsys, "ingest", str(rank0), "--db", db, "--job")
     assert code == 0, err
     assert out.strip() == job_run_id("777")
 
