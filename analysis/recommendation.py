@@ -45,9 +45,9 @@ class Estimate:
     """A fix's estimated reduction of the step time (per-sample time for a fix that grows the
     batch), %: ``gain_pct`` (best estimate), ``low_pct``..``high_pct`` (range), ``step_ms`` (the
     step time after the fix), ``bound``: whether ``high_pct`` is the fix's proven bound;
-    ``clipped``: the re-timing went above that bound and was cut there; ``banded``: the range was
-    cut to how far measured gains landed from such estimates on the recorded pairs
-    (:mod:`gpuscope.analysis.fixes.band`)."""
+    ``clipped``: the re-timing went above that bound and was cut there; ``banded``: the range's
+    low end was raised to how far below such estimates measured gains landed on the recorded
+    pairs (:mod:`gpuscope.analysis.fixes.band`)."""
 
     gain_pct: float
     low_pct: float

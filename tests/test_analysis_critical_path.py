@@ -186,20 +186,24 @@ def test_pin_memory_retimes_the_copy_at_pinned_bandwidth():
 
 def test_host_variation_widens_a_host_bound_range_by_its_factor():
     """A step of host work only (aten::foo 0..100 µs), no untraced step: host scales 0.3, 0.4,
-    0.5 and 1.0, each the old step too, so the gain is 1 - the fix's factor on host time. CUDA
-    graphs: host × 0.5 / 0.2 / 0.05 -> mid 80 %; the weakest fix on a host 1.23× slower: 1 -
-    0.5 × 1.23 = 38.5 %; the strongest on one 1.23× faster: 1 - 0.05 / 1.23 = 95.93 % (without
-    the host variation the range was 50 .. 95 %)."""
+    0.5 and 1.0, each the old step too, so the gain is 1 - the fix's factor on host time. A
+    compiled step's overhead: host × 0.5 / 0.2 / 0.05 -> mid 80 %; the weakest fix on a host
+    1.23× slower: 1 - 0.5 × 1.23 = 38.5 %; the strongest on one 1.23× faster: 1 - 0.05 / 1.23 =
+    95.93 % (without the host variation the range was 50 .. 95 %). CUDA graphs' top leaves no
+    host work: 100 %."""
     host = [
         H("ProfilerStep#1", "user_annotation", 0, 100 * US, 1),
         H("aten::foo", "cpu_op", 0, 100 * US, 1),
     ]
     cp = critical_path_of(host, [], 1, [(0, 100 * US)], [1])
-    est = _estimate("cuda_graphs", cp, GN.Context(n_steps=1, step_ms=0.1))
+    est = _estimate("compiled_overhead", cp, GN.Context(n_steps=1, step_ms=0.1))
     assert est is not None
     assert est.gain_pct == pytest.approx(80.0)
     assert est.low_pct == pytest.approx(38.5)
     assert est.high_pct == pytest.approx(100 * (1 - 0.05 / 1.23))
+    graphs = _estimate("cuda_graphs", cp, GN.Context(n_steps=1, step_ms=0.1))
+    assert graphs is not None and graphs.gain_pct == pytest.approx(80.0)
+    assert graphs.high_pct == pytest.approx(100.0)
 
 
 def test_pinning_removes_the_staging_the_calibration_folded_in():

@@ -88,8 +88,7 @@ def test_headline_cards_show_the_page_model(
     ]
     assert any("over the 4 step(s) of the window" in c for c in texts(at, "caption"))
     # the fixes (typed Recommendations): removing the data loading
-    # (30 % of the window) bounds dataloader_workers at 30 % ("at most"); its range's high end is
-    # cut below that to the recorded pairs' spread (analysis/fixes/band.py): 1.361 x 20.6 = 28 %
+    # (30 % of the window) bounds dataloader_workers at 30 %, the high end of its range
     # the fix list's heads (the verdict's "**First fix:**" line above them is the job's), read as
     # shown: Markdown's escapes of "(" and ")" dropped
     heads = [
@@ -102,7 +101,7 @@ def test_headline_cards_show_the_page_model(
     assert ids == ["id `dataloader_workers`", "id `batch_size`"]
     assert heads[0] == (
         "**Load batches in background workers** — "
-        "**step time down 20.6% (range 7.9 to 28%); at most 30%**"
+        "**step time down 20.6% (range 7.9 to 30%); at most 30%**"
     )
     assert heads[1].startswith("**Then, use a larger batch")
     assert "at most" not in heads[1]  # batch size: no proven bound

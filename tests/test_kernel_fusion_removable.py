@@ -41,6 +41,33 @@ def test_a_chain_of_fusable_kernels_keeps_one_launch() -> None:
     assert removed == {0, 2, 5}
 
 
+BN_TRAIN = "void cudnn::bn_fw_tr_1C11_singleread<float, 512, true, 1, 2, 0>(cudnn::bn_fw_tr_1C11_args<float>)"
+BN_BACKWARD = "void at::native::batch_norm_backward_elemt_kernel<float, float, float, int>"
+BN_INFERENCE = "void cudnn::bn_fw_inf_1C11_kernel_NCHW<float, float, true, 1>"
+
+
+def test_a_training_batch_norm_is_no_link_of_a_chain() -> None:
+    """Stream 7 in time order: conv-like GEMM, cuDNN's training BatchNorm, ReLU-like add, add;
+    then PyTorch's BatchNorm backward, add; then an inference BatchNorm, add. The training
+    BatchNorms are not fusable: the add after each starts a chain (its follower removed: node
+    3); the inference BatchNorm is elementwise: it joins the backward's add (node 6 removed) and
+    so does the add after it (node 7). 3 of 8 kernels."""
+    nodes = [
+        kernel(GEMM, 0),
+        kernel(BN_TRAIN, 10),
+        kernel(ELEMENTWISE, 20),  # heads a chain: the BatchNorm before it is not fusable
+        kernel(ELEMENTWISE, 30),  # node 3: removed
+        kernel(BN_BACKWARD, 40),
+        kernel(ELEMENTWISE, 50),  # heads a chain after a training BatchNorm
+        kernel(BN_INFERENCE, 60),  # node 6: elementwise, follows the add: removed
+        kernel(ELEMENTWISE, 70),  # node 7: removed
+    ]
+    removed, total = kf.removable_kernels(graph(nodes))  # type: ignore[arg-type]
+    assert total == 8
+    assert removed == {3, 6, 7}
+    assert kf.classify_kernel(BN_TRAIN) in kf.FUSABLE_CATEGORIES  # the name alone would fuse
+
+
 def test_host_work_is_cut_by_the_share_of_launches_removed() -> None:
     """ρ = 3 / 8. mid: host op 1000 ns × (1 - 0.7 ρ) = 737.5; a launch call 100 ns × (1 - 0.5 ρ)
     = 81.25; a removed kernel × 0.5; a kept kernel, a GEMM, as it is. high: host × (1 - 0.9 ρ)

@@ -362,7 +362,7 @@ def render_fix(rec: dict[str, Any]) -> list[str]:
         (" — re-timed on the critical path" if est.get("method") == "critical_path" else "")
         + (f", step ~{sig3(est['step_ms'])} ms" if est.get("step_ms") else "")
         + (", clipped at the proven bound" if est.get("clipped") else "")
-        + (", range cut to the recorded pairs' spread" if est.get("banded") else "")
+        + (", low end raised to the recorded pairs' lowest" if est.get("banded") else "")
     )
     out = [f"* [{rec['id']}] {rec['title']}"]
     if rec.get("gain"):
