@@ -29,7 +29,7 @@ from gpuscope.store import (
     s3_secret_sql,
 )
 from gpuscope.store.schema import TABLES
-from tracegen import TraceBuilder, two_rank_job
+from tracegen import TraceBuilder, stepped_big_run, two_rank_job
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
@@ -66,19 +66,6 @@ def big_trace(path: Path, kernels: int) -> Path:
     t = TraceBuilder()
     for i in range(kernels):
         t.launch(f"k{i % 50}", i * 10.0, i * 10.0 + 1, 1.0)
-    return t.write(path, indent=None)
-
-
-def big_run(path: Path, kernels: int) -> Path:
-    """Two short profiler steps, a launch in each, then ``kernels`` launches after them: many
-    events to write (2 + 4 a launch + 1 a step), few in the steps' window, which the CLI ingest's
-    analyze document reads (1.2 CPU s at 60,000 launches, against 9.8 s without the steps)."""
-    t = TraceBuilder()
-    for n in range(2):
-        t.step(n, n * 100.0, 100.0)
-        t.launch("k0", n * 100.0 + 1, n * 100.0 + 5, 10.0)
-    for i in range(kernels):
-        t.launch(f"k{i % 50}", 1000.0 + i * 10.0, 1000.0 + i * 10.0 + 1, 1.0)
     return t.write(path, indent=None)
 
 
@@ -123,7 +110,7 @@ def test_four_parallel_ingests_into_one_local_store_all_land(tmp_path):
 def test_a_reader_in_another_process_never_sees_a_partial_run(tmp_path):
     """While `gpuscope ingest` writes a big run (events flushed in many chunks), a reader that
     stays open sees no run and no events, then the whole run: never part of it."""
-    trace = big_run(tmp_path / "big.json", 60000)
+    trace = stepped_big_run(tmp_path / "big.json", 60000)
     store = tmp_path / "store"
     reader = connect(store)  # opened before, kept open: as the dashboard does
     reader.execute("SET threads = 1")  # small scans: a second thread's waits only cost CPU

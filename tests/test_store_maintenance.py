@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from clitools import cli_in_process
 from gpuscope.store import LAKE, RUN_TABLES, connect
-from tracegen import TraceBuilder
+from tracegen import TraceBuilder, stepped_big_run
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
@@ -53,20 +53,6 @@ def small_trace(path: Path, kernels: int, host: str) -> Path:
     t = TraceBuilder(extra_meta={"hostname": host})  # bytes of its own: a run of its own
     for i in range(kernels):
         t.launch(f"k{i % 7}", i * 10.0, i * 10.0 + 1, 1.0)
-    return t.write(path, indent=None)
-
-
-def big_run(path: Path, kernels: int, host: str) -> Path:
-    """Two short profiler steps, a launch in each, then ``kernels`` launches after them (bytes of
-    its own: a run of its own): many events to write, few in the steps' window, which the CLI
-    ingest's analyze document reads (1.2 CPU s at 60,000 launches, against 9.8 s without the
-    steps)."""
-    t = TraceBuilder(extra_meta={"hostname": host})
-    for n in range(2):
-        t.step(n, n * 100.0, 100.0)
-        t.launch("k0", n * 100.0 + 1, n * 100.0 + 5, 10.0)
-    for i in range(kernels):
-        t.launch(f"k{i % 7}", 1000.0 + i * 10.0, 1000.0 + i * 10.0 + 1, 1.0)
     return t.write(path, indent=None)
 
 
@@ -112,7 +98,7 @@ def test_a_reader_polling_through_ingests_sees_every_run_whole(tmp_path: Path) -
     whose events are missing. (With the merge that ingests used to run, about one read in a
     hundred saw a stored run with 0 events.)"""
     store = tmp_path / "store"
-    traces = [big_run(tmp_path / f"t{i}.json", 30000, f"host{i}") for i in range(2)]
+    traces = [stepped_big_run(tmp_path / f"t{i}.json", 30000, 7, f"host{i}") for i in range(2)]
     reader = connect(store)
     # on one DuckDB thread: each read scans a few files, and on a busy machine a second thread's
     # waits cost the reader a third more CPU for no more reads (as many or more on one: 780 and

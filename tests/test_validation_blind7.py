@@ -19,9 +19,9 @@ from validation_parts import (
     assert_new_families,
     assert_own_held_out_group,
     assert_recorded_part,
+    build_one_gpu_cases,
     ops_by_variant_and_rank,
     record_blind7,
-    record_new,
 )
 
 FAMILIES = {
@@ -115,15 +115,6 @@ def one_thread():
     torch.set_num_threads(saved)
 
 
-def _two_steps(case: str, variant: str) -> tuple:
-    step, n, meta, model = record_blind7.build(case, variant, "cpu")
-    step()
-    step()
-    params = [q.detach().clone() for q in model.parameters()]
-    assert n > 0 and isinstance(meta, dict), (case, variant)
-    return n, dict(meta), params
-
-
 @pytest.mark.slow
 def test_every_one_gpu_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
     monkeypatch: pytest.MonkeyPatch, one_thread: None
@@ -133,44 +124,9 @@ def test_every_one_gpu_case_builds_and_steps_on_the_cpu_differing_only_as_plante
     the planted thing differs, as each variant's record says, and where the fix leaves the
     arithmetic alone on a CPU both variants end with the same parameters."""
     pytest.importorskip("torch")
-    import torch
-
-    compiled: list[tuple[str, dict]] = []
-
-    def compile_(model, **kw):
-        compiled.append((type(model).__name__, kw))
-        return model
-
-    def build(case: str, variant: str, *a, **kw):
-        out = real_build(case, variant, *a, **kw)
-        calls[case, variant] = list(compiled)
-        compiled.clear()
-        return out
-
-    real_build = record_blind7.build
-    calls: dict[tuple[str, str], list] = {}
-    monkeypatch.setattr(torch, "compile", compile_)
-    monkeypatch.setattr(record_blind7, "build", build)
-    monkeypatch.setattr(record_new, "QUICK", True)
-    metas: dict[tuple[str, str], dict] = {}
-    samples: dict[tuple[str, str], int] = {}
-    try:
-        for case in [c for c in record_blind7.ORDER if record_blind7.CASES[c].get("gpus", 1) == 1]:
-            ends = {}
-            for variant in ("planted", "fixed"):
-                n, meta, params = _two_steps(case, variant)
-                metas[case, variant], samples[case, variant] = meta, n
-                ends[variant] = params
-                if case in ("v124", "v126"):  # the flag itself, as the builder leaves it
-                    assert torch.backends.cudnn.benchmark == (variant == "fixed")
-            assert [p.shape for p in ends["planted"]] == [p.shape for p in ends["fixed"]], case
-            if case in SAME_MATH:
-                for a, b in zip(ends["planted"], ends["fixed"], strict=True):
-                    torch.testing.assert_close(a, b, msg=case)
-    finally:
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cuda.matmul.allow_tf32 = False
+    metas, samples, calls = build_one_gpu_cases(
+        record_blind7, monkeypatch, SAME_MATH, ("v124", "v126")
+    )
 
     def pair(case: str, key: str) -> tuple:
         return metas[case, "planted"][key], metas[case, "fixed"][key]

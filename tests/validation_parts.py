@@ -32,6 +32,7 @@ __all__ = [
     "assert_case_words",
     "assert_first_fixes",
     "assert_own_held_out_group",
+    "build_one_gpu_cases",
     "earlier_cases",
     "later_groups",
     "make_truth",
@@ -66,14 +67,7 @@ ONE_GPU_FIXES = frozenset(
 def earlier_cases(part: Any) -> dict[str, dict]:
     """Every case recorded before the blind part ``part`` (a recorder module: record_blind2 to
     7), by case: v01-v28, then each earlier blind part's."""
-    parts = [
-        record_blind2,
-        record_blind3,
-        record_blind4,
-        record_blind5,
-        record_blind6,
-        record_blind7,
-    ]
+    parts = list(make_truth.BLIND_PARTS[1:])  # record_blind's cases are record_blind.ALL
     out = {**record_validation.CASES, **record_new.CASES, **record_blind.ALL}
     for p in parts[: parts.index(part)]:
         out.update(p.CASES)
@@ -253,3 +247,55 @@ def assert_first_fixes(part: Any) -> None:
         assert c["gain_pct"] == pytest.approx(statistics.median(g))
         spread = max(g) - min(g)
         assert len(g) >= 5 or spread <= SCATTER_POINTS, case  # the recording rule
+
+
+def build_one_gpu_cases(
+    part: Any, monkeypatch: Any, same_math: Collection[str], benchmark_cases: Collection[str]
+) -> tuple[dict[tuple[str, str], dict], dict[tuple[str, str], int], dict]:
+    """Each one-GPU case of the blind part ``part`` built as planted and fixed on the CPU at the
+    --quick sizes and stepped twice (torch.compile replaced by a recorder of its calls that returns
+    the model): both variants make parameters of the same shapes, the cases ``same_math`` end
+    with the same parameters, and ``benchmark_cases`` leave ``cudnn.benchmark`` as the variant
+    says. Returns (meta, samples per step, torch.compile's calls), each by (case, variant)."""
+    import torch
+
+    compiled: list[tuple[str, dict]] = []
+
+    def compile_(model, **kw):
+        compiled.append((type(model).__name__, kw))
+        return model
+
+    def build(case: str, variant: str, *a, **kw):
+        out = real_build(case, variant, *a, **kw)
+        calls[case, variant] = list(compiled)
+        compiled.clear()
+        return out
+
+    real_build = part.build
+    calls: dict[tuple[str, str], list] = {}
+    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setattr(part, "build", build)
+    monkeypatch.setattr(record_new, "QUICK", True)
+    metas: dict[tuple[str, str], dict] = {}
+    samples: dict[tuple[str, str], int] = {}
+    try:
+        for case in [c for c in part.ORDER if part.CASES[c].get("gpus", 1) == 1]:
+            ends = {}
+            for variant in ("planted", "fixed"):
+                step, n, meta, model = part.build(case, variant, "cpu")
+                step()
+                step()
+                assert n > 0 and isinstance(meta, dict), (case, variant)
+                metas[case, variant], samples[case, variant] = dict(meta), n
+                ends[variant] = [q.detach().clone() for q in model.parameters()]
+                if case in benchmark_cases:  # the flag itself, as the builder leaves it
+                    assert torch.backends.cudnn.benchmark == (variant == "fixed")
+            assert [p.shape for p in ends["planted"]] == [p.shape for p in ends["fixed"]], case
+            if case in same_math:
+                for a, b in zip(ends["planted"], ends["fixed"], strict=True):
+                    torch.testing.assert_close(a, b, msg=case)
+    finally:
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = False
+    return metas, samples, {k: v for k, v in calls.items() if v}
