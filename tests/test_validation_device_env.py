@@ -18,9 +18,11 @@ def test_every_device_script_sources_the_shared_env_before_python() -> None:
     for script in scripts:
         lines = script.read_text().splitlines()
         at = next(i for i, x in enumerate(lines) if x.startswith(SOURCE))
-        # Python runs on a line of its own, or inside device_env.sh's drive_part
+        # Python runs on a line of its own, or inside device_env.sh's drive_part / drive_lanes
         first_python = next(
-            i for i, x in enumerate(lines) if "python3" in x or x.startswith("drive_part ")
+            i
+            for i, x in enumerate(lines)
+            if "python3" in x or x.strip().startswith(("drive_part ", "drive_lanes "))
         )
         assert at < first_python, script.name
 

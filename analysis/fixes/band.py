@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpuscope.analysis.recommendation import Estimate
+from gpuscope.vocabulary.causes import HOST_SYNC
 
 MARGIN = 0.15
 """Taken off the rule's least measured / point (a ratio, not points)."""
@@ -44,7 +45,7 @@ BAND: dict[str, tuple[float, int]] = {
     "cuda_graphs": (0.463, 7),
     "cudnn_benchmark": (-1.92, 8),
     "dataloader_workers": (-0.233, 10),
-    "host_sync": (-0.337, 7),
+    HOST_SYNC: (-0.337, 7),
     "kernel_fusion": (0.031, 11),
     "mixed_precision": (-0.124, 14),
     "optimizer_fused": (-0.065, 9),
