@@ -1,10 +1,15 @@
-"""A run's ``analyze --json`` document, computed once when the run is ingested and stored with it
-(part ``report`` of ``rank_summaries``, one row under the run's lowest rank), so that ``gpuscope
-analyze --json RUN`` reads one row instead of the run's events.
+"""A run's ``analyze --json`` documents, computed once when the run is ingested and stored with it
+(part ``report`` of ``rank_summaries``, one row per rank viewed), so that ``gpuscope analyze
+--json RUN`` and ``analyze RUN --rank N`` of a rank the job's verdict analysed read one row
+instead of the run's events.
 
-The stored document is what :func:`analyze` + :func:`analyze_json` give for the run's default view
-(the lowest rank, every option at its default), as JSON text (:func:`text_of`: NaN and non-JSON
-values kept as ``analyze`` prints them). A stored row is used only while both hold:
+A stored document is what :func:`analyze` + :func:`analyze_json` give for a view with every
+option at its default but the rank, as JSON text (:func:`text_of`: NaN and non-JSON values kept as
+``analyze`` prints them): the run's default view (its lowest rank), under that rank's row, and
+the view of each other rank whose report the job's verdict made while the default was computed
+(the pace-setter, the rank its fixes are for: the one the verdict says to look at), under its
+own. The job's verdict is the same from every view, so those cost no analysis of their own. A
+stored row is used only while both hold:
 
 - its ``version`` is :func:`version`: a fingerprint of the analysis code (every module of
   ``gpuscope.analysis`` and ``gpuscope.vocabulary``), so any change to how a figure is computed
@@ -127,11 +132,17 @@ def lowest_rank(con: Connection, run_id: str) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
-def stored_text(con: Connection, run_id: str) -> str | None:
-    """The stored document of ``run_id``'s default view (:func:`text_of`), or None when there is
-    none of the current :func:`version` or the run changed since (:func:`stamp`). One statement."""
-    sql = f"""SELECT (SELECT doc FROM {TABLE}
-                       WHERE run_id = $run AND part = $part AND version = $version), {_STAMP_SQL}"""
+def stored_text(con: Connection, run_id: str, rank: int | None = None) -> str | None:
+    """The stored document of ``run_id``'s view of ``rank`` (None: the default view, its lowest
+    rank) (:func:`text_of`), or None when there is none of the current :func:`version` or the run
+    changed since (:func:`stamp`). One statement."""
+    of_rank = (
+        "rank = (SELECT min(rank) FROM ranks WHERE run_id = $run)"
+        if rank is None
+        else f"rank = {int(rank)}"
+    )
+    sql = f"""SELECT (SELECT doc FROM {TABLE} WHERE run_id = $run AND part = $part
+                       AND version = $version AND {of_rank}), {_STAMP_SQL}"""
     if _RUN_ID.fullmatch(run_id):  # a stored run id: written into the statement, no parameter
         # bound (binding one makes duckdb import pandas, ~0.4 s of a fresh `analyze --json`)
         sql = sql.replace("$run", f"'{run_id}'").replace("$part", f"'{NAME}'")
@@ -154,14 +165,26 @@ def stored_text(con: Connection, run_id: str) -> str | None:
 MEMORY_LIMITS = ("200MB", "1GB")
 
 
-def _computed(con: Connection, run_id: str, *, copy: bool = True) -> str:
-    """:func:`text_of` the default view's document, computed under :data:`MEMORY_LIMITS`: with
-    ``copy``, on an in-memory copy of the ranks it reads where they fit (:func:`_on_copy`), else
-    on ``con`` (the store's own limit set back after)."""
-    text = _on_copy(con, run_id) if copy else None
-    if text is not None:
-        return text
-    return text_of(analyze_json(*_under_limits(con, lambda: analyze(con, run_id))))
+def _computed(con: Connection, run_id: str, *, copy: bool = True) -> dict[int, str]:
+    """:func:`text_of` the document of the default view and of every other rank's view whose
+    report it made (:func:`_texts`), by rank, computed under :data:`MEMORY_LIMITS`: with ``copy``,
+    on an in-memory copy of the ranks it reads where they fit (:func:`_on_copy`), else on ``con``
+    (the store's own limit set back after)."""
+    texts = _on_copy(con, run_id) if copy else None
+    if texts is not None:
+        return texts
+    return _texts(*_seen_and(con, run_id, unchanged=False))
+
+
+def _texts(seen: dict[int, RunReport], made: tuple[RunReport, JobDiagnosis]) -> dict[int, str]:
+    """The documents of the views whose reports :func:`analyze` made (``seen``, by rank) with the
+    job's verdict ``made[1]``: the default view's (``made[0]``) and each other rank's, whose
+    document (``analyze RUN --rank N``) is that rank's report with the same verdict."""
+    report, job = made
+    out = {int(report.rank): text_of(analyze_json(report, job))}
+    for rank, rep in seen.items():
+        out.setdefault(int(rank), text_of(analyze_json(rep, job)))
+    return out
 
 
 def _under_limits(con: Any, compute: Callable[[], T]) -> T:
@@ -182,8 +205,8 @@ COPY_MAX_EVENTS = 1_000_000
 _PER_RANK = ("events", "threads", "memory_events")
 
 
-def _on_copy(con: Connection, run_id: str) -> str | None:
-    """:func:`text_of` the default view's document computed on an in-memory DuckDB copy of the
+def _on_copy(con: Connection, run_id: str) -> dict[int, str] | None:
+    """:func:`_texts` of the default view computed on an in-memory DuckDB copy of the
     run's rows (:func:`_copy`), with the events of only the ranks it reads: the viewed (lowest)
     rank, each rank whose report the job's verdict asks for, and each report's straggler and the
     rank that waits most for it (read by the pace-setter's cause). None, to be computed on the
@@ -221,14 +244,17 @@ def _on_copy(con: Connection, run_id: str) -> str | None:
             seen, (report, job) = _seen_and(on, run_id)
             named = _ranks_named(list(seen.values()), job)
             if named <= want:
-                return text_of(analyze_json(report, job))
+                return _texts(seen, (report, job))
         want |= named
 
 
-def _seen_and(on: Any, run_id: str) -> tuple[dict[int, RunReport], tuple[RunReport, JobDiagnosis]]:
+def _seen_and(
+    on: Any, run_id: str, *, unchanged: bool = True
+) -> tuple[dict[int, RunReport], tuple[RunReport, JobDiagnosis]]:
     """:func:`analyze` on ``on`` under :func:`_under_limits`, with every rank's report it made.
-    ``on`` is :func:`_copy`'s database, which nothing else writes to: the rank indexes on it check
-    the run's row when they are made, not again before each table (``rank_index.unchanging``)."""
+    ``unchanged``: ``on`` is :func:`_copy`'s database, which nothing else writes to: the rank
+    indexes on it check the run's row when they are made, not again before each table
+    (``rank_index.unchanging``)."""
     from gpuscope.analysis.rank_index import unchanging
 
     seen: dict[int, RunReport] = {}
@@ -237,6 +263,8 @@ def _seen_and(on: Any, run_id: str) -> tuple[dict[int, RunReport], tuple[RunRepo
         seen.clear()  # a try at the next limit starts again
         return analyze(on, run_id, seen=seen)
 
+    if not unchanged:
+        return seen, _under_limits(on, compute)
     with unchanging(on):
         return seen, _under_limits(on, compute)
 
@@ -313,8 +341,9 @@ def _copy(con: Connection, run_id: str, ranks: list[int]) -> Iterator[Any]:
 
 
 def store(con: Connection, run_id: str, *, copy: bool = True) -> bool:
-    """Compute the document of ``run_id``'s default view from its events and store it (replacing
-    any other), in a transaction of its own; ``con`` must not be inside one. ``copy``: computed
+    """Compute the documents of ``run_id``'s default view and of the other ranks' views its
+    verdict analysed (:func:`_computed`) from its events and store them, one row per rank
+    (replacing the run's others), in a transaction of its own; ``con`` must not be inside one. ``copy``: computed
     on an in-memory copy of the ranks it reads where they fit (:func:`_on_copy`); False: on
     ``con`` (a rank too big to copy, whose working tables the ingest's parts left on it). Returns
     False without a write: not a trace run, one ``analyze`` refuses (ValueError: it says why when
@@ -327,20 +356,21 @@ def store(con: Connection, run_id: str, *, copy: bool = True) -> bool:
     if ranks is None or ranks[0] is None or kind is None or kind[0] != "trace":
         return False
     try:
-        text = _computed(con, run_id, copy=copy)
+        texts = _computed(con, run_id, copy=copy)
     except ValueError:
         return False
-    doc = json.dumps({"stamp": before, "text": text})
+    at = now_utc()
+    rows = [
+        [run_id, rank, NAME, version(), json.dumps({"stamp": before, "text": text}), at]
+        for rank, text in sorted(texts.items())
+    ]
 
     def work() -> bool:
         with transaction(con):
             if stamp(con, run_id) != before:
                 return False  # changed (or deleted) meanwhile: this document is of another input
             con.execute(f"DELETE FROM {TABLE} WHERE run_id = ? AND part = ?", [run_id, NAME])
-            con.execute(
-                f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)",
-                [run_id, int(ranks[0]), NAME, version(), doc, now_utc()],
-            )
+            con.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)", rows)
             return True
 
     return con.retrying(work) if isinstance(con, Store) else work()

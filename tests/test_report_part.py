@@ -15,7 +15,7 @@ from gpuscope.analysis import rank_summary as RS
 from gpuscope.analysis import report_part as RP
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.store import Store, connect, set_tags
-from tracegen import TraceBuilder, two_rank_job
+from tracegen import TraceBuilder, ddp_job, two_rank_job
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
@@ -103,6 +103,49 @@ def test_the_stored_document_is_the_one_computed_from_the_events(
     assert cli_json(capsys, db, run_id) == want  # from the stored row
     assert spy.read_events() == [], "analyze --json of a stored run reads no event"
     assert len(spy.sql) <= 3, spy.sql  # the run's id, the document with its stamp: no analysis
+
+
+@pytest.mark.slow
+def test_the_rank_the_verdict_analysed_is_stored_as_computed_and_printed_without_the_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DDP job of two ranks whose rank 1 computes 1.6 x rank 0's GEMM before each all-reduce:
+    its verdict analysed the pace-setter, rank 1, whose document (``analyze RUN --rank 1``) is
+    stored beside the default view's, equal to the one computed from the events for that rank,
+    and printed by ``analyze --rank 1 --json`` from its row; without the row, computed again."""
+    db = tmp_path / "store"
+    with connect(db) as con:
+        run_id = ingest_paths(
+            con,
+            [ddp_job(tmp_path / "job", (1000.0, 1600.0))],
+            after_trace=RS.store_after_ingest_with_document,
+        )[0].run_id
+        stored = {
+            int(r): RP.print_text(json.loads(d)["text"]) + "\n"
+            for r, d in con.execute(
+                "SELECT rank, doc FROM rank_summaries WHERE run_id = ? AND part = 'report'",
+                [run_id],
+            ).fetchall()
+        }
+        job = json.loads(RP.stored_text(con, run_id) or "{}")["job"]
+        want = printed(RP.analyze_json(*RP.analyze(con, run_id, rank=1)))
+    assert job["pace_setter"] == 1 and set(stored) == {0, 1}
+    assert stored[1] == want and stored[0] != want
+    spy = Spy(monkeypatch)
+    assert cli_json(capsys, db, run_id, "--rank", "1") == want  # from the stored row
+    assert spy.read_events() == [], "analyze --rank 1 --json of the pace-setter reads no event"
+    code, text, err = run_cli(capsys, "analyze", run_id, "--rank", "1", "--db", str(db))
+    assert code == 0, err
+    assert spy.read_events() == []
+    monkeypatch.undo()
+    with connect(db) as con:  # without its row, the same text computed from the events
+        con.execute(
+            "DELETE FROM rank_summaries WHERE run_id = ? AND part = 'report' AND rank = 1",
+            [run_id],
+        )
+    spy = Spy(monkeypatch)
+    assert run_cli(capsys, "analyze", run_id, "--rank", "1", "--db", str(db))[:2] == (0, text)
+    assert spy.read_events() != []
 
 
 @pytest.mark.slow

@@ -131,9 +131,10 @@ def run(args: argparse.Namespace) -> int:
         run_id = resolve_target(con, args.target)
         if kwargs["rank"] is not None and kwargs["rank"] == report_part.lowest_rank(con, run_id):
             kwargs["rank"] = None  # the lowest rank is the default view
-        if not any(v is not None for v in kwargs.values()):
-            # the run's default view, stored at its ingest: one row, no event read
-            text = report_part.stored_text(con, run_id)
+        if not any(v is not None for k, v in kwargs.items() if k != "rank"):
+            # the run's default view, or a rank's its verdict analysed, stored at its ingest:
+            # one row, no event read
+            text = report_part.stored_text(con, run_id, kwargs["rank"])
             if text is not None:
                 if args.json:
                     print(report_part.print_text(text))
