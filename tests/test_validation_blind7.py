@@ -105,16 +105,6 @@ def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
     assert_case_words(record_blind7)
 
 
-@pytest.fixture
-def one_thread():
-    """torch on one intra-op thread for the test (the --quick steps are tiny)."""
-    torch = pytest.importorskip("torch")
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
 @pytest.mark.slow
 def test_every_one_gpu_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
     monkeypatch: pytest.MonkeyPatch, one_thread: None

@@ -21,6 +21,7 @@ import record_blind4  # noqa: E402
 import record_blind5  # noqa: E402
 import record_blind6  # noqa: E402
 import record_blind7  # noqa: E402
+import record_blind8  # noqa: E402
 import record_new  # noqa: E402
 import record_validation  # noqa: E402
 
@@ -43,6 +44,7 @@ __all__ = [
     "record_blind5",
     "record_blind6",
     "record_blind7",
+    "record_blind8",
     "record_new",
     "record_validation",
 ]

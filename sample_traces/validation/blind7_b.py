@@ -15,7 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from record_common import Kit, whole_step_graph  # noqa: E402
+from record_common import Kit, cycled, whole_step_graph  # noqa: E402
 
 CASES: dict[str, dict] = {
     "v120": {
@@ -89,23 +89,6 @@ CASES: dict[str, dict] = {
         "expected_fix": "cudnn_benchmark",
     },
 }
-
-
-def cycled(pool: list, device: str, *, pinned: bool):
-    """A function giving the pool's host batches in turn (pinned once, first, when ``pinned``),
-    each tensor copied to ``device`` with ``non_blocking=True`` (from pageable memory: a
-    synchronous staged copy; from pinned memory: asynchronous)."""
-    if pinned:
-        pool = [tuple(t.pin_memory() for t in batch) for batch in pool]
-    n = 0
-
-    def next_batch() -> tuple:
-        nonlocal n
-        batch = pool[n % len(pool)]
-        n += 1
-        return tuple(t.to(device, non_blocking=True) for t in batch)
-
-    return next_batch
 
 
 class TwoViews:

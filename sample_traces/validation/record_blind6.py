@@ -44,7 +44,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
-from record_common import Kit, precision_loss, recorder, uint8_batches, whole_step_graph  # noqa: E402
+from record_common import (  # noqa: E402
+    Kit,
+    cycled,
+    precision_loss,
+    recorder,
+    uint8_batches,
+    whole_step_graph,
+)
 
 GROUP = "blind6"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -220,23 +227,6 @@ CASES: dict[str, dict] = {
     },
 }
 ORDER = list(CASES)
-
-
-def cycled(pool: list, device: str, *, pinned: bool):
-    """A function giving the pool's host batches in turn (pinned once, first, when ``pinned``),
-    each tensor copied to ``device`` with ``non_blocking=True`` (from pageable memory: a
-    synchronous staged copy; from pinned memory: asynchronous)."""
-    if pinned:
-        pool = [tuple(t.pin_memory() for t in batch) for batch in pool]
-    n = 0
-
-    def next_batch() -> tuple:
-        nonlocal n
-        batch = pool[n % len(pool)]
-        n += 1
-        return tuple(t.to(device, non_blocking=True) for t in batch)
-
-    return next_batch
 
 
 def _nafnet(k: Kit, fixed: bool, device: str, rank: int):

@@ -144,3 +144,20 @@ def whole_step_graph(k: Kit, opt: Any, loss_fn: Any, step: Any, fixed: bool) -> 
     k.meta["cuda_graph"] = "whole step (torch.cuda.graph)" if fixed else "none"
     k.meta["graph_captured"] = bool(fixed and k.cuda)
     return step
+
+
+def cycled(pool: list, device: str, *, pinned: bool):
+    """A function giving the pool's host batches in turn (pinned once, first, when ``pinned``),
+    each tensor copied to ``device`` with ``non_blocking=True`` (from pageable memory: a
+    synchronous staged copy; from pinned memory: asynchronous)."""
+    if pinned:
+        pool = [tuple(t.pin_memory() for t in batch) for batch in pool]
+    n = 0
+
+    def next_batch() -> tuple:
+        nonlocal n
+        batch = pool[n % len(pool)]
+        n += 1
+        return tuple(t.to(device, non_blocking=True) for t in batch)
+
+    return next_batch

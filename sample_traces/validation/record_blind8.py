@@ -1,0 +1,70 @@
+"""Record the validation set's tenth part, **blind** (v130-v144, the eighth blind part): planted-
+and-fixed pairs on models, sizes and workloads unlike any earlier case (v01-v129, ../fixes,
+../multi_gpu), recorded after v115-v129 had been judged and the rules changed on what that
+judgement showed (seen-only until this part), and kept out of every calibration (truth.json
+``group: "blind8"``). Nobody runs gpuscope's analysis on these cases before the lead judges them
+once.
+
+    python record_blind8.py drive --out DIR [--cases v130,v131] [--rounds 3] [--budget-s 520] [--tar T]
+    python record_blind8.py one --case v130 --variant planted|fixed --mode time|trace --out DIR
+    python record_blind8.py drive --quick --cpu --out DIR     (the recipe on a CPU, tiny sizes)
+
+The driver, the timing and the profiled run are record_new.py's (``record_new.main`` with this
+part's cases and builders), as record_blind7.py's: per case one profiled trace of the planted
+variant through ``gpuscope.capture.profile_steps``, then ``--rounds`` rounds of planted and fixed
+timed without the profiler, each a fresh process, alternately; 15 warm-up steps (30 for the
+compiled cases), then 40 steps in blocks of 5 synchronised at both ends; ``step_ms_median`` is the
+median block. v130-v143 run on one GPU; v144 on 2 GPUs (each run a fresh ``torchrun
+--nproc_per_node 2`` job; ``step_ms_median`` the slower rank's).
+
+The cases are written in three modules (blind8_a.py: v130-v134, blind8_b.py: v135-v139,
+blind8_c.py: v140-v144), merged here in order. What this part asks of the rules changed after the
+seventh part's judgement, each once on a model never seen:
+- ``kernel_fusion`` on a convolution net whose elementwise work is training BatchNorm and ReLU
+  (v131), which the compiler does not fuse away, beside one whose time is in LayerNorm and
+  StarReLU chains (v130);
+- ``cudnn_benchmark`` on 3-D convolutions (v136);
+- ``cuda_graphs`` on a launch-bound step (v141), whose replayed re-timing changed;
+- two pairs chosen to gain nothing: a fused optimizer over a handful of large tensors (v142) and a
+  2 x batch on a step that already fills the GPU (v143);
+- a 2-GPU pair whose pace-setter, rank 1, gets a larger share of each batch (v144).
+The cases, their sizes and the pairs chosen to gain nothing were fixed and committed before the
+first device call.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "fixes"))
+
+import blind8_a  # noqa: E402
+import blind8_b  # noqa: E402
+import blind8_c  # noqa: E402
+from record_common import recorder  # noqa: E402
+
+GROUP = "blind8"
+"""truth.json's group of every case here: kept out of every calibration, judged once."""
+
+_PARTS = (blind8_a, blind8_b, blind8_c)
+
+CASES: dict[str, dict] = {c: spec for m in _PARTS for c, spec in m.CASES.items()}
+ORDER = list(CASES)
+
+BUILDERS = {c: b for m in _PARTS for c, b in m.BUILDERS.items()}
+"""Each case's builder: (kit, fixed, device, rank) -> (step_fn, samples_per_step, model)."""
+
+FIRST_FIXES: dict[str, dict] = {}
+"""The first fixes gpuscope named on this part where the planted cause was another's, timed only
+(no trace) on each base case's planted variant after the part's judgement: none yet."""
+
+
+build, main = recorder(CASES, BUILDERS, 13579, __file__)
+"""``build``: (step_fn, samples_per_step, meta, model) of one case and variant on this rank;
+``main``: record_new's driver over this part's cases."""
+
+if __name__ == "__main__":
+    raise SystemExit(main())
