@@ -132,7 +132,7 @@ def later_groups(part: Any) -> set[str]:
 
 def assert_recorded_part(part: Any, short_of_rounds: frozenset[str] = frozenset()) -> None:
     """Every recorded case of the blind part ``part`` in truth.json: its group, held out, one trace
-    of its planted variant per rank (17 KB-2 MiB), timed in fresh processes on an NVIDIA GPU, >= 3
+    of its planted variant per rank (17 KB-2.5 MiB), timed in fresh processes on an NVIDIA GPU, >= 3
     rounds (>= 5 where the rounds scatter over :data:`SCATTER_POINTS`, except exactly the cases
     ``short_of_rounds``), its row whole (device, torch, timings, rounds, extra); make_truth's
     earlier cases come first, in their own order, and only the later blind parts' groups follow it."""
@@ -152,7 +152,7 @@ def assert_recorded_part(part: Any, short_of_rounds: frozenset[str] = frozenset(
         assert c["torch"].startswith("2."), c["case"]
         assert len(c["traces"]) == c["gpus"] == part.CASES[c["case"]].get("gpus", 1)
         for t in c["traces"]:
-            assert 17_000 <= (VAL / t).stat().st_size <= 2 << 20, t
+            assert 17_000 <= (VAL / t).stat().st_size <= 5 << 19, t
         g = c["gain_pct_by_round"]
         assert len(g) >= 3, c["case"]
         short = len(g) < 5 and max(g) - min(g) > SCATTER_POINTS

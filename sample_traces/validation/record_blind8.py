@@ -57,12 +57,76 @@ ORDER = list(CASES)
 BUILDERS = {c: b for m in _PARTS for c, b in m.BUILDERS.items()}
 """Each case's builder: (kit, fixed, device, rank) -> (step_fn, samples_per_step, model)."""
 
-FIRST_FIXES: dict[str, dict] = {}
-"""The first fixes gpuscope named on this part where the planted cause was another's, timed only
-(no trace) on each base case's planted variant after the part's judgement: none yet."""
+FIRST_FIXES: dict[str, dict] = {
+    "v135c": {
+        "name": "v135_cudnn_benchmark",
+        "base": "v135",
+        "how": "cudnn_benchmark",
+        "planted": "v135's planted variant (fp32 with TF32, cudnn.benchmark off)",
+        "fix": "the same, torch.backends.cudnn.benchmark = True before the first step",
+        "expected_fix": "cudnn_benchmark",
+    },
+    "v136c": {
+        "name": "v136_bf16",
+        "base": "v136",
+        "how": "bf16",
+        "planted": "v136's planted variant (fp32 with cuDNN TF32, cudnn.benchmark off)",
+        "fix": "the same, each step under torch.autocast(cuda, bfloat16)",
+        "expected_fix": "mixed_precision",
+    },
+    "v137c": {
+        "name": "v137_compile",
+        "base": "v137",
+        "how": "compile",
+        "planted": "v137's planted variant (3 syncs per step), eager",
+        "fix": "the same, model.compile() (torch.compile of the model in place)",
+        "expected_fix": "kernel_fusion",
+    },
+    "v142c": {
+        "name": "v142_cudnn_benchmark",
+        "base": "v142",
+        "how": "cudnn_benchmark",
+        "planted": "v142's planted variant (Adam(foreach=False), cudnn.benchmark off)",
+        "fix": "the same, torch.backends.cudnn.benchmark = True before the first step",
+        "expected_fix": "cudnn_benchmark",
+    },
+}
+"""The first fixes gpuscope named on this part where the planted cause was another's (the judgement
+at 3ebdcbd: ``cudnn_benchmark`` first on v135 and v142, ``mixed_precision`` on v136,
+``kernel_fusion`` on v137), timed only (no trace), on each base case's planted variant: variant
+``fixed`` applies that fix. They settle whether the first fix gains what it says; they are not
+cases of the part. (v131's first, ``batch_size``, changes the training; v140's, ``cuda_graphs``,
+needs a capturable optimizer the builder does not make: not timed.)"""
 
 
-build, main = recorder(CASES, BUILDERS, 13579, __file__)
+def _first_fix(case: str):
+    spec = FIRST_FIXES[case]
+
+    def builder(k, fixed: bool, device: str, rank: int):
+        step, samples, model = BUILDERS[spec["base"]](k, False, device, rank)
+        if fixed and spec["how"] == "compile":
+            model.compile()
+        elif fixed and spec["how"] == "cudnn_benchmark":
+            k.torch.backends.cudnn.benchmark = True
+        elif fixed and spec["how"] == "bf16":
+            eager = step
+
+            def step() -> None:
+                with k.ac:
+                    eager()
+
+        k.meta.update(base_case=spec["base"], first_fix=spec["how"], applied=fixed)
+        return step, samples, model
+
+    return builder
+
+
+build, main = recorder(
+    {**CASES, **FIRST_FIXES},
+    {**BUILDERS, **{c: _first_fix(c) for c in FIRST_FIXES}},
+    13579,
+    __file__,
+)
 """``build``: (step_fn, samples_per_step, meta, model) of one case and variant on this rank;
 ``main``: record_new's driver over this part's cases."""
 
