@@ -20,6 +20,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from clitools import cli_in_process
 from gpuscope.cli import main as cli_main
 from gpuscope.ingest import loader
 from gpuscope.ingest.batch_insert import SCRATCH_PREFIX, sweep_scratch
@@ -32,7 +33,7 @@ from gpuscope.store import (
     transaction,
 )
 from gpuscope.store.errors import StoreError, store_fault
-from tracegen import TraceBuilder
+from tracegen import TraceBuilder, stepped_big_run
 
 TESTS = Path(__file__).resolve().parent
 N_LAUNCH = 60_000  # ~240k events: several MB in the store, more than the small disk holds
@@ -97,10 +98,12 @@ def disk(tmp_path: Path) -> Iterator[Disk]:
 
 @pytest.fixture(scope="module")
 def big_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    t = TraceBuilder()
-    for i in range(N_LAUNCH):
-        t.launch(f"kernel_{i % 97}", i * 10.0, i * 10.0 + 1, 1.0)
-    return t.write(tmp_path_factory.mktemp("big") / "big.json")
+    """N_LAUNCH launches (97 kernel names) after two short profiler steps: the events and store
+    bytes of N_LAUNCH launches (the steps add 7 events), but the analysis an ingest that succeeds
+    makes (the recovery ingest of test_cli_disk_full_...) reads the steps' window, not every
+    launch (tracegen.stepped_big_run). Indented (indent=1): the CLI ingests an indented dump
+    faster than a one-line one (commit a0f6182)."""
+    return stepped_big_run(tmp_path_factory.mktemp("big") / "big.json", N_LAUNCH, 97, indent=1)
 
 
 def small_trace(path: Path, name: str) -> Path:
@@ -126,7 +129,9 @@ def test_cli_disk_full_is_one_line_and_the_store_recovers(
 ) -> None:
     db = disk.root / "store.duckdb"
     first = small_trace(tmp_path / "first.json", "first")
-    assert cli("ingest", str(first), "--db", str(db)).returncode == 0
+    # setup and the listing below: in this process (clitools.cli_in_process), the same exit code
+    # and stdout; the faulted and the recovery ingests are processes (the disk's limits)
+    assert cli_in_process("ingest", str(first), "--db", str(db)).returncode == 0
     disk.fill()
     p = cli("ingest", str(big_trace), "--db", str(db), disk=disk)
     assert p.returncode == 1, p.stderr
@@ -137,7 +142,7 @@ def test_cli_disk_full_is_one_line_and_the_store_recovers(
     else:  # the store or a scratch file, whichever hits the limit first
         assert lines[0].startswith("gpuscope: ") and "hit the file-size limit" in lines[0]
     disk.free()
-    runs = cli("runs", "--db", str(db), "--json")
+    runs = cli_in_process("runs", "--db", str(db), "--json")
     assert runs.returncode == 0, runs.stderr
     assert '"first"' in runs.stdout and '"big"' not in runs.stdout  # nothing half-written
     again = cli("ingest", str(big_trace), "--db", str(db))
@@ -417,7 +422,11 @@ def test_cli_prints_control_characters_escaped(tmp_path: Path) -> None:
     """Item 4 (CLI): `--name $'\\e[2J'` must not clear the screen of whoever runs `gpuscope runs`."""
     db = str(tmp_path / "s.duckdb")
     name = "\x1b[2J\u202eevil\x07\x9b"
-    p = cli("ingest", str(small_trace(tmp_path / "t.json", "k")), "--name", name, "--db", db)
+    # the run stored under that name (setup: in this process, the same name; what `runs` prints
+    # of it, the subject, comes from processes)
+    p = cli_in_process(
+        "ingest", str(small_trace(tmp_path / "t.json", "k")), "--name", name, "--db", db
+    )
     assert p.returncode == 0, p.stderr
     runs = cli("runs", "--db", db)
     assert runs.returncode == 0, runs.stderr

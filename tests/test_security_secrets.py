@@ -13,15 +13,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
+from clitools import cli_in_process
 from gpuscope.ingest.errors import IngestError
 from gpuscope.store import parse_spec
 from gpuscope.store.errors import StoreError, store_fault
@@ -297,6 +300,35 @@ def gpuscope(ts: TeamStore, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def in_process(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``gpuscope ARGS`` in this process (clitools.cli_in_process) with the GPUSCOPE_* and AWS_*
+    variables of ``env`` (and no others): the same exit code and stdout as :func:`gpuscope`. For
+    the setup ingests and the state checks (how many runs) only; an output grepped for secrets
+    comes from a process of its own (what a library writes to its stderr is in it too)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for k in list(os.environ):
+            if k.startswith(("GPUSCOPE_", "AWS_")):
+                mp.delenv(k)
+        for k, v in env.items():
+            if k.startswith(("GPUSCOPE_", "AWS_")):
+                mp.setenv(k, v)
+        return cli_in_process(*args)
+
+
+def small_run(ts: TeamStore) -> None:
+    """Store a run of 50 launches (in this process): the run a fault must leave alone, where
+    what it holds is not the subject."""
+    path = Path(tempfile.mkdtemp(prefix="gpuscope-small-")) / "small.json"
+    t = TraceBuilder()
+    for i in range(50):
+        t.launch("small_kernel", i * 10.0, i * 10.0 + 1, 1.0)
+    try:
+        done = in_process(env_of(ts), "ingest", str(t.write(path)))
+    finally:
+        shutil.rmtree(path.parent, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+
+
 def assert_clean(ts: TeamStore, *outputs: str) -> None:
     text = "\n".join(outputs)
     for secret in secrets_of(ts):
@@ -311,7 +343,8 @@ def one_line(done: subprocess.CompletedProcess[str], code: int) -> str:
 
 
 def n_runs(ts: TeamStore) -> int:
-    done = gpuscope(ts, "runs", "--json")
+    """How many runs `gpuscope runs --json` lists (in this process: a state check)."""
+    done = in_process(env_of(ts), "runs", "--json")
     assert done.returncode == 0, done.stderr
     return len(json.loads(done.stdout))
 
@@ -386,7 +419,7 @@ def test_postgres_gone_mid_commit_is_plain_and_stores_nothing(
     """The catalog's connection dies inside DuckLake's commit (a trigger on the snapshot insert
     terminates its own backend): one plain line, exit 1, no secret, no run."""
     ts = team(servers, query_form=query_form)
-    assert gpuscope(ts, "ingest", str(BEFORE)).returncode == 0
+    small_run(ts)
     made = ts.pg.psql(DIE_AT_COMMIT, database=ts.database)
     assert made.returncode == 0, made.stderr
     try:
@@ -415,7 +448,7 @@ def test_postgres_stopped_mid_ingest(servers: Servers, big_trace: Path) -> None:
     """PostgreSQL stops while an ingest writes its Parquet files (seen in the bucket): one line,
     exit 1, no secret; once it is back the store has no partial run."""
     ts = team(servers)
-    assert gpuscope(ts, "ingest", str(BEFORE)).returncode == 0
+    small_run(ts)
     before = len(ts.objects())
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuscope", "ingest", str(big_trace)],
@@ -481,8 +514,10 @@ def test_postgres_stopped_while_the_dashboard_shows_a_run(
     from streamlit.testing.v1 import AppTest
 
     ts = team(servers, query_form=True)
-    assert gpuscope(ts, "ingest", str(BEFORE)).returncode == 0
-    (run_id,) = [r["run_id"] for r in json.loads(gpuscope(ts, "runs", "--json").stdout)]
+    # the sample run the page shows, stored and listed in this process (setup: the page is the
+    # subject)
+    assert in_process(env_of(ts), "ingest", str(BEFORE)).returncode == 0
+    (run_id,) = [r["run_id"] for r in json.loads(in_process(env_of(ts), "runs", "--json").stdout)]
     for k, v in env_of(ts).items():
         if k.startswith(("GPUSCOPE_", "AWS_")):
             monkeypatch.setenv(k, v)
@@ -577,9 +612,8 @@ def test_team_store_orphans_go_at_the_first_maintenance_a_day_after(
     }
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, env=env
-        )
+        """In this process (in_process): the subject is what maintenance leaves on disk."""
+        return in_process(env, *args)
 
     assert cli("ingest", str(BEFORE)).returncode == 0
     stored = sorted(data.rglob("*.parquet"))
@@ -607,7 +641,7 @@ def test_the_dashboards_writer_reopens_after_postgres_died_mid_commit(
     from gpuscope.web import db as webdb
 
     ts = team(servers)
-    assert gpuscope(ts, "ingest", str(BEFORE)).returncode == 0
+    small_run(ts)
     for k, v in env_of(ts).items():
         if k.startswith(("GPUSCOPE_", "AWS_")):
             monkeypatch.setenv(k, v)

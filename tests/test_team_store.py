@@ -28,6 +28,7 @@ from team_servers import (
     start_postgres,
     stop_postgres,
 )
+from tracegen import TraceBuilder
 
 # Every test here starts or uses real servers (PostgreSQL, S3) and `gpuscope` processes.
 pytestmark = pytest.mark.slow
@@ -249,18 +250,31 @@ def test_compare_gives_the_same_figures_as_the_local_store(populated: Populated)
     assert a in text.stdout and b in text.stdout
 
 
-def test_delete_removes_the_run_for_every_process(postgres_server: Postgres, s3_server: S3) -> None:
+def test_delete_removes_the_run_for_every_process(
+    postgres_server: Postgres, s3_server: S3, tmp_path: Path
+) -> None:
     team = _fresh_team(postgres_server, s3_server)
     env = team.env()
-    ids = [
-        r["run_id"] for r in ok_json(gpuscope("ingest", str(BEFORE), str(AFTER), "--json", env=env))
-    ]
+    # two small stepped runs, not the samples: the delete is the subject, not what a run holds
+    # (the samples' ingest and analysis on the team store are populated's and its tests')
+    runs = [small_stepped_run(tmp_path / f"{name}.json", name) for name in ("first", "second")]
+    ids = [r["run_id"] for r in ok_json(gpuscope("ingest", *map(str, runs), "--json", env=env))]
+    assert len(ids) == 2
     done = gpuscope("delete", ids[0], env=env)
     assert done.returncode == 0, done.stderr
     assert [r["run_id"] for r in ok_json(gpuscope("runs", "--json", env=env))] == [ids[1]]
     gone = gpuscope("analyze", ids[0], "--json", env=env)
     assert gone.returncode != 0 and ids[0] in gone.stderr
     ok_json(gpuscope("analyze", ids[1], "--json", env=env))
+
+
+def small_stepped_run(path: Path, kernel: str) -> Path:
+    """A one-rank trace of three 100 us profiler steps, one ``kernel`` launch in each."""
+    t = TraceBuilder()
+    for n in range(3):
+        t.step(n, 1000.0 + 100.0 * n, 100.0)
+        t.launch(kernel, 1001.0 + 100.0 * n, 1005.0 + 100.0 * n, 20.0)
+    return t.write(path)
 
 
 WRONG_PASSWORD = "not-the-password-4711"

@@ -370,15 +370,23 @@ def ingest_one_rank(con: Any, tmp_path: Path, t: TraceBuilder) -> str:
     return res.run_id
 
 
-def stepped_big_run(path: Path, kernels: int, names: int = 50, host: str | None = None) -> Path:
+def stepped_big_run(
+    path: Path,
+    kernels: int,
+    names: int = 50,
+    host: str | None = None,
+    *,
+    indent: int | None = None,
+) -> Path:
     """Two short profiler steps, a launch in each, then ``kernels`` launches after them (kernel
     names cycling over ``names``; ``host``: the trace's hostname, bytes of its own): many events
     to write (2 + 4 a launch + 1 a step), few in the steps' window, which the CLI ingest's analyze
-    document reads (1.2 CPU s at 60,000 launches, against 9.8 s without the steps)."""
+    document reads (1.2 CPU s at 60,000 launches, against 9.8 s without the steps). ``indent``:
+    :meth:`TraceBuilder.write`'s (None, the default here: one line)."""
     t = TraceBuilder(extra_meta={"hostname": host}) if host is not None else TraceBuilder()
     for n in range(2):
         t.step(n, n * 100.0, 100.0)
         t.launch("k0", n * 100.0 + 1, n * 100.0 + 5, 10.0)
     for i in range(kernels):
         t.launch(f"k{i % names}", 1000.0 + i * 10.0, 1000.0 + i * 10.0 + 1, 1.0)
-    return t.write(path, indent=None)
+    return t.write(path, indent=indent)
