@@ -47,6 +47,7 @@ sys.path.insert(0, str(HERE.parent / "fixes"))
 from record_common import (  # noqa: E402
     Kit,
     cycled,
+    first_fix_builders,
     precision_loss,
     recorder,
     uint8_batches,
@@ -1222,24 +1223,9 @@ timed only (no trace), on each base case's planted variant: variant ``fixed`` ap
 They settle whether the first fix gains what it says; they are not cases of the part."""
 
 
-def _first_fix(case: str):
-    spec = FIRST_FIXES[case]
-
-    def builder(k: Kit, fixed: bool, device: str, rank: int):
-        step, samples, model = BUILDERS[spec["base"]](k, False, device, rank)
-        if fixed and spec["how"] == "compile":
-            model.compile()
-        if fixed and spec["how"] == "cudnn_benchmark":
-            k.torch.backends.cudnn.benchmark = True
-        k.meta.update(base_case=spec["base"], first_fix=spec["how"], applied=fixed)
-        return step, samples, model
-
-    return builder
-
-
 build, main = recorder(
     {**CASES, **FIRST_FIXES},
-    {**BUILDERS, **{c: _first_fix(c) for c in FIRST_FIXES}},
+    {**BUILDERS, **first_fix_builders(FIRST_FIXES, BUILDERS)},
     13579,
     __file__,
 )

@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE.parent / "fixes"))
 import blind7_a  # noqa: E402
 import blind7_b  # noqa: E402
 import blind7_c  # noqa: E402
-from record_common import recorder  # noqa: E402
+from record_common import first_fix_builders, recorder  # noqa: E402
 
 GROUP = "blind7"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -93,22 +93,9 @@ capturable optimizer the builder does not make; v127's ``pin_memory`` and v128's
 name no change the recipe exposes: not timed.)"""
 
 
-def _first_fix(case: str):
-    spec = FIRST_FIXES[case]
-
-    def builder(k, fixed: bool, device: str, rank: int):
-        step, samples, model = BUILDERS[spec["base"]](k, False, device, rank)
-        if fixed and spec["how"] == "compile":
-            model.compile()
-        k.meta.update(base_case=spec["base"], first_fix=spec["how"], applied=fixed)
-        return step, samples, model
-
-    return builder
-
-
 build, main = recorder(
     {**CASES, **FIRST_FIXES},
-    {**BUILDERS, **{c: _first_fix(c) for c in FIRST_FIXES}},
+    {**BUILDERS, **first_fix_builders(FIRST_FIXES, BUILDERS)},
     24680,
     __file__,
 )

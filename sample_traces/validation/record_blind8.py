@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE.parent / "fixes"))
 import blind8_a  # noqa: E402
 import blind8_b  # noqa: E402
 import blind8_c  # noqa: E402
-from record_common import recorder  # noqa: E402
+from record_common import first_fix_builders, recorder  # noqa: E402
 
 GROUP = "blind8"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -99,31 +99,9 @@ cases of the part. (v131's first, ``batch_size``, changes the training; v140's, 
 needs a capturable optimizer the builder does not make: not timed.)"""
 
 
-def _first_fix(case: str):
-    spec = FIRST_FIXES[case]
-
-    def builder(k, fixed: bool, device: str, rank: int):
-        step, samples, model = BUILDERS[spec["base"]](k, False, device, rank)
-        if fixed and spec["how"] == "compile":
-            model.compile()
-        elif fixed and spec["how"] == "cudnn_benchmark":
-            k.torch.backends.cudnn.benchmark = True
-        elif fixed and spec["how"] == "bf16":
-            eager = step
-
-            def step() -> None:
-                with k.ac:
-                    eager()
-
-        k.meta.update(base_case=spec["base"], first_fix=spec["how"], applied=fixed)
-        return step, samples, model
-
-    return builder
-
-
 build, main = recorder(
     {**CASES, **FIRST_FIXES},
-    {**BUILDERS, **{c: _first_fix(c) for c in FIRST_FIXES}},
+    {**BUILDERS, **first_fix_builders(FIRST_FIXES, BUILDERS)},
     13579,
     __file__,
 )

@@ -161,3 +161,35 @@ def cycled(pool: list, device: str, *, pinned: bool):
         return tuple(t.to(device, non_blocking=True) for t in batch)
 
     return next_batch
+
+
+def first_fix_builders(first_fixes: dict[str, dict], builders: dict[str, Any]) -> dict[str, Any]:
+    """A builder per first fix (case -> spec with ``base`` and ``how``): the base case's planted
+    variant, to which variant ``fixed`` applies the fix ``how``: ``compile`` (``model.compile()``,
+    torch.compile of the model in place), ``cudnn_benchmark`` (``torch.backends.cudnn.benchmark =
+    True`` before the first step) or ``bf16`` (each step under ``k.ac``, bf16 autocast). Records
+    ``base_case``, ``first_fix`` and ``applied`` in ``k.meta``."""
+
+    def one(spec: dict) -> Any:
+        if spec["how"] not in ("compile", "cudnn_benchmark", "bf16"):
+            raise ValueError(f"first fix {spec['how']!r}: not one the recorders apply")
+
+        def builder(k: Kit, fixed: bool, device: str, rank: int) -> Any:
+            step, samples, model = builders[spec["base"]](k, False, device, rank)
+            if fixed and spec["how"] == "compile":
+                model.compile()
+            elif fixed and spec["how"] == "cudnn_benchmark":
+                k.torch.backends.cudnn.benchmark = True
+            elif fixed and spec["how"] == "bf16":
+                eager = step
+
+                def step() -> None:
+                    with k.ac:
+                        eager()
+
+            k.meta.update(base_case=spec["base"], first_fix=spec["how"], applied=fixed)
+            return step, samples, model
+
+        return builder
+
+    return {case: one(spec) for case, spec in first_fixes.items()}
