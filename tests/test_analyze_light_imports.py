@@ -60,6 +60,9 @@ def test_the_text_of_a_stored_run_imports_no_analysis_nor_pandas_numpy(tmp_path:
     assert out == want
     assert _heavy(loaded) == []
     assert "gpuscope.analysis.verdict" in loaded  # the verdict was rebuilt, from the light module
-    # the same probe sees them where the run is analysed from its events (another rank)
-    _, computed = _fresh("analyze", run_id, "--rank", "1", "--db", str(db))
+    # the pace-setter's view (rank 1) is stored too and imports none of them either
+    _, pace = _fresh("analyze", run_id, "--rank", "1", "--db", str(db))
+    assert _heavy(pace) == [] and "gpuscope.analysis.verdict" in pace
+    # the same probe sees them where the run is analysed from its events (another option)
+    _, computed = _fresh("analyze", run_id, "--peak-tflops", "500", "--db", str(db))
     assert {"pandas", "numpy", "gpuscope.analysis.job"} <= set(_heavy(computed))
