@@ -16,9 +16,9 @@ from validation_parts import (
     assert_fifteen_with_one_two_gpu_straggler,
     assert_first_fixes,
     assert_new_families,
+    assert_part_layout,
     assert_recorded_part,
     build_one_gpu_cases,
-    earlier_cases,
     ops_by_variant_and_rank,
     record_blind6,
     record_new,
@@ -49,16 +49,8 @@ CUDA graphs and the fused optimizer are off and torch.compile is replaced by the
 both variants, seeded alike, end two steps with the same parameters. v110's fix is a 4x batch."""
 
 
-def earlier() -> dict[str, dict]:
-    """Every case recorded before this part: v01-v99."""
-    return earlier_cases(record_blind6)
-
-
 def test_the_sixth_blind_part_is_its_own_group_numbered_on_from_v100() -> None:
-    assert record_blind6.GROUP == "blind6"
-    assert [f"v{n}" for n in range(100, 115)] == record_blind6.ORDER
-    assert set(record_blind6.BUILDERS) == set(record_blind6.CASES)
-    assert not set(record_blind6.CASES) & set(earlier())
+    assert_part_layout(record_blind6, "blind6", 100)  # one module: record_blind6 itself
 
 
 def test_the_models_and_their_families_are_new() -> None:

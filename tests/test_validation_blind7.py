@@ -17,7 +17,7 @@ from validation_parts import (
     assert_fifteen_with_one_two_gpu_straggler,
     assert_first_fixes,
     assert_new_families,
-    assert_own_held_out_group,
+    assert_part_layout,
     assert_recorded_part,
     build_one_gpu_cases,
     ops_by_variant_and_rank,
@@ -51,11 +51,8 @@ fix is a 4x batch."""
 
 
 def test_the_seventh_blind_part_is_its_own_held_out_group_numbered_on_from_v115() -> None:
-    assert_own_held_out_group(record_blind7, "blind7", 115)
-    assert len(record_blind7.ORDER) == 15
     parts = (record_blind7.blind7_a, record_blind7.blind7_b, record_blind7.blind7_c)
-    assert [c for m in parts for c in m.CASES] == record_blind7.ORDER  # in order, each once
-    assert [c for m in parts for c in m.BUILDERS] == record_blind7.ORDER
+    assert_part_layout(record_blind7, "blind7", 115, parts)
 
 
 def test_the_models_and_their_families_are_new() -> None:

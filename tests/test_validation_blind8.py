@@ -19,7 +19,7 @@ from validation_parts import (
     assert_fifteen_with_one_two_gpu_straggler,
     assert_first_fixes,
     assert_new_families,
-    assert_own_held_out_group,
+    assert_part_layout,
     assert_recorded_part,
     build_one_gpu_cases,
     ops_by_variant_and_rank,
@@ -53,11 +53,8 @@ v143's fixes are larger batches."""
 
 
 def test_the_eighth_blind_part_is_its_own_held_out_group_numbered_on_from_v130() -> None:
-    assert_own_held_out_group(record_blind8, "blind8", 130)
-    assert len(record_blind8.ORDER) == 15
     parts = (record_blind8.blind8_a, record_blind8.blind8_b, record_blind8.blind8_c)
-    assert [c for m in parts for c in m.CASES] == record_blind8.ORDER  # in order, each once
-    assert [c for m in parts for c in m.BUILDERS] == record_blind8.ORDER
+    assert_part_layout(record_blind8, "blind8", 130, parts)
 
 
 def test_the_models_and_their_families_are_new() -> None:

@@ -4,7 +4,7 @@ its recorded parts, and the one-GPU fixes every blind part times (issue 43, item
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ __all__ = [
     "assert_case_words",
     "assert_first_fixes",
     "assert_own_held_out_group",
+    "assert_part_layout",
     "build_one_gpu_cases",
     "earlier_cases",
     "later_groups",
@@ -106,6 +107,21 @@ def assert_own_held_out_group(part: Any, group: str, first: int) -> None:
     assert [f"v{n}" for n in range(first, first + len(part.ORDER))] == part.ORDER
     if hasattr(part, "BUILDERS"):
         assert set(part.BUILDERS) == set(part.CASES)
+
+
+def assert_part_layout(
+    part: Any, group: str, first: int, modules: Sequence[Any] | None = None, count: int = 15
+) -> None:
+    """The blind part ``part`` is laid out as recorded: :func:`assert_own_held_out_group` (its own
+    held-out group ``group``, no case recorded before, numbered on from v``first`` with a builder
+    each), ``count`` cases, and the ``CASES`` and ``BUILDERS`` of ``modules`` (the modules it is
+    written in, merged in this order; ``None``: ``part`` alone) one after another are its
+    ``ORDER``, each case once."""
+    assert_own_held_out_group(part, group, first)
+    assert len(part.ORDER) == count
+    modules = (part,) if modules is None else modules
+    assert [c for m in modules for c in m.CASES] == part.ORDER  # in order, each once
+    assert [c for m in modules for c in m.BUILDERS] == part.ORDER
 
 
 def assert_case_words(part: Any) -> None:

@@ -92,6 +92,29 @@ CASES: dict[str, dict] = {
 }
 
 
+def _compiled_classifier(
+    k: Kit, fixed: bool, device: str, model, img: int, classes: int, batch: int
+):
+    """The step of an image classifier ``model`` (v130, v131): ``model`` moved to ``device``, AdamW
+    (fused on a GPU), torch.compile of it in the fixed variant (eager in the planted one), one
+    fixed batch of ``batch`` random ``img`` x ``img`` RGB images and labels of ``classes``
+    classes, cross-entropy on the fp32 logits under ``k.ac`` (bf16 autocast on a GPU). Records
+    ``compiled`` in ``k.meta``; returns (step_fn, samples_per_step, model)."""
+    torch, F = k.torch, k.F
+    model = model.to(device)
+    opt = k.adamw(model, fused=k.cuda)
+    run = torch.compile(model) if fixed else model
+    x = torch.randn(batch, 3, img, img, device=device)
+    y = torch.randint(0, classes, (batch,), device=device)
+
+    def loss_fn():
+        with k.ac:
+            return F.cross_entropy(run(x).float(), y)
+
+    k.meta["compiled"] = fixed
+    return k.train(opt, loss_fn), batch, model
+
+
 def _convformer(k: Kit, fixed: bool, device: str, rank: int):
     # H100 eager: per image the 12 blocks hold ~1.03M channel-positions (sum of H*W*C); each
     # block's LayerNorms, StarReLUs (relu, square, scale with an fp32 parameter: fp32 out, bias),
@@ -164,18 +187,7 @@ def _convformer(k: Kit, fixed: bool, device: str, rank: int):
             h = self.stem_norm(self.stem(x).permute(0, 2, 3, 1))
             return self.head(self.norm(self.stages(h).mean((1, 2))))
 
-    model = ConvFormer().to(device)
-    opt = k.adamw(model, fused=k.cuda)
-    run = torch.compile(model) if fixed else model
-    x = torch.randn(batch, 3, img, img, device=device)
-    y = torch.randint(0, classes, (batch,), device=device)
-
-    def loss_fn():
-        with k.ac:
-            return F.cross_entropy(run(x).float(), y)
-
-    k.meta["compiled"] = fixed
-    return k.train(opt, loss_fn), batch, model
+    return _compiled_classifier(k, fixed, device, ConvFormer(), img, classes, batch)
 
 
 def _peleenet(k: Kit, fixed: bool, device: str, rank: int):
@@ -186,7 +198,7 @@ def _peleenet(k: Kit, fixed: bool, device: str, rank: int):
     # (~5 ms of host). Compiled: BatchNorm's statistics still a reduction over each conv's
     # output, normalise and ReLU fused, the concatenations written in place: ~13 ms, ~10-15 %.
     # (Stages trimmed from PeleeNet's 3/4/8/6 to keep the first compilation short.)
-    torch, nn, F = k.torch, k.nn, k.F
+    torch, nn = k.torch, k.nn
     img, stem, growth, layers, widths, classes, batch = (
         (32, 16, 8, (1, 1, 1, 1), (1, 2, 4, 4), 10, 2)
         if k.quick
@@ -239,18 +251,7 @@ def _peleenet(k: Kit, fixed: bool, device: str, rank: int):
         def forward(self, x):
             return self.head(self.features(x).mean((2, 3)))
 
-    model = PeleeNet().to(device)
-    opt = k.adamw(model, fused=k.cuda)
-    run = torch.compile(model) if fixed else model
-    x = torch.randn(batch, 3, img, img, device=device)
-    y = torch.randint(0, classes, (batch,), device=device)
-
-    def loss_fn():
-        with k.ac:
-            return F.cross_entropy(run(x).float(), y)
-
-    k.meta["compiled"] = fixed
-    return k.train(opt, loss_fn), batch, model
+    return _compiled_classifier(k, fixed, device, PeleeNet(), img, classes, batch)
 
 
 def _squeezeformer(k: Kit, fixed: bool, device: str, rank: int):

@@ -47,9 +47,8 @@ sys.path.insert(0, str(HERE.parent / "fixes"))
 from record_common import (  # noqa: E402
     Kit,
     cycled,
-    first_fix_builders,
+    part_recorder,
     precision_loss,
-    recorder,
     uint8_batches,
     whole_step_graph,
 )
@@ -1223,14 +1222,9 @@ timed only (no trace), on each base case's planted variant: variant ``fixed`` ap
 They settle whether the first fix gains what it says; they are not cases of the part."""
 
 
-build, main = recorder(
-    {**CASES, **FIRST_FIXES},
-    {**BUILDERS, **first_fix_builders(FIRST_FIXES, BUILDERS)},
-    13579,
-    __file__,
-)
-"""``build``: (step_fn, samples_per_step, meta, model) of one case and variant on this rank;
-``main``: record_new's driver over this part's cases."""
+build, main = part_recorder(CASES, BUILDERS, FIRST_FIXES, 13579, __file__)
+"""``build``: (step_fn, samples_per_step, meta, model) of one case or first fix and variant on this
+rank; ``main``: record_new's driver over this part's cases and first fixes."""
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -44,18 +44,10 @@ sys.path.insert(0, str(HERE.parent / "fixes"))
 import blind8_a  # noqa: E402
 import blind8_b  # noqa: E402
 import blind8_c  # noqa: E402
-from record_common import first_fix_builders, recorder  # noqa: E402
+from record_common import merged_part  # noqa: E402
 
 GROUP = "blind8"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
-
-_PARTS = (blind8_a, blind8_b, blind8_c)
-
-CASES: dict[str, dict] = {c: spec for m in _PARTS for c, spec in m.CASES.items()}
-ORDER = list(CASES)
-
-BUILDERS = {c: b for m in _PARTS for c, b in m.BUILDERS.items()}
-"""Each case's builder: (kit, fixed, device, rank) -> (step_fn, samples_per_step, model)."""
 
 FIRST_FIXES: dict[str, dict] = {
     "v135c": {
@@ -99,14 +91,13 @@ cases of the part. (v131's first, ``batch_size``, changes the training; v140's, 
 needs a capturable optimizer the builder does not make: not timed.)"""
 
 
-build, main = recorder(
-    {**CASES, **FIRST_FIXES},
-    {**BUILDERS, **first_fix_builders(FIRST_FIXES, BUILDERS)},
-    13579,
-    __file__,
+CASES, ORDER, BUILDERS, build, main = merged_part(
+    (blind8_a, blind8_b, blind8_c), FIRST_FIXES, 13579, __file__
 )
-"""``build``: (step_fn, samples_per_step, meta, model) of one case and variant on this rank;
-``main``: record_new's driver over this part's cases."""
+"""``CASES``: blind8_a's, blind8_b's and blind8_c's cases, merged in that order; ``ORDER``: their
+names in that order; ``BUILDERS``: each case's builder, (kit, fixed, device, rank) -> (step_fn,
+samples_per_step, model); ``build``: (step_fn, samples_per_step, meta, model) of one case or first
+fix and variant on this rank; ``main``: record_new's driver over this part's cases and first fixes."""
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -3,6 +3,7 @@ starts from, bf16 autocast on CUDA, the plain train step and AdamW (record_blind
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,3 +194,42 @@ def first_fix_builders(first_fixes: dict[str, dict], builders: dict[str, Any]) -
         return builder
 
     return {case: one(spec) for case, spec in first_fixes.items()}
+
+
+def part_recorder(
+    cases: dict[str, dict],
+    builders: dict[str, Any],
+    first_fixes: dict[str, dict],
+    seed: int,
+    script: str,
+) -> Any:
+    """A blind part's ``(build, main)`` with its first fixes: :func:`recorder` over ``cases`` and
+    ``first_fixes`` (case -> spec, as :func:`first_fix_builders` takes them), each case built by
+    its ``builders`` entry and each first fix by :func:`first_fix_builders`, seeded with ``seed``
+    and run as ``script`` (the recorder's ``__file__``)."""
+    return recorder(
+        {**cases, **first_fixes},
+        {**builders, **first_fix_builders(first_fixes, builders)},
+        seed,
+        script,
+    )
+
+
+def merged_part(
+    modules: Sequence[Any], first_fixes: dict[str, dict], seed: int, script: str
+) -> tuple[dict[str, dict], list[str], dict[str, Any], Any, Any]:
+    """A blind part written in several modules, merged in the order given: ``(CASES, ORDER,
+    BUILDERS, build, main)``, where ``CASES`` and ``BUILDERS`` are the modules' ``CASES`` and
+    ``BUILDERS`` (case -> spec; case -> ``(kit, fixed, device, rank) -> (step_fn,
+    samples_per_step, model)``) one after another, ``ORDER`` the cases in that order, and
+    ``(build, main)`` :func:`part_recorder`'s over them and ``first_fixes``, with ``seed`` and
+    ``script``. A case two modules both hold is an error."""
+    cases: dict[str, dict] = {}
+    builders: dict[str, Any] = {}
+    for m in modules:
+        if twice := sorted(set(m.CASES) & set(cases)):
+            raise ValueError(f"{m.__name__}: cases {twice} already in an earlier module")
+        cases.update(m.CASES)
+        builders.update(m.BUILDERS)
+    build, main = part_recorder(cases, builders, first_fixes, seed, script)
+    return cases, list(cases), builders, build, main
