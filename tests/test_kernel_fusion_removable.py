@@ -111,3 +111,36 @@ def test_a_step_of_unfusable_kernels_keeps_its_host_work() -> None:
     v = kf.retime(graph([*ks, host]), Context(n_steps=1, step_ms=1.0))  # type: ignore[arg-type]
     for dur, _ in v.values():
         assert dur is not None and dur(10, host) == pytest.approx(1000)
+
+
+TO_NHWC = (
+    "void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16, __nv_bfloat16, float, "
+    "false, true, (cudnnKernelDataType_t)0>(cudnn::engines_precompiled::nchw2nhwc_params_t<float>, "
+    "__nv_bfloat16 const*, __nv_bfloat16*)"
+)
+TO_NCHW = (
+    "void cudnn::ops::nhwcToNchwKernel<float, float, float, true, false, (cudnnKernelDataType_t)0>"
+)
+CONV = "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64"
+
+
+def test_cudnn_layout_transforms_go_with_their_convolution() -> None:
+    """Stream 7 in time order: cuDNN's NCHW→NHWC transform, the convolution, NHWC→NCHW, add,
+    add (one NCHW convolution call, then a residual add and a ReLU-like add). The transforms are
+    launched inside the convolution's call and a launch-bound step keeps them and their launches
+    (:func:`removable_kernels`): the first add heads the chain,
+    the second is removed (node 4). 1 of 5 kernels; the name alone reads as a copy, which would
+    fuse (the old rule removed nodes 3 and 4)."""
+    nodes = [
+        kernel(TO_NHWC, 0),
+        kernel(CONV, 10),
+        kernel(TO_NCHW, 20),
+        kernel(ELEMENTWISE, 30),  # heads a chain: the transform before it is not fusable
+        kernel(ELEMENTWISE, 40),  # node 4: removed
+    ]
+    removed, total = kf.removable_kernels(graph(nodes))  # type: ignore[arg-type]
+    assert (removed, total) == ({4}, 5)
+    assert kf.classify_kernel(TO_NHWC) in kf.FUSABLE_CATEGORIES
+    # the memory-bound chains (a GPU-bound step) keep them: their GPU time goes with
+    # Inductor's layout optimization (v64)
+    assert kf.fusable_kernel(TO_NHWC) and kf.fusable_kernel(TO_NCHW)

@@ -323,11 +323,24 @@ rule had counted each BatchNorm as a link of an elementwise chain. An inference 
 (``bn_fw_inf``) is elementwise and stays fusable."""
 
 
+CUDNN_LAYOUT_RE = re.compile(r"cudnn::\S*(?:nchwToNhwc|nhwcToNchw)", re.IGNORECASE)
+"""cuDNN's layout transforms (``cudnn::engines_precompiled::nchwToNhwcKernel``), launched inside
+the convolution's own library call, which a compiled model makes as the eager one does. A
+launch-bound step keeps them, their launches and their GPU time in the re-timing
+(:func:`removable_kernels`): they were a third of the kernels it removed on v137 (CenterNet,
+NCHW bf16: 124 a step) and half of v122's (RetinaNet), and torch.compile of the two, timed,
+gained -3.0 % and 5.8 % where it had said 25.8 % and 31.8 %. The memory-bound chains of a
+GPU-bound step (:func:`memory_bound`) count their GPU time as fusable: Inductor's layout
+optimization runs the convolutions channels-last, and v64 (BigVGAN, 1-D convolutions) gained
+60.3 % compiled with them in its chains."""
+
+
 def removable_kernels(g: Graph) -> tuple[frozenset[int], int]:
     """The graph's kernels that fusion removes (node indices) and the number of kernels: on each
     stream, in time order, a fusable kernel that directly follows another fusable kernel (a chain
     of n fusable kernels becomes one launch: n - 1 removed). A training BatchNorm kernel
-    (:data:`TRAINING_BATCH_NORM_RE`) is not fusable."""
+    (:data:`TRAINING_BATCH_NORM_RE`) and cuDNN's layout transforms (:data:`CUDNN_LAYOUT_RE`) are
+    not fusable."""
     by_stream: dict[int, list[tuple[int, int, bool]]] = {}
     fusable: dict[str, bool] = {}  # per kernel name: a rank repeats a few hundred names
     for i, n in enumerate(g.nodes):
@@ -335,9 +348,11 @@ def removable_kernels(g: Graph) -> tuple[frozenset[int], int]:
         if n.kind == "gpu" and n.cat == "kernels" and ev is not None:
             fus = fusable.get(ev.name)
             if fus is None:
-                fus = fusable[ev.name] = classify_kernel(
-                    ev.name
-                ) in FUSABLE_CATEGORIES and not TRAINING_BATCH_NORM_RE.search(ev.name)
+                fus = fusable[ev.name] = (
+                    classify_kernel(ev.name) in FUSABLE_CATEGORIES
+                    and not TRAINING_BATCH_NORM_RE.search(ev.name)
+                    and not CUDNN_LAYOUT_RE.search(ev.name)
+                )
             by_stream.setdefault(getattr(ev, "stream", 0), []).append((n.s, i, fus))
     total = 0
     removed: set[int] = set()
