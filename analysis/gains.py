@@ -315,6 +315,7 @@ def replay_estimate(
     *,
     multiple: int = 1,
     staging: bool = False,
+    host_free: bool = False,
 ) -> Estimate:
     """A fix's estimate: its ``low`` / ``mid`` / ``high`` variants replayed on the graph.
     ``multiple``: the batch multiple of a fix that grows the batch (the gain is then on the time
@@ -325,7 +326,11 @@ def replay_estimate(
     unexplained goes with the fix; the range's top also replays the planted graph on a host
     :data:`HOST_VARIATION` slower than the traced one (the calibrated scale × it: the planted
     step follows its own process's host). The same holds for any host work the calibrated scale
-    holds and the fixed process does not run (activation checkpointing's machinery)."""
+    holds and the fixed process does not run (activation checkpointing's machinery).
+    ``host_free``: the strongest variant takes the host's work off the step (a replayed CUDA
+    graph), so the planted step follows its host's speed and the fixed one does not: as for a fix
+    that drops a wait, the range's top also weighs the strongest fix against the planted graph
+    on a host :data:`HOST_WAIT_VARIATION` slower."""
     g = cp.graph
     ws = cp.window[0]
     s_cal = ctx.host_scale_cal
@@ -370,7 +375,10 @@ def replay_estimate(
         by_name[name] = (d, drop)
     # a fix that drops a wait of the host on the GPU: the planted step follows its host's speed
     hw = HOST_WAIT_VARIATION
-    waits = any(g.preds[v][i].kind == "wait" for _, dr in by_name.values() for v, i in (dr or ()))
+    # so does one whose strongest variant takes the host off the step (``host_free``)
+    waits = host_free or any(
+        g.preds[v][i].kind == "wait" for _, dr in by_name.values() for v, i in (dr or ())
+    )
     # every replay of this estimate (and the old step at each host scale not yet known) at once
     arr = {name: d for name, (d, _) in by_name.items()}
     rows: list[tuple[tuple[str, float, float], np.ndarray, set[tuple[int, int]] | None]] = [

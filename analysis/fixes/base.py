@@ -140,7 +140,9 @@ class FixUnit:
     :data:`PER_SAMPLE_TIME` or :data:`MEMORY`. ``batch_multiple``: the batch the re-timing grows
     to (per-sample footing); ``staging``: the fix removes host work the calibrated host scale
     holds but the fixed process does not run (a pageable copy's staging; the checkpoint
-    machinery) (:func:`gpuscope.analysis.gains.replay_estimate`)."""
+    machinery); ``host_free``: the strongest fix takes the host's work off the step (a replayed
+    CUDA graph), so the range's top also weighs it against the planted step on a slower host
+    (:func:`gpuscope.analysis.gains.replay_estimate`)."""
 
     id: str
     words: Words
@@ -150,6 +152,7 @@ class FixUnit:
     footing: str = STEP_TIME
     batch_multiple: int = 1
     staging: bool = False
+    host_free: bool = False
     general: bool = False
     """A general remedy of host and launch overhead (torch.compile, CUDA graphs): it shortens the
     host work a fix of a cause found by phase (a :attr:`cause` unit) removes outright, so it is
@@ -219,6 +222,7 @@ class FixUnit:
                 ctx,
                 multiple=self.batch_multiple,
                 staging=self.staging,
+                host_free=self.host_free,
             )
             if before and first != (None, None):
                 done = replay_estimate(
