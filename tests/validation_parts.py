@@ -22,6 +22,7 @@ import record_blind5  # noqa: E402
 import record_blind6  # noqa: E402
 import record_blind7  # noqa: E402
 import record_blind8  # noqa: E402
+import record_blind9  # noqa: E402
 import record_new  # noqa: E402
 import record_validation  # noqa: E402
 
@@ -46,6 +47,7 @@ __all__ = [
     "record_blind6",
     "record_blind7",
     "record_blind8",
+    "record_blind9",
     "record_new",
     "record_validation",
 ]

@@ -24,7 +24,8 @@ held out, recorded after v55-v69 had been judged; every case of record_blind5.py
 record_blind6.py (v100-v114) is ``group: "blind6"``, held out, recorded after v85-v99 had been
 judged; every case of record_blind7.py (v115-v129) is ``group: "blind7"``, held out, recorded after
 v100-v114 had been judged; every case of record_blind8.py (v130-v144) is ``group: "blind8"``,
-held out, recorded after v115-v129 had been judged.
+held out, recorded after v115-v129 had been judged; every case of record_blind9.py (v145-v159) is
+``group: "blind9"``, held out, recorded after v130-v144 had been judged.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import record_blind5  # noqa: E402
 import record_blind6  # noqa: E402
 import record_blind7  # noqa: E402
 import record_blind8  # noqa: E402
+import record_blind9  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -60,6 +62,7 @@ GROUPS = (
     "blind6",
     "blind7",
     "blind8",
+    "blind9",
 )
 """The set's parts, in the order the benchmark prints them."""
 
@@ -72,6 +75,7 @@ BLIND_PARTS = (
     record_blind6,
     record_blind7,
     record_blind8,
+    record_blind9,
 )
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 
@@ -79,6 +83,7 @@ FIRST_FIXES = {
     **record_blind6.FIRST_FIXES,
     **record_blind7.FIRST_FIXES,
     **record_blind8.FIRST_FIXES,
+    **record_blind9.FIRST_FIXES,
 }
 """The first fixes gpuscope named on a blind part where the planted cause was another's, timed
 on the base case's planted variant (case -> spec: base, how, fix, expected_fix)."""
