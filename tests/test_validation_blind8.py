@@ -18,6 +18,7 @@ from validation_parts import (
     assert_case_words,
     assert_fifteen_with_one_two_gpu_straggler,
     assert_first_fixes,
+    assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_part_layout,
     assert_recorded_part,
@@ -208,47 +209,5 @@ def test_the_first_fixes_apply_their_fix_to_the_fixed_variant_only(
     case's planted variant; only variant ``fixed`` applies the fix (cudnn.benchmark set,
     ``model.compile()`` called once, the step run under ``k.ac``), as its record says; a fix the
     recorders do not apply is refused."""
-    torch = pytest.importorskip("torch")
-    import record_common
-    import record_new
-
-    compiled: list[object] = []
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *a, **kw: compiled.append(self))
-    entered: list[str] = []
-
-    class Ac:
-        def __enter__(self) -> None:
-            entered.append("ac")
-
-        def __exit__(self, *exc: object) -> None:
-            return None
-
-    kit = record_common.kit
-    monkeypatch.setattr(
-        record_common,
-        "kit",
-        lambda *a, **kw: record_common.Kit(**{**kit(*a, **kw).__dict__, "ac": Ac(), "meta": {}}),
-    )
-    monkeypatch.setattr(record_new, "QUICK", True)
-    for case, spec in record_blind8.FIRST_FIXES.items():
-        entries = {}
-        for variant in ("planted", "fixed"):
-            compiled.clear()
-            entered.clear()
-            torch.backends.cudnn.benchmark = False
-            step, _n, meta, _model = record_blind8.build(case, variant, "cpu")
-            step()
-            entries[variant] = len(entered)  # the base case's own autocast, if any, counts too
-            applied = variant == "fixed"
-            assert meta == {
-                **meta,
-                "base_case": spec["base"],
-                "first_fix": spec["how"],
-                "applied": applied,
-            }
-            assert torch.backends.cudnn.benchmark == (applied and spec["how"] == "cudnn_benchmark")
-            assert len(compiled) == int(applied and spec["how"] == "compile"), case
-        assert entries["fixed"] - entries["planted"] == int(spec["how"] == "bf16"), case
-    torch.backends.cudnn.benchmark = False
-    with pytest.raises(ValueError, match="not one the recorders apply"):
-        record_common.first_fix_builders({"x": {"base": "v142", "how": "fused"}}, {})
+    pytest.importorskip("torch")
+    assert_first_fixes_apply_to_the_fixed_variant_only(record_blind8, monkeypatch)

@@ -15,6 +15,8 @@ from validation_parts import (
     TRUTH,
     VAL,
     assert_case_words,
+    assert_first_fixes,
+    assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_part_layout,
     assert_recorded_part,
@@ -179,3 +181,21 @@ def test_the_device_script_drives_this_part_alone_or_in_lanes() -> None:
     assert f'drive_lanes {record_blind9.GROUP} "$@"' in commands
     assert 'if [ "${1:-}" = lanes ]; then' in commands
     assert (VAL / f"record_{record_blind9.GROUP}.py").is_file()
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_the_first_fixes_timed_are_what_their_files_say() -> None:
+    """truth.json's ``first_fixes`` of this part: cudnn.benchmark on v146's and torch.compile on
+    v150's planted variants (gpuscope's first fix there at 9d920f2), each timed as recorded, 3
+    rounds."""
+    assert_first_fixes(record_blind9)
+    assert set(record_blind9.FIRST_FIXES) == {"v146c", "v150c"}
+    assert {s["how"] for s in record_blind9.FIRST_FIXES.values()} == {"cudnn_benchmark", "compile"}
+
+
+@pytest.mark.slow
+def test_the_first_fixes_apply_their_fix_to_the_fixed_variant_only(
+    monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    pytest.importorskip("torch")
+    assert_first_fixes_apply_to_the_fixed_variant_only(record_blind9, monkeypatch)

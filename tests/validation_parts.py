@@ -33,6 +33,7 @@ __all__ = [
     "VAL",
     "assert_case_words",
     "assert_first_fixes",
+    "assert_first_fixes_apply_to_the_fixed_variant_only",
     "assert_own_held_out_group",
     "assert_part_layout",
     "build_one_gpu_cases",
@@ -319,3 +320,55 @@ def build_one_gpu_cases(
         torch.backends.cudnn.allow_tf32 = True
         torch.backends.cuda.matmul.allow_tf32 = False
     return metas, samples, {k: v for k, v in calls.items() if v}
+
+
+def assert_first_fixes_apply_to_the_fixed_variant_only(part: Any, monkeypatch: Any) -> None:
+    """record_common.first_fix_builders on the CPU (--quick sizes) for ``part.FIRST_FIXES``: each
+    first fix builds its base case's planted variant; only variant ``fixed`` applies the fix
+    (cudnn.benchmark set, ``model.compile()`` called once, the step run under ``k.ac``), as its
+    record says; a fix the recorders do not apply is refused."""
+    import pytest
+    import record_common
+    import torch
+
+    compiled: list[object] = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *a, **kw: compiled.append(self))
+    entered: list[str] = []
+
+    class Ac:
+        def __enter__(self) -> None:
+            entered.append("ac")
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    kit = record_common.kit
+    monkeypatch.setattr(
+        record_common,
+        "kit",
+        lambda *a, **kw: record_common.Kit(**{**kit(*a, **kw).__dict__, "ac": Ac(), "meta": {}}),
+    )
+    monkeypatch.setattr(record_new, "QUICK", True)
+    assert part.FIRST_FIXES
+    for case, spec in part.FIRST_FIXES.items():
+        entries = {}
+        for variant in ("planted", "fixed"):
+            compiled.clear()
+            entered.clear()
+            torch.backends.cudnn.benchmark = False
+            step, _n, meta, _model = part.build(case, variant, "cpu")
+            step()
+            entries[variant] = len(entered)  # the base case's own autocast, if any, counts too
+            applied = variant == "fixed"
+            assert meta == {
+                **meta,
+                "base_case": spec["base"],
+                "first_fix": spec["how"],
+                "applied": applied,
+            }
+            assert torch.backends.cudnn.benchmark == (applied and spec["how"] == "cudnn_benchmark")
+            assert len(compiled) == int(applied and spec["how"] == "compile"), case
+        assert entries["fixed"] - entries["planted"] == int(spec["how"] == "bf16"), case
+    torch.backends.cudnn.benchmark = False
+    with pytest.raises(ValueError, match="not one the recorders apply"):
+        record_common.first_fix_builders({"x": {"base": "v142", "how": "fused"}}, {})

@@ -49,9 +49,30 @@ from record_common import merged_part  # noqa: E402
 GROUP = "blind9"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
-FIRST_FIXES: dict[str, dict] = {}
-"""First fixes gpuscope names on this part where the planted cause was another's, timed after the
-judgement (none yet)."""
+FIRST_FIXES: dict[str, dict] = {
+    "v146c": {
+        "name": "v146_cudnn_benchmark",
+        "base": "v146",
+        "how": "cudnn_benchmark",
+        "planted": "v146's planted variant (bf16 channels-last, cudnn.benchmark off), eager",
+        "fix": "the same, torch.backends.cudnn.benchmark = True before the first step",
+        "expected_fix": "cudnn_benchmark",
+    },
+    "v150c": {
+        "name": "v150_compile",
+        "base": "v150",
+        "how": "compile",
+        "planted": "v150's planted variant (6 syncs per step), eager",
+        "fix": "the same, model.compile() (torch.compile of the model in place)",
+        "expected_fix": "kernel_fusion",
+    },
+}
+"""The first fixes gpuscope named on this part where the planted cause was another's (the judgement
+at 9d920f2: ``cudnn_benchmark`` first on v146, ``kernel_fusion`` on v150), timed only (no trace),
+on each base case's planted variant: variant ``fixed`` applies that fix. They settle whether the
+first fix gains what it says; they are not cases of the part. (v155's first, ``cuda_graphs``, and
+v157's, ``batch_size``, are not fixes the recorders apply to another case's builder; v156's,
+``kernel_fusion`` at 5.1 % on a pair chosen to gain nothing, was left for the device time.)"""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part(
