@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import run_cli
+from clitools import analysis_store, run_cli
 from gpuscope.capture import job_id
 from gpuscope.ingest.job import job_run_id, ranges_text
 from gpuscope.store import RUN_TABLES, connect
@@ -21,7 +21,7 @@ RANK0 = DDP / "ddp_rank0.pt.trace.json.gz"
 RANK1 = DDP / "ddp_rank1.pt.trace.json.gz"
 
 
-def counts(db: Path) -> dict[str, int]:
+def counts(db: Path | str) -> dict[str, int]:
     with connect(db) as con:
         return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in RUN_TABLES}
 
@@ -36,7 +36,7 @@ def rank_file(folder: Path, rank: int, world: int, kernel: str = "volta_sgemm_12
     return t.write(folder / f"rank{rank}.json")
 
 
-def one_name_per_id(db: Path, run_id: str) -> bool:
+def one_name_per_id(db: Path | str, run_id: str) -> bool:
     with connect(db) as con:
         bad = con.execute(
             "SELECT name_id FROM names WHERE run_id = ? GROUP BY name_id HAVING count(*) > 1",
@@ -47,7 +47,12 @@ def one_name_per_id(db: Path, run_id: str) -> bool:
 
 @pytest.mark.slow
 def test_nodes_fill_in_one_run_with_the_figures_of_a_folder_ingest(tmp_path: Path, capsys) -> None:
-    db = str(tmp_path / "s")
+    # the job's run and the folder's in DuckDB files (clitools.analysis_store; the lake under
+    # GPUSCOPE_TESTS_ON_LAKE=1): the figures a job's run gets are the subject here; the job's run
+    # on the lake is the subject of the tests below (refusals, a failed first call, nodes at once)
+    (tmp_path / "job").mkdir()
+    (tmp_path / "folder").mkdir()
+    db = str(analysis_store(tmp_path / "job"))
     code, out0, err0 = run_cli(capsys, "ingest", "--job", "4242", str(RANK0), "--db", db)
     assert code == 0, err0
     assert out0.strip() == job_run_id("4242")
@@ -61,18 +66,17 @@ def test_nodes_fill_in_one_run_with_the_figures_of_a_folder_ingest(tmp_path: Pat
     code, runs_json, _ = run_cli(capsys, "runs", "--json", "--db", db)
     (run,) = json.loads(runs_json)
     assert (run["n_ranks"], run["name"], run["tags"]) == (2, "job 4242", ["job:4242"])
-    assert one_name_per_id(tmp_path / "s", run["run_id"])
+    assert one_name_per_id(db, run["run_id"])
     code, job_doc, err = run_cli(capsys, "analyze", run["run_id"], "--json", "--db", db)
     assert code == 0, err
     # the same two files as one folder: the same figures for every rank
-    code, folder_doc, err = run_cli(
-        capsys, "analyze", str(DDP), "--json", "--db", str(tmp_path / "f")
-    )
+    folder_db = analysis_store(tmp_path / "folder")
+    code, folder_doc, err = run_cli(capsys, "analyze", str(DDP), "--json", "--db", str(folder_db))
     assert code == 0, err
     job, folder = json.loads(job_doc), json.loads(folder_doc)
     assert job["ranks"] == folder["ranks"]
     assert (job["gpu_busy_pct"], job["kernels"]) == (folder["gpu_busy_pct"], folder["kernels"])
-    assert run["n_events"] == sum(counts(tmp_path / "f")[t] for t in ("events",))
+    assert run["n_events"] == sum(counts(folder_db)[t] for t in ("events",))
 
 
 @pytest.mark.slow
@@ -114,8 +118,9 @@ def test_a_first_call_that_fails_leaves_no_run(tmp_path: Path, capsys) -> None:
 def test_job_without_an_id_takes_the_launchers(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    db = str(tmp_path / "s")
-    # any rank: where the job's id comes from is the subject
+    # any rank and a DuckDB file for the store (clitools.analysis_store; the lake under
+    # GPUSCOPE_TESTS_ON_LAKE=1): where the job's id comes from is the subject
+    db = str(analysis_store(tmp_path))
     rank0 = rank_file(tmp_path / "node", 0, 2)
     code, _, err = run_cli(capsys, "ingest", "--job", "--db", db, str(rank0))
     assert code == 2

@@ -4,14 +4,16 @@ recomputed when their version changes (gpuscope.analysis.rank_summary)."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import pytest
-from clitools import analysis_spec, run_cli
+from clitools import analysis_spec, analysis_store, run_cli
 from gpuscope.analysis import rank_summary as RS
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.errors import IngestError
@@ -44,10 +46,11 @@ def one_gpu(path: Path) -> Path:
 def test_the_ingest_hook_stores_every_ranks_cross_rank_part_and_one_rank_runs_all(
     tmp_path: Path,
 ) -> None:
-    # small runs of each shape: which parts the hook stores for which run is the subject (what
+    # small runs of each shape in an in-memory store (clitools.analysis_spec; the lake under
+    # GPUSCOPE_TESTS_ON_LAKE=1): which parts the hook stores for which run is the subject (what
     # they hold on the real samples: the tests below and tests/test_report_part.py)
     job = two_ranks(tmp_path / "t")
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path, "s")) as con:
         two = ingest_paths(con, [job], after_trace=RS.store_after_ingest_with_document)[0].run_id
         one = one_gpu(tmp_path / "one.json")
         single = ingest_paths(con, [one], after_trace=RS.store_after_ingest_with_document)[0].run_id
@@ -89,9 +92,49 @@ def stored(con, run_id: str) -> dict[tuple[int, str], tuple[int, dict]]:
     return out
 
 
+RANK0 = DDP / "ddp_rank0.pt.trace.json.gz"
+#: A run's id and its stored parts (:func:`stored`).
+Parts = tuple[str, dict[tuple[int, str], tuple[int, dict]]]
+
+
+def _small_rank0(tmp_path: Path, hook: Callable[..., object]) -> Parts:
+    """The DDP sample's rank 0 (one rank of a world of 2, small enough to copy) ingested with
+    ``hook`` into an in-memory store (clitools.analysis_spec): its parts computed inside the
+    ingest's transaction, the reference the big-rank tests hold the lake's parts to."""
+    with connect(analysis_spec(tmp_path, "small")) as con:
+        run_id = ingest_paths(con, [RANK0], after_trace=hook)[0].run_id
+        return str(run_id), stored(con, run_id)
+
+
+# The references, made once for the module (each before the first test that asks for it runs,
+# so under no test's monkeypatching); each test gets its own copy of one.
+@pytest.fixture(scope="module")
+def _small_parts(tmp_path_factory: pytest.TempPathFactory) -> Parts:
+    return _small_rank0(tmp_path_factory.mktemp("small_parts"), RS.store_after_ingest)
+
+
+@pytest.fixture(scope="module")
+def _small_parts_and_document(tmp_path_factory: pytest.TempPathFactory) -> Parts:
+    return _small_rank0(
+        tmp_path_factory.mktemp("small_document"), RS.store_after_ingest_with_document
+    )
+
+
+@pytest.fixture
+def small_parts(_small_parts: Parts) -> Parts:
+    """RANK0's parts under ``RS.store_after_ingest`` (a small rank's, a copy for the test)."""
+    return copy.deepcopy(_small_parts)
+
+
+@pytest.fixture
+def small_parts_and_document(_small_parts_and_document: Parts) -> Parts:
+    """RANK0's parts and run document under ``RS.store_after_ingest_with_document`` (a copy)."""
+    return copy.deepcopy(_small_parts_and_document)
+
+
 @pytest.mark.slow
 def test_ingest_stores_every_part_of_every_rank_at_its_version(tmp_path: Path, capsys) -> None:
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path, "s")) as con:
         run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=EVERY_RUN)[0].run_id
         rows = stored(con, run_id)
     assert set(rows) == {(r, p) for r in (0, 1) for p in RS.PARTS}
@@ -143,11 +186,13 @@ def test_a_fresh_analyze_process_reads_the_stored_parts(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    with connect(tmp_path / "s") as con:
+    # a DuckDB file (clitools.analysis_store; the lake under GPUSCOPE_TESTS_ON_LAKE=1): what the
+    # fresh process imports is the subject, not the store it opens
+    db = str(analysis_store(tmp_path))
+    with connect(db) as con:
         run_id = doctored(con, tmp_path)
     cli = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli.main", "analyze", run_id, "--db", str(tmp_path / "s"),
-         "--json"],
+        [sys.executable, "-m", "gpuscope.cli.main", "analyze", run_id, "--db", db, "--json"],
         capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
     assert json.loads(cli.stdout)["ranks"][1]["gpu_busy_pct"] == 12.5
@@ -236,7 +281,7 @@ def test_the_registry_refuses_a_name_taken_and_a_bad_version() -> None:
 def test_a_new_part_plugs_in_and_runs_stored_before_get_it_when_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with connect(tmp_path / "s") as con:
+    with connect(analysis_spec(tmp_path, "s")) as con:
         run_id = ingest_paths(con, [two_ranks(tmp_path / "t")], after_trace=EVERY_RUN)[0].run_id
         part = RS.SummaryPart(
             "n_kernels",
@@ -261,9 +306,13 @@ def test_the_runs_list_figures_come_from_the_summaries_alone(tmp_path: Path) -> 
     with connect(analysis_spec(tmp_path, "s")) as con:
         bare = ingest_paths(con, [two_ranks(tmp_path / "t", busy=(30.0, 70.0))])[0].run_id
         assert stored_run_summary(con, bare) is None  # stored before summaries: not known yet
-        ddp = ingest_paths(con, [DDP], after_trace=EVERY_RUN)[0].run_id
-        # several ranks: the wait beside busy needs the collectives matched across them
-        assert stored_run_summary(con, ddp) is None
+        # several ranks, every part stored (a small job: any run of several ranks; the real
+        # one-rank sample below is the one whose figures are compared): the wait beside busy
+        # needs the collectives matched across them
+        job = two_ranks(tmp_path / "j", busy=(60.0, 40.0))
+        several = ingest_paths(con, [job], after_trace=EVERY_RUN)[0].run_id
+        assert len(stored(con, several)) == 2 * len(RS.PARTS)
+        assert stored_run_summary(con, several) is None
         one = DDP.parent / "before" / "before_rank0.pt.trace.json.gz"
         run_id = ingest_paths(con, [one], after_trace=RS.store_after_ingest)[0].run_id
         # the list shows the job's verdict (a run of one rank: the job is that rank)
@@ -376,18 +425,14 @@ STORE: list[Path] = []
 
 
 def test_a_rank_too_big_to_copy_gets_its_parts_once_the_ingest_has_committed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_parts_and_document: Parts
 ) -> None:
     """Inside the ingest's transaction DuckDB cannot spill a part's working tables, and a 6 GB
     one-rank trace failed with "Out of Memory". A rank too big to copy (here: every rank) gets its
     parts right after the commit, while the run is already visible to others; they are the parts
     a small rank gets inside the transaction, and ingest_paths returns once they are stored."""
-    trace = DDP / "ddp_rank0.pt.trace.json.gz"
-    with connect(tmp_path / "small") as con:
-        run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest_with_document)[
-            0
-        ].run_id
-        inside = stored(con, run_id)
+    trace = RANK0
+    run_id, inside = small_parts_and_document  # the parts a small rank gets inside
     assert len(inside) == len(RS.PARTS) + 1  # one rank of a world of 2: every part, its report
     STORE[:] = [tmp_path / "big"]
     seen: list[bool] = []
@@ -403,17 +448,15 @@ def test_a_rank_too_big_to_copy_gets_its_parts_once_the_ingest_has_committed(
 
 
 def test_parts_that_run_out_of_memory_are_computed_again_at_the_next_limit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_parts: Parts
 ) -> None:
     """A rank too big to copy gets its parts on the store under the first of
     PARTS_MEMORY_LIMITS; where DuckDB runs out of memory there (planted: the idle attribution of
     a 6 GB rank did at 64 MB, docs/history/benchmarks-2026-11.md), they are computed again at the next limit and
     stored, the same parts as a small rank's. When the last limit runs out too, the error stands
     and nothing is stored."""
-    trace = DDP / "ddp_rank0.pt.trace.json.gz"
-    with connect(tmp_path / "small") as con:
-        run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest)[0].run_id
-        inside = stored(con, run_id)
+    trace = RANK0
+    run_id, inside = small_parts  # the parts a small rank gets inside the ingest's transaction
     tries: list[str] = []  # DuckDB's memory limit each time the part is computed
     part = RS.PARTS["kernels"]
     shown = duckdb.connect()  # how DuckDB writes each limit back
@@ -514,16 +557,14 @@ def test_part_scratch_compares_constant_lists_without_a_join():
 
 
 def test_a_big_ranks_parts_start_from_freed_memory_and_are_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_parts: Parts
 ) -> None:
     """A rank too big to copy has its parts computed one after the other on the store: the
     allocators give back what the ingest freed before the first, and the rank's index forgets
     its large values and the allocators give back their pages after each (the 1 GB benchmark's
     summary: docs/history/benchmarks-2026-11.md). The parts are a small rank's."""
-    trace = DDP / "ddp_rank0.pt.trace.json.gz"
-    with connect(tmp_path / "small") as con:
-        run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest)[0].run_id
-        inside = stored(con, run_id)
+    trace = RANK0
+    run_id, inside = small_parts  # the parts a small rank gets inside the ingest's transaction
     calls: list[str] = []
     forget = RS.forget_values
     monkeypatch.setattr(RS, "release_free_memory", lambda: calls.append("release"))
