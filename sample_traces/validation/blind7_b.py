@@ -15,7 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from record_common import Kit, cycled, whole_step_graph  # noqa: E402
+from record_common import Kit, basic_block, cycled, whole_step_graph  # noqa: E402
 
 CASES: dict[str, dict] = {
     "v120": {
@@ -347,15 +347,6 @@ def _retinanet(k: Kit, fixed: bool, device: str, rank: int):
     def cbn(ci: int, co: int, s: int = 1, ks: int = 3):
         return [nn.Conv2d(ci, co, ks, s, ks // 2, bias=False), nn.BatchNorm2d(co)]
 
-    class Basic(nn.Module):
-        def __init__(self, ci: int, co: int, s: int) -> None:
-            super().__init__()
-            self.body = nn.Sequential(*cbn(ci, co, s), nn.ReLU(), *cbn(co, co))
-            self.short = nn.Sequential(*cbn(ci, co, s, 1)) if (s > 1 or ci != co) else None
-
-        def forward(self, x):
-            return F.relu(self.body(x) + (x if self.short is None else self.short(x)))
-
     def subnet(out: int, prior: float = 0.0):
         layers: list = []
         for _ in range(4):
@@ -370,7 +361,7 @@ def _retinanet(k: Kit, fixed: bool, device: str, rank: int):
             self.stem = nn.Sequential(*cbn(3, w[0], 2), nn.ReLU())  # stride 2
             stages, ci = [], w[0]
             for co in w:  # strides 4, 8, 16, 32
-                stages.append(nn.Sequential(Basic(ci, co, 2), Basic(co, co, 1)))
+                stages.append(nn.Sequential(basic_block(ci, co, 2), basic_block(co, co, 1)))
                 ci = co
             self.stages = nn.ModuleList(stages)
             self.lateral = nn.ModuleList([nn.Conv2d(c, fpn, 1) for c in w[1:]])

@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from record_common import Kit, cycled, precision_loss  # noqa: E402
+from record_common import Kit, basic_block, cycled, precision_loss  # noqa: E402
 
 CASES: dict[str, dict] = {
     "v135": {
@@ -237,7 +237,7 @@ def _centernet(k: Kit, fixed: bool, device: str, rank: int):
     # ms): host and GPU about even. Planted, each sync waits out the GPU's backlog (largest
     # after the heads and at the optimizer, behind the focal loss's backward) and restarts from
     # an empty queue: ~1-1.5 ms a step, ~15-20 %.
-    torch, nn, F = k.torch, k.nn, k.F
+    torch, nn = k.torch, k.nn
     img, batch, div, classes, objs = (
         (64, 2, 16, 4, (2, 4)) if k.quick else (256, 24, 1, 80, (4, 24))
     )
@@ -245,18 +245,6 @@ def _centernet(k: Kit, fixed: bool, device: str, rank: int):
     w = [max(4, c // div) for c in (64, 128, 256, 512)]
     up = [max(4, c // div) for c in (256, 128, 64)]
     head = max(4, 64 // div)
-
-    def cbn(ci: int, co: int, s: int = 1, ks: int = 3):
-        return [nn.Conv2d(ci, co, ks, s, ks // 2, bias=False), nn.BatchNorm2d(co)]
-
-    class Basic(nn.Module):
-        def __init__(self, ci: int, co: int, s: int) -> None:
-            super().__init__()
-            self.body = nn.Sequential(*cbn(ci, co, s), nn.ReLU(), *cbn(co, co))
-            self.short = nn.Sequential(*cbn(ci, co, s, 1)) if (s > 1 or ci != co) else None
-
-        def forward(self, x):
-            return F.relu(self.body(x) + (x if self.short is None else self.short(x)))
 
     def make_head(n: int, bias: float = 0.0):
         last = nn.Conv2d(head, n, 1)
@@ -273,7 +261,7 @@ def _centernet(k: Kit, fixed: bool, device: str, rank: int):
             stages, ci = [], w[0]
             for i, co in enumerate(w):  # strides 4, 8, 16, 32
                 s = 1 if i == 0 else 2
-                stages += [Basic(ci, co, s), Basic(co, co, 1)]
+                stages += [basic_block(ci, co, s), basic_block(co, co, 1)]
                 ci = co
             ups: list = []
             for co in up:  # back to stride 4

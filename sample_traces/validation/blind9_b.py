@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from record_common import Kit, cycled, whole_step_graph  # noqa: E402
+from record_common import Kit, basic_block, cycled, whole_step_graph  # noqa: E402
 
 CASES: dict[str, dict] = {
     "v150": {
@@ -418,7 +418,7 @@ class TwoViews:
 def _barlow_twins(k: Kit, fixed: bool, device: str, rank: int):
     from torch.utils.data import DataLoader
 
-    torch, nn, F = k.torch, k.nn, k.F
+    torch, nn = k.torch, k.nn
     # 96x96: ResNet-18 0.33 GMAC an image, 256 views x 2 x 3 = 0.51 TFLOP a step, the projector
     # ~0.01, ~3-4 ms of bf16 NCHW convs; ~3 GB of BatchNorm/ReLU traffic (the stem's 256 x 64 x
     # 48 x 48 maps: 75 MB each), ~1.5 ms; ~250 kernels (~3.5 ms of host): ~6 ms on the GPU.
@@ -433,22 +433,13 @@ def _barlow_twins(k: Kit, fixed: bool, device: str, rank: int):
     def cbn(ci: int, co: int, s: int = 1, ks: int = 3):
         return [nn.Conv2d(ci, co, ks, s, ks // 2, bias=False), nn.BatchNorm2d(co)]
 
-    class Basic(nn.Module):
-        def __init__(self, ci: int, co: int, s: int) -> None:
-            super().__init__()
-            self.body = nn.Sequential(*cbn(ci, co, s), nn.ReLU(), *cbn(co, co))
-            self.short = nn.Sequential(*cbn(ci, co, s, 1)) if (s > 1 or ci != co) else None
-
-        def forward(self, x):
-            return F.relu(self.body(x) + (x if self.short is None else self.short(x)))
-
     class BarlowTwins(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             layers: list = [*cbn(3, w[0], 2, 7), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
             ci = w[0]
             for i, co in enumerate(w):
-                layers += [Basic(ci, co, 1 if i == 0 else 2), Basic(co, co, 1)]
+                layers += [basic_block(ci, co, 1 if i == 0 else 2), basic_block(co, co, 1)]
                 ci = co
             self.backbone = nn.Sequential(*layers)
             self.projector = nn.Sequential(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 
@@ -233,3 +234,34 @@ def merged_part(
         builders.update(m.BUILDERS)
     build, main = part_recorder(cases, builders, first_fixes, seed, script)
     return cases, list(cases), builders, build, main
+
+
+@cache
+def _basic_class() -> Any:
+    """The class of :func:`basic_block`'s blocks, made once (torch imported here)."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    def cbn(ci: int, co: int, s: int = 1, ks: int = 3) -> list:
+        return [nn.Conv2d(ci, co, ks, s, ks // 2, bias=False), nn.BatchNorm2d(co)]
+
+    class Basic(nn.Module):
+        def __init__(self, ci: int, co: int, s: int) -> None:
+            super().__init__()
+            self.body = nn.Sequential(*cbn(ci, co, s), nn.ReLU(), *cbn(co, co))
+            self.short = nn.Sequential(*cbn(ci, co, s, 1)) if (s > 1 or ci != co) else None
+
+        def forward(self, x: Any) -> Any:
+            return F.relu(self.body(x) + (x if self.short is None else self.short(x)))
+
+    return Basic
+
+
+def basic_block(ci: int, co: int, s: int) -> Any:
+    """ResNet's basic block from ``ci`` to ``co`` channels at stride ``s``, a new ``nn.Module``
+    (class ``Basic``): ``body`` a 3x3 conv (stride ``s``, no bias), BatchNorm, ReLU, a 3x3 conv
+    and BatchNorm; ``short`` a 1x1 conv (stride ``s``, no bias) and BatchNorm when ``s > 1`` or
+    the channels change, else ``None`` (the identity); forward ``relu(body(x) + short(x))``. Its
+    modules are made in that order (the recipes of v122, v137 and v152 draw their initial weights
+    so)."""
+    return _basic_class()(ci, co, s)
