@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clitools import run_cli
+from clitools import analysis_spec, analysis_store, run_cli
 from gpuscope.analysis import rank_summary as RS
 from gpuscope.analysis import report_part as RP
 from gpuscope.ingest.loader import ingest_paths
@@ -48,7 +48,7 @@ def from_events(con: Store, run_id: str) -> str:
     return printed(RP.analyze_json(*RP.analyze(con, run_id)))
 
 
-def cli_json(capsys: pytest.CaptureFixture[str], db: Path, run: str, *extra: str) -> str:
+def cli_json(capsys: pytest.CaptureFixture[str], db: Path | str, run: str, *extra: str) -> str:
     code, out, err = run_cli(capsys, "analyze", run, "--json", "--db", str(db), *extra)
     assert code == 0, err
     return out
@@ -90,7 +90,9 @@ CASES = {
 def test_the_stored_document_is_the_one_computed_from_the_events(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
-    db = tmp_path / "store"
+    # a DuckDB file (clitools.analysis_store; the lake under GPUSCOPE_TESTS_ON_LAKE=1): the stored
+    # document and what analyze reads to print it are the subject, not the store that holds it
+    db = analysis_store(tmp_path)
     with connect(db) as con:
         run_id = ingest_paths(
             con, [CASES[case](tmp_path)], after_trace=RS.store_after_ingest_with_document
@@ -113,7 +115,7 @@ def test_the_rank_the_verdict_analysed_is_stored_as_computed_and_printed_without
     its verdict analysed the pace-setter, rank 1, whose document (``analyze RUN --rank 1``) is
     stored beside the default view's, equal to the one computed from the events for that rank,
     and printed by ``analyze --rank 1 --json`` from its row; without the row, computed again."""
-    db = tmp_path / "store"
+    db = analysis_store(tmp_path)  # a DuckDB file (the lake under GPUSCOPE_TESTS_ON_LAKE=1)
     with connect(db) as con:
         run_id = ingest_paths(
             con,
@@ -154,7 +156,7 @@ def test_analyze_prints_the_stored_document_without_the_events(
 ) -> None:
     """The events deleted, ``analyze --json`` prints the same document (it read none of them);
     without the stored row it has only the events left, and says something else."""
-    db = tmp_path / "store"
+    db = analysis_store(tmp_path)  # a DuckDB file (the lake under GPUSCOPE_TESTS_ON_LAKE=1)
     with connect(db) as con:
         run_id = ingest_paths(
             con, [one_rank(tmp_path / "t.json")], after_trace=RS.store_after_ingest_with_document
@@ -175,7 +177,7 @@ def test_a_stale_document_is_computed_from_the_events_and_stored_again(
 ) -> None:
     """Another analysis code (its fingerprint), a renamed or re-tagged run, an NVML series
     attached later: the stored document is not printed; ``store`` replaces it."""
-    db = tmp_path / "store"
+    db = analysis_store(tmp_path)  # a DuckDB file (the lake under GPUSCOPE_TESTS_ON_LAKE=1)
     trace = two_ranks(tmp_path / "job")
     with connect(db) as con:
         run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest_with_document)[
@@ -212,7 +214,7 @@ def test_a_stale_document_is_computed_from_the_events_and_stored_again(
 def test_options_other_than_the_default_view_are_computed_from_the_events(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = tmp_path / "store"
+    db = analysis_store(tmp_path)  # a DuckDB file (the lake under GPUSCOPE_TESTS_ON_LAKE=1)
     with connect(db) as con:
         run_id = ingest_paths(
             con, [two_ranks(tmp_path / "job")], after_trace=RS.store_after_ingest_with_document
@@ -228,7 +230,8 @@ def test_maintain_analyses_stores_the_stale_documents_again(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After an upgrade (another analysis code: another version) every stored document is stale;
-    ``gpuscope maintain --analyses`` stores each again, once."""
+    ``gpuscope maintain --analyses`` stores each again, once. On the lake: ``maintain`` maintains
+    a lake (a DuckDB file has nothing to maintain)."""
     db = tmp_path / "store"
     with connect(db) as con:
         run_id = ingest_paths(
@@ -271,8 +274,9 @@ def test_the_document_is_computed_in_bounded_memory_and_again_at_the_next_limit(
             raise duckdb.OutOfMemoryException("Out of Memory Error: planted")
         return real(con, run_id, **kwargs)
 
-    db = tmp_path / "store"
-    with connect(db) as con:
+    # in memory (clitools.analysis_spec; the lake under GPUSCOPE_TESTS_ON_LAKE=1): the limits
+    # the document is computed under, and the connection's own set back, are the subject
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingest_paths(con, [two_ranks(tmp_path / "job")])[0].run_id  # no hook: no part
         assert RP.stored_text(con, run_id) is None
         own = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
@@ -301,14 +305,16 @@ def test_only_the_cli_ingest_stores_the_document_and_only_for_a_rank_that_fits(
     never reads it and it costs a full analysis. ``gpuscope ingest`` stores it, unless the run's
     lowest rank has more events than the ingest's bounded memory allows for it
     (``DOCUMENT_MAX_EVENTS``); ``analyze --json`` then prints the same document, from the events."""
-    db = tmp_path / "store"
+    # in memory, then DuckDB files for the CLI (clitools.analysis_spec, analysis_store; the lake
+    # under GPUSCOPE_TESTS_ON_LAKE=1): which ingest stores the document is the subject
     report = "SELECT count(*) FROM rank_summaries WHERE run_id = ? AND part = 'report'"
-    with connect(db) as con:
+    with connect(analysis_spec(tmp_path, "up")) as con:
         run_id = ingest_paths(
             con, [one_rank(tmp_path / "up.json")], after_trace=RS.store_after_ingest
         )[0].run_id
         assert con.execute(report, [run_id]).fetchone() == (0,)
-    db = tmp_path / "cli"  # the same trace again would be the run already stored
+    (tmp_path / "cli").mkdir()  # the same trace again would be the run already stored
+    db = analysis_store(tmp_path / "cli")
     trace = one_rank(tmp_path / "cli.json")
     code, out, err = run_cli(capsys, "ingest", str(trace), "--db", str(db))
     assert code == 0, err
@@ -317,7 +323,8 @@ def test_only_the_cli_ingest_stores_the_document_and_only_for_a_rank_that_fits(
         assert con.execute(report, [cli_run]).fetchone() == (1,)
         n_events = con.execute("SELECT n_events FROM ranks WHERE run_id = ?", [cli_run]).fetchone()
     monkeypatch.setattr(RS, "DOCUMENT_MAX_EVENTS", int(n_events[0]) - 1)
-    db = tmp_path / "big"
+    (tmp_path / "big").mkdir()
+    db = analysis_store(tmp_path / "big")
     code, out, err = run_cli(capsys, "ingest", str(trace), "--db", str(db))
     assert code == 0, err
     big = out.split()[0]
@@ -337,7 +344,9 @@ def test_the_document_of_a_rank_too_big_to_copy_reuses_the_working_tables_of_its
     is left on the connection afterwards."""
     monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)  # the parts computed on the store
     spy = Spy(monkeypatch)
-    with connect(tmp_path / "s") as con:
+    # in memory (clitools.analysis_spec; the lake under GPUSCOPE_TESTS_ON_LAKE=1): which working
+    # tables the parts and the document build on the connection is the subject
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingest_paths(
             con, [one_rank(tmp_path / "t.json")], after_trace=RS.store_after_ingest_with_document
         )[0].run_id
@@ -373,7 +382,9 @@ def test_the_document_counts_the_flops_the_headline_part_counted(
         return count(*a, **k)
 
     monkeypatch.setattr(F, "flops_per_step", counting)
-    with connect(tmp_path / "s") as con:
+    # in memory (clitools.analysis_spec; the lake under GPUSCOPE_TESTS_ON_LAKE=1): how often the
+    # FLOPs are counted is the subject
+    with connect(analysis_spec(tmp_path)) as con:
         run_id = ingest_paths(
             con, [one_rank(tmp_path / "t.json")], after_trace=RS.store_after_ingest_with_document
         )[0].run_id

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from clitools import cli_in_process
+from clitools import analysis_store, cli_in_process
 from gpuscope.ingest.errors import IngestError
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.store import (
@@ -96,7 +96,8 @@ def test_four_parallel_ingests_into_one_local_store_all_land(tmp_path):
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
     ids = {r["run_id"] for out, _ in outs for r in json.loads(out)}
-    listed = json.loads(gpuscope("runs", "--json", "--db", store).stdout)
+    # the listing in-process (clitools.cli_in_process): the four writers are the processes here
+    listed = json.loads(in_process("runs", "--json", "--db", store).stdout)
     assert {r["run_id"] for r in listed} == ids and len(ids) == 4
     con = connect(store)
     for r in listed:  # every run whole: its events (or samples) are all there
@@ -184,9 +185,11 @@ def test_a_failed_ingest_leaves_no_rows_and_no_files(tmp_path, db_path, monkeypa
 
 
 @pytest.mark.slow
-def test_runs_record_who_uploaded_them(tmp_path, db_path, monkeypatch):
-    # small runs of each kind (a trace, an NVML log, a run of two ranks): who uploaded is the
-    # subject, not what the runs hold
+def test_runs_record_who_uploaded_them(tmp_path, monkeypatch):
+    # small runs of each kind (a trace, an NVML log, a run of two ranks) in a DuckDB file
+    # (clitools.analysis_store; the lake under GPUSCOPE_TESTS_ON_LAKE=1): who uploaded is the
+    # subject (runs.uploaded_by, the same column on either), not what the runs hold or the lake
+    db_path = analysis_store(tmp_path)
     before, after = big_trace(tmp_path / "before.json", 20), big_trace(tmp_path / "after.json", 21)
     ddp = two_rank_job(tmp_path / "ddp", (80.0, 20.0))
     con = connect(db_path)
@@ -389,7 +392,9 @@ def test_gpuscope_migrate_moves_a_legacy_file_over_row_for_row(tmp_path, legacy_
     raw = duckdb.connect(str(legacy), read_only=True)
     expected = dump(raw)
     raw.close()
-    r = gpuscope("migrate", "--db", legacy)
+    # in-process (clitools.cli_in_process: the same exit code, stdout and stderr): the move of
+    # the rows is the subject, not a process
+    r = in_process("migrate", "--db", legacy)
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("\n") == 1 and "pre-ducklake" in r.stderr
     backup = tmp_path / "old.duckdb.pre-ducklake"
@@ -398,7 +403,7 @@ def test_gpuscope_migrate_moves_a_legacy_file_over_row_for_row(tmp_path, legacy_
     assert sorted(r["run_id"] for r in list_runs(con)) == ids
     assert dump(con) == expected
     con.close()
-    again = gpuscope("migrate", "--db", legacy)
+    again = in_process("migrate", "--db", legacy)
     assert again.returncode == 0 and "nothing to migrate" in again.stdout
 
 
@@ -429,7 +434,9 @@ def test_migrate_file_copies_into_another_store_skipping_runs_it_has(
     con = connect(db_path)
     ingest_paths(con, [SAMPLES / "before"])
     con.close()
-    r = gpuscope("migrate", legacy, "--db", db_path, "--json")
+    # in-process (clitools.cli_in_process: the same exit code, stdout and stderr): what is copied
+    # and skipped is the subject, not a process
+    r = in_process("migrate", legacy, "--db", db_path, "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert len(out["copied"]) == len(ids) - 1 and len(out["skipped"]) == 1
@@ -437,7 +444,7 @@ def test_migrate_file_copies_into_another_store_skipping_runs_it_has(
     con = connect(db_path)
     assert sorted(x["run_id"] for x in list_runs(con)) == ids
     con.close()
-    bad = gpuscope("migrate", tmp_path / "nope.duckdb", "--db", db_path)
+    bad = in_process("migrate", tmp_path / "nope.duckdb", "--db", db_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
 
 
