@@ -83,9 +83,6 @@ class Context:
     peak_ratio: float | None = None
     sms: int | None = None
     host_scale_cal: float | None = None
-    host_scale_hidden: float | None = None
-    """Where :attr:`host_scale_cal` is unknown, the slowest host scale the untraced step leaves
-    possible (:func:`hidden_host_scale`): the range's ends replay there too."""
     base_ns: dict[float, float] = field(default_factory=dict)
     """Replayed window (ns) per host scale, shared by the estimates of one report."""
     """The calibrated host scale (:func:`calibrated_scale`), computed once per report."""
@@ -344,10 +341,6 @@ def replay_estimate(
     scales = sorted({*HOST_SCALE_RANGE, HOST_SCALE_MID, *([s_cal] if s_cal is not None else [])})
     if not ctx.untraced_step_ms:
         scales.append(1.0)
-    elif ctx.host_scale_cal is None and ctx.host_scale_hidden is not None:
-        # the planted step's host does not bind: a fix that leaves the host binding may meet
-        # it as slow as the untraced step allows (:func:`hidden_host_scale`)
-        scales.append(ctx.host_scale_hidden)
     k = multiple
     u = ctx.untraced_step_ms * 1e6 * ctx.n_steps if ctx.untraced_step_ms else None
     gains: dict[tuple[str, float, bool, float], float] = {}
@@ -447,39 +440,6 @@ def replay_estimate(
     ref_ms = ctx.untraced_step_ms or ctx.step_ms
     step = ref_ms * (1.0 - mid / 100.0) * k if ref_ms else None
     return Estimate(mid, low, high, step, bound=False, calibrated=s_cal is not None)
-
-
-def hidden_host_scale(cp: CriticalPath, ctx: Context) -> float | None:
-    """Where the host's speed cannot be fitted (:func:`calibrate` None: the planted step's host
-    does not bind), the slowest host scale up to :data:`MAX_HOST_SCALE` at which the replayed
-    window is no longer than the untraced step, or than the window at :data:`HOST_SCALE_RANGE`'s
-    top where that is longer (GPU work queued before the window), within :data:`IDENTIFIABLE`:
-    the untraced host may be anything up to it. None: unknown untraced step. Bisection, 6
-    halvings over [0.5, 1]. v148 (PaLM, fp32 with TF32 off, GPU-bound):
-    bf16 made its step bound by ~450 launches at 12.7 ms where the replay at host scale 0.5 put
-    it at 9.3 (the traced host ran ~16 ms a step: a scale near 0.8)."""
-    if not ctx.untraced_step_ms:
-        return None
-    g, ws = cp.graph, cp.window[0]
-    base, prof = _recorded(g)
-    lo, hi = HOST_SCALE_RANGE[1], MAX_HOST_SCALE
-    at_lo, at_hi = _spans_at(g, ws, base, prof, (lo, hi))
-    # the planted step as observed: the untraced step, or the replayed window where it is
-    # longer (GPU work queued before the window); a slower host must not lengthen it
-    target = max(ctx.untraced_step_ms * 1e6 * ctx.n_steps, at_lo) * (1.0 + IDENTIFIABLE)
-    if at_hi <= target:
-        return hi
-    mids = _bisection_tree(lo, hi, 6)
-    spans = _spans_at(g, ws, base, prof, mids)
-    j = 0
-    for _ in range(6):
-        if spans[j] <= target:
-            lo = mids[j]
-            j = 2 * j + 2
-        else:
-            hi = mids[j]
-            j = 2 * j + 1
-    return lo
 
 
 def calibrated_scale(cp: CriticalPath, ctx: Context) -> float | None:

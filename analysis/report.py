@@ -1225,8 +1225,6 @@ class RunAnalysis:
             sms=int(self.dev_props["numSms"]) if self.dev_props.get("numSms") else None,
         )
         ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
-        if ctx.host_scale_cal is None:
-            ctx.host_scale_hidden = GN.hidden_host_scale(cp, ctx)
         return ctx
 
     def estimate_fixes(self) -> None:
