@@ -22,6 +22,7 @@ from validation_parts import (
     ops_by_variant_and_rank,
     record_blind6,
     record_new,
+    variant_pair,
 )
 
 FAMILIES = {
@@ -113,8 +114,7 @@ def test_every_one_gpu_case_builds_and_steps_on_the_cpu_differing_only_as_plante
     pytest.importorskip("torch")
     metas, samples, calls = build_one_gpu_cases(record_blind6, monkeypatch, SAME_MATH, ("v109",))
 
-    def pair(case: str, key: str) -> tuple:
-        return metas[case, "planted"][key], metas[case, "fixed"][key]
+    pair = variant_pair(metas)
 
     # torch.compile: v100's fixed variant, once, with the default mode; nothing else
     assert {k: v for k, v in calls.items() if v} == {("v100", "fixed"): [("NAFNet", {})]}

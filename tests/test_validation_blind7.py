@@ -14,6 +14,7 @@ from validation_parts import (
     TRUTH,
     VAL,
     assert_case_words,
+    assert_compiled_fixed_only,
     assert_fifteen_with_one_two_gpu_straggler,
     assert_first_fixes,
     assert_new_families,
@@ -22,6 +23,7 @@ from validation_parts import (
     build_one_gpu_cases,
     ops_by_variant_and_rank,
     record_blind7,
+    variant_pair,
 )
 
 FAMILIES = {
@@ -115,15 +117,10 @@ def test_every_one_gpu_case_builds_and_steps_on_the_cpu_differing_only_as_plante
         record_blind7, monkeypatch, SAME_MATH, ("v124", "v126")
     )
 
-    def pair(case: str, key: str) -> tuple:
-        return metas[case, "planted"][key], metas[case, "fixed"][key]
+    pair = variant_pair(metas)
 
     # torch.compile: the fixed variants of v115 and v128, once each, default mode; nothing else
-    got = {k: v for k, v in calls.items() if v}
-    assert set(got) == {("v115", "fixed"), ("v128", "fixed")}
-    assert all(len(v) == 1 and v[0][1] == {} for v in got.values())
-    for case in ("v115", "v128"):
-        assert pair(case, "compiled") == (False, True)
+    assert_compiled_fixed_only(calls, metas, ("v115", "v128"))
     assert pair("v116", "checkpointed_modules")[0] > 0 == pair("v116", "checkpointed_modules")[1]
     assert pair("v117", "optimizer") == ("AdamW(foreach=False)", "AdamW(fused=True)")
     assert pair("v118", "precision") == ("fp32, TF32 off", "bf16 autocast, TF32 off")

@@ -16,6 +16,7 @@ from validation_parts import (
     TRUTH,
     VAL,
     assert_case_words,
+    assert_compiled_fixed_only,
     assert_fifteen_with_one_two_gpu_straggler,
     assert_first_fixes,
     assert_first_fixes_apply_to_the_fixed_variant_only,
@@ -25,6 +26,7 @@ from validation_parts import (
     build_one_gpu_cases,
     ops_by_variant_and_rank,
     record_blind8,
+    variant_pair,
 )
 
 FAMILIES = {
@@ -120,15 +122,10 @@ def test_every_one_gpu_case_builds_and_steps_on_the_cpu_differing_only_as_plante
     pytest.importorskip("torch")
     metas, samples, calls = build_one_gpu_cases(record_blind8, monkeypatch, SAME_MATH, ("v136",))
 
-    def pair(case: str, key: str) -> tuple:
-        return metas[case, "planted"][key], metas[case, "fixed"][key]
+    pair = variant_pair(metas)
 
     # torch.compile: the fixed variants of v130 and v131, once each, default mode; nothing else
-    got = {k: v for k, v in calls.items() if v}
-    assert set(got) == {("v130", "fixed"), ("v131", "fixed")}
-    assert all(len(v) == 1 and v[0][1] == {} for v in got.values())
-    for case in ("v130", "v131"):
-        assert pair(case, "compiled") == (False, True)
+    assert_compiled_fixed_only(calls, metas, ("v130", "v131"))
     assert pair("v132", "checkpointed_modules")[0] > 0 == pair("v132", "checkpointed_modules")[1]
     assert pair("v133", "optimizer") == ("Adam(foreach=False)", "Adam(fused=True)")
     assert pair("v142", "optimizer") == ("Adam(foreach=False)", "Adam(fused=True)")

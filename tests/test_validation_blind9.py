@@ -15,6 +15,7 @@ from validation_parts import (
     TRUTH,
     VAL,
     assert_case_words,
+    assert_compiled_fixed_only,
     assert_first_fixes,
     assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
@@ -23,6 +24,7 @@ from validation_parts import (
     build_one_gpu_cases,
     ops_by_variant_and_rank,
     record_blind9,
+    variant_pair,
 )
 
 FAMILIES = {
@@ -118,15 +120,10 @@ def test_every_one_gpu_case_builds_and_steps_on_the_cpu_differing_only_as_plante
         record_blind9, monkeypatch, SAME_MATH, ("v147", "v156")
     )
 
-    def pair(case: str, key: str) -> tuple:
-        return metas[case, "planted"][key], metas[case, "fixed"][key]
+    pair = variant_pair(metas)
 
     # torch.compile: the fixed variants of v145 and v146, once each, default mode; nothing else
-    got = {k: v for k, v in calls.items() if v}
-    assert set(got) == {("v145", "fixed"), ("v146", "fixed")}
-    assert all(len(v) == 1 and v[0][1] == {} for v in got.values())
-    for case in ("v145", "v146"):
-        assert pair(case, "compiled") == (False, True)
+    assert_compiled_fixed_only(calls, metas, ("v145", "v146"))
     assert pair("v147", "torch_flags") == ({"cudnn_benchmark": False}, {"cudnn_benchmark": True})
     assert pair("v156", "torch_flags") == ({"cudnn_benchmark": False}, {"cudnn_benchmark": True})
     assert pair("v148", "precision") == ("fp32, TF32 off", "bf16 autocast, TF32 off")

@@ -4,7 +4,7 @@ its recorded parts, and the one-GPU fixes every blind part times (issue 43, item
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ __all__ = [
     "TRUTH",
     "VAL",
     "assert_case_words",
+    "assert_compiled_fixed_only",
     "assert_first_fixes",
     "assert_first_fixes_apply_to_the_fixed_variant_only",
     "assert_own_held_out_group",
@@ -51,6 +52,7 @@ __all__ = [
     "record_blind9",
     "record_new",
     "record_validation",
+    "variant_pair",
 ]
 
 ONE_GPU_FIXES = frozenset(
@@ -373,3 +375,27 @@ def assert_first_fixes_apply_to_the_fixed_variant_only(part: Any, monkeypatch: A
     torch.backends.cudnn.benchmark = False
     with pytest.raises(ValueError, match="not one the recorders apply"):
         record_common.first_fix_builders({"x": {"base": "v142", "how": "fused"}}, {})
+
+
+def variant_pair(metas: dict[tuple[str, str], dict]) -> Callable[[str, str], tuple]:
+    """``pair(case, key)``: the meta value ``key`` of ``case``'s planted and fixed variants, from
+    :func:`build_one_gpu_cases`'s metas."""
+
+    def pair(case: str, key: str) -> tuple:
+        return metas[case, "planted"][key], metas[case, "fixed"][key]
+
+    return pair
+
+
+def assert_compiled_fixed_only(
+    calls: dict, metas: dict[tuple[str, str], dict], cases: Collection[str]
+) -> None:
+    """torch.compile (:func:`build_one_gpu_cases`'s ``calls``) was called on the fixed variants of
+    exactly ``cases``, once each, in its default mode, and each one's meta says ``compiled``
+    False planted, True fixed."""
+    got = {k: v for k, v in calls.items() if v}
+    assert set(got) == {(c, "fixed") for c in cases}
+    assert all(len(v) == 1 and v[0][1] == {} for v in got.values())
+    pair = variant_pair(metas)
+    for case in cases:
+        assert pair(case, "compiled") == (False, True), case
