@@ -25,7 +25,8 @@ record_blind6.py (v100-v114) is ``group: "blind6"``, held out, recorded after v8
 judged; every case of record_blind7.py (v115-v129) is ``group: "blind7"``, held out, recorded after
 v100-v114 had been judged; every case of record_blind8.py (v130-v144) is ``group: "blind8"``,
 held out, recorded after v115-v129 had been judged; every case of record_blind9.py (v145-v159) is
-``group: "blind9"``, held out, recorded after v130-v144 had been judged.
+``group: "blind9"``, held out, recorded after v130-v144 had been judged; every case of record_blind10.py (v160-v174)
+is ``group: "blind10"``, held out, recorded after v145-v159 had been judged.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import record_blind6  # noqa: E402
 import record_blind7  # noqa: E402
 import record_blind8  # noqa: E402
 import record_blind9  # noqa: E402
+import record_blind10  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -63,6 +65,7 @@ GROUPS = (
     "blind7",
     "blind8",
     "blind9",
+    "blind10",
 )
 """The set's parts, in the order the benchmark prints them."""
 
@@ -76,6 +79,7 @@ BLIND_PARTS = (
     record_blind7,
     record_blind8,
     record_blind9,
+    record_blind10,
 )
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 
@@ -84,6 +88,7 @@ FIRST_FIXES = {
     **record_blind7.FIRST_FIXES,
     **record_blind8.FIRST_FIXES,
     **record_blind9.FIRST_FIXES,
+    **record_blind10.FIRST_FIXES,
 }
 """The first fixes gpuscope named on a blind part where the planted cause was another's, timed
 on the base case's planted variant (case -> spec: base, how, fix, expected_fix)."""

@@ -1,0 +1,54 @@
+"""Record the validation set's twelfth part, **blind** (v160-v174, the tenth blind part): planted-
+and-fixed pairs on models, sizes and workloads unlike any earlier case (v01-v159, ../fixes,
+../multi_gpu), recorded after v145-v159 had been judged and the rules changed on what that
+judgement showed (seen-only until this part), and kept out of every calibration (truth.json
+``group: "blind10"``). Nobody runs gpuscope's analysis on these cases before the lead judges them
+once.
+
+    python record_blind10.py drive --out DIR [--cases v160,v161] [--rounds 3] [--budget-s 520] [--tar T]
+    python record_blind10.py one --case v160 --variant planted|fixed --mode time|trace --out DIR
+    python record_blind10.py drive --quick --cpu --out DIR     (the recipe on a CPU, tiny sizes)
+
+The driver, the timing and the profiled run are record_new.py's (``record_new.main`` with this
+part's cases and builders), as record_blind9.py's: per case one profiled trace of the planted
+variant through ``gpuscope.capture.profile_steps``, then ``--rounds`` rounds of planted and fixed
+timed without the profiler, each a fresh process, alternately; 15 warm-up steps (30 for the
+compiled cases), then 40 steps in blocks of 5 synchronised at both ends; ``step_ms_median`` is the
+median block. 2-GPU cases run each as a fresh ``torchrun --nproc_per_node 2`` job;
+``step_ms_median`` the slower rank's.
+
+The cases are written in three modules (blind10_a.py: v160-v164, blind10_b.py: v165-v169,
+blind10_c.py: v170-v174), merged here in order. The cases, their sizes and the pairs chosen to
+gain nothing were fixed and committed before the first device call.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "fixes"))
+
+import blind10_a  # noqa: E402
+import blind10_b  # noqa: E402
+import blind10_c  # noqa: E402
+from record_common import merged_part  # noqa: E402
+
+GROUP = "blind10"
+"""truth.json's group of every case here: kept out of every calibration, judged once."""
+
+FIRST_FIXES: dict[str, dict] = {}
+"""The first fixes gpuscope names on this part where the planted cause was another's, timed only
+(no trace) after the judgement; none yet."""
+
+
+CASES, ORDER, BUILDERS, build, main = merged_part(
+    (blind10_a, blind10_b, blind10_c), FIRST_FIXES, 86420, __file__
+)
+"""``build``: (step_fn, samples_per_step, meta, model) of one case and variant on this rank;
+``main``: record_new's driver over this part's cases."""
+
+if __name__ == "__main__":
+    raise SystemExit(main())
