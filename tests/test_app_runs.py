@@ -16,15 +16,16 @@ from synth import training_trace, write_sample_tree
 
 
 @pytest.fixture
-def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return app_store(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def page_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A store for a test whose subject is what the page shows of runs stored before it opens,
-    not the store's writes: a single-process DuckDB file (``app_store(..., lake=False)``), the
-    lake under ``GPUSCOPE_TESTS_ON_LAKE=1``. Uploads and edits through the page keep :func:`db`."""
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path | str:
+    """The page's store. The subject here is the Runs page (what it shows, what its uploads and
+    edits do and say), not the store under it: a single-process DuckDB file
+    (``app_store(..., lake=False)``: the same door, one transaction per ingest, 2.6x less CPU per
+    AppTest session), the lake under ``GPUSCOPE_TESTS_ON_LAKE=1``. The page's writes on the lake
+    keep their own tests: an upload and a rename seen by other processes, a failed rename
+    storing nothing (tests/test_app_shared_store.py), an upload maintaining the lake
+    (tests/test_store_maintenance.py), a capture folder uploaded with its NVML series
+    (tests/test_app_upload_nvml.py); an ingest that fails storing nothing on the lake, in
+    tests/test_ingest_job.py."""
     return app_store(tmp_path, monkeypatch, lake=bool(os.environ.get("GPUSCOPE_TESTS_ON_LAKE")))
 
 
@@ -156,11 +157,11 @@ def test_duplicate_upload_is_reported(db: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_list_search_and_compare_defaults(page_db: Path, tmp_path: Path) -> None:
+def test_list_search_and_compare_defaults(db: Path, tmp_path: Path) -> None:
     from gpuscope.store import connect
     from gpuscope.web.samples import load_samples
 
-    con = connect(page_db)
+    con = connect(db)
     loaded = load_samples(con, write_sample_tree(tmp_path / "samples"))
     con.close()
     ids = {r.name: r.run_id for r in loaded}
@@ -205,8 +206,8 @@ def test_rename_tag_and_delete(db: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_two_selected_runs_link_to_compare(page_db: Path, tmp_path: Path) -> None:
-    ingest(page_db, *write_sample_tree(tmp_path / "s").iterdir())
+def test_two_selected_runs_link_to_compare(db: Path, tmp_path: Path) -> None:
+    ingest(db, *write_sample_tree(tmp_path / "s").iterdir())
     at = open_app()
     _select(at, [0, 1])
     links = [p.proto for p in at.get("page_link")]
@@ -257,11 +258,11 @@ def test_uploads_called_trace_are_named_from_their_content(db: Path, tmp_path: P
 
 
 @pytest.mark.slow
-def test_ambiguous_name_in_the_url_lists_the_matches(page_db: Path, tmp_path: Path) -> None:
+def test_ambiguous_name_in_the_url_lists_the_matches(db: Path, tmp_path: Path) -> None:
     from gpuscope.store import connect, set_name
 
-    ids = ingest(page_db, *(_write(tmp_path, v, s) for v, s in (("before", 1), ("after", 2))))
-    con = connect(page_db)
+    ids = ingest(db, *(_write(tmp_path, v, s) for v, s in (("before", 1), ("after", 2))))
+    con = connect(db)
     for rid in ids:
         set_name(con, rid, "trace")
     con.close()

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import run_cli
+from clitools import analysis_store, run_cli
 from gpuscope.analysis import run_views
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.job import DRAIN_FACTOR, diagnose, job_step_time, memo
@@ -362,13 +362,16 @@ def test_the_report_reads_the_stored_parts_without_rank_summary_imported(tmp_pat
 
     from test_rank_summary import doctored
 
-    with connect(tmp_path / "s") as con:
+    # a DuckDB file (clitools.analysis_store; the lake under GPUSCOPE_TESTS_ON_LAKE=1): what the
+    # fresh process imports is the subject, not the store it opens
+    db = str(analysis_store(tmp_path))
+    with connect(db) as con:
         run_id = doctored(con, tmp_path)
     code = (
         "import json, sys; from gpuscope.store import connect; "
         "from gpuscope.analysis.report import analyze_run; "
         "assert 'gpuscope.analysis.rank_summary' not in sys.modules; "
-        f"con = connect({str(tmp_path / 's')!r}); "
+        f"con = connect({db!r}); "
         f"print(json.dumps(analyze_run(con, {run_id!r}, rank=0).to_json()['ranks'][1]))"
     )
     out = subprocess.run(

@@ -43,17 +43,29 @@ def raw(case: str, rank: int) -> dict[str, Any]:
 
 
 @functools.cache
+def recorded(case: str) -> tuple[dict[str, Any], tuple[int, int]]:
+    """What the recorder planted (``gpuscope.planted``, as written into rank 1's trace) and the
+    collectives each rank launched (:func:`comms_launched`), read from the raw files: each rank's
+    file parsed once per case, only these facts kept (tests only read them)."""
+    launched = []
+    for rank in (0, 1):  # one parsed file at a time
+        doc = raw(case, rank)
+        launched.append(comms_launched(doc["traceEvents"]))
+    p = doc.get("gpuscope.planted", "{}")  # rank 1's
+    return (json.loads(p) if isinstance(p, str) else p), (launched[0], launched[1])
+
+
 def planted(case: str) -> dict[str, Any]:
-    """What the recorder planted, as written into the trace (``gpuscope.planted``); read once per
-    case (tests only read it)."""
-    p = raw(case, 1)["gpuscope.planted"]
-    return json.loads(p) if isinstance(p, str) else p
+    """What the recorder planted, as written into the trace (``gpuscope.planted``)."""
+    p = recorded(case)[0]
+    assert p, f"{case}: no gpuscope.planted in its rank 1 trace"
+    return p
 
 
-def comms_launched(case: str, rank: int) -> int:
-    """Collectives this rank launched inside the profiled steps, counted from the raw trace: its
-    ``record_param_comms`` CPU ops between the first ProfilerStep's start and the last one's end."""
-    ev = raw(case, rank)["traceEvents"]
+def comms_launched(ev: list[dict[str, Any]]) -> int:
+    """Collectives a rank launched inside the profiled steps, counted from its raw trace events:
+    its ``record_param_comms`` CPU ops between the first ProfilerStep's start and the last one's
+    end."""
     steps = [
         e
         for e in ev
@@ -154,7 +166,7 @@ def test_collectives_matched_alike_on_both_ranks(reports, case: str) -> None:
     assert sum(b["instances"] for b in c0["by_collective"]) == c0["instances"]
     if case != "tp":  # DTensor's functional collectives record each op twice
         for rank in (0, 1):
-            assert comms_launched(case, rank) == c0["instances"], rank
+            assert recorded(case)[1][rank] == c0["instances"], rank
 
 
 @pytest.mark.parametrize("case", CASES)

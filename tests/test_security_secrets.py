@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -315,18 +315,37 @@ def in_process(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[s
         return cli_in_process(*args)
 
 
+def small_trace(path: Path, kernel: str = "small_kernel") -> Path:
+    """A run of 50 launches of ``kernel`` (its run is named after the file): where what the run
+    holds is not the subject (a fault's, a secret's), the sample's analysis need not be paid."""
+    t = TraceBuilder()
+    for i in range(50):
+        t.launch(kernel, i * 10.0, i * 10.0 + 1, 1.0)
+    return t.write(path)
+
+
 def small_run(ts: TeamStore) -> None:
     """Store a run of 50 launches (in this process): the run a fault must leave alone, where
     what it holds is not the subject."""
-    path = Path(tempfile.mkdtemp(prefix="gpuscope-small-")) / "small.json"
-    t = TraceBuilder()
-    for i in range(50):
-        t.launch("small_kernel", i * 10.0, i * 10.0 + 1, 1.0)
+    path = small_trace(Path(tempfile.mkdtemp(prefix="gpuscope-small-")) / "small.json")
     try:
-        done = in_process(env_of(ts), "ingest", str(t.write(path)))
+        done = in_process(env_of(ts), "ingest", str(path))
     finally:
         shutil.rmtree(path.parent, ignore_errors=True)
     assert done.returncode == 0, done.stderr
+
+
+def object_count(ts: TeamStore) -> Callable[[], int]:
+    """How many objects ``ts`` holds in its bucket (``len(ts.objects())``), asked through one
+    boto3 client: the polls below ask every 50 ms, and a client made per ask (ts.objects) costs
+    3x the CPU, in this process and in moto's server, which is this process too."""
+    pages = ts.s3.client().get_paginator("list_objects_v2")
+
+    def count() -> int:
+        listed = pages.paginate(Bucket=ts.bucket, Prefix=ts.prefix + "/")
+        return sum(len(page.get("Contents", [])) for page in listed)
+
+    return count
 
 
 def assert_clean(ts: TeamStore, *outputs: str) -> None:
@@ -349,23 +368,63 @@ def n_runs(ts: TeamStore) -> int:
     return len(json.loads(done.stdout))
 
 
+# One launch (runtime call, kernel, ac2g flow start and end) as TraceBuilder.launch makes it for
+# ``launch(name, c, c + 1, 1.0)`` and json.dumps writes it on one line (floats by repr, as json's).
+LAUNCH = (
+    '{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1000, "tid": 1001, '
+    '"ts": {c!r}, "dur": 2.0, "args": {{"cbid": 211, "correlation": {k}}}}}, '
+    '{{"ph": "X", "cat": "kernel", "name": {name}, "pid": 0, "tid": 7, "ts": {g!r}, "dur": 1.0, '
+    '"args": {{"device": 0, "stream": 7, "correlation": {k}, "registers per thread": 32, '
+    '"shared memory": 0, "grid": [1, 1, 1], "block": [128, 1, 1]}}}}, '
+    '{{"ph": "s", "id": {k}, "pid": 1000, "tid": 1001, "ts": {c!r}, "cat": "ac2g", '
+    '"name": "ac2g"}}, '
+    '{{"ph": "f", "id": {k}, "pid": 0, "tid": 7, "ts": {g!r}, "cat": "ac2g", "name": "ac2g", '
+    '"bp": "e"}}'
+)
+
+
+def launches_json(n: int) -> str:
+    """TraceBuilder's one-line dump of ``n`` launches of ``kernel_{i % 89}`` at ``i * 10`` µs,
+    from LAUNCH (a quarter of the CPU of building 4n dicts and encoding them)."""
+    t = TraceBuilder()
+    empty = json.dumps(t.to_dict())
+    last_meta = json.dumps(t.meta_events[-1])
+    cut = empty.index(last_meta) + len(last_meta)  # the end of the (meta) events
+    names = [json.dumps(f"kernel_{j}") for j in range(89)]
+    launches = [
+        LAUNCH.format(c=i * 10.0, g=i * 10.0 + 1, k=t._corr + 1 + i, name=names[i % 89])
+        for i in range(n)
+    ]
+    return empty[:cut] + "".join(", " + x for x in launches) + empty[cut:]
+
+
+def test_launches_json_is_what_tracebuilder_writes(tmp_path: Path) -> None:
+    """big_trace's events are TraceBuilder's, byte for byte (so the ingest is the same)."""
+    for n in (0, 1, 200):
+        t = TraceBuilder()
+        for i in range(n):
+            t.launch(f"kernel_{i % 89}", i * 10.0, i * 10.0 + 1, 1.0)
+        assert launches_json(n) == t.write(tmp_path / "t.json", indent=None).read_text(), n
+
+
 @pytest.fixture(scope="module")
 def big_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    t = TraceBuilder()
-    for i in range(150_000):
-        t.launch(f"kernel_{i % 89}", i * 10.0, i * 10.0 + 1, 1.0)
-    # one line (indent=None: json's C encoder; an indented dump of 600k events costs 4x the
-    # CPU): the same events, the same ingest
-    return t.write(tmp_path_factory.mktemp("big") / "big.json", indent=None)
+    """150,000 launches on one line (launches_json: TraceBuilder's bytes, built in 0.9 CPU s
+    where TraceBuilder takes 3.4)."""
+    path = tmp_path_factory.mktemp("big") / "big.json"
+    path.write_text(launches_json(150_000))
+    return path
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("query_form", [False, True], ids=["userinfo", "query"])
 def test_postgres_down_at_open_and_a_working_query_password(
-    servers: Servers, query_form: bool
+    servers: Servers, query_form: bool, tmp_path: Path
 ) -> None:
     ts = team(servers, query_form=query_form)
-    done = gpuscope(ts, "ingest", str(BEFORE), "--json")
+    # a small run (what it holds is not the subject: the output of every face of a store that
+    # works, then is down, grepped for its secrets); the sample's ingest costs 0.7 CPU s more
+    done = gpuscope(ts, "ingest", str(small_trace(tmp_path / "up.json")), "--json")
     assert done.returncode == 0, done.stderr
     listed = gpuscope(ts, "runs")
     as_json = gpuscope(ts, "runs", "--json")
@@ -449,7 +508,8 @@ def test_postgres_stopped_mid_ingest(servers: Servers, big_trace: Path) -> None:
     exit 1, no secret; once it is back the store has no partial run."""
     ts = team(servers)
     small_run(ts)
-    before = len(ts.objects())
+    objects = object_count(ts)
+    before = objects()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuscope", "ingest", str(big_trace)],
         stdout=subprocess.PIPE,
@@ -458,7 +518,7 @@ def test_postgres_stopped_mid_ingest(servers: Servers, big_trace: Path) -> None:
         env=env_of(ts),
     )
     deadline = time.monotonic() + 240
-    while len(ts.objects()) == before and proc.poll() is None and time.monotonic() < deadline:
+    while objects() == before and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, "the ingest ended before it wrote a file"
     servers.stop_pg()
@@ -485,6 +545,7 @@ def test_s3_faults_keep_the_keys_out(servers: Servers, big_trace: Path) -> None:
     s3b = start_s3()  # a server of this test alone, stopped mid-ingest
     try:
         gone = TeamStore(ts.pg, s3b, ts.pg.create_database(), s3b.create_bucket())
+        objects = object_count(gone)
         proc = subprocess.Popen(
             [sys.executable, "-m", "gpuscope", "ingest", str(big_trace)],
             stdout=subprocess.PIPE,
@@ -493,7 +554,7 @@ def test_s3_faults_keep_the_keys_out(servers: Servers, big_trace: Path) -> None:
             env=env_of(gone),
         )
         deadline = time.monotonic() + 240
-        while not gone.objects() and proc.poll() is None and time.monotonic() < deadline:
+        while not objects() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
         stop_s3(s3b)
@@ -514,9 +575,10 @@ def test_postgres_stopped_while_the_dashboard_shows_a_run(
     from streamlit.testing.v1 import AppTest
 
     ts = team(servers, query_form=True)
-    # the sample run the page shows, stored and listed in this process (setup: the page is the
-    # subject)
-    assert in_process(env_of(ts), "ingest", str(BEFORE)).returncode == 0
+    # the run the page shows, stored and listed in this process (setup: the page and the store's
+    # fault are the subject, not what the run holds: a small run, the sample's ingest and Run
+    # page cost 3 CPU s more)
+    small_run(ts)
     (run_id,) = [r["run_id"] for r in json.loads(in_process(env_of(ts), "runs", "--json").stdout)]
     for k, v in env_of(ts).items():
         if k.startswith(("GPUSCOPE_", "AWS_")):
@@ -593,7 +655,7 @@ def test_a_section_losing_postgres_mid_page_says_so_in_plain_words(
 
 @pytest.mark.slow
 def test_team_store_orphans_go_at_the_first_maintenance_a_day_after(
-    postgres_server: Postgres, tmp_path: Path
+    servers: Servers, tmp_path: Path
 ) -> None:
     """A dead ingest's Parquet files on a team store (untracked by the catalog) are deleted by
     the first maintenance once a day old, and kept before (an ingest on another machine may still
@@ -607,7 +669,7 @@ def test_team_store_orphans_go_at_the_first_maintenance_a_day_after(
     data = tmp_path / "shared"
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("GPUSCOPE_", "AWS_"))},
-        "GPUSCOPE_STORE": postgres_server.url(postgres_server.create_database()),
+        "GPUSCOPE_STORE": servers.pg.url(servers.pg.create_database()),
         "GPUSCOPE_DATA_PATH": str(data) + "/",
     }
 
@@ -615,7 +677,8 @@ def test_team_store_orphans_go_at_the_first_maintenance_a_day_after(
         """In this process (in_process): the subject is what maintenance leaves on disk."""
         return in_process(env, *args)
 
-    assert cli("ingest", str(BEFORE)).returncode == 0
+    # a small run: its Parquet files are what maintenance must keep (the sample's: 0.5 s more)
+    assert cli("ingest", str(small_trace(tmp_path / "kept.json"))).returncode == 0
     stored = sorted(data.rglob("*.parquet"))
     assert stored
     table_dir = stored[0].parent
@@ -628,12 +691,12 @@ def test_team_store_orphans_go_at_the_first_maintenance_a_day_after(
     assert done.returncode == 0, done.stderr
     assert not old.exists() and young.exists()
     assert all(f.exists() for f in stored)  # the stored run's files stay
-    assert json.loads(cli("runs", "--json").stdout)[0]["name"] == "before"
+    assert json.loads(cli("runs", "--json").stdout)[0]["name"] == "kept"
 
 
 @pytest.mark.slow
 def test_the_dashboards_writer_reopens_after_postgres_died_mid_commit(
-    servers: Servers, monkeypatch: pytest.MonkeyPatch
+    servers: Servers, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """An upload whose commit lost PostgreSQL is one plain line ("nothing was stored") and the
     next upload works: the dashboard's connections are dropped and reopened, not left dead."""
@@ -642,6 +705,7 @@ def test_the_dashboards_writer_reopens_after_postgres_died_mid_commit(
 
     ts = team(servers)
     small_run(ts)
+    other = small_trace(tmp_path / "other.json", "other_kernel")  # not small_run's run
     for k, v in env_of(ts).items():
         if k.startswith(("GPUSCOPE_", "AWS_")):
             monkeypatch.setenv(k, v)
@@ -649,7 +713,7 @@ def test_the_dashboards_writer_reopens_after_postgres_died_mid_commit(
     assert ts.pg.psql(DIE_AT_COMMIT, database=ts.database).returncode == 0
     try:
         with pytest.raises(StoreError) as failed, webdb.writing() as w:
-            ingest_paths(w, [AFTER])
+            ingest_paths(w, [other])
     finally:
         assert (
             ts.pg.psql("DROP TRIGGER gs_die ON ducklake_snapshot", database=ts.database).returncode
@@ -658,6 +722,6 @@ def test_the_dashboards_writer_reopens_after_postgres_died_mid_commit(
     assert "stopped answering during the commit; nothing was stored" in str(failed.value)
     assert_clean(ts, str(failed.value))
     with webdb.writing() as w:
-        ingest_paths(w, [AFTER])
+        ingest_paths(w, [other])
     assert n_runs(ts) == 2
     webdb.drop(webdb.store())
