@@ -45,7 +45,20 @@ HOST_SCALE_RANGE = (0.3, 0.5)
 ``record_shapes``: 0.43 and 0.37 on the two host-bound traces of sample_traces/fixes (host_sync,
 batch_size; found by replaying the graph until its window matched the untraced step). The
 estimates replay the graph at these host scales, plus the trace's own calibrated scale when the
-untraced step allows one, plus 1.0 (the trace as recorded) when the untraced step is unknown."""
+untraced step allows one; where no scale is fitted (:attr:`Context.host_scale_cal` None),
+:data:`HOST_SCALE_PRIOR` in their place, plus 1.0 (the trace as recorded) when the untraced step is
+unknown. :func:`calibrate` still asks whether the host binds between these two."""
+
+HOST_SCALE_PRIOR = (0.38, 0.55, 0.72)
+"""Where the host's speed cannot be fitted (no untraced step, or the planted step's host does not
+bind at :data:`HOST_SCALE_RANGE`: :attr:`Context.host_scale_cal` None), the host scales the
+estimate replays at instead, (low, point, high): the 10th, 50th and 90th percentiles of the
+scale fitted on the 81 one-GPU pairs of sample_traces/validation (v01-v159) whose planted host
+binds, to the median planted step timed without the profiler in fresh processes
+(``benchmarks/host_scales.py``: 0.38 / 0.55 / 0.72, min 0.15, max 0.90). The two traces
+:data:`HOST_SCALE_RANGE` came from sat below most of these; on a GPU-bound step a fix that lets
+the host bind (bf16 on an fp32 step) met it that slow: v148 measured 68.1 % against a range of
+76.6-84.7 replayed at 0.3-0.5, 67.3-84.7 at these scales."""
 
 HOST_VARIATION = 1.23
 """How much faster or slower the host of the process that runs the fix may be than the host of the
@@ -338,7 +351,12 @@ def replay_estimate(
     s_planted = s_cal  # the traced process's host speed, for the planted step on a slower host
     if staging:  # the calibrated factor holds the staging the fix removes
         s_cal = None
-    scales = sorted({*HOST_SCALE_RANGE, HOST_SCALE_MID, *([s_cal] if s_cal is not None else [])})
+    # the host's speed fitted (the traced process's: :func:`calibrated_scale`), or the prior
+    # the pairs whose host binds put it in (:data:`HOST_SCALE_PRIOR`)
+    unfitted = ctx.host_scale_cal is None
+    s_mid = HOST_SCALE_PRIOR[1] if unfitted else HOST_SCALE_MID
+    prior = (HOST_SCALE_PRIOR[0], HOST_SCALE_PRIOR[2]) if unfitted else HOST_SCALE_RANGE
+    scales = sorted({*prior, s_mid, *([s_cal] if s_cal is not None else [])})
     if not ctx.untraced_step_ms:
         scales.append(1.0)
     k = multiple
@@ -434,7 +452,7 @@ def replay_estimate(
         for sc in scales:
             t = spans[("high", sc, 1.0)]
             gains[("slow_planted", sc, True, hv)] = 100.0 * (1.0 - t / (k * slow)) if slow else 0.0
-    mid_s = s_cal if s_cal is not None else HOST_SCALE_MID
+    mid_s = s_cal if s_cal is not None else s_mid
     mid = gains[("mid", mid_s, staging, 1.0)]
     low, high = min(gains.values()), max(gains.values())
     ref_ms = ctx.untraced_step_ms or ctx.step_ms

@@ -209,12 +209,13 @@ def test_a_removed_host_wait_weighs_the_planted_step_on_a_slower_host() -> None:
     10-20, then a sync that waits for that kernel (ends at 1,010), then 400 ns of host op whose
     end launches a 500 ns kernel. Host ops at scale s: the planted step is 1,510 + 400 s (the
     sync serialises the 400 ns), the fixed one (the sync's wait dropped) 1,510 (the second
-    kernel waits for the first on its stream). No untraced step: scales 0.3, 0.4 (mid), 0.5,
-    1.0. Gain 1 - 1,510 / (1,510 + 400 s): low at 0.3, 7.36 %; mid at 0.4, 9.58 %. The top:
+    kernel waits for the first on its stream). No untraced step, so no host speed fitted: the
+    prior's scales 0.38, 0.55 (mid), 0.72, and 1.0. Gain 1 - 1,510 / (1,510 + 400 s): low at
+    0.38, 1 - 1,510 / 1,662 = 9.15 %; mid at 0.55, 1 - 1,510 / 1,730 = 12.72 %. The top:
     without the slower planted host, 1.0's 20.94 %; with it, the planted graph at 1.0 x 1.48
     (2,102 ns) against the fixed one: 1 - 1,510 / 2,102 = 28.16 %."""
     from gpuscope.analysis.critical_path import CriticalPath, Graph
-    from gpuscope.analysis.gains import HOST_WAIT_VARIATION, replay_estimate
+    from gpuscope.analysis.gains import HOST_SCALE_PRIOR, HOST_WAIT_VARIATION, replay_estimate
 
     g = Graph()
     h0 = g.add(Node("host", "launch", 0, 10, "cudaLaunchKernel"))
@@ -238,21 +239,23 @@ def test_a_removed_host_wait_weighs_the_planted_step_on_a_slower_host() -> None:
 
     variants = {name: (None, keep) for name in ("low", "mid", "high")}
     est = replay_estimate(variants, cp, Context(n_steps=1, step_ms=0.00191))
-    assert est.low_pct == pytest.approx(100 * (1 - 1510 / 1630))
-    assert est.gain_pct == pytest.approx(100 * (1 - 1510 / 1670))
+    assert HOST_SCALE_PRIOR == (0.38, 0.55, 0.72)
+    assert est.low_pct == pytest.approx(100 * (1 - 1510 / 1662))
+    assert est.gain_pct == pytest.approx(100 * (1 - 1510 / 1730))
     assert HOST_WAIT_VARIATION == 1.48
     assert est.high_pct == pytest.approx(100 * (1 - 1510 / (1510 + 400 * 1.48)))
 
 
 def test_a_fix_that_frees_the_step_of_its_host_weighs_the_planted_step_on_a_slower_host() -> None:
     """A one-step graph (ns): host op h1 0-100 launches kernel k1 (50 ns), host op h2 100-200
-    launches k2 (50 ns, after k1 on its stream). Host ops at scale s (no untraced step: 0.3, 0.4,
-    0.5, 1.0): the planted step is 200 s + 50 from s = 0.5 (130 and 140 ns at 0.3 and 0.4). The
+    launches k2 (50 ns, after k1 on its stream). Host ops at scale s (no untraced step, so the
+    prior's 0.38, 0.55, 0.72, and 1.0): the planted step is 200 s + 50 from s = 0.5 (160 ns at
+    0.55). The
     strongest fix takes the host off the step (host × 0, a replayed CUDA graph): 100 ns. The top
     without ``host_free``: 1 - 100 / 250 = 60 % (at 1.0); with it, also against the planted graph
-    on a host 1.48 slower: 1 - 100 / (296 + 50) = 71.10 %. The point (mid, host × 0.2 at 0.4:
-    h1 takes 8 ns, then the kernels' 100 ns bind) is the same either way: 1 - 108 / 140 =
-    22.86 %."""
+    on a host 1.48 slower: 1 - 100 / (296 + 50) = 71.10 %. The point (mid, host × 0.2 at 0.55:
+    h1 takes 11 ns, then the kernels' 100 ns bind) is the same either way: 1 - 111 / 160 =
+    30.63 %."""
     from gpuscope.analysis.critical_path import CriticalPath, Graph
     from gpuscope.analysis.fixes.base import is_host_work, scaled_variants
     from gpuscope.analysis.gains import replay_estimate
@@ -274,7 +277,7 @@ def test_a_fix_that_frees_the_step_of_its_host_weighs_the_planted_step_on_a_slow
     free = replay_estimate(variants, cp, Context(n_steps=1, step_ms=0.00025), host_free=True)
     assert tied.high_pct == pytest.approx(60.0)
     assert free.high_pct == pytest.approx(100 * (1 - 100 / 346))
-    assert tied.gain_pct == free.gain_pct == pytest.approx(100 * (1 - 108 / 140))
+    assert tied.gain_pct == free.gain_pct == pytest.approx(100 * (1 - 111 / 160))
     assert tied.low_pct == free.low_pct
 
 

@@ -195,13 +195,15 @@ def test_fixes_are_ordered_by_estimate_on_every_sample(docs) -> None:
             moved += any(x["estimate"]["gain_pct"] < r["estimate"]["gain_pct"] for x in recs[:n])
     assert moved  # fixes/batch_size: torch.compile's 53 % first, the batch's 75 % after it
     before = docs[("before", 0)]["recommendations"]
-    # DataLoader workers (estimate ~36%) first; batch size (~6%) and torch.compile (~4%) last
+    # DataLoader workers (estimate ~36%) first, the sync (~8%) next; no host speed is fitted on
+    # this step (its host does not bind at 0.3-0.5), so at the prior's 0.55 bf16's shorter GPU
+    # time meets the host: mixed precision (~2%, range -34 to 31%) comes last
     assert [r["id"] for r in before] == [
         "dataloader_workers",
         "host_sync",
-        "mixed_precision",
         "batch_size",
         "kernel_fusion",
+        "mixed_precision",
     ]
     host_sync = before[1]
     assert host_sync["bound_pct"] is None and "at most" not in host_sync["gain"]

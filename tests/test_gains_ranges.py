@@ -74,11 +74,11 @@ def test_compiling_a_tensor_parallel_step_also_removes_the_eager_ops_host_work()
     Host segments: aten::mm 0..20 + 180..200 (40 µs), dispatch 20..100 + 140..180 (120 µs),
     aten::mm 100..110 + 120..140 (30 µs), the call (10 µs). Mid: 40 × 0.3 + 120 × 0.2 + 30 × 0.3
     + 10 × 0.5 = 50 µs of host, and the kernel (2.5 µs) ends before the host does: 200 -> 50 µs
-    as recorded. The estimate's point is at host scale 0.4 (no untraced step): the old step is
-    200 × 0.4 = 80 µs; after the fix the call starts at (6 + 16 + 3) × 0.4 = 10 µs, its kernel
-    10 µs later (the launch latency is not host time) and ends at 22.5, after the host's 20 µs:
-    1 − 22.5 / 80 = 71.875 %. Before, only the dispatch moved (mid 200 − 120 × 0.8 = 104 µs as
-    recorded)."""
+    as recorded. The estimate's point is at the prior's host scale 0.55 (no untraced step, so no
+    host speed fitted): the old step is 200 × 0.55 = 110 µs; after the fix the call starts at
+    (6 + 16 + 3) × 0.55 = 13.75 µs, its kernel 10 µs later (the launch latency is not host time)
+    ends at 26.25, before the host's 50 × 0.55 = 27.5 µs: 1 − 27.5 / 110 = 75.0 %. Before, only
+    the dispatch moved (mid 200 − 120 × 0.8 = 104 µs as recorded)."""
     host = [
         H("ProfilerStep#1", "user_annotation", 0, 200 * US, 1),
         H("aten::mm", "cpu_op", 0, 200 * US, 1),
@@ -92,7 +92,7 @@ def test_compiling_a_tensor_parallel_step_also_removes_the_eager_ops_host_work()
     dur, keep = FX.BY_ID["dtensor_dispatch"].retime(cp.graph, ctx)["mid"]  # type: ignore[misc]
     assert GN.makespan(cp.graph, 0, dur, keep) == pytest.approx(50 * US)
     est = _estimate("dtensor_dispatch", cp, ctx)
-    assert est.gain_pct == pytest.approx(71.875)
+    assert est.gain_pct == pytest.approx(75.0)
 
 
 def _recompute_step():
