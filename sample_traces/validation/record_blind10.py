@@ -39,9 +39,31 @@ from record_common import merged_part  # noqa: E402
 GROUP = "blind10"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
-FIRST_FIXES: dict[str, dict] = {}
-"""The first fixes gpuscope names on this part where the planted cause was another's, timed only
-(no trace) after the judgement; none yet."""
+FIRST_FIXES: dict[str, dict] = {
+    "v168c": {
+        "name": "v168_bf16",
+        "base": "v168",
+        "how": "bf16",
+        "planted": "v168's planted variant (fp32, cuDNN TF32 on, matmul TF32 off), eager",
+        "fix": "the same, each step under bf16 autocast",
+        "expected_fix": "mixed_precision",
+    },
+    "v170c": {
+        "name": "v170_compile",
+        "base": "v170",
+        "how": "compile",
+        "gpus": 2,
+        "planted": "v170's planted variant (FSDP2, prefetch defeated), eager",
+        "fix": "the same, model.compile() (torch.compile of the FSDP2 root in place)",
+        "expected_fix": "kernel_fusion",
+    },
+}
+"""The first fixes gpuscope named on this part where the planted cause was another's (the
+judgement at ef9789a: ``mixed_precision`` first on v168 at 26.3 %, ``kernel_fusion`` on v170 at
+32.6 %), timed only (no trace), on each base case's planted variant: variant ``fixed`` applies
+that fix. They settle whether the first fix gains what it says; they are not cases of the part.
+(v169's and v171's first, ``cuda_graphs``, is not a fix the recorders apply to another case's
+builder; v172's, ``overlap_communication`` at 0.6 %, says nothing to time.)"""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part(
