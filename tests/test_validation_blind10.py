@@ -15,6 +15,8 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_compiled_fixed_only,
+    assert_first_fixes,
+    assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_part_layout,
     assert_recorded_part,
@@ -194,3 +196,20 @@ def test_the_device_script_drives_this_part_alone_or_in_lanes() -> None:
     assert f'drive_lanes {record_blind10.GROUP} "$@"' in commands
     assert 'if [ "${1:-}" = lanes ]; then' in commands
     assert (VAL / f"record_{record_blind10.GROUP}.py").is_file()
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_the_first_fix_timed_is_what_its_file_says() -> None:
+    """truth.json's ``first_fixes`` of this part: bf16 autocast on v168's planted variant
+    (gpuscope's first fix there at ef9789a, 26.3 %), timed as recorded, 5 rounds (23.7 %)."""
+    assert_first_fixes(record_blind10)
+    assert set(record_blind10.FIRST_FIXES) == {"v168c"}
+    assert record_blind10.FIRST_FIXES["v168c"]["how"] == "bf16"
+
+
+@pytest.mark.slow
+def test_the_first_fix_applies_its_fix_to_the_fixed_variant_only(
+    monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    pytest.importorskip("torch")
+    assert_first_fixes_apply_to_the_fixed_variant_only(record_blind10, monkeypatch)
