@@ -22,7 +22,7 @@ import duckdb
 import pytest
 from clitools import cli_in_process
 from gpuscope.cli import main as cli_main
-from gpuscope.ingest import loader
+from gpuscope.ingest import compiled_parser, loader
 from gpuscope.ingest.batch_insert import SCRATCH_PREFIX, sweep_scratch
 from gpuscope.store import (
     connect,
@@ -36,7 +36,9 @@ from gpuscope.store.errors import StoreError, store_fault
 from tracegen import TraceBuilder, stepped_big_run
 
 TESTS = Path(__file__).resolve().parent
-N_LAUNCH = 60_000  # ~240k events: several MB in the store, more than the small disk holds
+N_LAUNCH = 60_000  # ~240k events: ~2 MiB of Parquet files of ~480 KiB, more than Disk.fill leaves
+ROOM = 1 << 20  # what a full tmpfs still takes: about half of the big run's files
+HEADROOM = 64 << 10  # RLIMIT_FSIZE above the store's biggest file: the catalog grows ~32 KiB a run
 
 
 class Disk:
@@ -47,14 +49,19 @@ class Disk:
         self.fsize: int | None = None  # RLIMIT_FSIZE for the subprocess when not a tmpfs
 
     def fill(self) -> None:
-        if self.tmpfs:  # room for 2 MiB more than the store holds now
+        """Leave less room than the big run needs. A tmpfs: ROOM more than the whole store folder
+        holds now (its catalog, data files, lock). Otherwise RLIMIT_FSIZE, which caps each file,
+        not the disk: above every file the store holds now (its files grow a little: the catalog)
+        and below one data file of the big run (the store is a folder of files written whole, so
+        a limit from its total would be one no file reaches and nothing would fail)."""
+        if self.tmpfs:
             st = os.statvfs(self.root)
             used_k = (st.f_blocks - st.f_bfree) * st.f_frsize // 1024
-            size = f"size={used_k + 2048}k"
+            size = f"size={used_k + ROOM // 1024}k"
             subprocess.run(["mount", "-o", f"remount,{size}", str(self.root)], check=True)
         else:
-            used = sum(p.stat().st_size for p in self.root.iterdir() if p.is_file())
-            self.fsize = used + (1 << 20)
+            biggest = max(p.stat().st_size for p in self.root.rglob("*") if p.is_file())
+            self.fsize = biggest + HEADROOM
 
     def free(self) -> None:
         if self.tmpfs:
@@ -142,15 +149,22 @@ def test_cli_disk_full_is_one_line_and_the_store_recovers(
         assert lines[0].startswith(f"gpuscope: {db}: the disk holding the store is full: ")
     else:  # the store or a scratch file, whichever hits the limit first
         assert lines[0].startswith("gpuscope: ") and "hit the file-size limit" in lines[0]
+        if compiled_parser.enabled():  # no scratch file (DuckDB parsing a batch writes one): the
+            # store's file, a data file of the big run
+            assert lines[0].startswith(f"gpuscope: {db}: the store hit the file-size limit")
+            assert f"{db}/data/" in lines[0], lines[0]
     disk.free()
     runs = cli_in_process("runs", "--db", str(db), "--json")
     assert runs.returncode == 0, runs.stderr
     assert '"first"' in runs.stdout and '"big"' not in runs.stdout  # nothing half-written
+    con = connect(db)  # the faulted ingest deleted the files it wrote (the disk is not left full):
+    assert untracked_files(con) == 0  # before the next ingest, whose maintenance deletes orphans
+    con.close()
     again = cli_in_process("ingest", str(big_trace), "--db", str(db))
     assert again.returncode == 0, again.stderr
     con = connect(db)
     n = con.execute("SELECT count(*) FROM runs").fetchone()[0]
-    assert (n, untracked_files(con)) == (2, 0)  # the faulted ingest's files are gone too
+    assert (n, untracked_files(con)) == (2, 0)  # and none is left after it
     con.close()
 
 
@@ -167,32 +181,39 @@ def untracked_files(con) -> int:
 
 WEB_SCRIPT = textwrap.dedent(
     """
-    import io, os, resource, signal, sys, time
+    import io, os, pathlib, resource, signal, sys, time
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     from gpuscope.web import db
     from gpuscope.vocabulary.errors import GpuscopeError
     from gpuscope.ingest.loader import ingest_paths
     from gpuscope.web.uploads import ingest_uploads
-    first, big, second, fsize, flag = sys.argv[1:6]
+    first, big, second, headroom, flag = sys.argv[1:6]
     with db.writing() as cur:
         ingest_paths(cur, [first])
     old = db.store()
-    if int(fsize):
-        resource.setrlimit(resource.RLIMIT_FSIZE, (int(fsize), resource.RLIM_INFINITY))
+    limit = []
+    if int(headroom):  # Disk.fill's RLIMIT_FSIZE: above every file of the store folder now
+        files = pathlib.Path(os.environ["GPUSCOPE_DB"]).rglob("*")
+        limit.append(max(p.stat().st_size for p in files if p.is_file()) + int(headroom))
     else:
         open(flag, "w").close()  # the parent makes the disk full now
         while os.path.exists(flag):
             time.sleep(0.01)
+    def progress(fraction, text):
+        # set once the upload is saved (its copy, the whole trace, would pass any such limit
+        # first): the store's writes are what pass it
+        if limit and text.startswith("Ingesting"):
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit.pop(), resource.RLIM_INFINITY))
     class Upload(io.BytesIO):
         name = "big.pt.trace.json"
     try:  # the browser's path: the upload is copied to a temp folder, then ingested
         with db.writing() as cur:
-            ingest_uploads(cur, [Upload(open(big, "rb").read())])
+            ingest_uploads(cur, [Upload(open(big, "rb").read())], progress=progress)
         print("NO FAULT")
     except GpuscopeError as e:
         print("FAULT", type(e).__name__, str(e))
     resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-    if not int(fsize):
+    if not int(headroom):
         open(flag, "w").close()  # the parent frees the disk now
         while os.path.exists(flag):
             time.sleep(0.01)
@@ -217,9 +238,9 @@ def test_dashboard_write_fault_is_one_line_and_the_next_action_works(
     flag = tmp_path / "flag"
     first = small_trace(tmp_path / "first.json", "first")
     second = small_trace(tmp_path / "second.json", "second")
-    fsize = 0 if disk.tmpfs else 2 << 20  # the store or a scratch batch passes it
+    headroom = 0 if disk.tmpfs else HEADROOM  # the store or a scratch batch passes the limit
     proc = subprocess.Popen(
-        [sys.executable, "-c", WEB_SCRIPT, *map(str, (first, big_trace, second, fsize, flag))],
+        [sys.executable, "-c", WEB_SCRIPT, *map(str, (first, big_trace, second, headroom, flag))],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -239,6 +260,9 @@ def test_dashboard_write_fault_is_one_line_and_the_next_action_works(
     assert kind == "StoreError" and "\n" not in message
     if disk.tmpfs:
         assert message.startswith(f"{db}: the disk holding the store is full: ")
+    elif compiled_parser.enabled():  # no scratch batch file: a data file of the store
+        assert message.startswith(f"{db}: the store hit the file-size limit"), message
+        assert f"{db}/data/" in message, message
     assert lines["REOPENED"] == "True"
     assert lines["RUNS"] == "['first', 'second']"  # the faulted run is not there, half or whole
     assert lines["ORPHANS"] == "0"  # no file of the faulted run is left either

@@ -709,10 +709,11 @@ def test_the_dashboards_writer_reopens_after_postgres_died_mid_commit(
     for k, v in env_of(ts).items():
         if k.startswith(("GPUSCOPE_", "AWS_")):
             monkeypatch.setenv(k, v)
-    webdb.store()  # open, as the server has before the upload
+    reader = webdb.store()  # open, as the server has before the upload
     assert ts.pg.psql(DIE_AT_COMMIT, database=ts.database).returncode == 0
     try:
         with pytest.raises(StoreError) as failed, webdb.writing() as w:
+            writer = w
             ingest_paths(w, [other])
     finally:
         assert (
@@ -721,7 +722,14 @@ def test_the_dashboards_writer_reopens_after_postgres_died_mid_commit(
         )
     assert "stopped answering during the commit; nothing was stored" in str(failed.value)
     assert_clean(ts, str(failed.value))
+    # Dropped: both connections of the fault are closed (DuckDB's postgres_scanner would in fact
+    # reconnect a kept one, so the next upload alone does not tell a dropped writer from a kept
+    # one), and the next use opens new ones.
+    for faulted in (reader, writer):
+        with pytest.raises(duckdb.ConnectionException):
+            faulted.con.execute("SELECT 1")
     with webdb.writing() as w:
+        assert w is not writer and webdb.store() is not reader
         ingest_paths(w, [other])
     assert n_runs(ts) == 2
     webdb.drop(webdb.store())
