@@ -1,7 +1,8 @@
 """The team store: the catalog in a real PostgreSQL, the data in a real S3 server (moto), all through
 the real `gpuscope` CLI (the local store its figures are compared with is written and read by the
-CLI in this process). First the harness itself (tests/team_servers.py), so a broken harness
-fails loudly instead of passing the team tests vacuously."""
+CLI in this process, a DuckDB file: clitools.analysis_store). First the harness itself
+(tests/team_servers.py), so a broken harness fails loudly instead of passing the team tests
+vacuously."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clitools import cli_in_process
+from clitools import analysis_store, cli_in_process
 from team_servers import (
     OWNER_FILE,
     S3,
@@ -173,10 +174,11 @@ def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
 @dataclass
 class Populated:
     """A team store holding the before/after samples, ingested by the CLI, and a local store with
-    the same two traces for reference."""
+    the same two traces for reference (a DuckDB file, whose figures equal the lake's:
+    tests/test_store_equivalence.py; the lake under GPUSCOPE_TESTS_ON_LAKE=1)."""
 
     team: TeamStore
-    local: Path
+    local: Path | str
     ids: dict[str, str]  # name -> run id
 
 
@@ -199,7 +201,7 @@ def populated(
     )
     ids = {r["name"]: r["run_id"] for r in runs}
     assert set(ids) == {"before", "after"}
-    local = tmp_path_factory.mktemp("local") / "store"
+    local = analysis_store(tmp_path_factory.mktemp("local"))
     ok_json(local_cli("ingest", str(BEFORE), str(AFTER), "--json", "--db", str(local)))
     return Populated(team, local, ids)
 
