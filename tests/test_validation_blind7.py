@@ -12,9 +12,9 @@ import pytest
 from validation_parts import (
     ONE_GPU_FIXES,
     TRUTH,
-    VAL,
     assert_case_words,
     assert_compiled_fixed_only,
+    assert_device_script_drives_lanes,
     assert_fifteen_with_one_two_gpu_straggler,
     assert_first_fixes,
     assert_new_families,
@@ -165,12 +165,7 @@ def test_the_recorded_seventh_blind_part_is_apart_and_whole() -> None:
 def test_the_device_script_drives_this_part_alone_or_in_lanes() -> None:
     """record_blind7_device.sh runs device_env.sh's drive_part on this part (its group) with the
     script's arguments, or drive_lanes after a first argument ``lanes``."""
-    text = (VAL / "record_blind7_device.sh").read_text()
-    commands = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("#")]
-    assert f'drive_part {record_blind7.GROUP} "$@"' in commands
-    assert f'drive_lanes {record_blind7.GROUP} "$@"' in commands
-    assert 'if [ "${1:-}" = lanes ]; then' in commands
-    assert (VAL / f"record_{record_blind7.GROUP}.py").is_file()
+    assert_device_script_drives_lanes(record_blind7)
 
 
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")

@@ -13,9 +13,9 @@ import pytest
 from validation_parts import (
     ONE_GPU_FIXES,
     TRUTH,
-    VAL,
     assert_case_words,
     assert_compiled_fixed_only,
+    assert_device_script_drives_lanes,
     assert_first_fixes,
     assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
@@ -172,12 +172,7 @@ def test_the_recorded_ninth_blind_part_is_apart_and_whole() -> None:
 def test_the_device_script_drives_this_part_alone_or_in_lanes() -> None:
     """record_blind9_device.sh runs device_env.sh's drive_part on this part (its group) with the
     script's arguments, or drive_lanes after a first argument ``lanes``."""
-    text = (VAL / "record_blind9_device.sh").read_text()
-    commands = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("#")]
-    assert f'drive_part {record_blind9.GROUP} "$@"' in commands
-    assert f'drive_lanes {record_blind9.GROUP} "$@"' in commands
-    assert 'if [ "${1:-}" = lanes ]; then' in commands
-    assert (VAL / f"record_{record_blind9.GROUP}.py").is_file()
+    assert_device_script_drives_lanes(record_blind9)
 
 
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")

@@ -116,6 +116,18 @@ def assert_own_held_out_group(part: Any, group: str, first: int) -> None:
         assert set(part.BUILDERS) == set(part.CASES)
 
 
+def assert_device_script_drives_lanes(part: Any) -> None:
+    """record_<GROUP>_device.sh runs device_env.sh's drive_part on the blind part ``part`` (its
+    group) with the script's arguments, or drive_lanes after a first argument ``lanes``; the part's
+    recorder is beside it."""
+    text = (VAL / f"record_{part.GROUP}_device.sh").read_text()
+    commands = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("#")]
+    assert f'drive_part {part.GROUP} "$@"' in commands
+    assert f'drive_lanes {part.GROUP} "$@"' in commands
+    assert 'if [ "${1:-}" = lanes ]; then' in commands
+    assert (VAL / f"record_{part.GROUP}.py").is_file()
+
+
 def assert_part_layout(
     part: Any, group: str, first: int, modules: Sequence[Any] | None = None, count: int = 15
 ) -> None:
