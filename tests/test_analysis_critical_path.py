@@ -85,11 +85,13 @@ def test_host_sync_gain_hand_computed():
     assert GN.makespan(cp.graph, 0, dur, keep) == 60 * US
     assert GN.makespan(cp.graph, 0) == 100 * US  # the graph replays the trace as recorded
     est = _estimate("host_sync", cp, ctx)
-    # without an untraced step the host is replayed at 0.3 .. 0.5 and 1.0 of its recorded time;
-    # mid (0.4): host 0..4 -> 1.6, launch call 4..6 -> 0.8, K starts 1.6 + 6 = 7.6, ends 57.6;
-    # the Python after the call ends first, so the window is 57.6 against 100 * 0.4-scaled
-    # host + the wait: base = 57.6 + 5 (tail) + 35 * 0.4 = 76.6 -> gain 1 - 57.6 / 76.6
-    assert abs(est.gain_pct - 100 * (1 - 57.6 / 76.6)) < 1e-6
+    # without an untraced step no host speed is fitted: the host is replayed at the prior's
+    # 0.38, 0.55 and 0.72 and at 1.0 of its recorded time; mid (0.55): host 0..4 -> 2.2, launch
+    # call 4..6 -> 1.1, K starts 2.2 + 6 = 8.2, ends 58.2; the Python after the call ends first,
+    # so the window is 58.2 against the 0.55-scaled host + the wait: base = 58.2 + 5 (tail) +
+    # 35 * 0.55 = 82.45 -> gain 1 - 58.2 / 82.45
+    assert GN.HOST_SCALE_PRIOR[1] == 0.55
+    assert abs(est.gain_pct - 100 * (1 - 58.2 / 82.45)) < 1e-6
     assert est.low_pct <= est.gain_pct <= est.high_pct
     assert est.bound is False
 
