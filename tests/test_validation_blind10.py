@@ -12,14 +12,11 @@ import pytest
 from validation_parts import (
     ONE_GPU_FIXES,
     TRUTH,
-    assert_case_words,
     assert_compiled_fixed_only,
-    assert_device_script_drives_lanes,
     assert_first_fixes,
     assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_part_layout,
-    assert_recorded_part,
     build_one_gpu_cases,
     ops_by_variant_and_rank,
     record_blind10,
@@ -101,10 +98,6 @@ def test_the_tenth_blind_part_covers_the_fixes_two_nulls_and_three_two_gpu_pairs
     assert len(cases) == 15 and len(ONE_GPU) == 12
 
 
-def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
-    assert_case_words(record_blind10)
-
-
 @pytest.mark.slow
 def test_every_one_gpu_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
     monkeypatch: pytest.MonkeyPatch, one_thread: None
@@ -177,20 +170,6 @@ def test_the_two_gpu_cases_differ_as_planted_on_each_rank(
     (p0, p1), (f0, f1) = by_rank["planted", 1], by_rank["fixed", 1]
     assert 2 * p1 == 3 * p0 and f0 == f1 and f0 + f1 == p0 + p1
     assert builds["planted", 1][0] == p1 and builds["planted", 0][0] == p0
-
-
-@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
-def test_the_recorded_tenth_blind_part_is_apart_and_whole() -> None:
-    """Every recorded v160+ case (none before the part's device calls): group blind10, held out,
-    one trace of its planted variant per rank, timed in fresh processes on an NVIDIA GPU, >= 3
-    rounds (>= 5 where the rounds scatter), its row whole; make_truth's earlier cases first."""
-    assert_recorded_part(record_blind10)
-
-
-def test_the_device_script_drives_this_part_alone_or_in_lanes() -> None:
-    """record_blind10_device.sh runs device_env.sh's drive_part on this part (its group) with the
-    script's arguments, or drive_lanes after a first argument ``lanes``."""
-    assert_device_script_drives_lanes(record_blind10)
 
 
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")

@@ -12,14 +12,11 @@ import pytest
 from validation_parts import (
     ONE_GPU_FIXES,
     TRUTH,
-    assert_case_words,
     assert_compiled_fixed_only,
-    assert_device_script_drives_lanes,
     assert_fifteen_with_one_two_gpu_straggler,
     assert_first_fixes,
     assert_new_families,
     assert_part_layout,
-    assert_recorded_part,
     build_one_gpu_cases,
     ops_by_variant_and_rank,
     record_blind7,
@@ -100,10 +97,6 @@ def test_the_seventh_blind_part_covers_the_fixes_three_nulls_and_a_rank_1_pace_s
     assert record_blind7.CASES["v129"]["name"] == "load_imbalance_seq"
 
 
-def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
-    assert_case_words(record_blind7)
-
-
 @pytest.mark.slow
 def test_every_one_gpu_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
     monkeypatch: pytest.MonkeyPatch, one_thread: None
@@ -152,20 +145,6 @@ def test_rank_1_of_the_planted_two_gpu_case_computes_longer_sequences(
     assert seq["fixed", 1] * 2 == seq["planted", 0] + seq["planted", 1]
     for n, meta, _model in builds.values():
         assert n > 0 and meta["extra_work_rank"] == 1
-
-
-@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
-def test_the_recorded_seventh_blind_part_is_apart_and_whole() -> None:
-    """Every recorded v115+ case (none before the part's device calls): group blind7, held out,
-    one trace of its planted variant per rank, timed in fresh processes on an NVIDIA GPU, >= 3
-    rounds (>= 5 where the rounds scatter), its row whole; make_truth's earlier cases first."""
-    assert_recorded_part(record_blind7)
-
-
-def test_the_device_script_drives_this_part_alone_or_in_lanes() -> None:
-    """record_blind7_device.sh runs device_env.sh's drive_part on this part (its group) with the
-    script's arguments, or drive_lanes after a first argument ``lanes``."""
-    assert_device_script_drives_lanes(record_blind7)
 
 
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")

@@ -14,15 +14,12 @@ import pytest
 from validation_parts import (
     ONE_GPU_FIXES,
     TRUTH,
-    assert_case_words,
     assert_compiled_fixed_only,
-    assert_device_script_drives_lanes,
     assert_fifteen_with_one_two_gpu_straggler,
     assert_first_fixes,
     assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_part_layout,
-    assert_recorded_part,
     build_one_gpu_cases,
     ops_by_variant_and_rank,
     record_blind8,
@@ -107,10 +104,6 @@ def test_the_eighth_blind_part_covers_the_fixes_two_nulls_and_a_rank_1_pace_sett
     assert record_blind8.CASES["v144"]["name"] == "load_imbalance_batch"
 
 
-def test_the_words_written_into_the_traces_hold_no_double_quote() -> None:
-    assert_case_words(record_blind8)
-
-
 @pytest.mark.slow
 def test_every_one_gpu_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
     monkeypatch: pytest.MonkeyPatch, one_thread: None
@@ -161,22 +154,6 @@ def test_rank_1_of_the_planted_two_gpu_case_gets_more_of_each_batch(
     assert (samples["planted", 0], samples["planted", 1], samples["fixed", 1]) == (p0, p1, f1)
     for n, meta, _model in builds.values():
         assert n > 0 and meta["extra_work_rank"] == 1
-
-
-@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
-def test_the_recorded_eighth_blind_part_is_apart_and_whole() -> None:
-    """Every recorded v130+ case (none before the part's device calls): group blind8, held out,
-    one trace of its planted variant per rank, timed in fresh processes on an NVIDIA GPU, >= 3
-    rounds (>= 5 where the rounds scatter), its row whole; make_truth's earlier cases first. v139's
-    three rounds span 58 points, but of a loss of 403-461 % (the workers made the step 5 x
-    slower): the sign and size of its gain are not in doubt, and it has 3."""
-    assert_recorded_part(record_blind8, frozenset({"v139"}))
-
-
-def test_the_device_script_drives_this_part_alone_or_in_lanes() -> None:
-    """record_blind8_device.sh runs device_env.sh's drive_part on this part (its group) with the
-    script's arguments, or drive_lanes after a first argument ``lanes``."""
-    assert_device_script_drives_lanes(record_blind8)
 
 
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
