@@ -162,11 +162,12 @@ def test_the_first_fixes_timed_are_what_their_files_say() -> None:
     v136 and torch.compile on v137's planted variants (gpuscope's first fix there at 3ebdcbd),
     each timed as recorded, 3 rounds."""
     assert_first_fixes(record_blind8)
-    assert set(record_blind8.FIRST_FIXES) == {"v135c", "v136c", "v137c", "v142c"}
+    assert set(record_blind8.FIRST_FIXES) == {"v135c", "v136c", "v137c", "v142c", "v140c"}
     assert {s["how"] for s in record_blind8.FIRST_FIXES.values()} == {
         "cudnn_benchmark",
         "bf16",
         "compile",
+        "cuda_graphs",
     }
 
 

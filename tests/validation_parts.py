@@ -342,14 +342,17 @@ def build_one_gpu_cases(
 def assert_first_fixes_apply_to_the_fixed_variant_only(part: Any, monkeypatch: Any) -> None:
     """record_common.first_fix_builders on the CPU (--quick sizes) for ``part.FIRST_FIXES``: each
     first fix builds its base case's planted variant; only variant ``fixed`` applies the fix
-    (cudnn.benchmark set, ``model.compile()`` called once, the step run under ``k.ac``), as its
+    (cudnn.benchmark set, ``model.compile()`` called once, in mode "reduce-overhead" for
+    ``cuda_graphs``, the step run under ``k.ac``), as its
     record says; a fix the recorders do not apply is refused."""
     import pytest
     import record_common
     import torch
 
     compiled: list[object] = []
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *a, **kw: compiled.append(self))
+    monkeypatch.setattr(
+        torch.nn.Module, "compile", lambda self, *a, **kw: compiled.append(kw.get("mode"))
+    )
     entered: list[str] = []
 
     class Ac:
@@ -384,7 +387,8 @@ def assert_first_fixes_apply_to_the_fixed_variant_only(part: Any, monkeypatch: A
                 "applied": applied,
             }
             assert torch.backends.cudnn.benchmark == (applied and spec["how"] == "cudnn_benchmark")
-            assert len(compiled) == int(applied and spec["how"] == "compile"), case
+            modes = {"compile": [None], "cuda_graphs": ["reduce-overhead"]}
+            assert compiled == (modes.get(spec["how"], []) if applied else []), case
         assert entries["fixed"] - entries["planted"] == int(spec["how"] == "bf16"), case
     torch.backends.cudnn.benchmark = False
     with pytest.raises(ValueError, match="not one the recorders apply"):

@@ -48,6 +48,15 @@ FIRST_FIXES: dict[str, dict] = {
         "fix": "the same, each step under bf16 autocast",
         "expected_fix": "mixed_precision",
     },
+    "v169c": {
+        "name": "v169_cuda_graphs",
+        "base": "v169",
+        "how": "cuda_graphs",
+        "planted": "v169's planted variant (batch 2, bf16 autocast, eager)",
+        "fix": "the same, model.compile(mode=\"reduce-overhead\") (gpuscope's cuda_graphs code: "
+        "forward and backward replayed as CUDA graphs, the optimizer step eager)",
+        "expected_fix": "cuda_graphs",
+    },
 }
 """The first fixes gpuscope named on this part where the planted cause was another's (the
 judgement at ef9789a: ``mixed_precision`` first on v168 at 26.3 %), timed only (no trace), on

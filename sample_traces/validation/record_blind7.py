@@ -76,6 +76,15 @@ FIRST_FIXES: dict[str, dict] = {
         "fix": "the same, model.compile() (torch.compile of the model in place)",
         "expected_fix": "kernel_fusion",
     },
+    "v125c": {
+        "name": "v125_cuda_graphs",
+        "base": "v125",
+        "how": "cuda_graphs",
+        "planted": "v125's planted variant (batch 16, fp32, eager)",
+        "fix": "the same, model.compile(mode=\"reduce-overhead\") (gpuscope's cuda_graphs code: "
+        "forward and backward replayed as CUDA graphs, the optimizer step eager)",
+        "expected_fix": "cuda_graphs",
+    },
 }
 """The first fixes gpuscope named on this part where the planted cause was another's (the judgement
 at 9037c08: ``kernel_fusion`` first on v118, v119 and v122), timed only (no trace), on each base

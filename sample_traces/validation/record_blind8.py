@@ -82,6 +82,15 @@ FIRST_FIXES: dict[str, dict] = {
         "fix": "the same, torch.backends.cudnn.benchmark = True before the first step",
         "expected_fix": "cudnn_benchmark",
     },
+    "v140c": {
+        "name": "v140_cuda_graphs",
+        "base": "v140",
+        "how": "cuda_graphs",
+        "planted": "v140's planted variant (batch 32, fp32, eager)",
+        "fix": "the same, model.compile(mode=\"reduce-overhead\") (gpuscope's cuda_graphs code: "
+        "forward and backward replayed as CUDA graphs, the optimizer step eager)",
+        "expected_fix": "cuda_graphs",
+    },
 }
 """The first fixes gpuscope named on this part where the planted cause was another's (the judgement
 at 3ebdcbd: ``cudnn_benchmark`` first on v135 and v142, ``mixed_precision`` on v136,

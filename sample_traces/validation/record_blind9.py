@@ -66,6 +66,15 @@ FIRST_FIXES: dict[str, dict] = {
         "fix": "the same, model.compile() (torch.compile of the model in place)",
         "expected_fix": "kernel_fusion",
     },
+    "v155c": {
+        "name": "v155_cuda_graphs",
+        "base": "v155",
+        "how": "cuda_graphs",
+        "planted": "v155's planted variant (batch 8, fp32, eager)",
+        "fix": "the same, model.compile(mode=\"reduce-overhead\") (gpuscope's cuda_graphs code: "
+        "forward and backward replayed as CUDA graphs, the optimizer step eager)",
+        "expected_fix": "cuda_graphs",
+    },
 }
 """The first fixes gpuscope named on this part where the planted cause was another's (the judgement
 at 9d920f2: ``cudnn_benchmark`` first on v146, ``kernel_fusion`` on v150), timed only (no trace),
