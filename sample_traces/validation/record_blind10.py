@@ -53,7 +53,7 @@ FIRST_FIXES: dict[str, dict] = {
         "base": "v169",
         "how": "cuda_graphs",
         "planted": "v169's planted variant (batch 2, bf16 autocast, eager)",
-        "fix": "the same, model.compile(mode=\"reduce-overhead\") (gpuscope's cuda_graphs code: "
+        "fix": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code: "
         "forward and backward replayed as CUDA graphs, the optimizer step eager)",
         "expected_fix": "cuda_graphs",
     },

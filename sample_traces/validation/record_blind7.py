@@ -81,7 +81,7 @@ FIRST_FIXES: dict[str, dict] = {
         "base": "v125",
         "how": "cuda_graphs",
         "planted": "v125's planted variant (batch 16, fp32, eager)",
-        "fix": "the same, model.compile(mode=\"reduce-overhead\") (gpuscope's cuda_graphs code: "
+        "fix": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code: "
         "forward and backward replayed as CUDA graphs, the optimizer step eager)",
         "expected_fix": "cuda_graphs",
     },

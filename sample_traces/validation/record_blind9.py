@@ -71,7 +71,7 @@ FIRST_FIXES: dict[str, dict] = {
         "base": "v155",
         "how": "cuda_graphs",
         "planted": "v155's planted variant (batch 8, fp32, eager)",
-        "fix": "the same, model.compile(mode=\"reduce-overhead\") (gpuscope's cuda_graphs code: "
+        "fix": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code: "
         "forward and backward replayed as CUDA graphs, the optimizer step eager)",
         "expected_fix": "cuda_graphs",
     },
