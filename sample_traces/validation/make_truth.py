@@ -84,6 +84,8 @@ BLIND_PARTS = (
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 
 FIRST_FIXES = {
+    **record_blind4.FIRST_FIXES,
+    **record_blind5.FIRST_FIXES,
     **record_blind6.FIRST_FIXES,
     **record_blind7.FIRST_FIXES,
     **record_blind8.FIRST_FIXES,

@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
-from record_common import Kit, precision_loss, recorder, uint8_batches  # noqa: E402
+from record_common import Kit, part_recorder, precision_loss, uint8_batches  # noqa: E402
 
 GROUP = "blind4"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -1069,7 +1069,24 @@ BUILDERS = {
 """Each case's builder: (kit, fixed, device, rank) -> (step_fn, samples_per_step, model)."""
 
 
-build, main = recorder(CASES, BUILDERS, 97531, __file__)
+FIRST_FIXES: dict[str, dict] = {
+    "v82c": {
+        "name": "v82_compile",
+        "base": "v82",
+        "how": "compile",
+        "planted": "v82's planted variant (loss.item() once per step), eager",
+        "fix": "the same, model.compile() (torch.compile of the model in place)",
+        "expected_fix": "kernel_fusion",
+    },
+}
+"""The first fix gpuscope named on this part where the planted cause was another's (the judgement
+at 5be19a7: ``kernel_fusion`` first on v82 at 11.2 %), timed only (no trace), on the base case's
+planted variant, recorded after the part (2026-11-27): variant ``fixed`` applies it. It settles
+whether the first fix gains what it says; it is not a case of the part, and adding it leaves
+every case's builder and seed as recorded."""
+
+
+build, main = part_recorder(CASES, BUILDERS, FIRST_FIXES, 97531, __file__)
 """``build``: (step_fn, samples_per_step, meta, model) of one case and variant on this rank;
 ``main``: record_new's driver over this part's cases."""
 

@@ -36,7 +36,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
-from record_common import Kit, precision_loss, recorder, uint8_batches, whole_step_graph  # noqa: E402
+from record_common import (  # noqa: E402
+    Kit,
+    part_recorder,
+    precision_loss,
+    uint8_batches,
+    whole_step_graph,
+)
 
 GROUP = "blind5"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -1096,7 +1102,33 @@ BUILDERS = {
 """Each case's builder: (kit, fixed, device, rank) -> (step_fn, samples_per_step, model)."""
 
 
-build, main = recorder(CASES, BUILDERS, 24680, __file__)
+FIRST_FIXES: dict[str, dict] = {
+    "v92c": {
+        "name": "v92_compile",
+        "base": "v92",
+        "how": "compile",
+        "planted": "v92's planted variant (2 syncs per layer, 40 per step), eager",
+        "fix": "the same, model.compile() (torch.compile of the model in place)",
+        "expected_fix": "kernel_fusion",
+    },
+    "v95c": {
+        "name": "v95_cuda_graphs",
+        "base": "v95",
+        "how": "cuda_graphs",
+        "planted": "v95's planted variant (batch 16, fp32, eager)",
+        "fix": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code: "
+        "forward and backward replayed as CUDA graphs, the optimizer step eager)",
+        "expected_fix": "cuda_graphs",
+    },
+}
+"""The first fixes gpuscope named on this part where the planted cause was another's (the judgement
+at 5be19a7: ``kernel_fusion`` first on v92 at 31.0 %, ``cuda_graphs`` on v95 at 73.2 %), timed
+only (no trace), on each base case's planted variant, recorded after the part (2026-11-27):
+variant ``fixed`` applies that fix. They settle whether the first fix gains what it says; they are
+not cases of the part, and adding them leaves every case's builder and seed as recorded."""
+
+
+build, main = part_recorder(CASES, BUILDERS, FIRST_FIXES, 24680, __file__)
 """``build``: (step_fn, samples_per_step, meta, model) of one case and variant on this rank;
 ``main``: record_new's driver over this part's cases."""
 
