@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING
 
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
-from gpuscope.analysis.fixes.kernel_fusion import BREAKS_FIX, launch_bound
+from gpuscope.analysis.fixes.kernel_fusion import BREAKS_FIX, launch_bound, removable_kernels
 from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.phase_patterns import rnn_host_nodes
 
 if TYPE_CHECKING:
-    from gpuscope.analysis.critical_path import Graph
-    from gpuscope.analysis.gains import Context, Variant
+    from gpuscope.analysis.critical_path import Graph, Node
+    from gpuscope.analysis.gains import Context, DurFn, Variant
+    from gpuscope.analysis.recommendation import Recommendation
 
 CODE = (
     'model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs: one launch\n'
@@ -82,21 +84,80 @@ def detect(inp: Inputs) -> Finding | None:
     return Finding(ev, fx.host_gain_pct(lb.ns, inp), title=EAGER_TITLE, code=EAGER_CODE, why=why)
 
 
+def _host_scaled(
+    g: Graph, low: float, mid: float, high: float, fused: bool = False
+) -> dict[str, Variant]:
+    """Host and launches × ``low`` / ``mid`` / ``high``, outside the DataLoader and the optimizer;
+    a step that runs recurrent layers (:func:`~gpuscope.analysis.phase_patterns.rnn_host_nodes`)
+    keeps its time at the low and mid levels, and at the high one replays only the host work
+    outside those layers' ops. Dynamo leaves ``nn.GRU`` / ``nn.LSTM`` eager and breaks the graph
+    around them, so the step is replayed as several graphs with the layer's launches between
+    them: ``model.compile(mode="reduce-overhead")`` of v125's planted variant (a GRU4Rec step,
+    gpuscope's first fix there at 73.4 %) was timed 32.4 % slower (6 rounds, -55.1 to 1.6;
+    sample_traces/validation/truth.json, ``first_fixes``). ``fused``: at the high level the
+    kernels fusion removes (:func:`~gpuscope.analysis.fixes.kernel_fusion.removable_kernels`) take
+    no GPU time either (:func:`advised`)."""
+    rnn = rnn_host_nodes(g)
+    if not rnn:
+        out = fx.scaled_variants(fx.is_host_work, low, mid, high)
+        if fused:
+            removed, _ = removable_kernels(g)
+            out["high"] = (_fused_top(removed, high), None)
+        return out
+
+    def kept(v: int, n: Node) -> float:
+        return float(n.dur)
+
+    def around(f: float) -> DurFn:
+        def dur(v: int, n: Node) -> float:
+            return n.dur * f if v not in rnn and fx.is_host_work(n) else float(n.dur)
+
+        return dur
+
+    return {"low": (kept, None), "mid": (kept, None), "high": (around(high), None)}
+
+
+def _fused_top(removed: frozenset[int], high: float) -> DurFn:
+    """Host and launches × ``high``; the kernels ``removed`` take no GPU time."""
+
+    def dur(v: int, n: Node) -> float:
+        if v in removed:
+            return 0.0
+        return n.dur * high if fx.is_host_work(n) else float(n.dur)
+
+    return dur
+
+
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """Host and launches × 0.5 / 0.2 / 0.05 (``compiled_overhead``: a compiled step's remaining
-    Python and guards)."""
-    return fx.scaled_variants(fx.is_host_work, 0.5, 0.2, 0.05)
+    Python and guards); recurrent layers as :func:`_host_scaled` says."""
+    return _host_scaled(g, 0.5, 0.2, 0.05)
 
 
 def retime_replayed(g: Graph, ctx: Context) -> dict[str, Variant]:
     """Host and launches × 0.5 / 0.2 / 0: at the top, the replayed graph launches the whole step
     at once and no host work per kernel is left. The kernels' launch latencies stay in the graph,
     so the top is not the GPU's work alone (v123, a SchNet-style step captured whole by
-    ``torch.cuda.graph``, measured 6.9 → 0.76 ms, 89.1 %: top 85.4 % either way)."""
-    return fx.scaled_variants(fx.is_host_work, 0.5, 0.2, 0.0)
+    ``torch.cuda.graph``, measured 6.9 → 0.76 ms, 89.1 %: top 85.4 % either way). Recurrent
+    layers as :func:`_host_scaled` says."""
+    return _host_scaled(g, 0.5, 0.2, 0.0)
 
 
-UNIT = FixUnit("cuda_graphs", WORDS, detect, retime_replayed, general=True, host_free=True)
+def advised(rec: Recommendation, g: Graph, ctx: Context) -> dict[str, Variant]:
+    """:func:`retime_replayed`; on a step not compiled yet (the finding's ``compiled`` false or
+    absent), the top also fuses: ``torch.compile(model, mode="reduce-overhead")`` runs Inductor's
+    fused kernels inside the graphs it replays, so the kernels fusion removes take no GPU time
+    there (kernel_fusion's strongest level). Timed on the planted variants of v95 (a spiking CNN,
+    1,042 kernels a step, 2.2 ms of GPU work in the trace): 94.0 %, the compiled step 2.49 ms,
+    above the top of host work alone (91.2 %); v140, v155, v169: 74.8-85.1 %."""
+    if (rec.evidence or {}).get("compiled"):
+        return retime_replayed(g, ctx)
+    return _host_scaled(g, 0.5, 0.2, 0.0, fused=True)
+
+
+UNIT = FixUnit(
+    "cuda_graphs", WORDS, detect, retime_replayed, general=True, host_free=True, advised=advised
+)
 """``host_free``: the replayed step no longer follows its host's speed while the planted one does;
 the timed planted steps of the two eager pairs ran 20-37 % slower than the capture's untraced step
 (v123 measured 89.1 % against a top of 85.4 %, v141 90.6 % against 87.8 %)."""
