@@ -11,6 +11,8 @@ from validation_parts import (
     ONE_GPU_FIXES,
     TRUTH,
     assert_case_words,
+    assert_first_fixes,
+    assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_own_held_out_group,
     assert_recorded_part,
     earlier_cases,
@@ -97,3 +99,19 @@ def test_the_recorded_fourth_blind_part_is_apart_and_whole() -> None:
     scatter), its row whole (device, torch, timings, rounds, extra); make_truth's earlier cases
     come first, in their own order."""
     assert_recorded_part(record_blind4)
+
+
+def test_the_first_fixes_timed_are_what_their_files_say() -> None:
+    """truth.json's ``first_fixes`` of this part: torch.compile on v82's planted variant (gpuscope's first fix there at 5be19a7,
+    ``kernel_fusion`` at 11.2 %), timed as recorded after the part, 7 rounds (19.8 %)."""
+    assert_first_fixes(record_blind4)
+    assert set(record_blind4.FIRST_FIXES) == {"v82c"}
+    assert {s["how"] for s in record_blind4.FIRST_FIXES.values()} == {"compile"}
+
+
+@pytest.mark.slow
+def test_the_first_fixes_apply_their_fix_to_the_fixed_variant_only(
+    monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    pytest.importorskip("torch")
+    assert_first_fixes_apply_to_the_fixed_variant_only(record_blind4, monkeypatch)

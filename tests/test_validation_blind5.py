@@ -13,6 +13,8 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_fifteen_with_one_two_gpu_straggler,
+    assert_first_fixes,
+    assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_own_held_out_group,
     assert_recorded_part,
@@ -180,3 +182,21 @@ def test_the_device_script_drives_this_part() -> None:
     commands = [x for x in lines if x and not x.startswith("#")]
     assert commands[-1] == f'drive_part {record_blind5.GROUP} "$@"'
     assert (VAL / f"record_{record_blind5.GROUP}.py").is_file()
+
+
+def test_the_first_fixes_timed_are_what_their_files_say() -> None:
+    """truth.json's ``first_fixes`` of this part: torch.compile on v92's planted variant and
+    ``model.compile(mode="reduce-overhead")`` on v95's (gpuscope's first fixes there at 5be19a7:
+    ``kernel_fusion`` at 31.0 %, ``cuda_graphs`` at 73.2 %), timed as recorded after the part: 7
+    rounds (5.4 %) and 4 (94.0 %)."""
+    assert_first_fixes(record_blind5)
+    assert set(record_blind5.FIRST_FIXES) == {"v92c", "v95c"}
+    assert {s["how"] for s in record_blind5.FIRST_FIXES.values()} == {"compile", "cuda_graphs"}
+
+
+@pytest.mark.slow
+def test_the_first_fixes_apply_their_fix_to_the_fixed_variant_only(
+    monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    pytest.importorskip("torch")
+    assert_first_fixes_apply_to_the_fixed_variant_only(record_blind5, monkeypatch)

@@ -64,8 +64,8 @@ the base case's planted variant: variant ``fixed`` applies that fix. It settles 
 fix gains what it says; it is not a case of the part. v170's first, ``kernel_fusion`` at 32.6 %,
 was tried as ``model.compile()`` of the FSDP2 root: torch.compile could not trace the planted
 variant's prefetch gate (a ``wait_stream`` inside the forward), both fixed runs failed, so it is
-not timed here. v169's and v171's first,
-``cuda_graphs``, is not a fix the recorders apply to another case's builder; v172's,
+not timed here. v169's first, ``cuda_graphs``, was timed later (2026-11-27, judgement at 5be19a7)
+as the code gpuscope gives; v171's (a 2-GPU DTensor step) was not. v172's,
 ``overlap_communication`` at 0.6 %, says nothing to time."""
 
 

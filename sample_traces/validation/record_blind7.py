@@ -89,9 +89,10 @@ FIRST_FIXES: dict[str, dict] = {
 """The first fixes gpuscope named on this part where the planted cause was another's (the judgement
 at 9037c08: ``kernel_fusion`` first on v118, v119 and v122), timed only (no trace), on each base
 case's planted variant: variant ``fixed`` applies that fix. They settle whether the first fix
-gains what it says; they are not cases of the part. (v125's first, ``cuda_graphs``, needs a
-capturable optimizer the builder does not make; v127's ``pin_memory`` and v128's ``host_sync``
-name no change the recipe exposes: not timed.)"""
+gains what it says; they are not cases of the part. v125's first, ``cuda_graphs``, was timed
+later (2026-11-27, judgement at 5be19a7) as the code gpuscope gives,
+``model.compile(mode='reduce-overhead')`` with the optimizer step eager. (v127's ``pin_memory``
+and v128's ``host_sync`` name no change the recipe exposes: not timed.)"""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part(

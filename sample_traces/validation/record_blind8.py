@@ -96,8 +96,9 @@ FIRST_FIXES: dict[str, dict] = {
 at 3ebdcbd: ``cudnn_benchmark`` first on v135 and v142, ``mixed_precision`` on v136,
 ``kernel_fusion`` on v137), timed only (no trace), on each base case's planted variant: variant
 ``fixed`` applies that fix. They settle whether the first fix gains what it says; they are not
-cases of the part. (v131's first, ``batch_size``, changes the training; v140's, ``cuda_graphs``,
-needs a capturable optimizer the builder does not make: not timed.)"""
+cases of the part. v140's first, ``cuda_graphs``, was timed later (2026-11-27, judgement at
+5be19a7) as the code gpuscope gives, ``model.compile(mode='reduce-overhead')`` with the optimizer
+step eager. (v131's first, ``batch_size``, changes the training: not timed.)"""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part(
