@@ -409,15 +409,28 @@ def headline_rows(job: JobDiagnosis) -> tuple[HeadlineRow, ...]:
             rows.append(retimed_row(job))
     first = job.first_fix
     if first is not None:
-        who = f"rank {first.rank}, the pace-setter: fixing a rank that waits gains nothing"
-        if first.rank != job.pace_setter:
-            who = (
-                f"rank {first.rank}, which sets the pace once the profiler's cost is gone: fixing "
-                "a rank that waits gains nothing"
-            )
+        who = fix_rank_words(job, first.rank)
         note = "; ".join(w for w in (first.gain_words, who if job.distributed else "") if w)
         rows.append(HeadlineRow("First fix", first.title, note))
     return tuple(rows)
+
+
+def fix_rank_words(job: JobDiagnosis, rank: int) -> str:
+    """Whose fixes rank ``rank``'s are, in the words every face uses: the pace-setter's, or (a
+    rank other than the pace-setter: one that leads only by the profiler's own cost, or whose
+    compute the profiler hid) the rank that sets the pace once the profiler's cost is gone."""
+    if rank == job.pace_setter:
+        return f"rank {rank}, the pace-setter: fixing a rank that waits gains nothing"
+    return (
+        f"rank {rank}, which sets the pace once the profiler's cost is gone: fixing a rank that "
+        "waits gains nothing"
+    )
+
+
+def fixes_lead(job: JobDiagnosis) -> str:
+    """The sentence over a distributed job's fix list: whose fixes they are
+    (:attr:`JobDiagnosis.fix_rank`, :func:`fix_rank_words`)."""
+    return f"The fixes of {fix_rank_words(job, job.fix_rank)}."
 
 
 def path_row(job: JobDiagnosis) -> HeadlineRow:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gpuscope.analysis.fixes import ORDER_NOTE
 from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.verdict import fixes_lead
 from gpuscope.web import html_safe, palette
 
 if TYPE_CHECKING:
@@ -452,13 +453,7 @@ def render_markdown(parts: ReportParts) -> str:
         out += _md_table(_RANK_HEAD, _rank_rows(job))
     out += ["", "## Fixes", ""]
     if job is not None and job.distributed:
-        out += [
-            _md(
-                f"The fixes of rank {job.fix_rank}, the pace-setter (fixing a rank that waits "
-                "gains nothing)."
-            ),
-            "",
-        ]
+        out += [_md(fixes_lead(job)), ""]
     recs = doc.get("recommendations") or []
     if not recs:
         out += ["No fix with a cost above noise.", ""]
@@ -550,10 +545,7 @@ def render_html(parts: ReportParts) -> str:
         out.append(_html_table(_RANK_HEAD, _rank_rows(job)))
     out.append('</section><section id="fixes"><h2>Fixes</h2>')
     if job is not None and job.distributed:
-        out.append(
-            f"<p>The fixes of rank {_h(job.fix_rank)}, the pace-setter (fixing a rank that waits "
-            "gains nothing).</p>"
-        )
+        out.append(f"<p>{_h(fixes_lead(job))}</p>")
     recs = doc.get("recommendations") or []
     out.append(f"<p>{_h(ORDER_NOTE)}</p>" if recs else "<p>No fix with a cost above noise.</p>")
     for r in recs:

@@ -326,6 +326,33 @@ def test_the_report_of_a_job_names_the_pace_setter_and_its_wait_before_the_fixes
         svg = base64.b64decode(uri.group(1)).decode()
     assert "busy, waiting for other ranks" in svg
     assert re.search(r"1 \(pace-setter\)", section)
+    lead = "The fixes of rank 1, the pace-setter: fixing a rank that waits gains nothing."
+    assert lead in text[fixes:]
+
+
+@pytest.mark.slow
+def test_whose_fixes_every_face_says_they_are(tmp_path: Path) -> None:
+    """The sentence over a job's fixes (verdict.fixes_lead, the one the report, the Run page and
+    the headline's first fix use): the pace-setter's; for a fix rank other than the pace-setter
+    (one the profiler's cost hid), the rank that sets the pace once that cost is gone."""
+    from dataclasses import replace
+
+    from gpuscope.analysis.verdict import fix_rank_words, fixes_lead
+
+    with connect(":memory:") as con:  # the verdict, not the store: in memory
+        run_id = ingest_paths(con, [tiny_job(tmp_path / "job")])[0].run_id
+        job = diagnose(con, run_id, memo(lambda k: analyze_run(con, run_id, rank=k)))
+    pace = job.pace_setter
+    assert job.fix_rank == pace
+    assert fixes_lead(job) == (
+        f"The fixes of rank {pace}, the pace-setter: fixing a rank that waits gains nothing."
+    )
+    other = 1 - pace
+    assert fixes_lead(replace(job, fix_rank=other)) == (
+        f"The fixes of rank {other}, which sets the pace once the profiler's cost is gone: "
+        "fixing a rank that waits gains nothing."
+    )
+    assert fix_rank_words(job, other) in fixes_lead(replace(job, fix_rank=other))
 
 
 # -- a name in a Markdown report stays text ---------------------------------------------------------

@@ -6,6 +6,7 @@ URL: ``/run?run=<run id>&rank=<rank>``.
 from __future__ import annotations
 
 import streamlit as st
+from gpuscope.analysis.verdict import fixes_lead
 from gpuscope.web import (
     critical_path_view,
     data,
@@ -106,10 +107,7 @@ if report is not None:
     with views.section("Fixes"), st.spinner("Estimating each fix on the critical path…"):
         job = data.job(path, run_id)
         if job.distributed:
-            st.caption(
-                f"The fixes of rank {job.fix_rank}, the pace-setter: fixing a rank that waits "
-                "gains nothing."
-            )
+            st.caption(fixes_lead(job))
         views.recommendations(data.fixes(path, run_id, job.fix_rank))
     with views.section("Critical path"), st.spinner("Tracing the critical path…"):
         critical_path_view.show(data.critical_path(path, run_id, rank))
