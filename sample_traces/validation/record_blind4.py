@@ -1078,12 +1078,20 @@ FIRST_FIXES: dict[str, dict] = {
         "fix": "the same, model.compile() (torch.compile of the model in place)",
         "expected_fix": "kernel_fusion",
     },
+    "v75c": {
+        "name": "v75_compile",
+        "base": "v75",
+        "how": "compile",
+        "planted": "v75's planted variant (batch 16, fp32), eager",
+        "fix": "the same, model.compile() (torch.compile of the model in place)",
+        "expected_fix": "kernel_fusion",
+    },
 }
-"""The first fix gpuscope named on this part where the planted cause was another's (the judgement
-at 5be19a7: ``kernel_fusion`` first on v82 at 11.2 %), timed only (no trace), on the base case's
-planted variant, recorded after the part (2026-11-27): variant ``fixed`` applies it. It settles
-whether the first fix gains what it says; it is not a case of the part, and adding it leaves
-every case's builder and seed as recorded."""
+"""The first fixes gpuscope named on this part where the planted cause was another's (the
+judgement at 5be19a7: ``kernel_fusion`` first on v82 at 11.2 % and on v75 at 47.3 %), timed only
+(no trace), on each base case's planted variant, recorded after the part (2026-11-27): variant
+``fixed`` applies it. They settle whether the first fix gains what it says; they are not cases of
+the part, and adding them leaves every case's builder and seed as recorded."""
 
 
 build, main = part_recorder(CASES, BUILDERS, FIRST_FIXES, 97531, __file__)

@@ -75,14 +75,22 @@ FIRST_FIXES: dict[str, dict] = {
         "forward and backward replayed as CUDA graphs, the optimizer step eager)",
         "expected_fix": "cuda_graphs",
     },
+    "v156c": {
+        "name": "v156_compile",
+        "base": "v156",
+        "how": "compile",
+        "planted": "v156's planted variant (bf16 channels-last, cudnn.benchmark off), eager",
+        "fix": "the same, model.compile() (torch.compile of the model in place)",
+        "expected_fix": "kernel_fusion",
+    },
 }
 """The first fixes gpuscope named on this part where the planted cause was another's (the judgement
 at 9d920f2: ``cudnn_benchmark`` first on v146, ``kernel_fusion`` on v150), timed only (no trace),
 on each base case's planted variant: variant ``fixed`` applies that fix. They settle whether the
 first fix gains what it says; they are not cases of the part. v155's first, ``cuda_graphs``, was
-timed later (2026-11-27, judgement at 5be19a7) as the code gpuscope gives. (v157's,
-``batch_size``, is not a fix the recorders apply to another case's builder; v156's,
-``kernel_fusion`` at 5.1 % on a pair chosen to gain nothing, was left for the device time.)"""
+timed later (2026-11-27, judgement at 5be19a7) as the code gpuscope gives, and so was v156's,
+``kernel_fusion`` at 9.5 % on a pair chosen to gain nothing. (v157's,
+``batch_size``, is not a fix the recorders apply to another case's builder.)"""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part(
