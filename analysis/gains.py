@@ -98,6 +98,9 @@ class Context:
     peak_ratio: float | None = None
     sms: int | None = None
     host_scale_cal: float | None = None
+    host_scale_max: float | None = None
+    """Where no scale is fitted but the untraced step is known: the slowest host scale at which
+    the planted replay still fits in it (:func:`host_scale_ceiling`); None: every scale does."""
     base_ns: dict[float, float] = field(default_factory=dict)
     """Replayed window (ns) per host scale, shared by the estimates of one report."""
     """The calibrated host scale (:func:`calibrated_scale`), computed once per report."""
@@ -358,6 +361,10 @@ def replay_estimate(
     unfitted = ctx.host_scale_cal is None
     s_mid = HOST_SCALE_PRIOR[1] if unfitted else HOST_SCALE_MID
     prior = (HOST_SCALE_PRIOR[0], HOST_SCALE_PRIOR[2]) if unfitted else HOST_SCALE_RANGE
+    ceiling = ctx.host_scale_max if unfitted else None
+    if ceiling is not None:  # no host slower than the planted step's own untraced time allows
+        s_mid = min(s_mid, ceiling)
+        prior = (min(prior[0], ceiling), min(prior[1], ceiling))
     scales = sorted({*prior, s_mid, *([s_cal] if s_cal is not None else [])})
     if not ctx.untraced_step_ms:
         scales.append(1.0)
@@ -464,6 +471,24 @@ def replay_estimate(
     ref_ms = ctx.untraced_step_ms or ctx.step_ms
     step = ref_ms * (1.0 - mid / 100.0) * k if ref_ms else None
     return Estimate(mid, low, high, step, bound=False, calibrated=s_cal is not None)
+
+
+def host_scale_ceiling(cp: CriticalPath, ctx: Context) -> float | None:
+    """Where the untraced step is known but no host speed is fitted (:func:`calibrated_scale`
+    None: within :data:`IDENTIFIABLE` of the GPU's own length, the untraced step says the host did
+    not bind, not how fast it ran): the slowest host scale at which the planted replay is still no
+    longer than the untraced step (× 1 + :data:`IDENTIFIABLE`). A slower host would have made the
+    planted step longer than it was timed, so no scale of the estimate goes above it: the prior's
+    scales (:data:`HOST_SCALE_PRIOR`) replay the planted step longer than measured there, and every
+    gain against that longer step was inflated by it (v156, a GPU-bound VoVNet: its planted step
+    untraced 21.5 ms against 20.9 of GPU work, replayed at 0.55 longer still; torch.compile was
+    estimated at 9.5 %, 2.5-17.8, and timed at -11.5 %). None: unknown untraced step, a fitted
+    scale, or no scale up to :data:`MAX_HOST_SCALE` reaches it (or the host does not bind at
+    :data:`HOST_SCALE_RANGE`: calibrate's own None)."""
+    if not ctx.untraced_step_ms or ctx.host_scale_cal is not None:
+        return None
+    target = ctx.untraced_step_ms * 1e6 * ctx.n_steps * (1.0 + IDENTIFIABLE)
+    return calibrate(cp.graph, cp.window[0], target)
 
 
 def calibrated_scale(cp: CriticalPath, ctx: Context) -> float | None:

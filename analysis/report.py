@@ -1225,6 +1225,7 @@ class RunAnalysis:
             sms=int(self.dev_props["numSms"]) if self.dev_props.get("numSms") else None,
         )
         ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
+        ctx.host_scale_max = GN.host_scale_ceiling(cp, ctx)
         return ctx
 
     def estimate_fixes(self) -> None:

@@ -66,6 +66,58 @@ def test_an_uncalibrated_gpu_bound_step_keeps_the_prior_scales() -> None:
     assert -1.0 <= est.low_pct <= est.gain_pct <= est.high_pct <= 5.0
 
 
+def _gpu_bound_with_host_after_the_launch():
+    """aten::mm 0..10 µs launches (call 0..2) a 90 µs kernel 6..96; then aten::foo 10..210 µs of
+    host work; the step is 0..210 µs. Replayed at host scale s its window is max(210 s, 96) µs:
+    96 at 0.02 and 0.3 (the kernel's end), 105 at 0.5: the host binds between 0.3 and 0.5."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 210 * US, 1),
+        H("aten::mm", "cpu_op", 0, 10 * US, 1),
+        H("cudaLaunchKernel", "cuda_runtime", 0, 2 * US, 1, 1),
+        H("aten::foo", "cpu_op", 10 * US, 210 * US, 1),
+    ]
+    gpu = [G("sm90_gemm", "kernel", 6 * US, 96 * US, 7, 1)]
+    return critical_path_of(host, gpu, 1, [(0, 210 * US)], [1])
+
+
+def test_no_host_scale_makes_the_planted_step_longer_than_it_was_timed() -> None:
+    """Untraced step 96.5 µs: within 1 % (IDENTIFIABLE) of the kernel's 96, so no host speed is
+    fitted; the slowest scale whose replay still fits in 96.5 × 1.01 = 97.465 µs is 97.465 / 210 =
+    0.4641 (host_scale_ceiling). The prior's 0.55 and 0.72 are cut to it. A compiled step's overhead
+    (host × 0.5 / 0.2 / 0.05), mid at 0.4641: the planted step replays 97.465 µs, the fixed one
+    max(0.2 × 97.465, 96) = 96: 1 − 96 / 97.465 = 1.50 %. At the prior's 0.55 the planted step
+    would replay 115.5 µs, 20 % longer than timed, and the same fix 1 − 96 / 115.5 = 16.9 %
+    (v156: torch.compile said 9.5 % that way, timed at −11.5 %)."""
+    cp = _gpu_bound_with_host_after_the_launch()
+    ctx = GN.Context(n_steps=1, step_ms=0.21, untraced_step_ms=0.0965)
+    ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
+    assert ctx.host_scale_cal is None
+    ctx.host_scale_max = GN.host_scale_ceiling(cp, ctx)
+    assert ctx.host_scale_max == pytest.approx(97.465 / 210, abs=1e-3)
+    est = _estimate("compiled_overhead", cp, ctx)
+    assert not est.calibrated
+    # the bisection's last interval (±0.0004, 0.1 µs at 210 µs) holds the ceiling: the planted
+    # step replays 210 × it
+    assert est.gain_pct == pytest.approx(100 * (1 - 96 / (210 * ctx.host_scale_max)), abs=0.01)
+    assert est.gain_pct == pytest.approx(100 * (1 - 96 / 97.465), abs=0.1)
+    assert est.high_pct <= est.gain_pct + 0.05  # nothing left to gain at a slower host
+    uncapped = GN.Context(n_steps=1, step_ms=0.21, untraced_step_ms=0.0965)
+    assert _estimate("compiled_overhead", cp, uncapped).gain_pct == pytest.approx(
+        100 * (1 - 96 / 115.5), abs=0.05
+    )
+
+
+def test_no_ceiling_without_an_untraced_step_or_with_a_fitted_scale() -> None:
+    """The ceiling is only for an unfitted host against a known untraced step: none without the
+    untraced step; none where the untraced step fits a scale (105 µs: 0.5, the fitted one)."""
+    cp = _gpu_bound_with_host_after_the_launch()
+    assert GN.host_scale_ceiling(cp, GN.Context(n_steps=1, step_ms=0.21)) is None
+    ctx = GN.Context(n_steps=1, step_ms=0.21, untraced_step_ms=0.105)
+    ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
+    assert ctx.host_scale_cal == pytest.approx(0.5, abs=1e-3)
+    assert GN.host_scale_ceiling(cp, ctx) is None
+
+
 def test_compiling_a_tensor_parallel_step_also_removes_the_eager_ops_host_work() -> None:
     """DTensor's fix is ``torch.compile(model)``: its mid re-timing is the dispatch × 0.2 and
     the rest of the host as compiling re-times it (CPU ops × 0.3, launch calls and short kernels
