@@ -253,12 +253,24 @@ BAD_INPUTS = {
 }
 
 
+@pytest.fixture(scope="module")
+def store_with_a_run(tmp_path_factory):
+    """A real store (the lake) holding one good run, opened once for the bad inputs: each is
+    refused on it and must leave it as it was, so every case sees the same store (a case that
+    wrote would fail itself, and the cases after it)."""
+    d = tmp_path_factory.mktemp("refusals")
+    con = connect(d / "store")
+    ingest_paths(con, [small_trace().write(d / "good.json")])
+    yield con
+    con.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
-def test_bad_input_is_refused_and_db_unchanged(con, tmp_path, case):
-    good = small_trace().write(tmp_path / "good.json")
-    ingest_paths(con, [good])
+def test_bad_input_is_refused_and_db_unchanged(store_with_a_run, tmp_path, case):
+    con = store_with_a_run
     before = counts(con)
+    assert before["runs"] == 1
     data, message = BAD_INPUTS[case]
     p = bad(tmp_path, f"{case}.json", data)
     with pytest.raises(IngestError, match=message) as err:
@@ -405,10 +417,18 @@ def test_a_killed_ingest_leaves_nothing_visible_and_is_cleaned_on_open(tmp_path)
     import signal
     import time
 
+    import msgspec
+
+    n = 139000
     t = TraceBuilder()
-    for i in range(120000):
+    for i in range(n):
         t.launch(f"k{i % 50}", i * 10.0, i * 10.0 + 1, 1.0)
-    p = t.write(tmp_path / "big.json", indent=None)
+    # compact JSON from msgspec (0.2 s, json.dumps 1.3 s): 139,000 launches are the 73 MB that
+    # 120,000 were in json.dumps' spacing, so the ingest has as much left to read after its
+    # second file as before (the kill's margin)
+    p = tmp_path / "big.json"
+    p.write_bytes(msgspec.json.encode(t.to_dict()))
+    assert p.stat().st_size > 72_000_000
     db = tmp_path / "k"
     env = {**os.environ, "GPUSCOPE_FLUSH_ROWS": "50000"}  # files written early in the ingest
     proc = subprocess.Popen(
@@ -431,7 +451,7 @@ def test_a_killed_ingest_leaves_nothing_visible_and_is_cleaned_on_open(tmp_path)
     assert con.execute("SELECT count(*) FROM events").fetchone()[0] == 0
     assert parquet_files(db) == []
     [r] = ingest_paths(con, [p])  # and the same trace ingests cleanly afterwards
-    assert r.n_events == 2 + 4 * 120000
+    assert r.n_events == 2 + 4 * n
     assert con.execute("SELECT count(*) FROM events").fetchone()[0] == r.n_events
     con.close()
 

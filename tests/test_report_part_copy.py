@@ -50,20 +50,38 @@ def ingested(con: Store, path: Path, hook: Any = RS.store_after_ingest) -> str:
     return str(ingest_paths(con, [path], after_trace=hook)[0].run_id)
 
 
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, str]]:
+    """The module doc's 4-rank job, written once (its files only read), and its documents as
+    computed on the store (``_computed(copy=False)``, by rank) once for the module: a test ingests
+    the files into a store of its own and checks what it computes (on a copy, or on the store
+    again where that is its subject) against these. The same files give the same text in any
+    store (the run id is the content's; no path or store in the document): computing the store's
+    document again in each test (~0.8 CPU s) told nothing more."""
+    tmp = tmp_path_factory.mktemp("job")
+    folder = write_job(tmp / "job")
+    with connect(analysis_spec(tmp)) as con:
+        return folder, RP._computed(con, ingested(con, folder), copy=False)
+
+
 CASES = {
-    "4 ranks, rank 2 sets the pace, rank 3 waits": (lambda tmp: write_job(tmp / "job"), [0, 2, 3]),
+    "4 ranks, rank 2 sets the pace, rank 3 waits": (None, [0, 2, 3]),  # the module's ``job``
     "one rank": (lambda tmp: write_job(tmp / "one", (1000.0,)), [0]),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_document_on_a_copy_is_the_one_computed_on_the_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, job: tuple[Path, dict[int, str]]
 ) -> None:
     make, ranks = CASES[case]
     with connect(analysis_spec(tmp_path)) as con:
-        run_id = ingested(con, make(tmp_path))
-        on_store = RP._computed(con, run_id, copy=False)
+        if make is None:
+            run_id = ingested(con, job[0])
+            on_store = job[1]
+        else:
+            run_id = ingested(con, make(tmp_path))
+            on_store = RP._computed(con, run_id, copy=False)
         made = copies_made(monkeypatch)
         on_copy = RP._computed(con, run_id)
     assert on_copy == on_store
@@ -83,14 +101,14 @@ def test_the_ddp_samples_document_on_a_copy_is_the_one_computed_on_the_store(
 
 
 def test_a_rank_the_guess_missed_is_copied_and_the_document_made_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: tuple[Path, dict[int, str]]
 ) -> None:
     """Without the guess the first copy holds the viewed rank alone; its reports name the
     pace-setter and its waiting rank, so the copy is made again with them: the store's document.
     The copy of rank 0 alone gives another document (the job needs the other ranks' events)."""
     with connect(analysis_spec(tmp_path)) as con:
-        run_id = ingested(con, write_job(tmp_path / "job"))
-        on_store = RP._computed(con, run_id, copy=False)
+        run_id = ingested(con, job[0])
+        on_store = job[1]
         with RP._copy(con, run_id, [0]) as on:
             alone = RP.text_of(RP.analyze_json(*RP.analyze(on, run_id)))
         assert alone != on_store
@@ -101,13 +119,13 @@ def test_a_rank_the_guess_missed_is_copied_and_the_document_made_again(
 
 
 def test_ranks_too_big_to_copy_are_analysed_on_the_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: tuple[Path, dict[int, str]]
 ) -> None:
     """Where the ranks read hold more than COPY_MAX_EVENTS events together, no copy is made (also
     when only the second try's ranks pass it): the document is computed on the store."""
     with connect(analysis_spec(tmp_path)) as con:
-        run_id = ingested(con, write_job(tmp_path / "job"))
-        on_store = RP._computed(con, run_id, copy=False)
+        run_id = ingested(con, job[0])
+        on_store = job[1]
         sizes = dict(
             con.execute("SELECT rank, n_events FROM ranks WHERE run_id = ?", [run_id]).fetchall()
         )
@@ -140,7 +158,7 @@ def test_a_run_without_every_ranks_part_is_analysed_on_the_store(
 
 
 def test_the_copy_is_analysed_under_the_memory_limits_in_turn(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: tuple[Path, dict[int, str]]
 ) -> None:
     """Out of memory (planted) at the first of MEMORY_LIMITS on the copy: computed again at the
     next, on the copy; at the last it propagates. The store's own limit is never changed."""
@@ -157,8 +175,8 @@ def test_the_copy_is_analysed_under_the_memory_limits_in_turn(
 
     always = False
     with connect(analysis_spec(tmp_path)) as con:
-        run_id = ingested(con, write_job(tmp_path / "job"))
-        want = RP._computed(con, run_id, copy=False)
+        run_id = ingested(con, job[0])
+        want = job[1]
         own = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
         made = copies_made(monkeypatch)
         monkeypatch.setattr(RP, "analyze", analyze)
@@ -172,16 +190,16 @@ def test_the_copy_is_analysed_under_the_memory_limits_in_turn(
 
 
 def test_the_ingest_stores_the_document_made_on_a_copy(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: tuple[Path, dict[int, str]]
 ) -> None:
     """``gpuscope ingest``'s hook computes the run's document on a copy of the ranks it reads
     (their events fit), and stores the text computed on the store; a run of a rank too big to
     copy keeps its document on the store (where its parts left their working tables)."""
     made = copies_made(monkeypatch)
     with connect(analysis_spec(tmp_path)) as con:
-        run_id = ingested(con, write_job(tmp_path / "job"), RS.store_after_ingest_with_document)
+        run_id = ingested(con, job[0], RS.store_after_ingest_with_document)
         assert made == [[0, 2, 3]]
-        want = RP._computed(con, run_id, copy=False)  # the default view and rank 1's, by rank
+        want = job[1]  # the default view and rank 1's, by rank
         assert len(want) > 1 and RP.stored_text(con, run_id) == want[0]
         assert {r: RP.stored_text(con, run_id, r) for r in want} == want
     monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)  # every rank too big to copy

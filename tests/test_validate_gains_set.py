@@ -9,8 +9,10 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from clitools import analysis_store, cli_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -306,6 +308,27 @@ def test_every_fix_unit_has_a_timed_pair_in_the_set() -> None:
     assert {c["expected_fix"] for c in cases} <= set(BY_ID)  # no pair names a fix that is gone
 
 
+def _in_process(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``validate_gains_set.gpuscope`` answered in this process (tests/clitools.py's
+    ``cli_in_process``) as the real one answers: the store from ``$GPUSCOPE_STORE`` (set for the
+    call only: a real process started after it must be given the store as the real one gives it),
+    its stdout, RuntimeError on failure; installed, and returned. What these tests check is
+    ``analyse``'s reading of the CLI's answers, not the process (a CLI process costs ~1 CPU s of
+    imports)."""
+    import validate_gains_set as vgs
+
+    def gpuscope(*args: str, store: str) -> str:
+        with monkeypatch.context() as m:
+            m.setenv("GPUSCOPE_STORE", store)
+            p = cli_in_process(*args)
+        if p.returncode:
+            raise RuntimeError(f"gpuscope {' '.join(args)} failed: {p.stderr.strip()[-2000:]}")
+        return p.stdout
+
+    monkeypatch.setattr(vgs, "gpuscope", gpuscope)
+    return gpuscope
+
+
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
 def test_a_case_of_several_ranks_is_ingested_as_one_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -317,7 +340,7 @@ def test_a_case_of_several_ranks_is_ingested_as_one_run(
     case = next(c for c in json.loads(TRUTH.read_text())["cases"] if c["case"] == "v26")
     assert len(case["traces"]) == 2
     ingests: list[str] = []
-    real = vgs.gpuscope
+    real = _in_process(monkeypatch)
 
     def recording(*args: str, store: str) -> str:
         out = real(*args, store=store)
@@ -326,21 +349,27 @@ def test_a_case_of_several_ranks_is_ingested_as_one_run(
         return out
 
     monkeypatch.setattr(vgs, "gpuscope", recording)
-    row = vgs.analyse(case, TRUTH.parent, str(tmp_path / "store"))
+    row = vgs.analyse(case, TRUTH.parent, str(analysis_store(tmp_path)))
     assert len(ingests) == 1 and len(ingests[0].split()) == 1  # one run id printed
     assert row["found"] and row["first"] == "load_imbalance"
 
 
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
-def test_the_estimate_is_read_on_the_rank_the_job_fixes(tmp_path: Path) -> None:
+def test_the_estimate_is_read_on_the_rank_the_job_fixes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """v27 (tensor parallel): the job's fixes are for rank 1, the pace-setter; rank 0's report
-    holds a dtensor_dispatch estimate of its own (near 0: rank 0 waits). The row takes rank 1's."""
+    holds a dtensor_dispatch estimate of its own (near 0: rank 0 waits). The row takes rank 1's.
+    The CLI answers in this process (``_in_process``); the one real ``gpuscope`` process,
+    ``runs``, finds the run in the store ``$GPUSCOPE_STORE`` names."""
     import validate_gains_set as vgs
 
     case = next(c for c in json.loads(TRUTH.read_text())["cases"] if c["case"] == "v27")
-    store = str(tmp_path / "store")
+    store = str(analysis_store(tmp_path))
+    real = vgs.gpuscope
+    _in_process(monkeypatch)
     row = vgs.analyse(case, TRUTH.parent, store)
-    [run] = json.loads(vgs.gpuscope("runs", "--json", store=store))
+    [run] = json.loads(real("runs", "--json", store=store))  # a real process
     docs = {
         k: json.loads(
             vgs.gpuscope("analyze", run["run_id"], "--rank", str(k), "--json", store=store)
