@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from clitools import cli_in_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
@@ -125,7 +126,8 @@ def test_the_generation_is_read_once_per_script_run(
     script run, however many reads the page makes (the Run page makes dozens)."""
     from gpuscope.store import Store
 
-    first = cli(db, "ingest", str(trace(tmp_path, "g")), "--name", "g")
+    # the run stored in this process (what is read per script run is the subject, not the writer)
+    first = cli_in_process("ingest", str(trace(tmp_path, "g")), "--name", "g", "--db", str(db))
     assert first.returncode == 0, first.stderr
     reads = []
     real = Store.generation
@@ -154,7 +156,11 @@ def test_a_rename_with_tags_is_one_commit(
     import duckdb
     from gpuscope.web import ui as webui
 
-    done = cli(db, "ingest", str(trace(tmp_path, "r")), "--name", "before-rename")
+    # the run stored in this process; what another process sees after the failed save is the
+    # subject (`gpuscope runs` below)
+    done = cli_in_process(
+        "ingest", str(trace(tmp_path, "r")), "--name", "before-rename", "--db", str(db)
+    )
     assert done.returncode == 0, done.stderr
     rid = done.stdout.strip()
 
