@@ -20,6 +20,7 @@ from clitools import cli_in_process  # tests/: on the path from tests/conftest.p
 from e2e_support import (
     POLL_MS,
     Server,
+    browser_context,
     ddp_rank_files,
     sawtooth_chart,
     screenshot,
@@ -148,45 +149,6 @@ def test_opens_on_the_pace_setter_then_rank_0_waits_and_the_runs_list_agrees(ddp
         assert any(abs(v - want) < 1e-6 for v in nums), (want, row)
 
 
-def test_a_click_on_a_heatmap_cell_opens_that_rank_and_step(ddp, new_page) -> None:  # type: ignore[no-untyped-def]
-    server, rid, _ = ddp
-    done = cli_in_process("analyze", rid, "--rank", "1", "--json", "--db", str(server.db))
-    assert done.returncode == 0, done.stderr
-    rank1_ms = {s["number"]: s["duration_ms"] for s in json.loads(done.stdout)["steps"]}
-    page = new_page()
-    page.goto(f"{server.url}/run?run={rid}&rank=0")  # the rank that waits: a click opens rank 1
-    page.get_by_text("Colour the ranks × steps by").wait_for()
-    wait_idle(page)
-    chart = page.locator('[data-testid="stPlotlyChart"]').filter(has=page.locator(".heatmaplayer"))
-    chart.locator(".main-svg").first.wait_for(state="visible")
-    chart.scroll_into_view_if_needed()  # below the fold: a click outside the viewport is lost
-    steps = [int(t.lstrip("#")) for t in chart.locator(".xtick text").all_text_contents()]
-    assert steps == sorted(rank1_ms), steps
-    # the plot area: rank 0's row on top (y reversed), rank 1's below; a cell of rank 1, aimed at
-    # once the area has stopped moving (sections still drawing below or above can shift it)
-    area = chart.locator(".nsewdrag").first
-    wait_still(area)
-    box = area.bounding_box()
-    assert box is not None
-    col = len(steps) - 2
-    x = box["x"] + (col + 0.5) * box["width"] / len(steps)
-    y = box["y"] + 0.75 * box["height"]
-    page.mouse.move(x, y)
-    hover = chart.locator(".hoverlayer")
-    page.wait_for_function(
-        "el => el.textContent.includes('rank 1')", arg=hover.element_handle(), timeout=10_000
-    )
-    page.mouse.click(x, y)
-    page.wait_for_function("() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000)
-    page.wait_for_function("() => /[?&]zoom=/.test(location.search)", timeout=30_000)
-    wait_idle(page)
-    screenshot(page, "run_ddp_heatmap_click")
-    # the busy plot is zoomed on that step of rank 1: the zoom spans its duration
-    zoom = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["zoom"][0]
-    lo, hi = (float(v) for v in zoom.split("-"))
-    assert abs((hi - lo) - rank1_ms[steps[col]]) < 1e-3, (zoom, rank1_ms)
-
-
 PLACEHOLDER = "Loading the breakdowns, top kernels and fixes"
 
 
@@ -270,18 +232,117 @@ def painted_query(page) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
 SAWTOOTH = '[class*="st-key-saw_"] [data-testid="stPlotlyChart"]'
 
 
+def heatmap(page):  # type: ignore[no-untyped-def]
+    """The ranks × steps heatmap's chart."""
+    return page.locator('[data-testid="stPlotlyChart"]').filter(has=page.locator(".heatmaplayer"))
+
+
+def click_rank_1_cell(page) -> tuple[list[int], int]:  # type: ignore[no-untyped-def]
+    """Click rank 1's cell of the next-to-last step in the heatmap of a page on rank 0 (the rank
+    that waits) until the URL names rank 1; (the step numbers of the heatmap's columns, the clicked
+    one's index)."""
+    chart = heatmap(page)
+    chart.locator(".main-svg").first.wait_for(state="visible")
+    chart.scroll_into_view_if_needed()  # below the fold: a click outside the viewport is lost
+    steps = [int(t.lstrip("#")) for t in chart.locator(".xtick text").all_text_contents()]
+    # the plot area: rank 0's row on top (y reversed), rank 1's below; a cell of rank 1, aimed at
+    # once the area has stopped moving (sections still drawing below or above can shift it)
+    area = chart.locator(".nsewdrag").first
+    wait_still(area)
+    box = area.bounding_box()
+    assert box is not None
+    col = len(steps) - 2
+    x = box["x"] + (col + 0.5) * box["width"] / len(steps)
+    y = box["y"] + 0.75 * box["height"]
+    page.mouse.move(x, y)
+    page.wait_for_function(
+        "el => el.textContent.includes('rank 1')",
+        arg=chart.locator(".hoverlayer").element_handle(),
+        timeout=10_000,
+        polling=POLL_MS,
+    )
+    page.mouse.click(x, y)
+    page.wait_for_function(
+        "() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000, polling=POLL_MS
+    )
+    return steps, col
+
+
+@pytest.fixture(scope="module")
+def rank0_page(ddp, browser) -> Iterator[dict]:  # type: ignore[no-untyped-def,type-arg]
+    """Rank 0's Run page of the DDP run in a fresh browser context of the module's, read in turn by
+    three tests (in this order in the file; each brings the page as far as it needs, whichever runs
+    first): its first screen with the paint click held (:func:`first_screen`), its sections painted
+    once the click is sent (:func:`painted`), then a cell of rank 1 clicked in its heatmap
+    (:func:`heatmap_clicked`). Its paint clicks are controlled on its socket from before its load
+    (:func:`paint_socket`): the first held until released, every later one dropped and counted."""
+    server, rid, _ = ddp
+    ctx = browser_context(browser)
+    page = ctx.new_page()
+    clicks = paint_socket(page, hold=1, drop_after_first=True)
+    yield {"page": page, "clicks": clicks, "url": f"{server.url}/run?run={rid}&rank=0", "at": "new"}
+    ctx.close()
+
+
+def first_screen(rank0: dict, shown):  # type: ignore[no-untyped-def,type-arg]
+    """:func:`rank0_page`'s page, loaded (on its first use: in the test's own call, so its failure
+    report shows it); its first paint click is held until :func:`painted` sends it."""
+    page = shown(rank0["page"])
+    if rank0["at"] == "new":
+        page.goto(rank0["url"])
+        rank0["at"] = "held"
+    return page
+
+
+def painted(rank0: dict, shown):  # type: ignore[no-untyped-def,type-arg]
+    """:func:`rank0_page`'s page with its lower sections painted, on rank 0: its held paint click
+    sent once the browser has sent it (or the sections are there without one)."""
+    page = first_screen(rank0, shown)
+    clicks = rank0["clicks"]
+    if rank0["at"] == "held":
+        page.locator(SAWTOOTH).locator(".main-svg").first.wait_for(state="visible")
+        fixes = page.get_by_role("heading", name="Fixes")
+        for _ in range(300):
+            if clicks["seen"] >= 1 or fixes.count() > 0:
+                break
+            page.wait_for_timeout(100)
+        clicks["release"]()
+        rank0["at"] = "released"
+    if rank0["at"] == "released":
+        assert painted_query(page).get("rank") == ["0"], page.url
+        rank0["at"] = "painted"
+    return page
+
+
+def heatmap_clicked(rank0: dict, shown):  # type: ignore[no-untyped-def,type-arg]
+    """:func:`painted`'s page once a cell of rank 1 has been clicked in its heatmap (once:
+    :func:`click_rank_1_cell`, its steps and column kept in ``rank0``)."""
+    page = painted(rank0, shown)
+    if rank0["at"] == "painted":
+        page.get_by_text("Colour the ranks × steps by").wait_for()
+        wait_idle(page)
+        rank0["steps"], rank0["col"] = click_rank_1_cell(page)
+        rank0["at"] = "clicked"
+    return page
+
+
 def test_the_run_page_draws_its_busy_plot_before_the_sections_below_it(  # type: ignore[no-untyped-def]
-    ddp, new_page
+    ddp, rank0_page, shown, new_page
 ) -> None:
     """A new Run page draws its first screen (headline, busy-time plot) before everything else:
     the rank heatmap, breakdowns, fixes and their charts come once the browser has drawn the plot
     and clicked the page's hidden button (views.after_first_paint), not on a timer: with that
     click held back, the page holds one chart, the busy-time plot, and no lower section. Sent, the
-    click draws them all, the plot staying the same element (its container kept its place)."""
+    click draws them all, the plot staying the same element (its container kept its place).
+    On the module's rank 0 page (:func:`rank0_page`), else (a test before this one has painted it)
+    on a page of its own."""
     server, rid, _ = ddp
-    page = new_page()
-    clicks = paint_socket(page, hold=1)
-    page.goto(f"{server.url}/run?run={rid}&rank=0")
+    if rank0_page["at"] == "new":
+        page, clicks = first_screen(rank0_page, shown), rank0_page["clicks"]
+    else:
+        page = new_page()
+        clicks = paint_socket(page, hold=1)
+        page.goto(f"{server.url}/run?run={rid}&rank=0")
     plot = page.locator(SAWTOOTH)
     plot.locator(".main-svg").first.wait_for(state="visible")
     page.get_by_text(PLACEHOLDER).wait_for()
@@ -295,13 +356,58 @@ def test_the_run_page_draws_its_busy_plot_before_the_sections_below_it(  # type:
     assert not page.get_by_role("button", name="Draw the rest of the page").is_visible()
     plot.evaluate("el => { el.dataset.firstPaint = 'kept'; }")
     clicks["release"]()
+    if page is rank0_page["page"]:
+        rank0_page["at"] = "released"
     assert painted_query(page).get("rank") == ["0"], page.url
-    page.locator('[data-testid="stPlotlyChart"]').filter(
-        has=page.locator(".heatmaplayer")
-    ).wait_for()
+    if page is rank0_page["page"]:
+        rank0_page["at"] = "painted"
+    heatmap(page).wait_for()
     assert page.get_by_text(PLACEHOLDER).count() == 0
     assert page.locator('[data-testid="stPlotlyChart"]').count() >= 4
     assert plot.evaluate("el => el.dataset.firstPaint") == "kept"
+    # every other message reached the server, as on a page that holds its first click only
+    assert clicks["dropped"] == 0, clicks
+
+
+def test_a_click_on_a_heatmap_cell_opens_that_rank_and_step(ddp, rank0_page, shown) -> None:  # type: ignore[no-untyped-def]
+    """On rank 0's page (the rank that waits: :func:`rank0_page`), a click on a cell of rank 1 in
+    the heatmap opens rank 1, its busy plot zoomed on the clicked step."""
+    server, rid, _ = ddp
+    done = cli_in_process("analyze", rid, "--rank", "1", "--json", "--db", str(server.db))
+    assert done.returncode == 0, done.stderr
+    rank1_ms = {s["number"]: s["duration_ms"] for s in json.loads(done.stdout)["steps"]}
+    page = heatmap_clicked(rank0_page, shown)
+    steps, col = rank0_page["steps"], rank0_page["col"]
+    assert steps == sorted(rank1_ms), steps  # the heatmap's columns, read before the click
+    page.wait_for_function(
+        "() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000, polling=POLL_MS
+    )
+    page.wait_for_function(
+        "() => /[?&]zoom=/.test(location.search)", timeout=30_000, polling=POLL_MS
+    )
+    wait_idle(page)
+    screenshot(page, "run_ddp_heatmap_click")
+    # the busy plot is zoomed on that step of rank 1: the zoom spans its duration
+    zoom = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["zoom"][0]
+    lo, hi = (float(v) for v in zoom.split("-"))
+    assert abs((hi - lo) - rank1_ms[steps[col]]) < 1e-3, (zoom, rank1_ms)
+
+
+@pytest.mark.slow
+def test_a_rank_change_after_the_page_painted_draws_its_sections_without_a_click(  # type: ignore[no-untyped-def]
+    rank0_page, shown
+) -> None:
+    """The paint click serves a page's first paint only: once its sections have painted, another
+    rank's page (a heatmap click) draws them in its own run. With every paint click after the
+    first dropped (:func:`rank0_page`), the clicked rank still shows its Fixes."""
+    page = heatmap_clicked(rank0_page, shown)
+    page.wait_for_function(
+        "() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000, polling=POLL_MS
+    )
+    wait_idle(page)
+    page.get_by_role("heading", name="Fixes").wait_for(timeout=10_000)
+    assert page.get_by_text(PLACEHOLDER).count() == 0
+    assert rank0_page["clicks"]["dropped"] == 0, rank0_page["clicks"]  # no click was needed
 
 
 @pytest.mark.slow
@@ -350,39 +456,3 @@ def test_a_paint_click_sent_before_a_rank_change_reached_the_browser_does_not_un
     clicks["release"]()
     query = painted_query(page)  # painted by rank 1's own click
     assert query.get("rank") == ["1"], page.url
-
-
-@pytest.mark.slow
-def test_a_rank_change_after_the_page_painted_draws_its_sections_without_a_click(  # type: ignore[no-untyped-def]
-    ddp, new_page
-) -> None:
-    """The paint click serves a page's first paint only: once its sections have painted, another
-    rank's page (a heatmap click) draws them in its own run. With every paint click after the
-    first dropped, the clicked rank still shows its Fixes."""
-    server, rid, _ = ddp
-    page = new_page()
-    clicks = paint_socket(page, drop_after_first=True)
-    page.goto(f"{server.url}/run?run={rid}&rank=0")
-    assert painted_query(page).get("rank") == ["0"], page.url
-    chart = page.locator('[data-testid="stPlotlyChart"]').filter(has=page.locator(".heatmaplayer"))
-    chart.locator(".main-svg").first.wait_for(state="visible")
-    chart.scroll_into_view_if_needed()
-    n_steps = len(chart.locator(".xtick text").all_text_contents())
-    area = chart.locator(".nsewdrag").first
-    wait_still(area)
-    box = area.bounding_box()
-    assert box is not None
-    x = box["x"] + (n_steps - 2 + 0.5) * box["width"] / n_steps
-    y = box["y"] + 0.75 * box["height"]  # rank 1's row
-    page.mouse.move(x, y)
-    page.wait_for_function(
-        "el => el.textContent.includes('rank 1')",
-        arg=chart.locator(".hoverlayer").element_handle(),
-        timeout=10_000,
-    )
-    page.mouse.click(x, y)
-    page.wait_for_function("() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000)
-    wait_idle(page)
-    page.get_by_role("heading", name="Fixes").wait_for(timeout=10_000)
-    assert page.get_by_text(PLACEHOLDER).count() == 0
-    assert clicks["dropped"] == 0, clicks  # no click was needed
