@@ -1279,7 +1279,11 @@ class RunAnalysis:
             per_step=a.per_step,
             ranks=a.ranks,
             straggler=a.straggler,
-            recommendations=a.recommendations,
+            # a report without the path keeps its fixes as they were when it was made: the
+            # estimates order the facade's own list in place later (a kept facade, the web's)
+            recommendations=a.recommendations
+            if self.with_path
+            else [dataclasses.replace(r) for r in a.recommendations],
             throughput=a.throughput,
         )
         if self.with_path:  # the path (and the estimates) only when asked: its property caches

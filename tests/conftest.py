@@ -253,6 +253,27 @@ def kept_analyses(
         assert not changed, f"a face changed {changed} of the analysis of {key[1:3]} it was handed"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    _scan_components_once()
+
+
+def _scan_components_once() -> None:
+    """Every ``AppTest`` scans the metadata of every installed package for Streamlit components
+    (``streamlit.components.v2.manifest_scanner.scan_component_manifests``: 0.15 CPU s, and none
+    is installed here); nothing installs a package during a run, so each process scans once and
+    each caller gets its own copy of the list."""
+    try:
+        from streamlit.components.v2 import manifest_scanner
+    except ImportError:  # another Streamlit: its own scan stays
+        return
+    scan = functools.cache(manifest_scanner.scan_component_manifests)
+
+    def once(*args: object, **kwargs: object) -> list:
+        return list(scan(*args, **kwargs))
+
+    manifest_scanner.scan_component_manifests = once
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`make test` hands whole modules to its workers (pytest-xdist ``--dist loadfile
     --no-loadscope-reorder``): a module's fixtures are built once, its tests run in file order on
