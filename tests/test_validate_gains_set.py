@@ -275,8 +275,32 @@ def test_the_timed_first_fixes_are_judged_on_the_fix_timed() -> None:
         "| b | cudnn_benchmark | host_sync (9.0) | 2.8 (0.0-5.0) | 1.0 (1.0) | yes | no |"
     )
     assert lines[4] == "| c | kernel_fusion | - | none (not named) | 1.0 (1.0) | yes | no |"
-    assert len(lines) == 7 and lines[-1] == "first fixes timed: false promises 1"
+    assert len(lines) == 7 and lines[-1] == (
+        "first fixes timed: false promises 1; still first and gaining at least 90% of the "
+        "planted fix's measured gain: 0 of 0"
+    )
     assert first_fix_table(rows, [timed("z", "kernel_fusion", 0.0)]) == ""
+
+
+def test_a_first_fix_in_place_of_the_planted_one_is_as_good_from_90_percent_of_its_gain() -> None:
+    """Base d: cuda_graphs still first, timed at 72.0 against the planted batch fix's 80.0 (90 %:
+    as good). Base e: cuda_graphs first, 71.9 against 80.0 (under 90 %). Base f: the timed fix is
+    no longer first (not counted). Base g: the planted fix gained 2.0 (under 3: not counted)."""
+
+    def row(case: str, first: str, measured: float) -> dict:
+        est = {"cuda_graphs": [70.0, 30.0, 90.0]}
+        return {"case": case, "first": first, "first_gain": 70.0, "estimates": est,
+                "measured": measured}  # fmt: skip
+
+    def timed(base: str, gain: float) -> dict:
+        return {"base": base, "gpuscope_fix_id": "cuda_graphs", "gain_pct": gain,
+                "gain_pct_by_round": [gain]}  # fmt: skip
+
+    rows = [row("d", "cuda_graphs", 80.0), row("e", "cuda_graphs", 80.0),
+            row("f", "batch_size", 80.0), row("g", "cuda_graphs", 2.0)]  # fmt: skip
+    out = first_fix_table(rows, [timed("d", 72.0), timed("e", 71.9), timed("f", 90.0),
+                                 timed("g", 50.0)])  # fmt: skip
+    assert out.splitlines()[-1].endswith("measured gain: 1 of 2")
 
 
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
