@@ -334,6 +334,7 @@ def replay_estimate(
     multiple: int = 1,
     staging: bool = False,
     host_free: bool = False,
+    host_ceiling: bool = False,
 ) -> Estimate:
     """A fix's estimate: its ``low`` / ``mid`` / ``high`` variants replayed on the graph.
     ``multiple``: the batch multiple of a fix that grows the batch (the gain is then on the time
@@ -348,7 +349,8 @@ def replay_estimate(
     ``host_free``: the strongest variant takes the host's work off the step (a replayed CUDA
     graph), so the planted step follows its host's speed and the fixed one does not: as for a fix
     that drops a wait, the range's top also weighs the strongest fix against the planted graph
-    on a host :data:`HOST_WAIT_VARIATION` slower."""
+    on a host :data:`HOST_WAIT_VARIATION` slower. ``host_ceiling``: the fix shortens host work;
+    where no scale is fitted, none above :attr:`Context.host_scale_max` is replayed."""
     g = cp.graph
     ws = cp.window[0]
     s_cal = ctx.host_scale_cal
@@ -361,7 +363,7 @@ def replay_estimate(
     unfitted = ctx.host_scale_cal is None
     s_mid = HOST_SCALE_PRIOR[1] if unfitted else HOST_SCALE_MID
     prior = (HOST_SCALE_PRIOR[0], HOST_SCALE_PRIOR[2]) if unfitted else HOST_SCALE_RANGE
-    ceiling = ctx.host_scale_max if unfitted else None
+    ceiling = ctx.host_scale_max if unfitted and host_ceiling else None
     if ceiling is not None:  # no host slower than the planted step's own untraced time allows
         s_mid = min(s_mid, ceiling)
         prior = (min(prior[0], ceiling), min(prior[1], ceiling))

@@ -53,6 +53,7 @@ from gpuscope.analysis.ranks import rank_overview as _rank_overview
 from gpuscope.analysis.report import RunAnalysis, RunReport, analyze_run, report_of
 from gpuscope.analysis.roofline import RooflineView, RoofOp
 from gpuscope.analysis.store_access import ranks_of, us
+from gpuscope.analysis.verdict import fixes_lead as fixes_lead  # the Run page's fix-list lead
 from gpuscope.store.schema import RUN_COLUMNS
 
 if TYPE_CHECKING:

@@ -18,7 +18,9 @@ US = 1_000
 def _estimate(fix: str, cp, ctx) -> GN.Estimate:
     u = FX.BY_ID[fix]
     assert u.retime is not None
-    return GN.replay_estimate(u.retime(cp.graph, ctx), cp, ctx, staging=u.staging)
+    return GN.replay_estimate(
+        u.retime(cp.graph, ctx), cp, ctx, staging=u.staging, host_ceiling=u.host_ceiling
+    )
 
 
 def test_the_prior_host_scales_stay_beside_the_calibrated_one() -> None:
@@ -87,7 +89,8 @@ def test_no_host_scale_makes_the_planted_step_longer_than_it_was_timed() -> None
     (host × 0.5 / 0.2 / 0.05), mid at 0.4641: the planted step replays 97.465 µs, the fixed one
     max(0.2 × 97.465, 96) = 96: 1 − 96 / 97.465 = 1.50 %. At the prior's 0.55 the planted step
     would replay 115.5 µs, 20 % longer than timed, and the same fix 1 − 96 / 115.5 = 16.9 %
-    (v156: torch.compile said 9.5 % that way, timed at −11.5 %)."""
+    (v156: torch.compile said 9.5 % that way, timed at −11.5 %). Only for the fixes that shorten
+    host work (``FixUnit.host_ceiling``)."""
     cp = _gpu_bound_with_host_after_the_launch()
     ctx = GN.Context(n_steps=1, step_ms=0.21, untraced_step_ms=0.0965)
     ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
@@ -105,6 +108,17 @@ def test_no_host_scale_makes_the_planted_step_longer_than_it_was_timed() -> None
     assert _estimate("compiled_overhead", cp, uncapped).gain_pct == pytest.approx(
         100 * (1 - 96 / 115.5), abs=0.05
     )
+    # a fix that shortens the GPU's work keeps the prior's scales (host_ceiling off): after it the
+    # host may bind, and the ceiling's host was too fast there (v58); the same re-timing replayed
+    # so gives the uncapped figure on the capped context
+    variants = FX.BY_ID["compiled_overhead"].retime(cp.graph, ctx)  # type: ignore[misc]
+    fresh = GN.Context(n_steps=1, step_ms=0.21, untraced_step_ms=0.0965)
+    fresh.host_scale_max = ctx.host_scale_max
+    assert GN.replay_estimate(variants, cp, fresh).gain_pct == pytest.approx(
+        100 * (1 - 96 / 115.5), abs=0.05
+    )
+    ceiling = {u.id for u in FX.UNITS if u.host_ceiling}
+    assert ceiling == {"kernel_fusion", "cuda_graphs", "compiled_overhead", "batch_size"}
 
 
 def test_no_ceiling_without_an_untraced_step_or_with_a_fitted_scale() -> None:

@@ -153,6 +153,12 @@ class FixUnit:
     batch_multiple: int = 1
     staging: bool = False
     host_free: bool = False
+    host_ceiling: bool = False
+    """The fix shortens host work (and never makes the host bind where it did not): where no host
+    speed is fitted against a known untraced step, its replay takes no host scale slower than
+    that step allows (:attr:`gpuscope.analysis.gains.Context.host_scale_max`). A fix that
+    shortens the GPU's work (bf16, cuDNN's benchmark) keeps the prior's scales: after it the host
+    may bind, and the replay's host chain at the ceiling was too fast there (v58)."""
     general: bool = False
     """A general remedy of host and launch overhead (torch.compile, CUDA graphs): it shortens the
     host work a fix of a cause found by phase (a :attr:`cause` unit) removes outright, so it is
@@ -223,10 +229,15 @@ class FixUnit:
                 multiple=self.batch_multiple,
                 staging=self.staging,
                 host_free=self.host_free,
+                host_ceiling=self.host_ceiling,
             )
             if before and first != (None, None):
                 done = replay_estimate(
-                    {k: first for k in ("low", "mid", "high")}, cp, ctx, staging=self.staging
+                    {k: first for k in ("low", "mid", "high")},
+                    cp,
+                    ctx,
+                    staging=self.staging,
+                    host_ceiling=self.host_ceiling,
                 )
                 est = on_top(est, done, ctx)
             if self.top is not None and not before:

@@ -182,4 +182,5 @@ UNIT = FixUnit(
     batch_multiple=BATCH_MULTIPLE,
     changes_training=True,
     advised=advised,
+    host_ceiling=True,
 )

@@ -28,4 +28,6 @@ def detect(inp: Inputs) -> Finding | None:
 
 
 # the re-timing is the CUDA-graph unit's (host and launches shrink)
-UNIT = FixUnit("compiled_overhead", WORDS, detect, cuda_graphs.retime, general=True)
+UNIT = FixUnit(
+    "compiled_overhead", WORDS, detect, cuda_graphs.retime, general=True, host_ceiling=True
+)

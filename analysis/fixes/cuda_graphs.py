@@ -156,7 +156,14 @@ def advised(rec: Recommendation, g: Graph, ctx: Context) -> dict[str, Variant]:
 
 
 UNIT = FixUnit(
-    "cuda_graphs", WORDS, detect, retime_replayed, general=True, host_free=True, advised=advised
+    "cuda_graphs",
+    WORDS,
+    detect,
+    retime_replayed,
+    general=True,
+    host_free=True,
+    advised=advised,
+    host_ceiling=True,
 )
 """``host_free``: the replayed step no longer follows its host's speed while the planted one does;
 the timed planted steps of the two eager pairs ran 20-37 % slower than the capture's untraced step

@@ -451,4 +451,6 @@ def _fused(
     }
 
 
-UNIT = FixUnit("kernel_fusion", WORDS, detect, retime, general=True, advised=advised)
+UNIT = FixUnit(
+    "kernel_fusion", WORDS, detect, retime, general=True, advised=advised, host_ceiling=True
+)

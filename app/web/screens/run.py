@@ -6,7 +6,7 @@ URL: ``/run?run=<run id>&rank=<rank>``.
 from __future__ import annotations
 
 import streamlit as st
-from gpuscope.analysis.verdict import fixes_lead
+from gpuscope.analysis.run_views import fixes_lead
 from gpuscope.web import (
     critical_path_view,
     data,
