@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from e2e_support import (
     REPO,
     Server,
+    browser_context,
     free_port,
     screenshot,
     start_server,
@@ -50,16 +52,58 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     stop_server(s)
 
 
+@pytest.fixture(scope="module")
+def live_page(live_server: Server, replay_sampler: str, browser) -> Iterator[dict]:  # type: ignore[no-untyped-def,type-arg]
+    """The Live page following the replay sampler, in a fresh browser context of the module's, read
+    in turn by both tests (in this order in the file): polling (:func:`following`), then detached
+    by the second test. Loaded on its first use, in that test's own call (its failure report shows
+    it)."""
+    ctx = browser_context(browser)
+    page = ctx.new_page()
+    url = f"{live_server.url}/live?sampler={replay_sampler}"
+    yield {"page": page, "url": url, "at": "new", "gpu0_at": None}
+    ctx.close()
+
+
+def following(live: dict, shown):  # type: ignore[no-untyped-def,type-arg]
+    """:func:`live_page`'s page, loaded on its first use, still polling the sampler."""
+    page = shown(live["page"])
+    if live["at"] == "new":
+        page.goto(live["url"])
+        live["at"] = "polling"
+    return page
+
+
+def gpu0_shown(page, live: dict | None) -> float:  # type: ignore[no-untyped-def,type-arg]
+    """Until GPU 0's sentence shows; when it first showed on the page (monotonic seconds; kept in
+    ``live`` for the module's page)."""
+    page.get_by_text("GPU 0 is ", exact=False).first.wait_for(timeout=60_000)
+    if live is None:
+        return time.monotonic()
+    if live["gpu0_at"] is None:
+        live["gpu0_at"] = time.monotonic()
+    return live["gpu0_at"]
+
+
 def test_live_page_follows_a_replay_sampler(
     live_server: Server,
     replay_sampler: str,
+    live_page,  # type: ignore[no-untyped-def]
+    shown,  # type: ignore[no-untyped-def]
     new_page,  # type: ignore[no-untyped-def]
 ) -> None:
-    page = new_page()
-    page.goto(f"{live_server.url}/live?sampler={replay_sampler}")
+    """On the module's Live page (:func:`live_page`) while it polls, else (the other test has
+    detached it) on a page of its own."""
+    if live_page["at"] in ("new", "polling"):
+        page = following(live_page, shown)
+    else:
+        page = new_page()
+        page.goto(f"{live_server.url}/live?sampler={replay_sampler}")
     page.locator('[data-testid="stPlotlyChart"]').first.wait_for(timeout=60_000)
     diagnosis = page.get_by_text("GPU 0 is ", exact=False).first
     diagnosis.wait_for(timeout=30_000)
+    if page is live_page["page"]:
+        gpu0_shown(page, live_page)
     assert "of the last" in diagnosis.inner_text()
     assert page.get_by_text("GPU 1 util").count() >= 1
     # a few more polls, with no traceback on the page
@@ -69,23 +113,21 @@ def test_live_page_follows_a_replay_sampler(
     assert path.stat().st_size > 10_000
 
 
-def test_live_sentence_agrees_with_its_chart(
-    live_server: Server,
-    replay_sampler: str,
-    new_page,  # type: ignore[no-untyped-def]
-) -> None:
+def test_live_sentence_agrees_with_its_chart(live_page, shown) -> None:  # type: ignore[no-untyped-def]
     """Issue 46: the idle share in the sentence under GPU 0's chart is 100 − the time-weighted
     mean of the utilization that chart draws (read from the plot in the browser, detached so
-    both come from one poll); the memory card shows the bytes the newest sample holds."""
+    both come from one poll); the memory card shows the bytes the newest sample holds.
+    On the module's Live page (:func:`live_page`), detached here."""
     import itertools
     import re
 
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    page = new_page()
-    page.goto(f"{live_server.url}/live?sampler={replay_sampler}")
-    page.get_by_text("GPU 0 is ", exact=False).first.wait_for(timeout=60_000)
-    page.wait_for_timeout(4000)  # a few polls: some of the recording's work in view
+    page = following(live_page, shown)
+    shown_at = gpu0_shown(page, live_page)
+    # a few polls (4 s since GPU 0's sentence showed): some of the recording's work in view
+    page.wait_for_timeout(max(0.0, 4000 - 1000 * (time.monotonic() - shown_at)))
+    live_page["at"] = "detached"
     attach = page.get_by_role("button", name="Attach")
     for _ in range(5):  # a click during a poll's rerun can be lost: click until it shows
         page.get_by_role("button", name="Detach").click()

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import Server, sample_ids, sawtooth_chart, screenshot, wait_idle
+from e2e_support import POLL_MS, Server, sample_ids, sawtooth_chart, screenshot, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -56,6 +56,7 @@ def _wait_header_order(page, first: str, second: str) -> None:  # type: ignore[n
         ".find(s => s.includes('→')) || '';"
         " return t.indexOf(a) >= 0 && t.indexOf(b) >= 0 && t.indexOf(a) < t.indexOf(b); }",
         arg=[first, second],
+        polling=POLL_MS,
     )
     wait_idle(page)
 
@@ -96,7 +97,8 @@ def test_compare_colours_swap_reload_and_back(server: Server, new_page) -> None:
     box = page.get_by_label("Align on step (position in each run)")
     page.wait_for_function(
         "() => document.querySelectorAll("
-        "'input[aria-label=\"Align on step (position in each run)\"]').length === 1"
+        "'input[aria-label=\"Align on step (position in each run)\"]').length === 1",
+        polling=POLL_MS,
     )
     box.fill("3")
     box.press("Enter")
@@ -150,6 +152,7 @@ def test_run_zoom_and_section_live_in_the_url(server: Server, new_page) -> None:
         "(w) => [...document.querySelectorAll('[data-testid=\"stCaptionContainer\"]')]"
         ".some(e => e.innerText.split(' · ')[0] === w)",
         arg=whole.split(" · ")[0],
+        polling=POLL_MS,
     )
     # a section in the URL (the page opens scrolled to it): the next test's first load
 
@@ -172,13 +175,15 @@ def test_the_section_in_the_url_is_brought_back_until_the_reader_scrolls(
     page.goto(f"{server.url}/run?run={before}#fixes")  # a fresh context, a section in the URL
     sawtooth_chart(page)
     page.get_by_role("heading", name="Fixes").wait_for()
-    page.wait_for_function(FIXES_IN_VIEW, timeout=30_000)  # the page opens scrolled to it
+    page.wait_for_function(
+        FIXES_IN_VIEW, timeout=30_000, polling=POLL_MS
+    )  # the page opens scrolled to it
     # the scroll lost: back at the top, by the page (no reader's event)
     page.evaluate(
         "() => { for (const e of document.querySelectorAll('*'))"
         " if (e.scrollTop > 0) e.scrollTop = 0; }"
     )
-    page.wait_for_function(FIXES_IN_VIEW, timeout=5_000)
+    page.wait_for_function(FIXES_IN_VIEW, timeout=5_000, polling=POLL_MS)
     # once the reader scrolls, the page leaves the scroll to them
     page.mouse.move(900, 500)  # over the page's main pane
     page.mouse.wheel(0, -4000)
