@@ -28,6 +28,13 @@ def small_trace() -> TraceBuilder:
     return t
 
 
+# Tests marked ``memory_store`` get an in-memory store as ``con`` (tests/conftest.py): their
+# subject is what the ingest reads, keeps and refuses (fields, names, ranks, layouts, duplicates,
+# NVML series), which the lake stores as memory does (tests/test_store_equivalence.py). Those
+# whose subject is the lake (its files, recovery on open, atomicity of a failed ingest, the
+# connection while chunks are written) keep it; GPUSCOPE_TESTS_ON_LAKE=1 puts every test on it.
+
+
 def counts(con) -> dict[str, int]:
     return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in RUN_TABLES}
 
@@ -40,6 +47,7 @@ def events(con, run_id: str):
     ).df()
 
 
+@pytest.mark.memory_store
 def test_kernel_fields_and_exact_ns(con, tmp_path):
     p = small_trace().write(tmp_path / "t.json")
     [r] = ingest_paths(con, [p])
@@ -73,6 +81,7 @@ def test_kernel_fields_and_exact_ns(con, tmp_path):
     assert labels == {"pid:1000": "python", "tid:1001": "main thread"}
 
 
+@pytest.mark.memory_store
 def test_gzip_is_detected_by_magic_not_extension(con, tmp_path):
     t = small_trace()
     plain = t.write(tmp_path / "a.json")
@@ -84,6 +93,7 @@ def test_gzip_is_detected_by_magic_not_extension(con, tmp_path):
     assert [r.n_events for r in res] == [8, 8, 8]
 
 
+@pytest.mark.memory_store
 def test_reingest_is_reported_not_duplicated(con, tmp_path):
     p = small_trace().write(tmp_path / "t.json.gz")
     [a] = ingest_paths(con, [p])
@@ -92,6 +102,7 @@ def test_reingest_is_reported_not_duplicated(con, tmp_path):
     assert b.duplicate and b.run_id == a.run_id and counts(con) == before
 
 
+@pytest.mark.memory_store
 def test_quirks_string_ids_control_chars_missing_dur_metadata_after(con, tmp_path):
     raw = (
         b'{"schemaVersion": 1, "traceEvents": [\n'
@@ -118,6 +129,7 @@ def test_quirks_string_ids_control_chars_missing_dur_metadata_after(con, tmp_pat
     assert meta["world_size"] == 1 and r.gpu_name == "NVIDIA H200"
 
 
+@pytest.mark.memory_store
 def test_long_names_are_stored_once(con, tmp_path):
     t = TraceBuilder()
     long = "void cutlass::Kernel2<" + "x" * 5000 + ">"
@@ -139,6 +151,7 @@ def rank_trace(rank: int | None, world: int = 2) -> TraceBuilder:
     return t
 
 
+@pytest.mark.memory_store
 def test_folder_is_one_run_ranks_from_distributed_info(con, tmp_path):
     d = tmp_path / "run"
     d.mkdir()
@@ -157,6 +170,7 @@ def test_folder_is_one_run_ranks_from_distributed_info(con, tmp_path):
     assert per_rank == [(0, 100000), (1, 101000)]
 
 
+@pytest.mark.memory_store
 def test_folder_with_torch_named_traces_ignores_other_json(con, tmp_path):
     d = tmp_path / "run"
     d.mkdir()
@@ -167,6 +181,7 @@ def test_folder_with_torch_named_traces_ignores_other_json(con, tmp_path):
     assert r.n_ranks == 2 and all(".pt.trace.json" in p for p in r.paths)
 
 
+@pytest.mark.memory_store
 def test_folder_ranks_from_file_names(con, tmp_path):
     d = tmp_path / "run"
     d.mkdir()
@@ -181,6 +196,7 @@ def test_folder_ranks_from_file_names(con, tmp_path):
     ]
 
 
+@pytest.mark.memory_store
 def test_folder_without_ranks_is_refused_naming_the_file(con, tmp_path):
     d = tmp_path / "run"
     d.mkdir()
@@ -191,6 +207,7 @@ def test_folder_without_ranks_is_refused_naming_the_file(con, tmp_path):
     assert sum(counts(con).values()) == 0
 
 
+@pytest.mark.memory_store
 def test_two_files_claiming_one_rank_are_refused(con, tmp_path):
     d = tmp_path / "run"
     d.mkdir()
@@ -203,6 +220,7 @@ def test_two_files_claiming_one_rank_are_refused(con, tmp_path):
     assert sum(counts(con).values()) == 0
 
 
+@pytest.mark.memory_store
 @pytest.mark.slow
 def test_rank_in_trailer_metadata(con, tmp_path):
     d = tmp_path / "run"
@@ -299,6 +317,7 @@ def test_gzip_bomb_limit(con, tmp_path, monkeypatch):
     assert sum(counts(con).values()) == 0
 
 
+@pytest.mark.memory_store
 @pytest.mark.slow
 def test_big_trace_many_batches(con, tmp_path, monkeypatch):
     """Small batch size forces hundreds of batches; nothing is lost or duplicated at the seams."""
@@ -379,6 +398,7 @@ NVML_FIXTURE = (
 )
 
 
+@pytest.mark.memory_store
 def test_folder_attaches_nvml_series_to_the_trace_run(con, tmp_path):
     d = tmp_path / "job"
     d.mkdir()
@@ -390,6 +410,7 @@ def test_folder_attaches_nvml_series_to_the_trace_run(con, tmp_path):
     assert n > 0 and con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
 
 
+@pytest.mark.memory_store
 def test_series_alone_is_its_own_run_and_attach_needs_a_run(con, tmp_path):
     [s] = ingest_paths(con, [NVML_FIXTURE])
     assert s.kind == "nvml" and s.n_events > 0 and not s.duplicate

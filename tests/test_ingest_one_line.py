@@ -158,6 +158,9 @@ def stored(con, run_id: str) -> dict[str, list]:
     return out
 
 
+# in memory (tests/conftest.py): the subject is the rows the layouts make, which the lake keeps
+# as memory does (tests/test_store_equivalence.py); GPUSCOPE_TESTS_ON_LAKE=1 runs it on the lake
+@pytest.mark.memory_store
 @pytest.mark.slow
 def test_one_line_and_indented_files_store_the_same_rows(con, tmp_path) -> None:
     doc = trace(2000)
