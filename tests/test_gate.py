@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
-from clitools import run_cli
+from clitools import cli_in_process, run_cli
 from gpuscope.analysis.gate import Series, compare_metric, gate, spread
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -186,28 +188,47 @@ def stepped(durations_us: list[float], busy_us: float, samples: int = 16) -> Tra
     return t
 
 
-def _gate_runs(tmp_path, spec: str, capsys) -> list[str]:  # type: ignore[no-untyped-def]
-    """base, slow (2x) and same ingested into the store ``spec``; the CLI's ``--db`` for it."""
-    base = stepped([1000, 1010, 990, 1000, 1005], 500).write(tmp_path / "base.json")
-    slow = stepped([2000, 2020, 1980, 2000, 2010], 500).write(tmp_path / "slow.json")
-    same = stepped([1000, 1012, 988, 1001, 1004], 500).write(tmp_path / "same.json")
-    db = ["--db", spec]
-    for path, name in ((base, "base"), (slow, "slow"), (same, "same")):
-        assert run_cli(capsys, "ingest", str(path), "--name", name, *db)[0] == 0
+def _gate_traces(folder: Path) -> dict[str, Path]:
+    """base, slow (2x) and same, written under ``folder``: name -> path."""
+    return {
+        "base": stepped([1000, 1010, 990, 1000, 1005], 500).write(folder / "base.json"),
+        "slow": stepped([2000, 2020, 1980, 2000, 2010], 500).write(folder / "slow.json"),
+        "same": stepped([1000, 1012, 988, 1001, 1004], 500).write(folder / "same.json"),
+    }
+
+
+def _ingest(traces: dict[str, Path], names: tuple[str, ...], db: list[str]) -> list[str]:
+    """``gpuscope ingest PATH --name NAME --db ...`` for each of ``names``; the CLI's ``--db``."""
+    for name in names:
+        done = cli_in_process("ingest", str(traces[name]), "--name", name, *db)
+        assert done.returncode == 0, done.stderr
     return db
 
 
-@pytest.fixture
-def gate_store(tmp_path, db_path, capsys):
-    """A single-process DuckDB file: the gate's logic, not the store, is under test (the analysis
-    is the lake's: tests/test_store_equivalence.py); 2.5x less CPU than the lake."""
-    return _gate_runs(tmp_path, f"duckdb:{db_path}", capsys)
+@pytest.fixture(scope="module")
+def gate_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """base, slow and same ingested once for the module (by the CLI) into a single-process DuckDB
+    file, closed: each test copies the file (:func:`gate_store`) and works on its own copy."""
+    folder = tmp_path_factory.mktemp("gate")
+    _ingest(_gate_traces(folder), ("base", "slow", "same"), ["--db", f"duckdb:{folder / 'store'}"])
+    return folder / "store"
 
 
 @pytest.fixture
-def gate_lake(tmp_path, db_path, capsys):
-    """The lake: moving a tag is a store transaction."""
-    return _gate_runs(tmp_path, str(db_path), capsys)
+def gate_store(gate_template: Path, db_path: Path) -> list[str]:
+    """The test's own store: a single-process DuckDB file holding base, slow and same (a copy of
+    :func:`gate_template`'s; a closed DuckDB database is the one file). The gate's logic, not the
+    store, is under test (the analysis is the lake's: tests/test_store_equivalence.py)."""
+    assert [f.name for f in gate_template.parent.iterdir() if f.suffix != ".json"] == ["store"]
+    shutil.copyfile(gate_template, db_path)
+    return ["--db", f"duckdb:{db_path}"]
+
+
+@pytest.fixture
+def gate_lake(tmp_path: Path, db_path: Path) -> list[str]:
+    """The lake: moving a tag is a store transaction. base and same (the runs the tag test
+    names; an ingest into the lake is 1.3 CPU s, a third of it for slow, which it never reads)."""
+    return _ingest(_gate_traces(tmp_path), ("base", "same"), ["--db", str(db_path)])
 
 
 @pytest.mark.slow
