@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 from gpuscope.analysis.event_classes import (
     COMM_RE,
+    CONV_OP_RE,
     COPY_CATS,
     DATALOADER_RE,
     GPU_CATS,
@@ -144,6 +145,7 @@ _STEP = re.compile(PROFILER_STEP_RE)
 _DL = re.compile(DATALOADER_RE)
 _COMM_HOST = re.compile(COMM_RE)
 _OPT = re.compile(OPTIMIZER_RE)
+_CONV_OP = re.compile(CONV_OP_RE)
 _PAGEABLE_H2D = re.compile(PAGEABLE_H2D_RE)
 _PAGEABLE_D2H = re.compile(PAGEABLE_D2H_RE)
 _SYNC = frozenset(SYNC_APIS)
@@ -443,7 +445,7 @@ def _replay_recorded(g: Graph) -> tuple[list[float], list[float], list[int]]:
 # -- building ------------------------------------------------------------------------------------
 
 
-_OPT_BIT, _DL_BIT, _COMM_BIT = 1, 2, 4
+_OPT_BIT, _DL_BIT, _COMM_BIT, _CONV_BIT = 1, 2, 4, 8
 
 
 @functools.lru_cache(maxsize=65536)
@@ -461,6 +463,11 @@ def _host_cat(stack: list[HostEvent], ev: HostEvent | None) -> tuple[str, frozen
     bits = 0
     for h in stack:
         bits |= _name_bits(h.name)
+    for h in reversed(stack):  # the innermost operator decides whose kernels a launch makes
+        if h.cat == "cpu_op":
+            if _CONV_OP.search(h.name):
+                bits |= _CONV_BIT
+            break
     if ev is None:
         return _host_cat_of(bits, False, "", "")
     return _host_cat_of(bits, True, ev.name, ev.cat)
@@ -476,7 +483,8 @@ def _host_cat_of(bits: int, has_ev: bool, name: str, cat: str) -> tuple[str, fro
     runtime = has_ev and cat in _RUNTIME
     if runtime:
         if name in _LAUNCH:
-            return "launch", frozenset(tags | {"launch_call"})
+            conv = {"conv_launch"} if bits & _CONV_BIT else set()
+            return "launch", frozenset(tags | {"launch_call"} | conv)
         if _COPY_API.match(name):
             return "copies", frozenset(tags | {"copy_call"})
         if name in _SYNC:
@@ -492,6 +500,11 @@ def _gpu_cat(ev: GpuEvent) -> str:
 
 _GEMM = re.compile(r"gemm|sgemm|cutlass|nvjet|cublas|ampere_|sm\d+_xmma|matmul", re.IGNORECASE)
 _CONV = re.compile(r"conv|cudnn|implicit_gemm|winograd|fft2d|xmma_fprop|dgrad|wgrad", re.IGNORECASE)
+
+
+_CONV_CALL = frozenset({"conv_call"})
+"""The tag of a GPU event launched by a convolution operator (``CONV_OP_RE`` the innermost
+operator around its launch): what the convolution's algorithm runs, helpers included."""
 
 
 def _gpu_tags(ev: GpuEvent) -> frozenset[str]:
@@ -726,7 +739,11 @@ def build_graph(
             g.edge(v, u, a - g.nodes[u].s, from_start=True, cat="cpu", kind="spawn")
     # GPU nodes
     for i, x in enumerate(gpu):
-        gpu_node[i] = g.add(Node("gpu", _gpu_cat(x), x.s, x.e, x.name, _gpu_tags(x), x))
+        tags = _gpu_tags(x)
+        lv = launcher_node.get(i)
+        if lv is not None and "conv_launch" in g.nodes[lv].tags:
+            tags = tags | _CONV_CALL
+        gpu_node[i] = g.add(Node("gpu", _gpu_cat(x), x.s, x.e, x.name, tags, x))
     lat = _typical_latency(g, gpu, gpu_node, launcher_node)
     last_on_stream: dict[int, int] = {}
     ends_sorted: list[tuple[int, int, int]] = []  # (end, stream, gpu index) of earlier ops

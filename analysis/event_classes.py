@@ -62,6 +62,13 @@ COMM_KERNEL_PATTERN = (
     r"cross_device_reduce|one_shot_all|two_shot_all|nvshmem|deep_?ep"
 )
 COMM_KERNEL_SQL_RE = "(?i)" + COMM_KERNEL_PATTERN
+CONV_OP_RE = (
+    r"^aten::(?:_?convolution(?:_backward)?|conv(?:_transpose)?[123]d|cudnn_convolution\w*"
+    r"|miopen_\w*convolution\w*|_conv_depthwise2d|conv_depthwise3d|slow_conv\w*)$"
+)
+"""Host operators that run a convolution (forward, transposed, backward): the innermost operator
+around a kernel's launch names whose algorithm made it; casts, bias adds and BatchNorm have their
+own operators."""
 NATIVE_CONV_RE = r"at::native::.*(?:conv_depthwise|slow_conv|im2col|col2im|vol2col|col2vol)"
 """Convolution kernels of PyTorch's own implementations (depthwise, im2col-based): cuDNN's
 algorithm search (``cudnn.benchmark``) does not pick them, so it cannot speed them up."""

@@ -78,8 +78,9 @@ def test_no_fix_where_every_convolution_is_pytorchs_own(con, tmp_path) -> None:
 
 
 def test_the_re_timing_shrinks_cudnns_convolutions_only() -> None:
-    """A cuDNN kernel (100 µs) then a depthwise one (100 µs): at the mid variant the cuDNN kernel
-    is × 0.8 (80 µs), the depthwise one stays 100 µs; both are convolutions by name."""
+    """A cuDNN kernel (100 µs, bf16 on the tensor cores) then a depthwise one (100 µs): at the mid
+    variant the cuDNN kernel is × 0.9 (90 µs: ``OTHER_FACTORS``), the depthwise one stays 100
+    µs; both are convolutions by name."""
     gpu = [G(CUDNN, "kernel", 0, 100 * US, 7), G(DEPTHWISE, "kernel", 100 * US, 200 * US, 7)]
     g = build_graph([H("ProfilerStep#1", "user_annotation", 0, 200 * US, 1)], gpu, 1, 0, 200 * US)
     ctx = GN.Context(n_steps=1, step_ms=0.2)
@@ -87,4 +88,4 @@ def test_the_re_timing_shrinks_cudnns_convolutions_only() -> None:
     assert dur is not None
     by_name = {n.event.name: dur(v, n) for v, n in enumerate(g.nodes) if n.kind == "gpu"}
     assert all("conv" in n.tags for n in g.nodes if n.kind == "gpu")
-    assert by_name == {CUDNN: pytest.approx(80 * US), DEPTHWISE: pytest.approx(100 * US)}
+    assert by_name == {CUDNN: pytest.approx(90 * US), DEPTHWISE: pytest.approx(100 * US)}

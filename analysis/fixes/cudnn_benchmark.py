@@ -5,14 +5,17 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from gpuscope.analysis.critical_path import GpuEvent
 from gpuscope.analysis.event_classes import NATIVE_CONV_RE
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.kernel_names import classify_kernel
+from gpuscope.analysis.tensor_cores import tensor_core_info
 
 if TYPE_CHECKING:
-    from gpuscope.analysis.critical_path import Graph
-    from gpuscope.analysis.gains import Context, Variant
+    from gpuscope.analysis.critical_path import Graph, Node
+    from gpuscope.analysis.gains import Context, DurFn, Variant
 
 _NATIVE = re.compile(NATIVE_CONV_RE)
 
@@ -55,7 +58,9 @@ def detect(inp: Inputs) -> Finding | None:
         f"cuDNN's convolutions take {sig3(ev['conv_us_per_step'] / 1e3)} ms per step "
         f"({sig3(ev['conv_share_pct'])}%) and {known}, benchmark mode would time the algorithms "
         "once for these fixed input shapes and keep the fastest. The bound is all their "
-        "time: how much of it a faster algorithm saves is not knowable from the trace."
+        "time: how much of it a faster algorithm saves is not knowable from the trace. The estimate "
+        "expects most from the convolution kernels that ran on CUDA cores, where tensor-core "
+        "algorithms exist, and little from those already on the tensor cores."
         + (
             f" PyTorch's own convolution kernels (depthwise, im2col) take {sig3(native / 1e3)} ms "
             "more per step: benchmark mode does not choose them, so they are left out."
@@ -67,18 +72,52 @@ def detect(inp: Inputs) -> Finding | None:
     return Finding(ev, gain, bound_pct=gain)
 
 
+CUDA_CORE_FACTORS = (1.0, 0.5, 0.1)
+"""Low / mid / high factor on a convolution's kernels that ran on CUDA cores (fp32 FMA, FFT,
+Winograd without MMA) on a tensor-core GPU: the heuristic's pick where tensor-core algorithms
+exist, the kernels benchmark mode replaces most (v37, v07, v142: 0.55-0.85 of their time saved;
+v124: none). High: a TF32 tensor-core kernel runs the same convolution ~8x faster."""
+
+OTHER_FACTORS = (1.0, 0.9, 0.5)
+"""Low / mid / high factor on a convolution's other kernels (tensor-core math, the algorithm's
+layout transposes and FFT steps): the heuristic's tensor-core picks are near the fastest (a
+median 0.1 of their time saved on the recorded pairs, 0.33 at most: v136's Conv3d)."""
+
+
+def conv_kernel_class(n: Node, by_launch: bool) -> str | None:
+    """``cuda_core`` or ``other`` for a kernel of a cuDNN convolution, None for any other node.
+    ``by_launch``: the graph knows each kernel's launching operator (``conv_call``); without it
+    (a trace with no host events), the kernels named as convolutions. PyTorch's own convolution
+    kernels (:func:`native_conv`) are never benchmark mode's."""
+    ev = n.event
+    if n.kind != "gpu" or n.cat != "kernels" or not isinstance(ev, GpuEvent):
+        return None
+    cat = classify_kernel(ev.name, "kernel")
+    if not ("conv_call" in n.tags if by_launch else cat == "convolution") or native_conv(ev.name):
+        return None
+    info = tensor_core_info(ev.name, cat)
+    if cat in ("convolution", "gemm") and info.mma and info.tensor_core is False:
+        return "cuda_core"
+    return "other"
+
+
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
-    """cuDNN's convolution kernels × 1 / 0.8 / 0 (PyTorch's own, :func:`native_conv`, stay)."""
-    return fx.scaled_variants(
-        lambda n: (
-            n.kind == "gpu"
-            and "conv" in n.tags
-            and not (n.event is not None and native_conv(n.event.name))
-        ),
-        1.0,
-        0.8,
-        0.0,
-    )
+    """The kernels of cuDNN's convolutions (launched by a convolution operator; BatchNorm, casts
+    and bias adds are not theirs) × :data:`CUDA_CORE_FACTORS` where they ran on CUDA cores and
+    × :data:`OTHER_FACTORS` otherwise; PyTorch's own convolution kernels stay."""
+    by_launch = any("conv_call" in n.tags for n in g.nodes)
+    cls = [conv_kernel_class(n, by_launch) for n in g.nodes]
+
+    def variant(k: int) -> DurFn:
+        f = {"cuda_core": CUDA_CORE_FACTORS[k], "other": OTHER_FACTORS[k]}
+
+        def dur(v: int, n: Node) -> float:
+            c = cls[v]
+            return float(n.dur) if c is None else n.dur * f[c]
+
+        return dur
+
+    return {name: (variant(k), None) for k, name in enumerate(("low", "mid", "high"))}
 
 
 UNIT = FixUnit(
