@@ -24,6 +24,7 @@ import record_blind7  # noqa: E402
 import record_blind8  # noqa: E402
 import record_blind9  # noqa: E402
 import record_blind10  # noqa: E402
+import record_blind11  # noqa: E402
 import record_new  # noqa: E402
 import record_validation  # noqa: E402
 
@@ -52,6 +53,7 @@ __all__ = [
     "record_blind8",
     "record_blind9",
     "record_blind10",
+    "record_blind11",
     "record_new",
     "record_validation",
     "variant_pair",

@@ -26,7 +26,9 @@ judged; every case of record_blind7.py (v115-v129) is ``group: "blind7"``, held 
 v100-v114 had been judged; every case of record_blind8.py (v130-v144) is ``group: "blind8"``,
 held out, recorded after v115-v129 had been judged; every case of record_blind9.py (v145-v159) is
 ``group: "blind9"``, held out, recorded after v130-v144 had been judged; every case of record_blind10.py (v160-v174)
-is ``group: "blind10"``, held out, recorded after v145-v159 had been judged.
+is ``group: "blind10"``, held out, recorded after v145-v159 had been judged; every case of
+record_blind11.py (v175-v184) is ``group: "blind11"``, held out, recorded after v160-v174 had been
+judged.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import record_blind7  # noqa: E402
 import record_blind8  # noqa: E402
 import record_blind9  # noqa: E402
 import record_blind10  # noqa: E402
+import record_blind11  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -66,6 +69,7 @@ GROUPS = (
     "blind8",
     "blind9",
     "blind10",
+    "blind11",
 )
 """The set's parts, in the order the benchmark prints them."""
 
@@ -80,6 +84,7 @@ BLIND_PARTS = (
     record_blind8,
     record_blind9,
     record_blind10,
+    record_blind11,
 )
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 
@@ -91,6 +96,7 @@ FIRST_FIXES = {
     **record_blind8.FIRST_FIXES,
     **record_blind9.FIRST_FIXES,
     **record_blind10.FIRST_FIXES,
+    **record_blind11.FIRST_FIXES,
 }
 """The first fixes gpuscope named on a blind part where the planted cause was another's, timed
 on the base case's planted variant (case -> spec: base, how, fix, expected_fix)."""
