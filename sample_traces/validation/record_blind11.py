@@ -43,9 +43,61 @@ from record_common import merged_part  # noqa: E402
 GROUP = "blind11"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
-FIRST_FIXES: dict[str, dict] = {}
-"""The first fixes gpuscope names on this part where the planted cause was another's, timed on
-the base case's planted variant (none yet: the part is judged once after it is recorded)."""
+FIRST_FIXES: dict[str, dict] = {
+    "v175c": {
+        "name": "v175_bf16",
+        "base": "v175",
+        "how": "bf16",
+        "planted": "v175's planted variant (fp32, cuDNN TF32 on, cudnn.benchmark off)",
+        "fix": "the same, each step under bf16 autocast",
+        "expected_fix": "mixed_precision",
+    },
+    "v176c": {
+        "name": "v176_compile",
+        "base": "v176",
+        "how": "compile",
+        "planted": "v176's planted variant (fp32, cudnn.benchmark off), eager",
+        "fix": "the same, model.compile() (torch.compile of the model in place)",
+        "expected_fix": "kernel_fusion",
+    },
+    "v177c": {
+        "name": "v177_bf16",
+        "base": "v177",
+        "how": "bf16",
+        "planted": "v177's planted variant (fp32, cuDNN TF32 on, cudnn.benchmark off)",
+        "fix": "the same, each step under bf16 autocast",
+        "expected_fix": "mixed_precision",
+    },
+    "v178c": {
+        "name": "v178_bf16",
+        "base": "v178",
+        "how": "bf16",
+        "planted": "v178's planted variant (fp32, cuDNN TF32 on, cudnn.benchmark off)",
+        "fix": "the same, each step under bf16 autocast",
+        "expected_fix": "mixed_precision",
+    },
+    "v179c": {
+        "name": "v179_compile",
+        "base": "v179",
+        "how": "compile",
+        "planted": "v179's planted variant (bf16 autocast, channels_last, cudnn.benchmark off), eager",
+        "fix": "the same, model.compile() (torch.compile of the model in place)",
+        "expected_fix": "kernel_fusion",
+    },
+    "v184c": {
+        "name": "v184_bf16",
+        "base": "v184",
+        "how": "bf16",
+        "planted": "v184's planted variant (fp32, cudnn.benchmark off)",
+        "fix": "the same, each step under bf16 autocast",
+        "expected_fix": "mixed_precision",
+    },
+}
+"""The first fixes gpuscope named on this part where the planted cause was another's (the
+judgement at 2e02d2d: ``mixed_precision`` first on v175 at 21.3 %, v177 30.5, v178 8.6, v184
+19.5; ``kernel_fusion`` on v176 at 34.1, v179 4.7), timed only (no trace), on the base case's
+planted variant: variant ``fixed`` applies that fix. They settle whether the first fix gains what
+it says; they are not cases of the part."""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part(
