@@ -201,3 +201,43 @@ def test_a_few_fp32_kernels_beside_tf32_ones_stay_a_tf32_run():
         gemm = next(v for v, n in enumerate(g.nodes) if n.kind == "gpu" and n.s == 0)
         got = dur(gemm, g.nodes[gemm])
         assert abs(got - (165 * US if branch == "tf32" else 300 * US)) < 1.0, (fp32_us, got)
+
+
+BN_BW = "void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>(float, float, float)"
+
+
+def test_cudnn_batchnorm_slows_under_bf16_in_both_branches():
+    """Under autocast a convolution's output is bf16, and PyTorch sends a bf16 input to its own
+    BatchNorm kernels (cuDNN's take none): cuDNN's BatchNorm kernels × 1.5 / 1.2 / 1.0 (low /
+    mid / high). TF32 branch: a TF32 GEMM 0..200 µs, cuDNN's BatchNorm forward 200..300 and
+    backward 300..350 -> mid 110, 120, 60 µs; low 130, 150, 75; high 90, 100, 50. fp32 branch
+    (an FFMA convolution 0..100 µs, then the two BatchNorm kernels 100..200, 200..250): the
+    BatchNorm kernels 120 and 60 µs at mid, 150 and 75 at low, as recorded at high."""
+    g = _graph(
+        [
+            G(TF32_GEMM, "kernel", 0, 200 * US, 7),
+            G(BN, "kernel", 200 * US, 300 * US, 7),
+            G(BN_BW, "kernel", 300 * US, 350 * US, 7),
+        ]
+    )
+    ctx = GN.Context(n_steps=1, step_ms=0.35, gpu_model="H100 SXM")
+    gpu = [v for v, n in enumerate(g.nodes) if n.kind == "gpu"]
+    want = {"low": (130, 150, 75), "mid": (110, 120, 60), "high": (90, 100, 50)}
+    for level, (gemm, fw, bw) in want.items():
+        dur, _ = MP.retime(g, ctx)[level]
+        assert dur is not None
+        got = [round(dur(v, g.nodes[v]) / US, 6) for v in gpu]
+        assert got == [gemm, fw, bw], (level, got)
+    g = _graph(
+        [
+            G(FP32_CONV, "kernel", 0, 100 * US, 7),
+            G(BN, "kernel", 100 * US, 200 * US, 7),
+            G(BN_BW, "kernel", 200 * US, 250 * US, 7),
+        ]
+    )
+    assert MP.convs_fp32_no_tf32(g)
+    gpu = [v for v, n in enumerate(g.nodes) if n.kind == "gpu"]
+    for level, (fw, bw) in {"low": (150, 75), "mid": (120, 60), "high": (100, 50)}.items():
+        dur, _ = MP.retime(g, ctx)[level]
+        assert dur is not None
+        assert [round(dur(v, g.nodes[v]) / US, 6) for v in gpu[1:]] == [fw, bw], level

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.critical_path import GpuEvent
@@ -73,6 +74,25 @@ TF32_OTHER = (0.95, 0.85, 0.6)
 × this, low / mid / high: bf16 activations halve their bytes where autocast runs them in bf16
 (0.5 would be all of them), and autocast keeps softmax, norms and losses in fp32 (0.95: little
 changes)."""
+
+CUDNN_BN_RE = re.compile(r"cudnn::bn_|cudnn::\w*batch_?norm", re.IGNORECASE)
+"""cuDNN's BatchNorm kernels (``cudnn::bn_fw_tr_1C11_kernel_NCHW``, ``cudnn::bn_bw_1C11_kernel_new``)."""
+CUDNN_BN = (1.5, 1.2, 1.0)
+"""cuDNN BatchNorm kernel time × this in bf16, low / mid / high: under autocast a convolution's
+output is bf16, and PyTorch sends a bf16 input to its own BatchNorm kernels (cuDNN's take none),
+which run slower than cuDNN's fp32 ones despite half the bytes. The fixed variants' traces
+(sample_traces/validation/README.md, "What bf16 did to BatchNorm"): × 1.47 (v72, H100 against
+H100), 1.16-1.64 (median 1.2) on v136, v175, v177, v178, v181, v182 timed on an H200 against their
+H100 planted traces (an H200's bandwidth makes them faster still), 0.97 on v184's BatchNorm1d."""
+
+
+def _cudnn_bn(n: Node) -> bool:
+    return (
+        n.kind == "gpu"
+        and n.cat == "kernels"
+        and isinstance(n.event, GpuEvent)
+        and CUDNN_BN_RE.search(n.event.name) is not None
+    )
 
 
 def tf32_us(inp: Inputs) -> float:
@@ -240,9 +260,11 @@ def _fp32_math(n: Node) -> bool:
 
 def _retime_tf32(g: Graph) -> dict[str, Variant]:
     """The TF32 branch's re-timing: TF32 tensor-core kernels × :data:`TF32_DIV`, the other
-    compute kernels (not the optimizer's) × :data:`TF32_OTHER`, host × 1.3 / 1.15 / 1 (the casts
+    compute kernels (not the optimizer's) × :data:`TF32_OTHER` but cuDNN's BatchNorm kernels ×
+    :data:`CUDNN_BN`, host × 1.3 / 1.15 / 1 (the casts
     autocast adds), low / mid / high."""
     tf = [_tf32(n) for n in g.nodes]
+    bn = [_cudnn_bn(n) for n in g.nodes]
     opt = [
         n.kind == "gpu"
         and isinstance(n.event, GpuEvent)
@@ -256,6 +278,8 @@ def _retime_tf32(g: Graph) -> dict[str, Variant]:
                 return n.dur * host
             if tf[v]:
                 return n.dur * TF32_DIV[k]
+            if bn[v]:
+                return n.dur * CUDNN_BN[k]
             if n.kind == "gpu" and n.cat == "kernels" and not opt[v]:
                 return n.dur * TF32_OTHER[k]
             return float(n.dur)
@@ -269,7 +293,7 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """fp32 GEMMs ÷ r/1.5 / r / r (r: the measured fp32→bf16 ratio for the GPU and the GEMM's
     duration, :data:`GEMM_RATIO`); attention kernels in fp32 math ÷ the
     :data:`ATTENTION_3XTF32_RATIO` (3xTF32) or as GEMMs (plain fp32); host × 1.3 / 1.15 / 1
-    (casts), other kernels × 1 / 1 / 0.6."""
+    (casts), cuDNN's BatchNorm kernels × :data:`CUDNN_BN`, other kernels × 1 / 1 / 0.6."""
     tf32_ns = sum(n.dur for n in g.nodes if _tf32(n))
     if tf32_ns > 0 and sum(n.dur for n in g.nodes if _fp32_math(n)) < FP32_OF_TF32 * tf32_ns:
         return _retime_tf32(g)  # fp32 with TF32 on, next to no math on CUDA cores
@@ -281,10 +305,14 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
             if a is not None:
                 att[v] = a
 
-    def mp(div: float, other: float, host: float, att_div: float) -> DurFn:
+    bn = [_cudnn_bn(n) for n in g.nodes]
+
+    def mp(div: float, other: float, host: float, att_div: float, bn_f: float) -> DurFn:
         def dur(v: int, n: Node) -> float:
             if fx.is_host_work(n):  # autocast adds a cast op per matmul operand
                 return n.dur * host
+            if bn[v]:
+                return n.dur * bn_f
             if _gemm_fp32(n) or att.get(v) == "fp32":
                 return n.dur / max(1.0, _ratio(ctx, n.dur) / div)
             if conv and _conv_math(n) is False:
@@ -299,9 +327,9 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
 
     lo, mid, hi = ATTENTION_3XTF32_RATIO
     return {
-        "low": (mp(1.5, 1.0, 1.3, lo), None),
-        "mid": (mp(1.0, 1.0, 1.15, mid), None),
-        "high": (mp(1.0, 0.6, 1.0, hi), None),
+        "low": (mp(1.5, 1.0, 1.3, lo, CUDNN_BN[0]), None),
+        "mid": (mp(1.0, 1.0, 1.15, mid, CUDNN_BN[1]), None),
+        "high": (mp(1.0, 0.6, 1.0, hi, CUDNN_BN[2]), None),
     }
 
 
