@@ -17,6 +17,7 @@ from validation_parts import (
     assert_new_families,
     assert_part_layout,
     build_one_gpu_cases,
+    counting_autocast,
     make_truth,
     record_blind11,
     variant_pair,
@@ -144,25 +145,7 @@ def test_the_precision_pairs_step_under_autocast_only_when_fixed(
     """v181's and v182's loss runs under the kit's bf16 autocast (``k.ac``) in the fixed variant
     only, and the benchmark pairs v179 and v183 under it in both (their own bf16, not the fix)."""
     pytest.importorskip("torch")
-    import record_common
-    import record_new
-
-    entered: list[str] = []
-
-    class Ac:
-        def __enter__(self) -> None:
-            entered.append("ac")
-
-        def __exit__(self, *exc: object) -> None:
-            return None
-
-    kit = record_common.kit
-    monkeypatch.setattr(
-        record_common,
-        "kit",
-        lambda *a, **kw: record_common.Kit(**{**kit(*a, **kw).__dict__, "ac": Ac(), "meta": {}}),
-    )
-    monkeypatch.setattr(record_new, "QUICK", True)
+    entered = counting_autocast(monkeypatch)
     counts = {}
     for case in ("v181", "v182", "v179", "v183"):
         for variant in ("planted", "fixed"):

@@ -341,20 +341,12 @@ def build_one_gpu_cases(
     return metas, samples, {k: v for k, v in calls.items() if v}
 
 
-def assert_first_fixes_apply_to_the_fixed_variant_only(part: Any, monkeypatch: Any) -> None:
-    """record_common.first_fix_builders on the CPU (--quick sizes) for ``part.FIRST_FIXES``: each
-    first fix builds its base case's planted variant; only variant ``fixed`` applies the fix
-    (cudnn.benchmark set, ``model.compile()`` called once, in mode "reduce-overhead" for
-    ``cuda_graphs``, the step run under ``k.ac``), as its
-    record says; a fix the recorders do not apply is refused."""
-    import pytest
+def counting_autocast(monkeypatch: Any) -> list[str]:
+    """Every recorder's kit (``record_common.kit``) built with an autocast context (``k.ac``)
+    that counts its entries instead of casting (an ``"ac"`` per ``with k.ac``, in the list
+    returned), and record_new at its --quick sizes."""
     import record_common
-    import torch
 
-    compiled: list[object] = []
-    monkeypatch.setattr(
-        torch.nn.Module, "compile", lambda self, *a, **kw: compiled.append(kw.get("mode"))
-    )
     entered: list[str] = []
 
     class Ac:
@@ -371,6 +363,24 @@ def assert_first_fixes_apply_to_the_fixed_variant_only(part: Any, monkeypatch: A
         lambda *a, **kw: record_common.Kit(**{**kit(*a, **kw).__dict__, "ac": Ac(), "meta": {}}),
     )
     monkeypatch.setattr(record_new, "QUICK", True)
+    return entered
+
+
+def assert_first_fixes_apply_to_the_fixed_variant_only(part: Any, monkeypatch: Any) -> None:
+    """record_common.first_fix_builders on the CPU (--quick sizes) for ``part.FIRST_FIXES``: each
+    first fix builds its base case's planted variant; only variant ``fixed`` applies the fix
+    (cudnn.benchmark set, ``model.compile()`` called once, in mode "reduce-overhead" for
+    ``cuda_graphs``, the step run under ``k.ac``), as its
+    record says; a fix the recorders do not apply is refused."""
+    import pytest
+    import record_common
+    import torch
+
+    compiled: list[object] = []
+    monkeypatch.setattr(
+        torch.nn.Module, "compile", lambda self, *a, **kw: compiled.append(kw.get("mode"))
+    )
+    entered = counting_autocast(monkeypatch)
     assert part.FIRST_FIXES
     for case, spec in part.FIRST_FIXES.items():
         entries = {}
