@@ -15,6 +15,7 @@ the TF32 peak (~100-200 TFLOP/s), with the host time at ~10 and ~25 us an eager 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +285,38 @@ def _nnunet(k: Kit, fixed: bool, device: str, rank: int):
     return k.train(opt, loss_fn), batch, model
 
 
+def _projection(k: Kit, ci: int, co: int, stride: int) -> Any:
+    """A residual unit's shortcut: None where the input already has the output's shape, else a
+    strided 1x1 convolution and BatchNorm (SKNet's and SE-ResNet's units)."""
+    if stride == 1 and ci == co:
+        return None
+    return k.nn.Sequential(k.nn.Conv2d(ci, co, 1, stride, bias=False), k.nn.BatchNorm2d(co))
+
+
+def _pooled_net(k: Kit, name: str, stem: int, classes: int, body: Callable[[int], Any]) -> Any:
+    """The ImageNet-shaped net SKNet (v178), PyramidNet (v179) and SE-ResNet (v182) share, as a
+    class named ``name``: a 7x7/2 stem convolution with BatchNorm and ReLU and a 3x3/2 max-pool,
+    then the layers ``body(stem)`` returns with their output channels (``(layers, ci)``), as
+    ``features``; global average pooling and ``fc`` to ``classes``. Made in that order inside
+    ``__init__``, so a seed gives each builder the weights it was recorded with."""
+    nn, F = k.nn, k.F
+
+    def init(self: Any) -> None:
+        nn.Module.__init__(self)
+        layers: list = [
+            nn.Conv2d(3, stem, 7, 2, 3, bias=False), nn.BatchNorm2d(stem), nn.ReLU(),
+            nn.MaxPool2d(3, 2, 1),
+        ]  # fmt: skip
+        more, ci = body(stem)
+        self.features = nn.Sequential(*layers, *more)
+        self.fc = nn.Linear(ci, classes)
+
+    def forward(self: Any, x: Any) -> Any:
+        return self.fc(F.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
+
+    return type(name, (nn.Module,), {"__init__": init, "forward": forward})
+
+
 def _sknet(k: Kit, fixed: bool, device: str, rank: int):
     # H100: 4.9 GMAC an image forward at 224x224 (FlopCounter: 0.95 TFLOP a step at batch 32;
     # the 1x1 convs most of it, the two grouped 3x3 branches ~1.4, the stem 0.12) of fp32 convs
@@ -331,33 +364,20 @@ def _sknet(k: Kit, fixed: bool, device: str, rank: int):
                 SKConv(mid, stride),
                 nn.Conv2d(mid, co, 1, bias=False), nn.BatchNorm2d(co),
             )  # fmt: skip
-            self.short = None
-            if stride > 1 or ci != co:
-                self.short = nn.Sequential(
-                    nn.Conv2d(ci, co, 1, stride, bias=False), nn.BatchNorm2d(co)
-                )
+            self.short = _projection(k, ci, co, stride)
 
         def forward(self, x):
             return F.relu(self.body(x) + (x if self.short is None else self.short(x)))
 
-    class SKNet(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            layers: list = [
-                nn.Conv2d(3, stem, 7, 2, 3, bias=False), nn.BatchNorm2d(stem), nn.ReLU(),
-                nn.MaxPool2d(3, 2, 1),
-            ]  # fmt: skip
-            ci = stem
-            for i, mid in enumerate(mids):
-                for j in range(2):
-                    layers.append(SKUnit(ci, mid, 2 if (i > 0 and j == 0) else 1))
-                    ci = 2 * mid
-            self.features = nn.Sequential(*layers)
-            self.fc = nn.Linear(ci, classes)
+    def body(ci: int) -> tuple[list, int]:
+        layers: list = []
+        for i, mid in enumerate(mids):
+            for j in range(2):
+                layers.append(SKUnit(ci, mid, 2 if (i > 0 and j == 0) else 1))
+                ci = 2 * mid
+        return layers, ci
 
-        def forward(self, x):
-            return self.fc(F.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
-
+    SKNet = _pooled_net(k, "SKNet", stem, classes, body)
     model = SKNet().to(device)
     _bench(k, fixed, model)
     k.meta["grouped_convs"] = sum(
@@ -405,26 +425,17 @@ def _pyramidnet(k: Kit, fixed: bool, device: str, rank: int):
             pad = pad.contiguous(memory_format=torch.channels_last)  # as the features
             return out + torch.cat([short, pad], 1)
 
-    class PyramidNet(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            layers: list = [
-                nn.Conv2d(3, stem, 7, 2, 3, bias=False), nn.BatchNorm2d(stem), nn.ReLU(),
-                nn.MaxPool2d(3, 2, 1),
-            ]  # fmt: skip
-            ci, width = stem, float(stem)
-            for i, n in enumerate(units):
-                for j in range(n):
-                    width += step_w
-                    layers.append(Unit(ci, round(width), 2 if (i > 0 and j == 0) else 1))
-                    ci = 4 * round(width)
-            layers += [nn.BatchNorm2d(ci), nn.ReLU()]
-            self.features = nn.Sequential(*layers)
-            self.fc = nn.Linear(ci, classes)
+    def body(ci: int) -> tuple[list, int]:
+        layers: list = []
+        width = float(ci)
+        for i, n in enumerate(units):
+            for j in range(n):
+                width += step_w
+                layers.append(Unit(ci, round(width), 2 if (i > 0 and j == 0) else 1))
+                ci = 4 * round(width)
+        return [*layers, nn.BatchNorm2d(ci), nn.ReLU()], ci
 
-        def forward(self, x):
-            return self.fc(F.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
-
+    PyramidNet = _pooled_net(k, "PyramidNet", stem, classes, body)
     model = PyramidNet().to(device, memory_format=torch.channels_last)
     _bench(k, fixed, model, "bf16 autocast, cuDNN TF32 on, matmul TF32 off")
     k.meta["memory_format"] = "channels_last"

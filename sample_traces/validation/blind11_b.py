@@ -22,7 +22,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from blind11_a import _FIX, _PLANTED, _bench  # noqa: E402
+from blind11_a import _FIX, _PLANTED, _bench, _pooled_net, _projection  # noqa: E402
 from record_common import Kit, precision_loss  # noqa: E402
 
 CASES: dict[str, dict] = {
@@ -248,35 +248,22 @@ def _se_resnet(k: Kit, fixed: bool, device: str, rank: int):
                 nn.AdaptiveAvgPool2d(1), nn.Conv2d(co, co // 16, 1), nn.ReLU(),
                 nn.Conv2d(co // 16, co, 1), nn.Sigmoid(),
             )  # fmt: skip
-            self.short = None
-            if stride > 1 or ci != co:
-                self.short = nn.Sequential(
-                    nn.Conv2d(ci, co, 1, stride, bias=False), nn.BatchNorm2d(co)
-                )
+            self.short = _projection(k, ci, co, stride)
 
         def forward(self, x):
             out = self.body(x)
             out = out * self.se(out)
             return F.relu(out + (x if self.short is None else self.short(x)))
 
-    class SEResNet(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            layers: list = [
-                nn.Conv2d(3, stem, 7, 2, 3, bias=False), nn.BatchNorm2d(stem), nn.ReLU(),
-                nn.MaxPool2d(3, 2, 1),
-            ]  # fmt: skip
-            ci = stem
-            for i, (n, mid) in enumerate(zip(units, mids, strict=True)):
-                for j in range(n):
-                    layers.append(SEBottleneck(ci, mid, 2 if (i > 0 and j == 0) else 1))
-                    ci = 4 * mid
-            self.features = nn.Sequential(*layers)
-            self.fc = nn.Linear(ci, classes)
+    def body(ci: int) -> tuple[list, int]:
+        layers: list = []
+        for i, (n, mid) in enumerate(zip(units, mids, strict=True)):
+            for j in range(n):
+                layers.append(SEBottleneck(ci, mid, 2 if (i > 0 and j == 0) else 1))
+                ci = 4 * mid
+        return layers, ci
 
-        def forward(self, x):
-            return self.fc(F.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
-
+    SEResNet = _pooled_net(k, "SEResNet", stem, classes, body)
     model = SEResNet().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     gen = torch.Generator().manual_seed(182)
