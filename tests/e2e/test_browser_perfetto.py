@@ -72,7 +72,12 @@ def test_handoff_speaks_perfetto_postmessage(local_site, new_page, tmp_path) -> 
     with page.expect_popup() as popup_info:
         page.get_by_role("button", name="Open in Perfetto UI").click()
     popup = popup_info.value
-    popup.wait_for_function("document.getElementById('out').textContent !== 'waiting'")
+    # the popup opens as about:blank and then loads the receiver: a predicate that reads #out
+    # must allow for the page that has none yet
+    popup.wait_for_function(
+        "(() => { const o = document.getElementById('out');"
+        " return o !== null && o.textContent !== 'waiting'; })()"
+    )
     got = json.loads(popup.locator("#out").inner_text())
     assert got["pings"] >= 1 and got["isArrayBuffer"] is True
     assert got == {**got, "title": "run r0", "fileName": "t.json", "bytes": len(trace), "events": 5}
