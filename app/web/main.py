@@ -15,10 +15,12 @@ from gpuscope import __version__
 from gpuscope.vocabulary.errors import GpuscopeError
 from gpuscope.vocabulary.redact import install_log_redaction
 from gpuscope.web import auth, db, ui
+from gpuscope.web.redrawn_downloads import serve_redrawn_downloads
 from gpuscope.web.uploads import keep_file_url_answers
 
 install_log_redaction()  # every log record of the server masks store secrets (idempotent)
 keep_file_url_answers()  # answers the browser waits on (uploads, a deferred download) outlive a rerun
+serve_redrawn_downloads()  # a download clicked while a rerun redraws its button still gets its file
 ICON = Path(__file__).resolve().parent / "static" / "favicon.png"  # local: no font CDN request
 st.set_page_config(
     page_title="gpuscope", page_icon=str(ICON) if ICON.is_file() else None, layout="wide"

@@ -1,0 +1,96 @@
+"""A click on a deferred download button that a later script run drew again still gets its file.
+
+``st.download_button(data=callable)`` registers the callable under a new placeholder id at every
+script run and revokes the previous run's id for that button. The browser sends the id it holds:
+a click that lands while a script run redraws the page (the Run page starts runs of its own while
+it fills its figures in) sends an id the server has just revoked, and Streamlit answers
+"Deferred file … not found": no file, and the reader must click again.
+
+:func:`serve_redrawn_downloads` makes the server answer such a click with the callable the same
+button (same session, same element id: a keyed widget's id is stable across runs) holds now. A
+button revoked for good (drawn disabled, or no longer drawn) has no current callable, and the
+click fails as before; an id of another session or another button is never served.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_PATCHED = "_gpuscope_serves_redrawn_downloads"
+KEEP = 512
+"""Placeholder ids remembered (id → session, element), oldest first out: far more than a session's
+buttons times the runs a click can race."""
+
+
+def current_id(callables: dict[str, Any], session_id: str, element_id: str) -> str | None:
+    """The newest registered placeholder id of ``element_id`` in ``session_id`` (None: none).
+    ``callables`` is the manager's id → entry map, in registration order."""
+    if not element_id:
+        return None
+    for file_id in reversed(list(callables)):
+        entry = callables[file_id]
+        if entry.get("session_id") == session_id and entry.get("element_id") == element_id:
+            return file_id
+    return None
+
+
+def serve_redrawn_downloads() -> bool:
+    """Patch Streamlit's ``MediaFileManager`` (idempotent): ``add_deferred`` remembers each id's
+    session and element, and ``execute_deferred`` of an id no longer registered runs the same
+    button's current callable (:func:`current_id`). False (and a warning in the log) where this
+    Streamlit's manager is not the one this was written for: nothing is changed."""
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    add, run_deferred = MediaFileManager.add_deferred, MediaFileManager.execute_deferred
+    if getattr(run_deferred, _PATCHED, False):
+        return True
+    if not all(hasattr(MediaFileManager, a) for a in ("remove_deferred", "_drop_deferred_id")):
+        log.warning("redrawn_downloads: this Streamlit's MediaFileManager has no deferred ids; "
+                    "a download clicked while the page is redrawn may fail")  # fmt: skip
+        return False
+    lock = threading.Lock()
+
+    def known(self: MediaFileManager) -> OrderedDict[str, tuple[str, str]]:
+        ids = getattr(self, "_gpuscope_deferred_owner", None)
+        if ids is None:
+            ids = OrderedDict()
+            self._gpuscope_deferred_owner = ids  # type: ignore[attr-defined]
+        return ids
+
+    @functools.wraps(add)
+    def add_deferred(self: MediaFileManager, *a: Any, **k: Any) -> str:
+        file_id = add(self, *a, **k)
+        with self._lock:
+            entry = self._deferred_callables.get(file_id)
+            owner = (entry["session_id"], entry["element_id"]) if entry else None
+        if owner is not None:
+            with lock:
+                ids = known(self)
+                ids[file_id] = owner
+                while len(ids) > KEEP:
+                    ids.popitem(last=False)
+        return file_id
+
+    @functools.wraps(run_deferred)
+    def execute_deferred(self: MediaFileManager, file_id: str) -> str:
+        with self._lock:
+            registered = file_id in self._deferred_callables
+            if not registered:
+                with lock:
+                    owner = known(self).get(file_id)
+                now = current_id(self._deferred_callables, *owner) if owner else None
+        if not registered and now is not None:
+            log.info("redrawn_downloads: %s was drawn again as %s; serving that", file_id, now)
+            file_id = now
+        return run_deferred(self, file_id)
+
+    setattr(execute_deferred, _PATCHED, True)
+    MediaFileManager.add_deferred = add_deferred  # type: ignore[method-assign]
+    MediaFileManager.execute_deferred = execute_deferred  # type: ignore[method-assign]
+    return True
