@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 from gpuscope.analysis.event_classes import (
     COMM_RE,
+    COMPILED_CALL_RE,
     CONV_OP_RE,
     COPY_CATS,
     DATALOADER_RE,
@@ -146,6 +147,7 @@ _DL = re.compile(DATALOADER_RE)
 _COMM_HOST = re.compile(COMM_RE)
 _OPT = re.compile(OPTIMIZER_RE)
 _CONV_OP = re.compile(CONV_OP_RE)
+_COMPILED = re.compile(COMPILED_CALL_RE)
 _PAGEABLE_H2D = re.compile(PAGEABLE_H2D_RE)
 _PAGEABLE_D2H = re.compile(PAGEABLE_D2H_RE)
 _SYNC = frozenset(SYNC_APIS)
@@ -445,16 +447,18 @@ def _replay_recorded(g: Graph) -> tuple[list[float], list[float], list[int]]:
 # -- building ------------------------------------------------------------------------------------
 
 
-_OPT_BIT, _DL_BIT, _COMM_BIT, _CONV_BIT = 1, 2, 4, 8
+_OPT_BIT, _DL_BIT, _COMM_BIT, _CONV_BIT, _COMPILED_BIT = 1, 2, 4, 8, 16
 
 
 @functools.lru_cache(maxsize=65536)
 def _name_bits(name: str) -> int:
-    """What a host event's name says, as bits: optimizer, DataLoader, host collective."""
+    """What a host event's name says, as bits: optimizer, DataLoader, host collective, a call
+    into torch.compile's graphs."""
     return (
         (_OPT_BIT if _OPT.search(name) else 0)
         | (_DL_BIT if _DL.search(name) else 0)
         | (_COMM_BIT if _COMM_HOST.search(name) else 0)
+        | (_COMPILED_BIT if _COMPILED.search(name) else 0)
     )
 
 
@@ -478,6 +482,8 @@ def _host_cat_of(bits: int, has_ev: bool, name: str, cat: str) -> tuple[str, fro
     """:func:`_host_cat` from the stack's :func:`_name_bits` (or-ed) and the innermost event's
     name and category (``has_ev``: whether there is one): read once per distinct key."""
     tags = {"optimizer"} if bits & _OPT_BIT else set()
+    if bits & _COMPILED_BIT:
+        tags.add("compiled_call")
     if bits & _DL_BIT:
         return DATA_LOADING, frozenset(tags | {"dataloader"})
     runtime = has_ev and cat in _RUNTIME

@@ -69,6 +69,12 @@ CONV_OP_RE = (
 """Host operators that run a convolution (forward, transposed, backward): the innermost operator
 around a kernel's launch names whose algorithm made it; casts, bias adds and BatchNorm have their
 own operators."""
+COMPILED_CALL_RE = r"^Torch-Compiled Region|^CompiledFunction|CompiledFunctionBackward$"
+"""Host spans of a call into torch.compile's graphs: the forward (``Torch-Compiled Region: 0/0``,
+``CompiledFunction``) and its backward (``CompiledFunctionBackward``, also inside
+``autograd::engine::evaluate_function: CompiledFunctionBackward``). Host work inside them is what
+a CUDA-graph replay of the compiled graphs takes over; the loop, the loss and an eager optimizer
+around them stay."""
 NATIVE_CONV_RE = r"at::native::.*(?:conv_depthwise|slow_conv|im2col|col2im|vol2col|col2vol)"
 """Convolution kernels of PyTorch's own implementations (depthwise, im2col-based): cuDNN's
 algorithm search (``cudnn.benchmark``) does not pick them, so it cannot speed them up."""

@@ -4,6 +4,7 @@ replayed yet, or an eager step whose GPU works so little of it that the launches
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpuscope.analysis.fixes import base as fx
@@ -84,8 +85,25 @@ def detect(inp: Inputs) -> Finding | None:
     return Finding(ev, fx.host_gain_pct(lb.ns, inp), title=EAGER_TITLE, code=EAGER_CODE, why=why)
 
 
+def in_compiled_calls(g: Graph) -> Callable[[Node], bool]:
+    """The host work a CUDA-graph replay of a compiled model takes over: :func:`fx.is_host_work`
+    inside calls into torch.compile's graphs (the ``compiled_call`` tag, set where the host stack
+    holds a ``Torch-Compiled Region`` or ``CompiledFunction[Backward]`` span: critical path,
+    ``event_classes.COMPILED_CALL_RE``). The Python around those calls (the loop, the loss, an
+    eager optimizer, the step's time that no operator covers) stays: ``mode="reduce-overhead"``
+    replays the compiled graphs only. A trace without such spans: all host work."""
+    if not any(n.kind == "host" and "compiled_call" in n.tags for n in g.nodes):
+        return fx.is_host_work
+    return lambda n: fx.is_host_work(n) and "compiled_call" in n.tags
+
+
 def _host_scaled(
-    g: Graph, low: float, mid: float, high: float, fused: bool = False
+    g: Graph,
+    low: float,
+    mid: float,
+    high: float,
+    fused: bool = False,
+    host: Callable[[Node], bool] = fx.is_host_work,
 ) -> dict[str, Variant]:
     """Host and launches × ``low`` / ``mid`` / ``high``, outside the DataLoader and the optimizer;
     a step that runs recurrent layers (:func:`~gpuscope.analysis.phase_patterns.rnn_host_nodes`)
@@ -96,13 +114,13 @@ def _host_scaled(
     gpuscope's first fix there at 73.4 %) was timed 32.4 % slower (6 rounds, -55.1 to 1.6;
     sample_traces/validation/truth.json, ``first_fixes``). ``fused``: at the high level the
     kernels fusion removes (:func:`~gpuscope.analysis.fixes.kernel_fusion.removable_kernels`) take
-    no GPU time either (:func:`advised`)."""
+    no GPU time either (:func:`advised`). ``host``: the host work replayed (default: all of it)."""
     rnn = rnn_host_nodes(g)
     if not rnn:
-        out = fx.scaled_variants(fx.is_host_work, low, mid, high)
+        out = fx.scaled_variants(host, low, mid, high)
         if fused:
             removed, _ = removable_kernels(g)
-            out["high"] = (_fused_top(removed, high), None)
+            out["high"] = (_fused_top(removed, high, host), None)
         return out
 
     def kept(v: int, n: Node) -> float:
@@ -110,20 +128,20 @@ def _host_scaled(
 
     def around(f: float) -> DurFn:
         def dur(v: int, n: Node) -> float:
-            return n.dur * f if v not in rnn and fx.is_host_work(n) else float(n.dur)
+            return n.dur * f if v not in rnn and host(n) else float(n.dur)
 
         return dur
 
     return {"low": (kept, None), "mid": (kept, None), "high": (around(high), None)}
 
 
-def _fused_top(removed: frozenset[int], high: float) -> DurFn:
-    """Host and launches × ``high``; the kernels ``removed`` take no GPU time."""
+def _fused_top(removed: frozenset[int], high: float, host: Callable[[Node], bool]) -> DurFn:
+    """Host and launches (``host``) × ``high``; the kernels ``removed`` take no GPU time."""
 
     def dur(v: int, n: Node) -> float:
         if v in removed:
             return 0.0
-        return n.dur * high if fx.is_host_work(n) else float(n.dur)
+        return n.dur * high if host(n) else float(n.dur)
 
     return dur
 
@@ -138,9 +156,10 @@ def retime_replayed(g: Graph, ctx: Context) -> dict[str, Variant]:
     """Host and launches × 0.5 / 0.2 / 0: at the top, the replayed graph launches the whole step
     at once and no host work per kernel is left. The kernels' launch latencies stay in the graph,
     so the top is not the GPU's work alone (v123, a SchNet-style step captured whole by
-    ``torch.cuda.graph``, measured 6.9 → 0.76 ms, 89.1 %: top 85.4 % either way). Recurrent
-    layers as :func:`_host_scaled` says."""
-    return _host_scaled(g, 0.5, 0.2, 0.0)
+    ``torch.cuda.graph``, measured 6.9 → 0.76 ms, 89.1 %: top 85.4 % either way). In a compiled
+    step only the host work inside its compiled calls is replayed (:func:`in_compiled_calls`).
+    Recurrent layers as :func:`_host_scaled` says."""
+    return _host_scaled(g, 0.5, 0.2, 0.0, host=in_compiled_calls(g))
 
 
 def advised(rec: Recommendation, g: Graph, ctx: Context) -> dict[str, Variant]:
