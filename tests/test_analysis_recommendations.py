@@ -162,8 +162,12 @@ def test_mixed_precision_needs_a_tensor_core_gpu():
         R.Inputs(**base, idle=idle, compute_capability=(8, 0), tc_speedup=4.0)
     )
     assert rec is not None and rec.cost_pct == pytest.approx(50.0 * 0.75)
+    assert "bf16" in rec.title and "bfloat16" in rec.fix
+    # a V100 (sm70): fp16 tensor cores only; the title, the why and the code all say fp16
     rec = R.BY_ID["mixed_precision"].find(R.Inputs(**base, idle=idle, compute_capability=(7, 0)))
-    assert rec is not None and "float16" in rec.fix
+    assert rec is not None and "float16" in rec.fix and "bfloat16" not in rec.fix
+    assert "fp16" in rec.title and "bf16" not in rec.title and "TF32" not in rec.title
+    assert "bf16 and TF32 need an Ampere" in rec.why
     assert rec.evidence["assumed_speedup"] == R.mixed_precision.DEFAULT_TC_SPEEDUP
 
 

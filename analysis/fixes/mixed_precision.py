@@ -30,6 +30,11 @@ CODE_FP16 = (
     "loss.backward()\n"
     "# fp16 needs a GradScaler: scaler.scale(loss).backward(); scaler.step(opt)"
 )
+FP16_TITLE = "Run matrix multiplies on tensor cores (fp16 autocast with a GradScaler)"
+FP16_WHY = (
+    "fp32 matrix multiplies run on CUDA cores; this GPU's tensor cores take fp16 (bf16 and TF32 "
+    "need an Ampere or newer GPU), several times faster."
+)
 WORDS = Words(
     "Run matrix multiplies on tensor cores (bf16 autocast or TF32)",
     "fp32 matrix multiplies run on CUDA cores; in bf16 or TF32 they run on the tensor cores, "
@@ -169,7 +174,11 @@ def detect(inp: Inputs) -> Finding | None:
         f"that time shrinks by {100 * (1 - 1 / speedup):.0f}%."
     )
     # no proven bound: the speed-up is assumed, and autocast also halves other kernels' bytes
-    return Finding(ev, fx.share(gain_ns, inp.window_ns), code=None if bf16 else CODE_FP16)
+    if bf16:
+        return Finding(ev, fx.share(gain_ns, inp.window_ns))
+    return Finding(
+        ev, fx.share(gain_ns, inp.window_ns), title=FP16_TITLE, code=CODE_FP16, why=FP16_WHY
+    )
 
 
 def _gemm_fp32(n: Node) -> bool:
