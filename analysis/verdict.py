@@ -272,9 +272,19 @@ class JobDiagnosis:
         return len(self.ranks) > 1
 
     @property
-    def first_fix(self) -> Finding | None:
-        """The first finding that is a fix (None: no fix)."""
+    def best_fix(self) -> Finding | None:
+        """The first finding that is a fix, whatever its estimate (None: no fix)."""
         return next((f for f in self.findings if f.kind == "fix"), None)
+
+    @property
+    def first_fix(self) -> Finding | None:
+        """The fix the verdict leads with: :attr:`best_fix`, unless its estimate says the step
+        gets no shorter (a point at or below 0 %: the fixes after it are estimated lower still, or
+        not at all). None: no fix is expected to help."""
+        best = self.best_fix
+        if best is None or (best.gain_pct is not None and best.gain_pct <= 0):
+            return None
+        return best
 
     def to_json(self) -> dict[str, Any]:
         """``analyze --json``'s ``job`` (docs/cli-json.md)."""
@@ -290,6 +300,7 @@ class JobDiagnosis:
             "mfu_pct": self.mfu_pct,
             "fix_rank": self.fix_rank,
             "findings": [f.to_json() for f in self.findings],
+            "first_fix": self.first_fix.id if self.first_fix is not None else None,
             "critical_path": {
                 "bound_by_pct": dict(self.bound_by_pct) if self.bound_by_pct is not None else None,
                 "by_step": [p.to_json() for p in self.path],
@@ -412,7 +423,19 @@ def headline_rows(job: JobDiagnosis) -> tuple[HeadlineRow, ...]:
         who = fix_rank_words(job, first.rank)
         note = "; ".join(w for w in (first.gain_words, who if job.distributed else "") if w)
         rows.append(HeadlineRow("First fix", first.title, note))
+    elif (best := job.best_fix) is not None:
+        rows.append(
+            HeadlineRow(
+                "First fix",
+                NO_FIX_HELPS,
+                f"best estimated: {best.title}; {best.gain_words}",
+            )
+        )
     return tuple(rows)
+
+
+NO_FIX_HELPS = "none expected to help"
+"""The verdict's first fix where the best estimated one leaves the step no shorter."""
 
 
 def fix_rank_words(job: JobDiagnosis, rank: int) -> str:

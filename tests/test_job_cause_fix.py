@@ -146,6 +146,24 @@ def test_the_jobs_cause_fix_is_listed_with_its_range(con, tmp_path: Path) -> Non
     assert row.note.startswith("step time down 15.8 % (range 15.8 to ")
     # the cause's own re-timing (the extra removed) is the top of the range, not its point
     assert job.retimed_step_ms == pytest.approx(5.4)
+    assert doc["first_fix"] == "load_imbalance"
+    # where the best estimated fix leaves the step no shorter, no fix leads the verdict: every
+    # face's First fix row says so and names it; without an estimate the fix still leads
+    import dataclasses
+
+    for gain, led in ((-3.0, False), (0.0, False), (None, True), (0.5, True)):
+        f2 = dataclasses.replace(fix, gain_pct=gain, low_pct=None, high_pct=None)
+        j2 = dataclasses.replace(job, findings=(*job.findings[:1], f2, *job.findings[2:]))
+        assert job.findings[1] is fix  # the pace-setter's cause, then its fix
+        row = next(r for r in headline_rows(j2) if r.label == "First fix")
+        assert (j2.first_fix is f2) is led and j2.best_fix is f2
+        assert j2.to_json()["first_fix"] == ("load_imbalance" if led else None)
+        if led:
+            assert row.value == fix.title
+        else:
+            assert row.value == "none expected to help"
+            assert row.note.startswith(f"best estimated: {fix.title}; ")
+            assert ("not expected to help: step time up 3.00 %" in row.note) is (gain == -3.0)
 
 
 def test_a_candidate_fix_goes_before_the_first_fix_it_outgains() -> None:
