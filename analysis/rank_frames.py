@@ -66,8 +66,9 @@ if TYPE_CHECKING:
 NAME = "cross_rank"
 # ``split``'s arrays are stored packed (:func:`packed`); a part stored with lists of numbers reads
 # the same (:func:`unpacked`). 3: the collective frame holds the group size and the dtype and
-# bytes of AllGather/SendRecv kernels (read from ``input_types``/``concrete_inputs``).
-VERSION = 3
+# bytes of AllGather/SendRecv kernels (read from ``input_types``/``concrete_inputs``). 4: the
+# window leaves out a last step the profiler cut as it began (steps._cut_last_steps).
+VERSION = 4
 #: The columns of ``events`` this part reads (the window, busy, idle, collective frames); the
 #: ingest keeps only these of a rank's rows for it (~45 % of their Arrow bytes). A statement
 #: that reads another fails loudly on the kept rows (tests/test_parts_while_ingesting.py).

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: The stored part that holds a rank's line (:mod:`gpuscope.analysis.rank_summary`): its name and
-#: version (bumped when :meth:`RankRow.to_json` changes).
+#: version (bumped when :meth:`RankRow.to_json` or its figures' definitions change; 2: the
+#: window leaves out a last step the profiler cut as it began).
 PART = "rank_row"
-VERSION = 1
+VERSION = 2
 
 __all__ = ["RankRow"]
 

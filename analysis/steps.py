@@ -3,7 +3,9 @@
 A step is a ``ProfilerStep#N`` CPU annotation (or a user-chosen annotation). Its GPU extent reaches
 the end of the last GPU activity launched (by correlation) from a runtime call made inside it.
 The **window** runs from the CPU start of the first step to the later of the last step's CPU end
-and the end of the last GPU activity launched from inside any step. Without steps the window is
+and the end of the last GPU activity launched from inside any step. A last step the profiler cut as
+it began (nothing in it, no GPU work, shorter than every other step: :func:`_cut_last_steps`) is
+not a step of the window. Without steps the window is
 the whole trace of the rank, seen as one step (never an empty result). All times are integer ns.
 """
 
@@ -231,6 +233,50 @@ def _gpu_ends(src: _Tables, steps: dict[int, list[Step]]) -> dict[int, dict[int,
     return out
 
 
+def _cut_last_steps(
+    src: _Tables, steps: dict[int, list[Step]], ends: dict[int, dict[int, int]]
+) -> set[int]:
+    """The ranks whose last ``ProfilerStep`` is a stub the profiler cut as it began: the last step
+    (by CPU start) when it launched no GPU work while an earlier step did, holds no host event
+    but step annotations, and is shorter than every earlier step (the step ``prof.step()`` opens
+    just before the profiler stops: an annotation of a few µs and nothing in it). Such a step is
+    left out of the window: counted, it would halve a two-step window's figures per step and make
+    a step period of its few µs."""
+    cand: dict[int, Step] = {}
+    for r, st in steps.items():
+        if len(st) < 2:
+            continue
+        ordered = sorted(st, key=lambda s: (s.cpu_start_ns, s.number))
+        last, rest = ordered[-1], ordered[:-1]
+        got = ends.get(r, {})
+        if last.number in got or not any(s.number in got for s in rest):
+            continue
+        span = last.cpu_end_ns - last.cpu_start_ns
+        if span < min(s.cpu_end_ns - s.cpu_start_ns for s in rest):
+            cand[r] = last
+    if not cand:
+        return set()
+    ids = ids_param(src.name_ids(_PROFILER_STEPS))
+    rk = list(cand)
+    rows = execute(
+        src.con,
+        f"""
+        WITH st AS (SELECT unnest($rk) AS rank, unnest($cs) AS cs, unnest($ce) AS ce)
+        SELECT DISTINCT e.rank FROM {src.host()} e JOIN st USING (rank)
+        WHERE e.ph = 'X' AND e.cat IN {HOST_CATS_SQL} AND e.ts_ns >= st.cs AND e.ts_ns < st.ce
+          AND NOT {in_ids("e.name_id", "ids", ids)}
+        """,
+        {
+            "rk": rk,
+            "cs": [cand[r].cpu_start_ns for r in rk],
+            "ce": [cand[r].cpu_end_ns for r in rk],
+            "ids": ids,
+        },
+    ).fetchall()
+    busy = {int(r) for (r,) in rows}
+    return {r for r in rk if r not in busy}
+
+
 def _trace_extent(
     con: Connection, run_id: str, ranks: list[int]
 ) -> dict[int, tuple[int, int, int | None]]:
@@ -292,6 +338,9 @@ def _find_windows(src: _Tables, ranks: list[int], step_annotation: str | None) -
             if st:
                 steps[r], source[r] = st, ("ProfilerStep", "ProfilerStep")
     ends = _gpu_ends(src, {r: st for r, st in steps.items() if st})
+    stubs = _cut_last_steps(
+        src, {r: st for r, st in steps.items() if source.get(r, ("",))[0] == "ProfilerStep"}, ends
+    )
     out: dict[int, Window] = {}
     for r in ranks:
         if not steps[r]:
@@ -299,6 +348,8 @@ def _find_windows(src: _Tables, ranks: list[int], step_annotation: str | None) -
         got = ends.get(r, {})
         st = [Step(s.number, s.cpu_start_ns, s.cpu_end_ns, got.get(s.number)) for s in steps[r]]
         st.sort(key=lambda s: (s.cpu_start_ns, s.number))
+        if r in stubs:
+            st = st[:-1]
         start = st[0].cpu_start_ns
         gpu_end = max((s.gpu_end_ns for s in st if s.gpu_end_ns is not None), default=None)
         end = max(st[-1].cpu_end_ns, gpu_end if gpu_end is not None else start)

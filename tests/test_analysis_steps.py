@@ -128,3 +128,37 @@ def test_analysis_imports_no_ui_libraries():
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
+
+
+def test_a_last_step_the_profiler_cut_as_it_began_is_not_a_step(con, tmp_path):
+    """``prof.step()`` opens ProfilerStep#3 just before the profiler stops (HTA's public MI250
+    trace: a 9.3 ms step, then a 49 µs one with nothing in it): the stub (no host event, no GPU
+    work, shorter than every other step) is left out; the window ends with step 2's kernel."""
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.step(2, 100, 100)
+    t.step(3, 200, 5)  # the stub: 5 µs, nothing inside
+    t.launch("k1", 10, 20, 30)
+    t.launch("k2", 110, 150, 60)  # runs 150..210, into the stub's time
+    w = find_window(con, ingest(con, t, tmp_path / "t.json"), 0)
+    assert [s.number for s in w.steps] == [1, 2]
+    assert (w.start_ns, w.end_ns) == (0, 210_000)
+    assert step_stats(w).mean_ms == pytest.approx(0.105)  # 210 µs / 2 steps, not / 3
+
+
+@pytest.mark.parametrize("what", ["an op", "a launch", "as long"])
+def test_a_short_last_step_with_anything_in_it_stays(con, tmp_path, what):
+    """The same trace with an operator in step 3, a kernel it launched, or step 3 as long as the
+    shortest other step: it is a step."""
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.step(2, 100, 100)
+    t.step(3, 200, 100 if what == "as long" else 5)
+    t.launch("k1", 10, 20, 30)
+    t.launch("k2", 110, 150, 60)
+    if what == "an op":
+        t.cpu_op("aten::zeros", 201, 2)
+    if what == "a launch":
+        t.launch("k3", 201, 220, 10)
+    w = find_window(con, ingest(con, t, tmp_path / "t.json"), 0)
+    assert [s.number for s in w.steps] == [1, 2, 3]
