@@ -5,7 +5,10 @@ Evidence, counted in the window of one rank:
 * compiled regions: host spans named ``Torch-Compiled Region*`` (one per call into a compiled
   graph; several per step = graph breaks or several compiled modules) and ``*CompiledFxGraph*``;
 * Inductor/Triton kernels: GPU kernels named ``triton_*`` (Inductor's generated kernels);
-* CUDA graph replays: ``cudaGraphLaunch`` / ``cuGraphLaunch`` / ``hipGraphLaunch`` runtime calls.
+* CUDA graph replays: ``cudaGraphLaunch`` / ``cuGraphLaunch`` / ``hipGraphLaunch`` runtime calls;
+* CUDA graph captures: ``cudaStreamBeginCapture`` / ``cudaGraphInstantiate*`` (and the ``cu``/``hip``
+  ones): the program builds CUDA graphs (a window that captures them records a warm-up, not the
+  replayed steps), so it uses them even where no replay is in the window.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ COMPILED_REGION_RE = r"^Torch-Compiled Region"
 COMPILED_FX_RE = r"CompiledFxGraph"
 TRITON_KERNEL_RE = r"^triton_"
 GRAPH_LAUNCH_RE = r"^(cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch)"
+GRAPH_CAPTURE_RE = r"^(cuda|cu|hip)(StreamBeginCapture|GraphInstantiate)"
 
 
 @dataclass
@@ -36,6 +40,7 @@ class CompiledInfo:
     triton_kernels_per_step: float = 0.0
     triton_kernel_us_per_step: float = 0.0
     graph_launches_per_step: float = 0.0
+    graph_captures: int = 0
 
     @property
     def compiled(self) -> bool:
@@ -47,7 +52,8 @@ class CompiledInfo:
 
     @property
     def cuda_graphs(self) -> bool:
-        return self.graph_launches_per_step > 0
+        """The program uses CUDA graphs: it replays some in the window, or captures some there."""
+        return self.graph_launches_per_step > 0 or self.graph_captures > 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +64,7 @@ class CompiledInfo:
             "triton_kernels_per_step": self.triton_kernels_per_step,
             "triton_kernel_us_per_step": self.triton_kernel_us_per_step,
             "graph_launches_per_step": self.graph_launches_per_step,
+            "graph_captures": self.graph_captures,
         }
 
 
@@ -72,17 +79,20 @@ def compiled_info(con: Connection, run_id: str, rank: int, window: Window) -> Co
                    regexp_matches(name, $region) AS region,
                    regexp_matches(name, $fx) AS fx,
                    regexp_matches(name, $triton) AS triton,
-                   regexp_matches(name, $graph) AS graph
+                   regexp_matches(name, $graph) AS graph,
+                   regexp_matches(name, $capture) AS capture
             FROM names WHERE run_id = $run
               AND (regexp_matches(name, $region) OR regexp_matches(name, $fx)
-                   OR regexp_matches(name, $triton) OR regexp_matches(name, $graph))
+                   OR regexp_matches(name, $triton) OR regexp_matches(name, $graph)
+                   OR regexp_matches(name, $capture))
         )
         SELECT
             count(*) FILTER (WHERE nm.region AND e.cat NOT IN {GPU_CATS_SQL}),
             count(*) FILTER (WHERE nm.fx AND NOT nm.region AND e.cat NOT IN {GPU_CATS_SQL}),
             count(*) FILTER (WHERE nm.triton AND e.cat IN ('kernel', 'Kernel')),
             coalesce(sum(e.dur_ns) FILTER (WHERE nm.triton AND e.cat IN ('kernel', 'Kernel')), 0),
-            count(*) FILTER (WHERE nm.graph AND e.cat NOT IN {GPU_CATS_SQL})
+            count(*) FILTER (WHERE nm.graph AND e.cat NOT IN {GPU_CATS_SQL}),
+            count(*) FILTER (WHERE nm.capture AND e.cat NOT IN {GPU_CATS_SQL})
         FROM events e JOIN nm ON nm.name_id = e.name_id
         WHERE e.run_id = $run AND e.rank = $rank AND e.ts_ns >= $ws AND e.ts_ns < $we
         """,
@@ -95,6 +105,7 @@ def compiled_info(con: Connection, run_id: str, rank: int, window: Window) -> Co
             "fx": COMPILED_FX_RE,
             "triton": TRITON_KERNEL_RE,
             "graph": GRAPH_LAUNCH_RE,
+            "capture": GRAPH_CAPTURE_RE,
         },
     ).fetchone()
     if row is None:
@@ -106,4 +117,5 @@ def compiled_info(con: Connection, run_id: str, rank: int, window: Window) -> Co
         triton_kernels_per_step=int(row[2]) / n,
         triton_kernel_us_per_step=int(row[3]) / n / 1e3,
         graph_launches_per_step=int(row[4]) / n,
+        graph_captures=int(row[5]),
     )

@@ -173,6 +173,32 @@ def test_graph_replay_gets_amortise_advice(con, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_window_that_captures_cuda_graphs_is_not_told_to_use_them(con, tmp_path, capsys):
+    """The compiled launch-bound trace of test_compiled_run_is_not_told_to_compile, its first
+    step beginning a capture (``cudaStreamBeginCapture``, then ``cudaGraphInstantiateWithFlags``;
+    vLLM's capture traces hold hip ones): the program uses CUDA graphs, so ``cuda_graphs`` is not
+    advised, nor ``compiled_overhead`` (no replay in the window), and the text says the window
+    records a capture, not the replayed steps."""
+    t = short_ops(kernel="triton_poi_fused_add_mul_0", regions_per_step=2)
+    t.runtime("cudaStreamBeginCapture", 5, 1)
+    t.runtime("cudaGraphInstantiateWithFlags", 990, 5)
+    rid = ingest(con, t, tmp_path / "cap.json")
+    r = analyze_run(con, rid)
+    c = r.compiled
+    assert c.compiled and c.cuda_graphs and c.graph_captures == 2
+    assert c.graph_launches_per_step == 0
+    ids = [x.id for x in r.recommendations]
+    # nor the per-step overhead of a replay the window does not hold
+    assert (
+        "cuda_graphs" not in ids and "compiled_overhead" not in ids and "kernel_fusion" not in ids
+    )
+    from gpuscope.cli.analyze import render
+
+    text = render(r.to_json())
+    assert "2 CUDA graph captures in the window: it records their capture, a warm-up" in text
+
+
+@pytest.mark.slow
 def test_mfu_from_6nt_when_no_shapes(con, tmp_path):
     # N = 1e6 parameters, 1000 tokens per rank: 6e9 FLOPs per 1.0 ms step = 6 TFLOP/s;
     # MFU = 6 / 989.4 (H100 SXM dense bf16) = 0.60643%

@@ -19,9 +19,12 @@ WORDS = Words(
 
 
 def detect(inp: Inputs) -> Finding | None:
-    """A compiled model replayed as CUDA graphs."""
+    """A compiled model replayed as CUDA graphs in the window (a window that only captures them
+    records a warm-up: its host work is not the replayed step's)."""
     lb = launch_bound(inp)
     if lb is None or not lb.compiled or not lb.graphs:
+        return None
+    if inp.compiled is None or inp.compiled.graph_launches_per_step <= 0:
         return None
     code = LARGER_BATCH + BREAKS_FIX + COMPILE_OPT if lb.breaks else None
     return Finding(lb.evidence, fx.host_gain_pct(lb.ns, inp), code=code)

@@ -275,9 +275,17 @@ def render(doc: dict[str, Any], job: JobDiagnosis | None = None, *, all_ranks: b
             )
             if on
         ]
+        captures = comp.get("graph_captures") or 0
         out.append(
             f"compiled: {' + '.join(what)}  ({sig3(comp['compiled_regions_per_step'])} compiled "
-            f"regions, {sig3(comp['graph_launches_per_step'])} graph launches per step)"
+            f"regions, {sig3(comp['graph_launches_per_step'])} graph launches per step"
+            + (
+                f"; {captures} CUDA graph captures in the window: it records their capture, a "
+                "warm-up, not the replayed steps"
+                if captures
+                else ""
+            )
+            + ")"
         )
     idle = doc["idle"]
     wait = doc.get("gpu_wait_pct")
