@@ -862,7 +862,10 @@ class _OptimizerSum:
             median_kernel_us=float(np.median(durs)) / 1e3 if durs.size else None,
             foreach=self.batched_op or self.batched_kernel,
             spans=tuple(
-                (int(a), int(b), int(c)) for a, b, c in zip(self.tid, self.s, self.e, strict=True)
+                sorted(
+                    (int(a), int(b), int(c))
+                    for a, b, c in zip(self.tid, self.s, self.e, strict=True)
+                )
             ),
             correlations=frozenset(self.corrs),
         )
@@ -1004,7 +1007,9 @@ class _RecomputeSum:
             kernel_ms_per_step=float(self.k_ns) / n / 1e6,
             by_op=tuple(sorted(((k, v / n) for k, v in by.items()), key=lambda kv: -kv[1])),
             annotated=annotated,
-            spans=tuple((int(a), int(b), int(c)) for a, b, c in zip(tid, s, e, strict=True)),
+            spans=tuple(
+                sorted((int(a), int(b), int(c)) for a, b, c in zip(tid, s, e, strict=True))
+            ),
             correlations=frozenset(self.corrs),
         )
 

@@ -190,7 +190,7 @@ def _recompute_step():
         (10.0, 70.0, 100 * (1 - 0.3 * 1.23), 100 * (1 - 0.3 / 1.23)),
         # "Checkpoint fewer" (peak 60 %): 0.5 / 0.8 / 1 of it: mid 1 − (30 + 14)/100 = 56 %, low
         # 1 − (30 + 35) × 1.23 / 100 = 20.05 %, high as above; the low end then raised to the
-        # recorded pairs' lowest (analysis/fixes/band.py): 0.478 × 56 = 26.77 % (see below)
+        # recorded pairs' lowest (analysis/fixes/band.py): 0.466 × 56 = 26.10 % (see below)
         (60.0, 56.0, 100 * (1 - 0.65 * 1.23), 100 * (1 - 0.3 / 1.23)),
         # the peak unknown: "checkpoint fewer, check the memory first": as at 60 %
         (None, 56.0, 100 * (1 - 0.65 * 1.23), 100 * (1 - 0.3 / 1.23)),
@@ -206,7 +206,7 @@ def test_dropping_checkpointing_is_estimated_as_the_whole_recompute(
     est = u.estimate(rec, cp, ctx)
     assert est.gain_pct == pytest.approx(gain)
     lo, _ = BAND["activation_checkpointing"]
-    assert lo == 0.478  # the figure the comments above use
+    assert lo == 0.466  # the figure the comments above use
     assert est.low_pct == pytest.approx(max(low, lo * gain))
     assert est.high_pct == pytest.approx(high)
     assert est.banded == (lo * gain > low)

@@ -28,11 +28,12 @@ BWD = 2
 
 
 def _everything(p: PhasePatterns) -> dict[str, Any]:
-    """The JSON and what it leaves out: the spans and correlations the fix units re-time."""
+    """The JSON and what it leaves out: the spans and correlations the fix units re-time (the
+    spans a set: which re-run op a batch meets first is the rows' order)."""
     out: dict[str, Any] = {"json": p.to_json()}
     for k in ("optimizer", "recompute"):
         x = getattr(p, k)
-        out[k] = None if x is None else (x.spans, x.correlations)
+        out[k] = None if x is None else (tuple(sorted(x.spans)), x.correlations)
     return out
 
 
