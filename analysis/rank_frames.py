@@ -67,7 +67,8 @@ NAME = "cross_rank"
 # ``split``'s arrays are stored packed (:func:`packed`); a part stored with lists of numbers reads
 # the same (:func:`unpacked`). 3: the collective frame holds the group size and the dtype and
 # bytes of AllGather/SendRecv kernels (read from ``input_types``/``concrete_inputs``). 4: the
-# window leaves out a last step the profiler cut as it began (steps._cut_last_steps).
+# window leaves out a last step the profiler cut as it began (steps._cut_last_steps) and the
+# warm-up steps before it (steps._warmup_steps, ``window.warmup``).
 VERSION = 4
 #: The columns of ``events`` this part reads (the window, busy, idle, collective frames); the
 #: ingest keeps only these of a rank's rows for it (~45 % of their Arrow bytes). A statement
@@ -239,6 +240,7 @@ def _document(
             "source": w.source,
             "annotation": w.annotation,
             "steps": [[s.number, s.cpu_start_ns, s.cpu_end_ns, s.gpu_end_ns] for s in w.steps],
+            "warmup": list(w.warmup),
         },
         "step_stats": dataclasses.asdict(step_stats(w)),
         "device": b.device,
@@ -260,7 +262,8 @@ def window_of(part: dict[str, Any]) -> Window:
     steps = [
         Step(int(n), int(a), int(b), None if g is None else int(g)) for n, a, b, g in d["steps"]
     ]
-    return Window(int(d["start_ns"]), int(d["end_ns"]), steps, d["source"], d["annotation"])
+    warmup = tuple(int(n) for n in d.get("warmup", ()))
+    return Window(int(d["start_ns"]), int(d["end_ns"]), steps, d["source"], d["annotation"], warmup)
 
 
 def stats_of(part: dict[str, Any]) -> StepStats:

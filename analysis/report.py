@@ -192,6 +192,7 @@ class RunReport:
                 "steps": len(w.steps) if w.source != "trace" else 0,
                 "source": w.source,
                 "annotation": w.annotation,
+                "warmup_steps": list(w.warmup),
             },
             "step_time_ms": self.step_stats.to_json(),
             "steps": [s.to_json() for s in self.per_step],

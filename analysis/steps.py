@@ -5,7 +5,8 @@ the end of the last GPU activity launched (by correlation) from a runtime call m
 The **window** runs from the CPU start of the first step to the later of the last step's CPU end
 and the end of the last GPU activity launched from inside any step. A last step the profiler cut as
 it began (nothing in it, no GPU work, shorter than every other step: :func:`_cut_last_steps`) is
-not a step of the window. Without steps the window is
+not a step of the window, nor are the first steps that compile or capture CUDA graphs when steps
+without either follow (warm-up: :func:`_warmup_steps`, :attr:`Window.warmup`). Without steps the window is
 the whole trace of the rank, seen as one step (never an empty result). All times are integer ns.
 """
 
@@ -63,6 +64,8 @@ class Window:
     steps: list[Step] = field(default_factory=list)
     source: str = "ProfilerStep"
     annotation: str | None = "ProfilerStep"
+    warmup: tuple[int, ...] = ()
+    """Step numbers left out before the window: warm-up steps (:func:`_warmup_steps`)."""
 
     @property
     def duration_ns(self) -> int:
@@ -105,6 +108,14 @@ class StepStats:
 
 _STEP_NUM = re.compile(r"#(\d+)$")
 _PROFILER_STEPS = name_class(regex(PROFILER_STEP_RE))
+WARMUP_RE = (
+    r"^(cuda|cu|hip)StreamBeginCapture|\(dynamo_timed\)$|^entire_frame_compile$"
+    r"|^compile_attempt_\d+$"
+)
+"""Host events of a warm-up step: a CUDA-graph capture (``cudaStreamBeginCapture``, the ``cu``/
+``hip`` ones) or torch.compile compiling (Dynamo's ``dynamo_timed`` spans: ``_compile.
+compile_inner (dynamo_timed)``, ``entire_frame_compile``, ``compile_attempt_0``)."""
+_WARMUP = name_class(regex(WARMUP_RE))
 
 
 class _Tables(Protocol):
@@ -233,6 +244,47 @@ def _gpu_ends(src: _Tables, steps: dict[int, list[Step]]) -> dict[int, dict[int,
     return out
 
 
+def _warmup_steps(src: _Tables, steps: dict[int, list[Step]]) -> dict[int, int]:
+    """Per rank: how many of its first steps are warm-up, left out of the window: the leading
+    steps whose CPU span holds a :data:`WARMUP_RE` event (torch.compile compiling, a CUDA-graph
+    capture), as long as a step without one follows. A window that starts at the first call of a
+    compiled model is mostly compilation (seconds) and capture: its figures per step, and every
+    fix estimated on them, would describe the warm-up, not the steps that repeat."""
+    ranks = [r for r, st in steps.items() if len(st) > 1]
+    if not ranks:
+        return {}
+    ids = ids_param(src.name_ids(_WARMUP))
+    if ids == ids_param([]):
+        return {}
+    flat = [(r, s) for r in ranks for s in steps[r]]
+    rows = execute(
+        src.con,
+        f"""
+        WITH st AS (SELECT unnest($rk) AS rank, unnest($num) AS number, unnest($cs) AS cs,
+                           unnest($ce) AS ce)
+        SELECT DISTINCT st.rank, st.number FROM {src.host()} e JOIN st USING (rank)
+        WHERE e.ts_ns >= st.cs AND e.ts_ns < st.ce AND {in_ids("e.name_id", "ids", ids)}
+        """,
+        {
+            "rk": [r for r, _ in flat],
+            "num": [s.number for _, s in flat],
+            "cs": [s.cpu_start_ns for _, s in flat],
+            "ce": [s.cpu_end_ns for _, s in flat],
+            "ids": ids,
+        },
+    ).fetchall()
+    warm = {(int(r), int(n)) for r, n in rows}
+    out: dict[int, int] = {}
+    for r in ranks:
+        ordered = sorted(steps[r], key=lambda s: (s.cpu_start_ns, s.number))
+        k = 0
+        while k < len(ordered) and (r, ordered[k].number) in warm:
+            k += 1
+        if 0 < k < len(ordered):
+            out[r] = k
+    return out
+
+
 def _cut_last_steps(
     src: _Tables, steps: dict[int, list[Step]], ends: dict[int, dict[int, int]]
 ) -> set[int]:
@@ -322,7 +374,9 @@ def find_windows(batch: RankBatch, step_annotation: str | None = None) -> dict[i
 
 
 def _copy(w: Window) -> Window:
-    return Window(w.start_ns, w.end_ns, [replace(s) for s in w.steps], w.source, w.annotation)
+    return Window(
+        w.start_ns, w.end_ns, [replace(s) for s in w.steps], w.source, w.annotation, w.warmup
+    )
 
 
 def _find_windows(src: _Tables, ranks: list[int], step_annotation: str | None) -> dict[int, Window]:
@@ -338,9 +392,9 @@ def _find_windows(src: _Tables, ranks: list[int], step_annotation: str | None) -
             if st:
                 steps[r], source[r] = st, ("ProfilerStep", "ProfilerStep")
     ends = _gpu_ends(src, {r: st for r, st in steps.items() if st})
-    stubs = _cut_last_steps(
-        src, {r: st for r, st in steps.items() if source.get(r, ("",))[0] == "ProfilerStep"}, ends
-    )
+    profiler = {r: st for r, st in steps.items() if source.get(r, ("",))[0] == "ProfilerStep"}
+    stubs = _cut_last_steps(src, profiler, ends)
+    warm = _warmup_steps(src, profiler)
     out: dict[int, Window] = {}
     for r in ranks:
         if not steps[r]:
@@ -350,10 +404,12 @@ def _find_windows(src: _Tables, ranks: list[int], step_annotation: str | None) -
         st.sort(key=lambda s: (s.cpu_start_ns, s.number))
         if r in stubs:
             st = st[:-1]
+        k = warm.get(r, 0) if len(st) > warm.get(r, 0) else 0
+        left_out, st = tuple(s.number for s in st[:k]), st[k:]
         start = st[0].cpu_start_ns
         gpu_end = max((s.gpu_end_ns for s in st if s.gpu_end_ns is not None), default=None)
         end = max(st[-1].cpu_end_ns, gpu_end if gpu_end is not None else start)
-        out[r] = Window(start, end, st, *source[r])
+        out[r] = Window(start, end, st, *source[r], warmup=left_out)
     rest = [r for r in ranks if r not in out]
     if rest:
         for r, (lo, hi, gpu_hi) in _trace_extent(src.con, src.run_id, rest).items():

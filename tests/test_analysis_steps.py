@@ -162,3 +162,35 @@ def test_a_short_last_step_with_anything_in_it_stays(con, tmp_path, what):
         t.launch("k3", 201, 220, 10)
     w = find_window(con, ingest(con, t, tmp_path / "t.json"), 0)
     assert [s.number for s in w.steps] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("evidence", ["compile", "capture"])
+def test_first_steps_that_compile_or_capture_are_warm_up(con, tmp_path, evidence):
+    """A window from a compiled model's first call: step 1 compiles (Dynamo's
+    ``compile_attempt_0``) or captures a CUDA graph (``cudaStreamBeginCapture``), and so does
+    step 2 (a capture); steps 3 and 4 repeat. Steps 1 and 2 are warm-up, left out: the window
+    starts at step 3 and says so."""
+    t = TraceBuilder()
+    for n, (ts, dur) in enumerate([(0, 3000), (3000, 500), (3500, 100), (3600, 100)], start=1):
+        t.step(n, ts, dur)
+    if evidence == "compile":
+        t.annotation("compile_attempt_0", 10, 2500)
+    else:
+        t.runtime("cudaStreamBeginCapture", 10, 1)
+    t.runtime("cudaStreamBeginCapture", 3010, 1)
+    for ts in (20, 3020, 3510, 3610):
+        t.launch("k", ts, ts + 5, 20)
+    w = find_window(con, ingest(con, t, tmp_path / "t.json"), 0)
+    assert [s.number for s in w.steps] == [3, 4] and w.warmup == (1, 2)
+    assert (w.start_ns, w.end_ns) == (3_500_000, 3_700_000)
+
+
+def test_warm_up_everywhere_leaves_the_window_whole(con, tmp_path):
+    """Every step captures: none is left out (a window is never emptied)."""
+    t = TraceBuilder()
+    for n in (1, 2):
+        t.step(n, 100 * (n - 1), 100)
+        t.runtime("cudaStreamBeginCapture", 100 * (n - 1) + 10, 1)
+        t.launch("k", 100 * (n - 1) + 20, 100 * (n - 1) + 25, 10)
+    w = find_window(con, ingest(con, t, tmp_path / "t.json"), 0)
+    assert [s.number for s in w.steps] == [1, 2] and w.warmup == ()

@@ -237,7 +237,13 @@ def render(doc: dict[str, Any], job: JobDiagnosis | None = None, *, all_ranks: b
             if " of " in r.get("ranks_of_world", "")
             else ""
         ),
-        f"window {sig3(w['duration_us'] / 1e3)} ms, {w['steps']} steps ({w['source']})",
+        f"window {sig3(w['duration_us'] / 1e3)} ms, {w['steps']} steps ({w['source']})"
+        + (
+            f"; warm-up steps left out: {', '.join(str(n) for n in w['warmup_steps'])} "
+            "(torch.compile compiling or CUDA graphs captured in them)"
+            if w.get("warmup_steps")
+            else ""
+        ),
         f"step time (profiled)  median {sig3(st['p50'])} ms  p90 {sig3(st.get('p90'))} ms  "
         f"max {sig3(st['max'])} ms  (mean {sig3(st['mean'])} ms)",
     ]
