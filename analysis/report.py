@@ -828,6 +828,12 @@ class RunAnalysis:
             out.append(f"no '{sa}' annotation: steps from {w.source}")
         if w.source == "trace":
             out.append("no step annotations: the whole trace is one step")
+        if w.warmup:
+            out.append(
+                f"warm-up steps left out of the window: {', '.join(str(n) for n in w.warmup)} "
+                "(torch.compile compiling or CUDA graphs captured in them); profile steps after "
+                "the warm-up to see only steps that repeat"
+            )
         return out
 
     # -- this rank's analyses ---------------------------------------------------------------------

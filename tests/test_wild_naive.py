@@ -52,3 +52,5 @@ def test_compilation_and_capture_are_warm_up_left_out(con) -> None:
     from gpuscope.cli.analyze import render
 
     assert "warm-up steps left out: 0, 1" in render(r.to_json())
+    # a warning every face shows (the CLI's stderr, the Run page's notes, the reports)
+    assert any(w.startswith("warm-up steps left out of the window: 0, 1") for w in r.warnings)
