@@ -174,16 +174,18 @@ def test_graph_replay_gets_amortise_advice(con, tmp_path):
 
 @pytest.mark.slow
 def test_a_window_that_captures_cuda_graphs_is_not_told_to_use_them(con, tmp_path, capsys):
-    """The compiled launch-bound trace of test_compiled_run_is_not_told_to_compile, its first
+    """The compiled launch-bound trace of test_compiled_run_is_not_told_to_compile, its second
     step beginning a capture (``cudaStreamBeginCapture``, then ``cudaGraphInstantiateWithFlags``;
     vLLM's capture traces hold hip ones): the program uses CUDA graphs, so ``cuda_graphs`` is not
     advised, nor ``compiled_overhead`` (no replay in the window), and the text says the window
     records a capture, not the replayed steps."""
     t = short_ops(kernel="triton_poi_fused_add_mul_0", regions_per_step=2)
-    t.runtime("cudaStreamBeginCapture", 5, 1)
-    t.runtime("cudaGraphInstantiateWithFlags", 990, 5)
+    # in the second step: a capture in the first would make it a warm-up step, left out
+    t.runtime("cudaStreamBeginCapture", 1005, 1)
+    t.runtime("cudaGraphInstantiateWithFlags", 1990, 5)
     rid = ingest(con, t, tmp_path / "cap.json")
     r = analyze_run(con, rid)
+    assert [s.number for s in r.window.steps] == [0, 1, 2] and r.window.warmup == ()
     c = r.compiled
     assert c.compiled and c.cuda_graphs and c.graph_captures == 2
     assert c.graph_launches_per_step == 0
