@@ -11,7 +11,7 @@ and DIR/<config>/timing.json (versions, what was run). Configs:
   ``schedule(wait=1, warmup=1, active=3)`` over a loop of 4 iterations, ``prof.step()`` after each:
   the last ``prof.step()`` opens ``ProfilerStep#4`` while the profiler is still active, and the
   ``with`` block's exit closes it at once (a stub with nothing in it).
-- ``naive_capture``: a small GPT (4 layers, d 256, seq 128, batch 8) under
+- ``naive_capture``: ``record_wild.py``'s GPT, small (4 layers, d 256, seq 128, batch 8), under
   ``torch.compile(mode="reduce-overhead")``, profiled from its first step with
   ``schedule(wait=0, warmup=0, active=5, repeat=1)`` (the cycle saved by ``on_trace_ready``): the window holds the compilation, the CUDA-graph trees'
   warm-up and capture (``cudaStreamBeginCapture``, ``cudaGraphInstantiate``) and the first replays.
@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 CONFIGS = ("naive_stub", "naive_capture")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # record_wild, beside this file
 
 
 def log(msg: str) -> None:
@@ -41,38 +42,6 @@ def cnn(torch):
     for _ in range(3):
         layers += [nn.Conv2d(64, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU()]
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
-
-
-def gpt(torch, vocab: int = 4096, d: int = 256, n_layers: int = 4, heads: int = 4):
-    nn = torch.nn
-
-    class Block(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            b, s, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, heads, d // heads).unbind(2)
-            a = torch.nn.functional.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
-            )
-            x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
-            return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x))))
-
-    class GPT(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.emb = nn.Embedding(vocab, d)
-            self.blocks = nn.Sequential(*[Block() for _ in range(n_layers)])
-            self.head = nn.Linear(d, vocab)
-
-        def forward(self, idx):
-            return self.head(self.blocks(self.emb(idx)))
-
-    return GPT()
 
 
 def run_one(config: str, out: Path) -> None:
@@ -103,7 +72,9 @@ def run_one(config: str, out: Path) -> None:
                 prof.step()
         what = "CNN, schedule(wait=1, warmup=1, active=3), 4 iterations: the last step a stub"
     else:
-        model = torch.compile(gpt(torch).to(dev), mode="reduce-overhead")
+        from record_wild import gpt  # the wild samples' GPT, smaller
+
+        model = torch.compile(gpt(torch, 4096, 256, 4, 4, 128).to(dev), mode="reduce-overhead")
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
         idx = torch.randint(0, 4096, (8, 128), device=dev)
         sched = schedule(wait=0, warmup=0, active=5, repeat=1)
