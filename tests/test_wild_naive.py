@@ -40,12 +40,12 @@ def test_the_stub_the_profiler_closed_as_it_began_is_not_a_step(con) -> None:
 
 def test_compilation_and_capture_are_warm_up_left_out(con) -> None:
     raw = steps_in("naive_capture")
-    assert raw["ProfilerStep#0"] > 1e6  # compiling: about 2 s
+    assert raw["ProfilerStep#0"] > 1e6  # compiling and autotuning: 16 s on a cold cache
     [res] = ingest_paths(con, [WILD / "naive_capture"])
     r = analyze_run(con, res.run_id)
     assert r.window.warmup == (0, 1)
     assert [s.number for s in r.window.steps] == [2, 3, 4]
-    assert r.step_stats.max_ms < 20  # the replayed steps only: 7-10 ms
+    assert r.step_stats.max_ms < 20  # the replayed steps only: 6-12 ms
     assert r.compiled.cuda_graphs and r.compiled.graph_captures == 0  # none left in the window
     ids = [x.id for x in r.recommendations]
     assert "cuda_graphs" not in ids and "kernel_fusion" not in ids
