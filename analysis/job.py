@@ -300,6 +300,29 @@ def with_candidate(
     return [*rest[:at], candidate, *rest[at:]]
 
 
+def host_dispatch_fix(
+    cause: PaceSetterCause | None, report_of: Callable[[int], RunReport]
+) -> PaceSetterCause | None:
+    """A pace-setter named for host dispatch takes the first fix of its own list that cuts host
+    dispatch (:func:`~gpuscope.analysis.straggler_cause.host_dispatch_fixes`) and is estimated
+    to help there, so the job's first fix is the fix that rank's own list leads with: on v27 and
+    v171 (tensor parallel, eager DTensor) the pace-setter's list led with compiling the
+    tensor-parallel model (59.1 and 56.1 %, measured 58.5 and 62.1 %) while the verdict named
+    CUDA graphs (16.9 and 16.7 %). The cause unchanged otherwise (another cause, host work of its
+    own, or no such fix estimated above 0 %)."""
+    from gpuscope.analysis.straggler_cause import HOST, host_dispatch_fixes
+
+    ids = host_dispatch_fixes()
+    if cause is None or cause.cause != HOST or cause.fix_id not in ids:
+        return cause
+    rep = report_of(cause.rank)
+    pick = next(
+        (r for r in rep.recommendations if r.id in ids and (_est(r)[0] or 0.0) > 0.0),
+        None,
+    )
+    return cause if pick is None else cause.with_fix(pick.id)
+
+
 def abstained_fix(
     cause: PaceSetterCause | None,
     report_of: Callable[[int], RunReport],
@@ -515,7 +538,7 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
             pace = rep.straggler.rank
             rep = report_of(pace)
     step = step_time(windows, pace)
-    cause = _pace_cause(rep, step, con)
+    cause = host_dispatch_fix(_pace_cause(rep, step, con), report_of)
     fix = cause_fix(cause, report_of, con)
     if (
         cause is not None

@@ -103,6 +103,29 @@ FIX_UNIT_OF: dict[str, str | None] = {
 }
 
 
+HOST_DISPATCH_UNITS: tuple[str, ...] = (
+    ".dtensor_dispatch",
+    ".optimizer_fused",
+    ".cuda_graphs",
+    ".kernel_fusion",
+    ".compiled_overhead",
+)
+"""The fix units that cut a rank's host dispatch (Python and launch work per step), named as in
+:data:`FIX_UNIT_OF`: for a pace-setter named for :data:`HOST`, the job's fix is the first of them
+in that rank's own fix list (its order: largest estimate first, a cause found in the step before
+torch.compile and CUDA graphs), :data:`FIX_UNIT_OF`'s when none of them is estimated to help
+there (:func:`host_dispatch_fixes`)."""
+
+
+def host_dispatch_fixes() -> frozenset[str]:
+    """The fix ids of :data:`HOST_DISPATCH_UNITS`."""
+    from importlib import import_module
+
+    return frozenset(
+        str(import_module(m, "gpuscope.analysis.fixes").UNIT.id) for m in HOST_DISPATCH_UNITS
+    )
+
+
 def fix_of(cause: str) -> str | None:
     """The registry's fix id for ``cause`` (None: none applies), read from its unit (imported on
     use: the units import much of the analysis)."""
@@ -214,6 +237,14 @@ class PaceSetterCause:
             self.words.replace(old, _timed_words(self.job_step_ms, new, how)) if old else self.words
         )
         return replace(self, words=words, retimed_job_step_ms=new, step_retimed=())
+
+    def with_fix(self, fix_id: str) -> PaceSetterCause:
+        """This cause with another fix (a registry id), its words naming it."""
+        if fix_id == self.fix_id:
+            return self
+        old = _fix_words(self.fix_id)
+        words = self.words.replace(old, _fix_words(fix_id)) if old else self.words
+        return replace(self, words=words, fix_id=fix_id)
 
     @property
     def id(self) -> str:
@@ -516,7 +547,7 @@ def pace_setter_cause(
     what = _cause_words(straggler.rank, cause, best, own_ops is not None)
     # host work of its own (more host ops than the others): keep it off this rank's step
     fix = fix_of(COMPUTE if cause == HOST and own_ops is not None else cause)
-    fix_words = f"; first fix: {fix_title(fix)} ({fix})" if fix else ""
+    fix_words = _fix_words(fix)
     timed = _timed_words(step, retimed)
     return PaceSetterCause(
         straggler.rank,
@@ -572,6 +603,11 @@ def _own_ms(line: RankRow) -> float | None:
     if line.step_time_ms is None or line.comm_wait_us_per_step is None:
         return None
     return float(line.step_time_ms) - line.comm_wait_us_per_step / 1e3
+
+
+def _fix_words(fix_id: str | None) -> str:
+    """The words a verdict ends its fix with ("" without one)."""
+    return f"; first fix: {fix_title(fix_id)} ({fix_id})" if fix_id else ""
 
 
 def fix_title(fix_id: str) -> str:
@@ -1143,7 +1179,7 @@ def _hidden_verdict(
         floor = own.get(COMPUTE, 0.0) + own.get("transfer", 0.0)
         retimed = max(base - f.excess_ms, floor)
     fix = fix_of(COMPUTE)
-    fix_words = f"; first fix: {fix_title(fix)} ({fix})" if fix else ""
+    fix_words = _fix_words(fix)
     timed = (
         f"; with it removed the job's step without the profiler goes from {sig3(base)} to "
         f"{sig3(retimed)} ms"

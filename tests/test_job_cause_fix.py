@@ -250,3 +250,85 @@ def test_the_uneven_batch_pair_s_job_lists_equal_work_first(tmp_path: Path) -> N
     assert fix.low_pct is not None and fix.high_pct is not None
     assert fix.low_pct <= case["gain_pct"] <= fix.high_pct, fix
     assert "abstained" in next(f for f in job.findings if f.kind == "pace_cause").detail
+
+
+def test_a_host_bound_pace_setter_takes_its_own_first_host_dispatch_fix() -> None:
+    """A pace-setter named for host dispatch takes the first fix of its own list that cuts host
+    dispatch and is estimated above 0 %: its list [overlap 8.6, dtensor 59.1, CUDA graphs 16.9]
+    gives dtensor_dispatch (the overlap cuts no dispatch), its words naming it; with the dtensor
+    fix at 0 % the next, CUDA graphs; with none above 0 % the cause keeps its own fix. Another
+    cause, or host work of its own (load_imbalance), keeps its fix."""
+    from types import SimpleNamespace
+
+    from gpuscope.analysis import recommendation as R
+    from gpuscope.analysis.job import host_dispatch_fix
+    from gpuscope.analysis.straggler_cause import (
+        COMPUTE,
+        HOST,
+        PaceSetterCause,
+        fix_title,
+    )
+
+    def rec(rid: str, gain: float) -> R.Recommendation:
+        r = R.Recommendation(rid, "t", "w", {}, "c", 1.0)
+        r.estimate = R.Estimate(gain, gain - 5, gain + 5, None)
+        return r
+
+    words = f"rank 1 dispatches; first fix: {fix_title('cuda_graphs')} (cuda_graphs)."
+    cause = PaceSetterCause(1, HOST, words, 50.0, "cuda_graphs", 63.0, 74.0, 27.4)
+
+    def of(*recs: R.Recommendation):  # type: ignore[no-untyped-def]
+        return lambda rank: SimpleNamespace(rank=rank, recommendations=list(recs))
+
+    got = host_dispatch_fix(
+        cause,
+        of(
+            rec("overlap_communication", 8.6),
+            rec("dtensor_dispatch", 59.1),
+            rec("cuda_graphs", 16.9),
+        ),
+    )
+    assert got is not None and got.fix_id == "dtensor_dispatch"
+    assert (
+        got.words
+        == f"rank 1 dispatches; first fix: {fix_title('dtensor_dispatch')} (dtensor_dispatch)."
+    )
+    got = host_dispatch_fix(
+        cause, of(rec("dtensor_dispatch", 0.0), rec("kernel_fusion", 3.0), rec("cuda_graphs", 2.0))
+    )
+    assert got is not None and got.fix_id == "kernel_fusion"
+    assert host_dispatch_fix(cause, of(rec("cuda_graphs", -1.0), rec("batch_size", 70.0))) is cause
+    other = PaceSetterCause(1, COMPUTE, "w", 5.0, "load_imbalance", 9.0, 70.0, 60.0)
+    assert host_dispatch_fix(other, of(rec("cuda_graphs", 20.0))) is other
+    own = PaceSetterCause(1, HOST, "w", 5.0, "load_imbalance", 9.0, 70.0, 60.0)
+    assert host_dispatch_fix(own, of(rec("cuda_graphs", 20.0))) is own
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["v27", "v171"])
+def test_eager_tensor_parallel_jobs_lead_with_compiling_the_tp_model(
+    tmp_path: Path, case: str
+) -> None:
+    """v27 and v171 (tensor parallel on 2 GPUs, eager DTensor; compiling the TP model measured
+    58.5 and 62.1 %): the pace-setter is named for host dispatch and its own list leads with the
+    dtensor fix (59.1 and 56.1 %); the job's first fix is that one, its range holding the gain,
+    where CUDA graphs (16.9 and 16.7 %) had been."""
+    import json
+
+    from gpuscope.analysis.job import diagnose, memo
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.store import connect
+
+    root = Path(__file__).resolve().parent.parent / "sample_traces" / "validation"
+    truth = {c["case"]: c for c in json.loads((root / "truth.json").read_text())["cases"]}[case]
+    con = connect(tmp_path / "store")
+    [res] = ingest_paths(con, [root / case])
+    job = diagnose(con, res.run_id, memo(lambda r: analyze_run(con, res.run_id, rank=r)))
+    con.close()
+    fix = job.first_fix
+    assert fix is not None and fix.id == "dtensor_dispatch" and fix.rank == job.pace_setter
+    assert fix.low_pct is not None and fix.high_pct is not None
+    assert fix.low_pct <= truth["gain_pct"] <= fix.high_pct, fix
+    cause = next(f for f in job.findings if f.kind == "pace_cause")
+    assert cause.detail.endswith("(dtensor_dispatch).")
