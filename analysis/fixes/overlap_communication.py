@@ -105,18 +105,18 @@ def detect(inp: Inputs) -> Finding | None:
     return Finding(ev, cost, bound_pct=fx.host_gain_pct(hidden, inp))
 
 
-OVERLAP_LEFT = (1.0, 0.25, 0.0)
+OVERLAP_LEFT = (1.0, 0.5, 0.0)
 """How much of the exposed communication's time the step still pays once it overlaps the backward,
 ``low`` / ``mid`` / ``high``. At the low end all of it: NCCL's kernels run on the SMs and the
 memory bandwidth the backward's kernels would use, so an overlapped all-reduce can slow the
-backward by as much as it hides. Of the four timed pairs, two gained under 3 % where their
-exposed communication was 15-17 % of the step (v69, ResMLP, 0.5 % measured against 2.9 %
-estimated; v159, BLOOM with one 1.74 GB all-reduce after the backward, 2.3 % against 16.7 %), two
-about 0.7 × it (v25 14.2 against 19.9, v28 6.6 against 9.4)."""
+backward by as much as it hides. At the point half: of the four timed pairs, two gained about half
+their exposed communication (v25 14.2 % and v28 6.6 % measured, against 19.9 and 9.4 % with a
+quarter left), two under 3 % where it was 15-17 % of the step (v69, ResMLP, 0.5 % against 2.9 %;
+v159, BLOOM with one 1.74 GB all-reduce after the backward, 2.3 % against 16.7 %)."""
 
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
-    """Communication × :data:`OVERLAP_LEFT` (1 / 0.25 / 0). A rank's communication kernels also
+    """Communication × :data:`OVERLAP_LEFT` (1 / 0.5 / 0). A rank's communication kernels also
     hold its wait for a slower rank, which overlapping does not remove: the estimate is clipped at
     the bound."""
     return fx.scaled_variants(lambda n: n.cat == "communication", *OVERLAP_LEFT)
