@@ -8,9 +8,11 @@ report must either give numbers or say why not. No exception, no exception text 
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -73,6 +75,7 @@ def con():
     if _CON is None:
         lake = os.environ.get("GPUSCOPE_TESTS_ON_LAKE")
         tmp = Path(tempfile.mkdtemp(prefix="gpuscope-fuzz-"))
+        atexit.register(shutil.rmtree, tmp, True)
         _CON = connect(tmp / "s.duckdb" if lake else ":memory:")
     return _CON
 
@@ -141,9 +144,9 @@ def finite(x) -> bool:
     rank=st.sampled_from([None, 0, 1]),
 )
 def test_random_event_mixes_give_numbers_or_reasons(pieces, steps, devices, rank):
-    tmp = Path(tempfile.mkdtemp(prefix="gpuscope-fuzz-"))
-    path = build(pieces, steps, devices, rank).write(tmp / "trace.json")
-    run_id = ingest_paths(con(), [path])[0].run_id
+    with tempfile.TemporaryDirectory(prefix="gpuscope-fuzz-") as tmp:  # one per example, removed
+        path = build(pieces, steps, devices, rank).write(Path(tmp) / "trace.json")
+        run_id = ingest_paths(con(), [path])[0].run_id
     rep = analyze_run(con(), run_id)
     doc = rep.to_json()
     json.dumps(doc, allow_nan=False)  # every number finite, the whole report JSON
