@@ -808,9 +808,74 @@ def build_graph(
             )
         else:
             g.edge(tail, head, t.s - cs, from_start=False, cat="sync", kind="seq")
+    _stream_wait_edges(g, host, gpu, gpu_by_corr, gpu_node)
     collective_edges(g)
     g.finish()
     return g
+
+
+_EVENT_RECORD = frozenset(
+    {"cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord", "cuEventRecordWithFlags"}
+    | {"hipEventRecord", "hipEventRecordWithFlags"}
+)
+_STREAM_WAIT = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent", "hipStreamWaitEvent"})
+
+
+def _stream_wait_edges(
+    g: Graph,
+    host: list[HostEvent],
+    gpu: list[GpuEvent],
+    gpu_by_corr: dict[int, list[int]],
+    gpu_node: dict[int, int],
+) -> None:
+    """The waits of one stream on another that the host asked for, as edges, whether or not
+    they held the GPU op back in the trace (an event wait is an edge above only where it binds).
+    On each thread, in call order: ``cudaEventRecord`` marks the GPU op that thread launched last
+    (the event completes with it: the stream it was recorded on has nothing later of this
+    thread's), ``cudaStreamWaitEvent`` makes the next GPU op the thread launches wait for the op
+    of the latest record. Kineto writes neither call's stream or event, so this reads them from
+    the order of the calls: FSDP's ``wait_stream`` / ``wait_event`` and ProcessGroupNCCL's stream
+    syncs record and wait right before the launch they order. Kept only across streams and where
+    the trace agrees (the waited op ended before the waiting one started). A host-bound trace
+    then keeps its streams' order when a fix's replay speeds the host up: FSDP's all-gathers,
+    gated by the compute before them, stay on the path (v170)."""
+    calls: dict[int, list[HostEvent]] = {}
+    for h in host:
+        if h.cat in _RUNTIME and (
+            h.name in _EVENT_RECORD or h.name in _STREAM_WAIT or h.correlation in gpu_by_corr
+        ):
+            calls.setdefault(h.tid, []).append(h)
+    for evs in calls.values():
+        evs.sort(key=lambda h: (h.s, h.e))
+        last: int | None = None  # the GPU op this thread launched last
+        recorded: int | None = None  # ... when the latest event was recorded
+        pending: list[int] = []  # the ops the next launch waits for
+        for h in evs:
+            if h.name in _EVENT_RECORD:
+                recorded = last
+                continue
+            if h.name in _STREAM_WAIT:
+                if recorded is not None:
+                    pending.append(recorded)
+                continue
+            ops = gpu_by_corr.get(h.correlation) if h.correlation is not None else None
+            if not ops:
+                continue
+            k = min(ops, key=lambda i: gpu[i].s)
+            v = gpu_node.get(k)
+            for p in pending:
+                u = gpu_node.get(p)
+                if (
+                    u is None
+                    or v is None
+                    or gpu[p].stream == gpu[k].stream
+                    or gpu[p].e > gpu[k].s
+                    or any(ed.src == u for ed in g.preds[v])
+                ):
+                    continue
+                g.edge(v, u, 0, from_start=False, cat=_gpu_cat(gpu[p]), kind="event_wait")
+            pending = []
+            last = max(ops, key=lambda i: gpu[i].e)
 
 
 def collective_edges(g: Graph) -> None:
