@@ -21,6 +21,7 @@ from gpuscope.analysis.rank_index import (
 )
 from gpuscope.analysis.steps import find_window
 from gpuscope.ingest.loader import ingest_paths
+from stored_samples import stored_spec_copy
 
 pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
 
@@ -257,6 +258,22 @@ def test_limit_bytes() -> None:
     assert limit_bytes("lots") is None
 
 
+def stored_m(tmp_path: Path) -> str:
+    """The test's own store for ``--db`` (clitools.analysis_store) holding GPT_MEM as stored by
+    ``gpuscope ingest GPT_MEM --name m``: the set-up, not the subject, so a copy of the store made
+    once for the process (tests/stored_samples.py)."""
+    db = analysis_store(tmp_path)
+
+    def build(spec: Path | str) -> None:
+        r = cli_in_process("ingest", str(GPT_MEM), "--db", str(spec), "--name", "m")
+        assert r.returncode == 0, r.stderr
+
+    stored_spec_copy(
+        "gpuscope ingest sample_traces/memory/gpt_mem.pt.trace.json.gz --name m", build, db
+    )
+    return str(db)
+
+
 def test_cli_analyze_runs_under_the_working_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -265,9 +282,7 @@ def test_cli_analyze_runs_under_the_working_limit(
     prints the same JSON."""
     from gpuscope.analysis import report_part
 
-    db = str(analysis_store(tmp_path))
-    r = cli_in_process("ingest", str(GPT_MEM), "--db", db, "--name", "m")
-    assert r.returncode == 0, r.stderr
+    db = stored_m(tmp_path)
     seen: list[int] = []
     analyze = report_part.analyze
 
@@ -297,9 +312,7 @@ def test_cli_check_and_compare_run_under_the_working_limit(
     limit at the first working one (the working tables spill beyond it), and answer as before."""
     import importlib
 
-    db = str(analysis_store(tmp_path))
-    r = cli_in_process("ingest", str(GPT_MEM), "--db", db, "--name", "m")
-    assert r.returncode == 0, r.stderr
+    db = stored_m(tmp_path)
     target = importlib.import_module(module)
     real = getattr(target, name)
     seen: list[int] = []

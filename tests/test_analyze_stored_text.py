@@ -16,19 +16,38 @@ from gpuscope.analysis.job import JobDiagnosis, headline_rows, rank_rows
 from gpuscope.cli.analyze import render
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.store import connect
+from stored_samples import sample_copy, stored_copy
 from test_report_part import CASES, Spy
 
 pytestmark = pytest.mark.slow  # ingests and analyses of sample runs
 
 
-def _stored(tmp_path: Path, case: str) -> tuple[Path, str, str]:
-    """The case ingested with its document stored: (store, run id, the text the analyses give)."""
+#: The cases of sample runs, by their folder under sample_traces/.
+SAMPLE_CASES = {"ddp (sample)": "ddp", "before (sample)": "before"}
+
+
+def _stored(tmp_path: Path, case: str, *, text: bool = True) -> tuple[Path, str, str | None]:
+    """The case ingested with its document stored (the ingest is the set-up: a copy of the one
+    made for this process, tests/stored_samples.py): (the test's own store, run id, the text the
+    analyses give, computed from the events of the test's store; None unless ``text``)."""
     db = tmp_path / "store"
+    if case in SAMPLE_CASES:
+        (run_id,) = sample_copy(
+            db, SAMPLE_CASES[case], after_trace=RS.store_after_ingest_with_document
+        )
+    else:
+
+        def build(at: Path) -> str:
+            with connect(at) as con:
+                return ingest_paths(
+                    con, [CASES[case](at.parent)], after_trace=RS.store_after_ingest_with_document
+                )[0].run_id
+
+        run_id = stored_copy(f"test_report_part.CASES[{case!r}] (parts+document)", build, db)
     with connect(db) as con:
-        run_id = ingest_paths(
-            con, [CASES[case](tmp_path)], after_trace=RS.store_after_ingest_with_document
-        )[0].run_id
         assert RP.stored_text(con, run_id) is not None
+        if not text:
+            return db, run_id, None
         report, job = RP.analyze(con, run_id)
     return db, run_id, render(RP.analyze_json(report, job), job) + "\n"
 
@@ -53,7 +72,7 @@ def test_the_text_report_of_a_stored_run_is_the_computed_one_without_the_events(
 def test_the_lowest_rank_asked_by_number_is_the_stored_default_view(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db, run_id, _ = _stored(tmp_path, "ddp (sample)")
+    db, run_id, _ = _stored(tmp_path, "ddp (sample)", text=False)
     code, default, _ = run_cli(capsys, "analyze", run_id, "--json", "--db", str(db))
     spy = Spy(monkeypatch)
     code, rank0, err = run_cli(capsys, "analyze", run_id, "--rank", "0", "--json", "--db", str(db))
@@ -74,8 +93,8 @@ def test_the_lowest_rank_asked_by_number_is_the_stored_default_view(
 
 def test_the_verdict_rebuilt_from_its_json_is_the_verdict(tmp_path: Path) -> None:
     """Every field the faces read: the JSON again, the headline rows, the rank rows."""
+    (run_id,) = sample_copy(tmp_path / "store", "ddp")
     with connect(tmp_path / "store") as con:
-        run_id = ingest_paths(con, [CASES["ddp (sample)"](tmp_path)])[0].run_id
         _, job = RP.analyze(con, run_id)
     doc = job.to_json()
     back = JobDiagnosis.from_json(doc, run_id)

@@ -15,6 +15,7 @@ from gpuscope.analysis import rank_summary as RS
 from gpuscope.analysis import report_part as RP
 from gpuscope.ingest.loader import ingest_paths
 from gpuscope.store import Store, connect, set_tags
+from stored_samples import beside, stored_spec_copy
 from tracegen import TraceBuilder, ddp_job, two_rank_job
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,6 +37,21 @@ def one_rank(path: Path) -> Path:
 def two_ranks(folder: Path) -> Path:
     """Two rank files of a world of two: rank 1's kernel is the longer one (the pace-setter)."""
     return two_rank_job(folder, (20.0, 80.0))
+
+
+def two_ranks_stored(db: Path | str) -> str:
+    """:func:`two_ranks` ingested with its document into ``db`` (clitools.analysis_store), for the
+    tests of what is read from the stored run, not of the ingest: a copy of the store made once
+    for the process (tests/stored_samples.py). Its run id."""
+
+    def build(spec: Path | str) -> str:
+        with connect(spec) as con:
+            trace = two_ranks(beside(spec) / "job")
+            return ingest_paths(con, [trace], after_trace=RS.store_after_ingest_with_document)[
+                0
+            ].run_id
+
+    return stored_spec_copy("test_report_part.two_ranks (parts+document)", build, db)
 
 
 def printed(doc: dict[str, Any]) -> str:
@@ -178,11 +194,8 @@ def test_a_stale_document_is_computed_from_the_events_and_stored_again(
     """Another analysis code (its fingerprint), a renamed or re-tagged run, an NVML series
     attached later: the stored document is not printed; ``store`` replaces it."""
     db = analysis_store(tmp_path)  # a DuckDB file (the lake under GPUSCOPE_TESTS_ON_LAKE=1)
-    trace = two_ranks(tmp_path / "job")
+    run_id = two_ranks_stored(db)
     with connect(db) as con:
-        run_id = ingest_paths(con, [trace], after_trace=RS.store_after_ingest_with_document)[
-            0
-        ].run_id
         assert RP.stored_text(con, run_id) is not None
         # the code changed: its version is another one
         monkeypatch.setattr(RP, "version", lambda: 7)
@@ -215,10 +228,8 @@ def test_options_other_than_the_default_view_are_computed_from_the_events(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = analysis_store(tmp_path)  # a DuckDB file (the lake under GPUSCOPE_TESTS_ON_LAKE=1)
+    run_id = two_ranks_stored(db)
     with connect(db) as con:
-        run_id = ingest_paths(
-            con, [two_ranks(tmp_path / "job")], after_trace=RS.store_after_ingest_with_document
-        )[0].run_id
         want = printed(RP.analyze_json(*RP.analyze(con, run_id, rank=1, untraced_step_ms=None)))
     spy = Spy(monkeypatch)
     assert cli_json(capsys, db, run_id, "--rank", "1") == want
