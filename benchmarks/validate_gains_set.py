@@ -66,11 +66,15 @@ GROUPS = (
     ("blind8", "Eighth blind part v130-v144 (never analysed before recording; only with --blind)"),
     ("blind9", "Ninth blind part v145-v159 (never analysed before recording; only with --blind)"),
     ("blind10", "Tenth blind part v160-v174 (never analysed before recording; only with --blind)"),
-    ("blind11", "Eleventh blind part v175+ (never analysed before recording; only with --blind)"),
+    (
+        "blind11",
+        "Eleventh blind part v175-v184 (never analysed before recording; only with --blind)",
+    ),
+    ("blind12", "Twelfth blind part v185+ (never analysed before recording; only with --blind)"),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 SEEN_GROUPS = tuple(g for g, _ in GROUPS)[:-1]
-"""The parts already judged once (v01-v174): every part but the newest blind one, which is judged
+"""The parts already judged once (v01-v184): every part but the newest blind one, which is judged
 once when it lands and joins these with the next; ``--seen`` judges these and nothing else."""
 
 

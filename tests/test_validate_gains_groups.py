@@ -1,5 +1,5 @@
 """benchmarks/validate_gains_set.py's selection of the set's parts: ``--groups`` and ``--seen``
-judge exactly the parts named (v01-v174's, blind ones included when named), never a later blind
+judge exactly the parts named (v01-v184's, blind ones included when named), never a later blind
 part, and ``--blind`` keeps meaning every blind part."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ CASES = [
     {"case": "v146", "group": "blind9"},
     {"case": "v161", "group": "blind10"},
     {"case": "v176", "group": "blind11"},
+    {"case": "v186", "group": "blind12"},
     {"case": "v60", "group": "new"},
 ]
 
@@ -42,8 +43,8 @@ def test_named_groups_only_judge_those_groups() -> None:
     assert names(select(CASES, [], blind=False, groups=("held_out_third",))) == ["v03"]
 
 
-def test_seen_is_v01_to_v174_and_never_a_later_blind_part() -> None:
-    assert "blind10" in SEEN_GROUPS and "blind11" not in SEEN_GROUPS
+def test_seen_is_v01_to_v184_and_never_a_later_blind_part() -> None:
+    assert "blind11" in SEEN_GROUPS and "blind12" not in SEEN_GROUPS
     assert names(select(CASES, [], blind=True, groups=SEEN_GROUPS)) == [
         "v01",
         "v03",
@@ -57,9 +58,10 @@ def test_seen_is_v01_to_v174_and_never_a_later_blind_part() -> None:
         "v131",
         "v146",
         "v161",
+        "v176",
         "v60",
     ]
-    assert names(select(CASES, ["v176"], blind=True, groups=SEEN_GROUPS)) == []
+    assert names(select(CASES, ["v186"], blind=True, groups=SEEN_GROUPS)) == []
 
 
 def test_blind_still_means_every_blind_part() -> None:

@@ -28,7 +28,8 @@ held out, recorded after v115-v129 had been judged; every case of record_blind9.
 ``group: "blind9"``, held out, recorded after v130-v144 had been judged; every case of record_blind10.py (v160-v174)
 is ``group: "blind10"``, held out, recorded after v145-v159 had been judged; every case of
 record_blind11.py (v175-v184) is ``group: "blind11"``, held out, recorded after v160-v174 had been
-judged.
+judged; every case of record_blind12.py (v185-v192) is ``group: "blind12"``, held out, recorded
+after v175-v184 had been judged.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ import record_blind8  # noqa: E402
 import record_blind9  # noqa: E402
 import record_blind10  # noqa: E402
 import record_blind11  # noqa: E402
+import record_blind12  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -70,6 +72,7 @@ GROUPS = (
     "blind9",
     "blind10",
     "blind11",
+    "blind12",
 )
 """The set's parts, in the order the benchmark prints them."""
 
@@ -85,6 +88,7 @@ BLIND_PARTS = (
     record_blind9,
     record_blind10,
     record_blind11,
+    record_blind12,
 )
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 
@@ -97,6 +101,7 @@ FIRST_FIXES = {
     **record_blind9.FIRST_FIXES,
     **record_blind10.FIRST_FIXES,
     **record_blind11.FIRST_FIXES,
+    **record_blind12.FIRST_FIXES,
 }
 """The first fixes gpuscope named on a blind part where the planted cause was another's, timed
 on the base case's planted variant (case -> spec: base, how, fix, expected_fix)."""
