@@ -49,6 +49,7 @@ from gpuscope.analysis.compiled import CompiledInfo, compiled_info
 from gpuscope.analysis.copies import PageableCopies, pageable_copies
 from gpuscope.analysis.critical_path import CriticalPath, critical_path
 from gpuscope.analysis.event_classes import KERNEL_CATS, NATIVE_CONV_RE
+from gpuscope.analysis.fixes.fsdp_prefetch import allgather_transfer_per_step
 from gpuscope.analysis.fixes.overlap_communication import allreduce_per_step
 from gpuscope.analysis.flops import FlopsResult
 from gpuscope.analysis.idle import CAUSES, IdleResult, idle_analysis
@@ -1406,6 +1407,9 @@ def _recommendations(a: RunAnalysis) -> list[R.Recommendation]:
         phase=phase_patterns(con, run_id, rank, a.window),
     )
     inputs.allreduce_bytes_per_step, inputs.allreduce_ns_per_step = allreduce_per_step(
+        a.match, rank, a.window.n_steps
+    )
+    inputs.allgather_transfer_ns_per_step = allgather_transfer_per_step(
         a.match, rank, a.window.n_steps
     )
     return R.recommend(inputs)

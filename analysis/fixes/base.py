@@ -110,6 +110,10 @@ class Inputs:
     # matched all-reduce; :func:`gpuscope.analysis.fixes.overlap_communication.allreduce_per_step`)
     allreduce_bytes_per_step: float | None = None
     allreduce_ns_per_step: float | None = None
+    # this rank's all-gathers matched across ranks: their transfer ns per step, from the last
+    # rank's arrival to the kernel's end (None: no matched all-gather;
+    # :func:`gpuscope.analysis.fixes.fsdp_prefetch.allgather_transfer_per_step`)
+    allgather_transfer_ns_per_step: float | None = None
 
 
 @dataclass
