@@ -101,18 +101,18 @@ def gated() -> tuple[list[H], list[G]]:
 
 def test_only_the_transfer_shrinks_in_the_replay() -> None:
     """The all-gather's 200 µs kernel, with 50 µs of transfer per 200 of kernel (ρ = 0.25 moved):
-    at the point (a quarter of the transfer left) it loses 0.75 × 50 = 37.5 µs and the step ends
-    at 415 − 37.5 = 377.5 µs; at the top all 50 µs: 365; without the transfer known the whole
-    kernel is prefetch's (× 0.25: 150 µs off, 265)."""
+    at the point (half the transfer left) it loses 0.5 × 50 = 25 µs and the step ends at
+    415 − 25 = 390 µs; at the top all 50 µs: 365; at the low end none: 415. Without the transfer
+    known the whole kernel is prefetch's (× 0.5: 100 µs off, 315)."""
     host, gpu = gated()
     g = critical_path_of(host, gpu, 1, [(0, 415 * US)], [1]).graph
     ctx = Context(n_steps=1, step_ms=0.415)
     rec = R.Recommendation("fsdp_prefetch", "t", "w", {}, "c", 1.0)
     rec.evidence = {"allgather_transfer_ms_per_step": 0.05, "allgather_kernel_ms_per_step": 0.2}
     got = {k: makespan(g, 0, d) for k, (d, _) in fp.advised(rec, g, ctx).items()}
-    assert got["mid"] == pytest.approx(377_500) and got["high"] == pytest.approx(365_000)
+    assert got == pytest.approx({"low": 415_000, "mid": 390_000, "high": 365_000})
     rec.evidence = {"allgather_kernel_ms_per_step": 0.2}
-    assert makespan(g, 0, fp.advised(rec, g, ctx)["mid"][0]) == pytest.approx(265_000)
+    assert makespan(g, 0, fp.advised(rec, g, ctx)["mid"][0]) == pytest.approx(315_000)
 
 
 @pytest.mark.slow
