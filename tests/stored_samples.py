@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from processes import alive
+
 T = TypeVar("T")
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
@@ -63,16 +65,6 @@ def _remove_root() -> None:
 atexit.register(_remove_root)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _folder() -> Path:
     """This process's folder of templates (under ``_lock``); those of processes that died
     without removing theirs (killed, or left by ``os._exit``) are swept first."""
@@ -81,7 +73,7 @@ def _folder() -> Path:
         base = Path(tempfile.gettempdir())
         for old in base.glob(f"{PREFIX}*"):
             pid = old.name[len(PREFIX) :].split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)):
                 shutil.rmtree(old, ignore_errors=True)
         _root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base))
     return _root
@@ -97,11 +89,13 @@ def _template(key: str, build: Callable[[Path], T]) -> tuple[Path, T]:
             if key in _templates:
                 return _templates[key]
             at = Path(tempfile.mkdtemp(prefix="template-", dir=_folder())) / "store"
+        built = False
         try:
             made = build(at)
-        except BaseException:
-            shutil.rmtree(at.parent, ignore_errors=True)
-            raise
+            built = True
+        finally:  # a build that raised leaves no template; its error goes on to the test
+            if not built:
+                shutil.rmtree(at.parent, ignore_errors=True)
         if not at.exists():
             shutil.rmtree(at.parent, ignore_errors=True)
             raise FileNotFoundError(f"build of stored sample {key!r} wrote no store at {at}")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from processes import alive
 
 PG_ROOT = Path("/usr/lib/postgresql")
 PG_BINARIES = ("initdb", "pg_ctl", "psql")
@@ -183,16 +184,6 @@ def _as_user(user: str, argv: list[str]) -> list[str]:
 OWNER_FILE = "owner.pid"  # the test process that started the server
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def reap_orphans(bin_dir: Path, temp: Path | None = None) -> list[Path]:
     """Stop and remove the servers of earlier test processes that died without tearing down
     (killed by a timeout, SIGKILL): each server's folder names the process that started it."""
@@ -202,7 +193,7 @@ def reap_orphans(bin_dir: Path, temp: Path | None = None) -> list[Path]:
             owner = int((root / OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue
-        if _alive(owner):
+        if alive(owner):
             continue
         user = root.stat().st_uid
         subprocess.run(
