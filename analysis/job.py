@@ -480,6 +480,7 @@ def _pace_cause(
         chain_for,
         flops_for,
         host_ops_for,
+        host_work_for,
         pace_setter_cause,
         untraced_for,
     )
@@ -495,6 +496,7 @@ def _pace_cause(
         chain=chain_for(con, rep) if con is not None else None,
         steps={n for n, _ in job_step.by_step if n != job_step.drain_step} or None,
         host_ops=host_ops_for(con, rep) if con is not None else None,
+        host_work=host_work_for(con, rep) if con is not None else None,
     )
 
 

@@ -14,7 +14,8 @@ Public API (what ``analysis/job.py`` calls)::
                                               # pace-setter's mean step
         profiler: ProfilerCost | None = None, # the pace-setter's profiler cost, when known
         untraced_ms=, flops_per_step=,        # the pace-setter's and its top waiter's
-        host_ops=,                            # (host ops per step: host_ops_for)
+        host_ops=, host_work=,                # (host ops, host work per step: host_ops_for,
+                                              # host_work_for)
         chain: Chain | None = None,           # the chain across ranks (cross_rank_chain)
     ) -> PaceSetterCause | None               # None: no straggler, so no pace-setter to explain
 
@@ -22,6 +23,7 @@ Public API (what ``analysis/job.py`` calls)::
                                               # (with ``con``: untraced time, FLOPs, the chain)
     cross_rank_chain(con, run_id, match, pace, waiting) -> Chain | None
     host_ops_per_step(con, run_id, rank) -> float   # host_ops_for(con, rep): the pair's
+    host_work_per_step(con, run_id, rank) -> float | None   # host_work_for(con, rep)
     step_segments(con, run_id, rank, match) -> {step: {part: ns}}
     retimed_by_step(chain, cause) -> {step: ms}
 
@@ -154,6 +156,16 @@ MIN_HOST_OPS = 100
 """... counted only where every compared rank runs at least this many host ops per step (the
 profiler's per-op cost is a cost of many small ops; a step of a handful of ops is read by the
 host cap alone)."""
+SAME_DISPATCH = 0.5
+"""A pace-setter named for host dispatch whose waiting rank's own traced host work per step
+(:func:`host_work_per_step`) takes at least this share of the gain away (the job's step re-timed
+with no step of the waiting rank below its host work, against re-timed without that floor) does
+not set the pace alone: every rank's host is busy for most of its step, and the waiting rank's GPU
+hides its dispatch inside the collective wait. Its words then say so (not "look at this rank's
+CPU"). The tensor-parallel pairs with eager DTensor on both ranks keep 31 % (v27), 40 % (v171)
+and 41 % (v190) of the gain; the pace-setters that dispatch more than their waiting rank keep 91 %
+(multi_gpu/tp), 73 % and 79 % (v185, v186: FSDP2) and 61 % (multi_gpu/fsdp_noprefetch)."""
+
 """A rank computing this much more per step than the others' median is said beside the verdict."""
 SPIKE_HOLDS = 0.7
 """... and the lateness "spikes at a few steps" when such steps (at most half of them) hold at
@@ -208,7 +220,8 @@ class PaceSetterCause:
     rank late under the profiler when the cause is found once the profiler's cost is gone (None
     otherwise); ``chain``: the chain across ranks it was read from; ``step_retimed``: (step, its
     segment re-timed with the cause removed, ms) for the chain's steps (empty when the verdict
-    re-times the whole step)."""
+    re-times the whole step); ``host_work``: (rank, its traced host work per step, ms) of the
+    pace-setter and the rank that waits most for it, when read (:func:`host_work_per_step`)."""
 
     rank: int
     cause: str
@@ -225,6 +238,7 @@ class PaceSetterCause:
     profiled_rank: int | None = None
     chain: Chain | None = None
     step_retimed: tuple[tuple[int, float], ...] = ()
+    host_work: tuple[tuple[int, float], ...] = ()
 
     def retimed_as(self, gain_pct: float, how: str) -> PaceSetterCause:
         """This cause with the job's step re-timed by a gain (%) estimated elsewhere (the fix's
@@ -288,6 +302,7 @@ class PaceSetterCause:
             "profiled_rank": self.profiled_rank,
             "chain": self.chain.to_json() if self.chain is not None else None,
             "step_retimed_ms": {str(k): v for k, v in self.step_retimed},
+            "host_work_ms_per_step": {str(r): v for r, v in self.host_work},
         }
 
 
@@ -364,12 +379,17 @@ def pace_setter_cause(
     chain: Chain | None = None,
     steps: Collection[int] | None = None,
     host_ops: Mapping[int, float] | None = None,
+    host_work: Mapping[int, float] | None = None,
 ) -> PaceSetterCause | None:
     """The pace-setter's own cause (module doc); None when there is no straggler (no rank makes
     the others wait above the collectives' threshold) or no other rank's line to compare with.
     ``steps``: the step numbers ``job_step_ms`` is the mean of (the chain's re-timing averages
     its gain over those of its steps; default: all). ``host_ops``: host ops per step by rank
-    (:func:`host_ops_per_step`; the pace-setter's own extra host work, module doc)."""
+    (:func:`host_ops_per_step`; the pace-setter's own extra host work, module doc).
+    ``host_work``: traced host work per step by rank (ms, :func:`host_work_per_step`): a
+    dispatch-bound pace-setter whose waiting rank works as long on its host
+    (:data:`SAME_DISPATCH`) is said to share its dispatch with every rank, and no step is
+    re-timed below the waiting rank's host work."""
     if straggler is None:
         return None
     by_rank = {int(line.rank): line for line in lines}
@@ -502,27 +522,54 @@ def pace_setter_cause(
             )
     explain = wait if cause == PROFILER else left
     gain = min(explain, best.excess_ms)
-    retimed = step - gain if step is not None else None
     by_chain = chain is not None and chain.steps and chain.pace == int(pace.rank)
-    per_step: dict[int, float] = {}
-    if by_chain and cause != PROFILER:
-        assert chain is not None
-        # the dispatch the profiler accounts for leaves each step's extra in proportion
-        scale = best.excess_ms / raw_host if cause == HOST and removed > 0 and raw_host > 0 else 1.0
-        per_step = retimed_by_step(chain, cause, min(1.0, max(0.0, scale)))
-    if retimed is not None and per_step:
-        assert chain is not None
-        kept = [c for c in chain.steps if steps is None or c.step in steps] or list(chain.steps)
-        gain = sum(c.segment_ms - per_step[c.step] for c in kept) / len(kept)
-        retimed = step - gain if step is not None else None
-    elif retimed is not None:
-        # no rank's step gets shorter than its own work: the pace-setter's GPU busy per step, each
-        # other rank's step less its wait
-        busy = _busy_ms(pace)
-        if busy is not None and cause in (COMPUTE, COMM):
-            busy -= best.excess_ms  # the work the cause adds leaves with it
-        floors = [busy] + [_own_ms(o) for o in others]
-        retimed = max([retimed, *[f for f in floors if f is not None]])
+    hw = {int(r): float(v) for r, v in (host_work or {}).items()}
+    hw = {r: v for r, v in hw.items() if r in (int(pace.rank), int(straggler.waiting_rank))}
+    # the waiting rank's own host work per step: no step of it gets shorter once the pace-setter
+    # dispatches faster (its GPU hides that dispatch inside the collective wait)
+    host_floor = hw.get(int(straggler.waiting_rank)) if cause == HOST and own_ops is None else None
+
+    def retime(floor_ms: float | None) -> tuple[float | None, dict[int, float]]:
+        """(the job's mean step, each chain step) with the cause removed, no step of the waiting
+        rank below ``floor_ms``."""
+        per: dict[int, float] = {}
+        if by_chain and cause != PROFILER:
+            assert chain is not None
+            # the dispatch the profiler accounts for leaves each step's extra in proportion
+            scale = (
+                best.excess_ms / raw_host if cause == HOST and removed > 0 and raw_host > 0 else 1.0
+            )
+            per = retimed_by_step(chain, cause, min(1.0, max(0.0, scale)), floor_ms or 0.0)
+        out = step - gain if step is not None else None
+        if out is not None and per:
+            assert chain is not None and step is not None
+            kept = [c for c in chain.steps if steps is None or c.step in steps] or list(chain.steps)
+            out = step - sum(c.segment_ms - per[c.step] for c in kept) / len(kept)
+        elif out is not None:
+            # no rank's step gets shorter than its own work: the pace-setter's GPU busy per step,
+            # each other rank's step less its wait, the waiting rank's host work
+            busy = _busy_ms(pace)
+            if busy is not None and cause in (COMPUTE, COMM):
+                busy -= best.excess_ms  # the work the cause adds leaves with it
+            floors = [busy, floor_ms] + [_own_ms(o) for o in others]
+            out = max([out, *[f for f in floors if f is not None]])
+            if step is not None:
+                out = min(step, out)
+        return out, per
+
+    alone, _ = retime(None)
+    retimed, per_step = retime(host_floor)
+    # the waiting rank's own dispatch takes at least half the gain away: every rank's host holds
+    # the step, not this one's alone
+    mine_hw = hw.get(int(pace.rank))
+    shared = (
+        host_floor is not None
+        and mine_hw is not None
+        and step is not None
+        and alone is not None
+        and retimed is not None
+        and step - retimed < SAME_DISPATCH * (step - alone)
+    )
     if cause == PROFILER and profiler is not None and profiler.untraced_step_ms is not None:
         # measured: the pace-setter's step without the profiler
         retimed = min(step, profiler.untraced_step_ms) if step is not None else None
@@ -544,7 +591,17 @@ def pace_setter_cause(
                 flops_per_step,
                 profiler,
             )
-    what = _cause_words(straggler.rank, cause, best, own_ops is not None)
+    known = (
+        (int(straggler.waiting_rank), mine_hw, host_floor)
+        if mine_hw is not None and host_floor is not None
+        else None
+    )
+    what = _cause_words(straggler.rank, cause, best, own_ops is not None, known)
+    if shared:
+        assert host_floor is not None and mine_hw is not None
+        what = _shared_dispatch_words(
+            straggler.rank, straggler.waiting_rank, best, mine_hw, host_floor
+        )
     # host work of its own (more host ops than the others): keep it off this rank's step
     fix = fix_of(COMPUTE if cause == HOST and own_ops is not None else cause)
     fix_words = _fix_words(fix)
@@ -565,6 +622,21 @@ def pace_setter_cause(
         tuple(cands),
         chain=chain,
         step_retimed=tuple(sorted(per_step.items())),
+        host_work=tuple(sorted(hw.items())),
+    )
+
+
+def _shared_dispatch_words(
+    rank: int, waiting: int, f: CauseFigure, mine_ms: float, theirs_ms: float
+) -> str:
+    """A dispatch-bound pace-setter whose waiting rank's host works as long (:data:`SAME_DISPATCH`):
+    the dispatch is every rank's, not one slow host's."""
+    return (
+        f"rank {rank}: {_fig_words(f)}: every rank's host is busy for most of its step (traced "
+        f"host work per step: rank {rank} {sig3(mine_ms)} ms, rank {waiting} {sig3(theirs_ms)} "
+        f"ms), so the dispatch holds every rank and rank {rank} only ends it last; rank "
+        f"{waiting}'s GPU hides its own dispatch inside the collective wait. Cut the dispatch on "
+        "every rank"
     )
 
 
@@ -641,7 +713,15 @@ def _compute_note(flops: Mapping[int, float] | None) -> str:
     )
 
 
-def _cause_words(rank: int, cause: str, f: CauseFigure, own_work: bool = False) -> str:
+def _cause_words(
+    rank: int,
+    cause: str,
+    f: CauseFigure,
+    own_work: bool = False,
+    host_work: tuple[int, float, float] | None = None,
+) -> str:
+    """The cause in words; ``host_work``: (the waiting rank, the pace-setter's and its traced host
+    work per step, ms), said beside host dispatch."""
     if cause == PROFILER:
         return f"rank {rank}'s GPU idles while the profiler records its ops"
     if cause == COMPUTE:
@@ -663,8 +743,16 @@ def _cause_words(rank: int, cause: str, f: CauseFigure, own_work: bool = False) 
             "per-tensor statistics, evaluation): move it off the step or batch it"
         )
     if cause == HOST:
+        hw = ""
+        if host_work is not None:
+            w, mine, theirs = host_work
+            hw = (
+                f" (traced host work per step: rank {rank} {sig3(mine)} ms, rank {w} "
+                f"{sig3(theirs)} ms)"
+            )
         return (
-            f"rank {rank}: {_fig_words(f)}: the other ranks dispatch the same work without it, so "
+            f"rank {rank}: {_fig_words(f)}: the other ranks dispatch the same work without "
+            f"it{hw}, so "
             f"look at rank {rank}'s CPU (other processes on its cores, its NUMA binding) and cut "
             "the dispatch"
         )
@@ -694,8 +782,16 @@ def finding(rep: RunReport, con: Connection | None = None) -> PaceSetterCause | 
     fl = flops_for(con, rep) if con is not None else None
     ch = chain_for(con, rep) if con is not None else None
     ops = host_ops_for(con, rep) if con is not None else None
+    hw = host_work_for(con, rep) if con is not None else None
     return pace_setter_cause(
-        s, rep.ranks, profiler=prof, untraced_ms=un, flops_per_step=fl, chain=ch, host_ops=ops
+        s,
+        rep.ranks,
+        profiler=prof,
+        untraced_ms=un,
+        flops_per_step=fl,
+        chain=ch,
+        host_ops=ops,
+        host_work=hw,
     )
 
 
@@ -764,6 +860,77 @@ def host_ops_per_step(con: Connection, run_id: str, rank: int) -> float:
         {"run": run_id, "lo": int(w.start_ns), "hi": int(w.end_ns)},
     ).fetchone()
     return float(row[0] if row else 0) / max(1, w.n_steps)
+
+
+def host_work_for(con: Connection, rep: RunReport) -> dict[int, float]:
+    """:func:`host_work_per_step` of the straggler of ``rep`` and of the rank that waits most for
+    it (what :func:`pace_setter_cause`'s ``host_work`` takes); empty without a straggler."""
+    s = rep.straggler
+    if s is None:
+        return {}
+    run_id = str(rep.run["id"])
+    return {
+        r: v
+        for r in sorted({int(s.rank), int(s.waiting_rank)})
+        if (v := host_work_per_step(con, run_id, r)) is not None
+    }
+
+
+def host_work_per_step(con: Connection, run_id: str, rank: int) -> float | None:
+    """The rank's traced host work per step (ms): the union of its host spans (CPU ops, runtime
+    calls, annotations but the step's own) inside its window, less the time the host was blocked
+    on the GPU: the calls that block until the GPU is done
+    (:data:`~gpuscope.analysis.event_classes.SYNC_APIS`), and any runtime call during which GPU
+    activity ended, from its start to the last such end (a copy to pageable memory, a launch into
+    a full queue: the op around it covers the same wait); over the window's steps. None without
+    steps."""
+    import numpy as np
+    from gpuscope.analysis.event_classes import (
+        HOST_CATS,
+        PROFILER_STEP_RE,
+        RUNTIME_CATS,
+        SYNC_APIS,
+    )
+    from gpuscope.analysis.rank_index import RankIndex
+    from gpuscope.analysis.steps import find_window
+    from gpuscope.analysis.store_access import execute, regex, sql_list
+
+    w = find_window(con, run_id, rank)
+    if not w.n_steps:
+        return None
+    ix = RankIndex.shared(con, run_id, rank)
+    lo, hi = int(w.start_ns), int(w.end_ns)
+    h = execute(
+        con,
+        f"""
+        SELECT greatest(h.ts_ns, $lo) AS s, least(h.ts_ns + h.dur_ns, $hi) AS e,
+               n.name IN {sql_list(SYNC_APIS)} AS sync, h.cat IN {sql_list(RUNTIME_CATS)} AS rt
+        FROM {ix.host()} h JOIN names n ON n.run_id = $run AND n.name_id = h.name_id
+        WHERE h.ph = 'X' AND h.dur_ns > 0 AND h.cat IN {sql_list(HOST_CATS)}
+          AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo AND NOT {regex(PROFILER_STEP_RE)}
+        """,
+        {"run": run_id, "lo": lo, "hi": hi},
+    ).fetchnumpy()
+    hs, he = np.asarray(h["s"], dtype=np.int64), np.asarray(h["e"], dtype=np.int64)
+    sync = np.asarray(h["sync"], dtype=bool)
+    rt = np.asarray(h["rt"], dtype=bool) & ~sync
+    g = execute(
+        con,
+        f"SELECT e FROM {ix.gpu()} WHERE e > $lo AND e < $hi ORDER BY e",
+        {"lo": lo, "hi": hi},
+    ).fetchnumpy()
+    ends = np.asarray(g["e"], dtype=np.int64)
+    # each runtime call's last GPU end before its own end: blocked from its start to there
+    i = np.searchsorted(ends, he[rt], side="left") - 1
+    last = np.where(i >= 0, ends[np.maximum(i, 0)], np.iinfo(np.int64).min)
+    blocked = last >= hs[rt]
+    us, ue = _merge(hs, he)
+    ss, se = _merge(
+        np.concatenate([hs[sync], hs[rt][blocked]]), np.concatenate([he[sync], last[blocked]])
+    )
+    A, B = np.array([lo]), np.array([hi])
+    work = int(_covered(us, ue, A, B)[0]) - int(_covered(ss, se, A, B)[0])
+    return max(0, work) / w.n_steps / 1e6
 
 
 def untraced_idle_ms(con: Connection, run_id: str, rank: int) -> float | None:
@@ -1112,11 +1279,14 @@ def _part_ms(parts: Mapping[str, float], cause: str) -> float:
     return float(v or 0.0)
 
 
-def retimed_by_step(chain: Chain, cause: str, scale: float = 1.0) -> dict[int, float]:
+def retimed_by_step(
+    chain: Chain, cause: str, scale: float = 1.0, floor_ms: float = 0.0
+) -> dict[int, float]:
     """Each chain step's segment (ms) with ``cause`` removed on the pace-setter: in a step it sets
     the pace, its part of that cause becomes the waiting rank's (``scale`` × the extra part, at
-    most the wait it caused, goes); the step then lasts the longer of that and the waiting rank's
-    segment less its wait. A step the other rank sets keeps its length."""
+    most the wait it caused, goes); the step then lasts the longer of that, the waiting rank's
+    segment less its wait and ``floor_ms`` (the waiting rank's own host work per step), never
+    longer than it was. A step the other rank sets keeps its length."""
     out = {}
     for s in chain.steps:
         if s.late_rank != chain.pace:
@@ -1124,7 +1294,9 @@ def retimed_by_step(chain: Chain, cause: str, scale: float = 1.0) -> dict[int, f
             continue
         extra = scale * max(0.0, _part_ms(s.late_ms, cause) - _part_ms(s.other_ms, cause))
         own_other = sum(s.other_ms.values()) - s.other_ms.get("wait", 0.0)
-        out[s.step] = min(s.segment_ms, max(s.segment_ms - min(extra, s.wait_ms), own_other))
+        out[s.step] = min(
+            s.segment_ms, max(s.segment_ms - min(extra, s.wait_ms), own_other, floor_ms)
+        )
     return out
 
 
