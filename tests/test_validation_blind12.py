@@ -16,6 +16,7 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_device_script_drives_lanes,
+    assert_first_fixes,
     assert_new_families,
     assert_part_layout,
     make_truth,
@@ -44,7 +45,7 @@ parameters on both ranks."""
 def test_the_twelfth_blind_part_is_its_own_held_out_group_numbered_on_from_v185() -> None:
     assert_part_layout(record_blind12, "blind12", 185, (record_blind12.blind12_a,), count=8)
     assert make_truth.BLIND_PARTS[-1] is record_blind12
-    assert record_blind12.FIRST_FIXES == {}
+    assert set(record_blind12.FIRST_FIXES) == {"v191c", "v192c"}
     # not recorded yet: make_truth leaves out every case without its timing.json
     recorded = [c for c in record_blind12.ORDER if (VAL / c / "timing.json").exists()]
     assert all(make_truth.single(c) is not None for c in recorded)
@@ -118,10 +119,12 @@ def _two_rank_child(rank: int, pg_file: str, out: str) -> None:
         return model
 
     torch.compile = compile_
+    # a first fix compiles the model in place: recorded the same way, the model left eager
+    torch.nn.Module.compile = lambda self, *a, **kw: calls.append(f"{type(self).__name__}.compile")
     dist.init_process_group("gloo", init_method=f"file://{pg_file}", rank=rank, world_size=2)
     got: dict = {}
     try:
-        for case in record_blind12.ORDER:
+        for case in [*record_blind12.ORDER, *record_blind12.FIRST_FIXES]:
             for variant in ("planted", "fixed"):
                 calls.clear()
                 step, n, meta, model = record_blind12.build(case, variant, "cpu", rank, 2)
@@ -205,8 +208,32 @@ def test_every_case_builds_on_two_gloo_ranks_and_differs_only_as_planted(
         # v189: rank 1 alone loads in its training process when planted
         assert meta(rank, "v189", "num_workers_by_rank") == ([2, 0], [2, 2])
     assert meta(1, "v189", "num_workers") == (0, 2) and meta(0, "v189", "num_workers") == (2, 2)
+    # the first fixes: the base case's planted variant both times, compiled in place when fixed
+    for rank in (0, 1):
+        for case, spec in record_blind12.FIRST_FIXES.items():
+            base = spec["base"]
+            assert meta(rank, case, "applied") == (False, True)
+            assert meta(rank, case, "first_fix") == ("compile", "compile")
+            assert meta(rank, case, "base_case") == (base, base)
+            assert [len(ranks[rank][case, v]["calls"]) for v in ("planted", "fixed")] == [0, 1]
+            assert ranks[rank][case, "fixed"]["calls"][0].endswith(".compile")
+            for v in ("planted", "fixed"):
+                for a, b in zip(
+                    ranks[rank][case, v]["params"],
+                    ranks[rank][base, "planted"]["params"],
+                    strict=True,
+                ):
+                    torch.testing.assert_close(a, b, msg=case)
     # v188: rank 0 alone logs each head's entropy (one log a head) when planted
     heads = ranks[0]["v188", "planted"]["meta"]["heads_logged"]
     assert heads > 0 and ranks[0]["v188", "planted"]["logs"] == heads
     assert ranks[0]["v188", "fixed"]["logs"] == 0
     assert ranks[1]["v188", "planted"]["logs"] == ranks[1]["v188", "fixed"]["logs"] == 0
+
+
+@pytest.mark.skipif(not (VAL / "truth.json").exists(), reason="validation set not recorded")
+def test_the_first_fixes_timed_are_what_their_files_say() -> None:
+    """truth.json's ``first_fixes`` of this part: torch.compile, gpuscope's first fix at 5433cc1
+    on the nulls v191 (11.3 %, 0.1-22.4) and v192 (28.6 %, 0.5-52.1), timed on their planted
+    variants (5 rounds each, 4 x H200): 3.5 % and 5.0 %."""
+    assert_first_fixes(record_blind12)

@@ -43,9 +43,30 @@ from record_common import merged_part  # noqa: E402
 GROUP = "blind12"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
-FIRST_FIXES: dict[str, dict] = {}
-"""The first fixes gpuscope names on this part where the planted cause is another's: none yet
-(the part is judged once, after it is recorded)."""
+
+def _compiled(base: str, planted: str) -> dict:
+    return {
+        "name": f"{base}_compile",
+        "base": base,
+        "how": "compile",
+        "planted": f"{base}'s planted variant ({planted}), eager",
+        "fix": "the same, model.compile() (torch.compile of the model in place)",
+        "expected_fix": "kernel_fusion",
+        "gpus": 2,
+    }
+
+
+FIRST_FIXES: dict[str, dict] = {
+    "v191c": _compiled("v191", "FSDP2's default prefetching"),
+    "v192c": _compiled("v192", "DDP's defaults"),
+}
+"""The first fixes gpuscope names on this part where the planted cause is another's, timed on
+the base case's planted variant after the part was judged (4 x H200, two lanes of 2 GPUs, 5
+rounds each, no trace; logs/ff_blind12_ff5a.log, ff_blind12_ff5b.log): at 5433cc1
+torch.compile (``kernel_fusion``) led on v191 (11.3 %) and v192 (28.6 %). It led on v185
+(30.2 %) and v186 (15.5 %) too, but ``model.compile()`` of their planted variants fails: Dynamo
+stops at the plant's own hooks, which gate each all-gather with ``Stream.wait_stream``
+(logs/ff_blind12_ffa_compile_fails.log), so those two are not timed."""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part((blind12_a,), FIRST_FIXES, 12185, __file__)
