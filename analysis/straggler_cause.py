@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -814,30 +814,38 @@ def flops_for(con: Connection, rep: RunReport) -> dict[int, float]:
     return out
 
 
-def untraced_for(con: Connection, rep: RunReport) -> dict[int, float]:
-    """:func:`untraced_idle_ms` of the straggler of ``rep`` and of the rank that waits most for it
-    (what :func:`pace_setter_cause`'s ``untraced_ms`` takes); empty without a straggler."""
+def _of_pair(
+    con: Connection, rep: RunReport, per_rank: Callable[[Connection, str, int], float | None]
+) -> dict[int, float]:
+    """``per_rank(con, run_id, rank)`` of the straggler of ``rep`` and of the rank that waits
+    most for it, the ranks it has no figure for left out; empty without a straggler."""
     s = rep.straggler
     if s is None:
         return {}
     run_id = str(rep.run["id"])
     return {
-        r: v
+        r: float(v)
         for r in sorted({int(s.rank), int(s.waiting_rank)})
-        if (v := untraced_idle_ms(con, run_id, r)) is not None
+        if (v := per_rank(con, run_id, r)) is not None
     }
+
+
+def untraced_for(con: Connection, rep: RunReport) -> dict[int, float]:
+    """:func:`untraced_idle_ms` of the pair (:func:`_of_pair`): what :func:`pace_setter_cause`'s
+    ``untraced_ms`` takes."""
+    return _of_pair(con, rep, untraced_idle_ms)
 
 
 def host_ops_for(con: Connection, rep: RunReport) -> dict[int, float]:
-    """:func:`host_ops_per_step` of the straggler of ``rep`` and of the rank that waits most for
-    it (what :func:`pace_setter_cause`'s ``host_ops`` takes); empty without a straggler."""
-    s = rep.straggler
-    if s is None:
-        return {}
-    run_id = str(rep.run["id"])
-    return {
-        r: host_ops_per_step(con, run_id, r) for r in sorted({int(s.rank), int(s.waiting_rank)})
-    }
+    """:func:`host_ops_per_step` of the pair (:func:`_of_pair`): what :func:`pace_setter_cause`'s
+    ``host_ops`` takes."""
+    return _of_pair(con, rep, host_ops_per_step)
+
+
+def host_work_for(con: Connection, rep: RunReport) -> dict[int, float]:
+    """:func:`host_work_per_step` of the pair (:func:`_of_pair`): what :func:`pace_setter_cause`'s
+    ``host_work`` takes."""
+    return _of_pair(con, rep, host_work_per_step)
 
 
 def host_ops_per_step(con: Connection, run_id: str, rank: int) -> float:
@@ -860,20 +868,6 @@ def host_ops_per_step(con: Connection, run_id: str, rank: int) -> float:
         {"run": run_id, "lo": int(w.start_ns), "hi": int(w.end_ns)},
     ).fetchone()
     return float(row[0] if row else 0) / max(1, w.n_steps)
-
-
-def host_work_for(con: Connection, rep: RunReport) -> dict[int, float]:
-    """:func:`host_work_per_step` of the straggler of ``rep`` and of the rank that waits most for
-    it (what :func:`pace_setter_cause`'s ``host_work`` takes); empty without a straggler."""
-    s = rep.straggler
-    if s is None:
-        return {}
-    run_id = str(rep.run["id"])
-    return {
-        r: v
-        for r in sorted({int(s.rank), int(s.waiting_rank)})
-        if (v := host_work_per_step(con, run_id, r)) is not None
-    }
 
 
 def host_work_per_step(con: Connection, run_id: str, rank: int) -> float | None:
