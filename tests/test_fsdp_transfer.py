@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from collective_steps import chain_through_collective
 from gpuscope.analysis import fixes as R
 from gpuscope.analysis.critical_path import GpuEvent as G
 from gpuscope.analysis.critical_path import HostEvent as H
@@ -82,21 +83,17 @@ def gated() -> tuple[list[H], list[G]]:
     (3 µs), three tiny kernels (20-24 µs) and waits in a sync 30..415. A runs 5..105 on stream 7,
     the all-gather 107.6..307.6 on stream 22 (it waited for A: 2.6 µs, a missed event wait), B
     310.2..410.2 on stream 7 (it waited for the all-gather); the sync's tail 410.2..415."""
-    host = [
-        H("ProfilerStep#1", "user_annotation", 0, 415 * US, 1),
-        H("cudaLaunchKernel", "cuda_runtime", 1 * US, 2 * US, 1, 1),
-        H("cuLaunchKernelEx", "cuda_runtime", 2 * US, 3 * US, 1, 2),
-        H("cudaLaunchKernel", "cuda_runtime", 3 * US, 4 * US, 1, 3),
-        *(H("cudaLaunchKernel", "cuda_runtime", t * US, (t + 1) * US, 1, c) for t, c in TINY),
-        H("cudaStreamSynchronize", "cuda_runtime", 30 * US, 415 * US, 1),
-    ]
-    gpu = [
-        *(G("tiny", "kernel", (t + 5) * US, (t + 6) * US, 20 + c, c) for t, c in TINY),
-        G("A_gemm", "kernel", 5 * US, 105 * US, 7, 1),
-        G(AG, "kernel", 107_600, 307_600, 22, 2),
-        G("B_gemm", "kernel", 310_200, 410_200, 7, 3),
-    ]
-    return host, gpu
+    return chain_through_collective(
+        415,
+        ((1, 2), (2, 3), (3, 4)),
+        (
+            ("A_gemm", 5 * US, 105 * US, 7),
+            (AG, 107_600, 307_600, 22),
+            ("B_gemm", 310_200, 410_200, 7),
+        ),
+        30,
+        TINY,
+    )
 
 
 def test_only_the_transfer_shrinks_in_the_replay() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from collective_steps import chain_through_collective
 from gpuscope.analysis import fixes as R
 from gpuscope.analysis.collectives import CollectiveMatch
 from gpuscope.analysis.critical_path import GpuEvent as G
@@ -35,22 +36,18 @@ def one_bucket_step() -> tuple[list[H], list[G]]:
     the optimizer's kernel 715.2..765.2 on stream 7 (it waited for the all-reduce: 2.6 µs), the
     sync's tail 765.2..770. Three tiny kernels on streams of their own, each launched 5 µs before
     it starts, make the typical launch latency a real one (8 µs), not the all-reduce's."""
-    host = [
-        H("ProfilerStep#1", "user_annotation", 0, 770 * US, 1),
-        H("aten::mm", "cpu_op", 0, 10 * US, 1),
-        H("cudaLaunchKernel", "cuda_runtime", 2 * US, 4 * US, 1, 1),
-        H("cuLaunchKernelEx", "cuda_runtime", 5 * US, 7 * US, 1, 2),
-        H("cudaLaunchKernel", "cuda_runtime", 8 * US, 9 * US, 1, 3),
-        *(H("cudaLaunchKernel", "cuda_runtime", t * US, (t + 1) * US, 1, c) for t, c in TINY),
-        H("cudaStreamSynchronize", "cuda_runtime", 20 * US, 770 * US, 1),
-    ]
-    gpu = [
-        *(G("tiny", "kernel", (t + 5) * US, (t + 6) * US, 20 + c, c) for t, c in TINY),
-        G("sm90_xmma_gemm_backward", "kernel", 10 * US, 410 * US, 7, 1),
-        G(AR, "kernel", 412_600, 712_600, 17, 2),
-        G("multi_tensor_apply_kernel", "kernel", 715_200, 765_200, 7, 3),
-    ]
-    return host, gpu
+    return chain_through_collective(
+        770,
+        ((2, 4), (5, 7), (8, 9)),
+        (
+            ("sm90_xmma_gemm_backward", 10 * US, 410 * US, 7),
+            (AR, 412_600, 712_600, 17),
+            ("multi_tensor_apply_kernel", 715_200, 765_200, 7),
+        ),
+        20,
+        TINY,
+        host_extra=(H("aten::mm", "cpu_op", 0, 10 * US, 1),),
+    )
 
 
 def test_the_compute_stream_waits_for_the_all_reduce() -> None:
