@@ -20,6 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from disk_room import pytest_sessionstart  # noqa: F401  (the suite's disk check, a hook)
 from tracegen import TraceBuilder
 
 # PostgreSQL + S3 servers for the team-store tests (fixtures postgres_server, s3_server, team_store).

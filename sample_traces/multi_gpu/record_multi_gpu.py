@@ -8,8 +8,14 @@ and without its all-gather prefetch, tensor parallel (issue 44; the FSDP pair al
     torchrun --standalone --nproc_per_node 2 record_multi_gpu.py one --case CASE --mode trace|time ...
         one job (what ``drive`` starts)
 
+    python record_multi_gpu.py drive --first-fixes ddp_clean,tp --rounds 5 --out DIR
+        the first fix gpuscope names on these cases (torch.compile of the model) timed: per round
+        the planted run and the compiled one, fresh jobs, in alternating order, no trace
+        (first_fix_timing.json in a tar.gz of its own)
+
 Cases (``--case``) and what is planted (``--variant planted``; ``removed`` runs the same code
-without it):
+without it; ``compiled`` runs the planted code with ``model.compile()``, torch.compile of the
+model in place, inside DDP or after ``parallelize_module``):
 
 - ``ddp_clean``: DDP, nothing planted (the "removed" run of the three DDP plants below);
 - ``ddp_straggler_steps``: rank 1 sleeps in its data path for ``3 x`` the clean step at chosen
@@ -182,7 +188,7 @@ def one(args) -> int:
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("cuda", local) if cuda else torch.device("cpu")
-    case, planted = args.case, args.variant == "planted"
+    case, planted = args.case, args.variant in ("planted", "compiled")
     sz = sizes(case, args.quick)
     torch.manual_seed(1234)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -234,13 +240,14 @@ def one(args) -> int:
         how = "parallelize_module per block (q,k,v,fc1 Colwise; o,fc2 Rowwise), embeddings/head replicated, bf16 autocast"
     else:
         raise SystemExit(f"unknown case {case}")
+    if args.variant == "compiled":
+        model.compile()  # the module DDP (or the tensor-parallel plan) runs, compiled in place
+        how += "; model.compile()"
     # one AdamW over the DTensor parameters and one over the rest (tp: replicated embeddings/head):
     # foreach kernels cannot mix DTensors and plain tensors
     from torch.distributed.tensor import DTensor
 
-    groups = [
-        [p for p in model.parameters() if isinstance(p, DTensor) == d] for d in (True, False)
-    ]
+    groups = [[p for p in model.parameters() if isinstance(p, DTensor) == d] for d in (True, False)]
     opts = [torch.optim.AdamW(g, lr=1e-4) for g in groups if g]
 
     class _Opts:
@@ -294,6 +301,8 @@ def one(args) -> int:
         plant_ms = 3.0 * base_ms
     elif case == "ddp_straggler_every" and planted:
         plant_ms = 1.0 * base_ms
+    if args.plant_ms > 0 and plant_ms > 0:
+        plant_ms = args.plant_ms  # the first fixes' timing: the sleep of the recorded trace
     sleep_s = plant_ms / 1e3 if rank == STRAGGLER else 0.0
     n = args.timed_steps
     if case == "ddp_straggler_steps":
@@ -417,7 +426,7 @@ def drive(args) -> int:
     t0 = time.time()
     results: list[dict] = []
 
-    def job(case: str, variant: str, mode: str, rnd: int) -> dict | None:
+    def job(case: str, variant: str, mode: str, rnd: int, more: tuple = ()) -> dict | None:
         if time.time() - t0 > args.budget_s:
             log(f"budget spent: {case} {variant} {mode} r{rnd} skipped")
             return None
@@ -439,6 +448,7 @@ def drive(args) -> int:
             "--out",
             str(data),
             *extra,
+            *more,
         ]
         ts = time.time()
         try:
@@ -463,7 +473,8 @@ def drive(args) -> int:
             f"[{time.time() - t0:6.1f}s] {case:20s} {variant:8s} {mode:5s} r{rnd} {ranks} ms (median/mean) job {r['job_s']:.1f}s"
         )
         results.append(r)
-        (data / "timing.json").write_text(json.dumps({"runs": results}, indent=1))
+        name = "first_fix_timing.json" if args.first_fixes else "timing.json"
+        (data / name).write_text(json.dumps({"runs": results}, indent=1))
         return r
 
     def pack(group: str, cases: list[str]) -> None:
@@ -476,6 +487,8 @@ def drive(args) -> int:
                 tf.add(data / "timing.json", arcname=f"multi_gpu/timing_{group}.json")
         log(f"packed {tar.name} {tar.stat().st_size} bytes")
 
+    if args.first_fixes:
+        return first_fixes(args, job, out, data, t0)
     groups = {
         "ddp": (
             ["ddp_clean", "ddp_straggler_steps", "ddp_straggler_every", "ddp_uneven"],
@@ -497,11 +510,41 @@ def drive(args) -> int:
     return 0
 
 
+FIRST_FIX_WARMUP = 30
+"""Warm-up steps of a compiled job (the eager ones keep ``--warmup-steps``): compiling, then
+steady."""
+RECORDED_PLANT_MS = {"ddp_straggler_steps": 32.6, "ddp_straggler_every": 17.8}
+"""The sleeps of the recorded traces (README.md): both variants of a first fix's timing sleep
+the same, not a sleep sized from each job's own (compiled or eager) step."""
+
+
+def first_fixes(args, job, out: Path, data: Path, t0: float) -> int:
+    """``--first-fixes``: per round, each case's planted run and its compiled run (fresh jobs, no
+    trace), the order of the two alternating by round and the cases' order reversed every other
+    round; then first_fix_timing.json packed into multi_gpu_first_fixes.tar.gz."""
+    cases = args.first_fixes.split(",")
+    for rnd in range(1, args.rounds + 1):
+        for c in cases if rnd % 2 else cases[::-1]:
+            plant = ("--plant-ms", str(RECORDED_PLANT_MS[c])) if c in RECORDED_PLANT_MS else ()
+            pair = [
+                ("planted", plant),
+                ("compiled", (*plant, "--warmup-steps", str(FIRST_FIX_WARMUP))),
+            ]
+            for variant, more in pair if rnd % 2 else pair[::-1]:
+                job(c, variant, "time", rnd, more)
+    tar = out / "multi_gpu_first_fixes.tar.gz"
+    with tarfile.open(tar, "w:gz") as tf:
+        if (data / "first_fix_timing.json").exists():
+            tf.add(data / "first_fix_timing.json", arcname="multi_gpu/first_fix_timing.json")
+    log(f"packed {tar.name}; done in {time.time() - t0:.1f}s")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("cmd", choices=("drive", "one"))
     ap.add_argument("--case", choices=CASES)
-    ap.add_argument("--variant", default="planted", choices=("planted", "removed"))
+    ap.add_argument("--variant", default="planted", choices=("planted", "removed", "compiled"))
     ap.add_argument("--mode", default="time", choices=("time", "trace"))
     ap.add_argument("--out", default="out_multi_gpu")
     ap.add_argument(
@@ -515,6 +558,8 @@ def main() -> int:
     ap.add_argument("--groups", default="ddp,fsdp,tp")
     ap.add_argument("--budget-s", type=float, default=520)
     ap.add_argument("--child-timeout", type=float, default=120)
+    ap.add_argument("--first-fixes", default="", help="drive: time these cases' compiled fix")
+    ap.add_argument("--plant-ms", type=float, default=0.0, help="one: the straggler's sleep (ms)")
     args = ap.parse_args()
     return drive(args) if args.cmd == "drive" else one(args)
 
