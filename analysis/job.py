@@ -236,12 +236,14 @@ def _findings(
     cause: PaceSetterCause | None,
     cause_fix: Recommendation | None = None,
     candidate: Recommendation | None = None,
+    recs: list[Recommendation] | None = None,
 ) -> tuple[Finding, ...]:
     """The pace-setter's own cause, then its fix (the cause's fix unit, on the rank it names:
     estimated by ``cause_fix``, :func:`cause_fix`, when there is one, else the cause's re-timed
     job step as a point), then the pace-setting rank's fixes in the fix list's order (the cause's
     fix not twice), with ``candidate`` (:func:`abstained_fix`: a cause the verdict did not single
-    out, estimated all the same) among them where its estimate places it."""
+    out, estimated all the same) among them where its estimate places it; ``recs``: the fixes in
+    the pace-setter's place (:func:`dispatch_on_waiting_rank`; default its own)."""
     from gpuscope.analysis.straggler_cause import fix_title
 
     out = []
@@ -274,7 +276,7 @@ def _findings(
                 )
             )
     first = {f.id for f in out if f.kind == "fix"}
-    for rec in with_candidate(rep.recommendations, candidate):
+    for rec in with_candidate(rep.recommendations if recs is None else recs, candidate):
         if rec.id in first:
             continue
         gain, low, high = _est(rec)
@@ -298,6 +300,57 @@ def with_candidate(
     if g is not None:
         at = next((i for i, r in enumerate(rest) if (_est(r)[0] or 0.0) < g), len(rest))
     return [*rest[:at], candidate, *rest[at:]]
+
+
+def dispatch_on_waiting_rank(
+    cause: PaceSetterCause | None, rep: RunReport, report_of: Callable[[int], RunReport]
+) -> list[Recommendation]:
+    """The pace-setter's fixes (``rep``'s, in their order), but where its own cause says its
+    extra host time is not its dispatch (the profiler's own cost, or code no traced op holds:
+    ``profiler``, ``host_untraced``): there each fix that cuts host dispatch
+    (:func:`~gpuscope.analysis.straggler_cause.host_dispatch_fixes`) is the one the rank that
+    waits most for it found, with that rank's estimate, and is left out where that rank's rules
+    did not find it; then the list is ordered again as a rank's is
+    (:func:`gpuscope.analysis.fixes.order`). The pace-setter's GPU idles between launches for as
+    long as its slow host takes, so a re-timing of its dispatch counts that cause as dispatch;
+    the waiting rank runs the same step under the same profiler. Timed on the DDP samples
+    (../sample_traces/multi_gpu, first_fix_timing.json, 4 x H200): torch.compile of the model,
+    estimated at 24.4 % on ddp_clean's pace-setter and at 29.7 % on ddp_straggler_every's, gained
+    -18.0 and -6.0 % (5 rounds each); the waiting rank's estimates are 1.6 and 0.9 %. Copies:
+    the ranks' own lists are left as they are."""
+    from dataclasses import replace
+
+    from gpuscope.analysis import fixes
+    from gpuscope.analysis.straggler_cause import PROFILER, UNTRACED, host_dispatch_fixes
+
+    recs = [replace(r) for r in rep.recommendations]
+    s = rep.straggler
+    if cause is None or cause.cause not in (PROFILER, UNTRACED) or s is None:
+        return recs
+    ids = host_dispatch_fixes()
+    waiting = int(s.waiting_rank)
+    if waiting == int(cause.rank) or not any(r.id in ids for r in recs):
+        return recs
+    theirs = {r.id: r for r in report_of(waiting).recommendations}
+    out = []
+    for r in recs:
+        if r.id not in ids:
+            out.append(r)
+            continue
+        t = theirs.get(r.id)
+        if t is None or t.estimate is None:
+            continue
+        said = str((t.evidence or {}).get("summary") or "")
+        what = "the profiler's own cost" if cause.cause == PROFILER else "code no traced op holds"
+        note = (
+            f"Estimated on rank {waiting}, which waits for rank {cause.rank}: rank "
+            f"{cause.rank}'s extra host time is {what}, not its dispatch, and rank {waiting} "
+            "runs the same step under the same profiler."
+        )
+        ev = {**(t.evidence or {}), "estimated_on_rank": waiting, "summary": f"{note} {said}"}
+        out.append(replace(t, evidence=ev))
+    fixes.order(out)
+    return out
 
 
 def host_dispatch_fix(
@@ -554,6 +607,7 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
             fix.estimate.gain_pct, " (its own host ops, the profiler's cost in them taken out)"
         )
     candidate = abstained_fix(cause, report_of, con)
+    recs = dispatch_on_waiting_rank(cause, rep, report_of)
     path, bound_by = _path(cause)
     strag = rep.straggler
     n = max(1, rep.window.n_steps)
@@ -584,7 +638,7 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
         if rep.has_gpu_activity
         else None,
         fix_rank=pace,
-        findings=_findings(rep, cause, fix, candidate),
+        findings=_findings(rep, cause, fix, candidate, recs),
         path=path,
         bound_by_pct=bound_by,
         cause_rank=cause.rank if cause is not None else None,
@@ -594,11 +648,7 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
         else None,
         fixes=(
             *([fix] if fix is not None else []),
-            *(
-                r
-                for r in with_candidate(rep.recommendations, candidate)
-                if fix is None or r.id != fix.id
-            ),
+            *(r for r in with_candidate(recs, candidate) if fix is None or r.id != fix.id),
         ),
     )
 

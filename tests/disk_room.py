@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-SUITE_NEEDS_BYTES = 3 * 2**30
+SUITE_NEEDS_BYTES = 4 * 2**30
 """Free space (bytes) the whole suite needs on each filesystem it writes to: its temporary
-folders (stores, traces, Parquet files, chromium profiles) and the repository (the sample
-store). Measured on a clean-clone `make test` (docs/benchmarks.md, "Disk"): the disk in use grew
-by at most 1.4 GiB during pytest; the rest is room for pytest's last three temporary folders,
-which it keeps."""
+folders (stores, traces, Parquet files, chromium profiles, pytest's last three temporary
+folders, which it keeps) and the repository (the sample store). Measured over a clean-clone
+`make test` (`df` every 10 s): the disk in use grew by 3.1 GB while pytest ran, its virtual
+environment (1.7 GB) already made."""
 
 
 def written_folders(repo: Path) -> list[Path]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.compiled import CompiledInfo
+from gpuscope.analysis.event_classes import OP_CATS, RUNTIME_CATS
 from gpuscope.analysis.fixes import band
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.gains import Context, Estimate, Variant, replay_estimate
@@ -470,10 +471,34 @@ def scaled_variants(
     return {k: (scaled(pred, f), None) for k, f in (("low", low), ("mid", mid), ("high", high))}
 
 
+OWN_CODE_NS = 1_000_000
+"""A host segment on which no operator and no runtime call runs (untraced time, or time inside
+an annotation or a Python function between their ops) lasting this long (ns) or more is code of
+the user's own, not the dispatch between ops: a sleep, a batch made in Python, I/O, logging
+(:func:`own_code`). Between the ops of an eager step the host spends microseconds; on the DDP
+straggler sample (../multi_gpu) rank 1's planted 17.8 ms sleep is one such segment per step."""
+
+OP_EVENT_CATS = frozenset((*OP_CATS, *RUNTIME_CATS))
+"""The host events that are an operator or a runtime call (the rest: annotations, Python)."""
+
+
+def own_code(n: Node) -> bool:
+    """A host segment of :data:`OWN_CODE_NS` or more on which no operator or runtime call runs:
+    code torch.compile, CUDA graphs or autocast leave as it is."""
+    return (
+        n.kind == "host"
+        and n.cat == "cpu"
+        and n.dur >= OWN_CODE_NS
+        and (n.event is None or n.event.cat not in OP_EVENT_CATS)
+    )
+
+
 def is_host_work(n: Node) -> bool:
-    """CPU ops and launch calls of the host, outside the DataLoader and the optimizer."""
+    """CPU ops and launch calls of the host, outside the DataLoader and the optimizer, and not
+    code of the user's own (:func:`own_code`)."""
     return (
         n.kind == "host"
         and not ({"dataloader", "optimizer"} & n.tags)
         and n.cat in ("cpu", "launch")
+        and not own_code(n)
     )

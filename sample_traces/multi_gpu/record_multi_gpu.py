@@ -188,7 +188,7 @@ def one(args) -> int:
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("cuda", local) if cuda else torch.device("cpu")
-    case, planted = args.case, args.variant in ("planted", "compiled")
+    case, planted = args.case, args.variant in ("planted", "compiled", "compiled_ddp")
     sz = sizes(case, args.quick)
     torch.manual_seed(1234)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -243,6 +243,9 @@ def one(args) -> int:
     if args.variant == "compiled":
         model.compile()  # the module DDP (or the tensor-parallel plan) runs, compiled in place
         how += "; model.compile()"
+    elif args.variant == "compiled_ddp":
+        run = torch.compile(run)  # the DDP wrapper compiled: Dynamo splits at its buckets
+        how += "; torch.compile(DDP(model))"
     # one AdamW over the DTensor parameters and one over the rest (tp: replicated embeddings/head):
     # foreach kernels cannot mix DTensors and plain tensors
     from torch.distributed.tensor import DTensor
@@ -528,7 +531,7 @@ def first_fixes(args, job, out: Path, data: Path, t0: float) -> int:
             plant = ("--plant-ms", str(RECORDED_PLANT_MS[c])) if c in RECORDED_PLANT_MS else ()
             pair = [
                 ("planted", plant),
-                ("compiled", (*plant, "--warmup-steps", str(FIRST_FIX_WARMUP))),
+                (args.fix_variant, (*plant, "--warmup-steps", str(FIRST_FIX_WARMUP))),
             ]
             for variant, more in pair if rnd % 2 else pair[::-1]:
                 job(c, variant, "time", rnd, more)
@@ -544,7 +547,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("cmd", choices=("drive", "one"))
     ap.add_argument("--case", choices=CASES)
-    ap.add_argument("--variant", default="planted", choices=("planted", "removed", "compiled"))
+    ap.add_argument(
+        "--variant", default="planted", choices=("planted", "removed", "compiled", "compiled_ddp")
+    )
     ap.add_argument("--mode", default="time", choices=("time", "trace"))
     ap.add_argument("--out", default="out_multi_gpu")
     ap.add_argument(
@@ -559,6 +564,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=520)
     ap.add_argument("--child-timeout", type=float, default=120)
     ap.add_argument("--first-fixes", default="", help="drive: time these cases' compiled fix")
+    ap.add_argument("--fix-variant", default="compiled", choices=("compiled", "compiled_ddp"))
     ap.add_argument("--plant-ms", type=float, default=0.0, help="one: the straggler's sleep (ms)")
     args = ap.parse_args()
     return drive(args) if args.cmd == "drive" else one(args)
