@@ -314,10 +314,11 @@ def dispatch_on_waiting_rank(
     (:func:`gpuscope.analysis.fixes.order`). The pace-setter's GPU idles between launches for as
     long as its slow host takes, so a re-timing of its dispatch counts that cause as dispatch;
     the waiting rank runs the same step under the same profiler. Timed on the DDP samples
-    (../sample_traces/multi_gpu, first_fix_timing.json, 4 x H200): torch.compile of the model,
+    (sample_traces/multi_gpu/first_fix_timing.json, 4 x H200, 5 rounds each): torch.compile,
     estimated at 24.4 % on ddp_clean's pace-setter and at 29.7 % on ddp_straggler_every's, gained
-    -18.0 and -6.0 % (5 rounds each); the waiting rank's estimates are 1.6 and 0.9 %. Copies:
-    the ranks' own lists are left as they are."""
+    -18.4 and -6.0 % as ``model.compile()`` inside DDP, -48.8 and -11.6 % as
+    ``torch.compile(DDP(model))``; the waiting rank's estimates are 1.6 and 0.9 %. The list is
+    made of copies: the ranks' own lists stay as they are."""
     from dataclasses import replace
 
     from gpuscope.analysis import fixes
