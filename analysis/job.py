@@ -354,6 +354,18 @@ def dispatch_on_waiting_rank(
     return out
 
 
+def untraced_code_fix(cause: PaceSetterCause | None) -> PaceSetterCause | None:
+    """A pace-setter named for code no traced op holds (``host_untraced``) takes "take it off the
+    step" (:func:`~gpuscope.analysis.fixes.load_imbalance.untraced_work_fix`, the unit
+    ``load_imbalance``) as its fix; any other cause unchanged."""
+    from gpuscope.analysis.fixes import load_imbalance
+    from gpuscope.analysis.straggler_cause import UNTRACED
+
+    if cause is None or cause.cause != UNTRACED:
+        return cause
+    return cause.with_fix(load_imbalance.UNIT.id)
+
+
 def host_dispatch_fix(
     cause: PaceSetterCause | None, report_of: Callable[[int], RunReport]
 ) -> PaceSetterCause | None:
@@ -450,12 +462,14 @@ def cause_fix(
     found or no ``con`` (the cause's re-timed step is then its point), no cause with a fix, no
     critical path (an analysis without it), or the rank's rule did not find the fix."""
     from gpuscope.analysis.fixes import load_imbalance
-    from gpuscope.analysis.straggler_cause import COMPUTE
+    from gpuscope.analysis.straggler_cause import COMPUTE, UNTRACED
 
     if cause is None or cause.fix_id is None:
         return None
     rep = report_of(cause.rank)
     cp, ctx = rep.critical_path, rep.gain_context
+    if cause.cause == UNTRACED and cause.fix_id == load_imbalance.UNIT.id:
+        return _untraced_work_fix(cause, rep)
     if cause.cause != COMPUTE and cause.fix_id == load_imbalance.UNIT.id:
         # host work of its own: the rank's own rule of that id is about its waiting
         return _own_work_fix(cause, rep, con)
@@ -475,6 +489,34 @@ def cause_fix(
     pace_ms, others_ms, comm_keep = figures
     return load_imbalance.equal_work_fix(
         cause.rank, pace_ms, others_ms, len(rep.ranks), cp, ctx, comm_keep
+    )
+
+
+def _own_gpu_ms(cause: PaceSetterCause, rep: RunReport) -> float | None:
+    """The pace-setter's own GPU work per step (ms): its busy share less its wait for others, on
+    its median step; None when unknown."""
+    line = next((x for x in rep.ranks if int(x.rank) == int(cause.rank)), None)
+    if line is None or None in (line.step_p50_ms, line.gpu_busy_pct):
+        return None
+    own_pct = float(line.gpu_busy_pct or 0.0) - float(line.comm_wait_pct or 0.0)
+    return float(line.step_p50_ms or 0.0) * max(0.0, own_pct) / 100.0
+
+
+def _untraced_work_fix(cause: PaceSetterCause, rep: RunReport) -> Recommendation | None:
+    """:func:`~gpuscope.analysis.fixes.load_imbalance.untraced_work_fix` for the rank ``cause``
+    names (``rep``: its report): the time the cause's re-timing takes off the job's step, on the
+    pace-setter's untraced step when known and the straggler is steady, else on the job's mean
+    step; None without a re-timed step."""
+    from gpuscope.analysis.fixes import load_imbalance
+
+    if cause.job_step_ms is None or cause.retimed_job_step_ms is None:
+        return None
+    removed = cause.job_step_ms - cause.retimed_job_step_ms
+    prof = rep.profiler if int(rep.rank) == int(cause.rank) else None
+    untraced = prof.untraced_step_ms if prof is not None else None
+    base = untraced if untraced and cause.pattern == "steady" else cause.job_step_ms
+    return load_imbalance.untraced_work_fix(
+        cause.rank, cause.per_step_ms, removed, float(base), _own_gpu_ms(cause, rep)
     )
 
 
@@ -506,13 +548,7 @@ def _own_work_fix(
         if events > 0:
             per_event = max(0.0, prof.traced_step_ms - untraced) * 1e3 / events
     base = untraced or cause.job_step_ms or 0.0
-    line = next((x for x in rep.ranks if int(x.rank) == int(cause.rank)), None)
-    gpu_ms = None
-    if line is not None and None not in (line.step_p50_ms, line.gpu_busy_pct):
-        # its GPU's own work per step: busy less the wait for others, on its median step
-        own_pct = float(line.gpu_busy_pct or 0.0) - float(line.comm_wait_pct or 0.0)
-        gpu_ms = float(line.step_p50_ms or 0.0) * max(0.0, own_pct) / 100.0
-    return load_imbalance.own_work_fix(extra, float(base), per_event, gpu_ms)
+    return load_imbalance.own_work_fix(extra, float(base), per_event, _own_gpu_ms(cause, rep))
 
 
 def _float(v: Any) -> float | None:
@@ -594,7 +630,7 @@ def diagnose(con: Connection, run_id: str, report_of: Callable[[int], RunReport]
             pace = rep.straggler.rank
             rep = report_of(pace)
     step = step_time(windows, pace)
-    cause = host_dispatch_fix(_pace_cause(rep, step, con), report_of)
+    cause = untraced_code_fix(host_dispatch_fix(_pace_cause(rep, step, con), report_of))
     fix = cause_fix(cause, report_of, con)
     if (
         cause is not None

@@ -386,3 +386,38 @@ def test_the_planted_sleep_is_the_users_own_code(store) -> None:
     assert sleep == pytest.approx(17.8, abs=0.05)
     assert sleep <= own_ms_per_step("ddp_straggler_every") <= 1.2 * sleep
     assert own_ms_per_step("ddp_clean") < 1.0
+
+
+def sleep_removed_gain(case: str) -> float:
+    """The gain (%) of removing the planted sleep, from timing.json: per round the straggler
+    run's mean step (wall time of 30 steps / 30, the slower rank) against ddp_clean's, the run
+    without it, in the same round; the median over the rounds."""
+    import statistics
+
+    runs = json.loads((ROOT / "timing.json").read_text())["runs"]
+
+    def mean(c: str) -> dict[int, float]:
+        return {
+            r["round"]: max(x["step_ms_mean_wall"] for x in r["ranks"])
+            for r in runs
+            if r["case"] == c
+        }
+
+    planted_ms, clean_ms = mean(case), mean("ddp_clean")
+    return statistics.median(100 * (planted_ms[k] - clean_ms[k]) / planted_ms[k] for k in clean_ms)
+
+
+@pytest.mark.parametrize(
+    ("case", "measured"), [("ddp_straggler_every", 53.2), ("ddp_straggler_steps", 52.8)]
+)
+def test_the_untraced_code_fix_holds_the_sleeps_removal(jobs, case: str, measured: float) -> None:
+    """Rank 1's planted sleep is code no traced op holds: the job's first fix is taking it off
+    rank 1's step (the unit load_imbalance), and its range holds the gain of the run without the
+    sleep (ddp_clean), timed in the same rounds (3 each)."""
+    assert sleep_removed_gain(case) == pytest.approx(measured, abs=0.05)
+    fixes = [f for f in jobs(case)["findings"] if f["kind"] == "fix"]
+    first = fixes[0]
+    assert first["id"] == "load_imbalance" and first["rank"] == 1
+    assert first["title"] == "Take the code no op holds off rank 1's step"
+    assert first["low_pct"] <= measured <= first["high_pct"]
+    assert abs(first["gain_pct"] - measured) < 5.0

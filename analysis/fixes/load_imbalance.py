@@ -250,6 +250,80 @@ def own_work_estimate(
     return replace(bounded, method="host_ops")  # clipped or not, built on the ops
 
 
+UNTRACED_CODE = (
+    "# find it: py-spy dump --pid PID (or record_function('...') around the suspects)\n"
+    "# then take it off the step: into DataLoader workers when it makes the batch,\n"
+    "# a background thread when it logs or writes, out of the loop when it can wait"
+)
+
+
+def untraced_work_estimate(
+    removed_ms: float, base_ms: float, gpu_ms: float | None = None
+) -> Estimate:
+    """The job step's gain (%) with the pace-setter's code no traced op holds gone: ``removed_ms``
+    per step, what the cause's re-timing takes off the job's step, on ``base_ms`` (the
+    pace-setter's untraced step for a steady straggler, the job's traced mean step for one that
+    spikes: the untraced step is timed over a few steps that may hold no spike). The profiler
+    records no event inside that code, so its time is not the profiler's: no deduction. ``low``
+    and ``high``: on a host :data:`~gpuscope.analysis.gains.HOST_VARIATION` slower and faster
+    (that code runs at the host's speed, which varies between fresh processes); down to the
+    pace-setter's own GPU work ``gpu_ms`` per step (:func:`own_work_bound`). Set on the two DDP
+    samples whose rank 1 sleeps (sample_traces/multi_gpu: the sleep removed is ``ddp_clean``,
+    timed in the same rounds: 51.1 % on ddp_straggler_every, 52.8 % on ddp_straggler_steps, the
+    medians of 3)."""
+    from gpuscope.analysis.gains import HOST_VARIATION, Context
+
+    if base_ms <= 0:
+        return Estimate(0.0, 0.0, 0.0, None, method="untraced_code")
+
+    def pct(ms: float) -> float:
+        return 100.0 * min(max(0.0, ms), base_ms) / base_ms
+
+    est = Estimate(
+        pct(removed_ms),
+        pct(removed_ms / HOST_VARIATION),
+        pct(removed_ms * HOST_VARIATION),
+        base_ms - min(max(0.0, removed_ms), base_ms),
+        method="untraced_code",
+    )
+    bounded = fx.clip(est, own_work_bound(base_ms, gpu_ms), Context(n_steps=1, step_ms=base_ms))
+    return replace(bounded, method="untraced_code")
+
+
+def untraced_work_fix(
+    rank: int, untraced_ms: float, removed_ms: float, base_ms: float, gpu_ms: float | None = None
+) -> Recommendation:
+    """The job's fix when rank ``rank`` sets the pace by code no traced op holds
+    (``untraced_ms`` per step of GPU idle in it, more than the other ranks'): "take it off the
+    step", estimated by :func:`untraced_work_estimate`."""
+    ev: dict[str, Any] = {
+        "rank": rank,
+        "untraced_idle_ms_per_step": untraced_ms,
+        "removed_ms_per_step": removed_ms,
+        "base_ms": base_ms,
+        "gpu_ms_per_step": gpu_ms,
+        "summary": (
+            f"Rank {rank}'s GPU idles {sig3(untraced_ms)} ms per step while its host runs code "
+            "no traced op holds (Python between ops: a batch made outside a DataLoader, a sleep, "
+            "logging, I/O), more than the other ranks'; the profiler records nothing inside it, "
+            f"so its time is not the profiler's. The job's step loses {sig3(removed_ms)} ms per "
+            f"step without it, of {sig3(base_ms)} ms."
+        ),
+    }
+    rec = Recommendation(
+        UNIT.id,
+        f"Take the code no op holds off rank {rank}'s step",
+        "A collective ends when its last rank arrives: code only one rank runs between its ops "
+        "makes every other rank wait for it.",
+        ev,
+        UNTRACED_CODE,
+        100.0 * removed_ms / base_ms if base_ms > 0 else 0.0,
+    )
+    rec.bound_pct = own_work_bound(base_ms, gpu_ms)
+    rec.estimate = untraced_work_estimate(removed_ms, base_ms, gpu_ms)
+    return rec
+
+
 def own_work_fix(
     extra: ExtraOps, base_ms: float, cost_per_event_us: float | None, gpu_ms: float | None = None
 ) -> Recommendation:
