@@ -309,8 +309,11 @@ def dispatch_on_waiting_rank(
     extra host time is not its dispatch (the profiler's own cost, or code no traced op holds:
     ``profiler``, ``host_untraced``): there each fix that cuts host dispatch
     (:func:`~gpuscope.analysis.straggler_cause.host_dispatch_fixes`) is the one the rank that
-    waits most for it found, with that rank's estimate, and is left out where that rank's rules
-    did not find it; then the list is ordered again as a rank's is
+    waits most for it found, at that rank's point, its range from the lower of the two ranks'
+    re-timings to the higher, and is left out where that rank's rules did not find it: the
+    waiting rank's re-timing keeps its waits, so it cannot gain by its own dispatch, and the
+    pace-setter's counts the cause's idle as dispatch, so the gain lies between; then the list is
+    ordered again as a rank's is
     (:func:`gpuscope.analysis.fixes.order`). The pace-setter's GPU idles between launches for as
     long as its slow host takes, so a re-timing of its dispatch counts that cause as dispatch;
     the waiting rank runs the same step under the same profiler. Timed on the DDP samples
@@ -349,7 +352,14 @@ def dispatch_on_waiting_rank(
             "runs the same step under the same profiler."
         )
         ev = {**(t.evidence or {}), "estimated_on_rank": waiting, "summary": f"{note} {said}"}
-        out.append(replace(t, evidence=ev))
+        est = t.estimate
+        if r.estimate is not None:  # the range spans both ranks' re-timings
+            est = replace(
+                est,
+                low_pct=min(est.low_pct, r.estimate.low_pct),
+                high_pct=max(est.high_pct, r.estimate.high_pct),
+            )
+        out.append(replace(t, evidence=ev, estimate=est))
     fixes.order(out)
     return out
 
