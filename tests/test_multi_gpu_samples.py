@@ -344,7 +344,7 @@ def test_the_first_fixes_timed_on_the_samples_are_recorded() -> None:
 
 
 @pytest.mark.parametrize("case", ["ddp_clean", "ddp_straggler_every"])
-def test_no_false_promise_of_compile_on_the_ddp_runs(jobs, case: str) -> None:
+def test_no_false_promise_of_compile_on_the_ddp_runs(jobs, reports, case: str) -> None:
     """Where the pace-setter's extra host time is the profiler's (ddp_clean) or a sleep no op
     holds (ddp_straggler_every), its dispatch fixes are the waiting rank's: torch.compile, timed
     there at -18.4 / -6.0 % (and worse as torch.compile(DDP(model))), is neither the job's first
@@ -356,6 +356,15 @@ def test_no_false_promise_of_compile_on_the_ddp_runs(jobs, case: str) -> None:
     assert kf["gain_pct"] < 5.0
     assert max(first_fix_gains()[(case, v)] for v in ("compiled", "compiled_ddp")) < 0
     assert kf["detail"].startswith("Estimated on rank 0, which waits for rank 1: rank 1's extra")
+    # rank 0's point; the range from the lower of the two ranks' re-timings to the higher
+    own = [
+        next(r["estimate"] for r in rep["recommendations"] if r["id"] == "kernel_fusion")
+        for rep in reports(case)
+    ]
+    assert kf["gain_pct"] == pytest.approx(own[0]["gain_pct"])
+    assert kf["low_pct"] == pytest.approx(min(e["low_pct"] for e in own))
+    assert kf["high_pct"] == pytest.approx(max(e["high_pct"] for e in own))
+    assert own[1]["gain_pct"] > 15.0  # what the pace-setter's own re-timing had promised
     assert "cuda_graphs" not in {f["id"] for f in fixes}  # rank 0's rules did not find it
 
 
