@@ -312,11 +312,9 @@ def dispatch_on_waiting_rank(
     waits most for it found, at that rank's point, its range from the lower of the two ranks'
     re-timings to the higher, and is left out where that rank's rules did not find it: the
     waiting rank's re-timing keeps its waits, so it cannot gain by its own dispatch, and the
-    pace-setter's counts the cause's idle as dispatch, so the gain lies between; then the list is
-    ordered again as a rank's is
-    (:func:`gpuscope.analysis.fixes.order`). The pace-setter's GPU idles between launches for as
-    long as its slow host takes, so a re-timing of its dispatch counts that cause as dispatch;
-    the waiting rank runs the same step under the same profiler. Timed on the DDP samples
+    pace-setter's counts the cause's idle as dispatch (its GPU idles between launches for as long
+    as its slow host takes), so the gain lies between; then the list is ordered again as a rank's
+    is (:func:`gpuscope.analysis.fixes.order`). Timed on the DDP samples
     (sample_traces/multi_gpu/first_fix_timing.json, 4 x H200, 5 rounds each): torch.compile,
     estimated at 24.4 % on ddp_clean's pace-setter and at 29.7 % on ddp_straggler_every's, gained
     -18.4 and -6.0 % as ``model.compile()`` inside DDP, -48.8 and -11.6 % as

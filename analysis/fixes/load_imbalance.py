@@ -269,8 +269,8 @@ def untraced_work_estimate(
     (that code runs at the host's speed, which varies between fresh processes); down to the
     pace-setter's own GPU work ``gpu_ms`` per step (:func:`own_work_bound`). Set on the two DDP
     samples whose rank 1 sleeps (sample_traces/multi_gpu: the sleep removed is ``ddp_clean``,
-    timed in the same rounds: 51.1 % on ddp_straggler_every, 52.8 % on ddp_straggler_steps, the
-    medians of 3)."""
+    timed in the same rounds: 53.2 % on ddp_straggler_every, 52.8 % on ddp_straggler_steps, the
+    medians of 3 on the mean step)."""
     from gpuscope.analysis.gains import HOST_VARIATION, Context
 
     if base_ms <= 0:
