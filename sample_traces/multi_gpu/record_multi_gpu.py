@@ -13,9 +13,15 @@ and without its all-gather prefetch, tensor parallel (issue 44; the FSDP pair al
         the planted run and the compiled one, fresh jobs, in alternating order, no trace
         (first_fix_timing.json in a tar.gz of its own)
 
+    python record_multi_gpu.py drive --first-fixes ddp_clean --base-variant compiled \
+        --fix-variant compiled_cg --rounds 4 --out DIR
+        the same, a compiled run against its own next fix (CUDA graphs)
+
 Cases (``--case``) and what is planted (``--variant planted``; ``removed`` runs the same code
 without it; ``compiled`` runs the planted code with ``model.compile()``, torch.compile of the
-model in place, inside DDP or after ``parallelize_module``):
+model in place, inside DDP or after ``parallelize_module``; ``compiled_ddp`` compiles the DDP
+wrapper; ``compiled_cg`` is ``model.compile(mode="reduce-overhead")``, CUDA graphs; a compiled
+variant's trace goes to ``OUT/<case>_<variant>/``):
 
 - ``ddp_clean``: DDP, nothing planted (the "removed" run of the three DDP plants below);
 - ``ddp_straggler_steps``: rank 1 sleeps in its data path for ``3 x`` the clean step at chosen
@@ -188,7 +194,7 @@ def one(args) -> int:
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("cuda", local) if cuda else torch.device("cpu")
-    case, planted = args.case, args.variant in ("planted", "compiled", "compiled_ddp")
+    case, planted = args.case, args.variant != "removed"
     sz = sizes(case, args.quick)
     torch.manual_seed(1234)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -243,6 +249,11 @@ def one(args) -> int:
     if args.variant == "compiled":
         model.compile()  # the module DDP (or the tensor-parallel plan) runs, compiled in place
         how += "; model.compile()"
+    elif args.variant == "compiled_cg":
+        # the compiled model's forward and backward replayed as CUDA graphs; DDP's all-reduce
+        # and the optimizer stay outside them
+        model.compile(mode="reduce-overhead")
+        how += '; model.compile(mode="reduce-overhead")'
     elif args.variant == "compiled_ddp":
         run = torch.compile(run)  # the DDP wrapper compiled: Dynamo splits at its buckets
         how += "; torch.compile(DDP(model))"
@@ -269,6 +280,8 @@ def one(args) -> int:
     plant_at: set[int] = set()
 
     def step(i: int) -> None:
+        if args.variant == "compiled_cg":
+            torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs are free
         idx = torch.randint(0, sz["vocab"], (batch, sz["seq"] + 1), generator=gen)
         if i in plant_at and sleep_s > 0:
             time.sleep(sleep_s)  # planted: the straggler's data path stalls
@@ -384,10 +397,12 @@ def one(args) -> int:
             "samples_per_step": batch,
             "tokens_per_step": batch * sz["seq"],
         }
-        out = Path(args.out) / case
+        # a compiled fix's trace sits beside the planted one: <case>_<variant>/
+        name = case if args.variant in ("planted", "removed") else f"{case}_{args.variant}"
+        out = Path(args.out) / name
         with profile_steps(
             str(out),
-            name=case,
+            name=name,
             wait=WAIT,
             warmup=WARMUP,
             active=ACTIVE,
@@ -521,6 +536,16 @@ RECORDED_PLANT_MS = {"ddp_straggler_steps": 32.6, "ddp_straggler_every": 17.8}
 the same, not a sleep sized from each job's own (compiled or eager) step."""
 
 
+COMPILED = ("compiled", "compiled_ddp", "compiled_cg")
+"""The compiled variants: ``model.compile()``, ``torch.compile(DDP(model))``,
+``model.compile(mode="reduce-overhead")`` (CUDA graphs)."""
+
+
+def warm(variant: str) -> tuple[str, ...]:
+    """A compiled job's warm-up (compiling, then steady); the eager ones keep ``--warmup-steps``."""
+    return ("--warmup-steps", str(FIRST_FIX_WARMUP)) if variant in COMPILED else ()
+
+
 def first_fixes(args, job, out: Path, data: Path, t0: float) -> int:
     """``--first-fixes``: per round, each case's planted run and its compiled run (fresh jobs, no
     trace), the order of the two alternating by round and the cases' order reversed every other
@@ -530,8 +555,8 @@ def first_fixes(args, job, out: Path, data: Path, t0: float) -> int:
         for c in cases if rnd % 2 else cases[::-1]:
             plant = ("--plant-ms", str(RECORDED_PLANT_MS[c])) if c in RECORDED_PLANT_MS else ()
             pair = [
-                ("planted", plant),
-                (args.fix_variant, (*plant, "--warmup-steps", str(FIRST_FIX_WARMUP))),
+                (args.base_variant, (*plant, *warm(args.base_variant))),
+                (args.fix_variant, (*plant, *warm(args.fix_variant))),
             ]
             for variant, more in pair if rnd % 2 else pair[::-1]:
                 job(c, variant, "time", rnd, more)
@@ -547,9 +572,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("cmd", choices=("drive", "one"))
     ap.add_argument("--case", choices=CASES)
-    ap.add_argument(
-        "--variant", default="planted", choices=("planted", "removed", "compiled", "compiled_ddp")
-    )
+    ap.add_argument("--variant", default="planted", choices=("planted", "removed", *COMPILED))
     ap.add_argument("--mode", default="time", choices=("time", "trace"))
     ap.add_argument("--out", default="out_multi_gpu")
     ap.add_argument(
@@ -564,7 +587,13 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=520)
     ap.add_argument("--child-timeout", type=float, default=120)
     ap.add_argument("--first-fixes", default="", help="drive: time these cases' compiled fix")
-    ap.add_argument("--fix-variant", default="compiled", choices=("compiled", "compiled_ddp"))
+    ap.add_argument("--fix-variant", default="compiled", choices=COMPILED)
+    ap.add_argument(
+        "--base-variant",
+        default="planted",
+        choices=("planted", *COMPILED),
+        help="drive --first-fixes: the run the fix is timed against (compiled: a compiled run's own fix)",
+    )
     ap.add_argument("--plant-ms", type=float, default=0.0, help="one: the straggler's sleep (ms)")
     args = ap.parse_args()
     return drive(args) if args.cmd == "drive" else one(args)
