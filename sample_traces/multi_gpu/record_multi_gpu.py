@@ -201,7 +201,7 @@ def one(args) -> int:
     torch.backends.cudnn.allow_tf32 = True
     model = gpt(sz["vocab"], sz["d"], sz["n_layers"], sz["n_heads"], sz["seq"]).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
-    batch = sz["batch"]
+    batch = sz["batch"] * args.batch_mult  # --batch-mult: the batch_size fix, timed per sample
     if case == "ddp_uneven" and planted and rank == STRAGGLER:
         batch = batch * 3 // 2
     how = ""
@@ -386,9 +386,9 @@ def one(args) -> int:
                 "planted_steps": sorted(plant_at) if plant_ms else [],
                 "batch_by_rank": {
                     str(r): (
-                        sz["batch"] * 3 // 2
+                        sz["batch"] * args.batch_mult * 3 // 2
                         if case == "ddp_uneven" and planted and r == STRAGGLER
-                        else sz["batch"]
+                        else sz["batch"] * args.batch_mult
                     )
                     for r in range(world)
                 },
@@ -593,6 +593,12 @@ def main() -> int:
         default="planted",
         choices=("planted", *COMPILED),
         help="drive --first-fixes: the run the fix is timed against (compiled: a compiled run's own fix)",
+    )
+    ap.add_argument(
+        "--batch-mult",
+        type=int,
+        default=1,
+        help="one: every rank's batch times this (the batch_size fix; compare time per sample)",
     )
     ap.add_argument("--plant-ms", type=float, default=0.0, help="one: the straggler's sleep (ms)")
     args = ap.parse_args()
