@@ -73,3 +73,42 @@ def test_the_ranges_top_is_the_largest_multiple_the_memory_holds(ks: list[int], 
     est4 = unit.estimate(_rec([4]), cp, ctx)
     assert est.gain_pct == pytest.approx(est4.gain_pct, abs=1e-9)
     assert est.low_pct == pytest.approx(est4.low_pct, abs=1e-9)
+
+
+def _step_with_update(span: str):
+    """Step 0..200 µs on one stream: the launch call 3..5 starts the model's kernel A (5..100,
+    95 µs); inside the span ``span`` (100..190) the launch call 101..103 starts kernel B
+    (103..150, 47 µs)."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 200 * US, 1),
+        H("cudaLaunchKernel", "cuda_runtime", 3 * US, 5 * US, 1, 1),
+        H(span, "user_annotation", 100 * US, 190 * US, 1),
+        H("cudaLaunchKernel", "cuda_runtime", 101 * US, 103 * US, 1, 2),
+    ]
+    gpu = [
+        G("model_kernel", "kernel", 5 * US, 100 * US, 7, 1),
+        G("multi_tensor_apply_kernel", "kernel", 103 * US, 150 * US, 7, 2),
+    ]
+    return critical_path_of(host, gpu, 1, [(0, 200 * US)], [1])
+
+
+def test_the_optimizer_steps_gpu_work_keeps_its_time_at_a_larger_batch():
+    """An update's work is per parameter: at 4 × the batch the kernel the optimizer step launched
+    keeps its 47 µs at every level while the model's kernel grows (low: 95 × 4 = 380 µs); a span
+    of another name gives no such kernel."""
+    cp = _step_with_update("Optimizer.step#AdamW.step")
+    g = cp.graph
+    ctx = GN.Context(n_steps=1, step_ms=0.2)
+    [a] = [v for v, n in enumerate(g.nodes) if n.kind == "gpu" and n.label == "model_kernel"]
+    [b] = [v for v, n in enumerate(g.nodes) if n.kind == "gpu" and n.label != "model_kernel"]
+    assert BS.per_parameter_work(g) == frozenset({b})
+    for name, (dur, _) in BS.retime(g, ctx).items():
+        assert dur is not None
+        assert dur(b, g.nodes[b]) == pytest.approx(47 * US), name
+        assert dur(a, g.nodes[a]) >= 95 * US * (4 if name == "low" else 1), name
+    plain = _step_with_update("my_logging")
+    assert BS.per_parameter_work(plain.graph) == frozenset()
+    # the update kept: the per-sample gain is larger than with the same kernel grown
+    unit = BY_ID["batch_size"]
+    kept, grown = (unit.estimate(_rec([4]), c, ctx) for c in (cp, plain))
+    assert kept.gain_pct > grown.gain_pct and kept.low_pct > grown.low_pct
