@@ -506,6 +506,26 @@ def test_compile_on_the_eager_h200_ddp_run_promises_no_gain(jobs) -> None:
     assert kf["gain_pct"] < 5.0 and fixes[0]["id"] != "kernel_fusion"
 
 
+def test_the_eager_h200_pace_setter_is_offered_cuda_graphs_as_timed(reports, jobs) -> None:
+    """Eager h200/ddp_clean's rank 0 (the pace-setter) works 48 % of its untraced step, under
+    cuda_graphs.EAGER_MAX_BUSY_PCT: its own report offers CUDA graphs, the range holding the
+    50.4 % reduce-overhead was timed at (median of 4 pairs). The job's verdict leaves them out:
+    the pace-setter's extra host time is the profiler's, and the waiting rank's rules do not find
+    them (job.dispatch_on_waiting_rank)."""
+    import statistics
+
+    from gpuscope.analysis.fixes import cuda_graphs
+
+    r0, _ = reports("h200/ddp_clean")
+    [g] = [r for r in r0["recommendations"] if r["id"] == "cuda_graphs"]
+    assert g["title"] == cuda_graphs.EAGER_TITLE
+    assert 30.0 < g["evidence"]["gpu_busy_of_step_pct"] < cuda_graphs.EAGER_MAX_BUSY_PCT
+    timed = statistics.median(compiled_gains()[("planted", "compiled_cg")])
+    assert g["estimate"]["low_pct"] <= timed <= g["estimate"]["high_pct"], (timed, g["estimate"])
+    fixes = [f["id"] for f in jobs("h200/ddp_clean")["findings"] if f["kind"] == "fix"]
+    assert "cuda_graphs" not in fixes, fixes
+
+
 def batch_gains() -> dict[tuple[str, int], list[float]]:
     """(variant, batch multiple) -> the per-sample gains (%) of that multiple of the batch on
     ddp_clean, timed on 2 x H200 (h200/batch_timing.json): per round the slower rank's median

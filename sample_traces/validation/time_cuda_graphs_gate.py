@@ -1,0 +1,130 @@
+"""CUDA graphs against torch.compile on eager launch-bound steps whose GPU is busy 20-65 % of the
+untraced step: the question behind ``cuda_graphs.EAGER_MAX_BUSY_PCT`` (20 %: set between v93 at
+9.6 %, where a CUDA graph gained 88.9 %, and the eager pairs whose torch.compile was timed, 35-64 %).
+
+Each case's planted variant (its own recorder's ``build``), timed without the profiler in fresh
+processes, three ways in turn each round: ``eager`` as built, ``compile`` (``model.compile()``,
+gpuscope's ``kernel_fusion`` code) and ``cuda_graphs`` (``model.compile(mode="reduce-overhead")``,
+gpuscope's ``cuda_graphs`` code: forward and backward replayed as CUDA graphs, the optimizer step
+eager). 40 warm-up steps (the compiled variants' graphs recorded), 40 timed in blocks of 5; the
+figure is the median block (ms per step), as the recorders' ``step_ms_median``.
+
+From the repository root on the device, gpuscope not needed:
+    python3 sample_traces/validation/time_cuda_graphs_gate.py drive --cases v05,v46 --rounds 3 \
+        --out OUT.json [--budget-s 540]
+    python3 sample_traces/validation/time_cuda_graphs_gate.py one --case v05 --how eager
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "fixes"))
+
+PART_OF = {
+    "v05": "record_validation",
+    "v22": "record_new",
+    "v35": "record_blind",
+    "v46": "record_blind2",
+    "v122": "record_blind7",
+    "v137": "record_blind8",
+    "v150": "record_blind9",
+}
+"""Each case's recorder: the module whose ``build(case, variant, device)`` makes it (v05-v46:
+kernel_fusion pairs; v122, v137, v150: host_sync pairs, a ``.item()`` in the planted step)."""
+
+HOWS = ("eager", "compile", "cuda_graphs")
+WARM, STEPS = 40, 40
+
+
+def one(case: str, how: str, quick: bool) -> dict:
+    """One fresh process's timing of ``case``'s planted variant made ``how``."""
+    import torch
+
+    part = importlib.import_module(PART_OF[case])
+    part.QUICK = quick
+    importlib.import_module("record_new").QUICK = quick  # the merged parts read it at build time
+    from record_fixes import timed
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    t0 = time.perf_counter()
+    step, samples, meta, model = part.build(case, "planted", device)
+    meta.pop("_ballast", None)
+    if how == "compile":
+        model.compile()
+    elif how == "cuda_graphs":
+        model.compile(mode="reduce-overhead")
+    per = timed(step, device, 3 if quick else WARM, 10 if quick else STEPS)
+    return {
+        "case": case,
+        "how": how,
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "samples_per_step": samples,
+        "step_ms_median": statistics.median(per),
+        "step_ms_blocks": [round(x, 4) for x in per],
+        "setup_and_time_s": time.perf_counter() - t0,
+    }
+
+
+def drive(cases: list[str], rounds: int, out: Path, budget_s: float, quick: bool) -> None:
+    """Rounds of every case's three ways, each a fresh process, the ways' order turned each round;
+    every result appended to ``out`` (JSON lines) as it comes."""
+    t0 = time.time()
+    for r in range(rounds):
+        for case in cases:
+            hows = HOWS[r % 3 :] + HOWS[: r % 3]
+            for how in hows:
+                if time.time() - t0 > budget_s:
+                    print(f"budget: round {r} {case} {how} not started", flush=True)
+                    return
+                cmd = [sys.executable, __file__, "one", "--case", case, "--how", how]
+                cmd += ["--quick"] if quick else []
+                try:
+                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
+                except subprocess.TimeoutExpired:
+                    print(f"TIMEOUT round {r} {case} {how}", flush=True)
+                    continue
+                line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+                if p.returncode or not line:
+                    print(f"FAILED round {r} {case} {how} rc={p.returncode}\n{p.stderr[-2000:]}")
+                    continue
+                res = {"round": r, **json.loads(line[-1][7:])}
+                with out.open("a") as f:
+                    f.write(json.dumps(res) + "\n")
+                print(
+                    f"[{time.time() - t0:5.0f} s] round {r} {case} {how}: "
+                    f"{res['step_ms_median']:.3f} ms ({res['setup_and_time_s']:.0f} s)",
+                    flush=True,
+                )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cmd", choices=("drive", "one"))
+    ap.add_argument("--case")
+    ap.add_argument("--cases", default=",".join(PART_OF))
+    ap.add_argument("--how", choices=HOWS)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default="cuda_graphs_gate.jsonl")
+    ap.add_argument("--budget-s", type=float, default=540)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    if a.cmd == "one":
+        print("RESULT " + json.dumps(one(a.case, a.how, a.quick)), flush=True)
+        return 0
+    drive(a.cases.split(","), a.rounds, Path(a.out), a.budget_s, a.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
