@@ -291,6 +291,40 @@ def first_fix(case: str) -> dict | None:
     }
 
 
+GATE_CASES = ("v05", "v46", "v22", "v35", "v150", "v122", "v137")
+"""The eager steps timed with ``mode="reduce-overhead"`` beside ``model.compile()``
+(``cuda_graphs_gate.json``, :mod:`time_cuda_graphs_gate`): each a first fix ``<case>g``."""
+
+
+def gate_fix(case: str) -> dict | None:
+    """CUDA graphs (``model.compile(mode="reduce-overhead")``) on ``case``'s planted variant
+    against it eager, from ``cuda_graphs_gate.json``: the rounds holding both, in round order."""
+    tj = HERE / "cuda_graphs_gate.json"
+    if not tj.exists():
+        return None
+    runs = [r for r in json.loads(tj.read_text())["runs"] if r["case"] == case]
+    by = {}
+    for r in runs:
+        by.setdefault(r["round"], {})[r["how"]] = r["step_ms_median"]
+    rounds = [k for k in sorted(by) if {"eager", "cuda_graphs"} <= set(by[k])]
+    if not rounds:
+        return None
+    p, f = [by[k]["eager"] for k in rounds], [by[k]["cuda_graphs"] for k in rounds]
+    return {
+        "case": f"{case}g",
+        "base": case,
+        "fix": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code on "
+        "an eager step: forward and backward replayed as CUDA graphs, the optimizer step eager)",
+        "gpuscope_fix_id": "cuda_graphs",
+        "device": runs[0]["device"],
+        "torch": runs[0]["torch"],
+        "unit": "ms per step (median of 5-step blocks)",
+        "planted": p,
+        "fixed": f,
+        **gain_fields(gains(p, f)),
+    }
+
+
 def fsdp() -> dict | None:
     """The FSDP2 pair of ../multi_gpu: planted = prefetch defeated, fixed = default prefetching."""
     mg = HERE.parent / "multi_gpu"
@@ -367,10 +401,11 @@ def main() -> int:
         "torch.compile of v06, v12 and v23's planted variants. first_fixes: the first fixes "
         "gpuscope named on the sixth and seventh blind parts where they were not the planted "
         "cause's, timed on the base case's planted variant (record_blind6.FIRST_FIXES, "
-        "record_blind7.FIRST_FIXES).",
+        "record_blind7.FIRST_FIXES; the eager steps of cuda_graphs_gate.json as <case>g).",
         "cases": cases,
         "compile": [c for c in (compiled(k) for k in COMPILED) if c is not None],
-        "first_fixes": [c for c in (first_fix(k) for k in FIRST_FIXES) if c is not None],
+        "first_fixes": [c for c in (first_fix(k) for k in FIRST_FIXES) if c is not None]
+        + [c for c in (gate_fix(k) for k in GATE_CASES) if c is not None],
     }
     (HERE / "truth.json").write_text(json.dumps(doc, indent=1) + "\n")
     for c in doc["first_fixes"]:
