@@ -291,9 +291,14 @@ def first_fix(case: str) -> dict | None:
     }
 
 
-GATE_CASES = ("v05", "v46", "v22", "v35", "v150", "v122", "v137")
-"""The eager steps timed with ``mode="reduce-overhead"`` beside ``model.compile()``
-(``cuda_graphs_gate.json``, :mod:`time_cuda_graphs_gate`): each a first fix ``<case>g``."""
+GATE_CASES = (
+    *("v05", "v46", "v22", "v35", "v150", "v122", "v137"),
+    *("v118", "v77", "v13", "v82", "v98", "v34", "v145", "v163", "v146", "v178", "v80", "v179"),
+    "v94",
+)
+"""The eager steps timed with ``mode="reduce-overhead"`` (``cuda_graphs_gate.json``,
+:mod:`time_cuda_graphs_gate`): the first seven beside ``model.compile()``, the rest against eager
+alone; each a first fix ``<case>g``."""
 
 
 def gate_fix(case: str) -> dict | None:

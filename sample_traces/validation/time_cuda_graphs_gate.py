@@ -1,17 +1,18 @@
-"""CUDA graphs against torch.compile on eager launch-bound steps whose GPU is busy 20-65 % of the
-untraced step: the question behind ``cuda_graphs.EAGER_MAX_BUSY_PCT`` (20 %: set between v93 at
-9.6 %, where a CUDA graph gained 88.9 %, and the eager pairs whose torch.compile was timed, 35-64 %).
+"""CUDA graphs on eager launch-bound steps: the question behind ``cuda_graphs.EAGER_MAX_BUSY_PCT``
+(once 20 %, set on v93 at 9.6 % busy alone; then 67 %, above seven steps busy 34-66 %; now 101 %,
+above steps busy up to 100 %: cuda_graphs_gate.json, this folder's README).
 
 Each case's planted variant (its own recorder's ``build``), timed without the profiler in fresh
-processes, three ways in turn each round: ``eager`` as built, ``compile`` (``model.compile()``,
-gpuscope's ``kernel_fusion`` code) and ``cuda_graphs`` (``model.compile(mode="reduce-overhead")``,
-gpuscope's ``cuda_graphs`` code: forward and backward replayed as CUDA graphs, the optimizer step
-eager). 40 warm-up steps (the compiled variants' graphs recorded), 40 timed in blocks of 5; the
-figure is the median block (ms per step), as the recorders' ``step_ms_median``.
+processes, the ways in turn each round (``--ways``, all three by default): ``eager`` as built,
+``compile`` (``model.compile()``, gpuscope's ``kernel_fusion`` code) and ``cuda_graphs``
+(``model.compile(mode="reduce-overhead")``, gpuscope's ``cuda_graphs`` code: forward and backward
+replayed as CUDA graphs, the optimizer step eager). 40 warm-up steps (the compiled variants' graphs
+recorded), 40 timed in blocks of 5; the figure is the median block (ms per step), as the
+recorders' ``step_ms_median``. A recorder's ballast (``meta["_ballast"]``) is dropped first.
 
 From the repository root on the device, gpuscope not needed:
     python3 sample_traces/validation/time_cuda_graphs_gate.py drive --cases v05,v46 --rounds 3 \
-        --out OUT.json [--budget-s 540]
+        --out OUT.json [--budget-s 540] [--ways eager,cuda_graphs]
     python3 sample_traces/validation/time_cuda_graphs_gate.py one --case v05 --how eager
 """
 
@@ -38,9 +39,23 @@ PART_OF = {
     "v122": "record_blind7",
     "v137": "record_blind8",
     "v150": "record_blind9",
+    "v13": "record_validation",
+    "v34": "record_blind",
+    "v77": "record_blind4",
+    "v82": "record_blind4",
+    "v98": "record_blind5",
+    "v118": "record_blind7",
+    "v145": "record_blind9",
+    "v146": "record_blind9",
+    "v163": "record_blind10",
+    "v80": "record_blind4",
+    "v94": "record_blind5",
+    "v178": "record_blind11",
+    "v179": "record_blind11",
 }
 """Each case's recorder: the module whose ``build(case, variant, device)`` makes it (v05-v46:
-kernel_fusion pairs; v122, v137, v150: host_sync pairs, a ``.item()`` in the planted step)."""
+kernel_fusion pairs; v122, v137, v150: host_sync pairs, a ``.item()`` in the planted step; the
+rest: the eager cases timed against reduce-overhead alone)."""
 
 HOWS = ("eager", "compile", "cuda_graphs")
 WARM, STEPS = 40, 40
@@ -76,13 +91,20 @@ def one(case: str, how: str, quick: bool) -> dict:
     }
 
 
-def drive(cases: list[str], rounds: int, out: Path, budget_s: float, quick: bool) -> None:
+def drive(
+    cases: list[str],
+    rounds: int,
+    out: Path,
+    budget_s: float,
+    quick: bool,
+    ways: tuple[str, ...] = HOWS,
+) -> None:
     """Rounds of every case's three ways, each a fresh process, the ways' order turned each round;
     every result appended to ``out`` (JSON lines) as it comes."""
     t0 = time.time()
     for r in range(rounds):
         for case in cases:
-            hows = HOWS[r % 3 :] + HOWS[: r % 3]
+            hows = ways[r % len(ways) :] + ways[: r % len(ways)]
             for how in hows:
                 if time.time() - t0 > budget_s:
                     print(f"budget: round {r} {case} {how} not started", flush=True)
@@ -118,11 +140,15 @@ def main() -> int:
     ap.add_argument("--out", default="cuda_graphs_gate.jsonl")
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ways", default=",".join(HOWS), help="which of the ways to time")
     a = ap.parse_args()
     if a.cmd == "one":
         print("RESULT " + json.dumps(one(a.case, a.how, a.quick)), flush=True)
         return 0
-    drive(a.cases.split(","), a.rounds, Path(a.out), a.budget_s, a.quick)
+    ways = tuple(a.ways.split(","))
+    if not set(ways) <= set(HOWS):
+        ap.error(f"--ways: each of {', '.join(HOWS)}")
+    drive(a.cases.split(","), a.rounds, Path(a.out), a.budget_s, a.quick, ways)
     return 0
 
 
