@@ -229,6 +229,12 @@ def single(case: str) -> dict | None:
 COMPILED = ("v06", "v12", "v23")
 """The cases whose planted variant was also timed with torch.compile (``compile_timing.json``)."""
 
+COMPILED_NOTHING = ("v06", "v23")
+"""Of :data:`COMPILED`, those whose ``model.compile()`` compiled nothing: each model is an
+``nn.Sequential`` of torch's own layers, where ``nn.Module.compile()`` runs no graph
+(``record_common.compile_in_place``; cuda_graphs_gate.json's compile counts). Their entries say
+so (``void``); the timings are of eager against eager."""
+
 
 def compile_pairs(runs: list[dict]) -> tuple[list[float], list[float]]:
     """(eager, compiled) step times (ms) per round of ``compile_timing.json``'s runs, paired within
@@ -264,6 +270,11 @@ def compiled(case: str) -> dict | None:
         "eager": e,
         "compiled": c,
         **gain_fields(g),
+        **(
+            {"void": "model.compile() of an nn.Sequential of torch's layers compiled nothing"}
+            if case in COMPILED_NOTHING
+            else {}
+        ),
     }
 
 
@@ -295,10 +306,12 @@ GATE_CASES = (
     *("v05", "v46", "v22", "v35", "v150", "v122", "v137"),
     *("v118", "v77", "v13", "v82", "v98", "v34", "v145", "v163", "v146", "v178", "v80", "v179"),
     "v94",
+    *("v18", "v36", "v06", "v23", "v47", "v02", "v68", "v59"),
 )
 """The eager steps timed with ``mode="reduce-overhead"`` (``cuda_graphs_gate.json``,
 :mod:`time_cuda_graphs_gate`): the first seven beside ``model.compile()``, the rest against eager
-alone; each a first fix ``<case>g``."""
+alone (the last eight: steps under 200 kernels); each a first fix ``<case>g``. Runs marked
+``void`` (a compile that compiled nothing) count nowhere."""
 
 
 def gate_fix(case: str) -> dict | None:
@@ -307,7 +320,7 @@ def gate_fix(case: str) -> dict | None:
     tj = HERE / "cuda_graphs_gate.json"
     if not tj.exists():
         return None
-    runs = [r for r in json.loads(tj.read_text())["runs"] if r["case"] == case]
+    runs = [r for r in json.loads(tj.read_text())["runs"] if r["case"] == case and "void" not in r]
     by = {}
     for r in runs:
         by.setdefault(r["round"], {})[r["how"]] = r["step_ms_median"]

@@ -744,8 +744,10 @@ def build(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
 
 def build_compile(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
     """The planted variant of ``COMPILE[case]['base']`` as its own recorder builds it; ``fixed``:
-    the same model with ``model.compile()`` (its forward compiled in place, so the step's own
-    ``model(x)`` calls run compiled)."""
+    the same model compiled in place as ``torch.compile(model)`` compiles it
+    (:func:`record_common.compile_in_place`), so the step's own ``model(x)`` calls run compiled.
+    v06c and v23c were recorded with ``model.compile()``, which compiles nothing of an
+    ``nn.Sequential`` of torch's layers (both are): make_truth marks them void."""
     base = COMPILE[case]["base"]
     if base in record_new.CASES:
         step, samples, meta, model = record_new.build(base, "planted", device, rank, world)
@@ -755,7 +757,9 @@ def build_compile(case: str, variant: str, device: str, rank: int = 0, world: in
         record_validation.QUICK = record_new.QUICK
         step, samples, meta, model = record_validation.build(base, "planted", device)
     if variant == "fixed":
-        model.compile()
+        from record_common import compile_in_place
+
+        compile_in_place(model)
     meta = {**meta, "compiled": variant == "fixed", "base_case": base}
     return step, samples, meta, model
 

@@ -269,3 +269,35 @@ def basic_block(ci: int, co: int, s: int) -> Any:
     modules are made in that order (the recipes of v122, v137 and v152 draw their initial weights
     so)."""
     return _basic_class()(ci, co, s)
+
+
+def compile_in_place(model, **kw) -> str:
+    """``model.compile(**kw)`` as ``torch.compile(model, **kw)`` compiles it; returns how.
+
+    ``nn.Module.compile()`` of a module whose class is torch's own (an ``nn.Sequential`` of
+    torch's layers, an ``nn.Linear``) compiles nothing (torch 2.11 on the device, 2.13 here:
+    Dynamo skips the frames of torch's files, and none of the user's is entered; the compiled
+    ways of v02, v06, v13, v23, v59 ran with no graph at all), where ``torch.compile(model)``
+    compiles the same module. So such a module gets a subclass whose ``forward``, defined here,
+    calls torch's (``"subclass"``), as a user's own model class would; an ``nn.ModuleList`` or
+    ``nn.ModuleDict``, whose ``forward`` the step never calls (v18, v34: the forward is the step's
+    own loop), has each child compiled so (``"children"``: the ops between them stay eager)."""
+    from torch import nn
+
+    if isinstance(model, (nn.ModuleList, nn.ModuleDict)):
+        for child in model.children():
+            compile_in_place(child, **kw)
+        return "children"
+    how = "model"
+    base = type(model)
+    if base.__module__.startswith("torch."):
+
+        def forward(self, *args, **kwargs):
+            return base.forward(self, *args, **kwargs)
+
+        model.__class__ = type(
+            base.__name__, (base,), {"forward": forward, "__module__": "record_common"}
+        )
+        how = "subclass"
+    model.compile(**kw)
+    return how

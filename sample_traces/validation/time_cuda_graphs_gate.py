@@ -52,6 +52,14 @@ PART_OF = {
     "v94": "record_blind5",
     "v178": "record_blind11",
     "v179": "record_blind11",
+    "v02": "record_validation",
+    "v06": "record_validation",
+    "v18": "record_new",
+    "v23": "record_new",
+    "v36": "record_blind",
+    "v47": "record_blind2",
+    "v68": "record_blind3",
+    "v59": "record_blind3",
 }
 """Each case's recorder: the module whose ``build(case, variant, device)`` makes it (v05-v46:
 kernel_fusion pairs; v122, v137, v150: host_sync pairs, a ``.item()`` in the planted step; the
@@ -68,16 +76,30 @@ def one(case: str, how: str, quick: bool) -> dict:
     part = importlib.import_module(PART_OF[case])
     part.QUICK = quick
     importlib.import_module("record_new").QUICK = quick  # the merged parts read it at build time
+    from record_common import compile_in_place
     from record_fixes import timed
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    heard: list[str] = []
+    if how != "eager":
+        import logging
+
+        class Heard(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                msg = record.getMessage()
+                if "cudagraph" in msg.lower():
+                    heard.append(msg[:300])
+
+        torch._logging.set_logs(perf_hints=True)
+        logging.getLogger("torch").addHandler(Heard())
     t0 = time.perf_counter()
     step, samples, meta, model = part.build(case, "planted", device)
     meta.pop("_ballast", None)
+    compiled_as = None
     if how == "compile":
-        model.compile()
+        compiled_as = compile_in_place(model)
     elif how == "cuda_graphs":
-        model.compile(mode="reduce-overhead")
+        compiled_as = compile_in_place(model, mode="reduce-overhead")
     per = timed(step, device, 3 if quick else WARM, 10 if quick else STEPS)
     return {
         "case": case,
@@ -88,6 +110,21 @@ def one(case: str, how: str, quick: bool) -> dict:
         "step_ms_median": statistics.median(per),
         "step_ms_blocks": [round(x, 4) for x in per],
         "setup_and_time_s": time.perf_counter() - t0,
+        **({"compiled_as": compiled_as, **compile_counts(heard)} if how != "eager" else {}),
+    }
+
+
+def compile_counts(heard: list[str]) -> dict:
+    """What the compiled way ran as: graphs Dynamo made, its graph breaks, and the steps the
+    CUDA-graph trees skipped with their reasons (the perf-hint log lines)."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "unique_graphs": counters["stats"]["unique_graphs"],
+        "graph_breaks": sum(counters["graph_break"].values()),
+        "graph_break_reasons": sorted(counters["graph_break"])[:5],
+        "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
+        "cudagraph_log": sorted(set(heard))[:5],
     }
 
 
