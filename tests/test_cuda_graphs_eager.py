@@ -260,3 +260,46 @@ def test_compile_in_place_compiles_what_module_compile_leaves_eager():
     assert graphs(seq, "in_place") == ("subclass", 1)
     assert graphs(mlist, "in_place") == ("children", 2)
     assert graphs(Own, "in_place") == ("model", 1)
+
+
+@pytest.mark.slow
+def test_an_eager_step_its_syncs_cut_into_short_runs_is_not_told(con, monkeypatch):
+    """v18 (H100 trace; an MLP reading each layer's activation norm with ``.item()``): 8 syncs
+    and 75 kernels per step, 9.4 kernels between two syncs, under
+    ``cuda_graphs.MIN_KERNELS_PER_SYNC`` (20): not told. With the line at 0 it would lead at
+    58.5 %, and reduce-overhead, timed on an H200 compiled as ``torch.compile(model)`` compiles,
+    ran 82 % slower (cuda_graphs_gate.json, call 8)."""
+    timing = json.loads((VAL / "v18" / "timing.json").read_text())
+    untraced = next(r for r in timing["runs"] if r["mode"] == "trace")["trace_untraced_step_ms"]
+    [res] = ingest_paths(con, [VAL / "v18"])
+
+    def recs() -> list:
+        r = analyze_run(con, res.run_id, untraced_step_ms=untraced)
+        return r.recommendations
+
+    assert "cuda_graphs" not in [x.id for x in recs()]
+    assert _timed_gain("v18", "cuda_graphs") < -50.0
+    monkeypatch.setattr(cuda_graphs, "MIN_KERNELS_PER_SYNC", 0.0)
+    got = recs()
+    assert got[0].id == "cuda_graphs", [x.id for x in got]
+    assert got[0].evidence["kernels_per_step"] == pytest.approx(75.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("case", "first", "syncs"), [("v77", True, 5.0), ("v59", False, 0.0)])
+def test_an_eager_step_with_longer_runs_between_its_syncs_is_told_as_timed(con, case, first, syncs):
+    """v77 (5 syncs that read a value, 215 kernels: 43 between two) gained 17.2 % from
+    reduce-overhead, and v59 (its 2 syncs per step are pageable copies of the batch, which no
+    graph replays and which are not counted) 15.7 %, timed on an H200: both told, the range
+    holding the timed gain (v59 behind its planted pinned-memory fix)."""
+    timing = json.loads((VAL / case / "timing.json").read_text())
+    untraced = next(r for r in timing["runs"] if r["mode"] == "trace")["trace_untraced_step_ms"]
+    [res] = ingest_paths(con, [VAL / case])
+    r = analyze_run(con, res.run_id, untraced_step_ms=untraced)
+    ids = [x.id for x in r.recommendations]
+    g = next(x for x in r.recommendations if x.id == "cuda_graphs")
+    assert (ids[0] == "cuda_graphs") is first, ids
+    assert g.evidence["syncs_per_step"] == pytest.approx(syncs)
+    timed = _timed_gain(case, "cuda_graphs")
+    est = g.estimate
+    assert est is not None and est.low_pct <= timed <= est.high_pct, (timed, est)
