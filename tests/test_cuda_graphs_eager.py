@@ -66,6 +66,54 @@ def test_without_the_untraced_step_the_eager_branch_abstains(con, tmp_path):
     assert "kernel_fusion" in recs and "cuda_graphs" not in recs
 
 
+def synced_ops(syncs: int, op: str = "aten::item"):
+    """``short_ops`` with ``syncs`` value reads a step (1 or 2): after every ``20 // syncs``-th
+    kernel an ``op`` whose ``cudaStreamSynchronize`` (16-19 µs past the kernel's launch) straddles
+    the kernel's end (17), so the gap after it is drained by that sync. Kernels per step 20, syncs
+    per step ``syncs``: 20 or 10 kernels between two."""
+    from tracegen import TraceBuilder
+
+    t = TraceBuilder()
+    every = 20 // syncs
+    for i in range(3):
+        T = 1000.0 * i
+        t.step(i, T, 1000)
+        t.cpu_op("aten::add", T + 1, 998)
+        for j in range(20):
+            t.launch(
+                "void at::native::vectorized_elementwise_kernel<4>",
+                T + 10 + 50 * j,
+                T + 12 + 50 * j,
+                5,
+            )
+            if (j + 1) % every == 0:
+                ext = t.cpu_op(op, T + 15 + 50 * j, 6)
+                t.runtime("cudaStreamSynchronize", T + 16 + 50 * j, 3, external_id=ext)
+    return t
+
+
+@pytest.mark.parametrize(
+    ("syncs", "op", "told", "counted"),
+    [(2, "aten::item", False, 2.0), (1, "aten::item", True, 1.0), (2, "aten::copy_", True, 0.0)],
+)
+def test_an_eager_step_whose_value_reads_leave_few_kernels_between_is_not_told(
+    con, tmp_path, monkeypatch, syncs, op, told, counted
+):
+    # untraced 1.0 ms: the GPU works 10 % of the step. Two `.item()`s a step leave 20 / 2 = 10
+    # kernels between them, under MIN_KERNELS_PER_SYNC (20): not told; one leaves 20: told; two
+    # syncs of copies (aten::copy_) are not value reads: 0 counted, told
+    [res] = ingest_paths(con, [synced_ops(syncs, op).write(tmp_path / "synced.json")])
+    r = analyze_run(con, res.run_id, untraced_step_ms=1.0, with_path=False)
+    recs = {x.id: x for x in r.recommendations}
+    assert "kernel_fusion" in recs
+    assert ("cuda_graphs" in recs) is told, list(recs)
+    monkeypatch.setattr(cuda_graphs, "MIN_KERNELS_PER_SYNC", 0.0)
+    r = analyze_run(con, res.run_id, untraced_step_ms=1.0, with_path=False)
+    g = next(x for x in r.recommendations if x.id == "cuda_graphs")
+    assert g.evidence["kernels_per_step"] == pytest.approx(20.0)
+    assert g.evidence["syncs_per_step"] == pytest.approx(counted)
+
+
 V93 = Path(__file__).resolve().parent.parent / "sample_traces" / "validation" / "v93"
 
 
