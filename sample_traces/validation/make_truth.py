@@ -307,16 +307,32 @@ GATE_CASES = (
     *("v118", "v77", "v13", "v82", "v98", "v34", "v145", "v163", "v146", "v178", "v80", "v179"),
     "v94",
     *("v18", "v36", "v06", "v23", "v47", "v02", "v68", "v59"),
+    *("v75", "v30", "v60", "v12", "v03", "v07", "v29"),
 )
 """The eager steps timed with ``mode="reduce-overhead"`` (``cuda_graphs_gate.json``,
 :mod:`time_cuda_graphs_gate`): the first seven beside ``model.compile()``, the rest against eager
-alone (the last eight: steps under 200 kernels); each a first fix ``<case>g``. Runs marked
+alone (then eight steps under 200 kernels, and seven short steps of 2-13 ms); each a first fix
+``<case>g``. Runs marked
 ``void`` (a compile that compiled nothing) count nowhere."""
 
 
-def gate_fix(case: str) -> dict | None:
-    """CUDA graphs (``model.compile(mode="reduce-overhead")``) on ``case``'s planted variant
-    against it eager, from ``cuda_graphs_gate.json``: the rounds holding both, in round order."""
+GATE_COMPILE_CASES = ("v18", "v34", "v77")
+"""The eager steps whose value-reading syncs the question of ``kernel_fusion.MIN_KERNELS_PER_SYNC``
+is about, timed with ``torch.compile`` against eager in ``cuda_graphs_gate.json`` (calls 9-11):
+each a first fix ``<case>k``."""
+
+GATE_WORDS = {
+    "cuda_graphs": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code on "
+    "an eager step: forward and backward replayed as CUDA graphs, the optimizer step eager)",
+    "compile": "the same, torch.compile(model) (gpuscope's kernel_fusion code; compiled as "
+    "record_common.compile_in_place compiles it)",
+}
+
+
+def gate_fix(case: str, how: str = "cuda_graphs") -> dict | None:
+    """``how`` (``cuda_graphs``: ``model.compile(mode="reduce-overhead")``; ``compile``:
+    ``torch.compile``) on ``case``'s planted variant against it eager, from
+    ``cuda_graphs_gate.json``: the rounds holding both, in round order."""
     tj = HERE / "cuda_graphs_gate.json"
     if not tj.exists():
         return None
@@ -324,16 +340,15 @@ def gate_fix(case: str) -> dict | None:
     by = {}
     for r in runs:
         by.setdefault(r["round"], {})[r["how"]] = r["step_ms_median"]
-    rounds = [k for k in sorted(by) if {"eager", "cuda_graphs"} <= set(by[k])]
+    rounds = [k for k in sorted(by) if {"eager", how} <= set(by[k])]
     if not rounds:
         return None
-    p, f = [by[k]["eager"] for k in rounds], [by[k]["cuda_graphs"] for k in rounds]
+    p, f = [by[k]["eager"] for k in rounds], [by[k][how] for k in rounds]
     return {
-        "case": f"{case}g",
+        "case": f"{case}{'g' if how == 'cuda_graphs' else 'k'}",
         "base": case,
-        "fix": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code on "
-        "an eager step: forward and backward replayed as CUDA graphs, the optimizer step eager)",
-        "gpuscope_fix_id": "cuda_graphs",
+        "fix": GATE_WORDS[how],
+        "gpuscope_fix_id": "cuda_graphs" if how == "cuda_graphs" else "kernel_fusion",
         "device": runs[0]["device"],
         "torch": runs[0]["torch"],
         "unit": "ms per step (median of 5-step blocks)",
@@ -419,11 +434,13 @@ def main() -> int:
         "torch.compile of v06, v12 and v23's planted variants. first_fixes: the first fixes "
         "gpuscope named on the sixth and seventh blind parts where they were not the planted "
         "cause's, timed on the base case's planted variant (record_blind6.FIRST_FIXES, "
-        "record_blind7.FIRST_FIXES; the eager steps of cuda_graphs_gate.json as <case>g).",
+        "record_blind7.FIRST_FIXES; the eager steps of cuda_graphs_gate.json as <case>g, and with "
+        "torch.compile as <case>k).",
         "cases": cases,
         "compile": [c for c in (compiled(k) for k in COMPILED) if c is not None],
         "first_fixes": [c for c in (first_fix(k) for k in FIRST_FIXES) if c is not None]
-        + [c for c in (gate_fix(k) for k in GATE_CASES) if c is not None],
+        + [c for c in (gate_fix(k) for k in GATE_CASES) if c is not None]
+        + [c for c in (gate_fix(k, "compile") for k in GATE_COMPILE_CASES) if c is not None],
     }
     (HERE / "truth.json").write_text(json.dumps(doc, indent=1) + "\n")
     for c in doc["first_fixes"]:

@@ -60,10 +60,18 @@ PART_OF = {
     "v47": "record_blind2",
     "v68": "record_blind3",
     "v59": "record_blind3",
+    "v75": "record_blind4",
+    "v30": "record_blind",
+    "v60": "record_blind3",
+    "v12": "record_validation",
+    "v03": "record_validation",
+    "v07": "record_validation",
+    "v29": "record_blind",
 }
 """Each case's recorder: the module whose ``build(case, variant, device)`` makes it (v05-v46:
 kernel_fusion pairs; v122, v137, v150: host_sync pairs, a ``.item()`` in the planted step; the
-rest: the eager cases timed against reduce-overhead alone)."""
+v02-v59: eager cases timed against reduce-overhead alone; v75-v29: short eager steps, 2-13 ms
+untraced, not timed with CUDA graphs before)."""
 
 HOWS = ("eager", "compile", "cuda_graphs")
 WARM, STEPS = 40, 40
