@@ -9,10 +9,14 @@ from typing import TYPE_CHECKING
 
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
-from gpuscope.analysis.fixes.kernel_fusion import BREAKS_FIX, launch_bound, removable_kernels
+from gpuscope.analysis.fixes.kernel_fusion import (
+    BREAKS_FIX,
+    launch_bound,
+    removable_kernels,
+    sync_cut,
+)
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.phase_patterns import rnn_host_nodes
-from gpuscope.vocabulary.causes import HOST_SYNC
 
 if TYPE_CHECKING:
     from gpuscope.analysis.critical_path import Graph, Node
@@ -36,13 +40,16 @@ EAGER_MAX_BUSY_PCT = 101.0
 (unknown: the rule abstains) gets this fix beside ``kernel_fusion``: its kernels wait for their
 launches, and a CUDA graph takes the launches off the step where fusing only takes some. Timed on
 one H200 (sample_traces/validation/cuda_graphs_gate.json: each planted variant eager against
-``mode="reduce-overhead"``, fresh processes, in turn, 1-4 rounds) on 28 eager steps busy 10-100 %:
+``mode="reduce-overhead"``, fresh processes, in turn, 1-5 rounds) on 32 eager steps busy 10-100 %:
 busy 34-66 %: v05 62.7, v46 83.3, v22 57.2, v35 72.5, v150 52.9, v122 33.5, v137 40.7, each more
 than ``model.compile()``; busy 68-100 %: v118 41.5, v77 17.2, v82 42.6, v178 32.5, v80 38.5, v94
 9.5, v98 29.9, v146 31.8, v179 30.8, v13 25.6; busy 10-85 % with 48-139 kernels a step: v68
 63.1, v06 38.6, v36 38.1, v47 29.4, v02 26.3, v59 15.7, v23 9.8; busy 21-36 %: v145 78.2, v163
-77.9. The two that lost (v18 -82.0, v34 -2.0) are the steps whose syncs cut them into runs of
-9-11 kernels (:data:`MIN_KERNELS_PER_SYNC`); the busy share separates nothing, and the rule does
+77.9; steps of 2.6-13 ms untraced: v75 63.9 (busy 37.6 %), v30 72.3 (47.6), v29 64.7 (82.6), v07
+36.4 (92.5, estimated at 0.0: the traced share overstates its GPU's work). The recurrent v60, v12
+and v03, where Dynamo made no graph, -15.9, -9.2 and -0.6 (:func:`_host_scaled`'s RNN rule
+estimates them at 0). The two that lost (v18 -82.0, v34 -2.0) are the steps whose syncs cut them into runs of
+9-11 kernels (:data:`~gpuscope.analysis.fixes.kernel_fusion.MIN_KERNELS_PER_SYNC`); the busy share separates nothing, and the rule does
 not try. The line sits just above the highest share timed (v179, 100.3 %): past it the GPU's
 work, as traced, fills the step the user runs."""
 
@@ -56,17 +63,6 @@ HALF_BUSY_PCT = 50.0
 """Under this GPU busy share (%) the eager summary says each kernel ends before the next launch;
 over it, that the kernels still wait for their launches: the traced share overstates the GPU's
 work in the step the user runs (v146, 97.7 % busy as traced, gained 31.8 % from CUDA graphs)."""
-
-MIN_KERNELS_PER_SYNC = 20.0
-"""An uncompiled step whose syncs that read a value (``.item()``, ``nonzero``:
-:func:`syncs_per_step`) leave fewer kernels than this between two of them is not told: the host
-reads a value at each, so a graph replays at most the run of kernels up to it, and each replay
-costs its own call. Timed on one H200 (cuda_graphs_gate.json, compiled as ``torch.compile(model)`` compiles):
-v18 (an MLP reading each layer's norm: 8 syncs, 9.4 kernels between) ran 82 % slower with
-reduce-overhead, gpuscope's first fix there at 58.5 %; v34 (6 syncs, 11.3 kernels, its layers
-each a graph) gained -2.0. The nearest step timed above the line, v77 (43 kernels per sync),
-gained 17.2 %; v02 and v59, whose only syncs are their pageable copies of the batch, 26.3 and
-15.7."""
 
 EAGER_TITLE = "Capture the step as a CUDA graph: its launches are the step"
 EAGER_CODE = (
@@ -89,24 +85,12 @@ def gpu_busy_of_step_pct(inp: Inputs) -> float | None:
     return 100.0 * busy_ns / inp.untraced_step_ns
 
 
-COPY_OPS = frozenset({"aten::copy_", "aten::_to_copy", "aten::to"})
-"""Operators whose sync is a copy's (a pageable host-to-device copy of the batch, mostly), not a
-value the host reads inside the step: not counted by :func:`syncs_per_step`."""
-
-
-def syncs_per_step(inp: Inputs) -> float:
-    """The host-sync spans per step that read a value (``.item()``, ``nonzero``, a bare
-    ``synchronize``): every synchronizing call the idle attribution found, less copies
-    (:data:`COPY_OPS`)."""
-    rows = fx.frame_rows(inp, HOST_SYNC, 10_000)
-    return sum((r["per_step"] for r in rows if r["op"] not in COPY_OPS), 0.0)
-
-
 def detect(inp: Inputs) -> Finding | None:
     """A compiled model not replayed as CUDA graphs; or an uncompiled one whose GPU is busy under
     :data:`EAGER_MAX_BUSY_PCT` of the untraced step (:data:`SHARDED_MAX_BUSY_PCT` where the step
-    all-gathers parameters) and whose syncs leave :data:`MIN_KERNELS_PER_SYNC` kernels or more
-    between them."""
+    all-gathers parameters) and whose syncs leave
+    :data:`~gpuscope.analysis.fixes.kernel_fusion.MIN_KERNELS_PER_SYNC` kernels or more between
+    them (:func:`~gpuscope.analysis.fixes.kernel_fusion.sync_cut`)."""
     lb = launch_bound(inp)
     if lb is None or lb.graphs:
         return None
@@ -118,8 +102,8 @@ def detect(inp: Inputs) -> Finding | None:
     sharded = inp.allgather_transfer_ns_per_step is not None
     if busy is None or busy >= (SHARDED_MAX_BUSY_PCT if sharded else EAGER_MAX_BUSY_PCT):
         return None
-    syncs = syncs_per_step(inp)
-    if syncs and lb.evidence["kernels_per_step"] / syncs < MIN_KERNELS_PER_SYNC:
+    cut, syncs = sync_cut(inp, lb.evidence["kernels_per_step"])
+    if cut:
         return None
     ev = {**lb.evidence, "gpu_busy_of_step_pct": busy, "syncs_per_step": syncs}
     if busy < HALF_BUSY_PCT:

@@ -26,7 +26,7 @@ from gpuscope.analysis.phase_patterns import (
     optimizer_nodes,
     rnn_host_nodes,
 )
-from gpuscope.vocabulary.causes import CPU_OVERHEAD, LAUNCH_OVERHEAD
+from gpuscope.vocabulary.causes import CPU_OVERHEAD, HOST_SYNC, LAUNCH_OVERHEAD
 
 if TYPE_CHECKING:
     from gpuscope.analysis.critical_path import Graph, Node
@@ -49,6 +49,39 @@ BREAKS_FIX = (
     "#   TORCH_LOGS=graph_breaks python train.py   or   torch._dynamo.explain(model)(x)\n"
 )
 """Code lines for a compiled step split by graph breaks."""
+
+MIN_KERNELS_PER_SYNC = 20.0
+"""An uncompiled step whose syncs that read a value (``.item()``, ``nonzero``:
+:func:`syncs_per_step`) leave fewer kernels than this between two of them is told neither
+``torch.compile`` nor CUDA graphs (:func:`sync_cut`): the host reads a value at each, so Dynamo
+breaks its graph there and each compiled piece, or each replayed graph, covers the few kernels up
+to it and costs its own call. Timed on one H200 (sample_traces/validation/cuda_graphs_gate.json,
+compiled as ``torch.compile(model)`` compiles, fresh processes in turn): v18 (an MLP reading each
+layer's norm: 8 syncs, 9.4 kernels between, compiled as one graph a layer) ran 82 % slower with
+reduce-overhead and 98 % slower with ``torch.compile`` (5 rounds), gpuscope's first fix there at
+58.5 %, then 17.0 %; v34 (6 syncs, 11.3 kernels, its layers each a graph) gained -2.0 and -13.5.
+The nearest step timed above the line, v77 (43 kernels per sync), gained 17.2 % from CUDA graphs
+(and lost 20.9 % to ``torch.compile``, compiled whole, with no graph break: not the syncs);
+v02 and v59, whose only syncs are their pageable copies of the batch, 26.3 and 15.7."""
+
+COPY_OPS = frozenset({"aten::copy_", "aten::_to_copy", "aten::to"})
+"""Operators whose sync is a copy's (a pageable host-to-device copy of the batch, mostly), not a
+value the host reads inside the step: not counted by :func:`syncs_per_step`."""
+
+
+def syncs_per_step(inp: Inputs) -> float:
+    """The host-sync spans per step that read a value (``.item()``, ``nonzero``, a bare
+    ``synchronize``): every synchronizing call the idle attribution found, less copies
+    (:data:`COPY_OPS`)."""
+    rows = fx.frame_rows(inp, HOST_SYNC, 10_000)
+    return sum((r["per_step"] for r in rows if r["op"] not in COPY_OPS), 0.0)
+
+
+def sync_cut(inp: Inputs, kernels_per_step: float) -> tuple[bool, float]:
+    """Whether the step's value-reading syncs leave fewer than :data:`MIN_KERNELS_PER_SYNC`
+    kernels between two of them, and the syncs per step (:func:`syncs_per_step`)."""
+    syncs = syncs_per_step(inp)
+    return bool(syncs) and kernels_per_step / syncs < MIN_KERNELS_PER_SYNC, syncs
 
 
 @dataclass
@@ -126,12 +159,18 @@ def launch_bound(inp: Inputs) -> LaunchBound | None:
 
 def detect(inp: Inputs) -> Finding | None:
     """An uncompiled model only (a compiled run is never told to ``torch.compile(model)``): a
-    launch-bound step (:func:`launch_bound`), else memory-bound chains (:func:`memory_bound`)."""
+    launch-bound step (:func:`launch_bound`) whose value-reading syncs leave
+    :data:`MIN_KERNELS_PER_SYNC` kernels or more between them (:func:`sync_cut`), else
+    memory-bound chains (:func:`memory_bound`)."""
     lb = launch_bound(inp)
     if lb is None:
         return memory_bound(inp)
     if lb.compiled:
         return None
+    cut, syncs = sync_cut(inp, lb.evidence["kernels_per_step"])
+    if cut:  # compiled pieces of a few kernels each, one call apiece (MIN_KERNELS_PER_SYNC)
+        return memory_bound(inp)
+    lb.evidence["syncs_per_step"] = syncs
     # torch.compile also fuses the short kernels themselves: the cost adds their GPU time
     # (measured on an H100: eager 12.9 ms -> reduce-overhead 3.72 ms, GPU busy 4.17 -> 3.15)
     short_ns = inp.kernels.short_us * 1e3
