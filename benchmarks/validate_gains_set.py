@@ -192,7 +192,8 @@ def first_fix_table(rows: list[dict[str, Any]], timed: list[dict[str, Any]]) -> 
     it is still the first fix, the measured gain, whether the range holds it, and a false
     promise (> :data:`OVER_PCT` where the measured gain is ~0); then how many of those still
     first gain at least :data:`AS_GOOD` of the planted fix's measured gain (where that is at least
-    :data:`NULL_PCT`). Empty without such rows."""
+    :data:`NULL_PCT`). A timing marked ``void`` (the fix not applied) is left out. Empty without
+    such rows."""
     by_case = {r["case"]: r for r in rows}
     lines = [
         "| base case | timed fix | first fix now (estimate %) | timed fix's estimate % (range) "
@@ -203,7 +204,7 @@ def first_fix_table(rows: list[dict[str, Any]], timed: list[dict[str, Any]]) -> 
     n_first = n_good = 0
     for t in timed:
         r = by_case.get(t["base"])
-        if r is None:
+        if r is None or t.get("void"):  # a timing that did not apply the fix counts nowhere
             continue
         planted = r.get("measured")
         if r["first"] == t["gpuscope_fix_id"] and planted is not None and planted >= NULL_PCT:

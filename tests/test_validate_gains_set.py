@@ -250,7 +250,8 @@ def test_the_summary_marks_each_target_met_or_missed() -> None:
 def test_the_timed_first_fixes_are_judged_on_the_fix_timed() -> None:
     """Base a: kernel_fusion timed at -2.5 %, estimated 38.1 (0.3-75.2) and first: no hold, a
     false promise. Base b: cudnn_benchmark timed at 1.0 %, estimated 2.8 (0-5): holds, no
-    promise. Base c: not named, timed at 1.0: holds. A base not judged is left out."""
+    promise. Base c: not named, timed at 1.0: holds. A base not judged is left out, and so is a
+    timing marked void (the fix not applied)."""
     rows = [
         {"case": "a", "first": "kernel_fusion", "first_gain": 38.1,
          "estimates": {"kernel_fusion": [38.1, 0.3, 75.2]}},
@@ -262,10 +263,11 @@ def test_the_timed_first_fixes_are_judged_on_the_fix_timed() -> None:
     def timed(base: str, fix: str, gain: float) -> dict:
         return {"base": base, "gpuscope_fix_id": fix, "gain_pct": gain, "gain_pct_by_round": [gain]}
 
+    void = {**timed("a", "kernel_fusion", 40.0), "void": "compiled nothing"}  # counts nowhere
     out = first_fix_table(
         rows,
         [timed("a", "kernel_fusion", -2.5), timed("b", "cudnn_benchmark", 1.0),
-         timed("c", "kernel_fusion", 1.0), timed("z", "kernel_fusion", 0.0)],
+         timed("c", "kernel_fusion", 1.0), timed("z", "kernel_fusion", 0.0), void],
     )  # fmt: skip
     lines = out.splitlines()
     assert lines[2] == (

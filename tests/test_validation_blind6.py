@@ -193,3 +193,26 @@ def test_the_first_fixes_timed_are_what_their_files_say() -> None:
     """truth.json's ``first_fixes`` of this part: each of record_blind6.FIRST_FIXES timed on its
     base case's planted variant (validation_parts.assert_first_fixes)."""
     assert_first_fixes(record_blind6)
+
+
+def test_the_compile_timed_on_v107s_torch_sequential_is_void(one_thread: None, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """v107's model is an ``nn.Sequential`` of torch's layers, where ``model.compile()``, what the
+    first-fix builders called when v107c was timed, compiles nothing (tests/test_cuda_graphs_eager
+    shows it): v107c's entry is void, so no judgement counts it. The builders now compile through
+    ``record_common.compile_in_place``: v107c's fixed variant is compiled as a subclass of its
+    ``Sequential`` defined in the script, as ``torch.compile(model)`` compiles it."""
+    import json
+
+    import torch
+
+    monkeypatch.setattr(record_new, "QUICK", True)
+    compiled: list[object] = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *a, **kw: compiled.append(self))
+    _step, _n, _meta, model = record_blind6.build("v107", "planted", "cpu")
+    assert type(model) is torch.nn.Sequential and compiled == []
+    _step, _n, _meta, fixed = record_blind6.build("v107c", "fixed", "cpu")
+    assert compiled == [fixed] and type(fixed).__module__ == "record_common"
+    assert isinstance(fixed, torch.nn.Sequential)
+    got = {c["case"]: c for c in json.loads(TRUTH.read_text())["first_fixes"]}
+    assert "compiled nothing" in got["v107c"]["void"]
+    assert [c for c, x in got.items() if "void" in x] == ["v107c"]

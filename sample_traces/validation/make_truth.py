@@ -278,6 +278,15 @@ def compiled(case: str) -> dict | None:
     }
 
 
+FIRST_FIX_VOID = {
+    "v107c": "compiled nothing: model.compile() of v107's nn.Sequential of torch's layers runs no "
+    "graph (record_common.compile_in_place; the first-fix builders called model.compile() when "
+    "it was timed), so this timed eager against eager",
+}
+"""First fixes whose timing did not apply the fix: their entries say so (``void``) and count
+nowhere (``validate_gains_set.first_fix_table``)."""
+
+
 def first_fix(case: str) -> dict | None:
     """The timing of a first fix gpuscope named that was not the planted cause's
     (:data:`FIRST_FIXES`, on its base case's planted variant; step time):
@@ -299,6 +308,7 @@ def first_fix(case: str) -> dict | None:
         "planted": p,
         "fixed": f,
         **gain_fields(gains(p, f)),
+        **({"void": FIRST_FIX_VOID[case]} if case in FIRST_FIX_VOID else {}),
     }
 
 

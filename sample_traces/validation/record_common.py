@@ -167,8 +167,9 @@ def cycled(pool: list, device: str, *, pinned: bool):
 
 def first_fix_builders(first_fixes: dict[str, dict], builders: dict[str, Any]) -> dict[str, Any]:
     """A builder per first fix (case -> spec with ``base`` and ``how``): the base case's planted
-    variant, to which variant ``fixed`` applies the fix ``how``: ``compile`` (``model.compile()``,
-    torch.compile of the model in place), ``cuda_graphs`` (``model.compile(mode="reduce-overhead")``,
+    variant, to which variant ``fixed`` applies the fix ``how``: ``compile`` (torch.compile of the
+    model in place, :func:`compile_in_place`), ``cuda_graphs`` (the same in
+    ``mode="reduce-overhead"``,
     the code gpuscope's ``cuda_graphs`` fix gives: forward and backward replayed as CUDA graphs, the
     optimizer step left eager), ``cudnn_benchmark`` (``torch.backends.cudnn.benchmark = True``
     before the first step) or ``bf16`` (each step under ``k.ac``, bf16 autocast). Records
@@ -181,9 +182,9 @@ def first_fix_builders(first_fixes: dict[str, dict], builders: dict[str, Any]) -
         def builder(k: Kit, fixed: bool, device: str, rank: int) -> Any:
             step, samples, model = builders[spec["base"]](k, False, device, rank)
             if fixed and spec["how"] == "compile":
-                model.compile()
+                compile_in_place(model)
             elif fixed and spec["how"] == "cuda_graphs":
-                model.compile(mode="reduce-overhead")
+                compile_in_place(model, mode="reduce-overhead")
             elif fixed and spec["how"] == "cudnn_benchmark":
                 k.torch.backends.cudnn.benchmark = True
             elif fixed and spec["how"] == "bf16":
