@@ -331,17 +331,31 @@ GATE_COMPILE_CASES = ("v18", "v34", "v77")
 is about, timed with ``torch.compile`` against eager in ``cuda_graphs_gate.json`` (calls 9-11):
 each a first fix ``<case>k``."""
 
+GATE_OTHER = (("v38", "bf16"), ("v51", "cudnn_benchmark"), ("v96", "cudnn_benchmark"))
+"""First fixes gpuscope named untimed, timed against eager in ``cuda_graphs_gate.json`` (call 12):
+each ``<case>m`` (bf16) or ``<case>d`` (cudnn.benchmark)."""
+
 GATE_WORDS = {
     "cuda_graphs": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code on "
     "an eager step: forward and backward replayed as CUDA graphs, the optimizer step eager)",
     "compile": "the same, torch.compile(model) (gpuscope's kernel_fusion code; compiled as "
     "record_common.compile_in_place compiles it)",
+    "bf16": "the same, each step under bf16 autocast",
+    "cudnn_benchmark": "the same, torch.backends.cudnn.benchmark = True before the first step",
 }
+GATE_IDS = {
+    "cuda_graphs": ("g", "cuda_graphs"),
+    "compile": ("k", "kernel_fusion"),
+    "bf16": ("m", "mixed_precision"),
+    "cudnn_benchmark": ("d", "cudnn_benchmark"),
+}
+"""Each way's suffix of the first fix's case name, and gpuscope's fix it times."""
 
 
 def gate_fix(case: str, how: str = "cuda_graphs") -> dict | None:
     """``how`` (``cuda_graphs``: ``model.compile(mode="reduce-overhead")``; ``compile``:
-    ``torch.compile``) on ``case``'s planted variant against it eager, from
+    ``torch.compile``; ``bf16``, ``cudnn_benchmark``: :data:`GATE_WORDS`) on ``case``'s planted
+    variant against it eager, from
     ``cuda_graphs_gate.json``: the rounds holding both, in round order."""
     tj = HERE / "cuda_graphs_gate.json"
     if not tj.exists():
@@ -354,11 +368,12 @@ def gate_fix(case: str, how: str = "cuda_graphs") -> dict | None:
     if not rounds:
         return None
     p, f = [by[k]["eager"] for k in rounds], [by[k][how] for k in rounds]
+    suffix, fix_id = GATE_IDS[how]
     return {
-        "case": f"{case}{'g' if how == 'cuda_graphs' else 'k'}",
+        "case": f"{case}{suffix}",
         "base": case,
         "fix": GATE_WORDS[how],
-        "gpuscope_fix_id": "cuda_graphs" if how == "cuda_graphs" else "kernel_fusion",
+        "gpuscope_fix_id": fix_id,
         "device": runs[0]["device"],
         "torch": runs[0]["torch"],
         "unit": "ms per step (median of 5-step blocks)",
@@ -445,12 +460,13 @@ def main() -> int:
         "gpuscope named on the sixth and seventh blind parts where they were not the planted "
         "cause's, timed on the base case's planted variant (record_blind6.FIRST_FIXES, "
         "record_blind7.FIRST_FIXES; the eager steps of cuda_graphs_gate.json as <case>g, and with "
-        "torch.compile as <case>k).",
+        "torch.compile as <case>k; bf16 as <case>m and cudnn.benchmark as <case>d).",
         "cases": cases,
         "compile": [c for c in (compiled(k) for k in COMPILED) if c is not None],
         "first_fixes": [c for c in (first_fix(k) for k in FIRST_FIXES) if c is not None]
         + [c for c in (gate_fix(k) for k in GATE_CASES) if c is not None]
-        + [c for c in (gate_fix(k, "compile") for k in GATE_COMPILE_CASES) if c is not None],
+        + [c for c in (gate_fix(k, "compile") for k in GATE_COMPILE_CASES) if c is not None]
+        + [c for c in (gate_fix(k, how) for k, how in GATE_OTHER) if c is not None],
     }
     (HERE / "truth.json").write_text(json.dumps(doc, indent=1) + "\n")
     for c in doc["first_fixes"]:

@@ -3,7 +3,7 @@
 above steps busy up to 100 %: cuda_graphs_gate.json, this folder's README).
 
 Each case's planted variant (its own recorder's ``build``), timed without the profiler in fresh
-processes, the ways in turn each round (``--ways``, all three by default): ``eager`` as built,
+processes, the ways in turn each round (``--ways``, the first three by default): ``eager`` as built,
 ``compile`` (``model.compile()``, gpuscope's ``kernel_fusion`` code) and ``cuda_graphs``
 (``model.compile(mode="reduce-overhead")``, gpuscope's ``cuda_graphs`` code: forward and backward
 replayed as CUDA graphs, the optimizer step eager). 40 warm-up steps (the compiled variants' graphs
@@ -67,13 +67,21 @@ PART_OF = {
     "v03": "record_validation",
     "v07": "record_validation",
     "v29": "record_blind",
+    "v38": "record_blind",
+    "v51": "record_blind2",
+    "v96": "record_blind5",
 }
 """Each case's recorder: the module whose ``build(case, variant, device)`` makes it (v05-v46:
 kernel_fusion pairs; v122, v137, v150: host_sync pairs, a ``.item()`` in the planted step; the
 v02-v59: eager cases timed against reduce-overhead alone; v75-v29: short eager steps, 2-13 ms
-untraced, not timed with CUDA graphs before)."""
+untraced, not timed with CUDA graphs before; v38, v51, v96: untimed first fixes, bf16 and
+cudnn.benchmark)."""
 
-HOWS = ("eager", "compile", "cuda_graphs")
+HOWS = ("eager", "compile", "cuda_graphs", "cudnn_benchmark", "bf16")
+"""The ways: as built; torch.compile; reduce-overhead; ``torch.backends.cudnn.benchmark = True``
+before the first step; each step (forward, backward, optimizer) under bf16 autocast, as the
+recorders' first-fix builders apply gpuscope's ``cudnn_benchmark`` and ``mixed_precision``."""
+DEFAULT_WAYS = HOWS[:3]
 WARM, STEPS = 40, 40
 
 
@@ -89,7 +97,7 @@ def one(case: str, how: str, quick: bool) -> dict:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     heard: list[str] = []
-    if how != "eager":
+    if how in ("compile", "cuda_graphs"):
         import logging
 
         class Heard(logging.Handler):
@@ -108,6 +116,15 @@ def one(case: str, how: str, quick: bool) -> dict:
         compiled_as = compile_in_place(model)
     elif how == "cuda_graphs":
         compiled_as = compile_in_place(model, mode="reduce-overhead")
+    elif how == "cudnn_benchmark":
+        torch.backends.cudnn.benchmark = True
+    elif how == "bf16":
+        eager = step
+
+        def step() -> None:
+            with torch.autocast(device, dtype=torch.bfloat16):
+                eager()
+
     per = timed(step, device, 3 if quick else WARM, 10 if quick else STEPS)
     return {
         "case": case,
@@ -118,7 +135,11 @@ def one(case: str, how: str, quick: bool) -> dict:
         "step_ms_median": statistics.median(per),
         "step_ms_blocks": [round(x, 4) for x in per],
         "setup_and_time_s": time.perf_counter() - t0,
-        **({"compiled_as": compiled_as, **compile_counts(heard)} if how != "eager" else {}),
+        **(
+            {"compiled_as": compiled_as, **compile_counts(heard)}
+            if how in ("compile", "cuda_graphs")
+            else {}
+        ),
     }
 
 
@@ -142,7 +163,7 @@ def drive(
     out: Path,
     budget_s: float,
     quick: bool,
-    ways: tuple[str, ...] = HOWS,
+    ways: tuple[str, ...] = DEFAULT_WAYS,
 ) -> None:
     """Rounds of every case's three ways, each a fresh process, the ways' order turned each round;
     every result appended to ``out`` (JSON lines) as it comes."""
@@ -185,7 +206,7 @@ def main() -> int:
     ap.add_argument("--out", default="cuda_graphs_gate.jsonl")
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--ways", default=",".join(HOWS), help="which of the ways to time")
+    ap.add_argument("--ways", default=",".join(DEFAULT_WAYS), help="which of the ways to time")
     a = ap.parse_args()
     if a.cmd == "one":
         print("RESULT " + json.dumps(one(a.case, a.how, a.quick)), flush=True)
