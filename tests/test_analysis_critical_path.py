@@ -186,6 +186,48 @@ def test_pin_memory_retimes_the_copy_at_pinned_bandwidth():
     assert GN.makespan(cp.graph, 0, dur, keep) == 205 * US
 
 
+def test_a_pageable_copy_behind_a_long_kernel_waits_for_it():
+    """Kernel K runs 10..1010 µs (launched 4..6 µs); a pageable copy's call 20..1115 µs (its copy
+    1012..1120 µs starts when the stream reaches it and ends 5 µs after the call returns, as in
+    v38's trace); Python to 1200. The call waited for K: a zero-length head at 20, then a tail
+    from K's end 1010 to 1115 (the copy's staging). Path back from 1200: Python 1115..1200 (cpu
+    85), the tail 1010..1115 (copies 105), K 10..1010 (kernels 1000), its launch 4..10 (6), cpu
+    0..4. K ten times shorter (100 µs): K 10..110, the tail 110..215, Python to 300 µs. Before,
+    the call was 1,095 µs of fixed host work and the step stayed at 1200 µs."""
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 1_200 * US, 1),
+        H("aten::linear", "cpu_op", 0, 10 * US, 1),
+        H("cudaLaunchKernel", "cuda_runtime", 4 * US, 6 * US, 1, 1),
+        H("aten::copy_", "cpu_op", 20 * US, 1_115 * US, 1),
+        H("cudaMemcpyAsync", "cuda_runtime", 20 * US, 1_115 * US, 1, 9),
+    ]
+    gpu = [
+        G("gemm_kernel", "kernel", 10 * US, 1_010 * US, 7, 1),
+        G(
+            "Memcpy HtoD (Pageable -> Device)",
+            "gpu_memcpy",
+            1_012 * US,
+            1_120 * US,
+            7,
+            9,
+            4_000_000,
+        ),
+    ]
+    cp = critical_path_of(host, gpu, 1, [(0, 1_200 * US)], [1])
+    b = cp.steps[0].bound_ns
+    assert b["kernels"] == 1_000 * US and b["copies"] == 105 * US and b["cpu"] == 89 * US
+    assert b["launch"] == 6 * US and sum(b.values()) == 1_200 * US
+    tails = [n for n in cp.graph.nodes if "sync_tail" in n.tags]
+    assert [(n.s, n.e, n.cat) for n in tails] == [(1_010 * US, 1_115 * US, "copies")]
+
+    def kernel_tenth(v: int, n: Node) -> float:
+        return n.dur / 10 if n.kind == "gpu" and n.cat == "kernels" else float(n.dur)
+
+    from gpuscope.analysis.gains import makespan
+
+    assert makespan(cp.graph, 0, kernel_tenth, None) == 300 * US
+
+
 def test_host_variation_widens_a_host_bound_range_by_its_factor():
     """A step of host work only (aten::foo 0..100 µs), no untraced step: host scales 0.3, 0.4,
     0.5 and 1.0, each the old step too, so the gain is 1 - the fix's factor on host time. A
