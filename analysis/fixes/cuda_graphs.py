@@ -48,10 +48,11 @@ than ``model.compile()``; busy 68-100 %: v118 41.5, v77 17.2, v82 42.6, v178 32.
 77.9; steps of 2.6-13 ms untraced: v75 63.9 (busy 37.6 %), v30 72.3 (47.6), v29 64.7 (82.6), v07
 36.4 (92.5, estimated at 0.0: the traced share overstates its GPU's work). The recurrent v60, v12
 and v03, where Dynamo made no graph, -15.9, -9.2 and -0.6 (:func:`_host_scaled`'s RNN rule
-estimates them at 0). The two that lost (v18 -82.0, v34 -2.0) are the steps whose syncs cut them into runs of
-9-11 kernels (:data:`~gpuscope.analysis.fixes.kernel_fusion.MIN_KERNELS_PER_SYNC`); the busy share separates nothing, and the rule does
-not try. The line sits just above the highest share timed (v179, 100.3 %): past it the GPU's
-work, as traced, fills the step the user runs."""
+estimates them at 0). The two that lost (v18 -82.0, v34 -2.0) are the steps whose syncs cut
+them into runs of 9-11 kernels
+(:data:`~gpuscope.analysis.fixes.kernel_fusion.MIN_KERNELS_PER_SYNC`); the busy share separates
+nothing, and the rule does not try. The line sits just above the highest share timed (v179,
+100.3 %): past it the GPU's work, as traced, fills the step the user runs."""
 
 SHARDED_MAX_BUSY_PCT = 20.0
 """:data:`EAGER_MAX_BUSY_PCT` for a rank whose step all-gathers parameters across ranks (FSDP,
