@@ -33,9 +33,10 @@ ORDER_NOTE = (
     "Largest estimated gain first, re-timed on the critical path. Every gain is a share of the "
     "time per sample: a fix that keeps the batch gains the same share of the step time. "
     "torch.compile and CUDA graphs come after the fix of a cause found in the step (recompute, "
-    "optimizer loop), estimated on top of it. A fix that changes the training (a larger batch: "
-    "learning rate, convergence, memory) comes after the fixes that keep it identical and are "
-    f"estimated at {SIGNIFICANT_PCT:g}% or more."
+    "optimizer loop), estimated on top of it; CUDA graphs replay the recompute too, so beside "
+    "it each is estimated alone and the larger comes first. A fix that changes the training (a "
+    "larger batch: learning rate, convergence, memory) comes after the fixes that keep it "
+    f"identical and are estimated at {SIGNIFICANT_PCT:g}% or more."
 )
 """How the faces say the fixes are ordered, and on which footing their gains compare."""
 

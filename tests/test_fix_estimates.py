@@ -173,9 +173,12 @@ def test_fp32_attention_moves_to_bf16_in_the_mixed_precision_retiming() -> None:
 
 
 @pytest.mark.slow
-def test_the_recompute_comes_first_on_v08_and_the_ranges_hold(tmp_path: Path) -> None:
-    """The real pairs: v08 (checkpointing on every block, measured 35.9 %): the checkpointing
-    fix is first and its range holds the gain, torch.compile after it; v04 (fp32 with fp32
+def test_cuda_graphs_come_first_on_v08_and_the_ranges_hold(tmp_path: Path) -> None:
+    """The real pairs: v08 (checkpointing on every block, launch-bound: dropping it measured
+    35.9 %, reduce-overhead with it kept 57.1 %): CUDA graphs first, estimated alone (they replay
+    the recompute too), its range holding its timing (truth's ``v08g``), the checkpointing fix
+    next, estimated alone, its range holding its gain, torch.compile after it, and the graphs'
+    code saying to compile the model whole; v04 (fp32 with fp32
     attention → bf16, measured 81.3 %) and v01 (DataLoader in the main process, 68.8 %): their
     ranges hold them (both missed before); v07 (cudnn.benchmark, 18.2 %, a nearly GPU-bound step
     whose host speed cannot be fitted: gains.IDENTIFIABLE): the convolution fix first (it was
@@ -184,10 +187,14 @@ def test_the_recompute_comes_first_on_v08_and_the_ranges_hold(tmp_path: Path) ->
     from gpuscope.ingest.loader import ingest_paths
     from gpuscope.store import connect
 
-    truth = {c["case"]: c for c in json.loads((VALIDATION / "truth.json").read_text())["cases"]}
+    doc_truth = json.loads((VALIDATION / "truth.json").read_text())
+    truth = {c["case"]: c for c in doc_truth["cases"]}
+    truth_ac = truth["v08"]["gain_pct"]
+    v08g = next(f for f in doc_truth["first_fixes"] if f["case"] == "v08g")
+    truth["v08"] = {**truth["v08"], "gain_pct": v08g["gain_pct"]}
     con = connect(tmp_path / "store")
     for case, fix in (
-        ("v08", "activation_checkpointing"),
+        ("v08", "cuda_graphs"),
         ("v04", "mixed_precision"),
         ("v01", "dataloader_workers"),
         ("v07", "cudnn_benchmark"),
@@ -200,7 +207,13 @@ def test_the_recompute_comes_first_on_v08_and_the_ranges_hold(tmp_path: Path) ->
         assert est["low_pct"] <= measured <= est["high_pct"], (case, est, measured)
         if case == "v08":
             ids = [r["id"] for r in recs]
-            assert ids.index("kernel_fusion") > 0
+            assert ids.index("activation_checkpointing") == 1
+            # the graphs' code says to compile the model whole (v20's blocks compiled alone and
+            # checkpointed raised "accessing tensor output of CUDAGraphs that has been overwritten")
+            assert "compile the model whole" in recs[0]["fix"], recs[0]["fix"]
+            assert ids.index("kernel_fusion") > 1
+            ac = recs[1]["estimate"]
+            assert ac["low_pct"] <= truth_ac <= ac["high_pct"], (ac, truth_ac)
     con.close()
 
 

@@ -78,6 +78,42 @@ def test_with_a_cause_and_its_general_remedy_the_batch_fix_comes_last() -> None:
     assert recs[1].title.startswith("Then, use a larger batch")
 
 
+def test_cuda_graphs_take_their_place_by_estimate_beside_the_recompute_alone() -> None:
+    """CUDA graphs replay the recompute (``FixUnit.replays``): beside the checkpointing fix alone
+    they are ordered by their estimate, before it or after it, where torch.compile still follows
+    it; beside the optimizer's loop, which a graph does not replay, they follow that fix."""
+    recs = [
+        rec("activation_checkpointing", 28.0),
+        rec("kernel_fusion", 40.0),
+        rec("cuda_graphs", 73.0),
+    ]
+    R.order(recs)
+    assert ids(recs) == ["cuda_graphs", "activation_checkpointing", "kernel_fusion"]
+    recs = [rec("cuda_graphs", 13.0), rec("activation_checkpointing", 28.0)]
+    R.order(recs)
+    assert ids(recs) == ["activation_checkpointing", "cuda_graphs"]
+    recs = [
+        rec("cuda_graphs", 73.0),
+        rec("activation_checkpointing", 28.0),
+        rec("optimizer_fused", 10.0),
+    ]
+    R.order(recs)
+    assert ids(recs) == ["activation_checkpointing", "optimizer_fused", "cuda_graphs"]
+
+
+def test_cuda_graphs_are_estimated_alone_beside_the_recompute_only() -> None:
+    """What each fix's estimate takes as applied first: CUDA graphs, the cause fixes they do not
+    replay (the optimizer's loop), not the checkpointing; torch.compile, every cause fix; a
+    cause fix, none."""
+    from gpuscope.analysis.fixes import _before
+
+    ac, of = R.BY_ID["activation_checkpointing"], R.BY_ID["optimizer_fused"]
+    assert _before(R.BY_ID["cuda_graphs"], (ac, of)) == (of,)
+    assert _before(R.BY_ID["cuda_graphs"], (ac,)) == ()
+    assert _before(R.BY_ID["kernel_fusion"], (ac, of)) == (ac, of)
+    assert _before(ac, (ac, of)) == ()
+
+
 @pytest.mark.parametrize("gain", [30.0, 2.0])
 def test_the_jobs_first_fix_follows_the_order(gain: float) -> None:
     """The verdict's first fix is the first of the pace-setter's ordered list: the fused

@@ -68,12 +68,21 @@ def recommend(inp: Inputs) -> list[Recommendation]:
 
 def estimate(recs: list[Recommendation], cp: CriticalPath, ctx: Context) -> None:
     """Give each recommendation its estimate (re-timed on the critical path, clipped at its proven
-    bound) and order the list in place by it, the largest first (ties: registry order)."""
+    bound) and order the list in place by it, the largest first (ties: registry order). A general
+    remedy is estimated on top of the cause fixes in the list, but for those it replays
+    (:attr:`FixUnit.replays`): beside one of those, each of the two is estimated alone (either
+    takes the other's work off the step) and the larger comes first."""
     causes = tuple(BY_ID[r.id] for r in recs if BY_ID[r.id].cause)
     for r in recs:
         u = BY_ID[r.id]
-        r.estimate = u.estimate(r, cp, ctx, causes if u.general else ())
+        r.estimate = u.estimate(r, cp, ctx, _before(u, causes))
     order(recs)
+
+
+def _before(u: FixUnit, causes: tuple[FixUnit, ...]) -> tuple[FixUnit, ...]:
+    """The fixes ``u``'s estimate takes as applied first: for a general remedy, the cause fixes
+    (``causes``) it does not replay; none for any other fix."""
+    return tuple(c for c in causes if c.id not in u.replays) if u.general else ()
 
 
 def order(recs: list[Recommendation]) -> None:
@@ -81,16 +90,19 @@ def order(recs: list[Recommendation]) -> None:
     without an estimate after them, in registry order. Every estimate is a share of the time per
     sample (a fix that keeps the batch gains the same share of the step), so they compare. A
     general remedy (:attr:`FixUnit.general`) comes after every fix of a cause found by phase
-    (:attr:`FixUnit.cause`) in the list: its estimate is what it adds once they are applied. A fix
+    (:attr:`FixUnit.cause`) in the list: its estimate is what it adds once they are applied; where
+    every such cause is one it replays (:attr:`FixUnit.replays`), it takes its place by its
+    estimate among them. A fix
     that changes the training (:attr:`FixUnit.changes_training`: a larger batch) comes after
     every fix that keeps the training identical and is estimated at :data:`SIGNIFICANT_PCT` or
     more, and its title then reads "Then, ..." (:data:`THEN`), whether it was moved there or its
     estimate put it there; with no such fix it keeps its place by estimate, in its own words."""
     rank = {i: n for n, i in enumerate(FIX_IDS)}
-    has_cause = any(BY_ID[r.id].cause for r in recs if r.id in BY_ID)
+    causes = {r.id for r in recs if r.id in BY_ID and BY_ID[r.id].cause}
 
     def key(r: Recommendation) -> tuple[bool, bool, float, int]:
-        late = has_cause and r.id in BY_ID and BY_ID[r.id].general
+        u = BY_ID.get(r.id)
+        late = u is not None and u.general and any(c not in u.replays for c in causes)
         return (r.gain_pct is None, late, -(r.gain_pct or 0.0), rank.get(r.id, len(rank)))
 
     recs.sort(key=key)

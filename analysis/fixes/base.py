@@ -171,6 +171,13 @@ class FixUnit:
     cause: bool = False
     """A fix of one cause found by phase and pattern (the recompute, the optimizer's loop) whose
     host work a :attr:`general` remedy would also shorten."""
+    replays: frozenset[str] = frozenset()
+    """The :attr:`cause` fixes (ids) whose work this :attr:`general` remedy takes off the step as
+    well, so that it competes with them rather than following them: beside one of them it is
+    estimated alone, as that fix is, and the larger gain comes first
+    (:func:`gpuscope.analysis.fixes.estimate`). CUDA graphs replay the recompute of activation
+    checkpointing with the rest of the backward (sample_traces/validation, ``cuda_graphs_gate.json``
+    calls 13-15)."""
     advised: Callable[[Recommendation, Graph, Context], dict[str, Variant]] | None = None
     """The re-timing of the fix the recommendation's words advise, where the finding chooses
     between fixes of one unit (activation checkpointing: drop it, or checkpoint fewer blocks);

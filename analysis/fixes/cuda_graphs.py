@@ -75,6 +75,16 @@ EAGER_CODE = (
     "#   each step: static_x.copy_(x); static_y.copy_(y); g.replay()"
 )
 
+CHECKPOINTED_NOTE = (
+    "\n# checkpointed blocks: compile the model whole; a block compiled on its own is re-run by"
+    "\n# the backward's recompute, which overwrites its graph's outputs before they are read"
+    "\n# (PyTorch: 'accessing tensor output of CUDAGraphs that has been overwritten')"
+)
+"""The eager code's note where the backward recomputes checkpointed blocks: v20 (its encoder
+layers an ``nn.ModuleList``, compiled layer by layer with reduce-overhead, each checkpointed)
+raised that error at its first steps, twice (cuda_graphs_gate.json, call 14, not stored); the
+checkpointed steps compiled whole ran (v08-v86)."""
+
 
 def gpu_busy_of_step_pct(inp: Inputs) -> float | None:
     """The GPU's busy time per step as % of the untraced step (the step the user runs: the
@@ -123,7 +133,9 @@ def detect(inp: Inputs) -> Finding | None:
         "number, and fusing some leaves the rest bound by the host. A CUDA graph replays the "
         "whole step with one launch."
     )
-    return Finding(ev, fx.host_gain_pct(lb.ns, inp), title=EAGER_TITLE, code=EAGER_CODE, why=why)
+    recompute = inp.phase is not None and inp.phase.recompute is not None
+    code = EAGER_CODE + CHECKPOINTED_NOTE if recompute else EAGER_CODE
+    return Finding(ev, fx.host_gain_pct(lb.ns, inp), title=EAGER_TITLE, code=code, why=why)
 
 
 def in_compiled_calls(g: Graph) -> Callable[[Node], bool]:
@@ -224,7 +236,14 @@ UNIT = FixUnit(
     host_free=True,
     advised=advised,
     host_ceiling=True,
+    replays=frozenset({"activation_checkpointing"}),
 )
-"""``host_free``: the replayed step no longer follows its host's speed while the planted one does;
+"""``replays``: the replayed backward replays the recompute of checkpointed blocks with the rest
+of it, launches and all, where dropping the checkpointing removes the recompute but leaves every
+other launch: ``model.compile(mode="reduce-overhead")`` of eight checkpointed planted steps gained
+more than dropping the checkpointing did (v81 89.9 % against 57.7, v86 76.8 against 42.3, v41
+76.6 against 57.1, v55 72.7 against 53.7, v56 73.9 against 37.4, v08 57.2 against 35.9, v29 64.7
+against 36.6, v68 63.1 against 21.2; 2-5 rounds each, cuda_graphs_gate.json). ``host_free``: the
+replayed step no longer follows its host's speed while the planted one does;
 the timed planted steps of the two eager pairs ran 20-37 % slower than the capture's untraced step
 (v123 measured 89.1 % against a top of 85.4 %, v141 90.6 % against 87.8 %)."""

@@ -318,11 +318,13 @@ GATE_CASES = (
     "v94",
     *("v18", "v36", "v06", "v23", "v47", "v02", "v68", "v59"),
     *("v75", "v30", "v60", "v12", "v03", "v07", "v29"),
+    *("v81", "v86", "v41", "v55", "v08", "v56"),
 )
 """The eager steps timed with ``mode="reduce-overhead"`` (``cuda_graphs_gate.json``,
 :mod:`time_cuda_graphs_gate`): the first seven beside ``model.compile()``, the rest against eager
-alone (then eight steps under 200 kernels, and seven short steps of 2-13 ms); each a first fix
-``<case>g``. Runs marked
+alone (then eight steps under 200 kernels, seven short steps of 2-13 ms, and six steps
+checkpointed block by block, where CUDA graphs and dropping the checkpointing compete); each a
+first fix ``<case>g``. Runs marked
 ``void`` (a compile that compiled nothing) count nowhere."""
 
 
@@ -331,9 +333,15 @@ GATE_COMPILE_CASES = ("v18", "v34", "v77")
 is about, timed with ``torch.compile`` against eager in ``cuda_graphs_gate.json`` (calls 9-11):
 each a first fix ``<case>k``."""
 
-GATE_OTHER = (("v38", "bf16"), ("v51", "cudnn_benchmark"), ("v96", "cudnn_benchmark"))
-"""First fixes gpuscope named untimed, timed against eager in ``cuda_graphs_gate.json`` (call 12):
-each ``<case>m`` (bf16) or ``<case>d`` (cudnn.benchmark)."""
+GATE_OTHER = (
+    ("v38", "bf16"),
+    ("v51", "cudnn_benchmark"),
+    ("v96", "cudnn_benchmark"),
+    ("v18", "batch4"),
+)
+"""First fixes gpuscope named untimed, timed against eager in ``cuda_graphs_gate.json`` (calls 12
+and 13): each ``<case>m`` (bf16), ``<case>d`` (cudnn.benchmark) or ``<case>b`` (4× the batch, per
+sample: the point of gpuscope's ``batch_size`` estimate)."""
 
 GATE_WORDS = {
     "cuda_graphs": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code on "
@@ -342,12 +350,15 @@ GATE_WORDS = {
     "record_common.compile_in_place compiles it)",
     "bf16": "the same, each step under bf16 autocast",
     "cudnn_benchmark": "the same, torch.backends.cudnn.benchmark = True before the first step",
+    "batch4": "the same at 4x the batch (gpuscope's batch_size at its estimate's multiple), per "
+    "sample",
 }
 GATE_IDS = {
     "cuda_graphs": ("g", "cuda_graphs"),
     "compile": ("k", "kernel_fusion"),
     "bf16": ("m", "mixed_precision"),
     "cudnn_benchmark": ("d", "cudnn_benchmark"),
+    "batch4": ("b", "batch_size"),
 }
 """Each way's suffix of the first fix's case name, and gpuscope's fix it times."""
 
@@ -361,9 +372,11 @@ def gate_fix(case: str, how: str = "cuda_graphs") -> dict | None:
     if not tj.exists():
         return None
     runs = [r for r in json.loads(tj.read_text())["runs"] if r["case"] == case and "void" not in r]
+    per_sample = how.startswith("batch")  # a batch way is judged per sample, as the estimate is
     by = {}
     for r in runs:
-        by.setdefault(r["round"], {})[r["how"]] = r["step_ms_median"]
+        ms = r["step_ms_median"] / (r["samples_per_step"] if per_sample else 1)
+        by.setdefault(r["round"], {})[r["how"]] = ms
     rounds = [k for k in sorted(by) if {"eager", how} <= set(by[k])]
     if not rounds:
         return None
@@ -376,7 +389,9 @@ def gate_fix(case: str, how: str = "cuda_graphs") -> dict | None:
         "gpuscope_fix_id": fix_id,
         "device": runs[0]["device"],
         "torch": runs[0]["torch"],
-        "unit": "ms per step (median of 5-step blocks)",
+        "unit": "ms per sample (median of 5-step blocks / samples per step)"
+        if per_sample
+        else "ms per step (median of 5-step blocks)",
         "planted": p,
         "fixed": f,
         **gain_fields(gains(p, f)),

@@ -35,6 +35,9 @@ sys.path.insert(0, str(HERE.parent / "fixes"))
 from record_common import kit  # noqa: E402
 
 QUICK = False
+BATCH_MULT = 1
+"""v18's batch × this (time_cuda_graphs_gate.py's ``batch<k>`` ways: gpuscope's ``batch_size``
+fix, timed per sample); every other case ignores it."""
 
 CASES: dict[str, dict] = {
     "v16": {
@@ -291,6 +294,7 @@ def build(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
 
     if case == "v18":
         d, n, batch = (64, 3, 16) if q else (1024, 6, 256)
+        batch *= BATCH_MULT
         layers = nn.ModuleList([nn.Linear(d, d) for _ in range(n)])
         head = nn.Linear(d, 10)
         model = nn.ModuleList([layers, head]).to(device)

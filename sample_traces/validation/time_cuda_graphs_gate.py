@@ -70,17 +70,28 @@ PART_OF = {
     "v38": "record_blind",
     "v51": "record_blind2",
     "v96": "record_blind5",
+    "v08": "record_validation",
+    "v20": "record_new",
+    "v41": "record_blind2",
+    "v55": "record_blind3",
+    "v56": "record_blind3",
+    "v81": "record_blind4",
+    "v86": "record_blind5",
 }
 """Each case's recorder: the module whose ``build(case, variant, device)`` makes it (v05-v46:
 kernel_fusion pairs; v122, v137, v150: host_sync pairs, a ``.item()`` in the planted step; the
 v02-v59: eager cases timed against reduce-overhead alone; v75-v29: short eager steps, 2-13 ms
 untraced, not timed with CUDA graphs before; v38, v51, v96: untimed first fixes, bf16 and
-cudnn.benchmark)."""
+cudnn.benchmark; v08-v86: steps checkpointed block by block, timed with reduce-overhead)."""
 
-HOWS = ("eager", "compile", "cuda_graphs", "cudnn_benchmark", "bf16")
+HOWS = ("eager", "compile", "cuda_graphs", "cudnn_benchmark", "bf16", "batch4", "batch16")
 """The ways: as built; torch.compile; reduce-overhead; ``torch.backends.cudnn.benchmark = True``
 before the first step; each step (forward, backward, optimizer) under bf16 autocast, as the
-recorders' first-fix builders apply gpuscope's ``cudnn_benchmark`` and ``mixed_precision``."""
+recorders' first-fix builders apply gpuscope's ``cudnn_benchmark`` and ``mixed_precision``;
+``batch<k>``: the batch × k (gpuscope's ``batch_size``, judged per sample), for the cases of
+:data:`BATCH_CASES` only."""
+BATCH_CASES = frozenset({"v18"})
+"""The cases whose builder takes a batch multiple (``record_new.BATCH_MULT``)."""
 DEFAULT_WAYS = HOWS[:3]
 WARM, STEPS = 40, 40
 
@@ -91,7 +102,12 @@ def one(case: str, how: str, quick: bool) -> dict:
 
     part = importlib.import_module(PART_OF[case])
     part.QUICK = quick
-    importlib.import_module("record_new").QUICK = quick  # the merged parts read it at build time
+    record_new = importlib.import_module("record_new")
+    record_new.QUICK = quick  # the merged parts read it at build time
+    if how.startswith("batch"):
+        if case not in BATCH_CASES:
+            raise SystemExit(f"{case}: no batch multiple in its builder (BATCH_CASES)")
+        record_new.BATCH_MULT = int(how.removeprefix("batch"))
     from record_common import compile_in_place
     from record_fixes import timed
 
