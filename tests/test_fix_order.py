@@ -102,13 +102,14 @@ def test_cuda_graphs_take_their_place_by_estimate_beside_the_recompute_alone() -
 
 
 def test_cuda_graphs_are_estimated_alone_beside_the_recompute_only() -> None:
-    """What each fix's estimate takes as applied first: CUDA graphs, the cause fixes they do not
-    replay (the optimizer's loop), not the checkpointing; torch.compile, every cause fix; a
-    cause fix, none."""
+    """What each fix's estimate takes as applied first: CUDA graphs beside the checkpointing
+    alone, nothing; beside it and the optimizer's loop (which they do not replay, so they follow
+    both), both; torch.compile, every cause fix; a cause fix, none."""
     from gpuscope.analysis.fixes import _before
 
     ac, of = R.BY_ID["activation_checkpointing"], R.BY_ID["optimizer_fused"]
-    assert _before(R.BY_ID["cuda_graphs"], (ac, of)) == (of,)
+    assert _before(R.BY_ID["cuda_graphs"], (ac, of)) == (ac, of)
+    assert _before(R.BY_ID["cuda_graphs"], (of,)) == (of,)
     assert _before(R.BY_ID["cuda_graphs"], (ac,)) == ()
     assert _before(R.BY_ID["kernel_fusion"], (ac, of)) == (ac, of)
     assert _before(ac, (ac, of)) == ()

@@ -69,9 +69,9 @@ def recommend(inp: Inputs) -> list[Recommendation]:
 def estimate(recs: list[Recommendation], cp: CriticalPath, ctx: Context) -> None:
     """Give each recommendation its estimate (re-timed on the critical path, clipped at its proven
     bound) and order the list in place by it, the largest first (ties: registry order). A general
-    remedy is estimated on top of the cause fixes in the list, but for those it replays
-    (:attr:`FixUnit.replays`): beside one of those, each of the two is estimated alone (either
-    takes the other's work off the step) and the larger comes first."""
+    remedy is estimated on top of the cause fixes in the list, unless it replays every one of
+    them (:attr:`FixUnit.replays`): then each is estimated alone (either takes the other's work
+    off the step) and the larger comes first."""
     causes = tuple(BY_ID[r.id] for r in recs if BY_ID[r.id].cause)
     for r in recs:
         u = BY_ID[r.id]
@@ -81,8 +81,11 @@ def estimate(recs: list[Recommendation], cp: CriticalPath, ctx: Context) -> None
 
 def _before(u: FixUnit, causes: tuple[FixUnit, ...]) -> tuple[FixUnit, ...]:
     """The fixes ``u``'s estimate takes as applied first: for a general remedy, the cause fixes
-    (``causes``) it does not replay; none for any other fix."""
-    return tuple(c for c in causes if c.id not in u.replays) if u.general else ()
+    in the list (``causes``), unless it replays every one of them (then none: it competes with
+    them, :func:`order`); none for any other fix."""
+    if not u.general or all(c.id in u.replays for c in causes):
+        return ()
+    return causes
 
 
 def order(recs: list[Recommendation]) -> None:

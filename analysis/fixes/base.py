@@ -173,8 +173,8 @@ class FixUnit:
     host work a :attr:`general` remedy would also shorten."""
     replays: frozenset[str] = frozenset()
     """The :attr:`cause` fixes (ids) whose work this :attr:`general` remedy takes off the step as
-    well, so that it competes with them rather than following them: beside one of them it is
-    estimated alone, as that fix is, and the larger gain comes first
+    well, so that it competes with them rather than following them: beside those alone it is
+    estimated alone, as they are, and the larger gain comes first
     (:func:`gpuscope.analysis.fixes.estimate`). CUDA graphs replay the recompute of activation
     checkpointing with the rest of the backward (sample_traces/validation, ``cuda_graphs_gate.json``
     calls 13-15)."""
