@@ -78,27 +78,21 @@ def test_with_a_cause_and_its_general_remedy_the_batch_fix_comes_last() -> None:
     assert recs[1].title.startswith("Then, use a larger batch")
 
 
+def ordered(*fixes: tuple[str, float]) -> list[str]:
+    """The ids of these (fix, estimate %) recommendations once :func:`R.order` has ordered them."""
+    recs = [rec(fix, gain) for fix, gain in fixes]
+    R.order(recs)
+    return ids(recs)
+
+
 def test_cuda_graphs_take_their_place_by_estimate_beside_the_recompute_alone() -> None:
     """CUDA graphs replay the recompute (``FixUnit.replays``): beside the checkpointing fix alone
     they are ordered by their estimate, before it or after it, where torch.compile still follows
     it; beside the optimizer's loop, which a graph does not replay, they follow that fix."""
-    recs = [
-        rec("activation_checkpointing", 28.0),
-        rec("kernel_fusion", 40.0),
-        rec("cuda_graphs", 73.0),
-    ]
-    R.order(recs)
-    assert ids(recs) == ["cuda_graphs", "activation_checkpointing", "kernel_fusion"]
-    recs = [rec("cuda_graphs", 13.0), rec("activation_checkpointing", 28.0)]
-    R.order(recs)
-    assert ids(recs) == ["activation_checkpointing", "cuda_graphs"]
-    recs = [
-        rec("cuda_graphs", 73.0),
-        rec("activation_checkpointing", 28.0),
-        rec("optimizer_fused", 10.0),
-    ]
-    R.order(recs)
-    assert ids(recs) == ["activation_checkpointing", "optimizer_fused", "cuda_graphs"]
+    ac, kf, cg, of = "activation_checkpointing", "kernel_fusion", "cuda_graphs", "optimizer_fused"
+    assert ordered((ac, 28.0), (kf, 40.0), (cg, 73.0)) == [cg, ac, kf]
+    assert ordered((cg, 13.0), (ac, 28.0)) == [ac, cg]
+    assert ordered((cg, 73.0), (ac, 28.0), (of, 10.0)) == [ac, of, cg]
 
 
 def test_cuda_graphs_are_estimated_alone_beside_the_recompute_only() -> None:
