@@ -104,10 +104,11 @@ def test_backward_formulas_alone_are_no_recompute(con, tmp_path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.memory_store
-def test_v68_offers_activation_checkpointing_first(con) -> None:
+def test_v68_offers_activation_checkpointing_after_the_graphs_that_replay_it(con) -> None:
     """v68 (NeRF MLP, ``checkpoint`` on the positional encoding only, a plain function): the
-    recompute is found, ``activation_checkpointing`` is the first fix and its range holds the
-    measured 21.2 %."""
+    recompute is found and ``activation_checkpointing`` offered, its range holding the measured
+    21.2 %; CUDA graphs, which replay the recompute too, come before it (estimated alone: 63.1 %
+    measured with the checkpointing kept, truth's ``v68g``), their range holding that."""
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
 
@@ -116,11 +117,13 @@ def test_v68_offers_activation_checkpointing_first(con) -> None:
     )
     run = ingest_paths(con, [trace])[0].run_id
     rep = analyze_run(con, run, rank=0)
-    first = rep.recommendations[0]
-    assert first.id == "activation_checkpointing", [r.id for r in rep.recommendations]
-    assert "aten::pow" in first.evidence["by_op_per_step"]
-    assert first.estimate is not None
-    assert first.estimate.low_pct <= 21.2 <= first.estimate.high_pct
+    ids = [r.id for r in rep.recommendations]
+    assert ids[:2] == ["cuda_graphs", "activation_checkpointing"], ids
+    graphs, ac = rep.recommendations[:2]
+    assert "aten::pow" in ac.evidence["by_op_per_step"]
+    assert ac.estimate is not None and graphs.estimate is not None
+    assert ac.estimate.low_pct <= 21.2 <= ac.estimate.high_pct
+    assert graphs.estimate.low_pct <= 63.1 <= graphs.estimate.high_pct
 
 
 def test_rerun_mask_leaves_out_ops_that_compute_nothing() -> None:
