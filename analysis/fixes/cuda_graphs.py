@@ -242,7 +242,7 @@ UNIT = FixUnit(
 of it, launches and all, where dropping the checkpointing removes the recompute but leaves every
 other launch: ``model.compile(mode="reduce-overhead")`` of eight checkpointed planted steps gained
 more than dropping the checkpointing did (v81 89.9 % against 57.7, v86 76.8 against 42.3, v41
-76.6 against 57.1, v55 72.7 against 53.7, v56 73.9 against 37.4, v08 57.2 against 35.9, v29 64.7
+76.6 against 57.1, v55 72.7 against 53.7, v56 73.9 against 37.4, v08 57.1 against 35.9, v29 64.7
 against 36.6, v68 63.1 against 21.2; 2-5 rounds each, cuda_graphs_gate.json). ``host_free``: the
 replayed step no longer follows its host's speed while the planted one does;
 the timed planted steps of the two eager pairs ran 20-37 % slower than the capture's untraced step
