@@ -45,7 +45,7 @@ busy 34-66 %: v05 62.7, v46 83.3, v22 57.2, v35 72.5, v150 52.9, v122 33.5, v137
 than ``model.compile()``; busy 68-100 %: v118 41.5, v77 17.2, v82 42.6, v178 32.5, v80 38.5, v94
 9.5, v98 29.9, v146 31.8, v179 30.8, v13 25.6; busy 10-85 % with 48-139 kernels a step: v68
 63.1, v06 38.6, v36 38.1, v47 29.4, v02 26.3, v59 15.7, v23 9.8; busy 21-36 %: v145 78.2, v163
-77.9; steps of 2.6-13 ms untraced: v75 63.9 (busy 37.6 %), v30 72.3 (47.6), v29 64.7 (82.6), v07
+77.9; steps of 2.6-13 ms untraced: v75 63.9 (busy 37.6 %), v30 72.3 (47.6), v29 65.8 (82.6), v07
 36.4 (92.5, estimated at 0.0: the traced share overstates its GPU's work). The recurrent v60, v12
 and v03, where Dynamo made no graph, -15.9, -9.2 and -0.6 (:func:`_host_scaled`'s RNN rule
 estimates them at 0). The two that lost (v18 -82.0, v34 -2.0) are the steps whose syncs cut
@@ -242,8 +242,10 @@ UNIT = FixUnit(
 of it, launches and all, where dropping the checkpointing removes the recompute but leaves every
 other launch: ``model.compile(mode="reduce-overhead")`` of eight checkpointed planted steps gained
 more than dropping the checkpointing did (v81 89.9 % against 57.7, v86 76.8 against 42.3, v41
-76.6 against 57.1, v55 72.7 against 53.7, v56 73.9 against 37.4, v08 57.1 against 35.9, v29 64.7
-against 36.6, v68 63.1 against 21.2; 2-5 rounds each, cuda_graphs_gate.json). ``host_free``: the
+76.6 against 57.1, v55 72.7 against 53.7, v56 73.9 against 37.4, v08 57.1 against 35.9, v29 65.8
+against 36.6, v68 63.1 against 21.2; 2-6 rounds each, cuda_graphs_gate.json). The replayed
+recompute still runs its kernels: dropping the checkpointing as well took another 14-22 % off the
+graphs' step (v29, v68, v08, v41: calls 16-17). ``host_free``: the
 replayed step no longer follows its host's speed while the planted one does;
 the timed planted steps of the two eager pairs ran 20-37 % slower than the capture's untraced step
 (v123 measured 89.1 % against a top of 85.4 %, v141 90.6 % against 87.8 %)."""

@@ -84,20 +84,35 @@ v02-v59: eager cases timed against reduce-overhead alone; v75-v29: short eager s
 untraced, not timed with CUDA graphs before; v38, v51, v96: untimed first fixes, bf16 and
 cudnn.benchmark; v08-v86: steps checkpointed block by block, timed with reduce-overhead)."""
 
-HOWS = ("eager", "compile", "cuda_graphs", "cudnn_benchmark", "bf16", "batch4", "batch16")
+HOWS = (
+    "eager",
+    "compile",
+    "cuda_graphs",
+    "cudnn_benchmark",
+    "bf16",
+    "batch4",
+    "batch16",
+    "dropped",
+    "dropped_cuda_graphs",
+)
 """The ways: as built; torch.compile; reduce-overhead; ``torch.backends.cudnn.benchmark = True``
 before the first step; each step (forward, backward, optimizer) under bf16 autocast, as the
 recorders' first-fix builders apply gpuscope's ``cudnn_benchmark`` and ``mixed_precision``;
 ``batch<k>``: the batch × k (gpuscope's ``batch_size``, judged per sample), for the cases of
-:data:`BATCH_CASES` only."""
+:data:`BATCH_CASES` only; ``dropped``: the builder's ``fixed`` variant (gpuscope's
+``activation_checkpointing``: the checkpointing dropped), and ``dropped_cuda_graphs`` the same with
+reduce-overhead (both fixes), for the cases of :data:`CHECKPOINTED_CASES` only."""
 BATCH_CASES = frozenset({"v18"})
 """The cases whose builder takes a batch multiple (``record_new.BATCH_MULT``)."""
+CHECKPOINTED_CASES = frozenset({"v08", "v20", "v29", "v41", "v55", "v56", "v68", "v81", "v86"})
+"""The cases whose planted variant checkpoints its blocks and whose ``fixed`` one does not."""
 DEFAULT_WAYS = HOWS[:3]
 WARM, STEPS = 40, 40
 
 
-def one(case: str, how: str, quick: bool) -> dict:
-    """One fresh process's timing of ``case``'s planted variant made ``how``."""
+def one(case: str, how: str, quick: bool, trace: Path | None = None) -> dict:
+    """One fresh process's timing of ``case``'s planted variant made ``how``; ``trace``: then
+    profile 3 steps of it (after 1 + 2 skipped) into that folder, as the recorders do."""
     import torch
 
     part = importlib.import_module(PART_OF[case])
@@ -108,12 +123,15 @@ def one(case: str, how: str, quick: bool) -> dict:
         if case not in BATCH_CASES:
             raise SystemExit(f"{case}: no batch multiple in its builder (BATCH_CASES)")
         record_new.BATCH_MULT = int(how.removeprefix("batch"))
+    dropped = how.startswith("dropped")
+    if dropped and case not in CHECKPOINTED_CASES:
+        raise SystemExit(f"{case}: not a checkpointed case (CHECKPOINTED_CASES)")
     from record_common import compile_in_place
     from record_fixes import timed
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     heard: list[str] = []
-    if how in ("compile", "cuda_graphs"):
+    if how in ("compile", "cuda_graphs", "dropped_cuda_graphs"):
         import logging
 
         class Heard(logging.Handler):
@@ -125,12 +143,12 @@ def one(case: str, how: str, quick: bool) -> dict:
         torch._logging.set_logs(perf_hints=True)
         logging.getLogger("torch").addHandler(Heard())
     t0 = time.perf_counter()
-    step, samples, meta, model = part.build(case, "planted", device)
+    step, samples, meta, model = part.build(case, "fixed" if dropped else "planted", device)
     meta.pop("_ballast", None)
     compiled_as = None
     if how == "compile":
         compiled_as = compile_in_place(model)
-    elif how == "cuda_graphs":
+    elif how in ("cuda_graphs", "dropped_cuda_graphs"):
         compiled_as = compile_in_place(model, mode="reduce-overhead")
     elif how == "cudnn_benchmark":
         torch.backends.cudnn.benchmark = True
@@ -142,7 +160,7 @@ def one(case: str, how: str, quick: bool) -> dict:
                 eager()
 
     per = timed(step, device, 3 if quick else WARM, 10 if quick else STEPS)
-    return {
+    res = {
         "case": case,
         "how": how,
         "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
@@ -153,10 +171,39 @@ def one(case: str, how: str, quick: bool) -> dict:
         "setup_and_time_s": time.perf_counter() - t0,
         **(
             {"compiled_as": compiled_as, **compile_counts(heard)}
-            if how in ("compile", "cuda_graphs")
+            if how in ("compile", "cuda_graphs", "dropped_cuda_graphs")
             else {}
         ),
     }
+    if trace is not None:
+        res["trace"] = profiled(step, device, case, how, statistics.median(per), samples, trace)
+    return res
+
+
+def profiled(step, device: str, case: str, how: str, med: float, samples: int, out: Path) -> str:
+    """Three steps of ``step`` under torch.profiler (1 waited, 2 warm-up) exported to
+    ``out/<case>_<how>_rank0.pt.trace.json.gz`` with the untraced step (``med``, ms) in its
+    metadata, as the recorders write it; returns the file's name."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{case}_{how}_rank0.pt.trace.json.gz"
+    with profile(
+        activities=acts, schedule=schedule(wait=1, warmup=2, active=3, repeat=1), record_shapes=True
+    ) as prof:
+        for i in range(6):
+            step()
+            if i == 3:
+                prof.add_metadata_json("gpuscope.untraced_step_ms", json.dumps(med))
+                prof.add_metadata_json("samples_per_step", json.dumps(samples))
+            prof.step()
+        if device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+    prof.export_chrome_trace(str(path))
+    return path.name
 
 
 def compile_counts(heard: list[str]) -> dict:
@@ -223,9 +270,10 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ways", default=",".join(DEFAULT_WAYS), help="which of the ways to time")
+    ap.add_argument("--trace", type=Path, help="one: then profile 3 steps into this folder")
     a = ap.parse_args()
     if a.cmd == "one":
-        print("RESULT " + json.dumps(one(a.case, a.how, a.quick)), flush=True)
+        print("RESULT " + json.dumps(one(a.case, a.how, a.quick, a.trace)), flush=True)
         return 0
     ways = tuple(a.ways.split(","))
     if not set(ways) <= set(HOWS):
