@@ -12,14 +12,19 @@ event lists with answers computed by hand.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import pytest
 from gpuscope.analysis import gains as GN
 from gpuscope.analysis.critical_path import GpuEvent as G
 from gpuscope.analysis.critical_path import HostEvent as H
 from gpuscope.analysis.critical_path import build_graph, replay
 from gpuscope.analysis.fixes import mixed_precision as MP
+from gpuscope.analysis.report import analyze_run
+from gpuscope.ingest.loader import ingest_paths
 
 US = 1_000
+VAL = Path(__file__).resolve().parent.parent / "sample_traces" / "validation"
 
 FP32_CONV = (
     "sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize128x32x8_stage3_"
@@ -241,3 +246,53 @@ def test_cudnn_batchnorm_slows_under_bf16_in_both_branches():
         dur, _ = MP.retime(g, ctx)[level]
         assert dur is not None
         assert [round(dur(v, g.nodes[v]) / US, 6) for v in gpu[1:]] == [fw, bw], level
+
+
+SGEMM = "ampere_sgemm_128x64_tn"
+BF16_GEMM = "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN"
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >(int)"
+
+
+def _top(gemm_bf16_us: int) -> dict[str, float]:
+    """One stream: an fp32 SGEMM 0..50 µs, a bf16 tensor-core GEMM of ``gemm_bf16_us`` after it,
+    then an elementwise add of 40 µs: each kernel's duration at the top of the fp32 branch (ns)."""
+    t = 50 + gemm_bf16_us
+    gpu = [
+        G(SGEMM, "kernel", 0, 50 * US, 7),
+        G(BF16_GEMM, "kernel", 50 * US, t * US, 7),
+        G(ADD, "kernel", t * US, (t + 40) * US, 7),
+    ]
+    host = [H("ProfilerStep#1", "user_annotation", 0, (t + 40) * US, 1)]
+    g = build_graph(host, gpu, 1, 0, (t + 40) * US)
+    dur, _ = MP.retime(g, GN.Context(n_steps=1, step_ms=(t + 40) / 1e3, gpu_model="H100 SXM"))[
+        "high"
+    ]
+    assert dur is not None
+    return {n.event.name: dur(v, n) for v, n in enumerate(g.nodes) if n.kind == "gpu"}
+
+
+def test_a_run_in_half_precision_already_keeps_its_other_kernels_at_the_top():
+    """The fp32 branch's top halves the bytes of the other kernels (× 0.6) where autocast would
+    run them in bf16; where the bf16 tensor-core math already takes as long as the fp32 math
+    (60 µs against 50) autocast is on, and only the fp32 GEMM shrinks: the add stays 40 µs. With
+    30 µs of bf16 math against 50 of fp32 the run is an fp32 one: the add goes to 24 µs."""
+    half = _top(60)
+    assert half[ADD] == 40 * US
+    assert half[BF16_GEMM] == 60 * US
+    assert half[SGEMM] < 50 * US / 2  # the SGEMM on tensor cores
+    fp32 = _top(30)
+    assert fp32[ADD] == 0.6 * 40 * US
+    assert fp32[BF16_GEMM] == 0.6 * 30 * US
+
+
+@pytest.mark.memory_store
+def test_a_bf16_step_replayed_as_cuda_graphs_is_promised_no_more_than_its_fp32_gemms(con):
+    """sample_traces/validation/compiled_steps/v86_cuda_graphs (a Swin-T step under bf16
+    autocast, compiled with reduce-overhead, recorded on an H200): 0.16 ms per step of fp32
+    GEMMs (0.7 % of the run) beside 6.4 ms of bf16 ones. mixed_precision may name them, but its
+    range stays under 1 % (the top once halved every other kernel's bytes: 38.2 %)."""
+    [res] = ingest_paths(con, [VAL / "compiled_steps" / "v86_cuda_graphs_rank0.pt.trace.json.gz"])
+    r = analyze_run(con, res.run_id)
+    mp = next(x for x in r.recommendations if x.id == "mixed_precision")
+    assert mp.estimate is not None
+    assert 0.0 < mp.estimate.high_pct < 1.0

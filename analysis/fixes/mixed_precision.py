@@ -298,14 +298,44 @@ def _retime_tf32(g: Graph) -> dict[str, Variant]:
     return {"low": (mp(0, 1.3), None), "mid": (mp(1, 1.15), None), "high": (mp(2, 1.0), None)}
 
 
+HALF_PRECISIONS = frozenset({"bf16", "fp16", "fp8"})
+"""The tensor-core precisions of a run in mixed precision already (:func:`in_half_already`)."""
+
+
+def _half_math(n: Node) -> bool:
+    """A GPU kernel whose matrix math runs on the tensor cores in 16 bits or fewer."""
+    if n.kind != "gpu" or not isinstance(n.event, GpuEvent) or n.cat != "kernels":
+        return False
+    info = tensor_core_info(n.event.name, classify_kernel(n.event.name, "kernel"))
+    return info.tensor_core is True and info.precision in HALF_PRECISIONS
+
+
+def in_half_already(g: Graph) -> bool:
+    """Whether the window's matrix math runs mostly in half precision already: its tensor-core
+    kernels in bf16/fp16/fp8 (:data:`HALF_PRECISIONS`) take at least as long as its fp32 math on
+    CUDA cores (:func:`_fp32_math`). Autocast is on there, and the kernels it runs in bf16 have
+    halved their bytes already; only the fp32 math left (a matmul outside the autocast region, a
+    loss autocast keeps in fp32) has anything to gain (v86 replayed as CUDA graphs: 0.16 ms per
+    step of fp32 GEMMs beside 6.4 ms of bf16 ones)."""
+    half = fp32 = 0
+    for n in g.nodes:
+        if _half_math(n):
+            half += n.dur
+        elif _fp32_math(n):
+            fp32 += n.dur
+    return half > 0 and half >= fp32
+
+
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """fp32 GEMMs ÷ r/1.5 / r / r (r: the measured fp32→bf16 ratio for the GPU and the GEMM's
     duration, :data:`GEMM_RATIO`); attention kernels in fp32 math ÷ the
     :data:`ATTENTION_3XTF32_RATIO` (3xTF32) or as GEMMs (plain fp32); host × 1.3 / 1.15 / 1
-    (casts), cuDNN's BatchNorm kernels × :data:`CUDNN_BN`, other kernels × 1 / 1 / 0.6."""
+    (casts), cuDNN's BatchNorm kernels × :data:`CUDNN_BN`, other kernels × 1 / 1 / 0.6: × 1 at
+    every level where the run is in half precision already (:func:`in_half_already`)."""
     tf32_ns = sum(n.dur for n in g.nodes if _tf32(n))
     if tf32_ns > 0 and sum(n.dur for n in g.nodes if _fp32_math(n)) < FP32_OF_TF32 * tf32_ns:
         return _retime_tf32(g)  # fp32 with TF32 on, next to no math on CUDA cores
+    top_other = 1.0 if in_half_already(g) else 0.6
     att: dict[int, str] = {}
     conv = convs_fp32_no_tf32(g)
     for v, n in enumerate(g.nodes):
@@ -338,7 +368,7 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     return {
         "low": (mp(1.5, 1.0, 1.3, lo, CUDNN_BN[0]), None),
         "mid": (mp(1.0, 1.0, 1.15, mid, CUDNN_BN[1]), None),
-        "high": (mp(1.0, 0.6, 1.0, hi, CUDNN_BN[2]), None),
+        "high": (mp(1.0, top_other, 1.0, hi, CUDNN_BN[2]), None),
     }
 
 
