@@ -119,14 +119,17 @@ class Recommendation:
     def gain_phrase(self) -> str:
         """The gain in words: "step time down 36.3% (range 29.8 to 38.7%)", "at most" only after a
         proven bound; a point below 0 said as what it is ("not expected to help: step time up
-        13.8% by the estimate (range -56.5 to 58.6%)"); without an estimate the proven bound
-        alone, else ""."""
+        13.8% by the estimate (range -56.5 to 58.6%)"), and so is a re-timing that leaves the step
+        no shorter at any level ("not expected to help: step time no shorter by the estimate
+        (range 0 to 0%)"); without an estimate the proven bound alone, else ""."""
         what = "time per sample" if self.footing == PER_SAMPLE_TIME else "step time"
         e = self.estimate
         if e is not None:
             rng = f"(range {e.low_pct:.3g} to {e.high_pct:.3g}%)"
             if e.gain_pct < 0:
                 out = f"not expected to help: {what} up {-e.gain_pct:.3g}% by the estimate {rng}"
+            elif e.high_pct <= 0:
+                out = f"not expected to help: {what} no shorter by the estimate {rng}"
             else:
                 out = f"{what} down {e.gain_pct:.3g}% {rng}"
             if self.footing == PER_SAMPLE_TIME:

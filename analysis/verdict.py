@@ -163,11 +163,15 @@ class Finding:
     @property
     def gain_words(self) -> str:
         """The estimate in words: "step time down 17 % (range 11 to 23 %)"; a point below 0:
-        "not expected to help: step time up 14 % by the estimate (...)"; "" without one."""
+        "not expected to help: step time up 14 % by the estimate (...)"; a range whose top is 0
+        or less: "not expected to help: step time no shorter by the estimate (...)"; "" without
+        one."""
         if self.gain_pct is None:
             return ""
         if self.gain_pct < 0:
             out = f"not expected to help: step time up {sig3(-self.gain_pct)} % by the estimate"
+        elif self.high_pct is not None and self.high_pct <= 0:
+            out = "not expected to help: step time no shorter by the estimate"
         else:
             out = f"step time down {sig3(self.gain_pct)} %"
         if self.low_pct is not None and self.high_pct is not None:
