@@ -304,12 +304,37 @@ def _recorded(g: Graph) -> tuple[np.ndarray, np.ndarray]:
     return got  # type: ignore[no-any-return]
 
 
+@dataclass(frozen=True)
+class Scaled:
+    """Durations with the nodes ``pred`` picks × ``f``: a duration function (``(v, n) -> ns``)
+    that :func:`_durations` also applies to the whole graph at once (``pred`` read once per graph
+    and node, then one multiply per variant)."""
+
+    pred: Callable[[Node], bool]
+    f: float
+
+    def __call__(self, v: int, n: Node) -> float:
+        return n.dur * self.f if self.pred(n) else float(n.dur)
+
+
 def _durations(g: Graph, dur: DurFn) -> np.ndarray:
     """``max(0.0, float(dur(v, n)))`` of every node (ns), as an array: ``x > 0.0`` picks ``x``,
-    else ``0.0`` (as ``max`` does: ``-0.0`` and NaN give ``0.0``)."""
-    raw = np.fromiter(
-        (dur(v, n) for v, n in enumerate(g.nodes)), dtype="float64", count=len(g.nodes)
-    )
+    else ``0.0`` (as ``max`` does: ``-0.0`` and NaN give ``0.0``). A
+    :class:`Scaled` duration is applied to the whole array, its predicate read once per graph
+    (the same floats: ``n.dur * f`` and ``float(n.dur)``)."""
+    if isinstance(dur, Scaled):
+        key = ("picked", dur.pred)  # the predicate itself: kept alive, so never another's id
+        picked = g.memo.get(key)
+        if picked is None:
+            picked = g.memo[key] = np.fromiter(
+                map(dur.pred, g.nodes), dtype=bool, count=len(g.nodes)
+            )
+        rec, _ = _recorded(g)
+        raw = np.where(picked, rec * dur.f, rec)
+    else:
+        raw = np.fromiter(
+            (dur(v, n) for v, n in enumerate(g.nodes)), dtype="float64", count=len(g.nodes)
+        )
     return np.where(raw > 0.0, raw, 0.0)
 
 

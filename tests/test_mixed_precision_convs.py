@@ -22,6 +22,8 @@ from gpuscope.analysis.critical_path import build_graph, replay
 from gpuscope.analysis.fixes import mixed_precision as MP
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 US = 1_000
 VAL = Path(__file__).resolve().parent.parent / "sample_traces" / "validation"
@@ -296,3 +298,31 @@ def test_a_bf16_step_replayed_as_cuda_graphs_is_promised_no_more_than_its_fp32_g
     mp = next(x for x in r.recommendations if x.id == "mixed_precision")
     assert mp.estimate is not None
     assert 0.0 < mp.estimate.high_pct < 1.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    durs=st.lists(st.integers(min_value=0, max_value=500), min_size=1, max_size=12),
+    f=st.floats(min_value=-1.0, max_value=3.0, allow_nan=False),
+)
+def test_a_scaled_retiming_applied_at_once_is_the_one_applied_node_by_node(durs, f) -> None:
+    """``gains._durations`` applies a :class:`gains.Scaled` re-timing to the whole graph at once
+    (its predicate read once per graph): the same floats as calling it on each node, the
+    negative ones floored at 0 alike; a second re-timing with the same predicate reads the
+    memo."""
+    gpu, t = [], 0
+    for i, d in enumerate(durs):
+        gpu.append(G(SGEMM if i % 2 else ADD, "kernel", t * US, (t + d) * US, 7))
+        t += d + 3
+    host = [H("ProfilerStep#1", "user_annotation", 0, t * US, 1)]
+    g = build_graph(host, gpu, 1, 0, t * US)
+
+    def pred(n) -> bool:  # type: ignore[no-untyped-def]
+        return n.kind == "gpu" and n.event.name == ADD
+
+    sc = GN.Scaled(pred, f)
+    at_once = GN._durations(g, sc)
+    one_by_one = GN._durations(g, lambda v, n: sc(v, n))
+    assert at_once.tolist() == one_by_one.tolist()
+    again = GN._durations(g, GN.Scaled(pred, 2 * f))
+    assert again.tolist() == GN._durations(g, lambda v, n: GN.Scaled(pred, 2 * f)(v, n)).tolist()

@@ -16,7 +16,7 @@ from gpuscope.analysis.compiled import CompiledInfo
 from gpuscope.analysis.event_classes import OP_CATS, RUNTIME_CATS
 from gpuscope.analysis.fixes import band
 from gpuscope.analysis.fmt import sig3
-from gpuscope.analysis.gains import Context, Estimate, Variant, replay_estimate
+from gpuscope.analysis.gains import Context, Estimate, Scaled, Variant, replay_estimate
 from gpuscope.analysis.idle import IdleResult
 from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.recommendation import MEMORY as MEMORY
@@ -466,8 +466,8 @@ def gib(b: float) -> str:
 
 
 def scaled(pred: Callable[[Node], bool], f: float) -> Callable[[int, Node], float]:
-    """Durations with the nodes ``pred`` picks × ``f``."""
-    return lambda v, n: n.dur * f if pred(n) else float(n.dur)
+    """Durations with the nodes ``pred`` picks × ``f`` (:class:`~gpuscope.analysis.gains.Scaled`)."""
+    return Scaled(pred, f)
 
 
 def scaled_variants(
