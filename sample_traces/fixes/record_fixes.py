@@ -320,6 +320,26 @@ def timed(step, device: str, warmup: int, steps: int) -> list[float]:
     return per
 
 
+def profiled_steps(step, device: str, path: Path, metadata: dict) -> None:
+    """Six steps under torch.profiler (1 waited, 2 warm-up, 3 recorded, shapes on), ``metadata``
+    (each value as JSON) added at the fourth, exported as a Chrome trace to ``path``."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with profile(
+        activities=acts, schedule=schedule(wait=1, warmup=2, active=3, repeat=1), record_shapes=True
+    ) as prof:
+        for i in range(6):
+            step()
+            if i == 3:
+                for key, value in metadata.items():
+                    prof.add_metadata_json(key, json.dumps(value))
+            prof.step()
+        sync(device)
+    prof.export_chrome_trace(str(path))
+
+
 def one(args) -> int:
     import torch
 
@@ -344,31 +364,18 @@ def one(args) -> int:
         **{k: v for k, v in meta.items() if k not in ("exp", "variant")},
     }
     if args.mode == "trace":
-        from torch.profiler import ProfilerActivity, profile, schedule
-
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         tag = "" if args.variant == "planted" else f"_{args.variant}"
         path = out / f"{args.exp}{tag}_rank0.pt.trace.json.gz"
-        with profile(
-            activities=acts,
-            schedule=schedule(wait=1, warmup=2, active=3, repeat=1),
-            record_shapes=True,
-        ) as prof:
-            for i in range(6):
-                step()
-                if i == 3:
-                    prof.add_metadata_json("gpuscope.untraced_step_ms", json.dumps(med))
-                    prof.add_metadata_json("samples_per_step", json.dumps(samples))
-                    prof.add_metadata_json("gpuscope.experiment", json.dumps(args.exp))
-                    if "torch_flags" in meta:
-                        prof.add_metadata_json(
-                            "gpuscope.torch_flags", json.dumps(meta["torch_flags"])
-                        )
-                prof.step()
-            sync(device)
-        prof.export_chrome_trace(str(path))
+        extra = {"gpuscope.experiment": args.exp}
+        if "torch_flags" in meta:
+            extra["gpuscope.torch_flags"] = meta["torch_flags"]
+        profiled_steps(
+            step,
+            device,
+            path,
+            {"gpuscope.untraced_step_ms": med, "samples_per_step": samples, **extra},
+        )
         res["trace"] = path.name
         res["trace_bytes"] = path.stat().st_size
     print("RESULT " + json.dumps(res), flush=True)

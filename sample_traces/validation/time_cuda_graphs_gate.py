@@ -184,25 +184,12 @@ def profiled(step, device: str, case: str, how: str, med: float, samples: int, o
     """Three steps of ``step`` under torch.profiler (1 waited, 2 warm-up) exported to
     ``out/<case>_<how>_rank0.pt.trace.json.gz`` with the untraced step (``med``, ms) in its
     metadata, as the recorders write it; returns the file's name."""
-    from torch.profiler import ProfilerActivity, profile, schedule
+    from record_fixes import profiled_steps
 
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    out.mkdir(parents=True, exist_ok=True)
     path = out / f"{case}_{how}_rank0.pt.trace.json.gz"
-    with profile(
-        activities=acts, schedule=schedule(wait=1, warmup=2, active=3, repeat=1), record_shapes=True
-    ) as prof:
-        for i in range(6):
-            step()
-            if i == 3:
-                prof.add_metadata_json("gpuscope.untraced_step_ms", json.dumps(med))
-                prof.add_metadata_json("samples_per_step", json.dumps(samples))
-            prof.step()
-        if device == "cuda":
-            import torch
-
-            torch.cuda.synchronize()
-    prof.export_chrome_trace(str(path))
+    profiled_steps(
+        step, device, path, {"gpuscope.untraced_step_ms": med, "samples_per_step": samples}
+    )
     return path.name
 
 
