@@ -317,20 +317,23 @@ class Scaled:
         return n.dur * self.f if self.pred(n) else float(n.dur)
 
 
-def _durations(g: Graph, dur: DurFn) -> np.ndarray:
+def _durations(
+    g: Graph, dur: DurFn, picked: dict[Callable[[Node], bool], np.ndarray] | None = None
+) -> np.ndarray:
     """``max(0.0, float(dur(v, n)))`` of every node (ns), as an array: ``x > 0.0`` picks ``x``,
-    else ``0.0`` (as ``max`` does: ``-0.0`` and NaN give ``0.0``). A
-    :class:`Scaled` duration is applied to the whole array, its predicate read once per graph
-    (the same floats: ``n.dur * f`` and ``float(n.dur)``)."""
+    else ``0.0`` (as ``max`` does: ``-0.0`` and NaN give ``0.0``). A :class:`Scaled` duration is
+    applied to the whole array, its predicate read once per node (the same floats: ``n.dur * f``
+    and ``float(n.dur)``); ``picked``: the predicates' node masks already read, kept by the caller
+    for the re-timings of one estimate (never in ``Graph.memo``: a graph is pickled with its memo,
+    and a predicate may be a closure)."""
     if isinstance(dur, Scaled):
-        key = ("picked", dur.pred)  # the predicate itself: kept alive, so never another's id
-        picked = g.memo.get(key)
-        if picked is None:
-            picked = g.memo[key] = np.fromiter(
-                map(dur.pred, g.nodes), dtype=bool, count=len(g.nodes)
-            )
+        mask = None if picked is None else picked.get(dur.pred)
+        if mask is None:
+            mask = np.fromiter(map(dur.pred, g.nodes), dtype=bool, count=len(g.nodes))
+            if picked is not None:
+                picked[dur.pred] = mask
         rec, _ = _recorded(g)
-        raw = np.where(picked, rec * dur.f, rec)
+        raw = np.where(mask, rec * dur.f, rec)
     else:
         raw = np.fromiter(
             (dur(v, n) for v, n in enumerate(g.nodes)), dtype="float64", count=len(g.nodes)
@@ -411,6 +414,7 @@ def replay_estimate(
     # each variant's durations and dropped edges, once (once per function: variants may share
     # one); then scaled per host speed
     durs_of: dict[int, np.ndarray] = {}
+    picked: dict[Callable[[Node], bool], np.ndarray] = {}  # Scaled predicates' masks
     drops_of: dict[int, set[tuple[int, int]]] = {}
     by_name: dict[str, tuple[np.ndarray, set[tuple[int, int]] | None]] = {}
     for name, (dur, keep) in variants.items():
@@ -419,7 +423,7 @@ def replay_estimate(
         elif (d_ := durs_of.get(id(dur))) is not None:
             d = d_
         else:
-            d = durs_of[id(dur)] = _durations(g, dur)
+            d = durs_of[id(dur)] = _durations(g, dur, picked)
         drop = None
         if keep is not None:
             drop = drops_of.get(id(keep))

@@ -307,9 +307,11 @@ def test_a_bf16_step_replayed_as_cuda_graphs_is_promised_no_more_than_its_fp32_g
 )
 def test_a_scaled_retiming_applied_at_once_is_the_one_applied_node_by_node(durs, f) -> None:
     """``gains._durations`` applies a :class:`gains.Scaled` re-timing to the whole graph at once
-    (its predicate read once per graph): the same floats as calling it on each node, the
+    (its predicate read once per node): the same floats as calling it on each node, the
     negative ones floored at 0 alike; a second re-timing with the same predicate reads the
-    memo."""
+    caller's masks; the graph stays picklable (a closure's mask is never in its memo)."""
+    import pickle
+
     gpu, t = [], 0
     for i, d in enumerate(durs):
         gpu.append(G(SGEMM if i % 2 else ADD, "kernel", t * US, (t + d) * US, 7))
@@ -321,8 +323,11 @@ def test_a_scaled_retiming_applied_at_once_is_the_one_applied_node_by_node(durs,
         return n.kind == "gpu" and n.event.name == ADD
 
     sc = GN.Scaled(pred, f)
-    at_once = GN._durations(g, sc)
+    picked: dict = {}
+    at_once = GN._durations(g, sc, picked)
     one_by_one = GN._durations(g, lambda v, n: sc(v, n))
     assert at_once.tolist() == one_by_one.tolist()
-    again = GN._durations(g, GN.Scaled(pred, 2 * f))
+    assert set(picked) == {pred}
+    again = GN._durations(g, GN.Scaled(pred, 2 * f), picked)
     assert again.tolist() == GN._durations(g, lambda v, n: GN.Scaled(pred, 2 * f)(v, n)).tolist()
+    pickle.dumps(g)
