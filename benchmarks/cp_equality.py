@@ -35,7 +35,9 @@ SAMPLES = REPO / "sample_traces"
 
 def _samples(every: bool) -> list[Path]:
     out = [SAMPLES / "before", SAMPLES / "after", SAMPLES / "ddp"]
-    out += sorted(p for p in (SAMPLES / "fixes").iterdir() if p.is_dir())
+    out += sorted(
+        p for p in (SAMPLES / "fixes").iterdir() if p.is_dir() and any(p.glob("*.pt.trace.json*"))
+    )
     val = sorted(
         p for p in (SAMPLES / "validation").iterdir() if p.is_dir() and p.name[1:].isdigit()
     )
