@@ -166,6 +166,23 @@ def test_in_an_unchanging_block_the_run_row_is_not_checked_again_after_it_is(con
     ix.close()
 
 
+def test_a_private_store_is_asked_for_the_run_row_only_after_a_commit(con, two_ranks, monkeypatch):
+    """On an in-memory store a refresh with nothing committed since the last check asks no
+    statement; a commit (the run deleted) makes it ask, and drop what it held."""
+    ix = RankIndex(con, two_ranks, 0)
+    built = ix.gpu()
+    asked: list[str] = []
+    real = con.execute
+    monkeypatch.setattr(con, "execute", lambda sql, *a: asked.append(sql) or real(sql, *a))
+    ix.refresh()
+    assert asked == [] and ix.table_names() == [built]
+    assert delete_run(con, two_ranks)
+    asked.clear()
+    ix.refresh()
+    assert any("FROM runs" in q for q in asked) and ix.table_names() == []
+    ix.close()
+
+
 @pytest.mark.slow
 def test_a_deleted_or_reingested_run_is_never_read_from_the_cache(con, tmp_path):
     t = TraceBuilder()
