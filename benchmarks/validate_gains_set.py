@@ -70,11 +70,18 @@ GROUPS = (
         "blind11",
         "Eleventh blind part v175-v184 (never analysed before recording; only with --blind)",
     ),
-    ("blind12", "Twelfth blind part v185+ (never analysed before recording; only with --blind)"),
+    (
+        "blind12",
+        "Twelfth blind part v185-v192 (never analysed before recording; only with --blind)",
+    ),
+    (
+        "blind13",
+        "Thirteenth blind part v193+ (never analysed before recording; only with --blind)",
+    ),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 SEEN_GROUPS = tuple(g for g, _ in GROUPS)[:-1]
-"""The parts already judged once (v01-v184): every part but the newest blind one, which is judged
+"""The parts already judged once (v01-v192): every part but the newest blind one, which is judged
 once when it lands and joins these with the next; ``--seen`` judges these and nothing else."""
 
 

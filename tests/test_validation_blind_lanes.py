@@ -1,4 +1,4 @@
-"""The checks every blind part recorded in lanes (the seventh to the twelfth: record_blindN.py over
+"""The checks every blind part recorded in lanes (the seventh to the thirteenth: record_blindN.py over
 blindN_a/b/c.py, record_blindN_device.sh with ``lanes``) passes alike, one parametrized test each:
 the words written into its traces hold no double quote; every recorded case is apart and whole
 (group, held out, one planted trace per rank, timed in fresh processes on an NVIDIA GPU, >= 3
@@ -22,6 +22,7 @@ from validation_parts import (
     record_blind10,
     record_blind11,
     record_blind12,
+    record_blind13,
 )
 
 PARTS: dict[str, tuple[Any, frozenset[str]]] = {
@@ -33,6 +34,7 @@ PARTS: dict[str, tuple[Any, frozenset[str]]] = {
     "blind10": (record_blind10, frozenset()),
     "blind11": (record_blind11, frozenset()),
     "blind12": (record_blind12, frozenset()),
+    "blind13": (record_blind13, frozenset()),
 }
 """Part group -> (its recorder, the cases recorded short of the rounds their scatter asks)."""
 

@@ -26,6 +26,7 @@ import record_blind9  # noqa: E402
 import record_blind10  # noqa: E402
 import record_blind11  # noqa: E402
 import record_blind12  # noqa: E402
+import record_blind13  # noqa: E402
 import record_new  # noqa: E402
 import record_validation  # noqa: E402
 
@@ -56,6 +57,7 @@ __all__ = [
     "record_blind10",
     "record_blind11",
     "record_blind12",
+    "record_blind13",
     "record_new",
     "record_validation",
     "variant_pair",

@@ -29,7 +29,8 @@ held out, recorded after v115-v129 had been judged; every case of record_blind9.
 is ``group: "blind10"``, held out, recorded after v145-v159 had been judged; every case of
 record_blind11.py (v175-v184) is ``group: "blind11"``, held out, recorded after v160-v174 had been
 judged; every case of record_blind12.py (v185-v192) is ``group: "blind12"``, held out, recorded
-after v175-v184 had been judged.
+after v175-v184 had been judged; every case of record_blind13.py (v193-v200) is ``group:
+"blind13"``, held out, recorded after v185-v192 had been judged.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import record_blind9  # noqa: E402
 import record_blind10  # noqa: E402
 import record_blind11  # noqa: E402
 import record_blind12  # noqa: E402
+import record_blind13  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -73,6 +75,7 @@ GROUPS = (
     "blind10",
     "blind11",
     "blind12",
+    "blind13",
 )
 """The set's parts, in the order the benchmark prints them."""
 
@@ -89,6 +92,7 @@ BLIND_PARTS = (
     record_blind10,
     record_blind11,
     record_blind12,
+    record_blind13,
 )
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 
@@ -102,6 +106,7 @@ FIRST_FIXES = {
     **record_blind10.FIRST_FIXES,
     **record_blind11.FIRST_FIXES,
     **record_blind12.FIRST_FIXES,
+    **record_blind13.FIRST_FIXES,
 }
 """The first fixes gpuscope named on a blind part where the planted cause was another's, timed
 on the base case's planted variant (case -> spec: base, how, fix, expected_fix)."""
