@@ -13,7 +13,14 @@ from pathlib import Path
 
 import duckdb
 from gpuscope.store import extensions
-from gpuscope.store.connection import ALLOCATOR_SETTINGS, LAKE, Store, _first_line, pid_alive
+from gpuscope.store.connection import (
+    ALLOCATOR_SETTINGS,
+    LAKE,
+    Store,
+    _first_line,
+    pid_alive,
+    use_lake,
+)
 from gpuscope.store.cores import usable_cores
 from gpuscope.store.credentials import _sql_text, postgres_conninfo, s3_secret_sql
 from gpuscope.store.legacy import backup_name, copy_runs, is_duckdb_file
@@ -144,7 +151,7 @@ def _attach(store: Store) -> None:
             options += [f"DATA_PATH {_sql_text(s.data_path)}", "OVERRIDE_DATA_PATH true"]
     opts = f" ({', '.join(options)})" if options else ""
     store.con.execute(f"ATTACH {_sql_text('ducklake:' + target)} AS {LAKE}{opts}")
-    store.con.execute(f"USE {LAKE}")
+    use_lake(store.con)
     if s.kind == "team" and s.data_path and s.data_path.startswith("s3://"):
         # A missing bucket or refused credentials: one line now, not a failed write mid-ingest.
         # The pattern matches no file of the store, so S3 lists (almost) nothing.

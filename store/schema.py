@@ -28,13 +28,15 @@ class Table:
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...] = ()
 
-    def ddl(self, *, keys: bool = True) -> str:
+    def ddl(self, *, keys: bool = True, catalog: str | None = None) -> str:
         """``CREATE TABLE IF NOT EXISTS``; ``keys=False`` leaves the primary key out (DuckLake has
-        no keys or indexes: uniqueness is kept by the ingest, whose run ids are content hashes)."""
+        no keys or indexes: uniqueness is kept by the ingest, whose run ids are content hashes);
+        ``catalog`` names the database it is created in (the lake's, see ``LAKE_SEARCH_PATH``)."""
         cols = [f"{c.name} {c.type}" for c in self.columns]
         if self.primary_key and keys:
             cols.append(f"PRIMARY KEY ({', '.join(self.primary_key)})")
-        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n  " + ",\n  ".join(cols) + "\n)"
+        name = f"{catalog}.{self.name}" if catalog else self.name
+        return f"CREATE TABLE IF NOT EXISTS {name} (\n  " + ",\n  ".join(cols) + "\n)"
 
     @property
     def column_names(self) -> list[str]:

@@ -154,6 +154,94 @@ def test_concurrent_first_opens_of_a_new_store_all_succeed(tmp_path):
     con.close()
 
 
+def _catalog_queries(con, sql: str, capfd) -> int:
+    """How many queries DuckLake sends the SQLite catalog to answer ``sql``."""
+    capfd.readouterr()
+    con.execute("SET sqlite_debug_show_queries = true")
+    try:
+        con.execute(sql).fetchall()
+    finally:
+        con.execute("SET sqlite_debug_show_queries = false")
+    return sum(1 for line in capfd.readouterr().err.splitlines() if line.strip())
+
+
+def _tables_without_statistics(con) -> set[str]:
+    meta = f"__ducklake_metadata_{LAKE}"
+    return {
+        r[0]
+        for r in con.execute(
+            f"SELECT table_name FROM {meta}.ducklake_table WHERE end_snapshot IS NULL "
+            f"AND table_id NOT IN (SELECT table_id FROM {meta}.ducklake_table_stats)"
+        ).fetchall()
+    }
+
+
+def test_every_lake_table_has_statistics_so_scanning_an_empty_one_costs_what_a_full_one_does(
+    tmp_path, capfd
+):
+    """DuckLake re-reads the catalog's statistics once per bound column, on every statement, for
+    a table that never held a row (60-100 ms a scan): a new lake and an older one once reopened
+    have a statistics row for every table, and no placeholder row is left anywhere."""
+    db = tmp_path / "lake"
+    con = connect(db)
+    assert _tables_without_statistics(con) == set()
+    assert {
+        t.name: con.execute(f"SELECT count(*) FROM {t.name}").fetchone()[0] for t in TABLES
+    } == {t.name: 0 for t in TABLES}
+    ingest_paths(con, [SAMPLES / "before" / "before_rank0.pt.trace.json.gz"])
+    runs = con.execute("SELECT * FROM runs ORDER BY run_id").fetchall()
+    full = _catalog_queries(con, "SELECT * FROM events LIMIT 1", capfd)
+    seeded = _catalog_queries(con, "SELECT * FROM memory_events", capfd)
+    assert con.execute("SELECT count(*) FROM memory_events").fetchone() == (0,)
+    # A lake written before: its empty tables have no statistics row.
+    meta = f"__ducklake_metadata_{LAKE}"
+    con.execute(
+        f"DELETE FROM {meta}.ducklake_table_stats WHERE table_id IN (SELECT table_id FROM "
+        f"{meta}.ducklake_table WHERE table_name = 'memory_events' AND end_snapshot IS NULL)"
+    )
+    con.close()
+    con = duckdb_lake(db)
+    bare = _catalog_queries(con, "SELECT * FROM memory_events", capfd)
+    con.close()
+    assert bare > 1.5 * max(full, seeded) and seeded < 1.25 * full, (bare, full, seeded)
+    con = connect(db)
+    assert _tables_without_statistics(con) == set()
+    assert _catalog_queries(con, "SELECT * FROM memory_events", capfd) == seeded
+    assert con.execute("SELECT * FROM runs ORDER BY run_id").fetchall() == runs
+    assert con.execute("SELECT count(*) FROM memory_events").fetchone() == (0,)
+    con.close()
+
+
+def test_a_statement_over_temporary_tables_reads_nothing_of_the_lake_catalog(tmp_path, capfd):
+    """An analysis's working tables are temporary: its statements (functions, casts, temporary
+    tables) find every name before the lake, on the store's connection and on each cursor, while
+    the lake's tables are still found by their bare names."""
+    con = connect(tmp_path / "lake")
+    ingest_paths(con, [SAMPLES / "before" / "before_rank0.pt.trace.json.gz"])
+    for on in (con, con.cursor()):
+        on.execute("CREATE OR REPLACE TEMP TABLE work AS SELECT range AS i FROM range(10)")
+        sql = "SELECT sum(abs(i))::BIGINT, current_setting('threads') IS NOT NULL FROM work"
+        assert _catalog_queries(on, sql, capfd) == 0
+        assert on.execute(sql).fetchone() == (45, True)
+        assert _catalog_queries(on, "SELECT count(*) FROM events", capfd) > 0
+        assert on.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+        with pytest.raises(duckdb.ParserException, match="TEMPORARY"):
+            on.execute("CREATE TABLE stray (i INTEGER)")  # never silently beside the lake
+    con.close()
+
+
+def duckdb_lake(db: Path) -> duckdb.DuckDBPyConnection:
+    """The lake attached by plain DuckDB, without gpuscope's open (which seeds statistics)."""
+    from gpuscope.store.extensions import offline_connection
+
+    con = offline_connection("sqlite_scanner", "ducklake", "parquet")
+    con.execute(
+        f"ATTACH 'ducklake:sqlite:{db / 'catalog.sqlite'}' AS {LAKE} (DATA_PATH '{db}/data/')"
+    )
+    con.execute(f"USE {LAKE}")
+    return con
+
+
 @pytest.mark.slow
 def test_a_run_written_by_another_process_changes_the_generation(tmp_path, db_path):
     trace = big_trace(tmp_path / "written.json", 50)  # any run: the writer is the subject
