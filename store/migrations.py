@@ -136,13 +136,17 @@ def ensure_lake_schema(store: Store) -> None:
                 )
             )
             for table in TABLES:
-                store.execute(table.ddl(keys=False, catalog=LAKE))
+                if table.name not in tables:  # new, hence empty: its statistics row made with it
+                    store.execute(table.ddl(keys=False, catalog=LAKE))
+                    columns = [(c.type, "NOT NULL" not in c.type) for c in table.columns]
+                    _placeholder_row(store, table.name, columns)
             if schema_version(store) is None:
                 store.execute(
                     f"INSERT INTO gpuscope_meta VALUES ('schema_version', '{SCHEMA_VERSION}')"
                 )
-    with store.writing():  # a second transaction: the catalog lists the tables once committed
-        seed_table_stats(store)
+    else:  # every table there: those empty and without statistics get them
+        with store.writing():
+            seed_table_stats(store)
 
 
 # A NOT NULL column's placeholder value, by what its type's name holds (the first match).
@@ -158,14 +162,26 @@ def _placeholder(kind: str) -> str:
     return next((value for end, value in _PLACEHOLDER if end in kind), "''")
 
 
+def _placeholder_row(store: Store, name: str, columns: list[tuple[str, bool]]) -> None:
+    """Insert one row into the empty lake table ``name`` and delete it, in the caller's write
+    transaction: the table's statistics row (0 records) stays once it commits, and no data.
+    ``columns``: each column's (type, nullable), in order."""
+    values = [
+        "NULL" if nullable else f"CAST({_placeholder(kind)} AS {kind.replace(' NOT NULL', '')})"
+        for kind, nullable in columns
+    ]
+    store.execute(f"INSERT INTO {LAKE}.{name} VALUES ({', '.join(values)})")
+    store.execute(f"DELETE FROM {LAKE}.{name}")
+
+
 def seed_table_stats(store: Store) -> None:
-    """Give every empty table of the lake a statistics row, inside the caller's write transaction.
+    """Give every empty table of the lake that has none a statistics row, inside the caller's
+    write transaction (a store made before gpuscope did so at creation).
 
     DuckLake (the extension pinned with duckdb 1.5.5) keeps no negative result for a table without
     statistics: every scan of a never-written table re-reads the catalog's statistics once per
     column it binds, 60-100 ms a statement on a local lake against 5-15 ms for a table that has
-    held a row. One placeholder row inserted and deleted in the same transaction leaves the
-    statistics row (0 records) and no data. A table holding rows is never touched."""
+    held a row. A table holding rows is never touched."""
     meta = f"__ducklake_metadata_{LAKE}"
     wanted = ", ".join(_sql_text(t.name) for t in TABLES)
     bare = store.execute(
@@ -174,16 +190,11 @@ def seed_table_stats(store: Store) -> None:
         f"AND table_id NOT IN (SELECT table_id FROM {meta}.ducklake_table_stats)"
     ).fetchall()
     for (name,) in bare:
-        if store.execute(f"SELECT count(*) FROM {name}").fetchone() != (0,):
+        if store.execute(f"SELECT count(*) FROM {LAKE}.{name}").fetchone() != (0,):
             continue
         columns = store.execute(
             "SELECT data_type, is_nullable FROM information_schema.columns "
             f"WHERE table_catalog = {_sql_text(LAKE)} AND table_name = {_sql_text(name)} "
             "ORDER BY ordinal_position"
         ).fetchall()
-        values = [
-            "NULL" if nullable == "YES" else f"CAST({_placeholder(kind)} AS {kind})"
-            for kind, nullable in columns
-        ]
-        store.execute(f"INSERT INTO {name} VALUES ({', '.join(values)})")
-        store.execute(f"DELETE FROM {name}")
+        _placeholder_row(store, name, [(kind, nullable == "YES") for kind, nullable in columns])

@@ -389,17 +389,17 @@ def test_no_commit_after_a_stop(tmp_path: Path) -> None:
     con = connect(tmp_path / "s")
     try:
         with pytest.raises(SystemExit) as e, transaction(con):
-            con.execute("CREATE TABLE t AS SELECT 1 AS x")
+            con.execute("CREATE TABLE lake.t AS SELECT 1 AS x")
             request_stop(signal.SIGTERM)
         assert e.value.code == 128 + signal.SIGTERM
         request_stop(signal.SIGINT)
         with pytest.raises(KeyboardInterrupt), transaction(con):
-            con.execute("CREATE TABLE t AS SELECT 1 AS x")
+            con.execute("CREATE TABLE lake.t AS SELECT 1 AS x")
     finally:
         forget_stop()
     assert stop_exit_code() is None
     with transaction(con):  # forgotten: commits again
-        con.execute("CREATE TABLE t AS SELECT 2 AS x")
+        con.execute("CREATE TABLE lake.t AS SELECT 2 AS x")
     assert con.execute("SELECT x FROM t").fetchall() == [(2,)]
     con.close()
 
