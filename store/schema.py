@@ -353,6 +353,13 @@ def markdown() -> str:
         "killed are deleted by the next writer. An analysis (`analyze_run`) reads a lake in one "
         "read transaction, so it sees one snapshot and the catalog is asked for it once rather than "
         "per statement; it reads the run's `names` rows once (a temp table for the call). "
+        "On a lake connection a name is looked up among the temporary tables, then DuckDB's own "
+        "functions, then the lake, so a statement over an analysis's temporary tables reads "
+        "nothing of the catalog (the lake's tables are created as `lake.<table>`). Every table "
+        "has a statistics row from its creation (a placeholder row inserted and deleted in the "
+        "transaction that creates it; a store made before, on its next open): DuckLake re-reads "
+        "the catalog's statistics for each column of a table that never held a row, on every "
+        "statement. "
         "DuckLake has no primary keys: the keys below are "
         "kept by gpuscope (run ids are content hashes; the same files are stored once).",
         "",
