@@ -28,6 +28,7 @@ import record_blind11  # noqa: E402
 import record_blind12  # noqa: E402
 import record_blind13  # noqa: E402
 import record_new  # noqa: E402
+import record_sharded_graphs  # noqa: E402
 import record_validation  # noqa: E402
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "record_blind12",
     "record_blind13",
     "record_new",
+    "record_sharded_graphs",
     "record_validation",
     "variant_pair",
 ]

@@ -404,6 +404,21 @@ def cap_note(ev: dict[str, Any], capped: bool, inp: Inputs) -> None:
         )
 
 
+def sharded_by(inp: Inputs) -> str | None:
+    """What splits this rank's parameters across ranks, as its trace shows it: ``"FSDP"`` (its
+    all-gathers matched across ranks: an all-gather in a training step is FSDP's, see
+    :mod:`~gpuscope.analysis.fixes.fsdp_prefetch`), ``"DTensor"`` (DTensor's Python dispatch
+    spans: tensor parallelism), None for neither. A compiled tensor-parallel step may show neither:
+    Dynamo traces the dispatch away, and without sequence parallelism its collectives are
+    all-reduces (no compiled tensor-parallel trace is recorded to check it)."""
+    if inp.allgather_transfer_ns_per_step is not None:
+        return "FSDP"
+    sd = inp.phase.subclass if inp.phase is not None else None
+    if sd is not None and sd.dtensor:
+        return "DTensor"
+    return None
+
+
 def significant(cost_ns: float, window_ns: int, n_steps: int) -> bool:
     """Whether a cost (ns over the window) is a finding rather than noise."""
     if window_ns <= 0 or cost_ns <= 0:

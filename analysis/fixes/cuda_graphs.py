@@ -54,11 +54,16 @@ them into runs of 9-11 kernels
 nothing, and the rule does not try. The line sits just above the highest share timed (v179,
 100.3 %): past it the GPU's work, as traced, fills the step the user runs."""
 
-SHARDED_MAX_BUSY_PCT = 20.0
-""":data:`EAGER_MAX_BUSY_PCT` for a rank whose step all-gathers parameters across ranks (FSDP,
-tensor parallelism: matched all-gathers): CUDA graphs were timed on eager steps up to 100 % busy
-on one GPU and under DDP (sample_traces/multi_gpu/h200: 50.4 %), never around FSDP's or DTensor's
-collectives, so there the rule keeps the line it had before those timings."""
+SHARDED_TIMINGS = "sample_traces/validation/sharded_graphs"
+"""Where the timings behind the rule's silence on sharded steps are (:func:`detect`): on two
+H200s, each 2-GPU step eager against ``model.compile(mode="reduce-overhead")`` (this unit's code),
+fresh ``torchrun`` jobs in turn, 3 rounds (record_sharded_graphs.py). Under FSDP2 (its default
+prefetching) the replayed graphs ran every step slower, in every round: v191 (a Qwen-style
+decoder, its GPU 99 and 118 % busy as traced) 42.8 -> 98.1 ms, v185 (a BEiT-style ViT) 66.2 ->
+187 ms, v186 (a BART-style encoder-decoder) 73.1 -> 364 ms. Under DTensor tensor parallelism
+(v171, v190, eager 45-107 ms, the rank this unit told 3-5 % busy) none of the four compiled runs
+ended within 150 s (v171) or 260 s (v190), compilation, 30 warm-up and 40 timed steps; the same
+models compiled in the default mode had run (their fixed variants)."""
 
 HALF_BUSY_PCT = 50.0
 """Under this GPU busy share (%) the eager summary says each kernel ends before the next launch;
@@ -98,20 +103,21 @@ def gpu_busy_of_step_pct(inp: Inputs) -> float | None:
 
 def detect(inp: Inputs) -> Finding | None:
     """A compiled model not replayed as CUDA graphs; or an uncompiled one whose GPU is busy under
-    :data:`EAGER_MAX_BUSY_PCT` of the untraced step (:data:`SHARDED_MAX_BUSY_PCT` where the step
-    all-gathers parameters) and whose syncs leave
+    :data:`EAGER_MAX_BUSY_PCT` of the untraced step and whose syncs leave
     :data:`~gpuscope.analysis.fixes.kernel_fusion.MIN_KERNELS_PER_SYNC` kernels or more between
-    them (:func:`~gpuscope.analysis.fixes.kernel_fusion.sync_cut`)."""
+    them (:func:`~gpuscope.analysis.fixes.kernel_fusion.sync_cut`). Never where the rank's
+    parameters are sharded (:func:`~gpuscope.analysis.fixes.base.sharded_by`: FSDP's all-gathers,
+    DTensor's dispatch): there the replayed graphs were timed slower, or did not finish
+    (:data:`SHARDED_TIMINGS`)."""
     lb = launch_bound(inp)
-    if lb is None or lb.graphs:
+    if lb is None or lb.graphs or fx.sharded_by(inp) is not None:
         return None
     # no proven bound: the graph replay shortens the host's whole launch work, not only the idle
     if lb.compiled:
         code = (CODE + "\n" + BREAKS_FIX).rstrip("\n") if lb.breaks else None
         return Finding(lb.evidence, fx.host_gain_pct(lb.ns, inp), code=code)
     busy = gpu_busy_of_step_pct(inp)
-    sharded = inp.allgather_transfer_ns_per_step is not None
-    if busy is None or busy >= (SHARDED_MAX_BUSY_PCT if sharded else EAGER_MAX_BUSY_PCT):
+    if busy is None or busy >= EAGER_MAX_BUSY_PCT:
         return None
     cut, syncs = sync_cut(inp, lb.evidence["kernels_per_step"])
     if cut:

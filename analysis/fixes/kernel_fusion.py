@@ -41,6 +41,14 @@ WORDS = Words(
     'model = torch.compile(model, mode="reduce-overhead")',
 )
 
+SHARDED_CODE = (
+    "model = torch.compile(model)                     # fuses elementwise chains\n"
+    '# not mode="reduce-overhead" on this sharded model: replayed as CUDA graphs, FSDP2 steps ran\n'
+    "# 2.3-5x slower and DTensor steps did not finish (timed on 2 H200s)"
+)
+"""The code where the rank's parameters are sharded (:func:`~gpuscope.analysis.fixes.base.sharded_by`):
+torch.compile alone (:data:`gpuscope.analysis.fixes.cuda_graphs.SHARDED_TIMINGS`)."""
+
 SHORT_KERNEL_NS = 20_000
 """A kernel shorter than this (ns) is one fusion removes in the re-timing."""
 
@@ -181,7 +189,7 @@ def detect(inp: Inputs) -> Finding | None:
     cost = min(100.0, fx.host_gain_pct(lb.ns, inp) + fx.host_gain_pct(short_ns, inp))
     # no proven bound: compiling shortens the host's whole Python and launch work, not only the
     # idle it leaves
-    return Finding(lb.evidence, cost)
+    return Finding(lb.evidence, cost, code=SHARDED_CODE if fx.sharded_by(inp) else None)
 
 
 MEMORY_TITLE = "Fuse the memory-bound elementwise chains (torch.compile)"
