@@ -222,6 +222,30 @@ def test_an_eager_step_whose_traced_work_exceeds_the_step_is_not_told(con, monke
     assert "cuda_graphs" in ids()
 
 
+def test_a_hand_built_step_under_dtensor_is_not_told_cuda_graphs(con, tmp_path: Path):
+    """The eager step of the module docstring (GPU 10 % busy at 1.0 ms untraced) with, at the
+    end of each step, a ``PythonSubclass`` dispatch span (965-995 µs) holding a ``Redistribute``
+    (970-980 µs): DTensor's own function names the subclass, so the rank is sharded
+    (``fixes.base.sharded_by``) and CUDA graphs are not told, torch.compile's code names no
+    reduce-overhead. The same spans holding an ``aten::clone`` instead name no subclass: told."""
+
+    def recs(dtensor: bool) -> dict:
+        t = short_ops()
+        for i in range(3):
+            t.cpu_op("PythonSubclass", 1000.0 * i + 965, 30)
+            t.cpu_op("Redistribute" if dtensor else "aten::clone", 1000.0 * i + 970, 10)
+        name = f"dtensor_{dtensor}.json"
+        [res] = ingest_paths(con, [t.write(tmp_path / name)])
+        r = analyze_run(con, res.run_id, untraced_step_ms=1.0, with_path=False)
+        return {x.id: x for x in r.recommendations}
+
+    sharded, plain = recs(True), recs(False)
+    assert "cuda_graphs" not in sharded and "cuda_graphs" in plain
+    assert sharded["kernel_fusion"].fix == kernel_fusion.SHARDED_CODE
+    assert plain["kernel_fusion"].fix == kernel_fusion.WORDS.code
+    assert plain["cuda_graphs"].evidence["gpu_busy_of_step_pct"] == pytest.approx(10.0)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "rank", "sharded"),
