@@ -20,6 +20,7 @@ from gpuscope.analysis.fixes import cuda_graphs, kernel_fusion
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
 from test_honest_diagnosis import short_ops
+from tracegen import TraceBuilder
 
 pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
 
@@ -244,6 +245,52 @@ def test_a_hand_built_step_under_dtensor_is_not_told_cuda_graphs(con, tmp_path: 
     assert sharded["kernel_fusion"].fix == kernel_fusion.SHARDED_CODE
     assert plain["kernel_fusion"].fix == kernel_fusion.WORDS.code
     assert plain["cuda_graphs"].evidence["gpu_busy_of_step_pct"] == pytest.approx(10.0)
+
+
+def _two_rank_eager_job(folder: Path, kernel: str) -> Path:
+    """Two ranks of the module docstring's eager step (3 steps of 1000 µs, 20 kernels of 5 µs
+    launched 50 µs apart), each step ending with one collective ``kernel`` of 10 µs on stream 17
+    (launched at 975 µs, on the GPU 980-990 µs; 4 MiB), alike on both ranks: matched pairwise."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in (0, 1):
+        t = TraceBuilder(rank=rank, world_size=2)
+        for i in range(3):
+            T = 1000.0 * i
+            t.step(i, T, 1000)
+            t.cpu_op("aten::add", T + 1, 998)
+            for j in range(20):
+                t.launch(
+                    "void at::native::vectorized_elementwise_kernel<4>",
+                    T + 10 + 50 * j,
+                    T + 12 + 50 * j,
+                    5,
+                )
+            comms = {"Input Dims": [[[1048576]], [], []], "Input type": ["TensorList", "", ""]}
+            t.cpu_op("record_param_comms", T + 970, 20.0, **comms)
+            t.launch(kernel, T + 975, T + 980, 10, stream=17)
+        t.write(folder / f"rank{rank}.json")
+    return folder
+
+
+def test_a_hand_built_job_that_all_gathers_is_not_told_cuda_graphs(con, tmp_path: Path):
+    """Two ranks of the eager step, each step ending with an all-gather matched across them
+    (FSDP's pattern: ``fixes.base.sharded_by`` says FSDP), 11 % busy at 1.0 ms untraced ((100 +
+    10) / 1000): CUDA graphs are not told and torch.compile's code is the sharded one. The same job
+    with an all-reduce in its place (DDP's): told, at 11 % busy."""
+
+    def recs(kernel: str, name: str) -> dict:
+        [res] = ingest_paths(con, [_two_rank_eager_job(tmp_path / name, kernel)])
+        r = analyze_run(con, res.run_id, rank=0, untraced_step_ms=1.0, with_path=False)
+        return {x.id: x for x in r.recommendations}
+
+    gathers = recs("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "fsdp")
+    reduces = recs(
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "ddp"
+    )
+    assert "cuda_graphs" not in gathers and "cuda_graphs" in reduces, (list(gathers), list(reduces))
+    assert gathers["kernel_fusion"].fix == kernel_fusion.SHARDED_CODE
+    assert reduces["kernel_fusion"].fix == kernel_fusion.WORDS.code
+    assert reduces["cuda_graphs"].evidence["gpu_busy_of_step_pct"] == pytest.approx(11.0)
 
 
 @pytest.mark.slow
