@@ -20,7 +20,6 @@ from gpuscope.analysis.fixes import cuda_graphs, kernel_fusion
 from gpuscope.analysis.report import analyze_run
 from gpuscope.ingest.loader import ingest_paths
 from test_honest_diagnosis import short_ops
-from tracegen import TraceBuilder
 
 pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
 
@@ -253,18 +252,9 @@ def _two_rank_eager_job(folder: Path, kernel: str) -> Path:
     (launched at 975 µs, on the GPU 980-990 µs; 4 MiB), alike on both ranks: matched pairwise."""
     folder.mkdir(parents=True, exist_ok=True)
     for rank in (0, 1):
-        t = TraceBuilder(rank=rank, world_size=2)
+        t = short_ops(rank=rank, world_size=2)
         for i in range(3):
             T = 1000.0 * i
-            t.step(i, T, 1000)
-            t.cpu_op("aten::add", T + 1, 998)
-            for j in range(20):
-                t.launch(
-                    "void at::native::vectorized_elementwise_kernel<4>",
-                    T + 10 + 50 * j,
-                    T + 12 + 50 * j,
-                    5,
-                )
             comms = {"Input Dims": [[[1048576]], [], []], "Input type": ["TensorList", "", ""]}
             t.cpu_op("record_param_comms", T + 970, 20.0, **comms)
             t.launch(kernel, T + 975, T + 980, 10, stream=17)

@@ -38,11 +38,14 @@ def short_ops(
     kernel: str = "void at::native::vectorized_elementwise_kernel<4>",
     api: str = "cudaLaunchKernel",
     regions_per_step: int = 0,
+    rank: int | None = None,
+    world_size: int | None = None,
 ) -> TraceBuilder:
     """3 steps of 1000 µs; per step 20 kernels of 5 µs launched 50 µs apart (each starts 2 µs
     after its launch), inside one CPU op that spans the step: GPU busy 100 µs per step, the other
-    900 µs idle on the host side. ``regions_per_step`` compiled-region annotations per step."""
-    t = TraceBuilder(extra_meta=extra_meta or {})
+    900 µs idle on the host side. ``regions_per_step`` compiled-region annotations per step;
+    ``rank`` and ``world_size``: the trace's (one rank of a job)."""
+    t = TraceBuilder(extra_meta=extra_meta or {}, rank=rank, world_size=world_size)
     for i in range(3):
         T = 1000.0 * i
         t.step(i, T, 1000)
