@@ -255,7 +255,7 @@ def assert_fifteen_with_one_two_gpu_straggler(part: Any) -> None:
 
 def assert_first_fixes(part: Any, short_of_rounds: frozenset[str] = frozenset()) -> None:
     """truth.json's ``first_fixes`` hold each of ``part.FIRST_FIXES`` timed on its base case's
-    planted variant (``first_fix_timing.json``), >= 3 rounds paired planted/fixed in round order on
+    planted variant (``first_fix_timing.json``, or the spec's ``timing`` file), >= 3 rounds paired planted/fixed in round order on
     an NVIDIA GPU, its gain the median of ``1 - fixed/planted``; the fix applied only in the fixed
     runs, never in the planted ones; >= 5 rounds where they scatter over :data:`SCATTER_POINTS`,
     except exactly the first fixes ``short_of_rounds``."""
@@ -271,7 +271,9 @@ def assert_first_fixes(part: Any, short_of_rounds: frozenset[str] = frozenset())
         assert spec["base"] in part.CASES and case not in part.CASES
         runs = [
             r
-            for r in json.loads((VAL / spec["base"] / "first_fix_timing.json").read_text())["runs"]
+            for r in json.loads(
+                (VAL / spec["base"] / spec.get("timing", "first_fix_timing.json")).read_text()
+            )["runs"]
             if r["mode"] == "time"
         ]
         assert {r["applied"] for r in runs if r["variant"] == "fixed"} == {True}

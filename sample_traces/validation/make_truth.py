@@ -295,9 +295,10 @@ nowhere (``validate_gains_set.first_fix_table``)."""
 def first_fix(case: str) -> dict | None:
     """The timing of a first fix gpuscope named that was not the planted cause's
     (:data:`FIRST_FIXES`, on its base case's planted variant; step time):
-    ``first_fix_timing.json`` in the base case's folder, rounds paired as :func:`single`'s."""
+    ``first_fix_timing.json`` in the base case's folder (the spec's ``timing`` file where it names
+    one: a second fix timed on the same base), rounds paired as :func:`single`'s."""
     spec = FIRST_FIXES[case]
-    tj = HERE / spec["base"] / "first_fix_timing.json"
+    tj = HERE / spec["base"] / spec.get("timing", "first_fix_timing.json")
     if not tj.exists():
         return None
     doc = json.loads(tj.read_text())
