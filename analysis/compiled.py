@@ -8,7 +8,12 @@ Evidence, counted in the window of one rank:
 * CUDA graph replays: ``cudaGraphLaunch`` / ``cuGraphLaunch`` / ``hipGraphLaunch`` runtime calls;
 * CUDA graph captures: ``cudaStreamBeginCapture`` / ``cudaGraphInstantiate*`` (and the ``cu``/``hip``
   ones): the program builds CUDA graphs (a window that captures them records a warm-up, not the
-  replayed steps), so it uses them even where no replay is in the window.
+  replayed steps), so it uses them even where no replay is in the window;
+* collectives in compiled graphs: functional collectives (``_c10d_functional::all_reduce_`` and the
+  other ops of ``torch.distributed._functional_collectives``, not their ``wait_tensor``) that start
+  inside a compiled region or a ``CompiledFxGraph`` call on the same thread: the compiled graph
+  itself communicates, as a tensor-parallel model compiled after ``parallelize_module`` does
+  (DTensor's dispatch traced away, its collectives left in the graph).
 """
 
 from __future__ import annotations
@@ -27,12 +32,16 @@ COMPILED_FX_RE = r"CompiledFxGraph"
 TRITON_KERNEL_RE = r"^triton_"
 GRAPH_LAUNCH_RE = r"^(cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch)"
 GRAPH_CAPTURE_RE = r"^(cuda|cu|hip)(StreamBeginCapture|GraphInstantiate)"
+FUNCTIONAL_COLLECTIVE_RE = r"^_?c10d_functional::(all_|reduce_scatter|broadcast)"
+"""The functional collectives' host ops (``_c10d_functional::``; ``c10d_functional::`` before torch
+2.3), their waits (``wait_tensor``) left out."""
 
 
 @dataclass
 class CompiledInfo:
     """Per-step counts of compile / graph evidence. ``compiled``: any compiled region,
-    ``CompiledFxGraph`` or Triton kernel; ``cuda_graphs``: any graph launch."""
+    ``CompiledFxGraph`` or Triton kernel; ``cuda_graphs``: any graph launch;
+    ``compiled_collectives_per_step``: functional collectives started inside compiled code."""
 
     n_steps: int
     compiled_regions_per_step: float = 0.0
@@ -41,6 +50,7 @@ class CompiledInfo:
     triton_kernel_us_per_step: float = 0.0
     graph_launches_per_step: float = 0.0
     graph_captures: int = 0
+    compiled_collectives_per_step: float = 0.0
 
     @property
     def compiled(self) -> bool:
@@ -65,6 +75,7 @@ class CompiledInfo:
             "triton_kernel_us_per_step": self.triton_kernel_us_per_step,
             "graph_launches_per_step": self.graph_launches_per_step,
             "graph_captures": self.graph_captures,
+            "compiled_collectives_per_step": self.compiled_collectives_per_step,
         }
 
 
@@ -110,6 +121,7 @@ def compiled_info(con: Connection, run_id: str, rank: int, window: Window) -> Co
     ).fetchone()
     if row is None:
         return CompiledInfo(n)
+    inside = _compiled_collectives(con, run_id, rank, window) if int(row[0]) or int(row[1]) else 0
     return CompiledInfo(
         n_steps=n,
         compiled_regions_per_step=int(row[0]) / n,
@@ -118,4 +130,41 @@ def compiled_info(con: Connection, run_id: str, rank: int, window: Window) -> Co
         triton_kernel_us_per_step=int(row[3]) / n / 1e3,
         graph_launches_per_step=int(row[4]) / n,
         graph_captures=int(row[5]),
+        compiled_collectives_per_step=inside / n,
     )
+
+
+def _compiled_collectives(con: Connection, run_id: str, rank: int, window: Window) -> int:
+    """How many functional collectives (:data:`FUNCTIONAL_COLLECTIVE_RE`) start in ``window`` inside
+    a compiled region or ``CompiledFxGraph`` span of their own thread (host events)."""
+    row = execute(
+        con,
+        f"""
+        WITH nm AS (
+            SELECT name_id, regexp_matches(name, $coll) AS coll
+            FROM names WHERE run_id = $run
+              AND (regexp_matches(name, $coll) OR regexp_matches(name, $region)
+                   OR regexp_matches(name, $fx))
+        ),
+        ev AS (
+            SELECT e.tid, e.ts_ns AS s, e.ts_ns + coalesce(e.dur_ns, 0) AS e, nm.coll
+            FROM events e JOIN nm ON nm.name_id = e.name_id
+            WHERE e.run_id = $run AND e.rank = $rank AND e.cat NOT IN {GPU_CATS_SQL}
+              AND e.ts_ns < $we AND e.ts_ns + coalesce(e.dur_ns, 0) >= $ws
+        )
+        SELECT count(*) FROM ev c
+        WHERE c.coll AND c.s >= $ws AND c.s < $we AND EXISTS (
+            SELECT 1 FROM ev r WHERE NOT r.coll AND r.tid = c.tid AND r.s <= c.s AND c.s < r.e
+        )
+        """,
+        {
+            "run": run_id,
+            "rank": rank,
+            "ws": window.start_ns,
+            "we": window.end_ns,
+            "coll": FUNCTIONAL_COLLECTIVE_RE,
+            "region": COMPILED_REGION_RE,
+            "fx": COMPILED_FX_RE,
+        },
+    ).fetchone()
+    return int(row[0]) if row else 0

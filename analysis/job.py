@@ -383,7 +383,12 @@ def host_dispatch_fix(
     v171 (tensor parallel, eager DTensor) the pace-setter's list led with compiling the
     tensor-parallel model (59.1 and 56.1 %, measured 58.5 and 62.1 %) while the verdict named
     CUDA graphs (16.9 and 16.7 %). The cause unchanged otherwise (another cause, host work of its
-    own, or no such fix estimated above 0 %)."""
+    own, or no such fix estimated above 0 %). Where that rank's parameters are sharded
+    (:attr:`~gpuscope.analysis.report.RunReport.sharded_by`) and none of its fixes is estimated to
+    help, the job names no fix rather than CUDA graphs, which its rank's own rule never offers
+    there (:func:`~gpuscope.analysis.fixes.cuda_graphs.detect`: FSDP2 replayed 2-5 x slower, tensor
+    parallelism did not finish), and says why."""
+    from gpuscope.analysis.fixes import cuda_graphs
     from gpuscope.analysis.straggler_cause import HOST, host_dispatch_fixes
 
     ids = host_dispatch_fixes()
@@ -394,7 +399,16 @@ def host_dispatch_fix(
         (r for r in rep.recommendations if r.id in ids and (_est(r)[0] or 0.0) > 0.0),
         None,
     )
-    return cause if pick is None else cause.with_fix(pick.id)
+    if pick is not None:
+        return cause.with_fix(pick.id)
+    if cause.fix_id == cuda_graphs.UNIT.id and rep.sharded_by is not None:
+        return cause.with_fix(
+            None,
+            f"rank {cause.rank}'s parameters are sharded ({rep.sharded_by}), where CUDA graphs "
+            "were timed slower or never finished, and no other fix that cuts dispatch is "
+            "estimated to help",
+        )
+    return cause
 
 
 def abstained_fix(

@@ -130,6 +130,9 @@ class RunReport:
     memory: MemoryResult | None = None
     roofline: Roofline | None = None
     modules: ModulesResult | None = None
+    # what splits the rank's parameters across ranks (fixes.base.sharded_by): "FSDP", "DTensor",
+    # "compiled collectives"; None for nothing (or no fix rules read)
+    sharded_by: str | None = None
 
     @property
     def gpu_wait_pct(self) -> float | None:
@@ -1190,11 +1193,26 @@ class RunAnalysis:
         return straggler
 
     @functools.cached_property
+    def rule_inputs(self) -> R.Inputs | None:
+        """What the fix rules read (``details``, with GPU activity; None otherwise)."""
+        if not self.details or self.evidence:
+            return None
+        return _rule_inputs(self)
+
+    @functools.cached_property
     def recommendations(self) -> list[R.Recommendation]:
         """The fixes the evidence supports (``details``, with GPU activity)."""
-        if not self.details or self.evidence:
-            return []
-        return _recommendations(self)
+        inputs = self.rule_inputs
+        return [] if inputs is None else R.recommend(inputs)
+
+    @functools.cached_property
+    def sharded_by(self) -> str | None:
+        """What splits the rank's parameters across ranks, as its trace shows it
+        (:func:`~gpuscope.analysis.fixes.base.sharded_by`; None: nothing, or no rules read)."""
+        from gpuscope.analysis.fixes.base import sharded_by
+
+        inputs = self.rule_inputs
+        return None if inputs is None else sharded_by(inputs)
 
     @functools.cached_property
     def throughput(self) -> Throughput | None:
@@ -1293,6 +1311,7 @@ class RunAnalysis:
             if self.with_path
             else [dataclasses.replace(r) for r in a.recommendations],
             throughput=a.throughput,
+            sharded_by=a.sharded_by,
         )
         if self.with_path:  # the path (and the estimates) only when asked: its property caches
             a.estimate_fixes()
@@ -1355,8 +1374,8 @@ def report_of(a: RunAnalysis, *, with_path: bool | None = None) -> RunReport:
     return a.report(with_path=with_path)
 
 
-def _recommendations(a: RunAnalysis) -> list[R.Recommendation]:
-    """The rules' inputs from the analysis, and the fixes they find."""
+def _rule_inputs(a: RunAnalysis) -> R.Inputs:
+    """The rules' inputs from the analysis."""
     con, run_id, rank, dev_props = a.con, a.run_id, a.rank, a.dev_props
     busy, idle, tc, memory, pageable, pc = (
         a.busy,
@@ -1412,7 +1431,7 @@ def _recommendations(a: RunAnalysis) -> list[R.Recommendation]:
     inputs.allgather_transfer_ns_per_step = allgather_transfer_per_step(
         a.match, rank, a.window.n_steps
     )
-    return R.recommend(inputs)
+    return inputs
 
 
 def _time_offset(con: Connection, run_id: str, rank: int) -> int:

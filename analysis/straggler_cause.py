@@ -252,12 +252,18 @@ class PaceSetterCause:
         )
         return replace(self, words=words, retimed_job_step_ms=new, step_retimed=())
 
-    def with_fix(self, fix_id: str) -> PaceSetterCause:
-        """This cause with another fix (a registry id), its words naming it."""
+    def with_fix(self, fix_id: str | None, none_because: str = "") -> PaceSetterCause:
+        """This cause with another fix (a registry id), its words naming it; ``None``: no fix,
+        the words saying ``none_because`` in its place."""
         if fix_id == self.fix_id:
             return self
         old = _fix_words(self.fix_id)
-        words = self.words.replace(old, _fix_words(fix_id)) if old else self.words
+        new = (
+            _fix_words(fix_id)
+            if fix_id
+            else (f"; no fix named: {none_because}" if none_because else "")
+        )
+        words = self.words.replace(old, new) if old else self.words
         return replace(self, words=words, fix_id=fix_id)
 
     @property

@@ -508,3 +508,67 @@ def test_the_timer_profiles_three_steps_that_gpuscope_reads_with_their_untraced_
     assert r.profiler is not None
     assert r.profiler.untraced_step_ms == pytest.approx(2.5)
     assert r.profiler.untraced_source == "capture"
+
+
+def test_a_hand_built_compiled_step_whose_graph_all_reduces_is_not_told_cuda_graphs(
+    con, tmp_path: Path
+):
+    """The eager step of the module docstring with one compiled region a step (2-302 µs of it)
+    and one functional all-reduce (``_c10d_functional::all_reduce_``, 10 µs) a step: started
+    inside the region, the compiled graph communicates (a tensor-parallel model compiled after
+    ``parallelize_module``), 1 a step, and the rank is sharded by "compiled collectives": CUDA
+    graphs are not told. Started at 600 µs, outside every region (a metric all-reduced by the
+    program): 0 a step, not sharded, told. Its ``wait_tensor`` counts in neither."""
+
+    def analysed(at_us: float, name: str):  # type: ignore[no-untyped-def]
+        t = short_ops(regions_per_step=1)
+        for i in range(3):
+            t.cpu_op("_c10d_functional::all_reduce_", 1000.0 * i + at_us, 10)
+            t.cpu_op("_c10d_functional::wait_tensor", 1000.0 * i + at_us + 12, 2)
+        [res] = ingest_paths(con, [t.write(tmp_path / name)])
+        return analyze_run(con, res.run_id, untraced_step_ms=1.0, with_path=False)
+
+    inside, outside = analysed(100.0, "inside.json"), analysed(600.0, "outside.json")
+    assert inside.compiled is not None and outside.compiled is not None
+    assert inside.compiled.compiled_collectives_per_step == 1.0
+    assert outside.compiled.compiled_collectives_per_step == 0.0
+    assert inside.sharded_by == "compiled collectives" and outside.sharded_by is None
+    assert "cuda_graphs" not in {x.id for x in inside.recommendations}
+    assert "cuda_graphs" in {x.id for x in outside.recommendations}
+
+
+@pytest.mark.slow
+def test_a_compiled_tensor_parallel_job_is_told_neither_cuda_graphs_nor_ddp_overlap(
+    con, monkeypatch
+):
+    """v190's fixed variant (its GPT-J-style model compiled after ``parallelize_module``, traced on
+    2 H200s, sharded_graphs/v190c): DTensor's dispatch is traced away, and each rank's compiled
+    graphs run 18 functional all-reduces a step (54 over its 3 steps, counted in the trace). The
+    rank is sharded by "compiled collectives": neither CUDA graphs (reduce-overhead of this model
+    did not finish: test_validation_sharded_graphs.py) nor DDP's gradient overlap (these
+    all-reduces are the layers') is told on either rank, and the job, whose pace-setter is
+    host-bound, names no fix for it, saying why. With ``sharded_by`` blind, both come back and the
+    job names CUDA graphs."""
+    from gpuscope.analysis.job import diagnose, memo
+
+    [res] = ingest_paths(con, [VAL / "sharded_graphs" / "v190c"])
+
+    def job():  # type: ignore[no-untyped-def]
+        return diagnose(con, res.run_id, memo(lambda r: analyze_run(con, res.run_id, rank=r)))
+
+    for rank in (0, 1):
+        r = analyze_run(con, res.run_id, rank=rank, with_path=False, stored_parts=False)
+        assert r.compiled is not None and r.compiled.compiled
+        assert r.compiled.compiled_collectives_per_step == 18.0
+        assert r.sharded_by == "compiled collectives"
+        ids = {x.id for x in r.recommendations}
+        assert not ids & {"cuda_graphs", "overlap_communication", "dtensor_dispatch"}, ids
+    j = job()
+    pace = next(f for f in j.findings if f.kind == "pace_cause")
+    assert "no fix named" in pace.detail and "(compiled collectives)" in pace.detail
+    assert j.first_fix is None or j.first_fix.id != "cuda_graphs"
+    monkeypatch.setattr(fx, "sharded_by", lambda inp: None)
+    r = analyze_run(con, res.run_id, rank=0, with_path=False, stored_parts=False)
+    assert {"cuda_graphs", "overlap_communication"} <= {x.id for x in r.recommendations}
+    lifted = next(f for f in job().findings if f.kind == "pace_cause")
+    assert "first fix" in lifted.detail and "(cuda_graphs)" in lifted.detail

@@ -277,8 +277,10 @@ def test_a_host_bound_pace_setter_takes_its_own_first_host_dispatch_fix() -> Non
     words = f"rank 1 dispatches; first fix: {fix_title('cuda_graphs')} (cuda_graphs)."
     cause = PaceSetterCause(1, HOST, words, 50.0, "cuda_graphs", 63.0, 74.0, 27.4)
 
-    def of(*recs: R.Recommendation):  # type: ignore[no-untyped-def]
-        return lambda rank: SimpleNamespace(rank=rank, recommendations=list(recs))
+    def of(*recs: R.Recommendation, sharded_by: str | None = None):  # type: ignore[no-untyped-def]
+        return lambda rank: SimpleNamespace(
+            rank=rank, recommendations=list(recs), sharded_by=sharded_by
+        )
 
     got = host_dispatch_fix(
         cause,
@@ -298,6 +300,16 @@ def test_a_host_bound_pace_setter_takes_its_own_first_host_dispatch_fix() -> Non
     )
     assert got is not None and got.fix_id == "kernel_fusion"
     assert host_dispatch_fix(cause, of(rec("cuda_graphs", -1.0), rec("batch_size", 70.0))) is cause
+    # a sharded pace-setter whose list offers no dispatch fix: no fix, and the words say why
+    got = host_dispatch_fix(cause, of(rec("batch_size", 70.0), sharded_by="compiled collectives"))
+    assert got is not None and got.fix_id is None
+    assert got.words == (
+        "rank 1 dispatches; no fix named: rank 1's parameters are sharded (compiled collectives), "
+        "where CUDA graphs were timed slower or never finished, and no other fix that cuts "
+        "dispatch is estimated to help."
+    )
+    sharded = of(rec("kernel_fusion", 3.0), sharded_by="FSDP")
+    assert host_dispatch_fix(cause, sharded).fix_id == "kernel_fusion"  # type: ignore[union-attr]
     other = PaceSetterCause(1, COMPUTE, "w", 5.0, "load_imbalance", 9.0, 70.0, 60.0)
     assert host_dispatch_fix(other, of(rec("cuda_graphs", 20.0))) is other
     own = PaceSetterCause(1, HOST, "w", 5.0, "load_imbalance", 9.0, 70.0, 60.0)

@@ -408,14 +408,19 @@ def sharded_by(inp: Inputs) -> str | None:
     """What splits this rank's parameters across ranks, as its trace shows it: ``"FSDP"`` (its
     all-gathers matched across ranks: an all-gather in a training step is FSDP's, see
     :mod:`~gpuscope.analysis.fixes.fsdp_prefetch`), ``"DTensor"`` (DTensor's Python dispatch
-    spans: tensor parallelism), None for neither. A compiled tensor-parallel step may show neither:
-    Dynamo traces the dispatch away, and without sequence parallelism its collectives are
-    all-reduces (no compiled tensor-parallel trace is recorded to check it)."""
+    spans: tensor parallelism), ``"compiled collectives"`` (functional collectives inside the
+    compiled graph, :attr:`~gpuscope.analysis.compiled.CompiledInfo.compiled_collectives_per_step`:
+    a tensor-parallel model compiled after ``parallelize_module``, whose dispatch Dynamo traced
+    away and whose all-reduces it kept in the graph; v171's and v190's fixed variants, traced on
+    2 H200s: 48 and 18 a step), None for none of them. A functional collective the program
+    calls outside compiled code (a metric's all-reduce) is no sign."""
     if inp.allgather_transfer_ns_per_step is not None:
         return "FSDP"
     sd = inp.phase.subclass if inp.phase is not None else None
     if sd is not None and sd.dtensor:
         return "DTensor"
+    if inp.compiled is not None and inp.compiled.compiled_collectives_per_step > 0:
+        return "compiled collectives"
     return None
 
 

@@ -83,6 +83,12 @@ def detect(inp: Inputs) -> Finding | None:
         # last layers' reduce-scatters, the waits for a later rank) has no bucket to tune. v191
         # (FSDP2 with its defaults): DDP's overlap code was the first fix at 21.9 %.
         return None
+    if fx.sharded_by(inp) in ("DTensor", "compiled collectives"):
+        # tensor parallelism's all-reduces carry the layers' activations and their gradients
+        # inside forward and backward, where no DDP bucket is: v171's and v190's compiled steps
+        # (2 H200s) had this as their first fix at 11.7 and 11.3 %. A job that also runs DDP
+        # across another mesh dimension loses this fix with them.
+        return None
     floor, _ = comm_floor_ns(inp)
     comm_only = floor * inp.n_steps
     # the all-gathers exposed in FSDP's pattern are fsdp_prefetch's (prefetch, not DDP's buckets)
