@@ -249,7 +249,8 @@ of it, launches and all, where dropping the checkpointing removes the recompute 
 other launch: ``model.compile(mode="reduce-overhead")`` of eight checkpointed planted steps gained
 more than dropping the checkpointing did (v81 89.9 % against 57.7, v86 76.8 against 42.3, v41
 76.6 against 57.1, v55 72.7 against 53.7, v56 73.9 against 37.4, v08 57.1 against 35.9, v29 65.8
-against 36.6, v68 63.1 against 21.2; 2-6 rounds each, cuda_graphs_gate.json). The replayed
+against 36.6, v68 63.1 against 21.2; 2-6 rounds each, cuda_graphs_gate.json; v132 73.0 against
+44.5, 3 rounds, truth.json's first_fixes). The replayed
 recompute still runs its kernels: dropping the checkpointing as well took another 14-22 % off the
 graphs' step (v29, v68, v08, v41: calls 16-17). ``host_free``: the
 replayed step no longer follows its host's speed while the planted one does;
