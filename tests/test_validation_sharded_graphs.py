@@ -134,3 +134,47 @@ def test_under_dtensor_no_run_with_replayed_graphs_ended() -> None:
         assert text.count(f"TIMEOUT {case} fixed time") == 2, case
         assert not re.search(rf"\] {case} \S+ +fixed +time", text), case
         assert len(re.findall(rf"\] {case} \S+ +planted +time +[\d.]+ ms/step", text)) >= 2, case
+
+
+@pytest.mark.slow
+def test_the_replayed_fsdp2_step_records_its_backward_graph_again_every_step(con) -> None:
+    """v191g's fixed variant (reduce-overhead over FSDP2), traced on 2 H200s after its warm-up and
+    40 timed steps (sharded_graphs/v191gc, logs/sharded_graphs_v191gc_trace.log): in each of the
+    three traced steps of both ranks CUDA graphs were captured again (3, 2 and 1
+    ``cudaStreamBeginCapture`` with its ``cudaGraphInstantiateWithFlags``, one
+    ``CUDAGraphNode.record`` each, backward graphs), beside 12 replays a step: gpuscope counts the
+    12 captures of the window as the program's, and the rank is sharded (FSDP's all-gathers), so
+    neither CUDA graphs nor their compiled re-timing is told there."""
+    import gzip
+
+    from gpuscope.analysis.report import analyze_run
+    from gpuscope.ingest.loader import ingest_paths
+
+    folder = VAL / "sharded_graphs" / "v191gc"
+    for path in sorted(folder.glob("*.json.gz")):
+        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        steps = sorted(
+            (
+                e
+                for e in events
+                if e.get("cat") == "user_annotation" and "ProfilerStep#" in e["name"]
+            ),
+            key=lambda e: e["ts"],
+        )
+        records = [
+            sum(
+                1
+                for e in events
+                if e.get("name") == "CUDAGraphNode.record"
+                and s["ts"] <= e["ts"] < s["ts"] + s["dur"]
+            )
+            for s in steps
+        ]
+        assert records == [3, 2, 1], (path.name, records)
+    [res] = ingest_paths(con, [folder])
+    for rank in (0, 1):
+        r = analyze_run(con, res.run_id, rank=rank, with_path=False, stored_parts=False)
+        assert r.compiled is not None and r.compiled.cuda_graphs
+        assert r.compiled.graph_captures == 12 and r.compiled.graph_launches_per_step == 12.0
+        assert r.sharded_by == "FSDP"
+        assert not {x.id for x in r.recommendations} & {"cuda_graphs", "compiled_overhead"}
