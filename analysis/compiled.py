@@ -41,7 +41,9 @@ FUNCTIONAL_COLLECTIVE_RE = r"^_?c10d_functional::(all_|reduce_scatter|broadcast)
 class CompiledInfo:
     """Per-step counts of compile / graph evidence. ``compiled``: any compiled region,
     ``CompiledFxGraph`` or Triton kernel; ``cuda_graphs``: any graph launch;
-    ``compiled_collectives_per_step``: functional collectives started inside compiled code."""
+    ``compiled_collectives_per_step``: functional collectives started inside compiled code;
+    ``graph_capture_steps``: how many of the window's steps hold a graph capture (more than one,
+    beside replays: the graphs are recorded again, step after step, not warmed up once)."""
 
     n_steps: int
     compiled_regions_per_step: float = 0.0
@@ -51,6 +53,7 @@ class CompiledInfo:
     graph_launches_per_step: float = 0.0
     graph_captures: int = 0
     compiled_collectives_per_step: float = 0.0
+    graph_capture_steps: int = 0
 
     @property
     def compiled(self) -> bool:
@@ -76,7 +79,13 @@ class CompiledInfo:
             "graph_launches_per_step": self.graph_launches_per_step,
             "graph_captures": self.graph_captures,
             "compiled_collectives_per_step": self.compiled_collectives_per_step,
+            "graph_capture_steps": self.graph_capture_steps,
         }
+
+    @property
+    def recaptured(self) -> bool:
+        """Graphs replayed and captured again in more than one step of the window."""
+        return self.graph_launches_per_step > 0 and self.graph_capture_steps > 1
 
 
 def compiled_info(con: Connection, run_id: str, rank: int, window: Window) -> CompiledInfo:
@@ -131,7 +140,36 @@ def compiled_info(con: Connection, run_id: str, rank: int, window: Window) -> Co
         graph_launches_per_step=int(row[4]) / n,
         graph_captures=int(row[5]),
         compiled_collectives_per_step=inside / n,
+        graph_capture_steps=_capture_steps(con, run_id, rank, window) if int(row[5]) else 0,
     )
+
+
+def _capture_steps(con: Connection, run_id: str, rank: int, window: Window) -> int:
+    """How many of the window's steps (:meth:`Window.step_bounds_ns`) hold a graph capture
+    (:data:`GRAPH_CAPTURE_RE`, host events starting in the step)."""
+    import numpy as np
+
+    got = execute(
+        con,
+        f"""
+        SELECT e.ts_ns FROM events e JOIN names n ON n.run_id = $run AND n.name_id = e.name_id
+        WHERE e.run_id = $run AND e.rank = $rank AND e.cat NOT IN {GPU_CATS_SQL}
+          AND e.ts_ns >= $ws AND e.ts_ns < $we AND regexp_matches(n.name, $capture)
+        """,
+        {
+            "run": run_id,
+            "rank": rank,
+            "ws": window.start_ns,
+            "we": window.end_ns,
+            "capture": GRAPH_CAPTURE_RE,
+        },
+    ).fetchall()
+    bounds = window.step_bounds_ns()
+    if not got or not bounds:
+        return 1 if got else 0
+    starts = np.array([b[0] for b in bounds], dtype=np.int64)
+    at = np.searchsorted(starts, np.array([r[0] for r in got], dtype=np.int64), side="right") - 1
+    return int(np.unique(at[at >= 0]).size)
 
 
 def _compiled_collectives(con: Connection, run_id: str, rank: int, window: Window) -> int:

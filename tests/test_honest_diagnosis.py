@@ -204,6 +204,37 @@ def test_a_window_that_captures_cuda_graphs_is_not_told_to_use_them(con, tmp_pat
 
 
 @pytest.mark.slow
+def test_graphs_captured_again_step_after_step_are_not_called_a_warm_up(con, tmp_path):
+    """The same compiled trace replaying a CUDA graph in each of its 3 steps
+    (``cudaGraphLaunch``), and capturing one (``cudaStreamBeginCapture`` + ``Instantiate``) in
+    steps 1 and 2: 4 captures in 2 of 3 steps beside the replays, the graphs recorded again
+    (v191g's reduce-overhead FSDP2 step did so in each traced step); the text says so, not "a
+    warm-up". Captured in step 1 alone: one step, the warm-up words."""
+    from gpuscope.cli.analyze import render
+
+    def analysed(capture_steps: tuple[int, ...], name: str):  # type: ignore[no-untyped-def]
+        t = short_ops(kernel="triton_poi_fused_add_mul_0", regions_per_step=2)
+        for i in range(3):
+            t.runtime("cudaGraphLaunch", 1000.0 * i + 950, 3)
+        for i in capture_steps:
+            t.runtime("cudaStreamBeginCapture", 1000.0 * i + 5, 1)
+            t.runtime("cudaGraphInstantiateWithFlags", 1000.0 * i + 940, 5)
+        return analyze_run(con, ingest(con, t, tmp_path / name))
+
+    again, once = analysed((1, 2), "again.json"), analysed((1,), "once.json")
+    assert [s.number for s in again.window.steps] == [0, 1, 2]
+    assert again.compiled.graph_captures == 4 and again.compiled.graph_capture_steps == 2
+    assert again.compiled.graph_launches_per_step == 1.0 and again.compiled.recaptured
+    assert once.compiled.graph_capture_steps == 1 and not once.compiled.recaptured
+    text = render(again.to_json())
+    assert "4 CUDA graph captures in 2 of its 3 steps, beside the replays: the graphs are " in text
+    assert "a warm-up, not the replayed steps" not in text
+    assert "2 CUDA graph captures in the window: it records their capture, a warm-up" in render(
+        once.to_json()
+    )
+
+
+@pytest.mark.slow
 def test_mfu_from_6nt_when_no_shapes(con, tmp_path):
     # N = 1e6 parameters, 1000 tokens per rank: 6e9 FLOPs per 1.0 ms step = 6 TFLOP/s;
     # MFU = 6 / 989.4 (H100 SXM dense bf16) = 0.60643%

@@ -143,7 +143,8 @@ def test_the_replayed_fsdp2_step_records_its_backward_graph_again_every_step(con
     three traced steps of both ranks CUDA graphs were captured again (3, 2 and 1
     ``cudaStreamBeginCapture`` with its ``cudaGraphInstantiateWithFlags``, one
     ``CUDAGraphNode.record`` each, backward graphs), beside 12 replays a step: gpuscope counts the
-    12 captures of the window as the program's, and the rank is sharded (FSDP's all-gathers), so
+    12 captures of the window as the program's, in all 3 steps (recorded again, not a warm-up),
+    and the rank is sharded (FSDP's all-gathers), so
     neither CUDA graphs nor their compiled re-timing is told there."""
     import gzip
 
@@ -176,5 +177,6 @@ def test_the_replayed_fsdp2_step_records_its_backward_graph_again_every_step(con
         r = analyze_run(con, res.run_id, rank=rank, with_path=False, stored_parts=False)
         assert r.compiled is not None and r.compiled.cuda_graphs
         assert r.compiled.graph_captures == 12 and r.compiled.graph_launches_per_step == 12.0
+        assert r.compiled.graph_capture_steps == 3 and r.compiled.recaptured
         assert r.sharded_by == "FSDP"
         assert not {x.id for x in r.recommendations} & {"cuda_graphs", "compiled_overhead"}

@@ -282,16 +282,24 @@ def render(doc: dict[str, Any], job: JobDiagnosis | None = None, *, all_ranks: b
             if on
         ]
         captures = comp.get("graph_captures") or 0
-        out.append(
-            f"compiled: {' + '.join(what)}  ({sig3(comp['compiled_regions_per_step'])} compiled "
-            f"regions, {sig3(comp['graph_launches_per_step'])} graph launches per step"
-            + (
+        capture_steps = comp.get("graph_capture_steps") or 0
+        n_steps = (doc.get("window") or {}).get("steps") or 1
+        if captures and capture_steps > 1 and comp.get("graph_launches_per_step"):
+            said = (
+                f"; {captures} CUDA graph captures in {capture_steps} of its {n_steps} steps, "
+                "beside the replays: the graphs are recorded again step after step (CUDA-graph "
+                "trees record anew when a graph's inputs change), each recording host time"
+            )
+        elif captures:
+            said = (
                 f"; {captures} CUDA graph captures in the window: it records their capture, a "
                 "warm-up, not the replayed steps"
-                if captures
-                else ""
             )
-            + ")"
+        else:
+            said = ""
+        out.append(
+            f"compiled: {' + '.join(what)}  ({sig3(comp['compiled_regions_per_step'])} compiled "
+            f"regions, {sig3(comp['graph_launches_per_step'])} graph launches per step{said})"
         )
     idle = doc["idle"]
     wait = doc.get("gpu_wait_pct")
