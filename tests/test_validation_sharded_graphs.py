@@ -16,8 +16,10 @@ import pytest
 from validation_parts import ROOT, VAL
 from validation_parts import record_sharded_graphs as rsg
 
-FSDP_CASES = ("v191g", "v185g", "v186g")
-"""The FSDP2 steps timed (three rounds each)."""
+FSDP_CASES = ("v191g", "v185g", "v186g", "v170g")
+"""The FSDP2 steps timed: three rounds each, v170g two (the rest of a later lease)."""
+ROUNDS = {"v170g": 2}
+"""The cases timed in fewer than three rounds."""
 TP_CASES = ("v171g", "v190g")
 """The tensor-parallel steps whose compiled runs never ended (the logs' TIMEOUT lines)."""
 
@@ -105,9 +107,10 @@ def _timings(case: str) -> list[dict]:
 
 
 def test_under_fsdp2_every_round_of_replayed_graphs_ran_the_step_over_twice_as_long() -> None:
-    """sharded_graphs/<case>/timing.json: three rounds of eager against reduce-overhead, each a
-    fresh 2-GPU job, the fix applied only in the fixed runs, which compiled the model; every
-    round's fixed step is over 2x its eager one; docs/metrics.md gives the medians."""
+    """sharded_graphs/<case>/timing.json: three rounds of eager against reduce-overhead (v170g
+    two), each a fresh 2-GPU job, the fix applied only in the fixed runs, which compiled the
+    model; every round's fixed step is over 2x its eager one; docs/metrics.md gives the
+    medians."""
     metrics = (ROOT / "docs" / "metrics.md").read_text()
     for case in FSDP_CASES:
         runs = _timings(case)
@@ -116,7 +119,7 @@ def test_under_fsdp2_every_round_of_replayed_graphs_ran_the_step_over_twice_as_l
             assert r["gpus"] == 2 and r["applied"] == (r["variant"] == "fixed")
             assert r["base_case"] == rsg.CASES[case]["base"]
             by_round.setdefault(r["round"], {})[r["variant"]] = r
-        assert sorted(by_round) == [0, 1, 2], case
+        assert sorted(by_round) == list(range(ROUNDS.get(case, 3))), case
         for pair in by_round.values():
             assert pair["fixed"]["compiled_as"]
             assert pair["fixed"]["step_ms_median"] > 2 * pair["planted"]["step_ms_median"], case

@@ -60,7 +60,8 @@ H200s, each 2-GPU step eager against ``model.compile(mode="reduce-overhead")`` (
 fresh ``torchrun`` jobs in turn, 3 rounds (record_sharded_graphs.py). Under FSDP2 (its default
 prefetching) the replayed graphs ran every step slower, in every round: v191 (a Qwen-style
 decoder, its GPU 99 and 118 % busy as traced) 42.8 -> 98.1 ms, v185 (a BEiT-style ViT) 66.2 ->
-187 ms, v186 (a BART-style encoder-decoder) 73.1 -> 364 ms. Under DTensor tensor parallelism
+187 ms, v186 (a BART-style encoder-decoder) 73.1 -> 364 ms, v170 (a Falcon-style decoder, 2
+rounds) 73.7 -> 264 ms. Under DTensor tensor parallelism
 (v171, v190, eager 45-107 ms, the rank this unit told 3-5 % busy) none of the four compiled runs
 ended within 150 s (v171) or 260 s (v190), compilation, 30 warm-up and 40 timed steps; the same
 models compiled in the default mode had run (their fixed variants)."""
