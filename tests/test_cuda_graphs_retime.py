@@ -92,20 +92,21 @@ def _rec(compiled: bool | None) -> Recommendation:
 
 
 @pytest.mark.parametrize("compiled", [None, False])
-def test_an_uncompiled_step_fuses_at_the_top(compiled):
+def test_an_uncompiled_step_fuses_by_half_at_mid_and_whole_at_the_top(compiled):
     """Not compiled (the finding says so, or says nothing): the top takes the host work off and
-    the removed kernel's 100 µs too (0); the first kernel of the chain stays 100 µs. Low and mid
-    are :func:`retime_replayed`'s."""
+    the removed kernel's 100 µs too (0); mid takes the host work to 0.2 (20 µs each op) and the
+    removed kernel to half (50 µs); the first kernel of the chain stays 100 µs at both. Low is
+    :func:`retime_replayed`'s."""
     g = _graph("aten::add")
     [r] = KF.removable_kernels(g)[0]
     v = CG.advised(_rec(compiled), g, CTX)
-    top = _durs(v["high"], g)
     gpu = [i for i, n in enumerate(g.nodes) if n.kind == "gpu"]
-    assert {i: top[i] for i in gpu} == {i: (0.0 if i == r else 100 * US) for i in gpu}
-    assert top[_host(g, "aten::add")] == 0.0 and top[_host(g, "aten::mul")] == 0.0
-    plain = CG.retime_replayed(g, CTX)
-    for level in ("low", "mid"):
-        assert _durs(v[level], g) == _durs(plain[level], g)
+    hosts = [_host(g, "aten::add"), _host(g, "aten::mul")]
+    for level, kept, host_us in (("high", 0.0, 0), ("mid", 50 * US, 20)):
+        d = _durs(v[level], g)
+        assert {i: d[i] for i in gpu} == {i: (kept if i == r else 100 * US) for i in gpu}, level
+        assert [d[h] for h in hosts] == [pytest.approx(host_us * US)] * 2, level
+    assert _durs(v["low"], g) == _durs(CG.retime_replayed(g, CTX)["low"], g)
 
 
 def test_a_compiled_step_does_not_fuse_again_at_the_top():

@@ -22,6 +22,7 @@ from validate_gains_set import (  # noqa: E402
     GROUPS,
     NULL_PCT,
     TRUTH,
+    first_fix_right,
     first_fix_table,
     holds,
     recommendations,
@@ -303,6 +304,28 @@ def test_a_first_fix_in_place_of_the_planted_one_is_as_good_from_90_percent_of_i
     out = first_fix_table(rows, [timed("d", 72.0), timed("e", 71.9), timed("f", 90.0),
                                  timed("g", 50.0)])  # fmt: skip
     assert out.splitlines()[-1].endswith("measured gain: 1 of 2")
+
+
+def test_a_first_fix_is_right_from_90_percent_of_the_best_measured_on_its_case() -> None:
+    """The planted fix x measured 40.0 on a; y timed there at 60.0, z at 53.9, a void w at 99.
+    First x: 40 < 0.9 × 60, not right (y gains more). First y: right. First z: 53.9 < 54.0, not
+    right. First w: void, so never timed: not right. On b nothing else was timed: x is right, an
+    untimed first fix is not. The summary counts the right ones among the cases with a gain."""
+
+    def timed(base: str, fix: str, gain: float, **more: str) -> dict:
+        return {"base": base, "gpuscope_fix_id": fix, "gain_pct": gain, **more}
+
+    t = [timed("a", "y", 60.0), timed("a", "z", 53.9), timed("a", "w", 99.0, void="nothing")]
+    assert not first_fix_right(_row("a", 0.0, 50.0, 40.0, first="x"), t)
+    assert first_fix_right(_row("a", 0.0, 50.0, 40.0, first="y"), t)
+    assert not first_fix_right(_row("a", 0.0, 50.0, 40.0, first="z"), t)
+    assert not first_fix_right(_row("a", 0.0, 50.0, 40.0, first="w"), t)
+    assert first_fix_right(_row("b", 0.0, 50.0, 40.0, first="x"), t)
+    assert not first_fix_right(_row("b", 0.0, 50.0, 40.0, first="y"), t)
+    rows = [_row("a", 0.0, 50.0, 40.0, first="y"), _row("b", 0.0, 50.0, 40.0, first="y")]
+    assert "first fix gaining at least 90% of the best measured on the case: 1/2 [MISSED]" in (
+        summary(rows, t)
+    )
 
 
 @pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")

@@ -325,12 +325,14 @@ GATE_CASES = (
     *("v18", "v36", "v06", "v23", "v47", "v02", "v68", "v59"),
     *("v75", "v30", "v60", "v12", "v03", "v07", "v29"),
     *("v81", "v86", "v41", "v55", "v08", "v56"),
+    *("v10", "v58", "v167", "v130", "v149"),
 )
 """The eager steps timed with ``mode="reduce-overhead"`` (``cuda_graphs_gate.json``,
 :mod:`time_cuda_graphs_gate`): the first seven beside ``model.compile()``, the rest against eager
 alone (then eight steps under 200 kernels, seven short steps of 2-13 ms, and six steps
-checkpointed block by block, where CUDA graphs and dropping the checkpointing compete); each a
-first fix ``<case>g``. Runs marked
+checkpointed block by block, where CUDA graphs and dropping the checkpointing compete, then five
+where CUDA graphs would lead at the mid level, each beside its own fix); each a first fix
+``<case>g``. Runs marked
 ``void`` (a compile that compiled nothing) count nowhere."""
 
 

@@ -77,12 +77,18 @@ PART_OF = {
     "v56": "record_blind3",
     "v81": "record_blind4",
     "v86": "record_blind5",
+    "v10": "record_validation",
+    "v58": "record_blind3",
+    "v130": "record_blind8",
+    "v149": "record_blind9",
+    "v167": "record_blind10",
 }
 """Each case's recorder: the module whose ``build(case, variant, device)`` makes it (v05-v46:
 kernel_fusion pairs; v122, v137, v150: host_sync pairs, a ``.item()`` in the planted step; the
 v02-v59: eager cases timed against reduce-overhead alone; v75-v29: short eager steps, 2-13 ms
 untraced, not timed with CUDA graphs before; v38, v51, v96: untimed first fixes, bf16 and
-cudnn.benchmark; v08-v86: steps checkpointed block by block, timed with reduce-overhead)."""
+cudnn.benchmark; v08-v86: steps checkpointed block by block, timed with reduce-overhead; v10-v167:
+cases where reduce-overhead would lead at gpuscope's mid level, each against its own ``fixed``)."""
 
 HOWS = (
     "eager",
@@ -94,6 +100,7 @@ HOWS = (
     "batch16",
     "dropped",
     "dropped_cuda_graphs",
+    "fixed",
 )
 """The ways: as built; torch.compile; reduce-overhead; ``torch.backends.cudnn.benchmark = True``
 before the first step; each step (forward, backward, optimizer) under bf16 autocast, as the
@@ -101,7 +108,8 @@ recorders' first-fix builders apply gpuscope's ``cudnn_benchmark`` and ``mixed_p
 ``batch<k>``: the batch × k (gpuscope's ``batch_size``, judged per sample), for the cases of
 :data:`BATCH_CASES` only; ``dropped``: the builder's ``fixed`` variant (gpuscope's
 ``activation_checkpointing``: the checkpointing dropped), and ``dropped_cuda_graphs`` the same with
-reduce-overhead (both fixes), for the cases of :data:`CHECKPOINTED_CASES` only."""
+reduce-overhead (both fixes), for the cases of :data:`CHECKPOINTED_CASES` only; ``fixed``: any
+case's ``fixed`` variant as its builder makes it (the planted cause's own fix)."""
 BATCH_CASES = frozenset({"v18"})
 """The cases whose builder takes a batch multiple (``record_new.BATCH_MULT``)."""
 CHECKPOINTED_CASES = frozenset({"v08", "v20", "v29", "v41", "v55", "v56", "v68", "v81", "v86"})
@@ -143,7 +151,8 @@ def one(case: str, how: str, quick: bool, trace: Path | None = None) -> dict:
         torch._logging.set_logs(perf_hints=True)
         logging.getLogger("torch").addHandler(Heard())
     t0 = time.perf_counter()
-    step, samples, meta, model = part.build(case, "fixed" if dropped else "planted", device)
+    variant = "fixed" if dropped or how == "fixed" else "planted"
+    step, samples, meta, model = part.build(case, variant, device)
     meta.pop("_ballast", None)
     compiled_as = None
     if how == "compile":
