@@ -217,6 +217,7 @@ def test_the_precision_pair_steps_under_autocast_only_when_fixed(
     """v199's loss runs under the kit's bf16 autocast (``k.ac``) in the fixed variant only; the
     bf16 cases v193, v194, v195, v197 and v200 under it in both (their own bf16, not the fix)."""
     pytest.importorskip("torch")
+    monkeypatch.setattr(record_new, "QUICK", True)  # the sizes the CPU tests build at
     entered = counting_autocast(monkeypatch)
     counts = {}
     for case in ("v199", "v193", "v194", "v195", "v197", "v200"):
