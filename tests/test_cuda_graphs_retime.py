@@ -109,6 +109,37 @@ def test_an_uncompiled_step_fuses_by_half_at_mid_and_whole_at_the_top(compiled):
     assert _durs(v["low"], g) == _durs(CG.retime_replayed(g, CTX)["low"], g)
 
 
+BN_CL = (
+    "void at::native::batch_norm_collect_statistics_channels_last_kernel<at::native::Var, "
+    "c10::BFloat16, float, float, 4>(c10::BFloat16 const*, float*, float*, int*, int, int)"
+)
+BN_CUDNN = "void cudnn::bn_fw_tr_1C11_singleread_spec<__nv_bfloat16, 512, 1, 2, 0>(float)"
+
+
+@pytest.mark.parametrize(("name", "mid", "top"), [(BN_CL, 50, 25), (BN_CUDNN, 100, 100)])
+def test_a_channels_last_batch_norm_keeps_half_at_mid_and_a_quarter_at_the_top(name, mid, top):
+    """A step of 300 µs: ``aten::batch_norm`` on the host 0-100 µs, then its 200 µs kernel
+    100-300 µs. Uncompiled, PyTorch's channels-last training BatchNorm kernel keeps 200 µs at low,
+    100 at mid, 50 at the top (Inductor's fused reductions replace it); cuDNN's keeps its 200 µs
+    at every level. Nothing is removed by fusion (one kernel); a compiled step keeps it all."""
+    gpu = [G(name, "kernel", 100 * US, 300 * US, 7)]
+    host = [
+        H("ProfilerStep#1", "user_annotation", 0, 300 * US, 1),
+        H("aten::batch_norm", "cpu_op", 0, 100 * US, 1),
+    ]
+    g = build_graph(host, gpu, 1, 0, 300 * US)
+    [k] = [i for i, n in enumerate(g.nodes) if n.kind == "gpu"]
+    assert KF.channels_last_batch_norms(g) == (frozenset({k}) if name == BN_CL else frozenset())
+    v = CG.advised(_rec(False), g, CTX)
+    got = {level: _durs(v[level], g)[k] for level in ("low", "mid", "high")}
+    assert got == {"low": 200 * US, "mid": mid * 2 * US, "high": top * 2 * US}
+    compiled = CG.advised(_rec(True), g, CTX)
+    assert {lv: _durs(compiled[lv], g)[k] for lv in ("mid", "high")} == {
+        "mid": 200 * US,
+        "high": 200 * US,
+    }
+
+
 def test_a_compiled_step_does_not_fuse_again_at_the_top():
     """Compiled already (Inductor has fused): the top keeps both kernels' 100 µs."""
     g = _graph("aten::add")

@@ -382,6 +382,19 @@ rule had counted each BatchNorm as a link of an elementwise chain. An inference 
 (``bn_fw_inf``) is elementwise and stays fusable."""
 
 
+CHANNELS_LAST_BATCH_NORM_RE = re.compile(r"batch_norm_\w*channels_last_kernel")
+"""PyTorch's own training BatchNorm kernels for channels-last tensors
+(``batch_norm_collect_statistics_channels_last_kernel``, ``batch_norm_transform_input_...``,
+``batch_norm_backward_reduce_...``, ``batch_norm_backward_elemt_...``): eager runs a channels-last
+BatchNorm as these, not as cuDNN's. ``torch.compile(model, mode="reduce-overhead")`` replaces them
+with Inductor's reductions fused into their neighbours: on the four channels-last conv nets timed
+with it (H200, ``cuda_graphs_gate.json``) it gained 30.8-35.8 %, where these kernels were 30-46 %
+of the GPU's work and the step GPU-bound (v146 31.8, v156 31.1, v157 35.8, v179 30.8), each twice
+the estimate that kept their time or more. ``torch.compile`` alone gained -14.2 % (v146), -8.9 %
+(v156) and 33.0 % (v157): its Triton launches come back to the host, so only the replayed step is
+re-timed with them (``cuda_graphs.advised``)."""
+
+
 CUDNN_LAYOUT_RE = re.compile(r"cudnn::\S*(?:nchwToNhwc|nhwcToNchw)", re.IGNORECASE)
 """cuDNN's layout transforms (``cudnn::engines_precompiled::nchwToNhwcKernel``), launched inside
 the convolution's own library call, which a compiled model makes as the eager one does. A
@@ -424,6 +437,22 @@ def removable_kernels(g: Graph) -> tuple[frozenset[int], int]:
                 removed.add(i)
             prev = fus
     return frozenset(removed), total
+
+
+def channels_last_batch_norms(g: Graph) -> frozenset[int]:
+    """The graph's kernels that are PyTorch's channels-last training BatchNorm
+    (:data:`CHANNELS_LAST_BATCH_NORM_RE`), node indices."""
+    hit: dict[str, bool] = {}
+    out: set[int] = set()
+    for i, n in enumerate(g.nodes):
+        ev = n.event
+        if n.kind == "gpu" and n.cat == "kernels" and ev is not None:
+            h = hit.get(ev.name)
+            if h is None:
+                h = hit[ev.name] = CHANNELS_LAST_BATCH_NORM_RE.search(ev.name) is not None
+            if h:
+                out.add(i)
+    return frozenset(out)
 
 
 def retime_whole_host(g: Graph, ctx: Context) -> dict[str, Variant]:

@@ -326,20 +326,22 @@ GATE_CASES = (
     *("v75", "v30", "v60", "v12", "v03", "v07", "v29"),
     *("v81", "v86", "v41", "v55", "v08", "v56"),
     *("v10", "v58", "v167", "v130", "v149"),
+    *("v92", "v156", "v157"),
 )
 """The eager steps timed with ``mode="reduce-overhead"`` (``cuda_graphs_gate.json``,
 :mod:`time_cuda_graphs_gate`): the first seven beside ``model.compile()``, the rest against eager
 alone (then eight steps under 200 kernels, seven short steps of 2-13 ms, and six steps
 checkpointed block by block, where CUDA graphs and dropping the checkpointing compete, then five
-where CUDA graphs would lead at the mid level, each beside its own fix); each a first fix
-``<case>g``. Runs marked
+where CUDA graphs would lead at the mid level, each beside its own fix, then three where they led
+untimed); each a first fix ``<case>g``. Runs marked
 ``void`` (a compile that compiled nothing) count nowhere."""
 
 
-GATE_COMPILE_CASES = ("v18", "v34", "v77")
+GATE_COMPILE_CASES = ("v18", "v34", "v77", "v156", "v157")
 """The eager steps whose value-reading syncs the question of ``kernel_fusion.MIN_KERNELS_PER_SYNC``
-is about, timed with ``torch.compile`` against eager in ``cuda_graphs_gate.json`` (calls 9-11):
-each a first fix ``<case>k``."""
+is about, timed with ``torch.compile`` against eager in ``cuda_graphs_gate.json`` (calls 9-11),
+then two where reduce-overhead gained far more than its estimate (call 21: the fusion's share of
+it): each a first fix ``<case>k``."""
 
 GATE_OTHER = (
     ("v38", "bf16"),
