@@ -85,6 +85,8 @@ PART_OF = {
     "v92": "record_blind5",
     "v156": "record_blind9",
     "v157": "record_blind9",
+    "v127": "record_blind7",
+    "v24": "record_new",
 }
 """Each case's recorder: the module whose ``build(case, variant, device)`` makes it (v05-v46:
 kernel_fusion pairs; v122, v137, v150: host_sync pairs, a ``.item()`` in the planted step; the
@@ -92,7 +94,8 @@ v02-v59: eager cases timed against reduce-overhead alone; v75-v29: short eager s
 untraced, not timed with CUDA graphs before; v38, v51, v96: untimed first fixes, bf16 and
 cudnn.benchmark; v08-v86: steps checkpointed block by block, timed with reduce-overhead; v10-v167:
 cases where reduce-overhead would lead at gpuscope's mid level, each against its own ``fixed``;
-v92-v157: where reduce-overhead is the first fix, untimed)."""
+v92-v157: where reduce-overhead is the first fix, untimed; v127, v24: null cases, reduce-overhead
+first untimed on v127, not named on v24, a channels-last conv net as v156 and v157)."""
 
 HOWS = (
     "eager",
