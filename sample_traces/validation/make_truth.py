@@ -327,15 +327,15 @@ GATE_CASES = (
     *("v81", "v86", "v41", "v55", "v08", "v56"),
     *("v10", "v58", "v167", "v130", "v149"),
     *("v92", "v156", "v157"),
-    *("v127", "v24"),
+    *("v127", "v24", "v194"),
 )
 """The eager steps timed with ``mode="reduce-overhead"`` (``cuda_graphs_gate.json``,
 :mod:`time_cuda_graphs_gate`): the first seven beside ``model.compile()``, the rest against eager
 alone (then eight steps under 200 kernels, seven short steps of 2-13 ms, and six steps
 checkpointed block by block, where CUDA graphs and dropping the checkpointing compete, then five
 where CUDA graphs would lead at the mid level, each beside its own fix, then three where they led
-untimed, then two null cases: v127, where they led untimed, and v24, where they were not named);
-each a first fix ``<case>g``. Runs marked
+untimed, then three null cases: v127, where they led untimed, v24, where they were not named, and
+v194, where the mid level's fusion made them lead); each a first fix ``<case>g``. Runs marked
 ``void`` (a compile that compiled nothing) count nowhere."""
 
 

@@ -87,6 +87,7 @@ PART_OF = {
     "v157": "record_blind9",
     "v127": "record_blind7",
     "v24": "record_new",
+    "v194": "record_blind13",
 }
 """Each case's recorder: the module whose ``build(case, variant, device)`` makes it (v05-v46:
 kernel_fusion pairs; v122, v137, v150: host_sync pairs, a ``.item()`` in the planted step; the
@@ -95,7 +96,8 @@ untraced, not timed with CUDA graphs before; v38, v51, v96: untimed first fixes,
 cudnn.benchmark; v08-v86: steps checkpointed block by block, timed with reduce-overhead; v10-v167:
 cases where reduce-overhead would lead at gpuscope's mid level, each against its own ``fixed``;
 v92-v157: where reduce-overhead is the first fix, untimed; v127, v24: null cases, reduce-overhead
-first untimed on v127, not named on v24, a channels-last conv net as v156 and v157)."""
+first untimed on v127, not named on v24, a channels-last conv net as v156 and v157; v194: a null case where the mid
+level's fusion made reduce-overhead the first fix)."""
 
 HOWS = (
     "eager",
