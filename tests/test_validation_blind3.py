@@ -14,9 +14,9 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_own_held_out_group,
+    build_each_at_quick_sizes,
     later_groups,
     record_blind3,
-    record_new,
 )
 
 COVERED = ONE_GPU_FIXES
@@ -60,26 +60,8 @@ def test_every_case_builds_and_steps_on_the_cpu_at_tiny_sizes(
     model: compiling is slow on a CPU; the 2-GPU cases are left out: they need a process group,
     which ``drive --quick --cpu`` starts). v64 compiles its fixed variant only, v66 both; no other
     case compiles."""
-    torch = pytest.importorskip("torch")
-    compiles: dict[tuple[str, str], int] = {}
-    now: list[tuple[str, str]] = []
-
-    def compile_(model, **kw):  # type: ignore[no-untyped-def]
-        compiles[now[-1]] = compiles.get(now[-1], 0) + 1
-        return model
-
-    monkeypatch.setattr(torch, "compile", compile_)
-    saved = record_new.QUICK
-    record_new.QUICK = True
-    try:
-        for case in [c for c in record_blind3.ORDER if record_blind3.CASES[c].get("gpus", 1) == 1]:
-            for variant in ("planted", "fixed"):
-                now.append((case, variant))
-                step, samples, meta, _model = record_blind3.build(case, variant, "cpu")
-                step()
-                assert samples > 0 and isinstance(meta, dict), (case, variant)
-    finally:
-        record_new.QUICK = saved
+    pytest.importorskip("torch")
+    _metas, compiles = build_each_at_quick_sizes(record_blind3, monkeypatch)
     assert compiles == {("v64", "fixed"): 1, ("v66", "planted"): 1, ("v66", "fixed"): 1}
 
 

@@ -15,9 +15,9 @@ from validation_parts import (
     assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_own_held_out_group,
     assert_recorded_part,
+    build_each_at_quick_sizes,
     earlier_cases,
     record_blind4,
-    record_new,
 )
 
 COVERED = ONE_GPU_FIXES
@@ -75,32 +75,12 @@ def test_every_case_builds_and_steps_on_the_cpu_at_tiny_sizes(
     which ``drive --quick --cpu`` starts). The checkpointing pairs checkpoint in the planted
     variant only: v71 a plain function per block, v81 the residual modules. v70 compiles its
     fixed variant only, v79 both; no other case compiles."""
-    torch = pytest.importorskip("torch")
-    compiles: dict[tuple[str, str], int] = {}
-    now: list[tuple[str, str]] = []
-
-    def compile_(model, **kw):  # type: ignore[no-untyped-def]
-        compiles[now[-1]] = compiles.get(now[-1], 0) + 1
-        return model
-
-    monkeypatch.setattr(torch, "compile", compile_)
-    saved = record_new.QUICK
-    record_new.QUICK = True
-    try:
-        metas: dict[tuple[str, str], dict] = {}
-        for case in [c for c in record_blind4.ORDER if record_blind4.CASES[c].get("gpus", 1) == 1]:
-            for variant in ("planted", "fixed"):
-                now.append((case, variant))
-                step, samples, meta, _model = record_blind4.build(case, variant, "cpu")
-                step()
-                assert samples > 0 and isinstance(meta, dict), (case, variant)
-                metas[case, variant] = dict(meta)
-        assert metas["v71", "planted"]["checkpointed_functions"] > 0
-        assert metas["v71", "fixed"]["checkpointed_functions"] == 0
-        assert metas["v81", "planted"]["checkpointed_modules"] > 0
-        assert metas["v81", "fixed"]["checkpointed_modules"] == 0
-    finally:
-        record_new.QUICK = saved
+    pytest.importorskip("torch")
+    metas, compiles = build_each_at_quick_sizes(record_blind4, monkeypatch)
+    assert metas["v71", "planted"]["checkpointed_functions"] > 0
+    assert metas["v71", "fixed"]["checkpointed_functions"] == 0
+    assert metas["v81", "planted"]["checkpointed_modules"] > 0
+    assert metas["v81", "fixed"]["checkpointed_modules"] == 0
     assert compiles == {("v70", "fixed"): 1, ("v79", "planted"): 1, ("v79", "fixed"): 1}
 
 

@@ -297,6 +297,35 @@ def assert_first_fixes(part: Any, short_of_rounds: frozenset[str] = frozenset())
         assert short == (case in short_of_rounds), case
 
 
+def build_each_at_quick_sizes(
+    part: Any, monkeypatch: Any
+) -> tuple[dict[tuple[str, str], dict], dict[tuple[str, str], int]]:
+    """Each one-GPU case of the blind part ``part`` built as planted and fixed on the CPU at the
+    --quick sizes and stepped once, torch.compile replaced by a recorder of its calls that returns
+    the model (compiling is slow on a CPU). Returns each build's meta and the number of
+    torch.compile calls each made (builds that made none left out), by (case, variant)."""
+    import torch
+
+    compiles: dict[tuple[str, str], int] = {}
+    now: list[tuple[str, str]] = []
+
+    def compile_(model: Any, **kw: Any) -> Any:
+        compiles[now[-1]] = compiles.get(now[-1], 0) + 1
+        return model
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setattr(record_new, "QUICK", True)
+    metas: dict[tuple[str, str], dict] = {}
+    for case in [c for c in part.ORDER if part.CASES[c].get("gpus", 1) == 1]:
+        for variant in ("planted", "fixed"):
+            now.append((case, variant))
+            step, samples, meta, _model = part.build(case, variant, "cpu")
+            step()
+            assert samples > 0 and isinstance(meta, dict), (case, variant)
+            metas[case, variant] = dict(meta)
+    return metas, compiles
+
+
 def build_one_gpu_cases(
     part: Any, monkeypatch: Any, same_math: Collection[str], benchmark_cases: Collection[str]
 ) -> tuple[dict[tuple[str, str], dict], dict[tuple[str, str], int], dict]:
