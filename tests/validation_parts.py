@@ -27,6 +27,7 @@ import record_blind10  # noqa: E402
 import record_blind11  # noqa: E402
 import record_blind12  # noqa: E402
 import record_blind13  # noqa: E402
+import record_blind14  # noqa: E402
 import record_new  # noqa: E402
 import record_sharded_graphs  # noqa: E402
 import record_validation  # noqa: E402
@@ -59,6 +60,7 @@ __all__ = [
     "record_blind11",
     "record_blind12",
     "record_blind13",
+    "record_blind14",
     "record_new",
     "record_sharded_graphs",
     "record_validation",

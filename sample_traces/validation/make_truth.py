@@ -30,7 +30,8 @@ is ``group: "blind10"``, held out, recorded after v145-v159 had been judged; eve
 record_blind11.py (v175-v184) is ``group: "blind11"``, held out, recorded after v160-v174 had been
 judged; every case of record_blind12.py (v185-v192) is ``group: "blind12"``, held out, recorded
 after v175-v184 had been judged; every case of record_blind13.py (v193-v200) is ``group:
-"blind13"``, held out, recorded after v185-v192 had been judged.
+"blind13"``, held out, recorded after v185-v192 had been judged; every case of record_blind14.py
+(v201-v208) is ``group: "blind14"``, held out, recorded after v193-v200 had been judged.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ import record_blind10  # noqa: E402
 import record_blind11  # noqa: E402
 import record_blind12  # noqa: E402
 import record_blind13  # noqa: E402
+import record_blind14  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -76,6 +78,7 @@ GROUPS = (
     "blind11",
     "blind12",
     "blind13",
+    "blind14",
 )
 """The set's parts, in the order the benchmark prints them."""
 
@@ -93,6 +96,7 @@ BLIND_PARTS = (
     record_blind11,
     record_blind12,
     record_blind13,
+    record_blind14,
 )
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 
@@ -107,6 +111,7 @@ FIRST_FIXES = {
     **record_blind11.FIRST_FIXES,
     **record_blind12.FIRST_FIXES,
     **record_blind13.FIRST_FIXES,
+    **record_blind14.FIRST_FIXES,
 }
 """The first fixes gpuscope named on a blind part where the planted cause was another's, timed
 on the base case's planted variant (case -> spec: base, how, fix, expected_fix)."""
