@@ -299,7 +299,8 @@ nowhere (``validate_gains_set.first_fix_table``)."""
 
 def first_fix(case: str) -> dict | None:
     """The timing of a first fix gpuscope named that was not the planted cause's
-    (:data:`FIRST_FIXES`, on its base case's planted variant; step time):
+    (:data:`FIRST_FIXES`, on its base case's planted variant; step time, per sample for a
+    ``batch_size`` one):
     ``first_fix_timing.json`` in the base case's folder (the spec's ``timing`` file where it names
     one: a second fix timed on the same base), rounds paired as :func:`single`'s."""
     spec = FIRST_FIXES[case]
@@ -307,7 +308,9 @@ def first_fix(case: str) -> dict | None:
     if not tj.exists():
         return None
     doc = json.loads(tj.read_text())
-    p, f = round_pairs([r for r in doc["runs"] if r["mode"] == "time"], "step_ms_median")
+    per_sample = spec["how"] == "batch_size"  # judged per sample, as the estimate is
+    key = "per_sample_us" if per_sample else "step_ms_median"
+    p, f = round_pairs([r for r in doc["runs"] if r["mode"] == "time"], key)
     return {
         "case": case,
         "base": spec["base"],
@@ -315,7 +318,7 @@ def first_fix(case: str) -> dict | None:
         "gpuscope_fix_id": spec["expected_fix"],
         "device": doc["env"]["device"],
         "torch": doc["env"]["torch"],
-        "unit": "ms per step (median of 5-step blocks)",
+        "unit": "us per sample" if per_sample else "ms per step (median of 5-step blocks)",
         "planted": p,
         "fixed": f,
         **gain_fields(gains(p, f)),

@@ -62,9 +62,30 @@ from record_common import merged_part  # noqa: E402
 GROUP = "blind14"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
-FIRST_FIXES: dict[str, dict] = {}
-"""The first fixes gpuscope names on this part where the planted cause was another's, timed on
-the base case's planted variant (as record_blind13.FIRST_FIXES): none before the judgement."""
+FIRST_FIXES: dict[str, dict] = {
+    "v203b": {
+        "name": "v203_batch_size",
+        "base": "v203",
+        "how": "batch_size",
+        "planted": "v203's planted variant (batch 12, fp32, cudnn.benchmark off)",
+        "fix": "the same at twice the batch (24), per sample",
+        "expected_fix": "batch_size",
+    },
+    "v204c": {
+        "name": "v204_cuda_graphs",
+        "base": "v204",
+        "how": "cuda_graphs",
+        "planted": "v204's planted variant (21 .item() reads a step, eager)",
+        "fix": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code: "
+        "forward and backward replayed as CUDA graphs, the optimizer step eager)",
+        "expected_fix": "cuda_graphs",
+    },
+}
+"""The first fixes gpuscope named on this part where the planted cause was another's (the
+judgement at 523a79f's package: ``batch_size`` first on v203 at 27.4 %, where the planted
+cuDNN benchmark gained 3.6; ``cuda_graphs`` first on v204 at 25.8 %, where removing the planted
+syncs gained 18.6), timed only (no trace) on the base case's planted variant, variant ``fixed``
+applying that fix."""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part((blind14_a,), FIRST_FIXES, 14201, __file__)

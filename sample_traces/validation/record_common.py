@@ -15,7 +15,8 @@ class Kit:
 
     ``quick``: tiny sizes (the recipe checked on a CPU); ``cuda``: the device is a GPU; ``dt``:
     its autocast device type; ``ac``: a bf16 autocast context (a no-op on the CPU); ``meta``:
-    the dict the builder fills for the run's record."""
+    the dict the builder fills for the run's record; ``batch_scale``: the multiple of its batch a
+    builder that reads it runs (2 under a ``batch_size`` first fix, else 1)."""
 
     torch: Any
     nn: Any
@@ -25,6 +26,7 @@ class Kit:
     dt: str
     ac: Any
     meta: dict = field(default_factory=dict)
+    batch_scale: int = 1
 
     def train(self, opt: Any, loss_fn: Any) -> Any:
         """One training step: ``loss_fn()``, zero the gradients, backward, ``opt.step()``."""
@@ -172,14 +174,18 @@ def first_fix_builders(first_fixes: dict[str, dict], builders: dict[str, Any]) -
     ``mode="reduce-overhead"``,
     the code gpuscope's ``cuda_graphs`` fix gives: forward and backward replayed as CUDA graphs, the
     optimizer step left eager), ``cudnn_benchmark`` (``torch.backends.cudnn.benchmark = True``
-    before the first step) or ``bf16`` (each step under ``k.ac``, bf16 autocast). Records
-    ``base_case``, ``first_fix`` and ``applied`` in ``k.meta``."""
+    before the first step), ``bf16`` (each step under ``k.ac``, bf16 autocast) or ``batch_size``
+    (the base built with ``k.batch_scale = 2``: twice its batch, judged per sample; only a base
+    whose builder reads ``batch_scale``). Records ``base_case``, ``first_fix`` and ``applied`` in
+    ``k.meta``."""
 
     def one(spec: dict) -> Any:
-        if spec["how"] not in ("compile", "cuda_graphs", "cudnn_benchmark", "bf16"):
+        if spec["how"] not in ("compile", "cuda_graphs", "cudnn_benchmark", "bf16", "batch_size"):
             raise ValueError(f"first fix {spec['how']!r}: not one the recorders apply")
 
         def builder(k: Kit, fixed: bool, device: str, rank: int) -> Any:
+            if fixed and spec["how"] == "batch_size":
+                k.batch_scale = 2
             step, samples, model = builders[spec["base"]](k, False, device, rank)
             if fixed and spec["how"] == "compile":
                 compile_in_place(model)
