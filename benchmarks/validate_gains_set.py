@@ -77,12 +77,16 @@ GROUPS = (
     ),
     (
         "blind13",
-        "Thirteenth blind part v193+ (never analysed before recording; only with --blind)",
+        "Thirteenth blind part v193-v200 (never analysed before recording; only with --blind)",
+    ),
+    (
+        "blind14",
+        "Fourteenth blind part v201+ (never analysed before recording; only with --blind)",
     ),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 SEEN_GROUPS = tuple(g for g, _ in GROUPS)[:-1]
-"""The parts already judged once (v01-v192): every part but the newest blind one, which is judged
+"""The parts already judged once (v01-v200): every part but the newest blind one, which is judged
 once when it lands and joins these with the next; ``--seen`` judges these and nothing else."""
 
 

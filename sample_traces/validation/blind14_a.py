@@ -415,7 +415,7 @@ def _enet(k: Kit, fixed: bool, device: str, rank: int):
     h, w, c1, c2, classes, batch = (
         (32, 64, 16, 32, 4, 2) if k.quick else (512, 1024, 64, 128, 19, 12)
     )
-    batch *= k.batch_scale  # 1, but 2 under the batch_size first fix (record_blind14.FIRST_FIXES)
+    batch *= k.batch_scale  # 1, but 4 under the batch_size first fix (record_blind14.FIRST_FIXES)
     k.torch.backends.cudnn.benchmark = fixed
 
     class Initial(nn.Module):  # a strided 3x3 conv 3-13 beside a 3x3 max pool: 16 ch at 1/2

@@ -68,7 +68,7 @@ FIRST_FIXES: dict[str, dict] = {
         "base": "v203",
         "how": "batch_size",
         "planted": "v203's planted variant (batch 12, fp32, cudnn.benchmark off)",
-        "fix": "the same at twice the batch (24), per sample",
+        "fix": "the same at four times the batch (48: gpuscope's code, batch_size=4 * B), per sample",
         "expected_fix": "batch_size",
     },
     "v204c": {

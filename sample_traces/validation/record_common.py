@@ -16,7 +16,7 @@ class Kit:
     ``quick``: tiny sizes (the recipe checked on a CPU); ``cuda``: the device is a GPU; ``dt``:
     its autocast device type; ``ac``: a bf16 autocast context (a no-op on the CPU); ``meta``:
     the dict the builder fills for the run's record; ``batch_scale``: the multiple of its batch a
-    builder that reads it runs (2 under a ``batch_size`` first fix, else 1)."""
+    builder that reads it runs (4 under a ``batch_size`` first fix, else 1)."""
 
     torch: Any
     nn: Any
@@ -175,8 +175,8 @@ def first_fix_builders(first_fixes: dict[str, dict], builders: dict[str, Any]) -
     the code gpuscope's ``cuda_graphs`` fix gives: forward and backward replayed as CUDA graphs, the
     optimizer step left eager), ``cudnn_benchmark`` (``torch.backends.cudnn.benchmark = True``
     before the first step), ``bf16`` (each step under ``k.ac``, bf16 autocast) or ``batch_size``
-    (the base built with ``k.batch_scale = 2``: twice its batch, judged per sample; only a base
-    whose builder reads ``batch_scale``). Records ``base_case``, ``first_fix`` and ``applied`` in
+    (the base built with ``k.batch_scale = 4``: four times its batch, as gpuscope's code says,
+    judged per sample; only a base whose builder reads ``batch_scale``). Records ``base_case``, ``first_fix`` and ``applied`` in
     ``k.meta``."""
 
     def one(spec: dict) -> Any:
@@ -185,7 +185,7 @@ def first_fix_builders(first_fixes: dict[str, dict], builders: dict[str, Any]) -
 
         def builder(k: Kit, fixed: bool, device: str, rank: int) -> Any:
             if fixed and spec["how"] == "batch_size":
-                k.batch_scale = 2
+                k.batch_scale = 4
             step, samples, model = builders[spec["base"]](k, False, device, rank)
             if fixed and spec["how"] == "compile":
                 compile_in_place(model)
