@@ -18,6 +18,7 @@ from validation_parts import (
     assert_first_fixes,
     assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
+    assert_one_gpu_pairs,
     assert_part_layout,
     assert_recorded_part,
     build_one_gpu_cases,
@@ -86,22 +87,9 @@ def test_the_models_and_their_families_are_new() -> None:
 
 
 def test_eight_one_gpu_pairs_seven_fixes_and_two_nulls() -> None:
-    from gpuscope.analysis.fixes import BY_ID
-
     cases = record_blind13.CASES
-    assert {c["expected_fix"] for c in cases.values()} <= set(BY_ID)
-    assert {k: c["expected_fix"] for k, c in cases.items()} == FIXES
-    assert all(c.get("gpus", 1) == 1 for c in cases.values()) and len(cases) == 8
-    compiled = {k for k, c in cases.items() if c.get("compiled")}
-    assert {k for k, c in cases.items() if "torch.compile(" in c["fix"]} == compiled
-    assert compiled == {"v197", "v198"}
-    nulls = {k: c for k, c in cases.items() if c.get("null")}
-    assert set(nulls) == NULLS
-    assert all(c["name"] == f"null_{c['expected_fix']}" for c in nulls.values())
-    assert all("gains ~0" in c["fix"] for c in nulls.values())
-    real = {k: c for k, c in cases.items() if not c.get("null")}
-    assert all(c["name"] == c["expected_fix"] for c in real.values())
-    assert "gains ~0" not in "".join(c["fix"] for c in real.values())
+    assert len(cases) == 8
+    assert_one_gpu_pairs(record_blind13, FIXES, NULLS, {"v197", "v198"})
     for k in ("v193", "v194"):  # workers: planted none, fixed 4; pinned alike in both
         assert cases[k]["planted"].startswith("DataLoader(num_workers=0)"), k
         assert cases[k]["fix"].startswith("DataLoader(num_workers=4, persistent_workers=True)")

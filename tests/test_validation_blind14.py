@@ -19,6 +19,7 @@ from validation_parts import (
     assert_case_words,
     assert_device_script_drives_lanes,
     assert_new_families,
+    assert_one_gpu_pairs,
     assert_part_layout,
     assert_recorded_part,
     build_one_gpu_cases,
@@ -90,23 +91,10 @@ def test_the_models_and_their_families_are_new() -> None:
 
 
 def test_eight_one_gpu_pairs_six_fixes_and_two_nulls() -> None:
-    from gpuscope.analysis.fixes import BY_ID
-
     cases = record_blind14.CASES
-    assert {c["expected_fix"] for c in cases.values()} <= set(BY_ID)
-    assert {k: c["expected_fix"] for k, c in cases.items()} == FIXES
+    assert len(cases) == 8
+    assert_one_gpu_pairs(record_blind14, FIXES, NULLS, {"v206", "v207"})
     assert set(FIXES.values()) == ONE_GPU_FIXES - {"dataloader_workers", "pin_memory"}
-    assert all(c.get("gpus", 1) == 1 for c in cases.values()) and len(cases) == 8
-    compiled = {k for k, c in cases.items() if c.get("compiled")}
-    assert {k for k, c in cases.items() if "torch.compile(" in c["fix"]} == compiled
-    assert compiled == {"v206", "v207"}
-    nulls = {k: c for k, c in cases.items() if c.get("null")}
-    assert set(nulls) == NULLS
-    assert all(c["name"] == f"null_{c['expected_fix']}" for c in nulls.values())
-    assert all("gains ~0" in c["fix"] for c in nulls.values())
-    real = {k: c for k, c in cases.items() if not c.get("null")}
-    assert all(c["name"] == c["expected_fix"] for c in real.values())
-    assert "gains ~0" not in "".join(c["fix"] for c in real.values())
     assert_case_words(record_blind14)  # per-sample only for v208; no '"' in a trace's words
     assert "use_reentrant=False" in cases["v201"]["planted"]
     assert cases["v201"]["fix"] == "checkpointing dropped"

@@ -165,6 +165,30 @@ def assert_case_words(part: Any) -> None:
             assert '"' not in c[key], (name, key)
 
 
+def assert_one_gpu_pairs(
+    part: Any, fixes: dict[str, str], nulls: frozenset[str], compiled: set[str]
+) -> None:
+    """The blind part ``part``'s cases: each its expected fix (``fixes``), a fix unit gpuscope
+    has, on one GPU; torch.compile in the fix of exactly the cases marked ``compiled`` (and those
+    are ``compiled``); the pairs chosen to gain nothing exactly ``nulls``, named ``null_<fix>`` and
+    saying "gains ~0" in their fix, which no other case says."""
+    from gpuscope.analysis.fixes import BY_ID
+
+    cases = part.CASES
+    assert {c["expected_fix"] for c in cases.values()} <= set(BY_ID)
+    assert {k: c["expected_fix"] for k, c in cases.items()} == fixes
+    assert all(c.get("gpus", 1) == 1 for c in cases.values())
+    marked = {k for k, c in cases.items() if c.get("compiled")}
+    assert {k for k, c in cases.items() if "torch.compile(" in c["fix"]} == marked == compiled
+    chosen = {k: c for k, c in cases.items() if c.get("null")}
+    assert set(chosen) == nulls
+    assert all(c["name"] == f"null_{c['expected_fix']}" for c in chosen.values())
+    assert all("gains ~0" in c["fix"] for c in chosen.values())
+    real = {k: c for k, c in cases.items() if not c.get("null")}
+    assert all(c["name"] == c["expected_fix"] for c in real.values())
+    assert "gains ~0" not in "".join(c["fix"] for c in real.values())
+
+
 SCATTER_POINTS = 12.0
 """Rounds whose gains spread over this many points need >= 5 of them (the recording rule)."""
 
