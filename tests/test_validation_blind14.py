@@ -73,6 +73,7 @@ def test_the_fourteenth_blind_part_is_its_own_held_out_group_numbered_on_from_v2
     assert {k: (v["base"], v["how"]) for k, v in record_blind14.FIRST_FIXES.items()} == {
         "v203b": ("v203", "batch_size"),
         "v204c": ("v204", "cuda_graphs"),
+        "v208c": ("v208", "cuda_graphs"),
     }
     # recorded (2026-11-29, two H200s): every case has its timings, 3 rounds or more, and each
     # first fix its own, v203's at four times the batch and judged per sample

@@ -80,12 +80,23 @@ FIRST_FIXES: dict[str, dict] = {
         "forward and backward replayed as CUDA graphs, the optimizer step eager)",
         "expected_fix": "cuda_graphs",
     },
+    "v208c": {
+        "name": "v208_cuda_graphs",
+        "base": "v208",
+        "how": "cuda_graphs",
+        "planted": "v208's planted variant (batch 64, bf16, channels_last, eager)",
+        "fix": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code: "
+        "forward and backward replayed as CUDA graphs, the optimizer step eager)",
+        "expected_fix": "cuda_graphs",
+    },
 }
 """The first fixes gpuscope named on this part where the planted cause was another's (the
 judgement at 523a79f's package: ``batch_size`` first on v203 at 27.4 %, where the planted
 cuDNN benchmark gained 3.6; ``cuda_graphs`` first on v204 at 25.8 %, where removing the planted
 syncs gained 18.6), timed only (no trace) on the base case's planted variant, variant ``fixed``
-applying that fix."""
+applying that fix. v208c: ``cuda_graphs``, first on v208 at 26.9 % once a GPU-bound step of
+channels-last BatchNorms was told it (``cuda_graphs.norms_bound``, set on v24, v146, v156, v157
+and v179), timed before that rule landed, to judge it on a case it was not set on."""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part((blind14_a,), FIRST_FIXES, 14201, __file__)
