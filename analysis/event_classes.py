@@ -79,6 +79,12 @@ NATIVE_CONV_RE = r"at::native::.*(?:conv_depthwise|slow_conv|im2col|col2im|vol2c
 """Convolution kernels of PyTorch's own implementations (depthwise, im2col-based): cuDNN's
 algorithm search (``cudnn.benchmark``) does not pick them, so it cannot speed them up."""
 
+CHANNELS_LAST_BATCH_NORM_RE = r"batch_norm_\w*channels_last_kernel"
+"""PyTorch's own training BatchNorm kernels for channels-last tensors
+(``batch_norm_collect_statistics_channels_last_kernel``, ``batch_norm_transform_input_...``,
+``batch_norm_backward_reduce_...``, ``batch_norm_backward_elemt_...``): eager runs a channels-last
+BatchNorm as these, not as cuDNN's (``fixes.kernel_fusion.channels_last_batch_norms``)."""
+
 # -- name rules of host spans (regular expressions valid in Python ``re`` and DuckDB's RE2) --------
 
 #: A training step: the ``ProfilerStep#N`` annotation.

@@ -48,7 +48,11 @@ from gpuscope.analysis.collectives import (
 from gpuscope.analysis.compiled import CompiledInfo, compiled_info
 from gpuscope.analysis.copies import PageableCopies, pageable_copies
 from gpuscope.analysis.critical_path import CriticalPath, critical_path
-from gpuscope.analysis.event_classes import KERNEL_CATS, NATIVE_CONV_RE
+from gpuscope.analysis.event_classes import (
+    CHANNELS_LAST_BATCH_NORM_RE,
+    KERNEL_CATS,
+    NATIVE_CONV_RE,
+)
 from gpuscope.analysis.fixes.fsdp_prefetch import allgather_transfer_per_step
 from gpuscope.analysis.fixes.overlap_communication import allreduce_per_step
 from gpuscope.analysis.flops import FlopsResult
@@ -373,7 +377,9 @@ def _kernel_stats(
                coalesce(sum(d) FILTER (WHERE blocks < $sms), 0)::BIGINT,
                avg(blocks / $sms ORDER BY rid) FILTER (WHERE blocks < $sms),
                coalesce(sum(d) FILTER (WHERE name_id IN (SELECT name_id FROM names
-                        WHERE run_id = $run AND regexp_matches(name, $native))), 0)::BIGINT
+                        WHERE run_id = $run AND regexp_matches(name, $native))), 0)::BIGINT,
+               coalesce(sum(d) FILTER (WHERE name_id IN (SELECT name_id FROM names
+                        WHERE run_id = $run AND regexp_matches(name, $cl_bn))), 0)::BIGINT
         FROM k
         """,
         {
@@ -383,6 +389,7 @@ def _kernel_stats(
             "dev": p["dev"],
             "comm": COMM_KERNEL_RE,
             "native": NATIVE_CONV_RE,
+            "cl_bn": CHANNELS_LAST_BATCH_NORM_RE,
             "short": short,
             "sms": int(sms) if sms else 0,
         },
@@ -404,6 +411,7 @@ def _kernel_stats(
         conv_us=conv_us,
         cudnn_find_seen=bool(find and find[0]),
         native_conv_us=min(conv_us, int(row[7]) / 1e3),
+        channels_last_bn_us=int(row[8]) / 1e3,
     )
 
 

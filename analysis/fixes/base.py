@@ -66,6 +66,9 @@ class KernelStats:
     cudnn_find_seen: bool = False
     native_conv_us: float = 0.0
     """Of ``conv_us``, PyTorch's own convolution kernels (``event_classes.NATIVE_CONV_RE``)."""
+    channels_last_bn_us: float = 0.0
+    """PyTorch's own channels-last training BatchNorm kernels (µs over the window:
+    ``event_classes.CHANNELS_LAST_BATCH_NORM_RE``)."""
 
 
 SHORT_KERNEL_US = 20.0

@@ -5,7 +5,7 @@ work filling the step (:data:`EAGER_MAX_BUSY_PCT`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
@@ -110,8 +110,10 @@ def detect(inp: Inputs) -> Finding | None:
     them (:func:`~gpuscope.analysis.fixes.kernel_fusion.sync_cut`). Never where the rank's
     parameters are sharded (:func:`~gpuscope.analysis.fixes.base.sharded_by`: FSDP's all-gathers,
     DTensor's dispatch): there the replayed graphs were timed slower, or did not finish
-    (:data:`SHARDED_TIMINGS`)."""
+    (:data:`SHARDED_TIMINGS`). A step that is not launch-bound: :func:`norms_bound`."""
     lb = launch_bound(inp)
+    if lb is None and fx.sharded_by(inp) is None:
+        return norms_bound(inp)
     if lb is None or lb.graphs or fx.sharded_by(inp) is not None:
         return None
     # no proven bound: the graph replay shortens the host's whole launch work, not only the idle
@@ -144,6 +146,59 @@ def detect(inp: Inputs) -> Finding | None:
     recompute = inp.phase is not None and inp.phase.recompute is not None
     code = EAGER_CODE + CHECKPOINTED_NOTE if recompute else EAGER_CODE
     return Finding(ev, fx.host_gain_pct(lb.ns, inp), title=EAGER_TITLE, code=code, why=why)
+
+
+NORMS_MIN_PCT = 25.0
+"""An uncompiled step that is not launch-bound is told CUDA graphs (``mode="reduce-overhead"``)
+where PyTorch's channels-last training BatchNorm kernels take this share (%) of its kernel time or
+more (:func:`norms_bound`). Reduce-overhead replaces them with Inductor's reductions fused into
+their neighbours and replays the step, so the host's launches of the fused kernels stay off it.
+Timed on one H200 against eager (``cuda_graphs_gate.json``), on five such conv nets where these
+kernels were 30-46 % of the GPU's work: v146 31.8 %, v156 31.1, v157 35.8, v179 30.8, told through
+their launch-bound idle, and v24 26.1 (GPU-bound, 39 % of its kernel time in these kernels, told
+nothing before: its first fix was cuDNN's benchmark at 3.0 %; now 24.0 %, 15.7-38.5). Judged on
+a case it was not set on, timed after the rule was written: v208 (a DnCNN-style denoiser, bf16,
+channels-last; its planted larger batch gained 4.0 %), told 26.9 % (17.6-42.7), measured 29.0. ``torch.compile`` alone was erratic
+on them (v146 −14.2 %, v156 −8.9, v157 33.0: its launches come back to the host); compiled,
+their non-matrix kernel time fell to 0.44-0.53 of eager's (validation README, "What torch.compile
+left of five channels-last BatchNorm nets")."""
+
+NORMS_TITLE = "Compile and replay the step: fused BatchNorms, no launches"
+
+
+def norms_bound(inp: Inputs) -> Finding | None:
+    """An uncompiled step, not replayed as CUDA graphs, whose kernel time is
+    :data:`NORMS_MIN_PCT` % or more PyTorch's channels-last training BatchNorm kernels
+    (``KernelStats.channels_last_bn_us``); evidence ``channels_last_bn_pct`` and
+    ``channels_last_bn_ms_per_step``. Its estimate is the re-timing's (:func:`advised`: those
+    kernels × 1 / 0.5 / 0.25); this point is the mid level's saving over the untraced step."""
+    k = inp.kernels
+    c = inp.compiled
+    if c is not None and (c.compiled or c.cuda_graphs):
+        return None
+    if k.kernel_us <= 0 or not inp.untraced_step_ns:
+        return None
+    share = 100.0 * k.channels_last_bn_us / k.kernel_us
+    if share < NORMS_MIN_PCT:
+        return None
+    ms = k.channels_last_bn_us / 1e3 / max(1, inp.n_steps)
+    ev: dict[str, Any] = {
+        "channels_last_bn_pct": share,
+        "channels_last_bn_ms_per_step": ms,
+        "compiled": False,
+        "summary": (
+            f"PyTorch's channels-last training BatchNorm kernels take {sig3(share)}% of the "
+            f"GPU's kernel time ({sig3(ms)} ms per step): eager runs each BatchNorm as separate "
+            "statistics, normalisation and backward kernels over the whole activation."
+        ),
+    }
+    why = (
+        "torch.compile replaces these BatchNorm kernels with reductions fused into the "
+        "convolutions' neighbours; replaying the compiled step as CUDA graphs keeps the host's "
+        "launches of the new kernels off the step, where torch.compile alone can lose them."
+    )
+    gain = min(100.0, 100.0 * (1.0 - NORM_KEPT[0]) * ms * 1e6 / inp.untraced_step_ns)
+    return Finding(ev, gain, title=NORMS_TITLE, code=EAGER_CODE, why=why)
 
 
 def in_compiled_calls(g: Graph) -> Callable[[Node], bool]:

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuscope.analysis import event_classes
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import (
     SHORT_KERNEL_US,
@@ -382,7 +383,7 @@ rule had counted each BatchNorm as a link of an elementwise chain. An inference 
 (``bn_fw_inf``) is elementwise and stays fusable."""
 
 
-CHANNELS_LAST_BATCH_NORM_RE = re.compile(r"batch_norm_\w*channels_last_kernel")
+CHANNELS_LAST_BATCH_NORM_RE = re.compile(event_classes.CHANNELS_LAST_BATCH_NORM_RE)
 """PyTorch's own training BatchNorm kernels for channels-last tensors
 (``batch_norm_collect_statistics_channels_last_kernel``, ``batch_norm_transform_input_...``,
 ``batch_norm_backward_reduce_...``, ``batch_norm_backward_elemt_...``): eager runs a channels-last
