@@ -45,7 +45,7 @@ parameters on both ranks."""
 def test_the_twelfth_blind_part_is_its_own_held_out_group_numbered_on_from_v185() -> None:
     assert_part_layout(record_blind12, "blind12", 185, (record_blind12.blind12_a,), count=8)
     assert record_blind12 in make_truth.BLIND_PARTS  # the thirteenth part follows it
-    assert set(record_blind12.FIRST_FIXES) == {"v191c", "v192c"}
+    assert set(record_blind12.FIRST_FIXES) == {"v191c", "v192c", "v192b"}
     # not recorded yet: make_truth leaves out every case without its timing.json
     recorded = [c for c in record_blind12.ORDER if (VAL / c / "timing.json").exists()]
     assert all(make_truth.single(c) is not None for c in recorded)
@@ -209,12 +209,20 @@ def test_every_case_builds_on_two_gloo_ranks_and_differs_only_as_planted(
         assert meta(rank, "v189", "num_workers_by_rank") == ([2, 0], [2, 2])
     assert meta(1, "v189", "num_workers") == (0, 2) and meta(0, "v189", "num_workers") == (2, 2)
     # the first fixes: the base case's planted variant both times, compiled in place when fixed
+    # (v191c, v192c), or at four times its batch a rank (v192b: batch_size)
     for rank in (0, 1):
         for case, spec in record_blind12.FIRST_FIXES.items():
             base = spec["base"]
+            how = spec["how"]
             assert meta(rank, case, "applied") == (False, True)
-            assert meta(rank, case, "first_fix") == ("compile", "compile")
+            assert meta(rank, case, "first_fix") == (how, how)
             assert meta(rank, case, "base_case") == (base, base)
+            if how == "batch_size":
+                n0 = ranks[rank][base, "planted"]["samples"]
+                assert ranks[rank][case, "planted"]["samples"] == n0
+                assert ranks[rank][case, "fixed"]["samples"] == 4 * n0
+                assert not ranks[rank][case, "fixed"]["calls"]
+                continue
             assert [len(ranks[rank][case, v]["calls"]) for v in ("planted", "fixed")] == [0, 1]
             assert ranks[rank][case, "fixed"]["calls"][0].endswith(".compile")
             for v in ("planted", "fixed"):

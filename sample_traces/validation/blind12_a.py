@@ -852,6 +852,7 @@ def _rcan_ddp(k: Kit, fixed: bool, device: str, rank: int):
     # second all-reduced after the head conv's gradient, the backward's last: ~30-50 us either
     # way; static_graph and the gradients as bucket views save a 6 MB copy (~5 us): ~0 %
     ch, groups, blocks, red, lr, batch = (8, 2, 2, 2, 8, 2) if k.quick else (64, 4, 4, 16, 96, 24)
+    batch *= k.batch_scale  # 4 under v192b (record_blind12.FIRST_FIXES)
 
     class RCAB(nn.Module):  # residual channel-attention block
         def __init__(self) -> None:

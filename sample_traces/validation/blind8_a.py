@@ -99,8 +99,10 @@ def _compiled_classifier(
     (fused on a GPU), torch.compile of it in the fixed variant (eager in the planted one), one
     fixed batch of ``batch`` random ``img`` x ``img`` RGB images and labels of ``classes``
     classes, cross-entropy on the fp32 logits under ``k.ac`` (bf16 autocast on a GPU). Records
-    ``compiled`` in ``k.meta``; returns (step_fn, samples_per_step, model)."""
+    ``compiled`` in ``k.meta``; returns (step_fn, samples_per_step, model). ``batch`` ×
+    ``k.batch_scale`` (4 under v131's ``batch_size`` first fix, record_blind8.FIRST_FIXES)."""
     torch, F = k.torch, k.F
+    batch *= k.batch_scale
     model = model.to(device)
     opt = k.adamw(model, fused=k.cuda)
     run = torch.compile(model) if fixed else model

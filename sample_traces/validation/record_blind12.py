@@ -59,6 +59,16 @@ def _compiled(base: str, planted: str) -> dict:
 FIRST_FIXES: dict[str, dict] = {
     "v191c": _compiled("v191", "FSDP2's default prefetching"),
     "v192c": _compiled("v192", "DDP's defaults"),
+    "v192b": {
+        "name": "v192_batch_size",
+        "base": "v192",
+        "how": "batch_size",
+        "planted": "v192's planted variant (batch 24 a rank, DDP's defaults)",
+        "fix": "the same at four times the batch (96 a rank: gpuscope's code, batch_size=4 * B), "
+        "per sample",
+        "expected_fix": "batch_size",
+        "gpus": 2,
+    },
 }
 """The first fixes gpuscope names on this part where the planted cause is another's, timed on
 the base case's planted variant after the part was judged (4 x H200, two lanes of 2 GPUs, 5
@@ -66,7 +76,9 @@ rounds each, no trace; logs/ff_blind12_ff5a.log, ff_blind12_ff5b.log): at 5433cc
 torch.compile (``kernel_fusion``) led on v191 (11.3 %) and v192 (28.6 %). It led on v185
 (30.2 %) and v186 (15.5 %) too, but ``model.compile()`` of their planted variants fails: Dynamo
 stops at the plant's own hooks, which gate each all-gather with ``Stream.wait_stream``
-(logs/ff_blind12_ffa_compile_fails.log), so those two are not timed."""
+(logs/ff_blind12_ffa_compile_fails.log), so those two are not timed. ``v192b``: the first fix
+at 87a823a on v192, ``batch_size`` (33.0 % per sample), timed on 2026-11-30 at four times the
+batch a rank, as gpuscope's code says, judged per sample."""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part((blind12_a,), FIRST_FIXES, 12185, __file__)

@@ -101,6 +101,15 @@ FIRST_FIXES: dict[str, dict] = {
         "step eager)",
         "expected_fix": "cuda_graphs",
     },
+    "v131b": {
+        "name": "v131_batch_size",
+        "base": "v131",
+        "how": "batch_size",
+        "planted": "v131's planted variant (batch 192, bf16 autocast, eager)",
+        "fix": "the same at four times the batch (768: gpuscope's code, batch_size=4 * B), per "
+        "sample",
+        "expected_fix": "batch_size",
+    },
 }
 """The first fixes gpuscope named on this part where the planted cause was another's (the judgement
 at 3ebdcbd: ``cudnn_benchmark`` first on v135 and v142, ``mixed_precision`` on v136,
@@ -108,7 +117,9 @@ at 3ebdcbd: ``cudnn_benchmark`` first on v135 and v142, ``mixed_precision`` on v
 ``fixed`` applies that fix. They settle whether the first fix gains what it says; they are not
 cases of the part. v140's first, ``cuda_graphs``, was timed later (2026-11-27, judgement at
 5be19a7) as the code gpuscope gives, ``model.compile(mode='reduce-overhead')`` with the optimizer
-step eager. (v131's first, ``batch_size``, changes the training: not timed.) v132's first since
+step eager. v131's first, ``batch_size`` (58.3 % per sample at 87a823a), changes the training:
+it was timed on 2026-11-30 at four times the batch, as gpuscope's code says (``v131b``, judged
+per sample as v203b). v132's first since
 b262708, ``cuda_graphs`` with the checkpointing kept, was timed on 2026-11-29 (one H200, 3
 rounds, logs/ff_blind8_ffg.log): 73.0 %."""
 
