@@ -81,12 +81,16 @@ GROUPS = (
     ),
     (
         "blind14",
-        "Fourteenth blind part v201+ (never analysed before recording; only with --blind)",
+        "Fourteenth blind part v201-v208 (never analysed before recording; only with --blind)",
+    ),
+    (
+        "blind15",
+        "Fifteenth blind part v209+ (never analysed before recording; only with --blind)",
     ),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 SEEN_GROUPS = tuple(g for g, _ in GROUPS)[:-1]
-"""The parts already judged once (v01-v200): every part but the newest blind one, which is judged
+"""The parts already judged once (v01-v208): every part but the newest blind one, which is judged
 once when it lands and joins these with the next; ``--seen`` judges these and nothing else."""
 
 

@@ -69,7 +69,8 @@ AUTOCAST_BOTH = ("v201", "v207", "v208")
 
 def test_the_fourteenth_blind_part_is_its_own_held_out_group_numbered_on_from_v201() -> None:
     assert_part_layout(record_blind14, "blind14", 201, (record_blind14.blind14_a,), count=8)
-    assert record_blind14 in make_truth.BLIND_PARTS and "blind14" in make_truth.GROUPS
+    assert record_blind14 in make_truth.BLIND_PARTS  # the fifteenth part follows it
+    assert "blind14" in make_truth.GROUPS
     assert {k: (v["base"], v["how"]) for k, v in record_blind14.FIRST_FIXES.items()} == {
         "v203b": ("v203", "batch_size"),
         "v204c": ("v204", "cuda_graphs"),

@@ -28,6 +28,7 @@ import record_blind11  # noqa: E402
 import record_blind12  # noqa: E402
 import record_blind13  # noqa: E402
 import record_blind14  # noqa: E402
+import record_blind15  # noqa: E402
 import record_new  # noqa: E402
 import record_sharded_graphs  # noqa: E402
 import record_validation  # noqa: E402
@@ -61,6 +62,7 @@ __all__ = [
     "record_blind12",
     "record_blind13",
     "record_blind14",
+    "record_blind15",
     "record_new",
     "record_sharded_graphs",
     "record_validation",
@@ -281,7 +283,8 @@ def assert_fifteen_with_one_two_gpu_straggler(part: Any) -> None:
 
 def assert_first_fixes(part: Any, short_of_rounds: frozenset[str] = frozenset()) -> None:
     """truth.json's ``first_fixes`` hold each of ``part.FIRST_FIXES`` timed on its base case's
-    planted variant (``first_fix_timing.json``, or the spec's ``timing`` file), >= 3 rounds paired planted/fixed in round order on
+    planted variant (``first_fix_timing.json``, or the spec's ``timing`` file; per sample, at four
+    times the batch, for a ``batch_size`` one), >= 3 rounds paired planted/fixed in round order on
     an NVIDIA GPU, its gain the median of ``1 - fixed/planted``; the fix applied only in the fixed
     runs, never in the planted ones; >= 5 rounds where they scatter over :data:`SCATTER_POINTS`,
     except exactly the first fixes ``short_of_rounds``."""
@@ -310,13 +313,13 @@ def assert_first_fixes(part: Any, short_of_rounds: frozenset[str] = frozenset())
         assert c["device"].startswith("NVIDIA")
         rounds = sorted({r["round"] for r in runs})
         assert len(rounds) >= 3 and len(c["planted"]) == len(c["fixed"]) == len(rounds)
+        key = "per_sample_us" if spec["how"] == "batch_size" else "step_ms_median"
         for i, rnd in enumerate(rounds):
             p = [r for r in runs if r["round"] == rnd and r["variant"] == "planted"]
             f = [r for r in runs if r["round"] == rnd and r["variant"] == "fixed"]
-            assert (c["planted"][i], c["fixed"][i]) == (
-                p[0]["step_ms_median"],
-                f[0]["step_ms_median"],
-            )
+            assert (c["planted"][i], c["fixed"][i]) == (p[0][key], f[0][key])
+            if spec["how"] == "batch_size":  # four times the batch, judged per sample
+                assert f[0]["samples_per_step"] == 4 * p[0]["samples_per_step"]
         g = [100 * (1 - f / p) for p, f in zip(c["planted"], c["fixed"], strict=True)]
         assert c["gain_pct"] == pytest.approx(statistics.median(g))
         short = len(g) < 5 and max(g) - min(g) > SCATTER_POINTS  # short of the recording rule

@@ -31,7 +31,9 @@ record_blind11.py (v175-v184) is ``group: "blind11"``, held out, recorded after 
 judged; every case of record_blind12.py (v185-v192) is ``group: "blind12"``, held out, recorded
 after v175-v184 had been judged; every case of record_blind13.py (v193-v200) is ``group:
 "blind13"``, held out, recorded after v185-v192 had been judged; every case of record_blind14.py
-(v201-v208) is ``group: "blind14"``, held out, recorded after v193-v200 had been judged.
+(v201-v208) is ``group: "blind14"``, held out, recorded after v193-v200 had been judged; every
+case of record_blind15.py (v209-v214) is ``group: "blind15"``, held out, recorded after v201-v208
+had been judged.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ import record_blind11  # noqa: E402
 import record_blind12  # noqa: E402
 import record_blind13  # noqa: E402
 import record_blind14  # noqa: E402
+import record_blind15  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -79,6 +82,7 @@ GROUPS = (
     "blind12",
     "blind13",
     "blind14",
+    "blind15",
 )
 """The set's parts, in the order the benchmark prints them."""
 
@@ -97,6 +101,7 @@ BLIND_PARTS = (
     record_blind12,
     record_blind13,
     record_blind14,
+    record_blind15,
 )
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 
@@ -112,6 +117,7 @@ FIRST_FIXES = {
     **record_blind12.FIRST_FIXES,
     **record_blind13.FIRST_FIXES,
     **record_blind14.FIRST_FIXES,
+    **record_blind15.FIRST_FIXES,
 }
 """The first fixes gpuscope named on a blind part where the planted cause was another's, timed
 on the base case's planted variant (case -> spec: base, how, fix, expected_fix)."""
