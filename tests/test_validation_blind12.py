@@ -243,5 +243,12 @@ def test_every_case_builds_on_two_gloo_ranks_and_differs_only_as_planted(
 def test_the_first_fixes_timed_are_what_their_files_say() -> None:
     """truth.json's ``first_fixes`` of this part: torch.compile, gpuscope's first fix at 5433cc1
     on the nulls v191 (11.3 %, 0.1-22.4) and v192 (28.6 %, 0.5-52.1), timed on their planted
-    variants (5 rounds each, 4 x H200): 3.5 % and 5.0 %."""
+    variants (5 rounds each, 4 x H200): 3.5 % and 5.0 %; and four times v192's batch a rank
+    (``batch_size``, first at 87a823a at 33.0 % per sample; 3 rounds, 2 x H200): 42.7 % a
+    sample, more than the planted buckets' 12.6."""
+    import json
+
     assert_first_fixes(record_blind12)
+    got = {c["case"]: c for c in json.loads((VAL / "truth.json").read_text())["first_fixes"]}
+    assert got["v192b"]["unit"] == "us per sample"
+    assert got["v192b"]["gain_pct"] == pytest.approx(42.7, abs=0.05)

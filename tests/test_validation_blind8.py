@@ -163,7 +163,8 @@ def test_the_first_fixes_timed_are_what_their_files_say() -> None:
     each timed as recorded, 3 rounds; ``model.compile(mode="reduce-overhead")`` on v140's
     (``cuda_graphs``, first at 5be19a7, 75.6 %), 4 rounds: 74.8 %; and on v132's, checkpointing
     kept (``cuda_graphs``, first since b262708 at 59.1 %, range 38.8-83.5), 3 rounds: 73.0 %,
-    more than dropping the checkpointing's 44.5."""
+    more than dropping the checkpointing's 44.5; four times v131's batch (``batch_size``, first
+    at 87a823a at 58.3 % per sample), 3 rounds: −0.8 % a sample."""
     import json
 
     assert_first_fixes(record_blind8)
@@ -180,6 +181,8 @@ def test_the_first_fixes_timed_are_what_their_files_say() -> None:
     planted = {c["case"]: c for c in json.loads(TRUTH.read_text())["cases"]}["v132"]
     assert got["v132c"]["gain_pct"] == pytest.approx(73.0, abs=0.05)
     assert got["v132c"]["gain_pct"] > planted["gain_pct"] + 20  # the checkpointing's 44.5
+    assert got["v131b"]["unit"] == "us per sample"
+    assert got["v131b"]["gain_pct"] == pytest.approx(-0.8, abs=0.05)
     assert {s["how"] for s in record_blind8.FIRST_FIXES.values()} == {
         "cudnn_benchmark",
         "bf16",

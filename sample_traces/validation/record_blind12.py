@@ -68,6 +68,7 @@ FIRST_FIXES: dict[str, dict] = {
         "per sample",
         "expected_fix": "batch_size",
         "gpus": 2,
+        "timing": "batch_size_timing.json",
     },
 }
 """The first fixes gpuscope names on this part where the planted cause is another's, timed on
