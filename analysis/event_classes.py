@@ -85,6 +85,16 @@ CHANNELS_LAST_BATCH_NORM_RE = r"batch_norm_\w*channels_last_kernel"
 ``batch_norm_backward_reduce_...``, ``batch_norm_backward_elemt_...``): eager runs a channels-last
 BatchNorm as these, not as cuDNN's (``fixes.kernel_fusion.channels_last_batch_norms``)."""
 
+PER_CHANNEL_GRID_RE = (
+    r"batch_norm_(?:collect_statistics|backward_reduce|backward)_kernel|bn_(?:fw_tr|bw)_1C11"
+)
+"""Training BatchNorm kernels of NCHW tensors launched with one block per channel, each block
+looping over the batch and the pixels: PyTorch's ``batch_norm_collect_statistics_kernel``,
+``batch_norm_backward_reduce_kernel`` and ``batch_norm_backward_kernel`` (not their channels-last
+or elementwise siblings, whose grids grow with the tensor), cuDNN's ``bn_fw_tr_1C11_*`` and
+``bn_bw_1C11_*``. They leave SMs empty at any batch: a larger batch gives each block more work,
+never more blocks (``fixes.batch_size``)."""
+
 # -- name rules of host spans (regular expressions valid in Python ``re`` and DuckDB's RE2) --------
 
 #: A training step: the ``ProfilerStep#N`` annotation.

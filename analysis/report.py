@@ -52,6 +52,7 @@ from gpuscope.analysis.event_classes import (
     CHANNELS_LAST_BATCH_NORM_RE,
     KERNEL_CATS,
     NATIVE_CONV_RE,
+    PER_CHANNEL_GRID_RE,
 )
 from gpuscope.analysis.fixes.fsdp_prefetch import allgather_transfer_per_step
 from gpuscope.analysis.fixes.overlap_communication import allreduce_per_step
@@ -366,7 +367,10 @@ def _kernel_stats(
     row = con.execute(
         f"""
         WITH k AS (
-            SELECT least(e, $we) - greatest(s, $ws) AS d, blocks, rid, name_id FROM {gpu}
+            SELECT least(e, $we) - greatest(s, $ws) AS d, blocks, rid, name_id,
+                   name_id IN (SELECT name_id FROM names WHERE run_id = $run
+                               AND regexp_matches(name, $per_channel)) AS per_channel
+            FROM {gpu}
             WHERE dev = $dev AND s < $we AND e > $ws AND cat IN {sql_list(KERNEL_CATS)}
               AND name_id NOT IN (SELECT name_id FROM names WHERE run_id = $run
                                   AND regexp_matches(name, $comm))
@@ -374,12 +378,13 @@ def _kernel_stats(
         SELECT count(*), coalesce(sum(d), 0)::BIGINT, quantile_cont(d, 0.5),
                coalesce(sum(d) FILTER (WHERE d < $short), 0)::BIGINT,
                count(*) FILTER (WHERE d < $short),
-               coalesce(sum(d) FILTER (WHERE blocks < $sms), 0)::BIGINT,
-               avg(blocks / $sms ORDER BY rid) FILTER (WHERE blocks < $sms),
+               coalesce(sum(d) FILTER (WHERE blocks < $sms AND NOT per_channel), 0)::BIGINT,
+               avg(blocks / $sms ORDER BY rid) FILTER (WHERE blocks < $sms AND NOT per_channel),
                coalesce(sum(d) FILTER (WHERE name_id IN (SELECT name_id FROM names
                         WHERE run_id = $run AND regexp_matches(name, $native))), 0)::BIGINT,
                coalesce(sum(d) FILTER (WHERE name_id IN (SELECT name_id FROM names
-                        WHERE run_id = $run AND regexp_matches(name, $cl_bn))), 0)::BIGINT
+                        WHERE run_id = $run AND regexp_matches(name, $cl_bn))), 0)::BIGINT,
+               coalesce(sum(d) FILTER (WHERE blocks < $sms AND per_channel), 0)::BIGINT
         FROM k
         """,
         {
@@ -390,6 +395,7 @@ def _kernel_stats(
             "comm": COMM_KERNEL_RE,
             "native": NATIVE_CONV_RE,
             "cl_bn": CHANNELS_LAST_BATCH_NORM_RE,
+            "per_channel": PER_CHANNEL_GRID_RE,
             "short": short,
             "sms": int(sms) if sms else 0,
         },
@@ -412,6 +418,7 @@ def _kernel_stats(
         cudnn_find_seen=bool(find and find[0]),
         native_conv_us=min(conv_us, int(row[7]) / 1e3),
         channels_last_bn_us=int(row[8]) / 1e3,
+        per_channel_grid_us=int(row[9]) / 1e3 if sms else 0.0,
     )
 
 

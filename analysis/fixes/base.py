@@ -69,6 +69,10 @@ class KernelStats:
     channels_last_bn_us: float = 0.0
     """PyTorch's own channels-last training BatchNorm kernels (µs over the window:
     ``event_classes.CHANNELS_LAST_BATCH_NORM_RE``)."""
+    per_channel_grid_us: float = 0.0
+    """Kernels with fewer blocks than SMs whose grid is one block per channel
+    (``event_classes.PER_CHANNEL_GRID_RE``: NCHW training BatchNorm), µs over the window; left out
+    of ``small_grid_us`` and ``small_grid_fill``, which count the kernels a larger batch fills."""
 
 
 SHORT_KERNEL_US = 20.0
