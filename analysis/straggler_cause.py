@@ -87,8 +87,19 @@ PAGEABLE = PAGEABLE_COPY
 COMPUTE = "compute"
 COMM = COMMUNICATION
 PROFILER = "profiler"
+HOST_WORK = "host_work"
 ABSTAINED = "abstained"
-CAUSES: tuple[str, ...] = (HOST, UNTRACED, DATA, SYNC, PAGEABLE, COMPUTE, COMM, PROFILER)
+CAUSES: tuple[str, ...] = (
+    HOST,
+    UNTRACED,
+    DATA,
+    SYNC,
+    PAGEABLE,
+    COMPUTE,
+    COMM,
+    PROFILER,
+    HOST_WORK,
+)
 """The causes a pace-setter can be named for (``abstained`` when none is singled out)."""
 
 #: The fix unit for each cause (a module of ``gpuscope.analysis.fixes``, named relative to it, whose
@@ -102,6 +113,7 @@ FIX_UNIT_OF: dict[str, str | None] = {
     COMPUTE: ".load_imbalance",
     COMM: None,
     PROFILER: None,
+    HOST_WORK: ".load_imbalance",
 }
 
 
@@ -167,6 +179,13 @@ and 41 % (v190) of the gain; the pace-setters that dispatch more than their wait
 (multi_gpu/tp), 73 % and 79 % (v185, v186: FSDP2) and 61 % (multi_gpu/fsdp_noprefetch)."""
 
 """A rank computing this much more per step than the others' median is said beside the verdict."""
+HOST_FAMILY: tuple[str, ...] = (HOST, UNTRACED, SYNC)
+"""The causes that are the pace-setter's host being late: its dispatch, code no traced op holds,
+and its waits in syncs. Where none singles out the wait alone, their excesses together may
+(:data:`HOST_WORK`): a metric read with ``.tolist()`` and computed in Python on one rank shows as
+a sync and the host work after it (v210, fifteenth blind part: rank 0's sync 17.3 ms, dispatch
+16.6 and untraced code 2.4 ms per step more than rank 1's, against a wait of 50.9 ms; the metric
+kept on the GPU gained 36.7 %)."""
 SPIKE_HOLDS = 0.7
 """... and the lateness "spikes at a few steps" when such steps (at most half of them) hold at
 least this share of the caused wait."""
@@ -180,6 +199,7 @@ _WHAT = {
     COMPUTE: "it computes more",
     COMM: "it spends longer in its own communication",
     PROFILER: "its host time is the profiler's own cost",
+    HOST_WORK: "its GPU idles while its host works or waits in syncs the others do not",
 }
 
 
@@ -349,6 +369,34 @@ def _figures(line: RankRow, untraced_ms: float | None = None) -> dict[str, float
     }
 
 
+def _host_family(
+    cands: list[CauseFigure], cap: float | None, left: float
+) -> tuple[CauseFigure, float] | None:
+    """The pace-setter's host causes together (:data:`HOST_FAMILY`) as one figure
+    (:data:`HOST_WORK`) where they explain the wait and single it out, none alone having done so,
+    a host sync among them (a value read, then host work on it): their summed excess is at least :data:`EXPLAINS` of ``left`` and :data:`SINGLES_OUT` times
+    the largest excess of any other cause. With the host cap known (``cap``: untraced step − GPU
+    busy per step, ms), the pace-setter's summed host time is at most the cap; what it loses there
+    is the profiler's (the second value, ms per step). None otherwise."""
+    fam = [f for f in cands if f.cause in HOST_FAMILY and f.excess_ms > 0]
+    if len(fam) < 2 or SYNC not in {f.cause for f in fam}:
+        return None  # a value read, then host work on it: without a sync, dispatch and own code
+        # differ on every rank under the profiler (v209, v39: the family there promised 27.1 %
+        # where 1.5 x the work on the other rank measured -1.6, and 59.0 against 41.6)
+    pace_ms = sum(f.pace_ms for f in fam)
+    others_ms = sum(f.others_ms for f in fam)
+    removed = 0.0
+    if cap is not None and pace_ms > cap:
+        removed, pace_ms = pace_ms - cap, cap
+    fig = CauseFigure(HOST_WORK, pace_ms, others_ms)
+    rest = max((f.excess_ms for f in cands if f.cause not in HOST_FAMILY), default=0.0)
+    if fig.excess_ms <= 0 or fig.excess_ms < EXPLAINS * max(0.0, left - removed):
+        return None
+    if rest > 0 and fig.excess_ms < SINGLES_OUT * rest:
+        return None
+    return fig, removed
+
+
 def _pattern(
     s: Straggler,
 ) -> tuple[str, tuple[int, ...], tuple[tuple[int, float], ...]]:
@@ -499,6 +547,15 @@ def pace_setter_cause(
         cause = PROFILER
         best = CauseFigure(PROFILER, removed, 0.0)
         note = profiler_words
+    elif not explained and (family := _host_family(cands, cap, left)) is not None:
+        cause, best, family_removed = HOST_WORK, family[0], family[1]
+        note = ""
+        if family_removed > 0:
+            note = (
+                f"; without the profiler its step leaves at most {sig3(cap)} ms per step of host "
+                f"time (untraced step − GPU busy per step): {sig3(family_removed)} ms per step of "
+                "it is the profiler's own cost"
+            )
     elif not explained:
         if best is None or best.excess_ms <= 0:
             return abstain(f"no figure of rank {straggler.rank} exceeds the other ranks'")
@@ -545,6 +602,10 @@ def pace_setter_cause(
             scale = (
                 best.excess_ms / raw_host if cause == HOST and removed > 0 and raw_host > 0 else 1.0
             )
+            if cause == HOST_WORK:
+                raw = sum(max(0.0, f.excess_ms) for f in cands if f.cause in HOST_FAMILY)
+                raw += removed  # the dispatch the cap took out of the host figure
+                scale = best.excess_ms / raw if raw > 0 else 1.0
             per = retimed_by_step(chain, cause, min(1.0, max(0.0, scale)), floor_ms or 0.0)
         out = step - gain if step is not None else None
         if out is not None and per:
@@ -736,6 +797,13 @@ def _cause_words(
         return (
             f"rank {rank} computes {pct} per step ({sig3(f.pace_ms)} vs {sig3(f.others_ms)} ms "
             "on the others): give every rank equal work"
+        )
+    if cause == HOST_WORK:
+        return (
+            f"rank {rank}: {_fig_words(f)}: its host is late at every step with work the other "
+            "ranks do not run (a value read with .item() / .tolist() / .cpu(), then Python on "
+            "it: metrics, logging); keep that work on the GPU and read it every N steps, or "
+            "move it off the step"
         )
     if cause == UNTRACED:
         return (
@@ -1262,8 +1330,10 @@ to say it computes more (its kernels run slower beside the collective kernels sp
 
 
 def _chain_figures(parts: Mapping[str, float]) -> dict[str, float | None]:
-    """A rank's candidate figures (ms per step) from its mean chain segment."""
+    """A rank's candidate figures (ms per step) from its mean chain segment; :data:`HOST_WORK`
+    the sum of :data:`HOST_FAMILY`'s."""
     return {
+        HOST_WORK: sum(parts.get(c, 0.0) for c in HOST_FAMILY),
         HOST: parts.get(HOST, 0.0),
         UNTRACED: parts.get(UNTRACED, 0.0),
         DATA: parts.get(DATA, 0.0),

@@ -324,6 +324,41 @@ def untraced_work_fix(
     return rec
 
 
+HOST_WORK_CODE = (
+    "# a value read every step on one rank drains its GPU, then Python works on it:\n"
+    "correct += (pred == y).sum()          # keep the metric on the GPU (no .item()/.tolist())\n"
+    "if step % 100 == 0:\n"
+    "    log(correct.item())                 # read it every N steps, on every rank or none"
+)
+
+
+def host_work_fix(
+    rank: int, host_ms: float, removed_ms: float, base_ms: float, gpu_ms: float | None = None
+) -> Recommendation:
+    """The job's fix when rank ``rank`` sets the pace by its host's own work and syncs together
+    (``host_work``: ``host_ms`` per step of GPU idle in them more than the other ranks', none of
+    dispatch, untraced code or syncs alone explaining the wait): "keep it on the GPU, read it
+    every N steps", estimated as :func:`untraced_work_fix` (:func:`untraced_work_estimate`)."""
+    rec = untraced_work_fix(rank, host_ms, removed_ms, base_ms, gpu_ms)
+    rec.title = f"Take rank {rank}'s own host work and syncs off its step"
+    rec.why = (
+        "A collective ends when its last rank arrives: a value only one rank reads and works on "
+        "at every step makes every other rank wait for it."
+    )
+    rec.fix = HOST_WORK_CODE
+    rec.evidence = {
+        **{k: v for k, v in rec.evidence.items() if k != "untraced_idle_ms_per_step"},
+        "host_work_idle_ms_per_step": host_ms,
+        "summary": (
+            f"Rank {rank}'s GPU idles {sig3(host_ms)} ms per step more than the other ranks' "
+            "while its host waits in syncs and works between its ops (a value read and worked "
+            "on in Python, a metric, a log line), none of them alone explaining the wait. The "
+            f"job's step loses {sig3(removed_ms)} ms per step without it, of {sig3(base_ms)} ms."
+        ),
+    }
+    return rec
+
+
 def own_work_fix(
     extra: ExtraOps, base_ms: float, cost_per_event_us: float | None, gpu_ms: float | None = None
 ) -> Recommendation:
