@@ -151,9 +151,10 @@ def replay_upload(
 ) -> tuple[int, str]:
     """PUT a multipart upload of ``size_mb`` MB with a self-made XSRF double submit; (status,
     body). The body is streamed: a server that answers early may close before it is sent.
-    ``headers_only_s`` > 0: send the headers alone and wait that long for the answer before any
-    body byte (a refusal on the headers then arrives with nothing sent to race it: body bytes
-    reaching a socket the server has closed draw a reset that can drop its answer)."""
+    ``headers_only_s`` > 0: send the headers alone and wait that long for the answer, sending
+    no body byte; no answer by then is ``(0, "no answer ...")`` (a refusal on the headers arrives
+    with nothing sent to race it: body bytes reaching a socket the server has closed draw a
+    reset that can drop its answer)."""
     from streamlit.web.server.starlette.starlette_app_utils import generate_xsrf_token_string
 
     xsrf = generate_xsrf_token_string()
@@ -174,7 +175,9 @@ def replay_upload(
     conn.endheaders()
     chunk = b"x" * (1 << 20)
     if headers_only_s > 0 and conn.sock is not None:
-        select.select([conn.sock], [], [], headers_only_s)
+        if not select.select([conn.sock], [], [], headers_only_s)[0]:
+            conn.close()  # the server waits for the body: it would read it before answering
+            return 0, f"no answer within {headers_only_s:g} s of the headers"
     try:
         if conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
             raise ConnectionAbortedError  # answered on the headers: no body byte is sent
@@ -210,9 +213,11 @@ def signed_cookie(secret: str, claims: dict[str, object], port: int, record: Pat
 @pytest.mark.slow
 def test_a_cookie_less_upload_is_refused_and_costs_no_memory(guarded: Guarded) -> None:
     port = guarded.port
-    assert upload_in_session(port, "", 1)[0] == 401  # warm-up: the first session's imports
+    # a refusal must come on the headers: no body byte is sent (a guard that waited for the body
+    # before refusing gets no answer: status 0)
+    assert upload_in_session(port, "", 1, headers_only_s=60)[0] == 401  # warm-up: imports
     before = settled_rss_mb(guarded.pid)
-    status, body = upload_in_session(port, "", FILE_MB)
+    status, body = upload_in_session(port, "", FILE_MB, headers_only_s=60)
     after = settled_rss_mb(guarded.pid)
     assert (status, body.strip()) == (401, "sign in to upload")
     # a session's own cost is ~12 MB here; without the guard the server grows by >100 MB
@@ -260,4 +265,7 @@ def test_a_copied_cookie_stops_working_at_sign_out(
     app = thief.locator('[data-testid="stApp"]').inner_text()
     assert "Signed in as" not in app and "Upload traces" not in app
     # and at the upload endpoint
-    assert upload_in_session(guarded.port, jar, 1) == (401, "sign in to upload\n")
+    assert upload_in_session(guarded.port, jar, 1, headers_only_s=60) == (
+        401,
+        "sign in to upload\n",
+    )
