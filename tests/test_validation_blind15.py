@@ -58,7 +58,12 @@ def test_the_fifteenth_blind_part_is_its_own_held_out_group_numbered_on_from_v20
     assert_part_layout(record_blind15, "blind15", 209, (record_blind15.blind15_a,), count=6)
     assert make_truth.BLIND_PARTS[-1] is record_blind15
     assert make_truth.GROUPS[-1] == "blind15"
-    assert record_blind15.FIRST_FIXES == {}  # none timed yet
+    # the first fixes named where the planted one gained nothing, each on two GPUs
+    assert {k: (v["base"], v["how"], v["gpus"]) for k, v in record_blind15.FIRST_FIXES.items()} == {
+        "v209c": ("v209", "cuda_graphs", 2),
+        "v212k": ("v212", "compile", 2),
+        "v213k": ("v213", "compile", 2),
+    }
     # not recorded yet: make_truth leaves out every case without its timing.json
     recorded = [c for c in record_blind15.ORDER if (VAL / c / "timing.json").exists()]
     assert all(make_truth.single(c) is not None for c in recorded)
