@@ -6,6 +6,8 @@ the one rendered from the analyses, the job's verdict rebuilt from its JSON
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -52,27 +54,65 @@ def _stored(tmp_path: Path, case: str, *, text: bool = True) -> tuple[Path, str,
     return db, run_id, render(RP.analyze_json(report, job), job) + "\n"
 
 
+@dataclass(frozen=True)
+class Analysed:
+    """A case's store (the module's own copy, :func:`_stored`), its run id, and what the analyses
+    computed from that store's events give: the text ``analyze`` renders (``text``), the same
+    with ``--all-ranks`` (``all_ranks``), and the job's verdict (``job``), all of one analysis."""
+
+    db: Path
+    run_id: str
+    text: str
+    all_ranks: str
+    job: JobDiagnosis
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Analysed]:
+    """case -> :class:`Analysed`, each case stored and analysed once for the module: ``analyze``
+    of a stored run only reads its store, and the faces render one analysis (as the CLI's and the
+    web's do), so the module's tests read one copy and one analysis of each case instead of one
+    each. Both texts are rendered before any test reads the verdict."""
+    done: dict[str, Analysed] = {}
+
+    def get(case: str) -> Analysed:
+        if case not in done:
+            db, run_id, _ = _stored(tmp_path_factory.mktemp("analysed"), case, text=False)
+            with connect(db) as con:
+                report, job = RP.analyze(con, run_id)
+            text = render(RP.analyze_json(report, job), job) + "\n"
+            all_ranks = render(RP.analyze_json(report, job), job, all_ranks=True) + "\n"
+            done[case] = Analysed(db, run_id, text, all_ranks, job)
+        return done[case]
+
+    return get
+
+
 @pytest.mark.parametrize("case", ["two ranks by hand", "ddp (sample)", "before (sample)"])
 def test_the_text_report_of_a_stored_run_is_the_computed_one_without_the_events(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, case: str
+    analysed: Callable[[str], Analysed],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
 ) -> None:
-    db, run_id, want = _stored(tmp_path, case)
+    a = analysed(case)
+    db, run_id = a.db, a.run_id
     spy = Spy(monkeypatch)
     code, out, err = run_cli(capsys, "analyze", run_id, "--db", str(db))
     assert code == 0, err
-    assert out == want
+    assert out == a.text
     assert spy.read_events() == [], "the text of a stored run reads no event"
     code, all_ranks, err = run_cli(capsys, "analyze", run_id, "--all-ranks", "--db", str(db))
     assert code == 0, err
-    with connect(db) as con:
-        report, job = RP.analyze(con, run_id)
-    assert all_ranks == render(RP.analyze_json(report, job), job, all_ranks=True) + "\n"
+    assert all_ranks == a.all_ranks
 
 
 def test_the_lowest_rank_asked_by_number_is_the_stored_default_view(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    analysed: Callable[[str], Analysed],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    db, run_id, _ = _stored(tmp_path, "ddp (sample)", text=False)
+    db, run_id = analysed("ddp (sample)").db, analysed("ddp (sample)").run_id
     code, default, _ = run_cli(capsys, "analyze", run_id, "--json", "--db", str(db))
     spy = Spy(monkeypatch)
     code, rank0, err = run_cli(capsys, "analyze", run_id, "--rank", "0", "--json", "--db", str(db))
@@ -91,11 +131,13 @@ def test_the_lowest_rank_asked_by_number_is_the_stored_default_view(
     assert rank1 == computed + "\n"
 
 
-def test_the_verdict_rebuilt_from_its_json_is_the_verdict(tmp_path: Path) -> None:
-    """Every field the faces read: the JSON again, the headline rows, the rank rows."""
-    (run_id,) = sample_copy(tmp_path / "store", "ddp")
-    with connect(tmp_path / "store") as con:
-        _, job = RP.analyze(con, run_id)
+def test_the_verdict_rebuilt_from_its_json_is_the_verdict(
+    analysed: Callable[[str], Analysed],
+) -> None:
+    """Every field the faces read: the JSON again, the headline rows, the rank rows (the DDP
+    sample's verdict, computed from its events)."""
+    a = analysed("ddp (sample)")
+    run_id, job = a.run_id, a.job
     doc = job.to_json()
     back = JobDiagnosis.from_json(doc, run_id)
     assert back.to_json() == doc
