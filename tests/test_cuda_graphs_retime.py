@@ -95,18 +95,54 @@ def _rec(compiled: bool | None) -> Recommendation:
 def test_an_uncompiled_step_fuses_by_half_at_mid_and_whole_at_the_top(compiled):
     """Not compiled (the finding says so, or says nothing): the top takes the host work off and
     the removed kernel's 100 µs too (0); mid takes the host work to 0.2 (20 µs each op) and the
-    removed kernel to half (50 µs); the first kernel of the chain stays 100 µs at both. Low is
-    :func:`retime_replayed`'s."""
+    removed kernel to half (50 µs); the first kernel of the chain stays 100 µs at both. Low takes
+    the host work to 0.5 as :func:`retime_replayed` does. Low and mid also carry the replay's own
+    host time (:data:`CG.REPLAY_HOST_MS`, 1 ms a step, ÷ the prior host scale 0.4 = 2.5 ms of
+    traced time) spread over the step's 400 µs of host work (add 100, mul 100, the step's own
+    200): 6.25 × each node, 625 µs on each op."""
     g = _graph("aten::add")
     [r] = KF.removable_kernels(g)[0]
     v = CG.advised(_rec(compiled), g, CTX)
     gpu = [i for i, n in enumerate(g.nodes) if n.kind == "gpu"]
     hosts = [_host(g, "aten::add"), _host(g, "aten::mul")]
-    for level, kept, host_us in (("high", 0.0, 0), ("mid", 50 * US, 20)):
+    for level, kept, host_us in (("high", 0.0, 0), ("mid", 50 * US, 20 + 625)):
         d = _durs(v[level], g)
         assert {i: d[i] for i in gpu} == {i: (kept if i == r else 100 * US) for i in gpu}, level
         assert [d[h] for h in hosts] == [pytest.approx(host_us * US)] * 2, level
-    assert _durs(v["low"], g) == _durs(CG.retime_replayed(g, CTX)["low"], g)
+    low, replayed_low = _durs(v["low"], g), _durs(CG.retime_replayed(g, CTX)["low"], g)
+    assert [low[h] for h in hosts] == [pytest.approx(50 * US + 625 * US)] * 2
+    assert [low[h] - replayed_low[h] for h in hosts] == [pytest.approx(625 * US)] * 2
+    assert [low[i] for i in gpu] == [replayed_low[i] for i in gpu]
+
+
+def test_the_replays_own_host_time_is_a_millisecond_of_the_untraced_step_per_step():
+    """Two steps (``n_steps`` 2) and a fitted host scale of 0.5: 2 × 1 ms ÷ 0.5 = 4 ms of traced
+    time over the graph's 400 µs of host work, 10 × each node: 1,000 µs more on each 100 µs op at
+    low and mid (50 + 1,000 and 20 + 1,000), none at the top; the kernels as without it. Replayed
+    at the host scale 0.5, the step's host work gains 400 × 10 × 0.5 = 2,000 µs: 1 ms a step."""
+    g = _graph("aten::add")
+    ctx = GN.Context(n_steps=2, step_ms=0.4, untraced_step_ms=0.3)
+    ctx.host_scale_cal = 0.5
+    v = CG.advised(_rec(False), g, ctx)
+    hosts = [_host(g, "aten::add"), _host(g, "aten::mul")]
+    for level, host_us in (("low", 50 + 1000), ("mid", 20 + 1000), ("high", 0)):
+        assert [_durs(v[level], g)[h] for h in hosts] == [pytest.approx(host_us * US)] * 2, level
+    plain = CG._host_scaled(g, 0.5, 0.2, 0.0, fused=True)
+    host_nodes = [i for i, n in enumerate(g.nodes) if n.kind == "host"]
+    added = sum(_durs(v["mid"], g)[i] - _durs(plain["mid"], g)[i] for i in host_nodes)
+    assert added * 0.5 == pytest.approx(2 * CG.REPLAY_HOST_MS * 1e6)
+    gpu = [i for i, n in enumerate(g.nodes) if n.kind == "gpu"]
+    assert [_durs(v["mid"], g)[i] for i in gpu] == [_durs(plain["mid"], g)[i] for i in gpu]
+
+
+def test_a_compiled_step_takes_no_replay_cost_on_top():
+    """A compiled model's calls already show their wrappers in the trace: its re-timing is
+    :func:`retime_replayed`'s, host × 0.5 / 0.2 / 0 and nothing added."""
+    g = _graph("aten::add")
+    v = CG.advised(_rec(True), g, CTX)
+    hosts = [_host(g, "aten::add"), _host(g, "aten::mul")]
+    for level, us in (("low", 50), ("mid", 20), ("high", 0)):
+        assert [_durs(v[level], g)[h] for h in hosts] == [pytest.approx(us * US)] * 2, level
 
 
 BN_CL = (
