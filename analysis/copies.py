@@ -51,13 +51,16 @@ MIN_PINNED_BYTES = 1 << 20
 class PageableCopies:
     """Pageable host-to-device copies of one device over the window. ``gpu_ns``: their GPU time;
     ``pinned_gbps`` / ``pinned_source``: the reference bandwidth and where it comes from
-    (``trace`` or ``table``); ``excess_ns`` = max(0, gpu_ns − bytes / pinned bandwidth)."""
+    (``trace`` or ``table``); ``excess_ns`` = max(0, gpu_ns − bytes / pinned bandwidth).
+    ``pinned_bytes``: the pinned host-to-device copies' bytes over the same window (with
+    ``bytes``, every byte the host sent the device)."""
 
     copies: int
     bytes: float
     gpu_ns: int
     pinned_gbps: float | None
     pinned_source: str | None
+    pinned_bytes: float = 0.0
 
     @property
     def pageable_gbps(self) -> float | None:
@@ -115,4 +118,6 @@ def pageable_copies(
         pinned, source = float(pin_bytes) / float(pin_dur), "trace"
     elif gpu_model in PINNED_H2D_GBPS:
         pinned, source = PINNED_H2D_GBPS[gpu_model], "table"
-    return PageableCopies(int(n), float(nbytes or 0), int(dur or 0), pinned, source)
+    return PageableCopies(
+        int(n), float(nbytes or 0), int(dur or 0), pinned, source, float(pin_bytes or 0)
+    )

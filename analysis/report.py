@@ -1438,6 +1438,11 @@ def _rule_inputs(a: RunAnalysis) -> R.Inputs:
         cudnn_benchmark=_torch_flag(con, run_id, rank, "cudnn_benchmark"),
         pageable_excess_ns=pageable.excess_ns if pageable is not None else 0.0,
         pageable_copy=pageable if pageable is not None and pageable.copies else None,
+        h2d_bytes_per_step=(
+            (pageable.bytes + pageable.pinned_bytes) / max(1, a.window.n_steps)
+            if pageable is not None
+            else 0.0
+        ),
         phase=phase_patterns(con, run_id, rank, a.window),
     )
     inputs.allreduce_bytes_per_step, inputs.allreduce_ns_per_step = allreduce_per_step(

@@ -109,6 +109,8 @@ class Inputs:
     pageable_excess_ns: float = 0.0
     # the pageable host-to-device copies (analysis.copies) when there were some
     pageable_copy: PageableCopies | None = None
+    # every host-to-device copy's bytes per step, pageable and pinned (analysis.copies)
+    h2d_bytes_per_step: float = 0.0
     # the allocator's memory (analysis.memory) when the trace recorded it; a mapping of the same
     # names (a hand-built input, a stored ``memory`` document) reads alike (:func:`memory`)
     memory: MemoryResult | Mapping[str, Any] | None = None

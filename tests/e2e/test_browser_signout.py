@@ -174,10 +174,13 @@ def replay_upload(
     conn.putheader("Cookie", jar)
     conn.endheaders()
     chunk = b"x" * (1 << 20)
-    if headers_only_s > 0 and conn.sock is not None:
-        if not select.select([conn.sock], [], [], headers_only_s)[0]:
-            conn.close()  # the server waits for the body: it would read it before answering
-            return 0, f"no answer within {headers_only_s:g} s of the headers"
+    if (
+        headers_only_s > 0
+        and conn.sock is not None
+        and not select.select([conn.sock], [], [], headers_only_s)[0]
+    ):
+        conn.close()  # the server waits for the body: it would read it before answering
+        return 0, f"no answer within {headers_only_s:g} s of the headers"
     try:
         if conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
             raise ConnectionAbortedError  # answered on the headers: no body byte is sent
