@@ -117,30 +117,49 @@ JOB_CASES = (
 )
 
 
+#: The cases whose rank 1's own code on its critical path a test reads
+#: (:func:`test_the_planted_sleep_is_the_users_own_code`): taken from the same analysis of rank 1.
+OWN_CODE_CASES = ("ddp_straggler_every", "ddp_clean")
+
+
+def own_ms_per_step(rep: Any) -> float:
+    """The host segments of the user's own code on ``rep``'s critical path (no op, 1 ms or more:
+    ``fixes.base.own_code``), ms per step."""
+    from gpuscope.analysis.fixes.base import own_code
+
+    cp = rep.critical_path
+    assert cp is not None
+    return sum(n.dur for n in cp.graph.nodes if own_code(n)) / rep.window.n_steps / 1e6
+
+
 @pytest.fixture(scope="module")
 def analysed(store):
-    """case -> (rank 0's report, rank 1's report, the job's verdict or None), as ``analyze
-    --json`` writes them (the report, its ``job``). Each rank is analysed once; the job of a case
-    in JOB_CASES is diagnosed from those same reports (``memo``, as every face does) before they
-    are let go: only the documents stay for the module."""
+    """case -> (rank 0's report, rank 1's report, the job's verdict or None, rank 1's own code
+    on its critical path in ms per step or None), as ``analyze --json`` writes them (the report,
+    its ``job``). Each rank is analysed once; the job of a case in JOB_CASES is diagnosed from
+    those same reports (``memo``, as every face does), and :func:`own_ms_per_step` of a case in
+    OWN_CODE_CASES read from rank 1's, before they are let go: only the documents and figures
+    stay for the module."""
     from gpuscope.analysis.job import diagnose, memo
     from gpuscope.analysis.report import analyze_run
 
     con, run_id = store
-    done: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]] = {}
+    Done = tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None, float | None]
+    done: dict[str, Done] = {}
 
-    def get(case: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    def get(case: str) -> Done:
         if case not in done:
             rid = run_id(case)
             known = {0: analyze_run(con, rid), 1: analyze_run(con, rid, rank=1)}  # the lowest, 1
             docs = (known[0].to_json(), known[1].to_json())  # before the job reads them
+            own = own_ms_per_step(known[1]) if case in OWN_CODE_CASES else None
             job = None
             if case in JOB_CASES:
                 report_of = memo(
                     lambda r: known[r] if r in known else analyze_run(con, rid, rank=r)
                 )
                 job = diagnose(con, rid, report_of).to_json()
-            done[case] = (*docs, job)
+            done[case] = (*docs, job, own)
         return done[case]
 
     return get
@@ -384,25 +403,21 @@ def test_the_tensor_parallel_first_fix_gains_what_it_says(jobs) -> None:
     assert fixes[0]["gain_pct"] <= first_fix_gains()[("tp", "compiled")]
 
 
-def test_the_planted_sleep_is_the_users_own_code(store) -> None:
+def test_the_planted_sleep_is_the_users_own_code(analysed) -> None:
     """Rank 1 of ddp_straggler_every sleeps 17.8 ms in its data path every step: its critical
     path's host segments of the user's own code (no op, 1 ms or more) hold that sleep each step,
-    and the clean run has none."""
-    from gpuscope.analysis.fixes.base import own_code
-    from gpuscope.analysis.report import analyze_run
+    and the clean run has none (:func:`own_ms_per_step` of each run's rank 1, analysed once for
+    the module)."""
 
-    con, run_id = store
-
-    def own_ms_per_step(case: str) -> float:
-        rep = analyze_run(con, run_id(case), rank=1)
-        cp = rep.critical_path
-        assert cp is not None
-        return sum(n.dur for n in cp.graph.nodes if own_code(n)) / rep.window.n_steps / 1e6
+    def own(case: str) -> float:
+        ms = analysed(case)[3]
+        assert ms is not None, f"{case} is not in OWN_CODE_CASES"
+        return ms
 
     sleep = planted("ddp_straggler_every")["sleep_ms"]
     assert sleep == pytest.approx(17.8, abs=0.05)
-    assert sleep <= own_ms_per_step("ddp_straggler_every") <= 1.2 * sleep
-    assert own_ms_per_step("ddp_clean") < 1.0
+    assert sleep <= own("ddp_straggler_every") <= 1.2 * sleep
+    assert own("ddp_clean") < 1.0
 
 
 def sleep_removed_gain(case: str) -> float:
