@@ -390,13 +390,18 @@ def ddp_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 @pytest.fixture
 def ddp(ddp_store: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
-    """:func:`ddp_store` as the test's store (``$GPUSCOPE_DB``): (store, run id)."""
+    """:func:`ddp_store` as the test's store (``$GPUSCOPE_DB``): (store, run id). Its tests ask for
+    ``kept_analyses`` (tests/conftest.py): each analysis of a rank is made once for the module and
+    handed to every page and check that asks for it with the same options (only ``ddp_store``
+    writes the store), and a page that changes one it was handed fails the test."""
     monkeypatch.setenv("GPUSCOPE_DB", ddp_store[0])
     return ddp_store
 
 
 @pytest.mark.slow
-def test_many_ranks_show_the_rank_table_and_the_straggler(ddp: tuple[str, str]) -> None:
+def test_many_ranks_show_the_rank_table_and_the_straggler(
+    ddp: tuple[str, str], kept_analyses: None
+) -> None:
     """The real 2×H200 DDP sample: rank 1 arrives last at the collectives; the page says so with
     the evidence, lists both ranks per step and draws each rank's busy time aligned on a step."""
     db, rid = ddp
@@ -446,7 +451,9 @@ def test_many_ranks_show_the_rank_table_and_the_straggler(ddp: tuple[str, str]) 
 
 
 @pytest.mark.slow
-def test_the_run_page_opens_on_the_pace_setter_and_says_why(ddp: tuple[str, str]) -> None:
+def test_the_run_page_opens_on_the_pace_setter_and_says_why(
+    ddp: tuple[str, str], kept_analyses: None
+) -> None:
     """The real DDP sample (rank 1 sets the pace, rank 0 waits for it): without a rank in the URL
     the page opens on rank 1 and says why, and keeps saying so over its reruns; the URL's rank
     wins (no sentence); a rank the run lacks falls back to the pace-setter."""
@@ -532,7 +539,7 @@ def test_a_bug_outside_every_section_is_one_line(
 
 @pytest.mark.slow
 def test_many_ranks_heatmap_and_never_a_sawtooth_per_rank(
-    ddp: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+    ddp: tuple[str, str], kept_analyses: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 20, part 4: the DDP pair's Run page has the rank × step heatmap (one trace) and the
     spread of step time per step; with the report of a 256-rank run (built from the pair) the page
