@@ -85,13 +85,15 @@ FIRST_FIXES: dict[str, dict] = {
     "v209c": _first("v209", "cuda_graphs", "rank 1 given 24 images to rank 0's 16, DDP"),
     "v212k": _first("v212", "compile", "DDP in one 4 GB bucket"),
     "v213k": _first("v213", "compile", "FSDP2 unsharding with async_op=True"),
+    "v214k": _first("v214", "compile", "DataLoader(num_workers=0), each batch sliced and stacked"),
 }
 """The first fixes gpuscope names on this part where the planted cause is another's, timed on the
 base case's planted variant after the part was judged (at cd3a0e9, where the planted fix gained
 nothing): ``cuda_graphs`` on v209 (54.7 %), ``kernel_fusion`` on v212 (12.7 %) and v213
 (26.9 %). Timed on 2026-11-30 (2 x H200, timings only, logs/ff_blind15_ff16a-d.log; v212k and
 v213k 5 rounds over two calls, their rounds numbered on in ``first_fix_timing.json``): v209
-53.2 %, v212 25.0 %, v213 5.3 %."""
+53.2 %, v212 25.0 %, v213 5.3 %. ``v214k``: ``kernel_fusion``, first on v214 at 10.7 % once the
+workers' receiving was counted (314d36f), timed after."""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part((blind15_a,), FIRST_FIXES, 15209, __file__)
