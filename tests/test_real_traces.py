@@ -7,6 +7,7 @@ durations summed here in plain Python), not from gpuscope's own output.
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import re
@@ -57,13 +58,30 @@ def store():
     con.close()
 
 
+@pytest.fixture(scope="module")
+def doc_of():
+    """(a module store: ``store`` or ``samples``, config, rank or None) -> ``analyze_run``'s
+    document of that run (its default options), made once for the module: several tests read the
+    same document of a run (0.2-0.7 CPU s each); each caller gets its own copy."""
+    made: dict[tuple[int, str, int | None], dict] = {}
+
+    def get(store: tuple, config: str, rank: int | None = None) -> dict:
+        con, runs = store
+        key = (id(con), runs[config], rank)
+        if key not in made:
+            kwargs = {} if rank is None else {"rank": rank}
+            made[key] = analyze_run(con, runs[config], **kwargs).to_json()
+        return copy.deepcopy(made[key])
+
+    return get
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config", CONFIGS)
-def test_every_real_trace_is_analysed_whole(store, config):
+def test_every_real_trace_is_analysed_whole(store, doc_of, config):
     """No section lost: categories, top kernels and the idle causes are there, and no warning carries
     an exception's text."""
-    con, runs = store
-    doc = analyze_run(con, runs[config]).to_json()
+    doc = doc_of(store, config)
     assert doc["gpu_busy_pct"] is not None and 0 < doc["gpu_busy_pct"] <= 100
     kernels = doc["kernels"]
     assert kernels["by_category"] and kernels["top"]
@@ -101,25 +119,23 @@ def test_cudnn_names_are_read_for_what_they_compute(config):
     assert not wrong, "\n".join(map(str, wrong))
 
 
-def test_fp16_resnet_tensor_core_share_matches_the_names(store):
+def test_fp16_resnet_tensor_core_share_matches_the_names(store, doc_of):
     """Tensor-core share = kernel time of tensor-core kernels / all compute kernel time; here the
     brute-force count over the trace's kernel names with the rules above."""
-    con, runs = store
     ks = kernel_us("resnet50_fp16")
     total = sum(ks.values())
     tc = sum(d for n, d in ks.items() if TC_NAME.search(n) and not NOT_TC.search(n))
-    doc = analyze_run(con, runs["resnet50_fp16"]).to_json()
+    doc = doc_of(store, "resnet50_fp16")
     # Kernels in the analysed window only: the window is the whole profiled span of these traces.
     assert doc["tensor_core_pct"] == pytest.approx(100 * tc / total, abs=0.5)
     assert doc["dtype"] == "fp16"
 
 
-def test_cuda_only_trace_says_what_is_missing(store):
+def test_cuda_only_trace_says_what_is_missing(store, doc_of):
     """activities=[CUDA]: kernels and runtime calls, no CPU op. The breakdown by category and the top
     kernels are still given; what needs CPU ops (regions, launching ops) says why it is empty."""
-    con, runs = store
     assert not any(e.get("cat") == "cpu_op" for e in raw("cuda_only")["traceEvents"])
-    doc = analyze_run(con, runs["cuda_only"]).to_json()
+    doc = doc_of(store, "cuda_only")
     k = doc["kernels"]
     gpu_cats = ("kernel", "gpu_memcpy", "gpu_memset")  # n_kernels counts every GPU activity
     assert k["n_kernels"] == sum(
@@ -146,11 +162,10 @@ def samples():
 
 
 @pytest.mark.slow
-def test_profiler_cost_comes_from_the_capture(samples):
+def test_profiler_cost_comes_from_the_capture(samples, doc_of):
     """gpt_compiled: the trace says its untraced step (capture, 5 synchronised steps with the
     profiler off); the traced p50 step is longer by the profiler's own cost."""
-    con, runs = samples
-    doc = analyze_run(con, runs["gpt_compiled"]).to_json()
+    doc = doc_of(samples, "gpt_compiled")
     prof = doc["profiler"]
     assert prof["untraced_step_ms"] == pytest.approx(
         raw("gpt_compiled")["gpuscope.untraced_step_ms"]
@@ -163,9 +178,8 @@ def test_profiler_cost_comes_from_the_capture(samples):
 
 
 @pytest.mark.parametrize("config", ["gpt_compiled", "gpt_cudagraphs"])
-def test_compiled_runs_are_never_told_to_compile(samples, config):
-    con, runs = samples
-    doc = analyze_run(con, runs[config]).to_json()
+def test_compiled_runs_are_never_told_to_compile(samples, doc_of, config):
+    doc = doc_of(samples, config)
     assert doc["compiled"]["compiled"] is True
     assert doc["compiled"]["cuda_graphs"] is (config == "gpt_cudagraphs")
     for rec in doc["recommendations"]:
@@ -175,13 +189,12 @@ def test_compiled_runs_are_never_told_to_compile(samples, config):
         assert "cuda_graphs" not in {r["id"] for r in doc["recommendations"]}
 
 
-def test_compiled_run_estimate_holds_the_measured_gain(samples):
+def test_compiled_run_estimate_holds_the_measured_gain(samples, doc_of):
     """The cuda_graphs estimate on gpt_compiled: its range holds what mode="reduce-overhead" really
     gave on the same GPU, untraced (timing.json: 14.05 -> 10.03 ms, CUDA events, 28.6%), and the
     idle it addresses (its cost, capped by the host-side time the untraced step leaves) is no
     less. No bound is proven for it: no "at most"."""
-    con, runs = samples
-    doc = analyze_run(con, runs["gpt_compiled"]).to_json()
+    doc = doc_of(samples, "gpt_compiled")
     [rec] = [r for r in doc["recommendations"] if r["id"] == "cuda_graphs"]
     timing = {
         c: json.loads((WILD / c / "timing.json").read_text())["untraced_cuda_events_median_ms"]
@@ -194,11 +207,10 @@ def test_compiled_run_estimate_holds_the_measured_gain(samples):
     assert rec["bound_pct"] is None and "at most" not in rec["gain"]
 
 
-def test_ddp_straggler_and_a_bound_the_untraced_step_allows(samples):
+def test_ddp_straggler_and_a_bound_the_untraced_step_allows(samples, doc_of):
     """ddp: rank 1 arrives last at the collectives (least communication-only time); rank 0's wait is
     real, but without the profiler no more of it can go than its untraced step minus its own GPU work."""
-    con, runs = samples
-    doc = analyze_run(con, runs["ddp"], rank=0).to_json()
+    doc = doc_of(samples, "ddp", 0)
     assert doc["straggler"]["rank"] == 1
     comm = {r["rank"]: r["comm_only_us_per_step"] for r in doc["ranks"]}
     assert comm[1] < comm[0]
@@ -231,16 +243,16 @@ def test_before_after_speed_up_is_by_throughput(samples):
     assert mfu["b"] > mfu["a"]  # the same hardware peak for both: MFU rises with throughput
 
 
-def test_cudnn_benchmark_advice_follows_the_recorded_setting(store):
+def test_cudnn_benchmark_advice_follows_the_recorded_setting(store, doc_of):
     """resnet50_fp16 ran with torch.backends.cudnn.benchmark = True, resnet50_bf16 with False
     (gpuscope.torch_flags, recorded by the capture): neither trace shows the algorithm search
     (it runs in the warm-up), so only the recorded setting can tell them apart."""
-    con, runs = store
+    _, runs = store
     flags = {c: raw(c)["gpuscope.torch_flags"]["cudnn_benchmark"] for c in runs if "resnet" in c}
     assert flags == {"resnet50_fp16": True, "resnet50_bf16": False}
-    fp16 = analyze_run(con, runs["resnet50_fp16"]).to_json()
+    fp16 = doc_of(store, "resnet50_fp16")
     assert "cudnn_benchmark" not in {r["id"] for r in fp16["recommendations"]}
-    bf16 = analyze_run(con, runs["resnet50_bf16"]).to_json()
+    bf16 = doc_of(store, "resnet50_bf16")
     [rec] = [r for r in bf16["recommendations"] if r["id"] == "cudnn_benchmark"]
     assert rec["evidence"]["cudnn_benchmark"] is False
     assert "benchmark = False (recorded by gpuscope.capture)" in rec["evidence"]["summary"]
