@@ -353,11 +353,12 @@ v194, where the mid level's fusion made them lead); each a first fix ``<case>g``
 ``void`` (a compile that compiled nothing) count nowhere."""
 
 
-GATE_COMPILE_CASES = ("v18", "v34", "v77", "v156", "v157")
+GATE_COMPILE_CASES = ("v18", "v34", "v77", "v156", "v157", "v23")
 """The eager steps whose value-reading syncs the question of ``kernel_fusion.MIN_KERNELS_PER_SYNC``
 is about, timed with ``torch.compile`` against eager in ``cuda_graphs_gate.json`` (calls 9-11),
 then two where reduce-overhead gained far more than its estimate (call 21: the fusion's share of
-it): each a first fix ``<case>k``."""
+it), then v23, where torch.compile became the first fix (call 24): each a first fix
+``<case>k``."""
 
 GATE_OTHER = (
     ("v38", "bf16"),
