@@ -16,7 +16,15 @@ from gpuscope.analysis.compiled import CompiledInfo
 from gpuscope.analysis.event_classes import OP_CATS, RUNTIME_CATS
 from gpuscope.analysis.fixes import band
 from gpuscope.analysis.fmt import sig3
-from gpuscope.analysis.gains import Context, Estimate, Scaled, Variant, replay_estimate
+from gpuscope.analysis.gains import (
+    HOST_SCALE_MID,
+    HOST_SCALE_PRIOR,
+    Context,
+    Estimate,
+    Scaled,
+    Variant,
+    replay_estimate,
+)
 from gpuscope.analysis.idle import IdleResult
 from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.recommendation import MEMORY as MEMORY
@@ -538,3 +546,40 @@ def is_host_work(n: Node) -> bool:
         and n.cat in ("cpu", "launch")
         and not own_code(n)
     )
+
+
+def with_host_cost(
+    variants: dict[str, Variant],
+    g: Graph,
+    ctx: Context,
+    ms_per_step: float,
+    levels: tuple[str, ...] = ("low", "mid"),
+) -> dict[str, Variant]:
+    """``variants`` with ``ms_per_step`` (ms of the untraced step) added to the host work
+    (:func:`is_host_work`) at ``levels``, in proportion to each node's recorded duration, so it
+    sits where that work does and hides where the host runs ahead of the GPU. Given in traced
+    time (÷ the calibrated host scale, or the prior's middle), so that the replay's host scale
+    brings it back to ``ms_per_step``: the host time a compiled or replayed step spends per step
+    that no eager op of the planted trace shows."""
+    total = sum(n.dur for n in g.nodes if is_host_work(n))
+    if total <= 0 or ctx.n_steps <= 0 or ms_per_step <= 0:
+        return variants
+    scale = ctx.host_scale_cal or (HOST_SCALE_PRIOR[1] if ctx.untraced_step_ms else HOST_SCALE_MID)
+    per = ms_per_step * 1e6 * ctx.n_steps / scale / total  # ns added per ns of host work
+    out = dict(variants)
+    for level in levels:
+        base, keep = variants[level]
+        out[level] = (_plus_host(base, per), keep)
+    return out
+
+
+def _plus_host(
+    base: Callable[[int, Node], float] | None, per: float
+) -> Callable[[int, Node], float]:
+    """``base`` (None: as recorded) with ``per`` × each host node's recorded duration added."""
+
+    def dur(v: int, n: Node) -> float:
+        d = float(n.dur) if base is None else base(v, n)
+        return d + n.dur * per if is_host_work(n) else d
+
+    return dur

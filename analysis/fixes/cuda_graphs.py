@@ -17,7 +17,6 @@ from gpuscope.analysis.fixes.kernel_fusion import (
     sync_cut,
 )
 from gpuscope.analysis.fmt import sig3
-from gpuscope.analysis.gains import HOST_SCALE_MID, HOST_SCALE_PRIOR
 from gpuscope.analysis.phase_patterns import rnn_host_nodes
 
 if TYPE_CHECKING:
@@ -339,32 +338,10 @@ timings (no held-out pair yet)."""
 def with_replay_cost(
     variants: dict[str, Variant], g: Graph, ctx: Context, levels: tuple[str, ...] = ("low", "mid")
 ) -> dict[str, Variant]:
-    """``variants`` with :data:`REPLAY_HOST_MS` per step added to the replayed host work
-    (:func:`fx.is_host_work`) at ``levels``, in proportion to each node's recorded duration, so
-    it sits where that work does and hides where the host runs ahead of the GPU, as the replay's
-    own host time does. Given in traced time (÷ the calibrated host scale, or the prior's
-    middle), so that the replay's host scale brings it back to :data:`REPLAY_HOST_MS`. The top
-    (``high``) takes none: the fastest host's replay."""
-    total = sum(n.dur for n in g.nodes if fx.is_host_work(n))
-    if total <= 0 or ctx.n_steps <= 0:
-        return variants
-    scale = ctx.host_scale_cal or (HOST_SCALE_PRIOR[1] if ctx.untraced_step_ms else HOST_SCALE_MID)
-    per = REPLAY_HOST_MS * 1e6 * ctx.n_steps / scale / total  # ns added per ns of host work
-    out = dict(variants)
-    for level in levels:
-        base, keep = variants[level]
-        out[level] = (_plus_host(base, per), keep)
-    return out
-
-
-def _plus_host(base: DurFn | None, per: float) -> DurFn:
-    """``base`` (None: as recorded) with ``per`` × each host node's recorded duration added."""
-
-    def dur(v: int, n: Node) -> float:
-        d = float(n.dur) if base is None else base(v, n)
-        return d + n.dur * per if fx.is_host_work(n) else d
-
-    return dur
+    """``variants`` with :data:`REPLAY_HOST_MS` per step added to the replayed host work at
+    ``levels`` (:func:`~gpuscope.analysis.fixes.base.with_host_cost`). The top (``high``) takes
+    none: the fastest host's replay."""
+    return fx.with_host_cost(variants, g, ctx, REPLAY_HOST_MS, levels)
 
 
 UNIT = FixUnit(
