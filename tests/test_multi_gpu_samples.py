@@ -391,7 +391,9 @@ def test_no_false_promise_of_compile_on_the_ddp_runs(jobs, reports, case: str) -
     assert kf["gain_pct"] == pytest.approx(own[0]["gain_pct"])
     assert kf["low_pct"] == pytest.approx(min(e["low_pct"] for e in own))
     assert kf["high_pct"] == pytest.approx(max(e["high_pct"] for e in own))
-    assert own[1]["gain_pct"] > 15.0  # what the pace-setter's own re-timing had promised
+    # what the pace-setter's own re-timing promises (14.7 % on ddp_straggler_every with the
+    # compiled calls' own host time, 15 or more before): more than twice the job's figure
+    assert own[1]["gain_pct"] > 10.0 and own[1]["gain_pct"] > 2 * kf["gain_pct"]
     assert "cuda_graphs" not in {f["id"] for f in fixes}  # rank 0's rules did not find it
 
 
