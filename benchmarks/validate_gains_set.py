@@ -85,12 +85,16 @@ GROUPS = (
     ),
     (
         "blind15",
-        "Fifteenth blind part v209+ (never analysed before recording; only with --blind)",
+        "Fifteenth blind part v209-v214 (never analysed before recording; only with --blind)",
+    ),
+    (
+        "blind16",
+        "Sixteenth blind part v215+ (never analysed before recording; only with --blind)",
     ),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 SEEN_GROUPS = tuple(g for g, _ in GROUPS)[:-1]
-"""The parts already judged once (v01-v208): every part but the newest blind one, which is judged
+"""The parts already judged once (v01-v214): every part but the newest blind one, which is judged
 once when it lands and joins these with the next; ``--seen`` judges these and nothing else."""
 
 

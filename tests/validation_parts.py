@@ -29,6 +29,7 @@ import record_blind12  # noqa: E402
 import record_blind13  # noqa: E402
 import record_blind14  # noqa: E402
 import record_blind15  # noqa: E402
+import record_blind16  # noqa: E402
 import record_new  # noqa: E402
 import record_sharded_graphs  # noqa: E402
 import record_validation  # noqa: E402
@@ -63,6 +64,7 @@ __all__ = [
     "record_blind13",
     "record_blind14",
     "record_blind15",
+    "record_blind16",
     "record_new",
     "record_sharded_graphs",
     "record_validation",
