@@ -213,9 +213,11 @@ def test_fixes_are_ordered_by_estimate_on_every_sample(docs) -> None:
 
 
 @pytest.mark.slow
-def test_every_face_lists_the_fixes_in_the_same_order(tmp_path: Path) -> None:
+def test_every_face_lists_the_fixes_in_the_same_order(tmp_path: Path, kept_analyses) -> None:
     """``analyze --json``, the CLI text, and the Markdown and HTML reports of the "before" sample
-    give the fixes in one order, the largest estimate first, each with its estimate's words."""
+    give the fixes in one order, the largest estimate first, each with its estimate's words. The
+    faces render one analysis of the run (``kept_analyses``: each asks for it as before, and none
+    may change it)."""
     import json
 
     from clitools import analysis_store
