@@ -17,6 +17,7 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_device_script_drives_lanes,
+    assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_one_gpu_pairs,
     assert_part_layout,
@@ -68,7 +69,21 @@ def test_the_sixteenth_blind_part_is_its_own_held_out_group_numbered_on_from_v21
     assert_part_layout(record_blind16, "blind16", 215, (record_blind16.blind16_a,), count=8)
     assert make_truth.BLIND_PARTS[-1] is record_blind16
     assert make_truth.GROUPS[-1] == "blind16"
-    assert record_blind16.FIRST_FIXES == {}  # named only once the part is judged
+    # the first fixes gpuscope named at the judgement (442e349) where the planted fix was not
+    assert {k: (v["base"], v["how"]) for k, v in record_blind16.FIRST_FIXES.items()} == {
+        "v216m": ("v216", "bf16"),
+        "v218c": ("v218", "cuda_graphs"),
+        "v219m": ("v219", "bf16"),
+        "v220m": ("v220", "bf16"),
+        "v221c": ("v221", "cuda_graphs"),
+        "v222b": ("v222", "cudnn_benchmark"),
+    }
+
+
+def test_the_first_fixes_apply_to_the_fixed_variant_only(
+    monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    assert_first_fixes_apply_to_the_fixed_variant_only(record_blind16, monkeypatch)
 
 
 def test_the_models_and_their_families_are_new() -> None:

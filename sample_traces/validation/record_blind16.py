@@ -52,9 +52,40 @@ from record_common import merged_part  # noqa: E402
 GROUP = "blind16"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
-FIRST_FIXES: dict[str, dict] = {}
-"""The first fixes gpuscope names on this part where the planted cause is another's, timed on
-the base case's planted variant after the part is judged (none yet)."""
+
+def _first(base: str, how: str, planted: str) -> dict:
+    fix = {
+        "bf16": ("each step under bf16 autocast", "mixed_precision"),
+        "cudnn_benchmark": ("torch.backends.cudnn.benchmark = True", "cudnn_benchmark"),
+        "cuda_graphs": (
+            "model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code: forward and "
+            "backward replayed as CUDA graphs, the optimizer step eager)",
+            "cuda_graphs",
+        ),
+    }[how]
+    return {
+        "name": f"{base}_{how}",
+        "base": base,
+        "how": how,
+        "planted": f"{base}'s planted variant ({planted}), eager",
+        "fix": f"the same, {fix[0]}",
+        "expected_fix": fix[1],
+    }
+
+
+FIRST_FIXES: dict[str, dict] = {
+    "v216m": _first("v216", "bf16", "fp32, matmul TF32 off"),
+    "v218c": _first("v218", "cuda_graphs", "bf16 autocast, channels_last, num_workers=0"),
+    "v219m": _first("v219", "bf16", "fp32, matmul TF32 off, 7 syncs a step"),
+    "v220m": _first("v220", "bf16", "fp32, cuDNN TF32 on, cudnn.benchmark off"),
+    "v221c": _first("v221", "cuda_graphs", "bf16 autocast, every layer checkpointed"),
+    "v222b": _first("v222", "cudnn_benchmark", "fp32, cuDNN TF32 on, AdamW(foreach=False)"),
+}
+"""The first fixes gpuscope named on this part where the planted cause is another's (judged at
+442e349, `validate_gains_set.py --blind` over v215-v222, the first analysis any of them had):
+``mixed_precision`` on v216 (58.8 %), v219 (30.4) and v220 (34.0), ``cuda_graphs`` on v218 (46.4)
+and v221 (42.0), ``cudnn_benchmark`` on v222 (16.2); timed on the base case's planted variant
+after the judgement."""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part((blind16_a,), FIRST_FIXES, 16215, __file__)
