@@ -13,6 +13,8 @@ from tracegen import TraceBuilder
 
 TP = Path(__file__).resolve().parent.parent / "sample_traces" / "multi_gpu" / "tp"
 
+pytestmark = pytest.mark.memory_store  # `con` is an in-memory store (tests/conftest.py)
+
 
 def tp_trace(dtensor: bool = True) -> TraceBuilder:
     """Two steps of 1000 µs. Each: an outer ``aten::mm`` (0-600 µs) holding a ``PythonSubclass``
