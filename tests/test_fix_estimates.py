@@ -183,6 +183,7 @@ def test_cuda_graphs_come_first_on_v08_and_the_ranges_hold(tmp_path: Path) -> No
     ranges hold them (both missed before); v07 (cudnn.benchmark, 18.2 %, a nearly GPU-bound step
     whose host speed cannot be fitted: gains.IDENTIFIABLE): the convolution fix first (it was
     kernel_fusion, the convolution fix at 0.7 %)."""
+    from clitools import analysis_spec
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
     from gpuscope.store import connect
@@ -192,7 +193,7 @@ def test_cuda_graphs_come_first_on_v08_and_the_ranges_hold(tmp_path: Path) -> No
     truth_ac = truth["v08"]["gain_pct"]
     v08g = next(f for f in doc_truth["first_fixes"] if f["case"] == "v08g")
     truth["v08"] = {**truth["v08"], "gain_pct": v08g["gain_pct"]}
-    con = connect(tmp_path / "store")
+    con = connect(analysis_spec(tmp_path))  # the analysis, not the store
     for case, fix in (
         ("v08", "cuda_graphs"),
         ("v04", "mixed_precision"),
@@ -299,13 +300,14 @@ def test_a_replayed_graph_s_range_holds_the_gain_of_the_launch_bound_pair(tmp_pa
     """v141 (an LTC network's launch-bound step captured whole as a CUDA graph, measured 90.6 %,
     the timed planted steps slower than the capture's untraced step): cuda_graphs first, its
     range holds the gain (its top was 87.8 % before the unit was ``host_free``)."""
+    from clitools import analysis_spec
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
     from gpuscope.store import connect
 
     case = {c["case"]: c for c in json.loads((VALIDATION / "truth.json").read_text())["cases"]}
     v141 = case["v141"]
-    con = connect(tmp_path / "store")
+    con = connect(analysis_spec(tmp_path))  # the analysis, not the store
     paths = [VALIDATION / t for t in v141["traces"]]
     recs = analyze_run(con, ingest_paths(con, paths)[0].run_id).to_json()["recommendations"]
     con.close()

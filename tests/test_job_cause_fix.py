@@ -234,6 +234,7 @@ def test_the_uneven_batch_pair_s_job_lists_equal_work_first(tmp_path: Path) -> N
     the gain; DDP's overlap (0.6 %) had been first."""
     import json
 
+    from clitools import analysis_spec
     from gpuscope.analysis.job import diagnose, memo
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
@@ -241,7 +242,7 @@ def test_the_uneven_batch_pair_s_job_lists_equal_work_first(tmp_path: Path) -> N
 
     root = Path(__file__).resolve().parent.parent / "sample_traces" / "validation"
     case = {c["case"]: c for c in json.loads((root / "truth.json").read_text())["cases"]}["v172"]
-    con = connect(tmp_path / "store")
+    con = connect(analysis_spec(tmp_path))  # the analysis, not the store
     [res] = ingest_paths(con, [root / "v172"])
     job = diagnose(con, res.run_id, memo(lambda r: analyze_run(con, res.run_id, rank=r)))
     con.close()
@@ -327,6 +328,7 @@ def test_eager_tensor_parallel_jobs_lead_with_compiling_the_tp_model(
     where CUDA graphs (16.9 and 16.7 %) had been."""
     import json
 
+    from clitools import analysis_spec
     from gpuscope.analysis.job import diagnose, memo
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
@@ -334,7 +336,7 @@ def test_eager_tensor_parallel_jobs_lead_with_compiling_the_tp_model(
 
     root = Path(__file__).resolve().parent.parent / "sample_traces" / "validation"
     truth = {c["case"]: c for c in json.loads((root / "truth.json").read_text())["cases"]}[case]
-    con = connect(tmp_path / "store")
+    con = connect(analysis_spec(tmp_path))  # the analysis, not the store
     [res] = ingest_paths(con, [root / case])
     job = diagnose(con, res.run_id, memo(lambda r: analyze_run(con, res.run_id, rank=r)))
     con.close()

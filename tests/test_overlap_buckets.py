@@ -124,12 +124,13 @@ def test_allreduce_per_step_reads_this_ranks_matched_all_reduces() -> None:
 def test_v25s_one_bucket_is_seen_and_its_range_holds(tmp_path: Path) -> None:
     """v25 (DDP, bucket_cap_mb=4096, 2 GPUs): the fix of default buckets gained 14.2 %; the
     estimate was 0-0 (the compute stream's wait for the all-reduce was not in the graph)."""
+    from clitools import analysis_spec
     from gpuscope.analysis.report import analyze_run
     from gpuscope.ingest.loader import ingest_paths
     from gpuscope.store import connect
 
     truth = {c["case"]: c for c in json.loads((VALIDATION / "truth.json").read_text())["cases"]}
-    con = connect(tmp_path / "store")
+    con = connect(analysis_spec(tmp_path))  # the analysis, not the store
     run = ingest_paths(con, [VALIDATION / "v25"])[0].run_id
     rec = next(
         r for r in analyze_run(con, run, rank=1).recommendations if r.id == "overlap_communication"
