@@ -17,6 +17,7 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_device_script_drives_lanes,
+    assert_first_fixes,
     assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_one_gpu_pairs,
@@ -84,6 +85,13 @@ def test_the_first_fixes_apply_to_the_fixed_variant_only(
     monkeypatch: pytest.MonkeyPatch, one_thread: None
 ) -> None:
     assert_first_fixes_apply_to_the_fixed_variant_only(record_blind16, monkeypatch)
+
+
+def test_every_first_fix_is_timed() -> None:
+    """Each first fix timed on its base case's planted variant (2026-11-30, one H200 each), >= 3
+    rounds paired in order, v219's bf16 5 (its first three spread over 16 points)."""
+    assert_first_fixes(record_blind16)
+    assert len(make_truth.first_fix("v219m")["planted"]) == 5
 
 
 def test_the_models_and_their_families_are_new() -> None:
