@@ -296,21 +296,35 @@ def _range_join_extents(con, bounds: list[tuple[int, int]]) -> dict[int, tuple[i
 _range = st.tuples(st.integers(-5, 80), st.integers(0, 30))
 
 
+@pytest.fixture(scope="module")
+def scratch() -> Any:
+    """One DuckDB connection for the module's random examples, each of which makes its own table
+    afresh (a new connection and table cost 13 ms of CPU, ``executemany`` of 30 rows 13 ms more:
+    most of an example)."""
+    import duckdb
+
+    con = duckdb.connect()
+    yield con
+    con.close()
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_range, max_size=60), st.lists(st.tuples(st.integers(-5, 80), st.integers(-3, 30))))
 def test_step_extents_are_the_range_join(
-    spans: list[tuple[int, int]], steps: list[tuple[int, int]]
+    scratch: Any, spans: list[tuple[int, int]], steps: list[tuple[int, int]]
 ) -> None:
     """Any spans (nested, overlapping, tied, empty) and any ranges (tiling or not, empty or
     reversed ones):
     each range's least start and greatest end of the spans overlapping it are the range join's."""
-    import duckdb
     from gpuscope.analysis.modules import step_extents
 
-    con = duckdb.connect()
-    con.execute("CREATE TABLE sp (s BIGINT, e BIGINT)")
+    con = scratch
+    con.execute("CREATE OR REPLACE TABLE sp (s BIGINT, e BIGINT)")  # this example's spans alone
     if spans:
-        con.executemany("INSERT INTO sp VALUES (?, ?)", [(s, s + d) for s, d in spans])
+        con.execute(
+            "INSERT INTO sp SELECT unnest($s::BIGINT[]), unnest($e::BIGINT[])",
+            {"s": [s for s, _ in spans], "e": [s + d for s, d in spans]},
+        )
     bounds = [(a, a + w) for a, w in steps]
     assert step_extents(con, "SELECT s, e FROM sp", {}, bounds) == _range_join_extents(con, bounds)
 

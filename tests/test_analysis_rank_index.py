@@ -435,16 +435,24 @@ def test_the_registered_classes_of_names_are_read_in_one_statement():
     assert RankIndex(c, "s", 0).name_ids(steps) == [4]  # type: ignore[arg-type]
 
 
+@pytest.fixture(scope="module")
+def scratch():  # type: ignore[no-untyped-def]
+    """One DuckDB connection for the random examples below, each making its table afresh."""
+    c = duckdb.connect()
+    yield c
+    c.close()
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     ids=st.lists(st.integers(0, 200), max_size=80, unique=True),
     values=st.lists(st.one_of(st.none(), st.integers(0, 200)), max_size=60),  # ids: 0 up
 )
-def test_in_ids_selects_exactly_the_ids_short_or_long(ids, values):
-    c = duckdb.connect()
-    c.execute("CREATE TABLE t (name_id INTEGER)")
+def test_in_ids_selects_exactly_the_ids_short_or_long(scratch, ids, values):
+    c = scratch
+    c.execute("CREATE OR REPLACE TABLE t (name_id INTEGER)")  # this example's values alone
     if values:
-        c.executemany("INSERT INTO t VALUES (?)", [[v] for v in values])
+        c.execute("INSERT INTO t SELECT unnest($v::INTEGER[])", {"v": values})
     want = ids_param(sorted(ids))
     got = c.execute(
         f"SELECT name_id FROM t WHERE {in_ids('name_id', 'ids', want)}", {"ids": want}
