@@ -23,7 +23,7 @@ Each fix's models (its ``low`` / ``mid`` / ``high`` variants) live with the fix,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -103,6 +103,10 @@ class Context:
     the planted replay still fits in it (:func:`host_scale_ceiling`); None: every scale does."""
     base_ns: dict[float, float] = field(default_factory=dict)
     """Replayed window (ns) per host scale, shared by the estimates of one report."""
+    memory_bound_fp32_matmul: Mapping[str, float] = field(default_factory=dict)
+    """Kernel name -> the share of its time in plain-fp32 matmuls that are memory-bound at the
+    fp32 roof (:attr:`gpuscope.analysis.roofline.Roofline.memory_bound_fp32_matmul`; empty
+    without a roofline)."""
     """The calibrated host scale (:func:`calibrated_scale`), computed once per report."""
 
 

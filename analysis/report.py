@@ -1264,6 +1264,9 @@ class RunAnalysis:
             gpu_model=self.gpu_model,
             peak_ratio=pb.tflops / pf.tflops if pb.tflops and pf.tflops else None,
             sms=int(self.dev_props["numSms"]) if self.dev_props.get("numSms") else None,
+            memory_bound_fp32_matmul=(
+                self.roofline.memory_bound_fp32_matmul if self.roofline is not None else {}
+            ),
         )
         ctx.host_scale_cal = GN.calibrated_scale(cp, ctx)
         ctx.host_scale_max = GN.host_scale_ceiling(cp, ctx)

@@ -660,6 +660,10 @@ class Roofline:
     unmodelled_ns: int = 0
     unmodelled: dict[str, int] = field(default_factory=dict)  # op (or "(no op)") -> ns
     notes: list[str] = field(default_factory=list)
+    memory_bound_fp32_matmul: dict[str, float] = field(default_factory=dict)
+    """Kernel name -> the share (0-1) of its time in matmul ops that ran in plain fp32 on CUDA
+    cores and are memory-bound there (:attr:`RoofRow.bound`): tensor cores cannot speed those up
+    (``mixed_precision``'s re-timing reads it). Names with none are absent."""
 
     @property
     def lost_ns(self) -> float:
@@ -774,13 +778,21 @@ def roofline(
     key_ns = np.zeros(n_keys, dtype=np.int64)
     np.add.at(key_ns, gkey, per_call)
     key_calls = np.bincount(gkey, minlength=n_keys)
-    # each group's kernels (name ids): what ran decides the compute roof (TF32, FFT)
-    pairs = np.unique(
-        np.stack([gkey[inv], np.asarray(lx.name_id[kj[on]], dtype=np.int64)], axis=1), axis=0
+    # each group's kernels (name ids) and their time in it: what ran decides the compute roof
+    # (TF32, FFT); the time tells which kernels run memory-bound fp32 matmuls
+    pairs, pair_of = np.unique(
+        np.stack([gkey[inv], np.asarray(lx.name_id[kj[on]], dtype=np.int64)], axis=1),
+        axis=0,
+        return_inverse=True,
     )
-    key_kernels: list[set[int]] = [set() for _ in range(n_keys)]
-    for g, nid in pairs.tolist():
-        key_kernels[g].add(int(nid))
+    pair_ns = np.bincount(
+        pair_of.ravel(),
+        weights=np.asarray(lx.in_ns[kj[on]], dtype=np.float64),
+        minlength=len(pairs),
+    )
+    key_kernels: list[dict[int, float]] = [{} for _ in range(n_keys)]
+    for (g, nid), ns in zip(pairs.tolist(), pair_ns.tolist(), strict=True):
+        key_kernels[g][int(nid)] = float(ns)
     for g in np.argsort(first_of, kind="stable").tolist():
         groups[keys[g]] = {
             "ns": int(key_ns[g]),
@@ -802,6 +814,8 @@ def roofline(
         )
     l2 = L2_BYTES.get(model) if model is not None else None
     n_l2 = n_fewer = 0
+    mm_ns: dict[str, float] = {}  # kernel name -> its time in matmul ops, and in memory-bound
+    mb_ns: dict[str, float] = {}  # fp32 ones
     for nid, ns in un_names.items():
         k = f"(kernel without a modelled op) {names.get(nid, '?')[:60]}"
         res.unmodelled[k] = res.unmodelled.get(k, 0) + ns
@@ -835,6 +849,13 @@ def roofline(
         )  # fmt: skip
         n_l2 += row.bound == "L2"
         n_fewer += not held
+        if fam == "matmul":
+            fp32_mem = dt == "fp32" and roof_dt == "fp32" and row.bound == "memory"
+            for nid, kns in grp["kernels"].items():
+                kname = names.get(nid, "")
+                mm_ns[kname] = mm_ns.get(kname, 0.0) + kns
+                if fp32_mem:
+                    mb_ns[kname] = mb_ns.get(kname, 0.0) + kns
         res.rows.append(row)
         res.modelled_ns += int(grp["ns"])
     if tbs is not None and l2 is None:
@@ -851,4 +872,5 @@ def roofline(
             "the direct count: no compute roof for them"
         )
     res.rows.sort(key=lambda r: (-(r.lost_ns or 0.0), -r.gpu_ns, r.op))
+    res.memory_bound_fp32_matmul = {k: v / mm_ns[k] for k, v in mb_ns.items() if mm_ns[k] > 0}
     return res

@@ -59,6 +59,15 @@ CONV_DIV = 1.5
 SMALL_GEMM_NS = 20_000
 LARGE_GEMM_NS = 200_000
 
+MEMORY_BOUND_KEEP = (1.0, 1.0, 0.5)
+"""A plain-fp32 matmul that is memory-bound at the fp32 roof (its shapes' bytes at the memory roof
+take longer than its FLOPs at the CUDA cores' peak: a skinny product such as a graph's adjacency
+times a few columns) × this in bf16, low / mid / high: tensor cores cannot make it faster; bf16
+halves its bytes at best (0.5), and autocast casts each fp32 operand that is not a parameter
+(a model's input, a constant) at every call, reading its 4 bytes an element and writing 2, so
+the product keeps its time or loses (1.0). v219 (APPNP: 2.5 ms a step of 8,192 × 8,192 by
+8,192 × 16 products at ~2 TB/s) gained 1.5 % in bf16 where the GEMM-ratio re-timing told 30.4."""
+
 
 TF32_SHARE = 0.2
 """The TF32 branch fires when TF32 tensor-core kernels hold at least this share of the window's
@@ -328,7 +337,9 @@ def in_half_already(g: Graph) -> bool:
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """fp32 GEMMs ÷ r/1.5 / r / r (r: the measured fp32→bf16 ratio for the GPU and the GEMM's
-    duration, :data:`GEMM_RATIO`); attention kernels in fp32 math ÷ the
+    duration, :data:`GEMM_RATIO`), but the share of a GEMM kernel's time in matmuls memory-bound
+    at the fp32 roof (the roofline's, ``Context.memory_bound_fp32_matmul``) ×
+    :data:`MEMORY_BOUND_KEEP`; attention kernels in fp32 math ÷ the
     :data:`ATTENTION_3XTF32_RATIO` (3xTF32) or as GEMMs (plain fp32); host × 1.3 / 1.15 / 1
     (casts), cuDNN's BatchNorm kernels × :data:`CUDNN_BN`, other kernels × 1 / 1 / 0.6: × 1 at
     every level where the run is in half precision already (:func:`in_half_already`)."""
@@ -346,13 +357,21 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
 
     bn = [_cudnn_bn(n) for n in g.nodes]
 
-    def mp(div: float, other: float, host: float, att_div: float, bn_f: float) -> DurFn:
+    membound = ctx.memory_bound_fp32_matmul
+
+    def mp(
+        div: float, other: float, host: float, att_div: float, bn_f: float, mb_keep: float
+    ) -> DurFn:
         def dur(v: int, n: Node) -> float:
             if fx.is_host_work(n):  # autocast adds a cast op per matmul operand
                 return n.dur * host
             if bn[v]:
                 return n.dur * bn_f
-            if _gemm_fp32(n) or att.get(v) == "fp32":
+            if _gemm_fp32(n):  # memory-bound at the fp32 roof: the share tensor cores cannot help
+                mb = membound.get(n.event.name, 0.0) if isinstance(n.event, GpuEvent) else 0.0
+                sped = n.dur / max(1.0, _ratio(ctx, n.dur) / div)
+                return mb * n.dur * mb_keep + (1.0 - mb) * sped
+            if att.get(v) == "fp32":
                 return n.dur / max(1.0, _ratio(ctx, n.dur) / div)
             if conv and _conv_math(n) is False:
                 return n.dur / max(1.0, _ratio(ctx, n.dur) / (div * CONV_DIV))
@@ -365,10 +384,11 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
         return dur
 
     lo, mid, hi = ATTENTION_3XTF32_RATIO
+    keep = MEMORY_BOUND_KEEP
     return {
-        "low": (mp(1.5, 1.0, 1.3, lo, CUDNN_BN[0]), None),
-        "mid": (mp(1.0, 1.0, 1.15, mid, CUDNN_BN[1]), None),
-        "high": (mp(1.0, top_other, 1.0, hi, CUDNN_BN[2]), None),
+        "low": (mp(1.5, 1.0, 1.3, lo, CUDNN_BN[0], keep[0]), None),
+        "mid": (mp(1.0, 1.0, 1.15, mid, CUDNN_BN[1], keep[1]), None),
+        "high": (mp(1.0, top_other, 1.0, hi, CUDNN_BN[2], keep[2]), None),
     }
 
 
