@@ -89,12 +89,16 @@ GROUPS = (
     ),
     (
         "blind16",
-        "Sixteenth blind part v215+ (never analysed before recording; only with --blind)",
+        "Sixteenth blind part v215-v222 (never analysed before recording; only with --blind)",
+    ),
+    (
+        "blind17",
+        "Seventeenth blind part v223+ (never analysed before recording; only with --blind)",
     ),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 SEEN_GROUPS = tuple(g for g, _ in GROUPS)[:-1]
-"""The parts already judged once (v01-v214): every part but the newest blind one, which is judged
+"""The parts already judged once (v01-v222): every part but the newest blind one, which is judged
 once when it lands and joins these with the next; ``--seen`` judges these and nothing else."""
 
 

@@ -68,8 +68,8 @@ workers shuffle them."""
 
 def test_the_sixteenth_blind_part_is_its_own_held_out_group_numbered_on_from_v215() -> None:
     assert_part_layout(record_blind16, "blind16", 215, (record_blind16.blind16_a,), count=8)
-    assert make_truth.BLIND_PARTS[-1] is record_blind16
-    assert make_truth.GROUPS[-1] == "blind16"
+    assert record_blind16 in make_truth.BLIND_PARTS  # the seventeenth part follows it
+    assert "blind16" in make_truth.GROUPS
     # the first fixes gpuscope named at the judgement (442e349) where the planted fix was not
     assert {k: (v["base"], v["how"]) for k, v in record_blind16.FIRST_FIXES.items()} == {
         "v216m": ("v216", "bf16"),
