@@ -13,6 +13,7 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_device_script_drives_lanes,
+    assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_one_gpu_pairs,
     assert_part_layout,
@@ -39,6 +40,15 @@ def test_the_seventeenth_blind_part_is_its_own_held_out_group_numbered_on_from_v
     assert_part_layout(record_blind17, "blind17", 223, (record_blind17.blind17_a,), count=3)
     assert make_truth.BLIND_PARTS[-1] is record_blind17
     assert make_truth.GROUPS[-1] == "blind17"
+    assert {k: (v["base"], v["how"]) for k, v in record_blind17.FIRST_FIXES.items()} == {
+        "v224c": ("v224", "cuda_graphs")
+    }
+
+
+def test_the_first_fix_applies_to_the_fixed_variant_only(
+    monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    assert_first_fixes_apply_to_the_fixed_variant_only(record_blind17, monkeypatch)
 
 
 def test_the_models_and_their_families_are_new() -> None:

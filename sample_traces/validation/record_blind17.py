@@ -40,9 +40,21 @@ from record_common import merged_part  # noqa: E402
 GROUP = "blind17"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
-FIRST_FIXES: dict[str, dict] = {}
-"""The first fixes gpuscope names on this part where the planted cause is another's, timed on
-the base case's planted variant after the part is judged (none named yet)."""
+FIRST_FIXES: dict[str, dict] = {
+    "v224c": {
+        "name": "v224_cuda_graphs",
+        "base": "v224",
+        "how": "cuda_graphs",
+        "planted": "v224's planted variant (bf16 autocast, channels_last, num_workers=0), eager",
+        "fix": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code: "
+        "forward and backward replayed as CUDA graphs, the optimizer step eager)",
+        "expected_fix": "cuda_graphs",
+    },
+}
+"""The first fixes gpuscope named on this part at its one judgement (0e544b9) where the planted
+cause was another's, timed on the base case's planted variant after it: CUDA graphs on v224
+(60.3 %). v223's (CUDA graphs, 8.1 %) is not timed: its step calls the agent's ``act`` and ``q``,
+not ``forward``, so ``model.compile()`` would compile nothing there."""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part((blind17_a,), FIRST_FIXES, 17223, __file__)
