@@ -13,6 +13,7 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_device_script_drives_lanes,
+    assert_first_fixes,
     assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_one_gpu_pairs,
@@ -49,6 +50,12 @@ def test_the_first_fix_applies_to_the_fixed_variant_only(
     monkeypatch: pytest.MonkeyPatch, one_thread: None
 ) -> None:
     assert_first_fixes_apply_to_the_fixed_variant_only(record_blind17, monkeypatch)
+
+
+def test_the_first_fix_is_timed() -> None:
+    """CUDA graphs on v224 timed on its planted variant (one H200), 5 rounds paired in order."""
+    assert_first_fixes(record_blind17)
+    assert len(make_truth.first_fix("v224c")["planted"]) == 5
 
 
 def test_the_models_and_their_families_are_new() -> None:
