@@ -22,11 +22,10 @@ from validation_parts import (
     assert_one_gpu_pairs,
     assert_part_layout,
     assert_recorded_part,
+    autocast_counts,
     build_one_gpu_cases,
-    counting_autocast,
     make_truth,
     record_blind14,
-    record_new,
     variant_pair,
 )
 
@@ -230,17 +229,7 @@ def test_only_the_precision_pair_adds_autocast_when_fixed(
     """v205's loss runs under the kit's bf16 autocast (``k.ac``) in the fixed variant only; v201,
     v207 and v208 under it in both (their own bf16, not the fix); the fp32 cases never."""
     pytest.importorskip("torch")
-    monkeypatch.setattr(record_new, "QUICK", True)
-    monkeypatch.setattr("torch.compile", lambda model, **kw: model)
-    entered = counting_autocast(monkeypatch)
-    counts = {}
-    for case in record_blind14.ORDER:
-        for variant in ("planted", "fixed"):
-            entered.clear()
-            step, _n, _meta, _model = record_blind14.build(case, variant, "cpu")
-            step()
-            del step
-            counts[case, variant] = len(entered)
+    counts = autocast_counts(record_blind14, monkeypatch)
     assert counts.pop(("v205", "planted")) == 0 and counts.pop(("v205", "fixed")) == 1
     assert {k for k, v in counts.items() if v} == {
         (c, v) for c in AUTOCAST_BOTH for v in ("planted", "fixed")

@@ -23,11 +23,10 @@ from validation_parts import (
     assert_one_gpu_pairs,
     assert_part_layout,
     assert_recorded_part,
+    autocast_counts,
     build_one_gpu_cases,
-    counting_autocast,
     make_truth,
     record_blind16,
-    record_new,
     variant_pair,
 )
 
@@ -226,17 +225,7 @@ def test_only_the_cspnet_and_the_codegen_run_under_autocast(
     """v218 and v221 run their forward under the kit's bf16 autocast in both variants (their own
     bf16, not the fix); no other case enters it in either."""
     pytest.importorskip("torch")
-    monkeypatch.setattr(record_new, "QUICK", True)
-    monkeypatch.setattr("torch.compile", lambda model, **kw: model)
-    entered = counting_autocast(monkeypatch)
-    counts = {}
-    for case in record_blind16.ORDER:
-        for variant in ("planted", "fixed"):
-            entered.clear()
-            step, _n, _meta, _model = record_blind16.build(case, variant, "cpu")
-            step()
-            del step
-            counts[case, variant] = len(entered)
+    counts = autocast_counts(record_blind16, monkeypatch)
     assert {k for k, v in counts.items() if v} == {
         (c, v) for c in ("v218", "v221") for v in ("planted", "fixed")
     }

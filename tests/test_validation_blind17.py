@@ -19,8 +19,8 @@ from validation_parts import (
     assert_one_gpu_pairs,
     assert_part_layout,
     assert_recorded_part,
+    autocast_counts,
     build_one_gpu_cases,
-    counting_autocast,
     make_truth,
     record_blind17,
     record_new,
@@ -126,15 +126,7 @@ def test_only_the_fix_of_v223_adds_autocast(
     """v223's losses run under the kit's bf16 autocast in the fixed variant only; v224 and v225
     run their forward under it in both (their own bf16)."""
     pytest.importorskip("torch")
-    entered = counting_autocast(monkeypatch)
-    counts = {}
-    for case in record_blind17.ORDER:
-        for variant in ("planted", "fixed"):
-            entered.clear()
-            step, _n, _meta, _model = record_blind17.build(case, variant, "cpu")
-            step()
-            del step
-            counts[case, variant] = len(entered)
+    counts = autocast_counts(record_blind17, monkeypatch)
     assert counts == {
         ("v223", "planted"): 0,
         ("v223", "fixed"): 1,

@@ -46,6 +46,7 @@ __all__ = [
     "assert_first_fixes_apply_to_the_fixed_variant_only",
     "assert_own_held_out_group",
     "assert_part_layout",
+    "autocast_counts",
     "build_one_gpu_cases",
     "earlier_cases",
     "later_groups",
@@ -434,6 +435,24 @@ def counting_autocast(monkeypatch: Any) -> list[str]:
     )
     monkeypatch.setattr(record_new, "QUICK", True)
     return entered
+
+
+def autocast_counts(part: Any, monkeypatch: Any) -> dict[tuple[str, str], int]:
+    """How many times each case of the one-GPU blind part ``part`` enters the kit's bf16 autocast
+    (``k.ac``) in one step of its planted and its fixed variant, by (case, variant): built on the
+    CPU at the --quick sizes, torch.compile replaced by the model itself."""
+    monkeypatch.setattr(record_new, "QUICK", True)
+    monkeypatch.setattr("torch.compile", lambda model, **kw: model)
+    entered = counting_autocast(monkeypatch)
+    counts = {}
+    for case in part.ORDER:
+        for variant in ("planted", "fixed"):
+            entered.clear()
+            step, _n, _meta, _model = part.build(case, variant, "cpu")
+            step()
+            del step
+            counts[case, variant] = len(entered)
+    return counts
 
 
 def assert_first_fixes_apply_to_the_fixed_variant_only(part: Any, monkeypatch: Any) -> None:

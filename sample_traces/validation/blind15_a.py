@@ -51,7 +51,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from record_common import Kit, uint8_batches  # noqa: E402
+from record_common import Kit, PremadeImages, uint8_batches  # noqa: E402
 
 CASES: dict[str, dict] = {
     "v209": {
@@ -801,23 +801,8 @@ def _stablelm_fsdp(k: Kit, fixed: bool, device: str, rank: int):
 # ---------------------------------------------------------------- v214: MobileViT, workers (null)
 
 
-class PremadeCrops:
-    """v214's dataset: ``n`` uint8 RGB crops of ``side`` x ``side`` made once (``base`` drawn, then
-    repeated: cheap to start) and their labels; a sample is a slice and a label."""
-
-    def __init__(self, n: int, side: int, classes: int, seed: int, base: int = 64) -> None:
-        import torch
-
-        gen = torch.Generator().manual_seed(seed)
-        drawn = torch.randint(0, 256, (base, 3, side, side), dtype=torch.uint8, generator=gen)
-        self.x = drawn.repeat(-(-n // base), 1, 1, 1)[:n].contiguous()
-        self.y = torch.randint(0, classes, (n,), generator=gen)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int):
-        return self.x[i], self.y[i]
+PremadeCrops = PremadeImages
+"""v214's dataset (record_common.PremadeImages): each sample a slice of a pre-made uint8 tensor."""
 
 
 def _mobilevit_ddp(k: Kit, fixed: bool, device: str, rank: int):

@@ -32,7 +32,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from record_common import Kit, compile_in_place, uint8_batches  # noqa: E402
+from record_common import (  # noqa: E402
+    Kit,
+    PremadeImages,
+    channels_last_loss,
+    compile_in_place,
+    device_batches,
+    uint8_batches,
+    workers_loader,
+)
 
 _FP32 = "fp32, cuDNN TF32 on, matmul TF32 off"
 """PyTorch's default precision flags (the kit's): convolutions TF32, matmuls full fp32."""
@@ -316,7 +324,6 @@ class MaskedLogMels:
 
 
 def _wav2letter(k: Kit, fixed: bool, device: str, rank: int):
-    from torch.utils.data import DataLoader
 
     # H200, cuDNN TF32: per utterance 700 frames after the stride-2 first conv; the 7 convs 250
     # k7 0.6 GFLOP each, the conv 1000 k32 11.2, the conv 1000 k1 1.4, the first 1.3: ~18.5
@@ -338,18 +345,9 @@ def _wav2letter(k: Kit, fixed: bool, device: str, rank: int):
     layers += [nn.Conv1d(width, wide, 32, 1, 16), nn.ReLU(), nn.Conv1d(wide, wide, 1), nn.ReLU()]
     model = nn.Sequential(*layers, nn.Conv1d(wide, 29, 1)).to(device)
     opt = k.adamw(model, fused=k.cuda)
-    kw = {"num_workers": workers, "persistent_workers": True} if fixed else {}
     data = MaskedLogMels(stored, mels, frames, crop, label_len, fmask, tmask)
-    loader = DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, **kw)
-    state = {"it": iter(loader)}
-
-    def next_batch():
-        try:
-            xb, yb = next(state["it"])
-        except StopIteration:
-            state["it"] = iter(loader)
-            xb, yb = next(state["it"])
-        return xb.to(device), yb.to(device)
+    loader = workers_loader(k, data, batch, fixed, workers)
+    next_batch = device_batches(loader, device)
 
     def loss_fn():
         x, y = next_batch()
@@ -358,8 +356,6 @@ def _wav2letter(k: Kit, fixed: bool, device: str, rank: int):
         t_out = torch.full((x.shape[0],), y.shape[1], dtype=torch.long)
         return F.ctc_loss(logp, y, t_in, t_out, blank=0)
 
-    k.meta["num_workers"] = loader.num_workers
-    k.meta["persistent_workers"] = loader.persistent_workers
     k.meta["batch_mb"] = round(batch * mels * crop * 4 / 1e6, 2)
     k.meta["precision"] = _FP32
     return k.train(opt, loss_fn), batch, model
@@ -368,27 +364,7 @@ def _wav2letter(k: Kit, fixed: bool, device: str, rank: int):
 # ---------------------------------------------------------------- v218: CSPNet, workers (null)
 
 
-class PremadeImages:
-    """v218's dataset: ``n`` uint8 RGB images of ``side`` x ``side`` made once (``base`` drawn,
-    then repeated: cheap to start) and their labels; a sample is a slice and a label."""
-
-    def __init__(self, n: int, side: int, classes: int, seed: int, base: int = 64) -> None:
-        import torch
-
-        gen = torch.Generator().manual_seed(seed)
-        drawn = torch.randint(0, 256, (base, 3, side, side), dtype=torch.uint8, generator=gen)
-        self.x = drawn.repeat(-(-n // base), 1, 1, 1)[:n].contiguous()
-        self.y = torch.randint(0, classes, (n,), generator=gen)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int):
-        return self.x[i], self.y[i]
-
-
 def _cspnet(k: Kit, fixed: bool, device: str, rank: int):
-    from torch.utils.data import DataLoader
 
     # H200, bf16, channels_last, 128 images of 128x128: the stem at 128 and 64 (64, 128 ch),
     # stages at 32/16/8/4 of 128-256-512-1024 ch with 1/2/4/2 basic blocks on half the
@@ -398,7 +374,7 @@ def _cspnet(k: Kit, fixed: bool, device: str, rank: int):
     # kernels (~4-6 ms of host): GPU-bound, ~10-14 ms, the host ahead.
     # Loading: 128 slices of a pre-made uint8 tensor stacked into 6.3 MB, ~1-2 ms on one core,
     # while the GPU still runs the previous step's queued work; workers gain ~0
-    torch, nn, F = k.torch, k.nn, k.F
+    torch, nn = k.torch, k.nn
     from record_common import basic_block
 
     side, batch, n, workers, classes = (32, 4, 32, 2, 10) if k.quick else (128, 128, 2048, 4, 100)
@@ -434,20 +410,8 @@ def _cspnet(k: Kit, fixed: bool, device: str, rank: int):
         nn.Linear(widths[-1], classes),
     ).to(device, memory_format=torch.channels_last)
     opt = k.adamw(model, fused=k.cuda)
-    kw = {"num_workers": workers, "persistent_workers": True} if fixed else {}
-    data = PremadeImages(n, side, classes, 218)
-    loader = DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, **kw)
-    next_batch = uint8_batches(loader, device)
-
-    def loss_fn():
-        x, y = next_batch()
-        x = x.contiguous(memory_format=torch.channels_last)
-        with k.ac:
-            logits = model(x)
-        return F.cross_entropy(logits.float(), y)
-
-    k.meta["num_workers"] = loader.num_workers
-    k.meta["persistent_workers"] = loader.persistent_workers
+    loader = workers_loader(k, PremadeImages(n, side, classes, 218), batch, fixed, workers)
+    loss_fn = channels_last_loss(k, model, uint8_batches(loader, device))
     k.meta["batch_mb"] = round(batch * 3 * side * side / 1e6, 2)
     k.meta["memory_format"] = "channels_last"
     return k.train(opt, loss_fn), batch, model

@@ -19,12 +19,23 @@ at ~600 TFLOP/s, fp32 without TF32 at ~45-55, convolutions at ~100-200, memory a
 from __future__ import annotations
 
 import sys
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from record_common import Kit, basic_block, uint8_batches  # noqa: E402
+from record_blind import AugmentedImages  # noqa: E402
+from record_common import (  # noqa: E402
+    Kit,
+    PremadeImages,
+    basic_block,
+    channels_last_loss,
+    device_batches,
+    uint8_batches,
+    workers_loader,
+)
 
 _FP32 = "fp32, cuDNN TF32 on, matmul TF32 off"
 """PyTorch's default precision flags (the kit's): convolutions TF32, matmuls full fp32."""
@@ -70,6 +81,31 @@ CASES: dict[str, dict] = {
         "expected_fix": "dataloader_workers",
     },
 }
+
+
+@cache
+def _se_class() -> Any:
+    """The class of :func:`squeeze_excite`'s modules, made once (torch imported here)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class SE(nn.Module):
+        def __init__(self, c: int, r: int) -> None:
+            super().__init__()
+            self.fc1, self.fc2 = nn.Conv2d(c, max(8, c // r), 1), nn.Conv2d(max(8, c // r), c, 1)
+
+        def forward(self, x):
+            return x * torch.sigmoid(self.fc2(F.relu(self.fc1(x.mean((2, 3), keepdim=True)))))
+
+    return SE
+
+
+def squeeze_excite(c: int, r: int) -> Any:
+    """Squeeze-excite over ``c`` channels, reduced ``r`` times (at least 8): the spatial mean, a
+    1x1 conv down (``fc1``), ReLU, a 1x1 conv up (``fc2``), a sigmoid gate on the input; its
+    modules made in that order (v224 with r 4, v225 with r 12)."""
+    return _se_class()(c, r)
 
 
 # ---------------------------------------------------------------- v223: SAC, bf16 (null)
@@ -142,27 +178,7 @@ def _sac(k: Kit, fixed: bool, device: str, rank: int):
 # ---------------------------------------------------------------- v224: TResNet, workers (null)
 
 
-class PremadeImages:
-    """v224's dataset: ``n`` uint8 RGB images of ``side`` x ``side`` made once (``base`` drawn,
-    then repeated: cheap to start) and their labels; a sample is a slice and a label."""
-
-    def __init__(self, n: int, side: int, classes: int, seed: int, base: int = 64) -> None:
-        import torch
-
-        gen = torch.Generator().manual_seed(seed)
-        drawn = torch.randint(0, 256, (base, 3, side, side), dtype=torch.uint8, generator=gen)
-        self.x = drawn.repeat(-(-n // base), 1, 1, 1)[:n].contiguous()
-        self.y = torch.randint(0, classes, (n,), generator=gen)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int):
-        return self.x[i], self.y[i]
-
-
 def _tresnet(k: Kit, fixed: bool, device: str, rank: int):
-    from torch.utils.data import DataLoader
 
     # H200, bf16, channels_last, 64 images of 192x192 (48x48 after the space-to-depth stem):
     # ~3 GMAC an image forward (ResNet-50's layout at 48 x 48 after the stem, ~0.5 the stem and
@@ -181,20 +197,12 @@ def _tresnet(k: Kit, fixed: bool, device: str, rank: int):
             nn.Conv2d(ci, co, ks, s, ks // 2, bias=False), nn.BatchNorm2d(co), nn.LeakyReLU(0.01)
         )
 
-    class SE(nn.Module):
-        def __init__(self, c: int) -> None:
-            super().__init__()
-            self.fc1, self.fc2 = nn.Conv2d(c, max(8, c // 4), 1), nn.Conv2d(max(8, c // 4), c, 1)
-
-        def forward(self, x):
-            return x * torch.sigmoid(self.fc2(F.relu(self.fc1(x.mean((2, 3), keepdim=True)))))
-
     class Bottleneck(nn.Module):
         def __init__(self, ci: int, c: int, s: int, se: bool) -> None:
             super().__init__()
             co = 4 * c
             self.body = nn.Sequential(
-                cbl(ci, c, 1), cbl(c, c, 3, s), *([SE(c)] if se else []),
+                cbl(ci, c, 1), cbl(c, c, 3, s), *([squeeze_excite(c, 4)] if se else []),
                 nn.Conv2d(c, co, 1, bias=False), nn.BatchNorm2d(co),
             )  # fmt: skip
             self.short = (
@@ -209,7 +217,7 @@ def _tresnet(k: Kit, fixed: bool, device: str, rank: int):
     class BasicSE(nn.Module):
         def __init__(self, ci: int, co: int, s: int) -> None:
             super().__init__()
-            self.block, self.se = basic_block(ci, co, s), SE(co)
+            self.block, self.se = basic_block(ci, co, s), squeeze_excite(co, 4)
 
         def forward(self, x):
             return self.se(self.block(x))
@@ -231,20 +239,8 @@ def _tresnet(k: Kit, fixed: bool, device: str, rank: int):
         device, memory_format=torch.channels_last
     )
     opt = k.adamw(model, fused=k.cuda)
-    kw = {"num_workers": workers, "persistent_workers": True} if fixed else {}
-    data = PremadeImages(n, side, classes, 224)
-    loader = DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, **kw)
-    next_batch = uint8_batches(loader, device)
-
-    def loss_fn():
-        x, y = next_batch()
-        x = x.contiguous(memory_format=torch.channels_last)
-        with k.ac:
-            logits = model(x)
-        return F.cross_entropy(logits.float(), y)
-
-    k.meta["num_workers"] = loader.num_workers
-    k.meta["persistent_workers"] = loader.persistent_workers
+    loader = workers_loader(k, PremadeImages(n, side, classes, 224), batch, fixed, workers)
+    loss_fn = channels_last_loss(k, model, uint8_batches(loader, device))
     k.meta["batch_mb"] = round(batch * 3 * side * side / 1e6, 2)
     k.meta["memory_format"] = "channels_last"
     return k.train(opt, loss_fn), batch, model
@@ -253,44 +249,7 @@ def _tresnet(k: Kit, fixed: bool, device: str, rank: int):
 # ---------------------------------------------------------------- v225: ReXNet, workers
 
 
-class JitteredCrops:
-    """v225's dataset: ``stored`` uint8 RGB images of ``hw`` x ``hw`` drawn once, each sample a
-    random ``crop`` x ``crop`` crop, flipped half the time, its contrast, brightness and
-    saturation jittered and normalised per channel, in numpy (float32); ``length`` samples."""
-
-    def __init__(self, stored: int, hw: int, crop: int, classes: int, length: int = 1_000_000):
-        import numpy as np
-
-        rng = np.random.default_rng(225)
-        self.images = rng.integers(0, 256, (stored, 3, hw, hw), dtype=np.uint8)
-        self.labels = rng.integers(0, classes, stored)
-        self.hw, self.crop, self.length = hw, crop, length
-        self.mean = np.array([0.485, 0.456, 0.406], dtype=np.float32)[:, None, None]
-        self.std = np.array([0.229, 0.224, 0.225], dtype=np.float32)[:, None, None]
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, i: int):
-        import numpy as np
-        import torch
-
-        rng = np.random.default_rng(i)
-        k = i % len(self.images)
-        top, left = rng.integers(0, self.hw - self.crop + 1, 2)
-        img = self.images[k, :, top : top + self.crop, left : left + self.crop]
-        if rng.random() < 0.5:
-            img = img[:, :, ::-1]
-        x = img.astype(np.float32) / 255.0
-        x = x * np.float32(rng.uniform(0.8, 1.2)) + np.float32(rng.uniform(-0.1, 0.1))
-        gray = x.mean(axis=0, keepdims=True)
-        x = gray + (x - gray) * np.float32(rng.uniform(0.7, 1.3))
-        x = (np.clip(x, 0.0, 1.0) - self.mean) / self.std
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), int(self.labels[k])
-
-
 def _rexnet(k: Kit, fixed: bool, device: str, rank: int):
-    from torch.utils.data import DataLoader
 
     # H200, bf16, channels_last, 128 crops of 128x128: ReXNet-1.0 is ~0.4 GMAC at 224, ~0.13 at
     # 128: x 128 x 3 x 2 = ~0.1 TFLOP of mostly depthwise and narrow 1x1 convolutions, ~2-3 ms;
@@ -300,7 +259,7 @@ def _rexnet(k: Kit, fixed: bool, device: str, rank: int):
     # of float32: ~20-40 ms a step, longer than the step's own host and GPU work. Fixed, 6
     # persistent workers make the batches: ~50-70 % off, less what receiving 25.2 MB a step from
     # shared memory costs
-    torch, nn, F = k.torch, k.nn, k.F
+    torch, nn = k.torch, k.nn
     hw, crop, stored, batch, workers, classes = (
         (40, 32, 16, 4, 2, 10) if k.quick else (144, 128, 512, 128, 6, 100)
     )
@@ -312,20 +271,12 @@ def _rexnet(k: Kit, fixed: bool, device: str, rank: int):
         mods = [nn.Conv2d(ci, co, ks, s, ks // 2, groups=groups, bias=False), nn.BatchNorm2d(co)]
         return nn.Sequential(*mods, nn.SiLU()) if act else nn.Sequential(*mods)
 
-    class SE(nn.Module):
-        def __init__(self, c: int) -> None:
-            super().__init__()
-            self.fc1, self.fc2 = nn.Conv2d(c, max(8, c // 12), 1), nn.Conv2d(max(8, c // 12), c, 1)
-
-        def forward(self, x):
-            return x * torch.sigmoid(self.fc2(F.relu(self.fc1(x.mean((2, 3), keepdim=True)))))
-
     class LinearBottleneck(nn.Module):  # ReXNet's: expand, depthwise, SE, project, partial add
         def __init__(self, ci: int, co: int, s: int, se: bool) -> None:
             super().__init__()
             h = 6 * ci
             self.body = nn.Sequential(
-                cbs(ci, h), cbs(h, h, 3, s, groups=h), *([SE(h)] if se else []),
+                cbs(ci, h), cbs(h, h, 3, s, groups=h), *([squeeze_excite(h, 12)] if se else []),
                 cbs(h, co, act=False),
             )  # fmt: skip
             self.res, self.ci = s == 1 and co >= ci, ci
@@ -346,28 +297,9 @@ def _rexnet(k: Kit, fixed: bool, device: str, rank: int):
         nn.Linear(1280, classes),
     ).to(device, memory_format=torch.channels_last)  # fmt: skip
     opt = k.adamw(model, fused=k.cuda)
-    kw = {"num_workers": workers, "persistent_workers": True} if fixed else {}
-    data = JitteredCrops(stored, hw, crop, classes)
-    loader = DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, **kw)
-    state = {"it": iter(loader)}
-
-    def next_batch():
-        try:
-            xb, yb = next(state["it"])
-        except StopIteration:
-            state["it"] = iter(loader)
-            xb, yb = next(state["it"])
-        return xb.to(device), yb.to(device)
-
-    def loss_fn():
-        x, y = next_batch()
-        x = x.contiguous(memory_format=torch.channels_last)
-        with k.ac:
-            logits = model(x)
-        return F.cross_entropy(logits.float(), y)
-
-    k.meta["num_workers"] = loader.num_workers
-    k.meta["persistent_workers"] = loader.persistent_workers
+    data = AugmentedImages(hw, crop, stored=stored, classes=classes, seed=225)  # record_blind's
+    loader = workers_loader(k, data, batch, fixed, workers)
+    loss_fn = channels_last_loss(k, model, device_batches(loader, device))
     k.meta["batch_mb"] = round(batch * 3 * crop * crop * 4 / 1e6, 2)
     k.meta["memory_format"] = "channels_last"
     return k.train(opt, loss_fn), batch, model

@@ -181,15 +181,25 @@ ALL = {**CASES, **COMPILE, **AMP}
 
 
 class AugmentedImages:
-    """v32's dataset: uint8 images augmented in numpy per sample (crop, flip, brightness and
-    contrast jitter, per-channel normalisation); ``length`` virtual samples over 256 stored ones."""
+    """v32's dataset (and v225's): uint8 images augmented in numpy per sample (crop, flip,
+    brightness and contrast jitter, per-channel normalisation); ``length`` virtual samples over
+    ``stored`` ones drawn from ``seed``, labels below ``classes``."""
 
-    def __init__(self, hw: int, crop: int, length: int = 1_000_000) -> None:
+    def __init__(
+        self,
+        hw: int,
+        crop: int,
+        length: int = 1_000_000,
+        *,
+        stored: int = 256,
+        classes: int = 10,
+        seed: int = 7,
+    ) -> None:
         import numpy as np
 
-        rng = np.random.default_rng(7)
-        self.images = rng.integers(0, 256, (256, 3, hw, hw), dtype=np.uint8)
-        self.labels = rng.integers(0, 10, 256)
+        rng = np.random.default_rng(seed)
+        self.images = rng.integers(0, 256, (stored, 3, hw, hw), dtype=np.uint8)
+        self.labels = rng.integers(0, classes, stored)
         self.hw, self.crop, self.length = hw, crop, length
         self.mean = np.array([0.485, 0.456, 0.406], dtype=np.float32)[:, None, None]
         self.std = np.array([0.229, 0.224, 0.225], dtype=np.float32)[:, None, None]

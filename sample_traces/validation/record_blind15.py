@@ -55,37 +55,21 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
 import blind15_a  # noqa: E402
-from record_common import merged_part  # noqa: E402
+from record_common import first_fix_spec, merged_part  # noqa: E402
 
 GROUP = "blind15"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
 
-def _first(base: str, how: str, planted: str) -> dict:
-    fix = {
-        "compile": ("model.compile() (torch.compile of the model in place)", "kernel_fusion"),
-        "cuda_graphs": (
-            "model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code: forward and "
-            "backward replayed as CUDA graphs, the optimizer step eager)",
-            "cuda_graphs",
-        ),
-    }[how]
-    return {
-        "name": f"{base}_{how}",
-        "base": base,
-        "how": how,
-        "planted": f"{base}'s planted variant ({planted}), eager",
-        "fix": f"the same, {fix[0]}",
-        "expected_fix": fix[1],
-        "gpus": 2,
-    }
-
-
 FIRST_FIXES: dict[str, dict] = {
-    "v209c": _first("v209", "cuda_graphs", "rank 1 given 24 images to rank 0's 16, DDP"),
-    "v212k": _first("v212", "compile", "DDP in one 4 GB bucket"),
-    "v213k": _first("v213", "compile", "FSDP2 unsharding with async_op=True"),
-    "v214k": _first("v214", "compile", "DataLoader(num_workers=0), each batch sliced and stacked"),
+    "v209c": first_fix_spec(
+        "v209", "cuda_graphs", "rank 1 given 24 images to rank 0's 16, DDP", gpus=2
+    ),
+    "v212k": first_fix_spec("v212", "compile", "DDP in one 4 GB bucket", gpus=2),
+    "v213k": first_fix_spec("v213", "compile", "FSDP2 unsharding with async_op=True", gpus=2),
+    "v214k": first_fix_spec(
+        "v214", "compile", "DataLoader(num_workers=0), each batch sliced and stacked", gpus=2
+    ),
 }
 """The first fixes gpuscope names on this part where the planted cause is another's, timed on the
 base case's planted variant after the part was judged (at cd3a0e9, where the planted fix gained

@@ -47,39 +47,19 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
 import blind16_a  # noqa: E402
-from record_common import merged_part  # noqa: E402
+from record_common import first_fix_spec, merged_part  # noqa: E402
 
 GROUP = "blind16"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
 
-def _first(base: str, how: str, planted: str) -> dict:
-    fix = {
-        "bf16": ("each step under bf16 autocast", "mixed_precision"),
-        "cudnn_benchmark": ("torch.backends.cudnn.benchmark = True", "cudnn_benchmark"),
-        "cuda_graphs": (
-            "model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code: forward and "
-            "backward replayed as CUDA graphs, the optimizer step eager)",
-            "cuda_graphs",
-        ),
-    }[how]
-    return {
-        "name": f"{base}_{how}",
-        "base": base,
-        "how": how,
-        "planted": f"{base}'s planted variant ({planted}), eager",
-        "fix": f"the same, {fix[0]}",
-        "expected_fix": fix[1],
-    }
-
-
 FIRST_FIXES: dict[str, dict] = {
-    "v216m": _first("v216", "bf16", "fp32, matmul TF32 off"),
-    "v218c": _first("v218", "cuda_graphs", "bf16 autocast, channels_last, num_workers=0"),
-    "v219m": _first("v219", "bf16", "fp32, matmul TF32 off, 7 syncs a step"),
-    "v220m": _first("v220", "bf16", "fp32, cuDNN TF32 on, cudnn.benchmark off"),
-    "v221c": _first("v221", "cuda_graphs", "bf16 autocast, every layer checkpointed"),
-    "v222b": _first("v222", "cudnn_benchmark", "fp32, cuDNN TF32 on, AdamW(foreach=False)"),
+    "v216m": first_fix_spec("v216", "bf16", "fp32, matmul TF32 off"),
+    "v218c": first_fix_spec("v218", "cuda_graphs", "bf16 autocast, channels_last, num_workers=0"),
+    "v219m": first_fix_spec("v219", "bf16", "fp32, matmul TF32 off, 7 syncs a step"),
+    "v220m": first_fix_spec("v220", "bf16", "fp32, cuDNN TF32 on, cudnn.benchmark off"),
+    "v221c": first_fix_spec("v221", "cuda_graphs", "bf16 autocast, every layer checkpointed"),
+    "v222b": first_fix_spec("v222", "cudnn_benchmark", "fp32, cuDNN TF32 on, AdamW(foreach=False)"),
 }
 """The first fixes gpuscope named on this part where the planted cause is another's (judged at
 442e349, `validate_gains_set.py --blind` over v215-v222, the first analysis any of them had):

@@ -35,21 +35,13 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
 import blind17_a  # noqa: E402
-from record_common import merged_part  # noqa: E402
+from record_common import first_fix_spec, merged_part  # noqa: E402
 
 GROUP = "blind17"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
 FIRST_FIXES: dict[str, dict] = {
-    "v224c": {
-        "name": "v224_cuda_graphs",
-        "base": "v224",
-        "how": "cuda_graphs",
-        "planted": "v224's planted variant (bf16 autocast, channels_last, num_workers=0), eager",
-        "fix": "the same, model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code: "
-        "forward and backward replayed as CUDA graphs, the optimizer step eager)",
-        "expected_fix": "cuda_graphs",
-    },
+    "v224c": first_fix_spec("v224", "cuda_graphs", "bf16 autocast, channels_last, num_workers=0"),
 }
 """The first fixes gpuscope named on this part at its one judgement (0e544b9) where the planted
 cause was another's, timed on the base case's planted variant after it: CUDA graphs on v224

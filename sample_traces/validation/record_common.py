@@ -112,6 +112,51 @@ def uint8_batches(loader: Any, device: str) -> Any:
     import torch
 
     mean = torch.tensor([0.5, 0.5, 0.5], device=device)[:, None, None]
+    on_device = device_batches(loader, device)
+
+    def next_batch() -> tuple[Any, Any]:
+        xb, yb = on_device()
+        return (xb.float() / 255 - mean) / 0.25, yb
+
+    return next_batch
+
+
+class PremadeImages:
+    """A dataset of ``n`` uint8 RGB images of ``side`` x ``side`` made once (``base`` drawn from
+    ``seed``, then repeated: cheap to start) and their labels (< ``classes``); a sample is a
+    slice and a label: loading a batch is a stack of slices (v214, v218, v224)."""
+
+    def __init__(self, n: int, side: int, classes: int, seed: int, base: int = 64) -> None:
+        import torch
+
+        gen = torch.Generator().manual_seed(seed)
+        drawn = torch.randint(0, 256, (base, 3, side, side), dtype=torch.uint8, generator=gen)
+        self.x = drawn.repeat(-(-n // base), 1, 1, 1)[:n].contiguous()
+        self.y = torch.randint(0, classes, (n,), generator=gen)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]
+
+
+def workers_loader(k: Kit, data: Any, batch: int, fixed: bool, workers: int) -> Any:
+    """A shuffled DataLoader over ``data`` in batches of ``batch`` (the last short one dropped):
+    the main process loads for the planted variant, ``workers`` persistent workers for the fixed
+    one (a ``dataloader_workers`` pair); both recorded in ``k.meta``."""
+    from torch.utils.data import DataLoader
+
+    kw = {"num_workers": workers, "persistent_workers": True} if fixed else {}
+    loader = DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, **kw)
+    k.meta["num_workers"] = loader.num_workers
+    k.meta["persistent_workers"] = loader.persistent_workers
+    return loader
+
+
+def device_batches(loader: Any, device: str) -> Any:
+    """A function giving ``loader``'s (inputs, targets) batches on ``device`` without end (a new
+    pass when one ends), as the loader made them."""
     state = {"it": iter(loader)}
 
     def next_batch() -> tuple[Any, Any]:
@@ -120,9 +165,52 @@ def uint8_batches(loader: Any, device: str) -> Any:
         except StopIteration:
             state["it"] = iter(loader)
             xb, yb = next(state["it"])
-        return (xb.to(device).float() / 255 - mean) / 0.25, yb.to(device)
+        return xb.to(device), yb.to(device)
 
     return next_batch
+
+
+def channels_last_loss(k: Kit, model: Any, next_batch: Any) -> Any:
+    """The loss of an image classifier fed by ``next_batch``: the images made channels-last, the
+    forward under the kit's bf16 autocast, the cross-entropy of the logits in fp32."""
+
+    def loss_fn() -> Any:
+        x, y = next_batch()
+        x = x.contiguous(memory_format=k.torch.channels_last)
+        with k.ac:
+            logits = model(x)
+        return k.F.cross_entropy(logits.float(), y)
+
+    return loss_fn
+
+
+FIRST_FIX_WORDS = {
+    "compile": ("model.compile() (torch.compile of the model in place)", "kernel_fusion"),
+    "cuda_graphs": (
+        "model.compile(mode='reduce-overhead') (gpuscope's cuda_graphs code: forward and "
+        "backward replayed as CUDA graphs, the optimizer step eager)",
+        "cuda_graphs",
+    ),
+    "bf16": ("each step under bf16 autocast", "mixed_precision"),
+    "cudnn_benchmark": ("torch.backends.cudnn.benchmark = True", "cudnn_benchmark"),
+}
+"""What each first fix the recorders apply (:func:`first_fix_builders`' ``how``) does, in the
+words of a first fix's spec, and the gpuscope fix id it times."""
+
+
+def first_fix_spec(base: str, how: str, planted: str, gpus: int = 1) -> dict:
+    """A first fix's spec (``FIRST_FIXES`` of a blind part): the fix ``how`` applied to the base
+    case ``base``'s planted variant (``planted``: what that variant is), on ``gpus`` GPUs."""
+    words, fix_id = FIRST_FIX_WORDS[how]
+    return {
+        "name": f"{base}_{how}",
+        "base": base,
+        "how": how,
+        "planted": f"{base}'s planted variant ({planted}), eager",
+        "fix": f"the same, {words}",
+        "expected_fix": fix_id,
+        **({"gpus": gpus} if gpus > 1 else {}),
+    }
 
 
 def whole_step_graph(k: Kit, opt: Any, loss_fn: Any, step: Any, fixed: bool) -> Any:
