@@ -10,8 +10,6 @@ Every build here is at the --quick sizes on the CPU (the whole module: a few sec
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from validation_parts import (
     ONE_GPU_FIXES,
@@ -26,6 +24,7 @@ from validation_parts import (
     build_one_gpu_cases,
     make_truth,
     record_blind14,
+    record_calls,
     variant_pair,
 )
 
@@ -141,46 +140,7 @@ def test_every_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
     off planted and on fixed; v204 reads its log to the host planted only; v205 keeps PyTorch's
     TF32 flags in both; v206 and v207 compile only when fixed; v208 doubles the batch."""
     pytest.importorskip("torch")
-    import torch
-    import torch.utils.checkpoint as ckpt
-
-    now: list[tuple[str, str]] = [("", "")]
-    adamw: dict[tuple[str, str], dict[str, Any]] = {}
-    checkpoints: dict[tuple[str, str], int] = {}
-    items: dict[tuple[str, str], int] = {}
-    flags: dict[tuple[str, str], tuple[bool, bool]] = {}
-
-    class RecordedAdamW(torch.optim.AdamW):
-        def __init__(self, params: Any, **kw: Any) -> None:
-            adamw[now[-1]] = kw
-            super().__init__(params, **kw)
-
-    real_checkpoint, real_item = ckpt.checkpoint, torch.Tensor.item
-
-    def checkpoint(fn: Any, *a: Any, **kw: Any) -> Any:
-        assert kw.get("use_reentrant") is False
-        checkpoints[now[-1]] = checkpoints.get(now[-1], 0) + 1
-        return real_checkpoint(fn, *a, **kw)
-
-    def item(self: Any) -> Any:
-        items[now[-1]] = items.get(now[-1], 0) + 1
-        return real_item(self)
-
-    real_build = record_blind14.build
-
-    def build(case: str, variant: str, *a: Any, **kw: Any) -> Any:
-        now.append((case, variant))
-        out = real_build(case, variant, *a, **kw)
-        flags[case, variant] = (
-            torch.backends.cudnn.allow_tf32,
-            torch.backends.cuda.matmul.allow_tf32,
-        )
-        return out
-
-    monkeypatch.setattr(torch.optim, "AdamW", RecordedAdamW)
-    monkeypatch.setattr(ckpt, "checkpoint", checkpoint)
-    monkeypatch.setattr(torch.Tensor, "item", item)
-    monkeypatch.setattr(record_blind14, "build", build)
+    rec = record_calls(record_blind14, monkeypatch)
     metas, samples, calls = build_one_gpu_cases(record_blind14, monkeypatch, SAME_MATH, ("v203",))
     pair = variant_pair(metas)
 
@@ -190,15 +150,15 @@ def test_every_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
     assert pair("v206", "compiled") == pair("v207", "compiled") == (False, True)
     assert pair("v206", "compile_mode") == ("eager", "reduce-overhead")
     # v201: each of its layers (2 at the quick sizes) checkpointed in each of two steps, planted
-    assert checkpoints == {("v201", "planted"): 2 * 2}
+    assert rec.checkpoints == {("v201", "planted"): 2 * 2}
     assert pair("v201", "checkpointed_modules") == (2, 0)
     # v202: AdamW's loop planted, its fused kernel fixed; every other case one AdamW for both
-    assert adamw["v202", "planted"] == {"lr": 1e-4, "foreach": False}
-    assert adamw["v202", "fixed"] == {"lr": 1e-4, "fused": True}
+    assert rec.adamw["v202", "planted"] == {"lr": 1e-4, "foreach": False}
+    assert rec.adamw["v202", "fixed"] == {"lr": 1e-4, "fused": True}
     assert pair("v202", "optimizer") == ("AdamW(foreach=False)", "AdamW(fused=True)")
     assert pair("v202", "param_tensors")[0] == pair("v202", "param_tensors")[1] > 40
     for c in set(record_blind14.ORDER) - {"v202"}:
-        assert adamw[c, "planted"] == adamw[c, "fixed"] == {"lr": 1e-4, "fused": False}, c
+        assert rec.adamw[c, "planted"] == rec.adamw[c, "fixed"] == {"lr": 1e-4, "fused": False}, c
     # v203: the flag, as the builder leaves it (build_one_gpu_cases checks it after each step)
     assert pair("v203", "torch_flags") == ({"cudnn_benchmark": False}, {"cudnn_benchmark": True})
     assert pair("v203", "precision") == ("fp32, cuDNN TF32 on, matmul TF32 off",) * 2
@@ -208,9 +168,9 @@ def test_every_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
     # v204: 3 reads a layer (2 at the quick sizes) a step, planted only; the CPU's AdamW reads
     # each parameter's step count in both
     assert pair("v204", "syncs_per_step") == (6, 0)
-    assert items["v204", "planted"] - items.get(("v204", "fixed"), 0) == 2 * 6
+    assert rec.items["v204", "planted"] - rec.items.get(("v204", "fixed"), 0) == 2 * 6
     # v205: PyTorch's defaults in both variants (cuDNN TF32 on, matmul TF32 off), NCHW
-    assert flags["v205", "planted"] == flags["v205", "fixed"] == (True, False)
+    assert rec.flags["v205", "planted"] == rec.flags["v205", "fixed"] == (True, False)
     assert pair("v205", "precision") == (
         "fp32, cuDNN TF32 on, matmul TF32 off",
         "bf16 autocast, fp32, cuDNN TF32 on, matmul TF32 off",

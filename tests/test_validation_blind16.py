@@ -10,8 +10,6 @@ here is at the --quick sizes on the CPU (the whole module: a few seconds)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from validation_parts import (
     VAL,
@@ -27,6 +25,7 @@ from validation_parts import (
     build_one_gpu_cases,
     make_truth,
     record_blind16,
+    record_calls,
     variant_pair,
 )
 
@@ -146,48 +145,7 @@ def test_every_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
     cudnn.benchmark off planted and on fixed; v221 checkpoints every layer planted; v222 builds
     AdamW(foreach=False) planted and AdamW(fused=True) fixed, every other case one AdamW."""
     pytest.importorskip("torch")
-    import torch
-    import torch.utils.checkpoint as ckpt
-
-    now: list[tuple[str, str]] = [("", "")]
-    adamw: dict[tuple[str, str], dict[str, Any]] = {}
-    checkpoints: dict[tuple[str, str], int] = {}
-    items: dict[tuple[str, str], int] = {}
-    nonzeros: dict[tuple[str, str], int] = {}
-
-    class RecordedAdamW(torch.optim.AdamW):
-        def __init__(self, params: Any, **kw: Any) -> None:
-            adamw[now[-1]] = kw
-            super().__init__(params, **kw)
-
-    real_checkpoint, real_item = ckpt.checkpoint, torch.Tensor.item
-    real_getitem = torch.Tensor.__getitem__
-
-    def checkpoint(fn: Any, *a: Any, **kw: Any) -> Any:
-        assert kw.get("use_reentrant") is False
-        checkpoints[now[-1]] = checkpoints.get(now[-1], 0) + 1
-        return real_checkpoint(fn, *a, **kw)
-
-    def item(self: Any) -> Any:
-        items[now[-1]] = items.get(now[-1], 0) + 1
-        return real_item(self)
-
-    def getitem(self: Any, key: Any) -> Any:
-        if isinstance(key, torch.Tensor) and key.dtype == torch.bool:
-            nonzeros[now[-1]] = nonzeros.get(now[-1], 0) + 1
-        return real_getitem(self, key)
-
-    real_build = record_blind16.build
-
-    def build(case: str, variant: str, *a: Any, **kw: Any) -> Any:
-        now.append((case, variant))
-        return real_build(case, variant, *a, **kw)
-
-    monkeypatch.setattr(torch.optim, "AdamW", RecordedAdamW)
-    monkeypatch.setattr(ckpt, "checkpoint", checkpoint)
-    monkeypatch.setattr(torch.Tensor, "item", item)
-    monkeypatch.setattr(torch.Tensor, "__getitem__", getitem)
-    monkeypatch.setattr(record_blind16, "build", build)
+    rec = record_calls(record_blind16, monkeypatch)
     metas, samples, calls = build_one_gpu_cases(record_blind16, monkeypatch, SAME_MATH, ("v220",))
     pair = variant_pair(metas)
 
@@ -202,20 +160,20 @@ def test_every_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
         assert pair(case, "persistent_workers") == (False, True), case
     # v219: 4 boolean-mask indexings and 3 reads a step, planted only (two steps each)
     assert pair("v219", "syncs_per_step") == (7, 0)
-    assert nonzeros.get(("v219", "planted")) == 2 * 4 and ("v219", "fixed") not in nonzeros
-    assert items["v219", "planted"] - items.get(("v219", "fixed"), 0) == 2 * 3
+    assert rec.nonzeros.get(("v219", "planted")) == 2 * 4 and ("v219", "fixed") not in rec.nonzeros
+    assert rec.items["v219", "planted"] - rec.items.get(("v219", "fixed"), 0) == 2 * 3
     # v220: the flag, as the builder leaves it (build_one_gpu_cases checks it after each step)
     assert pair("v220", "torch_flags") == ({"cudnn_benchmark": False}, {"cudnn_benchmark": True})
     assert pair("v220", "conv3d_layers") == (8, 8)
     # v221: each of its layers (2 at the quick sizes) checkpointed in each of two steps, planted
-    assert checkpoints == {("v221", "planted"): 2 * 2}
+    assert rec.checkpoints == {("v221", "planted"): 2 * 2}
     assert pair("v221", "checkpointed_modules") == (2, 0)
     # v222: AdamW's loop planted, its fused kernel fixed; every other case one AdamW for both
-    assert adamw["v222", "planted"] == {"lr": 1e-4, "foreach": False}
-    assert adamw["v222", "fixed"] == {"lr": 1e-4, "fused": True}
+    assert rec.adamw["v222", "planted"] == {"lr": 1e-4, "foreach": False}
+    assert rec.adamw["v222", "fixed"] == {"lr": 1e-4, "fused": True}
     assert pair("v222", "param_tensors") == (23, 23)
     for c in set(record_blind16.ORDER) - {"v222"}:
-        assert adamw[c, "planted"] == adamw[c, "fixed"] == {"lr": 1e-4, "fused": False}, c
+        assert rec.adamw[c, "planted"] == rec.adamw[c, "fixed"] == {"lr": 1e-4, "fused": False}, c
     assert all(samples[c, "planted"] == samples[c, "fixed"] for c in record_blind16.ORDER)
 
 

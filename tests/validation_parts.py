@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ __all__ = [
     "ROOT",
     "TRUTH",
     "VAL",
+    "RecordedCalls",
     "assert_case_words",
     "assert_compiled_fixed_only",
     "assert_first_fixes",
@@ -68,6 +70,7 @@ __all__ = [
     "record_blind15",
     "record_blind16",
     "record_blind17",
+    "record_calls",
     "record_new",
     "record_sharded_graphs",
     "record_validation",
@@ -435,6 +438,71 @@ def counting_autocast(monkeypatch: Any) -> list[str]:
     )
     monkeypatch.setattr(record_new, "QUICK", True)
     return entered
+
+
+@dataclass
+class RecordedCalls:
+    """What each (case, variant) build of a blind part did, by (case, variant): AdamW's keyword
+    arguments, ``checkpoint`` calls (non-reentrant only), ``Tensor.item()`` reads, boolean-mask
+    indexings (a nonzero each: a sync) and the TF32 flags (cuDNN, matmul) the build left."""
+
+    adamw: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    checkpoints: dict[tuple[str, str], int] = field(default_factory=dict)
+    items: dict[tuple[str, str], int] = field(default_factory=dict)
+    nonzeros: dict[tuple[str, str], int] = field(default_factory=dict)
+    flags: dict[tuple[str, str], tuple[bool, bool]] = field(default_factory=dict)
+
+
+def record_calls(part: Any, monkeypatch: Any) -> RecordedCalls:
+    """Patch torch (through ``monkeypatch``) and ``part.build`` so that every build of the blind
+    part ``part`` and the steps taken after it are counted in the :class:`RecordedCalls`
+    returned, under the build's (case, variant); a reentrant checkpoint fails the test."""
+    import torch
+    import torch.utils.checkpoint as ckpt
+
+    rec = RecordedCalls()
+    now: list[tuple[str, str]] = [("", "")]
+
+    def count(d: dict[tuple[str, str], int]) -> None:
+        d[now[-1]] = d.get(now[-1], 0) + 1
+
+    class RecordedAdamW(torch.optim.AdamW):
+        def __init__(self, params: Any, **kw: Any) -> None:
+            rec.adamw[now[-1]] = kw
+            super().__init__(params, **kw)
+
+    real_checkpoint, real_item = ckpt.checkpoint, torch.Tensor.item
+    real_getitem, real_build = torch.Tensor.__getitem__, part.build
+
+    def checkpoint(fn: Any, *a: Any, **kw: Any) -> Any:
+        assert kw.get("use_reentrant") is False
+        count(rec.checkpoints)
+        return real_checkpoint(fn, *a, **kw)
+
+    def item(self: Any) -> Any:
+        count(rec.items)
+        return real_item(self)
+
+    def getitem(self: Any, key: Any) -> Any:
+        if isinstance(key, torch.Tensor) and key.dtype == torch.bool:
+            count(rec.nonzeros)
+        return real_getitem(self, key)
+
+    def build(case: str, variant: str, *a: Any, **kw: Any) -> Any:
+        now.append((case, variant))
+        out = real_build(case, variant, *a, **kw)
+        rec.flags[case, variant] = (
+            torch.backends.cudnn.allow_tf32,
+            torch.backends.cuda.matmul.allow_tf32,
+        )
+        return out
+
+    monkeypatch.setattr(torch.optim, "AdamW", RecordedAdamW)
+    monkeypatch.setattr(ckpt, "checkpoint", checkpoint)
+    monkeypatch.setattr(torch.Tensor, "item", item)
+    monkeypatch.setattr(torch.Tensor, "__getitem__", getitem)
+    monkeypatch.setattr(part, "build", build)
+    return rec
 
 
 def autocast_counts(part: Any, monkeypatch: Any) -> dict[tuple[str, str], int]:
