@@ -16,6 +16,7 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_device_script_drives_lanes,
+    assert_graphs_and_compile_fixed_only,
     assert_new_families,
     assert_one_gpu_pairs,
     assert_part_layout,
@@ -145,10 +146,7 @@ def test_every_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
     pair = variant_pair(metas)
 
     # torch.compile: v206 fixed in reduce-overhead, v207 fixed in its default mode; nothing else
-    modes = {key: [kw for _name, kw in got] for key, got in calls.items()}
-    assert modes == {("v206", "fixed"): [{"mode": "reduce-overhead"}], ("v207", "fixed"): [{}]}
-    assert pair("v206", "compiled") == pair("v207", "compiled") == (False, True)
-    assert pair("v206", "compile_mode") == ("eager", "reduce-overhead")
+    assert_graphs_and_compile_fixed_only(calls, metas, "v206", "v207")
     # v201: each of its layers (2 at the quick sizes) checkpointed in each of two steps, planted
     assert rec.checkpoints == {("v201", "planted"): 2 * 2}
     assert pair("v201", "checkpointed_modules") == (2, 0)

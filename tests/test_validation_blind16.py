@@ -17,6 +17,7 @@ from validation_parts import (
     assert_device_script_drives_lanes,
     assert_first_fixes,
     assert_first_fixes_apply_to_the_fixed_variant_only,
+    assert_graphs_and_compile_fixed_only,
     assert_new_families,
     assert_one_gpu_pairs,
     assert_part_layout,
@@ -150,10 +151,7 @@ def test_every_case_builds_and_steps_on_the_cpu_differing_only_as_planted(
     pair = variant_pair(metas)
 
     # torch.compile: v215 fixed in reduce-overhead, v216 fixed in its default mode; nothing else
-    modes = {key: [kw for _name, kw in got] for key, got in calls.items()}
-    assert modes == {("v215", "fixed"): [{"mode": "reduce-overhead"}], ("v216", "fixed"): [{}]}
-    assert pair("v215", "compiled") == pair("v216", "compiled") == (False, True)
-    assert pair("v215", "compile_mode") == ("eager", "reduce-overhead")
+    assert_graphs_and_compile_fixed_only(calls, metas, "v215", "v216")
     # v217, v218: the main process loads planted, workers fixed (6 and 4 at full size, 2 quick)
     for case in ("v217", "v218"):
         assert pair(case, "num_workers") == (0, 2), case

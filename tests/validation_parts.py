@@ -46,6 +46,7 @@ __all__ = [
     "assert_compiled_fixed_only",
     "assert_first_fixes",
     "assert_first_fixes_apply_to_the_fixed_variant_only",
+    "assert_graphs_and_compile_fixed_only",
     "assert_own_held_out_group",
     "assert_part_layout",
     "autocast_counts",
@@ -572,6 +573,20 @@ def variant_pair(metas: dict[tuple[str, str], dict]) -> Callable[[str, str], tup
         return metas[case, "planted"][key], metas[case, "fixed"][key]
 
     return pair
+
+
+def assert_graphs_and_compile_fixed_only(
+    calls: dict, metas: dict[tuple[str, str], dict], graphs: str, compiled: str
+) -> None:
+    """torch.compile (:func:`build_one_gpu_cases`' ``calls``) was called once on the fixed
+    variant of ``graphs`` in mode "reduce-overhead" and once on that of ``compiled`` in its default
+    mode, on nothing else; both say ``compiled`` False planted, True fixed, and ``graphs`` its
+    ``compile_mode``."""
+    modes = {key: [kw for _name, kw in got] for key, got in calls.items()}
+    assert modes == {(graphs, "fixed"): [{"mode": "reduce-overhead"}], (compiled, "fixed"): [{}]}
+    pair = variant_pair(metas)
+    assert pair(graphs, "compiled") == pair(compiled, "compiled") == (False, True)
+    assert pair(graphs, "compile_mode") == ("eager", "reduce-overhead")
 
 
 def assert_compiled_fixed_only(
