@@ -93,12 +93,16 @@ GROUPS = (
     ),
     (
         "blind17",
-        "Seventeenth blind part v223+ (never analysed before recording; only with --blind)",
+        "Seventeenth blind part v223-v225 (never analysed before recording; only with --blind)",
+    ),
+    (
+        "blind18",
+        "Eighteenth blind part v226+ (never analysed before recording; only with --blind)",
     ),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 SEEN_GROUPS = tuple(g for g, _ in GROUPS)[:-1]
-"""The parts already judged once (v01-v222): every part but the newest blind one, which is judged
+"""The parts already judged once (v01-v225): every part but the newest blind one, which is judged
 once when it lands and joins these with the next; ``--seen`` judges these and nothing else."""
 
 

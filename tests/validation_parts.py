@@ -32,6 +32,7 @@ import record_blind14  # noqa: E402
 import record_blind15  # noqa: E402
 import record_blind16  # noqa: E402
 import record_blind17  # noqa: E402
+import record_blind18  # noqa: E402
 import record_new  # noqa: E402
 import record_sharded_graphs  # noqa: E402
 import record_validation  # noqa: E402
@@ -71,6 +72,7 @@ __all__ = [
     "record_blind15",
     "record_blind16",
     "record_blind17",
+    "record_blind18",
     "record_calls",
     "record_new",
     "record_sharded_graphs",

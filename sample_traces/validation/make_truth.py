@@ -62,6 +62,7 @@ import record_blind14  # noqa: E402
 import record_blind15  # noqa: E402
 import record_blind16  # noqa: E402
 import record_blind17  # noqa: E402
+import record_blind18  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -87,6 +88,7 @@ GROUPS = (
     "blind15",
     "blind16",
     "blind17",
+    "blind18",
 )
 """The set's parts, in the order the benchmark prints them."""
 
@@ -108,6 +110,7 @@ BLIND_PARTS = (
     record_blind15,
     record_blind16,
     record_blind17,
+    record_blind18,
 )
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 
@@ -126,6 +129,7 @@ FIRST_FIXES = {
     **record_blind15.FIRST_FIXES,
     **record_blind16.FIRST_FIXES,
     **record_blind17.FIRST_FIXES,
+    **record_blind18.FIRST_FIXES,
 }
 """The first fixes gpuscope named on a blind part where the planted cause was another's, timed
 on the base case's planted variant (case -> spec: base, how, fix, expected_fix)."""
