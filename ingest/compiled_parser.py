@@ -112,6 +112,21 @@ def _buffer(held: bytes | tuple[int, int, object]) -> pa.Buffer:
     return pa.foreign_buffer(address, length, base=owner)
 
 
+def _nulls(typ: pa.DataType, n: int, zeros: pa.Buffer) -> pa.Array:
+    """A column of ``n`` nulls of type ``typ`` over ``zeros`` ((n + 1) * 8 zero bytes): bitmap,
+    values and offsets all 0, as ``pa.nulls`` makes them, without allocating (and faulting in)
+    memory of its own per batch."""
+    import pyarrow as pa
+
+    empty = pa.py_buffer(b"")
+    if pa.types.is_string(typ):
+        return pa.Array.from_buffers(typ, n, [zeros, zeros, empty], null_count=n)
+    if pa.types.is_list(typ):
+        child = pa.Array.from_buffers(typ.value_type, 0, [None, empty])
+        return pa.Array.from_buffers(typ, n, [zeros, zeros], null_count=n, children=[child])
+    return pa.Array.from_buffers(typ, n, [zeros, zeros], null_count=n)
+
+
 def scan(data: bytes) -> Scanned | None:
     """The batch read in C (:class:`Scanned`), or None when the compiled parser refuses it."""
     import pyarrow as pa
@@ -121,8 +136,9 @@ def scan(data: bytes) -> Scanned | None:
     got = _compiled_parser.scan(data)
     if got is None:
         return None
-    n, buffers, mark = got
+    n, buffers, mark, zeros_held = got
     schema = _schema()
+    zeros = _buffer(zeros_held)
     filled: dict[str, pa.Array] = {}
     for name, (valid, values, items, nulls) in zip(COLUMNS, buffers, strict=True):
         typ = schema.field(name).type
@@ -142,5 +158,5 @@ def scan(data: bytes) -> Scanned | None:
             filled[name] = pa.Array.from_buffers(
                 typ, n, [bitmap, _buffer(values)], null_count=nulls
             )
-    columns = [filled[f.name] if f.name in filled else pa.nulls(n, f.type) for f in schema]
+    columns = [filled[f.name] if f.name in filled else _nulls(f.type, n, zeros) for f in schema]
     return Scanned(pa.Table.from_arrays(columns, schema=schema), bool(mark))

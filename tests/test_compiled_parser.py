@@ -162,6 +162,21 @@ def test_lists_of_empty_lists_three_deep_as_duckdb_reads_them() -> None:
     assert (row["ts_ns"], row["dur_ns"], row["external_id"]) == (10500, 3250, 7)
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3, 64, 65, 66])
+def test_kept_json_nested_to_the_limit_as_duckdb_renders_it(depth: int) -> None:
+    # Kept JSON is read in one loop counting the arrays open: a value inside more than 64 arrays
+    # is refused (an empty array as the 65th is no value inside it).
+    for inner, deepest in (("", depth - 1), ("1", depth), ('"a", [], [-2, 3]', depth + 1)):
+        dims = "[" * depth + inner + "]" * depth
+        text = '[{"args": {"Input Dims": ' + dims.replace(",", " ,\n ") + "}}]"
+        table = check_same(text.encode())
+        if deepest > 64:
+            assert table is None, (depth, inner)
+        else:
+            assert table is not None, (depth, inner)
+            assert table.column("input_dims").to_pylist() == [dims.replace(" ", "")]
+
+
 def test_values_worked_out_by_hand() -> None:
     row = one(
         '{"ph": "X", "cat": "kernel", "name": "caf\\u00e9 \\ud83d\\ude00\\t\\"q\\"\\/", '
@@ -465,6 +480,20 @@ def test_special_characters_at_every_offset_of_a_long_string(special: str) -> No
         assert row["name"] == json.loads('"' + text + '"')
 
 
+def test_strings_of_every_length_across_the_sixteen_byte_block() -> None:
+    # A string whose closing quote is among its first sixteen bytes is classified and copied as
+    # one block (string_fast), a longer one sixteen bytes at a time, one among the batch's last
+    # sixteen bytes a byte at a time; rows of one column follow each other in one buffer.
+    names = ["".join(chr(97 + (i + j) % 26) for j in range(i)) for i in range(41)]
+    events = [{"ph": "X", "cat": n[::-1], "name": n} for n in names]
+    table = check_same(json.dumps(events).encode())
+    assert table is not None
+    assert table.column("name").to_pylist() == names
+    assert table.column("cat").to_pylist() == [n[::-1] for n in names]
+    for n in names:
+        assert one('{"name": "' + n + '"}')["name"] == n
+
+
 def test_raw_control_and_invalid_bytes_at_every_offset_are_refused() -> None:
     for pos in range(20):
         for bad in (b"\x01", b"\x1f", b"\xff", b"\xc3"):  # \xc3: a UTF-8 lead byte cut short
@@ -482,6 +511,15 @@ def test_raw_control_and_invalid_bytes_at_every_offset_are_refused() -> None:
         "1234567890123.4567",
         "0.000000000000000000001",  # 10^-21
         "123456789e-30",  # beyond 10^22: strtod
+        "1234567890.12345678901234",  # 24 significant digits: strtod
+        "0.0000000000000000000012345678901234567890123",  # and after leading zeros
+        "18446744073709551616e-10",  # 2^64 as digits: 0 in 64 bits, so read as text
+        "-4523579272795.525",  # negative: rounded away from zero
+        "-0.0025",  # -2.5 ns exactly: -3
+        "0.0025",
+        "-0.0",
+        "4503599627370.4965",  # 2^52 ns and more: a whole double, rounded as it is
+        "-4503599627370.4965",
     ],
 )
 def test_timestamps_round_as_doubles_do(text: str) -> None:
@@ -613,12 +651,73 @@ def test_the_memory_mark_is_looked_for_as_the_bytes_are(events: list[str]) -> No
     assert parsed.memory_data(data) == (data if batch_insert.MEMORY_MARK in data else None)
 
 
+_MARK_FORMS = [
+    ('{"name": "[memory]"}', True),  # the whole text (near the batch's end: string())
+    ('{"[memory]": 1}', True),  # a key
+    ('{"args": {"note": "[memory]"}}', True),  # a value skipped
+    ('{"args": {"Input type": ["[memory]"]}}', True),  # a string of kept JSON
+    ('{"name": "a\\"[memory]"}', True),  # after an escaped quote
+    ('{"name": "' + "x" * 20 + '\\"[memory]"}', True),  # past the first sixteen bytes
+    ('{"name": "' + "x" * 20 + '[memory]"}', False),
+    ('{"name": "[memory]' + "y" * 20 + '"}', False),
+    ('{"name": "x[memory]"}', False),
+    ('{"name": "\\\\[memory]"}', False),  # an escaped backslash before it, no quote
+    ('{"name": "[memory]x"}', False),
+    ('{"name": "[memor]"}', False),
+    ('{"name": "\\u005bmemory]"}', False),  # the same text read, other bytes
+]
+
+
+@pytest.mark.parametrize(("event", "marked"), _MARK_FORMS)
+def test_the_memory_mark_in_every_kind_of_string(event: str, marked: bool) -> None:
+    # The parser looks for the mark in the strings it reads (not in a pass over the text): each
+    # form, alone (its string among the batch's last sixteen bytes), first and last of several.
+    other = '{"ph": "X", "name": "' + "z" * 40 + '"}'
+    for text in (f"[{event}]", f"[{event}, {other}]", f"[{other},{event}]"):
+        data = text.encode()
+        assert (batch_insert.MEMORY_MARK in data) == marked
+        scanned = compiled_parser.scan(data)
+        assert scanned is not None, text
+        assert scanned.memory_mark == marked, text
+
+
 def test_the_memory_mark_of_a_parse_that_did_not_look_is_read_from_the_text() -> None:
     table = compiled_parser.parse(b"[]")
     assert table is not None
     marked, plain = b'[{"name": "[memory]"}]', b'[{"name": "k"}]'
     assert batch_insert.Parsed(table, 0, None, None).memory_data(marked) == marked
     assert batch_insert.Parsed(table, 0, None, None).memory_data(plain) is None
+
+
+def test_values_under_nulls_are_zeros_after_a_batch_that_filled_them() -> None:
+    # Each thread keeps its column buffers from one batch to the next, zeroed as rows come: a
+    # batch's null slots hold 0 (as a new buffer's), not the values of the batch before, also
+    # after a refused batch that stopped halfway.
+    import numpy as np
+
+    full = {"ph": "X", "ts": 5, "dur": 7, "args": {"correlation": 11, "device": 3, "flops": 2.5}}
+    full_text = json.dumps([full] * 3000).encode()
+    assert compiled_parser.scan(full_text) is not None
+    assert compiled_parser.scan(full_text[:-20]) is None
+    some = {"ph": "X", "ts": 1, "args": {"correlation": 2, "device": 1, "flops": 1.5}}
+    table = check_same(json.dumps([some, {"name": "n"}] * 700).encode())
+    assert table is not None
+    for name, dtype in [("ts_ns", np.int64), ("correlation", np.int64), ("device", np.int32),
+                        ("flops", np.float64), ("dur_ns", np.int64)]:  # fmt: skip
+        column = table.column(name).chunk(0)
+        values = np.frombuffer(column.buffers()[1], dtype=dtype)[: len(column)]
+        assert not values[1::2].any(), name  # the rows without it
+        if name != "dur_ns":
+            assert values[0::2].all(), name
+
+
+def test_a_batch_past_the_kept_buffer_size_frees_them_and_the_next_reads_right() -> None:
+    # A thread's buffers grown past 64 MB (one huge string here) are freed after its batch.
+    huge = "x" * (40 << 20)
+    table = compiled_parser.parse(b'[{"name": "' + huge.encode() + b'"}]')
+    assert table is not None and table.column("name")[0].as_py() == huge
+    del table
+    assert one({"ph": "X", "name": "after", "ts": 1})["name"] == "after"
 
 
 def _rss_mb() -> float:
@@ -657,3 +756,31 @@ def test_the_columns_handed_over_without_a_copy_live_as_long_as_their_table() ->
         assert got is not None and got.table.num_rows > 0
         del got
     assert _rss_mb() - before < 60
+
+
+def test_threads_that_end_leave_no_column_buffers_behind() -> None:
+    """Each thread's column buffers (kept from one batch to the next) are freed when it ends: a
+    thread a batch, thirty times, does not grow the process by thirty threads' buffers."""
+    import gc
+
+    path = Path("sample_traces/ddp/ddp_rank0.pt.trace.json.gz")
+    splitter = TraceSplitter(path, iter_json_bytes(path), 16 << 20)
+    batch = max(splitter.batches(), key=lambda b: len(b.data))
+    assert len(batch.data) > 4 << 20  # ~15 MB of buffers a thread
+
+    def work() -> None:
+        got = compiled_parser.scan(batch.data)
+        assert got is not None and got.table.num_rows > 0
+
+    def in_thread() -> None:
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+
+    in_thread()
+    gc.collect()
+    before = _rss_mb()
+    for _ in range(30):
+        in_thread()
+    gc.collect()
+    assert _rss_mb() - before < 100
