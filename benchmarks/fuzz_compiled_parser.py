@@ -1,6 +1,8 @@
 """Damage real trace batches at random and feed them to the compiled parser: it must refuse them or
-read them, never fault. Prints how many it read (each of those the test suite also compares with
-DuckDB's reader on a smaller scale: tests/test_compiled_parser.py).
+read them, never fault, and for each batch it reads say whether the text holds the memory mark
+(``"[memory]"``, found in the strings it reads) as a search of the bytes does. Prints how many it
+read (each of those the test suite also compares with DuckDB's reader on a smaller scale:
+tests/test_compiled_parser.py).
 
     .venv/bin/python benchmarks/fuzz_compiled_parser.py [--rounds 20000] [--seed 7]
     PYTHONMALLOC=malloc valgrind -q .venv/bin/python benchmarks/fuzz_compiled_parser.py --rounds 1500
@@ -14,10 +16,12 @@ import random
 from pathlib import Path
 
 from gpuscope.ingest import _compiled_parser  # type: ignore[attr-defined]
+from gpuscope.ingest.batch_insert import MEMORY_MARK
 from gpuscope.ingest.json_stream import TraceSplitter
 from gpuscope.ingest.source import iter_json_bytes
 
 REPO = Path(__file__).resolve().parent.parent
+MEMORY_SAMPLE = "sample_traces/memory/gpt_mem.pt.trace.json.gz"
 ALPHABET = b'"{}[],:\\0123456789-.eE u\x00\xff\xc3'
 
 
@@ -46,14 +50,25 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     a = ap.parse_args()
     bases = []
-    for f in sorted(glob.glob(str(REPO / "sample_traces/**/*.pt.trace.json*"), recursive=True))[:6]:
+    traces = sorted(glob.glob(str(REPO / "sample_traces/**/*.pt.trace.json*"), recursive=True))[:6]
+    for f in [*traces, str(REPO / MEMORY_SAMPLE)]:  # the last: allocator events, the mark
         p = Path(f)
         bases.append(next(iter(TraceSplitter(p, iter_json_bytes(p), 16 << 10).batches())).data)
     rng = random.Random(a.seed)
-    read = sum(
-        _compiled_parser.scan(damaged(rng.choice(bases), rng)) is not None for _ in range(a.rounds)
+    read = marked = 0
+    for _ in range(a.rounds):
+        data = damaged(rng.choice(bases), rng)
+        got = _compiled_parser.scan(data)
+        if got is None:
+            continue
+        read += 1
+        marked += got[2]
+        if got[2] != (MEMORY_MARK in data):
+            raise SystemExit(f"the memory mark read {got[2]}, in the bytes not: {data[:200]!r}")
+    print(
+        f"{a.rounds} damaged batches: {read} read ({marked} holding the memory mark, each as the"
+        f" bytes say), {a.rounds - read} refused, no fault"
     )
-    print(f"{a.rounds} damaged batches: {read} read, {a.rounds - read} refused, no fault")
 
 
 if __name__ == "__main__":

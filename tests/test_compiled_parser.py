@@ -711,6 +711,23 @@ def test_values_under_nulls_are_zeros_after_a_batch_that_filled_them() -> None:
             assert values[0::2].all(), name
 
 
+def test_a_block_kept_from_a_dropped_batch_is_written_over_right() -> None:
+    # A batch's columns lie in one block; a dropped batch's mapped block (256 KB and more) is kept
+    # for a later batch, whose run of zeros (the columns without a value) is zeroed again there.
+    # A's block (~1.6 MB, 2 MiB mapped) fits B (~1.2 MB), whose zeros lie where A's values were.
+    ids = ("correlation", "External id", "stream", "bytes", "Sequence number", "Fwd thread id")
+    full = {"ph": "X", "ts": 1, "dur": 2, "args": dict.fromkeys(ids, 5)}
+    sparse = {"ph": "X", "name": "n" * 30, "ts": 1, "args": dict.fromkeys(ids)}
+    for _ in range(3):
+        scanned = compiled_parser.scan(json.dumps([full] * 20_000).encode())
+        assert scanned is not None and scanned.table.column("correlation").null_count == 0
+        del scanned
+        table = check_same(json.dumps([sparse] * 20_000).encode())
+        assert table is not None
+        assert table.column("correlation").null_count == 20_000
+        assert table.column("external_id").null_count == 20_000
+
+
 def test_a_batch_past_the_kept_buffer_size_frees_them_and_the_next_reads_right() -> None:
     # A thread's buffers grown past 64 MB (one huge string here) are freed after its batch.
     huge = "x" * (40 << 20)
