@@ -948,9 +948,9 @@ static size_t scratch_bytes(const Scratch *sc) {
 }
 
 /* The memory of a batch's columns handed to Python: one block (its header first), freed when
-   the capsule goes. Where it is at least BLOCK_MAP bytes it is mapped on its own, populated (the
-   kernel fills its pages in one call rather than a fault each), with an eighth more room, in
-   whole MiB; a freed mapped block of up to POOL_BLOCK_MAX bytes is kept for a later batch (the
+   the capsule goes. Where it is at least BLOCK_MAP bytes it is mapped on its own, with an eighth
+   more room, in whole MiB, the pages it needs populated (the kernel fills them in one call rather
+   than a fault each); a freed mapped block of up to POOL_BLOCK_MAX bytes is kept for a later batch (the
    last POOL_SLOTS freed: 4 MiB batches make blocks of ~3 MiB): the ingest drops a batch's
    columns once they are sorted into its chunks, and the next batches' then need no new pages
    (the kernel zeroing each is most of a new block's cost). */
@@ -1036,12 +1036,18 @@ static uint8_t *block_new(size_t size) {
         size_t mib = (size_t)1 << 20;
         if (size > SIZE_MAX / 2) return NULL;
         h.size = (size + size / 8 + mib - 1) & ~(mib - 1);
+#if defined(MADV_POPULATE_WRITE)  /* the pages this batch writes, not the room past them */
+        p = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return NULL;
+        (void)madvise(p, size, MADV_POPULATE_WRITE);  /* Linux 5.14 on; before, faulted as written */
+#else
         p = mmap(NULL, h.size, PROT_READ | PROT_WRITE,
 #ifdef MAP_POPULATE
                  MAP_POPULATE |
 #endif
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) return NULL;
+#endif
     }
     memcpy(p, &h, sizeof h);
     return p;
