@@ -745,10 +745,11 @@ def _rss_mb() -> float:
 
 
 def test_the_columns_handed_over_without_a_copy_live_as_long_as_their_table() -> None:
-    """The C code's column buffers become Arrow's without a copy, each owned by a capsule that
-    frees it: the table stays whole after the scan's result is gone and the memory it freed is
-    written over (no buffer freed early), and a batch scanned again and again, its tables
-    dropped, does not grow the process (no buffer left behind)."""
+    """The C code's column buffers become Arrow's without a copy, a batch's in one block owned by
+    a capsule that frees it (or keeps it for a later batch, the last four): the table stays whole
+    after the scan's result is gone and the memory it freed is written over (no buffer freed
+    early), and a batch scanned again and again, its tables dropped, does not grow the process
+    (no block left behind)."""
     import gc
 
     path = Path("sample_traces/ddp/ddp_rank0.pt.trace.json.gz")
