@@ -10,13 +10,15 @@ are read into memory and cut into chunks of ``--rows`` rows (the ingest writes ~
 file), then written, in one transaction, into a new DuckLake in a temporary folder, by:
 
 - ``insert``: ``INSERT INTO events SELECT * FROM chunk`` per chunk, DuckDB on one thread (what
-  the ingest's flush thread does today);
+  the ingest's flush thread does on a team store);
 - ``insert_v2``: the same with the lake's ``parquet_version`` option at 2 (V2 data pages);
 - ``insert:KEY=VALUE[:KEY=VALUE...]``: the same with those DuckLake options
   (``insert:parquet_compression=zstd:parquet_compression_level=1``);
 - ``pyarrow``: ``pyarrow.parquet.write_table`` per chunk (snappy, as DuckLake's default), then
   ``ducklake_add_data_files`` registers each file in the transaction (its footer read for the
-  catalog's statistics).
+  catalog's statistics). The ingest's own pyarrow writer (a local store's) is
+  ``batch_insert.write_events_file``, measured on the ingest's chunks by
+  ``benchmarks/ingest_flush_formats.py`` and end to end by ``benchmarks/ingest_writer_ab.py``.
 
 Arms alternate ``--repeat`` times in this process. Per arm: process CPU s (user + sys) of the
 write and of the registration, the Parquet bytes, and the rows' digest (``count(*)`` and each

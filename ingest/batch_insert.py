@@ -28,7 +28,13 @@ import duckdb
 from gpuscope.ingest import compiled_parser
 from gpuscope.ingest.env import positive_int
 from gpuscope.ingest.errors import IngestError
-from gpuscope.store import ALLOCATOR_SETTINGS, extensions, pid_alive, raise_if_stopping
+from gpuscope.store import (
+    ALLOCATOR_SETTINGS,
+    LAKE,
+    extensions,
+    pid_alive,
+    raise_if_stopping,
+)
 from gpuscope.store.schema import EVENTS
 
 # pyarrow, msgspec and the decoder are imported where they are used: every ``gpuscope`` command
@@ -137,6 +143,30 @@ TO_PARSED = "SELECT {}, {} FROM {{src}}".format(
     ", ".join(MAPPED_FROM),
 )
 PARSER_MEMORY_LIMIT = "128MB"  # each parse thread's own DuckDB database (it spills beyond)
+
+# How the flush thread writes a chunk's Parquet file on a local store: pyarrow's writer, the file
+# registered in the ingest's transaction with ``ducklake_add_data_files`` (~1.2 CPU s per GB of
+# JSON less than DuckDB's INSERT, which copies the chunk into a buffer of its own and hashes every
+# value of every column for its dictionaries; docs/benchmarks.md, "Where a byte's cost goes").
+# ``$GPUSCOPE_PARQUET_WRITER=duckdb`` writes with the INSERT (as team stores always do).
+ENV_PARQUET_WRITER = "GPUSCOPE_PARQUET_WRITER"
+# The columns pyarrow dictionary-encodes: those of few distinct values in a chunk (strings of a
+# few categories, ids, launch shapes, the ops' JSON). Times, durations and the ids that grow row
+# by row are written plain: a dictionary of them is built and thrown away, for files no smaller
+# (every column's: pyarrow's write of the 1 GB trace's chunks 1.14-1.22 CPU s, 42.9 MB; these:
+# 0.91-0.94 s, 39.2 MB; 3 runs each, interleaved).
+DICTIONARY_COLUMNS = (
+    "run_id", "ph", "cat", "name_id", "pid", "tid", "device", "stream", "grid", "block",
+    "registers", "shared_mem", "bytes", "input_dims", "input_types", "concrete_inputs", "flops",
+    "fwd_tid", "odd_args",
+)  # fmt: skip
+JSON_COLUMNS = tuple(c.name for c in EVENTS.columns if c.type == "JSON")
+# ``events``' NOT NULL columns of a chunk: a chunk with a NULL in one is written by the INSERT,
+# which refuses it (``ducklake_add_data_files`` does not check).
+NOT_NULL_COLUMNS = tuple(
+    c.name for c in EVENTS.columns if c.type.endswith("NOT NULL") and c.name != "run_id"
+)
+FILE_PREFIX = "gpuscope-"  # + 32 hex digits + ".parquet": the events files pyarrow writes
 
 
 @dataclass
@@ -350,7 +380,7 @@ class BatchInserter:
 
     Events are buffered (Arrow) and reach ``events`` in chunks of :data:`FLUSH_ROWS`
     (``$GPUSCOPE_FLUSH_ROWS``),
-    sorted by (rank, cat, ts_ns): a DuckLake writes a Parquet file per INSERT, and sorted chunks
+    sorted by (rank, cat, ts_ns): a Parquet file per chunk (:meth:`_write`), and sorted chunks
     let a query skip most of a file by its min/max statistics.
 
     A chunk is sorted by the caller while the chunk before is written on a thread of its own (the
@@ -389,6 +419,10 @@ class BatchInserter:
         self.keep_columns: tuple[str, ...] | None = None  # the kept rows' columns (None: all)
         self._flusher: ThreadPoolExecutor | None = None  # made on the first flush
         self._pending: Future[None] | None = None  # the chunks being written
+        # where the flush thread writes events files with pyarrow (None: DuckDB's INSERT), and
+        # the most rows a chunk written by the INSERT instead may have (:func:`inlined_rows`)
+        self.parquet_folder = _pyarrow_folder(con)
+        self.inlined_rows = inlined_rows(con) if self.parquet_folder is not None else 0
 
     @property
     def run_id(self) -> str:
@@ -528,11 +562,20 @@ class BatchInserter:
 
     def _write(self, _gs_chunk: pa.Table) -> None:
         """One sorted chunk (:data:`BUFFERED_NAMES`) into ``events``, the run's id beside each
-        row (on the flush thread)."""
+        row (on the flush thread): a Parquet file of pyarrow's in the lake's folder of ``events``
+        (:attr:`parquet_folder`), registered in the transaction, else DuckDB's INSERT."""
+        raw_con = getattr(self.con, "con", self.con)
+        folder = self.parquet_folder
+        if (
+            folder is not None
+            and _gs_chunk.num_rows > self.inlined_rows
+            and not any(_gs_chunk[c].null_count for c in NOT_NULL_COLUMNS)
+        ):
+            write_events_file(raw_con, folder, _gs_chunk, self.run_id)
+            return
         # A replacement scan of the local variable, not a registered view: nothing of it is kept
         # in the transaction once the INSERT is done. The id is a literal, not a parameter (a
         # bound parameter makes DuckDB import pandas, ~0.4 s).
-        raw_con = getattr(self.con, "con", self.con)
         run_id = "'" + self.run_id.replace("'", "''") + "'"
         raw_con.execute(f"INSERT INTO events SELECT CAST({run_id} AS VARCHAR), * FROM _gs_chunk")
 
@@ -667,6 +710,83 @@ class BatchInserter:
         self.buffer = []
         self._unwritten, self._unwritten_bytes = [], 0
         self.kept = {}
+
+
+def _pyarrow_folder(con: Any) -> Path | None:
+    """Where the flush writes ``events`` files with pyarrow: the lake's folder of ``events`` on a
+    local store (:meth:`~gpuscope.store.Store.local_table_folder`), unless
+    ``$GPUSCOPE_PARQUET_WRITER`` is ``duckdb``; None: DuckDB's INSERT writes them."""
+    writer = os.environ.get(ENV_PARQUET_WRITER, "pyarrow").strip().lower()
+    if writer not in ("pyarrow", "duckdb", ""):
+        raise ValueError(f"{ENV_PARQUET_WRITER}={writer!r} must be pyarrow or duckdb")
+    folder = getattr(con, "local_table_folder", None)
+    if writer == "duckdb" or folder is None or not getattr(con, "is_lake", False):
+        return None
+    encrypted = con.execute(
+        f"SELECT value FROM {LAKE}.options() WHERE option_name = 'encrypted'"
+    ).fetchall()
+    if any(v.lower() == "true" for (v,) in encrypted):
+        return None  # DuckLake encrypts the files it writes; pyarrow's would not be
+    return folder("events")  # type: ignore[no-any-return]
+
+
+def inlined_rows(con: Any) -> int:
+    """The most rows DuckLake keeps in its catalog rather than in a file (data inlining: the
+    lake's ``data_inlining_row_limit`` option for ``events``, else the session's default), which
+    the INSERT writes there: a file of so few rows, once its run is deleted, would stay on disk
+    (DuckLake inlines a deletion of that few rows instead of retiring the file)."""
+    raw = getattr(con, "con", con)
+    ((default,),) = raw.execute(
+        "SELECT current_setting('ducklake_default_data_inlining_row_limit')"
+    ).fetchall()
+    set_here = raw.execute(
+        f"SELECT value FROM {LAKE}.options() WHERE option_name = 'data_inlining_row_limit'"
+    ).fetchall()
+    return max([int(default), *(int(v) for (v,) in set_here)])
+
+
+def events_file_table(chunk: pa.Table, run_id: str) -> pa.Table:
+    """A sorted chunk (:data:`BUFFERED_NAMES`) as the rows of an ``events`` Parquet file: the
+    run's id first (a dictionary of one value), the JSON columns typed as JSON (their text was
+    checked as JSON by the parse: DuckDB's INSERT checked it again)."""
+    import pyarrow as pa
+
+    ids = pa.DictionaryArray.from_arrays(
+        pa.repeat(pa.scalar(0, pa.int32()), chunk.num_rows), pa.array([run_id], pa.string())
+    )
+    columns, names = [ids], ["run_id"]
+    for name, column in zip(chunk.column_names, chunk.columns, strict=True):
+        if name in JSON_COLUMNS:
+            column = pa.chunked_array(
+                [pa.ExtensionArray.from_storage(pa.json_(), c) for c in column.chunks],
+                pa.json_(),
+            )
+        columns.append(column)
+        names.append(name)
+    return pa.Table.from_arrays(columns, names=names)
+
+
+def write_events_file(con: Any, folder: Path, chunk: pa.Table, run_id: str) -> Path:
+    """Write ``chunk`` (:func:`events_file_table`) as one Parquet file in ``folder`` (the lake's
+    folder of ``events``) and register it in ``events`` in the connection's transaction. A
+    failure leaves at most an untracked file in the data path, which the rolled-back write's
+    cleanup deletes (:meth:`~gpuscope.store.Store.delete_orphaned_files`), as DuckLake's own."""
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{FILE_PREFIX}{uuid.uuid4().hex}.parquet"
+    pq.write_table(
+        events_file_table(chunk, run_id),
+        path,
+        compression="snappy",  # DuckLake's default codec, as the INSERT writes
+        use_dictionary=list(DICTIONARY_COLUMNS),
+        store_schema=False,  # no Arrow schema in the footer: DuckLake reads the Parquet types
+    )
+    text = "'" + str(path).replace("'", "''") + "'"
+    con.execute(f"CALL ducklake_add_data_files('{LAKE}', 'events', {text})")
+    return path
 
 
 SCRATCH_PREFIX = (

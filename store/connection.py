@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import duckdb
 from gpuscope.store.errors import catalog_lost, is_conflict, store_fault
 from gpuscope.store.lock import WriteLock
-from gpuscope.store.spec import WRITING_MARK, StoreSpec
+from gpuscope.store.spec import DATA_DIR, WRITING_MARK, StoreSpec
 from gpuscope.store.stopping import raise_if_stopping
 from gpuscope.vocabulary.redact import redact
 
@@ -147,6 +147,29 @@ class Store:
 
     def shown(self) -> str:
         return self.spec.shown()
+
+    def local_table_folder(self, table: str) -> Path | None:
+        """The folder of this machine where the lake keeps ``table``'s Parquet files (the data
+        path, then the schema's and the table's relative paths from the catalog), for files
+        written beside DuckLake's own and registered with ``ducklake_add_data_files``: inside the
+        data path, the store's maintenance and a rolled-back write's cleanup
+        (:meth:`delete_orphaned_files`) delete them as they delete DuckLake's own. None for
+        anything but a local store whose data path is a folder (a team store's catalog is shared
+        and its files may be on S3; a plain DuckDB file has none)."""
+        root = self.root
+        if root is None or (self.spec.data_path and "://" in self.spec.data_path):
+            return None
+        data = Path(self.spec.data_path) if self.spec.data_path else root / DATA_DIR
+        meta, name = f"__ducklake_metadata_{LAKE}", table.replace("'", "''")
+        row = self.con.execute(
+            f"SELECT s.path, s.path_is_relative, t.path, t.path_is_relative "
+            f"FROM {meta}.ducklake_table t JOIN {meta}.ducklake_schema s USING (schema_id) "
+            f"WHERE t.table_name = '{name}' AND t.end_snapshot IS NULL "
+            "AND s.end_snapshot IS NULL AND s.schema_name = 'main'"
+        ).fetchone()
+        if row is None or not (row[1] and row[3]):
+            return None  # not a table of this gpuscope's making (paths relative to the data path)
+        return data / row[0] / row[2]
 
     # -- writing ----------------------------------------------------------------------------------
 
