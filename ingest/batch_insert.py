@@ -770,20 +770,31 @@ def write_events_file(con: Any, folder: Path, chunk: pa.Table, run_id: str) -> P
     """Write ``chunk`` (:func:`events_file_table`) as one Parquet file in ``folder`` (the lake's
     folder of ``events``) and register it in ``events`` in the connection's transaction. A
     failure leaves at most an untracked file in the data path, which the rolled-back write's
-    cleanup deletes (:meth:`~gpuscope.store.Store.delete_orphaned_files`), as DuckLake's own."""
+    cleanup deletes (:meth:`~gpuscope.store.Store.delete_orphaned_files`), as DuckLake's own.
+
+    The OS refusing the file (disk full, the file-size limit, a read-only disk) is raised as
+    DuckDB's INSERT raised it: a ``duckdb.IOException`` naming the file, a fault of the store
+    (``store_fault``: "<store>: the disk holding the store is full: ..."). pyarrow's own OSError
+    names no file, which would read as a fault of "a temporary file"."""
     import uuid
 
     import pyarrow.parquet as pq
 
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{FILE_PREFIX}{uuid.uuid4().hex}.parquet"
-    pq.write_table(
-        events_file_table(chunk, run_id),
-        path,
-        compression="snappy",  # DuckLake's default codec, as the INSERT writes
-        use_dictionary=list(DICTIONARY_COLUMNS),
-        store_schema=False,  # no Arrow schema in the footer: DuckLake reads the Parquet types
-    )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(
+            events_file_table(chunk, run_id),
+            path,
+            compression="snappy",  # DuckLake's default codec, as the INSERT writes
+            use_dictionary=list(DICTIONARY_COLUMNS),
+            store_schema=False,  # no Arrow schema in the footer: DuckLake reads the Parquet types
+        )
+    except OSError as e:
+        with contextlib.suppress(OSError):  # pyarrow removes its partial file; make sure
+            path.unlink(missing_ok=True)
+        reason = os.strerror(e.errno) if e.errno else str(e).strip() or type(e).__name__
+        raise duckdb.IOException(f'Could not write file "{path}": {reason}') from e
     text = "'" + str(path).replace("'", "''") + "'"
     con.execute(f"CALL ducklake_add_data_files('{LAKE}', 'events', {text})")
     return path

@@ -134,6 +134,39 @@ def test_a_failed_ingest_leaves_none_of_the_files_pyarrow_wrote(
     assert sorted((tmp_path / "s").glob("**/*.parquet")) == []
 
 
+def test_a_full_disk_under_pyarrow_s_write_is_the_store_s_one_line_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyarrow's OSError names no file (it read as "a temporary file: the disk holding it is
+    full"): the CLI's line names the store and the file, exit 1, nothing stored, no file left.
+    The real full disk and file-size limit: tests/test_security_faults.py (slow)."""
+    import pyarrow.parquet as pq
+    from clitools import cli_in_process
+
+    db = tmp_path / "store"
+    with connect(db) as con:
+        ingest_paths(con, [launches(tmp_path / "first.json", 600, seed=1)])
+    before = events_files(db)
+    assert before, "pyarrow wrote no file: the test did not test"
+    write = pq.write_table
+
+    def full(table, where, **kwargs):  # type: ignore[no-untyped-def]
+        write(table.slice(0, 1), where, **kwargs)  # a partial file, as a full disk leaves one
+        raise OSError(28, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", full)
+    p = cli_in_process("ingest", str(launches(tmp_path / "big.json", 600)), "--db", str(db))
+    assert p.returncode == 1
+    [line] = p.stderr.strip().splitlines()
+    assert line.startswith(
+        f'gpuscope: {db}: the disk holding the store is full: Could not write file "{db}/data/'
+    ), line
+    assert line.endswith('.parquet": No space left on device'), line
+    with connect(db) as con:
+        assert con.execute("SELECT name FROM runs").fetchall() == [("first",)]
+    assert events_files(db) == before
+
+
 def test_a_stopped_ingest_leaves_none_of_the_files_pyarrow_wrote(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
