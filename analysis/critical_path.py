@@ -49,7 +49,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 from gpuscope.analysis.event_classes import (
@@ -264,6 +264,21 @@ class Graph:
             raise ValueError("critical path: the dependency graph has a cycle")
         self.order = order
         self.memo.clear()
+
+
+_T = TypeVar("_T")
+
+
+def per_graph(g: Graph, key: str, compute: Callable[[], _T]) -> _T:
+    """``compute()``, once per graph (kept in ``g.memo`` until :meth:`Graph.finish`: what the
+    fixes' re-timings read of the finished graph, each of them again); its value must not be
+    changed by the caller (a frozenset, a tuple). A graph-like object without a memo: each call."""
+    memo = getattr(g, "memo", None)
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]  # type: ignore[no-any-return]
 
 
 @gc_paused()

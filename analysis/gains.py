@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 from gpuscope.analysis.critical_path import (
@@ -34,6 +35,7 @@ from gpuscope.analysis.critical_path import (
     Graph,
     Node,
     gc_paused,
+    per_graph,
     replay,
     replay_schedule,
 )
@@ -321,28 +323,83 @@ class Scaled:
         return n.dur * self.f if self.pred(n) else float(n.dur)
 
 
-def _durations(
-    g: Graph, dur: DurFn, picked: dict[Callable[[Node], bool], np.ndarray] | None = None
-) -> np.ndarray:
+def _durations(g: Graph, dur: DurFn, picked: dict[Any, Any] | None = None) -> np.ndarray:
     """``max(0.0, float(dur(v, n)))`` of every node (ns), as an array: ``x > 0.0`` picks ``x``,
     else ``0.0`` (as ``max`` does: ``-0.0`` and NaN give ``0.0``). A :class:`Scaled` duration is
     applied to the whole array, its predicate read once per node (the same floats: ``n.dur * f``
-    and ``float(n.dur)``); ``picked``: the predicates' node masks already read, kept by the caller
-    for the re-timings of one estimate (never in ``Graph.memo``: a graph is pickled with its memo,
-    and a predicate may be a closure)."""
-    if isinstance(dur, Scaled):
-        mask = None if picked is None else picked.get(dur.pred)
-        if mask is None:
-            mask = np.fromiter(map(dur.pred, g.nodes), dtype=bool, count=len(g.nodes))
-            if picked is not None:
-                picked[dur.pred] = mask
-        rec, _ = _recorded(g)
-        raw = np.where(mask, rec * dur.f, rec)
-    else:
-        raw = np.fromiter(
-            (dur(v, n) for v, n in enumerate(g.nodes)), dtype="float64", count=len(g.nodes)
-        )
+    and ``float(n.dur)``); so is a duration that has an ``array`` method (:class:`WholeGraph`:
+    the re-timings composed in :mod:`gpuscope.analysis.fixes.base`). ``picked``: what one estimate
+    has read already (the predicates' node masks, the durations of each function), kept by the
+    caller for the re-timings of one estimate (never in ``Graph.memo``: a graph is pickled with
+    its memo, and a predicate may be a closure)."""
+    raw = raw_durations(g, dur, None, {} if picked is None else picked)
     return np.where(raw > 0.0, raw, 0.0)
+
+
+class WholeGraph(Protocol):
+    """A duration function (``(v, n) -> ns``) that also gives every node's duration at once:
+    ``array(g, durs, picked)`` is ``float(self(v, m))`` of every node ``v``, where ``m`` is the
+    node with its duration set to ``durs[v]`` (its end moved: ``durs`` None, the node as
+    recorded), the same floats bit for bit (:func:`raw_durations` reads the functions it holds)."""
+
+    def __call__(self, v: int, n: Node) -> float: ...
+
+    def array(self, g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray: ...
+
+
+def recorded_ns(g: Graph) -> np.ndarray:
+    """Each node's recorded duration (ns, int64), read once per graph."""
+    nodes = g.nodes
+    return per_graph(
+        g,
+        "recorded_ns",
+        lambda: np.fromiter((n.e - n.s for n in nodes), dtype=np.int64, count=len(nodes)),
+    )
+
+
+def nodes_at(g: Graph, durs: np.ndarray | None) -> list[Node]:
+    """The graph's nodes with durations ``durs`` (int64 ns, each end moved; None: as recorded):
+    a node whose duration is its recorded one is the graph's own."""
+    if durs is None:
+        return g.nodes
+    out = list(g.nodes)
+    for v in np.flatnonzero(durs != recorded_ns(g)).tolist():
+        n = out[v]  # dataclasses.replace(n, e=...), without its per-call field walk
+        out[v] = type(n)(n.kind, n.cat, n.s, n.s + int(durs[v]), n.label, n.tags, n.event)
+    return out
+
+
+def raw_durations(
+    g: Graph, dur: DurFn | None, durs: np.ndarray | None, picked: dict[Any, Any]
+) -> np.ndarray:
+    """``float(dur(v, m))`` of every node, unclamped, where ``m`` is node ``v`` with its duration
+    ``durs[v]`` (int64 ns; its end moved; None: the nodes as recorded); ``dur`` None: ``m``'s
+    duration. Each (function, durations) pair is read once per ``picked`` (one estimate): a
+    :class:`Scaled` or :class:`WholeGraph` function as a whole array, any other node by node, a
+    node whose duration is its recorded one passed as it is (a re-timing reads a node's fields
+    and its index, never its identity)."""
+    if dur is None:
+        if durs is None:
+            return _recorded(g)[0]
+        return durs.astype("float64")
+    key = ("raw", id(dur), None if durs is None else id(durs))
+    got = picked.get(key)
+    if got is not None:
+        return got[2]  # type: ignore[no-any-return]
+    nodes, count = g.nodes, len(g.nodes)
+    if isinstance(dur, Scaled) and durs is None:
+        mask = picked.get(dur.pred)
+        if mask is None:
+            mask = picked[dur.pred] = np.fromiter(map(dur.pred, nodes), dtype=bool, count=count)
+        rec, _ = _recorded(g)
+        return np.where(mask, rec * dur.f, rec)  # its mask kept: one multiply per variant
+    if (array := getattr(dur, "array", None)) is not None:
+        raw = array(g, durs, picked)
+    else:
+        at = nodes_at(g, durs)
+        raw = np.fromiter((dur(v, n) for v, n in enumerate(at)), dtype="float64", count=count)
+    picked[key] = (dur, durs, raw)  # the function and durations held: their ids stay theirs
+    return raw
 
 
 Variant = tuple[DurFn | None, KeepFn | None]
@@ -418,7 +475,7 @@ def replay_estimate(
     # each variant's durations and dropped edges, once (once per function: variants may share
     # one); then scaled per host speed
     durs_of: dict[int, np.ndarray] = {}
-    picked: dict[Callable[[Node], bool], np.ndarray] = {}  # Scaled predicates' masks
+    picked: dict[Any, Any] = {}  # Scaled predicates' masks, each function's durations
     drops_of: dict[int, set[tuple[int, int]]] = {}
     by_name: dict[str, tuple[np.ndarray, set[tuple[int, int]] | None]] = {}
     for name, (dur, keep) in variants.items():

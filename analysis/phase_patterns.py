@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gpuscope.analysis.collectives import coll_of
+from gpuscope.analysis.critical_path import per_graph
 from gpuscope.analysis.event_classes import (
     KERNEL_CATS,
     LAUNCH_APIS,
@@ -1257,7 +1258,12 @@ break), so their host work stays."""
 
 def rnn_host_nodes(g: Graph) -> set[int]:
     """Host nodes of a critical-path graph that lie inside an RNN op's span (:data:`RNN_OPS`) on
-    their thread: the layer's own host work and launches, which compiling the model keeps."""
+    their thread: the layer's own host work and launches, which compiling the model keeps. Found
+    once per graph (``Graph.memo``; the fixes' re-timings ask again), a new set each call."""
+    return set(per_graph(g, "rnn_host_nodes", lambda: frozenset(_rnn_host_nodes(g))))
+
+
+def _rnn_host_nodes(g: Graph) -> set[int]:
     spans = {
         (int(ev.tid), int(ev.s), int(ev.e))
         for n in g.nodes
@@ -1284,6 +1290,15 @@ def rnn_host_nodes(g: Graph) -> set[int]:
 
 
 def recompute_nodes(g: Graph) -> tuple[set[int], set[int]]:
+    """(host nodes of the recompute, GPU nodes they launched) of a critical-path graph (found once
+    per graph, ``Graph.memo``; new sets each call): :func:`_recompute_nodes`."""
+    hosts, gpus = per_graph(
+        g, "recompute_nodes", lambda: tuple(map(frozenset, _recompute_nodes(g)))
+    )
+    return set(hosts), set(gpus)
+
+
+def _recompute_nodes(g: Graph) -> tuple[set[int], set[int]]:
     """(host nodes of the recompute, GPU nodes they launched) of a critical-path graph. The spans
     are the graph's own host events: a **holding** span is an ``autograd::engine::evaluate_function``
     event that holds a forward op (of :data:`FORWARD_OPS`, or re-run by its sequence:

@@ -12,7 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from gpuscope.analysis.compiled import CompiledInfo
+from gpuscope.analysis.critical_path import per_graph
 from gpuscope.analysis.event_classes import OP_CATS, RUNTIME_CATS
 from gpuscope.analysis.fixes import band
 from gpuscope.analysis.fmt import sig3
@@ -20,9 +22,13 @@ from gpuscope.analysis.gains import (
     HOST_SCALE_MID,
     HOST_SCALE_PRIOR,
     Context,
+    DurFn,
     Estimate,
     Scaled,
     Variant,
+    nodes_at,
+    raw_durations,
+    recorded_ns,
     replay_estimate,
 )
 from gpuscope.analysis.idle import IdleResult
@@ -285,19 +291,47 @@ def after(first: Variant, variants: dict[str, Variant]) -> dict[str, Variant]:
 
     def compose(v: Variant) -> Variant:
         d1, k1 = v
-
-        def dur(i: int, n: Node) -> float:
-            if d0 is None:
-                m = n
-            else:  # dataclasses.replace(n, e=...), without its per-call field walk
-                e = n.s + max(0, round(d0(i, n)))
-                m = type(n)(n.kind, n.cat, n.s, e, n.label, n.tags, n.event)
-            return float(m.dur) if d1 is None else d1(i, m)
-
         keep = k0 if k1 is None else k1 if k0 is None else (lambda i, ed: k0(i, ed) and k1(i, ed))
-        return dur, keep
+        return Composed(d0, d1), keep
 
     return {name: compose(v) for name, v in variants.items()}
+
+
+@dataclass(frozen=True, eq=False)
+class Composed:
+    """The duration ``d1`` gives a node once ``d0`` has re-timed it (:func:`after`; None: as
+    recorded). Node by node, or every node at once (:meth:`array`, what
+    :func:`~gpuscope.analysis.gains.raw_durations` reads: ``d0``'s durations once per estimate,
+    rounded as :meth:`__call__` rounds them, then ``d1`` on the nodes they leave)."""
+
+    d0: DurFn | None
+    d1: DurFn | None
+
+    def __call__(self, i: int, n: Node) -> float:
+        d0, d1 = self.d0, self.d1
+        if d0 is None:
+            m = n
+        else:  # dataclasses.replace(n, e=...), without its per-call field walk
+            e = n.s + max(0, round(d0(i, n)))
+            m = type(n)(n.kind, n.cat, n.s, e, n.label, n.tags, n.event)
+        return float(m.dur) if d1 is None else d1(i, m)
+
+    def array(self, g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+        if self.d0 is None:
+            mine = durs
+        else:
+            raw = raw_durations(g, self.d0, durs, picked)
+            if not np.isfinite(raw).all() or np.abs(raw).max(initial=0.0) >= 2.0**62:
+                # round() raises on these (or its ints outgrow int64): node by node, as called
+                return np.fromiter(
+                    (self(v, n) for v, n in enumerate(nodes_at(g, durs))),
+                    dtype="float64",
+                    count=len(g.nodes),
+                )
+            # max(0, round(x)): numpy's rint rounds half to even, as round() does
+            rounded = np.rint(raw)
+            mine = np.where(rounded > 0.0, rounded, 0.0).astype(np.int64)
+        return raw_durations(g, self.d1, mine, picked)
 
 
 def on_top(both: Estimate, first: Estimate, ctx: Context) -> Estimate:
@@ -537,15 +571,52 @@ def own_code(n: Node) -> bool:
     )
 
 
+_NOT_HOST_WORK = frozenset(("dataloader", "optimizer"))
+
+
 def is_host_work(n: Node) -> bool:
     """CPU ops and launch calls of the host, outside the DataLoader and the optimizer, and not
     code of the user's own (:func:`own_code`)."""
+    # the cheaper tests first (the re-timings ask it of every node)
     return (
         n.kind == "host"
-        and not ({"dataloader", "optimizer"} & n.tags)
         and n.cat in ("cpu", "launch")
+        and n.tags.isdisjoint(_NOT_HOST_WORK)
         and not own_code(n)
     )
+
+
+def host_work_mask(g: Graph, durs: np.ndarray | None = None) -> np.ndarray:
+    """:func:`is_host_work` of every node, with its duration ``durs[v]`` (int64 ns; None: as
+    recorded), as a boolean array; what does not hang on the duration read once per graph."""
+    nodes = g.nodes
+    work, own = per_graph(
+        g,
+        "host_work",
+        lambda: (
+            np.fromiter(
+                (
+                    n.kind == "host"
+                    and n.cat in ("cpu", "launch")
+                    and n.tags.isdisjoint(_NOT_HOST_WORK)
+                    for n in nodes
+                ),
+                dtype=bool,
+                count=len(nodes),
+            ),
+            np.fromiter(  # own_code but for its duration
+                (
+                    n.kind == "host"
+                    and n.cat == "cpu"
+                    and (n.event is None or n.event.cat not in OP_EVENT_CATS)
+                    for n in nodes
+                ),
+                dtype=bool,
+                count=len(nodes),
+            ),
+        ),
+    )
+    return work & ~(own & ((recorded_ns(g) if durs is None else durs) >= OWN_CODE_NS))
 
 
 def with_host_cost(
@@ -561,7 +632,7 @@ def with_host_cost(
     time (÷ the calibrated host scale, or the prior's middle), so that the replay's host scale
     brings it back to ``ms_per_step``: the host time a compiled or replayed step spends per step
     that no eager op of the planted trace shows."""
-    total = sum(n.dur for n in g.nodes if is_host_work(n))
+    total = int(recorded_ns(g)[host_work_mask(g)].sum())  # sum(n.dur ... if is_host_work(n))
     if total <= 0 or ctx.n_steps <= 0 or ms_per_step <= 0:
         return variants
     scale = ctx.host_scale_cal or (HOST_SCALE_PRIOR[1] if ctx.untraced_step_ms else HOST_SCALE_MID)
@@ -577,9 +648,21 @@ def _plus_host(
     base: Callable[[int, Node], float] | None, per: float
 ) -> Callable[[int, Node], float]:
     """``base`` (None: as recorded) with ``per`` × each host node's recorded duration added."""
+    return PlusHost(base, per)
 
-    def dur(v: int, n: Node) -> float:
-        d = float(n.dur) if base is None else base(v, n)
-        return d + n.dur * per if is_host_work(n) else d
 
-    return dur
+@dataclass(frozen=True, eq=False)
+class PlusHost:
+    """:func:`_plus_host`'s durations, node by node or every node at once (:meth:`array`)."""
+
+    base: Callable[[int, Node], float] | None
+    per: float
+
+    def __call__(self, v: int, n: Node) -> float:
+        d = float(n.dur) if self.base is None else self.base(v, n)
+        return d + n.dur * self.per if is_host_work(n) else d
+
+    def array(self, g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+        d = raw_durations(g, self.base, durs, picked)
+        now = raw_durations(g, None, durs, picked)  # each node's duration, float
+        return np.where(host_work_mask(g, durs), d + now * self.per, d)

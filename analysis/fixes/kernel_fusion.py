@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis import event_classes
+from gpuscope.analysis.critical_path import per_graph
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import (
     SHORT_KERNEL_US,
@@ -430,7 +431,11 @@ def removable_kernels(g: Graph) -> tuple[frozenset[int], int]:
     stream, in time order, a fusable kernel that directly follows another fusable kernel (a chain
     of n fusable kernels becomes one launch: n - 1 removed). A training BatchNorm kernel
     (:data:`TRAINING_BATCH_NORM_RE`) and cuDNN's layout transforms (:data:`CUDNN_LAYOUT_RE`) are
-    not fusable."""
+    not fusable. Found once per graph (:func:`~gpuscope.analysis.critical_path.per_graph`)."""
+    return per_graph(g, "removable_kernels", lambda: _removable_kernels(g))
+
+
+def _removable_kernels(g: Graph) -> tuple[frozenset[int], int]:
     by_stream: dict[int, list[tuple[int, int, bool]]] = {}
     fusable: dict[str, bool] = {}  # per kernel name: a rank repeats a few hundred names
     for i, n in enumerate(g.nodes):
