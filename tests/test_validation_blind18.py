@@ -13,6 +13,8 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_device_script_drives_lanes,
+    assert_first_fixes,
+    assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_one_gpu_pairs,
     assert_part_layout,
@@ -49,7 +51,23 @@ def test_the_eighteenth_blind_part_is_its_own_held_out_group_numbered_on_from_v2
     assert_part_layout(record_blind18, "blind18", 226, (record_blind18.blind18_a,), count=4)
     assert make_truth.BLIND_PARTS[-1] is record_blind18
     assert make_truth.GROUPS[-1] == "blind18"
-    assert record_blind18.FIRST_FIXES == {}  # named at its one judgement, timed after it
+    # the first fixes gpuscope named at the judgement (5f2e271) where the planted fix was not
+    assert {k: (v["base"], v["how"]) for k, v in record_blind18.FIRST_FIXES.items()} == {
+        "v227k": ("v227", "compile"),
+        "v229c": ("v229", "cuda_graphs"),
+    }
+
+
+def test_the_first_fixes_apply_to_the_fixed_variant_only(
+    monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    assert_first_fixes_apply_to_the_fixed_variant_only(record_blind18, monkeypatch)
+
+
+def test_every_first_fix_is_timed() -> None:
+    """Each first fix timed on its base case's planted variant (one H200 each), >= 3 rounds
+    paired in order (5 where the first three spread over 12 points)."""
+    assert_first_fixes(record_blind18)
 
 
 def test_the_models_and_their_families_are_new() -> None:

@@ -36,14 +36,18 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
 import blind18_a  # noqa: E402
-from record_common import merged_part  # noqa: E402
+from record_common import first_fix_spec, merged_part  # noqa: E402
 
 GROUP = "blind18"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
-FIRST_FIXES: dict[str, dict] = {}
-"""The first fixes gpuscope names on this part at its one judgement where the planted cause was
-another's, timed on the base case's planted variant after it (none yet: the part is not judged)."""
+FIRST_FIXES: dict[str, dict] = {
+    "v227k": first_fix_spec("v227", "compile", "fp32, cuDNN TF32 on"),
+    "v229c": first_fix_spec("v229", "cuda_graphs", "bf16 autocast, channels_last, benchmark off"),
+}
+"""The first fixes gpuscope named on this part at its one judgement (5f2e271) where the planted
+cause was another's, timed on the base case's planted variant after it: torch.compile on v227
+(32.3 %) and CUDA graphs on v229 (71.0 %)."""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part((blind18_a,), FIRST_FIXES, 18226, __file__)
