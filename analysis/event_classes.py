@@ -79,6 +79,14 @@ NATIVE_CONV_RE = r"at::native::.*(?:conv_depthwise|slow_conv|im2col|col2im|vol2c
 """Convolution kernels of PyTorch's own implementations (depthwise, im2col-based): cuDNN's
 algorithm search (``cudnn.benchmark``) does not pick them, so it cannot speed them up."""
 
+CUDNN_NO_SMEM_RE = r"implicit_gemm_indexed_wo_smem"
+"""cuDNN's implicit-GEMM convolution kernels that stage no operand in shared memory
+(``sm80_xmma_wgrad_implicit_gemm_indexed_wo_smem_tf32f32_..._tilesize32x16x64_stage1``): one
+pipeline stage and small tiles, the fallback its heuristic picks for shapes it has no tuned kernel
+for (a 3-channel first layer's weight gradient, fp32 inputs with TF32). Every one in the
+validation set runs TF32; none of its bf16 runs has one. ``cudnn.benchmark`` and bf16 replace
+them (the fix units ``cudnn_benchmark`` and ``mixed_precision`` read them apart)."""
+
 CHANNELS_LAST_BATCH_NORM_RE = r"batch_norm_\w*channels_last_kernel"
 """PyTorch's own training BatchNorm kernels for channels-last tensors
 (``batch_norm_collect_statistics_channels_last_kernel``, ``batch_norm_transform_input_...``,

@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.critical_path import GpuEvent
-from gpuscope.analysis.event_classes import NATIVE_CONV_RE
+from gpuscope.analysis.event_classes import CUDNN_NO_SMEM_RE, NATIVE_CONV_RE
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fmt import sig3
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from gpuscope.analysis.gains import Context, DurFn, Variant
 
 _NATIVE = re.compile(NATIVE_CONV_RE)
+_NO_SMEM = re.compile(CUDNN_NO_SMEM_RE)
 
 WORDS = Words(
     "Let cuDNN pick the fastest convolution algorithms",
@@ -78,6 +79,13 @@ Winograd without MMA) on a tensor-core GPU: the heuristic's pick where tensor-co
 exist, the kernels benchmark mode replaces most (v37, v07, v142: 0.55-0.85 of their time saved;
 v124: none). High: a TF32 tensor-core kernel runs the same convolution ~8x faster."""
 
+FALLBACK_FACTORS = (1.0, 0.5, 0.1)
+"""Low / mid / high factor on cuDNN's convolution kernels that stage nothing in shared memory
+(``event_classes.CUDNN_NO_SMEM_RE``, tensor-core kernels all): the heuristic's fallback, which
+the search replaces as it does CUDA-core picks. Benchmark mode gained at least their share of the
+kernel time on every recorded pair with them: v220 30 % of the kernel time → 23.3 % of the step,
+v136 10.4 → 15.9, v135 10.3 → 9.9, v109 4.0 → 5.8, v203 3.5 → 3.6."""
+
 OTHER_FACTORS = (1.0, 0.9, 0.5)
 """Low / mid / high factor on a convolution's other kernels (tensor-core math, the algorithm's
 layout transposes and FFT steps): the heuristic's tensor-core picks are near the fastest (a
@@ -85,7 +93,8 @@ median 0.1 of their time saved on the recorded pairs, 0.33 at most: v136's Conv3
 
 
 def conv_kernel_class(n: Node, by_launch: bool) -> str | None:
-    """``cuda_core`` or ``other`` for a kernel of a cuDNN convolution, None for any other node.
+    """``cuda_core``, ``fallback`` (:data:`FALLBACK_FACTORS`) or ``other`` for a kernel of a
+    cuDNN convolution, None for any other node.
     ``by_launch``: the graph knows each kernel's launching operator (``conv_call``); without it
     (a trace with no host events), the kernels named as convolutions. PyTorch's own convolution
     kernels (:func:`native_conv`) are never benchmark mode's."""
@@ -98,18 +107,22 @@ def conv_kernel_class(n: Node, by_launch: bool) -> str | None:
     info = tensor_core_info(ev.name, cat)
     if cat in ("convolution", "gemm") and info.mma and info.tensor_core is False:
         return "cuda_core"
-    return "other"
+    return "fallback" if _NO_SMEM.search(ev.name) else "other"
 
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     """The kernels of cuDNN's convolutions (launched by a convolution operator; BatchNorm, casts
-    and bias adds are not theirs) × :data:`CUDA_CORE_FACTORS` where they ran on CUDA cores and
-    × :data:`OTHER_FACTORS` otherwise; PyTorch's own convolution kernels stay."""
+    and bias adds are not theirs) × :data:`CUDA_CORE_FACTORS` where they ran on CUDA cores,
+    × :data:`FALLBACK_FACTORS` for its fallback kernels and × :data:`OTHER_FACTORS` otherwise; PyTorch's own convolution kernels stay."""
     by_launch = any("conv_call" in n.tags for n in g.nodes)
     cls = [conv_kernel_class(n, by_launch) for n in g.nodes]
 
     def variant(k: int) -> DurFn:
-        f = {"cuda_core": CUDA_CORE_FACTORS[k], "other": OTHER_FACTORS[k]}
+        f = {
+            "cuda_core": CUDA_CORE_FACTORS[k],
+            "fallback": FALLBACK_FACTORS[k],
+            "other": OTHER_FACTORS[k],
+        }
 
         def dur(v: int, n: Node) -> float:
             c = cls[v]

@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.critical_path import GpuEvent
+from gpuscope.analysis.event_classes import CUDNN_NO_SMEM_RE
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fmt import sig3
@@ -83,6 +84,13 @@ TF32_DIV = (0.65, 0.55, 0.45)
 """TF32 tensor-core kernel time × this in bf16, low / mid / high: the dense bf16 peak is 2× TF32's
 (H100: 989 against 494 TFLOP/s), so 0.5 at the peaks; a kernel away from its peak keeps more
 (0.65), and one that was bound by its fp32 operands' bytes can keep less (0.45)."""
+NO_SMEM_TF32_DIV = (0.65, 0.3, 0.1)
+"""A cuDNN convolution kernel that stages nothing in shared memory (``event_classes.
+CUDNN_NO_SMEM_RE``: the heuristic's TF32 fallback) × this in bf16, low / mid / high: its bf16
+heuristic picks a tuned kernel instead (no bf16 run of the validation set has one). v220 (C3D: 30 %
+of its kernel time in one such weight gradient) gained 50.4 % in bf16 where TF32 × 0.45 told at
+most 47.6; ``cudnn.benchmark``, which also replaces them, gained at least their share of the
+kernel time on every recorded pair that has them (v109, v135, v136, v203, v220)."""
 TF32_OTHER = (0.95, 0.85, 0.6)
 """The run's other compute kernels (elementwise, norms, reductions, copies; not the optimizer's)
 × this, low / mid / high: bf16 activations halve their bytes where autocast runs them in bf16
@@ -98,6 +106,19 @@ which run slower than cuDNN's fp32 ones despite half the bytes. The fixed varian
 (sample_traces/validation/README.md, "What bf16 did to BatchNorm"): × 1.47 (v72, H100 against
 H100), 1.16-1.64 (median 1.2) on v136, v175, v177, v178, v181, v182 timed on an H200 against their
 H100 planted traces (an H200's bandwidth makes them faster still), 0.97 on v184's BatchNorm1d."""
+
+
+_NO_SMEM = re.compile(CUDNN_NO_SMEM_RE)
+
+
+def _no_smem_conv(n: Node) -> bool:
+    """A cuDNN convolution kernel without shared-memory staging (:data:`NO_SMEM_TF32_DIV`)."""
+    return (
+        n.kind == "gpu"
+        and n.cat == "kernels"
+        and isinstance(n.event, GpuEvent)
+        and _NO_SMEM.search(n.event.name) is not None
+    )
 
 
 def _cudnn_bn(n: Node) -> bool:
@@ -277,11 +298,12 @@ def _fp32_math(n: Node) -> bool:
 
 
 def _retime_tf32(g: Graph) -> dict[str, Variant]:
-    """The TF32 branch's re-timing: TF32 tensor-core kernels × :data:`TF32_DIV`, the other
-    compute kernels (not the optimizer's) × :data:`TF32_OTHER` but cuDNN's BatchNorm kernels ×
-    :data:`CUDNN_BN`, host × 1.3 / 1.15 / 1 (the casts
-    autocast adds), low / mid / high."""
+    """The TF32 branch's re-timing: TF32 tensor-core kernels × :data:`TF32_DIV` (cuDNN's
+    fallback convolution kernels × :data:`NO_SMEM_TF32_DIV`), the other compute kernels (not the
+    optimizer's) × :data:`TF32_OTHER` but cuDNN's BatchNorm kernels × :data:`CUDNN_BN`, host ×
+    1.3 / 1.15 / 1 (the casts autocast adds), low / mid / high."""
     tf = [_tf32(n) for n in g.nodes]
+    fallback = [_no_smem_conv(n) for n in g.nodes]
     bn = [_cudnn_bn(n) for n in g.nodes]
     opt = [
         n.kind == "gpu"
@@ -294,6 +316,8 @@ def _retime_tf32(g: Graph) -> dict[str, Variant]:
         def dur(v: int, n: Node) -> float:
             if fx.is_host_work(n):
                 return n.dur * host
+            if fallback[v]:
+                return n.dur * NO_SMEM_TF32_DIV[k]
             if tf[v]:
                 return n.dur * TF32_DIV[k]
             if bn[v]:
