@@ -65,9 +65,10 @@ def test_the_first_fixes_apply_to_the_fixed_variant_only(
 
 
 def test_every_first_fix_is_timed() -> None:
-    """Each first fix timed on its base case's planted variant (one H200 each), >= 3 rounds
-    paired in order (5 where the first three spread over 12 points)."""
+    """Each first fix timed on its base case's planted variant (2026-11-30, one H200 each), 5
+    rounds paired in order."""
     assert_first_fixes(record_blind18)
+    assert [len(make_truth.first_fix(c)["planted"]) for c in ("v227k", "v229c")] == [5, 5]
 
 
 def test_the_models_and_their_families_are_new() -> None:
