@@ -1,5 +1,6 @@
 """The eighteenth blind part's cases v226-v229 (merged by record_blind18.py): four one-GPU pairs,
-each on a model family no earlier case used, chosen to judge on unseen runs the two rules set
+three on a model family no earlier case used (v228's capsule network is v75's family, a new
+recipe: found after the recording, once the family check read letters in any case), chosen to judge on unseen runs the two rules set
 after the seventeenth part's judgement: cuDNN's fallback convolution kernels (implicit GEMM
 without shared-memory staging, which ``cudnn.benchmark`` and bf16 replace) and kernel launches
 read as waits on the GPU only behind a queue of GPU work. ``cudnn.benchmark`` on a SlowFast-style

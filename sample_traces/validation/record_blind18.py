@@ -1,6 +1,6 @@
 """Record the validation set's twentieth part, **blind** (v226-v229, the eighteenth blind part):
 one-GPU planted-and-fixed pairs on model families no earlier case used (v01-v225, ../fixes,
-../multi_gpu), recorded after the seventeenth part had been judged and after the two rules set
+../multi_gpu) but v228's (v75's capsule network, a new recipe of it), recorded after the seventeenth part had been judged and after the two rules set
 since (cuDNN's fallback convolution kernels, which ``cudnn.benchmark`` and bf16 replace; kernel
 launches read as waits on the GPU only behind a queue of GPU work), so that unseen runs judge
 them; kept out of every calibration (truth.json ``group: "blind18"``). Nobody runs gpuscope's
