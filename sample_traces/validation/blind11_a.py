@@ -22,14 +22,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from record_common import Kit  # noqa: E402
+from record_common import FP32_TF32, Kit  # noqa: E402
 
-_FP32 = "fp32, cuDNN TF32 on, matmul TF32 off"
 _PLANTED = "torch.backends.cudnn.benchmark = False"
 _FIX = "torch.backends.cudnn.benchmark = True"
 
 
-def _bench(k: Kit, fixed: bool, model: Any, precision: str = _FP32) -> None:
+def _bench(k: Kit, fixed: bool, model: Any, precision: str = FP32_TF32) -> None:
     """Set ``cudnn.benchmark`` as the variant says (before the first step) and record it, the
     precision and the model's conv layers by kind in ``k.meta``."""
     k.torch.backends.cudnn.benchmark = fixed

@@ -34,10 +34,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from record_common import Kit, compile_in_place, precision_loss  # noqa: E402
-
-_FP32 = "fp32, cuDNN TF32 on, matmul TF32 off"
-"""PyTorch's default precision flags (the kit's): convolutions TF32, matmuls full fp32."""
+from record_common import FP32_TF32, Kit, compile_in_place, precision_loss  # noqa: E402
 
 CASES: dict[str, dict] = {
     "v201": {
@@ -520,7 +517,7 @@ def _enet(k: Kit, fixed: bool, device: str, rank: int):
         return F.cross_entropy(model(x), y)
 
     k.meta["torch_flags"] = {"cudnn_benchmark": fixed}
-    k.meta["precision"] = _FP32
+    k.meta["precision"] = FP32_TF32
     kinds = {"Conv2d": nn.Conv2d, "ConvTranspose2d": nn.ConvTranspose2d}
     k.meta["conv_layers"] = {
         n: sum(type(m) is t for m in model.modules()) for n, t in kinds.items()
@@ -731,7 +728,7 @@ def _dpn(k: Kit, fixed: bool, device: str, rank: int):
                       mode="bicubic", align_corners=False)  # fmt: skip
     x = (x + 0.3 * torch.randn(batch, 3, img, img, generator=gen)).to(device)
     y = torch.randint(0, classes, (batch,), generator=gen).to(device)
-    k.meta["precision"] = f"bf16 autocast, {_FP32}" if fixed else _FP32
+    k.meta["precision"] = f"bf16 autocast, {FP32_TF32}" if fixed else FP32_TF32
     k.meta["memory_format"] = "NCHW" if x.is_contiguous() else "other"
     k.meta["grouped_convs"] = sum(
         isinstance(m, nn.Conv2d) and m.groups > 1 for m in model.modules()

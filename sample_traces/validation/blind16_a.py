@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from record_common import (  # noqa: E402
+    FP32_TF32,
     Kit,
     PremadeImages,
     channels_last_loss,
@@ -42,16 +43,13 @@ from record_common import (  # noqa: E402
     workers_loader,
 )
 
-_FP32 = "fp32, cuDNN TF32 on, matmul TF32 off"
-"""PyTorch's default precision flags (the kit's): convolutions TF32, matmuls full fp32."""
-
 CASES: dict[str, dict] = {
     "v215": {
         "name": "cuda_graphs",
         "model": "DeepSets-style permutation-equivariant point-set classifier (ModelNet-like "
         "clouds of 256 points in 3-D; 3 equivariant layers d 256, each Lambda(x) - Gamma(mean "
         "of x over the set) and ELU, a mean pool, a rho MLP 256-256-40 with ELU) on 64 clouds, "
-        f"{_FP32}, AdamW(fused=True) eager, no torch.compile planted: ~100 kernels a step of a "
+        f"{FP32_TF32}, AdamW(fused=True) eager, no torch.compile planted: ~100 kernels a step of a "
         "few microseconds, the step bound by their launches",
         "planted": "eager: each of the step's ~100 small kernels launched from Python",
         "fix": "torch.compile(model, mode='reduce-overhead') (as model.compile(mode="
@@ -64,7 +62,7 @@ CASES: dict[str, dict] = {
         "name": "kernel_fusion",
         "model": "SIREN-style implicit image network (2-D coordinates to RGB; 5 sine layers "
         "of width 256, each sin(30 (W x + b)) with SIREN's uniform initialisation, a linear "
-        f"head) fitted on 131,072 pixel coordinates a step, {_FP32}, AdamW(fused=True): each "
+        f"head) fitted on 131,072 pixel coordinates a step, {FP32_TF32}, AdamW(fused=True): each "
         "layer's matmul followed by a scale and a sine over 33.6 M values, forward and back",
         "planted": "eager",
         "fix": "model.compile(): torch.compile(model) in place; the loss and the optimizer stay "
@@ -77,7 +75,7 @@ CASES: dict[str, dict] = {
         "model": "Wav2Letter-style 1-D convolutional speech recogniser (80 log-mel channels; "
         "a conv 250 k48 stride 2, 7 convs 250 k7, a conv 1000 k32, a conv 1000 k1, a conv to 29 "
         "characters, ReLU; CTC loss) on batches of 32 utterances of 1,400 frames, "
-        f"{_FP32}, AdamW(fused=True); features float32 from 256 stored utterances of 1,600 "
+        f"{FP32_TF32}, AdamW(fused=True); features float32 from 256 stored utterances of 1,600 "
         "frames, each sample cropped, masked (2 frequency bands of up to 27 channels, 2 time "
         "spans of up to 100 frames), scaled and normalised per channel in numpy: 14.3 MB a batch",
         "planted": "DataLoader(num_workers=0)",
@@ -103,7 +101,7 @@ CASES: dict[str, dict] = {
         "model": "APPNP-style graph network (a 2-layer MLP 512-256-16 on node features, then 10 "
         "steps of personalised-PageRank propagation, alpha 0.1, over a dense normalised "
         "adjacency of 8,192 nodes) for node classification with train and validation masks, "
-        f"{_FP32}, AdamW(fused=True)",
+        f"{FP32_TF32}, AdamW(fused=True)",
         "planted": "loss and accuracy over boolean-mask indexing (out[train_mask], "
         "out[val_mask]: 4 syncs) and 3 .item() reads a step (loss, validation loss, "
         "validation accuracy): 7 syncs",
@@ -115,7 +113,7 @@ CASES: dict[str, dict] = {
         "name": "cudnn_benchmark",
         "model": "C3D-style video classifier (8 3x3x3 convs 64-128-256-256-512-512-512-512 ch "
         "with ReLU and 5 max pools, fc 8192-4096-4096-101) on clips of 16 frames of 112x112, "
-        f"batch 8, {_FP32}, AdamW(fused=True); the input size never changes",
+        f"batch 8, {FP32_TF32}, AdamW(fused=True); the input size never changes",
         "planted": "torch.backends.cudnn.benchmark = False",
         "fix": "torch.backends.cudnn.benchmark = True",
         "expected_fix": "cudnn_benchmark",
@@ -137,7 +135,7 @@ CASES: dict[str, dict] = {
         "model": "FSRCNN-style super-resolution network (x3: a 5x5 conv 1-56, a 1x1 shrink to "
         "12, 4 3x3 convs 12 ch, a 1x1 expand to 56, PReLU after each, a 9x9 transposed conv "
         "stride 3 to 1 ch; 23 parameter tensors, 12.5 k parameters) on 512 grey patches of "
-        f"128x128 to 384x384, {_FP32}, MSE; every activation 512 x 56 x 128 x 128",
+        f"128x128 to 384x384, {FP32_TF32}, MSE; every activation 512 x 56 x 128 x 128",
         "planted": "AdamW(foreach=False)",
         "fix": "AdamW(fused=True) (gains ~0: the loop's ~180 launches over 23 small tensors run "
         "while the GPU works through ~20 ms of convolutions)",
@@ -200,7 +198,7 @@ def _deepsets(k: Kit, fixed: bool, device: str, rank: int):
 
     k.meta["compiled"] = fixed
     k.meta["compile_mode"] = mode if fixed else "eager"
-    k.meta["precision"] = _FP32
+    k.meta["precision"] = FP32_TF32
     return k.train(opt, loss_fn), batch, model
 
 
@@ -263,7 +261,7 @@ def _siren(k: Kit, fixed: bool, device: str, rank: int):
     k.meta["compiled"] = fixed
     k.meta["sine_layers"] = depth
     k.meta["coordinates"] = n
-    k.meta["precision"] = _FP32
+    k.meta["precision"] = FP32_TF32
     return k.train(opt, loss_fn), n, model
 
 
@@ -357,7 +355,7 @@ def _wav2letter(k: Kit, fixed: bool, device: str, rank: int):
         return F.ctc_loss(logp, y, t_in, t_out, blank=0)
 
     k.meta["batch_mb"] = round(batch * mels * crop * 4 / 1e6, 2)
-    k.meta["precision"] = _FP32
+    k.meta["precision"] = FP32_TF32
     return k.train(opt, loss_fn), batch, model
 
 
@@ -487,7 +485,7 @@ def _appnp(k: Kit, fixed: bool, device: str, rank: int):
         opt.step()
 
     k.meta["syncs_per_step"] = 0 if fixed else 7
-    k.meta["precision"] = _FP32
+    k.meta["precision"] = FP32_TF32
     return step, nodes, model
 
 
@@ -542,7 +540,7 @@ def _c3d(k: Kit, fixed: bool, device: str, rank: int):
         return F.cross_entropy(model(x), y)
 
     k.meta["torch_flags"] = {"cudnn_benchmark": fixed}
-    k.meta["precision"] = _FP32
+    k.meta["precision"] = FP32_TF32
     k.meta["conv3d_layers"] = len(chans)
     k.meta["fc_in"] = flat
     return k.train(opt, loss_fn), batch, model
@@ -656,7 +654,7 @@ def _fsrcnn(k: Kit, fixed: bool, device: str, rank: int):
     k.meta["optimizer"] = "AdamW(fused=True)" if fixed else "AdamW(foreach=False)"
     k.meta["param_tensors"] = len(list(model.parameters()))
     k.meta["params"] = sum(q.numel() for q in model.parameters())
-    k.meta["precision"] = _FP32
+    k.meta["precision"] = FP32_TF32
     return k.train(opt, loss_fn), batch, model
 
 

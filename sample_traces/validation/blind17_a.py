@@ -28,6 +28,7 @@ sys.path.insert(0, str(HERE))
 
 from record_blind import AugmentedImages  # noqa: E402
 from record_common import (  # noqa: E402
+    FP32_TF32,
     Kit,
     PremadeImages,
     basic_block,
@@ -37,9 +38,6 @@ from record_common import (  # noqa: E402
     workers_loader,
 )
 
-_FP32 = "fp32, cuDNN TF32 on, matmul TF32 off"
-"""PyTorch's default precision flags (the kit's): convolutions TF32, matmuls full fp32."""
-
 CASES: dict[str, dict] = {
     "v223": {
         "name": "null_mixed_precision",
@@ -47,7 +45,7 @@ CASES: dict[str, dict] = {
         "actor 64-8192-8192-32 and twin critics 80-8192-8192-1 with ReLU; the critics' target "
         "from the next states' sampled actions without gradients, the actor's loss through the "
         "first critic, one AdamW(fused=True) over the 205 M parameters) on replay batches of 16 "
-        f"transitions, {_FP32}: each 8192 x 8192 product multiplies 16 rows by a 268 MB weight",
+        f"transitions, {FP32_TF32}: each 8192 x 8192 product multiplies 16 rows by a 268 MB weight",
         "planted": "fp32, matmul TF32 off",
         "fix": "bf16 autocast (gains ~0: each large product is bound by reading its weight, "
         "which autocast casts to bf16 once a step and reads again in the backward; tensor cores "
@@ -170,7 +168,7 @@ def _sac(k: Kit, fixed: bool, device: str, rank: int):
                 return losses().float()
         return losses()
 
-    k.meta["precision"] = f"bf16 autocast, {_FP32}" if fixed else _FP32
+    k.meta["precision"] = f"bf16 autocast, {FP32_TF32}" if fixed else FP32_TF32
     k.meta["params"] = sum(q.numel() for q in model.parameters())
     return k.train(opt, loss_fn), batch, model
 

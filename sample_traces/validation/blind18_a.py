@@ -26,10 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from record_common import Kit, compile_in_place  # noqa: E402
-
-_FP32 = "fp32, cuDNN TF32 on, matmul TF32 off"
-"""PyTorch's default precision flags (the kit's): convolutions TF32, matmuls full fp32."""
+from record_common import FP32_TF32, Kit, compile_in_place, squash  # noqa: E402
 
 CASES: dict[str, dict] = {
     "v226": {
@@ -38,7 +35,7 @@ CASES: dict[str, dict] = {
         "and a fast one of 16 frames, 8-16-32 ch, each a 3-channel stem and 3 stages of 2 "
         "residual blocks of 3-D convolutions, time-strided lateral convolutions from fast to "
         "slow after the stem and each stage, BatchNorm, ReLU; 101 classes) on 16-frame clips of "
-        f"112x112, batch 12, {_FP32}, AdamW(fused=True)",
+        f"112x112, batch 12, {FP32_TF32}, AdamW(fused=True)",
         "planted": "torch.backends.cudnn.benchmark = False",
         "fix": "torch.backends.cudnn.benchmark = True",
         "expected_fix": "cudnn_benchmark",
@@ -49,7 +46,7 @@ CASES: dict[str, dict] = {
         "frames encoded by a stride-2 3x3 convolution to 16 ch, two ConvLSTM layers of 64 ch "
         "with 3x3 gate convolutions over 8 observed frames, the same layers forecasting 8 more "
         "from their own state, a transposed convolution back to 128x128 per forecast frame; "
-        f"MSE) on batches of 12 sequences, {_FP32}, AdamW(fused=True)",
+        f"MSE) on batches of 12 sequences, {FP32_TF32}, AdamW(fused=True)",
         "planted": "fp32, cuDNN TF32 on",
         "fix": "bf16 autocast",
         "expected_fix": "mixed_precision",
@@ -60,7 +57,7 @@ CASES: dict[str, dict] = {
         "capsules of 8-D from a stride-2 9x9 convolution: 1,152 of them, 10 digit capsules of "
         "16-D from 3 routing iterations of softmax, weighted sums, squash and agreement; the "
         "margin loss and a 3-layer MLP decoder reconstructing the 28x28 input) on batches of 32 "
-        f"28x28 images, {_FP32}, AdamW(fused=True) eager, no torch.compile planted: a few "
+        f"28x28 images, {FP32_TF32}, AdamW(fused=True) eager, no torch.compile planted: a few "
         "hundred small kernels a step",
         "planted": "eager: each of the step's small kernels launched from Python",
         "fix": "torch.compile(model, mode='reduce-overhead') (as model.compile(mode="
@@ -167,7 +164,7 @@ def _slowfast(k: Kit, fixed: bool, device: str, rank: int):
         return F.cross_entropy(model(x), y)
 
     k.meta["torch_flags"] = {"cudnn_benchmark": fixed}
-    k.meta["precision"] = _FP32
+    k.meta["precision"] = FP32_TF32
     k.meta["frames"] = {"slow": frames // alpha, "fast": frames}
     return k.train(opt, loss_fn), batch, model
 
@@ -237,7 +234,7 @@ def _convlstm(k: Kit, fixed: bool, device: str, rank: int):
                 return F.mse_loss(model(past).float(), future)
         return F.mse_loss(model(past), future)
 
-    k.meta["precision"] = f"bf16 autocast, {_FP32}" if fixed else _FP32
+    k.meta["precision"] = f"bf16 autocast, {FP32_TF32}" if fixed else FP32_TF32
     k.meta["time_steps"] = obs + ahead
     return k.train(opt, loss_fn), batch, model
 
@@ -257,10 +254,6 @@ def _capsnet(k: Kit, fixed: bool, device: str, rank: int):
     side, batch, ch, caps_d, out_d, n_cls, iters = (
         (28, 4, 16, 4, 8, 10, 3) if k.quick else (28, 32, 256, 8, 16, 10, 3)
     )
-
-    def squash(s, dim=-1):
-        n2 = (s * s).sum(dim, keepdim=True)
-        return n2 / (1 + n2) * s / torch.sqrt(n2 + 1e-8)
 
     class CapsNet(nn.Module):
         def __init__(self) -> None:
@@ -318,7 +311,7 @@ def _capsnet(k: Kit, fixed: bool, device: str, rank: int):
 
     k.meta["compiled"] = fixed
     k.meta["compile_mode"] = mode if fixed else "eager"
-    k.meta["precision"] = _FP32
+    k.meta["precision"] = FP32_TF32
     k.meta["routing_iterations"] = iters
     return k.train(opt, loss_fn), batch, model
 

@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
-from record_common import Kit, part_recorder, precision_loss, uint8_batches  # noqa: E402
+from record_common import Kit, part_recorder, precision_loss, squash, uint8_batches  # noqa: E402
 
 GROUP = "blind4"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -451,10 +451,6 @@ def _capsnet(k: Kit, fixed: bool, device: str, rank: int):
     ch, batch = (16, 4) if k.quick else (256, 16)
     batch *= 4 if fixed else 1
     caps = 32 * 6 * 6 if not k.quick else 2 * 6 * 6
-
-    def squash(s, dim: int = -1):
-        n2 = (s * s).sum(dim, keepdim=True)
-        return n2 / (1 + n2) * s / torch.sqrt(n2 + 1e-8)
 
     class CapsNet(nn.Module):
         def __init__(self) -> None:

@@ -8,6 +8,16 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+FP32_TF32 = "fp32, cuDNN TF32 on, matmul TF32 off"
+"""The precision a case records when it keeps fp32: cuDNN's convolutions in TF32, matmuls not."""
+
+
+def squash(s: Any, dim: int = -1) -> Any:
+    """A capsule network's squashing non-linearity: ``s`` scaled to a length below 1 along
+    ``dim`` (|s|^2 / (1 + |s|^2) * s / |s|), kernel for kernel as both capsule cases ran it."""
+    n2 = (s * s).sum(dim, keepdim=True)
+    return n2 / (1 + n2) * s / (n2 + 1e-8).sqrt()
+
 
 @dataclass
 class Kit:
