@@ -433,3 +433,38 @@ def test_the_estimate_is_read_on_the_rank_the_job_fixes(
 
     assert est(docs[0]) != est(docs[1])
     assert row["estimate"] == est(docs[1])
+
+
+@pytest.mark.skipif(not TRUTH.exists(), reason="validation set not recorded")
+def test_v139_s_workers_with_one_blas_thread_each_gain_what_the_workers_fix_tells(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """v139's six DataLoader workers, each with numpy's BLAS on one thread per core, made the
+    step 5.3x slower (its truth); the workers fix as its code reads now (one BLAS thread a worker,
+    ``OPENBLAS_NUM_THREADS=1``) was timed on the same recipe beside the unlimited workers, on one
+    lease (v139/blas_one_thread_timing.json, blas_unlimited_timing.json). The limited workers'
+    gain lies in the range gpuscope tells for v139's planted trace, the unlimited workers' far
+    below it, and the fix's code sets the limit before it builds the loader."""
+    import validate_gains_set as vgs
+    from gpuscope.analysis.fixes.dataloader_workers import WORDS
+    from make_truth import gains, round_pairs
+
+    code = WORDS.code
+    assert code.index('os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")') < code.index(
+        "DataLoader("
+    )
+
+    def gain(name: str) -> float:
+        runs = json.loads((TRUTH.parent / "v139" / name).read_text())["runs"]
+        return statistics.median(
+            gains(*round_pairs([r for r in runs if r["mode"] == "time"], "step_ms_median"))
+        )
+
+    limited, unlimited = gain("blas_one_thread_timing.json"), gain("blas_unlimited_timing.json")
+    assert limited == pytest.approx(81.6, abs=0.1) and unlimited < -400.0
+    case = next(c for c in json.loads(TRUTH.read_text())["cases"] if c["case"] == "v139")
+    _in_process(monkeypatch)
+    row = vgs.analyse(case, TRUTH.parent, str(analysis_store(tmp_path)))
+    assert row["first"] == row["expected"] == "dataloader_workers"
+    assert holds(row["low"], row["high"], limited)
+    assert not holds(row["low"], row["high"], unlimited)

@@ -18,11 +18,19 @@ if TYPE_CHECKING:
 WORDS = Words(
     "Load batches in background workers",
     "The GPU waits while the training loop makes each batch; workers make the next batches while "
-    "the GPU computes.",
+    "the GPU computes, each with one BLAS thread (numpy's default is one per core: workers doing "
+    "numpy math would fight over the cores).",
+    "import os  # before numpy is imported (MKL builds: MKL_NUM_THREADS)\n"
+    'os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")\n'
     "loader = DataLoader(dataset, batch_size=B, shuffle=True,\n"
     "                    num_workers=8, persistent_workers=True, prefetch_factor=4,\n"
     "                    pin_memory=True)",
 )
+"""The code's first lines are measured: v139 (PANNs features made per sample in numpy, six workers
+on 16 cores of an H200 host) ran 5.3x and 6.7x slower a step with workers than without them (two
+recordings), and 81.6 % faster with workers and ``OPENBLAS_NUM_THREADS=1``
+(sample_traces/validation/README.md, "One BLAS thread a worker"). PyTorch limits each worker's own
+torch threads to one; numpy's OpenBLAS it does not."""
 MORE_WORKERS_TITLE = "Give the DataLoader more workers"
 """The title when the loader has workers already (the same code)."""
 
