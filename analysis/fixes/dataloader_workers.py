@@ -28,9 +28,10 @@ WORDS = Words(
 )
 """The code's first lines are measured: v139 (PANNs features made per sample in numpy, six workers
 on 16 cores of an H200 host) ran 5.3x and 6.7x slower a step with workers than without them (two
-recordings), and 81.6 % faster with workers and ``OPENBLAS_NUM_THREADS=1``
-(sample_traces/validation/README.md, "One BLAS thread a worker"). PyTorch limits each worker's own
-torch threads to one; numpy's OpenBLAS it does not."""
+recordings), and 81.6 % faster with workers and ``OPENBLAS_NUM_THREADS=1``; v48 (keyword spotting)
+3.6x slower and 85.2 % faster; v61, v105, v217 moved 3-6 points (sample_traces/validation/README.md,
+"One BLAS thread a worker"). PyTorch limits each worker's own torch threads to one; numpy's
+OpenBLAS it does not."""
 MORE_WORKERS_TITLE = "Give the DataLoader more workers"
 """The title when the loader has workers already (the same code)."""
 
