@@ -16,6 +16,7 @@ TRUTH = VAL / "truth.json"
 sys.path.insert(0, str(VAL))
 
 import make_truth  # noqa: E402
+import record_advised  # noqa: E402
 import record_blind  # noqa: E402
 import record_blind2  # noqa: E402
 import record_blind3  # noqa: E402
@@ -56,6 +57,7 @@ __all__ = [
     "earlier_cases",
     "later_groups",
     "make_truth",
+    "record_advised",
     "record_blind",
     "record_blind2",
     "record_blind3",
