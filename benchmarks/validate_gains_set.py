@@ -329,6 +329,62 @@ def summary(rows: list[dict[str, Any]], timed: Sequence[dict[str, Any]] = ()) ->
     )
 
 
+ADVISED = (
+    ("blas_one_thread_timing.json", "workers, one BLAS thread each"),
+    ("bf16_channels_last_timing.json", "bf16, the model in channels_last"),
+)
+"""Recordings of a case's planted variant against its fix as gpuscope's code gives it, where the
+recipe's fixed variant lacks part of that code (files beside the case's truth, which
+make_truth.py does not read; sample_traces/validation/README.md, "One BLAS thread a worker" and
+"bf16 in channels_last"): the file, and the fix as timed there."""
+
+
+def advised(rows: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:
+    """Per judged case with an :data:`ADVISED` recording in ``root``/CASE: the fix as timed, its
+    median gain by round (%), the case's truth and range, and whether the range holds it."""
+    sys.path.insert(0, str(root))
+    from make_truth import gains, round_pairs
+
+    out = []
+    for r in rows:
+        for name, what in ADVISED:
+            path = root / r["case"] / name
+            if not path.exists():
+                continue
+            runs = [x for x in json.loads(path.read_text())["runs"] if x["mode"] == "time"]
+            got = statistics.median(gains(*round_pairs(runs, "step_ms_median")))
+            out.append(
+                {
+                    "case": r["case"],
+                    "fix": r["expected"],
+                    "as_timed": what,
+                    "estimate": r["estimate"],
+                    "low": r["low"],
+                    "high": r["high"],
+                    "truth": r["measured"],
+                    "measured": got,
+                    "holds": holds(r["low"], r["high"], got),
+                }
+            )
+    return out
+
+
+def advised_table(rows: list[dict[str, Any]]) -> str:
+    """:func:`advised`'s rows as a markdown table and a count of the ranges holding them."""
+    lines = [
+        "| case | fix | as gpuscope's code gives it | estimate % (range) | truth % | measured % | holds |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for a in rows:
+        lines.append(
+            f"| {a['case']} | `{a['fix']}` | {a['as_timed']} | {a['estimate']:.1f} "
+            f"({a['low']:.1f}-{a['high']:.1f}) | {a['truth']:.1f} | {a['measured']:.1f} | "
+            f"{'yes' if a['holds'] else 'no'} |"
+        )
+    held = sum(a["holds"] for a in rows)
+    return "\n".join(lines) + f"\n\nranges holding the fix as advised: {held}/{len(rows)}"
+
+
 def group_of(case: dict[str, Any]) -> str:
     """The case's part of the set (truth.json's ``group``; without one, by ``held_out``)."""
     return str(case.get("group") or ("held_out_third" if case.get("held_out") else "calibration"))
@@ -400,6 +456,12 @@ def main(argv: list[str] | None = None) -> int:
     ff = first_fix_table(rows, timed)
     if ff:
         print("\n## First fixes named where the planted cause was another, timed\n\n" + ff)
+    as_advised = advised(rows, truth_path.parent)
+    if as_advised:
+        print(
+            "\n## The fix as gpuscope's code gives it, where the recipe's lacked part of it, "
+            "timed\n\n" + advised_table(as_advised)
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0 if len(rows) == len(cases) else 1

@@ -522,3 +522,26 @@ def test_bf16_in_channels_last_gains_what_the_mixed_precision_fix_tells(
     assert row["first"] == row["expected"] == "mixed_precision"
     assert holds(row["low"], row["high"], advised)
     assert not holds(row["low"], row["high"], nchw)
+
+
+def test_the_judgement_reads_each_fix_as_advised_beside_its_truth() -> None:
+    """``advised``: each judged case's recordings of the fix as gpuscope's code gives it (the
+    one-BLAS-thread workers, bf16 in channels_last), its median gain by round against the case's
+    range; a case without one gives none; the table counts the ranges holding them."""
+    import validate_gains_set as vgs
+
+    def row(case: str, fix: str, low: float, high: float) -> dict:
+        return {"case": case, "expected": fix, "estimate": (low + high) / 2, "low": low,
+                "high": high, "measured": 0.0}  # fmt: skip
+
+    rows = [
+        row("v72", "mixed_precision", 29.7, 52.3),
+        row("v48", "dataloader_workers", 90.0, 95.0),  # a range that misses the 85.2
+        row("v04", "mixed_precision", 70.0, 80.0),  # no recording as advised
+    ]
+    got = vgs.advised(rows, TRUTH.parent)
+    assert [(a["case"], a["as_timed"], round(a["measured"], 1), a["holds"]) for a in got] == [
+        ("v72", "bf16, the model in channels_last", 42.8, True),
+        ("v48", "workers, one BLAS thread each", 85.2, False),
+    ]
+    assert vgs.advised_table(got).endswith("ranges holding the fix as advised: 1/2")
