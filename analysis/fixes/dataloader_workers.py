@@ -20,8 +20,8 @@ WORDS = Words(
     "The GPU waits while the training loop makes each batch; workers make the next batches while "
     "the GPU computes, each with one BLAS thread (numpy's default is one per core: workers doing "
     "numpy math would fight over the cores).",
-    "import os  # before numpy is imported (MKL builds: MKL_NUM_THREADS)\n"
-    'os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")\n'
+    "import os  # the script's first lines, before torch (which loads numpy) is imported,\n"
+    'os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # or in the shell; MKL: MKL_NUM_THREADS\n'
     "loader = DataLoader(dataset, batch_size=B, shuffle=True,\n"
     "                    num_workers=8, persistent_workers=True, prefetch_factor=4,\n"
     "                    pin_memory=True)",
@@ -31,7 +31,8 @@ on 16 cores of an H200 host) ran 5.3x and 6.7x slower a step with workers than w
 recordings), and 81.6 % faster with workers and ``OPENBLAS_NUM_THREADS=1``; v48 (keyword spotting)
 3.6x slower and 85.2 % faster; v61, v105, v217 moved 3-6 points (sample_traces/validation/README.md,
 "One BLAS thread a worker"). PyTorch limits each worker's own torch threads to one; numpy's
-OpenBLAS it does not."""
+OpenBLAS it does not, and it reads the variable once, when numpy loads (``import torch`` loads it):
+a worker forked after that keeps the parent's thread count."""
 MORE_WORKERS_TITLE = "Give the DataLoader more workers"
 """The title when the loader has workers already (the same code)."""
 
