@@ -472,14 +472,41 @@ def test_the_workers_fix_limits_numpys_blas_before_it_builds_the_loader() -> Non
     assert "BLAS thread" in WORDS.why
 
 
-def test_the_bf16_code_names_channels_last_for_a_convolution_net_as_a_comment() -> None:
-    from gpuscope.analysis.fixes.mixed_precision import WORDS
+def test_the_bf16_code_names_channels_last_where_convolutions_take_the_time() -> None:
+    """The mixed-precision fix's code opens with the channels_last hint, as a comment (a 3-D
+    net's 5-D weights refuse channels_last), where convolutions take at least 5 % of the kernel
+    time, in the fp32 and the TF32 branch alike; not for a net of matrix multiplies."""
+    from gpuscope.analysis.fixes import mixed_precision as mp
+    from gpuscope.analysis.fixes.base import Inputs, KernelStats
+    from gpuscope.analysis.idle import CAUSES, IdleResult
 
-    lines = WORDS.code.splitlines()
-    hint = next(i for i, line in enumerate(lines) if "memory_format=torch.channels_last" in line)
-    autocast = next(i for i, line in enumerate(lines) if "torch.autocast" in line)
-    assert hint < autocast and lines[hint].startswith("#")  # a 3-D net's 5-D weights refuse it
-    assert "channels_last" in WORDS.why
+    def finding(conv_us: float, tf32: bool) -> Any:
+        return mp.detect(
+            Inputs(
+                window_ns=1_000_000,
+                n_steps=1,
+                busy_pct=100.0,
+                idle=IdleResult(1_000_000, 1, 0, 0, 0, dict.fromkeys(CAUSES, 0)),
+                kernels=KernelStats(kernel_us=1_000.0, conv_us=conv_us),
+                fp32_gemm_us=0.0 if tf32 else 600.0,
+                tc_us_by_precision={"tf32": 600.0} if tf32 else {},
+                compute_capability=(9, 0),
+            )
+        )
+
+    for tf32 in (False, True):
+        for conv_us, hint in ((600.0, True), (50.0, True), (49.0, False), (0.0, False)):
+            f = finding(conv_us, tf32)
+            code = f.code or mp.WORDS.code
+            why = f.why or mp.WORDS.why
+            lines = code.splitlines()
+            assert ("channels_last" in code) is hint, (tf32, conv_us)
+            assert ("channels_last" in why) is hint, (tf32, conv_us)
+            if hint:
+                at = next(i for i, x in enumerate(lines) if "memory_format" in x)
+                assert lines[at].startswith("#") and at < next(
+                    i for i, x in enumerate(lines) if "torch.autocast" in x
+                )
 
 
 @pytest.mark.slow

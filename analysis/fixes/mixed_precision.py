@@ -18,20 +18,28 @@ if TYPE_CHECKING:
     from gpuscope.analysis.critical_path import Graph, Node
     from gpuscope.analysis.gains import Context, DurFn, Variant
 
-CODE_BF16 = (
+CHANNELS_LAST_HINT = (
     "# a 2-D convolution net: model = model.to(memory_format=torch.channels_last)\n"
     "# (cuDNN's bf16 convolutions want NHWC; a 3-D one: torch.channels_last_3d)\n"
+)
+"""The lines the bf16 code opens with where the window's convolutions take at least
+:data:`CONV_HINT_SHARE` of its kernel time. They are measured: v72 (CSP-Darknet, Conv-BatchNorm-SiLU,
+NCHW) gained 0.2 % in bf16 and 42.8 % in bf16 with the model in channels_last, timed side by side
+on one lease (gpuscope tells 42.6, 29.7-52.3); v88 (AlexNet) 67.6 % and 74.2 (tells 74.4,
+70.3-81.0): sample_traces/validation/README.md, "bf16 in channels_last". A comment, not a line
+that runs: ``channels_last`` refuses a 3-D convolution's 5-D weights."""
+CONV_HINT_SHARE = 0.05
+"""Convolution kernel time (``KernelStats.conv_us``) over the window's kernel time from which the
+fix's code names channels_last: a convolution net, not a transformer's stray 1x1 convolution."""
+CONV_WHY = " (a convolution net's in channels_last)"
+"""Added to the why where the code names channels_last."""
+CODE_BF16 = (
     'with torch.autocast("cuda", dtype=torch.bfloat16):\n'
     "    loss = loss_fn(model(x), y)\n"
     "loss.backward()\n"
     "# or at least TF32 for fp32 matmuls:\ntorch.backends.cuda.matmul.allow_tf32 = True\n"
     "torch.backends.cudnn.allow_tf32 = True"
 )
-"""The bf16 code. Its channels_last lines are measured: v72 (CSP-Darknet, Conv-BatchNorm-SiLU,
-NCHW) gained 0.2 % in bf16 and 42.8 % in bf16 with the model in channels_last, timed side by side
-on one lease (gpuscope tells 42.6, 29.7-52.3); v88 (AlexNet) 67.6 % and 74.2 (tells 74.4,
-70.3-81.0): sample_traces/validation/README.md, "bf16 in channels_last". A comment, not a line
-that runs: ``channels_last`` refuses a 3-D convolution's 5-D weights."""
 CODE_FP16 = (
     'with torch.autocast("cuda", dtype=torch.float16):\n'
     "    loss = loss_fn(model(x), y)\n"
@@ -46,7 +54,7 @@ FP16_WHY = (
 WORDS = Words(
     "Run matrix multiplies on tensor cores (bf16 autocast or TF32)",
     "fp32 matrix multiplies run on CUDA cores; in bf16 or TF32 they run on the tensor cores, "
-    "several times faster (a convolution net's in channels_last).",
+    "several times faster.",
     CODE_BF16,
 )
 
@@ -137,6 +145,13 @@ def _cudnn_bn(n: Node) -> bool:
     )
 
 
+def conv_net(inp: Inputs) -> bool:
+    """Whether the window's convolutions take at least :data:`CONV_HINT_SHARE` of its kernel time
+    (the bf16 code then names channels_last)."""
+    k = inp.kernels
+    return k.kernel_us > 0 and k.conv_us >= CONV_HINT_SHARE * k.kernel_us
+
+
 def tf32_us(inp: Inputs) -> float:
     """The window's TF32 tensor-core kernel time (µs) when the run would take the TF32 branch:
     TF32 ≥ :data:`TF32_SHARE` of kernel time and bf16/fp16 tensor-core time under
@@ -172,14 +187,17 @@ def _detect_tf32(inp: Inputs) -> Finding | None:
         "activation in fp32: bf16 autocast runs them at twice TF32's peak rate and halves the "
         "bytes of the memory-bound kernels it runs in bf16."
     )
+    conv = conv_net(inp)
     return Finding(
         ev,
         fx.share(cost_ns, inp.window_ns),
         title="Train in bf16 autocast: TF32 runs at half the bf16 rate",
         why="TF32 runs matrix multiplies on the tensor cores at half the bf16 rate, with every "
         "activation in fp32; bf16 autocast doubles that rate and halves the bytes of the kernels "
-        "it runs in bf16.",
-        code=CODE_BF16.split("# or at least TF32")[0].rstrip("\n") + "\n",
+        "it runs in bf16" + (CONV_WHY if conv else "") + ".",
+        code=(CHANNELS_LAST_HINT if conv else "")
+        + CODE_BF16.split("# or at least TF32")[0].rstrip("\n")
+        + "\n",
     )
 
 
@@ -212,7 +230,14 @@ def detect(inp: Inputs) -> Finding | None:
     )
     # no proven bound: the speed-up is assumed, and autocast also halves other kernels' bytes
     if bf16:
-        return Finding(ev, fx.share(gain_ns, inp.window_ns))
+        if not conv_net(inp):
+            return Finding(ev, fx.share(gain_ns, inp.window_ns))
+        return Finding(
+            ev,
+            fx.share(gain_ns, inp.window_ns),
+            code=CHANNELS_LAST_HINT + CODE_BF16,
+            why=WORDS.why[:-1] + CONV_WHY + ".",
+        )
     return Finding(
         ev, fx.share(gain_ns, inp.window_ns), title=FP16_TITLE, code=CODE_FP16, why=FP16_WHY
     )
