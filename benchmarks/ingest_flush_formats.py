@@ -70,8 +70,8 @@ def _cpu() -> float:
 def capture(trace: Path, out: Path) -> None:
     """Ingest ``trace`` into a temporary store, keeping each chunk the flush writes in ``out``."""
     import pyarrow as pa
-    from gpuscope.ingest import batch_insert, loader
-    from gpuscope.store import connect
+    from gpuscope.ingest import batch_insert
+    from stores import ingest_into_new_lake
 
     sink: list[Any] = []
     write = batch_insert.BatchInserter._write
@@ -84,12 +84,7 @@ def capture(trace: Path, out: Path) -> None:
 
     batch_insert.BatchInserter._write = keep  # type: ignore[method-assign]
     try:
-        with tempfile.TemporaryDirectory(prefix="gpuscope-flush-") as d:
-            con = connect(str(Path(d) / "store"))
-            try:
-                loader.ingest_paths(con, [trace])
-            finally:
-                con.close()
+        ingest_into_new_lake(trace, "gpuscope-flush-")
     finally:
         batch_insert.BatchInserter._write = write  # type: ignore[method-assign]
         if sink:

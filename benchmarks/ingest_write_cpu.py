@@ -15,23 +15,16 @@ from __future__ import annotations
 import json
 import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from stores import ingest_into_new_lake
 
 
 def main() -> int:
     trace = Path(sys.argv[1])
     t0 = time.perf_counter()
-    from gpuscope.ingest import loader
-    from gpuscope.store import connect
-
-    with tempfile.TemporaryDirectory(prefix="gpuscope-write-") as d:
-        con = connect(str(Path(d) / "store"))
-        try:
-            loader.ingest_paths(con, [trace])
-        finally:
-            con.close()
+    ingest_into_new_lake(trace, "gpuscope-write-")  # gpuscope's imports counted from t0
     wall = time.perf_counter() - t0
     ru = resource.getrusage(resource.RUSAGE_SELF)
     cpu = ru.ru_utime + ru.ru_stime

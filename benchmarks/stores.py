@@ -70,3 +70,19 @@ def ratio(lake: float | None, duckdb: float | None) -> str:
     if lake is None or duckdb is None or duckdb <= 0:
         return ""
     return f"{lake / duckdb:.2f}x"
+
+
+def ingest_into_new_lake(trace: Path, prefix: str) -> None:
+    """Ingest ``trace`` in this process (the write phase: no summary parts) into a new lake store
+    in a temporary folder named from ``prefix``, removed after."""
+    import tempfile
+
+    from gpuscope.ingest import loader
+    from gpuscope.store import connect
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as d:
+        con = connect(str(Path(d) / "store"))
+        try:
+            loader.ingest_paths(con, [trace])
+        finally:
+            con.close()

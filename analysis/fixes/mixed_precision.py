@@ -126,23 +126,24 @@ H100 planted traces (an H200's bandwidth makes them faster still), 0.97 on v184'
 _NO_SMEM = re.compile(CUDNN_NO_SMEM_RE)
 
 
-def _no_smem_conv(n: Node) -> bool:
-    """A cuDNN convolution kernel without shared-memory staging (:data:`NO_SMEM_TF32_DIV`)."""
+def _kernel_named(n: Node, rx: re.Pattern[str]) -> bool:
+    """A GPU kernel node whose name ``rx`` finds."""
     return (
         n.kind == "gpu"
         and n.cat == "kernels"
         and isinstance(n.event, GpuEvent)
-        and _NO_SMEM.search(n.event.name) is not None
+        and rx.search(n.event.name) is not None
     )
+
+
+def _no_smem_conv(n: Node) -> bool:
+    """A cuDNN convolution kernel without shared-memory staging (:data:`NO_SMEM_TF32_DIV`)."""
+    return _kernel_named(n, _NO_SMEM)
 
 
 def _cudnn_bn(n: Node) -> bool:
-    return (
-        n.kind == "gpu"
-        and n.cat == "kernels"
-        and isinstance(n.event, GpuEvent)
-        and CUDNN_BN_RE.search(n.event.name) is not None
-    )
+    """A cuDNN BatchNorm kernel (:data:`CUDNN_BN`)."""
+    return _kernel_named(n, CUDNN_BN_RE)
 
 
 def conv_net(inp: Inputs) -> bool:
