@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
 import record_new  # noqa: E402
-from record_common import kit  # noqa: E402
+from record_common import kit, pinned_pool  # noqa: E402
 
 GROUP = "blind"
 """truth.json's group of every case here: kept out of every calibration."""
@@ -482,7 +482,7 @@ def build(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
             for _ in range(4)
         ]
         if fixed and cuda:
-            pool = [(a.pin_memory(), b.pin_memory()) for a, b in pool]
+            pool = pinned_pool(pool)
         k = 0
 
         def loss_fn():
@@ -656,7 +656,7 @@ def build(case: str, variant: str, device: str, rank: int = 0, world: int = 1):
             for _ in range(4)
         ]
         if fixed and cuda:
-            pool = [(a.pin_memory(), b.pin_memory()) for a, b in pool]
+            pool = pinned_pool(pool)
         k = 0
 
         def loss_fn():

@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
 import record_new  # noqa: E402
-from record_common import Kit, kit, precision_loss  # noqa: E402
+from record_common import Kit, kit, pinned_pool, precision_loss  # noqa: E402
 
 GROUP = "blind3"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -418,7 +418,7 @@ def _hyperspectral(k: Kit, fixed: bool, device: str):
         for _ in range(3)
     ]
     if fixed and k.cuda:
-        pool = [(a.pin_memory(), b.pin_memory()) for a, b in pool]
+        pool = pinned_pool(pool)
     n = 0
 
     def loss_fn():

@@ -248,6 +248,42 @@ def whole_step_graph(k: Kit, opt: Any, loss_fn: Any, step: Any, fixed: bool) -> 
     return step
 
 
+PIN_PER_BATCH = False
+"""When set (:mod:`record_advised` does, around a fixed variant's build), :func:`pinned_pool` gives
+the batches through ``DataLoader(..., pin_memory=True)``, as gpuscope's ``pin_memory`` code says,
+in place of pinning the pool once."""
+
+
+class _LoaderPool(list):
+    """A pool whose every indexing gives the next batch of a ``DataLoader(pin_memory=True)`` over
+    the pool in turn (no workers: each batch pinned in the main thread when taken). The recorders
+    take ``pool[n % len(pool)]`` with ``n`` counting up, so the batches come in the same order."""
+
+    def __init__(self, pool: list) -> None:
+        import torch.utils.data as tud
+
+        super().__init__(pool)
+        batches = list(pool)
+
+        class Cycle(tud.IterableDataset):
+            def __iter__(self):  # type: ignore[no-untyped-def]
+                while True:
+                    yield from batches
+
+        self._it = iter(tud.DataLoader(Cycle(), batch_size=None, pin_memory=True))
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        return tuple(next(self._it))
+
+
+def pinned_pool(pool: list) -> list:
+    """``pool``'s batches (tuples of host tensors) pinned once, as the recordings did; under
+    :data:`PIN_PER_BATCH` a pool giving each batch through ``DataLoader(pin_memory=True)``."""
+    if PIN_PER_BATCH:
+        return _LoaderPool(pool)
+    return [tuple(t.pin_memory() for t in batch) for batch in pool]
+
+
 def cycled(pool: list, device: str, *, pinned: bool):
     """A function giving the pool's host batches in turn (pinned once, first, when ``pinned``),
     each tensor copied to ``device`` with ``non_blocking=True`` (from pageable memory: a
