@@ -332,11 +332,13 @@ def summary(rows: list[dict[str, Any]], timed: Sequence[dict[str, Any]] = ()) ->
 ADVISED = (
     ("blas_one_thread_timing.json", "workers, one BLAS thread each"),
     ("bf16_channels_last_timing.json", "bf16, the model in channels_last"),
+    ("pin_per_batch_timing.json", "DataLoader(pin_memory=True), each batch pinned"),
 )
 """Recordings of a case's planted variant against its fix as gpuscope's code gives it, where the
 recipe's fixed variant lacks part of that code (files beside the case's truth, which
-make_truth.py does not read; sample_traces/validation/README.md, "One BLAS thread a worker" and
-"bf16 in channels_last"): the file, and the fix as timed there."""
+make_truth.py does not read; sample_traces/validation/README.md, "One BLAS thread a worker",
+"bf16 in channels_last" and "The fix as advised on more cases"): the file, and the fix as timed
+there."""
 
 
 def advised(rows: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:

@@ -445,11 +445,14 @@ def counting_autocast(monkeypatch: Any) -> list[str]:
             return None
 
     kit = record_common.kit
-    monkeypatch.setattr(
-        record_common,
-        "kit",
-        lambda *a, **kw: record_common.Kit(**{**kit(*a, **kw).__dict__, "ac": Ac(), "meta": {}}),
-    )
+
+    def counting_kit(*a: Any, **kw: Any) -> Any:
+        return record_common.Kit(**{**kit(*a, **kw).__dict__, "ac": Ac(), "meta": {}})
+
+    # the first parts bound ``kit`` by name (``from record_common import kit``)
+    for mod in [record_common, *(m for m in list(sys.modules.values()) if m is not None)]:
+        if getattr(mod, "kit", None) is kit:
+            monkeypatch.setattr(mod, "kit", counting_kit)
     monkeypatch.setattr(record_new, "QUICK", True)
     return entered
 
