@@ -87,6 +87,12 @@ for (a 3-channel first layer's weight gradient, fp32 inputs with TF32). Every on
 validation set runs TF32; none of its bf16 runs has one. ``cudnn.benchmark`` and bf16 replace
 them (the fix units ``cudnn_benchmark`` and ``mixed_precision`` read them apart)."""
 
+CUDNN_LAYOUT_RE = r"cudnn::\S*(?:nchwToNhwc|nhwcToNchw)"
+"""cuDNN's layout transforms (``cudnn::engines_precompiled::nchwToNhwcKernel``), launched inside a
+convolution's own library call around its tensor-core kernels (which take NHWC) when the model's
+tensors are NCHW; a model in ``channels_last`` has none (fixes ``kernel_fusion`` and
+``mixed_precision``)."""
+
 CHANNELS_LAST_BATCH_NORM_RE = r"batch_norm_\w*channels_last_kernel"
 """PyTorch's own training BatchNorm kernels for channels-last tensors
 (``batch_norm_collect_statistics_channels_last_kernel``, ``batch_norm_transform_input_...``,

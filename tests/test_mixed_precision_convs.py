@@ -331,3 +331,78 @@ def test_a_scaled_retiming_applied_at_once_is_the_one_applied_node_by_node(durs,
     again = GN._durations(g, GN.Scaled(pred, 2 * f), picked)
     assert again.tolist() == GN._durations(g, lambda v, n: GN.Scaled(pred, 2 * f)(v, n)).tolist()
     pickle.dumps(g)
+
+
+LAYOUT = (
+    "void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, true, "
+    "(cudnnKernelDataType_t)0>(int)"
+)
+
+
+def _durs(variants: dict, g, name: str) -> dict[int, float]:
+    dur, keep = variants[name]
+    assert keep is None
+    return {
+        g.nodes[v].s: dur(v, g.nodes[v]) for v in range(len(g.nodes)) if g.nodes[v].kind == "gpu"
+    }
+
+
+def test_channels_last_moves_only_the_high_end_of_a_tf32_conv_net_by_hand():
+    """A TF32 run of an NCHW convolution net, one stream back to back: cuDNN's layout transform
+    0..100 µs, a TF32 convolution 100..300, cuDNN's BatchNorm 300..400. As an NCHW model in bf16
+    (``channels_last`` False): the transform is another kernel (× 0.95 / 0.85 / 0.6), the
+    convolution × 0.65 / 0.55 / 0.45, the BatchNorm × 1.5 / 1.2 / 1.0. In channels_last, the high
+    end only: no transform (× 0), the convolution × 0.35 = 70 µs, the BatchNorm × 0.5 = 50 µs."""
+    gpu = [
+        G(LAYOUT, "kernel", 0, 100 * US, 7),
+        G(TF32_CONV, "kernel", 100 * US, 300 * US, 7),
+        G(BN, "kernel", 300 * US, 400 * US, 7),
+    ]
+    g = _graph(gpu)
+    ctx = GN.Context(n_steps=1, step_ms=0.4, gpu_model="H100 SXM")
+    nchw = MP.retime(g, ctx)
+    cl = MP.retime(g, ctx, channels_last=True)
+    want_nchw = {"low": (95, 130, 150), "mid": (85, 110, 120), "high": (60, 90, 100)}
+    for name, want in want_nchw.items():
+        got = _durs(nchw, g, name)
+        assert [round(got[s * US] / US, 6) for s in (0, 100, 300)] == list(want), name
+        if name != "high":
+            assert _durs(cl, g, name) == got, name
+    got = _durs(cl, g, "high")
+    assert [round(got[s * US] / US, 6) for s in (0, 100, 300)] == [0, 70, 50]
+
+
+def test_channels_last_high_end_in_the_fp32_branch_by_hand():
+    """fp32 convolutions on CUDA cores (TF32 off) beside cuDNN's BatchNorm 200..300 µs and a TF32
+    convolution that the fp32 branch reads as another kernel: in channels_last the high end takes
+    the BatchNorm × 0.5 (not × 1.0) and the TF32 convolution × 0.35 (not × 0.6); the fp32
+    convolution is re-timed as without it."""
+    gpu = [
+        G(FP32_CONV, "kernel", 0, 200 * US, 7),
+        G(BN, "kernel", 200 * US, 300 * US, 7),
+        G(TF32_CONV, "kernel", 300 * US, 310 * US, 7),
+    ]
+    g = _graph(gpu)
+    ctx = GN.Context(n_steps=1, step_ms=0.31, gpu_model="H100 SXM")
+    assert MP._tf32(g.nodes[[n.s for n in g.nodes].index(300 * US)])
+    nchw, cl = _durs(MP.retime(g, ctx), g, "high"), _durs(MP.retime(g, ctx, True), g, "high")
+    assert nchw[0] == cl[0] < 200 * US
+    assert (nchw[200 * US], cl[200 * US]) == (100 * US, 50 * US)
+    assert (round(nchw[300 * US] / US, 6), round(cl[300 * US] / US, 6)) == (6.0, 3.5)
+
+
+def test_the_estimate_takes_channels_last_where_the_code_names_it():
+    """``advised``: the recommendation whose code opens with the channels_last hint is re-timed
+    in channels_last at the high end; the plain bf16 code, as an NCHW model."""
+    from gpuscope.analysis.recommendation import Recommendation
+
+    g = _graph([G(LAYOUT, "kernel", 0, 100 * US, 7), G(TF32_CONV, "kernel", 100 * US, 300 * US, 7)])
+    ctx = GN.Context(n_steps=1, step_ms=0.3, gpu_model="H100 SXM")
+
+    def high(code: str) -> dict[int, float]:
+        rec = Recommendation("mixed_precision", "t", "w", {}, code, 1.0)
+        return _durs(MP.advised(rec, g, ctx), g, "high")
+
+    assert high(MP.CHANNELS_LAST_HINT + MP.CODE_BF16)[0] == 0.0
+    assert high(MP.CODE_BF16)[0] == 60 * US
+    assert MP.UNIT.advised is MP.advised

@@ -437,6 +437,8 @@ def test_the_estimate_is_read_on_the_rank_the_job_fixes(
 
 _WORKERS = ("dataloader_workers", "blas_one_thread_timing.json", "blas_unlimited_timing.json")
 _BF16 = ("mixed_precision", "bf16_channels_last_timing.json", "bf16_nchw_timing.json")
+_BF16_TRUTH = ("mixed_precision", "bf16_channels_last_timing.json", None)
+_PIN_TRUTH = ("pin_memory", "pin_per_batch_timing.json", None)
 AS_ADVISED = {
     "v48": (*_WORKERS, 85.2, -262.5),
     "v61": (*_WORKERS, 75.2, 78.4),
@@ -445,13 +447,35 @@ AS_ADVISED = {
     "v217": (*_WORKERS, 31.7, 37.6),
     "v72": (*_BF16, 42.8, 0.2),
     "v88": (*_BF16, 74.2, 67.6),
+    "v45": (*_BF16, 68.1, 62.4),
+    "v104": (*_BF16, 55.7, 21.4),
+    "v57": (*_BF16_TRUTH, 54.6, 40.5),
+    "v73": (*_BF16_TRUTH, 23.6, 32.3),
+    "v118": (*_BF16_TRUTH, -14.2, -10.6),
+    "v135": (*_BF16_TRUTH, 38.8, 26.0),
+    "v181": (*_BF16_TRUTH, 56.5, 53.0),
+    "v182": (*_BF16_TRUTH, 28.4, 28.2),
+    "v205": (*_BF16_TRUTH, 33.0, 12.0),
+    "v227": (*_BF16_TRUTH, 11.7, 2.6),
+    "v33": (*_PIN_TRUTH, 10.0, 11.8),
+    "v44": (*_PIN_TRUTH, 35.3, 36.5),
+    "v59": (*_PIN_TRUTH, 56.2, 64.8),
 }
 """Pairs timed with the fix as its code gives it (one BLAS thread a DataLoader worker; bf16 with
-the model in channels_last) beside the truth's recipe, on one x2 lease: case -> (fix, the
-recording as advised, the recipe's beside it, their median gains by round, %)."""
+the model in channels_last; the batches through ``DataLoader(pin_memory=True)``): case -> (fix,
+the recording as advised, the recipe's timed beside it on the same lease or None for the truth's
+own recipe, their median gains by round, %)."""
 
-MISSED_AS_RECORDED = frozenset({"v48", "v72", "v88", "v105", "v139"})
-"""The pairs whose recipe, timed beside the fix as advised, gained outside gpuscope's range."""
+MISSED_AS_RECORDED = frozenset({"v33", "v44", "v48", "v59", "v72", "v88", "v105", "v139"})
+"""The pairs whose recipe gained outside gpuscope's range."""
+
+FIRST_ANOTHER = {"v118": "cuda_graphs", "v135": "cudnn_benchmark", "v227": "kernel_fusion"}
+"""The pairs whose first fix is another than the one timed (each timed too: truth.json's
+``first_fixes``)."""
+
+MISSED_AS_ADVISED = frozenset({"v33"})
+"""The pairs whose fix as advised gained outside gpuscope's range: v33 (PointNet) gained 10.0 %
+with each batch pinned where gpuscope tells 4.7 (3.9-7.1)."""
 
 
 def _median_gain(case: str, name: str) -> float:
@@ -515,20 +539,21 @@ def test_the_bf16_code_names_channels_last_where_convolutions_take_the_time() ->
 def test_each_fix_as_its_code_gives_it_gains_what_gpuscope_tells(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fix as its code gives it gained inside the range gpuscope tells for the planted trace,
-    whatever the recipe beside it did: v139's unlimited workers made the step 6.7x slower, v48's
-    3.6x; v72's NCHW bf16 gained 0.2 % against 42.6 told."""
+    """The fix as its code gives it gained inside the range gpuscope tells for the planted trace
+    (but v33's), whatever the recipe beside it did: v139's unlimited workers made the step 6.7x
+    slower, v48's 3.6x; v72's NCHW bf16 gained 0.2 % against 42.6 told; v104's bf16 gained 21.4 %
+    in NCHW and 55.7 in channels_last, both inside 1.8-62.3."""
     import validate_gains_set as vgs
 
     fix, as_advised, as_recorded, want_advised, want_recorded = AS_ADVISED[case]
-    advised = _median_gain(case, as_advised)
-    recorded = _median_gain(case, as_recorded)
-    assert (round(advised, 1), round(recorded, 1)) == (want_advised, want_recorded)
     truth = next(c for c in json.loads(TRUTH.read_text())["cases"] if c["case"] == case)
+    advised = _median_gain(case, as_advised)
+    recorded = truth["gain_pct"] if as_recorded is None else _median_gain(case, as_recorded)
+    assert (round(advised, 1), round(recorded, 1)) == (want_advised, want_recorded)
     _in_process(monkeypatch)
     row = vgs.analyse(truth, TRUTH.parent, str(analysis_store(tmp_path)))
-    assert row["first"] == row["expected"] == fix
-    assert holds(row["low"], row["high"], advised)
+    assert row["expected"] == fix and row["first"] == FIRST_ANOTHER.get(case, fix)
+    assert holds(row["low"], row["high"], advised) is (case not in MISSED_AS_ADVISED)
     assert holds(row["low"], row["high"], recorded) is (case not in MISSED_AS_RECORDED)
 
 

@@ -414,7 +414,7 @@ the estimate that kept their time or more. ``torch.compile`` alone gained -14.2 
 re-timed with them (``cuda_graphs.advised``)."""
 
 
-CUDNN_LAYOUT_RE = re.compile(r"cudnn::\S*(?:nchwToNhwc|nhwcToNchw)", re.IGNORECASE)
+CUDNN_LAYOUT_RE = re.compile(event_classes.CUDNN_LAYOUT_RE, re.IGNORECASE)
 """cuDNN's layout transforms (``cudnn::engines_precompiled::nchwToNhwcKernel``), launched inside
 the convolution's own library call, which a compiled model makes as the eager one does. A
 launch-bound step keeps them, their launches and their GPU time in the re-timing

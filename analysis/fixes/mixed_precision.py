@@ -7,9 +7,9 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analysis.critical_path import GpuEvent
-from gpuscope.analysis.event_classes import CUDNN_NO_SMEM_RE
+from gpuscope.analysis.event_classes import CUDNN_LAYOUT_RE, CUDNN_NO_SMEM_RE
 from gpuscope.analysis.fixes import base as fx
-from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
+from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Recommendation, Words
 from gpuscope.analysis.fmt import sig3
 from gpuscope.analysis.kernel_names import classify_kernel
 from gpuscope.analysis.tensor_cores import tensor_core_info
@@ -124,6 +124,23 @@ H100 planted traces (an H200's bandwidth makes them faster still), 0.97 on v184'
 
 
 _NO_SMEM = re.compile(CUDNN_NO_SMEM_RE)
+_LAYOUT = re.compile(CUDNN_LAYOUT_RE, re.IGNORECASE)
+
+CL_TF32_CONV = 0.35
+"""A TF32 convolution kernel × this in bf16 at the high end where the code names channels_last
+(:data:`CHANNELS_LAST_HINT`) and the model runs in it: cuDNN's bf16 NHWC kernels without a
+transpose around them. Each case's fixed variant in channels_last, traced on the H200 against its
+planted trace on the same GPU (sample_traces/validation/advised/; its README, "The fix as
+advised on more cases"): × 0.30 (v104, SegNet), 0.34 (v135, ESRGAN), 0.35 (v205, DPN), 0.47
+(v227, ConvLSTM); the median."""
+CL_CUDNN_BN = 0.5
+"""cuDNN's fp32 BatchNorm kernel time × this at the high end in channels_last bf16: PyTorch's
+channels-last BatchNorm kernels take a bf16 input at half the bytes. The same traces: × 0.31
+(v104), 0.45 (v45), 0.51 (v205)."""
+CL_LAYOUT = 0.0
+"""cuDNN's layout transforms (:data:`~gpuscope.analysis.event_classes.CUDNN_LAYOUT_RE`) × this
+at the high end in channels_last: there are none (0 of 16.8 % of the kernel time on v104, of 20.1
+on v135, of 11.3 on v205; 0.39 ms a step left of 4.49 on v227)."""
 
 
 def _kernel_named(n: Node, rx: re.Pattern[str]) -> bool:
@@ -139,6 +156,15 @@ def _kernel_named(n: Node, rx: re.Pattern[str]) -> bool:
 def _no_smem_conv(n: Node) -> bool:
     """A cuDNN convolution kernel without shared-memory staging (:data:`NO_SMEM_TF32_DIV`)."""
     return _kernel_named(n, _NO_SMEM)
+
+
+def _conv_kernel(n: Node) -> bool:
+    """A GPU kernel of a convolution (``kernel_names.classify_kernel``)."""
+    return (
+        n.kind == "gpu"
+        and isinstance(n.event, GpuEvent)
+        and classify_kernel(n.event.name, "kernel") == "convolution"
+    )
 
 
 def _cudnn_bn(n: Node) -> bool:
@@ -330,12 +356,17 @@ def _fp32_math(n: Node) -> bool:
     return _gemm_fp32(n) or _conv_math(n) is False or _attention_fp32(n) is not None
 
 
-def _retime_tf32(g: Graph) -> dict[str, Variant]:
+def _retime_tf32(g: Graph, channels_last: bool = False) -> dict[str, Variant]:
     """The TF32 branch's re-timing: TF32 tensor-core kernels × :data:`TF32_DIV` (cuDNN's
     fallback convolution kernels × :data:`NO_SMEM_TF32_DIV`), the other compute kernels (not the
     optimizer's) × :data:`TF32_OTHER` but cuDNN's BatchNorm kernels × :data:`CUDNN_BN`, host ×
-    1.3 / 1.15 / 1 (the casts autocast adds), low / mid / high."""
+    1.3 / 1.15 / 1 (the casts autocast adds), low / mid / high. ``channels_last`` (the code names
+    it): at the high end the model runs in it, TF32 convolution kernels × :data:`CL_TF32_CONV`,
+    cuDNN's BatchNorm × :data:`CL_CUDNN_BN`, its layout transforms × :data:`CL_LAYOUT`; low and
+    mid stay those of an NCHW model (a user who leaves the layout as it is)."""
     tf = [_tf32(n) for n in g.nodes]
+    conv = [t and _conv_kernel(n) for t, n in zip(tf, g.nodes, strict=True)]
+    layout = [_kernel_named(n, _LAYOUT) for n in g.nodes]
     fallback = [_no_smem_conv(n) for n in g.nodes]
     bn = [_cudnn_bn(n) for n in g.nodes]
     opt = [
@@ -345,23 +376,31 @@ def _retime_tf32(g: Graph) -> dict[str, Variant]:
         for n in g.nodes
     ]
 
-    def mp(k: int, host: float) -> DurFn:
+    def mp(k: int, host: float, cl: bool = False) -> DurFn:
         def dur(v: int, n: Node) -> float:
             if fx.is_host_work(n):
                 return n.dur * host
             if fallback[v]:
                 return n.dur * NO_SMEM_TF32_DIV[k]
+            if cl and conv[v]:
+                return n.dur * CL_TF32_CONV
             if tf[v]:
                 return n.dur * TF32_DIV[k]
             if bn[v]:
-                return n.dur * CUDNN_BN[k]
+                return n.dur * (CL_CUDNN_BN if cl else CUDNN_BN[k])
+            if cl and layout[v]:
+                return n.dur * CL_LAYOUT
             if n.kind == "gpu" and n.cat == "kernels" and not opt[v]:
                 return n.dur * TF32_OTHER[k]
             return float(n.dur)
 
         return dur
 
-    return {"low": (mp(0, 1.3), None), "mid": (mp(1, 1.15), None), "high": (mp(2, 1.0), None)}
+    return {
+        "low": (mp(0, 1.3), None),
+        "mid": (mp(1, 1.15), None),
+        "high": (mp(2, 1.0, channels_last), None),
+    }
 
 
 HALF_PRECISIONS = frozenset({"bf16", "fp16", "fp8"})
@@ -392,7 +431,7 @@ def in_half_already(g: Graph) -> bool:
     return half > 0 and half >= fp32
 
 
-def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
+def retime(g: Graph, ctx: Context, channels_last: bool = False) -> dict[str, Variant]:
     """fp32 GEMMs ÷ r/1.5 / r / r (r: the measured fp32→bf16 ratio for the GPU and the GEMM's
     duration, :data:`GEMM_RATIO`), but the share of a GEMM kernel's time in matmuls memory-bound
     at the fp32 roof (the roofline's, ``Context.memory_bound_fp32_matmul``) ×
@@ -402,7 +441,7 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     every level where the run is in half precision already (:func:`in_half_already`)."""
     tf32_ns = sum(n.dur for n in g.nodes if _tf32(n))
     if tf32_ns > 0 and sum(n.dur for n in g.nodes if _fp32_math(n)) < FP32_OF_TF32 * tf32_ns:
-        return _retime_tf32(g)  # fp32 with TF32 on, next to no math on CUDA cores
+        return _retime_tf32(g, channels_last)  # fp32 with TF32 on, no math on CUDA cores
     top_other = 1.0 if in_half_already(g) else 0.6
     att: dict[int, str] = {}
     conv = convs_fp32_no_tf32(g)
@@ -416,14 +455,27 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
 
     membound = ctx.memory_bound_fp32_matmul
 
+    cl_conv = [channels_last and _tf32(n) and _conv_kernel(n) for n in g.nodes]
+    layout = [channels_last and _kernel_named(n, _LAYOUT) for n in g.nodes]
+
     def mp(
-        div: float, other: float, host: float, att_div: float, bn_f: float, mb_keep: float
+        div: float,
+        other: float,
+        host: float,
+        att_div: float,
+        bn_f: float,
+        mb_keep: float,
+        cl: bool = False,
     ) -> DurFn:
         def dur(v: int, n: Node) -> float:
             if fx.is_host_work(n):  # autocast adds a cast op per matmul operand
                 return n.dur * host
             if bn[v]:
-                return n.dur * bn_f
+                return n.dur * (CL_CUDNN_BN if cl else bn_f)
+            if cl and cl_conv[v]:
+                return n.dur * CL_TF32_CONV
+            if cl and layout[v]:
+                return n.dur * CL_LAYOUT
             if _gemm_fp32(n):  # memory-bound at the fp32 roof: the share tensor cores cannot help
                 mb = membound.get(n.event.name, 0.0) if isinstance(n.event, GpuEvent) else 0.0
                 sped = n.dur / max(1.0, _ratio(ctx, n.dur) / div)
@@ -445,8 +497,14 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
     return {
         "low": (mp(1.5, 1.0, 1.3, lo, CUDNN_BN[0], keep[0]), None),
         "mid": (mp(1.0, 1.0, 1.15, mid, CUDNN_BN[1], keep[1]), None),
-        "high": (mp(1.0, top_other, 1.0, hi, CUDNN_BN[2], keep[2]), None),
+        "high": (mp(1.0, top_other, 1.0, hi, CUDNN_BN[2], keep[2], channels_last), None),
     }
 
 
-UNIT = FixUnit("mixed_precision", WORDS, detect, retime)
+def advised(rec: Recommendation, g: Graph, ctx: Context) -> dict[str, Variant]:
+    """The fix the code gives: :func:`retime`, in channels_last at the high end where the code
+    names it (:data:`CHANNELS_LAST_HINT`)."""
+    return retime(g, ctx, channels_last=CHANNELS_LAST_HINT in rec.fix)
+
+
+UNIT = FixUnit("mixed_precision", WORDS, detect, retime, advised=advised)
