@@ -7,7 +7,7 @@ case here is a recorded case's planted variant against its fixed variant with wh
   gives where 2-D convolutions take 5 % of the kernel time): under autocast cuDNN's bf16
   convolutions want NHWC, and an NCHW net pays a layout transpose around each of them (v88's fixed
   trace: 2.6 ms of transposes and casts a step; v72's bf16 convolutions only 1.4x faster than fp32).
-- ``vNNpm`` (v33, v44, v59): the batches through ``DataLoader(..., pin_memory=True)`` (no
+- ``vNNpm`` (v33, v44, v59, v74, v91, v106, v112, v138, v151, v165): the batches through ``DataLoader(..., pin_memory=True)`` (no
   workers: each batch pinned in the main thread when taken), as gpuscope's ``pin_memory`` code
   says, where the recipe pinned its pool of batches once before the first step
   (:data:`record_common.PIN_PER_BATCH`).
@@ -32,6 +32,8 @@ import record_blind5  # noqa: E402
 import record_blind6  # noqa: E402
 import record_blind7  # noqa: E402
 import record_blind8  # noqa: E402
+import record_blind9  # noqa: E402
+import record_blind10  # noqa: E402
 import record_blind11  # noqa: E402
 import record_blind14  # noqa: E402
 import record_blind18  # noqa: E402
@@ -45,11 +47,18 @@ PARTS: dict[str, Any] = {
     "v57": record_blind3,
     "v59": record_blind3,
     "v72": record_blind4,
+    "v74": record_blind4,
     "v73": record_blind4,
     "v88": record_blind5,
+    "v91": record_blind5,
     "v104": record_blind6,
+    "v106": record_blind6,
+    "v112": record_blind6,
     "v118": record_blind7,
     "v135": record_blind8,
+    "v138": record_blind8,
+    "v151": record_blind9,
+    "v165": record_blind10,
     "v181": record_blind11,
     "v182": record_blind11,
     "v205": record_blind14,
@@ -71,7 +80,7 @@ CHANNELS_LAST = (
     "v205",
     "v227",
 )
-PIN_PER_BATCH = ("v33", "v44", "v59")
+PIN_PER_BATCH = ("v33", "v44", "v59", "v74", "v91", "v106", "v112", "v138", "v151", "v165")
 
 
 def base_builder(case: str) -> Any:

@@ -34,7 +34,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
-from record_common import Kit, part_recorder, precision_loss, squash, uint8_batches  # noqa: E402
+from record_common import (  # noqa: E402
+    Kit,
+    part_recorder,
+    pinned_pool,
+    precision_loss,
+    squash,
+    uint8_batches,
+)
 
 GROUP = "blind4"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
@@ -430,7 +437,7 @@ def _eegnet(k: Kit, fixed: bool, device: str, rank: int):
         for _ in range(3)
     ]
     if fixed and k.cuda:
-        pool = [(a.pin_memory(), b.pin_memory()) for a, b in pool]
+        pool = pinned_pool(pool)
     n = 0
 
     def loss_fn():

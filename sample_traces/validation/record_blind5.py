@@ -39,6 +39,7 @@ sys.path.insert(0, str(HERE.parent / "fixes"))
 from record_common import (  # noqa: E402
     Kit,
     part_recorder,
+    pinned_pool,
     precision_loss,
     uint8_batches,
     whole_step_graph,
@@ -644,7 +645,7 @@ def _squeezeseg(k: Kit, fixed: bool, device: str, rank: int):
         for _ in range(3)
     ]
     if fixed and k.cuda:
-        pool_ = [(a.pin_memory(), b.pin_memory()) for a, b in pool_]
+        pool_ = pinned_pool(pool_)
     n = 0
 
     def loss_fn():

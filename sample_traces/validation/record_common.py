@@ -289,7 +289,7 @@ def cycled(pool: list, device: str, *, pinned: bool):
     each tensor copied to ``device`` with ``non_blocking=True`` (from pageable memory: a
     synchronous staged copy; from pinned memory: asynchronous)."""
     if pinned:
-        pool = [tuple(t.pin_memory() for t in batch) for batch in pool]
+        pool = pinned_pool(pool)
     n = 0
 
     def next_batch() -> tuple:
