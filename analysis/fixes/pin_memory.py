@@ -176,12 +176,14 @@ def top(est: Estimate, cp: CriticalPath, ctx: Context) -> Estimate:
     """The range's top, where the replayed planted step is longer than the untraced one: the
     strongest variant's saving (replayed step less its own, at each prior host scale) in
     absolute time, over the untraced step, with the planted step's pageable copies
-    :data:`~gpuscope.analysis.gains.HOST_VARIATION` slower. The profiler stretches kernels and
-    host work, not a DMA copy, so the time the copies take is not stretched with the step (the
+    :data:`~gpuscope.analysis.gains.HOST_WAIT_VARIATION` slower. The profiler stretches kernels
+    and host work, not a DMA copy, so the time the copies take is not stretched with the step (the
     replay's share of the longer traced step understates it); and a pageable copy's rate is the
-    host memcpy's that stages it, which varies between processes as the host's speed does (the
-    five timed pairs' planted steps ran 0.4-2.0 ms slower than their traced process's untraced
-    step, the fixed ones within 0.1 ms of each other)."""
+    host memcpy's that stages it, which varies between processes and machines as the host's speed
+    does: a pageable copy is a wait of the host on the GPU, whose planted step follows its host
+    (the five timed pairs' planted steps ran 0.4-2.0 ms slower than their traced process's
+    untraced step, the fixed ones within 0.1 ms of each other; timed again as advised on another
+    machine, v74's and v138's gained 11.1 and 10.1 % against 8.2 and 8.5 by their recipes)."""
     u = ctx.untraced_step_ms
     if not u:
         return est
@@ -200,7 +202,7 @@ def top(est: Estimate, cp: CriticalPath, ctx: Context) -> Estimate:
         g, cp.window[0], np.stack(rows), [None] * len(scales) + [drop] * len(scales)
     )
     k = len(scales)
-    slower = (GN.HOST_VARIATION - 1.0) * copy_ns(g) / n
+    slower = (GN.HOST_WAIT_VARIATION - 1.0) * copy_ns(g) / n
     best = est.high_pct
     for base, t in zip(spans[:k], spans[k:], strict=True):
         if base / n <= u_ns:
