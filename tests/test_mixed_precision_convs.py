@@ -339,6 +339,11 @@ LAYOUT = (
 )
 
 
+def _one_stream(*kernels: tuple[str, int, int]):
+    """The graph of ``kernels`` (name, start µs, end µs) on stream 7, under one step."""
+    return _graph([G(name, "kernel", s * US, e * US, 7) for name, s, e in kernels])
+
+
 def _durs(variants: dict, g, name: str) -> dict[int, float]:
     dur, keep = variants[name]
     assert keep is None
@@ -353,12 +358,7 @@ def test_channels_last_moves_only_the_high_end_of_a_tf32_conv_net_by_hand():
     (``channels_last`` False): the transform is another kernel (× 0.95 / 0.85 / 0.6), the
     convolution × 0.65 / 0.55 / 0.45, the BatchNorm × 1.5 / 1.2 / 1.0. In channels_last, the high
     end only: no transform (× 0), the convolution × 0.35 = 70 µs, the BatchNorm × 0.5 = 50 µs."""
-    gpu = [
-        G(LAYOUT, "kernel", 0, 100 * US, 7),
-        G(TF32_CONV, "kernel", 100 * US, 300 * US, 7),
-        G(BN, "kernel", 300 * US, 400 * US, 7),
-    ]
-    g = _graph(gpu)
+    g = _one_stream((LAYOUT, 0, 100), (TF32_CONV, 100, 300), (BN, 300, 400))
     ctx = GN.Context(n_steps=1, step_ms=0.4, gpu_model="H100 SXM")
     nchw = MP.retime(g, ctx)
     cl = MP.retime(g, ctx, channels_last=True)
@@ -377,12 +377,7 @@ def test_channels_last_high_end_in_the_fp32_branch_by_hand():
     convolution that the fp32 branch reads as another kernel: in channels_last the high end takes
     the BatchNorm × 0.5 (not × 1.0) and the TF32 convolution × 0.35 (not × 0.6); the fp32
     convolution is re-timed as without it."""
-    gpu = [
-        G(FP32_CONV, "kernel", 0, 200 * US, 7),
-        G(BN, "kernel", 200 * US, 300 * US, 7),
-        G(TF32_CONV, "kernel", 300 * US, 310 * US, 7),
-    ]
-    g = _graph(gpu)
+    g = _one_stream((FP32_CONV, 0, 200), (BN, 200, 300), (TF32_CONV, 300, 310))
     ctx = GN.Context(n_steps=1, step_ms=0.31, gpu_model="H100 SXM")
     assert MP._tf32(g.nodes[[n.s for n in g.nodes].index(300 * US)])
     nchw, cl = _durs(MP.retime(g, ctx), g, "high"), _durs(MP.retime(g, ctx, True), g, "high")
@@ -396,7 +391,7 @@ def test_the_estimate_takes_channels_last_where_the_code_names_it():
     in channels_last at the high end; the plain bf16 code, as an NCHW model."""
     from gpuscope.analysis.recommendation import Recommendation
 
-    g = _graph([G(LAYOUT, "kernel", 0, 100 * US, 7), G(TF32_CONV, "kernel", 100 * US, 300 * US, 7)])
+    g = _one_stream((LAYOUT, 0, 100), (TF32_CONV, 100, 300))
     ctx = GN.Context(n_steps=1, step_ms=0.3, gpu_model="H100 SXM")
 
     def high(code: str) -> dict[int, float]:
