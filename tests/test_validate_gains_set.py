@@ -539,6 +539,7 @@ def test_the_bf16_code_names_channels_last_where_convolutions_take_the_time() ->
             lines = code.splitlines()
             assert ("channels_last" in code) is hint, (tf32, conv_us)
             assert ("channels_last" in why) is hint, (tf32, conv_us)
+            assert ("the top of the range assumes" in why) is hint, (tf32, conv_us)
             if hint:
                 at = next(i for i, x in enumerate(lines) if "memory_format" in x)
                 assert lines[at].startswith("#") and at < next(

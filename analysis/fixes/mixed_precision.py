@@ -31,7 +31,7 @@ that runs: ``channels_last`` refuses a 3-D convolution's 5-D weights."""
 CONV_HINT_SHARE = 0.05
 """Convolution kernel time (``KernelStats.conv_us``) over the window's kernel time from which the
 fix's code names channels_last: a convolution net, not a transformer's stray 1x1 convolution."""
-CONV_WHY = " (a convolution net's in channels_last)"
+CONV_WHY = " (a convolution net's in channels_last, as the top of the range assumes)"
 """Added to the why where the code names channels_last."""
 CODE_BF16 = (
     'with torch.autocast("cuda", dtype=torch.bfloat16):\n'
