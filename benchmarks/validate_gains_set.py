@@ -97,12 +97,16 @@ GROUPS = (
     ),
     (
         "blind18",
-        "Eighteenth blind part v226+ (never analysed before recording; only with --blind)",
+        "Eighteenth blind part v226-v229 (never analysed before recording; only with --blind)",
+    ),
+    (
+        "blind19",
+        "Nineteenth blind part v230+ (never analysed before recording; only with --blind)",
     ),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 SEEN_GROUPS = tuple(g for g, _ in GROUPS)[:-1]
-"""The parts already judged once (v01-v225): every part but the newest blind one, which is judged
+"""The parts already judged once (v01-v229): every part but the newest blind one, which is judged
 once when it lands and joins these with the next; ``--seen`` judges these and nothing else."""
 
 

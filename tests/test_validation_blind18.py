@@ -49,8 +49,8 @@ NULLS = frozenset({"v229"})
 
 def test_the_eighteenth_blind_part_is_its_own_held_out_group_numbered_on_from_v226() -> None:
     assert_part_layout(record_blind18, "blind18", 226, (record_blind18.blind18_a,), count=4)
-    assert make_truth.BLIND_PARTS[-1] is record_blind18
-    assert make_truth.GROUPS[-1] == "blind18"
+    assert record_blind18 in make_truth.BLIND_PARTS  # the nineteenth part follows it
+    assert "blind18" in make_truth.GROUPS
     # the first fixes gpuscope named at the judgement (5f2e271) where the planted fix was not
     assert {k: (v["base"], v["how"]) for k, v in record_blind18.FIRST_FIXES.items()} == {
         "v227k": ("v227", "compile"),

@@ -35,6 +35,7 @@ import record_blind15  # noqa: E402
 import record_blind16  # noqa: E402
 import record_blind17  # noqa: E402
 import record_blind18  # noqa: E402
+import record_blind19  # noqa: E402
 import record_new  # noqa: E402
 import record_sharded_graphs  # noqa: E402
 import record_validation  # noqa: E402
@@ -76,6 +77,7 @@ __all__ = [
     "record_blind16",
     "record_blind17",
     "record_blind18",
+    "record_blind19",
     "record_calls",
     "record_new",
     "record_sharded_graphs",

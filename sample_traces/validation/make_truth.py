@@ -63,6 +63,7 @@ import record_blind15  # noqa: E402
 import record_blind16  # noqa: E402
 import record_blind17  # noqa: E402
 import record_blind18  # noqa: E402
+import record_blind19  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -89,6 +90,7 @@ GROUPS = (
     "blind16",
     "blind17",
     "blind18",
+    "blind19",
 )
 """The set's parts, in the order the benchmark prints them."""
 
@@ -111,6 +113,7 @@ BLIND_PARTS = (
     record_blind16,
     record_blind17,
     record_blind18,
+    record_blind19,
 )
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 
@@ -130,6 +133,7 @@ FIRST_FIXES = {
     **record_blind16.FIRST_FIXES,
     **record_blind17.FIRST_FIXES,
     **record_blind18.FIRST_FIXES,
+    **record_blind19.FIRST_FIXES,
 }
 """The first fixes gpuscope named on a blind part where the planted cause was another's, timed
 on the base case's planted variant (case -> spec: base, how, fix, expected_fix)."""
