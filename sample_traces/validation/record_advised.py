@@ -11,8 +11,14 @@ case here is a recorded case's planted variant against its fixed variant with wh
   workers: each batch pinned in the main thread when taken), as gpuscope's ``pin_memory`` code
   says, where the recipe pinned its pool of batches once before the first step
   (:data:`record_common.PIN_PER_BATCH`).
+- ``vNNmc`` (v07, v37, v51, v109, v124, v142, v147, v176, v180, v203, v222, v226): a first fix, not
+  the recipe's: the base case's planted variant against the same with every step under bf16
+  autocast and the model in channels_last (``channels_last_3d`` for a 3-D convolution net), the
+  code gpuscope's ``mixed_precision`` fix gives a convolution net; :data:`FIRST_FIXES` are their
+  specs, which ``make_truth.py`` reads (``bf16_channels_last_first_fix_timing.json`` in the base
+  case's folder).
 
-Nothing here is a case of the truth: ``make_truth.py`` reads none of it. Run with
+Nothing else here is a case of the truth: ``make_truth.py`` reads none of it. Run with
 ``device_env.sh``'s ``drive_part advised TAG CASES``."""
 
 from __future__ import annotations
@@ -36,11 +42,25 @@ import record_blind9  # noqa: E402
 import record_blind10  # noqa: E402
 import record_blind11  # noqa: E402
 import record_blind14  # noqa: E402
+import record_blind16  # noqa: E402
 import record_blind18  # noqa: E402
 import record_common  # noqa: E402
-from record_common import Kit, recorder  # noqa: E402
+import record_validation  # noqa: E402
+from record_common import Kit, first_fix_spec, recorder  # noqa: E402
 
 PARTS: dict[str, Any] = {
+    "v07": record_validation,
+    "v37": record_blind,
+    "v51": record_blind2,
+    "v109": record_blind6,
+    "v124": record_blind7,
+    "v142": record_blind8,
+    "v147": record_blind9,
+    "v176": record_blind11,
+    "v180": record_blind11,
+    "v203": record_blind14,
+    "v222": record_blind16,
+    "v226": record_blind18,
     "v33": record_blind,
     "v44": record_blind2,
     "v45": record_blind2,
@@ -81,6 +101,16 @@ CHANNELS_LAST = (
     "v227",
 )
 PIN_PER_BATCH = ("v33", "v44", "v59", "v74", "v91", "v106", "v112", "v138", "v151", "v165")
+BF16_CHANNELS_LAST_FIRST = (
+    *("v07", "v37", "v109", "v124", "v147", "v176", "v180", "v203", "v226"),
+    *("v51", "v142", "v222"),
+)
+"""Planted variants on which bf16 in channels_last is timed as a first fix: the ``cudnn_benchmark``
+pairs and the ``optimizer_fused`` nulls where gpuscope named ``mixed_precision`` first once its
+point re-timed the model in channels_last (the code it gives)."""
+
+FIRST_FIX_TIMING = "bf16_channels_last_first_fix_timing.json"
+"""The file of a ``vNNmc`` timing in its base case's folder (make_truth reads it)."""
 
 
 def base_builder(case: str) -> Any:
@@ -89,8 +119,36 @@ def base_builder(case: str) -> Any:
     part = PARTS[case]
 
     def builder(k: Kit, fixed: bool, device: str, rank: int) -> Any:
-        step, samples, meta, model = part.build(case, "fixed" if fixed else "planted", device, rank)
+        variant = "fixed" if fixed else "planted"
+        if part is record_validation:  # v01-v15's recorder: one rank, no rank argument
+            step, samples, meta, model = part.build(case, variant, device)
+        else:
+            step, samples, meta, model = part.build(case, variant, device, rank)
         k.meta.update(meta)
+        return step, samples, model
+
+    return builder
+
+
+def bf16_channels_last_first(base: Any) -> Any:
+    """``base``'s planted variant, and as fixed the same with the model in channels_last
+    (``channels_last_3d`` where it holds a 5-D weight: a 3-D convolution net) before the first step
+    and each step under the kit's bf16 autocast (as ``record_common``'s ``bf16`` first fix)."""
+
+    def builder(k: Kit, fixed: bool, device: str, rank: int) -> Any:
+        step, samples, model = base(k, False, device, rank)
+        if fixed:
+            torch = k.torch
+            three_d = any(p.dim() == 5 for p in model.parameters())
+            model.to(memory_format=torch.channels_last_3d if three_d else torch.channels_last)
+            eager = step
+
+            def step() -> None:
+                with k.ac:
+                    eager()
+
+            k.meta["memory_format"] = "channels_last_3d" if three_d else "channels_last"
+        k.meta.update(first_fix="bf16_channels_last", applied=fixed)
         return step, samples, model
 
     return builder
@@ -143,9 +201,25 @@ CASES: dict[str, dict] = {
     },
 }
 
+FIRST_FIXES: dict[str, dict] = {
+    f"{c}mc": {
+        **first_fix_spec(c, "bf16", "as recorded"),
+        "name": f"{c}_bf16_channels_last",
+        "fix": "the same, each step under bf16 autocast with the model in channels_last "
+        "(model.to(memory_format=torch.channels_last); channels_last_3d for a 3-D net)",
+        "timing": FIRST_FIX_TIMING,
+    }
+    for c in BF16_CHANNELS_LAST_FIRST
+}
+"""The ``vNNmc`` first fixes' specs (make_truth's ``FIRST_FIXES``): bf16 in channels_last on each
+base's planted variant, read from :data:`FIRST_FIX_TIMING` in the base case's folder."""
+
+CASES.update({k: {**PARTS[v["base"]].CASES[v["base"]], **v} for k, v in FIRST_FIXES.items()})
+
 BUILDERS = {
     **{f"{c}cl": channels_last(base_builder(c)) for c in CHANNELS_LAST},
     **{f"{c}pm": pinned_per_batch(base_builder(c)) for c in PIN_PER_BATCH},
+    **{f"{c}mc": bf16_channels_last_first(base_builder(c)) for c in BF16_CHANNELS_LAST_FIRST},
 }
 
 build, main = recorder(CASES, BUILDERS, 97531, __file__)
