@@ -15,6 +15,7 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_device_script_drives_lanes,
+    assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_one_gpu_pairs,
     assert_part_layout,
@@ -55,7 +56,17 @@ def test_the_nineteenth_blind_part_is_its_own_held_out_group_numbered_on_from_v2
     assert_part_layout(record_blind19, "blind19", 230, (record_blind19.blind19_a,), count=6)
     assert make_truth.BLIND_PARTS[-1] is record_blind19
     assert make_truth.GROUPS[-1] == "blind19"
-    assert record_blind19.FIRST_FIXES == {}  # none timed before its judgement
+    # the first fixes gpuscope named at the judgement (a5e32cb) where the planted fix was not
+    assert {k: (v["base"], v["how"]) for k, v in record_blind19.FIRST_FIXES.items()} == {
+        "v232b": ("v232", "cudnn_benchmark"),
+        "v235c": ("v235", "cuda_graphs"),
+    }
+
+
+def test_the_first_fixes_apply_to_the_fixed_variant_only(
+    monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    assert_first_fixes_apply_to_the_fixed_variant_only(record_blind19, monkeypatch)
 
 
 def test_the_models_and_their_families_are_new() -> None:

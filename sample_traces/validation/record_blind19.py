@@ -36,14 +36,18 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
 import blind19_a  # noqa: E402
-from record_common import merged_part  # noqa: E402
+from record_common import first_fix_spec, merged_part  # noqa: E402
 
 GROUP = "blind19"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
-FIRST_FIXES: dict[str, dict] = {}
-"""The first fixes gpuscope names on this part at its one judgement where the planted cause is
-another's, timed on the base case's planted variant after it (none yet)."""
+FIRST_FIXES: dict[str, dict] = {
+    "v232b": first_fix_spec("v232", "cudnn_benchmark", "fp32, cuDNN TF32 on, NCHW"),
+    "v235c": first_fix_spec("v235", "cuda_graphs", "fp32, cuDNN TF32 on, NCHW"),
+}
+"""The first fixes gpuscope named on this part at its one judgement (a5e32cb) where the planted
+cause was another's, timed on the base case's planted variant after it: cuDNN's benchmark on v232
+(6.0 %) and CUDA graphs on v235 (36.8 %)."""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part((blind19_a,), FIRST_FIXES, 19230, __file__)
