@@ -45,6 +45,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import record_advised  # noqa: E402
 import record_blind  # noqa: E402
 import record_blind2  # noqa: E402
 import record_blind3  # noqa: E402
@@ -134,6 +135,7 @@ FIRST_FIXES = {
     **record_blind17.FIRST_FIXES,
     **record_blind18.FIRST_FIXES,
     **record_blind19.FIRST_FIXES,
+    **record_advised.FIRST_FIXES,
 }
 """The first fixes gpuscope named on a blind part where the planted cause was another's, timed
 on the base case's planted variant (case -> spec: base, how, fix, expected_fix)."""

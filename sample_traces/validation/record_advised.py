@@ -11,12 +11,12 @@ case here is a recorded case's planted variant against its fixed variant with wh
   workers: each batch pinned in the main thread when taken), as gpuscope's ``pin_memory`` code
   says, where the recipe pinned its pool of batches once before the first step
   (:data:`record_common.PIN_PER_BATCH`).
-- ``vNNmc`` (v07, v37, v51, v109, v124, v142, v147, v176, v180, v203, v222, v226): a first fix, not
-  the recipe's: the base case's planted variant against the same with every step under bf16
-  autocast and the model in channels_last (``channels_last_3d`` for a 3-D convolution net), the
-  code gpuscope's ``mixed_precision`` fix gives a convolution net; :data:`FIRST_FIXES` are their
-  specs, which ``make_truth.py`` reads (``bf16_channels_last_first_fix_timing.json`` in the base
-  case's folder).
+- ``vNNmc`` (v37, v51, v109, v142, v147, v176, v180, v226): a first fix, not the recipe's: the base
+  case's planted variant against the same with every step under bf16 autocast and the model in
+  channels_last (``channels_last_3d`` for a 3-D convolution net), the code gpuscope's
+  ``mixed_precision`` fix gives a convolution net; :data:`FIRST_FIXES` are their specs, which
+  ``make_truth.py`` reads (``bf16_channels_last_first_fix_timing.json`` in the base case's
+  folder).
 
 Nothing else here is a case of the truth: ``make_truth.py`` reads none of it. Run with
 ``device_env.sh``'s ``drive_part advised TAG CASES``."""
@@ -42,24 +42,18 @@ import record_blind9  # noqa: E402
 import record_blind10  # noqa: E402
 import record_blind11  # noqa: E402
 import record_blind14  # noqa: E402
-import record_blind16  # noqa: E402
 import record_blind18  # noqa: E402
 import record_common  # noqa: E402
-import record_validation  # noqa: E402
 from record_common import Kit, first_fix_spec, recorder  # noqa: E402
 
 PARTS: dict[str, Any] = {
-    "v07": record_validation,
     "v37": record_blind,
     "v51": record_blind2,
     "v109": record_blind6,
-    "v124": record_blind7,
     "v142": record_blind8,
     "v147": record_blind9,
     "v176": record_blind11,
     "v180": record_blind11,
-    "v203": record_blind14,
-    "v222": record_blind16,
     "v226": record_blind18,
     "v33": record_blind,
     "v44": record_blind2,
@@ -101,13 +95,11 @@ CHANNELS_LAST = (
     "v227",
 )
 PIN_PER_BATCH = ("v33", "v44", "v59", "v74", "v91", "v106", "v112", "v138", "v151", "v165")
-BF16_CHANNELS_LAST_FIRST = (
-    *("v07", "v37", "v109", "v124", "v147", "v176", "v180", "v203", "v226"),
-    *("v51", "v142", "v222"),
-)
-"""Planted variants on which bf16 in channels_last is timed as a first fix: the ``cudnn_benchmark``
-pairs and the ``optimizer_fused`` nulls where gpuscope named ``mixed_precision`` first once its
-point re-timed the model in channels_last (the code it gives)."""
+BF16_CHANNELS_LAST_FIRST = ("v37", "v109", "v147", "v176", "v180", "v226", "v51", "v142")
+"""Planted variants on which bf16 in channels_last was timed as a first fix (2026-11-30, one
+H200): six ``cudnn_benchmark`` pairs and two ``optimizer_fused`` nulls on which a point re-timing
+the model in channels_last at the mid level (tried, not adopted: sample_traces/validation/
+README.md, "bf16 in channels_last as a first fix") named ``mixed_precision`` first."""
 
 FIRST_FIX_TIMING = "bf16_channels_last_first_fix_timing.json"
 """The file of a ``vNNmc`` timing in its base case's folder (make_truth reads it)."""
@@ -120,10 +112,7 @@ def base_builder(case: str) -> Any:
 
     def builder(k: Kit, fixed: bool, device: str, rank: int) -> Any:
         variant = "fixed" if fixed else "planted"
-        if part is record_validation:  # v01-v15's recorder: one rank, no rank argument
-            step, samples, meta, model = part.build(case, variant, device)
-        else:
-            step, samples, meta, model = part.build(case, variant, device, rank)
+        step, samples, meta, model = part.build(case, variant, device, rank)
         k.meta.update(meta)
         return step, samples, model
 
