@@ -15,6 +15,7 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_device_script_drives_lanes,
+    assert_first_fixes,
     assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_one_gpu_pairs,
@@ -173,5 +174,11 @@ def test_only_the_fixes_of_v232_and_v235_add_autocast(
 
 def test_every_recorded_case_is_whole() -> None:
     assert_recorded_part(record_blind19)
-    recorded = [c for c in record_blind19.ORDER if (VAL / c / "timing.json").exists()]
-    assert all(make_truth.single(c) is not None for c in recorded)
+    assert all((VAL / c / "timing.json").exists() for c in record_blind19.ORDER)
+
+
+def test_every_first_fix_is_timed() -> None:
+    """Each first fix timed on its base case's planted variant (2026-11-30, one H200), 5 rounds
+    paired in order."""
+    assert_first_fixes(record_blind19)
+    assert [len(make_truth.first_fix(c)["planted"]) for c in ("v232b", "v235c")] == [5, 5]

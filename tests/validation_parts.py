@@ -229,7 +229,8 @@ def assert_recorded_part(part: Any, short_of_rounds: frozenset[str] = frozenset(
     """Every recorded case of the blind part ``part`` in truth.json: its group, held out, one trace
     of its planted variant per rank (17 KB-3 MiB), timed in fresh processes on an NVIDIA GPU, >= 3
     rounds (>= 5 where the rounds scatter over :data:`SCATTER_POINTS`, except exactly the cases
-    ``short_of_rounds``), its row whole (device, torch, timings, rounds, extra); make_truth's
+    ``short_of_rounds``), its row whole (device, torch, timings, rounds, extra) and read again by
+    ``make_truth.single``; make_truth's
     earlier cases come first, in their own order, and only the later blind parts' groups follow it."""
     import json
 
@@ -257,6 +258,7 @@ def assert_recorded_part(part: Any, short_of_rounds: frozenset[str] = frozenset(
         assert len(t["traced_run_step_ms"]) == 1, c["case"]
         assert c["extra"]["samples_per_step"] > 0, c["case"]
         assert c["intended_null"] == bool(part.CASES[c["case"]].get("null"))
+        assert make_truth.single(c["case"]) is not None, c["case"]
 
 
 TWO_RANK_RUNS = (("planted", 1), ("planted", 0), ("fixed", 1))

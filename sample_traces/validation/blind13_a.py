@@ -32,7 +32,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from record_common import Kit, compile_in_place, precision_loss  # noqa: E402
+from record_common import Kit, compile_in_place, next_batches, precision_loss  # noqa: E402
 
 _WORKERS = 4
 """The fixed variants' DataLoader workers (v193, v194), persistent."""
@@ -175,20 +175,6 @@ CASES: dict[str, dict] = {
         "null": True,
     },
 }
-
-
-def _next_batches(loader: Any) -> Any:
-    """A function giving ``loader``'s batches without end (a new pass when one ends)."""
-    state = {"it": iter(loader)}
-
-    def next_batch() -> Any:
-        try:
-            return next(state["it"])
-        except StopIteration:
-            state["it"] = iter(loader)
-            return next(state["it"])
-
-    return next_batch
 
 
 # ---------------------------------------------------------------- v193: 3-Augment in numpy
@@ -392,7 +378,7 @@ def _eva02(k: Kit, fixed: bool, device: str, rank: int):
         ThreeAugmentImages(pool, size, out, classes), batch_size=batch, drop_last=True,
         pin_memory=True, **(kw if fixed else {}),
     )  # fmt: skip
-    next_batch = _next_batches(loader)
+    next_batch = next_batches(loader)
     mean = torch.tensor([0.485, 0.456, 0.406], device=device)[:, None, None]
     std = torch.tensor([0.229, 0.224, 0.225], device=device)[:, None, None]
 
@@ -488,7 +474,7 @@ def _gpt2(k: Kit, fixed: bool, device: str, rank: int):
         TokenWindows(tokens, seq), batch_size=batch, shuffle=True, drop_last=True,
         pin_memory=True, **(kw if fixed else {}),
     )  # fmt: skip
-    next_batch = _next_batches(loader)
+    next_batch = next_batches(loader)
 
     def loss_fn():
         w = next_batch().to(device, non_blocking=True)
@@ -637,7 +623,7 @@ def _demucs(k: Kit, fixed: bool, device: str, rank: int):
         RemixedStems(tracks, length, shift), batch_size=batch, drop_last=True,
         num_workers=workers, persistent_workers=True, pin_memory=fixed,
     )  # fmt: skip
-    next_batch = _next_batches(loader)
+    next_batch = next_batches(loader)
 
     def loss_fn():
         mix, stems = (t.to(device, non_blocking=True) for t in next_batch())

@@ -31,7 +31,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from record_common import FP32_TF32, Kit, compile_in_place  # noqa: E402
+from record_common import FP32_TF32, Kit, compile_in_place, next_batches  # noqa: E402
 
 BF16_CL = "bf16 autocast, the model in channels_last (model.to(memory_format=torch.channels_last))"
 """The fix of the two convolution cases, as gpuscope's ``mixed_precision`` code gives it for a 2-D
@@ -244,6 +244,33 @@ def _ncf(k: Kit, fixed: bool, device: str, rank: int):
 # ---------------------------------------------------------------- v232: SqueezeNet, bf16 + NHWC
 
 
+def _classifier_step(
+    k: Kit, model: Any, fixed: bool, device: str, seed: int, sizes: tuple[int, int, int]
+) -> Any:
+    """The step of v232's and v235's image classifiers, ``model`` on ``device`` already: its fixed
+    variant in channels_last under bf16 autocast (the fix gpuscope's code gives a convolution net),
+    a fused AdamW, one random batch of ``sizes`` (batch, side, classes) drawn from ``seed``, the
+    cross-entropy; ``(step_fn, batch, model)``, the precision and memory format in ``k.meta``."""
+    torch, F = k.torch, k.F
+    batch, side, classes = sizes
+    if fixed:
+        model = model.to(memory_format=torch.channels_last)
+    opt = k.adamw(model, fused=k.cuda)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, 3, side, side, generator=gen).to(device)
+    y = torch.randint(0, classes, (batch,), generator=gen).to(device)
+
+    def loss_fn():
+        if fixed:
+            with k.ac:
+                return F.cross_entropy(model(x).float(), y)
+        return F.cross_entropy(model(x), y)
+
+    k.meta["precision"] = f"bf16 autocast, {FP32_TF32}" if fixed else FP32_TF32
+    k.meta["memory_format"] = "channels_last" if fixed else "contiguous"
+    return k.train(opt, loss_fn), batch, model
+
+
 def _squeezenet(k: Kit, fixed: bool, device: str, rank: int):
     # H200, cuDNN TF32, NCHW: SqueezeNet 1.1 is ~0.35 GMAC an image at 224 (the stem's 0.02 at
     # 111 x 111, the fire modules' at 55, 27 and 13), 0.7 GFLOP, x 256 x 3 = 0.54 TFLOP a step at
@@ -274,22 +301,7 @@ def _squeezenet(k: Kit, fixed: bool, device: str, rank: int):
         nn.Conv2d(512, classes, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
         nn.Flatten(),
     ).to(device)  # fmt: skip
-    if fixed:
-        model = model.to(memory_format=torch.channels_last)
-    opt = k.adamw(model, fused=k.cuda)
-    gen = torch.Generator().manual_seed(232)
-    x = torch.randn(batch, 3, side, side, generator=gen).to(device)
-    y = torch.randint(0, classes, (batch,), generator=gen).to(device)
-
-    def loss_fn():
-        if fixed:
-            with k.ac:
-                return F.cross_entropy(model(x).float(), y)
-        return F.cross_entropy(model(x), y)
-
-    k.meta["precision"] = f"bf16 autocast, {FP32_TF32}" if fixed else FP32_TF32
-    k.meta["memory_format"] = "channels_last" if fixed else "contiguous"
-    return k.train(opt, loss_fn), batch, model
+    return _classifier_step(k, model, fixed, device, 232, (batch, side, classes))
 
 
 # ---------------------------------------------------------------- v233: QuartzNet, pin_memory
@@ -309,20 +321,6 @@ class _Slices:
         import torch
 
         return tuple(torch.from_numpy(a[i % len(a)]) for a in self.arrays)
-
-
-def _next_batches(loader: Any) -> Any:
-    """A function giving ``loader``'s batches without end (a new pass when one ends)."""
-    state = {"it": iter(loader)}
-
-    def next_batch() -> Any:
-        try:
-            return next(state["it"])
-        except StopIteration:
-            state["it"] = iter(loader)
-            return next(state["it"])
-
-    return next_batch
 
 
 def _quartznet(k: Kit, fixed: bool, device: str, rank: int):
@@ -398,7 +396,7 @@ def _quartznet(k: Kit, fixed: bool, device: str, rank: int):
         _Slices(pool * 1000, feats, labels), batch_size=batch, shuffle=False, drop_last=True,
         num_workers=workers, persistent_workers=True, pin_memory=fixed,
     )  # fmt: skip
-    next_batch = _next_batches(loader)
+    next_batch = next_batches(loader)
 
     def loss_fn():
         x, y = (t.to(device, non_blocking=True) for t in next_batch())
@@ -479,7 +477,7 @@ def _transformer_xl(k: Kit, fixed: bool, device: str, rank: int):
         _Slices(64 * 1000, inputs, targets), batch_size=batch, shuffle=False, drop_last=True,
         num_workers=workers, persistent_workers=True, pin_memory=fixed,
     )  # fmt: skip
-    next_batch = _next_batches(loader)
+    next_batch = next_batches(loader)
 
     def loss_fn():
         x, y = (t.to(device, non_blocking=True) for t in next_batch())
@@ -504,7 +502,7 @@ def _fractalnet(k: Kit, fixed: bool, device: str, rank: int):
     # pools forward (~130 kernels), ~260 backward and the fused AdamW: ~400 launches, ~6-10 ms of
     # host: host-bound. bf16 in channels_last shortens kernels the GPU already finishes before
     # the next launch arrives, and adds autocast's casts of the weights: ~0
-    torch, nn, F = k.torch, k.nn, k.F
+    nn = k.nn
     side, batch, widths, classes = (
         (8, 2, (4, 8), 10) if k.quick else (32, 32, (64, 128, 256, 512, 512), 100)
     )
@@ -539,24 +537,8 @@ def _fractalnet(k: Kit, fixed: bool, device: str, rank: int):
     model = nn.Sequential(
         *stages, nn.Flatten(), nn.Linear(ci * (side >> len(widths)) ** 2, classes)
     )
-    model = model.to(device)
-    if fixed:
-        model = model.to(memory_format=torch.channels_last)
-    opt = k.adamw(model, fused=k.cuda)
-    gen = torch.Generator().manual_seed(235)
-    x = torch.randn(batch, 3, side, side, generator=gen).to(device)
-    y = torch.randint(0, classes, (batch,), generator=gen).to(device)
-
-    def loss_fn():
-        if fixed:
-            with k.ac:
-                return F.cross_entropy(model(x).float(), y)
-        return F.cross_entropy(model(x), y)
-
-    k.meta["precision"] = f"bf16 autocast, {FP32_TF32}" if fixed else FP32_TF32
-    k.meta["memory_format"] = "channels_last" if fixed else "contiguous"
     k.meta["convolutions"] = sum(isinstance(m, nn.Conv2d) for m in model.modules())
-    return k.train(opt, loss_fn), batch, model
+    return _classifier_step(k, model.to(device), fixed, device, 235, (batch, side, classes))
 
 
 BUILDERS = {

@@ -276,6 +276,20 @@ class _LoaderPool(list):
         return tuple(next(self._it))
 
 
+def next_batches(loader: Any) -> Any:
+    """A function giving ``loader``'s batches without end (a new pass when one ends)."""
+    state = {"it": iter(loader)}
+
+    def next_batch() -> Any:
+        try:
+            return next(state["it"])
+        except StopIteration:
+            state["it"] = iter(loader)
+            return next(state["it"])
+
+    return next_batch
+
+
 def pinned_pool(pool: list) -> list:
     """``pool``'s batches (tuples of host tensors) pinned once, as the recordings did; under
     :data:`PIN_PER_BATCH` a pool giving each batch through ``DataLoader(pin_memory=True)``."""
