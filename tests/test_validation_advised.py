@@ -16,6 +16,9 @@ def test_each_case_is_a_recorded_case_with_the_recipes_fix_and_more() -> None:
         base = record_advised.PARTS[spec["base"]].CASES[spec["base"]]
         if case in first:
             continue
+        if spec["base"] in record_advised.BF16_NCHW:
+            assert case == spec["base"] + "nc" and "NCHW" in spec["fix"]
+            continue
         assert case == spec["base"] + (
             "cl" if spec["base"] in record_advised.CHANNELS_LAST else "pm"
         )
@@ -143,3 +146,21 @@ def test_only_the_fixed_variant_runs_in_bf16_with_its_model_in_channels_last(
                 assert any(not p.is_contiguous() for p in convs), case
             else:
                 assert all(p.is_contiguous() for p in convs), case
+
+
+def test_bf16_in_nchw_runs_the_planted_variant_under_autocast_in_its_own_layout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``v232nc``: both variants build v232's planted variant; the fixed one enters the kit's bf16
+    autocast each step and leaves its convolutions' weights as built (NCHW), as the planted one."""
+    torch = pytest.importorskip("torch")
+    entered = counting_autocast(monkeypatch)
+    for variant in ("planted", "fixed"):
+        entered.clear()
+        step, n, meta, model = record_advised.build("v232nc", variant, "cpu")
+        step()
+        assert n > 0 and meta["bf16_nchw"] is (variant == "fixed")
+        assert len(entered) == (1 if variant == "fixed" else 0)
+        convs = [p for p in model.parameters() if p.dim() == 4]
+        assert convs and all(p.is_contiguous() for p in convs)
+        assert any(not p.is_contiguous(memory_format=torch.channels_last) for p in convs)

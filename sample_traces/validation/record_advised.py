@@ -18,6 +18,11 @@ case here is a recorded case's planted variant against its fixed variant with wh
   ``make_truth.py`` reads (``bf16_channels_last_first_fix_timing.json`` in the base case's
   folder).
 
+- ``vNNnc`` (v232): the base case's planted variant against the same with every step under bf16
+  autocast, the model left in NCHW: what bf16 alone gains where the recipe's fix (bf16 with the
+  model in channels_last) gained 34.1 % and gpuscope's point, an NCHW model's, said 2.1
+  (``CASE/bf16_nchw_timing.json``).
+
 Nothing else here is a case of the truth: ``make_truth.py`` reads none of it. Run with
 ``device_env.sh``'s ``drive_part advised TAG CASES``."""
 
@@ -43,6 +48,7 @@ import record_blind10  # noqa: E402
 import record_blind11  # noqa: E402
 import record_blind14  # noqa: E402
 import record_blind18  # noqa: E402
+import record_blind19  # noqa: E402
 import record_common  # noqa: E402
 from record_common import Kit, first_fix_spec, recorder  # noqa: E402
 
@@ -77,6 +83,7 @@ PARTS: dict[str, Any] = {
     "v182": record_blind11,
     "v205": record_blind14,
     "v227": record_blind18,
+    "v232": record_blind19,
 }
 """Each base case's recorder module."""
 
@@ -100,6 +107,9 @@ BF16_CHANNELS_LAST_FIRST = ("v37", "v109", "v147", "v176", "v180", "v226", "v51"
 H200): six ``cudnn_benchmark`` pairs and two ``optimizer_fused`` nulls on which a point re-timing
 the model in channels_last at the mid level (tried, not adopted: sample_traces/validation/
 README.md, "bf16 in channels_last as a first fix") named ``mixed_precision`` first."""
+
+BF16_NCHW = ("v232",)
+"""Planted variants timed under bf16 autocast with the model left in NCHW (``vNNnc``)."""
 
 FIRST_FIX_TIMING = "bf16_channels_last_first_fix_timing.json"
 """The file of a ``vNNmc`` timing in its base case's folder (make_truth reads it)."""
@@ -138,6 +148,25 @@ def bf16_channels_last_first(base: Any) -> Any:
 
             k.meta["memory_format"] = "channels_last_3d" if three_d else "channels_last"
         k.meta.update(first_fix="bf16_channels_last", applied=fixed)
+        return step, samples, model
+
+    return builder
+
+
+def bf16_nchw(base: Any) -> Any:
+    """``base``'s planted variant, and as fixed the same with each step under the kit's bf16
+    autocast, the model's layout as built (NCHW)."""
+
+    def builder(k: Kit, fixed: bool, device: str, rank: int) -> Any:
+        step, samples, model = base(k, False, device, rank)
+        if fixed:
+            eager = step
+
+            def step() -> None:
+                with k.ac:
+                    eager()
+
+        k.meta.update(bf16_nchw=fixed)
         return step, samples, model
 
     return builder
@@ -204,11 +233,15 @@ FIRST_FIXES: dict[str, dict] = {
 base's planted variant, read from :data:`FIRST_FIX_TIMING` in the base case's folder."""
 
 CASES.update({k: {**PARTS[v["base"]].CASES[v["base"]], **v} for k, v in FIRST_FIXES.items()})
+CASES.update(
+    {f"{c}nc": _spec(c, "each step under bf16 autocast, the model in NCHW") for c in BF16_NCHW}
+)
 
 BUILDERS = {
     **{f"{c}cl": channels_last(base_builder(c)) for c in CHANNELS_LAST},
     **{f"{c}pm": pinned_per_batch(base_builder(c)) for c in PIN_PER_BATCH},
     **{f"{c}mc": bf16_channels_last_first(base_builder(c)) for c in BF16_CHANNELS_LAST_FIRST},
+    **{f"{c}nc": bf16_nchw(base_builder(c)) for c in BF16_NCHW},
 }
 
 build, main = recorder(CASES, BUILDERS, 97531, __file__)
