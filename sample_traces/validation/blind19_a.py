@@ -126,6 +126,28 @@ CASES: dict[str, dict] = {
 # ---------------------------------------------------------------- v230: GraphSAGE, CUDA graphs
 
 
+def _replayed_step(k: Kit, model: Any, fixed: bool, batches: list, loss: Any) -> Any:
+    """The step of v230's and v231's eager models: a fused AdamW over ``model``, the model compiled
+    in place with ``mode="reduce-overhead"`` in the fixed variant only (the fix), and ``loss`` of
+    each of ``batches`` (tuples of tensors on the device) in turn; the compile mode and the
+    precision in ``k.meta``."""
+    opt = k.adamw(model, fused=k.cuda)
+    mode = "reduce-overhead"
+    if fixed:
+        k.meta["compile_how"] = compile_in_place(model, mode=mode)
+    state = {"n": 0}
+
+    def loss_fn():
+        batch = batches[state["n"] % len(batches)]
+        state["n"] += 1
+        return loss(*batch)
+
+    k.meta["compiled"] = fixed
+    k.meta["compile_mode"] = mode if fixed else "eager"
+    k.meta["precision"] = FP32_TF32
+    return k.train(opt, loss_fn)
+
+
 def _graphsage(k: Kit, fixed: bool, device: str, rank: int):
     # H200, fp32 (matmul TF32 off): per step the gather of 512 x 15 x 10 = 76,800 2-hop feature
     # rows of 128 (39 MB) and 7,680 1-hop rows, the 1-hop layer's Linear (7,680 + 512 rows, 256
@@ -167,22 +189,12 @@ def _graphsage(k: Kit, fixed: bool, device: str, rank: int):
             return self.out(h2)
 
     model = SAGE().to(device)
-    opt = k.adamw(model, fused=k.cuda)
-    mode = "reduce-overhead"
-    if fixed:
-        k.meta["compile_how"] = compile_in_place(model, mode=mode)
-    state = {"n": 0}
+    k.meta["fanouts"] = [fan1, fan2]
 
-    def loss_fn():
-        targets, hop1, hop2 = minibatches[state["n"] % pool]
-        state["n"] += 1
+    def loss(targets, hop1, hop2):
         return F.cross_entropy(model(targets, hop1, hop2), labels[targets])
 
-    k.meta["compiled"] = fixed
-    k.meta["compile_mode"] = mode if fixed else "eager"
-    k.meta["precision"] = FP32_TF32
-    k.meta["fanouts"] = [fan1, fan2]
-    return k.train(opt, loss_fn), batch, model
+    return _replayed_step(k, model, fixed, minibatches, loss), batch, model
 
 
 # ---------------------------------------------------------------- v231: NCF, CUDA graphs
@@ -224,21 +236,11 @@ def _ncf(k: Kit, fixed: bool, device: str, rank: int):
             return self.logit(torch.cat([gmf, mlp], 1)).squeeze(1)
 
     model = NCF().to(device)
-    opt = k.adamw(model, fused=k.cuda)
-    mode = "reduce-overhead"
-    if fixed:
-        k.meta["compile_how"] = compile_in_place(model, mode=mode)
-    state = {"n": 0}
 
-    def loss_fn():
-        u, i, y = pairs[state["n"] % pool]
-        state["n"] += 1
+    def loss(u, i, y):
         return F.binary_cross_entropy_with_logits(model(u, i), y)
 
-    k.meta["compiled"] = fixed
-    k.meta["compile_mode"] = mode if fixed else "eager"
-    k.meta["precision"] = FP32_TF32
-    return k.train(opt, loss_fn), batch, model
+    return _replayed_step(k, model, fixed, pairs, loss), batch, model
 
 
 # ---------------------------------------------------------------- v232: SqueezeNet, bf16 + NHWC
