@@ -325,9 +325,43 @@ class _Slices:
         return tuple(torch.from_numpy(a[i % len(a)]) for a in self.arrays)
 
 
+def _loaded_step(
+    k: Kit,
+    model: Any,
+    fixed: bool,
+    device: str,
+    arrays: tuple[Any, Any],
+    sizes: tuple[int, int],
+    loss: Any,
+) -> Any:
+    """The step of v233's and v234's models: a fused AdamW; a ``DataLoader`` of ``sizes``
+    (batch, workers) persistent workers over 1,000 passes of the pool ``arrays`` (inputs, targets:
+    :class:`_Slices`), pinning its batches in the fixed variant only (the fix); each batch copied
+    with ``non_blocking=True``, the forward under bf16 autocast, ``loss(logits, targets)``. The
+    workers and the pinning in ``k.meta``."""
+    from torch.utils.data import DataLoader
+
+    batch, workers = sizes
+    opt = k.adamw(model, fused=k.cuda)
+    loader = DataLoader(
+        _Slices(len(arrays[0]) * 1000, *arrays), batch_size=batch, shuffle=False,
+        drop_last=True, num_workers=workers, persistent_workers=True, pin_memory=fixed,
+    )  # fmt: skip
+    next_batch = next_batches(loader)
+
+    def loss_fn():
+        x, y = (t.to(device, non_blocking=True) for t in next_batch())
+        with k.ac:
+            logits = model(x)
+        return loss(logits, y)
+
+    k.meta["num_workers"] = workers
+    k.meta["pinned"] = fixed
+    return k.train(opt, loss_fn)
+
+
 def _quartznet(k: Kit, fixed: bool, device: str, rank: int):
     import numpy as np
-    from torch.utils.data import DataLoader
 
     # H200, bf16: after the stride-2 stem 1,200 frames; the pointwise convolutions dominate: per
     # repeat 2 x 48 x 1,200 x C x C (256: 7.5 GFLOP, 512: 30), 3 repeats x 5 blocks of 256, 256,
@@ -390,26 +424,16 @@ def _quartznet(k: Kit, fixed: bool, device: str, rank: int):
         nn.Conv1d(2 * c, phones, 1),
     ]
     model = nn.Sequential(*layers).to(device)
-    opt = k.adamw(model, fused=k.cuda)
     rng = np.random.default_rng(233)
     feats = rng.standard_normal((pool, mels, frames), dtype=np.float32)
     labels = rng.integers(0, phones, (pool, frames // 2), dtype=np.int64)
-    loader = DataLoader(
-        _Slices(pool * 1000, feats, labels), batch_size=batch, shuffle=False, drop_last=True,
-        num_workers=workers, persistent_workers=True, pin_memory=fixed,
-    )  # fmt: skip
-    next_batch = next_batches(loader)
 
-    def loss_fn():
-        x, y = (t.to(device, non_blocking=True) for t in next_batch())
-        with k.ac:
-            logits = model(x)
+    def loss(logits, y):
         return F.cross_entropy(logits.float(), y)
 
-    k.meta["num_workers"] = workers
-    k.meta["pinned"] = fixed
     k.meta["bytes_per_step"] = batch * mels * frames * 4 + batch * (frames // 2) * 8
-    return k.train(opt, loss_fn), batch, model
+    step = _loaded_step(k, model, fixed, device, (feats, labels), (batch, workers), loss)
+    return step, batch, model
 
 
 # ---------------------------------------------------------------- v234: Transformer-XL, pin (null)
@@ -417,7 +441,6 @@ def _quartznet(k: Kit, fixed: bool, device: str, rank: int):
 
 def _transformer_xl(k: Kit, fixed: bool, device: str, rank: int):
     import numpy as np
-    from torch.utils.data import DataLoader
 
     # H200, bf16: 151 M parameters in the layers (12 x 12.6 M) and 65.5 M in the untied
     # embedding and head; 8,192 tokens a step: 6 x 151 M x 8,192 = 7.4 TFLOP, the head's 6 x 32.8
@@ -471,26 +494,16 @@ def _transformer_xl(k: Kit, fixed: bool, device: str, rank: int):
             return self.head(self.ln(x))
 
     model = TransformerXL().to(device)
-    opt = k.adamw(model, fused=k.cuda)
     rng = np.random.default_rng(234)
     stream = rng.integers(0, vocab, (64, seg + 1), dtype=np.int64)
     inputs, targets = np.ascontiguousarray(stream[:, :-1]), np.ascontiguousarray(stream[:, 1:])
-    loader = DataLoader(
-        _Slices(64 * 1000, inputs, targets), batch_size=batch, shuffle=False, drop_last=True,
-        num_workers=workers, persistent_workers=True, pin_memory=fixed,
-    )  # fmt: skip
-    next_batch = next_batches(loader)
 
-    def loss_fn():
-        x, y = (t.to(device, non_blocking=True) for t in next_batch())
-        with k.ac:
-            logits = model(x)
+    def loss(logits, y):
         return F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
 
-    k.meta["num_workers"] = workers
-    k.meta["pinned"] = fixed
     k.meta["bytes_per_step"] = 2 * batch * seg * 8
-    return k.train(opt, loss_fn), batch, model
+    step = _loaded_step(k, model, fixed, device, (inputs, targets), (batch, workers), loss)
+    return step, batch, model
 
 
 # ---------------------------------------------------------------- v235: FractalNet, bf16 (null)
