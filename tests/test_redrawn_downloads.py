@@ -92,3 +92,48 @@ def test_current_id_is_the_newest_of_that_session_and_element() -> None:
     assert current_id(callables, "s2", "e") == "b"
     assert current_id(callables, "s3", "e") is None
     assert current_id(callables, "s1", "") is None  # an unkeyed, id-less button: never guessed
+
+
+def test_a_generated_file_outlives_the_sweeps_of_other_runs_until_its_time_is_up(
+    manager, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The file a click made belongs to no session's elements: Streamlit's sweeps after two script
+    runs (of any session) would delete it before a slow browser fetched it. Kept for
+    GENERATED_KEEP_S (120 s) after it was made, it survives any number of sweeps meanwhile, and
+    two sweeps after that delete it, as Streamlit does with any unreferenced download."""
+    from gpuscope.web import redrawn_downloads as rd
+
+    mgr, storage, in_session = manager
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(rd.time, "monotonic", lambda: clock["now"])
+    url = mgr.execute_deferred(draw(mgr, "the report"))
+    file_id = rd.generated_id(url)
+    assert storage.get_file(file_id).content == b"the report"
+    in_session("s2")  # another reader's runs end, and this reader's
+    for _ in range(5):
+        end_of_run(mgr)
+    clock["now"] += 119.0
+    end_of_run(mgr)
+    assert fetched(storage, url) == b"the report"
+    clock["now"] += 1.0  # its time is up: marked, then deleted, as Streamlit sweeps
+    end_of_run(mgr)
+    assert fetched(storage, url) == b"the report"
+    end_of_run(mgr)
+    with pytest.raises(MediaFileStorageError):
+        storage.get_file(file_id)
+
+
+def test_without_the_keep_two_sweeps_delete_a_generated_file(manager) -> None:  # type: ignore[no-untyped-def]
+    """What the keep is for: Streamlit's own sweep, run twice (two script runs end anywhere),
+    deletes the file a click made before the browser fetched it."""
+    from gpuscope.web import redrawn_downloads as rd
+
+    mgr, storage, _ = manager
+    url = mgr.execute_deferred(draw(mgr, "the report"))
+    file_id = rd.generated_id(url)
+    assert file_id in mgr._gpuscope_generated_at  # kept
+    mgr._gpuscope_generated_at.clear()  # as if made GENERATED_KEEP_S ago
+    end_of_run(mgr)
+    end_of_run(mgr)
+    with pytest.raises(MediaFileStorageError):
+        storage.get_file(file_id)
