@@ -12,7 +12,7 @@ time on different streams each count in full; this is kernel time, not GPU-busy 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from copy import deepcopy
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache, partial
@@ -89,10 +89,14 @@ def classify(name: str, cat: str = "kernel") -> KernelClass:
 # Data: GPU events of the window with their launch call, and host intervals (numpy, no per-row Python)
 
 
-#: In a fixed order, the same on every run whatever DuckDB's threads (the breakdown's float sums
-#: add up in it): the launched rows in their launch's order in the store (the runtime table's
-#: ``rowid``), then those without one in theirs (``rid``), the order of a one-thread DuckDB's
-#: join. A GPU row on several launches has the first of them first.
+#: The window's GPU rows with their launches, unordered: :func:`_launched` puts them in a fixed
+#: order, the same on every run whatever DuckDB's threads (the breakdown's float sums add up in
+#: it): the launched rows in their launch's order in the store (the runtime table's ``rowid``,
+#: ``lrow``), then those without one in theirs (``rid``; ``lrow`` :data:`_NO_LAUNCH`), the order
+#: of a one-thread DuckDB's join. A GPU row on several launches has the first of them first. The
+#: sort is numpy's, on the fetched columns: DuckDB's ORDER BY of a 10 GB rank's 2.2 M rows ran
+#: out of memory under the parts' 160 MB (``rank_summary.PARTS_MEMORY_LIMITS``), where the
+#: join alone fits.
 _LAUNCHED_SQL = """
     WITH g AS (
         SELECT rid, name_id, cat, correlation, least(e, $end) - greatest(s, $start) AS in_ns
@@ -100,10 +104,11 @@ _LAUNCHED_SQL = """
     )
     SELECT g.rid, g.name_id, (g.cat IN {copy_cats})::TINYINT AS copy, g.in_ns,
            coalesce(l.pid, 0) AS pid, coalesce(l.tid, 0) AS tid, coalesce(l.s, -1) AS launch_ns,
-           l.s IS NOT NULL AS has_launch
+           l.s IS NOT NULL AS has_launch, coalesce(l.rowid, $no_launch) AS lrow
     FROM g LEFT JOIN {runtime} l ON g.correlation = l.correlation
-    ORDER BY l.rowid NULLS LAST, g.rid
 """
+_NO_LAUNCH = np.iinfo(np.int64).max
+"""``lrow`` of a GPU row without a launch: after every launched row."""
 
 
 @dataclass
@@ -158,9 +163,9 @@ def _launched(ix: RankIndex, start_ns: int, end_ns: int, device: int | None) -> 
         copy_cats=sql_list(COPY_CATS),
         device_filter="" if device is None else "AND dev = $dev",
     )
-    p = {"start": int(start_ns), "end": int(end_ns), "dev": device}
-    d = execute(ix.con, sql, p).fetchnumpy()
-    rid = np.asarray(d["rid"])
+    p = {"start": int(start_ns), "end": int(end_ns), "dev": device, "no_launch": int(_NO_LAUNCH)}
+    d = in_launch_order(execute(ix.con, sql, p).fetchnumpy())
+    rid = d["rid"]
     uniq, first = np.unique(rid, return_index=True)
     keep: Any = (
         slice(None) if len(uniq) == len(rid) else first
@@ -169,6 +174,13 @@ def _launched(ix: RankIndex, start_ns: int, end_ns: int, device: int | None) -> 
     res = Launched(*(np.asarray(d[c])[keep] for c in cols))
     res.has_launch = res.has_launch.astype(bool)
     return res
+
+
+def in_launch_order(cols: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """:data:`_LAUNCHED_SQL`'s fetched columns (``rid`` and ``lrow`` among them) with their rows
+    by ``lrow``, then ``rid``: ``ORDER BY l.rowid NULLS LAST, g.rid``."""
+    order = np.lexsort((np.asarray(cols["rid"]), np.asarray(cols["lrow"])))
+    return {c: np.asarray(v)[order] for c, v in cols.items()}
 
 
 @dataclass

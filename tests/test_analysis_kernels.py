@@ -595,3 +595,89 @@ def test_toplevel_spans_come_in_order_from_the_store(con, tmp_path: Path, monkey
     assert kept == ["Legacy::op", "aten::first", "Legacy::later", "aten::last"]
     assert got.ts.tolist() == [0, 10_000, 20_000, 30_000]
     assert got.end.tolist() == [4_000, 15_000, 23_000, 31_000]
+
+
+_ORDERED_LAUNCHED_SQL = K._LAUNCHED_SQL + "    ORDER BY l.rowid NULLS LAST, g.rid\n"
+"""The oracle: the window's rows as DuckDB's ORDER BY puts them (the order :func:`K._launched`
+gives by sorting the fetched columns instead)."""
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 400),  # launch time, µs
+            st.integers(0, 2),  # launching thread
+            st.integers(0, 3),  # kernel name
+            st.sampled_from(["launched", "no launch", "two calls"]),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_launched_rows_come_in_the_order_duckdbs_order_by_gives(
+    tmp_path_factory: pytest.TempPathFactory, kernels: list[tuple[int, int, int, str]]
+) -> None:
+    """Kernels launched from three threads in any order, some with no launch call in the trace
+    (their correlation matches none) and some whose correlation two calls carry: the launched
+    rows, sorted in numpy by (the launch's ``rowid``, ``rid``), equal DuckDB's ``ORDER BY l.rowid
+    NULLS LAST, g.rid`` of the same join, column by column, each GPU row's first launch kept
+    alike."""
+    from gpuscope.analysis.rank_index import RankIndex
+    from gpuscope.analysis.store_access import execute
+    from gpuscope.store import connect
+
+    tb = TraceBuilder()
+    for i, (t, th, k, how) in enumerate(kernels):
+        name = (NVJET_BF16, GELU, FOREACH, MYSTERY)[k]
+        gpu_ts = 500.0 + 3 * i
+        if how == "no launch":
+            tb.gpu(name, gpu_ts, 2.0, correlation=900_000 + i)
+            continue
+        corr = tb.launch(name, float(t), gpu_ts, 2.0, tid=TID + th)
+        if how == "two calls":
+            tb.runtime("cudaLaunchKernel", float(t) + 1, 1.0, correlation=corr, tid=TID + th)
+    path = tb.write(tmp_path_factory.mktemp("launched") / "t.json")
+    with connect(":memory:") as con:
+        rid = ingest_paths(con, [path])[0].run_id
+        ix = RankIndex.shared(con, rid, 0)
+        got = K._launched(ix, 0, 10_000_000, None)
+        sql = _ORDERED_LAUNCHED_SQL.format(
+            gpu=ix.gpu(),
+            runtime=ix.runtime(),
+            copy_cats=K.sql_list(K.COPY_CATS),
+            device_filter="",
+        )
+        p = {"start": 0, "end": 10_000_000, "no_launch": int(K._NO_LAUNCH)}
+        want = execute(con, sql, p).fetchnumpy()
+    uniq, first = np.unique(np.asarray(want["rid"]), return_index=True)
+    keep = slice(None) if len(uniq) == len(want["rid"]) else first  # as K._launched keeps them
+    assert len(got) == len(kernels)
+    for c in ("name_id", "copy", "in_ns", "pid", "tid", "launch_ns", "has_launch"):
+        assert np.asarray(getattr(got, c)).tolist() == np.asarray(want[c])[keep].tolist(), c
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=1, max_size=40),
+    st.randoms(use_true_random=False),
+)
+def test_fetched_rows_are_put_in_launch_order_whatever_order_they_came_in(
+    rows: list[tuple[int, bool]], rnd
+) -> None:
+    """Rows as a parallel join may hand them over (any order): :func:`K.in_launch_order` puts them
+    by the launch's rowid (none last), then the GPU row's ``rid``, as the sorted list of the
+    same rows is; every column moves with its row."""
+    lrow = [(r if launched else int(K._NO_LAUNCH)) for r, launched in rows]
+    given_rows = [(lr, rid, 10 * rid + 1) for rid, lr in enumerate(lrow)]
+    rnd.shuffle(given_rows)
+    cols = {
+        "lrow": np.array([r[0] for r in given_rows], dtype=np.int64),
+        "rid": np.array([r[1] for r in given_rows], dtype=np.int64),
+        "in_ns": np.array([r[2] for r in given_rows], dtype=np.int64),
+    }
+    out = K.in_launch_order(cols)
+    want = sorted(given_rows)
+    got = zip(out["lrow"].tolist(), out["rid"].tolist(), out["in_ns"].tolist(), strict=True)
+    assert list(got) == want
