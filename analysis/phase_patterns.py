@@ -555,16 +555,115 @@ def rerun_mask(tid: Any, s: Any, e: Any, names: list[str], b_tid: Any, b_s: Any,
     return out
 
 
-def _outermost(tid: Any, s: Any, e: Any) -> Any:
+RERUN_BATCH_ROWS = 1 << 18
+"""``aten::`` ops the re-run search (:func:`rerun_spans`) reads at a time: a 10 GB rank's window
+holds millions, which read at once (arrays, their sort orders and names per op) took its ingest
+from 0.8 to 1.7 GB of peak RSS."""
+
+Spans = tuple[Any, Any, Any, Any]
+"""Spans as numpy arrays: thread, start ns, end ns, name id."""
+
+
+def rerun_spans(
+    read: Callable[[], Iterable[Spans]], bwd: Spans, name_of: Callable[[list[int]], dict[int, str]]
+) -> Spans:
+    """The ``aten::`` ops :func:`rerun_mask` marks, found with the ops read a batch at a time:
+    ``read()`` yields them in batches of ascending starts (every op starting in one batch's
+    range in it, in thread-then-start order), and is called twice (the forward's sequences of
+    every batch first, then the backward functions' ops matched against them); ``bwd`` the
+    backward functions (every one of the window). What runs across two batches is carried: each
+    thread's latest end (which op is outermost), the forward's last ``MIN_RERUN - 1`` names of
+    each thread, each backward function's last ``MIN_RERUN - 1`` ops. The same ops as
+    :func:`rerun_mask` over all of them at once, in the order found."""
+    z = np.zeros(0, dtype=np.int64)
+    b_tid, b_s, b_e, _ = bwd
+    if b_s.size == 0:
+        return (z, z, z, z)
+    k = MIN_RERUN
+    names: dict[int, str] = {}
+
+    def batches() -> Iterator[tuple[Any, Any, Any, Any, Any, Any]]:
+        reach: dict[int, int] = {}  # each thread's latest end so far
+        for tid, s, e, ids in read():
+            if len(s) == 0:
+                continue
+            u, at = np.unique(ids, return_inverse=True)
+            names.update(name_of([int(x) for x in u if int(x) not in names]))
+            counted = np.array([not _neutral(names[int(x)]) for x in u], dtype=bool)[at]
+            top = _outermost(tid, s, e, reach) & counted
+            yield tid, s, e, ids, top, _inside(b_tid, b_s, b_e, tid, s)
+
+    grams: set[tuple[str, ...]] = set()
+    tail: dict[int, list[str]] = {}  # the forward's last k - 1 names of each thread
+    for tid, s, _e, ids, top, held in batches():
+        fwd = np.flatnonzero(top & (held < 0))
+        fwd = fwd[np.lexsort((s[fwd], tid[fwd]))]
+        for th, run in itertools.groupby(fwd.tolist(), key=lambda i: int(tid[i])):
+            seq = tail.get(th, []) + [names[int(ids[i])] for i in run]
+            grams.update(tuple(seq[j : j + k]) for j in range(len(seq) - k + 1))
+            tail[th] = seq[max(0, len(seq) - (k - 1)) :]
+    if not grams:
+        return (z, z, z, z)
+    found: list[Spans] = []
+    left: list[tuple[int, int, int, int]] = []  # marked ops carried out of their batch
+    # each backward function's last k - 1 ops: (name, (tid, s, e, id), marked)
+    carry: dict[int, list[tuple[str, tuple[int, int, int, int], bool]]] = {}
+    for tid, s, e, ids, top, held in batches():
+        bwd_i = np.flatnonzero(top & (held >= 0))
+        bwd_i = bwd_i[np.lexsort((s[bwd_i], held[bwd_i]))]
+        mark = np.zeros(len(s), dtype=bool)
+        for h, run in itertools.groupby(bwd_i.tolist(), key=lambda i: int(held[i])):
+            idx = list(run)
+            before = carry.pop(h, [])
+            n0 = len(before)
+            seq = [c[0] for c in before] + [names[int(ids[i])] for i in idx]
+            hit = [c[2] for c in before] + [False] * len(idx)
+            for j in range(len(seq) - k + 1):
+                if tuple(seq[j : j + k]) in grams:
+                    hit[j : j + k] = [True] * k
+            cut = max(0, len(seq) - (k - 1))  # from here on they stay carried
+            left.extend(before[p][1] for p in range(min(cut, n0)) if hit[p])
+            for p in range(n0, cut):
+                mark[idx[p - n0]] = hit[p]
+            kept: list[tuple[str, tuple[int, int, int, int], bool]] = []
+            for p in range(cut, len(seq)):
+                if p < n0:
+                    op = before[p][1]
+                else:
+                    i = idx[p - n0]
+                    op = (int(tid[i]), int(s[i]), int(e[i]), int(ids[i]))
+                kept.append((seq[p], op, hit[p]))
+            carry[h] = kept
+        if mark.any():
+            found.append((tid[mark], s[mark], e[mark], ids[mark]))
+        # a backward function that ended before this batch's last start holds no later op
+        last = int(s.max())
+        for h in [h for h in carry if int(b_e[h]) < last]:
+            left.extend(c[1] for c in carry.pop(h) if c[2])
+    left.extend(c[1] for cs in carry.values() for c in cs if c[2])
+    if left:
+        cols = np.array(left, dtype=np.int64).reshape(-1, 4)
+        found.append((cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3]))
+    if not found:
+        return (z, z, z, z)
+    return tuple(np.concatenate([f[c] for f in found]) for c in range(4))  # type: ignore[return-value]
+
+
+def _outermost(tid: Any, s: Any, e: Any, reach: dict[int, int] | None = None) -> Any:
     """For each span: whether no other span of its thread holds it (of equal spans, the first in
-    the given order is the outer one)."""
+    the given order is the outer one). ``reach``: each thread's latest end among the spans that
+    started before these (a batch's, :func:`rerun_spans`), updated with these."""
     out = np.ones(len(s), dtype=bool)
+    low = np.iinfo(np.int64).min
     for th in np.unique(tid):
         q = np.flatnonzero(tid == th)
         o = q[np.lexsort((q, -e[q], s[q]))]  # by start, the longer first, then given order
         ends = e[o]
-        prev = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]))
-        out[o] = prev < ends
+        before = low if reach is None else reach.get(int(th), low)
+        acc = np.maximum.accumulate(np.concatenate(([before], ends)))
+        out[o] = acc[:-1] < ends
+        if reach is not None:
+            reach[int(th)] = int(acc[-1])
     return out
 
 
@@ -596,16 +695,21 @@ def phase_patterns(
         if _BATCHED_OP.match(span_names[i]) and not _OPT_STEP.match(span_names[i])
     ]
 
+    def among(ids: list[int]) -> str:
+        """The window's host spans (no runtime calls) of the names ``ids``: a FROM and WHERE."""
+        return f"""
+            FROM {ix.host()} h
+            WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat NOT IN {RUNTIME_CATS_SQL}
+              AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo
+              AND {in_ids("h.name_id", "ids", ids_param(ids))}"""
+
     def spans(ids: list[int], where: str = "", extra: dict[str, Any] | None = None) -> Any:
         got = execute(
             con,
             f"""
             SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, h.name_id
-            FROM {ix.host()} h
-            WHERE h.ph = 'X' AND h.dur_ns IS NOT NULL AND h.cat NOT IN {RUNTIME_CATS_SQL}
-              AND h.ts_ns < $hi AND h.ts_ns + h.dur_ns > $lo
-              AND {in_ids("h.name_id", "ids", ids_param(ids))} {where}
-            ORDER BY h.tid, h.ts_ns
+            {among(ids)} {where}
+            ORDER BY h.tid, h.ts_ns, h.rowid
             """,
             {**params, "ids": ids_param(ids), **(extra or {})},
         ).fetchnumpy()
@@ -628,19 +732,51 @@ def phase_patterns(
     look_rec = any(i in present for i in bwd_ids) and any(i in present for i in fwd_ids)
     if any(i in present for i in bwd_ids):
         # forward ops of any name re-run inside backward, found by their sequence
-        a_tid, a_s, a_e, a_id = spans(ix.name_ids(_ATEN_NAMES))
+        # the window's aten:: ops, by start (one scan of the host table), read a batch of starts
+        # at a time (RERUN_BATCH_ROWS), twice; the table dropped after
+        aten = ix.name_ids(_ATEN_NAMES)
         b_all = spans([i for i in bwd_ids if sequence_backward(span_names[i])])
-        a_name = name_of(np.unique(a_id).tolist())
-        rerun = rerun_mask(
-            a_tid, a_s, a_e, [a_name[int(i)] for i in a_id], b_all[0], b_all[1], b_all[2]
+        key = ("rerun_ops", int(w.start_ns), int(w.end_ns))
+        ops = ix.table(
+            key,
+            f"""SELECT h.tid, h.ts_ns AS s, h.ts_ns + h.dur_ns AS e, h.name_id, h.rowid AS r
+                {among(aten)} ORDER BY h.ts_ns""",
+            {**params, "ids": ids_param(aten)},
         )
-        if rerun.any():
+        try:
+            cuts = batch_bounds(con, f"SELECT s FROM {ops}", "s", {}, RERUN_BATCH_ROWS)
+
+            held: list[Spans] = []  # the one batch of a window that holds a single one
+
+            def aten_batches() -> Iterator[Spans]:
+                if held:
+                    yield held[0]
+                    return
+                for i, c0 in enumerate(cuts or [None]):
+                    c1 = cuts[i + 1] if i + 1 < len(cuts) else None
+                    cond = " AND ".join(
+                        ["TRUE"]
+                        + (["s >= $r0"] if i > 0 else [])
+                        + (["s < $r1"] if c1 is not None else [])
+                    )
+                    got = execute(
+                        con,
+                        f"SELECT tid, s, e, name_id FROM {ops} WHERE {cond} ORDER BY tid, s, r",
+                        {"r0": c0, "r1": c1},
+                    ).fetchnumpy()
+                    batch: Spans = tuple(  # type: ignore[assignment]
+                        np.asarray(got[c], dtype=np.int64) for c in ("tid", "s", "e", "name_id")
+                    )
+                    if len(cuts) <= 1:
+                        held.append(batch)
+                    yield batch
+
+            rerun = rerun_spans(aten_batches, b_all, name_of)
+        finally:
+            ix.drop(key)
+        if len(rerun[0]):
             z = np.zeros(0, dtype=np.int64)
-            rec.add(
-                b_all,
-                (a_tid[rerun], a_s[rerun], a_e[rerun], a_id[rerun]),
-                _Launches(z, z, z, z, z, z),
-            )
+            rec.add(b_all, rerun, _Launches(z, z, z, z, z, z))
     comm = _CommSum()
     launch_ids = ids_param(ix.name_ids(_LAUNCH_NAMES))
     launches = f"""

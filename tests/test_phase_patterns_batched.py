@@ -1,5 +1,6 @@
 """The phase patterns read the window's launches, forward ops and backward functions a batch of
-launches' time at a time (analysis.phase_patterns, ``BATCH_ROWS``) and the GPU time
+launches' time at a time (analysis.phase_patterns, ``BATCH_ROWS``; the re-run search's
+``aten::`` ops, ``RERUN_BATCH_ROWS`` of them) and the GPU time
 around what they found back by SQL: their results equal the in-memory analysis they replaced
 (tests/phase_patterns_reference.py) on random traces, with batches as small as one launch (an
 optimizer step, a backward function or a re-run op spanning many batches), and on the samples."""
@@ -95,6 +96,7 @@ def traces(draw: st.DrawFn) -> TraceBuilder:
 @given(traces(), st.sampled_from([1, 2, 3, 1 << 18]))
 def test_batched_equals_in_memory_on_random_traces(con, tmp_path, monkeypatch, t, rows) -> None:
     monkeypatch.setattr(pp, "BATCH_ROWS", rows)
+    monkeypatch.setattr(pp, "RERUN_BATCH_ROWS", rows)  # the aten:: ops of the re-run search too
     rid = ingest_paths(con, [t.write(tmp_path / "p.json")])[0].run_id
     got = _everything(phase_patterns(con, rid, 0))
     assert got == _everything(reference_phase_patterns(con, rid, 0))
@@ -111,6 +113,7 @@ def test_batched_equals_in_memory_on_random_traces(con, tmp_path, monkeypatch, t
 )
 def test_batched_equals_in_memory_on_samples(con, monkeypatch, trace) -> None:
     monkeypatch.setattr(pp, "BATCH_ROWS", 97)
+    monkeypatch.setattr(pp, "RERUN_BATCH_ROWS", 97)
     rid = ingest_paths(con, [SAMPLES / trace])[0].run_id
     got = _everything(phase_patterns(con, rid, 0))
     assert got == _everything(reference_phase_patterns(con, rid, 0))

@@ -6,12 +6,15 @@ v68 trace (dropping that checkpoint measured 21.2 %)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from gpuscope.analysis.phase_patterns import MIN_RERUN, phase_patterns, rerun_mask
+from gpuscope.analysis.phase_patterns import MIN_RERUN, phase_patterns, rerun_mask, rerun_spans
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from tracegen import TraceBuilder, ingest_one_rank
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,3 +202,74 @@ def test_v79_compiled_flow_offers_no_checkpointing(con) -> None:
     run = ingest_paths(con, [trace])[0].run_id
     ids = [r.id for r in analyze_run(con, run, rank=0).recommendations]
     assert "activation_checkpointing" not in ids, ids
+
+
+@st.composite
+def _ops_and_backward(
+    draw: st.DrawFn,
+) -> tuple[list[tuple[int, int, int, str]], list[tuple[int, int, int]]]:
+    """A forward on thread 1 (names drawn from few, so that sequences repeat), backward functions
+    on thread 2, some nested, holding ops of those names (some nested in others), whole µs, no two
+    ops of a thread starting together."""
+    names = ["a", "b", "c", "d", "aten::view"]  # aten::view: counted by no sequence
+    ops: list[tuple[int, int, int, str]] = []
+    t = 0
+    for _ in range(draw(st.integers(0, 14))):
+        t += draw(st.integers(1, 9))
+        nested = draw(st.integers(0, 4)) == 0  # now and then an op holds the next
+        ops.append((1, t, t + draw(st.integers(10, 12) if nested else st.integers(0, 0)),
+                    draw(st.sampled_from(names))))  # fmt: skip
+    backward: list[tuple[int, int, int]] = []
+    b = 200
+    starts: set[int] = set()
+    for _ in range(draw(st.integers(0, 4))):
+        d = draw(st.integers(10, 80))
+        backward.append((2, b, b + d))
+        if draw(st.integers(0, 3)) == 0:
+            backward.append((2, b + 1, b + d // 2))
+        at = sorted(set(draw(st.lists(st.integers(b + 2, b + d), min_size=3, max_size=8))) - starts)
+        fwd = [o[3] for o in ops if o[0] == 1 and o[2] == o[1]]  # those no other op holds, often
+        j = draw(st.integers(0, max(0, len(fwd) - MIN_RERUN)))
+        copied = fwd[j : j + len(at)] if draw(st.booleans()) else []  # a re-run, often
+        for n, s in enumerate(at):
+            starts.add(s)
+            name = copied[n] if n < len(copied) else draw(st.sampled_from(names))
+            ops.append((2, s, s + draw(st.sampled_from([0, 0, 0, 3])), name))
+        b += d + draw(st.integers(-5, 20))  # may overlap the next
+    return ops, backward
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ops_and_backward(), st.lists(st.integers(0, 650), max_size=16))
+def test_rerun_spans_read_a_batch_at_a_time_are_rerun_masks(
+    drawn: tuple[list[tuple[int, int, int, str]], list[tuple[int, int, int]]], cuts: list[int]
+) -> None:
+    """The ops read in batches of starts cut anywhere (each batch in thread-then-start order):
+    :func:`rerun_spans` finds the ops :func:`rerun_mask` marks over all of them at once."""
+    ops, backward = drawn
+    ids = {n: i for i, n in enumerate(sorted({o[3] for o in ops}))}
+    names = {i: n for n, i in ids.items()}
+    cols = [(o[0], o[1], o[2], ids[o[3]]) for o in ops]
+    b = tuple(np.array([x[i] for x in backward], dtype=np.int64) for i in range(3))
+    bwd = (*b, np.zeros(len(backward), dtype=np.int64))
+    bounds = sorted(set(cuts))
+
+    def read():  # type: ignore[no-untyped-def]
+        edges = [None, *bounds, None]
+        for lo, hi in itertools.pairwise(edges):
+            part = sorted(
+                (c for c in cols if (lo is None or c[1] >= lo) and (hi is None or c[1] < hi)),
+                key=lambda c: (c[0], c[1]),
+            )
+            yield tuple(np.array([c[i] for c in part], dtype=np.int64) for i in range(4))
+
+    got = rerun_spans(read, bwd, lambda want: {i: names[i] for i in want})
+    found = sorted(zip(*(x.tolist() for x in got), strict=True))
+    ordered = sorted(cols, key=lambda c: (c[0], c[1]))
+    mask = (
+        mask_of([(c[0], c[1], c[2], names[c[3]]) for c in ordered], backward)
+        if ordered
+        else np.zeros(0, dtype=bool)
+    )
+    assert found == sorted(c for c, m in zip(ordered, mask.tolist(), strict=True) if m)
+    event("re-runs found" if found else "none")
