@@ -7,8 +7,10 @@ Each repeat is a fresh process (``--one``) that runs ``gpuscope ingest TRACE`` i
 temporary folder. At the start of the summary (``rank_summary.store_outside_transaction``) it
 reads the process's peak RSS so far (``VmHWM``: the write phase), then resets it (``5`` written to
 ``/proc/self/clear_refs``, Linux; this resets ``ru_maxrss`` too), and reads it again at the end
-(the summary). Prints per repeat: wall s, the write phase's and the summary's peaks and the whole
-run's (the higher of the two), in MiB and as a multiple of the file's size, then the medians.
+(the summary), then once more when the command ends (the summary and the run's ``analyze``
+document, which ``gpuscope ingest`` stores after the summary). Prints per repeat: wall s, the
+write phase's peak, the summary's, the summary's and the document's together, and the whole
+run's (the highest), in MiB and as a multiple of the file's size, then the medians.
 ``/usr/bin/time -f %M .venv/bin/gpuscope ingest TRACE`` gives the whole run's without the reset. The issue's target is 0.4x the file (whole run).
 
 Beside them, once, the peers on the same file (``--no-peers`` leaves them out): a plain read
@@ -97,8 +99,12 @@ def one(trace: Path, store: Path) -> dict[str, Any]:
         raise SystemExit(f"{trace}: gpuscope ingest exited {code}")
     seen["wall_s"] = time.perf_counter() - t0
     seen["cpu_s"] = _cpu_s()
-    # the reset lowers ru_maxrss too: the run's peak is the higher of the two phases'
-    seen["total_kib"] = max(seen.get("write_kib", 0), seen.get("summary_kib", 0))
+    # since the reset: the summary, then the run's stored analyze document (read at the end)
+    seen["document_kib"] = _status_kib("VmHWM")
+    # the reset lowers ru_maxrss too: the run's peak is the highest of the phases'
+    seen["total_kib"] = max(
+        seen.get("write_kib", 0), seen.get("summary_kib", 0), seen["document_kib"]
+    )
     return seen
 
 
@@ -158,7 +164,8 @@ def _line(r: dict[str, Any], size: int) -> str:
     return (
         f"gpuscope ingest   {_rates(r['wall_s'], r['cpu_s'], size)} | write phase "
         f"{_rates(r['write_s'], r['write_cpu_s'], size)} | write {mib(r['write_kib'])} | "
-        f"summary {mib(r['summary_kib'])} | whole run {mib(r['total_kib'])}"
+        f"summary {mib(r['summary_kib'])} | then the document {mib(r['document_kib'])} | "
+        f"whole run {mib(r['total_kib'])}"
     )
 
 
