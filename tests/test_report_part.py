@@ -404,3 +404,37 @@ def test_the_document_counts_the_flops_the_headline_part_counted(
         assert stored is not None
         monkeypatch.setattr(F, "flops_per_step", count)
         assert RP.print_text(stored) + "\n" == from_events(con, run_id)
+
+
+@pytest.mark.parametrize("where", ["parts", "document"])
+def test_an_ingest_whose_summary_runs_out_of_memory_after_the_commit_is_stored_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """``gpuscope ingest`` of a rank too big to copy, where DuckDB runs out of memory (planted) in
+    the parts computed after the commit, or in the run's document: the run is stored and whole,
+    so the command prints its id and exits 0, with a note that names the run and the command
+    that computes its summary; ``analyze`` then gives the document computed from the events."""
+    import duckdb
+
+    def planted(*a: Any, **k: Any) -> Any:
+        raise duckdb.OutOfMemoryException("Out of Memory Error: planted\nmore lines")
+
+    monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)  # the parts computed after the commit
+    monkeypatch.setattr(
+        RS if where == "parts" else RP,
+        "store_outside_transaction" if where == "parts" else "store",
+        planted,
+    )
+    db = str(tmp_path / "s")
+    code, out, err = run_cli(capsys, "ingest", "--db", db, str(one_rank(tmp_path / "t.json")))
+    run_id = out.strip()
+    assert code == 0 and len(run_id.split()) == 1, err
+    assert err.strip() == (
+        f"gpuscope: note: run {run_id} is stored, but its summary could not be computed after "
+        f"the ingest (Out of Memory Error: planted): `gpuscope analyze {run_id}` computes it"
+    )
+    with connect(db) as con:
+        assert RP.stored_text(con, run_id) is None
+        want = from_events(con, run_id)
+    monkeypatch.undo()
+    assert cli_json(capsys, db, run_id) == want
