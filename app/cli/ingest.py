@@ -238,6 +238,12 @@ class SummaryLater:
 
         return after
 
+    def rank_sink(self, run_id: str, jobs: int) -> Any:
+        """``hook``'s sink for a run of several rank files (its parts computed while the next
+        ranks parse: ``ingest.rank_rows.RankSinks``), None where it has none."""
+        sink = getattr(self.hook, "rank_sink", None)
+        return sink(run_id, jobs) if sink is not None else None
+
 
 def summary_options(args: argparse.Namespace) -> dict[str, Any]:
     """``ingest_paths`` options of the distributed-run flags: the job, and each trace run's rank
