@@ -23,7 +23,7 @@ Each fix's models (its ``low`` / ``mid`` / ``high`` variants) live with the fix,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -352,6 +352,43 @@ class WholeGraph(Protocol):
     def __call__(self, v: int, n: Node) -> float: ...
 
     def array(self, g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True, eq=False)
+class ByNode:
+    """A duration function given node by node (``each``: ``(v, n) -> ns``) and for every node at
+    once (``whole``: ``(g, durs, picked) -> float64 array``, as :meth:`WholeGraph.array`), the
+    two giving the same floats bit for bit: a fix's re-timing handed to the replay reads no node
+    in Python (:func:`raw_durations`). ``each`` stays the definition; ``whole`` its vector
+    form (tests/test_retime_arrays.py holds them equal on real graphs)."""
+
+    each: DurFn
+    whole: Callable[[Graph, np.ndarray | None, dict[Any, Any]], np.ndarray]
+
+    def __call__(self, v: int, n: Node) -> float:
+        return self.each(v, n)
+
+    def array(self, g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+        return self.whole(g, durs, picked)
+
+
+def node_mask(g: Graph, key: str, pred: Callable[[Node], bool]) -> np.ndarray:
+    """``pred`` of every node as a boolean array, read once per graph under ``key``: ``pred``
+    must read what a re-timing never changes (kind, category, tags, label, event), not the
+    duration. The array must not be changed by the caller."""
+    return per_graph(
+        g,
+        "mask:" + key,
+        lambda: np.fromiter(map(pred, g.nodes), dtype=bool, count=len(g.nodes)),
+    )
+
+
+def index_mask(g: Graph, ids: Collection[int]) -> np.ndarray:
+    """The nodes ``ids`` (indices) as a boolean array over the graph's nodes."""
+    m = np.zeros(len(g.nodes), dtype=bool)
+    if ids:
+        m[np.fromiter(ids, dtype=np.int64, count=len(ids))] = True
+    return m
 
 
 def recorded_ns(g: Graph) -> np.ndarray:

@@ -26,6 +26,7 @@ from gpuscope.analysis.gains import (
     Estimate,
     Scaled,
     Variant,
+    node_mask,
     nodes_at,
     raw_durations,
     recorded_ns,
@@ -617,6 +618,33 @@ def host_work_mask(g: Graph, durs: np.ndarray | None = None) -> np.ndarray:
         ),
     )
     return work & ~(own & ((recorded_ns(g) if durs is None else durs) >= OWN_CODE_NS))
+
+
+@dataclass(frozen=True)
+class HostWorkIn:
+    """:func:`is_host_work` of the nodes tagged ``tag``, node by node or every node at once
+    (:meth:`mask`)."""
+
+    tag: str
+
+    def __call__(self, n: Node) -> bool:
+        return is_host_work(n) and self.tag in n.tags
+
+    def mask(self, g: Graph, durs: np.ndarray | None = None) -> np.ndarray:
+        tag = self.tag
+        return host_work_mask(g, durs) & node_mask(g, "tag:" + tag, lambda n: tag in n.tags)
+
+
+def host_mask(g: Graph, pred: Callable[[Node], bool], durs: np.ndarray | None) -> np.ndarray:
+    """``pred`` of every node with its duration ``durs[v]`` (None: as recorded), as a boolean
+    array: :func:`host_work_mask` for :func:`is_host_work`, the predicate's own ``mask`` where it
+    has one (:class:`HostWorkIn`), else node by node."""
+    if pred is is_host_work:
+        return host_work_mask(g, durs)
+    mask = getattr(pred, "mask", None)
+    if mask is not None:
+        return mask(g, durs)  # type: ignore[no-any-return]
+    return np.fromiter(map(pred, nodes_at(g, durs)), dtype=bool, count=len(g.nodes))
 
 
 def with_host_cost(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from gpuscope.analysis.critical_path import GpuEvent
+import numpy as np
+from gpuscope.analysis.critical_path import GpuEvent, per_graph
 from gpuscope.analysis.event_classes import PER_CHANNEL_GRID_RE
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import (
@@ -17,6 +18,7 @@ from gpuscope.analysis.fixes.base import (
     Recommendation,
     Words,
 )
+from gpuscope.analysis.gains import ByNode, index_mask, node_mask, raw_durations
 from gpuscope.analysis.phase_patterns import optimizer_nodes
 from gpuscope.vocabulary.causes import CPU_OVERHEAD, HOST_SYNC, LAUNCH_OVERHEAD
 
@@ -176,7 +178,41 @@ def _grow(mode: str, k: int, sms: int, fixed: frozenset[int] = frozenset()) -> D
             d = min(d, c + (n.dur - c) * k)
         return d
 
-    return dur
+    def whole(g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+        d = raw_durations(g, None, durs, picked)
+        host = node_mask(g, "kind:host", lambda n: n.kind == "host")
+        grown = d * k
+        if mode != "low" and sms:
+            blocks = per_graph(g, "blocks", lambda: _blocks(g))
+            per_ch = node_mask(g, "per_channel", _per_channel)
+            fill = (blocks > 0) & (blocks < sms) & ~per_ch
+            grown = np.where(fill, d * np.maximum(1.0, k * blocks / sms), grown)
+        if mode == "high":
+            c = np.minimum(d, FIXED_KERNEL_NS)
+            grown = np.minimum(grown, c + (d - c) * k)
+        gpu = ~host
+        out = np.where(gpu & node_mask(g, "cat:kernels", lambda n: n.cat == "kernels"), grown, d)
+        out = np.where(gpu & node_mask(g, "cat:copies", lambda n: n.cat == "copies"), d * k, out)
+        if fixed:
+            out = np.where(gpu & index_mask(g, fixed), d, out)
+        loader = node_mask(g, "tag:dataloader", lambda n: "dataloader" in n.tags)
+        return np.where(host & loader, d * k, out)
+
+    return ByNode(dur, whole)
+
+
+def _blocks(g: Graph) -> np.ndarray:
+    """Each node's grid size in blocks (its GPU event's ``blocks``; 0: none known), int64."""
+    return np.fromiter(
+        ((n.event.blocks or 0) if isinstance(n.event, GpuEvent) else 0 for n in g.nodes),
+        dtype=np.int64,
+        count=len(g.nodes),
+    )
+
+
+def _per_channel(n: Node) -> bool:
+    """A per-channel kernel (:data:`PER_CHANNEL`), by its GPU event's name."""
+    return isinstance(n.event, GpuEvent) and PER_CHANNEL.search(n.event.name) is not None
 
 
 def per_parameter_work(g: Graph) -> frozenset[int]:

@@ -20,7 +20,7 @@ from gpuscope.analysis.fixes.kernel_fusion import (
     sync_cut,
 )
 from gpuscope.analysis.fmt import sig3
-from gpuscope.analysis.gains import raw_durations
+from gpuscope.analysis.gains import ByNode, index_mask, raw_durations
 from gpuscope.analysis.phase_patterns import rnn_host_nodes
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ def in_compiled_calls(g: Graph) -> Callable[[Node], bool]:
     replays the compiled graphs only. A trace without such spans: all host work."""
     if not any(n.kind == "host" and "compiled_call" in n.tags for n in g.nodes):
         return fx.is_host_work
-    return lambda n: fx.is_host_work(n) and "compiled_call" in n.tags
+    return fx.HostWorkIn("compiled_call")
 
 
 def _host_scaled(
@@ -254,7 +254,11 @@ def _host_scaled(
         def dur(v: int, n: Node) -> float:
             return n.dur * f if v not in rnn and host(n) else float(n.dur)
 
-        return dur
+        def whole(g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+            d = raw_durations(g, None, durs, picked)
+            return np.where(~index_mask(g, rnn) & fx.host_mask(g, host, durs), d * f, d)
+
+        return ByNode(dur, whole)
 
     return {"low": (kept, None), "mid": (kept, None), "high": (around(high), None)}
 
@@ -292,7 +296,13 @@ def _fused(
             return n.dur * norm_kept
         return n.dur * f if host(n) else float(n.dur)
 
-    return dur
+    def whole(g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+        d = raw_durations(g, None, durs, picked)
+        out = np.where(fx.host_mask(g, host, durs), d * f, d)
+        out = np.where(index_mask(g, norms), d * norm_kept, out)
+        return np.where(index_mask(g, removed), d * kept, out)
+
+    return ByNode(dur, whole)
 
 
 INDUCTOR_KERNEL_KEPT = 0.8

@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from gpuscope.analysis.critical_path import GpuEvent
 from gpuscope.analysis.event_classes import CUDNN_NO_SMEM_RE, NATIVE_CONV_RE
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.gains import ByNode, raw_durations
 from gpuscope.analysis.kernel_names import classify_kernel
 from gpuscope.analysis.tensor_cores import tensor_core_info
 
@@ -128,7 +130,14 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
             c = cls[v]
             return float(n.dur) if c is None else n.dur * f[c]
 
-        return dur
+        factor = np.array([1.0 if c is None else f[c] for c in cls], dtype="float64")
+        picks = np.array([c is not None for c in cls], dtype=bool)
+
+        def whole(g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+            d = raw_durations(g, None, durs, picked)
+            return np.where(picks, d * factor, d)
+
+        return ByNode(dur, whole)
 
     return {name: (variant(k), None) for k, name in enumerate(("low", "mid", "high"))}
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words
 from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.gains import ByNode, node_mask, raw_durations
 from gpuscope.vocabulary.causes import DATA_LOADING
 
 if TYPE_CHECKING:
@@ -194,7 +196,12 @@ def _plus_loader(base: DurFn | None, per: float) -> DurFn:
         d = float(n.dur) if base is None else base(v, n)
         return d + n.dur * per if in_loader(n) else d
 
-    return dur
+    def whole(g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+        d = raw_durations(g, base, durs, picked)
+        now = raw_durations(g, None, durs, picked)
+        return np.where(node_mask(g, "tag:dataloader", in_loader), d + now * per, d)
+
+    return ByNode(dur, whole)
 
 
 UNIT = FixUnit(

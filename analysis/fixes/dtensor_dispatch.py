@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes import kernel_fusion
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Words, evidence_json
 from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.gains import ByNode, node_mask, raw_durations
 from gpuscope.analysis.phase_patterns import DTENSOR_SPANS, SUBCLASS_DISPATCH
 
 if TYPE_CHECKING:
@@ -82,7 +84,18 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
         def dur(v: int, n: Node, f: float = f, rest: DurFn = rest) -> float:
             return n.dur * f if is_dispatch(n) else rest(v, n)
 
-        out[name] = (dur, None)
+        def whole(
+            g: Graph,
+            durs: np.ndarray | None,
+            picked: dict[Any, Any],
+            f: float = f,
+            rest: DurFn = rest,
+        ) -> np.ndarray:
+            d = raw_durations(g, None, durs, picked)
+            mask = node_mask(g, "dtensor_dispatch", is_dispatch)
+            return np.where(mask, d * f, raw_durations(g, rest, durs, picked))
+
+        out[name] = (ByNode(dur, whole), None)
     return out
 
 

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from gpuscope.analysis import event_classes
 from gpuscope.analysis.critical_path import per_graph
 from gpuscope.analysis.fixes import base as fx
@@ -21,6 +22,7 @@ from gpuscope.analysis.fixes.base import (
     Words,
 )
 from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.gains import ByNode, index_mask, node_mask, raw_durations
 from gpuscope.analysis.kernel_names import classify_kernel
 from gpuscope.analysis.phase_patterns import (
     FUSABLE_CATEGORIES,
@@ -332,8 +334,37 @@ def retime_chains(g: Graph, ctx: Context) -> dict[str, Variant]:
                 return n.dur * (la if n.cat == "launch" else h)
             return n.dur * scale.get(v, 1.0)
 
-        out[name] = (dur, None)
+        def whole(
+            g: Graph,
+            durs: np.ndarray | None,
+            picked: dict[Any, Any],
+            scale: dict[int, float] = scale,
+            h: float = host,
+            la: float = launch,
+        ) -> np.ndarray:
+            d = raw_durations(g, None, durs, picked)
+            f = np.ones(len(g.nodes))
+            if scale:
+                f[np.fromiter(scale, dtype=np.int64, count=len(scale))] = list(scale.values())
+            return np.where(fx.host_work_mask(g, durs), d * np.where(_launch(g), la, h), d * f)
+
+        out[name] = (ByNode(dur, whole), None)
     return out
+
+
+def _plain_kernels(g: Graph) -> np.ndarray:
+    """Which nodes are GPU kernels that are neither a matmul nor a convolution (their ``gemm`` /
+    ``conv`` tags), as a boolean array."""
+    return node_mask(
+        g,
+        "plain_kernels",
+        lambda n: n.kind == "gpu" and n.cat == "kernels" and not ({"gemm", "conv"} & n.tags),
+    )
+
+
+def _launch(g: Graph) -> np.ndarray:
+    """Which nodes are launch calls (category ``launch``), as a boolean array."""
+    return node_mask(g, "cat:launch", lambda n: n.cat == "launch")
 
 
 def gpu_busy_pct(rec: Recommendation, ctx: Context) -> float | None:
@@ -499,7 +530,13 @@ def retime_whole_host(g: Graph, ctx: Context) -> dict[str, Variant]:
                 return n.dur * fk
             return float(n.dur)
 
-        return dur
+        def whole(g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+            d = raw_durations(g, None, durs, picked)
+            short = _plain_kernels(g) & (d < SHORT_KERNEL_NS)
+            out = np.where(short, d * fk, d)
+            return np.where(fx.host_work_mask(g, durs), d * np.where(_launch(g), fk, fh), out)
+
+        return ByNode(dur, whole)
 
     return {
         "low": (fuse(0.6, 1.0), None),
@@ -553,7 +590,13 @@ def _fused(
                 return n.dur * fg
             return float(n.dur)
 
-        return dur
+        def whole(g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+            d = raw_durations(g, None, durs, picked)
+            out = np.where(index_mask(g, removed), d * fg, d)
+            out = np.where(fx.host_work_mask(g, durs), d * np.where(_launch(g), launch, host), out)
+            return np.where(index_mask(g, rnn), d, out) if rnn else out
+
+        return ByNode(dur, whole)
 
     return {
         "low": (fuse(0.6, 1.0, 1.0), None),

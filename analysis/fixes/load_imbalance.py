@@ -6,14 +6,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Recommendation, Words
 from gpuscope.analysis.fixes.overlap_communication import comm_floor_ns
 from gpuscope.analysis.fmt import sig3
-from gpuscope.analysis.gains import Estimate, replay_estimate
+from gpuscope.analysis.gains import ByNode, Estimate, node_mask, raw_durations, replay_estimate
 
 if TYPE_CHECKING:
-    from gpuscope.analysis.critical_path import CriticalPath, Node
+    from gpuscope.analysis.critical_path import CriticalPath, Graph, Node
     from gpuscope.analysis.gains import Context, Variant
     from gpuscope.analysis.own_host_work import ExtraOps
 
@@ -130,7 +131,12 @@ def equal_work_retime(
                 return n.dur * comm_keep
             return float(n.dur)
 
-        return d
+        def whole(g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+            now = raw_durations(g, None, durs, picked)
+            out = np.where(node_mask(g, "comm_kernels", is_comm), now * comm_keep, now)
+            return np.where(node_mask(g, "compute_kernels", is_compute), now * f, out)
+
+        return ByNode(d, whole)
 
     return {k: (dur(f), None) for k, f in (("low", balanced), ("mid", balanced), ("high", removed))}
 

@@ -6,11 +6,13 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from gpuscope.analysis.critical_path import GpuEvent
 from gpuscope.analysis.event_classes import CUDNN_LAYOUT_RE, CUDNN_NO_SMEM_RE
 from gpuscope.analysis.fixes import base as fx
 from gpuscope.analysis.fixes.base import Finding, FixUnit, Inputs, Recommendation, Words
 from gpuscope.analysis.fmt import sig3
+from gpuscope.analysis.gains import ByNode, index_mask, node_mask, nodes_at, raw_durations
 from gpuscope.analysis.kernel_names import classify_kernel
 from gpuscope.analysis.tensor_cores import tensor_core_info
 
@@ -342,6 +344,11 @@ def _ratio(ctx: Context, d_ns: float) -> float:
     return math.exp(math.log(lo) + f * (math.log(hi) - math.log(lo)))
 
 
+def _kernels(g: Graph) -> np.ndarray:
+    """Which nodes are GPU kernels, as a boolean array (a copy: the caller may change it)."""
+    return node_mask(g, "gpu_kernels", lambda n: n.kind == "gpu" and n.cat == "kernels").copy()
+
+
 def _tf32(n: Node) -> bool:
     """A GPU kernel that runs on the tensor cores in TF32."""
     if n.kind != "gpu" or not isinstance(n.event, GpuEvent) or n.cat != "kernels":
@@ -394,7 +401,23 @@ def _retime_tf32(g: Graph, channels_last: bool = False) -> dict[str, Variant]:
                 return n.dur * TF32_OTHER[k]
             return float(n.dur)
 
-        return dur
+        # every branch but the host's multiplies by a factor fixed per node: the first that
+        # applies, set last below
+        factor = np.ones(len(g.nodes))
+        factor[_kernels(g) & ~np.array(opt, dtype=bool)] = TF32_OTHER[k]
+        if cl:
+            factor[np.array(layout, dtype=bool)] = CL_LAYOUT
+        factor[np.array(bn, dtype=bool)] = CL_CUDNN_BN if cl else CUDNN_BN[k]
+        factor[np.array(tf, dtype=bool)] = TF32_DIV[k]
+        if cl:
+            factor[np.array(conv, dtype=bool)] = CL_TF32_CONV
+        factor[np.array(fallback, dtype=bool)] = NO_SMEM_TF32_DIV[k]
+
+        def whole(g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+            d = raw_durations(g, None, durs, picked)
+            return np.where(fx.host_work_mask(g, durs), d * host, d * factor)
+
+        return ByNode(dur, whole)
 
     return {
         "low": (mp(0, 1.3), None),
@@ -457,6 +480,9 @@ def retime(g: Graph, ctx: Context, channels_last: bool = False) -> dict[str, Var
 
     cl_conv = [channels_last and _tf32(n) and _conv_kernel(n) for n in g.nodes]
     layout = [channels_last and _kernel_named(n, _LAYOUT) for n in g.nodes]
+    gemm32 = node_mask(g, "gemm_fp32", _gemm_fp32)
+    att32 = index_mask(g, [v for v, a in att.items() if a == "fp32"])
+    conv_fp32 = node_mask(g, "conv_math_fp32", lambda n: _conv_math(n) is False)
 
     def mp(
         div: float,
@@ -490,7 +516,29 @@ def retime(g: Graph, ctx: Context, channels_last: bool = False) -> dict[str, Var
                 return n.dur * other
             return float(n.dur)
 
-        return dur
+        # the branches that multiply or divide by a constant, as arrays; the GEMMs, fp32
+        # attention and convolutions (scaled by their own duration) node by node
+        factor = np.ones(len(g.nodes))
+        factor[_kernels(g)] = other
+        first = np.array(bn, dtype=bool)
+        if cl:
+            factor[np.array(layout, dtype=bool)] = CL_LAYOUT
+            factor[np.array(cl_conv, dtype=bool)] = CL_TF32_CONV
+            first |= np.array(cl_conv, dtype=bool) | np.array(layout, dtype=bool)
+        factor[np.array(bn, dtype=bool)] = CL_CUDNN_BN if cl else bn_f
+        own = ~first & (gemm32 | att32 | (conv_fp32 if conv else False))
+        divided = ~first & ~own & index_mask(g, att)
+        own_ids = np.flatnonzero(own).tolist()
+
+        def whole(g: Graph, durs: np.ndarray | None, picked: dict[Any, Any]) -> np.ndarray:
+            d = raw_durations(g, None, durs, picked)
+            out = np.where(divided, d / att_div, d * factor)
+            if own_ids:
+                at = nodes_at(g, durs)
+                out[own_ids] = [dur(v, at[v]) for v in own_ids]
+            return np.where(fx.host_work_mask(g, durs), d * host, out)
+
+        return ByNode(dur, whole)
 
     lo, mid, hi = ATTENTION_3XTF32_RATIO
     keep = MEMORY_BOUND_KEEP
