@@ -332,6 +332,41 @@ store_after_ingest = StoreAfterIngest()
 #: ``gpuscope ingest``'s hook: the parts, then the run's ``analyze --json`` document.
 store_after_ingest_with_document = StoreAfterIngest(document=True)
 
+
+class SummaryLater:
+    """``ingest_paths``' ``after_trace`` hook ``hook``, whose work once the ingest has committed
+    (the summary parts of ranks too big to copy, the run's ``analyze`` document) is left to
+    the run's reader where DuckDB runs out of memory there: the runs are stored and whole by
+    then, and whatever summary is not stored is computed when the run is read (``analyze``, its
+    page). ``failed``: (run id, the error's first line) of each run it was left for, for the
+    face's note (the CLI's, the upload's, the sample loader's log)."""
+
+    def __init__(self, hook: Callable[[Any, Any], Callable[[Any], int] | None]) -> None:
+        self.hook = hook
+        self.failed: list[tuple[str, str]] = []
+
+    def __call__(self, con: Any, result: Any) -> Callable[[Any], int] | None:
+        later = self.hook(con, result)
+        if later is None:
+            return None
+        run_id = str(result.run_id)
+
+        def after(after_con: Any) -> int:
+            try:
+                return later(after_con)
+            except duckdb.OutOfMemoryException as e:
+                self.failed.append((run_id, (str(e).splitlines() or [""])[0]))
+                return 0
+
+        return after
+
+    def rank_sink(self, run_id: str, jobs: int) -> Any:
+        """``hook``'s sink for a run of several rank files (its parts computed while the next
+        ranks parse: ``ingest.rank_rows.RankSinks``), None where it has none."""
+        sink = getattr(self.hook, "rank_sink", None)
+        return sink(run_id, jobs) if sink is not None else None
+
+
 #: The most events of a run's lowest rank for which the ingest stores its ``analyze`` document:
 #: the largest rank whose whole analysis was measured in bounded memory (the 10.0 GB rank of
 #: ``benchmarks/big_rank_device.sh``, 30.1 M events: ``analyze --json`` from its events peaked at

@@ -38,7 +38,7 @@ from gpuscope.analysis.memory import (
 )
 from gpuscope.analysis.modules import ModuleLine, ModulesView, PhaseLine, Repeat
 from gpuscope.analysis.profiler_cost import ProfilerCost
-from gpuscope.analysis.rank_summary import store_after_ingest
+from gpuscope.analysis.rank_summary import SummaryLater, store_after_ingest
 from gpuscope.analysis.ranks import (
     RankLine,
     RankOverview,
@@ -92,6 +92,7 @@ __all__ = [
     "SnapshotDevice",
     "SnapshotSummary",
     "StepPath",
+    "SummaryLater",
     "TopKernels",
     "analyze_run",
     "banners",

@@ -369,3 +369,61 @@ def test_a_run_that_cannot_be_analysed_is_named_in_the_list(
     assert "broken\\_one" in note or "broken_one" in note
     row = at.dataframe[0].value.iloc[0]
     assert row["run_id"] == rid and pd.isna(row["step_ms"])
+
+
+@pytest.mark.slow
+def test_an_upload_whose_summary_runs_out_of_memory_after_the_commit_opens_its_run(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank too big to copy has its summary parts computed once the upload has committed; where
+    DuckDB runs out of memory there the run is stored and whole: the page opens it, says so in
+    one warning (not "Nothing was stored"), and computes what it shows from the events."""
+    import duckdb
+    from gpuscope.analysis import rank_summary as RS
+
+    def planted(*a: object, **k: object) -> None:
+        raise duckdb.OutOfMemoryException("Out of Memory Error: planted\nmore lines")
+
+    monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)  # the parts computed after the commit
+    monkeypatch.setattr(RS, "store_outside_transaction", planted)
+    at = open_app()
+    at.file_uploader[0].set_value(("big.pt.trace.json", _bytes(tmp_path), "application/json"))
+    at.run()
+    at.button(key="ingest").click().run()
+    assert not at.exception, at.exception
+    assert not any("Nothing was stored" in e for e in texts(at, "error"))
+    run_id = at.query_params.get("run")
+    assert run_id and counts(db)["runs"] == 1
+    assert texts(at, "title") == ["big"]  # its Run page
+    [note] = texts(at, "warning")[:1]
+    assert note.startswith("Stored run **big**") and note.endswith(  # the Markdown shown
+        f"Run `{run_id}`'s summary could not be computed after the upload (Out of Memory "
+        "Error\\: planted): its page computes it when it opens."
+    ), note
+
+
+def test_a_sample_whose_summary_runs_out_of_memory_after_the_commit_is_loaded(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sample loader, as the upload: a sample run whose summary parts run out of memory once
+    it has committed is loaded (stored and whole), and its log says so in one line."""
+    import duckdb
+    from gpuscope.analysis import rank_summary as RS
+    from gpuscope.store import connect
+    from gpuscope.web.samples import load_samples
+
+    def planted(*a: object, **k: object) -> None:
+        raise duckdb.OutOfMemoryException("Out of Memory Error: planted\nmore lines")
+
+    monkeypatch.setattr(RS, "MAX_IN_MEMORY_EVENTS", 0)
+    monkeypatch.setattr(RS, "store_outside_transaction", planted)
+    said: list[str] = []
+    with connect(db) as con:
+        loaded = load_samples(con, write_sample_tree(tmp_path / "samples"), log=said.append)
+        assert counts(db)["runs"] == len(loaded) == 2
+    for r in loaded:
+        assert (
+            f"sample run {r.run_id} is stored, but its summary could not be computed (Out of "
+            "Memory Error: planted)"
+        ) in said
+    assert not any(s.startswith("skipped") for s in said)

@@ -6,7 +6,6 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from gpuscope.cli._common import fail, open_db, print_json, run_id_or_exit
@@ -181,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(e), e.exit_code)
     finally:
         con.close()
-    for run_id, why in getattr(args, "summary_later", SummaryLater(lambda c, r: None)).failed:
+    for run_id, why in getattr(getattr(args, "summary_later", None), "failed", ()):
         print(
             f"gpuscope: note: run {run_id} is stored, but its summary could not be computed "
             f"after the ingest ({why}): `gpuscope analyze {run_id}` computes it",
@@ -210,47 +209,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-class SummaryLater:
-    """``ingest_paths``' ``after_trace`` hook ``hook``, whose work once the ingest has committed
-    (the summary parts of ranks too big to copy, the run's ``analyze`` document) is left to
-    ``analyze`` where DuckDB runs out of memory there: the runs are stored and whole by then,
-    and whatever summary is not stored is computed when the run is read. ``failed``: (run id,
-    the error's first line) of each run it was left for, for the command's note."""
-
-    def __init__(self, hook: Callable[[Any, Any], Callable[[Any], int] | None]) -> None:
-        self.hook = hook
-        self.failed: list[tuple[str, str]] = []
-
-    def __call__(self, con: Any, result: Any) -> Callable[[Any], int] | None:
-        later = self.hook(con, result)
-        if later is None:
-            return None
-        run_id = str(result.run_id)
-
-        def after(after_con: Any) -> int:
-            import duckdb
-
-            try:
-                return later(after_con)
-            except duckdb.OutOfMemoryException as e:
-                self.failed.append((run_id, (str(e).splitlines() or [""])[0]))
-                return 0
-
-        return after
-
-    def rank_sink(self, run_id: str, jobs: int) -> Any:
-        """``hook``'s sink for a run of several rank files (its parts computed while the next
-        ranks parse: ``ingest.rank_rows.RankSinks``), None where it has none."""
-        sink = getattr(self.hook, "rank_sink", None)
-        return sink(run_id, jobs) if sink is not None else None
-
-
 def summary_options(args: argparse.Namespace) -> dict[str, Any]:
     """``ingest_paths`` options of the distributed-run flags: the job, and each trace run's rank
     summaries computed inside the ingest's transaction (gpuscope.analysis.rank_summary), and the
     run's ``analyze --json`` document once it has committed (``analyze`` follows an ingest),
     through :class:`SummaryLater` (``args.summary_later``)."""
-    from gpuscope.analysis.rank_summary import store_after_ingest_with_document
+    from gpuscope.analysis.rank_summary import SummaryLater, store_after_ingest_with_document
 
     args.summary_later = SummaryLater(store_after_ingest_with_document)
     return {"job": getattr(args, "job", None), "after_trace": args.summary_later}

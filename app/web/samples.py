@@ -77,11 +77,12 @@ def load_samples(
         return []
     loaded: list[RunResult] = []
     for path in sample_runs(root):
+        later = run_views.SummaryLater(run_views.store_after_ingest)
         try:
-            loaded += ingest_paths(
-                con, [path], tags=[SAMPLE_TAG], after_trace=run_views.store_after_ingest
-            )
+            loaded += ingest_paths(con, [path], tags=[SAMPLE_TAG], after_trace=later)
             log(f"loaded sample run {path.name}")
         except GpuscopeError as e:
             log(f"skipped sample {path.name}: {e}")
+        for run_id, why in later.failed:
+            log(f"sample run {run_id} is stored, but its summary could not be computed ({why})")
     return loaded

@@ -143,6 +143,7 @@ def ingest_uploads(
     tmp_root: str | None = None,
     untraced_step_ms: float | None = None,
     uploaded_by: str | None = None,
+    summary: run_views.SummaryLater | None = None,
 ) -> list[RunResult]:
     """Store uploaded traces; raise IngestError (one line, nothing stored) on any bad file.
 
@@ -150,6 +151,9 @@ def ingest_uploads(
     ``untraced_step_ms``: the step time measured without the profiler, stored with the run(s) as
     ``gpuscope.capture`` would have (``gpuscope ingest --untraced-step-ms``).
     ``uploaded_by``: the signed-in user (``runs.uploaded_by``); None without sign-in.
+    ``summary``: the hook that computes each rank's summary (default: a new
+    ``SummaryLater(store_after_ingest)``); a huge rank's, computed once the upload has committed,
+    is left to its page where DuckDB runs out of memory there (``summary.failed`` says which).
     """
     snaps = [f for f in files if f.name.lower().endswith(SNAPSHOT_SUFFIXES)]
     files = [f for f in files if f not in snaps]
@@ -218,7 +222,8 @@ def ingest_uploads(
                 progress=on_bytes,
                 metadata=meta,
                 uploaded_by=uploaded_by,
-                after_trace=run_views.store_after_ingest,  # each rank's summary (a huge rank's: after it)
+                # each rank's summary (a huge rank's: after the commit)
+                after_trace=summary or run_views.SummaryLater(run_views.store_after_ingest),
             )
         except (
             IngestError,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pandas as pd
 import streamlit as st
+from gpuscope.analysis import run_views
 from gpuscope.analysis.run_views import RunSummary
 from gpuscope.store import Connection
 from gpuscope.vocabulary.errors import GpuscopeError
@@ -111,6 +112,7 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
         def show(frac: float, text: str) -> None:
             bar.progress(min(max(frac, 0.0), 1.0), text=text)
 
+        later = run_views.SummaryLater(run_views.store_after_ingest)
         try:
             with db.writing() as cur:
                 results = ingest_uploads(
@@ -122,6 +124,7 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
                     progress=show,
                     untraced_step_ms=untraced or None,
                     uploaded_by=auth.uploader(),
+                    summary=later,
                 )
                 # as after `gpuscope ingest`: expired snapshots and unneeded files go
                 upkeep = (
@@ -145,7 +148,13 @@ with st.expander("Upload traces", icon=":material/upload:", expanded=only_sample
             ]
             if upkeep:  # the runs are stored; the next upload or ingest maintains again
                 msgs.append(f"(Note: {ui.md(upkeep)}.)")
-            ui.flash("success" if new else "info", " ".join(msgs))
+            msgs += [  # stored and whole: its page computes the summary from its events
+                f"Run {ui.md_code(run_id)}'s summary could not be computed after the upload "
+                f"({ui.md(why)}): its page computes it when it opens."
+                for run_id, why in later.failed
+            ]
+            kind = "warning" if later.failed else "success" if new else "info"
+            ui.flash(kind, " ".join(msgs))
             if len(results) == 1:
                 st.switch_page("screens/run.py", query_params={"run": results[0].run_id})
             st.rerun()
