@@ -99,6 +99,19 @@ def _plain(cls: type) -> bool:
     return dataclasses.is_dataclass(cls) and cls.__dictoffset__ != 0 and _by_default(cls)
 
 
+@functools.cache
+def _uncompared(cls: type) -> frozenset[str]:
+    """The fields of a dataclass that its equality leaves out (``field(compare=False)``): a cache
+    the object fills as it is read (``critical_path.Graph.memo``), not what it holds."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if not f.compare)
+
+
+def _state(obj: object) -> dict[str, object]:
+    """What a dataclass instance (:func:`_plain`) holds: its ``__dict__`` but :func:`_uncompared`."""
+    skip = _uncompared(type(obj))
+    return {k: v for k, v in vars(obj).items() if k not in skip} if skip else vars(obj)
+
+
 def _columns(values: list, within: frozenset[type] = frozenset()) -> object:
     """A long list as :func:`_digest` pickles it: the type of each item, then the items of each
     type together, in columns: atoms as they are; lists as their lengths and their items one
@@ -137,7 +150,7 @@ def _columns_of(kind: type, values: list, within: frozenset[type]) -> object:
             columns = [_columns(list(c), within) for c in zip(*values, strict=True)]
             return ("tuples", width, columns)
     if _plain(kind) and kind not in within:
-        states = list(map(vars, values))
+        states = list(map(_state, values))
         keys = list(map(tuple, states))
         names = keys[0]
         if keys.count(names) == len(keys):
@@ -170,7 +183,7 @@ class _Canonical(pickle.Pickler):
         if isinstance(obj, pd.Series):
             return tuple, ((obj.name, str(obj.dtype), obj.index.to_numpy(), obj.to_numpy()),)
         if _plain(type(obj)):
-            state = {k: _canonical(v) for k, v in vars(obj).items()}
+            state = {k: _canonical(v) for k, v in _state(obj).items()}
             return copyreg.__newobj__, (type(obj),), state  # type: ignore[attr-defined]
         return NotImplemented
 
