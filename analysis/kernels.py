@@ -150,10 +150,21 @@ def launched(
 ) -> Launched:
     """GPU activity in ``[start_ns, end_ns)`` (docs/metrics.md "Event classes": zero-length
     events are not activity) of ``device`` (None: every device of the rank) with their launches;
-    kept by the rank's index per window and device."""
+    kept by the rank's index per window and device. A rank whose GPU activity is all on
+    ``device`` keeps one copy for ``device`` and None (the filter selects every row): a 10 GB
+    rank's 2.2 M kernels, read by the FLOPs (every device) and the kernel table and roofline
+    (the primary device), are held once."""
     ix = RankIndex.shared(con, run_id, rank)
+    if device is not None and ix.memo(("devices",), lambda: _devices(ix)) == (device,):
+        device = None
     key = ("launched", int(start_ns), int(end_ns), device)
     return ix.memo(key, lambda: _launched(ix, start_ns, end_ns, device), keep=4, large=True)
+
+
+def _devices(ix: RankIndex) -> tuple[int | None, ...]:
+    """The devices of the rank's GPU activity, ascending (None last: activity without one)."""
+    rows = execute(ix.con, f"SELECT DISTINCT dev FROM {ix.gpu()} ORDER BY dev").fetchall()
+    return tuple(None if r[0] is None else int(r[0]) for r in rows)
 
 
 def _launched(ix: RankIndex, start_ns: int, end_ns: int, device: int | None) -> Launched:

@@ -62,14 +62,20 @@ from gpuscope.analysis.kernels import KernelBreakdown
 from gpuscope.analysis.memory import MemoryResult, memory_analysis
 from gpuscope.analysis.modules import ModulesResult, module_analysis
 from gpuscope.analysis.peaks import Peak
-from gpuscope.analysis.phase_patterns import phase_patterns
+from gpuscope.analysis.phase_patterns import PhasePatterns, phase_patterns
 from gpuscope.analysis.profiler_cost import (
     ProfilerCost,
     meta_number,
     own_busy_ms_per_step,
     profiler_cost,
 )
-from gpuscope.analysis.rank_index import RankIndex, close_shared, drop_run_names, run_names
+from gpuscope.analysis.rank_index import (
+    RankIndex,
+    close_shared,
+    drop_run_names,
+    forget_values,
+    run_names,
+)
 from gpuscope.analysis.rank_row import RankRow
 from gpuscope.analysis.ranks import Straggler, rank_table
 from gpuscope.analysis.roofline import Roofline, roofline
@@ -88,7 +94,7 @@ from gpuscope.analysis.store_access import (
 from gpuscope.analysis.stored_parts import read as read_parts
 from gpuscope.analysis.tensor_cores import TensorCoreSummary
 from gpuscope.analysis.throughput import Throughput
-from gpuscope.store import read_snapshot
+from gpuscope.store import read_snapshot, release_free_memory
 from gpuscope.vocabulary.causes import DATA_LOADING
 
 if TYPE_CHECKING:
@@ -1392,6 +1398,26 @@ def report_of(a: RunAnalysis, *, with_path: bool | None = None) -> RunReport:
     return a.report(with_path=with_path)
 
 
+#: A rank with more events than this lets its index's large values go (the window's launches
+#: and top-level spans, ``RankIndex.memo(..., large=True)``) before the phase patterns read
+#: theirs: each is computed again if a later analysis asks. The 10.0 GB rank of
+#: docs/benchmarks.md (30.1 M events), ``analyze --json`` from its events: peak RSS 1,081 ->
+#: 972 MiB, the same JSON. The ranks a document copies into memory (up to 1 M events) keep them.
+FORGET_BEFORE_PATTERNS_EVENTS = 1_000_000
+
+
+def _patterns(con: Any, run_id: str, rank: int, window: Window) -> PhasePatterns:
+    """:func:`phase_patterns` of the window, the rank's large values let go first where it has
+    more than :data:`FORGET_BEFORE_PATTERNS_EVENTS` events."""
+    row = con.execute(
+        "SELECT n_events FROM ranks WHERE run_id = ? AND rank = ?", [run_id, rank]
+    ).fetchone()
+    if row is not None and row[0] is not None and int(row[0]) > FORGET_BEFORE_PATTERNS_EVENTS:
+        forget_values(con)
+        release_free_memory()
+    return phase_patterns(con, run_id, rank, window)
+
+
 def _rule_inputs(a: RunAnalysis) -> R.Inputs:
     """The rules' inputs from the analysis."""
     con, run_id, rank, dev_props = a.con, a.run_id, a.rank, a.dev_props
@@ -1446,7 +1472,7 @@ def _rule_inputs(a: RunAnalysis) -> R.Inputs:
             if pageable is not None
             else 0.0
         ),
-        phase=phase_patterns(con, run_id, rank, a.window),
+        phase=_patterns(con, run_id, rank, a.window),
     )
     inputs.allreduce_bytes_per_step, inputs.allreduce_ns_per_step = allreduce_per_step(
         a.match, rank, a.window.n_steps

@@ -681,3 +681,32 @@ def test_fetched_rows_are_put_in_launch_order_whatever_order_they_came_in(
     want = sorted(given_rows)
     got = zip(out["lrow"].tolist(), out["rid"].tolist(), out["in_ns"].tolist(), strict=True)
     assert list(got) == want
+
+
+def test_a_rank_on_one_device_holds_its_launches_once(tmp_path: Path) -> None:
+    """The launches of a rank whose GPU work is all on one device are the same rows with the
+    device's filter and without it: held once, for both (the FLOPs read every device, the kernel
+    table and the roofline the primary one). A rank on two devices keeps each device's own."""
+    from gpuscope.analysis.rank_index import RankIndex
+    from gpuscope.store import connect
+
+    def rank(devices: tuple[int, ...], name: str) -> Path:
+        tb = TraceBuilder()
+        for i, d in enumerate(devices):
+            tb.launch((NVJET_BF16, GELU)[i % 2], 10.0 * i, 500.0 + 10 * i, 5.0, device=d)
+        return tb.write(tmp_path / name)
+
+    with connect(":memory:") as con:
+        one = ingest_paths(con, [rank((0, 0, 0), "one.json")])[0].run_id
+        two = ingest_paths(con, [rank((0, 1, 0, 1), "two.json")])[0].run_id
+        every = K.launched(con, one, 0, 0, 10_000_000)
+        assert K.launched(con, one, 0, 0, 10_000_000, device=0) is every
+        assert len(every) == 3
+        assert len(K.launched(con, one, 0, 0, 10_000_000, device=1)) == 0  # not its device
+        both = K.launched(con, two, 0, 0, 10_000_000)
+        ix = RankIndex.shared(con, two, 0)
+        for d in (0, 1):
+            mine = K.launched(con, two, 0, 0, 10_000_000, device=d)
+            assert mine is not both and len(mine) == 2
+            assert mine.launch_ns.tolist() == K._launched(ix, 0, 10_000_000, d).launch_ns.tolist()
+        assert len(both) == 4
