@@ -1,4 +1,4 @@
-"""The guard of ``kept_analyses`` (tests/conftest.py): a face handed a kept analysis must leave it
+"""The guard of ``kept_analyses`` (tests/conftest.py, its digest in tests/analysis_digest.py): a face handed a kept analysis must leave it
 as it was. Its digest sees any change of what the analysis holds, and not a cache the analysis
 fills as it is read (a field its equality leaves out: ``critical_path.Graph.memo``, where the
 fixes' re-timings keep their node masks)."""
@@ -6,7 +6,7 @@ fixes' re-timings keep their node masks)."""
 from __future__ import annotations
 
 import numpy as np
-from conftest import _digest_of
+from analysis_digest import _digest_of
 from gpuscope.analysis.critical_path import Graph, Node
 
 
