@@ -457,6 +457,31 @@ def _group_keys(
     return list(ids), gkey
 
 
+def _kernels_per_key(
+    key: np.ndarray, name_id: np.ndarray, ns: np.ndarray, n_keys: int
+) -> list[dict[int, float]]:
+    """Per roofline row (``key``, 0 .. ``n_keys`` − 1, one per kernel): its kernels' name ids and
+    their summed GPU time (ns, float), name ids ascending. One integer per (row, name) pair,
+    ``row · span + name_id − lowest``, sorted once: ``np.unique`` of the stacked pairs
+    (``axis=0``) sorts them as records, 7× the CPU at 2.2 M kernels (3.8 s against 0.5 s)."""
+    out: list[dict[int, float]] = [{} for _ in range(n_keys)]
+    if not len(key):
+        return out
+    nid = np.asarray(name_id, dtype=np.int64)
+    lo = int(nid.min())
+    span = int(nid.max()) - lo + 1
+    codes, pair_of = np.unique(
+        np.asarray(key, dtype=np.int64) * span + (nid - lo), return_inverse=True
+    )
+    pair_ns = np.bincount(
+        pair_of.ravel(), weights=np.asarray(ns, dtype=np.float64), minlength=len(codes)
+    )
+    for code, t in zip(codes.tolist(), pair_ns.tolist(), strict=True):
+        g, n = divmod(code, span)
+        out[g][n + lo] = float(t)
+    return out
+
+
 def _foreach_list_bytes(con: Connection, run_id: str, rank: int, ops: Any) -> dict[int, int]:
     """Row of ``ops`` -> bytes of one of its TensorLists, for ``_foreach_*`` ops: an out-of-place
     one (``_foreach_sqrt``) allocates its output list, so the allocator's bytes inside it are the
@@ -780,19 +805,7 @@ def roofline(
     key_calls = np.bincount(gkey, minlength=n_keys)
     # each group's kernels (name ids) and their time in it: what ran decides the compute roof
     # (TF32, FFT); the time tells which kernels run memory-bound fp32 matmuls
-    pairs, pair_of = np.unique(
-        np.stack([gkey[inv], np.asarray(lx.name_id[kj[on]], dtype=np.int64)], axis=1),
-        axis=0,
-        return_inverse=True,
-    )
-    pair_ns = np.bincount(
-        pair_of.ravel(),
-        weights=np.asarray(lx.in_ns[kj[on]], dtype=np.float64),
-        minlength=len(pairs),
-    )
-    key_kernels: list[dict[int, float]] = [{} for _ in range(n_keys)]
-    for (g, nid), ns in zip(pairs.tolist(), pair_ns.tolist(), strict=True):
-        key_kernels[g][int(nid)] = float(ns)
+    key_kernels = _kernels_per_key(gkey[inv], lx.name_id[kj[on]], lx.in_ns[kj[on]], n_keys)
     for g in np.argsort(first_of, kind="stable").tolist():
         groups[keys[g]] = {
             "ns": int(key_ns[g]),

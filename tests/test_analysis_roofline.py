@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from gpuscope.analysis import peaks as P
 from gpuscope.analysis.report import analyze_run
-from gpuscope.analysis.roofline import foreach_model, op_model
+from gpuscope.analysis.roofline import _kernels_per_key, foreach_model, op_model
 from gpuscope.ingest.loader import ingest_paths
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tracegen import H100, TraceBuilder
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces" / "memory"
@@ -275,3 +278,26 @@ def test_the_real_cuda_graph_run(con) -> None:
     note = next(n for n in j["notes"] if "CUDA graph" in n)
     assert "ran in 2.00 CUDA graph replay(s) per step" in note
     assert any(u["op"].startswith("(CUDA graph replay) ") for u in j["unmodelled_top"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 6), st.integers(-3, 40), st.integers(0, 10**9)),
+        max_size=60,
+    ),
+    st.integers(0, 3),
+)
+def test_kernels_per_key_is_a_sum_per_pair(rows: list[tuple[int, int, int]], extra: int) -> None:
+    """Each row's kernels and their summed time, name ids ascending, against a dict of pairs (name
+    ids below 0 included: the key shifts them)."""
+    n_keys = (max((k for k, _, _ in rows), default=-1) + 1) + extra
+    key = np.array([k for k, _, _ in rows], dtype=np.int64)
+    nid = np.array([n for _, n, _ in rows], dtype=np.int32)
+    ns = np.array([t for _, _, t in rows], dtype=np.int64)
+    want: list[dict[int, float]] = [{} for _ in range(n_keys)]
+    for k, n, t in sorted(rows, key=lambda r: (r[0], r[1])):
+        want[k][n] = want[k].get(n, 0.0) + float(t)
+    got = _kernels_per_key(key, nid, ns, n_keys)
+    assert got == want
+    assert [list(d) for d in got] == [list(d) for d in want]  # the same order
