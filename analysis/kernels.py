@@ -130,13 +130,15 @@ class Launched:
         return len(self.in_ns)
 
     def threads(self) -> list[tuple[int, int]]:
-        """The (pid, tid) pairs that launched GPU work."""
+        """The (pid, tid) pairs that launched GPU work, ascending."""
         if not self.has_launch.any():
             return []
-        pt = pd.DataFrame(
-            {"p": self.pid[self.has_launch], "t": self.tid[self.has_launch]}
-        ).drop_duplicates()
-        return sorted((int(p), int(t)) for p, t in zip(pt["p"], pt["t"], strict=True))
+        pid, tid = self.pid[self.has_launch], self.tid[self.has_launch]
+        return [
+            (int(p), int(t))
+            for p in np.unique(pid).tolist()
+            for t in np.unique(tid[pid == p]).tolist()
+        ]
 
 
 def launched(
@@ -602,6 +604,58 @@ def kernel_breakdown(
     return deepcopy(ix.memo(key, compute, keep=MEMO_KEEP))
 
 
+@dataclass(frozen=True)
+class Pairs:
+    """Each (a, b) pair of two integer arrays as one int64, ordered as the pairs are:
+    ``code = (a − a_lo) · span + (b − b_lo)``."""
+
+    code: np.ndarray
+    a_lo: int
+    b_lo: int
+    span: int
+
+    @classmethod
+    def of(cls, a: np.ndarray, b: np.ndarray) -> Pairs:
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        if not len(a):
+            return cls(a, 0, 0, 1)
+        a_lo, b_lo = int(a.min()), int(b.min())
+        span = int(b.max()) - b_lo + 1
+        return cls((a - a_lo) * span + (b - b_lo), a_lo, b_lo, span)
+
+    def split(self, codes: np.ndarray) -> tuple[list[int], list[int]]:
+        """The (a, b) values of ``codes``, as two lists."""
+        return (codes // self.span + self.a_lo).tolist(), (codes % self.span + self.b_lo).tolist()
+
+
+def group_stats(
+    key: np.ndarray, values: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct ``key``, in the order of its first row: the key, its rows, and the sum, min
+    and max of ``values`` over them (int64, exact). What pandas' ``groupby(key, sort=False)``
+    gives, from one stable sort of the keys (the 10 GB rank's 2.2 M kernels: pandas' two
+    groupbys held their factorizations and copies beside the launches)."""
+    key, values = np.asarray(key), np.asarray(values)
+    if not len(key):
+        empty = np.zeros(0, dtype=np.int64)
+        return key[:0], empty, values[:0], values[:0], values[:0]
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    starts = np.flatnonzero(np.concatenate(([True], sk[1:] != sk[:-1])))
+    sv = values[order]
+    rows = np.diff(np.append(starts, len(sk)))
+    by_first = np.argsort(
+        order[starts], kind="stable"
+    )  # a stable sort: order[start] is the first row
+    return (
+        sk[starts][by_first],
+        rows[by_first],
+        np.add.reduceat(sv, starts)[by_first],
+        np.minimum.reduceat(sv, starts)[by_first],
+        np.maximum.reduceat(sv, starts)[by_first],
+    )
+
+
 def _kernel_breakdown(
     con: Connection,
     run_id: str,
@@ -615,31 +669,44 @@ def _kernel_breakdown(
     """:func:`kernel_breakdown` computed."""
     lx = launched(con, run_id, rank, start_ns, end_ns, device=device)
     region, op_name, op_key = attribute(con, run_id, rank, lx)
-    frame = pd.DataFrame({"name_id": lx.name_id, "copy": lx.copy, "ns": lx.in_ns})
-    per_name = frame.groupby(["name_id", "copy"], sort=False)["ns"].agg(
-        ["count", "sum", "min", "max"]
+    ns = np.asarray(lx.in_ns, dtype=np.int64)
+    by_name = Pairs.of(lx.name_id, lx.copy)
+    codes, n_of, sum_of, min_of, max_of = group_stats(by_name.code, ns)
+    per_name = list(
+        zip(
+            zip(*by_name.split(codes), strict=True),
+            zip(n_of.tolist(), sum_of.tolist(), min_of.tolist(), max_of.tolist(), strict=True),
+            strict=True,
+        )
     )
-    ops = (
-        pd.DataFrame({"op": op_name, "key": op_key, "ns": lx.in_ns})
-        .groupby("op", sort=False)
-        .agg(kernels=("ns", "size"), ns=("ns", "sum"), count=("key", "nunique"))
-    )
+    # per launching op name: its kernels, their time, and its distinct instances (op keys)
+    op_ids, op_kernels, op_ns, _, _ = group_stats(op_name, ns)
+    instances = Pairs.of(op_name, op_key)
+    op_of_instance = np.unique(instances.code) // instances.span + instances.a_lo
+    op_u, op_n = np.unique(op_of_instance, return_counts=True)
+    n_instances = dict(zip(op_u.tolist(), op_n.tolist(), strict=True))
+    ops = [
+        (op, n, tot, n_instances[op])
+        for op, n, tot in zip(op_ids.tolist(), op_kernels.tolist(), op_ns.tolist(), strict=True)
+    ]
     region_ns = (
         np.bincount(region, weights=lx.in_ns, minlength=len(REGIONS))
         if len(lx)
         else np.zeros(len(REGIONS))
     )
     names = name_lookup(
-        con, run_id, {int(i) for i, _ in per_name.index} | {int(i) for i in ops.index if i >= 0}
+        con,
+        run_id,
+        {nid for (nid, _), _ in per_name} | {o[0] for o in ops if o[0] >= 0},
     )
 
     by_category = dict.fromkeys(CATEGORIES, 0.0)
     total_ns = 0
     n_kernels = 0
     merged: dict[tuple[str, str], list[float]] = {}
-    for (name_id, copy), (n, tot, mn, mx) in per_name.iterrows():
-        name = names.get(int(name_id), f"<name {name_id}>")
-        kc = classify(name, MEMCPY_CATS[0] if copy else KERNEL_CATS[0])
+    for (nid, is_copy), (n, tot, mn, mx) in per_name:
+        name = names.get(nid, f"<name {nid}>")
+        kc = classify(name, MEMCPY_CATS[0] if is_copy else KERNEL_CATS[0])
         by_category[kc.category] += tot / 1e3
         total_ns += tot
         n_kernels += n
@@ -674,12 +741,12 @@ def _kernel_breakdown(
     by_region = {r: float(region_ns[i]) / 1e3 for i, r in enumerate(REGIONS)}
     orows = [
         OpRow(
-            op=names.get(int(i), f"<name {i}>") if i >= 0 else "(no cpu op)",
-            count=int(r["count"]),
-            kernels=int(r["kernels"]),
-            kernel_us=float(r["ns"]) / 1e3,
+            op=names.get(i, f"<name {i}>") if i >= 0 else "(no cpu op)",
+            count=count,
+            kernels=n,
+            kernel_us=float(tot) / 1e3,
         )
-        for i, r in ops.iterrows()
+        for i, n, tot, count in ops
     ]
     orows.sort(key=lambda o: (-o.kernel_us, o.op))
     notes = []

@@ -710,3 +710,64 @@ def test_a_rank_on_one_device_holds_its_launches_once(tmp_path: Path) -> None:
             assert mine is not both and len(mine) == 2
             assert mine.launch_ns.tolist() == K._launched(ix, 0, 10_000_000, d).launch_ns.tolist()
         assert len(both) == 4
+
+
+_INTS = st.integers(-(2**40), 2**40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 5), _INTS), max_size=50))
+def test_group_stats_is_pandas_groupby_in_first_row_order(rows: list[tuple[int, int]]) -> None:
+    """group_stats against pandas' ``groupby(sort=False)`` (count, sum, min, max): the same
+    groups in the same order, exact integer sums."""
+    import pandas as pd
+
+    key = np.array([k for k, _ in rows], dtype=np.int64)
+    values = np.array([v for _, v in rows], dtype=np.int64)
+    got = K.group_stats(key, values)
+    want = (
+        pd.DataFrame({"k": key, "v": values})
+        .groupby("k", sort=False)["v"]
+        .agg(["count", "sum", "min", "max"])
+    )
+    assert [a.tolist() for a in got] == [
+        want.index.tolist(),
+        want["count"].tolist(),
+        want["sum"].tolist(),
+        want["min"].tolist(),
+        want["max"].tolist(),
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-5, 9), st.integers(-(2**20), 2**20)), max_size=40))
+def test_pairs_order_as_the_pairs_and_split_back(rows: list[tuple[int, int]]) -> None:
+    """One integer per pair: equal pairs equal codes, codes ordered as the pairs, split back."""
+    a = np.array([x for x, _ in rows], dtype=np.int64)
+    b = np.array([y for _, y in rows], dtype=np.int64)
+    p = K.Pairs.of(a, b)
+    assert sorted(range(len(rows)), key=lambda i: (p.code[i], i)) == sorted(
+        range(len(rows)), key=lambda i: (rows[i], i)
+    )
+    assert list(zip(*p.split(p.code), strict=True)) == rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 2**40), st.booleans()), min_size=1, max_size=30
+    )
+)
+def test_launching_threads_are_the_distinct_pairs(rows: list[tuple[int, int, bool]]) -> None:
+    """Launched.threads: the distinct (pid, tid) pairs of the rows with a launch, ascending."""
+    n = len(rows)
+    lx = K.Launched(
+        name_id=np.zeros(n, dtype=np.int32),
+        copy=np.zeros(n, dtype=np.int8),
+        in_ns=np.ones(n, dtype=np.int64),
+        pid=np.array([p for p, _, _ in rows], dtype=np.int64),
+        tid=np.array([t for _, t, _ in rows], dtype=np.int64),
+        launch_ns=np.zeros(n, dtype=np.int64),
+        has_launch=np.array([h for _, _, h in rows], dtype=bool),
+    )
+    assert lx.threads() == sorted({(p, t) for p, t, h in rows if h})
