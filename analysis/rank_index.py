@@ -671,14 +671,42 @@ def set_memory_limit_back(con: Connection, own: str) -> None:
         con.execute(f"SET memory_limit = '{up} {m[3]}'")
 
 
+#: DuckDB working memory a rank's analysis needs per event of the rank, bytes: a limit below
+#: ``events × this`` is not tried (:func:`within_working_memory`'s ``run_ids``). Its sorts and
+#: window functions spill, but not every operator: at 128 MB the 10.0 GB rank of
+#: docs/benchmarks.md (30.1 M events) ran out of memory 15 s into its analysis and began it again
+#: at 256 MB; its 6.7 GB cut (20.2 M) and 4.0 GB cut (12.0 M) ran whole at 128 MB.
+WORKING_BYTES_PER_EVENT = 6
+
+
+def largest_rank_events(con: Connection, run_ids: Sequence[str]) -> int:
+    """The most events of one rank among ``run_ids``' ranks (0: none stored)."""
+    if not run_ids:
+        return 0
+    row = con.execute(
+        "SELECT max(n_events) FROM ranks WHERE list_contains(?, run_id)", [list(run_ids)]
+    ).fetchone()
+    return int(row[0]) if row is not None and row[0] is not None else 0
+
+
 def within_working_memory(
-    con: Connection, compute: Callable[[], T], limits: Sequence[str] | None = None
+    con: Connection,
+    compute: Callable[[], T],
+    limits: Sequence[str] | None = None,
+    *,
+    run_ids: Sequence[str] = (),
 ) -> T:
     """``compute()`` with DuckDB's memory limit at each of ``limits`` in turn (default
     :data:`WORKING_MEMORY_LIMITS`; where one is not below the connection's own limit, the own
-    is tried instead of it and those after), the connection's own limit set back after. On running out of memory at a limit, the shared indexes of ``con``
-    are closed (their tables are made again at the next); at the last, the error propagates."""
+    is tried instead of it and those after), the connection's own limit set back after. On
+    running out of memory at a limit, the shared indexes of ``con`` are closed (their tables are
+    made again at the next); at the last, the error propagates. ``run_ids``: the runs that
+    ``compute`` analyses; a limit below their largest rank's events ×
+    :data:`WORKING_BYTES_PER_EVENT` is not tried (the last always is)."""
     limits = WORKING_MEMORY_LIMITS if limits is None else limits
+    need = largest_rank_events(con, run_ids) * WORKING_BYTES_PER_EVENT
+    if need:
+        limits = [lim for lim in limits[:-1] if (limit_bytes(lim) or 0) >= need] + [limits[-1]]
     row = con.execute("SELECT current_setting('memory_limit')").fetchone()
     own = str(row[0]) if row else None
     own_bytes = limit_bytes(own) if own is not None else None

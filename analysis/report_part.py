@@ -187,14 +187,15 @@ def _texts(seen: dict[int, RunReport], made: tuple[RunReport, JobDiagnosis]) -> 
     return out
 
 
-def _under_limits(con: Any, compute: Callable[[], T]) -> T:
-    """``compute()`` under DuckDB memory limits :data:`MEMORY_LIMITS` in turn
-    (:func:`~gpuscope.analysis.rank_index.within_working_memory`: out of memory at one, the
-    rank's working tables are closed and made again at the next; at the last it propagates),
+def _under_limits(con: Any, run_id: str, compute: Callable[[], T]) -> T:
+    """``compute()`` (an analysis of ``run_id``) under DuckDB memory limits
+    :data:`MEMORY_LIMITS` in turn (:func:`~gpuscope.analysis.rank_index.within_working_memory`:
+    out of memory at one, the rank's working tables are closed and made again at the next; at
+    the last it propagates; a limit too small for the run's largest rank is not tried),
     ``con``'s own limit set back after."""
     from gpuscope.analysis.rank_index import within_working_memory
 
-    return within_working_memory(con, compute, MEMORY_LIMITS)
+    return within_working_memory(con, compute, MEMORY_LIMITS, run_ids=[run_id])
 
 
 #: The most events, together, of the ranks a document reads for it to be computed on an
@@ -264,9 +265,9 @@ def _seen_and(
         return analyze(on, run_id, seen=seen)
 
     if not unchanged:
-        return seen, _under_limits(on, compute)
+        return seen, _under_limits(on, run_id, compute)
     with unchanging(on):
-        return seen, _under_limits(on, compute)
+        return seen, _under_limits(on, run_id, compute)
 
 
 def _ranks_named(reports: list[RunReport], job: JobDiagnosis) -> set[int]:

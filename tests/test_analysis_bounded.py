@@ -251,6 +251,32 @@ def test_within_working_memory_tries_the_next_limit(con) -> None:
     assert _limit(con) == 512
 
 
+def test_within_working_memory_skips_a_limit_too_small_for_the_largest_rank(
+    con, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run_ids``: a limit below the largest rank's events × WORKING_BYTES_PER_EVENT is not
+    tried (the last always is); an unknown run or none given changes nothing."""
+    from gpuscope.analysis import rank_index
+
+    rid = ingest_paths(con, [GPT_MEM])[0].run_id
+    (n,) = con.execute("SELECT max(n_events) FROM ranks WHERE run_id = ?", [rid]).fetchone()
+    assert rank_index.largest_rank_events(con, [rid, "nosuchrun"]) == n > 0
+    first = _mb(WORKING_MEMORY_LIMITS[0])
+    per_event = -(-(first * 10**6 + 1) // n)  # the first limit just too small for the rank
+    monkeypatch.setattr(rank_index, "WORKING_BYTES_PER_EVENT", per_event)
+    assert within_working_memory(con, lambda: _limit(con), run_ids=[rid]) == _mb(
+        WORKING_MEMORY_LIMITS[1]
+    )
+    assert within_working_memory(con, lambda: _limit(con), run_ids=["nosuchrun"]) == first
+    assert within_working_memory(con, lambda: _limit(con)) == first
+    monkeypatch.setattr(rank_index, "WORKING_BYTES_PER_EVENT", per_event - 1)  # it fits again
+    assert within_working_memory(con, lambda: _limit(con), run_ids=[rid]) == first
+    monkeypatch.setattr(rank_index, "WORKING_BYTES_PER_EVENT", 10**9)  # none fits: the last
+    assert within_working_memory(con, lambda: _limit(con), run_ids=[rid]) == _mb(
+        WORKING_MEMORY_LIMITS[-1]
+    )
+
+
 def test_limit_bytes() -> None:
     assert limit_bytes("256MB") == 256 * 10**6
     assert limit_bytes("18.6 GiB") == int(18.6 * 2**30)
@@ -295,6 +321,15 @@ def test_cli_analyze_runs_under_the_working_limit(
     assert r.returncode == 0, r.stderr
     assert seen == [_mb(WORKING_MEMORY_LIMITS[0])]
     assert json.loads(r.stdout)["roofline"]["n_ops"] > 10
+    # a rank too big for the first limit: the analysis starts at the next, the same JSON
+    from gpuscope.analysis import rank_index
+
+    monkeypatch.setattr(rank_index, "WORKING_BYTES_PER_EVENT", 10**4)
+    seen.clear()
+    big = cli_in_process("analyze", "m", "--json", "--peak-tflops", "500", "--db", db)
+    assert big.returncode == 0, big.stderr
+    assert seen == [_mb(WORKING_MEMORY_LIMITS[1])]
+    assert big.stdout == r.stdout
 
 
 @pytest.mark.parametrize(

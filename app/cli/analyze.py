@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
             # the job's verdict: built once, from every rank (the pace-setter's analysis too);
             # the ranks' working tables spill beyond DuckDB's working limit
             report, job = within_working_memory(
-                con, lambda: report_part.analyze(con, run_id, **kwargs)
+                con, lambda: report_part.analyze(con, run_id, **kwargs), run_ids=[run_id]
             )
         except ValueError as e:
             return fail(str(e))

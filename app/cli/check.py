@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
                     mfu=args.min_mfu_pct is not None,
                     **analysis_kwargs(args),
                 ),
+                run_ids=[run_id],
             )
             job_step_ms = (
                 job_step_time(con, run_id).p50_ms if args.max_step_ms is not None else None
@@ -205,6 +206,7 @@ def run_gate(args: argparse.Namespace) -> int:
                     analyze_run(con, run_id, all_ranks=False, **kw),
                     analyze_run(con, base_id, all_ranks=False, **{**kw, "untraced_step_ms": None}),
                 ),
+                run_ids=[run_id, base_id],
             )
             job_step_ms = (
                 job_step_time(con, run_id).p50_ms if args.max_step_ms is not None else None

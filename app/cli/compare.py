@@ -45,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
                 kw = analysis_kwargs(args)
                 kw["untraced_step_ms"] = tuple(args.untraced_step_ms or (None, None))
                 # both runs' working tables spill beyond DuckDB's working limit
-                cmp = within_working_memory(con, lambda: compare_runs(con, a, b, **kw))
+                cmp = within_working_memory(
+                    con, lambda: compare_runs(con, a, b, **kw), run_ids=[a, b]
+                )
         except ValueError as e:
             return fail(str(e))
     finally:
