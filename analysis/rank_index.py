@@ -576,17 +576,19 @@ def forget_shared(con: Connection) -> None:
             ix._large.clear()
 
 
-def forget_values(con: Connection) -> None:
+def forget_values(con: Connection, kinds: Sequence[str] | None = None) -> None:
     """Let the shared indexes of ``con`` forget their large Python values (:meth:`RankIndex.memo`
     with ``large``: a 1 GB rank's top-level spans and launches are ~20 MB), keeping their tables
-    and other values; a value is computed again when next asked for."""
+    and other values; a value is computed again when next asked for. ``kinds``: only the values
+    whose key starts with one of these (None: every large value)."""
     with _SHARED_LOCK:
         indexes = list((_SHARED.get(con) or {}).values())
     for ix in indexes:
         with ix._lock:
-            for key in ix._large:
+            gone = [k for k in ix._large if kinds is None or k[0] in kinds]
+            for key in gone:
                 ix._memo.pop(key, None)
-            ix._large.clear()
+                ix._large.discard(key)
 
 
 @contextmanager

@@ -1092,6 +1092,7 @@ class RunAnalysis:
         """Kernels against the roofline (``details``, with GPU activity)."""
         if not self.details or self.evidence:
             return None
+        self._let_go(("toplevel",))  # read by the kernel table and the FLOPs, not here
         return roofline(
             self.con, self.run_id, self.rank, self.window, self.device, self.dev_props, self.props
         )
@@ -1101,7 +1102,23 @@ class RunAnalysis:
         """GPU time by module (``details`` only)."""
         if not self.details:
             return None
+        self._let_go()  # the launches too: the modules read their own batches
         return module_analysis(self.con, self.run_id, self.rank, self.window, self.device)
+
+    @functools.cached_property
+    def _big(self) -> bool:
+        """Whether the rank has more than :data:`FORGET_BEFORE_PATTERNS_EVENTS` events."""
+        events = _rank_events(self.con, self.run_id, self.rank)
+        return events is not None and events > FORGET_BEFORE_PATTERNS_EVENTS
+
+    def _let_go(self, kinds: Sequence[str] | None = None) -> None:
+        """On a big rank (:attr:`_big`), let the index's large values of ``kinds`` (None: all) go
+        and give the freed pages back before the next stage: held across the roofline and the
+        modules, the 10 GB rank's launches and top-level spans set its peak (docs/benchmarks.md);
+        a later reader computes them again."""
+        if self._big:
+            forget_values(self.con, kinds)
+            release_free_memory()
 
     # -- across ranks (after this rank's own reads) -----------------------------------------------
 
@@ -1406,13 +1423,19 @@ def report_of(a: RunAnalysis, *, with_path: bool | None = None) -> RunReport:
 FORGET_BEFORE_PATTERNS_EVENTS = 1_000_000
 
 
-def _patterns(con: Any, run_id: str, rank: int, window: Window) -> PhasePatterns:
-    """:func:`phase_patterns` of the window, the rank's large values let go first where it has
-    more than :data:`FORGET_BEFORE_PATTERNS_EVENTS` events."""
+def _rank_events(con: Any, run_id: str, rank: int) -> int | None:
+    """The rank's stored event count (None: unknown)."""
     row = con.execute(
         "SELECT n_events FROM ranks WHERE run_id = ? AND rank = ?", [run_id, rank]
     ).fetchone()
-    if row is not None and row[0] is not None and int(row[0]) > FORGET_BEFORE_PATTERNS_EVENTS:
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def _patterns(con: Any, run_id: str, rank: int, window: Window) -> PhasePatterns:
+    """:func:`phase_patterns` of the window, the rank's large values let go first where it has
+    more than :data:`FORGET_BEFORE_PATTERNS_EVENTS` events."""
+    events = _rank_events(con, run_id, rank)
+    if events is not None and events > FORGET_BEFORE_PATTERNS_EVENTS:
         forget_values(con)
         release_free_memory()
     return phase_patterns(con, run_id, rank, window)
