@@ -658,29 +658,41 @@ def test_launched_rows_come_in_the_order_duckdbs_order_by_gives(
         assert np.asarray(getattr(got, c)).tolist() == np.asarray(want[c])[keep].tolist(), c
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
-    st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=1, max_size=40),
+    st.lists(
+        st.tuples(st.integers(0, 5), st.booleans(), st.integers(0, 12)), min_size=1, max_size=40
+    ),
     st.randoms(use_true_random=False),
 )
 def test_fetched_rows_are_put_in_launch_order_whatever_order_they_came_in(
-    rows: list[tuple[int, bool]], rnd
+    rows: list[tuple[int, bool, int]], rnd
 ) -> None:
-    """Rows as a parallel join may hand them over (any order): :func:`K.in_launch_order` puts them
+    """Rows as a parallel join may hand them over (any order): :func:`K.launched_rows` puts them
     by the launch's rowid (none last), then the GPU row's ``rid``, as the sorted list of the
-    same rows is; every column moves with its row."""
-    lrow = [(r if launched else int(K._NO_LAUNCH)) for r, launched in rows]
-    given_rows = [(lr, rid, 10 * rid + 1) for rid, lr in enumerate(lrow)]
+    same rows is; every column moves with its row; a ``rid`` on two rows (its correlation id on
+    two calls) is kept at its first in that order, and the rows are then by ``rid``."""
+    pairs = {(r if launched else int(K._NO_LAUNCH), rid): None for r, launched, rid in rows}
+    # a (launch, GPU row) pair is one row of the join
+    given_rows = [(lr, rid, 1000 * i + 7) for i, (lr, rid) in enumerate(pairs)]
     rnd.shuffle(given_rows)
-    cols = {
+    fetched = {
         "lrow": np.array([r[0] for r in given_rows], dtype=np.int64),
         "rid": np.array([r[1] for r in given_rows], dtype=np.int64),
         "in_ns": np.array([r[2] for r in given_rows], dtype=np.int64),
     }
-    out = K.in_launch_order(cols)
-    want = sorted(given_rows)
-    got = zip(out["lrow"].tolist(), out["rid"].tolist(), out["in_ns"].tolist(), strict=True)
-    assert list(got) == want
+    (out,) = K.launched_rows(fetched, ["in_ns"])
+    assert fetched == {}  # every column let go
+    in_order = sorted(given_rows)
+    rids = [r[1] for r in in_order]
+    if len(set(rids)) == len(rids):
+        want = [r[2] for r in in_order]
+    else:
+        first: dict[int, int] = {}
+        for _lr, rid, ns in in_order:
+            first.setdefault(rid, ns)
+        want = [first[rid] for rid in sorted(first)]
+    assert out.tolist() == want
 
 
 def test_a_rank_on_one_device_holds_its_launches_once(tmp_path: Path) -> None:
@@ -771,3 +783,35 @@ def test_launching_threads_are_the_distinct_pairs(rows: list[tuple[int, int, boo
         has_launch=np.array([h for _, _, h in rows], dtype=bool),
     )
     assert lx.threads() == sorted({(p, t) for p, t, h in rows if h})
+
+
+def test_streamed_columns_are_what_fetchnumpy_gives() -> None:
+    """A real rank's launches (the DDP sample's rank 1, 2,265) streamed 500 rows at a time: the
+    same columns, types and values, in the same order, as the whole result fetched at once; an
+    empty result keeps its types; a NULL is refused."""
+    from gpuscope.analysis.rank_index import RankIndex
+    from gpuscope.store import connect
+
+    trace = sorted((Path(__file__).resolve().parent.parent / "sample_traces" / "ddp").glob("*1.*"))
+    with connect(":memory:") as con:
+        run_id = ingest_paths(con, trace)[0].run_id
+        ix = RankIndex.shared(con, run_id, 1)
+        launched = K._LAUNCHED_SQL.format(
+            gpu=ix.gpu(), runtime=ix.runtime(), copy_cats="('gpu_memcpy')", device_filter=""
+        )
+        params = {"start": 0, "end": 2**62, "no_launch": int(K._NO_LAUNCH)}
+        sql = f"SELECT * FROM ({launched}) ORDER BY rid, lrow"
+        want = con.execute(sql, params).fetchnumpy()
+        got = K.streamed_columns(con.execute(sql, params), rows=500)
+        assert len(want["rid"]) > 2000
+        assert list(got) == list(want)
+        for name, values in want.items():
+            assert got[name].dtype == np.asarray(values).dtype, name
+            assert np.array_equal(got[name], np.asarray(values)), name
+        empty = K.streamed_columns(
+            con.execute(sql.replace("ORDER BY", "WHERE rid < 0 ORDER BY"), params)
+        )
+        assert {n: a.dtype for n, a in empty.items()} == {n: a.dtype for n, a in got.items()}
+        assert all(len(a) == 0 for a in empty.values())
+        with pytest.raises(ValueError, match="holds NULLs"):
+            K.streamed_columns(con.execute("SELECT CAST(NULL AS BIGINT) AS x"))
