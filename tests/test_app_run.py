@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
-from apptools import app_store, ingest, open_app, texts
+from apptools import app_store, cards, ingest, open_app, texts
 from synth import nvml_series, training_trace
 
 RUN = "screens/run.py"
@@ -68,7 +68,7 @@ def test_run_page_shows_the_sawtooth(before_run: str) -> None:
     )
     caption = next(c for c in texts(at, "caption") if "drag across the plot" in c)
     assert "GPU 0" in caption
-    labels = [m.label for m in at.metric]
+    labels = [m.label for m in cards(at)]
     assert labels[:5] == [  # the job's verdict (one rank: the job is that rank), then its own
         "Job step time",
         "GPU busy",
@@ -76,8 +76,8 @@ def test_run_page_shows_the_sawtooth(before_run: str) -> None:
         "Tensor-core share",
         "Top idle cause",
     ]
-    assert at.metric[0].value.endswith(" ms") and at.metric[1].value.endswith(" %")
-    assert at.metric[4].proto.delta.startswith("Data loading")
+    assert cards(at)[0].value.endswith(" ms") and cards(at)[1].value.endswith(" %")
+    assert cards(at)[4].beside.startswith("Data loading")
     assert "Fixes" in texts(at, "subheader")
     fixes = [c.value for c in at.code]
     assert any("num_workers" in c for c in fixes)  # the data-loading fix, copyable
@@ -269,7 +269,7 @@ def test_a_failing_section_shows_one_plain_line_and_the_rest_of_the_page(
     heads = texts(at, "subheader")
     assert "GPU busy over time" in heads and "Top kernels" in heads and "Fixes" in heads
     assert any(c.value and "num_workers" in c.value for c in at.code)  # the fixes still show
-    assert [m.label for m in at.metric][:2] == ["Job step time", "GPU busy"]
+    assert [m.label for m in cards(at)][:2] == ["Job step time", "GPU busy"]
     assert "secret internals" in caplog.text and "Traceback" in caplog.text
 
 
@@ -431,16 +431,16 @@ def test_many_ranks_show_the_rank_table_and_the_straggler(
         con.close()
     # the job's verdict first (the same whichever rank: the job step, the pace-setter), then the
     # shown rank's own cards
-    job_step = next(m for m in at.metric if m.label == "Job step time")
+    job_step = next(m for m in cards(at) if m.label == "Job step time")
     assert job_step.value == "25.4 ms"
-    assert next(m for m in at.metric if m.label == "Pace-setter").value == "rank 1"
-    busy = [m for m in at.metric if m.label == "GPU busy"][-1]
+    assert next(m for m in cards(at) if m.label == "Pace-setter").value == "rank 1"
+    busy = [m for m in cards(at) if m.label == "GPU busy"][-1]
     assert busy.value == ui.fmt_pct(doc["gpu_busy_pct"])
-    assert busy.proto.delta == f"of it waiting {ui.fmt_pct(doc['gpu_wait_pct'])}"
+    assert busy.beside == f"of it waiting {ui.fmt_pct(doc['gpu_wait_pct'])}"
     assert doc["gpu_wait_pct"] > 50  # 65.7 % of rank 0's window
-    step = next(m for m in at.metric if m.label == "Step time")
+    step = next(m for m in cards(at) if m.label == "Step time")
     assert step.value == ui.fmt_ms(doc["step_time_ms"]["p50"])
-    assert step.proto.delta == (
+    assert step.beside == (
         f"p90 {doc['step_time_ms']['p90']:.1f} · max {ui.fmt_ms(doc['step_time_ms']['max'])}"
     )
     [saw] = [c.proto.spec for c in at.get("plotly_chart") if "busy min" in c.proto.spec]
@@ -467,8 +467,8 @@ def test_the_run_page_opens_on_the_pace_setter_and_says_why(
     assert at.query_params["rank"] in ("1", ["1"])
     said = "Opened on rank 1, the pace-setter: the other ranks wait for it."
     assert said in texts(at, "caption")
-    busy = [m for m in at.metric if m.label == "GPU busy"][-1]  # rank 1's own card: no wait
-    assert busy.proto.delta == "of it waiting 0.0 %", busy.proto.delta
+    busy = [m for m in cards(at) if m.label == "GPU busy"][-1]  # rank 1's own card: no wait
+    assert busy.beside == "of it waiting 0.0 %", busy.beside
     at.run()  # a rerun (the URL now names rank 1): still opened there, still said
     assert at.query_params["rank"] in ("1", ["1"]) and said in texts(at, "caption")
     at = open_app(RUN, {"run": rid, "rank": "0"})
@@ -514,7 +514,7 @@ def test_profiler_cost_and_no_evidence_banners(db: Path, tmp_path: Path) -> None
     assert not at.exception, at.exception
     warnings = texts(at, "warning")
     assert warnings and "GPU" in warnings[0]
-    busy = next(m for m in at.metric if m.label == "GPU busy")
+    busy = next(m for m in cards(at) if m.label == "GPU busy")
     assert busy.value in ("—", "-")
 
 

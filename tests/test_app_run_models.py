@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 
-from apptools import app_store, ingest, open_app, texts
+from apptools import app_store, card_lines, cards, ingest, open_app, texts
 from tracegen import TraceBuilder
 
 RUN = "screens/run.py"
@@ -43,24 +43,26 @@ def test_headline_cards_show_the_page_model(
     (rid,) = ingest(db, four_steps().write(tmp_path / "four.json"))
     at = open_app(RUN, {"run": rid})
     assert not at.exception, at.exception
-    cards = {m.label: m for m in at.metric}
+    shown = {m.label: m for m in cards(at)}
     # the job's verdict (one rank: the job is that rank), then the rank's two other cards
-    assert list(cards)[:5] == [
+    assert list(shown)[:5] == [
         "Job step time",
         "GPU busy",
         "MFU",
         "Tensor-core share",
         "Top idle cause",
     ]
-    step = cards["Job step time"]
-    assert step.value == "1.00 ms" and step.proto.delta == "p90 1.00 · max 1.00 ms"
-    assert "median of 3 step periods" in step.proto.help  # 4 steps: 3 periods between them
-    busy = cards["GPU busy"]
-    assert busy.value == "50.0 %" and "compute 50.0 %" in busy.proto.help
-    assert cards["MFU"].value == "—"  # no FLOPs from a kernel without shapes: no figure
-    assert cards["Tensor-core share"].value == "0.0 %"
-    top = cards["Top idle cause"]
-    assert top.value == "0.30 ms" and top.proto.delta == "Data loading · 30.0 %"
+    step = shown["Job step time"]
+    assert step.value == "1.00 ms" and step.beside == "p90 1.00 · max 1.00 ms"
+    assert "median of 3 step periods" in step.help  # 4 steps: 3 periods between them
+    busy = shown["GPU busy"]
+    assert busy.value == "50.0 %" and "compute 50.0 %" in busy.help
+    assert shown["MFU"].value == "—"  # no FLOPs from a kernel without shapes: no figure
+    assert shown["Tensor-core share"].value == "0.0 %"
+    top = shown["Top idle cause"]
+    assert top.value == "0.30 ms" and top.beside == "Data loading · 30.0 %"
+    # the verdict's first finding, a line under the cards (the same block)
+    assert card_lines(at)[0].startswith("First fix: Load batches in background workers")
 
     # the breakdowns (ms per step): idle 0.30 data loading + 0.20 CPU overhead; 0.50 elementwise
     bars = {}
@@ -89,7 +91,7 @@ def test_headline_cards_show_the_page_model(
     assert any("over the 4 step(s) of the window" in c for c in texts(at, "caption"))
     # the fixes (typed Recommendations): removing the data loading
     # (30 % of the window) bounds dataloader_workers at 30 %, the high end of its range
-    # the fix list's heads (the verdict's "**First fix:**" line above them is the job's), read as
+    # the fix list's heads (the verdict's "First fix:" line above them is the job's), read as
     # shown: Markdown's escapes of "(" and ")" dropped
     heads = [
         str(m.value).replace("\\", "")
@@ -201,9 +203,9 @@ def test_a_host_side_top_idle_cause_is_shown_capped(
     (rid,) = ingest(db, trace.write(tmp_path / "four.json"))
     at = open_app(RUN, {"run": rid}, timeout=120)
     assert not at.exception, at.exception
-    top = [m for m in at.metric if m.label == "Top idle cause"][-1]
+    top = [m for m in cards(at) if m.label == "Top idle cause"][-1]
     assert top.value == "≤ 0.10 ms"
-    assert top.proto.delta == "Data loading · 0.30 ms profiled"
-    assert "at most 0.10 ms without the profiler" in top.proto.help
+    assert top.beside == "Data loading · 0.30 ms profiled"
+    assert "at most 0.10 ms without the profiler" in top.help
     [note] = [str(i.value) for i in at.info if "Without the profiler" in str(i.value)]
     assert "capped at 0.10 ms per step" in note

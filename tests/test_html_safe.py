@@ -232,3 +232,23 @@ def test_heatmap_node_names_are_plotly_text() -> None:
     labels = [str(y) for tr in fig.data for y in (tr.y if tr.y is not None else ())]
     assert labels and all("<" not in y for y in labels)
     assert html.unescape(labels[0]) == f"{HOSTILE[1]} · rank 0"
+
+
+def test_headline_cards_show_every_text_as_text() -> None:
+    """The Run page's cards and the lines under them (``views.cards_html``, one ``st.html``
+    block): only their own divs and spans, each hostile label, value, note and line read back
+    exactly, the help a ``title`` that survives the sanitiser."""
+    from gpuscope.web.views import Card, cards_html
+
+    cards = [Card(h, h, h, h) for h in HOSTILE[:4]]
+    page = cards_html(cards, [("First fix", HOSTILE[4]), (HOSTILE[5], "x")])
+    p = parse(page)
+    assert {t for t, _ in p.tags} == {"div", "span", "b"}
+    titles = [a["title"] or "" for t, a in p.tags if "title" in a]
+    assert [t.replace(WJ, "") for t in titles] == list(HOSTILE[:4])
+    assert not any(DOMPURIFY_DROPS.search(t) for t in titles)
+    text = "".join(p.text)
+    for h in HOSTILE[:6]:
+        assert h in text
+    assert sum(1 for t, a in p.tags if a.get("class") == "gs-card") == 4
+    assert cards_html([], []) == ""

@@ -590,27 +590,77 @@ def _rank_figure(path: str, gen: int, run_id: str) -> Any:
     )
 
 
-def job_cards(rows: tuple[run_views.HeadlineRow, ...]) -> None:
+@dataclasses.dataclass(frozen=True)
+class Card:
+    """One headline card: a label, its value, a few words beside the value and a help text shown
+    on hover (each may hold text from a trace: :func:`cards_html` makes it inert)."""
+
+    label: str
+    value: str
+    beside: str = ""
+    help: str = ""
+
+
+_CARD = (
+    "flex:1 1 0;min-width:8.5rem;border:1px solid rgba(128,128,128,0.3);border-radius:0.5rem;"
+    "padding:0.55rem 0.8rem"
+)
+_CARD_LABEL = "font-size:0.85rem;opacity:0.75"
+_CARD_VALUE = "font-size:1.75rem;line-height:1.25;white-space:nowrap"
+_CARD_BESIDE = "font-size:0.8rem;opacity:0.65"
+
+
+def cards_html(cards: list[Card], lines: list[tuple[str, str]] | None = None) -> str:
+    """The cards as one row of bordered boxes (they wrap on a narrow screen), then ``lines``
+    (label, text) under them, a bold label each; every text escaped (:mod:`html_safe`), a card's
+    help its ``title`` (the hover text)."""
+    items = []
+    for c in cards:
+        tip = f' title="{html_safe.st_html_attr(c.help)}"' if c.help else ""
+        mark = ' <span style="opacity:0.6">&#9432;</span>' if c.help else ""
+        beside = (
+            f'<div class="gs-card-beside" style="{_CARD_BESIDE}">{html_safe.text(c.beside)}</div>'
+            if c.beside
+            else ""
+        )
+        items.append(
+            f'<div class="gs-card" style="{_CARD}"{tip}>'
+            f'<div class="gs-card-label" style="{_CARD_LABEL}">{html_safe.text(c.label)}{mark}'
+            f'</div><div class="gs-card-value" style="{_CARD_VALUE}">{html_safe.text(c.value)}'
+            f"</div>{beside}</div>"
+        )
+    out = (
+        f'<div class="gs-cards" style="display:flex;flex-wrap:wrap;gap:0.75rem">{"".join(items)}'
+        "</div>"
+        if items
+        else ""
+    )
+    for label, text in lines or []:
+        out += (
+            f'<div class="gs-line" style="margin-top:0.6rem"><b>{html_safe.text(label)}:</b> '
+            f"{html_safe.text(text)}</div>"
+        )
+    return out
+
+
+def show_cards(cards: list[Card], lines: list[tuple[str, str]] | None = None) -> None:
+    """The cards and lines in one element (:func:`cards_html`): one block for the browser to lay
+    out, where a row of ``st.metric`` in ``st.columns`` is two elements a card and each line a
+    Markdown element of its own."""
+    if cards or lines:
+        st.html(cards_html(cards, lines))
+
+
+def job_cards(rows: tuple[run_views.HeadlineRow, ...], extra: list[Card] | None = None) -> None:
     """The job's verdict (:func:`gpuscope.analysis.job.headline_rows`, the rows every face
-    renders): one card per figure, the first finding as a line under them."""
-    cards = [r for r in rows if r.label not in ("First fix", "Why")]
-    if cards:
-        for col, r in zip(st.columns(len(cards)), cards, strict=True):
-            col.metric(
-                r.label,
-                r.value,
-                delta=r.beside or None,
-                delta_color="off",
-                delta_arrow="off",
-                border=True,
-                help=r.note or None,
-            )
-    for r in rows:
-        if r.label in ("First fix", "Why"):
-            st.markdown(
-                f"**{ui.md(r.label)}:** {ui.md(r.value)}"
-                + (f" · {ui.md(r.note)}" if r.note else "")
-            )
+    renders): one card per figure (then ``extra``'s), the first finding and why as lines under
+    them."""
+    said = ("First fix", "Why")
+    cards = [Card(r.label, r.value, r.beside, r.note) for r in rows if r.label not in said]
+    lines = [
+        (r.label, r.value + (f" · {r.note}" if r.note else "")) for r in rows if r.label in said
+    ]
+    show_cards(cards + (extra or []), lines)
 
 
 def headline_cards(h: run_views.Headline) -> None:
@@ -619,74 +669,67 @@ def headline_cards(h: run_views.Headline) -> None:
     (:class:`run_views.Headline`, built by analysis); a run of one rank shows only the last two
     under the verdict (the others are the verdict's)."""
     if h.job_rows:
-        job_cards(h.job_rows)
         if not h.distributed:
-            _rank_extra_cards(h, st.columns(2))
+            job_cards(h.job_rows, _rank_extra_cards(h))
             return
+        job_cards(h.job_rows)
         st.caption(f"Rank {h.rank}: its own figures")
-    c = st.columns(5)
     # issue 20: the median step (one slow step does not move it), p90 and max beside it
-    c[0].metric(
-        "Step time",
-        ui.fmt_ms(h.step_p50_ms),
-        delta=f"p90 {ui.fmt_ms(h.step_p90_ms).removesuffix(' ms')} · max {ui.fmt_ms(h.step_max_ms)}",
-        delta_color="off",
-        delta_arrow="off",
-        border=True,
-        help=f"Profiled: median over {h.n_steps} step(s); 90th percentile and slowest step beside "
-        f"it. Mean (window ÷ steps): {ui.fmt_ms(h.step_mean_ms)}.",
-    )
-    c[1].metric(
-        "GPU busy",
-        ui.fmt_pct(h.busy_pct),
-        delta=f"of it waiting {ui.fmt_pct(h.wait_pct)}" if h.wait_pct is not None else None,
-        delta_color="off",
-        delta_arrow="off",
-        border=True,
-        help="Share of the window in which at least one kernel, copy or memset ran on the GPU. "
-        "Waiting: the part spent in collectives waiting for the last rank to arrive (busy, yet "
-        'no work; docs/metrics.md "Busy, split").',
-    )
-    c[2].metric(
-        "MFU",
-        ui.fmt_pct(h.mfu_pct),
-        border=True,
-        help=f"Model FLOPs ÷ (step time × peak {ui.fmt_tflops(h.peak_tflops)}"
-        f"{', ' + str(h.dtype) if h.dtype else ''}). "
-        f"While busy: {ui.fmt_pct(h.mfu_busy_pct)}. "
-        f"FLOPs per step: {ui.fmt_flops(h.flops_per_step)}.",
-    )
-    _rank_extra_cards(h, c[3:])
+    cards = [
+        Card(
+            "Step time",
+            ui.fmt_ms(h.step_p50_ms),
+            f"p90 {ui.fmt_ms(h.step_p90_ms).removesuffix(' ms')} · max {ui.fmt_ms(h.step_max_ms)}",
+            f"Profiled: median over {h.n_steps} step(s); 90th percentile and slowest step beside "
+            f"it. Mean (window ÷ steps): {ui.fmt_ms(h.step_mean_ms)}.",
+        ),
+        Card(
+            "GPU busy",
+            ui.fmt_pct(h.busy_pct),
+            f"of it waiting {ui.fmt_pct(h.wait_pct)}" if h.wait_pct is not None else "",
+            "Share of the window in which at least one kernel, copy or memset ran on the GPU. "
+            "Waiting: the part spent in collectives waiting for the last rank to arrive (busy, "
+            'yet no work; docs/metrics.md "Busy, split").',
+        ),
+        Card(
+            "MFU",
+            ui.fmt_pct(h.mfu_pct),
+            "",
+            f"Model FLOPs ÷ (step time × peak {ui.fmt_tflops(h.peak_tflops)}"
+            f"{', ' + str(h.dtype) if h.dtype else ''}). "
+            f"While busy: {ui.fmt_pct(h.mfu_busy_pct)}. "
+            f"FLOPs per step: {ui.fmt_flops(h.flops_per_step)}.",
+        ),
+    ]
+    show_cards(cards + _rank_extra_cards(h))
 
 
-def _rank_extra_cards(h: run_views.Headline, c: Any) -> None:
-    """The tensor-core share and the top idle cause cards in the two columns ``c``."""
-    c[0].metric(
+def _rank_extra_cards(h: run_views.Headline) -> list[Card]:
+    """The tensor-core share and the top idle cause cards."""
+    tc = Card(
         "Tensor-core share",
         ui.fmt_pct(h.tensor_core_pct),
-        border=True,
-        help="Share of kernel time spent in tensor-core kernels. Eligible matmuls/convs not on "
+        "",
+        "Share of kernel time spent in tensor-core kernels. Eligible matmuls/convs not on "
         f"tensor cores: {ui.fmt_us_as_ms(h.tc_eligible_not_tc_us)}.",
     )
     top = h.top_idle
     if top is None:
-        c[1].metric("Top idle cause", "none", border=True)
-    else:
-        cause = top.cause
-        capped = top.capped_ms_per_step
-        c[1].metric(
+        return [tc, Card("Top idle cause", "none")]
+    cause = top.cause
+    capped = top.capped_ms_per_step
+    return [
+        tc,
+        Card(
             "Top idle cause",
             ui.fmt_ms(top.ms_per_step, 2) if capped is None else f"≤ {ui.fmt_ms(capped, 2)}",
-            delta=f"{palette.cause_label(cause)} · "
+            f"{palette.cause_label(cause)} · "
             + (
                 ui.fmt_pct(top.share_pct)
                 if capped is None
                 else f"{ui.fmt_ms(top.ms_per_step, 2)} profiled"
             ),
-            delta_color="off",
-            delta_arrow="off",
-            border=True,
-            help=f"{palette.cause_label(cause)}: the cause with the most idle GPU time in the window; "
+            f"{palette.cause_label(cause)}: the cause with the most idle GPU time in the window; "
             + (
                 "ms per step and share of the time."
                 if capped is None
@@ -695,7 +738,8 @@ def _rank_extra_cards(h: run_views.Headline, c: Any) -> None:
                 "without the profiler: a host-side cause, capped at the untraced step less the "
                 "GPU's own work (the profiler's note below)."
             ),
-        )
+        ),
+    ]
 
 
 def _swatch(color: str, text: str, *, line: bool = False) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +66,72 @@ def counts(db: Path) -> dict[str, int]:
 def texts(at: AppTest, kind: str) -> list[str]:
     """The values of every element of one kind (``error``, ``warning``, ``markdown`` ...)."""
     return [str(getattr(e, "value", "")) for e in getattr(at, kind)]
+
+
+@dataclass(frozen=True)
+class ShownCard:
+    """A headline card as the page's HTML shows it (``views.cards_html``): its label, value, the
+    words beside the value and its hover text, unescaped."""
+
+    label: str
+    value: str
+    beside: str
+    help: str
+
+
+class _CardParser(HTMLParser):
+    """Reads ``views.cards_html``'s markup: each ``gs-card`` div's parts by their class."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.cards: list[dict[str, str]] = []
+        self.lines: list[str] = []
+        self._part: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        cls = a.get("class") or ""
+        if cls == "gs-card":
+            self.cards.append(
+                {"label": "", "value": "", "beside": "", "help": a.get("title") or ""}
+            )
+        elif cls.startswith("gs-card-"):
+            self._part = cls.removeprefix("gs-card-")
+        elif cls == "gs-line":
+            self.lines.append("")
+            self._part = "line"
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "div":
+            self._part = None
+
+    def handle_data(self, data: str) -> None:
+        if self._part == "line":
+            self.lines[-1] += data
+        elif self._part is not None and self.cards:
+            self.cards[-1][self._part] += data
+
+
+def _parsed(at: AppTest) -> list[_CardParser]:
+    out = []
+    for h in at.get("html"):
+        body = h.proto.body
+        if "gs-card" in body or "gs-line" in body:
+            p = _CardParser()
+            p.feed(body)
+            out.append(p)
+    return out
+
+
+def cards(at: AppTest) -> list[ShownCard]:
+    """Every headline card on the page, in order (label without its help mark)."""
+    return [
+        ShownCard(c["label"].replace("\u24d8", "").strip(), c["value"], c["beside"], c["help"])
+        for p in _parsed(at)
+        for c in p.cards
+    ]
+
+
+def card_lines(at: AppTest) -> list[str]:
+    """The lines under the headline cards ("First fix: …", "Why: …"), as shown."""
+    return [line.strip() for p in _parsed(at) for line in p.lines]

@@ -59,17 +59,17 @@ def ddp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str,
 
 def value(page, label: str) -> str:  # type: ignore[no-untyped-def]
     """The value of the job's verdict's card ``label`` (no delta)."""
-    c = page.locator('[data-testid="stMetric"]').filter(has_text=label).first
-    return c.locator('[data-testid="stMetricValue"]').inner_text().strip()
+    c = page.locator(".gs-card").filter(has_text=label).first
+    return c.locator(".gs-card-value").inner_text().strip()
 
 
 def card(page, label: str, *, rank: bool = False) -> tuple[str, str]:  # type: ignore[no-untyped-def]
     """(value, delta) of the headline card ``label``: the job's verdict's (the first), or with
     ``rank`` the shown rank's own (under the verdict: the last)."""
-    cards = page.locator('[data-testid="stMetric"]').filter(has_text=label)
+    cards = page.locator(".gs-card").filter(has_text=label)
     c = cards.last if rank else cards.first
-    value = c.locator('[data-testid="stMetricValue"]').inner_text().strip()
-    delta = c.locator('[data-testid="stMetricDelta"]').inner_text().strip()
+    value = c.locator(".gs-card-value").inner_text().strip()
+    delta = c.locator(".gs-card-beside").inner_text().strip()
     return value, delta
 
 
@@ -85,14 +85,14 @@ def test_opens_on_the_pace_setter_then_rank_0_waits_and_the_runs_list_agrees(ddp
     page.wait_for_function("() => /[?&]rank=1(&|$)/.test(location.search)", timeout=30_000)
     selector = page.locator('[data-testid="stButtonGroup"]').first
     assert selector.locator('button[aria-checked="true"]').inner_text().strip() == "rank 1"
-    page.locator('[data-testid="stMetric"]').filter(has_text="GPU busy").first.wait_for()
+    page.locator(".gs-card").filter(has_text="GPU busy").first.wait_for()
     wait_idle(page)
     assert card(page, "GPU busy", rank=True)[1] == "of it waiting 0.0 %"  # it waits for no one
     # the reader picks rank 0, which waits for it
     selector.get_by_text("rank 0", exact=True).click()
     page.wait_for_function("() => /[?&]rank=0(&|$)/.test(location.search)", timeout=30_000)
     page.get_by_text("Opened on rank").wait_for(state="detached")
-    page.locator('[data-testid="stMetric"]').filter(has_text="GPU busy").first.wait_for()
+    page.locator(".gs-card").filter(has_text="GPU busy").first.wait_for()
     wait_idle(page)
     # the job's verdict first, the same whichever rank: the job step time and the pace-setter
     job = doc["job"]
@@ -349,7 +349,7 @@ def test_the_run_page_draws_its_busy_plot_before_the_sections_below_it(  # type:
     wait_idle(page)
     page.wait_for_timeout(2000)  # a timer would have fired by now (the old one: 2 x 0.4 s)
     assert page.locator('[data-testid="stPlotlyChart"]').count() == 1
-    assert page.locator('[data-testid="stMetric"]').count() > 0  # the headline is there
+    assert page.locator(".gs-card").count() > 0  # the headline is there
     for heading in ("Ranks", "Fixes", "Top kernels", "Idle time per step, by cause"):
         assert page.get_by_role("heading", name=heading).count() == 0, heading
     assert clicks["queries"] and "rank=0" in clicks["queries"][0], clicks["queries"]

@@ -69,8 +69,8 @@ def two_dashboards(team_store: TeamStore, tmp_path: Path) -> Iterator[tuple[Serv
 
 def metric(page, label: str) -> str:  # type: ignore[no-untyped-def]
     """The value shown on the headline card ``label``."""
-    card = page.locator('[data-testid="stMetric"]').filter(has_text=label).first
-    return card.locator('[data-testid="stMetricValue"]').inner_text().strip()
+    card = page.locator(".gs-card").filter(has_text=label).first
+    return card.locator(".gs-card-value").inner_text().strip()
 
 
 def expect_run_page(page, url: str, rid: str, name: str, report: dict) -> None:  # type: ignore[no-untyped-def,type-arg]
@@ -79,7 +79,7 @@ def expect_run_page(page, url: str, rid: str, name: str, report: dict) -> None: 
 
     page.goto(f"{url}/run?run={rid}")
     page.get_by_role("heading", name=name).wait_for()
-    page.locator('[data-testid="stMetric"]').filter(has_text="GPU busy").first.wait_for()
+    page.locator(".gs-card").filter(has_text="GPU busy").first.wait_for()
     wait_idle(page)
     assert metric(page, "GPU busy") == ui.fmt_pct(report["gpu_busy_pct"])
     # the job's verdict (one rank: the job is that rank): the median period between steps
