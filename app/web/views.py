@@ -602,11 +602,15 @@ class Card:
 
 
 _CARD = (
-    "flex:1 1 0;min-width:8.5rem;border:1px solid rgba(128,128,128,0.3);border-radius:0.5rem;"
+    "flex:1 1 0;min-width:7.5rem;border:1px solid rgba(128,128,128,0.3);border-radius:0.5rem;"
     "padding:0.55rem 0.8rem"
 )
 _CARD_LABEL = "font-size:0.85rem;opacity:0.75"
-_CARD_VALUE = "font-size:1.75rem;line-height:1.25;white-space:nowrap"
+_CARD_VALUE = "font-size:1.4rem;line-height:1.3"
+_CARD_MARK = (
+    "display:inline-block;width:1.1em;height:1.1em;line-height:1.05em;text-align:center;"
+    "border:1px solid currentColor;border-radius:50%;font-size:0.7rem;opacity:0.6"
+)
 _CARD_BESIDE = "font-size:0.8rem;opacity:0.65"
 
 
@@ -617,7 +621,7 @@ def cards_html(cards: list[Card], lines: list[tuple[str, str]] | None = None) ->
     items = []
     for c in cards:
         tip = f' title="{html_safe.st_html_attr(c.help)}"' if c.help else ""
-        mark = ' <span style="opacity:0.6">&#9432;</span>' if c.help else ""
+        mark = f' <span style="{_CARD_MARK}">?</span>' if c.help else ""
         beside = (
             f'<div class="gs-card-beside" style="{_CARD_BESIDE}">{html_safe.text(c.beside)}</div>'
             if c.beside

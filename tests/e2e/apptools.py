@@ -87,6 +87,7 @@ class _CardParser(HTMLParser):
         self.cards: list[dict[str, str]] = []
         self.lines: list[str] = []
         self._part: str | None = None
+        self._skip = 0  # inside a card label's help mark (a span): not the label's text
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
@@ -97,15 +98,21 @@ class _CardParser(HTMLParser):
             )
         elif cls.startswith("gs-card-"):
             self._part = cls.removeprefix("gs-card-")
+        elif tag == "span" and self._part == "label":
+            self._skip += 1
         elif cls == "gs-line":
             self.lines.append("")
             self._part = "line"
 
     def handle_endtag(self, tag: str) -> None:
-        if tag == "div":
+        if tag == "span" and self._skip:
+            self._skip -= 1
+        elif tag == "div":
             self._part = None
 
     def handle_data(self, data: str) -> None:
+        if self._skip:
+            return
         if self._part == "line":
             self.lines[-1] += data
         elif self._part is not None and self.cards:
@@ -126,7 +133,7 @@ def _parsed(at: AppTest) -> list[_CardParser]:
 def cards(at: AppTest) -> list[ShownCard]:
     """Every headline card on the page, in order (label without its help mark)."""
     return [
-        ShownCard(c["label"].replace("\u24d8", "").strip(), c["value"], c["beside"], c["help"])
+        ShownCard(c["label"].strip(), c["value"], c["beside"], c["help"])
         for p in _parsed(at)
         for c in p.cards
     ]
