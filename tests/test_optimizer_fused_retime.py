@@ -49,16 +49,20 @@ def test_the_step_nodes_are_its_ops_and_its_python_not_zero_grad() -> None:
 
 def test_fusing_keeps_the_walk_over_the_parameters_and_zero_grad() -> None:
     """No untraced step: the point is the mid variant at host scale 0.4, the window the host's
-    (the kernels end before it). Mid: ops 600 × 0.1 + Python 400 × 0.4 + zero_grad 100 = 320 µs
-    of the 1100: 1 − 320 / 1100 = 70.9 % (the old re-timing, every optimizer node × 0.1: 90 %).
-    Low: 600 × 0.2 + 400 × 0.5 + 100 = 420 µs on a host 1.23× slower: 1 − 1.23 × 420 / 1100 =
-    53.0 %; high: 600 × 0.03 + 400 × 0.3 + 100 = 238 µs on a host 1.23× faster: 1 − 238 / 1.23 /
-    1100 = 82.4 %."""
+    (the kernels end before it). Mid: ops 600 × 0.01 + Python 400 × 0.15 + zero_grad 100 = 166
+    µs of the 1100: 1 − 166 / 1100 = 84.9 %. Low: 600 × 0.10 + 400 × 0.55 + 100 = 380 µs on a
+    host 1.23× slower: 1 − 1.23 × 380 / 1100 = 57.5 %; high: 600 × 0.01 + 400 × 0.08 + 100 =
+    138 µs on a host 1.23× faster: 1 − 138 / 1.23 / 1100 = 89.8 %."""
     cp = _optimizer_step()
     ctx = GN.Context(n_steps=1, step_ms=1.1)
     u = FX.BY_ID["optimizer_fused"]
     assert u.retime is not None
     est = GN.replay_estimate(u.retime(cp.graph, ctx), cp, ctx)
-    assert est.gain_pct == pytest.approx(100 * (1 - 320 / 1100), abs=0.3)
-    assert est.low_pct == pytest.approx(100 * (1 - 1.23 * 420 / 1100), abs=0.3)
-    assert est.high_pct == pytest.approx(100 * (1 - 238 / 1.23 / 1100), abs=0.3)
+    assert (OF.OPS_KEPT, OF.BOOKKEEPING_KEPT, OF.KERNELS_KEPT) == (
+        (0.10, 0.01, 0.01),
+        (0.55, 0.15, 0.08),
+        (0.63, 0.11, 0.02),
+    )
+    assert est.gain_pct == pytest.approx(100 * (1 - 166 / 1100), abs=0.3)
+    assert est.low_pct == pytest.approx(100 * (1 - 1.23 * 380 / 1100), abs=0.3)
+    assert est.high_pct == pytest.approx(100 * (1 - 138 / 1.23 / 1100), abs=0.3)

@@ -48,7 +48,7 @@ BAND: dict[str, tuple[float, int]] = {
     HOST_SYNC: (-0.337, 9),
     "kernel_fusion": (-0.353, 20),
     "mixed_precision": (-0.677, 23),
-    "optimizer_fused": (-0.065, 12),
+    "optimizer_fused": (-0.08, 12),
     "pin_memory": (0.513, 11),
 }
 """Rule -> (least measured / point less :data:`MARGIN`, at most 1; pairs fitted): :func:`fit` of

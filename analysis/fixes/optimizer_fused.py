@@ -68,11 +68,30 @@ def detect(inp: Inputs) -> Finding | None:
 
 _STEP = re.compile(OPTIMIZER_STEP_RE)
 
-BOOKKEEPING_KEPT = (0.5, 0.4, 0.3)
+OPS_KEPT = (0.10, 0.01, 0.01)
+"""The share (low / mid / high) of the host time in ops and launch calls inside the optimizer step
+that the fused step keeps: a few launches instead of a Python loop of them. Read off planted and
+fused traces of the 16 looping pairs of ``sample_traces/validation`` on one H200
+(``benchmarks/optimizer_fused_split.py``; the fused traces by ``fixed_traces_device.sh``, the
+planted variant traced again on the H200 where it was recorded on an H100): fused ÷ loop 0.01 on
+14 of them, 0.02 and 0.05 on two, 0.10 on v142 (42 launches a step): the greatest, the median and
+the least."""
+
+BOOKKEEPING_KEPT = (0.55, 0.15, 0.08)
 """The share (low / mid / high) of the optimizer step's own Python time (the step's time in no op)
 that the fused step keeps: it still walks every parameter in Python to gather its gradient and
 state (``_init_group``) before its one fused call, while the loop also runs each parameter's
-update in Python around its ops; a third to a half of the per-parameter Python is that walk."""
+update in Python around its ops. The same 16 pairs: 0.08-0.22 where the loop launched 700 or more
+kernels a step, 0.45 (v30, 114) and 0.55 (v142, 42), where the walk is most of a short step; the
+greatest, the median (0.15) and the least."""
+
+KERNELS_KEPT = (0.63, 0.11, 0.02)
+"""The share (low / mid / high) of the GPU time of the kernels the optimizer step launches that
+the fused step keeps: one pass over the parameters and states where the loop's per-parameter chain
+makes several, and one launch where it makes hundreds of tiny kernels. The same 16 pairs: 0.02-0.24
+(the large parameters, read and written at the memory's speed, keep the most: v202 0.24, v87
+0.23), 0.40 on v30 (26 embedding tables of 20,000 × 32), 0.63 on v142 (42 kernels of a few µs);
+the greatest, the median and the least."""
 
 
 def step_nodes(g: Graph) -> tuple[set[int], set[int], set[int]]:
@@ -105,10 +124,10 @@ def step_nodes(g: Graph) -> tuple[set[int], set[int], set[int]]:
 
 
 def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
-    """Inside the optimizer step: host work in ops and launch calls × 0.2 / 0.1 / 0.03 (a few
+    """Inside the optimizer step: host work in ops and launch calls × :data:`OPS_KEPT` (a few
     launches instead of a loop), the step's own Python × :data:`BOOKKEEPING_KEPT` (the walk over
-    the parameters stays); its kernels × 1 / 0.5 / 0.35 (one pass over the parameters and states
-    instead of ~3 times as many passes of the per-parameter chain). ``zero_grad`` unchanged."""
+    the parameters stays), its kernels × :data:`KERNELS_KEPT` (one pass over the parameters and
+    states), low / mid / high. ``zero_grad`` unchanged."""
     ops, own, gpus = step_nodes(g)
 
     def dur(h: float, p: float, k: float) -> Any:
@@ -123,13 +142,10 @@ def retime(g: Graph, ctx: Context) -> dict[str, Variant]:
 
         return f
 
-    low, mid, high = BOOKKEEPING_KEPT
     return {
         name: (dur(h, p, k), None)
-        for name, h, p, k in (
-            ("low", 0.2, low, 1.0),
-            ("mid", 0.1, mid, 0.5),
-            ("high", 0.03, high, 0.35),
+        for name, h, p, k in zip(
+            ("low", "mid", "high"), OPS_KEPT, BOOKKEEPING_KEPT, KERNELS_KEPT, strict=True
         )
     }
 
