@@ -36,17 +36,9 @@ def split(path: Path) -> Split:
     """The trace's :class:`Split`, from its critical-path graph (ingested into a memory store)."""
     from gpuscope.analysis.fixes.kernel_fusion import removable_kernels
     from gpuscope.analysis.kernel_names import classify_kernel
-    from gpuscope.analysis.report import AnalysisOptions, RunAnalysis
-    from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.store import connect
+    from stores import analysed
 
-    con = connect(":memory:")
-    try:
-        [res] = ingest_paths(con, [path])
-        a = RunAnalysis(con, res.run_id, None, AnalysisOptions())
-        cp = a.critical_path
-        if cp is None:
-            raise SystemExit(f"{path}: no critical path")
+    with analysed(path) as (a, cp):
         g = cp.graph
         removed, _ = removable_kernels(g)
         mat = other = rem = 0
@@ -61,8 +53,6 @@ def split(path: Path) -> Split:
                 rem += n.dur if i in removed else 0
         steps = max(1, a.window.n_steps)
         return Split(mat / 1e6 / steps, other / 1e6 / steps, rem / 1e6 / steps)
-    finally:
-        con.close()
 
 
 def row(eager: Path, compiled: Path) -> dict[str, float]:

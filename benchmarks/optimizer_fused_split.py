@@ -46,17 +46,9 @@ def split(path: Path) -> dict[str, float]:
     Python) and ``kernels`` (GPU) of ``Optimizer.step`` (:func:`optimizer_fused.step_nodes`),
     and ``n_kernels`` per step."""
     from gpuscope.analysis.fixes.optimizer_fused import step_nodes
-    from gpuscope.analysis.report import AnalysisOptions, RunAnalysis
-    from gpuscope.ingest.loader import ingest_paths
-    from gpuscope.store import connect
+    from stores import analysed
 
-    con = connect(":memory:")
-    try:
-        [res] = ingest_paths(con, [path])
-        a = RunAnalysis(con, res.run_id, None, AnalysisOptions())
-        cp = a.critical_path
-        if cp is None:
-            raise SystemExit(f"{path}: no critical path")
+    with analysed(path) as (a, cp):
         g = cp.graph
         ops, own, gpus = step_nodes(g)
         steps = max(1, a.window.n_steps)
@@ -65,8 +57,6 @@ def split(path: Path) -> dict[str, float]:
             return sum(g.nodes[v].dur for v in nodes) / 1e6 / steps
 
         return {"ops": ms(ops), "own": ms(own), "kernels": ms(gpus), "n_kernels": len(gpus) / steps}
-    finally:
-        con.close()
 
 
 def row(case: str, planted: Path, fused: Path) -> dict:

@@ -11,9 +11,12 @@ command line with ``--store SPEC`` (the CLI) or ``$GPUSCOPE_STORE`` (the dashboa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 KINDS = ("lake", "duckdb")
 
@@ -86,3 +89,23 @@ def ingest_into_new_lake(trace: Path, prefix: str) -> None:
             loader.ingest_paths(con, [trace])
         finally:
             con.close()
+
+
+@contextlib.contextmanager
+def analysed(path: Path) -> Iterator[tuple[Any, Any]]:
+    """``path`` (one rank's trace) ingested into a memory store: (its ``RunAnalysis``, its critical
+    path); the store is closed on leaving. Exits naming the file when it has no critical path."""
+    from gpuscope.analysis.report import AnalysisOptions, RunAnalysis
+    from gpuscope.ingest.loader import ingest_paths
+    from gpuscope.store import connect
+
+    con = connect(":memory:")
+    try:
+        [res] = ingest_paths(con, [path])
+        a = RunAnalysis(con, res.run_id, None, AnalysisOptions())
+        cp = a.critical_path
+        if cp is None:
+            raise SystemExit(f"{path}: no critical path")
+        yield a, cp
+    finally:
+        con.close()
