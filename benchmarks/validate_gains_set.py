@@ -101,12 +101,16 @@ GROUPS = (
     ),
     (
         "blind19",
-        "Nineteenth blind part v230+ (never analysed before recording; only with --blind)",
+        "Nineteenth blind part v230-v235 (never analysed before recording; only with --blind)",
+    ),
+    (
+        "blind20",
+        "Twentieth blind part v236+ (never analysed before recording; only with --blind)",
     ),
 )
 """The set's parts (truth.json's ``group``), in the order they are printed."""
 SEEN_GROUPS = tuple(g for g, _ in GROUPS)[:-1]
-"""The parts already judged once (v01-v229): every part but the newest blind one, which is judged
+"""The parts already judged once (v01-v235): every part but the newest blind one, which is judged
 once when it lands and joins these with the next; ``--seen`` judges these and nothing else."""
 
 

@@ -55,8 +55,8 @@ NULLS = frozenset({"v234", "v235"})
 
 def test_the_nineteenth_blind_part_is_its_own_held_out_group_numbered_on_from_v230() -> None:
     assert_part_layout(record_blind19, "blind19", 230, (record_blind19.blind19_a,), count=6)
-    assert make_truth.BLIND_PARTS[-1] is record_blind19
-    assert make_truth.GROUPS[-1] == "blind19"
+    assert record_blind19 in make_truth.BLIND_PARTS  # the twentieth part follows it
+    assert "blind19" in make_truth.GROUPS
     # the first fixes gpuscope named at the judgement (a5e32cb) where the planted fix was not
     assert {k: (v["base"], v["how"]) for k, v in record_blind19.FIRST_FIXES.items()} == {
         "v232b": ("v232", "cudnn_benchmark"),

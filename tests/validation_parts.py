@@ -36,6 +36,7 @@ import record_blind16  # noqa: E402
 import record_blind17  # noqa: E402
 import record_blind18  # noqa: E402
 import record_blind19  # noqa: E402
+import record_blind20  # noqa: E402
 import record_new  # noqa: E402
 import record_sharded_graphs  # noqa: E402
 import record_validation  # noqa: E402
@@ -78,6 +79,7 @@ __all__ = [
     "record_blind17",
     "record_blind18",
     "record_blind19",
+    "record_blind20",
     "record_calls",
     "record_new",
     "record_sharded_graphs",

@@ -65,6 +65,7 @@ import record_blind16  # noqa: E402
 import record_blind17  # noqa: E402
 import record_blind18  # noqa: E402
 import record_blind19  # noqa: E402
+import record_blind20  # noqa: E402
 import record_new  # noqa: E402
 from record_validation import CASES, HELD_OUT, ORDER  # noqa: E402
 
@@ -92,6 +93,7 @@ GROUPS = (
     "blind17",
     "blind18",
     "blind19",
+    "blind20",
 )
 """The set's parts, in the order the benchmark prints them."""
 
@@ -115,6 +117,7 @@ BLIND_PARTS = (
     record_blind17,
     record_blind18,
     record_blind19,
+    record_blind20,
 )
 """The blind parts' recorders, in the order they were recorded (each has CASES, ORDER, GROUP)."""
 
@@ -135,6 +138,7 @@ FIRST_FIXES = {
     **record_blind17.FIRST_FIXES,
     **record_blind18.FIRST_FIXES,
     **record_blind19.FIRST_FIXES,
+    **record_blind20.FIRST_FIXES,
     **record_advised.FIRST_FIXES,
 }
 """The first fixes gpuscope named on a blind part where the planted cause was another's, timed
