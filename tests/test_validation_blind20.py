@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 from validation_parts import (
+    VAL,
     assert_case_words,
     assert_device_script_drives_lanes,
     assert_new_families,
     assert_one_gpu_pairs,
     assert_part_layout,
+    assert_recorded_part,
     autocast_counts,
     build_one_gpu_cases,
     make_truth,
@@ -167,3 +169,12 @@ def test_full_sizes_on_the_meta_device() -> None:
     assert params["v239"] == 2 * 20_000 * 128
     for c in ("v237", "v238"):
         assert f"{params[c] / 1e6:.1f} M parameters" in record_blind20.CASES[c]["model"]
+
+
+def test_every_recorded_case_is_whole() -> None:
+    """Recorded on one H200 (2026-12-01): each case's planted trace and 3 rounds; v238, whose
+    first three spread over 19.5 points, 3 more (timing_run2.json)."""
+    assert_recorded_part(record_blind20)
+    assert all((VAL / c / "timing.json").exists() for c in record_blind20.ORDER)
+    rounds = [len(make_truth.single(c)["timings"]["planted"]) for c in record_blind20.ORDER]
+    assert rounds == [3, 3, 6, 3]
