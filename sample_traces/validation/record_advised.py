@@ -11,7 +11,7 @@ case here is a recorded case's planted variant against its fixed variant with wh
   workers: each batch pinned in the main thread when taken), as gpuscope's ``pin_memory`` code
   says, where the recipe pinned its pool of batches once before the first step
   (:data:`record_common.PIN_PER_BATCH`).
-- ``vNNmc`` (v37, v51, v109, v142, v147, v176, v180, v226): a first fix, not the recipe's: the base
+- ``vNNmc`` (v37, v51, v109, v142, v147, v176, v180, v226, v237): a first fix, not the recipe's: the base
   case's planted variant against the same with every step under bf16 autocast and the model in
   channels_last (``channels_last_3d`` for a 3-D convolution net), the code gpuscope's
   ``mixed_precision`` fix gives a convolution net; :data:`FIRST_FIXES` are their specs, which
@@ -49,6 +49,7 @@ import record_blind11  # noqa: E402
 import record_blind14  # noqa: E402
 import record_blind18  # noqa: E402
 import record_blind19  # noqa: E402
+import record_blind20  # noqa: E402
 import record_common  # noqa: E402
 from record_common import Kit, first_fix_spec, recorder  # noqa: E402
 
@@ -84,6 +85,7 @@ PARTS: dict[str, Any] = {
     "v205": record_blind14,
     "v227": record_blind18,
     "v232": record_blind19,
+    "v237": record_blind20,
 }
 """Each base case's recorder module."""
 
@@ -102,11 +104,13 @@ CHANNELS_LAST = (
     "v227",
 )
 PIN_PER_BATCH = ("v33", "v44", "v59", "v74", "v91", "v106", "v112", "v138", "v151", "v165")
-BF16_CHANNELS_LAST_FIRST = ("v37", "v109", "v147", "v176", "v180", "v226", "v51", "v142")
-"""Planted variants on which bf16 in channels_last was timed as a first fix (2026-11-30, one
-H200): six ``cudnn_benchmark`` pairs and two ``optimizer_fused`` nulls on which a point re-timing
-the model in channels_last at the mid level (tried, not adopted: sample_traces/validation/
-README.md, "bf16 in channels_last as a first fix") named ``mixed_precision`` first."""
+BF16_CHANNELS_LAST_FIRST = ("v37", "v109", "v147", "v176", "v180", "v226", "v51", "v142", "v237")
+"""Planted variants on which bf16 in channels_last was timed as a first fix (one H200): six
+``cudnn_benchmark`` pairs and two ``optimizer_fused`` nulls on which a point re-timing the model in
+channels_last at the mid level (tried, not adopted: sample_traces/validation/README.md, "bf16 in
+channels_last as a first fix") named ``mixed_precision`` first (2026-11-30); v237, the twentieth
+blind part's CvT, on which gpuscope named ``mixed_precision`` first at its judgement, its code
+telling the model (convolutions 5.2 % of its kernel time) to run in channels_last (2026-12-01)."""
 
 BF16_NCHW = ("v232",)
 """Planted variants timed under bf16 autocast with the model left in NCHW (``vNNnc``)."""

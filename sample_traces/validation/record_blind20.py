@@ -34,14 +34,18 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixes"))
 
 import blind20_a  # noqa: E402
-from record_common import merged_part  # noqa: E402
+from record_common import first_fix_spec, merged_part  # noqa: E402
 
 GROUP = "blind20"
 """truth.json's group of every case here: kept out of every calibration, judged once."""
 
-FIRST_FIXES: dict[str, dict] = {}
-"""The first fixes gpuscope named on this part at its one judgement where the planted cause was
-another's, timed on the base case's planted variant after it (none yet: not judged)."""
+FIRST_FIXES: dict[str, dict] = {
+    "v239k": first_fix_spec("v239", "compile", "fp32, AdamW(foreach=False)"),
+}
+"""The first fixes gpuscope named on this part at its one judgement (a32e846) where the planted
+cause was another's, timed on the base case's planted variant after it: torch.compile on v239
+(``kernel_fusion``, 15.8 %). Its ``mixed_precision`` on v237 (40.9 %), whose code runs the model
+in channels_last, is record_advised.py's ``v237mc``."""
 
 
 CASES, ORDER, BUILDERS, build, main = merged_part((blind20_a,), FIRST_FIXES, 20236, __file__)
