@@ -15,6 +15,7 @@ from validation_parts import (
     VAL,
     assert_case_words,
     assert_device_script_drives_lanes,
+    assert_first_fixes,
     assert_first_fixes_apply_to_the_fixed_variant_only,
     assert_new_families,
     assert_one_gpu_pairs,
@@ -189,3 +190,11 @@ def test_every_recorded_case_is_whole() -> None:
     assert all((VAL / c / "timing.json").exists() for c in record_blind20.ORDER)
     rounds = [len(make_truth.single(c)["timings"]["planted"]) for c in record_blind20.ORDER]
     assert rounds == [3, 3, 6, 3]
+
+
+def test_every_first_fix_is_timed() -> None:
+    """torch.compile on v239's planted variant, named first at the judgement (a32e846), timed on
+    one H200 (2026-12-01), 3 rounds paired in order; bf16 in channels_last on v237 is
+    record_advised's v237mc (tests/test_validation_advised.py)."""
+    assert_first_fixes(record_blind20)
+    assert len(make_truth.first_fix("v239k")["planted"]) == 3
