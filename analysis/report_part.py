@@ -159,10 +159,12 @@ def stored_text(con: Connection, run_id: str, rank: int | None = None) -> str | 
 
 
 #: DuckDB's memory while :func:`store` computes a document, tried in order (its working tables
-#: spill to disk beyond it; a limit DuckDB runs out of is tried again at the next). The 1 GB
-#: benchmark run: peak RSS 806 MB under the store's own limit (80 % of RAM), 645 MB at 200 MB,
-#: the same CPU (docs/benchmarks.md).
-MEMORY_LIMITS = ("200MB", "1GB")
+#: spill to disk beyond it; a limit DuckDB runs out of is tried again at the next; one below the
+#: run's largest rank's events x 6 B is not tried). The 1 GB benchmark rank's ingest, peak RSS
+#: with its document: 806 MB under the store's own limit (80 % of RAM), 645 MB at 200 MB, 485-496
+#: MB (463-473 MiB) at 100 MB, the same CPU; at 50 MB DuckDB runs out and the retry at 200 costs
+#: 3 CPU s (docs/benchmarks.md).
+MEMORY_LIMITS = ("100MB", "200MB", "1GB")
 
 
 def _computed(con: Connection, run_id: str, *, copy: bool = True) -> dict[int, str]:

@@ -275,6 +275,9 @@ def test_the_document_is_computed_in_bounded_memory_and_again_at_the_next_limit(
             c.execute(f"SET memory_limit = '{limit}'")
             return str(c.execute("SELECT current_setting('memory_limit')").fetchone()[0])
 
+    # the first at 100 MB: the 1 GB rank's ingest peaks at 0.48x the file there, 0.58x at 200 MB
+    # (docs/benchmarks.md, "The ingest's analysis after its commit")
+    assert RP.MEMORY_LIMITS == ("100MB", "200MB", "1GB")
     want = [shown(m) for m in RP.MEMORY_LIMITS]
     tries: list[str] = []
     real = RP.analyze
@@ -293,7 +296,7 @@ def test_the_document_is_computed_in_bounded_memory_and_again_at_the_next_limit(
         own = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
         monkeypatch.setattr(RP, "analyze", analyze)
         assert RP.store(con, run_id)
-        assert tries == want
+        assert tries == want[:2]  # out of memory at the first, computed at the second
         assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == own
         monkeypatch.undo()
         text = RP.stored_text(con, run_id)
