@@ -88,6 +88,8 @@ PART_OF = {
     "v127": "record_blind7",
     "v24": "record_new",
     "v194": "record_blind13",
+    "v133": "record_blind8",
+    "v236": "record_blind20",
 }
 """Each case's recorder: the module whose ``build(case, variant, device)`` makes it (v05-v46:
 kernel_fusion pairs; v122, v137, v150: host_sync pairs, a ``.item()`` in the planted step; the
@@ -97,7 +99,9 @@ cudnn.benchmark; v08-v86: steps checkpointed block by block, timed with reduce-o
 cases where reduce-overhead would lead at gpuscope's mid level, each against its own ``fixed``;
 v92-v157: where reduce-overhead is the first fix, untimed; v127, v24: null cases, reduce-overhead
 first untimed on v127, not named on v24, a channels-last conv net as v156 and v157; v194: a null case where the mid
-level's fusion made reduce-overhead the first fix)."""
+level's fusion made reduce-overhead the first fix; v133, v236: embedding-heavy recommenders,
+timed eager against torch.compile after torch.compile gained 38.4 % on v239's embeddings, above
+``kernel_fusion``'s top: compile_embeddings.json)."""
 
 HOWS = (
     "eager",
