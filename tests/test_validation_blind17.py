@@ -22,8 +22,8 @@ from validation_parts import (
     autocast_counts,
     build_one_gpu_cases,
     make_truth,
+    planted_on_meta,
     record_blind17,
-    record_new,
     variant_pair,
 )
 
@@ -108,12 +108,7 @@ def test_full_sizes_on_the_meta_device() -> None:
     """At full size (built on the meta device, nothing run): v223's agent holds 203.5 M
     parameters, v224's batch 7.08 MB of uint8 and v225's 25.17 MB of float32."""
     pytest.importorskip("torch")
-    saved = record_new.QUICK
-    record_new.QUICK = False
-    try:
-        got = {c: record_blind17.build(c, "planted", "meta") for c in record_blind17.ORDER}
-    finally:
-        record_new.QUICK = saved
+    got = planted_on_meta(record_blind17)
     params = sum(p.numel() for p in got["v223"][3].parameters())
     assert params == 203_489_314
     assert got["v224"][2]["batch_mb"] == 7.08 and got["v225"][2]["batch_mb"] == 25.17

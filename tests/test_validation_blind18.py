@@ -22,8 +22,8 @@ from validation_parts import (
     autocast_counts,
     build_one_gpu_cases,
     make_truth,
+    planted_on_meta,
     record_blind18,
-    record_new,
     variant_pair,
 )
 
@@ -129,12 +129,7 @@ def test_full_sizes_on_the_meta_device() -> None:
     """At full size (built on the meta device, nothing run): the batches the descriptions say,
     v228's 1,152 primary capsules' routing weights and v226's two pathways' frames."""
     pytest.importorskip("torch")
-    saved = record_new.QUICK
-    record_new.QUICK = False
-    try:
-        got = {c: record_blind18.build(c, "planted", "meta") for c in record_blind18.ORDER}
-    finally:
-        record_new.QUICK = saved
+    got = planted_on_meta(record_blind18)
     assert [got[c][1] for c in record_blind18.ORDER] == [12, 12, 32, 16]
     assert tuple(got["v228"][3].W.shape) == (1152, 10, 16, 8)
     assert got["v226"][2]["frames"] == {"slow": 4, "fast": 16}

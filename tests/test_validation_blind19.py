@@ -24,8 +24,8 @@ from validation_parts import (
     autocast_counts,
     build_one_gpu_cases,
     make_truth,
+    planted_on_meta,
     record_blind19,
-    record_new,
     variant_pair,
 )
 
@@ -134,12 +134,7 @@ def test_full_sizes_on_the_meta_device() -> None:
     """At full size (built on the meta device, nothing run): the batches the descriptions say,
     v235's 35 convolutions, v233's 36.9 MB of features a step and v234's 131 KB of token ids."""
     pytest.importorskip("torch")
-    saved = record_new.QUICK
-    record_new.QUICK = False
-    try:
-        got = {c: record_blind19.build(c, "planted", "meta") for c in record_blind19.ORDER}
-    finally:
-        record_new.QUICK = saved
+    got = planted_on_meta(record_blind19)
     assert [got[c][1] for c in record_blind19.ORDER] == [512, 2048, 256, 48, 16, 32]
     assert got["v235"][2]["convolutions"] == 35
     assert got["v233"][2]["bytes_per_step"] == 48 * 80 * 2400 * 4 + 48 * 1200 * 8

@@ -24,6 +24,7 @@ from validation_parts import (
     autocast_counts,
     build_one_gpu_cases,
     make_truth,
+    planted_on_meta,
     record_blind20,
     record_new,
     variant_pair,
@@ -167,12 +168,7 @@ def test_full_sizes_on_the_meta_device() -> None:
     """At full size (built on the meta device, nothing run): the batches and parameter tensors the
     descriptions say, and the parameter counts of v237, v238 and v239."""
     pytest.importorskip("torch")
-    saved = record_new.QUICK
-    record_new.QUICK = False
-    try:
-        got = {c: record_blind20.build(c, "planted", "meta") for c in record_blind20.ORDER}
-    finally:
-        record_new.QUICK = saved
+    got = planted_on_meta(record_blind20)
     assert [got[c][1] for c in record_blind20.ORDER] == [1024, 128, 64, 131_072]
     assert {c: got[c][2]["param_tensors"] for c in got} == TENSORS
     params = {c: got[c][2]["params"] for c in got}

@@ -59,6 +59,7 @@ __all__ = [
     "earlier_cases",
     "later_groups",
     "make_truth",
+    "planted_on_meta",
     "record_advised",
     "record_blind",
     "record_blind2",
@@ -381,6 +382,18 @@ def build_each_at_quick_sizes(
             assert samples > 0 and isinstance(meta, dict), (case, variant)
             metas[case, variant] = dict(meta)
     return metas, compiles
+
+
+def planted_on_meta(part: Any) -> dict[str, tuple]:
+    """Each case of the blind part ``part`` built as planted at full size on the meta device
+    (nothing allocated, nothing run): case -> (step_fn, samples_per_step, meta, model);
+    ``record_new.QUICK`` set back after."""
+    saved = record_new.QUICK
+    record_new.QUICK = False
+    try:
+        return {c: part.build(c, "planted", "meta") for c in part.ORDER}
+    finally:
+        record_new.QUICK = saved
 
 
 def build_one_gpu_cases(
